@@ -1,0 +1,93 @@
+"""Pieces shared by the kernel factories: pixel access macros and grid sizes.
+
+Texture access follows the two patterns that TVM 0.27 lowers correctly
+(DESIGN.md): a load is a ``T.vectorized(4)`` loop into a ``local`` pixel (one
+``read_imagef``), a store is one vector store from a ``local`` pixel with a
+``T.Ramp`` index (one ``write_imagef``). Both work on buffers too
+(``vload4``/``vstore4``), so every factory takes the scope as a parameter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tvm.script import tirx as T
+
+TEXTURE = "global.texture"
+TEXTURE_WEIGHT = "global.texture-weight"
+BUFFER = "global"
+LANES = 4
+
+
+def ceildiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def blocked(channels: int) -> int:
+    """Number of 4-channel blocks holding ``channels`` channels."""
+    return ceildiv(channels, LANES)
+
+
+def check_scope(scope: str, allowed=(TEXTURE, BUFFER)) -> str:
+    if scope not in allowed:
+        raise ValueError(f"scope must be one of {allowed}, got {scope!r}")
+    return scope
+
+
+def check_dtype(dtype: str) -> str:
+    if dtype not in ("float32", "float16"):
+        raise TypeError(f"dtype must be float32 or float16, got {dtype!r}")
+    return dtype
+
+
+def check_positive(**dims):
+    for name, value in dims.items():
+        if int(value) < 1:
+            raise ValueError(f"{name} must be >= 1, got {value}")
+
+
+@dataclass(frozen=True)
+class PixelGrid:
+    """A 3-D launch over (layers, rows, columns) with a (1, ty, tx) work group.
+
+    Grid sizes are rounded up to whole groups; kernels guard with ``T.where``.
+    """
+
+    layers: int
+    rows: int
+    cols: int
+    ty: int
+    tx: int
+
+    @property
+    def by(self) -> int:
+        return ceildiv(self.rows, self.ty)
+
+    @property
+    def bx(self) -> int:
+        return ceildiv(self.cols, self.tx)
+
+
+def pixel_grid(layers: int, rows: int, cols: int, max_threads: int = 64) -> PixelGrid:
+    """Work-group shape for one work item per pixel: wide along columns (image
+    rows are contiguous in the texture cache), then rows."""
+    tx = 1
+    while tx * 2 <= min(cols, max_threads, 16):
+        tx *= 2
+    ty = 1
+    while ty * 2 <= rows and tx * ty * 2 <= max_threads:
+        ty *= 2
+    return PixelGrid(layers, rows, cols, ty, tx)
+
+
+@T.macro(hygienic=False)
+def load_pixel(dst, src, n, c, h, w):
+    """``dst[0:4] = src[n, c, h, w, 0:4]``, one texture read."""
+    for lane in T.vectorized(4):
+        dst[lane] = src[n, c, h, w, lane]
+
+
+@T.macro(hygienic=False)
+def store_pixel(dst, n, c, h, w, src):
+    """``dst[n, c, h, w, 0:4] = src[0:4]``, one texture write."""
+    dst[n, c, h, w, T.Ramp(0, 1, 4)] = src[T.Ramp(0, 1, 4)]

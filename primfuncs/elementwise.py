@@ -1,0 +1,130 @@
+"""Elementwise kernels on NCHW4c tensors (textures or buffers).
+
+Every factory takes the blocked shape ``(N, C/4, H, W, 4)``. One work item
+owns one pixel (4 channels): it reads the pixel, computes in registers and
+writes it back with one store.
+"""
+
+from __future__ import annotations
+
+from tvm.script import tirx as T
+
+from ._common import LANES, TEXTURE, check_dtype, check_scope, load_pixel, pixel_grid, store_pixel
+
+BINARY_OPS = {
+    "add": lambda a, b: a + b,
+    "multiply": lambda a, b: a * b,
+}
+
+
+def _check_nchw4c(shape):
+    shape = tuple(int(d) for d in shape)
+    if len(shape) != 5 or shape[4] != LANES or min(shape) < 1:
+        raise ValueError(f"expected an NCHW4c shape (N, C4, H, W, 4), got {shape}")
+    return shape
+
+
+def _clamp_fn(dtype, lo, hi):
+    lo_v = None if lo is None else T.FloatImm(dtype, float(lo))
+    hi_v = None if hi is None else T.FloatImm(dtype, float(hi))
+
+    def clamp(x):
+        if lo_v is not None:
+            x = T.max(x, lo_v)
+        if hi_v is not None:
+            x = T.min(x, hi_v)
+        return x
+
+    return clamp
+
+
+def unary(shape, fn, name: str, dtype: str = "float32", scope: str = TEXTURE):
+    """``B = fn(A)`` lane by lane, ``fn`` a Python function of one TIR expression."""
+    n, c4, h, w, _ = _check_nchw4c(shape)
+    check_dtype(dtype)
+    check_scope(scope)
+    g = pixel_grid(n * c4, h, w)
+
+    @T.prim_func(s_tir=True)
+    def func(a: T.handle, b: T.handle):
+        T.func_attr({"global_symbol": name, "tirx.noalias": True})
+        A = T.match_buffer(a, (n, c4, h, w, 4), dtype, scope=scope)
+        B = T.match_buffer(b, (n, c4, h, w, 4), dtype, scope=scope)
+        for z in T.thread_binding(g.layers, thread="blockIdx.z"):
+            for by in T.thread_binding(g.by, thread="blockIdx.y"):
+                for bx in T.thread_binding(g.bx, thread="blockIdx.x"):
+                    for ty in T.thread_binding(g.ty, thread="threadIdx.y"):
+                        for tx in T.thread_binding(g.tx, thread="threadIdx.x"):
+                            with T.sblock("pixel"):
+                                vz = T.axis.spatial(g.layers, z)
+                                vh = T.axis.spatial(h, by * g.ty + ty)
+                                vw = T.axis.spatial(w, bx * g.tx + tx)
+                                T.where(by * g.ty + ty < h and bx * g.tx + tx < w)
+                                x = T.sblock_alloc_buffer((4,), dtype, scope="local")
+                                load_pixel(x, A, vz // c4, vz % c4, vh, vw)
+                                for lane in T.unroll(4):
+                                    x[lane] = fn(x[lane])
+                                store_pixel(B, vz // c4, vz % c4, vh, vw, x)
+
+    return func
+
+
+def relu(shape, dtype: str = "float32", scope: str = TEXTURE):
+    """``max(x, 0)``."""
+    return unary(shape, _clamp_fn(dtype, 0.0, None), "relu", dtype, scope)
+
+
+def clip(shape, a_min: float, a_max: float, dtype: str = "float32", scope: str = TEXTURE):
+    """``min(max(x, a_min), a_max)``; relu6 is ``clip(shape, 0, 6)``."""
+    if not a_min <= a_max:
+        raise ValueError(f"clip needs a_min <= a_max, got {a_min} > {a_max}")
+    return unary(shape, _clamp_fn(dtype, a_min, a_max), "clip", dtype, scope)
+
+
+def relu6(shape, dtype: str = "float32", scope: str = TEXTURE):
+    return clip(shape, 0.0, 6.0, dtype, scope)
+
+
+def binary(shape, op: str, dtype: str = "float32", scope: str = TEXTURE):
+    """``C = A op B`` for two NCHW4c tensors of the same shape; ``op`` in :data:`BINARY_OPS`."""
+    if op not in BINARY_OPS:
+        raise ValueError(f"unknown binary op {op!r}; expected one of {sorted(BINARY_OPS)}")
+    fn = BINARY_OPS[op]
+    n, c4, h, w, _ = _check_nchw4c(shape)
+    check_dtype(dtype)
+    check_scope(scope)
+    g = pixel_grid(n * c4, h, w)
+
+    @T.prim_func(s_tir=True)
+    def func(a: T.handle, b: T.handle, c: T.handle):
+        T.func_attr({"global_symbol": op, "tirx.noalias": True})
+        A = T.match_buffer(a, (n, c4, h, w, 4), dtype, scope=scope)
+        B = T.match_buffer(b, (n, c4, h, w, 4), dtype, scope=scope)
+        C = T.match_buffer(c, (n, c4, h, w, 4), dtype, scope=scope)
+        for z in T.thread_binding(g.layers, thread="blockIdx.z"):
+            for by in T.thread_binding(g.by, thread="blockIdx.y"):
+                for bx in T.thread_binding(g.bx, thread="blockIdx.x"):
+                    for ty in T.thread_binding(g.ty, thread="threadIdx.y"):
+                        for tx in T.thread_binding(g.tx, thread="threadIdx.x"):
+                            with T.sblock("pixel"):
+                                vz = T.axis.spatial(g.layers, z)
+                                vh = T.axis.spatial(h, by * g.ty + ty)
+                                vw = T.axis.spatial(w, bx * g.tx + tx)
+                                T.where(by * g.ty + ty < h and bx * g.tx + tx < w)
+                                x = T.sblock_alloc_buffer((4,), dtype, scope="local")
+                                y = T.sblock_alloc_buffer((4,), dtype, scope="local")
+                                load_pixel(x, A, vz // c4, vz % c4, vh, vw)
+                                load_pixel(y, B, vz // c4, vz % c4, vh, vw)
+                                for lane in T.unroll(4):
+                                    x[lane] = fn(x[lane], y[lane])
+                                store_pixel(C, vz // c4, vz % c4, vh, vw, x)
+
+    return func
+
+
+def add(shape, dtype: str = "float32", scope: str = TEXTURE):
+    return binary(shape, "add", dtype, scope)
+
+
+def multiply(shape, dtype: str = "float32", scope: str = TEXTURE):
+    return binary(shape, "multiply", dtype, scope)

@@ -1,0 +1,193 @@
+"""Build PrimFuncs into a :class:`~tir_adreno.bundle.KernelModule`.
+
+TVM lowers each PrimFunc (the Adreno texture pipeline for the texture target,
+TVM's default pipeline for plain OpenCL) and emits OpenCL C. The wheel has no
+OpenCL runtime, so instead of a runtime module we read the launch plan from
+the lowered host function: its ``call_ffi_kernel`` calls name each kernel, its
+buffer arguments and its grid, in launch order.
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from pathlib import Path
+
+import tvm
+from tvm import tirx
+
+from . import cache
+from .bundle import FunctionPlan, KernelArg, KernelModule, Launch, TensorSpec
+
+#: Our kernels' target: Adreno OpenCL with texture scopes.
+TEXTURE_TARGET = "qcom/adreno-opencl-texture"
+#: Upstream TVM's generic OpenCL target (buffers only), the baseline we compare with.
+OPENCL_TARGET = {"kind": "opencl"}
+
+_HOST = {"kind": "llvm"}
+_memory_cache: dict[str, KernelModule] = {}
+
+
+def as_target(target=None) -> tvm.target.Target:
+    target = TEXTURE_TARGET if target is None else target
+    if isinstance(target, tvm.target.Target):
+        return target
+    return tvm.target.Target(target)
+
+
+def _as_module(func_or_mod) -> tvm.IRModule:
+    if isinstance(func_or_mod, tvm.IRModule):
+        return func_or_mod
+    if isinstance(func_or_mod, tirx.PrimFunc):
+        name = func_or_mod.attrs.get("global_symbol", "main") if func_or_mod.attrs else "main"
+        return tvm.IRModule({str(name): func_or_mod.with_attr("global_symbol", str(name))})
+    raise TypeError(f"expected a PrimFunc or IRModule, got {type(func_or_mod).__name__}")
+
+
+def _param_specs(func: tirx.PrimFunc) -> tuple[TensorSpec, ...]:
+    specs = []
+    for buf in func.params:
+        if not hasattr(buf, "shape"):
+            raise ValueError(f"parameter {buf.name} is not a buffer; only buffer parameters are supported")
+        shape = tuple(int(d) for d in buf.shape)
+        specs.append(TensorSpec(buf.name, shape, str(buf.dtype), str(buf.scope())))
+    names = [s.name for s in specs]
+    if len(set(names)) != len(names):
+        raise ValueError(f"buffer names must be unique, got {names}")
+    return tuple(specs)
+
+
+def _children(node):
+    for attr in ("seq", "body", "then_case", "else_case", "value", "condition", "args"):
+        child = getattr(node, attr, None)
+        if child is None:
+            continue
+        if isinstance(child, (list, tuple)) or type(child).__name__ == "Array":
+            yield from child
+        else:
+            yield child
+
+
+def _ffi_kernel_calls(stmt):
+    """All ``call_ffi_kernel`` calls under ``stmt``, in program order."""
+    stack, calls = [stmt], []
+    while stack:
+        node = stack.pop()
+        if isinstance(node, tvm.ir.Call) and getattr(node.op, "name", "") == "tirx.call_ffi_kernel":
+            calls.append(node)
+            continue
+        if isinstance(node, tvm.ir.Call) and getattr(node.op, "name", "") == "tirx.tvm_call_packed":
+            fname = node.args[0].value
+            if fname != "__tvm_set_device":
+                raise NotImplementedError(
+                    f"lowered host code calls {fname!r} (workspace or device API): "
+                    "kernels must use only their parameters and local/shared memory"
+                )
+        stack.extend(reversed(list(_children(node))))
+    return calls
+
+
+def _int(expr) -> int:
+    if isinstance(expr, tirx.IntImm):
+        return int(expr.value)
+    raise NotImplementedError(f"launch extent {expr} is not a constant; only static shapes are supported")
+
+
+def _launch(call, params: tuple[TensorSpec, ...]) -> Launch:
+    kernel = call.args[0].value
+    launch_params = [str(p) for p in call.attrs.launch_params]
+    if any(not p.startswith(("blockIdx.", "threadIdx.")) for p in launch_params):
+        raise NotImplementedError(f"unsupported launch parameters {launch_params}")
+    n_ext = len(launch_params)
+    arg_exprs = call.args[1 : len(call.args) - n_ext]
+    extents = [_int(e) for e in call.args[len(call.args) - n_ext :]]
+    index = {p.name: i for i, p in enumerate(params)}
+    args = []
+    for expr in arg_exprs:
+        if isinstance(expr, tvm.ir.Call) and expr.op.name == "tirx.buffer_data":
+            expr = expr.args[0]
+        if isinstance(expr, tvm.ir.Var):
+            if expr.name not in index:
+                raise NotImplementedError(f"kernel {kernel} uses buffer {expr.name}, which is not a parameter")
+            args.append(KernelArg("tensor", param=index[expr.name]))
+        elif isinstance(expr, (tirx.IntImm, tirx.FloatImm)):
+            args.append(KernelArg("scalar", dtype=str(expr.dtype), value=expr.value))
+        else:
+            raise NotImplementedError(f"kernel {kernel}: unsupported argument {expr}")
+    groups, threads = [1, 1, 1], [1, 1, 1]
+    for tag, extent in zip(launch_params, extents):
+        kind, axis = tag.split(".")
+        (groups if kind == "blockIdx" else threads)["xyz".index(axis)] = extent
+    return Launch(
+        kernel,
+        tuple(args),
+        tuple(g * t for g, t in zip(groups, threads)),
+        tuple(threads),
+    )
+
+
+def _lower(mod: tvm.IRModule, target: tvm.target.Target):
+    target = target.with_host(tvm.target.Target(_HOST))
+    mod = tirx.transform.BindTarget(target)(mod)
+    pipeline = tirx.get_default_tir_pipeline(target)
+    with target:
+        mod = pipeline(mod)
+    host, devices = importlib.import_module("tvm.tirx.build").split_host_device_mods(mod)
+    if len(devices) != 1:
+        raise RuntimeError(f"expected one device module, got {len(devices)}")
+    (device_target, device_mod), = devices.items()
+    device_mod = tirx.compilation_pipeline.finalize_device_passes()(device_mod)
+    source = tvm.get_global_func("target.build.opencl")(device_mod, device_target).inspect_source()
+    return host, source
+
+
+def build(func_or_mod, target=None) -> KernelModule:
+    """Compile a PrimFunc (or an IRModule of PrimFuncs) to OpenCL C and a launch plan.
+
+    ``target`` is :data:`TEXTURE_TARGET` (default) or any OpenCL target, e.g.
+    :data:`OPENCL_TARGET`. Every function must have static shapes and buffer
+    parameters only.
+    """
+    mod = _as_module(func_or_mod)
+    target = as_target(target)
+    specs = {gv.name_hint: _param_specs(f) for gv, f in mod.functions.items()}
+    host, source = _lower(mod, target)
+    functions = {}
+    for gv, func in host.functions.items():
+        name = gv.name_hint
+        if name not in specs:
+            continue
+        launches = tuple(_launch(c, specs[name]) for c in _ffi_kernel_calls(func.body))
+        functions[name] = FunctionPlan(name, specs[name], launches)
+    missing = set(specs) - set(functions)
+    if missing:
+        raise RuntimeError(f"no host function found for {sorted(missing)}")
+    return KernelModule(source, functions, str(target.kind.name) + ":" + ",".join(target.keys))
+
+
+def module_key(func_or_mod, target=None) -> str:
+    """Cache key of a build: the TVMScript text, the target and the TVM version."""
+    mod = _as_module(func_or_mod)
+    return cache.key("bundle", tvm.__version__, as_target(target).export(), mod.script())
+
+
+def build_cached(func_or_mod, target=None, use_disk: bool = True) -> KernelModule:
+    """:func:`build` with an in-process cache and an on-disk bundle cache."""
+    key = module_key(func_or_mod, target)
+    if key in _memory_cache:
+        return _memory_cache[key]
+    path = cache.cache_dir() / "bundles" / f"{key}.json"
+    module = None
+    if use_disk:
+        payload = cache.read(path)
+        if payload is not None:
+            try:
+                module = KernelModule.from_json(payload.decode())
+            except (ValueError, KeyError, UnicodeDecodeError):
+                module = None
+    if module is None:
+        module = build(func_or_mod, target)
+        if use_disk:
+            cache.write(path, module.to_json().encode())
+    _memory_cache[key] = module
+    return module

@@ -1,0 +1,123 @@
+"""A compiled kernel module: OpenCL C source plus a launch plan.
+
+This is what :func:`tir_adreno.build.build` produces and what the runtime
+loads. It is plain data (JSON + source), so a machine without TVM can run it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from . import cache
+
+FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """A PrimFunc parameter: name, shape, dtype and storage scope."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    scope: str
+
+    @classmethod
+    def from_dict(cls, d):
+        return cls(d["name"], tuple(d["shape"]), d["dtype"], d["scope"])
+
+
+@dataclass(frozen=True)
+class KernelArg:
+    """One kernel argument: a parameter of the function (``param`` index) or a scalar."""
+
+    kind: str  # "tensor" | "scalar"
+    param: int = -1
+    dtype: str = ""
+    value: float = 0
+
+    @classmethod
+    def from_dict(cls, d):
+        return cls(**d)
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One kernel launch: OpenCL kernel name, arguments, NDRange."""
+
+    kernel: str
+    args: tuple[KernelArg, ...]
+    global_size: tuple[int, ...]
+    local_size: tuple[int, ...]
+
+    @classmethod
+    def from_dict(cls, d):
+        return cls(
+            d["kernel"],
+            tuple(KernelArg.from_dict(a) for a in d["args"]),
+            tuple(d["global_size"]),
+            tuple(d["local_size"]),
+        )
+
+
+@dataclass(frozen=True)
+class FunctionPlan:
+    """A PrimFunc as the runtime sees it: its parameters and its launches in order."""
+
+    name: str
+    params: tuple[TensorSpec, ...]
+    launches: tuple[Launch, ...]
+
+    @classmethod
+    def from_dict(cls, d):
+        return cls(
+            d["name"],
+            tuple(TensorSpec.from_dict(p) for p in d["params"]),
+            tuple(Launch.from_dict(x) for x in d["launches"]),
+        )
+
+
+@dataclass
+class KernelModule:
+    """OpenCL source and the launch plan of every function in it."""
+
+    source: str
+    functions: dict[str, FunctionPlan] = field(default_factory=dict)
+    target: str = ""
+
+    def __getitem__(self, name: str) -> FunctionPlan:
+        try:
+            return self.functions[name]
+        except KeyError:
+            raise KeyError(f"no function {name!r}; module has {sorted(self.functions)}") from None
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "format": FORMAT_VERSION,
+                "target": self.target,
+                "source": self.source,
+                "functions": {k: asdict(v) for k, v in self.functions.items()},
+            }
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> "KernelModule":
+        d = json.loads(text)
+        if d.get("format") != FORMAT_VERSION:
+            raise ValueError(f"kernel bundle format {d.get('format')} != {FORMAT_VERSION}")
+        funcs = {k: FunctionPlan.from_dict(v) for k, v in d["functions"].items()}
+        return cls(d["source"], funcs, d.get("target", ""))
+
+    def save(self, path) -> None:
+        """Write the bundle to ``path`` atomically (integrity-checked on load)."""
+        cache.write(Path(path), self.to_json().encode())
+
+    @classmethod
+    def load(cls, path) -> "KernelModule":
+        payload = cache.read(Path(path))
+        if payload is None:
+            raise ValueError(f"{path}: missing, truncated or corrupt kernel bundle")
+        return cls.from_json(payload.decode())

@@ -1,0 +1,277 @@
+"""pyopencl runtime: devices, tensors in images or buffers, launches, binary cache.
+
+Importable without TVM: it runs :class:`~tir_adreno.bundle.KernelModule`
+bundles built elsewhere.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+from dataclasses import dataclass
+
+import numpy as np
+import pyopencl as cl
+
+from . import cache
+from .bundle import FunctionPlan, KernelModule, TensorSpec
+from .texture import DeviceLimits, image_format, is_texture_scope, texture_extent
+
+#: Poison written into outputs before a run, so an element a kernel never wrote shows up.
+POISON = {"float32": np.float32(np.nan), "float16": np.float16(np.nan)}
+BUILD_OPTIONS = ""
+
+
+class DeviceNotFoundError(LookupError):
+    """No OpenCL device matches the requested name."""
+
+
+def _all_devices():
+    found = []
+    try:
+        platforms = cl.get_platforms()
+    except cl.LogicError:
+        platforms = []
+    for platform in platforms:
+        try:
+            devices = platform.get_devices()
+        except cl.Error:
+            continue
+        found.extend((platform, d) for d in devices)
+    return found
+
+
+def list_devices() -> list[dict]:
+    """Every OpenCL device with its image support and texture limits."""
+    rows = []
+    for platform, dev in _all_devices():
+        rows.append(
+            {
+                "platform": platform.name.strip(),
+                "device": dev.name.strip(),
+                "type": cl.device_type.to_string(dev.type),
+                "version": dev.version.strip(),
+                "driver": dev.driver_version.strip(),
+                "image_support": bool(dev.image_support),
+                "image2d_max_width": int(dev.image2d_max_width),
+                "image2d_max_height": int(dev.image2d_max_height),
+                "image_max_array_size": int(dev.image_max_array_size),
+                "fp16": "cl_khr_fp16" in dev.extensions,
+            }
+        )
+    return rows
+
+
+def _pick(name: str | None):
+    devices = _all_devices()
+    if not devices:
+        raise DeviceNotFoundError("no OpenCL platform found (install pocl-binary-distribution or a GPU driver)")
+    if name:
+        wanted = name.lower()
+        for platform, dev in devices:
+            if wanted in dev.name.lower() or wanted in platform.name.lower():
+                return dev
+        names = ", ".join(f"{p.name.strip()}: {d.name.strip()}" for p, d in devices)
+        raise DeviceNotFoundError(f"no OpenCL device matches {name!r}; available: {names}")
+    for want in (cl.device_type.GPU, cl.device_type.CPU):
+        for _, dev in devices:
+            if dev.type & want:
+                return dev
+    return devices[0][1]
+
+
+@dataclass
+class Tensor:
+    """A tensor on the device: an image2d_array for texture scopes, else a buffer."""
+
+    device: "Device"
+    spec: TensorSpec
+    mem: object
+
+    @property
+    def shape(self):
+        return self.spec.shape
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.spec.shape) * np.dtype(self.spec.dtype).itemsize
+
+    def _region(self):
+        return texture_extent(self.spec.shape, self.spec.scope)
+
+    def _check(self, array: np.ndarray) -> np.ndarray:
+        if tuple(array.shape) != tuple(self.spec.shape):
+            raise ValueError(f"{self.spec.name}: shape {tuple(array.shape)} != expected {self.spec.shape}")
+        if array.dtype != np.dtype(self.spec.dtype):
+            raise TypeError(f"{self.spec.name}: dtype {array.dtype} != expected {self.spec.dtype}")
+        return np.ascontiguousarray(array)
+
+    def upload(self, array: np.ndarray) -> "Tensor":
+        array = self._check(np.asarray(array))
+        q = self.device.queue
+        if is_texture_scope(self.spec.scope):
+            cl.enqueue_copy(q, self.mem, array, origin=(0, 0, 0), region=self._region())
+        else:
+            cl.enqueue_copy(q, self.mem, array)
+        q.finish()
+        return self
+
+    def numpy(self) -> np.ndarray:
+        out = np.empty(self.spec.shape, self.spec.dtype)
+        q = self.device.queue
+        if is_texture_scope(self.spec.scope):
+            cl.enqueue_copy(q, out, self.mem, origin=(0, 0, 0), region=self._region())
+        else:
+            cl.enqueue_copy(q, out, self.mem)
+        q.finish()
+        return out
+
+    def poison(self) -> "Tensor":
+        return self.upload(np.full(self.spec.shape, POISON[self.spec.dtype], self.spec.dtype))
+
+
+class LoadedModule:
+    """A :class:`KernelModule` whose program is built for one device."""
+
+    def __init__(self, device: "Device", module: KernelModule, program):
+        self.device = device
+        self.module = module
+        self._kernels = {k.function_name: k for k in program.all_kernels()}
+
+    def __getitem__(self, name: str) -> FunctionPlan:
+        return self.module[name]
+
+    def alloc_params(self, name: str) -> list[Tensor]:
+        return [self.device.empty(spec) for spec in self.module[name].params]
+
+    def launch(self, name: str, tensors) -> list:
+        """Enqueue every kernel of function ``name``; returns their events."""
+        plan = self.module[name]
+        if len(tensors) != len(plan.params):
+            raise ValueError(f"{name} takes {len(plan.params)} tensors, got {len(tensors)}")
+        for t, spec in zip(tensors, plan.params):
+            if t.spec.shape != spec.shape or t.spec.dtype != spec.dtype or t.spec.scope != spec.scope:
+                raise ValueError(f"{name}: argument {spec.name} expects {spec}, got {t.spec}")
+        events = []
+        for launch in plan.launches:
+            kernel = self._kernels[launch.kernel]
+            for i, arg in enumerate(launch.args):
+                if arg.kind == "tensor":
+                    kernel.set_arg(i, tensors[arg.param].mem)
+                else:
+                    kernel.set_arg(i, np.array(arg.value, dtype=arg.dtype))
+            events.append(
+                cl.enqueue_nd_range_kernel(self.device.queue, kernel, launch.global_size, launch.local_size)
+            )
+        return events
+
+    def __call__(self, name: str, *tensors) -> float:
+        """Run function ``name`` on device tensors; returns its kernel time in seconds."""
+        events = self.launch(name, tensors)
+        self.device.queue.finish()
+        return sum(event_seconds(e) for e in events)
+
+    def time(self, name: str, tensors, warmup: int = 2, repeat: int = 10) -> float:
+        """Median kernel time (OpenCL events) of function ``name`` in seconds."""
+        for _ in range(warmup):
+            self(name, *tensors)
+        return statistics.median(self(name, *tensors) for _ in range(repeat))
+
+
+def event_seconds(event) -> float:
+    return (event.profile.end - event.profile.start) * 1e-9
+
+
+class Device:
+    """One OpenCL device with a profiling queue and a program-binary cache."""
+
+    def __init__(self, cl_device):
+        self.cl_device = cl_device
+        self.context = cl.Context([cl_device])
+        self.queue = cl.CommandQueue(self.context, properties=cl.command_queue_properties.PROFILING_ENABLE)
+        self.limits = DeviceLimits(
+            int(cl_device.image2d_max_width),
+            int(cl_device.image2d_max_height),
+            int(cl_device.image_max_array_size),
+            bool(cl_device.image_support),
+        )
+        self._programs: dict[str, LoadedModule] = {}
+
+    @property
+    def name(self) -> str:
+        return f"{self.cl_device.platform.name.strip()}: {self.cl_device.name.strip()}"
+
+    @property
+    def fp16(self) -> bool:
+        return "cl_khr_fp16" in self.cl_device.extensions
+
+    def __repr__(self):
+        return f"Device({self.name!r})"
+
+    # -- memory ---------------------------------------------------------------------------
+    def empty(self, spec: TensorSpec) -> Tensor:
+        flags = cl.mem_flags.READ_WRITE
+        if is_texture_scope(spec.scope):
+            channel_type, _ = image_format(spec.dtype)
+            fmt = cl.ImageFormat(cl.channel_order.RGBA, getattr(cl.channel_type, channel_type))
+            mem = cl.Image(self.context, flags, fmt, shape=texture_extent(spec.shape, spec.scope), is_array=True)
+        else:
+            nbytes = max(1, math.prod(spec.shape) * np.dtype(spec.dtype).itemsize)
+            mem = cl.Buffer(self.context, flags, nbytes)
+        return Tensor(self, spec, mem)
+
+    def array(self, array: np.ndarray, scope: str = "global", name: str = "t") -> Tensor:
+        array = np.asarray(array)
+        return self.empty(TensorSpec(name, tuple(array.shape), array.dtype.name, scope)).upload(array)
+
+    # -- programs -------------------------------------------------------------------------
+    def _binary_key(self, source: str) -> str:
+        d = self.cl_device
+        return cache.key(
+            "program", source, d.platform.name, d.platform.version, d.name, d.version, d.driver_version, BUILD_OPTIONS
+        )
+
+    def build_program(self, source: str):
+        """Build ``source``, reusing a cached binary when a valid one exists."""
+        path = cache.cache_dir() / "programs" / f"{self._binary_key(source)}.bin"
+        binary = cache.read(path)
+        if binary is not None:
+            try:
+                prg = cl._cl._Program(self.context, [self.cl_device], [binary])
+                prg.build(BUILD_OPTIONS.encode(), [self.cl_device])
+                return cl.Program(prg)
+            except cl.Error:
+                pass  # stale or foreign binary: rebuild from source below
+        prg = cl._cl._Program(self.context, source)
+        try:
+            prg.build(BUILD_OPTIONS.encode(), [self.cl_device])
+        except cl.Error as err:
+            log = prg.get_build_info(self.cl_device, cl.program_build_info.LOG)
+            raise RuntimeError(f"OpenCL build failed on {self.name}: {err}\n{log}") from None
+        (binary,) = prg.get_info(cl.program_info.BINARIES)
+        if binary:
+            cache.write(path, bytes(binary))
+        return cl.Program(prg)
+
+    def load(self, module: KernelModule) -> LoadedModule:
+        key = cache.key(module.source)
+        if key not in self._programs:
+            self._programs[key] = LoadedModule(self, module, self.build_program(module.source))
+        return self._programs[key]
+
+
+_devices: dict[str, Device] = {}
+
+
+def get_device(device: "str | Device | None" = None) -> Device:
+    """The device to run on: ``device`` (a name substring or a Device), else
+    ``$TIR_ADRENO_DEVICE``, else the first GPU, else the first CPU."""
+    if isinstance(device, Device):
+        return device
+    name = device or os.environ.get("TIR_ADRENO_DEVICE") or None
+    cl_device = _pick(name)
+    key = f"{cl_device.platform.name}|{cl_device.name}|{cl_device.int_ptr}"
+    if key not in _devices:
+        _devices[key] = Device(cl_device)
+    return _devices[key]
