@@ -91,3 +91,18 @@ def load_pixel(dst, src, n, c, h, w):
 def store_pixel(dst, n, c, h, w, src):
     """``dst[n, c, h, w, 0:4] = src[0:4]``, one texture write."""
     dst[n, c, h, w, T.Ramp(0, 1, 4)] = src[T.Ramp(0, 1, 4)]
+
+
+def select_params(func, keep):
+    """``func`` with only the buffer parameters named in ``keep`` (in their order).
+
+    Lets one TVMScript body serve optional inputs (bias, residual): the factory
+    writes every parameter, then drops the ones a configuration never reads.
+    """
+    import tvm  # local: keep module import light
+
+    by_name = {p.name: p for p in func.params}
+    missing = [k for k in keep if k not in by_name]
+    if missing:
+        raise ValueError(f"{missing} are not parameters of the function ({sorted(by_name)})")
+    return tvm.tirx.PrimFunc([by_name[k] for k in keep], func.body, attrs=func.attrs)

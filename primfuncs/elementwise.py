@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from tvm.script import tirx as T
 
-from ._common import LANES, TEXTURE, check_dtype, check_scope, load_pixel, pixel_grid, store_pixel
+from ._common import BUFFER, LANES, TEXTURE, check_dtype, check_scope, load_pixel, pixel_grid, store_pixel
 
 BINARY_OPS = {
     "add": lambda a, b: a + b,
@@ -128,3 +128,38 @@ def add(shape, dtype: str = "float32", scope: str = TEXTURE):
 
 def multiply(shape, dtype: str = "float32", scope: str = TEXTURE):
     return binary(shape, "multiply", dtype, scope)
+
+
+def bias_add(shape, dtype: str = "float32", scope: str = TEXTURE):
+    """``C[n, c, h, w, :] = A[n, c, h, w, :] + Bias[c, :]``; Bias is a ``(C4, 4)`` buffer, zero-padded."""
+    n, c4, h, w, _ = _check_nchw4c(shape)
+    check_dtype(dtype)
+    check_scope(scope)
+    g = pixel_grid(n * c4, h, w)
+
+    @T.prim_func(s_tir=True)
+    def func(a: T.handle, bias: T.handle, c: T.handle):
+        T.func_attr({"global_symbol": "bias_add", "tirx.noalias": True})
+        A = T.match_buffer(a, (n, c4, h, w, 4), dtype, scope=scope)
+        Bias = T.match_buffer(bias, (c4, 4), dtype, scope=BUFFER)
+        C = T.match_buffer(c, (n, c4, h, w, 4), dtype, scope=scope)
+        for z in T.thread_binding(g.layers, thread="blockIdx.z"):
+            for by in T.thread_binding(g.by, thread="blockIdx.y"):
+                for bx in T.thread_binding(g.bx, thread="blockIdx.x"):
+                    for ty in T.thread_binding(g.ty, thread="threadIdx.y"):
+                        for tx in T.thread_binding(g.tx, thread="threadIdx.x"):
+                            with T.sblock("pixel"):
+                                vz = T.axis.spatial(g.layers, z)
+                                vh = T.axis.spatial(h, by * g.ty + ty)
+                                vw = T.axis.spatial(w, bx * g.tx + tx)
+                                T.where(by * g.ty + ty < h and bx * g.tx + tx < w)
+                                x = T.sblock_alloc_buffer((4,), dtype, scope="local")
+                                b = T.sblock_alloc_buffer((4,), dtype, scope="local")
+                                load_pixel(x, A, vz // c4, vz % c4, vh, vw)
+                                for lane in T.vectorized(4):
+                                    b[lane] = Bias[vz % c4, lane]
+                                for lane in T.unroll(4):
+                                    x[lane] = x[lane] + b[lane]
+                                store_pixel(C, vz // c4, vz % c4, vh, vw, x)
+
+    return func

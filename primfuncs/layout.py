@@ -1,0 +1,171 @@
+"""Layout transforms between plain tensors (buffers) and blocked ones.
+
+``NCHW <-> NCHW4c`` and ``NHWC <-> NCHW4c`` for activations, ``OIHW -> OIHW4o``
+for weights. Channels that do not fill the last block are zero: kernels read
+whole pixels, so padding lanes must hold a neutral value, never garbage.
+The blocked side is a texture by default; pass ``scope="global"`` for a buffer.
+"""
+
+from __future__ import annotations
+
+from tvm.script import tirx as T
+
+from ._common import (
+    BUFFER,
+    TEXTURE,
+    TEXTURE_WEIGHT,
+    blocked,
+    check_dtype,
+    check_positive,
+    check_scope,
+    load_pixel,
+    pixel_grid,
+    store_pixel,
+)
+
+
+def nchw_to_nchw4c(shape, dtype: str = "float32", scope: str = TEXTURE):
+    """``[N, C, H, W]`` buffer -> ``[N, ceil(C/4), H, W, 4]``, padded channels zero."""
+    n, c, h, w = _dims(shape, "NCHW")
+    return _pack_activation(n, c, h, w, dtype, scope, "nchw_to_nchw4c", channels_last=False)
+
+
+def nhwc_to_nchw4c(shape, dtype: str = "float32", scope: str = TEXTURE):
+    """``[N, H, W, C]`` buffer -> ``[N, ceil(C/4), H, W, 4]``, padded channels zero."""
+    n, h, w, c = _dims(shape, "NHWC")
+    return _pack_activation(n, c, h, w, dtype, scope, "nhwc_to_nchw4c", channels_last=True)
+
+
+def nchw4c_to_nchw(shape, dtype: str = "float32", scope: str = TEXTURE):
+    """``[N, ceil(C/4), H, W, 4]`` -> ``[N, C, H, W]`` buffer; ``shape`` is the NCHW shape."""
+    n, c, h, w = _dims(shape, "NCHW")
+    return _unpack_activation(n, c, h, w, dtype, scope, "nchw4c_to_nchw", channels_last=False)
+
+
+def nchw4c_to_nhwc(shape, dtype: str = "float32", scope: str = TEXTURE):
+    """``[N, ceil(C/4), H, W, 4]`` -> ``[N, H, W, C]`` buffer; ``shape`` is the NHWC shape."""
+    n, h, w, c = _dims(shape, "NHWC")
+    return _unpack_activation(n, c, h, w, dtype, scope, "nchw4c_to_nhwc", channels_last=True)
+
+
+def _dims(shape, layout):
+    shape = tuple(int(d) for d in shape)
+    if len(shape) != 4:
+        raise ValueError(f"expected a 4-d {layout} shape, got {shape}")
+    check_positive(**dict(zip(layout, shape)))
+    return shape
+
+
+def _pack_activation(n, c, h, w, dtype, scope, name, channels_last):
+    check_dtype(dtype)
+    check_scope(scope)
+    c4 = blocked(c)
+    src_shape = (n, h, w, c) if channels_last else (n, c, h, w)
+    g = pixel_grid(n * c4, h, w)
+
+    @T.prim_func(s_tir=True)
+    def func(a: T.handle, b: T.handle):
+        T.func_attr({"global_symbol": name, "tirx.noalias": True})
+        A = T.match_buffer(a, src_shape, dtype, scope=BUFFER)
+        B = T.match_buffer(b, (n, c4, h, w, 4), dtype, scope=scope)
+        for z in T.thread_binding(g.layers, thread="blockIdx.z"):
+            for by in T.thread_binding(g.by, thread="blockIdx.y"):
+                for bx in T.thread_binding(g.bx, thread="blockIdx.x"):
+                    for ty in T.thread_binding(g.ty, thread="threadIdx.y"):
+                        for tx in T.thread_binding(g.tx, thread="threadIdx.x"):
+                            with T.sblock("pack"):
+                                vz = T.axis.spatial(g.layers, z)
+                                vh = T.axis.spatial(h, by * g.ty + ty)
+                                vw = T.axis.spatial(w, bx * g.tx + tx)
+                                T.where(by * g.ty + ty < h and bx * g.tx + tx < w)
+                                x = T.sblock_alloc_buffer((4,), dtype, scope="local")
+                                for lane in T.unroll(4):
+                                    if channels_last:
+                                        x[lane] = T.if_then_else(
+                                            (vz % c4) * 4 + lane < c,
+                                            A[vz // c4, vh, vw, T.min((vz % c4) * 4 + lane, c - 1)],
+                                            T.Cast(dtype, 0),
+                                        )
+                                    else:
+                                        x[lane] = T.if_then_else(
+                                            (vz % c4) * 4 + lane < c,
+                                            A[vz // c4, T.min((vz % c4) * 4 + lane, c - 1), vh, vw],
+                                            T.Cast(dtype, 0),
+                                        )
+                                store_pixel(B, vz // c4, vz % c4, vh, vw, x)
+
+    return func
+
+
+def _unpack_activation(n, c, h, w, dtype, scope, name, channels_last):
+    check_dtype(dtype)
+    check_scope(scope)
+    c4 = blocked(c)
+    dst_shape = (n, h, w, c) if channels_last else (n, c, h, w)
+    g = pixel_grid(n * c4, h, w)
+
+    @T.prim_func(s_tir=True)
+    def func(a: T.handle, b: T.handle):
+        T.func_attr({"global_symbol": name, "tirx.noalias": True})
+        A = T.match_buffer(a, (n, c4, h, w, 4), dtype, scope=scope)
+        B = T.match_buffer(b, dst_shape, dtype, scope=BUFFER)
+        for z in T.thread_binding(g.layers, thread="blockIdx.z"):
+            for by in T.thread_binding(g.by, thread="blockIdx.y"):
+                for bx in T.thread_binding(g.bx, thread="blockIdx.x"):
+                    for ty in T.thread_binding(g.ty, thread="threadIdx.y"):
+                        for tx in T.thread_binding(g.tx, thread="threadIdx.x"):
+                            with T.sblock("unpack"):
+                                vz = T.axis.spatial(g.layers, z)
+                                vh = T.axis.spatial(h, by * g.ty + ty)
+                                vw = T.axis.spatial(w, bx * g.tx + tx)
+                                T.where(by * g.ty + ty < h and bx * g.tx + tx < w)
+                                x = T.sblock_alloc_buffer((4,), dtype, scope="local")
+                                load_pixel(x, A, vz // c4, vz % c4, vh, vw)
+                                for lane in T.unroll(4):
+                                    if (vz % c4) * 4 + lane < c:
+                                        if channels_last:
+                                            B[vz // c4, vh, vw, (vz % c4) * 4 + lane] = x[lane]
+                                        else:
+                                            B[vz // c4, (vz % c4) * 4 + lane, vh, vw] = x[lane]
+
+    return func
+
+
+def oihw_to_oihw4o(shape, dtype: str = "float32", scope: str = TEXTURE_WEIGHT):
+    """``[O, I, KH, KW]`` buffer -> ``[ceil(O/4), I, KH, KW, 4]``: one pixel holds 4 output
+    channels of one input channel and tap; padded output channels are zero."""
+    shape = tuple(int(d) for d in shape)
+    if len(shape) != 4:
+        raise ValueError(f"expected a 4-d OIHW shape, got {shape}")
+    o, i, kh, kw = shape
+    check_positive(O=o, I=i, KH=kh, KW=kw)
+    check_dtype(dtype)
+    check_scope(scope, (TEXTURE_WEIGHT, BUFFER))
+    o4 = blocked(o)
+    g = pixel_grid(o4, i, kh * kw)
+
+    @T.prim_func(s_tir=True)
+    def func(a: T.handle, b: T.handle):
+        T.func_attr({"global_symbol": "oihw_to_oihw4o", "tirx.noalias": True})
+        A = T.match_buffer(a, (o, i, kh, kw), dtype, scope=BUFFER)
+        B = T.match_buffer(b, (o4, i, kh, kw, 4), dtype, scope=scope)
+        for z in T.thread_binding(o4, thread="blockIdx.z"):
+            for by in T.thread_binding(g.by, thread="blockIdx.y"):
+                for bx in T.thread_binding(g.bx, thread="blockIdx.x"):
+                    for ty in T.thread_binding(g.ty, thread="threadIdx.y"):
+                        for tx in T.thread_binding(g.tx, thread="threadIdx.x"):
+                            with T.sblock("pack_weight"):
+                                vo = T.axis.spatial(o4, z)
+                                vi = T.axis.spatial(i, by * g.ty + ty)
+                                vk = T.axis.spatial(kh * kw, bx * g.tx + tx)
+                                T.where(by * g.ty + ty < i and bx * g.tx + tx < kh * kw)
+                                x = T.sblock_alloc_buffer((4,), dtype, scope="local")
+                                for lane in T.unroll(4):
+                                    x[lane] = T.if_then_else(
+                                        vo * 4 + lane < o,
+                                        A[T.min(vo * 4 + lane, o - 1), vi, vk // kw, vk % kw],
+                                        T.Cast(dtype, 0),
+                                    )
+                                store_pixel(B, vo, vi, vk // kw, vk % kw, x)
+
+    return func

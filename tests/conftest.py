@@ -1,0 +1,25 @@
+"""Shared test setup: hypothesis profiles, a per-run kernel cache, the OpenCL device."""
+
+import os
+import tempfile
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+# CI: few examples per property (the suite must stay under 15 minutes on 2 cores);
+# compiled programs are cached for the whole run, so repeated shapes cost nothing.
+settings.register_profile(
+    "ci", max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=False
+)
+settings.register_profile("dev", max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
+
+if "TIR_ADRENO_CACHE_DIR" not in os.environ:
+    os.environ["TIR_ADRENO_CACHE_DIR"] = tempfile.mkdtemp(prefix="tir-adreno-test-cache-")
+
+
+@pytest.fixture(scope="session")
+def device():
+    from tir_adreno import runtime
+
+    return runtime.get_device()
