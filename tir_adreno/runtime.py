@@ -196,7 +196,7 @@ class Device:
             int(cl_device.image_max_array_size),
             bool(cl_device.image_support),
         )
-        self._programs: dict[str, LoadedModule] = {}
+        self._programs: dict[str, cl.Program] = {}
 
     @property
     def name(self) -> str:
@@ -215,7 +215,7 @@ class Device:
         if is_texture_scope(spec.scope):
             channel_type, _ = image_format(spec.dtype)
             fmt = cl.ImageFormat(cl.channel_order.RGBA, getattr(cl.channel_type, channel_type))
-            mem = cl.Image(self.context, flags, fmt, shape=texture_extent(spec.shape, spec.scope), is_array=True)
+            mem = cl.create_image(self.context, flags, fmt, shape=texture_extent(spec.shape, spec.scope), is_array=True)
         else:
             nbytes = max(1, math.prod(spec.shape) * np.dtype(spec.dtype).itemsize)
             mem = cl.Buffer(self.context, flags, nbytes)
@@ -255,10 +255,12 @@ class Device:
         return cl.Program(prg)
 
     def load(self, module: KernelModule) -> LoadedModule:
+        """Bind ``module``'s plan to its program; one program per distinct source
+        (different plans may share a source when shapes simplify away)."""
         key = cache.key(module.source)
         if key not in self._programs:
-            self._programs[key] = LoadedModule(self, module, self.build_program(module.source))
-        return self._programs[key]
+            self._programs[key] = self.build_program(module.source)
+        return LoadedModule(self, module, self._programs[key])
 
 
 _devices: dict[str, Device] = {}
