@@ -130,6 +130,8 @@ def _lower(mod: tvm.IRModule, target: tvm.target.Target):
     target = target.with_host(tvm.target.Target(_HOST))
     mod = tirx.transform.BindTarget(target)(mod)
     pipeline = tirx.get_default_tir_pipeline(target)
+    if isinstance(pipeline, tuple):  # the generic pipeline comes with its finalizers, Adreno's alone
+        pipeline = pipeline[0]
     with target:
         mod = pipeline(mod)
     host, devices = importlib.import_module("tvm.tirx.build").split_host_device_mods(mod)
