@@ -38,18 +38,20 @@ def _clamp_fn(dtype, lo, hi):
     return clamp
 
 
-def unary(shape, fn, name: str, dtype: str = "float32", scope: str = TEXTURE):
-    """``B = fn(A)`` lane by lane, ``fn`` a Python function of one TIR expression."""
+def unary(shape, fn, name: str, dtype: str = "float32", scope: str = TEXTURE, out_scope: str | None = None):
+    """``B = fn(A)`` lane by lane, ``fn`` a Python function of one TIR expression.
+    ``B`` lives in ``out_scope`` (default: ``scope``)."""
     n, c4, h, w, _ = _check_nchw4c(shape)
     check_dtype(dtype)
     check_scope(scope)
+    out_scope = check_scope(out_scope or scope)
     g = pixel_grid(n * c4, h, w)
 
     @T.prim_func(s_tir=True)
     def func(a: T.handle, b: T.handle):
         T.func_attr({"global_symbol": name, "tirx.noalias": True})
         A = T.match_buffer(a, (n, c4, h, w, 4), dtype, scope=scope)
-        B = T.match_buffer(b, (n, c4, h, w, 4), dtype, scope=scope)
+        B = T.match_buffer(b, (n, c4, h, w, 4), dtype, scope=out_scope)
         for z in T.thread_binding(g.layers, thread="blockIdx.z"):
             for by in T.thread_binding(g.by, thread="blockIdx.y"):
                 for bx in T.thread_binding(g.bx, thread="blockIdx.x"):
@@ -67,6 +69,11 @@ def unary(shape, fn, name: str, dtype: str = "float32", scope: str = TEXTURE):
                                 store_pixel(B, vz // c4, vz % c4, vh, vw, x)
 
     return func
+
+
+def copy(shape, dtype: str = "float32", scope: str = TEXTURE, out_scope: str = BUFFER):
+    """Move an NCHW4c tensor between a texture and a buffer (or copy it)."""
+    return unary(shape, lambda x: x, "copy", dtype, scope, out_scope)
 
 
 def relu(shape, dtype: str = "float32", scope: str = TEXTURE):

@@ -1,0 +1,87 @@
+"""Concatenation of NCHW4c tensors along channels (``relax.op.concat`` axis=1).
+
+When every input's channel count is a multiple of 4 (all but possibly the
+last), each output block is one input block: one read, one write. Otherwise
+output lanes straddle input blocks, and each lane is picked from the input
+pixel that holds its channel.
+"""
+
+from __future__ import annotations
+
+from tvm.script import tirx as T
+
+from ._common import LANES, TEXTURE, blocked, check_dtype, check_scope, load_pixel, pixel_grid, select_params, store_pixel
+
+MAX_INPUTS = 4
+_NAMES = ("A", "B", "C", "D")
+
+
+@T.macro(hygienic=False)
+def pick_lanes(px, src, X, n, cb, h, w, offset, count):
+    """Lanes of output block ``cb`` whose channel lies in input ``X`` (channels
+    ``[offset, offset + count)``) take it from the pixel holding it."""
+    for lane in T.unroll(4):
+        if offset <= cb * 4 + lane and cb * 4 + lane < offset + count:
+            load_pixel(src, X, n, (cb * 4 + lane - offset) // 4, h, w)
+            px[lane] = src[(cb * 4 + lane - offset) % 4]
+
+
+def concat_channels(n: int, channels, h: int, w: int, dtype: str = "float32", scope: str = TEXTURE):
+    """Concatenate ``len(channels)`` (2..4) NCHW4c tensors ``(n, ceil(c_i/4), h, w, 4)``."""
+    channels = tuple(int(c) for c in channels)
+    if not 2 <= len(channels) <= MAX_INPUTS or min(channels) < 1:
+        raise ValueError(f"concat takes 2..{MAX_INPUTS} inputs with >= 1 channel each, got channels={channels}")
+    check_dtype(dtype)
+    check_scope(scope)
+    k = len(channels)
+    offsets = [sum(channels[:i]) for i in range(k)]
+    blocks = [blocked(c) for c in channels] + [1] * (MAX_INPUTS - k)  # unused inputs: dummies, dropped below
+    total = sum(channels)
+    c4 = blocked(total)
+    aligned = all(c % LANES == 0 for c in channels[:-1])
+    first_block = [o // LANES for o in offsets] + [c4] * (MAX_INPUTS - k)
+    g = pixel_grid(n * c4, h, w)
+
+    @T.prim_func(s_tir=True)
+    def func(a: T.handle, b: T.handle, c: T.handle, d: T.handle, out: T.handle):
+        T.func_attr({"global_symbol": "concat_channels", "tirx.noalias": True})
+        A = T.match_buffer(a, (n, blocks[0], h, w, 4), dtype, scope=scope)
+        B = T.match_buffer(b, (n, blocks[1], h, w, 4), dtype, scope=scope)
+        C = T.match_buffer(c, (n, blocks[2], h, w, 4), dtype, scope=scope)
+        D = T.match_buffer(d, (n, blocks[3], h, w, 4), dtype, scope=scope)
+        Y = T.match_buffer(out, (n, c4, h, w, 4), dtype, scope=scope)
+        for z in T.thread_binding(g.layers, thread="blockIdx.z"):
+            for by in T.thread_binding(g.by, thread="blockIdx.y"):
+                for bx in T.thread_binding(g.bx, thread="blockIdx.x"):
+                    for ty in T.thread_binding(g.ty, thread="threadIdx.y"):
+                        for tx in T.thread_binding(g.tx, thread="threadIdx.x"):
+                            with T.sblock("concat"):
+                                vz = T.axis.spatial(g.layers, z)
+                                vh = T.axis.spatial(h, by * g.ty + ty)
+                                vw = T.axis.spatial(w, bx * g.tx + tx)
+                                T.where(by * g.ty + ty < h and bx * g.tx + tx < w)
+                                px = T.sblock_alloc_buffer((4,), dtype, scope="local")
+                                src = T.sblock_alloc_buffer((4,), dtype, scope="local")
+                                if aligned:
+                                    # Output block cb is block cb - first_block[i] of input i.
+                                    if vz % c4 < first_block[1]:
+                                        load_pixel(px, A, vz // c4, vz % c4, vh, vw)
+                                    elif vz % c4 < first_block[2]:
+                                        load_pixel(px, B, vz // c4, vz % c4 - first_block[1], vh, vw)
+                                    elif vz % c4 < first_block[3]:
+                                        load_pixel(px, C, vz // c4, vz % c4 - first_block[2], vh, vw)
+                                    else:
+                                        load_pixel(px, D, vz // c4, vz % c4 - first_block[3], vh, vw)
+                                else:
+                                    for lane in T.unroll(4):
+                                        px[lane] = T.Cast(dtype, 0)
+                                    pick_lanes(px, src, A, vz // c4, vz % c4, vh, vw, offsets[0], channels[0])
+                                    pick_lanes(px, src, B, vz // c4, vz % c4, vh, vw, offsets[1], channels[1])
+                                    if k > 2:
+                                        pick_lanes(px, src, C, vz // c4, vz % c4, vh, vw, offsets[2], channels[2])
+                                    if k > 3:
+                                        pick_lanes(px, src, D, vz // c4, vz % c4, vh, vw, offsets[3], channels[3])
+                                store_pixel(Y, vz // c4, vz % c4, vh, vw, px)
+
+    return select_params(func, [*_NAMES[:k], "Y"])
+

@@ -1,0 +1,82 @@
+"""ONNX model helpers: the light test models that ship with the ``onnx`` package.
+
+Those models carry no trained weights: each weight is a ``ConstantOfShape``
+node (one repeated value). :func:`randomize_weights` replaces every such node
+and every initializer with seeded random values of a sensible scale (He init
+for conv/gemm weights, positive variances for batch norm), so numerical
+comparisons exercise real arithmetic rather than constant maps.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+
+def light_model_path(name: str) -> str:
+    """Path of ``light_<name>.onnx`` inside the installed ``onnx`` package."""
+    import onnx
+
+    path = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light", f"light_{name}.onnx")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"no light ONNX model {name!r} at {path}")
+    return path
+
+
+def _random_weight(rng, shape, role: str) -> np.ndarray:
+    shape = tuple(int(d) for d in shape)
+    if role == "variance":
+        return rng.uniform(0.5, 1.5, shape).astype("float32")
+    if role == "scale":
+        return rng.uniform(0.5, 1.5, shape).astype("float32")
+    if len(shape) >= 2:
+        fan_in = int(np.prod(shape[1:]))
+        return (rng.standard_normal(shape) * np.sqrt(2.0 / fan_in)).astype("float32")
+    return (rng.standard_normal(shape) * 0.1).astype("float32")
+
+
+def randomize_weights(model, seed: int = 0):
+    """A copy of ``model`` whose constant weights are seeded random values.
+
+    ``ConstantOfShape`` weight generators become initializers; graph inputs
+    that are weights are dropped, leaving only the real data inputs.
+    """
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    graph = model.graph
+    rng = np.random.default_rng(seed)
+    inits = {i.name: i for i in graph.initializer}
+    roles = {}
+    for node in graph.node:
+        if node.op_type == "BatchNormalization":
+            roles[node.input[1]] = "scale"
+            if len(node.input) > 4:
+                roles[node.input[4]] = "variance"
+    keep_nodes, new_inits = [], {}
+    for node in graph.node:
+        if node.op_type == "ConstantOfShape" and node.input[0] in inits:
+            shape = numpy_helper.to_array(inits[node.input[0]])
+            name = node.output[0]
+            new_inits[name] = _random_weight(rng, shape, roles.get(name, ""))
+        else:
+            keep_nodes.append(node)
+    used = {i for n in keep_nodes for i in n.input}
+    for name, init in inits.items():
+        arr = numpy_helper.to_array(init)
+        if name in used and arr.dtype == np.float32:
+            new_inits[name] = _random_weight(rng, arr.shape, roles.get(name, ""))
+        elif name in used:
+            new_inits[name] = arr
+    del graph.node[:]
+    graph.node.extend(keep_nodes)
+    del graph.initializer[:]
+    graph.initializer.extend(numpy_helper.from_array(v, k) for k, v in new_inits.items())
+    data_inputs = [i for i in graph.input if i.name not in new_inits and i.name in used]
+    del graph.input[:]
+    graph.input.extend(data_inputs)
+    model.ir_version = max(model.ir_version, 4)  # IR >= 4 lets initializers be non-inputs
+    onnx.checker.check_model(model)
+    return model
