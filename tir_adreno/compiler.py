@@ -1,0 +1,185 @@
+"""Compile a model: import -> our Relax pass -> upstream for the rest -> kernels -> plan.
+
+``compile_model`` takes an ONNX model (``ModelProto`` or path) or a Relax
+``IRModule`` whose weights are bound as constants, and returns a
+:class:`~tir_adreno.executor.CompiledModel` for one device.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from . import build, runtime
+from .bundle import KernelModule
+from .executor import Call, CompiledModel, Plan, TensorInfo
+from .relax_pass import dispatch_to_textures
+
+#: Marks PrimFuncs that came from tir-adreno's factories (vs. legalized by upstream).
+OURS_ATTR = "tir_adreno.kernel"
+
+
+class ModelError(ValueError):
+    """The model cannot be read or imported."""
+
+
+def _upstream_rules():
+    import tvm.s_tir.dlight as dl
+
+    return dl.ApplyDefaultSchedule(
+        dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(), dl.gpu.Fallback()
+    )
+
+
+def import_model(model) -> tuple[tvm.IRModule, list[str]]:
+    """(Relax module with bound weights, input names) from ONNX or Relax."""
+    if isinstance(model, tvm.IRModule):
+        if not any(gv.name_hint == "main" for gv in model.functions):
+            raise ModelError("the Relax module has no 'main' function")
+        return model, [p.name_hint for p in model["main"].params]
+    import onnx
+
+    if isinstance(model, (str, os.PathLike)):
+        path = Path(model)
+        if not path.exists():
+            raise ModelError(f"{path}: no such file")
+        try:
+            model = onnx.load(str(path))
+        except Exception as err:  # onnx raises DecodeError and others
+            raise ModelError(f"{path}: not a readable ONNX model ({type(err).__name__}: {err})") from None
+    if not isinstance(model, onnx.ModelProto):
+        raise ModelError(f"expected an ONNX ModelProto, a path or a Relax IRModule, got {type(model).__name__}")
+    from tvm.relax.frontend.onnx import from_onnx
+
+    init_names = {i.name for i in model.graph.initializer}
+    names = [i.name for i in model.graph.input if i.name not in init_names]
+    try:
+        mod = from_onnx(model, keep_params_in_input=False)
+    except Exception as err:
+        raise ModelError(f"TVM cannot import this ONNX model: {type(err).__name__}: {str(err).strip().splitlines()[-1][:300]}") from None
+    return mod, names
+
+
+def lower(mod: tvm.IRModule, device: runtime.Device, allow_buffer: bool = True, ours: bool = True) -> tvm.IRModule:
+    """Our pass (unless ``ours`` is False: the upstream baseline), then LegalizeOps and dlight for the rest."""
+    mod = relax.transform.FoldConstant()(mod)
+    if ours:
+        mod = dispatch_to_textures(mod, device.limits, allow_buffer)
+    marked = {}
+    for gv, func in mod.functions.items():
+        if isinstance(func, tvm.tirx.PrimFunc):
+            marked[gv] = func.with_attr(OURS_ATTR, True)
+    for gv, func in marked.items():
+        mod[gv] = func
+    mod = relax.transform.LegalizeOps()(mod)
+    with build.as_target(None):
+        mod = _upstream_rules()(mod)
+    mod = relax.transform.DeadCodeElimination()(mod)
+    return mod
+
+
+def _const_array(expr) -> np.ndarray:
+    return expr.value.numpy()
+
+
+def plan_module(mod: tvm.IRModule, input_names, progress=print):
+    """Build every PrimFunc ``main`` calls and lay out the calls; returns (plan, kernels, weights)."""
+    func = mod["main"]
+    tensors: list[TensorInfo] = []
+    env: dict = {}
+    weights: dict[int, np.ndarray] = {}
+    calls: list[Call] = []
+    kernels: dict[str, KernelModule] = {}
+    const_ids: dict = {}
+
+    def new_tensor(shape, dtype, scope, kind, name=""):
+        tensors.append(TensorInfo(tuple(int(d) for d in shape), str(dtype), scope, kind, name))
+        return len(tensors) - 1
+
+    inputs = []
+    for name, p in zip(input_names, func.params):
+        shape = [int(d) for d in p.ty.shape.values]
+        env[p] = new_tensor(shape, p.ty.dtype, "global", "input", name)
+        inputs.append((name, env[p]))
+
+    bindings = [b for block in func.body.blocks for b in block.bindings]
+    call_bindings = [b for b in bindings if isinstance(b.value, relax.Call) and getattr(b.value.op, "name", "") == "relax.call_tir"]
+    built: dict[str, str] = {}
+    for binding in bindings:
+        value = binding.value
+        if isinstance(value, relax.Var):
+            env[binding.var] = env[value]
+        elif isinstance(value, relax.TupleGetItem):
+            env[binding.var] = env[value.tuple_value][int(value.index)]
+        elif isinstance(value, relax.Tuple):
+            env[binding.var] = [env[f] for f in value.fields]
+        elif isinstance(value, relax.Call) and getattr(value.op, "name", "") == "relax.call_tir":
+            gv, args = value.args[0], value.args[1]
+            prim = mod[gv]
+            key = build.module_key(prim)
+            if key not in built:
+                progress(f"[{len(calls) + 1}/{len(call_bindings)}] build {gv.name_hint}")
+                kernels[key] = build.build_cached(prim)
+                built[key] = gv.name_hint
+            module = kernels[key]
+            (fname,) = module.functions
+            params = module[fname].params
+            arg_ids = []
+            for k, arg in enumerate(args.fields):
+                if isinstance(arg, tvm.ir.expr.GenericConst):
+                    cid = arg  # TVM objects hash and compare by identity
+                    if cid not in const_ids:
+                        spec = params[k]
+                        const_ids[cid] = new_tensor(spec.shape, spec.dtype, spec.scope, "const", f"w{len(weights)}")
+                        weights[const_ids[cid]] = np.ascontiguousarray(_const_array(arg))
+                    arg_ids.append(const_ids[cid])
+                elif isinstance(arg, relax.Var):
+                    arg_ids.append(env[arg])
+                else:
+                    raise NotImplementedError(f"call_tir argument {type(arg).__name__} is not supported")
+            outs = []
+            for spec in params[len(arg_ids):]:
+                outs.append(new_tensor(spec.shape, spec.dtype, spec.scope, "temp"))
+            for k, t in enumerate(arg_ids):
+                _check_arg(tensors[t], params[k], gv.name_hint)
+            env[binding.var] = outs[0] if len(outs) == 1 else outs
+            calls.append(Call(key, fname, tuple(arg_ids + outs), gv.name_hint, bool(prim.attrs.get(OURS_ATTR, False))))
+        else:
+            op = getattr(getattr(value, "op", None), "name", type(value).__name__)
+            raise NotImplementedError(f"the lowered model still has {op!r}, which the executor cannot run")
+    out = func.body.body
+    out_ids = env[out] if isinstance(out, relax.Var) else [env[f] for f in out.fields]
+    out_ids = out_ids if isinstance(out_ids, list) else [out_ids]
+    outputs = []
+    for t in out_ids:
+        info = tensors[t]
+        if info.kind == "input":  # an output that is an input needs its own copy: not supported
+            raise NotImplementedError("a model output that is one of its inputs is not supported")
+        tensors[t] = TensorInfo(info.shape, info.dtype, info.scope, "output", f"output{len(outputs)}")
+        outputs.append(t)
+    return Plan(tensors, calls, inputs, outputs), kernels, weights
+
+
+def _check_arg(tensor: TensorInfo, spec, where: str):
+    if tensor.shape != spec.shape or tensor.dtype != spec.dtype or tensor.scope != spec.scope:
+        raise RuntimeError(f"{where}: argument {spec.name} expects {spec.shape} {spec.dtype} {spec.scope}, gets {tensor}")
+
+
+def compile_model(model, device=None, allow_buffer: bool = True, pool: bool = True, ours: bool = True, progress=print) -> CompiledModel:
+    """Compile ``model`` for ``device``: ONNX ``ModelProto`` or path, or a Relax IRModule with bound weights.
+
+    ``ours=False`` compiles the same model with upstream TVM only (LegalizeOps +
+    dlight GPU schedules, buffers), the baseline of the benchmarks.
+    """
+    dev = runtime.get_device(device)
+    progress("import")
+    mod, names = import_model(model)
+    progress("lower (tir-adreno pass, LegalizeOps, dlight)" if ours else "lower (LegalizeOps, dlight)")
+    mod = lower(mod, dev, allow_buffer, ours)
+    plan, kernels, weights = plan_module(mod, names, progress)
+    progress(f"load {len(kernels)} kernels on {dev.name}")
+    return CompiledModel(plan, kernels, weights, dev, pool)

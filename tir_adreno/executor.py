@@ -1,0 +1,266 @@
+"""Run a compiled model on the pyopencl runtime: tensors, memory pool, profile.
+
+A :class:`CompiledModel` is plain data: a plan (tensors and kernel calls in
+order), the kernel bundles and the packed weights. It never imports TVM, so a
+saved model (:meth:`CompiledModel.save`) runs where only numpy and pyopencl
+are installed (:func:`load_model`).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from . import cache, runtime
+from .bundle import KernelModule, TensorSpec
+from .texture import image_format, is_texture_scope, texture_extent
+
+MODEL_FORMAT = 1
+
+
+class ModelInputError(ValueError):
+    """The inputs given to :meth:`CompiledModel.run` do not match the model."""
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """One tensor of the plan. ``kind``: input, const, temp (an intermediate) or output."""
+
+    shape: tuple[int, ...]
+    dtype: str
+    scope: str
+    kind: str
+    name: str = ""
+
+    @property
+    def nbytes(self) -> int:
+        if is_texture_scope(self.scope):
+            w, h, d = texture_extent(self.shape, self.scope)
+            return w * h * d * image_format(self.dtype)[1]
+        return math.prod(self.shape) * np.dtype(self.dtype).itemsize
+
+    def alloc_key(self):
+        """Tensors with equal keys can share one image or buffer."""
+        if is_texture_scope(self.scope):
+            return ("image", texture_extent(self.shape, self.scope), self.dtype)
+        return ("buffer", self.nbytes)
+
+
+@dataclass(frozen=True)
+class Call:
+    """One kernel call: ``function`` of kernel bundle ``kernel`` on tensors ``args``
+    (its parameters in order, outputs last). ``ours``: one of our texture kernels."""
+
+    kernel: str
+    function: str
+    args: tuple[int, ...]
+    label: str
+    ours: bool
+
+
+@dataclass
+class Plan:
+    tensors: list[TensorInfo]
+    calls: list[Call]
+    inputs: list[tuple[str, int]]
+    outputs: list[int]
+
+    def to_dict(self):
+        return {
+            "tensors": [asdict(t) for t in self.tensors],
+            "calls": [asdict(c) for c in self.calls],
+            "inputs": self.inputs,
+            "outputs": self.outputs,
+        }
+
+    @classmethod
+    def from_dict(cls, d):
+        return cls(
+            [TensorInfo(tuple(t["shape"]), t["dtype"], t["scope"], t["kind"], t["name"]) for t in d["tensors"]],
+            [Call(c["kernel"], c["function"], tuple(c["args"]), c["label"], c["ours"]) for c in d["calls"]],
+            [(name, int(i)) for name, i in d["inputs"]],
+            [int(i) for i in d["outputs"]],
+        )
+
+    def lifetimes(self) -> dict[int, tuple[int, int]]:
+        """temp tensor -> (index of its first call, index of its last call)."""
+        spans = {}
+        for i, call in enumerate(self.calls):
+            for t in call.args:
+                if self.tensors[t].kind == "temp":
+                    first, _ = spans.get(t, (i, i))
+                    spans[t] = (first, i)
+        return spans
+
+    def assign_memory(self, pool: bool = True) -> tuple[dict[int, int], list[TensorInfo]]:
+        """Map every temp tensor to a slot; returns (tensor -> slot, slot descriptions).
+
+        With ``pool`` a slot is reused once its tensor's last call has run
+        (same image extent and format, or same buffer size); without it each
+        temp gets its own slot.
+        """
+        spans = self.lifetimes()
+        slot_of, slots, free = {}, [], {}
+        order = sorted(spans, key=lambda t: spans[t][0])
+        releases: dict[int, list[int]] = {}
+        for t in order:
+            first, last = spans[t]
+            for i in [k for k in releases if k < first]:
+                for slot in releases.pop(i):
+                    free.setdefault(slots[slot].alloc_key(), []).append(slot)
+            key = self.tensors[t].alloc_key()
+            if pool and free.get(key):
+                slot = free[key].pop()
+            else:
+                slot = len(slots)
+                slots.append(self.tensors[t])
+            slot_of[t] = slot
+            releases.setdefault(last, []).append(slot)
+        return slot_of, slots
+
+    def memory_bytes(self, pool: bool = True) -> dict[str, int]:
+        """Device bytes of weights, inputs/outputs and intermediates (all alive at once)."""
+        _, slots = self.assign_memory(pool)
+        by_kind = lambda kinds: sum(t.nbytes for t in self.tensors if t.kind in kinds)  # noqa: E731
+        temps = sum(s.nbytes for s in slots)
+        return {
+            "weights": by_kind({"const"}),
+            "io": by_kind({"input", "output"}),
+            "intermediates": temps,
+            "total": by_kind({"const", "input", "output"}) + temps,
+        }
+
+
+class CompiledModel:
+    """A model ready to run on one OpenCL device."""
+
+    def __init__(self, plan: Plan, kernels: dict[str, KernelModule], weights: dict[int, np.ndarray], device=None, pool: bool = True):
+        self.plan = plan
+        self.kernels = kernels
+        self.weights = weights
+        self.device = runtime.get_device(device)
+        self.pool = pool
+        self._profile: list[dict] = []
+        self._loaded = {key: self.device.load(module) for key, module in kernels.items()}
+        self._tensors = self._allocate()
+
+    # -- setup ----------------------------------------------------------------------------
+    def _spec(self, i: int) -> TensorSpec:
+        t = self.plan.tensors[i]
+        return TensorSpec(t.name or f"t{i}", t.shape, t.dtype, t.scope)
+
+    def _allocate(self) -> list[runtime.Tensor]:
+        dev = self.device
+        slot_of, slots = self.plan.assign_memory(self.pool)
+        slot_mem = [dev.empty(TensorSpec(f"slot{k}", s.shape, s.dtype, s.scope)).mem for k, s in enumerate(slots)]
+        tensors = []
+        for i, t in enumerate(self.plan.tensors):
+            if t.kind == "temp":
+                tensors.append(runtime.Tensor(dev, self._spec(i), slot_mem[slot_of[i]]))
+            else:
+                tensor = dev.empty(self._spec(i))
+                if t.kind == "const":
+                    tensor.upload(self.weights[i])
+                tensors.append(tensor)
+        return tensors
+
+    @property
+    def input_names(self) -> list[str]:
+        return [name for name, _ in self.plan.inputs]
+
+    # -- running --------------------------------------------------------------------------
+    def _bind_inputs(self, inputs):
+        if isinstance(inputs, dict):
+            unknown = sorted(set(inputs) - set(self.input_names))
+            if unknown:
+                raise ModelInputError(f"unknown input {unknown[0]!r}; model inputs: {self.input_names}")
+            missing = [n for n in self.input_names if n not in inputs]
+            if missing:
+                raise ModelInputError(f"missing input {missing[0]!r}; model inputs: {self.input_names}")
+            arrays = [inputs[n] for n in self.input_names]
+        else:
+            arrays = list(inputs)
+            if len(arrays) != len(self.input_names):
+                raise ModelInputError(f"model takes {len(self.input_names)} inputs {self.input_names}, got {len(arrays)}")
+        for (name, i), x in zip(self.plan.inputs, arrays):
+            t = self.plan.tensors[i]
+            x = np.asarray(x)
+            if x.shape != t.shape:
+                raise ModelInputError(f"input {name!r} has shape {x.shape}, expected {t.shape}")
+            if x.dtype != np.dtype(t.dtype):
+                raise ModelInputError(f"input {name!r} has dtype {x.dtype}, expected {t.dtype}")
+            self._tensors[i].upload(x)
+
+    def run(self, inputs) -> list[np.ndarray]:
+        """Run once; ``inputs`` maps input names to arrays (or is a list in input order)."""
+        self._bind_inputs(inputs)
+        for i in self.plan.outputs:
+            self._tensors[i].poison()
+        profile = []
+        for call in self.plan.calls:
+            loaded = self._loaded[call.kernel]
+            events = loaded.launch(call.function, [self._tensors[a] for a in call.args])
+            profile.append((call, events))
+        self.device.queue.finish()
+        self._profile = [
+            {
+                "op": call.label,
+                "kernel": call.function,
+                "ours": call.ours,
+                "placement": self._placement(call),
+                "time_ms": sum(runtime.event_seconds(e) for e in events) * 1e3,
+            }
+            for call, events in profile
+        ]
+        return [self._tensors[i].numpy() for i in self.plan.outputs]
+
+    def _placement(self, call: Call) -> str:
+        scopes = {self.plan.tensors[a].scope for a in call.args}
+        return "texture" if any(is_texture_scope(s) for s in scopes) else "buffer"
+
+    def profile(self) -> list[dict]:
+        """Per kernel call of the last :meth:`run`: op, kernel, placement, time (OpenCL events)."""
+        return list(self._profile)
+
+    def kernel_time_ms(self) -> float:
+        return sum(p["time_ms"] for p in self._profile)
+
+    def memory_bytes(self) -> dict[str, int]:
+        return self.plan.memory_bytes(self.pool)
+
+    # -- persistence ----------------------------------------------------------------------
+    def save(self, directory) -> Path:
+        """Write ``model.json`` (plan + kernels) and ``weights.npz``, each atomically with a checksum."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        doc = {
+            "format": MODEL_FORMAT,
+            "plan": self.plan.to_dict(),
+            "kernels": {k: json.loads(m.to_json()) for k, m in self.kernels.items()},
+        }
+        cache.write(directory / "model.json", json.dumps(doc).encode())
+        buf = io.BytesIO()
+        np.savez(buf, **{str(i): w for i, w in self.weights.items()})
+        cache.write(directory / "weights.npz", buf.getvalue())
+        return directory
+
+
+def load_model(directory, device=None, pool: bool = True) -> CompiledModel:
+    """Load a model saved by :meth:`CompiledModel.save`; needs no TVM. Programs come from the binary cache."""
+    directory = Path(directory)
+    doc_bytes = cache.read(directory / "model.json")
+    weight_bytes = cache.read(directory / "weights.npz")
+    if doc_bytes is None or weight_bytes is None:
+        raise ValueError(f"{directory}: not a saved tir-adreno model (missing, truncated or corrupt model.json/weights.npz)")
+    doc = json.loads(doc_bytes)
+    if doc.get("format") != MODEL_FORMAT:
+        raise ValueError(f"{directory}: model format {doc.get('format')} != {MODEL_FORMAT}")
+    kernels = {k: KernelModule.from_json(json.dumps(v)) for k, v in doc["kernels"].items()}
+    with np.load(io.BytesIO(weight_bytes)) as npz:
+        weights = {int(k): npz[k] for k in npz.files}
+    return CompiledModel(Plan.from_dict(doc["plan"]), kernels, weights, device, pool)

@@ -1,0 +1,600 @@
+"""The Relax pass: a CNN's ops -> ``call_tir`` of our texture PrimFuncs.
+
+:func:`DispatchToTextures` rewrites ``main`` of a static-shape Relax module:
+
+- ``nn.conv2d`` becomes one conv kernel with its epilogue fused: a following
+  per-channel bias ``add`` and ``nn.batch_norm`` are folded into the weights and
+  bias at compile time, then a residual ``add`` and ``relu``/``clip(0, 6)``
+  run in the kernel's epilogue. Weights are packed to OIHW4o here, once
+  ("static textures").
+- pooling, reductions over C/H/W, channel softmax, elementwise ops and channel
+  concat map to their kernels when their operands are 4-d activations.
+- Activations stay NCHW4c between our kernels. A layout transform is emitted
+  only where a value crosses to an op we do not cover (or comes from one), and
+  each transform is emitted once per value, so back-to-back transforms cancel.
+- Each blocked tensor is placed in a texture when it fits the device's image
+  limits, else in a buffer; a kernel runs on textures when all its activations
+  do, and a value in the other scope is copied over once.
+
+Ops we do not cover are left as they are, for ``LegalizeOps`` and dlight.
+Op families plug in through :data:`HANDLERS` (op name -> handler).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from primfuncs import concat, conv2d, elementwise, layout, pool2d, reduce
+from primfuncs._common import BUFFER, TEXTURE, TEXTURE_WEIGHT, blocked
+from primfuncs.epilogue import Epilogue
+
+from . import texture
+
+#: Relax op name -> handler(rewriter, node) -> new Relax expr of the node's value, or None to leave it.
+HANDLERS = {}
+
+
+def handles(*names):
+    def register(fn):
+        for name in names:
+            HANDLERS[name] = fn
+        return fn
+
+    return register
+
+
+# --------------------------------------------------------------------------------------------
+# The binding graph of ``main``
+
+
+@dataclass
+class Node:
+    """One binding of ``main``: ``var = op(args)`` with aliases resolved."""
+
+    var: relax.Var
+    op: str  # Relax op name, or "tuple_get_item" / "tuple" / "other"
+    args: list
+    attrs: object = None
+    value: relax.Expr = None
+    index: int = 0  # for tuple_get_item
+    fused: bool = False
+
+
+def _static_shape(expr):
+    ty = expr.struct_info if hasattr(expr, "struct_info") else None
+    ty = ty if ty is not None else getattr(expr, "ty", None)
+    shape = getattr(ty, "shape", None)
+    if shape is None or not isinstance(shape, relax.ShapeExpr):
+        return None
+    try:
+        return tuple(int(d) for d in shape.values)
+    except TypeError:
+        return None
+
+
+def _dtype(expr) -> str:
+    ty = getattr(expr, "struct_info", None) or expr.ty
+    return str(ty.dtype)
+
+
+def _same(a, b) -> bool:
+    """Identity of IR nodes (Python wrappers of one node are distinct objects)."""
+    return a is not None and b is not None and a.same_as(b)
+
+
+def _is_op(call, name):
+    return isinstance(call, relax.Call) and isinstance(call.op, tvm.ir.Op) and call.op.name == name
+
+
+class Graph:
+    """The bindings of ``main`` as nodes, with use counts."""
+
+    def __init__(self, func: relax.Function):
+        self.func = func
+        self.nodes: list[Node] = []
+        self.by_var: dict[relax.Var, Node] = {}
+        self.alias: dict[relax.Var, relax.Expr] = {}
+        body = func.body
+        for block in body.blocks:
+            for binding in block.bindings:
+                if not isinstance(binding, relax.VarBinding):
+                    raise NotImplementedError(f"unsupported binding {type(binding).__name__} in main")
+                self._add(binding.var, binding.value)
+        self.output = self.resolve(body.body)
+        self.uses: dict[relax.Var, int] = {}
+        for node in self.nodes:
+            for arg in node.args:
+                self._count(arg)
+        self._count(self.output)
+
+    def resolve(self, expr):
+        while isinstance(expr, relax.Var) and expr in self.alias:
+            expr = self.alias[expr]
+        return expr
+
+    def _count(self, expr):
+        if isinstance(expr, relax.Var):
+            self.uses[expr] = self.uses.get(expr, 0) + 1
+        elif isinstance(expr, relax.Tuple):
+            for f in expr.fields:
+                self._count(f)
+
+    def _add(self, var, value):
+        if isinstance(value, relax.Var):
+            self.alias[var] = self.resolve(value)
+            return
+        if _is_op(value, "relax.broadcast_to") and _static_shape(value.args[0]) == _static_shape(value):
+            self.alias[var] = self.resolve(value.args[0])  # a no-op broadcast
+            return
+        if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op):
+            args = [self._arg(a) for a in value.args]
+            op = value.op.name
+            # ONNX Sum of two tensors imports as sum(stack([a, b]), axis=0): an add.
+            if op == "relax.sum" and isinstance(args[0], relax.Var) and args[0] in self.by_var:
+                stacked = self.by_var[args[0]]
+                axis = [int(a) for a in value.attrs.axis] if value.attrs.axis is not None else None
+                if stacked.op == "relax.stack" and int(stacked.attrs.axis) == 0 and axis == [0] and not value.attrs.keepdims:
+                    parts = stacked.args[0]
+                    if isinstance(parts, relax.Tuple) and len(parts.fields) == 2:
+                        node = Node(var, "relax.add", list(parts.fields), None, value)
+                        self.nodes.append(node)
+                        self.by_var[var] = node
+                        return
+            node = Node(var, op, args, value.attrs, value)
+        elif isinstance(value, relax.TupleGetItem):
+            node = Node(var, "tuple_get_item", [self._arg(value.tuple_value)], None, value, index=int(value.index))
+        elif isinstance(value, relax.Tuple):
+            node = Node(var, "tuple", [self._arg(f) for f in value.fields], None, value)
+        else:
+            node = Node(var, "other", [], None, value)
+        self.nodes.append(node)
+        self.by_var[var] = node
+
+    def _arg(self, expr):
+        if isinstance(expr, relax.Var):
+            return self.resolve(expr)
+        if isinstance(expr, relax.Tuple):
+            return relax.Tuple([self._arg(f) for f in expr.fields])
+        return expr
+
+    def sole_user(self, var) -> Node | None:
+        """The node that is ``var``'s only use (not the function output), if any."""
+        if self.uses.get(var, 0) != 1 or _same(self.output, var):
+            return None
+        for node in self.nodes:
+            if not node.fused and any(_same(a, var) or (isinstance(a, relax.Tuple) and any(_same(f, var) for f in a.fields)) for a in node.args):
+                return node
+        return None
+
+
+# --------------------------------------------------------------------------------------------
+# Values in the rewritten function
+
+
+@dataclass
+class Value:
+    """What the rewriter holds for one original 4-d activation."""
+
+    plain: relax.Expr | None = None  # original layout (NCHW or NHWC)
+    blocked: dict = field(default_factory=dict)  # scope -> NCHW4c expr
+    layout: str = "NCHW"
+    channels: int = 0
+    nchw: tuple = ()
+
+
+class Rewriter:
+    def __init__(self, mod: tvm.IRModule, limits: texture.DeviceLimits, allow_buffer: bool = True):
+        self.mod = mod
+        self.limits = limits
+        self.allow_buffer = allow_buffer
+        others = {gv: f for gv, f in mod.functions.items() if gv.name_hint != "main"}
+        self.bb = relax.BlockBuilder(tvm.IRModule(others, attrs=mod.attrs))
+        self.values: dict[relax.Var, Value] = {}
+        self.exprs: dict[relax.Var, relax.Expr] = {}
+        self._funcs: dict[str, relax.GlobalVar] = {}
+        self.graph: Graph | None = None
+
+    # -- emission ------------------------------------------------------------------------
+    def emit_kernel(self, func, args, out_shape, dtype="float32", hint="k") -> relax.Var:
+        key = func.script()
+        if key not in self._funcs:
+            func = func.with_attr("tirx.is_scheduled", True)
+            name = str(func.attrs["global_symbol"]) if "global_symbol" in func.attrs else hint
+            self._funcs[key] = self.bb.add_func(func.without_attr("global_symbol"), name)
+        out = relax.TensorType(list(out_shape), dtype)
+        return self.bb.emit(relax.call_tir(self._funcs[key], args, out))
+
+    def scope_for(self, *shapes5) -> str:
+        """Texture when every NCHW4c tensor of a kernel fits the device's images, else buffer."""
+        ok = all(self.limits.fits(s, TEXTURE) for s in shapes5)
+        if not ok and not self.allow_buffer:
+            for s in shapes5:
+                texture.place(s, TEXTURE, self.limits, allow_buffer=False)  # raises, naming the limit
+        return TEXTURE if ok else BUFFER
+
+    def weight_scope(self, shape5) -> str:
+        return texture.place(shape5, TEXTURE_WEIGHT, self.limits, self.allow_buffer)
+
+    # -- values ---------------------------------------------------------------------------
+    def expr(self, arg):
+        """The rewritten expression of an original argument, in its original layout."""
+        if isinstance(arg, relax.Var):
+            if arg in self.values:
+                return self.plain(arg)
+            return self.exprs[arg]
+        if isinstance(arg, relax.Tuple):
+            return relax.Tuple([self.expr(f) for f in arg.fields])
+        return arg
+
+    def activation(self, arg, layout: str = "NCHW") -> Value | None:
+        """The :class:`Value` of a 4-d float32 activation in ``layout``, created on first use;
+        None when ``arg`` is no such tensor (the caller then leaves the op to upstream)."""
+        if not isinstance(arg, relax.Var):
+            return None
+        if arg in self.values:
+            v = self.values[arg]
+            return v if v.layout == layout else None
+        shape = _static_shape(arg)
+        if shape is None or len(shape) != 4 or _dtype(arg) != "float32":
+            return None
+        nchw = (shape[0], shape[3], shape[1], shape[2]) if layout == "NHWC" else shape
+        v = Value(plain=self.exprs[arg], layout=layout, channels=nchw[1], nchw=nchw)
+        self.values[arg] = v
+        return v
+
+    def define(self, var, blocked_expr, scope, nchw, layout="NCHW"):
+        self.values[var] = Value(blocked={scope: blocked_expr}, layout=layout, channels=nchw[1], nchw=tuple(nchw))
+
+    def blocked(self, v: Value, scope: str) -> relax.Expr:
+        """``v`` as NCHW4c in ``scope``: packed from its plain form, or copied across scopes, once."""
+        if scope in v.blocked:
+            return v.blocked[scope]
+        shape5 = (v.nchw[0], blocked(v.channels), v.nchw[2], v.nchw[3], 4)
+        if v.blocked:
+            (src_scope, src), = list(v.blocked.items())[:1]
+            out = self.emit_kernel(elementwise.copy(shape5, scope=src_scope, out_scope=scope), [src], shape5)
+        else:
+            n, c, h, w = v.nchw
+            factory = layout.nhwc_to_nchw4c if v.layout == "NHWC" else layout.nchw_to_nchw4c
+            plain_shape = (n, h, w, c) if v.layout == "NHWC" else (n, c, h, w)
+            out = self.emit_kernel(factory(plain_shape, scope=scope), [v.plain], shape5)
+        v.blocked[scope] = out
+        return out
+
+    def plain(self, var) -> relax.Expr:
+        v = self.values[var]
+        if v.plain is None:
+            (scope, src), = list(v.blocked.items())[:1]
+            n, c, h, w = v.nchw
+            if v.layout == "NHWC":
+                v.plain = self.emit_kernel(layout.nchw4c_to_nhwc((n, h, w, c), scope=scope), [src], (n, h, w, c))
+            else:
+                v.plain = self.emit_kernel(layout.nchw4c_to_nchw((n, c, h, w), scope=scope), [src], (n, c, h, w))
+        return v.plain
+
+    # -- driver ---------------------------------------------------------------------------
+    def run(self) -> tvm.IRModule:
+        func = self.mod["main"]
+        self.graph = g = Graph(func)
+        params = list(func.params)
+        attrs = {k: v for k, v in func.attrs.items() if k != "global_symbol"} if func.attrs else None
+        with self.bb.function("main", params, attrs=attrs):
+            with self.bb.dataflow():
+                for p in params:
+                    self.exprs[p] = p
+                for node in g.nodes:
+                    if node.fused:
+                        continue
+                    handler = HANDLERS.get(node.op)
+                    result = handler(self, node) if handler else None
+                    if result is None:
+                        result = self.fallback(node)
+                    if result is not None:
+                        self.exprs[node.var] = result
+                out = self.bb.emit_output(self.expr(g.output))
+            self.bb.emit_func_output(out)
+        return self.bb.get()
+
+    def fallback(self, node: Node):
+        """Leave the op to upstream TVM, fed with operands in their original layout."""
+        value = node.value
+        if node.op == "tuple_get_item":
+            return self.bb.emit(relax.TupleGetItem(self.expr(node.args[0]), node.index))
+        if node.op == "tuple":
+            return self.bb.emit(relax.Tuple([self.expr(a) for a in node.args]))
+        if node.op == "other" or not isinstance(value, relax.Call):
+            return self.bb.emit(value)
+        args = [self.expr(a) for a in node.args]
+        return self.bb.emit(relax.Call(value.op, args, value.attrs, value.ty_args))
+
+
+# --------------------------------------------------------------------------------------------
+# Handlers
+
+
+def _const(expr):
+    return expr.value.numpy() if isinstance(expr, tvm.ir.expr.GenericConst) else None
+
+
+def _per_channel(expr, channels: int):
+    """A constant broadcasting along NCHW channels (shape (1,C,1,1), (C,1,1)) as a flat vector."""
+    data = _const(expr)
+    if data is None or data.dtype != np.float32:
+        return None
+    shape = data.shape
+    if shape in ((1, channels, 1, 1), (channels, 1, 1)) or (channels == 1 and data.size == 1):
+        return data.reshape(channels)
+    return None
+
+
+def _other_operand(node: Node, var):
+    a, b = node.args
+    return b if _same(a, var) else a if _same(b, var) else None
+
+
+def _conv_weight_oihw(w: np.ndarray, kernel_layout: str) -> np.ndarray | None:
+    if kernel_layout == "OIHW":
+        return w
+    if sorted(kernel_layout) == sorted("OIHW"):
+        return np.transpose(w, [kernel_layout.index(c) for c in "OIHW"])
+    return None
+
+
+def _pack_oihw4o(w: np.ndarray) -> np.ndarray:
+    o, i, kh, kw = w.shape
+    o4 = blocked(o)
+    padded = np.zeros((o4 * 4, i, kh, kw), w.dtype)
+    padded[:o] = w
+    return np.ascontiguousarray(padded.reshape(o4, 4, i, kh, kw).transpose(0, 2, 3, 4, 1))
+
+
+def _pack_bias(bias: np.ndarray) -> np.ndarray:
+    out = np.zeros((blocked(bias.size) * 4,), np.float32)
+    out[: bias.size] = bias
+    return out.reshape(-1, 4)
+
+
+@handles("relax.nn.conv2d")
+def conv2d_handler(rw: Rewriter, node: Node):
+    attrs = node.attrs
+    data_layout, kernel_layout = str(attrs.data_layout), str(attrs.kernel_layout)
+    out_layout = str(attrs.out_layout) if attrs.out_layout else data_layout
+    if data_layout not in ("NCHW", "NHWC") or out_layout != data_layout:
+        return None
+    x_var, w_expr = node.args
+    w = _const(w_expr)
+    if w is None or w.dtype != np.float32:
+        return None
+    w = _conv_weight_oihw(w, kernel_layout)
+    if w is None:
+        return None
+    x = rw.activation(x_var, data_layout)
+    if x is None:
+        return None
+    n, c, h, wd = x.nchw
+    groups = int(attrs.groups)
+    o = w.shape[0]
+    w = w.astype(np.float64)
+    bias = np.zeros(o)
+    residual, activation, last = None, None, node
+
+    def next_user():
+        return rw.graph.sole_user(last.var)
+
+    # Fold the linear tail into weights and bias, then the residual, then the activation.
+    user = next_user()
+    while user is not None and residual is None and activation is None:
+        if user.op == "relax.add" and _per_channel(_other_operand(user, last.var), o) is not None and data_layout == "NCHW":
+            bias = bias + _per_channel(_other_operand(user, last.var), o)
+        elif user.op == "relax.nn.batch_norm" and _same(user.args[0], last.var) and data_layout == "NCHW" and int(user.attrs.axis) == 1:
+            getter = rw.graph.sole_user(user.var)
+            gamma, beta, mean, var = (_const(a) for a in user.args[1:5])
+            if getter is None or getter.op != "tuple_get_item" or getter.index != 0 or any(p is None for p in (gamma, beta, mean, var)):
+                break
+            scale = gamma.astype(np.float64) / np.sqrt(var.astype(np.float64) + float(user.attrs.epsilon))
+            if not bool(user.attrs.scale):
+                scale = 1.0 / np.sqrt(var.astype(np.float64) + float(user.attrs.epsilon))
+            w = w * scale[:, None, None, None]
+            bias = (bias - mean) * scale + (beta if bool(user.attrs.center) else 0.0)
+            user.fused = True
+            user = getter
+        elif user.op == "relax.add" and isinstance(_other_operand(user, last.var), relax.Var):
+            other = _other_operand(user, last.var)
+            if _static_shape(other) != _static_shape(last.var) or rw.activation(other, data_layout) is None:
+                break
+            residual = rw.values[other]
+        elif user.op == "relax.nn.relu":
+            activation = "relu"
+        elif user.op == "relax.clip" and _clip_range(user) == (0.0, 6.0):
+            activation = "relu6"
+        else:
+            break
+        user.fused = True
+        last = user
+        user = next_user()
+
+    geom = conv2d.conv2d_geometry((n, c, h, wd), w.shape, _ints(attrs.strides), _ints(attrs.padding), _ints(attrs.dilation), groups)
+    oh, ow = geom.oh, geom.ow
+    out5 = (n, blocked(o), oh, ow, 4)
+    in5 = (n, blocked(c), h, wd, 4)
+    scope = rw.scope_for(in5, out5)
+    has_bias = bool(np.any(bias != 0))
+    epilogue = Epilogue(bias=has_bias, activation=activation, residual=residual is not None)
+    depthwise = groups == c and groups > 1 and w.shape[1] == 1
+    factory = conv2d.depthwise_conv2d_nchw4c if depthwise else conv2d.conv2d_nchw4c
+    kwargs = dict(strides=geom.strides, padding=geom.padding, dilation=geom.dilation, epilogue=epilogue, scope=scope)
+    if not depthwise:
+        kwargs["groups"] = groups
+    packed_w = _pack_oihw4o(w.astype(np.float32))
+    kwargs["weight_scope"] = rw.weight_scope(packed_w.shape) if scope == TEXTURE else BUFFER
+    func = factory((n, c, h, wd), w.shape, **kwargs)
+    args = [rw.blocked(x, scope), relax.const(packed_w)]
+    if has_bias:
+        args.append(relax.const(_pack_bias(bias.astype(np.float32))))
+    if residual is not None:
+        args.append(rw.blocked(residual, scope))
+    out = rw.emit_kernel(func, args, out5, hint="conv2d")
+    rw.define(last.var, out, scope, (n, o, oh, ow), data_layout)
+    return out
+
+
+def _ints(values):
+    return tuple(int(v) for v in values)
+
+
+def _clip_range(node: Node):
+    lo, hi = node.args[1], node.args[2]
+    try:
+        return float(lo.value), float(hi.value)
+    except AttributeError:
+        return None
+
+
+def _unary_activation(rw: Rewriter, node: Node, factory):
+    x = rw.activation(node.args[0])
+    if x is None or x.layout != "NCHW":
+        return None
+    shape5 = (x.nchw[0], blocked(x.channels), x.nchw[2], x.nchw[3], 4)
+    scope = rw.scope_for(shape5)
+    out = rw.emit_kernel(factory(shape5, scope=scope), [rw.blocked(x, scope)], shape5)
+    rw.define(node.var, out, scope, x.nchw)
+    return out
+
+
+@handles("relax.nn.relu")
+def relu_handler(rw, node):
+    return _unary_activation(rw, node, elementwise.relu)
+
+
+@handles("relax.clip")
+def clip_handler(rw, node):
+    bounds = _clip_range(node)
+    if bounds is None:
+        return None
+    return _unary_activation(rw, node, lambda s, scope: elementwise.clip(s, *bounds, scope=scope))
+
+
+@handles("relax.add", "relax.multiply")
+def binary_handler(rw, node):
+    a, b = (rw.activation(arg) if _static_shape(arg) == _static_shape(node.var) else None for arg in node.args)
+    if a is None or b is None or a.layout != "NCHW" or b.layout != "NCHW":
+        return None
+    shape5 = (a.nchw[0], blocked(a.channels), a.nchw[2], a.nchw[3], 4)
+    scope = rw.scope_for(shape5)
+    op = node.op.split(".")[-1]
+    out = rw.emit_kernel(elementwise.binary(shape5, op, scope=scope), [rw.blocked(a, scope), rw.blocked(b, scope)], shape5)
+    rw.define(node.var, out, scope, a.nchw)
+    return out
+
+
+def _pool_common(rw, node, build_func, out_hw):
+    x = rw.activation(node.args[0])
+    if x is None or str(node.attrs.layout) != "NCHW" or x.layout != "NCHW":
+        return None
+    if node.attrs.out_layout and str(node.attrs.out_layout) != "NCHW":
+        return None
+    n, c, h, w = x.nchw
+    in5 = (n, blocked(c), h, w, 4)
+    oh, ow = out_hw
+    out5 = (n, blocked(c), oh, ow, 4)
+    scope = rw.scope_for(in5, out5)
+    out = rw.emit_kernel(build_func(in5, scope), [rw.blocked(x, scope)], out5)
+    rw.define(node.var, out, scope, (n, c, oh, ow))
+    return out
+
+
+@handles("relax.nn.max_pool2d", "relax.nn.avg_pool2d")
+def pool_handler(rw, node):
+    a = node.attrs
+    kind = "max" if node.op.endswith("max_pool2d") else "avg"
+    out_shape = _static_shape(node.var)
+    if out_shape is None:
+        return None
+
+    def make(in5, scope):
+        return pool2d.pool2d(
+            in5, kind, _ints(a.pool_size), _ints(a.strides), _ints(a.padding), _ints(a.dilation),
+            bool(a.ceil_mode), bool(getattr(a, "count_include_pad", False)), scope=scope,
+        )
+
+    return _pool_common(rw, node, make, out_shape[2:])
+
+
+@handles("relax.nn.adaptive_avg_pool2d")
+def adaptive_pool_handler(rw, node):
+    out_shape = _static_shape(node.var)
+    if out_shape is None:
+        return None
+    return _pool_common(rw, node, lambda in5, scope: pool2d.adaptive_avg_pool2d(in5, out_shape[2:], scope=scope), out_shape[2:])
+
+
+@handles("relax.mean", "relax.sum", "relax.max", "relax.min")
+def reduce_handler(rw, node):
+    x = rw.activation(node.args[0])
+    out_shape = _static_shape(node.var)
+    if x is None or x.layout != "NCHW" or node.attrs.axis is None or out_shape is None:
+        return None
+    axes = tuple(sorted(int(a) % 4 for a in node.attrs.axis))
+    keepdims = bool(node.attrs.keepdims)
+    if 0 in axes or not keepdims:
+        return None  # plain-layout results are left to upstream
+    n, c, h, w = x.nchw
+    in5 = (n, blocked(c), h, w, 4)
+    shape5, _ = reduce.reduce_output(in5, c, axes, keepdims=True)
+    scope = rw.scope_for(in5, shape5)
+    op = node.op.split(".")[-1]
+    out = rw.emit_kernel(reduce.reduce(in5, c, op, axes, True, scope=scope), [rw.blocked(x, scope)], shape5)
+    rw.define(node.var, out, scope, out_shape)
+    return out
+
+
+@handles("relax.nn.softmax")
+def softmax_handler(rw, node):
+    x = rw.activation(node.args[0])
+    if x is None or x.layout != "NCHW" or int(node.attrs.axis) % 4 != 1:
+        return None
+    n, c, h, w = x.nchw
+    shape5 = (n, blocked(c), h, w, 4)
+    scope = rw.scope_for(shape5)
+    out = rw.emit_kernel(reduce.softmax(shape5, c, scope=scope), [rw.blocked(x, scope)], shape5)
+    rw.define(node.var, out, scope, x.nchw)
+    return out
+
+
+@handles("relax.concat")
+def concat_handler(rw, node):
+    parts = node.args[0]
+    if not isinstance(parts, relax.Tuple) or node.attrs.axis is None or int(node.attrs.axis) % 4 != 1:
+        return None
+    values = [rw.activation(f) for f in parts.fields]
+    if any(v is None or v.layout != "NCHW" for v in values) or not 2 <= len(values) <= concat.MAX_INPUTS:
+        return None
+    n, _, h, w = values[0].nchw
+    chans = [v.channels for v in values]
+    shapes = [(n, blocked(ch), h, w, 4) for ch in chans]
+    out5 = (n, blocked(sum(chans)), h, w, 4)
+    scope = rw.scope_for(*shapes, out5)
+    out = rw.emit_kernel(concat.concat_channels(n, chans, h, w, scope=scope), [rw.blocked(v, scope) for v in values], out5)
+    rw.define(node.var, out, scope, (n, sum(chans), h, w))
+    return out
+
+
+def dispatch_to_textures(mod: tvm.IRModule, limits: texture.DeviceLimits, allow_buffer: bool = True) -> tvm.IRModule:
+    """Rewrite ``mod["main"]`` onto our kernels (see the module docstring)."""
+    return Rewriter(mod, limits, allow_buffer).run()
+
+
+def DispatchToTextures(limits: texture.DeviceLimits | None = None, allow_buffer: bool = True) -> tvm.transform.Pass:  # noqa: N802 (TVM pass naming)
+    """The pass form of :func:`dispatch_to_textures` (default limits: TVM's Adreno target)."""
+    if limits is None:
+        limits = texture.DeviceLimits(16384, 16384, 2048)
+
+    @tvm.transform.module_pass(opt_level=0, name="DispatchToTextures")
+    def _pass(mod, _ctx):
+        return dispatch_to_textures(mod, limits, allow_buffer)
+
+    return _pass
