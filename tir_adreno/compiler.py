@@ -40,7 +40,7 @@ def import_model(model) -> tuple[tvm.IRModule, list[str]]:
     if isinstance(model, tvm.IRModule):
         if not any(gv.name_hint == "main" for gv in model.functions):
             raise ModelError("the Relax module has no 'main' function")
-        return model, [p.name_hint for p in model["main"].params]
+        return model, [p.name for p in model["main"].params]
     import onnx
 
     if isinstance(model, (str, os.PathLike)):

@@ -387,10 +387,18 @@ def conv2d_handler(rw: Rewriter, node: Node):
 
     # Fold the linear tail into weights and bias, then the residual, then the activation.
     user = next_user()
-    while user is not None and residual is None and activation is None:
-        if user.op == "relax.add" and _per_channel(_other_operand(user, last.var), o) is not None and data_layout == "NCHW":
+    while user is not None and activation is None:
+        linear = residual is None  # bias and batch norm fold only before the residual
+        if linear and user.op == "relax.add" and _per_channel(_other_operand(user, last.var), o) is not None and data_layout == "NCHW":
             bias = bias + _per_channel(_other_operand(user, last.var), o)
-        elif user.op == "relax.nn.batch_norm" and _same(user.args[0], last.var) and data_layout == "NCHW" and int(user.attrs.axis) == 1:
+        elif (
+            linear
+            and user.op == "relax.nn.batch_norm"
+            and _same(user.args[0], last.var)
+            and data_layout == "NCHW"
+            and int(user.attrs.axis) == 1
+            and not bool(user.attrs.training)  # inference: the moving statistics fold into W and b
+        ):
             getter = rw.graph.sole_user(user.var)
             gamma, beta, mean, var = (_const(a) for a in user.args[1:5])
             if getter is None or getter.op != "tuple_get_item" or getter.index != 0 or any(p is None for p in (gamma, beta, mean, var)):
@@ -402,9 +410,12 @@ def conv2d_handler(rw: Rewriter, node: Node):
             bias = (bias - mean) * scale + (beta if bool(user.attrs.center) else 0.0)
             user.fused = True
             user = getter
-        elif user.op == "relax.add" and isinstance(_other_operand(user, last.var), relax.Var):
+        elif linear and user.op == "relax.add" and isinstance(_other_operand(user, last.var), relax.Var):
             other = _other_operand(user, last.var)
-            if _static_shape(other) != _static_shape(last.var) or rw.activation(other, data_layout) is None:
+            # The residual must exist already; when it comes later (a downsample branch
+            # emitted after this one), that branch's conv takes this one as its residual.
+            ready = other in rw.values or other in rw.exprs
+            if not ready or _static_shape(other) != _static_shape(last.var) or rw.activation(other, data_layout) is None:
                 break
             residual = rw.values[other]
         elif user.op == "relax.nn.relu":
