@@ -80,3 +80,22 @@ def randomize_weights(model, seed: int = 0):
     model.ir_version = max(model.ir_version, 4)  # IR >= 4 lets initializers be non-inputs
     onnx.checker.check_model(model)
     return model
+
+
+def strip_final_softmax(model):
+    """A copy of ``model`` whose outputs are the logits feeding a final Softmax.
+
+    A softmax of random-weight logits is close to one-hot, which would hide
+    errors in everything before it; comparing logits does not.
+    """
+    import onnx
+
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    graph = model.graph
+    outputs = {o.name: o for o in graph.output}
+    for node in list(graph.node):
+        if node.op_type == "Softmax" and node.output[0] in outputs:
+            out = outputs[node.output[0]]
+            graph.node.remove(node)
+            out.name = node.input[0]
+    return model

@@ -1,0 +1,84 @@
+"""Whole models on PoCL against CPU references: the ONNX models shipped with ``onnx``
+(weights replaced by seeded random values) and the built-in ResNet-18."""
+
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+
+from tir_adreno import compile_model, load_model, models
+from tir_adreno.onnx_models import light_model_path, randomize_weights, strip_final_softmax
+from tir_adreno.reference import reference_outputs, relative_error
+
+MODEL_RTOL = 1e-3
+
+
+def _onnx(name):
+    return strip_final_softmax(randomize_weights(onnx.load(light_model_path(name)), seed=3))
+
+
+@pytest.mark.parametrize("name", ["squeezenet", "resnet50", "vgg19"])
+def test_onnx_model_matches_onnxruntime(name):
+    model = _onnx(name)
+    compiled = compile_model(model, progress=lambda _: None)
+    x = np.random.default_rng(7).standard_normal((1, 3, 224, 224)).astype("float32")
+    inputs = {compiled.input_names[0]: x}
+    outputs = compiled.run(inputs)
+    refs = reference_outputs(model, inputs)
+    assert len(outputs) == len(refs)
+    for out, ref in zip(outputs, refs):
+        assert out.shape == ref.shape
+        assert relative_error(out, ref) <= MODEL_RTOL
+    profile = compiled.profile()
+    convs = [p for p in profile if p["op"].startswith("conv2d")]
+    assert convs and all(p["ours"] and p["placement"] == "texture" for p in convs)
+    # Layout transforms only at the boundaries: the input, the outputs, around upstream ops.
+    transforms = [p for p in profile if p["op"].startswith(("nchw_to", "nchw4c_to"))]
+    upstream = [p for p in profile if not p["ours"]]
+    assert len(transforms) <= 2 * len(upstream) + 1 + len(outputs)
+    if name == "resnet50":  # the image pool at least halves the activation memory
+        pooled, unpooled = compiled.plan.memory_bytes(pool=True), compiled.plan.memory_bytes(pool=False)
+        assert pooled["intermediates"] * 2 <= unpooled["intermediates"]
+
+
+def test_default_model_matches_llvm_and_runs_saved_without_tvm(tmp_path):
+    mod = models.resnet18(image_size=64)
+    compiled = compile_model(mod, progress=lambda _: None)
+    x = np.random.default_rng(0).standard_normal((1, 3, 64, 64)).astype("float32")
+    (out,) = compiled.run({"input": x})
+    (ref,) = reference_outputs(mod, {"input": x})
+    assert relative_error(out, ref) <= MODEL_RTOL
+    # The saved model runs in a process that cannot import TVM.
+    compiled.save(tmp_path / "model")
+    np.save(tmp_path / "x.npy", x)
+    script = (
+        "import sys; sys.modules['tvm'] = None\n"
+        "import numpy as np\n"
+        "from tir_adreno.executor import load_model\n"
+        f"m = load_model({str(tmp_path / 'model')!r})\n"
+        f"(y,) = m.run({{'input': np.load({str(tmp_path / 'x.npy')!r})}})\n"
+        f"np.save({str(tmp_path / 'y.npy')!r}, y)\n"
+    )
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-2000:]
+    np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), out)
+
+
+def test_run_rejects_bad_inputs():
+    compiled = compile_model(models.resnet18(image_size=32, num_classes=10), progress=lambda _: None)
+    x = np.zeros((1, 3, 32, 32), "float32")
+    with pytest.raises(ValueError, match="missing input 'input'"):
+        compiled.run({})
+    with pytest.raises(ValueError, match="unknown input 'image'"):
+        compiled.run({"input": x, "image": x})
+    with pytest.raises(ValueError, match=r"input 'input' has shape \(1, 3, 31, 32\)"):
+        compiled.run({"input": x[:, :, :31]})
+    with pytest.raises(ValueError, match="input 'input' has dtype float64"):
+        compiled.run({"input": x.astype("float64")})
+
+
+def test_load_model_rejects_corrupt_files(tmp_path):
+    with pytest.raises(ValueError, match="not a saved tir-adreno model"):
+        load_model(tmp_path)
