@@ -1,6 +1,7 @@
 """Whole models on PoCL against CPU references: the ONNX models shipped with ``onnx``
 (weights replaced by seeded random values) and the built-in ResNet-18."""
 
+import re
 import subprocess
 import sys
 
@@ -82,3 +83,17 @@ def test_run_rejects_bad_inputs():
 def test_load_model_rejects_corrupt_files(tmp_path):
     with pytest.raises(ValueError, match="not a saved tir-adreno model"):
         load_model(tmp_path)
+
+
+def test_tvm_compile_for_adreno_builds_every_kernel(device):
+    """The dispatched module also goes through tvm.compile for qcom/adreno-opencl-texture,
+    and every OpenCL kernel it emits builds on this device."""
+    from tir_adreno.compiler import opencl_sources, tvm_compile
+
+    executable = tvm_compile(models.resnet18(image_size=32, num_classes=10), device)
+    (source,) = opencl_sources(executable)
+    assert "image2d_array_t" in source and "write_imagef" in source
+    program = device.build_program(source)
+    kernels = {k.function_name for k in program.all_kernels()}
+    assert any(k.startswith("conv2d") for k in kernels)
+    assert kernels == set(re.findall(r"__kernel void (\w+)\(", source))

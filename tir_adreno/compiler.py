@@ -183,3 +183,50 @@ def compile_model(model, device=None, allow_buffer: bool = True, pool: bool = Tr
     plan, kernels, weights = plan_module(mod, names, progress)
     progress(f"load {len(kernels)} kernels on {dev.name}")
     return CompiledModel(plan, kernels, weights, dev, pool)
+
+
+#: Name under which the Adreno TIR pipeline is registered for ``tvm.compile``.
+TIR_PIPELINE = "tir_adreno.adreno"
+
+
+def _register_tir_pipeline():
+    # tvm.compile maps "default" to the generic pipeline (no TextureFlatten: vload4 on
+    # images) and cannot take the Adreno pass itself; a registered name works.
+    from tvm.s_tir.backend.adreno.pipeline import default_tir_pipeline
+    from tvm.tirx import compilation_pipeline as cp
+
+    if TIR_PIPELINE not in cp.PIPELINE_MAP:
+        cp.register_tir_pipeline(TIR_PIPELINE, lambda: (default_tir_pipeline(), cp.finalize_host_passes, cp.finalize_device_passes))
+
+
+def tvm_compile(model, device=None, allow_buffer: bool = True):
+    """The dispatched module through ``tvm.compile`` for ``qcom/adreno-opencl-texture``.
+
+    For a TVM build with the OpenCL runtime (deploying over RPC). Our module is
+    already legalized and scheduled, so the Relax side runs only the generic
+    GPU lowering; TIR goes through the Adreno pipeline.
+    """
+    dev = runtime.get_device(device)
+    mod, _ = import_model(model)
+    mod = lower(mod, dev, allow_buffer)
+    target = tvm.target.Target(build.TEXTURE_TARGET, host="llvm")
+
+    @tvm.transform.module_pass(opt_level=0, name="TirAdrenoRelaxLowering")
+    def relax_pipeline(mod, _ctx):
+        gpu = relax.backend.gpu_generic
+        with target:
+            return tvm.transform.Sequential(gpu.dataflow_lower_passes(target) + gpu.finalize_passes(target))(mod)
+
+    _register_tir_pipeline()
+    return tvm.compile(mod, target=target, relax_pipeline=relax_pipeline, tir_pipeline=TIR_PIPELINE)
+
+
+def opencl_sources(executable) -> list[str]:
+    """OpenCL C of every OpenCL module inside a ``tvm.compile`` result."""
+
+    def walk(m):
+        yield m
+        for child in m.imports:
+            yield from walk(child)
+
+    return [m.inspect_source() for m in walk(executable.mod) if getattr(m, "kind", "") == "opencl"]
