@@ -44,6 +44,16 @@ def _as_module(func_or_mod) -> tvm.IRModule:
     raise TypeError(f"expected a PrimFunc or IRModule, got {type(func_or_mod).__name__}")
 
 
+def _unique_buffer_names(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    """``func`` with distinct parameter buffer names (the launch plan maps kernel
+    arguments to parameters by name). Legalized ops can repeat names; TVMScript's
+    printer renames repeats, so a print/parse round trip fixes them."""
+    names = [getattr(p, "name", "") for p in func.params]
+    if len(set(names)) == len(names):
+        return func
+    return tvm.script.from_source(func.script())
+
+
 def _param_specs(func: tirx.PrimFunc) -> tuple[TensorSpec, ...]:
     specs = []
     for buf in func.params:
@@ -151,6 +161,7 @@ def build(func_or_mod, target=None) -> KernelModule:
     parameters only.
     """
     mod = _as_module(func_or_mod)
+    mod = tvm.IRModule({gv: _unique_buffer_names(f) for gv, f in mod.functions.items()})
     target = as_target(target)
     specs = {gv.name_hint: _param_specs(f) for gv, f in mod.functions.items()}
     host, source = _lower(mod, target)

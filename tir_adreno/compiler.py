@@ -64,6 +64,11 @@ def import_model(model) -> tuple[tvm.IRModule, list[str]]:
     return mod, names
 
 
+def _target(ours: bool):
+    """Our kernels use the Adreno texture target; the upstream baseline TVM's generic OpenCL."""
+    return build.TEXTURE_TARGET if ours else build.OPENCL_TARGET
+
+
 def lower(mod: tvm.IRModule, device: runtime.Device, allow_buffer: bool = True, ours: bool = True) -> tvm.IRModule:
     """Our pass (unless ``ours`` is False: the upstream baseline), then LegalizeOps and dlight for the rest."""
     mod = relax.transform.FoldConstant()(mod)
@@ -76,7 +81,7 @@ def lower(mod: tvm.IRModule, device: runtime.Device, allow_buffer: bool = True, 
     for gv, func in marked.items():
         mod[gv] = func
     mod = relax.transform.LegalizeOps()(mod)
-    with build.as_target(None):
+    with build.as_target(_target(ours)):
         mod = _upstream_rules()(mod)
     mod = relax.transform.DeadCodeElimination()(mod)
     return mod
@@ -86,7 +91,7 @@ def _const_array(expr) -> np.ndarray:
     return expr.value.numpy()
 
 
-def plan_module(mod: tvm.IRModule, input_names, progress=print):
+def plan_module(mod: tvm.IRModule, input_names, progress=print, target=None):
     """Build every PrimFunc ``main`` calls and lay out the calls; returns (plan, kernels, weights)."""
     func = mod["main"]
     tensors: list[TensorInfo] = []
@@ -120,10 +125,10 @@ def plan_module(mod: tvm.IRModule, input_names, progress=print):
         elif isinstance(value, relax.Call) and getattr(value.op, "name", "") == "relax.call_tir":
             gv, args = value.args[0], value.args[1]
             prim = mod[gv]
-            key = build.module_key(prim)
+            key = build.module_key(prim, target)
             if key not in built:
                 progress(f"[{len(calls) + 1}/{len(call_bindings)}] build {gv.name_hint}")
-                kernels[key] = build.build_cached(prim)
+                kernels[key] = build.build_cached(prim, target)
                 built[key] = gv.name_hint
             module = kernels[key]
             (fname,) = module.functions
@@ -180,7 +185,7 @@ def compile_model(model, device=None, allow_buffer: bool = True, pool: bool = Tr
     mod, names = import_model(model)
     progress("lower (tir-adreno pass, LegalizeOps, dlight)" if ours else "lower (LegalizeOps, dlight)")
     mod = lower(mod, dev, allow_buffer, ours)
-    plan, kernels, weights = plan_module(mod, names, progress)
+    plan, kernels, weights = plan_module(mod, names, progress, _target(ours))
     progress(f"load {len(kernels)} kernels on {dev.name}")
     return CompiledModel(plan, kernels, weights, dev, pool)
 

@@ -234,8 +234,12 @@ class CompiledModel:
         return self.plan.memory_bytes(self.pool)
 
     # -- persistence ----------------------------------------------------------------------
-    def save(self, directory) -> Path:
-        """Write ``model.json`` (plan + kernels) and ``weights.npz``, each atomically with a checksum."""
+    def save(self, directory, include_weights: bool = True) -> Path:
+        """Write ``model.json`` (plan + kernels) and ``weights.npz``, each atomically with a checksum.
+
+        ``include_weights=False`` leaves the weights out (a timing-only copy for a
+        machine that cannot take their size; see ``load_model(random_weights=...)``).
+        """
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         doc = {
@@ -244,23 +248,36 @@ class CompiledModel:
             "kernels": {k: json.loads(m.to_json()) for k, m in self.kernels.items()},
         }
         cache.write(directory / "model.json", json.dumps(doc).encode())
+        if not include_weights:
+            return directory
         buf = io.BytesIO()
         np.savez(buf, **{str(i): w for i, w in self.weights.items()})
         cache.write(directory / "weights.npz", buf.getvalue())
         return directory
 
 
-def load_model(directory, device=None, pool: bool = True) -> CompiledModel:
-    """Load a model saved by :meth:`CompiledModel.save`; needs no TVM. Programs come from the binary cache."""
+def load_model(directory, device=None, pool: bool = True, random_weights: int | None = None) -> CompiledModel:
+    """Load a model saved by :meth:`CompiledModel.save`; needs no TVM. Programs come from the binary cache.
+
+    ``random_weights=seed`` fills weights saved without values with seeded
+    random numbers: the model then only serves timing.
+    """
     directory = Path(directory)
     doc_bytes = cache.read(directory / "model.json")
     weight_bytes = cache.read(directory / "weights.npz")
+    if weight_bytes is None and random_weights is not None and not (directory / "weights.npz").exists():
+        weight_bytes = b""
     if doc_bytes is None or weight_bytes is None:
         raise ValueError(f"{directory}: not a saved tir-adreno model (missing, truncated or corrupt model.json/weights.npz)")
     doc = json.loads(doc_bytes)
     if doc.get("format") != MODEL_FORMAT:
         raise ValueError(f"{directory}: model format {doc.get('format')} != {MODEL_FORMAT}")
     kernels = {k: KernelModule.from_json(json.dumps(v)) for k, v in doc["kernels"].items()}
-    with np.load(io.BytesIO(weight_bytes)) as npz:
-        weights = {int(k): npz[k] for k in npz.files}
-    return CompiledModel(Plan.from_dict(doc["plan"]), kernels, weights, device, pool)
+    plan = Plan.from_dict(doc["plan"])
+    if weight_bytes:
+        with np.load(io.BytesIO(weight_bytes)) as npz:
+            weights = {int(k): npz[k] for k in npz.files}
+    else:
+        rng = np.random.default_rng(random_weights)
+        weights = {i: rng.standard_normal(t.shape).astype(t.dtype) * 0.05 for i, t in enumerate(plan.tensors) if t.kind == "const"}
+    return CompiledModel(plan, kernels, weights, device, pool)

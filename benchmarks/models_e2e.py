@@ -1,0 +1,196 @@
+"""Whole models end to end: tir-adreno vs upstream TVM's generic OpenCL build, same executor.
+
+For each model (built-in ResNet-50 and MobileNetV2, batch 1, 224, fp32, seeded
+random weights) it compiles two ways, ours (texture kernels) and upstream
+(LegalizeOps + dlight GPU schedules for target kind "opencl", buffers), runs
+both through the same pyopencl executor and reports kernel time (sum of
+OpenCL events, median over runs), wall time per run, and device memory with
+and without the image pool. On an NVIDIA GPU with PyTorch it adds cuDNN fp32
+(TF32 off), eager and CUDA graph.
+
+    python benchmarks/models_e2e.py                       # build + run here
+    python benchmarks/models_e2e.py --build-only DIR      # compile here (needs TVM)
+    python benchmarks/models_e2e.py --from DIR            # run elsewhere (no TVM)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from common import add_device_argument, fmt, log, print_table, write_json
+
+MODELS = ("resnet50", "mobilenet_v2")
+WAYS = ("ours", "upstream")
+#: Weights above this size are not saved for --from (the device tool carries 64 MiB);
+#: such a model is then run there with seeded random weights, for timing only.
+CARRY_WEIGHTS_MB = 24
+
+
+def _build(names, directory: Path | None, device):
+    """Compile every (model, way); returns {(name, way): CompiledModel}; saves them if asked."""
+    from tir_adreno import models
+    from tir_adreno.compiler import compile_model
+
+    compiled = {}
+    for name in names:
+        mod = models.get_model(name)
+        for way in WAYS:
+            log(f"compile {name} ({way}) ...")
+            start = time.perf_counter()
+            cm = compile_model(mod, device, ours=way == "ours", progress=lambda msg: log(f"  {msg}"))
+            log(f"  {time.perf_counter() - start:.1f} s")
+            compiled[name, way] = cm
+            if directory is not None:
+                weights_mb = cm.memory_bytes()["weights"] / 2**20
+                cm.save(directory / f"{name}-{way}", include_weights=weights_mb <= CARRY_WEIGHTS_MB)
+    return compiled
+
+
+def _load(names, directory: Path, device):
+    from tir_adreno.executor import load_model
+
+    compiled = {}
+    for name in names:
+        for way in WAYS:
+            path = directory / f"{name}-{way}"
+            has_weights = (path / "weights.npz").exists()
+            log(f"load {path.name}{'' if has_weights else ' (random weights: timing only)'} ...")
+            compiled[name, way] = load_model(path, device, random_weights=None if has_weights else 0)
+    return compiled
+
+
+def _measure(cm, repeat: int):
+    x = {n: np.random.default_rng(i).standard_normal(cm.plan.tensors[t].shape).astype("float32") for i, (n, t) in enumerate(cm.plan.inputs)}
+    cm.run(x)  # warm-up: drivers finish compiling on first launch
+    kernel_ms, wall_ms = [], []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        outputs = cm.run(x)
+        wall_ms.append((time.perf_counter() - start) * 1e3)
+        kernel_ms.append(cm.kernel_time_ms())
+    return statistics.median(kernel_ms), statistics.median(wall_ms), outputs
+
+
+def _cudnn(name: str, repeat: int):
+    """cuDNN fp32 (TF32 off) eager and CUDA-graph ms, or None without torch + CUDA."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    from torch_models import build_torch_model
+
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.benchmark = True
+    model = build_torch_model(name).cuda().eval()
+    x = torch.randn(1, 3, 224, 224, device="cuda")
+
+    def timed(fn):
+        times = []
+        for _ in range(repeat):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            torch.cuda.synchronize()
+            times.append(start.elapsed_time(end))
+        return statistics.median(times)
+
+    with torch.no_grad():
+        for _ in range(5):
+            model(x)
+        eager = timed(lambda: model(x))
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(3):
+                model(x)
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            model(x)
+        graphed = timed(graph.replay)
+    return {"eager_ms": eager, "graph_ms": graphed, "cudnn": torch.backends.cudnn.version(), "torch": torch.__version__}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_device_argument(parser)
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--repeat", type=int, default=10)
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--build-only", type=Path, metavar="DIR", help="compile and save the models, run nothing")
+    mode.add_argument("--from", dest="from_dir", type=Path, metavar="DIR", help="run models saved by --build-only (no TVM)")
+    args = parser.parse_args()
+    names = [n for n in args.models.split(",") if n]
+    unknown = set(names) - set(MODELS)
+    if unknown:
+        parser.error(f"unknown models {sorted(unknown)}; choose from {MODELS}")
+
+    from tir_adreno import runtime
+
+    device = runtime.get_device(args.device)
+    if args.build_only:
+        _build(names, args.build_only, device)
+        log(f"saved to {args.build_only}")
+        return
+    compiled = _load(names, args.from_dir, device) if args.from_dir else _build(names, None, device)
+
+    rows, results = [], []
+    for name in names:
+        entry = {"model": name}
+        outputs = {}
+        for way in WAYS:
+            cm = compiled[name, way]
+            log(f"run {name} ({way}) ...")
+            kernel_ms, wall_ms, outputs[way] = _measure(cm, args.repeat)
+            pooled, unpooled = cm.plan.memory_bytes(pool=True), cm.plan.memory_bytes(pool=False)
+            entry[way] = {
+                "kernel_ms": kernel_ms,
+                "wall_ms": wall_ms,
+                "memory_pool": pooled,
+                "memory_no_pool": unpooled,
+                "calls": len(cm.plan.calls),
+                "random_weights": args.from_dir is not None and not (args.from_dir / f"{name}-{way}" / "weights.npz").exists(),
+            }
+        if not any(entry[w]["random_weights"] for w in WAYS):
+            ref = outputs["upstream"][0].astype(np.float64)
+            entry["max_rel_diff"] = float(np.max(np.abs(outputs["ours"][0] - ref)) / np.max(np.abs(ref)))
+        entry["cudnn"] = _cudnn(name, args.repeat) if device.cl_device.vendor.lower().startswith("nvidia") else None
+        results.append(entry)
+        o, u = entry["ours"], entry["upstream"]
+        c = entry["cudnn"]
+        rows.append(
+            [
+                name,
+                fmt(o["kernel_ms"]),
+                fmt(u["kernel_ms"]),
+                fmt(u["kernel_ms"] / o["kernel_ms"], ".2f") + "x",
+                fmt(o["wall_ms"]),
+                fmt(u["wall_ms"]),
+                fmt(c["eager_ms"]) if c else "-",
+                fmt(c["graph_ms"]) if c else "-",
+                fmt(o["memory_pool"]["intermediates"] / 2**20, ".1f"),
+                fmt(o["memory_no_pool"]["intermediates"] / 2**20, ".1f"),
+                fmt(entry.get("max_rel_diff"), ".1e"),
+            ]
+        )
+    path = write_json("models_e2e", device.name, {"repeat": args.repeat, "results": results})
+    print_table(
+        ["model", "ours ms", "upstream ms", "speedup", "ours wall", "upstr wall", "cuDNN eager", "cuDNN graph", "act MiB pool", "act MiB no pool", "ours vs upstr"],
+        rows,
+        title=f"end to end on {device.name}: kernel time = sum of OpenCL events, median of {args.repeat} (JSON: {path})",
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
