@@ -69,11 +69,12 @@ def _target(ours: bool):
     return build.TEXTURE_TARGET if ours else build.OPENCL_TARGET
 
 
-def lower(mod: tvm.IRModule, device: runtime.Device, allow_buffer: bool = True, ours: bool = True) -> tvm.IRModule:
-    """Our pass (unless ``ours`` is False: the upstream baseline), then LegalizeOps and dlight for the rest."""
+def lower(mod: tvm.IRModule, device: runtime.Device, allow_buffer: bool = True, ours: bool = True, limits=None) -> tvm.IRModule:
+    """Our pass (unless ``ours`` is False: the upstream baseline), then LegalizeOps and dlight for the rest.
+    ``limits`` overrides the device's image limits (to plan for a smaller GPU)."""
     mod = relax.transform.FoldConstant()(mod)
     if ours:
-        mod = dispatch_to_textures(mod, device.limits, allow_buffer)
+        mod = dispatch_to_textures(mod, limits or device.limits, allow_buffer)
     marked = {}
     for gv, func in mod.functions.items():
         if isinstance(func, tvm.tirx.PrimFunc):
@@ -174,7 +175,9 @@ def _check_arg(tensor: TensorInfo, spec, where: str):
         raise RuntimeError(f"{where}: argument {spec.name} expects {spec.shape} {spec.dtype} {spec.scope}, gets {tensor}")
 
 
-def compile_model(model, device=None, allow_buffer: bool = True, pool: bool = True, ours: bool = True, progress=print) -> CompiledModel:
+def compile_model(
+    model, device=None, allow_buffer: bool = True, pool: bool = True, ours: bool = True, limits=None, progress=print
+) -> CompiledModel:
     """Compile ``model`` for ``device``: ONNX ``ModelProto`` or path, or a Relax IRModule with bound weights.
 
     ``ours=False`` compiles the same model with upstream TVM only (LegalizeOps +
@@ -184,7 +187,7 @@ def compile_model(model, device=None, allow_buffer: bool = True, pool: bool = Tr
     progress("import")
     mod, names = import_model(model)
     progress("lower (tir-adreno pass, LegalizeOps, dlight)" if ours else "lower (LegalizeOps, dlight)")
-    mod = lower(mod, dev, allow_buffer, ours)
+    mod = lower(mod, dev, allow_buffer, ours, limits)
     plan, kernels, weights = plan_module(mod, names, progress, _target(ours))
     progress(f"load {len(kernels)} kernels on {dev.name}")
     return CompiledModel(plan, kernels, weights, dev, pool)

@@ -1,0 +1,576 @@
+"""Pooling on NCHW4c tensors (textures or buffers): max/avg, adaptive, global.
+
+Every pooling here is a *window reduction*: an output pixel (4 channels)
+combines the input pixels of a box ``channel blocks x rows x columns``, one
+texture read per tap. Along each axis the box is a :class:`Window` (a sliding
+window with stride/padding/dilation, an adaptive window, the whole axis, or
+the output position itself). :func:`window_reduce` turns three windows and a
+reducer into a kernel; :mod:`primfuncs.reduce` uses it for sum/mean/max/min.
+
+Two schedules (``strategy``):
+
+- ``"thread"``: one work item owns an output pixel and walks its window with
+  the accumulator in registers. Best for small windows (3x3 max pool).
+- ``"group"``: a work group of G items owns an output pixel; item t reduces
+  taps t, t+G, t+2G, ... and the G partial pixels are combined in shared
+  (local) memory in two levels: sqrt(G) items each combine sqrt(G) partials,
+  then item 0 combines those (2 barriers, chains of at most 8 for G = 64; a
+  halving tree needs 2 log2(G) barriers, which cost more than they save on
+  PoCL). Best for large windows (global pooling of 7x7 or 56x56), where one
+  item per output leaves most of the device idle.
+
+``"auto"`` picks ``"group"`` when a window has at least ``group_threshold``
+taps (:data:`GROUP_THRESHOLD`, measured with benchmarks/pooling.py; ``None``:
+never, the right choice on CPU OpenCL).
+Padding never reads the texture out of range: coordinates are clamped and
+the value replaced by the reducer's identity (-inf for max, so an all-negative
+window next to padding still gives its true maximum, never 0).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+
+from tvm.script import tirx as T
+
+from ._common import BUFFER, TEXTURE, ceildiv, check_dtype, check_positive, check_scope, load_pixel, pixel_grid, store_pixel
+from .elementwise import _check_nchw4c
+
+#: Window taps from which ``strategy="auto"`` uses a work group per output pixel (GPUs).
+#: Measured with ``benchmarks/pooling.py --threshold-sweep`` (benchmarks/results/pooling-*.json).
+#: GPU (NVIDIA H200, OpenCL, two runs): from 25 to 64 taps the schedules tie within 10% (near
+#: the ~7 us launch floor; global 7x7 pools 1.00-1.11x for the group); the group wins from
+#: 100 taps (1.2x), 3x at 28x28, 7x at 56x56; it loses on small windows with many outputs
+#: (2x2 to 5x5: 0.5-0.9x, the 3x3/2 stem max pool: 0.2x). PoCL (CPU): the group never wins
+#: (0.4-0.8x up to 3136 taps; a work group runs on one core, splitting a window only adds the
+#: combine), hence :data:`CPU_GROUP_THRESHOLD`.
+GROUP_THRESHOLD = 49
+#: ``group_threshold`` for CPU OpenCL devices (``tir_adreno.ops`` passes it there): never group.
+CPU_GROUP_THRESHOLD = None
+#: Work items per group in the ``"group"`` schedule (at most; fewer for small windows).
+GROUP_SIZE = 64
+#: Windows with at most this many taps (3x3) are fully unrolled in the ``"thread"`` schedule;
+#: longer loops are left to the OpenCL compiler (unrolling 49 taps made PoCL compile ~1.5x
+#: slower, with no measurable speedup).
+UNROLL_TAPS = 9
+STRATEGIES = ("auto", "thread", "group")
+POOL_TYPES = ("max", "avg")
+
+
+def _inf(dtype: str, sign: float):
+    return T.FloatImm(dtype, sign * math.inf)
+
+
+#: name -> (combine(a, b), identity(dtype)): the reducers a window can apply.
+REDUCERS = {
+    "sum": (lambda a, b: a + b, lambda dtype: T.FloatImm(dtype, 0.0)),
+    "max": (T.max, lambda dtype: _inf(dtype, -1.0)),
+    "min": (T.min, lambda dtype: _inf(dtype, 1.0)),
+}
+
+
+@dataclass(frozen=True)
+class Window:
+    """The input positions that output index ``o`` reduces along one axis.
+
+    Sliding: tap ``i`` (``0 <= i < taps``) is at ``o*stride - pad_before + i*dilation``;
+    taps outside ``[0, extent)`` are padding. Adaptive (PyTorch): the window is
+    ``[floor(o*extent/out), ceil((o+1)*extent/out))``, ``taps`` its largest size.
+    """
+
+    extent: int
+    out: int
+    taps: int
+    stride: int = 1
+    pad_before: int = 0
+    pad_after: int = 0
+    dilation: int = 1
+    adaptive: bool = False
+
+    @classmethod
+    def point(cls, extent: int) -> "Window":
+        """No reduction: output index ``o`` reads input index ``o``."""
+        return cls(extent, extent, 1)
+
+    @classmethod
+    def whole(cls, extent: int) -> "Window":
+        """The whole axis reduces to one output."""
+        return cls(extent, 1, extent, adaptive=True)
+
+    @classmethod
+    def adaptive_window(cls, extent: int, out: int) -> "Window":
+        taps = max(ceildiv((o + 1) * extent, out) - (o * extent) // out for o in range(out))
+        return cls(extent, out, taps, adaptive=True)
+
+    @classmethod
+    def sliding(cls, extent, size, stride, pad_before, pad_after, dilation, ceil_mode) -> "Window":
+        return cls(
+            extent,
+            sliding_output_size(extent, size, stride, pad_before, pad_after, dilation, ceil_mode),
+            size,
+            stride,
+            pad_before,
+            pad_after,
+            dilation,
+        )
+
+    # -- TIR expressions of an output index ``o`` and a tap ``i`` -----------------------------
+    def start(self, o):
+        if self.adaptive:
+            return (o * self.extent) // self.out
+        return o * self.stride - self.pad_before
+
+    def end(self, o):
+        """One past the last position of an adaptive window."""
+        return (o * self.extent + self.extent + self.out - 1) // self.out
+
+    def position(self, o, i):
+        if self.taps == 1:  # i is 0; saying so spares the group schedule's tap decomposition
+            return self.start(o)
+        return self.start(o) + i * self.dilation
+
+    def _may_leave(self) -> bool:
+        """Whether some tap can fall outside the input (padding, ceil_mode, ragged adaptive)."""
+        if self.adaptive:
+            return any(
+                ceildiv((o + 1) * self.extent, self.out) - (o * self.extent) // self.out != self.taps
+                for o in range(self.out)
+            )
+        last = (self.out - 1) * self.stride - self.pad_before + (self.taps - 1) * self.dilation
+        return self.pad_before > 0 or last >= self.extent
+
+    def inside(self, o, i):
+        """Tap ``i`` of output ``o`` is a real input element (not padding)."""
+        if not self._may_leave():
+            return True
+        if self.adaptive:
+            return i < self.end(o) - self.start(o)
+        p = self.position(o, i)
+        return T.And(p >= 0, p < self.extent)
+
+    def clamped(self, o, i):
+        """The tap's position clamped into the input (a texture read is never out of range)."""
+        if not self._may_leave():
+            return self.position(o, i)
+        return T.min(T.max(self.position(o, i), 0), self.extent - 1)
+
+    def count(self, o, include_pad: bool = False):
+        """Taps of output ``o`` that are real inputs; with ``include_pad`` also the padding
+        taps inside ``[-pad_before, extent + pad_after)`` (PyTorch's ``count_include_pad``)."""
+        if not self._may_leave():
+            return self.taps
+        if self.adaptive:
+            return self.end(o) - self.start(o)
+        s, d = self.start(o), self.dilation
+        if include_pad:  # the window starts at or after -pad_before; it may run past the padding (ceil_mode)
+            return T.min(self.taps, (self.extent + self.pad_after - s + d - 1) // d)
+        first = T.max((d - 1 - s) // d, 0)
+        last = T.min((self.extent - s + d - 1) // d, self.taps)
+        return T.max(last - first, 0)
+
+
+def sliding_output_size(extent, size, stride, pad_before, pad_after, dilation, ceil_mode) -> int:
+    """Output length of a sliding window (PyTorch/Relax rule; with ``ceil_mode`` the last
+    window must start inside the input or the left padding)."""
+    span = (size - 1) * dilation + 1
+    room = extent + pad_before + pad_after - span
+    if room < 0:
+        raise ValueError(
+            f"the pooling window (size {size}, dilation {dilation}, span {span}) is larger than the "
+            f"padded input ({extent} + {pad_before} + {pad_after})"
+        )
+    out = (ceildiv(room, stride) if ceil_mode else room // stride) + 1
+    if ceil_mode and (out - 1) * stride >= extent + pad_before:
+        out -= 1
+    return out
+
+
+def _ints(value, name) -> tuple[int, ...]:
+    """``value`` (an int or a sequence of ints) as a tuple of ints."""
+    if isinstance(value, numbers.Integral):
+        return (int(value),)
+    if isinstance(value, (tuple, list)) and all(isinstance(v, numbers.Integral) for v in value):
+        return tuple(int(v) for v in value)
+    raise TypeError(f"{name} must be an int or a tuple of ints, got {value!r}")
+
+
+def _pair(value, name):
+    value = _ints(value, name)
+    value = value * 2 if len(value) == 1 else value
+    if len(value) != 2:
+        raise ValueError(f"{name} must be an int or a pair, got {value}")
+    return value
+
+
+def normalize_padding(padding):
+    """Relax's padding: an int, (pad_h, pad_w) or (top, left, bottom, right)."""
+    padding = _ints(padding, "padding")
+    if len(padding) == 1:
+        padding = padding * 4
+    elif len(padding) == 2:
+        padding = padding + padding
+    elif len(padding) != 4:
+        raise ValueError(f"padding must be an int, a pair or (top, left, bottom, right), got {padding}")
+    if min(padding) < 0:
+        raise ValueError(f"padding must be >= 0, got {padding}")
+    return padding
+
+
+def pool_windows(shape, pool_size, strides=1, padding=0, dilation=1, ceil_mode=False):
+    """Validated (rows, columns) :class:`Window` pair of a pool2d on the NCHW4c ``shape``."""
+    _, _, h, w, _ = _check_nchw4c(shape)
+    (kh, kw), (sh, sw), (dh, dw) = _pair(pool_size, "pool_size"), _pair(strides, "strides"), _pair(dilation, "dilation")
+    check_positive(pool_size_h=kh, pool_size_w=kw, strides_h=sh, strides_w=sw, dilation_h=dh, dilation_w=dw)
+    top, left, bottom, right = normalize_padding(padding)
+    for side, pad, k, d in (("top", top, kh, dh), ("bottom", bottom, kh, dh), ("left", left, kw, dw), ("right", right, kw, dw)):
+        span = (k - 1) * d + 1
+        if 2 * pad > span:  # PyTorch's rule; a window entirely in padding would be meaningless
+            raise ValueError(f"padding {side}={pad} is more than half of the window span {span}")
+    return (
+        Window.sliding(h, kh, sh, top, bottom, dh, ceil_mode),
+        Window.sliding(w, kw, sw, left, right, dw, ceil_mode),
+    )
+
+
+def _pick_strategy(strategy: str, taps: int, group_threshold: int) -> str:
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
+    if strategy == "auto":
+        return "group" if group_threshold is not None and taps >= group_threshold else "thread"
+    return strategy
+
+
+def _group_threads(taps: int, group_size: int) -> int:
+    """A power of two (it splits into equal chunks), at most ``group_size``, no more than the taps need."""
+    check_positive(group_size=group_size)
+    g = 1
+    while g * 2 <= group_size and g < taps:
+        g *= 2
+    return g
+
+
+def window_reduce(
+    shape,
+    windows: tuple[Window, Window, Window],
+    reducer: str,
+    *,
+    name: str,
+    divisor=None,
+    fold_lanes: bool = False,
+    channels: int | None = None,
+    plain_axes: tuple[str, ...] | None = None,
+    dtype: str = "float32",
+    scope: str = TEXTURE,
+    strategy: str = "auto",
+    group_threshold: int | None = GROUP_THRESHOLD,
+    group_size: int = GROUP_SIZE,
+):
+    """``Out[n, co, oh, ow] = reduce over the box of windows (c, h, w) of A``, lane by lane.
+
+    ``windows``: along channel blocks, rows and columns of the NCHW4c input ``shape``.
+    ``fold_lanes``: the channel axis is reduced, so the 4 lanes of each pixel are
+    reduced too; lanes ``>= channels`` (padding of the last block) are excluded, never
+    reduced as 0. The result is channel 0 of the output block, its other lanes zero.
+    ``divisor(co, oh, ow)``: an integer (TIR expression or int) the result is divided
+    by (mean, average pooling).
+    ``plain_axes``: write a plain row-major buffer ``(N, *plain_axes)`` (axes among
+    ``"c"`` (``channels`` long), ``"h"``, ``"w"``; ``keepdims=False``) instead of the
+    blocked ``(N, C4o, OH, OW, 4)`` tensor in ``scope``.
+    """
+    n, c4, h, w, _ = _check_nchw4c(shape)
+    check_dtype(dtype)
+    check_scope(scope)
+    if reducer not in REDUCERS:
+        raise ValueError(f"reducer must be one of {sorted(REDUCERS)}, got {reducer!r}")
+    wc, wh, ww = windows
+    if (wc.extent, wh.extent, ww.extent) != (c4, h, w):
+        raise ValueError(f"windows cover {(wc.extent, wh.extent, ww.extent)}, the input has {(c4, h, w)}")
+    if (fold_lanes or plain_axes is not None) and (channels is None or not 4 * (c4 - 1) < channels <= 4 * c4):
+        raise ValueError(f"channels={channels} does not fill the input's {c4} channel blocks")
+    if fold_lanes and wc.out != 1:
+        raise ValueError("fold_lanes needs the channel window to reduce all blocks to one")
+    c4o, oh, ow = wc.out, wh.out, ww.out
+    taps = wc.taps * wh.taps * ww.taps
+    strategy = _pick_strategy(strategy, taps, group_threshold)
+    combine, identity_of = REDUCERS[reducer]
+    identity = identity_of(dtype)
+    zero = T.FloatImm(dtype, 0.0)
+
+    if plain_axes is not None:
+        sizes = {"c": channels, "h": oh, "w": ow}
+        if not set(plain_axes) <= set(sizes):
+            raise ValueError(f"plain_axes must be among 'c', 'h', 'w', got {plain_axes}")
+        out_shape, out_scope = (n,) + tuple(sizes[a] for a in plain_axes), BUFFER
+    else:
+        out_shape, out_scope = (n, c4o, oh, ow, 4), scope
+    store_lanes = 1 if fold_lanes else 4
+
+    def usable(co, vh, vw, ic, ih, iw, lane):
+        """The tap is a real input element (not padding) and the lane a real channel."""
+        conds = [wc.inside(co, ic), wh.inside(vh, ih), ww.inside(vw, iw)]
+        if fold_lanes:
+            conds.append(wc.clamped(co, ic) * 4 + lane < channels)
+        return _all(conds)
+
+    def plain_index(vn, co, vh, vw, lane):
+        at = {"c": co * 4 + lane, "h": vh, "w": vw}
+        return (vn,) + tuple(at[a] for a in plain_axes)
+
+    def scale(co, vh, vw):
+        d = divisor(co, vh, vw)
+        return T.FloatImm(dtype, float(d)) if isinstance(d, int) else T.Cast(dtype, d)
+
+    @T.macro
+    def finish(acc, Out, vn, co, vh, vw):
+        # acc holds 4 per-lane results: fold the lanes (channel reduction), divide, store.
+        if fold_lanes:
+            acc[0] = combine(combine(acc[0], acc[1]), combine(acc[2], acc[3]))
+            for lane in T.unroll(1, 4):
+                acc[lane] = zero
+        if divisor is not None:
+            for lane in T.unroll(4):
+                acc[lane] = acc[lane] / scale(co, vh, vw)
+        if plain_axes is not None:  # real channels only, one scalar each
+            for lane in T.unroll(store_lanes):
+                if co * 4 + lane < channels:
+                    Out[plain_index(vn, co, vh, vw, lane)] = acc[lane]
+        else:
+            store_pixel(Out, vn, co, vh, vw, acc)
+
+    @T.macro
+    def accumulate(acc, x, A, vn, co, vh, vw, ic, ih, iw):
+        # One tap: read the (clamped) pixel, replace padding and padded lanes by the identity.
+        load_pixel(x, A, vn, wc.clamped(co, ic), wh.clamped(vh, ih), ww.clamped(vw, iw))
+        for lane in T.unroll(4):
+            acc[lane] = combine(
+                acc[lane],
+                T.if_then_else(usable(co, vh, vw, ic, ih, iw, lane), x[lane], identity),
+            )
+
+    if strategy == "thread":
+        g = pixel_grid(n * c4o, oh, ow)
+        loop = T.unroll if taps <= UNROLL_TAPS else T.serial
+
+        @T.prim_func(s_tir=True)
+        def func(a: T.handle, b: T.handle):
+            T.func_attr({"global_symbol": name, "tirx.noalias": True})
+            A = T.match_buffer(a, (n, c4, h, w, 4), dtype, scope=scope)
+            Out = T.match_buffer(b, out_shape, dtype, scope=out_scope)
+            for z in T.thread_binding(g.layers, thread="blockIdx.z"):
+                for by in T.thread_binding(g.by, thread="blockIdx.y"):
+                    for bx in T.thread_binding(g.bx, thread="blockIdx.x"):
+                        for ty in T.thread_binding(g.ty, thread="threadIdx.y"):
+                            for tx in T.thread_binding(g.tx, thread="threadIdx.x"):
+                                with T.sblock("window"):
+                                    vz = T.axis.spatial(g.layers, z)
+                                    vh = T.axis.spatial(oh, by * g.ty + ty)
+                                    vw = T.axis.spatial(ow, bx * g.tx + tx)
+                                    T.where(by * g.ty + ty < oh and bx * g.tx + tx < ow)
+                                    acc = T.sblock_alloc_buffer((4,), dtype, scope="local")
+                                    x = T.sblock_alloc_buffer((4,), dtype, scope="local")
+                                    for lane in T.unroll(4):
+                                        acc[lane] = identity
+                                    for ic in loop(wc.taps):
+                                        for ih in loop(wh.taps):
+                                            for iw in loop(ww.taps):
+                                                accumulate(acc, x, A, vz // c4o, vz % c4o, vh, vw, ic, ih, iw)
+                                    finish(acc, Out, vz // c4o, vz % c4o, vh, vw)
+
+        return func
+
+    gs = _group_threads(taps, group_size)
+    log2_gs = gs.bit_length() - 1
+    chunk = 1 << ((log2_gs + 1) // 2)  # ~sqrt(gs): two levels of 8 for 64 items
+    chunks = gs // chunk
+    rounds = ceildiv(taps, gs)
+    th, tw = wh.taps, ww.taps
+
+    @T.prim_func(s_tir=True)
+    def func(a: T.handle, b: T.handle):
+        T.func_attr({"global_symbol": name, "tirx.noalias": True})
+        A = T.match_buffer(a, (n, c4, h, w, 4), dtype, scope=scope)
+        Out = T.match_buffer(b, out_shape, dtype, scope=out_scope)
+        for z in T.thread_binding(n * c4o, thread="blockIdx.z"):
+            for by in T.thread_binding(oh, thread="blockIdx.y"):
+                for bx in T.thread_binding(ow, thread="blockIdx.x"):
+                    with T.sblock("group"):
+                        vz, vh, vw = T.axis.remap("SSS", [z, by, bx])
+                        partial = T.sblock_alloc_buffer((gs, 4), dtype, scope="shared")
+                        chunk_result = T.sblock_alloc_buffer((chunks, 4), dtype, scope="shared")
+                        # 1. item t reduces taps t, t + gs, t + 2 gs, ... of the flattened window
+                        for t in T.thread_binding(gs, thread="threadIdx.x"):
+                            with T.sblock("taps"):
+                                acc = T.sblock_alloc_buffer((4,), dtype, scope="local")
+                                x = T.sblock_alloc_buffer((4,), dtype, scope="local")
+                                for lane in T.unroll(4):
+                                    acc[lane] = identity
+                                for r in T.serial(rounds):
+                                    if r * gs + t < taps:
+                                        accumulate(
+                                            acc, x, A, vz // c4o, vz % c4o, vh, vw,
+                                            (r * gs + t) // (th * tw), (r * gs + t) // tw % th, (r * gs + t) % tw,
+                                        )
+                                for lane in T.unroll(4):
+                                    partial[t, lane] = acc[lane]
+                        # 2. item t < chunks combines partials [t*chunk, (t+1)*chunk)
+                        for t in T.thread_binding(gs, thread="threadIdx.x"):
+                            with T.sblock("combine_chunks"):
+                                if t < chunks:
+                                    y = T.sblock_alloc_buffer((4,), dtype, scope="local")
+                                    for lane in T.unroll(4):
+                                        y[lane] = partial[t * chunk, lane]
+                                    for k in T.unroll(1, chunk):
+                                        for lane in T.unroll(4):
+                                            y[lane] = combine(y[lane], partial[t * chunk + k, lane])
+                                    for lane in T.unroll(4):
+                                        chunk_result[t, lane] = y[lane]
+                        # 3. item 0 combines the chunk results and stores the pixel
+                        for t in T.thread_binding(gs, thread="threadIdx.x"):
+                            with T.sblock("store"):
+                                if t == 0:
+                                    res = T.sblock_alloc_buffer((4,), dtype, scope="local")
+                                    for lane in T.unroll(4):
+                                        res[lane] = chunk_result[0, lane]
+                                    for k in T.unroll(1, chunks):
+                                        for lane in T.unroll(4):
+                                            res[lane] = combine(res[lane], chunk_result[k, lane])
+                                    finish(res, Out, vz // c4o, vz % c4o, vh, vw)
+
+    return func
+
+
+def _all(conds):
+    """Conjunction of TIR conditions, skipping the ones known true in Python."""
+    conds = [c for c in conds if c is not True]
+    if not conds:
+        return T.bool(True)
+    out = conds[0]
+    for c in conds[1:]:
+        out = T.And(out, c)
+    return out
+
+
+# -- pooling factories -------------------------------------------------------------------------
+
+
+def _check_pool_type(pool_type: str) -> str:
+    if pool_type not in POOL_TYPES:
+        raise ValueError(f"pool_type must be one of {POOL_TYPES}, got {pool_type!r}")
+    return pool_type
+
+
+def pool2d(
+    shape,
+    pool_type: str,
+    pool_size,
+    strides=1,
+    padding=0,
+    dilation=1,
+    ceil_mode: bool = False,
+    count_include_pad: bool = False,
+    dtype: str = "float32",
+    scope: str = TEXTURE,
+    strategy: str = "auto",
+    group_threshold: int | None = GROUP_THRESHOLD,
+    group_size: int = GROUP_SIZE,
+):
+    """Max or average pool2d of the NCHW4c ``shape`` (attributes as ``relax.op.nn.max_pool2d``).
+
+    ``padding``: int, (pad_h, pad_w) or (top, left, bottom, right); each side at most
+    half the window span. Average pooling divides by the taps inside the input, or with
+    ``count_include_pad`` by those inside the padded input (PyTorch).
+    Output: ``(N, C4, OH, OW, 4)`` in ``scope``; see :func:`pool2d_output_shape`.
+    """
+    _check_pool_type(pool_type)
+    wh, ww = pool_windows(shape, pool_size, strides, padding, dilation, ceil_mode)
+    wc = Window.point(shape[1])
+    divisor = None
+    if pool_type == "avg":
+        def divisor(co, vh, vw):  # >= 1: a window entirely in padding (dilation) averages to 0
+            return T.max(wh.count(vh, count_include_pad) * ww.count(vw, count_include_pad), 1)
+
+    return window_reduce(
+        shape,
+        (wc, wh, ww),
+        "max" if pool_type == "max" else "sum",
+        name=f"{pool_type}_pool2d",
+        divisor=divisor,
+        dtype=dtype,
+        scope=scope,
+        strategy=strategy,
+        group_threshold=group_threshold,
+        group_size=group_size,
+    )
+
+
+def max_pool2d(shape, pool_size, strides=1, padding=0, dilation=1, ceil_mode=False, **config):
+    return pool2d(shape, "max", pool_size, strides, padding, dilation, ceil_mode, **config)
+
+
+def avg_pool2d(shape, pool_size, strides=1, padding=0, dilation=1, ceil_mode=False, count_include_pad=False, **config):
+    return pool2d(shape, "avg", pool_size, strides, padding, dilation, ceil_mode, count_include_pad, **config)
+
+
+def pool2d_output_shape(shape, pool_size, strides=1, padding=0, dilation=1, ceil_mode=False):
+    """NCHW4c output shape of :func:`pool2d`."""
+    wh, ww = pool_windows(shape, pool_size, strides, padding, dilation, ceil_mode)
+    return (shape[0], shape[1], wh.out, ww.out, 4)
+
+
+def adaptive_pool2d(
+    shape,
+    pool_type: str,
+    output_size,
+    dtype: str = "float32",
+    scope: str = TEXTURE,
+    strategy: str = "auto",
+    group_threshold: int | None = GROUP_THRESHOLD,
+    group_size: int = GROUP_SIZE,
+):
+    """Adaptive max/avg pool2d to ``output_size`` (int or (OH, OW); any size >= 1, also larger
+    than the input): output ``i`` pools ``[floor(i*H/OH), ceil((i+1)*H/OH))`` (PyTorch)."""
+    _check_pool_type(pool_type)
+    _, c4, h, w, _ = _check_nchw4c(shape)
+    oh, ow = _pair(output_size, "output_size")
+    check_positive(output_size_h=oh, output_size_w=ow)
+    wh, ww = Window.adaptive_window(h, oh), Window.adaptive_window(w, ow)
+    divisor = None
+    if pool_type == "avg":
+        def divisor(co, vh, vw):
+            return wh.count(vh) * ww.count(vw)
+
+    return window_reduce(
+        shape,
+        (Window.point(c4), wh, ww),
+        "max" if pool_type == "max" else "sum",
+        name=f"adaptive_{pool_type}_pool2d",
+        divisor=divisor,
+        dtype=dtype,
+        scope=scope,
+        strategy=strategy,
+        group_threshold=group_threshold,
+        group_size=group_size,
+    )
+
+
+def adaptive_avg_pool2d(shape, output_size, **config):
+    return adaptive_pool2d(shape, "avg", output_size, **config)
+
+
+def adaptive_max_pool2d(shape, output_size, **config):
+    return adaptive_pool2d(shape, "max", output_size, **config)
+
+
+def global_pool2d(shape, pool_type: str, **config):
+    """Global max/avg pooling: ``(N, C4, H, W, 4) -> (N, C4, 1, 1, 4)``."""
+    return adaptive_pool2d(shape, pool_type, 1, **config)
+
+
+def global_avg_pool2d(shape, **config):
+    return global_pool2d(shape, "avg", **config)
+
+
+def global_max_pool2d(shape, **config):
+    return global_pool2d(shape, "max", **config)

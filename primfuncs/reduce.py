@@ -1,0 +1,184 @@
+"""Reductions of NCHW4c tensors (textures or buffers): sum/mean/max/min, softmax.
+
+``reduce`` reduces any non-empty set of the axes C, H, W of an NCHW tensor held
+as NCHW4c ``(N, C4, H, W, 4)``. It is a window reduction
+(:func:`primfuncs.pool2d.window_reduce`) whose windows are whole axes, so it has
+the same two schedules (one work item, or a work group combining in shared
+memory, per output pixel). Reducing C crosses the 4-lane pixel: the lanes of
+the last block beyond the real channel count are padding and are excluded (for
+max/min/mean they must never count as 0).
+
+Output: with ``keepdims`` the blocked tensor of the kept-dims NCHW shape in
+``scope`` (reducing C leaves one channel: lane 0 of one block, the other lanes
+zero); without it a plain row-major buffer of the NCHW result shape (the
+reduced axes dropped, padded channels dropped), see :func:`reduce_output`.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+from tvm.script import tirx as T
+
+from ._common import LANES, TEXTURE, check_dtype, check_scope, load_pixel, pixel_grid, store_pixel
+from .elementwise import _check_nchw4c
+from .pool2d import GROUP_SIZE, GROUP_THRESHOLD, REDUCERS, Window, window_reduce
+
+REDUCE_OPS = ("sum", "mean", "max", "min")
+
+
+def normalize_axis(axis, ndim: int = 4) -> tuple[int, ...]:
+    """Sorted, non-negative NCHW axes; the batch axis is not supported."""
+    if axis is None:  # Relax/NumPy: all axes, the batch axis included
+        raise NotImplementedError("axis=None reduces the batch axis too, which is not supported; pass axis=(1, 2, 3)")
+    axes = (axis,) if isinstance(axis, numbers.Integral) else tuple(axis) if isinstance(axis, (tuple, list)) else None
+    if axes is None or not all(isinstance(a, numbers.Integral) for a in axes):
+        raise TypeError(f"axis must be an int or a tuple of ints, got {axis!r}")
+    if not axes:
+        raise ValueError("axis must name at least one axis")
+    out = []
+    for a in axes:
+        if not -ndim <= a < ndim:
+            raise ValueError(f"axis {a!r} is out of range for a {ndim}-d NCHW tensor")
+        out.append(int(a) % ndim)
+    if len(set(out)) != len(out):
+        raise ValueError(f"axis has repeated axes: {axes}")
+    if 0 in out:
+        raise NotImplementedError(
+            f"reducing over the batch axis (axis={axis}) is not supported; reduce over axes 1, 2, 3 (C, H, W)"
+        )
+    return tuple(sorted(out))
+
+
+def _check_channels(shape, channels: int) -> int:
+    c4 = shape[1]
+    if not isinstance(channels, int) or not 4 * (c4 - 1) < channels <= 4 * c4:
+        raise ValueError(f"channels={channels!r} does not fit the {c4} channel blocks of shape {tuple(shape)}")
+    return channels
+
+
+def reduce_output(shape, channels: int, axis, keepdims: bool = True):
+    """``(shape, is_blocked)`` of :func:`reduce`'s output for the NCHW4c input ``shape``."""
+    n, c4, h, w, _ = _check_nchw4c(shape)
+    axes = normalize_axis(axis)
+    kept = {1: channels, 2: h, 3: w}
+    if keepdims:
+        return (n, 1 if 1 in axes else c4, 1 if 2 in axes else h, 1 if 3 in axes else w, LANES), True
+    return (n,) + tuple(kept[a] for a in (1, 2, 3) if a not in axes), False
+
+
+def reduce(
+    shape,
+    channels: int,
+    op: str,
+    axis=(2, 3),
+    keepdims: bool = True,
+    dtype: str = "float32",
+    scope: str = TEXTURE,
+    strategy: str = "auto",
+    group_threshold: int | None = GROUP_THRESHOLD,
+    group_size: int = GROUP_SIZE,
+):
+    """``op`` (sum, mean, max, min) over NCHW ``axis`` of the NCHW4c ``shape`` holding ``channels``."""
+    n, c4, h, w, _ = _check_nchw4c(shape)
+    _check_channels(shape, channels)
+    if op not in REDUCE_OPS:
+        raise ValueError(f"op must be one of {REDUCE_OPS}, got {op!r}")
+    axes = normalize_axis(axis)
+    windows = tuple(
+        Window.whole(extent) if a in axes else Window.point(extent) for a, extent in zip((1, 2, 3), (c4, h, w))
+    )
+    count = (channels if 1 in axes else 1) * (h if 2 in axes else 1) * (w if 3 in axes else 1)
+    return window_reduce(
+        shape,
+        windows,
+        "sum" if op == "mean" else op,
+        name=f"{op}_{''.join('nchw'[a] for a in axes)}",
+        divisor=(lambda co, vh, vw: count) if op == "mean" else None,
+        fold_lanes=1 in axes,
+        channels=channels,
+        plain_axes=None if keepdims else tuple("chw"[a - 1] for a in (1, 2, 3) if a not in axes),
+        dtype=dtype,
+        scope=scope,
+        strategy=strategy,
+        group_threshold=group_threshold,
+        group_size=group_size,
+    )
+
+
+def sum(shape, channels, axis=(2, 3), keepdims=True, **config):  # noqa: A001 (Relax's name)
+    return reduce(shape, channels, "sum", axis, keepdims, **config)
+
+
+def mean(shape, channels, axis=(2, 3), keepdims=True, **config):
+    return reduce(shape, channels, "mean", axis, keepdims, **config)
+
+
+def max(shape, channels, axis=(2, 3), keepdims=True, **config):  # noqa: A001
+    return reduce(shape, channels, "max", axis, keepdims, **config)
+
+
+def min(shape, channels, axis=(2, 3), keepdims=True, **config):  # noqa: A001
+    return reduce(shape, channels, "min", axis, keepdims, **config)
+
+
+def softmax(shape, channels: int, dtype: str = "float32", scope: str = TEXTURE):
+    """Softmax over the channels of the NCHW4c ``shape`` (``relax.op.nn.softmax`` axis=1).
+
+    One work item per (n, h, w) walks the channel blocks three times: the max
+    (stability: exp never overflows), the sum of ``exp(x - max)``, then writes
+    ``exp(x - max) / sum``. Padded lanes are excluded from both reductions and
+    written as 0.
+    """
+    n, c4, h, w, _ = _check_nchw4c(shape)
+    _check_channels(shape, channels)
+    check_dtype(dtype)
+    check_scope(scope)
+    g = pixel_grid(n, h, w)
+    combine_max, lowest = REDUCERS["max"][0], REDUCERS["max"][1](dtype)
+    zero = T.FloatImm(dtype, 0.0)
+
+    def real(cb, lane):
+        return cb * 4 + lane < channels
+
+    @T.prim_func(s_tir=True)
+    def func(a: T.handle, b: T.handle):
+        T.func_attr({"global_symbol": "softmax_c", "tirx.noalias": True})
+        A = T.match_buffer(a, (n, c4, h, w, 4), dtype, scope=scope)
+        B = T.match_buffer(b, (n, c4, h, w, 4), dtype, scope=scope)
+        for z in T.thread_binding(n, thread="blockIdx.z"):
+            for by in T.thread_binding(g.by, thread="blockIdx.y"):
+                for bx in T.thread_binding(g.bx, thread="blockIdx.x"):
+                    for ty in T.thread_binding(g.ty, thread="threadIdx.y"):
+                        for tx in T.thread_binding(g.tx, thread="threadIdx.x"):
+                            with T.sblock("softmax"):
+                                vn = T.axis.spatial(n, z)
+                                vh = T.axis.spatial(h, by * g.ty + ty)
+                                vw = T.axis.spatial(w, bx * g.tx + tx)
+                                T.where(by * g.ty + ty < h and bx * g.tx + tx < w)
+                                x = T.sblock_alloc_buffer((4,), dtype, scope="local")
+                                m = T.sblock_alloc_buffer((4,), dtype, scope="local")
+                                s = T.sblock_alloc_buffer((1,), dtype, scope="local")
+                                # 1. m[0] = max over the real channels
+                                for lane in T.unroll(4):
+                                    m[lane] = lowest
+                                for cb in T.serial(c4):
+                                    load_pixel(x, A, vn, cb, vh, vw)
+                                    for lane in T.unroll(4):
+                                        m[lane] = combine_max(m[lane], T.if_then_else(real(cb, lane), x[lane], lowest))
+                                m[0] = combine_max(combine_max(m[0], m[1]), combine_max(m[2], m[3]))
+                                # 2. s[0] = sum of exp(x - m) over the real channels
+                                s[0] = zero
+                                for cb in T.serial(c4):
+                                    load_pixel(x, A, vn, cb, vh, vw)
+                                    for lane in T.unroll(4):
+                                        s[0] = s[0] + T.if_then_else(real(cb, lane), T.exp(x[lane] - m[0]), zero)
+                                # 3. y = exp(x - m) / s, padded lanes 0
+                                for cb in T.serial(c4):
+                                    load_pixel(x, A, vn, cb, vh, vw)
+                                    for lane in T.unroll(4):
+                                        x[lane] = T.if_then_else(real(cb, lane), T.exp(x[lane] - m[0]) / s[0], zero)
+                                    store_pixel(B, vn, cb, vh, vw, x)
+
+    return func
+

@@ -1,0 +1,264 @@
+"""Pooling kernels (primfuncs.pool2d, ops.*pool2d) against float64 NumPy references on OpenCL.
+
+Both schedules are forced on every property: "thread" (a work item per output pixel)
+and "group" (a work group per output pixel, combined in shared memory). Max pooling
+inputs are all negative, so a padded position read as 0 instead of -inf shows up.
+"""
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from primfuncs import pool2d
+from primfuncs._common import BUFFER, TEXTURE
+from tir_adreno import ops
+from util import assert_close, rand
+
+RTOL = 1e-5
+STRATEGIES = ["thread", "group"]
+
+
+# -- helpers (NumPy only) ---------------------------------------------------------------------
+def pack_nchw4c(x: np.ndarray, pad_value=0.0) -> np.ndarray:
+    """NCHW -> (N, C4, H, W, 4); the lanes past C hold ``pad_value``."""
+    n, c, h, w = x.shape
+    c4 = -(-c // 4)
+    padded = np.full((n, c4 * 4, h, w), pad_value, x.dtype)
+    padded[:, :c] = x
+    return np.ascontiguousarray(padded.reshape(n, c4, 4, h, w).transpose(0, 1, 3, 4, 2))
+
+
+def unpack_nchw4c(y: np.ndarray, channels: int) -> np.ndarray:
+    n, c4, h, w, _ = y.shape
+    return y.transpose(0, 1, 4, 2, 3).reshape(n, c4 * 4, h, w)[:, :channels]
+
+
+def run_kernel(device, func, *inputs) -> np.ndarray:
+    """Run ``func`` on ``inputs`` (NumPy arrays in its parameters' scopes) and a poisoned output."""
+    loaded, name = ops.compile(func, device)
+    specs = loaded[name].params
+    tensors = [device.empty(spec).upload(value) for spec, value in zip(specs, inputs)]
+    out = device.empty(specs[-1]).poison()
+    loaded(name, *tensors, out)
+    return out.numpy()
+
+
+def _taps(start, size, dilation):
+    return [start + i * dilation for i in range(size)]
+
+
+def _out_size(extent, size, stride, before, after, dilation, ceil_mode):
+    room = extent + before + after - (size - 1) * dilation - 1
+    out = (-(-room // stride) if ceil_mode else room // stride) + 1
+    if ceil_mode and (out - 1) * stride >= extent + before:  # last window must start inside the input
+        out -= 1
+    return out
+
+
+def pool_reference(x, pool_type, pool_size, strides, padding, dilation, ceil_mode, count_include_pad):
+    """float64 NCHW pool2d with PyTorch's semantics (padding = (top, left, bottom, right));
+    a max window with no input element is -inf, an average one 0."""
+    x = x.astype(np.float64)
+    _, _, h, w = x.shape
+    (kh, kw), (sh, sw), (dh, dw) = pool_size, strides, dilation
+    top, left, bottom, right = padding
+    oh = _out_size(h, kh, sh, top, bottom, dh, ceil_mode)
+    ow = _out_size(w, kw, sw, left, right, dw, ceil_mode)
+    out = np.empty(x.shape[:2] + (oh, ow))
+    for i in range(oh):
+        for j in range(ow):
+            rows, cols = _taps(i * sh - top, kh, dh), _taps(j * sw - left, kw, dw)
+            real_rows = [r for r in rows if 0 <= r < h]
+            real_cols = [c for c in cols if 0 <= c < w]
+            box = x[:, :, real_rows][:, :, :, real_cols]
+            if pool_type == "max":
+                out[:, :, i, j] = box.max(axis=(2, 3)) if box.size else -np.inf
+            else:
+                if count_include_pad:  # taps inside the padded input (a ceil_mode window may run past it)
+                    count = sum(r < h + bottom for r in rows) * sum(c < w + right for c in cols)
+                else:
+                    count = len(real_rows) * len(real_cols)
+                out[:, :, i, j] = box.sum(axis=(2, 3)) / max(count, 1)
+    return out
+
+
+def adaptive_reference(x, pool_type, out_size):
+    """float64 adaptive pooling: output i pools [floor(i*H/OH), ceil((i+1)*H/OH))."""
+    x = x.astype(np.float64)
+    _, _, h, w = x.shape
+    oh, ow = out_size
+    out = np.empty(x.shape[:2] + (oh, ow))
+    for i in range(oh):
+        for j in range(ow):
+            box = x[:, :, (i * h) // oh : -(-(i + 1) * h // oh), (j * w) // ow : -(-(j + 1) * w // ow)]
+            out[:, :, i, j] = box.max(axis=(2, 3)) if pool_type == "max" else box.mean(axis=(2, 3))
+    return out
+
+
+def assert_pool_close(actual, reference):
+    """-inf exactly where the reference has it (windows with no input), the rest within RTOL."""
+    neg = np.isneginf(reference)
+    np.testing.assert_array_equal(np.isneginf(actual), neg)
+    assert_close(actual[~neg], reference[~neg], RTOL)
+
+
+def pool_input(rng, shape, pool_type):
+    x = rand(rng, shape)
+    return -np.abs(x) - 0.25 if pool_type == "max" else x  # all negative: padding must not win a max
+
+
+# -- properties -------------------------------------------------------------------------------
+@st.composite
+def pool_cases(draw):
+    kh, kw = draw(st.integers(1, 4)), draw(st.integers(1, 4))
+    dh, dw = draw(st.integers(1, 2)), draw(st.integers(1, 2))
+    span_h, span_w = (kh - 1) * dh + 1, (kw - 1) * dw + 1
+    top, bottom = draw(st.integers(0, span_h // 2)), draw(st.integers(0, span_h // 2))
+    left, right = draw(st.integers(0, span_w // 2)), draw(st.integers(0, span_w // 2))
+    return dict(
+        n=draw(st.integers(1, 2)),
+        c=draw(st.integers(1, 9)),
+        h=draw(st.integers(max(1, span_h - top - bottom), span_h + 6)),
+        w=draw(st.integers(max(1, span_w - left - right), span_w + 6)),
+        pool_type=draw(st.sampled_from(["max", "avg"])),
+        pool_size=(kh, kw),
+        strides=(draw(st.integers(1, 3)), draw(st.integers(1, 3))),
+        padding=(top, left, bottom, right),
+        dilation=(dh, dw),
+        ceil_mode=draw(st.booleans()),
+        count_include_pad=draw(st.booleans()),
+        scope=draw(st.sampled_from([TEXTURE, BUFFER])),
+        group_size=draw(st.sampled_from([2, 4, 64])),  # 2, 4: several rounds of taps per work item
+        seed=draw(st.integers(0, 2**32 - 1)),
+    )
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@given(case=pool_cases())
+def test_pool2d(device, strategy, case):
+    x = pool_input(np.random.default_rng(case["seed"]), (case["n"], case["c"], case["h"], case["w"]), case["pool_type"])
+    attrs = {k: case[k] for k in ("pool_size", "strides", "padding", "dilation", "ceil_mode", "count_include_pad")}
+    func = pool2d.pool2d(
+        pack_nchw4c(x).shape, case["pool_type"], **attrs,
+        scope=case["scope"], strategy=strategy, group_size=case["group_size"],
+    )
+    y = run_kernel(device, func, pack_nchw4c(x))
+    assert_pool_close(unpack_nchw4c(y, case["c"]), pool_reference(x, case["pool_type"], **attrs))
+
+
+@given(
+    n=st.integers(1, 2), c=st.integers(1, 9), h=st.integers(1, 10), w=st.integers(1, 10),
+    grow=st.tuples(st.integers(-9, 3), st.integers(-9, 3)),  # output smaller or larger than the input
+    pool_type=st.sampled_from(["max", "avg"]), scope=st.sampled_from([TEXTURE, BUFFER]),
+    strategy=st.sampled_from(STRATEGIES), seed=st.integers(0, 2**32 - 1),
+)
+def test_adaptive_pool2d(device, n, c, h, w, grow, pool_type, scope, strategy, seed):
+    """Adaptive windows go through the same kernels as sliding ones (test_pool2d forces both
+    schedules on every example); here each example forces one of them."""
+    out_size = (max(1, h + grow[0]), max(1, w + grow[1]))
+    x = pool_input(np.random.default_rng(seed), (n, c, h, w), pool_type)
+    func = pool2d.adaptive_pool2d(pack_nchw4c(x).shape, pool_type, out_size, scope=scope, strategy=strategy, group_size=4)
+    y = run_kernel(device, func, pack_nchw4c(x))
+    assert_pool_close(unpack_nchw4c(y, c), adaptive_reference(x, pool_type, out_size))
+
+
+# -- fixed cases ------------------------------------------------------------------------------
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_max_pool_padding_is_minus_infinity(device, strategy):
+    """All-negative input: a padded tap read as 0 would win every border max."""
+    rng = np.random.default_rng(7)
+    x = -np.abs(rand(rng, (1, 5, 6, 5))) - 1.0
+    attrs = dict(pool_size=(3, 3), strides=(1, 2), padding=(1, 1, 1, 1), dilation=(1, 1), ceil_mode=True)
+    y = unpack_nchw4c(run_kernel(device, pool2d.max_pool2d(pack_nchw4c(x).shape, **attrs, strategy=strategy), pack_nchw4c(x)), 5)
+    assert np.all(y < -1.0)
+    assert_close(y, pool_reference(x, "max", **attrs, count_include_pad=False), RTOL)
+    # dilation 2 on a 1x1 input with padding 1: the only window holds padding alone -> -inf (PyTorch)
+    x1 = -np.ones((1, 1, 1, 1), np.float32)
+    func = pool2d.max_pool2d((1, 1, 1, 1, 4), (2, 2), padding=1, dilation=2, strategy=strategy)
+    assert np.all(np.isneginf(run_kernel(device, func, pack_nchw4c(x1))[..., 0]))
+
+
+@pytest.mark.parametrize("strategy, pool_type", [("thread", "avg"), ("group", "max")])
+def test_global_pool_large_window(device, strategy, pool_type):
+    """Global pooling of 23x19 (437 taps): many rounds per work item in the group schedule."""
+    x = rand(np.random.default_rng(11), (1, 6, 23, 19))
+    func = pool2d.global_pool2d(pack_nchw4c(x).shape, pool_type, strategy=strategy)
+    y = unpack_nchw4c(run_kernel(device, func, pack_nchw4c(x)), 6)
+    assert_close(y, adaptive_reference(x, pool_type, (1, 1)), RTOL)
+
+
+def test_ops_pooling_nchw(device):
+    """ops.*pool2d: NCHW NumPy in and out, argument names and defaults as relax.op.nn
+    (one input shape and one output shape: the layout kernels are built once)."""
+    rng = np.random.default_rng(3)
+    x = rand(rng, (2, 6, 9, 9))
+    neg = -np.abs(x) - 0.5
+    assert_close(ops.max_pool2d(neg, 3, 2, 1), pool_reference(neg, "max", (3, 3), (2, 2), (1,) * 4, (1, 1), False, False), RTOL)
+    ref = pool_reference(x, "avg", (3, 3), (2, 2), (1,) * 4, (1, 1), False, False)  # Relax default: padding excluded
+    assert_close(ops.avg_pool2d(x, pool_size=(3, 3), strides=(2, 2), padding=(1, 1)), ref, RTOL)
+    assert_close(ops.adaptive_avg_pool2d(x, 5), adaptive_reference(x, "avg", (5, 5)), RTOL)
+
+
+@pytest.mark.parametrize(
+    "extent, size, stride, pad, dilation, ceil_mode, expected",
+    [
+        (112, 3, 2, 1, 1, False, 56),  # ResNet stem
+        (112, 3, 2, 1, 1, True, 57),
+        (6, 3, 2, 1, 1, False, 3),
+        (6, 3, 2, 1, 1, True, 4),  # partial last window
+        (5, 2, 2, 1, 1, True, 3),  # a 4th window would start in the right padding: dropped
+        (8, 3, 2, 0, 1, True, 4),
+        (7, 3, 2, 0, 1, True, 3),
+        (9, 3, 1, 2, 2, False, 9),
+        (1, 1, 1, 0, 1, True, 1),
+    ],
+)
+def test_output_size(extent, size, stride, pad, dilation, ceil_mode, expected):
+    shape = pool2d.pool2d_output_shape((1, 1, extent, extent, 4), size, stride, pad, dilation, ceil_mode)
+    assert shape == (1, 1, expected, expected, 4)
+
+
+def test_padding_forms():
+    assert pool2d.normalize_padding(1) == (1, 1, 1, 1)
+    assert pool2d.normalize_padding((1, 2)) == (1, 2, 1, 2)
+    assert pool2d.normalize_padding((1, 2, 3, 0)) == (1, 2, 3, 0)
+
+
+def test_bad_arguments():
+    shape = (1, 2, 8, 8, 4)
+    x = np.ones((1, 5, 8, 8), np.float32)
+    with pytest.raises(ValueError, match="pool_size_h must be >= 1"):
+        pool2d.max_pool2d(shape, (0, 2))
+    with pytest.raises(ValueError, match="pool_size must be an int or a pair"):
+        pool2d.max_pool2d(shape, (2, 2, 2))
+    with pytest.raises(TypeError, match="strides must be an int or a tuple of ints, got 1.5"):
+        pool2d.max_pool2d(shape, 2, strides=1.5)
+    with pytest.raises(ValueError, match="strides_w must be >= 1"):
+        pool2d.avg_pool2d(shape, 2, strides=(1, 0))
+    with pytest.raises(ValueError, match="padding left=2 is more than half of the window span 3"):
+        pool2d.max_pool2d(shape, 3, padding=(1, 2, 1, 1))
+    with pytest.raises(ValueError, match="padding must be >= 0"):
+        pool2d.max_pool2d(shape, 3, padding=-1)
+    with pytest.raises(ValueError, match="padding must be an int, a pair or"):
+        pool2d.max_pool2d(shape, 3, padding=(1, 1, 1))
+    with pytest.raises(ValueError, match="larger than the padded input"):
+        pool2d.max_pool2d((1, 1, 2, 8, 4), 5, padding=1)
+    with pytest.raises(ValueError, match="NCHW4c shape"):
+        pool2d.max_pool2d((1, 2, 8, 8), 2)
+    with pytest.raises(ValueError, match="strategy must be one of"):
+        pool2d.max_pool2d(shape, 2, strategy="warp")
+    with pytest.raises(ValueError, match="pool_type must be one of"):
+        pool2d.pool2d(shape, "min", 2)
+    with pytest.raises(ValueError, match="output_size_w must be >= 1"):
+        pool2d.adaptive_avg_pool2d(shape, (2, 0))
+    with pytest.raises(ValueError, match="scope must be one of"):
+        pool2d.max_pool2d(shape, 2, scope="shared")
+    with pytest.raises(ValueError, match="x must be 4-d"):
+        ops.max_pool2d(np.ones((5, 8, 8), np.float32), 2)
+    with pytest.raises(ValueError, match="pool_size_w must be >= 1"):
+        ops.avg_pool2d(x, (2, 0))
+    with pytest.raises(ValueError, match="padding top=3 is more than half"):
+        ops.max_pool2d(x, 3, padding=(3, 0))
+    with pytest.raises(TypeError, match="x has dtype int32"):
+        ops.adaptive_avg_pool2d(np.ones((1, 5, 8, 8), np.int32), 1)

@@ -1,0 +1,125 @@
+"""The Relax pass on small graphs: fusion, layouts, scopes, fallback to upstream — each
+checked numerically against TVM's LLVM build of the same module."""
+
+import numpy as np
+import pytest
+from tvm import relax
+
+from tir_adreno import compile_model, texture
+from tir_adreno.models import _Builder, _model
+from tir_adreno.reference import reference_outputs, relative_error
+
+RTOL = 1e-4
+
+
+def run_and_check(body, size=12, channels=3, **kwargs):
+    mod = _model("test", body, 1, size, 0)
+    if channels != 3:
+        mod = _with_input_channels(body, size, channels)
+    compiled = compile_model(mod, progress=lambda _: None, **kwargs)
+    x = np.random.default_rng(5).standard_normal(compiled.plan.tensors[compiled.plan.inputs[0][1]].shape).astype("float32")
+    outputs = compiled.run({"input": x})
+    refs = reference_outputs(mod, {"input": x})
+    for out, ref in zip(outputs, refs):
+        assert relative_error(out, ref) <= RTOL
+    return [p["op"] for p in compiled.profile()], compiled
+
+
+def _with_input_channels(body, size, channels):
+    bb = relax.BlockBuilder()
+    x = relax.Var("input", relax.TensorType((1, channels, size, size), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(body(_Builder(bb, 0), x))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def _residual_block(m, x):
+    x = m.conv_bn(x, 6, 3)
+    y = m.conv_bn(m.conv_bn(x, 6, 3), 6, 3, act=None)
+    return m.activate(m.bb.emit(relax.op.add(y, x)), "relu")
+
+
+def test_conv_bn_residual_relu_fuse_into_conv_kernels():
+    ops, _ = run_and_check(_residual_block)
+    assert ops == ["nchw_to_nchw4c", "conv2d_nchw4c", "conv2d_nchw4c1", "conv2d_nchw4c2", "nchw4c_to_nchw"]
+
+
+def test_downsample_branch_takes_the_main_branch_as_residual():
+    def body(m, x):
+        x = m.conv_bn(x, 5, 3)
+        y = m.conv_bn(m.conv_bn(x, 10, 3, 2), 10, 3, act=None)
+        s = m.conv_bn(x, 10, 1, 2, act=None)
+        return m.activate(m.bb.emit(relax.op.add(y, s)), "relu")
+
+    ops, _ = run_and_check(body, size=11)
+    assert not any(op.startswith(("add", "relu")) for op in ops), ops
+
+
+def test_depthwise_relu6_linear_bottleneck():
+    def body(m, x):
+        x = m.conv_bn(x, 8, 3, act="relu6")
+        y = m.conv_bn(x, 48, 1, act="relu6")
+        y = m.conv_bn(y, 48, 3, 1, groups=48, act="relu6")
+        y = m.conv_bn(y, 8, 1, act=None)
+        return m.bb.emit(relax.op.add(y, x))
+
+    ops, _ = run_and_check(body)
+    assert ops.count("depthwise_conv2d_nchw4c") == 1 and not any(op.startswith(("clip", "add")) for op in ops), ops
+
+
+def test_pool_reduce_softmax_concat():
+    def body(m, x):
+        x = m.conv_bn(x, 6, 3)
+        a = m.bb.emit(relax.op.nn.max_pool2d(x, 3, 2, 1))
+        b = m.bb.emit(relax.op.nn.avg_pool2d(x, 2, 2, ceil_mode=True))
+        c = m.bb.emit(relax.op.concat([a, b], axis=1))  # both 5 x 5: ceil_mode keeps the partial window
+        d = m.bb.emit(relax.op.nn.softmax(c, axis=1))
+        return m.bb.emit(relax.op.mean(d, axis=[2, 3], keepdims=True))
+
+    ops, _ = run_and_check(body, size=9)
+    for op in ("max_pool2d", "avg_pool2d", "concat_channels", "softmax", "mean"):
+        assert any(o.startswith(op) for o in ops), (op, ops)
+
+
+def test_unsupported_op_falls_back_with_transforms_only_around_it():
+    def body(m, x):
+        x = m.conv_bn(x, 7, 3)
+        y = m.bb.emit(relax.op.sigmoid(x))  # not ours: upstream TVM on buffers
+        return m.conv_bn(y, 5, 3)
+
+    ops, compiled = run_and_check(body)
+    assert ops == ["nchw_to_nchw4c", "conv2d_nchw4c", "nchw4c_to_nchw", "tir_sigmoid", "nchw_to_nchw4c1", "conv2d_nchw4c1", "nchw4c_to_nchw1"]
+    assert [p["ours"] for p in compiled.profile()] == [True, True, True, False, True, True, True]
+
+
+def test_nhwc_model():
+    def body(m, x):
+        w = m.rng.standard_normal((3, 3, 4, 6)).astype("float32") * 0.3  # HWIO
+        y = m.bb.emit(relax.op.nn.conv2d(x, m.const(w), padding=1, data_layout="NHWC", kernel_layout="HWIO"))
+        return m.bb.emit(relax.op.nn.relu(y))
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("input", relax.TensorType((2, 7, 9, 4), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(body(_Builder(bb, 0), x))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    compiled = compile_model(mod, progress=lambda _: None)
+    xin = np.random.default_rng(0).standard_normal((2, 7, 9, 4)).astype("float32")
+    (out,) = compiled.run({"input": xin})
+    (ref,) = reference_outputs(mod, {"input": xin})
+    assert relative_error(out, ref) <= RTOL
+    ops = [p["op"] for p in compiled.profile()]
+    assert ops[0] == "nhwc_to_nchw4c" and ops[-1] == "nchw4c_to_nhwc" and any(o.startswith("conv2d") for o in ops)
+
+
+def test_tensors_over_the_image_limits_go_to_buffers():
+    small = texture.DeviceLimits(image2d_max_width=8, image2d_max_height=64, image_max_array_size=64)
+    ops, compiled = run_and_check(_residual_block, size=12, limits=small)  # 12 columns > 8
+    scopes = {t.scope for t in compiled.plan.tensors}
+    assert "global.texture" not in scopes
+    with pytest.raises(texture.TextureLimitError):
+        compile_model(_model("test", _residual_block, 1, 12, 0), progress=lambda _: None, limits=small, allow_buffer=False)
