@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from primfuncs import layout
 from tir_adreno import ops
-from util import rand
+from util import pack_nchw4c, pack_oihw4o, rand, run_kernel
 
 dims = st.tuples(
     st.integers(1, 3), st.integers(1, 13), st.integers(1, 9), st.integers(1, 9), st.integers(0, 2**32 - 1)
@@ -15,32 +15,12 @@ dims = st.tuples(
 scopes = st.sampled_from(["global.texture", "global"])
 
 
-def blocked_reference(x_nchw):
-    n, c, h, w = x_nchw.shape
-    c4 = -(-c // 4)
-    padded = np.zeros((n, c4 * 4, h, w), x_nchw.dtype)
-    padded[:, :c] = x_nchw
-    return padded.reshape(n, c4, 4, h, w).transpose(0, 1, 3, 4, 2)
-
-
-def run_kernel(device, func, x):
-    from tir_adreno import build
-
-    module = build.build_cached(func)
-    (name,) = module.functions
-    src_spec, dst_spec = module[name].params
-    src = device.empty(src_spec).upload(x)
-    dst = device.empty(dst_spec).poison()
-    device.load(module)(name, src, dst)
-    return dst.numpy()
-
-
 @given(dims, scopes)
 def test_nchw_roundtrip(device, d, scope):
     n, c, h, w, seed = d
     x = rand(np.random.default_rng(seed), (n, c, h, w))
     packed = run_kernel(device, layout.nchw_to_nchw4c(x.shape, scope=scope), x)
-    np.testing.assert_array_equal(packed, blocked_reference(x))
+    np.testing.assert_array_equal(packed, pack_nchw4c(x))
     back = run_kernel(device, layout.nchw4c_to_nchw(x.shape, scope=scope), packed)
     np.testing.assert_array_equal(back, x)
 
@@ -50,7 +30,7 @@ def test_nhwc_roundtrip(device, d, scope):
     n, c, h, w, seed = d
     x = rand(np.random.default_rng(seed), (n, h, w, c))
     packed = run_kernel(device, layout.nhwc_to_nchw4c(x.shape, scope=scope), x)
-    np.testing.assert_array_equal(packed, blocked_reference(x.transpose(0, 3, 1, 2)))
+    np.testing.assert_array_equal(packed, pack_nchw4c(x.transpose(0, 3, 1, 2)))
     back = run_kernel(device, layout.nchw4c_to_nhwc(x.shape, scope=scope), packed)
     np.testing.assert_array_equal(back, x)
 
@@ -63,10 +43,7 @@ def test_oihw_to_oihw4o(device, d, scope):
     o, i, kh, kw, seed = d
     w = rand(np.random.default_rng(seed), (o, i, kh, kw))
     packed = run_kernel(device, layout.oihw_to_oihw4o(w.shape, scope=scope), w)
-    o4 = -(-o // 4)
-    ref = np.zeros((o4 * 4, i, kh, kw), w.dtype)
-    ref[:o] = w
-    np.testing.assert_array_equal(packed, ref.reshape(o4, 4, i, kh, kw).transpose(0, 2, 3, 4, 1))
+    np.testing.assert_array_equal(packed, pack_oihw4o(w))
 
 
 @given(dims)
@@ -74,7 +51,7 @@ def test_ops_to_from_nchw4c(d):
     n, c, h, w, seed = d
     x = rand(np.random.default_rng(seed), (n, c, h, w))
     packed = ops.to_nchw4c(x)
-    np.testing.assert_array_equal(packed, blocked_reference(x))
+    np.testing.assert_array_equal(packed, pack_nchw4c(x))
     np.testing.assert_array_equal(ops.from_nchw4c(packed, c), x)
 
 

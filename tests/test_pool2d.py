@@ -13,37 +13,13 @@ from hypothesis import strategies as st
 from primfuncs import pool2d
 from primfuncs._common import BUFFER, TEXTURE
 from tir_adreno import ops
-from util import assert_close, rand
+from util import assert_close, pack_nchw4c, rand, run_kernel, unpack_nchw4c
 
 RTOL = 1e-5
 STRATEGIES = ["thread", "group"]
 
 
 # -- helpers (NumPy only) ---------------------------------------------------------------------
-def pack_nchw4c(x: np.ndarray, pad_value=0.0) -> np.ndarray:
-    """NCHW -> (N, C4, H, W, 4); the lanes past C hold ``pad_value``."""
-    n, c, h, w = x.shape
-    c4 = -(-c // 4)
-    padded = np.full((n, c4 * 4, h, w), pad_value, x.dtype)
-    padded[:, :c] = x
-    return np.ascontiguousarray(padded.reshape(n, c4, 4, h, w).transpose(0, 1, 3, 4, 2))
-
-
-def unpack_nchw4c(y: np.ndarray, channels: int) -> np.ndarray:
-    n, c4, h, w, _ = y.shape
-    return y.transpose(0, 1, 4, 2, 3).reshape(n, c4 * 4, h, w)[:, :channels]
-
-
-def run_kernel(device, func, *inputs) -> np.ndarray:
-    """Run ``func`` on ``inputs`` (NumPy arrays in its parameters' scopes) and a poisoned output."""
-    loaded, name = ops.compile(func, device)
-    specs = loaded[name].params
-    tensors = [device.empty(spec).upload(value) for spec, value in zip(specs, inputs)]
-    out = device.empty(specs[-1]).poison()
-    loaded(name, *tensors, out)
-    return out.numpy()
-
-
 def _taps(start, size, dilation):
     return [start + i * dilation for i in range(size)]
 

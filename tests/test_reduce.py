@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 
 from primfuncs import reduce
 from primfuncs._common import BUFFER, TEXTURE
-from test_pool2d import STRATEGIES, pack_nchw4c, run_kernel, unpack_nchw4c
+from test_pool2d import STRATEGIES
 from tir_adreno import ops
-from util import assert_close, rand
+from util import assert_close, pack_nchw4c, rand, run_kernel, unpack_nchw4c
 
 RTOL = 1e-5
 AXES = [a for r in (1, 2, 3) for a in itertools.combinations((1, 2, 3), r)]  # every non-empty subset of C, H, W

@@ -2,6 +2,10 @@
 
 import numpy as np
 
+from tir_adreno import ops
+from tir_adreno.blocked import pack_nchw4c, pack_oihw4o, unpack_nchw4c  # noqa: F401 (re-exported for tests)
+from tir_adreno.reference import relative_error
+
 
 def rand(rng: np.random.Generator, shape, dtype="float32") -> np.ndarray:
     """Fresh standard-normal values (never zeros or constants)."""
@@ -14,10 +18,19 @@ def rel_error(actual: np.ndarray, reference: np.ndarray) -> float:
     reference = np.asarray(reference, np.float64)
     assert actual.shape == reference.shape, (actual.shape, reference.shape)
     assert np.all(np.isfinite(actual)), "output has NaN/Inf (an element was not written: poison survived)"
-    scale = float(np.max(np.abs(reference), initial=0.0)) or np.finfo(np.float64).tiny
-    return float(np.max(np.abs(actual - reference), initial=0.0)) / scale
+    return relative_error(actual, reference)
 
 
 def assert_close(actual, reference, rtol: float):
     err = rel_error(actual, reference)
     assert err <= rtol, f"relative error {err:.3g} > {rtol:g}"
+
+
+def run_kernel(device, func, *inputs) -> np.ndarray:
+    """Run ``func`` on ``inputs`` (NumPy arrays in its parameters' scopes) and a poisoned output."""
+    loaded, name = ops.compile(func, device)
+    specs = loaded[name].params
+    tensors = [device.empty(spec).upload(value) for spec, value in zip(specs, inputs)]
+    out = device.empty(specs[-1]).poison()
+    loaded(name, *tensors, out)
+    return out.numpy()

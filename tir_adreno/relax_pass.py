@@ -33,6 +33,7 @@ from primfuncs._common import BUFFER, TEXTURE, TEXTURE_WEIGHT, blocked
 from primfuncs.epilogue import Epilogue
 
 from . import texture
+from .blocked import pack_bias, pack_oihw4o
 
 #: Relax op name -> handler(rewriter, node) -> new Relax expr of the node's value, or None to leave it.
 HANDLERS = {}
@@ -344,20 +345,6 @@ def _conv_weight_oihw(w: np.ndarray, kernel_layout: str) -> np.ndarray | None:
     return None
 
 
-def _pack_oihw4o(w: np.ndarray) -> np.ndarray:
-    o, i, kh, kw = w.shape
-    o4 = blocked(o)
-    padded = np.zeros((o4 * 4, i, kh, kw), w.dtype)
-    padded[:o] = w
-    return np.ascontiguousarray(padded.reshape(o4, 4, i, kh, kw).transpose(0, 2, 3, 4, 1))
-
-
-def _pack_bias(bias: np.ndarray) -> np.ndarray:
-    out = np.zeros((blocked(bias.size) * 4,), np.float32)
-    out[: bias.size] = bias
-    return out.reshape(-1, 4)
-
-
 @handles("relax.nn.conv2d")
 def conv2d_handler(rw: Rewriter, node: Node):
     attrs = node.attrs
@@ -440,12 +427,12 @@ def conv2d_handler(rw: Rewriter, node: Node):
     kwargs = dict(strides=geom.strides, padding=geom.padding, dilation=geom.dilation, epilogue=epilogue, scope=scope)
     if not depthwise:
         kwargs["groups"] = groups
-    packed_w = _pack_oihw4o(w.astype(np.float32))
+    packed_w = pack_oihw4o(w.astype(np.float32))
     kwargs["weight_scope"] = rw.weight_scope(packed_w.shape) if scope == TEXTURE else BUFFER
     func = factory((n, c, h, wd), w.shape, **kwargs)
     args = [rw.blocked(x, scope), relax.const(packed_w)]
     if has_bias:
-        args.append(relax.const(_pack_bias(bias.astype(np.float32))))
+        args.append(relax.const(pack_bias(bias.astype(np.float32))))
     if residual is not None:
         args.append(rw.blocked(residual, scope))
     out = rw.emit_kernel(func, args, out5, hint="conv2d")

@@ -12,6 +12,7 @@ import numpy as np
 from primfuncs import elementwise, layout
 
 from . import build, runtime
+from .blocked import pack_nchw4c, pack_oihw4o
 from .ops import activation_scope, blocked_shape
 
 SHAPE = (1, 32, 56, 56)  # an early-CNN activation, NCHW
@@ -33,27 +34,19 @@ def _case(dev, func, inputs, expected, rtol):
     return name, placement, seconds, "ok" if np.isfinite(err) and err <= rtol else f"err {err:.1e}"
 
 
-def _blocked(x):
-    n, c, h, w = x.shape
-    c4 = -(-c // 4)
-    out = np.zeros((n, c4 * 4, h, w), x.dtype)
-    out[:, :c] = x
-    return out.reshape(n, c4, 4, h, w).transpose(0, 1, 3, 4, 2).copy()
-
-
 def cases(dev, rng):
     """(func, inputs, float64 expected, rtol) for each kernel on the tour."""
     x = rng.standard_normal(SHAPE).astype("float32")
     y = rng.standard_normal(SHAPE).astype("float32")
     bias = rng.standard_normal((SHAPE[1] // 4, 4)).astype("float32")
     scope = activation_scope(dev, SHAPE)
-    xb, yb = _blocked(x), _blocked(y)
+    xb, yb = pack_nchw4c(x), pack_nchw4c(y)
     x64, y64 = xb.astype(np.float64), yb.astype(np.float64)
     shape5 = blocked_shape(SHAPE)
     yield layout.nchw_to_nchw4c(SHAPE, scope=scope), [x], x64, 0.0
     yield layout.nchw4c_to_nchw(SHAPE, scope=scope), [xb], x.astype(np.float64), 0.0
     w = rng.standard_normal((64, 32, 3, 3)).astype("float32")
-    yield layout.oihw_to_oihw4o(w.shape), [w], w.reshape(16, 4, 32, 3, 3).transpose(0, 2, 3, 4, 1).astype(np.float64), 0.0
+    yield layout.oihw_to_oihw4o(w.shape), [w], pack_oihw4o(w).astype(np.float64), 0.0
     yield elementwise.add(shape5, scope=scope), [xb, yb], x64 + y64, 1e-7
     yield elementwise.multiply(shape5, scope=scope), [xb, yb], x64 * y64, 1e-7
     yield elementwise.bias_add(shape5, scope=scope), [xb, bias], x64 + bias[None, :, None, None, :], 1e-7

@@ -1,0 +1,47 @@
+"""Blocked layouts on the host (NumPy): the reference the layout kernels must match.
+
+Used to pack constant weights at compile time (the Relax pass), to prepare
+benchmark and test inputs, and as the exact reference of the layout tests.
+TVM-free.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+LANES = 4
+
+
+def blocks(channels: int) -> int:
+    return -(-int(channels) // LANES)
+
+
+def pack_nchw4c(x: np.ndarray, pad_value=0.0) -> np.ndarray:
+    """NCHW -> ``(N, ceil(C/4), H, W, 4)``; the lanes past C hold ``pad_value``."""
+    n, c, h, w = x.shape
+    c4 = blocks(c)
+    padded = np.full((n, c4 * LANES, h, w), pad_value, x.dtype)
+    padded[:, :c] = x
+    return np.ascontiguousarray(padded.reshape(n, c4, LANES, h, w).transpose(0, 1, 3, 4, 2))
+
+
+def unpack_nchw4c(y: np.ndarray, channels: int) -> np.ndarray:
+    """``(N, C4, H, W, 4)`` -> NCHW with ``channels`` channels."""
+    n, c4, h, w, _ = y.shape
+    return np.ascontiguousarray(y.transpose(0, 1, 4, 2, 3).reshape(n, c4 * LANES, h, w)[:, :channels])
+
+
+def pack_oihw4o(w: np.ndarray) -> np.ndarray:
+    """OIHW -> ``(ceil(O/4), I, KH, KW, 4)``: a pixel holds 4 output channels; padding zero."""
+    o, i, kh, kw = w.shape
+    o4 = blocks(o)
+    padded = np.zeros((o4 * LANES, i, kh, kw), w.dtype)
+    padded[:o] = w
+    return np.ascontiguousarray(padded.reshape(o4, LANES, i, kh, kw).transpose(0, 2, 3, 4, 1))
+
+
+def pack_bias(bias: np.ndarray) -> np.ndarray:
+    """``(C,)`` -> ``(ceil(C/4), 4)``, zero padded."""
+    out = np.zeros((blocks(bias.size) * LANES,), bias.dtype)
+    out[: bias.size] = bias
+    return out.reshape(-1, LANES)
