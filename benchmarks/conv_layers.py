@@ -1,0 +1,528 @@
+"""Every conv layer of ResNet-50 and MobileNetV2 (batch 1, 224, fp32), three ways, one device.
+
+Ways, all through the same pyopencl runtime and timed the same way (median
+OpenCL event time after warm-up, input sets rotated):
+
+- ``ours_tex``: our direct conv (``primfuncs.conv2d``), NCHW4c activations and
+  OIHW4o weights in textures;
+- ``ours_buf``: the same schedule on buffers;
+- ``upstream``: upstream TVM's generic OpenCL conv (``Target({"kind": "opencl"})``,
+  default GPU pipeline, dlight schedules; ``tir_adreno.baseline``), NCHW buffers;
+- ``cudnn`` (NVIDIA devices, when torch with CUDA imports): PyTorch/cuDNN fp32,
+  TF32 off, CUDA events.
+
+Every output is checked against a float64 NumPy conv (relative error <= 1e-4,
+outputs poisoned first); a wrong or failed kernel is flagged and left out of
+the means. Prints a per-layer table and a summary LAST, writes
+``benchmarks/results/conv_layers-<device>.json``.
+
+Run here (TVM + PoCL):           python benchmarks/conv_layers.py
+Split (a device without TVM):    python benchmarks/conv_layers.py --build-only DIR   # with TVM
+                                 python benchmarks/conv_layers.py --from DIR         # numpy + pyopencl only
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+import common  # noqa: E402  (puts the repository root on sys.path)
+from common import nchw4c_to_nchw, nchw_to_nchw4c, oihw_to_oihw4o
+import layers as layer_lists
+
+from tir_adreno.bundle import KernelModule
+from tir_adreno.reference import relative_error
+from tir_adreno.texture import is_texture_scope
+
+NAME = "conv_layers"
+OPENCL_WAYS = ("ours_tex", "ours_buf", "upstream")
+ALL_WAYS = (*OPENCL_WAYS, "cudnn")
+RTOL = 1e-4
+CASES_FILE = "cases.json"
+CASES_FORMAT = 1
+
+
+# ---------------------------------------------------------------------------------------------
+# layouts: packed on the host with NumPy (the run-only path has no TVM to build layout kernels)
+PACK = {"NCHW": lambda x: x, "OIHW": lambda w: w, "NCHW4c": nchw_to_nchw4c, "OIHW4o": oihw_to_oihw4o}
+
+
+def unpack(y: np.ndarray, layout: str, channels: int) -> np.ndarray:
+    return nchw4c_to_nchw(y, channels) if layout == "NCHW4c" else y
+
+
+def reference_conv2d(x: np.ndarray, w: np.ndarray, layer: layer_lists.ConvLayer) -> np.ndarray:
+    """float64 conv2d (NCHW, OIHW, symmetric padding, groups) as one matmul per tap."""
+    x, w = x.astype(np.float64), w.astype(np.float64)
+    n, c, h, wd = x.shape
+    o, cg, kh, kw = w.shape
+    g = layer.groups
+    (sh, sw), (ph, pw), (dh, dw) = layer.strides, layer.padding, layer.dilation
+    _, _, oh, ow = layer.out_shape
+    xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw))).reshape(n, g, cg, h + 2 * ph, wd + 2 * pw)
+    wg = w.reshape(g, o // g, cg, kh, kw)
+    out = np.zeros((n, g, o // g, oh * ow))
+    for i in range(kh):
+        for j in range(kw):
+            patch = xp[:, :, :, i * dh : i * dh + sh * (oh - 1) + 1 : sh, j * dw : j * dw + sw * (ow - 1) + 1 : sw]
+            out += np.matmul(wg[None, :, :, :, i, j], patch.reshape(n, g, cg, oh * ow))
+    return out.reshape(n, o, oh, ow)
+
+
+# ---------------------------------------------------------------------------------------------
+# build (needs TVM): layer x way -> KernelModule + how to feed it
+def build_case(layer: layer_lists.ConvLayer, way: str) -> tuple[KernelModule, dict]:
+    """Compile one way of one layer; returns the module and its case description."""
+    from tir_adreno import baseline, build
+
+    if way == "upstream":
+        func = baseline.upstream_conv2d(
+            layer.data_shape, layer.weight_shape, layer.strides, layer.padding, layer.dilation, layer.groups
+        )
+        module = build.build_cached(func, build.OPENCL_TARGET)
+        layouts = ("NCHW", "OIHW", "NCHW")
+        function = baseline.FUNCTION_NAME
+    else:
+        from primfuncs import conv2d
+        from primfuncs._common import BUFFER, TEXTURE
+
+        scope = TEXTURE if way == "ours_tex" else BUFFER
+        common_args = dict(strides=layer.strides, padding=layer.padding, dilation=layer.dilation, scope=scope)
+        if layer.depthwise:
+            func = conv2d.depthwise_conv2d_nchw4c(layer.data_shape, layer.weight_shape, **common_args)
+        else:
+            func = conv2d.conv2d_nchw4c(layer.data_shape, layer.weight_shape, groups=layer.groups, **common_args)
+        module = build.build_cached(func)
+        layouts = ("NCHW4c", "OIHW4o", "NCHW4c")
+        (function,) = module.functions
+    params = module[function].params
+    if len(params) != 3:
+        raise RuntimeError(f"{way}: expected (data, weight, output) parameters, got {[p.name for p in params]}")
+    return module, {"function": function, "layouts": list(layouts)}
+
+
+def build_all(selected, ways, out_dir: Path | None):
+    """Build every (layer, way); with ``out_dir`` also save bundles + cases.json there."""
+    import tvm
+
+    cases, modules = [], {}
+    for layer in selected:
+        for way in ways:
+            if way == "cudnn":
+                continue
+            case = {"layer": layer.key, "way": way}
+            t0 = time.perf_counter()
+            try:
+                module, info = build_case(layer, way)
+                case.update(info)
+                modules[(layer.key, way)] = module
+                if out_dir is not None:
+                    rel = f"kernels/{layer.key}-{way}.json"
+                    module.save(out_dir / rel)
+                    case["bundle"] = rel
+            except Exception as err:  # recorded, flagged in the table; never silently dropped
+                case["error"] = f"build: {type(err).__name__}: {err}"
+                common.log(f"  build failed {layer.key} {way}: {case['error']}")
+            case["build_s"] = round(time.perf_counter() - t0, 3)
+            cases.append(case)
+        common.log(f"built {layer.key}")
+    meta = {
+        "format": CASES_FORMAT,
+        "tvm": tvm.__version__,
+        "layers": [layer.to_dict() for layer in selected],
+        "ways": [w for w in ways if w != "cudnn"],
+        "cases": cases,
+    }
+    if out_dir is not None:
+        (out_dir / CASES_FILE).write_text(json.dumps(meta, indent=1) + "\n")
+    return meta, modules
+
+
+def load_cases(src: Path):
+    meta = json.loads((src / CASES_FILE).read_text())
+    if meta.get("format") != CASES_FORMAT:
+        raise ValueError(f"{src / CASES_FILE}: format {meta.get('format')} != {CASES_FORMAT}")
+    modules = {}
+    for case in meta["cases"]:
+        if "bundle" in case:
+            try:
+                modules[(case["layer"], case["way"])] = KernelModule.load(src / case["bundle"])
+            except ValueError as err:
+                case["error"] = f"load: {err}"
+    return meta, modules
+
+
+# ---------------------------------------------------------------------------------------------
+# run (no TVM): OpenCL ways and cuDNN
+def _timing_knobs(first_s: float, budget_s: float) -> dict:
+    """Few repeats for slow kernels (a CPU OpenCL), many for fast ones."""
+    if first_s * 5 > budget_s:
+        return dict(warmup=1, min_repeat=3, max_repeat=50, budget_s=budget_s)
+    return dict(warmup=2, min_repeat=5, max_repeat=200, budget_s=budget_s)
+
+
+def run_opencl_case(dev, module: KernelModule, case: dict, layer, inputs, ref, budget_s: float) -> dict:
+    function = case["function"]
+    data_layout, weight_layout, out_layout = case["layouts"]
+    specs = module[function].params
+    for spec in specs:
+        if is_texture_scope(spec.scope) and not dev.limits.fits(spec.shape, spec.scope):
+            raise RuntimeError(f"{spec.name} {spec.shape} does not fit {dev.name}'s images")
+    loaded = dev.load(module)
+    sets = []
+    for x, w in inputs:
+        data, weight = dev.empty(specs[0]), dev.empty(specs[1])
+        data.upload(PACK[data_layout](x))
+        weight.upload(PACK[weight_layout](w))
+        sets.append((data, weight))
+    out = dev.empty(specs[2]).poison()
+    first_s = loaded(function, *sets[0], out)
+    y = unpack(out.numpy(), out_layout, layer.out_shape[1])
+    err = relative_error(y, ref)
+    median, samples = common.median_time(
+        lambda s: loaded(function, *s, out), sets, **_timing_knobs(first_s, budget_s)
+    )
+    return {"time_s": median, "samples": len(samples), "rel_err": err, "ok": err <= RTOL}
+
+
+def cudnn_available(dev) -> str | None:
+    """None when cuDNN can run here, else why not."""
+    if "nvidia" not in dev.name.lower():
+        return "not an NVIDIA device"
+    try:
+        import torch
+    except ImportError:
+        return "torch not importable"
+    if not torch.cuda.is_available():
+        return "torch has no CUDA device"
+    return None
+
+
+#: ~100 us of GPU spin before each timed cuDNN call (see run_cudnn_case).
+CUDA_SLEEP_CYCLES = 200_000
+
+
+def cudnn_info() -> dict:
+    import torch
+
+    return {
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version(),
+        "gpu": torch.cuda.get_device_name(),
+        "allow_tf32": False,
+        "cudnn_benchmark": True,
+        "timing": "CUDA events around one F.conv2d call, GPU kept busy by a spin kernel while enqueuing",
+    }
+
+
+def run_cudnn_case(layer, inputs, ref, budget_s: float) -> dict:
+    import torch
+
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.benchmark = True  # cuDNN picks its fastest algorithm per shape
+    sets = [(torch.from_numpy(x).cuda(), torch.from_numpy(w).cuda()) for x, w in inputs]
+    kw = dict(stride=layer.strides, padding=layer.padding, dilation=layer.dilation, groups=layer.groups)
+    conv = torch.nn.functional.conv2d
+
+    def run(s):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        # Keep the GPU busy while the host enqueues: the events then time the conv's
+        # kernels alone, not the host's launch latency (OpenCL event times exclude it too).
+        torch.cuda._sleep(CUDA_SLEEP_CYCLES)
+        start.record()
+        conv(*s, **kw)
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) * 1e-3
+
+    with torch.no_grad():
+        y = conv(*sets[0], **kw)
+        torch.cuda.synchronize()
+        err = relative_error(y.cpu().numpy(), ref)
+        median, samples = common.median_time(run, sets, warmup=5, min_repeat=20, max_repeat=200, budget_s=budget_s)
+    return {"time_s": median, "samples": len(samples), "rel_err": err, "ok": err <= RTOL}
+
+
+def run_all(dev, selected, meta, modules, ways, budget_s: float, input_sets: int, seed: int):
+    cases = {(c["layer"], c["way"]): c for c in meta["cases"]}
+    skip_cudnn = cudnn_available(dev) if "cudnn" in ways else "not requested"
+    if "cudnn" in ways and skip_cudnn:
+        common.log(f"cudnn: skipped ({skip_cudnn})")
+    meta["cudnn"] = {"skipped": skip_cudnn} if skip_cudnn else cudnn_info()
+    rng = np.random.default_rng(seed)
+    rows = []
+    for layer in selected:
+        inputs = [
+            (
+                rng.standard_normal(layer.data_shape).astype(np.float32),
+                rng.standard_normal(layer.weight_shape).astype(np.float32),
+            )
+            for _ in range(input_sets)
+        ]
+        ref = reference_conv2d(*inputs[0], layer)
+        results = {}
+        for way in ways:
+            if way == "cudnn":
+                if skip_cudnn:
+                    continue
+                runner = lambda: run_cudnn_case(layer, inputs, ref, budget_s)  # noqa: E731
+            else:
+                case = cases.get((layer.key, way))
+                if case is None:
+                    results[way] = {"error": "not built (absent from the cases file)"}
+                    continue
+                if "error" in case:
+                    results[way] = {"error": case["error"]}
+                    continue
+                module = modules[(layer.key, way)]
+                runner = lambda: run_opencl_case(dev, module, case, layer, inputs, ref, budget_s)  # noqa: E731
+            t0 = time.perf_counter()
+            try:
+                res = runner()
+                res["gflops"] = layer.flops / res["time_s"] * 1e-9
+            except Exception as err:
+                res = {"error": f"run: {type(err).__name__}: {err}"}
+                common.log(traceback.format_exc())
+            res["wall_s"] = round(time.perf_counter() - t0, 3)
+            results[way] = res
+        rows.append({"layer": layer.to_dict(), "key": layer.key, "flops": layer.flops, "results": results})
+        common.log(
+            f"{layer.key:34s} "
+            + "  ".join(
+                f"{w}={r['gflops']:.1f}GF/s{'' if r['ok'] else ' WRONG'}" if "gflops" in r else f"{w}=ERR"
+                for w, r in results.items()
+            )
+        )
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# report
+def _good(res: dict | None):
+    return res is not None and res.get("ok") and "time_s" in res
+
+
+def _ratio(row, a, b):
+    ra, rb = row["results"].get(a), row["results"].get(b)
+    if _good(ra) and _good(rb):
+        return rb["time_s"] / ra["time_s"]  # speed of a relative to b
+    return None
+
+
+RATIOS = (
+    ("ours_tex", "upstream"),
+    ("ours_buf", "upstream"),
+    ("ours_tex", "ours_buf"),
+    ("ours_tex", "cudnn"),
+    ("ours_buf", "cudnn"),
+    ("upstream", "cudnn"),
+)
+
+
+def summarize(rows, ways):
+    summary = {}
+    models = sorted({r["layer"]["model"] for r in rows}, key=lambda m: list(layer_lists.MODELS).index(m))
+    for model in [*models, "all"]:
+        mrows = [r for r in rows if model == "all" or r["layer"]["model"] == model]
+        s = {"layers": len(mrows), "conv_count": sum(r["layer"]["count"] for r in mrows)}
+        for a, b in RATIOS:
+            if a not in ways or b not in ways:
+                continue
+            pairs = [(_ratio(r, a, b), r["layer"]["count"]) for r in mrows]
+            s[f"{a}/{b}"] = {
+                "geomean": common.geomean([p for p, _ in pairs]),
+                "geomean_count_weighted": common.weighted_geomean(pairs),
+                "layers_compared": sum(p is not None for p, _ in pairs),
+            }
+        totals = {}
+        for way in ways:
+            good = [r for r in mrows if _good(r["results"].get(way))]
+            if not good:
+                continue
+            t = sum(r["results"][way]["time_s"] * r["layer"]["count"] for r in good)
+            f = sum(r["flops"] * r["layer"]["count"] for r in good)
+            totals[way] = {"time_s": t, "gflops": f / t * 1e-9, "complete": len(good) == len(mrows)}
+        s["totals"] = totals
+        for a, b in RATIOS:
+            if a in totals and b in totals and totals[a]["complete"] and totals[b]["complete"]:
+                s[f"{a}/{b}"]["total_time_ratio"] = totals[b]["time_s"] / totals[a]["time_s"]
+        summary[model] = s
+    return summary
+
+
+SHORT = {"ours_tex": "tex", "ours_buf": "buf", "upstream": "up", "cudnn": "cudnn"}
+
+
+def print_report(rows, summary, ways, device_name):
+    shown = [w for w in ways if any(w in r["results"] for r in rows)]
+    ratios = [(a, b) for a, b in RATIOS if a in shown and b in shown]
+    headers = ["layer", "conv", "n", "MFLOP"] + [f"{SHORT[w]} GF/s" for w in shown]
+    headers += [f"{SHORT[a]}/{SHORT[b]}" for a, b in ratios] + ["flags"]
+    table, errors = [], []
+    for r in rows:
+        layer = layer_lists.ConvLayer.from_dict(r["layer"])
+        cells = [r["key"], layer.description, str(layer.count), f"{r['flops'] / 1e6:.1f}"]
+        flags = []
+        for w in shown:
+            res = r["results"].get(w)
+            if res is None:
+                cells.append("-")
+            elif "error" in res:
+                cells.append("ERR")
+                flags.append(f"{SHORT[w]} {res['error'].split(':', 1)[0]} error")
+                errors.append(f"{r['key']} {w}: {res['error'].splitlines()[0][:300]}")
+            else:
+                cells.append(f"{res['gflops']:.1f}" + ("" if res["ok"] else "!"))
+                if not res["ok"]:
+                    flags.append(f"{SHORT[w]} WRONG (rel err {res['rel_err']:.2g})")
+        cells += [common.fmt(_ratio(r, a, b)) for a, b in ratios]
+        cells.append("; ".join(flags))
+        table.append(cells)
+    if errors:
+        print("\nerrors (full text in the JSON):")
+        print("\n".join(f"  {e}" for e in errors))
+    print()
+    title = f"conv2d layers on {device_name} (fp32, batch 1; GF/s = GFLOP/s, ! = wrong output)"
+    common.print_table(headers, table, title=title)
+    print()
+    trows = []
+    for model, s in summary.items():
+        cells = [model, str(s["layers"]), str(s["conv_count"])]
+        for w in shown:
+            t = s["totals"].get(w)
+            star = "" if t is None or t["complete"] else "*"
+            cells += [common.fmt(t and t["time_s"] * 1e3, ".3f") + star, common.fmt(t and t["gflops"], ".1f") + star]
+        trows.append(cells)
+    th = ["model", "layers", "convs"] + [h for w in shown for h in (f"{SHORT[w]} ms", f"{SHORT[w]} GF/s")]
+    common.print_table(
+        th,
+        trows,
+        title="totals over every conv of the model (distinct layers x count; * = some layers failed, left out)",
+    )
+    print()
+    rrows = []
+    for model, s in summary.items():
+        for a, b in ratios:
+            r = s.get(f"{a}/{b}", {})
+            rrows.append(
+                [
+                    model,
+                    f"{SHORT[a]}/{SHORT[b]}",
+                    common.fmt(r.get("geomean")),
+                    common.fmt(r.get("geomean_count_weighted")),
+                    common.fmt(r.get("total_time_ratio")),
+                    f"{r.get('layers_compared', 0)}/{s['layers']}",
+                ]
+            )
+    common.print_table(
+        ["model", "speed ratio", "geomean", "weighted geomean", "total time", "layers"],
+        rrows,
+        title="speed ratios a/b (> 1: a is faster): geomean over distinct layers, geomean weighted by count, "
+        "ratio of total times",
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    common.add_device_argument(p)
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--build-only", metavar="DIR", type=Path, help="compile every kernel into DIR and stop (needs TVM)"
+    )
+    mode.add_argument(
+        "--from", dest="src", metavar="DIR", type=Path, help="run kernels compiled by --build-only (no TVM)"
+    )
+    p.add_argument("--models", default="resnet50,mobilenetv2", help="comma-separated: resnet50, mobilenetv2")
+    p.add_argument("--limit", type=int, default=None, help="only the first N layers of each model")
+    p.add_argument("--only", default=None, help=f"comma-separated subset of {','.join(ALL_WAYS)}")
+    p.add_argument("--budget", type=float, default=0.5, help="seconds of timing per kernel (default 0.5)")
+    p.add_argument("--input-sets", type=int, default=2, help="input sets rotated while timing (default 2)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--results-dir", type=Path, default=None, help="default: benchmarks/results")
+    args = p.parse_args(argv)
+    args.models = [m.strip() for m in args.models.split(",") if m.strip()]
+    for m in args.models:
+        if m not in layer_lists.MODELS:
+            p.error(f"--models: unknown model {m!r}; choose from {','.join(layer_lists.MODELS)}")
+    args.ways = ALL_WAYS
+    if args.only:
+        args.ways = tuple(w.strip() for w in args.only.split(",") if w.strip())
+        bad = [w for w in args.ways if w not in ALL_WAYS]
+        if bad:
+            p.error(f"--only: unknown way(s) {bad}; choose from {','.join(ALL_WAYS)}")
+    if args.limit is not None and args.limit < 1:
+        p.error("--limit must be >= 1")
+    if args.input_sets < 1:
+        p.error("--input-sets must be >= 1")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    selected = layer_lists.layers(args.models, args.limit)
+    started = time.perf_counter()
+    if args.build_only:
+        args.build_only.mkdir(parents=True, exist_ok=True)
+        meta, _ = build_all(selected, args.ways, args.build_only)
+        failed = [c for c in meta["cases"] if "error" in c]
+        common.log(
+            f"wrote {len(meta['cases']) - len(failed)} kernels to {args.build_only} "
+            f"({len(failed)} failed) in {time.perf_counter() - started:.0f} s"
+        )
+        return 1 if failed else 0
+
+    from tir_adreno import runtime
+
+    dev = runtime.get_device(args.device)
+    common.log(f"device: {dev.name}")
+    if args.src:
+        meta, modules = load_cases(args.src)
+        if not args.only:  # the ways that were built, and cuDNN where it exists
+            args.ways = (*meta["ways"], "cudnn")
+        built = {lay["model"] + "." + lay["name"] for lay in meta["layers"]}
+        missing = [layer.key for layer in selected if layer.key not in built]
+        if missing:
+            common.log(f"not in {args.src}: {missing} (rebuild with --build-only)")
+        selected = [layer for layer in selected if layer.key in built]
+    else:
+        meta, modules = build_all(selected, args.ways, None)
+    build_s = time.perf_counter() - started
+    rows = run_all(dev, selected, meta, modules, args.ways, args.budget, args.input_sets, args.seed)
+    summary = summarize(rows, args.ways)
+    run_s = time.perf_counter() - started - build_s
+    payload = {
+        "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "rtol": RTOL,
+        "tvm": meta.get("tvm"),
+        "cudnn": meta.get("cudnn"),
+        "device_info": {
+            "name": dev.name,
+            "version": dev.cl_device.version.strip(),
+            "driver": dev.cl_device.driver_version.strip(),
+        },
+        "timing": "median OpenCL event time (cuDNN: CUDA events) after warm-up, input sets rotated",
+        "build_s": round(build_s, 1),
+        "run_s": round(run_s, 1),
+        "layers": rows,
+        "summary": summary,
+    }
+    path = common.write_json(NAME, dev.name, payload, args.results_dir)
+    common.log(f"build {build_s:.0f} s, run {run_s:.0f} s; wrote {path}")
+    print_report(rows, summary, args.ways, dev.name)
+    bad = [
+        (r["key"], w) for r in rows for w, res in r["results"].items() if "error" in res or not res.get("ok", False)
+    ]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,200 @@
+"""The distinct conv2d layers of ResNet-50 and MobileNetV2 (batch 1, 224x224, fp32).
+
+Written out by hand from torchvision's definitions (``resnet50``: Bottleneck
+v1.5, stride on the 3x3 conv; ``mobilenet_v2``: width 1.0, inverted residual
+table t/c/n/s = 1/16/1/1, 6/24/2/2, 6/32/3/2, 6/64/4/2, 6/96/3/1, 6/160/3/2,
+6/320/1/1). Layers of identical shape and attributes are listed once with
+``count`` = how often they occur (e.g. ResNet-50's first downsample equals
+layer1's 64->256 expansion). NCHW data, OIHW weight, padding symmetric
+(pad_h, pad_w), dilation 1. No TVM import: the benchmark's run-only path uses it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ConvLayer:
+    model: str
+    name: str
+    data_shape: tuple[int, int, int, int]  # N, C, H, W
+    weight_shape: tuple[int, int, int, int]  # O, C/groups, KH, KW
+    strides: tuple[int, int]
+    padding: tuple[int, int]  # (pad_h, pad_w), both sides
+    groups: int = 1
+    count: int = 1
+    dilation: tuple[int, int] = (1, 1)
+
+    @property
+    def key(self) -> str:
+        return f"{self.model}.{self.name}"
+
+    @property
+    def out_shape(self) -> tuple[int, int, int, int]:
+        n, _, h, w = self.data_shape
+        o, _, kh, kw = self.weight_shape
+        (sh, sw), (ph, pw), (dh, dw) = self.strides, self.padding, self.dilation
+        return (n, o, (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1, (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1)
+
+    @property
+    def flops(self) -> int:
+        """2 * N * O * Hout * Wout * (C/groups) * KH * KW."""
+        n, o, oh, ow = self.out_shape
+        _, ci, kh, kw = self.weight_shape
+        return 2 * n * o * oh * ow * ci * kh * kw
+
+    @property
+    def depthwise(self) -> bool:
+        return self.groups > 1 and self.groups == self.data_shape[1] == self.weight_shape[0]
+
+    @property
+    def description(self) -> str:
+        _, c, h, w = self.data_shape
+        o, _, kh, kw = self.weight_shape
+        g = f" g{self.groups}" if self.groups > 1 else ""
+        return f"{c}->{o} {kh}x{kw}/{self.strides[0]} @{h}x{w}{g}"
+
+    def to_dict(self) -> dict:
+        return {
+            "model": self.model,
+            "name": self.name,
+            "data_shape": list(self.data_shape),
+            "weight_shape": list(self.weight_shape),
+            "strides": list(self.strides),
+            "padding": list(self.padding),
+            "dilation": list(self.dilation),
+            "groups": self.groups,
+            "count": self.count,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ConvLayer":
+        return cls(
+            d["model"],
+            d["name"],
+            tuple(d["data_shape"]),
+            tuple(d["weight_shape"]),
+            tuple(d["strides"]),
+            tuple(d["padding"]),
+            d["groups"],
+            d["count"],
+            tuple(d["dilation"]),
+        )
+
+
+def _conv(model, name, c, hw, o, k, stride=1, groups=1, count=1):
+    """A square conv of a square input: ``c`` -> ``o`` channels, ``k`` x ``k``, padding k // 2."""
+    return ConvLayer(
+        model, name, (1, c, hw, hw), (o, c // groups, k, k), (stride, stride), (k // 2, k // 2), groups, count
+    )
+
+
+def _r(name, c, hw, o, k, stride=1, count=1):
+    return _conv("resnet50", name, c, hw, o, k, stride, 1, count)
+
+
+# ResNet-50: stem, then 3/4/6/3 bottlenecks (width 64/128/256/512, out x4).
+# The first block of each stage has a 1x1 downsample conv (stride 2 from layer2 on).
+RESNET50 = (
+    _r("conv1", 3, 224, 64, 7, stride=2),
+    # layer1 @56: block0 reduces 64->64, blocks 1-2 reduce 256->64
+    _r("layer1.0.conv1", 64, 56, 64, 1),
+    _r("layer1.conv2", 64, 56, 64, 3, count=3),
+    _r("layer1.conv3+ds", 64, 56, 256, 1, count=4),  # 3 x conv3, and block0's downsample (64->256, stride 1)
+    _r("layer1.conv1", 256, 56, 64, 1, count=2),
+    # layer2 @56 -> 28
+    _r("layer2.0.conv1", 256, 56, 128, 1),
+    _r("layer2.0.conv2", 128, 56, 128, 3, stride=2),
+    _r("layer2.conv3", 128, 28, 512, 1, count=4),
+    _r("layer2.0.downsample", 256, 56, 512, 1, stride=2),
+    _r("layer2.conv1", 512, 28, 128, 1, count=3),
+    _r("layer2.conv2", 128, 28, 128, 3, count=3),
+    # layer3 @28 -> 14
+    _r("layer3.0.conv1", 512, 28, 256, 1),
+    _r("layer3.0.conv2", 256, 28, 256, 3, stride=2),
+    _r("layer3.conv3", 256, 14, 1024, 1, count=6),
+    _r("layer3.0.downsample", 512, 28, 1024, 1, stride=2),
+    _r("layer3.conv1", 1024, 14, 256, 1, count=5),
+    _r("layer3.conv2", 256, 14, 256, 3, count=5),
+    # layer4 @14 -> 7
+    _r("layer4.0.conv1", 1024, 14, 512, 1),
+    _r("layer4.0.conv2", 512, 14, 512, 3, stride=2),
+    _r("layer4.conv3", 512, 7, 2048, 1, count=3),
+    _r("layer4.0.downsample", 1024, 14, 2048, 1, stride=2),
+    _r("layer4.conv1", 2048, 7, 512, 1, count=2),
+    _r("layer4.conv2", 512, 7, 512, 3, count=2),
+)
+
+
+def _m(name, c, hw, o, k, stride=1, groups=1, count=1):
+    return _conv("mobilenetv2", name, c, hw, o, k, stride, groups, count)
+
+
+def _dw(name, c, hw, stride=1, count=1):
+    return _m(name, c, hw, c, 3, stride, groups=c, count=count)
+
+
+# MobileNetV2: blocks numbered as torchvision's features[i]; "exp" = 1x1 expand
+# (t = 6), "dw" = 3x3 depthwise, "proj" = 1x1 project. Repeats of a block share
+# one entry; an expand/dw of the first block of a stage that equals the
+# previous stage's repeats is folded into that entry's count.
+MOBILENETV2 = (
+    _m("features.0", 3, 224, 32, 3, stride=2),
+    _dw("features.1.dw", 32, 112),
+    _m("features.1.proj", 32, 112, 16, 1),
+    # 24 channels, n=2, s=2
+    _m("features.2.exp", 16, 112, 96, 1),
+    _dw("features.2.dw", 96, 112, stride=2),
+    _m("features.2.proj", 96, 56, 24, 1),
+    _m("features.3-4.exp", 24, 56, 144, 1, count=2),
+    _dw("features.3.dw", 144, 56),
+    _m("features.3.proj", 144, 56, 24, 1),
+    # 32 channels, n=3, s=2
+    _dw("features.4.dw", 144, 56, stride=2),
+    _m("features.4.proj", 144, 28, 32, 1),
+    _m("features.5-7.exp", 32, 28, 192, 1, count=3),
+    _dw("features.5-6.dw", 192, 28, count=2),
+    _m("features.5-6.proj", 192, 28, 32, 1, count=2),
+    # 64 channels, n=4, s=2
+    _dw("features.7.dw", 192, 28, stride=2),
+    _m("features.7.proj", 192, 14, 64, 1),
+    _m("features.8-11.exp", 64, 14, 384, 1, count=4),
+    _dw("features.8-11.dw", 384, 14, count=4),
+    _m("features.8-10.proj", 384, 14, 64, 1, count=3),
+    # 96 channels, n=3, s=1
+    _m("features.11.proj", 384, 14, 96, 1),
+    _m("features.12-14.exp", 96, 14, 576, 1, count=3),
+    _dw("features.12-13.dw", 576, 14, count=2),
+    _m("features.12-13.proj", 576, 14, 96, 1, count=2),
+    # 160 channels, n=3, s=2
+    _dw("features.14.dw", 576, 14, stride=2),
+    _m("features.14.proj", 576, 7, 160, 1),
+    _m("features.15-17.exp", 160, 7, 960, 1, count=3),
+    _dw("features.15-17.dw", 960, 7, count=3),
+    _m("features.15-16.proj", 960, 7, 160, 1, count=2),
+    # 320 channels, n=1, s=1
+    _m("features.17.proj", 960, 7, 320, 1),
+    _m("features.18", 320, 7, 1280, 1),
+)
+
+MODELS = {"resnet50": RESNET50, "mobilenetv2": MOBILENETV2}
+
+#: Conv layers per model in torchvision and their multiply-adds (MACs), for a self-check.
+EXPECTED = {"resnet50": (53, 4_087_136_256), "mobilenetv2": (52, 299_494_272)}
+
+
+def layers(models=("resnet50", "mobilenetv2"), limit: int | None = None) -> list[ConvLayer]:
+    """The distinct layers of ``models`` (each model's first ``limit`` when given)."""
+    out = []
+    for model in models:
+        if model not in MODELS:
+            raise ValueError(f"unknown model {model!r}; choose from {sorted(MODELS)}")
+        out.extend(MODELS[model][:limit] if limit is not None else MODELS[model])
+    return out
+
+
+def totals(model: str) -> tuple[int, int]:
+    """(number of conv layers, multiply-adds) of ``model``, counts included."""
+    rows = MODELS[model]
+    return sum(r.count for r in rows), sum(r.count * r.flops // 2 for r in rows)

@@ -1,0 +1,561 @@
+"""Direct 2-D convolution on NCHW4c tensors: dense, grouped and depthwise.
+
+Input ``[N, C/4, H, W, 4]`` (an activation texture or a buffer), weights
+``[O/4, C/groups, KH, KW, 4]`` (OIHW4o: one pixel = 4 output channels of one
+input channel and tap), output ``[N, O/4, OH, OW, 4]``. Channels that do not
+fill a block are zero (the layout kernels pad them).
+
+Schedule (DESIGN.md, the practice of MNN / TFLite GPU): a work item owns a
+register tile of ``oc_block`` output channel blocks x ``w_block`` adjacent
+output columns of one output row. It walks the input channel blocks and the
+kernel window; per step it reads ``w_block`` input pixels and ``4 * oc_block``
+weight pixels and does ``acc += x.s0*w0 + x.s1*w1 + x.s2*w2 + x.s3*w3``. The
+NDRange is (column tiles x N, OH, O/4 / oc_block) along OpenCL dims (0, 1, 2):
+neighbouring work items read neighbouring pixels. A tile that overhangs the
+output (OW or O/4 not a multiple of the tile) is computed whole from clamped
+reads and only its valid pixels are stored.
+
+Three accumulation bodies share that skeleton:
+
+- blocked: every output block lies in one group and each group's input
+  channels start at a block boundary (``groups == 1``, or ``C/groups`` and
+  ``O/groups`` multiples of 4): the loop walks input blocks, 4 lanes each (the
+  last block of ``groups == 1`` only its valid lanes);
+- general grouped: any other ``groups``: each output lane finds its own group
+  and input channel (one weight pixel serves the 4 lanes, the input lane is
+  picked from its pixel);
+- depthwise (``groups == C``, ``O = C * multiplier``): :func:`depthwise_conv2d_nchw4c`.
+
+Padding reads are guarded explicitly (an out-of-range texture read is
+undefined on OpenCL 1.2 devices and array layers are clamped, never zeroed):
+every read is at a coordinate clamped into the image, and a select puts 0
+where the tap lies in the padding (branch-free, faster on PoCL than a
+conditional read). Guards that no stored output needs are left out at build
+time, so a 1x1 stride-1 unpadded conv has none: that is the 1x1 fast path (a
+separate 1x1 kernel, its channel loop unrolled by 2, measured no faster).
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass
+
+from tvm.script import tirx as T
+
+from ._common import (
+    BUFFER,
+    LANES,
+    TEXTURE,
+    TEXTURE_WEIGHT,
+    blocked,
+    ceildiv,
+    check_dtype,
+    check_scope,
+    select_params,
+)
+from .epilogue import Epilogue, store_output_pixel
+
+
+@dataclass(frozen=True)
+class ConvConfig:
+    """Register tile and work-group shape of the direct conv kernels.
+
+    ``oc_block`` output channel blocks (of 4) x ``w_block`` output columns per
+    work item; ``work_group`` = work items along (column tiles x N, output rows,
+    channel-block tiles), OpenCL dims (0, 1, 2). Each work-group extent is
+    shrunk to the grid when the grid is smaller.
+    """
+
+    oc_block: int = 4
+    w_block: int = 4
+    work_group: tuple[int, int, int] = (8, 4, 1)
+
+    def __post_init__(self):
+        for name in ("oc_block", "w_block"):
+            value = getattr(self, name)
+            if not (isinstance(value, int) and 1 <= value <= 4):
+                raise ValueError(f"ConvConfig.{name} must be an int in 1..4, got {value!r}")
+        wg = self.work_group
+        if not (isinstance(wg, tuple) and len(wg) == 3 and all(isinstance(t, int) and t >= 1 for t in wg)):
+            raise ValueError(f"ConvConfig.work_group must be 3 positive ints, got {wg!r}")
+        if wg[0] * wg[1] * wg[2] > 256:
+            raise ValueError(f"ConvConfig.work_group {wg} has more than 256 work items")
+
+
+def default_config(geom: "ConvGeometry", depthwise: bool = False) -> ConvConfig:
+    """The tile a conv gets unless told otherwise.
+
+    Measured on PoCL (2 cores; 3x3 64->64 and 1x1 256->64 at 56x56, textures and
+    buffers): the 4 x 4 tile is fastest, 1.5-3x the 1 x 1 tile, and the
+    work-group shape is within noise. Large tiles cut reads per FMA but leave
+    fewer work items, so on small layers the tile shrinks (channel blocks
+    first) until the grid has ``_MIN_WORK_ITEMS`` work items, enough to fill a
+    GPU. Depthwise convs share no input pixel across channel blocks: one
+    channel block x 4 columns.
+    """
+    if depthwise:
+        return ConvConfig(oc_block=1, w_block=4, work_group=(8, 4, 1))
+    ocb, wb = 4, 4
+
+    def items(ocb, wb):
+        return ceildiv(geom.o4, ocb) * geom.oh * geom.n * ceildiv(geom.ow, wb)
+
+    while ocb > 1 and items(ocb, wb) < _MIN_WORK_ITEMS:
+        ocb //= 2
+    while wb > 1 and items(ocb, wb) < _MIN_WORK_ITEMS:
+        wb //= 2
+    return ConvConfig(oc_block=ocb, w_block=wb, work_group=(8, 4, 1))
+
+
+#: Work items below which :func:`default_config` shrinks the register tile.
+_MIN_WORK_ITEMS = 1024
+#: Kernel windows up to this many taps are fully unrolled (3x3: +30% on PoCL buffers).
+_UNROLL_TAPS = 9
+
+
+def _ints(value, name, what):
+    """``value`` (an int or a sequence of ints) as a tuple of Python ints."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return (int(value),)
+    try:
+        items = tuple(value)
+    except TypeError:
+        items = None
+    if items is None or not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in items):
+        raise ValueError(f"{name} must be {what}, got {value!r}")
+    return tuple(int(v) for v in items)
+
+
+def _pair(value, name):
+    value = _ints(value, name, "an int or a pair of ints")
+    if len(value) not in (1, 2):
+        raise ValueError(f"{name} must be an int or a pair of ints, got {value!r}")
+    return value * 2 if len(value) == 1 else value
+
+
+def _padding(padding):
+    """int, (pad_h, pad_w) or (top, left, bottom, right) -> (top, left, bottom, right)."""
+    what = "an int, a pair or (top, left, bottom, right)"
+    padding = _ints(padding, "padding", what)
+    if len(padding) not in (1, 2, 4):
+        raise ValueError(f"padding must be {what}, got {padding!r}")
+    padding = padding * (4 // len(padding))
+    if min(padding) < 0:
+        raise ValueError(f"padding must be >= 0, got {padding}")
+    return padding
+
+
+@dataclass(frozen=True)
+class ConvGeometry:
+    """A conv2d's logical sizes (NCHW / OIHW), validated, with its output size."""
+
+    n: int
+    c: int
+    h: int
+    w: int
+    o: int
+    kh: int
+    kw: int
+    strides: tuple[int, int]
+    padding: tuple[int, int, int, int]  # top, left, bottom, right
+    dilation: tuple[int, int]
+    groups: int
+
+    @property
+    def oh(self) -> int:
+        pt, _, pb, _ = self.padding
+        return (self.h + pt + pb - self.dilation[0] * (self.kh - 1) - 1) // self.strides[0] + 1
+
+    @property
+    def ow(self) -> int:
+        _, pl, _, pr = self.padding
+        return (self.w + pl + pr - self.dilation[1] * (self.kw - 1) - 1) // self.strides[1] + 1
+
+    @property
+    def c4(self) -> int:
+        return blocked(self.c)
+
+    @property
+    def o4(self) -> int:
+        return blocked(self.o)
+
+    @property
+    def cg(self) -> int:
+        """Input channels per group."""
+        return self.c // self.groups
+
+    @property
+    def og(self) -> int:
+        """Output channels per group."""
+        return self.o // self.groups
+
+    @property
+    def is_depthwise(self) -> bool:
+        """One input channel per group (``groups == C > 1``); O = C x multiplier."""
+        return self.groups > 1 and self.groups == self.c
+
+    @property
+    def out_shape(self) -> tuple[int, int, int, int]:
+        return (self.n, self.o, self.oh, self.ow)
+
+    @property
+    def flops(self) -> int:
+        """Multiply-adds x 2 of the logical conv (padding channels not counted)."""
+        return 2 * self.n * self.o * self.oh * self.ow * self.cg * self.kh * self.kw
+
+
+def conv2d_geometry(
+    data_shape, weight_shape, strides=1, padding=0, dilation=1, groups=1, names=("data_shape", "weight_shape")
+) -> ConvGeometry:
+    """Validate a conv2d's NCHW data / OIHW weight shapes and attributes.
+
+    Raises ValueError naming the culprit; ``names`` are what the caller calls
+    the data and weight (``ops.conv2d`` passes ``("x", "w")``).
+    """
+    dname, wname = names
+    data_shape = tuple(int(d) for d in data_shape)
+    weight_shape = tuple(int(d) for d in weight_shape)
+    if len(data_shape) != 4:
+        raise ValueError(f"{dname} must be NCHW (4-d), got {data_shape}")
+    if len(weight_shape) != 4:
+        raise ValueError(f"{wname} must be OIHW (4-d), got {weight_shape}")
+    n, c, h, w = data_shape
+    o, i, kh, kw = weight_shape
+    if min(data_shape) < 1 or min(weight_shape) < 1:
+        raise ValueError(f"empty axis: {dname} {data_shape}, {wname} {weight_shape}")
+    stride, dilation = _pair(strides, "strides"), _pair(dilation, "dilation")
+    if min(stride) < 1 or min(dilation) < 1:
+        raise ValueError(f"strides and dilation must be >= 1, got strides {stride}, dilation {dilation}")
+    if not isinstance(groups, numbers.Integral) or isinstance(groups, bool) or groups < 1:
+        raise ValueError(f"groups must be a positive int, got {groups!r}")
+    if c % groups or o % groups:
+        raise ValueError(
+            f"groups={groups} must divide the input channels ({dname} C={c}) and output channels ({wname} O={o})"
+        )
+    if i != c // groups:
+        raise ValueError(
+            f"{wname} {weight_shape} has {i} input channels per group; {dname} has C={c} in "
+            f"groups={groups}, so it needs C/groups = {c // groups}"
+        )
+    geom = ConvGeometry(n, c, h, w, o, kh, kw, stride, _padding(padding), dilation, int(groups))
+    if geom.oh < 1 or geom.ow < 1:
+        raise ValueError(
+            f"empty output: {dname} {h}x{w} with padding {geom.padding} is smaller than the "
+            f"dilated kernel {dilation[0] * (kh - 1) + 1}x{dilation[1] * (kw - 1) + 1}"
+        )
+    return geom
+
+
+def _work_group(extent: int, want: int) -> int:
+    """``want`` halved until it fits ``extent`` (no idle work items on small grids)."""
+    while want > 1 and want > extent:
+        want //= 2
+    return want
+
+
+def _all(conds):
+    """Conjunction of TIR conditions; ``True`` for none (the simplifier drops it)."""
+    out = None
+    for cond in conds:
+        out = cond if out is None else T.And(out, cond)
+    return T.bool(True) if out is None else out
+
+
+def _direct_conv(geom: ConvGeometry, mode: str, epilogue, dtype, config, scope, weight_scope, name):
+    """The shared skeleton: tiling, guards, accumulation body ``mode``, epilogue and stores."""
+    if not isinstance(epilogue, Epilogue):
+        raise TypeError(f"epilogue must be an Epilogue, got {type(epilogue).__name__}")
+    if config is None:
+        config = default_config(geom, depthwise=mode == "depthwise")
+    if not isinstance(config, ConvConfig):
+        raise TypeError(f"config must be a ConvConfig, got {type(config).__name__}")
+    check_dtype(dtype)
+    check_scope(scope)
+    if weight_scope is None:
+        weight_scope = TEXTURE_WEIGHT if scope == TEXTURE else BUFFER
+    check_scope(weight_scope, (TEXTURE_WEIGHT, BUFFER))
+
+    n, c, h, w, o = geom.n, geom.c, geom.h, geom.w, geom.o
+    kh, kw, cg, og = geom.kh, geom.kw, geom.cg, geom.og
+    (sh, sw), (dh, dw) = geom.strides, geom.dilation
+    pt, pl, _, _ = geom.padding
+    oh, ow, c4, o4 = geom.oh, geom.ow, geom.c4, geom.o4
+
+    ocb, wb = config.oc_block, config.w_block
+    uses_lanes = mode == "grouped" or (mode == "depthwise" and o != c)
+    if mode == "blocked" and geom.groups > 1:
+        # A tile must not straddle two groups: it shares its input pixels.
+        ocb = max(d for d in range(1, ocb + 1) if (og // LANES) % d == 0)
+    ot, wt = ceildiv(o4, ocb), ceildiv(ow, wb)
+    cols = n * wt
+    gx = _work_group(cols, config.work_group[0])
+    gy = _work_group(oh, config.work_group[1])
+    gz = _work_group(ot, config.work_group[2])
+
+    # Which reads can leave the image? Zeroing guards only where a stored output
+    # reads padding; clamps also where an overhanging tile column reads past W.
+    zero_top, zero_left = pt > 0, pl > 0
+    zero_bottom = (oh - 1) * sh - pt + (kh - 1) * dh > h - 1
+    zero_right = (ow - 1) * sw - pl + (kw - 1) * dw > w - 1
+    clamp_right = (wt * wb - 1) * sw - pl + (kw - 1) * dw > w - 1
+    ob_overhang = o4 % ocb != 0
+    ow_overhang = ow % wb != 0
+    # The per-lane body (general groups, depthwise x M) is a fallback: keep its code small.
+    unroll_window = kh * kw <= _UNROLL_TAPS and not uses_lanes
+    window = T.unroll if unroll_window else T.serial
+    zero = T.Cast(dtype, 0)
+
+    def inside(ih, iw):
+        conds = []
+        if zero_top:
+            conds.append(ih >= 0)
+        if zero_bottom:
+            conds.append(ih < h)
+        if zero_left:
+            conds.append(iw >= 0)
+        if zero_right:
+            conds.append(iw < w)
+        return _all(conds)
+
+    def row(r, k):
+        ih = r * sh - pt + k * dh
+        if zero_top:
+            ih = T.max(ih, 0)
+        if zero_bottom:
+            ih = T.min(ih, h - 1)
+        return ih
+
+    def col(x, k):
+        iw = x * sw - pl + k * dw
+        if zero_left:
+            iw = T.max(iw, 0)
+        if zero_right or clamp_right:
+            iw = T.min(iw, w - 1)
+        return iw
+
+    def raw_row(r, k):
+        return r * sh - pt + k * dh
+
+    def raw_col(x, k):
+        return x * sw - pl + k * dw
+
+    def out_block(t, ob):
+        """Output channel block of tile ``t``'s ``ob``-th block, clamped for reads."""
+        return T.min(t * ocb + ob, o4 - 1) if ob_overhang else t * ocb + ob
+
+    def store_ok(t, ob, x):
+        conds = []
+        if ob_overhang:
+            conds.append(t * ocb + ob < o4)
+        if ow_overhang:
+            conds.append(x < ow)
+        return _all(conds)
+
+    def out_channel(t, ob, lane):
+        """Logical output channel of a lane, clamped to a real one (padding lanes have zero weights)."""
+        return T.min((t * ocb + ob) * LANES + lane, o - 1)
+
+    def in_channel(t, ob, lane, ci):
+        """Input channel that output lane ``lane`` of block ``ob`` reads at its group's ``ci``-th channel."""
+        if mode == "depthwise":
+            return out_channel(t, ob, lane) // multiplier
+        return out_channel(t, ob, lane) // og * cg + ci
+
+    def first_block(t):
+        """First input block of tile ``t``'s group (a tile lies in one group)."""
+        return (t * ocb * LANES) // og * blocks_per_group if geom.groups > 1 else 0
+
+    blocks_per_group = cg // LANES if geom.groups > 1 else c // LANES
+    tail = 0 if geom.groups > 1 else c % LANES
+    multiplier = o // c if mode == "depthwise" else 0
+    # Do the 4 lanes of an output block read input channels of one input block?
+    # Depthwise: when the multiplier divides 4 or 4 divides it; grouped: when a
+    # block lies in one group (then they all read one channel).
+    one_block = (LANES % multiplier == 0 or multiplier % LANES == 0) if multiplier else og % LANES == 0
+
+    # Hygienic macros: they see this factory's helpers; the kernel's buffers and
+    # loop variables come in as arguments.
+    @T.macro
+    def load_input(X, xp, wi, nn, cb, r, x, k_h, k_w):
+        """``xp[wi]`` = input pixel of block ``cb`` read by output ``(r, x)`` at tap ``(k_h, k_w)``,
+        0 in the padding."""
+        # Read at the clamped coordinate, then zero outside: branch-free. The select is
+        # per lane: a vectorized T.Select on a scalar condition miscompiles (TVM 0.27).
+        for lane in T.vectorized(4):
+            xp[wi, lane] = X[nn, cb, row(r, k_h), col(x, k_w), lane]
+        for lane in T.unroll(4):
+            xp[wi, lane] = T.Select(inside(raw_row(r, k_h), raw_col(x, k_w)), xp[wi, lane], zero)
+
+    @T.macro
+    def accumulate_blocked(X, W, xp, wp, acc, nn, r, x0, t, cin, cb, lanes):
+        """Input block ``cin`` (the ``cb``-th of its group), its first ``lanes`` channels, into the tile."""
+        for k_h in window(kh):
+            for k_w in window(kw):
+                for wi in T.unroll(wb):
+                    load_input(X, xp, wi, nn, cin, r, x0 + wi, k_h, k_w)
+                for ob in T.unroll(ocb):
+                    for j in T.unroll(lanes):
+                        for lane in T.vectorized(4):
+                            wp[ob, j, lane] = W[out_block(t, ob), cb * 4 + j, k_h, k_w, lane]
+                # acc += x.s0 * w0 + x.s1 * w1 + x.s2 * w2 + x.s3 * w3
+                for ob in T.unroll(ocb):
+                    for wi in T.unroll(wb):
+                        for j in T.unroll(lanes):
+                            for lane in T.unroll(4):
+                                acc[ob * wb + wi, lane] = acc[ob * wb + wi, lane] + xp[wi, j] * wp[ob, j, lane]
+
+    @T.macro
+    def accumulate_lanes(X, W, xp, wp, acc, nn, r, x0, t):
+        """Each output lane reads its own input channel :func:`in_channel` (grouped, depthwise x M).
+
+        One weight pixel serves the 4 lanes; the input value is picked from the pixel
+        holding the lane's channel (one pixel for all lanes when ``one_block``).
+        """
+        for ci in T.serial(cg):
+            for k_h in window(kh):
+                for k_w in window(kw):
+                    for ob in T.unroll(ocb):
+                        for lane in T.vectorized(4):
+                            wp[ob, 0, lane] = W[out_block(t, ob), ci, k_h, k_w, lane]
+                        if one_block:
+                            for wi in T.unroll(wb):
+                                load_input(X, xp, wi, nn, in_channel(t, ob, 0, ci) // 4, r, x0 + wi, k_h, k_w)
+                            for wi in T.unroll(wb):
+                                for lane in T.unroll(4):
+                                    acc[ob * wb + wi, lane] = acc[ob * wb + wi, lane] + (
+                                        xp[wi, in_channel(t, ob, lane, ci) % 4] * wp[ob, 0, lane]
+                                    )
+                        else:
+                            for lane in T.unroll(4):
+                                for wi in T.unroll(wb):
+                                    load_input(X, xp, wi, nn, in_channel(t, ob, lane, ci) // 4, r, x0 + wi, k_h, k_w)
+                                    acc[ob * wb + wi, lane] = acc[ob * wb + wi, lane] + (
+                                        xp[wi, in_channel(t, ob, lane, ci) % 4] * wp[ob, 0, lane]
+                                    )
+
+    @T.macro
+    def accumulate_depthwise(X, W, xp, wp, acc, nn, r, x0, t):
+        """Multiplier 1: output block ``b`` reads input block ``b``, lane by lane."""
+        for k_h in window(kh):
+            for k_w in window(kw):
+                for ob in T.unroll(ocb):
+                    for lane in T.vectorized(4):
+                        wp[ob, 0, lane] = W[out_block(t, ob), 0, k_h, k_w, lane]
+                    for wi in T.unroll(wb):
+                        load_input(X, xp, wi, nn, out_block(t, ob), r, x0 + wi, k_h, k_w)
+                    for wi in T.unroll(wb):
+                        for lane in T.unroll(4):
+                            acc[ob * wb + wi, lane] = acc[ob * wb + wi, lane] + xp[wi, lane] * wp[ob, 0, lane]
+
+    @T.macro
+    def store_tile(Y, Bias, Residual, acc, tmp, nn, r, x0, t):
+        """Epilogue and store of the tile's pixels that lie inside the output."""
+        for ob in T.unroll(ocb):
+            for wi in T.unroll(wb):
+                if store_ok(t, ob, x0 + wi):
+                    store_output_pixel(
+                        Y, acc, ob * wb + wi, tmp, epilogue, Bias, Residual, nn, t * ocb + ob, r, x0 + wi
+                    )
+
+    @T.prim_func(s_tir=True)
+    def func(data: T.handle, weight: T.handle, bias: T.handle, residual: T.handle, out: T.handle):
+        T.func_attr({"global_symbol": name, "tirx.noalias": True})
+        X = T.match_buffer(data, (n, c4, h, w, 4), dtype, scope=scope)
+        W = T.match_buffer(weight, (o4, cg, kh, kw, 4), dtype, scope=weight_scope)
+        Bias = T.match_buffer(bias, (o4, 4), dtype, scope=BUFFER)
+        Residual = T.match_buffer(residual, (n, o4, oh, ow, 4), dtype, scope=scope)
+        Y = T.match_buffer(out, (n, o4, oh, ow, 4), dtype, scope=scope)
+        for bz in T.thread_binding(ceildiv(ot, gz), thread="blockIdx.z"):
+            for by in T.thread_binding(ceildiv(oh, gy), thread="blockIdx.y"):
+                for bx in T.thread_binding(ceildiv(cols, gx), thread="blockIdx.x"):
+                    for tz in T.thread_binding(gz, thread="threadIdx.z"):
+                        for ty in T.thread_binding(gy, thread="threadIdx.y"):
+                            for tx in T.thread_binding(gx, thread="threadIdx.x"):
+                                with T.sblock("conv2d"):
+                                    # Tile: channel blocks vt*ocb.., output row voh, columns vwt*wb.. of image nn.
+                                    vt = T.axis.spatial(ot, bz * gz + tz)
+                                    voh = T.axis.spatial(oh, by * gy + ty)
+                                    nn = T.axis.spatial(n, (bx * gx + tx) // wt)
+                                    vwt = T.axis.spatial(wt, (bx * gx + tx) % wt)
+                                    T.where(bz * gz + tz < ot and by * gy + ty < oh and bx * gx + tx < cols)
+                                    acc = T.sblock_alloc_buffer((ocb * wb, 4), dtype, scope="local")
+                                    xp = T.sblock_alloc_buffer((wb, 4), dtype, scope="local")
+                                    wp = T.sblock_alloc_buffer((ocb, 4, 4), dtype, scope="local")
+                                    tmp = T.sblock_alloc_buffer((4,), dtype, scope="local")
+                                    for ob in T.unroll(ocb):
+                                        for wi in T.unroll(wb):
+                                            for lane in T.unroll(4):
+                                                acc[ob * wb + wi, lane] = zero
+                                    if mode == "blocked":
+                                        for cb in T.serial(blocks_per_group):
+                                            accumulate_blocked(
+                                                X, W, xp, wp, acc, nn, voh, vwt * wb, vt, first_block(vt) + cb, cb, 4
+                                            )
+                                        if tail > 0:  # groups == 1, C % 4 channels in the last block
+                                            accumulate_blocked(
+                                                X, W, xp, wp, acc, nn, voh, vwt * wb, vt, blocks_per_group,
+                                                blocks_per_group, tail,
+                                            )
+                                    elif mode == "depthwise" and multiplier == 1:
+                                        accumulate_depthwise(X, W, xp, wp, acc, nn, voh, vwt * wb, vt)
+                                    else:
+                                        accumulate_lanes(X, W, xp, wp, acc, nn, voh, vwt * wb, vt)
+                                    store_tile(Y, Bias, Residual, acc, tmp, nn, voh, vwt * wb, vt)
+
+    return select_params(func, epilogue.params(["X", "W"], "Y"))
+
+
+def conv2d_nchw4c(
+    data_shape,
+    weight_shape,
+    strides=1,
+    padding=0,
+    dilation=1,
+    groups: int = 1,
+    epilogue: Epilogue = Epilogue(),
+    dtype: str = "float32",
+    config: ConvConfig | None = None,
+    scope: str = TEXTURE,
+    weight_scope: str | None = None,
+):
+    """Direct conv2d ``Y = act(conv(X, W) + bias + residual)`` on NCHW4c, any groups.
+
+    ``data_shape`` (N, C, H, W) and ``weight_shape`` (O, C/groups, KH, KW) are the
+    logical shapes; the kernel takes ``X [N, C/4, H, W, 4]`` in ``scope``,
+    ``W [O/4, C/groups, KH, KW, 4]`` in ``weight_scope`` (default: the weight
+    texture for a texture ``scope``, else a buffer), then ``Bias (O/4, 4)`` and
+    ``Residual [N, O/4, OH, OW, 4]`` when ``epilogue`` asks for them, and writes
+    ``Y [N, O/4, OH, OW, 4]``. ``padding`` is an int, (pad_h, pad_w) or
+    (top, left, bottom, right). ``config`` None: :func:`default_config`. For
+    ``groups == C`` prefer :func:`depthwise_conv2d_nchw4c`.
+    """
+    geom = conv2d_geometry(data_shape, weight_shape, strides, padding, dilation, groups)
+    aligned = geom.cg % LANES == 0 and geom.og % LANES == 0
+    mode = "blocked" if geom.groups == 1 or aligned else "grouped"
+    return _direct_conv(geom, mode, epilogue, dtype, config, scope, weight_scope, "conv2d_nchw4c")
+
+
+def depthwise_conv2d_nchw4c(
+    data_shape,
+    weight_shape,
+    strides=1,
+    padding=0,
+    dilation=1,
+    epilogue: Epilogue = Epilogue(),
+    dtype: str = "float32",
+    config: ConvConfig | None = None,
+    scope: str = TEXTURE,
+    weight_scope: str | None = None,
+):
+    """Depthwise conv2d (``groups == C``), weight ``(C * multiplier, 1, KH, KW)``.
+
+    Output channel ``o`` reads input channel ``o // multiplier``. With multiplier 1
+    a work item multiplies input and weight pixels lane by lane; otherwise each
+    output lane picks its input channel from the pixel holding it. Tensors and
+    epilogue as in :func:`conv2d_nchw4c`.
+    """
+    data_shape = tuple(int(d) for d in data_shape)
+    if len(data_shape) != 4:
+        raise ValueError(f"data_shape must be NCHW (4-d), got {data_shape}")
+    geom = conv2d_geometry(data_shape, weight_shape, strides, padding, dilation, groups=data_shape[1])
+    return _direct_conv(geom, "depthwise", epilogue, dtype, config, scope, weight_scope, "depthwise_conv2d_nchw4c")

@@ -1,0 +1,316 @@
+"""conv2d / depthwise conv2d (primfuncs.conv2d) and ops.conv2d against a float64 NumPy conv.
+
+Kernels run on OpenCL (PoCL here) with fresh random inputs and poisoned outputs;
+every output pixel of the blocked result must be written, padding lanes zero.
+"""
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from util import assert_close, rand
+
+from primfuncs import conv2d as conv
+from primfuncs._common import BUFFER, TEXTURE, TEXTURE_WEIGHT, blocked
+from primfuncs.epilogue import ACTIVATIONS, Epilogue
+from tir_adreno import build, ops
+from tir_adreno.texture import TextureLimitError
+
+RTOL = 1e-4
+
+
+def reference_conv2d(x, w, strides, padding, dilation, groups):
+    """float64 NCHW/OIHW conv2d; padding (top, left, bottom, right): one matmul per tap and group."""
+    x, w = x.astype(np.float64), w.astype(np.float64)
+    n, c, h, wd = x.shape
+    o, cg, kh, kw = w.shape
+    (sh, sw), (dh, dw), (pt, pl, pb, pr) = strides, dilation, padding
+    xp = np.zeros((n, c, h + pt + pb, wd + pl + pr))
+    xp[:, :, pt : pt + h, pl : pl + wd] = x
+    oh = (h + pt + pb - dh * (kh - 1) - 1) // sh + 1
+    ow = (wd + pl + pr - dw * (kw - 1) - 1) // sw + 1
+    og = o // groups
+    out = np.zeros((n, o, oh, ow))
+    for g in range(groups):
+        xs = xp[:, g * cg : (g + 1) * cg]
+        for i in range(kh):
+            for j in range(kw):
+                patch = xs[:, :, i * dh : i * dh + sh * (oh - 1) + 1 : sh, j * dw : j * dw + sw * (ow - 1) + 1 : sw]
+                out[:, g * og : (g + 1) * og] += np.einsum("nchw,oc->nohw", patch, w[g * og : (g + 1) * og, :, i, j])
+    return out
+
+
+def reference_epilogue(y, bias, residual, activation):
+    if bias is not None:
+        y = y + bias.astype(np.float64)[None, :, None, None]
+    if residual is not None:
+        y = y + residual
+    if activation in ("relu", "relu6"):
+        y = np.maximum(y, 0)
+    if activation == "relu6":
+        y = np.minimum(y, 6)
+    return y
+
+
+# -- hypothesis strategies ------------------------------------------------------------------------
+
+
+@st.composite
+def conv_cases(draw, depthwise=False):
+    """A small conv2d: odd sizes, C/O not multiples of 4, asymmetric padding, groups."""
+    n = draw(st.integers(1, 3))
+    kh, kw = draw(st.integers(1, 7)), draw(st.integers(1, 7))
+    sh, sw = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    # Dilation up to 3 while the dilated window still fits 12 pixels.
+    dh = draw(st.integers(1, min(3, 11 // max(kh - 1, 1))))
+    dw = draw(st.integers(1, min(3, 11 // max(kw - 1, 1))))
+    # Padding up to the dilated kernel's extent - 1 (any value is legal; larger only adds zeros).
+    pad = tuple(draw(st.integers(0, min(d * (k - 1), 3))) for d, k in ((dh, kh), (dw, kw), (dh, kh), (dw, kw)))
+    pt, pl, pb, pr = pad
+    h = draw(st.integers(max(1, dh * (kh - 1) + 1 - pt - pb), 12))
+    w = draw(st.integers(max(1, dw * (kw - 1) + 1 - pl - pr), 12))
+    if depthwise:
+        c = draw(st.integers(1, 12))
+        o, groups = c * draw(st.integers(1, 4)), c
+    else:
+        groups = draw(st.sampled_from([1, 1, 2, 3, 4]))
+        c = groups * draw(st.integers(1, max(1, 12 // groups)))
+        o = groups * draw(st.integers(1, max(1, 12 // groups)))
+    epilogue = Epilogue(
+        bias=draw(st.booleans()), activation=draw(st.sampled_from(ACTIVATIONS)), residual=draw(st.booleans())
+    )
+    config = conv.ConvConfig(
+        oc_block=draw(st.integers(1, 4)),
+        w_block=draw(st.integers(1, 4)),
+        work_group=draw(st.sampled_from([(1, 1, 1), (4, 2, 1), (8, 4, 1), (2, 2, 2)])),
+    )
+    return dict(
+        data_shape=(n, c, h, w), weight_shape=(o, c // groups, kh, kw), strides=(sh, sw), padding=pad,
+        dilation=(dh, dw), groups=groups, epilogue=epilogue, config=config,
+    )
+
+
+def to_nchw4c(x):
+    """NCHW -> [N, C/4, H, W, 4] on the host, padded channels zero (layout kernels have their own tests)."""
+    n, c, h, w = x.shape
+    padded = np.zeros((n, blocked(c) * 4, h, w), x.dtype)
+    padded[:, :c] = x
+    return np.ascontiguousarray(padded.reshape(n, -1, 4, h, w).transpose(0, 1, 3, 4, 2))
+
+
+def to_oihw4o(w):
+    """OIHW -> [O/4, I, KH, KW, 4] on the host, padded output channels zero."""
+    o, i, kh, kw = w.shape
+    padded = np.zeros((blocked(o) * 4, i, kh, kw), w.dtype)
+    padded[:o] = w
+    return np.ascontiguousarray(padded.reshape(-1, 4, i, kh, kw).transpose(0, 2, 3, 4, 1))
+
+
+def from_nchw4c(y, channels):
+    n, c4, h, w, _ = y.shape
+    return y.transpose(0, 1, 4, 2, 3).reshape(n, c4 * 4, h, w)[:, :channels]
+
+
+def run_kernel(device, case, scope, rng):
+    """Run the conv kernel of ``case`` in ``scope`` on fresh inputs; returns (NCHW out, reference, blocked out)."""
+    case = dict(case)
+    depthwise = case.pop("depthwise", False)
+    x = rand(rng, case["data_shape"])
+    w = rand(rng, case["weight_shape"])
+    geom = conv.conv2d_geometry(x.shape, w.shape, case["strides"], case["padding"], case["dilation"], case["groups"])
+    epi = case["epilogue"]
+    bias = rand(rng, (geom.o,)) if epi.bias else None
+    residual = rand(rng, geom.out_shape) if epi.residual else None
+    ref = reference_epilogue(
+        reference_conv2d(x, w, geom.strides, geom.padding, geom.dilation, geom.groups), bias, residual, epi.activation
+    )
+
+    weight_scope = TEXTURE_WEIGHT if scope == TEXTURE else BUFFER
+    tensors = [device.array(to_nchw4c(x), scope, "X"), device.array(to_oihw4o(w), weight_scope, "W")]
+    if bias is not None:
+        tensors.append(device.array(to_nchw4c(bias.reshape(1, -1, 1, 1)).reshape(geom.o4, 4), BUFFER, "Bias"))
+    if residual is not None:
+        tensors.append(device.array(to_nchw4c(residual), scope, "Residual"))
+    out = ops.empty_nchw4c(device, geom.out_shape, "float32", scope, "Y")  # poisoned
+    tensors.append(out)
+
+    if depthwise:
+        case.pop("groups")
+        func = conv.depthwise_conv2d_nchw4c(**case, scope=scope)
+    else:
+        func = conv.conv2d_nchw4c(**case, scope=scope)
+    ops.launch(func, tensors, device)
+    blocked_out = out.numpy()
+    return from_nchw4c(blocked_out, geom.o), ref, blocked_out
+
+
+def check_blocked_output(blocked_out, o):
+    """Every pixel written (no poison left) and the padding lanes zero (the next conv reads them)."""
+    assert np.all(np.isfinite(blocked_out)), "output pixel not written (poison survived)"
+    lanes = from_nchw4c(blocked_out, blocked_out.shape[1] * 4)
+    assert np.all(lanes[:, o:] == 0), "padding channels of the output are not zero"
+
+
+# -- kernels, both scopes -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scope", [TEXTURE, BUFFER])
+@given(case=conv_cases(), seed=st.integers(0, 2**32 - 1))
+def test_conv2d_matches_numpy(device, scope, case, seed):
+    got, ref, blocked_out = run_kernel(device, case, scope, np.random.default_rng(seed))
+    check_blocked_output(blocked_out, ref.shape[1])
+    assert_close(got, ref, RTOL)
+
+
+@pytest.mark.parametrize("scope", [TEXTURE, BUFFER])
+@given(case=conv_cases(depthwise=True), seed=st.integers(0, 2**32 - 1))
+def test_depthwise_conv2d_matches_numpy(device, scope, case, seed):
+    got, ref, blocked_out = run_kernel(device, dict(case, depthwise=True), scope, np.random.default_rng(seed))
+    check_blocked_output(blocked_out, ref.shape[1])
+    assert_close(got, ref, RTOL)
+
+
+@pytest.mark.parametrize(
+    "data_shape, weight_shape, groups",
+    [
+        ((2, 7, 9, 6), (10, 7, 1, 1), 1),  # 1x1 fast path (no guards), C and O tails
+        ((1, 16, 7, 9), (32, 8, 3, 3), 2),  # blocked groups: the 3-block tile shrinks to 2 (never straddles groups)
+        ((1, 6, 7, 5), (8, 3, 3, 3), 2),  # per-lane path, one group per output block
+        ((1, 6, 7, 5), (9, 2, 3, 3), 3),  # per-lane path, output blocks straddle groups
+        ((1, 6, 7, 5), (6, 1, 3, 3), 6),  # conv2d_nchw4c with groups == C
+    ],
+)
+@pytest.mark.parametrize("scope", [TEXTURE, BUFFER])
+def test_conv2d_group_paths(device, scope, data_shape, weight_shape, groups):
+    """Each accumulation body of conv2d_nchw4c with the full epilogue and overhanging tiles."""
+    case = dict(
+        data_shape=data_shape, weight_shape=weight_shape, strides=1, padding=(1, 0, 0, 1), dilation=1,
+        groups=groups, epilogue=Epilogue(bias=True, activation="relu6", residual=True), config=conv.ConvConfig(3, 2),
+    )
+    got, ref, blocked_out = run_kernel(device, case, scope, np.random.default_rng(0))
+    check_blocked_output(blocked_out, ref.shape[1])
+    assert_close(got, ref, RTOL)
+
+
+# -- ops.conv2d (device packing, scope choice, depthwise dispatch) --------------------------------
+
+
+@pytest.mark.parametrize(
+    "x_shape, w_shape, attrs, with_bias, with_residual",
+    [
+        ((2, 5, 9, 8), (7, 5, 3, 3), dict(stride=(2, 1), padding=(1, 0, 2, 1), dilation=(1, 2), activation="relu"),
+         True, True),
+        ((1, 6, 7, 9), (9, 2, 3, 1), dict(padding=1, groups=3, activation="relu6"), True, False),
+        ((1, 5, 9, 8), (10, 1, 3, 3), dict(stride=2, padding=(2, 1), groups=5, algorithm="direct"), False, True),
+    ],
+    ids=["dense", "grouped", "depthwise-multiplier-2"],
+)
+def test_ops_conv2d_matches_numpy(device, x_shape, w_shape, attrs, with_bias, with_residual):
+    rng = np.random.default_rng(4)
+    x, w = rand(rng, x_shape), rand(rng, w_shape)
+    geom = conv.conv2d_geometry(
+        x_shape, w_shape, attrs.get("stride", 1), attrs.get("padding", 0), attrs.get("dilation", 1),
+        attrs.get("groups", 1),
+    )
+    bias = rand(rng, (w_shape[0],)) if with_bias else None
+    residual = rand(rng, geom.out_shape) if with_residual else None
+    got = ops.conv2d(x, w, bias, residual=residual, device=device, **attrs)
+    ref = reference_epilogue(
+        reference_conv2d(x, w, geom.strides, geom.padding, geom.dilation, geom.groups),
+        bias, residual, attrs.get("activation"),
+    )
+    assert got.shape == geom.out_shape
+    assert_close(got, ref, RTOL)
+
+
+@pytest.mark.parametrize(
+    "padding, expected",
+    [(1, (1, 1, 1, 1)), ((2, 1), (2, 1, 2, 1)), ((0, 1, 2, 3), (0, 1, 2, 3)), (np.int64(2), (2,) * 4)],
+)
+def test_padding_forms(padding, expected):
+    """int, (pad_h, pad_w) or (top, left, bottom, right), as relax.op.nn.conv2d."""
+    geom = conv.conv2d_geometry((1, 4, 8, 8), (4, 4, 3, 3), padding=padding)
+    assert geom.padding == expected
+    assert (geom.oh, geom.ow) == (8 - 2 + expected[0] + expected[2], 8 - 2 + expected[1] + expected[3])
+
+
+def test_ops_conv2d_too_large_for_textures(device):
+    """A tensor wider than the device's images runs on buffers, or is refused with allow_buffer=False."""
+    width = device.limits.image2d_max_width + 3
+    rng = np.random.default_rng(2)
+    x, w = rand(rng, (1, 3, 1, width)), rand(rng, (2, 3, 1, 3))
+    got = ops.conv2d(x, w, padding=(0, 1), device=device)
+    assert_close(got, reference_conv2d(x, w, (1, 1), (0, 1, 0, 1), (1, 1), 1), RTOL)
+    with pytest.raises(TextureLimitError):
+        ops.conv2d(x, w, padding=(0, 1), device=device, allow_buffer=False)
+
+
+def test_conv2d_float16_builds_to_source(device):
+    """fp16 kernels use half math (cl_khr_fp16); they run only where the device has it."""
+    func = conv.conv2d_nchw4c((1, 8, 6, 6), (8, 8, 3, 3), padding=1, dtype="float16", epilogue=Epilogue(bias=True))
+    source = build.build(func).source
+    assert "read_imageh" in source and "half" in source
+    if not device.fp16:
+        pytest.skip(f"{device.name} has no cl_khr_fp16: float16 conv built to source only")
+    rng = np.random.default_rng(3)
+    x, w = rand(rng, (1, 8, 6, 6), "float16"), rand(rng, (8, 8, 3, 3), "float16")
+    got = ops.conv2d(x, w, padding=1, device=device)
+    assert_close(got, reference_conv2d(x, w, (1, 1), (1, 1, 1, 1), (1, 1), 1), 1e-2)
+
+
+# -- errors ---------------------------------------------------------------------------------------
+
+X = np.zeros((1, 4, 6, 6), np.float32) + 1
+W = np.zeros((8, 4, 3, 3), np.float32) + 1
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        (dict(x=[[1.0]]), TypeError, "x must be a numpy.ndarray"),
+        (dict(x=X[0]), ValueError, "x must be 4-d"),
+        (dict(x=X.astype(np.int32)), TypeError, "x has dtype int32"),
+        (dict(w=W.astype(np.float16)), TypeError, "w has dtype float16"),
+        (dict(w=W[0]), ValueError, "w must be 4-d"),
+        (dict(w=np.ones((8, 3, 3, 3), np.float32)), ValueError, "w .* 3 input channels"),
+        (dict(groups=3), ValueError, "groups=3 must divide"),
+        (dict(groups=0), ValueError, "groups must be a positive int"),
+        (dict(stride=0), ValueError, "strides and dilation must be >= 1"),
+        (dict(dilation=(1, 2, 3)), ValueError, "dilation must be an int or a pair"),
+        (dict(padding=(1, 2, 3)), ValueError, "padding must be an int, a pair or"),
+        (dict(padding=-1), ValueError, "padding must be >= 0"),
+        (dict(padding=1.5), ValueError, "padding must be"),
+        (dict(w=np.ones((8, 4, 9, 9), np.float32)), ValueError, "empty output"),
+        (dict(bias=np.ones((7,), np.float32)), ValueError, "bias must have shape"),
+        (dict(bias=np.ones((8,), np.float64)), TypeError, "bias has dtype float64"),
+        (dict(residual=np.ones((1, 8, 5, 5), np.float32)), ValueError, "residual must have shape"),
+        (dict(residual=np.ones((1, 8, 4, 4), np.float64)), TypeError, "residual has dtype float64"),
+        (dict(activation="gelu"), ValueError, "activation must be one of"),
+        (dict(algorithm="fft"), ValueError, "algorithm must be one of"),
+    ],
+)
+def test_ops_conv2d_errors(device, kwargs, error, match):
+    args = dict(x=X, w=W, device=device)
+    args.update(kwargs)
+    with pytest.raises(error, match=match):
+        ops.conv2d(**args)
+
+
+@pytest.mark.parametrize(
+    "call, error, match",
+    [
+        (lambda: conv.ConvConfig(oc_block=5), ValueError, "oc_block must be an int in 1..4"),
+        (lambda: conv.ConvConfig(w_block=0), ValueError, "w_block must be an int in 1..4"),
+        (lambda: conv.ConvConfig(work_group=(8, 4)), ValueError, "work_group must be 3 positive ints"),
+        (lambda: conv.ConvConfig(work_group=(16, 16, 2)), ValueError, "more than 256"),
+        (lambda: Epilogue(activation="sigmoid"), ValueError, "activation must be one of"),
+        (lambda: conv.conv2d_nchw4c((1, 4, 6, 6), (8, 4, 3, 3), scope="local"), ValueError, "scope must be"),
+        (lambda: conv.conv2d_nchw4c((1, 4, 6, 6), (8, 4, 3, 3), dtype="int8"), TypeError, "dtype must be"),
+        (lambda: conv.conv2d_nchw4c((1, 4, 6), (8, 4, 3, 3)), ValueError, "data_shape must be NCHW"),
+        (lambda: conv.conv2d_nchw4c((1, 4, 6, 6), (8, 4, 3, 3), epilogue="relu"), TypeError, "epilogue must be"),
+        (lambda: conv.depthwise_conv2d_nchw4c((1, 4, 6, 6), (8, 2, 3, 3)), ValueError, "needs C/groups = 1"),
+    ],
+)
+def test_factory_errors(call, error, match):
+    with pytest.raises(error, match=match):
+        call()
