@@ -127,6 +127,7 @@ def main():
     add_device_argument(parser)
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--repeat", type=int, default=10)
+    parser.add_argument("--results-dir", type=Path, default=None, help="default: benchmarks/results")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--build-only", type=Path, metavar="DIR", help="compile and save the models, run nothing")
     mode.add_argument("--from", dest="from_dir", type=Path, metavar="DIR", help="run models saved by --build-only (no TVM)")
@@ -184,7 +185,7 @@ def main():
                 fmt(entry.get("max_rel_diff"), ".1e"),
             ]
         )
-    path = write_json("models_e2e", device.name, {"repeat": args.repeat, "results": results})
+    path = write_json("models_e2e", device.name, {"repeat": args.repeat, "results": results}, args.results_dir)
     print_table(
         ["model", "ours ms", "upstream ms", "speedup", "ours wall", "upstr wall", "cuDNN eager", "cuDNN graph", "act MiB pool", "act MiB no pool", "ours vs upstr"],
         rows,
