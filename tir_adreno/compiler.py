@@ -74,7 +74,7 @@ def lower(mod: tvm.IRModule, device: runtime.Device, allow_buffer: bool = True, 
     ``limits`` overrides the device's image limits (to plan for a smaller GPU)."""
     mod = relax.transform.FoldConstant()(mod)
     if ours:
-        mod = dispatch_to_textures(mod, limits or device.limits, allow_buffer)
+        mod = dispatch_to_textures(mod, limits or device.limits, allow_buffer, device)
     marked = {}
     for gv, func in mod.functions.items():
         if isinstance(func, tvm.tirx.PrimFunc):

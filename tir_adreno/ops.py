@@ -168,3 +168,247 @@ def from_nchw4c(x, channels: int, device=None, allow_buffer: bool = True) -> np.
     scope = activation_scope(dev, (n, channels, h, w), allow_buffer)
     t = dev.array(np.ascontiguousarray(x), scope, "x")
     return download_nchw(t, channels)
+
+
+# -- pooling and reductions (primfuncs.pool2d, primfuncs.reduce) ---------------------------------
+# Imported here, not at the top: this section was appended to the file as a unit.
+# ``sum``/``max``/``min`` below shadow the builtins in this module (Relax's names): code in
+# this file that needs the builtins must ``import builtins`` and write ``builtins.max`` etc.
+import pyopencl as _cl  # noqa: E402
+
+from primfuncs import pool2d as _pool2d  # noqa: E402
+from primfuncs import reduce as _reduce  # noqa: E402
+
+
+def _reduction_scope(dev: runtime.Device, in_nchw, out_nchw, allow_buffer: bool) -> str:
+    """One scope for input and output (the kernels take one): a texture when both fit."""
+    scopes = {activation_scope(dev, in_nchw, allow_buffer), activation_scope(dev, out_nchw, allow_buffer)}
+    return TEXTURE if scopes == {TEXTURE} else "global"
+
+
+def _group_threshold(dev: runtime.Device):
+    """``strategy="auto"``'s window size for the work-group schedule: never on a CPU (measured)."""
+    return _pool2d.CPU_GROUP_THRESHOLD if dev.cl_device.type & _cl.device_type.CPU else _pool2d.GROUP_THRESHOLD
+
+
+def _run_pool(x, factory, device, allow_buffer, **attrs) -> np.ndarray:
+    x = check_array(x, "x")
+    dev = runtime.get_device(device)
+    check_device_dtype(dev, x.dtype.name)
+    attrs["group_threshold"] = _group_threshold(dev)
+    shape = blocked_shape(x.shape)
+    func = factory(shape, dtype=x.dtype.name, scope=TEXTURE, **attrs)  # validates attrs, gives the shape
+    out_shape = tuple(int(d) for d in func.params[1].shape)
+    out_nchw = (x.shape[0], x.shape[1], out_shape[2], out_shape[3])
+    scope = _reduction_scope(dev, x.shape, out_nchw, allow_buffer)
+    if scope != TEXTURE:
+        func = factory(shape, dtype=x.dtype.name, scope=scope, **attrs)
+    a = upload_nchw4c(dev, x, scope)
+    out = empty_nchw4c(dev, out_nchw, x.dtype.name, scope)
+    launch(func, [a, out], dev)
+    return download_nchw(out, x.shape[1])
+
+
+def max_pool2d(
+    x, pool_size=(1, 1), strides=(1, 1), padding=(0, 0), dilation=(1, 1), ceil_mode: bool = False,
+    device=None, allow_buffer: bool = True, strategy: str = "auto",
+) -> np.ndarray:
+    """NCHW max pooling (``relax.op.nn.max_pool2d``; padding: int, pair or (top, left, bottom,
+    right), at most half the window). Padding never wins a max (it is -inf, not 0).
+    ``strategy``: "auto", "thread" (a work item per output) or "group" (a work group per output)."""
+    return _run_pool(
+        x, _pool2d.max_pool2d, device, allow_buffer, pool_size=pool_size, strides=strides, padding=padding,
+        dilation=dilation, ceil_mode=ceil_mode, strategy=strategy,
+    )
+
+
+def avg_pool2d(
+    x, pool_size=(1, 1), strides=(1, 1), padding=(0, 0), dilation=(1, 1), ceil_mode: bool = False,
+    count_include_pad: bool = False, device=None, allow_buffer: bool = True, strategy: str = "auto",
+) -> np.ndarray:
+    """NCHW average pooling (``relax.op.nn.avg_pool2d``, same defaults). The divisor counts the
+    taps inside the input, or with ``count_include_pad`` those inside the padded input."""
+    return _run_pool(
+        x, _pool2d.avg_pool2d, device, allow_buffer, pool_size=pool_size, strides=strides, padding=padding,
+        dilation=dilation, ceil_mode=ceil_mode, count_include_pad=count_include_pad, strategy=strategy,
+    )
+
+
+def _output_size(x, output_size):
+    x = check_array(x, "x")
+    return x.shape[2:] if output_size is None else output_size
+
+
+def adaptive_avg_pool2d(x, output_size=None, device=None, allow_buffer: bool = True, strategy: str = "auto") -> np.ndarray:
+    """NCHW adaptive average pooling to ``output_size`` (int or (OH, OW); None keeps H, W),
+    PyTorch's windows ``[floor(i*H/OH), ceil((i+1)*H/OH))``. ``output_size=1`` is global pooling."""
+    return _run_pool(x, _pool2d.adaptive_avg_pool2d, device, allow_buffer,
+                     output_size=_output_size(x, output_size), strategy=strategy)
+
+
+def adaptive_max_pool2d(x, output_size=None, device=None, allow_buffer: bool = True, strategy: str = "auto") -> np.ndarray:
+    """NCHW adaptive max pooling to ``output_size`` (see :func:`adaptive_avg_pool2d`)."""
+    return _run_pool(x, _pool2d.adaptive_max_pool2d, device, allow_buffer,
+                     output_size=_output_size(x, output_size), strategy=strategy)
+
+
+def _run_reduce(op, x, axis, keepdims, device, allow_buffer, strategy) -> np.ndarray:
+    x = check_array(x, "x")
+    axes = _reduce.normalize_axis(axis)  # ValueError / NotImplementedError (batch axis) name the axis
+    dev = runtime.get_device(device)
+    check_device_dtype(dev, x.dtype.name)
+    n, c, h, w = x.shape
+    keep_nchw = (n, 1 if 1 in axes else c, 1 if 2 in axes else h, 1 if 3 in axes else w)
+    scope = _reduction_scope(dev, x.shape, keep_nchw, allow_buffer)
+    shape = blocked_shape(x.shape)
+    func = _reduce.reduce(
+        shape, c, op, axes, keepdims, dtype=x.dtype.name, scope=scope, strategy=strategy,
+        group_threshold=_group_threshold(dev),
+    )
+    out_shape, is_blocked = _reduce.reduce_output(shape, c, axes, keepdims)
+    a = upload_nchw4c(dev, x, scope)
+    if is_blocked:
+        out = empty_nchw4c(dev, keep_nchw, x.dtype.name, scope)
+    else:
+        out = dev.empty(runtime.TensorSpec("out", out_shape, x.dtype.name, "global")).poison()
+    launch(func, [a, out], dev)
+    return download_nchw(out, keep_nchw[1]) if is_blocked else out.numpy()
+
+
+def sum(x, axis, keepdims: bool = False, device=None, allow_buffer: bool = True, strategy: str = "auto") -> np.ndarray:  # noqa: A001
+    """Sum over NCHW ``axis`` (an int or a tuple among 1, 2, 3; negative counts from the end),
+    as ``relax.op.sum``. The batch axis raises NotImplementedError."""
+    return _run_reduce("sum", x, axis, keepdims, device, allow_buffer, strategy)
+
+
+def mean(x, axis, keepdims: bool = False, device=None, allow_buffer: bool = True, strategy: str = "auto") -> np.ndarray:
+    """Mean over NCHW ``axis`` (see :func:`sum`); over C it divides by the real channel count."""
+    return _run_reduce("mean", x, axis, keepdims, device, allow_buffer, strategy)
+
+
+def max(x, axis, keepdims: bool = False, device=None, allow_buffer: bool = True, strategy: str = "auto") -> np.ndarray:  # noqa: A001
+    """Maximum over NCHW ``axis`` (see :func:`sum`)."""
+    return _run_reduce("max", x, axis, keepdims, device, allow_buffer, strategy)
+
+
+def min(x, axis, keepdims: bool = False, device=None, allow_buffer: bool = True, strategy: str = "auto") -> np.ndarray:  # noqa: A001
+    """Minimum over NCHW ``axis`` (see :func:`sum`)."""
+    return _run_reduce("min", x, axis, keepdims, device, allow_buffer, strategy)
+
+
+def softmax(x, axis: int = 1, device=None, allow_buffer: bool = True) -> np.ndarray:
+    """Softmax over the channels of an NCHW array (``relax.op.nn.softmax`` with axis=1 or -3),
+    computed as ``exp(x - max) / sum`` (no overflow)."""
+    x = check_array(x, "x")
+    if not isinstance(axis, int) or axis not in (1, -3):
+        raise NotImplementedError(f"softmax supports the channel axis only (axis=1 or -3), got axis={axis!r}")
+    x, dev, scope = _prepare(x, "x", device, allow_buffer)
+    a = upload_nchw4c(dev, x, scope)
+    out = empty_nchw4c(dev, x.shape, x.dtype.name, scope)
+    launch(_reduce.softmax(a.shape, x.shape[1], x.dtype.name, scope), [a, out], dev)
+    return download_nchw(out, x.shape[1])
+
+
+# -- convolution (primfuncs.conv2d) ---------------------------------------------------------------
+# Imported here, not at the top: this section was appended to the file as a unit.
+from primfuncs import conv2d as _conv2d  # noqa: E402
+from primfuncs._common import TEXTURE_WEIGHT as _TEXTURE_WEIGHT  # noqa: E402
+from primfuncs.epilogue import ACTIVATIONS as _ACTIVATIONS  # noqa: E402
+from primfuncs.epilogue import Epilogue as _Epilogue  # noqa: E402
+from primfuncs import conv2d_winograd as _winograd  # noqa: E402
+
+from . import tuning as _tuning  # noqa: E402
+
+#: ``conv2d(algorithm=...)``: "auto" asks ``tuning.choose_conv2d_algorithm`` (direct unless this
+#: device was tuned, see ``tir_adreno.tuning``); "winograd" means "winograd_2x2".
+CONV2D_ALGORITHMS = ("auto", "direct", "winograd", "winograd_2x2", "winograd_4x4")
+
+
+def conv2d(
+    x, w, bias=None, stride=1, padding=0, dilation=1, groups: int = 1, activation=None, residual=None,
+    algorithm: str = "auto", device=None, allow_buffer: bool = True,
+) -> np.ndarray:
+    """``act(conv2d(x, w) + bias + residual)`` for NCHW ``x`` and OIHW ``w`` (``relax.op.nn.conv2d``).
+
+    ``padding``: int, (pad_h, pad_w) or (top, left, bottom, right); ``bias``: ``(O,)``;
+    ``activation``: None, "relu" or "relu6"; ``residual``: an NCHW array of the output's
+    shape, added before the activation. ``groups == C`` runs the depthwise kernel.
+    Weights are packed to OIHW4o on the device on every call (this is the convenience API).
+    ``algorithm``: "direct", "winograd_2x2" / "winograd_4x4" (Winograd F(2x2, 3x3) / F(4x4, 3x3):
+    3x3 kernels, stride 1, dilation 1, groups 1 only; F(4x4) is held to 1e-3 relative error in
+    float32, the others to 1e-4) or "auto" (``tuning.choose_conv2d_algorithm``).
+    """
+    if algorithm not in CONV2D_ALGORITHMS:
+        raise ValueError(f"algorithm must be one of {CONV2D_ALGORITHMS}, got {algorithm!r}")
+    if activation not in _ACTIVATIONS:
+        raise ValueError(f"activation must be one of {_ACTIVATIONS}, got {activation!r}")
+    x = check_array(x, "x")
+    w = check_array(w, "w", dtype=x.dtype)
+    geom = _conv2d.conv2d_geometry(x.shape, w.shape, stride, padding, dilation, groups, names=("x", "w"))
+    dtype = x.dtype.name
+    if algorithm.startswith("winograd") and not _winograd.winograd_eligible(geom):
+        raise ValueError(
+            f"algorithm={algorithm!r} needs a 3x3 kernel, stride 1, dilation 1 and groups 1: "
+            f"{_winograd.winograd_ineligibility(geom)}"
+        )
+    algorithm = "winograd_2x2" if algorithm == "winograd" else algorithm
+    if bias is not None:
+        bias = check_array(bias, "bias", ndim=1)
+        if bias.shape != (geom.o,):
+            raise ValueError(f"bias must have shape ({geom.o},) to match w's output channels, got {bias.shape}")
+        if bias.dtype != x.dtype:
+            raise TypeError(f"bias has dtype {bias.dtype}, expected x's dtype {x.dtype}")
+    if residual is not None:
+        residual = check_array(residual, "residual")
+        if residual.shape != geom.out_shape:
+            raise ValueError(f"residual must have shape {geom.out_shape} (the output's), got {residual.shape}")
+        if residual.dtype != x.dtype:
+            raise TypeError(f"residual has dtype {residual.dtype}, expected x's dtype {x.dtype}")
+    dev = runtime.get_device(device)
+    check_device_dtype(dev, dtype)
+    if algorithm == "auto":
+        algorithm = _tuning.choose_conv2d_algorithm(geom, dev, dtype)
+
+    # One scope for input, residual and output (the kernel takes one): a texture when all fit.
+    scopes = {activation_scope(dev, x.shape, allow_buffer), activation_scope(dev, geom.out_shape, allow_buffer)}
+    scope = TEXTURE if scopes == {TEXTURE} else "global"
+    if algorithm == "direct":
+        w_shape = (geom.o4, geom.cg, geom.kh, geom.kw, 4)
+        weight_scope = "global"
+        if scope == TEXTURE:
+            weight_scope = texture.place(w_shape, _TEXTURE_WEIGHT, dev.limits, allow_buffer)
+    else:  # Winograd: U = G w G^T on the host (float64) and intermediates V, M: their own placement
+        _, weight_scope, tile_scope = _tuning.placement(geom, algorithm, dev.limits, scope, allow_buffer)
+
+    tx = upload_nchw4c(dev, x, scope, "x")
+    if algorithm == "direct":
+        tw = dev.empty(runtime.TensorSpec("w", w_shape, dtype, weight_scope))
+        w_src = dev.array(np.ascontiguousarray(w), "global", "w")
+        launch(layout.oihw_to_oihw4o(w.shape, dtype, weight_scope), [w_src, tw], dev)
+    else:
+        tw = dev.array(_winograd.winograd_weight_transform(w, _tuning.winograd_tile(algorithm)), weight_scope, "w")
+    tensors = [tx, tw]
+    if bias is not None:
+        packed = np.zeros((geom.o4 * 4,), x.dtype)
+        packed[: geom.o] = bias
+        tensors.append(dev.array(packed.reshape(geom.o4, 4), "global", "bias"))
+    if residual is not None:
+        tensors.append(upload_nchw4c(dev, residual, scope, "residual"))
+    out = empty_nchw4c(dev, geom.out_shape, dtype, scope)
+    tensors.append(out)
+
+    epilogue = _Epilogue(bias=bias is not None, activation=activation, residual=residual is not None)
+    common = dict(
+        strides=geom.strides, padding=geom.padding, dilation=geom.dilation, epilogue=epilogue, dtype=dtype,
+        scope=scope, weight_scope=weight_scope,
+    )
+    if algorithm != "direct":
+        program = _tuning.build_program(geom, algorithm, epilogue, dtype, scope, weight_scope, tile_scope)
+        program.run(dev, dict(zip((*program.inputs, program.outputs[-1]), tensors)))  # X, U, [Bias], [Residual], Y
+        return download_nchw(out, geom.o)
+    if geom.is_depthwise:
+        func = _conv2d.depthwise_conv2d_nchw4c(x.shape, w.shape, **common)
+    else:
+        func = _conv2d.conv2d_nchw4c(x.shape, w.shape, groups=geom.groups, **common)
+    launch(func, tensors, dev)
+    return download_nchw(out, geom.o)

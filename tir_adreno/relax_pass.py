@@ -28,11 +28,11 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from primfuncs import concat, conv2d, elementwise, layout, pool2d, reduce
+from primfuncs import concat, conv2d, conv2d_winograd, elementwise, layout, pool2d, reduce
 from primfuncs._common import BUFFER, TEXTURE, TEXTURE_WEIGHT, blocked
 from primfuncs.epilogue import Epilogue
 
-from . import texture
+from . import texture, tuning
 from .blocked import pack_bias, pack_oihw4o
 
 #: Relax op name -> handler(rewriter, node) -> new Relax expr of the node's value, or None to leave it.
@@ -188,8 +188,9 @@ class Value:
 
 
 class Rewriter:
-    def __init__(self, mod: tvm.IRModule, limits: texture.DeviceLimits, allow_buffer: bool = True):
+    def __init__(self, mod: tvm.IRModule, limits: texture.DeviceLimits, allow_buffer: bool = True, device=None):
         self.mod = mod
+        self.device = device  # whose recorded conv algorithm choices apply (tir_adreno.tuning)
         self.limits = limits
         self.allow_buffer = allow_buffer
         others = {gv: f for gv, f in mod.functions.items() if gv.name_hint != "main"}
@@ -423,14 +424,28 @@ def conv2d_handler(rw: Rewriter, node: Node):
     has_bias = bool(np.any(bias != 0))
     epilogue = Epilogue(bias=has_bias, activation=activation, residual=residual is not None)
     depthwise = groups == c and groups > 1 and w.shape[1] == 1
-    factory = conv2d.depthwise_conv2d_nchw4c if depthwise else conv2d.conv2d_nchw4c
-    kwargs = dict(strides=geom.strides, padding=geom.padding, dilation=geom.dilation, epilogue=epilogue, scope=scope)
-    if not depthwise:
-        kwargs["groups"] = groups
-    packed_w = pack_oihw4o(w.astype(np.float32))
-    kwargs["weight_scope"] = rw.weight_scope(packed_w.shape) if scope == TEXTURE else BUFFER
-    func = factory((n, c, h, wd), w.shape, **kwargs)
-    args = [rw.blocked(x, scope), relax.const(packed_w)]
+    # "direct" unless this device was tuned for the conv (tir_adreno.tuning, $TIR_ADRENO_TUNING).
+    algorithm = tuning.choose_conv2d_algorithm(geom, rw.device)
+    if algorithm == "direct":
+        factory = conv2d.depthwise_conv2d_nchw4c if depthwise else conv2d.conv2d_nchw4c
+        kwargs = dict(strides=geom.strides, padding=geom.padding, dilation=geom.dilation, epilogue=epilogue, scope=scope)
+        if not depthwise:
+            kwargs["groups"] = groups
+        packed_w = pack_oihw4o(w.astype(np.float32))
+        kwargs["weight_scope"] = rw.weight_scope(packed_w.shape) if scope == TEXTURE else BUFFER
+        func = factory((n, c, h, wd), w.shape, **kwargs)
+        args = [rw.blocked(x, scope), relax.const(packed_w)]
+    else:  # Winograd: input transform and batched GEMM here; the output transform (with the epilogue) below
+        m = tuning.winograd_tile(algorithm)
+        _, weight_scope, tile_scope = tuning.placement(geom, algorithm, rw.limits, scope, rw.allow_buffer)
+        kern = conv2d_winograd.conv2d_winograd_nchw4c(
+            (n, c, h, wd), w.shape, padding=geom.padding, m=m, epilogue=epilogue, scope=scope,
+            weight_scope=weight_scope, tile_scope=tile_scope,
+        )
+        u = conv2d_winograd.winograd_weight_transform(w, m, np.float32)  # from the float64 folded weights
+        tiles = rw.emit_kernel(kern.stages[0], [rw.blocked(x, scope)], kern.shapes.tile)
+        products = rw.emit_kernel(kern.stages[1], [tiles, relax.const(u)], kern.shapes.product)
+        func, args = kern.stages[2], [products]
     if has_bias:
         args.append(relax.const(pack_bias(bias.astype(np.float32))))
     if residual is not None:
@@ -581,9 +596,9 @@ def concat_handler(rw, node):
     return out
 
 
-def dispatch_to_textures(mod: tvm.IRModule, limits: texture.DeviceLimits, allow_buffer: bool = True) -> tvm.IRModule:
+def dispatch_to_textures(mod: tvm.IRModule, limits: texture.DeviceLimits, allow_buffer: bool = True, device=None) -> tvm.IRModule:
     """Rewrite ``mod["main"]`` onto our kernels (see the module docstring)."""
-    return Rewriter(mod, limits, allow_buffer).run()
+    return Rewriter(mod, limits, allow_buffer, device).run()
 
 
 def DispatchToTextures(limits: texture.DeviceLimits | None = None, allow_buffer: bool = True) -> tvm.transform.Pass:  # noqa: N802 (TVM pass naming)
