@@ -37,7 +37,7 @@ from common import nchw4c_to_nchw, nchw_to_nchw4c, oihw_to_oihw4o
 import layers as layer_lists
 
 from tir_adreno.bundle import KernelModule
-from tir_adreno.reference import relative_error
+from tir_adreno.reference import conv2d_nchw, relative_error
 from tir_adreno.texture import is_texture_scope
 
 NAME = "conv_layers"
@@ -58,21 +58,9 @@ def unpack(y: np.ndarray, layout: str, channels: int) -> np.ndarray:
 
 
 def reference_conv2d(x: np.ndarray, w: np.ndarray, layer: layer_lists.ConvLayer) -> np.ndarray:
-    """float64 conv2d (NCHW, OIHW, symmetric padding, groups) as one matmul per tap."""
-    x, w = x.astype(np.float64), w.astype(np.float64)
-    n, c, h, wd = x.shape
-    o, cg, kh, kw = w.shape
-    g = layer.groups
-    (sh, sw), (ph, pw), (dh, dw) = layer.strides, layer.padding, layer.dilation
-    _, _, oh, ow = layer.out_shape
-    xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw))).reshape(n, g, cg, h + 2 * ph, wd + 2 * pw)
-    wg = w.reshape(g, o // g, cg, kh, kw)
-    out = np.zeros((n, g, o // g, oh * ow))
-    for i in range(kh):
-        for j in range(kw):
-            patch = xp[:, :, :, i * dh : i * dh + sh * (oh - 1) + 1 : sh, j * dw : j * dw + sw * (ow - 1) + 1 : sw]
-            out += np.matmul(wg[None, :, :, :, i, j], patch.reshape(n, g, cg, oh * ow))
-    return out.reshape(n, o, oh, ow)
+    """float64 conv2d of ``layer`` (symmetric padding)."""
+    ph, pw = layer.padding
+    return conv2d_nchw(x, w, layer.strides, (ph, pw, ph, pw), layer.dilation, layer.groups)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -13,31 +13,14 @@ from util import assert_close, rand
 from primfuncs import conv2d as conv
 from primfuncs._common import BUFFER, TEXTURE, TEXTURE_WEIGHT, blocked
 from primfuncs.epilogue import ACTIVATIONS, Epilogue
+from tir_adreno.reference import conv2d_nchw
 from tir_adreno import build, ops
 from tir_adreno.texture import TextureLimitError
 
 RTOL = 1e-4
 
 
-def reference_conv2d(x, w, strides, padding, dilation, groups):
-    """float64 NCHW/OIHW conv2d; padding (top, left, bottom, right): one matmul per tap and group."""
-    x, w = x.astype(np.float64), w.astype(np.float64)
-    n, c, h, wd = x.shape
-    o, cg, kh, kw = w.shape
-    (sh, sw), (dh, dw), (pt, pl, pb, pr) = strides, dilation, padding
-    xp = np.zeros((n, c, h + pt + pb, wd + pl + pr))
-    xp[:, :, pt : pt + h, pl : pl + wd] = x
-    oh = (h + pt + pb - dh * (kh - 1) - 1) // sh + 1
-    ow = (wd + pl + pr - dw * (kw - 1) - 1) // sw + 1
-    og = o // groups
-    out = np.zeros((n, o, oh, ow))
-    for g in range(groups):
-        xs = xp[:, g * cg : (g + 1) * cg]
-        for i in range(kh):
-            for j in range(kw):
-                patch = xs[:, :, i * dh : i * dh + sh * (oh - 1) + 1 : sh, j * dw : j * dw + sw * (ow - 1) + 1 : sw]
-                out[:, g * og : (g + 1) * og] += np.einsum("nchw,oc->nohw", patch, w[g * og : (g + 1) * og, :, i, j])
-    return out
+reference_conv2d = conv2d_nchw  # float64 NCHW/OIHW conv, padding (top, left, bottom, right)
 
 
 def reference_epilogue(y, bias, residual, activation):

@@ -38,3 +38,24 @@ def relative_error(actual: np.ndarray, reference: np.ndarray) -> float:
         return float("inf")
     scale = float(np.max(np.abs(reference), initial=0.0)) or np.finfo(np.float64).tiny
     return float(np.max(np.abs(actual - reference), initial=0.0)) / scale
+
+
+def conv2d_nchw(x, w, strides=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1), groups: int = 1) -> np.ndarray:
+    """float64 NCHW/OIHW conv2d, padding (top, left, bottom, right): one matmul per tap and group."""
+    x, w = np.asarray(x, np.float64), np.asarray(w, np.float64)
+    n, c, h, wd = x.shape
+    o, cg, kh, kw = w.shape
+    (sh, sw), (dh, dw), (pt, pl, pb, pr) = strides, dilation, padding
+    xp = np.zeros((n, c, h + pt + pb, wd + pl + pr))
+    xp[:, :, pt : pt + h, pl : pl + wd] = x
+    oh = (h + pt + pb - dh * (kh - 1) - 1) // sh + 1
+    ow = (wd + pl + pr - dw * (kw - 1) - 1) // sw + 1
+    og = o // groups
+    out = np.zeros((n, o, oh, ow))
+    for g in range(groups):
+        xs = xp[:, g * cg : (g + 1) * cg]
+        for i in range(kh):
+            for j in range(kw):
+                patch = xs[:, :, i * dh : i * dh + sh * (oh - 1) + 1 : sh, j * dw : j * dw + sw * (ow - 1) + 1 : sw]
+                out[:, g * og : (g + 1) * og] += np.einsum("nchw,oc->nohw", patch, w[g * og : (g + 1) * og, :, i, j])
+    return out
