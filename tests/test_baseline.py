@@ -60,24 +60,10 @@ def test_upstream_conv2d_random_shapes(device, n, groups, cg, og, h, w, k, strid
     try:
         check(device, (n, groups * cg, h, w), (groups * og, cg, k, k), stride, pad, 1, groups, seed)
     except baseline.UpstreamScheduleError:
-        # Upstream's own pipeline cannot compile this shape (test_upstream_schedule_defects
-        # pins the known cases); there is no upstream kernel to check.
+        # Upstream's own pipeline cannot compile this shape (tests/upstream/test_tvm_defect12/13
+        # pin the known cases); there is no upstream kernel to check.
         event("upstream pipeline fails")
         assume(False)
-
-
-@pytest.mark.xfail(strict=True, raises=baseline.UpstreamScheduleError, reason="TVM 0.27 dlight defects")
-@pytest.mark.parametrize(
-    "data_shape, weight_shape",
-    [
-        ((1, 2, 1, 2), (2, 1, 1, 1)),  # GEMV rule: `assert r_loops` on a reduction of extent 1
-        ((1, 4, 3, 3), (8, 2, 2, 2)),  # 4 outputs per group: dlight's schedule fails LowerCrossThreadReduction
-    ],
-)
-def test_upstream_schedule_defects(data_shape, weight_shape):
-    """Upstream cannot compile these grouped convs (groups=2). None occurs in the benchmarked
-    models (dense and depthwise only); the test turns red the day upstream fixes them."""
-    baseline.build_upstream_conv2d(data_shape, weight_shape, 1, 0, 1, 2)
 
 
 def test_upstream_conv2d_is_scheduled_buffer_code():
