@@ -15,6 +15,11 @@ neighbouring work items read neighbouring pixels. A tile that overhangs the
 output (OW or O/4 not a multiple of the tile) is computed whole from clamped
 reads and only its valid pixels are stored.
 
+``ConvConfig.split_k`` > 1 also splits a tile's input channel blocks over that
+many work items of one work group; each sums its slice, the partial tiles meet
+in local memory and the first slice adds them up and stores (big GPUs, whose
+late layers otherwise have too few work items with too long loops).
+
 Three accumulation bodies share that skeleton:
 
 - blocked: every output block lies in one group and each group's input
@@ -38,6 +43,7 @@ separate 1x1 kernel, its channel loop unrolled by 2, measured no faster).
 from __future__ import annotations
 
 import numbers
+import os
 from dataclasses import dataclass
 
 from tvm.script import tirx as T
@@ -63,12 +69,17 @@ class ConvConfig:
     ``oc_block`` output channel blocks (of 4) x ``w_block`` output columns per
     work item; ``work_group`` = work items along (column tiles x N, output rows,
     channel-block tiles), OpenCL dims (0, 1, 2). Each work-group extent is
-    shrunk to the grid when the grid is smaller.
+    shrunk to the grid when the grid is smaller. ``split_k`` > 1 (dense and
+    block-aligned grouped convs only) splits a tile's input channel blocks over
+    that many work items of one work group (OpenCL dim 2 holds
+    ``work_group[2] * split_k`` items), summed through local memory: more work
+    items and shorter serial loops for deep, small layers on big GPUs.
     """
 
     oc_block: int = 4
     w_block: int = 4
     work_group: tuple[int, int, int] = (8, 4, 1)
+    split_k: int = 1
 
     def __post_init__(self):
         for name in ("oc_block", "w_block"):
@@ -78,37 +89,134 @@ class ConvConfig:
         wg = self.work_group
         if not (isinstance(wg, tuple) and len(wg) == 3 and all(isinstance(t, int) and t >= 1 for t in wg)):
             raise ValueError(f"ConvConfig.work_group must be 3 positive ints, got {wg!r}")
-        if wg[0] * wg[1] * wg[2] > 256:
-            raise ValueError(f"ConvConfig.work_group {wg} has more than 256 work items")
+        if not (isinstance(self.split_k, int) and 1 <= self.split_k <= 64):
+            raise ValueError(f"ConvConfig.split_k must be an int in 1..64, got {self.split_k!r}")
+        if wg[0] * wg[1] * wg[2] * self.split_k > 256:
+            what = f"work_group {wg}" + (f" x split_k {self.split_k}" if self.split_k > 1 else "")
+            raise ValueError(f"ConvConfig.{what} has more than 256 work items")
 
 
-def default_config(geom: "ConvGeometry", depthwise: bool = False) -> ConvConfig:
-    """The tile a conv gets unless told otherwise.
+#: Device classes :func:`default_config` knows (:func:`device_kind` tells them apart).
+DEVICE_KINDS = ("mobile", "gpu", "cpu")
+#: Environment variable that names the class outright, whatever the device (to compile
+#: here for another device, e.g. ``gpu`` for an H200 run from a PoCL machine).
+DEVICE_KIND_ENV = "TIR_ADRENO_DEVICE_KIND"
+#: A GPU with at least this many compute units is a "gpu" (desktop / datacenter), fewer "mobile".
+_GPU_COMPUTE_UNITS = 16
+_CL_DEVICE_TYPE_CPU = 1 << 1  # CL_DEVICE_TYPE_CPU
 
-    Measured on PoCL (2 cores; 3x3 64->64 and 1x1 256->64 at 56x56, textures and
-    buffers): the 4 x 4 tile is fastest, 1.5-3x the 1 x 1 tile, and the
-    work-group shape is within noise. Large tiles cut reads per FMA but leave
-    fewer work items, so on small layers the tile shrinks (channel blocks
-    first) until the grid has ``_MIN_WORK_ITEMS`` work items, enough to fill a
-    GPU. Depthwise convs share no input pixel across channel blocks: one
-    channel block x 4 columns.
+
+def device_kind(device=None) -> str:
+    """The :data:`DEVICE_KINDS` class whose :func:`default_config` kernels are built for ``device``.
+
+    ``$TIR_ADRENO_DEVICE_KIND``, when set, decides. Else ``device`` (a pyopencl
+    device, or anything holding one as ``.cl_device``, e.g.
+    ``tir_adreno.runtime.Device``) is "cpu" for a CPU OpenCL (PoCL), "gpu" for a
+    GPU with >= 16 compute units (NVIDIA / AMD / Intel discrete; H200: 132),
+    else "mobile" (Adreno reports a handful); no device: "mobile".
     """
+    if os.environ.get(DEVICE_KIND_ENV):
+        return _check_kind(None)
+    if device is None:
+        return "mobile"
+    cl_device = getattr(device, "cl_device", device)
+    if int(cl_device.type) & _CL_DEVICE_TYPE_CPU:
+        return "cpu"
+    return "gpu" if int(cl_device.max_compute_units) >= _GPU_COMPUTE_UNITS else "mobile"
+
+
+def _check_kind(kind: str | None) -> str:
+    """``kind``, or for None ``$TIR_ADRENO_DEVICE_KIND`` else "mobile"; ValueError when unknown."""
+    if kind is None:
+        kind = os.environ.get(DEVICE_KIND_ENV) or "mobile"
+        if kind not in DEVICE_KINDS:
+            raise ValueError(f"${DEVICE_KIND_ENV} must be one of {DEVICE_KINDS}, got {kind!r}")
+    elif kind not in DEVICE_KINDS:
+        raise ValueError(f"device_kind must be one of {DEVICE_KINDS} or None, got {kind!r}")
+    return kind
+
+
+def default_config(geom: "ConvGeometry", depthwise: bool = False, device_kind: str | None = None) -> ConvConfig:
+    """The tile a conv gets unless told otherwise, per device class (:data:`DEVICE_KINDS`).
+
+    ``device_kind`` None: ``$TIR_ADRENO_DEVICE_KIND``, else "mobile". Measured
+    with benchmarks/conv_configs.py (results in benchmarks/results/conv_configs-*.json):
+
+    - "mobile" (Adreno class; the rule the kernels were written for): a 4 x 4
+      tile, shrunk (channel blocks first) until the grid has
+      ``_MIN_WORK_ITEMS`` work items; work group (8, 4, 1).
+    - "cpu" (PoCL): the 4 x 4 tile, never shrunk (a CPU runs a few work groups
+      at a time; bigger tiles cut reads per FMA); the work-group shape is
+      within noise.
+    - "gpu" (H200, 132 SMs): under the mobile rule a late ResNet-50 layer has
+      1-2 thousand work items, each walking 128-512 channel blocks one texture
+      round trip after another: ~1 TFLOP/s. Here a 2 x 4 tile (windows > 1x1)
+      or 2 x 2 (1x1), then ``split_k`` doubled (up to 32, each slice keeping
+      >= 2 channel blocks) until ``_GPU_WORK_ITEMS`` items; when even that
+      falls short, 1 x 4 (twice the channel tiles). Work groups of ~256 items
+      (fewer for a large tile x split: the partial sums must fit 32 KiB of
+      local memory). Convs that cannot split (C < 8, per-lane groups) shrink
+      the 4 x 4 tile until ``_GPU_WORK_ITEMS / 2`` items. Measured on all 53
+      ResNet-50 / MobileNetV2 layers: 1.1-8.5x the mobile rule on each
+      non-depthwise one (ResNet-50's convs 6.9 -> 1.5 ms), within ~15% of the
+      best swept config.
+
+    Depthwise convs (every class) share no input pixel across channel blocks:
+    one channel block x 4 columns, work group (8, 4, 1) (on the H200 every
+    depthwise config of the sweep is within ~10% of the ~13 us launch floor).
+    """
+    kind = _check_kind(device_kind)
     if depthwise:
         return ConvConfig(oc_block=1, w_block=4, work_group=(8, 4, 1))
-    ocb, wb = 4, 4
 
     def items(ocb, wb):
         return ceildiv(geom.o4, ocb) * geom.oh * geom.n * ceildiv(geom.ow, wb)
 
-    while ocb > 1 and items(ocb, wb) < _MIN_WORK_ITEMS:
-        ocb //= 2
-    while wb > 1 and items(ocb, wb) < _MIN_WORK_ITEMS:
-        wb //= 2
-    return ConvConfig(oc_block=ocb, w_block=wb, work_group=(8, 4, 1))
+    def extents(ocb, wb):
+        return geom.n * ceildiv(geom.ow, wb), geom.oh, ceildiv(geom.o4, ocb)
+
+    def shrunk(target):
+        ocb, wb = 4, 4
+        while ocb > 1 and items(ocb, wb) < target:
+            ocb //= 2
+        while wb > 1 and items(ocb, wb) < target:
+            wb //= 2
+        return ocb, wb
+
+    if kind == "cpu":
+        return ConvConfig(oc_block=4, w_block=4, work_group=(8, 4, 1))
+    if kind == "mobile":
+        ocb, wb = shrunk(_MIN_WORK_ITEMS)
+        return ConvConfig(oc_block=ocb, w_block=wb, work_group=(8, 4, 1))
+    # "gpu"
+    blocks = (geom.cg if geom.groups > 1 else geom.c) // LANES
+    aligned = geom.groups == 1 or (geom.cg % LANES == 0 and geom.og % LANES == 0)
+    if not aligned or blocks < 2:
+        ocb, wb = shrunk(_GPU_WORK_ITEMS // 2)
+        return ConvConfig(ocb, wb, fill_work_group(extents(ocb, wb), 64, max_x=16))
+    max_split = min(_MAX_SPLIT, blocks // 2)
+    best = None
+    for ocb, wb in ((2, 4) if geom.kh * geom.kw > 1 else (2, 2), (1, 4)):
+        split = 1
+        while items(ocb, wb) * split < _GPU_WORK_ITEMS and split * 2 <= max_split:
+            split *= 2
+        if best is None or items(ocb, wb) * split > best[0]:
+            best = (items(ocb, wb) * split, ocb, wb, split)
+        if items(ocb, wb) * split >= _GPU_WORK_ITEMS:
+            break
+    _, ocb, wb, split = best
+    per_slice = min(64, 256 // split, _MAX_LOCAL_BYTES // (LANES * 4 * ocb * wb * split))
+    return ConvConfig(ocb, wb, fill_work_group(extents(ocb, wb), per_slice, max_x=16, max_z=64 // split), split)
 
 
-#: Work items below which :func:`default_config` shrinks the register tile.
+#: Work items below which :func:`default_config` shrinks the register tile ("mobile").
 _MIN_WORK_ITEMS = 1024
+#: Work items x split_k that fill a big GPU ("gpu"; H200: 132 SMs x ~256).
+_GPU_WORK_ITEMS = 32768
+#: Largest split_k :func:`default_config` picks.
+_MAX_SPLIT = 32
+#: Local memory a kernel may use: the OpenCL minimum for GPUs (NVIDIA gives 48 KiB, Adreno 32 KiB).
+_MAX_LOCAL_BYTES = 32 * 1024
 #: Kernel windows up to this many taps are fully unrolled (3x3: +30% on PoCL buffers).
 _UNROLL_TAPS = 9
 
@@ -253,6 +361,23 @@ def _work_group(extent: int, want: int) -> int:
     return want
 
 
+def _balanced(extent: int, cap: int) -> int:
+    """The largest share of ``extent`` in equal pieces of at most ``cap`` (fewest idle work items)."""
+    cap = max(1, min(cap, extent))
+    return ceildiv(extent, ceildiv(extent, cap))
+
+
+def fill_work_group(extents, threads: int, max_x: int = 32, max_z: int = 64) -> tuple[int, int, int]:
+    """A work group of at most ``threads`` items over the grid ``extents`` (x, y, z),
+    filled along x first (neighbouring columns share texture cache lines), then y,
+    then z, each extent split evenly (``max_z``: NVIDIA allows 64 along z)."""
+    ex, ey, ez = extents
+    gx = _balanced(ex, min(max_x, threads))
+    gy = _balanced(ey, threads // gx)
+    gz = _balanced(ez, min(max_z, threads // (gx * gy)))
+    return gx, gy, gz
+
+
 def _all(conds):
     """Conjunction of TIR conditions; ``True`` for none (the simplifier drops it)."""
     out = None
@@ -261,12 +386,12 @@ def _all(conds):
     return T.bool(True) if out is None else out
 
 
-def _direct_conv(geom: ConvGeometry, mode: str, epilogue, dtype, config, scope, weight_scope, name):
+def _direct_conv(geom: ConvGeometry, mode: str, epilogue, dtype, config, scope, weight_scope, name, device_kind=None):
     """The shared skeleton: tiling, guards, accumulation body ``mode``, epilogue and stores."""
     if not isinstance(epilogue, Epilogue):
         raise TypeError(f"epilogue must be an Epilogue, got {type(epilogue).__name__}")
     if config is None:
-        config = default_config(geom, depthwise=mode == "depthwise")
+        config = default_config(geom, depthwise=mode == "depthwise", device_kind=device_kind)
     if not isinstance(config, ConvConfig):
         raise TypeError(f"config must be a ConvConfig, got {type(config).__name__}")
     check_dtype(dtype)
@@ -291,6 +416,21 @@ def _direct_conv(geom: ConvGeometry, mode: str, epilogue, dtype, config, scope, 
     gx = _work_group(cols, config.work_group[0])
     gy = _work_group(oh, config.work_group[1])
     gz = _work_group(ot, config.work_group[2])
+    blocks_per_group = cg // LANES if geom.groups > 1 else c // LANES
+    split = config.split_k
+    if split > 1 and mode != "blocked":
+        raise ValueError(
+            f"config.split_k={split} splits the input channel blocks of a dense (or block-aligned grouped) "
+            f"conv; this conv takes the {mode} path (use split_k=1)"
+        )
+    # Like the work group: no more slices than channel blocks (a C < 4 conv has none).
+    split = max(1, min(split, blocks_per_group))
+    partial_bytes = split * ocb * wb * LANES * gz * gy * gx * (2 if dtype == "float16" else 4)
+    if split > 1 and partial_bytes > _MAX_LOCAL_BYTES:
+        raise ValueError(
+            f"config {config} needs {partial_bytes} bytes of local memory for the split_k partial sums, "
+            f"more than {_MAX_LOCAL_BYTES} (every OpenCL GPU has that much); use a smaller tile, work group or split_k"
+        )
 
     # Which reads can leave the image? Zeroing guards only where a stored output
     # reads padding; clamps also where an overhanging tile column reads past W.
@@ -365,7 +505,6 @@ def _direct_conv(geom: ConvGeometry, mode: str, epilogue, dtype, config, scope, 
         """First input block of tile ``t``'s group (a tile lies in one group)."""
         return (t * ocb * LANES) // og * blocks_per_group if geom.groups > 1 else 0
 
-    blocks_per_group = cg // LANES if geom.groups > 1 else c // LANES
     tail = 0 if geom.groups > 1 else c % LANES
     multiplier = o // c if mode == "depthwise" else 0
     # Do the 4 lanes of an output block read input channels of one input block?
@@ -457,52 +596,132 @@ def _direct_conv(geom: ConvGeometry, mode: str, epilogue, dtype, config, scope, 
                         Y, acc, ob * wb + wi, tmp, epilogue, Bias, Residual, nn, t * ocb + ob, r, x0 + wi
                     )
 
-    @T.prim_func(s_tir=True)
-    def func(data: T.handle, weight: T.handle, bias: T.handle, residual: T.handle, out: T.handle):
-        T.func_attr({"global_symbol": name, "tirx.noalias": True})
-        X = T.match_buffer(data, (n, c4, h, w, 4), dtype, scope=scope)
-        W = T.match_buffer(weight, (o4, cg, kh, kw, 4), dtype, scope=weight_scope)
-        Bias = T.match_buffer(bias, (o4, 4), dtype, scope=BUFFER)
-        Residual = T.match_buffer(residual, (n, o4, oh, ow, 4), dtype, scope=scope)
-        Y = T.match_buffer(out, (n, o4, oh, ow, 4), dtype, scope=scope)
-        for bz in T.thread_binding(ceildiv(ot, gz), thread="blockIdx.z"):
-            for by in T.thread_binding(ceildiv(oh, gy), thread="blockIdx.y"):
-                for bx in T.thread_binding(ceildiv(cols, gx), thread="blockIdx.x"):
-                    for tz in T.thread_binding(gz, thread="threadIdx.z"):
-                        for ty in T.thread_binding(gy, thread="threadIdx.y"):
-                            for tx in T.thread_binding(gx, thread="threadIdx.x"):
-                                with T.sblock("conv2d"):
-                                    # Tile: channel blocks vt*ocb.., output row voh, columns vwt*wb.. of image nn.
-                                    vt = T.axis.spatial(ot, bz * gz + tz)
-                                    voh = T.axis.spatial(oh, by * gy + ty)
-                                    nn = T.axis.spatial(n, (bx * gx + tx) // wt)
-                                    vwt = T.axis.spatial(wt, (bx * gx + tx) % wt)
-                                    T.where(bz * gz + tz < ot and by * gy + ty < oh and bx * gx + tx < cols)
-                                    acc = T.sblock_alloc_buffer((ocb * wb, 4), dtype, scope="local")
-                                    xp = T.sblock_alloc_buffer((wb, 4), dtype, scope="local")
-                                    wp = T.sblock_alloc_buffer((ocb, 4, 4), dtype, scope="local")
-                                    tmp = T.sblock_alloc_buffer((4,), dtype, scope="local")
-                                    for ob in T.unroll(ocb):
-                                        for wi in T.unroll(wb):
-                                            for lane in T.unroll(4):
-                                                acc[ob * wb + wi, lane] = zero
-                                    if mode == "blocked":
-                                        for cb in T.serial(blocks_per_group):
-                                            accumulate_blocked(
-                                                X, W, xp, wp, acc, nn, voh, vwt * wb, vt, first_block(vt) + cb, cb, 4
-                                            )
-                                        if tail > 0:  # groups == 1, C % 4 channels in the last block
-                                            accumulate_blocked(
-                                                X, W, xp, wp, acc, nn, voh, vwt * wb, vt, blocks_per_group,
-                                                blocks_per_group, tail,
-                                            )
-                                    elif mode == "depthwise" and multiplier == 1:
-                                        accumulate_depthwise(X, W, xp, wp, acc, nn, voh, vwt * wb, vt)
-                                    else:
-                                        accumulate_lanes(X, W, xp, wp, acc, nn, voh, vwt * wb, vt)
-                                    store_tile(Y, Bias, Residual, acc, tmp, nn, voh, vwt * wb, vt)
+    def plain_kernel():
+        @T.prim_func(s_tir=True)
+        def func(data: T.handle, weight: T.handle, bias: T.handle, residual: T.handle, out: T.handle):
+            T.func_attr({"global_symbol": name, "tirx.noalias": True})
+            X = T.match_buffer(data, (n, c4, h, w, 4), dtype, scope=scope)
+            W = T.match_buffer(weight, (o4, cg, kh, kw, 4), dtype, scope=weight_scope)
+            Bias = T.match_buffer(bias, (o4, 4), dtype, scope=BUFFER)
+            Residual = T.match_buffer(residual, (n, o4, oh, ow, 4), dtype, scope=scope)
+            Y = T.match_buffer(out, (n, o4, oh, ow, 4), dtype, scope=scope)
+            for bz in T.thread_binding(ceildiv(ot, gz), thread="blockIdx.z"):
+                for by in T.thread_binding(ceildiv(oh, gy), thread="blockIdx.y"):
+                    for bx in T.thread_binding(ceildiv(cols, gx), thread="blockIdx.x"):
+                        for tz in T.thread_binding(gz, thread="threadIdx.z"):
+                            for ty in T.thread_binding(gy, thread="threadIdx.y"):
+                                for tx in T.thread_binding(gx, thread="threadIdx.x"):
+                                    with T.sblock("conv2d"):
+                                        # Tile: channel blocks vt*ocb.., output row voh, columns vwt*wb.. of image nn.
+                                        vt = T.axis.spatial(ot, bz * gz + tz)
+                                        voh = T.axis.spatial(oh, by * gy + ty)
+                                        nn = T.axis.spatial(n, (bx * gx + tx) // wt)
+                                        vwt = T.axis.spatial(wt, (bx * gx + tx) % wt)
+                                        T.where(bz * gz + tz < ot and by * gy + ty < oh and bx * gx + tx < cols)
+                                        acc = T.sblock_alloc_buffer((ocb * wb, 4), dtype, scope="local")
+                                        xp = T.sblock_alloc_buffer((wb, 4), dtype, scope="local")
+                                        wp = T.sblock_alloc_buffer((ocb, 4, 4), dtype, scope="local")
+                                        tmp = T.sblock_alloc_buffer((4,), dtype, scope="local")
+                                        for ob in T.unroll(ocb):
+                                            for wi in T.unroll(wb):
+                                                for lane in T.unroll(4):
+                                                    acc[ob * wb + wi, lane] = zero
+                                        if mode == "blocked":
+                                            for cb in T.serial(blocks_per_group):
+                                                accumulate_blocked(
+                                                    X, W, xp, wp, acc, nn, voh, vwt * wb, vt, first_block(vt) + cb, cb, 4
+                                                )
+                                            if tail > 0:  # groups == 1, C % 4 channels in the last block
+                                                accumulate_blocked(
+                                                    X, W, xp, wp, acc, nn, voh, vwt * wb, vt, blocks_per_group,
+                                                    blocks_per_group, tail,
+                                                )
+                                        elif mode == "depthwise" and multiplier == 1:
+                                            accumulate_depthwise(X, W, xp, wp, acc, nn, voh, vwt * wb, vt)
+                                        else:
+                                            accumulate_lanes(X, W, xp, wp, acc, nn, voh, vwt * wb, vt)
+                                        store_tile(Y, Bias, Residual, acc, tmp, nn, voh, vwt * wb, vt)
 
-    return select_params(func, epilogue.params(["X", "W"], "Y"))
+        return func
+
+    # split_k: the work group's z dim holds gz channel tiles x ``split`` slices of the
+    # input channel blocks (slice k walks blocks k, k + split, ...). Each item writes its
+    # partial tile to local memory (item index fastest: conflict-free); after the barrier
+    # the slice-0 item of each tile sums the slices, applies the epilogue and stores.
+    items = gz * gy * gx
+    rounds = ceildiv(blocks_per_group, split)
+    uneven = blocks_per_group % split != 0
+
+    @T.macro
+    def accumulate_slice(X, W, xp, wp, acc, nn, r, x0, t, k):
+        for i in T.serial(rounds):
+            if uneven:
+                if i * split + k < blocks_per_group:
+                    accumulate_blocked(X, W, xp, wp, acc, nn, r, x0, t, first_block(t) + i * split + k, i * split + k, 4)
+            else:
+                accumulate_blocked(X, W, xp, wp, acc, nn, r, x0, t, first_block(t) + i * split + k, i * split + k, 4)
+        if tail > 0:
+            if k == split - 1:
+                accumulate_blocked(X, W, xp, wp, acc, nn, r, x0, t, blocks_per_group, blocks_per_group, tail)
+
+    def split_kernel():
+        @T.prim_func(s_tir=True)
+        def func_split(data: T.handle, weight: T.handle, bias: T.handle, residual: T.handle, out: T.handle):
+            T.func_attr({"global_symbol": name, "tirx.noalias": True})
+            X = T.match_buffer(data, (n, c4, h, w, 4), dtype, scope=scope)
+            W = T.match_buffer(weight, (o4, cg, kh, kw, 4), dtype, scope=weight_scope)
+            Bias = T.match_buffer(bias, (o4, 4), dtype, scope=BUFFER)
+            Residual = T.match_buffer(residual, (n, o4, oh, ow, 4), dtype, scope=scope)
+            Y = T.match_buffer(out, (n, o4, oh, ow, 4), dtype, scope=scope)
+            for bz in T.thread_binding(ceildiv(ot, gz), thread="blockIdx.z"):
+                for by in T.thread_binding(ceildiv(oh, gy), thread="blockIdx.y"):
+                    for bx in T.thread_binding(ceildiv(cols, gx), thread="blockIdx.x"):
+                        with T.sblock("conv2d"):
+                            partial = T.sblock_alloc_buffer((split, ocb * wb, 4, items), dtype, scope="shared")
+                            # 1. slice tk // gz of tile (channel tile bz*gz + tk%gz, row, column tile)
+                            for tk in T.thread_binding(gz * split, thread="threadIdx.z"):
+                                for ty in T.thread_binding(gy, thread="threadIdx.y"):
+                                    for tx in T.thread_binding(gx, thread="threadIdx.x"):
+                                        with T.sblock("partial_sums"):
+                                            acc = T.sblock_alloc_buffer((ocb * wb, 4), dtype, scope="local")
+                                            xp = T.sblock_alloc_buffer((wb, 4), dtype, scope="local")
+                                            wp = T.sblock_alloc_buffer((ocb, 4, 4), dtype, scope="local")
+                                            for i in T.unroll(ocb * wb):
+                                                for lane in T.unroll(4):
+                                                    acc[i, lane] = zero
+                                            if bz * gz + tk % gz < ot and by * gy + ty < oh and bx * gx + tx < cols:
+                                                accumulate_slice(
+                                                    X, W, xp, wp, acc, (bx * gx + tx) // wt, by * gy + ty,
+                                                    (bx * gx + tx) % wt * wb, bz * gz + tk % gz, tk // gz,
+                                                )
+                                            for i in T.unroll(ocb * wb):
+                                                for lane in T.unroll(4):
+                                                    partial[tk // gz, i, lane, ((tk % gz) * gy + ty) * gx + tx] = acc[i, lane]
+                            # 2. slice 0 sums the slices and stores the tile
+                            for tk in T.thread_binding(gz * split, thread="threadIdx.z"):
+                                for ty in T.thread_binding(gy, thread="threadIdx.y"):
+                                    for tx in T.thread_binding(gx, thread="threadIdx.x"):
+                                        with T.sblock("reduce_store"):
+                                            if tk < gz and bz * gz + tk < ot and by * gy + ty < oh and bx * gx + tx < cols:
+                                                acc = T.sblock_alloc_buffer((ocb * wb, 4), dtype, scope="local")
+                                                tmp = T.sblock_alloc_buffer((4,), dtype, scope="local")
+                                                for i in T.unroll(ocb * wb):
+                                                    for lane in T.unroll(4):
+                                                        acc[i, lane] = partial[0, i, lane, (tk * gy + ty) * gx + tx]
+                                                for k in T.serial(1, split):  # rolled: the sum is cheap, unrolled it bloats the code
+                                                    for i in T.unroll(ocb * wb):
+                                                        for lane in T.unroll(4):
+                                                            acc[i, lane] = acc[i, lane] + partial[k, i, lane, (tk * gy + ty) * gx + tx]
+                                                store_tile(
+                                                    Y, Bias, Residual, acc, tmp, (bx * gx + tx) // wt, by * gy + ty,
+                                                    (bx * gx + tx) % wt * wb, bz * gz + tk,
+                                                )
+
+        return func_split
+
+    # Parse only the kernel this config uses (TVMScript parsing is the factory's main cost).
+    kernel = split_kernel() if split > 1 else plain_kernel()
+    return select_params(kernel, epilogue.params(["X", "W"], "Y"))
 
 
 def conv2d_nchw4c(
@@ -517,6 +736,7 @@ def conv2d_nchw4c(
     config: ConvConfig | None = None,
     scope: str = TEXTURE,
     weight_scope: str | None = None,
+    device_kind: str | None = None,
 ):
     """Direct conv2d ``Y = act(conv(X, W) + bias + residual)`` on NCHW4c, any groups.
 
@@ -526,13 +746,14 @@ def conv2d_nchw4c(
     texture for a texture ``scope``, else a buffer), then ``Bias (O/4, 4)`` and
     ``Residual [N, O/4, OH, OW, 4]`` when ``epilogue`` asks for them, and writes
     ``Y [N, O/4, OH, OW, 4]``. ``padding`` is an int, (pad_h, pad_w) or
-    (top, left, bottom, right). ``config`` None: :func:`default_config`. For
-    ``groups == C`` prefer :func:`depthwise_conv2d_nchw4c`.
+    (top, left, bottom, right). ``config`` None: :func:`default_config` for
+    ``device_kind`` (:data:`DEVICE_KINDS`; :func:`device_kind` classifies a
+    device). For ``groups == C`` prefer :func:`depthwise_conv2d_nchw4c`.
     """
     geom = conv2d_geometry(data_shape, weight_shape, strides, padding, dilation, groups)
     aligned = geom.cg % LANES == 0 and geom.og % LANES == 0
     mode = "blocked" if geom.groups == 1 or aligned else "grouped"
-    return _direct_conv(geom, mode, epilogue, dtype, config, scope, weight_scope, "conv2d_nchw4c")
+    return _direct_conv(geom, mode, epilogue, dtype, config, scope, weight_scope, "conv2d_nchw4c", device_kind)
 
 
 def depthwise_conv2d_nchw4c(
@@ -546,16 +767,19 @@ def depthwise_conv2d_nchw4c(
     config: ConvConfig | None = None,
     scope: str = TEXTURE,
     weight_scope: str | None = None,
+    device_kind: str | None = None,
 ):
     """Depthwise conv2d (``groups == C``), weight ``(C * multiplier, 1, KH, KW)``.
 
     Output channel ``o`` reads input channel ``o // multiplier``. With multiplier 1
     a work item multiplies input and weight pixels lane by lane; otherwise each
     output lane picks its input channel from the pixel holding it. Tensors and
-    epilogue as in :func:`conv2d_nchw4c`.
+    epilogue, ``config`` and ``device_kind`` as in :func:`conv2d_nchw4c`.
     """
     data_shape = tuple(int(d) for d in data_shape)
     if len(data_shape) != 4:
         raise ValueError(f"data_shape must be NCHW (4-d), got {data_shape}")
     geom = conv2d_geometry(data_shape, weight_shape, strides, padding, dilation, groups=data_shape[1])
-    return _direct_conv(geom, "depthwise", epilogue, dtype, config, scope, weight_scope, "depthwise_conv2d_nchw4c")
+    return _direct_conv(
+        geom, "depthwise", epilogue, dtype, config, scope, weight_scope, "depthwise_conv2d_nchw4c", device_kind
+    )

@@ -400,7 +400,7 @@ def conv2d(
     epilogue = _Epilogue(bias=bias is not None, activation=activation, residual=residual is not None)
     common = dict(
         strides=geom.strides, padding=geom.padding, dilation=geom.dilation, epilogue=epilogue, dtype=dtype,
-        scope=scope, weight_scope=weight_scope,
+        scope=scope, weight_scope=weight_scope, device_kind=_conv2d.device_kind(dev),
     )
     if algorithm != "direct":
         program = _tuning.build_program(geom, algorithm, epilogue, dtype, scope, weight_scope, tile_scope)

@@ -428,7 +428,7 @@ def conv2d_handler(rw: Rewriter, node: Node):
     algorithm = tuning.choose_conv2d_algorithm(geom, rw.device)
     if algorithm == "direct":
         factory = conv2d.depthwise_conv2d_nchw4c if depthwise else conv2d.conv2d_nchw4c
-        kwargs = dict(strides=geom.strides, padding=geom.padding, dilation=geom.dilation, epilogue=epilogue, scope=scope)
+        kwargs = dict(strides=geom.strides, padding=geom.padding, dilation=geom.dilation, epilogue=epilogue, scope=scope, device_kind=conv2d.device_kind(rw.device))
         if not depthwise:
             kwargs["groups"] = groups
         packed_w = pack_oihw4o(w.astype(np.float32))

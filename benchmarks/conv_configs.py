@@ -1,0 +1,535 @@
+"""Config sweep of our direct conv kernels (``primfuncs.conv2d``) on one device.
+
+For a representative subset of ResNet-50 / MobileNetV2 conv layers (early and
+late, 1x1, 3x3 and 7x7, stride 2, depthwise; :data:`SWEEP_LAYERS`) this builds
+the texture kernel (NCHW4c activations, OIHW4o weights) for a grid of
+``ConvConfig``: register tiles ``oc_block`` x ``w_block`` in {1, 2, 4}^2, work
+groups of 32 to 256 items, ``split_k`` (a tile's input channel blocks split
+over its work group) 1 to 16; plus each layer's default configs
+(``default_config`` of every device class, and the rule before this sweep as
+``old_default``). Every kernel runs on the device with inputs packed on the
+host (``tir_adreno.blocked``), is checked against a float64 NumPy conv
+(relative error <= 1e-4, output poisoned first) and timed (median OpenCL event
+time). Prints per layer the best configs and the defaults; writes JSON.
+
+Run here (TVM + PoCL):           python benchmarks/conv_configs.py --grid cpu
+Split (a device without TVM):    python benchmarks/conv_configs.py --build-only DIR   # with TVM
+                                 python benchmarks/conv_configs.py --from DIR         # numpy + pyopencl only
+
+``--grid gpu`` (default) is the full grid (~700 kernels); ``--grid cpu`` the
+tiles with two work groups and no split (a CPU OpenCL ignores work-group
+shape); ``--grid defaults`` (use with ``--layers all``) the old and the "gpu"
+default of each layer; ``--grid refine`` the neighbourhood of the "gpu"
+default (tiles x split_k halved / doubled), and that default with buffer
+weights ("wbuf") and on buffers ("buf"). Identical configs are built and run
+once. Results go to ``conv_configs[_<grid>]-<device>.json``, rewritten after
+every layer (a run cut short keeps what it measured).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import hashlib
+import json
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+import common  # noqa: E402  (puts the repository root on sys.path)
+import layers as layer_lists
+from conv_layers import reference_conv2d
+
+from tir_adreno.blocked import pack_nchw4c, pack_oihw4o, unpack_nchw4c
+from tir_adreno.bundle import KernelModule
+from tir_adreno.reference import relative_error
+from tir_adreno.texture import is_texture_scope
+
+NAME = "conv_configs"
+RTOL = 1e-4
+CASES_FILE = "cases.json"
+KERNELS_FILE = "kernels.json.gz"
+CASES_FORMAT = 1
+
+#: The swept layers (keys of benchmarks/layers.py): early/late, 1x1/3x3/7x7, stride 2, depthwise.
+SWEEP_LAYERS = (
+    "resnet50.conv1",
+    "resnet50.layer1.conv2",
+    "resnet50.layer1.conv3+ds",
+    "resnet50.layer2.0.conv2",
+    "resnet50.layer2.conv1",
+    "resnet50.layer3.conv1",
+    "resnet50.layer3.conv2",
+    "resnet50.layer4.conv1",
+    "resnet50.layer4.conv2",
+    "resnet50.layer4.conv3",
+    "mobilenetv2.features.2.proj",
+    "mobilenetv2.features.8-11.exp",
+    "mobilenetv2.features.15-16.proj",
+    "mobilenetv2.features.18",
+    "mobilenetv2.features.2.dw",
+    "mobilenetv2.features.3.dw",
+    "mobilenetv2.features.8-11.dw",
+    "mobilenetv2.features.14.dw",
+)
+
+#: Device classes whose default config is part of every layer's cases (``default_config(device_kind=...)``).
+DEFAULT_KINDS = ("gpu", "cpu", "mobile")
+
+
+# ---------------------------------------------------------------------------------------------
+# the grid (needs TVM: primfuncs)
+def old_default(geom, depthwise: bool):
+    """``default_config`` before this sweep: 4x4 tile shrunk until 1024 work items, work group (8, 4, 1)."""
+    from primfuncs.conv2d import ConvConfig
+    from primfuncs._common import ceildiv
+
+    if depthwise:
+        return ConvConfig(1, 4, (8, 4, 1))
+    ocb, wb = 4, 4
+
+    def items(ocb, wb):
+        return ceildiv(geom.o4, ocb) * geom.oh * geom.n * ceildiv(geom.ow, wb)
+
+    while ocb > 1 and items(ocb, wb) < 1024:
+        ocb //= 2
+    while wb > 1 and items(ocb, wb) < 1024:
+        wb //= 2
+    return ConvConfig(ocb, wb, (8, 4, 1))
+
+
+def candidates(layer, grid: str):
+    """(kind, ConvConfig) pairs to build for ``layer``: kind "sweep", "old_default" or "default_<class>"."""
+    from primfuncs import conv2d
+    from primfuncs._common import ceildiv
+
+    geom = conv2d.conv2d_geometry(
+        layer.data_shape, layer.weight_shape, layer.strides, layer.padding, layer.dilation, layer.groups
+    )
+    depthwise = layer.depthwise
+    if grid == "refine":
+        return refine(geom, depthwise) if layer.key in SWEEP_LAYERS else []
+    out = [("old_default", old_default(geom, depthwise))]
+    if grid == "defaults":
+        return out + [("default_gpu", conv2d.default_config(geom, depthwise, device_kind="gpu"))]
+    for kind in DEFAULT_KINDS:
+        out.append((f"default_{kind}", conv2d.default_config(geom, depthwise, device_kind=kind)))
+
+    def extents(ocb, wb):
+        return geom.n * ceildiv(geom.ow, wb), geom.oh, ceildiv(geom.o4, ocb)
+
+    def add(ocb, wb, wg, split=1):
+        out.append(("sweep", conv2d.ConvConfig(ocb, wb, tuple(wg), split)))
+
+    tiles_dw = [(1, 1), (1, 2), (1, 4), (2, 1), (2, 2), (2, 4)]
+    tiles = [(o, w) for o in (1, 2, 4) for w in (1, 2, 4)]
+    if grid == "cpu":
+        for ocb, wb in tiles_dw if depthwise else tiles:
+            add(ocb, wb, (8, 4, 1))
+            add(ocb, wb, conv2d.fill_work_group(extents(ocb, wb), 64, max_x=16))
+        return out
+    for ocb, wb in tiles_dw if depthwise else tiles:
+        add(ocb, wb, conv2d.fill_work_group(extents(ocb, wb), 64, max_x=16))
+        add(ocb, wb, conv2d.fill_work_group(extents(ocb, wb), 128, max_x=16))
+        if depthwise or (ocb, wb) in ((2, 2), (2, 4), (4, 2), (4, 4)):
+            add(ocb, wb, (8, 4, 1))
+            add(ocb, wb, conv2d.fill_work_group(extents(ocb, wb), 256, max_x=32))
+            add(ocb, wb, conv2d.fill_work_group(extents(ocb, wb), 32, max_x=8))
+    blocks = geom.cg // 4 if geom.groups > 1 else geom.c // 4
+    if depthwise or blocks < 8:
+        return out
+    for split in (2, 4, 8, 16):
+        for ocb, wb in ((1, 4), (2, 2), (2, 4), (4, 4)):
+            if split == 16 and (blocks < 128 or ocb * wb > 4):
+                continue
+            # Partial sums in local memory: split x items x tile x 16 bytes <= 32 KiB, items <= 256 / split.
+            items = min(64, 256 // split, 2048 // (ocb * wb * split))
+            gx, gy, gz = conv2d.fill_work_group(extents(ocb, wb), items, max_x=16, max_z=64 // split)
+            add(ocb, wb, (gx, gy, gz), split)
+    return out
+
+
+def split_config(geom, ocb: int, wb: int, split: int):
+    """The ``split_k`` config of tile ``ocb`` x ``wb``: ~256 work items, partial sums <= 32 KiB."""
+    from primfuncs import conv2d
+    from primfuncs._common import ceildiv
+
+    per_slice = min(64, 256 // split, 2048 // (ocb * wb * split))
+    extents = (geom.n * ceildiv(geom.ow, wb), geom.oh, ceildiv(geom.o4, ocb))
+    wg = conv2d.fill_work_group(extents, per_slice, max_x=16, max_z=64 // split)
+    return conv2d.ConvConfig(ocb, wb, wg, split)
+
+
+def refine(geom, depthwise: bool):
+    """Second pass around the "gpu" default: tiles 2x4, 2x2, 1x4 x its split_k halved,
+    kept, doubled; then that default with its weights in a buffer ("wbuf") and with
+    every tensor in buffers ("buf")."""
+    from primfuncs import conv2d
+
+    gpu = conv2d.default_config(geom, depthwise, device_kind="gpu")
+    variants = [("variant_wbuf", gpu), ("variant_buf", gpu)]
+    blocks = geom.cg // 4 if geom.groups > 1 else geom.c // 4
+    if depthwise or blocks < 2:
+        return variants
+    out = [("default_gpu", gpu)]
+    for ocb, wb in ((gpu.oc_block, gpu.w_block), (2, 4), (2, 2), (1, 4)):
+        for split in (gpu.split_k, gpu.split_k // 2, gpu.split_k * 2):
+            if 1 <= split <= min(32, blocks):
+                if split == 1:
+                    extents = (geom.n * -(-geom.ow // wb), geom.oh, -(-geom.o4 // ocb))
+                    out.append(("sweep", conv2d.ConvConfig(ocb, wb, conv2d.fill_work_group(extents, 64, max_x=16))))
+                else:
+                    out.append(("sweep", split_config(geom, ocb, wb, split)))
+    return out + variants
+
+
+def config_dict(config) -> dict:
+    return {
+        "oc_block": config.oc_block,
+        "w_block": config.w_block,
+        "work_group": list(config.work_group),
+        "split_k": getattr(config, "split_k", 1),
+    }
+
+
+def label(cfg: dict) -> str:
+    wg = "x".join(str(g) for g in cfg["work_group"])
+    split = f" s{cfg['split_k']}" if cfg.get("split_k", 1) > 1 else ""
+    where = " buf" if "scope" in cfg else " wbuf" if "weights" in cfg else ""
+    return f"{cfg['oc_block']}x{cfg['w_block']} wg{wg}{split}{where}"
+
+
+def build_all(selected, grid: str, out_dir: Path | None):
+    """Build every (layer, config) texture kernel; returns (meta, {kernel id: KernelModule})."""
+    import tvm
+
+    from primfuncs import conv2d
+    from primfuncs._common import BUFFER, TEXTURE
+    from tir_adreno import build
+
+    cases, modules, by_source = [], {}, {}
+    for layer in selected:
+        t0 = time.perf_counter()
+        seen = {}
+        for kind, config in candidates(layer, grid):
+            cfg = config_dict(config)
+            scope, weight_scope = TEXTURE, None
+            if kind == "variant_wbuf":  # texture activations, weights in a buffer
+                weight_scope = cfg["weights"] = BUFFER
+            elif kind == "variant_buf":  # the same schedule on buffers
+                scope = cfg["scope"] = BUFFER
+            key = json.dumps(cfg, sort_keys=True)
+            if key in seen:  # the same config (a default equal to a swept one): one case, several kinds
+                seen[key]["kinds"].append(kind)
+                continue
+            case = {"layer": layer.key, "kinds": [kind], "config": cfg, "label": label(cfg)}
+            seen[key] = case
+            try:
+                kw = dict(
+                    strides=layer.strides, padding=layer.padding, dilation=layer.dilation, config=config,
+                    scope=scope, weight_scope=weight_scope,
+                )
+                if layer.depthwise:
+                    func = conv2d.depthwise_conv2d_nchw4c(layer.data_shape, layer.weight_shape, **kw)
+                else:
+                    func = conv2d.conv2d_nchw4c(layer.data_shape, layer.weight_shape, groups=layer.groups, **kw)
+                module = build.build_cached(func)
+                text = module.to_json()
+                kid = hashlib.sha1(text.encode()).hexdigest()[:16]
+                by_source.setdefault(kid, text)
+                modules[kid] = module
+                (function,) = module.functions
+                case.update(kernel=kid, function=function)
+            except Exception as err:  # recorded and reported; never dropped silently
+                case["error"] = f"build: {type(err).__name__}: {err}"
+                common.log(f"  build failed {layer.key} {case['label']}: {case['error']}")
+            cases.append(case)
+        common.log(f"built {layer.key}: {len(seen)} configs in {time.perf_counter() - t0:.0f} s")
+    meta = {
+        "format": CASES_FORMAT,
+        "tvm": tvm.__version__,
+        "grid": grid,
+        "layers": [layer.to_dict() for layer in selected],
+        "cases": cases,
+    }
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        with gzip.open(out_dir / KERNELS_FILE, "wt") as f:
+            json.dump(by_source, f)
+        (out_dir / CASES_FILE).write_text(json.dumps(meta, indent=1) + "\n")
+    return meta, modules
+
+
+def load_cases(src: Path):
+    meta = json.loads((src / CASES_FILE).read_text())
+    if meta.get("format") != CASES_FORMAT:
+        raise ValueError(f"{src / CASES_FILE}: format {meta.get('format')} != {CASES_FORMAT}")
+    with gzip.open(src / KERNELS_FILE, "rt") as f:
+        texts = json.load(f)
+    return meta, {kid: KernelModule.from_json(text) for kid, text in texts.items()}
+
+
+# ---------------------------------------------------------------------------------------------
+# run (no TVM)
+def run_layer(dev, layer, cases, modules, budget_s: float, seed: int, deadline: float, verbose=False) -> list[dict]:
+    rng = np.random.default_rng(seed)
+    inputs = [
+        (rng.standard_normal(layer.data_shape).astype(np.float32), rng.standard_normal(layer.weight_shape).astype(np.float32))
+        for _ in range(2)
+    ]
+    ref = reference_conv2d(*inputs[0], layer)
+    channels = layer.out_shape[1]
+    uploaded = {}  # (data spec, weight spec) -> input sets, shared by the layer's kernels
+    outs = {}
+    results = []
+    for case in cases:
+        res = {k: case[k] for k in ("kinds", "config", "label")}
+        if "error" in case:
+            results.append({**res, "error": case["error"]})
+            continue
+        if time.perf_counter() > deadline:
+            results.append({**res, "error": "skipped: time limit"})
+            continue
+        t0 = time.perf_counter()
+        try:
+            module = modules[case["kernel"]]
+            function = case["function"]
+            specs = module[function].params
+            if len(specs) != 3:
+                raise RuntimeError(f"expected (data, weight, output) parameters, got {[p.name for p in specs]}")
+            for spec in specs:
+                if is_texture_scope(spec.scope) and not dev.limits.fits(spec.shape, spec.scope):
+                    raise RuntimeError(f"{spec.name} {spec.shape} does not fit {dev.name}'s images")
+            key = (specs[0], specs[1])
+            if key not in uploaded:
+                sets = []
+                for x, w in inputs:
+                    data, weight = dev.empty(specs[0]), dev.empty(specs[1])
+                    data.upload(pack_nchw4c(x))
+                    weight.upload(pack_oihw4o(w))
+                    sets.append((data, weight))
+                uploaded[key] = sets
+            sets = uploaded[key]
+            if specs[2] not in outs:
+                outs[specs[2]] = dev.empty(specs[2])
+            out = outs[specs[2]].poison()
+            t_load = time.perf_counter()
+            loaded = dev.load(module)
+            res["compile_s"] = round(time.perf_counter() - t_load, 3)
+            first_s = loaded(function, *sets[0], out)
+            err = relative_error(unpack_nchw4c(out.numpy(), channels), ref)
+            knobs = (
+                dict(warmup=1, min_repeat=3, max_repeat=20, budget_s=budget_s)
+                if first_s * 5 > budget_s
+                else dict(warmup=2, min_repeat=10, max_repeat=100, budget_s=budget_s)
+            )
+            median, samples = common.median_time(lambda s: loaded(function, *s, out), sets, **knobs)
+            res.update(
+                time_s=median, samples=len(samples), rel_err=err, ok=err <= RTOL, gflops=layer.flops / median * 1e-9
+            )
+        except Exception as err:
+            res["error"] = f"run: {type(err).__name__}: {err}"
+            common.log(traceback.format_exc())
+        res["wall_s"] = round(time.perf_counter() - t0, 3)
+        results.append(res)
+        if verbose:
+            common.log(
+                f"  {layer.key} {res['label']}: "
+                + (f"{res['gflops']:.0f} GF/s" if "gflops" in res else res.get("error", "?")[:100])
+                + f" (load {res.get('compile_s', 0):.2f} s, wall {res['wall_s']:.2f} s)"
+            )
+    return results
+
+
+def precompile(dev, sources, jobs: int) -> None:
+    """Build every program in ``jobs`` threads (pyopencl releases the GIL while the driver
+    compiles); :meth:`Device.load` then reads the cached binaries. Failures show up there."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    t0 = time.perf_counter()
+
+    def one(source):
+        try:
+            dev.build_program(source)
+        except Exception:  # reported by the case that loads it
+            pass
+
+    with ThreadPoolExecutor(jobs) as pool:
+        list(pool.map(one, sorted(sources)))
+    common.log(f"compiled {len(sources)} programs in {time.perf_counter() - t0:.1f} s ({jobs} threads)")
+
+
+# ---------------------------------------------------------------------------------------------
+# report
+def _good(r):
+    return r.get("ok") and "time_s" in r
+
+
+def layer_summary(row) -> dict:
+    good = [r for r in row["results"] if _good(r)]
+    s = {"kernels": len(row["results"]), "ok": len(good)}
+    s["wrong"] = [r["label"] for r in row["results"] if "ok" in r and not r["ok"]]
+    s["errors"] = [r["label"] for r in row["results"] if "error" in r]
+    if good:
+        best = min(good, key=lambda r: r["time_s"])
+        s["best"] = {"label": best["label"], "config": best["config"], "gflops": best["gflops"], "time_s": best["time_s"]}
+    for r in row["results"]:
+        for kind in r["kinds"]:
+            if kind != "sweep":
+                s[kind] = {"label": r["label"], "gflops": r.get("gflops"), "time_s": r.get("time_s"), "ok": r.get("ok")}
+    return s
+
+
+def print_report(rows, device_name, top: int = 3):
+    kinds = ["old_default"] + [f"default_{k}" for k in DEFAULT_KINDS]
+    headers = ["layer", "conv", "ok", "best config", "best GF/s"]
+    headers += [f"{k.replace('default_', 'def ')} GF/s" for k in kinds] + ["best/old"]
+    table = []
+    for row in rows:
+        s = row["summary"]
+        layer = layer_lists.ConvLayer.from_dict(row["layer"])
+        best = s.get("best")
+        cells = [row["key"], layer.description, f"{s['ok']}/{s['kernels']}"]
+        cells += [best["label"] if best else "-", common.fmt(best and best["gflops"], ".0f")]
+        for k in kinds:
+            d = s.get(k)
+            cells.append(common.fmt(d and d.get("gflops"), ".0f") + ("" if not d or d.get("ok") in (None, True) else "!"))
+        old = s.get("old_default", {}).get("time_s")
+        cells.append(common.fmt(best and old and old / best["time_s"]))
+        table.append(cells)
+    print()
+    common.print_table(headers, table, title=f"conv config sweep on {device_name} (texture kernels, fp32; ! = wrong)")
+    print()
+    for row in rows:
+        good = sorted((r for r in row["results"] if _good(r)), key=lambda r: r["time_s"])
+        top_s = ", ".join(f"{r['label']} {r['gflops']:.0f}" for r in good[:top])
+        print(f"{row['key']:34s} top: {top_s}")
+    bad = [(row["key"], lab) for row in rows for lab in row["summary"]["wrong"] + row["summary"]["errors"]]
+    if bad:
+        print(f"\n{len(bad)} wrong or failed kernels:")
+        for key, lab in bad:
+            print(f"  {key}: {lab}")
+    geo = {}
+    for k in ["best", *kinds]:
+        pairs = [
+            (row["summary"]["old_default"]["time_s"] / row["summary"][k]["time_s"], 1)
+            for row in rows
+            if row["summary"].get(k, {}).get("time_s") and row["summary"].get("old_default", {}).get("time_s")
+        ]
+        geo[k] = common.weighted_geomean(pairs)
+    print("\ngeomean speed-up over old_default: " + ", ".join(f"{k} {common.fmt(v)}" for k, v in geo.items()))
+    return geo
+
+
+# ---------------------------------------------------------------------------------------------
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    common.add_device_argument(p)
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--build-only", metavar="DIR", type=Path, help="compile the kernels into DIR and stop (needs TVM)")
+    mode.add_argument("--from", dest="src", metavar="DIR", type=Path, help="run kernels compiled by --build-only (no TVM)")
+    p.add_argument(
+        "--grid", choices=("gpu", "cpu", "defaults", "refine"), default="gpu",
+        help="config grid (default gpu; defaults: old and gpu default; refine: around the gpu default)",
+    )
+    p.add_argument("--layers", default=None, help="comma-separated layer keys, or all (default: the sweep's subset)")
+    p.add_argument("--budget", type=float, default=0.05, help="seconds of timing per kernel (default 0.05)")
+    p.add_argument("--time-limit", type=float, default=None, help="stop starting kernels after this many seconds")
+    p.add_argument("--jobs", type=int, default=1, help="threads compiling OpenCL programs up front (default 1: none)")
+    p.add_argument("--verbose", action="store_true", help="log every kernel (compile and wall time)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--results-dir", type=Path, default=None, help="default: benchmarks/results")
+    args = p.parse_args(argv)
+    known = {layer.key: layer for layer in layer_lists.layers()}
+    keys = SWEEP_LAYERS if args.layers is None else tuple(k.strip() for k in args.layers.split(",") if k.strip())
+    if keys == ("all",):
+        keys = tuple(known)
+    bad = [k for k in keys if k not in known]
+    if bad:
+        p.error(f"--layers: unknown layer key(s) {bad}")
+    args.selected = [known[k] for k in keys]
+    return args
+
+
+def result_name(meta) -> str:
+    """conv_configs (the full grid), conv_configs_cpu, conv_configs_refine."""
+    grid = meta.get("grid", "gpu")
+    return NAME if grid == "gpu" else f"{NAME}_{grid}"
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    started = time.perf_counter()
+    if args.build_only:
+        meta, _ = build_all(args.selected, args.grid, args.build_only)
+        failed = [c for c in meta["cases"] if "error" in c]
+        common.log(
+            f"wrote {len(meta['cases']) - len(failed)} kernels to {args.build_only} "
+            f"({len(failed)} failed) in {time.perf_counter() - started:.0f} s"
+        )
+        return 1 if failed else 0
+
+    from tir_adreno import runtime
+
+    dev = runtime.get_device(args.device)
+    common.log(f"device: {dev.name}")
+    if args.src:
+        meta, modules = load_cases(args.src)
+        built = {lay["model"] + "." + lay["name"] for lay in meta["layers"]}
+        if args.layers is None:
+            args.selected = [layer_lists.ConvLayer.from_dict(d) for d in meta["layers"]]
+        missing = [layer.key for layer in args.selected if layer.key not in built]
+        if missing:
+            common.log(f"not in {args.src}: {missing} (rebuild with --build-only)")
+        args.selected = [layer for layer in args.selected if layer.key in built]
+    else:
+        meta, modules = build_all(args.selected, args.grid, None)
+    if args.jobs > 1:  # compile the OpenCL programs in parallel first (binaries land in the disk cache)
+        precompile(dev, {m.source for m in modules.values()}, args.jobs)
+    build_s = time.perf_counter() - started
+    deadline = started + args.time_limit if args.time_limit else float("inf")
+    cl = dev.cl_device
+    payload = {
+        "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "selected"},
+        "rtol": RTOL,
+        "tvm": meta.get("tvm"),
+        "grid": meta.get("grid"),
+        "device_info": {
+            "name": dev.name,
+            "version": cl.version.strip(),
+            "driver": cl.driver_version.strip(),
+            "compute_units": int(cl.max_compute_units),
+            "max_work_group_size": int(cl.max_work_group_size),
+            "local_mem_size": int(cl.local_mem_size),
+        },
+        "timing": "median OpenCL event time after warm-up, 2 input sets rotated",
+        "build_s": round(build_s, 1),
+        "layers": [],
+    }
+    rows = payload["layers"]
+    for layer in args.selected:
+        cases = [c for c in meta["cases"] if c["layer"] == layer.key]
+        t0 = time.perf_counter()
+        results = run_layer(dev, layer, cases, modules, args.budget, args.seed, deadline, args.verbose)
+        row = {"layer": layer.to_dict(), "key": layer.key, "flops": layer.flops, "results": results}
+        row["summary"] = layer_summary(row)
+        rows.append(row)
+        best = row["summary"].get("best")
+        common.log(
+            f"{layer.key:34s} {len(results)} kernels {time.perf_counter() - t0:.0f} s; best "
+            + (f"{best['label']} {best['gflops']:.0f} GF/s" if best else "-")
+        )
+        payload["run_s"] = round(time.perf_counter() - started - build_s, 1)
+        path = common.write_json(result_name(meta), dev.name, payload, args.results_dir)  # after every layer: partial results survive
+    payload["geomean_speedup_over_old_default"] = print_report(rows, dev.name)
+    path = common.write_json(result_name(meta), dev.name, payload, args.results_dir)
+    common.log(f"build {build_s:.0f} s, run {payload.get('run_s', 0):.0f} s; wrote {path}")
+    bad = [1 for row in rows for r in row["results"] if "error" in r or not r.get("ok", False)]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

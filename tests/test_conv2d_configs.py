@@ -1,0 +1,135 @@
+"""Direct conv configs (primfuncs.conv2d): split_k kernels and the per-device-class defaults.
+
+split_k kernels sum partial tiles of several work items through local memory;
+they run here on PoCL against the float64 NumPy conv of test_conv2d, with fresh
+random inputs and poisoned outputs (every pixel written, padding lanes zero).
+"""
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from test_conv2d import RTOL, check_blocked_output, run_kernel
+from util import assert_close
+
+from primfuncs import conv2d as conv
+from primfuncs._common import BUFFER, TEXTURE
+from primfuncs.epilogue import ACTIVATIONS, Epilogue
+
+
+@st.composite
+def split_cases(draw):
+    """A dense or block-aligned grouped conv with >= 2 input channel blocks, split 2..8 ways."""
+    n = draw(st.integers(1, 2))
+    kh, kw = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    stride = draw(st.integers(1, 2))
+    pad = tuple(draw(st.integers(0, k - 1)) for k in (kh, kw, kh, kw))
+    h, w = draw(st.integers(kh, 9)), draw(st.integers(kw, 9))
+    groups = draw(st.sampled_from([1, 1, 2]))
+    if groups == 1:
+        c = draw(st.integers(8, 30))  # a tail block when C % 4 != 0
+    else:
+        c = groups * 4 * draw(st.integers(2, 3))  # aligned groups: C/groups and O/groups multiples of 4
+    o = groups * 4 * draw(st.integers(1, 3)) if groups > 1 else draw(st.integers(1, 13))
+    ocb, wb = draw(st.integers(1, 4)), draw(st.integers(1, 4))
+    split = draw(st.integers(2, 8))  # not a power of two either; more slices than blocks is clamped
+    wg = draw(st.sampled_from([(1, 1, 1), (4, 2, 1), (2, 2, 2), (8, 1, 1)]))
+    epilogue = Epilogue(
+        bias=draw(st.booleans()), activation=draw(st.sampled_from(ACTIVATIONS)), residual=draw(st.booleans())
+    )
+    return dict(
+        data_shape=(n, c, h, w), weight_shape=(o, c // groups, kh, kw), strides=stride, padding=pad, dilation=1,
+        groups=groups, epilogue=epilogue, config=conv.ConvConfig(ocb, wb, wg, split),
+    )
+
+
+@pytest.mark.parametrize("scope", [TEXTURE, BUFFER])
+@given(case=split_cases(), seed=st.integers(0, 2**32 - 1))
+def test_split_k_matches_numpy(device, scope, case, seed):
+    got, ref, blocked_out = run_kernel(device, case, scope, np.random.default_rng(seed))
+    check_blocked_output(blocked_out, ref.shape[1])
+    assert_close(got, ref, RTOL)
+
+
+# ResNet-50-like layers, scaled down, where each class's default differs (split_k on "gpu").
+DEFAULT_CASES = [
+    ((1, 64, 7, 7), (32, 64, 3, 3), 1),  # deep 3x3: gpu splits the 16 blocks
+    ((1, 96, 5, 5), (40, 96, 1, 1), 0),  # deep 1x1
+    ((1, 3, 17, 17), (8, 3, 3, 3), 1),  # C < 8: no split on any class
+    ((1, 16, 6, 6), (16, 1, 3, 3), 1),  # depthwise
+]
+
+
+@pytest.mark.parametrize("kind", conv.DEVICE_KINDS)
+@pytest.mark.parametrize("data_shape, weight_shape, padding", DEFAULT_CASES)
+def test_default_config_per_device_kind(device, kind, data_shape, weight_shape, padding):
+    """Each class's default builds a correct kernel; "gpu" splits the deep layers."""
+    depthwise = weight_shape[1] == 1 and data_shape[1] > 1
+    groups = data_shape[1] if depthwise else 1
+    geom = conv.conv2d_geometry(data_shape, weight_shape, 1, padding, 1, groups)
+    config = conv.default_config(geom, depthwise, device_kind=kind)
+    wg = config.work_group
+    assert wg[0] * wg[1] * wg[2] * config.split_k <= 256
+    if kind == "gpu" and not depthwise and data_shape[1] >= 8:
+        assert config.split_k > 1, config
+    if kind != "gpu":
+        assert config.split_k == 1, config
+    case = dict(
+        data_shape=data_shape, weight_shape=weight_shape, strides=1, padding=padding, dilation=1, groups=groups,
+        epilogue=Epilogue(bias=True, activation="relu"), config=None,
+    )
+    if depthwise:
+        case["depthwise"] = True
+    case["device_kind"] = kind
+    got, ref, blocked_out = run_kernel(device, case, TEXTURE, np.random.default_rng(5))
+    check_blocked_output(blocked_out, ref.shape[1])
+    assert_close(got, ref, RTOL)
+
+
+def test_default_config_env(device, monkeypatch):
+    """$TIR_ADRENO_DEVICE_KIND names the class outright (to compile for another device); unset and no
+    device: "mobile" (the old rule)."""
+    geom = conv.conv2d_geometry((1, 64, 7, 7), (64, 64, 3, 3), padding=1)
+    monkeypatch.delenv(conv.DEVICE_KIND_ENV, raising=False)
+    assert conv.default_config(geom) == conv.default_config(geom, device_kind="mobile")
+    assert conv.device_kind(None) == "mobile"
+    monkeypatch.setenv(conv.DEVICE_KIND_ENV, "gpu")
+    assert conv.default_config(geom) == conv.default_config(geom, device_kind="gpu")
+    assert conv.device_kind(device) == "gpu"
+    assert conv.default_config(geom, device_kind="cpu").split_k == 1  # an explicit class wins
+    monkeypatch.setenv(conv.DEVICE_KIND_ENV, "tpu")
+    with pytest.raises(ValueError, match="TIR_ADRENO_DEVICE_KIND must be one of"):
+        conv.default_config(geom)
+
+
+def test_device_kind_of_this_device(device, monkeypatch):
+    import pyopencl as cl
+
+    monkeypatch.delenv(conv.DEVICE_KIND_ENV, raising=False)
+    kind = conv.device_kind(device)
+    assert kind == conv.device_kind(device.cl_device)
+    if device.cl_device.type & cl.device_type.CPU:
+        assert kind == "cpu"
+    else:
+        assert kind == ("gpu" if device.cl_device.max_compute_units >= 16 else "mobile")
+
+
+@pytest.mark.parametrize(
+    "call, error, match",
+    [
+        (lambda: conv.ConvConfig(split_k=0), ValueError, "split_k must be an int in 1..64"),
+        (lambda: conv.ConvConfig(work_group=(8, 8, 1), split_k=8), ValueError, "x split_k 8 has more than 256"),
+        (
+            lambda: conv.depthwise_conv2d_nchw4c((1, 8, 6, 6), (8, 1, 3, 3), config=conv.ConvConfig(1, 4, split_k=2)),
+            ValueError, "split_k=2 splits the input channel blocks",
+        ),
+        (
+            lambda: conv.conv2d_nchw4c((1, 64, 32, 32), (64, 64, 1, 1), config=conv.ConvConfig(4, 4, (8, 4, 1), 8)),
+            ValueError, "bytes of local memory",
+        ),
+        (lambda: conv.conv2d_nchw4c((1, 4, 6, 6), (8, 4, 3, 3), device_kind="tpu"), ValueError, "device_kind must be"),
+    ],
+)
+def test_config_errors(call, error, match):
+    with pytest.raises(error, match=match):
+        call()
