@@ -94,28 +94,10 @@ def median_time(run, input_sets, warmup: int = 2, min_repeat: int = 5, max_repea
 
 
 # Host-side NumPy layouts (what the layout kernels do on the device), for run-only paths.
-def nchw_to_nchw4c(x: np.ndarray) -> np.ndarray:
-    """NCHW -> [N, C/4, H, W, 4], padded channels zero."""
-    n, c, h, w = x.shape
-    c4 = -(-c // 4)
-    padded = np.zeros((n, c4 * 4, h, w), x.dtype)
-    padded[:, :c] = x
-    return np.ascontiguousarray(padded.reshape(n, c4, 4, h, w).transpose(0, 1, 3, 4, 2))
-
-
-def nchw4c_to_nchw(y: np.ndarray, channels: int) -> np.ndarray:
-    """[N, C/4, H, W, 4] -> NCHW with the first ``channels`` channels."""
-    n, c4, h, w, _ = y.shape
-    return np.ascontiguousarray(y.transpose(0, 1, 4, 2, 3).reshape(n, c4 * 4, h, w)[:, :channels])
-
-
-def oihw_to_oihw4o(w: np.ndarray) -> np.ndarray:
-    """OIHW -> OIHW4o [O/4, I, KH, KW, 4] (one pixel = 4 output channels), padded outputs zero."""
-    o, i, kh, kw = w.shape
-    o4 = -(-o // 4)
-    padded = np.zeros((o4 * 4, i, kh, kw), w.dtype)
-    padded[:o] = w
-    return np.ascontiguousarray(padded.reshape(o4, 4, i, kh, kw).transpose(0, 2, 3, 4, 1))
+# Host-side blocked layouts: the library's own (TVM-free), under the names the benchmarks use.
+from tir_adreno.blocked import pack_nchw4c as nchw_to_nchw4c  # noqa: E402
+from tir_adreno.blocked import pack_oihw4o as oihw_to_oihw4o  # noqa: E402
+from tir_adreno.blocked import unpack_nchw4c as nchw4c_to_nchw  # noqa: E402,F401
 
 
 def geomean(values) -> float | None:
@@ -162,3 +144,38 @@ def print_table(headers, rows, file=None, title: str | None = None) -> None:
 def log(*args) -> None:
     """Progress messages go to stderr, so the table is the last thing on stdout."""
     print(*args, file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# --build-only / --from: a directory of kernel bundles plus a cases file describing them
+CASES_FILE = "cases.json"
+CASES_FORMAT = 1
+
+
+def write_cases(out_dir: Path, meta: dict) -> None:
+    """Save the cases file of a ``--build-only`` directory (``meta`` gets the format stamp)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / CASES_FILE).write_text(json.dumps({"format": CASES_FORMAT, **meta}, indent=1) + "\n")
+
+
+def read_cases(src: Path) -> dict:
+    """The cases file of a ``--build-only`` directory; ValueError on another format."""
+    meta = json.loads((src / CASES_FILE).read_text())
+    if meta.get("format") != CASES_FORMAT:
+        raise ValueError(f"{src / CASES_FILE}: format {meta.get('format')} != {CASES_FORMAT}")
+    return meta
+
+
+def load_bundles(src: Path, entries, key, make=lambda entry, module: module) -> dict:
+    """``{key(entry): make(entry, KernelModule)}`` for each entry with a saved ``bundle``;
+    an entry whose bundle does not load gets an ``error`` instead (shown, never dropped)."""
+    from tir_adreno.bundle import KernelModule
+
+    loaded = {}
+    for entry in entries:
+        if "bundle" in entry:
+            try:
+                loaded[key(entry)] = make(entry, KernelModule.load(src / entry["bundle"]))
+            except ValueError as err:
+                entry["error"] = f"load: {err}"
+    return loaded

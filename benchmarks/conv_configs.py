@@ -50,9 +50,7 @@ from tir_adreno.texture import is_texture_scope
 
 NAME = "conv_configs"
 RTOL = 1e-4
-CASES_FILE = "cases.json"
 KERNELS_FILE = "kernels.json.gz"
-CASES_FORMAT = 1
 
 #: The swept layers (keys of benchmarks/layers.py): early/late, 1x1/3x3/7x7, stride 2, depthwise.
 SWEEP_LAYERS = (
@@ -249,7 +247,6 @@ def build_all(selected, grid: str, out_dir: Path | None):
             cases.append(case)
         common.log(f"built {layer.key}: {len(seen)} configs in {time.perf_counter() - t0:.0f} s")
     meta = {
-        "format": CASES_FORMAT,
         "tvm": tvm.__version__,
         "grid": grid,
         "layers": [layer.to_dict() for layer in selected],
@@ -259,14 +256,12 @@ def build_all(selected, grid: str, out_dir: Path | None):
         out_dir.mkdir(parents=True, exist_ok=True)
         with gzip.open(out_dir / KERNELS_FILE, "wt") as f:
             json.dump(by_source, f)
-        (out_dir / CASES_FILE).write_text(json.dumps(meta, indent=1) + "\n")
+        common.write_cases(out_dir, meta)
     return meta, modules
 
 
 def load_cases(src: Path):
-    meta = json.loads((src / CASES_FILE).read_text())
-    if meta.get("format") != CASES_FORMAT:
-        raise ValueError(f"{src / CASES_FILE}: format {meta.get('format')} != {CASES_FORMAT}")
+    meta = common.read_cases(src)
     with gzip.open(src / KERNELS_FILE, "rt") as f:
         texts = json.load(f)
     return meta, {kid: KernelModule.from_json(text) for kid, text in texts.items()}

@@ -44,8 +44,6 @@ NAME = "conv_layers"
 OPENCL_WAYS = ("ours_tex", "ours_buf", "upstream")
 ALL_WAYS = (*OPENCL_WAYS, "cudnn")
 RTOL = 1e-4
-CASES_FILE = "cases.json"
-CASES_FORMAT = 1
 
 
 # ---------------------------------------------------------------------------------------------
@@ -121,29 +119,19 @@ def build_all(selected, ways, out_dir: Path | None):
             cases.append(case)
         common.log(f"built {layer.key}")
     meta = {
-        "format": CASES_FORMAT,
         "tvm": tvm.__version__,
         "layers": [layer.to_dict() for layer in selected],
         "ways": [w for w in ways if w != "cudnn"],
         "cases": cases,
     }
     if out_dir is not None:
-        (out_dir / CASES_FILE).write_text(json.dumps(meta, indent=1) + "\n")
+        common.write_cases(out_dir, meta)
     return meta, modules
 
 
 def load_cases(src: Path):
-    meta = json.loads((src / CASES_FILE).read_text())
-    if meta.get("format") != CASES_FORMAT:
-        raise ValueError(f"{src / CASES_FILE}: format {meta.get('format')} != {CASES_FORMAT}")
-    modules = {}
-    for case in meta["cases"]:
-        if "bundle" in case:
-            try:
-                modules[(case["layer"], case["way"])] = KernelModule.load(src / case["bundle"])
-            except ValueError as err:
-                case["error"] = f"load: {err}"
-    return meta, modules
+    meta = common.read_cases(src)
+    return meta, common.load_bundles(src, meta["cases"], lambda case: (case["layer"], case["way"]))
 
 
 # ---------------------------------------------------------------------------------------------

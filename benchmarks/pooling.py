@@ -25,15 +25,13 @@ from pathlib import Path
 import numpy as np
 
 import common  # noqa: E402  (puts the repository root on sys.path)
-from conv_layers import nchw4c_to_nchw, nchw_to_nchw4c
+from common import nchw4c_to_nchw, nchw_to_nchw4c
 
 from tir_adreno.bundle import KernelModule
 
 NAME = "pooling"
 STRATEGIES = ("thread", "group")
 RTOL = 1e-5
-CASES_FILE = "cases.json"
-CASES_FORMAT = 1
 
 
 def _case(name, kind, shape, size=None, stride=None, padding=0, sweep=False):
@@ -98,24 +96,15 @@ def build_all(cases, out_dir: Path | None):
                 common.log(f"  build failed {case['name']} {strategy}: {entry['error']}")
             entries.append(entry)
         common.log(f"built {case['name']}")
-    meta = {"format": CASES_FORMAT, "tvm": tvm.__version__, "cases": cases, "kernels": entries}
+    meta = {"tvm": tvm.__version__, "cases": cases, "kernels": entries}
     if out_dir is not None:
-        (out_dir / CASES_FILE).write_text(json.dumps(meta, indent=1) + "\n")
+        common.write_cases(out_dir, meta)
     return meta, modules
 
 
 def load_all(src: Path):
-    meta = json.loads((src / CASES_FILE).read_text())
-    if meta.get("format") != CASES_FORMAT:
-        raise ValueError(f"{src / CASES_FILE}: format {meta.get('format')} != {CASES_FORMAT}")
-    modules = {}
-    for entry in meta["kernels"]:
-        if "bundle" in entry:
-            try:
-                modules[(entry["case"], entry["strategy"])] = KernelModule.load(src / entry["bundle"])
-            except ValueError as err:
-                entry["error"] = f"load: {err}"
-    return meta, modules
+    meta = common.read_cases(src)
+    return meta, common.load_bundles(src, meta["kernels"], lambda entry: (entry["case"], entry["strategy"]))
 
 
 def _slug(name: str) -> str:

@@ -56,8 +56,6 @@ SHORT = {"direct": "direct", "winograd_2x2": "F2", "winograd_4x4": "F4"}
 RTOL = {"direct": 1e-4, "winograd_2x2": 1e-4, "winograd_4x4": 1e-3}
 #: Image limits assumed by --build-only (TVM's Adreno target); a run checks the device's.
 BUILD_LIMITS = DeviceLimits(16384, 16384, 2048)
-CASES_FILE = "cases.json"
-CASES_FORMAT = 1
 
 
 def _vgg(name, c, hw, o, count=1):
@@ -137,29 +135,24 @@ def build_all(selected, limits: DeviceLimits, out_dir: Path | None):
             cases.append(case)
         common.log(f"built {layer.key}")
     meta = {
-        "format": CASES_FORMAT,
         "tvm": tvm.__version__,
         "build_limits": [limits.image2d_max_width, limits.image2d_max_height, limits.image_max_array_size],
         "layers": [layer.to_dict() for layer in selected],
         "cases": cases,
     }
     if out_dir is not None:
-        (out_dir / CASES_FILE).write_text(json.dumps(meta, indent=1) + "\n")
+        common.write_cases(out_dir, meta)
     return meta, programs
 
 
 def load_cases(src: Path):
-    meta = json.loads((src / CASES_FILE).read_text())
-    if meta.get("format") != CASES_FORMAT:
-        raise ValueError(f"{src / CASES_FILE}: format {meta.get('format')} != {CASES_FORMAT}")
-    programs = {}
-    for case in meta["cases"]:
-        if "bundle" in case:
-            try:
-                module = KernelModule.load(src / case["bundle"])
-                programs[(case["layer"], case["way"])] = tuning.ConvProgram(case["way"], module, tuple(case["stages"]))
-            except ValueError as err:
-                case["error"] = f"load: {err}"
+    meta = common.read_cases(src)
+    programs = common.load_bundles(
+        src,
+        meta["cases"],
+        lambda case: (case["layer"], case["way"]),
+        lambda case, module: tuning.ConvProgram(case["way"], module, tuple(case["stages"])),
+    )
     return meta, programs
 
 
