@@ -17,8 +17,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
-from pathlib import Path
 
 from common import ROOT, add_device_argument, log, print_table, write_json
 

@@ -24,7 +24,6 @@ Split (a device without TVM):    python benchmarks/conv_layers.py --build-only D
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 import traceback

@@ -16,7 +16,6 @@ and without the image pool. On an NVIDIA GPU with PyTorch it adds cuDNN fp32
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time

@@ -7,8 +7,8 @@ Writes a PNG next to each JSON it knows (conv_layers, models_e2e, winograd).
 
 from __future__ import annotations
 
+import argparse
 import json
-import math
 import sys
 from pathlib import Path
 
@@ -103,8 +103,10 @@ def plot_models_e2e(doc, out: Path):
 PLOTTERS = {"conv_layers": plot_conv_layers, "models_e2e": plot_models_e2e}
 
 
-def main(paths):
-    paths = [Path(p) for p in paths] or sorted(RESULTS.glob("*.json"))
+def main(argv):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("paths", nargs="*", type=Path, help="result JSON files (default: all in benchmarks/results)")
+    paths = parser.parse_args(argv).paths or sorted(RESULTS.glob("*.json"))
     for path in paths:
         doc = json.loads(path.read_text())
         plotter = PLOTTERS.get(doc.get("benchmark"))

@@ -31,7 +31,6 @@ Split (a device without TVM):    python benchmarks/winograd.py --build-only DIR 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 import traceback
@@ -45,8 +44,7 @@ from conv_layers import reference_conv2d
 
 from primfuncs.winograd_math import winograd_weight_transform  # NumPy only: fine without TVM
 from tir_adreno import tuning
-from tir_adreno.blocked import blocks, pack_nchw4c, pack_oihw4o, unpack_nchw4c
-from tir_adreno.bundle import KernelModule
+from tir_adreno.blocked import pack_nchw4c, pack_oihw4o, unpack_nchw4c
 from tir_adreno.reference import relative_error
 from tir_adreno.texture import DeviceLimits, is_texture_scope
 

@@ -44,7 +44,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 from tvm.script import tirx as T
 
 from ._common import (
@@ -52,7 +51,6 @@ from ._common import (
     LANES,
     TEXTURE,
     TEXTURE_WEIGHT,
-    blocked,
     ceildiv,
     check_dtype,
     check_scope,

@@ -6,7 +6,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from primfuncs import elementwise

@@ -10,8 +10,6 @@ buffer arguments and its grid, in launch order.
 from __future__ import annotations
 
 import importlib
-import time
-from pathlib import Path
 
 import tvm
 from tvm import tirx

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from tvm.script import tirx as T
 
-from tir_adreno import build, runtime
+from tir_adreno import build
 
 
 @T.prim_func(s_tir=True)
