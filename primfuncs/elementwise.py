@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from tvm.script import tirx as T
 
-from ._common import BUFFER, LANES, TEXTURE, check_dtype, check_scope, load_pixel, pixel_grid, store_pixel
+from ._common import BUFFER, LANES, TEXTURE, check_dtype, check_scope, load_pixel, pixel_grid, select_params, store_pixel
 
 BINARY_OPS = {
     "add": lambda a, b: a + b,
@@ -38,9 +38,14 @@ def _clamp_fn(dtype, lo, hi):
     return clamp
 
 
-def unary(shape, fn, name: str, dtype: str = "float32", scope: str = TEXTURE, out_scope: str | None = None):
-    """``B = fn(A)`` lane by lane, ``fn`` a Python function of one TIR expression.
-    ``B`` lives in ``out_scope`` (default: ``scope``)."""
+def _pixelwise(shape, name: str, fn, second, dtype: str, scope: str, out_scope: str | None = None):
+    """``C = fn(A)`` or ``C = fn(A, B)`` lane by lane, one work item per pixel.
+
+    ``second``: None (unary), ``"tensor"`` (``B`` an NCHW4c tensor like ``A``) or
+    ``"bias"`` (``Bias`` a ``(C4, 4)`` buffer indexed by channel block). One body
+    serves all three; :func:`select_params` drops the inputs a variant never reads.
+    ``C`` lives in ``out_scope`` (default: ``scope``).
+    """
     n, c4, h, w, _ = _check_nchw4c(shape)
     check_dtype(dtype)
     check_scope(scope)
@@ -48,10 +53,12 @@ def unary(shape, fn, name: str, dtype: str = "float32", scope: str = TEXTURE, ou
     g = pixel_grid(n * c4, h, w)
 
     @T.prim_func(s_tir=True)
-    def func(a: T.handle, b: T.handle):
+    def func(a: T.handle, b: T.handle, bias: T.handle, c: T.handle):
         T.func_attr({"global_symbol": name, "tirx.noalias": True})
         A = T.match_buffer(a, (n, c4, h, w, 4), dtype, scope=scope)
-        B = T.match_buffer(b, (n, c4, h, w, 4), dtype, scope=out_scope)
+        B = T.match_buffer(b, (n, c4, h, w, 4), dtype, scope=scope)
+        Bias = T.match_buffer(bias, (c4, 4), dtype, scope=BUFFER)
+        C = T.match_buffer(c, (n, c4, h, w, 4), dtype, scope=out_scope)
         for z in T.thread_binding(g.layers, thread="blockIdx.z"):
             for by in T.thread_binding(g.by, thread="blockIdx.y"):
                 for bx in T.thread_binding(g.bx, thread="blockIdx.x"):
@@ -63,12 +70,28 @@ def unary(shape, fn, name: str, dtype: str = "float32", scope: str = TEXTURE, ou
                                 vw = T.axis.spatial(w, bx * g.tx + tx)
                                 T.where(by * g.ty + ty < h and bx * g.tx + tx < w)
                                 x = T.sblock_alloc_buffer((4,), dtype, scope="local")
+                                y = T.sblock_alloc_buffer((4,), dtype, scope="local")
                                 load_pixel(x, A, vz // c4, vz % c4, vh, vw)
+                                if second == "tensor":
+                                    load_pixel(y, B, vz // c4, vz % c4, vh, vw)
+                                if second == "bias":
+                                    for lane in T.vectorized(4):
+                                        y[lane] = Bias[vz % c4, lane]
                                 for lane in T.unroll(4):
-                                    x[lane] = fn(x[lane])
-                                store_pixel(B, vz // c4, vz % c4, vh, vw, x)
+                                    if second is None:
+                                        x[lane] = fn(x[lane])
+                                    else:
+                                        x[lane] = fn(x[lane], y[lane])
+                                store_pixel(C, vz // c4, vz % c4, vh, vw, x)
 
-    return func
+    inputs = {None: ["A"], "tensor": ["A", "B"], "bias": ["A", "Bias"]}[second]
+    return select_params(func, [*inputs, "C"])
+
+
+def unary(shape, fn, name: str, dtype: str = "float32", scope: str = TEXTURE, out_scope: str | None = None):
+    """``B = fn(A)`` lane by lane, ``fn`` a Python function of one TIR expression.
+    ``B`` lives in ``out_scope`` (default: ``scope``)."""
+    return _pixelwise(shape, name, fn, None, dtype, scope, out_scope)
 
 
 def copy(shape, dtype: str = "float32", scope: str = TEXTURE, out_scope: str = BUFFER):
@@ -96,37 +119,7 @@ def binary(shape, op: str, dtype: str = "float32", scope: str = TEXTURE):
     """``C = A op B`` for two NCHW4c tensors of the same shape; ``op`` in :data:`BINARY_OPS`."""
     if op not in BINARY_OPS:
         raise ValueError(f"unknown binary op {op!r}; expected one of {sorted(BINARY_OPS)}")
-    fn = BINARY_OPS[op]
-    n, c4, h, w, _ = _check_nchw4c(shape)
-    check_dtype(dtype)
-    check_scope(scope)
-    g = pixel_grid(n * c4, h, w)
-
-    @T.prim_func(s_tir=True)
-    def func(a: T.handle, b: T.handle, c: T.handle):
-        T.func_attr({"global_symbol": op, "tirx.noalias": True})
-        A = T.match_buffer(a, (n, c4, h, w, 4), dtype, scope=scope)
-        B = T.match_buffer(b, (n, c4, h, w, 4), dtype, scope=scope)
-        C = T.match_buffer(c, (n, c4, h, w, 4), dtype, scope=scope)
-        for z in T.thread_binding(g.layers, thread="blockIdx.z"):
-            for by in T.thread_binding(g.by, thread="blockIdx.y"):
-                for bx in T.thread_binding(g.bx, thread="blockIdx.x"):
-                    for ty in T.thread_binding(g.ty, thread="threadIdx.y"):
-                        for tx in T.thread_binding(g.tx, thread="threadIdx.x"):
-                            with T.sblock("pixel"):
-                                vz = T.axis.spatial(g.layers, z)
-                                vh = T.axis.spatial(h, by * g.ty + ty)
-                                vw = T.axis.spatial(w, bx * g.tx + tx)
-                                T.where(by * g.ty + ty < h and bx * g.tx + tx < w)
-                                x = T.sblock_alloc_buffer((4,), dtype, scope="local")
-                                y = T.sblock_alloc_buffer((4,), dtype, scope="local")
-                                load_pixel(x, A, vz // c4, vz % c4, vh, vw)
-                                load_pixel(y, B, vz // c4, vz % c4, vh, vw)
-                                for lane in T.unroll(4):
-                                    x[lane] = fn(x[lane], y[lane])
-                                store_pixel(C, vz // c4, vz % c4, vh, vw, x)
-
-    return func
+    return _pixelwise(shape, op, BINARY_OPS[op], "tensor", dtype, scope)
 
 
 def add(shape, dtype: str = "float32", scope: str = TEXTURE):
@@ -139,34 +132,4 @@ def multiply(shape, dtype: str = "float32", scope: str = TEXTURE):
 
 def bias_add(shape, dtype: str = "float32", scope: str = TEXTURE):
     """``C[n, c, h, w, :] = A[n, c, h, w, :] + Bias[c, :]``; Bias is a ``(C4, 4)`` buffer, zero-padded."""
-    n, c4, h, w, _ = _check_nchw4c(shape)
-    check_dtype(dtype)
-    check_scope(scope)
-    g = pixel_grid(n * c4, h, w)
-
-    @T.prim_func(s_tir=True)
-    def func(a: T.handle, bias: T.handle, c: T.handle):
-        T.func_attr({"global_symbol": "bias_add", "tirx.noalias": True})
-        A = T.match_buffer(a, (n, c4, h, w, 4), dtype, scope=scope)
-        Bias = T.match_buffer(bias, (c4, 4), dtype, scope=BUFFER)
-        C = T.match_buffer(c, (n, c4, h, w, 4), dtype, scope=scope)
-        for z in T.thread_binding(g.layers, thread="blockIdx.z"):
-            for by in T.thread_binding(g.by, thread="blockIdx.y"):
-                for bx in T.thread_binding(g.bx, thread="blockIdx.x"):
-                    for ty in T.thread_binding(g.ty, thread="threadIdx.y"):
-                        for tx in T.thread_binding(g.tx, thread="threadIdx.x"):
-                            with T.sblock("pixel"):
-                                vz = T.axis.spatial(g.layers, z)
-                                vh = T.axis.spatial(h, by * g.ty + ty)
-                                vw = T.axis.spatial(w, bx * g.tx + tx)
-                                T.where(by * g.ty + ty < h and bx * g.tx + tx < w)
-                                x = T.sblock_alloc_buffer((4,), dtype, scope="local")
-                                b = T.sblock_alloc_buffer((4,), dtype, scope="local")
-                                load_pixel(x, A, vz // c4, vz % c4, vh, vw)
-                                for lane in T.vectorized(4):
-                                    b[lane] = Bias[vz % c4, lane]
-                                for lane in T.unroll(4):
-                                    x[lane] = x[lane] + b[lane]
-                                store_pixel(C, vz // c4, vz % c4, vh, vw, x)
-
-    return func
+    return _pixelwise(shape, "bias_add", BINARY_OPS["add"], "bias", dtype, scope)
