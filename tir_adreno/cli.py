@@ -1,4 +1,4 @@
-"""``tir-adreno`` command line: ``devices`` and ``run`` (the main job)."""
+"""``tir-adreno`` command line: ``devices``, ``run`` (the main job), ``kernels``, ``serve``."""
 
 from __future__ import annotations
 
@@ -121,6 +121,15 @@ def _run(args) -> int:
     return status
 
 
+def _serve(args) -> int:
+    from .serve import serve
+
+    try:
+        return serve(args.tracker, args.key, args.device, args.host, args.port, args.port_end, args.custom_addr)
+    except ValueError as err:
+        raise UserError(str(err)) from None
+
+
 class UserError(Exception):
     """A mistake in what the user asked for: one line, exit code 2."""
 
@@ -144,12 +153,22 @@ def main(argv=None) -> int:
     p.add_argument("--device", help="substring of the OpenCL platform or device name")
     p.add_argument("--json", metavar="PATH", help="write the per-kernel report as JSON")
     p.set_defaults(fn=_kernels)
+    p = sub.add_parser("serve", help="register a measurement runner for `tune --rpc-tracker` with a TVM RPC tracker")
+    p.add_argument("--tracker", required=True, metavar="HOST:PORT", help="tracker started by `python -m tvm.exec.rpc_tracker`")
+    p.add_argument("--key", required=True, help="device key clients request (e.g. adreno-740)")
+    p.add_argument("--device", help="substring of the OpenCL platform or device name")
+    p.add_argument("--host", default="0.0.0.0", help="address the runner listens on (default 0.0.0.0)")
+    p.add_argument("--port", type=int, default=9090, help="first port to try (default 9090)")
+    p.add_argument("--port-end", type=int, help="end of the port range (default max(9199, port + 100))")
+    p.add_argument("--custom-addr", help="address reported to the tracker (default: as the tracker sees this host)")
+    p.set_defaults(fn=_serve)
     args = parser.parse_args(argv)
+    from .measure import TrackerError
     from .runtime import DeviceNotFoundError
 
     try:
         return args.fn(args)
-    except (DeviceNotFoundError, UserError) as err:
+    except (DeviceNotFoundError, TrackerError, UserError) as err:
         print(f"tir-adreno: error: {err}", file=sys.stderr)
         return 2
 
