@@ -351,7 +351,7 @@ class RPCMeasurer:
         return None
 
     def measure(self, jobs, progress=None) -> dict[str, MeasureResult]:
-        """Results by job key; ``progress(result)`` as each arrives (the runners print theirs)."""
+        """Results by job key; ``progress(result)`` as each arrives, one call at a time (under a lock)."""
         jobs = _unique(jobs)
         if not jobs:
             return {}
