@@ -102,6 +102,12 @@ def test_export_measure_load_without_tvm(modules, tmp_path):
 
 def test_corrupt_jobs_file(modules, tmp_path):
     measure.export_jobs(_jobs(modules)[:1], tmp_path)
+    (bundle,) = (tmp_path / measure.BUNDLES_DIR).iterdir()
+    saved = bundle.read_bytes()
+    bundle.write_bytes(saved[:-10])
+    with pytest.raises(ValueError, match=r"jobs\.json: malformed jobs .*corrupt kernel bundle"):
+        measure.measure_directory(tmp_path)
+    bundle.write_bytes(saved)
     path = tmp_path / measure.JOBS_FILE
     data = bytearray(path.read_bytes())
     data[-3] ^= 0x20

@@ -146,12 +146,34 @@ def _pack(jobs) -> tuple[list[dict], dict[str, KernelModule]]:
     return entries, bundles
 
 
-def _unpack(entries, bundle, where: str) -> list[MeasureJob]:
-    """Jobs from packed ``entries``; ``bundle(id)`` gives a module (cached by the caller)."""
+def _unpack(entries, load, where: str) -> list[MeasureJob]:
+    """Jobs from packed ``entries``; ``load(bundle id)`` reads a module (once per id)."""
+    modules = {}
+
+    def bundle(bundle_id):
+        if bundle_id not in modules:
+            modules[bundle_id] = load(bundle_id)
+        return modules[bundle_id]
+
     try:
         return [MeasureJob(e["key"], tuple((bundle(b), str(f)) for b, f in e["stages"])) for e in entries]
     except (KeyError, TypeError, ValueError) as err:
         raise ValueError(f"{where}: malformed jobs ({_one_line(err)})") from None
+
+
+def _read_doc(path: Path, what: str, hint: str) -> tuple[dict, bytes]:
+    """The JSON document of an atomic checked file (``cache.write``) and its payload; ValueError naming ``path``."""
+    payload = cache.read(path)
+    if payload is None:
+        raise ValueError(f"{path}: missing, truncated or corrupt {what} file ({hint})")
+    try:
+        doc = json.loads(payload.decode())
+        fmt = doc.get("format")
+    except (ValueError, AttributeError) as err:
+        raise ValueError(f"{path}: unreadable {what} file ({_one_line(err)})") from None
+    if fmt != FORMAT:
+        raise ValueError(f"{path}: {what} format {fmt} != {FORMAT} ({hint})")
+    return doc, payload
 
 
 def export_jobs(jobs, directory) -> None:
@@ -169,24 +191,9 @@ def export_jobs(jobs, directory) -> None:
 def _read_jobs(directory: Path) -> tuple[list[MeasureJob], str]:
     """The jobs in ``directory`` and a digest of them (results are tied to it)."""
     path = directory / JOBS_FILE
-    payload = cache.read(path)
-    if payload is None:
-        raise ValueError(f"{path}: missing, truncated or corrupt jobs file (export the jobs again)")
-    try:
-        doc = json.loads(payload.decode())
-        fmt, entries = doc.get("format"), doc["jobs"]
-    except (ValueError, KeyError, AttributeError) as err:
-        raise ValueError(f"{path}: unreadable jobs file ({_one_line(err)})") from None
-    if fmt != FORMAT:
-        raise ValueError(f"{path}: jobs format {fmt} != {FORMAT} (export with this version of tir-adreno)")
-    modules = {}
-
-    def bundle(bundle_id):
-        if bundle_id not in modules:
-            modules[bundle_id] = KernelModule.load(directory / BUNDLES_DIR / f"{bundle_id}.json")
-        return modules[bundle_id]
-
-    return _unpack(entries, bundle, str(path)), cache.key("jobs", payload)[:20]
+    doc, payload = _read_doc(path, "jobs", "export the jobs again")
+    jobs = _unpack(doc.get("jobs"), lambda b: KernelModule.load(directory / BUNDLES_DIR / f"{b}.json"), str(path))
+    return jobs, cache.key("jobs", payload)[:20]
 
 
 def _results_doc(device: runtime.Device, digest: str, results: dict) -> bytes:
@@ -197,15 +204,10 @@ def _results_doc(device: runtime.Device, digest: str, results: dict) -> bytes:
 
 def _read_results(directory: Path, digest: str | None) -> dict[str, MeasureResult]:
     path = directory / RESULTS_FILE
-    payload = cache.read(path)
-    if payload is None:
-        raise ValueError(f"{path}: missing, truncated or corrupt results file (run measure_directory there)")
+    doc, _ = _read_doc(path, "results", "measure the jobs there again")
     try:
-        doc = json.loads(payload.decode())
-        if doc.get("format") != FORMAT:
-            raise ValueError(f"format {doc.get('format')} != {FORMAT}")
         results = {k: MeasureResult(k, r["seconds"], r["error"]) for k, r in doc["results"].items()}
-    except (ValueError, KeyError, TypeError, AttributeError) as err:
+    except (KeyError, TypeError, AttributeError) as err:
         raise ValueError(f"{path}: unreadable results file ({_one_line(err)})") from None
     if digest is not None and doc.get("jobs") != digest:
         raise ValueError(f"{path}: measured for other jobs than {directory / JOBS_FILE} (measure again)")
@@ -280,15 +282,9 @@ def run_request(request: str, device=None, progress=None) -> str:
     doc = json.loads(request)
     if doc.get("format") != FORMAT:
         raise ValueError(f"request format {doc.get('format')} != {FORMAT} (client and runner versions differ)")
-    modules = {}
-
-    def bundle(bundle_id):
-        if bundle_id not in modules:
-            modules[bundle_id] = KernelModule.from_json(doc["bundles"][bundle_id])
-        return modules[bundle_id]
-
     measurer = LocalMeasurer(device, doc["warmup"], doc["repeat"])
-    results = measurer.measure(_unpack(doc["jobs"], bundle, "request"), progress)
+    jobs = _unpack(doc.get("jobs"), lambda bundle_id: KernelModule.from_json(doc["bundles"][bundle_id]), "request")
+    results = measurer.measure(jobs, progress)
     return json.dumps([[r.key, r.seconds, r.error] for r in results.values()])
 
 
