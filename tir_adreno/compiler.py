@@ -17,7 +17,10 @@ from tvm import relax
 from . import build, runtime
 from .bundle import KernelModule
 from .executor import Call, CompiledModel, Plan, TensorInfo
-from .relax_pass import dispatch_to_textures
+from .device import DeviceProfile, resolve, with_limits
+from .records import Records
+from .records import load as load_records_file
+from .relax_pass import CONFIG_ATTR, SOURCE_ATTR, dispatch_to_textures
 
 #: Marks PrimFuncs that came from tir-adreno's factories (vs. legalized by upstream).
 OURS_ATTR = "tir_adreno.kernel"
@@ -69,12 +72,12 @@ def _target(ours: bool):
     return build.TEXTURE_TARGET if ours else build.OPENCL_TARGET
 
 
-def lower(mod: tvm.IRModule, device: runtime.Device, allow_buffer: bool = True, ours: bool = True, limits=None) -> tvm.IRModule:
-    """Our pass (unless ``ours`` is False: the upstream baseline), then LegalizeOps and dlight for the rest.
-    ``limits`` overrides the device's image limits (to plan for a smaller GPU)."""
+def lower(mod: tvm.IRModule, profile: DeviceProfile, allow_buffer: bool = True, ours: bool = True, records=None) -> tvm.IRModule:
+    """Our pass for ``profile`` (unless ``ours`` is False: the upstream baseline), then LegalizeOps
+    and dlight for the rest. ``records``: tuned conv choices (``records.Records``)."""
     mod = relax.transform.FoldConstant()(mod)
     if ours:
-        mod = dispatch_to_textures(mod, limits or device.limits, allow_buffer, device)
+        mod = dispatch_to_textures(mod, profile, allow_buffer, records)
     marked = {}
     for gv, func in mod.functions.items():
         if isinstance(func, tvm.tirx.PrimFunc):
@@ -126,6 +129,8 @@ def plan_module(mod: tvm.IRModule, input_names, progress=print, target=None):
         elif isinstance(value, relax.Call) and getattr(value.op, "name", "") == "relax.call_tir":
             gv, args = value.args[0], value.args[1]
             prim = mod[gv]
+            meta = {k: str(prim.attrs[a]) for k, a in (("config", CONFIG_ATTR), ("source", SOURCE_ATTR)) if a in prim.attrs}
+            prim = prim.without_attr(CONFIG_ATTR).without_attr(SOURCE_ATTR)  # same kernel, same cache entry
             key = build.module_key(prim, target)
             if key not in built:
                 progress(f"[{len(calls) + 1}/{len(call_bindings)}] build {gv.name_hint}")
@@ -153,7 +158,7 @@ def plan_module(mod: tvm.IRModule, input_names, progress=print, target=None):
             for k, t in enumerate(arg_ids):
                 _check_arg(tensors[t], params[k], gv.name_hint)
             env[binding.var] = outs[0] if len(outs) == 1 else outs
-            calls.append(Call(key, fname, tuple(arg_ids + outs), gv.name_hint, bool(prim.attrs.get(OURS_ATTR, False))))
+            calls.append(Call(key, fname, tuple(arg_ids + outs), gv.name_hint, bool(prim.attrs.get(OURS_ATTR, False)), **meta))
         else:
             op = getattr(getattr(value, "op", None), "name", type(value).__name__)
             raise NotImplementedError(f"the lowered model still has {op!r}, which the executor cannot run")
@@ -175,20 +180,38 @@ def _check_arg(tensor: TensorInfo, spec, where: str):
         raise RuntimeError(f"{where}: argument {spec.name} expects {spec.shape} {spec.dtype} {spec.scope}, gets {tensor}")
 
 
-def compile_model(
-    model, device=None, allow_buffer: bool = True, pool: bool = True, ours: bool = True, limits=None, progress=print
-) -> CompiledModel:
-    """Compile ``model`` for ``device``: ONNX ``ModelProto`` or path, or a Relax IRModule with bound weights.
+def load_records(records, profile: DeviceProfile, precision: str = "float32"):
+    """``records`` (None, a path or a ``records.Records``) as Records for ``profile``."""
+    if records is None or isinstance(records, Records):
+        return records
+    return load_records_file(records, profile, precision)
 
-    ``ours=False`` compiles the same model with upstream TVM only (LegalizeOps +
+
+def compile_plan(model, profile: DeviceProfile, records=None, allow_buffer: bool = True, ours: bool = True, progress=print):
+    """``model`` compiled for ``profile`` as (plan, kernels, weights): no device needed."""
+    progress("import")
+    mod, names = import_model(model)
+    progress(f"lower for {profile.name} (tir-adreno pass, LegalizeOps, dlight)" if ours else "lower (LegalizeOps, dlight)")
+    mod = lower(mod, profile, allow_buffer, ours, load_records(records, profile))
+    return plan_module(mod, names, progress, _target(ours))
+
+
+def compile_model(
+    model, device=None, profile=None, records=None, allow_buffer: bool = True, pool: bool = True, ours: bool = True,
+    limits=None, progress=print,
+) -> CompiledModel:
+    """Compile ``model`` (ONNX ``ModelProto`` or path, or a Relax IRModule with bound weights) and load it on ``device``.
+
+    ``profile`` (a ``DeviceProfile`` or a name, default: ``device``'s own) is what the
+    kernels are planned for; ``limits`` overrides its image limits (to plan for a smaller
+    GPU). ``records`` (a path or ``records.Records`` written by ``tir-adreno tune``) gives
+    tuned conv choices; records of another device are ignored with a warning. Nothing is
+    measured. ``ours=False`` compiles the same model with upstream TVM only (LegalizeOps +
     dlight GPU schedules, buffers), the baseline of the benchmarks.
     """
     dev = runtime.get_device(device)
-    progress("import")
-    mod, names = import_model(model)
-    progress("lower (tir-adreno pass, LegalizeOps, dlight)" if ours else "lower (LegalizeOps, dlight)")
-    mod = lower(mod, dev, allow_buffer, ours, limits)
-    plan, kernels, weights = plan_module(mod, names, progress, _target(ours))
+    target = with_limits(resolve(dev, profile), limits)
+    plan, kernels, weights = compile_plan(model, target, records, allow_buffer, ours, progress)
     progress(f"load {len(kernels)} kernels on {dev.name}")
     return CompiledModel(plan, kernels, weights, dev, pool)
 
@@ -214,9 +237,8 @@ def tvm_compile(model, device=None, allow_buffer: bool = True):
     already legalized and scheduled, so the Relax side runs only the generic
     GPU lowering; TIR goes through the Adreno pipeline.
     """
-    dev = runtime.get_device(device)
     mod, _ = import_model(model)
-    mod = lower(mod, dev, allow_buffer)
+    mod = lower(mod, resolve(device), allow_buffer)
     target = tvm.target.Target(build.TEXTURE_TARGET, host="llvm")
 
     @tvm.transform.module_pass(opt_level=0, name="TirAdrenoRelaxLowering")
