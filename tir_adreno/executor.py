@@ -287,6 +287,11 @@ def load_model(directory, device=None, pool: bool = True, random_weights: int | 
         raise ValueError(f"{directory}: model format {doc.get('format')} != {MODEL_FORMAT}")
     kernels = {k: KernelModule.from_json(json.dumps(v)) for k, v in doc["kernels"].items()}
     plan = Plan.from_dict(doc["plan"])
+    device = runtime.get_device(device)
+    for t in plan.tensors:
+        if is_texture_scope(t.scope) and not device.limits.fits(t.shape, t.scope):
+            raise ValueError(f"{directory}: compiled for {doc.get('target') or 'another device'}: tensor {t.shape} in {t.scope} "
+                             f"exceeds {device.name}'s image limits; compile with --target for this device")
     if weight_bytes:
         with np.load(io.BytesIO(weight_bytes)) as npz:
             weights = {int(k): npz[k] for k in npz.files}
