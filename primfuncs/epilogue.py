@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from tvm.script import tirx as T
 
-from ._common import load_pixel
+from ._common import clamp, load_pixel
 
 #: Supported activations (names as in PyTorch / Relax).
 ACTIVATIONS = (None, "relu", "relu6")
@@ -50,10 +50,8 @@ def activate(x, activation, dtype):
     """``activation`` (an entry of :data:`ACTIVATIONS`) of the ``dtype`` TIR expression ``x``."""
     if activation is None:
         return x
-    x = T.max(x, T.Cast(dtype, 0))
-    if activation == "relu6":
-        x = T.min(x, T.Cast(dtype, 6))
-    return x
+    hi = T.FloatImm(dtype, 6.0) if activation == "relu6" else None
+    return clamp(x, T.FloatImm(dtype, 0.0), hi)  # relu(NaN) = NaN, as np.maximum
 
 
 @T.macro
