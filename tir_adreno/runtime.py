@@ -234,8 +234,9 @@ class Device:
 
     def build_program(self, source: str):
         """Build ``source``, reusing a cached binary when a valid one exists."""
-        path = cache.cache_dir() / "programs" / f"{self._binary_key(source)}.bin"
-        binary = cache.read(path)
+        key = self._binary_key(source)
+        path = cache.cache_dir() / "programs" / f"{key}.bin"
+        binary = cache.read(path, key)
         if binary is not None:
             try:
                 prg = cl._cl._Program(self.context, [self.cl_device], [binary])
@@ -251,7 +252,7 @@ class Device:
             raise RuntimeError(f"OpenCL build failed on {self.name}: {err}\n{log}") from None
         (binary,) = prg.get_info(cl.program_info.BINARIES)
         if binary:
-            cache.write(path, bytes(binary))
+            cache.store(path, bytes(binary), key)
         return cl.Program(prg)
 
     def load(self, module: KernelModule) -> LoadedModule:
