@@ -33,6 +33,7 @@ from primfuncs._common import BUFFER, TEXTURE, TEXTURE_WEIGHT, blocked
 from primfuncs.epilogue import Epilogue
 
 from . import texture, tuning
+from .ops import group_threshold
 from .blocked import pack_bias, pack_oihw4o
 
 #: Relax op name -> handler(rewriter, node) -> new Relax expr of the node's value, or None to leave it.
@@ -532,6 +533,7 @@ def pool_handler(rw, node):
         return pool2d.pool2d(
             in5, kind, _ints(a.pool_size), _ints(a.strides), _ints(a.padding), _ints(a.dilation),
             bool(a.ceil_mode), bool(getattr(a, "count_include_pad", False)), scope=scope,
+            group_threshold=group_threshold(rw.device),
         )
 
     return _pool_common(rw, node, make, out_shape[2:])
@@ -542,7 +544,8 @@ def adaptive_pool_handler(rw, node):
     out_shape = _static_shape(node.var)
     if out_shape is None:
         return None
-    return _pool_common(rw, node, lambda in5, scope: pool2d.adaptive_avg_pool2d(in5, out_shape[2:], scope=scope), out_shape[2:])
+    return _pool_common(rw, node, lambda in5, scope: pool2d.adaptive_avg_pool2d(
+        in5, out_shape[2:], scope=scope, group_threshold=group_threshold(rw.device)), out_shape[2:])
 
 
 @handles("relax.mean", "relax.sum", "relax.max", "relax.min")
@@ -560,7 +563,7 @@ def reduce_handler(rw, node):
     shape5, _ = reduce.reduce_output(in5, c, axes, keepdims=True)
     scope = rw.scope_for(in5, shape5)
     op = node.op.split(".")[-1]
-    out = rw.emit_kernel(reduce.reduce(in5, c, op, axes, True, scope=scope), [rw.blocked(x, scope)], shape5)
+    out = rw.emit_kernel(reduce.reduce(in5, c, op, axes, True, scope=scope, group_threshold=group_threshold(rw.device)), [rw.blocked(x, scope)], shape5)
     rw.define(node.var, out, scope, out_shape)
     return out
 
