@@ -17,10 +17,7 @@ from tvm import relax
 from . import build, onnx_import, runtime
 from .bundle import KernelModule
 from .executor import Call, CompiledModel, Plan, TensorInfo
-from .relax_pass import dispatch_to_textures
-
-#: Marks PrimFuncs that came from tir-adreno's factories (vs. legalized by upstream).
-OURS_ATTR = "tir_adreno.kernel"
+from .relax_pass import OURS_ATTR, dispatch_to_textures
 
 
 class ModelError(ValueError):
@@ -95,12 +92,6 @@ def lower(mod: tvm.IRModule, device: runtime.Device, allow_buffer: bool = True, 
     mod = relax.transform.FoldConstant()(mod)
     if ours:
         mod = dispatch_to_textures(mod, limits or device.limits, allow_buffer, device)
-    marked = {}
-    for gv, func in mod.functions.items():
-        if isinstance(func, tvm.tirx.PrimFunc):
-            marked[gv] = func.with_attr(OURS_ATTR, True)
-    for gv, func in marked.items():
-        mod[gv] = func
     mod = relax.transform.LegalizeOps()(mod)
     with build.as_target(_target(ours)):
         mod = _upstream_rules()(mod)
@@ -177,7 +168,9 @@ def plan_module(mod: tvm.IRModule, input_names, progress=print, target=None):
             for k, t in enumerate(arg_ids):
                 _check_arg(tensors[t], params[k], gv.name_hint)
             env[binding.var] = outs[0] if len(outs) == 1 else outs
-            calls.append(Call(key, fname, tuple(arg_ids + outs), gv.name_hint, bool(prim.attrs.get(OURS_ATTR, False))))
+            # Ours only if our pass emitted it (importer-made PrimFuncs, e.g. from emit_te, are upstream's).
+            ours = prim.attrs is not None and bool(prim.attrs.get(OURS_ATTR, False))
+            calls.append(Call(key, fname, tuple(arg_ids + outs), gv.name_hint, ours))
         else:
             op = getattr(getattr(value, "op", None), "name", type(value).__name__)
             raise NotImplementedError(f"the lowered model still has {op!r}, which the executor cannot run")
