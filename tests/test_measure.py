@@ -1,5 +1,6 @@
 """tir_adreno.measure: timing jobs here, in an exported folder without TVM, and over TVM's RPC tracker."""
 
+import json
 import os
 import signal
 import socket
@@ -10,9 +11,11 @@ import time
 from pathlib import Path
 
 import pytest
+from test_cli import assert_user_error
+from test_tune import two_convs  # noqa: F401 (fixture: a tiny ONNX model with two convs)
 
 from primfuncs import conv2d, elementwise
-from tir_adreno import build, measure
+from tir_adreno import build, cache, measure
 from tir_adreno.bundle import KernelModule
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -159,7 +162,12 @@ def _free_runners(port, key):
         return 0
 
 
-def test_rpc_two_runners_one_killed(modules, tmp_path):
+def _cli(*args, timeout_s=240):
+    return subprocess.run([sys.executable, "-m", "tir_adreno.cli", *args], capture_output=True, text=True,
+                          timeout=timeout_s, env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def test_rpc_two_runners_one_killed_then_tune(modules, two_convs, tmp_path):  # noqa: F811
     pytest.importorskip("tornado")
     pytest.importorskip("psutil")
     jobs = _jobs(modules, copies=2)
@@ -194,6 +202,17 @@ def test_rpc_two_runners_one_killed(modules, tmp_path):
         lines = [line for log in logs for line in log.read_text().splitlines() if line.startswith("measured ")]
         assert {line.split(":")[0][len("measured "):] for line in lines} >= {j.key for j in jobs} - {
             k for k in results if "runner lost" in (results[k].error or "")}
+        # `tune --rpc-tracker` on the runner left: builds here, measures there, records both layers
+        records = tmp_path / "records.json"
+        before = logs[1].read_text().count("measured ")
+        tune = _cli("tune", str(two_convs), "--rpc-tracker", f"127.0.0.1:{port}", "--rpc-key", key,
+                    "--target", "pocl", "--records", str(records))
+        assert tune.returncode == 0, tune.stderr[-2000:]
+        layers = json.loads(cache.read(records))["layers"]
+        assert len(layers) == 2 and tune.stdout.count("winner:") == 2
+        for entry in layers.values():
+            assert entry["default_s"] > 0 and entry["times_s"][entry["name"]] > 0
+        assert logs[1].read_text().count("measured ") - before == sum(len(e["times_s"]) for e in layers.values())
     finally:
         for proc in procs:
             _stop(proc)
@@ -207,7 +226,7 @@ def _port_open(port) -> bool:
         return False
 
 
-def test_rpc_no_tracker():
+def test_rpc_no_tracker(two_convs):  # noqa: F811
     port = _free_port()
     start = time.monotonic()
     with pytest.raises(measure.TrackerError, match=f"no RPC tracker answers at 127.0.0.1:{port}"):
@@ -215,7 +234,6 @@ def test_rpc_no_tracker():
     with pytest.raises(measure.TrackerError, match="HOST:PORT"):
         measure.RPCMeasurer("localhost", "k")
     assert time.monotonic() - start < 5
-    out = subprocess.run([sys.executable, "-m", "tir_adreno.cli", "serve", "--tracker", f"127.0.0.1:{port}", "--key", "k"],
-                         capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
-    assert f"no RPC tracker answers at 127.0.0.1:{port}" in out.stderr
+    message = f"no RPC tracker answers at 127.0.0.1:{port}"
+    assert_user_error(_cli("serve", "--tracker", f"127.0.0.1:{port}", "--key", "k"), message)
+    assert_user_error(_cli("tune", str(two_convs), "--rpc-tracker", f"127.0.0.1:{port}", "--target", "pocl"), message)
