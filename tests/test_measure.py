@@ -122,6 +122,51 @@ def test_corrupt_jobs_file(modules, tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------
+# RPC: re-queueing, with stand-in runners (no tracker)
+
+
+class FakeRunners(measure.RPCMeasurer):
+    """Two runners whose sessions answer from ``_call``: "hang" hangs once, "die" loses its
+    runner twice, "always-dies" every time."""
+
+    def __init__(self, release, **kwargs):
+        self.calls, self.release = [], release
+        super().__init__("fake:1", "k", **kwargs)
+
+    def runners(self):
+        return 2
+
+    def _session(self, wanted):
+        return (None, self._call) if wanted() else None
+
+    def _call(self, request):
+        key = json.loads(request)["jobs"][0]["key"]
+        attempt = self.calls.count(key)
+        self.calls.append(key)
+        if key == "hang" and attempt == 0:
+            self.release.wait(30)
+        if key == "always-dies" or (key == "die" and attempt < 2):
+            raise ConnectionError("runner gone")
+        return json.dumps([[key, 1e-6 * (attempt + 1), None]])
+
+
+def test_rpc_requeue_lost_and_hung_jobs(modules, monkeypatch):
+    monkeypatch.setattr(measure, "HANG_GRACE_S", 0.0)
+    release = threading.Event()
+    relu = modules["relu"]
+    jobs = [measure.MeasureJob(k, ((relu, "relu"),)) for k in ("ok1", "hang", "die", "always-dies", "ok2")]
+    measurer = FakeRunners(release, timeout_s=0.5)
+    try:
+        results = measurer.measure(jobs)
+    finally:
+        release.set()
+    assert {k: r.seconds for k, r in results.items() if r.seconds} == {"ok1": 1e-6, "ok2": 1e-6, "hang": 2e-6, "die": 3e-6}
+    assert results["always-dies"].seconds is None
+    assert results["always-dies"].error == "runner lost 3 times: ConnectionError: runner gone"
+    assert measurer.requeued == 1 + 2 + 3
+
+
+# ---------------------------------------------------------------------------------------------
 # RPC: a tracker and two runners on localhost
 
 
@@ -155,7 +200,7 @@ def _wait_for(predicate, timeout_s, what):
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def _free_runners(port, key):
+def _runners(port, key):
     try:
         return measure.RPCMeasurer(f"127.0.0.1:{port}", key).runners()
     except measure.TrackerError:
@@ -180,7 +225,7 @@ def test_rpc_two_runners_one_killed_then_tune(modules, two_convs, tmp_path):  # 
         for i, log in enumerate(logs):
             procs.append(_start(["-m", "tir_adreno.cli", "serve", "--tracker", f"127.0.0.1:{port}", "--key", key,
                                  "--host", "127.0.0.1", "--port", str(_free_port())], log))
-        _wait_for(lambda: _free_runners(port, key) == 2, 40, "two runners")
+        _wait_for(lambda: _runners(port, key) == 2, 40, "two runners")
         victim = procs[1]  # runner 0
 
         def kill_after_first_job():

@@ -21,6 +21,7 @@ This module imports no TVM; :class:`RPCMeasurer` imports ``tvm.rpc`` when used.
 from __future__ import annotations
 
 import collections
+import itertools
 import json
 import socket
 import threading
@@ -291,11 +292,12 @@ def run_request(request: str, device=None, progress=None) -> str:
 class RPCMeasurer:
     """Times jobs on the runners registered under ``key`` with the TVM RPC tracker at ``tracker`` ("HOST:PORT").
 
-    One thread per free runner holds a session and sends it one job at a time. A
-    job whose runner dies or hangs (no answer within ``timeout_s``) is re-queued, at
-    most ``max_attempts`` times in all; a thread that lost its runner requests
-    another one for up to ``request_timeout_s``. Jobs no runner is left to take get
-    error results. Nothing is built here: the jobs carry their kernels.
+    One thread per runner holds a session and sends it one job at a time. A job
+    whose runner dies or hangs is re-queued, at most ``max_attempts`` times in all
+    (a runner ends a session after ``timeout_s``; sessions are renewed before that);
+    a thread that lost its runner requests another one for up to
+    ``request_timeout_s``. Jobs no runner is left to take get error results.
+    Nothing is built here: the jobs carry their kernels.
     """
 
     def __init__(self, tracker: str, key: str, timeout_s: float = 600.0, warmup: int = 2, repeat: int = 10,
@@ -312,7 +314,7 @@ class RPCMeasurer:
         self.runners()  # fail now, before anything is built, when the tracker or runners are missing
 
     def runners(self) -> int:
-        """How many runners of the key are free now (at least one is registered, else TrackerError)."""
+        """How many runners of the key are registered, busy or free (TrackerError when none)."""
         check_tracker(self.address)
         from tvm import rpc
 
@@ -327,7 +329,7 @@ class RPCMeasurer:
             known = ", ".join(sorted(set(servers))) or "none"
             raise TrackerError(f"no runner with key {self.key!r} at tracker {self.address[0]}:{self.address[1]} "
                                f"(keys registered: {known}); start one with `tir-adreno serve`")
-        return int(summary.get("queue_info", {}).get(self.key, {}).get("free", 0))
+        return servers.count(self.key)
 
     def _session(self, wanted):
         """(session, measure function) of a free runner, or None when none came within
@@ -351,60 +353,110 @@ class RPCMeasurer:
         jobs = _unique(jobs)
         if not jobs:
             return {}
-        queue = collections.deque((job, 0) for job in jobs)
-        results: dict[str, MeasureResult] = {}
-        inflight = [0]
-        cond = threading.Condition()
-
-        def finish(result):
-            results[result.key] = result
-            if progress:
-                progress(result)
-
-        def take():
-            with cond:
-                while not queue and inflight[0]:
-                    cond.wait()  # a job in flight elsewhere may come back
-                if not queue:
-                    return None
-                inflight[0] += 1
-                return queue.popleft()
-
-        def worker():
-            session, opened = None, 0.0
-            while True:
-                if session is None or time.monotonic() - opened > self.timeout_s / 2:
-                    session = self._session(lambda: bool(queue or inflight[0]))
-                    opened = time.monotonic()
-                    if session is None:
-                        return
-                item = take()
-                if item is None:
-                    return
-                job, attempts = item
-                try:
-                    reply = session[1](encode_request([job], self.warmup, self.repeat))
-                    ((key, seconds, error),) = json.loads(reply)
-                    result = MeasureResult(key, seconds, error)
-                except Exception as err:  # the runner died, hung or dropped the connection
-                    session, result = None, None
-                    with cond:
-                        self.requeued += 1
-                        if attempts + 1 < self.max_attempts:
-                            queue.append((job, attempts + 1))
-                        else:
-                            result = MeasureResult(job.key, None, f"runner lost {attempts + 1} times: {_one_line(err)}")
-                with cond:
-                    inflight[0] -= 1
-                    if result is not None:
-                        finish(result)
-                    cond.notify_all()
-
-        threads = [threading.Thread(target=worker, daemon=True) for _ in range(max(1, min(self.runners(), len(jobs))))]
+        work = _WorkQueue(jobs, self.max_attempts, progress)
+        threads = [threading.Thread(target=self._worker, args=(work,), daemon=True)
+                   for _ in range(min(self.runners(), len(jobs)))]
         for t in threads:
             t.start()
-        for t in threads:
-            t.join()
-        for job, _ in queue:  # every thread lost its runner
-            finish(MeasureResult(job.key, None, f"no runner with key {self.key!r} left to measure it"))
-        return results
+        # the runner kills a session at timeout_s and the error comes back; this is for when even that is lost
+        work.supervise(threads, self.timeout_s + HANG_GRACE_S)
+        self.requeued += work.requeued
+        for job, _ in work.queue:  # every runner was lost
+            work.finish(MeasureResult(job.key, None, f"no runner with key {self.key!r} left to measure it"))
+        return work.results
+
+    def _worker(self, work: "_WorkQueue") -> None:
+        """One runner's thread: a session, then one job at a time until the work is done or the runner is gone."""
+        session, opened = None, 0.0
+        while True:
+            if session is None or time.monotonic() - opened > self.timeout_s / 2:
+                session, opened = self._session(work.pending), time.monotonic()
+                if session is None:
+                    return
+            item = work.take()
+            if item is None:
+                return
+            token, job = item
+            try:
+                reply = session[1](encode_request([job], self.warmup, self.repeat))
+                ((key, seconds, error),) = json.loads(reply)
+                kept = work.complete(token, MeasureResult(key, seconds, error))
+            except Exception as err:  # the runner died, timed out or dropped the connection
+                session = None
+                kept = work.complete(token, lost=_one_line(err))
+            if not kept:  # given up on as hung: this thread's session is unusable
+                return
+
+
+#: Seconds past ``timeout_s`` after which a job without an answer is taken from its runner.
+HANG_GRACE_S = 30.0
+
+
+class _WorkQueue:
+    """The jobs of one :meth:`RPCMeasurer.measure` call, shared by its runner threads."""
+
+    def __init__(self, jobs, max_attempts: int, progress):
+        self.queue = collections.deque((job, 0) for job in jobs)
+        self.flight = {}  # token -> (job, attempts, started, thread)
+        self.given_up = set()  # threads whose job was taken from them
+        self.results: dict[str, MeasureResult] = {}
+        self.requeued = 0
+        self.max_attempts, self.progress = max_attempts, progress
+        self.cond = threading.Condition()
+        self._tokens = itertools.count()
+
+    def pending(self) -> bool:
+        with self.cond:
+            return bool(self.queue or self.flight)
+
+    def take(self):
+        """(token, job) to measure, or None when no work is left."""
+        with self.cond:
+            while not self.queue and self.flight:
+                self.cond.wait()  # a job in flight elsewhere may come back
+            if not self.queue:
+                return None
+            job, attempts = self.queue.popleft()
+            token = next(self._tokens)
+            self.flight[token] = (job, attempts, time.monotonic(), threading.current_thread())
+            return token, job
+
+    def finish(self, result: MeasureResult) -> None:
+        self.results[result.key] = result
+        if self.progress:
+            self.progress(result)
+
+    def _lose(self, token, why: str) -> None:
+        job, attempts, _, _ = self.flight.pop(token)
+        self.requeued += 1
+        if attempts + 1 < self.max_attempts:
+            self.queue.append((job, attempts + 1))
+        else:
+            self.finish(MeasureResult(job.key, None, f"runner lost {attempts + 1} times: {why}"))
+        self.cond.notify_all()
+
+    def complete(self, token, result: MeasureResult | None = None, lost: str | None = None) -> bool:
+        """Hand a job back: its result, or why its runner was lost (re-queued). False when it was given up on."""
+        with self.cond:
+            if token not in self.flight:
+                return False
+            if result is None:
+                self._lose(token, lost)
+            else:
+                del self.flight[token]
+                self.finish(result)
+                self.cond.notify_all()
+            return True
+
+    def supervise(self, threads, hang_s: float) -> None:
+        """Wait for ``threads``; a job without an answer after ``hang_s`` is re-queued and its thread left behind."""
+        while True:
+            with self.cond:
+                now = time.monotonic()
+                for token, (_, _, started, thread) in list(self.flight.items()):
+                    if now - started > hang_s:
+                        self.given_up.add(thread)
+                        self._lose(token, f"no answer in {hang_s:.0f} s")
+                if not any(t.is_alive() and t not in self.given_up for t in threads):
+                    return
+                self.cond.wait(0.5)
