@@ -213,8 +213,6 @@ def _cli(*args, timeout_s=240):
 
 
 def test_rpc_two_runners_one_killed_then_tune(modules, two_convs, tmp_path):  # noqa: F811
-    pytest.importorskip("tornado")
-    pytest.importorskip("psutil")
     jobs = _jobs(modules, copies=2)
     port, key = _free_port(), "measure-test"
     procs, logs = [], [tmp_path / "runner0.log", tmp_path / "runner1.log"]
