@@ -79,11 +79,12 @@ def _fill(device: runtime.Device, spec, rng) -> runtime.Tensor:
 def _time_stage(device: runtime.Device, module: KernelModule, function: str, rng, warmup: int, repeat: int) -> float:
     loaded = device.load(module)
     *inputs, output = module[function].params
-    tensors = [_fill(device, spec, rng) for spec in inputs] + [device.empty(output).poison()]
-    seconds = loaded.time(function, tensors, warmup, repeat)
-    written = tensors[-1].numpy()
-    if np.isnan(written).any():  # inputs are finite, so NaN is poison a launch never overwrote
-        raise RuntimeError(f"{function}: output {output.name} not fully written ({int(np.isnan(written).sum())} elements)")
+    poisoned = output.dtype in runtime.POISON
+    out = device.empty(output).poison() if poisoned else device.empty(output)
+    seconds = loaded.time(function, [_fill(device, spec, rng) for spec in inputs] + [out], warmup, repeat)
+    unwritten = int(np.isnan(out.numpy()).sum()) if poisoned else 0
+    if unwritten:  # inputs are finite, so NaN is poison a launch never overwrote
+        raise RuntimeError(f"{function}: output {output.name} not fully written ({unwritten} elements)")
     return seconds
 
 
@@ -203,7 +204,8 @@ def _results_doc(device: runtime.Device, digest: str, results: dict) -> bytes:
     return json.dumps({"format": FORMAT, "jobs": digest, "device": device_info, "results": rows}, indent=1).encode()
 
 
-def _read_results(directory: Path, digest: str | None) -> dict[str, MeasureResult]:
+def _read_results(directory: Path, digest: str | None) -> tuple[dict[str, MeasureResult], dict]:
+    """The results in ``directory`` and the device they were measured on."""
     path = directory / RESULTS_FILE
     doc, _ = _read_doc(path, "results", "measure the jobs there again")
     try:
@@ -212,7 +214,7 @@ def _read_results(directory: Path, digest: str | None) -> dict[str, MeasureResul
         raise ValueError(f"{path}: unreadable results file ({_one_line(err)})") from None
     if digest is not None and doc.get("jobs") != digest:
         raise ValueError(f"{path}: measured for other jobs than {directory / JOBS_FILE} (measure again)")
-    return results
+    return results, doc.get("device") or {}
 
 
 def measure_directory(directory, device=None, progress=None, warmup: int = 2, repeat: int = 10) -> None:
@@ -223,11 +225,13 @@ def measure_directory(directory, device=None, progress=None, warmup: int = 2, re
     """
     directory = Path(directory)
     jobs, digest = _read_jobs(directory)
-    try:
-        results = _read_results(directory, digest)
-    except ValueError:
-        results = {}
     measurer = LocalMeasurer(device, warmup, repeat)
+    try:
+        results, measured_on = _read_results(directory, digest)
+    except ValueError:
+        results, measured_on = {}, {}
+    if measured_on.get("name") != measurer.device.name:
+        results = {}  # resume only what this device measured
     for job in jobs:
         if job.key in results:
             continue
@@ -243,7 +247,7 @@ def load_results(directory) -> dict[str, MeasureResult]:
     """The results :func:`measure_directory` wrote (checked against ``jobs.json`` when it is there)."""
     directory = Path(directory)
     digest = _read_jobs(directory)[1] if (directory / JOBS_FILE).exists() else None
-    return _read_results(directory, digest)
+    return _read_results(directory, digest)[0]
 
 
 # ---------------------------------------------------------------------------------------------
