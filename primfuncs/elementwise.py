@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from tvm.script import tirx as T
 
-from ._common import BUFFER, LANES, TEXTURE, check_dtype, check_scope, load_pixel, pixel_grid, select_params, store_pixel
+from ._common import BUFFER, LANES, TEXTURE, check_dtype, check_scope, clamp, load_pixel, pixel_grid, select_params, store_pixel
 from .epilogue import ACTIVATIONS, activate
 
 BINARY_OPS = {
@@ -28,15 +28,7 @@ def _check_nchw4c(shape):
 def _clamp_fn(dtype, lo, hi):
     lo_v = None if lo is None else T.FloatImm(dtype, float(lo))
     hi_v = None if hi is None else T.FloatImm(dtype, float(hi))
-
-    def clamp(x):
-        if lo_v is not None:
-            x = T.max(x, lo_v)
-        if hi_v is not None:
-            x = T.min(x, hi_v)
-        return x
-
-    return clamp
+    return lambda x: clamp(x, lo_v, hi_v)  # NaN stays NaN (np.clip), unlike fmax/fmin
 
 
 def _pixelwise(shape, name: str, fn, second, dtype: str, scope: str, out_scope: str | None = None):

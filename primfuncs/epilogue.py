@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from tvm.script import tirx as T
 
-from ._common import load_pixel
+from ._common import clamp, load_pixel
 
 #: Supported activations (names as in PyTorch / Relax). ``"clip"`` clamps to the
 #: :class:`Epilogue`'s ``clip_min``/``clip_max``; ``hardsigmoid`` is PyTorch's
@@ -60,16 +60,17 @@ def activate(x, activation, dtype, clip_min: float = 0.0, clip_max: float = 6.0)
 
     if activation is None:
         return x
+    # clamp keeps NaN (np.maximum/np.clip semantics), unlike OpenCL's fmax/fmin.
     if activation == "relu":
-        return T.max(x, const(0))
+        return clamp(x, const(0), None)
     if activation == "relu6":
-        return T.min(T.max(x, const(0)), const(6))
+        return clamp(x, const(0), const(6))
     if activation == "clip":
-        return T.min(T.max(x, const(clip_min)), const(clip_max))
+        return clamp(x, const(clip_min), const(clip_max))
     if activation == "sigmoid":
         return const(1) / (const(1) + T.exp(-x))  # exp overflow gives 0, as NumPy
     if activation == "hardsigmoid":
-        return T.min(T.max(x + const(3), const(0)), const(6)) / const(6)
+        return clamp(x + const(3), const(0), const(6)) / const(6)
     if activation in ("silu", "hardswish"):  # the gated forms: x * gate(x)
         return x * activate(x, "sigmoid" if activation == "silu" else "hardsigmoid", dtype)
     raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
