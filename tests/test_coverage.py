@@ -167,13 +167,13 @@ def test_inception_v2_mul_add_batch_norm_folds_into_convs():
     import onnx
     from tvm import relax
 
-    from tir_adreno import runtime
     from tir_adreno.compiler import import_model, lower
+    from tir_adreno.device import get_profile
     from tir_adreno.onnx_models import light_model_path, randomize_weights
     from tir_adreno.relax_pass import OURS_ATTR
 
     mod, _ = import_model(randomize_weights(onnx.load(light_model_path("inception_v2")), seed=3))
-    mod = lower(mod, runtime.get_device())
+    mod = lower(mod, get_profile("adreno"))  # compile only: planned for an Adreno GPU
     main = mod["main"]
     calls = [b for block in main.body.blocks for b in block.bindings if isinstance(b.value, relax.Call) and b.value.op.name == "relax.call_tir"]
     ours = {b.var: bool(mod[b.value.args[0]].attrs.get(OURS_ATTR, False)) for b in calls}
