@@ -234,8 +234,11 @@ scopes = st.sampled_from(["global.texture", "global"])
 def test_activation_kernel(device, d, scope, name):
     *shape, seed = d
     x = rand(np.random.default_rng(seed), (*shape, 4)) * 4  # past the breakpoints at -3, 0, 3, 6
+    x.reshape(-1)[:3] = [np.nan, np.inf, -np.inf]  # NaN and Inf as NumPy has them
     y = run_kernel(device, elementwise.activation((*shape, 4), name, scope=scope), x)
-    np.testing.assert_allclose(y, ACTIVATIONS[name](x.astype(np.float64)), rtol=1e-6, atol=1e-6)
+    with np.errstate(over="ignore", invalid="ignore"):
+        ref = ACTIVATIONS[name](x.astype(np.float64))
+    np.testing.assert_allclose(y, ref, rtol=1e-6, atol=1e-6)  # NaN where ref is NaN (equal_nan)
 
 
 @given(blocked_shapes, scopes, st.sampled_from([None, "relu", "hardswish"]))
