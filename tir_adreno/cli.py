@@ -180,8 +180,12 @@ def _compile(args) -> int:
 def _tune(args) -> int:
     from pathlib import Path
 
+    if args.export or args.measure or args.rpc_tracker:
+        try:
+            from . import measure
+        except ImportError:
+            raise UserError("--export, --measure and --rpc-tracker need tir_adreno.measure, which this version lacks") from None
     if args.measure:  # the TVM-free side of --export: numpy + pyopencl only
-        from . import measure
 
         if args.model:
             raise UserError("--measure DIR takes no model (the candidates are in DIR)")
@@ -198,12 +202,10 @@ def _tune(args) -> int:
         target = _profile(args.target or "adreno")
         measurer = tune.ExportMeasurer(args.export)
     elif args.rpc_tracker:
-        from .measure import RPCMeasurer
-
         if not args.target:
             raise UserError("--rpc-tracker needs --target PROFILE (the runners' device)")
         target = _profile(args.target)
-        measurer = RPCMeasurer(args.rpc_tracker, args.rpc_key)
+        measurer = measure.RPCMeasurer(args.rpc_tracker, args.rpc_key)
     else:
         if args.target:
             raise UserError("--target is for --export / --rpc-tracker; a local tune uses --device")
