@@ -135,3 +135,73 @@ def test_resize_bad_arguments():
         resize.resize2d((1, 1, 2, 2, 4), (0, 4))
     with pytest.raises(ValueError, match="NCHW4c"):
         resize.resize2d((1, 4, 2, 2), (4, 4))
+
+
+# -- Linear / Gemm / MatMul --------------------------------------------------------------------
+
+
+def check_classifier(model, channels=3, size=7):
+    """:func:`check` for a model with an ``[N, M]`` output: its last kernel is the upstream
+    reshape of ``[N, M, 1, 1]`` to ``[N, M]`` (1000 floats: a view we do not have)."""
+    from tir_adreno import compile_model
+    from tir_adreno.reference import reference_outputs, relative_error
+
+    compiled = compile_model(model, progress=lambda _: None)
+    x = rand(np.random.default_rng(12), (1, channels, size, size)) * 3
+    (out,) = compiled.run({"x": x})
+    assert relative_error(out, reference_outputs(model, {"x": x})[0]) <= 1e-3
+    ops = [(p["op"], p["ours"]) for p in compiled.profile()]
+    edges = [(op.rstrip("0123456789"), ours) for op, ours in (ops[0], ops[-2], ops[-1])]
+    assert edges == [("nchw_to_nchw4c", True), ("nchw4c_to_nchw", True), ("reshape", False)], ops
+    assert all(ours for _, ours in ops[:-1]), ops
+    return [op for op, _ in ops[1:-2]]
+
+
+def test_classifier_gemm_runs_as_convs(monkeypatch):
+    """pool -> Flatten -> Gemm -> Relu -> Gemm (MobileNet, ResNet, ...): 1x1 convs, relu fused."""
+    from tir_adreno import relax_pass
+
+    seen = []
+    real = relax_pass.Epilogue
+    monkeypatch.setattr(relax_pass, "Epilogue", lambda **kw: seen.append((kw["bias"], kw["activation"])) or real(**kw))
+    rng = np.random.default_rng(3)
+    inits = {"w1": rng.standard_normal((10, 8)), "b1": rng.standard_normal(10), "w2": rng.standard_normal((5, 10)), "b2": rng.standard_normal(5)}
+    nodes = [
+        _conv(rng, inits, "x", "c", 8, 3),
+        helper.make_node("GlobalAveragePool", ["c"], ["p"]),
+        helper.make_node("Flatten", ["p"], ["f"]),
+        helper.make_node("Gemm", ["f", "w1", "b1"], ["g"], transB=1),
+        helper.make_node("Relu", ["g"], ["r"]),
+        helper.make_node("Gemm", ["r", "w2", "b2"], ["y"], transB=1),
+    ]
+    assert check_classifier(_graph(nodes, inits)) == ["conv2d_nchw4c", "mean_hw", "conv2d_nchw4c1", "conv2d_nchw4c2"]
+    assert seen[1:] == [(True, "relu"), (True, None)]
+
+
+def test_flatten_gemm_runs_as_one_conv():
+    """VGG: Flatten of [N, C, H, W] -> Gemm is one HxW conv over the activation."""
+    rng = np.random.default_rng(4)
+    inits = {"w1": rng.standard_normal((10, 8 * 49)), "b1": rng.standard_normal(10)}
+    nodes = [_conv(rng, inits, "x", "c", 8, 3), helper.make_node("Flatten", ["c"], ["f"]), helper.make_node("Gemm", ["f", "w1", "b1"], ["y"], transB=1)]
+    assert check_classifier(_graph(nodes, inits)) == ["conv2d_nchw4c", "conv2d_nchw4c1"]
+
+
+def test_convnext_block_stays_on_textures():
+    """ConvNeXt: conv -> permute NHWC -> Linear -> GELU -> Linear -> permute back -> layer
+    scale -> residual: the permutes are views, the Linears 1x1 convs (bias, GELU fused)."""
+    rng = np.random.default_rng(5)
+    inits = {"w1": rng.standard_normal((8, 16)), "b1": rng.standard_normal(16), "w2": rng.standard_normal((16, 8)) / 4, "b2": rng.standard_normal(8), "gamma": rng.standard_normal((8, 1, 1))}
+    _scalars(inits, **GELU_SCALARS)
+    nodes = [
+        _conv(rng, inits, "x", "c", 8, 3),
+        helper.make_node("Transpose", ["c"], ["t"], perm=[0, 2, 3, 1]),
+        helper.make_node("MatMul", ["t", "w1"], ["m1"]),
+        helper.make_node("Add", ["m1", "b1"], ["a1"]),
+        *_gelu_nodes("a1", "ge"),
+        helper.make_node("MatMul", ["ge", "w2"], ["m2"]),
+        helper.make_node("Add", ["m2", "b2"], ["a2"]),
+        helper.make_node("Transpose", ["a2"], ["t2"], perm=[0, 3, 1, 2]),
+        helper.make_node("Mul", ["t2", "gamma"], ["s"]),
+        helper.make_node("Add", ["s", "c"], ["y"]),
+    ]
+    assert check(_graph(nodes, inits)) == ["conv2d_nchw4c", "conv2d_nchw4c1", "conv2d_nchw4c2", "affine", "add"]

@@ -225,7 +225,7 @@ class Graph:
 class Value:
     """What the rewriter holds for one original 4-d activation."""
 
-    plain: relax.Expr | None = None  # original layout (NCHW or NHWC)
+    plain: relax.Expr | None = None  # original layout (NCHW, NHWC, or NC: [N, C] as H = W = 1)
     blocked: dict = field(default_factory=dict)  # scope -> NCHW4c expr
     layout: str = "NCHW"
     channels: int = 0
@@ -295,6 +295,8 @@ class Rewriter:
         return v
 
     def define(self, var, blocked_expr, scope, nchw, layout="NCHW"):
+        if len(_static_shape(var) or ()) == 2:
+            layout = "NC"  # a classifier's [N, C] (a Linear layer ran as a conv on [N, C, 1, 1])
         self.values[var] = Value(blocked={scope: blocked_expr}, layout=layout, channels=nchw[1], nchw=tuple(nchw))
 
     def blocked(self, v: Value, scope: str) -> relax.Expr:
@@ -309,7 +311,8 @@ class Rewriter:
             n, c, h, w = v.nchw
             factory = layout.nhwc_to_nchw4c if v.layout == "NHWC" else layout.nchw_to_nchw4c
             plain_shape = (n, h, w, c) if v.layout == "NHWC" else (n, c, h, w)
-            out = self.emit_kernel(factory(plain_shape, scope=scope), [v.plain], shape5)
+            plain = self.bb.emit(relax.op.reshape(v.plain, plain_shape)) if v.layout == "NC" else v.plain
+            out = self.emit_kernel(factory(plain_shape, scope=scope), [plain], shape5)
         v.blocked[scope] = out
         return out
 
@@ -322,6 +325,8 @@ class Rewriter:
                 v.plain = self.emit_kernel(layout.nchw4c_to_nhwc((n, h, w, c), scope=scope), [src], (n, h, w, c))
             else:
                 v.plain = self.emit_kernel(layout.nchw4c_to_nchw((n, c, h, w), scope=scope), [src], (n, c, h, w))
+                if v.layout == "NC":
+                    v.plain = self.bb.emit(relax.op.reshape(v.plain, (n, c)))
         return v.plain
 
     # -- driver ---------------------------------------------------------------------------
@@ -378,6 +383,8 @@ def _channel_vector(expr, channels: int, layout: str = "NCHW"):
         return np.full(channels, float(data.reshape(())), np.float64)
     if layout == "NCHW" and data.shape in ((1, channels, 1, 1), (channels, 1, 1)):
         return data.reshape(channels).astype(np.float64)
+    if layout in ("NHWC", "NC") and data.shape in ((channels,), (1, channels), (1, 1, 1, channels), (1, 1, channels)):
+        return data.reshape(channels).astype(np.float64)
     return None
 
 
@@ -394,6 +401,8 @@ def _linear_step(node: Node, var, channels: int, layout: str = "NCHW"):
         return None
     if _static_shape(node.var) != _static_shape(var):
         return None  # the constant must not broadcast the activation itself
+    if len(_static_shape(var) or ()) == 2:
+        layout = "NC"
     other = _other_operand(node, var)
     if node.op in ("relax.subtract", "relax.divide") and not _same(node.args[0], var):
         return None  # c - x and c / x are not linear in x with a per-channel scale
@@ -905,6 +914,88 @@ def resize2d_handler(rw, node):
     out = rw.emit_kernel(func, [rw.blocked(x, scope)], out5)
     rw.define(node.var, out, scope, out_shape)
     return out
+
+
+#: ``permute_dims`` axes between NCHW and NHWC (ConvNeXt's Permute around LayerNorm and Linear).
+_TO_NHWC, _TO_NCHW = (0, 2, 3, 1), (0, 3, 1, 2)
+
+
+def _alias(rw, var, v: Value, layout: str, nchw) -> relax.Expr | None:
+    """Define ``var`` as the blocked tensor of ``v`` seen in ``layout`` (no kernel: NCHW4c
+    is the same for NCHW, NHWC and NC); None when ``v`` is not blocked yet."""
+    scope = rw.scope_for((nchw[0], blocked(nchw[1]), nchw[2], nchw[3], 4))
+    if scope not in v.blocked and not v.blocked:
+        return None
+    out = rw.blocked(v, scope)
+    rw.values[var] = Value(blocked=v.blocked, layout=layout, channels=nchw[1], nchw=tuple(nchw))
+    return out
+
+
+@handles("relax.permute_dims")
+def permute_handler(rw, node):
+    """NCHW <-> NHWC of a blocked activation: a change of view, no kernel."""
+    axes = tuple(int(a) for a in node.attrs.axes) if node.attrs.axes is not None else None
+    if axes not in (_TO_NHWC, _TO_NCHW):
+        return None
+    x = rw.activation(node.args[0], "NCHW" if axes == _TO_NHWC else "NHWC")
+    if x is None or not x.blocked:
+        return None
+    return _alias(rw, node.var, x, "NHWC" if axes == _TO_NHWC else "NCHW", x.nchw)
+
+
+@handles("relax.reshape")
+def reshape_handler(rw, node):
+    """Flatten of ``[N, C, 1, 1]`` (after a global pool) to ``[N, C]``: a change of view."""
+    x = rw.activation(node.args[0])
+    out_shape = _static_shape(node.var)
+    if x is None or x.layout != "NCHW" or not x.blocked or x.nchw[2:] != (1, 1) or out_shape != x.nchw[:2]:
+        return None
+    return _alias(rw, node.var, x, "NC", x.nchw)
+
+
+def _nc_value(rw, var) -> Value | None:
+    """The :class:`Value` of a 2-d float32 ``[N, C]`` activation (a classifier's), else None."""
+    if not isinstance(var, relax.Var):
+        return None
+    if var in rw.values:
+        return rw.values[var] if rw.values[var].layout == "NC" else None
+    shape = _static_shape(var)
+    if shape is None or len(shape) != 2 or _dtype(var) != "float32":
+        return None
+    rw.values[var] = Value(plain=rw.exprs[var], layout="NC", channels=shape[1], nchw=(*shape, 1, 1))
+    return rw.values[var]
+
+
+@handles("relax.matmul")
+def matmul_handler(rw, node):
+    """``x @ W`` with a constant ``W [K, M]`` as a conv, through :func:`conv2d_handler` (the
+    conv strategy and epilogue: bias, activation): over the channels of an NHWC activation
+    (ConvNeXt's Linear between permutes) or of ``[N, K]`` (a classifier), or, when ``x`` is
+    the flatten of ``[N, C, H, W]`` (VGG), as an HxW conv over that activation."""
+    a, w_expr = node.args
+    w = _const(w_expr)
+    a_shape = _static_shape(a)
+    if w is None or w.dtype != np.float32 or w.ndim != 2 or a_shape is None or _dtype(a) != "float32":
+        return None
+    k, m = w.shape
+    src = rw.graph.by_var.get(a)
+    flat = rw.activation(src.args[0]) if src is not None and src.op == "relax.reshape" and len(a_shape) == 2 else None
+    if len(a_shape) == 4 and a_shape[3] == k and rw.activation(a, "NHWC") is not None:
+        x_var, data_layout, weight = a, "NHWC", w.T[:, :, None, None]
+    elif flat is not None and flat.layout == "NCHW" and a_shape == (flat.nchw[0], k) and int(np.prod(flat.nchw[1:])) == k and flat.nchw[2:] != (1, 1):
+        x_var, data_layout, weight = src.args[0], "NCHW", w.T.reshape(m, *flat.nchw[1:])
+    elif len(a_shape) == 2 and a_shape[1] == k and _nc_value(rw, a) is not None:
+        v = _nc_value(rw, a)
+        x_var = relax.Var("flat_nchw", relax.TensorType([*a_shape, 1, 1], "float32"))
+        if _alias(rw, x_var, v, "NCHW", v.nchw) is None:
+            rw.blocked(v, rw.scope_for((a_shape[0], blocked(k), 1, 1, 4)))
+            _alias(rw, x_var, v, "NCHW", v.nchw)
+        data_layout, weight = "NCHW", w.T[:, :, None, None]
+    else:
+        return None
+    dummy = relax.Var("x", relax.TensorType(list(_static_shape(x_var)), "float32"))
+    conv = relax.op.nn.conv2d(dummy, relax.const(np.ascontiguousarray(weight)), data_layout=data_layout, kernel_layout="OIHW")
+    return conv2d_handler(rw, Node(node.var, "relax.nn.conv2d", [x_var, relax.const(np.ascontiguousarray(weight))], conv.attrs, node.value))
 
 
 def dispatch_to_textures(mod: tvm.IRModule, profile: DeviceProfile, allow_buffer: bool = True, records=None) -> tvm.IRModule:
