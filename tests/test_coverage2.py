@@ -10,9 +10,9 @@ from onnx import helper, numpy_helper
 from test_coverage import _conv, _graph, _scalars, check
 from util import rand, run_kernel
 
-from primfuncs import elementwise, resize
+from primfuncs import elementwise, layernorm, resize
 from tir_adreno.blocked import pack_nchw4c, unpack_nchw4c
-from tir_adreno.reference import gelu, resize2d_nchw
+from tir_adreno.reference import gelu, layer_norm, resize2d_nchw
 
 # -- GELU ------------------------------------------------------------------------------------
 
@@ -205,3 +205,41 @@ def test_convnext_block_stays_on_textures():
         helper.make_node("Add", ["s", "c"], ["y"]),
     ]
     assert check(_graph(nodes, inits)) == ["conv2d_nchw4c", "conv2d_nchw4c1", "conv2d_nchw4c2", "affine", "add"]
+
+
+# -- layer norm --------------------------------------------------------------------------------
+
+
+def test_layer_norm_over_channels():
+    """ConvNeXt's LayerNorm: permute -> LayerNormalization(axis=-1) -> permute, one kernel."""
+    rng = np.random.default_rng(6)
+    inits = {"g": rng.standard_normal(6), "b": rng.standard_normal(6)}
+    nodes = [
+        _conv(rng, inits, "x", "c", 6, 3),
+        helper.make_node("Transpose", ["c"], ["t"], perm=[0, 2, 3, 1]),
+        helper.make_node("LayerNormalization", ["t", "g", "b"], ["l"], axis=-1, epsilon=1e-6),
+        helper.make_node("Transpose", ["l"], ["y"], perm=[0, 3, 1, 2]),
+    ]
+    assert check(_graph(nodes, inits)) == ["conv2d_nchw4c", "layer_norm_channels"]
+
+
+@given(blocked_shapes, st.integers(0, 3), scopes)
+def test_layer_norm_kernel(device, d, pad, scope):
+    *shape, seed = d
+    channels = max(1, 4 * shape[1] - pad)
+    rng = np.random.default_rng(seed)
+    x = rand(rng, (shape[0], channels, shape[2], shape[3])) * 3 + 5  # an offset: the mean matters
+    gamma, beta = rand(rng, (channels,)), rand(rng, (channels,))
+    from tir_adreno.blocked import pack_bias
+
+    func = layernorm.layer_norm_channels((*shape, 4), channels, 1e-5, scope=scope)
+    y = run_kernel(device, func, pack_nchw4c(x), pack_bias(gamma), pack_bias(beta))
+    np.testing.assert_allclose(unpack_nchw4c(y, channels), layer_norm(x, gamma, beta, axis=1), rtol=1e-4, atol=1e-4)
+    assert np.all(y[:, -1, :, :, (channels - 1) % 4 + 1 :] == 0)  # padded lanes stay zero
+
+
+def test_layer_norm_bad_arguments():
+    with pytest.raises(ValueError, match="channels"):
+        layernorm.layer_norm_channels((1, 2, 2, 2, 4), 4)
+    with pytest.raises(ValueError, match="epsilon"):
+        layernorm.layer_norm_channels((1, 1, 2, 2, 4), 3, -1.0)

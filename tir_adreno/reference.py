@@ -121,3 +121,13 @@ def resize2d_nchw(x, size, method: str = "nearest", coordinate_transformation_mo
     top = x[:, :, y0][:, :, :, x0] * (1 - fx) + x[:, :, y0][:, :, :, x1] * fx
     bottom = x[:, :, y1][:, :, :, x0] * (1 - fx) + x[:, :, y1][:, :, :, x1] * fx
     return top * (1 - fy) + bottom * fy
+
+
+def layer_norm(x, gamma, beta, axis: int = -1, epsilon: float = 1e-5) -> np.ndarray:
+    """float64 layer norm over one ``axis``, scaled by ``gamma`` and shifted by ``beta`` (vectors)."""
+    x = np.asarray(x, np.float64)
+    mean = x.mean(axis=axis, keepdims=True)
+    var = ((x - mean) ** 2).mean(axis=axis, keepdims=True)
+    shape = [1] * x.ndim
+    shape[axis] = -1
+    return (x - mean) / np.sqrt(var + epsilon) * np.reshape(gamma, shape) + np.reshape(beta, shape)

@@ -36,7 +36,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from primfuncs import concat, conv2d, elementwise, layout, pool2d, reduce, resize
+from primfuncs import concat, conv2d, elementwise, layernorm, layout, pool2d, reduce, resize
 from primfuncs._common import BUFFER, TEXTURE, TEXTURE_WEIGHT, blocked
 from primfuncs.epilogue import Epilogue
 
@@ -951,6 +951,33 @@ def reshape_handler(rw, node):
     if x is None or x.layout != "NCHW" or not x.blocked or x.nchw[2:] != (1, 1) or out_shape != x.nchw[:2]:
         return None
     return _alias(rw, node.var, x, "NC", x.nchw)
+
+
+@handles("relax.nn.layer_norm")
+def layer_norm_handler(rw, node):
+    """Layer norm over the channels: the last axis of an NHWC activation (ConvNeXt, between
+    permutes) or axis 1 of an NCHW one, with constant gamma and beta."""
+    x_var, gamma, beta = node.args
+    shape = _static_shape(x_var)
+    axes = [int(a) % len(shape) for a in node.attrs.axes] if shape is not None else None
+    layout_ = {(3,): "NHWC", (1,): "NCHW"}.get(tuple(axes or ()))
+    x = rw.activation(x_var, layout_) if layout_ and len(shape) == 4 else None
+    if x is None:
+        return None
+    c = x.channels
+    ones, zeros = np.ones(c, np.float32), np.zeros(c, np.float32)
+    g = _const(gamma) if bool(node.attrs.scale) else ones
+    b = _const(beta) if bool(node.attrs.center) else zeros
+    if g is None or b is None or g.size != c or b.size != c:
+        return None
+    n, _, h, w = x.nchw
+    shape5 = (n, blocked(c), h, w, 4)
+    scope = rw.scope_for(shape5)
+    func = layernorm.layer_norm_channels(shape5, c, float(node.attrs.epsilon), scope=scope)
+    params = [relax.const(pack_bias(v.reshape(c).astype(np.float32))) for v in (g, b)]
+    out = rw.emit_kernel(func, [rw.blocked(x, scope), *params], shape5)
+    rw.define(node.var, out, scope, x.nchw, x.layout)
+    return out
 
 
 def _nc_value(rw, var) -> Value | None:
