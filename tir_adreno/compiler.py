@@ -199,6 +199,28 @@ def _check_arg(tensor: TensorInfo, spec, where: str):
         raise RuntimeError(f"{where}: argument {spec.name} expects {spec.shape} {spec.dtype} {spec.scope}, gets {tensor}")
 
 
+def _dtypes(mod: tvm.IRModule) -> set[str]:
+    """Every tensor dtype ``main`` touches: parameters, bound values and constants."""
+    func = mod["main"]
+    types = [p.ty for p in func.params]
+    for block in func.body.blocks:
+        for b in block.bindings:
+            types.append(b.var.ty)
+            args = getattr(b.value, "args", [])
+            fields = [f for a in args for f in (a.fields if isinstance(a, relax.Tuple) else [a])]
+            types += [f.ty for f in fields if isinstance(f, tvm.ir.expr.GenericConst)]
+    return {str(t.dtype) for t in types if hasattr(t, "dtype")}
+
+
+def check_device_support(mod: tvm.IRModule, device: runtime.Device) -> None:
+    """:class:`ModelError` before any build when ``device`` cannot run the model's precision."""
+    if "float16" in _dtypes(mod) and not device.fp16:
+        raise ModelError(
+            f"the model computes in float16 but device {device.name!r} has no cl_khr_fp16 (half arithmetic); "
+            "pick a device with fp16 (see 'tir-adreno devices') or convert the model to float32"
+        )
+
+
 def compile_model(
     model, device=None, allow_buffer: bool = True, pool: bool = True, ours: bool = True, limits=None, progress=print,
     input_shapes: dict | None = None,
@@ -214,6 +236,7 @@ def compile_model(
     dev = runtime.get_device(device)
     progress("import")
     mod, names = import_model(model, input_shapes)
+    check_device_support(mod, dev)
     progress("lower (tir-adreno pass, LegalizeOps, dlight)" if ours else "lower (LegalizeOps, dlight)")
     mod = lower(mod, dev, allow_buffer, ours, limits)
     plan, kernels, weights = plan_module(mod, names, progress, _target(ours))
