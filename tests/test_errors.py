@@ -60,15 +60,12 @@ def test_fp16_needs_the_extension(device):
             ops.relu(x)
 
 
-@pytest.mark.parametrize("variable", ["TIR_ADRENO_TUNING", "TIR_ADRENO_DEVICE_KIND"])
-def test_garbage_environment_setting(monkeypatch, variable):
-    from primfuncs.conv2d import DEVICE_KINDS, device_kind
-    from tir_adreno.tuning import MODES, tuning_mode
+def test_garbage_environment_setting(monkeypatch):
+    from tir_adreno import bounds
 
-    monkeypatch.setenv(variable, "bogus")
-    read, valid = (tuning_mode, MODES) if variable == "TIR_ADRENO_TUNING" else (device_kind, DEVICE_KINDS)
-    with pytest.raises(ValueError, match=rf"\${variable} must be one of {re.escape(str(valid))}, got 'bogus'"):
-        read()
+    monkeypatch.setenv("TIR_ADRENO_CHECK_BOUNDS", "bogus")
+    with pytest.raises(ValueError, match=r"\$TIR_ADRENO_CHECK_BOUNDS must be 0 or 1, got 'bogus'"):
+        bounds.enabled()
 
 
 def test_float16_model_rejected_before_building(device, monkeypatch):
