@@ -286,6 +286,7 @@ def _compile(args) -> int:
     from .compiler import ModelError, compile_plan
     from .executor import save_model
 
+    check_environment()
     target = _profile(args.target)
     model = args.model if args.model else models.get_model(args.builtin)
     print(f"model: {args.model or args.builtin}\ntarget: {target.name} ({target.kind})", flush=True)
