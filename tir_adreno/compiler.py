@@ -72,10 +72,7 @@ def import_model(model, input_shapes: dict | None = None, shapes_hint: str = onn
         shapes = onnx_import.input_shapes_of(model, input_shapes, shapes_hint)
     except ValueError as err:
         raise ModelError(str(err)) from None
-    try:
-        model = onnx_import.make_static(model, shapes)
-    except Exception as err:  # onnx's shape inference or reference ops refusing the graph
-        raise ModelError(f"cannot fold this ONNX model's shapes: {type(err).__name__}: {str(err).strip().splitlines()[-1][:300]}") from None
+    model = onnx_import.make_static(model, shapes)
     names = list(shapes)
     try:
         mod = from_onnx(model, shape_dict={n: list(s) for n, s in shapes.items()}, keep_params_in_input=False)
