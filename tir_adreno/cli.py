@@ -1,4 +1,4 @@
-"""``tir-adreno`` command line: ``devices``, ``run`` (the main job), ``compile``, ``tune``, ``kernels``."""
+"""``tir-adreno`` command line: ``devices``, ``run`` (the main job), ``compile``, ``tune``, ``kernels``, ``serve``."""
 
 from __future__ import annotations
 
@@ -305,8 +305,12 @@ def _compile(args) -> int:
 def _tune(args) -> int:
     from pathlib import Path
 
+    if args.export or args.measure or args.rpc_tracker:
+        try:
+            from . import measure
+        except ImportError:
+            raise UserError("--export, --measure and --rpc-tracker need tir_adreno.measure, which this version lacks") from None
     if args.measure:  # the TVM-free side of --export: numpy + pyopencl only
-        from . import measure
 
         if args.model:
             raise UserError("--measure DIR takes no model (the candidates are in DIR)")
@@ -323,12 +327,10 @@ def _tune(args) -> int:
         target = _profile(args.target or "adreno")
         measurer = tune.ExportMeasurer(args.export)
     elif args.rpc_tracker:
-        from .measure import RPCMeasurer
-
         if not args.target:
             raise UserError("--rpc-tracker needs --target PROFILE (the runners' device)")
         target = _profile(args.target)
-        measurer = RPCMeasurer(args.rpc_tracker, args.rpc_key)
+        measurer = measure.RPCMeasurer(args.rpc_tracker, args.rpc_key)
     else:
         if args.target:
             raise UserError("--target is for --export / --rpc-tracker; a local tune uses --device")
@@ -353,6 +355,15 @@ def _tune(args) -> int:
     print(f"\nrecords: {records}" + (f"; plot: {png}" if png else ""))
     print(f"compile with: tir-adreno compile MODEL -o DIR --target {target.name} --records {records}")
     return 0
+
+
+def _serve(args) -> int:
+    from .serve import serve
+
+    try:
+        return serve(args.tracker, args.key, args.device, args.host, args.port, args.port_end, args.custom_addr)
+    except ValueError as err:
+        raise UserError(str(err)) from None
 
 
 class UserError(Exception):
@@ -408,7 +419,17 @@ def main(argv=None) -> int:
     p.add_argument("--device", help="substring of the OpenCL platform or device name")
     p.add_argument("--json", metavar="PATH", help="write the per-kernel report as JSON")
     p.set_defaults(fn=_kernels)
+    p = sub.add_parser("serve", help="register a measurement runner for `tune --rpc-tracker` with a TVM RPC tracker")
+    p.add_argument("--tracker", required=True, metavar="HOST:PORT", help="tracker started by `python -m tvm.exec.rpc_tracker`")
+    p.add_argument("--key", required=True, help="device key clients request (e.g. adreno-740)")
+    p.add_argument("--device", help="substring of the OpenCL platform or device name")
+    p.add_argument("--host", default="0.0.0.0", help="address the runner listens on (default 0.0.0.0)")
+    p.add_argument("--port", type=int, default=9090, help="first port to try (default 9090)")
+    p.add_argument("--port-end", type=int, help="end of the port range (default max(9199, port + 100))")
+    p.add_argument("--custom-addr", help="address reported to the tracker (default: as the tracker sees this host)")
+    p.set_defaults(fn=_serve)
     args = parser.parse_args(argv)
+    from .measure import TrackerError
     from .runtime import DeviceNotFoundError
 
     with warnings.catch_warnings():
@@ -416,7 +437,7 @@ def main(argv=None) -> int:
         warnings.showwarning = lambda message, *_args, **_kw: warn(str(message))
         try:
             return args.fn(args)
-        except (DeviceNotFoundError, UserError) as err:
+        except (DeviceNotFoundError, TrackerError, UserError) as err:
             print(f"tir-adreno: error: {err}", file=sys.stderr)
             return 2
 

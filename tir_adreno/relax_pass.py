@@ -3,12 +3,19 @@
 :func:`DispatchToTextures` rewrites ``main`` of a static-shape Relax module:
 
 - ``nn.conv2d`` becomes one conv kernel with its epilogue fused: a following
-  per-channel bias ``add`` and ``nn.batch_norm`` are folded into the weights and
-  bias at compile time, then a residual ``add`` and ``relu``/``clip(0, 6)``
-  run in the kernel's epilogue. Weights are packed to OIHW4o here, once
-  ("static textures").
-- pooling, reductions over C/H/W, channel softmax, elementwise ops and channel
-  concat map to their kernels when their operands are 4-d activations.
+  per-channel bias ``add``, per-channel or scalar constant multiply/add/subtract/
+  divide and ``nn.batch_norm`` are folded into the weights and bias at compile
+  time, then a residual ``add`` and an activation run in the kernel's epilogue.
+  Activations are recognized however the importer writes them (ReLU6 as
+  ``maximum``/``minimum`` by scalars, HardSwish as ``x * relu6(x + 3) / 6``, SiLU
+  as ``x * sigmoid(x)``, ...: :func:`_match_activation`). Weights are packed to
+  OIHW4o here, once ("static textures").
+- pooling, reductions over C/H/W, channel softmax, elementwise ops (activations,
+  per-channel affine = batch norm after no conv, the squeeze-excitation gate
+  multiply) and channel concat of any number of inputs map to their kernels when
+  their operands are 4-d activations.
+- Every PrimFunc emitted here carries :data:`OURS_ATTR`, so the profile tells our
+  kernels from what TVM's importer or legalizer made.
 - Activations stay NCHW4c between our kernels. A layout transform is emitted
   only where a value crosses to an op we do not cover (or comes from one), and
   each transform is emitted once per value, so back-to-back transforms cancel.
