@@ -237,3 +237,18 @@ def test_unusable_cache_folder_is_one_warning(tiny_onnx, tmp_path):
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in res.stderr, res.stderr
     assert lines[0].startswith("tir-adreno: warning: cache folder") and "working without the disk cache" in lines[0]
+
+
+def test_compile_takes_input_shape(run_cli, batch_onnx, tmp_path):
+    assert_user_error(run_cli("compile", batch_onnx, "-o", str(tmp_path / "m")), "symbolic dim 'N'", "--input-shape image=1,3,6,6")
+    res = run_cli("compile", batch_onnx, "-o", str(tmp_path / "m"), "--target", "pocl", "--input-shape", "image=2,3,6,6")
+    assert res.returncode == 0, res.stderr
+    x = np.random.default_rng(6).standard_normal((2, 3, 6, 6)).astype("float32")
+    np.savez(tmp_path / "in.npz", image=x)
+    res = run_cli("run", str(tmp_path / "m"), "--inputs", str(tmp_path / "in.npz"), "--outputs", str(tmp_path / "out.npz"))
+    assert res.returncode == 0, res.stderr
+    import onnxruntime
+
+    (ref,) = onnxruntime.InferenceSession(batch_onnx, providers=["CPUExecutionProvider"]).run(None, {"image": x})
+    with np.load(tmp_path / "out.npz") as y:
+        np.testing.assert_allclose(y["output0"], ref, rtol=1e-4, atol=1e-5)

@@ -190,17 +190,11 @@ def _run(args) -> int:
         specs = [(name, compiled.plan.tensors[i].shape, compiled.plan.tensors[i].dtype) for name, i in compiled.plan.inputs]
         inputs = _inputs(given, specs, args.inputs)
     else:
-        from . import models
-        from .compiler import ModelError, compile_model, load_onnx
+        from .compiler import ModelError, compile_model
 
         target = _profile(args.target) if args.target else None
-        try:
-            model = load_onnx(args.model) if args.model else models.get_model(args.builtin)
-        except ModelError as err:
-            raise UserError(str(err)) from None
-        if input_shapes and not args.model:
-            raise UserError("--input-shape applies to ONNX models; the built-in models have fixed shapes")
-        inputs = _inputs(given, model_inputs(model, input_shapes), args.inputs)
+        model, specs = _model_and_inputs(args, input_shapes)
+        inputs = _inputs(given, specs, args.inputs)
         if args.check:
             from .reference import ReferenceUnavailable, reference_runner
 
@@ -248,6 +242,20 @@ def _run(args) -> int:
     return status
 
 
+def _model_and_inputs(args, input_shapes):
+    """The model (an ONNX file loaded, or a built-in) and its inputs' (name, shape, dtype), before any compile."""
+    from . import models
+    from .compiler import ModelError, load_onnx
+
+    try:
+        model = load_onnx(args.model) if args.model else models.get_model(args.builtin)
+    except ModelError as err:
+        raise UserError(str(err)) from None
+    if input_shapes and not args.model:
+        raise UserError("--input-shape applies to ONNX models; the built-in models have fixed shapes")
+    return model, model_inputs(model, input_shapes)
+
+
 def _inputs(given, specs, path) -> dict[str, np.ndarray]:
     """The ``--inputs`` arrays checked against the model's inputs, or seeded random ones without a file."""
     from .executor import ModelInputError, check_inputs
@@ -282,16 +290,18 @@ def _check(outputs, reference, inputs, report) -> int:
 
 
 def _compile(args) -> int:
-    from . import models
     from .compiler import ModelError, compile_plan
     from .executor import save_model
 
     check_environment()
     target = _profile(args.target)
-    model = args.model if args.model else models.get_model(args.builtin)
+    input_shapes = parse_input_shapes(args.input_shape)
+    model, _ = _model_and_inputs(args, input_shapes)
     print(f"model: {args.model or args.builtin}\ntarget: {target.name} ({target.kind})", flush=True)
     try:
-        plan, kernels, weights = compile_plan(model, target, args.records, progress=lambda msg: print(f"  {msg}", flush=True))
+        plan, kernels, weights = compile_plan(
+            model, target, args.records, progress=lambda msg: print(f"  {msg}", flush=True), input_shapes=input_shapes
+        )
     except ModelError as err:
         raise UserError(str(err)) from None
     save_model(args.output, plan, kernels, weights, target.name)
@@ -366,6 +376,13 @@ def _serve(args) -> int:
         raise UserError(str(err)) from None
 
 
+def _add_input_shape(parser) -> None:
+    parser.add_argument(
+        "--input-shape", action="append", metavar="NAME=D0,D1,...",
+        help="shape of an ONNX input with symbolic dims, e.g. input=4,3,224,224 (repeatable)",
+    )
+
+
 class UserError(Exception):
     """A mistake in what the user asked for: one line, exit code 2."""
 
@@ -386,10 +403,7 @@ def main(argv=None) -> int:
     p.add_argument("--inputs", metavar="NPZ", help="inputs keyed by model input name (default: seeded random)")
     p.add_argument("--outputs", metavar="NPZ", help="write the outputs, keyed output0, output1, ...")
     p.add_argument("--json", metavar="PATH", help="write the report (profile, times, memory, check) as JSON")
-    p.add_argument(
-        "--input-shape", action="append", metavar="NAME=D0,D1,...",
-        help="shape of an ONNX input with symbolic dims, e.g. input=4,3,224,224 (repeatable)",
-    )
+    _add_input_shape(p)
     p.add_argument("--check", action="store_true", help=f"compare with a CPU reference; exit 1 beyond {CHECK_RTOL:g} relative error")
     p.add_argument("--records", metavar="FILE", help="tuning records from `tir-adreno tune` (conv algorithm, config, placement)")
     p.add_argument("--target", metavar="PROFILE", help="plan the kernels for this device profile (adreno, nvidia-h200, pocl)")
@@ -400,6 +414,7 @@ def main(argv=None) -> int:
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="where to write the saved model")
     p.add_argument("--target", default="adreno", metavar="PROFILE", help="device profile: adreno (default), nvidia-h200, pocl")
     p.add_argument("--records", metavar="FILE", help="tuning records for that device")
+    _add_input_shape(p)
     p.set_defaults(fn=_compile)
     p = sub.add_parser("tune", help="measure conv candidates per layer on a device and write tuning records")
     p.add_argument("model", nargs="?", help="ONNX model file (or --builtin)")
