@@ -112,8 +112,8 @@ def _fold_once(model) -> bool:
             if node.op_type == "Size":
                 values = [np.array(shape.prod(), np.int64)]
             else:
-                attrs = {a.name: a.i for a in node.attribute}
-                values = [shape[attrs.get("start", 0) : attrs.get("end", len(shape)) or None]]
+                attrs = {a.name: a.i for a in node.attribute}  # opset 15 start/end: Python slice semantics
+                values = [shape[attrs.get("start", 0) : attrs.get("end")]]
         elif node.op_type in _FOLDABLE and all(i == "" or i in consts for i in node.input):
             feeds = {i: consts[i] for i in node.input if i}
             if all(a.dtype.kind in "iub" for a in feeds.values()):  # integer inputs: shape arithmetic
