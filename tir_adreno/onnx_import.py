@@ -146,6 +146,8 @@ def make_static(model, shapes: dict[str, tuple[int, ...]]):
         for d, value in zip(dims, shapes[info.name]):
             d.Clear()
             d.dim_value = value
+    if not any(n.op_type in ("Shape", "Size") for n in model.graph.node):
+        return model  # shape arithmetic starts at Shape/Size: nothing to fold (and inference costs ~1 s on ResNet-50)
     if model.ir_version < 4:  # below IR 4 every initializer must also be a graph input
         model.ir_version = 4
     for _ in range(len(model.graph.node)):
