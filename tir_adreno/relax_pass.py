@@ -186,6 +186,9 @@ class Graph:
         bound = _const(args[1])
         if bound is None or bound.size != 1 or _static_shape(args[0]) != _static_shape(value):
             return value
+        prim = self.mod[gv]  # topi's elementwise max/min, not just a PrimFunc of that name
+        if not isinstance(prim, tvm.tirx.PrimFunc) or len(prim.params) != 3 or f"T.{name[:3]}(" not in prim.script():
+            return value
         return (relax.op.maximum if name == "maximum" else relax.op.minimum)(args[0], args[1])
 
     def users(self, var) -> list[Node]:
