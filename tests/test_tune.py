@@ -100,3 +100,17 @@ def test_records_of_another_device_warn_and_are_ignored(tuned, two_convs, tmp_pa
     assert res.returncode == 0 and "(0 from records)" in res.stdout, res.stderr[-2000:]
     warnings = [line for line in res.stderr.splitlines() if "records ignored" in line]
     assert len(warnings) == 1 and "measured on pocl" in warnings[0] and warnings[0].startswith("tir-adreno: warning:")
+
+
+def test_export_measure_import(two_convs, tmp_path):
+    """Build here (--export), time with numpy + pyopencl only (--measure), then write the records."""
+    folder, records = tmp_path / "jobs", tmp_path / "r.json"
+    args = ("tune", str(two_convs), "--export", str(folder), "--target", "pocl", "--records", str(records))
+    res = cli(*args)
+    assert res.returncode == 0 and "exported" in res.stdout and not records.exists(), res.stderr[-2000:]
+    res = cli("tune", "--measure", str(folder))
+    assert res.returncode == 0 and res.stdout.count("measured ") >= 8, res.stderr[-2000:]
+    res = cli(*args)
+    assert res.returncode == 0 and "sum over layers" in res.stdout, res.stdout + res.stderr[-2000:]
+    doc = json.loads(cache.read(records))
+    assert doc["device"] == {"name": "pocl", "driver": "", "kind": "cpu"} and len(doc["layers"]) == 2

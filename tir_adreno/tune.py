@@ -27,6 +27,7 @@ from primfuncs.epilogue import Epilogue
 from . import records as _records
 from . import strategy, tuning
 from .device import DeviceProfile
+from .measure import LocalMeasurer, MeasureJob, export_jobs, load_results  # noqa: F401 (LocalMeasurer: the default measurer)
 
 #: Register tiles (oc_block, w_block) and work groups tried besides the default.
 TILES = ((1, 4), (2, 4), (4, 4), (2, 2))
@@ -35,47 +36,6 @@ WORK_GROUPS = ((8, 4, 1), (16, 4, 1))
 SPLITS = (4, 16)
 #: At most this many configs besides the default per layer (keeps tuning minutes, not hours).
 MAX_CONFIGS = 4
-
-
-# ---------------------------------------------------------------------------------------------
-# Measuring: tir_adreno.measure's interface; a local stand-in until that module lands.
-
-
-try:
-    from .measure import LocalMeasurer, MeasureJob  # noqa: F401
-except ImportError:  # pragma: no cover - replaced by tir_adreno.measure
-
-    @dataclass(frozen=True)
-    class MeasureJob:
-        key: str
-        stages: tuple
-
-    @dataclass(frozen=True)
-    class MeasureResult:
-        key: str
-        seconds: float | None
-        error: str | None = None
-
-    class LocalMeasurer:
-        """Times jobs on a local device (stand-in for ``tir_adreno.measure.LocalMeasurer``)."""
-
-        def __init__(self, device, warmup=2, repeat=10):
-            from . import runtime
-
-            self.device = runtime.get_device(device)
-
-        def measure(self, jobs, progress=None):
-            out = {}
-            for job in jobs:
-                module = job.stages[0][0]
-                program = tuning.ConvProgram("", module, tuple(fn for _, fn in job.stages))
-                try:
-                    out[job.key] = MeasureResult(job.key, tuning.measure_program(program, self.device))
-                except Exception as err:  # a candidate that fails to run loses, it does not stop tuning
-                    out[job.key] = MeasureResult(job.key, None, f"{type(err).__name__}: {err}")
-                if progress:
-                    progress(out[job.key])
-            return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -200,7 +160,7 @@ def tune(model, profile: DeviceProfile, records_path, measurer, budget_s: float 
         times = {choices[k].name: measured[k].seconds for k in choices if k in measured}
         ok = {name: t for name, t in times.items() if t is not None}
         if not ok:
-            progress("    no candidate measured; layer not recorded")
+            progress("    nothing measured (exported for measuring elsewhere, or every candidate failed); not recorded")
             continue
         winner_name = tuning.pick_algorithm(ok)
         winner = next(c for c in choices.values() if c.name == winner_name)
@@ -258,12 +218,9 @@ class ExportMeasurer:
     and, once that machine's results are in ``DIR``, answers from them."""
 
     def __init__(self, directory):
-        from . import measure
-
         self.directory = Path(directory)
-        self._measure = measure
         try:
-            self.results = measure.load_results(self.directory)
+            self.results = load_results(self.directory)
         except (OSError, ValueError):  # nothing measured there yet
             self.results = {}
         self.pending = []
@@ -281,5 +238,5 @@ class ExportMeasurer:
     def finish(self) -> int:
         """Write the collected jobs to the directory; returns how many."""
         if self.pending:
-            self._measure.export_jobs(self.pending, self.directory)
+            export_jobs(self.pending, self.directory)
         return len(self.pending)
