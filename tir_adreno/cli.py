@@ -315,16 +315,16 @@ def _compile(args) -> int:
 def _tune(args) -> int:
     from pathlib import Path
 
-    if args.export or args.measure or args.rpc_tracker:
-        try:
-            from . import measure
-        except ImportError:
-            raise UserError("--export, --measure and --rpc-tracker need tir_adreno.measure, which this version lacks") from None
+    from . import measure
+
     if args.measure:  # the TVM-free side of --export: numpy + pyopencl only
 
         if args.model:
             raise UserError("--measure DIR takes no model (the candidates are in DIR)")
-        measure.measure_directory(args.measure, args.device, progress=lambda r: print(f"measured {r.key}", flush=True))
+        try:
+            measure.measure_directory(args.measure, args.device, progress=lambda r: print(r, flush=True))
+        except ValueError as err:
+            raise UserError(str(err)) from None
         print(f"results written to {args.measure}; bring the folder back and run tune MODEL --export {args.measure} again")
         return 0
     if args.model is None and args.builtin is None:
@@ -340,7 +340,10 @@ def _tune(args) -> int:
         if not args.target:
             raise UserError("--rpc-tracker needs --target PROFILE (the runners' device)")
         target = _profile(args.target)
-        measurer = measure.RPCMeasurer(args.rpc_tracker, args.rpc_key)
+        try:
+            measurer = measure.RPCMeasurer(args.rpc_tracker, args.rpc_key)
+        except measure.TrackerError as err:
+            raise UserError(str(err)) from None
     else:
         if args.target:
             raise UserError("--target is for --export / --rpc-tracker; a local tune uses --device")

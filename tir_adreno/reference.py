@@ -102,3 +102,65 @@ def conv2d_nchw(x, w, strides=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1), gro
                 patch = xs[:, :, i * dh : i * dh + sh * (oh - 1) + 1 : sh, j * dw : j * dw + sw * (ow - 1) + 1 : sw]
                 out[:, g * og : (g + 1) * og] += np.einsum("nchw,oc->nohw", patch, w[g * og : (g + 1) * og, :, i, j])
     return out
+
+
+def gelu(x, approximate: str = "none") -> np.ndarray:
+    """float64 GELU as PyTorch defines it: ``x * 0.5 * (1 + erf(x / sqrt 2))``, or with
+    ``approximate="tanh"`` ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`` (-inf gives NaN)."""
+    import math
+
+    x = np.asarray(x, np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        if approximate == "tanh":
+            return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)))
+        erf = np.vectorize(math.erf, otypes=[np.float64])(x / math.sqrt(2.0)) if x.size else x
+        return x * 0.5 * (1.0 + erf)
+
+
+def resize_coordinate(mode: str, i, size_in: int, size_out: int):
+    """ONNX Resize's input coordinate of output index ``i`` on one axis as an exact fraction
+    ``(numerator, denominator)`` of integers (``i`` an int or an integer array/TIR expr)."""
+    if mode == "asymmetric":
+        return i * size_in, size_out
+    if mode == "half_pixel" or (mode == "pytorch_half_pixel" and size_out > 1):
+        return (2 * i + 1) * size_in - size_out, 2 * size_out  # (i + 1/2) in/out - 1/2
+    if mode == "pytorch_half_pixel":
+        return i * 0, 1
+    if mode == "align_corners":
+        return (i * (size_in - 1), size_out - 1) if size_out > 1 else (i * 0, 1)
+    raise ValueError(f"coordinate_transformation_mode must be one of {RESIZE_COORDINATE_MODES}, got {mode!r}")
+
+
+RESIZE_COORDINATE_MODES = ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric")
+#: ONNX ``nearest_mode`` -> nearest input index of the fraction ``num / den`` (``den > 0``),
+#: with ``floordiv`` the floor division of the caller's numbers (NumPy's //, TIR's floordiv).
+NEAREST_ROUNDING = {
+    "round_prefer_floor": lambda num, den, floordiv: -floordiv(den - 2 * num, 2 * den),  # ceil(x - 1/2)
+    "round_prefer_ceil": lambda num, den, floordiv: floordiv(2 * num + den, 2 * den),  # floor(x + 1/2)
+    "floor": lambda num, den, floordiv: floordiv(num, den),
+    "ceil": lambda num, den, floordiv: -floordiv(-num, den),
+}
+
+
+def resize2d_nchw(x, size, method: str = "nearest", coordinate_transformation_mode: str = "half_pixel", rounding_method: str = "round_prefer_floor") -> np.ndarray:
+    """float64 ONNX ``Resize`` of an NCHW tensor to ``size`` (out H, W): ``method``
+    ``"nearest"`` (index rounded by ``rounding_method``, exactly) or ``"linear"``
+    (bilinear), input coordinates by ``coordinate_transformation_mode``, clamped to the edges."""
+    x = np.asarray(x, np.float64)
+
+    def axis(size_in, size_out):
+        num, den = resize_coordinate(coordinate_transformation_mode, np.arange(size_out), size_in, size_out)
+        if method == "nearest":
+            i = np.clip(NEAREST_ROUNDING[rounding_method](num, den, np.floor_divide), 0, size_in - 1)
+            return i, i, np.zeros(size_out)
+        c = np.clip(num / den, 0, size_in - 1)
+        lo = np.floor(c).astype(int)
+        return lo, np.minimum(lo + 1, size_in - 1), c - lo
+
+    (y0, y1, fy), (x0, x1, fx) = axis(*x.shape[2:3], size[0]), axis(x.shape[3], size[1])
+    if method == "nearest":
+        return x[:, :, y0][:, :, :, x0]
+    fy, fx = fy[:, None], fx[None, :]
+    top = x[:, :, y0][:, :, :, x0] * (1 - fx) + x[:, :, y0][:, :, :, x1] * fx
+    bottom = x[:, :, y1][:, :, :, x0] * (1 - fx) + x[:, :, y1][:, :, :, x1] * fx
+    return top * (1 - fy) + bottom * fy
