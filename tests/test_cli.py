@@ -252,3 +252,10 @@ def test_compile_takes_input_shape(run_cli, batch_onnx, tmp_path):
     (ref,) = onnxruntime.InferenceSession(batch_onnx, providers=["CPUExecutionProvider"]).run(None, {"image": x})
     with np.load(tmp_path / "out.npz") as y:
         np.testing.assert_allclose(y["output0"], ref, rtol=1e-4, atol=1e-5)
+
+
+def test_compile_output_folder_that_cannot_be_made(run_cli, tiny_onnx, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert_user_error(run_cli("compile", str(tiny_onnx), "-o", str(blocker)), "--output", "is a file, expected a folder")
+    assert_user_error(run_cli("compile", str(tiny_onnx), "-o", str(blocker / "sub" / "m")), "--output", "cannot be made")

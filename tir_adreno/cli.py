@@ -93,6 +93,19 @@ def check_writable(path: str | None, flag: str) -> None:
         raise UserError(f"{flag} {path}: folder {folder} is not writable")
 
 
+def check_creatable_folder(path: str, flag: str) -> None:
+    """``flag``'s folder exists or can be made: no file in the way, the nearest existing parent writable."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise UserError(f"{flag} {path}: is a file, expected a folder")
+    parent = os.path.abspath(path)
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise UserError(f"{flag} {path}: {parent} is a file, so the folder cannot be made")
+    if not os.access(parent, os.W_OK):
+        raise UserError(f"{flag} {path}: folder {parent} is not writable")
+
+
 def parse_input_shapes(specs: list[str] | None) -> dict[str, tuple[int, ...]]:
     """``["NAME=D0,D1,..."]`` -> {NAME: (D0, D1, ...)}."""
     shapes = {}
@@ -294,6 +307,7 @@ def _compile(args) -> int:
     from .executor import save_model
 
     check_environment()
+    check_creatable_folder(args.output, "--output")
     target = _profile(args.target)
     input_shapes = parse_input_shapes(args.input_shape)
     model, _ = _model_and_inputs(args, input_shapes)
