@@ -245,6 +245,8 @@ def test_rpc_two_runners_one_killed_then_tune(modules, two_convs, tmp_path):  # 
         lines = [line for log in logs for line in log.read_text().splitlines() if line.startswith("measured ")]
         assert {line.split(":")[0][len("measured "):] for line in lines} >= {j.key for j in jobs} - {
             k for k in results if "runner lost" in (results[k].error or "")}
+        # the measurer closed its sessions: the runner left is free for the next client at once
+        _wait_for(lambda: _free(port, key) == 1, 5, "runner 1 free again")
         # `tune --rpc-tracker` on the runner left: builds here, measures there, records every layer
         records = tmp_path / "records.json"
         before = logs[1].read_text().count("measured ")
@@ -259,6 +261,16 @@ def test_rpc_two_runners_one_killed_then_tune(modules, two_convs, tmp_path):  # 
     finally:
         for proc in procs:
             _stop(proc)
+
+
+def _free(port, key) -> int:
+    from tvm import rpc
+
+    tracker = rpc.connect_tracker("127.0.0.1", port)
+    try:
+        return tracker.summary()["queue_info"].get(key, {}).get("free", 0)
+    finally:
+        tracker.close()
 
 
 def _port_open(port) -> bool:

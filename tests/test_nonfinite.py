@@ -165,6 +165,15 @@ def test_adaptive_and_avg_pool2d(device, strategy, pool_type):
     assert_matches(y, ref, rtol=1e-5)
 
 
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_ops_max_pool_and_max(device, strategy):
+    """The NCHW ops (layout kernels around the pool/reduction) with the strategy forced."""
+    x = nonfinite(np.random.default_rng(8), (1, 5, 6, 7), 5)
+    y = ops.max_pool2d(x, (2, 3), (2, 2), (0, 1), strategy=strategy, device=device)
+    assert_matches(y, pool_reference(x, "max", (2, 3), (2, 2), (0, 1, 0, 1), (1, 1), False, False))
+    assert_matches(ops.max(x, axis=(1, 3), strategy=strategy, device=device), reduce_reference(x, "max", (1, 3), False))
+
+
 # -- reductions and softmax -------------------------------------------------------------------
 @pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize(

@@ -187,6 +187,9 @@ class Graph:
         bound = _const(args[1])
         if bound is None or bound.size != 1 or _static_shape(args[0]) != _static_shape(value):
             return value
+        prim = self.mod[gv]  # topi's elementwise max/min, not just a PrimFunc of that name
+        if not isinstance(prim, tvm.tirx.PrimFunc) or len(prim.params) != 3 or f"T.{name[:3]}(" not in prim.script():
+            return value
         return (relax.op.maximum if name == "maximum" else relax.op.minimum)(args[0], args[1])
 
     def users(self, var) -> list[Node]:
@@ -401,12 +404,10 @@ def _linear_step(node: Node, var, channels: int, layout: str = "NCHW"):
     if c is None:
         return None
     ones, zeros = np.ones(channels), np.zeros(channels)
-    return {
-        "relax.add": (ones, c),
-        "relax.subtract": (ones, -c),
-        "relax.multiply": (c, zeros),
-        "relax.divide": (1.0 / c, zeros),
-    }[node.op]
+    if node.op == "relax.divide":  # only here: 1 / c of a multiply's zero constant would warn for nothing
+        with np.errstate(divide="ignore"):  # x / 0 is inf, as in NumPy
+            return 1.0 / c, zeros
+    return {"relax.add": (ones, c), "relax.subtract": (ones, -c), "relax.multiply": (c, zeros)}[node.op]
 
 
 def _scalar_step(node: Node, var):
