@@ -171,6 +171,14 @@ def _profile(name):
         raise UserError(str(err)) from None
 
 
+def _check_records(path):
+    """A missing records file is reported before compiling."""
+    from pathlib import Path
+
+    if path is not None and not Path(path).is_file():
+        raise UserError(f"{path}: no such records file (write one with `tir-adreno tune`)")
+
+
 def _saved_model(path) -> bool:
     from pathlib import Path
 
@@ -198,14 +206,16 @@ def _run(args) -> int:
         print(f"model: {label} (saved)\ndevice: {dev.name}", flush=True)
         try:
             compiled = load_model(args.model, dev)
-        except ValueError as err:
+        except ValueError as err:  # not a saved model, or planned for larger images
             raise UserError(str(err)) from None
         specs = [(name, compiled.plan.tensors[i].shape, compiled.plan.tensors[i].dtype) for name, i in compiled.plan.inputs]
         inputs = _inputs(given, specs, args.inputs)
     else:
         from .compiler import ModelError, compile_model
+        from .executor import TargetMismatchError
 
         target = _profile(args.target) if args.target else None
+        _check_records(args.records)
         model, specs = _model_and_inputs(args, input_shapes)
         inputs = _inputs(given, specs, args.inputs)
         if args.check:
@@ -222,7 +232,7 @@ def _run(args) -> int:
             compiled = compile_model(
                 model, dev, target, args.records, input_shapes=input_shapes, progress=lambda msg: print(f"  {msg}", flush=True)
             )
-        except ModelError as err:
+        except (ModelError, FileNotFoundError, TargetMismatchError) as err:
             raise UserError(str(err)) from None
         print(f"compiled in {time.perf_counter() - start:.1f} s", flush=True)
     try:
@@ -309,6 +319,7 @@ def _compile(args) -> int:
     check_environment()
     check_creatable_folder(args.output, "--output")
     target = _profile(args.target)
+    _check_records(args.records)
     input_shapes = parse_input_shapes(args.input_shape)
     model, _ = _model_and_inputs(args, input_shapes)
     print(f"model: {args.model or args.builtin}\ntarget: {target.name} ({target.kind})", flush=True)
@@ -316,7 +327,7 @@ def _compile(args) -> int:
         plan, kernels, weights = compile_plan(
             model, target, args.records, progress=lambda msg: print(f"  {msg}", flush=True), input_shapes=input_shapes
         )
-    except ModelError as err:
+    except (ModelError, FileNotFoundError) as err:
         raise UserError(str(err)) from None
     save_model(args.output, plan, kernels, weights, target.name)
     convs = [c for c in plan.calls if c.config is not None]
