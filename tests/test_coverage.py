@@ -113,17 +113,25 @@ def test_activation_standalone_kernel(name, kernel):
     assert ops == ["max_pool2d", kernel], ops
 
 
-def test_squeeze_excitation_stays_on_textures():
-    """MobileNetV3's SE: pool -> 1x1 conv -> relu -> 1x1 conv -> hardsigmoid -> gate * x."""
+SE_ACTIVATIONS = {
+    "mobilenet_v3": ([helper.make_node("Relu", ["f1"], ["r"])], helper.make_node("HardSigmoid", ["f2"], ["g"], alpha=1 / 6, beta=0.5)),
+    "efficientnet": ([helper.make_node("Sigmoid", ["f1"], ["s"]), helper.make_node("Mul", ["f1", "s"], ["r"])], helper.make_node("Sigmoid", ["f2"], ["g"])),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(SE_ACTIVATIONS))
+def test_squeeze_excitation_stays_on_textures(kind):
+    """SE: pool -> 1x1 conv -> act (ReLU / SiLU) -> 1x1 conv -> gate (hardsigmoid / sigmoid) -> gate * x."""
     rng = np.random.default_rng(1)
     inits = {}
+    act, gate = SE_ACTIVATIONS[kind]
     nodes = [
         _conv(rng, inits, "x", "c", 12, 3),
         helper.make_node("GlobalAveragePool", ["c"], ["p"]),
         _conv(rng, inits, "p", "f1", 4, 12, k=1),
-        helper.make_node("Relu", ["f1"], ["r"]),
+        *act,
         _conv(rng, inits, "r", "f2", 12, 4, k=1),
-        helper.make_node("HardSigmoid", ["f2"], ["g"], alpha=1 / 6, beta=0.5),
+        gate,
         helper.make_node("Mul", ["g", "c"], ["y"]),
     ]
     ops = check(_graph(nodes, inits))
