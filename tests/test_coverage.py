@@ -104,6 +104,13 @@ def _standalone(tail, inits):
     return _graph(nodes, inits, channels=6)
 
 
+def test_onnx_default_hardsigmoid_is_one_kernel():
+    """HardSigmoid with ONNX's default alpha=0.2: an affine step, then a clamp to [0, 1]."""
+    tail = [helper.make_node("HardSigmoid", ["c"], ["y"])]
+    assert check(_standalone(tail, {}), channels=6) == ["max_pool2d", "affine_clip"]
+    assert check(_conv_then(tail)) == ["conv2d_nchw4c"]
+
+
 @pytest.mark.parametrize("name,kernel", [("relu6", "clip"), ("hardswish", "hardswish"), ("silu", "silu"), ("hardsigmoid", "hardsigmoid"), ("hardswish_decomposed", "hardswish")])
 def test_activation_standalone_kernel(name, kernel):
     tail, scalars, _ = ACT_TAILS[name]
@@ -273,7 +280,9 @@ def test_bad_activation_arguments():
     with pytest.raises(ValueError, match="activation must be one of"):
         elementwise.activation((1, 1, 2, 2, 4), "mish")
     with pytest.raises(ValueError, match="activation must be one of"):
-        elementwise.affine((1, 1, 2, 2, 4), "clip")
+        elementwise.affine((1, 1, 2, 2, 4), "mish")
+    with pytest.raises(ValueError, match="clip_min <= clip_max"):
+        elementwise.affine((1, 1, 2, 2, 4), "clip", clip_min=1.0, clip_max=-1.0)
     from primfuncs.epilogue import Epilogue
 
     with pytest.raises(ValueError, match="clip_min <= clip_max"):
