@@ -670,21 +670,21 @@ def _emit_affine(rw: Rewriter, x: Value, var, scale, shift, nodes):
     """``act(x * scale + shift)`` per channel, extending ``nodes`` (already folded into
     ``scale``/``shift``, ending at ``var``) by further per-channel steps and an activation."""
     g = rw.graph
-    activation = None
+    activation, bounds = None, None
     while True:
         user = g.sole_user(var)
         step = _linear_step(user, var, x.channels) if user is not None else None
         if step is None:
             matched = _match_activation(g, var)
-            if matched is not None and matched[0] != "clip":
-                activation, _, tail = matched
+            if matched is not None:
+                activation, bounds, tail = matched
                 nodes, var = nodes + tail, tail[-1].var
             break
         scale, shift = scale * step[0], shift * step[0] + step[1]
         nodes, var = nodes + [user], user.var
     shape5 = (x.nchw[0], blocked(x.channels), x.nchw[2], x.nchw[3], 4)
     scope = rw.scope_for(shape5)
-    func = elementwise.affine(shape5, activation, scope=scope)
+    func = elementwise.affine(shape5, activation, scope=scope, **_clip_fields(bounds))
     out = rw.emit_kernel(func, [rw.blocked(x, scope), relax.const(pack_bias(scale.astype(np.float32))), relax.const(pack_bias(shift.astype(np.float32)))], shape5)
     for m in nodes:
         m.fused = True
