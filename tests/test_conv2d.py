@@ -13,6 +13,7 @@ from util import assert_close, rand
 from primfuncs import conv2d as conv
 from primfuncs._common import BUFFER, TEXTURE, TEXTURE_WEIGHT, blocked
 from primfuncs.epilogue import ACTIVATIONS, Epilogue
+from tir_adreno.reference import conv2d_epilogue as reference_epilogue
 from tir_adreno.reference import conv2d_nchw
 from tir_adreno import build, ops
 from tir_adreno.texture import TextureLimitError
@@ -21,18 +22,6 @@ RTOL = 1e-4
 
 
 reference_conv2d = conv2d_nchw  # float64 NCHW/OIHW conv, padding (top, left, bottom, right)
-
-
-def reference_epilogue(y, bias, residual, activation):
-    if bias is not None:
-        y = y + bias.astype(np.float64)[None, :, None, None]
-    if residual is not None:
-        y = y + residual
-    if activation in ("relu", "relu6"):
-        y = np.maximum(y, 0)
-    if activation == "relu6":
-        y = np.minimum(y, 6)
-    return y
 
 
 # -- hypothesis strategies ------------------------------------------------------------------------

@@ -140,7 +140,11 @@ def main(argv=None) -> int:
     p.add_argument("--json", metavar="PATH", help="write the report (profile, times, memory, check) as JSON")
     p.add_argument("--check", action="store_true", help=f"compare with a CPU reference; exit 1 beyond {1e-3:g} relative error")
     p.set_defaults(fn=_run)
-    p = sub.add_parser("kernels", help="build and run every kernel family on one shape, check against NumPy, time")
+    p = sub.add_parser(
+        "kernels",
+        help="every kernel family (conv direct/grouped/depthwise, Winograd 2x2/4x4, pools in both strategies, "
+        "reductions, softmax, concat, layout, elementwise) on a small shape, checked against float64 NumPy, timed",
+    )
     p.add_argument("--device", help="substring of the OpenCL platform or device name")
     p.add_argument("--json", metavar="PATH", help="write the per-kernel report as JSON")
     p.set_defaults(fn=_kernels)

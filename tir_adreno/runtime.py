@@ -186,7 +186,9 @@ class LoadedModule:
         events = self.launch(name, tensors)
         self.device.queue.finish()
         self.check_bounds()
-        return sum(event_seconds(e) for e in events)
+        seconds = sum(event_seconds(e) for e in events)
+        self.device.kernel_seconds += seconds
+        return seconds
 
     def check_bounds(self) -> None:
         """After the queue finished: raise :class:`BoundsError` for the first launch (since the
@@ -224,6 +226,8 @@ class Device:
             bool(cl_device.image_support),
         )
         self.build_options = BUILD_OPTIONS
+        #: Kernel time (OpenCL events) of every ``LoadedModule`` call so far: what an op cost.
+        self.kernel_seconds = 0.0
         self._programs: dict[str, cl.Program] = {}
 
     @property
