@@ -23,3 +23,13 @@ def device():
     from tir_adreno import runtime
 
     return runtime.get_device()
+
+
+@pytest.fixture
+def check_bounds(monkeypatch):
+    """Kernels built in this test are instrumented by the texture bounds sanitizer
+    (``TIR_ADRENO_CHECK_BOUNDS=1``): an out-of-range image access raises BoundsError."""
+    from tir_adreno import bounds
+
+    monkeypatch.setenv(bounds.ENV, "1")
+    return True
