@@ -199,7 +199,7 @@ def build_cached(func_or_mod, target=None, use_disk: bool = True, check_bounds: 
     path = cache.cache_dir() / "bundles" / f"{key}.json"
     module = None
     if use_disk:
-        payload = cache.read(path)
+        payload = cache.read(path, key)
         if payload is not None:
             try:
                 module = KernelModule.from_json(payload.decode())
@@ -208,6 +208,6 @@ def build_cached(func_or_mod, target=None, use_disk: bool = True, check_bounds: 
     if module is None:
         module = build(func_or_mod, target, check_bounds)
         if use_disk:
-            cache.write(path, module.to_json().encode())
+            cache.store(path, module.to_json().encode(), key)
     _memory_cache[key] = module
     return module

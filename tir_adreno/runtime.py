@@ -268,8 +268,9 @@ class Device:
         """Build ``source`` with ``build_options`` (default :attr:`build_options`), reusing a
         cached binary (keyed by source, device, driver and options) when a valid one exists."""
         options = self.build_options if build_options is None else build_options
-        path = cache.cache_dir() / "programs" / f"{self._binary_key(source, options)}.bin"
-        binary = cache.read(path)
+        key = self._binary_key(source, options)
+        path = cache.cache_dir() / "programs" / f"{key}.bin"
+        binary = cache.read(path, key)
         if binary is not None:
             try:
                 prg = cl._cl._Program(self.context, [self.cl_device], [binary])
@@ -285,7 +286,7 @@ class Device:
             raise RuntimeError(f"OpenCL build failed on {self.name}: {err}\n{log}") from None
         (binary,) = prg.get_info(cl.program_info.BINARIES)
         if binary:
-            cache.write(path, bytes(binary))
+            cache.store(path, bytes(binary), key)
         return cl.Program(prg)
 
     def load(self, module: KernelModule, build_options: str | None = None) -> LoadedModule:
@@ -297,6 +298,14 @@ class Device:
         if key not in self._programs:
             self._programs[key] = self.build_program(module.source, options)
         return LoadedModule(self, module, self._programs[key])
+
+
+def half_images(device: Device) -> bool:
+    """Whether ``device`` has RGBA half-float image arrays (storage in half, math in float)."""
+    if not device.limits.image_support:
+        return False
+    formats = cl.get_supported_image_formats(device.context, cl.mem_flags.READ_WRITE, cl.mem_object_type.IMAGE2D_ARRAY)
+    return any(f.channel_order == cl.channel_order.RGBA and f.channel_data_type == cl.channel_type.HALF_FLOAT for f in formats)
 
 
 _devices: dict[str, Device] = {}
