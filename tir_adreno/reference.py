@@ -64,18 +64,36 @@ def conv2d_nchw(x, w, strides=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1), gro
     return out
 
 
-def conv2d_epilogue(y, bias=None, residual=None, activation=None) -> np.ndarray:
-    """``act(y + bias + residual)`` in float64 (the conv kernels' fused epilogue); NaN propagates."""
+def activation(y, name, clip_min: float = 0.0, clip_max: float = 6.0) -> np.ndarray:
+    """float64 ``name`` of ``primfuncs.epilogue.ACTIVATIONS`` (None: identity); NaN propagates."""
+    y = np.asarray(y, np.float64)
+    if name is None:
+        return y
+    if name in ("relu", "relu6", "clip"):
+        lo, hi = {"relu": (0, None), "relu6": (0, 6), "clip": (clip_min, clip_max)}[name]
+        y = np.maximum(y, lo)
+        return y if hi is None else np.minimum(y, hi)
+    with np.errstate(over="ignore"):  # exp(-x) overflows to inf: sigmoid 0, as the kernels
+        if name == "sigmoid":
+            return 1 / (1 + np.exp(-y))
+        if name == "silu":
+            return y / (1 + np.exp(-y))
+    hard = np.minimum(np.maximum(y + 3, 0), 6) / 6
+    if name == "hardsigmoid":
+        return hard
+    if name == "hardswish":
+        return y * hard
+    raise ValueError(f"unknown activation {name!r}")
+
+
+def conv2d_epilogue(y, bias=None, residual=None, activation_name=None, clip_min=0.0, clip_max=6.0) -> np.ndarray:
+    """``act(y + bias + residual)`` in float64 (the conv kernels' fused epilogue)."""
     y = np.asarray(y, np.float64)
     if bias is not None:
         y = y + np.asarray(bias, np.float64)[None, :, None, None]
     if residual is not None:
         y = y + residual
-    if activation in ("relu", "relu6"):
-        y = np.maximum(y, 0)
-    if activation == "relu6":
-        y = np.minimum(y, 6)
-    return y
+    return activation(y, activation_name, clip_min, clip_max)
 
 
 def _taps(start, size, dilation):
