@@ -80,3 +80,24 @@ def test_env_setting(monkeypatch):
     monkeypatch.setenv(bounds.ENV, "maybe")
     with pytest.raises(ValueError, match="TIR_ADRENO_CHECK_BOUNDS must be 0 or 1, got 'maybe'"):
         bounds.enabled()
+
+
+def test_model_under_the_sanitizer(check_bounds):
+    """A compiled model's kernels are instrumented too; the executor checks after each run."""
+    from tvm import relax
+
+    from tir_adreno import compile_model
+    from tir_adreno.models import _model
+    from tir_adreno.reference import reference_outputs, relative_error
+
+    def body(m, x):
+        x = m.conv_bn(x, 6, 3)
+        return m.bb.emit(relax.op.nn.max_pool2d(x, 3, 2, 1))
+
+    mod = _model("bounds", body, 2, 9, 0)
+    compiled = compile_model(mod, progress=lambda _: None)
+    assert compiled.kernels and all(k.check_bounds for k in compiled.kernels.values())
+    x = np.random.default_rng(4).standard_normal((2, 3, 9, 9)).astype("float32")
+    (out,) = compiled.run({"input": x})
+    (ref,) = reference_outputs(mod, {"input": x})
+    assert relative_error(out, ref) <= 1e-4
