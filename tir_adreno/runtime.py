@@ -258,7 +258,8 @@ class Device:
         return self.empty(TensorSpec(name, tuple(array.shape), array.dtype.name, scope)).upload(array)
 
     # -- programs -------------------------------------------------------------------------
-    def _binary_key(self, source: str, options: str) -> str:
+    def _binary_key(self, source: str, options: str | None = None) -> str:
+        options = self.build_options if options is None else options
         d = self.cl_device
         return cache.key(
             "program", source, d.platform.name, d.platform.version, d.name, d.version, d.driver_version, options
