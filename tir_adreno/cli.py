@@ -458,7 +458,11 @@ def main(argv=None) -> int:
     way.add_argument("--rpc-tracker", metavar="HOST:PORT", help="measure on the runners registered with this TVM RPC tracker")
     p.add_argument("--rpc-key", default="tir-adreno", help="runner key at the tracker (default tir-adreno)")
     p.set_defaults(fn=_tune)
-    p = sub.add_parser("kernels", help="build and run every kernel family on one shape, check against NumPy, time")
+    p = sub.add_parser(
+        "kernels",
+        help="every kernel family (conv direct/grouped/depthwise, Winograd 2x2/4x4, pools in both strategies, "
+        "reductions, softmax, concat, layout, elementwise) on a small shape, checked against float64 NumPy, timed",
+    )
     p.add_argument("--device", help="substring of the OpenCL platform or device name")
     p.add_argument("--json", metavar="PATH", help="write the per-kernel report as JSON")
     p.set_defaults(fn=_kernels)
