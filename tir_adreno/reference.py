@@ -126,6 +126,8 @@ def activation(y, name, clip_min: float = 0.0, clip_max: float = 6.0) -> np.ndar
         return hard
     if name == "hardswish":
         return y * hard
+    if name in ("gelu", "gelu_tanh"):
+        return gelu(y, "tanh" if name == "gelu_tanh" else "none")
     raise ValueError(f"unknown activation {name!r}")
 
 
