@@ -10,7 +10,7 @@ from onnx import helper, numpy_helper
 from test_coverage import _conv, _graph, _scalars, check
 from util import rand, run_kernel
 
-from primfuncs import elementwise, layernorm, resize
+from primfuncs import elementwise, layernorm, resize, shuffle
 from tir_adreno.blocked import pack_nchw4c, unpack_nchw4c
 from tir_adreno.reference import gelu, layer_norm, resize2d_nchw
 
@@ -243,3 +243,44 @@ def test_layer_norm_bad_arguments():
         layernorm.layer_norm_channels((1, 2, 2, 2, 4), 4)
     with pytest.raises(ValueError, match="epsilon"):
         layernorm.layer_norm_channels((1, 1, 2, 2, 4), 3, -1.0)
+
+
+# -- ShuffleNet's channel split and shuffle ----------------------------------------------------
+
+
+def test_channel_split_and_shuffle_stay_on_textures():
+    """ShuffleNetV2 unit as torch exports x.chunk(2, dim=1): two Slices of the channels, conv
+    one half, concat, shuffle (groups 2)."""
+    rng = np.random.default_rng(7)
+    inits = {}
+    nodes = [
+        _conv(rng, inits, "x", "c", 10, 3),
+        helper.make_node("Slice", ["c", "zero", "five", "one"], ["s1"]),
+        helper.make_node("Slice", ["c", "five", "ten", "one"], ["s2"]),
+        _conv(rng, inits, "s2", "b", 5, 5),
+        helper.make_node("Concat", ["s1", "b"], ["cat"], axis=1),
+        helper.make_node("Reshape", ["cat", "shape5"], ["r"]),
+        helper.make_node("Transpose", ["r"], ["t"], perm=[0, 2, 1, 3, 4]),
+        helper.make_node("Reshape", ["t", "shape4"], ["y"]),
+    ]
+    model = _graph(nodes, inits)
+    for name, v in (("zero", [0]), ("five", [5]), ("ten", [10]), ("one", [1]), ("shape5", [1, 2, 5, 7, 7]), ("shape4", [1, 10, 7, 7])):
+        model.graph.initializer.append(numpy_helper.from_array(np.asarray(v, np.int64), name))
+    ops = check(model)
+    assert sorted(ops) == sorted(["conv2d_nchw4c", "slice_channels", "slice_channels1", "conv2d_nchw4c1", "concat_channels", "channel_shuffle"]), ops
+
+
+@given(blocked_shapes, st.integers(0, 3), st.data(), scopes)
+def test_channel_gather_kernels(device, d, pad, data, scope):
+    *shape, seed = d
+    channels = max(2, 4 * shape[1] - pad)
+    x = rand(np.random.default_rng(seed), (shape[0], channels, shape[2], shape[3]))
+    begin = data.draw(st.integers(0, channels - 1))
+    end = data.draw(st.integers(begin + 1, channels))
+    y = run_kernel(device, shuffle.slice_channels((*shape, 4), channels, begin, end, scope=scope), pack_nchw4c(x))
+    np.testing.assert_array_equal(unpack_nchw4c(y, end - begin), x[:, begin:end])
+    assert np.all(y[:, -1, :, :, (end - begin - 1) % 4 + 1 :] == 0)
+    groups = data.draw(st.sampled_from([g for g in (1, 2, 3, 4) if channels % g == 0]))
+    y = run_kernel(device, shuffle.channel_shuffle((*shape, 4), channels, groups, scope=scope), pack_nchw4c(x))
+    ref = x.reshape(shape[0], groups, channels // groups, *x.shape[2:]).transpose(0, 2, 1, 3, 4).reshape(x.shape)
+    np.testing.assert_array_equal(unpack_nchw4c(y, channels), ref)

@@ -36,7 +36,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from primfuncs import concat, conv2d, elementwise, layernorm, layout, pool2d, reduce, resize
+from primfuncs import concat, conv2d, elementwise, layernorm, layout, pool2d, reduce, resize, shuffle
 from primfuncs._common import BUFFER, TEXTURE, TEXTURE_WEIGHT, blocked
 from primfuncs.epilogue import Epilogue
 
@@ -934,10 +934,67 @@ def permute_handler(rw, node):
     return _alias(rw, node.var, x, "NHWC" if axes == _TO_NHWC else "NCHW", x.nchw)
 
 
+def _channel_shuffle(rw, node, x: Value):
+    """``reshape(N, g, C/g, H, W) -> permute(0, 2, 1, 3, 4) -> reshape(N, C, H, W)`` from ``node``
+    (ShuffleNet): one ``channel_shuffle`` kernel, else None."""
+    g = rw.graph
+    n, c, h, w = x.nchw
+    split, perm = _static_shape(node.var), g.sole_user(node.var)
+    back = g.sole_user(perm.var) if perm is not None else None
+    if split is None or len(split) != 5 or split[0] != n or split[1] * split[2] != c or split[3:] != (h, w):
+        return None
+    if perm is None or perm.op != "relax.permute_dims" or tuple(int(a) for a in perm.attrs.axes or ()) != (0, 2, 1, 3, 4):
+        return None
+    if back is None or back.op != "relax.reshape" or _static_shape(back.var) != x.nchw:
+        return None
+    shape5 = (n, blocked(c), h, w, 4)
+    scope = rw.scope_for(shape5)
+    out = rw.emit_kernel(shuffle.channel_shuffle(shape5, c, split[1], scope=scope), [rw.blocked(x, scope)], shape5)
+    perm.fused = back.fused = True
+    rw.define(back.var, out, scope, x.nchw)
+    return out
+
+
+def _ints_of(expr):
+    """A tuple of integers from a Relax tuple of PrimValues or a ShapeExpr, else None."""
+    fields = expr.fields if isinstance(expr, relax.Tuple) else expr.values if isinstance(expr, relax.ShapeExpr) else None
+    try:
+        return tuple(int(getattr(f, "value", f)) for f in fields)
+    except (TypeError, ValueError):
+        return None
+
+
+@handles("relax.strided_slice")
+def strided_slice_handler(rw, node):
+    """A slice of channels (ShuffleNet's split): one ``slice_channels`` kernel."""
+    x = rw.activation(node.args[0])
+    if x is None or x.layout != "NCHW" or len(node.args) < 4:
+        return None
+    axes, begin, end = (_ints_of(a) for a in node.args[1:4])
+    strides = _ints_of(node.args[4]) if len(node.args) > 4 else (1,)
+    out_shape = _static_shape(node.var)
+    if axes != (1,) or strides != (1,) or out_shape is None or begin is None or end is None:
+        return None
+    c = x.channels
+    b = begin[0] + c if begin[0] < 0 else begin[0]
+    e = min(end[0] + c if end[0] < 0 else end[0], c)
+    if not 0 <= b < e or out_shape != (x.nchw[0], e - b, *x.nchw[2:]):
+        return None
+    n, _, h, w = x.nchw
+    in5, out5 = (n, blocked(c), h, w, 4), (n, blocked(e - b), h, w, 4)
+    scope = rw.scope_for(in5, out5)
+    out = rw.emit_kernel(shuffle.slice_channels(in5, c, b, e, scope=scope), [rw.blocked(x, scope)], out5)
+    rw.define(node.var, out, scope, out_shape)
+    return out
+
+
 @handles("relax.reshape")
 def reshape_handler(rw, node):
-    """Flatten of ``[N, C, 1, 1]`` (after a global pool) to ``[N, C]``: a change of view."""
+    """Flatten of ``[N, C, 1, 1]`` (after a global pool) to ``[N, C]``: a change of view;
+    a channel shuffle (reshape -> permute -> reshape): one kernel."""
     x = rw.activation(node.args[0])
+    if x is not None and x.layout == "NCHW" and len(_static_shape(node.var) or ()) == 5:
+        return _channel_shuffle(rw, node, x)
     out_shape = _static_shape(node.var)
     if x is None or x.layout != "NCHW" or not x.blocked or x.nchw[2:] != (1, 1) or out_shape != x.nchw[:2]:
         return None
