@@ -178,6 +178,19 @@ def test_classifier_gemm_runs_as_convs(monkeypatch):
     assert seen[1:] == [(True, "relu"), (True, None)]
 
 
+def test_global_mean_then_gemm():
+    """ShuffleNet's classifier: x.mean([2, 3]) (keepdims 0) -> Gemm: reduce kernel, 1x1 conv."""
+    rng = np.random.default_rng(8)
+    inits = {"w1": rng.standard_normal((10, 8)), "b1": rng.standard_normal(10), "axes": np.asarray([2, 3])}
+    nodes = [
+        _conv(rng, inits, "x", "c", 8, 3),
+        helper.make_node("ReduceMean", ["c"], ["p"], axes=[2, 3], keepdims=0),
+        helper.make_node("Gemm", ["p", "w1", "b1"], ["y"], transB=1),
+    ]
+    del inits["axes"]
+    assert check_classifier(_graph(nodes, inits)) == ["conv2d_nchw4c", "mean_hw", "conv2d_nchw4c1"]
+
+
 def test_flatten_gemm_runs_as_one_conv():
     """VGG: Flatten of [N, C, H, W] -> Gemm is one HxW conv over the activation."""
     rng = np.random.default_rng(4)

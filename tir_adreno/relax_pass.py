@@ -832,15 +832,15 @@ def reduce_handler(rw, node):
         return None
     axes = tuple(sorted(int(a) % 4 for a in node.attrs.axis))
     keepdims = bool(node.attrs.keepdims)
-    if 0 in axes or not keepdims:
-        return None  # plain-layout results are left to upstream
+    if 0 in axes or (not keepdims and axes != (2, 3)):
+        return None  # plain-layout results are left to upstream; [N, C] (a global pool) is "NC"
     n, c, h, w = x.nchw
     in5 = (n, blocked(c), h, w, 4)
     shape5, _ = reduce.reduce_output(in5, c, axes, keepdims=True)
     scope = rw.scope_for(in5, shape5)
     op = node.op.split(".")[-1]
     out = rw.emit_kernel(reduce.reduce(in5, c, op, axes, True, scope=scope, group_threshold=strategy.group_threshold(rw.profile)), [rw.blocked(x, scope)], shape5)
-    rw.define(node.var, out, scope, out_shape)
+    rw.define(node.var, out, scope, out_shape if keepdims else (*out_shape, 1, 1))
     return out
 
 
