@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -67,9 +68,8 @@ def export(name: str, path: Path, seed: int = 0) -> Path:
 
 
 def upstream_op(label: str) -> str:
-    """An upstream kernel's op type from its PrimFunc name (``fused_matmul3_add2`` -> ``matmul+add``)."""
-    parts = [p.rstrip("0123456789") for p in label.split("_") if p and p != "fused"]
-    return "+".join(p for p in parts if p) or label
+    """An upstream kernel's op type from its PrimFunc name (``fused_matmul3_add2`` -> ``matmul_add``)."""
+    return re.sub(r"\d+(?=_|$)", "", label).removeprefix("fused_") or label
 
 
 def run_model(path: Path, device, seed: int = 0) -> dict:
