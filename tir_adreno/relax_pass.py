@@ -928,8 +928,8 @@ def permute_handler(rw, node):
     axes = tuple(int(a) for a in node.attrs.axes) if node.attrs.axes is not None else None
     if axes not in (_TO_NHWC, _TO_NCHW):
         return None
-    x = rw.activation(node.args[0], "NCHW" if axes == _TO_NHWC else "NHWC")
-    if x is None or not x.blocked:
+    x = rw.values.get(node.args[0])  # only blocked values: a plain one stays what it is
+    if x is None or x.layout != ("NCHW" if axes == _TO_NHWC else "NHWC") or not x.blocked:
         return None
     return _alias(rw, node.var, x, "NHWC" if axes == _TO_NHWC else "NCHW", x.nchw)
 
@@ -1055,7 +1055,7 @@ def matmul_handler(rw, node):
     k, m = w.shape
     src = rw.graph.by_var.get(a)
     flat = rw.activation(src.args[0]) if src is not None and src.op == "relax.reshape" and len(a_shape) == 2 else None
-    if len(a_shape) == 4 and a_shape[3] == k and rw.activation(a, "NHWC") is not None:
+    if len(a_shape) == 4 and a_shape[3] == k and a in rw.values and rw.activation(a, "NHWC") is not None:
         x_var, data_layout, weight = a, "NHWC", w.T[:, :, None, None]
     elif flat is not None and flat.layout == "NCHW" and a_shape == (flat.nchw[0], k) and int(np.prod(flat.nchw[1:])) == k and flat.nchw[2:] != (1, 1):
         x_var, data_layout, weight = src.args[0], "NCHW", w.T.reshape(m, *flat.nchw[1:])
