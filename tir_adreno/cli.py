@@ -93,6 +93,19 @@ def check_writable(path: str | None, flag: str) -> None:
         raise UserError(f"{flag} {path}: folder {folder} is not writable")
 
 
+def check_creatable_folder(path: str, flag: str) -> None:
+    """``flag``'s folder exists or can be made: no file in the way, the nearest existing parent writable."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise UserError(f"{flag} {path}: is a file, expected a folder")
+    parent = os.path.abspath(path)
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise UserError(f"{flag} {path}: {parent} is a file, so the folder cannot be made")
+    if not os.access(parent, os.W_OK):
+        raise UserError(f"{flag} {path}: folder {parent} is not writable")
+
+
 def parse_input_shapes(specs: list[str] | None) -> dict[str, tuple[int, ...]]:
     """``["NAME=D0,D1,..."]`` -> {NAME: (D0, D1, ...)}."""
     shapes = {}
@@ -304,6 +317,7 @@ def _compile(args) -> int:
     from .executor import save_model
 
     check_environment()
+    check_creatable_folder(args.output, "--output")
     target = _profile(args.target)
     _check_records(args.records)
     input_shapes = parse_input_shapes(args.input_shape)
@@ -444,7 +458,11 @@ def main(argv=None) -> int:
     way.add_argument("--rpc-tracker", metavar="HOST:PORT", help="measure on the runners registered with this TVM RPC tracker")
     p.add_argument("--rpc-key", default="tir-adreno", help="runner key at the tracker (default tir-adreno)")
     p.set_defaults(fn=_tune)
-    p = sub.add_parser("kernels", help="build and run every kernel family on one shape, check against NumPy, time")
+    p = sub.add_parser(
+        "kernels",
+        help="every kernel family (conv direct/grouped/depthwise, Winograd 2x2/4x4, pools in both strategies, "
+        "reductions, softmax, concat, layout, elementwise) on a small shape, checked against float64 NumPy, timed",
+    )
     p.add_argument("--device", help="substring of the OpenCL platform or device name")
     p.add_argument("--json", metavar="PATH", help="write the per-kernel report as JSON")
     p.set_defaults(fn=_kernels)
