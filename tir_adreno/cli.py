@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 
@@ -67,24 +68,35 @@ def _load_inputs(path, names, shapes):
         raise UserError(f"{path}: cannot read inputs ({err})") from None
 
 
-def _run(args) -> int:
+def _compile(args, prims=None):
+    """(device, model, label, compiled) for ``run`` and ``dump``."""
     from . import models, runtime
     from .compiler import ModelError, compile_model
-    from .executor import ModelInputError
 
     dev = runtime.get_device(args.device)
     model = args.model if args.model else models.get_model(args.builtin)
     label = args.model or f"built-in {args.builtin} (seeded random weights)"
     print(f"model: {label}\ndevice: {dev.name}", flush=True)
-    start = time.perf_counter()
     try:
-        compiled = compile_model(model, dev, progress=lambda msg: print(f"  {msg}", flush=True))
+        compiled = compile_model(model, dev, progress=lambda msg: print(f"  {msg}", flush=True), prims=prims)
     except ModelError as err:
         raise UserError(str(err)) from None
+    return dev, model, label, compiled
+
+
+def _run(args) -> int:
+    from . import workbench
+    from .executor import ModelInputError
+
+    edits = workbench.load_edits(args.kernels) if args.kernels else []  # file errors before compiling
+    prims = {} if args.kernels else None
+    start = time.perf_counter()
+    dev, model, label, compiled = _compile(args, prims)
     print(f"compiled in {time.perf_counter() - start:.1f} s", flush=True)
     shapes = [(compiled.plan.tensors[i].shape, compiled.plan.tensors[i].dtype) for _, i in compiled.plan.inputs]
     inputs = _load_inputs(args.inputs, compiled.input_names, shapes)
     try:
+        edited = workbench.apply_edits(compiled, prims, edits, inputs) if edits else {}
         compiled.run(inputs)  # warm-up: first launches build per-work-group code on some drivers
         start = time.perf_counter()
         outputs = compiled.run(inputs)
@@ -94,7 +106,8 @@ def _run(args) -> int:
     profile = compiled.profile()
     print(f"\n{'#':>3}  {'op':<28} {'kernel':<10} {'placement':<9} {'time (ms)':>10}")
     for i, p in enumerate(profile):
-        print(f"{i:>3}  {p['op']:<28} {'ours' if p['ours'] else 'upstream':<10} {p['placement']:<9} {p['time_ms']:>10.3f}")
+        note = f"  EDITED {edited[i][0]:.3f} -> {edited[i][1]:.3f} ms (generated -> edited, median of 3)" if i in edited else ""
+        print(f"{i:>3}  {p['op']:<28} {'ours' if p['ours'] else 'upstream':<10} {p['placement']:<9} {p['time_ms']:>10.3f}{note}")
     kernel_ms = compiled.kernel_time_ms()
     ours = sum(p["time_ms"] for p in profile if p["ours"])
     print(f"\nkernel time {kernel_ms:.2f} ms ({ours / max(kernel_ms, 1e-12):.0%} in tir-adreno kernels), wall {wall * 1e3:.1f} ms")
@@ -103,7 +116,7 @@ def _run(args) -> int:
     names = [f"output{i}" for i in range(len(outputs))]
     if args.outputs:
         np.savez(args.outputs, **dict(zip(names, outputs)))
-    report = {"model": label, "device": dev.name, "kernel_ms": kernel_ms, "wall_ms": wall * 1e3, "memory": mem, "profile": profile}
+    report = {"model": label, "device": dev.name, "kernel_ms": kernel_ms, "wall_ms": wall * 1e3, "memory": mem, "profile": profile, "edited": edited}
     status = 0
     if args.check:
         from .reference import reference_outputs, relative_error
@@ -119,6 +132,24 @@ def _run(args) -> int:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=2)
     return status
+
+
+def _dump(args) -> int:
+    from . import workbench
+
+    if args.model and os.path.isdir(args.model):
+        raise UserError(f"{args.model}: a saved model holds OpenCL C, not TVMScript; dump the ONNX file or --builtin model it was compiled from")
+    prims: dict = {}
+    _, _, _, compiled = _compile(args, prims)
+    files = workbench.dump(compiled, prims, args.output, args.model or f"--builtin {args.builtin}")
+    print(f"wrote {len(files)} kernels and {workbench.MANIFEST} to {args.output}")
+    return 0
+
+
+def _kernel(args) -> int:
+    from . import workbench
+
+    return workbench.kernel_command(args.file, args.device, args.check, args.time, args.show)
 
 
 class UserError(Exception):
@@ -139,17 +170,32 @@ def main(argv=None) -> int:
     p.add_argument("--outputs", metavar="NPZ", help="write the outputs, keyed output0, output1, ...")
     p.add_argument("--json", metavar="PATH", help="write the report (profile, times, memory, check) as JSON")
     p.add_argument("--check", action="store_true", help=f"compare with a CPU reference; exit 1 beyond {1e-3:g} relative error")
+    p.add_argument("--kernels", metavar="DIR", help="use the kernel files of `tir-adreno dump` that were edited")
     p.set_defaults(fn=_run)
+    p = sub.add_parser("dump", help="write every kernel of a model as an editable TVMScript file + manifest.json")
+    p.add_argument("model", nargs="?", help="ONNX model file (default: a built-in model)")
+    p.add_argument("--builtin", default="resnet18", choices=["resnet18", "resnet50", "mobilenet_v2"], help="built-in model when no file is given")
+    p.add_argument("-o", "--output", required=True, metavar="DIR", help="directory to write")
+    p.add_argument("--device", help="substring of the OpenCL platform or device name")
+    p.set_defaults(fn=_dump)
+    p = sub.add_parser("kernel", help="build one dumped kernel file; show, check against NumPy, time")
+    p.add_argument("file", help="a kernel file written by `tir-adreno dump`")
+    p.add_argument("--device", help="substring of the OpenCL platform or device name")
+    p.add_argument("--check", action="store_true", help="compare with the float64 NumPy reference of its op; exit 1 beyond tolerance")
+    p.add_argument("--time", action="store_true", help="median kernel time (OpenCL events)")
+    p.add_argument("--show", metavar="WHAT", help="print tir, lowered (after the Adreno TIR pipeline) or opencl")
+    p.set_defaults(fn=_kernel)
     p = sub.add_parser("kernels", help="build and run every kernel family on one shape, check against NumPy, time")
     p.add_argument("--device", help="substring of the OpenCL platform or device name")
     p.add_argument("--json", metavar="PATH", help="write the per-kernel report as JSON")
     p.set_defaults(fn=_kernels)
     args = parser.parse_args(argv)
     from .runtime import DeviceNotFoundError
+    from .workbench import WorkbenchError
 
     try:
         return args.fn(args)
-    except (DeviceNotFoundError, UserError) as err:
+    except (DeviceNotFoundError, UserError, WorkbenchError) as err:
         print(f"tir-adreno: error: {err}", file=sys.stderr)
         return 2
 

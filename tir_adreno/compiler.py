@@ -92,8 +92,9 @@ def _const_array(expr) -> np.ndarray:
     return expr.value.numpy()
 
 
-def plan_module(mod: tvm.IRModule, input_names, progress=print, target=None):
-    """Build every PrimFunc ``main`` calls and lay out the calls; returns (plan, kernels, weights)."""
+def plan_module(mod: tvm.IRModule, input_names, progress=print, target=None, prims: dict | None = None):
+    """Build every PrimFunc ``main`` calls and lay out the calls; returns (plan, kernels, weights).
+    ``prims``, when given, receives kernel key -> the PrimFunc built (``tir-adreno dump``)."""
     func = mod["main"]
     tensors: list[TensorInfo] = []
     env: dict = {}
@@ -131,6 +132,8 @@ def plan_module(mod: tvm.IRModule, input_names, progress=print, target=None):
                 progress(f"[{len(calls) + 1}/{len(call_bindings)}] build {gv.name_hint}")
                 kernels[key] = build.build_cached(prim, target)
                 built[key] = gv.name_hint
+                if prims is not None:
+                    prims[key] = prim
             module = kernels[key]
             (fname,) = module.functions
             params = module[fname].params
@@ -176,7 +179,7 @@ def _check_arg(tensor: TensorInfo, spec, where: str):
 
 
 def compile_model(
-    model, device=None, allow_buffer: bool = True, pool: bool = True, ours: bool = True, limits=None, progress=print
+    model, device=None, allow_buffer: bool = True, pool: bool = True, ours: bool = True, limits=None, progress=print, prims=None
 ) -> CompiledModel:
     """Compile ``model`` for ``device``: ONNX ``ModelProto`` or path, or a Relax IRModule with bound weights.
 
@@ -188,7 +191,7 @@ def compile_model(
     mod, names = import_model(model)
     progress("lower (tir-adreno pass, LegalizeOps, dlight)" if ours else "lower (LegalizeOps, dlight)")
     mod = lower(mod, dev, allow_buffer, ours, limits)
-    plan, kernels, weights = plan_module(mod, names, progress, _target(ours))
+    plan, kernels, weights = plan_module(mod, names, progress, _target(ours), prims)
     progress(f"load {len(kernels)} kernels on {dev.name}")
     return CompiledModel(plan, kernels, weights, dev, pool)
 

@@ -22,6 +22,7 @@ Op families plug in through :data:`HANDLERS` (op name -> handler).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -34,6 +35,10 @@ from primfuncs.epilogue import Epilogue
 
 from . import texture, tuning
 from .blocked import pack_bias, pack_oihw4o
+
+#: PrimFunc attr holding the op a kernel computes (JSON: op, attributes, logical shapes,
+#: config), for ``tir-adreno dump`` and the ``kernel`` command's NumPy reference.
+OP_ATTR = "tir_adreno.op"
 
 #: Relax op name -> handler(rewriter, node) -> new Relax expr of the node's value, or None to leave it.
 HANDLERS = {}
@@ -201,10 +206,12 @@ class Rewriter:
         self.graph: Graph | None = None
 
     # -- emission ------------------------------------------------------------------------
-    def emit_kernel(self, func, args, out_shape, dtype="float32", hint="k") -> relax.Var:
+    def emit_kernel(self, func, args, out_shape, dtype="float32", hint="k", op_info: dict | None = None) -> relax.Var:
         key = func.script()
         if key not in self._funcs:
             func = func.with_attr("tirx.is_scheduled", True)
+            if op_info is not None:
+                func = func.with_attr(OP_ATTR, json.dumps(op_info, sort_keys=True))
             name = str(func.attrs["global_symbol"]) if "global_symbol" in func.attrs else hint
             self._funcs[key] = self.bb.add_func(func.without_attr("global_symbol"), name)
         out = relax.TensorType(list(out_shape), dtype)
@@ -258,12 +265,12 @@ class Rewriter:
         shape5 = (v.nchw[0], blocked(v.channels), v.nchw[2], v.nchw[3], 4)
         if v.blocked:
             (src_scope, src), = list(v.blocked.items())[:1]
-            out = self.emit_kernel(elementwise.copy(shape5, scope=src_scope, out_scope=scope), [src], shape5)
+            out = self.emit_kernel(elementwise.copy(shape5, scope=src_scope, out_scope=scope), [src], shape5, op_info=_layout_info("copy", v.nchw))
         else:
             n, c, h, w = v.nchw
             factory = layout.nhwc_to_nchw4c if v.layout == "NHWC" else layout.nchw_to_nchw4c
             plain_shape = (n, h, w, c) if v.layout == "NHWC" else (n, c, h, w)
-            out = self.emit_kernel(factory(plain_shape, scope=scope), [v.plain], shape5)
+            out = self.emit_kernel(factory(plain_shape, scope=scope), [v.plain], shape5, op_info=_layout_info(factory.__name__, v.nchw))
         v.blocked[scope] = out
         return out
 
@@ -273,9 +280,9 @@ class Rewriter:
             (scope, src), = list(v.blocked.items())[:1]
             n, c, h, w = v.nchw
             if v.layout == "NHWC":
-                v.plain = self.emit_kernel(layout.nchw4c_to_nhwc((n, h, w, c), scope=scope), [src], (n, h, w, c))
+                v.plain = self.emit_kernel(layout.nchw4c_to_nhwc((n, h, w, c), scope=scope), [src], (n, h, w, c), op_info=_layout_info("nchw4c_to_nhwc", v.nchw))
             else:
-                v.plain = self.emit_kernel(layout.nchw4c_to_nchw((n, c, h, w), scope=scope), [src], (n, c, h, w))
+                v.plain = self.emit_kernel(layout.nchw4c_to_nchw((n, c, h, w), scope=scope), [src], (n, c, h, w), op_info=_layout_info("nchw4c_to_nchw", v.nchw))
         return v.plain
 
     # -- driver ---------------------------------------------------------------------------
@@ -312,6 +319,70 @@ class Rewriter:
             return self.bb.emit(value)
         args = [self.expr(a) for a in node.args]
         return self.bb.emit(relax.Call(value.op, args, value.attrs, value.ty_args))
+
+
+# --------------------------------------------------------------------------------------------
+# Op metadata recorded on each kernel (OP_ATTR)
+
+
+def _jsonable(value):
+    if isinstance(value, (bool, int, float, str)) or value is None:
+        return value
+    if isinstance(value, (tuple, list)) or type(value).__name__ == "Array":
+        return [_jsonable(v) for v in value]
+    if hasattr(value, "value"):  # IntImm, FloatImm, StringImm
+        return value.value
+    return str(value)
+
+
+def _attrs(attrs) -> dict:
+    """The public fields of a Relax attrs node as JSON values."""
+    names = [k for k in dir(attrs) if not k.startswith("_") and not callable(getattr(attrs, k, None))]
+    return {k: _jsonable(getattr(attrs, k)) for k in names if k not in ("id_",)}
+
+
+def _info(node: Node, **attrs) -> dict:
+    """Op name (Relax's, without "relax."), logical shapes (the model's layout) and attributes."""
+    inputs = [a for a in node.args if isinstance(a, relax.Var)]
+    if node.args and isinstance(node.args[0], relax.Tuple):
+        inputs = list(node.args[0].fields)
+    return {
+        "op": node.op.removeprefix("relax."),
+        "node": node.var.name,
+        "inputs": [list(_static_shape(a) or ()) for a in inputs],
+        "output": list(_static_shape(node.var) or ()),
+        "attrs": {k: _jsonable(v) for k, v in attrs.items()},
+    }
+
+
+def _layout_info(op: str, nchw) -> dict:
+    return {"op": op, "node": "", "inputs": [list(nchw)], "output": list(nchw), "attrs": {}}
+
+
+#: The kernels a conv runs: direct (one), Winograd (input transform, batched GEMM, output transform).
+CONV_STAGES = ("input_transform", "batched_gemm", "output_transform")
+
+
+def _conv_info(rw: Rewriter, node: Node, geom, epilogue: Epilogue, algorithm: str, stage: int) -> dict:
+    depthwise = geom.is_depthwise
+    kind = conv2d.device_kind(rw.device)
+    if algorithm == "direct":
+        config = conv2d.default_config(geom, depthwise, kind)
+    else:
+        config = conv2d_winograd.default_config(geom, tuning.winograd_tile(algorithm))
+    info = _info(node, strides=geom.strides, padding=geom.padding, dilation=geom.dilation, groups=geom.groups)
+    info.update(
+        op="nn.conv2d",
+        inputs=[[geom.n, geom.c, geom.h, geom.w]],
+        weight=[geom.o, geom.cg, geom.kh, geom.kw],
+        output=list(geom.out_shape),
+        epilogue={"bias": epilogue.bias, "activation": epilogue.activation, "residual": epilogue.residual},
+        algorithm=algorithm,
+        stage=CONV_STAGES[stage] if algorithm != "direct" else "direct",
+        device_kind=kind,
+        config={"oc_block": config.oc_block, "w_block": config.w_block, "work_group": list(config.work_group), "split_k": config.split_k},
+    )
+    return info
 
 
 # --------------------------------------------------------------------------------------------
@@ -443,14 +514,14 @@ def conv2d_handler(rw: Rewriter, node: Node):
             weight_scope=weight_scope, tile_scope=tile_scope,
         )
         u = conv2d_winograd.winograd_weight_transform(w, m, np.float32)  # from the float64 folded weights
-        tiles = rw.emit_kernel(kern.stages[0], [rw.blocked(x, scope)], kern.shapes.tile)
-        products = rw.emit_kernel(kern.stages[1], [tiles, relax.const(u)], kern.shapes.product)
+        tiles = rw.emit_kernel(kern.stages[0], [rw.blocked(x, scope)], kern.shapes.tile, op_info=_conv_info(rw, node, geom, epilogue, algorithm, 0))
+        products = rw.emit_kernel(kern.stages[1], [tiles, relax.const(u)], kern.shapes.product, op_info=_conv_info(rw, node, geom, epilogue, algorithm, 1))
         func, args = kern.stages[2], [products]
     if has_bias:
         args.append(relax.const(pack_bias(bias.astype(np.float32))))
     if residual is not None:
         args.append(rw.blocked(residual, scope))
-    out = rw.emit_kernel(func, args, out5, hint="conv2d")
+    out = rw.emit_kernel(func, args, out5, hint="conv2d", op_info=_conv_info(rw, node, geom, epilogue, algorithm, 2))
     rw.define(last.var, out, scope, (n, o, oh, ow), data_layout)
     return out
 
@@ -473,7 +544,7 @@ def _unary_activation(rw: Rewriter, node: Node, factory):
         return None
     shape5 = (x.nchw[0], blocked(x.channels), x.nchw[2], x.nchw[3], 4)
     scope = rw.scope_for(shape5)
-    out = rw.emit_kernel(factory(shape5, scope=scope), [rw.blocked(x, scope)], shape5)
+    out = rw.emit_kernel(factory(shape5, scope=scope), [rw.blocked(x, scope)], shape5, op_info=_info(node, bounds=_clip_range(node) if node.op == "relax.clip" else None))
     rw.define(node.var, out, scope, x.nchw)
     return out
 
@@ -499,7 +570,7 @@ def binary_handler(rw, node):
     shape5 = (a.nchw[0], blocked(a.channels), a.nchw[2], a.nchw[3], 4)
     scope = rw.scope_for(shape5)
     op = node.op.split(".")[-1]
-    out = rw.emit_kernel(elementwise.binary(shape5, op, scope=scope), [rw.blocked(a, scope), rw.blocked(b, scope)], shape5)
+    out = rw.emit_kernel(elementwise.binary(shape5, op, scope=scope), [rw.blocked(a, scope), rw.blocked(b, scope)], shape5, op_info=_info(node))
     rw.define(node.var, out, scope, a.nchw)
     return out
 
@@ -515,7 +586,7 @@ def _pool_common(rw, node, build_func, out_hw):
     oh, ow = out_hw
     out5 = (n, blocked(c), oh, ow, 4)
     scope = rw.scope_for(in5, out5)
-    out = rw.emit_kernel(build_func(in5, scope), [rw.blocked(x, scope)], out5)
+    out = rw.emit_kernel(build_func(in5, scope), [rw.blocked(x, scope)], out5, op_info=_info(node, **_attrs(node.attrs)))
     rw.define(node.var, out, scope, (n, c, oh, ow))
     return out
 
@@ -560,7 +631,7 @@ def reduce_handler(rw, node):
     shape5, _ = reduce.reduce_output(in5, c, axes, keepdims=True)
     scope = rw.scope_for(in5, shape5)
     op = node.op.split(".")[-1]
-    out = rw.emit_kernel(reduce.reduce(in5, c, op, axes, True, scope=scope), [rw.blocked(x, scope)], shape5)
+    out = rw.emit_kernel(reduce.reduce(in5, c, op, axes, True, scope=scope), [rw.blocked(x, scope)], shape5, op_info=_info(node, axis=axes, keepdims=True))
     rw.define(node.var, out, scope, out_shape)
     return out
 
@@ -573,7 +644,7 @@ def softmax_handler(rw, node):
     n, c, h, w = x.nchw
     shape5 = (n, blocked(c), h, w, 4)
     scope = rw.scope_for(shape5)
-    out = rw.emit_kernel(reduce.softmax(shape5, c, scope=scope), [rw.blocked(x, scope)], shape5)
+    out = rw.emit_kernel(reduce.softmax(shape5, c, scope=scope), [rw.blocked(x, scope)], shape5, op_info=_info(node, axis=1))
     rw.define(node.var, out, scope, x.nchw)
     return out
 
@@ -591,7 +662,7 @@ def concat_handler(rw, node):
     shapes = [(n, blocked(ch), h, w, 4) for ch in chans]
     out5 = (n, blocked(sum(chans)), h, w, 4)
     scope = rw.scope_for(*shapes, out5)
-    out = rw.emit_kernel(concat.concat_channels(n, chans, h, w, scope=scope), [rw.blocked(v, scope) for v in values], out5)
+    out = rw.emit_kernel(concat.concat_channels(n, chans, h, w, scope=scope), [rw.blocked(v, scope) for v in values], out5, op_info=_info(node, axis=1))
     rw.define(node.var, out, scope, (n, sum(chans), h, w))
     return out
 
