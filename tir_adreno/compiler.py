@@ -14,13 +14,10 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from . import build, runtime
+from . import build, onnx_import, runtime
 from .bundle import KernelModule
 from .executor import Call, CompiledModel, Plan, TensorInfo
-from .relax_pass import dispatch_to_textures
-
-#: Marks PrimFuncs that came from tir-adreno's factories (vs. legalized by upstream).
-OURS_ATTR = "tir_adreno.kernel"
+from .relax_pass import OURS_ATTR, dispatch_to_textures
 
 
 class ModelError(ValueError):
@@ -35,12 +32,8 @@ def _upstream_rules():
     )
 
 
-def import_model(model) -> tuple[tvm.IRModule, list[str]]:
-    """(Relax module with bound weights, input names) from ONNX or Relax."""
-    if isinstance(model, tvm.IRModule):
-        if not any(gv.name_hint == "main" for gv in model.functions):
-            raise ModelError("the Relax module has no 'main' function")
-        return model, [p.name for p in model["main"].params]
+def load_onnx(model):
+    """An ONNX ``ModelProto`` from a path or a ``ModelProto``; :class:`ModelError` when unreadable."""
     import onnx
 
     if isinstance(model, (str, os.PathLike)):
@@ -53,12 +46,36 @@ def import_model(model) -> tuple[tvm.IRModule, list[str]]:
             raise ModelError(f"{path}: not a readable ONNX model ({type(err).__name__}: {err})") from None
     if not isinstance(model, onnx.ModelProto):
         raise ModelError(f"expected an ONNX ModelProto, a path or a Relax IRModule, got {type(model).__name__}")
+    return model
+
+
+def import_model(model, input_shapes: dict | None = None, shapes_hint: str = onnx_import.INPUT_SHAPES_HINT) -> tuple[tvm.IRModule, list[str]]:
+    """(Relax module with bound weights, input names) from ONNX or Relax.
+
+    ``input_shapes`` ({name: shape}) fixes ONNX inputs with symbolic dims (a
+    named batch); shape arithmetic that becomes constant is folded first.
+    ``shapes_hint`` is how the error for a missing shape tells the user to give one.
+    """
+    if isinstance(model, tvm.IRModule):
+        if not any(gv.name_hint == "main" for gv in model.functions):
+            raise ModelError("the Relax module has no 'main' function")
+        if input_shapes:
+            raise ModelError("input_shapes applies to ONNX models; bind a Relax module's shapes in its signature")
+        return model, [p.name for p in model["main"].params]
+    model = load_onnx(model)
     from tvm.relax.frontend.onnx import from_onnx
 
-    init_names = {i.name for i in model.graph.initializer}
-    names = [i.name for i in model.graph.input if i.name not in init_names]
     try:
-        mod = from_onnx(model, keep_params_in_input=False)
+        shapes = onnx_import.input_shapes_of(model, input_shapes, shapes_hint)
+    except ValueError as err:
+        raise ModelError(str(err)) from None
+    try:
+        model = onnx_import.make_static(model, shapes)
+    except Exception as err:  # onnx's shape inference or reference ops refusing the graph
+        raise ModelError(f"cannot fold this ONNX model's shapes: {type(err).__name__}: {str(err).strip().splitlines()[-1][:300]}") from None
+    names = list(shapes)
+    try:
+        mod = from_onnx(model, shape_dict={n: list(s) for n, s in shapes.items()}, keep_params_in_input=False)
     except Exception as err:
         raise ModelError(f"TVM cannot import this ONNX model: {type(err).__name__}: {str(err).strip().splitlines()[-1][:300]}") from None
     return mod, names
@@ -75,12 +92,6 @@ def lower(mod: tvm.IRModule, device: runtime.Device, allow_buffer: bool = True, 
     mod = relax.transform.FoldConstant()(mod)
     if ours:
         mod = dispatch_to_textures(mod, limits or device.limits, allow_buffer, device)
-    marked = {}
-    for gv, func in mod.functions.items():
-        if isinstance(func, tvm.tirx.PrimFunc):
-            marked[gv] = func.with_attr(OURS_ATTR, True)
-    for gv, func in marked.items():
-        mod[gv] = func
     mod = relax.transform.LegalizeOps()(mod)
     with build.as_target(_target(ours)):
         mod = _upstream_rules()(mod)
@@ -89,7 +100,8 @@ def lower(mod: tvm.IRModule, device: runtime.Device, allow_buffer: bool = True, 
 
 
 def _const_array(expr) -> np.ndarray:
-    return expr.value.numpy()
+    # np.require, not np.ascontiguousarray: the latter turns a 0-d scalar (ReLU6's Clip bounds) into shape (1,)
+    return np.require(expr.value.numpy(), requirements="C")
 
 
 def plan_module(mod: tvm.IRModule, input_names, progress=print, target=None, prims: dict | None = None):
@@ -109,6 +121,9 @@ def plan_module(mod: tvm.IRModule, input_names, progress=print, target=None, pri
 
     inputs = []
     for name, p in zip(input_names, func.params):
+        symbolic = [str(d) for d in p.ty.shape.values if not isinstance(d, tvm.tirx.IntImm)]
+        if symbolic:
+            raise ModelError(f"input {name!r} has symbolic dim {symbolic[0]!r}; bind it to a number in the Relax signature")
         shape = [int(d) for d in p.ty.shape.values]
         env[p] = new_tensor(shape, p.ty.dtype, "global", "input", name)
         inputs.append((name, env[p]))
@@ -144,7 +159,7 @@ def plan_module(mod: tvm.IRModule, input_names, progress=print, target=None, pri
                     if cid not in const_ids:
                         spec = params[k]
                         const_ids[cid] = new_tensor(spec.shape, spec.dtype, spec.scope, "const", f"w{len(weights)}")
-                        weights[const_ids[cid]] = np.ascontiguousarray(_const_array(arg))
+                        weights[const_ids[cid]] = _const_array(arg)
                     arg_ids.append(const_ids[cid])
                 elif isinstance(arg, relax.Var):
                     arg_ids.append(env[arg])
@@ -156,7 +171,9 @@ def plan_module(mod: tvm.IRModule, input_names, progress=print, target=None, pri
             for k, t in enumerate(arg_ids):
                 _check_arg(tensors[t], params[k], gv.name_hint)
             env[binding.var] = outs[0] if len(outs) == 1 else outs
-            calls.append(Call(key, fname, tuple(arg_ids + outs), gv.name_hint, bool(prim.attrs.get(OURS_ATTR, False))))
+            # Ours only if our pass emitted it (importer-made PrimFuncs, e.g. from emit_te, are upstream's).
+            ours = prim.attrs is not None and bool(prim.attrs.get(OURS_ATTR, False))
+            calls.append(Call(key, fname, tuple(arg_ids + outs), gv.name_hint, ours))
         else:
             op = getattr(getattr(value, "op", None), "name", type(value).__name__)
             raise NotImplementedError(f"the lowered model still has {op!r}, which the executor cannot run")
@@ -179,16 +196,21 @@ def _check_arg(tensor: TensorInfo, spec, where: str):
 
 
 def compile_model(
-    model, device=None, allow_buffer: bool = True, pool: bool = True, ours: bool = True, limits=None, progress=print, prims=None
+    model, device=None, allow_buffer: bool = True, pool: bool = True, ours: bool = True, limits=None, progress=print,
+    input_shapes: dict | None = None, prims: dict | None = None,
 ) -> CompiledModel:
     """Compile ``model`` for ``device``: ONNX ``ModelProto`` or path, or a Relax IRModule with bound weights.
+
+    ``input_shapes`` ({input name: shape}) gives the shapes of ONNX inputs with
+    symbolic dims (e.g. ``{"input": (4, 3, 224, 224)}`` for a named batch).
+    ``prims`` (a dict) receives kernel key -> the PrimFunc each kernel was built from.
 
     ``ours=False`` compiles the same model with upstream TVM only (LegalizeOps +
     dlight GPU schedules, buffers), the baseline of the benchmarks.
     """
     dev = runtime.get_device(device)
     progress("import")
-    mod, names = import_model(model)
+    mod, names = import_model(model, input_shapes)
     progress("lower (tir-adreno pass, LegalizeOps, dlight)" if ours else "lower (LegalizeOps, dlight)")
     mod = lower(mod, dev, allow_buffer, ours, limits)
     plan, kernels, weights = plan_module(mod, names, progress, _target(ours), prims)

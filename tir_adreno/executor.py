@@ -212,6 +212,8 @@ class CompiledModel:
             events = loaded.launch(call.function, [self._tensors[a] for a in call.args])
             profile.append((call, events))
         self.device.queue.finish()
+        for loaded in self._loaded.values():  # sanitized builds ($TIR_ADRENO_CHECK_BOUNDS) raise here
+            loaded.check_bounds()
         self._profile = [
             {
                 "op": call.label,

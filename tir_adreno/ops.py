@@ -186,16 +186,19 @@ def _reduction_scope(dev: runtime.Device, in_nchw, out_nchw, allow_buffer: bool)
     return TEXTURE if scopes == {TEXTURE} else "global"
 
 
-def _group_threshold(dev: runtime.Device):
-    """``strategy="auto"``'s window size for the work-group schedule: never on a CPU (measured)."""
-    return _pool2d.CPU_GROUP_THRESHOLD if dev.cl_device.type & _cl.device_type.CPU else _pool2d.GROUP_THRESHOLD
+def group_threshold(dev: "runtime.Device | None"):
+    """``strategy="auto"``'s window size for the work-group schedule of pools and reductions on
+    ``dev``: never on a CPU (measured). ``ops`` and the Relax pass both ask this (no device: GPU)."""
+    if dev is not None and dev.cl_device.type & _cl.device_type.CPU:
+        return _pool2d.CPU_GROUP_THRESHOLD
+    return _pool2d.GROUP_THRESHOLD
 
 
 def _run_pool(x, factory, device, allow_buffer, **attrs) -> np.ndarray:
     x = check_array(x, "x")
     dev = runtime.get_device(device)
     check_device_dtype(dev, x.dtype.name)
-    attrs["group_threshold"] = _group_threshold(dev)
+    attrs["group_threshold"] = group_threshold(dev)
     shape = blocked_shape(x.shape)
     func = factory(shape, dtype=x.dtype.name, scope=TEXTURE, **attrs)  # validates attrs, gives the shape
     out_shape = tuple(int(d) for d in func.params[1].shape)
@@ -263,7 +266,7 @@ def _run_reduce(op, x, axis, keepdims, device, allow_buffer, strategy) -> np.nda
     shape = blocked_shape(x.shape)
     func = _reduce.reduce(
         shape, c, op, axes, keepdims, dtype=x.dtype.name, scope=scope, strategy=strategy,
-        group_threshold=_group_threshold(dev),
+        group_threshold=group_threshold(dev),
     )
     out_shape, is_blocked = _reduce.reduce_output(shape, c, axes, keepdims)
     a = upload_nchw4c(dev, x, scope)

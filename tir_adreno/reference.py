@@ -59,3 +59,20 @@ def conv2d_nchw(x, w, strides=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1), gro
                 patch = xs[:, :, i * dh : i * dh + sh * (oh - 1) + 1 : sh, j * dw : j * dw + sw * (ow - 1) + 1 : sw]
                 out[:, g * og : (g + 1) * og] += np.einsum("nchw,oc->nohw", patch, w[g * og : (g + 1) * og, :, i, j])
     return out
+
+
+def activation(x, name: str | None, clip=(0.0, 6.0)) -> np.ndarray:
+    """float64 activation by its name in ``primfuncs.epilogue.ACTIVATIONS``; ``clip``: (min, max) of "clip"."""
+    x = np.asarray(x, np.float64)
+    if name is None:
+        return x
+    if name in ("relu", "relu6", "clip"):
+        lo, hi = {"relu": (0.0, np.inf), "relu6": (0.0, 6.0), "clip": tuple(clip)}[name]
+        return np.clip(x, lo, hi)
+    with np.errstate(over="ignore"):  # exp(-x) overflows to inf: sigmoid 0
+        sigmoid = 1.0 / (1.0 + np.exp(-x))
+    hardsigmoid = np.clip(x + 3.0, 0.0, 6.0) / 6.0
+    gates = {"sigmoid": sigmoid, "hardsigmoid": hardsigmoid, "silu": x * sigmoid, "hardswish": x * hardsigmoid}
+    if name not in gates:
+        raise ValueError(f"unknown activation {name!r}")
+    return gates[name]

@@ -234,24 +234,18 @@ def _row_times(compiled, inputs, repeat: int) -> list[float]:
 # one kernel: build, show, check against NumPy, time
 
 #: Ops whose kernels must match their reference exactly (data movement, max/min, clamps).
-EXACT_OPS = {"nchw_to_nchw4c", "nhwc_to_nchw4c", "nchw4c_to_nchw", "nchw4c_to_nhwc", "copy", "concat", "nn.relu", "clip", "max", "min", "nn.max_pool2d"}
+EXACT_OPS = {"nchw_to_nchw4c", "nhwc_to_nchw4c", "nchw4c_to_nchw", "nchw4c_to_nhwc", "copy", "concat", "max", "min", "nn.max_pool2d"}
+#: Activations that only compare and select (exact).
+EXACT_ACTIVATIONS = {"relu", "relu6", "clip"}
 
 
 def tolerance(info: dict) -> float:
     """Relative error allowed against the float64 reference (float32 kernels; DESIGN.md)."""
-    if info["op"] in EXACT_OPS:
+    if info["op"] in EXACT_OPS or (info["op"] == "activation" and info["attrs"]["activation"] in EXACT_ACTIVATIONS):
         return 0.0
     if info["op"] == "nn.conv2d" and info.get("algorithm") == "winograd_4x4":
         return 1e-3  # F(4x4)'s transforms have larger terms; measured 2e-5 on real layers
     return 1e-4
-
-
-def _activate(y, activation):
-    if activation == "relu":
-        return np.maximum(y, 0.0)
-    if activation == "relu6":
-        return np.clip(y, 0.0, 6.0)
-    return y
 
 
 def reference_case(info: dict, rng: np.random.Generator):
@@ -287,12 +281,14 @@ def reference_case(info: dict, rng: np.random.Generator):
             r = rand(y.shape)
             y = y + r
             inputs.append(pack(r))
-        return inputs, _activate(y, epilogue["activation"]), channels
+        return inputs, reference.activation(y, epilogue["activation"], epilogue.get("clip", (0.0, 6.0))), channels
     inputs = [pack(a) for a in logical]
-    if op == "nn.relu":
-        y = np.maximum(x, 0.0)
-    elif op == "clip":
-        y = np.clip(x, *attrs["bounds"])
+    if op == "activation":
+        y = reference.activation(x, attrs["activation"], attrs.get("bounds") or (0.0, 6.0))
+    elif op == "affine":  # act(x * scale[c] + shift[c]), scale and shift packed like a bias
+        scale, shift = rand(channels), rand(channels)
+        inputs += [blocked.pack_bias(scale), blocked.pack_bias(shift)]
+        y = reference.activation(x * scale[None, :, None, None] + shift[None, :, None, None], attrs["activation"])
     elif op in ("add", "multiply"):
         y = getattr(np, op)(logical[0], logical[1])
     elif op == "concat":
