@@ -255,7 +255,7 @@ def reference_case(info: dict, rng: np.random.Generator):
     pack = blocked.pack_nchw4c
 
     def rand(shape):  # float32 values (what the kernel gets), held in float64
-        return rng.standard_normal(tuple(shape)).astype(np.float32).astype(np.float64)
+        return rng.standard_normal(shape if isinstance(shape, int) else tuple(shape)).astype(np.float32).astype(np.float64)
 
     logical = [rand(s) for s in info["inputs"]]
     x = logical[0]
