@@ -15,7 +15,7 @@ from tir_adreno import compiler, runtime, workbench
 
 
 def tiny_model(path, channels: int, seed: int):
-    """conv+bias -> relu -> max pool -> conv (+ residual) -> relu -> global average pool."""
+    """conv+bias -> relu -> max pool -> conv (+ residual) -> relu -> global average pool -> flatten (upstream's)."""
     rng = np.random.default_rng(seed)
 
     def weight(name, shape):
@@ -28,13 +28,14 @@ def tiny_model(path, channels: int, seed: int):
         helper.make_node("Conv", ["p1", "w2"], ["c2"], pads=[1, 1, 1, 1]),
         helper.make_node("Add", ["c2", "p1"], ["a2"]),
         helper.make_node("Relu", ["a2"], ["r2"]),
-        helper.make_node("GlobalAveragePool", ["r2"], ["out"]),
+        helper.make_node("GlobalAveragePool", ["r2"], ["g"]),
+        helper.make_node("Flatten", ["g"], ["out"]),
     ]
     graph = helper.make_graph(
         nodes,
         "tiny",
         [helper.make_tensor_value_info("image", TensorProto.FLOAT, (1, 3, 8, 8))],
-        [helper.make_tensor_value_info("out", TensorProto.FLOAT, (1, channels, 1, 1))],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, (1, channels))],
         [weight("w1", (channels, 3, 3, 3)), weight("b1", (channels,)), weight("w2", (channels, channels, 3, 3))],
     )
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
@@ -52,7 +53,7 @@ def dumped(models, tmp_path_factory):
     out = tmp_path_factory.mktemp("dump") / "kernels"
     res = cli("dump", str(models[0]), "-o", str(out))
     assert res.returncode == 0, res.stderr[-3000:]
-    assert f"wrote 6 kernels and manifest.json to {out}" in res.stdout
+    assert f"wrote 7 kernels and manifest.json to {out}" in res.stdout
     return out
 
 
@@ -79,7 +80,7 @@ WORK_GROUP_EDIT = {
 def test_dump_files_parse_to_the_kernels_the_model_builds(models, dumped):
     manifest = json.loads((dumped / "manifest.json").read_text())
     names = list(manifest["kernels"])
-    assert names == ["00_nchw_to_nchw4c", "01_conv2d_nchw4c", "02_max_pool2d", "03_conv2d_nchw4c", "04_mean_hw", "05_nchw4c_to_nchw"]
+    assert names == ["00_nchw_to_nchw4c", "01_conv2d_nchw4c", "02_max_pool2d", "03_conv2d_nchw4c", "04_mean_hw", "05_nchw4c_to_nchw", "06_reshape"]
     prims = {}
     compiler.compile_model(str(models[0]), runtime.get_device(), progress=lambda _: None, prims=prims)
     assert {e["key"] for e in manifest["kernels"].values()} == set(prims)
@@ -87,6 +88,9 @@ def test_dump_files_parse_to_the_kernels_the_model_builds(models, dumped):
         text = (dumped / entry["file"]).read_text()
         assert workbench.text_hash(text) == entry["sha256"]
         tvm.ir.assert_structural_equal(workbench.parse_kernel(dumped / entry["file"]), prims[entry["key"]])
+    upstream = manifest["kernels"]["06_reshape"]
+    assert not upstream["ours"] and upstream["op"] == {"op": "upstream", "label": "reshape"}
+    assert (dumped / "06_reshape.py").read_text().startswith("# tir-adreno kernel 06_reshape (upstream: legalized by TVM")
     conv = manifest["kernels"]["03_conv2d_nchw4c"]
     assert conv["op"]["op"] == "nn.conv2d" and conv["op"]["epilogue"]["residual"] and conv["rows"] == [3]
     assert conv["op"]["inputs"] == [[1, 8, 4, 4]] and conv["op"]["weight"] == [8, 8, 3, 3]
@@ -101,7 +105,7 @@ def test_kernel_command_checks_times_and_shows(dumped):
     assert res.returncode == 0, res.stderr[-3000:]
     assert "__kernel void" in res.stdout and "read_imagef" in res.stdout
     assert re.search(r"check passed: relative error \S+ vs float64 NumPy \(tolerance 0.0001\)", res.stdout), res.stdout[-500:]
-    assert re.search(r"time \d+\.\d us", res.stdout)
+    assert re.search(r"time \d+\.\d+ (us|ms) \(median of 10 runs, OpenCL events\)", res.stdout)
     res = cli("kernel", str(dumped / "00_nchw_to_nchw4c.py"), "--check", "--show", "lowered")
     assert res.returncode == 0, res.stderr[-3000:]
     assert "check passed: relative error 0.00e+00" in res.stdout and "(tolerance 0)" in res.stdout
@@ -159,3 +163,4 @@ def test_kernel_file_of_another_model(models, dumped, tmp_path):
 def test_bad_show_value_and_saved_model_dir(dumped, tmp_path):
     assert_user_error(cli("kernel", str(dumped / "01_conv2d_nchw4c.py"), "--show", "cuda"), "--show must be one of tir, lowered, opencl, got 'cuda'")
     assert_user_error(cli("dump", str(tmp_path), "-o", str(tmp_path / "k")), "a saved model holds OpenCL C, not TVMScript")
+    assert_user_error(cli("kernel", str(dumped / "06_reshape.py"), "--check"), "an upstream kernel records no op, so it has no NumPy reference")

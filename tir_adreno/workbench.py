@@ -81,7 +81,7 @@ def _header(name: str, info: dict | None, specs, rows, model_arg: str, path: Pat
         if info.get("config"):
             cfg = " ".join(f"{k}={v}" for k, v in info["config"].items())
             lines.append(f"  config: {cfg} (algorithm {info['algorithm']}, device kind {info['device_kind']})")
-    lines.append("  params (blocked layout, scope): " + " | ".join(_spec_text(s) for s in specs))
+    lines.append("  params (shape, dtype, scope): " + " | ".join(_spec_text(s) for s in specs))
     lines.append(f"  used by: profile rows {', '.join(str(r) for r in rows)} of `tir-adreno run {model_arg}`")
     lines.append(f"  rebuild: tir-adreno kernel {path} --check --time")
     lines.append(f"           tir-adreno run {model_arg} --kernels {path.parent} --check")
@@ -303,6 +303,10 @@ def reference_case(info: dict, rng: np.random.Generator):
     return inputs, y, channels
 
 
+def _duration(seconds: float) -> str:
+    return f"{seconds * 1e3:.2f} ms" if seconds >= 1e-3 else f"{seconds * 1e6:.1f} us"
+
+
 def kernel_command(path, device=None, check: bool = False, time: bool = False, show: str | None = None, out=print) -> int:
     """``tir-adreno kernel FILE``: build one kernel file; show, check and time it. Returns the exit code."""
     from . import build, runtime
@@ -311,6 +315,8 @@ def kernel_command(path, device=None, check: bool = False, time: bool = False, s
         raise WorkbenchError(f"--show must be one of {', '.join(SHOW)}, got {show!r}")
     func = parse_kernel(path)
     info = _op_info(func)
+    if check and info is None:
+        raise WorkbenchError(f"{path}: an upstream kernel records no op, so it has no NumPy reference; check it in its model: tir-adreno run MODEL --kernels DIR --check")
     dev = runtime.get_device(device)
     module = build.build_cached(func)
     if show == "tir":
@@ -325,8 +331,6 @@ def kernel_command(path, device=None, check: bool = False, time: bool = False, s
     out(f"{Path(path).name}: {info['op'] if info else 'upstream kernel'} on {dev.name}")
     status = 0
     rng = np.random.default_rng(0)
-    if check and info is None:
-        raise WorkbenchError(f"{path}: an upstream kernel records no op, so it has no NumPy reference; check it in its model: tir-adreno run MODEL --kernels DIR --check")
     if check or time:
         if info is not None:
             inputs, expected, channels = reference_case(info, rng)
@@ -347,5 +351,5 @@ def kernel_command(path, device=None, check: bool = False, time: bool = False, s
         status = 0 if ok else 1
     if time:
         seconds = loaded.time(name, tensors)
-        out(f"time {seconds * 1e6:.1f} us (median of 10 runs, OpenCL events)")
+        out(f"time {_duration(seconds)} (median of 10 runs, OpenCL events)")
     return status
