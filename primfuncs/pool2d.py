@@ -52,10 +52,8 @@ from .elementwise import _check_nchw4c
 #: 100 taps (1.2x), 3x at 28x28, 7x at 56x56; it loses on small windows with many outputs
 #: (2x2 to 5x5: 0.5-0.9x, the 3x3/2 stem max pool: 0.2x). PoCL (CPU): the group never wins
 #: (0.4-0.8x up to 3136 taps; a work group runs on one core, splitting a window only adds the
-#: combine), hence :data:`CPU_GROUP_THRESHOLD`.
+#: combine), hence ``tir_adreno.strategy.group_threshold`` passes None (never) for CPU profiles.
 GROUP_THRESHOLD = 49
-#: ``group_threshold`` for CPU OpenCL devices (``tir_adreno.ops`` passes it there): never group.
-CPU_GROUP_THRESHOLD = None
 #: Work items per group in the ``"group"`` schedule (at most; fewer for small windows).
 GROUP_SIZE = 64
 #: Windows with at most this many taps (3x3) are fully unrolled in the ``"thread"`` schedule;

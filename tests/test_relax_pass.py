@@ -129,6 +129,7 @@ def test_pool_strategy_follows_ops_rule(device):
     """A 7x7 global pool (49 taps, at GROUP_THRESHOLD) is grouped by the pass exactly when
     ``ops`` would group it on this device: never on CPU OpenCL."""
     from tir_adreno.compiler import dispatch_to_textures
+    from tir_adreno.device import DeviceProfile
     from tir_adreno.ops import group_threshold
 
     def body(m, x):
@@ -136,7 +137,7 @@ def test_pool_strategy_follows_ops_rule(device):
         b = m.bb.emit(relax.op.nn.max_pool2d(x, 7))
         return m.bb.emit(relax.op.add(a, b))
 
-    mod = dispatch_to_textures(_model("test", body, 1, 7, 0), device.limits, device=device)
+    mod = dispatch_to_textures(_model("test", body, 1, 7, 0), DeviceProfile.from_device(device))
     pools = [f.script() for gv, f in mod.functions.items() if "pool2d" in gv.name_hint]
     assert len(pools) == 2
     grouped = group_threshold(device) is not None and group_threshold(device) <= 49

@@ -17,7 +17,10 @@ from tvm import relax
 from . import build, onnx_import, runtime
 from .bundle import KernelModule
 from .executor import Call, CompiledModel, Plan, TensorInfo
-from .relax_pass import OURS_ATTR, dispatch_to_textures
+from .device import DeviceProfile, resolve, with_limits
+from .records import Records
+from .records import load as load_records_file
+from .relax_pass import CONFIG_ATTR, OP_ATTR, OURS_ATTR, SOURCE_ATTR, dispatch_to_textures
 
 
 class ModelError(ValueError):
@@ -86,12 +89,12 @@ def _target(ours: bool):
     return build.TEXTURE_TARGET if ours else build.OPENCL_TARGET
 
 
-def lower(mod: tvm.IRModule, device: runtime.Device, allow_buffer: bool = True, ours: bool = True, limits=None) -> tvm.IRModule:
-    """Our pass (unless ``ours`` is False: the upstream baseline), then LegalizeOps and dlight for the rest.
-    ``limits`` overrides the device's image limits (to plan for a smaller GPU)."""
+def lower(mod: tvm.IRModule, profile: DeviceProfile, allow_buffer: bool = True, ours: bool = True, records=None) -> tvm.IRModule:
+    """Our pass for ``profile`` (unless ``ours`` is False: the upstream baseline), then LegalizeOps
+    and dlight for the rest. ``records``: tuned conv choices (``records.Records``)."""
     mod = relax.transform.FoldConstant()(mod)
     if ours:
-        mod = dispatch_to_textures(mod, limits or device.limits, allow_buffer, device)
+        mod = dispatch_to_textures(mod, profile, allow_buffer, records)
     mod = relax.transform.LegalizeOps()(mod)
     with build.as_target(_target(ours)):
         mod = _upstream_rules()(mod)
@@ -104,9 +107,16 @@ def _const_array(expr) -> np.ndarray:
     return np.require(expr.value.numpy(), requirements="C")
 
 
+def kernel_func(prim: tvm.tirx.PrimFunc) -> tvm.tirx.PrimFunc:
+    """``prim`` without the attributes that describe it (config, its source, the op): what is built and cached."""
+    for attr in (CONFIG_ATTR, SOURCE_ATTR, OP_ATTR):
+        prim = prim.without_attr(attr)
+    return prim
+
+
 def plan_module(mod: tvm.IRModule, input_names, progress=print, target=None, prims: dict | None = None):
     """Build every PrimFunc ``main`` calls and lay out the calls; returns (plan, kernels, weights).
-    ``prims``, when given, receives kernel key -> the PrimFunc built (``tir-adreno dump``)."""
+    ``prims``, when given, receives kernel key -> the PrimFunc with its attributes (``tir-adreno dump``)."""
     func = mod["main"]
     tensors: list[TensorInfo] = []
     env: dict = {}
@@ -142,13 +152,15 @@ def plan_module(mod: tvm.IRModule, input_names, progress=print, target=None, pri
         elif isinstance(value, relax.Call) and getattr(value.op, "name", "") == "relax.call_tir":
             gv, args = value.args[0], value.args[1]
             prim = mod[gv]
+            meta = {k: str(prim.attrs[a]) for k, a in (("config", CONFIG_ATTR), ("source", SOURCE_ATTR)) if a in prim.attrs}
+            described, prim = prim, kernel_func(prim)  # same kernel, same cache entry
             key = build.module_key(prim, target)
+            if prims is not None:
+                prims[key] = described
             if key not in built:
                 progress(f"[{len(calls) + 1}/{len(call_bindings)}] build {gv.name_hint}")
                 kernels[key] = build.build_cached(prim, target)
                 built[key] = gv.name_hint
-                if prims is not None:
-                    prims[key] = prim
             module = kernels[key]
             (fname,) = module.functions
             params = module[fname].params
@@ -173,7 +185,7 @@ def plan_module(mod: tvm.IRModule, input_names, progress=print, target=None, pri
             env[binding.var] = outs[0] if len(outs) == 1 else outs
             # Ours only if our pass emitted it (importer-made PrimFuncs, e.g. from emit_te, are upstream's).
             ours = prim.attrs is not None and bool(prim.attrs.get(OURS_ATTR, False))
-            calls.append(Call(key, fname, tuple(arg_ids + outs), gv.name_hint, ours))
+            calls.append(Call(key, fname, tuple(arg_ids + outs), gv.name_hint, ours, **meta))
         else:
             op = getattr(getattr(value, "op", None), "name", type(value).__name__)
             raise NotImplementedError(f"the lowered model still has {op!r}, which the executor cannot run")
@@ -195,25 +207,41 @@ def _check_arg(tensor: TensorInfo, spec, where: str):
         raise RuntimeError(f"{where}: argument {spec.name} expects {spec.shape} {spec.dtype} {spec.scope}, gets {tensor}")
 
 
+def load_records(records, profile: DeviceProfile, precision: str = "float32"):
+    """``records`` (None, a path or a ``records.Records``) as Records for ``profile``."""
+    if records is None or isinstance(records, Records):
+        return records
+    return load_records_file(records, profile, precision)
+
+
+def compile_plan(model, profile: DeviceProfile, records=None, allow_buffer: bool = True, ours: bool = True, progress=print,
+                 input_shapes: dict | None = None, prims: dict | None = None):
+    """``model`` compiled for ``profile`` as (plan, kernels, weights): no device needed.
+    ``prims`` (a dict) receives kernel key -> PrimFunc (see :func:`plan_module`)."""
+    progress("import")
+    mod, names = import_model(model, input_shapes)
+    progress(f"lower for {profile.name} (tir-adreno pass, LegalizeOps, dlight)" if ours else "lower (LegalizeOps, dlight)")
+    mod = lower(mod, profile, allow_buffer, ours, load_records(records, profile))
+    return plan_module(mod, names, progress, _target(ours), prims)
+
+
 def compile_model(
-    model, device=None, allow_buffer: bool = True, pool: bool = True, ours: bool = True, limits=None, progress=print,
-    input_shapes: dict | None = None, prims: dict | None = None,
+    model, device=None, profile=None, records=None, allow_buffer: bool = True, pool: bool = True, ours: bool = True,
+    limits=None, progress=print, input_shapes: dict | None = None, prims: dict | None = None,
 ) -> CompiledModel:
-    """Compile ``model`` for ``device``: ONNX ``ModelProto`` or path, or a Relax IRModule with bound weights.
+    """Compile ``model`` (ONNX ``ModelProto`` or path, or a Relax IRModule with bound weights) and load it on ``device``.
 
-    ``input_shapes`` ({input name: shape}) gives the shapes of ONNX inputs with
-    symbolic dims (e.g. ``{"input": (4, 3, 224, 224)}`` for a named batch).
-    ``prims`` (a dict) receives kernel key -> the PrimFunc each kernel was built from.
-
-    ``ours=False`` compiles the same model with upstream TVM only (LegalizeOps +
+    ``profile`` (a ``DeviceProfile`` or a name, default: ``device``'s own) is what the
+    kernels are planned for; ``limits`` overrides its image limits (to plan for a smaller
+    GPU). ``records`` (a path or ``records.Records`` written by ``tir-adreno tune``) gives
+    tuned conv choices; records of another device are ignored with a warning. Nothing is
+    measured. ``input_shapes`` ({input name: shape}) gives the shapes of ONNX inputs with
+    symbolic dims (e.g. ``{"input": (4, 3, 224, 224)}`` for a named batch). ``ours=False`` compiles the same model with upstream TVM only (LegalizeOps +
     dlight GPU schedules, buffers), the baseline of the benchmarks.
     """
     dev = runtime.get_device(device)
-    progress("import")
-    mod, names = import_model(model, input_shapes)
-    progress("lower (tir-adreno pass, LegalizeOps, dlight)" if ours else "lower (LegalizeOps, dlight)")
-    mod = lower(mod, dev, allow_buffer, ours, limits)
-    plan, kernels, weights = plan_module(mod, names, progress, _target(ours), prims)
+    target = with_limits(resolve(dev, profile), limits)
+    plan, kernels, weights = compile_plan(model, target, records, allow_buffer, ours, progress, input_shapes, prims)
     progress(f"load {len(kernels)} kernels on {dev.name}")
     return CompiledModel(plan, kernels, weights, dev, pool)
 
@@ -239,9 +267,8 @@ def tvm_compile(model, device=None, allow_buffer: bool = True):
     already legalized and scheduled, so the Relax side runs only the generic
     GPU lowering; TIR goes through the Adreno pipeline.
     """
-    dev = runtime.get_device(device)
     mod, _ = import_model(model)
-    mod = lower(mod, dev, allow_buffer)
+    mod = lower(mod, resolve(device), allow_buffer)
     target = tvm.target.Target(build.TEXTURE_TARGET, host="llvm")
 
     @tvm.transform.module_pass(opt_level=0, name="TirAdrenoRelaxLowering")

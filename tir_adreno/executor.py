@@ -54,13 +54,17 @@ class TensorInfo:
 @dataclass(frozen=True)
 class Call:
     """One kernel call: ``function`` of kernel bundle ``kernel`` on tensors ``args``
-    (its parameters in order, outputs last). ``ours``: one of our texture kernels."""
+    (its parameters in order, outputs last). ``ours``: one of our texture kernels.
+    ``config`` / ``source``: for convs, the strategy's config string and whether it came
+    from tuning records ("records") or the defaults ("default")."""
 
     kernel: str
     function: str
     args: tuple[int, ...]
     label: str
     ours: bool
+    config: str | None = None
+    source: str | None = None
 
 
 @dataclass
@@ -82,7 +86,8 @@ class Plan:
     def from_dict(cls, d):
         return cls(
             [TensorInfo(tuple(t["shape"]), t["dtype"], t["scope"], t["kind"], t["name"]) for t in d["tensors"]],
-            [Call(c["kernel"], c["function"], tuple(c["args"]), c["label"], c["ours"]) for c in d["calls"]],
+            [Call(c["kernel"], c["function"], tuple(c["args"]), c["label"], c["ours"], c.get("config"), c.get("source"))
+             for c in d["calls"]],
             [(name, int(i)) for name, i in d["inputs"]],
             [int(i) for i in d["outputs"]],
         )
@@ -221,6 +226,7 @@ class CompiledModel:
                 "ours": call.ours,
                 "placement": self._placement(call),
                 "time_ms": sum(runtime.event_seconds(e) for e in events) * 1e3,
+                **({"config": call.config, "source": call.source} if call.config is not None else {}),
             }
             for call, events in profile
         ]
@@ -247,20 +253,27 @@ class CompiledModel:
         ``include_weights=False`` leaves the weights out (a timing-only copy for a
         machine that cannot take their size; see ``load_model(random_weights=...)``).
         """
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        doc = {
-            "format": MODEL_FORMAT,
-            "plan": self.plan.to_dict(),
-            "kernels": {k: json.loads(m.to_json()) for k, m in self.kernels.items()},
-        }
-        cache.write(directory / "model.json", json.dumps(doc).encode())
-        if not include_weights:
-            return directory
-        buf = io.BytesIO()
-        np.savez(buf, **{str(i): w for i, w in self.weights.items()})
-        cache.write(directory / "weights.npz", buf.getvalue())
+        return save_model(directory, self.plan, self.kernels, self.weights if include_weights else None)
+
+
+def save_model(directory, plan: Plan, kernels: dict[str, KernelModule], weights: dict[int, np.ndarray] | None, target: str = "") -> Path:
+    """Write a saved model (``model.json``: plan + kernels; ``weights.npz`` unless ``weights`` is None).
+    ``target`` names the device profile it was compiled for."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    doc = {
+        "format": MODEL_FORMAT,
+        "target": target,
+        "plan": plan.to_dict(),
+        "kernels": {k: json.loads(m.to_json()) for k, m in kernels.items()},
+    }
+    cache.write(directory / "model.json", json.dumps(doc).encode())
+    if weights is None:
         return directory
+    buf = io.BytesIO()
+    np.savez(buf, **{str(i): w for i, w in weights.items()})
+    cache.write(directory / "weights.npz", buf.getvalue())
+    return directory
 
 
 def load_model(directory, device=None, pool: bool = True, random_weights: int | None = None) -> CompiledModel:
@@ -281,6 +294,11 @@ def load_model(directory, device=None, pool: bool = True, random_weights: int | 
         raise ValueError(f"{directory}: model format {doc.get('format')} != {MODEL_FORMAT}")
     kernels = {k: KernelModule.from_json(json.dumps(v)) for k, v in doc["kernels"].items()}
     plan = Plan.from_dict(doc["plan"])
+    device = runtime.get_device(device)
+    for t in plan.tensors:
+        if is_texture_scope(t.scope) and not device.limits.fits(t.shape, t.scope):
+            raise ValueError(f"{directory}: compiled for {doc.get('target') or 'another device'}: tensor {t.shape} in {t.scope} "
+                             f"exceeds {device.name}'s image limits; compile with --target for this device")
     if weight_bytes:
         with np.load(io.BytesIO(weight_bytes)) as npz:
             weights = {int(k): npz[k] for k in npz.files}

@@ -3,12 +3,19 @@
 :func:`DispatchToTextures` rewrites ``main`` of a static-shape Relax module:
 
 - ``nn.conv2d`` becomes one conv kernel with its epilogue fused: a following
-  per-channel bias ``add`` and ``nn.batch_norm`` are folded into the weights and
-  bias at compile time, then a residual ``add`` and ``relu``/``clip(0, 6)``
-  run in the kernel's epilogue. Weights are packed to OIHW4o here, once
-  ("static textures").
-- pooling, reductions over C/H/W, channel softmax, elementwise ops and channel
-  concat map to their kernels when their operands are 4-d activations.
+  per-channel bias ``add``, per-channel or scalar constant multiply/add/subtract/
+  divide and ``nn.batch_norm`` are folded into the weights and bias at compile
+  time, then a residual ``add`` and an activation run in the kernel's epilogue.
+  Activations are recognized however the importer writes them (ReLU6 as
+  ``maximum``/``minimum`` by scalars, HardSwish as ``x * relu6(x + 3) / 6``, SiLU
+  as ``x * sigmoid(x)``, ...: :func:`_match_activation`). Weights are packed to
+  OIHW4o here, once ("static textures").
+- pooling, reductions over C/H/W, channel softmax, elementwise ops (activations,
+  per-channel affine = batch norm after no conv, the squeeze-excitation gate
+  multiply) and channel concat of any number of inputs map to their kernels when
+  their operands are 4-d activations.
+- Every PrimFunc emitted here carries :data:`OURS_ATTR`, so the profile tells our
+  kernels from what TVM's importer or legalizer made.
 - Activations stay NCHW4c between our kernels. A layout transform is emitted
   only where a value crosses to an op we do not cover (or comes from one), and
   each transform is emitted once per value, so back-to-back transforms cancel.
@@ -29,20 +36,23 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from primfuncs import concat, conv2d, conv2d_winograd, elementwise, layout, pool2d, reduce
+from primfuncs import concat, conv2d, elementwise, layout, pool2d, reduce
 from primfuncs._common import BUFFER, TEXTURE, TEXTURE_WEIGHT, blocked
 from primfuncs.epilogue import Epilogue
 
-from . import texture, tuning
-from .ops import group_threshold
-from .blocked import pack_bias, pack_oihw4o
+from . import strategy, texture
+from .blocked import pack_bias
+from .device import DeviceProfile
+
+#: PrimFunc attributes carrying a conv's plan (config string, "records"/"default") to the profile.
+CONFIG_ATTR, SOURCE_ATTR = "tir_adreno.config", "tir_adreno.source"
+#: PrimFunc attr holding the op a kernel computes (JSON: op, attributes, logical shapes),
+#: for ``tir-adreno dump`` and the ``kernel`` command's NumPy reference.
+OP_ATTR = "tir_adreno.op"
 
 #: Attribute marking the PrimFuncs this pass emits (kernels from ``primfuncs/``), so the
 #: profile can tell them from what TVM's importer or legalizer made.
 OURS_ATTR = "tir_adreno.kernel"
-#: PrimFunc attr holding the op a kernel computes (JSON: op, attributes, logical shapes,
-#: config), for ``tir-adreno dump`` and the ``kernel`` command's NumPy reference.
-OP_ATTR = "tir_adreno.op"
 
 #: Relax op name -> handler(rewriter, node) -> new Relax expr of the node's value, or None to leave it.
 HANDLERS = {}
@@ -226,10 +236,11 @@ class Value:
 
 
 class Rewriter:
-    def __init__(self, mod: tvm.IRModule, limits: texture.DeviceLimits, allow_buffer: bool = True, device=None):
+    def __init__(self, mod: tvm.IRModule, profile: DeviceProfile, allow_buffer: bool = True, records=None):
         self.mod = mod
-        self.device = device  # whose recorded conv algorithm choices apply (tir_adreno.tuning)
-        self.limits = limits
+        self.profile = profile
+        self.records = records  # tir_adreno.records.Records: tuned conv choices, or None
+        self.limits = profile.limits
         self.allow_buffer = allow_buffer
         others = {gv: f for gv, f in mod.functions.items() if gv.name_hint != "main"}
         self.bb = relax.BlockBuilder(tvm.IRModule(others, attrs=mod.attrs))
@@ -556,16 +567,13 @@ def _elementwise_info(op: str, nodes, inputs, **attrs) -> dict:
     return {"op": op, "node": names, "inputs": [list(s) for s in inputs], "output": list(inputs[0]), "attrs": {k: _jsonable(v) for k, v in attrs.items()}}
 
 
-#: The kernels of a Winograd conv, in order (a direct conv is one kernel, stage "direct").
-CONV_STAGES = ("input_transform", "batched_gemm", "output_transform")
+#: A conv's kernels by the tensor each writes: direct (Y), Winograd (V, M, Y).
+CONV_STAGES = {"V": "input_transform", "M": "batched_gemm", "Y": "output_transform"}
 
 
-def _conv_info(rw: Rewriter, node: Node, geom, epilogue: Epilogue, algorithm: str, stage: int) -> dict:
-    kind = conv2d.device_kind(rw.device)
-    if algorithm == "direct":
-        config = conv2d.default_config(geom, geom.is_depthwise, kind)
-    else:
-        config = conv2d_winograd.default_config(geom, tuning.winograd_tile(algorithm))
+def _conv_info(node: Node, plan, output: str) -> dict:
+    """A conv kernel (``plan``: strategy.ConvPlan) writing tensor ``output``."""
+    geom, epilogue = plan.geometry, plan.epilogue
     info = _info(node, strides=geom.strides, padding=geom.padding, dilation=geom.dilation, groups=geom.groups)
     info.update(
         op="nn.conv2d",
@@ -574,10 +582,8 @@ def _conv_info(rw: Rewriter, node: Node, geom, epilogue: Epilogue, algorithm: st
         output=list(geom.out_shape),
         epilogue={"bias": epilogue.bias, "activation": epilogue.activation, "residual": epilogue.residual,
                   **({"clip": [epilogue.clip_min, epilogue.clip_max]} if epilogue.activation == "clip" else {})},
-        algorithm=algorithm,
-        stage=CONV_STAGES[stage] if algorithm != "direct" else "direct",
-        device_kind=kind,
-        config={"oc_block": config.oc_block, "w_block": config.w_block, "work_group": list(config.work_group), "split_k": config.split_k},
+        algorithm=plan.algorithm,
+        stage="direct" if plan.algorithm == "direct" else CONV_STAGES[output],
     )
     return info
 
@@ -660,40 +666,26 @@ def conv2d_handler(rw: Rewriter, node: Node):
         user = next_user()
 
     geom = conv2d.conv2d_geometry((n, c, h, wd), w.shape, _ints(attrs.strides), _ints(attrs.padding), _ints(attrs.dilation), groups)
-    oh, ow = geom.oh, geom.ow
-    out5 = (n, blocked(o), oh, ow, 4)
-    in5 = (n, blocked(c), h, wd, 4)
-    scope = rw.scope_for(in5, out5)
     has_bias = bool(np.any(bias != 0))
     epilogue = Epilogue(bias=has_bias, activation=activation, residual=residual is not None, **_clip_fields(clip_bounds))
-    depthwise = groups == c and groups > 1 and w.shape[1] == 1
-    # "direct" unless this device was tuned for the conv (tir_adreno.tuning, $TIR_ADRENO_TUNING).
-    algorithm = tuning.choose_conv2d_algorithm(geom, rw.device)
-    if algorithm == "direct":
-        factory = conv2d.depthwise_conv2d_nchw4c if depthwise else conv2d.conv2d_nchw4c
-        kwargs = dict(strides=geom.strides, padding=geom.padding, dilation=geom.dilation, epilogue=epilogue, scope=scope, device_kind=conv2d.device_kind(rw.device))
-        if not depthwise:
-            kwargs["groups"] = groups
-        packed_w = pack_oihw4o(w.astype(np.float32))
-        kwargs["weight_scope"] = rw.weight_scope(packed_w.shape) if scope == TEXTURE else BUFFER
-        func = factory((n, c, h, wd), w.shape, **kwargs)
-        args = [rw.blocked(x, scope), relax.const(packed_w)]
-    else:  # Winograd: input transform and batched GEMM here; the output transform (with the epilogue) below
-        m = tuning.winograd_tile(algorithm)
-        _, weight_scope, tile_scope = tuning.placement(geom, algorithm, rw.limits, scope, rw.allow_buffer)
-        kern = conv2d_winograd.conv2d_winograd_nchw4c(
-            (n, c, h, wd), w.shape, padding=geom.padding, m=m, epilogue=epilogue, scope=scope,
-            weight_scope=weight_scope, tile_scope=tile_scope,
-        )
-        u = conv2d_winograd.winograd_weight_transform(w, m, np.float32)  # from the float64 folded weights
-        tiles = rw.emit_kernel(kern.stages[0], [rw.blocked(x, scope)], kern.shapes.tile, op_info=_conv_info(rw, node, geom, epilogue, algorithm, 0))
-        products = rw.emit_kernel(kern.stages[1], [tiles, relax.const(u)], kern.shapes.product, op_info=_conv_info(rw, node, geom, epilogue, algorithm, 1))
-        func, args = kern.stages[2], [products]
+    plan = strategy.conv2d_plan(geom, epilogue, "float32", rw.profile, rw.records, allow_buffer=rw.allow_buffer)
+    scope = plan.scope
+    # The choice travels to the executor's profile rows as PrimFunc attributes.
+    stages = [f.with_attr(CONFIG_ATTR, plan.config_string).with_attr(SOURCE_ATTR, plan.source) for f in plan.primfuncs()]
+    # Every stage but the last produces one intermediate (Winograd's V, then M) from the previous.
+    args = [rw.blocked(x, scope)]
+    for func, name in zip(stages[:-1], ("V", "M")):
+        args = [rw.emit_kernel(func, args, plan.tensor(name).shape, op_info=_conv_info(node, plan, name))]
+        if name == "V":
+            args.append(relax.const(plan.pack_weights(w)))
+    if len(stages) == 1:
+        args.append(relax.const(plan.pack_weights(w)))
     if has_bias:
         args.append(relax.const(pack_bias(bias.astype(np.float32))))
     if residual is not None:
         args.append(rw.blocked(residual, scope))
-    out = rw.emit_kernel(func, args, out5, hint="conv2d", op_info=_conv_info(rw, node, geom, epilogue, algorithm, 2))
+    out = rw.emit_kernel(stages[-1], args, plan.tensor("Y").shape, hint="conv2d", op_info=_conv_info(node, plan, "Y"))
+    oh, ow = geom.oh, geom.ow
     rw.define(last.var, out, scope, (n, o, oh, ow), data_layout)
     return out
 
@@ -858,7 +850,7 @@ def pool_handler(rw, node):
         return pool2d.pool2d(
             in5, kind, _ints(a.pool_size), _ints(a.strides), _ints(a.padding), _ints(a.dilation),
             bool(a.ceil_mode), bool(getattr(a, "count_include_pad", False)), scope=scope,
-            group_threshold=group_threshold(rw.device),
+            group_threshold=strategy.group_threshold(rw.profile),
         )
 
     return _pool_common(rw, node, make, out_shape[2:])
@@ -870,7 +862,7 @@ def adaptive_pool_handler(rw, node):
     if out_shape is None:
         return None
     return _pool_common(rw, node, lambda in5, scope: pool2d.adaptive_avg_pool2d(
-        in5, out_shape[2:], scope=scope, group_threshold=group_threshold(rw.device)), out_shape[2:])
+        in5, out_shape[2:], scope=scope, group_threshold=strategy.group_threshold(rw.profile)), out_shape[2:])
 
 
 @handles("relax.mean", "relax.sum", "relax.max", "relax.min")
@@ -888,7 +880,7 @@ def reduce_handler(rw, node):
     shape5, _ = reduce.reduce_output(in5, c, axes, keepdims=True)
     scope = rw.scope_for(in5, shape5)
     op = node.op.split(".")[-1]
-    out = rw.emit_kernel(reduce.reduce(in5, c, op, axes, True, scope=scope, group_threshold=group_threshold(rw.device)), [rw.blocked(x, scope)], shape5, op_info=_info(node, axis=axes, keepdims=True))
+    out = rw.emit_kernel(reduce.reduce(in5, c, op, axes, True, scope=scope, group_threshold=strategy.group_threshold(rw.profile)), [rw.blocked(x, scope)], shape5, op_info=_info(node, axis=axes, keepdims=True))
     rw.define(node.var, out, scope, out_shape)
     return out
 
@@ -935,18 +927,20 @@ def _emit_concat(rw, parts, n, h, w, scope):
     return rw.emit_kernel(concat.concat_channels(n, chans, h, w, scope=scope), [e for e, _ in parts], out5, op_info=info), sum(chans)
 
 
-def dispatch_to_textures(mod: tvm.IRModule, limits: texture.DeviceLimits, allow_buffer: bool = True, device=None) -> tvm.IRModule:
-    """Rewrite ``mod["main"]`` onto our kernels (see the module docstring)."""
-    return Rewriter(mod, limits, allow_buffer, device).run()
+def dispatch_to_textures(mod: tvm.IRModule, profile: DeviceProfile, allow_buffer: bool = True, records=None) -> tvm.IRModule:
+    """Rewrite ``mod["main"]`` onto our kernels for ``profile`` (see the module docstring);
+    ``records`` (``tir_adreno.records.Records``) gives tuned conv choices."""
+    return Rewriter(mod, profile, allow_buffer, records).run()
 
 
-def DispatchToTextures(limits: texture.DeviceLimits | None = None, allow_buffer: bool = True) -> tvm.transform.Pass:  # noqa: N802 (TVM pass naming)
-    """The pass form of :func:`dispatch_to_textures` (default limits: TVM's Adreno target)."""
-    if limits is None:
-        limits = texture.DeviceLimits(16384, 16384, 2048)
+def DispatchToTextures(profile: DeviceProfile | str = "adreno", allow_buffer: bool = True, records=None) -> tvm.transform.Pass:  # noqa: N802 (TVM pass naming)
+    """The pass form of :func:`dispatch_to_textures` (default: the ``adreno`` profile)."""
+    from .device import resolve
+
+    profile = resolve(profile=profile)
 
     @tvm.transform.module_pass(opt_level=0, name="DispatchToTextures")
     def _pass(mod, _ctx):
-        return dispatch_to_textures(mod, limits, allow_buffer)
+        return dispatch_to_textures(mod, profile, allow_buffer, records)
 
     return _pass

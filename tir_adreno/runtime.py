@@ -296,6 +296,14 @@ class Device:
         return LoadedModule(self, module, self._programs[key])
 
 
+def half_images(device: Device) -> bool:
+    """Whether ``device`` has RGBA half-float image arrays (storage in half, math in float)."""
+    if not device.limits.image_support:
+        return False
+    formats = cl.get_supported_image_formats(device.context, cl.mem_flags.READ_WRITE, cl.mem_object_type.IMAGE2D_ARRAY)
+    return any(f.channel_order == cl.channel_order.RGBA and f.channel_data_type == cl.channel_type.HALF_FLOAT for f in formats)
+
+
 _devices: dict[str, Device] = {}
 
 

@@ -28,6 +28,8 @@ MANIFEST = "manifest.json"
 MANIFEST_FORMAT = 1
 #: PrimFunc attr with the op metadata (set by the Relax pass; see relax_pass.OP_ATTR).
 OP_ATTR = "tir_adreno.op"
+#: Header line of a kernel file that carries its op metadata (what ``kernel --check`` compares with).
+OP_LINE = "# op: "
 SHOW = ("tir", "lowered", "opencl")
 
 
@@ -63,7 +65,7 @@ def _spec_text(spec: TensorSpec) -> str:
     return f"{spec.name} {list(spec.shape)} {spec.dtype} {spec.scope}"
 
 
-def _header(name: str, info: dict | None, specs, rows, model_arg: str, path: Path) -> list[str]:
+def _header(name: str, info: dict | None, call, specs, rows, model_arg: str, path: Path) -> list[str]:
     lines = []
     if info is None:
         lines.append(f"tir-adreno kernel {name} (upstream: legalized by TVM, scheduled by dlight)")
@@ -78,15 +80,15 @@ def _header(name: str, info: dict | None, specs, rows, model_arg: str, path: Pat
         shapes = ", ".join(str(s) for s in info["inputs"])
         weight = f", weight {info['weight']}" if info.get("weight") else ""
         lines.append(f"  logical shapes (NCHW): input {shapes}{weight} -> output {info['output']}")
-        if info.get("config"):
-            cfg = " ".join(f"{k}={v}" for k, v in info["config"].items())
-            lines.append(f"  config: {cfg} (algorithm {info['algorithm']}, device kind {info['device_kind']})")
+        if call.config:
+            lines.append(f"  config: {call.config} (from {call.source}; register tile x work group, see ConvConfig)")
     lines.append("  params (shape, dtype, scope): " + " | ".join(_spec_text(s) for s in specs))
     lines.append(f"  used by: profile rows {', '.join(str(r) for r in rows)} of `tir-adreno run {model_arg}`")
     lines.append(f"  rebuild: tir-adreno kernel {path} --check --time")
     lines.append(f"           tir-adreno run {model_arg} --kernels {path.parent} --check")
     lines.append("Edit the TVMScript below (tile, loops, work group); keep the parameters (shapes, dtypes, scopes).")
-    return [f"# {line}".rstrip() for line in lines]
+    header = [f"# {line}".rstrip() for line in lines]
+    return header + ([OP_LINE + json.dumps(info, sort_keys=True)] if info is not None else [])
 
 
 def dump(compiled, prims: dict, directory, model_arg: str) -> list[Path]:
@@ -97,15 +99,17 @@ def dump(compiled, prims: dict, directory, model_arg: str) -> list[Path]:
     rows: dict[str, list[int]] = {}
     for i, call in enumerate(compiled.plan.calls):
         rows.setdefault(call.kernel, []).append(i)
+    from .compiler import kernel_func
+
     entries, written = {}, []
     for position, (key, call_rows) in enumerate(rows.items()):
         call = compiled.plan.calls[call_rows[0]]
-        func = prims[key]
+        info = _op_info(prims[key])
+        func = kernel_func(prims[key])  # exactly what the model builds
         name = _kernel_name(position, call.label)
         path = directory / f"{name}.py"
-        info = _op_info(func)
         specs = _param_specs(func)
-        text = "\n".join(_header(name, info, specs, call_rows, model_arg, path)) + "\n" + func.script() + "\n"
+        text = "\n".join(_header(name, info, call, specs, call_rows, model_arg, path)) + "\n" + func.script() + "\n"
         path.write_text(text)
         written.append(path)
         entries[name] = {
@@ -125,6 +129,19 @@ def dump(compiled, prims: dict, directory, model_arg: str) -> list[Path]:
 
 # --------------------------------------------------------------------------------------------
 # reading files back
+
+
+def header_op(path) -> dict | None:
+    """The op metadata in a kernel file's header (None: an upstream kernel)."""
+    for line in Path(path).read_text().splitlines():
+        if line.startswith(OP_LINE):
+            try:
+                return json.loads(line[len(OP_LINE):])
+            except ValueError as err:
+                raise WorkbenchError(f"{path}: unreadable '{OP_LINE.strip()}' header line ({err})") from None
+        if not line.startswith("#"):
+            break
+    return None
 
 
 def parse_kernel(path) -> "object":
@@ -197,12 +214,13 @@ def apply_edits(compiled, prims: dict, edits: list[Edit], inputs, target=None, r
     """Swap the edited kernels into ``compiled``; returns profile row -> (generated ms, edited ms),
     medians of ``repeat`` runs of the whole model (OpenCL event times) before and after."""
     from . import build
+    from .compiler import kernel_func
 
     for edit in edits:
         generated = prims.get(edit.entry["key"])
         if generated is None:
             raise WorkbenchError(f"{edit.path}: this model has no kernel {edit.name} (the dump is of another model or device kind; dump again)")
-        mismatch = _signature_mismatch(_param_specs(edit.func), _param_specs(generated))
+        mismatch = _signature_mismatch(_param_specs(edit.func), _param_specs(kernel_func(generated)))
         if mismatch:
             raise WorkbenchError(f"{edit.path}: signature differs from the model's kernel: {mismatch}")
     if not edits:
@@ -314,7 +332,7 @@ def kernel_command(path, device=None, check: bool = False, time: bool = False, s
     if show is not None and show not in SHOW:
         raise WorkbenchError(f"--show must be one of {', '.join(SHOW)}, got {show!r}")
     func = parse_kernel(path)
-    info = _op_info(func)
+    info = header_op(path)
     if check and info is None:
         raise WorkbenchError(f"{path}: an upstream kernel records no op, so it has no NumPy reference; check it in its model: tir-adreno run MODEL --kernels DIR --check")
     dev = runtime.get_device(device)
