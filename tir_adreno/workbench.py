@@ -26,8 +26,6 @@ from .bundle import TensorSpec
 
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = 1
-#: PrimFunc attr with the op metadata (set by the Relax pass; see relax_pass.OP_ATTR).
-OP_ATTR = "tir_adreno.op"
 #: Header line of a kernel file that carries its op metadata (what ``kernel --check`` compares with).
 OP_LINE = "# op: "
 SHOW = ("tir", "lowered", "opencl")
@@ -51,6 +49,8 @@ def _kernel_name(position: int, label: str) -> str:
 
 
 def _op_info(func) -> dict | None:
+    from .relax_pass import OP_ATTR
+
     attrs = func.attrs
     return json.loads(str(attrs[OP_ATTR])) if attrs is not None and OP_ATTR in attrs else None
 
