@@ -164,3 +164,28 @@ def test_bad_show_value_and_saved_model_dir(dumped, tmp_path):
     assert_user_error(cli("kernel", str(dumped / "01_conv2d_nchw4c.py"), "--show", "cuda"), "--show must be one of tir, lowered, opencl, got 'cuda'")
     assert_user_error(cli("dump", str(tmp_path), "-o", str(tmp_path / "k")), "a saved model holds OpenCL C, not TVMScript")
     assert_user_error(cli("kernel", str(dumped / "06_reshape.py"), "--check"), "an upstream kernel records no op, so it has no NumPy reference")
+
+
+def test_winograd_stage_runs_between_the_other_two(models, tmp_path):
+    """A Winograd conv (chosen by records) dumps as three kernels; `kernel --check` runs the
+    edited stage between the other two, rebuilt from its header, against the conv reference."""
+    from primfuncs.conv2d import conv2d_geometry
+    from tir_adreno import records, strategy
+    from tir_adreno.device import resolve
+
+    dev = runtime.get_device()
+    rec = records.Records(resolve(dev))
+    rec.add(records.conv2d_key(conv2d_geometry((1, 8, 4, 4), (8, 8, 3, 3), 1, 1)), strategy.ConvChoice("winograd_4x4"), {})
+    prims = {}
+    compiled = compiler.compile_model(str(models[0]), dev, records=rec, progress=lambda _: None, prims=prims)
+    names = [p.stem for p in workbench.dump(compiled, prims, tmp_path, str(models[0]))]
+    assert names[3:6] == ["03_winograd4x4_input_transform", "04_winograd4x4_batched_gemm", "05_winograd4x4_output_transform"]
+    res = cli("kernel", str(tmp_path / "04_winograd4x4_batched_gemm.py"), "--check")
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    assert "batched_gemm, run between the other Winograd stages" in res.stdout and "(tolerance 0.001)" in res.stdout
+    path = tmp_path / "05_winograd4x4_output_transform.py"
+    text = path.read_text()
+    assert "y[i * 4 + j, lane] + tmp[lane]" in text
+    path.write_text(text.replace("y[i * 4 + j, lane] + tmp[lane]", "y[i * 4 + j, lane] - tmp[lane]"))  # the residual subtracted
+    res = cli("kernel", str(path), "--check")
+    assert res.returncode == 1 and "check FAILED" in res.stdout, res.stdout[-2000:] + res.stderr[-2000:]

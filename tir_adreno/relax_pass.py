@@ -584,6 +584,7 @@ def _conv_info(node: Node, plan, output: str) -> dict:
                   **({"clip": [epilogue.clip_min, epilogue.clip_max]} if epilogue.activation == "clip" else {})},
         algorithm=plan.algorithm,
         stage="direct" if plan.algorithm == "direct" else CONV_STAGES[output],
+        choice=plan.choice.to_dict(),  # rebuilds the other stages of a Winograd conv (``tir-adreno kernel``)
     )
     return info
 

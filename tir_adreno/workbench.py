@@ -266,9 +266,10 @@ def tolerance(info: dict) -> float:
     return 1e-4
 
 
-def reference_case(info: dict, rng: np.random.Generator):
+def reference_case(info: dict, rng: np.random.Generator, pack_weights=blocked.pack_oihw4o):
     """(kernel inputs in their blocked layouts, reference output, channels to unpack the
-    kernel's NCHW4c output to; None: compare the output as it is)."""
+    kernel's NCHW4c output to; None: compare the output as it is). ``pack_weights``: a
+    conv's OIHW weights as its first kernel reads them (Winograd: ``G g G^T``)."""
     op, attrs = info["op"], info.get("attrs", {})
     pack = blocked.pack_nchw4c
 
@@ -285,11 +286,9 @@ def reference_case(info: dict, rng: np.random.Generator):
         return [pack(x)], x if op == "nchw4c_to_nchw" else x.transpose(0, 2, 3, 1), None
     channels = info["output"][1]
     if op == "nn.conv2d":
-        if info.get("stage", "direct") != "direct":
-            raise WorkbenchError(f"one Winograd stage ({info['stage']}) has no reference of its own; check it in its model: tir-adreno run MODEL --kernels DIR --check")
         w = rand(info["weight"])
         y = reference.conv2d_nchw(x, w, attrs["strides"], attrs["padding"], attrs["dilation"], attrs["groups"])
-        inputs = [pack(x), blocked.pack_oihw4o(w)]
+        inputs = [pack(x), pack_weights(w)]
         epilogue = info["epilogue"]
         if epilogue["bias"]:
             b = rand(channels)
@@ -325,8 +324,46 @@ def _duration(seconds: float) -> str:
     return f"{seconds * 1e3:.2f} ms" if seconds >= 1e-3 else f"{seconds * 1e6:.1f} us"
 
 
+def _winograd_stages(path, func, info: dict, dev):
+    """The three kernels of the Winograd conv ``info`` records (its plan rebuilt for ``dev``),
+    the file's ``func`` in its stage's place; returns (kernels, the file's index, plan)."""
+    from primfuncs.conv2d import conv2d_geometry
+    from primfuncs.epilogue import Epilogue
+
+    from . import strategy
+    from .device import resolve
+    from .relax_pass import CONV_STAGES
+
+    a, e = info["attrs"], info["epilogue"]
+    geom = conv2d_geometry(info["inputs"][0], info["weight"], a["strides"], a["padding"], a["dilation"], a["groups"])
+    clip = e.get("clip", (0.0, 6.0))
+    epilogue = Epilogue(e["bias"], e["activation"], e["residual"], clip[0], clip[1])
+    plan = strategy.conv2d_plan(geom, epilogue, "float32", resolve(dev), choice=strategy.ConvChoice.from_dict(info["choice"]))
+    stages = list(plan.primfuncs())
+    index = list(CONV_STAGES.values()).index(info["stage"])
+    mismatch = _signature_mismatch(_param_specs(func), _param_specs(stages[index]))
+    if mismatch:
+        raise WorkbenchError(f"{path}: signature differs from the {info['stage']} of this conv on {dev.name}: {mismatch}")
+    stages[index] = func
+    return stages, index, plan
+
+
+def _chain_tensors(dev, specs, inputs):
+    """Device tensors of a kernel chain (a single kernel, or Winograd's three: X -> V, V U -> M,
+    M [Bias] [Residual] -> Y) from the conv's blocked ``inputs``; the last output poisoned."""
+    upload = lambda spec, x: dev.empty(spec).upload(np.ascontiguousarray(x, spec.dtype))  # noqa: E731
+    if len(specs) == 1:
+        (s,) = specs
+        return [[*(upload(p, x) for p, x in zip(s, inputs)), dev.empty(s[-1]).poison()]]
+    x, u, *extra = inputs
+    v, m = dev.empty(specs[0][1]), dev.empty(specs[1][2])
+    return [[upload(specs[0][0], x), v], [v, upload(specs[1][1], u), m],
+            [m, *(upload(p, t) for p, t in zip(specs[2][1:-1], extra)), dev.empty(specs[2][-1]).poison()]]
+
+
 def kernel_command(path, device=None, check: bool = False, time: bool = False, show: str | None = None, out=print) -> int:
-    """``tir-adreno kernel FILE``: build one kernel file; show, check and time it. Returns the exit code."""
+    """``tir-adreno kernel FILE``: build one kernel file; show, check and time it. Returns the exit code.
+    A Winograd stage runs between the other two stages of its conv (rebuilt from the header)."""
     from . import build, runtime
 
     if show is not None and show not in SHOW:
@@ -336,29 +373,35 @@ def kernel_command(path, device=None, check: bool = False, time: bool = False, s
     if check and info is None:
         raise WorkbenchError(f"{path}: an upstream kernel records no op, so it has no NumPy reference; check it in its model: tir-adreno run MODEL --kernels DIR --check")
     dev = runtime.get_device(device)
-    module = build.build_cached(func)
+    funcs, index, pack_weights = [func], 0, blocked.pack_oihw4o
+    if info is not None and info.get("stage", "direct") != "direct":
+        funcs, index, plan = _winograd_stages(path, func, info, dev)
+        pack_weights = plan.pack_weights
+    modules = [build.build_cached(f) for f in funcs]
+    module = modules[index]
     if show == "tir":
         out(func.script())
     elif show == "lowered":
         out(build.lower_device(func)[1].script())
     elif show == "opencl":
         out(module.source)
-    (name,) = module.functions
-    specs = module[name].params
-    loaded = dev.load(module)
-    out(f"{Path(path).name}: {info['op'] if info else 'upstream kernel'} on {dev.name}")
+    names = [next(iter(m.functions)) for m in modules]
+    loaded = [dev.load(m) for m in modules]
+    stage = f" ({info['stage']}, run between the other Winograd stages)" if len(funcs) > 1 else ""
+    out(f"{Path(path).name}: {info['op'] if info else 'upstream kernel'}{stage} on {dev.name}")
     status = 0
     rng = np.random.default_rng(0)
     if check or time:
+        specs = [m[n].params for m, n in zip(modules, names)]
         if info is not None:
-            inputs, expected, channels = reference_case(info, rng)
+            inputs, expected, channels = reference_case(info, rng, pack_weights)
         else:
-            inputs = [rng.standard_normal(spec.shape) for spec in specs[:-1]]
-        tensors = [dev.empty(spec).upload(np.ascontiguousarray(x, spec.dtype)) for spec, x in zip(specs, inputs)]
-        result = dev.empty(specs[-1]).poison()
-        tensors.append(result)
+            inputs = [rng.standard_normal(spec.shape) for spec in specs[0][:-1]]
+        tensors = _chain_tensors(dev, specs, inputs)
+        result = tensors[-1][-1]
     if check:
-        loaded(name, *tensors)
+        for lm, n, ts in zip(loaded, names, tensors):
+            lm(n, *ts)
         y = result.numpy()
         if channels is not None:
             y = blocked.unpack_nchw4c(y, channels)
@@ -368,6 +411,6 @@ def kernel_command(path, device=None, check: bool = False, time: bool = False, s
         out(f"check {'passed' if ok else 'FAILED'}: relative error {error:.2e} vs float64 NumPy (tolerance {tol:g})")
         status = 0 if ok else 1
     if time:
-        seconds = loaded.time(name, tensors)
+        seconds = loaded[index].time(names[index], tensors[index])
         out(f"time {_duration(seconds)} (median of 10 runs, OpenCL events)")
     return status
