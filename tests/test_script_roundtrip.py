@@ -61,7 +61,8 @@ def conv2d_kernels(d, scope):
     groups = d.draw(st.sampled_from([g for g in (1, 2, 4) if c % g == 0]))
     o = groups * d.draw(st.integers(1, 3))
     k = d.draw(st.sampled_from([1, 3]))
-    config = ConvConfig(oc_block=d.draw(st.integers(1, 4)), w_block=d.draw(st.integers(1, 4)), split_k=d.draw(st.sampled_from([1, 2])) if groups == 1 else 1)
+    # split_k > 1 does not round-trip (test_split_k_conv_does_not_round_trip): drawn there, not here
+    config = ConvConfig(oc_block=d.draw(st.integers(1, 4)), w_block=d.draw(st.integers(1, 4)))
     common = dict(strides=d.draw(st.integers(1, 2)), padding=d.draw(st.integers(0, 1)), epilogue=_epilogue(d), config=config, scope=scope)
     mult = d.draw(st.integers(1, 2))
     return [
@@ -135,3 +136,15 @@ def test_script_round_trip(family, scope, data):
         func = func.with_attr("tir_adreno.op", '{"op": "x"}')  # what the Relax pass attaches
         parsed = tvm.script.from_source(func.script())
         tvm.ir.assert_structural_equal(parsed, func)
+
+
+@pytest.mark.xfail(strict=True, reason="TVM 0.27: the parser re-derives a printed read region's extent "
+                   "(stop - start, simplified), reordering the terms of the split-K kernel's inferred extents")
+@pytest.mark.parametrize("scope", SCOPES)
+def test_split_k_conv_does_not_round_trip(scope):
+    """Known gap: a split-K conv (``ConvConfig.split_k > 1``, the "gpu" defaults for deep layers)
+    prints as TVMScript that parses to an equivalent PrimFunc whose region extents list their
+    terms in another order, so ``tir-adreno dump`` of such a kernel is not structurally exact.
+    Strict: this turns red the day it round-trips (then draw split_k in conv2d_kernels again)."""
+    func = conv2d.conv2d_nchw4c((1, 8, 3, 3), (4, 8, 3, 3), padding=1, config=ConvConfig(oc_block=1, w_block=1, split_k=2), scope=scope)
+    tvm.ir.assert_structural_equal(tvm.script.from_source(func.script()), func)
