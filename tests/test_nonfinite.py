@@ -14,9 +14,12 @@ from primfuncs import conv2d as conv
 from primfuncs import elementwise, pool2d, reduce
 from primfuncs._common import BUFFER, TEXTURE
 from primfuncs.epilogue import Epilogue
-from test_conv2d import reference_conv2d, reference_epilogue
-from test_pool2d import STRATEGIES, adaptive_reference, pool_reference
-from test_reduce import reference as reduce_reference
+from test_pool2d import STRATEGIES
+from tir_adreno.reference import adaptive_pool2d as adaptive_reference
+from tir_adreno.reference import conv2d_epilogue as reference_epilogue
+from tir_adreno.reference import conv2d_nchw as reference_conv2d
+from tir_adreno.reference import pool2d as pool_reference
+from tir_adreno.reference import reduce as reduce_reference
 from tir_adreno import ops
 from tir_adreno.blocked import pack_bias
 from util import pack_nchw4c, pack_oihw4o, rand, run_kernel, unpack_nchw4c
@@ -163,6 +166,15 @@ def test_adaptive_and_avg_pool2d(device, strategy, pool_type):
         ref = pool_reference(x, "avg", (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), False, False)
     y = unpack_nchw4c(run(device, func, pack_nchw4c(x)), x.shape[1])
     assert_matches(y, ref, rtol=1e-5)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_ops_max_pool_and_max(device, strategy):
+    """The NCHW ops (layout kernels around the pool/reduction) with the strategy forced."""
+    x = nonfinite(np.random.default_rng(8), (1, 5, 6, 7), 5)
+    y = ops.max_pool2d(x, (2, 3), (2, 2), (0, 1), strategy=strategy, device=device)
+    assert_matches(y, pool_reference(x, "max", (2, 3), (2, 2), (0, 1, 0, 1), (1, 1), False, False))
+    assert_matches(ops.max(x, axis=(1, 3), strategy=strategy, device=device), reduce_reference(x, "max", (1, 3), False))
 
 
 # -- reductions and softmax -------------------------------------------------------------------

@@ -68,7 +68,8 @@ def _spec_text(spec: TensorSpec) -> str:
 def _header(name: str, info: dict | None, call, specs, rows, model_arg: str, path: Path) -> list[str]:
     lines = []
     if info is None:
-        lines.append(f"tir-adreno kernel {name} (upstream: legalized by TVM, scheduled by dlight)")
+        made = "ours, no op recorded" if call.ours else "upstream: legalized by TVM, scheduled by dlight"
+        lines.append(f"tir-adreno kernel {name} ({made})")
     else:
         stage = f", {info['stage']}" if info.get("stage") else ""
         node = f", model node {info['node']}" if info.get("node") else ""
@@ -118,7 +119,7 @@ def dump(compiled, prims: dict, directory, model_arg: str) -> list[Path]:
             "key": key,
             "function": call.function,
             "ours": call.ours,
-            "op": info if info is not None else {"op": "upstream", "label": call.label},
+            "op": info if info is not None else {"op": "unrecorded" if call.ours else "upstream", "label": call.label},
             "rows": call_rows,
             "params": [[list(s.shape), s.dtype, s.scope] for s in specs],
         }
@@ -290,31 +291,31 @@ def reference_case(info: dict, rng: np.random.Generator, pack_weights=blocked.pa
         y = reference.conv2d_nchw(x, w, attrs["strides"], attrs["padding"], attrs["dilation"], attrs["groups"])
         inputs = [pack(x), pack_weights(w)]
         epilogue = info["epilogue"]
-        if epilogue["bias"]:
-            b = rand(channels)
-            y = y + b[None, :, None, None]
-            inputs.append(blocked.pack_bias(b))
-        if epilogue["residual"]:
-            r = rand(y.shape)
-            y = y + r
-            inputs.append(pack(r))
-        return inputs, reference.activation(y, epilogue["activation"], epilogue.get("clip", (0.0, 6.0))), channels
+        b = rand(channels) if epilogue["bias"] else None
+        r = rand(y.shape) if epilogue["residual"] else None
+        inputs += ([] if b is None else [blocked.pack_bias(b)]) + ([] if r is None else [pack(r)])
+        y = reference.conv2d_epilogue(y, b, r, epilogue["activation"], *epilogue.get("clip", (0.0, 6.0)))
+        return inputs, y, channels
     inputs = [pack(a) for a in logical]
+    bounds = attrs.get("bounds") or (0.0, 6.0)
     if op == "activation":
-        y = reference.activation(x, attrs["activation"], attrs.get("bounds") or (0.0, 6.0))
+        y = reference.activation(x, attrs["activation"], *bounds)
     elif op == "affine":  # act(x * scale[c] + shift[c]), scale and shift packed like a bias
         scale, shift = rand(channels), rand(channels)
         inputs += [blocked.pack_bias(scale), blocked.pack_bias(shift)]
-        y = reference.activation(x * scale[None, :, None, None] + shift[None, :, None, None], attrs["activation"])
+        y = reference.activation(x * scale[None, :, None, None] + shift[None, :, None, None], attrs["activation"], *bounds)
     elif op in ("add", "multiply"):
         y = getattr(np, op)(logical[0], logical[1])
     elif op == "concat":
         y = np.concatenate(logical, axis=1)
     elif op in ("sum", "mean", "max", "min"):
-        y = getattr(np, op)(x, axis=tuple(attrs["axis"]), keepdims=True)
+        y = reference.reduce(x, op, tuple(attrs["axis"]), keepdims=True)
     elif op == "nn.softmax":
-        e = np.exp(x - x.max(axis=1, keepdims=True))
-        y = e / e.sum(axis=1, keepdims=True)
+        y = reference.softmax(x, axis=1)
+    elif op in ("nn.max_pool2d", "nn.avg_pool2d"):
+        y = reference.pool2d(x, **attrs)
+    elif op == "nn.adaptive_avg_pool2d":
+        y = reference.adaptive_pool2d(x, "avg", attrs["output_size"])
     else:
         raise WorkbenchError(f"no NumPy reference for op {op!r}; check it in its model: tir-adreno run MODEL --kernels DIR --check")
     return inputs, y, channels
