@@ -9,10 +9,10 @@ import tvm
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from primfuncs import concat, conv2d, conv2d_winograd, elementwise, layout, pool2d, reduce
+from primfuncs import concat, conv2d, conv2d_winograd, elementwise, layout, pool2d, reduce, resize
 from primfuncs._common import BUFFER, TEXTURE, TEXTURE_WEIGHT, blocked
 from primfuncs.conv2d import ConvConfig
-from primfuncs.epilogue import Epilogue
+from primfuncs.epilogue import ACTIVATIONS, Epilogue
 
 SCOPES = (TEXTURE, BUFFER)
 
@@ -52,6 +52,9 @@ def elementwise_kernels(d, scope):
         elementwise.add(shape, scope=scope),
         elementwise.multiply(shape, scope=scope),
         elementwise.bias_add(shape, scope=scope),
+        elementwise.binary(shape, "multiply", scope=scope, broadcast_channels=True),
+        elementwise.activation(shape, d.draw(st.sampled_from([a for a in ACTIVATIONS if a not in (None, "clip")])), scope=scope),
+        elementwise.affine(shape, d.draw(st.sampled_from([a for a in ACTIVATIONS if a != "clip"])), scope=scope),
         elementwise.copy(shape, scope=scope, out_scope=BUFFER if scope == TEXTURE else TEXTURE),
     ]
 
@@ -102,6 +105,13 @@ def reduce_kernels(d, scope):
     ]
 
 
+def resize_kernels(d, scope):
+    shape = _blocked(_nchw(d))
+    size = (d.draw(st.integers(1, 9)), d.draw(st.integers(1, 9)))
+    mode = d.draw(st.sampled_from(["half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric"]))
+    return [resize.resize2d(shape, size, d.draw(st.sampled_from(["nearest", "linear"])), mode, scope=scope)]
+
+
 def concat_kernels(d, scope):
     n, _, h, w = _nchw(d)
     chans = d.draw(st.lists(st.integers(1, 9), min_size=2, max_size=concat.MAX_INPUTS))
@@ -116,6 +126,7 @@ FAMILIES = {
     "pool2d": pool_kernels,
     "reduce": reduce_kernels,
     "concat": concat_kernels,
+    "resize": resize_kernels,
 }
 
 
