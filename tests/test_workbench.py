@@ -110,6 +110,8 @@ def test_kernel_command_checks_times_and_shows(dumped):
     assert res.returncode == 0, res.stderr[-3000:]
     assert "check passed: relative error 0.00e+00" in res.stdout and "(tolerance 0)" in res.stdout
     assert "T.launch_thread" in res.stdout or "threadIdx" in res.stdout
+    res = cli("kernel", str(dumped / "02_max_pool2d.py"), "--check")  # exact: max picks one input
+    assert res.returncode == 0 and "check passed: relative error 0.00e+00" in res.stdout, res.stdout[-2000:] + res.stderr[-2000:]
 
 
 def test_run_with_an_edited_work_group(models, dumped, tmp_path):
