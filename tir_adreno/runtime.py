@@ -284,7 +284,7 @@ class Device:
             prg.build(options.encode(), [self.cl_device])
         except cl.Error as err:
             log = prg.get_build_info(self.cl_device, cl.program_build_info.LOG)
-            raise RuntimeError(f"OpenCL build failed on {self.name}: {err}\n{log}") from None
+            raise RuntimeError(f"OpenCL build failed on {self.name}: {err}\n{log}{_build_hint(log)}") from None
         (binary,) = prg.get_info(cl.program_info.BINARIES)
         if binary:
             cache.store(path, bytes(binary), key)
@@ -323,3 +323,29 @@ def get_device(device: "str | Device | None" = None) -> Device:
     if key not in _devices:
         _devices[key] = Device(cl_device)
     return _devices[key]
+
+
+def _build_hint(log: str) -> str:
+    if "unknown target CPU" in log:  # pip's PoCL 3.0 (LLVM 14) on a CPU LLVM 14 does not know (AMD Zen 5)
+        return ("\nThis PoCL's LLVM does not know this CPU; install a newer PoCL "
+                "(Debian/Ubuntu: apt-get install pocl-opencl-icd) and it is picked up automatically.")
+    return ""
+
+
+def probe(device=None) -> str | None:
+    """None when ``device`` (default: the default device) builds and runs a kernel, else why not."""
+    try:
+        dev = get_device(device)
+        prg = cl.Program(dev.context, "__kernel void twice(__global float* a) { a[get_global_id(0)] *= 2.0f; }").build()
+        host = np.arange(4, dtype=np.float32)
+        buf = cl.Buffer(dev.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=host)
+        prg.twice(dev.queue, (4,), None, buf)
+        out = np.empty_like(host)
+        cl.enqueue_copy(dev.queue, out, buf)
+        dev.queue.finish()
+    except Exception as err:  # any failure means "cannot run here"; say which
+        lines = str(err).strip().splitlines()
+        line = next((x for x in lines if "error" in x.lower()), lines[-1] if lines else "")
+        return f"{type(err).__name__}: {line.strip()}{_build_hint(str(err))}"
+    return None if np.array_equal(out, 2 * host) else "a kernel ran but computed wrong numbers"
+
