@@ -297,3 +297,11 @@ def test_channel_gather_kernels(device, d, pad, data, scope):
     y = run_kernel(device, shuffle.channel_shuffle((*shape, 4), channels, groups, scope=scope), pack_nchw4c(x))
     ref = x.reshape(shape[0], groups, channels // groups, *x.shape[2:]).transpose(0, 2, 1, 3, 4).reshape(x.shape)
     np.testing.assert_array_equal(unpack_nchw4c(y, channels), ref)
+
+
+def test_concat_of_one_input_is_a_view():
+    """DenseNet's torch.cat([x], 1) before a block's first layer: no kernel."""
+    rng = np.random.default_rng(9)
+    inits = {}
+    nodes = [_conv(rng, inits, "x", "c", 6, 3), helper.make_node("Concat", ["c"], ["k"], axis=1), _conv(rng, inits, "k", "y", 5, 6)]
+    assert check(_graph(nodes, inits)) == ["conv2d_nchw4c", "conv2d_nchw4c1"]

@@ -935,8 +935,10 @@ def concat_handler(rw, node):
     if not isinstance(parts, relax.Tuple) or node.attrs.axis is None or int(node.attrs.axis) % 4 != 1:
         return None
     values = [rw.activation(f) for f in parts.fields]
-    if any(v is None or v.layout != "NCHW" for v in values) or len(values) < 2:
+    if any(v is None or v.layout != "NCHW" for v in values):
         return None
+    if len(values) == 1:  # torch.cat([x]) (DenseNet's first layer of a block): x itself
+        return _alias(rw, node.var, values[0], "NCHW", values[0].nchw)
     n, _, h, w = values[0].nchw
     chans = [v.channels for v in values]
     scope = rw.scope_for(*[(n, blocked(ch), h, w, 4) for ch in chans], (n, blocked(sum(chans)), h, w, 4))
