@@ -29,8 +29,11 @@ def _devices(args) -> int:
             if r["image_support"]
             else "no image support (buffers only)"
         )
-        print(f"{mark} {r['platform']}: {r['device']} [{r['type']}] {r['version']}; {images}; fp16 {'yes' if r['fp16'] else 'no'}")
+        yes = lambda flag: "yes" if r[flag] else "no"  # noqa: E731
+        print(f"{mark} {r['platform']}: {r['device']} [{r['type']}] {r['version']}; {images}; "
+              f"cl_khr_fp16 {yes('fp16')}; half images {yes('half_images')}; half math {yes('half_math')}")
     print("* = default device (override with --device or TIR_ADRENO_DEVICE)")
+    print("precisions: float16_acc32 needs half images, float16 half math (a probe kernel decides)")
     return 0
 
 
@@ -53,8 +56,8 @@ def _kernels(args) -> int:
     return 1 if failed else 0
 
 
-#: --check tolerance on outputs (relative to the largest reference magnitude).
-CHECK_RTOL = 1e-3
+#: --check tolerance on outputs per precision (relative to the largest reference magnitude).
+CHECK_RTOL = {"float32": 1e-3, "float16_acc32": 1e-2}
 
 
 def _load_inputs(path, names, shapes):
@@ -91,7 +94,7 @@ def _run(args) -> int:
     if _saved_model(args.model):  # a saved model: no TVM on this path
         from .executor import load_model
 
-        for flag in ("records", "target", "check"):
+        for flag in ("records", "target", "check", "precision"):
             if getattr(args, flag):
                 raise UserError(f"--{flag} needs a model file; {args.model} is compiled already")
         label = args.model
@@ -104,6 +107,7 @@ def _run(args) -> int:
     else:
         from . import models
         from .compiler import ModelError, compile_model
+        from .strategy import PrecisionError
 
         target = _profile(args.target) if args.target else None
         model = args.model if args.model else models.get_model(args.builtin)
@@ -111,8 +115,9 @@ def _run(args) -> int:
         print(f"model: {label}\ndevice: {dev.name}", flush=True)
         start = time.perf_counter()
         try:
-            compiled = compile_model(model, dev, target, args.records, progress=lambda msg: print(f"  {msg}", flush=True))
-        except ModelError as err:
+            compiled = compile_model(model, dev, target, args.records, progress=lambda msg: print(f"  {msg}", flush=True),
+                                     precision=args.precision or "float32")
+        except (ModelError, PrecisionError) as err:
             raise UserError(str(err)) from None
         print(f"compiled in {time.perf_counter() - start:.1f} s", flush=True)
     from .executor import ModelInputError
@@ -135,11 +140,12 @@ def _run(args) -> int:
     ours = sum(p["time_ms"] for p in profile if p["ours"])
     print(f"\nkernel time {kernel_ms:.2f} ms ({ours / max(kernel_ms, 1e-12):.0%} in tir-adreno kernels), wall {wall * 1e3:.1f} ms")
     mem = compiled.memory_bytes()
-    print(f"device memory: {mem['total'] / 2**20:.1f} MiB ({mem['intermediates'] / 2**20:.1f} MiB activations with the image pool)")
+    print(f"precision: {compiled.precision}; device memory: {mem['total'] / 2**20:.1f} MiB "
+          f"({mem['weights'] / 2**20:.1f} MiB weights, {mem['intermediates'] / 2**20:.1f} MiB activations with the image pool)")
     names = [f"output{i}" for i in range(len(outputs))]
     if args.outputs:
         np.savez(args.outputs, **dict(zip(names, outputs)))
-    report = {"model": label, "device": dev.name, "kernel_ms": kernel_ms, "wall_ms": wall * 1e3, "memory": mem, "profile": profile}
+    report = {"model": label, "device": dev.name, "precision": compiled.precision, "kernel_ms": kernel_ms, "wall_ms": wall * 1e3, "memory": mem, "profile": profile}
     status = 0
     if args.check:
         from .reference import reference_outputs, relative_error
@@ -147,9 +153,10 @@ def _run(args) -> int:
         print("checking against the CPU reference ...", flush=True)
         refs = reference_outputs(model if not args.model else args.model, inputs)
         errors = [relative_error(o, r) for o, r in zip(outputs, refs)]
-        report["check"] = {"relative_errors": errors, "rtol": CHECK_RTOL}
-        ok = len(refs) == len(outputs) and all(e <= CHECK_RTOL for e in errors)
-        print(f"check {'passed' if ok else 'FAILED'}: relative error {max(errors):.2e} (tolerance {CHECK_RTOL:g})")
+        rtol = CHECK_RTOL[compiled.precision]
+        report["check"] = {"relative_errors": errors, "rtol": rtol}
+        ok = len(refs) == len(outputs) and all(e <= rtol for e in errors)
+        print(f"check {'passed' if ok else 'FAILED'}: relative error {max(errors):.2e} (tolerance {rtol:g})")
         status = 0 if ok else 1
     if args.json:
         with open(args.json, "w") as f:
@@ -161,13 +168,15 @@ def _compile(args) -> int:
     from . import models
     from .compiler import ModelError, compile_plan
     from .executor import save_model
+    from .strategy import PrecisionError
 
     target = _profile(args.target)
     model = args.model if args.model else models.get_model(args.builtin)
     print(f"model: {args.model or args.builtin}\ntarget: {target.name} ({target.kind})", flush=True)
     try:
-        plan, kernels, weights = compile_plan(model, target, args.records, progress=lambda msg: print(f"  {msg}", flush=True))
-    except ModelError as err:
+        plan, kernels, weights = compile_plan(model, target, args.records, progress=lambda msg: print(f"  {msg}", flush=True),
+                                              precision=args.precision)
+    except (ModelError, PrecisionError) as err:
         raise UserError(str(err)) from None
     save_model(args.output, plan, kernels, weights, target.name)
     convs = [c for c in plan.calls if c.config is not None]
@@ -197,6 +206,7 @@ def _tune(args) -> int:
     from . import models, tune
     from .compiler import ModelError
     from .device import DeviceProfile
+    from .strategy import PrecisionError
 
     if args.export:
         target = _profile(args.target or "adreno")
@@ -211,12 +221,14 @@ def _tune(args) -> int:
             raise UserError("--target is for --export / --rpc-tracker; a local tune uses --device")
         target = DeviceProfile.from_device(args.device)
         measurer = tune.LocalMeasurer(args.device)
-    records = Path(args.records or f"records-{target.name}.json")
+    suffix = "" if args.precision == "float32" else f"-{args.precision}"
+    records = Path(args.records or f"records-{target.name}{suffix}.json")
     model = args.model if args.model else models.get_model(args.builtin)
-    print(f"model: {args.model or args.builtin}\ndevice profile: {target.key}", flush=True)
+    print(f"model: {args.model or args.builtin}\ndevice profile: {target.key}; precision: {args.precision}", flush=True)
     try:
-        results = tune.tune(model, target, records, measurer, args.budget_s, progress=lambda m: print(m, flush=True))
-    except ModelError as err:
+        results = tune.tune(model, target, records, measurer, args.budget_s, progress=lambda m: print(m, flush=True),
+                            precision=args.precision)
+    except (ModelError, PrecisionError) as err:
         raise UserError(str(err)) from None
     if args.export:
         count = measurer.finish()
@@ -228,7 +240,8 @@ def _tune(args) -> int:
     print(tune.table(results))
     png = tune.plot(results, records.with_suffix(".png"))
     print(f"\nrecords: {records}" + (f"; plot: {png}" if png else ""))
-    print(f"compile with: tir-adreno compile MODEL -o DIR --target {target.name} --records {records}")
+    flag = "" if args.precision == "float32" else f" --precision {args.precision}"
+    print(f"compile with: tir-adreno compile MODEL -o DIR --target {target.name} --records {records}{flag}")
     return 0
 
 
@@ -239,6 +252,11 @@ def _serve(args) -> int:
         return serve(args.tracker, args.key, args.device, args.host, args.port, args.port_end, args.custom_addr)
     except ValueError as err:
         raise UserError(str(err)) from None
+
+
+#: Precisions of whole models ("float16", half math, runs in ``tir_adreno.ops`` only).
+MODEL_PRECISIONS = ("float32", "float16_acc32", "float16")
+PRECISION_HELP = "float32, float16_acc32 (half textures, float math) or float16 (half math, where the device runs it)"
 
 
 class UserError(Exception):
@@ -261,6 +279,7 @@ def main(argv=None) -> int:
     p.add_argument("--check", action="store_true", help=f"compare with a CPU reference; exit 1 beyond {1e-3:g} relative error")
     p.add_argument("--records", metavar="FILE", help="tuning records from `tir-adreno tune` (conv algorithm, config, placement)")
     p.add_argument("--target", metavar="PROFILE", help="plan the kernels for this device profile (adreno, nvidia-h200, pocl)")
+    p.add_argument("--precision", choices=MODEL_PRECISIONS, help=PRECISION_HELP + " (default float32)")
     p.set_defaults(fn=_run)
     p = sub.add_parser("compile", help="compile a model for a device profile into a saved model (no device needed)")
     p.add_argument("model", nargs="?", help="ONNX model file (default: a built-in model)")
@@ -268,6 +287,7 @@ def main(argv=None) -> int:
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="where to write the saved model")
     p.add_argument("--target", default="adreno", metavar="PROFILE", help="device profile: adreno (default), nvidia-h200, pocl")
     p.add_argument("--records", metavar="FILE", help="tuning records for that device")
+    p.add_argument("--precision", default="float32", choices=MODEL_PRECISIONS, help=PRECISION_HELP)
     p.set_defaults(fn=_compile)
     p = sub.add_parser("tune", help="measure conv candidates per layer on a device and write tuning records")
     p.add_argument("model", nargs="?", help="ONNX model file (or --builtin)")
@@ -282,6 +302,7 @@ def main(argv=None) -> int:
     way.add_argument("--measure", metavar="DIR", help="time the candidates in DIR on this machine (no TVM needed)")
     way.add_argument("--rpc-tracker", metavar="HOST:PORT", help="measure on the runners registered with this TVM RPC tracker")
     p.add_argument("--rpc-key", default="tir-adreno", help="runner key at the tracker (default tir-adreno)")
+    p.add_argument("--precision", default="float32", choices=MODEL_PRECISIONS, help=PRECISION_HELP + "; records are per precision")
     p.set_defaults(fn=_tune)
     p = sub.add_parser("kernels", help="build and run every kernel family on one shape, check against NumPy, time")
     p.add_argument("--device", help="substring of the OpenCL platform or device name")

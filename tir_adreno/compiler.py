@@ -217,7 +217,9 @@ def compile_plan(model, profile: DeviceProfile, records=None, allow_buffer: bool
     mod, names = import_model(model, input_shapes)
     progress(f"lower for {profile.name} in {precision} (tir-adreno pass, LegalizeOps, dlight)" if ours else "lower (LegalizeOps, dlight)")
     mod = lower(mod, profile, allow_buffer, ours, load_records(records, profile, precision), precision)
-    return plan_module(mod, names, progress, _target(ours), half_storage(precision) if ours else None)
+    plan, kernels, weights = plan_module(mod, names, progress, _target(ours), half_storage(precision) if ours else None)
+    plan.precision = precision if ours else "float32"
+    return plan, kernels, weights
 
 
 def compile_model(

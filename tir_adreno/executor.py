@@ -84,6 +84,8 @@ class Plan:
     calls: list[Call]
     inputs: list[tuple[str, int]]
     outputs: list[int]
+    #: "float32" or "float16_acc32" (``strategy.PRECISIONS``): what the tensors' storage says.
+    precision: str = "float32"
 
     def to_dict(self):
         return {
@@ -91,6 +93,7 @@ class Plan:
             "calls": [asdict(c) for c in self.calls],
             "inputs": self.inputs,
             "outputs": self.outputs,
+            "precision": self.precision,
         }
 
     @classmethod
@@ -102,6 +105,7 @@ class Plan:
              for c in d["calls"]],
             [(name, int(i)) for name, i in d["inputs"]],
             [int(i) for i in d["outputs"]],
+            d.get("precision", "float32"),
         )
 
     def lifetimes(self) -> dict[int, tuple[int, int]]:
@@ -185,6 +189,10 @@ class CompiledModel:
                     tensor.upload(self.weights[i])
                 tensors.append(tensor)
         return tensors
+
+    @property
+    def precision(self) -> str:
+        return self.plan.precision
 
     @property
     def input_names(self) -> list[str]:

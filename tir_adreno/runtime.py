@@ -51,9 +51,11 @@ def _all_devices():
 
 
 def list_devices() -> list[dict]:
-    """Every OpenCL device with its image support and texture limits."""
+    """Every OpenCL device with its image support, texture limits, RGBA half images
+    (precision "float16_acc32") and half math (precision "float16": the probe kernel)."""
     rows = []
     for platform, dev in _all_devices():
+        device = _device(dev)
         rows.append(
             {
                 "platform": platform.name.strip(),
@@ -66,6 +68,8 @@ def list_devices() -> list[dict]:
                 "image2d_max_height": int(dev.image2d_max_height),
                 "image_max_array_size": int(dev.image_max_array_size),
                 "fp16": "cl_khr_fp16" in dev.extensions,
+                "half_images": half_images(device),
+                "half_math": half_math(device),
             }
         )
     return rows
@@ -393,7 +397,11 @@ def get_device(device: "str | Device | None" = None) -> Device:
     if isinstance(device, Device):
         return device
     name = device or os.environ.get("TIR_ADRENO_DEVICE") or None
-    cl_device = _pick(name)
+    return _device(_pick(name))
+
+
+def _device(cl_device) -> Device:
+    """The one :class:`Device` of ``cl_device`` (devices are long-lived singletons)."""
     key = f"{cl_device.platform.name}|{cl_device.name}|{cl_device.int_ptr}"
     if key not in _devices:
         _devices[key] = Device(cl_device)

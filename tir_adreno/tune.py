@@ -112,7 +112,7 @@ def conv_layers(model) -> list:
     return list(seen.values())
 
 
-def candidates(geom, profile: DeviceProfile) -> list:
+def candidates(geom, profile: DeviceProfile, precision: str = "float32") -> list:
     """The :class:`strategy.ConvChoice` candidates of one conv, the default first."""
     from primfuncs.conv2d import default_config
 
@@ -134,20 +134,20 @@ def candidates(geom, profile: DeviceProfile) -> list:
     step = max(1, -(-len(configs) // MAX_CONFIGS))
     out = [strategy.ConvChoice("direct")]
     out += [strategy.ConvChoice("direct", c) for c in configs[::step][:MAX_CONFIGS]]
-    out += [strategy.ConvChoice(a) for a in strategy.eligible_algorithms(geom) if a != "direct"]
+    out += [strategy.ConvChoice(a) for a in strategy.eligible_algorithms(geom, precision) if a != "direct"]
     out.append(strategy.ConvChoice("direct", None, "buffer"))
     return out
 
 
-def build_jobs(geom, profile: DeviceProfile, progress=print) -> tuple[list, dict]:
+def build_jobs(geom, profile: DeviceProfile, progress=print, precision: str = "float32") -> tuple[list, dict]:
     """Build every candidate of ``geom``; returns (jobs, job key -> choice). Candidates that
     cannot be built for this conv (e.g. too much local memory) are left out with a note."""
-    layer = _records.conv2d_key(geom)
+    layer = _records.conv2d_key(geom, precision)
     jobs, choices = [], {}
-    for choice in candidates(geom, profile):
+    for choice in candidates(geom, profile, precision):
         key = f"{layer}|{choice.name}"
         try:
-            plan = strategy.conv2d_plan(geom, Epilogue(), "float32", profile, choice=choice)
+            plan = strategy.conv2d_plan(geom, Epilogue(), precision, profile, choice=choice)
             program = tuning.build_program(plan)
         except (ValueError, RuntimeError) as err:
             progress(f"    skip {choice.name}: {str(err).splitlines()[0][:120]}")
@@ -170,7 +170,8 @@ class LayerResult:
     skipped: bool = False
 
 
-def tune(model, profile: DeviceProfile, records_path, measurer, budget_s: float | None = None, progress=print) -> list:
+def tune(model, profile: DeviceProfile, records_path, measurer, budget_s: float | None = None, progress=print,
+         precision: str = "float32") -> list:
     """Tune every conv layer of ``model`` not yet in the records at ``records_path``.
 
     ``measurer`` has ``measure(jobs) -> {key: MeasureResult}`` (``tir_adreno.measure``).
@@ -178,12 +179,13 @@ def tune(model, profile: DeviceProfile, records_path, measurer, budget_s: float 
     finished, and one layer is always tuned); the next run continues where this one stopped. Returns one
     :class:`LayerResult` per layer (recorded ones from earlier runs included).
     """
-    recs = _records.load(records_path, profile)
+    strategy.check_precision(precision, profile)
+    recs = _records.load(records_path, profile, precision)
     layers = conv_layers(model)
     progress(f"{len(layers)} distinct conv layers; records: {records_path} ({len(recs.layers)} recorded)")
     results, start, tuned = [], time.perf_counter(), 0
     for i, geom in enumerate(layers):
-        key = _records.conv2d_key(geom)
+        key = _records.conv2d_key(geom, precision)
         if key in recs:
             entry = recs.layers[key]
             progress(f"[{i + 1}/{len(layers)}] {key}: recorded, skipped ({entry['name']})")
@@ -194,7 +196,7 @@ def tune(model, profile: DeviceProfile, records_path, measurer, budget_s: float 
             break
         tuned += 1
         progress(f"[{i + 1}/{len(layers)}] {key}: building candidates")
-        jobs, choices = build_jobs(geom, profile, progress)
+        jobs, choices = build_jobs(geom, profile, progress, precision)
         measured = measurer.measure(jobs, progress=lambda r: progress(
             f"    {r.key.split('|')[1]:<40} " + (f"{r.seconds * 1e3:9.3f} ms" if r.seconds is not None else f"error: {r.error}")))
         times = {choices[k].name: measured[k].seconds for k in choices if k in measured}
