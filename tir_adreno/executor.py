@@ -23,8 +23,37 @@ from .texture import image_format, is_texture_scope, texture_extent
 MODEL_FORMAT = 1
 
 
+class TargetMismatchError(ValueError):
+    """A model compiled for another device profile does not fit this device."""
+
+
 class ModelInputError(ValueError):
     """The inputs given to :meth:`CompiledModel.run` do not match the model."""
+
+
+def check_inputs(inputs, specs) -> list[np.ndarray]:
+    """``inputs`` (a dict by name, or a list in order) checked against ``specs``
+    [(name, shape, dtype)]; the arrays in order. :class:`ModelInputError` names the culprit."""
+    names = [name for name, _, _ in specs]
+    if isinstance(inputs, dict):
+        unknown = sorted(set(inputs) - set(names))
+        if unknown:
+            raise ModelInputError(f"unknown input {unknown[0]!r}; model inputs: {names}")
+        missing = [n for n in names if n not in inputs]
+        if missing:
+            raise ModelInputError(f"missing input {missing[0]!r}; model inputs: {names}")
+        arrays = [inputs[n] for n in names]
+    else:
+        arrays = list(inputs)
+        if len(arrays) != len(names):
+            raise ModelInputError(f"model takes {len(names)} inputs {names}, got {len(arrays)}")
+    arrays = [np.asarray(x) for x in arrays]
+    for (name, shape, dtype), x in zip(specs, arrays):
+        if x.shape != tuple(shape):
+            raise ModelInputError(f"input {name!r} has shape {x.shape}, expected {tuple(shape)}")
+        if x.dtype != np.dtype(dtype):
+            raise ModelInputError(f"input {name!r} has dtype {x.dtype}, expected {dtype}")
+    return arrays
 
 
 @dataclass(frozen=True)
@@ -165,6 +194,11 @@ class CompiledModel:
         self.kernels = kernels
         self.weights = weights
         self.device = runtime.get_device(device)
+        too_big = [t for t in plan.tensors if is_texture_scope(t.scope) and not self.device.limits.fits(t.shape, t.scope)]
+        if too_big:
+            raise TargetMismatchError(
+                f"the model was planned for larger images: tensor {too_big[0].shape} in {too_big[0].scope} exceeds "
+                f"{self.device.name}'s image limits (compile it for this device's profile)")
         self.pool = pool
         self._profile: list[dict] = []
         self._loaded = {key: self.device.load(module) for key, module in kernels.items()}
@@ -200,25 +234,8 @@ class CompiledModel:
 
     # -- running --------------------------------------------------------------------------
     def _bind_inputs(self, inputs):
-        if isinstance(inputs, dict):
-            unknown = sorted(set(inputs) - set(self.input_names))
-            if unknown:
-                raise ModelInputError(f"unknown input {unknown[0]!r}; model inputs: {self.input_names}")
-            missing = [n for n in self.input_names if n not in inputs]
-            if missing:
-                raise ModelInputError(f"missing input {missing[0]!r}; model inputs: {self.input_names}")
-            arrays = [inputs[n] for n in self.input_names]
-        else:
-            arrays = list(inputs)
-            if len(arrays) != len(self.input_names):
-                raise ModelInputError(f"model takes {len(self.input_names)} inputs {self.input_names}, got {len(arrays)}")
-        for (name, i), x in zip(self.plan.inputs, arrays):
-            t = self.plan.tensors[i]
-            x = np.asarray(x)
-            if x.shape != t.shape:
-                raise ModelInputError(f"input {name!r} has shape {x.shape}, expected {t.shape}")
-            if x.dtype != np.dtype(t.dtype):
-                raise ModelInputError(f"input {name!r} has dtype {x.dtype}, expected {t.dtype}")
+        specs = [(name, self.plan.tensors[i].shape, self.plan.tensors[i].dtype) for name, i in self.plan.inputs]
+        for (_, i), x in zip(self.plan.inputs, check_inputs(inputs, specs)):
             self._tensors[i].upload(x)
 
     def run(self, inputs) -> list[np.ndarray]:
@@ -309,11 +326,6 @@ def load_model(directory, device=None, pool: bool = True, random_weights: int | 
         raise ValueError(f"{directory}: model format {doc.get('format')} != {MODEL_FORMAT}")
     kernels = {k: KernelModule.from_json(json.dumps(v)) for k, v in doc["kernels"].items()}
     plan = Plan.from_dict(doc["plan"])
-    device = runtime.get_device(device)
-    for t in plan.tensors:
-        if is_texture_scope(t.scope) and not device.limits.fits(t.shape, t.scope):
-            raise ValueError(f"{directory}: compiled for {doc.get('target') or 'another device'}: tensor {t.shape} in {t.scope} "
-                             f"exceeds {device.name}'s image limits; compile with --target for this device")
     if weight_bytes:
         with np.load(io.BytesIO(weight_bytes)) as npz:
             weights = {int(k): npz[k] for k in npz.files}

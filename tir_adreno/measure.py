@@ -338,19 +338,34 @@ class RPCMeasurer:
     def _session(self, wanted):
         """(session, measure function) of a free runner, or None when none came within
         ``request_timeout_s`` or ``wanted()`` turned false meanwhile."""
-        from tvm import rpc
-
         deadline = time.monotonic() + self.request_timeout_s
         while wanted() and time.monotonic() < deadline:
             try:
-                tracker = rpc.connect_tracker(*self.address)
-                tracker._sock.settimeout(2.0)  # poll: stop waiting once there is no work left
-                session = tracker.request(self.key, session_timeout=self.timeout_s, max_retry=1)
-                tracker.close()
-                return session, session.get_function(REMOTE_FUNCTION)
+                return self._request()
             except (OSError, RuntimeError):
                 time.sleep(0.2)
         return None
+
+    def _request(self):
+        """One request to the tracker, waiting 2 s at most (so a thread stops waiting once the work is done).
+
+        The session is bound only in this short-lived frame: TVM's failed requests leave
+        reference cycles that keep their callers' frames, and with them any session they
+        hold, alive until the garbage collector runs (the runner stays busy meanwhile).
+        """
+        from tvm import rpc
+
+        tracker = rpc.connect_tracker(*self.address)
+        tracker._sock.settimeout(2.0)
+        try:
+            session = tracker.request(self.key, session_timeout=self.timeout_s, max_retry=1)
+        finally:
+            tracker.close()
+        try:
+            return session, session.get_function(REMOTE_FUNCTION)
+        except Exception:  # not a tir-adreno runner
+            session = None
+            raise
 
     def measure(self, jobs, progress=None) -> dict[str, MeasureResult]:
         """Results by job key; ``progress(result)`` as each arrives, one call at a time (under a lock)."""
@@ -372,24 +387,28 @@ class RPCMeasurer:
     def _worker(self, work: "_WorkQueue") -> None:
         """One runner's thread: a session, then one job at a time until the work is done or the runner is gone."""
         session, opened = None, 0.0
-        while True:
-            if session is None or time.monotonic() - opened > self.timeout_s / 2:
-                session, opened = self._session(work.pending), time.monotonic()
-                if session is None:
+        try:
+            while True:
+                if session is None or time.monotonic() - opened > self.timeout_s / 2:
+                    session = None  # end the old session first: its runner becomes free for our request
+                    session, opened = self._session(work.pending), time.monotonic()
+                    if session is None:
+                        return
+                item = work.take()
+                if item is None:
                     return
-            item = work.take()
-            if item is None:
-                return
-            token, job = item
-            try:
-                reply = session[1](encode_request([job], self.warmup, self.repeat))
-                ((key, seconds, error),) = json.loads(reply)
-                kept = work.complete(token, MeasureResult(key, seconds, error))
-            except Exception as err:  # the runner died, timed out or dropped the connection
-                session = None
-                kept = work.complete(token, lost=_one_line(err))
-            if not kept:  # given up on as hung: this thread's session is unusable
-                return
+                token, job = item
+                try:
+                    reply = session[1](encode_request([job], self.warmup, self.repeat))
+                    ((key, seconds, error),) = json.loads(reply)
+                    kept = work.complete(token, MeasureResult(key, seconds, error))
+                except Exception as err:  # the runner died, timed out or dropped the connection
+                    session = None
+                    kept = work.complete(token, lost=_one_line(err))
+                if not kept:  # given up on as hung: this thread's session is unusable
+                    return
+        finally:
+            session = None  # this frame may outlive the thread (see _request): close the session now
 
 
 #: Seconds past ``timeout_s`` after which a job without an answer is taken from its runner.

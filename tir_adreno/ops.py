@@ -418,10 +418,9 @@ def conv2d(
         precision = dtype  # float16 arrays run the float16 kernels, as before precisions
     dtype = prec.dtype
     profile = DeviceProfile.from_device(dev)
-    if isinstance(records, (str, bytes)) or hasattr(records, "__fspath__"):
-        from . import records as _records
+    from .records import open_records
 
-        records = _records.load(records, profile, precision)
+    records = open_records(records, profile, precision)
     choice = None
     if algorithm != "auto":
         choice = _strategy.ConvChoice("winograd_2x2" if algorithm == "winograd" else algorithm)
