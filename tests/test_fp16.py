@@ -15,6 +15,7 @@ in the last term.
 """
 
 import io
+import json
 from dataclasses import replace
 
 import numpy as np
@@ -26,6 +27,7 @@ from primfuncs import concat, elementwise, layout, pool2d, reduce
 from primfuncs import conv2d as conv
 from primfuncs._common import TEXTURE
 from primfuncs.epilogue import Epilogue
+from test_cli import run_cli, tiny_onnx  # noqa: F401 (fixtures)
 from test_pool2d import adaptive_reference, pool_reference
 from tir_adreno import build, cache, cli, compile_model, load_model, models, ops, runtime, strategy
 from tir_adreno.device import get_profile
@@ -305,3 +307,23 @@ def test_mobilenet_v2_float16_acc32_is_bounded_by_its_conditioning():
     3e-3..5e-3 relative output error (4-10x u16), so fp16 storage of all its tensors lands at
     0.8e-2..2.2e-2 (README): above the 1e-2 budget, at 4.3-7.1x the input rounding's effect."""
     _check_model(models.mobilenet_v2(image_size=32), (1, 3, 32, 32), rtol=None)
+
+
+# -- command line ----------------------------------------------------------------------------------
+
+
+def test_cli_precision(run_cli, tiny_onnx, tmp_path):
+    devices = run_cli("devices")
+    assert devices.returncode == 0 and "half images yes" in devices.stdout and "half math no" in devices.stdout
+    res = run_cli("run", str(tiny_onnx), "--precision", ACC32, "--check", "--json", str(tmp_path / "r.json"))
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert f"precision: {ACC32}" in res.stdout and "check passed" in res.stdout
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["precision"] == ACC32 and report["check"]["rtol"] == MODEL_RTOL
+    assert 0 < report["check"]["relative_errors"][0] <= MODEL_RTOL
+    res = run_cli("compile", str(tiny_onnx), "-o", str(tmp_path / "m"), "--target", "pocl", "--precision", ACC32)
+    assert res.returncode == 0, res.stderr[-2000:]
+    saved = load_model(tmp_path / "m")
+    assert saved.precision == ACC32 and any(t.storage == "float16" for t in saved.plan.tensors)
+    res = run_cli("run", str(tmp_path / "m"), "--precision", ACC32)
+    assert res.returncode == 2 and "--precision needs a model file" in res.stderr
