@@ -63,11 +63,17 @@ def concat_channels(n: int, channels, h: int, w: int, dtype: str = "float32", sc
                                 px = T.sblock_alloc_buffer((4,), dtype, scope="local")
                                 src = T.sblock_alloc_buffer((4,), dtype, scope="local")
                                 if aligned:
-                                    # Output block cb is block cb - first_block[i] of input i.
+                                    # Output block cb is block cb - first_block[i] of input i. The
+                                    # `k ==` tests run at parse time: no branch names a dropped input
+                                    # (the printed TVMScript must parse back, see test_script_roundtrip).
                                     if vz % c4 < first_block[1]:
                                         load_pixel(px, A, vz // c4, vz % c4, vh, vw)
+                                    elif k == 2:
+                                        load_pixel(px, B, vz // c4, vz % c4 - first_block[1], vh, vw)
                                     elif vz % c4 < first_block[2]:
                                         load_pixel(px, B, vz // c4, vz % c4 - first_block[1], vh, vw)
+                                    elif k == 3:
+                                        load_pixel(px, C, vz // c4, vz % c4 - first_block[2], vh, vw)
                                     elif vz % c4 < first_block[3]:
                                         load_pixel(px, C, vz // c4, vz % c4 - first_block[2], vh, vw)
                                     else:

@@ -557,7 +557,7 @@ def _direct_conv(geom: ConvGeometry, mode: str, epilogue, dtype, config, scope, 
             for wi in T.unroll(wb):
                 if store_ok(t, ob, x0 + wi):
                     store_output_pixel(
-                        Y, acc, ob * wb + wi, tmp, epilogue, Bias, Residual, nn, t * ocb + ob, r, x0 + wi
+                        Y, acc, ob * wb + wi, tmp, epilogue, Bias, Residual, nn, t * ocb + ob, r, x0 + wi, o
                     )
 
     def plain_kernel():

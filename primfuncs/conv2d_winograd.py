@@ -428,7 +428,7 @@ def winograd_output_transform(
                                     if store_ok(out_row(t) + i, out_col(t) + j):
                                         store_output_pixel(
                                             Y, y, i * m + j, tmp, epilogue, Bias, Residual,
-                                            image_of(t), ob, out_row(t) + i, out_col(t) + j,
+                                            image_of(t), ob, out_row(t) + i, out_col(t) + j, geom.o,
                                         )
 
     return select_params(func, epilogue.params(["M"], "Y"))

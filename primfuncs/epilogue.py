@@ -85,7 +85,7 @@ def activate(x, activation, dtype, clip_min: float = 0.0, clip_max: float = 6.0)
 
 
 @T.macro
-def store_output_pixel(Y, acc, k, tmp, epilogue, Bias, Residual, n, c, h, w):
+def store_output_pixel(Y, acc, k, tmp, epilogue, Bias, Residual, n, c, h, w, out_channels=None):
     """``Y[n, c, h, w] = act(acc[k] + Bias[c] + Residual[n, c, h, w])``, one vector store.
 
     ``acc[k, 0:4]`` (a row of a 2-D local buffer) holds output channels
@@ -107,4 +107,8 @@ def store_output_pixel(Y, acc, k, tmp, epilogue, Bias, Residual, n, c, h, w):
     if epilogue.activation is not None:
         for lane in T.unroll(4):
             acc[k, lane] = activate(acc[k, lane], epilogue.activation, acc.dtype, epilogue.clip_min, epilogue.clip_max)
+        if epilogue.activation in ("sigmoid", "hardsigmoid") and out_channels is not None and out_channels % 4 != 0:
+            # act(0) = 0.5: the padding lanes of the last block must stay 0 (the next conv reads them).
+            for lane in T.unroll(4):
+                acc[k, lane] = T.if_then_else(c * 4 + lane < out_channels, acc[k, lane], T.Cast(acc.dtype, 0))
     Y[n, c, h, w, T.Ramp(0, 1, 4)] = acc[k, T.Ramp(0, 1, 4)]

@@ -134,7 +134,19 @@ def _launch(call, params: tuple[TensorSpec, ...]) -> Launch:
     )
 
 
+def lower_device(func_or_mod, target=None):
+    """(host module, device module) after the target's TIR pipeline: the kernels as they go to
+    OpenCL codegen (``tir-adreno kernel --show lowered``)."""
+    return _lower_modules(_as_module(func_or_mod), as_target(target))[:2]
+
+
 def _lower(mod: tvm.IRModule, target: tvm.target.Target):
+    host, device_mod, device_target = _lower_modules(mod, target)
+    source = tvm.get_global_func("target.build.opencl")(device_mod, device_target).inspect_source()
+    return host, source
+
+
+def _lower_modules(mod: tvm.IRModule, target: tvm.target.Target):
     target = target.with_host(tvm.target.Target(_HOST))
     mod = tirx.transform.BindTarget(target)(mod)
     pipeline = tirx.get_default_tir_pipeline(target)
@@ -147,8 +159,7 @@ def _lower(mod: tvm.IRModule, target: tvm.target.Target):
         raise RuntimeError(f"expected one device module, got {len(devices)}")
     (device_target, device_mod), = devices.items()
     device_mod = tirx.compilation_pipeline.finalize_device_passes()(device_mod)
-    source = tvm.get_global_func("target.build.opencl")(device_mod, device_target).inspect_source()
-    return host, source
+    return host, device_mod, device_target
 
 
 def _check_bounds(check_bounds) -> bool:

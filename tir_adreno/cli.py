@@ -189,7 +189,7 @@ def _saved_model(path) -> bool:
 
 
 def _run(args) -> int:
-    from . import runtime
+    from . import runtime, workbench
     from .executor import ModelInputError
 
     check_environment()
@@ -198,11 +198,13 @@ def _run(args) -> int:
     input_shapes = parse_input_shapes(args.input_shape)
     given = read_inputs(args.inputs)
     dev = runtime.get_device(args.device)
+    edits = workbench.load_edits(args.kernels) if args.kernels else []  # bad files before compiling
+    prims = {} if args.kernels else None
     reference = None
     if _saved_model(args.model):  # a saved model: no TVM on this path
         from .executor import load_model
 
-        for flag in ("records", "target", "check", "input_shape", "precision"):
+        for flag in ("records", "target", "check", "input_shape", "kernels", "precision"):
             if getattr(args, flag):
                 raise UserError(f"--{flag.replace('_', '-')} needs a model file; {args.model} is compiled already")
         label = args.model
@@ -234,13 +236,14 @@ def _run(args) -> int:
         start = time.perf_counter()
         try:
             compiled = compile_model(
-                model, dev, target, args.records, input_shapes=input_shapes, progress=lambda msg: print(f"  {msg}", flush=True),
+                model, dev, target, args.records, input_shapes=input_shapes, progress=lambda msg: print(f"  {msg}", flush=True), prims=prims,
                 precision=args.precision or "float32",
             )
         except (ModelError, FileNotFoundError, TargetMismatchError, PrecisionError) as err:
             raise UserError(str(err)) from None
         print(f"compiled in {time.perf_counter() - start:.1f} s", flush=True)
     try:
+        edited = workbench.apply_edits(compiled, prims, edits, inputs) if edits else {}
         compiled.run(inputs)  # warm-up: first launches build per-work-group code on some drivers
         start = time.perf_counter()
         outputs = compiled.run(inputs)
@@ -251,6 +254,8 @@ def _run(args) -> int:
     print(f"\n{'#':>3}  {'op':<28} {'kernel':<10} {'placement':<9} {'time (ms)':>10}  config (source)")
     for i, p in enumerate(profile):
         config = f"  {p['config']} ({p['source']})" if "config" in p else ""
+        if i in edited:
+            config += f"  EDITED {edited[i][0]:.3f} -> {edited[i][1]:.3f} ms (generated -> edited, median of 3)"
         print(f"{i:>3}  {p['op']:<28} {'ours' if p['ours'] else 'upstream':<10} {p['placement']:<9} {p['time_ms']:>10.3f}{config}")
     kernel_ms = compiled.kernel_time_ms()
     ours = sum(p["time_ms"] for p in profile if p["ours"])
@@ -261,7 +266,8 @@ def _run(args) -> int:
     names = [f"output{i}" for i in range(len(outputs))]
     if args.outputs:
         np.savez(args.outputs, **dict(zip(names, outputs)))
-    report = {"model": label, "device": dev.name, "precision": compiled.precision, "kernel_ms": kernel_ms, "wall_ms": wall * 1e3, "memory": mem, "profile": profile}
+    report = {"model": label, "device": dev.name, "precision": compiled.precision, "kernel_ms": kernel_ms, "wall_ms": wall * 1e3,
+              "memory": mem, "profile": profile, "edited": edited}
     status = 0
     if reference is not None:
         status = _check(outputs, reference, inputs, report, CHECK_RTOL[compiled.precision])
@@ -343,6 +349,31 @@ def _compile(args) -> int:
     print(f"wrote {args.output}: {len(plan.calls)} kernel calls, {len(convs)} conv kernels ({tuned} from records)")
     print(f"run it with: tir-adreno run {args.output}")
     return 0
+
+
+def _dump(args) -> int:
+    from . import runtime, workbench
+    from .compiler import ModelError, compile_model
+
+    if _saved_model(args.model):
+        raise UserError(f"{args.model}: a saved model holds OpenCL C, not TVMScript; dump the ONNX file or --builtin model it was compiled from")
+    input_shapes = parse_input_shapes(args.input_shape)
+    model, _ = _model_and_inputs(args, input_shapes)
+    dev = runtime.get_device(args.device)
+    prims: dict = {}
+    try:
+        compiled = compile_model(model, dev, input_shapes=input_shapes, progress=lambda msg: print(f"  {msg}", flush=True), prims=prims)
+    except (ModelError, FileNotFoundError) as err:
+        raise UserError(str(err)) from None
+    files = workbench.dump(compiled, prims, args.output, args.model or f"--builtin {args.builtin}")
+    print(f"wrote {len(files)} kernels and {workbench.MANIFEST} to {args.output} ({dev.name})")
+    return 0
+
+
+def _kernel(args) -> int:
+    from . import workbench
+
+    return workbench.kernel_command(args.file, args.device, args.check, args.time, args.show)
 
 
 def _tune(args) -> int:
@@ -455,7 +486,22 @@ def main(argv=None) -> int:
     p.add_argument("--records", metavar="FILE", help="tuning records from `tir-adreno tune` (conv algorithm, config, placement)")
     p.add_argument("--target", metavar="PROFILE", help="plan the kernels for this device profile (adreno, nvidia-h200, pocl)")
     p.add_argument("--precision", choices=MODEL_PRECISIONS, help=PRECISION_HELP + " (default float32)")
+    p.add_argument("--kernels", metavar="DIR", help="use the kernel files of `tir-adreno dump` that were edited")
     p.set_defaults(fn=_run)
+    p = sub.add_parser("dump", help="write every kernel of a model as an editable TVMScript file + manifest.json")
+    p.add_argument("model", nargs="?", help="ONNX model file (default: a built-in model)")
+    p.add_argument("--builtin", default="resnet18", choices=["resnet18", "resnet50", "mobilenet_v2"], help="built-in model when no file is given")
+    p.add_argument("-o", "--output", required=True, metavar="DIR", help="directory to write")
+    p.add_argument("--device", help="substring of the OpenCL platform or device name")
+    _add_input_shape(p)
+    p.set_defaults(fn=_dump)
+    p = sub.add_parser("kernel", help="build one dumped kernel file; show, check against NumPy, time")
+    p.add_argument("file", help="a kernel file written by `tir-adreno dump`")
+    p.add_argument("--device", help="substring of the OpenCL platform or device name")
+    p.add_argument("--check", action="store_true", help="compare with the float64 NumPy reference of its op; exit 1 beyond tolerance")
+    p.add_argument("--time", action="store_true", help="median kernel time (OpenCL events)")
+    p.add_argument("--show", metavar="WHAT", help="print tir, lowered (after the Adreno TIR pipeline) or opencl")
+    p.set_defaults(fn=_kernel)
     p = sub.add_parser("compile", help="compile a model for a device profile into a saved model (no device needed)")
     p.add_argument("model", nargs="?", help="ONNX model file (default: a built-in model)")
     p.add_argument("--builtin", default="resnet18", choices=["resnet18", "resnet50", "mobilenet_v2"], help="built-in model when no file is given")
@@ -500,13 +546,14 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     from .measure import TrackerError
     from .runtime import DeviceNotFoundError
+    from .workbench import WorkbenchError
 
     with warnings.catch_warnings():
         # A warning (records of another device, an unusable cache folder) is one line, not a source excerpt.
         warnings.showwarning = lambda message, *_args, **_kw: warn(str(message))
         try:
             return args.fn(args)
-        except (DeviceNotFoundError, TrackerError, UserError) as err:
+        except (DeviceNotFoundError, TrackerError, UserError, WorkbenchError) as err:
             print(f"tir-adreno: error: {err}", file=sys.stderr)
             return 2
 

@@ -19,7 +19,7 @@ from .bundle import KernelModule
 from .executor import Call, CompiledModel, Plan, TensorInfo
 from .device import DeviceProfile, resolve, with_limits
 from .records import open_records
-from .relax_pass import CONFIG_ATTR, OURS_ATTR, SOURCE_ATTR, dispatch_to_textures
+from .relax_pass import CONFIG_ATTR, OP_ATTR, OURS_ATTR, SOURCE_ATTR, dispatch_to_textures
 from .strategy import check_precision, half_storage
 
 
@@ -105,8 +105,17 @@ def _const_array(expr) -> np.ndarray:
     return np.require(expr.value.numpy(), requirements="C")
 
 
-def plan_module(mod: tvm.IRModule, input_names, progress=print, target=None, storage: str | None = None):
+def kernel_func(prim: tvm.tirx.PrimFunc) -> tvm.tirx.PrimFunc:
+    """``prim`` without the attributes that describe it (config, its source, the op): what is built and cached."""
+    for attr in (CONFIG_ATTR, SOURCE_ATTR, OP_ATTR):
+        prim = prim.without_attr(attr)
+    return prim
+
+
+def plan_module(mod: tvm.IRModule, input_names, progress=print, target=None, prims: dict | None = None,
+                storage: str | None = None):
     """Build every PrimFunc ``main`` calls and lay out the calls; returns (plan, kernels, weights).
+    ``prims``, when given, receives kernel key -> the PrimFunc with its attributes (``tir-adreno dump``).
     ``storage="float16"`` keeps the texture tensors of our kernels in half images
     (``strategy.half_storage``); their weights are kept as float16 arrays (saved in half)."""
     func = mod["main"]
@@ -145,10 +154,12 @@ def plan_module(mod: tvm.IRModule, input_names, progress=print, target=None, sto
             gv, args = value.args[0], value.args[1]
             prim = mod[gv]
             meta = {k: str(prim.attrs[a]) for k, a in (("config", CONFIG_ATTR), ("source", SOURCE_ATTR)) if a in prim.attrs}
-            prim = prim.without_attr(CONFIG_ATTR).without_attr(SOURCE_ATTR)  # same kernel, same cache entry
             # Ours only if our pass emitted it (importer-made PrimFuncs, e.g. from emit_te, are upstream's).
             ours = prim.attrs is not None and bool(prim.attrs.get(OURS_ATTR, False))
+            described, prim = prim, kernel_func(prim)  # same kernel, same cache entry
             key = build.module_key(prim, target)
+            if prims is not None:
+                prims[key] = described
             if key not in built:
                 progress(f"[{len(calls) + 1}/{len(call_bindings)}] build {gv.name_hint}")
                 kernels[key] = build.build_cached(prim, target).with_storage(storage if ours else None)
@@ -228,9 +239,11 @@ def check_device_support(mod: tvm.IRModule, profile: DeviceProfile, runs_on: run
 
 
 def compile_plan(model, profile: DeviceProfile, records=None, allow_buffer: bool = True, ours: bool = True, progress=print,
-                 input_shapes: dict | None = None, runs_on: runtime.Device | None = None, precision: str = "float32"):
+                 input_shapes: dict | None = None, runs_on: runtime.Device | None = None, prims: dict | None = None,
+                 precision: str = "float32"):
     """``model`` compiled for ``profile`` in ``precision`` as (plan, kernels, weights): no device needed.
     ``runs_on``: the device the plan will be loaded on, when known (checked before building).
+    ``prims`` (a dict) receives kernel key -> PrimFunc (see :func:`plan_module`).
     ValueError (``strategy.PrecisionError``) when ``profile`` cannot run ``precision``."""
     check_precision(precision, profile)
     progress("import")
@@ -238,14 +251,14 @@ def compile_plan(model, profile: DeviceProfile, records=None, allow_buffer: bool
     check_device_support(mod, profile, runs_on)
     progress(f"lower for {profile.name} in {precision} (tir-adreno pass, LegalizeOps, dlight)" if ours else "lower (LegalizeOps, dlight)")
     mod = lower(mod, profile, allow_buffer, ours, open_records(records, profile, precision), precision)
-    plan, kernels, weights = plan_module(mod, names, progress, _target(ours), half_storage(precision) if ours else None)
+    plan, kernels, weights = plan_module(mod, names, progress, _target(ours), prims, half_storage(precision) if ours else None)
     plan.precision = precision if ours else "float32"
     return plan, kernels, weights
 
 
 def compile_model(
     model, device=None, profile=None, records=None, allow_buffer: bool = True, pool: bool = True, ours: bool = True,
-    limits=None, progress=print, input_shapes: dict | None = None, precision: str = "float32",
+    limits=None, progress=print, input_shapes: dict | None = None, prims: dict | None = None, precision: str = "float32",
 ) -> CompiledModel:
     """Compile ``model`` (ONNX ``ModelProto`` or path, or a Relax IRModule with bound weights) and load it on ``device``.
 
@@ -261,7 +274,7 @@ def compile_model(
     """
     dev = runtime.get_device(device)
     target = with_limits(resolve(dev, profile), limits)
-    plan, kernels, weights = compile_plan(model, target, records, allow_buffer, ours, progress, input_shapes, dev, precision)
+    plan, kernels, weights = compile_plan(model, target, records, allow_buffer, ours, progress, input_shapes, dev, prims, precision)
     progress(f"load {len(kernels)} kernels on {dev.name}")
     return CompiledModel(plan, kernels, weights, dev, pool)
 

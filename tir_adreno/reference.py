@@ -121,6 +121,8 @@ def activation(y, name, clip_min: float = 0.0, clip_max: float = 6.0) -> np.ndar
             return 1 / (1 + np.exp(-y))
         if name == "silu":
             return y / (1 + np.exp(-y))
+    if name in ("gelu", "gelu_tanh"):
+        return gelu(y, "tanh" if name == "gelu_tanh" else "none")
     hard = np.minimum(np.maximum(y + 3, 0), 6) / 6
     if name == "hardsigmoid":
         return hard

@@ -29,6 +29,7 @@ Op families plug in through :data:`HANDLERS` (op name -> handler).
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 
@@ -47,6 +48,9 @@ from .device import DeviceProfile
 
 #: PrimFunc attributes carrying a conv's plan (config string, "records"/"default") to the profile.
 CONFIG_ATTR, SOURCE_ATTR = "tir_adreno.config", "tir_adreno.source"
+#: PrimFunc attr holding the op a kernel computes (JSON: op, attributes, logical shapes),
+#: for ``tir-adreno dump`` and the ``kernel`` command's NumPy reference.
+OP_ATTR = "tir_adreno.op"
 
 #: Attribute marking the PrimFuncs this pass emits (kernels from ``primfuncs/``), so the
 #: profile can tell them from what TVM's importer or legalizer made.
@@ -255,10 +259,12 @@ class Rewriter:
         self.graph: Graph | None = None
 
     # -- emission ------------------------------------------------------------------------
-    def emit_kernel(self, func, args, out_shape, dtype="float32", hint="k") -> relax.Var:
+    def emit_kernel(self, func, args, out_shape, dtype="float32", hint="k", op_info: dict | None = None) -> relax.Var:
         key = func.script()
         if key not in self._funcs:
             func = func.with_attr("tirx.is_scheduled", True).with_attr(OURS_ATTR, True)
+            if op_info is not None:
+                func = func.with_attr(OP_ATTR, json.dumps(op_info, sort_keys=True))
             name = str(func.attrs["global_symbol"]) if "global_symbol" in func.attrs else hint
             self._funcs[key] = self.bb.add_func(func.without_attr("global_symbol"), name)
         out = relax.TensorType(list(out_shape), dtype)
@@ -312,12 +318,12 @@ class Rewriter:
         shape5 = (v.nchw[0], blocked(v.channels), v.nchw[2], v.nchw[3], 4)
         if v.blocked:
             (src_scope, src), = list(v.blocked.items())[:1]
-            out = self.emit_kernel(elementwise.copy(shape5, scope=src_scope, out_scope=scope), [src], shape5)
+            out = self.emit_kernel(elementwise.copy(shape5, scope=src_scope, out_scope=scope), [src], shape5, op_info=_layout_info("copy", v.nchw))
         else:
             n, c, h, w = v.nchw
             factory = layout.nhwc_to_nchw4c if v.layout == "NHWC" else layout.nchw_to_nchw4c
             plain_shape = (n, h, w, c) if v.layout == "NHWC" else (n, c, h, w)
-            out = self.emit_kernel(factory(plain_shape, scope=scope), [v.plain], shape5)
+            out = self.emit_kernel(factory(plain_shape, scope=scope), [v.plain], shape5, op_info=_layout_info(factory.__name__, v.nchw))
         v.blocked[scope] = out
         return out
 
@@ -327,9 +333,9 @@ class Rewriter:
             (scope, src), = list(v.blocked.items())[:1]
             n, c, h, w = v.nchw
             if v.layout == "NHWC":
-                v.plain = self.emit_kernel(layout.nchw4c_to_nhwc((n, h, w, c), scope=scope), [src], (n, h, w, c))
+                v.plain = self.emit_kernel(layout.nchw4c_to_nhwc((n, h, w, c), scope=scope), [src], (n, h, w, c), op_info=_layout_info("nchw4c_to_nhwc", v.nchw))
             else:
-                v.plain = self.emit_kernel(layout.nchw4c_to_nchw((n, c, h, w), scope=scope), [src], (n, c, h, w))
+                v.plain = self.emit_kernel(layout.nchw4c_to_nchw((n, c, h, w), scope=scope), [src], (n, c, h, w), op_info=_layout_info("nchw4c_to_nchw", v.nchw))
         return v.plain
 
     # -- driver ---------------------------------------------------------------------------
@@ -553,6 +559,72 @@ def _conv_weight_oihw(w: np.ndarray, kernel_layout: str) -> np.ndarray | None:
     return None
 
 
+# --------------------------------------------------------------------------------------------
+# Op metadata recorded on each kernel (OP_ATTR)
+
+
+def _jsonable(value):
+    if isinstance(value, (bool, int, float, str)) or value is None:
+        return value
+    if isinstance(value, (tuple, list)) or type(value).__name__ == "Array":
+        return [_jsonable(v) for v in value]
+    if hasattr(value, "value"):  # IntImm, FloatImm, StringImm
+        return value.value
+    return str(value)
+
+
+def _attrs(attrs) -> dict:
+    """The public fields of a Relax attrs node as JSON values."""
+    names = [k for k in dir(attrs) if not k.startswith("_") and k != "id_" and not callable(getattr(attrs, k, None))]
+    return {k: getattr(attrs, k) for k in names}
+
+
+def _info(node: Node, **attrs) -> dict:
+    """Op name (Relax's, without "relax."), logical shapes (the model's layout) and attributes."""
+    inputs = [a for a in node.args if isinstance(a, relax.Var)]
+    if node.args and isinstance(node.args[0], relax.Tuple):
+        inputs = list(node.args[0].fields)
+    return {
+        "op": node.op.removeprefix("relax."),
+        "node": node.var.name,
+        "inputs": [list(_static_shape(a) or ()) for a in inputs],
+        "output": list(_static_shape(node.var) or ()),
+        "attrs": {k: _jsonable(v) for k, v in attrs.items()},
+    }
+
+
+def _layout_info(op: str, nchw) -> dict:
+    return {"op": op, "node": "", "inputs": [list(nchw)], "output": list(nchw), "attrs": {}}
+
+
+def _elementwise_info(op: str, nodes, inputs, **attrs) -> dict:
+    """A pixelwise kernel over NCHW ``inputs`` (the first one's shape out) standing for ``nodes``."""
+    names = ",".join(m.var.name for m in nodes)
+    return {"op": op, "node": names, "inputs": [list(s) for s in inputs], "output": list(inputs[0]), "attrs": {k: _jsonable(v) for k, v in attrs.items()}}
+
+
+#: A conv's kernels by the tensor each writes: direct (Y), Winograd (V, M, Y).
+CONV_STAGES = {"V": "input_transform", "M": "batched_gemm", "Y": "output_transform"}
+
+
+def _conv_info(node: Node, plan, output: str) -> dict:
+    """A conv kernel (``plan``: strategy.ConvPlan) writing tensor ``output``."""
+    geom, epilogue = plan.geometry, plan.epilogue
+    info = _info(node, strides=geom.strides, padding=geom.padding, dilation=geom.dilation, groups=geom.groups)
+    info.update(
+        op="nn.conv2d",
+        inputs=[[geom.n, geom.c, geom.h, geom.w]],
+        weight=[geom.o, geom.cg, geom.kh, geom.kw],
+        output=list(geom.out_shape),
+        epilogue={"bias": epilogue.bias, "activation": epilogue.activation, "residual": epilogue.residual,
+                  **({"clip": [epilogue.clip_min, epilogue.clip_max]} if epilogue.activation == "clip" else {})},
+        algorithm=plan.algorithm,
+        stage="direct" if plan.algorithm == "direct" else CONV_STAGES[output],
+        choice=plan.choice.to_dict(),  # rebuilds the other stages of a Winograd conv (``tir-adreno kernel``)
+    )
+    return info
+
+
 @handles("relax.nn.conv2d")
 def conv2d_handler(rw: Rewriter, node: Node):
     attrs = node.attrs
@@ -640,7 +712,7 @@ def conv2d_handler(rw: Rewriter, node: Node):
     # Every stage but the last produces one intermediate (Winograd's V, then M) from the previous.
     args = [rw.blocked(x, scope)]
     for func, name in zip(stages[:-1], ("V", "M")):
-        args = [rw.emit_kernel(func, args, plan.tensor(name).shape)]
+        args = [rw.emit_kernel(func, args, plan.tensor(name).shape, op_info=_conv_info(node, plan, name))]
         if name == "V":
             args.append(relax.const(plan.pack_weights(w)))
     if len(stages) == 1:
@@ -649,7 +721,7 @@ def conv2d_handler(rw: Rewriter, node: Node):
         args.append(relax.const(pack_bias(bias.astype(np.float32))))
     if residual is not None:
         args.append(rw.blocked(residual, scope))
-    out = rw.emit_kernel(stages[-1], args, plan.tensor("Y").shape, hint="conv2d")
+    out = rw.emit_kernel(stages[-1], args, plan.tensor("Y").shape, hint="conv2d", op_info=_conv_info(node, plan, "Y"))
     oh, ow = geom.oh, geom.ow
     rw.define(last.var, out, scope, (n, o, oh, ow), data_layout)
     return out
@@ -693,7 +765,7 @@ def _emit_activation(rw: Rewriter, x: Value, matched):
         func = elementwise.clip(shape5, *bounds, scope=scope)
     else:
         func = elementwise.activation(shape5, name, scope=scope)
-    out = rw.emit_kernel(func, [rw.blocked(x, scope)], shape5)
+    out = rw.emit_kernel(func, [rw.blocked(x, scope)], shape5, op_info=_elementwise_info("activation", nodes, [x.nchw], activation=name, bounds=bounds))
     for m in nodes:
         m.fused = True
     rw.define(nodes[-1].var, out, scope, x.nchw)
@@ -719,7 +791,7 @@ def _emit_affine(rw: Rewriter, x: Value, var, scale, shift, nodes):
     shape5 = (x.nchw[0], blocked(x.channels), x.nchw[2], x.nchw[3], 4)
     scope = rw.scope_for(shape5)
     func = elementwise.affine(shape5, activation, scope=scope, **_clip_fields(bounds))
-    out = rw.emit_kernel(func, [rw.blocked(x, scope), relax.const(pack_bias(scale.astype(np.float32))), relax.const(pack_bias(shift.astype(np.float32)))], shape5)
+    out = rw.emit_kernel(func, [rw.blocked(x, scope), relax.const(pack_bias(scale.astype(np.float32))), relax.const(pack_bias(shift.astype(np.float32)))], shape5, op_info=_elementwise_info("affine", nodes, [x.nchw], activation=activation, bounds=bounds))
     for m in nodes:
         m.fused = True
     rw.define(var, out, scope, x.nchw)
@@ -782,7 +854,7 @@ def binary_handler(rw, node):
     scope = rw.scope_for(shape5, gate5)
     op = node.op.split(".")[-1]
     func = elementwise.binary(shape5, op, scope=scope, broadcast_channels=broadcast)
-    out = rw.emit_kernel(func, [rw.blocked(a, scope), rw.blocked(b, scope)], shape5)
+    out = rw.emit_kernel(func, [rw.blocked(a, scope), rw.blocked(b, scope)], shape5, op_info=_elementwise_info(op, [node], [a.nchw, b.nchw]))
     rw.define(node.var, out, scope, a.nchw)
     return out
 
@@ -814,7 +886,7 @@ def pool_handler(rw, node):
     in5, out5 = (n, blocked(c), h, w, 4), (n, blocked(c), oh, ow, 4)
     scope = rw.scope_for(in5, out5)
     schedule = strategy.pool_schedule(pool_key(op, x.nchw, attrs), rw.profile, rw.records)
-    out = rw.emit_kernel(factory(in5, scope=scope, **schedule, **attrs), [rw.blocked(x, scope)], out5)
+    out = rw.emit_kernel(factory(in5, scope=scope, **schedule, **attrs), [rw.blocked(x, scope)], out5, op_info=_info(node, **attrs))
     rw.define(node.var, out, scope, (n, c, oh, ow))
     return out
 
@@ -834,7 +906,7 @@ def reduce_handler(rw, node):
     shape5, _ = reduce.reduce_output(in5, c, axes, keepdims=True)
     scope = rw.scope_for(in5, shape5)
     op = node.op.split(".")[-1]
-    out = rw.emit_kernel(reduce.reduce(in5, c, op, axes, True, scope=scope, group_threshold=strategy.group_threshold(rw.profile)), [rw.blocked(x, scope)], shape5)
+    out = rw.emit_kernel(reduce.reduce(in5, c, op, axes, True, scope=scope, group_threshold=strategy.group_threshold(rw.profile)), [rw.blocked(x, scope)], shape5, op_info=_info(node, axis=axes, keepdims=True))
     rw.define(node.var, out, scope, out_shape)
     return out
 
@@ -847,7 +919,7 @@ def softmax_handler(rw, node):
     n, c, h, w = x.nchw
     shape5 = (n, blocked(c), h, w, 4)
     scope = rw.scope_for(shape5)
-    out = rw.emit_kernel(reduce.softmax(shape5, c, scope=scope), [rw.blocked(x, scope)], shape5)
+    out = rw.emit_kernel(reduce.softmax(shape5, c, scope=scope), [rw.blocked(x, scope)], shape5, op_info=_info(node, axis=1))
     rw.define(node.var, out, scope, x.nchw)
     return out
 
@@ -877,7 +949,8 @@ def concat_handler(rw, node):
 def _emit_concat(rw, parts, n, h, w, scope):
     chans = [c for _, c in parts]
     out5 = (n, blocked(sum(chans)), h, w, 4)
-    return rw.emit_kernel(concat.concat_channels(n, chans, h, w, scope=scope), [e for e, _ in parts], out5), sum(chans)
+    info = {"op": "concat", "node": "", "inputs": [[n, c, h, w] for c in chans], "output": [n, sum(chans), h, w], "attrs": {"axis": 1}}
+    return rw.emit_kernel(concat.concat_channels(n, chans, h, w, scope=scope), [e for e, _ in parts], out5, op_info=info), sum(chans)
 
 
 @handles("relax.image.resize2d")

@@ -248,7 +248,7 @@ def plot(results, path) -> Path | None:
     ax.set_xticks(range(len(rows)))
     ax.set_xticklabels([f"L{i}" for i in range(len(rows))], fontsize=7)
     ax.set_ylabel("tuned speed-up over the default")
-    ax.set_title("per-layer gain of tuning (conv kernel time)")
+    ax.set_title("per-layer gain of tuning (kernel time, L = layer of the table)")
     fig.tight_layout()
     path = Path(path)
     fig.savefig(path, dpi=120)

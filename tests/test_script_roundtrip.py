@@ -1,0 +1,161 @@
+"""Every kernel factory's PrimFunc prints as TVMScript that parses back to the same PrimFunc.
+
+This is what makes ``tir-adreno dump`` files editable: what a user reads is exactly
+what the model builds. No build, no device: cheap.
+"""
+
+import pytest
+import tvm
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from primfuncs import concat, conv2d, conv2d_winograd, elementwise, layout, pool2d, reduce, resize
+from primfuncs._common import BUFFER, TEXTURE, TEXTURE_WEIGHT, blocked
+from primfuncs.conv2d import ConvConfig
+from primfuncs.epilogue import ACTIVATIONS, Epilogue
+
+SCOPES = (TEXTURE, BUFFER)
+
+
+def _nchw(d, max_c=9, max_hw=7):
+    return (d.draw(st.integers(1, 2)), d.draw(st.integers(1, max_c)), d.draw(st.integers(1, max_hw)), d.draw(st.integers(1, max_hw)))
+
+
+def _blocked(nchw):
+    n, c, h, w = nchw
+    return (n, blocked(c), h, w, 4)
+
+
+def _epilogue(d):
+    return Epilogue(bias=d.draw(st.booleans()), activation=d.draw(st.sampled_from([None, "relu", "relu6"])), residual=d.draw(st.booleans()))
+
+
+def layout_kernels(d, scope):
+    n, c, h, w = _nchw(d)
+    o, kh, kw = d.draw(st.integers(1, 9)), d.draw(st.integers(1, 3)), d.draw(st.integers(1, 3))
+    return [
+        layout.nchw_to_nchw4c((n, c, h, w), scope=scope),
+        layout.nhwc_to_nchw4c((n, h, w, c), scope=scope),
+        layout.nchw4c_to_nchw((n, c, h, w), scope=scope),
+        layout.nchw4c_to_nhwc((n, h, w, c), scope=scope),
+        layout.oihw_to_oihw4o((o, c, kh, kw), scope=TEXTURE_WEIGHT if scope == TEXTURE else BUFFER),
+    ]
+
+
+def elementwise_kernels(d, scope):
+    shape = _blocked(_nchw(d))
+    lo = d.draw(st.floats(-2, 0))
+    return [
+        elementwise.relu(shape, scope=scope),
+        elementwise.relu6(shape, scope=scope),
+        elementwise.clip(shape, lo, lo + d.draw(st.floats(0.5, 4)), scope=scope),
+        elementwise.add(shape, scope=scope),
+        elementwise.multiply(shape, scope=scope),
+        elementwise.bias_add(shape, scope=scope),
+        elementwise.binary(shape, "multiply", scope=scope, broadcast_channels=True),
+        elementwise.activation(shape, d.draw(st.sampled_from([a for a in ACTIVATIONS if a not in (None, "clip")])), scope=scope),
+        elementwise.affine(shape, d.draw(st.sampled_from([a for a in ACTIVATIONS if a != "clip"])), scope=scope),
+        elementwise.copy(shape, scope=scope, out_scope=BUFFER if scope == TEXTURE else TEXTURE),
+    ]
+
+
+def conv2d_kernels(d, scope):
+    n, c, h, w = _nchw(d, max_c=12)
+    groups = d.draw(st.sampled_from([g for g in (1, 2, 4) if c % g == 0]))
+    o = groups * d.draw(st.integers(1, 3))
+    k = d.draw(st.sampled_from([1, 3]))
+    # split_k > 1 does not round-trip (test_split_k_conv_does_not_round_trip): drawn there, not here
+    config = ConvConfig(oc_block=d.draw(st.integers(1, 4)), w_block=d.draw(st.integers(1, 4)))
+    common = dict(strides=d.draw(st.integers(1, 2)), padding=d.draw(st.integers(0, 1)), epilogue=_epilogue(d), config=config, scope=scope)
+    mult = d.draw(st.integers(1, 2))
+    return [
+        conv2d.conv2d_nchw4c((n, c, max(h, k), max(w, k)), (o, c // groups, k, k), groups=groups, **common),
+        conv2d.depthwise_conv2d_nchw4c((n, c, max(h, k), max(w, k)), (c * mult, 1, k, k), dilation=1, **{**common, "config": None}),
+    ]
+
+
+def winograd_kernels(d, scope):
+    n, c, h, w = _nchw(d)
+    kern = conv2d_winograd.conv2d_winograd_nchw4c(
+        (n, c, max(h, 3), max(w, 3)), (d.draw(st.integers(1, 9)), c, 3, 3), padding=d.draw(st.integers(0, 1)),
+        m=d.draw(st.sampled_from([2, 4])), epilogue=_epilogue(d), scope=scope,
+    )
+    return list(kern.stages)
+
+
+def pool_kernels(d, scope):
+    shape = _blocked(_nchw(d))
+    k = d.draw(st.integers(1, min(3, shape[2], shape[3])))
+    strategy = d.draw(st.sampled_from(["thread", "group"]))
+    return [
+        pool2d.pool2d(shape, d.draw(st.sampled_from(["max", "avg"])), k, d.draw(st.integers(1, 2)), d.draw(st.integers(0, k // 2)),
+                      count_include_pad=d.draw(st.booleans()), scope=scope, strategy=strategy),
+        pool2d.adaptive_pool2d(shape, d.draw(st.sampled_from(["max", "avg"])), (d.draw(st.integers(1, 3)), d.draw(st.integers(1, 3))), scope=scope, strategy=strategy),
+        pool2d.global_avg_pool2d(shape, scope=scope, strategy=strategy),
+    ]
+
+
+def reduce_kernels(d, scope):
+    nchw = _nchw(d)
+    shape = _blocked(nchw)
+    axis = d.draw(st.sampled_from([(1,), (2, 3), (1, 2, 3), (3,)]))
+    return [
+        reduce.reduce(shape, nchw[1], d.draw(st.sampled_from(["sum", "mean", "max", "min"])), axis, scope=scope, strategy=d.draw(st.sampled_from(["thread", "group"]))),
+        reduce.softmax(shape, nchw[1], scope=scope),
+    ]
+
+
+def resize_kernels(d, scope):
+    shape = _blocked(_nchw(d))
+    size = (d.draw(st.integers(1, 9)), d.draw(st.integers(1, 9)))
+    mode = d.draw(st.sampled_from(["half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric"]))
+    return [resize.resize2d(shape, size, d.draw(st.sampled_from(["nearest", "linear"])), mode, scope=scope)]
+
+
+def concat_kernels(d, scope):
+    n, _, h, w = _nchw(d)
+    chans = d.draw(st.lists(st.integers(1, 9), min_size=2, max_size=concat.MAX_INPUTS))
+    return [concat.concat_channels(n, chans, h, w, scope=scope)]
+
+
+FAMILIES = {
+    "layout": layout_kernels,
+    "elementwise": elementwise_kernels,
+    "conv2d": conv2d_kernels,
+    "conv2d_winograd": winograd_kernels,
+    "pool2d": pool_kernels,
+    "reduce": reduce_kernels,
+    "concat": concat_kernels,
+    "resize": resize_kernels,
+}
+
+
+def test_every_family_is_covered():
+    import primfuncs
+
+    families = {m.name for m in __import__("pkgutil").iter_modules(primfuncs.__path__) if not m.name.startswith("_")}
+    helpers = {"epilogue", "winograd_math"}  # no kernels of their own
+    assert families - helpers == set(FAMILIES)
+
+
+@pytest.mark.parametrize("scope", SCOPES)
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+@settings(max_examples=max(2, settings().max_examples // 4))  # 2 per family and scope in CI
+@given(data=st.data())
+def test_script_round_trip(family, scope, data):
+    for func in FAMILIES[family](data, scope):
+        func = func.with_attr("tir_adreno.op", '{"op": "x"}')  # what the Relax pass attaches
+        parsed = tvm.script.from_source(func.script())
+        tvm.ir.assert_structural_equal(parsed, func)
+
+
+@pytest.mark.xfail(strict=True, reason="TVM 0.27: the parser re-derives a printed read region's extent "
+                   "(stop - start, simplified), reordering the terms of the split-K kernel's inferred extents")
+@pytest.mark.parametrize("scope", SCOPES)
+def test_split_k_conv_does_not_round_trip(scope):
+    """Known gap: a split-K conv (``ConvConfig.split_k > 1``, the "gpu" defaults for deep layers)
+    prints as TVMScript that parses to an equivalent PrimFunc whose region extents list their
+    terms in another order, so ``tir-adreno dump`` of such a kernel is not structurally exact.
+    Strict: this turns red the day it round-trips (then draw split_k in conv2d_kernels again)."""
+    func = conv2d.conv2d_nchw4c((1, 8, 3, 3), (4, 8, 3, 3), padding=1, config=ConvConfig(oc_block=1, w_block=1, split_k=2), scope=scope)
+    tvm.ir.assert_structural_equal(tvm.script.from_source(func.script()), func)
