@@ -58,26 +58,37 @@ def check_inputs(inputs, specs) -> list[np.ndarray]:
 
 @dataclass(frozen=True)
 class TensorInfo:
-    """One tensor of the plan. ``kind``: input, const, temp (an intermediate) or output."""
+    """One tensor of the plan. ``kind``: input, const, temp (an intermediate) or output.
+    ``storage``: the allocation's element type when it differs from ``dtype`` (see
+    ``bundle.TensorSpec``: "float16" for half images under "float16_acc32")."""
 
     shape: tuple[int, ...]
     dtype: str
     scope: str
     kind: str
     name: str = ""
+    storage: str | None = None
+
+    @property
+    def storage_dtype(self) -> str:
+        return self.storage or self.dtype
 
     @property
     def nbytes(self) -> int:
+        """Bytes allocated on the device (half images: half the float32 bytes)."""
         if is_texture_scope(self.scope):
             w, h, d = texture_extent(self.shape, self.scope)
-            return w * h * d * image_format(self.dtype)[1]
-        return math.prod(self.shape) * np.dtype(self.dtype).itemsize
+            return w * h * d * image_format(self.storage_dtype)[1]
+        return math.prod(self.shape) * np.dtype(self.storage_dtype).itemsize
 
     def alloc_key(self):
         """Tensors with equal keys can share one image or buffer."""
         if is_texture_scope(self.scope):
-            return ("image", texture_extent(self.shape, self.scope), self.dtype)
+            return ("image", texture_extent(self.shape, self.scope), self.dtype, self.storage_dtype)
         return ("buffer", self.nbytes)
+
+    def spec(self, name: str) -> TensorSpec:
+        return TensorSpec(name, self.shape, self.dtype, self.scope, self.storage)
 
 
 @dataclass(frozen=True)
@@ -102,6 +113,8 @@ class Plan:
     calls: list[Call]
     inputs: list[tuple[str, int]]
     outputs: list[int]
+    #: "float32" or "float16_acc32" (``strategy.PRECISIONS``): what the tensors' storage says.
+    precision: str = "float32"
 
     def to_dict(self):
         return {
@@ -109,16 +122,19 @@ class Plan:
             "calls": [asdict(c) for c in self.calls],
             "inputs": self.inputs,
             "outputs": self.outputs,
+            "precision": self.precision,
         }
 
     @classmethod
     def from_dict(cls, d):
         return cls(
-            [TensorInfo(tuple(t["shape"]), t["dtype"], t["scope"], t["kind"], t["name"]) for t in d["tensors"]],
+            [TensorInfo(tuple(t["shape"]), t["dtype"], t["scope"], t["kind"], t["name"], t.get("storage"))
+             for t in d["tensors"]],
             [Call(c["kernel"], c["function"], tuple(c["args"]), c["label"], c["ours"], c.get("config"), c.get("source"))
              for c in d["calls"]],
             [(name, int(i)) for name, i in d["inputs"]],
             [int(i) for i in d["outputs"]],
+            d.get("precision", "float32"),
         )
 
     def lifetimes(self) -> dict[int, tuple[int, int]]:
@@ -191,12 +207,12 @@ class CompiledModel:
     # -- setup ----------------------------------------------------------------------------
     def _spec(self, i: int) -> TensorSpec:
         t = self.plan.tensors[i]
-        return TensorSpec(t.name or f"t{i}", t.shape, t.dtype, t.scope)
+        return t.spec(t.name or f"t{i}")
 
     def _allocate(self) -> list[runtime.Tensor]:
         dev = self.device
         slot_of, slots = self.plan.assign_memory(self.pool)
-        slot_mem = [dev.empty(TensorSpec(f"slot{k}", s.shape, s.dtype, s.scope)).mem for k, s in enumerate(slots)]
+        slot_mem = [dev.empty(s.spec(f"slot{k}")).mem for k, s in enumerate(slots)]
         tensors = []
         for i, t in enumerate(self.plan.tensors):
             if t.kind == "temp":
@@ -212,6 +228,10 @@ class CompiledModel:
         """Run ``module`` wherever the plan calls kernel ``key`` (an edited kernel, same signature)."""
         self.kernels[key] = module
         self._loaded[key] = self.device.load(module)
+
+    @property
+    def precision(self) -> str:
+        return self.plan.precision
 
     @property
     def input_names(self) -> list[str]:
@@ -316,5 +336,5 @@ def load_model(directory, device=None, pool: bool = True, random_weights: int | 
             weights = {int(k): npz[k] for k in npz.files}
     else:
         rng = np.random.default_rng(random_weights)
-        weights = {i: rng.standard_normal(t.shape).astype(t.dtype) * 0.05 for i, t in enumerate(plan.tensors) if t.kind == "const"}
+        weights = {i: (rng.standard_normal(t.shape) * 0.05).astype(t.storage_dtype) for i, t in enumerate(plan.tensors) if t.kind == "const"}
     return CompiledModel(plan, kernels, weights, device, pool)
