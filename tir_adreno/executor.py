@@ -11,6 +11,8 @@ from __future__ import annotations
 import io
 import json
 import math
+import statistics
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -145,9 +147,16 @@ class CompiledModel:
         self.weights = weights
         self.device = runtime.get_device(device)
         self.pool = pool
-        self._profile: list[dict] = []
+        self._times_ms: list[float] | None = None
         self._loaded = {key: self.device.load(module) for key, module in kernels.items()}
         self._tensors = self._allocate()
+        # The memory pool is fixed, so every kernel argument is set once, here.
+        self._bound = [
+            self._loaded[c.kernel].bind(c.function, [self._tensors[a] for a in c.args]) for c in plan.calls
+        ]
+        self._all_launches = runtime.BoundCall(self.device.queue, [x for b in self._bound for x in b.launches])
+        self._input_tensors = [self._tensors[i] for _, i in plan.inputs]
+        self._output_tensors = [self._tensors[i] for i in plan.outputs]
 
     # -- setup ----------------------------------------------------------------------------
     def _spec(self, i: int) -> TensorSpec:
@@ -174,7 +183,8 @@ class CompiledModel:
         return [name for name, _ in self.plan.inputs]
 
     # -- running --------------------------------------------------------------------------
-    def _bind_inputs(self, inputs):
+    def _check_inputs(self, inputs) -> list[np.ndarray]:
+        """``inputs`` as C-contiguous arrays in input order; ModelInputError when they do not match."""
         if isinstance(inputs, dict):
             unknown = sorted(set(inputs) - set(self.input_names))
             if unknown:
@@ -187,6 +197,7 @@ class CompiledModel:
             arrays = list(inputs)
             if len(arrays) != len(self.input_names):
                 raise ModelInputError(f"model takes {len(self.input_names)} inputs {self.input_names}, got {len(arrays)}")
+        checked = []
         for (name, i), x in zip(self.plan.inputs, arrays):
             t = self.plan.tensors[i]
             x = np.asarray(x)
@@ -194,41 +205,69 @@ class CompiledModel:
                 raise ModelInputError(f"input {name!r} has shape {x.shape}, expected {t.shape}")
             if x.dtype != np.dtype(t.dtype):
                 raise ModelInputError(f"input {name!r} has dtype {x.dtype}, expected {t.dtype}")
-            self._tensors[i].upload(x)
+            checked.append(np.ascontiguousarray(x))
+        return checked
 
-    def run(self, inputs) -> list[np.ndarray]:
-        """Run once; ``inputs`` maps input names to arrays (or is a list in input order)."""
-        self._bind_inputs(inputs)
-        for i in self.plan.outputs:
-            self._tensors[i].poison()
-        profile = []
-        for call in self.plan.calls:
-            loaded = self._loaded[call.kernel]
-            events = loaded.launch(call.function, [self._tensors[a] for a in call.args])
-            profile.append((call, events))
+    def run(self, inputs, profile: bool = False) -> list[np.ndarray]:
+        """Run once; ``inputs`` maps input names to arrays (or is a list in input order).
+
+        Returns new arrays (NCHW as the model defines them). The fast path
+        (``profile=False``) enqueues the uploads, every kernel (arguments were set
+        when the model was loaded) and the downloads, then waits once at the end;
+        it keeps no events. ``profile=True`` also poisons the outputs first (an
+        element no kernel wrote comes back NaN) and records every kernel's OpenCL
+        event time for :meth:`profile` and :meth:`kernel_time_ms`.
+        """
+        arrays = self._check_inputs(inputs)  # held until the queue finishes (non-blocking uploads)
+        if profile:
+            for t in self._output_tensors:
+                t.poison()
+        for t, x in zip(self._input_tensors, arrays):
+            t.enqueue_upload(x)
+        if profile:
+            events = []
+            for bound in self._bound:
+                events.append([])
+                bound.enqueue(events[-1])
+        else:
+            self._all_launches.enqueue()
+        outputs = [np.empty(t.shape, t.spec.dtype) for t in self._output_tensors]
+        for t, out in zip(self._output_tensors, outputs):
+            t.enqueue_download(out)
         self.device.queue.finish()
-        self._profile = [
-            {
-                "op": call.label,
-                "kernel": call.function,
-                "ours": call.ours,
-                "placement": self._placement(call),
-                "time_ms": sum(runtime.event_seconds(e) for e in events) * 1e3,
-            }
-            for call, events in profile
-        ]
-        return [self._tensors[i].numpy() for i in self.plan.outputs]
+        if profile:
+            self._times_ms = [sum(runtime.event_seconds(e) for e in evs) * 1e3 for evs in events]
+        return outputs
+
+    def launch_time_us(self, repeat: int = 20) -> float:
+        """Host microseconds per kernel launch on the fast path: the median over ``repeat``
+        runs of the time to enqueue every kernel (no uploads, no wait), over the launch count."""
+        samples = []
+        for _ in range(repeat):
+            start = time.perf_counter()
+            self._all_launches.enqueue()
+            samples.append(time.perf_counter() - start)
+            self.device.queue.finish()
+        return statistics.median(samples) * 1e6 / max(1, len(self._all_launches.launches))
 
     def _placement(self, call: Call) -> str:
         scopes = {self.plan.tensors[a].scope for a in call.args}
         return "texture" if any(is_texture_scope(s) for s in scopes) else "buffer"
 
     def profile(self) -> list[dict]:
-        """Per kernel call of the last :meth:`run`: op, kernel, placement, time (OpenCL events)."""
-        return list(self._profile)
+        """Per kernel call: op, kernel, ours, placement, and ``time_ms`` (its OpenCL event
+        time) from the last ``run(..., profile=True)``, None before any such run."""
+        times = self._times_ms or [None] * len(self.plan.calls)
+        return [
+            {"op": c.label, "kernel": c.function, "ours": c.ours, "placement": self._placement(c), "time_ms": t}
+            for c, t in zip(self.plan.calls, times)
+        ]
 
     def kernel_time_ms(self) -> float:
-        return sum(p["time_ms"] for p in self._profile)
+        """Sum of the kernels' OpenCL event times of the last ``run(..., profile=True)``."""
+        if self._times_ms is None:
+            raise RuntimeError("kernel_time_ms() needs a profiled run: call run(inputs, profile=True) first")
+        return sum(self._times_ms)
 
     def memory_bytes(self) -> dict[str, int]:
         return self.plan.memory_bytes(self.pool)
