@@ -84,8 +84,10 @@ def test_fast_run_matches_profiled_run_and_reference_twice(tiny):
     assert len(rows) == len(compiled.plan.calls)
     assert all(isinstance(r["time_ms"], float) and r["time_ms"] >= 0 for r in rows)
     assert compiled.kernel_time_ms() == pytest.approx(sum(r["time_ms"] for r in rows))
-    us = compiled.launch_time_us(repeat=3)
-    assert math.isfinite(us) and us > 0
+    for bound in (True, False):
+        us = compiled.launch_time_us(repeat=3, bound=bound)
+        assert math.isfinite(us) and us > 0
+    assert compiled.launch_count >= len(compiled.plan.calls)
 
 
 def test_kernel_time_needs_a_profiled_run(tiny, tmp_path, device):

@@ -239,16 +239,27 @@ class CompiledModel:
             self._times_ms = [sum(runtime.event_seconds(e) for e in evs) * 1e3 for evs in events]
         return outputs
 
-    def launch_time_us(self, repeat: int = 20) -> float:
-        """Host microseconds per kernel launch on the fast path: the median over ``repeat``
-        runs of the time to enqueue every kernel (no uploads, no wait), over the launch count."""
+    @property
+    def launch_count(self) -> int:
+        """OpenCL kernel launches per run (a call may launch several kernels)."""
+        return len(self._all_launches.launches)
+
+    def launch_time_us(self, repeat: int = 20, bound: bool = True) -> float:
+        """Host microseconds per kernel launch: the median over ``repeat`` runs of the time
+        to enqueue every kernel (no uploads, no wait), over :attr:`launch_count`.
+        ``bound=False`` times the unbound path instead (arguments checked and set on every
+        launch, events kept: what ``run`` did before arguments were bound at load), for comparison."""
         samples = []
         for _ in range(repeat):
             start = time.perf_counter()
-            self._all_launches.enqueue()
+            if bound:
+                self._all_launches.enqueue()
+            else:
+                for call in self.plan.calls:
+                    self._loaded[call.kernel].launch(call.function, [self._tensors[a] for a in call.args])
             samples.append(time.perf_counter() - start)
             self.device.queue.finish()
-        return statistics.median(samples) * 1e6 / max(1, len(self._all_launches.launches))
+        return statistics.median(samples) * 1e6 / max(1, self.launch_count)
 
     def _placement(self, call: Call) -> str:
         scopes = {self.plan.tensors[a].scope for a in call.args}
