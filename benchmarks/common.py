@@ -35,6 +35,23 @@ def add_device_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_target_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--target", default=None,
+        help="device profile the kernels are built for (adreno, nvidia-h200, pocl; default: the local "
+        "device's profile, or adreno with --build-only)",
+    )
+
+
+def target_profile(args, build_only: bool = False):
+    """The ``tir_adreno.device`` profile of ``--target`` (see :func:`add_target_argument`)."""
+    from tir_adreno.device import DeviceProfile, get_profile
+
+    if args.target:
+        return get_profile(args.target)
+    return get_profile("adreno") if build_only else DeviceProfile.from_device(args.device)
+
+
 def device_slug(name: str) -> str:
     """A file-name-safe short form of a device name: 'NVIDIA CUDA: NVIDIA H200' -> 'nvidia-h200'."""
     name = name.split(":", 1)[-1]  # drop the platform

@@ -74,7 +74,7 @@ SWEEP_LAYERS = (
     "mobilenetv2.features.14.dw",
 )
 
-#: Device classes whose default config is part of every layer's cases (``default_config(device_kind=...)``).
+#: Device classes whose default config is part of every layer's cases (``default_config(geom, depthwise, kind)``).
 DEFAULT_KINDS = ("gpu", "cpu", "mobile")
 
 
@@ -112,9 +112,9 @@ def candidates(layer, grid: str):
         return refine(geom, depthwise) if layer.key in SWEEP_LAYERS else []
     out = [("old_default", old_default(geom, depthwise))]
     if grid == "defaults":
-        return out + [("default_gpu", conv2d.default_config(geom, depthwise, device_kind="gpu"))]
+        return out + [("default_gpu", conv2d.default_config(geom, depthwise, "gpu"))]
     for kind in DEFAULT_KINDS:
-        out.append((f"default_{kind}", conv2d.default_config(geom, depthwise, device_kind=kind)))
+        out.append((f"default_{kind}", conv2d.default_config(geom, depthwise, kind)))
 
     def extents(ocb, wb):
         return geom.n * ceildiv(geom.ow, wb), geom.oh, ceildiv(geom.o4, ocb)
@@ -167,7 +167,7 @@ def refine(geom, depthwise: bool):
     every tensor in buffers ("buf")."""
     from primfuncs import conv2d
 
-    gpu = conv2d.default_config(geom, depthwise, device_kind="gpu")
+    gpu = conv2d.default_config(geom, depthwise, "gpu")
     variants = [("variant_wbuf", gpu), ("variant_buf", gpu)]
     blocks = geom.cg // 4 if geom.groups > 1 else geom.c // 4
     if depthwise or blocks < 2:
@@ -206,7 +206,7 @@ def build_all(selected, grid: str, out_dir: Path | None):
 
     from primfuncs import conv2d
     from primfuncs._common import BUFFER, TEXTURE
-    from tir_adreno import build
+    from tir_adreno import build, strategy
 
     cases, modules, by_source = [], {}, {}
     for layer in selected:
@@ -226,14 +226,9 @@ def build_all(selected, grid: str, out_dir: Path | None):
             case = {"layer": layer.key, "kinds": [kind], "config": cfg, "label": label(cfg)}
             seen[key] = case
             try:
-                kw = dict(
-                    strides=layer.strides, padding=layer.padding, dilation=layer.dilation, config=config,
-                    scope=scope, weight_scope=weight_scope,
-                )
-                if layer.depthwise:
-                    func = conv2d.depthwise_conv2d_nchw4c(layer.data_shape, layer.weight_shape, **kw)
-                else:
-                    func = conv2d.conv2d_nchw4c(layer.data_shape, layer.weight_shape, groups=layer.groups, **kw)
+                geom = conv2d.conv2d_geometry(layer.data_shape, layer.weight_shape, layer.strides, layer.padding,
+                                              layer.dilation, layer.groups)
+                func = strategy.direct_conv2d(geom, config=config, scope=scope, weight_scope=weight_scope)
                 module = build.build_cached(func)
                 text = module.to_json()
                 kid = hashlib.sha1(text.encode()).hexdigest()[:16]

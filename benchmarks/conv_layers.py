@@ -62,8 +62,8 @@ def reference_conv2d(x: np.ndarray, w: np.ndarray, layer: layer_lists.ConvLayer)
 
 # ---------------------------------------------------------------------------------------------
 # build (needs TVM): layer x way -> KernelModule + how to feed it
-def build_case(layer: layer_lists.ConvLayer, way: str) -> tuple[KernelModule, dict]:
-    """Compile one way of one layer; returns the module and its case description."""
+def build_case(layer: layer_lists.ConvLayer, way: str, profile) -> tuple[KernelModule, dict]:
+    """Compile one way of one layer for ``profile``; returns the module and its case description."""
     from tir_adreno import baseline, build
 
     if way == "upstream":
@@ -74,15 +74,13 @@ def build_case(layer: layer_lists.ConvLayer, way: str) -> tuple[KernelModule, di
         layouts = ("NCHW", "OIHW", "NCHW")
         function = baseline.FUNCTION_NAME
     else:
-        from primfuncs import conv2d
-        from primfuncs._common import BUFFER, TEXTURE
+        from primfuncs.conv2d import conv2d_geometry
+        from primfuncs.epilogue import Epilogue
+        from tir_adreno import strategy
 
-        scope = TEXTURE if way == "ours_tex" else BUFFER
-        common_args = dict(strides=layer.strides, padding=layer.padding, dilation=layer.dilation, scope=scope)
-        if layer.depthwise:
-            func = conv2d.depthwise_conv2d_nchw4c(layer.data_shape, layer.weight_shape, **common_args)
-        else:
-            func = conv2d.conv2d_nchw4c(layer.data_shape, layer.weight_shape, groups=layer.groups, **common_args)
+        geom = conv2d_geometry(layer.data_shape, layer.weight_shape, layer.strides, layer.padding, layer.dilation, layer.groups)
+        choice = strategy.ConvChoice("direct", None, "texture" if way == "ours_tex" else "buffer")
+        (func,) = strategy.conv2d_plan(geom, Epilogue(), "float32", profile, choice=choice).primfuncs()
         module = build.build_cached(func)
         layouts = ("NCHW4c", "OIHW4o", "NCHW4c")
         (function,) = module.functions
@@ -92,8 +90,8 @@ def build_case(layer: layer_lists.ConvLayer, way: str) -> tuple[KernelModule, di
     return module, {"function": function, "layouts": list(layouts)}
 
 
-def build_all(selected, ways, out_dir: Path | None):
-    """Build every (layer, way); with ``out_dir`` also save bundles + cases.json there."""
+def build_all(selected, ways, out_dir: Path | None, profile):
+    """Build every (layer, way) for ``profile``; with ``out_dir`` also save bundles + cases.json there."""
     import tvm
 
     cases, modules = [], {}
@@ -104,7 +102,7 @@ def build_all(selected, ways, out_dir: Path | None):
             case = {"layer": layer.key, "way": way}
             t0 = time.perf_counter()
             try:
-                module, info = build_case(layer, way)
+                module, info = build_case(layer, way, profile)
                 case.update(info)
                 modules[(layer.key, way)] = module
                 if out_dir is not None:
@@ -119,6 +117,7 @@ def build_all(selected, ways, out_dir: Path | None):
         common.log(f"built {layer.key}")
     meta = {
         "tvm": tvm.__version__,
+        "target": profile.name,
         "layers": [layer.to_dict() for layer in selected],
         "ways": [w for w in ways if w != "cudnn"],
         "cases": cases,
@@ -409,6 +408,7 @@ def print_report(rows, summary, ways, device_name):
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     common.add_device_argument(p)
+    common.add_target_argument(p)
     mode = p.add_mutually_exclusive_group()
     mode.add_argument(
         "--build-only", metavar="DIR", type=Path, help="compile every kernel into DIR and stop (needs TVM)"
@@ -447,7 +447,7 @@ def main(argv=None) -> int:
     started = time.perf_counter()
     if args.build_only:
         args.build_only.mkdir(parents=True, exist_ok=True)
-        meta, _ = build_all(selected, args.ways, args.build_only)
+        meta, _ = build_all(selected, args.ways, args.build_only, common.target_profile(args, build_only=True))
         failed = [c for c in meta["cases"] if "error" in c]
         common.log(
             f"wrote {len(meta['cases']) - len(failed)} kernels to {args.build_only} "
@@ -469,7 +469,7 @@ def main(argv=None) -> int:
             common.log(f"not in {args.src}: {missing} (rebuild with --build-only)")
         selected = [layer for layer in selected if layer.key in built]
     else:
-        meta, modules = build_all(selected, args.ways, None)
+        meta, modules = build_all(selected, args.ways, None, common.target_profile(args))
     build_s = time.perf_counter() - started
     rows = run_all(dev, selected, meta, modules, args.ways, args.budget, args.input_sets, args.seed)
     summary = summarize(rows, args.ways)

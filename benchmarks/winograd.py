@@ -9,15 +9,15 @@ OpenCL event time of all its kernels after warm-up, input sets rotated):
   (input transform, batched GEMM, output transform); the weight transform is done
   once on the host and not timed, like any weight packing.
 
-Tensors go to textures where they fit the image limits (this device's, or with
-``--build-only`` those of TVM's Adreno target, 16384 x 16384 x 2048), else buffers,
-as ``ops.conv2d`` and the Relax pass place them. Every output is checked against a
+Kernels are planned by ``tir_adreno.strategy.conv2d_plan`` for ``--target`` (default:
+this device's profile, or ``adreno`` with ``--build-only``): tensors in textures where
+they fit its image limits, else buffers, as ``ops.conv2d`` and the Relax pass place them. Every output is checked against a
 float64 NumPy conv (relative error <= 1e-4 for direct and F(2x2), <= 1e-3 for
 F(4x4); outputs and intermediates poisoned first); a wrong or failed way is
 flagged and left out of the comparison.
 
-"auto" is what ``tir_adreno.tuning`` would record for the layer on this device:
-its own quick measurement of the same kernels (``tuning.measure_programs``) and its
+"auto" is what ``tir-adreno tune`` would pick among the algorithms on this device:
+a quick measurement of the same kernels (``tuning.measure_programs``) and its
 rule (``tuning.pick_algorithm``: fastest, ties within 3% to the more accurate).
 The table says whether that pick is the fastest by this benchmark's longer
 timing. Prints a per-layer table and a summary LAST, writes
@@ -46,14 +46,13 @@ from primfuncs.winograd_math import winograd_weight_transform  # NumPy only: fin
 from tir_adreno import tuning
 from tir_adreno.blocked import pack_nchw4c, pack_oihw4o, unpack_nchw4c
 from tir_adreno.reference import relative_error
-from tir_adreno.texture import DeviceLimits, is_texture_scope
+from tir_adreno.texture import is_texture_scope
 
 NAME = "winograd"
-WAYS = tuning.ALGORITHMS  # direct, winograd_2x2, winograd_4x4
+#: ``tir_adreno.strategy.ALGORITHMS`` (not imported: ``--from`` runs without TVM).
+WAYS = ("direct", "winograd_2x2", "winograd_4x4")
 SHORT = {"direct": "direct", "winograd_2x2": "F2", "winograd_4x4": "F4"}
 RTOL = {"direct": 1e-4, "winograd_2x2": 1e-4, "winograd_4x4": 1e-3}
-#: Image limits assumed by --build-only (TVM's Adreno target); a run checks the device's.
-BUILD_LIMITS = DeviceLimits(16384, 16384, 2048)
 
 
 def _vgg(name, c, hw, o, count=1):
@@ -103,23 +102,24 @@ def pack_weights(way: str, w: np.ndarray) -> np.ndarray:
 # build (needs TVM)
 
 
-def build_all(selected, limits: DeviceLimits, out_dir: Path | None):
-    """Build every (layer, way); with ``out_dir`` also save bundles + cases.json there."""
+def build_all(selected, profile, out_dir: Path | None):
+    """Build every (layer, way) for ``profile``; with ``out_dir`` also save bundles + cases.json there."""
     import tvm
 
     from primfuncs.conv2d import conv2d_geometry
+    from primfuncs.epilogue import Epilogue
+    from tir_adreno import strategy
 
     cases, programs = [], {}
     for layer in selected:
         geom = conv2d_geometry(layer.data_shape, layer.weight_shape, layer.strides, layer.padding, layer.dilation, layer.groups)
-        shapes = [(geom.n, geom.c4, geom.h, geom.w, 4), (geom.n, geom.o4, geom.oh, geom.ow, 4)]
-        act_scope = "global.texture" if all(limits.fits(s, "global.texture") for s in shapes) else "global"
         for way in WAYS:
             case = {"layer": layer.key, "way": way}
             t0 = time.perf_counter()
             try:
-                scopes = tuning.placement(geom, way, limits, act_scope)
-                program = tuning.build_program(geom, way, None, "float32", *scopes)
+                plan = strategy.conv2d_plan(geom, Epilogue(), "float32", profile, choice=strategy.ConvChoice(way))
+                scopes = (plan.scope, plan.weight_scope, plan.tile_scope)
+                program = tuning.build_program(plan)
                 programs[(layer.key, way)] = program
                 case.update(stages=list(program.stages), scopes=list(scopes))
                 if out_dir is not None:
@@ -134,7 +134,8 @@ def build_all(selected, limits: DeviceLimits, out_dir: Path | None):
         common.log(f"built {layer.key}")
     meta = {
         "tvm": tvm.__version__,
-        "build_limits": [limits.image2d_max_width, limits.image2d_max_height, limits.image_max_array_size],
+        "target": profile.name,
+        "build_limits": [profile.limits.image2d_max_width, profile.limits.image2d_max_height, profile.limits.image_max_array_size],
         "layers": [layer.to_dict() for layer in selected],
         "cases": cases,
     }
@@ -331,6 +332,7 @@ def print_report(rows, summary, device_name):
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     common.add_device_argument(p)
+    common.add_target_argument(p)
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--build-only", metavar="DIR", type=Path, help="compile every kernel into DIR and stop (needs TVM)")
     mode.add_argument("--from", dest="src", metavar="DIR", type=Path, help="run kernels compiled by --build-only (no TVM)")
@@ -360,7 +362,7 @@ def main(argv=None) -> int:
     started = time.perf_counter()
     if args.build_only:
         args.build_only.mkdir(parents=True, exist_ok=True)
-        meta, _ = build_all(selected, BUILD_LIMITS, args.build_only)
+        meta, _ = build_all(selected, common.target_profile(args, build_only=True), args.build_only)
         failed = [c for c in meta["cases"] if "error" in c]
         common.log(f"wrote {len(meta['cases']) - len(failed)} programs to {args.build_only} ({len(failed)} failed) "
                    f"in {time.perf_counter() - started:.0f} s")
@@ -381,7 +383,7 @@ def main(argv=None) -> int:
         if leaked:
             raise RuntimeError(f"--from imported {leaked}: the run-only path must work without TVM")
     else:
-        meta, programs = build_all(selected, dev.limits, None)
+        meta, programs = build_all(selected, common.target_profile(args), None)
     build_s = time.perf_counter() - started
     rows = run_all(dev, selected, meta, programs, args.budget, args.input_sets, args.seed)
     summary = summarize(rows)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tvm import tirx
 from tvm.script import tirx as T
 
 TEXTURE = "global.texture"
@@ -91,6 +92,39 @@ def load_pixel(dst, src, n, c, h, w):
 def store_pixel(dst, n, c, h, w, src):
     """``dst[n, c, h, w, 0:4] = src[0:4]``, one texture write."""
     dst[n, c, h, w, T.Ramp(0, 1, 4)] = src[T.Ramp(0, 1, 4)]
+
+
+# -- NaN-propagating max/min (NumPy semantics) ------------------------------------------------
+# OpenCL C's fmax/fmin (and max/min on floats, where NaN is undefined) return the non-NaN
+# operand, and TVM lowers T.max/T.min to them, so a NaN would vanish in relu, clip, max pooling
+# and reductions. These return NaN when either operand is NaN, like np.maximum/np.minimum, at
+# the cost of one select (TVM writes it as ``condval`` if/else, which OpenCL compilers turn into
+# a select: no branch). ``x != x`` is folded to false by TVM's simplifier, T.isnan is not.
+
+
+def _pick(take_b, a, b):
+    """``b`` where ``take_b`` or ``b`` is NaN, else ``a`` (so a NaN ``a`` is kept too)."""
+    if not isinstance(b, tirx.FloatImm):  # a constant bound is never NaN: one comparison
+        take_b = T.Or(take_b, T.isnan(b))
+    return T.Select(take_b, b, a)
+
+
+def maximum(a, b):
+    """``np.maximum(a, b)`` of two TIR float expressions: NaN if either is NaN."""
+    return _pick(a < b, a, b)
+
+
+def minimum(a, b):
+    """``np.minimum(a, b)`` of two TIR float expressions: NaN if either is NaN."""
+    return _pick(b < a, a, b)
+
+
+def clamp(x, lo=None, hi=None):
+    """``np.clip(x, lo, hi)`` with constant bounds ``lo <= hi`` (TIR float immediates, or None
+    for no bound): NaN stays NaN (both comparisons are false), +-Inf go to the bounds.
+    ``x`` appears once per select (nesting ``maximum``/``minimum`` would repeat the inner one)."""
+    y = x if hi is None else T.Select(hi < x, hi, x)
+    return y if lo is None else T.Select(x < lo, lo, y)
 
 
 def select_params(func, keep):

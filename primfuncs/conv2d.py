@@ -43,7 +43,6 @@ separate 1x1 kernel, its channel loop unrolled by 2, measured no faster).
 from __future__ import annotations
 
 import numbers
-import os
 from dataclasses import dataclass
 
 from tvm.script import tirx as T
@@ -103,50 +102,14 @@ class ConvConfig:
             raise ValueError(f"ConvConfig.{what} has more than 256 work items")
 
 
-#: Device classes :func:`default_config` knows (:func:`device_kind` tells them apart).
+#: Device classes :func:`default_config` knows (``tir_adreno.device.DeviceProfile.kind``).
 DEVICE_KINDS = ("mobile", "gpu", "cpu")
-#: Environment variable that names the class outright, whatever the device (to compile
-#: here for another device, e.g. ``gpu`` for an H200 run from a PoCL machine).
-DEVICE_KIND_ENV = "TIR_ADRENO_DEVICE_KIND"
-#: A GPU with at least this many compute units is a "gpu" (desktop / datacenter), fewer "mobile".
-_GPU_COMPUTE_UNITS = 16
-_CL_DEVICE_TYPE_CPU = 1 << 1  # CL_DEVICE_TYPE_CPU
 
 
-def device_kind(device=None) -> str:
-    """The :data:`DEVICE_KINDS` class whose :func:`default_config` kernels are built for ``device``.
-
-    ``$TIR_ADRENO_DEVICE_KIND``, when set, decides. Else ``device`` (a pyopencl
-    device, or anything holding one as ``.cl_device``, e.g.
-    ``tir_adreno.runtime.Device``) is "cpu" for a CPU OpenCL (PoCL), "gpu" for a
-    GPU with >= 16 compute units (NVIDIA / AMD / Intel discrete; H200: 132),
-    else "mobile" (Adreno reports a handful); no device: "mobile".
-    """
-    if os.environ.get(DEVICE_KIND_ENV):
-        return _check_kind(None)
-    if device is None:
-        return "mobile"
-    cl_device = getattr(device, "cl_device", device)
-    if int(cl_device.type) & _CL_DEVICE_TYPE_CPU:
-        return "cpu"
-    return "gpu" if int(cl_device.max_compute_units) >= _GPU_COMPUTE_UNITS else "mobile"
-
-
-def _check_kind(kind: str | None) -> str:
-    """``kind``, or for None ``$TIR_ADRENO_DEVICE_KIND`` else "mobile"; ValueError when unknown."""
-    if kind is None:
-        kind = os.environ.get(DEVICE_KIND_ENV) or "mobile"
-        if kind not in DEVICE_KINDS:
-            raise ValueError(f"${DEVICE_KIND_ENV} must be one of {DEVICE_KINDS}, got {kind!r}")
-    elif kind not in DEVICE_KINDS:
-        raise ValueError(f"device_kind must be one of {DEVICE_KINDS} or None, got {kind!r}")
-    return kind
-
-
-def default_config(geom: "ConvGeometry", depthwise: bool = False, device_kind: str | None = None) -> ConvConfig:
+def default_config(geom: "ConvGeometry", depthwise: bool = False, kind: str = "mobile") -> ConvConfig:
     """The tile a conv gets unless told otherwise, per device class (:data:`DEVICE_KINDS`).
 
-    ``device_kind`` None: ``$TIR_ADRENO_DEVICE_KIND``, else "mobile". Measured
+    ``kind`` is the device profile's class (``tir_adreno.device``). Measured
     with benchmarks/conv_configs.py (results in benchmarks/results/conv_configs-*.json):
 
     - "mobile" (Adreno class; the rule the kernels were written for): a 4 x 4
@@ -170,7 +133,8 @@ def default_config(geom: "ConvGeometry", depthwise: bool = False, device_kind: s
 
     Depthwise convs: :data:`DEPTHWISE_DEFAULTS`.
     """
-    kind = _check_kind(device_kind)
+    if kind not in DEVICE_KINDS:
+        raise ValueError(f"kind must be one of {DEVICE_KINDS}, got {kind!r}")
     if depthwise:
         return _depthwise_default(geom, DEPTHWISE_DEFAULTS[kind])
 
@@ -415,12 +379,12 @@ def _all(conds):
     return T.bool(True) if out is None else out
 
 
-def _direct_conv(geom: ConvGeometry, mode: str, epilogue, dtype, config, scope, weight_scope, name, device_kind=None):
+def _direct_conv(geom: ConvGeometry, mode: str, epilogue, dtype, config, scope, weight_scope, name):
     """The shared skeleton: tiling, guards, accumulation body ``mode``, epilogue and stores."""
     if not isinstance(epilogue, Epilogue):
         raise TypeError(f"epilogue must be an Epilogue, got {type(epilogue).__name__}")
     if config is None:
-        config = default_config(geom, depthwise=mode == "depthwise", device_kind=device_kind)
+        config = default_config(geom, depthwise=mode == "depthwise")
     if not isinstance(config, ConvConfig):
         raise TypeError(f"config must be a ConvConfig, got {type(config).__name__}")
     check_dtype(dtype)
@@ -803,7 +767,6 @@ def conv2d_nchw4c(
     config: ConvConfig | None = None,
     scope: str = TEXTURE,
     weight_scope: str | None = None,
-    device_kind: str | None = None,
 ):
     """Direct conv2d ``Y = act(conv(X, W) + bias + residual)`` on NCHW4c, any groups.
 
@@ -813,14 +776,13 @@ def conv2d_nchw4c(
     texture for a texture ``scope``, else a buffer), then ``Bias (O/4, 4)`` and
     ``Residual [N, O/4, OH, OW, 4]`` when ``epilogue`` asks for them, and writes
     ``Y [N, O/4, OH, OW, 4]``. ``padding`` is an int, (pad_h, pad_w) or
-    (top, left, bottom, right). ``config`` None: :func:`default_config` for
-    ``device_kind`` (:data:`DEVICE_KINDS`; :func:`device_kind` classifies a
-    device). For ``groups == C`` prefer :func:`depthwise_conv2d_nchw4c`.
+    (top, left, bottom, right). ``config`` None: :func:`default_config` of the
+    "mobile" class (``tir_adreno.strategy`` passes each device's). For ``groups == C`` prefer :func:`depthwise_conv2d_nchw4c`.
     """
     geom = conv2d_geometry(data_shape, weight_shape, strides, padding, dilation, groups)
     aligned = geom.cg % LANES == 0 and geom.og % LANES == 0
     mode = "blocked" if geom.groups == 1 or aligned else "grouped"
-    return _direct_conv(geom, mode, epilogue, dtype, config, scope, weight_scope, "conv2d_nchw4c", device_kind)
+    return _direct_conv(geom, mode, epilogue, dtype, config, scope, weight_scope, "conv2d_nchw4c")
 
 
 def depthwise_conv2d_nchw4c(
@@ -834,19 +796,18 @@ def depthwise_conv2d_nchw4c(
     config: ConvConfig | None = None,
     scope: str = TEXTURE,
     weight_scope: str | None = None,
-    device_kind: str | None = None,
 ):
     """Depthwise conv2d (``groups == C``), weight ``(C * multiplier, 1, KH, KW)``.
 
     Output channel ``o`` reads input channel ``o // multiplier``. With multiplier 1
     a work item multiplies input and weight pixels lane by lane; otherwise each
     output lane picks its input channel from the pixel holding it. Tensors and
-    epilogue, ``config`` and ``device_kind`` as in :func:`conv2d_nchw4c`.
+    epilogue and ``config`` as in :func:`conv2d_nchw4c`.
     """
     data_shape = tuple(int(d) for d in data_shape)
     if len(data_shape) != 4:
         raise ValueError(f"data_shape must be NCHW (4-d), got {data_shape}")
     geom = conv2d_geometry(data_shape, weight_shape, strides, padding, dilation, groups=data_shape[1])
     return _direct_conv(
-        geom, "depthwise", epilogue, dtype, config, scope, weight_scope, "depthwise_conv2d_nchw4c", device_kind
+        geom, "depthwise", epilogue, dtype, config, scope, weight_scope, "depthwise_conv2d_nchw4c"
     )

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from tvm.script import tirx as T
 
-from ._common import BUFFER, LANES, TEXTURE, check_dtype, check_scope, load_pixel, pixel_grid, select_params, store_pixel
+from ._common import BUFFER, LANES, TEXTURE, check_dtype, check_scope, clamp, load_pixel, pixel_grid, select_params, store_pixel
+from .epilogue import ACTIVATIONS, activate
 
 BINARY_OPS = {
     "add": lambda a, b: a + b,
@@ -27,23 +28,18 @@ def _check_nchw4c(shape):
 def _clamp_fn(dtype, lo, hi):
     lo_v = None if lo is None else T.FloatImm(dtype, float(lo))
     hi_v = None if hi is None else T.FloatImm(dtype, float(hi))
-
-    def clamp(x):
-        if lo_v is not None:
-            x = T.max(x, lo_v)
-        if hi_v is not None:
-            x = T.min(x, hi_v)
-        return x
-
-    return clamp
+    return lambda x: clamp(x, lo_v, hi_v)  # NaN stays NaN (np.clip), unlike fmax/fmin
 
 
 def _pixelwise(shape, name: str, fn, second, dtype: str, scope: str, out_scope: str | None = None):
-    """``C = fn(A)`` or ``C = fn(A, B)`` lane by lane, one work item per pixel.
+    """``C = fn(A, ...)`` lane by lane, one work item per pixel.
 
-    ``second``: None (unary), ``"tensor"`` (``B`` an NCHW4c tensor like ``A``) or
-    ``"bias"`` (``Bias`` a ``(C4, 4)`` buffer indexed by channel block). One body
-    serves all three; :func:`select_params` drops the inputs a variant never reads.
+    ``second`` picks the other inputs: None (unary), ``"tensor"`` (``B`` an NCHW4c
+    tensor like ``A``), ``"channel"`` (``B`` of shape ``(N, C/4, 1, 1, 4)``, one
+    pixel per channel block broadcast over H and W: a squeeze-excitation gate),
+    ``"bias"`` (``Bias`` a ``(C4, 4)`` buffer indexed by channel block) or
+    ``"affine"`` (``Scale`` and ``Bias``, both ``(C4, 4)``). One body serves all;
+    :func:`select_params` drops the inputs a variant never reads.
     ``C`` lives in ``out_scope`` (default: ``scope``).
     """
     n, c4, h, w, _ = _check_nchw4c(shape)
@@ -51,12 +47,14 @@ def _pixelwise(shape, name: str, fn, second, dtype: str, scope: str, out_scope: 
     check_scope(scope)
     out_scope = check_scope(out_scope or scope)
     g = pixel_grid(n * c4, h, w)
+    bh, bw = (1, 1) if second == "channel" else (h, w)
 
     @T.prim_func(s_tir=True)
-    def func(a: T.handle, b: T.handle, bias: T.handle, c: T.handle):
+    def func(a: T.handle, b: T.handle, scale: T.handle, bias: T.handle, c: T.handle):
         T.func_attr({"global_symbol": name, "tirx.noalias": True})
         A = T.match_buffer(a, (n, c4, h, w, 4), dtype, scope=scope)
-        B = T.match_buffer(b, (n, c4, h, w, 4), dtype, scope=scope)
+        B = T.match_buffer(b, (n, c4, bh, bw, 4), dtype, scope=scope)
+        Scale = T.match_buffer(scale, (c4, 4), dtype, scope=BUFFER)
         Bias = T.match_buffer(bias, (c4, 4), dtype, scope=BUFFER)
         C = T.match_buffer(c, (n, c4, h, w, 4), dtype, scope=out_scope)
         for z in T.thread_binding(g.layers, thread="blockIdx.z"):
@@ -71,20 +69,28 @@ def _pixelwise(shape, name: str, fn, second, dtype: str, scope: str, out_scope: 
                                 T.where(by * g.ty + ty < h and bx * g.tx + tx < w)
                                 x = T.sblock_alloc_buffer((4,), dtype, scope="local")
                                 y = T.sblock_alloc_buffer((4,), dtype, scope="local")
+                                s = T.sblock_alloc_buffer((4,), dtype, scope="local")
                                 load_pixel(x, A, vz // c4, vz % c4, vh, vw)
                                 if second == "tensor":
                                     load_pixel(y, B, vz // c4, vz % c4, vh, vw)
-                                if second == "bias":
+                                if second == "channel":
+                                    load_pixel(y, B, vz // c4, vz % c4, 0, 0)
+                                if second == "affine":
+                                    for lane in T.vectorized(4):
+                                        s[lane] = Scale[vz % c4, lane]
+                                if second in ("bias", "affine"):
                                     for lane in T.vectorized(4):
                                         y[lane] = Bias[vz % c4, lane]
                                 for lane in T.unroll(4):
                                     if second is None:
                                         x[lane] = fn(x[lane])
+                                    elif second == "affine":
+                                        x[lane] = fn(x[lane], s[lane], y[lane])
                                     else:
                                         x[lane] = fn(x[lane], y[lane])
                                 store_pixel(C, vz // c4, vz % c4, vh, vw, x)
 
-    inputs = {None: ["A"], "tensor": ["A", "B"], "bias": ["A", "Bias"]}[second]
+    inputs = {None: ["A"], "tensor": ["A", "B"], "channel": ["A", "B"], "bias": ["A", "Bias"], "affine": ["A", "Scale", "Bias"]}[second]
     return select_params(func, [*inputs, "C"])
 
 
@@ -115,10 +121,15 @@ def relu6(shape, dtype: str = "float32", scope: str = TEXTURE):
     return clip(shape, 0.0, 6.0, dtype, scope)
 
 
-def binary(shape, op: str, dtype: str = "float32", scope: str = TEXTURE):
-    """``C = A op B`` for two NCHW4c tensors of the same shape; ``op`` in :data:`BINARY_OPS`."""
+def binary(shape, op: str, dtype: str = "float32", scope: str = TEXTURE, broadcast_channels: bool = False):
+    """``C = A op B`` for two NCHW4c tensors of the same shape; ``op`` in :data:`BINARY_OPS`.
+
+    ``broadcast_channels``: ``B`` is ``(N, C/4, 1, 1, 4)``, one value per channel
+    broadcast over H and W (a squeeze-excitation gate times its block input)."""
     if op not in BINARY_OPS:
         raise ValueError(f"unknown binary op {op!r}; expected one of {sorted(BINARY_OPS)}")
+    if broadcast_channels:
+        return _pixelwise(shape, f"{op}_channels", BINARY_OPS[op], "channel", dtype, scope)
     return _pixelwise(shape, op, BINARY_OPS[op], "tensor", dtype, scope)
 
 
@@ -133,3 +144,21 @@ def multiply(shape, dtype: str = "float32", scope: str = TEXTURE):
 def bias_add(shape, dtype: str = "float32", scope: str = TEXTURE):
     """``C[n, c, h, w, :] = A[n, c, h, w, :] + Bias[c, :]``; Bias is a ``(C4, 4)`` buffer, zero-padded."""
     return _pixelwise(shape, "bias_add", BINARY_OPS["add"], "bias", dtype, scope)
+
+
+def activation(shape, name: str, dtype: str = "float32", scope: str = TEXTURE):
+    """One of the conv epilogue's activations (:data:`primfuncs.epilogue.ACTIVATIONS`:
+    ``sigmoid``, ``silu``, ``hardsigmoid``, ``hardswish``, ...) as a standalone kernel."""
+    if name not in ACTIVATIONS or name in (None, "clip"):
+        raise ValueError(f"activation must be one of {[a for a in ACTIVATIONS if a not in (None, 'clip')]}, got {name!r}")
+    return unary(shape, lambda x: activate(x, name, dtype), name, dtype, scope)
+
+
+def affine(shape, activation: str | None = None, dtype: str = "float32", scope: str = TEXTURE):
+    """``C = act(A * Scale[c] + Bias[c])``: batch norm (or a per-channel Mul/Add) that
+    follows no conv, with an optional following activation fused.
+    ``Scale`` and ``Bias`` are ``(C4, 4)`` buffers like :func:`bias_add`'s."""
+    if activation not in ACTIVATIONS or activation == "clip":
+        raise ValueError(f"activation must be one of {[a for a in ACTIVATIONS if a != 'clip']}, got {activation!r}")
+    name = "affine" if activation is None else f"affine_{activation}"
+    return _pixelwise(shape, name, lambda x, s, b: activate(x * s + b, activation, dtype), "affine", dtype, scope)

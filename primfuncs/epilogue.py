@@ -18,10 +18,12 @@ from dataclasses import dataclass
 
 from tvm.script import tirx as T
 
-from ._common import load_pixel
+from ._common import clamp, load_pixel
 
-#: Supported activations (names as in PyTorch / Relax).
-ACTIVATIONS = (None, "relu", "relu6")
+#: Supported activations (names as in PyTorch / Relax). ``"clip"`` clamps to the
+#: :class:`Epilogue`'s ``clip_min``/``clip_max``; ``hardsigmoid`` is PyTorch's
+#: ``relu6(x + 3) / 6``, ``hardswish`` ``x * hardsigmoid(x)``, ``silu`` ``x * sigmoid(x)``.
+ACTIVATIONS = (None, "relu", "relu6", "clip", "sigmoid", "silu", "hardsigmoid", "hardswish")
 #: Buffer names the conv factories give the optional epilogue inputs.
 BIAS = "Bias"
 RESIDUAL = "Residual"
@@ -34,10 +36,14 @@ class Epilogue:
     bias: bool = False
     activation: str | None = None
     residual: bool = False
+    clip_min: float = 0.0  # bounds of activation="clip"
+    clip_max: float = 6.0
 
     def __post_init__(self):
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {ACTIVATIONS}, got {self.activation!r}")
+        if not self.clip_min <= self.clip_max:
+            raise ValueError(f"clip needs clip_min <= clip_max, got {self.clip_min} > {self.clip_max}")
 
     def params(self, inputs, output) -> list[str]:
         """Parameter names of a kernel with this epilogue: ``inputs``, the
@@ -46,14 +52,28 @@ class Epilogue:
         return [*inputs, *extra, output]
 
 
-def activate(x, activation, dtype):
+def activate(x, activation, dtype, clip_min: float = 0.0, clip_max: float = 6.0):
     """``activation`` (an entry of :data:`ACTIVATIONS`) of the ``dtype`` TIR expression ``x``."""
+
+    def const(v):
+        return T.FloatImm(dtype, float(v))
+
     if activation is None:
         return x
-    x = T.max(x, T.Cast(dtype, 0))
+    # clamp keeps NaN (np.maximum/np.clip semantics), unlike OpenCL's fmax/fmin.
+    if activation == "relu":
+        return clamp(x, const(0), None)
     if activation == "relu6":
-        x = T.min(x, T.Cast(dtype, 6))
-    return x
+        return clamp(x, const(0), const(6))
+    if activation == "clip":
+        return clamp(x, const(clip_min), const(clip_max))
+    if activation == "sigmoid":
+        return const(1) / (const(1) + T.exp(-x))  # exp overflow gives 0, as NumPy
+    if activation == "hardsigmoid":
+        return clamp(x + const(3), const(0), const(6)) / const(6)
+    if activation in ("silu", "hardswish"):  # the gated forms: x * gate(x)
+        return x * activate(x, "sigmoid" if activation == "silu" else "hardsigmoid", dtype)
+    raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
 
 
 @T.macro
@@ -78,5 +98,5 @@ def store_output_pixel(Y, acc, k, tmp, epilogue, Bias, Residual, n, c, h, w):
             acc[k, lane] = acc[k, lane] + tmp[lane]
     if epilogue.activation is not None:
         for lane in T.unroll(4):
-            acc[k, lane] = activate(acc[k, lane], epilogue.activation, acc.dtype)
+            acc[k, lane] = activate(acc[k, lane], epilogue.activation, acc.dtype, epilogue.clip_min, epilogue.clip_max)
     Y[n, c, h, w, T.Ramp(0, 1, 4)] = acc[k, T.Ramp(0, 1, 4)]

@@ -23,8 +23,13 @@ Two schedules (``strategy``):
 taps (:data:`GROUP_THRESHOLD`, measured with benchmarks/pooling.py; ``None``:
 never, the right choice on CPU OpenCL).
 Padding never reads the texture out of range: coordinates are clamped and
-the value replaced by the reducer's identity (-inf for max, so an all-negative
-window next to padding still gives its true maximum, never 0).
+the tap is skipped, as if the reducer's identity were combined (-inf for max,
+so an all-negative window next to padding still gives its true maximum, never
+0; padding is never NaN).
+
+NaN and Inf behave as in NumPy in both schedules: max/min propagate a NaN from
+any tap (``np.max``; OpenCL's fmax would drop it), sums and averages propagate
+NaN and +-Inf arithmetically (``inf + -inf`` is NaN).
 """
 
 from __future__ import annotations
@@ -35,7 +40,9 @@ from dataclasses import dataclass
 
 from tvm.script import tirx as T
 
-from ._common import BUFFER, TEXTURE, ceildiv, check_dtype, check_positive, check_scope, load_pixel, pixel_grid, store_pixel
+from ._common import (
+    BUFFER, TEXTURE, ceildiv, check_dtype, check_positive, check_scope, load_pixel, maximum, minimum, pixel_grid, store_pixel,
+)
 from .elementwise import _check_nchw4c
 
 #: Window taps from which ``strategy="auto"`` uses a work group per output pixel (GPUs).
@@ -45,10 +52,8 @@ from .elementwise import _check_nchw4c
 #: 100 taps (1.2x), 3x at 28x28, 7x at 56x56; it loses on small windows with many outputs
 #: (2x2 to 5x5: 0.5-0.9x, the 3x3/2 stem max pool: 0.2x). PoCL (CPU): the group never wins
 #: (0.4-0.8x up to 3136 taps; a work group runs on one core, splitting a window only adds the
-#: combine), hence :data:`CPU_GROUP_THRESHOLD`.
+#: combine), hence ``tir_adreno.strategy.group_threshold`` passes None (never) for CPU profiles.
 GROUP_THRESHOLD = 49
-#: ``group_threshold`` for CPU OpenCL devices (``tir_adreno.ops`` passes it there): never group.
-CPU_GROUP_THRESHOLD = None
 #: Work items per group in the ``"group"`` schedule (at most; fewer for small windows).
 GROUP_SIZE = 64
 #: Windows with at most this many taps (3x3) are fully unrolled in the ``"thread"`` schedule;
@@ -66,8 +71,8 @@ def _inf(dtype: str, sign: float):
 #: name -> (combine(a, b), identity(dtype)): the reducers a window can apply.
 REDUCERS = {
     "sum": (lambda a, b: a + b, lambda dtype: T.FloatImm(dtype, 0.0)),
-    "max": (T.max, lambda dtype: _inf(dtype, -1.0)),
-    "min": (T.min, lambda dtype: _inf(dtype, 1.0)),
+    "max": (maximum, lambda dtype: _inf(dtype, -1.0)),  # NaN wins, as np.max (fmax would drop it)
+    "min": (minimum, lambda dtype: _inf(dtype, 1.0)),
 }
 
 
@@ -325,8 +330,10 @@ def window_reduce(
     @T.macro
     def finish(acc, Out, vn, co, vh, vw):
         # acc holds 4 per-lane results: fold the lanes (channel reduction), divide, store.
-        if fold_lanes:
-            acc[0] = combine(combine(acc[0], acc[1]), combine(acc[2], acc[3]))
+        if fold_lanes:  # (a0 + a1) + (a2 + a3), each combine of two plain loads
+            acc[0] = combine(acc[0], acc[1])
+            acc[2] = combine(acc[2], acc[3])
+            acc[0] = combine(acc[0], acc[2])
             for lane in T.unroll(1, 4):
                 acc[lane] = zero
         if divisor is not None:
@@ -341,13 +348,12 @@ def window_reduce(
 
     @T.macro
     def accumulate(acc, x, A, vn, co, vh, vw, ic, ih, iw):
-        # One tap: read the (clamped) pixel, replace padding and padded lanes by the identity.
+        # One tap: read the (clamped) pixel; padding and padded lanes leave acc as it is (as if
+        # the identity were combined), so they never count (a NaN-aware max repeats its operand
+        # b, which is therefore a plain load, not a select).
         load_pixel(x, A, vn, wc.clamped(co, ic), wh.clamped(vh, ih), ww.clamped(vw, iw))
         for lane in T.unroll(4):
-            acc[lane] = combine(
-                acc[lane],
-                T.if_then_else(usable(co, vh, vw, ic, ih, iw, lane), x[lane], identity),
-            )
+            acc[lane] = T.if_then_else(usable(co, vh, vw, ic, ih, iw, lane), combine(acc[lane], x[lane]), acc[lane])
 
     if strategy == "thread":
         g = pixel_grid(n * c4o, oh, ow)

@@ -165,8 +165,10 @@ def softmax(shape, channels: int, dtype: str = "float32", scope: str = TEXTURE):
                                 for cb in T.serial(c4):
                                     load_pixel(x, A, vn, cb, vh, vw)
                                     for lane in T.unroll(4):
-                                        m[lane] = combine_max(m[lane], T.if_then_else(real(cb, lane), x[lane], lowest))
-                                m[0] = combine_max(combine_max(m[0], m[1]), combine_max(m[2], m[3]))
+                                        m[lane] = T.if_then_else(real(cb, lane), combine_max(m[lane], x[lane]), m[lane])
+                                m[0] = combine_max(m[0], m[1])
+                                m[2] = combine_max(m[2], m[3])
+                                m[0] = combine_max(m[0], m[2])
                                 # 2. s[0] = sum of exp(x - m) over the real channels
                                 s[0] = zero
                                 for cb in T.serial(c4):

@@ -322,7 +322,7 @@ def test_ops_conv2d_errors(device, kwargs, error, match):
             ValueError,
             "multiplier 2",
         ),
-        (lambda: Epilogue(activation="sigmoid"), ValueError, "activation must be one of"),
+        (lambda: Epilogue(activation="gelu"), ValueError, "activation must be one of"),
         (lambda: conv.conv2d_nchw4c((1, 4, 6, 6), (8, 4, 3, 3), scope="local"), ValueError, "scope must be"),
         (lambda: conv.conv2d_nchw4c((1, 4, 6, 6), (8, 4, 3, 3), dtype="int8"), TypeError, "dtype must be"),
         (lambda: conv.conv2d_nchw4c((1, 4, 6), (8, 4, 3, 3)), ValueError, "data_shape must be NCHW"),

@@ -67,7 +67,7 @@ def test_default_config_per_device_kind(device, kind, data_shape, weight_shape, 
     depthwise = weight_shape[1] == 1 and data_shape[1] > 1
     groups = data_shape[1] if depthwise else 1
     geom = conv.conv2d_geometry(data_shape, weight_shape, 1, padding, 1, groups)
-    config = conv.default_config(geom, depthwise, device_kind=kind)
+    config = conv.default_config(geom, depthwise, kind)
     wg = config.work_group
     assert wg[0] * wg[1] * wg[2] * config.split_k <= 256
     if kind == "gpu" and not depthwise and data_shape[1] >= 8:
@@ -78,42 +78,13 @@ def test_default_config_per_device_kind(device, kind, data_shape, weight_shape, 
         assert config.oc_block == 1 and config.register_window == (kind == "gpu"), config
     case = dict(
         data_shape=data_shape, weight_shape=weight_shape, strides=1, padding=padding, dilation=1, groups=groups,
-        epilogue=Epilogue(bias=True, activation="relu"), config=None,
+        epilogue=Epilogue(bias=True, activation="relu"), config=config,
     )
     if depthwise:
         case["depthwise"] = True
-    case["device_kind"] = kind
     got, ref, blocked_out = run_kernel(device, case, TEXTURE, np.random.default_rng(5))
     check_blocked_output(blocked_out, ref.shape[1])
     assert_close(got, ref, RTOL)
-
-
-def test_default_config_env(device, monkeypatch):
-    """$TIR_ADRENO_DEVICE_KIND names the class outright (to compile for another device); unset and no
-    device: "mobile" (the old rule)."""
-    geom = conv.conv2d_geometry((1, 64, 7, 7), (64, 64, 3, 3), padding=1)
-    monkeypatch.delenv(conv.DEVICE_KIND_ENV, raising=False)
-    assert conv.default_config(geom) == conv.default_config(geom, device_kind="mobile")
-    assert conv.device_kind(None) == "mobile"
-    monkeypatch.setenv(conv.DEVICE_KIND_ENV, "gpu")
-    assert conv.default_config(geom) == conv.default_config(geom, device_kind="gpu")
-    assert conv.device_kind(device) == "gpu"
-    assert conv.default_config(geom, device_kind="cpu").split_k == 1  # an explicit class wins
-    monkeypatch.setenv(conv.DEVICE_KIND_ENV, "tpu")
-    with pytest.raises(ValueError, match="TIR_ADRENO_DEVICE_KIND must be one of"):
-        conv.default_config(geom)
-
-
-def test_device_kind_of_this_device(device, monkeypatch):
-    import pyopencl as cl
-
-    monkeypatch.delenv(conv.DEVICE_KIND_ENV, raising=False)
-    kind = conv.device_kind(device)
-    assert kind == conv.device_kind(device.cl_device)
-    if device.cl_device.type & cl.device_type.CPU:
-        assert kind == "cpu"
-    else:
-        assert kind == ("gpu" if device.cl_device.max_compute_units >= 16 else "mobile")
 
 
 @pytest.mark.parametrize(
@@ -129,7 +100,7 @@ def test_device_kind_of_this_device(device, monkeypatch):
             lambda: conv.conv2d_nchw4c((1, 64, 32, 32), (64, 64, 1, 1), config=conv.ConvConfig(4, 4, (8, 4, 1), 8)),
             ValueError, "bytes of local memory",
         ),
-        (lambda: conv.conv2d_nchw4c((1, 4, 6, 6), (8, 4, 3, 3), device_kind="tpu"), ValueError, "device_kind must be"),
+        (lambda: conv.default_config(conv.conv2d_geometry((1, 4, 6, 6), (8, 4, 3, 3)), kind="tpu"), ValueError, "kind must be"),
     ],
 )
 def test_config_errors(call, error, match):

@@ -86,11 +86,11 @@ def test_pool_reduce_softmax_concat():
 def test_unsupported_op_falls_back_with_transforms_only_around_it():
     def body(m, x):
         x = m.conv_bn(x, 7, 3)
-        y = m.bb.emit(relax.op.sigmoid(x))  # not ours: upstream TVM on buffers
+        y = m.bb.emit(relax.op.tanh(x))  # not ours: upstream TVM on buffers
         return m.conv_bn(y, 5, 3)
 
     ops, compiled = run_and_check(body)
-    assert ops == ["nchw_to_nchw4c", "conv2d_nchw4c", "nchw4c_to_nchw", "tir_sigmoid", "nchw_to_nchw4c1", "conv2d_nchw4c1", "nchw4c_to_nchw1"]
+    assert ops == ["nchw_to_nchw4c", "conv2d_nchw4c", "nchw4c_to_nchw", "tir_tanh", "nchw_to_nchw4c1", "conv2d_nchw4c1", "nchw4c_to_nchw1"]
     assert [p["ours"] for p in compiled.profile()] == [True, True, True, False, True, True, True]
 
 
@@ -123,3 +123,22 @@ def test_tensors_over_the_image_limits_go_to_buffers():
     assert "global.texture" not in scopes
     with pytest.raises(texture.TextureLimitError):
         compile_model(_model("test", _residual_block, 1, 12, 0), progress=lambda _: None, limits=small, allow_buffer=False)
+
+
+def test_pool_strategy_follows_ops_rule(device):
+    """A 7x7 global pool (49 taps, at GROUP_THRESHOLD) is grouped by the pass exactly when
+    ``ops`` would group it on this device: never on CPU OpenCL."""
+    from tir_adreno.compiler import dispatch_to_textures
+    from tir_adreno.device import DeviceProfile
+    from tir_adreno.ops import group_threshold
+
+    def body(m, x):
+        a = m.bb.emit(relax.op.nn.adaptive_avg_pool2d(x, 1))
+        b = m.bb.emit(relax.op.nn.max_pool2d(x, 7))
+        return m.bb.emit(relax.op.add(a, b))
+
+    mod = dispatch_to_textures(_model("test", body, 1, 7, 0), DeviceProfile.from_device(device))
+    pools = [f.script() for gv, f in mod.functions.items() if "pool2d" in gv.name_hint]
+    assert len(pools) == 2
+    grouped = group_threshold(device) is not None and group_threshold(device) <= 49
+    assert all(('scope="shared"' in s) == grouped for s in pools)

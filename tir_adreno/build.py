@@ -14,7 +14,7 @@ import importlib
 import tvm
 from tvm import tirx
 
-from . import cache
+from . import bounds, cache
 from .bundle import FunctionPlan, KernelArg, KernelModule, Launch, TensorSpec
 
 #: Our kernels' target: Adreno OpenCL with texture scopes.
@@ -151,12 +151,18 @@ def _lower(mod: tvm.IRModule, target: tvm.target.Target):
     return host, source
 
 
-def build(func_or_mod, target=None) -> KernelModule:
+def _check_bounds(check_bounds) -> bool:
+    return bounds.enabled() if check_bounds is None else bool(check_bounds)
+
+
+def build(func_or_mod, target=None, check_bounds: bool | None = None) -> KernelModule:
     """Compile a PrimFunc (or an IRModule of PrimFuncs) to OpenCL C and a launch plan.
 
     ``target`` is :data:`TEXTURE_TARGET` (default) or any OpenCL target, e.g.
     :data:`OPENCL_TARGET`. Every function must have static shapes and buffer
-    parameters only.
+    parameters only. ``check_bounds`` (default ``$TIR_ADRENO_CHECK_BOUNDS``)
+    instruments every image access (:mod:`tir_adreno.bounds`): a launch that
+    reads or writes outside an image raises :class:`~tir_adreno.bounds.BoundsError`.
     """
     mod = _as_module(func_or_mod)
     mod = tvm.IRModule({gv: _unique_buffer_names(f) for gv, f in mod.functions.items()})
@@ -173,32 +179,35 @@ def build(func_or_mod, target=None) -> KernelModule:
     missing = set(specs) - set(functions)
     if missing:
         raise RuntimeError(f"no host function found for {sorted(missing)}")
-    return KernelModule(source, functions, str(target.kind.name) + ":" + ",".join(target.keys))
+    module = KernelModule(source, functions, str(target.kind.name) + ":" + ",".join(target.keys))
+    return bounds.instrument(module) if _check_bounds(check_bounds) else module
 
 
-def module_key(func_or_mod, target=None) -> str:
-    """Cache key of a build: the TVMScript text, the target and the TVM version."""
+def module_key(func_or_mod, target=None, check_bounds: bool | None = None) -> str:
+    """Cache key of a build: the TVMScript text, the target, the TVM version and the sanitizer option."""
     mod = _as_module(func_or_mod)
-    return cache.key("bundle", tvm.__version__, as_target(target).export(), mod.script())
+    parts = ("bundle", tvm.__version__, as_target(target).export(), mod.script())
+    return cache.key(*parts, "check_bounds") if _check_bounds(check_bounds) else cache.key(*parts)
 
 
-def build_cached(func_or_mod, target=None, use_disk: bool = True) -> KernelModule:
+def build_cached(func_or_mod, target=None, use_disk: bool = True, check_bounds: bool | None = None) -> KernelModule:
     """:func:`build` with an in-process cache and an on-disk bundle cache."""
-    key = module_key(func_or_mod, target)
+    check_bounds = _check_bounds(check_bounds)
+    key = module_key(func_or_mod, target, check_bounds)
     if key in _memory_cache:
         return _memory_cache[key]
     path = cache.cache_dir() / "bundles" / f"{key}.json"
     module = None
     if use_disk:
-        payload = cache.read(path)
+        payload = cache.read(path, key)
         if payload is not None:
             try:
                 module = KernelModule.from_json(payload.decode())
             except (ValueError, KeyError, UnicodeDecodeError):
                 module = None
     if module is None:
-        module = build(func_or_mod, target)
+        module = build(func_or_mod, target, check_bounds)
         if use_disk:
-            cache.write(path, module.to_json().encode())
+            cache.store(path, module.to_json().encode(), key)
     _memory_cache[key] = module
     return module

@@ -33,7 +33,7 @@ class TensorSpec:
 class KernelArg:
     """One kernel argument: a parameter of the function (``param`` index) or a scalar."""
 
-    kind: str  # "tensor" | "scalar"
+    kind: str  # "tensor" | "scalar" | "bounds" (the bounds sanitizer's record buffer, bound by the runtime)
     param: int = -1
     dtype: str = ""
     value: float = 0
@@ -86,6 +86,8 @@ class KernelModule:
     source: str
     functions: dict[str, FunctionPlan] = field(default_factory=dict)
     target: str = ""
+    #: Built with the texture bounds sanitizer (:mod:`tir_adreno.bounds`).
+    check_bounds: bool = False
 
     def __getitem__(self, name: str) -> FunctionPlan:
         try:
@@ -98,6 +100,7 @@ class KernelModule:
             {
                 "format": FORMAT_VERSION,
                 "target": self.target,
+                "check_bounds": self.check_bounds,
                 "source": self.source,
                 "functions": {k: asdict(v) for k, v in self.functions.items()},
             }
@@ -109,7 +112,7 @@ class KernelModule:
         if d.get("format") != FORMAT_VERSION:
             raise ValueError(f"kernel bundle format {d.get('format')} != {FORMAT_VERSION}")
         funcs = {k: FunctionPlan.from_dict(v) for k, v in d["functions"].items()}
-        return cls(d["source"], funcs, d.get("target", ""))
+        return cls(d["source"], funcs, d.get("target", ""), bool(d.get("check_bounds", False)))
 
     def save(self, path) -> None:
         """Write the bundle to ``path`` atomically (integrity-checked on load)."""

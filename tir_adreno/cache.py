@@ -1,9 +1,14 @@
 """On-disk cache files: written atomically, verified on load.
 
-Each entry is ``MAGIC | sha256(payload) | payload``. A reader that finds a
-short, corrupt or foreign file treats it as a miss (and the caller rebuilds
-and rewrites it); concurrent writers each write a private temporary file and
-``os.replace`` it, so readers only ever see a whole entry.
+Each entry is ``MAGIC | sha256(body) | body`` with ``body = len(key) | key |
+payload``: the key the entry was written under is checked with the payload,
+so an entry copied or renamed onto another key's path is a miss too. A reader
+that finds a short, corrupt, foreign or misplaced file treats it as a miss (and
+the caller rebuilds and rewrites it); concurrent writers each write a private
+temporary file and ``os.replace`` it, so readers only ever see a whole entry.
+
+A cache folder that cannot be written (read-only, not creatable) is not an
+error: :func:`store` warns once per process and the caller goes on without it.
 """
 
 from __future__ import annotations
@@ -11,10 +16,19 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
+import warnings
 from pathlib import Path
 
-MAGIC = b"TIRADRENO1"
+MAGIC = b"TIRADRENO2"
 _DIGEST = 32
+_KEY_LEN = 4  # bytes of the key's length field
+
+
+class CacheWarning(UserWarning):
+    """The disk cache cannot be written; work goes on without it."""
+
+
+_warned = False
 
 
 def cache_dir() -> Path:
@@ -36,14 +50,20 @@ def key(*parts) -> str:
     return h.hexdigest()
 
 
-def write(path: Path, payload: bytes) -> None:
-    """Write ``payload`` to ``path`` atomically with an integrity header."""
+def _body(payload: bytes, key: str) -> bytes:
+    k = key.encode()
+    return len(k).to_bytes(_KEY_LEN, "little") + k + payload
+
+
+def write(path: Path, payload: bytes, key: str = "") -> None:
+    """Write ``payload`` to ``path`` atomically with an integrity header that covers ``key``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    body = _body(payload, key)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(MAGIC + hashlib.sha256(payload).digest() + payload)
+            f.write(MAGIC + hashlib.sha256(body).digest() + body)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -55,16 +75,34 @@ def write(path: Path, payload: bytes) -> None:
         raise
 
 
-def read(path: Path) -> bytes | None:
-    """The payload stored at ``path``, or None when missing, truncated or corrupt."""
+def read(path: Path, key: str = "") -> bytes | None:
+    """The payload stored at ``path`` under ``key``; None when missing, truncated, corrupt or another key's."""
     try:
         data = Path(path).read_bytes()
-    except (FileNotFoundError, IsADirectoryError, PermissionError):
+    except OSError:  # missing, a folder, unreadable, or a parent that is a file
         return None
     head = len(MAGIC) + _DIGEST
-    if len(data) < head or not data.startswith(MAGIC):
+    if len(data) < head + _KEY_LEN or not data.startswith(MAGIC):
         return None
-    payload = data[head:]
-    if hashlib.sha256(payload).digest() != data[len(MAGIC) : head]:
+    body = data[head:]
+    if hashlib.sha256(body).digest() != data[len(MAGIC) : head]:
         return None
-    return payload
+    k = key.encode()
+    if body[:_KEY_LEN] != len(k).to_bytes(_KEY_LEN, "little") or body[_KEY_LEN : _KEY_LEN + len(k)] != k:
+        return None
+    return body[_KEY_LEN + len(k) :]
+
+
+def store(path: Path, payload: bytes, key: str = "") -> bool:
+    """:func:`write` for caches: an unusable cache folder gives one :class:`CacheWarning`
+    per process instead of an error. True when the entry was written."""
+    global _warned
+    try:
+        write(path, payload, key)
+        return True
+    except OSError as err:
+        if not _warned:
+            _warned = True
+            reason = err.strerror or type(err).__name__
+            warnings.warn(f"cache folder {cache_dir()} is not usable ({reason}); working without the disk cache", CacheWarning, stacklevel=2)
+        return False

@@ -1,4 +1,4 @@
-"""``tir-adreno`` command line: ``devices`` and ``run`` (the main job)."""
+"""``tir-adreno`` command line: ``devices``, ``run`` (the main job), ``compile``, ``tune``, ``kernels``."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 import time
+import warnings
 
 import numpy as np
 
@@ -67,21 +68,55 @@ def _load_inputs(path, names, shapes):
         raise UserError(f"{path}: cannot read inputs ({err})") from None
 
 
+def _profile(name):
+    """The named device profile, or a user error listing the known ones."""
+    from .device import get_profile
+
+    try:
+        return get_profile(name)
+    except ValueError as err:
+        raise UserError(str(err)) from None
+
+
+def _saved_model(path) -> bool:
+    from pathlib import Path
+
+    return path is not None and Path(path).is_dir()
+
+
 def _run(args) -> int:
-    from . import models, runtime
-    from .compiler import ModelError, compile_model
-    from .executor import ModelInputError
+    from . import runtime
 
     dev = runtime.get_device(args.device)
-    model = args.model if args.model else models.get_model(args.builtin)
-    label = args.model or f"built-in {args.builtin} (seeded random weights)"
-    print(f"model: {label}\ndevice: {dev.name}", flush=True)
-    start = time.perf_counter()
-    try:
-        compiled = compile_model(model, dev, progress=lambda msg: print(f"  {msg}", flush=True))
-    except ModelError as err:
-        raise UserError(str(err)) from None
-    print(f"compiled in {time.perf_counter() - start:.1f} s", flush=True)
+    if _saved_model(args.model):  # a saved model: no TVM on this path
+        from .executor import load_model
+
+        for flag in ("records", "target", "check"):
+            if getattr(args, flag):
+                raise UserError(f"--{flag} needs a model file; {args.model} is compiled already")
+        label = args.model
+        print(f"model: {label} (saved)\ndevice: {dev.name}", flush=True)
+        try:
+            compiled = load_model(args.model, dev)
+        except ValueError as err:
+            raise UserError(str(err)) from None
+        model = None
+    else:
+        from . import models
+        from .compiler import ModelError, compile_model
+
+        target = _profile(args.target) if args.target else None
+        model = args.model if args.model else models.get_model(args.builtin)
+        label = args.model or f"built-in {args.builtin} (seeded random weights)"
+        print(f"model: {label}\ndevice: {dev.name}", flush=True)
+        start = time.perf_counter()
+        try:
+            compiled = compile_model(model, dev, target, args.records, progress=lambda msg: print(f"  {msg}", flush=True))
+        except ModelError as err:
+            raise UserError(str(err)) from None
+        print(f"compiled in {time.perf_counter() - start:.1f} s", flush=True)
+    from .executor import ModelInputError
+
     shapes = [(compiled.plan.tensors[i].shape, compiled.plan.tensors[i].dtype) for _, i in compiled.plan.inputs]
     inputs = _load_inputs(args.inputs, compiled.input_names, shapes)
     try:
@@ -94,9 +129,10 @@ def _run(args) -> int:
     except ModelInputError as err:
         raise UserError(str(err)) from None
     profile = compiled.profile()
-    print(f"\n{'#':>3}  {'op':<28} {'kernel':<10} {'placement':<9} {'time (ms)':>10}")
+    print(f"\n{'#':>3}  {'op':<28} {'kernel':<10} {'placement':<9} {'time (ms)':>10}  config (source)")
     for i, p in enumerate(profile):
-        print(f"{i:>3}  {p['op']:<28} {'ours' if p['ours'] else 'upstream':<10} {p['placement']:<9} {p['time_ms']:>10.3f}")
+        config = f"  {p['config']} ({p['source']})" if "config" in p else ""
+        print(f"{i:>3}  {p['op']:<28} {'ours' if p['ours'] else 'upstream':<10} {p['placement']:<9} {p['time_ms']:>10.3f}{config}")
     kernel_ms = compiled.kernel_time_ms()
     ours = sum(p["time_ms"] for p in profile if p["ours"])
     print(f"\nkernel time {kernel_ms:.2f} ms ({ours / max(kernel_ms, 1e-12):.0%} in tir-adreno kernels), wall {wall * 1e3:.1f} ms")
@@ -123,6 +159,79 @@ def _run(args) -> int:
     return status
 
 
+def _compile(args) -> int:
+    from . import models
+    from .compiler import ModelError, compile_plan
+    from .executor import save_model
+
+    target = _profile(args.target)
+    model = args.model if args.model else models.get_model(args.builtin)
+    print(f"model: {args.model or args.builtin}\ntarget: {target.name} ({target.kind})", flush=True)
+    try:
+        plan, kernels, weights = compile_plan(model, target, args.records, progress=lambda msg: print(f"  {msg}", flush=True))
+    except ModelError as err:
+        raise UserError(str(err)) from None
+    save_model(args.output, plan, kernels, weights, target.name)
+    convs = [c for c in plan.calls if c.config is not None]
+    tuned = sum(c.source == "records" for c in convs)
+    print(f"wrote {args.output}: {len(plan.calls)} kernel calls, {len(convs)} conv kernels ({tuned} from records)")
+    print(f"run it with: tir-adreno run {args.output}")
+    return 0
+
+
+def _tune(args) -> int:
+    from pathlib import Path
+
+    if args.measure:  # the TVM-free side of --export: numpy + pyopencl only
+        from . import measure
+
+        if args.model:
+            raise UserError("--measure DIR takes no model (the candidates are in DIR)")
+        measure.measure_directory(args.measure, args.device, progress=lambda r: print(f"measured {r.key}", flush=True))
+        print(f"results written to {args.measure}; bring the folder back and run tune MODEL --export {args.measure} again")
+        return 0
+    if args.model is None and args.builtin is None:
+        raise UserError("tune needs a model (a file or --builtin NAME)")
+    from . import models, tune
+    from .compiler import ModelError
+    from .device import DeviceProfile
+
+    if args.export:
+        target = _profile(args.target or "adreno")
+        measurer = tune.ExportMeasurer(args.export)
+    elif args.rpc_tracker:
+        from .measure import RPCMeasurer
+
+        if not args.target:
+            raise UserError("--rpc-tracker needs --target PROFILE (the runners' device)")
+        target = _profile(args.target)
+        measurer = RPCMeasurer(args.rpc_tracker, args.rpc_key)
+    else:
+        if args.target:
+            raise UserError("--target is for --export / --rpc-tracker; a local tune uses --device")
+        target = DeviceProfile.from_device(args.device)
+        measurer = tune.LocalMeasurer(args.device)
+    records = Path(args.records or f"records-{target.name}.json")
+    model = args.model if args.model else models.get_model(args.builtin)
+    print(f"model: {args.model or args.builtin}\ndevice profile: {target.key}", flush=True)
+    try:
+        results = tune.tune(model, target, records, measurer, args.budget_s, progress=lambda m: print(m, flush=True))
+    except ModelError as err:
+        raise UserError(str(err)) from None
+    if args.export:
+        count = measurer.finish()
+        if count:
+            print(f"exported {count} candidates to {args.export}: run `tir-adreno tune --measure {args.export}` "
+                  "on the device, then this command again")
+            return 0
+    print()
+    print(tune.table(results))
+    png = tune.plot(results, records.with_suffix(".png"))
+    print(f"\nrecords: {records}" + (f"; plot: {png}" if png else ""))
+    print(f"compile with: tir-adreno compile MODEL -o DIR --target {target.name} --records {records}")
+    return 0
+
+
 class UserError(Exception):
     """A mistake in what the user asked for: one line, exit code 2."""
 
@@ -141,13 +250,39 @@ def main(argv=None) -> int:
     p.add_argument("--outputs", metavar="NPZ", help="write the outputs, keyed output0, output1, ...")
     p.add_argument("--json", metavar="PATH", help="write the report (profile, times, memory, check) as JSON")
     p.add_argument("--check", action="store_true", help=f"compare with a CPU reference; exit 1 beyond {1e-3:g} relative error")
+    p.add_argument("--records", metavar="FILE", help="tuning records from `tir-adreno tune` (conv algorithm, config, placement)")
+    p.add_argument("--target", metavar="PROFILE", help="plan the kernels for this device profile (adreno, nvidia-h200, pocl)")
     p.set_defaults(fn=_run)
+    p = sub.add_parser("compile", help="compile a model for a device profile into a saved model (no device needed)")
+    p.add_argument("model", nargs="?", help="ONNX model file (default: a built-in model)")
+    p.add_argument("--builtin", default="resnet18", choices=["resnet18", "resnet50", "mobilenet_v2"], help="built-in model when no file is given")
+    p.add_argument("-o", "--output", required=True, metavar="DIR", help="where to write the saved model")
+    p.add_argument("--target", default="adreno", metavar="PROFILE", help="device profile: adreno (default), nvidia-h200, pocl")
+    p.add_argument("--records", metavar="FILE", help="tuning records for that device")
+    p.set_defaults(fn=_compile)
+    p = sub.add_parser("tune", help="measure conv candidates per layer on a device and write tuning records")
+    p.add_argument("model", nargs="?", help="ONNX model file (or --builtin)")
+    p.add_argument("--builtin", default=None, choices=["resnet18", "resnet50", "mobilenet_v2"], help="a built-in model")
+    p.add_argument("--device", help="substring of the OpenCL platform or device name")
+    p.add_argument("--records", metavar="FILE", help="records file to write / resume (default records-<profile>.json)")
+    p.add_argument("--budget-s", type=float, default=None, help="start no new layer after this many seconds")
+    p.add_argument("--target", metavar="PROFILE", help="device profile of the remote device (--export, --rpc-tracker)")
+    way = p.add_mutually_exclusive_group()
+    way.add_argument("--export", metavar="DIR", help="build the candidates into DIR for `tune --measure DIR` elsewhere; "
+                     "run again once DIR holds the results to write the records")
+    way.add_argument("--measure", metavar="DIR", help="time the candidates in DIR on this machine (no TVM needed)")
+    way.add_argument("--rpc-tracker", metavar="HOST:PORT", help="measure on the runners registered with this TVM RPC tracker")
+    p.add_argument("--rpc-key", default="tir-adreno", help="runner key at the tracker (default tir-adreno)")
+    p.set_defaults(fn=_tune)
     p = sub.add_parser("kernels", help="build and run every kernel family on one shape, check against NumPy, time")
     p.add_argument("--device", help="substring of the OpenCL platform or device name")
     p.add_argument("--json", metavar="PATH", help="write the per-kernel report as JSON")
     p.set_defaults(fn=_kernels)
     args = parser.parse_args(argv)
     from .runtime import DeviceNotFoundError
+
+    # A warning (e.g. records of another device, ignored) is one line, not a source excerpt.
+    warnings.showwarning = lambda message, *_args, **_kw: print(f"tir-adreno: warning: {message}", file=sys.stderr)
 
     try:
         return args.fn(args)

@@ -14,13 +14,13 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from . import build, runtime
+from . import build, onnx_import, runtime
 from .bundle import KernelModule
 from .executor import Call, CompiledModel, Plan, TensorInfo
-from .relax_pass import dispatch_to_textures
-
-#: Marks PrimFuncs that came from tir-adreno's factories (vs. legalized by upstream).
-OURS_ATTR = "tir_adreno.kernel"
+from .device import DeviceProfile, resolve, with_limits
+from .records import Records
+from .records import load as load_records_file
+from .relax_pass import CONFIG_ATTR, OURS_ATTR, SOURCE_ATTR, dispatch_to_textures
 
 
 class ModelError(ValueError):
@@ -35,12 +35,8 @@ def _upstream_rules():
     )
 
 
-def import_model(model) -> tuple[tvm.IRModule, list[str]]:
-    """(Relax module with bound weights, input names) from ONNX or Relax."""
-    if isinstance(model, tvm.IRModule):
-        if not any(gv.name_hint == "main" for gv in model.functions):
-            raise ModelError("the Relax module has no 'main' function")
-        return model, [p.name for p in model["main"].params]
+def load_onnx(model):
+    """An ONNX ``ModelProto`` from a path or a ``ModelProto``; :class:`ModelError` when unreadable."""
     import onnx
 
     if isinstance(model, (str, os.PathLike)):
@@ -53,12 +49,36 @@ def import_model(model) -> tuple[tvm.IRModule, list[str]]:
             raise ModelError(f"{path}: not a readable ONNX model ({type(err).__name__}: {err})") from None
     if not isinstance(model, onnx.ModelProto):
         raise ModelError(f"expected an ONNX ModelProto, a path or a Relax IRModule, got {type(model).__name__}")
+    return model
+
+
+def import_model(model, input_shapes: dict | None = None, shapes_hint: str = onnx_import.INPUT_SHAPES_HINT) -> tuple[tvm.IRModule, list[str]]:
+    """(Relax module with bound weights, input names) from ONNX or Relax.
+
+    ``input_shapes`` ({name: shape}) fixes ONNX inputs with symbolic dims (a
+    named batch); shape arithmetic that becomes constant is folded first.
+    ``shapes_hint`` is how the error for a missing shape tells the user to give one.
+    """
+    if isinstance(model, tvm.IRModule):
+        if not any(gv.name_hint == "main" for gv in model.functions):
+            raise ModelError("the Relax module has no 'main' function")
+        if input_shapes:
+            raise ModelError("input_shapes applies to ONNX models; bind a Relax module's shapes in its signature")
+        return model, [p.name for p in model["main"].params]
+    model = load_onnx(model)
     from tvm.relax.frontend.onnx import from_onnx
 
-    init_names = {i.name for i in model.graph.initializer}
-    names = [i.name for i in model.graph.input if i.name not in init_names]
     try:
-        mod = from_onnx(model, keep_params_in_input=False)
+        shapes = onnx_import.input_shapes_of(model, input_shapes, shapes_hint)
+    except ValueError as err:
+        raise ModelError(str(err)) from None
+    try:
+        model = onnx_import.make_static(model, shapes)
+    except Exception as err:  # onnx's shape inference or reference ops refusing the graph
+        raise ModelError(f"cannot fold this ONNX model's shapes: {type(err).__name__}: {str(err).strip().splitlines()[-1][:300]}") from None
+    names = list(shapes)
+    try:
+        mod = from_onnx(model, shape_dict={n: list(s) for n, s in shapes.items()}, keep_params_in_input=False)
     except Exception as err:
         raise ModelError(f"TVM cannot import this ONNX model: {type(err).__name__}: {str(err).strip().splitlines()[-1][:300]}") from None
     return mod, names
@@ -69,18 +89,12 @@ def _target(ours: bool):
     return build.TEXTURE_TARGET if ours else build.OPENCL_TARGET
 
 
-def lower(mod: tvm.IRModule, device: runtime.Device, allow_buffer: bool = True, ours: bool = True, limits=None) -> tvm.IRModule:
-    """Our pass (unless ``ours`` is False: the upstream baseline), then LegalizeOps and dlight for the rest.
-    ``limits`` overrides the device's image limits (to plan for a smaller GPU)."""
+def lower(mod: tvm.IRModule, profile: DeviceProfile, allow_buffer: bool = True, ours: bool = True, records=None) -> tvm.IRModule:
+    """Our pass for ``profile`` (unless ``ours`` is False: the upstream baseline), then LegalizeOps
+    and dlight for the rest. ``records``: tuned conv choices (``records.Records``)."""
     mod = relax.transform.FoldConstant()(mod)
     if ours:
-        mod = dispatch_to_textures(mod, limits or device.limits, allow_buffer, device)
-    marked = {}
-    for gv, func in mod.functions.items():
-        if isinstance(func, tvm.tirx.PrimFunc):
-            marked[gv] = func.with_attr(OURS_ATTR, True)
-    for gv, func in marked.items():
-        mod[gv] = func
+        mod = dispatch_to_textures(mod, profile, allow_buffer, records)
     mod = relax.transform.LegalizeOps()(mod)
     with build.as_target(_target(ours)):
         mod = _upstream_rules()(mod)
@@ -89,7 +103,8 @@ def lower(mod: tvm.IRModule, device: runtime.Device, allow_buffer: bool = True, 
 
 
 def _const_array(expr) -> np.ndarray:
-    return expr.value.numpy()
+    # np.require, not np.ascontiguousarray: the latter turns a 0-d scalar (ReLU6's Clip bounds) into shape (1,)
+    return np.require(expr.value.numpy(), requirements="C")
 
 
 def plan_module(mod: tvm.IRModule, input_names, progress=print, target=None):
@@ -108,6 +123,9 @@ def plan_module(mod: tvm.IRModule, input_names, progress=print, target=None):
 
     inputs = []
     for name, p in zip(input_names, func.params):
+        symbolic = [str(d) for d in p.ty.shape.values if not isinstance(d, tvm.tirx.IntImm)]
+        if symbolic:
+            raise ModelError(f"input {name!r} has symbolic dim {symbolic[0]!r}; bind it to a number in the Relax signature")
         shape = [int(d) for d in p.ty.shape.values]
         env[p] = new_tensor(shape, p.ty.dtype, "global", "input", name)
         inputs.append((name, env[p]))
@@ -126,6 +144,8 @@ def plan_module(mod: tvm.IRModule, input_names, progress=print, target=None):
         elif isinstance(value, relax.Call) and getattr(value.op, "name", "") == "relax.call_tir":
             gv, args = value.args[0], value.args[1]
             prim = mod[gv]
+            meta = {k: str(prim.attrs[a]) for k, a in (("config", CONFIG_ATTR), ("source", SOURCE_ATTR)) if a in prim.attrs}
+            prim = prim.without_attr(CONFIG_ATTR).without_attr(SOURCE_ATTR)  # same kernel, same cache entry
             key = build.module_key(prim, target)
             if key not in built:
                 progress(f"[{len(calls) + 1}/{len(call_bindings)}] build {gv.name_hint}")
@@ -141,7 +161,7 @@ def plan_module(mod: tvm.IRModule, input_names, progress=print, target=None):
                     if cid not in const_ids:
                         spec = params[k]
                         const_ids[cid] = new_tensor(spec.shape, spec.dtype, spec.scope, "const", f"w{len(weights)}")
-                        weights[const_ids[cid]] = np.ascontiguousarray(_const_array(arg))
+                        weights[const_ids[cid]] = _const_array(arg)
                     arg_ids.append(const_ids[cid])
                 elif isinstance(arg, relax.Var):
                     arg_ids.append(env[arg])
@@ -153,7 +173,9 @@ def plan_module(mod: tvm.IRModule, input_names, progress=print, target=None):
             for k, t in enumerate(arg_ids):
                 _check_arg(tensors[t], params[k], gv.name_hint)
             env[binding.var] = outs[0] if len(outs) == 1 else outs
-            calls.append(Call(key, fname, tuple(arg_ids + outs), gv.name_hint, bool(prim.attrs.get(OURS_ATTR, False))))
+            # Ours only if our pass emitted it (importer-made PrimFuncs, e.g. from emit_te, are upstream's).
+            ours = prim.attrs is not None and bool(prim.attrs.get(OURS_ATTR, False))
+            calls.append(Call(key, fname, tuple(arg_ids + outs), gv.name_hint, ours, **meta))
         else:
             op = getattr(getattr(value, "op", None), "name", type(value).__name__)
             raise NotImplementedError(f"the lowered model still has {op!r}, which the executor cannot run")
@@ -175,20 +197,40 @@ def _check_arg(tensor: TensorInfo, spec, where: str):
         raise RuntimeError(f"{where}: argument {spec.name} expects {spec.shape} {spec.dtype} {spec.scope}, gets {tensor}")
 
 
-def compile_model(
-    model, device=None, allow_buffer: bool = True, pool: bool = True, ours: bool = True, limits=None, progress=print
-) -> CompiledModel:
-    """Compile ``model`` for ``device``: ONNX ``ModelProto`` or path, or a Relax IRModule with bound weights.
+def load_records(records, profile: DeviceProfile, precision: str = "float32"):
+    """``records`` (None, a path or a ``records.Records``) as Records for ``profile``."""
+    if records is None or isinstance(records, Records):
+        return records
+    return load_records_file(records, profile, precision)
 
-    ``ours=False`` compiles the same model with upstream TVM only (LegalizeOps +
+
+def compile_plan(model, profile: DeviceProfile, records=None, allow_buffer: bool = True, ours: bool = True, progress=print,
+                 input_shapes: dict | None = None):
+    """``model`` compiled for ``profile`` as (plan, kernels, weights): no device needed."""
+    progress("import")
+    mod, names = import_model(model, input_shapes)
+    progress(f"lower for {profile.name} (tir-adreno pass, LegalizeOps, dlight)" if ours else "lower (LegalizeOps, dlight)")
+    mod = lower(mod, profile, allow_buffer, ours, load_records(records, profile))
+    return plan_module(mod, names, progress, _target(ours))
+
+
+def compile_model(
+    model, device=None, profile=None, records=None, allow_buffer: bool = True, pool: bool = True, ours: bool = True,
+    limits=None, progress=print, input_shapes: dict | None = None,
+) -> CompiledModel:
+    """Compile ``model`` (ONNX ``ModelProto`` or path, or a Relax IRModule with bound weights) and load it on ``device``.
+
+    ``profile`` (a ``DeviceProfile`` or a name, default: ``device``'s own) is what the
+    kernels are planned for; ``limits`` overrides its image limits (to plan for a smaller
+    GPU). ``records`` (a path or ``records.Records`` written by ``tir-adreno tune``) gives
+    tuned conv choices; records of another device are ignored with a warning. Nothing is
+    measured. ``input_shapes`` ({input name: shape}) gives the shapes of ONNX inputs with
+    symbolic dims (e.g. ``{"input": (4, 3, 224, 224)}`` for a named batch). ``ours=False`` compiles the same model with upstream TVM only (LegalizeOps +
     dlight GPU schedules, buffers), the baseline of the benchmarks.
     """
     dev = runtime.get_device(device)
-    progress("import")
-    mod, names = import_model(model)
-    progress("lower (tir-adreno pass, LegalizeOps, dlight)" if ours else "lower (LegalizeOps, dlight)")
-    mod = lower(mod, dev, allow_buffer, ours, limits)
-    plan, kernels, weights = plan_module(mod, names, progress, _target(ours))
+    target = with_limits(resolve(dev, profile), limits)
+    plan, kernels, weights = compile_plan(model, target, records, allow_buffer, ours, progress, input_shapes)
     progress(f"load {len(kernels)} kernels on {dev.name}")
     return CompiledModel(plan, kernels, weights, dev, pool)
 
@@ -214,9 +256,8 @@ def tvm_compile(model, device=None, allow_buffer: bool = True):
     already legalized and scheduled, so the Relax side runs only the generic
     GPU lowering; TIR goes through the Adreno pipeline.
     """
-    dev = runtime.get_device(device)
     mod, _ = import_model(model)
-    mod = lower(mod, dev, allow_buffer)
+    mod = lower(mod, resolve(device), allow_buffer)
     target = tvm.target.Target(build.TEXTURE_TARGET, host="llvm")
 
     @tvm.transform.module_pass(opt_level=0, name="TirAdrenoRelaxLowering")

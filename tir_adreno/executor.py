@@ -56,13 +56,17 @@ class TensorInfo:
 @dataclass(frozen=True)
 class Call:
     """One kernel call: ``function`` of kernel bundle ``kernel`` on tensors ``args``
-    (its parameters in order, outputs last). ``ours``: one of our texture kernels."""
+    (its parameters in order, outputs last). ``ours``: one of our texture kernels.
+    ``config`` / ``source``: for convs, the strategy's config string and whether it came
+    from tuning records ("records") or the defaults ("default")."""
 
     kernel: str
     function: str
     args: tuple[int, ...]
     label: str
     ours: bool
+    config: str | None = None
+    source: str | None = None
 
 
 @dataclass
@@ -84,7 +88,8 @@ class Plan:
     def from_dict(cls, d):
         return cls(
             [TensorInfo(tuple(t["shape"]), t["dtype"], t["scope"], t["kind"], t["name"]) for t in d["tensors"]],
-            [Call(c["kernel"], c["function"], tuple(c["args"]), c["label"], c["ours"]) for c in d["calls"]],
+            [Call(c["kernel"], c["function"], tuple(c["args"]), c["label"], c["ours"], c.get("config"), c.get("source"))
+             for c in d["calls"]],
             [(name, int(i)) for name, i in d["inputs"]],
             [int(i) for i in d["outputs"]],
         )
@@ -154,7 +159,11 @@ class CompiledModel:
         self._bound = [
             self._loaded[c.kernel].bind(c.function, [self._tensors[a] for a in c.args]) for c in plan.calls
         ]
-        self._all_launches = runtime.BoundCall(self.device.queue, [x for b in self._bound for x in b.launches])
+        self._launches = [x for b in self._bound for x in b.launches]
+        # The fast path: every launch of the model in one list, one Python loop per run;
+        # sanitized modules go call by call (each call zeroes and queues its bounds record).
+        sanitized = any(b.bounds is not None for b in self._bound)
+        self._fast = self._bound if sanitized else [runtime.BoundCall(self.device.queue, self._launches)]
         self._input_tensors = [self._tensors[i] for _, i in plan.inputs]
         self._output_tensors = [self._tensors[i] for i in plan.outputs]
 
@@ -230,11 +239,14 @@ class CompiledModel:
                 events.append([])
                 bound.enqueue(events[-1])
         else:
-            self._all_launches.enqueue()
+            for bound in self._fast:
+                bound.enqueue()
         outputs = [np.empty(t.shape, t.spec.dtype) for t in self._output_tensors]
         for t, out in zip(self._output_tensors, outputs):
             t.enqueue_download(out)
         self.device.queue.finish()
+        for loaded in self._loaded.values():  # sanitized builds ($TIR_ADRENO_CHECK_BOUNDS) raise here
+            loaded.check_bounds()
         if profile:
             self._times_ms = [sum(runtime.event_seconds(e) for e in evs) * 1e3 for evs in events]
         return outputs
@@ -242,7 +254,7 @@ class CompiledModel:
     @property
     def launch_count(self) -> int:
         """OpenCL kernel launches per run (a call may launch several kernels)."""
-        return len(self._all_launches.launches)
+        return len(self._launches)
 
     def launch_time_us(self, repeat: int = 20, bound: bool = True) -> float:
         """Host microseconds per kernel launch: the median over ``repeat`` runs of the time
@@ -253,12 +265,15 @@ class CompiledModel:
         for _ in range(repeat):
             start = time.perf_counter()
             if bound:
-                self._all_launches.enqueue()
+                for b in self._fast:
+                    b.enqueue()
             else:
                 for call in self.plan.calls:
                     self._loaded[call.kernel].launch(call.function, [self._tensors[a] for a in call.args])
             samples.append(time.perf_counter() - start)
             self.device.queue.finish()
+            for loaded in self._loaded.values():
+                loaded.check_bounds()
         return statistics.median(samples) * 1e6 / max(1, self.launch_count)
 
     def _placement(self, call: Call) -> str:
@@ -270,7 +285,14 @@ class CompiledModel:
         time) from the last ``run(..., profile=True)``, None before any such run."""
         times = self._times_ms or [None] * len(self.plan.calls)
         return [
-            {"op": c.label, "kernel": c.function, "ours": c.ours, "placement": self._placement(c), "time_ms": t}
+            {
+                "op": c.label,
+                "kernel": c.function,
+                "ours": c.ours,
+                "placement": self._placement(c),
+                "time_ms": t,
+                **({"config": c.config, "source": c.source} if c.config is not None else {}),
+            }
             for c, t in zip(self.plan.calls, times)
         ]
 
@@ -290,20 +312,27 @@ class CompiledModel:
         ``include_weights=False`` leaves the weights out (a timing-only copy for a
         machine that cannot take their size; see ``load_model(random_weights=...)``).
         """
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        doc = {
-            "format": MODEL_FORMAT,
-            "plan": self.plan.to_dict(),
-            "kernels": {k: json.loads(m.to_json()) for k, m in self.kernels.items()},
-        }
-        cache.write(directory / "model.json", json.dumps(doc).encode())
-        if not include_weights:
-            return directory
-        buf = io.BytesIO()
-        np.savez(buf, **{str(i): w for i, w in self.weights.items()})
-        cache.write(directory / "weights.npz", buf.getvalue())
+        return save_model(directory, self.plan, self.kernels, self.weights if include_weights else None)
+
+
+def save_model(directory, plan: Plan, kernels: dict[str, KernelModule], weights: dict[int, np.ndarray] | None, target: str = "") -> Path:
+    """Write a saved model (``model.json``: plan + kernels; ``weights.npz`` unless ``weights`` is None).
+    ``target`` names the device profile it was compiled for."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    doc = {
+        "format": MODEL_FORMAT,
+        "target": target,
+        "plan": plan.to_dict(),
+        "kernels": {k: json.loads(m.to_json()) for k, m in kernels.items()},
+    }
+    cache.write(directory / "model.json", json.dumps(doc).encode())
+    if weights is None:
         return directory
+    buf = io.BytesIO()
+    np.savez(buf, **{str(i): w for i, w in weights.items()})
+    cache.write(directory / "weights.npz", buf.getvalue())
+    return directory
 
 
 def load_model(directory, device=None, pool: bool = True, random_weights: int | None = None) -> CompiledModel:
@@ -324,6 +353,11 @@ def load_model(directory, device=None, pool: bool = True, random_weights: int | 
         raise ValueError(f"{directory}: model format {doc.get('format')} != {MODEL_FORMAT}")
     kernels = {k: KernelModule.from_json(json.dumps(v)) for k, v in doc["kernels"].items()}
     plan = Plan.from_dict(doc["plan"])
+    device = runtime.get_device(device)
+    for t in plan.tensors:
+        if is_texture_scope(t.scope) and not device.limits.fits(t.shape, t.scope):
+            raise ValueError(f"{directory}: compiled for {doc.get('target') or 'another device'}: tensor {t.shape} in {t.scope} "
+                             f"exceeds {device.name}'s image limits; compile with --target for this device")
     if weight_bytes:
         with np.load(io.BytesIO(weight_bytes)) as npz:
             weights = {int(k): npz[k] for k in npz.files}

@@ -14,6 +14,8 @@ from primfuncs import elementwise, layout
 from primfuncs._common import TEXTURE, blocked
 
 from . import build, runtime, texture
+from . import strategy as _strategy
+from .device import DeviceProfile
 
 SUPPORTED_DTYPES = ("float32", "float16")
 
@@ -174,7 +176,6 @@ def from_nchw4c(x, channels: int, device=None, allow_buffer: bool = True) -> np.
 # Imported here, not at the top: this section was appended to the file as a unit.
 # ``sum``/``max``/``min`` below shadow the builtins in this module (Relax's names): code in
 # this file that needs the builtins must ``import builtins`` and write ``builtins.max`` etc.
-import pyopencl as _cl  # noqa: E402
 
 from primfuncs import pool2d as _pool2d  # noqa: E402
 from primfuncs import reduce as _reduce  # noqa: E402
@@ -186,16 +187,17 @@ def _reduction_scope(dev: runtime.Device, in_nchw, out_nchw, allow_buffer: bool)
     return TEXTURE if scopes == {TEXTURE} else "global"
 
 
-def _group_threshold(dev: runtime.Device):
-    """``strategy="auto"``'s window size for the work-group schedule: never on a CPU (measured)."""
-    return _pool2d.CPU_GROUP_THRESHOLD if dev.cl_device.type & _cl.device_type.CPU else _pool2d.GROUP_THRESHOLD
+def group_threshold(dev: runtime.Device):
+    """``strategy="auto"``'s window size for the work-group schedule of pools and reductions on
+    ``dev`` (``strategy.group_threshold`` of its profile: never on a CPU)."""
+    return _strategy.group_threshold(DeviceProfile.from_device(dev))
 
 
 def _run_pool(x, factory, device, allow_buffer, **attrs) -> np.ndarray:
     x = check_array(x, "x")
     dev = runtime.get_device(device)
     check_device_dtype(dev, x.dtype.name)
-    attrs["group_threshold"] = _group_threshold(dev)
+    attrs["group_threshold"] = group_threshold(dev)
     shape = blocked_shape(x.shape)
     func = factory(shape, dtype=x.dtype.name, scope=TEXTURE, **attrs)  # validates attrs, gives the shape
     out_shape = tuple(int(d) for d in func.params[1].shape)
@@ -263,7 +265,7 @@ def _run_reduce(op, x, axis, keepdims, device, allow_buffer, strategy) -> np.nda
     shape = blocked_shape(x.shape)
     func = _reduce.reduce(
         shape, c, op, axes, keepdims, dtype=x.dtype.name, scope=scope, strategy=strategy,
-        group_threshold=_group_threshold(dev),
+        group_threshold=group_threshold(dev),
     )
     out_shape, is_blocked = _reduce.reduce_output(shape, c, axes, keepdims)
     a = upload_nchw4c(dev, x, scope)
@@ -309,34 +311,33 @@ def softmax(x, axis: int = 1, device=None, allow_buffer: bool = True) -> np.ndar
     return download_nchw(out, x.shape[1])
 
 
-# -- convolution (primfuncs.conv2d) ---------------------------------------------------------------
+# -- convolution (primfuncs.conv2d, planned by tir_adreno.strategy) --------------------------------
 # Imported here, not at the top: this section was appended to the file as a unit.
 from primfuncs import conv2d as _conv2d  # noqa: E402
-from primfuncs._common import TEXTURE_WEIGHT as _TEXTURE_WEIGHT  # noqa: E402
 from primfuncs.epilogue import ACTIVATIONS as _ACTIVATIONS  # noqa: E402
 from primfuncs.epilogue import Epilogue as _Epilogue  # noqa: E402
-from primfuncs import conv2d_winograd as _winograd  # noqa: E402
 
 from . import tuning as _tuning  # noqa: E402
 
-#: ``conv2d(algorithm=...)``: "auto" asks ``tuning.choose_conv2d_algorithm`` (direct unless this
-#: device was tuned, see ``tir_adreno.tuning``); "winograd" means "winograd_2x2".
+#: ``conv2d(algorithm=...)``: "auto" is the strategy's choice (the records' when given, else
+#: direct); "winograd" means "winograd_2x2".
 CONV2D_ALGORITHMS = ("auto", "direct", "winograd", "winograd_2x2", "winograd_4x4")
 
 
 def conv2d(
     x, w, bias=None, stride=1, padding=0, dilation=1, groups: int = 1, activation=None, residual=None,
-    algorithm: str = "auto", device=None, allow_buffer: bool = True,
+    algorithm: str = "auto", device=None, allow_buffer: bool = True, records=None,
 ) -> np.ndarray:
     """``act(conv2d(x, w) + bias + residual)`` for NCHW ``x`` and OIHW ``w`` (``relax.op.nn.conv2d``).
 
     ``padding``: int, (pad_h, pad_w) or (top, left, bottom, right); ``bias``: ``(O,)``;
     ``activation``: None, "relu" or "relu6"; ``residual``: an NCHW array of the output's
     shape, added before the activation. ``groups == C`` runs the depthwise kernel.
-    Weights are packed to OIHW4o on the device on every call (this is the convenience API).
+    Weights are packed on the host on every call (this is the convenience API).
     ``algorithm``: "direct", "winograd_2x2" / "winograd_4x4" (Winograd F(2x2, 3x3) / F(4x4, 3x3):
     3x3 kernels, stride 1, dilation 1, groups 1 only; F(4x4) is held to 1e-3 relative error in
-    float32, the others to 1e-4) or "auto" (``tuning.choose_conv2d_algorithm``).
+    float32, the others to 1e-4) or "auto" (``strategy.conv2d_plan``: the tuned choice in
+    ``records``, a path or ``tir_adreno.records.Records``, else direct with the device's default config).
     """
     if algorithm not in CONV2D_ALGORITHMS:
         raise ValueError(f"algorithm must be one of {CONV2D_ALGORITHMS}, got {algorithm!r}")
@@ -346,12 +347,6 @@ def conv2d(
     w = check_array(w, "w", dtype=x.dtype)
     geom = _conv2d.conv2d_geometry(x.shape, w.shape, stride, padding, dilation, groups, names=("x", "w"))
     dtype = x.dtype.name
-    if algorithm.startswith("winograd") and not _winograd.winograd_eligible(geom):
-        raise ValueError(
-            f"algorithm={algorithm!r} needs a 3x3 kernel, stride 1, dilation 1 and groups 1: "
-            f"{_winograd.winograd_ineligibility(geom)}"
-        )
-    algorithm = "winograd_2x2" if algorithm == "winograd" else algorithm
     if bias is not None:
         bias = check_array(bias, "bias", ndim=1)
         if bias.shape != (geom.o,):
@@ -366,49 +361,28 @@ def conv2d(
             raise TypeError(f"residual has dtype {residual.dtype}, expected x's dtype {x.dtype}")
     dev = runtime.get_device(device)
     check_device_dtype(dev, dtype)
-    if algorithm == "auto":
-        algorithm = _tuning.choose_conv2d_algorithm(geom, dev, dtype)
+    profile = DeviceProfile.from_device(dev)
+    if isinstance(records, (str, bytes)) or hasattr(records, "__fspath__"):
+        from . import records as _records
 
-    # One scope for input, residual and output (the kernel takes one): a texture when all fit.
-    scopes = {activation_scope(dev, x.shape, allow_buffer), activation_scope(dev, geom.out_shape, allow_buffer)}
-    scope = TEXTURE if scopes == {TEXTURE} else "global"
-    if algorithm == "direct":
-        w_shape = (geom.o4, geom.cg, geom.kh, geom.kw, 4)
-        weight_scope = "global"
-        if scope == TEXTURE:
-            weight_scope = texture.place(w_shape, _TEXTURE_WEIGHT, dev.limits, allow_buffer)
-    else:  # Winograd: U = G w G^T on the host (float64) and intermediates V, M: their own placement
-        _, weight_scope, tile_scope = _tuning.placement(geom, algorithm, dev.limits, scope, allow_buffer)
+        records = _records.load(records, profile, dtype)
+    choice = None
+    if algorithm != "auto":
+        choice = _strategy.ConvChoice("winograd_2x2" if algorithm == "winograd" else algorithm)
+        _strategy.check_algorithm(geom, choice.algorithm, algorithm)
+    epilogue = _Epilogue(bias=bias is not None, activation=activation, residual=residual is not None)
+    plan = _strategy.conv2d_plan(geom, epilogue, dtype, profile, records, choice, allow_buffer)
 
-    tx = upload_nchw4c(dev, x, scope, "x")
-    if algorithm == "direct":
-        tw = dev.empty(runtime.TensorSpec("w", w_shape, dtype, weight_scope))
-        w_src = dev.array(np.ascontiguousarray(w), "global", "w")
-        launch(layout.oihw_to_oihw4o(w.shape, dtype, weight_scope), [w_src, tw], dev)
-    else:
-        tw = dev.array(_winograd.winograd_weight_transform(w, _tuning.winograd_tile(algorithm)), weight_scope, "w")
-    tensors = [tx, tw]
+    tensors = {
+        "X": upload_nchw4c(dev, x, plan.scope, "x"),
+        plan.weight_name: dev.array(plan.pack_weights(w), plan.weight_scope, "w"),
+        "Y": empty_nchw4c(dev, geom.out_shape, dtype, plan.scope),
+    }
     if bias is not None:
         packed = np.zeros((geom.o4 * 4,), x.dtype)
         packed[: geom.o] = bias
-        tensors.append(dev.array(packed.reshape(geom.o4, 4), "global", "bias"))
+        tensors["Bias"] = dev.array(packed.reshape(geom.o4, 4), "global", "bias")
     if residual is not None:
-        tensors.append(upload_nchw4c(dev, residual, scope, "residual"))
-    out = empty_nchw4c(dev, geom.out_shape, dtype, scope)
-    tensors.append(out)
-
-    epilogue = _Epilogue(bias=bias is not None, activation=activation, residual=residual is not None)
-    common = dict(
-        strides=geom.strides, padding=geom.padding, dilation=geom.dilation, epilogue=epilogue, dtype=dtype,
-        scope=scope, weight_scope=weight_scope, device_kind=_conv2d.device_kind(dev),
-    )
-    if algorithm != "direct":
-        program = _tuning.build_program(geom, algorithm, epilogue, dtype, scope, weight_scope, tile_scope)
-        program.run(dev, dict(zip((*program.inputs, program.outputs[-1]), tensors)))  # X, U, [Bias], [Residual], Y
-        return download_nchw(out, geom.o)
-    if geom.is_depthwise:
-        func = _conv2d.depthwise_conv2d_nchw4c(x.shape, w.shape, **common)
-    else:
-        func = _conv2d.conv2d_nchw4c(x.shape, w.shape, groups=geom.groups, **common)
-    launch(func, tensors, dev)
-    return download_nchw(out, geom.o)
+        tensors["Residual"] = upload_nchw4c(dev, residual, plan.scope, "residual")
+    _tuning.build_program(plan).run(dev, tensors)
+    return download_nchw(tensors["Y"], geom.o)

@@ -28,12 +28,20 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from primfuncs import concat, conv2d, conv2d_winograd, elementwise, layout, pool2d, reduce
+from primfuncs import concat, conv2d, elementwise, layout, pool2d, reduce
 from primfuncs._common import BUFFER, TEXTURE, TEXTURE_WEIGHT, blocked
 from primfuncs.epilogue import Epilogue
 
-from . import texture, tuning
-from .blocked import pack_bias, pack_oihw4o
+from . import strategy, texture
+from .blocked import pack_bias
+from .device import DeviceProfile
+
+#: PrimFunc attributes carrying a conv's plan (config string, "records"/"default") to the profile.
+CONFIG_ATTR, SOURCE_ATTR = "tir_adreno.config", "tir_adreno.source"
+
+#: Attribute marking the PrimFuncs this pass emits (kernels from ``primfuncs/``), so the
+#: profile can tell them from what TVM's importer or legalizer made.
+OURS_ATTR = "tir_adreno.kernel"
 
 #: Relax op name -> handler(rewriter, node) -> new Relax expr of the node's value, or None to leave it.
 HANDLERS = {}
@@ -92,10 +100,12 @@ def _is_op(call, name):
 
 
 class Graph:
-    """The bindings of ``main`` as nodes, with use counts."""
+    """The bindings of ``main`` as nodes, with use counts. ``mod`` (the module holding
+    ``main``) lets importer-made PrimFuncs be recognized as the ops they compute."""
 
-    def __init__(self, func: relax.Function):
+    def __init__(self, func: relax.Function, mod: tvm.IRModule | None = None):
         self.func = func
+        self.mod = mod
         self.nodes: list[Node] = []
         self.by_var: dict[relax.Var, Node] = {}
         self.alias: dict[relax.Var, relax.Expr] = {}
@@ -131,6 +141,7 @@ class Graph:
         if _is_op(value, "relax.broadcast_to") and _static_shape(value.args[0]) == _static_shape(value):
             self.alias[var] = self.resolve(value.args[0])  # a no-op broadcast
             return
+        value = self._as_relax_op(value)
         if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op):
             args = [self._arg(a) for a in value.args]
             op = value.op.name
@@ -154,6 +165,32 @@ class Graph:
             node = Node(var, "other", [], None, value)
         self.nodes.append(node)
         self.by_var[var] = node
+
+    def _as_relax_op(self, value):
+        """TVM's ONNX importer writes ``Clip`` as ``emit_te(topi.maximum/minimum, x, bound)``:
+        a ``call_tir`` of a PrimFunc named ``maximum``/``minimum`` with a scalar constant.
+        Read it as ``relax.maximum``/``relax.minimum`` (what upstream would also run for it)."""
+        if self.mod is None or not _is_op(value, "relax.call_tir") or not isinstance(value.args[1], relax.Tuple):
+            return value
+        gv, args = value.args[0], value.args[1].fields
+        name = gv.name_hint.rstrip("0123456789_")
+        if name not in ("maximum", "minimum") or len(args) != 2 or not isinstance(args[0], relax.Var):
+            return value
+        bound = _const(args[1])
+        if bound is None or bound.size != 1 or _static_shape(args[0]) != _static_shape(value):
+            return value
+        return (relax.op.maximum if name == "maximum" else relax.op.minimum)(args[0], args[1])
+
+    def users(self, var) -> list[Node]:
+        """The not yet fused nodes that read ``var`` (once per use)."""
+        found = []
+        for node in self.nodes:
+            if node.fused:
+                continue
+            for a in node.args:
+                fields = a.fields if isinstance(a, relax.Tuple) else [a]
+                found += [node for f in fields if _same(f, var)]
+        return found
 
     def _arg(self, expr):
         if isinstance(expr, relax.Var):
@@ -188,10 +225,11 @@ class Value:
 
 
 class Rewriter:
-    def __init__(self, mod: tvm.IRModule, limits: texture.DeviceLimits, allow_buffer: bool = True, device=None):
+    def __init__(self, mod: tvm.IRModule, profile: DeviceProfile, allow_buffer: bool = True, records=None):
         self.mod = mod
-        self.device = device  # whose recorded conv algorithm choices apply (tir_adreno.tuning)
-        self.limits = limits
+        self.profile = profile
+        self.records = records  # tir_adreno.records.Records: tuned conv choices, or None
+        self.limits = profile.limits
         self.allow_buffer = allow_buffer
         others = {gv: f for gv, f in mod.functions.items() if gv.name_hint != "main"}
         self.bb = relax.BlockBuilder(tvm.IRModule(others, attrs=mod.attrs))
@@ -204,7 +242,7 @@ class Rewriter:
     def emit_kernel(self, func, args, out_shape, dtype="float32", hint="k") -> relax.Var:
         key = func.script()
         if key not in self._funcs:
-            func = func.with_attr("tirx.is_scheduled", True)
+            func = func.with_attr("tirx.is_scheduled", True).with_attr(OURS_ATTR, True)
             name = str(func.attrs["global_symbol"]) if "global_symbol" in func.attrs else hint
             self._funcs[key] = self.bb.add_func(func.without_attr("global_symbol"), name)
         out = relax.TensorType(list(out_shape), dtype)
@@ -281,7 +319,7 @@ class Rewriter:
     # -- driver ---------------------------------------------------------------------------
     def run(self) -> tvm.IRModule:
         func = self.mod["main"]
-        self.graph = g = Graph(func)
+        self.graph = g = Graph(func, self.mod)
         params = list(func.params)
         attrs = {k: v for k, v in func.attrs.items() if k != "global_symbol"} if func.attrs else None
         with self.bb.function("main", params, attrs=attrs):
@@ -322,20 +360,146 @@ def _const(expr):
     return expr.value.numpy() if isinstance(expr, tvm.ir.expr.GenericConst) else None
 
 
-def _per_channel(expr, channels: int):
-    """A constant broadcasting along NCHW channels (shape (1,C,1,1), (C,1,1)) as a flat vector."""
+def _channel_vector(expr, channels: int, layout: str = "NCHW"):
+    """A float32 constant broadcasting along the channels of an activation in ``layout``
+    (a scalar, or shape (1,C,1,1) / (C,1,1) in NCHW) as a flat float64 vector, else None."""
     data = _const(expr)
     if data is None or data.dtype != np.float32:
         return None
-    shape = data.shape
-    if shape in ((1, channels, 1, 1), (channels, 1, 1)) or (channels == 1 and data.size == 1):
-        return data.reshape(channels)
+    if data.size == 1 and data.ndim <= 4:
+        return np.full(channels, float(data.reshape(())), np.float64)
+    if layout == "NCHW" and data.shape in ((1, channels, 1, 1), (channels, 1, 1)):
+        return data.reshape(channels).astype(np.float64)
     return None
 
 
 def _other_operand(node: Node, var):
     a, b = node.args
     return b if _same(a, var) else a if _same(b, var) else None
+
+
+def _linear_step(node: Node, var, channels: int, layout: str = "NCHW"):
+    """``node`` as ``y = var * scale + shift`` with per-channel (or scalar) constants:
+    (scale, shift) float64 vectors, else None. Batch norm as Caffe/TF exporters write
+    it (Mul then Add by [1,C,1,1]) and HardSigmoid's ``alpha * x + beta`` are such steps."""
+    if node.op not in ("relax.add", "relax.subtract", "relax.multiply", "relax.divide") or len(node.args) != 2:
+        return None
+    if _static_shape(node.var) != _static_shape(var):
+        return None  # the constant must not broadcast the activation itself
+    other = _other_operand(node, var)
+    if node.op in ("relax.subtract", "relax.divide") and not _same(node.args[0], var):
+        return None  # c - x and c / x are not linear in x with a per-channel scale
+    c = _channel_vector(other, channels, layout) if other is not None else None
+    if c is None:
+        return None
+    ones, zeros = np.ones(channels), np.zeros(channels)
+    return {
+        "relax.add": (ones, c),
+        "relax.subtract": (ones, -c),
+        "relax.multiply": (c, zeros),
+        "relax.divide": (1.0 / c, zeros),
+    }[node.op]
+
+
+def _scalar_step(node: Node, var):
+    """``node`` as one step of an elementwise chain on ``var`` with scalar constants:
+    a NumPy float64 function (for :func:`_name_activation`), else None."""
+    if node.op == "relax.nn.relu" and _same(node.args[0], var):
+        return lambda x: np.maximum(x, 0.0)
+    if node.op == "relax.sigmoid" and _same(node.args[0], var):
+        return lambda x: 1.0 / (1.0 + np.exp(-x))
+    if node.op == "relax.clip" and _same(node.args[0], var):
+        bounds = _clip_range(node)
+        return None if bounds is None else (lambda x: np.clip(x, *bounds))
+    if node.op in ("relax.maximum", "relax.minimum") and len(node.args) == 2 and _static_shape(node.var) == _static_shape(var):
+        c = _const(_other_operand(node, var)) if _other_operand(node, var) is not None else None
+        if c is None or c.size != 1:
+            return None
+        fn, bound = (np.maximum if node.op == "relax.maximum" else np.minimum), float(c.reshape(()))
+        return lambda x: fn(x, bound)
+    step = _linear_step(node, var, 1)
+    if step is None:
+        return None
+    scale, shift = float(step[0][0]), float(step[1][0])
+    return lambda x: x * scale + shift
+
+
+#: The named activations as float64 NumPy functions, to recognize the importer's forms of them.
+_ACTIVATION_FUNCTIONS = {
+    "relu": lambda x: np.maximum(x, 0.0),
+    "relu6": lambda x: np.clip(x, 0.0, 6.0),
+    "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
+    "hardsigmoid": lambda x: np.clip(x + 3.0, 0.0, 6.0) / 6.0,
+}
+# Dense over the breakpoints of the piecewise-linear forms, plus far values (saturation, slope).
+_SAMPLES = np.concatenate([np.linspace(-10.0, 10.0, 4001), [-1e4, -100.0, 100.0, 1e4]])
+
+
+def _name_activation(steps):
+    """The activation (name, clip bounds) that the chain ``steps`` computes, else None.
+
+    The importer writes one activation in several forms (ReLU6 as ``clip(0, 6)`` or as
+    ``maximum(x, 0)`` then ``minimum(x, 6)``; HardSigmoid as ``clip(x/6 + 0.5, 0, 1)``
+    or ``relu6(x + 3) / 6``); comparing the chain's values with each activation's on
+    samples dense around their breakpoints names them all with one rule."""
+    with np.errstate(over="ignore"):  # exp(-x) for x = -1e4 is inf: sigmoid 0, as it should
+        y = _SAMPLES
+        for fn in steps:
+            y = fn(y)
+        for name, fn in _ACTIVATION_FUNCTIONS.items():
+            if np.allclose(y, fn(_SAMPLES), rtol=1e-6, atol=1e-6):
+                return name, None
+    lo, hi = float(y.min()), float(y.max())
+    saturates = np.count_nonzero(y == lo) > 1 and np.count_nonzero(y == hi) > 1
+    if saturates and np.allclose(y, np.clip(_SAMPLES, lo, hi), rtol=1e-6, atol=1e-6):
+        return "clip", (lo, hi)  # a clamp whose both bounds lie inside the samples
+    return None
+
+
+def _match_activation(g: Graph, var, first: Node | None = None):
+    """The longest chain of scalar elementwise nodes from ``var`` (starting with its sole
+    user, or with ``first``) that computes a named activation, or the gated form
+    ``var * gate(var)`` (SiLU: sigmoid gate, HardSwish: hardsigmoid gate):
+    (name, clip bounds, nodes), else None. Nothing is marked fused."""
+    users = g.users(var)
+    for start, mul in (users, users[::-1]) if len(users) == 2 and g.uses.get(var, 0) == 2 else ():
+        if mul.op != "relax.multiply" or start is mul or (first is not None and first is not start and first is not mul):
+            continue
+        gate = _other_operand(mul, var)
+        step = _scalar_step(start, var)
+        if gate is None or step is None:
+            continue
+        # The gate chain: start ... -> gate, whose only user is the multiply.
+        chain, steps, cur = [start], [step], start.var
+        while not _same(cur, gate):
+            nxt = g.sole_user(cur)
+            step = _scalar_step(nxt, cur) if nxt is not None else None
+            if step is None:
+                break
+            chain.append(nxt)
+            steps.append(step)
+            cur = nxt.var
+        if not _same(cur, gate) or g.sole_user(gate) is not mul:
+            continue
+        named = _name_activation(steps)
+        gated_name = {"sigmoid": "silu", "hardsigmoid": "hardswish"}.get(named[0]) if named else None
+        if gated_name is not None and _static_shape(mul.var) == _static_shape(var):
+            return gated_name, None, [*chain, mul]
+    found = None  # the longest named prefix
+    chain, steps, cur = [], [], var
+    user = first if first is not None else g.sole_user(var)
+    while user is not None:
+        step = _scalar_step(user, cur)
+        if step is None:
+            break
+        chain.append(user)
+        steps.append(step)
+        named = _name_activation(steps)
+        if named is not None:
+            found = (named[0], named[1], list(chain))
+        cur = user.var
+        user = g.sole_user(cur)
+    return found
 
 
 def _conv_weight_oihw(w: np.ndarray, kernel_layout: str) -> np.ndarray | None:
@@ -374,11 +538,24 @@ def conv2d_handler(rw: Rewriter, node: Node):
         return rw.graph.sole_user(last.var)
 
     # Fold the linear tail into weights and bias, then the residual, then the activation.
+    clip_bounds = None
     user = next_user()
-    while user is not None and activation is None:
+    while True:
+        matched = _match_activation(rw.graph, last.var)
+        if matched is not None:  # the activation ends the epilogue
+            activation, clip_bounds, nodes = matched
+            for m in nodes:
+                m.fused = True
+            last = nodes[-1]
+            break
+        if user is None:
+            break
         linear = residual is None  # bias and batch norm fold only before the residual
-        if linear and user.op == "relax.add" and _per_channel(_other_operand(user, last.var), o) is not None and data_layout == "NCHW":
-            bias = bias + _per_channel(_other_operand(user, last.var), o)
+        step = _linear_step(user, last.var, o, data_layout) if linear else None
+        if step is not None:
+            scale, shift = step
+            w = w * scale[:, None, None, None]
+            bias = bias * scale + shift
         elif (
             linear
             and user.op == "relax.nn.batch_norm"
@@ -388,14 +565,12 @@ def conv2d_handler(rw: Rewriter, node: Node):
             and not bool(user.attrs.training)  # inference: the moving statistics fold into W and b
         ):
             getter = rw.graph.sole_user(user.var)
-            gamma, beta, mean, var = (_const(a) for a in user.args[1:5])
-            if getter is None or getter.op != "tuple_get_item" or getter.index != 0 or any(p is None for p in (gamma, beta, mean, var)):
+            folded = _batch_norm_affine(user)
+            if getter is None or getter.op != "tuple_get_item" or getter.index != 0 or folded is None:
                 break
-            scale = gamma.astype(np.float64) / np.sqrt(var.astype(np.float64) + float(user.attrs.epsilon))
-            if not bool(user.attrs.scale):
-                scale = 1.0 / np.sqrt(var.astype(np.float64) + float(user.attrs.epsilon))
+            scale, shift = folded
             w = w * scale[:, None, None, None]
-            bias = (bias - mean) * scale + (beta if bool(user.attrs.center) else 0.0)
+            bias = bias * scale + shift
             user.fused = True
             user = getter
         elif linear and user.op == "relax.add" and isinstance(_other_operand(user, last.var), relax.Var):
@@ -406,10 +581,6 @@ def conv2d_handler(rw: Rewriter, node: Node):
             if not ready or _static_shape(other) != _static_shape(last.var) or rw.activation(other, data_layout) is None:
                 break
             residual = rw.values[other]
-        elif user.op == "relax.nn.relu":
-            activation = "relu"
-        elif user.op == "relax.clip" and _clip_range(user) == (0.0, 6.0):
-            activation = "relu6"
         else:
             break
         user.fused = True
@@ -417,42 +588,43 @@ def conv2d_handler(rw: Rewriter, node: Node):
         user = next_user()
 
     geom = conv2d.conv2d_geometry((n, c, h, wd), w.shape, _ints(attrs.strides), _ints(attrs.padding), _ints(attrs.dilation), groups)
-    oh, ow = geom.oh, geom.ow
-    out5 = (n, blocked(o), oh, ow, 4)
-    in5 = (n, blocked(c), h, wd, 4)
-    scope = rw.scope_for(in5, out5)
     has_bias = bool(np.any(bias != 0))
-    epilogue = Epilogue(bias=has_bias, activation=activation, residual=residual is not None)
-    depthwise = groups == c and groups > 1 and w.shape[1] == 1
-    # "direct" unless this device was tuned for the conv (tir_adreno.tuning, $TIR_ADRENO_TUNING).
-    algorithm = tuning.choose_conv2d_algorithm(geom, rw.device)
-    if algorithm == "direct":
-        factory = conv2d.depthwise_conv2d_nchw4c if depthwise else conv2d.conv2d_nchw4c
-        kwargs = dict(strides=geom.strides, padding=geom.padding, dilation=geom.dilation, epilogue=epilogue, scope=scope, device_kind=conv2d.device_kind(rw.device))
-        if not depthwise:
-            kwargs["groups"] = groups
-        packed_w = pack_oihw4o(w.astype(np.float32))
-        kwargs["weight_scope"] = rw.weight_scope(packed_w.shape) if scope == TEXTURE else BUFFER
-        func = factory((n, c, h, wd), w.shape, **kwargs)
-        args = [rw.blocked(x, scope), relax.const(packed_w)]
-    else:  # Winograd: input transform and batched GEMM here; the output transform (with the epilogue) below
-        m = tuning.winograd_tile(algorithm)
-        _, weight_scope, tile_scope = tuning.placement(geom, algorithm, rw.limits, scope, rw.allow_buffer)
-        kern = conv2d_winograd.conv2d_winograd_nchw4c(
-            (n, c, h, wd), w.shape, padding=geom.padding, m=m, epilogue=epilogue, scope=scope,
-            weight_scope=weight_scope, tile_scope=tile_scope,
-        )
-        u = conv2d_winograd.winograd_weight_transform(w, m, np.float32)  # from the float64 folded weights
-        tiles = rw.emit_kernel(kern.stages[0], [rw.blocked(x, scope)], kern.shapes.tile)
-        products = rw.emit_kernel(kern.stages[1], [tiles, relax.const(u)], kern.shapes.product)
-        func, args = kern.stages[2], [products]
+    epilogue = Epilogue(bias=has_bias, activation=activation, residual=residual is not None, **_clip_fields(clip_bounds))
+    plan = strategy.conv2d_plan(geom, epilogue, "float32", rw.profile, rw.records, allow_buffer=rw.allow_buffer)
+    scope = plan.scope
+    # The choice travels to the executor's profile rows as PrimFunc attributes.
+    stages = [f.with_attr(CONFIG_ATTR, plan.config_string).with_attr(SOURCE_ATTR, plan.source) for f in plan.primfuncs()]
+    # Every stage but the last produces one intermediate (Winograd's V, then M) from the previous.
+    args = [rw.blocked(x, scope)]
+    for func, name in zip(stages[:-1], ("V", "M")):
+        args = [rw.emit_kernel(func, args, plan.tensor(name).shape)]
+        if name == "V":
+            args.append(relax.const(plan.pack_weights(w)))
+    if len(stages) == 1:
+        args.append(relax.const(plan.pack_weights(w)))
     if has_bias:
         args.append(relax.const(pack_bias(bias.astype(np.float32))))
     if residual is not None:
         args.append(rw.blocked(residual, scope))
-    out = rw.emit_kernel(func, args, out5, hint="conv2d")
+    out = rw.emit_kernel(stages[-1], args, plan.tensor("Y").shape, hint="conv2d")
+    oh, ow = geom.oh, geom.ow
     rw.define(last.var, out, scope, (n, o, oh, ow), data_layout)
     return out
+
+
+def _clip_fields(bounds):
+    return {} if bounds is None else {"clip_min": bounds[0], "clip_max": bounds[1]}
+
+
+def _batch_norm_affine(node: Node):
+    """Inference ``nn.batch_norm`` as per-channel (scale, shift) float64 vectors, else None."""
+    gamma, beta, mean, var = (_const(a) for a in node.args[1:5])
+    if any(p is None for p in (gamma, beta, mean, var)):
+        return None
+    inv_std = 1.0 / np.sqrt(var.astype(np.float64) + float(node.attrs.epsilon))
+    scale = gamma.astype(np.float64) * inv_std if bool(node.attrs.scale) else inv_std
+    shift = (beta.astype(np.float64) if bool(node.attrs.center) else 0.0) - mean.astype(np.float64) * scale
+    return scale, shift
 
 
 def _ints(values):
@@ -467,39 +639,107 @@ def _clip_range(node: Node):
         return None
 
 
-def _unary_activation(rw: Rewriter, node: Node, factory):
-    x = rw.activation(node.args[0])
-    if x is None or x.layout != "NCHW":
-        return None
+def _emit_activation(rw: Rewriter, x: Value, matched):
+    """The standalone kernel of a matched activation chain on ``x``; defines its last node."""
+    name, bounds, nodes = matched
     shape5 = (x.nchw[0], blocked(x.channels), x.nchw[2], x.nchw[3], 4)
     scope = rw.scope_for(shape5)
-    out = rw.emit_kernel(factory(shape5, scope=scope), [rw.blocked(x, scope)], shape5)
-    rw.define(node.var, out, scope, x.nchw)
+    if name in ("relu", "relu6"):
+        func = getattr(elementwise, name)(shape5, scope=scope)
+    elif name == "clip":
+        func = elementwise.clip(shape5, *bounds, scope=scope)
+    else:
+        func = elementwise.activation(shape5, name, scope=scope)
+    out = rw.emit_kernel(func, [rw.blocked(x, scope)], shape5)
+    for m in nodes:
+        m.fused = True
+    rw.define(nodes[-1].var, out, scope, x.nchw)
     return out
 
 
-@handles("relax.nn.relu")
-def relu_handler(rw, node):
-    return _unary_activation(rw, node, elementwise.relu)
+def _emit_affine(rw: Rewriter, x: Value, var, scale, shift, nodes):
+    """``act(x * scale + shift)`` per channel, extending ``nodes`` (already folded into
+    ``scale``/``shift``, ending at ``var``) by further per-channel steps and an activation."""
+    g = rw.graph
+    activation = None
+    while True:
+        user = g.sole_user(var)
+        step = _linear_step(user, var, x.channels) if user is not None else None
+        if step is None:
+            matched = _match_activation(g, var)
+            if matched is not None and matched[0] != "clip":
+                activation, _, tail = matched
+                nodes, var = nodes + tail, tail[-1].var
+            break
+        scale, shift = scale * step[0], shift * step[0] + step[1]
+        nodes, var = nodes + [user], user.var
+    shape5 = (x.nchw[0], blocked(x.channels), x.nchw[2], x.nchw[3], 4)
+    scope = rw.scope_for(shape5)
+    func = elementwise.affine(shape5, activation, scope=scope)
+    out = rw.emit_kernel(func, [rw.blocked(x, scope), relax.const(pack_bias(scale.astype(np.float32))), relax.const(pack_bias(shift.astype(np.float32)))], shape5)
+    for m in nodes:
+        m.fused = True
+    rw.define(var, out, scope, x.nchw)
+    return out
 
 
-@handles("relax.clip")
-def clip_handler(rw, node):
-    bounds = _clip_range(node)
-    if bounds is None:
+@handles("relax.nn.relu", "relax.clip", "relax.maximum", "relax.minimum", "relax.sigmoid", "relax.subtract", "relax.divide")
+def elementwise_handler(rw, node):
+    """An activation however the importer writes it (a chain of scalar ops, or the gated
+    ``x * gate(x)``), else a per-channel affine chain (``x * scale + shift``, then an
+    activation), on an activation that no conv epilogue took."""
+    for var in node.args[:2]:
+        x = rw.activation(var) if isinstance(var, relax.Var) else None
+        if x is None or x.layout != "NCHW":
+            continue
+        matched = _match_activation(rw.graph, var, first=node)
+        if matched is not None:
+            return _emit_activation(rw, x, matched)
+        step = _linear_step(node, var, x.channels)
+        if step is not None:
+            return _emit_affine(rw, x, node.var, *step, [node])
+    return None
+
+
+@handles("relax.nn.batch_norm")
+def batch_norm_handler(rw, node):
+    """Batch norm that follows no conv: one per-channel affine kernel (with what follows)."""
+    x = rw.activation(node.args[0])
+    getter = rw.graph.sole_user(node.var)
+    if x is None or x.layout != "NCHW" or int(node.attrs.axis) % 4 != 1 or bool(node.attrs.training):
         return None
-    return _unary_activation(rw, node, lambda s, scope: elementwise.clip(s, *bounds, scope=scope))
+    if getter is None or getter.op != "tuple_get_item" or getter.index != 0:
+        return None
+    folded = _batch_norm_affine(node)
+    if folded is None:
+        return None
+    return _emit_affine(rw, x, getter.var, *folded, [node, getter])
 
 
 @handles("relax.add", "relax.multiply")
 def binary_handler(rw, node):
-    a, b = (rw.activation(arg) if _static_shape(arg) == _static_shape(node.var) else None for arg in node.args)
+    """Two activations of one shape; or a multiply by a per-channel gate ``[N, C, 1, 1]``
+    (squeeze-excitation), either operand order; else scalar/per-channel constant forms."""
+    out_shape = _static_shape(node.var)
+    full = [arg for arg in node.args if _static_shape(arg) == out_shape]
+    gate = [arg for arg in node.args if _static_shape(arg) != out_shape]
+    a = rw.activation(full[0]) if full else None
+    if len(full) == 2:
+        b = rw.activation(full[1])
+        broadcast = False
+    elif len(full) == 1 and node.op == "relax.multiply" and out_shape is not None and _static_shape(gate[0]) == (*out_shape[:2], 1, 1):
+        b = rw.activation(gate[0])
+        broadcast = True
+    else:
+        b = None
     if a is None or b is None or a.layout != "NCHW" or b.layout != "NCHW":
-        return None
+        return elementwise_handler(rw, node)
     shape5 = (a.nchw[0], blocked(a.channels), a.nchw[2], a.nchw[3], 4)
-    scope = rw.scope_for(shape5)
+    gate5 = (b.nchw[0], blocked(b.channels), b.nchw[2], b.nchw[3], 4)
+    scope = rw.scope_for(shape5, gate5)
     op = node.op.split(".")[-1]
-    out = rw.emit_kernel(elementwise.binary(shape5, op, scope=scope), [rw.blocked(a, scope), rw.blocked(b, scope)], shape5)
+    func = elementwise.binary(shape5, op, scope=scope, broadcast_channels=broadcast)
+    out = rw.emit_kernel(func, [rw.blocked(a, scope), rw.blocked(b, scope)], shape5)
     rw.define(node.var, out, scope, a.nchw)
     return out
 
@@ -532,6 +772,7 @@ def pool_handler(rw, node):
         return pool2d.pool2d(
             in5, kind, _ints(a.pool_size), _ints(a.strides), _ints(a.padding), _ints(a.dilation),
             bool(a.ceil_mode), bool(getattr(a, "count_include_pad", False)), scope=scope,
+            group_threshold=strategy.group_threshold(rw.profile),
         )
 
     return _pool_common(rw, node, make, out_shape[2:])
@@ -542,7 +783,8 @@ def adaptive_pool_handler(rw, node):
     out_shape = _static_shape(node.var)
     if out_shape is None:
         return None
-    return _pool_common(rw, node, lambda in5, scope: pool2d.adaptive_avg_pool2d(in5, out_shape[2:], scope=scope), out_shape[2:])
+    return _pool_common(rw, node, lambda in5, scope: pool2d.adaptive_avg_pool2d(
+        in5, out_shape[2:], scope=scope, group_threshold=strategy.group_threshold(rw.profile)), out_shape[2:])
 
 
 @handles("relax.mean", "relax.sum", "relax.max", "relax.min")
@@ -560,7 +802,7 @@ def reduce_handler(rw, node):
     shape5, _ = reduce.reduce_output(in5, c, axes, keepdims=True)
     scope = rw.scope_for(in5, shape5)
     op = node.op.split(".")[-1]
-    out = rw.emit_kernel(reduce.reduce(in5, c, op, axes, True, scope=scope), [rw.blocked(x, scope)], shape5)
+    out = rw.emit_kernel(reduce.reduce(in5, c, op, axes, True, scope=scope, group_threshold=strategy.group_threshold(rw.profile)), [rw.blocked(x, scope)], shape5)
     rw.define(node.var, out, scope, out_shape)
     return out
 
@@ -584,30 +826,42 @@ def concat_handler(rw, node):
     if not isinstance(parts, relax.Tuple) or node.attrs.axis is None or int(node.attrs.axis) % 4 != 1:
         return None
     values = [rw.activation(f) for f in parts.fields]
-    if any(v is None or v.layout != "NCHW" for v in values) or not 2 <= len(values) <= concat.MAX_INPUTS:
+    if any(v is None or v.layout != "NCHW" for v in values) or len(values) < 2:
         return None
     n, _, h, w = values[0].nchw
     chans = [v.channels for v in values]
-    shapes = [(n, blocked(ch), h, w, 4) for ch in chans]
-    out5 = (n, blocked(sum(chans)), h, w, 4)
-    scope = rw.scope_for(*shapes, out5)
-    out = rw.emit_kernel(concat.concat_channels(n, chans, h, w, scope=scope), [rw.blocked(v, scope) for v in values], out5)
-    rw.define(node.var, out, scope, (n, sum(chans), h, w))
+    scope = rw.scope_for(*[(n, blocked(ch), h, w, 4) for ch in chans], (n, blocked(sum(chans)), h, w, 4))
+    parts = [(rw.blocked(v, scope), v.channels) for v in values]
+    # More inputs than one kernel takes (DenseNet concatenates up to ~50): a tree of
+    # concats of up to MAX_INPUTS each, so every channel is copied log4(inputs) times.
+    while len(parts) > 1:
+        groups = [parts[i : i + concat.MAX_INPUTS] for i in range(0, len(parts), concat.MAX_INPUTS)]
+        parts = [_emit_concat(rw, group, n, h, w, scope) if len(group) > 1 else group[0] for group in groups]
+    (out, channels), = parts
+    rw.define(node.var, out, scope, (n, channels, h, w))
     return out
 
 
-def dispatch_to_textures(mod: tvm.IRModule, limits: texture.DeviceLimits, allow_buffer: bool = True, device=None) -> tvm.IRModule:
-    """Rewrite ``mod["main"]`` onto our kernels (see the module docstring)."""
-    return Rewriter(mod, limits, allow_buffer, device).run()
+def _emit_concat(rw, parts, n, h, w, scope):
+    chans = [c for _, c in parts]
+    out5 = (n, blocked(sum(chans)), h, w, 4)
+    return rw.emit_kernel(concat.concat_channels(n, chans, h, w, scope=scope), [e for e, _ in parts], out5), sum(chans)
 
 
-def DispatchToTextures(limits: texture.DeviceLimits | None = None, allow_buffer: bool = True) -> tvm.transform.Pass:  # noqa: N802 (TVM pass naming)
-    """The pass form of :func:`dispatch_to_textures` (default limits: TVM's Adreno target)."""
-    if limits is None:
-        limits = texture.DeviceLimits(16384, 16384, 2048)
+def dispatch_to_textures(mod: tvm.IRModule, profile: DeviceProfile, allow_buffer: bool = True, records=None) -> tvm.IRModule:
+    """Rewrite ``mod["main"]`` onto our kernels for ``profile`` (see the module docstring);
+    ``records`` (``tir_adreno.records.Records``) gives tuned conv choices."""
+    return Rewriter(mod, profile, allow_buffer, records).run()
+
+
+def DispatchToTextures(profile: DeviceProfile | str = "adreno", allow_buffer: bool = True, records=None) -> tvm.transform.Pass:  # noqa: N802 (TVM pass naming)
+    """The pass form of :func:`dispatch_to_textures` (default: the ``adreno`` profile)."""
+    from .device import resolve
+
+    profile = resolve(profile=profile)
 
     @tvm.transform.module_pass(opt_level=0, name="DispatchToTextures")
     def _pass(mod, _ctx):
-        return dispatch_to_textures(mod, limits, allow_buffer)
+        return dispatch_to_textures(mod, profile, allow_buffer, records)
 
     return _pass

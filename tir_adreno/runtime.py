@@ -14,13 +14,20 @@ from dataclasses import dataclass
 import numpy as np
 import pyopencl as cl
 
-from . import cache
+from . import bounds, cache
+from .bounds import BoundsError  # noqa: F401 (raised by LoadedModule; importable from here)
 from .bundle import FunctionPlan, KernelModule, TensorSpec
 from .texture import DeviceLimits, image_format, is_texture_scope, texture_extent
 
 #: Poison written into outputs before a run, so an element a kernel never wrote shows up.
 POISON = {"float32": np.float32(np.nan), "float16": np.float16(np.nan)}
+#: OpenCL build options of a new :class:`Device` (``Device.build_options``; ``Device.load`` takes an override).
 BUILD_OPTIONS = ""
+#: Options that compile as for an OpenCL C 1.2 driver. PoCL reports device version 3.0, so
+#: ``__OPENCL_VERSION__`` stays 300 under ``-cl-std=CL1.2`` and TVM's ``READ_IMAGEF`` would keep
+#: its sampler branch; moving ``CL_VERSION_2_0``/``CL_VERSION_3_0`` out of reach makes it take the
+#: sampler-less 1.2 branch that many Adreno drivers compile.
+CL12_OPTIONS = "-cl-std=CL1.2 -DCL_VERSION_2_0=200000 -DCL_VERSION_3_0=300000"
 
 
 class DeviceNotFoundError(LookupError):
@@ -145,16 +152,23 @@ class BoundCall:
     tensors never overwrite each other's arguments.
     """
 
-    __slots__ = ("queue", "launches")
+    __slots__ = ("queue", "launches", "bounds")
 
-    def __init__(self, queue, launches):
+    def __init__(self, queue, launches, bounds=None):
         self.queue = queue
         #: (pyopencl Kernel, global size, local size) in launch order.
         self.launches = launches
+        #: Sanitized modules: (the module's pending list, function, record buffer); each
+        #: enqueue zeroes the record and leaves it for ``LoadedModule.check_bounds``.
+        self.bounds = bounds
 
     def enqueue(self, events: list | None = None) -> None:
         """Enqueue every kernel; with ``events`` (a list) append their events to it."""
         enqueue, queue = cl.enqueue_nd_range_kernel, self.queue
+        if self.bounds is not None:
+            pending, name, record = self.bounds
+            cl.enqueue_fill_buffer(queue, record, np.int32(0), 0, bounds.RECORD_INTS * 4)
+            pending.append((name, record))
         if events is None:
             for kernel, global_size, local_size in self.launches:
                 enqueue(queue, kernel, global_size, local_size)
@@ -171,6 +185,7 @@ class LoadedModule:
         self.module = module
         self._program = program
         self._kernels = {k.function_name: k for k in program.all_kernels()}
+        self._bounds: list[tuple[str, object]] = []  # (function, record buffer) not yet checked
 
     def __getitem__(self, name: str) -> FunctionPlan:
         return self.module[name]
@@ -188,31 +203,44 @@ class LoadedModule:
         return plan
 
     @staticmethod
-    def _set_args(kernel, launch, tensors) -> None:
+    def _set_args(kernel, launch, tensors, record) -> None:
         for i, arg in enumerate(launch.args):
             if arg.kind == "tensor":
                 kernel.set_arg(i, tensors[arg.param].mem)
+            elif arg.kind == "bounds":
+                kernel.set_arg(i, record)
             else:
                 kernel.set_arg(i, np.array(arg.value, dtype=arg.dtype))
+
+    def _new_record(self):
+        """A zeroed bounds record (sanitized modules), or None."""
+        if not self.module.check_bounds:
+            return None
+        zeros = np.zeros(bounds.RECORD_INTS, np.int32)
+        return cl.Buffer(self.device.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=zeros)
 
     def bind(self, name: str, tensors) -> BoundCall:
         """Function ``name`` on ``tensors`` with every kernel argument set now, once
         (fresh kernel objects); :meth:`BoundCall.enqueue` then runs it any number of times."""
         plan = self._checked_plan(name, tensors)
+        record = self._new_record()
         launches = []
         for launch in plan.launches:
             kernel = cl.Kernel(self._program, launch.kernel)
-            self._set_args(kernel, launch, tensors)
+            self._set_args(kernel, launch, tensors, record)
             launches.append((kernel, tuple(launch.global_size), tuple(launch.local_size)))
-        return BoundCall(self.device.queue, launches)
+        return BoundCall(self.device.queue, launches, None if record is None else (self._bounds, name, record))
 
     def launch(self, name: str, tensors) -> list:
         """Enqueue every kernel of function ``name``; returns their events."""
         plan = self._checked_plan(name, tensors)
         events = []
+        record = self._new_record()  # one zeroed record per call, read by check_bounds()
+        if record is not None:
+            self._bounds.append((name, record))
         for launch in plan.launches:
             kernel = self._kernels[launch.kernel]
-            self._set_args(kernel, launch, tensors)
+            self._set_args(kernel, launch, tensors, record)
             events.append(
                 cl.enqueue_nd_range_kernel(self.device.queue, kernel, launch.global_size, launch.local_size)
             )
@@ -222,7 +250,19 @@ class LoadedModule:
         """Run function ``name`` on device tensors; returns its kernel time in seconds."""
         events = self.launch(name, tensors)
         self.device.queue.finish()
+        self.check_bounds()
         return sum(event_seconds(e) for e in events)
+
+    def check_bounds(self) -> None:
+        """After the queue finished: raise :class:`BoundsError` for the first launch (since the
+        last check) of a sanitized module that read or wrote an image out of range."""
+        pending, self._bounds = self._bounds, []
+        for name, buffer in pending:
+            record = np.empty(bounds.RECORD_INTS, np.int32)
+            cl.enqueue_copy(self.device.queue, record, buffer)
+            message = bounds.describe(record, self.module, name)
+            if message:
+                raise BoundsError(message)
 
     def time(self, name: str, tensors, warmup: int = 2, repeat: int = 10) -> float:
         """Median kernel time (OpenCL events) of function ``name`` in seconds."""
@@ -248,6 +288,7 @@ class Device:
             int(cl_device.image_max_array_size),
             bool(cl_device.image_support),
         )
+        self.build_options = BUILD_OPTIONS
         self._programs: dict[str, cl.Program] = {}
 
     @property
@@ -278,41 +319,54 @@ class Device:
         return self.empty(TensorSpec(name, tuple(array.shape), array.dtype.name, scope)).upload(array)
 
     # -- programs -------------------------------------------------------------------------
-    def _binary_key(self, source: str) -> str:
+    def _binary_key(self, source: str, options: str) -> str:
         d = self.cl_device
         return cache.key(
-            "program", source, d.platform.name, d.platform.version, d.name, d.version, d.driver_version, BUILD_OPTIONS
+            "program", source, d.platform.name, d.platform.version, d.name, d.version, d.driver_version, options
         )
 
-    def build_program(self, source: str):
-        """Build ``source``, reusing a cached binary when a valid one exists."""
-        path = cache.cache_dir() / "programs" / f"{self._binary_key(source)}.bin"
-        binary = cache.read(path)
+    def build_program(self, source: str, build_options: str | None = None):
+        """Build ``source`` with ``build_options`` (default :attr:`build_options`), reusing a
+        cached binary (keyed by source, device, driver and options) when a valid one exists."""
+        options = self.build_options if build_options is None else build_options
+        key = self._binary_key(source, options)
+        path = cache.cache_dir() / "programs" / f"{key}.bin"
+        binary = cache.read(path, key)
         if binary is not None:
             try:
                 prg = cl._cl._Program(self.context, [self.cl_device], [binary])
-                prg.build(BUILD_OPTIONS.encode(), [self.cl_device])
+                prg.build(options.encode(), [self.cl_device])
                 return cl.Program(prg)
             except cl.Error:
                 pass  # stale or foreign binary: rebuild from source below
         prg = cl._cl._Program(self.context, source)
         try:
-            prg.build(BUILD_OPTIONS.encode(), [self.cl_device])
+            prg.build(options.encode(), [self.cl_device])
         except cl.Error as err:
             log = prg.get_build_info(self.cl_device, cl.program_build_info.LOG)
             raise RuntimeError(f"OpenCL build failed on {self.name}: {err}\n{log}") from None
         (binary,) = prg.get_info(cl.program_info.BINARIES)
         if binary:
-            cache.write(path, bytes(binary))
+            cache.store(path, bytes(binary), key)
         return cl.Program(prg)
 
-    def load(self, module: KernelModule) -> LoadedModule:
-        """Bind ``module``'s plan to its program; one program per distinct source
-        (different plans may share a source when shapes simplify away)."""
-        key = cache.key(module.source)
+    def load(self, module: KernelModule, build_options: str | None = None) -> LoadedModule:
+        """Bind ``module``'s plan to its program built with ``build_options`` (default
+        :attr:`build_options`); one program per distinct source and options (different plans
+        may share a source when shapes simplify away)."""
+        options = self.build_options if build_options is None else build_options
+        key = cache.key(module.source, options)
         if key not in self._programs:
-            self._programs[key] = self.build_program(module.source)
+            self._programs[key] = self.build_program(module.source, options)
         return LoadedModule(self, module, self._programs[key])
+
+
+def half_images(device: Device) -> bool:
+    """Whether ``device`` has RGBA half-float image arrays (storage in half, math in float)."""
+    if not device.limits.image_support:
+        return False
+    formats = cl.get_supported_image_formats(device.context, cl.mem_flags.READ_WRITE, cl.mem_object_type.IMAGE2D_ARRAY)
+    return any(f.channel_order == cl.channel_order.RGBA and f.channel_data_type == cl.channel_type.HALF_FLOAT for f in formats)
 
 
 _devices: dict[str, Device] = {}

@@ -1,0 +1,164 @@
+"""Exported ONNX models import: 0-d scalar initializers, symbolic batch dims, run-time shape arithmetic.
+
+Each model is built with ``onnx.helper`` the way exporters write it and
+compared with onnxruntime on random inputs.
+"""
+
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from tir_adreno import compile_model
+from tir_adreno.compiler import ModelError
+from tir_adreno.onnx_import import make_static
+
+RNG = np.random.default_rng(0)
+node = helper.make_node
+
+
+def f32(name, shape, scale=1.0, low=None):
+    data = RNG.uniform(low, low + 1.0, shape) if low is not None else RNG.standard_normal(shape) * scale
+    return numpy_helper.from_array(np.asarray(data, np.float32), name)
+
+
+def i64(name, value):
+    return numpy_helper.from_array(np.array(value, np.int64), name)
+
+
+def make(nodes, inputs, outputs, inits, opset=13):
+    graph = helper.make_graph(nodes, "g", inputs, outputs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    onnx.checker.check_model(model)
+    return model
+
+
+def tensor(name, shape):
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+
+
+def check(model, inputs, **kwargs):
+    compiled = compile_model(model, progress=lambda _: None, **kwargs)
+    outputs = compiled.run(inputs)
+    refs = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, inputs)
+    assert len(outputs) == len(refs)
+    for y, ref in zip(outputs, refs):
+        assert y.shape == ref.shape
+        np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4 * float(np.abs(ref).max()))
+    return compiled
+
+
+def relu6_nodes(x, out, tag):
+    """ReLU6 as PyTorch exports it: Clip with 0-d initializer bounds."""
+    return [node("Clip", [x, f"{tag}_lo", f"{tag}_hi"], [out])], [i_f32(f"{tag}_lo", 0.0), i_f32(f"{tag}_hi", 6.0)]
+
+
+def i_f32(name, value):
+    return numpy_helper.from_array(np.array(value, np.float32), name)  # 0-d
+
+
+def conv_bn(x, out, tag, cin, cout, k=1, groups=1):
+    inits = [
+        f32(f"{tag}_w", (cout, cin // groups, k, k), np.sqrt(2.0 / (cin // groups * k * k))),
+        f32(f"{tag}_scale", (cout,), low=0.5),
+        f32(f"{tag}_bias", (cout,), 0.1),
+        f32(f"{tag}_mean", (cout,), 0.1),
+        f32(f"{tag}_var", (cout,), low=0.5),
+    ]
+    nodes = [
+        node("Conv", [x, f"{tag}_w"], [f"{tag}_c"], pads=[k // 2] * 4, group=groups),
+        node("BatchNormalization", [f"{tag}_c", f"{tag}_scale", f"{tag}_bias", f"{tag}_mean", f"{tag}_var"], [out]),
+    ]
+    return nodes, inits
+
+
+def test_relu6_as_clip_with_0d_bounds():
+    nodes, inits = relu6_nodes("x", "y", "r")
+    model = make(nodes, [tensor("x", (1, 6, 5, 7))], [tensor("y", (1, 6, 5, 7))], inits)
+    x = (RNG.standard_normal((1, 6, 5, 7)) * 5).astype("float32")  # both bounds are hit
+    check(model, {"x": x})
+
+
+def mobilenet_v2_block(batch="N"):
+    """Inverted residual: 1x1 expand -> BN -> ReLU6 -> 3x3 depthwise -> BN -> ReLU6 -> 1x1 project -> BN -> + x."""
+    nodes, inits = [], []
+    for part in (
+        conv_bn("x", "e", "expand", 8, 16),
+        relu6_nodes("e", "e6", "r1"),
+        conv_bn("e6", "d", "dw", 16, 16, k=3, groups=16),
+        relu6_nodes("d", "d6", "r2"),
+        conv_bn("d6", "p", "project", 16, 8),
+    ):
+        nodes += part[0]
+        inits += part[1]
+    nodes.append(node("Add", ["p", "x"], ["y"]))
+    return make(nodes, [tensor("x", (batch, 8, 6, 6))], [tensor("y", (batch, 8, 6, 6))], inits)
+
+
+def test_mobilenet_v2_block_batch_2():
+    """Exporter-style block with a symbolic batch, run at batch 2."""
+    x = RNG.standard_normal((2, 8, 6, 6)).astype("float32")
+    compiled = check(mobilenet_v2_block(), {"x": x}, input_shapes={"x": (2, 8, 6, 6)})
+    assert any(p["ours"] and "conv2d" in p["op"] for p in compiled.profile())
+
+
+def test_symbolic_dim_without_shape_names_input_and_dim():
+    with pytest.raises(ModelError, match=r"input 'x' has symbolic dim 'N' \(shape \[N, 8, 6, 6\]\).*input_shapes=\{'x': \(1, 8, 6, 6\)\}"):
+        compile_model(mobilenet_v2_block(), progress=lambda _: None)
+
+
+@pytest.mark.parametrize(
+    "shapes, message",
+    [({"y": (1, 8, 6, 6)}, "names 'y', which is not a model input"), ({"x": (2, 8, 6, 5)}, r"shape \(2, 8, 6, 5\) does not fit")],
+)
+def test_bad_input_shapes(shapes, message):
+    with pytest.raises(ModelError, match=message):
+        compile_model(mobilenet_v2_block(), input_shapes=shapes, progress=lambda _: None)
+
+
+def channel_shuffle_model():
+    """Torch's channel split + shuffle with a symbolic batch: the split point and the reshape targets
+    are computed at run time (Shape -> Gather -> Div -> Mul -> Slice / Concat -> Reshape -> Transpose)."""
+    nodes = [
+        node("Shape", ["x"], ["s"]),
+        node("Gather", ["s", "i1"], ["c"], axis=0),
+        node("Div", ["c", "two"], ["half"]),
+        node("Mul", ["half", "two"], ["end"]),
+        node("Unsqueeze", ["half", "axes0"], ["half1"]),
+        node("Unsqueeze", ["end", "axes0"], ["end1"]),
+        node("Slice", ["x", "zero1", "half1", "one1"], ["x1"]),
+        node("Slice", ["x", "half1", "end1", "one1"], ["x2"]),
+        node("Conv", ["x2", "w"], ["x2c"]),
+        node("Relu", ["x2c"], ["x2r"]),
+        node("Concat", ["x1", "x2r"], ["cat"], axis=1),
+        node("Gather", ["s", "i0"], ["n"], axis=0),
+        node("Gather", ["s", "i2"], ["h"], axis=0),
+        node("Gather", ["s", "i3"], ["wd"], axis=0),
+        node("Unsqueeze", ["n", "axes0"], ["n1"]),
+        node("Unsqueeze", ["h", "axes0"], ["h1"]),
+        node("Unsqueeze", ["wd", "axes0"], ["w1"]),
+        node("Concat", ["n1", "two1", "half1", "h1", "w1"], ["groups_shape"], axis=0),
+        node("Reshape", ["cat", "groups_shape"], ["r"]),
+        node("Transpose", ["r"], ["t"], perm=[0, 2, 1, 3, 4]),
+        node("Concat", ["n1", "minus1", "h1", "w1"], ["flat_shape"], axis=0),
+        node("Reshape", ["t", "flat_shape"], ["y"]),
+    ]
+    # the integer constants as Constant nodes, as torch exports them
+    consts = [("two", 2), ("i0", 0), ("i1", 1), ("i2", 2), ("i3", 3), ("axes0", [0]), ("zero1", [0]), ("one1", [1]), ("two1", [2]), ("minus1", [-1])]
+    nodes = [node("Constant", [], [k], value=i64(k, v)) for k, v in consts] + nodes
+    w = f32("w", (4, 4, 1, 1), 0.5)
+    return make(nodes, [tensor("x", ("N", 8, 5, 5))], [tensor("y", ("N", 8, 5, 5))], [w])
+
+
+def test_channel_split_and_shuffle():
+    x = RNG.standard_normal((3, 8, 5, 5)).astype("float32")
+    check(channel_shuffle_model(), {"x": x}, input_shapes={"x": (3, 8, 5, 5)})
+
+
+def test_shape_arithmetic_is_folded():
+    static = make_static(channel_shuffle_model(), {"x": (3, 8, 5, 5)})
+    ops = {n.op_type for n in static.graph.node}
+    assert ops == {"Slice", "Conv", "Relu", "Concat", "Reshape", "Transpose"}, ops
+    (dim_values,) = [[d.dim_value for d in i.type.tensor_type.shape.dim] for i in static.graph.input]
+    assert dim_values == [3, 8, 5, 5]

@@ -1,0 +1,151 @@
+"""Device profiles, the conv strategy and tuning records (tir_adreno.device / strategy / records).
+
+Records are written by hand here (the ``tune`` command is tested in test_tune.py):
+the strategy must take their choice, fall back to the defaults without one, and
+ignore (with one warning) records of another device or other kernels.
+"""
+
+import json
+
+import numpy as np
+import pytest
+from test_conv2d import reference_conv2d
+from util import assert_close, rand
+
+from primfuncs.conv2d import ConvConfig, conv2d_geometry, default_config
+from primfuncs.epilogue import Epilogue
+from tir_adreno import cache, compile_model, ops, records, strategy, texture, tuning
+from tir_adreno.device import PROFILES, DeviceProfile, get_profile
+from tir_adreno.models import _model
+from tir_adreno.reference import reference_outputs, relative_error
+
+GEOM = conv2d_geometry((1, 8, 6, 6), (8, 8, 3, 3), padding=1)
+TOLERANCE = {"direct": 1e-4, "winograd_2x2": 1e-4, "winograd_4x4": 1e-3}
+
+
+def test_profile_of_the_live_device(device):
+    import pyopencl as cl
+
+    profile = DeviceProfile.from_device(device)
+    d = device.cl_device
+    assert profile.limits == device.limits and profile.compute_units == d.max_compute_units
+    assert profile.max_work_group_size == d.max_work_group_size and profile.local_memory_bytes == d.local_mem_size
+    assert profile.kind == ("cpu" if d.type & cl.device_type.CPU else "gpu" if d.max_compute_units >= 16 else "mobile")
+    assert profile.driver == d.driver_version.strip() and profile.driver in profile.key
+    assert DeviceProfile.from_device(device) is profile  # one per device
+
+
+def test_named_profiles():
+    adreno, h200 = get_profile("adreno"), get_profile("nvidia-h200")
+    assert (adreno.kind, h200.kind, get_profile("pocl").kind) == ("mobile", "gpu", "cpu")
+    assert adreno.limits == texture.DeviceLimits(16384, 16384, 2048) and adreno.half_math
+    assert h200.limits.image2d_max_width == 32768 and h200.compute_units == 132 and not h200.half_math
+    with pytest.raises(ValueError, match="unknown device profile 'tpu'; known profiles: adreno, nvidia-h200, pocl"):
+        get_profile("tpu")
+    with pytest.raises(ValueError, match="kind must be one of"):
+        DeviceProfile("x", "tpu", "", adreno.limits, 1, 1, 1, False, False, "")
+
+
+def test_defaults_follow_the_profile_kind():
+    deep = conv2d_geometry((1, 64, 7, 7), (64, 64, 3, 3), padding=1)
+    for name, profile in PROFILES.items():
+        plan = strategy.conv2d_plan(deep, Epilogue(), "float32", profile)
+        assert plan.source == "default" and plan.algorithm == "direct"
+        assert plan.config == default_config(deep, False, profile.kind), name
+    assert strategy.conv2d_plan(deep, Epilogue(), "float32", get_profile("nvidia-h200")).config.split_k > 1
+    with pytest.raises(ValueError, match="precision must be one of"):
+        strategy.conv2d_plan(deep, Epilogue(), "float16", get_profile("adreno"))
+
+
+def test_group_threshold_per_kind():
+    assert strategy.group_threshold(get_profile("pocl")) is None
+    assert strategy.group_threshold(get_profile("adreno")) == strategy.group_threshold(get_profile("nvidia-h200")) == 49
+
+
+def _records(path, profile, choice, key=GEOM):
+    recs = records.Records(profile)
+    recs.add(records.conv2d_key(key), choice, {choice.name: 1e-3})
+    return recs.save(path)
+
+
+def test_strategy_takes_records_over_defaults(tmp_path):
+    profile = get_profile("adreno")
+    choice = strategy.ConvChoice("direct", ConvConfig(2, 2, (4, 4, 1)), "buffer")
+    recs = records.load(_records(tmp_path / "r.json", profile, choice), profile)
+    plan = strategy.conv2d_plan(GEOM, Epilogue(bias=True), "float32", profile, recs)
+    assert (plan.source, plan.config, plan.scope, plan.placement) == ("records", choice.config, "global", "buffer")
+    assert plan.config_string == "oc2 w2 wg4x4x1 k1 buffer"
+    other = conv2d_geometry((1, 8, 6, 6), (8, 8, 1, 1))
+    plan = strategy.conv2d_plan(other, Epilogue(), "float32", profile, recs)
+    assert plan.source == "default" and plan.scope == "global.texture"
+    assert strategy.ConvChoice.from_dict(choice.to_dict()) == choice
+
+
+def test_records_of_another_device_or_kernels_are_ignored(tmp_path):
+    choice = strategy.ConvChoice("winograd_4x4")
+    path = _records(tmp_path / "r.json", get_profile("nvidia-h200"), choice)
+    with pytest.warns(records.RecordsWarning, match="measured on nvidia-h200 .*not adreno"):
+        recs = records.load(path, get_profile("adreno"))
+    assert strategy.conv2d_plan(GEOM, Epilogue(), "float32", get_profile("adreno"), recs).source == "default"
+    doc = json.loads(cache.read(path))
+    doc["kernels"] = "0" * 16
+    cache.write(path, json.dumps(doc).encode())
+    with pytest.warns(records.RecordsWarning, match="other kernel sources"):
+        assert not records.load(path, get_profile("nvidia-h200")).layers
+    path.write_bytes(b"garbage")
+    with pytest.warns(records.RecordsWarning, match="not a tir-adreno records file"):
+        assert not records.load(path, get_profile("nvidia-h200")).layers
+    live = DeviceProfile("nvidia-h200", "gpu", "", get_profile("nvidia-h200").limits, 1024, 1, 132, True, False, "", "580")
+    _records(path, live, choice)
+    assert records.load(path, get_profile("nvidia-h200")).layers  # a named profile takes any driver
+
+
+def test_winograd_placement_falls_back_to_buffers():
+    profile = get_profile("adreno")
+    plan = strategy.conv2d_plan(GEOM, Epilogue(), "float32", profile, choice=strategy.ConvChoice("winograd_4x4"))
+    assert (plan.scope, plan.weight_scope, plan.tile_scope) == ("global.texture", "global.texture-weight", "global.texture")
+    narrow = DeviceProfile("narrow", "mobile", "", texture.DeviceLimits(8, 8, 2048), 256, 1, 1, False, False, "")
+    plan = strategy.conv2d_plan(GEOM, Epilogue(), "float32", narrow, choice=strategy.ConvChoice("winograd_2x2"))
+    assert (plan.scope, plan.weight_scope, plan.tile_scope) == ("global.texture", "global", "global")
+    with pytest.raises(texture.TextureLimitError):
+        strategy.conv2d_plan(GEOM, Epilogue(), "float32", narrow, choice=strategy.ConvChoice("winograd_2x2"), allow_buffer=False)
+
+
+def test_pick_prefers_the_earlier_candidate_on_a_near_tie():
+    assert tuning.pick_algorithm({"direct": 1.0, "winograd_2x2": 0.9, "winograd_4x4": 0.5}) == "winograd_4x4"
+    assert tuning.pick_algorithm({"direct": 1.0, "winograd_2x2": 0.99, "winograd_4x4": 0.985}) == "direct"
+    with pytest.raises(ValueError, match="no measurements"):
+        tuning.pick_algorithm({})
+
+
+def test_ops_conv2d_with_records(device, tmp_path):
+    profile = DeviceProfile.from_device(device)
+    path = _records(tmp_path / "r.json", profile, strategy.ConvChoice("winograd_2x2", None, "buffer"))
+    rng = np.random.default_rng(11)
+    x, w, b = rand(rng, (1, 8, 6, 6)), rand(rng, (8, 8, 3, 3)), rand(rng, (8,))
+    got = ops.conv2d(x, w, b, padding=1, activation="relu", device=device, records=path)
+    ref = np.maximum(reference_conv2d(x, w, (1, 1), (1, 1, 1, 1), (1, 1), 1) + b[None, :, None, None], 0)
+    assert_close(got, ref, TOLERANCE["winograd_2x2"])
+
+
+def test_compiled_model_uses_records(device, tmp_path):
+    """Records give the Relax pass Winograd F(4x4) for the 3x3 stride-1 conv; profile rows say so."""
+
+    def body(m, x):
+        y = m.conv_bn(x, 6, 3)  # 3x3 stride 1: Winograd with batch norm, bias and relu fused
+        return m.conv_bn(y, 5, 3, 2)  # stride 2: direct, default config
+
+    mod = _model("test", body, 1, 9, 0)
+    geom = conv2d_geometry((1, 3, 9, 9), (6, 3, 3, 3), padding=1)
+    path = _records(tmp_path / "r.json", DeviceProfile.from_device(device), strategy.ConvChoice("winograd_4x4"), geom)
+    compiled = compile_model(mod, device=device, records=path, progress=lambda _: None)
+    x = np.random.default_rng(5).standard_normal((1, 3, 9, 9)).astype("float32")
+    (out,) = compiled.run({"input": x})
+    (ref,) = reference_outputs(mod, {"input": x})
+    assert relative_error(out, ref) <= TOLERANCE["winograd_4x4"]
+    rows = [p for p in compiled.profile() if "config" in p]
+    assert [r["op"] for r in rows if r["source"] == "records"] == [
+        "winograd4x4_input_transform", "winograd4x4_batched_gemm", "winograd4x4_output_transform"
+    ], rows
+    assert [r["op"].startswith("conv2d_nchw4c") for r in rows if r["source"] == "default"] == [True]
+    assert all(r["config"].startswith("F4 ") for r in rows if r["source"] == "records")

@@ -1,0 +1,102 @@
+"""tune -> compile -> run on the command line (PoCL): records written, resumed, used; cross-compiling.
+
+One tiny ONNX model with two convs (a 1x1 and a 3x3 stride-2: no Winograd, so a
+handful of candidates each) keeps this to a minute.
+"""
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+from test_cli import assert_user_error, cli
+
+from tir_adreno import cache
+
+
+@pytest.fixture(scope="module")
+def two_convs(tmp_path_factory):
+    rng = np.random.default_rng(0)
+    w1 = helper.make_tensor("w1", TensorProto.FLOAT, (8, 4, 1, 1), rng.standard_normal(32).astype("float32"))
+    w2 = helper.make_tensor("w2", TensorProto.FLOAT, (8, 8, 3, 3), rng.standard_normal(576).astype("float32"))
+    nodes = [
+        helper.make_node("Conv", ["image", "w1"], ["c1"]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2"], ["out"], pads=[1, 1, 1, 1], strides=[2, 2]),
+    ]
+    graph = helper.make_graph(
+        nodes, "two", [helper.make_tensor_value_info("image", TensorProto.FLOAT, (1, 4, 6, 6))],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, (1, 8, 3, 3))], [w1, w2],
+    )
+    path = tmp_path_factory.mktemp("onnx") / "two.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
+    return path
+
+
+@pytest.fixture(scope="module")
+def tuned(two_convs, tmp_path_factory):
+    """Records after two tune runs: the first (budget 0) tunes one layer, the second the other."""
+    records = tmp_path_factory.mktemp("tune") / "records.json"
+    first = cli("tune", str(two_convs), "--records", str(records), "--budget-s", "0")
+    assert first.returncode == 0, first.stderr[-2000:]
+    doc = json.loads(cache.read(records))
+    assert len(doc["layers"]) == 1 and "1 layers left for the next run" in first.stdout
+    second = cli("tune", str(two_convs), "--records", str(records))
+    assert second.returncode == 0, second.stderr[-2000:]
+    return records, first.stdout, second.stdout
+
+
+def test_tune_writes_and_resumes_records(tuned):
+    records, first, second = tuned
+    doc = json.loads(cache.read(records))
+    assert doc["device"]["name"] == "pocl" and doc["precision"] == "float32" and len(doc["layers"]) == 2
+    for entry in doc["layers"].values():
+        assert entry["default_s"] > 0 and entry["name"] in entry["times_s"]
+        assert len(entry["times_s"]) >= 3  # default, other configs, buffer placement
+        assert min(t for t in entry["times_s"].values() if t) == pytest.approx(entry["times_s"][entry["name"]], rel=0.031)
+    assert "recorded, skipped" in second and second.count("building candidates") == 1
+    assert "sum over layers" in second and records.with_suffix(".png").exists()
+
+
+def test_compile_with_records_and_run_the_saved_model(tuned, two_convs, tmp_path):
+    records, _, _ = tuned
+    out = tmp_path / "model"
+    res = cli("compile", str(two_convs), "-o", str(out), "--target", "pocl", "--records", str(records))
+    assert res.returncode == 0 and "2 conv kernels (2 from records)" in res.stdout, res.stdout + res.stderr[-2000:]
+    x = np.random.default_rng(3).standard_normal((1, 4, 6, 6)).astype("float32")
+    np.savez(tmp_path / "in.npz", image=x)
+    res = cli("run", str(out), "--inputs", str(tmp_path / "in.npz"), "--outputs", str(tmp_path / "out.npz"),
+              "--json", str(tmp_path / "r.json"))
+    assert res.returncode == 0, res.stderr[-2000:]
+    rows = [p for p in json.loads((tmp_path / "r.json").read_text())["profile"] if "config" in p]
+    assert [r["source"] for r in rows] == ["records", "records"]
+    import onnxruntime
+
+    (ref,) = onnxruntime.InferenceSession(str(two_convs), providers=["CPUExecutionProvider"]).run(None, {"image": x})
+    got = np.load(tmp_path / "out.npz")["output0"]
+    assert np.max(np.abs(got - ref)) <= 1e-4 * np.max(np.abs(ref))
+    assert_user_error(cli("run", str(out), "--records", str(records)), "--records needs a model file")
+
+
+def test_compile_for_adreno_here_and_run(two_convs, tmp_path):
+    out = tmp_path / "adreno"
+    res = cli("compile", str(two_convs), "-o", str(out), "--target", "adreno")
+    assert res.returncode == 0 and "target: adreno (mobile)" in res.stdout, res.stderr[-2000:]
+    res = cli("run", str(out), "--json", str(tmp_path / "r.json"))
+    assert res.returncode == 0, res.stderr[-2000:]
+    rows = [p for p in json.loads((tmp_path / "r.json").read_text())["profile"] if "config" in p]
+    assert len(rows) == 2 and all(r["source"] == "default" for r in rows)
+
+
+def test_unknown_profile_is_a_user_error(two_convs, tmp_path):
+    res = cli("compile", str(two_convs), "-o", str(tmp_path / "m"), "--target", "tpu")
+    assert_user_error(res, "unknown device profile 'tpu'; known profiles: adreno, nvidia-h200, pocl")
+
+
+def test_records_of_another_device_warn_and_are_ignored(tuned, two_convs, tmp_path):
+    records, _, _ = tuned
+    res = cli("compile", str(two_convs), "-o", str(tmp_path / "m"), "--target", "adreno", "--records", str(records))
+    assert res.returncode == 0 and "(0 from records)" in res.stdout, res.stderr[-2000:]
+    warnings = [line for line in res.stderr.splitlines() if "records ignored" in line]
+    assert len(warnings) == 1 and "measured on pocl" in warnings[0] and warnings[0].startswith("tir-adreno: warning:")

@@ -1,0 +1,167 @@
+"""The device a model is compiled for, described once (TVM's ``Target``, TFLite GPU's ``GpuInfo``).
+
+A :class:`DeviceProfile` holds what the strategy (``tir_adreno.strategy``)
+needs to pick kernels: the device class (``kind``: "mobile", "gpu" or "cpu",
+which selects the default conv configs), image limits, work-group and
+local-memory limits, compute units, and whether RGBA half images and half
+arithmetic work. It comes from a live OpenCL device
+(:meth:`DeviceProfile.from_device`) or from a name (:func:`get_profile`), so a
+model compiles for a device that is not attached: no environment variable is
+involved.
+
+Named profiles (:data:`PROFILES`):
+
+- ``adreno``: an Adreno 6xx/7xx class phone GPU, from public specs and
+  Qualcomm's OpenCL guide (80-NB295-11) as reported by ``clinfo`` on
+  Adreno 640/660/740: image2d up to 16384 x 16384, 2048 array layers, work
+  groups of 1024 (the guide's maximum; 256-512 in practice), 32 KiB local
+  memory, 2-6 compute units (we take 4), OpenCL C 2.0 (3.0 on 7xx drivers),
+  ``cl_khr_fp16`` with full half arithmetic and half images. These are also
+  TVM's ``qcom/adreno-opencl-texture`` texture limits.
+- ``nvidia-h200``: measured with ``benchmarks/device`` on the H200 (NVIDIA
+  driver 580, OpenCL 3.0 CUDA): images 32768 x 32768 x 2048 layers, 132 SMs,
+  work groups of 1024, 48 KiB local memory, half images yes; half arithmetic
+  runs under the pragma but the half builtins are missing (DESIGN.md), so
+  ``half_math`` is False for TVM's fp16 kernels.
+- ``pocl``: PoCL's pthread CPU device (OpenCL C 1.2; emulated images
+  8192 x 8192 x 2048 on this host, work groups of 4096, 1 MiB "local" memory).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+
+from .texture import DeviceLimits
+
+#: Device classes: they pick the default conv configs (``primfuncs.conv2d.default_config``).
+KINDS = ("mobile", "gpu", "cpu")
+#: A GPU with at least this many compute units is a "gpu" (desktop / datacenter), fewer "mobile".
+GPU_COMPUTE_UNITS = 16
+
+
+@dataclass(frozen=True)
+class DeviceProfile:
+    """What compilation knows about a device. ``name`` (with ``driver``) keys tuning records."""
+
+    name: str
+    kind: str
+    vendor: str
+    limits: DeviceLimits
+    max_work_group_size: int
+    local_memory_bytes: int
+    compute_units: int
+    half_images: bool
+    half_math: bool
+    opencl_c_version: str
+    driver: str = ""
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"DeviceProfile.kind must be one of {KINDS}, got {self.kind!r}")
+
+    @property
+    def key(self) -> str:
+        """Records key: the profile name plus the driver version when known."""
+        return f"{self.name} ({self.driver})" if self.driver else self.name
+
+    @classmethod
+    def from_device(cls, device=None) -> "DeviceProfile":
+        """The profile of a live device (a ``runtime.Device``, a name substring or None for the default).
+
+        A device that matches a named profile (PoCL, an H200, an Adreno) takes that
+        profile's name, so records tuned on it apply when compiling for the name.
+        """
+        from . import runtime
+
+        dev = runtime.get_device(device)
+        if dev not in _LIVE:
+            _LIVE[dev] = cls._of(dev)
+        return _LIVE[dev]
+
+    @classmethod
+    def _of(cls, dev) -> "DeviceProfile":
+        from . import runtime
+
+        d = dev.cl_device
+        kind = classify(int(d.type) & _CL_DEVICE_TYPE_CPU != 0, int(d.max_compute_units))
+        return cls(
+            name=_known_name(dev.name) or _slug(d.name),
+            kind=kind,
+            vendor=d.vendor.strip(),
+            limits=dev.limits,
+            max_work_group_size=int(d.max_work_group_size),
+            local_memory_bytes=int(d.local_mem_size),
+            compute_units=int(d.max_compute_units),
+            half_images=runtime.half_images(dev),
+            half_math=dev.fp16,
+            opencl_c_version=d.opencl_c_version.strip(),
+            driver=d.driver_version.strip(),
+        )
+
+
+_CL_DEVICE_TYPE_CPU = 1 << 1
+_LIVE: dict = {}  # runtime.Device -> its profile (devices are long-lived singletons)
+
+
+def classify(is_cpu: bool, compute_units: int) -> str:
+    """"cpu" for a CPU OpenCL (PoCL), "gpu" for >= :data:`GPU_COMPUTE_UNITS` compute units
+    (NVIDIA / AMD / Intel discrete; H200: 132), else "mobile" (Adreno reports a handful)."""
+    if is_cpu:
+        return "cpu"
+    return "gpu" if compute_units >= GPU_COMPUTE_UNITS else "mobile"
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.strip().lower()).strip("-")[:40] or "device"
+
+
+def _known_name(device_name: str) -> str | None:
+    low = device_name.lower()
+    if "portable computing language" in low:
+        return "pocl"
+    if "h200" in low:
+        return "nvidia-h200"
+    if "adreno" in low or "qualcomm" in low:
+        return "adreno"
+    return None
+
+
+PROFILES: dict[str, DeviceProfile] = {
+    "adreno": DeviceProfile(
+        name="adreno", kind="mobile", vendor="QUALCOMM", limits=DeviceLimits(16384, 16384, 2048),
+        max_work_group_size=1024, local_memory_bytes=32 * 1024, compute_units=4, half_images=True, half_math=True,
+        opencl_c_version="OpenCL C 2.0",
+    ),
+    "nvidia-h200": DeviceProfile(
+        name="nvidia-h200", kind="gpu", vendor="NVIDIA Corporation", limits=DeviceLimits(32768, 32768, 2048),
+        max_work_group_size=1024, local_memory_bytes=48 * 1024, compute_units=132, half_images=True, half_math=False,
+        opencl_c_version="OpenCL C 3.0",
+    ),
+    "pocl": DeviceProfile(
+        name="pocl", kind="cpu", vendor="AuthenticAMD", limits=DeviceLimits(8192, 8192, 2048),
+        max_work_group_size=4096, local_memory_bytes=1024 * 1024, compute_units=2, half_images=True, half_math=False,
+        opencl_c_version="OpenCL C 1.2",
+    ),
+}
+
+
+def get_profile(name: str) -> DeviceProfile:
+    """The named profile (:data:`PROFILES`); ValueError listing the known names."""
+    if name not in PROFILES:
+        raise ValueError(f"unknown device profile {name!r}; known profiles: {', '.join(sorted(PROFILES))}")
+    return PROFILES[name]
+
+
+def resolve(device=None, profile=None) -> DeviceProfile:
+    """``profile`` (a DeviceProfile or a name) when given, else the live ``device``'s profile."""
+    if isinstance(profile, DeviceProfile):
+        return profile
+    if profile is not None:
+        return get_profile(profile)
+    return DeviceProfile.from_device(device)
+
+
+def with_limits(profile: DeviceProfile, limits: DeviceLimits | None) -> DeviceProfile:
+    """``profile`` with other image limits (to plan for a smaller GPU); itself for None."""
+    return profile if limits is None else replace(profile, limits=limits)

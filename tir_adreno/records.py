@@ -1,0 +1,125 @@
+"""Tuning records: per conv layer, the measured winner (algorithm, config, placement).
+
+A records file is JSON written atomically with an integrity header
+(``tir_adreno.cache``). It holds the device it was measured on (profile name
+and driver, :attr:`DeviceProfile.key`), the hash of the conv kernel sources,
+the precision and per layer the winner with every candidate's time. ``tune``
+writes it; compilation only reads it (:meth:`Records.lookup`). A file for
+another device, other kernels or another precision is ignored with one warning
+line: its choices would not be what was measured.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import cache
+from .device import DeviceProfile
+from .strategy import ConvChoice
+
+FORMAT = 2
+_PRIMFUNC_SOURCES = ("conv2d.py", "conv2d_winograd.py", "epilogue.py", "_common.py")
+
+
+class RecordsWarning(UserWarning):
+    """A records file was ignored (other device, other kernels, unreadable)."""
+
+
+def kernels_version() -> str:
+    """Hash of the conv kernel sources: choices measured on other kernels are stale."""
+    root = Path(__file__).resolve().parents[1] / "primfuncs"
+    parts = []
+    for name in _PRIMFUNC_SOURCES:
+        try:
+            parts.append((root / name).read_bytes())
+        except OSError:
+            parts.append(b"missing")
+    return cache.key("tuning-kernels", *parts)[:16]
+
+
+def conv2d_key(geom, precision: str = "float32") -> str:
+    """The record key of a conv: its logical shape, attributes and precision."""
+    pt, pl, pb, pr = geom.padding
+    return (
+        f"conv2d n{geom.n} c{geom.c} h{geom.h} w{geom.w} o{geom.o} k{geom.kh}x{geom.kw} "
+        f"s{geom.strides[0]}x{geom.strides[1]} p{pt},{pl},{pb},{pr} d{geom.dilation[0]}x{geom.dilation[1]} "
+        f"g{geom.groups} {precision}"
+    )
+
+
+def _device_matches(recorded: dict, profile: DeviceProfile) -> bool:
+    # A named profile (no driver) accepts records of that device under any driver.
+    return recorded.get("name") == profile.name and (not profile.driver or recorded.get("driver") == profile.driver)
+
+
+@dataclass
+class Records:
+    """The layers of one records file that apply to ``profile`` (empty when the file does not)."""
+
+    profile: DeviceProfile
+    precision: str = "float32"
+    layers: dict = field(default_factory=dict)
+    path: Path | None = None
+
+    def lookup(self, geom, precision: str) -> ConvChoice | None:
+        entry = self.layers.get(conv2d_key(geom, precision))
+        return None if entry is None else ConvChoice.from_dict(entry["choice"])
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.layers
+
+    def add(self, key: str, choice: ConvChoice, times_s: dict[str, float], default_s: float | None = None):
+        self.layers[key] = {
+            "choice": choice.to_dict(),
+            "name": choice.name,
+            "times_s": {k: (None if v is None else float(v)) for k, v in times_s.items()},
+            "default_s": default_s,
+            "measured": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        }
+
+    def save(self, path=None) -> Path:
+        path = Path(path or self.path)
+        doc = {
+            "format": FORMAT,
+            "device": {"name": self.profile.name, "driver": self.profile.driver, "kind": self.profile.kind},
+            "kernels": kernels_version(),
+            "precision": self.precision,
+            "layers": self.layers,
+        }
+        cache.write(path, json.dumps(doc, indent=1, sort_keys=True).encode())
+        self.path = path
+        return path
+
+
+def load(path, profile: DeviceProfile, precision: str = "float32", warn: bool = True) -> Records:
+    """The records at ``path`` for ``profile``; empty (with one warning) when the file is
+    unreadable or was measured on another device, other kernels or another precision.
+    A missing file is empty without a warning (``tune`` starts one)."""
+    path = Path(path)
+    empty = Records(profile, precision, {}, path)
+    if not path.exists():
+        return empty
+    payload = cache.read(path)
+    reason = None
+    try:
+        doc = json.loads(payload.decode()) if payload is not None else None
+        ok = isinstance(doc, dict) and doc.get("format") == FORMAT and isinstance(doc.get("layers"), dict)
+    except (ValueError, UnicodeDecodeError):
+        ok = False
+    if not ok:
+        reason = "not a tir-adreno records file (corrupt, truncated or another format)"
+    elif not _device_matches(doc["device"], profile):
+        reason = f"measured on {doc['device'].get('name')} ({doc['device'].get('driver')}), not {profile.key}"
+    elif doc.get("kernels") != kernels_version():
+        reason = "measured on other kernel sources"
+    elif doc.get("precision") != precision:
+        reason = f"measured in {doc.get('precision')}, not {precision}"
+    if reason is not None:
+        if warn:
+            warnings.warn(f"{path}: records ignored: {reason}", RecordsWarning, stacklevel=2)
+        return empty
+    return Records(profile, precision, dict(doc["layers"]), path)

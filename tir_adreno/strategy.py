@@ -1,0 +1,252 @@
+"""The one place that decides how an op runs on a device profile (TFLite GPU's ``selectors/``).
+
+:func:`conv2d_plan` turns a conv (geometry, epilogue, precision) plus a
+:class:`~tir_adreno.device.DeviceProfile` and tuning records into a
+:class:`ConvPlan`: algorithm, kernel stages (factory + arguments), the tensors
+with shapes and scopes, the config and how weights are packed. ``ops.conv2d``,
+the Relax pass, ``tune`` and the benchmarks all call it. Adding a conv variant is
+one factory in ``primfuncs/`` plus one branch in :meth:`ConvPlan.primfuncs`.
+
+Without a record the plan is the direct conv with the profile's default config
+(``primfuncs.conv2d.default_config(kind)``) in textures where they fit
+(``source="default"``); with one it is the record's algorithm, config and
+placement (``source="records"``). Nothing is measured here.
+
+Pooling and reductions: :func:`group_threshold` gives the window size from which
+"auto" splits a window over a work group.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from primfuncs import conv2d as _conv2d
+from primfuncs import pool2d as _pool2d
+from primfuncs._common import BUFFER, TEXTURE, TEXTURE_WEIGHT
+from primfuncs.conv2d import ConvConfig, ConvGeometry
+from primfuncs.epilogue import Epilogue
+from primfuncs.winograd_math import winograd_weight_transform
+
+from . import texture
+from .blocked import pack_oihw4o
+from .device import DeviceProfile
+
+#: Conv algorithms, most accurate first (ties in tuning go to the earlier one).
+ALGORITHMS = ("direct", "winograd_2x2", "winograd_4x4")
+#: Winograd output tile m of each Winograd algorithm.
+WINOGRAD_TILES = {"winograd_2x2": 2, "winograd_4x4": 4}
+#: Where a conv's activations live: textures (when they fit the profile's images) or buffers.
+PLACEMENTS = ("texture", "buffer")
+#: Precisions a plan can be made for (fp16 storage / math is a later step).
+PRECISIONS = ("float32",)
+
+
+def group_threshold(profile: DeviceProfile) -> int | None:
+    """Pooling/reduction "auto" strategy: group a window from this many taps on GPUs
+    (``primfuncs.pool2d.GROUP_THRESHOLD``, measured on the H200), never on CPU OpenCL,
+    where a work group runs on one core and grouping never wins."""
+    return None if profile.kind == "cpu" else _pool2d.GROUP_THRESHOLD
+
+
+@dataclass(frozen=True)
+class ConvChoice:
+    """What tuning decides per conv layer and records hold: algorithm, config, placement.
+
+    ``config`` None means the profile's default for the algorithm.
+    """
+
+    algorithm: str = "direct"
+    config: ConvConfig | None = None
+    placement: str = "texture"
+
+    def __post_init__(self):
+        if self.algorithm not in ALGORITHMS:
+            raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {self.algorithm!r}")
+        if self.placement not in PLACEMENTS:
+            raise ValueError(f"placement must be one of {PLACEMENTS}, got {self.placement!r}")
+
+    @property
+    def name(self) -> str:
+        config = "default" if self.config is None else config_string(self.config)
+        return f"{self.algorithm} {config} {self.placement}"
+
+    def to_dict(self) -> dict:
+        c = self.config
+        config = None if c is None else dict(oc_block=c.oc_block, w_block=c.w_block, work_group=list(c.work_group), split_k=c.split_k)
+        return {"algorithm": self.algorithm, "config": config, "placement": self.placement}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ConvChoice":
+        c = d.get("config")
+        config = None if c is None else ConvConfig(int(c["oc_block"]), int(c["w_block"]), tuple(int(v) for v in c["work_group"]), int(c["split_k"]))
+        return cls(d["algorithm"], config, d.get("placement", "texture"))
+
+
+def config_string(config: ConvConfig) -> str:
+    """Short readable form, e.g. ``oc2 w4 wg8x4x1 k4`` (register tile, work group, split_k)."""
+    wg = "x".join(str(v) for v in config.work_group)
+    return f"oc{config.oc_block} w{config.w_block} wg{wg} k{config.split_k}"
+
+
+@dataclass(frozen=True)
+class TensorPlan:
+    name: str
+    shape: tuple[int, ...]
+    scope: str
+
+
+@dataclass(frozen=True)
+class ConvPlan:
+    """How one conv runs. ``stages``: (factory, kwargs) pairs; :meth:`primfuncs` calls them.
+
+    ``tensors``: every parameter of the stages by name (``X``, ``W``/``U``, ``Bias``,
+    ``Residual``, Winograd's ``V`` and ``M``, ``Y``) with shape and scope.
+    """
+
+    geometry: ConvGeometry
+    epilogue: Epilogue
+    precision: str
+    algorithm: str
+    config: ConvConfig
+    placement: str
+    source: str
+    scope: str
+    weight_scope: str
+    tile_scope: str
+    tensors: tuple[TensorPlan, ...]
+    stages: tuple = field(repr=False)
+
+    @property
+    def config_string(self) -> str:
+        text = config_string(self.config)
+        if self.algorithm != "direct":
+            text = f"F{WINOGRAD_TILES[self.algorithm]} {text}"
+        return f"{text} {self.placement}"
+
+    @property
+    def choice(self) -> ConvChoice:
+        return ConvChoice(self.algorithm, self.config, self.placement)
+
+    @property
+    def weight_name(self) -> str:
+        """The packed weights' parameter: ``W`` (direct, OIHW4o) or ``U`` (Winograd, ``G g G^T``)."""
+        return "W" if self.algorithm == "direct" else "U"
+
+    def tensor(self, name: str) -> TensorPlan:
+        return next(t for t in self.tensors if t.name == name)
+
+    def primfuncs(self) -> tuple:
+        """The stage PrimFuncs in launch order (needs TVM)."""
+        (factory, kwargs), = self.stages
+        built = factory(**kwargs)
+        return (built,) if self.algorithm == "direct" else tuple(built.stages)
+
+    def pack_weights(self, w_oihw: np.ndarray) -> np.ndarray:
+        """OIHW weights (float64 or float32) as the first GEMM / conv stage reads them."""
+        if self.algorithm == "direct":
+            return pack_oihw4o(np.asarray(w_oihw).astype(self.precision))
+        return winograd_weight_transform(w_oihw, WINOGRAD_TILES[self.algorithm], np.dtype(self.precision))
+
+
+def eligible_algorithms(geometry: ConvGeometry) -> tuple[str, ...]:
+    """The algorithms that can run ``geometry`` (Winograd: 3x3, stride 1, dilation 1, groups 1)."""
+    from primfuncs.conv2d_winograd import winograd_eligible
+
+    return ALGORITHMS if winograd_eligible(geometry) else ("direct",)
+
+
+def check_algorithm(geometry: ConvGeometry, algorithm: str, requested: str | None = None):
+    """ValueError when ``algorithm`` cannot run ``geometry``, naming what was ``requested``."""
+    if algorithm not in eligible_algorithms(geometry):
+        from primfuncs.conv2d_winograd import winograd_ineligibility
+
+        raise ValueError(f"algorithm={requested or algorithm!r} needs a 3x3 kernel, stride 1, dilation 1 and groups 1: "
+                         f"{winograd_ineligibility(geometry)}")
+
+
+def direct_conv2d(geometry: ConvGeometry, epilogue: Epilogue = Epilogue(), dtype: str = "float32",
+                  config: ConvConfig | None = None, scope: str = TEXTURE, weight_scope: str | None = None):
+    """The direct conv PrimFunc of ``geometry``: the depthwise kernel for ``groups == C``, else the
+    general one (the config sweep in ``benchmarks/conv_configs.py`` calls this with every config)."""
+    g = geometry
+    attrs = dict(strides=g.strides, padding=g.padding, dilation=g.dilation, epilogue=epilogue, dtype=dtype,
+                 config=config, scope=scope, weight_scope=weight_scope)
+    if g.is_depthwise:
+        return _conv2d.depthwise_conv2d_nchw4c((g.n, g.c, g.h, g.w), (g.o, g.cg, g.kh, g.kw), **attrs)
+    return _conv2d.conv2d_nchw4c((g.n, g.c, g.h, g.w), (g.o, g.cg, g.kh, g.kw), groups=g.groups, **attrs)
+
+
+def _activation_scope(geom: ConvGeometry, profile: DeviceProfile, placement: str, allow_buffer: bool) -> str:
+    shapes = [(geom.n, geom.c4, geom.h, geom.w, 4), (geom.n, geom.o4, geom.oh, geom.ow, 4)]
+    if placement == "buffer":
+        return BUFFER
+    if all(profile.limits.fits(s, TEXTURE) for s in shapes):
+        return TEXTURE
+    if not allow_buffer:
+        for s in shapes:
+            texture.place(s, TEXTURE, profile.limits, allow_buffer=False)  # raises, naming the limit
+    return BUFFER
+
+
+def conv2d_plan(
+    geometry: ConvGeometry,
+    epilogue: Epilogue,
+    precision: str,
+    profile: DeviceProfile,
+    records=None,
+    choice: ConvChoice | None = None,
+    allow_buffer: bool = True,
+) -> ConvPlan:
+    """The plan of one conv on ``profile``.
+
+    ``choice`` forces algorithm / config / placement (``ops.conv2d(algorithm=...)``,
+    tuning candidates); else ``records`` (a ``tir_adreno.records.Records``) gives the
+    tuned choice for this conv, else the default (direct, the profile's config,
+    textures). ``allow_buffer=False`` raises ``TextureLimitError`` for a tensor that
+    does not fit the profile's images.
+    """
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    source = "default"
+    if choice is None and records is not None:
+        choice = records.lookup(geometry, precision)
+        source = "default" if choice is None else "records"
+    elif choice is not None:
+        source = "explicit"
+    choice = choice or ConvChoice()
+    check_algorithm(geometry, choice.algorithm)
+    g = geometry
+    scope = _activation_scope(g, profile, choice.placement, allow_buffer)
+    in5, out5 = (g.n, g.c4, g.h, g.w, 4), (g.n, g.o4, g.oh, g.ow, 4)
+    extra = [TensorPlan("Bias", (g.o4, 4), BUFFER)] if epilogue.bias else []
+    extra += [TensorPlan("Residual", out5, scope)] if epilogue.residual else []
+    if choice.algorithm == "direct":
+        config = choice.config or _conv2d.default_config(g, g.is_depthwise, profile.kind)
+        w5 = (g.o4, g.cg, g.kh, g.kw, 4)
+        weight_scope = texture.place(w5, TEXTURE_WEIGHT, profile.limits, allow_buffer) if scope == TEXTURE else BUFFER
+        tile_scope = scope
+        stages = ((direct_conv2d, dict(geometry=g, epilogue=epilogue, dtype=precision, config=config, scope=scope,
+                                       weight_scope=weight_scope)),)
+        tensors = (TensorPlan("X", in5, scope), TensorPlan("W", w5, weight_scope), *extra, TensorPlan("Y", out5, scope))
+    else:
+        from primfuncs import conv2d_winograd
+
+        m = WINOGRAD_TILES[choice.algorithm]
+        shapes = conv2d_winograd.winograd_shapes(g, m)
+        config = choice.config or conv2d_winograd.default_config(g, m)
+        weight_scope = texture.place(shapes.weight, TEXTURE_WEIGHT, profile.limits, allow_buffer) if scope == TEXTURE else BUFFER
+        # V and M are internal: buffers when too large, whatever allow_buffer says.
+        fits = all(profile.limits.fits(s, TEXTURE) for s in (shapes.tile, shapes.product))
+        tile_scope = scope if scope == TEXTURE and fits else BUFFER
+        stages = ((conv2d_winograd.conv2d_winograd_nchw4c,
+                   dict(data_shape=(g.n, g.c, g.h, g.w), weight_shape=(g.o, g.cg, g.kh, g.kw), padding=g.padding,
+                        epilogue=epilogue, dtype=precision, scope=scope, m=m, config=config,
+                        weight_scope=weight_scope, tile_scope=tile_scope)),)
+        tensors = (TensorPlan("X", in5, scope), TensorPlan("V", shapes.tile, tile_scope),
+                   TensorPlan("U", shapes.weight, weight_scope), TensorPlan("M", shapes.product, tile_scope),
+                   *extra, TensorPlan("Y", out5, scope))
+    placement = "texture" if scope == TEXTURE else "buffer"
+    return ConvPlan(g, epilogue, precision, choice.algorithm, config, placement, source, scope, weight_scope,
+                    tile_scope, tensors, stages)

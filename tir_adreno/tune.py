@@ -1,0 +1,285 @@
+"""``tir-adreno tune``: measure conv candidates per layer on a device and write records.
+
+For each distinct conv of a model (same shape and attributes = one layer) the
+candidates are (:func:`candidates`): the profile's default (direct conv, default
+config, textures) first, a few other register tiles x work groups (x split_k on
+big GPUs), Winograd F(2x2) and F(4x4) where eligible, and the default on buffers.
+Each is planned by ``strategy.conv2d_plan`` and built here (TVM), then measured
+by a measurer (``tir_adreno.measure``: median OpenCL event time, summed over a
+candidate's kernels). The fastest wins; ties within ``tuning.TIE_MARGIN`` go to the
+earlier candidate (the default, direct before Winograd). Records are saved after
+every layer, so an interrupted run resumes: layers already recorded are skipped.
+
+Candidates are timed as bare convs (no bias/activation: the epilogue costs the
+same in every candidate). A "buffer" winner also makes the compiled model copy
+its input from a texture when the previous op wrote one; that copy is not timed.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from primfuncs.conv2d import ConvConfig, conv2d_geometry
+from primfuncs.epilogue import Epilogue
+
+from . import records as _records
+from . import strategy, tuning
+from .device import DeviceProfile
+
+#: Register tiles (oc_block, w_block) and work groups tried besides the default.
+TILES = ((1, 4), (2, 4), (4, 4), (2, 2))
+WORK_GROUPS = ((8, 4, 1), (16, 4, 1))
+#: split_k values tried on "gpu" profiles (big GPUs; DESIGN.md), for convs with enough channel blocks.
+SPLITS = (4, 16)
+#: At most this many configs besides the default per layer (keeps tuning minutes, not hours).
+MAX_CONFIGS = 4
+
+
+# ---------------------------------------------------------------------------------------------
+# Measuring: tir_adreno.measure's interface; a local stand-in until that module lands.
+
+
+try:
+    from .measure import LocalMeasurer, MeasureJob  # noqa: F401
+except ImportError:  # pragma: no cover - replaced by tir_adreno.measure
+
+    @dataclass(frozen=True)
+    class MeasureJob:
+        key: str
+        stages: tuple
+
+    @dataclass(frozen=True)
+    class MeasureResult:
+        key: str
+        seconds: float | None
+        error: str | None = None
+
+    class LocalMeasurer:
+        """Times jobs on a local device (stand-in for ``tir_adreno.measure.LocalMeasurer``)."""
+
+        def __init__(self, device, warmup=2, repeat=10):
+            from . import runtime
+
+            self.device = runtime.get_device(device)
+
+        def measure(self, jobs, progress=None):
+            out = {}
+            for job in jobs:
+                module = job.stages[0][0]
+                program = tuning.ConvProgram("", module, tuple(fn for _, fn in job.stages))
+                try:
+                    out[job.key] = MeasureResult(job.key, tuning.measure_program(program, self.device))
+                except Exception as err:  # a candidate that fails to run loses, it does not stop tuning
+                    out[job.key] = MeasureResult(job.key, None, f"{type(err).__name__}: {err}")
+                if progress:
+                    progress(out[job.key])
+            return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Layers and candidates
+
+
+def conv_layers(model) -> list:
+    """The distinct float32 convs of ``model`` (ONNX or Relax), as ``ConvGeometry``, in model order."""
+    import tvm
+    from tvm import relax
+
+    from .compiler import import_model
+    from .relax_pass import _dtype, _ints, _static_shape
+
+    mod, _ = import_model(model)
+    mod = relax.transform.FoldConstant()(mod)
+    seen = {}
+    for block in mod["main"].body.blocks:
+        for binding in block.bindings:
+            call = binding.value
+            if not (isinstance(call, relax.Call) and isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.nn.conv2d"):
+                continue
+            a = call.attrs
+            data, weight = (_static_shape(arg) for arg in call.args[:2])
+            if data is None or weight is None or len(data) != 4 or _dtype(call.args[0]) != "float32":
+                continue
+            dl, kl = str(a.data_layout), str(a.kernel_layout)
+            if sorted(dl) != sorted("NCHW") or sorted(kl) != sorted("OIHW"):
+                continue
+            nchw = tuple(data[dl.index(c)] for c in "NCHW")
+            oihw = tuple(weight[kl.index(c)] for c in "OIHW")
+            geom = conv2d_geometry(nchw, oihw, _ints(a.strides), _ints(a.padding), _ints(a.dilation), int(a.groups))
+            seen.setdefault(_records.conv2d_key(geom), geom)
+    return list(seen.values())
+
+
+def candidates(geom, profile: DeviceProfile) -> list:
+    """The :class:`strategy.ConvChoice` candidates of one conv, the default first."""
+    from primfuncs.conv2d import default_config
+
+    default = default_config(geom, geom.is_depthwise, profile.kind)
+    configs = []
+    tiles = [(1, wb) for _, wb in TILES] if geom.is_depthwise else TILES
+    blocks = geom.cg // 4 if geom.groups > 1 else geom.c // 4
+    splits = (1,) if profile.kind != "gpu" or geom.is_depthwise or blocks < 8 else (1, *SPLITS)
+    for split in splits:
+        for ocb, wb in tiles:
+            for wg in WORK_GROUPS:
+                try:
+                    config = ConvConfig(ocb, wb, wg, split)
+                except ValueError:  # too many work items
+                    continue
+                if config != default and config not in configs:
+                    configs.append(config)
+    # Spread the few tried configs over the space rather than the first corner of it.
+    step = max(1, -(-len(configs) // MAX_CONFIGS))
+    out = [strategy.ConvChoice("direct")]
+    out += [strategy.ConvChoice("direct", c) for c in configs[::step][:MAX_CONFIGS]]
+    out += [strategy.ConvChoice(a) for a in strategy.eligible_algorithms(geom) if a != "direct"]
+    out.append(strategy.ConvChoice("direct", None, "buffer"))
+    return out
+
+
+def build_jobs(geom, profile: DeviceProfile, progress=print) -> tuple[list, dict]:
+    """Build every candidate of ``geom``; returns (jobs, job key -> choice). Candidates that
+    cannot be built for this conv (e.g. too much local memory) are left out with a note."""
+    layer = _records.conv2d_key(geom)
+    jobs, choices = [], {}
+    for choice in candidates(geom, profile):
+        key = f"{layer}|{choice.name}"
+        try:
+            plan = strategy.conv2d_plan(geom, Epilogue(), "float32", profile, choice=choice)
+            program = tuning.build_program(plan)
+        except (ValueError, RuntimeError) as err:
+            progress(f"    skip {choice.name}: {str(err).splitlines()[0][:120]}")
+            continue
+        jobs.append(MeasureJob(key, tuple((program.module, s) for s in program.stages)))
+        choices[key] = choice
+    return jobs, choices
+
+
+# ---------------------------------------------------------------------------------------------
+# The driver
+
+
+@dataclass
+class LayerResult:
+    key: str
+    default_s: float | None
+    best_s: float
+    winner: str
+    skipped: bool = False
+
+
+def tune(model, profile: DeviceProfile, records_path, measurer, budget_s: float | None = None, progress=print) -> list:
+    """Tune every conv layer of ``model`` not yet in the records at ``records_path``.
+
+    ``measurer`` has ``measure(jobs) -> {key: MeasureResult}`` (``tir_adreno.measure``).
+    Starts no new layer once ``budget_s`` seconds have passed (a layer in progress is
+    finished, and one layer is always tuned); the next run continues where this one stopped. Returns one
+    :class:`LayerResult` per layer (recorded ones from earlier runs included).
+    """
+    recs = _records.load(records_path, profile)
+    layers = conv_layers(model)
+    progress(f"{len(layers)} distinct conv layers; records: {records_path} ({len(recs.layers)} recorded)")
+    results, start, tuned = [], time.perf_counter(), 0
+    for i, geom in enumerate(layers):
+        key = _records.conv2d_key(geom)
+        if key in recs:
+            entry = recs.layers[key]
+            progress(f"[{i + 1}/{len(layers)}] {key}: recorded, skipped ({entry['name']})")
+            results.append(LayerResult(key, entry.get("default_s"), min(t for t in entry["times_s"].values() if t), entry["name"], True))
+            continue
+        if budget_s is not None and tuned and time.perf_counter() - start > budget_s:
+            progress(f"budget of {budget_s:g} s spent: {len(layers) - i} layers left for the next run")
+            break
+        tuned += 1
+        progress(f"[{i + 1}/{len(layers)}] {key}: building candidates")
+        jobs, choices = build_jobs(geom, profile, progress)
+        measured = measurer.measure(jobs, progress=lambda r: progress(
+            f"    {r.key.split('|')[1]:<40} " + (f"{r.seconds * 1e3:9.3f} ms" if r.seconds is not None else f"error: {r.error}")))
+        times = {choices[k].name: measured[k].seconds for k in choices if k in measured}
+        ok = {name: t for name, t in times.items() if t is not None}
+        if not ok:
+            progress("    no candidate measured; layer not recorded")
+            continue
+        winner_name = tuning.pick_algorithm(ok)
+        winner = next(c for c in choices.values() if c.name == winner_name)
+        default_s = ok.get(strategy.ConvChoice().name)
+        recs.add(key, winner, times, default_s)
+        recs.save(records_path)
+        gain = f" ({default_s / ok[winner_name]:.2f}x the default)" if default_s else ""
+        progress(f"    winner: {winner_name}{gain}")
+        results.append(LayerResult(key, default_s, ok[winner_name], winner_name))
+    return results
+
+
+def table(results) -> str:
+    """Per-layer gains of the winners over the defaults, as text."""
+    lines = [f"{'layer':<64} {'default ms':>10} {'tuned ms':>9} {'gain':>6}  winner"]
+    for r in results:
+        default = f"{r.default_s * 1e3:10.3f}" if r.default_s else f"{'-':>10}"
+        gain = f"{r.default_s / r.best_s:5.2f}x" if r.default_s else f"{'-':>6}"
+        lines.append(f"{r.key:<64} {default} {r.best_s * 1e3:9.3f} {gain}  {r.winner}")
+    total_default = sum(r.default_s for r in results if r.default_s)
+    total_best = sum(r.best_s for r in results if r.default_s)
+    if total_best:
+        lines.append(f"{'sum over layers':<64} {total_default * 1e3:10.3f} {total_best * 1e3:9.3f} {total_default / total_best:5.2f}x")
+    return "\n".join(lines)
+
+
+def plot(results, path) -> Path | None:
+    """A bar chart of per-layer gains next to the records (None without matplotlib)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    rows = [r for r in results if r.default_s]
+    if not rows:
+        return None
+    fig, ax = plt.subplots(figsize=(max(6, 0.35 * len(rows)), 4))
+    ax.bar(range(len(rows)), [r.default_s / r.best_s for r in rows], color="tab:blue")
+    ax.axhline(1.0, color="grey", lw=0.8)
+    ax.set_xticks(range(len(rows)))
+    ax.set_xticklabels([f"L{i}" for i in range(len(rows))], fontsize=7)
+    ax.set_ylabel("tuned speed-up over the default")
+    ax.set_title("per-layer gain of tuning (conv kernel time)")
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+class ExportMeasurer:
+    """``tune --export DIR``: collects the jobs for a machine without TVM (``tune --measure DIR``)
+    and, once that machine's results are in ``DIR``, answers from them."""
+
+    def __init__(self, directory):
+        from . import measure
+
+        self.directory = Path(directory)
+        self._measure = measure
+        try:
+            self.results = measure.load_results(self.directory)
+        except (OSError, ValueError):  # nothing measured there yet
+            self.results = {}
+        self.pending = []
+
+    def measure(self, jobs, progress=None):
+        if not self.results:
+            self.pending.extend(jobs)
+            return {}
+        out = {job.key: self.results[job.key] for job in jobs if job.key in self.results}
+        for r in out.values():
+            if progress:
+                progress(r)
+        return out
+
+    def finish(self) -> int:
+        """Write the collected jobs to the directory; returns how many."""
+        if self.pending:
+            self._measure.export_jobs(self.pending, self.directory)
+        return len(self.pending)
