@@ -48,7 +48,7 @@ def candidates(layer):
     geom = conv2d.conv2d_geometry(
         layer.data_shape, layer.weight_shape, layer.strides, layer.padding, layer.dilation, layer.groups
     )
-    gpu = conv2d.default_config(geom, depthwise=True, device_kind="gpu")
+    gpu = conv2d.default_config(geom, depthwise=True, kind="gpu")
     out = [
         ("old", conv2d.ConvConfig(1, 4, (8, 4, 1)), TEXTURE, TEXTURE_WEIGHT),
         ("gpu", gpu, TEXTURE, TEXTURE_WEIGHT),

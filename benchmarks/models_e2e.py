@@ -9,7 +9,7 @@ and without the image pool. On an NVIDIA GPU with PyTorch it adds cuDNN fp32
 (TF32 off), eager and CUDA graph.
 
     python benchmarks/models_e2e.py                       # build + run here
-    python benchmarks/models_e2e.py --build-only DIR      # compile here (needs TVM)
+    python benchmarks/models_e2e.py --build-only DIR --profile nvidia-h200   # compile here (needs TVM)
     python benchmarks/models_e2e.py --from DIR            # run elsewhere (no TVM)
 """
 
@@ -32,7 +32,7 @@ WAYS = ("ours", "upstream")
 CARRY_WEIGHTS_MB = 24
 
 
-def _build(names, directory: Path | None, device):
+def _build(names, directory: Path | None, device, profile=None):
     """Compile every (model, way); returns {(name, way): CompiledModel}; saves them if asked."""
     from tir_adreno import models
     from tir_adreno.compiler import compile_model
@@ -43,7 +43,7 @@ def _build(names, directory: Path | None, device):
         for way in WAYS:
             log(f"compile {name} ({way}) ...")
             start = time.perf_counter()
-            cm = compile_model(mod, device, ours=way == "ours", progress=lambda msg: log(f"  {msg}"))
+            cm = compile_model(mod, device, profile, ours=way == "ours", progress=lambda msg: log(f"  {msg}"))
             log(f"  {time.perf_counter() - start:.1f} s")
             compiled[name, way] = cm
             if directory is not None:
@@ -135,6 +135,9 @@ def main():
     add_device_argument(parser)
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--repeat", type=int, default=10)
+    parser.add_argument(
+        "--profile", default=None, help="device profile to compile for (e.g. nvidia-h200 with --build-only); default: the device's own"
+    )
     parser.add_argument("--results-dir", type=Path, default=None, help="default: benchmarks/results")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--build-only", type=Path, metavar="DIR", help="compile and save the models, run nothing")
@@ -149,10 +152,10 @@ def main():
 
     device = runtime.get_device(args.device)
     if args.build_only:
-        _build(names, args.build_only, device)
+        _build(names, args.build_only, device, args.profile)
         log(f"saved to {args.build_only}")
         return
-    compiled = _load(names, args.from_dir, device) if args.from_dir else _build(names, None, device)
+    compiled = _load(names, args.from_dir, device) if args.from_dir else _build(names, None, device, args.profile)
 
     rows, results = [], []
     for name in names:
