@@ -89,7 +89,7 @@ def build_all(selected, out_dir: Path | None):
             case = {"layer": layer.key, "way": way, "label": lab, "id": f"{layer.key}-{len(cases)}"}
             try:
                 if way == "upstream":
-                    module, info = build_case(layer, "upstream")
+                    module, info = build_case(layer, "upstream", None)  # upstream needs no profile
                     case.update(info)
                 else:
                     func = conv2d.depthwise_conv2d_nchw4c(

@@ -9,7 +9,7 @@ and without the image pool. On an NVIDIA GPU with PyTorch it adds cuDNN fp32
 (TF32 off), eager and CUDA graph.
 
     python benchmarks/models_e2e.py                       # build + run here
-    python benchmarks/models_e2e.py --build-only DIR --profile nvidia-h200   # compile here (needs TVM)
+    python benchmarks/models_e2e.py --build-only DIR --target nvidia-h200   # compile here (needs TVM)
     python benchmarks/models_e2e.py --from DIR            # run elsewhere (no TVM)
 """
 
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from common import add_device_argument, fmt, log, print_table, write_json
+from common import add_device_argument, add_target_argument, fmt, log, print_table, target_profile, write_json
 
 MODELS = ("resnet50", "mobilenet_v2")
 WAYS = ("ours", "upstream")
@@ -135,9 +135,7 @@ def main():
     add_device_argument(parser)
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--repeat", type=int, default=10)
-    parser.add_argument(
-        "--profile", default=None, help="device profile to compile for (e.g. nvidia-h200 with --build-only); default: the device's own"
-    )
+    add_target_argument(parser)
     parser.add_argument("--results-dir", type=Path, default=None, help="default: benchmarks/results")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--build-only", type=Path, metavar="DIR", help="compile and save the models, run nothing")
@@ -152,10 +150,10 @@ def main():
 
     device = runtime.get_device(args.device)
     if args.build_only:
-        _build(names, args.build_only, device, args.profile)
+        _build(names, args.build_only, device, target_profile(args, build_only=True))
         log(f"saved to {args.build_only}")
         return
-    compiled = _load(names, args.from_dir, device) if args.from_dir else _build(names, None, device, args.profile)
+    compiled = _load(names, args.from_dir, device) if args.from_dir else _build(names, None, device, target_profile(args))
 
     rows, results = [], []
     for name in names:
