@@ -22,8 +22,10 @@ from ._common import clamp, load_pixel
 
 #: Supported activations (names as in PyTorch / Relax). ``"clip"`` clamps to the
 #: :class:`Epilogue`'s ``clip_min``/``clip_max``; ``hardsigmoid`` is PyTorch's
-#: ``relu6(x + 3) / 6``, ``hardswish`` ``x * hardsigmoid(x)``, ``silu`` ``x * sigmoid(x)``.
-ACTIVATIONS = (None, "relu", "relu6", "clip", "sigmoid", "silu", "hardsigmoid", "hardswish")
+#: ``relu6(x + 3) / 6``, ``hardswish`` ``x * hardsigmoid(x)``, ``silu`` ``x * sigmoid(x)``;
+#: ``gelu`` is the erf form ``x * 0.5 * (1 + erf(x / sqrt 2))``, ``gelu_tanh`` PyTorch's
+#: ``approximate="tanh"`` (``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``).
+ACTIVATIONS = (None, "relu", "relu6", "clip", "sigmoid", "silu", "hardsigmoid", "hardswish", "gelu", "gelu_tanh")
 #: Buffer names the conv factories give the optional epilogue inputs.
 BIAS = "Bias"
 RESIDUAL = "Residual"
@@ -71,6 +73,12 @@ def activate(x, activation, dtype, clip_min: float = 0.0, clip_max: float = 6.0)
         return const(1) / (const(1) + T.exp(-x))  # exp overflow gives 0, as NumPy
     if activation == "hardsigmoid":
         return clamp(x + const(3), const(0), const(6)) / const(6)
+    # GELU as written (not fused into x * Phi(x)), so -inf gives NaN like the NumPy formula.
+    if activation == "gelu":
+        return x * const(0.5) * (const(1) + T.erf(x * const(0.5**0.5)))
+    if activation == "gelu_tanh":
+        inner = const((2 / 3.141592653589793) ** 0.5) * (x + const(0.044715) * x * x * x)
+        return const(0.5) * x * (const(1) + T.tanh(inner))
     if activation in ("silu", "hardswish"):  # the gated forms: x * gate(x)
         return x * activate(x, "sigmoid" if activation == "silu" else "hardsigmoid", dtype)
     raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")

@@ -130,12 +130,12 @@ def test_swapped_program_binaries_are_rebuilt(cache_dir, device):
     modules = [build.build(elementwise.relu((1, 2, 3, 3, 4))), build.build(elementwise.add((1, 2, 3, 3, 4)))]
     for m in modules:
         device.build_program(m.source)
-    paths = [cache_dir / "programs" / f"{device._binary_key(m.source)}.bin" for m in modules]
+    paths = [cache_dir / "programs" / f"{device._binary_key(m.source, device.build_options)}.bin" for m in modules]
     _swap(*paths)
     programs = [device.build_program(m.source) for m in modules]
     assert [{k.function_name for k in p.all_kernels()} for p in programs] == [{"relu_kernel"}, {"add_kernel"}]
     for m, p in zip(modules, paths):
-        assert cache.read(p, device._binary_key(m.source)) is not None, "the rebuilt binary was not rewritten under its key"
+        assert cache.read(p, device._binary_key(m.source, device.build_options)) is not None, "the rebuilt binary was not rewritten under its key"
 
 
 def _build_without_disk_cache(device):

@@ -1,23 +1,51 @@
 """The command line: user errors are one line on stderr with exit code 2, no traceback."""
 
+import os
 import subprocess
 import sys
 
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
+
+from tir_adreno.cli import main
 
 
 def cli(*args, cwd=None):
+    """The command in a fresh process (what a user runs)."""
     return subprocess.run([sys.executable, "-m", "tir_adreno.cli", *args], capture_output=True, text=True, cwd=cwd)
 
 
-def assert_user_error(res, message):
+@pytest.fixture
+def run_cli(capsys, monkeypatch):
+    """The command in this process (no TVM import per call): same exit code, stdout and stderr."""
+
+    def run(*args, env=None):
+        for k, v in (env or {}).items():
+            monkeypatch.setenv(k, v)
+        try:
+            code = main(list(args))
+        except SystemExit as exit:  # argparse: --help, usage errors
+            code = exit.code
+        finally:
+            for k in env or {}:
+                monkeypatch.delenv(k)
+        out = capsys.readouterr()
+        return subprocess.CompletedProcess(args, code, out.out, out.err)
+
+    return run
+
+
+def assert_user_error(res, *messages, before_compile=True):
     assert res.returncode == 2, res.stderr[-2000:]
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in res.stderr, res.stderr
-    assert lines[0].startswith("tir-adreno: error:") and message in lines[0], lines[0]
+    assert lines[0].startswith("tir-adreno: error:"), lines[0]
+    for message in messages:
+        assert message in lines[0], lines[0]
+    if before_compile:
+        assert "build" not in res.stdout and "compiled in" not in res.stdout, "reported only after compiling:\n" + res.stdout
 
 
 @pytest.fixture(scope="module")
@@ -58,26 +86,26 @@ def test_run_onnx_check_inputs_outputs(tiny_onnx, tmp_path):
     np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-5)
 
 
-def test_missing_input_name(tiny_onnx, tmp_path):
+def test_missing_input_name(run_cli, tiny_onnx, tmp_path):
     np.savez(tmp_path / "in.npz", data=np.zeros((1, 3, 8, 8), "float32"))
-    assert_user_error(cli("run", str(tiny_onnx), "--inputs", str(tmp_path / "in.npz")), "unknown input 'data'")
+    assert_user_error(run_cli("run", str(tiny_onnx), "--inputs", str(tmp_path / "in.npz")), "unknown input 'data'")
 
 
-def test_wrong_input_shape_and_dtype(tiny_onnx, tmp_path):
+def test_wrong_input_shape_and_dtype(run_cli, tiny_onnx, tmp_path):
     np.savez(tmp_path / "shape.npz", image=np.zeros((1, 3, 9, 8), "float32"))
-    assert_user_error(cli("run", str(tiny_onnx), "--inputs", str(tmp_path / "shape.npz")), "has shape (1, 3, 9, 8)")
+    assert_user_error(run_cli("run", str(tiny_onnx), "--inputs", str(tmp_path / "shape.npz")), "has shape (1, 3, 9, 8)")
     np.savez(tmp_path / "dtype.npz", image=np.zeros((1, 3, 8, 8), "float64"))
-    assert_user_error(cli("run", str(tiny_onnx), "--inputs", str(tmp_path / "dtype.npz")), "has dtype float64")
+    assert_user_error(run_cli("run", str(tiny_onnx), "--inputs", str(tmp_path / "dtype.npz")), "has dtype float64")
 
 
-def test_unparsable_onnx(tmp_path):
+def test_unparsable_onnx(run_cli, tmp_path):
     bad = tmp_path / "bad.onnx"
     bad.write_bytes(b"\x00not a protobuf at all\xff" * 10)
-    assert_user_error(cli("run", str(bad)), "not a readable ONNX model")
-    assert_user_error(cli("run", str(tmp_path / "absent.onnx")), "no such file")
+    assert_user_error(run_cli("run", str(bad)), "not a readable ONNX model")
+    assert_user_error(run_cli("run", str(tmp_path / "absent.onnx")), "no such file")
 
 
-def test_op_tvm_cannot_import(tmp_path):
+def test_op_tvm_cannot_import(run_cli, tmp_path):
     node = helper.make_node("NoSuchOp", ["x"], ["y"], domain="com.example")
     graph = helper.make_graph(
         [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 4))], [helper.make_tensor_value_info("y", TensorProto.FLOAT, (1, 4))]
@@ -85,7 +113,7 @@ def test_op_tvm_cannot_import(tmp_path):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.example", 1)])
     path = tmp_path / "unknown.onnx"
     onnx.save(model, str(path))
-    assert_user_error(cli("run", str(path)), "TVM cannot import this ONNX model")
+    assert_user_error(run_cli("run", str(path)), "TVM cannot import this ONNX model")
 
 
 def test_unknown_device():
@@ -96,3 +124,131 @@ def test_devices_lists_limits():
     res = cli("devices")
     assert res.returncode == 0
     assert "images" in res.stdout and "layers" in res.stdout
+
+
+def save_model(path, nodes, inputs, outputs, inits=()):
+    graph = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
+    return str(path)
+
+
+def test_help_documents_exit_codes(run_cli):
+    for args in (["--help"], ["run", "--help"]):
+        res = run_cli(*args)
+        assert res.returncode == 0
+        for line in ("0  ok", "1  --check failed", "2  user error", "other  an internal error"):
+            assert line in res.stdout, res.stdout
+
+
+@pytest.mark.parametrize("command", ["run", "kernels"])
+def test_garbage_environment_setting(run_cli, tiny_onnx, command):
+    args = ["run", str(tiny_onnx)] if command == "run" else ["kernels"]
+    assert_user_error(run_cli(*args, env={"TIR_ADRENO_CHECK_BOUNDS": "bogus"}), "$TIR_ADRENO_CHECK_BOUNDS", "0 or 1", "'bogus'")
+
+
+@pytest.mark.parametrize("flag", ["--outputs", "--json"])
+def test_output_into_missing_or_unwritable_folder(run_cli, tiny_onnx, tmp_path, flag):
+    missing = tmp_path / "no" / "such" / "out.file"
+    assert_user_error(run_cli("run", str(tiny_onnx), flag, str(missing)), flag, f"folder {missing.parent} does not exist")
+    assert_user_error(run_cli("run", str(tiny_onnx), flag, str(tmp_path)), flag, "is a folder")
+
+
+def test_kernels_json_into_missing_folder(run_cli, tmp_path):
+    assert_user_error(run_cli("kernels", "--json", str(tmp_path / "no" / "k.json")), "--json", "does not exist")
+
+
+def test_unreadable_inputs_reported_before_compiling(run_cli, tiny_onnx, tmp_path):
+    assert_user_error(run_cli("run", str(tiny_onnx), "--inputs", str(tmp_path / "absent.npz")), "--inputs", "absent.npz", "No such file")
+    (tmp_path / "text.npz").write_text("not numpy")
+    assert_user_error(run_cli("run", str(tiny_onnx), "--inputs", str(tmp_path / "text.npz")), "--inputs", "not a NumPy .npz archive")
+
+
+@pytest.fixture(scope="module")
+def batch_onnx(tmp_path_factory):
+    """conv -> relu with a symbolic batch "N": input "image" (N, 3, 6, 6)."""
+    w = numpy_helper.from_array(np.random.default_rng(2).standard_normal((4, 3, 3, 3)).astype("float32"), "w")
+    path = tmp_path_factory.mktemp("onnx") / "batch.onnx"
+    nodes = [helper.make_node("Conv", ["image", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["out"])]
+    io = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ("N", c, 6, 6)) for n, c in (("image", 3), ("out", 4))]
+    return save_model(path, nodes, io[:1], io[1:], [w])
+
+
+def test_symbolic_dim_needs_input_shape(run_cli, batch_onnx):
+    assert_user_error(run_cli("run", batch_onnx), "input 'image'", "symbolic dim 'N'", "--input-shape image=1,3,6,6")
+    assert_user_error(run_cli("run", batch_onnx, "--input-shape", "image=2,3,6"), "input 'image'", "does not fit")
+    assert_user_error(run_cli("run", batch_onnx, "--input-shape", "image=2,x"), "--input-shape 'image=2,x'")
+    assert_user_error(run_cli("run", batch_onnx, "--input-shape", "data=2,3,6,6"), "--input-shape names 'data'")
+
+
+def test_batch_2_through_symbolic_model(run_cli, batch_onnx, tmp_path):
+    x = np.random.default_rng(4).standard_normal((2, 3, 6, 6)).astype("float32")
+    np.savez(tmp_path / "in.npz", image=x)
+    out = tmp_path / "out.npz"
+    res = run_cli("run", batch_onnx, "--input-shape", "image=2,3,6,6", "--inputs", str(tmp_path / "in.npz"), "--outputs", str(out), "--check")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "check passed" in res.stdout and res.stderr == ""
+    import onnxruntime
+
+    (ref,) = onnxruntime.InferenceSession(batch_onnx, providers=["CPUExecutionProvider"]).run(None, {"image": x})
+    with np.load(out) as y:
+        assert y["output0"].shape == (2, 4, 6, 6)
+        np.testing.assert_allclose(y["output0"], ref, rtol=1e-4, atol=1e-5)
+
+
+def test_float16_model_on_device_without_fp16(run_cli, tmp_path, device):
+    if device.fp16:
+        pytest.skip(f"{device.name} has cl_khr_fp16: a float16 model runs there")
+    w = numpy_helper.from_array(np.random.default_rng(5).standard_normal((4, 4, 1, 1)).astype("float16"), "w")
+    io = [helper.make_tensor_value_info(n, TensorProto.FLOAT16, (1, 4, 3, 3)) for n in ("x", "y")]
+    path = save_model(tmp_path / "fp16.onnx", [helper.make_node("Conv", ["x", "w"], ["y"])], io[:1], io[1:], [w])
+    assert_user_error(run_cli("run", path), "float16", f"device {device.name!r}", "cl_khr_fp16")
+
+
+def test_check_on_model_onnxruntime_cannot_run(run_cli, tmp_path):
+    """Valid ONNX that onnxruntime refuses (Relu has no int8 kernel): reported before compiling."""
+    io = [helper.make_tensor_value_info(n, TensorProto.INT8, (1, 4, 3, 3)) for n in ("x", "y")]
+    path = save_model(tmp_path / "int8.onnx", [helper.make_node("Relu", ["x"], ["y"])], io[:1], io[1:])
+    assert_user_error(run_cli("run", path, "--check"), "--check: onnxruntime cannot run this model", "Relu")
+
+
+def test_check_warns_on_constant_reference(run_cli, tmp_path):
+    """y = x * 0 + 0.5: every output is 0.5, so "passed" would have checked nothing."""
+    inits = [
+        numpy_helper.from_array(np.zeros((1, 4, 1, 1), "float32"), "zero"),
+        numpy_helper.from_array(np.full((1, 4, 1, 1), 0.5, "float32"), "half"),
+    ]
+    io = [helper.make_tensor_value_info(n, TensorProto.FLOAT, (1, 4, 3, 3)) for n in ("x", "y")]
+    nodes = [helper.make_node("Mul", ["x", "zero"], ["m"]), helper.make_node("Add", ["m", "half"], ["y"])]
+    res = run_cli("run", save_model(tmp_path / "constant.onnx", nodes, io[:1], io[1:], inits), "--check")
+    assert res.returncode == 0, res.stderr[-3000:]
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tir-adreno: warning:") and "output0" in lines[0] and "constant" in lines[0], res.stderr
+
+
+def test_unusable_cache_folder_is_one_warning(tiny_onnx, tmp_path):
+    """In a fresh process, so every kernel is built cold and would be written to the cache."""
+    blocker = tmp_path / "file"
+    blocker.write_text("")  # a folder below a regular file cannot be created, even by root
+    res = subprocess.run(
+        [sys.executable, "-m", "tir_adreno.cli", "run", str(tiny_onnx)],
+        capture_output=True, text=True, env=dict(os.environ, TIR_ADRENO_CACHE_DIR=str(blocker / "cache")),
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in res.stderr, res.stderr
+    assert lines[0].startswith("tir-adreno: warning: cache folder") and "working without the disk cache" in lines[0]
+
+
+def test_compile_takes_input_shape(run_cli, batch_onnx, tmp_path):
+    assert_user_error(run_cli("compile", batch_onnx, "-o", str(tmp_path / "m")), "symbolic dim 'N'", "--input-shape image=1,3,6,6")
+    res = run_cli("compile", batch_onnx, "-o", str(tmp_path / "m"), "--target", "pocl", "--input-shape", "image=2,3,6,6")
+    assert res.returncode == 0, res.stderr
+    x = np.random.default_rng(6).standard_normal((2, 3, 6, 6)).astype("float32")
+    np.savez(tmp_path / "in.npz", image=x)
+    res = run_cli("run", str(tmp_path / "m"), "--inputs", str(tmp_path / "in.npz"), "--outputs", str(tmp_path / "out.npz"))
+    assert res.returncode == 0, res.stderr
+    import onnxruntime
+
+    (ref,) = onnxruntime.InferenceSession(batch_onnx, providers=["CPUExecutionProvider"]).run(None, {"image": x})
+    with np.load(tmp_path / "out.npz") as y:
+        np.testing.assert_allclose(y["output0"], ref, rtol=1e-4, atol=1e-5)

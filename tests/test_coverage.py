@@ -159,3 +159,114 @@ def test_concat_of_six_inputs():
     ops = check(_graph(nodes, inits))
     assert sum(op.startswith("conv2d") for op in ops) == len(chans), ops
     assert sum(op.startswith("concat") for op in ops) == 3, ops  # (4 inputs, 2 inputs) then the 2 results
+
+
+def test_inception_v2_mul_add_batch_norm_folds_into_convs():
+    """The onnx package's Inception-v2 writes batch norm as Mul/Add by [1, C, 1, 1]: folded,
+    the lowered model has no layout transform next to a conv (only before the classifier)."""
+    import onnx
+    from tvm import relax
+
+    from tir_adreno.compiler import import_model, lower
+    from tir_adreno.device import get_profile
+    from tir_adreno.onnx_models import light_model_path, randomize_weights
+    from tir_adreno.relax_pass import OURS_ATTR
+
+    mod, _ = import_model(randomize_weights(onnx.load(light_model_path("inception_v2")), seed=3))
+    mod = lower(mod, get_profile("adreno"))  # compile only: planned for an Adreno GPU
+    main = mod["main"]
+    calls = [b for block in main.body.blocks for b in block.bindings if isinstance(b.value, relax.Call) and b.value.op.name == "relax.call_tir"]
+    ours = {b.var: bool(mod[b.value.args[0]].attrs.get(OURS_ATTR, False)) for b in calls}
+    names = [b.value.args[0].name_hint for b in calls]
+    assert sum(n.startswith("conv2d") for n in names) >= 60 and all(ours[b.var] for b in calls if b.value.args[0].name_hint.startswith("conv2d"))
+    for b in calls:
+        if b.value.args[0].name_hint.startswith(EDGE):
+            (src,) = b.value.args[1].fields
+            consumers = [c for c in calls if any(f.same_as(b.var) for f in c.value.args[1].fields)]
+            # Either the model input is packed, or a value is unpacked for upstream (the classifier).
+            assert any(src.same_as(p) for p in main.params) or (consumers and not any(ours[c.var] for c in consumers)), b.value.args[0].name_hint
+
+
+def test_importer_made_kernels_are_not_ours():
+    """Clip with attribute bounds (opset 6) imports as PrimFuncs of TVM's importer: upstream's."""
+    rng = np.random.default_rng(5)
+    inits = {}
+    nodes = [_conv(rng, inits, "x", "c", 8, 3), helper.make_node("Clip", ["c"], ["y"], min=-0.5, max=0.5)]
+    compiled = compile_model(_graph(nodes, inits, opset=6), progress=lambda _: None)
+    x = np.random.default_rng(0).standard_normal((1, 3, 7, 7)).astype("float32")
+    (out,) = compiled.run({"x": x})
+    ref = np.clip(reference_outputs(_graph(nodes, inits, opset=6), {"x": x})[0], -0.5, 0.5)
+    assert relative_error(out, ref) <= RTOL
+    ours = {p["op"]: p["ours"] for p in compiled.profile()}
+    assert ours["conv2d_nchw4c"] and not ours["maximum"] and not ours["minimum"], ours
+
+
+# --- the new kernels against float64 NumPy --------------------------------------------------
+
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from primfuncs import elementwise  # noqa: E402
+from util import rand, run_kernel  # noqa: E402
+
+
+def _sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def _hardsigmoid(x):
+    return np.clip(x + 3.0, 0.0, 6.0) / 6.0
+
+
+ACTIVATIONS = {
+    "sigmoid": _sigmoid,
+    "silu": lambda x: x * _sigmoid(x),
+    "hardsigmoid": _hardsigmoid,
+    "hardswish": lambda x: x * _hardsigmoid(x),
+    "relu": lambda x: np.maximum(x, 0.0),
+    "relu6": lambda x: np.clip(x, 0.0, 6.0),
+}
+blocked_shapes = st.tuples(st.integers(1, 2), st.integers(1, 3), st.integers(1, 6), st.integers(1, 7), st.integers(0, 2**32 - 1))
+scopes = st.sampled_from(["global.texture", "global"])
+
+
+@given(blocked_shapes, scopes, st.sampled_from(sorted(ACTIVATIONS)))
+def test_activation_kernel(device, d, scope, name):
+    *shape, seed = d
+    x = rand(np.random.default_rng(seed), (*shape, 4)) * 4  # past the breakpoints at -3, 0, 3, 6
+    x.reshape(-1)[:3] = [np.nan, np.inf, -np.inf]  # NaN and Inf as NumPy has them
+    y = run_kernel(device, elementwise.activation((*shape, 4), name, scope=scope), x)
+    with np.errstate(over="ignore", invalid="ignore"):
+        ref = ACTIVATIONS[name](x.astype(np.float64))
+    np.testing.assert_allclose(y, ref, rtol=1e-6, atol=1e-6)  # NaN where ref is NaN (equal_nan)
+
+
+@given(blocked_shapes, scopes, st.sampled_from([None, "relu", "hardswish"]))
+def test_affine_kernel(device, d, scope, activation):
+    *shape, seed = d
+    rng = np.random.default_rng(seed)
+    x, scale, shift = rand(rng, (*shape, 4)), rand(rng, (shape[1], 4)), rand(rng, (shape[1], 4))
+    y = run_kernel(device, elementwise.affine((*shape, 4), activation, scope=scope), x, scale, shift)
+    ref = x.astype(np.float64) * scale[None, :, None, None] + shift[None, :, None, None]
+    np.testing.assert_allclose(y, ACTIVATIONS.get(activation, lambda v: v)(ref), rtol=1e-5, atol=1e-6)
+
+
+@given(blocked_shapes, scopes, st.sampled_from(["multiply", "add"]))
+def test_channel_broadcast_kernel(device, d, scope, op):
+    *shape, seed = d
+    rng = np.random.default_rng(seed)
+    x, gate = rand(rng, (*shape, 4)), rand(rng, (shape[0], shape[1], 1, 1, 4))
+    y = run_kernel(device, elementwise.binary((*shape, 4), op, scope=scope, broadcast_channels=True), x, gate)
+    ref = x.astype(np.float64) * gate if op == "multiply" else x.astype(np.float64) + gate
+    np.testing.assert_array_equal(y, ref.astype(np.float32))  # one rounded operation per element
+
+
+def test_bad_activation_arguments():
+    with pytest.raises(ValueError, match="activation must be one of"):
+        elementwise.activation((1, 1, 2, 2, 4), "mish")
+    with pytest.raises(ValueError, match="activation must be one of"):
+        elementwise.affine((1, 1, 2, 2, 4), "clip")
+    from primfuncs.epilogue import Epilogue
+
+    with pytest.raises(ValueError, match="clip_min <= clip_max"):
+        Epilogue(activation="clip", clip_min=1.0, clip_max=0.0)

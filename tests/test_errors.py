@@ -1,5 +1,7 @@
 """Bad input gets a clear exception naming what is wrong."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -56,3 +58,32 @@ def test_fp16_needs_the_extension(device):
     else:
         with pytest.raises(TypeError, match="cl_khr_fp16"):
             ops.relu(x)
+
+
+def test_garbage_environment_setting(monkeypatch):
+    from tir_adreno import bounds
+
+    monkeypatch.setenv("TIR_ADRENO_CHECK_BOUNDS", "bogus")
+    with pytest.raises(ValueError, match=r"\$TIR_ADRENO_CHECK_BOUNDS must be 0 or 1, got 'bogus'"):
+        bounds.enabled()
+
+
+def test_float16_model_rejected_before_building(device, monkeypatch):
+    """A float16 model on a device without half arithmetic: a ModelError naming the device, no build."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from tir_adreno import build, compile_model
+    from tir_adreno.compiler import ModelError
+
+    if device.fp16:
+        pytest.skip(f"{device.name} has cl_khr_fp16: a float16 model runs there")
+    w = numpy_helper.from_array(np.random.default_rng(5).standard_normal((4, 4, 1, 1)).astype("float16"), "w")
+    io = [helper.make_tensor_value_info(n, TensorProto.FLOAT16, (1, 4, 3, 3)) for n in ("x", "y")]
+    model = helper.make_model(helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"])], "g", io[:1], io[1:], [w]))
+
+    def no_build(*args, **kwargs):
+        raise AssertionError("built a kernel for a model the device cannot run")
+
+    monkeypatch.setattr(build, "build_cached", no_build)
+    with pytest.raises(ModelError, match=rf"float16 but device {re.escape(repr(device.name))} has no cl_khr_fp16"):
+        compile_model(model, device, progress=lambda _: None)

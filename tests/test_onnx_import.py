@@ -162,3 +162,17 @@ def test_shape_arithmetic_is_folded():
     assert ops == {"Slice", "Conv", "Relu", "Concat", "Reshape", "Transpose"}, ops
     (dim_values,) = [[d.dim_value for d in i.type.tensor_type.shape.dim] for i in static.graph.input]
     assert dim_values == [3, 8, 5, 5]
+
+
+@pytest.mark.parametrize("start, end, expected", [(None, None, [3, 8, 5, 5]), (1, None, [8, 5, 5]), (-2, None, [5, 5]), (0, -1, [3, 8, 5]), (2, 0, [])])
+def test_shape_with_start_end_folds_like_onnxruntime(start, end, expected):
+    attrs = {k: v for k, v in (("start", start), ("end", end)) if v is not None}
+    model = make(
+        [node("Shape", ["x"], ["s"], **attrs), node("Identity", ["s"], ["y"])],
+        [tensor("x", ("N", 8, 5, 5))], [helper.make_tensor_value_info("y", TensorProto.INT64, (len(expected),))], [], opset=15,
+    )
+    static = make_static(model, {"x": (3, 8, 5, 5)})
+    (folded,) = [numpy_helper.to_array(i) for i in static.graph.initializer if i.name == "s"]
+    x = RNG.standard_normal((3, 8, 5, 5)).astype("float32")
+    (ref,) = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    assert folded.tolist() == ref.tolist() == expected

@@ -1,7 +1,7 @@
 """tune -> compile -> run on the command line (PoCL): records written, resumed, used; cross-compiling.
 
 One tiny ONNX model with two convs (a 1x1 and a 3x3 stride-2: no Winograd, so a
-handful of candidates each) keeps this to a minute.
+handful of candidates each) and a max pool keeps this to a minute or two.
 """
 
 import json
@@ -23,11 +23,12 @@ def two_convs(tmp_path_factory):
     nodes = [
         helper.make_node("Conv", ["image", "w1"], ["c1"]),
         helper.make_node("Relu", ["c1"], ["r1"]),
-        helper.make_node("Conv", ["r1", "w2"], ["out"], pads=[1, 1, 1, 1], strides=[2, 2]),
+        helper.make_node("Conv", ["r1", "w2"], ["c2"], pads=[1, 1, 1, 1], strides=[2, 2]),
+        helper.make_node("MaxPool", ["c2"], ["out"], kernel_shape=[2, 2]),
     ]
     graph = helper.make_graph(
         nodes, "two", [helper.make_tensor_value_info("image", TensorProto.FLOAT, (1, 4, 6, 6))],
-        [helper.make_tensor_value_info("out", TensorProto.FLOAT, (1, 8, 3, 3))], [w1, w2],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, (1, 8, 2, 2))], [w1, w2],
     )
     path = tmp_path_factory.mktemp("onnx") / "two.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
@@ -36,12 +37,12 @@ def two_convs(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tuned(two_convs, tmp_path_factory):
-    """Records after two tune runs: the first (budget 0) tunes one layer, the second the other."""
+    """Records after two tune runs: the first (budget 0) tunes one layer, the second the others."""
     records = tmp_path_factory.mktemp("tune") / "records.json"
     first = cli("tune", str(two_convs), "--records", str(records), "--budget-s", "0")
     assert first.returncode == 0, first.stderr[-2000:]
     doc = json.loads(cache.read(records))
-    assert len(doc["layers"]) == 1 and "1 layers left for the next run" in first.stdout
+    assert len(doc["layers"]) == 1 and "2 layers left for the next run" in first.stdout
     second = cli("tune", str(two_convs), "--records", str(records))
     assert second.returncode == 0, second.stderr[-2000:]
     return records, first.stdout, second.stdout
@@ -50,12 +51,14 @@ def tuned(two_convs, tmp_path_factory):
 def test_tune_writes_and_resumes_records(tuned):
     records, first, second = tuned
     doc = json.loads(cache.read(records))
-    assert doc["device"]["name"] == "pocl" and doc["precision"] == "float32" and len(doc["layers"]) == 2
+    assert doc["device"]["name"] == "pocl" and doc["precision"] == "float32" and len(doc["layers"]) == 3
+    (pool,) = [e for k, e in doc["layers"].items() if k.startswith("pool2d max")]
+    assert set(pool["times_s"]) == {"auto", "thread", "group"} and pool["choice"]["strategy"] in pool["times_s"]
     for entry in doc["layers"].values():
         assert entry["default_s"] > 0 and entry["name"] in entry["times_s"]
-        assert len(entry["times_s"]) >= 3  # default, other configs, buffer placement
+        assert len(entry["times_s"]) >= 3  # conv: default, other configs, buffer placement
         assert min(t for t in entry["times_s"].values() if t) == pytest.approx(entry["times_s"][entry["name"]], rel=0.031)
-    assert "recorded, skipped" in second and second.count("building candidates") == 1
+    assert "recorded, skipped" in second and second.count("building candidates") == 2
     assert "sum over layers" in second and records.with_suffix(".png").exists()
 
 
@@ -100,3 +103,17 @@ def test_records_of_another_device_warn_and_are_ignored(tuned, two_convs, tmp_pa
     assert res.returncode == 0 and "(0 from records)" in res.stdout, res.stderr[-2000:]
     warnings = [line for line in res.stderr.splitlines() if "records ignored" in line]
     assert len(warnings) == 1 and "measured on pocl" in warnings[0] and warnings[0].startswith("tir-adreno: warning:")
+
+
+def test_export_measure_import(two_convs, tmp_path):
+    """Build here (--export), time with numpy + pyopencl only (--measure), then write the records."""
+    folder, records = tmp_path / "jobs", tmp_path / "r.json"
+    args = ("tune", str(two_convs), "--export", str(folder), "--target", "pocl", "--records", str(records))
+    res = cli(*args)
+    assert res.returncode == 0 and "exported" in res.stdout and not records.exists(), res.stderr[-2000:]
+    res = cli("tune", "--measure", str(folder))
+    assert res.returncode == 0 and res.stdout.count("measured ") >= 8, res.stderr[-2000:]
+    res = cli(*args)
+    assert res.returncode == 0 and "sum over layers" in res.stdout, res.stdout + res.stderr[-2000:]
+    doc = json.loads(cache.read(records))
+    assert doc["device"] == {"name": "pocl", "driver": "", "kind": "cpu"} and len(doc["layers"]) == 3

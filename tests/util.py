@@ -26,11 +26,13 @@ def assert_close(actual, reference, rtol: float):
     assert err <= rtol, f"relative error {err:.3g} > {rtol:g}"
 
 
-def run_kernel(device, func, *inputs) -> np.ndarray:
-    """Run ``func`` on ``inputs`` (NumPy arrays in its parameters' scopes) and a poisoned output."""
+def run_kernel(device, func, *inputs, poison=None) -> np.ndarray:
+    """Run ``func`` on ``inputs`` (NumPy arrays in its parameters' scopes) and a poisoned output
+    (NaN, or the value ``poison``: tests of NaN outputs need a finite one)."""
     loaded, name = ops.compile(func, device)
     specs = loaded[name].params
     tensors = [device.empty(spec).upload(value) for spec, value in zip(specs, inputs)]
-    out = device.empty(specs[-1]).poison()
+    out = device.empty(specs[-1])
+    out = out.poison() if poison is None else out.upload(np.full(out.spec.shape, poison, out.spec.dtype))
     loaded(name, *tensors, out)
     return out.numpy()

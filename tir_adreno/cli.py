@@ -1,9 +1,10 @@
-"""``tir-adreno`` command line: ``devices``, ``run`` (the main job), ``compile``, ``tune``, ``kernels``."""
+"""``tir-adreno`` command line: ``devices``, ``run`` (the main job), ``compile``, ``tune``, ``kernels``, ``serve``."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 import warnings
@@ -38,6 +39,8 @@ def _kernels(args) -> int:
     from . import runtime
     from .tour import kernel_tour
 
+    check_environment()
+    check_writable(args.json, "--json")
     dev = runtime.get_device(args.device)
     print(f"device: {dev.name}", flush=True)
     rows = kernel_tour(dev, progress=lambda msg: print(msg, flush=True))
@@ -56,16 +59,93 @@ def _kernels(args) -> int:
 #: --check tolerance on outputs (relative to the largest reference magnitude).
 CHECK_RTOL = 1e-3
 
+#: How a missing input shape is asked for on the command line.
+INPUT_SHAPE_HINT = "--input-shape {name}={dims}"
 
-def _load_inputs(path, names, shapes):
-    if path is None:
-        rng = np.random.default_rng(0)
-        return {n: rng.standard_normal(s).astype(d) for n, (s, d) in zip(names, shapes)}
+EXIT_CODES = """exit codes:
+  0  ok
+  1  --check failed (outputs differ from the CPU reference)
+  2  user error: one line on stderr naming the culprit, no traceback
+     (reported before compiling whenever it can be known)
+  other  an internal error (a bug: please report it with the traceback)"""
+
+
+def check_environment() -> None:
+    """Settings read from the environment, validated before any work."""
+    from . import bounds
+
     try:
-        with np.load(path) as npz:
-            return {k: npz[k] for k in npz.files}
-    except (OSError, ValueError) as err:
-        raise UserError(f"{path}: cannot read inputs ({err})") from None
+        bounds.enabled()
+    except ValueError as err:
+        raise UserError(str(err)) from None
+
+
+def check_writable(path: str | None, flag: str) -> None:
+    """``flag``'s file can be created: its folder exists and is writable, the path is no folder."""
+    if path is None:
+        return
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise UserError(f"{flag} {path}: is a folder, expected a file name")
+    if not os.path.isdir(folder):
+        raise UserError(f"{flag} {path}: folder {folder} does not exist")
+    if not os.access(folder, os.W_OK):
+        raise UserError(f"{flag} {path}: folder {folder} is not writable")
+
+
+def parse_input_shapes(specs: list[str] | None) -> dict[str, tuple[int, ...]]:
+    """``["NAME=D0,D1,..."]`` -> {NAME: (D0, D1, ...)}."""
+    shapes = {}
+    for spec in specs or []:
+        name, _, dims = spec.rpartition("=")
+        try:
+            shape = tuple(int(d) for d in dims.split(","))
+        except ValueError:
+            shape = ()
+        if not name or not shape or min(shape) < 1:
+            raise UserError(f"--input-shape {spec!r}: expected NAME=D0,D1,... with positive integer dims")
+        if name in shapes:
+            raise UserError(f"--input-shape: {name!r} given twice")
+        shapes[name] = shape
+    return shapes
+
+
+def read_inputs(path: str | None) -> dict[str, np.ndarray] | None:
+    """The arrays of an ``--inputs`` .npz file (read before compiling), or None without one."""
+    if path is None:
+        return None
+    try:
+        loaded = np.load(path, allow_pickle=False)
+    except OSError as err:
+        raise UserError(f"--inputs {path}: cannot read inputs ({err.strerror or err})") from None
+    except ValueError:
+        loaded = None
+    if not isinstance(loaded, np.lib.npyio.NpzFile):
+        raise UserError(f"--inputs {path}: not a NumPy .npz archive (write one with numpy.savez(path, name=array))")
+    with loaded as npz:
+        return {k: npz[k] for k in npz.files}
+
+
+def model_inputs(model, input_shapes) -> list[tuple[str, tuple[int, ...], str]]:
+    """(name, shape, dtype) of each model input, known right after import (before lowering)."""
+    import tvm
+
+    if isinstance(model, tvm.IRModule):
+        return [(p.name, tuple(int(d) for d in p.ty.shape.values), str(p.ty.dtype)) for p in model["main"].params]
+    from onnx.helper import tensor_dtype_to_np_dtype
+
+    from .onnx_import import data_inputs, input_shapes_of
+
+    try:
+        shapes = input_shapes_of(model, input_shapes, INPUT_SHAPE_HINT)
+    except ValueError as err:
+        raise UserError(str(err).replace("input_shapes names", "--input-shape names")) from None
+    dtypes = {i.name: np.dtype(tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type)).name for i in data_inputs(model)}
+    return [(name, shape, dtypes[name]) for name, shape in shapes.items()]
+
+
+def warn(message: str) -> None:
+    print(f"tir-adreno: warning: {message}", file=sys.stderr, flush=True)
 
 
 def _profile(name):
@@ -86,39 +166,52 @@ def _saved_model(path) -> bool:
 
 def _run(args) -> int:
     from . import runtime
+    from .executor import ModelInputError
 
+    check_environment()
+    check_writable(args.outputs, "--outputs")
+    check_writable(args.json, "--json")
+    input_shapes = parse_input_shapes(args.input_shape)
+    given = read_inputs(args.inputs)
     dev = runtime.get_device(args.device)
+    reference = None
     if _saved_model(args.model):  # a saved model: no TVM on this path
         from .executor import load_model
 
-        for flag in ("records", "target", "check"):
+        for flag in ("records", "target", "check", "input_shape"):
             if getattr(args, flag):
-                raise UserError(f"--{flag} needs a model file; {args.model} is compiled already")
+                raise UserError(f"--{flag.replace('_', '-')} needs a model file; {args.model} is compiled already")
         label = args.model
         print(f"model: {label} (saved)\ndevice: {dev.name}", flush=True)
         try:
             compiled = load_model(args.model, dev)
         except ValueError as err:
             raise UserError(str(err)) from None
-        model = None
+        specs = [(name, compiled.plan.tensors[i].shape, compiled.plan.tensors[i].dtype) for name, i in compiled.plan.inputs]
+        inputs = _inputs(given, specs, args.inputs)
     else:
-        from . import models
         from .compiler import ModelError, compile_model
 
         target = _profile(args.target) if args.target else None
-        model = args.model if args.model else models.get_model(args.builtin)
+        model, specs = _model_and_inputs(args, input_shapes)
+        inputs = _inputs(given, specs, args.inputs)
+        if args.check:
+            from .reference import ReferenceUnavailable, reference_runner
+
+            try:
+                reference = reference_runner(model)
+            except ReferenceUnavailable as err:
+                raise UserError(f"--check: {err}") from None
         label = args.model or f"built-in {args.builtin} (seeded random weights)"
         print(f"model: {label}\ndevice: {dev.name}", flush=True)
         start = time.perf_counter()
         try:
-            compiled = compile_model(model, dev, target, args.records, progress=lambda msg: print(f"  {msg}", flush=True))
+            compiled = compile_model(
+                model, dev, target, args.records, input_shapes=input_shapes, progress=lambda msg: print(f"  {msg}", flush=True)
+            )
         except ModelError as err:
             raise UserError(str(err)) from None
         print(f"compiled in {time.perf_counter() - start:.1f} s", flush=True)
-    from .executor import ModelInputError
-
-    shapes = [(compiled.plan.tensors[i].shape, compiled.plan.tensors[i].dtype) for _, i in compiled.plan.inputs]
-    inputs = _load_inputs(args.inputs, compiled.input_names, shapes)
     try:
         compiled.run(inputs)  # warm-up: first launches build per-work-group code on some drivers
         start = time.perf_counter()
@@ -143,32 +236,74 @@ def _run(args) -> int:
         np.savez(args.outputs, **dict(zip(names, outputs)))
     report = {"model": label, "device": dev.name, "kernel_ms": kernel_ms, "wall_ms": wall * 1e3, "memory": mem, "profile": profile}
     status = 0
-    if args.check:
-        from .reference import reference_outputs, relative_error
-
-        print("checking against the CPU reference ...", flush=True)
-        refs = reference_outputs(model if not args.model else args.model, inputs)
-        errors = [relative_error(o, r) for o, r in zip(outputs, refs)]
-        report["check"] = {"relative_errors": errors, "rtol": CHECK_RTOL}
-        ok = len(refs) == len(outputs) and all(e <= CHECK_RTOL for e in errors)
-        print(f"check {'passed' if ok else 'FAILED'}: relative error {max(errors):.2e} (tolerance {CHECK_RTOL:g})")
-        status = 0 if ok else 1
+    if reference is not None:
+        status = _check(outputs, reference, inputs, report)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=2)
     return status
 
 
-def _compile(args) -> int:
+def _model_and_inputs(args, input_shapes):
+    """The model (an ONNX file loaded, or a built-in) and its inputs' (name, shape, dtype), before any compile."""
     from . import models
+    from .compiler import ModelError, load_onnx
+
+    try:
+        model = load_onnx(args.model) if args.model else models.get_model(args.builtin)
+    except ModelError as err:
+        raise UserError(str(err)) from None
+    if input_shapes and not args.model:
+        raise UserError("--input-shape applies to ONNX models; the built-in models have fixed shapes")
+    return model, model_inputs(model, input_shapes)
+
+
+def _inputs(given, specs, path) -> dict[str, np.ndarray]:
+    """The ``--inputs`` arrays checked against the model's inputs, or seeded random ones without a file."""
+    from .executor import ModelInputError, check_inputs
+
+    if given is None:
+        rng = np.random.default_rng(0)
+        return {n: rng.standard_normal(shape).astype(dtype) for n, shape, dtype in specs}
+    try:
+        return dict(zip([n for n, _, _ in specs], check_inputs(given, specs)))
+    except ModelInputError as err:
+        raise UserError(f"--inputs {path}: {err}") from None
+
+
+def _check(outputs, reference, inputs, report) -> int:
+    """Compare with the CPU reference; 0 when within :data:`CHECK_RTOL`, else 1."""
+    from .reference import ReferenceUnavailable, nearly_constant, relative_error
+
+    print("checking against the CPU reference ...", flush=True)
+    try:
+        refs = reference(inputs)
+    except ReferenceUnavailable as err:
+        raise UserError(f"--check: {err}") from None
+    errors = [relative_error(o, r) for o, r in zip(outputs, refs)]
+    report["check"] = {"relative_errors": errors, "rtol": CHECK_RTOL}
+    constant = [f"output{i}" for i, r in enumerate(refs) if nearly_constant(r)]
+    if constant:
+        report["check"]["constant_outputs"] = constant
+        warn(f"the reference {', '.join(constant)} is (nearly) constant, so --check compares almost nothing (constant weights?)")
+    ok = len(refs) == len(outputs) and all(e <= CHECK_RTOL for e in errors)
+    print(f"check {'passed' if ok else 'FAILED'}: relative error {max(errors, default=float('inf')):.2e} (tolerance {CHECK_RTOL:g})")
+    return 0 if ok else 1
+
+
+def _compile(args) -> int:
     from .compiler import ModelError, compile_plan
     from .executor import save_model
 
+    check_environment()
     target = _profile(args.target)
-    model = args.model if args.model else models.get_model(args.builtin)
+    input_shapes = parse_input_shapes(args.input_shape)
+    model, _ = _model_and_inputs(args, input_shapes)
     print(f"model: {args.model or args.builtin}\ntarget: {target.name} ({target.kind})", flush=True)
     try:
-        plan, kernels, weights = compile_plan(model, target, args.records, progress=lambda msg: print(f"  {msg}", flush=True))
+        plan, kernels, weights = compile_plan(
+            model, target, args.records, progress=lambda msg: print(f"  {msg}", flush=True), input_shapes=input_shapes
+        )
     except ModelError as err:
         raise UserError(str(err)) from None
     save_model(args.output, plan, kernels, weights, target.name)
@@ -182,12 +317,16 @@ def _compile(args) -> int:
 def _tune(args) -> int:
     from pathlib import Path
 
+    from . import measure
+
     if args.measure:  # the TVM-free side of --export: numpy + pyopencl only
-        from . import measure
 
         if args.model:
             raise UserError("--measure DIR takes no model (the candidates are in DIR)")
-        measure.measure_directory(args.measure, args.device, progress=lambda r: print(f"measured {r.key}", flush=True))
+        try:
+            measure.measure_directory(args.measure, args.device, progress=lambda r: print(r, flush=True))
+        except ValueError as err:
+            raise UserError(str(err)) from None
         print(f"results written to {args.measure}; bring the folder back and run tune MODEL --export {args.measure} again")
         return 0
     if args.model is None and args.builtin is None:
@@ -200,12 +339,13 @@ def _tune(args) -> int:
         target = _profile(args.target or "adreno")
         measurer = tune.ExportMeasurer(args.export)
     elif args.rpc_tracker:
-        from .measure import RPCMeasurer
-
         if not args.target:
             raise UserError("--rpc-tracker needs --target PROFILE (the runners' device)")
         target = _profile(args.target)
-        measurer = RPCMeasurer(args.rpc_tracker, args.rpc_key)
+        try:
+            measurer = measure.RPCMeasurer(args.rpc_tracker, args.rpc_key)
+        except measure.TrackerError as err:
+            raise UserError(str(err)) from None
     else:
         if args.target:
             raise UserError("--target is for --export / --rpc-tracker; a local tune uses --device")
@@ -232,24 +372,44 @@ def _tune(args) -> int:
     return 0
 
 
+def _serve(args) -> int:
+    from .serve import serve
+
+    try:
+        return serve(args.tracker, args.key, args.device, args.host, args.port, args.port_end, args.custom_addr)
+    except ValueError as err:
+        raise UserError(str(err)) from None
+
+
+def _add_input_shape(parser) -> None:
+    parser.add_argument(
+        "--input-shape", action="append", metavar="NAME=D0,D1,...",
+        help="shape of an ONNX input with symbolic dims, e.g. input=4,3,224,224 (repeatable)",
+    )
+
+
 class UserError(Exception):
     """A mistake in what the user asked for: one line, exit code 2."""
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="tir-adreno", description=__doc__)
+    parser = argparse.ArgumentParser(prog="tir-adreno", description=__doc__, epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("devices", help="list OpenCL devices, image support and texture limits")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(fn=_devices)
-    p = sub.add_parser("run", help="compile a model onto texture kernels, run it, print a per-op profile")
+    p = sub.add_parser(
+        "run", help="compile a model onto texture kernels, run it, print a per-op profile",
+        epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("model", nargs="?", help="ONNX model file (default: a built-in model)")
     p.add_argument("--builtin", default="resnet18", choices=["resnet18", "resnet50", "mobilenet_v2"], help="built-in model when no file is given")
     p.add_argument("--device", help="substring of the OpenCL platform or device name")
     p.add_argument("--inputs", metavar="NPZ", help="inputs keyed by model input name (default: seeded random)")
     p.add_argument("--outputs", metavar="NPZ", help="write the outputs, keyed output0, output1, ...")
     p.add_argument("--json", metavar="PATH", help="write the report (profile, times, memory, check) as JSON")
-    p.add_argument("--check", action="store_true", help=f"compare with a CPU reference; exit 1 beyond {1e-3:g} relative error")
+    _add_input_shape(p)
+    p.add_argument("--check", action="store_true", help=f"compare with a CPU reference; exit 1 beyond {CHECK_RTOL:g} relative error")
     p.add_argument("--records", metavar="FILE", help="tuning records from `tir-adreno tune` (conv algorithm, config, placement)")
     p.add_argument("--target", metavar="PROFILE", help="plan the kernels for this device profile (adreno, nvidia-h200, pocl)")
     p.set_defaults(fn=_run)
@@ -259,6 +419,7 @@ def main(argv=None) -> int:
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="where to write the saved model")
     p.add_argument("--target", default="adreno", metavar="PROFILE", help="device profile: adreno (default), nvidia-h200, pocl")
     p.add_argument("--records", metavar="FILE", help="tuning records for that device")
+    _add_input_shape(p)
     p.set_defaults(fn=_compile)
     p = sub.add_parser("tune", help="measure conv candidates per layer on a device and write tuning records")
     p.add_argument("model", nargs="?", help="ONNX model file (or --builtin)")
@@ -278,17 +439,27 @@ def main(argv=None) -> int:
     p.add_argument("--device", help="substring of the OpenCL platform or device name")
     p.add_argument("--json", metavar="PATH", help="write the per-kernel report as JSON")
     p.set_defaults(fn=_kernels)
+    p = sub.add_parser("serve", help="register a measurement runner for `tune --rpc-tracker` with a TVM RPC tracker")
+    p.add_argument("--tracker", required=True, metavar="HOST:PORT", help="tracker started by `python -m tvm.exec.rpc_tracker`")
+    p.add_argument("--key", required=True, help="device key clients request (e.g. adreno-740)")
+    p.add_argument("--device", help="substring of the OpenCL platform or device name")
+    p.add_argument("--host", default="0.0.0.0", help="address the runner listens on (default 0.0.0.0)")
+    p.add_argument("--port", type=int, default=9090, help="first port to try (default 9090)")
+    p.add_argument("--port-end", type=int, help="end of the port range (default max(9199, port + 100))")
+    p.add_argument("--custom-addr", help="address reported to the tracker (default: as the tracker sees this host)")
+    p.set_defaults(fn=_serve)
     args = parser.parse_args(argv)
+    from .measure import TrackerError
     from .runtime import DeviceNotFoundError
 
-    # A warning (e.g. records of another device, ignored) is one line, not a source excerpt.
-    warnings.showwarning = lambda message, *_args, **_kw: print(f"tir-adreno: warning: {message}", file=sys.stderr)
-
-    try:
-        return args.fn(args)
-    except (DeviceNotFoundError, UserError) as err:
-        print(f"tir-adreno: error: {err}", file=sys.stderr)
-        return 2
+    with warnings.catch_warnings():
+        # A warning (records of another device, an unusable cache folder) is one line, not a source excerpt.
+        warnings.showwarning = lambda message, *_args, **_kw: warn(str(message))
+        try:
+            return args.fn(args)
+        except (DeviceNotFoundError, TrackerError, UserError) as err:
+            print(f"tir-adreno: error: {err}", file=sys.stderr)
+            return 2
 
 
 if __name__ == "__main__":

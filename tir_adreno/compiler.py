@@ -72,10 +72,7 @@ def import_model(model, input_shapes: dict | None = None, shapes_hint: str = onn
         shapes = onnx_import.input_shapes_of(model, input_shapes, shapes_hint)
     except ValueError as err:
         raise ModelError(str(err)) from None
-    try:
-        model = onnx_import.make_static(model, shapes)
-    except Exception as err:  # onnx's shape inference or reference ops refusing the graph
-        raise ModelError(f"cannot fold this ONNX model's shapes: {type(err).__name__}: {str(err).strip().splitlines()[-1][:300]}") from None
+    model = onnx_import.make_static(model, shapes)
     names = list(shapes)
     try:
         mod = from_onnx(model, shape_dict={n: list(s) for n, s in shapes.items()}, keep_params_in_input=False)
@@ -204,11 +201,43 @@ def load_records(records, profile: DeviceProfile, precision: str = "float32"):
     return load_records_file(records, profile, precision)
 
 
+def _dtypes(mod: tvm.IRModule) -> set[str]:
+    """Every tensor dtype ``main`` touches: parameters, bound values and constants."""
+    func = mod["main"]
+    types = [p.ty for p in func.params]
+    for block in func.body.blocks:
+        for b in block.bindings:
+            types.append(b.var.ty)
+            args = getattr(b.value, "args", [])
+            fields = [f for a in args for f in (a.fields if isinstance(a, relax.Tuple) else [a])]
+            types += [f.ty for f in fields if isinstance(f, tvm.ir.expr.GenericConst)]
+    return {str(t.dtype) for t in types if hasattr(t, "dtype")}
+
+
+def check_device_support(mod: tvm.IRModule, profile: DeviceProfile, runs_on: runtime.Device | None = None) -> None:
+    """:class:`ModelError` before any build when the device (``runs_on``, else ``profile``)
+    cannot run the model's precision."""
+    if "float16" not in _dtypes(mod):
+        return
+    if runs_on is not None and not runs_on.fp16:
+        culprit = f"device {runs_on.name!r}"
+    elif not profile.half_math:
+        culprit = f"device profile {profile.name!r}"
+    else:
+        return
+    raise ModelError(
+        f"the model computes in float16 but {culprit} has no cl_khr_fp16 (half arithmetic); "
+        "pick a device with fp16 (see 'tir-adreno devices') or convert the model to float32"
+    )
+
+
 def compile_plan(model, profile: DeviceProfile, records=None, allow_buffer: bool = True, ours: bool = True, progress=print,
-                 input_shapes: dict | None = None):
-    """``model`` compiled for ``profile`` as (plan, kernels, weights): no device needed."""
+                 input_shapes: dict | None = None, runs_on: runtime.Device | None = None):
+    """``model`` compiled for ``profile`` as (plan, kernels, weights): no device needed.
+    ``runs_on``: the device the plan will be loaded on, when known (checked before building)."""
     progress("import")
     mod, names = import_model(model, input_shapes)
+    check_device_support(mod, profile, runs_on)
     progress(f"lower for {profile.name} (tir-adreno pass, LegalizeOps, dlight)" if ours else "lower (LegalizeOps, dlight)")
     mod = lower(mod, profile, allow_buffer, ours, load_records(records, profile))
     return plan_module(mod, names, progress, _target(ours))
@@ -230,7 +259,7 @@ def compile_model(
     """
     dev = runtime.get_device(device)
     target = with_limits(resolve(dev, profile), limits)
-    plan, kernels, weights = compile_plan(model, target, records, allow_buffer, ours, progress, input_shapes)
+    plan, kernels, weights = compile_plan(model, target, records, allow_buffer, ours, progress, input_shapes, dev)
     progress(f"load {len(kernels)} kernels on {dev.name}")
     return CompiledModel(plan, kernels, weights, dev, pool)
 

@@ -29,6 +29,31 @@ class ModelInputError(ValueError):
     """The inputs given to :meth:`CompiledModel.run` do not match the model."""
 
 
+def check_inputs(inputs, specs) -> list[np.ndarray]:
+    """``inputs`` (a dict by name, or a list in order) checked against ``specs``
+    [(name, shape, dtype)]; the arrays in order. :class:`ModelInputError` names the culprit."""
+    names = [name for name, _, _ in specs]
+    if isinstance(inputs, dict):
+        unknown = sorted(set(inputs) - set(names))
+        if unknown:
+            raise ModelInputError(f"unknown input {unknown[0]!r}; model inputs: {names}")
+        missing = [n for n in names if n not in inputs]
+        if missing:
+            raise ModelInputError(f"missing input {missing[0]!r}; model inputs: {names}")
+        arrays = [inputs[n] for n in names]
+    else:
+        arrays = list(inputs)
+        if len(arrays) != len(names):
+            raise ModelInputError(f"model takes {len(names)} inputs {names}, got {len(arrays)}")
+    arrays = [np.asarray(x) for x in arrays]
+    for (name, shape, dtype), x in zip(specs, arrays):
+        if x.shape != tuple(shape):
+            raise ModelInputError(f"input {name!r} has shape {x.shape}, expected {tuple(shape)}")
+        if x.dtype != np.dtype(dtype):
+            raise ModelInputError(f"input {name!r} has dtype {x.dtype}, expected {dtype}")
+    return arrays
+
+
 @dataclass(frozen=True)
 class TensorInfo:
     """One tensor of the plan. ``kind``: input, const, temp (an intermediate) or output."""
@@ -194,28 +219,8 @@ class CompiledModel:
     # -- running --------------------------------------------------------------------------
     def _check_inputs(self, inputs) -> list[np.ndarray]:
         """``inputs`` as C-contiguous arrays in input order; ModelInputError when they do not match."""
-        if isinstance(inputs, dict):
-            unknown = sorted(set(inputs) - set(self.input_names))
-            if unknown:
-                raise ModelInputError(f"unknown input {unknown[0]!r}; model inputs: {self.input_names}")
-            missing = [n for n in self.input_names if n not in inputs]
-            if missing:
-                raise ModelInputError(f"missing input {missing[0]!r}; model inputs: {self.input_names}")
-            arrays = [inputs[n] for n in self.input_names]
-        else:
-            arrays = list(inputs)
-            if len(arrays) != len(self.input_names):
-                raise ModelInputError(f"model takes {len(self.input_names)} inputs {self.input_names}, got {len(arrays)}")
-        checked = []
-        for (name, i), x in zip(self.plan.inputs, arrays):
-            t = self.plan.tensors[i]
-            x = np.asarray(x)
-            if x.shape != t.shape:
-                raise ModelInputError(f"input {name!r} has shape {x.shape}, expected {t.shape}")
-            if x.dtype != np.dtype(t.dtype):
-                raise ModelInputError(f"input {name!r} has dtype {x.dtype}, expected {t.dtype}")
-            checked.append(np.ascontiguousarray(x))
-        return checked
+        specs = [(name, self.plan.tensors[i].shape, self.plan.tensors[i].dtype) for name, i in self.plan.inputs]
+        return [np.ascontiguousarray(x) for x in check_inputs(inputs, specs)]
 
     def run(self, inputs, profile: bool = False) -> list[np.ndarray]:
         """Run once; ``inputs`` maps input names to arrays (or is a list in input order).

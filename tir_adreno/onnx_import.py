@@ -89,7 +89,10 @@ def _fold_once(model) -> bool:
     from onnx.reference import ReferenceEvaluator
 
     graph = model.graph
-    inferred = onnx.shape_inference.infer_shapes(model)
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # onnx cannot infer this graph: fold what needs no shapes, let TVM judge the rest
+        inferred = model
     shapes = {}
     for vi in list(inferred.graph.value_info) + list(inferred.graph.input) + list(inferred.graph.output):
         s = _static_shape(vi)
@@ -109,13 +112,16 @@ def _fold_once(model) -> bool:
             if node.op_type == "Size":
                 values = [np.array(shape.prod(), np.int64)]
             else:
-                attrs = {a.name: a.i for a in node.attribute}
-                values = [shape[attrs.get("start", 0) : attrs.get("end", len(shape)) or None]]
+                attrs = {a.name: a.i for a in node.attribute}  # opset 15 start/end: Python slice semantics
+                values = [shape[attrs.get("start", 0) : attrs.get("end")]]
         elif node.op_type in _FOLDABLE and all(i == "" or i in consts for i in node.input):
             feeds = {i: consts[i] for i in node.input if i}
             if all(a.dtype.kind in "iub" for a in feeds.values()):  # integer inputs: shape arithmetic
-                values = ReferenceEvaluator(node, opsets=opsets).run(None, feeds)
-                if node.op_type != "Constant" and not all(np.asarray(v).dtype.kind in "iub" for v in values):
+                try:
+                    values = ReferenceEvaluator(node, opsets=opsets).run(None, feeds)
+                except Exception:  # an op or version onnx's reference cannot run: TVM's importer gets it as is
+                    values = None
+                if values is not None and node.op_type != "Constant" and not all(np.asarray(v).dtype.kind in "iub" for v in values):
                     values = None  # e.g. ConstantOfShape of floats: left to TVM's FoldConstant
         if values is None:
             keep.append(node)
@@ -140,6 +146,8 @@ def make_static(model, shapes: dict[str, tuple[int, ...]]):
         for d, value in zip(dims, shapes[info.name]):
             d.Clear()
             d.dim_value = value
+    if not any(n.op_type in ("Shape", "Size") for n in model.graph.node):
+        return model  # shape arithmetic starts at Shape/Size: nothing to fold (and inference costs ~1 s on ResNet-50)
     if model.ir_version < 4:  # below IR 4 every initializer must also be a graph input
         model.ir_version = 4
     for _ in range(len(model.graph.node)):

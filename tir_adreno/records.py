@@ -1,4 +1,4 @@
-"""Tuning records: per conv layer, the measured winner (algorithm, config, placement).
+"""Tuning records: per conv layer the measured winner (algorithm, config, placement), per pool its schedule.
 
 A records file is JSON written atomically with an integrity header
 (``tir_adreno.cache``). It holds the device it was measured on (profile name
@@ -19,7 +19,7 @@ from pathlib import Path
 
 from . import cache
 from .device import DeviceProfile
-from .strategy import ConvChoice
+from .strategy import ConvChoice, PoolChoice
 
 FORMAT = 2
 _PRIMFUNC_SOURCES = ("conv2d.py", "conv2d_winograd.py", "epilogue.py", "_common.py")
@@ -51,6 +51,12 @@ def conv2d_key(geom, precision: str = "float32") -> str:
     )
 
 
+def pool_key(op: str, nchw, attrs: dict) -> str:
+    """The record key of a pooling layer: op, input shape and the factory's attributes."""
+    text = " ".join(f"{k}={v}" for k, v in sorted(attrs.items()))
+    return f"pool2d {op} n{nchw[0]} c{nchw[1]} h{nchw[2]} w{nchw[3]} {text}"
+
+
 def _device_matches(recorded: dict, profile: DeviceProfile) -> bool:
     # A named profile (no driver) accepts records of that device under any driver.
     return recorded.get("name") == profile.name and (not profile.driver or recorded.get("driver") == profile.driver)
@@ -69,10 +75,14 @@ class Records:
         entry = self.layers.get(conv2d_key(geom, precision))
         return None if entry is None else ConvChoice.from_dict(entry["choice"])
 
+    def lookup_pool(self, key: str) -> PoolChoice | None:
+        entry = self.layers.get(key)
+        return None if entry is None else PoolChoice.from_dict(entry["choice"])
+
     def __contains__(self, key: str) -> bool:
         return key in self.layers
 
-    def add(self, key: str, choice: ConvChoice, times_s: dict[str, float], default_s: float | None = None):
+    def add(self, key: str, choice: "ConvChoice | PoolChoice", times_s: dict[str, float], default_s: float | None = None):
         self.layers[key] = {
             "choice": choice.to_dict(),
             "name": choice.name,

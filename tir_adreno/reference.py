@@ -9,25 +9,68 @@ from __future__ import annotations
 import numpy as np
 
 
-def reference_outputs(model, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
+class ReferenceUnavailable(ValueError):
+    """The CPU reference cannot run this model (onnxruntime refuses it)."""
+
+
+def reference_runner(model):
+    """A function ``inputs -> outputs`` computing the CPU reference of ``model``.
+
+    For ONNX the onnxruntime session is created here, so a model onnxruntime
+    cannot load is reported (:class:`ReferenceUnavailable`, with its message)
+    before anything else is done; a Relax module is compiled for LLVM on first use.
+    """
     import tvm
 
     if isinstance(model, tvm.IRModule):
         from tvm import relax
 
-        executable = tvm.compile(model, target="llvm")
-        vm = relax.VirtualMachine(executable, tvm.cpu())
-        names = [p.name for p in model["main"].params]
-        out = vm["main"](*[tvm.runtime.tensor(inputs[n]) for n in names])
-        outs = out if isinstance(out, (list, tuple)) or type(out).__name__ == "Array" else [out]
-        return [o.numpy() for o in outs]
+        def run_relax(inputs):
+            executable = tvm.compile(model, target="llvm")
+            vm = relax.VirtualMachine(executable, tvm.cpu())
+            names = [p.name for p in model["main"].params]
+            out = vm["main"](*[tvm.runtime.tensor(inputs[n]) for n in names])
+            outs = out if isinstance(out, (list, tuple)) or type(out).__name__ == "Array" else [out]
+            return [o.numpy() for o in outs]
+
+        return run_relax
     import onnx
     import onnxruntime
 
     if not isinstance(model, onnx.ModelProto):
         model = onnx.load(str(model))
-    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return session.run(None, inputs)
+    try:
+        options = onnxruntime.SessionOptions()
+        options.log_severity_level = 3  # errors only: its warnings (unused initializers) are noise here
+        session = onnxruntime.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    except Exception as err:  # onnxruntime raises its own Fail/InvalidGraph/NotImplemented types
+        raise ReferenceUnavailable(f"onnxruntime cannot run this model: {_first_line(err)}") from None
+
+    def run_onnx(inputs):
+        try:
+            return session.run(None, inputs)
+        except Exception as err:
+            raise ReferenceUnavailable(f"onnxruntime failed on this model: {_first_line(err)}") from None
+
+    return run_onnx
+
+
+def _first_line(err: Exception) -> str:
+    lines = [line.strip() for line in str(err).strip().splitlines() if line.strip()]
+    return (lines[0] if lines else type(err).__name__)[:300]
+
+
+def reference_outputs(model, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """The CPU reference outputs: onnxruntime for ONNX, TVM's LLVM build for Relax."""
+    return reference_runner(model)(inputs)
+
+
+def nearly_constant(reference: np.ndarray) -> bool:
+    """True when ``reference`` is (nearly) one value: comparing with it checks (almost) nothing."""
+    reference = np.asarray(reference, np.float64)
+    if reference.size == 0 or not np.all(np.isfinite(reference)):
+        return False
+    return float(np.ptp(reference)) <= 1e-6 * max(1.0, float(np.abs(reference).max()))
 
 
 def relative_error(actual: np.ndarray, reference: np.ndarray) -> float:
@@ -59,3 +102,65 @@ def conv2d_nchw(x, w, strides=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1), gro
                 patch = xs[:, :, i * dh : i * dh + sh * (oh - 1) + 1 : sh, j * dw : j * dw + sw * (ow - 1) + 1 : sw]
                 out[:, g * og : (g + 1) * og] += np.einsum("nchw,oc->nohw", patch, w[g * og : (g + 1) * og, :, i, j])
     return out
+
+
+def gelu(x, approximate: str = "none") -> np.ndarray:
+    """float64 GELU as PyTorch defines it: ``x * 0.5 * (1 + erf(x / sqrt 2))``, or with
+    ``approximate="tanh"`` ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`` (-inf gives NaN)."""
+    import math
+
+    x = np.asarray(x, np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        if approximate == "tanh":
+            return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)))
+        erf = np.vectorize(math.erf, otypes=[np.float64])(x / math.sqrt(2.0)) if x.size else x
+        return x * 0.5 * (1.0 + erf)
+
+
+def resize_coordinate(mode: str, i, size_in: int, size_out: int):
+    """ONNX Resize's input coordinate of output index ``i`` on one axis as an exact fraction
+    ``(numerator, denominator)`` of integers (``i`` an int or an integer array/TIR expr)."""
+    if mode == "asymmetric":
+        return i * size_in, size_out
+    if mode == "half_pixel" or (mode == "pytorch_half_pixel" and size_out > 1):
+        return (2 * i + 1) * size_in - size_out, 2 * size_out  # (i + 1/2) in/out - 1/2
+    if mode == "pytorch_half_pixel":
+        return i * 0, 1
+    if mode == "align_corners":
+        return (i * (size_in - 1), size_out - 1) if size_out > 1 else (i * 0, 1)
+    raise ValueError(f"coordinate_transformation_mode must be one of {RESIZE_COORDINATE_MODES}, got {mode!r}")
+
+
+RESIZE_COORDINATE_MODES = ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric")
+#: ONNX ``nearest_mode`` -> nearest input index of the fraction ``num / den`` (``den > 0``),
+#: with ``floordiv`` the floor division of the caller's numbers (NumPy's //, TIR's floordiv).
+NEAREST_ROUNDING = {
+    "round_prefer_floor": lambda num, den, floordiv: -floordiv(den - 2 * num, 2 * den),  # ceil(x - 1/2)
+    "round_prefer_ceil": lambda num, den, floordiv: floordiv(2 * num + den, 2 * den),  # floor(x + 1/2)
+    "floor": lambda num, den, floordiv: floordiv(num, den),
+    "ceil": lambda num, den, floordiv: -floordiv(-num, den),
+}
+
+
+def resize2d_nchw(x, size, method: str = "nearest", coordinate_transformation_mode: str = "half_pixel", rounding_method: str = "round_prefer_floor") -> np.ndarray:
+    """float64 ONNX ``Resize`` of an NCHW tensor to ``size`` (out H, W): ``method``
+    ``"nearest"`` (index rounded by ``rounding_method``, exactly) or ``"linear"``
+    (bilinear), input coordinates by ``coordinate_transformation_mode``, clamped to the edges."""
+    x = np.asarray(x, np.float64)
+
+    def axis(size_in, size_out):
+        num, den = resize_coordinate(coordinate_transformation_mode, np.arange(size_out), size_in, size_out)
+        if method == "nearest":
+            i = np.clip(NEAREST_ROUNDING[rounding_method](num, den, np.floor_divide), 0, size_in - 1)
+            return i, i, np.zeros(size_out)
+        c = np.clip(num / den, 0, size_in - 1)
+        lo = np.floor(c).astype(int)
+        return lo, np.minimum(lo + 1, size_in - 1), c - lo
+
+    (y0, y1, fy), (x0, x1, fx) = axis(*x.shape[2:3], size[0]), axis(x.shape[3], size[1])
+    if method == "nearest":
+        return x[:, :, y0][:, :, :, x0]
+    fy, fx = fy[:, None], fx[None, :]
+    top = x[:, :, y0][:, :, :, x0] * (1 - fx) + x[:, :, y0][:, :, :, x1] * fx
+    bottom = x[:, :, y1][:, :, :, x0] * (1 - fx) + x[:, :, y1][:, :, :, x1] * fx
+    return top * (1 - fy) + bottom * fy

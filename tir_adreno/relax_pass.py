@@ -3,12 +3,19 @@
 :func:`DispatchToTextures` rewrites ``main`` of a static-shape Relax module:
 
 - ``nn.conv2d`` becomes one conv kernel with its epilogue fused: a following
-  per-channel bias ``add`` and ``nn.batch_norm`` are folded into the weights and
-  bias at compile time, then a residual ``add`` and ``relu``/``clip(0, 6)``
-  run in the kernel's epilogue. Weights are packed to OIHW4o here, once
-  ("static textures").
-- pooling, reductions over C/H/W, channel softmax, elementwise ops and channel
-  concat map to their kernels when their operands are 4-d activations.
+  per-channel bias ``add``, per-channel or scalar constant multiply/add/subtract/
+  divide and ``nn.batch_norm`` are folded into the weights and bias at compile
+  time, then a residual ``add`` and an activation run in the kernel's epilogue.
+  Activations are recognized however the importer writes them (ReLU6 as
+  ``maximum``/``minimum`` by scalars, HardSwish as ``x * relu6(x + 3) / 6``, SiLU
+  as ``x * sigmoid(x)``, ...: :func:`_match_activation`). Weights are packed to
+  OIHW4o here, once ("static textures").
+- pooling, reductions over C/H/W, channel softmax, elementwise ops (activations,
+  per-channel affine = batch norm after no conv, the squeeze-excitation gate
+  multiply) and channel concat of any number of inputs map to their kernels when
+  their operands are 4-d activations.
+- Every PrimFunc emitted here carries :data:`OURS_ATTR`, so the profile tells our
+  kernels from what TVM's importer or legalizer made.
 - Activations stay NCHW4c between our kernels. A layout transform is emitted
   only where a value crosses to an op we do not cover (or comes from one), and
   each transform is emitted once per value, so back-to-back transforms cancel.
@@ -34,6 +41,7 @@ from primfuncs.epilogue import Epilogue
 
 from . import strategy, texture
 from .blocked import pack_bias
+from .records import pool_key
 from .device import DeviceProfile
 
 #: PrimFunc attributes carrying a conv's plan (config string, "records"/"default") to the profile.
@@ -178,6 +186,9 @@ class Graph:
             return value
         bound = _const(args[1])
         if bound is None or bound.size != 1 or _static_shape(args[0]) != _static_shape(value):
+            return value
+        prim = self.mod[gv]  # topi's elementwise max/min, not just a PrimFunc of that name
+        if not isinstance(prim, tvm.tirx.PrimFunc) or len(prim.params) != 3 or f"T.{name[:3]}(" not in prim.script():
             return value
         return (relax.op.maximum if name == "maximum" else relax.op.minimum)(args[0], args[1])
 
@@ -393,12 +404,10 @@ def _linear_step(node: Node, var, channels: int, layout: str = "NCHW"):
     if c is None:
         return None
     ones, zeros = np.ones(channels), np.zeros(channels)
-    return {
-        "relax.add": (ones, c),
-        "relax.subtract": (ones, -c),
-        "relax.multiply": (c, zeros),
-        "relax.divide": (1.0 / c, zeros),
-    }[node.op]
+    if node.op == "relax.divide":  # only here: 1 / c of a multiply's zero constant would warn for nothing
+        with np.errstate(divide="ignore"):  # x / 0 is inf, as in NumPy
+            return 1.0 / c, zeros
+    return {"relax.add": (ones, c), "relax.subtract": (ones, -c), "relax.multiply": (c, zeros)}[node.op]
 
 
 def _scalar_step(node: Node, var):
@@ -744,47 +753,36 @@ def binary_handler(rw, node):
     return out
 
 
-def _pool_common(rw, node, build_func, out_hw):
+def pool_spec(node: Node):
+    """(op, factory, attributes, output (OH, OW)) of a pooling node, or None when it is not one
+    of ours; ``factory(in5, scope=, strategy=, group_threshold=, **attributes)``. ``tune`` uses it too."""
+    out_shape = _static_shape(node.var)
+    a = node.attrs
+    if out_shape is None or str(a.layout) != "NCHW" or (a.out_layout and str(a.out_layout) != "NCHW"):
+        return None
+    if node.op == "relax.nn.adaptive_avg_pool2d":
+        return "adaptive_avg", pool2d.adaptive_avg_pool2d, dict(output_size=tuple(out_shape[2:])), out_shape[2:]
+    kind = "max" if node.op.endswith("max_pool2d") else "avg"
+    attrs = dict(pool_type=kind, pool_size=_ints(a.pool_size), strides=_ints(a.strides), padding=_ints(a.padding),
+                 dilation=_ints(a.dilation), ceil_mode=bool(a.ceil_mode),
+                 count_include_pad=bool(getattr(a, "count_include_pad", False)))
+    return f"{kind}", pool2d.pool2d, attrs, out_shape[2:]
+
+
+@handles("relax.nn.max_pool2d", "relax.nn.avg_pool2d", "relax.nn.adaptive_avg_pool2d")
+def pool_handler(rw, node):
+    spec = pool_spec(node)
     x = rw.activation(node.args[0])
-    if x is None or str(node.attrs.layout) != "NCHW" or x.layout != "NCHW":
+    if spec is None or x is None or x.layout != "NCHW":
         return None
-    if node.attrs.out_layout and str(node.attrs.out_layout) != "NCHW":
-        return None
+    op, factory, attrs, (oh, ow) = spec
     n, c, h, w = x.nchw
-    in5 = (n, blocked(c), h, w, 4)
-    oh, ow = out_hw
-    out5 = (n, blocked(c), oh, ow, 4)
+    in5, out5 = (n, blocked(c), h, w, 4), (n, blocked(c), oh, ow, 4)
     scope = rw.scope_for(in5, out5)
-    out = rw.emit_kernel(build_func(in5, scope), [rw.blocked(x, scope)], out5)
+    schedule = strategy.pool_schedule(pool_key(op, x.nchw, attrs), rw.profile, rw.records)
+    out = rw.emit_kernel(factory(in5, scope=scope, **schedule, **attrs), [rw.blocked(x, scope)], out5)
     rw.define(node.var, out, scope, (n, c, oh, ow))
     return out
-
-
-@handles("relax.nn.max_pool2d", "relax.nn.avg_pool2d")
-def pool_handler(rw, node):
-    a = node.attrs
-    kind = "max" if node.op.endswith("max_pool2d") else "avg"
-    out_shape = _static_shape(node.var)
-    if out_shape is None:
-        return None
-
-    def make(in5, scope):
-        return pool2d.pool2d(
-            in5, kind, _ints(a.pool_size), _ints(a.strides), _ints(a.padding), _ints(a.dilation),
-            bool(a.ceil_mode), bool(getattr(a, "count_include_pad", False)), scope=scope,
-            group_threshold=strategy.group_threshold(rw.profile),
-        )
-
-    return _pool_common(rw, node, make, out_shape[2:])
-
-
-@handles("relax.nn.adaptive_avg_pool2d")
-def adaptive_pool_handler(rw, node):
-    out_shape = _static_shape(node.var)
-    if out_shape is None:
-        return None
-    return _pool_common(rw, node, lambda in5, scope: pool2d.adaptive_avg_pool2d(
-        in5, out_shape[2:], scope=scope, group_threshold=strategy.group_threshold(rw.profile)), out_shape[2:])
 
 
 @handles("relax.mean", "relax.sum", "relax.max", "relax.min")

@@ -9,6 +9,8 @@ by a measurer (``tir_adreno.measure``: median OpenCL event time, summed over a
 candidate's kernels). The fastest wins; ties within ``tuning.TIE_MARGIN`` go to the
 earlier candidate (the default, direct before Winograd). Records are saved after
 every layer, so an interrupted run resumes: layers already recorded are skipped.
+Each distinct pooling layer is timed with the schedules "auto" (the default),
+"thread" and "group" (``strategy.pool_schedule``).
 
 Candidates are timed as bare convs (no bias/activation: the epilogue costs the
 same in every candidate). A "buffer" winner also makes the compiled model copy
@@ -22,11 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from primfuncs.conv2d import ConvConfig, conv2d_geometry
+from primfuncs._common import TEXTURE
 from primfuncs.epilogue import Epilogue
 
 from . import records as _records
 from . import strategy, tuning
 from .device import DeviceProfile
+from .measure import LocalMeasurer, MeasureJob, export_jobs, load_results  # noqa: F401 (LocalMeasurer: the default measurer)
 
 #: Register tiles (oc_block, w_block) and work groups tried besides the default.
 TILES = ((1, 4), (2, 4), (4, 4), (2, 2))
@@ -38,78 +42,52 @@ MAX_CONFIGS = 4
 
 
 # ---------------------------------------------------------------------------------------------
-# Measuring: tir_adreno.measure's interface; a local stand-in until that module lands.
-
-
-try:
-    from .measure import LocalMeasurer, MeasureJob  # noqa: F401
-except ImportError:  # pragma: no cover - replaced by tir_adreno.measure
-
-    @dataclass(frozen=True)
-    class MeasureJob:
-        key: str
-        stages: tuple
-
-    @dataclass(frozen=True)
-    class MeasureResult:
-        key: str
-        seconds: float | None
-        error: str | None = None
-
-    class LocalMeasurer:
-        """Times jobs on a local device (stand-in for ``tir_adreno.measure.LocalMeasurer``)."""
-
-        def __init__(self, device, warmup=2, repeat=10):
-            from . import runtime
-
-            self.device = runtime.get_device(device)
-
-        def measure(self, jobs, progress=None):
-            out = {}
-            for job in jobs:
-                module = job.stages[0][0]
-                program = tuning.ConvProgram("", module, tuple(fn for _, fn in job.stages))
-                try:
-                    out[job.key] = MeasureResult(job.key, tuning.measure_program(program, self.device))
-                except Exception as err:  # a candidate that fails to run loses, it does not stop tuning
-                    out[job.key] = MeasureResult(job.key, None, f"{type(err).__name__}: {err}")
-                if progress:
-                    progress(out[job.key])
-            return out
-
-
-# ---------------------------------------------------------------------------------------------
 # Layers and candidates
 
 
-def conv_layers(model) -> list:
-    """The distinct float32 convs of ``model`` (ONNX or Relax), as ``ConvGeometry``, in model order."""
-    import tvm
+@dataclass(frozen=True)
+class PoolLayer:
+    """A distinct pooling layer: its record key and how to build it (``relax_pass.pool_spec``)."""
+
+    key: str
+    factory: object
+    attrs: dict
+    in5: tuple
+
+
+def model_layers(model) -> tuple[list, list]:
+    """The distinct float32 convs (``ConvGeometry``) and pools (:class:`PoolLayer`) of ``model``
+    (ONNX or Relax), in model order."""
     from tvm import relax
 
+    from primfuncs._common import blocked
+
     from .compiler import import_model
-    from .relax_pass import _dtype, _ints, _static_shape
+    from .relax_pass import Graph, _dtype, _ints, _static_shape, pool_spec
 
     mod, _ = import_model(model)
-    mod = relax.transform.FoldConstant()(mod)
-    seen = {}
-    for block in mod["main"].body.blocks:
-        for binding in block.bindings:
-            call = binding.value
-            if not (isinstance(call, relax.Call) and isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.nn.conv2d"):
-                continue
-            a = call.attrs
-            data, weight = (_static_shape(arg) for arg in call.args[:2])
-            if data is None or weight is None or len(data) != 4 or _dtype(call.args[0]) != "float32":
-                continue
+    convs, pools = {}, {}
+    for node in Graph(relax.transform.FoldConstant()(mod)["main"]).nodes:
+        data = _static_shape(node.args[0]) if node.args else None
+        if data is None or len(data) != 4 or _dtype(node.args[0]) != "float32":
+            continue
+        if node.op == "relax.nn.conv2d":
+            a = node.attrs
+            weight = _static_shape(node.args[1])
             dl, kl = str(a.data_layout), str(a.kernel_layout)
-            if sorted(dl) != sorted("NCHW") or sorted(kl) != sorted("OIHW"):
+            if weight is None or sorted(dl) != sorted("NCHW") or sorted(kl) != sorted("OIHW"):
                 continue
             nchw = tuple(data[dl.index(c)] for c in "NCHW")
             oihw = tuple(weight[kl.index(c)] for c in "OIHW")
             geom = conv2d_geometry(nchw, oihw, _ints(a.strides), _ints(a.padding), _ints(a.dilation), int(a.groups))
-            seen.setdefault(_records.conv2d_key(geom), geom)
-    return list(seen.values())
+            convs.setdefault(_records.conv2d_key(geom), geom)
+        elif node.op in ("relax.nn.max_pool2d", "relax.nn.avg_pool2d", "relax.nn.adaptive_avg_pool2d"):
+            spec = pool_spec(node)
+            if spec is not None:
+                op, factory, attrs, _ = spec
+                key = _records.pool_key(op, data, attrs)
+                pools.setdefault(key, PoolLayer(key, factory, attrs, (data[0], blocked(data[1]), data[2], data[3], 4)))
+    return list(convs.values()), list(pools.values())
 
 
 def candidates(geom, profile: DeviceProfile) -> list:
@@ -137,6 +115,24 @@ def candidates(geom, profile: DeviceProfile) -> list:
     out += [strategy.ConvChoice(a) for a in strategy.eligible_algorithms(geom) if a != "direct"]
     out.append(strategy.ConvChoice("direct", None, "buffer"))
     return out
+
+
+def build_pool_jobs(layer: PoolLayer, profile: DeviceProfile, progress=print) -> tuple[list, dict]:
+    """Build a pool with each schedule ("auto" first: the default); returns (jobs, job key -> choice)."""
+    from . import build
+
+    jobs, choices = [], {}
+    for name in strategy.POOL_STRATEGIES:
+        choice, key = strategy.PoolChoice(name), f"{layer.key}|{name}"
+        schedule = strategy.pool_schedule(layer.key, profile, choice=choice)
+        try:
+            module = build.build_cached(layer.factory(layer.in5, scope=TEXTURE, **schedule, **layer.attrs))
+        except (ValueError, RuntimeError) as err:
+            progress(f"    skip {name}: {str(err).splitlines()[0][:120]}")
+            continue
+        jobs.append(MeasureJob(key, ((module, next(iter(module.functions))),)))
+        choices[key] = choice
+    return jobs, choices
 
 
 def build_jobs(geom, profile: DeviceProfile, progress=print) -> tuple[list, dict]:
@@ -179,11 +175,12 @@ def tune(model, profile: DeviceProfile, records_path, measurer, budget_s: float 
     :class:`LayerResult` per layer (recorded ones from earlier runs included).
     """
     recs = _records.load(records_path, profile)
-    layers = conv_layers(model)
-    progress(f"{len(layers)} distinct conv layers; records: {records_path} ({len(recs.layers)} recorded)")
+    convs, pools = model_layers(model)
+    layers = [(_records.conv2d_key(g), g) for g in convs] + [(p.key, p) for p in pools]
+    progress(f"{len(convs)} distinct conv layers, {len(pools)} pooling layers; records: {records_path} "
+             f"({len(recs.layers)} recorded)")
     results, start, tuned = [], time.perf_counter(), 0
-    for i, geom in enumerate(layers):
-        key = _records.conv2d_key(geom)
+    for i, (key, layer) in enumerate(layers):
         if key in recs:
             entry = recs.layers[key]
             progress(f"[{i + 1}/{len(layers)}] {key}: recorded, skipped ({entry['name']})")
@@ -194,17 +191,17 @@ def tune(model, profile: DeviceProfile, records_path, measurer, budget_s: float 
             break
         tuned += 1
         progress(f"[{i + 1}/{len(layers)}] {key}: building candidates")
-        jobs, choices = build_jobs(geom, profile, progress)
+        jobs, choices = build_pool_jobs(layer, profile, progress) if isinstance(layer, PoolLayer) else build_jobs(layer, profile, progress)
         measured = measurer.measure(jobs, progress=lambda r: progress(
             f"    {r.key.split('|')[1]:<40} " + (f"{r.seconds * 1e3:9.3f} ms" if r.seconds is not None else f"error: {r.error}")))
         times = {choices[k].name: measured[k].seconds for k in choices if k in measured}
         ok = {name: t for name, t in times.items() if t is not None}
         if not ok:
-            progress("    no candidate measured; layer not recorded")
+            progress("    nothing measured (exported for measuring elsewhere, or every candidate failed); not recorded")
             continue
         winner_name = tuning.pick_algorithm(ok)
         winner = next(c for c in choices.values() if c.name == winner_name)
-        default_s = ok.get(strategy.ConvChoice().name)
+        default_s = ok.get(next(iter(choices.values())).name)  # the default is the first candidate
         recs.add(key, winner, times, default_s)
         recs.save(records_path)
         gain = f" ({default_s / ok[winner_name]:.2f}x the default)" if default_s else ""
@@ -215,15 +212,15 @@ def tune(model, profile: DeviceProfile, records_path, measurer, budget_s: float 
 
 def table(results) -> str:
     """Per-layer gains of the winners over the defaults, as text."""
-    lines = [f"{'layer':<64} {'default ms':>10} {'tuned ms':>9} {'gain':>6}  winner"]
+    lines = [f"{'layer':<64} {'default us':>10} {'tuned us':>9} {'gain':>6}  winner"]
     for r in results:
-        default = f"{r.default_s * 1e3:10.3f}" if r.default_s else f"{'-':>10}"
+        default = f"{r.default_s * 1e6:10.1f}" if r.default_s else f"{'-':>10}"
         gain = f"{r.default_s / r.best_s:5.2f}x" if r.default_s else f"{'-':>6}"
-        lines.append(f"{r.key:<64} {default} {r.best_s * 1e3:9.3f} {gain}  {r.winner}")
+        lines.append(f"{r.key:<64} {default} {r.best_s * 1e6:9.1f} {gain}  {r.winner}")
     total_default = sum(r.default_s for r in results if r.default_s)
     total_best = sum(r.best_s for r in results if r.default_s)
     if total_best:
-        lines.append(f"{'sum over layers':<64} {total_default * 1e3:10.3f} {total_best * 1e3:9.3f} {total_default / total_best:5.2f}x")
+        lines.append(f"{'sum over layers':<64} {total_default * 1e6:10.1f} {total_best * 1e6:9.1f} {total_default / total_best:5.2f}x")
     return "\n".join(lines)
 
 
@@ -258,12 +255,9 @@ class ExportMeasurer:
     and, once that machine's results are in ``DIR``, answers from them."""
 
     def __init__(self, directory):
-        from . import measure
-
         self.directory = Path(directory)
-        self._measure = measure
         try:
-            self.results = measure.load_results(self.directory)
+            self.results = load_results(self.directory)
         except (OSError, ValueError):  # nothing measured there yet
             self.results = {}
         self.pending = []
@@ -281,5 +275,5 @@ class ExportMeasurer:
     def finish(self) -> int:
         """Write the collected jobs to the directory; returns how many."""
         if self.pending:
-            self._measure.export_jobs(self.pending, self.directory)
+            export_jobs(self.pending, self.directory)
         return len(self.pending)
