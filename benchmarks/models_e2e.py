@@ -9,8 +9,13 @@ and without the image pool. On an NVIDIA GPU with PyTorch it adds cuDNN fp32
 (TF32 off), eager and CUDA graph.
 
     python benchmarks/models_e2e.py                       # build + run here
-    python benchmarks/models_e2e.py --build-only DIR --target nvidia-h200   # compile here (needs TVM)
+    python benchmarks/models_e2e.py --build-only DIR      # compile here (needs TVM)
     python benchmarks/models_e2e.py --from DIR            # run elsewhere (no TVM)
+
+``--target PROFILE`` plans our kernels for that device profile (default: this device's,
+or ``adreno`` with ``--build-only``: pass ``--target nvidia-h200`` to build for the H200).
+``--records FILE`` (from ``tir-adreno tune``) adds a third way, "tuned": ours with the
+records' per-layer choices, against "ours" with the profile's defaults.
 """
 
 from __future__ import annotations
@@ -26,24 +31,25 @@ import numpy as np
 from common import add_device_argument, add_target_argument, fmt, log, print_table, target_profile, write_json
 
 MODELS = ("resnet50", "mobilenet_v2")
-WAYS = ("ours", "upstream")
+WAYS = ("ours", "upstream", "tuned")  # "tuned" only with --records
 #: Weights above this size are not saved for --from (the device tool carries 64 MiB);
 #: such a model is then run there with seeded random weights, for timing only.
 CARRY_WEIGHTS_MB = 24
 
 
-def _build(names, directory: Path | None, device, profile=None):
-    """Compile every (model, way); returns {(name, way): CompiledModel}; saves them if asked."""
+def _build(names, ways, directory: Path | None, device, profile, records):
+    """Compile every (model, way) for ``profile``; returns {(name, way): CompiledModel}; saves them if asked."""
     from tir_adreno import models
     from tir_adreno.compiler import compile_model
 
     compiled = {}
     for name in names:
         mod = models.get_model(name)
-        for way in WAYS:
+        for way in ways:
             log(f"compile {name} ({way}) ...")
             start = time.perf_counter()
-            cm = compile_model(mod, device, profile, ours=way == "ours", progress=lambda msg: log(f"  {msg}"))
+            cm = compile_model(mod, device, profile, records if way == "tuned" else None, ours=way != "upstream",
+                               progress=lambda msg: log(f"  {msg}"))
             log(f"  {time.perf_counter() - start:.1f} s")
             compiled[name, way] = cm
             if directory is not None:
@@ -52,12 +58,12 @@ def _build(names, directory: Path | None, device, profile=None):
     return compiled
 
 
-def _load(names, directory: Path, device):
+def _load(names, ways, directory: Path, device):
     from tir_adreno.executor import load_model
 
     compiled = {}
     for name in names:
-        for way in WAYS:
+        for way in ways:
             path = directory / f"{name}-{way}"
             has_weights = (path / "weights.npz").exists()
             log(f"load {path.name}{'' if has_weights else ' (random weights: timing only)'} ...")
@@ -133,9 +139,10 @@ def _cudnn(name: str, repeat: int):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_device_argument(parser)
+    add_target_argument(parser)
+    parser.add_argument("--records", metavar="FILE", help="tuning records: adds the way 'tuned'")
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--repeat", type=int, default=10)
-    add_target_argument(parser)
     parser.add_argument("--results-dir", type=Path, default=None, help="default: benchmarks/results")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--build-only", type=Path, metavar="DIR", help="compile and save the models, run nothing")
@@ -149,17 +156,22 @@ def main():
     from tir_adreno import runtime
 
     device = runtime.get_device(args.device)
-    if args.build_only:
-        _build(names, args.build_only, device, target_profile(args, build_only=True))
-        log(f"saved to {args.build_only}")
-        return
-    compiled = _load(names, args.from_dir, device) if args.from_dir else _build(names, None, device, target_profile(args))
+    ways = WAYS if args.records else WAYS[:2]
+    if args.from_dir:
+        ways = tuple(w for w in WAYS if (args.from_dir / f"{names[0]}-{w}").exists())
+        compiled = _load(names, ways, args.from_dir, device)
+    else:
+        profile = target_profile(args, build_only=bool(args.build_only))
+        compiled = _build(names, ways, args.build_only, device, profile, args.records)
+        if args.build_only:
+            log(f"saved to {args.build_only} (planned for {profile.name})")
+            return
 
     rows, results = [], []
     for name in names:
         entry = {"model": name}
         outputs = {}
-        for way in WAYS:
+        for way in ways:
             cm = compiled[name, way]
             log(f"run {name} ({way}) ...")
             kernel_ms, wall_ms, launch_us, outputs[way] = _measure(cm, args.repeat)
@@ -175,13 +187,15 @@ def main():
                 "calls": len(cm.plan.calls),
                 "random_weights": args.from_dir is not None and not (args.from_dir / f"{name}-{way}" / "weights.npz").exists(),
             }
-        if not any(entry[w]["random_weights"] for w in WAYS):
+        if not any(entry[w]["random_weights"] for w in ways):
             ref = outputs["upstream"][0].astype(np.float64)
             entry["max_rel_diff"] = float(np.max(np.abs(outputs["ours"][0] - ref)) / np.max(np.abs(ref)))
         entry["cudnn"] = _cudnn(name, args.repeat) if device.cl_device.vendor.lower().startswith("nvidia") else None
         results.append(entry)
         o, u = entry["ours"], entry["upstream"]
-        c = entry["cudnn"]
+        c, t = entry["cudnn"], entry.get("tuned")
+        if t:
+            entry["tuned_vs_ours"] = o["kernel_ms"] / t["kernel_ms"]
         rows.append(
             [
                 name,
@@ -197,11 +211,14 @@ def main():
                 fmt(o["memory_pool"]["intermediates"] / 2**20, ".1f"),
                 fmt(o["memory_no_pool"]["intermediates"] / 2**20, ".1f"),
                 fmt(entry.get("max_rel_diff"), ".1e"),
+                fmt(t["kernel_ms"]) if t else "-",
+                fmt(entry.get("tuned_vs_ours"), ".2f") + "x" if t else "-",
             ]
         )
     path = write_json("models_e2e", device.name, {"repeat": args.repeat, "results": results}, args.results_dir)
     print_table(
-        ["model", "ours ms", "upstream ms", "speedup", "ours wall", "upstr wall", "wall/kernel", "launch us bound / unbound", "cuDNN eager", "cuDNN graph", "act MiB pool", "act MiB no pool", "ours vs upstr"],
+        ["model", "ours ms", "upstream ms", "speedup", "ours wall", "upstr wall", "wall/kernel", "launch us bound / unbound", "cuDNN eager", "cuDNN graph", "act MiB pool", "act MiB no pool", "ours vs upstr",
+         "tuned ms", "tuned gain"],
         rows,
         title=f"end to end on {device.name}: kernel time = sum of OpenCL events, wall = one run's host time "
         f"(launch us: host time per kernel enqueue), medians of {args.repeat} (JSON: {path})",

@@ -27,6 +27,7 @@ import numpy as np
 import common  # noqa: E402  (puts the repository root on sys.path)
 from common import nchw4c_to_nchw, nchw_to_nchw4c
 
+from tir_adreno import reference as tir_reference
 from tir_adreno.bundle import KernelModule
 
 NAME = "pooling"
@@ -114,16 +115,11 @@ def _slug(name: str) -> str:
 # ---------------------------------------------------------------------------------------------
 # run (no TVM)
 def reference(case: dict, x: np.ndarray) -> np.ndarray:
-    """float64 pooling: global average, or a sliding max/avg window (padding -inf for max;
-    the sweep's average pools have no padding)."""
-    x = x.astype(np.float64)
+    """float64 pooling (tir_adreno.reference): global average, or a sliding max/avg window."""
     if case["kind"] == "global_avg":
-        return x.mean(axis=(2, 3), keepdims=True)
-    (kh, kw), (sh, sw), p = case["size"], case["stride"], case["padding"]
-    _, _, oh, ow = case["out_shape"]
-    xp = np.pad(x, ((0, 0), (0, 0), (p, p), (p, p)), constant_values=-np.inf if case["kind"] == "max" else 0.0)
-    taps = [xp[:, :, i : i + sh * (oh - 1) + 1 : sh, j : j + sw * (ow - 1) + 1 : sw] for i in range(kh) for j in range(kw)]
-    return np.max(taps, axis=0) if case["kind"] == "max" else np.mean(taps, axis=0)
+        return tir_reference.reduce(x, "mean", (2, 3), keepdims=True)
+    p = case["padding"]
+    return tir_reference.pool2d(x, case["kind"], case["size"], case["stride"], (p, p, p, p))
 
 
 def run_case(dev, module: KernelModule, function: str, case: dict, x: np.ndarray, ref, repeat: int) -> dict:

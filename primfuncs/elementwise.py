@@ -154,11 +154,14 @@ def activation(shape, name: str, dtype: str = "float32", scope: str = TEXTURE):
     return unary(shape, lambda x: activate(x, name, dtype), name, dtype, scope)
 
 
-def affine(shape, activation: str | None = None, dtype: str = "float32", scope: str = TEXTURE):
+def affine(shape, activation: str | None = None, dtype: str = "float32", scope: str = TEXTURE, clip_min: float = 0.0, clip_max: float = 6.0):
     """``C = act(A * Scale[c] + Bias[c])``: batch norm (or a per-channel Mul/Add) that
-    follows no conv, with an optional following activation fused.
+    follows no conv, with an optional following activation fused (``clip_min``/``clip_max``:
+    the bounds of ``activation="clip"``, e.g. HardSigmoid with ONNX's alpha=0.2).
     ``Scale`` and ``Bias`` are ``(C4, 4)`` buffers like :func:`bias_add`'s."""
-    if activation not in ACTIVATIONS or activation == "clip":
-        raise ValueError(f"activation must be one of {[a for a in ACTIVATIONS if a != 'clip']}, got {activation!r}")
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
+    if not clip_min <= clip_max:
+        raise ValueError(f"clip needs clip_min <= clip_max, got {clip_min} > {clip_max}")
     name = "affine" if activation is None else f"affine_{activation}"
-    return _pixelwise(shape, name, lambda x, s, b: activate(x * s + b, activation, dtype), "affine", dtype, scope)
+    return _pixelwise(shape, name, lambda x, s, b: activate(x * s + b, activation, dtype, clip_min, clip_max), "affine", dtype, scope)

@@ -76,9 +76,9 @@ def activate(x, activation, dtype, clip_min: float = 0.0, clip_max: float = 6.0)
     # GELU as written (not fused into x * Phi(x)), so -inf gives NaN like the NumPy formula.
     if activation == "gelu":
         return x * const(0.5) * (const(1) + T.erf(x * const(0.5**0.5)))
-    if activation == "gelu_tanh":
-        inner = const((2 / 3.141592653589793) ** 0.5) * (x + const(0.044715) * x * x * x)
-        return const(0.5) * x * (const(1) + T.tanh(inner))
+    if activation == "gelu_tanh":  # 0.5 (1 + tanh(u)) = 1 / (1 + exp(-2u)): TVM's OpenCL tanh is approximate
+        u = const(2 * (2 / 3.141592653589793) ** 0.5) * (x + const(0.044715) * x * x * x)
+        return x / (const(1) + T.exp(-u))
     if activation in ("silu", "hardswish"):  # the gated forms: x * gate(x)
         return x * activate(x, "sigmoid" if activation == "silu" else "hardsigmoid", dtype)
     raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")

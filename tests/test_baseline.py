@@ -10,11 +10,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import assume, event, given
-from hypothesis import strategies as st
+from hypothesis import assume, event, example, given
 
 from primfuncs.conv2d import conv2d_geometry
 from tir_adreno import baseline
+from strategies import UPSTREAM_3X3, UPSTREAM_GROUPED_ALIGNED, upstream_conv_cases
 from test_conv2d import reference_conv2d  # float64 NCHW/OIHW conv, padding (t, l, b, r)
 from util import assert_close, rand
 
@@ -43,19 +43,11 @@ def test_upstream_conv2d_matches_numpy(device, data_shape, weight_shape, strides
     check(device, data_shape, weight_shape, strides, padding, dilation, groups)
 
 
-@given(
-    st.integers(1, 2),  # N
-    st.integers(1, 3),  # groups
-    st.integers(1, 5),  # C / groups
-    st.integers(1, 4),  # O / groups
-    st.integers(1, 11),  # H
-    st.integers(1, 11),  # W
-    st.integers(1, 3),  # KH == KW
-    st.integers(1, 2),  # stride
-    st.integers(0, 2),  # padding
-    st.integers(0, 2**32 - 1),
-)
-def test_upstream_conv2d_random_shapes(device, n, groups, cg, og, h, w, k, stride, pad, seed):
+@given(case=upstream_conv_cases())
+@example(case=UPSTREAM_3X3)
+@example(case=UPSTREAM_GROUPED_ALIGNED)
+def test_upstream_conv2d_random_shapes(device, case):
+    n, groups, cg, og, h, w, k, stride, pad, seed = case
     assume(min(h, w) + 2 * pad >= k)  # else the output is empty: not a conv
     try:
         check(device, (n, groups * cg, h, w), (groups * og, cg, k, k), stride, pad, 1, groups, seed)

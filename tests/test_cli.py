@@ -126,6 +126,22 @@ def test_devices_lists_limits():
     assert "images" in res.stdout and "layers" in res.stdout
 
 
+def test_kernels_tours_every_family(tmp_path):
+    import json
+
+    from tir_adreno import tour
+
+    res = cli("kernels", "--json", str(tmp_path / "tour.json"))
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert f"{len(tour.CASES)}/{len(tour.CASES)} kernels match NumPy" in res.stdout
+    rows = json.loads((tmp_path / "tour.json").read_text())["kernels"]
+    assert {r["family"] for r in rows} == set(tour.FAMILIES) == {
+        "conv2d", "winograd", "pool", "reduce", "softmax", "concat", "layout", "elementwise"
+    }
+    assert {r["kernel"] for r in rows} >= {"conv2d grouped", "conv2d depthwise", "conv2d winograd_4x4", "max_pool2d group"}
+    assert all(r["check"] == "ok" and r["time_us"] > 0 for r in rows)
+
+
 def save_model(path, nodes, inputs, outputs, inits=()):
     graph = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
@@ -252,3 +268,10 @@ def test_compile_takes_input_shape(run_cli, batch_onnx, tmp_path):
     (ref,) = onnxruntime.InferenceSession(batch_onnx, providers=["CPUExecutionProvider"]).run(None, {"image": x})
     with np.load(tmp_path / "out.npz") as y:
         np.testing.assert_allclose(y["output0"], ref, rtol=1e-4, atol=1e-5)
+
+
+def test_compile_output_folder_that_cannot_be_made(run_cli, tiny_onnx, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert_user_error(run_cli("compile", str(tiny_onnx), "-o", str(blocker)), "--output", "is a file, expected a folder")
+    assert_user_error(run_cli("compile", str(tiny_onnx), "-o", str(blocker / "sub" / "m")), "--output", "cannot be made")

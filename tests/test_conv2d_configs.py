@@ -7,44 +7,20 @@ random inputs and poisoned outputs (every pixel written, padding lanes zero).
 
 import numpy as np
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import example, given
+from strategies import SEEDS, SPLIT_3X3, SPLIT_GROUPED_ALIGNED, split_cases
 from test_conv2d import RTOL, check_blocked_output, run_kernel
 from util import assert_close
 
 from primfuncs import conv2d as conv
 from primfuncs._common import BUFFER, TEXTURE
-from primfuncs.epilogue import ACTIVATIONS, Epilogue
-
-
-@st.composite
-def split_cases(draw):
-    """A dense or block-aligned grouped conv with >= 2 input channel blocks, split 2..8 ways."""
-    n = draw(st.integers(1, 2))
-    kh, kw = draw(st.integers(1, 3)), draw(st.integers(1, 3))
-    stride = draw(st.integers(1, 2))
-    pad = tuple(draw(st.integers(0, k - 1)) for k in (kh, kw, kh, kw))
-    h, w = draw(st.integers(kh, 9)), draw(st.integers(kw, 9))
-    groups = draw(st.sampled_from([1, 1, 2]))
-    if groups == 1:
-        c = draw(st.integers(8, 30))  # a tail block when C % 4 != 0
-    else:
-        c = groups * 4 * draw(st.integers(2, 3))  # aligned groups: C/groups and O/groups multiples of 4
-    o = groups * 4 * draw(st.integers(1, 3)) if groups > 1 else draw(st.integers(1, 13))
-    ocb, wb = draw(st.integers(1, 4)), draw(st.integers(1, 4))
-    split = draw(st.integers(2, 8))  # not a power of two either; more slices than blocks is clamped
-    wg = draw(st.sampled_from([(1, 1, 1), (4, 2, 1), (2, 2, 2), (8, 1, 1)]))
-    epilogue = Epilogue(
-        bias=draw(st.booleans()), activation=draw(st.sampled_from(ACTIVATIONS)), residual=draw(st.booleans())
-    )
-    return dict(
-        data_shape=(n, c, h, w), weight_shape=(o, c // groups, kh, kw), strides=stride, padding=pad, dilation=1,
-        groups=groups, epilogue=epilogue, config=conv.ConvConfig(ocb, wb, wg, split),
-    )
+from primfuncs.epilogue import Epilogue
 
 
 @pytest.mark.parametrize("scope", [TEXTURE, BUFFER])
-@given(case=split_cases(), seed=st.integers(0, 2**32 - 1))
+@given(case=split_cases(), seed=SEEDS)
+@example(case=SPLIT_3X3, seed=0)
+@example(case=SPLIT_GROUPED_ALIGNED, seed=1)
 def test_split_k_matches_numpy(device, scope, case, seed):
     got, ref, blocked_out = run_kernel(device, case, scope, np.random.default_rng(seed))
     check_blocked_output(blocked_out, ref.shape[1])

@@ -10,14 +10,14 @@ direct conv; F(4x4) 1e-3, because its transforms carry coefficients up to 8 and 
 import numpy as np
 import pytest
 from hypothesis import given
-from hypothesis import strategies as st
+from strategies import SEEDS, winograd_cases
 from test_conv2d import reference_conv2d, reference_epilogue
 from util import assert_close, pack_nchw4c, rand, unpack_nchw4c
 
 from primfuncs import conv2d_winograd as wg
 from primfuncs._common import BUFFER, TEXTURE
 from primfuncs.conv2d import ConvConfig
-from primfuncs.epilogue import ACTIVATIONS, Epilogue
+from primfuncs.epilogue import Epilogue
 from tir_adreno import build, ops
 from tir_adreno.blocked import pack_bias
 from tir_adreno.tuning import ConvProgram
@@ -64,29 +64,6 @@ def test_weight_transform_layout():
 # -- the kernels on the device --------------------------------------------------------------------
 
 
-@st.composite
-def winograd_cases(draw):
-    """A small Winograd-eligible conv: odd sizes, maps smaller than a tile, C/O not multiples of 4."""
-    pad = tuple(draw(st.integers(0, 2)) for _ in range(4))  # top, left, bottom, right
-    h = draw(st.integers(max(1, 3 - pad[0] - pad[2]), 11))
-    w = draw(st.integers(max(1, 3 - pad[1] - pad[3]), 11))
-    return dict(
-        m=draw(st.sampled_from(wg.TILE_SIZES)),
-        data_shape=(draw(st.integers(1, 3)), draw(st.integers(1, 9)), h, w),
-        out_channels=draw(st.integers(1, 9)),
-        padding=pad,
-        epilogue=Epilogue(
-            bias=draw(st.booleans()), activation=draw(st.sampled_from(ACTIVATIONS)), residual=draw(st.booleans())
-        ),
-        config=ConvConfig(
-            oc_block=draw(st.integers(1, 4)),
-            w_block=draw(st.integers(1, 4)),
-            work_group=draw(st.sampled_from([(1, 1, 1), (4, 2, 1), (8, 4, 1), (2, 2, 2)])),
-        ),
-        scope=draw(st.sampled_from([TEXTURE, BUFFER])),
-    )
-
-
 def run_winograd(device, case, rng):
     """Build the chain of ``case``, run it on poisoned tensors; returns (NCHW out, reference, blocked out)."""
     n, c, h, w = case["data_shape"]
@@ -123,7 +100,7 @@ def check_blocked_output(blocked_out, o):
     assert np.all(unpack_nchw4c(blocked_out, blocked_out.shape[1] * 4)[:, o:] == 0), "padding channels not zero"
 
 
-@given(case=winograd_cases(), seed=st.integers(0, 2**32 - 1))
+@given(case=winograd_cases(), seed=SEEDS)
 def test_winograd_matches_numpy(device, case, seed):
     got, ref, blocked_out = run_winograd(device, case, np.random.default_rng(seed))
     check_blocked_output(blocked_out, case["out_channels"])

@@ -104,6 +104,13 @@ def _standalone(tail, inits):
     return _graph(nodes, inits, channels=6)
 
 
+def test_onnx_default_hardsigmoid_is_one_kernel():
+    """HardSigmoid with ONNX's default alpha=0.2: an affine step, then a clamp to [0, 1]."""
+    tail = [helper.make_node("HardSigmoid", ["c"], ["y"])]
+    assert check(_standalone(tail, {}), channels=6) == ["max_pool2d", "affine_clip"]
+    assert check(_conv_then(tail)) == ["conv2d_nchw4c"]
+
+
 @pytest.mark.parametrize("name,kernel", [("relu6", "clip"), ("hardswish", "hardswish"), ("silu", "silu"), ("hardsigmoid", "hardsigmoid"), ("hardswish_decomposed", "hardswish")])
 def test_activation_standalone_kernel(name, kernel):
     tail, scalars, _ = ACT_TAILS[name]
@@ -113,17 +120,25 @@ def test_activation_standalone_kernel(name, kernel):
     assert ops == ["max_pool2d", kernel], ops
 
 
-def test_squeeze_excitation_stays_on_textures():
-    """MobileNetV3's SE: pool -> 1x1 conv -> relu -> 1x1 conv -> hardsigmoid -> gate * x."""
+SE_ACTIVATIONS = {
+    "mobilenet_v3": ([helper.make_node("Relu", ["f1"], ["r"])], helper.make_node("HardSigmoid", ["f2"], ["g"], alpha=1 / 6, beta=0.5)),
+    "efficientnet": ([helper.make_node("Sigmoid", ["f1"], ["s"]), helper.make_node("Mul", ["f1", "s"], ["r"])], helper.make_node("Sigmoid", ["f2"], ["g"])),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(SE_ACTIVATIONS))
+def test_squeeze_excitation_stays_on_textures(kind):
+    """SE: pool -> 1x1 conv -> act (ReLU / SiLU) -> 1x1 conv -> gate (hardsigmoid / sigmoid) -> gate * x."""
     rng = np.random.default_rng(1)
     inits = {}
+    act, gate = SE_ACTIVATIONS[kind]
     nodes = [
         _conv(rng, inits, "x", "c", 12, 3),
         helper.make_node("GlobalAveragePool", ["c"], ["p"]),
         _conv(rng, inits, "p", "f1", 4, 12, k=1),
-        helper.make_node("Relu", ["f1"], ["r"]),
+        *act,
         _conv(rng, inits, "r", "f2", 12, 4, k=1),
-        helper.make_node("HardSigmoid", ["f2"], ["g"], alpha=1 / 6, beta=0.5),
+        gate,
         helper.make_node("Mul", ["g", "c"], ["y"]),
     ]
     ops = check(_graph(nodes, inits))
@@ -265,7 +280,9 @@ def test_bad_activation_arguments():
     with pytest.raises(ValueError, match="activation must be one of"):
         elementwise.activation((1, 1, 2, 2, 4), "mish")
     with pytest.raises(ValueError, match="activation must be one of"):
-        elementwise.affine((1, 1, 2, 2, 4), "clip")
+        elementwise.affine((1, 1, 2, 2, 4), "mish")
+    with pytest.raises(ValueError, match="clip_min <= clip_max"):
+        elementwise.affine((1, 1, 2, 2, 4), "clip", clip_min=1.0, clip_max=-1.0)
     from primfuncs.epilogue import Epilogue
 
     with pytest.raises(ValueError, match="clip_min <= clip_max"):

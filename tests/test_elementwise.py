@@ -8,11 +8,10 @@ from hypothesis import strategies as st
 
 from primfuncs import elementwise
 from tir_adreno import build, ops
+from strategies import NCHW_SEEDS
 from util import rand
 
-shapes = st.tuples(
-    st.integers(1, 3), st.integers(1, 13), st.integers(1, 9), st.integers(1, 9), st.integers(0, 2**32 - 1)
-)
+shapes = NCHW_SEEDS
 
 
 def sample(d, count=1):

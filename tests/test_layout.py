@@ -7,12 +7,11 @@ from hypothesis import strategies as st
 
 from primfuncs import layout
 from tir_adreno import ops
+from strategies import NCHW_SEEDS, SCOPES
 from util import pack_nchw4c, pack_oihw4o, rand, run_kernel
 
-dims = st.tuples(
-    st.integers(1, 3), st.integers(1, 13), st.integers(1, 9), st.integers(1, 9), st.integers(0, 2**32 - 1)
-)
-scopes = st.sampled_from(["global.texture", "global"])
+dims = NCHW_SEEDS
+scopes = SCOPES
 
 
 @given(dims, scopes)

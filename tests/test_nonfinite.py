@@ -14,9 +14,12 @@ from primfuncs import conv2d as conv
 from primfuncs import elementwise, pool2d, reduce
 from primfuncs._common import BUFFER, TEXTURE
 from primfuncs.epilogue import Epilogue
-from test_conv2d import reference_conv2d, reference_epilogue
-from test_pool2d import STRATEGIES, adaptive_reference, pool_reference
-from test_reduce import reference as reduce_reference
+from test_pool2d import STRATEGIES
+from tir_adreno.reference import adaptive_pool2d as adaptive_reference
+from tir_adreno.reference import conv2d_epilogue as reference_epilogue
+from tir_adreno.reference import conv2d_nchw as reference_conv2d
+from tir_adreno.reference import pool2d as pool_reference
+from tir_adreno.reference import reduce as reduce_reference
 from tir_adreno import ops
 from tir_adreno.blocked import pack_bias
 from util import pack_nchw4c, pack_oihw4o, rand, run_kernel, unpack_nchw4c

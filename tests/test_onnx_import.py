@@ -132,9 +132,10 @@ def channel_shuffle_model():
         node("Conv", ["x2", "w"], ["x2c"]),
         node("Relu", ["x2c"], ["x2r"]),
         node("Concat", ["x1", "x2r"], ["cat"], axis=1),
-        node("Gather", ["s", "i0"], ["n"], axis=0),
-        node("Gather", ["s", "i2"], ["h"], axis=0),
-        node("Gather", ["s", "i3"], ["wd"], axis=0),
+        node("Shape", ["cat"], ["s2"]),  # channel_shuffle's x.size(), on an intermediate
+        node("Gather", ["s2", "i0"], ["n"], axis=0),
+        node("Gather", ["s2", "i2"], ["h"], axis=0),
+        node("Gather", ["s2", "i3"], ["wd"], axis=0),
         node("Unsqueeze", ["n", "axes0"], ["n1"]),
         node("Unsqueeze", ["h", "axes0"], ["h1"]),
         node("Unsqueeze", ["wd", "axes0"], ["w1"]),
@@ -176,3 +177,34 @@ def test_shape_with_start_end_folds_like_onnxruntime(start, end, expected):
     x = RNG.standard_normal((3, 8, 5, 5)).astype("float32")
     (ref,) = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
     assert folded.tolist() == ref.tolist() == expected
+
+
+def _half_channels(tag):
+    """Shape -> Gather(1) -> the channel count halved, as torch writes it: Div on int64 ("floordiv")
+    or a float division with Floor and Casts ("float")."""
+    head = [node("Shape", ["x"], ["s"]), node("Gather", ["s", "one"], ["c"], axis=0)]
+    if tag == "floordiv":
+        return head + [node("Div", ["c", "two"], ["h"])]
+    return head + [
+        node("Cast", ["c"], ["cf"], to=TensorProto.FLOAT),
+        node("Div", ["cf", "two_f"], ["hf"]),
+        node("Floor", ["hf"], ["hff"]),
+        node("Cast", ["hff"], ["h"], to=TensorProto.INT64),
+    ]
+
+
+@pytest.mark.parametrize("halving", ["floordiv", "float"])
+@pytest.mark.parametrize("split", ["Split", "Slice"])
+def test_chunk_with_computed_sizes(halving, split):
+    """torch's x.chunk(2, dim=1) with a symbolic batch: split sizes computed from Shape (TVM's importer
+    alone refuses a Split with computed sizes and a Floor on a shape)."""
+    nodes = _half_channels(halving) + [node("Unsqueeze", ["h", "axes0"], ["h1"])]
+    if split == "Split":
+        nodes += [node("Concat", ["h1", "h1"], ["sizes"], axis=0), node("Split", ["x", "sizes"], ["a", "b"], axis=1)]
+    else:
+        nodes += [node("Slice", ["x", "zero1", "h1", "one1"], ["a"]), node("Mul", ["h1", "two"], ["end"]), node("Slice", ["x", "h1", "end", "one1"], ["b"])]
+    nodes += [node("Relu", ["a"], ["ra"]), node("Mul", ["b", "ra"], ["y"])]
+    inits = [i64("one", 1), i64("two", 2), i64("axes0", [0]), i64("zero1", [0]), i64("one1", [1]), i_f32("two_f", 2.0)]
+    model = make(nodes, [tensor("x", ("N", 8, 5, 5))], [tensor("y", ("N", 4, 5, 5))], inits)
+    x = RNG.standard_normal((2, 8, 5, 5)).astype("float32")
+    check(model, {"x": x}, input_shapes={"x": (2, 8, 5, 5)})

@@ -12,64 +12,15 @@ from hypothesis import strategies as st
 
 from primfuncs import pool2d
 from primfuncs._common import BUFFER, TEXTURE
-from tir_adreno import ops
+from tir_adreno import ops, reference
 from util import assert_close, pack_nchw4c, rand, run_kernel, unpack_nchw4c
 
 RTOL = 1e-5
 STRATEGIES = ["thread", "group"]
 
 
-# -- helpers (NumPy only) ---------------------------------------------------------------------
-def _taps(start, size, dilation):
-    return [start + i * dilation for i in range(size)]
-
-
-def _out_size(extent, size, stride, before, after, dilation, ceil_mode):
-    room = extent + before + after - (size - 1) * dilation - 1
-    out = (-(-room // stride) if ceil_mode else room // stride) + 1
-    if ceil_mode and (out - 1) * stride >= extent + before:  # last window must start inside the input
-        out -= 1
-    return out
-
-
-def pool_reference(x, pool_type, pool_size, strides, padding, dilation, ceil_mode, count_include_pad):
-    """float64 NCHW pool2d with PyTorch's semantics (padding = (top, left, bottom, right));
-    a max window with no input element is -inf, an average one 0."""
-    x = x.astype(np.float64)
-    _, _, h, w = x.shape
-    (kh, kw), (sh, sw), (dh, dw) = pool_size, strides, dilation
-    top, left, bottom, right = padding
-    oh = _out_size(h, kh, sh, top, bottom, dh, ceil_mode)
-    ow = _out_size(w, kw, sw, left, right, dw, ceil_mode)
-    out = np.empty(x.shape[:2] + (oh, ow))
-    for i in range(oh):
-        for j in range(ow):
-            rows, cols = _taps(i * sh - top, kh, dh), _taps(j * sw - left, kw, dw)
-            real_rows = [r for r in rows if 0 <= r < h]
-            real_cols = [c for c in cols if 0 <= c < w]
-            box = x[:, :, real_rows][:, :, :, real_cols]
-            if pool_type == "max":
-                out[:, :, i, j] = box.max(axis=(2, 3)) if box.size else -np.inf
-            else:
-                if count_include_pad:  # taps inside the padded input (a ceil_mode window may run past it)
-                    count = sum(r < h + bottom for r in rows) * sum(c < w + right for c in cols)
-                else:
-                    count = len(real_rows) * len(real_cols)
-                out[:, :, i, j] = box.sum(axis=(2, 3)) / max(count, 1)
-    return out
-
-
-def adaptive_reference(x, pool_type, out_size):
-    """float64 adaptive pooling: output i pools [floor(i*H/OH), ceil((i+1)*H/OH))."""
-    x = x.astype(np.float64)
-    _, _, h, w = x.shape
-    oh, ow = out_size
-    out = np.empty(x.shape[:2] + (oh, ow))
-    for i in range(oh):
-        for j in range(ow):
-            box = x[:, :, (i * h) // oh : -(-(i + 1) * h // oh), (j * w) // ow : -(-(j + 1) * w // ow)]
-            out[:, :, i, j] = box.max(axis=(2, 3)) if pool_type == "max" else box.mean(axis=(2, 3))
-    return out
+pool_reference = reference.pool2d  # float64 NCHW pool2d, PyTorch's semantics
+adaptive_reference = reference.adaptive_pool2d
 
 
 def assert_pool_close(actual, reference):

@@ -117,3 +117,8 @@ def test_export_measure_import(two_convs, tmp_path):
     assert res.returncode == 0 and "sum over layers" in res.stdout, res.stdout + res.stderr[-2000:]
     doc = json.loads(cache.read(records))
     assert doc["device"] == {"name": "pocl", "driver": "", "kind": "cpu"} and len(doc["layers"]) == 3
+
+
+def test_missing_records_file_is_a_user_error(two_convs, tmp_path):
+    res = cli("compile", str(two_convs), "-o", str(tmp_path / "m"), "--records", str(tmp_path / "absent.json"))
+    assert_user_error(res, "absent.json: no such records file")

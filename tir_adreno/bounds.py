@@ -113,10 +113,14 @@ def _instrument_body(body: str, kernel: int, args: list[str], name: str) -> str:
 
         return sub
 
-    out = _WRITE.sub(replace("WRITE"), _READ.sub(replace("READ"), body))
-    if _ANY_ACCESS.search(out):  # every access was rewritten to "TIR_ADRENO_...(F, ...": none may be left
-        raise NotImplementedError(f"{name}: an image access of an unknown form cannot be checked")
-    return out
+    lines = body.split("\n")
+    for i, line in enumerate(lines):
+        if line.lstrip().startswith("#"):  # the next function's READ_IMAGEF definitions
+            continue
+        lines[i] = _WRITE.sub(replace("WRITE"), _READ.sub(replace("READ"), line))
+        if _ANY_ACCESS.search(lines[i]):  # every access was rewritten to "TIR_ADRENO_...(F, ...": none may be left
+            raise NotImplementedError(f"{name}: an image access of an unknown form cannot be checked: {line.strip()}")
+    return "\n".join(lines)
 
 
 def describe(record, module: KernelModule, function: str) -> str | None:

@@ -93,6 +93,19 @@ def check_writable(path: str | None, flag: str) -> None:
         raise UserError(f"{flag} {path}: folder {folder} is not writable")
 
 
+def check_creatable_folder(path: str, flag: str) -> None:
+    """``flag``'s folder exists or can be made: no file in the way, the nearest existing parent writable."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise UserError(f"{flag} {path}: is a file, expected a folder")
+    parent = os.path.abspath(path)
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise UserError(f"{flag} {path}: {parent} is a file, so the folder cannot be made")
+    if not os.access(parent, os.W_OK):
+        raise UserError(f"{flag} {path}: folder {parent} is not writable")
+
+
 def parse_input_shapes(specs: list[str] | None) -> dict[str, tuple[int, ...]]:
     """``["NAME=D0,D1,..."]`` -> {NAME: (D0, D1, ...)}."""
     shapes = {}
@@ -158,6 +171,14 @@ def _profile(name):
         raise UserError(str(err)) from None
 
 
+def _check_records(path):
+    """A missing records file is reported before compiling."""
+    from pathlib import Path
+
+    if path is not None and not Path(path).is_file():
+        raise UserError(f"{path}: no such records file (write one with `tir-adreno tune`)")
+
+
 def _saved_model(path) -> bool:
     from pathlib import Path
 
@@ -185,14 +206,16 @@ def _run(args) -> int:
         print(f"model: {label} (saved)\ndevice: {dev.name}", flush=True)
         try:
             compiled = load_model(args.model, dev)
-        except ValueError as err:
+        except ValueError as err:  # not a saved model, or planned for larger images
             raise UserError(str(err)) from None
         specs = [(name, compiled.plan.tensors[i].shape, compiled.plan.tensors[i].dtype) for name, i in compiled.plan.inputs]
         inputs = _inputs(given, specs, args.inputs)
     else:
         from .compiler import ModelError, compile_model
+        from .executor import TargetMismatchError
 
         target = _profile(args.target) if args.target else None
+        _check_records(args.records)
         model, specs = _model_and_inputs(args, input_shapes)
         inputs = _inputs(given, specs, args.inputs)
         if args.check:
@@ -209,7 +232,7 @@ def _run(args) -> int:
             compiled = compile_model(
                 model, dev, target, args.records, input_shapes=input_shapes, progress=lambda msg: print(f"  {msg}", flush=True)
             )
-        except ModelError as err:
+        except (ModelError, FileNotFoundError, TargetMismatchError) as err:
             raise UserError(str(err)) from None
         print(f"compiled in {time.perf_counter() - start:.1f} s", flush=True)
     try:
@@ -296,7 +319,9 @@ def _compile(args) -> int:
     from .executor import save_model
 
     check_environment()
+    check_creatable_folder(args.output, "--output")
     target = _profile(args.target)
+    _check_records(args.records)
     input_shapes = parse_input_shapes(args.input_shape)
     model, _ = _model_and_inputs(args, input_shapes)
     print(f"model: {args.model or args.builtin}\ntarget: {target.name} ({target.kind})", flush=True)
@@ -304,7 +329,7 @@ def _compile(args) -> int:
         plan, kernels, weights = compile_plan(
             model, target, args.records, progress=lambda msg: print(f"  {msg}", flush=True), input_shapes=input_shapes
         )
-    except ModelError as err:
+    except (ModelError, FileNotFoundError) as err:
         raise UserError(str(err)) from None
     save_model(args.output, plan, kernels, weights, target.name)
     convs = [c for c in plan.calls if c.config is not None]
@@ -435,7 +460,11 @@ def main(argv=None) -> int:
     way.add_argument("--rpc-tracker", metavar="HOST:PORT", help="measure on the runners registered with this TVM RPC tracker")
     p.add_argument("--rpc-key", default="tir-adreno", help="runner key at the tracker (default tir-adreno)")
     p.set_defaults(fn=_tune)
-    p = sub.add_parser("kernels", help="build and run every kernel family on one shape, check against NumPy, time")
+    p = sub.add_parser(
+        "kernels",
+        help="every kernel family (conv direct/grouped/depthwise, Winograd 2x2/4x4, pools in both strategies, "
+        "reductions, softmax, concat, layout, elementwise) on a small shape, checked against float64 NumPy, timed",
+    )
     p.add_argument("--device", help="substring of the OpenCL platform or device name")
     p.add_argument("--json", metavar="PATH", help="write the per-kernel report as JSON")
     p.set_defaults(fn=_kernels)

@@ -18,8 +18,7 @@ from . import build, onnx_import, runtime
 from .bundle import KernelModule
 from .executor import Call, CompiledModel, Plan, TensorInfo
 from .device import DeviceProfile, resolve, with_limits
-from .records import Records
-from .records import load as load_records_file
+from .records import open_records
 from .relax_pass import CONFIG_ATTR, OURS_ATTR, SOURCE_ATTR, dispatch_to_textures
 
 
@@ -194,13 +193,6 @@ def _check_arg(tensor: TensorInfo, spec, where: str):
         raise RuntimeError(f"{where}: argument {spec.name} expects {spec.shape} {spec.dtype} {spec.scope}, gets {tensor}")
 
 
-def load_records(records, profile: DeviceProfile, precision: str = "float32"):
-    """``records`` (None, a path or a ``records.Records``) as Records for ``profile``."""
-    if records is None or isinstance(records, Records):
-        return records
-    return load_records_file(records, profile, precision)
-
-
 def _dtypes(mod: tvm.IRModule) -> set[str]:
     """Every tensor dtype ``main`` touches: parameters, bound values and constants."""
     func = mod["main"]
@@ -239,7 +231,7 @@ def compile_plan(model, profile: DeviceProfile, records=None, allow_buffer: bool
     mod, names = import_model(model, input_shapes)
     check_device_support(mod, profile, runs_on)
     progress(f"lower for {profile.name} (tir-adreno pass, LegalizeOps, dlight)" if ours else "lower (LegalizeOps, dlight)")
-    mod = lower(mod, profile, allow_buffer, ours, load_records(records, profile))
+    mod = lower(mod, profile, allow_buffer, ours, open_records(records, profile))
     return plan_module(mod, names, progress, _target(ours))
 
 

@@ -25,6 +25,10 @@ from .texture import image_format, is_texture_scope, texture_extent
 MODEL_FORMAT = 1
 
 
+class TargetMismatchError(ValueError):
+    """A model compiled for another device profile does not fit this device."""
+
+
 class ModelInputError(ValueError):
     """The inputs given to :meth:`CompiledModel.run` do not match the model."""
 
@@ -176,6 +180,11 @@ class CompiledModel:
         self.kernels = kernels
         self.weights = weights
         self.device = runtime.get_device(device)
+        too_big = [t for t in plan.tensors if is_texture_scope(t.scope) and not self.device.limits.fits(t.shape, t.scope)]
+        if too_big:
+            raise TargetMismatchError(
+                f"the model was planned for larger images: tensor {too_big[0].shape} in {too_big[0].scope} exceeds "
+                f"{self.device.name}'s image limits (compile it for this device's profile)")
         self.pool = pool
         self._times_ms: list[float] | None = None
         self._loaded = {key: self.device.load(module) for key, module in kernels.items()}
@@ -358,11 +367,6 @@ def load_model(directory, device=None, pool: bool = True, random_weights: int | 
         raise ValueError(f"{directory}: model format {doc.get('format')} != {MODEL_FORMAT}")
     kernels = {k: KernelModule.from_json(json.dumps(v)) for k, v in doc["kernels"].items()}
     plan = Plan.from_dict(doc["plan"])
-    device = runtime.get_device(device)
-    for t in plan.tensors:
-        if is_texture_scope(t.scope) and not device.limits.fits(t.shape, t.scope):
-            raise ValueError(f"{directory}: compiled for {doc.get('target') or 'another device'}: tensor {t.shape} in {t.scope} "
-                             f"exceeds {device.name}'s image limits; compile with --target for this device")
     if weight_bytes:
         with np.load(io.BytesIO(weight_bytes)) as npz:
             weights = {int(k): npz[k] for k in npz.files}

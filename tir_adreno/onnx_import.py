@@ -77,6 +77,14 @@ _FOLDABLE = {
 }
 
 
+#: Float constants up to this many elements count as shape arithmetic, larger ones as data (weights).
+_SMALL = 64
+
+
+def _is_data(value: np.ndarray) -> bool:
+    return value.dtype.kind not in "iub" and value.size > _SMALL
+
+
 def _static_shape(value_info):
     dims = _dims(value_info)
     return dims if all(isinstance(d, int) for d in dims) and value_info.type.tensor_type.HasField("shape") else None
@@ -116,13 +124,14 @@ def _fold_once(model) -> bool:
                 values = [shape[attrs.get("start", 0) : attrs.get("end")]]
         elif node.op_type in _FOLDABLE and all(i == "" or i in consts for i in node.input):
             feeds = {i: consts[i] for i in node.input if i}
-            if all(a.dtype.kind in "iub" for a in feeds.values()):  # integer inputs: shape arithmetic
+            # shape arithmetic: integers, or a few floats (torch's Cast -> Div -> Floor of a channel count)
+            if all(a.dtype.kind in "iub" for a in feeds.values()) or sum(a.size for a in feeds.values()) <= _SMALL:
                 try:
                     values = ReferenceEvaluator(node, opsets=opsets).run(None, feeds)
                 except Exception:  # an op or version onnx's reference cannot run: TVM's importer gets it as is
                     values = None
-                if values is not None and node.op_type != "Constant" and not all(np.asarray(v).dtype.kind in "iub" for v in values):
-                    values = None  # e.g. ConstantOfShape of floats: left to TVM's FoldConstant
+                if values is not None and node.op_type != "Constant" and any(_is_data(np.asarray(v)) for v in values):
+                    values = None  # e.g. ConstantOfShape of a float tensor: left to TVM's FoldConstant
         if values is None:
             keep.append(node)
             continue

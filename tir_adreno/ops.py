@@ -362,10 +362,9 @@ def conv2d(
     dev = runtime.get_device(device)
     check_device_dtype(dev, dtype)
     profile = DeviceProfile.from_device(dev)
-    if isinstance(records, (str, bytes)) or hasattr(records, "__fspath__"):
-        from . import records as _records
+    from .records import open_records
 
-        records = _records.load(records, profile, dtype)
+    records = open_records(records, profile, dtype)
     choice = None
     if algorithm != "auto":
         choice = _strategy.ConvChoice("winograd_2x2" if algorithm == "winograd" else algorithm)

@@ -133,3 +133,13 @@ def load(path, profile: DeviceProfile, precision: str = "float32", warn: bool = 
             warnings.warn(f"{path}: records ignored: {reason}", RecordsWarning, stacklevel=2)
         return empty
     return Records(profile, precision, dict(doc["layers"]), path)
+
+
+def open_records(records, profile: DeviceProfile, precision: str = "float32") -> Records | None:
+    """What compilation takes as ``records=``: None, a ``Records`` or the path of a records file,
+    which must exist (FileNotFoundError); one for another device is ignored with a warning."""
+    if records is None or isinstance(records, Records):
+        return records
+    if not Path(records).is_file():
+        raise FileNotFoundError(f"{records}: no such records file (write one with `tir-adreno tune`)")
+    return load(records, profile, precision)

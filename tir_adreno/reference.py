@@ -1,7 +1,10 @@
-"""CPU reference outputs for ``--check`` and the model tests.
+"""References: CPU model outputs for ``--check``, and float64 NumPy for every op.
 
 ONNX models run on onnxruntime; Relax modules on TVM's LLVM build (the
-Relax VM on the CPU). Both are independent of our kernels and of OpenCL.
+Relax VM on the CPU; TVM is imported only there). Both are independent of our
+kernels and of OpenCL. The op references below (NumPy only, float64, NCHW)
+are the ones tests, benchmarks and the kernel tour compare with; nobody
+re-derives them.
 """
 
 from __future__ import annotations
@@ -102,6 +105,107 @@ def conv2d_nchw(x, w, strides=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1), gro
                 patch = xs[:, :, i * dh : i * dh + sh * (oh - 1) + 1 : sh, j * dw : j * dw + sw * (ow - 1) + 1 : sw]
                 out[:, g * og : (g + 1) * og] += np.einsum("nchw,oc->nohw", patch, w[g * og : (g + 1) * og, :, i, j])
     return out
+
+
+def activation(y, name, clip_min: float = 0.0, clip_max: float = 6.0) -> np.ndarray:
+    """float64 ``name`` of ``primfuncs.epilogue.ACTIVATIONS`` (None: identity); NaN propagates."""
+    y = np.asarray(y, np.float64)
+    if name is None:
+        return y
+    if name in ("relu", "relu6", "clip"):
+        lo, hi = {"relu": (0, None), "relu6": (0, 6), "clip": (clip_min, clip_max)}[name]
+        y = np.maximum(y, lo)
+        return y if hi is None else np.minimum(y, hi)
+    with np.errstate(over="ignore"):  # exp(-x) overflows to inf: sigmoid 0, as the kernels
+        if name == "sigmoid":
+            return 1 / (1 + np.exp(-y))
+        if name == "silu":
+            return y / (1 + np.exp(-y))
+    hard = np.minimum(np.maximum(y + 3, 0), 6) / 6
+    if name == "hardsigmoid":
+        return hard
+    if name == "hardswish":
+        return y * hard
+    raise ValueError(f"unknown activation {name!r}")
+
+
+def conv2d_epilogue(y, bias=None, residual=None, activation_name=None, clip_min=0.0, clip_max=6.0) -> np.ndarray:
+    """``act(y + bias + residual)`` in float64 (the conv kernels' fused epilogue)."""
+    y = np.asarray(y, np.float64)
+    if bias is not None:
+        y = y + np.asarray(bias, np.float64)[None, :, None, None]
+    if residual is not None:
+        y = y + residual
+    return activation(y, activation_name, clip_min, clip_max)
+
+
+def _taps(start, size, dilation):
+    return [start + i * dilation for i in range(size)]
+
+
+def pool_out_size(extent, size, stride, before, after, dilation, ceil_mode) -> int:
+    """Output length of a pooling window sliding over ``extent`` (PyTorch's rule)."""
+    room = extent + before + after - (size - 1) * dilation - 1
+    out = (-(-room // stride) if ceil_mode else room // stride) + 1
+    if ceil_mode and (out - 1) * stride >= extent + before:  # last window must start inside the input
+        out -= 1
+    return out
+
+
+def pool2d(x, pool_type, pool_size, strides=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1), ceil_mode=False,
+           count_include_pad=False) -> np.ndarray:
+    """float64 NCHW pool2d with PyTorch's semantics (padding = (top, left, bottom, right));
+    a max window with no input element is -inf, an average one 0."""
+    x = np.asarray(x, np.float64)
+    _, _, h, w = x.shape
+    (kh, kw), (sh, sw), (dh, dw) = pool_size, strides, dilation
+    top, left, bottom, right = padding
+    oh = pool_out_size(h, kh, sh, top, bottom, dh, ceil_mode)
+    ow = pool_out_size(w, kw, sw, left, right, dw, ceil_mode)
+    out = np.empty(x.shape[:2] + (oh, ow))
+    for i in range(oh):
+        for j in range(ow):
+            rows, cols = _taps(i * sh - top, kh, dh), _taps(j * sw - left, kw, dw)
+            real_rows = [r for r in rows if 0 <= r < h]
+            real_cols = [c for c in cols if 0 <= c < w]
+            box = x[:, :, real_rows][:, :, :, real_cols]
+            if pool_type == "max":
+                out[:, :, i, j] = box.max(axis=(2, 3)) if box.size else -np.inf
+            else:
+                if count_include_pad:  # taps inside the padded input (a ceil_mode window may run past it)
+                    count = sum(r < h + bottom for r in rows) * sum(c < w + right for c in cols)
+                else:
+                    count = len(real_rows) * len(real_cols)
+                out[:, :, i, j] = box.sum(axis=(2, 3)) / max(count, 1)
+    return out
+
+
+def adaptive_pool2d(x, pool_type, out_size) -> np.ndarray:
+    """float64 adaptive pooling: output i pools [floor(i*H/OH), ceil((i+1)*H/OH))."""
+    x = np.asarray(x, np.float64)
+    _, _, h, w = x.shape
+    oh, ow = out_size
+    out = np.empty(x.shape[:2] + (oh, ow))
+    for i in range(oh):
+        for j in range(ow):
+            box = x[:, :, (i * h) // oh : -(-(i + 1) * h // oh), (j * w) // ow : -(-(j + 1) * w // ow)]
+            out[:, :, i, j] = box.max(axis=(2, 3)) if pool_type == "max" else box.mean(axis=(2, 3))
+    return out
+
+
+REDUCTIONS = {"sum": np.sum, "mean": np.mean, "max": np.max, "min": np.min}
+
+
+def reduce(x, op, axis, keepdims=False) -> np.ndarray:
+    """float64 ``sum``/``mean``/``max``/``min`` over ``axis`` (NumPy's semantics)."""
+    return REDUCTIONS[op](np.asarray(x, np.float64), axis=axis, keepdims=keepdims)
+
+
+def softmax(x, axis=1) -> np.ndarray:
+    """float64 softmax, shifted by the max (no overflow)."""
+    x = np.asarray(x, np.float64)
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
 
 
 def gelu(x, approximate: str = "none") -> np.ndarray:

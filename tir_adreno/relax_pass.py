@@ -29,13 +29,14 @@ Op families plug in through :data:`HANDLERS` (op name -> handler).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
 import tvm
 from tvm import relax
 
-from primfuncs import concat, conv2d, elementwise, layout, pool2d, reduce
+from primfuncs import concat, conv2d, elementwise, layout, pool2d, reduce, resize
 from primfuncs._common import BUFFER, TEXTURE, TEXTURE_WEIGHT, blocked
 from primfuncs.epilogue import Epilogue
 
@@ -417,6 +418,8 @@ def _scalar_step(node: Node, var):
         return lambda x: np.maximum(x, 0.0)
     if node.op == "relax.sigmoid" and _same(node.args[0], var):
         return lambda x: 1.0 / (1.0 + np.exp(-x))
+    if node.op in ("relax.erf", "relax.tanh") and _same(node.args[0], var):  # GELU's gate
+        return _erf if node.op == "relax.erf" else np.tanh
     if node.op == "relax.clip" and _same(node.args[0], var):
         bounds = _clip_range(node)
         return None if bounds is None else (lambda x: np.clip(x, *bounds))
@@ -440,6 +443,30 @@ _ACTIVATION_FUNCTIONS = {
     "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
     "hardsigmoid": lambda x: np.clip(x + 3.0, 0.0, 6.0) / 6.0,
 }
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def _gelu_gate_scale(steps, mul: Node, g: "Graph"):
+    """GELU as torch exports it, ``x * (1 + erf(x / sqrt 2)) * 0.5``: when the gate chain
+    ``steps`` computes ``r * Phi(x)`` (Phi the normal CDF), the nodes after ``mul`` that
+    scale its result by ``1 / r`` (none when r = 1), else None."""
+    y = _SAMPLES
+    for fn in steps:
+        y = fn(y)
+    phi = 0.5 * (1.0 + _erf(_SAMPLES / math.sqrt(2.0)))
+    at = int(np.argmin(np.abs(_SAMPLES - 1.0)))  # Phi(1) is well away from 0
+    r = float(y[at] / phi[at])
+    if not np.allclose(y, r * phi, rtol=1e-6, atol=1e-6):
+        return None
+    if abs(r - 1.0) < 1e-6:
+        return []
+    user = g.sole_user(mul.var)
+    step = _scalar_step(user, mul.var) if user is not None else None
+    if step is None or abs(float(step(np.float64(0.0)))) > 1e-12 or abs(float(step(np.float64(r))) - 1.0) > 1e-6:
+        return None
+    return [user]
+
+
 # Dense over the breakpoints of the piecewise-linear forms, plus far values (saturation, slope).
 _SAMPLES = np.concatenate([np.linspace(-10.0, 10.0, 4001), [-1e4, -100.0, 100.0, 1e4]])
 
@@ -494,6 +521,9 @@ def _match_activation(g: Graph, var, first: Node | None = None):
         gated_name = {"sigmoid": "silu", "hardsigmoid": "hardswish"}.get(named[0]) if named else None
         if gated_name is not None and _static_shape(mul.var) == _static_shape(var):
             return gated_name, None, [*chain, mul]
+        gelu_tail = _gelu_gate_scale(steps, mul, g) if named is None else None
+        if gelu_tail is not None and _static_shape(mul.var) == _static_shape(var):
+            return "gelu", None, [*chain, mul, *gelu_tail]
     found = None  # the longest named prefix
     chain, steps, cur = [], [], var
     user = first if first is not None else g.sole_user(var)
@@ -670,21 +700,21 @@ def _emit_affine(rw: Rewriter, x: Value, var, scale, shift, nodes):
     """``act(x * scale + shift)`` per channel, extending ``nodes`` (already folded into
     ``scale``/``shift``, ending at ``var``) by further per-channel steps and an activation."""
     g = rw.graph
-    activation = None
+    activation, bounds = None, None
     while True:
         user = g.sole_user(var)
         step = _linear_step(user, var, x.channels) if user is not None else None
         if step is None:
             matched = _match_activation(g, var)
-            if matched is not None and matched[0] != "clip":
-                activation, _, tail = matched
+            if matched is not None:
+                activation, bounds, tail = matched
                 nodes, var = nodes + tail, tail[-1].var
             break
         scale, shift = scale * step[0], shift * step[0] + step[1]
         nodes, var = nodes + [user], user.var
     shape5 = (x.nchw[0], blocked(x.channels), x.nchw[2], x.nchw[3], 4)
     scope = rw.scope_for(shape5)
-    func = elementwise.affine(shape5, activation, scope=scope)
+    func = elementwise.affine(shape5, activation, scope=scope, **_clip_fields(bounds))
     out = rw.emit_kernel(func, [rw.blocked(x, scope), relax.const(pack_bias(scale.astype(np.float32))), relax.const(pack_bias(shift.astype(np.float32)))], shape5)
     for m in nodes:
         m.fused = True
@@ -844,6 +874,28 @@ def _emit_concat(rw, parts, n, h, w, scope):
     chans = [c for _, c in parts]
     out5 = (n, blocked(sum(chans)), h, w, 4)
     return rw.emit_kernel(concat.concat_channels(n, chans, h, w, scope=scope), [e for e, _ in parts], out5), sum(chans)
+
+
+@handles("relax.image.resize2d")
+def resize2d_handler(rw, node):
+    """ONNX ``Resize``/``Upsample``, nearest (ONNX's nearest modes) or bilinear, in the
+    coordinate modes of :mod:`primfuncs.resize`; other attributes stay upstream."""
+    a = node.attrs
+    method = {"nearest_neighbor": "nearest", "linear": "linear"}.get(str(a.method))
+    mode, rounding = str(a.coordinate_transformation_mode), str(a.rounding_method)
+    if method is None or mode not in resize.COORDINATE_MODES or (method == "nearest" and rounding not in resize.ROUNDING_METHODS):
+        return None
+    x = rw.activation(node.args[0])
+    out_shape = _static_shape(node.var)
+    if x is None or x.layout != "NCHW" or str(a.layout) != "NCHW" or out_shape is None or _dtype(node.var) != "float32":
+        return None
+    n, c, h, w = x.nchw
+    in5, out5 = (n, blocked(c), h, w, 4), (n, blocked(c), *out_shape[2:], 4)
+    scope = rw.scope_for(in5, out5)
+    func = resize.resize2d(in5, out_shape[2:], method, mode, rounding, scope=scope)
+    out = rw.emit_kernel(func, [rw.blocked(x, scope)], out5)
+    rw.define(node.var, out, scope, out_shape)
+    return out
 
 
 def dispatch_to_textures(mod: tvm.IRModule, profile: DeviceProfile, allow_buffer: bool = True, records=None) -> tvm.IRModule:

@@ -251,7 +251,9 @@ class LoadedModule:
         events = self.launch(name, tensors)
         self.device.queue.finish()
         self.check_bounds()
-        return sum(event_seconds(e) for e in events)
+        seconds = sum(event_seconds(e) for e in events)
+        self.device.kernel_seconds += seconds
+        return seconds
 
     def check_bounds(self) -> None:
         """After the queue finished: raise :class:`BoundsError` for the first launch (since the
@@ -289,6 +291,8 @@ class Device:
             bool(cl_device.image_support),
         )
         self.build_options = BUILD_OPTIONS
+        #: Kernel time (OpenCL events) of every ``LoadedModule`` call so far: what an op cost.
+        self.kernel_seconds = 0.0
         self._programs: dict[str, cl.Program] = {}
 
     @property
@@ -319,7 +323,8 @@ class Device:
         return self.empty(TensorSpec(name, tuple(array.shape), array.dtype.name, scope)).upload(array)
 
     # -- programs -------------------------------------------------------------------------
-    def _binary_key(self, source: str, options: str) -> str:
+    def _binary_key(self, source: str, options: str | None = None) -> str:
+        options = self.build_options if options is None else options
         d = self.cl_device
         return cache.key(
             "program", source, d.platform.name, d.platform.version, d.name, d.version, d.driver_version, options

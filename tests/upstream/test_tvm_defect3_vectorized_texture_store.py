@@ -25,6 +25,7 @@ from tvm.s_tir.backend.adreno.pipeline import default_tir_pipeline
 from tvm.script import tirx as T
 from tvm.tirx.build import split_host_device_mods
 from tvm.tirx.compilation_pipeline import finalize_device_passes
+from defect import KnownDefect, pinned
 
 # [N, C/4, H, W, 4] in global.texture -> image2d_array: N*C/4 layers, H rows,
 # W columns, one RGBA float pixel per (n, c, h, w).
@@ -109,16 +110,17 @@ def test_control_vector_store_copy_is_exact():
 
 @pytest.mark.xfail(
     strict=True,
-    raises=AssertionError,
+    raises=KnownDefect,
     reason="TVM 0.27: texture store in a vectorized loop is scalarized into "
     "write_imagef(B, coord, as_float4(scalar)); each pixel gets its last lane",
 )
 def test_vectorized_texture_store_copy_is_exact():
-    src = _lower_to_opencl(copy_vectorized_store)
-    a, out = _run_copy_on_opencl(src)
-    broadcast_last_lane = np.allclose(out, np.repeat(a[..., 3:], 4, axis=-1))
-    np.testing.assert_array_equal(
-        out,
-        a,
-        err_msg=f"each pixel holds its last lane broadcast: {broadcast_last_lane}",
-    )
+    with pinned(r"each pixel holds its last lane broadcast: True"):
+        src = _lower_to_opencl(copy_vectorized_store)
+        a, out = _run_copy_on_opencl(src)
+        broadcast_last_lane = np.allclose(out, np.repeat(a[..., 3:], 4, axis=-1))
+        np.testing.assert_array_equal(
+            out,
+            a,
+            err_msg=f"each pixel holds its last lane broadcast: {broadcast_last_lane}",
+        )

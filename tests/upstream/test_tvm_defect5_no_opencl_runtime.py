@@ -11,12 +11,14 @@ ICD (PoCL) installed.
 
 import pytest
 import tvm
+from defect import KnownDefect, pinned
 
 
 @pytest.mark.xfail(
-    strict=True, raises=AssertionError, reason="TVM 0.27 wheel is built with USE_OPENCL OFF"
+    strict=True, raises=KnownDefect, reason="TVM 0.27 wheel is built with USE_OPENCL OFF"
 )
 def test_wheel_has_opencl_runtime():
-    assert tvm.get_global_func("target.build.opencl", allow_missing=True) is not None
-    assert tvm.runtime.enabled("opencl"), "OpenCL runtime not compiled into libtvm"
-    assert tvm.get_global_func("device_api.opencl", allow_missing=True) is not None
+    with pinned(r"OpenCL runtime not compiled into libtvm"):
+        assert tvm.get_global_func("target.build.opencl", allow_missing=True) is not None
+        assert tvm.runtime.enabled("opencl"), "OpenCL runtime not compiled into libtvm"
+        assert tvm.get_global_func("device_api.opencl", allow_missing=True) is not None

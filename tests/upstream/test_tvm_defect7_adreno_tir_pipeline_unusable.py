@@ -17,11 +17,13 @@ generic one, which produces the invalid image code of defect 2.
 """
 
 import re
+import traceback
 
 import pytest
 import tvm
 from tvm.s_tir.backend.adreno.pipeline import default_tir_pipeline
 from tvm.script import tirx as T
+from defect import KnownDefect, pinned
 
 
 @T.prim_func(s_tir=True)
@@ -39,7 +41,7 @@ def texture_to_buffer(a: T.handle, b: T.handle):
 
 @pytest.mark.xfail(
     strict=True,
-    raises=AssertionError,
+    raises=KnownDefect,
     reason="TVM 0.27: adreno default_tir_pipeline returns one Pass, tirx.build "
     "expects (pipeline, finalize_host, finalize_device): TypeError",
 )
@@ -47,16 +49,18 @@ def texture_to_buffer(a: T.handle, b: T.handle):
     "pipeline", ["adreno", None, "pass-object"], ids=["adreno", "target-default", "pass-object"]
 )
 def test_tirx_build_with_adreno_pipeline(pipeline):
-    target = tvm.target.Target("qcom/adreno-opencl-texture").with_host(tvm.target.Target("llvm"))
-    if pipeline == "pass-object":
-        pipeline = default_tir_pipeline()
-    try:
-        lib = tvm.tirx.build(texture_to_buffer, target, pipeline=pipeline)
-    except (TypeError, AssertionError) as err:
-        raise AssertionError(
-            f"tvm.tirx.build(pipeline={pipeline!r}): {type(err).__name__}: {err}"
-        ) from err
-    (dev,) = [m for m in lib.imports if m.kind == "opencl"]
-    src = dev.inspect_source()
-    assert re.search(r"read_imagef\s*\(\s*A_ptr\b", src, re.IGNORECASE), src
-    assert not re.search(r"vload\d*\s*\([^,]+,\s*A_ptr\b", src), src
+    with pinned(r"cannot unpack non-iterable ModulePass object|assert isinstance\(pipeline, str\)"):
+        target = tvm.target.Target("qcom/adreno-opencl-texture").with_host(tvm.target.Target("llvm"))
+        if pipeline == "pass-object":
+            pipeline = default_tir_pipeline()
+        try:
+            lib = tvm.tirx.build(texture_to_buffer, target, pipeline=pipeline)
+        except (TypeError, AssertionError) as err:
+            where = traceback.extract_tb(err.__traceback__)[-1].line  # a bare assert has no message
+            raise AssertionError(
+                f"tvm.tirx.build(pipeline={pipeline!r}): {type(err).__name__}: {str(err) or where}"
+            ) from err
+        (dev,) = [m for m in lib.imports if m.kind == "opencl"]
+        src = dev.inspect_source()
+        assert re.search(r"read_imagef\s*\(\s*A_ptr\b", src, re.IGNORECASE), src
+        assert not re.search(r"vload\d*\s*\([^,]+,\s*A_ptr\b", src), src

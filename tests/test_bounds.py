@@ -1,0 +1,103 @@
+"""The texture bounds sanitizer (tir_adreno.bounds): every kernel family runs clean under it,
+and a conv that lost its coordinate clamps is caught (PoCL's clamp sampler returns 0 for
+an out-of-range read, which equals the padding, so no numeric test can see it)."""
+
+import dataclasses
+import warnings
+
+import numpy as np
+import pytest
+
+from primfuncs import elementwise
+from primfuncs.conv2d import conv2d_nchw4c
+from tir_adreno import bounds, build, tour
+from tir_adreno.runtime import BoundsError
+
+#: Batch 2 (several array layers), C not a multiple of 4, odd H and W: every family pads somewhere.
+SHAPE = (2, 5, 9, 7)
+
+
+@pytest.mark.parametrize("case", tour.CASES, ids=lambda c: c.name)
+def test_every_family_is_in_bounds(device, check_bounds, case):
+    result = tour.check(case, device, np.random.default_rng(3), SHAPE)
+    assert result == "ok", result
+
+
+def test_sanitized_build_checks_every_image_access(check_bounds):
+    module = build.build_cached(conv2d_nchw4c((1, 6, 7, 9), (8, 6, 3, 3), padding=1))
+    plain = build.build(conv2d_nchw4c((1, 6, 7, 9), (8, 6, 3, 3), padding=1), check_bounds=False)
+    assert module.check_bounds and not plain.check_bounds
+    reads = plain.source.count("READ_IMAGEF(X_ptr") + plain.source.count("READ_IMAGEF(W_ptr")
+    assert reads > 0 and module.source.count("TIR_ADRENO_READ(READ_IMAGEF,") == reads
+    assert module.source.count("TIR_ADRENO_WRITE(write_imagef,") == plain.source.count("write_imagef(") > 0
+    assert all(launch.args[-1].kind == "bounds" for launch in module["conv2d_nchw4c"].launches)
+    assert build.module_key(conv2d_nchw4c((1, 6, 7, 9), (8, 6, 3, 3), padding=1)) != build.module_key(
+        conv2d_nchw4c((1, 6, 7, 9), (8, 6, 3, 3), padding=1), check_bounds=False
+    )
+
+
+def _run(device, module, name, rng):
+    loaded = device.load(module)
+    specs = module[name].params
+    tensors = [device.empty(s).upload(rng.standard_normal(s.shape).astype(s.dtype)) for s in specs[:-1]]
+    return loaded(name, *tensors, device.empty(specs[-1]).poison())
+
+
+def _without_clamps(module):
+    """The conv's source with every min/max (its coordinate clamps) replaced by the first argument."""
+    marker = "#endif\n#endif\n"  # end of TVM's READ_IMAGEF definitions, before any kernel
+    assert marker in module.source
+    source = module.source.replace(marker, marker + "#define max(a, b) (a)\n#define min(a, b) (a)\n", 1)
+    return dataclasses.replace(module, source=source)
+
+
+def test_conv_without_clamps_is_caught(device):
+    func = conv2d_nchw4c((1, 6, 7, 9), (8, 6, 3, 3), padding=1)  # no activation: min/max are clamps only
+    mutant = _without_clamps(build.build(func, check_bounds=False))
+    rng = np.random.default_rng(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "max redefined" compiler output
+        _run(device, mutant, "conv2d_nchw4c", rng)  # unchecked: runs, nothing reports it
+        with pytest.raises(BoundsError, match=r"conv2d_nchw4c_kernel: parameter X read at \(x=-1, y=-1, layer=0\) outside 9 x 7 x 2"):
+            _run(device, bounds.instrument(mutant), "conv2d_nchw4c", rng)
+    _run(device, bounds.instrument(build.build(func, check_bounds=False)), "conv2d_nchw4c", rng)  # the real conv: clean
+
+
+def test_out_of_range_write_is_named(device):
+    """A kernel whose store runs one column past the image: the write is reported with its parameter."""
+    module = build.build(elementwise.relu((1, 2, 3, 5, 4)), check_bounds=False)
+    source = module.source.replace("write_imagef(C_ptr, (int4)(", "write_imagef(C_ptr, (int4)(1 + ", 1)
+    assert source != module.source
+    with pytest.raises(BoundsError, match=r"relu_kernel: parameter C wrote at \(x=5, y=\d, layer=\d\) outside 5 x 3 x 2"):
+        _run(device, bounds.instrument(dataclasses.replace(module, source=source)), "relu", np.random.default_rng(1))
+
+
+def test_env_setting(monkeypatch):
+    monkeypatch.setenv(bounds.ENV, "0")
+    assert not bounds.enabled()
+    monkeypatch.setenv(bounds.ENV, "1")
+    assert bounds.enabled()
+    monkeypatch.setenv(bounds.ENV, "maybe")
+    with pytest.raises(ValueError, match="TIR_ADRENO_CHECK_BOUNDS must be 0 or 1, got 'maybe'"):
+        bounds.enabled()
+
+
+def test_model_under_the_sanitizer(check_bounds):
+    """A compiled model's kernels are instrumented too; the executor checks after each run."""
+    from tvm import relax
+
+    from tir_adreno import compile_model
+    from tir_adreno.models import _model
+    from tir_adreno.reference import reference_outputs, relative_error
+
+    def body(m, x):
+        x = m.conv_bn(x, 6, 3)
+        return m.bb.emit(relax.op.nn.max_pool2d(x, 3, 2, 1))
+
+    mod = _model("bounds", body, 2, 9, 0)
+    compiled = compile_model(mod, progress=lambda _: None)
+    assert compiled.kernels and all(k.check_bounds for k in compiled.kernels.values())
+    x = np.random.default_rng(4).standard_normal((2, 3, 9, 9)).astype("float32")
+    (out,) = compiled.run({"input": x})
+    (ref,) = reference_outputs(mod, {"input": x})
+    assert relative_error(out, ref) <= 1e-4
