@@ -3,7 +3,6 @@
 import math
 
 import numpy as np
-import onnx
 import onnxruntime
 import pytest
 from onnx import TensorProto, helper
