@@ -246,8 +246,10 @@ def _run(args) -> int:
         edited = workbench.apply_edits(compiled, prims, edits, inputs) if edits else {}
         compiled.run(inputs)  # warm-up: first launches build per-work-group code on some drivers
         start = time.perf_counter()
-        outputs = compiled.run(inputs)
+        compiled.run(inputs)
         wall = time.perf_counter() - start
+        # Outputs and per-op times from a profiled run (outputs poisoned first, events recorded).
+        outputs = compiled.run(inputs, profile=True)
     except ModelInputError as err:
         raise UserError(str(err)) from None
     profile = compiled.profile()
