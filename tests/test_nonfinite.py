@@ -14,7 +14,7 @@ from primfuncs import conv2d as conv
 from primfuncs import elementwise, pool2d, reduce
 from primfuncs._common import BUFFER, TEXTURE
 from primfuncs.epilogue import Epilogue
-from test_pool2d import STRATEGIES
+from strategies import STRATEGIES
 from tir_adreno.reference import adaptive_pool2d as adaptive_reference
 from tir_adreno.reference import conv2d_epilogue as reference_epilogue
 from tir_adreno.reference import conv2d_nchw as reference_conv2d

@@ -54,7 +54,10 @@ def test_defaults_follow_the_profile_kind():
         assert plan.config == default_config(deep, False, profile.kind), name
     assert strategy.conv2d_plan(deep, Epilogue(), "float32", get_profile("nvidia-h200")).config.split_k > 1
     with pytest.raises(ValueError, match="precision must be one of"):
-        strategy.conv2d_plan(deep, Epilogue(), "float16", get_profile("adreno"))
+        strategy.conv2d_plan(deep, Epilogue(), "float64", get_profile("adreno"))
+    with pytest.raises(strategy.PrecisionError, match="'float16' needs half arithmetic.*pocl"):
+        strategy.conv2d_plan(deep, Epilogue(), "float16", get_profile("pocl"))
+    assert strategy.conv2d_plan(deep, Epilogue(), "float16", get_profile("adreno")).dtype == "float16"
 
 
 def test_group_threshold_per_kind():

@@ -7,26 +7,38 @@ loads. It is plain data (JSON + source), so a machine without TVM can run it.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from . import cache
+from .texture import is_texture_scope
 
 FORMAT_VERSION = 1
 
 
 @dataclass(frozen=True)
 class TensorSpec:
-    """A PrimFunc parameter: name, shape, dtype and storage scope."""
+    """A PrimFunc parameter: name, shape, dtype and storage scope.
+
+    ``storage``: the element type of the allocation when it differs from ``dtype``
+    ("float16" for a float32 tensor kept in an RGBA half image: "float16_acc32").
+    The kernel still reads and writes float4 (``read_imagef`` converts in the texture
+    unit), so only the allocation, upload and download see it.
+    """
 
     name: str
     shape: tuple[int, ...]
     dtype: str
     scope: str
+    storage: str | None = None
+
+    @property
+    def storage_dtype(self) -> str:
+        return self.storage or self.dtype
 
     @classmethod
     def from_dict(cls, d):
-        return cls(d["name"], tuple(d["shape"]), d["dtype"], d["scope"])
+        return cls(d["name"], tuple(d["shape"]), d["dtype"], d["scope"], d.get("storage"))
 
 
 @dataclass(frozen=True)
@@ -94,6 +106,20 @@ class KernelModule:
             return self.functions[name]
         except KeyError:
             raise KeyError(f"no function {name!r}; module has {sorted(self.functions)}") from None
+
+    def with_storage(self, storage: str | None) -> "KernelModule":
+        """This module with its texture parameters stored as ``storage`` ("float16": half
+        images for float32 kernels, precision "float16_acc32"); the same source, so the
+        same program. Itself for None."""
+        if storage is None:
+            return self
+
+        def store(spec: TensorSpec) -> TensorSpec:
+            keep = not is_texture_scope(spec.scope) or spec.dtype == storage
+            return spec if keep else replace(spec, storage=storage)
+
+        funcs = {k: replace(f, params=tuple(store(p) for p in f.params)) for k, f in self.functions.items()}
+        return KernelModule(self.source, funcs, self.target, self.check_bounds)
 
     def to_json(self) -> str:
         return json.dumps(

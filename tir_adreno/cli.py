@@ -30,8 +30,11 @@ def _devices(args) -> int:
             if r["image_support"]
             else "no image support (buffers only)"
         )
-        print(f"{mark} {r['platform']}: {r['device']} [{r['type']}] {r['version']}; {images}; fp16 {'yes' if r['fp16'] else 'no'}")
+        yes = lambda flag: "yes" if r[flag] else "no"  # noqa: E731
+        print(f"{mark} {r['platform']}: {r['device']} [{r['type']}] {r['version']}; {images}; "
+              f"cl_khr_fp16 {yes('fp16')}; half images {yes('half_images')}; half math {yes('half_math')}")
     print("* = default device (override with --device or TIR_ADRENO_DEVICE)")
+    print("precisions: float16_acc32 needs half images, float16 half math (a probe kernel decides)")
     return 0
 
 
@@ -57,7 +60,7 @@ def _kernels(args) -> int:
 
 
 #: --check tolerance on outputs (relative to the largest reference magnitude).
-CHECK_RTOL = 1e-3
+CHECK_RTOL = {"float32": 1e-3, "float16_acc32": 1e-2}
 
 #: How a missing input shape is asked for on the command line.
 INPUT_SHAPE_HINT = "--input-shape {name}={dims}"
@@ -201,7 +204,7 @@ def _run(args) -> int:
     if _saved_model(args.model):  # a saved model: no TVM on this path
         from .executor import load_model
 
-        for flag in ("records", "target", "check", "input_shape", "kernels"):
+        for flag in ("records", "target", "check", "input_shape", "kernels", "precision"):
             if getattr(args, flag):
                 raise UserError(f"--{flag.replace('_', '-')} needs a model file; {args.model} is compiled already")
         label = args.model
@@ -215,6 +218,7 @@ def _run(args) -> int:
     else:
         from .compiler import ModelError, compile_model
         from .executor import TargetMismatchError
+        from .strategy import PrecisionError
 
         target = _profile(args.target) if args.target else None
         _check_records(args.records)
@@ -232,17 +236,20 @@ def _run(args) -> int:
         start = time.perf_counter()
         try:
             compiled = compile_model(
-                model, dev, target, args.records, input_shapes=input_shapes, progress=lambda msg: print(f"  {msg}", flush=True), prims=prims
+                model, dev, target, args.records, input_shapes=input_shapes, progress=lambda msg: print(f"  {msg}", flush=True), prims=prims,
+                precision=args.precision or "float32",
             )
-        except (ModelError, FileNotFoundError, TargetMismatchError) as err:
+        except (ModelError, FileNotFoundError, TargetMismatchError, PrecisionError) as err:
             raise UserError(str(err)) from None
         print(f"compiled in {time.perf_counter() - start:.1f} s", flush=True)
     try:
         edited = workbench.apply_edits(compiled, prims, edits, inputs) if edits else {}
         compiled.run(inputs)  # warm-up: first launches build per-work-group code on some drivers
         start = time.perf_counter()
-        outputs = compiled.run(inputs)
+        compiled.run(inputs)
         wall = time.perf_counter() - start
+        # Outputs and per-op times from a profiled run (outputs poisoned first, events recorded).
+        outputs = compiled.run(inputs, profile=True)
     except ModelInputError as err:
         raise UserError(str(err)) from None
     profile = compiled.profile()
@@ -256,14 +263,16 @@ def _run(args) -> int:
     ours = sum(p["time_ms"] for p in profile if p["ours"])
     print(f"\nkernel time {kernel_ms:.2f} ms ({ours / max(kernel_ms, 1e-12):.0%} in tir-adreno kernels), wall {wall * 1e3:.1f} ms")
     mem = compiled.memory_bytes()
-    print(f"device memory: {mem['total'] / 2**20:.1f} MiB ({mem['intermediates'] / 2**20:.1f} MiB activations with the image pool)")
+    print(f"precision: {compiled.precision}; device memory: {mem['total'] / 2**20:.1f} MiB "
+          f"({mem['weights'] / 2**20:.1f} MiB weights, {mem['intermediates'] / 2**20:.1f} MiB activations with the image pool)")
     names = [f"output{i}" for i in range(len(outputs))]
     if args.outputs:
         np.savez(args.outputs, **dict(zip(names, outputs)))
-    report = {"model": label, "device": dev.name, "kernel_ms": kernel_ms, "wall_ms": wall * 1e3, "memory": mem, "profile": profile, "edited": edited}
+    report = {"model": label, "device": dev.name, "precision": compiled.precision, "kernel_ms": kernel_ms, "wall_ms": wall * 1e3,
+              "memory": mem, "profile": profile, "edited": edited}
     status = 0
     if reference is not None:
-        status = _check(outputs, reference, inputs, report)
+        status = _check(outputs, reference, inputs, report, CHECK_RTOL[compiled.precision])
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=2)
@@ -297,8 +306,8 @@ def _inputs(given, specs, path) -> dict[str, np.ndarray]:
         raise UserError(f"--inputs {path}: {err}") from None
 
 
-def _check(outputs, reference, inputs, report) -> int:
-    """Compare with the CPU reference; 0 when within :data:`CHECK_RTOL`, else 1."""
+def _check(outputs, reference, inputs, report, rtol: float) -> int:
+    """Compare with the CPU reference; 0 when within ``rtol`` (:data:`CHECK_RTOL` of the precision), else 1."""
     from .reference import ReferenceUnavailable, nearly_constant, relative_error
 
     print("checking against the CPU reference ...", flush=True)
@@ -307,19 +316,20 @@ def _check(outputs, reference, inputs, report) -> int:
     except ReferenceUnavailable as err:
         raise UserError(f"--check: {err}") from None
     errors = [relative_error(o, r) for o, r in zip(outputs, refs)]
-    report["check"] = {"relative_errors": errors, "rtol": CHECK_RTOL}
+    report["check"] = {"relative_errors": errors, "rtol": rtol}
     constant = [f"output{i}" for i, r in enumerate(refs) if nearly_constant(r)]
     if constant:
         report["check"]["constant_outputs"] = constant
         warn(f"the reference {', '.join(constant)} is (nearly) constant, so --check compares almost nothing (constant weights?)")
-    ok = len(refs) == len(outputs) and all(e <= CHECK_RTOL for e in errors)
-    print(f"check {'passed' if ok else 'FAILED'}: relative error {max(errors, default=float('inf')):.2e} (tolerance {CHECK_RTOL:g})")
+    ok = len(refs) == len(outputs) and all(e <= rtol for e in errors)
+    print(f"check {'passed' if ok else 'FAILED'}: relative error {max(errors, default=float('inf')):.2e} (tolerance {rtol:g})")
     return 0 if ok else 1
 
 
 def _compile(args) -> int:
     from .compiler import ModelError, compile_plan
     from .executor import save_model
+    from .strategy import PrecisionError
 
     check_environment()
     check_creatable_folder(args.output, "--output")
@@ -330,9 +340,10 @@ def _compile(args) -> int:
     print(f"model: {args.model or args.builtin}\ntarget: {target.name} ({target.kind})", flush=True)
     try:
         plan, kernels, weights = compile_plan(
-            model, target, args.records, progress=lambda msg: print(f"  {msg}", flush=True), input_shapes=input_shapes
+            model, target, args.records, progress=lambda msg: print(f"  {msg}", flush=True), input_shapes=input_shapes,
+            precision=args.precision,
         )
-    except (ModelError, FileNotFoundError) as err:
+    except (ModelError, FileNotFoundError, PrecisionError) as err:
         raise UserError(str(err)) from None
     save_model(args.output, plan, kernels, weights, target.name)
     convs = [c for c in plan.calls if c.config is not None]
@@ -348,12 +359,15 @@ def _dump(args) -> int:
 
     if _saved_model(args.model):
         raise UserError(f"{args.model}: a saved model holds OpenCL C, not TVMScript; dump the ONNX file or --builtin model it was compiled from")
+    _check_records(args.records)
     input_shapes = parse_input_shapes(args.input_shape)
     model, _ = _model_and_inputs(args, input_shapes)
     dev = runtime.get_device(args.device)
     prims: dict = {}
     try:
-        compiled = compile_model(model, dev, input_shapes=input_shapes, progress=lambda msg: print(f"  {msg}", flush=True), prims=prims)
+        compiled = compile_model(
+            model, dev, records=args.records, input_shapes=input_shapes, progress=lambda msg: print(f"  {msg}", flush=True), prims=prims
+        )
     except (ModelError, FileNotFoundError) as err:
         raise UserError(str(err)) from None
     files = workbench.dump(compiled, prims, args.output, args.model or f"--builtin {args.builtin}")
@@ -387,6 +401,7 @@ def _tune(args) -> int:
     from . import models, tune
     from .compiler import ModelError
     from .device import DeviceProfile
+    from .strategy import PrecisionError
 
     if args.export:
         target = _profile(args.target or "adreno")
@@ -404,12 +419,14 @@ def _tune(args) -> int:
             raise UserError("--target is for --export / --rpc-tracker; a local tune uses --device")
         target = DeviceProfile.from_device(args.device)
         measurer = tune.LocalMeasurer(args.device)
-    records = Path(args.records or f"records-{target.name}.json")
+    suffix = "" if args.precision == "float32" else f"-{args.precision}"
+    records = Path(args.records or f"records-{target.name}{suffix}.json")
     model = args.model if args.model else models.get_model(args.builtin)
-    print(f"model: {args.model or args.builtin}\ndevice profile: {target.key}", flush=True)
+    print(f"model: {args.model or args.builtin}\ndevice profile: {target.key}; precision: {args.precision}", flush=True)
     try:
-        results = tune.tune(model, target, records, measurer, args.budget_s, progress=lambda m: print(m, flush=True))
-    except ModelError as err:
+        results = tune.tune(model, target, records, measurer, args.budget_s, progress=lambda m: print(m, flush=True),
+                            precision=args.precision)
+    except (ModelError, PrecisionError) as err:
         raise UserError(str(err)) from None
     if args.export:
         count = measurer.finish()
@@ -421,7 +438,8 @@ def _tune(args) -> int:
     print(tune.table(results))
     png = tune.plot(results, records.with_suffix(".png"))
     print(f"\nrecords: {records}" + (f"; plot: {png}" if png else ""))
-    print(f"compile with: tir-adreno compile MODEL -o DIR --target {target.name} --records {records}")
+    flag = "" if args.precision == "float32" else f" --precision {args.precision}"
+    print(f"compile with: tir-adreno compile MODEL -o DIR --target {target.name} --records {records}{flag}")
     return 0
 
 
@@ -439,6 +457,12 @@ def _add_input_shape(parser) -> None:
         "--input-shape", action="append", metavar="NAME=D0,D1,...",
         help="shape of an ONNX input with symbolic dims, e.g. input=4,3,224,224 (repeatable)",
     )
+
+
+#: ``--precision`` choices ("float16", half math: refused with exit 2 where the probe fails;
+#: whole models compile in "float32" or "float16_acc32").
+MODEL_PRECISIONS = ("float32", "float16_acc32", "float16")
+PRECISION_HELP = "float32, float16_acc32 (half textures, float math) or float16 (half math, where the device runs it)"
 
 
 class UserError(Exception):
@@ -462,9 +486,11 @@ def main(argv=None) -> int:
     p.add_argument("--outputs", metavar="NPZ", help="write the outputs, keyed output0, output1, ...")
     p.add_argument("--json", metavar="PATH", help="write the report (profile, times, memory, check) as JSON")
     _add_input_shape(p)
-    p.add_argument("--check", action="store_true", help=f"compare with a CPU reference; exit 1 beyond {CHECK_RTOL:g} relative error")
+    p.add_argument("--check", action="store_true", help="compare with a CPU reference; exit 1 beyond 1e-3 relative error "
+                   "(1e-2 in float16_acc32)")
     p.add_argument("--records", metavar="FILE", help="tuning records from `tir-adreno tune` (conv algorithm, config, placement)")
     p.add_argument("--target", metavar="PROFILE", help="plan the kernels for this device profile (adreno, nvidia-h200, pocl)")
+    p.add_argument("--precision", choices=MODEL_PRECISIONS, help=PRECISION_HELP + " (default float32)")
     p.add_argument("--kernels", metavar="DIR", help="use the kernel files of `tir-adreno dump` that were edited")
     p.set_defaults(fn=_run)
     p = sub.add_parser("dump", help="write every kernel of a model as an editable TVMScript file + manifest.json")
@@ -472,6 +498,7 @@ def main(argv=None) -> int:
     p.add_argument("--builtin", default="resnet18", choices=["resnet18", "resnet50", "mobilenet_v2"], help="built-in model when no file is given")
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="directory to write")
     p.add_argument("--device", help="substring of the OpenCL platform or device name")
+    p.add_argument("--records", metavar="FILE", help="tuning records from `tir-adreno tune`: dump the kernels the tuned model runs")
     _add_input_shape(p)
     p.set_defaults(fn=_dump)
     p = sub.add_parser("kernel", help="build one dumped kernel file; show, check against NumPy, time")
@@ -488,6 +515,7 @@ def main(argv=None) -> int:
     p.add_argument("--target", default="adreno", metavar="PROFILE", help="device profile: adreno (default), nvidia-h200, pocl")
     p.add_argument("--records", metavar="FILE", help="tuning records for that device")
     _add_input_shape(p)
+    p.add_argument("--precision", default="float32", choices=MODEL_PRECISIONS, help=PRECISION_HELP)
     p.set_defaults(fn=_compile)
     p = sub.add_parser("tune", help="measure conv candidates per layer on a device and write tuning records")
     p.add_argument("model", nargs="?", help="ONNX model file (or --builtin)")
@@ -502,6 +530,7 @@ def main(argv=None) -> int:
     way.add_argument("--measure", metavar="DIR", help="time the candidates in DIR on this machine (no TVM needed)")
     way.add_argument("--rpc-tracker", metavar="HOST:PORT", help="measure on the runners registered with this TVM RPC tracker")
     p.add_argument("--rpc-key", default="tir-adreno", help="runner key at the tracker (default tir-adreno)")
+    p.add_argument("--precision", default="float32", choices=MODEL_PRECISIONS, help=PRECISION_HELP + "; records are per precision")
     p.set_defaults(fn=_tune)
     p = sub.add_parser(
         "kernels",

@@ -20,6 +20,7 @@ from .executor import Call, CompiledModel, Plan, TensorInfo
 from .device import DeviceProfile, resolve, with_limits
 from .records import open_records
 from .relax_pass import CONFIG_ATTR, OP_ATTR, OURS_ATTR, SOURCE_ATTR, dispatch_to_textures
+from .strategy import check_precision, half_storage
 
 
 class ModelError(ValueError):
@@ -85,12 +86,13 @@ def _target(ours: bool):
     return build.TEXTURE_TARGET if ours else build.OPENCL_TARGET
 
 
-def lower(mod: tvm.IRModule, profile: DeviceProfile, allow_buffer: bool = True, ours: bool = True, records=None) -> tvm.IRModule:
+def lower(mod: tvm.IRModule, profile: DeviceProfile, allow_buffer: bool = True, ours: bool = True, records=None,
+          precision: str = "float32") -> tvm.IRModule:
     """Our pass for ``profile`` (unless ``ours`` is False: the upstream baseline), then LegalizeOps
     and dlight for the rest. ``records``: tuned conv choices (``records.Records``)."""
     mod = relax.transform.FoldConstant()(mod)
     if ours:
-        mod = dispatch_to_textures(mod, profile, allow_buffer, records)
+        mod = dispatch_to_textures(mod, profile, allow_buffer, records, precision)
     mod = relax.transform.LegalizeOps()(mod)
     with build.as_target(_target(ours)):
         mod = _upstream_rules()(mod)
@@ -110,9 +112,12 @@ def kernel_func(prim: tvm.tirx.PrimFunc) -> tvm.tirx.PrimFunc:
     return prim
 
 
-def plan_module(mod: tvm.IRModule, input_names, progress=print, target=None, prims: dict | None = None):
+def plan_module(mod: tvm.IRModule, input_names, progress=print, target=None, prims: dict | None = None,
+                storage: str | None = None):
     """Build every PrimFunc ``main`` calls and lay out the calls; returns (plan, kernels, weights).
-    ``prims``, when given, receives kernel key -> the PrimFunc with its attributes (``tir-adreno dump``)."""
+    ``prims``, when given, receives kernel key -> the PrimFunc with its attributes (``tir-adreno dump``).
+    ``storage="float16"`` keeps the texture tensors of our kernels in half images
+    (``strategy.half_storage``); their weights are kept as float16 arrays (saved in half)."""
     func = mod["main"]
     tensors: list[TensorInfo] = []
     env: dict = {}
@@ -121,8 +126,8 @@ def plan_module(mod: tvm.IRModule, input_names, progress=print, target=None, pri
     kernels: dict[str, KernelModule] = {}
     const_ids: dict = {}
 
-    def new_tensor(shape, dtype, scope, kind, name=""):
-        tensors.append(TensorInfo(tuple(int(d) for d in shape), str(dtype), scope, kind, name))
+    def new_tensor(shape, dtype, scope, kind, name="", storage=None):
+        tensors.append(TensorInfo(tuple(int(d) for d in shape), str(dtype), scope, kind, name, storage))
         return len(tensors) - 1
 
     inputs = []
@@ -149,13 +154,15 @@ def plan_module(mod: tvm.IRModule, input_names, progress=print, target=None, pri
             gv, args = value.args[0], value.args[1]
             prim = mod[gv]
             meta = {k: str(prim.attrs[a]) for k, a in (("config", CONFIG_ATTR), ("source", SOURCE_ATTR)) if a in prim.attrs}
+            # Ours only if our pass emitted it (importer-made PrimFuncs, e.g. from emit_te, are upstream's).
+            ours = prim.attrs is not None and bool(prim.attrs.get(OURS_ATTR, False))
             described, prim = prim, kernel_func(prim)  # same kernel, same cache entry
             key = build.module_key(prim, target)
             if prims is not None:
                 prims[key] = described
             if key not in built:
                 progress(f"[{len(calls) + 1}/{len(call_bindings)}] build {gv.name_hint}")
-                kernels[key] = build.build_cached(prim, target)
+                kernels[key] = build.build_cached(prim, target).with_storage(storage if ours else None)
                 built[key] = gv.name_hint
             module = kernels[key]
             (fname,) = module.functions
@@ -166,8 +173,8 @@ def plan_module(mod: tvm.IRModule, input_names, progress=print, target=None, pri
                     cid = arg  # TVM objects hash and compare by identity
                     if cid not in const_ids:
                         spec = params[k]
-                        const_ids[cid] = new_tensor(spec.shape, spec.dtype, spec.scope, "const", f"w{len(weights)}")
-                        weights[const_ids[cid]] = _const_array(arg)
+                        const_ids[cid] = new_tensor(spec.shape, spec.dtype, spec.scope, "const", f"w{len(weights)}", spec.storage)
+                        weights[const_ids[cid]] = _const_array(arg).astype(spec.storage_dtype, copy=False)
                     arg_ids.append(const_ids[cid])
                 elif isinstance(arg, relax.Var):
                     arg_ids.append(env[arg])
@@ -175,12 +182,10 @@ def plan_module(mod: tvm.IRModule, input_names, progress=print, target=None, pri
                     raise NotImplementedError(f"call_tir argument {type(arg).__name__} is not supported")
             outs = []
             for spec in params[len(arg_ids):]:
-                outs.append(new_tensor(spec.shape, spec.dtype, spec.scope, "temp"))
+                outs.append(new_tensor(spec.shape, spec.dtype, spec.scope, "temp", storage=spec.storage))
             for k, t in enumerate(arg_ids):
                 _check_arg(tensors[t], params[k], gv.name_hint)
             env[binding.var] = outs[0] if len(outs) == 1 else outs
-            # Ours only if our pass emitted it (importer-made PrimFuncs, e.g. from emit_te, are upstream's).
-            ours = prim.attrs is not None and bool(prim.attrs.get(OURS_ATTR, False))
             calls.append(Call(key, fname, tuple(arg_ids + outs), gv.name_hint, ours, **meta))
         else:
             op = getattr(getattr(value, "op", None), "name", type(value).__name__)
@@ -193,13 +198,13 @@ def plan_module(mod: tvm.IRModule, input_names, progress=print, target=None, pri
         info = tensors[t]
         if info.kind == "input":  # an output that is an input needs its own copy: not supported
             raise NotImplementedError("a model output that is one of its inputs is not supported")
-        tensors[t] = TensorInfo(info.shape, info.dtype, info.scope, "output", f"output{len(outputs)}")
+        tensors[t] = TensorInfo(info.shape, info.dtype, info.scope, "output", f"output{len(outputs)}", info.storage)
         outputs.append(t)
     return Plan(tensors, calls, inputs, outputs), kernels, weights
 
 
 def _check_arg(tensor: TensorInfo, spec, where: str):
-    if tensor.shape != spec.shape or tensor.dtype != spec.dtype or tensor.scope != spec.scope:
+    if (tensor.shape, tensor.dtype, tensor.scope, tensor.storage) != (spec.shape, spec.dtype, spec.scope, spec.storage):
         raise RuntimeError(f"{where}: argument {spec.name} expects {spec.shape} {spec.dtype} {spec.scope}, gets {tensor}")
 
 
@@ -234,21 +239,26 @@ def check_device_support(mod: tvm.IRModule, profile: DeviceProfile, runs_on: run
 
 
 def compile_plan(model, profile: DeviceProfile, records=None, allow_buffer: bool = True, ours: bool = True, progress=print,
-                 input_shapes: dict | None = None, runs_on: runtime.Device | None = None, prims: dict | None = None):
-    """``model`` compiled for ``profile`` as (plan, kernels, weights): no device needed.
+                 input_shapes: dict | None = None, runs_on: runtime.Device | None = None, prims: dict | None = None,
+                 precision: str = "float32"):
+    """``model`` compiled for ``profile`` in ``precision`` as (plan, kernels, weights): no device needed.
     ``runs_on``: the device the plan will be loaded on, when known (checked before building).
-    ``prims`` (a dict) receives kernel key -> PrimFunc (see :func:`plan_module`)."""
+    ``prims`` (a dict) receives kernel key -> PrimFunc (see :func:`plan_module`).
+    ValueError (``strategy.PrecisionError``) when ``profile`` cannot run ``precision``."""
+    check_precision(precision, profile)
     progress("import")
     mod, names = import_model(model, input_shapes)
     check_device_support(mod, profile, runs_on)
-    progress(f"lower for {profile.name} (tir-adreno pass, LegalizeOps, dlight)" if ours else "lower (LegalizeOps, dlight)")
-    mod = lower(mod, profile, allow_buffer, ours, open_records(records, profile))
-    return plan_module(mod, names, progress, _target(ours), prims)
+    progress(f"lower for {profile.name} in {precision} (tir-adreno pass, LegalizeOps, dlight)" if ours else "lower (LegalizeOps, dlight)")
+    mod = lower(mod, profile, allow_buffer, ours, open_records(records, profile, precision), precision)
+    plan, kernels, weights = plan_module(mod, names, progress, _target(ours), prims, half_storage(precision) if ours else None)
+    plan.precision = precision if ours else "float32"
+    return plan, kernels, weights
 
 
 def compile_model(
     model, device=None, profile=None, records=None, allow_buffer: bool = True, pool: bool = True, ours: bool = True,
-    limits=None, progress=print, input_shapes: dict | None = None, prims: dict | None = None,
+    limits=None, progress=print, input_shapes: dict | None = None, prims: dict | None = None, precision: str = "float32",
 ) -> CompiledModel:
     """Compile ``model`` (ONNX ``ModelProto`` or path, or a Relax IRModule with bound weights) and load it on ``device``.
 
@@ -259,10 +269,12 @@ def compile_model(
     measured. ``input_shapes`` ({input name: shape}) gives the shapes of ONNX inputs with
     symbolic dims (e.g. ``{"input": (4, 3, 224, 224)}`` for a named batch). ``ours=False`` compiles the same model with upstream TVM only (LegalizeOps +
     dlight GPU schedules, buffers), the baseline of the benchmarks.
+    ``precision``: "float32" or "float16_acc32" (every texture tensor, weights included, in
+    RGBA half images; float32 arithmetic; buffers stay float32): ``strategy.PRECISIONS``.
     """
     dev = runtime.get_device(device)
     target = with_limits(resolve(dev, profile), limits)
-    plan, kernels, weights = compile_plan(model, target, records, allow_buffer, ours, progress, input_shapes, dev, prims)
+    plan, kernels, weights = compile_plan(model, target, records, allow_buffer, ours, progress, input_shapes, dev, prims, precision)
     progress(f"load {len(kernels)} kernels on {dev.name}")
     return CompiledModel(plan, kernels, weights, dev, pool)
 

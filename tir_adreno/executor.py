@@ -11,6 +11,8 @@ from __future__ import annotations
 import io
 import json
 import math
+import statistics
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -58,26 +60,37 @@ def check_inputs(inputs, specs) -> list[np.ndarray]:
 
 @dataclass(frozen=True)
 class TensorInfo:
-    """One tensor of the plan. ``kind``: input, const, temp (an intermediate) or output."""
+    """One tensor of the plan. ``kind``: input, const, temp (an intermediate) or output.
+    ``storage``: the allocation's element type when it differs from ``dtype`` (see
+    ``bundle.TensorSpec``: "float16" for half images under "float16_acc32")."""
 
     shape: tuple[int, ...]
     dtype: str
     scope: str
     kind: str
     name: str = ""
+    storage: str | None = None
+
+    @property
+    def storage_dtype(self) -> str:
+        return self.storage or self.dtype
 
     @property
     def nbytes(self) -> int:
+        """Bytes allocated on the device (half images: half the float32 bytes)."""
         if is_texture_scope(self.scope):
             w, h, d = texture_extent(self.shape, self.scope)
-            return w * h * d * image_format(self.dtype)[1]
-        return math.prod(self.shape) * np.dtype(self.dtype).itemsize
+            return w * h * d * image_format(self.storage_dtype)[1]
+        return math.prod(self.shape) * np.dtype(self.storage_dtype).itemsize
 
     def alloc_key(self):
         """Tensors with equal keys can share one image or buffer."""
         if is_texture_scope(self.scope):
-            return ("image", texture_extent(self.shape, self.scope), self.dtype)
+            return ("image", texture_extent(self.shape, self.scope), self.dtype, self.storage_dtype)
         return ("buffer", self.nbytes)
+
+    def spec(self, name: str) -> TensorSpec:
+        return TensorSpec(name, self.shape, self.dtype, self.scope, self.storage)
 
 
 @dataclass(frozen=True)
@@ -102,6 +115,8 @@ class Plan:
     calls: list[Call]
     inputs: list[tuple[str, int]]
     outputs: list[int]
+    #: "float32" or "float16_acc32" (``strategy.PRECISIONS``): what the tensors' storage says.
+    precision: str = "float32"
 
     def to_dict(self):
         return {
@@ -109,16 +124,19 @@ class Plan:
             "calls": [asdict(c) for c in self.calls],
             "inputs": self.inputs,
             "outputs": self.outputs,
+            "precision": self.precision,
         }
 
     @classmethod
     def from_dict(cls, d):
         return cls(
-            [TensorInfo(tuple(t["shape"]), t["dtype"], t["scope"], t["kind"], t["name"]) for t in d["tensors"]],
+            [TensorInfo(tuple(t["shape"]), t["dtype"], t["scope"], t["kind"], t["name"], t.get("storage"))
+             for t in d["tensors"]],
             [Call(c["kernel"], c["function"], tuple(c["args"]), c["label"], c["ours"], c.get("config"), c.get("source"))
              for c in d["calls"]],
             [(name, int(i)) for name, i in d["inputs"]],
             [int(i) for i in d["outputs"]],
+            d.get("precision", "float32"),
         )
 
     def lifetimes(self) -> dict[int, tuple[int, int]]:
@@ -184,19 +202,30 @@ class CompiledModel:
                 f"the model was planned for larger images: tensor {too_big[0].shape} in {too_big[0].scope} exceeds "
                 f"{self.device.name}'s image limits (compile it for this device's profile)")
         self.pool = pool
-        self._profile: list[dict] = []
+        self._times_ms: list[float] | None = None
         self._loaded = {key: self.device.load(module) for key, module in kernels.items()}
         self._tensors = self._allocate()
+        # The memory pool is fixed, so every kernel argument is set once, here.
+        self._bound = [
+            self._loaded[c.kernel].bind(c.function, [self._tensors[a] for a in c.args]) for c in plan.calls
+        ]
+        self._launches = [x for b in self._bound for x in b.launches]
+        # The fast path: every launch of the model in one list, one Python loop per run;
+        # sanitized modules go call by call (each call zeroes and queues its bounds record).
+        sanitized = any(b.bounds is not None for b in self._bound)
+        self._fast = self._bound if sanitized else [runtime.BoundCall(self.device.queue, self._launches)]
+        self._input_tensors = [self._tensors[i] for _, i in plan.inputs]
+        self._output_tensors = [self._tensors[i] for i in plan.outputs]
 
     # -- setup ----------------------------------------------------------------------------
     def _spec(self, i: int) -> TensorSpec:
         t = self.plan.tensors[i]
-        return TensorSpec(t.name or f"t{i}", t.shape, t.dtype, t.scope)
+        return t.spec(t.name or f"t{i}")
 
     def _allocate(self) -> list[runtime.Tensor]:
         dev = self.device
         slot_of, slots = self.plan.assign_memory(self.pool)
-        slot_mem = [dev.empty(TensorSpec(f"slot{k}", s.shape, s.dtype, s.scope)).mem for k, s in enumerate(slots)]
+        slot_mem = [dev.empty(s.spec(f"slot{k}")).mem for k, s in enumerate(slots)]
         tensors = []
         for i, t in enumerate(self.plan.tensors):
             if t.kind == "temp":
@@ -214,51 +243,104 @@ class CompiledModel:
         self._loaded[key] = self.device.load(module)
 
     @property
+    def precision(self) -> str:
+        return self.plan.precision
+
+    @property
     def input_names(self) -> list[str]:
         return [name for name, _ in self.plan.inputs]
 
     # -- running --------------------------------------------------------------------------
-    def _bind_inputs(self, inputs):
+    def _check_inputs(self, inputs) -> list[np.ndarray]:
+        """``inputs`` as C-contiguous arrays in input order; ModelInputError when they do not match."""
         specs = [(name, self.plan.tensors[i].shape, self.plan.tensors[i].dtype) for name, i in self.plan.inputs]
-        for (_, i), x in zip(self.plan.inputs, check_inputs(inputs, specs)):
-            self._tensors[i].upload(x)
+        return [np.ascontiguousarray(x) for x in check_inputs(inputs, specs)]
 
-    def run(self, inputs) -> list[np.ndarray]:
-        """Run once; ``inputs`` maps input names to arrays (or is a list in input order)."""
-        self._bind_inputs(inputs)
-        for i in self.plan.outputs:
-            self._tensors[i].poison()
-        profile = []
-        for call in self.plan.calls:
-            loaded = self._loaded[call.kernel]
-            events = loaded.launch(call.function, [self._tensors[a] for a in call.args])
-            profile.append((call, events))
+    def run(self, inputs, profile: bool = False) -> list[np.ndarray]:
+        """Run once; ``inputs`` maps input names to arrays (or is a list in input order).
+
+        Returns new arrays (NCHW as the model defines them). The fast path
+        (``profile=False``) enqueues the uploads, every kernel (arguments were set
+        when the model was loaded) and the downloads, then waits once at the end;
+        it keeps no events. ``profile=True`` also poisons the outputs first (an
+        element no kernel wrote comes back NaN) and records every kernel's OpenCL
+        event time for :meth:`profile` and :meth:`kernel_time_ms`.
+        """
+        # In the storage dtype, held until the queue finishes (non-blocking uploads).
+        arrays = [t._check(x) for t, x in zip(self._input_tensors, self._check_inputs(inputs))]
+        if profile:
+            for t in self._output_tensors:
+                t.poison()
+        for t, x in zip(self._input_tensors, arrays):
+            t.enqueue_upload(x)
+        if profile:
+            events = []
+            for bound in self._bound:
+                events.append([])
+                bound.enqueue(events[-1])
+        else:
+            for bound in self._fast:
+                bound.enqueue()
+        outputs = [np.empty(t.shape, t.spec.storage_dtype) for t in self._output_tensors]
+        for t, out in zip(self._output_tensors, outputs):
+            t.enqueue_download(out)
         self.device.queue.finish()
         for loaded in self._loaded.values():  # sanitized builds ($TIR_ADRENO_CHECK_BOUNDS) raise here
             loaded.check_bounds()
-        self._profile = [
-            {
-                "op": call.label,
-                "kernel": call.function,
-                "ours": call.ours,
-                "placement": self._placement(call),
-                "time_ms": sum(runtime.event_seconds(e) for e in events) * 1e3,
-                **({"config": call.config, "source": call.source} if call.config is not None else {}),
-            }
-            for call, events in profile
-        ]
-        return [self._tensors[i].numpy() for i in self.plan.outputs]
+        if profile:
+            self._times_ms = [sum(runtime.event_seconds(e) for e in evs) * 1e3 for evs in events]
+        return [out.astype(t.spec.dtype, copy=False) for t, out in zip(self._output_tensors, outputs)]
+
+    @property
+    def launch_count(self) -> int:
+        """OpenCL kernel launches per run (a call may launch several kernels)."""
+        return len(self._launches)
+
+    def launch_time_us(self, repeat: int = 20, bound: bool = True) -> float:
+        """Host microseconds per kernel launch: the median over ``repeat`` runs of the time
+        to enqueue every kernel (no uploads, no wait), over :attr:`launch_count`.
+        ``bound=False`` times the unbound path instead (arguments checked and set on every
+        launch, events kept: what ``run`` did before arguments were bound at load), for comparison."""
+        samples = []
+        for _ in range(repeat):
+            start = time.perf_counter()
+            if bound:
+                for b in self._fast:
+                    b.enqueue()
+            else:
+                for call in self.plan.calls:
+                    self._loaded[call.kernel].launch(call.function, [self._tensors[a] for a in call.args])
+            samples.append(time.perf_counter() - start)
+            self.device.queue.finish()
+            for loaded in self._loaded.values():
+                loaded.check_bounds()
+        return statistics.median(samples) * 1e6 / max(1, self.launch_count)
 
     def _placement(self, call: Call) -> str:
         scopes = {self.plan.tensors[a].scope for a in call.args}
         return "texture" if any(is_texture_scope(s) for s in scopes) else "buffer"
 
     def profile(self) -> list[dict]:
-        """Per kernel call of the last :meth:`run`: op, kernel, placement, time (OpenCL events)."""
-        return list(self._profile)
+        """Per kernel call: op, kernel, ours, placement, and ``time_ms`` (its OpenCL event
+        time) from the last ``run(..., profile=True)``, None before any such run."""
+        times = self._times_ms or [None] * len(self.plan.calls)
+        return [
+            {
+                "op": c.label,
+                "kernel": c.function,
+                "ours": c.ours,
+                "placement": self._placement(c),
+                "time_ms": t,
+                **({"config": c.config, "source": c.source} if c.config is not None else {}),
+            }
+            for c, t in zip(self.plan.calls, times)
+        ]
 
     def kernel_time_ms(self) -> float:
-        return sum(p["time_ms"] for p in self._profile)
+        """Sum of the kernels' OpenCL event times of the last ``run(..., profile=True)``."""
+        if self._times_ms is None:
+            raise RuntimeError("kernel_time_ms() needs a profiled run: call run(inputs, profile=True) first")
+        return sum(self._times_ms)
 
     def memory_bytes(self) -> dict[str, int]:
         return self.plan.memory_bytes(self.pool)
@@ -316,5 +398,5 @@ def load_model(directory, device=None, pool: bool = True, random_weights: int | 
             weights = {int(k): npz[k] for k in npz.files}
     else:
         rng = np.random.default_rng(random_weights)
-        weights = {i: rng.standard_normal(t.shape).astype(t.dtype) * 0.05 for i, t in enumerate(plan.tensors) if t.kind == "const"}
+        weights = {i: (rng.standard_normal(t.shape) * 0.05).astype(t.storage_dtype) for i, t in enumerate(plan.tensors) if t.kind == "const"}
     return CompiledModel(plan, kernels, weights, device, pool)

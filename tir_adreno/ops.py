@@ -4,9 +4,18 @@ Each op takes NCHW arrays, packs them to NCHW4c on the device, runs the
 kernel and unpacks the result. Kernels are built once per shape (in-process
 and on-disk caches). A tensor too large for the device's images runs on
 buffers with the same schedule, unless ``allow_buffer=False``.
+
+``precision`` (``strategy.PRECISIONS``): "float32" (default: the input's dtype,
+float32 or float16, as it is); "float16_acc32" (float32 kernels on RGBA half
+images: inputs are rounded to half when packed into their texture, weights on
+upload; bias and other buffers stay float32); "float16" (the float16 kernels:
+half storage and half arithmetic, where the device's probe says it runs). The
+fp16 precisions return float32 arrays holding exactly the stored half values.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -37,7 +46,35 @@ def check_array(x, name: str, ndim: int = 4, dtype=None) -> np.ndarray:
 
 def check_device_dtype(dev: runtime.Device, dtype: str):
     if dtype == "float16" and not dev.fp16:
-        raise TypeError(f"float16 needs cl_khr_fp16, which {dev.name} does not report")
+        raise TypeError(f"float16 kernels need half arithmetic (cl_khr_fp16 and its builtins), which {dev.name} "
+                        "does not run (probe kernel)")
+
+
+@dataclass(frozen=True)
+class Precision:
+    """How one op call runs: kernel ``dtype`` and the ``storage`` of its textures."""
+
+    name: str
+    dtype: str
+    storage: str | None
+
+    def store(self, scope: str) -> str | None:
+        """Storage dtype of a tensor in ``scope``: only images convert on access (buffers keep the dtype)."""
+        return self.storage if texture.is_texture_scope(scope) else None
+
+    def result(self, y: np.ndarray) -> np.ndarray:
+        return y if self.name == "float32" else y.astype(np.float32)
+
+
+def _precision(x: np.ndarray, precision: str, dev: runtime.Device) -> tuple[np.ndarray, Precision]:
+    """``x`` in the kernels' dtype and the :class:`Precision` of ``precision`` on ``dev``;
+    PrecisionError naming the device when it cannot run it."""
+    _strategy.check_precision(precision, DeviceProfile.from_device(dev))
+    if precision == "float32":
+        check_device_dtype(dev, x.dtype.name)
+        return x, Precision(precision, x.dtype.name, None)
+    dtype = _strategy.kernel_dtype(precision)
+    return x.astype(dtype, copy=False), Precision(precision, dtype, _strategy.half_storage(precision))
 
 
 def blocked_shape(nchw) -> tuple[int, int, int, int, int]:
@@ -64,14 +101,15 @@ def activation_scope(dev: runtime.Device, nchw, allow_buffer: bool = True) -> st
     return texture.place(blocked_shape(nchw), TEXTURE, dev.limits, allow_buffer)
 
 
-def empty_nchw4c(dev: runtime.Device, nchw, dtype: str, scope: str, name: str = "out") -> runtime.Tensor:
-    return dev.empty(runtime.TensorSpec(name, blocked_shape(nchw), dtype, scope)).poison()
+def empty_nchw4c(dev: runtime.Device, nchw, dtype: str, scope: str, name: str = "out", storage: str | None = None) -> runtime.Tensor:
+    return dev.empty(runtime.TensorSpec(name, blocked_shape(nchw), dtype, scope, storage)).poison()
 
 
-def upload_nchw4c(dev: runtime.Device, x: np.ndarray, scope: str, name: str = "x") -> runtime.Tensor:
-    """Copy an NCHW array to the device and pack it to NCHW4c there."""
+def upload_nchw4c(dev: runtime.Device, x: np.ndarray, scope: str, name: str = "x", storage: str | None = None) -> runtime.Tensor:
+    """Copy an NCHW array to the device and pack it to NCHW4c there (into ``storage``: a half
+    image rounds it)."""
     src = dev.array(np.ascontiguousarray(x), "global", name)
-    dst = empty_nchw4c(dev, x.shape, x.dtype.name, scope, name)
+    dst = empty_nchw4c(dev, x.shape, x.dtype.name, scope, name, storage)
     launch(layout.nchw_to_nchw4c(x.shape, x.dtype.name, scope), [src, dst], dev)
     return dst
 
@@ -84,80 +122,85 @@ def download_nchw(t: runtime.Tensor, channels: int) -> np.ndarray:
     return out.numpy()
 
 
-def _prepare(x, name, device, allow_buffer):
+def _prepare(x, name, device, allow_buffer, precision="float32"):
+    """(x in the kernels' dtype, device, activation scope, :class:`Precision`)."""
     x = check_array(x, name)
     dev = runtime.get_device(device)
-    check_device_dtype(dev, x.dtype.name)
-    return x, dev, activation_scope(dev, x.shape, allow_buffer)
+    x, prec = _precision(x, precision, dev)
+    return x, dev, activation_scope(dev, x.shape, allow_buffer), prec
 
 
-def _unary(factory, x, device, allow_buffer, **attrs):
-    x, dev, scope = _prepare(x, "x", device, allow_buffer)
-    a = upload_nchw4c(dev, x, scope)
-    b = empty_nchw4c(dev, x.shape, x.dtype.name, scope)
+def _unary(factory, x, device, allow_buffer, precision, **attrs):
+    x, dev, scope, prec = _prepare(x, "x", device, allow_buffer, precision)
+    a = upload_nchw4c(dev, x, scope, storage=prec.store(scope))
+    b = empty_nchw4c(dev, x.shape, x.dtype.name, scope, storage=prec.store(scope))
     launch(factory(a.shape, dtype=x.dtype.name, scope=scope, **attrs), [a, b], dev)
-    return download_nchw(b, x.shape[1])
+    return prec.result(download_nchw(b, x.shape[1]))
 
 
-def _binary(op, a, b, device, allow_buffer):
-    a, dev, scope = _prepare(a, "a", device, allow_buffer)
-    b = check_array(b, "b", dtype=a.dtype)
+def _binary(op, a, b, device, allow_buffer, precision):
+    dtype = check_array(a, "a").dtype
+    a, dev, scope, prec = _prepare(a, "a", device, allow_buffer, precision)
+    b = check_array(b, "b", dtype=dtype).astype(a.dtype, copy=False)
     if b.shape != a.shape:
         raise ValueError(f"b has shape {b.shape}, expected a's shape {a.shape}")
-    ta, tb = upload_nchw4c(dev, a, scope, "a"), upload_nchw4c(dev, b, scope, "b")
-    out = empty_nchw4c(dev, a.shape, a.dtype.name, scope)
+    store = prec.store(scope)
+    ta, tb = upload_nchw4c(dev, a, scope, "a", store), upload_nchw4c(dev, b, scope, "b", store)
+    out = empty_nchw4c(dev, a.shape, a.dtype.name, scope, storage=store)
     launch(elementwise.binary(ta.shape, op, a.dtype.name, scope), [ta, tb, out], dev)
-    return download_nchw(out, a.shape[1])
+    return prec.result(download_nchw(out, a.shape[1]))
 
 
-def add(a, b, device=None, allow_buffer: bool = True) -> np.ndarray:
+def add(a, b, device=None, allow_buffer: bool = True, precision: str = "float32") -> np.ndarray:
     """``a + b`` for NCHW arrays of one shape."""
-    return _binary("add", a, b, device, allow_buffer)
+    return _binary("add", a, b, device, allow_buffer, precision)
 
 
-def multiply(a, b, device=None, allow_buffer: bool = True) -> np.ndarray:
+def multiply(a, b, device=None, allow_buffer: bool = True, precision: str = "float32") -> np.ndarray:
     """``a * b`` for NCHW arrays of one shape."""
-    return _binary("multiply", a, b, device, allow_buffer)
+    return _binary("multiply", a, b, device, allow_buffer, precision)
 
 
-def relu(x, device=None, allow_buffer: bool = True) -> np.ndarray:
-    return _unary(elementwise.relu, x, device, allow_buffer)
+def relu(x, device=None, allow_buffer: bool = True, precision: str = "float32") -> np.ndarray:
+    return _unary(elementwise.relu, x, device, allow_buffer, precision)
 
 
-def clip(x, a_min: float, a_max: float, device=None, allow_buffer: bool = True) -> np.ndarray:
+def clip(x, a_min: float, a_max: float, device=None, allow_buffer: bool = True, precision: str = "float32") -> np.ndarray:
     """``min(max(x, a_min), a_max)`` (names as ``relax.op.clip``)."""
-    return _unary(elementwise.clip, x, device, allow_buffer, a_min=float(a_min), a_max=float(a_max))
+    return _unary(elementwise.clip, x, device, allow_buffer, precision, a_min=float(a_min), a_max=float(a_max))
 
 
-def relu6(x, device=None, allow_buffer: bool = True) -> np.ndarray:
-    return clip(x, 0.0, 6.0, device, allow_buffer)
+def relu6(x, device=None, allow_buffer: bool = True, precision: str = "float32") -> np.ndarray:
+    return clip(x, 0.0, 6.0, device, allow_buffer, precision)
 
 
-def bias_add(x, bias, device=None, allow_buffer: bool = True) -> np.ndarray:
-    """``x + bias[None, :, None, None]`` (``relax.op.nn.bias_add`` with axis=1)."""
-    x, dev, scope = _prepare(x, "x", device, allow_buffer)
+def bias_add(x, bias, device=None, allow_buffer: bool = True, precision: str = "float32") -> np.ndarray:
+    """``x + bias[None, :, None, None]`` (``relax.op.nn.bias_add`` with axis=1; the bias is a
+    buffer: float32 under "float16_acc32")."""
+    dtype = check_array(x, "x").dtype
+    x, dev, scope, prec = _prepare(x, "x", device, allow_buffer, precision)
     bias = np.asarray(bias)
     if bias.shape != (x.shape[1],):
         raise ValueError(f"bias must have shape ({x.shape[1]},) to match x's channels, got {bias.shape}")
-    if bias.dtype != x.dtype:
-        raise TypeError(f"bias has dtype {bias.dtype}, expected x's dtype {x.dtype}")
+    if bias.dtype != dtype:
+        raise TypeError(f"bias has dtype {bias.dtype}, expected x's dtype {dtype}")
     c4 = blocked(x.shape[1])
     packed = np.zeros((c4 * 4,), x.dtype)
     packed[: x.shape[1]] = bias
     tb = dev.array(packed.reshape(c4, 4), "global", "bias")
-    ta = upload_nchw4c(dev, x, scope)
-    out = empty_nchw4c(dev, x.shape, x.dtype.name, scope)
+    ta = upload_nchw4c(dev, x, scope, storage=prec.store(scope))
+    out = empty_nchw4c(dev, x.shape, x.dtype.name, scope, storage=prec.store(scope))
     launch(elementwise.bias_add(ta.shape, x.dtype.name, scope), [ta, tb, out], dev)
-    return download_nchw(out, x.shape[1])
+    return prec.result(download_nchw(out, x.shape[1]))
 
 
-def to_nchw4c(x, device=None, allow_buffer: bool = True) -> np.ndarray:
+def to_nchw4c(x, device=None, allow_buffer: bool = True, precision: str = "float32") -> np.ndarray:
     """NCHW -> ``[N, ceil(C/4), H, W, 4]`` through the device kernel (padded channels zero)."""
-    x, dev, scope = _prepare(x, "x", device, allow_buffer)
-    return upload_nchw4c(dev, x, scope).numpy()
+    x, dev, scope, prec = _prepare(x, "x", device, allow_buffer, precision)
+    return prec.result(upload_nchw4c(dev, x, scope, storage=prec.store(scope)).numpy())
 
 
-def from_nchw4c(x, channels: int, device=None, allow_buffer: bool = True) -> np.ndarray:
+def from_nchw4c(x, channels: int, device=None, allow_buffer: bool = True, precision: str = "float32") -> np.ndarray:
     """``[N, C4, H, W, 4]`` -> NCHW with ``channels`` channels, through the device kernel."""
     x = check_array(x, "x", ndim=5)
     n, c4, h, w, lanes = x.shape
@@ -166,10 +209,10 @@ def from_nchw4c(x, channels: int, device=None, allow_buffer: bool = True) -> np.
     if not 4 * (c4 - 1) < channels <= 4 * c4:
         raise ValueError(f"channels={channels} does not fit {c4} blocks of 4 (x shape {x.shape})")
     dev = runtime.get_device(device)
-    check_device_dtype(dev, x.dtype.name)
+    x, prec = _precision(x, precision, dev)
     scope = activation_scope(dev, (n, channels, h, w), allow_buffer)
-    t = dev.array(np.ascontiguousarray(x), scope, "x")
-    return download_nchw(t, channels)
+    t = dev.array(np.ascontiguousarray(x), scope, "x", prec.store(scope))
+    return prec.result(download_nchw(t, channels))
 
 
 # -- pooling and reductions (primfuncs.pool2d, primfuncs.reduce) ---------------------------------
@@ -193,10 +236,10 @@ def group_threshold(dev: runtime.Device):
     return _strategy.group_threshold(DeviceProfile.from_device(dev))
 
 
-def _run_pool(x, factory, device, allow_buffer, **attrs) -> np.ndarray:
+def _run_pool(x, factory, device, allow_buffer, precision, **attrs) -> np.ndarray:
     x = check_array(x, "x")
     dev = runtime.get_device(device)
-    check_device_dtype(dev, x.dtype.name)
+    x, prec = _precision(x, precision, dev)
     attrs["group_threshold"] = group_threshold(dev)
     shape = blocked_shape(x.shape)
     func = factory(shape, dtype=x.dtype.name, scope=TEXTURE, **attrs)  # validates attrs, gives the shape
@@ -205,21 +248,21 @@ def _run_pool(x, factory, device, allow_buffer, **attrs) -> np.ndarray:
     scope = _reduction_scope(dev, x.shape, out_nchw, allow_buffer)
     if scope != TEXTURE:
         func = factory(shape, dtype=x.dtype.name, scope=scope, **attrs)
-    a = upload_nchw4c(dev, x, scope)
-    out = empty_nchw4c(dev, out_nchw, x.dtype.name, scope)
+    a = upload_nchw4c(dev, x, scope, storage=prec.store(scope))
+    out = empty_nchw4c(dev, out_nchw, x.dtype.name, scope, storage=prec.store(scope))
     launch(func, [a, out], dev)
-    return download_nchw(out, x.shape[1])
+    return prec.result(download_nchw(out, x.shape[1]))
 
 
 def max_pool2d(
     x, pool_size=(1, 1), strides=(1, 1), padding=(0, 0), dilation=(1, 1), ceil_mode: bool = False,
-    device=None, allow_buffer: bool = True, strategy: str = "auto",
+    device=None, allow_buffer: bool = True, strategy: str = "auto", precision: str = "float32",
 ) -> np.ndarray:
     """NCHW max pooling (``relax.op.nn.max_pool2d``; padding: int, pair or (top, left, bottom,
     right), at most half the window). Padding never wins a max (it is -inf, not 0).
     ``strategy``: "auto", "thread" (a work item per output) or "group" (a work group per output)."""
     return _run_pool(
-        x, _pool2d.max_pool2d, device, allow_buffer, pool_size=pool_size, strides=strides, padding=padding,
+        x, _pool2d.max_pool2d, device, allow_buffer, precision, pool_size=pool_size, strides=strides, padding=padding,
         dilation=dilation, ceil_mode=ceil_mode, strategy=strategy,
     )
 
@@ -227,11 +270,12 @@ def max_pool2d(
 def avg_pool2d(
     x, pool_size=(1, 1), strides=(1, 1), padding=(0, 0), dilation=(1, 1), ceil_mode: bool = False,
     count_include_pad: bool = False, device=None, allow_buffer: bool = True, strategy: str = "auto",
+    precision: str = "float32",
 ) -> np.ndarray:
     """NCHW average pooling (``relax.op.nn.avg_pool2d``, same defaults). The divisor counts the
     taps inside the input, or with ``count_include_pad`` those inside the padded input."""
     return _run_pool(
-        x, _pool2d.avg_pool2d, device, allow_buffer, pool_size=pool_size, strides=strides, padding=padding,
+        x, _pool2d.avg_pool2d, device, allow_buffer, precision, pool_size=pool_size, strides=strides, padding=padding,
         dilation=dilation, ceil_mode=ceil_mode, count_include_pad=count_include_pad, strategy=strategy,
     )
 
@@ -241,24 +285,26 @@ def _output_size(x, output_size):
     return x.shape[2:] if output_size is None else output_size
 
 
-def adaptive_avg_pool2d(x, output_size=None, device=None, allow_buffer: bool = True, strategy: str = "auto") -> np.ndarray:
+def adaptive_avg_pool2d(x, output_size=None, device=None, allow_buffer: bool = True, strategy: str = "auto",
+                        precision: str = "float32") -> np.ndarray:
     """NCHW adaptive average pooling to ``output_size`` (int or (OH, OW); None keeps H, W),
     PyTorch's windows ``[floor(i*H/OH), ceil((i+1)*H/OH))``. ``output_size=1`` is global pooling."""
-    return _run_pool(x, _pool2d.adaptive_avg_pool2d, device, allow_buffer,
+    return _run_pool(x, _pool2d.adaptive_avg_pool2d, device, allow_buffer, precision,
                      output_size=_output_size(x, output_size), strategy=strategy)
 
 
-def adaptive_max_pool2d(x, output_size=None, device=None, allow_buffer: bool = True, strategy: str = "auto") -> np.ndarray:
+def adaptive_max_pool2d(x, output_size=None, device=None, allow_buffer: bool = True, strategy: str = "auto",
+                        precision: str = "float32") -> np.ndarray:
     """NCHW adaptive max pooling to ``output_size`` (see :func:`adaptive_avg_pool2d`)."""
-    return _run_pool(x, _pool2d.adaptive_max_pool2d, device, allow_buffer,
+    return _run_pool(x, _pool2d.adaptive_max_pool2d, device, allow_buffer, precision,
                      output_size=_output_size(x, output_size), strategy=strategy)
 
 
-def _run_reduce(op, x, axis, keepdims, device, allow_buffer, strategy) -> np.ndarray:
+def _run_reduce(op, x, axis, keepdims, device, allow_buffer, strategy, precision) -> np.ndarray:
     x = check_array(x, "x")
     axes = _reduce.normalize_axis(axis)  # ValueError / NotImplementedError (batch axis) name the axis
     dev = runtime.get_device(device)
-    check_device_dtype(dev, x.dtype.name)
+    x, prec = _precision(x, precision, dev)
     n, c, h, w = x.shape
     keep_nchw = (n, 1 if 1 in axes else c, 1 if 2 in axes else h, 1 if 3 in axes else w)
     scope = _reduction_scope(dev, x.shape, keep_nchw, allow_buffer)
@@ -268,47 +314,51 @@ def _run_reduce(op, x, axis, keepdims, device, allow_buffer, strategy) -> np.nda
         group_threshold=group_threshold(dev),
     )
     out_shape, is_blocked = _reduce.reduce_output(shape, c, axes, keepdims)
-    a = upload_nchw4c(dev, x, scope)
+    a = upload_nchw4c(dev, x, scope, storage=prec.store(scope))
     if is_blocked:
-        out = empty_nchw4c(dev, keep_nchw, x.dtype.name, scope)
-    else:
+        out = empty_nchw4c(dev, keep_nchw, x.dtype.name, scope, storage=prec.store(scope))
+    else:  # a flat buffer: float32 under "float16_acc32"
         out = dev.empty(runtime.TensorSpec("out", out_shape, x.dtype.name, "global")).poison()
     launch(func, [a, out], dev)
-    return download_nchw(out, keep_nchw[1]) if is_blocked else out.numpy()
+    return prec.result(download_nchw(out, keep_nchw[1]) if is_blocked else out.numpy())
 
 
-def sum(x, axis, keepdims: bool = False, device=None, allow_buffer: bool = True, strategy: str = "auto") -> np.ndarray:  # noqa: A001
+def sum(x, axis, keepdims: bool = False, device=None, allow_buffer: bool = True, strategy: str = "auto",
+        precision: str = "float32") -> np.ndarray:  # noqa: A001
     """Sum over NCHW ``axis`` (an int or a tuple among 1, 2, 3; negative counts from the end),
     as ``relax.op.sum``. The batch axis raises NotImplementedError."""
-    return _run_reduce("sum", x, axis, keepdims, device, allow_buffer, strategy)
+    return _run_reduce("sum", x, axis, keepdims, device, allow_buffer, strategy, precision)
 
 
-def mean(x, axis, keepdims: bool = False, device=None, allow_buffer: bool = True, strategy: str = "auto") -> np.ndarray:
+def mean(x, axis, keepdims: bool = False, device=None, allow_buffer: bool = True, strategy: str = "auto",
+        precision: str = "float32") -> np.ndarray:
     """Mean over NCHW ``axis`` (see :func:`sum`); over C it divides by the real channel count."""
-    return _run_reduce("mean", x, axis, keepdims, device, allow_buffer, strategy)
+    return _run_reduce("mean", x, axis, keepdims, device, allow_buffer, strategy, precision)
 
 
-def max(x, axis, keepdims: bool = False, device=None, allow_buffer: bool = True, strategy: str = "auto") -> np.ndarray:  # noqa: A001
+def max(x, axis, keepdims: bool = False, device=None, allow_buffer: bool = True, strategy: str = "auto",
+        precision: str = "float32") -> np.ndarray:  # noqa: A001
     """Maximum over NCHW ``axis`` (see :func:`sum`)."""
-    return _run_reduce("max", x, axis, keepdims, device, allow_buffer, strategy)
+    return _run_reduce("max", x, axis, keepdims, device, allow_buffer, strategy, precision)
 
 
-def min(x, axis, keepdims: bool = False, device=None, allow_buffer: bool = True, strategy: str = "auto") -> np.ndarray:  # noqa: A001
+def min(x, axis, keepdims: bool = False, device=None, allow_buffer: bool = True, strategy: str = "auto",
+        precision: str = "float32") -> np.ndarray:  # noqa: A001
     """Minimum over NCHW ``axis`` (see :func:`sum`)."""
-    return _run_reduce("min", x, axis, keepdims, device, allow_buffer, strategy)
+    return _run_reduce("min", x, axis, keepdims, device, allow_buffer, strategy, precision)
 
 
-def softmax(x, axis: int = 1, device=None, allow_buffer: bool = True) -> np.ndarray:
+def softmax(x, axis: int = 1, device=None, allow_buffer: bool = True, precision: str = "float32") -> np.ndarray:
     """Softmax over the channels of an NCHW array (``relax.op.nn.softmax`` with axis=1 or -3),
     computed as ``exp(x - max) / sum`` (no overflow)."""
     x = check_array(x, "x")
     if not isinstance(axis, int) or axis not in (1, -3):
         raise NotImplementedError(f"softmax supports the channel axis only (axis=1 or -3), got axis={axis!r}")
-    x, dev, scope = _prepare(x, "x", device, allow_buffer)
-    a = upload_nchw4c(dev, x, scope)
-    out = empty_nchw4c(dev, x.shape, x.dtype.name, scope)
+    x, dev, scope, prec = _prepare(x, "x", device, allow_buffer, precision)
+    a = upload_nchw4c(dev, x, scope, storage=prec.store(scope))
+    out = empty_nchw4c(dev, x.shape, x.dtype.name, scope, storage=prec.store(scope))
     launch(_reduce.softmax(a.shape, x.shape[1], x.dtype.name, scope), [a, out], dev)
-    return download_nchw(out, x.shape[1])
+    return prec.result(download_nchw(out, x.shape[1]))
 
 
 # -- convolution (primfuncs.conv2d, planned by tir_adreno.strategy) --------------------------------
@@ -326,7 +376,7 @@ CONV2D_ALGORITHMS = ("auto", "direct", "winograd", "winograd_2x2", "winograd_4x4
 
 def conv2d(
     x, w, bias=None, stride=1, padding=0, dilation=1, groups: int = 1, activation=None, residual=None,
-    algorithm: str = "auto", device=None, allow_buffer: bool = True, records=None,
+    algorithm: str = "auto", device=None, allow_buffer: bool = True, records=None, precision: str = "float32",
 ) -> np.ndarray:
     """``act(conv2d(x, w) + bias + residual)`` for NCHW ``x`` and OIHW ``w`` (``relax.op.nn.conv2d``).
 
@@ -338,6 +388,9 @@ def conv2d(
     3x3 kernels, stride 1, dilation 1, groups 1 only; F(4x4) is held to 1e-3 relative error in
     float32, the others to 1e-4) or "auto" (``strategy.conv2d_plan``: the tuned choice in
     ``records``, a path or ``tir_adreno.records.Records``, else direct with the device's default config).
+    ``precision``: see the module docstring; fp16 precisions allow direct and F(2x2) only
+    (``strategy.PRECISION_ALGORITHMS``); weights, input and output textures (and Winograd's
+    intermediates) are half under "float16_acc32", bias stays float32 (a buffer).
     """
     if algorithm not in CONV2D_ALGORITHMS:
         raise ValueError(f"algorithm must be one of {CONV2D_ALGORITHMS}, got {algorithm!r}")
@@ -360,28 +413,31 @@ def conv2d(
         if residual.dtype != x.dtype:
             raise TypeError(f"residual has dtype {residual.dtype}, expected x's dtype {x.dtype}")
     dev = runtime.get_device(device)
-    check_device_dtype(dev, dtype)
+    x, prec = _precision(x, precision, dev)
+    if precision == "float32":
+        precision = dtype  # float16 arrays run the float16 kernels, as before precisions
+    dtype = prec.dtype
     profile = DeviceProfile.from_device(dev)
     from .records import open_records
 
-    records = open_records(records, profile, dtype)
+    records = open_records(records, profile, precision)
     choice = None
     if algorithm != "auto":
         choice = _strategy.ConvChoice("winograd_2x2" if algorithm == "winograd" else algorithm)
-        _strategy.check_algorithm(geom, choice.algorithm, algorithm)
+        _strategy.check_algorithm(geom, choice.algorithm, algorithm, precision)
     epilogue = _Epilogue(bias=bias is not None, activation=activation, residual=residual is not None)
-    plan = _strategy.conv2d_plan(geom, epilogue, dtype, profile, records, choice, allow_buffer)
+    plan = _strategy.conv2d_plan(geom, epilogue, precision, profile, records, choice, allow_buffer)
 
     tensors = {
-        "X": upload_nchw4c(dev, x, plan.scope, "x"),
-        plan.weight_name: dev.array(plan.pack_weights(w), plan.weight_scope, "w"),
-        "Y": empty_nchw4c(dev, geom.out_shape, dtype, plan.scope),
+        "X": upload_nchw4c(dev, x, plan.scope, "x", plan.storage_of("X")),
+        plan.weight_name: dev.array(plan.pack_weights(w), plan.weight_scope, "w", plan.storage_of(plan.weight_name)),
+        "Y": empty_nchw4c(dev, geom.out_shape, dtype, plan.scope, storage=plan.storage_of("Y")),
     }
     if bias is not None:
-        packed = np.zeros((geom.o4 * 4,), x.dtype)
+        packed = np.zeros((geom.o4 * 4,), dtype)
         packed[: geom.o] = bias
         tensors["Bias"] = dev.array(packed.reshape(geom.o4, 4), "global", "bias")
     if residual is not None:
-        tensors["Residual"] = upload_nchw4c(dev, residual, plan.scope, "residual")
+        tensors["Residual"] = upload_nchw4c(dev, residual.astype(dtype, copy=False), plan.scope, "residual", plan.storage_of("Residual"))
     _tuning.build_program(plan).run(dev, tensors)
-    return download_nchw(tensors["Y"], geom.o)
+    return prec.result(download_nchw(tensors["Y"], geom.o))

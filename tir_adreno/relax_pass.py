@@ -241,9 +241,13 @@ class Value:
 
 
 class Rewriter:
-    def __init__(self, mod: tvm.IRModule, profile: DeviceProfile, allow_buffer: bool = True, records=None):
+    def __init__(self, mod: tvm.IRModule, profile: DeviceProfile, allow_buffer: bool = True, records=None,
+                 precision: str = "float32"):
         self.mod = mod
         self.profile = profile
+        # float32 or float16_acc32: the kernels are float32 either way (half storage is the
+        # executor's allocation); precision keys the records and bounds the conv algorithms.
+        self.precision = precision
         self.records = records  # tir_adreno.records.Records: tuned conv choices, or None
         self.limits = profile.limits
         self.allow_buffer = allow_buffer
@@ -710,7 +714,7 @@ def conv2d_handler(rw: Rewriter, node: Node):
     geom = conv2d.conv2d_geometry((n, c, h, wd), w.shape, _ints(attrs.strides), _ints(attrs.padding), _ints(attrs.dilation), groups)
     has_bias = bool(np.any(bias != 0))
     epilogue = Epilogue(bias=has_bias, activation=activation, residual=residual is not None, **_clip_fields(clip_bounds))
-    plan = strategy.conv2d_plan(geom, epilogue, "float32", rw.profile, rw.records, allow_buffer=rw.allow_buffer)
+    plan = strategy.conv2d_plan(geom, epilogue, rw.precision, rw.profile, rw.records, allow_buffer=rw.allow_buffer)
     scope = plan.scope
     # The choice travels to the executor's profile rows as PrimFunc attributes.
     stages = [f.with_attr(CONFIG_ATTR, plan.config_string).with_attr(SOURCE_ATTR, plan.source) for f in plan.primfuncs()]
@@ -1148,10 +1152,15 @@ def matmul_handler(rw, node):
     return conv2d_handler(rw, Node(node.var, "relax.nn.conv2d", [x_var, relax.const(np.ascontiguousarray(weight))], conv.attrs, node.value))
 
 
-def dispatch_to_textures(mod: tvm.IRModule, profile: DeviceProfile, allow_buffer: bool = True, records=None) -> tvm.IRModule:
+def dispatch_to_textures(mod: tvm.IRModule, profile: DeviceProfile, allow_buffer: bool = True, records=None,
+                         precision: str = "float32") -> tvm.IRModule:
     """Rewrite ``mod["main"]`` onto our kernels for ``profile`` (see the module docstring);
-    ``records`` (``tir_adreno.records.Records``) gives tuned conv choices."""
-    return Rewriter(mod, profile, allow_buffer, records).run()
+    ``records`` (``tir_adreno.records.Records``) gives tuned conv choices for ``precision``
+    ("float32" or "float16_acc32", whose kernels are the float32 ones)."""
+    if strategy.kernel_dtype(precision) != "float32":
+        raise strategy.PrecisionError(f"whole models compile in 'float32' or 'float16_acc32', not {precision!r}: "
+                                      "'float16' kernels run through tir_adreno.ops")
+    return Rewriter(mod, profile, allow_buffer, records, precision).run()
 
 
 def DispatchToTextures(profile: DeviceProfile | str = "adreno", allow_buffer: bool = True, records=None) -> tvm.transform.Pass:  # noqa: N802 (TVM pass naming)

@@ -6,6 +6,7 @@ bundles built elsewhere.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import statistics
@@ -50,9 +51,11 @@ def _all_devices():
 
 
 def list_devices() -> list[dict]:
-    """Every OpenCL device with its image support and texture limits."""
+    """Every OpenCL device with its image support, texture limits, RGBA half images
+    (precision "float16_acc32") and half math (precision "float16": the probe kernel)."""
     rows = []
     for platform, dev in _all_devices():
+        device = _device(dev)
         rows.append(
             {
                 "platform": platform.name.strip(),
@@ -65,6 +68,8 @@ def list_devices() -> list[dict]:
                 "image2d_max_height": int(dev.image2d_max_height),
                 "image_max_array_size": int(dev.image_max_array_size),
                 "fp16": "cl_khr_fp16" in dev.extensions,
+                "half_images": half_images(device),
+                "half_math": half_math(device),
             }
         )
     return rows
@@ -102,40 +107,82 @@ class Tensor:
 
     @property
     def nbytes(self) -> int:
-        return math.prod(self.spec.shape) * np.dtype(self.spec.dtype).itemsize
+        return math.prod(self.spec.shape) * np.dtype(self.spec.storage_dtype).itemsize
 
     def _region(self):
         return texture_extent(self.spec.shape, self.spec.scope)
 
     def _check(self, array: np.ndarray) -> np.ndarray:
+        """``array`` in the storage dtype; a half-stored tensor takes its dtype (rounded to
+        nearest half here) or half values as they are (saved weights)."""
         if tuple(array.shape) != tuple(self.spec.shape):
             raise ValueError(f"{self.spec.name}: shape {tuple(array.shape)} != expected {self.spec.shape}")
-        if array.dtype != np.dtype(self.spec.dtype):
+        if array.dtype not in {np.dtype(self.spec.dtype), np.dtype(self.spec.storage_dtype)}:
             raise TypeError(f"{self.spec.name}: dtype {array.dtype} != expected {self.spec.dtype}")
-        return np.ascontiguousarray(array)
+        return np.ascontiguousarray(array, dtype=self.spec.storage_dtype)
 
     def upload(self, array: np.ndarray) -> "Tensor":
-        array = self._check(np.asarray(array))
-        q = self.device.queue
-        if is_texture_scope(self.spec.scope):
-            cl.enqueue_copy(q, self.mem, array, origin=(0, 0, 0), region=self._region())
-        else:
-            cl.enqueue_copy(q, self.mem, array)
-        q.finish()
+        self.enqueue_upload(self._check(np.asarray(array)))
+        self.device.queue.finish()
         return self
 
     def numpy(self) -> np.ndarray:
-        out = np.empty(self.spec.shape, self.spec.dtype)
-        q = self.device.queue
+        """The tensor in its dtype (a half-stored one: float32 holding exactly the stored halves)."""
+        out = np.empty(self.spec.shape, self.spec.storage_dtype)
+        self.enqueue_download(out)
+        self.device.queue.finish()
+        return out.astype(self.spec.dtype, copy=False)
+
+    def enqueue_upload(self, array: np.ndarray) -> None:
+        """Enqueue a copy of C-contiguous ``array`` (shape and dtype already checked) to the
+        device without waiting: ``array`` must stay alive and unchanged until the queue finishes."""
         if is_texture_scope(self.spec.scope):
-            cl.enqueue_copy(q, out, self.mem, origin=(0, 0, 0), region=self._region())
+            cl.enqueue_copy(self.device.queue, self.mem, array, origin=(0, 0, 0), region=self._region(), is_blocking=False)
         else:
-            cl.enqueue_copy(q, out, self.mem)
-        q.finish()
-        return out
+            cl.enqueue_copy(self.device.queue, self.mem, array, is_blocking=False)
+
+    def enqueue_download(self, out: np.ndarray) -> None:
+        """Enqueue a copy into C-contiguous ``out`` without waiting: valid once the queue finishes."""
+        if is_texture_scope(self.spec.scope):
+            cl.enqueue_copy(self.device.queue, out, self.mem, origin=(0, 0, 0), region=self._region(), is_blocking=False)
+        else:
+            cl.enqueue_copy(self.device.queue, out, self.mem, is_blocking=False)
 
     def poison(self) -> "Tensor":
         return self.upload(np.full(self.spec.shape, POISON[self.spec.dtype], self.spec.dtype))
+
+
+class BoundCall:
+    """The kernel launches of one function with their arguments set once (:meth:`LoadedModule.bind`).
+
+    :meth:`enqueue` only enqueues: no argument setting, no checks, no waits. Each
+    bound call owns its kernel objects, so two calls of one function on different
+    tensors never overwrite each other's arguments.
+    """
+
+    __slots__ = ("queue", "launches", "bounds")
+
+    def __init__(self, queue, launches, bounds=None):
+        self.queue = queue
+        #: (pyopencl Kernel, global size, local size) in launch order.
+        self.launches = launches
+        #: Sanitized modules: (the module's pending list, function, record buffer); each
+        #: enqueue zeroes the record and leaves it for ``LoadedModule.check_bounds``.
+        self.bounds = bounds
+
+    def enqueue(self, events: list | None = None) -> None:
+        """Enqueue every kernel; with ``events`` (a list) append their events to it."""
+        enqueue, queue = cl.enqueue_nd_range_kernel, self.queue
+        if self.bounds is not None:
+            pending, name, record = self.bounds
+            cl.enqueue_fill_buffer(queue, record, np.int32(0), 0, bounds.RECORD_INTS * 4)
+            pending.append((name, record))
+        if events is None:
+            for kernel, global_size, local_size in self.launches:
+                enqueue(queue, kernel, global_size, local_size)
+        else:
+            for kernel, global_size, local_size in self.launches:
+                events.append(enqueue(queue, kernel, global_size, local_size))
 
 
 class LoadedModule:
@@ -144,6 +191,7 @@ class LoadedModule:
     def __init__(self, device: "Device", module: KernelModule, program):
         self.device = device
         self.module = module
+        self._program = program
         self._kernels = {k.function_name: k for k in program.all_kernels()}
         self._bounds: list[tuple[str, object]] = []  # (function, record buffer) not yet checked
 
@@ -153,29 +201,54 @@ class LoadedModule:
     def alloc_params(self, name: str) -> list[Tensor]:
         return [self.device.empty(spec) for spec in self.module[name].params]
 
-    def launch(self, name: str, tensors) -> list:
-        """Enqueue every kernel of function ``name``; returns their events."""
+    def _checked_plan(self, name: str, tensors) -> FunctionPlan:
         plan = self.module[name]
         if len(tensors) != len(plan.params):
             raise ValueError(f"{name} takes {len(plan.params)} tensors, got {len(tensors)}")
         for t, spec in zip(tensors, plan.params):
             if t.spec.shape != spec.shape or t.spec.dtype != spec.dtype or t.spec.scope != spec.scope:
                 raise ValueError(f"{name}: argument {spec.name} expects {spec}, got {t.spec}")
+        return plan
+
+    @staticmethod
+    def _set_args(kernel, launch, tensors, record) -> None:
+        for i, arg in enumerate(launch.args):
+            if arg.kind == "tensor":
+                kernel.set_arg(i, tensors[arg.param].mem)
+            elif arg.kind == "bounds":
+                kernel.set_arg(i, record)
+            else:
+                kernel.set_arg(i, np.array(arg.value, dtype=arg.dtype))
+
+    def _new_record(self):
+        """A zeroed bounds record (sanitized modules), or None."""
+        if not self.module.check_bounds:
+            return None
+        zeros = np.zeros(bounds.RECORD_INTS, np.int32)
+        return cl.Buffer(self.device.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=zeros)
+
+    def bind(self, name: str, tensors) -> BoundCall:
+        """Function ``name`` on ``tensors`` with every kernel argument set now, once
+        (fresh kernel objects); :meth:`BoundCall.enqueue` then runs it any number of times."""
+        plan = self._checked_plan(name, tensors)
+        record = self._new_record()
+        launches = []
+        for launch in plan.launches:
+            kernel = cl.Kernel(self._program, launch.kernel)
+            self._set_args(kernel, launch, tensors, record)
+            launches.append((kernel, tuple(launch.global_size), tuple(launch.local_size)))
+        return BoundCall(self.device.queue, launches, None if record is None else (self._bounds, name, record))
+
+    def launch(self, name: str, tensors) -> list:
+        """Enqueue every kernel of function ``name``; returns their events."""
+        plan = self._checked_plan(name, tensors)
         events = []
-        record = None
-        if self.module.check_bounds:  # one zeroed record per call, read by check_bounds()
-            zeros = np.zeros(bounds.RECORD_INTS, np.int32)
-            record = cl.Buffer(self.device.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=zeros)
+        record = self._new_record()  # one zeroed record per call, read by check_bounds()
+        if record is not None:
             self._bounds.append((name, record))
         for launch in plan.launches:
             kernel = self._kernels[launch.kernel]
-            for i, arg in enumerate(launch.args):
-                if arg.kind == "tensor":
-                    kernel.set_arg(i, tensors[arg.param].mem)
-                elif arg.kind == "bounds":
-                    kernel.set_arg(i, record)
-                else:
-                    kernel.set_arg(i, np.array(arg.value, dtype=arg.dtype))
+            self._set_args(kernel, launch, tensors, record)
             events.append(
                 cl.enqueue_nd_range_kernel(self.device.queue, kernel, launch.global_size, launch.local_size)
             )
@@ -236,7 +309,9 @@ class Device:
 
     @property
     def fp16(self) -> bool:
-        return "cl_khr_fp16" in self.cl_device.extensions
+        """Whether the device runs TVM's float16 kernels (half math and half builtins): decided
+        by :func:`half_math`'s probe kernel, not by the extension string."""
+        return half_math(self)
 
     def __repr__(self):
         return f"Device({self.name!r})"
@@ -244,8 +319,12 @@ class Device:
     # -- memory ---------------------------------------------------------------------------
     def empty(self, spec: TensorSpec) -> Tensor:
         flags = cl.mem_flags.READ_WRITE
+        if spec.storage not in (None, spec.dtype) and not is_texture_scope(spec.scope):
+            # A kernel reads a buffer's elements as its dtype: only images convert on access.
+            raise ValueError(f"{spec.name}: storage {spec.storage} differs from dtype {spec.dtype}, "
+                             f"which only a texture scope allows, not {spec.scope!r}")
         if is_texture_scope(spec.scope):
-            channel_type, _ = image_format(spec.dtype)
+            channel_type, _ = image_format(spec.storage_dtype)
             fmt = cl.ImageFormat(cl.channel_order.RGBA, getattr(cl.channel_type, channel_type))
             mem = cl.create_image(self.context, flags, fmt, shape=texture_extent(spec.shape, spec.scope), is_array=True)
         else:
@@ -253,9 +332,10 @@ class Device:
             mem = cl.Buffer(self.context, flags, nbytes)
         return Tensor(self, spec, mem)
 
-    def array(self, array: np.ndarray, scope: str = "global", name: str = "t") -> Tensor:
+    def array(self, array: np.ndarray, scope: str = "global", name: str = "t", storage: str | None = None) -> Tensor:
+        """``array`` on the device; ``storage="float16"`` keeps a texture in half (rounded on upload)."""
         array = np.asarray(array)
-        return self.empty(TensorSpec(name, tuple(array.shape), array.dtype.name, scope)).upload(array)
+        return self.empty(TensorSpec(name, tuple(array.shape), array.dtype.name, scope, storage)).upload(array)
 
     # -- programs -------------------------------------------------------------------------
     def _binary_key(self, source: str, options: str | None = None) -> str:
@@ -309,6 +389,75 @@ def half_images(device: Device) -> bool:
     return any(f.channel_order == cl.channel_order.RGBA and f.channel_data_type == cl.channel_type.HALF_FLOAT for f in formats)
 
 
+#: Runs what TVM's float16 kernels use: the pragma, half4 arithmetic, ``read_imageh`` /
+#: ``write_imageh`` on a half image array and ``vload4`` / ``vstore4`` of half.
+HALF_PROBE = """
+#pragma OPENCL EXTENSION cl_khr_fp16 : enable
+__kernel void probe(__read_only image2d_array_t src, __write_only image2d_array_t dst, __global half* buf) {
+  int4 p = (int4)(get_global_id(0), 0, 0, 0);
+  half4 v = read_imageh(src, CLK_NORMALIZED_COORDS_FALSE | CLK_ADDRESS_CLAMP | CLK_FILTER_NEAREST, p);
+  half4 b = vload4(get_global_id(0), buf);
+  half4 r = v * b + (half4)((half)0.5f);
+  vstore4(r, get_global_id(0), buf);
+  write_imageh(dst, p, r);
+}
+"""
+
+
+def half_math(device: Device) -> bool:
+    """Whether ``device`` builds and correctly runs :data:`HALF_PROBE` (cached per device and
+    driver). PoCL refuses half; NVIDIA runs half arithmetic but lacks the half builtins."""
+    if device not in _HALF_MATH:
+        d = device.cl_device
+        key = cache.key("half-probe", HALF_PROBE, d.platform.name, d.platform.version, d.name, d.driver_version)
+        path = cache.cache_dir() / "probes" / f"{key}.bin"
+        known = cache.read(path, key)
+        if known is None:
+            known = b"1" if _run_half_probe(device) else b"0"
+            cache.store(path, known, key)
+        _HALF_MATH[device] = known == b"1"
+    return _HALF_MATH[device]
+
+
+def _run_half_probe(device: Device) -> bool:
+    if not half_images(device):
+        return False
+    try:
+        with _quiet_stderr():  # the compiler's own diagnostics of a refused probe are noise here
+            prg = cl.Program(device.context, HALF_PROBE).build()
+    except cl.Error:
+        return False
+    n = 4
+    spec = lambda name: TensorSpec(name, (1, 1, n, 4), "float16", "global.texture")  # noqa: E731
+    a = np.arange(4 * n, dtype=np.float16).reshape(1, 1, n, 4) * np.float16(0.25)
+    b = np.full(4 * n, 2, np.float16)
+    src, dst = device.empty(spec("src")).upload(a), device.empty(spec("dst"))
+    buf = cl.Buffer(device.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=b)
+    try:
+        prg.probe(device.queue, (n,), None, src.mem, dst.mem, buf)
+        device.queue.finish()
+    except cl.Error:
+        return False
+    want = a.reshape(-1) * np.float16(2) + np.float16(0.5)
+    got = np.empty_like(b)
+    cl.enqueue_copy(device.queue, got, buf)
+    device.queue.finish()
+    return bool(np.array_equal(got, want) and np.array_equal(dst.numpy().reshape(-1), want))
+
+
+@contextlib.contextmanager
+def _quiet_stderr():
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+_HALF_MATH: dict = {}
 _devices: dict[str, Device] = {}
 
 
@@ -318,7 +467,11 @@ def get_device(device: "str | Device | None" = None) -> Device:
     if isinstance(device, Device):
         return device
     name = device or os.environ.get("TIR_ADRENO_DEVICE") or None
-    cl_device = _pick(name)
+    return _device(_pick(name))
+
+
+def _device(cl_device) -> Device:
+    """The one :class:`Device` of ``cl_device`` (devices are long-lived singletons)."""
     key = f"{cl_device.platform.name}|{cl_device.name}|{cl_device.int_ptr}"
     if key not in _devices:
         _devices[key] = Device(cl_device)

@@ -39,8 +39,42 @@ ALGORITHMS = ("direct", "winograd_2x2", "winograd_4x4")
 WINOGRAD_TILES = {"winograd_2x2": 2, "winograd_4x4": 4}
 #: Where a conv's activations live: textures (when they fit the profile's images) or buffers.
 PLACEMENTS = ("texture", "buffer")
-#: Precisions a plan can be made for (fp16 storage / math is a later step).
-PRECISIONS = ("float32",)
+#: Precisions as TVM's Adreno flow names them: "float32"; "float16_acc32" (every texture,
+#: weights and Winograd intermediates included, stored as RGBA half; the float32 kernels run
+#: unchanged, ``read_imagef``/``write_imagef`` convert in the texture unit; buffers stay
+#: float32); "float16" (the factories' float16 kernels: half storage and half arithmetic).
+PRECISIONS = ("float32", "float16_acc32", "float16")
+#: Algorithms the automatic choice and tuning may use per precision. Winograd F(4x4)'s
+#: transforms amplify the rounding of its half-stored intermediates past the fp16 bound
+#: (measured in tests/test_fp16.py), so fp16 precisions use direct and F(2x2) only.
+PRECISION_ALGORITHMS = {"float32": ALGORITHMS, "float16_acc32": ALGORITHMS[:2], "float16": ALGORITHMS[:2]}
+
+
+class PrecisionError(ValueError):
+    """The device cannot run the requested precision."""
+
+
+def kernel_dtype(precision: str) -> str:
+    """The dtype our kernels are built for: float16 only for ``"float16"``."""
+    return "float16" if precision == "float16" else "float32"
+
+
+def half_storage(precision: str) -> str | None:
+    """The storage dtype of float32 texture tensors: "float16" under ``"float16_acc32"``."""
+    return "float16" if precision == "float16_acc32" else None
+
+
+def check_precision(precision: str, profile: DeviceProfile) -> str:
+    """``precision`` when ``profile`` can run it, else ValueError / :class:`PrecisionError`
+    naming the device (``half_math`` comes from a probe kernel on live devices)."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    if precision == "float16_acc32" and not profile.half_images:
+        raise PrecisionError(f"precision 'float16_acc32' needs RGBA half images, which {profile.name} lacks")
+    if precision == "float16" and not profile.half_math:
+        raise PrecisionError(f"precision 'float16' needs half arithmetic and half builtins, which {profile.name} "
+                             "does not run (probe kernel); use 'float16_acc32' (half storage, float math)")
+    return precision
 
 
 def group_threshold(profile: DeviceProfile) -> int | None:
@@ -180,19 +214,38 @@ class ConvPlan:
     def pack_weights(self, w_oihw: np.ndarray) -> np.ndarray:
         """OIHW weights (float64 or float32) as the first GEMM / conv stage reads them."""
         if self.algorithm == "direct":
-            return pack_oihw4o(np.asarray(w_oihw).astype(self.precision))
-        return winograd_weight_transform(w_oihw, WINOGRAD_TILES[self.algorithm], np.dtype(self.precision))
+            return pack_oihw4o(np.asarray(w_oihw).astype(self.dtype))
+        return winograd_weight_transform(w_oihw, WINOGRAD_TILES[self.algorithm], np.dtype(self.dtype))
+
+    @property
+    def dtype(self) -> str:
+        """The kernels' dtype (:func:`kernel_dtype`)."""
+        return kernel_dtype(self.precision)
+
+    @property
+    def storage(self) -> str | None:
+        """Storage dtype of the plan's texture tensors (:func:`half_storage`)."""
+        return half_storage(self.precision)
+
+    def storage_of(self, name: str) -> str | None:
+        """Storage dtype of tensor ``name``: half for textures under "float16_acc32"."""
+        return self.storage if texture.is_texture_scope(self.tensor(name).scope) else None
 
 
-def eligible_algorithms(geometry: ConvGeometry) -> tuple[str, ...]:
-    """The algorithms that can run ``geometry`` (Winograd: 3x3, stride 1, dilation 1, groups 1)."""
+def eligible_algorithms(geometry: ConvGeometry, precision: str = "float32") -> tuple[str, ...]:
+    """The algorithms that can run ``geometry`` (Winograd: 3x3, stride 1, dilation 1, groups 1)
+    within ``precision``'s error bound (:data:`PRECISION_ALGORITHMS`)."""
     from primfuncs.conv2d_winograd import winograd_eligible
 
-    return ALGORITHMS if winograd_eligible(geometry) else ("direct",)
+    return PRECISION_ALGORITHMS[precision] if winograd_eligible(geometry) else ("direct",)
 
 
-def check_algorithm(geometry: ConvGeometry, algorithm: str, requested: str | None = None):
-    """ValueError when ``algorithm`` cannot run ``geometry``, naming what was ``requested``."""
+def check_algorithm(geometry: ConvGeometry, algorithm: str, requested: str | None = None, precision: str = "float32"):
+    """ValueError when ``algorithm`` cannot run ``geometry`` (or not in ``precision``), naming
+    what was ``requested``."""
+    if algorithm in eligible_algorithms(geometry) and algorithm not in PRECISION_ALGORITHMS[precision]:
+        raise ValueError(f"algorithm={requested or algorithm!r} exceeds the fp16 error bound in precision {precision!r}; "
+                         f"allowed: {PRECISION_ALGORITHMS[precision]}")
     if algorithm not in eligible_algorithms(geometry):
         from primfuncs.conv2d_winograd import winograd_ineligibility
 
@@ -241,8 +294,8 @@ def conv2d_plan(
     textures). ``allow_buffer=False`` raises ``TextureLimitError`` for a tensor that
     does not fit the profile's images.
     """
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    check_precision(precision, profile)
+    dtype = kernel_dtype(precision)
     source = "default"
     if choice is None and records is not None:
         choice = records.lookup(geometry, precision)
@@ -250,7 +303,7 @@ def conv2d_plan(
     elif choice is not None:
         source = "explicit"
     choice = choice or ConvChoice()
-    check_algorithm(geometry, choice.algorithm)
+    check_algorithm(geometry, choice.algorithm, precision=precision)
     g = geometry
     scope = _activation_scope(g, profile, choice.placement, allow_buffer)
     in5, out5 = (g.n, g.c4, g.h, g.w, 4), (g.n, g.o4, g.oh, g.ow, 4)
@@ -261,7 +314,7 @@ def conv2d_plan(
         w5 = (g.o4, g.cg, g.kh, g.kw, 4)
         weight_scope = texture.place(w5, TEXTURE_WEIGHT, profile.limits, allow_buffer) if scope == TEXTURE else BUFFER
         tile_scope = scope
-        stages = ((direct_conv2d, dict(geometry=g, epilogue=epilogue, dtype=precision, config=config, scope=scope,
+        stages = ((direct_conv2d, dict(geometry=g, epilogue=epilogue, dtype=dtype, config=config, scope=scope,
                                        weight_scope=weight_scope)),)
         tensors = (TensorPlan("X", in5, scope), TensorPlan("W", w5, weight_scope), *extra, TensorPlan("Y", out5, scope))
     else:
@@ -276,7 +329,7 @@ def conv2d_plan(
         tile_scope = scope if scope == TEXTURE and fits else BUFFER
         stages = ((conv2d_winograd.conv2d_winograd_nchw4c,
                    dict(data_shape=(g.n, g.c, g.h, g.w), weight_shape=(g.o, g.cg, g.kh, g.kw), padding=g.padding,
-                        epilogue=epilogue, dtype=precision, scope=scope, m=m, config=config,
+                        epilogue=epilogue, dtype=dtype, scope=scope, m=m, config=config,
                         weight_scope=weight_scope, tile_scope=tile_scope)),)
         tensors = (TensorPlan("X", in5, scope), TensorPlan("V", shapes.tile, tile_scope),
                    TensorPlan("U", shapes.weight, weight_scope), TensorPlan("M", shapes.product, tile_scope),

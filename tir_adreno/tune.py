@@ -90,7 +90,7 @@ def model_layers(model) -> tuple[list, list]:
     return list(convs.values()), list(pools.values())
 
 
-def candidates(geom, profile: DeviceProfile) -> list:
+def candidates(geom, profile: DeviceProfile, precision: str = "float32") -> list:
     """The :class:`strategy.ConvChoice` candidates of one conv, the default first."""
     from primfuncs.conv2d import default_config
 
@@ -112,12 +112,12 @@ def candidates(geom, profile: DeviceProfile) -> list:
     step = max(1, -(-len(configs) // MAX_CONFIGS))
     out = [strategy.ConvChoice("direct")]
     out += [strategy.ConvChoice("direct", c) for c in configs[::step][:MAX_CONFIGS]]
-    out += [strategy.ConvChoice(a) for a in strategy.eligible_algorithms(geom) if a != "direct"]
+    out += [strategy.ConvChoice(a) for a in strategy.eligible_algorithms(geom, precision) if a != "direct"]
     out.append(strategy.ConvChoice("direct", None, "buffer"))
     return out
 
 
-def build_pool_jobs(layer: PoolLayer, profile: DeviceProfile, progress=print) -> tuple[list, dict]:
+def build_pool_jobs(layer: PoolLayer, profile: DeviceProfile, progress=print, precision: str = "float32") -> tuple[list, dict]:
     """Build a pool with each schedule ("auto" first: the default); returns (jobs, job key -> choice)."""
     from . import build
 
@@ -127,6 +127,7 @@ def build_pool_jobs(layer: PoolLayer, profile: DeviceProfile, progress=print) ->
         schedule = strategy.pool_schedule(layer.key, profile, choice=choice)
         try:
             module = build.build_cached(layer.factory(layer.in5, scope=TEXTURE, **schedule, **layer.attrs))
+            module = module.with_storage(strategy.half_storage(precision))
         except (ValueError, RuntimeError) as err:
             progress(f"    skip {name}: {str(err).splitlines()[0][:120]}")
             continue
@@ -135,15 +136,15 @@ def build_pool_jobs(layer: PoolLayer, profile: DeviceProfile, progress=print) ->
     return jobs, choices
 
 
-def build_jobs(geom, profile: DeviceProfile, progress=print) -> tuple[list, dict]:
+def build_jobs(geom, profile: DeviceProfile, progress=print, precision: str = "float32") -> tuple[list, dict]:
     """Build every candidate of ``geom``; returns (jobs, job key -> choice). Candidates that
     cannot be built for this conv (e.g. too much local memory) are left out with a note."""
-    layer = _records.conv2d_key(geom)
+    layer = _records.conv2d_key(geom, precision)
     jobs, choices = [], {}
-    for choice in candidates(geom, profile):
+    for choice in candidates(geom, profile, precision):
         key = f"{layer}|{choice.name}"
         try:
-            plan = strategy.conv2d_plan(geom, Epilogue(), "float32", profile, choice=choice)
+            plan = strategy.conv2d_plan(geom, Epilogue(), precision, profile, choice=choice)
             program = tuning.build_program(plan)
         except (ValueError, RuntimeError) as err:
             progress(f"    skip {choice.name}: {str(err).splitlines()[0][:120]}")
@@ -166,7 +167,8 @@ class LayerResult:
     skipped: bool = False
 
 
-def tune(model, profile: DeviceProfile, records_path, measurer, budget_s: float | None = None, progress=print) -> list:
+def tune(model, profile: DeviceProfile, records_path, measurer, budget_s: float | None = None, progress=print,
+         precision: str = "float32") -> list:
     """Tune every conv layer of ``model`` not yet in the records at ``records_path``.
 
     ``measurer`` has ``measure(jobs) -> {key: MeasureResult}`` (``tir_adreno.measure``).
@@ -174,9 +176,10 @@ def tune(model, profile: DeviceProfile, records_path, measurer, budget_s: float 
     finished, and one layer is always tuned); the next run continues where this one stopped. Returns one
     :class:`LayerResult` per layer (recorded ones from earlier runs included).
     """
-    recs = _records.load(records_path, profile)
+    strategy.check_precision(precision, profile)
+    recs = _records.load(records_path, profile, precision)
     convs, pools = model_layers(model)
-    layers = [(_records.conv2d_key(g), g) for g in convs] + [(p.key, p) for p in pools]
+    layers = [(_records.conv2d_key(g, precision), g) for g in convs] + [(p.key, p) for p in pools]
     progress(f"{len(convs)} distinct conv layers, {len(pools)} pooling layers; records: {records_path} "
              f"({len(recs.layers)} recorded)")
     results, start, tuned = [], time.perf_counter(), 0
@@ -191,7 +194,10 @@ def tune(model, profile: DeviceProfile, records_path, measurer, budget_s: float 
             break
         tuned += 1
         progress(f"[{i + 1}/{len(layers)}] {key}: building candidates")
-        jobs, choices = build_pool_jobs(layer, profile, progress) if isinstance(layer, PoolLayer) else build_jobs(layer, profile, progress)
+        if isinstance(layer, PoolLayer):
+            jobs, choices = build_pool_jobs(layer, profile, progress, precision)
+        else:
+            jobs, choices = build_jobs(layer, profile, progress, precision)
         measured = measurer.measure(jobs, progress=lambda r: progress(
             f"    {r.key.split('|')[1]:<40} " + (f"{r.seconds * 1e3:9.3f} ms" if r.seconds is not None else f"error: {r.error}")))
         times = {choices[k].name: measured[k].seconds for k in choices if k in measured}

@@ -97,6 +97,7 @@ def build_program(plan) -> ConvProgram:
     funcs = plan.primfuncs()
     names = tuple(str(f.attrs["global_symbol"]) for f in funcs)
     module = build.build_cached(funcs[0] if len(funcs) == 1 else tvm.IRModule(dict(zip(names, funcs))))
+    module = module.with_storage(plan.storage)  # half images under "float16_acc32"
     return ConvProgram(plan.algorithm, module, tuple(module.functions) if len(funcs) == 1 else names)
 
 
@@ -116,7 +117,7 @@ def measure_program(program: ConvProgram, device: runtime.Device, seed: int = 0)
     tensors = {}
     for name in (*program.inputs, program.outputs[-1]):
         spec = specs[name]
-        tensors[name] = device.array(rng.standard_normal(spec.shape).astype(spec.dtype), spec.scope, name)
+        tensors[name] = device.empty(spec).upload(rng.standard_normal(spec.shape).astype(spec.dtype))
     first = program.run(device, tensors)  # also builds the OpenCL program
     return program.time(device, tensors, **_timing(first / max(len(program.stages), 1)))
 
