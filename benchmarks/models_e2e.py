@@ -72,15 +72,24 @@ def _load(names, ways, directory: Path, device):
 
 
 def _measure(cm, repeat: int):
+    """(kernel ms, wall ms, {"bound", "unbound"} launch us, outputs): kernel time = sum of OpenCL events of a
+    profiled run; wall = one fast run (upload, launches, download, one wait); launch =
+    host time per kernel enqueue (args bound at load; also the unbound path, set per
+    launch, as before). Medians over ``repeat``; outputs from a profiled run
+    (poisoned first)."""
     x = {n: np.random.default_rng(i).standard_normal(cm.plan.tensors[t].shape).astype("float32") for i, (n, t) in enumerate(cm.plan.inputs)}
     cm.run(x)  # warm-up: drivers finish compiling on first launch
-    kernel_ms, wall_ms = [], []
+    wall_ms = []
     for _ in range(repeat):
         start = time.perf_counter()
-        outputs = cm.run(x)
+        cm.run(x)
         wall_ms.append((time.perf_counter() - start) * 1e3)
+    kernel_ms = []
+    for _ in range(repeat):
+        outputs = cm.run(x, profile=True)
         kernel_ms.append(cm.kernel_time_ms())
-    return statistics.median(kernel_ms), statistics.median(wall_ms), outputs
+    launch_us = {"bound": cm.launch_time_us(repeat), "unbound": cm.launch_time_us(repeat, bound=False)}
+    return statistics.median(kernel_ms), statistics.median(wall_ms), launch_us, outputs
 
 
 def _cudnn(name: str, repeat: int):
@@ -165,11 +174,14 @@ def main():
         for way in ways:
             cm = compiled[name, way]
             log(f"run {name} ({way}) ...")
-            kernel_ms, wall_ms, outputs[way] = _measure(cm, args.repeat)
+            kernel_ms, wall_ms, launch_us, outputs[way] = _measure(cm, args.repeat)
             pooled, unpooled = cm.plan.memory_bytes(pool=True), cm.plan.memory_bytes(pool=False)
             entry[way] = {
                 "kernel_ms": kernel_ms,
                 "wall_ms": wall_ms,
+                "launch_us": launch_us["bound"],
+                "launch_us_unbound": launch_us["unbound"],
+                "launches": cm.launch_count,
                 "memory_pool": pooled,
                 "memory_no_pool": unpooled,
                 "calls": len(cm.plan.calls),
@@ -192,6 +204,8 @@ def main():
                 fmt(u["kernel_ms"] / o["kernel_ms"], ".2f") + "x",
                 fmt(o["wall_ms"]),
                 fmt(u["wall_ms"]),
+                fmt(o["wall_ms"] / o["kernel_ms"], ".2f"),
+                fmt(o["launch_us"], ".1f") + " / " + fmt(o["launch_us_unbound"], ".1f"),
                 fmt(c["eager_ms"]) if c else "-",
                 fmt(c["graph_ms"]) if c else "-",
                 fmt(o["memory_pool"]["intermediates"] / 2**20, ".1f"),
@@ -203,10 +217,11 @@ def main():
         )
     path = write_json("models_e2e", device.name, {"repeat": args.repeat, "results": results}, args.results_dir)
     print_table(
-        ["model", "ours ms", "upstream ms", "speedup", "ours wall", "upstr wall", "cuDNN eager", "cuDNN graph", "act MiB pool", "act MiB no pool", "ours vs upstr",
+        ["model", "ours ms", "upstream ms", "speedup", "ours wall", "upstr wall", "wall/kernel", "launch us bound / unbound", "cuDNN eager", "cuDNN graph", "act MiB pool", "act MiB no pool", "ours vs upstr",
          "tuned ms", "tuned gain"],
         rows,
-        title=f"end to end on {device.name}: kernel time = sum of OpenCL events, median of {args.repeat} (JSON: {path})",
+        title=f"end to end on {device.name}: kernel time = sum of OpenCL events, wall = one run's host time "
+        f"(launch us: host time per kernel enqueue), medians of {args.repeat} (JSON: {path})",
     )
 
 

@@ -73,12 +73,17 @@ class ConvConfig:
     that many work items of one work group (OpenCL dim 2 holds
     ``work_group[2] * split_k`` items), summed through local memory: more work
     items and shorter serial loops for deep, small layers on big GPUs.
+    ``register_window`` (depthwise convs with multiplier 1 only) reads the
+    window's KH x KW weight pixels into registers once, then per kernel row the
+    input pixels the tile's columns span once, and reuses them across taps and
+    columns (w_block 2, 3x3: 4 input reads per row instead of 6).
     """
 
     oc_block: int = 4
     w_block: int = 4
     work_group: tuple[int, int, int] = (8, 4, 1)
     split_k: int = 1
+    register_window: bool = False
 
     def __post_init__(self):
         for name in ("oc_block", "w_block"):
@@ -90,6 +95,8 @@ class ConvConfig:
             raise ValueError(f"ConvConfig.work_group must be 3 positive ints, got {wg!r}")
         if not (isinstance(self.split_k, int) and 1 <= self.split_k <= 64):
             raise ValueError(f"ConvConfig.split_k must be an int in 1..64, got {self.split_k!r}")
+        if not isinstance(self.register_window, bool):
+            raise ValueError(f"ConvConfig.register_window must be a bool, got {self.register_window!r}")
         if wg[0] * wg[1] * wg[2] * self.split_k > 256:
             what = f"work_group {wg}" + (f" x split_k {self.split_k}" if self.split_k > 1 else "")
             raise ValueError(f"ConvConfig.{what} has more than 256 work items")
@@ -124,14 +131,12 @@ def default_config(geom: "ConvGeometry", depthwise: bool = False, kind: str = "m
       non-depthwise one (ResNet-50's convs 6.9 -> 1.5 ms), within ~15% of the
       best swept config.
 
-    Depthwise convs (every class) share no input pixel across channel blocks:
-    one channel block x 4 columns, work group (8, 4, 1) (on the H200 every
-    depthwise config of the sweep is within ~10% of the ~13 us launch floor).
+    Depthwise convs: :data:`DEPTHWISE_DEFAULTS`.
     """
     if kind not in DEVICE_KINDS:
         raise ValueError(f"kind must be one of {DEVICE_KINDS}, got {kind!r}")
     if depthwise:
-        return ConvConfig(oc_block=1, w_block=4, work_group=(8, 4, 1))
+        return _depthwise_default(geom, DEPTHWISE_DEFAULTS[kind])
 
     def items(ocb, wb):
         return ceildiv(geom.o4, ocb) * geom.oh * geom.n * ceildiv(geom.ow, wb)
@@ -171,6 +176,30 @@ def default_config(geom: "ConvGeometry", depthwise: bool = False, kind: str = "m
     _, ocb, wb, split = best
     per_slice = min(64, 256 // split, _MAX_LOCAL_BYTES // (LANES * 4 * ocb * wb * split))
     return ConvConfig(ocb, wb, fill_work_group(extents(ocb, wb), per_slice, max_x=16, max_z=64 // split), split)
+
+
+#: Depthwise defaults per device class (data, so a device profile can carry it). Depthwise
+#: convs share no input pixel across channel blocks, so a tile is one channel block.
+#: ``work_group`` fixed, or ``threads``: a 2-D work group of that many items filled along
+#: the output columns, then rows (:func:`fill_work_group`). ``register_window`` where the
+#: conv allows it (multiplier 1). "mobile" / "cpu": 4 columns per item, group (8, 4, 1)
+#: (on the H200 every such config of the first sweep was within ~10% of the ~13 us
+#: texture-kernel floor). "gpu": 2 columns per item, window in registers, 128-item groups.
+DEPTHWISE_DEFAULTS = {
+    "mobile": {"w_block": 4, "work_group": (8, 4, 1), "register_window": False},
+    "cpu": {"w_block": 4, "work_group": (8, 4, 1), "register_window": False},
+    "gpu": {"w_block": 2, "threads": 128, "register_window": True},
+}
+
+
+def _depthwise_default(geom: "ConvGeometry", entry: dict) -> ConvConfig:
+    """One :data:`DEPTHWISE_DEFAULTS` entry as the ConvConfig of conv ``geom``."""
+    wb = entry["w_block"]
+    if "threads" in entry:
+        work_group = fill_work_group((geom.n * ceildiv(geom.ow, wb), geom.oh, 1), entry["threads"], max_x=32)
+    else:
+        work_group = entry["work_group"]
+    return ConvConfig(1, wb, work_group, register_window=entry["register_window"] and geom.o == geom.c)
 
 
 #: Work items below which :func:`default_config` shrinks the register tile ("mobile").
@@ -421,16 +450,14 @@ def _direct_conv(geom: ConvGeometry, mode: str, epilogue, dtype, config, scope, 
             conds.append(iw < w)
         return _all(conds)
 
-    def row(r, k):
-        ih = r * sh - pt + k * dh
+    def clamp_row(ih):
         if zero_top:
             ih = T.max(ih, 0)
         if zero_bottom:
             ih = T.min(ih, h - 1)
         return ih
 
-    def col(x, k):
-        iw = x * sw - pl + k * dw
+    def clamp_col(iw):
         if zero_left:
             iw = T.max(iw, 0)
         if zero_right or clamp_right:
@@ -471,6 +498,15 @@ def _direct_conv(geom: ConvGeometry, mode: str, epilogue, dtype, config, scope, 
 
     tail = 0 if geom.groups > 1 else c % LANES
     multiplier = o // c if mode == "depthwise" else 0
+    register_window = config.register_window
+    if register_window and multiplier != 1:
+        what = f"multiplier {multiplier}" if multiplier else f"the {mode} path"
+        raise ValueError(
+            f"config.register_window=True is for depthwise convs with multiplier 1; this conv has {what} "
+            f"(use register_window=False)"
+        )
+    # Input columns under a tile's wb outputs and the window's width (register_window).
+    span = (wb - 1) * sw + (kw - 1) * dw + 1
     # Do the 4 lanes of an output block read input channels of one input block?
     # Depthwise: when the multiplier divides 4 or 4 divides it; grouped: when a
     # block lies in one group (then they all read one channel).
@@ -479,15 +515,19 @@ def _direct_conv(geom: ConvGeometry, mode: str, epilogue, dtype, config, scope, 
     # Hygienic macros: they see this factory's helpers; the kernel's buffers and
     # loop variables come in as arguments.
     @T.macro
-    def load_input(X, xp, wi, nn, cb, r, x, k_h, k_w):
-        """``xp[wi]`` = input pixel of block ``cb`` read by output ``(r, x)`` at tap ``(k_h, k_w)``,
-        0 in the padding."""
+    def load_pixel(X, xp, i, nn, cb, ih, iw):
+        """``xp[i]`` = pixel ``(ih, iw)`` of input block ``cb``, 0 in the padding."""
         # Read at the clamped coordinate, then zero outside: branch-free. The select is
         # per lane: a vectorized T.Select on a scalar condition miscompiles (TVM 0.27).
         for lane in T.vectorized(4):
-            xp[wi, lane] = X[nn, cb, row(r, k_h), col(x, k_w), lane]
+            xp[i, lane] = X[nn, cb, clamp_row(ih), clamp_col(iw), lane]
         for lane in T.unroll(4):
-            xp[wi, lane] = T.Select(inside(raw_row(r, k_h), raw_col(x, k_w)), xp[wi, lane], zero)
+            xp[i, lane] = T.Select(inside(ih, iw), xp[i, lane], zero)
+
+    @T.macro
+    def load_input(X, xp, wi, nn, cb, r, x, k_h, k_w):
+        """``xp[wi]`` = input pixel of block ``cb`` read by output ``(r, x)`` at tap ``(k_h, k_w)``."""
+        load_pixel(X, xp, wi, nn, cb, raw_row(r, k_h), raw_col(x, k_w))
 
     @T.macro
     def accumulate_blocked(X, W, xp, wp, acc, nn, r, x0, t, cin, cb, lanes):
@@ -551,6 +591,27 @@ def _direct_conv(geom: ConvGeometry, mode: str, epilogue, dtype, config, scope, 
                             acc[ob * wb + wi, lane] = acc[ob * wb + wi, lane] + xp[wi, lane] * wp[ob, 0, lane]
 
     @T.macro
+    def accumulate_depthwise_registers(X, W, xs, wr, acc, nn, r, x0, t):
+        """Multiplier 1, ``register_window``: the window's weights once, then per kernel row
+        the ``span`` input pixels under the tile's columns once; column ``wi`` at tap ``k_w``
+        reads span pixel ``wi * sw + k_w * dw``."""
+        for ob in T.unroll(ocb):
+            for k_h in T.unroll(kh):
+                for k_w in T.unroll(kw):
+                    for lane in T.vectorized(4):
+                        wr[ob, k_h * kw + k_w, lane] = W[out_block(t, ob), 0, k_h, k_w, lane]
+        for k_h in T.unroll(kh):
+            for ob in T.unroll(ocb):
+                for j in T.unroll(span):
+                    load_pixel(X, xs, j, nn, out_block(t, ob), raw_row(r, k_h), x0 * sw - pl + j)
+                for k_w in T.unroll(kw):
+                    for wi in T.unroll(wb):
+                        for lane in T.unroll(4):
+                            acc[ob * wb + wi, lane] = (
+                                acc[ob * wb + wi, lane] + xs[wi * sw + k_w * dw, lane] * wr[ob, k_h * kw + k_w, lane]
+                            )
+
+    @T.macro
     def store_tile(Y, Bias, Residual, acc, tmp, nn, r, x0, t):
         """Epilogue and store of the tile's pixels that lie inside the output."""
         for ob in T.unroll(ocb):
@@ -586,6 +647,10 @@ def _direct_conv(geom: ConvGeometry, mode: str, epilogue, dtype, config, scope, 
                                         xp = T.sblock_alloc_buffer((wb, 4), dtype, scope="local")
                                         wp = T.sblock_alloc_buffer((ocb, 4, 4), dtype, scope="local")
                                         tmp = T.sblock_alloc_buffer((4,), dtype, scope="local")
+                                        xs = T.sblock_alloc_buffer((span if register_window else 1, 4), dtype, scope="local")
+                                        wr = T.sblock_alloc_buffer(
+                                            (ocb, kh * kw if register_window else 1, 4), dtype, scope="local"
+                                        )
                                         for ob in T.unroll(ocb):
                                             for wi in T.unroll(wb):
                                                 for lane in T.unroll(4):
@@ -600,6 +665,8 @@ def _direct_conv(geom: ConvGeometry, mode: str, epilogue, dtype, config, scope, 
                                                     X, W, xp, wp, acc, nn, voh, vwt * wb, vt, blocks_per_group,
                                                     blocks_per_group, tail,
                                                 )
+                                        elif register_window:
+                                            accumulate_depthwise_registers(X, W, xs, wr, acc, nn, voh, vwt * wb, vt)
                                         elif mode == "depthwise" and multiplier == 1:
                                             accumulate_depthwise(X, W, xp, wp, acc, nn, voh, vwt * wb, vt)
                                         else:

@@ -107,8 +107,9 @@ def store_output_pixel(Y, acc, k, tmp, epilogue, Bias, Residual, n, c, h, w, out
     if epilogue.activation is not None:
         for lane in T.unroll(4):
             acc[k, lane] = activate(acc[k, lane], epilogue.activation, acc.dtype, epilogue.clip_min, epilogue.clip_max)
-        if epilogue.activation in ("sigmoid", "hardsigmoid") and out_channels is not None and out_channels % 4 != 0:
-            # act(0) = 0.5: the padding lanes of the last block must stay 0 (the next conv reads them).
-            for lane in T.unroll(4):
-                acc[k, lane] = T.if_then_else(c * 4 + lane < out_channels, acc[k, lane], T.Cast(acc.dtype, 0))
+    if out_channels is not None and out_channels % 4 != 0:
+        # The padding lanes of the last block must stay 0 (the next conv and Winograd's GEMM read
+        # them): act(0) = 0.5 for sigmoid, and a NaN/Inf input window makes them NaN (NaN * 0 weights).
+        for lane in T.unroll(4):
+            acc[k, lane] = T.if_then_else(c * 4 + lane < out_channels, acc[k, lane], T.Cast(acc.dtype, 0))
     Y[n, c, h, w, T.Ramp(0, 1, 4)] = acc[k, T.Ramp(0, 1, 4)]

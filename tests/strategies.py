@@ -5,12 +5,16 @@
 the ``ci`` profile's few random draws are.
 """
 
+import dataclasses
+import itertools
+
 from hypothesis import strategies as st
 
 from primfuncs import conv2d_winograd as wg
 from primfuncs._common import BUFFER, TEXTURE
 from primfuncs.conv2d import ConvConfig
 from primfuncs.epilogue import ACTIVATIONS, Epilogue
+from tir_adreno.reference import REDUCTIONS
 
 SEEDS = st.integers(0, 2**32 - 1)
 SCOPES = st.sampled_from([TEXTURE, BUFFER])
@@ -52,9 +56,12 @@ def conv_cases(draw, depthwise=False):
         groups = draw(st.sampled_from([1, 1, 2, 3, 4]))
         c = groups * draw(st.integers(1, max(1, 12 // groups)))
         o = groups * draw(st.integers(1, max(1, 12 // groups)))
+    config = draw(conv_configs())
+    if depthwise and o == c:  # the depthwise window-in-registers body (multiplier 1) half the time
+        config = dataclasses.replace(config, register_window=draw(st.booleans()))
     return dict(
         data_shape=(n, c, h, w), weight_shape=(o, c // groups, kh, kw), strides=(sh, sw), padding=pad,
-        dilation=(dh, dw), groups=groups, epilogue=draw(epilogues()), config=draw(conv_configs()),
+        dilation=(dh, dw), groups=groups, epilogue=draw(epilogues()), config=config,
     )
 
 
@@ -132,3 +139,59 @@ def upstream_conv_cases(draw):
 #: Upstream conv examples: a padded 3x3, and 2 block-aligned groups of 4 -> 4 (3x3).
 UPSTREAM_3X3 = (1, 1, 5, 3, 7, 8, 3, 1, 1, 0)
 UPSTREAM_GROUPED_ALIGNED = (1, 2, 4, 4, 6, 5, 3, 2, 1, 1)
+
+
+# -- pooling and reductions ----------------------------------------------------------------
+#: The schedules the pooling and reduction properties force: a work item or a work group per output.
+STRATEGIES = ["thread", "group"]
+
+
+@st.composite
+def pool_cases(draw):
+    """A small pooling case: any window, dilation, stride and padding up to half the window span."""
+    kh, kw = draw(st.integers(1, 4)), draw(st.integers(1, 4))
+    dh, dw = draw(st.integers(1, 2)), draw(st.integers(1, 2))
+    span_h, span_w = (kh - 1) * dh + 1, (kw - 1) * dw + 1
+    top, bottom = draw(st.integers(0, span_h // 2)), draw(st.integers(0, span_h // 2))
+    left, right = draw(st.integers(0, span_w // 2)), draw(st.integers(0, span_w // 2))
+    return dict(
+        n=draw(st.integers(1, 2)),
+        c=draw(st.integers(1, 9)),
+        h=draw(st.integers(max(1, span_h - top - bottom), span_h + 6)),
+        w=draw(st.integers(max(1, span_w - left - right), span_w + 6)),
+        pool_type=draw(st.sampled_from(["max", "avg"])),
+        pool_size=(kh, kw),
+        strides=(draw(st.integers(1, 3)), draw(st.integers(1, 3))),
+        padding=(top, left, bottom, right),
+        dilation=(dh, dw),
+        ceil_mode=draw(st.booleans()),
+        count_include_pad=draw(st.booleans()),
+        scope=draw(SCOPES),
+        group_size=draw(st.sampled_from([2, 4, 64])),  # 2, 4: several rounds of taps per work item
+        seed=draw(SEEDS),
+    )
+
+
+#: ``@given(**ADAPTIVE_POOL_ARGS)``: an input and an output size per dim of grow + input's.
+ADAPTIVE_POOL_ARGS = dict(
+    n=st.integers(1, 2), c=st.integers(1, 9), h=st.integers(1, 10), w=st.integers(1, 10),
+    grow=st.tuples(st.integers(-9, 3), st.integers(-9, 3)),  # output smaller or larger than the input
+    pool_type=st.sampled_from(["max", "avg"]), scope=SCOPES,
+    strategy=st.sampled_from(STRATEGIES), seed=SEEDS,
+)
+
+#: Every non-empty subset of the C, H, W axes.
+REDUCE_AXES = [a for r in (1, 2, 3) for a in itertools.combinations((1, 2, 3), r)]
+#: ``@given(**REDUCE_ARGS)``: a reduction over any of C, H, W.
+REDUCE_ARGS = dict(
+    n=st.integers(1, 2), c=st.integers(1, 11), h=st.integers(1, 7), w=st.integers(1, 7),
+    op=st.sampled_from(sorted(REDUCTIONS)), axis=st.sampled_from(REDUCE_AXES), negative_axes=st.booleans(),
+    keepdims=st.booleans(), scope=SCOPES, group_size=st.sampled_from([2, 64]),
+    seed=SEEDS,
+)
+#: ``@given(**SOFTMAX_ARGS)``: a softmax over C.
+SOFTMAX_ARGS = dict(
+    n=st.integers(1, 2), c=st.integers(1, 11), h=st.integers(1, 4), w=st.integers(1, 4),
+    scale=st.sampled_from([1.0, 60.0]),  # 60: exp(x) alone would overflow float32
+    scope=SCOPES, seed=SEEDS,
+)

@@ -108,6 +108,27 @@ def test_depthwise_conv2d_matches_numpy(device, scope, case, seed):
     assert_close(got, ref, RTOL)
 
 
+@pytest.mark.parametrize("scope", [TEXTURE, BUFFER])
+@pytest.mark.parametrize(
+    "data_shape, kernel, strides, padding, dilation, w_block",
+    [
+        ((1, 8, 9, 10), 3, 1, 1, 1, 2),  # MobileNet's 3x3/1, 2 columns per item
+        ((2, 12, 11, 7), 3, 2, (1, 0, 1, 2), 1, 3),  # stride 2, asymmetric padding, overhanging tile
+        ((1, 5, 6, 13), 5, 1, 2, 2, 4),  # 5x5 dilated, C tail
+    ],
+)
+def test_depthwise_register_window(device, scope, data_shape, kernel, strides, padding, dilation, w_block):
+    """The window-in-registers body against NumPy on fixed MobileNet-like shapes (hypothesis draws it too)."""
+    case = dict(
+        data_shape=data_shape, weight_shape=(data_shape[1], 1, kernel, kernel), strides=strides, padding=padding,
+        dilation=dilation, groups=data_shape[1], epilogue=Epilogue(bias=True, activation="relu6", residual=True),
+        config=conv.ConvConfig(1, w_block, (4, 2, 1), register_window=True), depthwise=True,
+    )
+    got, ref, blocked_out = run_kernel(device, case, scope, np.random.default_rng(3))
+    check_blocked_output(blocked_out, ref.shape[1])
+    assert_close(got, ref, RTOL)
+
+
 @pytest.mark.parametrize(
     "data_shape, weight_shape, groups",
     [
@@ -241,6 +262,19 @@ def test_ops_conv2d_errors(device, kwargs, error, match):
         (lambda: conv.ConvConfig(w_block=0), ValueError, "w_block must be an int in 1..4"),
         (lambda: conv.ConvConfig(work_group=(8, 4)), ValueError, "work_group must be 3 positive ints"),
         (lambda: conv.ConvConfig(work_group=(16, 16, 2)), ValueError, "more than 256"),
+        (lambda: conv.ConvConfig(register_window=1), ValueError, "register_window must be a bool"),
+        (
+            lambda: conv.conv2d_nchw4c((1, 4, 6, 6), (4, 4, 3, 3), config=conv.ConvConfig(register_window=True)),
+            ValueError,
+            "register_window=True is for depthwise convs with multiplier 1; this conv has the blocked path",
+        ),
+        (
+            lambda: conv.depthwise_conv2d_nchw4c(
+                (1, 4, 6, 6), (8, 1, 3, 3), config=conv.ConvConfig(register_window=True)
+            ),
+            ValueError,
+            "multiplier 2",
+        ),
         (lambda: Epilogue(activation="mish"), ValueError, "activation must be one of"),
         (lambda: conv.conv2d_nchw4c((1, 4, 6, 6), (8, 4, 3, 3), scope="local"), ValueError, "scope must be"),
         (lambda: conv.conv2d_nchw4c((1, 4, 6, 6), (8, 4, 3, 3), dtype="int8"), TypeError, "dtype must be"),

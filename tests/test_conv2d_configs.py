@@ -50,6 +50,8 @@ def test_default_config_per_device_kind(device, kind, data_shape, weight_shape, 
         assert config.split_k > 1, config
     if kind != "gpu":
         assert config.split_k == 1, config
+    if depthwise:  # one channel block per item; "gpu": the window in registers, 2 columns
+        assert config.oc_block == 1 and config.register_window == (kind == "gpu"), config
     case = dict(
         data_shape=data_shape, weight_shape=weight_shape, strides=1, padding=padding, dilation=1, groups=groups,
         epilogue=Epilogue(bias=True, activation="relu"), config=config,

@@ -8,15 +8,13 @@ inputs are all negative, so a padded position read as 0 instead of -inf shows up
 import numpy as np
 import pytest
 from hypothesis import given
-from hypothesis import strategies as st
 
 from primfuncs import pool2d
-from primfuncs._common import BUFFER, TEXTURE
+from strategies import ADAPTIVE_POOL_ARGS, STRATEGIES, pool_cases
 from tir_adreno import ops, reference
 from util import assert_close, pack_nchw4c, rand, run_kernel, unpack_nchw4c
 
 RTOL = 1e-5
-STRATEGIES = ["thread", "group"]
 
 
 pool_reference = reference.pool2d  # float64 NCHW pool2d, PyTorch's semantics
@@ -36,31 +34,6 @@ def pool_input(rng, shape, pool_type):
 
 
 # -- properties -------------------------------------------------------------------------------
-@st.composite
-def pool_cases(draw):
-    kh, kw = draw(st.integers(1, 4)), draw(st.integers(1, 4))
-    dh, dw = draw(st.integers(1, 2)), draw(st.integers(1, 2))
-    span_h, span_w = (kh - 1) * dh + 1, (kw - 1) * dw + 1
-    top, bottom = draw(st.integers(0, span_h // 2)), draw(st.integers(0, span_h // 2))
-    left, right = draw(st.integers(0, span_w // 2)), draw(st.integers(0, span_w // 2))
-    return dict(
-        n=draw(st.integers(1, 2)),
-        c=draw(st.integers(1, 9)),
-        h=draw(st.integers(max(1, span_h - top - bottom), span_h + 6)),
-        w=draw(st.integers(max(1, span_w - left - right), span_w + 6)),
-        pool_type=draw(st.sampled_from(["max", "avg"])),
-        pool_size=(kh, kw),
-        strides=(draw(st.integers(1, 3)), draw(st.integers(1, 3))),
-        padding=(top, left, bottom, right),
-        dilation=(dh, dw),
-        ceil_mode=draw(st.booleans()),
-        count_include_pad=draw(st.booleans()),
-        scope=draw(st.sampled_from([TEXTURE, BUFFER])),
-        group_size=draw(st.sampled_from([2, 4, 64])),  # 2, 4: several rounds of taps per work item
-        seed=draw(st.integers(0, 2**32 - 1)),
-    )
-
-
 @pytest.mark.parametrize("strategy", STRATEGIES)
 @given(case=pool_cases())
 def test_pool2d(device, strategy, case):
@@ -74,12 +47,7 @@ def test_pool2d(device, strategy, case):
     assert_pool_close(unpack_nchw4c(y, case["c"]), pool_reference(x, case["pool_type"], **attrs))
 
 
-@given(
-    n=st.integers(1, 2), c=st.integers(1, 9), h=st.integers(1, 10), w=st.integers(1, 10),
-    grow=st.tuples(st.integers(-9, 3), st.integers(-9, 3)),  # output smaller or larger than the input
-    pool_type=st.sampled_from(["max", "avg"]), scope=st.sampled_from([TEXTURE, BUFFER]),
-    strategy=st.sampled_from(STRATEGIES), seed=st.integers(0, 2**32 - 1),
-)
+@given(**ADAPTIVE_POOL_ARGS)
 def test_adaptive_pool2d(device, n, c, h, w, grow, pool_type, scope, strategy, seed):
     """Adaptive windows go through the same kernels as sliding ones (test_pool2d forces both
     schedules on every example); here each example forces one of them."""

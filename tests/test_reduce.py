@@ -5,25 +5,18 @@ reduction over C that let them in would return NaN; max inputs are all negative
 and min inputs all positive, so padding counted as 0 would also show.
 """
 
-import itertools
-
 import numpy as np
 import pytest
 from hypothesis import given
-from hypothesis import strategies as st
 
 from primfuncs import reduce
-from primfuncs._common import BUFFER, TEXTURE
-from test_pool2d import STRATEGIES
+from strategies import REDUCE_ARGS, SOFTMAX_ARGS, STRATEGIES
 from tir_adreno import ops
-from tir_adreno.reference import REDUCTIONS
 from tir_adreno.reference import reduce as reference
 from tir_adreno.reference import softmax as reference_softmax
 from util import assert_close, pack_nchw4c, rand, run_kernel, unpack_nchw4c
 
 RTOL = 1e-5
-AXES = [a for r in (1, 2, 3) for a in itertools.combinations((1, 2, 3), r)]  # every non-empty subset of C, H, W
-NUMPY = REDUCTIONS
 
 
 def reduce_input(rng, shape, op):
@@ -32,12 +25,7 @@ def reduce_input(rng, shape, op):
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
-@given(
-    n=st.integers(1, 2), c=st.integers(1, 11), h=st.integers(1, 7), w=st.integers(1, 7),
-    op=st.sampled_from(sorted(NUMPY)), axis=st.sampled_from(AXES), negative_axes=st.booleans(),
-    keepdims=st.booleans(), scope=st.sampled_from([TEXTURE, BUFFER]), group_size=st.sampled_from([2, 64]),
-    seed=st.integers(0, 2**32 - 1),
-)
+@given(**REDUCE_ARGS)
 def test_reduce(device, strategy, n, c, h, w, op, axis, negative_axes, keepdims, scope, group_size, seed):
     x = reduce_input(np.random.default_rng(seed), (n, c, h, w), op)
     packed = pack_nchw4c(x, pad_value=np.nan)
@@ -55,11 +43,7 @@ def test_reduce(device, strategy, n, c, h, w, op, axis, negative_axes, keepdims,
     assert_close(y, reference(x, op, axis, keepdims), RTOL)
 
 
-@given(
-    n=st.integers(1, 2), c=st.integers(1, 11), h=st.integers(1, 4), w=st.integers(1, 4),
-    scale=st.sampled_from([1.0, 60.0]),  # 60: exp(x) alone would overflow float32
-    scope=st.sampled_from([TEXTURE, BUFFER]), seed=st.integers(0, 2**32 - 1),
-)
+@given(**SOFTMAX_ARGS)
 def test_softmax(device, n, c, h, w, scale, scope, seed):
     x = (rand(np.random.default_rng(seed), (n, c, h, w)) * scale).astype(np.float32)
     y = run_kernel(device, reduce.softmax(pack_nchw4c(x).shape, c, scope=scope), pack_nchw4c(x, pad_value=np.nan))

@@ -156,6 +156,7 @@ def test_split_k_conv_does_not_round_trip(scope):
     """Known gap: a split-K conv (``ConvConfig.split_k > 1``, the "gpu" defaults for deep layers)
     prints as TVMScript that parses to an equivalent PrimFunc whose region extents list their
     terms in another order, so ``tir-adreno dump`` of such a kernel is not structurally exact.
-    Strict: this turns red the day it round-trips (then draw split_k in conv2d_kernels again)."""
+    Strict: this turns red the day it round-trips (then draw split_k in conv2d_kernels again).
+    Minimal repro (no factory): tests/upstream/test_tvm_defect16_region_extent_reordered_on_parse.py."""
     func = conv2d.conv2d_nchw4c((1, 8, 3, 3), (4, 8, 3, 3), padding=1, config=ConvConfig(oc_block=1, w_block=1, split_k=2), scope=scope)
     tvm.ir.assert_structural_equal(tvm.script.from_source(func.script()), func)

@@ -110,6 +110,8 @@ def test_kernel_command_checks_times_and_shows(dumped):
     assert res.returncode == 0, res.stderr[-3000:]
     assert "check passed: relative error 0.00e+00" in res.stdout and "(tolerance 0)" in res.stdout
     assert "T.launch_thread" in res.stdout or "threadIdx" in res.stdout
+    res = cli("kernel", str(dumped / "02_max_pool2d.py"), "--check")  # exact: max picks one input
+    assert res.returncode == 0 and "check passed: relative error 0.00e+00" in res.stdout, res.stdout[-2000:] + res.stderr[-2000:]
 
 
 def test_run_with_an_edited_work_group(models, dumped, tmp_path):
@@ -169,18 +171,18 @@ def test_bad_show_value_and_saved_model_dir(dumped, tmp_path):
 
 
 def test_winograd_stage_runs_between_the_other_two(models, tmp_path):
-    """A Winograd conv (chosen by records) dumps as three kernels; `kernel --check` runs the
-    edited stage between the other two, rebuilt from its header, against the conv reference."""
+    """A Winograd conv (chosen by records, `dump --records`) dumps as three kernels; `kernel --check`
+    runs the edited stage between the other two, rebuilt from its header, against the conv reference."""
     from primfuncs.conv2d import conv2d_geometry
     from tir_adreno import records, strategy
     from tir_adreno.device import resolve
 
-    dev = runtime.get_device()
-    rec = records.Records(resolve(dev))
+    assert_user_error(cli("dump", str(models[0]), "--records", str(tmp_path / "none.json"), "-o", str(tmp_path)), "no such records file")
+    rec = records.Records(resolve(runtime.get_device()))
     rec.add(records.conv2d_key(conv2d_geometry((1, 8, 4, 4), (8, 8, 3, 3), 1, 1)), strategy.ConvChoice("winograd_4x4"), {})
-    prims = {}
-    compiled = compiler.compile_model(str(models[0]), dev, records=rec, progress=lambda _: None, prims=prims)
-    names = [p.stem for p in workbench.dump(compiled, prims, tmp_path, str(models[0]))]
+    res = cli("dump", str(models[0]), "--records", str(rec.save(tmp_path / "records.json")), "-o", str(tmp_path))
+    assert res.returncode == 0, res.stderr[-3000:]
+    names = sorted(p.stem for p in tmp_path.glob("*.py"))
     assert names[3:6] == ["03_winograd4x4_input_transform", "04_winograd4x4_batched_gemm", "05_winograd4x4_output_transform"]
     res = cli("kernel", str(tmp_path / "04_winograd4x4_batched_gemm.py"), "--check")
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]

@@ -246,8 +246,10 @@ def _run(args) -> int:
         edited = workbench.apply_edits(compiled, prims, edits, inputs) if edits else {}
         compiled.run(inputs)  # warm-up: first launches build per-work-group code on some drivers
         start = time.perf_counter()
-        outputs = compiled.run(inputs)
+        compiled.run(inputs)
         wall = time.perf_counter() - start
+        # Outputs and per-op times from a profiled run (outputs poisoned first, events recorded).
+        outputs = compiled.run(inputs, profile=True)
     except ModelInputError as err:
         raise UserError(str(err)) from None
     profile = compiled.profile()
@@ -357,12 +359,15 @@ def _dump(args) -> int:
 
     if _saved_model(args.model):
         raise UserError(f"{args.model}: a saved model holds OpenCL C, not TVMScript; dump the ONNX file or --builtin model it was compiled from")
+    _check_records(args.records)
     input_shapes = parse_input_shapes(args.input_shape)
     model, _ = _model_and_inputs(args, input_shapes)
     dev = runtime.get_device(args.device)
     prims: dict = {}
     try:
-        compiled = compile_model(model, dev, input_shapes=input_shapes, progress=lambda msg: print(f"  {msg}", flush=True), prims=prims)
+        compiled = compile_model(
+            model, dev, records=args.records, input_shapes=input_shapes, progress=lambda msg: print(f"  {msg}", flush=True), prims=prims
+        )
     except (ModelError, FileNotFoundError) as err:
         raise UserError(str(err)) from None
     files = workbench.dump(compiled, prims, args.output, args.model or f"--builtin {args.builtin}")
@@ -493,6 +498,7 @@ def main(argv=None) -> int:
     p.add_argument("--builtin", default="resnet18", choices=["resnet18", "resnet50", "mobilenet_v2"], help="built-in model when no file is given")
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="directory to write")
     p.add_argument("--device", help="substring of the OpenCL platform or device name")
+    p.add_argument("--records", metavar="FILE", help="tuning records from `tir-adreno tune`: dump the kernels the tuned model runs")
     _add_input_shape(p)
     p.set_defaults(fn=_dump)
     p = sub.add_parser("kernel", help="build one dumped kernel file; show, check against NumPy, time")

@@ -11,6 +11,8 @@ from __future__ import annotations
 import io
 import json
 import math
+import statistics
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -200,9 +202,20 @@ class CompiledModel:
                 f"the model was planned for larger images: tensor {too_big[0].shape} in {too_big[0].scope} exceeds "
                 f"{self.device.name}'s image limits (compile it for this device's profile)")
         self.pool = pool
-        self._profile: list[dict] = []
+        self._times_ms: list[float] | None = None
         self._loaded = {key: self.device.load(module) for key, module in kernels.items()}
         self._tensors = self._allocate()
+        # The memory pool is fixed, so every kernel argument is set once, here.
+        self._bound = [
+            self._loaded[c.kernel].bind(c.function, [self._tensors[a] for a in c.args]) for c in plan.calls
+        ]
+        self._launches = [x for b in self._bound for x in b.launches]
+        # The fast path: every launch of the model in one list, one Python loop per run;
+        # sanitized modules go call by call (each call zeroes and queues its bounds record).
+        sanitized = any(b.bounds is not None for b in self._bound)
+        self._fast = self._bound if sanitized else [runtime.BoundCall(self.device.queue, self._launches)]
+        self._input_tensors = [self._tensors[i] for _, i in plan.inputs]
+        self._output_tensors = [self._tensors[i] for i in plan.outputs]
 
     # -- setup ----------------------------------------------------------------------------
     def _spec(self, i: int) -> TensorSpec:
@@ -238,47 +251,96 @@ class CompiledModel:
         return [name for name, _ in self.plan.inputs]
 
     # -- running --------------------------------------------------------------------------
-    def _bind_inputs(self, inputs):
+    def _check_inputs(self, inputs) -> list[np.ndarray]:
+        """``inputs`` as C-contiguous arrays in input order; ModelInputError when they do not match."""
         specs = [(name, self.plan.tensors[i].shape, self.plan.tensors[i].dtype) for name, i in self.plan.inputs]
-        for (_, i), x in zip(self.plan.inputs, check_inputs(inputs, specs)):
-            self._tensors[i].upload(x)
+        return [np.ascontiguousarray(x) for x in check_inputs(inputs, specs)]
 
-    def run(self, inputs) -> list[np.ndarray]:
-        """Run once; ``inputs`` maps input names to arrays (or is a list in input order)."""
-        self._bind_inputs(inputs)
-        for i in self.plan.outputs:
-            self._tensors[i].poison()
-        profile = []
-        for call in self.plan.calls:
-            loaded = self._loaded[call.kernel]
-            events = loaded.launch(call.function, [self._tensors[a] for a in call.args])
-            profile.append((call, events))
+    def run(self, inputs, profile: bool = False) -> list[np.ndarray]:
+        """Run once; ``inputs`` maps input names to arrays (or is a list in input order).
+
+        Returns new arrays (NCHW as the model defines them). The fast path
+        (``profile=False``) enqueues the uploads, every kernel (arguments were set
+        when the model was loaded) and the downloads, then waits once at the end;
+        it keeps no events. ``profile=True`` also poisons the outputs first (an
+        element no kernel wrote comes back NaN) and records every kernel's OpenCL
+        event time for :meth:`profile` and :meth:`kernel_time_ms`.
+        """
+        # In the storage dtype, held until the queue finishes (non-blocking uploads).
+        arrays = [t._check(x) for t, x in zip(self._input_tensors, self._check_inputs(inputs))]
+        if profile:
+            for t in self._output_tensors:
+                t.poison()
+        for t, x in zip(self._input_tensors, arrays):
+            t.enqueue_upload(x)
+        if profile:
+            events = []
+            for bound in self._bound:
+                events.append([])
+                bound.enqueue(events[-1])
+        else:
+            for bound in self._fast:
+                bound.enqueue()
+        outputs = [np.empty(t.shape, t.spec.storage_dtype) for t in self._output_tensors]
+        for t, out in zip(self._output_tensors, outputs):
+            t.enqueue_download(out)
         self.device.queue.finish()
         for loaded in self._loaded.values():  # sanitized builds ($TIR_ADRENO_CHECK_BOUNDS) raise here
             loaded.check_bounds()
-        self._profile = [
-            {
-                "op": call.label,
-                "kernel": call.function,
-                "ours": call.ours,
-                "placement": self._placement(call),
-                "time_ms": sum(runtime.event_seconds(e) for e in events) * 1e3,
-                **({"config": call.config, "source": call.source} if call.config is not None else {}),
-            }
-            for call, events in profile
-        ]
-        return [self._tensors[i].numpy() for i in self.plan.outputs]
+        if profile:
+            self._times_ms = [sum(runtime.event_seconds(e) for e in evs) * 1e3 for evs in events]
+        return [out.astype(t.spec.dtype, copy=False) for t, out in zip(self._output_tensors, outputs)]
+
+    @property
+    def launch_count(self) -> int:
+        """OpenCL kernel launches per run (a call may launch several kernels)."""
+        return len(self._launches)
+
+    def launch_time_us(self, repeat: int = 20, bound: bool = True) -> float:
+        """Host microseconds per kernel launch: the median over ``repeat`` runs of the time
+        to enqueue every kernel (no uploads, no wait), over :attr:`launch_count`.
+        ``bound=False`` times the unbound path instead (arguments checked and set on every
+        launch, events kept: what ``run`` did before arguments were bound at load), for comparison."""
+        samples = []
+        for _ in range(repeat):
+            start = time.perf_counter()
+            if bound:
+                for b in self._fast:
+                    b.enqueue()
+            else:
+                for call in self.plan.calls:
+                    self._loaded[call.kernel].launch(call.function, [self._tensors[a] for a in call.args])
+            samples.append(time.perf_counter() - start)
+            self.device.queue.finish()
+            for loaded in self._loaded.values():
+                loaded.check_bounds()
+        return statistics.median(samples) * 1e6 / max(1, self.launch_count)
 
     def _placement(self, call: Call) -> str:
         scopes = {self.plan.tensors[a].scope for a in call.args}
         return "texture" if any(is_texture_scope(s) for s in scopes) else "buffer"
 
     def profile(self) -> list[dict]:
-        """Per kernel call of the last :meth:`run`: op, kernel, placement, time (OpenCL events)."""
-        return list(self._profile)
+        """Per kernel call: op, kernel, ours, placement, and ``time_ms`` (its OpenCL event
+        time) from the last ``run(..., profile=True)``, None before any such run."""
+        times = self._times_ms or [None] * len(self.plan.calls)
+        return [
+            {
+                "op": c.label,
+                "kernel": c.function,
+                "ours": c.ours,
+                "placement": self._placement(c),
+                "time_ms": t,
+                **({"config": c.config, "source": c.source} if c.config is not None else {}),
+            }
+            for c, t in zip(self.plan.calls, times)
+        ]
 
     def kernel_time_ms(self) -> float:
-        return sum(p["time_ms"] for p in self._profile)
+        """Sum of the kernels' OpenCL event times of the last ``run(..., profile=True)``."""
+        if self._times_ms is None:
+            raise RuntimeError("kernel_time_ms() needs a profiled run: call run(inputs, profile=True) first")
+        return sum(self._times_ms)
 
     def memory_bytes(self) -> dict[str, int]:
         return self.plan.memory_bytes(self.pool)

@@ -122,28 +122,67 @@ class Tensor:
         return np.ascontiguousarray(array, dtype=self.spec.storage_dtype)
 
     def upload(self, array: np.ndarray) -> "Tensor":
-        array = self._check(np.asarray(array))
-        q = self.device.queue
-        if is_texture_scope(self.spec.scope):
-            cl.enqueue_copy(q, self.mem, array, origin=(0, 0, 0), region=self._region())
-        else:
-            cl.enqueue_copy(q, self.mem, array)
-        q.finish()
+        self.enqueue_upload(self._check(np.asarray(array)))
+        self.device.queue.finish()
         return self
 
     def numpy(self) -> np.ndarray:
         """The tensor in its dtype (a half-stored one: float32 holding exactly the stored halves)."""
         out = np.empty(self.spec.shape, self.spec.storage_dtype)
-        q = self.device.queue
-        if is_texture_scope(self.spec.scope):
-            cl.enqueue_copy(q, out, self.mem, origin=(0, 0, 0), region=self._region())
-        else:
-            cl.enqueue_copy(q, out, self.mem)
-        q.finish()
+        self.enqueue_download(out)
+        self.device.queue.finish()
         return out.astype(self.spec.dtype, copy=False)
+
+    def enqueue_upload(self, array: np.ndarray) -> None:
+        """Enqueue a copy of C-contiguous ``array`` (shape and dtype already checked) to the
+        device without waiting: ``array`` must stay alive and unchanged until the queue finishes."""
+        if is_texture_scope(self.spec.scope):
+            cl.enqueue_copy(self.device.queue, self.mem, array, origin=(0, 0, 0), region=self._region(), is_blocking=False)
+        else:
+            cl.enqueue_copy(self.device.queue, self.mem, array, is_blocking=False)
+
+    def enqueue_download(self, out: np.ndarray) -> None:
+        """Enqueue a copy into C-contiguous ``out`` without waiting: valid once the queue finishes."""
+        if is_texture_scope(self.spec.scope):
+            cl.enqueue_copy(self.device.queue, out, self.mem, origin=(0, 0, 0), region=self._region(), is_blocking=False)
+        else:
+            cl.enqueue_copy(self.device.queue, out, self.mem, is_blocking=False)
 
     def poison(self) -> "Tensor":
         return self.upload(np.full(self.spec.shape, POISON[self.spec.dtype], self.spec.dtype))
+
+
+class BoundCall:
+    """The kernel launches of one function with their arguments set once (:meth:`LoadedModule.bind`).
+
+    :meth:`enqueue` only enqueues: no argument setting, no checks, no waits. Each
+    bound call owns its kernel objects, so two calls of one function on different
+    tensors never overwrite each other's arguments.
+    """
+
+    __slots__ = ("queue", "launches", "bounds")
+
+    def __init__(self, queue, launches, bounds=None):
+        self.queue = queue
+        #: (pyopencl Kernel, global size, local size) in launch order.
+        self.launches = launches
+        #: Sanitized modules: (the module's pending list, function, record buffer); each
+        #: enqueue zeroes the record and leaves it for ``LoadedModule.check_bounds``.
+        self.bounds = bounds
+
+    def enqueue(self, events: list | None = None) -> None:
+        """Enqueue every kernel; with ``events`` (a list) append their events to it."""
+        enqueue, queue = cl.enqueue_nd_range_kernel, self.queue
+        if self.bounds is not None:
+            pending, name, record = self.bounds
+            cl.enqueue_fill_buffer(queue, record, np.int32(0), 0, bounds.RECORD_INTS * 4)
+            pending.append((name, record))
+        if events is None:
+            for kernel, global_size, local_size in self.launches:
+                enqueue(queue, kernel, global_size, local_size)
+        else:
+            for kernel, global_size, local_size in self.launches:
+                events.append(enqueue(queue, kernel, global_size, local_size))
 
 
 class LoadedModule:
@@ -152,6 +191,7 @@ class LoadedModule:
     def __init__(self, device: "Device", module: KernelModule, program):
         self.device = device
         self.module = module
+        self._program = program
         self._kernels = {k.function_name: k for k in program.all_kernels()}
         self._bounds: list[tuple[str, object]] = []  # (function, record buffer) not yet checked
 
@@ -161,29 +201,54 @@ class LoadedModule:
     def alloc_params(self, name: str) -> list[Tensor]:
         return [self.device.empty(spec) for spec in self.module[name].params]
 
-    def launch(self, name: str, tensors) -> list:
-        """Enqueue every kernel of function ``name``; returns their events."""
+    def _checked_plan(self, name: str, tensors) -> FunctionPlan:
         plan = self.module[name]
         if len(tensors) != len(plan.params):
             raise ValueError(f"{name} takes {len(plan.params)} tensors, got {len(tensors)}")
         for t, spec in zip(tensors, plan.params):
             if t.spec.shape != spec.shape or t.spec.dtype != spec.dtype or t.spec.scope != spec.scope:
                 raise ValueError(f"{name}: argument {spec.name} expects {spec}, got {t.spec}")
+        return plan
+
+    @staticmethod
+    def _set_args(kernel, launch, tensors, record) -> None:
+        for i, arg in enumerate(launch.args):
+            if arg.kind == "tensor":
+                kernel.set_arg(i, tensors[arg.param].mem)
+            elif arg.kind == "bounds":
+                kernel.set_arg(i, record)
+            else:
+                kernel.set_arg(i, np.array(arg.value, dtype=arg.dtype))
+
+    def _new_record(self):
+        """A zeroed bounds record (sanitized modules), or None."""
+        if not self.module.check_bounds:
+            return None
+        zeros = np.zeros(bounds.RECORD_INTS, np.int32)
+        return cl.Buffer(self.device.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=zeros)
+
+    def bind(self, name: str, tensors) -> BoundCall:
+        """Function ``name`` on ``tensors`` with every kernel argument set now, once
+        (fresh kernel objects); :meth:`BoundCall.enqueue` then runs it any number of times."""
+        plan = self._checked_plan(name, tensors)
+        record = self._new_record()
+        launches = []
+        for launch in plan.launches:
+            kernel = cl.Kernel(self._program, launch.kernel)
+            self._set_args(kernel, launch, tensors, record)
+            launches.append((kernel, tuple(launch.global_size), tuple(launch.local_size)))
+        return BoundCall(self.device.queue, launches, None if record is None else (self._bounds, name, record))
+
+    def launch(self, name: str, tensors) -> list:
+        """Enqueue every kernel of function ``name``; returns their events."""
+        plan = self._checked_plan(name, tensors)
         events = []
-        record = None
-        if self.module.check_bounds:  # one zeroed record per call, read by check_bounds()
-            zeros = np.zeros(bounds.RECORD_INTS, np.int32)
-            record = cl.Buffer(self.device.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=zeros)
+        record = self._new_record()  # one zeroed record per call, read by check_bounds()
+        if record is not None:
             self._bounds.append((name, record))
         for launch in plan.launches:
             kernel = self._kernels[launch.kernel]
-            for i, arg in enumerate(launch.args):
-                if arg.kind == "tensor":
-                    kernel.set_arg(i, tensors[arg.param].mem)
-                elif arg.kind == "bounds":
-                    kernel.set_arg(i, record)
-                else:
-                    kernel.set_arg(i, np.array(arg.value, dtype=arg.dtype))
+            self._set_args(kernel, launch, tensors, record)
             events.append(
                 cl.enqueue_nd_range_kernel(self.device.queue, kernel, launch.global_size, launch.local_size)
             )
@@ -299,7 +364,7 @@ class Device:
             prg.build(options.encode(), [self.cl_device])
         except cl.Error as err:
             log = prg.get_build_info(self.cl_device, cl.program_build_info.LOG)
-            raise RuntimeError(f"OpenCL build failed on {self.name}: {err}\n{log}") from None
+            raise RuntimeError(f"OpenCL build failed on {self.name}: {err}\n{log}{_build_hint(log)}") from None
         (binary,) = prg.get_info(cl.program_info.BINARIES)
         if binary:
             cache.store(path, bytes(binary), key)
@@ -411,3 +476,29 @@ def _device(cl_device) -> Device:
     if key not in _devices:
         _devices[key] = Device(cl_device)
     return _devices[key]
+
+
+def _build_hint(log: str) -> str:
+    if "unknown target CPU" in log:  # pip's PoCL 3.0 (LLVM 14) on a CPU LLVM 14 does not know (AMD Zen 5)
+        return ("\nThis PoCL's LLVM does not know this CPU; install a newer PoCL "
+                "(Debian/Ubuntu: apt-get install pocl-opencl-icd) and it is picked up automatically.")
+    return ""
+
+
+def probe(device=None) -> str | None:
+    """None when ``device`` (default: the default device) builds and runs a kernel, else why not."""
+    try:
+        dev = get_device(device)
+        prg = cl.Program(dev.context, "__kernel void twice(__global float* a) { a[get_global_id(0)] *= 2.0f; }").build()
+        host = np.arange(4, dtype=np.float32)
+        buf = cl.Buffer(dev.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=host)
+        prg.twice(dev.queue, (4,), None, buf)
+        out = np.empty_like(host)
+        cl.enqueue_copy(dev.queue, out, buf)
+        dev.queue.finish()
+    except Exception as err:  # any failure means "cannot run here"; say which
+        lines = str(err).strip().splitlines()
+        line = next((x for x in lines if "error" in x.lower()), lines[-1] if lines else "")
+        return f"{type(err).__name__}: {line.strip()}{_build_hint(str(err))}"
+    return None if np.array_equal(out, 2 * host) else "a kernel ran but computed wrong numbers"
+
