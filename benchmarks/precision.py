@@ -136,7 +136,7 @@ def run_models(compiled, names, repeat: int) -> list:
             cm.run(x)  # warm-up
             times = []
             for _ in range(repeat):
-                outputs[precision] = cm.run(x)
+                outputs[precision] = cm.run(x, profile=True)
                 times.append(cm.kernel_time_ms())
             mem = cm.memory_bytes()
             rows.append({"model": name, "precision": precision, "kernel_ms": statistics.median(times), "memory": mem,

@@ -45,8 +45,8 @@ PLACEMENTS = ("texture", "buffer")
 #: float32); "float16" (the factories' float16 kernels: half storage and half arithmetic).
 PRECISIONS = ("float32", "float16_acc32", "float16")
 #: Algorithms the automatic choice and tuning may use per precision. Winograd F(4x4)'s
-#: transforms amplify the rounding of its half-stored intermediates past the fp16 bound
-#: (measured in tests/test_fp16.py), so fp16 precisions use direct and F(2x2) only.
+#: transforms amplify the rounding of its half-stored intermediates ~4x past the fp16 bound
+#: that F(2x2) holds (measured in tests/test_fp16.py), so fp16 precisions use direct and F(2x2).
 PRECISION_ALGORITHMS = {"float32": ALGORITHMS, "float16_acc32": ALGORITHMS[:2], "float16": ALGORITHMS[:2]}
 
 
