@@ -86,7 +86,7 @@ def run_model(path: Path, device, seed: int = 0) -> dict:
     rng = np.random.default_rng(seed)
     inputs = {name: rng.standard_normal(shape).astype(dtype) for name, (shape, dtype) in zip(compiled.input_names, shapes)}
     compiled.run(inputs)  # warm-up
-    outputs = compiled.run(inputs)
+    outputs = compiled.run(inputs, profile=True)
     profile = compiled.profile()
     refs = reference_outputs(model, inputs)
     error = max(relative_error(o, r) for o, r in zip(outputs, refs))

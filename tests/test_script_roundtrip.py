@@ -9,7 +9,7 @@ import tvm
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from primfuncs import concat, conv2d, conv2d_winograd, elementwise, layout, pool2d, reduce, resize
+from primfuncs import concat, conv2d, conv2d_winograd, elementwise, layernorm, layout, pool2d, reduce, resize, shuffle
 from primfuncs._common import BUFFER, TEXTURE, TEXTURE_WEIGHT, blocked
 from primfuncs.conv2d import ConvConfig
 from primfuncs.epilogue import ACTIVATIONS, Epilogue
@@ -118,6 +118,23 @@ def concat_kernels(d, scope):
     return [concat.concat_channels(n, chans, h, w, scope=scope)]
 
 
+def layernorm_kernels(d, scope):
+    nchw = _nchw(d)
+    return [layernorm.layer_norm_channels(_blocked(nchw), nchw[1], scope=scope)]
+
+
+def shuffle_kernels(d, scope):
+    nchw = _nchw(d)
+    c = nchw[1]
+    begin = d.draw(st.integers(0, c - 1))
+    end = d.draw(st.integers(begin + 1, c))
+    groups = d.draw(st.sampled_from([g for g in (1, 2, 3, 4) if c % g == 0]))
+    return [
+        shuffle.slice_channels(_blocked(nchw), c, begin, end, scope=scope),
+        shuffle.channel_shuffle(_blocked(nchw), c, groups, scope=scope),
+    ]
+
+
 FAMILIES = {
     "layout": layout_kernels,
     "elementwise": elementwise_kernels,
@@ -127,6 +144,8 @@ FAMILIES = {
     "reduce": reduce_kernels,
     "concat": concat_kernels,
     "resize": resize_kernels,
+    "layernorm": layernorm_kernels,
+    "shuffle": shuffle_kernels,
 }
 
 

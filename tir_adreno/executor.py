@@ -205,15 +205,7 @@ class CompiledModel:
         self._times_ms: list[float] | None = None
         self._loaded = {key: self.device.load(module) for key, module in kernels.items()}
         self._tensors = self._allocate()
-        # The memory pool is fixed, so every kernel argument is set once, here.
-        self._bound = [
-            self._loaded[c.kernel].bind(c.function, [self._tensors[a] for a in c.args]) for c in plan.calls
-        ]
-        self._launches = [x for b in self._bound for x in b.launches]
-        # The fast path: every launch of the model in one list, one Python loop per run;
-        # sanitized modules go call by call (each call zeroes and queues its bounds record).
-        sanitized = any(b.bounds is not None for b in self._bound)
-        self._fast = self._bound if sanitized else [runtime.BoundCall(self.device.queue, self._launches)]
+        self._bind()
         self._input_tensors = [self._tensors[i] for _, i in plan.inputs]
         self._output_tensors = [self._tensors[i] for i in plan.outputs]
 
@@ -237,10 +229,22 @@ class CompiledModel:
                 tensors.append(tensor)
         return tensors
 
+    def _bind(self):
+        # The memory pool is fixed, so every kernel argument is set once, here.
+        self._bound = [
+            self._loaded[c.kernel].bind(c.function, [self._tensors[a] for a in c.args]) for c in self.plan.calls
+        ]
+        self._launches = [x for b in self._bound for x in b.launches]
+        # The fast path: every launch of the model in one list, one Python loop per run;
+        # sanitized modules go call by call (each call zeroes and queues its bounds record).
+        sanitized = any(b.bounds is not None for b in self._bound)
+        self._fast = self._bound if sanitized else [runtime.BoundCall(self.device.queue, self._launches)]
+
     def replace_kernel(self, key: str, module: KernelModule) -> None:
         """Run ``module`` wherever the plan calls kernel ``key`` (an edited kernel, same signature)."""
         self.kernels[key] = module
         self._loaded[key] = self.device.load(module)
+        self._bind()
 
     @property
     def precision(self) -> str:

@@ -244,7 +244,7 @@ def _row_times(compiled, inputs, repeat: int) -> list[float]:
     compiled.run(inputs)  # warm-up
     runs = []
     for _ in range(repeat):
-        compiled.run(inputs)
+        compiled.run(inputs, profile=True)
         runs.append([p["time_ms"] for p in compiled.profile()])
     return [statistics.median(column) for column in zip(*runs)]
 
