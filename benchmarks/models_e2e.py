@@ -1,7 +1,8 @@
 """Whole models end to end: tir-adreno vs upstream TVM's generic OpenCL build, same executor.
 
 For each model (built-in ResNet-50 and MobileNetV2, batch 1, 224, fp32, seeded
-random weights) it compiles two ways, ours (texture kernels) and upstream
+random weights; or ONNX files, e.g. torchvision's MobileNetV3-Large and
+EfficientNet-B0 from benchmarks/zoo.py) it compiles two ways, ours (texture kernels) and upstream
 (LegalizeOps + dlight GPU schedules for target kind "opencl", buffers), runs
 both through the same pyopencl executor and reports kernel time (sum of
 OpenCL events, median over runs), wall time per run, and device memory with
@@ -11,11 +12,15 @@ and without the image pool. On an NVIDIA GPU with PyTorch it adds cuDNN fp32
     python benchmarks/models_e2e.py                       # build + run here
     python benchmarks/models_e2e.py --build-only DIR      # compile here (needs TVM)
     python benchmarks/models_e2e.py --from DIR            # run elsewhere (no TVM)
+    python benchmarks/models_e2e.py --onnx-dir /tmp/tir-adreno-zoo --models mobilenet_v3_large,efficientnet_b0
+    python benchmarks/models_e2e.py --onnx m.onnx ...      # model name: the file's stem
 
 ``--target PROFILE`` plans our kernels for that device profile (default: this device's,
 or ``adreno`` with ``--build-only``: pass ``--target nvidia-h200`` to build for the H200).
 ``--records FILE`` (from ``tir-adreno tune``) adds a third way, "tuned": ours with the
 records' per-layer choices, against "ours" with the profile's defaults.
+``--carry-weights-mb N`` saves weights (``--build-only``) only for models up to N MiB;
+the others run with seeded random weights, for timing only (``"random_weights": true``).
 """
 
 from __future__ import annotations
@@ -37,14 +42,15 @@ WAYS = ("ours", "upstream", "tuned")  # "tuned" only with --records
 CARRY_WEIGHTS_MB = 24
 
 
-def _build(names, ways, directory: Path | None, device, profile, records):
-    """Compile every (model, way) for ``profile``; returns {(name, way): CompiledModel}; saves them if asked."""
+def _build(names, ways, directory: Path | None, device, profile, records, onnx_paths, carry_mb):
+    """Compile every (model, way) for ``profile``; returns {(name, way): CompiledModel}; saves them if asked
+    (weights only up to ``carry_mb`` MiB). ``onnx_paths``: {name: ONNX file} next to the built-ins."""
     from tir_adreno import models
     from tir_adreno.compiler import compile_model
 
     compiled = {}
     for name in names:
-        mod = models.get_model(name)
+        mod = onnx_paths[name] if name in onnx_paths else models.get_model(name)
         for way in ways:
             log(f"compile {name} ({way}) ...")
             start = time.perf_counter()
@@ -54,7 +60,7 @@ def _build(names, ways, directory: Path | None, device, profile, records):
             compiled[name, way] = cm
             if directory is not None:
                 weights_mb = cm.memory_bytes()["weights"] / 2**20
-                cm.save(directory / f"{name}-{way}", include_weights=weights_mb <= CARRY_WEIGHTS_MB)
+                cm.save(directory / f"{name}-{way}", include_weights=weights_mb <= carry_mb)
     return compiled
 
 
@@ -141,17 +147,29 @@ def main():
     add_device_argument(parser)
     add_target_argument(parser)
     parser.add_argument("--records", metavar="FILE", help="tuning records: adds the way 'tuned'")
-    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--models", default=None, help=f"comma-separated (default: {','.join(MODELS)}, "
+                        "or the --onnx files); built-ins or ONNX model names (--onnx-dir DIR/<name>.onnx)")
+    parser.add_argument("--onnx", type=Path, nargs="+", default=[], metavar="FILE", help="ONNX models, named by stem")
+    parser.add_argument("--onnx-dir", type=Path, default=None, help="folder of <name>.onnx for --models")
+    parser.add_argument("--carry-weights-mb", type=float, default=CARRY_WEIGHTS_MB,
+                        help="--build-only saves weights up to this size; larger models are timing-only")
     parser.add_argument("--repeat", type=int, default=10)
     parser.add_argument("--results-dir", type=Path, default=None, help="default: benchmarks/results")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--build-only", type=Path, metavar="DIR", help="compile and save the models, run nothing")
     mode.add_argument("--from", dest="from_dir", type=Path, metavar="DIR", help="run models saved by --build-only (no TVM)")
     args = parser.parse_args()
-    names = [n for n in args.models.split(",") if n]
-    unknown = set(names) - set(MODELS)
+    onnx_paths = {p.stem: p for p in args.onnx}
+    names = [n for n in (args.models or ",".join(onnx_paths or MODELS)).split(",") if n]
+    if args.onnx_dir:
+        onnx_paths.update({n: args.onnx_dir / f"{n}.onnx" for n in names if (args.onnx_dir / f"{n}.onnx").exists()})
+    missing = [p for p in onnx_paths.values() if not p.exists()]
+    if missing:
+        parser.error(f"--onnx: no such file {missing[0]}")
+    known = set(MODELS) | set(onnx_paths) | ({p.name.rsplit("-", 1)[0] for p in args.from_dir.iterdir()} if args.from_dir and args.from_dir.is_dir() else set())
+    unknown = set(names) - known
     if unknown:
-        parser.error(f"unknown models {sorted(unknown)}; choose from {MODELS}")
+        parser.error(f"unknown models {sorted(unknown)}; choose from {MODELS} or give --onnx / --onnx-dir")
 
     from tir_adreno import runtime
 
@@ -162,7 +180,7 @@ def main():
         compiled = _load(names, ways, args.from_dir, device)
     else:
         profile = target_profile(args, build_only=bool(args.build_only))
-        compiled = _build(names, ways, args.build_only, device, profile, args.records)
+        compiled = _build(names, ways, args.build_only, device, profile, args.records, onnx_paths, args.carry_weights_mb)
         if args.build_only:
             log(f"saved to {args.build_only} (planned for {profile.name})")
             return
@@ -190,7 +208,8 @@ def main():
         if not any(entry[w]["random_weights"] for w in ways):
             ref = outputs["upstream"][0].astype(np.float64)
             entry["max_rel_diff"] = float(np.max(np.abs(outputs["ours"][0] - ref)) / np.max(np.abs(ref)))
-        entry["cudnn"] = _cudnn(name, args.repeat) if device.cl_device.vendor.lower().startswith("nvidia") else None
+        nvidia = device.cl_device.vendor.lower().startswith("nvidia")
+        entry["cudnn"] = _cudnn(name, args.repeat) if nvidia and name in MODELS else None  # torch_models: built-ins only
         results.append(entry)
         o, u = entry["ours"], entry["upstream"]
         c, t = entry["cudnn"], entry.get("tuned")

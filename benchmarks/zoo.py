@@ -9,7 +9,13 @@ compile time and kernel time. Results are merged by model into
 ``benchmarks/results/zoo-<device>.json``, so models can run one at a time.
 
     python benchmarks/zoo.py --models mobilenet_v2,resnet18   # exports with torch (imported lazily)
-    python benchmarks/zoo.py --onnx-dir DIR                   # every DIR/*.onnx, no torch needed
+    python benchmarks/zoo.py --onnx-dir DIR                   # DIR/<model>.onnx, no torch needed
+    python benchmarks/zoo.py --onnx-dir DIR --build-only OUT --target nvidia-h200   # compile, save timing-only
+    python benchmarks/zoo.py --from OUT --device NVIDIA       # time there (no TVM, random weights)
+
+``--from`` records per model kernel time (median of profiled runs), wall time of a
+fast run, share in our kernels, layout transforms, calls and launches; weights are
+seeded random (``"random_weights": true``), so the numeric check is the local run's.
 """
 
 from __future__ import annotations
@@ -18,13 +24,14 @@ import argparse
 import collections
 import json
 import re
+import statistics
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-from common import add_device_argument, fmt, log, print_table, results_path, write_json
+from common import add_device_argument, add_target_argument, fmt, log, print_table, results_path, target_profile, write_json
 
 MODELS = (
     "resnet18", "mobilenet_v2", "mobilenet_v3_small", "mobilenet_v3_large", "shufflenet_v2_x1_0",
@@ -33,6 +40,11 @@ MODELS = (
 #: Kernels that only move an activation between NCHW/NHWC and NCHW4c.
 LAYOUT_TRANSFORMS = ("nchw_to_nchw4c", "nhwc_to_nchw4c", "nchw4c_to_nchw", "nchw4c_to_nhwc")
 RTOL = 1e-3
+#: What a ``--from`` run (random weights) can and cannot say.
+TIMING_ONLY_NOTE = (
+    "timing only: saved without weights (--build-only) and run with seeded random weights; "
+    "the numeric check against onnxruntime is the PoCL run's (benchmarks/results/zoo-pthread-skylake-avx512-amd-epyc.json)"
+)
 
 
 def export(name: str, path: Path, seed: int = 0) -> Path:
@@ -72,24 +84,27 @@ def upstream_op(label: str) -> str:
     return re.sub(r"\d+(?=_|$)", "", label).removeprefix("fused_") or label
 
 
-def run_model(path: Path, device, seed: int = 0) -> dict:
+def compile_onnx(path: Path, device, profile=None):
+    """(CompiledModel, ONNX model, compile seconds) of one exported model."""
     import onnx
 
     from tir_adreno import compile_model
-    from tir_adreno.reference import reference_outputs, relative_error
 
     model = onnx.load(str(path))
     start = time.perf_counter()
-    compiled = compile_model(model, device=device, progress=lambda _: None)
-    compile_s = time.perf_counter() - start
-    shapes = [(compiled.plan.tensors[i].shape, compiled.plan.tensors[i].dtype) for _, i in compiled.plan.inputs]
+    compiled = compile_model(model, device=device, profile=profile, progress=lambda _: None)
+    return compiled, model, time.perf_counter() - start
+
+
+def random_inputs(compiled, seed: int = 0) -> dict:
     rng = np.random.default_rng(seed)
-    inputs = {name: rng.standard_normal(shape).astype(dtype) for name, (shape, dtype) in zip(compiled.input_names, shapes)}
-    compiled.run(inputs)  # warm-up
-    outputs = compiled.run(inputs, profile=True)
+    shapes = [(compiled.plan.tensors[i].shape, compiled.plan.tensors[i].dtype) for _, i in compiled.plan.inputs]
+    return {name: rng.standard_normal(shape).astype(dtype) for name, (shape, dtype) in zip(compiled.input_names, shapes)}
+
+
+def profile_stats(compiled) -> dict:
+    """Share in our kernels, layout transforms, kernels and upstream op types of the last profiled run."""
     profile = compiled.profile()
-    refs = reference_outputs(model, inputs)
-    error = max(relative_error(o, r) for o, r in zip(outputs, refs))
     total = compiled.kernel_time_ms()
     ours = sum(p["time_ms"] for p in profile if p["ours"])
     upstream = collections.Counter(upstream_op(p["op"]) for p in profile if not p["ours"])
@@ -98,53 +113,127 @@ def run_model(path: Path, device, seed: int = 0) -> dict:
         if not p["ours"]:
             upstream_ms[upstream_op(p["op"])] += p["time_ms"]
     return {
-        "ok": bool(error <= RTOL),
-        "relative_error": error,
         "ours_share": ours / max(total, 1e-12),
         "layout_transforms": sum(p["op"].startswith(LAYOUT_TRANSFORMS) for p in profile),
         "kernels": len(profile),
         "upstream_kernels": dict(upstream),
         "upstream_ms": dict(upstream_ms),
-        "compile_s": compile_s,
         "kernel_ms": total,
     }
+
+
+def run_model(path: Path, device, seed: int = 0) -> dict:
+    from tir_adreno.reference import reference_outputs, relative_error
+
+    compiled, model, compile_s = compile_onnx(path, device)
+    inputs = random_inputs(compiled, seed)
+    compiled.run(inputs)  # warm-up
+    outputs = compiled.run(inputs, profile=True)
+    refs = reference_outputs(model, inputs)
+    error = max(relative_error(o, r) for o, r in zip(outputs, refs))
+    return {"ok": bool(error <= RTOL), "relative_error": error, **profile_stats(compiled), "compile_s": compile_s}
+
+
+def build_models(paths: dict, directory: Path, device, profile) -> None:
+    """Compile each model for ``profile`` and save it timing-only (no weights) under ``directory/<name>``."""
+    index = directory / "zoo-build.json"  # merged, so models can be built one at a time
+    built = json.loads(index.read_text())["models"] if index.exists() else {}
+    for name, path in paths.items():
+        log(f"compile {name} for {profile.name} ...")
+        try:
+            compiled, _, compile_s = compile_onnx(path, device, profile)
+        except Exception as err:  # noqa: BLE001 (a failing model is a row of the table)
+            built[name] = {"failure": _failure(err)}
+            log(f"  {built[name]['failure']}")
+        else:
+            compiled.save(directory / name, include_weights=False)
+            built[name] = {"compile_s": compile_s}
+            log(f"  {compile_s:.0f} s")
+        index.write_text(json.dumps({"target": profile.name, "models": built}, indent=1) + "\n")
+
+
+def time_saved_model(path: Path, device, repeat: int, seed: int = 0) -> dict:
+    """Kernel time (median of profiled runs), wall time of a fast run and the profile of a model
+    saved by ``--build-only``, with seeded random weights: timing only, no TVM."""
+    from tir_adreno.executor import load_model
+
+    compiled = load_model(path, device, random_weights=seed)
+    inputs = random_inputs(compiled, seed)
+    compiled.run(inputs)  # warm-up: drivers finish compiling on first launch
+    walls, kernels = [], []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        compiled.run(inputs)
+        walls.append((time.perf_counter() - start) * 1e3)
+    for _ in range(repeat):
+        compiled.run(inputs, profile=True)
+        kernels.append(compiled.kernel_time_ms())
+    stats = profile_stats(compiled)  # of the last profiled run; kernel_ms is the median of all
+    return {**stats, "kernel_ms": statistics.median(kernels), "wall_ms": statistics.median(walls),
+            "calls": len(compiled.plan.calls), "launches": compiled.launch_count, "random_weights": True}
+
+
+def _failure(err: Exception) -> str:
+    return f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:200]
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_device_argument(parser)
+    add_target_argument(parser)
     parser.add_argument("--models", default=",".join(MODELS), help="torchvision model names (exported with torch)")
-    parser.add_argument("--onnx-dir", type=Path, default=None, help="run every *.onnx here instead of exporting")
+    parser.add_argument("--onnx-dir", type=Path, default=None, help="take DIR/<model>.onnx instead of exporting")
     parser.add_argument("--export-dir", type=Path, default=Path("/tmp/tir-adreno-zoo"), help="where exports are kept")
     parser.add_argument("--results-dir", type=Path, default=None, help="default: benchmarks/results")
+    parser.add_argument("--repeat", type=int, default=10, help="timed runs per model with --from (medians)")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--build-only", type=Path, metavar="DIR", help="compile and save the models timing-only, run nothing")
+    mode.add_argument("--from", dest="from_dir", type=Path, metavar="DIR", help="time models saved by --build-only (no TVM)")
     args = parser.parse_args()
 
     from tir_adreno import runtime
 
     device = runtime.get_device(args.device)
-    if args.onnx_dir:
-        paths = {p.stem: p for p in sorted(args.onnx_dir.glob("*.onnx"))}
+    names = [n for n in args.models.split(",") if n]
+    if args.from_dir:
+        built = json.loads((args.from_dir / "zoo-build.json").read_text())
+        paths = {n: args.from_dir / n for n in names if n in built["models"]}
+    elif args.onnx_dir:
+        paths = {n: args.onnx_dir / f"{n}.onnx" for n in names if (args.onnx_dir / f"{n}.onnx").exists()}
         if not paths:
-            parser.error(f"--onnx-dir {args.onnx_dir}: no *.onnx files")
+            parser.error(f"--onnx-dir {args.onnx_dir}: none of {names} as <model>.onnx")
     else:
         paths = {}
-        for name in (n for n in args.models.split(",") if n):
+        for name in names:
             path = args.export_dir / f"{name}.onnx"
             if not path.exists():
                 log(f"export {name} ...")
                 export(name, path)
             paths[name] = path
+    if args.build_only:
+        profile = target_profile(args, build_only=True)
+        build_models(paths, args.build_only, device, profile)
+        log(f"saved to {args.build_only} (planned for {profile.name})")
+        return 0
 
     # Merge into earlier results, so a model can be (re)run alone.
     previous = results_path("zoo", device.name, args.results_dir)
     results = json.loads(previous.read_text())["results"] if previous.exists() else {}
+    payload = {"rtol": RTOL}
+    if args.from_dir:
+        payload = {"target": built["target"], "repeat": args.repeat, "note": TIMING_ONLY_NOTE}
     for name, path in paths.items():
         log(f"run {name} ...")
         try:
-            results[name] = run_model(path, device)
+            if args.from_dir and "failure" in built["models"][name]:
+                results[name] = {"ok": False, **built["models"][name]}
+            elif args.from_dir:
+                results[name] = {**built["models"][name], **time_saved_model(path, device, args.repeat)}
+            else:
+                results[name] = run_model(path, device)
         except Exception as err:  # noqa: BLE001 (a failing model is a row of the table)
-            results[name] = {"ok": False, "failure": f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:200]}
-        write_json("zoo", device.name, {"rtol": RTOL, "results": results}, args.results_dir)
+            results[name] = {"ok": False, "failure": _failure(err)}
+        write_json("zoo", device.name, {**payload, "results": results}, args.results_dir)
 
     rows = []
     for name, r in results.items():
@@ -153,14 +242,18 @@ def main():
             continue
         top = sorted(r["upstream_ms"].items(), key=lambda kv: -kv[1])[:4]
         rows.append([
-            name, "ok" if r["ok"] else "WRONG", fmt(r["relative_error"], ".1e"), fmt(100 * r["ours_share"], ".1f") + "%",
+            name, "timed" if r.get("random_weights") else "ok" if r["ok"] else "WRONG", fmt(r.get("relative_error"), ".1e"), fmt(100 * r["ours_share"], ".1f") + "%",
             r["layout_transforms"], r["kernels"], fmt(r["compile_s"], ".0f"), fmt(r["kernel_ms"], ".1f"),
             ", ".join(f"{op} x{r['upstream_kernels'][op]}" for op, _ in top) or "-",
         ])
     print_table(
         ["model", "result", "error", "ours", "layout tr.", "kernels", "compile s", "kernel ms", "upstream (by time)"],
-        rows, title=f"torchvision zoo on {device.name} (batch 1, 224; vs onnxruntime, rtol {RTOL})",
+        rows, title=f"torchvision zoo on {device.name} (batch 1, 224; "
+        + (f"built for {payload['target']}, {TIMING_ONLY_NOTE})" if args.from_dir else f"vs onnxruntime, rtol {RTOL})"),
     )
+    if args.from_dir:
+        print("wall ms (one fast run): " + ", ".join(f"{n} {fmt(r.get('wall_ms'))}" for n, r in results.items()))
+        return 0 if not any("failure" in r for r in results.values()) else 1
     return 0 if all(r.get("ok") for r in results.values()) else 1
 
 
