@@ -190,6 +190,7 @@ def _saved_model(path) -> bool:
 
 def _run(args) -> int:
     from . import runtime, workbench
+    from .bounds import BoundsError
     from .executor import ModelInputError
 
     check_environment()
@@ -252,6 +253,10 @@ def _run(args) -> int:
         outputs = compiled.run(inputs, profile=True)
     except ModelInputError as err:
         raise UserError(str(err)) from None
+    except BoundsError as err:
+        if not edits:
+            raise  # one of our generated kernels: an internal error
+        raise UserError(f"{err} (edited: {', '.join(str(e.path) for e in edits)})") from None
     profile = compiled.profile()
     print(f"\n{'#':>3}  {'op':<28} {'kernel':<10} {'placement':<9} {'time (ms)':>10}  config (source)")
     for i, p in enumerate(profile):
