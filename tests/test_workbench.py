@@ -131,6 +131,32 @@ def test_run_with_an_edited_work_group(models, dumped, tmp_path):
     assert "check passed" in res.stdout
 
 
+def test_dump_and_edit_in_half_storage(models, tmp_path):
+    """float16_acc32 runs the float32 kernels on half images: the dump is the same TVMScript, and
+    an edited kernel runs in that precision (checked at its 1e-2 tolerance)."""
+    out = tmp_path / "half"
+    res = cli("dump", str(models[0]), "-o", str(out), "--precision", "float16_acc32")
+    assert res.returncode == 0, res.stderr[-3000:]
+    path = out / "03_conv2d_nchw4c.py"
+    text = path.read_text()
+    for old, new in WORK_GROUP_EDIT.items():
+        text = text.replace(old, new)
+    path.write_text(text)
+    res = cli("run", str(models[0]), "--kernels", str(out), "--precision", "float16_acc32", "--check")
+    assert res.returncode == 0 and "EDITED" in res.stdout and "check passed" in res.stdout, res.stdout[-2000:] + res.stderr[-2000:]
+
+
+def test_edit_reading_out_of_bounds_is_named_by_the_sanitizer(models, dumped, tmp_path, monkeypatch):
+    # the column clamp of the input read removed: reads at x = -1 and x = W, which a clamp sampler
+    # hides (it returns 0, like the padding); the bounds sanitizer names the kernel and parameter
+    clamped = "T.min(T.max(vwt * 4 + wi - 1 + k_w, 0), 3), lane]"
+    directory, path = edited_copy(dumped, tmp_path, "03_conv2d_nchw4c", clamped, "vwt * 4 + wi - 1 + k_w, lane]")
+    monkeypatch.setenv("TIR_ADRENO_CHECK_BOUNDS", "1")
+    res = cli("run", str(models[0]), "--kernels", str(directory))
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stdout[-2000:] + res.stderr[-2000:]
+    assert "parameter X read at (x=-1" in res.stderr and str(path) in res.stderr, res.stderr
+
+
 def test_wrong_edit_fails_the_checks(models, dumped, tmp_path):
     # subtracting the residual instead of adding it: builds and runs, numbers are wrong
     directory, path = edited_copy(dumped, tmp_path, "03_conv2d_nchw4c", "acc[ob * 4 + wi, lane] + tmp[lane]", "acc[ob * 4 + wi, lane] - tmp[lane]")

@@ -190,6 +190,7 @@ def _saved_model(path) -> bool:
 
 def _run(args) -> int:
     from . import runtime, workbench
+    from .bounds import BoundsError
     from .executor import ModelInputError
 
     check_environment()
@@ -252,6 +253,10 @@ def _run(args) -> int:
         outputs = compiled.run(inputs, profile=True)
     except ModelInputError as err:
         raise UserError(str(err)) from None
+    except BoundsError as err:
+        if not edits:
+            raise  # one of our generated kernels: an internal error
+        raise UserError(f"{err} (edited: {', '.join(str(e.path) for e in edits)})") from None
     profile = compiled.profile()
     print(f"\n{'#':>3}  {'op':<28} {'kernel':<10} {'placement':<9} {'time (ms)':>10}  config (source)")
     for i, p in enumerate(profile):
@@ -356,6 +361,7 @@ def _compile(args) -> int:
 def _dump(args) -> int:
     from . import runtime, workbench
     from .compiler import ModelError, compile_model
+    from .strategy import PrecisionError
 
     if _saved_model(args.model):
         raise UserError(f"{args.model}: a saved model holds OpenCL C, not TVMScript; dump the ONNX file or --builtin model it was compiled from")
@@ -366,9 +372,10 @@ def _dump(args) -> int:
     prims: dict = {}
     try:
         compiled = compile_model(
-            model, dev, records=args.records, input_shapes=input_shapes, progress=lambda msg: print(f"  {msg}", flush=True), prims=prims
+            model, dev, records=args.records, input_shapes=input_shapes, precision=args.precision,
+            progress=lambda msg: print(f"  {msg}", flush=True), prims=prims,
         )
-    except (ModelError, FileNotFoundError) as err:
+    except (ModelError, FileNotFoundError, PrecisionError) as err:
         raise UserError(str(err)) from None
     files = workbench.dump(compiled, prims, args.output, args.model or f"--builtin {args.builtin}")
     print(f"wrote {len(files)} kernels and {workbench.MANIFEST} to {args.output} ({dev.name})")
@@ -499,6 +506,8 @@ def main(argv=None) -> int:
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="directory to write")
     p.add_argument("--device", help="substring of the OpenCL platform or device name")
     p.add_argument("--records", metavar="FILE", help="tuning records from `tir-adreno tune`: dump the kernels the tuned model runs")
+    p.add_argument("--precision", default="float32", choices=MODEL_PRECISIONS,
+                   help=PRECISION_HELP + "; run the edited files with the same --precision")
     _add_input_shape(p)
     p.set_defaults(fn=_dump)
     p = sub.add_parser("kernel", help="build one dumped kernel file; show, check against NumPy, time")

@@ -157,7 +157,7 @@ def plan_module(mod: tvm.IRModule, input_names, progress=print, target=None, pri
             # Ours only if our pass emitted it (importer-made PrimFuncs, e.g. from emit_te, are upstream's).
             ours = prim.attrs is not None and bool(prim.attrs.get(OURS_ATTR, False))
             described, prim = prim, kernel_func(prim)  # same kernel, same cache entry
-            key = build.module_key(prim, target)
+            key = build.module_key(prim, target, check_bounds=False)  # the kernel's name in the plan, sanitized or not
             if prims is not None:
                 prims[key] = described
             if key not in built:
