@@ -84,7 +84,7 @@ def upstream_op(label: str) -> str:
     return re.sub(r"\d+(?=_|$)", "", label).removeprefix("fused_") or label
 
 
-def compile_onnx(path: Path, device, profile=None):
+def compile_onnx(path: Path, device):
     """(CompiledModel, ONNX model, compile seconds) of one exported model."""
     import onnx
 
@@ -92,7 +92,7 @@ def compile_onnx(path: Path, device, profile=None):
 
     model = onnx.load(str(path))
     start = time.perf_counter()
-    compiled = compile_model(model, device=device, profile=profile, progress=lambda _: None)
+    compiled = compile_model(model, device=device, progress=lambda _: None)
     return compiled, model, time.perf_counter() - start
 
 
@@ -134,21 +134,28 @@ def run_model(path: Path, device, seed: int = 0) -> dict:
     return {"ok": bool(error <= RTOL), "relative_error": error, **profile_stats(compiled), "compile_s": compile_s}
 
 
-def build_models(paths: dict, directory: Path, device, profile) -> None:
-    """Compile each model for ``profile`` and save it timing-only (no weights) under ``directory/<name>``."""
+def build_models(paths: dict, directory: Path, profile) -> None:
+    """Compile each model for ``profile`` and save it timing-only (no weights) under ``directory/<name>``;
+    nothing is loaded here (the plan may exceed this device's image limits)."""
+    import onnx
+
+    from tir_adreno.compiler import compile_plan
+    from tir_adreno.executor import save_model
+
     index = directory / "zoo-build.json"  # merged, so models can be built one at a time
     built = json.loads(index.read_text())["models"] if index.exists() else {}
     for name, path in paths.items():
         log(f"compile {name} for {profile.name} ...")
+        start = time.perf_counter()
         try:
-            compiled, _, compile_s = compile_onnx(path, device, profile)
+            plan, kernels, _ = compile_plan(onnx.load(str(path)), profile, progress=lambda _: None)
         except Exception as err:  # noqa: BLE001 (a failing model is a row of the table)
             built[name] = {"failure": _failure(err)}
             log(f"  {built[name]['failure']}")
         else:
-            compiled.save(directory / name, include_weights=False)
-            built[name] = {"compile_s": compile_s}
-            log(f"  {compile_s:.0f} s")
+            save_model(directory / name, plan, kernels, None, profile.name)
+            built[name] = {"compile_s": time.perf_counter() - start}
+            log(f"  {built[name]['compile_s']:.0f} s")
         index.write_text(json.dumps({"target": profile.name, "models": built}, indent=1) + "\n")
 
 
@@ -212,7 +219,7 @@ def main():
             paths[name] = path
     if args.build_only:
         profile = target_profile(args, build_only=True)
-        build_models(paths, args.build_only, device, profile)
+        build_models(paths, args.build_only, profile)
         log(f"saved to {args.build_only} (planned for {profile.name})")
         return 0
 
