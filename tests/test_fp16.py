@@ -256,9 +256,17 @@ def test_float16_kernels_build_to_half_source():
     winograd = strategy.conv2d_plan(geom, Epilogue(), f16, get_profile("adreno"), choice=strategy.ConvChoice("winograd_2x2"))
     for i, func in enumerate(winograd.primfuncs()):
         funcs[f"winograd stage {i}"] = func
+    # Reductions, average pooling and softmax accumulate in float32 (README "Half precision").
+    funcs["reduce group"] = reduce.reduce(s5, 8, "mean", (1, 2, 3), False, dtype=f16, scope=TEXTURE, strategy="group")
+    funcs["max"] = reduce.reduce(s5, 8, "max", (1,), True, dtype=f16, scope=TEXTURE)
+    float_acc = {"pool2d": "acc", "reduce": "acc", "reduce group": "partial", "max": "acc", "softmax": "s"}
     for name, func in funcs.items():
         source = build.build(func).source
         assert "half" in source and ("read_imageh" in source or "write_imageh" in source), name
+        if name in float_acc:
+            assert f"float {float_acc[name]}_ptr[" in source and "convert_float(x_ptr[0])" in source, name
+            assert f"half {float_acc[name]}_ptr[" not in source, name
+            assert "convert_half" in source, name  # the float result is converted back when stored
 
 
 # -- whole models in float16_acc32 -----------------------------------------------------------------
