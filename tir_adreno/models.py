@@ -2,8 +2,7 @@
 
 ``resnet18`` is the main job's default model; ``mobilenet_v2`` and
 ``resnet50`` serve the end-to-end benchmarks. The architectures follow
-torchvision; weights are conditioned the way a trained net's are, so no layer
-amplifies rounding (fp16 storage) more than it must: He-initialised convs, and
+torchvision; weights are conditioned the way a trained net's are: He-initialised convs, and
 batch norms whose running statistics are those of the activations (measured by
 a float64 NumPy forward pass of a seeded calibration batch while the model is
 built) with gamma near 1 and small beta, so every pre-activation is ~N(0, 1).
@@ -51,6 +50,7 @@ class _Builder:
         gamma, beta = self.rng.uniform(0.9, 1.1, out_channels), self.rng.standard_normal(out_channels) * 0.1
         if x in self.values:  # the running statistics of this conv's output
             conv = reference.conv2d_nchw(self.values[x], w, (stride, stride), (pad,) * 4, groups=groups)
+            # the floor keeps a channel that is nearly constant on the batch from being blown up
             mean, var = conv.mean(axis=(0, 2, 3)), conv.var(axis=(0, 2, 3)) + 1e-3
         else:
             mean, var = self.rng.standard_normal(out_channels) * 0.1, self.rng.uniform(0.5, 1.5, out_channels)
