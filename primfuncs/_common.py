@@ -90,8 +90,15 @@ def load_pixel(dst, src, n, c, h, w):
 
 @T.macro(hygienic=False)
 def store_pixel(dst, n, c, h, w, src):
-    """``dst[n, c, h, w, 0:4] = src[0:4]``, one texture write."""
-    dst[n, c, h, w, T.Ramp(0, 1, 4)] = src[T.Ramp(0, 1, 4)]
+    """``dst[n, c, h, w, 0:4] = src[0:4]``, one texture write (converted when ``src`` is a
+    float32 accumulator of a half tensor; a Cast to the same dtype folds away)."""
+    dst[n, c, h, w, T.Ramp(0, 1, 4)] = T.Cast(dst.dtype + "x4", src[T.Ramp(0, 1, 4)])
+
+
+def accumulator_dtype(dtype: str) -> str:
+    """Accumulator dtype of reductions, average pooling and softmax over ``dtype`` values: half
+    kernels accumulate in float32 (a half sum of k terms loses ~k u16: half has 11 bits)."""
+    return "float32" if dtype == "float16" else dtype
 
 
 # -- NaN-propagating max/min (NumPy semantics) ------------------------------------------------

@@ -41,7 +41,8 @@ from dataclasses import dataclass
 from tvm.script import tirx as T
 
 from ._common import (
-    BUFFER, TEXTURE, ceildiv, check_dtype, check_positive, check_scope, load_pixel, maximum, minimum, pixel_grid, store_pixel,
+    BUFFER, TEXTURE, accumulator_dtype, ceildiv, check_dtype, check_positive, check_scope, load_pixel, maximum,
+    minimum, pixel_grid, store_pixel,
 )
 from .elementwise import _check_nchw4c
 
@@ -271,6 +272,7 @@ def window_reduce(
     strategy: str = "auto",
     group_threshold: int | None = GROUP_THRESHOLD,
     group_size: int = GROUP_SIZE,
+    acc_dtype: str | None = None,
 ):
     """``Out[n, co, oh, ow] = reduce over the box of windows (c, h, w) of A``, lane by lane.
 
@@ -283,6 +285,8 @@ def window_reduce(
     ``plain_axes``: write a plain row-major buffer ``(N, *plain_axes)`` (axes among
     ``"c"`` (``channels`` long), ``"h"``, ``"w"``; ``keepdims=False``) instead of the
     blocked ``(N, C4o, OH, OW, 4)`` tensor in ``scope``.
+    ``acc_dtype``: the accumulator's dtype (default ``dtype``); taps are converted to it when
+    read, the result back to ``dtype`` when stored.
     """
     n, c4, h, w, _ = _check_nchw4c(shape)
     check_dtype(dtype)
@@ -300,8 +304,9 @@ def window_reduce(
     taps = wc.taps * wh.taps * ww.taps
     strategy = _pick_strategy(strategy, taps, group_threshold)
     combine, identity_of = REDUCERS[reducer]
-    identity = identity_of(dtype)
-    zero = T.FloatImm(dtype, 0.0)
+    acc_dtype = acc_dtype or dtype
+    identity = identity_of(acc_dtype)
+    zero = T.FloatImm(acc_dtype, 0.0)
 
     if plain_axes is not None:
         sizes = {"c": channels, "h": oh, "w": ow}
@@ -325,7 +330,7 @@ def window_reduce(
 
     def scale(co, vh, vw):
         d = divisor(co, vh, vw)
-        return T.FloatImm(dtype, float(d)) if isinstance(d, int) else T.Cast(dtype, d)
+        return T.FloatImm(acc_dtype, float(d)) if isinstance(d, int) else T.Cast(acc_dtype, d)
 
     @T.macro
     def finish(acc, Out, vn, co, vh, vw):
@@ -342,7 +347,7 @@ def window_reduce(
         if plain_axes is not None:  # real channels only, one scalar each
             for lane in T.unroll(store_lanes):
                 if co * 4 + lane < channels:
-                    Out[plain_index(vn, co, vh, vw, lane)] = acc[lane]
+                    Out[plain_index(vn, co, vh, vw, lane)] = T.Cast(dtype, acc[lane])
         else:
             store_pixel(Out, vn, co, vh, vw, acc)
 
@@ -353,7 +358,7 @@ def window_reduce(
         # b, which is therefore a plain load, not a select).
         load_pixel(x, A, vn, wc.clamped(co, ic), wh.clamped(vh, ih), ww.clamped(vw, iw))
         for lane in T.unroll(4):
-            acc[lane] = T.if_then_else(usable(co, vh, vw, ic, ih, iw, lane), combine(acc[lane], x[lane]), acc[lane])
+            acc[lane] = T.if_then_else(usable(co, vh, vw, ic, ih, iw, lane), combine(acc[lane], T.Cast(acc_dtype, x[lane])), acc[lane])
 
     if strategy == "thread":
         g = pixel_grid(n * c4o, oh, ow)
@@ -374,7 +379,7 @@ def window_reduce(
                                     vh = T.axis.spatial(oh, by * g.ty + ty)
                                     vw = T.axis.spatial(ow, bx * g.tx + tx)
                                     T.where(by * g.ty + ty < oh and bx * g.tx + tx < ow)
-                                    acc = T.sblock_alloc_buffer((4,), dtype, scope="local")
+                                    acc = T.sblock_alloc_buffer((4,), acc_dtype, scope="local")
                                     x = T.sblock_alloc_buffer((4,), dtype, scope="local")
                                     for lane in T.unroll(4):
                                         acc[lane] = identity
@@ -403,12 +408,12 @@ def window_reduce(
                 for bx in T.thread_binding(ow, thread="blockIdx.x"):
                     with T.sblock("group"):
                         vz, vh, vw = T.axis.remap("SSS", [z, by, bx])
-                        partial = T.sblock_alloc_buffer((gs, 4), dtype, scope="shared")
-                        chunk_result = T.sblock_alloc_buffer((chunks, 4), dtype, scope="shared")
+                        partial = T.sblock_alloc_buffer((gs, 4), acc_dtype, scope="shared")
+                        chunk_result = T.sblock_alloc_buffer((chunks, 4), acc_dtype, scope="shared")
                         # 1. item t reduces taps t, t + gs, t + 2 gs, ... of the flattened window
                         for t in T.thread_binding(gs, thread="threadIdx.x"):
                             with T.sblock("taps"):
-                                acc = T.sblock_alloc_buffer((4,), dtype, scope="local")
+                                acc = T.sblock_alloc_buffer((4,), acc_dtype, scope="local")
                                 x = T.sblock_alloc_buffer((4,), dtype, scope="local")
                                 for lane in T.unroll(4):
                                     acc[lane] = identity
@@ -424,7 +429,7 @@ def window_reduce(
                         for t in T.thread_binding(gs, thread="threadIdx.x"):
                             with T.sblock("combine_chunks"):
                                 if t < chunks:
-                                    y = T.sblock_alloc_buffer((4,), dtype, scope="local")
+                                    y = T.sblock_alloc_buffer((4,), acc_dtype, scope="local")
                                     for lane in T.unroll(4):
                                         y[lane] = partial[t * chunk, lane]
                                     for k in T.unroll(1, chunk):
@@ -436,7 +441,7 @@ def window_reduce(
                         for t in T.thread_binding(gs, thread="threadIdx.x"):
                             with T.sblock("store"):
                                 if t == 0:
-                                    res = T.sblock_alloc_buffer((4,), dtype, scope="local")
+                                    res = T.sblock_alloc_buffer((4,), acc_dtype, scope="local")
                                     for lane in T.unroll(4):
                                         res[lane] = chunk_result[0, lane]
                                     for k in T.unroll(1, chunks):
@@ -504,6 +509,7 @@ def pool2d(
         name=f"{pool_type}_pool2d",
         divisor=divisor,
         dtype=dtype,
+        acc_dtype=accumulator_dtype(dtype) if pool_type == "avg" else None,  # a max of halves is exact
         scope=scope,
         strategy=strategy,
         group_threshold=group_threshold,
@@ -554,6 +560,7 @@ def adaptive_pool2d(
         name=f"adaptive_{pool_type}_pool2d",
         divisor=divisor,
         dtype=dtype,
+        acc_dtype=accumulator_dtype(dtype) if pool_type == "avg" else None,
         scope=scope,
         strategy=strategy,
         group_threshold=group_threshold,

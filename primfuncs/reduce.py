@@ -20,7 +20,7 @@ import numbers
 
 from tvm.script import tirx as T
 
-from ._common import LANES, TEXTURE, check_dtype, check_scope, load_pixel, pixel_grid, store_pixel
+from ._common import LANES, TEXTURE, accumulator_dtype, check_dtype, check_scope, load_pixel, pixel_grid, store_pixel
 from .elementwise import _check_nchw4c
 from .pool2d import GROUP_SIZE, GROUP_THRESHOLD, REDUCERS, Window, window_reduce
 
@@ -99,6 +99,7 @@ def reduce(
         channels=channels,
         plain_axes=None if keepdims else tuple("chw"[a - 1] for a in (1, 2, 3) if a not in axes),
         dtype=dtype,
+        acc_dtype=accumulator_dtype(dtype),
         scope=scope,
         strategy=strategy,
         group_threshold=group_threshold,
@@ -128,15 +129,16 @@ def softmax(shape, channels: int, dtype: str = "float32", scope: str = TEXTURE):
     One work item per (n, h, w) walks the channel blocks three times: the max
     (stability: exp never overflows), the sum of ``exp(x - max)``, then writes
     ``exp(x - max) / sum``. Padded lanes are excluded from both reductions and
-    written as 0.
+    written as 0. Half kernels keep the max and the sum in float32.
     """
     n, c4, h, w, _ = _check_nchw4c(shape)
     _check_channels(shape, channels)
     check_dtype(dtype)
     check_scope(scope)
     g = pixel_grid(n, h, w)
-    combine_max, lowest = REDUCERS["max"][0], REDUCERS["max"][1](dtype)
-    zero = T.FloatImm(dtype, 0.0)
+    acc_dtype = accumulator_dtype(dtype)
+    combine_max, lowest = REDUCERS["max"][0], REDUCERS["max"][1](acc_dtype)
+    zero = T.FloatImm(acc_dtype, 0.0)
 
     def real(cb, lane):
         return cb * 4 + lane < channels
@@ -157,15 +159,15 @@ def softmax(shape, channels: int, dtype: str = "float32", scope: str = TEXTURE):
                                 vw = T.axis.spatial(w, bx * g.tx + tx)
                                 T.where(by * g.ty + ty < h and bx * g.tx + tx < w)
                                 x = T.sblock_alloc_buffer((4,), dtype, scope="local")
-                                m = T.sblock_alloc_buffer((4,), dtype, scope="local")
-                                s = T.sblock_alloc_buffer((1,), dtype, scope="local")
+                                m = T.sblock_alloc_buffer((4,), acc_dtype, scope="local")
+                                s = T.sblock_alloc_buffer((1,), acc_dtype, scope="local")
                                 # 1. m[0] = max over the real channels
                                 for lane in T.unroll(4):
                                     m[lane] = lowest
                                 for cb in T.serial(c4):
                                     load_pixel(x, A, vn, cb, vh, vw)
                                     for lane in T.unroll(4):
-                                        m[lane] = T.if_then_else(real(cb, lane), combine_max(m[lane], x[lane]), m[lane])
+                                        m[lane] = T.if_then_else(real(cb, lane), combine_max(m[lane], T.Cast(acc_dtype, x[lane])), m[lane])
                                 m[0] = combine_max(m[0], m[1])
                                 m[2] = combine_max(m[2], m[3])
                                 m[0] = combine_max(m[0], m[2])
@@ -174,12 +176,12 @@ def softmax(shape, channels: int, dtype: str = "float32", scope: str = TEXTURE):
                                 for cb in T.serial(c4):
                                     load_pixel(x, A, vn, cb, vh, vw)
                                     for lane in T.unroll(4):
-                                        s[0] = s[0] + T.if_then_else(real(cb, lane), T.exp(x[lane] - m[0]), zero)
+                                        s[0] = s[0] + T.if_then_else(real(cb, lane), T.exp(T.Cast(acc_dtype, x[lane]) - m[0]), zero)
                                 # 3. y = exp(x - m) / s, padded lanes 0
                                 for cb in T.serial(c4):
                                     load_pixel(x, A, vn, cb, vh, vw)
                                     for lane in T.unroll(4):
-                                        x[lane] = T.if_then_else(real(cb, lane), T.exp(x[lane] - m[0]) / s[0], zero)
+                                        x[lane] = T.Cast(dtype, T.if_then_else(real(cb, lane), T.exp(T.Cast(acc_dtype, x[lane]) - m[0]) / s[0], zero))
                                     store_pixel(B, vn, cb, vh, vw, x)
 
     return func

@@ -41,9 +41,6 @@ ACC32 = "float16_acc32"
 WINOGRAD_S = 16
 #: Whole models in "float16_acc32" against the float32 reference (the issue's budget).
 MODEL_RTOL = 1e-2
-#: A model too ill-conditioned for MODEL_RTOL: at most this many times the output error that
-#: rounding only its input to fp16 causes.
-MODEL_AMPLIFICATION = 10
 
 
 def fp16_bound(y_ref, s_abs, k: int, half_stages: int = 0, c: float = 2.0):
@@ -256,15 +253,23 @@ def test_float16_kernels_build_to_half_source():
     winograd = strategy.conv2d_plan(geom, Epilogue(), f16, get_profile("adreno"), choice=strategy.ConvChoice("winograd_2x2"))
     for i, func in enumerate(winograd.primfuncs()):
         funcs[f"winograd stage {i}"] = func
+    # Reductions, average pooling and softmax accumulate in float32 (README "Half precision").
+    funcs["reduce group"] = reduce.reduce(s5, 8, "mean", (1, 2, 3), False, dtype=f16, scope=TEXTURE, strategy="group")
+    funcs["max"] = reduce.reduce(s5, 8, "max", (1,), True, dtype=f16, scope=TEXTURE)
+    float_acc = {"pool2d": "acc", "reduce": "acc", "reduce group": "partial", "max": "acc", "softmax": "s"}
     for name, func in funcs.items():
         source = build.build(func).source
         assert "half" in source and ("read_imageh" in source or "write_imageh" in source), name
+        if name in float_acc:
+            assert f"float {float_acc[name]}_ptr[" in source and "convert_float(x_ptr[0])" in source, name
+            assert f"half {float_acc[name]}_ptr[" not in source, name
+            assert "convert_half" in source, name  # the float result is converted back when stored
 
 
 # -- whole models in float16_acc32 -----------------------------------------------------------------
 
 
-def _check_model(mod_or_onnx, shape, rtol=MODEL_RTOL):
+def _check_model(mod_or_onnx, shape):
     compiled = compile_model(mod_or_onnx, progress=lambda _: None, precision=ACC32)
     assert compiled.precision == ACC32
     x = np.random.default_rng(7).standard_normal(shape).astype("float32")
@@ -272,10 +277,7 @@ def _check_model(mod_or_onnx, shape, rtol=MODEL_RTOL):
     (out,) = compiled.run(inputs)
     (ref,) = reference_outputs(mod_or_onnx, inputs)
     err = relative_error(out, ref)
-    if rtol is None:  # conditioning-relative: fp16 storage of every tensor vs rounding the input alone
-        (ref_rounded,) = reference_outputs(mod_or_onnx, {compiled.input_names[0]: x.astype(np.float16).astype(np.float32)})
-        rtol = MODEL_AMPLIFICATION * relative_error(ref_rounded, ref)
-    assert 1e-5 < err <= rtol, err  # fp16 storage is really in effect, and within budget
+    assert 1e-5 < err <= MODEL_RTOL, err  # fp16 storage is really in effect, and within budget
     # Texture bytes halve; buffers (inputs, bias, upstream kernels' tensors) stay float32.
     plan = compiled.plan
     textures = [t for t in plan.tensors if t.storage == "float16"]
@@ -309,11 +311,11 @@ def test_resnet18_float16_acc32():
     _check_model(models.resnet18(image_size=32), (1, 3, 32, 32))
 
 
-def test_mobilenet_v2_float16_acc32_is_bounded_by_its_conditioning():
-    """Measured: the seeded random MobileNetV2 turns the fp16 rounding of its INPUT alone into
-    3e-3..5e-3 relative output error (4-10x u16), so fp16 storage of all its tensors lands at
-    0.8e-2..2.2e-2 (README): above the 1e-2 budget, at 4.3-7.1x the input rounding's effect."""
-    _check_model(models.mobilenet_v2(image_size=32), (1, 3, 32, 32), rtol=None)
+def test_mobilenet_v2_float16_acc32():
+    """6.7e-3 measured (seed 7; 9.4e-3 with seed 8): the built-in weights are conditioned like a
+    trained net's (models.py), and fp16 storage of every tensor costs 3-5x the error that rounding
+    the input alone causes (2.1e-3), as in the torchvision MobileNetV2 at 224 (README)."""
+    _check_model(models.mobilenet_v2(image_size=32), (1, 3, 32, 32))
 
 
 # -- command line ----------------------------------------------------------------------------------

@@ -2,8 +2,10 @@
 
 ``resnet18`` is the main job's default model; ``mobilenet_v2`` and
 ``resnet50`` serve the end-to-end benchmarks. The architectures follow
-torchvision; weights use He initialisation and batch-norm statistics are
-random but sane, so activations keep their scale through the network.
+torchvision; weights are conditioned the way a trained net's are: He-initialised convs, and
+batch norms whose running statistics are those of the activations (measured by
+a float64 NumPy forward pass of a seeded calibration batch while the model is
+built) with gamma near 1 and small beta, so every pre-activation is ~N(0, 1).
 """
 
 from __future__ import annotations
@@ -12,13 +14,28 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from . import reference
+
 MODELS = ("resnet18", "resnet50", "mobilenet_v2")
+#: Calibration batch (images of 3 x SIZE x SIZE) whose activations set the batch-norm statistics.
+CALIBRATION_BATCH, CALIBRATION_SIZE = 4, 64
 
 
 class _Builder:
     def __init__(self, bb: relax.BlockBuilder, seed: int):
         self.bb = bb
         self.rng = np.random.default_rng(seed)
+        # var -> its float64 value for the calibration batch, while every op on the way is one
+        # of the builder's (a body that emits other ops gets drawn statistics past them)
+        self.values = {}
+
+    def calibrate(self, x):
+        self.values[x] = self.rng.standard_normal((CALIBRATION_BATCH, 3, CALIBRATION_SIZE, CALIBRATION_SIZE))
+
+    def _track(self, out, fn, *args):
+        if all(a in self.values for a in args):
+            self.values[out] = fn(*(self.values[a] for a in args))
+        return out
 
     def const(self, array):
         return relax.const(np.ascontiguousarray(array, dtype=np.float32))
@@ -30,24 +47,36 @@ class _Builder:
         w = self.rng.standard_normal((out_channels, in_channels // groups, kernel, kernel)) * np.sqrt(2.0 / fan_in)
         pad = kernel // 2
         y = self.bb.emit(relax.op.nn.conv2d(x, self.const(w), strides=stride, padding=pad, groups=groups))
+        gamma, beta = self.rng.uniform(0.9, 1.1, out_channels), self.rng.standard_normal(out_channels) * 0.1
+        if x in self.values:  # the running statistics of this conv's output
+            conv = reference.conv2d_nchw(self.values[x], w, (stride, stride), (pad,) * 4, groups=groups)
+            # the floor keeps a channel that is nearly constant on the batch from being blown up
+            mean, var = conv.mean(axis=(0, 2, 3)), conv.var(axis=(0, 2, 3)) + 1e-3
+        else:
+            mean, var = self.rng.standard_normal(out_channels) * 0.1, self.rng.uniform(0.5, 1.5, out_channels)
         bn = relax.op.nn.batch_norm(
-            y,
-            self.const(self.rng.uniform(0.5, 1.5, out_channels)),
-            self.const(self.rng.standard_normal(out_channels) * 0.1),
-            self.const(self.rng.standard_normal(out_channels) * 0.1),
-            self.const(self.rng.uniform(0.5, 1.5, out_channels)),
-            axis=1,
-            training=False,
+            y, self.const(gamma), self.const(beta), self.const(mean), self.const(var), axis=1, training=False
         )
         y = self.bb.emit(relax.TupleGetItem(self.bb.emit(bn), 0))
+        if x in self.values:
+            scale = gamma / np.sqrt(var + 1e-5)  # relax's batch_norm epsilon
+            self.values[y] = (conv - mean[:, None, None]) * scale[:, None, None] + beta[:, None, None]
         return self.activate(y, act)
 
     def activate(self, y, act):
         if act == "relu":
-            return self.bb.emit(relax.op.nn.relu(y))
+            return self._track(self.bb.emit(relax.op.nn.relu(y)), lambda v: np.maximum(v, 0), y)
         if act == "relu6":
-            return self.bb.emit(relax.op.clip(y, 0.0, 6.0))
+            return self._track(self.bb.emit(relax.op.clip(y, 0.0, 6.0)), lambda v: np.clip(v, 0, 6), y)
         return y
+
+    def add(self, a, b):
+        return self._track(self.bb.emit(relax.op.add(a, b)), np.add, a, b)
+
+    def max_pool(self, x):
+        """3x3 max pool, stride 2, padding 1 (the ResNet stem)."""
+        out = self.bb.emit(relax.op.nn.max_pool2d(x, 3, 2, 1))
+        return self._track(out, lambda v: reference.pool2d(v, "max", (3, 3), (2, 2), (1,) * 4), x)
 
     def classifier(self, x, num_classes):
         channels = int(x.ty.shape.values[1])
@@ -63,7 +92,9 @@ def _model(name, body, batch, image_size, seed):
     x = relax.Var("input", relax.TensorType((batch, 3, image_size, image_size), "float32"))
     with bb.function("main", [x]):
         with bb.dataflow():
-            out = bb.emit_output(body(_Builder(bb, seed), x))
+            m = _Builder(bb, seed)
+            m.calibrate(x)
+            out = bb.emit_output(body(m, x))
         bb.emit_func_output(out)
     mod = bb.get()
     return mod.with_attr("tir_adreno.model", name)
@@ -91,11 +122,11 @@ def _resnet(name, layers, bottleneck, batch, image_size, num_classes, seed):
             y = m.conv_bn(y, width, 3, act=None)
         if stride != 1 or in_channels != width * expansion:
             x = m.conv_bn(x, width * expansion, 1, stride, act=None)
-        return m.activate(m.bb.emit(relax.op.add(y, x)), "relu")
+        return m.activate(m.add(y, x), "relu")
 
     def body(m: _Builder, x):
         x = m.conv_bn(x, 64, 7, 2)
-        x = m.bb.emit(relax.op.nn.max_pool2d(x, 3, 2, 1))
+        x = m.max_pool(x)
         for i, (count, width) in enumerate(zip(layers, [64, 128, 256, 512])):
             for j in range(count):
                 x = block(m, x, width, 2 if i > 0 and j == 0 else 1)
@@ -117,7 +148,7 @@ def mobilenet_v2(batch: int = 1, image_size: int = 224, num_classes: int = 1000,
                 hidden = int(y.ty.shape.values[1])
                 y = m.conv_bn(y, hidden, 3, s, groups=hidden, act="relu6")
                 y = m.conv_bn(y, channels, 1, act=None)
-                x = m.bb.emit(relax.op.add(y, x)) if s == 1 and in_channels == channels else y
+                x = m.add(y, x) if s == 1 and in_channels == channels else y
         x = m.conv_bn(x, 1280, 1, act="relu6")
         return m.classifier(x, num_classes)
 
