@@ -148,6 +148,12 @@ def save_model(path, nodes, inputs, outputs, inits=()):
     return str(path)
 
 
+def test_builtin_choices_are_the_built_in_models():
+    from tir_adreno import cli as cli_module, models
+
+    assert cli_module.BUILTIN_MODELS == models.MODELS
+
+
 def test_help_documents_exit_codes(run_cli):
     for args in (["--help"], ["run", "--help"]):
         res = run_cli(*args)

@@ -459,6 +459,18 @@ def _serve(args) -> int:
         raise UserError(str(err)) from None
 
 
+#: Built-in models (``tir_adreno.models.MODELS``; spelled out here so the CLI parses without TVM).
+BUILTIN_MODELS = ("resnet18", "resnet50", "mobilenet_v2")
+DEVICE_HELP = "substring of the OpenCL platform or device name"
+
+
+def _add_model(p, builtin_default="resnet18"):
+    """MODEL (ONNX file or saved model dir) or ``--builtin NAME``."""
+    default = f"default: built-in {builtin_default}" if builtin_default else "or --builtin"
+    p.add_argument("model", nargs="?", help=f"ONNX model file ({default})")
+    p.add_argument("--builtin", default=builtin_default, choices=BUILTIN_MODELS, help="a built-in model (seeded random weights)")
+
+
 def _add_input_shape(parser) -> None:
     parser.add_argument(
         "--input-shape", action="append", metavar="NAME=D0,D1,...",
@@ -486,9 +498,8 @@ def main(argv=None) -> int:
         "run", help="compile a model onto texture kernels, run it, print a per-op profile",
         epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("model", nargs="?", help="ONNX model file (default: a built-in model)")
-    p.add_argument("--builtin", default="resnet18", choices=["resnet18", "resnet50", "mobilenet_v2"], help="built-in model when no file is given")
-    p.add_argument("--device", help="substring of the OpenCL platform or device name")
+    _add_model(p)
+    p.add_argument("--device", help=DEVICE_HELP)
     p.add_argument("--inputs", metavar="NPZ", help="inputs keyed by model input name (default: seeded random)")
     p.add_argument("--outputs", metavar="NPZ", help="write the outputs, keyed output0, output1, ...")
     p.add_argument("--json", metavar="PATH", help="write the report (profile, times, memory, check) as JSON")
@@ -501,10 +512,9 @@ def main(argv=None) -> int:
     p.add_argument("--kernels", metavar="DIR", help="use the kernel files of `tir-adreno dump` that were edited")
     p.set_defaults(fn=_run)
     p = sub.add_parser("dump", help="write every kernel of a model as an editable TVMScript file + manifest.json")
-    p.add_argument("model", nargs="?", help="ONNX model file (default: a built-in model)")
-    p.add_argument("--builtin", default="resnet18", choices=["resnet18", "resnet50", "mobilenet_v2"], help="built-in model when no file is given")
+    _add_model(p)
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="directory to write")
-    p.add_argument("--device", help="substring of the OpenCL platform or device name")
+    p.add_argument("--device", help=DEVICE_HELP)
     p.add_argument("--records", metavar="FILE", help="tuning records from `tir-adreno tune`: dump the kernels the tuned model runs")
     p.add_argument("--precision", default="float32", choices=MODEL_PRECISIONS,
                    help=PRECISION_HELP + "; run the edited files with the same --precision")
@@ -512,14 +522,13 @@ def main(argv=None) -> int:
     p.set_defaults(fn=_dump)
     p = sub.add_parser("kernel", help="build one dumped kernel file; show, check against NumPy, time")
     p.add_argument("file", help="a kernel file written by `tir-adreno dump`")
-    p.add_argument("--device", help="substring of the OpenCL platform or device name")
+    p.add_argument("--device", help=DEVICE_HELP)
     p.add_argument("--check", action="store_true", help="compare with the float64 NumPy reference of its op; exit 1 beyond tolerance")
     p.add_argument("--time", action="store_true", help="median kernel time (OpenCL events)")
     p.add_argument("--show", metavar="WHAT", help="print tir, lowered (after the Adreno TIR pipeline) or opencl")
     p.set_defaults(fn=_kernel)
     p = sub.add_parser("compile", help="compile a model for a device profile into a saved model (no device needed)")
-    p.add_argument("model", nargs="?", help="ONNX model file (default: a built-in model)")
-    p.add_argument("--builtin", default="resnet18", choices=["resnet18", "resnet50", "mobilenet_v2"], help="built-in model when no file is given")
+    _add_model(p)
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="where to write the saved model")
     p.add_argument("--target", default="adreno", metavar="PROFILE", help="device profile: adreno (default), nvidia-h200, pocl")
     p.add_argument("--records", metavar="FILE", help="tuning records for that device")
@@ -527,9 +536,8 @@ def main(argv=None) -> int:
     p.add_argument("--precision", default="float32", choices=MODEL_PRECISIONS, help=PRECISION_HELP)
     p.set_defaults(fn=_compile)
     p = sub.add_parser("tune", help="measure conv candidates per layer on a device and write tuning records")
-    p.add_argument("model", nargs="?", help="ONNX model file (or --builtin)")
-    p.add_argument("--builtin", default=None, choices=["resnet18", "resnet50", "mobilenet_v2"], help="a built-in model")
-    p.add_argument("--device", help="substring of the OpenCL platform or device name")
+    _add_model(p, builtin_default=None)
+    p.add_argument("--device", help=DEVICE_HELP)
     p.add_argument("--records", metavar="FILE", help="records file to write / resume (default records-<profile>.json)")
     p.add_argument("--budget-s", type=float, default=None, help="start no new layer after this many seconds")
     p.add_argument("--target", metavar="PROFILE", help="device profile of the remote device (--export, --rpc-tracker)")
@@ -546,13 +554,13 @@ def main(argv=None) -> int:
         help="every kernel family (conv direct/grouped/depthwise, Winograd 2x2/4x4, pools in both strategies, "
         "reductions, softmax, concat, layout, elementwise) on a small shape, checked against float64 NumPy, timed",
     )
-    p.add_argument("--device", help="substring of the OpenCL platform or device name")
+    p.add_argument("--device", help=DEVICE_HELP)
     p.add_argument("--json", metavar="PATH", help="write the per-kernel report as JSON")
     p.set_defaults(fn=_kernels)
     p = sub.add_parser("serve", help="register a measurement runner for `tune --rpc-tracker` with a TVM RPC tracker")
     p.add_argument("--tracker", required=True, metavar="HOST:PORT", help="tracker started by `python -m tvm.exec.rpc_tracker`")
     p.add_argument("--key", required=True, help="device key clients request (e.g. adreno-740)")
-    p.add_argument("--device", help="substring of the OpenCL platform or device name")
+    p.add_argument("--device", help=DEVICE_HELP)
     p.add_argument("--host", default="0.0.0.0", help="address the runner listens on (default 0.0.0.0)")
     p.add_argument("--port", type=int, default=9090, help="first port to try (default 9090)")
     p.add_argument("--port-end", type=int, help="end of the port range (default max(9199, port + 100))")

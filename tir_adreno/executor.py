@@ -256,9 +256,10 @@ class CompiledModel:
 
     # -- running --------------------------------------------------------------------------
     def _check_inputs(self, inputs) -> list[np.ndarray]:
-        """``inputs`` as C-contiguous arrays in input order; ModelInputError when they do not match."""
+        """``inputs`` as C-contiguous arrays in input order and in the storage dtype of their
+        tensors; ModelInputError when they do not match."""
         specs = [(name, self.plan.tensors[i].shape, self.plan.tensors[i].dtype) for name, i in self.plan.inputs]
-        return [np.ascontiguousarray(x) for x in check_inputs(inputs, specs)]
+        return [np.ascontiguousarray(x, dtype=t.spec.storage_dtype) for x, t in zip(check_inputs(inputs, specs), self._input_tensors)]
 
     def run(self, inputs, profile: bool = False) -> list[np.ndarray]:
         """Run once; ``inputs`` maps input names to arrays (or is a list in input order).
@@ -270,8 +271,7 @@ class CompiledModel:
         element no kernel wrote comes back NaN) and records every kernel's OpenCL
         event time for :meth:`profile` and :meth:`kernel_time_ms`.
         """
-        # In the storage dtype, held until the queue finishes (non-blocking uploads).
-        arrays = [t._check(x) for t, x in zip(self._input_tensors, self._check_inputs(inputs))]
+        arrays = self._check_inputs(inputs)  # held until the queue finishes (non-blocking uploads)
         if profile:
             for t in self._output_tensors:
                 t.poison()
