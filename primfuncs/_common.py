@@ -35,6 +35,14 @@ def check_scope(scope: str, allowed=(TEXTURE, BUFFER)) -> str:
     return scope
 
 
+def check_io_scopes(scope: str, out_scope: str | None = None, residual_scope: str | None = None) -> tuple[str, str, str]:
+    """(input, output, residual) scopes of a kernel that may read in one scope and write in
+    the other: ``out_scope`` defaults to ``scope``, ``residual_scope`` to ``out_scope``."""
+    check_scope(scope)
+    out_scope = check_scope(out_scope or scope)
+    return scope, out_scope, check_scope(residual_scope or out_scope)
+
+
 def check_dtype(dtype: str) -> str:
     if dtype not in ("float32", "float16"):
         raise TypeError(f"dtype must be float32 or float16, got {dtype!r}")

@@ -55,6 +55,7 @@ from ._common import (
     blocked,
     ceildiv,
     check_dtype,
+    check_io_scopes,
     check_scope,
     select_params,
 )
@@ -379,7 +380,8 @@ def _all(conds):
     return T.bool(True) if out is None else out
 
 
-def _direct_conv(geom: ConvGeometry, mode: str, epilogue, dtype, config, scope, weight_scope, name):
+def _direct_conv(geom: ConvGeometry, mode: str, epilogue, dtype, config, scope, weight_scope, name, out_scope=None,
+                 residual_scope=None):
     """The shared skeleton: tiling, guards, accumulation body ``mode``, epilogue and stores."""
     if not isinstance(epilogue, Epilogue):
         raise TypeError(f"epilogue must be an Epilogue, got {type(epilogue).__name__}")
@@ -388,7 +390,7 @@ def _direct_conv(geom: ConvGeometry, mode: str, epilogue, dtype, config, scope, 
     if not isinstance(config, ConvConfig):
         raise TypeError(f"config must be a ConvConfig, got {type(config).__name__}")
     check_dtype(dtype)
-    check_scope(scope)
+    scope, out_scope, residual_scope = check_io_scopes(scope, out_scope, residual_scope)
     if weight_scope is None:
         weight_scope = TEXTURE_WEIGHT if scope == TEXTURE else BUFFER
     check_scope(weight_scope, (TEXTURE_WEIGHT, BUFFER))
@@ -628,8 +630,8 @@ def _direct_conv(geom: ConvGeometry, mode: str, epilogue, dtype, config, scope, 
             X = T.match_buffer(data, (n, c4, h, w, 4), dtype, scope=scope)
             W = T.match_buffer(weight, (o4, cg, kh, kw, 4), dtype, scope=weight_scope)
             Bias = T.match_buffer(bias, (o4, 4), dtype, scope=BUFFER)
-            Residual = T.match_buffer(residual, (n, o4, oh, ow, 4), dtype, scope=scope)
-            Y = T.match_buffer(out, (n, o4, oh, ow, 4), dtype, scope=scope)
+            Residual = T.match_buffer(residual, (n, o4, oh, ow, 4), dtype, scope=residual_scope)
+            Y = T.match_buffer(out, (n, o4, oh, ow, 4), dtype, scope=out_scope)
             for bz in T.thread_binding(ceildiv(ot, gz), thread="blockIdx.z"):
                 for by in T.thread_binding(ceildiv(oh, gy), thread="blockIdx.y"):
                     for bx in T.thread_binding(ceildiv(cols, gx), thread="blockIdx.x"):
@@ -702,8 +704,8 @@ def _direct_conv(geom: ConvGeometry, mode: str, epilogue, dtype, config, scope, 
             X = T.match_buffer(data, (n, c4, h, w, 4), dtype, scope=scope)
             W = T.match_buffer(weight, (o4, cg, kh, kw, 4), dtype, scope=weight_scope)
             Bias = T.match_buffer(bias, (o4, 4), dtype, scope=BUFFER)
-            Residual = T.match_buffer(residual, (n, o4, oh, ow, 4), dtype, scope=scope)
-            Y = T.match_buffer(out, (n, o4, oh, ow, 4), dtype, scope=scope)
+            Residual = T.match_buffer(residual, (n, o4, oh, ow, 4), dtype, scope=residual_scope)
+            Y = T.match_buffer(out, (n, o4, oh, ow, 4), dtype, scope=out_scope)
             for bz in T.thread_binding(ceildiv(ot, gz), thread="blockIdx.z"):
                 for by in T.thread_binding(ceildiv(oh, gy), thread="blockIdx.y"):
                     for bx in T.thread_binding(ceildiv(cols, gx), thread="blockIdx.x"):
@@ -767,6 +769,8 @@ def conv2d_nchw4c(
     config: ConvConfig | None = None,
     scope: str = TEXTURE,
     weight_scope: str | None = None,
+    out_scope: str | None = None,
+    residual_scope: str | None = None,
 ):
     """Direct conv2d ``Y = act(conv(X, W) + bias + residual)`` on NCHW4c, any groups.
 
@@ -774,15 +778,16 @@ def conv2d_nchw4c(
     logical shapes; the kernel takes ``X [N, C/4, H, W, 4]`` in ``scope``,
     ``W [O/4, C/groups, KH, KW, 4]`` in ``weight_scope`` (default: the weight
     texture for a texture ``scope``, else a buffer), then ``Bias (O/4, 4)`` and
-    ``Residual [N, O/4, OH, OW, 4]`` when ``epilogue`` asks for them, and writes
-    ``Y [N, O/4, OH, OW, 4]``. ``padding`` is an int, (pad_h, pad_w) or
+    ``Residual [N, O/4, OH, OW, 4]`` (in ``residual_scope``, default ``out_scope``) when
+    ``epilogue`` asks for them, and writes ``Y [N, O/4, OH, OW, 4]`` in ``out_scope``
+    (default ``scope``): a conv at a texture/buffer boundary needs no copy kernel. ``padding`` is an int, (pad_h, pad_w) or
     (top, left, bottom, right). ``config`` None: :func:`default_config` of the
     "mobile" class (``tir_adreno.strategy`` passes each device's). For ``groups == C`` prefer :func:`depthwise_conv2d_nchw4c`.
     """
     geom = conv2d_geometry(data_shape, weight_shape, strides, padding, dilation, groups)
     aligned = geom.cg % LANES == 0 and geom.og % LANES == 0
     mode = "blocked" if geom.groups == 1 or aligned else "grouped"
-    return _direct_conv(geom, mode, epilogue, dtype, config, scope, weight_scope, "conv2d_nchw4c")
+    return _direct_conv(geom, mode, epilogue, dtype, config, scope, weight_scope, "conv2d_nchw4c", out_scope, residual_scope)
 
 
 def depthwise_conv2d_nchw4c(
@@ -796,6 +801,8 @@ def depthwise_conv2d_nchw4c(
     config: ConvConfig | None = None,
     scope: str = TEXTURE,
     weight_scope: str | None = None,
+    out_scope: str | None = None,
+    residual_scope: str | None = None,
 ):
     """Depthwise conv2d (``groups == C``), weight ``(C * multiplier, 1, KH, KW)``.
 
@@ -809,5 +816,5 @@ def depthwise_conv2d_nchw4c(
         raise ValueError(f"data_shape must be NCHW (4-d), got {data_shape}")
     geom = conv2d_geometry(data_shape, weight_shape, strides, padding, dilation, groups=data_shape[1])
     return _direct_conv(
-        geom, "depthwise", epilogue, dtype, config, scope, weight_scope, "depthwise_conv2d_nchw4c"
+        geom, "depthwise", epilogue, dtype, config, scope, weight_scope, "depthwise_conv2d_nchw4c", out_scope, residual_scope
     )

@@ -63,6 +63,7 @@ from ._common import (
     TEXTURE_WEIGHT,
     ceildiv,
     check_dtype,
+    check_io_scopes,
     check_scope,
     pixel_grid,
     select_params,
@@ -368,18 +369,21 @@ def winograd_batched_gemm(
 
 
 def winograd_output_transform(
-    geom: ConvGeometry, m: int, epilogue: Epilogue = Epilogue(), dtype="float32", scope=TEXTURE, tile_scope=None
+    geom: ConvGeometry, m: int, epilogue: Epilogue = Epilogue(), dtype="float32", scope=TEXTURE, tile_scope=None,
+    residual_scope=None,
 ):
     """``Y = act(A^T M A + bias + residual)``: one work item per (tile, output block).
 
-    Takes ``M``, then ``Bias (O/4, 4)`` and ``Residual`` when ``epilogue`` asks for
-    them, and writes ``Y``; a border tile stores only its pixels inside the output.
+    Takes ``M``, then ``Bias (O/4, 4)`` and ``Residual`` (in ``residual_scope``, default
+    ``scope``) when ``epilogue`` asks for them, and writes ``Y`` in ``scope``; a border
+    tile stores only its pixels inside the output.
     """
     check_winograd(geom)
     check_dtype(dtype)
     if not isinstance(epilogue, Epilogue):
         raise TypeError(f"epilogue must be an Epilogue, got {type(epilogue).__name__}")
     scope, _, tile_scope = _scopes(scope, None, tile_scope)
+    _, scope, residual_scope = check_io_scopes(scope, scope, residual_scope)
     s = winograd_shapes(geom, m)
     alpha, th, tw, nt = s.alpha, s.tiles_h, s.tiles_w, s.tiles
     o4, oh, ow = geom.o4, geom.oh, geom.ow
@@ -403,7 +407,7 @@ def winograd_output_transform(
         T.func_attr({"global_symbol": f"winograd{m}x{m}_output_transform", "tirx.noalias": True})
         M = T.match_buffer(products, s.product, dtype, scope=tile_scope)
         Bias = T.match_buffer(bias, (o4, 4), dtype, scope=BUFFER)
-        Residual = T.match_buffer(residual, s.out, dtype, scope=scope)
+        Residual = T.match_buffer(residual, s.out, dtype, scope=residual_scope)
         Y = T.match_buffer(out, s.out, dtype, scope=scope)
         for by in T.thread_binding(g.by, thread="blockIdx.y"):
             for bx in T.thread_binding(g.bx, thread="blockIdx.x"):
@@ -477,6 +481,8 @@ def conv2d_winograd_nchw4c(
     scope: str = TEXTURE,
     weight_scope: str | None = None,
     tile_scope: str | None = None,
+    out_scope: str | None = None,
+    residual_scope: str | None = None,
 ) -> WinogradKernels:
     """Winograd F(m x m, 3 x 3) conv2d ``Y = act(conv(X, W) + bias + residual)`` on NCHW4c.
 
@@ -486,14 +492,17 @@ def conv2d_winograd_nchw4c(
     work item; None: :func:`default_config`). ``weight_scope`` (default: the weight
     texture for a texture ``scope``, else a buffer) holds ``U`` from
     :func:`winograd_weight_transform`; ``tile_scope`` (default ``scope``) holds the
-    intermediates ``V`` and ``M``. Returns the three stage PrimFuncs with the shapes.
+    intermediates ``V`` and ``M``. ``X`` is read in ``scope``, ``Y`` written in ``out_scope``
+    (default ``scope``), ``Residual`` read in ``residual_scope`` (default ``out_scope``), so a
+    conv at a texture/buffer boundary needs no copy. Returns the three stage PrimFuncs with the shapes.
     """
     geom = check_winograd(conv2d_geometry(data_shape, weight_shape, strides, padding, dilation, groups))
     m = _check_tile(m)
     scope, weight_scope, tile_scope = _scopes(scope, weight_scope, tile_scope)
+    _, out_scope, residual_scope = check_io_scopes(scope, out_scope, residual_scope)
     stages = (
         winograd_input_transform(geom, m, dtype, scope, tile_scope),
         winograd_batched_gemm(geom, m, dtype, config, weight_scope, tile_scope),
-        winograd_output_transform(geom, m, epilogue, dtype, scope, tile_scope),
+        winograd_output_transform(geom, m, epilogue, dtype, out_scope, tile_scope, residual_scope),
     )
     return WinogradKernels(geom, winograd_shapes(geom, m), stages, scope, weight_scope, tile_scope, epilogue)

@@ -17,7 +17,7 @@ from tvm import relax
 from . import build, onnx_import, runtime
 from .bundle import KernelModule
 from .executor import Call, CompiledModel, Plan, TensorInfo
-from .device import DeviceProfile, resolve, with_limits
+from .device import DeviceProfile, resolve, with_limits, with_placement
 from .records import open_records
 from .relax_pass import CONFIG_ATTR, OP_ATTR, OURS_ATTR, SOURCE_ATTR, dispatch_to_textures
 from .strategy import check_precision, half_storage
@@ -240,16 +240,19 @@ def check_device_support(mod: tvm.IRModule, profile: DeviceProfile, runs_on: run
 
 def compile_plan(model, profile: DeviceProfile, records=None, allow_buffer: bool = True, ours: bool = True, progress=print,
                  input_shapes: dict | None = None, runs_on: runtime.Device | None = None, prims: dict | None = None,
-                 precision: str = "float32"):
+                 precision: str = "float32", placement: str | None = None):
     """``model`` compiled for ``profile`` in ``precision`` as (plan, kernels, weights): no device needed.
     ``runs_on``: the device the plan will be loaded on, when known (checked before building).
     ``prims`` (a dict) receives kernel key -> PrimFunc (see :func:`plan_module`).
-    ValueError (``strategy.PrecisionError``) when ``profile`` cannot run ``precision``."""
+    ``placement`` ("texture" or "buffer") overrides the profile's ``activation_placement``.
+    ValueError (``strategy.PrecisionError``) when ``profile`` cannot run ``precision`` or
+    ``placement`` is not a placement."""
+    profile = with_placement(profile, placement)
     check_precision(precision, profile)
     progress("import")
     mod, names = import_model(model, input_shapes)
     check_device_support(mod, profile, runs_on)
-    progress(f"lower for {profile.name} in {precision} (tir-adreno pass, LegalizeOps, dlight)" if ours else "lower (LegalizeOps, dlight)")
+    progress(f"lower for {profile.name} in {precision}, activations in {profile.activation_placement}s (tir-adreno pass, LegalizeOps, dlight)" if ours else "lower (LegalizeOps, dlight)")
     mod = lower(mod, profile, allow_buffer, ours, open_records(records, profile, precision), precision)
     plan, kernels, weights = plan_module(mod, names, progress, _target(ours), prims, half_storage(precision) if ours else None)
     plan.precision = precision if ours else "float32"
@@ -259,6 +262,7 @@ def compile_plan(model, profile: DeviceProfile, records=None, allow_buffer: bool
 def compile_model(
     model, device=None, profile=None, records=None, allow_buffer: bool = True, pool: bool = True, ours: bool = True,
     limits=None, progress=print, input_shapes: dict | None = None, prims: dict | None = None, precision: str = "float32",
+    placement: str | None = None,
 ) -> CompiledModel:
     """Compile ``model`` (ONNX ``ModelProto`` or path, or a Relax IRModule with bound weights) and load it on ``device``.
 
@@ -271,10 +275,13 @@ def compile_model(
     dlight GPU schedules, buffers), the baseline of the benchmarks.
     ``precision``: "float32" or "float16_acc32" (every texture tensor, weights included, in
     RGBA half images; float32 arithmetic; buffers stay float32): ``strategy.PRECISIONS``.
+    ``placement``: "texture" or "buffer", the default scope of activations (default: the
+    profile's ``activation_placement``; records still place each tuned conv).
     """
     dev = runtime.get_device(device)
     target = with_limits(resolve(dev, profile), limits)
-    plan, kernels, weights = compile_plan(model, target, records, allow_buffer, ours, progress, input_shapes, dev, prims, precision)
+    plan, kernels, weights = compile_plan(model, target, records, allow_buffer, ours, progress, input_shapes, dev, prims, precision,
+                                          placement)
     progress(f"load {len(kernels)} kernels on {dev.name}")
     return CompiledModel(plan, kernels, weights, dev, pool)
 

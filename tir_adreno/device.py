@@ -36,8 +36,17 @@ from .texture import DeviceLimits
 
 #: Device classes: they pick the default conv configs (``primfuncs.conv2d.default_config``).
 KINDS = ("mobile", "gpu", "cpu")
+#: Where NCHW4c activations live by default (``DeviceProfile.activation_placement``).
+PLACEMENTS = ("texture", "buffer")
 #: A GPU with at least this many compute units is a "gpu" (desktop / datacenter), fewer "mobile".
 GPU_COMPUTE_UNITS = 16
+
+
+def check_placement(placement: str, what: str = "placement") -> str:
+    """``placement`` when it is one of :data:`PLACEMENTS`, else ValueError naming ``what``."""
+    if placement not in PLACEMENTS:
+        raise ValueError(f"{what} must be one of {PLACEMENTS}, got {placement!r}")
+    return placement
 
 
 @dataclass(frozen=True)
@@ -55,10 +64,15 @@ class DeviceProfile:
     half_math: bool
     opencl_c_version: str
     driver: str = ""
+    #: The default scope of every NCHW4c activation the Relax pass emits ("texture" or
+    #: "buffer"); tuning records override it per conv, and a texture that does not fit
+    #: the images falls back to a buffer either way.
+    activation_placement: str = "texture"
 
     def __post_init__(self):
         if self.kind not in KINDS:
             raise ValueError(f"DeviceProfile.kind must be one of {KINDS}, got {self.kind!r}")
+        check_placement(self.activation_placement, "DeviceProfile.activation_placement")
 
     @property
     def key(self) -> str:
@@ -85,8 +99,9 @@ class DeviceProfile:
 
         d = dev.cl_device
         kind = classify(int(d.type) & _CL_DEVICE_TYPE_CPU != 0, int(d.max_compute_units))
+        known = _known_name(dev.name)
         return cls(
-            name=_known_name(dev.name) or _slug(d.name),
+            name=known or _slug(d.name),
             kind=kind,
             vendor=d.vendor.strip(),
             limits=dev.limits,
@@ -97,6 +112,7 @@ class DeviceProfile:
             half_math=dev.fp16,
             opencl_c_version=d.opencl_c_version.strip(),
             driver=d.driver_version.strip(),
+            activation_placement=PROFILES[known].activation_placement if known in PROFILES else "texture",
         )
 
 
@@ -137,6 +153,10 @@ PROFILES: dict[str, DeviceProfile] = {
         name="nvidia-h200", kind="gpu", vendor="NVIDIA Corporation", limits=DeviceLimits(32768, 32768, 2048),
         max_work_group_size=1024, local_memory_bytes=48 * 1024, compute_units=132, half_images=True, half_math=False,
         opencl_c_version="OpenCL C 3.0",
+        # NVIDIA's driver puts a ~11-13 us event-time floor on any kernel that touches an image,
+        # ~5-6 us on buffer kernels (benchmarks/results/conv_layers-nvidia-h200.json,
+        # depthwise-nvidia-h200.json): MobileNetV2's convs sum to 0.81 ms on textures, 0.53 ms on buffers.
+        activation_placement="buffer",
     ),
     "pocl": DeviceProfile(
         name="pocl", kind="cpu", vendor="AuthenticAMD", limits=DeviceLimits(8192, 8192, 2048),
@@ -144,6 +164,13 @@ PROFILES: dict[str, DeviceProfile] = {
         opencl_c_version="OpenCL C 1.2",
     ),
 }
+
+
+def with_placement(profile: DeviceProfile, placement: str | None) -> DeviceProfile:
+    """``profile`` with another default activation placement; itself for None."""
+    if placement is None:
+        return profile
+    return replace(profile, activation_placement=check_placement(placement))
 
 
 def get_profile(name: str) -> DeviceProfile:

@@ -427,17 +427,25 @@ def conv2d(
         _strategy.check_algorithm(geom, choice.algorithm, algorithm, precision)
     epilogue = _Epilogue(bias=bias is not None, activation=activation, residual=residual is not None)
     plan = _strategy.conv2d_plan(geom, epilogue, precision, profile, records, choice, allow_buffer)
+    return prec.result(run_conv_plan(plan, dev, x, w, bias, residual))
 
+
+def run_conv_plan(plan, dev, x, w, bias=None, residual=None) -> np.ndarray:
+    """Run a ``strategy.ConvPlan`` on NCHW ``x``, OIHW ``w`` (and ``bias``, ``residual``), each
+    tensor in its planned scope (``X``, ``Y`` and ``Residual`` may differ: mixed-scope kernels);
+    the output is poisoned first and comes back NCHW in the kernels' dtype."""
+    geom, dtype = plan.geometry, plan.dtype
     tensors = {
-        "X": upload_nchw4c(dev, x, plan.scope, "x", plan.storage_of("X")),
+        "X": upload_nchw4c(dev, x.astype(dtype, copy=False), plan.tensor("X").scope, "x", plan.storage_of("X")),
         plan.weight_name: dev.array(plan.pack_weights(w), plan.weight_scope, "w", plan.storage_of(plan.weight_name)),
-        "Y": empty_nchw4c(dev, geom.out_shape, dtype, plan.scope, storage=plan.storage_of("Y")),
+        "Y": empty_nchw4c(dev, geom.out_shape, dtype, plan.tensor("Y").scope, storage=plan.storage_of("Y")),
     }
     if bias is not None:
         packed = np.zeros((geom.o4 * 4,), dtype)
         packed[: geom.o] = bias
         tensors["Bias"] = dev.array(packed.reshape(geom.o4, 4), "global", "bias")
     if residual is not None:
-        tensors["Residual"] = upload_nchw4c(dev, residual.astype(dtype, copy=False), plan.scope, "residual", plan.storage_of("Residual"))
+        tensors["Residual"] = upload_nchw4c(dev, residual.astype(dtype, copy=False), plan.tensor("Residual").scope, "residual",
+                                            plan.storage_of("Residual"))
     _tuning.build_program(plan).run(dev, tensors)
-    return prec.result(download_nchw(tensors["Y"], geom.o))
+    return download_nchw(tensors["Y"], geom.o)

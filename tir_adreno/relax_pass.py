@@ -56,6 +56,10 @@ OP_ATTR = "tir_adreno.op"
 #: profile can tell them from what TVM's importer or legalizer made.
 OURS_ATTR = "tir_adreno.kernel"
 
+#: Ops whose kernels read an activation in either scope (mixed-scope convs; a classifier's
+#: matmul runs as one); every other op of ours reads the profile's placement.
+ANY_SCOPE_READERS = ("relax.nn.conv2d", "relax.matmul")
+
 #: Relax op name -> handler(rewriter, node) -> new Relax expr of the node's value, or None to leave it.
 HANDLERS = {}
 
@@ -271,12 +275,28 @@ class Rewriter:
         return self.bb.emit(relax.call_tir(self._funcs[key], args, out))
 
     def scope_for(self, *shapes5) -> str:
-        """Texture when every NCHW4c tensor of a kernel fits the device's images, else buffer."""
+        """The profile's ``activation_placement``: a buffer, or a texture when every NCHW4c
+        tensor of a kernel fits the device's images (else a buffer)."""
+        if self.profile.activation_placement == "buffer":
+            return BUFFER
         ok = all(self.limits.fits(s, TEXTURE) for s in shapes5)
         if not ok and not self.allow_buffer:
             for s in shapes5:
                 texture.place(s, TEXTURE, self.limits, allow_buffer=False)  # raises, naming the limit
         return TEXTURE if ok else BUFFER
+
+    def input_scope(self, v: Value, prefer: str) -> str:
+        """Where a kernel that reads either scope (a conv) takes ``v``: ``prefer`` when ``v`` is
+        there or not blocked yet, else where it already is (no copy kernel)."""
+        return prefer if prefer in v.blocked or not v.blocked else next(iter(v.blocked))
+
+    def output_scope(self, var, own: str, shape5) -> str:
+        """Where a kernel that writes either scope (a conv) writes ``var``: ``own`` (its
+        placement) when only readers of either scope (:data:`ANY_SCOPE_READERS`) use it, else
+        where the other ops want it (:meth:`scope_for`), so no copy kernel follows."""
+        if all(u.op in ANY_SCOPE_READERS for u in self.graph.users(var)):
+            return own
+        return self.scope_for(shape5)
 
     def weight_scope(self, shape5) -> str:
         return texture.place(shape5, TEXTURE_WEIGHT, self.limits, self.allow_buffer)
@@ -715,7 +735,14 @@ def conv2d_handler(rw: Rewriter, node: Node):
     has_bias = bool(np.any(bias != 0))
     epilogue = Epilogue(bias=has_bias, activation=activation, residual=residual is not None, **_clip_fields(clip_bounds))
     plan = strategy.conv2d_plan(geom, epilogue, rw.precision, rw.profile, rw.records, allow_buffer=rw.allow_buffer)
-    scope = plan.scope
+    # At a placement boundary the conv reads X (and the residual) where they are and writes Y
+    # where its users want it: mixed-scope kernels instead of copy kernels.
+    scope = rw.input_scope(x, plan.scope)
+    out_scope = rw.output_scope(last.var, plan.scope, plan.tensor("Y").shape)
+    residual_scope = rw.input_scope(residual, out_scope) if residual is not None else None
+    if (scope, out_scope, residual_scope or out_scope) != (plan.scope,) * 3:
+        plan = strategy.conv2d_plan(geom, epilogue, rw.precision, rw.profile, rw.records, allow_buffer=rw.allow_buffer,
+                                    in_scope=scope, out_scope=out_scope, residual_scope=residual_scope)
     # The choice travels to the executor's profile rows as PrimFunc attributes.
     stages = [f.with_attr(CONFIG_ATTR, plan.config_string).with_attr(SOURCE_ATTR, plan.source) for f in plan.primfuncs()]
     # Every stage but the last produces one intermediate (Winograd's V, then M) from the previous.
@@ -729,10 +756,10 @@ def conv2d_handler(rw: Rewriter, node: Node):
     if has_bias:
         args.append(relax.const(pack_bias(bias.astype(np.float32))))
     if residual is not None:
-        args.append(rw.blocked(residual, scope))
+        args.append(rw.blocked(residual, plan.tensor("Residual").scope))
     out = rw.emit_kernel(stages[-1], args, plan.tensor("Y").shape, hint="conv2d", op_info=_conv_info(node, plan, "Y"))
     oh, ow = geom.oh, geom.ow
-    rw.define(last.var, out, scope, (n, o, oh, ow), data_layout)
+    rw.define(last.var, out, plan.tensor("Y").scope, (n, o, oh, ow), data_layout)
     return out
 
 
@@ -993,10 +1020,9 @@ _TO_NHWC, _TO_NCHW = (0, 2, 3, 1), (0, 3, 1, 2)
 def _alias(rw, var, v: Value, layout: str, nchw) -> relax.Expr | None:
     """Define ``var`` as the blocked tensor of ``v`` seen in ``layout`` (no kernel: NCHW4c
     is the same for NCHW, NHWC and NC); None when ``v`` is not blocked yet."""
-    scope = rw.scope_for((nchw[0], blocked(nchw[1]), nchw[2], nchw[3], 4))
-    if scope not in v.blocked and not v.blocked:
+    if not v.blocked:
         return None
-    out = rw.blocked(v, scope)
+    out = rw.blocked(v, rw.input_scope(v, rw.scope_for((nchw[0], blocked(nchw[1]), nchw[2], nchw[3], 4))))
     rw.values[var] = Value(blocked=v.blocked, layout=layout, channels=nchw[1], nchw=tuple(nchw))
     return out
 

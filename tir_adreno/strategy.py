@@ -8,8 +8,8 @@ the Relax pass, ``tune`` and the benchmarks all call it. Adding a conv variant i
 one factory in ``primfuncs/`` plus one branch in :meth:`ConvPlan.primfuncs`.
 
 Without a record the plan is the direct conv with the profile's default config
-(``primfuncs.conv2d.default_config(kind)``) in textures where they fit
-(``source="default"``); with one it is the record's algorithm, config and
+(``primfuncs.conv2d.default_config(kind)``) in the profile's ``activation_placement``
+(textures where they fit, or buffers; ``source="default"``); with one it is the record's algorithm, config and
 placement (``source="records"``). Nothing is measured here.
 
 Pooling and reductions: :func:`group_threshold` gives the window size from which
@@ -31,14 +31,12 @@ from primfuncs.winograd_math import winograd_weight_transform
 
 from . import texture
 from .blocked import pack_oihw4o
-from .device import DeviceProfile
+from .device import DeviceProfile, check_placement
 
 #: Conv algorithms, most accurate first (ties in tuning go to the earlier one).
 ALGORITHMS = ("direct", "winograd_2x2", "winograd_4x4")
 #: Winograd output tile m of each Winograd algorithm.
 WINOGRAD_TILES = {"winograd_2x2": 2, "winograd_4x4": 4}
-#: Where a conv's activations live: textures (when they fit the profile's images) or buffers.
-PLACEMENTS = ("texture", "buffer")
 #: Precisions as TVM's Adreno flow names them: "float32"; "float16_acc32" (every texture,
 #: weights and Winograd intermediates included, stored as RGBA half; the float32 kernels run
 #: unchanged, ``read_imagef``/``write_imagef`` convert in the texture unit; buffers stay
@@ -122,7 +120,8 @@ def pool_schedule(key: str, profile: DeviceProfile, records=None, choice: PoolCh
 class ConvChoice:
     """What tuning decides per conv layer and records hold: algorithm, config, placement.
 
-    ``config`` None means the profile's default for the algorithm.
+    ``config`` None means the profile's default for the algorithm. Without a choice the
+    placement is the profile's ``activation_placement`` (:func:`default_choice`).
     """
 
     algorithm: str = "direct"
@@ -132,8 +131,7 @@ class ConvChoice:
     def __post_init__(self):
         if self.algorithm not in ALGORITHMS:
             raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {self.algorithm!r}")
-        if self.placement not in PLACEMENTS:
-            raise ValueError(f"placement must be one of {PLACEMENTS}, got {self.placement!r}")
+        check_placement(self.placement)
 
     @property
     def name(self) -> str:
@@ -150,6 +148,11 @@ class ConvChoice:
         c = d.get("config")
         config = None if c is None else ConvConfig(int(c["oc_block"]), int(c["w_block"]), tuple(int(v) for v in c["work_group"]), int(c["split_k"]))
         return cls(d["algorithm"], config, d.get("placement", "texture"))
+
+
+def default_choice(profile: DeviceProfile) -> ConvChoice:
+    """The choice of a conv without records: direct, default config, the profile's placement."""
+    return ConvChoice(placement=profile.activation_placement)
 
 
 def config_string(config: ConvConfig) -> str:
@@ -170,7 +173,9 @@ class ConvPlan:
     """How one conv runs. ``stages``: (factory, kwargs) pairs; :meth:`primfuncs` calls them.
 
     ``tensors``: every parameter of the stages by name (``X``, ``W``/``U``, ``Bias``,
-    ``Residual``, Winograd's ``V`` and ``M``, ``Y``) with shape and scope.
+    ``Residual``, Winograd's ``V`` and ``M``, ``Y``) with shape and scope. ``scope`` is the
+    conv's own (its placement, where its weights and intermediates live); ``X``, ``Y`` and
+    ``Residual`` may lie in the other scope at a placement boundary (mixed-scope kernels).
     """
 
     geometry: ConvGeometry
@@ -254,12 +259,13 @@ def check_algorithm(geometry: ConvGeometry, algorithm: str, requested: str | Non
 
 
 def direct_conv2d(geometry: ConvGeometry, epilogue: Epilogue = Epilogue(), dtype: str = "float32",
-                  config: ConvConfig | None = None, scope: str = TEXTURE, weight_scope: str | None = None):
+                  config: ConvConfig | None = None, scope: str = TEXTURE, weight_scope: str | None = None,
+                  out_scope: str | None = None, residual_scope: str | None = None):
     """The direct conv PrimFunc of ``geometry``: the depthwise kernel for ``groups == C``, else the
     general one (the config sweep in ``benchmarks/conv_configs.py`` calls this with every config)."""
     g = geometry
     attrs = dict(strides=g.strides, padding=g.padding, dilation=g.dilation, epilogue=epilogue, dtype=dtype,
-                 config=config, scope=scope, weight_scope=weight_scope)
+                 config=config, scope=scope, weight_scope=weight_scope, out_scope=out_scope, residual_scope=residual_scope)
     if g.is_depthwise:
         return _conv2d.depthwise_conv2d_nchw4c((g.n, g.c, g.h, g.w), (g.o, g.cg, g.kh, g.kw), **attrs)
     return _conv2d.conv2d_nchw4c((g.n, g.c, g.h, g.w), (g.o, g.cg, g.kh, g.kw), groups=g.groups, **attrs)
@@ -285,14 +291,20 @@ def conv2d_plan(
     records=None,
     choice: ConvChoice | None = None,
     allow_buffer: bool = True,
+    in_scope: str | None = None,
+    out_scope: str | None = None,
+    residual_scope: str | None = None,
 ) -> ConvPlan:
     """The plan of one conv on ``profile``.
 
     ``choice`` forces algorithm / config / placement (``ops.conv2d(algorithm=...)``,
     tuning candidates); else ``records`` (a ``tir_adreno.records.Records``) gives the
-    tuned choice for this conv, else the default (direct, the profile's config,
-    textures). ``allow_buffer=False`` raises ``TextureLimitError`` for a tensor that
-    does not fit the profile's images.
+    tuned choice for this conv, else the default (direct, the profile's config, the
+    profile's ``activation_placement``). ``allow_buffer=False`` raises ``TextureLimitError``
+    for a tensor that does not fit the profile's images. ``in_scope`` / ``out_scope`` /
+    ``residual_scope`` (default: the placement's scope; the residual's defaults to
+    ``out_scope``) read ``X`` / write ``Y`` / read ``Residual`` in another scope, so the
+    Relax pass runs a conv at a placement boundary with no copy kernel.
     """
     check_precision(precision, profile)
     dtype = kernel_dtype(precision)
@@ -302,21 +314,26 @@ def conv2d_plan(
         source = "default" if choice is None else "records"
     elif choice is not None:
         source = "explicit"
-    choice = choice or ConvChoice()
+    choice = choice or default_choice(profile)
     check_algorithm(geometry, choice.algorithm, precision=precision)
     g = geometry
     scope = _activation_scope(g, profile, choice.placement, allow_buffer)
     in5, out5 = (g.n, g.c4, g.h, g.w, 4), (g.n, g.o4, g.oh, g.ow, 4)
+    x_scope, y_scope = in_scope or scope, out_scope or scope
+    r_scope = residual_scope or y_scope
+    for shape, s in ((in5, x_scope), (out5, y_scope), (out5, r_scope)):
+        texture.place(shape, s, profile.limits, allow_buffer=False)  # a texture override must fit: raises, naming the limit
+    io = dict(scope=x_scope, out_scope=y_scope, residual_scope=r_scope)
     extra = [TensorPlan("Bias", (g.o4, 4), BUFFER)] if epilogue.bias else []
-    extra += [TensorPlan("Residual", out5, scope)] if epilogue.residual else []
+    extra += [TensorPlan("Residual", out5, r_scope)] if epilogue.residual else []
     if choice.algorithm == "direct":
         config = choice.config or _conv2d.default_config(g, g.is_depthwise, profile.kind)
         w5 = (g.o4, g.cg, g.kh, g.kw, 4)
         weight_scope = texture.place(w5, TEXTURE_WEIGHT, profile.limits, allow_buffer) if scope == TEXTURE else BUFFER
         tile_scope = scope
-        stages = ((direct_conv2d, dict(geometry=g, epilogue=epilogue, dtype=dtype, config=config, scope=scope,
-                                       weight_scope=weight_scope)),)
-        tensors = (TensorPlan("X", in5, scope), TensorPlan("W", w5, weight_scope), *extra, TensorPlan("Y", out5, scope))
+        stages = ((direct_conv2d, dict(geometry=g, epilogue=epilogue, dtype=dtype, config=config, weight_scope=weight_scope,
+                                       **io)),)
+        tensors = (TensorPlan("X", in5, x_scope), TensorPlan("W", w5, weight_scope), *extra, TensorPlan("Y", out5, y_scope))
     else:
         from primfuncs import conv2d_winograd
 
@@ -329,11 +346,11 @@ def conv2d_plan(
         tile_scope = scope if scope == TEXTURE and fits else BUFFER
         stages = ((conv2d_winograd.conv2d_winograd_nchw4c,
                    dict(data_shape=(g.n, g.c, g.h, g.w), weight_shape=(g.o, g.cg, g.kh, g.kw), padding=g.padding,
-                        epilogue=epilogue, dtype=dtype, scope=scope, m=m, config=config,
-                        weight_scope=weight_scope, tile_scope=tile_scope)),)
-        tensors = (TensorPlan("X", in5, scope), TensorPlan("V", shapes.tile, tile_scope),
+                        epilogue=epilogue, dtype=dtype, m=m, config=config,
+                        weight_scope=weight_scope, tile_scope=tile_scope, **io)),)
+        tensors = (TensorPlan("X", in5, x_scope), TensorPlan("V", shapes.tile, tile_scope),
                    TensorPlan("U", shapes.weight, weight_scope), TensorPlan("M", shapes.product, tile_scope),
-                   *extra, TensorPlan("Y", out5, scope))
+                   *extra, TensorPlan("Y", out5, y_scope))
     placement = "texture" if scope == TEXTURE else "buffer"
     return ConvPlan(g, epilogue, precision, choice.algorithm, config, placement, source, scope, weight_scope,
                     tile_scope, tensors, stages)

@@ -1,0 +1,115 @@
+"""Placement: the profile's default scope of activations, mixed-scope convs, no copy kernels.
+
+A conv at a texture/buffer boundary reads ``X`` (and ``Residual``) in one scope and writes
+``Y`` in the other; every combination is checked against the float64 reference with a
+poisoned output, and a whole model whose records alternate placements runs with no copy.
+"""
+
+import numpy as np
+import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
+from strategies import CONV_3X3, DEPTHWISE_3X3, SCOPES, SEEDS, conv_cases
+from test_conv2d import reference_conv2d, reference_epilogue
+from util import assert_close, rand
+
+from primfuncs._common import BUFFER, TEXTURE
+from primfuncs.conv2d import ConvConfig, conv2d_geometry
+from primfuncs.epilogue import Epilogue
+from tir_adreno import compile_model, ops, records, strategy
+from tir_adreno.device import DeviceProfile, get_profile, with_placement
+from tir_adreno.models import get_model
+from tir_adreno.reference import reference_outputs, relative_error
+from tir_adreno.tune import model_layers
+
+#: (X, Y, Residual) scopes of a conv at a boundary (all eight are drawn; these two on every run).
+MIXED = st.tuples(SCOPES, SCOPES, SCOPES)
+RTOL = {"direct": 1e-4, "winograd_2x2": 1e-4, "winograd_4x4": 1e-3}
+
+
+def check_mixed(device, case, algorithm, placement, scopes, seed):
+    rng = np.random.default_rng(seed)
+    x, w = rand(rng, case["data_shape"]), rand(rng, case["weight_shape"])
+    geom = conv2d_geometry(x.shape, w.shape, case["strides"], case["padding"], case["dilation"], case["groups"])
+    epi = case["epilogue"]
+    bias = rand(rng, (geom.o,)) if epi.bias else None
+    residual = rand(rng, geom.out_shape) if epi.residual else None
+    config = case["config"] if algorithm == "direct" else None
+    in_scope, out_scope, residual_scope = scopes
+    plan = strategy.conv2d_plan(geom, epi, "float32", DeviceProfile.from_device(device),
+                                choice=strategy.ConvChoice(algorithm, config, placement),
+                                in_scope=in_scope, out_scope=out_scope, residual_scope=residual_scope)
+    assert (plan.tensor("X").scope, plan.tensor("Y").scope) == (in_scope, out_scope)
+    if epi.residual:
+        assert plan.tensor("Residual").scope == residual_scope
+    got = ops.run_conv_plan(plan, device, x, w, bias, residual)  # Y poisoned: unwritten pixels are NaN
+    conv = reference_conv2d(x, w, geom.strides, geom.padding, geom.dilation, geom.groups)
+    assert_close(got, reference_epilogue(conv, bias, residual, epi.activation, epi.clip_min, epi.clip_max), RTOL[algorithm])
+
+
+@given(case=conv_cases(), placement=st.sampled_from(["texture", "buffer"]), scopes=MIXED, seed=SEEDS)
+@example(case=CONV_3X3, placement="texture", scopes=(TEXTURE, BUFFER, TEXTURE), seed=0)
+@example(case=CONV_3X3, placement="buffer", scopes=(BUFFER, TEXTURE, BUFFER), seed=1)
+def test_mixed_scope_conv(device, case, placement, scopes, seed):
+    check_mixed(device, case, "direct", placement, scopes, seed)
+
+
+@given(case=conv_cases(depthwise=True), placement=st.sampled_from(["texture", "buffer"]), scopes=MIXED, seed=SEEDS)
+@example(case=DEPTHWISE_3X3, placement="buffer", scopes=(TEXTURE, BUFFER, TEXTURE), seed=2)
+def test_mixed_scope_depthwise(device, case, placement, scopes, seed):
+    check_mixed(device, case, "direct", placement, scopes, seed)
+
+
+@given(algorithm=st.sampled_from(["winograd_2x2", "winograd_4x4"]), placement=st.sampled_from(["texture", "buffer"]),
+       scopes=MIXED, seed=SEEDS, c=st.integers(1, 9), o=st.integers(1, 9), h=st.integers(1, 9), w=st.integers(1, 9))
+@example(algorithm="winograd_2x2", placement="texture", scopes=(BUFFER, TEXTURE, BUFFER), seed=3, c=5, o=6, h=7, w=5)
+def test_mixed_scope_winograd(device, algorithm, placement, scopes, seed, c, o, h, w):
+    case = dict(data_shape=(1, c, h, w), weight_shape=(o, c, 3, 3), strides=(1, 1), padding=(1, 1, 1, 1), dilation=(1, 1),
+                groups=1, epilogue=Epilogue(bias=True, activation="relu", residual=True), config=ConvConfig(1, 1))
+    check_mixed(device, case, algorithm, placement, scopes, seed)
+
+
+def test_profiles_place_activations():
+    assert get_profile("nvidia-h200").activation_placement == "buffer"
+    assert get_profile("adreno").activation_placement == get_profile("pocl").activation_placement == "texture"
+    geom = conv2d_geometry((1, 8, 6, 6), (8, 8, 3, 3), padding=1)
+    plan = strategy.conv2d_plan(geom, Epilogue(), "float32", get_profile("nvidia-h200"))
+    assert (plan.placement, plan.scope, plan.weight_scope) == ("buffer", BUFFER, BUFFER)
+    assert strategy.conv2d_plan(geom, Epilogue(), "float32", with_placement(get_profile("nvidia-h200"), "texture")).scope == TEXTURE
+    with pytest.raises(ValueError, match="placement must be one of"):
+        with_placement(get_profile("adreno"), "image")
+
+
+def _alternating_records(path, model, profile, every=2):
+    """Records placing every other conv of ``model`` in the profile's other scope."""
+    other = {"texture": "buffer", "buffer": "texture"}[profile.activation_placement]
+    recs = records.Records(profile)
+    convs, _ = model_layers(model)
+    for i, geom in enumerate(convs):
+        placement = other if i % every == 0 else profile.activation_placement
+        choice = strategy.ConvChoice("direct", None, placement)
+        recs.add(records.conv2d_key(geom), choice, {choice.name: 1e-6}, 1e-6)
+    return recs.save(path), len(convs)
+
+
+def _kernels(compiled):
+    return [c.label for c in compiled.plan.calls]
+
+
+def test_alternating_placements_need_no_copy(device, tmp_path):
+    """MobileNetV2 (32x32 input) with every other conv in buffers: mixed-scope convs at the
+    boundaries, not one copy kernel, and the float32 reference matched."""
+    model = get_model("mobilenet_v2", image_size=32, num_classes=10)
+    profile = DeviceProfile.from_device(device)
+    path, count = _alternating_records(tmp_path / "r.json", model, profile)
+    compiled = compile_model(model, device, profile=profile, records=path, progress=lambda _: None)
+    labels = _kernels(compiled)
+    assert not [k for k in labels if k.startswith("copy")], labels
+    tensors = compiled.plan.tensors
+    mixed = [c.label for c in compiled.plan.calls
+             if "conv2d" in c.label and {tensors[a].scope for a in c.args if tensors[a].kind == "temp"} == {TEXTURE, BUFFER}]
+    assert len(mixed) >= count // 2, mixed  # the boundaries run mixed-scope convs
+    x = np.random.default_rng(3).standard_normal(compiled.plan.tensors[compiled.plan.inputs[0][1]].shape).astype("float32")
+    (out,) = compiled.run({compiled.plan.inputs[0][0]: x})
+    (ref,) = reference_outputs(model, {compiled.plan.inputs[0][0]: x})
+    assert relative_error(out, ref) <= 1e-4
