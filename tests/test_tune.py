@@ -12,7 +12,7 @@ import pytest
 from onnx import TensorProto, helper
 from test_cli import assert_user_error, cli
 
-from tir_adreno import cache
+from tir_adreno import cache, tune, tuning
 
 
 @pytest.fixture(scope="module")
@@ -57,9 +57,18 @@ def test_tune_writes_and_resumes_records(tuned):
     for entry in doc["layers"].values():
         assert entry["default_s"] > 0 and entry["name"] in entry["times_s"]
         assert len(entry["times_s"]) >= 3  # conv: default, other configs, buffer placement
-        assert min(t for t in entry["times_s"].values() if t) == pytest.approx(entry["times_s"][entry["name"]], rel=0.031)
+        winner = entry.get("layer_winner", entry["name"])  # in_context may keep another variant
+        assert min(t for t in entry["times_s"].values() if t) == pytest.approx(entry["times_s"][winner], rel=0.031)
     assert "recorded, skipped" in second and second.count("building candidates") == 2
     assert "sum over layers" in second and records.with_suffix(".png").exists()
+    # Placement in context: the whole model timed three ways once every layer is recorded; the kept
+    # variant is never slower than the profile's default beyond the tie margin.
+    assert "whole model" not in first and "whole model (kernel time" in second
+    context = doc["context"]
+    assert set(context["model_s"]) == set(tune.CONTEXT_VARIANTS) and context["placement"] == "texture"
+    assert context["model_s"][context["kept"]] <= context["model_s"]["default"] * (1 + tuning.TIE_MARGIN)
+    if context["kept"] == "default":
+        assert all(e["name"].startswith("direct default texture") or e["name"] == "auto" for e in doc["layers"].values())
 
 
 def test_compile_with_records_and_run_the_saved_model(tuned, two_convs, tmp_path):

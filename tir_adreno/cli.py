@@ -174,6 +174,13 @@ def _profile(name):
         raise UserError(str(err)) from None
 
 
+def _with_placement(profile, placement):
+    """``profile`` with the ``--placement`` default of activations (None: the profile's own)."""
+    from .device import with_placement
+
+    return with_placement(profile, placement)
+
+
 def _check_records(path):
     """A missing records file is reported before compiling."""
     from pathlib import Path
@@ -205,7 +212,7 @@ def _run(args) -> int:
     if _saved_model(args.model):  # a saved model: no TVM on this path
         from .executor import load_model
 
-        for flag in ("records", "target", "check", "input_shape", "kernels", "precision"):
+        for flag in ("records", "target", "check", "input_shape", "kernels", "precision", "placement"):
             if getattr(args, flag):
                 raise UserError(f"--{flag.replace('_', '-')} needs a model file; {args.model} is compiled already")
         label = args.model
@@ -238,7 +245,7 @@ def _run(args) -> int:
         try:
             compiled = compile_model(
                 model, dev, target, args.records, input_shapes=input_shapes, progress=lambda msg: print(f"  {msg}", flush=True), prims=prims,
-                precision=args.precision or "float32",
+                precision=args.precision or "float32", placement=args.placement,
             )
         except (ModelError, FileNotFoundError, TargetMismatchError, PrecisionError) as err:
             raise UserError(str(err)) from None
@@ -338,11 +345,11 @@ def _compile(args) -> int:
 
     check_environment()
     check_creatable_folder(args.output, "--output")
-    target = _profile(args.target)
+    target = _with_placement(_profile(args.target), args.placement)
     _check_records(args.records)
     input_shapes = parse_input_shapes(args.input_shape)
     model, _ = _model_and_inputs(args, input_shapes)
-    print(f"model: {args.model or args.builtin}\ntarget: {target.name} ({target.kind})", flush=True)
+    print(f"model: {args.model or args.builtin}\ntarget: {target.name} ({target.kind}), activations in {target.activation_placement}s", flush=True)
     try:
         plan, kernels, weights = compile_plan(
             model, target, args.records, progress=lambda msg: print(f"  {msg}", flush=True), input_shapes=input_shapes,
@@ -372,7 +379,7 @@ def _dump(args) -> int:
     prims: dict = {}
     try:
         compiled = compile_model(
-            model, dev, records=args.records, input_shapes=input_shapes, precision=args.precision,
+            model, dev, records=args.records, input_shapes=input_shapes, precision=args.precision, placement=args.placement,
             progress=lambda msg: print(f"  {msg}", flush=True), prims=prims,
         )
     except (ModelError, FileNotFoundError, PrecisionError) as err:
@@ -426,10 +433,12 @@ def _tune(args) -> int:
             raise UserError("--target is for --export / --rpc-tracker; a local tune uses --device")
         target = DeviceProfile.from_device(args.device)
         measurer = tune.LocalMeasurer(args.device)
+    target = _with_placement(target, args.placement)
     suffix = "" if args.precision == "float32" else f"-{args.precision}"
     records = Path(args.records or f"records-{target.name}{suffix}.json")
     model = args.model if args.model else models.get_model(args.builtin)
-    print(f"model: {args.model or args.builtin}\ndevice profile: {target.key}; precision: {args.precision}", flush=True)
+    print(f"model: {args.model or args.builtin}\ndevice profile: {target.key}; precision: {args.precision}; "
+          f"activations in {target.activation_placement}s", flush=True)
     try:
         results = tune.tune(model, target, records, measurer, args.budget_s, progress=lambda m: print(m, flush=True),
                             precision=args.precision)
@@ -446,6 +455,7 @@ def _tune(args) -> int:
     png = tune.plot(results, records.with_suffix(".png"))
     print(f"\nrecords: {records}" + (f"; plot: {png}" if png else ""))
     flag = "" if args.precision == "float32" else f" --precision {args.precision}"
+    flag += f" --placement {args.placement}" if args.placement else ""
     print(f"compile with: tir-adreno compile MODEL -o DIR --target {target.name} --records {records}{flag}")
     return 0
 
@@ -469,6 +479,13 @@ def _add_model(p, builtin_default="resnet18"):
     default = f"default: built-in {builtin_default}" if builtin_default else "or --builtin"
     p.add_argument("model", nargs="?", help=f"ONNX model file ({default})")
     p.add_argument("--builtin", default=builtin_default, choices=BUILTIN_MODELS, help="a built-in model (seeded random weights)")
+
+
+def _add_placement(parser) -> None:
+    from .device import PLACEMENTS  # numpy only: the CLI still parses without TVM
+
+    parser.add_argument("--placement", choices=PLACEMENTS,
+                        help="default scope of activations (default: the device profile's; nvidia-h200: buffer, others: texture)")
 
 
 def _add_input_shape(parser) -> None:
@@ -510,6 +527,7 @@ def main(argv=None) -> int:
     p.add_argument("--target", metavar="PROFILE", help="plan the kernels for this device profile (adreno, nvidia-h200, pocl)")
     p.add_argument("--precision", choices=MODEL_PRECISIONS, help=PRECISION_HELP + " (default float32)")
     p.add_argument("--kernels", metavar="DIR", help="use the kernel files of `tir-adreno dump` that were edited")
+    _add_placement(p)
     p.set_defaults(fn=_run)
     p = sub.add_parser("dump", help="write every kernel of a model as an editable TVMScript file + manifest.json")
     _add_model(p)
@@ -519,6 +537,7 @@ def main(argv=None) -> int:
     p.add_argument("--precision", default="float32", choices=MODEL_PRECISIONS,
                    help=PRECISION_HELP + "; run the edited files with the same --precision")
     _add_input_shape(p)
+    _add_placement(p)
     p.set_defaults(fn=_dump)
     p = sub.add_parser("kernel", help="build one dumped kernel file; show, check against NumPy, time")
     p.add_argument("file", help="a kernel file written by `tir-adreno dump`")
@@ -534,6 +553,7 @@ def main(argv=None) -> int:
     p.add_argument("--records", metavar="FILE", help="tuning records for that device")
     _add_input_shape(p)
     p.add_argument("--precision", default="float32", choices=MODEL_PRECISIONS, help=PRECISION_HELP)
+    _add_placement(p)
     p.set_defaults(fn=_compile)
     p = sub.add_parser("tune", help="measure conv candidates per layer on a device and write tuning records")
     _add_model(p, builtin_default=None)
@@ -548,6 +568,7 @@ def main(argv=None) -> int:
     way.add_argument("--rpc-tracker", metavar="HOST:PORT", help="measure on the runners registered with this TVM RPC tracker")
     p.add_argument("--rpc-key", default="tir-adreno", help="runner key at the tracker (default tir-adreno)")
     p.add_argument("--precision", default="float32", choices=MODEL_PRECISIONS, help=PRECISION_HELP + "; records are per precision")
+    _add_placement(p)
     p.set_defaults(fn=_tune)
     p = sub.add_parser(
         "kernels",

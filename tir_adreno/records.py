@@ -70,6 +70,8 @@ class Records:
     precision: str = "float32"
     layers: dict = field(default_factory=dict)
     path: Path | None = None
+    #: Whole-model timing of ``tune`` (``tune.in_context``): seconds per variant and the one kept.
+    context: dict = field(default_factory=dict)
 
     def lookup(self, geom, precision: str) -> ConvChoice | None:
         entry = self.layers.get(conv2d_key(geom, precision))
@@ -91,6 +93,21 @@ class Records:
             "measured": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         }
 
+    def replaced(self, conv=None, pool=None) -> "Records":
+        """A copy whose conv choices are ``conv(choice)`` and pool choices ``pool(choice)`` (None:
+        kept); an entry whose choice changes keeps its per-layer winner as ``layer_winner``."""
+        layers = {}
+        for key, entry in self.layers.items():
+            kind, fn = (ConvChoice, conv) if key.startswith("conv2d ") else (PoolChoice, pool)
+            entry = dict(entry)
+            old = kind.from_dict(entry["choice"])
+            new = old if fn is None else fn(old)
+            if new != old:
+                entry.setdefault("layer_winner", entry["name"])
+                entry.update(choice=new.to_dict(), name=new.name)
+            layers[key] = entry
+        return Records(self.profile, self.precision, layers, self.path, dict(self.context))
+
     def save(self, path=None) -> Path:
         path = Path(path or self.path)
         doc = {
@@ -99,6 +116,7 @@ class Records:
             "kernels": kernels_version(),
             "precision": self.precision,
             "layers": self.layers,
+            "context": self.context,
         }
         cache.write(path, json.dumps(doc, indent=1, sort_keys=True).encode())
         self.path = path
@@ -132,7 +150,7 @@ def load(path, profile: DeviceProfile, precision: str = "float32", warn: bool = 
         if warn:
             warnings.warn(f"{path}: records ignored: {reason}", RecordsWarning, stacklevel=2)
         return empty
-    return Records(profile, precision, dict(doc["layers"]), path)
+    return Records(profile, precision, dict(doc["layers"]), path, dict(doc.get("context") or {}))
 
 
 def open_records(records, profile: DeviceProfile, precision: str = "float32") -> Records | None:

@@ -13,8 +13,12 @@ Each distinct pooling layer is timed with the schedules "auto" (the default),
 "thread" and "group" (``strategy.pool_schedule``).
 
 Candidates are timed as bare convs (no bias/activation: the epilogue costs the
-same in every candidate). A "buffer" winner also makes the compiled model copy
-its input from a texture when the previous op wrote one; that copy is not timed.
+same in every candidate), in the profile's ``activation_placement`` plus the default
+config in the other placement. In a model, a conv placed apart from its neighbours
+runs mixed-scope kernels at the boundary, which a per-layer time does not see; so once
+every layer is recorded, :func:`in_context` times the whole model with no records, with
+the records' placements forced to the profile's, and with the records as tuned, and
+keeps the fastest of the three in the records.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from primfuncs.conv2d import ConvConfig, conv2d_geometry
-from primfuncs._common import TEXTURE
+from primfuncs._common import BUFFER, TEXTURE
 from primfuncs.epilogue import Epilogue
 
 from . import records as _records
@@ -110,11 +114,16 @@ def candidates(geom, profile: DeviceProfile, precision: str = "float32") -> list
                     configs.append(config)
     # Spread the few tried configs over the space rather than the first corner of it.
     step = max(1, -(-len(configs) // MAX_CONFIGS))
-    out = [strategy.ConvChoice("direct")]
-    out += [strategy.ConvChoice("direct", c) for c in configs[::step][:MAX_CONFIGS]]
-    out += [strategy.ConvChoice(a) for a in strategy.eligible_algorithms(geom, precision) if a != "direct"]
-    out.append(strategy.ConvChoice("direct", None, "buffer"))
+    placement = profile.activation_placement
+    out = [strategy.default_choice(profile)]
+    out += [strategy.ConvChoice("direct", c, placement) for c in configs[::step][:MAX_CONFIGS]]
+    out += [strategy.ConvChoice(a, None, placement) for a in strategy.eligible_algorithms(geom, precision) if a != "direct"]
+    out.append(strategy.ConvChoice("direct", None, OTHER_PLACEMENT[placement]))
     return out
+
+
+#: The placement a conv candidate tries besides the profile's default.
+OTHER_PLACEMENT = {"texture": "buffer", "buffer": "texture"}
 
 
 def build_pool_jobs(layer: PoolLayer, profile: DeviceProfile, progress=print, precision: str = "float32") -> tuple[list, dict]:
@@ -126,7 +135,8 @@ def build_pool_jobs(layer: PoolLayer, profile: DeviceProfile, progress=print, pr
         choice, key = strategy.PoolChoice(name), f"{layer.key}|{name}"
         schedule = strategy.pool_schedule(layer.key, profile, choice=choice)
         try:
-            module = build.build_cached(layer.factory(layer.in5, scope=TEXTURE, **schedule, **layer.attrs))
+            scope = TEXTURE if profile.activation_placement == "texture" else BUFFER
+            module = build.build_cached(layer.factory(layer.in5, scope=scope, **schedule, **layer.attrs))
             module = module.with_storage(strategy.half_storage(precision))
         except (ValueError, RuntimeError) as err:
             progress(f"    skip {name}: {str(err).splitlines()[0][:120]}")
@@ -174,7 +184,9 @@ def tune(model, profile: DeviceProfile, records_path, measurer, budget_s: float 
     ``measurer`` has ``measure(jobs) -> {key: MeasureResult}`` (``tir_adreno.measure``).
     Starts no new layer once ``budget_s`` seconds have passed (a layer in progress is
     finished, and one layer is always tuned); the next run continues where this one stopped. Returns one
-    :class:`LayerResult` per layer (recorded ones from earlier runs included).
+    :class:`LayerResult` per layer (recorded ones from earlier runs included). Once every layer
+    is recorded and the measurer is local, :func:`in_context` times the whole model and keeps
+    the fastest variant in the records.
     """
     strategy.check_precision(precision, profile)
     recs = _records.load(records_path, profile, precision)
@@ -213,7 +225,64 @@ def tune(model, profile: DeviceProfile, records_path, measurer, budget_s: float 
         gain = f" ({default_s / ok[winner_name]:.2f}x the default)" if default_s else ""
         progress(f"    winner: {winner_name}{gain}")
         results.append(LayerResult(key, default_s, ok[winner_name], winner_name))
+    if len(results) < len(layers) or not results:
+        return results
+    if isinstance(measurer, LocalMeasurer):
+        in_context(model, profile, records_path, measurer.device, precision, progress)
+    else:
+        progress("whole-model timing (placement in context) needs the device on this machine: skipped")
     return results
+
+
+#: Whole-model variants :func:`in_context` times, preferred in this order on a near tie
+#: (``tuning.TIE_MARGIN``): no records (the profile's default), the records with every conv in
+#: the profile's placement, the records as tuned per layer.
+CONTEXT_VARIANTS = ("default", "tuned, default placement", "tuned")
+#: Profiled whole-model runs per variant (median of their summed kernel times).
+CONTEXT_RUNS = 5
+
+
+def in_context(model, profile: DeviceProfile, records_path, device, precision: str = "float32", progress=print,
+               runs: int = CONTEXT_RUNS) -> dict[str, float]:
+    """Time the whole ``model`` on ``device`` (median kernel time of ``runs`` profiled runs) for each
+    of :data:`CONTEXT_VARIANTS` and rewrite the records at ``records_path`` to the fastest.
+
+    Per-layer tuning times a conv alone; in a model, a placement other than its neighbours'
+    changes what they run (mixed-scope kernels, image floors on some drivers). So the records
+    never make the model slower than the profile's default. Returns seconds per variant."""
+    import statistics
+
+    import numpy as np
+
+    from .compiler import compile_model
+
+    recs = _records.load(records_path, profile, precision)
+    default = strategy.default_choice(profile)
+    variants = {
+        "default": recs.replaced(conv=lambda c: default, pool=lambda c: strategy.PoolChoice()),
+        "tuned, default placement": recs.replaced(conv=lambda c: strategy.ConvChoice(c.algorithm, c.config, default.placement)),
+        "tuned": recs,
+    }
+    times, inputs = {}, None
+    for name in CONTEXT_VARIANTS:
+        compiled = compile_model(model, device, profile=profile, records=variants[name], precision=precision, progress=lambda _: None)
+        if inputs is None:
+            rng = np.random.default_rng(0)
+            tensors = compiled.plan.tensors
+            inputs = {n: rng.standard_normal(tensors[i].shape).astype(tensors[i].dtype) for n, i in compiled.plan.inputs}
+        compiled.run(inputs)  # warm-up
+        samples = []
+        for _ in range(runs):
+            compiled.run(inputs, profile=True)
+            samples.append(compiled.kernel_time_ms() / 1e3)
+        times[name] = statistics.median(samples)
+    kept = tuning.pick_algorithm(times)
+    recs = variants[kept]
+    recs.context = {"model_s": times, "kept": kept, "placement": profile.activation_placement}
+    recs.save(records_path)
+    progress("whole model (kernel time, median of %d profiled runs): %s; kept: %s" % (
+        runs, ", ".join(f"{name} {t * 1e3:.3f} ms" for name, t in times.items()), kept))
+    return times
 
 
 def table(results) -> str:
