@@ -19,6 +19,12 @@ and without the image pool. On an NVIDIA GPU with PyTorch it adds cuDNN fp32
 or ``adreno`` with ``--build-only``: pass ``--target nvidia-h200`` to build for the H200).
 ``--records FILE`` (from ``tir-adreno tune``) adds a third way, "tuned": ours with the
 records' per-layer choices, against "ours" with the profile's defaults.
+"ours" places activations as the profile does (``activation_placement``: buffers for
+``nvidia-h200``, textures for the others); ``--placement texture|buffer`` adds the way
+"ours_<placement>", ours with every activation in that scope, so one run times both:
+
+    python benchmarks/models_e2e.py --build-only DIR --target nvidia-h200 --placement texture
+    python benchmarks/models_e2e.py --from DIR        # ours (buffers), upstream, ours_texture
 ``--carry-weights-mb N`` saves weights (``--build-only``) only for models up to N MiB;
 the others run with seeded random weights, for timing only (``"random_weights": true``).
 """
@@ -36,7 +42,7 @@ import numpy as np
 from common import add_device_argument, add_target_argument, fmt, log, print_table, target_profile, write_json
 
 MODELS = ("resnet50", "mobilenet_v2")
-WAYS = ("ours", "upstream", "tuned")  # "tuned" only with --records
+WAYS = ("ours", "upstream", "tuned", "ours_texture", "ours_buffer")  # "tuned" with --records, "ours_P" with --placement P
 #: Weights above this size are not saved for --from (the device tool carries 64 MiB);
 #: such a model is then run there with seeded random weights, for timing only.
 CARRY_WEIGHTS_MB = 24
@@ -54,8 +60,9 @@ def _build(names, ways, directory: Path | None, device, profile, records, onnx_p
         for way in ways:
             log(f"compile {name} ({way}) ...")
             start = time.perf_counter()
+            placement = way.split("_", 1)[1] if way.startswith("ours_") else None
             cm = compile_model(mod, device, profile, records if way == "tuned" else None, ours=way != "upstream",
-                               progress=lambda msg: log(f"  {msg}"))
+                               progress=lambda msg: log(f"  {msg}"), placement=placement)
             log(f"  {time.perf_counter() - start:.1f} s")
             compiled[name, way] = cm
             if directory is not None:
@@ -147,6 +154,8 @@ def main():
     add_device_argument(parser)
     add_target_argument(parser)
     parser.add_argument("--records", metavar="FILE", help="tuning records: adds the way 'tuned'")
+    parser.add_argument("--placement", choices=("texture", "buffer"),
+                        help="adds the way 'ours_<placement>': ours with every activation in that scope")
     parser.add_argument("--models", default=None, help=f"comma-separated (default: {','.join(MODELS)}, "
                         "or the --onnx files); built-ins or ONNX model names (--onnx-dir DIR/<name>.onnx)")
     parser.add_argument("--onnx", type=Path, nargs="+", default=[], metavar="FILE", help="ONNX models, named by stem")
@@ -172,9 +181,11 @@ def main():
         parser.error(f"unknown models {sorted(unknown)}; choose from {MODELS} or give --onnx / --onnx-dir")
 
     from tir_adreno import runtime
+    from tir_adreno.texture import is_texture_scope
 
     device = runtime.get_device(args.device)
-    ways = WAYS if args.records else WAYS[:2]
+    ways = WAYS[:3] if args.records else WAYS[:2]
+    ways += (f"ours_{args.placement}",) if args.placement else ()
     if args.from_dir:
         ways = tuple(w for w in WAYS if (args.from_dir / f"{names[0]}-{w}").exists())
         compiled = _load(names, ways, args.from_dir, device)
@@ -203,16 +214,20 @@ def main():
                 "memory_pool": pooled,
                 "memory_no_pool": unpooled,
                 "calls": len(cm.plan.calls),
+                "texture_activations": sum(is_texture_scope(t.scope) for t in cm.plan.tensors if t.kind == "temp"),
                 "random_weights": args.from_dir is not None and not (args.from_dir / f"{name}-{way}" / "weights.npz").exists(),
             }
         if not any(entry[w]["random_weights"] for w in ways):
             ref = outputs["upstream"][0].astype(np.float64)
             entry["max_rel_diff"] = float(np.max(np.abs(outputs["ours"][0] - ref)) / np.max(np.abs(ref)))
+            for way in ways[2:]:  # tuned, ours_<placement>: checked against upstream too
+                entry[f"max_rel_diff_{way}"] = float(np.max(np.abs(outputs[way][0] - ref)) / np.max(np.abs(ref)))
         nvidia = device.cl_device.vendor.lower().startswith("nvidia")
         entry["cudnn"] = _cudnn(name, args.repeat) if nvidia and name in MODELS else None  # torch_models: built-ins only
         results.append(entry)
         o, u = entry["ours"], entry["upstream"]
         c, t = entry["cudnn"], entry.get("tuned")
+        alt = next((w for w in ways if w.startswith("ours_")), None)
         if t:
             entry["tuned_vs_ours"] = o["kernel_ms"] / t["kernel_ms"]
         rows.append(
@@ -232,12 +247,13 @@ def main():
                 fmt(entry.get("max_rel_diff"), ".1e"),
                 fmt(t["kernel_ms"]) if t else "-",
                 fmt(entry.get("tuned_vs_ours"), ".2f") + "x" if t else "-",
+                f"{alt[5:]} {fmt(entry[alt]['kernel_ms'])} / {fmt(entry[alt]['wall_ms'])}" if alt else "-",
             ]
         )
     path = write_json("models_e2e", device.name, {"repeat": args.repeat, "results": results}, args.results_dir)
     print_table(
         ["model", "ours ms", "upstream ms", "speedup", "ours wall", "upstr wall", "wall/kernel", "launch us bound / unbound", "cuDNN eager", "cuDNN graph", "act MiB pool", "act MiB no pool", "ours vs upstr",
-         "tuned ms", "tuned gain"],
+         "tuned ms", "tuned gain", "--placement kernel / wall ms"],
         rows,
         title=f"end to end on {device.name}: kernel time = sum of OpenCL events, wall = one run's host time "
         f"(launch us: host time per kernel enqueue), medians of {args.repeat} (JSON: {path})",

@@ -5,12 +5,16 @@ A conv at a texture/buffer boundary reads ``X`` (and ``Residual``) in one scope 
 poisoned output, and a whole model whose records alternate placements runs with no copy.
 """
 
+import json
+
 import numpy as np
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 from strategies import CONV_3X3, DEPTHWISE_3X3, SCOPES, SEEDS, conv_cases
+from test_cli import cli
 from test_conv2d import reference_conv2d, reference_epilogue
+from test_tune import two_convs  # noqa: F401 (fixture)
 from util import assert_close, rand
 
 from primfuncs._common import BUFFER, TEXTURE
@@ -113,3 +117,34 @@ def test_alternating_placements_need_no_copy(device, tmp_path):
     (out,) = compiled.run({compiled.plan.inputs[0][0]: x})
     (ref,) = reference_outputs(model, {compiled.plan.inputs[0][0]: x})
     assert relative_error(out, ref) <= 1e-4
+
+
+def test_records_replaced_keeps_the_layer_winner(tmp_path):
+    profile = get_profile("pocl")
+    recs = records.Records(profile)
+    geom = conv2d_geometry((1, 8, 6, 6), (8, 8, 3, 3), padding=1)
+    tuned = strategy.ConvChoice("winograd_2x2", None, "buffer")
+    recs.add(records.conv2d_key(geom), tuned, {tuned.name: 1e-6})
+    forced = recs.replaced(conv=lambda c: strategy.ConvChoice(c.algorithm, c.config, "texture"))
+    assert forced.lookup(geom, "float32") == strategy.ConvChoice("winograd_2x2", None, "texture")
+    assert forced.layers[records.conv2d_key(geom)]["layer_winner"] == tuned.name
+    assert recs.lookup(geom, "float32") == tuned  # the original is unchanged
+    forced.context = {"kept": "tuned, default placement"}
+    path = forced.save(tmp_path / "r.json")
+    assert records.load(path, profile).context == {"kept": "tuned, default placement"}
+
+
+def test_profile_placement_reaches_every_kernel(two_convs, tmp_path):
+    """nvidia-h200 plans every activation in buffers with no flag; --placement overrides a profile."""
+    from tir_adreno.compiler import compile_plan
+
+    plan, _, _ = compile_plan(str(two_convs), get_profile("nvidia-h200"), progress=lambda _: None)
+    assert {t.scope for t in plan.tensors if t.kind == "temp"} == {BUFFER}
+    plan, _, _ = compile_plan(str(two_convs), get_profile("nvidia-h200"), progress=lambda _: None, placement="texture")
+    assert TEXTURE in {t.scope for t in plan.tensors if t.kind == "temp"}
+    res = cli("run", str(two_convs), "--placement", "buffer", "--check", "--json", str(tmp_path / "r.json"))
+    assert res.returncode == 0 and "check passed" in res.stdout, res.stdout + res.stderr[-2000:]
+    rows = json.loads((tmp_path / "r.json").read_text())["profile"]
+    assert {r["placement"] for r in rows} == {"buffer"}, rows
+    res = cli("compile", str(two_convs), "-o", str(tmp_path / "m"), "--placement", "image")
+    assert res.returncode == 2 and "--placement: invalid choice: 'image'" in res.stderr

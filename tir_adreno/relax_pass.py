@@ -19,9 +19,13 @@
 - Activations stay NCHW4c between our kernels. A layout transform is emitted
   only where a value crosses to an op we do not cover (or comes from one), and
   each transform is emitted once per value, so back-to-back transforms cancel.
-- Each blocked tensor is placed in a texture when it fits the device's image
-  limits, else in a buffer; a kernel runs on textures when all its activations
-  do, and a value in the other scope is copied over once.
+- Each blocked tensor is placed in the profile's ``activation_placement``: a
+  buffer, or a texture when it fits the device's image limits (else a buffer); a
+  kernel runs on textures when all its activations do, and a value in the other
+  scope is copied over once. Convs read and write either scope (mixed-scope
+  kernels): a conv reads its input where it is and writes its output in its own
+  placement (tuning records may set it) when only convs read it, else where the
+  other ops want it, so a placement boundary costs no copy kernel.
 
 Ops we do not cover are left as they are, for ``LegalizeOps`` and dlight.
 Op families plug in through :data:`HANDLERS` (op name -> handler).
