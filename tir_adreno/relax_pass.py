@@ -654,6 +654,7 @@ def _conv_info(node: Node, plan, output: str) -> dict:
         algorithm=plan.algorithm,
         stage="direct" if plan.algorithm == "direct" else CONV_STAGES[output],
         choice=plan.choice.to_dict(),  # rebuilds the other stages of a Winograd conv (``tir-adreno kernel``)
+        io_scopes=plan.io_scopes,  # with the scopes of X, Y and Residual (mixed at a placement boundary)
     )
     return info
 

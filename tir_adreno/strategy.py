@@ -207,6 +207,12 @@ class ConvPlan:
         """The packed weights' parameter: ``W`` (direct, OIHW4o) or ``U`` (Winograd, ``G g G^T``)."""
         return "W" if self.algorithm == "direct" else "U"
 
+    @property
+    def io_scopes(self) -> dict:
+        """``conv2d_plan`` keywords that rebuild this plan's scopes of X, Y and Residual."""
+        scopes = {t.name: t.scope for t in self.tensors}
+        return dict(in_scope=scopes["X"], out_scope=scopes["Y"], residual_scope=scopes.get("Residual"))
+
     def tensor(self, name: str) -> TensorPlan:
         return next(t for t in self.tensors if t.name == name)
 

@@ -339,7 +339,8 @@ def _winograd_stages(path, func, info: dict, dev):
     geom = conv2d_geometry(info["inputs"][0], info["weight"], a["strides"], a["padding"], a["dilation"], a["groups"])
     clip = e.get("clip", (0.0, 6.0))
     epilogue = Epilogue(e["bias"], e["activation"], e["residual"], clip[0], clip[1])
-    plan = strategy.conv2d_plan(geom, epilogue, "float32", resolve(dev), choice=strategy.ConvChoice.from_dict(info["choice"]))
+    plan = strategy.conv2d_plan(geom, epilogue, "float32", resolve(dev), choice=strategy.ConvChoice.from_dict(info["choice"]),
+                                **info.get("io_scopes", {}))
     stages = list(plan.primfuncs())
     index = list(CONV_STAGES.values()).index(info["stage"])
     mismatch = _signature_mismatch(_param_specs(func), _param_specs(stages[index]))
