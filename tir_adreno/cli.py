@@ -75,10 +75,12 @@ EXIT_CODES = """exit codes:
 
 def check_environment() -> None:
     """Settings read from the environment, validated before any work."""
-    from . import bounds
+    from . import bounds, launcher
 
     try:
         bounds.enabled()
+        launcher.requested()
+        launcher.flush_requested()
     except ValueError as err:
         raise UserError(str(err)) from None
 
