@@ -163,9 +163,14 @@ def test_help_documents_exit_codes(run_cli):
 
 
 @pytest.mark.parametrize("command", ["run", "kernels"])
-def test_garbage_environment_setting(run_cli, tiny_onnx, command):
+@pytest.mark.parametrize("variable, allowed", [
+    ("TIR_ADRENO_CHECK_BOUNDS", "0 or 1"),
+    ("TIR_ADRENO_LAUNCHER", "auto, ctypes, pyopencl"),
+    ("TIR_ADRENO_LAUNCH_FLUSH", "count of launches"),
+])
+def test_garbage_environment_setting(run_cli, tiny_onnx, command, variable, allowed):
     args = ["run", str(tiny_onnx)] if command == "run" else ["kernels"]
-    assert_user_error(run_cli(*args, env={"TIR_ADRENO_CHECK_BOUNDS": "bogus"}), "$TIR_ADRENO_CHECK_BOUNDS", "0 or 1", "'bogus'")
+    assert_user_error(run_cli(*args, env={variable: "bogus"}), f"${variable}", allowed, "'bogus'")
 
 
 @pytest.mark.parametrize("flag", ["--outputs", "--json"])

@@ -76,3 +76,18 @@ def test_models_e2e_takes_onnx_models(onnx_dir, tmp_path):
     for way in ("ours", "upstream"):
         assert entry[way]["random_weights"] is True and entry[way]["kernel_ms"] > 0
     assert entry["ours"]["calls"] < entry["upstream"]["calls"]  # conv + BatchNorm + ReLU6 fused
+    # launch_us: the fast run's path (ctypes, no events), next to the old unbound path
+    assert entry["ours"]["launcher"] == "ctypes" and entry["ours"]["launch_us"] > 0 and entry["ours"]["launch_us_unbound"] > 0
+    # benchmarks/host_path.py on the same saved model, without TVM: four ways, same bits
+    out = script("host_path.py", "--from", saved, "--chain", "6", "--flush", "2", "--repeat", "2", "--rounds", "1", "--results-dir", tmp_path,
+                 no_tvm=True)
+    assert out.splitlines()[-1].startswith("chain6  ")  # the table comes last
+    (result_file,) = tmp_path.glob("host_path-*.json")
+    tiny, chain = json.loads(result_file.read_text())["results"]
+    assert (tiny["model"], chain["model"], chain["launches"], chain["chain_correct"]) == ("tiny", "chain6", 6, True)
+    for entry in (tiny, chain):
+        assert entry["kernel_ms"] > 0
+        kinds = {name: (v["launcher"], v["queue"], v["flush"]) for name, v in entry["variants"].items()}
+        assert kinds == {"pyopencl+profiling": ("pyopencl", "profiling", 0), "pyopencl+plain": ("pyopencl", "plain", 0),
+                         "ctypes+plain": ("ctypes", "plain", 0), "ctypes+plain+flush2": ("ctypes", "plain", 2)}
+        assert all(v["outputs_match"] and v["launch_us"] > 0 and v["wall_ms"] > 0 for v in entry["variants"].values())

@@ -240,8 +240,8 @@ class CompiledModel:
 
     def use_launcher(self, kind: str | None = None, flush: int | None = None, queue: str = "plain") -> None:
         """How the fast run (``run(profile=False)``) enqueues its kernels: ``kind`` auto, ctypes
-        or pyopencl (None: ``$TIR_ADRENO_LAUNCHER``, see :mod:`tir_adreno.launcher`), one clFlush
-        after ``flush`` launches (None: ``$TIR_ADRENO_LAUNCH_FLUSH``; 0: none), on the device's
+        or pyopencl (None: ``$TIR_ADRENO_LAUNCHER``, see :mod:`tir_adreno.launcher`), a clFlush
+        after every ``flush`` launches (None: ``$TIR_ADRENO_LAUNCH_FLUSH``; 0: none), on the device's
         ``"plain"`` queue or, for comparison with what ``run`` did before, its ``"profiling"`` one."""
         if queue not in ("plain", "profiling"):
             raise ValueError(f"queue must be 'plain' or 'profiling', got {queue!r}")

@@ -22,7 +22,7 @@ import pyopencl as cl
 
 ENV = "TIR_ADRENO_LAUNCHER"
 CHOICES = ("auto", "ctypes", "pyopencl")
-#: ``flush``: how many launches go before one ``clFlush`` (0: none; see :class:`Launcher`).
+#: ``flush``: a ``clFlush`` after every that many launches (0: none; see :class:`Launcher`).
 FLUSH_ENV = "TIR_ADRENO_LAUNCH_FLUSH"
 
 
@@ -48,7 +48,7 @@ def requested() -> str:
 
 
 def flush_requested() -> int:
-    """``$TIR_ADRENO_LAUNCH_FLUSH`` (default 0): launches before one clFlush."""
+    """``$TIR_ADRENO_LAUNCH_FLUSH`` (default 0: never): a clFlush after every that many launches."""
     value = os.environ.get(FLUSH_ENV, "").strip() or "0"
     if not value.isdigit():
         raise ValueError(f"${FLUSH_ENV} must be a count of launches (0: no flush), got {value!r}")
@@ -112,8 +112,9 @@ def resolve(kind: str | None = None) -> str:
 
 class Launcher:
     """Enqueues bound kernels ``[(pyopencl Kernel, global size, local size)]`` on one queue,
-    in order, without events and without waiting. ``flush`` > 0 flushes the queue once after
-    that many launches, so the device may start while the host is still enqueuing."""
+    in order, without events and without waiting. ``flush`` > 0 flushes the queue after every
+    ``flush`` launches (not after the last: the caller waits then), so a driver that holds
+    commands until a flush (NVIDIA's) starts the device while the host is still enqueuing."""
 
     kind = ""
 
@@ -122,6 +123,9 @@ class Launcher:
         self.launches = list(launches)  # holds the kernels: their handles stay valid
         self.names = [kernel.function_name for kernel, _, _ in self.launches]
         self.flush = flush if 0 < flush < len(self.launches) else 0
+        step = self.flush or len(self.launches) or 1
+        #: Launch indices in runs, a flush between two runs.
+        self.chunks = [range(i, min(i + step, len(self.launches))) for i in range(0, len(self.launches), step)]
 
     def __len__(self) -> int:
         return len(self.launches)
@@ -133,13 +137,15 @@ class PyOpenCLLauncher(Launcher):
     kind = "pyopencl"
 
     def enqueue(self) -> None:
-        enqueue, queue, flush = cl.enqueue_nd_range_kernel, self.queue, self.flush
+        enqueue, queue, launches = cl.enqueue_nd_range_kernel, self.queue, self.launches
         i = 0
         try:
-            for i, (kernel, global_size, local_size) in enumerate(self.launches):
-                enqueue(queue, kernel, global_size, local_size)
-                if i + 1 == flush:
+            for n, chunk in enumerate(self.chunks):
+                if n:
                     queue.flush()
+                for i in chunk:
+                    kernel, global_size, local_size = launches[i]
+                    enqueue(queue, kernel, global_size, local_size)
         except cl.Error as err:
             raise LaunchError(self.names[i], err.code) from None
 
@@ -169,28 +175,23 @@ class CtypesLauncher(Launcher):
             # Every argument already a ctypes object: the call converts nothing.
             args.append((self._queue, ctypes.c_void_p(kernel.int_ptr), ctypes.c_uint(dims), None,
                          sizes(*global_size), local, ctypes.c_uint(0), None, None))
-        split = self.flush or len(args)
-        self._head, self._tail = args[:split], args[split:]
+        self._chunks = [[(i, args[i]) for i in chunk] for chunk in self.chunks]
 
     def enqueue(self) -> None:
-        enqueue = self._enqueue
-        for i, args in enumerate(self._head):
-            code = enqueue(*args)
-            if code:
-                raise LaunchError(self.names[i], code)
-        if not self._tail:
-            return
-        code = self._flush(self._queue)
-        if code:
-            raise LaunchError(self.names[len(self._head) - 1], code, "clFlush")
-        for i, args in enumerate(self._tail, len(self._head)):
-            code = enqueue(*args)
-            if code:
-                raise LaunchError(self.names[i], code)
+        enqueue, flush, queue = self._enqueue, self._flush, self._queue
+        for n, chunk in enumerate(self._chunks):
+            if n:
+                code = flush(queue)
+                if code:
+                    raise LaunchError(self.names[chunk[0][0] - 1], code, "clFlush")
+            for i, args in chunk:
+                code = enqueue(*args)
+                if code:
+                    raise LaunchError(self.names[i], code)
 
 
 def make_launcher(queue, launches, kind: str | None = None, flush: int | None = None) -> Launcher:
     """A launcher of ``kind`` (None: ``$TIR_ADRENO_LAUNCHER``; auto: ctypes when the library
-    loads) that flushes after ``flush`` launches (None: ``$TIR_ADRENO_LAUNCH_FLUSH``)."""
+    loads) that flushes after every ``flush`` launches (None: ``$TIR_ADRENO_LAUNCH_FLUSH``)."""
     cls = CtypesLauncher if resolve(kind) == "ctypes" else PyOpenCLLauncher
     return cls(queue, launches, flush_requested() if flush is None else flush)
