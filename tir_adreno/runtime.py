@@ -145,7 +145,7 @@ class Tensor:
         self._enqueue_copy(queue, out, self.mem)
 
     def _enqueue_copy(self, queue, dst, src) -> None:
-        queue = queue or self.device.queue
+        queue = self.device.queue if queue is None else queue
         if is_texture_scope(self.spec.scope):
             cl.enqueue_copy(queue, dst, src, origin=(0, 0, 0), region=self._region(), is_blocking=False)
         else:
@@ -176,7 +176,7 @@ class BoundCall:
     def enqueue(self, events: list | None = None, queue=None) -> None:
         """Enqueue every kernel on ``queue`` (default: the one it was bound for, the profiling
         queue); with ``events`` (a list) append their events to it."""
-        enqueue, queue = cl.enqueue_nd_range_kernel, queue or self.queue
+        enqueue, queue = cl.enqueue_nd_range_kernel, self.queue if queue is None else queue
         if self.bounds is not None:
             pending, name, record = self.bounds
             cl.enqueue_fill_buffer(queue, record, np.int32(0), 0, bounds.RECORD_INTS * 4)
