@@ -78,6 +78,7 @@ def test_run_onnx_check_inputs_outputs(tiny_onnx, tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     assert "check passed" in res.stdout
     assert "conv2d" in res.stdout and "texture" in res.stdout
+    assert "(ctypes launcher)" in res.stdout  # the fast run's default where the OpenCL library loads
     with np.load(tmp_path / "out.npz") as out:
         y = out["output0"]
     import onnxruntime
@@ -211,9 +212,11 @@ def test_batch_2_through_symbolic_model(run_cli, batch_onnx, tmp_path):
     x = np.random.default_rng(4).standard_normal((2, 3, 6, 6)).astype("float32")
     np.savez(tmp_path / "in.npz", image=x)
     out = tmp_path / "out.npz"
-    res = run_cli("run", batch_onnx, "--input-shape", "image=2,3,6,6", "--inputs", str(tmp_path / "in.npz"), "--outputs", str(out), "--check")
+    res = run_cli("run", batch_onnx, "--input-shape", "image=2,3,6,6", "--inputs", str(tmp_path / "in.npz"), "--outputs", str(out), "--check",
+                  env={"TIR_ADRENO_LAUNCHER": "pyopencl"})
     assert res.returncode == 0, res.stderr[-3000:]
     assert "check passed" in res.stdout and res.stderr == ""
+    assert "(pyopencl launcher)" in res.stdout
     import onnxruntime
 
     (ref,) = onnxruntime.InferenceSession(batch_onnx, providers=["CPUExecutionProvider"]).run(None, {"image": x})
