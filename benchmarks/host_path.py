@@ -3,12 +3,14 @@
 For saved models (``--from DIR``, made by ``models_e2e.py --build-only DIR``; runs without
 TVM), built-in models compiled here (``--builtin NAME``, needs TVM) and a synthetic chain
 of N tiny buffer kernels (``--chain N``, no TVM), it runs the fast path
-(``CompiledModel.run(profile=False)``) four ways:
+(``CompiledModel.run(profile=False)``) these ways:
 
 - ``pyopencl+profiling``: pyopencl's enqueue (an Event per launch) on the profiling queue
   (what ``run`` did before this script existed);
 - ``pyopencl+plain``: the same on a queue without profiling;
-- ``ctypes+plain``: ``clEnqueueNDRangeKernel`` through ctypes, no event (the default);
+- ``ctypes+profiling``: ``clEnqueueNDRangeKernel`` through ctypes, no event, profiling queue
+  (with the two above: what the event and what the profiling queue cost, apart);
+- ``ctypes+plain``: the same on the plain queue (the default);
 - ``ctypes+plain+flushN``: the same with a ``clFlush`` after every N launches, for each N of
   ``--flush`` (default 4,16): NVIDIA's driver may hold commands until a flush.
 
@@ -38,6 +40,7 @@ from common import add_device_argument, fmt, log, print_table, write_json
 VARIANTS = (
     ("pyopencl+profiling", "pyopencl", "profiling", 0),
     ("pyopencl+plain", "pyopencl", "plain", 0),
+    ("ctypes+profiling", "ctypes", "profiling", 0),
     ("ctypes+plain", "ctypes", "plain", 0),
 )
 

@@ -89,5 +89,6 @@ def test_models_e2e_takes_onnx_models(onnx_dir, tmp_path):
         assert entry["kernel_ms"] > 0
         kinds = {name: (v["launcher"], v["queue"], v["flush"]) for name, v in entry["variants"].items()}
         assert kinds == {"pyopencl+profiling": ("pyopencl", "profiling", 0), "pyopencl+plain": ("pyopencl", "plain", 0),
+                         "ctypes+profiling": ("ctypes", "profiling", 0),
                          "ctypes+plain": ("ctypes", "plain", 0), "ctypes+plain+flush2": ("ctypes", "plain", 2)}
         assert all(v["outputs_match"] and v["launch_us"] > 0 and v["wall_ms"] > 0 for v in entry["variants"].values())
