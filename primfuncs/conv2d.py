@@ -77,6 +77,11 @@ class ConvConfig:
     window's KH x KW weight pixels into registers once, then per kernel row the
     input pixels the tile's columns span once, and reuses them across taps and
     columns (w_block 2, 3x3: 4 input reads per row instead of 6).
+    ``flat`` (any conv but split_k > 1) launches a 1-D NDRange, one work item per
+    tile in output memory order (image, channel tile, row, column tile), in work
+    groups of ``work_group[0]`` items (``work_group`` must be ``(g, 1, 1)``): no
+    idle items on small or odd-sized maps, and neighbouring items read and write
+    neighbouring pixels (coalesced on buffers); what upstream's buffer kernels do.
     """
 
     oc_block: int = 4
@@ -84,6 +89,7 @@ class ConvConfig:
     work_group: tuple[int, int, int] = (8, 4, 1)
     split_k: int = 1
     register_window: bool = False
+    flat: bool = False
 
     def __post_init__(self):
         for name in ("oc_block", "w_block"):
@@ -97,6 +103,11 @@ class ConvConfig:
             raise ValueError(f"ConvConfig.split_k must be an int in 1..64, got {self.split_k!r}")
         if not isinstance(self.register_window, bool):
             raise ValueError(f"ConvConfig.register_window must be a bool, got {self.register_window!r}")
+        if not isinstance(self.flat, bool):
+            raise ValueError(f"ConvConfig.flat must be a bool, got {self.flat!r}")
+        if self.flat and (wg[1:] != (1, 1) or self.split_k != 1):
+            raise ValueError(f"ConvConfig.flat launches a 1-D grid: work_group must be (g, 1, 1) and split_k 1, "
+                             f"got work_group {wg}, split_k {self.split_k}")
         if wg[0] * wg[1] * wg[2] * self.split_k > 256:
             what = f"work_group {wg}" + (f" x split_k {self.split_k}" if self.split_k > 1 else "")
             raise ValueError(f"ConvConfig.{what} has more than 256 work items")
@@ -621,6 +632,46 @@ def _direct_conv(geom: ConvGeometry, mode: str, epilogue, dtype, config, scope, 
                         Y, acc, ob * wb + wi, tmp, epilogue, Bias, Residual, nn, t * ocb + ob, r, x0 + wi, o
                     )
 
+    @T.macro
+    def conv_tile(X, W, Bias, Residual, Y, t, r, i, valid):
+        """The tile of channel tile ``t``, output row ``r`` and column tile ``i`` (image ``i // wt``)."""
+        with T.sblock("conv2d"):
+            # Tile: channel blocks vt*ocb.., output row voh, columns vwt*wb.. of image nn.
+            vt = T.axis.spatial(ot, t)
+            voh = T.axis.spatial(oh, r)
+            nn = T.axis.spatial(n, i // wt)
+            vwt = T.axis.spatial(wt, i % wt)
+            T.where(valid)
+            acc = T.sblock_alloc_buffer((ocb * wb, 4), dtype, scope="local")
+            xp = T.sblock_alloc_buffer((wb, 4), dtype, scope="local")
+            wp = T.sblock_alloc_buffer((ocb, 4, 4), dtype, scope="local")
+            tmp = T.sblock_alloc_buffer((4,), dtype, scope="local")
+            xs = T.sblock_alloc_buffer((span if register_window else 1, 4), dtype, scope="local")
+            wr = T.sblock_alloc_buffer((ocb, kh * kw if register_window else 1, 4), dtype, scope="local")
+            for ob in T.unroll(ocb):
+                for wi in T.unroll(wb):
+                    for lane in T.unroll(4):
+                        acc[ob * wb + wi, lane] = zero
+            if mode == "blocked":
+                for cb in T.serial(blocks_per_group):
+                    accumulate_blocked(X, W, xp, wp, acc, nn, voh, vwt * wb, vt, first_block(vt) + cb, cb, 4)
+                if tail > 0:  # groups == 1, C % 4 channels in the last block
+                    accumulate_blocked(
+                        X, W, xp, wp, acc, nn, voh, vwt * wb, vt, blocks_per_group, blocks_per_group, tail
+                    )
+            elif register_window:
+                accumulate_depthwise_registers(X, W, xs, wr, acc, nn, voh, vwt * wb, vt)
+            elif mode == "depthwise" and multiplier == 1:
+                accumulate_depthwise(X, W, xp, wp, acc, nn, voh, vwt * wb, vt)
+            else:
+                accumulate_lanes(X, W, xp, wp, acc, nn, voh, vwt * wb, vt)
+            store_tile(Y, Bias, Residual, acc, tmp, nn, voh, vwt * wb, vt)
+
+    # config.flat: item k of the 1-D grid owns tile (image, channel tile, row, column tile)
+    # in output memory order, k = ((nn * ot + t) * oh + r) * wt + column tile.
+    tiles = n * ot * oh * wt
+    gf = _work_group(tiles, config.work_group[0])
+
     def plain_kernel():
         @T.prim_func(s_tir=True)
         def func(data: T.handle, weight: T.handle, bias: T.handle, residual: T.handle, out: T.handle):
@@ -630,48 +681,24 @@ def _direct_conv(geom: ConvGeometry, mode: str, epilogue, dtype, config, scope, 
             Bias = T.match_buffer(bias, (o4, 4), dtype, scope=BUFFER)
             Residual = T.match_buffer(residual, (n, o4, oh, ow, 4), dtype, scope=scope)
             Y = T.match_buffer(out, (n, o4, oh, ow, 4), dtype, scope=scope)
-            for bz in T.thread_binding(ceildiv(ot, gz), thread="blockIdx.z"):
-                for by in T.thread_binding(ceildiv(oh, gy), thread="blockIdx.y"):
-                    for bx in T.thread_binding(ceildiv(cols, gx), thread="blockIdx.x"):
-                        for tz in T.thread_binding(gz, thread="threadIdx.z"):
-                            for ty in T.thread_binding(gy, thread="threadIdx.y"):
-                                for tx in T.thread_binding(gx, thread="threadIdx.x"):
-                                    with T.sblock("conv2d"):
-                                        # Tile: channel blocks vt*ocb.., output row voh, columns vwt*wb.. of image nn.
-                                        vt = T.axis.spatial(ot, bz * gz + tz)
-                                        voh = T.axis.spatial(oh, by * gy + ty)
-                                        nn = T.axis.spatial(n, (bx * gx + tx) // wt)
-                                        vwt = T.axis.spatial(wt, (bx * gx + tx) % wt)
-                                        T.where(bz * gz + tz < ot and by * gy + ty < oh and bx * gx + tx < cols)
-                                        acc = T.sblock_alloc_buffer((ocb * wb, 4), dtype, scope="local")
-                                        xp = T.sblock_alloc_buffer((wb, 4), dtype, scope="local")
-                                        wp = T.sblock_alloc_buffer((ocb, 4, 4), dtype, scope="local")
-                                        tmp = T.sblock_alloc_buffer((4,), dtype, scope="local")
-                                        xs = T.sblock_alloc_buffer((span if register_window else 1, 4), dtype, scope="local")
-                                        wr = T.sblock_alloc_buffer(
-                                            (ocb, kh * kw if register_window else 1, 4), dtype, scope="local"
+            if config.flat:
+                for bx in T.thread_binding(ceildiv(tiles, gf), thread="blockIdx.x"):
+                    for tx in T.thread_binding(gf, thread="threadIdx.x"):
+                        conv_tile(
+                            X, W, Bias, Residual, Y, (bx * gf + tx) // (oh * wt) % ot, (bx * gf + tx) // wt % oh,
+                            (bx * gf + tx) // (ot * oh * wt) * wt + (bx * gf + tx) % wt, bx * gf + tx < tiles,
+                        )
+            else:
+                for bz in T.thread_binding(ceildiv(ot, gz), thread="blockIdx.z"):
+                    for by in T.thread_binding(ceildiv(oh, gy), thread="blockIdx.y"):
+                        for bx in T.thread_binding(ceildiv(cols, gx), thread="blockIdx.x"):
+                            for tz in T.thread_binding(gz, thread="threadIdx.z"):
+                                for ty in T.thread_binding(gy, thread="threadIdx.y"):
+                                    for tx in T.thread_binding(gx, thread="threadIdx.x"):
+                                        conv_tile(
+                                            X, W, Bias, Residual, Y, bz * gz + tz, by * gy + ty, bx * gx + tx,
+                                            bz * gz + tz < ot and by * gy + ty < oh and bx * gx + tx < cols,
                                         )
-                                        for ob in T.unroll(ocb):
-                                            for wi in T.unroll(wb):
-                                                for lane in T.unroll(4):
-                                                    acc[ob * wb + wi, lane] = zero
-                                        if mode == "blocked":
-                                            for cb in T.serial(blocks_per_group):
-                                                accumulate_blocked(
-                                                    X, W, xp, wp, acc, nn, voh, vwt * wb, vt, first_block(vt) + cb, cb, 4
-                                                )
-                                            if tail > 0:  # groups == 1, C % 4 channels in the last block
-                                                accumulate_blocked(
-                                                    X, W, xp, wp, acc, nn, voh, vwt * wb, vt, blocks_per_group,
-                                                    blocks_per_group, tail,
-                                                )
-                                        elif register_window:
-                                            accumulate_depthwise_registers(X, W, xs, wr, acc, nn, voh, vwt * wb, vt)
-                                        elif mode == "depthwise" and multiplier == 1:
-                                            accumulate_depthwise(X, W, xp, wp, acc, nn, voh, vwt * wb, vt)
-                                        else:
-                                            accumulate_lanes(X, W, xp, wp, acc, nn, voh, vwt * wb, vt)
-                                        store_tile(Y, Bias, Residual, acc, tmp, nn, voh, vwt * wb, vt)
 
         return func
 

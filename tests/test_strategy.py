@@ -84,6 +84,16 @@ def test_strategy_takes_records_over_defaults(tmp_path):
     assert strategy.ConvChoice.from_dict(choice.to_dict()) == choice
 
 
+def test_choice_keeps_depthwise_knobs():
+    """register_window and flat survive records (older records without them read as False)."""
+    choice = strategy.ConvChoice("direct", ConvConfig(1, 2, (128, 1, 1), register_window=True, flat=True), "buffer")
+    assert strategy.ConvChoice.from_dict(choice.to_dict()) == choice
+    assert choice.name == "direct oc1 w2 wg128x1x1 k1 reg flat buffer"
+    old = choice.to_dict()
+    del old["config"]["register_window"], old["config"]["flat"]
+    assert strategy.ConvChoice.from_dict(old).config == ConvConfig(1, 2, (128, 1, 1))
+
+
 def test_records_of_another_device_or_kernels_are_ignored(tmp_path):
     choice = strategy.ConvChoice("winograd_4x4")
     path = _records(tmp_path / "r.json", get_profile("nvidia-h200"), choice)

@@ -142,20 +142,26 @@ class ConvChoice:
 
     def to_dict(self) -> dict:
         c = self.config
-        config = None if c is None else dict(oc_block=c.oc_block, w_block=c.w_block, work_group=list(c.work_group), split_k=c.split_k)
+        config = None if c is None else dict(oc_block=c.oc_block, w_block=c.w_block, work_group=list(c.work_group),
+                                             split_k=c.split_k, register_window=c.register_window, flat=c.flat)
         return {"algorithm": self.algorithm, "config": config, "placement": self.placement}
 
     @classmethod
     def from_dict(cls, d: dict) -> "ConvChoice":
         c = d.get("config")
-        config = None if c is None else ConvConfig(int(c["oc_block"]), int(c["w_block"]), tuple(int(v) for v in c["work_group"]), int(c["split_k"]))
+        # register_window / flat: absent from records written before those knobs existed.
+        config = None if c is None else ConvConfig(int(c["oc_block"]), int(c["w_block"]), tuple(int(v) for v in c["work_group"]),
+                                                   int(c["split_k"]), bool(c.get("register_window", False)),
+                                                   bool(c.get("flat", False)))
         return cls(d["algorithm"], config, d.get("placement", "texture"))
 
 
 def config_string(config: ConvConfig) -> str:
-    """Short readable form, e.g. ``oc2 w4 wg8x4x1 k4`` (register tile, work group, split_k)."""
+    """Short readable form, e.g. ``oc2 w4 wg8x4x1 k4`` (register tile, work group, split_k), then
+    ``reg`` (window in registers) and ``flat`` (1-D grid) when set."""
     wg = "x".join(str(v) for v in config.work_group)
-    return f"oc{config.oc_block} w{config.w_block} wg{wg} k{config.split_k}"
+    flags = (" reg" if config.register_window else "") + (" flat" if config.flat else "")
+    return f"oc{config.oc_block} w{config.w_block} wg{wg} k{config.split_k}{flags}"
 
 
 @dataclass(frozen=True)
