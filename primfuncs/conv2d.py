@@ -117,10 +117,11 @@ class ConvConfig:
 DEVICE_KINDS = ("mobile", "gpu", "cpu")
 
 
-def default_config(geom: "ConvGeometry", depthwise: bool = False, kind: str = "mobile") -> ConvConfig:
+def default_config(geom: "ConvGeometry", depthwise: bool = False, kind: str = "mobile", profile: str | None = None) -> ConvConfig:
     """The tile a conv gets unless told otherwise, per device class (:data:`DEVICE_KINDS`).
 
-    ``kind`` is the device profile's class (``tir_adreno.device``). Measured
+    ``kind`` is the device profile's class (``tir_adreno.device``), ``profile`` its name
+    (depthwise convs: a :data:`DEPTHWISE_DEFAULTS` entry of that name wins). Measured
     with benchmarks/conv_configs.py (results in benchmarks/results/conv_configs-*.json):
 
     - "mobile" (Adreno class; the rule the kernels were written for): a 4 x 4
@@ -147,7 +148,7 @@ def default_config(geom: "ConvGeometry", depthwise: bool = False, kind: str = "m
     if kind not in DEVICE_KINDS:
         raise ValueError(f"kind must be one of {DEVICE_KINDS}, got {kind!r}")
     if depthwise:
-        return _depthwise_default(geom, DEPTHWISE_DEFAULTS[kind])
+        return _depthwise_default(geom, depthwise_default(geom, kind, profile))
 
     def items(ocb, wb):
         return ceildiv(geom.o4, ocb) * geom.oh * geom.n * ceildiv(geom.ow, wb)
@@ -189,28 +190,61 @@ def default_config(geom: "ConvGeometry", depthwise: bool = False, kind: str = "m
     return ConvConfig(ocb, wb, fill_work_group(extents(ocb, wb), per_slice, max_x=16, max_z=64 // split), split)
 
 
-#: Depthwise defaults per device class (data, so a device profile can carry it). Depthwise
+#: Depthwise defaults per device class or device profile name (data; a profile's name wins
+#: over its class, so one device gets its own entry without touching its class). Depthwise
 #: convs share no input pixel across channel blocks, so a tile is one channel block.
-#: ``work_group`` fixed, or ``threads``: a 2-D work group of that many items filled along
-#: the output columns, then rows (:func:`fill_work_group`). ``register_window`` where the
-#: conv allows it (multiplier 1). "mobile" / "cpu": 4 columns per item, group (8, 4, 1)
-#: (on the H200 every such config of the first sweep was within ~10% of the ~13 us
-#: texture-kernel floor). "gpu": 2 columns per item, window in registers, 128-item groups.
+#: Keys: ``w_block``; ``work_group`` fixed, or ``threads``: a 2-D work group of that many
+#: items filled along the output columns, then rows (:func:`fill_work_group`), or with
+#: ``flat`` a 1-D group of that many items (``ConvConfig.flat``); ``register_window`` where
+#: the conv allows it (multiplier 1); ``placement``: "texture" or "buffer", where the
+#: strategy (``tir_adreno.strategy``) puts the layer's tensors unless records say otherwise;
+#: ``classes``: {layer class of :data:`DEPTHWISE_CLASSES`: keys overridden for that class},
+#: applied in that order. "mobile" / "cpu": 4 columns per item, group (8, 4, 1) (on the
+#: H200 every such config of the first sweep was within ~10% of the ~13 us texture-kernel
+#: floor). "gpu": 2 columns per item, window in registers, 128-item groups.
 DEPTHWISE_DEFAULTS = {
-    "mobile": {"w_block": 4, "work_group": (8, 4, 1), "register_window": False},
-    "cpu": {"w_block": 4, "work_group": (8, 4, 1), "register_window": False},
-    "gpu": {"w_block": 2, "threads": 128, "register_window": True},
+    "mobile": {"w_block": 4, "work_group": (8, 4, 1), "register_window": False, "placement": "texture"},
+    "cpu": {"w_block": 4, "work_group": (8, 4, 1), "register_window": False, "placement": "texture"},
+    "gpu": {"w_block": 2, "threads": 128, "register_window": True, "placement": "texture"},
 }
+
+#: Layer classes a :data:`DEPTHWISE_DEFAULTS` entry may override keys for (``classes``).
+DEPTHWISE_CLASSES = {
+    "stride2": lambda g: max(g.strides) > 1,
+    "small": lambda g: g.oh * g.ow <= 14 * 14,  # MobileNet's last stages: launch-bound
+}
+
+_DEPTHWISE_KEYS = {"w_block", "work_group", "threads", "register_window", "flat", "placement", "classes"}
+
+
+def depthwise_default(geom: "ConvGeometry", kind: str, profile: str | None = None) -> dict:
+    """The :data:`DEPTHWISE_DEFAULTS` entry of depthwise conv ``geom`` on device class ``kind``
+    (or profile ``profile`` when the table has it), its layer classes' overrides applied."""
+    key = profile if profile in DEPTHWISE_DEFAULTS else kind
+    entry = dict(DEPTHWISE_DEFAULTS[key])
+    for name, overrides in entry.pop("classes", {}).items():
+        if name not in DEPTHWISE_CLASSES:
+            raise ValueError(f"DEPTHWISE_DEFAULTS[{key!r}]: unknown layer class {name!r}; known: {list(DEPTHWISE_CLASSES)}")
+        if DEPTHWISE_CLASSES[name](geom):
+            entry.update(overrides)
+    unknown = set(entry) - _DEPTHWISE_KEYS
+    if unknown or entry.get("placement", "texture") not in ("texture", "buffer"):
+        raise ValueError(f"DEPTHWISE_DEFAULTS[{key!r}]: unknown keys {sorted(unknown)} or placement "
+                         f"{entry.get('placement')!r} (want 'texture' or 'buffer')")
+    entry.setdefault("placement", "texture")
+    return entry
 
 
 def _depthwise_default(geom: "ConvGeometry", entry: dict) -> ConvConfig:
-    """One :data:`DEPTHWISE_DEFAULTS` entry as the ConvConfig of conv ``geom``."""
-    wb = entry["w_block"]
-    if "threads" in entry:
+    """One :func:`depthwise_default` entry as the ConvConfig of conv ``geom``."""
+    wb, flat = entry["w_block"], entry.get("flat", False)
+    if flat:
+        work_group = (entry["threads"], 1, 1)
+    elif "threads" in entry:
         work_group = fill_work_group((geom.n * ceildiv(geom.ow, wb), geom.oh, 1), entry["threads"], max_x=32)
     else:
         work_group = entry["work_group"]
-    return ConvConfig(1, wb, work_group, register_window=entry["register_window"] and geom.o == geom.c)
+    return ConvConfig(1, wb, work_group, register_window=entry["register_window"] and geom.o == geom.c, flat=flat)
 
 
 #: Work items below which :func:`default_config` shrinks the register tile ("mobile").
