@@ -129,6 +129,8 @@ def test_records_replaced_keeps_the_layer_winner(tmp_path):
     assert forced.lookup(geom, "float32") == strategy.ConvChoice("winograd_2x2", None, "texture")
     assert forced.layers[records.conv2d_key(geom)]["layer_winner"] == tuned.name
     assert recs.lookup(geom, "float32") == tuned  # the original is unchanged
+    default = recs.replaced(conv=lambda c: None)
+    assert default.lookup(geom, "float32") == strategy.ConvChoice() and default.layers[records.conv2d_key(geom)]["choice"] is None
     forced.context = {"kept": "tuned, default placement"}
     path = forced.save(tmp_path / "r.json")
     assert records.load(path, profile).context == {"kept": "tuned, default placement"}

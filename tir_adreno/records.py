@@ -19,7 +19,7 @@ from pathlib import Path
 
 from . import cache
 from .device import DeviceProfile
-from .strategy import ConvChoice, PoolChoice
+from .strategy import ConvChoice, PoolChoice, default_choice
 
 FORMAT = 2
 _PRIMFUNC_SOURCES = ("conv2d.py", "conv2d_winograd.py", "epilogue.py", "_common.py")
@@ -74,8 +74,12 @@ class Records:
     context: dict = field(default_factory=dict)
 
     def lookup(self, geom, precision: str) -> ConvChoice | None:
+        """The recorded choice of conv ``geom`` (None without one); a null choice (:meth:`replaced`)
+        is the profile's default for it, as ``tune`` found fastest in the model."""
         entry = self.layers.get(conv2d_key(geom, precision))
-        return None if entry is None else ConvChoice.from_dict(entry["choice"])
+        if entry is None:
+            return None
+        return default_choice(geom, self.profile) if entry["choice"] is None else ConvChoice.from_dict(entry["choice"])
 
     def lookup_pool(self, key: str) -> PoolChoice | None:
         entry = self.layers.get(key)
@@ -94,17 +98,19 @@ class Records:
         }
 
     def replaced(self, conv=None, pool=None) -> "Records":
-        """A copy whose conv choices are ``conv(choice)`` and pool choices ``pool(choice)`` (None:
-        kept); an entry whose choice changes keeps its per-layer winner as ``layer_winner``."""
+        """A copy whose conv choices are ``conv(choice)`` and pool choices ``pool(choice)`` (a
+        function None: kept); a conv choice None is the profile's default for that conv (recorded
+        as null, so ``tune`` skips the layer). A changed entry keeps its per-layer winner as
+        ``layer_winner``."""
         layers = {}
         for key, entry in self.layers.items():
             kind, fn = (ConvChoice, conv) if key.startswith("conv2d ") else (PoolChoice, pool)
             entry = dict(entry)
-            old = kind.from_dict(entry["choice"])
+            old = None if entry["choice"] is None else kind.from_dict(entry["choice"])
             new = old if fn is None else fn(old)
             if new != old:
                 entry.setdefault("layer_winner", entry["name"])
-                entry.update(choice=new.to_dict(), name=new.name)
+                entry.update(choice=None if new is None else new.to_dict(), name="default" if new is None else new.name)
             layers[key] = entry
         return Records(self.profile, self.precision, layers, self.path, dict(self.context))
 

@@ -98,7 +98,7 @@ def candidates(geom, profile: DeviceProfile, precision: str = "float32") -> list
     """The :class:`strategy.ConvChoice` candidates of one conv, the default first."""
     from primfuncs.conv2d import default_config
 
-    default = default_config(geom, geom.is_depthwise, profile.kind)
+    default = default_config(geom, geom.is_depthwise, profile.kind, profile.name)
     configs = []
     tiles = [(1, wb) for _, wb in TILES] if geom.is_depthwise else TILES
     blocks = geom.cg // 4 if geom.groups > 1 else geom.c // 4
@@ -114,11 +114,14 @@ def candidates(geom, profile: DeviceProfile, precision: str = "float32") -> list
                     configs.append(config)
     # Spread the few tried configs over the space rather than the first corner of it.
     step = max(1, -(-len(configs) // MAX_CONFIGS))
-    placement = profile.activation_placement
-    out = [strategy.default_choice(profile)]
-    out += [strategy.ConvChoice("direct", c, placement) for c in configs[::step][:MAX_CONFIGS]]
-    out += [strategy.ConvChoice(a, None, placement) for a in strategy.eligible_algorithms(geom, precision) if a != "direct"]
-    out.append(strategy.ConvChoice("direct", None, OTHER_PLACEMENT[placement]))
+    first = strategy.default_choice(geom, profile)
+    out = [first]
+    out += [strategy.ConvChoice("direct", c, first.placement) for c in configs[::step][:MAX_CONFIGS]]
+    out += [strategy.ConvChoice(a, None, first.placement) for a in strategy.eligible_algorithms(geom, precision) if a != "direct"]
+    out.append(strategy.ConvChoice("direct", None, OTHER_PLACEMENT[first.placement]))
+    if geom.is_depthwise:  # the 1-D grid on buffers (upstream's shape), 1 and 2 columns per item
+        out += [strategy.ConvChoice("direct", ConvConfig(1, wb, (256, 1, 1), register_window=geom.o == geom.c, flat=True),
+                                    "buffer") for wb in (1, 2)]
     return out
 
 
@@ -257,10 +260,11 @@ def in_context(model, profile: DeviceProfile, records_path, device, precision: s
     from .compiler import compile_model
 
     recs = _records.load(records_path, profile, precision)
-    default = strategy.default_choice(profile)
+    placement = profile.activation_placement
     variants = {
-        "default": recs.replaced(conv=lambda c: default, pool=lambda c: strategy.PoolChoice()),
-        "tuned, default placement": recs.replaced(conv=lambda c: strategy.ConvChoice(c.algorithm, c.config, default.placement)),
+        "default": recs.replaced(conv=lambda c: None, pool=lambda c: strategy.PoolChoice()),
+        "tuned, default placement": recs.replaced(
+            conv=lambda c: c and strategy.ConvChoice(c.algorithm, c.config, placement)),
         "tuned": recs,
     }
     times, inputs = {}, None
@@ -278,7 +282,7 @@ def in_context(model, profile: DeviceProfile, records_path, device, precision: s
         times[name] = statistics.median(samples)
     kept = tuning.pick_algorithm(times)
     recs = variants[kept]
-    recs.context = {"model_s": times, "kept": kept, "placement": profile.activation_placement}
+    recs.context = {"model_s": times, "kept": kept, "placement": placement}
     recs.save(records_path)
     progress("whole model (kernel time, median of %d profiled runs): %s; kept: %s" % (
         runs, ", ".join(f"{name} {t * 1e3:.3f} ms" for name, t in times.items()), kept))
