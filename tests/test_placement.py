@@ -20,7 +20,7 @@ from util import assert_close, rand
 from primfuncs._common import BUFFER, TEXTURE
 from primfuncs.conv2d import ConvConfig, conv2d_geometry
 from primfuncs.epilogue import Epilogue
-from tir_adreno import compile_model, ops, records, strategy
+from tir_adreno import compile_model, ops, records, strategy, tune
 from tir_adreno.device import DeviceProfile, get_profile, with_placement
 from tir_adreno.models import get_model
 from tir_adreno.reference import reference_outputs, relative_error
@@ -150,3 +150,22 @@ def test_profile_placement_reaches_every_kernel(two_convs, tmp_path):
     assert {r["placement"] for r in rows} == {"buffer"}, rows
     res = cli("compile", str(two_convs), "-o", str(tmp_path / "m"), "--placement", "image")
     assert res.returncode == 2 and "--placement: invalid choice: 'image'" in res.stderr
+
+
+def test_in_context_drops_records_that_slow_the_model(device, two_convs, tmp_path):  # noqa: F811 (fixture)
+    """Per-layer records that put the convs in textures on a buffer profile (PoCL emulates images:
+    ~10x slower): the whole-model timing keeps a variant in the profile's placement."""
+    profile = with_placement(DeviceProfile.from_device(device), "buffer")
+    path = tmp_path / "r.json"
+    recs = records.Records(profile)
+    for geom in model_layers(str(two_convs))[0]:
+        choice = strategy.ConvChoice("direct", None, "texture")
+        recs.add(records.conv2d_key(geom), choice, {choice.name: 1e-6}, 1e-6)
+    recs.save(path)
+    lines = []
+    times = tune.in_context(str(two_convs), profile, path, device, progress=lines.append, runs=3)
+    kept = records.load(path, profile).context["kept"]
+    assert kept != "tuned" and times["tuned"] > min(times.values()), times
+    assert "kept: " + kept in lines[-1] and all(name in lines[-1] for name in tune.CONTEXT_VARIANTS)
+    compiled = compile_model(str(two_convs), device, profile=profile, records=path, progress=lambda _: None)
+    assert {t.scope for t in compiled.plan.tensors if t.kind == "temp"} == {BUFFER}

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from primfuncs import elementwise, layout
-from primfuncs._common import TEXTURE, blocked
+from primfuncs._common import BUFFER, TEXTURE, blocked
 
 from . import build, runtime, texture
 from . import strategy as _strategy
@@ -97,7 +97,10 @@ def launch(func, tensors, device=None) -> float:
 
 
 def activation_scope(dev: runtime.Device, nchw, allow_buffer: bool = True) -> str:
-    """Texture when the NCHW4c tensor fits the device's images, else a buffer."""
+    """A buffer where the device's profile places activations in buffers (``activation_placement``),
+    else a texture when the NCHW4c tensor fits the device's images, else a buffer."""
+    if DeviceProfile.from_device(dev).activation_placement == "buffer":
+        return BUFFER
     return texture.place(blocked_shape(nchw), TEXTURE, dev.limits, allow_buffer)
 
 
