@@ -152,9 +152,17 @@ def test_profile_placement_reaches_every_kernel(two_convs, tmp_path):
     assert res.returncode == 2 and "--placement: invalid choice: 'image'" in res.stderr
 
 
-def test_in_context_drops_records_that_slow_the_model(device, two_convs, tmp_path):  # noqa: F811 (fixture)
-    """Per-layer records that put the convs in textures on a buffer profile (PoCL emulates images:
-    ~10x slower): the whole-model timing keeps a variant in the profile's placement."""
+def test_in_context_drops_records_that_slow_the_model(device, two_convs, tmp_path, monkeypatch):  # noqa: F811 (fixture)
+    """Per-layer records that put the convs in textures on a buffer profile, on a device where
+    every kernel touching an image costs a floor (the H200's driver, simulated: the model's time
+    counts such kernels): the whole-model timing keeps the profile's placement."""
+    from tir_adreno.texture import is_texture_scope
+
+    def image_floor(compiled, runs):
+        tensors = compiled.plan.tensors
+        return 1e-5 * (1 + sum(any(is_texture_scope(tensors[a].scope) for a in c.args) for c in compiled.plan.calls))
+
+    monkeypatch.setattr(tune, "time_model", image_floor)
     profile = with_placement(DeviceProfile.from_device(device), "buffer")
     path = tmp_path / "r.json"
     recs = records.Records(profile)
@@ -163,9 +171,11 @@ def test_in_context_drops_records_that_slow_the_model(device, two_convs, tmp_pat
         recs.add(records.conv2d_key(geom), choice, {choice.name: 1e-6}, 1e-6)
     recs.save(path)
     lines = []
-    times = tune.in_context(str(two_convs), profile, path, device, progress=lines.append, runs=3)
-    kept = records.load(path, profile).context["kept"]
-    assert kept != "tuned" and times["tuned"] > min(times.values()), times
-    assert "kept: " + kept in lines[-1] and all(name in lines[-1] for name in tune.CONTEXT_VARIANTS)
+    times = tune.in_context(str(two_convs), profile, path, device, progress=lines.append)
+    assert times["tuned"] > times["default"] == times["tuned, default placement"], times
+    doc = records.load(path, profile)
+    assert doc.context["kept"] == "default" and all(e["choice"] is None for k, e in doc.layers.items() if k.startswith("conv2d"))
+    assert "kept: default" in lines[-1] and all(name in lines[-1] for name in tune.CONTEXT_VARIANTS)
     compiled = compile_model(str(two_convs), device, profile=profile, records=path, progress=lambda _: None)
     assert {t.scope for t in compiled.plan.tensors if t.kind == "temp"} == {BUFFER}
+    assert [c.source for c in compiled.plan.calls if c.config is not None] == ["records", "records"]

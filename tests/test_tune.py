@@ -126,6 +126,14 @@ def test_export_measure_import(two_convs, tmp_path):
     assert res.returncode == 0 and "sum over layers" in res.stdout, res.stdout + res.stderr[-2000:]
     doc = json.loads(cache.read(records))
     assert doc["device"] == {"name": "pocl", "driver": "", "kind": "cpu"} and len(doc["layers"]) == 3
+    # Placement in context, split the same way: the whole model saved three ways, timed there, kept here.
+    assert "exported the whole model 3 ways" in res.stdout and not doc["context"]
+    res = cli("tune", "--measure", str(folder))
+    assert res.returncode == 0 and res.stdout.count("whole model ") == 3, res.stdout + res.stderr[-2000:]
+    res = cli(*args)
+    assert res.returncode == 0 and "whole model (kernel time, measured on the device)" in res.stdout, res.stdout + res.stderr[-2000:]
+    context = json.loads(cache.read(records))["context"]
+    assert set(context["model_s"]) == set(tune.CONTEXT_VARIANTS) and context["kept"] in tune.CONTEXT_VARIANTS
 
 
 def test_missing_records_file_is_a_user_error(two_convs, tmp_path):

@@ -409,7 +409,9 @@ def _tune(args) -> int:
         if args.model:
             raise UserError("--measure DIR takes no model (the candidates are in DIR)")
         try:
-            measure.measure_directory(args.measure, args.device, progress=lambda r: print(r, flush=True))
+            if (Path(args.measure) / measure.JOBS_FILE).exists() or not measure.has_context(args.measure):
+                measure.measure_directory(args.measure, args.device, progress=lambda r: print(r, flush=True))
+            measure.measure_context(args.measure, args.device, progress=lambda line: print(line, flush=True))
         except ValueError as err:
             raise UserError(str(err)) from None
         print(f"results written to {args.measure}; bring the folder back and run tune MODEL --export {args.measure} again")

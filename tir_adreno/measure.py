@@ -251,6 +251,61 @@ def load_results(directory) -> dict[str, MeasureResult]:
 
 
 # ---------------------------------------------------------------------------------------------
+# Whole models (``tune``'s placement in context)
+
+#: Saved models (one folder per variant, no weights) that ``tune --export`` puts in the folder.
+CONTEXT_DIR = "context"
+
+
+def time_model(compiled, runs: int = 5, seed: int = 0) -> float:
+    """Median summed kernel seconds (OpenCL events) of ``runs`` profiled runs of a compiled or
+    loaded model, after a warm-up run, on seeded random inputs."""
+    rng = np.random.default_rng(seed)
+    tensors = compiled.plan.tensors
+    inputs = {n: rng.standard_normal(tensors[i].shape).astype(tensors[i].dtype) for n, i in compiled.plan.inputs}
+    compiled.run(inputs)  # warm-up: first launches build per-work-group code on some drivers
+    samples = []
+    for _ in range(runs):
+        compiled.run(inputs, profile=True)
+        samples.append(compiled.kernel_time_ms() / 1e3)
+    return float(np.median(samples))
+
+
+def measure_context(directory, device=None, runs: int = 5, progress=None) -> dict | None:
+    """Time the saved whole-model variants in ``directory``/``context`` (TVM-free); writes their
+    seconds next to them, tied to the records they came from. None when there are none."""
+    from .executor import load_model
+
+    folder = Path(directory) / CONTEXT_DIR
+    if not has_context(directory):
+        return None
+    dev = runtime.get_device(device)
+    times = {}
+    for path in sorted(p for p in folder.iterdir() if p.is_dir()):
+        times[path.name] = time_model(load_model(path, dev, random_weights=0), runs)
+        if progress:
+            progress(f"whole model {path.name}: {times[path.name] * 1e3:.3f} ms (median of {runs} profiled runs)")
+    doc = {"variants": (folder / "variants.json").read_text(), "device": dev.name, "model_s": times}
+    cache.write(folder / RESULTS_FILE, json.dumps(doc).encode())
+    return times
+
+
+def load_context_results(directory, digest: str) -> dict | None:
+    """Seconds per variant folder measured by :func:`measure_context` for the records of
+    ``digest``; None when not measured (or measured for other records)."""
+    payload = cache.read(Path(directory) / CONTEXT_DIR / RESULTS_FILE)
+    doc = json.loads(payload) if payload is not None else None
+    if not doc or doc.get("variants") != digest:
+        return None
+    return {k: float(v) for k, v in doc["model_s"].items()}
+
+
+def has_context(directory) -> bool:
+    """Whether ``directory`` holds whole-model variants to time (:func:`measure_context`)."""
+    return (Path(directory) / CONTEXT_DIR / "variants.json").exists()
+
+
+# ---------------------------------------------------------------------------------------------
 # Over TVM's RPC tracker
 
 

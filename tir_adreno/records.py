@@ -129,6 +129,12 @@ class Records:
         return path
 
 
+def digest(recs: Records) -> str:
+    """A short hash of the choices in ``recs`` (whole-model timings measured elsewhere are tied to it)."""
+    choices = {key: entry["choice"] for key, entry in recs.layers.items()}
+    return cache.key("records", json.dumps(choices, sort_keys=True).encode())[:16]
+
+
 def load(path, profile: DeviceProfile, precision: str = "float32", warn: bool = True) -> Records:
     """The records at ``path`` for ``profile``; empty (with one warning) when the file is
     unreadable or was measured on another device, other kernels or another precision.

@@ -34,7 +34,7 @@ from primfuncs.epilogue import Epilogue
 from . import records as _records
 from . import strategy, tuning
 from .device import DeviceProfile
-from .measure import LocalMeasurer, MeasureJob, export_jobs, load_results  # noqa: F401 (LocalMeasurer: the default measurer)
+from .measure import LocalMeasurer, MeasureJob, export_jobs, load_results, time_model  # noqa: F401 (LocalMeasurer: the default measurer)
 
 #: Register tiles (oc_block, w_block) and work groups tried besides the default.
 TILES = ((1, 4), (2, 4), (4, 4), (2, 2))
@@ -232,8 +232,10 @@ def tune(model, profile: DeviceProfile, records_path, measurer, budget_s: float 
         return results
     if isinstance(measurer, LocalMeasurer):
         in_context(model, profile, records_path, measurer.device, precision, progress)
+    elif isinstance(measurer, ExportMeasurer):
+        export_context(model, profile, records_path, measurer.directory, precision, progress)
     else:
-        progress("whole-model timing (placement in context) needs the device on this machine: skipped")
+        progress("whole-model timing (placement in context) needs the device here or --export: skipped")
     return results
 
 
@@ -245,6 +247,16 @@ CONTEXT_VARIANTS = ("default", "tuned, default placement", "tuned")
 CONTEXT_RUNS = 5
 
 
+def context_variants(recs, profile: DeviceProfile) -> dict:
+    """The records of each of :data:`CONTEXT_VARIANTS` derived from the tuned ``recs``."""
+    placement = profile.activation_placement
+    return {
+        "default": recs.replaced(conv=lambda c: None, pool=lambda c: strategy.PoolChoice()),
+        "tuned, default placement": recs.replaced(conv=lambda c: c and strategy.ConvChoice(c.algorithm, c.config, placement)),
+        "tuned": recs,
+    }
+
+
 def in_context(model, profile: DeviceProfile, records_path, device, precision: str = "float32", progress=print,
                runs: int = CONTEXT_RUNS) -> dict[str, float]:
     """Time the whole ``model`` on ``device`` (median kernel time of ``runs`` profiled runs) for each
@@ -253,39 +265,52 @@ def in_context(model, profile: DeviceProfile, records_path, device, precision: s
     Per-layer tuning times a conv alone; in a model, a placement other than its neighbours'
     changes what they run (mixed-scope kernels, image floors on some drivers). So the records
     never make the model slower than the profile's default. Returns seconds per variant."""
-    import statistics
-
-    import numpy as np
-
     from .compiler import compile_model
 
-    recs = _records.load(records_path, profile, precision)
-    placement = profile.activation_placement
-    variants = {
-        "default": recs.replaced(conv=lambda c: None, pool=lambda c: strategy.PoolChoice()),
-        "tuned, default placement": recs.replaced(
-            conv=lambda c: c and strategy.ConvChoice(c.algorithm, c.config, placement)),
-        "tuned": recs,
-    }
-    times, inputs = {}, None
+    variants = context_variants(_records.load(records_path, profile, precision), profile)
+    times = {}
     for name in CONTEXT_VARIANTS:
         compiled = compile_model(model, device, profile=profile, records=variants[name], precision=precision, progress=lambda _: None)
-        if inputs is None:
-            rng = np.random.default_rng(0)
-            tensors = compiled.plan.tensors
-            inputs = {n: rng.standard_normal(tensors[i].shape).astype(tensors[i].dtype) for n, i in compiled.plan.inputs}
-        compiled.run(inputs)  # warm-up
-        samples = []
-        for _ in range(runs):
-            compiled.run(inputs, profile=True)
-            samples.append(compiled.kernel_time_ms() / 1e3)
-        times[name] = statistics.median(samples)
-    kept = tuning.pick_algorithm(times)
+        times[name] = time_model(compiled, runs)
+    return _keep(variants, times, records_path, profile, progress, f"median of {runs} profiled runs")
+
+
+def export_context(model, profile: DeviceProfile, records_path, directory, precision: str = "float32", progress=print):
+    """:func:`in_context` split over two machines: the variants saved (without weights) under
+    ``directory``/``context`` for ``tune --measure`` there (``measure.measure_context``); once
+    their times are back for these records, the fastest is kept. Returns the times, or None
+    while they are not measured yet."""
+    from .compiler import compile_plan
+    from .executor import save_model
+    from .measure import CONTEXT_DIR, load_context_results
+
+    variants = context_variants(_records.load(records_path, profile, precision), profile)
+    digest = _records.digest(variants["tuned"])
+    measured = load_context_results(directory, digest) or {}
+    times = {name: measured[context_folder(name)] for name in CONTEXT_VARIANTS if context_folder(name) in measured}
+    if len(times) == len(CONTEXT_VARIANTS):
+        return _keep(variants, times, records_path, profile, progress, "measured on the device")
+    for name in CONTEXT_VARIANTS:
+        plan, kernels, _ = compile_plan(model, profile, variants[name], precision=precision, progress=lambda _: None)
+        save_model(Path(directory) / CONTEXT_DIR / context_folder(name), plan, kernels, None, profile.name)
+    (Path(directory) / CONTEXT_DIR / "variants.json").write_text(digest)
+    progress(f"exported the whole model {len(CONTEXT_VARIANTS)} ways to {Path(directory) / CONTEXT_DIR}: run "
+             f"`tir-adreno tune --measure {directory}` on the device, then this command again")
+    return None
+
+
+def context_folder(variant: str) -> str:
+    """The folder name of a :data:`CONTEXT_VARIANTS` entry: ``tuned, default placement`` -> ``tuned-default-placement``."""
+    return variant.replace(", ", "-").replace(" ", "-")
+
+
+def _keep(variants: dict, times: dict, records_path, profile: DeviceProfile, progress, how: str) -> dict:
+    kept = tuning.pick_algorithm({name: times[name] for name in CONTEXT_VARIANTS})
     recs = variants[kept]
-    recs.context = {"model_s": times, "kept": kept, "placement": placement}
+    recs.context = {"model_s": times, "kept": kept, "placement": profile.activation_placement}
     recs.save(records_path)
-    progress("whole model (kernel time, median of %d profiled runs): %s; kept: %s" % (
-        runs, ", ".join(f"{name} {t * 1e3:.3f} ms" for name, t in times.items()), kept))
+    progress(f"whole model (kernel time, {how}): " + ", ".join(f"{name} {times[name] * 1e3:.3f} ms" for name in CONTEXT_VARIANTS)
+             + f"; kept: {kept}")
     return times
 
 
