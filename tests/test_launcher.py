@@ -32,6 +32,9 @@ def test_ctypes_loads_pyopencls_library():
     lib, path = launcher.library()
     assert lib is not None, path
     assert "OpenCL" in path
+    maps = Path("/proc/self/maps")
+    if maps.exists():  # Linux: the very library pyopencl loaded (one ICD loader for its handles)
+        assert path in maps.read_text()
     assert launcher.resolve("auto") == "ctypes"
 
 

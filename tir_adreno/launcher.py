@@ -1,8 +1,8 @@
 """Kernel launchers: enqueue a list of bound kernels with as little host time as possible.
 
 pyopencl's ``enqueue_nd_range_kernel`` converts the sizes and creates an Event on
-every launch (18-23 us per launch on NVIDIA's driver, more than a small kernel
-takes). :class:`CtypesLauncher` calls ``clEnqueueNDRangeKernel`` of the OpenCL
+every launch (with a profiling queue that cost 18-23 us per launch on NVIDIA's
+driver, more than a small kernel takes). :class:`CtypesLauncher` calls ``clEnqueueNDRangeKernel`` of the OpenCL
 library pyopencl itself loaded, with the sizes packed once and no event;
 :class:`PyOpenCLLauncher` is the pure-Python fallback. ``$TIR_ADRENO_LAUNCHER``
 (auto, ctypes, pyopencl) picks one; auto takes ctypes when the library loads.
@@ -61,7 +61,7 @@ def _library_paths() -> list[str]:
     paths = []
     try:
         with open("/proc/self/maps") as maps:
-            paths += [line.split()[-1] for line in maps if "libOpenCL" in line and "/" in line]
+            paths += [line.split()[-1] for line in maps if "libOpenCL" in line]
     except OSError:  # not Linux
         pass
     package = os.path.dirname(cl.__file__)
@@ -70,7 +70,8 @@ def _library_paths() -> list[str]:
     found = ctypes.util.find_library("OpenCL")
     if found:
         paths.append(found)
-    return list(dict.fromkeys(paths))
+    # find_library gives a bare name (dlopen searches for it); maps may list a deleted file
+    return [p for p in dict.fromkeys(paths) if p == found or os.path.isfile(p)]
 
 
 @functools.lru_cache(maxsize=None)
