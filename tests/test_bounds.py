@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from primfuncs import elementwise
-from primfuncs.conv2d import conv2d_nchw4c
+from primfuncs.conv2d import ConvConfig, conv2d_nchw4c, depthwise_conv2d_nchw4c
 from tir_adreno import bounds, build, tour
 from tir_adreno.runtime import BoundsError
 
@@ -61,6 +61,16 @@ def test_conv_without_clamps_is_caught(device):
         with pytest.raises(BoundsError, match=r"conv2d_nchw4c_kernel: parameter X read at \(x=-1, y=-1, layer=0\) outside 9 x 7 x 2"):
             _run(device, bounds.instrument(mutant), "conv2d_nchw4c", rng)
     _run(device, bounds.instrument(build.build(func, check_bounds=False)), "conv2d_nchw4c", rng)  # the real conv: clean
+
+
+@pytest.mark.parametrize("w_block", [1, 2])
+def test_flat_depthwise_is_in_bounds(device, w_block):
+    """The 1-D grid (ConvConfig.flat; its group does not divide the grid) with the window in
+    registers, stride 2, batch 2, odd sizes: every image access in range."""
+    config = ConvConfig(1, w_block, (48, 1, 1), register_window=True, flat=True)
+    func = depthwise_conv2d_nchw4c((2, 6, 9, 7), (6, 1, 3, 3), strides=2, padding=1, config=config)
+    _run(device, bounds.instrument(build.build(func, check_bounds=False)), "depthwise_conv2d_nchw4c",
+         np.random.default_rng(4))
 
 
 def test_out_of_range_write_is_named(device):
