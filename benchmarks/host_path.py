@@ -16,7 +16,8 @@ of N tiny buffer kernels (``--chain N``, no TVM), it runs the fast path
 
 and reports per way: host us per launch (enqueue only), wall ms per run (upload, launches,
 download, one wait), kernel ms (sum of OpenCL events of a profiled run: the same kernels
-every way) and wall/kernel, medians of ``--repeat`` runs in ``--rounds`` interleaved rounds.
+every way), io ms (the run's uploads and downloads alone, no kernels: wall's floor besides
+launches and kernels) and wall/kernel, medians of ``--repeat`` runs in ``--rounds`` interleaved rounds.
 Every way's outputs must equal the profiled run's bit for bit (exit 1 otherwise).
 
     python benchmarks/host_path.py                                   # the chain only
@@ -109,6 +110,7 @@ def measure(cm, repeat: int, rounds: int, ways) -> dict:
                 samples[name]["wall_ms"].append((time.perf_counter() - start) * 1e3)
             samples[name]["launch_us"].append(cm.launch_time_us(repeat))
     cm.use_launcher()  # back to the default ($TIR_ADRENO_LAUNCHER)
+    io_ms = cm.io_time_ms(x, repeat)
     kernel = statistics.median(kernel_ms)
     variants = {}
     for name, _, queue, _ in ways:
@@ -119,7 +121,7 @@ def measure(cm, repeat: int, rounds: int, ways) -> dict:
             "wall_ms": wall, "wall_over_kernel": wall / kernel if kernel > 0 else None,
             "outputs_match": match[name],
         }
-    return {"kernel_ms": kernel, "launches": cm.launch_count, "calls": len(cm.plan.calls), "variants": variants,
+    return {"kernel_ms": kernel, "io_ms": io_ms, "launches": cm.launch_count, "calls": len(cm.plan.calls), "variants": variants,
             "outputs": profiled}
 
 
@@ -191,16 +193,16 @@ def main(argv=None):
         for variant, v in entry["variants"].items():
             ok &= v["outputs_match"]
             rows.append([name, variant, str(entry["launches"]), fmt(v["launch_us"], ".2f"), fmt(v["wall_ms"], ".3f"),
-                         fmt(entry["kernel_ms"], ".3f"), fmt(v["wall_over_kernel"], ".2f"),
+                         fmt(entry["kernel_ms"], ".3f"), fmt(entry["io_ms"], ".3f"), fmt(v["wall_over_kernel"], ".2f"),
                          "yes" if v["outputs_match"] and entry.get("chain_correct", True) else "NO"])
     lib = launcher.library()
     path = write_json("host_path", device.name, {
         "repeat": args.repeat, "rounds": args.rounds, "flush": flushes,
         "opencl_library": lib[1], "results": results}, args.results_dir)
     print_table(
-        ["model", "way", "launches", "host us/launch", "wall ms", "kernel ms", "wall/kernel", "outputs ok"], rows,
+        ["model", "way", "launches", "host us/launch", "wall ms", "kernel ms", "io ms", "wall/kernel", "outputs ok"], rows,
         title=f"host launch path on {device.name}: medians of {args.repeat} x {args.rounds} runs; kernel ms = "
-        f"sum of OpenCL events of a profiled run (JSON: {path})",
+        f"sum of OpenCL events of a profiled run; io ms = uploads + downloads alone (JSON: {path})",
     )
     return 0 if ok else 1
 

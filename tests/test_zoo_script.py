@@ -78,6 +78,7 @@ def test_models_e2e_takes_onnx_models(onnx_dir, tmp_path):
     assert entry["ours"]["calls"] < entry["upstream"]["calls"]  # conv + BatchNorm + ReLU6 fused
     # launch_us: the fast run's path (ctypes, no events), next to the old unbound path
     assert entry["ours"]["launcher"] == "ctypes" and entry["ours"]["launch_us"] > 0 and entry["ours"]["launch_us_unbound"] > 0
+    assert 0 < entry["ours"]["io_ms"] < entry["ours"]["wall_ms"]
     # benchmarks/host_path.py on the same saved model, without TVM: four ways, same bits
     out = script("host_path.py", "--from", saved, "--chain", "6", "--flush", "2", "--repeat", "2", "--rounds", "1", "--results-dir", tmp_path,
                  no_tvm=True)
@@ -86,7 +87,7 @@ def test_models_e2e_takes_onnx_models(onnx_dir, tmp_path):
     tiny, chain = json.loads(result_file.read_text())["results"]
     assert (tiny["model"], chain["model"], chain["launches"], chain["chain_correct"]) == ("tiny", "chain6", 6, True)
     for entry in (tiny, chain):
-        assert entry["kernel_ms"] > 0
+        assert entry["kernel_ms"] > 0 and entry["io_ms"] > 0
         kinds = {name: (v["launcher"], v["queue"], v["flush"]) for name, v in entry["variants"].items()}
         assert kinds == {"pyopencl+profiling": ("pyopencl", "profiling", 0), "pyopencl+plain": ("pyopencl", "plain", 0),
                          "ctypes+profiling": ("ctypes", "profiling", 0),

@@ -303,24 +303,44 @@ class CompiledModel:
         if profile:
             for t in self._output_tensors:
                 t.poison()
-        for t, x in zip(self._input_tensors, arrays):
-            t.enqueue_upload(x, queue)
-        if profile:
-            events = []
-            for bound in self._bound:
-                events.append([])
-                bound.enqueue(events[-1])
-        else:
-            self._enqueue_fast()
-        outputs = [np.empty(t.shape, t.spec.storage_dtype) for t in self._output_tensors]
-        for t, out in zip(self._output_tensors, outputs):
-            t.enqueue_download(out, queue)
-        queue.finish()
+        events = [[] for _ in self._bound]
+
+        def kernels():
+            if profile:
+                for bound, evs in zip(self._bound, events):
+                    bound.enqueue(evs)
+            else:
+                self._enqueue_fast()
+
+        outputs = self._transfer(arrays, queue, kernels)
         for loaded in self._loaded.values():  # sanitized builds ($TIR_ADRENO_CHECK_BOUNDS) raise here
             loaded.check_bounds()
         if profile:
             self._times_ms = [sum(runtime.event_seconds(e) for e in evs) * 1e3 for evs in events]
         return [out.astype(t.spec.dtype, copy=False) for t, out in zip(self._output_tensors, outputs)]
+
+    def _transfer(self, arrays, queue, kernels) -> list[np.ndarray]:
+        """Enqueue the uploads of ``arrays``, then ``kernels()``, then the downloads, all on
+        ``queue``, and wait: the outputs in their storage dtype."""
+        for t, x in zip(self._input_tensors, arrays):
+            t.enqueue_upload(x, queue)
+        kernels()
+        outputs = [np.empty(t.shape, t.spec.storage_dtype) for t in self._output_tensors]
+        for t, out in zip(self._output_tensors, outputs):
+            t.enqueue_download(out, queue)
+        queue.finish()
+        return outputs
+
+    def io_time_ms(self, inputs, repeat: int = 20) -> float:
+        """Median wall ms of a fast run's uploads and downloads alone (no kernels, same queue):
+        the part of :meth:`run`'s wall time that is neither launches nor kernels."""
+        arrays = self._check_inputs(inputs)
+        samples = []
+        for _ in range(repeat):
+            start = time.perf_counter()
+            self._transfer(arrays, self._queue, lambda: None)
+            samples.append((time.perf_counter() - start) * 1e3)
+        return statistics.median(samples)
 
     @property
     def launch_count(self) -> int:
