@@ -145,3 +145,12 @@ def test_launch_error_is_an_exception_naming_the_kernel(chain, device, kind):
     assert err.value.code == -54 and err.value.kernel == "chain_step"
     x = rand(np.random.default_rng(5), (CHAIN_SIZE,))  # the process and the queue still work
     np.testing.assert_array_equal(chain.run([x])[0], chain_reference(x, 5))
+
+
+def test_replacing_a_kernel_keeps_the_launcher_choice(device):
+    cm = chain_model(4, device)
+    cm.use_launcher("pyopencl", 2)
+    cm.replace_kernel("chain", cm.kernels["chain"])  # what `run --kernels DIR` does with an edit
+    assert cm.launcher_kind == "pyopencl" and cm.launcher.flush == 2
+    x = rand(np.random.default_rng(6), (CHAIN_SIZE,))
+    np.testing.assert_array_equal(cm.run([x])[0], chain_reference(x, 4))
