@@ -196,16 +196,17 @@ def default_config(geom: "ConvGeometry", depthwise: bool = False, kind: str = "m
 #: Keys: ``w_block``; ``work_group`` fixed, or ``threads``: a 2-D work group of that many
 #: items filled along the output columns, then rows (:func:`fill_work_group`), or with
 #: ``flat`` a 1-D group of that many items (``ConvConfig.flat``); ``register_window`` where
-#: the conv allows it (multiplier 1); ``placement``: "texture" or "buffer", where the
-#: strategy (``tir_adreno.strategy``) puts the layer's tensors unless records say otherwise;
+#: the conv allows it (multiplier 1); ``placement`` (optional; absent: the profile's
+#: default placement): "texture" or "buffer", where the strategy (``tir_adreno.strategy``)
+#: puts the layer's tensors unless records say otherwise;
 #: ``classes``: {layer class of :data:`DEPTHWISE_CLASSES`: keys overridden for that class},
 #: applied in that order. "mobile" / "cpu": 4 columns per item, group (8, 4, 1) (on the
 #: H200 every such config of the first sweep was within ~10% of the ~13 us texture-kernel
 #: floor). "gpu": 2 columns per item, window in registers, 128-item groups.
 DEPTHWISE_DEFAULTS = {
-    "mobile": {"w_block": 4, "work_group": (8, 4, 1), "register_window": False, "placement": "texture"},
-    "cpu": {"w_block": 4, "work_group": (8, 4, 1), "register_window": False, "placement": "texture"},
-    "gpu": {"w_block": 2, "threads": 128, "register_window": True, "placement": "texture"},
+    "mobile": {"w_block": 4, "work_group": (8, 4, 1), "register_window": False},
+    "cpu": {"w_block": 4, "work_group": (8, 4, 1), "register_window": False},
+    "gpu": {"w_block": 2, "threads": 128, "register_window": True},
 }
 
 #: Layer classes a :data:`DEPTHWISE_DEFAULTS` entry may override keys for (``classes``).
@@ -231,7 +232,6 @@ def depthwise_default(geom: "ConvGeometry", kind: str, profile: str | None = Non
     if unknown or entry.get("placement", "texture") not in ("texture", "buffer"):
         raise ValueError(f"DEPTHWISE_DEFAULTS[{key!r}]: unknown keys {sorted(unknown)} or placement "
                          f"{entry.get('placement')!r} (want 'texture' or 'buffer')")
-    entry.setdefault("placement", "texture")
     return entry
 
 

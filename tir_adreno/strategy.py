@@ -273,10 +273,12 @@ def direct_conv2d(geometry: ConvGeometry, epilogue: Epilogue = Epilogue(), dtype
 
 def default_choice(geometry: ConvGeometry, profile: DeviceProfile) -> ConvChoice:
     """What a conv gets without records: the direct conv with the profile's default config,
-    in textures, or for depthwise convs where ``primfuncs.conv2d.DEPTHWISE_DEFAULTS`` puts them."""
+    in textures, or for depthwise convs where ``primfuncs.conv2d.DEPTHWISE_DEFAULTS`` puts them
+    when its entry has a placement."""
+    placement = "texture"
     if geometry.is_depthwise:
-        return ConvChoice(placement=_conv2d.depthwise_default(geometry, profile.kind, profile.name)["placement"])
-    return ConvChoice()
+        placement = _conv2d.depthwise_default(geometry, profile.kind, profile.name).get("placement", placement)
+    return ConvChoice(placement=placement)
 
 
 def _activation_scope(geom: ConvGeometry, profile: DeviceProfile, placement: str, allow_buffer: bool) -> str:
