@@ -80,7 +80,7 @@ def test_models_e2e_takes_onnx_models(onnx_dir, tmp_path):
     assert entry["ours"]["launcher"] == "ctypes" and entry["ours"]["launch_us"] > 0 and entry["ours"]["launch_us_unbound"] > 0
     assert 0 < entry["ours"]["io_ms"] < entry["ours"]["wall_ms"]
     # benchmarks/host_path.py on the same saved model, without TVM: four ways, same bits
-    out = script("host_path.py", "--from", saved, "--chain", "6", "--flush", "2", "--repeat", "2", "--rounds", "1", "--results-dir", tmp_path,
+    out = script("host_path.py", "--from", saved, "--chain", "6", "--repeat", "2", "--rounds", "1", "--results-dir", tmp_path,
                  no_tvm=True)
     assert out.splitlines()[-1].startswith("chain6  ")  # the table comes last
     (result_file,) = tmp_path.glob("host_path-*.json")
@@ -88,10 +88,9 @@ def test_models_e2e_takes_onnx_models(onnx_dir, tmp_path):
     assert (tiny["model"], chain["model"], chain["launches"], chain["chain_correct"]) == ("tiny", "chain6", 6, True)
     for entry in (tiny, chain):
         assert entry["kernel_ms"] > 0 and entry["io_ms"] > 0
-        kinds = {name: (v["launcher"], v["queue"], v["flush"]) for name, v in entry["variants"].items()}
-        assert kinds == {"pyopencl+profiling": ("pyopencl", "profiling", 0), "pyopencl+plain": ("pyopencl", "plain", 0),
-                         "ctypes+profiling": ("ctypes", "profiling", 0),
-                         "ctypes+plain": ("ctypes", "plain", 0), "ctypes+plain+flush2": ("ctypes", "plain", 2)}
+        kinds = {name: (v["launcher"], v["queue"]) for name, v in entry["variants"].items()}
+        assert kinds == {"pyopencl+profiling": ("pyopencl", "profiling"), "pyopencl+plain": ("pyopencl", "plain"),
+                         "ctypes+profiling": ("ctypes", "profiling"), "ctypes+plain": ("ctypes", "plain")}
         assert all(v["outputs_match"] and v["launch_us"] > 0 and v["wall_ms"] > 0 for v in entry["variants"].values())
 
 

@@ -205,7 +205,7 @@ class CompiledModel:
         self._times_ms: list[float] | None = None
         self._loaded = {key: self.device.load(module) for key, module in kernels.items()}
         self._tensors = self._allocate()
-        self._launch_options = (None, None, "plain")  # $TIR_ADRENO_LAUNCHER; see use_launcher
+        self._launch_options = (None, "plain")  # $TIR_ADRENO_LAUNCHER; see use_launcher
         self._bind()
         self._input_tensors = [self._tensors[i] for _, i in plan.inputs]
         self._output_tensors = [self._tensors[i] for i in plan.outputs]
@@ -238,19 +238,19 @@ class CompiledModel:
         self._launches = [x for b in self._bound for x in b.launches]
         self.use_launcher(*self._launch_options)
 
-    def use_launcher(self, kind: str | None = None, flush: int | None = None, queue: str = "plain") -> None:
+    def use_launcher(self, kind: str | None = None, queue: str = "plain") -> None:
         """How the fast run (``run(profile=False)``) enqueues its kernels: ``kind`` auto, ctypes
-        or pyopencl (None: ``$TIR_ADRENO_LAUNCHER``, see :mod:`tir_adreno.launcher`), a clFlush
-        after every ``flush`` launches (None: ``$TIR_ADRENO_LAUNCH_FLUSH``; 0: none), on the device's
-        ``"plain"`` queue or, for comparison with what ``run`` did before, its ``"profiling"`` one."""
+        or pyopencl (None: ``$TIR_ADRENO_LAUNCHER``, see :mod:`tir_adreno.launcher`), on the
+        device's ``"plain"`` queue or, for comparison with what ``run`` did before, its
+        ``"profiling"`` one."""
         if queue not in ("plain", "profiling"):
             raise ValueError(f"queue must be 'plain' or 'profiling', got {queue!r}")
-        self._launch_options = (kind, flush, queue)
+        self._launch_options = (kind, queue)
         self._queue = self.device.plain_queue if queue == "plain" else self.device.queue
         # The fast path: every launch of the model in one launcher, one loop per run; sanitized
         # modules go call by call (each call zeroes and queues its bounds record).
         sanitized = any(b.bounds is not None for b in self._bound)
-        self.launcher = None if sanitized else launcher.make_launcher(self._queue, self._launches, kind, flush)
+        self.launcher = None if sanitized else launcher.make_launcher(self._queue, self._launches, kind)
 
     def _enqueue_fast(self) -> None:
         if self.launcher is not None:
