@@ -137,3 +137,35 @@ def test_conv_layers_ours_runs_the_strategys_plan(tmp_path):
     assert all(r[w]["ok"] and r[w]["time_s"] > 0 for r in rows.values() for w in ("ours", "upstream"))
     ratio = doc["summary"]["mobilenetv2"]["ours/upstream"]
     assert ratio["depthwise_min_layer"] == dw.key and ratio["depthwise_min"] > 0
+
+
+def test_conv_configs_buffer_placement_split(tmp_path):
+    """conv_configs.py --placement buffer: its own grid (2-D and flat groups, split_k) with
+    activations and weights in buffers, plus the "gpu" default on buffers and on textures;
+    built here, run without TVM, every output checked; ``--layers pointwise`` picks the
+    non-depthwise 1x1 stride-1 convs of both models."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import conv_configs
+
+    pointwise = conv_configs.parse_args(["--layers", "pointwise"]).selected
+    assert len(pointwise) == 31 and {lay.model for lay in pointwise} == {"resnet50", "mobilenetv2"}
+    assert all(lay.weight_shape[2:] == (1, 1) and lay.strides == (1, 1) and lay.groups == 1 for lay in pointwise)
+
+    saved, layer = tmp_path / "saved", "mobilenetv2.features.14.proj"  # 576->160 1x1 @7x7: small
+    script("conv_configs.py", "--placement", "buffer", "--layers", layer, "--build-only", saved)
+    out = script("conv_configs.py", "--from", saved, "--budget", "0.005", "--results-dir", tmp_path, no_tvm=True)
+    assert "(buffer kernels, fp32" in out and "geomean speed-up over default_gpu" in out
+    (result_file,) = tmp_path.glob("conv_configs_buffer-*.json")
+    doc = json.loads(result_file.read_text())
+    assert doc["placement"] == "buffer"
+    (row,) = doc["layers"]
+    results = row["results"]
+    assert row["key"] == layer and len(results) >= 10
+    assert all(r["ok"] and r["rel_err"] <= conv_configs.RTOL and r["time_s"] > 0 for r in results)  # outputs poisoned first
+    where = {r["config"]["placement"] for r in results if "texture_default_gpu" not in r["kinds"]}
+    assert where == {"buffer"} and all(r["label"].endswith(" buf") for r in results if r["config"]["placement"] == "buffer")
+    (tex,) = [r for r in results if "texture_default_gpu" in r["kinds"]]
+    (buf,) = [r for r in results if "default_gpu" in r["kinds"]]
+    assert tex["config"]["placement"] == "texture" and {**tex["config"], "placement": "buffer"} == buf["config"]
+    assert any(r["config"]["flat"] for r in results) and any(r["config"]["split_k"] > 1 for r in results)
+    assert {"default_gpu", "texture_default_gpu"} <= set(row["summary"])
