@@ -12,7 +12,7 @@ NumPy conv, relative error <= 1e-4):
   ``register_window`` on / off x ``w_block`` 1, 2, 4 x 2-D work groups of 64, 128,
   256 items along W, then H (buffers: 1 and 2 columns); 3-D groups of 128 (W, H,
   then channel blocks) for 1 and 2 columns (textures); the 1-D grid in output
-  order (``ConvConfig.flat``) for 1 and 2 columns in groups of 64, 128, 256
+  order (``ConvConfig.flat``) for 1 and 2 columns in groups of 32, 64, 128, 256
   (textures: 128); in the summary each is the fastest per layer, named ways included;
 - ``upstream``: upstream TVM's generic OpenCL conv (``conv_layers.py``'s baseline);
 - ``cudnn``: PyTorch/cuDNN fp32 on NVIDIA devices with torch.
@@ -69,8 +69,8 @@ def candidates(layer):
                 sweep.append((conv2d.ConvConfig(1, wb, grid(wb, threads), register_window=register_window), wb < 4))
         for wb in (1, 2):  # 3-D groups: small images fill a group with channel blocks too
             sweep.append((conv2d.ConvConfig(1, wb, grid(wb, 128, geom.o4), register_window=register_window), False))
-        for wb in (1, 2):  # 1-D grid in output order, upstream's shape (ConvConfig.flat)
-            for threads in (64, 128, 256):
+        for wb in (1, 2):  # 1-D grid in output order, upstream's shape (ConvConfig.flat); 32: more groups on small maps
+            for threads in (32, 64, 128, 256):
                 cfg = conv2d.ConvConfig(1, wb, (threads, 1, 1), register_window=register_window, flat=True)
                 sweep.append((cfg, True))
     for cfg, on_buffers in sweep:
