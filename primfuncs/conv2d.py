@@ -106,7 +106,7 @@ class ConvConfig:
 DEVICE_KINDS = ("mobile", "gpu", "cpu")
 
 
-def default_config(geom: "ConvGeometry", depthwise: bool = False, kind: str = "mobile") -> ConvConfig:
+def default_config(geom: "ConvGeometry", depthwise: bool = False, kind: str = "mobile", prologue: bool = False) -> ConvConfig:
     """The tile a conv gets unless told otherwise, per device class (:data:`DEVICE_KINDS`).
 
     ``kind`` is the device profile's class (``tir_adreno.device``). Measured
@@ -131,7 +131,9 @@ def default_config(geom: "ConvGeometry", depthwise: bool = False, kind: str = "m
       non-depthwise one (ResNet-50's convs 6.9 -> 1.5 ms), within ~15% of the
       best swept config.
 
-    Depthwise convs: :data:`DEPTHWISE_DEFAULTS`.
+    Depthwise convs: :data:`DEPTHWISE_DEFAULTS`. ``prologue`` (a 1x1 conv computing a depthwise
+    conv as its input, :func:`depthwise_pointwise_nchw4c`), "gpu": 4 output blocks per item
+    (4 x 2, else 4 x 1), so fewer tiles recompute the depthwise conv; split_k fills the GPU.
     """
     if kind not in DEVICE_KINDS:
         raise ValueError(f"kind must be one of {DEVICE_KINDS}, got {kind!r}")
@@ -165,7 +167,8 @@ def default_config(geom: "ConvGeometry", depthwise: bool = False, kind: str = "m
         return ConvConfig(ocb, wb, fill_work_group(extents(ocb, wb), 64, max_x=16))
     max_split = min(_MAX_SPLIT, blocks // 2)
     best = None
-    for ocb, wb in ((2, 4) if geom.kh * geom.kw > 1 else (2, 2), (1, 4)):
+    tiles = ((4, 2), (4, 1)) if prologue else ((2, 4) if geom.kh * geom.kw > 1 else (2, 2), (1, 4))
+    for ocb, wb in tiles:
         split = 1
         while items(ocb, wb) * split < _GPU_WORK_ITEMS and split * 2 <= max_split:
             split *= 2
