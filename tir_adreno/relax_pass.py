@@ -666,13 +666,17 @@ class _Tail:
     last: Node
 
     @property
+    def has_bias(self) -> bool:
+        return bool(np.any(self.bias != 0))
+
+    @property
     def epilogue(self) -> Epilogue:
-        return Epilogue(bias=bool(np.any(self.bias != 0)), activation=self.activation, residual=self.residual is not None,
+        return Epilogue(bias=self.has_bias, activation=self.activation, residual=self.residual is not None,
                         **_clip_fields(self.clip_bounds))
 
     def constants(self, pack_weights) -> list:
         """The kernel arguments of the weights and the bias (when it has one)."""
-        bias = [relax.const(pack_bias(self.bias.astype(np.float32)))] if self.epilogue.bias else []
+        bias = [relax.const(pack_bias(self.bias.astype(np.float32)))] if self.has_bias else []
         return [relax.const(pack_weights(self.w)), *bias]
 
 
@@ -771,7 +775,7 @@ def conv2d_handler(rw: Rewriter, node: Node):
     geom = _conv_geometry(node, x.nchw, tail.w)
     epilogue = tail.epilogue
     if geom.is_depthwise and tail.residual is None:
-        fused = _fuse_pointwise(rw, x, geom, tail, data_layout)
+        fused = _fuse_pointwise(rw, x, geom, tail, epilogue, data_layout)
         if fused is not None:
             return fused
     plan = strategy.conv2d_plan(geom, epilogue, rw.precision, rw.profile, rw.records, allow_buffer=rw.allow_buffer)
@@ -792,7 +796,7 @@ def conv2d_handler(rw: Rewriter, node: Node):
     return out
 
 
-def _fuse_pointwise(rw: Rewriter, x: Value, dw: conv2d.ConvGeometry, dw_tail: _Tail, data_layout: str):
+def _fuse_pointwise(rw: Rewriter, x: Value, dw: conv2d.ConvGeometry, dw_tail: _Tail, dw_epilogue: Epilogue, data_layout: str):
     """Depthwise conv ``dw`` (its tail folded) and the 1x1 conv that is its value's only user as
     one kernel, when the strategy says so (``strategy.fuse_depthwise_pointwise``); else None."""
     pw_node = rw.graph.sole_user(dw_tail.last.var)
@@ -807,12 +811,13 @@ def _fuse_pointwise(rw: Rewriter, x: Value, dw: conv2d.ConvGeometry, dw_tail: _T
         return None
     pw_node.fused = True
     tail = _conv_tail(rw, pw_node, operands[1], data_layout)
-    func = plan.primfunc(dw_tail.epilogue, tail.epilogue)
+    epilogue = tail.epilogue
+    func = plan.primfunc(dw_epilogue, epilogue)
     func = func.with_attr(CONFIG_ATTR, plan.config_string).with_attr(SOURCE_ATTR, plan.source)
     args = [rw.blocked(x, plan.scope), *dw_tail.constants(plan.pack_weights), *tail.constants(plan.pack_weights)]
     if tail.residual is not None:
         args.append(rw.blocked(tail.residual, plan.scope))
-    info = _fused_info(pw_node, plan, dw_tail.epilogue, tail.epilogue)
+    info = _fused_info(pw_node, plan, dw_epilogue, epilogue)
     out = rw.emit_kernel(func, args, plan.out_shape, hint="conv2d", op_info=info)
     rw.define(tail.last.var, out, plan.scope, pw.out_shape, data_layout)
     return out
