@@ -2,9 +2,9 @@
 
 For each model (built-in ResNet-50 and MobileNetV2, batch 1, 224, fp32, seeded
 random weights; or ONNX files, e.g. torchvision's MobileNetV3-Large and
-EfficientNet-B0 from benchmarks/zoo.py) it compiles two ways, ours (texture kernels) and upstream
+EfficientNet-B0 from benchmarks/zoo.py) it compiles ours (texture kernels), ours_nofuse and upstream
 (LegalizeOps + dlight GPU schedules for target kind "opencl", buffers), runs
-both through the same pyopencl executor and reports kernel time (sum of
+them through the same pyopencl executor and reports kernel time (sum of
 OpenCL events, median over runs), wall time per run, and device memory with
 and without the image pool. On an NVIDIA GPU with PyTorch it adds cuDNN fp32
 (TF32 off), eager and CUDA graph.
@@ -17,8 +17,11 @@ and without the image pool. On an NVIDIA GPU with PyTorch it adds cuDNN fp32
 
 ``--target PROFILE`` plans our kernels for that device profile (default: this device's,
 or ``adreno`` with ``--build-only``: pass ``--target nvidia-h200`` to build for the H200).
-``--records FILE`` (from ``tir-adreno tune``) adds a third way, "tuned": ours with the
+``--records FILE`` (from ``tir-adreno tune``) adds a way "tuned": ours with the
 records' per-layer choices, against "ours" with the profile's defaults.
+"ours_nofuse" is ours with ``compile_model(fuse=False)``: each depthwise conv apart from the
+1x1 conv after it (the profile fuses them where a launch costs more than the recompute),
+so one run times fused vs unfused ("fuse gain" = nofuse / ours kernel time).
 ``--carry-weights-mb N`` saves weights (``--build-only``) only for models up to N MiB;
 the others run with seeded random weights, for timing only (``"random_weights": true``).
 """
@@ -36,7 +39,7 @@ import numpy as np
 from common import add_device_argument, add_target_argument, fmt, log, print_table, target_profile, write_json
 
 MODELS = ("resnet50", "mobilenet_v2")
-WAYS = ("ours", "upstream", "tuned")  # "tuned" only with --records
+WAYS = ("ours", "upstream", "ours_nofuse", "tuned")  # "tuned" only with --records
 #: Weights above this size are not saved for --from (the device tool carries 64 MiB);
 #: such a model is then run there with seeded random weights, for timing only.
 CARRY_WEIGHTS_MB = 24
@@ -55,7 +58,7 @@ def _build(names, ways, directory: Path | None, device, profile, records, onnx_p
             log(f"compile {name} ({way}) ...")
             start = time.perf_counter()
             cm = compile_model(mod, device, profile, records if way == "tuned" else None, ours=way != "upstream",
-                               progress=lambda msg: log(f"  {msg}"))
+                               progress=lambda msg: log(f"  {msg}"), fuse=way != "ours_nofuse")
             log(f"  {time.perf_counter() - start:.1f} s")
             compiled[name, way] = cm
             if directory is not None:
@@ -174,7 +177,7 @@ def main():
     from tir_adreno import runtime
 
     device = runtime.get_device(args.device)
-    ways = WAYS if args.records else WAYS[:2]
+    ways = WAYS if args.records else WAYS[:3]
     if args.from_dir:
         ways = tuple(w for w in WAYS if (args.from_dir / f"{names[0]}-{w}").exists())
         compiled = _load(names, ways, args.from_dir, device)
@@ -212,9 +215,11 @@ def main():
         entry["cudnn"] = _cudnn(name, args.repeat) if nvidia and name in MODELS else None  # torch_models: built-ins only
         results.append(entry)
         o, u = entry["ours"], entry["upstream"]
-        c, t = entry["cudnn"], entry.get("tuned")
+        c, t, nf = entry["cudnn"], entry.get("tuned"), entry.get("ours_nofuse")
         if t:
             entry["tuned_vs_ours"] = o["kernel_ms"] / t["kernel_ms"]
+        if nf:
+            entry["fuse_gain"] = nf["kernel_ms"] / o["kernel_ms"]
         rows.append(
             [
                 name,
@@ -232,12 +237,14 @@ def main():
                 fmt(entry.get("max_rel_diff"), ".1e"),
                 fmt(t["kernel_ms"]) if t else "-",
                 fmt(entry.get("tuned_vs_ours"), ".2f") + "x" if t else "-",
+                f"{fmt(nf['kernel_ms'])} / {fmt(nf['wall_ms'])} ({nf['launches']} vs {o['launches']} launches)" if nf else "-",
+                fmt(entry.get("fuse_gain"), ".2f") + "x" if nf else "-",
             ]
         )
     path = write_json("models_e2e", device.name, {"repeat": args.repeat, "results": results}, args.results_dir)
     print_table(
         ["model", "ours ms", "upstream ms", "speedup", "ours wall", "upstr wall", "wall/kernel", "launch us bound / unbound", "cuDNN eager", "cuDNN graph", "act MiB pool", "act MiB no pool", "ours vs upstr",
-         "tuned ms", "tuned gain"],
+         "tuned ms", "tuned gain", "nofuse ms kernel / wall", "fuse gain"],
         rows,
         title=f"end to end on {device.name}: kernel time = sum of OpenCL events, wall = one run's host time "
         f"(launch us: host time per kernel enqueue), medians of {args.repeat} (JSON: {path})",
