@@ -1,11 +1,19 @@
-"""Every conv layer of ResNet-50 and MobileNetV2 (batch 1, 224, fp32), three ways, one device.
+"""Every conv layer of ResNet-50 and MobileNetV2 (batch 1, 224, fp32), several ways, one device.
 
 Ways, all through the same pyopencl runtime and timed the same way (median
 OpenCL event time after warm-up, input sets rotated):
 
+- ``ours``: what a model compiled for ``--target`` runs for that layer:
+  ``strategy.conv2d_plan(geometry, epilogue, "float32", profile, records)``, i.e. the
+  placement (texture / buffer), algorithm (direct / Winograd) and config the strategy
+  picks from the profile's defaults, or from ``--records FILE`` (``tir-adreno tune``)
+  where they hold the layer. The plan (algorithm, placement, config, source) is in
+  each JSON row. Epilogue: none, like the other ways (a model's conv adds its folded
+  bias and activation, one read and a clamp per output pixel in registers; the plan's
+  choice does not depend on the epilogue);
 - ``ours_tex``: our direct conv (``primfuncs.conv2d``), NCHW4c activations and
   OIHW4o weights in textures;
-- ``ours_buf``: the same schedule on buffers;
+- ``ours_buf``: the same schedule on buffers (both: the profile's default direct conv);
 - ``upstream``: upstream TVM's generic OpenCL conv (``Target({"kind": "opencl"})``,
   default GPU pipeline, dlight schedules; ``tir_adreno.baseline``), NCHW buffers;
 - ``cudnn`` (NVIDIA devices, when torch with CUDA imports): PyTorch/cuDNN fp32,
@@ -13,11 +21,12 @@ OpenCL event time after warm-up, input sets rotated):
 
 Every output is checked against a float64 NumPy conv (relative error <= 1e-4,
 outputs poisoned first); a wrong or failed kernel is flagged and left out of
-the means. Prints a per-layer table and a summary LAST, writes
-``benchmarks/results/conv_layers-<device>.json``.
+the means. Prints a per-layer table and a summary LAST (speed ratios per model
+and overall, geomean over distinct layers, and the slowest depthwise layer's
+ratio), writes ``benchmarks/results/conv_layers-<device>.json``.
 
 Run here (TVM + PoCL):           python benchmarks/conv_layers.py
-Split (a device without TVM):    python benchmarks/conv_layers.py --build-only DIR   # with TVM
+Split (a device without TVM):    python benchmarks/conv_layers.py --build-only DIR --target nvidia-h200 [--records FILE]
                                  python benchmarks/conv_layers.py --from DIR         # numpy + pyopencl only
 """
 
@@ -35,12 +44,17 @@ import common  # noqa: E402  (puts the repository root on sys.path)
 from common import nchw4c_to_nchw, nchw_to_nchw4c, oihw_to_oihw4o
 import layers as layer_lists
 
+from primfuncs.winograd_math import winograd_weight_transform  # NumPy only: fine without TVM
+from tir_adreno import tuning
+from tir_adreno.blocked import pack_nchw4c, pack_oihw4o, unpack_nchw4c
 from tir_adreno.bundle import KernelModule
 from tir_adreno.reference import conv2d_nchw, relative_error
 from tir_adreno.texture import is_texture_scope
 
 NAME = "conv_layers"
-OPENCL_WAYS = ("ours_tex", "ours_buf", "upstream")
+OPENCL_WAYS = ("ours", "ours_tex", "ours_buf", "upstream")
+#: Our ways' placements: "ours" takes the strategy's (defaults or records).
+PLACEMENT = {"ours_tex": "texture", "ours_buf": "buffer"}
 ALL_WAYS = (*OPENCL_WAYS, "cudnn")
 RTOL = 1e-4
 
@@ -62,38 +76,52 @@ def reference_conv2d(x: np.ndarray, w: np.ndarray, layer: layer_lists.ConvLayer)
 
 # ---------------------------------------------------------------------------------------------
 # build (needs TVM): layer x way -> KernelModule + how to feed it
-def build_case(layer: layer_lists.ConvLayer, way: str, profile) -> tuple[KernelModule, dict]:
-    """Compile one way of one layer for ``profile``; returns the module and its case description."""
+def build_case(layer: layer_lists.ConvLayer, way: str, profile, records=None) -> tuple[KernelModule, dict]:
+    """Compile one way of one layer for ``profile``; returns the module and its case description.
+
+    Our ways are the stages of a ``strategy.conv2d_plan`` (case keys ``stages`` and ``plan``);
+    "ours" plans with ``records`` (a ``tir_adreno.records.Records`` or None), as a model does.
+    """
     from tir_adreno import baseline, build
 
-    if way == "upstream":
-        func = baseline.upstream_conv2d(
-            layer.data_shape, layer.weight_shape, layer.strides, layer.padding, layer.dilation, layer.groups
-        )
-        module = build.build_cached(func, build.OPENCL_TARGET)
-        layouts = ("NCHW", "OIHW", "NCHW")
-        function = baseline.FUNCTION_NAME
-    else:
+    if way != "upstream":
         from primfuncs.conv2d import conv2d_geometry
         from primfuncs.epilogue import Epilogue
         from tir_adreno import strategy
 
         geom = conv2d_geometry(layer.data_shape, layer.weight_shape, layer.strides, layer.padding, layer.dilation, layer.groups)
-        choice = strategy.ConvChoice("direct", None, "texture" if way == "ours_tex" else "buffer")
-        (func,) = strategy.conv2d_plan(geom, Epilogue(), "float32", profile, choice=choice).primfuncs()
-        module = build.build_cached(func)
-        layouts = ("NCHW4c", "OIHW4o", "NCHW4c")
-        (function,) = module.functions
+        choice = None if way == "ours" else strategy.ConvChoice("direct", None, PLACEMENT[way])
+        plan = strategy.conv2d_plan(geom, Epilogue(), "float32", profile, records if way == "ours" else None, choice)
+        program = tuning.build_program(plan)
+        return program.module, {"stages": list(program.stages), "plan": plan_info(plan)}
+    func = baseline.upstream_conv2d(
+        layer.data_shape, layer.weight_shape, layer.strides, layer.padding, layer.dilation, layer.groups
+    )
+    module = build.build_cached(func, build.OPENCL_TARGET)
+    layouts = ("NCHW", "OIHW", "NCHW")
+    function = baseline.FUNCTION_NAME
     params = module[function].params
     if len(params) != 3:
         raise RuntimeError(f"{way}: expected (data, weight, output) parameters, got {[p.name for p in params]}")
     return module, {"function": function, "layouts": list(layouts)}
 
 
-def build_all(selected, ways, out_dir: Path | None, profile):
-    """Build every (layer, way) for ``profile``; with ``out_dir`` also save bundles + cases.json there."""
+def plan_info(plan) -> dict:
+    """What the JSON rows say about a ``strategy.ConvPlan``: the choice, readable and as records hold it."""
+    return {
+        "algorithm": plan.algorithm, "placement": plan.placement, "config": plan.config_string, "source": plan.source,
+        "scopes": [plan.scope, plan.weight_scope, plan.tile_scope], "choice": plan.choice.to_dict(),
+    }
+
+
+def build_all(selected, ways, out_dir: Path | None, profile, records=None):
+    """Build every (layer, way) for ``profile`` (``records``: a records file for the way "ours");
+    with ``out_dir`` also save bundles + cases.json there."""
     import tvm
 
+    from tir_adreno.records import open_records
+
+    tuned = open_records(records, profile)
     cases, modules = [], {}
     for layer in selected:
         for way in ways:
@@ -102,7 +130,7 @@ def build_all(selected, ways, out_dir: Path | None, profile):
             case = {"layer": layer.key, "way": way}
             t0 = time.perf_counter()
             try:
-                module, info = build_case(layer, way, profile)
+                module, info = build_case(layer, way, profile, tuned)
                 case.update(info)
                 modules[(layer.key, way)] = module
                 if out_dir is not None:
@@ -118,6 +146,7 @@ def build_all(selected, ways, out_dir: Path | None, profile):
     meta = {
         "tvm": tvm.__version__,
         "target": profile.name,
+        "records": None if records is None else str(records),
         "layers": [layer.to_dict() for layer in selected],
         "ways": [w for w in ways if w != "cudnn"],
         "cases": cases,
@@ -163,6 +192,33 @@ def run_opencl_case(dev, module: KernelModule, case: dict, layer, inputs, ref, b
         lambda s: loaded(function, *s, out), sets, **_timing_knobs(first_s, budget_s)
     )
     return {"time_s": median, "samples": len(samples), "rel_err": err, "ok": err <= RTOL}
+
+
+def pack_weights(algorithm: str, w: np.ndarray) -> np.ndarray:
+    """OIHW weights as the first stage of ``algorithm`` reads them (OIHW4o, or Winograd's ``G g G^T``)."""
+    return pack_oihw4o(w) if algorithm == "direct" else winograd_weight_transform(w, int(algorithm[-1]))
+
+
+def run_program_case(dev, program: tuning.ConvProgram, layer, inputs, ref, budget_s: float, rtol: float = RTOL) -> dict:
+    """Time ``program`` (every stage, summed) on rotated input sets; output (and intermediates) poisoned first."""
+    specs = program.specs
+    for spec in specs.values():
+        if is_texture_scope(spec.scope) and not dev.limits.fits(spec.shape, spec.scope):
+            raise RuntimeError(f"{spec.name} {spec.shape} does not fit {dev.name}'s images (rebuild for this device)")
+    weight_name = program.inputs[1]  # W (direct) or U (Winograd)
+    out = dev.empty(specs[program.outputs[-1]]).poison()
+    sets = []
+    for x, w in inputs:
+        tensors = {
+            "X": dev.empty(specs["X"]).upload(pack_nchw4c(x)),
+            weight_name: dev.empty(specs[weight_name]).upload(pack_weights(program.algorithm, w)),
+            program.outputs[-1]: out,
+        }
+        sets.append(program.bind(dev, tensors))  # intermediates allocated (poisoned) once per set
+    first_s = program.run(dev, sets[0])
+    err = relative_error(unpack_nchw4c(out.numpy(), layer.out_shape[1]), ref)
+    median, samples = common.median_time(lambda s: program.run(dev, s), sets, **_timing_knobs(first_s, budget_s))
+    return {"time_s": median, "samples": len(samples), "rel_err": err, "ok": err <= rtol}
 
 
 def cudnn_available(dev) -> str | None:
@@ -257,7 +313,11 @@ def run_all(dev, selected, meta, modules, ways, budget_s: float, input_sets: int
                     results[way] = {"error": case["error"]}
                     continue
                 module = modules[(layer.key, way)]
-                runner = lambda: run_opencl_case(dev, module, case, layer, inputs, ref, budget_s)  # noqa: E731
+                if "stages" in case:
+                    program = tuning.ConvProgram(case["plan"]["algorithm"], module, tuple(case["stages"]))
+                    runner = lambda: run_program_case(dev, program, layer, inputs, ref, budget_s)  # noqa: E731
+                else:
+                    runner = lambda: run_opencl_case(dev, module, case, layer, inputs, ref, budget_s)  # noqa: E731
             t0 = time.perf_counter()
             try:
                 res = runner()
@@ -266,6 +326,8 @@ def run_all(dev, selected, meta, modules, ways, budget_s: float, input_sets: int
                 res = {"error": f"run: {type(err).__name__}: {err}"}
                 common.log(traceback.format_exc())
             res["wall_s"] = round(time.perf_counter() - t0, 3)
+            if way != "cudnn" and "plan" in case:
+                res["plan"] = case["plan"]
             results[way] = res
         rows.append({"layer": layer.to_dict(), "key": layer.key, "flops": layer.flops, "results": results})
         common.log(
@@ -292,6 +354,8 @@ def _ratio(row, a, b):
 
 
 RATIOS = (
+    ("ours", "upstream"),
+    ("ours", "cudnn"),
     ("ours_tex", "upstream"),
     ("ours_buf", "upstream"),
     ("ours_tex", "ours_buf"),
@@ -311,10 +375,15 @@ def summarize(rows, ways):
             if a not in ways or b not in ways:
                 continue
             pairs = [(_ratio(r, a, b), r["layer"]["count"]) for r in mrows]
+            depthwise = [(_ratio(r, a, b), r["key"]) for r in mrows
+                         if layer_lists.ConvLayer.from_dict(r["layer"]).depthwise and _ratio(r, a, b)]
             s[f"{a}/{b}"] = {
                 "geomean": common.geomean([p for p, _ in pairs]),
                 "geomean_count_weighted": common.weighted_geomean(pairs),
                 "layers_compared": sum(p is not None for p, _ in pairs),
+                # The slowest depthwise layer (issue 12: none below 1.0x upstream).
+                "depthwise_min": min(depthwise)[0] if depthwise else None,
+                "depthwise_min_layer": min(depthwise)[1] if depthwise else None,
             }
         totals = {}
         for way in ways:
@@ -332,14 +401,14 @@ def summarize(rows, ways):
     return summary
 
 
-SHORT = {"ours_tex": "tex", "ours_buf": "buf", "upstream": "up", "cudnn": "cudnn"}
+SHORT = {"ours": "ours", "ours_tex": "tex", "ours_buf": "buf", "upstream": "up", "cudnn": "cudnn"}
 
 
 def print_report(rows, summary, ways, device_name):
     shown = [w for w in ways if any(w in r["results"] for r in rows)]
     ratios = [(a, b) for a, b in RATIOS if a in shown and b in shown]
     headers = ["layer", "conv", "n", "MFLOP"] + [f"{SHORT[w]} GF/s" for w in shown]
-    headers += [f"{SHORT[a]}/{SHORT[b]}" for a, b in ratios] + ["flags"]
+    headers += [f"{SHORT[a]}/{SHORT[b]}" for a, b in ratios] + (["ours plan"] if "ours" in shown else []) + ["flags"]
     table, errors = [], []
     for r in rows:
         layer = layer_lists.ConvLayer.from_dict(r["layer"])
@@ -358,6 +427,8 @@ def print_report(rows, summary, ways, device_name):
                 if not res["ok"]:
                     flags.append(f"{SHORT[w]} WRONG (rel err {res['rel_err']:.2g})")
         cells += [common.fmt(_ratio(r, a, b)) for a, b in ratios]
+        if "ours" in shown:  # the strategy's choice: algorithm (F2/F4), config, placement
+            cells.append(r["results"].get("ours", {}).get("plan", {}).get("config", "-"))
         cells.append("; ".join(flags))
         table.append(cells)
     if errors:
@@ -393,14 +464,15 @@ def print_report(rows, summary, ways, device_name):
                     common.fmt(r.get("geomean")),
                     common.fmt(r.get("geomean_count_weighted")),
                     common.fmt(r.get("total_time_ratio")),
+                    common.fmt(r.get("depthwise_min")),
                     f"{r.get('layers_compared', 0)}/{s['layers']}",
                 ]
             )
     common.print_table(
-        ["model", "speed ratio", "geomean", "weighted geomean", "total time", "layers"],
+        ["model", "speed ratio", "geomean", "weighted geomean", "total time", "depthwise min", "layers"],
         rrows,
         title="speed ratios a/b (> 1: a is faster): geomean over distinct layers, geomean weighted by count, "
-        "ratio of total times",
+        "ratio of total times, the slowest depthwise layer",
     )
 
 
@@ -422,6 +494,8 @@ def parse_args(argv=None):
     p.add_argument("--budget", type=float, default=0.5, help="seconds of timing per kernel (default 0.5)")
     p.add_argument("--input-sets", type=int, default=2, help="input sets rotated while timing (default 2)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--records", metavar="FILE", type=Path, default=None,
+                   help="tuning records (tir-adreno tune) the way 'ours' plans with, as a compiled model does")
     p.add_argument("--results-dir", type=Path, default=None, help="default: benchmarks/results")
     args = p.parse_args(argv)
     args.models = [m.strip() for m in args.models.split(",") if m.strip()]
@@ -438,6 +512,9 @@ def parse_args(argv=None):
         p.error("--limit must be >= 1")
     if args.input_sets < 1:
         p.error("--input-sets must be >= 1")
+    if args.records is not None and (args.src or not args.records.is_file()):
+        p.error("--records: the records are read when building (not with --from)" if args.src
+                else f"--records: no such file {args.records}")
     return args
 
 
@@ -447,7 +524,7 @@ def main(argv=None) -> int:
     started = time.perf_counter()
     if args.build_only:
         args.build_only.mkdir(parents=True, exist_ok=True)
-        meta, _ = build_all(selected, args.ways, args.build_only, common.target_profile(args, build_only=True))
+        meta, _ = build_all(selected, args.ways, args.build_only, common.target_profile(args, build_only=True), args.records)
         failed = [c for c in meta["cases"] if "error" in c]
         common.log(
             f"wrote {len(meta['cases']) - len(failed)} kernels to {args.build_only} "
@@ -469,7 +546,7 @@ def main(argv=None) -> int:
             common.log(f"not in {args.src}: {missing} (rebuild with --build-only)")
         selected = [layer for layer in selected if layer.key in built]
     else:
-        meta, modules = build_all(selected, args.ways, None, common.target_profile(args))
+        meta, modules = build_all(selected, args.ways, None, common.target_profile(args), args.records)
     build_s = time.perf_counter() - started
     rows = run_all(dev, selected, meta, modules, args.ways, args.budget, args.input_sets, args.seed)
     summary = summarize(rows, args.ways)

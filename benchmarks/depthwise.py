@@ -8,9 +8,12 @@ NumPy conv, relative error <= 1e-4):
   work group (8, 4, 1); still ``DEPTHWISE_DEFAULTS`` "mobile" / "cpu"), textures;
 - ``gpu``: ``DEPTHWISE_DEFAULTS["gpu"]`` on textures; ``gpu_wbuf`` the same with
   its weights in a buffer; ``gpu_buf`` the same schedule on buffers;
-- ``sweep``: ``register_window`` on / off x ``w_block`` 1, 2, 4 x 2-D work groups
-  of 64, 128, 256 items along W, then H; and 3-D groups of 128 (W, H, then
-  channel blocks) for 1 and 2 columns (textures);
+- ``sweep`` (textures) and ``sweep_buf`` (activations and weights in buffers):
+  ``register_window`` on / off x ``w_block`` 1, 2, 4 x 2-D work groups of 64, 128,
+  256 items along W, then H (buffers: 1 and 2 columns); 3-D groups of 128 (W, H,
+  then channel blocks) for 1 and 2 columns (textures); the 1-D grid in output
+  order (``ConvConfig.flat``) for 1 and 2 columns in groups of 32, 64, 128, 256
+  (textures: 128); in the summary each is the fastest per layer, named ways included;
 - ``upstream``: upstream TVM's generic OpenCL conv (``conv_layers.py``'s baseline);
 - ``cudnn``: PyTorch/cuDNN fp32 on NVIDIA devices with torch.
 
@@ -55,20 +58,33 @@ def candidates(layer):
         ("gpu_wbuf", gpu, TEXTURE, BUFFER),
         ("gpu_buf", gpu, BUFFER, BUFFER),
     ]
+
+    def grid(wb, threads, depth=1):
+        return conv2d.fill_work_group((geom.n * ceildiv(geom.ow, wb), geom.oh, depth), threads, max_x=32)
+
+    sweep = []  # (config, on buffers too)
     for register_window in (True, False):
         for wb in (1, 2, 4):
             for threads in (64, 128, 256) if register_window else (128,):
-                wg = conv2d.fill_work_group((geom.n * ceildiv(geom.ow, wb), geom.oh, 1), threads, max_x=32)
-                out.append(("sweep", conv2d.ConvConfig(1, wb, wg, register_window=register_window), TEXTURE, TEXTURE_WEIGHT))
+                sweep.append((conv2d.ConvConfig(1, wb, grid(wb, threads), register_window=register_window), wb < 4))
         for wb in (1, 2):  # 3-D groups: small images fill a group with channel blocks too
-            wg = conv2d.fill_work_group((geom.n * ceildiv(geom.ow, wb), geom.oh, geom.o4), 128, max_x=32)
-            out.append(("sweep", conv2d.ConvConfig(1, wb, wg, register_window=register_window), TEXTURE, TEXTURE_WEIGHT))
+            sweep.append((conv2d.ConvConfig(1, wb, grid(wb, 128, geom.o4), register_window=register_window), False))
+        for wb in (1, 2):  # 1-D grid in output order, upstream's shape (ConvConfig.flat); 32: more groups on small maps
+            for threads in (32, 64, 128, 256):
+                cfg = conv2d.ConvConfig(1, wb, (threads, 1, 1), register_window=register_window, flat=True)
+                sweep.append((cfg, True))
+    for cfg, on_buffers in sweep:
+        if not cfg.flat or cfg.work_group[0] == 128:  # textures: flat at 128 only (all at the floor there)
+            out.append(("sweep", cfg, TEXTURE, TEXTURE_WEIGHT))
+        if on_buffers:
+            out.append(("sweep_buf", cfg, BUFFER, BUFFER))
     return [(way, label(cfg, scope, wscope), cfg, scope, wscope) for way, cfg, scope, wscope in out]
 
 
 def label(cfg, scope: str, weight_scope: str) -> str:
     where = " buf" if scope == "global" else " wbuf" if weight_scope == "global" else ""
-    return f"{cfg.w_block}col wg{'x'.join(map(str, cfg.work_group))}{' reg' if cfg.register_window else ''}{where}"
+    flags = (" reg" if cfg.register_window else "") + (" flat" if cfg.flat else "")
+    return f"{cfg.w_block}col wg{'x'.join(map(str, cfg.work_group))}{flags}{where}"
 
 
 def build_all(selected, out_dir: Path | None):
@@ -81,7 +97,7 @@ def build_all(selected, out_dir: Path | None):
     for layer in selected:
         seen, ours = set(), []
         for way, lab, cfg, scope, wscope in candidates(layer):
-            if way == "sweep" and lab in seen:  # a named way already builds this config
+            if way.startswith("sweep") and lab in seen:  # a named way already builds this config
                 continue
             seen.add(lab)
             ours.append((way, lab, cfg, scope, wscope))
@@ -150,15 +166,20 @@ def _good(r):
     return r is not None and r.get("ok") and "time_s" in r
 
 
+#: What a summary way picks from: the fastest of these ways' results.
+PICKS = {"sweep": ("sweep", "old", "gpu"), "sweep_buf": ("sweep_buf", "gpu_buf")}
+
+
 def _pick(row, way):
-    """The result of ``way`` ("sweep": the fastest texture config, named ones included) in ``row``, or None."""
-    ways = ("sweep", "old", "gpu") if way == "sweep" else (way,)
+    """The result of ``way`` in ``row`` (``PICKS``: the fastest texture / buffer config, named ones
+    included), or None."""
+    ways = PICKS.get(way, (way,))
     good = [r for r in row["results"] if r["way"] in ways and _good(r)]
     return min(good, key=lambda r: r["time_s"]) if good else None
 
 
 def summarize(rows):
-    ways = [*NAMED, "sweep", "cudnn"]
+    ways = [*NAMED, "sweep", "sweep_buf", "cudnn"]
     summary = {}
     for way in ways:
         ratios = [(_pick(r, "upstream")["time_s"] / _pick(r, way)["time_s"], r["layer"]["count"]) for r in rows if _pick(r, way) and _pick(r, "upstream")]
@@ -176,21 +197,22 @@ def summarize(rows):
 
 
 def print_report(rows, summary, device_name):
-    ways = [*NAMED, "sweep", "upstream", "cudnn"]
+    ways = [*NAMED, "sweep", "sweep_buf", "upstream", "cudnn"]
     table = []
     for r in rows:
         cells = [r["key"], str(r["layer"]["count"])]
         for way in ways:
             p = _pick(r, way)
             cells.append(common.fmt(p and p["time_s"] * 1e6, ".1f"))
-        best = _pick(r, "sweep")
-        cells.append(best["label"] if best else "-")
+        for way in ("sweep", "sweep_buf"):
+            best = _pick(r, way)
+            cells.append(best["label"] if best else "-")
         up = _pick(r, "upstream")
-        cells += [common.fmt(up and _pick(r, w) and up["time_s"] / _pick(r, w)["time_s"]) for w in ("old", "gpu", "gpu_wbuf", "gpu_buf")]
+        cells += [common.fmt(up and _pick(r, w) and up["time_s"] / _pick(r, w)["time_s"]) for w in ("gpu", "gpu_buf", "sweep", "sweep_buf")]
         bad = [x["label"] for x in r["results"] if "error" in x or not x.get("ok", False)]
         cells.append(", ".join(bad))
         table.append(cells)
-    headers = ["layer", "n"] + [f"{w} us" for w in ways] + ["best sweep", "up/old", "up/gpu", "up/wbuf", "up/buf", "failed"]
+    headers = ["layer", "n"] + [f"{w} us" for w in ways] + ["best texture", "best buffer", "up/gpu", "up/gpu_buf", "up/sweep", "up/sweep_buf", "failed"]
     common.print_table(headers, table, title=f"depthwise layers on {device_name}: median OpenCL event time (us)")
     print()
     srows = [[w, common.fmt(s.get("vs_upstream_geomean")), common.fmt(s.get("vs_upstream_min")), common.fmt(s["total_us"], ".1f")] for w, s in summary.items()]
@@ -205,9 +227,12 @@ def main(argv=None) -> int:
     mode.add_argument("--from", dest="src", metavar="DIR", type=Path, help="run kernels compiled by --build-only (no TVM)")
     p.add_argument("--budget", type=float, default=0.1, help="seconds of timing per kernel (default 0.1)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--limit", type=int, default=None, help="only the first N layers (a quick check)")
     p.add_argument("--results-dir", type=Path, default=None, help="default: benchmarks/results")
     args = p.parse_args(argv)
-    selected = [layer for layer in layer_lists.layers(["mobilenetv2"]) if layer.depthwise]
+    if args.limit is not None and args.limit < 1:
+        p.error("--limit must be >= 1")
+    selected = [layer for layer in layer_lists.layers(["mobilenetv2"]) if layer.depthwise][: args.limit]
     started = time.perf_counter()
     if args.build_only:
         meta, _ = build_all(selected, args.build_only)

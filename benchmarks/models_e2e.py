@@ -83,9 +83,10 @@ def _load(names, ways, directory: Path, device):
 def _measure(cm, repeat: int):
     """(kernel ms, wall ms, {"bound", "unbound"} launch us, outputs): kernel time = sum of OpenCL events of a
     profiled run; wall = one fast run (upload, launches, download, one wait); launch =
-    host time per kernel enqueue (args bound at load; also the unbound path, set per
-    launch, as before). Medians over ``repeat``; outputs from a profiled run
-    (poisoned first)."""
+    host time per kernel enqueue the way the fast run does it (args bound at load,
+    ``cm.launcher_kind``, queue without profiling; also the unbound path, set per launch
+    with events on the profiling queue, as before). Medians over ``repeat``; outputs from
+    a profiled run (poisoned first)."""
     x = {n: np.random.default_rng(i).standard_normal(cm.plan.tensors[t].shape).astype("float32") for i, (n, t) in enumerate(cm.plan.inputs)}
     cm.run(x)  # warm-up: drivers finish compiling on first launch
     wall_ms = []
@@ -202,6 +203,7 @@ def main():
                 "wall_ms": wall_ms,
                 "launch_us": launch_us["bound"],
                 "launch_us_unbound": launch_us["unbound"],
+                "launcher": cm.launcher_kind,
                 "launches": cm.launch_count,
                 "memory_pool": pooled,
                 "memory_no_pool": unpooled,
@@ -229,7 +231,7 @@ def main():
                 fmt(o["wall_ms"]),
                 fmt(u["wall_ms"]),
                 fmt(o["wall_ms"] / o["kernel_ms"], ".2f"),
-                fmt(o["launch_us"], ".1f") + " / " + fmt(o["launch_us_unbound"], ".1f"),
+                fmt(o["launch_us"], ".1f") + " / " + fmt(o["launch_us_unbound"], ".1f") + f" ({o['launcher']})",
                 fmt(c["eager_ms"]) if c else "-",
                 fmt(c["graph_ms"]) if c else "-",
                 fmt(o["memory_pool"]["intermediates"] / 2**20, ".1f"),
@@ -243,11 +245,11 @@ def main():
         )
     path = write_json("models_e2e", device.name, {"repeat": args.repeat, "results": results}, args.results_dir)
     print_table(
-        ["model", "ours ms", "upstream ms", "speedup", "ours wall", "upstr wall", "wall/kernel", "launch us bound / unbound", "cuDNN eager", "cuDNN graph", "act MiB pool", "act MiB no pool", "ours vs upstr",
+        ["model", "ours ms", "upstream ms", "speedup", "ours wall", "upstr wall", "wall/kernel", "launch us fast / unbound (launcher)", "cuDNN eager", "cuDNN graph", "act MiB pool", "act MiB no pool", "ours vs upstr",
          "tuned ms", "tuned gain", "nofuse ms kernel / wall", "fuse gain"],
         rows,
         title=f"end to end on {device.name}: kernel time = sum of OpenCL events, wall = one run's host time "
-        f"(launch us: host time per kernel enqueue), medians of {args.repeat} (JSON: {path})",
+        f"(launch us: host time per kernel enqueue, fast run's launcher vs set per launch), medians of {args.repeat} (JSON: {path})",
     )
 
 

@@ -40,13 +40,9 @@ import numpy as np
 
 import common  # noqa: E402  (puts the repository root on sys.path)
 import layers as layer_lists
-from conv_layers import reference_conv2d
+from conv_layers import reference_conv2d, run_program_case
 
-from primfuncs.winograd_math import winograd_weight_transform  # NumPy only: fine without TVM
 from tir_adreno import tuning
-from tir_adreno.blocked import pack_nchw4c, pack_oihw4o, unpack_nchw4c
-from tir_adreno.reference import relative_error
-from tir_adreno.texture import is_texture_scope
 
 NAME = "winograd"
 #: ``tir_adreno.strategy.ALGORITHMS`` (not imported: ``--from`` runs without TVM).
@@ -88,14 +84,6 @@ def selected_layers(models, limit=None):
     for model in models:
         out.extend(MODELS[model][:limit] if limit is not None else MODELS[model])
     return out
-
-
-# ---------------------------------------------------------------------------------------------
-# weights on the host
-
-
-def pack_weights(way: str, w: np.ndarray) -> np.ndarray:
-    return pack_oihw4o(w) if way == "direct" else winograd_weight_transform(w, int(way[-1]))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -160,28 +148,7 @@ def load_cases(src: Path):
 
 
 def run_way(dev, program: tuning.ConvProgram, way, layer, inputs, ref, budget_s: float) -> dict:
-    specs = program.specs
-    for spec in specs.values():
-        if is_texture_scope(spec.scope) and not dev.limits.fits(spec.shape, spec.scope):
-            raise RuntimeError(f"{spec.name} {spec.shape} does not fit {dev.name}'s images (rebuild for this device)")
-    weight_name = program.inputs[1]  # W (direct) or U (Winograd)
-    out = dev.empty(specs[program.outputs[-1]]).poison()
-    sets = []
-    for x, w in inputs:
-        tensors = {
-            "X": dev.empty(specs["X"]).upload(pack_nchw4c(x)),
-            weight_name: dev.empty(specs[weight_name]).upload(pack_weights(way, w)),
-            program.outputs[-1]: out,
-        }
-        sets.append(program.bind(dev, tensors))  # intermediates allocated (poisoned) once per set
-    first_s = program.run(dev, sets[0])
-    err = relative_error(unpack_nchw4c(out.numpy(), layer.out_shape[1]), ref)
-    slow = first_s * 5 > budget_s
-    median, samples = common.median_time(
-        lambda s: program.run(dev, s), sets, warmup=1 if slow else 2, min_repeat=3 if slow else 5,
-        max_repeat=50 if slow else 200, budget_s=budget_s,
-    )
-    return {"time_s": median, "samples": len(samples), "rel_err": err, "ok": err <= RTOL[way]}
+    return run_program_case(dev, program, layer, inputs, ref, budget_s, RTOL[way])
 
 
 def run_all(dev, selected, meta, programs, budget_s: float, input_sets: int, seed: int):

@@ -77,6 +77,11 @@ class ConvConfig:
     window's KH x KW weight pixels into registers once, then per kernel row the
     input pixels the tile's columns span once, and reuses them across taps and
     columns (w_block 2, 3x3: 4 input reads per row instead of 6).
+    ``flat`` (any conv but split_k > 1) launches a 1-D NDRange, one work item per
+    tile in output memory order (image, channel tile, row, column tile), in work
+    groups of ``work_group[0]`` items (``work_group`` must be ``(g, 1, 1)``): no
+    idle items on small or odd-sized maps, and neighbouring items read and write
+    neighbouring pixels (coalesced on buffers); what upstream's buffer kernels do.
     """
 
     oc_block: int = 4
@@ -84,6 +89,7 @@ class ConvConfig:
     work_group: tuple[int, int, int] = (8, 4, 1)
     split_k: int = 1
     register_window: bool = False
+    flat: bool = False
 
     def __post_init__(self):
         for name in ("oc_block", "w_block"):
@@ -97,6 +103,11 @@ class ConvConfig:
             raise ValueError(f"ConvConfig.split_k must be an int in 1..64, got {self.split_k!r}")
         if not isinstance(self.register_window, bool):
             raise ValueError(f"ConvConfig.register_window must be a bool, got {self.register_window!r}")
+        if not isinstance(self.flat, bool):
+            raise ValueError(f"ConvConfig.flat must be a bool, got {self.flat!r}")
+        if self.flat and (wg[1:] != (1, 1) or self.split_k != 1):
+            raise ValueError(f"ConvConfig.flat launches a 1-D grid: work_group must be (g, 1, 1) and split_k 1, "
+                             f"got work_group {wg}, split_k {self.split_k}")
         if wg[0] * wg[1] * wg[2] * self.split_k > 256:
             what = f"work_group {wg}" + (f" x split_k {self.split_k}" if self.split_k > 1 else "")
             raise ValueError(f"ConvConfig.{what} has more than 256 work items")
@@ -106,10 +117,12 @@ class ConvConfig:
 DEVICE_KINDS = ("mobile", "gpu", "cpu")
 
 
-def default_config(geom: "ConvGeometry", depthwise: bool = False, kind: str = "mobile", prologue: bool = False) -> ConvConfig:
+def default_config(geom: "ConvGeometry", depthwise: bool = False, kind: str = "mobile", profile: str | None = None,
+                   prologue: bool = False) -> ConvConfig:
     """The tile a conv gets unless told otherwise, per device class (:data:`DEVICE_KINDS`).
 
-    ``kind`` is the device profile's class (``tir_adreno.device``). Measured
+    ``kind`` is the device profile's class (``tir_adreno.device``), ``profile`` its name
+    (depthwise convs: a :data:`DEPTHWISE_DEFAULTS` entry of that name wins). Measured
     with benchmarks/conv_configs.py (results in benchmarks/results/conv_configs-*.json):
 
     - "mobile" (Adreno class; the rule the kernels were written for): a 4 x 4
@@ -138,7 +151,7 @@ def default_config(geom: "ConvGeometry", depthwise: bool = False, kind: str = "m
     if kind not in DEVICE_KINDS:
         raise ValueError(f"kind must be one of {DEVICE_KINDS}, got {kind!r}")
     if depthwise:
-        return _depthwise_default(geom, DEPTHWISE_DEFAULTS[kind])
+        return _depthwise_default(geom, depthwise_default(geom, kind, profile))
 
     def items(ocb, wb):
         return ceildiv(geom.o4, ocb) * geom.oh * geom.n * ceildiv(geom.ow, wb)
@@ -181,28 +194,61 @@ def default_config(geom: "ConvGeometry", depthwise: bool = False, kind: str = "m
     return ConvConfig(ocb, wb, fill_work_group(extents(ocb, wb), per_slice, max_x=16, max_z=64 // split), split)
 
 
-#: Depthwise defaults per device class (data, so a device profile can carry it). Depthwise
+#: Depthwise defaults per device class or device profile name (data; a profile's name wins
+#: over its class, so one device gets its own entry without touching its class). Depthwise
 #: convs share no input pixel across channel blocks, so a tile is one channel block.
-#: ``work_group`` fixed, or ``threads``: a 2-D work group of that many items filled along
-#: the output columns, then rows (:func:`fill_work_group`). ``register_window`` where the
-#: conv allows it (multiplier 1). "mobile" / "cpu": 4 columns per item, group (8, 4, 1)
-#: (on the H200 every such config of the first sweep was within ~10% of the ~13 us
-#: texture-kernel floor). "gpu": 2 columns per item, window in registers, 128-item groups.
+#: Keys: ``w_block``; ``work_group`` fixed, or ``threads``: a 2-D work group of that many
+#: items filled along the output columns, then rows (:func:`fill_work_group`), or with
+#: ``flat`` a 1-D group of that many items (``ConvConfig.flat``); ``register_window`` where
+#: the conv allows it (multiplier 1); ``placement`` (optional; absent: the profile's
+#: default placement): "texture" or "buffer", where the strategy (``tir_adreno.strategy``)
+#: puts the layer's tensors unless records say otherwise;
+#: ``classes``: {layer class of :data:`DEPTHWISE_CLASSES`: keys overridden for that class},
+#: applied in that order. "mobile" / "cpu": 4 columns per item, group (8, 4, 1) (on the
+#: H200 every such config of the first sweep was within ~10% of the ~13 us texture-kernel
+#: floor). "gpu": 2 columns per item, window in registers, 128-item groups.
 DEPTHWISE_DEFAULTS = {
     "mobile": {"w_block": 4, "work_group": (8, 4, 1), "register_window": False},
     "cpu": {"w_block": 4, "work_group": (8, 4, 1), "register_window": False},
     "gpu": {"w_block": 2, "threads": 128, "register_window": True},
 }
 
+#: Layer classes a :data:`DEPTHWISE_DEFAULTS` entry may override keys for (``classes``).
+DEPTHWISE_CLASSES = {
+    "stride2": lambda g: max(g.strides) > 1,
+    "small": lambda g: g.oh * g.ow <= 14 * 14,  # MobileNet's last stages: launch-bound
+}
+
+_DEPTHWISE_KEYS = {"w_block", "work_group", "threads", "register_window", "flat", "placement", "classes"}
+
+
+def depthwise_default(geom: "ConvGeometry", kind: str, profile: str | None = None) -> dict:
+    """The :data:`DEPTHWISE_DEFAULTS` entry of depthwise conv ``geom`` on device class ``kind``
+    (or profile ``profile`` when the table has it), its layer classes' overrides applied."""
+    key = profile if profile in DEPTHWISE_DEFAULTS else kind
+    entry = dict(DEPTHWISE_DEFAULTS[key])
+    for name, overrides in entry.pop("classes", {}).items():
+        if name not in DEPTHWISE_CLASSES:
+            raise ValueError(f"DEPTHWISE_DEFAULTS[{key!r}]: unknown layer class {name!r}; known: {list(DEPTHWISE_CLASSES)}")
+        if DEPTHWISE_CLASSES[name](geom):
+            entry.update(overrides)
+    unknown = set(entry) - _DEPTHWISE_KEYS
+    if unknown or entry.get("placement", "texture") not in ("texture", "buffer"):
+        raise ValueError(f"DEPTHWISE_DEFAULTS[{key!r}]: unknown keys {sorted(unknown)} or placement "
+                         f"{entry.get('placement')!r} (want 'texture' or 'buffer')")
+    return entry
+
 
 def _depthwise_default(geom: "ConvGeometry", entry: dict) -> ConvConfig:
-    """One :data:`DEPTHWISE_DEFAULTS` entry as the ConvConfig of conv ``geom``."""
-    wb = entry["w_block"]
-    if "threads" in entry:
+    """One :func:`depthwise_default` entry as the ConvConfig of conv ``geom``."""
+    wb, flat = entry["w_block"], entry.get("flat", False)
+    if flat:
+        work_group = (entry["threads"], 1, 1)
+    elif "threads" in entry:
         work_group = fill_work_group((geom.n * ceildiv(geom.ow, wb), geom.oh, 1), entry["threads"], max_x=32)
     else:
         work_group = entry["work_group"]
-    return ConvConfig(1, wb, work_group, register_window=entry["register_window"] and geom.o == geom.c)
+    return ConvConfig(1, wb, work_group, register_window=entry["register_window"] and geom.o == geom.c, flat=flat)
 
 
 #: Work items below which :func:`default_config` shrinks the register tile ("mobile").
@@ -660,6 +706,50 @@ def _direct_conv(geom: ConvGeometry, mode: str, epilogue, dtype, config, scope, 
                         Y, acc, ob * wb + wi, tmp, epilogue, Bias, Residual, nn, t * ocb + ob, r, x0 + wi, o
                     )
 
+    @T.macro
+    def conv_tile(X, W_dw, Bias_dw, W, Bias, Residual, Y, t, r, i, valid):
+        """The tile of channel tile ``t``, output row ``r`` and column tile ``i`` (image ``i // wt``)."""
+        with T.sblock("conv2d"):
+            # Tile: channel blocks vt*ocb.., output row voh, columns vwt*wb.. of image nn.
+            vt = T.axis.spatial(ot, t)
+            voh = T.axis.spatial(oh, r)
+            nn = T.axis.spatial(n, i // wt)
+            vwt = T.axis.spatial(wt, i % wt)
+            T.where(valid)
+            acc = T.sblock_alloc_buffer((ocb * wb, 4), dtype, scope="local")
+            xp = T.sblock_alloc_buffer((wb, 4), dtype, scope="local")
+            wp = T.sblock_alloc_buffer((ocb, 4, 4), dtype, scope="local")
+            tmp = T.sblock_alloc_buffer((4,), dtype, scope="local")
+            xs = T.sblock_alloc_buffer((span, 4), dtype, scope="local")
+            wr = T.sblock_alloc_buffer((ocb, kh * kw if register_window else 1, 4), dtype, scope="local")
+            wd = T.sblock_alloc_buffer((1, dw_taps, 4), dtype, scope="local")
+            for ob in T.unroll(ocb):
+                for wi in T.unroll(wb):
+                    for lane in T.unroll(4):
+                        acc[ob * wb + wi, lane] = zero
+            if mode == "blocked":
+                for cb in T.serial(blocks_per_group):
+                    accumulate_blocked(
+                        X, W, xp, wp, acc, nn, voh, vwt * wb, vt, first_block(vt) + cb, cb, 4, W_dw, Bias_dw, xs, wd, tmp
+                    )
+                if tail > 0:  # groups == 1, C % 4 channels in the last block
+                    accumulate_blocked(
+                        X, W, xp, wp, acc, nn, voh, vwt * wb, vt, blocks_per_group, blocks_per_group, tail,
+                        W_dw, Bias_dw, xs, wd, tmp,
+                    )
+            elif register_window:
+                accumulate_depthwise_registers(X, W, xs, wr, acc, nn, voh, vwt * wb, vt, ocb, out_block)
+            elif mode == "depthwise" and multiplier == 1:
+                accumulate_depthwise(X, W, xp, wp, acc, nn, voh, vwt * wb, vt)
+            else:
+                accumulate_lanes(X, W, xp, wp, acc, nn, voh, vwt * wb, vt)
+            store_tile(Y, Bias, Residual, acc, tmp, nn, voh, vwt * wb, vt)
+
+    # config.flat: item k of the 1-D grid owns tile (image, channel tile, row, column tile)
+    # in output memory order, k = ((nn * ot + t) * oh + r) * wt + column tile.
+    tiles = n * ot * oh * wt
+    gf = _work_group(tiles, config.work_group[0])
+
     def plain_kernel():
         @T.prim_func(s_tir=True)
         def func(
@@ -674,50 +764,24 @@ def _direct_conv(geom: ConvGeometry, mode: str, epilogue, dtype, config, scope, 
             Bias = T.match_buffer(bias, (o4, 4), dtype, scope=BUFFER)
             Residual = T.match_buffer(residual, (n, o4, oh, ow, 4), dtype, scope=scope)
             Y = T.match_buffer(out, (n, o4, oh, ow, 4), dtype, scope=scope)
-            for bz in T.thread_binding(ceildiv(ot, gz), thread="blockIdx.z"):
-                for by in T.thread_binding(ceildiv(oh, gy), thread="blockIdx.y"):
-                    for bx in T.thread_binding(ceildiv(cols, gx), thread="blockIdx.x"):
-                        for tz in T.thread_binding(gz, thread="threadIdx.z"):
-                            for ty in T.thread_binding(gy, thread="threadIdx.y"):
-                                for tx in T.thread_binding(gx, thread="threadIdx.x"):
-                                    with T.sblock("conv2d"):
-                                        # Tile: channel blocks vt*ocb.., output row voh, columns vwt*wb.. of image nn.
-                                        vt = T.axis.spatial(ot, bz * gz + tz)
-                                        voh = T.axis.spatial(oh, by * gy + ty)
-                                        nn = T.axis.spatial(n, (bx * gx + tx) // wt)
-                                        vwt = T.axis.spatial(wt, (bx * gx + tx) % wt)
-                                        T.where(bz * gz + tz < ot and by * gy + ty < oh and bx * gx + tx < cols)
-                                        acc = T.sblock_alloc_buffer((ocb * wb, 4), dtype, scope="local")
-                                        xp = T.sblock_alloc_buffer((wb, 4), dtype, scope="local")
-                                        wp = T.sblock_alloc_buffer((ocb, 4, 4), dtype, scope="local")
-                                        tmp = T.sblock_alloc_buffer((4,), dtype, scope="local")
-                                        xs = T.sblock_alloc_buffer((span, 4), dtype, scope="local")
-                                        wr = T.sblock_alloc_buffer(
-                                            (ocb, kh * kw if register_window else 1, 4), dtype, scope="local"
+            if config.flat:
+                for bx in T.thread_binding(ceildiv(tiles, gf), thread="blockIdx.x"):
+                    for tx in T.thread_binding(gf, thread="threadIdx.x"):
+                        conv_tile(
+                            X, W_dw, Bias_dw, W, Bias, Residual, Y, (bx * gf + tx) // (oh * wt) % ot, (bx * gf + tx) // wt % oh,
+                            (bx * gf + tx) // (ot * oh * wt) * wt + (bx * gf + tx) % wt, bx * gf + tx < tiles,
+                        )
+            else:
+                for bz in T.thread_binding(ceildiv(ot, gz), thread="blockIdx.z"):
+                    for by in T.thread_binding(ceildiv(oh, gy), thread="blockIdx.y"):
+                        for bx in T.thread_binding(ceildiv(cols, gx), thread="blockIdx.x"):
+                            for tz in T.thread_binding(gz, thread="threadIdx.z"):
+                                for ty in T.thread_binding(gy, thread="threadIdx.y"):
+                                    for tx in T.thread_binding(gx, thread="threadIdx.x"):
+                                        conv_tile(
+                                            X, W_dw, Bias_dw, W, Bias, Residual, Y, bz * gz + tz, by * gy + ty, bx * gx + tx,
+                                            bz * gz + tz < ot and by * gy + ty < oh and bx * gx + tx < cols,
                                         )
-                                        wd = T.sblock_alloc_buffer((1, dw_taps, 4), dtype, scope="local")
-                                        for ob in T.unroll(ocb):
-                                            for wi in T.unroll(wb):
-                                                for lane in T.unroll(4):
-                                                    acc[ob * wb + wi, lane] = zero
-                                        if mode == "blocked":
-                                            for cb in T.serial(blocks_per_group):
-                                                accumulate_blocked(
-                                                    X, W, xp, wp, acc, nn, voh, vwt * wb, vt, first_block(vt) + cb, cb, 4,
-                                                    W_dw, Bias_dw, xs, wd, tmp,
-                                                )
-                                            if tail > 0:  # groups == 1, C % 4 channels in the last block
-                                                accumulate_blocked(
-                                                    X, W, xp, wp, acc, nn, voh, vwt * wb, vt, blocks_per_group,
-                                                    blocks_per_group, tail, W_dw, Bias_dw, xs, wd, tmp,
-                                                )
-                                        elif register_window:
-                                            accumulate_depthwise_registers(X, W, xs, wr, acc, nn, voh, vwt * wb, vt, ocb, out_block)
-                                        elif mode == "depthwise" and multiplier == 1:
-                                            accumulate_depthwise(X, W, xp, wp, acc, nn, voh, vwt * wb, vt)
-                                        else:
-                                            accumulate_lanes(X, W, xp, wp, acc, nn, voh, vwt * wb, vt)
-                                        store_tile(Y, Bias, Residual, acc, tmp, nn, voh, vwt * wb, vt)
 
         return func
 

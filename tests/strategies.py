@@ -21,6 +21,8 @@ SCOPES = st.sampled_from([TEXTURE, BUFFER])
 #: (N, C, H, W, seed) of a small NCHW tensor: C not a multiple of 4, odd sizes.
 NCHW_SEEDS = st.tuples(st.integers(1, 3), st.integers(1, 13), st.integers(1, 9), st.integers(1, 9), SEEDS)
 WORK_GROUPS = [(1, 1, 1), (4, 2, 1), (8, 4, 1), (2, 2, 2)]
+#: ``ConvConfig.flat`` work groups: 1-D, one not dividing the grid, one larger than small grids.
+FLAT_WORK_GROUPS = [(1, 1, 1), (7, 1, 1), (64, 1, 1)]
 
 
 @st.composite
@@ -30,8 +32,10 @@ def epilogues(draw):
 
 @st.composite
 def conv_configs(draw):
+    flat = draw(st.booleans())  # a 1-D grid in output memory order, or the 3-D one
     return ConvConfig(
-        oc_block=draw(st.integers(1, 4)), w_block=draw(st.integers(1, 4)), work_group=draw(st.sampled_from(WORK_GROUPS))
+        oc_block=draw(st.integers(1, 4)), w_block=draw(st.integers(1, 4)),
+        work_group=draw(st.sampled_from(FLAT_WORK_GROUPS if flat else WORK_GROUPS)), flat=flat,
     )
 
 
@@ -78,6 +82,10 @@ CONV_GROUPED_ALIGNED = conv_case((1, 16, 6, 5), (16, 8, 3, 3), groups=2, strides
 #: The depthwise property's: a 3x3 depthwise conv with a channel multiplier of 2, and one on whole blocks.
 DEPTHWISE_3X3 = conv_case((1, 6, 7, 9), (12, 1, 3, 3), groups=6)
 DEPTHWISE_ALIGNED = conv_case((2, 8, 5, 6), (8, 1, 3, 3), groups=8, strides=(2, 2), padding=(0, 1, 2, 1))
+#: MobileNet's stride-2 depthwise on the NVIDIA buffer schedule: 1-D grid (groups not dividing it),
+#: window in registers, batch 2, a C tail.
+DEPTHWISE_FLAT = conv_case((2, 7, 9, 8), (7, 1, 3, 3), groups=7, strides=(2, 2),
+                           config=ConvConfig(1, 1, (32, 1, 1), register_window=True, flat=True))
 
 
 @st.composite

@@ -78,6 +78,7 @@ def test_run_onnx_check_inputs_outputs(tiny_onnx, tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     assert "check passed" in res.stdout
     assert "conv2d" in res.stdout and "texture" in res.stdout
+    assert "(ctypes launcher)" in res.stdout  # the fast run's default where the OpenCL library loads
     with np.load(tmp_path / "out.npz") as out:
         y = out["output0"]
     import onnxruntime
@@ -163,9 +164,14 @@ def test_help_documents_exit_codes(run_cli):
 
 
 @pytest.mark.parametrize("command", ["run", "kernels"])
-def test_garbage_environment_setting(run_cli, tiny_onnx, command):
+@pytest.mark.parametrize("variable, allowed", [
+    ("TIR_ADRENO_CHECK_BOUNDS", "0 or 1"),
+    ("TIR_ADRENO_LAUNCHER", "auto, ctypes, pyopencl"),
+    ("TIR_ADRENO_LAUNCH_FLUSH", "count of launches"),
+])
+def test_garbage_environment_setting(run_cli, tiny_onnx, command, variable, allowed):
     args = ["run", str(tiny_onnx)] if command == "run" else ["kernels"]
-    assert_user_error(run_cli(*args, env={"TIR_ADRENO_CHECK_BOUNDS": "bogus"}), "$TIR_ADRENO_CHECK_BOUNDS", "0 or 1", "'bogus'")
+    assert_user_error(run_cli(*args, env={variable: "bogus"}), f"${variable}", allowed, "'bogus'")
 
 
 @pytest.mark.parametrize("flag", ["--outputs", "--json"])
@@ -206,9 +212,11 @@ def test_batch_2_through_symbolic_model(run_cli, batch_onnx, tmp_path):
     x = np.random.default_rng(4).standard_normal((2, 3, 6, 6)).astype("float32")
     np.savez(tmp_path / "in.npz", image=x)
     out = tmp_path / "out.npz"
-    res = run_cli("run", batch_onnx, "--input-shape", "image=2,3,6,6", "--inputs", str(tmp_path / "in.npz"), "--outputs", str(out), "--check")
+    res = run_cli("run", batch_onnx, "--input-shape", "image=2,3,6,6", "--inputs", str(tmp_path / "in.npz"), "--outputs", str(out), "--check",
+                  env={"TIR_ADRENO_LAUNCHER": "pyopencl"})
     assert res.returncode == 0, res.stderr[-3000:]
     assert "check passed" in res.stdout and res.stderr == ""
+    assert "(pyopencl launcher)" in res.stdout
     import onnxruntime
 
     (ref,) = onnxruntime.InferenceSession(batch_onnx, providers=["CPUExecutionProvider"]).run(None, {"image": x})

@@ -7,7 +7,9 @@ every output pixel of the blocked result must be written, padding lanes zero.
 import numpy as np
 import pytest
 from hypothesis import example, given
-from strategies import CONV_3X3, CONV_GROUPED_ALIGNED, DEPTHWISE_3X3, DEPTHWISE_ALIGNED, SEEDS, conv_cases
+from strategies import (
+    CONV_3X3, CONV_GROUPED_ALIGNED, DEPTHWISE_3X3, DEPTHWISE_ALIGNED, DEPTHWISE_FLAT, SEEDS, conv_cases,
+)
 from util import assert_close, rand
 
 from primfuncs import conv2d as conv
@@ -102,6 +104,7 @@ def test_conv2d_matches_numpy(device, scope, case, seed):
 @given(case=conv_cases(depthwise=True), seed=SEEDS)
 @example(case=DEPTHWISE_3X3, seed=0)
 @example(case=DEPTHWISE_ALIGNED, seed=1)
+@example(case=DEPTHWISE_FLAT, seed=2)
 def test_depthwise_conv2d_matches_numpy(device, scope, case, seed):
     got, ref, blocked_out = run_kernel(device, dict(case, depthwise=True), scope, np.random.default_rng(seed))
     check_blocked_output(blocked_out, ref.shape[1])
@@ -263,6 +266,9 @@ def test_ops_conv2d_errors(device, kwargs, error, match):
         (lambda: conv.ConvConfig(work_group=(8, 4)), ValueError, "work_group must be 3 positive ints"),
         (lambda: conv.ConvConfig(work_group=(16, 16, 2)), ValueError, "more than 256"),
         (lambda: conv.ConvConfig(register_window=1), ValueError, "register_window must be a bool"),
+        (lambda: conv.ConvConfig(flat=1), ValueError, "flat must be a bool"),
+        (lambda: conv.ConvConfig(work_group=(8, 4, 1), flat=True), ValueError, r"work_group must be \(g, 1, 1\)"),
+        (lambda: conv.ConvConfig(work_group=(64, 1, 1), split_k=2, flat=True), ValueError, "split_k 1"),
         (
             lambda: conv.conv2d_nchw4c((1, 4, 6, 6), (4, 4, 3, 3), config=conv.ConvConfig(register_window=True)),
             ValueError,

@@ -65,7 +65,9 @@ def conv2d_kernels(d, scope):
     o = groups * d.draw(st.integers(1, 3))
     k = d.draw(st.sampled_from([1, 3]))
     # split_k > 1 does not round-trip (test_split_k_conv_does_not_round_trip): drawn there, not here
-    config = ConvConfig(oc_block=d.draw(st.integers(1, 4)), w_block=d.draw(st.integers(1, 4)))
+    flat = d.draw(st.booleans())  # the 1-D grid (ConvConfig.flat) or the 3-D one
+    config = ConvConfig(oc_block=d.draw(st.integers(1, 4)), w_block=d.draw(st.integers(1, 4)),
+                        work_group=(32, 1, 1) if flat else (8, 4, 1), flat=flat)
     common = dict(strides=d.draw(st.integers(1, 2)), padding=d.draw(st.integers(0, 1)), epilogue=_epilogue(d), config=config, scope=scope)
     mult = d.draw(st.integers(1, 2))
     return [

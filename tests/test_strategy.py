@@ -84,6 +84,55 @@ def test_strategy_takes_records_over_defaults(tmp_path):
     assert strategy.ConvChoice.from_dict(choice.to_dict()) == choice
 
 
+def test_depthwise_defaults_per_profile_and_layer_class(monkeypatch):
+    """DEPTHWISE_DEFAULTS holds a placement and config per device profile (its name wins over
+    its class) and per layer class; the strategy and tune's first candidate follow it."""
+    import dataclasses
+
+    from primfuncs import conv2d
+    from tir_adreno import tune
+
+    table = dict(conv2d.DEPTHWISE_DEFAULTS)
+    table["nvidia-h200"] = {
+        "w_block": 2, "threads": 256, "flat": True, "register_window": True, "placement": "buffer",
+        "classes": {"stride2": {"w_block": 1}, "small": {"placement": "texture", "flat": False, "threads": 64}},
+    }
+    monkeypatch.setattr(conv2d, "DEPTHWISE_DEFAULTS", table)
+    h200, other_gpu = get_profile("nvidia-h200"), dataclasses.replace(get_profile("nvidia-h200"), name="other-gpu")
+
+    def plan(shape, stride, profile):
+        geom = conv2d_geometry(shape, (shape[1], 1, 3, 3), stride, 1, 1, shape[1])
+        return strategy.conv2d_plan(geom, Epilogue(), "float32", profile)
+
+    p = plan((1, 32, 28, 28), 1, h200)
+    assert (p.placement, p.scope, p.source) == ("buffer", "global", "default")
+    assert p.config == ConvConfig(1, 2, (256, 1, 1), register_window=True, flat=True)
+    assert plan((1, 32, 56, 56), 2, h200).config == ConvConfig(1, 1, (256, 1, 1), register_window=True, flat=True)
+    small = plan((1, 32, 7, 7), 1, h200)
+    assert small.placement == "texture" and not small.config.flat and small.config.work_group == (4, 7, 1)  # ceil(7 / 2) x 7
+    gpu = plan((1, 32, 28, 28), 1, other_gpu)  # the class's entry
+    assert gpu.placement == "texture" and gpu.config == default_config(gpu.geometry, True, "gpu")
+    assert plan((1, 32, 28, 28), 1, h200).primfuncs()  # builds as TIR
+    dense = strategy.conv2d_plan(GEOM, Epilogue(), "float32", h200)
+    assert dense.placement == "texture"
+    cands = tune.candidates(p.geometry, h200)
+    assert cands[0] == strategy.ConvChoice("direct", None, "buffer")
+    assert strategy.ConvChoice("direct", None, "texture") in cands and any(c.config and c.config.flat for c in cands)
+    table["nvidia-h200"] = dict(table["nvidia-h200"], placement="gpu")
+    with pytest.raises(ValueError, match=r"DEPTHWISE_DEFAULTS\['nvidia-h200'\].*placement 'gpu'"):
+        plan((1, 32, 28, 28), 1, h200)
+
+
+def test_choice_keeps_depthwise_knobs():
+    """register_window and flat survive records (older records without them read as False)."""
+    choice = strategy.ConvChoice("direct", ConvConfig(1, 2, (128, 1, 1), register_window=True, flat=True), "buffer")
+    assert strategy.ConvChoice.from_dict(choice.to_dict()) == choice
+    assert choice.name == "direct oc1 w2 wg128x1x1 k1 reg flat buffer"
+    old = choice.to_dict()
+    del old["config"]["register_window"], old["config"]["flat"]
+    assert strategy.ConvChoice.from_dict(old).config == ConvConfig(1, 2, (128, 1, 1))
+
+
 def test_records_of_another_device_or_kernels_are_ignored(tmp_path):
     choice = strategy.ConvChoice("winograd_4x4")
     path = _records(tmp_path / "r.json", get_profile("nvidia-h200"), choice)
@@ -152,3 +201,28 @@ def test_compiled_model_uses_records(device, tmp_path):
     ], rows
     assert [r["op"].startswith("conv2d_nchw4c") for r in rows if r["source"] == "default"] == [True]
     assert all(r["config"].startswith("F4 ") for r in rows if r["source"] == "records")
+
+
+def test_compiled_model_places_depthwise_by_its_defaults(device, monkeypatch):
+    """A DEPTHWISE_DEFAULTS entry for this device's profile that puts depthwise convs on
+    buffers with the 1-D grid: the Relax pass follows it (copies around the buffer conv),
+    the output stays right and the profile rows show the choice."""
+    from primfuncs import conv2d
+
+    profile = DeviceProfile.from_device(device)
+    entry = {"w_block": 1, "threads": 64, "flat": True, "register_window": True, "placement": "buffer"}
+    monkeypatch.setattr(conv2d, "DEPTHWISE_DEFAULTS", {**conv2d.DEPTHWISE_DEFAULTS, profile.name: entry})
+
+    def body(m, x):
+        y = m.conv_bn(x, 8, 3, act="relu6")
+        y = m.conv_bn(y, 8, 3, 2, groups=8, act="relu6")  # depthwise, stride 2
+        return m.conv_bn(y, 4, 1, act=None)
+
+    mod = _model("test", body, 1, 9, 0)
+    compiled = compile_model(mod, device=device, progress=lambda _: None)
+    x = np.random.default_rng(6).standard_normal((1, 3, 9, 9)).astype("float32")
+    (out,) = compiled.run({"input": x})
+    (ref,) = reference_outputs(mod, {"input": x})
+    assert relative_error(out, ref) <= 1e-4
+    rows = [p for p in compiled.profile() if "config" in p]
+    assert [r["config"] for r in rows if r["op"].startswith("depthwise")] == ["oc1 w1 wg64x1x1 k1 reg flat buffer"], rows

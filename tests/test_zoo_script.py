@@ -1,5 +1,5 @@
-"""benchmarks/zoo.py and models_e2e.py split in two: ``--build-only`` here, ``--from`` without TVM
-(what runs on the H200), on a tiny exported-style ONNX model."""
+"""benchmarks/zoo.py, models_e2e.py and conv_layers.py split in two: ``--build-only`` here,
+``--from`` without TVM (what runs on the H200), on a tiny exported-style ONNX model or a few layers."""
 
 import json
 import subprocess
@@ -77,3 +77,64 @@ def test_models_e2e_takes_onnx_models(onnx_dir, tmp_path):
         assert entry[way]["random_weights"] is True and entry[way]["kernel_ms"] > 0
     assert entry["fuse_gain"] > 0
     assert entry["ours"]["calls"] < entry["upstream"]["calls"]  # conv + BatchNorm + ReLU6 fused
+    # launch_us: the fast run's path (ctypes, no events), next to the old unbound path
+    assert entry["ours"]["launcher"] == "ctypes" and entry["ours"]["launch_us"] > 0 and entry["ours"]["launch_us_unbound"] > 0
+    # benchmarks/host_path.py on the same saved model, without TVM: four ways, same bits
+    out = script("host_path.py", "--from", saved, "--chain", "6", "--flush", "2", "--repeat", "2", "--rounds", "1", "--results-dir", tmp_path,
+                 no_tvm=True)
+    assert out.splitlines()[-1].startswith("chain6  ")  # the table comes last
+    (result_file,) = tmp_path.glob("host_path-*.json")
+    tiny, chain = json.loads(result_file.read_text())["results"]
+    assert (tiny["model"], chain["model"], chain["launches"], chain["chain_correct"]) == ("tiny", "chain6", 6, True)
+    for entry in (tiny, chain):
+        assert entry["kernel_ms"] > 0
+        kinds = {name: (v["launcher"], v["queue"], v["flush"]) for name, v in entry["variants"].items()}
+        assert kinds == {"pyopencl+profiling": ("pyopencl", "profiling", 0), "pyopencl+plain": ("pyopencl", "plain", 0),
+                         "ctypes+profiling": ("ctypes", "profiling", 0),
+                         "ctypes+plain": ("ctypes", "plain", 0), "ctypes+plain+flush2": ("ctypes", "plain", 2)}
+        assert all(v["outputs_match"] and v["launch_us"] > 0 and v["wall_ms"] > 0 for v in entry["variants"].values())
+
+
+def test_conv_layers_ours_runs_the_strategys_plan(tmp_path):
+    """conv_layers.py's way "ours" is what a compiled model runs: the strategy's plan for the
+    target, with the records' choice where they hold the layer (here MobileNetV2's first
+    depthwise conv on the 1-D-grid buffer schedule), the default elsewhere; built here, run
+    without TVM, every output checked."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import layers
+
+    from primfuncs.conv2d import ConvConfig, conv2d_geometry
+    from primfuncs.epilogue import Epilogue
+    from tir_adreno import records, strategy
+    from tir_adreno.device import get_profile
+
+    profile = get_profile("pocl")
+    first, dw = layers.layers(["mobilenetv2"], 2)
+    assert dw.depthwise and not first.depthwise
+    geoms = {lay.key: conv2d_geometry(lay.data_shape, lay.weight_shape, lay.strides, lay.padding, lay.dilation, lay.groups)
+             for lay in (first, dw)}
+    choice = strategy.ConvChoice("direct", ConvConfig(1, 2, (64, 1, 1), register_window=True, flat=True), "buffer")
+    recs = records.Records(profile)
+    recs.add(records.conv2d_key(geoms[dw.key]), choice, {choice.name: 1e-3})
+    path = recs.save(tmp_path / "records.json")
+
+    saved = tmp_path / "saved"
+    script("conv_layers.py", "--models", "mobilenetv2", "--limit", "2", "--only", "ours,upstream",
+           "--build-only", saved, "--target", "pocl", "--records", path)
+    out = script("conv_layers.py", "--from", saved, "--budget", "0.01", "--input-sets", "1", "--only", "ours,upstream",
+                 "--results-dir", tmp_path, no_tvm=True)
+    assert "depthwise min" in out and "ours/up" in out
+    (result_file,) = tmp_path.glob("conv_layers-*.json")
+    doc = json.loads(result_file.read_text())
+    rows = {row["key"]: row["results"] for row in doc["layers"]}
+    assert rows[dw.key]["ours"]["plan"] == {
+        "algorithm": "direct", "placement": "buffer", "config": "oc1 w2 wg64x1x1 k1 reg flat buffer", "source": "records",
+        "scopes": ["global", "global", "global"], "choice": choice.to_dict(),
+    }
+    default = strategy.conv2d_plan(geoms[first.key], Epilogue(), "float32", profile)
+    assert rows[first.key]["ours"]["plan"]["source"] == "default"
+    assert rows[first.key]["ours"]["plan"]["config"] == default.config_string
+    assert rows[first.key]["ours"]["plan"]["placement"] == default.placement
+    assert all(r[w]["ok"] and r[w]["time_s"] > 0 for r in rows.values() for w in ("ours", "upstream"))
+    ratio = doc["summary"]["mobilenetv2"]["ours/upstream"]
+    assert ratio["depthwise_min_layer"] == dw.key and ratio["depthwise_min"] > 0

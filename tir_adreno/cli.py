@@ -75,10 +75,12 @@ EXIT_CODES = """exit codes:
 
 def check_environment() -> None:
     """Settings read from the environment, validated before any work."""
-    from . import bounds
+    from . import bounds, launcher
 
     try:
         bounds.enabled()
+        launcher.requested()
+        launcher.flush_requested()
     except ValueError as err:
         raise UserError(str(err)) from None
 
@@ -266,7 +268,8 @@ def _run(args) -> int:
         print(f"{i:>3}  {p['op']:<28} {'ours' if p['ours'] else 'upstream':<10} {p['placement']:<9} {p['time_ms']:>10.3f}{config}")
     kernel_ms = compiled.kernel_time_ms()
     ours = sum(p["time_ms"] for p in profile if p["ours"])
-    print(f"\nkernel time {kernel_ms:.2f} ms ({ours / max(kernel_ms, 1e-12):.0%} in tir-adreno kernels), wall {wall * 1e3:.1f} ms")
+    print(f"\nkernel time {kernel_ms:.2f} ms ({ours / max(kernel_ms, 1e-12):.0%} in tir-adreno kernels), wall {wall * 1e3:.1f} ms "
+          f"({compiled.launcher_kind} launcher)")
     mem = compiled.memory_bytes()
     print(f"precision: {compiled.precision}; device memory: {mem['total'] / 2**20:.1f} MiB "
           f"({mem['weights'] / 2**20:.1f} MiB weights, {mem['intermediates'] / 2**20:.1f} MiB activations with the image pool)")
@@ -274,6 +277,7 @@ def _run(args) -> int:
     if args.outputs:
         np.savez(args.outputs, **dict(zip(names, outputs)))
     report = {"model": label, "device": dev.name, "precision": compiled.precision, "kernel_ms": kernel_ms, "wall_ms": wall * 1e3,
+              "launcher": compiled.launcher_kind,
               "memory": mem, "profile": profile, "edited": edited}
     status = 0
     if reference is not None:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import cache, runtime
+from . import cache, launcher, runtime
 from .bundle import KernelModule, TensorSpec
 from .texture import image_format, is_texture_scope, texture_extent
 
@@ -205,6 +205,7 @@ class CompiledModel:
         self._times_ms: list[float] | None = None
         self._loaded = {key: self.device.load(module) for key, module in kernels.items()}
         self._tensors = self._allocate()
+        self._launch_options = (None, None, "plain")  # $TIR_ADRENO_LAUNCHER; see use_launcher
         self._bind()
         self._input_tensors = [self._tensors[i] for _, i in plan.inputs]
         self._output_tensors = [self._tensors[i] for i in plan.outputs]
@@ -235,10 +236,33 @@ class CompiledModel:
             self._loaded[c.kernel].bind(c.function, [self._tensors[a] for a in c.args]) for c in self.plan.calls
         ]
         self._launches = [x for b in self._bound for x in b.launches]
-        # The fast path: every launch of the model in one list, one Python loop per run;
-        # sanitized modules go call by call (each call zeroes and queues its bounds record).
+        self.use_launcher(*self._launch_options)
+
+    def use_launcher(self, kind: str | None = None, flush: int | None = None, queue: str = "plain") -> None:
+        """How the fast run (``run(profile=False)``) enqueues its kernels: ``kind`` auto, ctypes
+        or pyopencl (None: ``$TIR_ADRENO_LAUNCHER``, see :mod:`tir_adreno.launcher`), a clFlush
+        after every ``flush`` launches (None: ``$TIR_ADRENO_LAUNCH_FLUSH``; 0: none), on the device's
+        ``"plain"`` queue or, for comparison with what ``run`` did before, its ``"profiling"`` one."""
+        if queue not in ("plain", "profiling"):
+            raise ValueError(f"queue must be 'plain' or 'profiling', got {queue!r}")
+        self._launch_options = (kind, flush, queue)
+        self._queue = self.device.plain_queue if queue == "plain" else self.device.queue
+        # The fast path: every launch of the model in one launcher, one loop per run; sanitized
+        # modules go call by call (each call zeroes and queues its bounds record).
         sanitized = any(b.bounds is not None for b in self._bound)
-        self._fast = self._bound if sanitized else [runtime.BoundCall(self.device.queue, self._launches)]
+        self.launcher = None if sanitized else launcher.make_launcher(self._queue, self._launches, kind, flush)
+
+    def _enqueue_fast(self) -> None:
+        if self.launcher is not None:
+            self.launcher.enqueue()
+        else:
+            for bound in self._bound:
+                bound.enqueue(queue=self._queue)
+
+    @property
+    def launcher_kind(self) -> str:
+        """The fast run's launcher: "ctypes" or "pyopencl" (a sanitized model: always pyopencl)."""
+        return "pyopencl" if self.launcher is None else self.launcher.kind
 
     def replace_kernel(self, key: str, module: KernelModule) -> None:
         """Run ``module`` wherever the plan calls kernel ``key`` (an edited kernel, same signature)."""
@@ -266,29 +290,32 @@ class CompiledModel:
 
         Returns new arrays (NCHW as the model defines them). The fast path
         (``profile=False``) enqueues the uploads, every kernel (arguments were set
-        when the model was loaded) and the downloads, then waits once at the end;
-        it keeps no events. ``profile=True`` also poisons the outputs first (an
-        element no kernel wrote comes back NaN) and records every kernel's OpenCL
-        event time for :meth:`profile` and :meth:`kernel_time_ms`.
+        when the model was loaded; :meth:`use_launcher` says how) and the downloads
+        on the device's queue without profiling, then waits once at the end; it
+        keeps no events. ``profile=True`` runs on the profiling queue, poisons the
+        outputs first (an element no kernel wrote comes back NaN) and records every
+        kernel's OpenCL event time for :meth:`profile` and :meth:`kernel_time_ms`.
+        Either way the run's queue is finished before ``run`` returns, so the two
+        queues never hold work at the same time.
         """
         arrays = self._check_inputs(inputs)  # held until the queue finishes (non-blocking uploads)
+        queue = self.device.queue if profile else self._queue
         if profile:
             for t in self._output_tensors:
                 t.poison()
         for t, x in zip(self._input_tensors, arrays):
-            t.enqueue_upload(x)
+            t.enqueue_upload(x, queue)
         if profile:
             events = []
             for bound in self._bound:
                 events.append([])
                 bound.enqueue(events[-1])
         else:
-            for bound in self._fast:
-                bound.enqueue()
+            self._enqueue_fast()
         outputs = [np.empty(t.shape, t.spec.storage_dtype) for t in self._output_tensors]
         for t, out in zip(self._output_tensors, outputs):
-            t.enqueue_download(out)
-        self.device.queue.finish()
+            t.enqueue_download(out, queue)
+        queue.finish()
         for loaded in self._loaded.values():  # sanitized builds ($TIR_ADRENO_CHECK_BOUNDS) raise here
             loaded.check_bounds()
         if profile:
@@ -302,20 +329,20 @@ class CompiledModel:
 
     def launch_time_us(self, repeat: int = 20, bound: bool = True) -> float:
         """Host microseconds per kernel launch: the median over ``repeat`` runs of the time
-        to enqueue every kernel (no uploads, no wait), over :attr:`launch_count`.
-        ``bound=False`` times the unbound path instead (arguments checked and set on every
-        launch, events kept: what ``run`` did before arguments were bound at load), for comparison."""
+        to enqueue every kernel the way the fast run does (no uploads, no wait), over
+        :attr:`launch_count`. ``bound=False`` times the unbound path instead (arguments
+        checked and set on every launch, events kept, profiling queue: what ``run`` did
+        before arguments were bound at load), for comparison."""
         samples = []
         for _ in range(repeat):
             start = time.perf_counter()
             if bound:
-                for b in self._fast:
-                    b.enqueue()
+                self._enqueue_fast()
             else:
                 for call in self.plan.calls:
                     self._loaded[call.kernel].launch(call.function, [self._tensors[a] for a in call.args])
             samples.append(time.perf_counter() - start)
-            self.device.queue.finish()
+            (self._queue if bound else self.device.queue).finish()
             for loaded in self._loaded.values():
                 loaded.check_bounds()
         return statistics.median(samples) * 1e6 / max(1, self.launch_count)

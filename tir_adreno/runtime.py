@@ -133,20 +133,23 @@ class Tensor:
         self.device.queue.finish()
         return out.astype(self.spec.dtype, copy=False)
 
-    def enqueue_upload(self, array: np.ndarray) -> None:
+    def enqueue_upload(self, array: np.ndarray, queue=None) -> None:
         """Enqueue a copy of C-contiguous ``array`` (shape and dtype already checked) to the
-        device without waiting: ``array`` must stay alive and unchanged until the queue finishes."""
-        if is_texture_scope(self.spec.scope):
-            cl.enqueue_copy(self.device.queue, self.mem, array, origin=(0, 0, 0), region=self._region(), is_blocking=False)
-        else:
-            cl.enqueue_copy(self.device.queue, self.mem, array, is_blocking=False)
+        device on ``queue`` (default: the device's profiling queue) without waiting: ``array``
+        must stay alive and unchanged until the queue finishes."""
+        self._enqueue_copy(queue, self.mem, array)
 
-    def enqueue_download(self, out: np.ndarray) -> None:
-        """Enqueue a copy into C-contiguous ``out`` without waiting: valid once the queue finishes."""
+    def enqueue_download(self, out: np.ndarray, queue=None) -> None:
+        """Enqueue a copy into C-contiguous ``out`` on ``queue`` (default: the device's profiling
+        queue) without waiting: valid once the queue finishes."""
+        self._enqueue_copy(queue, out, self.mem)
+
+    def _enqueue_copy(self, queue, dst, src) -> None:
+        queue = self.device.queue if queue is None else queue
         if is_texture_scope(self.spec.scope):
-            cl.enqueue_copy(self.device.queue, out, self.mem, origin=(0, 0, 0), region=self._region(), is_blocking=False)
+            cl.enqueue_copy(queue, dst, src, origin=(0, 0, 0), region=self._region(), is_blocking=False)
         else:
-            cl.enqueue_copy(self.device.queue, out, self.mem, is_blocking=False)
+            cl.enqueue_copy(queue, dst, src, is_blocking=False)
 
     def poison(self) -> "Tensor":
         return self.upload(np.full(self.spec.shape, POISON[self.spec.dtype], self.spec.dtype))
@@ -170,9 +173,10 @@ class BoundCall:
         #: enqueue zeroes the record and leaves it for ``LoadedModule.check_bounds``.
         self.bounds = bounds
 
-    def enqueue(self, events: list | None = None) -> None:
-        """Enqueue every kernel; with ``events`` (a list) append their events to it."""
-        enqueue, queue = cl.enqueue_nd_range_kernel, self.queue
+    def enqueue(self, events: list | None = None, queue=None) -> None:
+        """Enqueue every kernel on ``queue`` (default: the one it was bound for, the profiling
+        queue); with ``events`` (a list) append their events to it."""
+        enqueue, queue = cl.enqueue_nd_range_kernel, self.queue if queue is None else queue
         if self.bounds is not None:
             pending, name, record = self.bounds
             cl.enqueue_fill_buffer(queue, record, np.int32(0), 0, bounds.RECORD_INTS * 4)
@@ -286,12 +290,18 @@ def event_seconds(event) -> float:
 
 
 class Device:
-    """One OpenCL device with a profiling queue and a program-binary cache."""
+    """One OpenCL device with two in-order queues and a program-binary cache.
+
+    ``queue`` has profiling enabled (kernel times: ``LoadedModule`` calls, profiled model
+    runs); ``plain_queue`` has not (the fast model run: no timestamps to record). Work on one
+    queue is finished before the other is used: they share memory but not ordering.
+    """
 
     def __init__(self, cl_device):
         self.cl_device = cl_device
         self.context = cl.Context([cl_device])
         self.queue = cl.CommandQueue(self.context, properties=cl.command_queue_properties.PROFILING_ENABLE)
+        self.plain_queue = cl.CommandQueue(self.context)
         self.limits = DeviceLimits(
             int(cl_device.image2d_max_width),
             int(cl_device.image2d_max_height),

@@ -8,8 +8,8 @@ the Relax pass, ``tune`` and the benchmarks all call it. Adding a conv variant i
 one factory in ``primfuncs/`` plus one branch in :meth:`ConvPlan.primfuncs`.
 
 Without a record the plan is the direct conv with the profile's default config
-(``primfuncs.conv2d.default_config(kind)``) in textures where they fit
-(``source="default"``); with one it is the record's algorithm, config and
+(``primfuncs.conv2d.default_config(kind)``) in textures where they fit, depthwise
+convs where their defaults place them (:func:`default_choice`; ``source="default"``); with one it is the record's algorithm, config and
 placement (``source="records"``). Nothing is measured here.
 
 Pooling and reductions: :func:`group_threshold` gives the window size from which
@@ -142,20 +142,26 @@ class ConvChoice:
 
     def to_dict(self) -> dict:
         c = self.config
-        config = None if c is None else dict(oc_block=c.oc_block, w_block=c.w_block, work_group=list(c.work_group), split_k=c.split_k)
+        config = None if c is None else dict(oc_block=c.oc_block, w_block=c.w_block, work_group=list(c.work_group),
+                                             split_k=c.split_k, register_window=c.register_window, flat=c.flat)
         return {"algorithm": self.algorithm, "config": config, "placement": self.placement}
 
     @classmethod
     def from_dict(cls, d: dict) -> "ConvChoice":
         c = d.get("config")
-        config = None if c is None else ConvConfig(int(c["oc_block"]), int(c["w_block"]), tuple(int(v) for v in c["work_group"]), int(c["split_k"]))
+        # register_window / flat: absent from records written before those knobs existed.
+        config = None if c is None else ConvConfig(int(c["oc_block"]), int(c["w_block"]), tuple(int(v) for v in c["work_group"]),
+                                                   int(c["split_k"]), bool(c.get("register_window", False)),
+                                                   bool(c.get("flat", False)))
         return cls(d["algorithm"], config, d.get("placement", "texture"))
 
 
 def config_string(config: ConvConfig) -> str:
-    """Short readable form, e.g. ``oc2 w4 wg8x4x1 k4`` (register tile, work group, split_k)."""
+    """Short readable form, e.g. ``oc2 w4 wg8x4x1 k4`` (register tile, work group, split_k), then
+    ``reg`` (window in registers) and ``flat`` (1-D grid) when set."""
     wg = "x".join(str(v) for v in config.work_group)
-    return f"oc{config.oc_block} w{config.w_block} wg{wg} k{config.split_k}"
+    flags = (" reg" if config.register_window else "") + (" flat" if config.flat else "")
+    return f"oc{config.oc_block} w{config.w_block} wg{wg} k{config.split_k}{flags}"
 
 
 @dataclass(frozen=True)
@@ -265,6 +271,16 @@ def direct_conv2d(geometry: ConvGeometry, epilogue: Epilogue = Epilogue(), dtype
     return _conv2d.conv2d_nchw4c((g.n, g.c, g.h, g.w), (g.o, g.cg, g.kh, g.kw), groups=g.groups, **attrs)
 
 
+def default_choice(geometry: ConvGeometry, profile: DeviceProfile) -> ConvChoice:
+    """What a conv gets without records: the direct conv with the profile's default config,
+    in textures, or for depthwise convs where ``primfuncs.conv2d.DEPTHWISE_DEFAULTS`` puts them
+    when its entry has a placement."""
+    placement = "texture"
+    if geometry.is_depthwise:
+        placement = _conv2d.depthwise_default(geometry, profile.kind, profile.name).get("placement", placement)
+    return ConvChoice(placement=placement)
+
+
 def _activation_scope(geom: ConvGeometry, profile: DeviceProfile, placement: str, allow_buffer: bool,
                       out: ConvGeometry | None = None) -> str:
     """Where a conv's input and output (``out``'s output: a fused pair's) live."""
@@ -305,7 +321,7 @@ def conv2d_plan(
         source = "default" if choice is None else "records"
     elif choice is not None:
         source = "explicit"
-    choice = choice or ConvChoice()
+    choice = choice or default_choice(geometry, profile)
     check_algorithm(geometry, choice.algorithm, precision=precision)
     g = geometry
     scope = _activation_scope(g, profile, choice.placement, allow_buffer)
@@ -313,7 +329,7 @@ def conv2d_plan(
     extra = [TensorPlan("Bias", (g.o4, 4), BUFFER)] if epilogue.bias else []
     extra += [TensorPlan("Residual", out5, scope)] if epilogue.residual else []
     if choice.algorithm == "direct":
-        config = choice.config or _conv2d.default_config(g, g.is_depthwise, profile.kind)
+        config = choice.config or _conv2d.default_config(g, g.is_depthwise, profile.kind, profile.name)
         w5 = (g.o4, g.cg, g.kh, g.kw, 4)
         weight_scope = texture.place(w5, TEXTURE_WEIGHT, profile.limits, allow_buffer) if scope == TEXTURE else BUFFER
         tile_scope = scope
@@ -402,7 +418,7 @@ def fuse_depthwise_pointwise(dw: ConvGeometry, pw: ConvGeometry, profile: Device
     choice = records.lookup(pw, precision) if records is not None else None
     source = "records" if choice is not None and choice.algorithm == "direct" else "default"
     if source == "default":
-        choice = ConvChoice(placement=choice.placement) if choice is not None else ConvChoice()
+        choice = ConvChoice(placement=choice.placement) if choice is not None else default_choice(pw, profile)
     config = choice.config or _conv2d.default_config(pw, False, profile.kind, prologue=True)
     recompute = (-(-pw.o4 // config.oc_block) - 1) * (dw.flops // 2)
     if recompute >= profile.launch_cost_macs:

@@ -94,7 +94,7 @@ def candidates(geom, profile: DeviceProfile, precision: str = "float32") -> list
     """The :class:`strategy.ConvChoice` candidates of one conv, the default first."""
     from primfuncs.conv2d import default_config
 
-    default = default_config(geom, geom.is_depthwise, profile.kind)
+    default = default_config(geom, geom.is_depthwise, profile.kind, profile.name)
     configs = []
     tiles = [(1, wb) for _, wb in TILES] if geom.is_depthwise else TILES
     blocks = geom.cg // 4 if geom.groups > 1 else geom.c // 4
@@ -110,10 +110,15 @@ def candidates(geom, profile: DeviceProfile, precision: str = "float32") -> list
                     configs.append(config)
     # Spread the few tried configs over the space rather than the first corner of it.
     step = max(1, -(-len(configs) // MAX_CONFIGS))
-    out = [strategy.ConvChoice("direct")]
-    out += [strategy.ConvChoice("direct", c) for c in configs[::step][:MAX_CONFIGS]]
+    first = strategy.default_choice(geom, profile)
+    other = "buffer" if first.placement == "texture" else "texture"
+    out = [first]
+    out += [strategy.ConvChoice("direct", c, first.placement) for c in configs[::step][:MAX_CONFIGS]]
     out += [strategy.ConvChoice(a) for a in strategy.eligible_algorithms(geom, precision) if a != "direct"]
-    out.append(strategy.ConvChoice("direct", None, "buffer"))
+    out.append(strategy.ConvChoice("direct", None, other))
+    if geom.is_depthwise:  # the 1-D grid on buffers (upstream's shape), 1 and 2 columns per item
+        out += [strategy.ConvChoice("direct", ConvConfig(1, wb, (256, 1, 1), register_window=geom.o == geom.c, flat=True),
+                                    "buffer") for wb in (1, 2)]
     return out
 
 
