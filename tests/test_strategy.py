@@ -219,7 +219,7 @@ def test_compiled_model_places_depthwise_by_its_defaults(device, monkeypatch):
         return m.conv_bn(y, 4, 1, act=None)
 
     mod = _model("test", body, 1, 9, 0)
-    compiled = compile_model(mod, device=device, progress=lambda _: None)
+    compiled = compile_model(mod, device=device, progress=lambda _: None, fuse=False)  # keep the depthwise conv apart
     x = np.random.default_rng(6).standard_normal((1, 3, 9, 9)).astype("float32")
     (out,) = compiled.run({"input": x})
     (ref,) = reference_outputs(mod, {"input": x})
