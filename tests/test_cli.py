@@ -139,7 +139,7 @@ def test_kernels_tours_every_family(tmp_path):
     assert {r["family"] for r in rows} == set(tour.FAMILIES) == {
         "conv2d", "winograd", "pool", "reduce", "softmax", "concat", "layout", "elementwise"
     }
-    assert {r["kernel"] for r in rows} >= {"conv2d grouped", "conv2d depthwise", "conv2d winograd_4x4", "max_pool2d group"}
+    assert {r["kernel"] for r in rows} >= {"conv2d grouped", "conv2d depthwise", "depthwise -> 1x1 fused", "conv2d winograd_4x4", "max_pool2d group"}
     assert all(r["check"] == "ok" and r["time_us"] > 0 for r in rows)
 
 
