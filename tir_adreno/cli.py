@@ -240,7 +240,7 @@ def _run(args) -> int:
         try:
             compiled = compile_model(
                 model, dev, target, args.records, input_shapes=input_shapes, progress=lambda msg: print(f"  {msg}", flush=True), prims=prims,
-                precision=args.precision or "float32",
+                precision=args.precision or "float32", fuse=not args.no_fuse,
             )
         except (ModelError, FileNotFoundError, TargetMismatchError, PrecisionError) as err:
             raise UserError(str(err)) from None
@@ -337,6 +337,7 @@ def _check(outputs, reference, inputs, report, rtol: float) -> int:
 
 def _compile(args) -> int:
     from .compiler import ModelError, compile_plan
+    from .device import without_fusion
     from .executor import save_model
     from .strategy import PrecisionError
 
@@ -349,7 +350,7 @@ def _compile(args) -> int:
     print(f"model: {args.model or args.builtin}\ntarget: {target.name} ({target.kind})", flush=True)
     try:
         plan, kernels, weights = compile_plan(
-            model, target, args.records, progress=lambda msg: print(f"  {msg}", flush=True), input_shapes=input_shapes,
+            model, without_fusion(target, args.no_fuse), args.records, progress=lambda msg: print(f"  {msg}", flush=True), input_shapes=input_shapes,
             precision=args.precision,
         )
     except (ModelError, FileNotFoundError, PrecisionError) as err:
@@ -475,6 +476,11 @@ def _add_model(p, builtin_default="resnet18"):
     p.add_argument("--builtin", default=builtin_default, choices=BUILTIN_MODELS, help="a built-in model (seeded random weights)")
 
 
+def _add_no_fuse(parser) -> None:
+    parser.add_argument("--no-fuse", action="store_true",
+                        help="keep each depthwise conv apart from the 1x1 conv after it (fused where the device profile says so)")
+
+
 def _add_input_shape(parser) -> None:
     parser.add_argument(
         "--input-shape", action="append", metavar="NAME=D0,D1,...",
@@ -514,6 +520,7 @@ def main(argv=None) -> int:
     p.add_argument("--target", metavar="PROFILE", help="plan the kernels for this device profile (adreno, nvidia-h200, pocl)")
     p.add_argument("--precision", choices=MODEL_PRECISIONS, help=PRECISION_HELP + " (default float32)")
     p.add_argument("--kernels", metavar="DIR", help="use the kernel files of `tir-adreno dump` that were edited")
+    _add_no_fuse(p)
     p.set_defaults(fn=_run)
     p = sub.add_parser("dump", help="write every kernel of a model as an editable TVMScript file + manifest.json")
     _add_model(p)
@@ -538,6 +545,7 @@ def main(argv=None) -> int:
     p.add_argument("--records", metavar="FILE", help="tuning records for that device")
     _add_input_shape(p)
     p.add_argument("--precision", default="float32", choices=MODEL_PRECISIONS, help=PRECISION_HELP)
+    _add_no_fuse(p)
     p.set_defaults(fn=_compile)
     p = sub.add_parser("tune", help="measure conv candidates per layer on a device and write tuning records")
     _add_model(p, builtin_default=None)
