@@ -208,6 +208,8 @@ def main():
                 "memory_pool": pooled,
                 "memory_no_pool": unpooled,
                 "calls": len(cm.plan.calls),
+                # per kernel call of the last profiled run (fused vs unfused layer by layer)
+                "profile": [{k: r.get(k) for k in ("op", "config", "time_ms")} for r in cm.profile()],
                 "random_weights": args.from_dir is not None and not (args.from_dir / f"{name}-{way}" / "weights.npz").exists(),
             }
         if not any(entry[w]["random_weights"] for w in ways):
