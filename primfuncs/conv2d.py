@@ -31,6 +31,10 @@ Three accumulation bodies share that skeleton:
   picked from its pixel);
 - depthwise (``groups == C``, ``O = C * multiplier``): :func:`depthwise_conv2d_nchw4c`.
 
+A 1x1 conv may take a depthwise conv as its prologue (:func:`depthwise_pointwise_nchw4c`,
+MobileNet's block tail in one launch): the blocked body then computes each input pixel it
+would read, the depthwise output of that channel block with its epilogue, in registers.
+
 Padding reads are guarded explicitly (an out-of-range texture read is
 undefined on OpenCL 1.2 devices and array layers are clamped, never zeroed):
 every read is at a coordinate clamped into the image, and a select puts 0
@@ -959,20 +963,9 @@ def depthwise_pointwise_geometry(data_shape, dw_weight_shape, pw_weight_shape, s
     return dw, pw
 
 
-def depthwise_pointwise_nchw4c(
-    data_shape,
-    dw_weight_shape,
-    pw_weight_shape,
-    strides=1,
-    padding=0,
-    dilation=1,
-    dw_epilogue: Epilogue = Epilogue(),
-    epilogue: Epilogue = Epilogue(),
-    dtype: str = "float32",
-    config: ConvConfig | None = None,
-    scope: str = TEXTURE,
-    weight_scope: str | None = None,
-):
+def depthwise_pointwise_nchw4c(data_shape, dw_weight_shape, pw_weight_shape, strides=1, padding=0, dilation=1,
+                               dw_epilogue: Epilogue = Epilogue(), epilogue: Epilogue = Epilogue(), dtype: str = "float32",
+                               config: ConvConfig | None = None, scope: str = TEXTURE, weight_scope: str | None = None):
     """Depthwise conv then 1x1 conv in one kernel: ``Y = act(conv1x1(act_dw(dwconv(X) + Bias_dw),
     W) + Bias + Residual)`` (MobileNet's inverted-residual tail).
 
