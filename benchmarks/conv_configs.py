@@ -99,7 +99,7 @@ def old_default(geom, depthwise: bool):
     return ConvConfig(ocb, wb, (8, 4, 1))
 
 
-def candidates(layer, grid: str):
+def candidates(layer, grid: str, placement: str = "texture"):
     """(kind, ConvConfig) pairs to build for ``layer``: kind "sweep", "old_default" or "default_<class>"."""
     from primfuncs import conv2d
     from primfuncs._common import ceildiv
@@ -108,6 +108,8 @@ def candidates(layer, grid: str):
         layer.data_shape, layer.weight_shape, layer.strides, layer.padding, layer.dilation, layer.groups
     )
     depthwise = layer.depthwise
+    if placement == "buffer" and grid == "gpu":
+        return buffer_grid(geom, depthwise)
     if grid == "refine":
         return refine(geom, depthwise) if layer.key in SWEEP_LAYERS else []
     out = [("old_default", old_default(geom, depthwise))]
@@ -150,6 +152,52 @@ def candidates(layer, grid: str):
     return out
 
 
+#: Work items (x split_k) below which the buffer grid skips a config: under ~16 per SM of a big
+#: GPU (H200: 132 SMs), the 7x7 maps' big tiles (the texture sweep never picked one there); a
+#: layer with fewer than twice that many 1x1 tiles keeps those at half its 1x1-tile count or more.
+BUFFER_MIN_ITEMS = 2048
+
+
+def buffer_grid(geom, depthwise: bool):
+    """The buffer sweep (``--placement buffer --grid gpu``), sized for ~25 kernels a layer:
+    the "gpu" default on buffers ("default_gpu") and on textures ("texture_default_gpu", the
+    placement today's strategy runs); tiles {1, 2, 4}^2 in 2-D groups of 128 items, the 1-D
+    grid in output order (``flat``) in groups of 128, both also at 64 and 256 for the tiles
+    2x2 and 2x4; split_k 2-16 for 2x2 and 2x4 (``split_config``). Configs with fewer than
+    :data:`BUFFER_MIN_ITEMS` work items are left out (the named ones never). ~810 kernels on
+    the 31 pointwise layers (``--layers pointwise``)."""
+    from primfuncs import conv2d
+    from primfuncs._common import ceildiv
+
+    gpu = conv2d.default_config(geom, depthwise, "gpu")
+    out = [("default_gpu", gpu), ("texture_default_gpu", gpu)]
+    if depthwise:
+        return out  # depthwise: benchmarks/depthwise.py sweeps them on buffers
+
+    def items(ocb, wb):
+        return geom.n * ceildiv(geom.ow, wb) * geom.oh * ceildiv(geom.o4, ocb)
+
+    least = min(BUFFER_MIN_ITEMS, items(1, 1) // 2)  # small layers: keep their few smallest tiles
+
+    def add(ocb, wb, config):
+        if items(ocb, wb) * config.split_k >= least:
+            out.append(("sweep", config))
+
+    for ocb in (1, 2, 4):
+        for wb in (1, 2, 4):
+            for threads in (64, 128, 256) if (ocb, wb) in ((2, 2), (2, 4)) else (128,):
+                extents = (geom.n * ceildiv(geom.ow, wb), geom.oh, ceildiv(geom.o4, ocb))
+                add(ocb, wb, conv2d.ConvConfig(ocb, wb, conv2d.fill_work_group(extents, threads, max_x=16)))
+                add(ocb, wb, conv2d.ConvConfig(ocb, wb, (threads, 1, 1), flat=True))
+    blocks = geom.cg // 4 if geom.groups > 1 else geom.c // 4
+    aligned = geom.groups == 1 or (geom.cg % 4 == 0 and geom.og % 4 == 0)
+    for split in (2, 4, 8, 16):
+        if aligned and split * 2 <= blocks:  # each slice keeps >= 2 channel blocks, as default_config
+            for ocb, wb in ((2, 2), (2, 4)):
+                add(ocb, wb, split_config(geom, ocb, wb, split))
+    return out
+
+
 def split_config(geom, ocb: int, wb: int, split: int):
     """The ``split_k`` config of tile ``ocb`` x ``wb``: ~256 work items, partial sums <= 32 KiB."""
     from primfuncs import conv2d
@@ -184,24 +232,32 @@ def refine(geom, depthwise: bool):
     return out + variants
 
 
-def config_dict(config) -> dict:
+def config_dict(config, placement: str) -> dict:
+    """The JSON of a case's config: ``placement`` "texture" or "buffer" (activations and weights)."""
     return {
         "oc_block": config.oc_block,
         "w_block": config.w_block,
         "work_group": list(config.work_group),
-        "split_k": getattr(config, "split_k", 1),
+        "split_k": config.split_k,
+        "flat": config.flat,
+        "placement": placement,
     }
 
 
 def label(cfg: dict) -> str:
     wg = "x".join(str(g) for g in cfg["work_group"])
     split = f" s{cfg['split_k']}" if cfg.get("split_k", 1) > 1 else ""
-    where = " buf" if "scope" in cfg else " wbuf" if "weights" in cfg else ""
-    return f"{cfg['oc_block']}x{cfg['w_block']} wg{wg}{split}{where}"
+    flat = " flat" if cfg.get("flat") else ""
+    # "scope": JSON written before placements (the refine grid's buffer variant)
+    on_buffers = cfg.get("placement") == "buffer" or "scope" in cfg
+    where = " buf" if on_buffers else " wbuf" if "weights" in cfg else ""
+    return f"{cfg['oc_block']}x{cfg['w_block']} wg{wg}{split}{flat}{where}"
 
 
-def build_all(selected, grid: str, out_dir: Path | None):
-    """Build every (layer, config) texture kernel; returns (meta, {kernel id: KernelModule})."""
+def build_all(selected, grid: str, out_dir: Path | None, placement: str = "texture"):
+    """Build every (layer, config) kernel, tensors placed by ``placement`` ("texture": NCHW4c
+    images, OIHW4o weight images; "buffer": both in buffers) unless a named kind says
+    otherwise; returns (meta, {kernel id: KernelModule})."""
     import tvm
 
     from primfuncs import conv2d
@@ -212,13 +268,12 @@ def build_all(selected, grid: str, out_dir: Path | None):
     for layer in selected:
         t0 = time.perf_counter()
         seen = {}
-        for kind, config in candidates(layer, grid):
-            cfg = config_dict(config)
-            scope, weight_scope = TEXTURE, None
+        for kind, config in candidates(layer, grid, placement):
+            where = {"variant_buf": "buffer", "texture_default_gpu": "texture"}.get(kind, placement)
+            cfg = config_dict(config, where)
+            scope, weight_scope = (BUFFER, BUFFER) if where == "buffer" else (TEXTURE, None)
             if kind == "variant_wbuf":  # texture activations, weights in a buffer
                 weight_scope = cfg["weights"] = BUFFER
-            elif kind == "variant_buf":  # the same schedule on buffers
-                scope = cfg["scope"] = BUFFER
             key = json.dumps(cfg, sort_keys=True)
             if key in seen:  # the same config (a default equal to a swept one): one case, several kinds
                 seen[key]["kinds"].append(kind)
@@ -244,6 +299,7 @@ def build_all(selected, grid: str, out_dir: Path | None):
     meta = {
         "tvm": tvm.__version__,
         "grid": grid,
+        "placement": placement,
         "layers": [layer.to_dict() for layer in selected],
         "cases": cases,
     }
@@ -373,10 +429,16 @@ def layer_summary(row) -> dict:
     return s
 
 
-def print_report(rows, device_name, top: int = 3):
-    kinds = ["old_default"] + [f"default_{k}" for k in DEFAULT_KINDS]
+def print_report(rows, device_name, placement: str = "texture", top: int = 3):
+    """The table (GF/s of the best and of the named kinds), top configs, failures, geomeans over
+    the baseline kind: ``old_default`` (textures) or the "gpu" default on buffers (buffers)."""
+    if placement == "buffer":
+        base, kinds = "default_gpu", ["default_gpu", "texture_default_gpu"]
+    else:
+        base, kinds = "old_default", ["old_default"] + [f"default_{k}" for k in DEFAULT_KINDS]
     headers = ["layer", "conv", "ok", "best config", "best GF/s"]
-    headers += [f"{k.replace('default_', 'def ')} GF/s" for k in kinds] + ["best/old"]
+    headers += [f"{k.replace('texture_default_', 'tex def ').replace('default_', 'def ')} GF/s" for k in kinds]
+    headers += [f"best/{base.replace('default_', 'def ')}"]
     table = []
     for row in rows:
         s = row["summary"]
@@ -387,11 +449,11 @@ def print_report(rows, device_name, top: int = 3):
         for k in kinds:
             d = s.get(k)
             cells.append(common.fmt(d and d.get("gflops"), ".0f") + ("" if not d or d.get("ok") in (None, True) else "!"))
-        old = s.get("old_default", {}).get("time_s")
+        old = s.get(base, {}).get("time_s")
         cells.append(common.fmt(best and old and old / best["time_s"]))
         table.append(cells)
     print()
-    common.print_table(headers, table, title=f"conv config sweep on {device_name} (texture kernels, fp32; ! = wrong)")
+    common.print_table(headers, table, title=f"conv config sweep on {device_name} ({placement} kernels, fp32; ! = wrong)")
     print()
     for row in rows:
         good = sorted((r for r in row["results"] if _good(r)), key=lambda r: r["time_s"])
@@ -405,16 +467,21 @@ def print_report(rows, device_name, top: int = 3):
     geo = {}
     for k in ["best", *kinds]:
         pairs = [
-            (row["summary"]["old_default"]["time_s"] / row["summary"][k]["time_s"], 1)
+            (row["summary"][base]["time_s"] / row["summary"][k]["time_s"], 1)
             for row in rows
-            if row["summary"].get(k, {}).get("time_s") and row["summary"].get("old_default", {}).get("time_s")
+            if row["summary"].get(k, {}).get("time_s") and row["summary"].get(base, {}).get("time_s")
         ]
         geo[k] = common.weighted_geomean(pairs)
-    print("\ngeomean speed-up over old_default: " + ", ".join(f"{k} {common.fmt(v)}" for k, v in geo.items()))
+    print(f"\ngeomean speed-up over {base}: " + ", ".join(f"{k} {common.fmt(v)}" for k, v in geo.items()))
     return geo
 
 
 # ---------------------------------------------------------------------------------------------
+def is_pointwise(layer) -> bool:
+    """A dense 1x1 stride-1 conv (ResNet-50's reduce/expand, MobileNetV2's expand/project)."""
+    return layer.groups == 1 and layer.weight_shape[2:] == (1, 1) and layer.strides == (1, 1)
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     common.add_device_argument(p)
@@ -425,7 +492,16 @@ def parse_args(argv=None):
         "--grid", choices=("gpu", "cpu", "defaults", "refine"), default="gpu",
         help="config grid (default gpu; defaults: old and gpu default; refine: around the gpu default)",
     )
-    p.add_argument("--layers", default=None, help="comma-separated layer keys, or all (default: the sweep's subset)")
+    p.add_argument(
+        "--placement", choices=("texture", "buffer"), default="texture",
+        help="where the swept kernels keep activations and weights (default texture; buffer: both in buffers, "
+        "its own grid with --grid gpu; with --from the build's placement is used)",
+    )
+    p.add_argument(
+        "--layers", default=None,
+        help="comma-separated layer keys, all, or pointwise (the non-depthwise 1x1 stride-1 convs); "
+        "default: the sweep's subset",
+    )
     p.add_argument("--budget", type=float, default=0.05, help="seconds of timing per kernel (default 0.05)")
     p.add_argument("--time-limit", type=float, default=None, help="stop starting kernels after this many seconds")
     p.add_argument("--jobs", type=int, default=1, help="threads compiling OpenCL programs up front (default 1: none)")
@@ -437,6 +513,8 @@ def parse_args(argv=None):
     keys = SWEEP_LAYERS if args.layers is None else tuple(k.strip() for k in args.layers.split(",") if k.strip())
     if keys == ("all",):
         keys = tuple(known)
+    elif keys == ("pointwise",):
+        keys = tuple(k for k, layer in known.items() if is_pointwise(layer))
     bad = [k for k in keys if k not in known]
     if bad:
         p.error(f"--layers: unknown layer key(s) {bad}")
@@ -445,16 +523,18 @@ def parse_args(argv=None):
 
 
 def result_name(meta) -> str:
-    """conv_configs (the full grid), conv_configs_cpu, conv_configs_refine."""
+    """conv_configs (the full grid), conv_configs_cpu, conv_configs_refine; "_buffer" appended
+    for the buffer placement (conv_configs_buffer, conv_configs_cpu_buffer, ...)."""
     grid = meta.get("grid", "gpu")
-    return NAME if grid == "gpu" else f"{NAME}_{grid}"
+    name = NAME if grid == "gpu" else f"{NAME}_{grid}"
+    return name + ("_buffer" if meta.get("placement") == "buffer" else "")
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
     started = time.perf_counter()
     if args.build_only:
-        meta, _ = build_all(args.selected, args.grid, args.build_only)
+        meta, _ = build_all(args.selected, args.grid, args.build_only, args.placement)
         failed = [c for c in meta["cases"] if "error" in c]
         common.log(
             f"wrote {len(meta['cases']) - len(failed)} kernels to {args.build_only} "
@@ -476,7 +556,7 @@ def main(argv=None) -> int:
             common.log(f"not in {args.src}: {missing} (rebuild with --build-only)")
         args.selected = [layer for layer in args.selected if layer.key in built]
     else:
-        meta, modules = build_all(args.selected, args.grid, None)
+        meta, modules = build_all(args.selected, args.grid, None, args.placement)
     if args.jobs > 1:  # compile the OpenCL programs in parallel first (binaries land in the disk cache)
         precompile(dev, {m.source for m in modules.values()}, args.jobs)
     build_s = time.perf_counter() - started
@@ -487,6 +567,7 @@ def main(argv=None) -> int:
         "rtol": RTOL,
         "tvm": meta.get("tvm"),
         "grid": meta.get("grid"),
+        "placement": meta.get("placement", "texture"),
         "device_info": {
             "name": dev.name,
             "version": cl.version.strip(),
@@ -514,7 +595,9 @@ def main(argv=None) -> int:
         )
         payload["run_s"] = round(time.perf_counter() - started - build_s, 1)
         path = common.write_json(result_name(meta), dev.name, payload, args.results_dir)  # after every layer: partial results survive
-    payload["geomean_speedup_over_old_default"] = print_report(rows, dev.name)
+    placement = payload["placement"]
+    base = "default_gpu" if placement == "buffer" else "old_default"
+    payload[f"geomean_speedup_over_{base}"] = print_report(rows, dev.name, placement)
     path = common.write_json(result_name(meta), dev.name, payload, args.results_dir)
     common.log(f"build {build_s:.0f} s, run {payload.get('run_s', 0):.0f} s; wrote {path}")
     bad = [1 for row in rows for r in row["results"] if "error" in r or not r.get("ok", False)]

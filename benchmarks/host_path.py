@@ -10,13 +10,12 @@ of N tiny buffer kernels (``--chain N``, no TVM), it runs the fast path
 - ``pyopencl+plain``: the same on a queue without profiling;
 - ``ctypes+profiling``: ``clEnqueueNDRangeKernel`` through ctypes, no event, profiling queue
   (with the two above: what the event and what the profiling queue cost, apart);
-- ``ctypes+plain``: the same on the plain queue (the default);
-- ``ctypes+plain+flushN``: the same with a ``clFlush`` after every N launches, for each N of
-  ``--flush`` (default 4,16): NVIDIA's driver may hold commands until a flush.
+- ``ctypes+plain``: the same on the plain queue (the default).
 
 and reports per way: host us per launch (enqueue only), wall ms per run (upload, launches,
 download, one wait), kernel ms (sum of OpenCL events of a profiled run: the same kernels
-every way) and wall/kernel, medians of ``--repeat`` runs in ``--rounds`` interleaved rounds.
+every way), io ms (the run's uploads and downloads alone, no kernels: wall's floor besides
+launches and kernels) and wall/kernel, medians of ``--repeat`` runs in ``--rounds`` interleaved rounds.
 Every way's outputs must equal the profiled run's bit for bit (exit 1 otherwise).
 
     python benchmarks/host_path.py                                   # the chain only
@@ -36,17 +35,13 @@ import numpy as np
 
 from common import add_device_argument, fmt, log, print_table, write_json
 
-#: (name, launcher kind, queue, clFlush after every that many launches); variants() adds the flushes.
+#: (name, launcher kind, queue).
 VARIANTS = (
-    ("pyopencl+profiling", "pyopencl", "profiling", 0),
-    ("pyopencl+plain", "pyopencl", "plain", 0),
-    ("ctypes+profiling", "ctypes", "profiling", 0),
-    ("ctypes+plain", "ctypes", "plain", 0),
+    ("pyopencl+profiling", "pyopencl", "profiling"),
+    ("pyopencl+plain", "pyopencl", "plain"),
+    ("ctypes+profiling", "ctypes", "profiling"),
+    ("ctypes+plain", "ctypes", "plain"),
 )
-
-
-def variants(flushes) -> tuple:
-    return VARIANTS + tuple((f"ctypes+plain+flush{n}", "ctypes", "plain", n) for n in flushes)
 CHAIN_SIZE = 256  # floats per tensor of the chain: tiny kernels, host time dominates
 CHAIN_KERNEL = """
 __kernel void chain_step(__global const float* restrict x, __global float* restrict y) {
@@ -85,7 +80,7 @@ def _inputs(cm, seed: int = 0) -> dict:
     return {n: rng.standard_normal(cm.plan.tensors[t].shape).astype(cm.plan.tensors[t].dtype) for n, t in cm.plan.inputs}
 
 
-def measure(cm, repeat: int, rounds: int, ways) -> dict:
+def measure(cm, repeat: int, rounds: int) -> dict:
     """Per variant: host us per launch, wall ms per run, outputs equal to the profiled run's;
     plus the profiled kernel ms. Variants take turns for ``rounds`` rounds of ``repeat`` runs."""
     x = _inputs(cm)
@@ -94,13 +89,13 @@ def measure(cm, repeat: int, rounds: int, ways) -> dict:
     for _ in range(repeat):
         profiled = cm.run(x, profile=True)
         kernel_ms.append(cm.kernel_time_ms())
-    samples = {name: {"launch_us": [], "wall_ms": []} for name, *_ in ways}
-    match = {name: True for name, *_ in ways}
-    kinds, flushes = {}, {}
+    samples = {name: {"launch_us": [], "wall_ms": []} for name, *_ in VARIANTS}
+    match = {name: True for name, *_ in VARIANTS}
+    kinds = {}
     for _ in range(rounds):
-        for name, kind, queue, flush in ways:
-            cm.use_launcher(kind, flush, queue)
-            kinds[name], flushes[name] = cm.launcher_kind, cm.launcher.flush if cm.launcher else 0
+        for name, kind, queue in VARIANTS:
+            cm.use_launcher(kind, queue)
+            kinds[name] = cm.launcher_kind
             outputs = cm.run(x)
             match[name] &= all(np.array_equal(a, b, equal_nan=True) for a, b in zip(outputs, profiled))
             for _ in range(repeat):
@@ -109,17 +104,18 @@ def measure(cm, repeat: int, rounds: int, ways) -> dict:
                 samples[name]["wall_ms"].append((time.perf_counter() - start) * 1e3)
             samples[name]["launch_us"].append(cm.launch_time_us(repeat))
     cm.use_launcher()  # back to the default ($TIR_ADRENO_LAUNCHER)
+    io_ms = cm.io_time_ms(x, repeat)
     kernel = statistics.median(kernel_ms)
     variants = {}
-    for name, _, queue, _ in ways:
+    for name, _, queue in VARIANTS:
         wall = statistics.median(samples[name]["wall_ms"])
         variants[name] = {
-            "launcher": kinds[name], "queue": queue, "flush": flushes[name],
+            "launcher": kinds[name], "queue": queue,
             "launch_us": statistics.median(samples[name]["launch_us"]),
             "wall_ms": wall, "wall_over_kernel": wall / kernel if kernel > 0 else None,
             "outputs_match": match[name],
         }
-    return {"kernel_ms": kernel, "launches": cm.launch_count, "calls": len(cm.plan.calls), "variants": variants,
+    return {"kernel_ms": kernel, "io_ms": io_ms, "launches": cm.launch_count, "calls": len(cm.plan.calls), "variants": variants,
             "outputs": profiled}
 
 
@@ -158,18 +154,12 @@ def main(argv=None):
                         help="built-in models to compile here (needs TVM), comma-separated")
     parser.add_argument("--image-size", type=int, default=224, help="--builtin image size (default 224)")
     parser.add_argument("--chain", type=int, default=64, help="launches of the synthetic chain (0: none)")
-    parser.add_argument("--flush", default="4,16", help="ctypes+plain+flushN: a clFlush after every N launches, "
-                        "one way per N (comma-separated; '' for none)")
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--results-dir", type=Path, default=None, help="default: benchmarks/results")
     args = parser.parse_args(argv)
-    try:
-        flushes = [int(n) for n in args.flush.split(",") if n.strip()]
-    except ValueError:
-        parser.error(f"--flush: comma-separated launch counts, got {args.flush!r}")
-    if args.chain < 0 or min(flushes + [1]) < 1 or args.repeat < 1 or args.rounds < 1:
-        parser.error("--chain must be >= 0, --flush counts, --repeat and --rounds >= 1")
+    if args.chain < 0 or args.repeat < 1 or args.rounds < 1:
+        parser.error("--chain must be >= 0, --repeat and --rounds >= 1")
     if args.from_dir and not args.from_dir.is_dir():
         parser.error(f"--from {args.from_dir}: no such folder")
 
@@ -182,7 +172,7 @@ def main(argv=None):
     results, rows, ok = [], [], True
     for name, cm in compiled.items():
         log(f"run {name} ({cm.launch_count} launches) ...")
-        entry = {"model": name, **measure(cm, args.repeat, args.rounds, variants(flushes))}
+        entry = {"model": name, **measure(cm, args.repeat, args.rounds)}
         outputs = entry.pop("outputs")
         if name.startswith("chain"):  # the profiled run itself against the float32 steps
             entry["chain_correct"] = bool(np.array_equal(outputs[0], chain_reference(_inputs(cm)["x"], args.chain)))
@@ -191,16 +181,16 @@ def main(argv=None):
         for variant, v in entry["variants"].items():
             ok &= v["outputs_match"]
             rows.append([name, variant, str(entry["launches"]), fmt(v["launch_us"], ".2f"), fmt(v["wall_ms"], ".3f"),
-                         fmt(entry["kernel_ms"], ".3f"), fmt(v["wall_over_kernel"], ".2f"),
+                         fmt(entry["kernel_ms"], ".3f"), fmt(entry["io_ms"], ".3f"), fmt(v["wall_over_kernel"], ".2f"),
                          "yes" if v["outputs_match"] and entry.get("chain_correct", True) else "NO"])
     lib = launcher.library()
     path = write_json("host_path", device.name, {
-        "repeat": args.repeat, "rounds": args.rounds, "flush": flushes,
+        "repeat": args.repeat, "rounds": args.rounds,
         "opencl_library": lib[1], "results": results}, args.results_dir)
     print_table(
-        ["model", "way", "launches", "host us/launch", "wall ms", "kernel ms", "wall/kernel", "outputs ok"], rows,
+        ["model", "way", "launches", "host us/launch", "wall ms", "kernel ms", "io ms", "wall/kernel", "outputs ok"], rows,
         title=f"host launch path on {device.name}: medians of {args.repeat} x {args.rounds} runs; kernel ms = "
-        f"sum of OpenCL events of a profiled run (JSON: {path})",
+        f"sum of OpenCL events of a profiled run; io ms = uploads + downloads alone (JSON: {path})",
     )
     return 0 if ok else 1
 

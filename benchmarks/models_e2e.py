@@ -81,12 +81,12 @@ def _load(names, ways, directory: Path, device):
 
 
 def _measure(cm, repeat: int):
-    """(kernel ms, wall ms, {"bound", "unbound"} launch us, outputs): kernel time = sum of OpenCL events of a
+    """(kernel ms, wall ms, host {"bound", "unbound": launch us, "io_ms"}, outputs): kernel time = sum of OpenCL events of a
     profiled run; wall = one fast run (upload, launches, download, one wait); launch =
     host time per kernel enqueue the way the fast run does it (args bound at load,
     ``cm.launcher_kind``, queue without profiling; also the unbound path, set per launch
     with events on the profiling queue, as before). Medians over ``repeat``; outputs from
-    a profiled run (poisoned first)."""
+    a profiled run (poisoned first); io_ms: the fast run's uploads and downloads alone."""
     x = {n: np.random.default_rng(i).standard_normal(cm.plan.tensors[t].shape).astype("float32") for i, (n, t) in enumerate(cm.plan.inputs)}
     cm.run(x)  # warm-up: drivers finish compiling on first launch
     wall_ms = []
@@ -98,8 +98,9 @@ def _measure(cm, repeat: int):
     for _ in range(repeat):
         outputs = cm.run(x, profile=True)
         kernel_ms.append(cm.kernel_time_ms())
-    launch_us = {"bound": cm.launch_time_us(repeat), "unbound": cm.launch_time_us(repeat, bound=False)}
-    return statistics.median(kernel_ms), statistics.median(wall_ms), launch_us, outputs
+    host = {"bound": cm.launch_time_us(repeat), "unbound": cm.launch_time_us(repeat, bound=False),
+            "io_ms": cm.io_time_ms(x, repeat)}
+    return statistics.median(kernel_ms), statistics.median(wall_ms), host, outputs
 
 
 def _cudnn(name: str, repeat: int):
@@ -196,14 +197,15 @@ def main():
         for way in ways:
             cm = compiled[name, way]
             log(f"run {name} ({way}) ...")
-            kernel_ms, wall_ms, launch_us, outputs[way] = _measure(cm, args.repeat)
+            kernel_ms, wall_ms, host, outputs[way] = _measure(cm, args.repeat)
             pooled, unpooled = cm.plan.memory_bytes(pool=True), cm.plan.memory_bytes(pool=False)
             entry[way] = {
                 "kernel_ms": kernel_ms,
                 "wall_ms": wall_ms,
-                "launch_us": launch_us["bound"],
-                "launch_us_unbound": launch_us["unbound"],
+                "launch_us": host["bound"],
+                "launch_us_unbound": host["unbound"],
                 "launcher": cm.launcher_kind,
+                "io_ms": host["io_ms"],
                 "launches": cm.launch_count,
                 "memory_pool": pooled,
                 "memory_no_pool": unpooled,

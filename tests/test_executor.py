@@ -87,6 +87,7 @@ def test_fast_run_matches_profiled_run_and_reference_twice(tiny):
         us = compiled.launch_time_us(repeat=3, bound=bound)
         assert math.isfinite(us) and us > 0
     assert compiled.launch_count >= len(compiled.plan.calls)
+    assert 0 < compiled.io_time_ms({"image": x1}, repeat=3) < math.inf
 
 
 def test_kernel_time_needs_a_profiled_run(tiny, tmp_path, device):

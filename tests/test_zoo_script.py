@@ -79,19 +79,19 @@ def test_models_e2e_takes_onnx_models(onnx_dir, tmp_path):
     assert entry["ours"]["calls"] < entry["upstream"]["calls"]  # conv + BatchNorm + ReLU6 fused
     # launch_us: the fast run's path (ctypes, no events), next to the old unbound path
     assert entry["ours"]["launcher"] == "ctypes" and entry["ours"]["launch_us"] > 0 and entry["ours"]["launch_us_unbound"] > 0
+    assert 0 < entry["ours"]["io_ms"] < entry["ours"]["wall_ms"]
     # benchmarks/host_path.py on the same saved model, without TVM: four ways, same bits
-    out = script("host_path.py", "--from", saved, "--chain", "6", "--flush", "2", "--repeat", "2", "--rounds", "1", "--results-dir", tmp_path,
+    out = script("host_path.py", "--from", saved, "--chain", "6", "--repeat", "2", "--rounds", "1", "--results-dir", tmp_path,
                  no_tvm=True)
     assert out.splitlines()[-1].startswith("chain6  ")  # the table comes last
     (result_file,) = tmp_path.glob("host_path-*.json")
     tiny, chain = json.loads(result_file.read_text())["results"]
     assert (tiny["model"], chain["model"], chain["launches"], chain["chain_correct"]) == ("tiny", "chain6", 6, True)
     for entry in (tiny, chain):
-        assert entry["kernel_ms"] > 0
-        kinds = {name: (v["launcher"], v["queue"], v["flush"]) for name, v in entry["variants"].items()}
-        assert kinds == {"pyopencl+profiling": ("pyopencl", "profiling", 0), "pyopencl+plain": ("pyopencl", "plain", 0),
-                         "ctypes+profiling": ("ctypes", "profiling", 0),
-                         "ctypes+plain": ("ctypes", "plain", 0), "ctypes+plain+flush2": ("ctypes", "plain", 2)}
+        assert entry["kernel_ms"] > 0 and entry["io_ms"] > 0
+        kinds = {name: (v["launcher"], v["queue"]) for name, v in entry["variants"].items()}
+        assert kinds == {"pyopencl+profiling": ("pyopencl", "profiling"), "pyopencl+plain": ("pyopencl", "plain"),
+                         "ctypes+profiling": ("ctypes", "profiling"), "ctypes+plain": ("ctypes", "plain")}
         assert all(v["outputs_match"] and v["launch_us"] > 0 and v["wall_ms"] > 0 for v in entry["variants"].values())
 
 
@@ -138,3 +138,35 @@ def test_conv_layers_ours_runs_the_strategys_plan(tmp_path):
     assert all(r[w]["ok"] and r[w]["time_s"] > 0 for r in rows.values() for w in ("ours", "upstream"))
     ratio = doc["summary"]["mobilenetv2"]["ours/upstream"]
     assert ratio["depthwise_min_layer"] == dw.key and ratio["depthwise_min"] > 0
+
+
+def test_conv_configs_buffer_placement_split(tmp_path):
+    """conv_configs.py --placement buffer: its own grid (2-D and flat groups, split_k) with
+    activations and weights in buffers, plus the "gpu" default on buffers and on textures;
+    built here, run without TVM, every output checked; ``--layers pointwise`` picks the
+    non-depthwise 1x1 stride-1 convs of both models."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import conv_configs
+
+    pointwise = conv_configs.parse_args(["--layers", "pointwise"]).selected
+    assert len(pointwise) == 31 and {lay.model for lay in pointwise} == {"resnet50", "mobilenetv2"}
+    assert all(lay.weight_shape[2:] == (1, 1) and lay.strides == (1, 1) and lay.groups == 1 for lay in pointwise)
+
+    saved, layer = tmp_path / "saved", "mobilenetv2.features.14.proj"  # 576->160 1x1 @7x7: small
+    script("conv_configs.py", "--placement", "buffer", "--layers", layer, "--build-only", saved)
+    out = script("conv_configs.py", "--from", saved, "--budget", "0.005", "--results-dir", tmp_path, no_tvm=True)
+    assert "(buffer kernels, fp32" in out and "geomean speed-up over default_gpu" in out
+    (result_file,) = tmp_path.glob("conv_configs_buffer-*.json")
+    doc = json.loads(result_file.read_text())
+    assert doc["placement"] == "buffer"
+    (row,) = doc["layers"]
+    results = row["results"]
+    assert row["key"] == layer and len(results) >= 10
+    assert all(r["ok"] and r["rel_err"] <= conv_configs.RTOL and r["time_s"] > 0 for r in results)  # outputs poisoned first
+    where = {r["config"]["placement"] for r in results if "texture_default_gpu" not in r["kinds"]}
+    assert where == {"buffer"} and all(r["label"].endswith(" buf") for r in results if r["config"]["placement"] == "buffer")
+    (tex,) = [r for r in results if "texture_default_gpu" in r["kinds"]]
+    (buf,) = [r for r in results if "default_gpu" in r["kinds"]]
+    assert tex["config"]["placement"] == "texture" and {**tex["config"], "placement": "buffer"} == buf["config"]
+    assert any(r["config"]["flat"] for r in results) and any(r["config"]["split_k"] > 1 for r in results)
+    assert {"default_gpu", "texture_default_gpu"} <= set(row["summary"])

@@ -80,7 +80,6 @@ def check_environment() -> None:
     try:
         bounds.enabled()
         launcher.requested()
-        launcher.flush_requested()
     except ValueError as err:
         raise UserError(str(err)) from None
 

@@ -205,7 +205,7 @@ class CompiledModel:
         self._times_ms: list[float] | None = None
         self._loaded = {key: self.device.load(module) for key, module in kernels.items()}
         self._tensors = self._allocate()
-        self._launch_options = (None, None, "plain")  # $TIR_ADRENO_LAUNCHER; see use_launcher
+        self._launch_options = (None, "plain")  # $TIR_ADRENO_LAUNCHER; see use_launcher
         self._bind()
         self._input_tensors = [self._tensors[i] for _, i in plan.inputs]
         self._output_tensors = [self._tensors[i] for i in plan.outputs]
@@ -238,19 +238,19 @@ class CompiledModel:
         self._launches = [x for b in self._bound for x in b.launches]
         self.use_launcher(*self._launch_options)
 
-    def use_launcher(self, kind: str | None = None, flush: int | None = None, queue: str = "plain") -> None:
+    def use_launcher(self, kind: str | None = None, queue: str = "plain") -> None:
         """How the fast run (``run(profile=False)``) enqueues its kernels: ``kind`` auto, ctypes
-        or pyopencl (None: ``$TIR_ADRENO_LAUNCHER``, see :mod:`tir_adreno.launcher`), a clFlush
-        after every ``flush`` launches (None: ``$TIR_ADRENO_LAUNCH_FLUSH``; 0: none), on the device's
-        ``"plain"`` queue or, for comparison with what ``run`` did before, its ``"profiling"`` one."""
+        or pyopencl (None: ``$TIR_ADRENO_LAUNCHER``, see :mod:`tir_adreno.launcher`), on the
+        device's ``"plain"`` queue or, for comparison with what ``run`` did before, its
+        ``"profiling"`` one."""
         if queue not in ("plain", "profiling"):
             raise ValueError(f"queue must be 'plain' or 'profiling', got {queue!r}")
-        self._launch_options = (kind, flush, queue)
+        self._launch_options = (kind, queue)
         self._queue = self.device.plain_queue if queue == "plain" else self.device.queue
         # The fast path: every launch of the model in one launcher, one loop per run; sanitized
         # modules go call by call (each call zeroes and queues its bounds record).
         sanitized = any(b.bounds is not None for b in self._bound)
-        self.launcher = None if sanitized else launcher.make_launcher(self._queue, self._launches, kind, flush)
+        self.launcher = None if sanitized else launcher.make_launcher(self._queue, self._launches, kind)
 
     def _enqueue_fast(self) -> None:
         if self.launcher is not None:
@@ -303,24 +303,44 @@ class CompiledModel:
         if profile:
             for t in self._output_tensors:
                 t.poison()
-        for t, x in zip(self._input_tensors, arrays):
-            t.enqueue_upload(x, queue)
-        if profile:
-            events = []
-            for bound in self._bound:
-                events.append([])
-                bound.enqueue(events[-1])
-        else:
-            self._enqueue_fast()
-        outputs = [np.empty(t.shape, t.spec.storage_dtype) for t in self._output_tensors]
-        for t, out in zip(self._output_tensors, outputs):
-            t.enqueue_download(out, queue)
-        queue.finish()
+        events = [[] for _ in self._bound]
+
+        def kernels():
+            if profile:
+                for bound, evs in zip(self._bound, events):
+                    bound.enqueue(evs)
+            else:
+                self._enqueue_fast()
+
+        outputs = self._transfer(arrays, queue, kernels)
         for loaded in self._loaded.values():  # sanitized builds ($TIR_ADRENO_CHECK_BOUNDS) raise here
             loaded.check_bounds()
         if profile:
             self._times_ms = [sum(runtime.event_seconds(e) for e in evs) * 1e3 for evs in events]
         return [out.astype(t.spec.dtype, copy=False) for t, out in zip(self._output_tensors, outputs)]
+
+    def _transfer(self, arrays, queue, kernels) -> list[np.ndarray]:
+        """Enqueue the uploads of ``arrays``, then ``kernels()``, then the downloads, all on
+        ``queue``, and wait: the outputs in their storage dtype."""
+        for t, x in zip(self._input_tensors, arrays):
+            t.enqueue_upload(x, queue)
+        kernels()
+        outputs = [np.empty(t.shape, t.spec.storage_dtype) for t in self._output_tensors]
+        for t, out in zip(self._output_tensors, outputs):
+            t.enqueue_download(out, queue)
+        queue.finish()
+        return outputs
+
+    def io_time_ms(self, inputs, repeat: int = 20) -> float:
+        """Median wall ms of a fast run's uploads and downloads alone (no kernels, same queue):
+        the part of :meth:`run`'s wall time that is neither launches nor kernels."""
+        arrays = self._check_inputs(inputs)
+        samples = []
+        for _ in range(repeat):
+            start = time.perf_counter()
+            self._transfer(arrays, self._queue, lambda: None)
+            samples.append((time.perf_counter() - start) * 1e3)
+        return statistics.median(samples)
 
     @property
     def launch_count(self) -> int:
