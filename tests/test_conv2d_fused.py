@@ -2,7 +2,7 @@
 the float64 composition of tir_adreno.reference's depthwise and 1x1 convs.
 
 Fresh random inputs, poisoned outputs (every pixel written, padding lanes zero), both scopes,
-stride 1 and 2, with and without residual, split_k, and NaN/Inf as the unfused kernels.
+stride 1 and 2, with and without residual, split_k, the 1-D grid, and NaN/Inf as the unfused kernels.
 """
 
 import numpy as np
@@ -37,8 +37,10 @@ def fused_cases(draw):
     dw_epilogue = Epilogue(bias=draw(st.booleans()), activation=draw(st.sampled_from([None, "relu6", "sigmoid"])))
     epilogue = Epilogue(bias=draw(st.booleans()), activation=draw(st.sampled_from([None, "relu", "relu6"])),
                         residual=draw(st.booleans()))
-    config = ConvConfig(draw(st.integers(1, 4)), draw(st.integers(1, 4)), draw(st.sampled_from(WORK_GROUPS)),
-                        split_k=draw(st.sampled_from([1, 1, 2])))
+    grid = draw(st.sampled_from(["3d", "3d", "split", "flat"]))  # ConvConfig.flat: a 1-D grid of (g, 1, 1) groups
+    work_group = (draw(st.sampled_from([1, 5, 16])), 1, 1) if grid == "flat" else draw(st.sampled_from(WORK_GROUPS))
+    config = ConvConfig(draw(st.integers(1, 4)), draw(st.integers(1, 4)), work_group, split_k=2 if grid == "split" else 1,
+                        flat=grid == "flat")
     return dict(data_shape=(n, c, h, w), dw_weight_shape=(c, 1, k, k), pw_weight_shape=(o, c, 1, 1), strides=stride,
                 padding=padding, dw_epilogue=dw_epilogue, epilogue=epilogue, config=config)
 
