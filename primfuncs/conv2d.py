@@ -211,10 +211,14 @@ def default_config(geom: "ConvGeometry", depthwise: bool = False, kind: str = "m
 #: applied in that order. "mobile" / "cpu": 4 columns per item, group (8, 4, 1) (on the
 #: H200 every such config of the first sweep was within ~10% of the ~13 us texture-kernel
 #: floor). "gpu": 2 columns per item, window in registers, 128-item groups.
+#: "nvidia-h200" (buffers there, the profile's placement): 1 column per item, window in
+#: registers, the 1-D grid in 64-item groups: within 5% of the best of 38 swept configs on
+#: each of MobileNetV2's 10 depthwise layers (benchmarks/results/depthwise-nvidia-h200.json).
 DEPTHWISE_DEFAULTS = {
     "mobile": {"w_block": 4, "work_group": (8, 4, 1), "register_window": False},
     "cpu": {"w_block": 4, "work_group": (8, 4, 1), "register_window": False},
     "gpu": {"w_block": 2, "threads": 128, "register_window": True},
+    "nvidia-h200": {"w_block": 1, "threads": 64, "flat": True, "register_window": True},
 }
 
 #: Layer classes a :data:`DEPTHWISE_DEFAULTS` entry may override keys for (``classes``).
