@@ -2,9 +2,9 @@
 
 For each model (built-in ResNet-50 and MobileNetV2, batch 1, 224, fp32, seeded
 random weights; or ONNX files, e.g. torchvision's MobileNetV3-Large and
-EfficientNet-B0 from benchmarks/zoo.py) it compiles two ways, ours (texture kernels) and upstream
+EfficientNet-B0 from benchmarks/zoo.py) it compiles ours (texture kernels), ours_nofuse and upstream
 (LegalizeOps + dlight GPU schedules for target kind "opencl", buffers), runs
-both through the same pyopencl executor and reports kernel time (sum of
+them through the same pyopencl executor and reports kernel time (sum of
 OpenCL events, median over runs), wall time per run, and device memory with
 and without the image pool. On an NVIDIA GPU with PyTorch it adds cuDNN fp32
 (TF32 off), eager and CUDA graph.
@@ -17,7 +17,7 @@ and without the image pool. On an NVIDIA GPU with PyTorch it adds cuDNN fp32
 
 ``--target PROFILE`` plans our kernels for that device profile (default: this device's,
 or ``adreno`` with ``--build-only``: pass ``--target nvidia-h200`` to build for the H200).
-``--records FILE`` (from ``tir-adreno tune``) adds a third way, "tuned": ours with the
+``--records FILE`` (from ``tir-adreno tune``) adds a way "tuned": ours with the
 records' per-layer choices, against "ours" with the profile's defaults.
 "ours" places activations as the profile does (``activation_placement``: buffers for
 ``nvidia-h200``, textures for the others); ``--placement texture|buffer`` adds the way
@@ -25,6 +25,9 @@ records' per-layer choices, against "ours" with the profile's defaults.
 
     python benchmarks/models_e2e.py --build-only DIR --target nvidia-h200 --placement texture
     python benchmarks/models_e2e.py --from DIR        # ours (buffers), upstream, ours_texture
+"ours_nofuse" is ours with ``compile_model(fuse=False)``: each depthwise conv apart from the
+1x1 conv after it (the profile fuses them where a launch costs more than the recompute),
+so one run times fused vs unfused ("fuse gain" = nofuse / ours kernel time).
 ``--carry-weights-mb N`` saves weights (``--build-only``) only for models up to N MiB;
 the others run with seeded random weights, for timing only (``"random_weights": true``).
 """
@@ -42,7 +45,7 @@ import numpy as np
 from common import add_device_argument, add_target_argument, fmt, log, print_table, target_profile, write_json
 
 MODELS = ("resnet50", "mobilenet_v2")
-WAYS = ("ours", "upstream", "tuned", "ours_texture", "ours_buffer")  # "tuned" with --records, "ours_P" with --placement P
+WAYS = ("ours", "upstream", "ours_nofuse", "tuned", "ours_texture", "ours_buffer")  # "tuned" with --records, "ours_P" with --placement P
 #: Weights above this size are not saved for --from (the device tool carries 64 MiB);
 #: such a model is then run there with seeded random weights, for timing only.
 CARRY_WEIGHTS_MB = 24
@@ -62,7 +65,7 @@ def _build(names, ways, directory: Path | None, device, profile, records, onnx_p
             start = time.perf_counter()
             placement = way.split("_", 1)[1] if way.startswith("ours_") else None
             cm = compile_model(mod, device, profile, records if way == "tuned" else None, ours=way != "upstream",
-                               progress=lambda msg: log(f"  {msg}"), placement=placement)
+                               progress=lambda msg: log(f"  {msg}"), fuse=way != "ours_nofuse", placement=placement)
             log(f"  {time.perf_counter() - start:.1f} s")
             compiled[name, way] = cm
             if directory is not None:
@@ -186,7 +189,7 @@ def main():
     from tir_adreno.texture import is_texture_scope
 
     device = runtime.get_device(args.device)
-    ways = WAYS[:3] if args.records else WAYS[:2]
+    ways = WAYS[:4] if args.records else WAYS[:3]
     ways += (f"ours_{args.placement}",) if args.placement else ()
     if args.from_dir:
         ways = tuple(w for w in WAYS if (args.from_dir / f"{names[0]}-{w}").exists())
@@ -219,6 +222,8 @@ def main():
                 "memory_no_pool": unpooled,
                 "calls": len(cm.plan.calls),
                 "texture_activations": sum(is_texture_scope(t.scope) for t in cm.plan.tensors if t.kind == "temp"),
+                # per kernel call of the last profiled run (fused vs unfused layer by layer)
+                "profile": [{k: r.get(k) for k in ("op", "config", "time_ms")} for r in cm.profile()],
                 "random_weights": args.from_dir is not None and not (args.from_dir / f"{name}-{way}" / "weights.npz").exists(),
             }
         if not any(entry[w]["random_weights"] for w in ways):
@@ -230,10 +235,12 @@ def main():
         entry["cudnn"] = _cudnn(name, args.repeat) if nvidia and name in MODELS else None  # torch_models: built-ins only
         results.append(entry)
         o, u = entry["ours"], entry["upstream"]
-        c, t = entry["cudnn"], entry.get("tuned")
-        alt = next((w for w in ways if w.startswith("ours_")), None)
+        c, t, nf = entry["cudnn"], entry.get("tuned"), entry.get("ours_nofuse")
+        alt = next((w for w in ways if w in ("ours_texture", "ours_buffer")), None)
         if t:
             entry["tuned_vs_ours"] = o["kernel_ms"] / t["kernel_ms"]
+        if nf:
+            entry["fuse_gain"] = nf["kernel_ms"] / o["kernel_ms"]
         rows.append(
             [
                 name,
@@ -251,13 +258,15 @@ def main():
                 fmt(entry.get("max_rel_diff"), ".1e"),
                 fmt(t["kernel_ms"]) if t else "-",
                 fmt(entry.get("tuned_vs_ours"), ".2f") + "x" if t else "-",
+                f"{fmt(nf['kernel_ms'])} / {fmt(nf['wall_ms'])} ({nf['launches']} vs {o['launches']} launches)" if nf else "-",
+                fmt(entry.get("fuse_gain"), ".2f") + "x" if nf else "-",
                 f"{alt[5:]} {fmt(entry[alt]['kernel_ms'])} / {fmt(entry[alt]['wall_ms'])}" if alt else "-",
             ]
         )
     path = write_json("models_e2e", device.name, {"repeat": args.repeat, "results": results}, args.results_dir)
     print_table(
         ["model", "ours ms", "upstream ms", "speedup", "ours wall", "upstr wall", "wall/kernel", "launch us fast / unbound (launcher)", "cuDNN eager", "cuDNN graph", "act MiB pool", "act MiB no pool", "ours vs upstr",
-         "tuned ms", "tuned gain", "--placement kernel / wall ms"],
+         "tuned ms", "tuned gain", "nofuse ms kernel / wall", "fuse gain", "--placement kernel / wall ms"],
         rows,
         title=f"end to end on {device.name}: kernel time = sum of OpenCL events, wall = one run's host time "
         f"(launch us: host time per kernel enqueue, fast run's launcher vs set per launch), medians of {args.repeat} (JSON: {path})",

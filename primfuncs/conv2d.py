@@ -31,6 +31,10 @@ Three accumulation bodies share that skeleton:
   picked from its pixel);
 - depthwise (``groups == C``, ``O = C * multiplier``): :func:`depthwise_conv2d_nchw4c`.
 
+A 1x1 conv may take a depthwise conv as its prologue (:func:`depthwise_pointwise_nchw4c`,
+MobileNet's block tail in one launch): the blocked body then computes each input pixel it
+would read, the depthwise output of that channel block with its epilogue, in registers.
+
 Padding reads are guarded explicitly (an out-of-range texture read is
 undefined on OpenCL 1.2 devices and array layers are clamped, never zeroed):
 every read is at a coordinate clamped into the image, and a select puts 0
@@ -59,7 +63,7 @@ from ._common import (
     check_scope,
     select_params,
 )
-from .epilogue import Epilogue, store_output_pixel
+from .epilogue import Epilogue, apply_epilogue, store_output_pixel
 
 
 @dataclass(frozen=True)
@@ -118,7 +122,8 @@ class ConvConfig:
 DEVICE_KINDS = ("mobile", "gpu", "cpu")
 
 
-def default_config(geom: "ConvGeometry", depthwise: bool = False, kind: str = "mobile", profile: str | None = None) -> ConvConfig:
+def default_config(geom: "ConvGeometry", depthwise: bool = False, kind: str = "mobile", profile: str | None = None,
+                   prologue: bool = False) -> ConvConfig:
     """The tile a conv gets unless told otherwise, per device class (:data:`DEVICE_KINDS`).
 
     ``kind`` is the device profile's class (``tir_adreno.device``), ``profile`` its name
@@ -144,7 +149,9 @@ def default_config(geom: "ConvGeometry", depthwise: bool = False, kind: str = "m
       non-depthwise one (ResNet-50's convs 6.9 -> 1.5 ms), within ~15% of the
       best swept config.
 
-    Depthwise convs: :data:`DEPTHWISE_DEFAULTS`.
+    Depthwise convs: :data:`DEPTHWISE_DEFAULTS`. ``prologue`` (a 1x1 conv computing a depthwise
+    conv as its input, :func:`depthwise_pointwise_nchw4c`), "gpu": 4 output blocks per item
+    (4 x 2, else 4 x 1), so fewer tiles recompute the depthwise conv; split_k fills the GPU.
     """
     if kind not in DEVICE_KINDS:
         raise ValueError(f"kind must be one of {DEVICE_KINDS}, got {kind!r}")
@@ -178,7 +185,8 @@ def default_config(geom: "ConvGeometry", depthwise: bool = False, kind: str = "m
         return ConvConfig(ocb, wb, fill_work_group(extents(ocb, wb), 64, max_x=16))
     max_split = min(_MAX_SPLIT, blocks // 2)
     best = None
-    for ocb, wb in ((2, 4) if geom.kh * geom.kw > 1 else (2, 2), (1, 4)):
+    tiles = ((4, 2), (4, 1)) if prologue else ((2, 4) if geom.kh * geom.kw > 1 else (2, 2), (1, 4))
+    for ocb, wb in tiles:
         split = 1
         while items(ocb, wb) * split < _GPU_WORK_ITEMS and split * 2 <= max_split:
             split *= 2
@@ -429,9 +437,59 @@ def _all(conds):
     return T.bool(True) if out is None else out
 
 
-def _direct_conv(geom: ConvGeometry, mode: str, epilogue, dtype, config, scope, weight_scope, name, out_scope=None,
-                 residual_scope=None):
-    """The shared skeleton: tiling, guards, accumulation body ``mode``, epilogue and stores."""
+class _Window:
+    """Where the taps of a tile of ``wb`` output columns read a conv's input, and which of
+    those reads need guards: zeroing only where a stored output reads padding; clamps also
+    where an overhanging tile column reads past W. ``span``: input columns under a tile's
+    columns and the window's width (``register_window``)."""
+
+    def __init__(self, geom: ConvGeometry, wt: int, wb: int):
+        self.h, self.w, self.kh, self.kw = geom.h, geom.w, geom.kh, geom.kw
+        (self.sh, self.sw), (self.dh, self.dw) = geom.strides, geom.dilation
+        self.pt, self.pl, _, _ = geom.padding
+        self.zero_top, self.zero_left = self.pt > 0, self.pl > 0
+        self.zero_bottom = (geom.oh - 1) * self.sh - self.pt + (self.kh - 1) * self.dh > self.h - 1
+        self.zero_right = (geom.ow - 1) * self.sw - self.pl + (self.kw - 1) * self.dw > self.w - 1
+        self.clamp_right = (wt * wb - 1) * self.sw - self.pl + (self.kw - 1) * self.dw > self.w - 1
+        self.span = (wb - 1) * self.sw + (self.kw - 1) * self.dw + 1
+
+    def inside(self, ih, iw):
+        conds = []
+        if self.zero_top:
+            conds.append(ih >= 0)
+        if self.zero_bottom:
+            conds.append(ih < self.h)
+        if self.zero_left:
+            conds.append(iw >= 0)
+        if self.zero_right:
+            conds.append(iw < self.w)
+        return _all(conds)
+
+    def clamp_row(self, ih):
+        if self.zero_top:
+            ih = T.max(ih, 0)
+        if self.zero_bottom:
+            ih = T.min(ih, self.h - 1)
+        return ih
+
+    def clamp_col(self, iw):
+        if self.zero_left:
+            iw = T.max(iw, 0)
+        if self.zero_right or self.clamp_right:
+            iw = T.min(iw, self.w - 1)
+        return iw
+
+    def raw_row(self, r, k):
+        return r * self.sh - self.pt + k * self.dh
+
+    def raw_col(self, x, k):
+        return x * self.sw - self.pl + k * self.dw
+
+
+def _direct_conv(geom: ConvGeometry, mode: str, epilogue, dtype, config, scope, weight_scope, name, prologue=None,
+                 out_scope=None, residual_scope=None):
+    """The shared skeleton: tiling, guards, accumulation body ``mode``, epilogue and stores.
+    ``prologue`` (:class:`DepthwisePrologue`, a 1x1 conv only): X is the depthwise conv's input."""
     if not isinstance(epilogue, Epilogue):
         raise TypeError(f"epilogue must be an Epilogue, got {type(epilogue).__name__}")
     if config is None:
@@ -476,50 +534,17 @@ def _direct_conv(geom: ConvGeometry, mode: str, epilogue, dtype, config, scope, 
             f"more than {_MAX_LOCAL_BYTES} (every OpenCL GPU has that much); use a smaller tile, work group or split_k"
         )
 
-    # Which reads can leave the image? Zeroing guards only where a stored output
-    # reads padding; clamps also where an overhanging tile column reads past W.
-    zero_top, zero_left = pt > 0, pl > 0
-    zero_bottom = (oh - 1) * sh - pt + (kh - 1) * dh > h - 1
-    zero_right = (ow - 1) * sw - pl + (kw - 1) * dw > w - 1
-    clamp_right = (wt * wb - 1) * sw - pl + (kw - 1) * dw > w - 1
+    win = _Window(prologue.geometry if prologue else geom, wt, wb)
+    x_shape = (n, c4, win.h, win.w, 4)
+    dw_taps = win.kh * win.kw if prologue else 1
+    fused = prologue is not None
+    dw_shape = (c4, 1, win.kh, win.kw, 4)
     ob_overhang = o4 % ocb != 0
     ow_overhang = ow % wb != 0
     # The per-lane body (general groups, depthwise x M) is a fallback: keep its code small.
     unroll_window = kh * kw <= _UNROLL_TAPS and not uses_lanes
     window = T.unroll if unroll_window else T.serial
     zero = T.Cast(dtype, 0)
-
-    def inside(ih, iw):
-        conds = []
-        if zero_top:
-            conds.append(ih >= 0)
-        if zero_bottom:
-            conds.append(ih < h)
-        if zero_left:
-            conds.append(iw >= 0)
-        if zero_right:
-            conds.append(iw < w)
-        return _all(conds)
-
-    def clamp_row(ih):
-        if zero_top:
-            ih = T.max(ih, 0)
-        if zero_bottom:
-            ih = T.min(ih, h - 1)
-        return ih
-
-    def clamp_col(iw):
-        if zero_left:
-            iw = T.max(iw, 0)
-        if zero_right or clamp_right:
-            iw = T.min(iw, w - 1)
-        return iw
-
-    def raw_row(r, k):
-        return r * sh - pt + k * dh
-
-    def raw_col(x, k):
-        return x * sw - pl + k * dw
 
     def out_block(t, ob):
         """Output channel block of tile ``t``'s ``ob``-th block, clamped for reads."""
@@ -556,12 +581,11 @@ def _direct_conv(geom: ConvGeometry, mode: str, epilogue, dtype, config, scope, 
             f"config.register_window=True is for depthwise convs with multiplier 1; this conv has {what} "
             f"(use register_window=False)"
         )
-    # Input columns under a tile's wb outputs and the window's width (register_window).
-    span = (wb - 1) * sw + (kw - 1) * dw + 1
     # Do the 4 lanes of an output block read input channels of one input block?
     # Depthwise: when the multiplier divides 4 or 4 divides it; grouped: when a
     # block lies in one group (then they all read one channel).
     one_block = (LANES % multiplier == 0 or multiplier % LANES == 0) if multiplier else og % LANES == 0
+    span = win.span if register_window or fused else 1  # input pixels a depthwise row reads
 
     # Hygienic macros: they see this factory's helpers; the kernel's buffers and
     # loop variables come in as arguments.
@@ -571,22 +595,63 @@ def _direct_conv(geom: ConvGeometry, mode: str, epilogue, dtype, config, scope, 
         # Read at the clamped coordinate, then zero outside: branch-free. The select is
         # per lane: a vectorized T.Select on a scalar condition miscompiles (TVM 0.27).
         for lane in T.vectorized(4):
-            xp[i, lane] = X[nn, cb, clamp_row(ih), clamp_col(iw), lane]
+            xp[i, lane] = X[nn, cb, win.clamp_row(ih), win.clamp_col(iw), lane]
         for lane in T.unroll(4):
-            xp[i, lane] = T.Select(inside(ih, iw), xp[i, lane], zero)
+            xp[i, lane] = T.Select(win.inside(ih, iw), xp[i, lane], zero)
 
     @T.macro
     def load_input(X, xp, wi, nn, cb, r, x, k_h, k_w):
         """``xp[wi]`` = input pixel of block ``cb`` read by output ``(r, x)`` at tap ``(k_h, k_w)``."""
-        load_pixel(X, xp, wi, nn, cb, raw_row(r, k_h), raw_col(x, k_w))
+        load_pixel(X, xp, wi, nn, cb, win.raw_row(r, k_h), win.raw_col(x, k_w))
 
     @T.macro
-    def accumulate_blocked(X, W, xp, wp, acc, nn, r, x0, t, cin, cb, lanes):
-        """Input block ``cin`` (the ``cb``-th of its group), its first ``lanes`` channels, into the tile."""
+    def accumulate_depthwise_registers(X, W, xs, wr, acc, nn, r, x0, t, blocks, block_of):
+        """Multiplier 1, ``register_window``: of the ``blocks`` channel blocks ``block_of(t, ob)``,
+        the window's weights once, then per kernel row the ``span`` input pixels under the
+        tile's columns once; column ``wi`` at tap ``k_w`` reads span pixel ``wi * sw + k_w * dw``
+        (the depthwise window ``win``: this conv's, or its depthwise prologue's)."""
+        for ob in T.unroll(blocks):
+            for k_h in T.unroll(win.kh):
+                for k_w in T.unroll(win.kw):
+                    for lane in T.vectorized(4):
+                        wr[ob, k_h * win.kw + k_w, lane] = W[block_of(t, ob), 0, k_h, k_w, lane]
+        for k_h in T.unroll(win.kh):
+            for ob in T.unroll(blocks):
+                for j in T.unroll(win.span):
+                    load_pixel(X, xs, j, nn, block_of(t, ob), win.raw_row(r, k_h), x0 * win.sw - win.pl + j)
+                for k_w in T.unroll(win.kw):
+                    for wi in T.unroll(wb):
+                        for lane in T.unroll(4):
+                            acc[ob * wb + wi, lane] = acc[ob * wb + wi, lane] + (
+                                xs[wi * win.sw + k_w * win.dw, lane] * wr[ob, k_h * win.kw + k_w, lane]
+                            )
+
+    def own_block(t, ob):
+        """The depthwise prologue's one block: the 1x1 conv's input block ``t`` itself."""
+        return t
+
+    @T.macro
+    def depthwise_prologue(X, W_dw, Bias_dw, xs, wd, xp, tmp, nn, cin, r, x0):
+        """``xp[wi]`` = the 1x1 conv's input pixel of block ``cin`` at ``(r, x0 + wi)``: the
+        depthwise conv of X with its epilogue, computed in registers (never stored)."""
+        for wi in T.unroll(wb):
+            for lane in T.unroll(4):
+                xp[wi, lane] = zero
+        accumulate_depthwise_registers(X, W_dw, xs, wd, xp, nn, r, x0, cin, 1, own_block)
+        for wi in T.unroll(wb):
+            apply_epilogue(xp, wi, tmp, prologue.epilogue, Bias_dw, Bias_dw, nn, cin, r, x0 + wi)
+
+    @T.macro
+    def accumulate_blocked(X, W, xp, wp, acc, nn, r, x0, t, cin, cb, lanes, W_dw, Bias_dw, xs, wd, tmp):
+        """Input block ``cin`` (the ``cb``-th of its group), its first ``lanes`` channels, into the
+        tile. With a depthwise ``prologue`` (a 1x1 conv) the input pixels are computed from X."""
         for k_h in window(kh):
             for k_w in window(kw):
-                for wi in T.unroll(wb):
-                    load_input(X, xp, wi, nn, cin, r, x0 + wi, k_h, k_w)
+                if not fused:
+                    for wi in T.unroll(wb):
+                        load_input(X, xp, wi, nn, cin, r, x0 + wi, k_h, k_w)
+                else:
+                    depthwise_prologue(X, W_dw, Bias_dw, xs, wd, xp, tmp, nn, cin, r, x0)
                 for ob in T.unroll(ocb):
                     for j in T.unroll(lanes):
                         for lane in T.vectorized(4):
@@ -642,27 +707,6 @@ def _direct_conv(geom: ConvGeometry, mode: str, epilogue, dtype, config, scope, 
                             acc[ob * wb + wi, lane] = acc[ob * wb + wi, lane] + xp[wi, lane] * wp[ob, 0, lane]
 
     @T.macro
-    def accumulate_depthwise_registers(X, W, xs, wr, acc, nn, r, x0, t):
-        """Multiplier 1, ``register_window``: the window's weights once, then per kernel row
-        the ``span`` input pixels under the tile's columns once; column ``wi`` at tap ``k_w``
-        reads span pixel ``wi * sw + k_w * dw``."""
-        for ob in T.unroll(ocb):
-            for k_h in T.unroll(kh):
-                for k_w in T.unroll(kw):
-                    for lane in T.vectorized(4):
-                        wr[ob, k_h * kw + k_w, lane] = W[out_block(t, ob), 0, k_h, k_w, lane]
-        for k_h in T.unroll(kh):
-            for ob in T.unroll(ocb):
-                for j in T.unroll(span):
-                    load_pixel(X, xs, j, nn, out_block(t, ob), raw_row(r, k_h), x0 * sw - pl + j)
-                for k_w in T.unroll(kw):
-                    for wi in T.unroll(wb):
-                        for lane in T.unroll(4):
-                            acc[ob * wb + wi, lane] = (
-                                acc[ob * wb + wi, lane] + xs[wi * sw + k_w * dw, lane] * wr[ob, k_h * kw + k_w, lane]
-                            )
-
-    @T.macro
     def store_tile(Y, Bias, Residual, acc, tmp, nn, r, x0, t):
         """Epilogue and store of the tile's pixels that lie inside the output."""
         for ob in T.unroll(ocb):
@@ -673,7 +717,7 @@ def _direct_conv(geom: ConvGeometry, mode: str, epilogue, dtype, config, scope, 
                     )
 
     @T.macro
-    def conv_tile(X, W, Bias, Residual, Y, t, r, i, valid):
+    def conv_tile(X, W_dw, Bias_dw, W, Bias, Residual, Y, t, r, i, valid):
         """The tile of channel tile ``t``, output row ``r`` and column tile ``i`` (image ``i // wt``)."""
         with T.sblock("conv2d"):
             # Tile: channel blocks vt*ocb.., output row voh, columns vwt*wb.. of image nn.
@@ -686,21 +730,25 @@ def _direct_conv(geom: ConvGeometry, mode: str, epilogue, dtype, config, scope, 
             xp = T.sblock_alloc_buffer((wb, 4), dtype, scope="local")
             wp = T.sblock_alloc_buffer((ocb, 4, 4), dtype, scope="local")
             tmp = T.sblock_alloc_buffer((4,), dtype, scope="local")
-            xs = T.sblock_alloc_buffer((span if register_window else 1, 4), dtype, scope="local")
+            xs = T.sblock_alloc_buffer((span, 4), dtype, scope="local")
             wr = T.sblock_alloc_buffer((ocb, kh * kw if register_window else 1, 4), dtype, scope="local")
+            wd = T.sblock_alloc_buffer((1, dw_taps, 4), dtype, scope="local")
             for ob in T.unroll(ocb):
                 for wi in T.unroll(wb):
                     for lane in T.unroll(4):
                         acc[ob * wb + wi, lane] = zero
             if mode == "blocked":
                 for cb in T.serial(blocks_per_group):
-                    accumulate_blocked(X, W, xp, wp, acc, nn, voh, vwt * wb, vt, first_block(vt) + cb, cb, 4)
+                    accumulate_blocked(
+                        X, W, xp, wp, acc, nn, voh, vwt * wb, vt, first_block(vt) + cb, cb, 4, W_dw, Bias_dw, xs, wd, tmp
+                    )
                 if tail > 0:  # groups == 1, C % 4 channels in the last block
                     accumulate_blocked(
-                        X, W, xp, wp, acc, nn, voh, vwt * wb, vt, blocks_per_group, blocks_per_group, tail
+                        X, W, xp, wp, acc, nn, voh, vwt * wb, vt, blocks_per_group, blocks_per_group, tail,
+                        W_dw, Bias_dw, xs, wd, tmp,
                     )
             elif register_window:
-                accumulate_depthwise_registers(X, W, xs, wr, acc, nn, voh, vwt * wb, vt)
+                accumulate_depthwise_registers(X, W, xs, wr, acc, nn, voh, vwt * wb, vt, ocb, out_block)
             elif mode == "depthwise" and multiplier == 1:
                 accumulate_depthwise(X, W, xp, wp, acc, nn, voh, vwt * wb, vt)
             else:
@@ -714,9 +762,14 @@ def _direct_conv(geom: ConvGeometry, mode: str, epilogue, dtype, config, scope, 
 
     def plain_kernel():
         @T.prim_func(s_tir=True)
-        def func(data: T.handle, weight: T.handle, bias: T.handle, residual: T.handle, out: T.handle):
+        def func(
+            data: T.handle, dw_weight: T.handle, dw_bias: T.handle, weight: T.handle, bias: T.handle,
+            residual: T.handle, out: T.handle,
+        ):
             T.func_attr({"global_symbol": name, "tirx.noalias": True})
-            X = T.match_buffer(data, (n, c4, h, w, 4), dtype, scope=scope)
+            X = T.match_buffer(data, x_shape, dtype, scope=scope)
+            W_dw = T.match_buffer(dw_weight, dw_shape, dtype, scope=weight_scope)
+            Bias_dw = T.match_buffer(dw_bias, (c4, 4), dtype, scope=BUFFER)
             W = T.match_buffer(weight, (o4, cg, kh, kw, 4), dtype, scope=weight_scope)
             Bias = T.match_buffer(bias, (o4, 4), dtype, scope=BUFFER)
             Residual = T.match_buffer(residual, (n, o4, oh, ow, 4), dtype, scope=residual_scope)
@@ -725,7 +778,7 @@ def _direct_conv(geom: ConvGeometry, mode: str, epilogue, dtype, config, scope, 
                 for bx in T.thread_binding(ceildiv(tiles, gf), thread="blockIdx.x"):
                     for tx in T.thread_binding(gf, thread="threadIdx.x"):
                         conv_tile(
-                            X, W, Bias, Residual, Y, (bx * gf + tx) // (oh * wt) % ot, (bx * gf + tx) // wt % oh,
+                            X, W_dw, Bias_dw, W, Bias, Residual, Y, (bx * gf + tx) // (oh * wt) % ot, (bx * gf + tx) // wt % oh,
                             (bx * gf + tx) // (ot * oh * wt) * wt + (bx * gf + tx) % wt, bx * gf + tx < tiles,
                         )
             else:
@@ -736,7 +789,7 @@ def _direct_conv(geom: ConvGeometry, mode: str, epilogue, dtype, config, scope, 
                                 for ty in T.thread_binding(gy, thread="threadIdx.y"):
                                     for tx in T.thread_binding(gx, thread="threadIdx.x"):
                                         conv_tile(
-                                            X, W, Bias, Residual, Y, bz * gz + tz, by * gy + ty, bx * gx + tx,
+                                            X, W_dw, Bias_dw, W, Bias, Residual, Y, bz * gz + tz, by * gy + ty, bx * gx + tx,
                                             bz * gz + tz < ot and by * gy + ty < oh and bx * gx + tx < cols,
                                         )
 
@@ -751,22 +804,27 @@ def _direct_conv(geom: ConvGeometry, mode: str, epilogue, dtype, config, scope, 
     uneven = blocks_per_group % split != 0
 
     @T.macro
-    def accumulate_slice(X, W, xp, wp, acc, nn, r, x0, t, k):
+    def accumulate_slice(X, W, xp, wp, acc, nn, r, x0, t, k, W_dw, Bias_dw, xs, wd, tmp):
         for i in T.serial(rounds):
             if uneven:
                 if i * split + k < blocks_per_group:
-                    accumulate_blocked(X, W, xp, wp, acc, nn, r, x0, t, first_block(t) + i * split + k, i * split + k, 4)
+                    accumulate_blocked(X, W, xp, wp, acc, nn, r, x0, t, first_block(t) + i * split + k, i * split + k, 4, W_dw, Bias_dw, xs, wd, tmp)
             else:
-                accumulate_blocked(X, W, xp, wp, acc, nn, r, x0, t, first_block(t) + i * split + k, i * split + k, 4)
+                accumulate_blocked(X, W, xp, wp, acc, nn, r, x0, t, first_block(t) + i * split + k, i * split + k, 4, W_dw, Bias_dw, xs, wd, tmp)
         if tail > 0:
             if k == split - 1:
-                accumulate_blocked(X, W, xp, wp, acc, nn, r, x0, t, blocks_per_group, blocks_per_group, tail)
+                accumulate_blocked(X, W, xp, wp, acc, nn, r, x0, t, blocks_per_group, blocks_per_group, tail, W_dw, Bias_dw, xs, wd, tmp)
 
     def split_kernel():
         @T.prim_func(s_tir=True)
-        def func_split(data: T.handle, weight: T.handle, bias: T.handle, residual: T.handle, out: T.handle):
+        def func_split(
+            data: T.handle, dw_weight: T.handle, dw_bias: T.handle, weight: T.handle, bias: T.handle,
+            residual: T.handle, out: T.handle,
+        ):
             T.func_attr({"global_symbol": name, "tirx.noalias": True})
-            X = T.match_buffer(data, (n, c4, h, w, 4), dtype, scope=scope)
+            X = T.match_buffer(data, x_shape, dtype, scope=scope)
+            W_dw = T.match_buffer(dw_weight, dw_shape, dtype, scope=weight_scope)
+            Bias_dw = T.match_buffer(dw_bias, (c4, 4), dtype, scope=BUFFER)
             W = T.match_buffer(weight, (o4, cg, kh, kw, 4), dtype, scope=weight_scope)
             Bias = T.match_buffer(bias, (o4, 4), dtype, scope=BUFFER)
             Residual = T.match_buffer(residual, (n, o4, oh, ow, 4), dtype, scope=residual_scope)
@@ -784,6 +842,9 @@ def _direct_conv(geom: ConvGeometry, mode: str, epilogue, dtype, config, scope, 
                                             acc = T.sblock_alloc_buffer((ocb * wb, 4), dtype, scope="local")
                                             xp = T.sblock_alloc_buffer((wb, 4), dtype, scope="local")
                                             wp = T.sblock_alloc_buffer((ocb, 4, 4), dtype, scope="local")
+                                            xs = T.sblock_alloc_buffer((span, 4), dtype, scope="local")
+                                            wd = T.sblock_alloc_buffer((1, dw_taps, 4), dtype, scope="local")
+                                            tmp = T.sblock_alloc_buffer((4,), dtype, scope="local")
                                             for i in T.unroll(ocb * wb):
                                                 for lane in T.unroll(4):
                                                     acc[i, lane] = zero
@@ -791,6 +852,7 @@ def _direct_conv(geom: ConvGeometry, mode: str, epilogue, dtype, config, scope, 
                                                 accumulate_slice(
                                                     X, W, xp, wp, acc, (bx * gx + tx) // wt, by * gy + ty,
                                                     (bx * gx + tx) % wt * wb, bz * gz + tk % gz, tk // gz,
+                                                    W_dw, Bias_dw, xs, wd, tmp,
                                                 )
                                             for i in T.unroll(ocb * wb):
                                                 for lane in T.unroll(4):
@@ -819,7 +881,8 @@ def _direct_conv(geom: ConvGeometry, mode: str, epilogue, dtype, config, scope, 
 
     # Parse only the kernel this config uses (TVMScript parsing is the factory's main cost).
     kernel = split_kernel() if split > 1 else plain_kernel()
-    return select_params(kernel, epilogue.params(["X", "W"], "Y"))
+    inputs = ["X", "W"] if prologue is None else ["X", "W_dw", *["Bias_dw"] * prologue.epilogue.bias, "W"]
+    return select_params(kernel, epilogue.params(inputs, "Y"))
 
 
 def conv2d_nchw4c(
@@ -852,7 +915,8 @@ def conv2d_nchw4c(
     geom = conv2d_geometry(data_shape, weight_shape, strides, padding, dilation, groups)
     aligned = geom.cg % LANES == 0 and geom.og % LANES == 0
     mode = "blocked" if geom.groups == 1 or aligned else "grouped"
-    return _direct_conv(geom, mode, epilogue, dtype, config, scope, weight_scope, "conv2d_nchw4c", out_scope, residual_scope)
+    return _direct_conv(geom, mode, epilogue, dtype, config, scope, weight_scope, "conv2d_nchw4c", out_scope=out_scope,
+                        residual_scope=residual_scope)
 
 
 def depthwise_conv2d_nchw4c(
@@ -881,5 +945,58 @@ def depthwise_conv2d_nchw4c(
         raise ValueError(f"data_shape must be NCHW (4-d), got {data_shape}")
     geom = conv2d_geometry(data_shape, weight_shape, strides, padding, dilation, groups=data_shape[1])
     return _direct_conv(
-        geom, "depthwise", epilogue, dtype, config, scope, weight_scope, "depthwise_conv2d_nchw4c", out_scope, residual_scope
+        geom, "depthwise", epilogue, dtype, config, scope, weight_scope, "depthwise_conv2d_nchw4c", out_scope=out_scope,
+        residual_scope=residual_scope,
     )
+
+
+@dataclass(frozen=True)
+class DepthwisePrologue:
+    """A depthwise conv (multiplier 1) with its epilogue (bias, activation), computed in a 1x1
+    conv's registers as that conv's input pixels: the intermediate tensor never exists."""
+
+    geometry: ConvGeometry
+    epilogue: Epilogue = Epilogue()
+
+
+def depthwise_pointwise_geometry(data_shape, dw_weight_shape, pw_weight_shape, strides=1, padding=0, dilation=1):
+    """(depthwise geometry, 1x1 conv geometry) of a fusable pair, validated: depthwise weights
+    ``(C, 1, KH, KW)`` (multiplier 1), 1x1 weights ``(O, C, 1, 1)``; ValueError naming the culprit."""
+    data_shape = tuple(int(d) for d in data_shape)
+    if len(data_shape) != 4:
+        raise ValueError(f"data_shape must be NCHW (4-d), got {data_shape}")
+    dw = conv2d_geometry(data_shape, dw_weight_shape, strides, padding, dilation, groups=data_shape[1],
+                         names=("data_shape", "dw_weight_shape"))
+    if dw.o != dw.c:
+        raise ValueError(f"dw_weight_shape {tuple(dw_weight_shape)} must have O = C = {dw.c} (depthwise multiplier 1)")
+    pw_weight_shape = tuple(int(d) for d in pw_weight_shape)
+    if len(pw_weight_shape) != 4 or pw_weight_shape[2:] != (1, 1):
+        raise ValueError(f"pw_weight_shape must be (O, {dw.c}, 1, 1) (a 1x1 conv), got {pw_weight_shape}")
+    pw = conv2d_geometry(dw.out_shape, pw_weight_shape, names=("depthwise output", "pw_weight_shape"))
+    return dw, pw
+
+
+def depthwise_pointwise_nchw4c(data_shape, dw_weight_shape, pw_weight_shape, strides=1, padding=0, dilation=1,
+                               dw_epilogue: Epilogue = Epilogue(), epilogue: Epilogue = Epilogue(), dtype: str = "float32",
+                               config: ConvConfig | None = None, scope: str = TEXTURE, weight_scope: str | None = None,
+                               out_scope: str | None = None, residual_scope: str | None = None):
+    """Depthwise conv then 1x1 conv in one kernel: ``Y = act(conv1x1(act_dw(dwconv(X) + Bias_dw),
+    W) + Bias + Residual)`` (MobileNet's inverted-residual tail).
+
+    The 1x1 conv's tile (``config``: ``oc_block`` output blocks x ``w_block`` columns, work
+    group, ``split_k``) walks the middle channel blocks; for each it computes the depthwise
+    output of its ``w_block`` pixels in registers (window weights once, each input row's pixels
+    once) and multiplies them in. Each of the O/4 / ``oc_block`` tiles of a pixel recomputes
+    the depthwise conv: the price of one launch and one activation round trip less.
+
+    Kernel parameters: ``X [N, C/4, H, W, 4]``, ``W_dw [C/4, 1, KH, KW, 4]``, ``Bias_dw (C/4, 4)``
+    when ``dw_epilogue.bias``, ``W [O/4, C, 1, 1, 4]``, then ``epilogue``'s Bias / Residual, ``Y``.
+    ``strides``/``padding``/``dilation`` are the depthwise conv's (the 1x1 has none). ``X`` is
+    read in ``scope``, ``Y`` written in ``out_scope`` and ``Residual`` read in ``residual_scope``
+    (defaults as in :func:`conv2d_nchw4c`).
+    """
+    if not isinstance(dw_epilogue, Epilogue) or dw_epilogue.residual:
+        raise ValueError(f"dw_epilogue must be an Epilogue without residual, got {dw_epilogue!r}")
+    dw, pw = depthwise_pointwise_geometry(data_shape, dw_weight_shape, pw_weight_shape, strides, padding, dilation)
+    return _direct_conv(pw, "blocked", epilogue, dtype, config, scope, weight_scope, "depthwise_pointwise_nchw4c",
+                        DepthwisePrologue(dw, dw_epilogue), out_scope=out_scope, residual_scope=residual_scope)

@@ -85,16 +85,9 @@ def activate(x, activation, dtype, clip_min: float = 0.0, clip_max: float = 6.0)
 
 
 @T.macro
-def store_output_pixel(Y, acc, k, tmp, epilogue, Bias, Residual, n, c, h, w, out_channels=None):
-    """``Y[n, c, h, w] = act(acc[k] + Bias[c] + Residual[n, c, h, w])``, one vector store.
-
-    ``acc[k, 0:4]`` (a row of a 2-D local buffer) holds output channels
-    ``4c..4c+3`` of pixel ``(n, h, w)``; it is updated in place, ``tmp`` is a
-    scratch local pixel. Each pixel must be stored from its own row: TVM 0.27's
-    OpenCL codegen reuses a textually identical vector load of a local buffer
-    as a texture store's value across writes to that buffer (so storing two
-    pixels through one ``px`` buffer writes the first pixel twice).
-    """
+def apply_epilogue(acc, k, tmp, epilogue, Bias, Residual, n, c, h, w):
+    """``acc[k] = act(acc[k] + Bias[c] + Residual[n, c, h, w])`` in place (``tmp``: a scratch
+    local pixel). ``acc[k, 0:4]`` holds channels ``4c..4c+3`` of pixel ``(n, h, w)``."""
     if epilogue.bias:
         for lane in T.vectorized(4):
             tmp[lane] = Bias[c, lane]
@@ -107,6 +100,20 @@ def store_output_pixel(Y, acc, k, tmp, epilogue, Bias, Residual, n, c, h, w, out
     if epilogue.activation is not None:
         for lane in T.unroll(4):
             acc[k, lane] = activate(acc[k, lane], epilogue.activation, acc.dtype, epilogue.clip_min, epilogue.clip_max)
+
+
+@T.macro
+def store_output_pixel(Y, acc, k, tmp, epilogue, Bias, Residual, n, c, h, w, out_channels=None):
+    """``Y[n, c, h, w] = act(acc[k] + Bias[c] + Residual[n, c, h, w])``, one vector store.
+
+    ``acc[k, 0:4]`` (a row of a 2-D local buffer) holds output channels
+    ``4c..4c+3`` of pixel ``(n, h, w)``; it is updated in place (:func:`apply_epilogue`),
+    ``tmp`` is a scratch local pixel. Each pixel must be stored from its own row: TVM 0.27's
+    OpenCL codegen reuses a textually identical vector load of a local buffer
+    as a texture store's value across writes to that buffer (so storing two
+    pixels through one ``px`` buffer writes the first pixel twice).
+    """
+    apply_epilogue(acc, k, tmp, epilogue, Bias, Residual, n, c, h, w)
     if out_channels is not None and out_channels % 4 != 0:
         # The padding lanes of the last block must stay 0 (the next conv and Winograd's GEMM read
         # them): act(0) = 0.5 for sigmoid, and a NaN/Inf input window makes them NaN (NaN * 0 weights).

@@ -139,7 +139,7 @@ def test_kernels_tours_every_family(tmp_path):
     assert {r["family"] for r in rows} == set(tour.FAMILIES) == {
         "conv2d", "winograd", "pool", "reduce", "softmax", "concat", "layout", "elementwise"
     }
-    assert {r["kernel"] for r in rows} >= {"conv2d grouped", "conv2d depthwise", "conv2d winograd_4x4", "max_pool2d group"}
+    assert {r["kernel"] for r in rows} >= {"conv2d grouped", "conv2d depthwise", "depthwise -> 1x1 fused", "conv2d winograd_4x4", "max_pool2d group"}
     assert all(r["check"] == "ok" and r["time_us"] > 0 for r in rows)
 
 
@@ -288,3 +288,24 @@ def test_compile_output_folder_that_cannot_be_made(run_cli, tiny_onnx, tmp_path)
     blocker.write_text("")
     assert_user_error(run_cli("compile", str(tiny_onnx), "-o", str(blocker)), "--output", "is a file, expected a folder")
     assert_user_error(run_cli("compile", str(tiny_onnx), "-o", str(blocker / "sub" / "m")), "--output", "cannot be made")
+
+
+def test_run_no_fuse(tmp_path):
+    """A depthwise conv feeding a 1x1 conv: one fused kernel by default (PoCL's profile, a layer this
+    small), two with --no-fuse; both pass --check."""
+    import json
+
+    rng = np.random.default_rng(3)
+    inits = [helper.make_tensor(n, TensorProto.FLOAT, s, rng.standard_normal(int(np.prod(s))).astype("float32"))
+             for n, s in (("wd", (6, 1, 3, 3)), ("wp", (5, 6, 1, 1)))]
+    model = save_model(tmp_path / "m.onnx", [helper.make_node("Conv", ["x", "wd"], ["d"], pads=[1, 1, 1, 1], group=6),
+                                              helper.make_node("Conv", ["d", "wp"], ["y"])],
+                       [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 6, 5, 5))],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, (1, 5, 5, 5))], inits)
+    ops = {}
+    for flags in ((), ("--no-fuse",)):
+        res = cli("run", model, "--check", "--json", str(tmp_path / "r.json"), *flags)
+        assert res.returncode == 0 and "check passed" in res.stdout, res.stdout[-2000:] + res.stderr[-2000:]
+        ops[flags] = [p["op"] for p in json.loads((tmp_path / "r.json").read_text())["profile"]]
+    assert ops[()] == ["nchw_to_nchw4c", "depthwise_pointwise_nchw4c", "nchw4c_to_nchw"]
+    assert ops[("--no-fuse",)] == ["nchw_to_nchw4c", "depthwise_conv2d_nchw4c", "conv2d_nchw4c", "nchw4c_to_nchw"]

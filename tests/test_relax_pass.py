@@ -57,7 +57,10 @@ def test_downsample_branch_takes_the_main_branch_as_residual():
     assert not any(op.startswith(("add", "relu")) for op in ops), ops
 
 
-def test_depthwise_relu6_linear_bottleneck():
+@pytest.mark.parametrize("fuse", [True, False])
+def test_depthwise_relu6_linear_bottleneck(fuse):
+    """Fused (PoCL's profile fuses a block this small): the depthwise conv, its BN and ReLU6 run
+    inside the projection's kernel, which adds the residual; unfused: two kernels."""
     def body(m, x):
         x = m.conv_bn(x, 8, 3, act="relu6")
         y = m.conv_bn(x, 48, 1, act="relu6")
@@ -65,8 +68,11 @@ def test_depthwise_relu6_linear_bottleneck():
         y = m.conv_bn(y, 8, 1, act=None)
         return m.bb.emit(relax.op.add(y, x))
 
-    ops, _ = run_and_check(body)
-    assert ops.count("depthwise_conv2d_nchw4c") == 1 and not any(op.startswith(("clip", "add")) for op in ops), ops
+    ops, _ = run_and_check(body, fuse=fuse)
+    assert not any(op.startswith(("clip", "add")) for op in ops), ops
+    assert ops.count("depthwise_conv2d_nchw4c") == (0 if fuse else 1), ops
+    assert ops.count("depthwise_pointwise_nchw4c") == (1 if fuse else 0), ops
+    assert len(ops) == (5 if fuse else 6), ops
 
 
 def test_pool_reduce_softmax_concat():

@@ -73,6 +73,8 @@ def conv2d_kernels(d, scope):
     return [
         conv2d.conv2d_nchw4c((n, c, max(h, k), max(w, k)), (o, c // groups, k, k), groups=groups, **common),
         conv2d.depthwise_conv2d_nchw4c((n, c, max(h, k), max(w, k)), (c * mult, 1, k, k), dilation=1, **{**common, "config": None}),
+        conv2d.depthwise_pointwise_nchw4c((n, c, max(h, k), max(w, k)), (c, 1, k, k), (o, c, 1, 1),
+                                          dw_epilogue=Epilogue(bias=d.draw(st.booleans()), activation="relu6"), **common),
     ]
 
 

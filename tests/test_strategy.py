@@ -5,6 +5,7 @@ the strategy must take their choice, fall back to the defaults without one, and
 ignore (with one warning) records of another device or other kernels.
 """
 
+import dataclasses
 import json
 
 import numpy as np
@@ -221,10 +222,51 @@ def test_compiled_model_places_depthwise_by_its_defaults(device, monkeypatch):
         return m.conv_bn(y, 4, 1, act=None)
 
     mod = _model("test", body, 1, 9, 0)
-    compiled = compile_model(mod, device=device, progress=lambda _: None)
+    compiled = compile_model(mod, device=device, progress=lambda _: None, fuse=False)  # keep the depthwise conv apart
     x = np.random.default_rng(6).standard_normal((1, 3, 9, 9)).astype("float32")
     (out,) = compiled.run({"input": x})
     (ref,) = reference_outputs(mod, {"input": x})
     assert relative_error(out, ref) <= 1e-4
     rows = [p for p in compiled.profile() if "config" in p]
     assert [r["config"] for r in rows if r["op"].startswith("depthwise")] == ["oc1 w1 wg64x1x1 k1 reg flat buffer"], rows
+
+
+#: MobileNetV2's 17 inverted-residual tails at 224: (middle channels, input size, stride, output channels).
+MOBILENET_V2_TAILS = [(32, 112, 1, 16), (96, 112, 2, 24), (144, 56, 1, 24), (144, 56, 2, 32), *[(192, 28, 1, 32)] * 2,
+                      (192, 28, 2, 64), *[(384, 14, 1, 64)] * 3, (384, 14, 1, 96), *[(576, 14, 1, 96)] * 2,
+                      (576, 14, 2, 160), *[(960, 7, 1, 160)] * 2, (960, 7, 1, 320)]
+
+
+def _tail(c, size, stride, o):
+    from primfuncs.conv2d import depthwise_pointwise_geometry
+
+    return depthwise_pointwise_geometry((1, c, size, size), (c, 1, 3, 3), (o, c, 1, 1), stride, 1)
+
+
+@pytest.mark.parametrize("name, fused", [("nvidia-h200", 17), ("adreno", 1), ("pocl", 1)])
+def test_fusion_decision_per_profile(name, fused):
+    """Launch-bound H200: every MobileNetV2 tail fuses; Adreno and PoCL only the first, whose 1x1
+    conv has one channel tile (nothing recomputed). No launch cost: nothing fuses."""
+    profile = get_profile(name)
+    plans = [strategy.fuse_depthwise_pointwise(*_tail(*t), profile) for t in MOBILENET_V2_TAILS]
+    assert sum(p is not None for p in plans) == fused
+    first = plans[0]
+    assert first is not None and first.recompute_macs == 0 and first.config_string.startswith("fused oc4")
+    assert all(p.recompute_macs < profile.launch_cost_macs for p in plans if p is not None)
+    off = dataclasses.replace(profile, launch_cost_macs=0)
+    assert all(strategy.fuse_depthwise_pointwise(*_tail(*t), off) is None for t in MOBILENET_V2_TAILS)
+
+
+def test_fusion_needs_a_multiplier_1_depthwise_and_a_plain_1x1():
+    h200 = get_profile("nvidia-h200")
+    dw, pw = _tail(16, 8, 1, 8)
+    assert strategy.fuse_depthwise_pointwise(dw, pw, h200) is not None
+    multiplier2 = conv2d_geometry((1, 16, 8, 8), (32, 1, 3, 3), padding=1, groups=16)
+    grouped_1x1 = conv2d_geometry((1, 16, 8, 8), (8, 4, 1, 1), groups=4)
+    strided_1x1 = conv2d_geometry((1, 16, 8, 8), (8, 16, 1, 1), strides=2)
+    dense_3x3 = conv2d_geometry((1, 16, 8, 8), (16, 16, 3, 3), padding=1)
+    for a, b in ((multiplier2, conv2d_geometry((1, 32, 8, 8), (8, 32, 1, 1))), (dw, grouped_1x1), (dw, strided_1x1),
+                 (dense_3x3, pw)):
+        assert strategy.fuse_depthwise_pointwise(a, b, h200) is None
+    with pytest.raises(ValueError, match="launch_cost_macs"):
+        dataclasses.replace(h200, launch_cost_macs=-1)

@@ -219,3 +219,34 @@ def test_winograd_stage_runs_between_the_other_two(models, tmp_path):
     path.write_text(text.replace("y[i * 4 + j, lane] + tmp[lane]", "y[i * 4 + j, lane] - tmp[lane]"))  # the residual subtracted
     res = cli("kernel", str(path), "--check")
     assert res.returncode == 1 and "check FAILED" in res.stdout, res.stdout[-2000:] + res.stderr[-2000:]
+
+
+def test_fused_depthwise_pointwise_kernel_dumps_and_checks(tmp_path):
+    """A depthwise conv + bias + relu feeding a 1x1 conv runs as one fused kernel (PoCL's profile
+    fuses a layer this small); its file names both convs and ``kernel --check`` rebuilds their reference."""
+    rng = np.random.default_rng(2)
+
+    def weight(name, shape):
+        return helper.make_tensor(name, TensorProto.FLOAT, shape, rng.standard_normal(int(np.prod(shape))).astype("float32"))
+
+    nodes = [
+        helper.make_node("Conv", ["image", "wd", "bd"], ["d"], pads=[1, 1, 1, 1], strides=[2, 2], group=6),
+        helper.make_node("Relu", ["d"], ["r"]),
+        helper.make_node("Conv", ["r", "wp"], ["out"]),
+    ]
+    graph = helper.make_graph(nodes, "dwpw", [helper.make_tensor_value_info("image", TensorProto.FLOAT, (1, 6, 7, 7))],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, (1, 5, 4, 4))],
+                              [weight("wd", (6, 1, 3, 3)), weight("bd", (6,)), weight("wp", (5, 6, 1, 1))])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(tmp_path / "dwpw.onnx"))
+    res = cli("dump", str(tmp_path / "dwpw.onnx"), "-o", str(tmp_path / "k"))
+    assert res.returncode == 0, res.stderr[-3000:]
+    manifest = json.loads((tmp_path / "k" / "manifest.json").read_text())
+    assert list(manifest["kernels"]) == ["00_nchw_to_nchw4c", "01_depthwise_pointwise_nchw4c", "02_nchw4c_to_nchw"]
+    info = manifest["kernels"]["01_depthwise_pointwise_nchw4c"]["op"]
+    assert info["depthwise"] == {"weight": [6, 1, 3, 3], "epilogue": {"bias": True, "activation": "relu", "residual": False}}
+    assert info["weight"] == [5, 6, 1, 1] and info["attrs"]["strides"] == [2, 2]
+    path = tmp_path / "k" / "01_depthwise_pointwise_nchw4c.py"
+    assert "depthwise prologue: weight [6, 1, 3, 3]" in path.read_text()
+    res = cli("kernel", str(path), "--check")
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    assert "check passed" in res.stdout

@@ -67,14 +67,15 @@ def test_zoo_build_only_then_from_without_tvm(onnx_dir, tmp_path):
 def test_models_e2e_takes_onnx_models(onnx_dir, tmp_path):
     saved = tmp_path / "saved"
     script("models_e2e.py", "--onnx", onnx_dir / "tiny.onnx", "--build-only", saved, "--target", "pocl", "--carry-weights-mb", "0")
-    assert {p.name for p in saved.iterdir()} == {"tiny-ours", "tiny-upstream"}
+    assert {p.name for p in saved.iterdir()} == {"tiny-ours", "tiny-ours_nofuse", "tiny-upstream"}
     assert not (saved / "tiny-ours" / "weights.npz").exists()
     script("models_e2e.py", "--from", saved, "--models", "tiny", "--repeat", "2", "--results-dir", tmp_path, no_tvm=True)
     (result_file,) = tmp_path.glob("models_e2e-*.json")
     (entry,) = json.loads(result_file.read_text())["results"]
     assert entry["model"] == "tiny" and entry["cudnn"] is None
-    for way in ("ours", "upstream"):
+    for way in ("ours", "upstream", "ours_nofuse"):
         assert entry[way]["random_weights"] is True and entry[way]["kernel_ms"] > 0
+    assert entry["fuse_gain"] > 0
     assert entry["ours"]["calls"] < entry["upstream"]["calls"]  # conv + BatchNorm + ReLU6 fused
     # launch_us: the fast run's path (ctypes, no events), next to the old unbound path
     assert entry["ours"]["launcher"] == "ctypes" and entry["ours"]["launch_us"] > 0 and entry["ours"]["launch_us_unbound"] > 0

@@ -246,7 +246,7 @@ def _run(args) -> int:
         try:
             compiled = compile_model(
                 model, dev, target, args.records, input_shapes=input_shapes, progress=lambda msg: print(f"  {msg}", flush=True), prims=prims,
-                precision=args.precision or "float32", placement=args.placement,
+                precision=args.precision or "float32", placement=args.placement, fuse=not args.no_fuse,
             )
         except (ModelError, FileNotFoundError, TargetMismatchError, PrecisionError) as err:
             raise UserError(str(err)) from None
@@ -343,6 +343,7 @@ def _check(outputs, reference, inputs, report, rtol: float) -> int:
 
 def _compile(args) -> int:
     from .compiler import ModelError, compile_plan
+    from .device import without_fusion
     from .executor import save_model
     from .strategy import PrecisionError
 
@@ -355,7 +356,7 @@ def _compile(args) -> int:
     print(f"model: {args.model or args.builtin}\ntarget: {target.name} ({target.kind}), activations in {target.activation_placement}s", flush=True)
     try:
         plan, kernels, weights = compile_plan(
-            model, target, args.records, progress=lambda msg: print(f"  {msg}", flush=True), input_shapes=input_shapes,
+            model, without_fusion(target, args.no_fuse), args.records, progress=lambda msg: print(f"  {msg}", flush=True), input_shapes=input_shapes,
             precision=args.precision,
         )
     except (ModelError, FileNotFoundError, PrecisionError) as err:
@@ -493,6 +494,11 @@ def _add_placement(parser) -> None:
                         help="default scope of activations (default: the device profile's; nvidia-h200: buffer, others: texture)")
 
 
+def _add_no_fuse(parser) -> None:
+    parser.add_argument("--no-fuse", action="store_true",
+                        help="keep each depthwise conv apart from the 1x1 conv after it (fused where the device profile says so)")
+
+
 def _add_input_shape(parser) -> None:
     parser.add_argument(
         "--input-shape", action="append", metavar="NAME=D0,D1,...",
@@ -533,6 +539,7 @@ def main(argv=None) -> int:
     p.add_argument("--precision", choices=MODEL_PRECISIONS, help=PRECISION_HELP + " (default float32)")
     p.add_argument("--kernels", metavar="DIR", help="use the kernel files of `tir-adreno dump` that were edited")
     _add_placement(p)
+    _add_no_fuse(p)
     p.set_defaults(fn=_run)
     p = sub.add_parser("dump", help="write every kernel of a model as an editable TVMScript file + manifest.json")
     _add_model(p)
@@ -559,6 +566,7 @@ def main(argv=None) -> int:
     _add_input_shape(p)
     p.add_argument("--precision", default="float32", choices=MODEL_PRECISIONS, help=PRECISION_HELP)
     _add_placement(p)
+    _add_no_fuse(p)
     p.set_defaults(fn=_compile)
     p = sub.add_parser("tune", help="measure conv candidates per layer on a device and write tuning records")
     _add_model(p, builtin_default=None)

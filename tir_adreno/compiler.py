@@ -17,7 +17,7 @@ from tvm import relax
 from . import build, onnx_import, runtime
 from .bundle import KernelModule
 from .executor import Call, CompiledModel, Plan, TensorInfo
-from .device import DeviceProfile, resolve, with_limits, with_placement
+from .device import DeviceProfile, resolve, with_limits, with_placement, without_fusion
 from .records import open_records
 from .relax_pass import CONFIG_ATTR, OP_ATTR, OURS_ATTR, SOURCE_ATTR, dispatch_to_textures
 from .strategy import check_precision, half_storage
@@ -263,6 +263,7 @@ def compile_model(
     model, device=None, profile=None, records=None, allow_buffer: bool = True, pool: bool = True, ours: bool = True,
     limits=None, progress=print, input_shapes: dict | None = None, prims: dict | None = None, precision: str = "float32",
     placement: str | None = None,
+    fuse: bool = True,
 ) -> CompiledModel:
     """Compile ``model`` (ONNX ``ModelProto`` or path, or a Relax IRModule with bound weights) and load it on ``device``.
 
@@ -277,9 +278,11 @@ def compile_model(
     RGBA half images; float32 arithmetic; buffers stay float32): ``strategy.PRECISIONS``.
     ``placement``: "texture" or "buffer", the default scope of activations (default: the
     profile's ``activation_placement``; records still place each tuned conv).
+    ``fuse=False`` keeps every depthwise conv apart from the 1x1 conv after it (where the profile
+    would fuse them: ``strategy.fuse_depthwise_pointwise``), for comparisons.
     """
     dev = runtime.get_device(device)
-    target = with_limits(resolve(dev, profile), limits)
+    target = without_fusion(with_limits(resolve(dev, profile), limits), not fuse)
     plan, kernels, weights = compile_plan(model, target, records, allow_buffer, ours, progress, input_shapes, dev, prims, precision,
                                           placement)
     progress(f"load {len(kernels)} kernels on {dev.name}")

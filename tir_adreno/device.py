@@ -26,6 +26,19 @@ Named profiles (:data:`PROFILES`):
   (``activation_placement``): the driver's time floor is ~2x higher for image kernels.
 - ``pocl``: PoCL's pthread CPU device (OpenCL C 1.2; emulated images
   8192 x 8192 x 2048 on this host, work groups of 4096, 1 MiB "local" memory).
+
+``launch_cost_macs``: the multiply-adds one kernel launch is worth on the device, what
+the strategy lets a fusion recompute to save a launch (``strategy.fuse_depthwise_pointwise``);
+0 turns fusion off. Defaults per class (:data:`LAUNCH_COST_MACS`):
+
+- "gpu" (H200): 1e7. A kernel costs at least ~5-6 us (buffers) to ~11-13 us (textures) of
+  event time on NVIDIA's driver, while our 1x1 convs run ~1 TMAC/s: ~10 us x 1e12/s. Every
+  MobileNetV2 block's depthwise recompute (<= ~8e6 extra MACs at 224) is cheaper than a launch.
+- "mobile" (Adreno): 5e5. An Adreno launch costs a few us and its ALUs, not launches, bound
+  MobileNet there (~100 GMAC/s achieved x ~5 us); fuse only where the recompute is
+  (nearly) free: 1x1 convs with few output channel blocks (TFLite GPU fuses only such "thin"
+  pointwise convs into a depthwise).
+- "cpu" (PoCL): 5e5. Measured on this host's PoCL (2 cores): see README "Fused depthwise".
 """
 
 from __future__ import annotations
@@ -39,6 +52,8 @@ from .texture import DeviceLimits
 KINDS = ("mobile", "gpu", "cpu")
 #: Where NCHW4c activations live by default (``DeviceProfile.activation_placement``).
 PLACEMENTS = ("texture", "buffer")
+#: Multiply-adds one kernel launch is worth, per device class (module docstring).
+LAUNCH_COST_MACS = {"gpu": 10_000_000, "mobile": 500_000, "cpu": 500_000}
 #: A GPU with at least this many compute units is a "gpu" (desktop / datacenter), fewer "mobile".
 GPU_COMPUTE_UNITS = 16
 
@@ -69,11 +84,16 @@ class DeviceProfile:
     #: "buffer"); tuning records override it per conv, and a texture that does not fit
     #: the images falls back to a buffer either way.
     activation_placement: str = "texture"
+    launch_cost_macs: int | None = None  # None: LAUNCH_COST_MACS[kind]
 
     def __post_init__(self):
         if self.kind not in KINDS:
             raise ValueError(f"DeviceProfile.kind must be one of {KINDS}, got {self.kind!r}")
         check_placement(self.activation_placement, "DeviceProfile.activation_placement")
+        if self.launch_cost_macs is None:
+            object.__setattr__(self, "launch_cost_macs", LAUNCH_COST_MACS[self.kind])
+        if not isinstance(self.launch_cost_macs, int) or self.launch_cost_macs < 0:
+            raise ValueError(f"DeviceProfile.launch_cost_macs must be an int >= 0, got {self.launch_cost_macs!r}")
 
     @property
     def key(self) -> str:
@@ -193,3 +213,8 @@ def resolve(device=None, profile=None) -> DeviceProfile:
 def with_limits(profile: DeviceProfile, limits: DeviceLimits | None) -> DeviceProfile:
     """``profile`` with other image limits (to plan for a smaller GPU); itself for None."""
     return profile if limits is None else replace(profile, limits=limits)
+
+
+def without_fusion(profile: DeviceProfile, off: bool = True) -> DeviceProfile:
+    """``profile`` with kernel fusion off (``launch_cost_macs`` 0) when ``off``, else itself."""
+    return replace(profile, launch_cost_macs=0) if off else profile

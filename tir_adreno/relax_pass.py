@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import tvm
@@ -649,8 +649,7 @@ def _conv_info(node: Node, plan, output: str) -> dict:
         inputs=[[geom.n, geom.c, geom.h, geom.w]],
         weight=[geom.o, geom.cg, geom.kh, geom.kw],
         output=list(geom.out_shape),
-        epilogue={"bias": epilogue.bias, "activation": epilogue.activation, "residual": epilogue.residual,
-                  **({"clip": [epilogue.clip_min, epilogue.clip_max]} if epilogue.activation == "clip" else {})},
+        epilogue=_epilogue_info(epilogue),
         algorithm=plan.algorithm,
         stage="direct" if plan.algorithm == "direct" else CONV_STAGES[output],
         choice=plan.choice.to_dict(),  # rebuilds the other stages of a Winograd conv (``tir-adreno kernel``)
@@ -659,34 +658,63 @@ def _conv_info(node: Node, plan, output: str) -> dict:
     return info
 
 
-@handles("relax.nn.conv2d")
-def conv2d_handler(rw: Rewriter, node: Node):
+def _conv_operands(node: Node):
+    """(data layout, OIHW float64 weights) of a conv2d we can run (constant float32 weights,
+    NCHW/NHWC in and out), else None."""
     attrs = node.attrs
     data_layout, kernel_layout = str(attrs.data_layout), str(attrs.kernel_layout)
     out_layout = str(attrs.out_layout) if attrs.out_layout else data_layout
     if data_layout not in ("NCHW", "NHWC") or out_layout != data_layout:
         return None
-    x_var, w_expr = node.args
-    w = _const(w_expr)
+    w = _const(node.args[1])
     if w is None or w.dtype != np.float32:
         return None
     w = _conv_weight_oihw(w, kernel_layout)
-    if w is None:
-        return None
-    x = rw.activation(x_var, data_layout)
-    if x is None:
-        return None
-    n, c, h, wd = x.nchw
-    groups = int(attrs.groups)
+    return None if w is None else (data_layout, w.astype(np.float64))
+
+
+def _conv_geometry(node: Node, nchw, w) -> conv2d.ConvGeometry:
+    attrs = node.attrs
+    return conv2d.conv2d_geometry(nchw, w.shape, _ints(attrs.strides), _ints(attrs.padding), _ints(attrs.dilation), int(attrs.groups))
+
+
+@dataclass
+class _Tail:
+    """A conv's epilogue as found in the graph: weights and bias with the linear steps folded in,
+    the residual, the activation, and the node whose value the kernel writes."""
+
+    w: np.ndarray
+    bias: np.ndarray
+    residual: Value | None
+    activation: str | None
+    clip_bounds: tuple | None
+    last: Node
+
+    @property
+    def has_bias(self) -> bool:
+        return bool(np.any(self.bias != 0))
+
+    @property
+    def epilogue(self) -> Epilogue:
+        return Epilogue(bias=self.has_bias, activation=self.activation, residual=self.residual is not None,
+                        **_clip_fields(self.clip_bounds))
+
+    def constants(self, pack_weights) -> list:
+        """The kernel arguments of the weights and the bias (when it has one)."""
+        bias = [relax.const(pack_bias(self.bias.astype(np.float32)))] if self.has_bias else []
+        return [relax.const(pack_weights(self.w)), *bias]
+
+
+def _conv_tail(rw: Rewriter, node: Node, w: np.ndarray, data_layout: str) -> _Tail:
+    """Fold the linear tail after conv ``node`` into weights and bias, then take the residual, then the
+    activation (each found node is marked fused)."""
     o = w.shape[0]
-    w = w.astype(np.float64)
     bias = np.zeros(o)
     residual, activation, last = None, None, node
 
     def next_user():
         return rw.graph.sole_user(last.var)
 
-    # Fold the linear tail into weights and bias, then the residual, then the activation.
     clip_bounds = None
     user = next_user()
     while True:
@@ -735,16 +763,52 @@ def conv2d_handler(rw: Rewriter, node: Node):
         user.fused = True
         last = user
         user = next_user()
+    return _Tail(w, bias, residual, activation, clip_bounds, last)
 
-    geom = conv2d.conv2d_geometry((n, c, h, wd), w.shape, _ints(attrs.strides), _ints(attrs.padding), _ints(attrs.dilation), groups)
-    has_bias = bool(np.any(bias != 0))
-    epilogue = Epilogue(bias=has_bias, activation=activation, residual=residual is not None, **_clip_fields(clip_bounds))
+
+def _epilogue_info(epilogue: Epilogue) -> dict:
+    return {"bias": epilogue.bias, "activation": epilogue.activation, "residual": epilogue.residual,
+            **({"clip": [epilogue.clip_min, epilogue.clip_max]} if epilogue.activation == "clip" else {})}
+
+
+def _fused_info(pw_node: Node, plan, dw_epilogue: Epilogue, epilogue: Epilogue) -> dict:
+    """The fused depthwise -> 1x1 kernel (``plan``: strategy.FusedPlan): both convs. ``attrs``,
+    ``weight`` and ``epilogue`` are the 1x1 conv's (as for a conv); ``depthwise`` the other's."""
+    dw, pw = plan.depthwise, plan.pointwise
+    info = _info(pw_node, strides=dw.strides, padding=dw.padding, dilation=dw.dilation)
+    info.update(
+        op="depthwise_pointwise",
+        inputs=[[dw.n, dw.c, dw.h, dw.w]],
+        depthwise={"weight": [dw.o, 1, dw.kh, dw.kw], "epilogue": _epilogue_info(dw_epilogue)},
+        weight=[pw.o, pw.c, 1, 1],
+        output=list(pw.out_shape),
+        epilogue=_epilogue_info(epilogue),
+        algorithm="direct",
+        stage="direct",
+    )
+    return info
+
+
+@handles("relax.nn.conv2d")
+def conv2d_handler(rw: Rewriter, node: Node):
+    operands = _conv_operands(node)
+    x = rw.activation(node.args[0], operands[0]) if operands is not None else None
+    if x is None:
+        return None
+    data_layout, w = operands
+    tail = _conv_tail(rw, node, w, data_layout)
+    geom = _conv_geometry(node, x.nchw, tail.w)
+    epilogue = tail.epilogue
+    if geom.is_depthwise and tail.residual is None:
+        fused = _fuse_pointwise(rw, x, geom, tail, epilogue, data_layout)
+        if fused is not None:
+            return fused
     plan = strategy.conv2d_plan(geom, epilogue, rw.precision, rw.profile, rw.records, allow_buffer=rw.allow_buffer)
     # At a placement boundary the conv reads X (and the residual) where they are and writes Y
     # where its users want it: mixed-scope kernels instead of copy kernels.
     scope = rw.input_scope(x, plan.scope)
-    out_scope = rw.output_scope(last.var, plan.scope, plan.tensor("Y").shape)
-    residual_scope = rw.input_scope(residual, out_scope) if residual is not None else None
+    out_scope = rw.output_scope(tail.last.var, plan.scope, plan.tensor("Y").shape)
+    residual_scope = rw.input_scope(tail.residual, out_scope) if tail.residual is not None else None
     if (scope, out_scope, residual_scope or out_scope) != (plan.scope,) * 3:
         plan = strategy.conv2d_plan(geom, epilogue, rw.precision, rw.profile, rw.records, allow_buffer=rw.allow_buffer,
                                     in_scope=scope, out_scope=out_scope, residual_scope=residual_scope)
@@ -755,16 +819,42 @@ def conv2d_handler(rw: Rewriter, node: Node):
     for func, name in zip(stages[:-1], ("V", "M")):
         args = [rw.emit_kernel(func, args, plan.tensor(name).shape, op_info=_conv_info(node, plan, name))]
         if name == "V":
-            args.append(relax.const(plan.pack_weights(w)))
-    if len(stages) == 1:
-        args.append(relax.const(plan.pack_weights(w)))
-    if has_bias:
-        args.append(relax.const(pack_bias(bias.astype(np.float32))))
-    if residual is not None:
-        args.append(rw.blocked(residual, plan.tensor("Residual").scope))
+            args.append(relax.const(plan.pack_weights(tail.w)))
+    args += tail.constants(plan.pack_weights)[len(stages) > 1:]  # Winograd's U went in with V
+    if tail.residual is not None:
+        args.append(rw.blocked(tail.residual, plan.tensor("Residual").scope))
     out = rw.emit_kernel(stages[-1], args, plan.tensor("Y").shape, hint="conv2d", op_info=_conv_info(node, plan, "Y"))
-    oh, ow = geom.oh, geom.ow
-    rw.define(last.var, out, plan.tensor("Y").scope, (n, o, oh, ow), data_layout)
+    rw.define(tail.last.var, out, plan.tensor("Y").scope, geom.out_shape, data_layout)
+    return out
+
+
+def _fuse_pointwise(rw: Rewriter, x: Value, dw: conv2d.ConvGeometry, dw_tail: _Tail, dw_epilogue: Epilogue, data_layout: str):
+    """Depthwise conv ``dw`` (its tail folded) and the 1x1 conv that is its value's only user as
+    one kernel, when the strategy says so (``strategy.fuse_depthwise_pointwise``); else None."""
+    pw_node = rw.graph.sole_user(dw_tail.last.var)
+    if pw_node is None or pw_node.op != "relax.nn.conv2d" or not _same(pw_node.args[0], dw_tail.last.var):
+        return None
+    operands = _conv_operands(pw_node)
+    if operands is None or operands[0] != data_layout:
+        return None
+    pw = _conv_geometry(pw_node, dw.out_shape, operands[1])
+    plan = strategy.fuse_depthwise_pointwise(dw, pw, rw.profile, rw.records, rw.precision, rw.allow_buffer)
+    if plan is None:
+        return None
+    pw_node.fused = True
+    tail = _conv_tail(rw, pw_node, operands[1], data_layout)
+    epilogue = tail.epilogue
+    out_scope = rw.output_scope(tail.last.var, plan.scope, plan.out_shape)  # no copy at a boundary, as for a conv
+    residual_scope = rw.input_scope(tail.residual, out_scope) if tail.residual is not None else None
+    plan = replace(plan, in_scope=rw.input_scope(x, plan.scope), out_scope=out_scope, residual_scope=residual_scope)
+    func = plan.primfunc(dw_epilogue, epilogue)
+    func = func.with_attr(CONFIG_ATTR, plan.config_string).with_attr(SOURCE_ATTR, plan.source)
+    args = [rw.blocked(x, plan.in_scope), *dw_tail.constants(plan.pack_weights), *tail.constants(plan.pack_weights)]
+    if tail.residual is not None:
+        args.append(rw.blocked(tail.residual, residual_scope))
+    info = _fused_info(pw_node, plan, dw_epilogue, epilogue)
+    out = rw.emit_kernel(func, args, plan.out_shape, hint="conv2d", op_info=info)
+    rw.define(tail.last.var, out, out_scope, pw.out_shape, data_layout)
     return out
 
 

@@ -289,8 +289,11 @@ def default_choice(geometry: ConvGeometry, profile: DeviceProfile) -> ConvChoice
     return ConvChoice(placement=placement)
 
 
-def _activation_scope(geom: ConvGeometry, profile: DeviceProfile, placement: str, allow_buffer: bool) -> str:
-    shapes = [(geom.n, geom.c4, geom.h, geom.w, 4), (geom.n, geom.o4, geom.oh, geom.ow, 4)]
+def _activation_scope(geom: ConvGeometry, profile: DeviceProfile, placement: str, allow_buffer: bool,
+                      out: ConvGeometry | None = None) -> str:
+    """Where a conv's input and output (``out``'s output: a fused pair's) live."""
+    out = out or geom
+    shapes = [(geom.n, geom.c4, geom.h, geom.w, 4), (out.n, out.o4, out.oh, out.ow, 4)]
     if placement == "buffer":
         return BUFFER
     if all(profile.limits.fits(s, TEXTURE) for s in shapes):
@@ -372,3 +375,81 @@ def conv2d_plan(
     placement = "texture" if scope == TEXTURE else "buffer"
     return ConvPlan(g, epilogue, precision, choice.algorithm, config, placement, source, scope, weight_scope,
                     tile_scope, tensors, stages)
+
+
+@dataclass(frozen=True)
+class FusedPlan:
+    """A depthwise conv and the 1x1 conv that reads it, run as one kernel
+    (``primfuncs.conv2d.depthwise_pointwise_nchw4c``): :func:`fuse_depthwise_pointwise`."""
+
+    depthwise: ConvGeometry
+    pointwise: ConvGeometry
+    precision: str
+    config: ConvConfig
+    placement: str
+    source: str
+    scope: str
+    weight_scope: str
+    recompute_macs: int  # depthwise multiply-adds the fused kernel does beyond the depthwise conv's own
+    #: X / Y / Residual in another scope than ``scope`` (a placement boundary; None: ``scope``)
+    in_scope: str | None = None
+    out_scope: str | None = None
+    residual_scope: str | None = None
+
+    @property
+    def config_string(self) -> str:
+        return f"fused {config_string(self.config)} {self.placement}"
+
+    @property
+    def out_shape(self) -> tuple[int, ...]:
+        p = self.pointwise
+        return (p.n, p.o4, p.oh, p.ow, 4)
+
+    def primfunc(self, dw_epilogue: Epilogue, epilogue: Epilogue):
+        """The fused PrimFunc (needs TVM)."""
+        d, p = self.depthwise, self.pointwise
+        return _conv2d.depthwise_pointwise_nchw4c(
+            (d.n, d.c, d.h, d.w), (d.o, 1, d.kh, d.kw), (p.o, p.c, 1, 1), d.strides, d.padding, d.dilation,
+            dw_epilogue, epilogue, kernel_dtype(self.precision), self.config, self.in_scope or self.scope, self.weight_scope,
+            self.out_scope, self.residual_scope)
+
+    def pack_weights(self, w_oihw: np.ndarray) -> np.ndarray:
+        """Either conv's OIHW weights as the fused kernel reads them (OIHW4o)."""
+        return pack_oihw4o(np.asarray(w_oihw).astype(kernel_dtype(self.precision)))
+
+
+def fusable(dw: ConvGeometry, pw: ConvGeometry) -> bool:
+    """Can ``pw`` (reading ``dw``'s output) take ``dw`` as its prologue? A depthwise conv with
+    multiplier 1, then a 1x1 conv with stride 1, no padding, groups 1."""
+    return (dw.is_depthwise and dw.o == dw.c and (pw.kh, pw.kw, pw.groups) == (1, 1, 1) and pw.strides == (1, 1)
+            and pw.padding == (0, 0, 0, 0) and (pw.n, pw.c, pw.h, pw.w) == dw.out_shape)
+
+
+def fuse_depthwise_pointwise(dw: ConvGeometry, pw: ConvGeometry, profile: DeviceProfile, records=None,
+                             precision: str = "float32", allow_buffer: bool = True) -> FusedPlan | None:
+    """The fused kernel's plan when ``pw`` should compute ``dw`` on the fly, else None.
+
+    The 1x1 conv's tile (its tuned record's direct config and placement, else the
+    profile's default) gets ``dw`` as a prologue. Each of its ``ceil(O/4 / oc_block)``
+    output channel tiles recomputes the depthwise conv, so the fused kernel does
+    ``(tiles - 1) x`` the depthwise MACs on top; fuse when that is below what one launch is
+    worth on the device (``profile.launch_cost_macs``, 0: never): the launch and the
+    intermediate's round trip through memory are saved.
+    """
+    check_precision(precision, profile)
+    if not fusable(dw, pw):
+        return None
+    choice = records.lookup(pw, precision) if records is not None else None
+    source = "records" if choice is not None and choice.algorithm == "direct" else "default"
+    if source == "default":
+        choice = ConvChoice(placement=choice.placement) if choice is not None else default_choice(pw, profile)
+    config = choice.config or _conv2d.default_config(pw, False, profile.kind, prologue=True)
+    recompute = (-(-pw.o4 // config.oc_block) - 1) * (dw.flops // 2)
+    if recompute >= profile.launch_cost_macs:
+        return None
+    scope = _activation_scope(dw, profile, choice.placement, allow_buffer, out=pw)
+    weights = [(dw.o4, 1, dw.kh, dw.kw, 4), (pw.o4, pw.c, 1, 1, 4)]
+    placed = {texture.place(w, TEXTURE_WEIGHT, profile.limits, allow_buffer) for w in weights} if scope == TEXTURE else {BUFFER}
+    weight_scope = TEXTURE_WEIGHT if placed == {TEXTURE_WEIGHT} else BUFFER  # the kernel reads both alike
+    placement = "texture" if scope == TEXTURE else "buffer"
+    return FusedPlan(dw, pw, precision, config, placement, source, scope, weight_scope, recompute)

@@ -18,8 +18,11 @@ import numpy as np
 
 from primfuncs import concat as _concat
 from primfuncs import conv2d
+from primfuncs._common import BUFFER, TEXTURE, TEXTURE_WEIGHT
+from primfuncs.epilogue import Epilogue
 
 from . import ops, reference, runtime
+from .blocked import pack_bias, pack_oihw4o
 
 #: The tour's NCHW activation: small enough for PoCL, C not a multiple of 4.
 SHAPE = (1, 10, 14, 14)
@@ -51,6 +54,24 @@ def _conv(algorithm="direct", groups=1, depthwise=False, stride=1, padding=1, ac
         return y, reference.conv2d_epilogue(ref, b, None, activation)
 
     return run
+
+
+def _depthwise_pointwise(dev, rng, shape):
+    """A MobileNetV2 block's tail as one kernel: depthwise 3x3 + bias + ReLU6, then 1x1 + bias + residual."""
+    n, c, h, w = shape
+    o = c + 3
+    x, w_dw, w_pw = (rng.standard_normal(s).astype("float32") for s in ((n, c, h, w), (c, 1, 3, 3), (o, c, 1, 1)))
+    b_dw, b, r = (rng.standard_normal(s).astype("float32") for s in (c, o, (n, o, h, w)))
+    scope = ops.activation_scope(dev, shape)
+    weight_scope = TEXTURE_WEIGHT if scope == TEXTURE else BUFFER
+    func = conv2d.depthwise_pointwise_nchw4c(shape, w_dw.shape, w_pw.shape, 1, 1, dw_epilogue=Epilogue(True, "relu6"),
+                                             epilogue=Epilogue(bias=True, residual=True), scope=scope)
+    out = ops.empty_nchw4c(dev, (n, o, h, w), "float32", scope)
+    ops.launch(func, [ops.upload_nchw4c(dev, x, scope), dev.array(pack_oihw4o(w_dw), weight_scope, "w_dw"),
+                      dev.array(pack_bias(b_dw), BUFFER, "b_dw"), dev.array(pack_oihw4o(w_pw), weight_scope, "w"),
+                      dev.array(pack_bias(b), BUFFER, "b"), ops.upload_nchw4c(dev, r, scope, "r"), out], dev)
+    ref = reference.depthwise_pointwise(x, w_dw, w_pw, (1, 1), (1, 1, 1, 1), (1, 1), b_dw, "relu6", b, r)
+    return ops.download_nchw(out, o), ref
 
 
 def _pool(op, strategy, **attrs):
@@ -118,6 +139,7 @@ CASES = (
     Case("conv2d direct", "conv2d", _conv(), 1e-4),
     Case("conv2d grouped", "conv2d", _conv(groups=2, stride=2, padding=(1, 0, 1, 2), activation=None), 1e-4),
     Case("conv2d depthwise", "conv2d", _conv(depthwise=True, activation="relu6"), 1e-4),
+    Case("depthwise -> 1x1 fused", "conv2d", _depthwise_pointwise, 1e-4),
     Case("conv2d winograd_2x2", "winograd", _conv("winograd_2x2"), 1e-4),
     Case("conv2d winograd_4x4", "winograd", _conv("winograd_4x4"), 1e-3),
     Case("max_pool2d thread", "pool", _pool("max_pool2d", "thread", pool_size=(3, 3), strides=(2, 2), padding=1), 1e-5),

@@ -76,6 +76,9 @@ def _header(name: str, info: dict | None, call, specs, rows, model_arg: str, pat
         lines.append(f"tir-adreno kernel {name} (ours): {info['op']}{stage}{node}")
         if info.get("attrs"):
             lines.append("  attrs: " + " ".join(f"{k}={v}" for k, v in sorted(info["attrs"].items())))
+        if info.get("depthwise"):  # a fused depthwise -> 1x1 kernel: the depthwise conv computed in its prologue
+            dw = info["depthwise"]
+            lines.append(f"  depthwise prologue: weight {dw['weight']}, epilogue: " + " ".join(f"{k}={v}" for k, v in dw["epilogue"].items()))
         if info.get("epilogue"):
             lines.append("  epilogue: " + " ".join(f"{k}={v}" for k, v in info["epilogue"].items()))
         shapes = ", ".join(str(s) for s in info["inputs"])
@@ -286,16 +289,29 @@ def reference_case(info: dict, rng: np.random.Generator, pack_weights=blocked.pa
     if op in ("nchw4c_to_nchw", "nchw4c_to_nhwc"):
         return [pack(x)], x if op == "nchw4c_to_nchw" else x.transpose(0, 2, 3, 1), None
     channels = info["output"][1]
+
+    def epilogue_inputs(epilogue, channels, shape):
+        """(bias, residual, their kernel inputs) of a conv epilogue the info records."""
+        b = rand(channels) if epilogue["bias"] else None
+        r = rand(shape) if epilogue.get("residual") else None
+        return b, r, ([] if b is None else [blocked.pack_bias(b)]) + ([] if r is None else [pack(r)])
+
     if op == "nn.conv2d":
         w = rand(info["weight"])
         y = reference.conv2d_nchw(x, w, attrs["strides"], attrs["padding"], attrs["dilation"], attrs["groups"])
-        inputs = [pack(x), pack_weights(w)]
         epilogue = info["epilogue"]
-        b = rand(channels) if epilogue["bias"] else None
-        r = rand(y.shape) if epilogue["residual"] else None
-        inputs += ([] if b is None else [blocked.pack_bias(b)]) + ([] if r is None else [pack(r)])
+        b, r, extra = epilogue_inputs(epilogue, channels, y.shape)
         y = reference.conv2d_epilogue(y, b, r, epilogue["activation"], *epilogue.get("clip", (0.0, 6.0)))
-        return inputs, y, channels
+        return [pack(x), pack_weights(w), *extra], y, channels
+    if op == "depthwise_pointwise":  # X, W_dw [Bias_dw], W [Bias] [Residual]
+        dw, epilogue = info["depthwise"], info["epilogue"]
+        w_dw, w = rand(dw["weight"]), rand(info["weight"])
+        b_dw, _, dw_extra = epilogue_inputs(dw["epilogue"], x.shape[1], None)
+        b, r, extra = epilogue_inputs(epilogue, channels, info["output"])
+        y = reference.depthwise_pointwise(
+            x, w_dw, w, attrs["strides"], attrs["padding"], attrs["dilation"], b_dw, dw["epilogue"]["activation"], b, r,
+            epilogue["activation"], dw["epilogue"].get("clip", (0.0, 6.0)), epilogue.get("clip", (0.0, 6.0)))
+        return [pack(x), pack_weights(w_dw), *dw_extra, pack_weights(w), *extra], y, channels
     inputs = [pack(a) for a in logical]
     bounds = attrs.get("bounds") or (0.0, 6.0)
     if op == "activation":
