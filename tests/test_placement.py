@@ -5,6 +5,7 @@ A conv at a texture/buffer boundary reads ``X`` (and ``Residual``) in one scope 
 poisoned output, and a whole model whose records alternate placements runs with no copy.
 """
 
+import dataclasses
 import json
 
 import numpy as np
@@ -92,12 +93,25 @@ def test_mixed_scope_fused(device, case, scopes, seed):
 def test_profiles_place_activations():
     assert get_profile("nvidia-h200").activation_placement == "buffer"
     assert get_profile("adreno").activation_placement == get_profile("pocl").activation_placement == "texture"
-    geom = conv2d_geometry((1, 8, 6, 6), (8, 8, 3, 3), padding=1)
-    plan = strategy.conv2d_plan(geom, Epilogue(), "float32", get_profile("nvidia-h200"))
+    h200 = get_profile("nvidia-h200")
+    pointwise = conv2d_geometry((1, 8, 6, 6), (8, 8, 1, 1))
+    plan = strategy.conv2d_plan(pointwise, Epilogue(), "float32", h200)
     assert (plan.placement, plan.scope, plan.weight_scope) == ("buffer", BUFFER, BUFFER)
-    assert strategy.conv2d_plan(geom, Epilogue(), "float32", with_placement(get_profile("nvidia-h200"), "texture")).scope == TEXTURE
+    # the H200's conv_placement: convs with a window or a stride on textures, the rest in buffers
+    spatial, strided = conv2d_geometry((1, 8, 6, 6), (8, 8, 3, 3), padding=1), conv2d_geometry((1, 8, 6, 6), (8, 8, 1, 1), strides=2)
+    depthwise = conv2d_geometry((1, 8, 6, 6), (8, 1, 3, 3), padding=1, groups=8)
+    assert [strategy.conv_class(g) for g in (pointwise, spatial, strided, depthwise)] == [
+        ("pointwise",), ("spatial",), ("strided",), ("depthwise",)]
+    assert [strategy.conv2d_plan(g, Epilogue(), "float32", h200).placement for g in (spatial, strided, depthwise)] == [
+        "texture", "texture", "buffer"]
+    assert strategy.conv2d_plan(pointwise, Epilogue(), "float32", with_placement(h200, "texture")).scope == TEXTURE
+    assert strategy.conv2d_plan(spatial, Epilogue(), "float32", with_placement(h200, "buffer")).scope == BUFFER  # no class rule
     with pytest.raises(ValueError, match="placement must be one of"):
         with_placement(get_profile("adreno"), "image")
+    with pytest.raises(ValueError, match="unknown conv class 'dense'"):
+        dataclasses.replace(h200, conv_placement=(("dense", "texture"),))
+    with pytest.raises(ValueError, match=r"conv_placement\['spatial'\] must be one of"):
+        dataclasses.replace(h200, conv_placement=(("spatial", "image"),))
 
 
 def _alternating_records(path, model, profile, every=2):

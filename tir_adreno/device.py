@@ -52,6 +52,10 @@ from .texture import DeviceLimits
 KINDS = ("mobile", "gpu", "cpu")
 #: Where NCHW4c activations live by default (``DeviceProfile.activation_placement``).
 PLACEMENTS = ("texture", "buffer")
+#: Conv classes ``DeviceProfile.conv_placement`` may place apart (``strategy.conv_class``):
+#: "spatial" (a window over 1x1, not depthwise), "strided" (stride > 1, not depthwise),
+#: "pointwise" (1x1, stride 1), "depthwise".
+CONV_CLASSES = ("spatial", "strided", "pointwise", "depthwise")
 #: Multiply-adds one kernel launch is worth, per device class (module docstring).
 LAUNCH_COST_MACS = {"gpu": 10_000_000, "mobile": 500_000, "cpu": 500_000}
 #: A GPU with at least this many compute units is a "gpu" (desktop / datacenter), fewer "mobile".
@@ -84,12 +88,20 @@ class DeviceProfile:
     #: "buffer"); tuning records override it per conv, and a texture that does not fit
     #: the images falls back to a buffer either way.
     activation_placement: str = "texture"
+    #: Per conv class (:data:`CONV_CLASSES`), a placement other than ``activation_placement``
+    #: for the convs of that class: ((class, placement), ...), first match wins. The Relax
+    #: pass runs such a conv reading and writing its neighbours' scopes: no copy kernels.
+    conv_placement: tuple = ()
     launch_cost_macs: int | None = None  # None: LAUNCH_COST_MACS[kind]
 
     def __post_init__(self):
         if self.kind not in KINDS:
             raise ValueError(f"DeviceProfile.kind must be one of {KINDS}, got {self.kind!r}")
         check_placement(self.activation_placement, "DeviceProfile.activation_placement")
+        for conv_class, placement in self.conv_placement:
+            if conv_class not in CONV_CLASSES:
+                raise ValueError(f"DeviceProfile.conv_placement: unknown conv class {conv_class!r}; known: {CONV_CLASSES}")
+            check_placement(placement, f"DeviceProfile.conv_placement[{conv_class!r}]")
         if self.launch_cost_macs is None:
             object.__setattr__(self, "launch_cost_macs", LAUNCH_COST_MACS[self.kind])
         if not isinstance(self.launch_cost_macs, int) or self.launch_cost_macs < 0:
@@ -178,6 +190,11 @@ PROFILES: dict[str, DeviceProfile] = {
         # ~5-6 us on buffer kernels (benchmarks/results/conv_layers-nvidia-h200.json,
         # depthwise-nvidia-h200.json): MobileNetV2's convs sum to 0.81 ms on textures, 0.53 ms on buffers.
         activation_placement="buffer",
+        # ... except convs with a window or a stride, faster on textures (the texture cache serves
+        # the overlapping windows): ResNet-50's 7x7/2 62 vs 100 us, 3x3/2 39-55 vs 75-80 us, 3x3/1
+        # 32-37 vs 33-38 us (conv_layers-nvidia-h200.json). Per layer that rule is within 0.3% of
+        # the better placement of each conv: ResNet-50's convs 1.58 ms vs 1.74 all-texture, 1.74 all-buffer.
+        conv_placement=(("spatial", "texture"), ("strided", "texture")),
     ),
     "pocl": DeviceProfile(
         name="pocl", kind="cpu", vendor="AuthenticAMD", limits=DeviceLimits(8192, 8192, 2048),
@@ -188,10 +205,10 @@ PROFILES: dict[str, DeviceProfile] = {
 
 
 def with_placement(profile: DeviceProfile, placement: str | None) -> DeviceProfile:
-    """``profile`` with another default activation placement; itself for None."""
+    """``profile`` with every activation in ``placement`` (no per conv class placement); itself for None."""
     if placement is None:
         return profile
-    return replace(profile, activation_placement=check_placement(placement))
+    return replace(profile, activation_placement=check_placement(placement), conv_placement=())
 
 
 def get_profile(name: str) -> DeviceProfile:
