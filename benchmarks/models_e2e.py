@@ -46,6 +46,7 @@ from common import add_device_argument, add_target_argument, fmt, log, print_tab
 
 MODELS = ("resnet50", "mobilenet_v2")
 WAYS = ("ours", "upstream", "ours_nofuse", "tuned", "ours_texture", "ours_buffer")  # "tuned" with --records, "ours_P" with --placement P
+PLACEMENT_WAYS = WAYS[4:]
 #: Weights above this size are not saved for --from (the device tool carries 64 MiB);
 #: such a model is then run there with seeded random weights, for timing only.
 CARRY_WEIGHTS_MB = 24
@@ -63,7 +64,7 @@ def _build(names, ways, directory: Path | None, device, profile, records, onnx_p
         for way in ways:
             log(f"compile {name} ({way}) ...")
             start = time.perf_counter()
-            placement = way.split("_", 1)[1] if way.startswith("ours_") else None
+            placement = way.split("_", 1)[1] if way in PLACEMENT_WAYS else None
             cm = compile_model(mod, device, profile, records if way == "tuned" else None, ours=way != "upstream",
                                progress=lambda msg: log(f"  {msg}"), fuse=way != "ours_nofuse", placement=placement)
             log(f"  {time.perf_counter() - start:.1f} s")
@@ -236,7 +237,7 @@ def main():
         results.append(entry)
         o, u = entry["ours"], entry["upstream"]
         c, t, nf = entry["cudnn"], entry.get("tuned"), entry.get("ours_nofuse")
-        alt = next((w for w in ways if w in ("ours_texture", "ours_buffer")), None)
+        alt = next((w for w in ways if w in PLACEMENT_WAYS), None)
         if t:
             entry["tuned_vs_ours"] = o["kernel_ms"] / t["kernel_ms"]
         if nf:

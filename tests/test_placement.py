@@ -209,3 +209,17 @@ def test_in_context_drops_records_that_slow_the_model(device, two_convs, tmp_pat
     compiled = compile_model(str(two_convs), device, profile=profile, records=path, progress=lambda _: None)
     assert {t.scope for t in compiled.plan.tensors if t.kind == "temp"} == {BUFFER}
     assert [c.source for c in compiled.plan.calls if c.config is not None] == ["records", "records"]
+
+
+def test_models_e2e_times_the_other_placement(two_convs, tmp_path):  # noqa: F811 (fixture)
+    """``models_e2e.py --placement buffer`` adds the way ours_buffer (built here, run without TVM)."""
+    from test_zoo_script import script
+
+    saved = tmp_path / "saved"
+    script("models_e2e.py", "--onnx", two_convs, "--build-only", saved, "--target", "pocl", "--placement", "buffer")
+    assert {p.name for p in saved.iterdir()} == {"two-ours", "two-upstream", "two-ours_nofuse", "two-ours_buffer"}
+    out = script("models_e2e.py", "--from", saved, "--models", "two", "--repeat", "2", "--results-dir", tmp_path, no_tvm=True)
+    assert "buffer " in out.splitlines()[-1]  # the table's last column: the other placement's times
+    (entry,) = json.loads(next(tmp_path.glob("models_e2e-*.json")).read_text())["results"]
+    assert entry["ours"]["texture_activations"] > 0 and entry["ours_buffer"]["texture_activations"] == 0
+    assert entry["max_rel_diff_ours_buffer"] < 1e-4
