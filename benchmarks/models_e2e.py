@@ -160,8 +160,8 @@ def main():
     add_device_argument(parser)
     add_target_argument(parser)
     parser.add_argument("--records", metavar="FILE", help="tuning records: adds the way 'tuned'")
-    parser.add_argument("--placement", choices=("texture", "buffer"),
-                        help="adds the way 'ours_<placement>': ours with every activation in that scope")
+    parser.add_argument("--placement", choices=("texture", "buffer"), nargs="+", default=[],
+                        help="adds the way 'ours_<placement>' per value: ours with every activation in that scope")
     parser.add_argument("--models", default=None, help=f"comma-separated (default: {','.join(MODELS)}, "
                         "or the --onnx files); built-ins or ONNX model names (--onnx-dir DIR/<name>.onnx)")
     parser.add_argument("--onnx", type=Path, nargs="+", default=[], metavar="FILE", help="ONNX models, named by stem")
@@ -191,7 +191,7 @@ def main():
 
     device = runtime.get_device(args.device)
     ways = WAYS[:4] if args.records else WAYS[:3]
-    ways += (f"ours_{args.placement}",) if args.placement else ()
+    ways += tuple(f"ours_{p}" for p in dict.fromkeys(args.placement))
     if args.from_dir:
         ways = tuple(w for w in WAYS if (args.from_dir / f"{names[0]}-{w}").exists())
         compiled = _load(names, ways, args.from_dir, device)
@@ -237,7 +237,7 @@ def main():
         results.append(entry)
         o, u = entry["ours"], entry["upstream"]
         c, t, nf = entry["cudnn"], entry.get("tuned"), entry.get("ours_nofuse")
-        alt = next((w for w in ways if w in PLACEMENT_WAYS), None)
+        alts = [w for w in ways if w in PLACEMENT_WAYS]
         if t:
             entry["tuned_vs_ours"] = o["kernel_ms"] / t["kernel_ms"]
         if nf:
@@ -261,7 +261,7 @@ def main():
                 fmt(entry.get("tuned_vs_ours"), ".2f") + "x" if t else "-",
                 f"{fmt(nf['kernel_ms'])} / {fmt(nf['wall_ms'])} ({nf['launches']} vs {o['launches']} launches)" if nf else "-",
                 fmt(entry.get("fuse_gain"), ".2f") + "x" if nf else "-",
-                f"{alt[5:]} {fmt(entry[alt]['kernel_ms'])} / {fmt(entry[alt]['wall_ms'])}" if alt else "-",
+                ", ".join(f"{w[5:]} {fmt(entry[w]['kernel_ms'])} / {fmt(entry[w]['wall_ms'])}" for w in alts) or "-",
             ]
         )
     path = write_json("models_e2e", device.name, {"repeat": args.repeat, "results": results}, args.results_dir)

@@ -97,21 +97,19 @@ def test_profiles_place_activations():
     pointwise = conv2d_geometry((1, 8, 6, 6), (8, 8, 1, 1))
     plan = strategy.conv2d_plan(pointwise, Epilogue(), "float32", h200)
     assert (plan.placement, plan.scope, plan.weight_scope) == ("buffer", BUFFER, BUFFER)
-    # the H200's conv_placement: convs with a window or a stride on textures, the rest in buffers
-    spatial, strided = conv2d_geometry((1, 8, 6, 6), (8, 8, 3, 3), padding=1), conv2d_geometry((1, 8, 6, 6), (8, 8, 1, 1), strides=2)
+    # the H200's texture_min_macs: convs from 32M multiply-adds up on textures, the rest in buffers
+    big = conv2d_geometry((1, 64, 56, 56), (64, 64, 3, 3), padding=1)  # 116M
+    small = conv2d_geometry((1, 8, 6, 6), (8, 8, 3, 3), padding=1)
     depthwise = conv2d_geometry((1, 8, 6, 6), (8, 1, 3, 3), padding=1, groups=8)
-    assert [strategy.conv_class(g) for g in (pointwise, spatial, strided, depthwise)] == [
-        ("pointwise",), ("spatial",), ("strided",), ("depthwise",)]
-    assert [strategy.conv2d_plan(g, Epilogue(), "float32", h200).placement for g in (spatial, strided, depthwise)] == [
-        "texture", "texture", "buffer"]
+    assert [strategy.conv2d_plan(g, Epilogue(), "float32", h200).placement for g in (big, small, depthwise)] == [
+        "texture", "buffer", "buffer"]
+    assert strategy.conv2d_plan(big, Epilogue(), "float32", dataclasses.replace(h200, texture_min_macs=0)).placement == "buffer"
     assert strategy.conv2d_plan(pointwise, Epilogue(), "float32", with_placement(h200, "texture")).scope == TEXTURE
-    assert strategy.conv2d_plan(spatial, Epilogue(), "float32", with_placement(h200, "buffer")).scope == BUFFER  # no class rule
+    assert strategy.conv2d_plan(big, Epilogue(), "float32", with_placement(h200, "buffer")).scope == BUFFER  # every activation
     with pytest.raises(ValueError, match="placement must be one of"):
         with_placement(get_profile("adreno"), "image")
-    with pytest.raises(ValueError, match="unknown conv class 'dense'"):
-        dataclasses.replace(h200, conv_placement=(("dense", "texture"),))
-    with pytest.raises(ValueError, match=r"conv_placement\['spatial'\] must be one of"):
-        dataclasses.replace(h200, conv_placement=(("spatial", "image"),))
+    with pytest.raises(ValueError, match="texture_min_macs must be an int >= 0"):
+        dataclasses.replace(h200, texture_min_macs=-1)
 
 
 def _alternating_records(path, model, profile, every=2):

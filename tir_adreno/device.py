@@ -52,10 +52,6 @@ from .texture import DeviceLimits
 KINDS = ("mobile", "gpu", "cpu")
 #: Where NCHW4c activations live by default (``DeviceProfile.activation_placement``).
 PLACEMENTS = ("texture", "buffer")
-#: Conv classes ``DeviceProfile.conv_placement`` may place apart (``strategy.conv_class``):
-#: "spatial" (a window over 1x1, not depthwise), "strided" (stride > 1, not depthwise),
-#: "pointwise" (1x1, stride 1), "depthwise".
-CONV_CLASSES = ("spatial", "strided", "pointwise", "depthwise")
 #: Multiply-adds one kernel launch is worth, per device class (module docstring).
 LAUNCH_COST_MACS = {"gpu": 10_000_000, "mobile": 500_000, "cpu": 500_000}
 #: A GPU with at least this many compute units is a "gpu" (desktop / datacenter), fewer "mobile".
@@ -88,20 +84,19 @@ class DeviceProfile:
     #: "buffer"); tuning records override it per conv, and a texture that does not fit
     #: the images falls back to a buffer either way.
     activation_placement: str = "texture"
-    #: Per conv class (:data:`CONV_CLASSES`), a placement other than ``activation_placement``
-    #: for the convs of that class: ((class, placement), ...), first match wins. The Relax
-    #: pass runs such a conv reading and writing its neighbours' scopes: no copy kernels.
-    conv_placement: tuple = ()
+    #: Convs of at least this many multiply-adds run on textures when ``activation_placement``
+    #: is "buffer" (0: never): a big conv gains more from the texture cache than the driver's
+    #: image-kernel floor costs. The Relax pass runs such a conv reading and writing its
+    #: neighbours' scopes: no copy kernels.
+    texture_min_macs: int = 0
     launch_cost_macs: int | None = None  # None: LAUNCH_COST_MACS[kind]
 
     def __post_init__(self):
         if self.kind not in KINDS:
             raise ValueError(f"DeviceProfile.kind must be one of {KINDS}, got {self.kind!r}")
         check_placement(self.activation_placement, "DeviceProfile.activation_placement")
-        for conv_class, placement in self.conv_placement:
-            if conv_class not in CONV_CLASSES:
-                raise ValueError(f"DeviceProfile.conv_placement: unknown conv class {conv_class!r}; known: {CONV_CLASSES}")
-            check_placement(placement, f"DeviceProfile.conv_placement[{conv_class!r}]")
+        if not isinstance(self.texture_min_macs, int) or self.texture_min_macs < 0:
+            raise ValueError(f"DeviceProfile.texture_min_macs must be an int >= 0, got {self.texture_min_macs!r}")
         if self.launch_cost_macs is None:
             object.__setattr__(self, "launch_cost_macs", LAUNCH_COST_MACS[self.kind])
         if not isinstance(self.launch_cost_macs, int) or self.launch_cost_macs < 0:
@@ -190,11 +185,10 @@ PROFILES: dict[str, DeviceProfile] = {
         # ~5-6 us on buffer kernels (benchmarks/results/conv_layers-nvidia-h200.json,
         # depthwise-nvidia-h200.json): MobileNetV2's convs sum to 0.81 ms on textures, 0.53 ms on buffers.
         activation_placement="buffer",
-        # ... except convs with a window or a stride, faster on textures (the texture cache serves
-        # the overlapping windows): ResNet-50's 7x7/2 62 vs 100 us, 3x3/2 39-55 vs 75-80 us, 3x3/1
-        # 32-37 vs 33-38 us (conv_layers-nvidia-h200.json). Per layer that rule is within 0.3% of
-        # the better placement of each conv: ResNet-50's convs 1.58 ms vs 1.74 all-texture, 1.74 all-buffer.
-        conv_placement=(("spatial", "texture"), ("strided", "texture")),
+        # ... except big convs: in a whole model (models_e2e-nvidia-h200.json, per-call rows)
+        # ResNet-50's convs (>= 51M multiply-adds, but one of 13M) run faster on textures (1.38 ms
+        # all textures vs 1.75 all buffers), MobileNetV2's (<= 20M) in buffers (0.50 vs 0.67 ms).
+        texture_min_macs=32_000_000,
     ),
     "pocl": DeviceProfile(
         name="pocl", kind="cpu", vendor="AuthenticAMD", limits=DeviceLimits(8192, 8192, 2048),
@@ -205,10 +199,10 @@ PROFILES: dict[str, DeviceProfile] = {
 
 
 def with_placement(profile: DeviceProfile, placement: str | None) -> DeviceProfile:
-    """``profile`` with every activation in ``placement`` (no per conv class placement); itself for None."""
+    """``profile`` with every activation in ``placement`` (big convs too); itself for None."""
     if placement is None:
         return profile
-    return replace(profile, activation_placement=check_placement(placement), conv_placement=())
+    return replace(profile, activation_placement=check_placement(placement), texture_min_macs=0)
 
 
 def get_profile(name: str) -> DeviceProfile:

@@ -279,22 +279,13 @@ def direct_conv2d(geometry: ConvGeometry, epilogue: Epilogue = Epilogue(), dtype
     return _conv2d.conv2d_nchw4c((g.n, g.c, g.h, g.w), (g.o, g.cg, g.kh, g.kw), groups=g.groups, **attrs)
 
 
-def conv_class(geometry: ConvGeometry) -> tuple[str, ...]:
-    """The classes of ``device.CONV_CLASSES`` conv ``geometry`` belongs to."""
-    g = geometry
-    if g.is_depthwise:
-        return ("depthwise",)
-    if g.kh * g.kw == 1 and max(g.strides) == 1:
-        return ("pointwise",)
-    return tuple(c for c, member in (("spatial", g.kh * g.kw > 1), ("strided", max(g.strides) > 1)) if member)
-
-
 def default_choice(geometry: ConvGeometry, profile: DeviceProfile) -> ConvChoice:
     """What a conv gets without records: the direct conv with the profile's default config, in
-    the profile's ``activation_placement`` or its ``conv_placement`` for the conv's class, or for
-    depthwise convs where a ``primfuncs.conv2d.DEPTHWISE_DEFAULTS`` entry that names a placement puts them."""
-    classes = conv_class(geometry)
-    placement = next((p for c, p in profile.conv_placement if c in classes), profile.activation_placement)
+    the profile's ``activation_placement`` (on textures from ``profile.texture_min_macs``
+    multiply-adds up), or for depthwise convs where a ``primfuncs.conv2d.DEPTHWISE_DEFAULTS``
+    entry that names a placement puts them."""
+    big = 0 < profile.texture_min_macs <= geometry.flops // 2
+    placement = "texture" if big else profile.activation_placement
     if geometry.is_depthwise:
         placement = _conv2d.depthwise_default(geometry, profile.kind, profile.name).get("placement", placement)
     return ConvChoice(placement=placement)
