@@ -19,6 +19,14 @@ OpenCL event time after warm-up, input sets rotated):
 - ``cudnn`` (NVIDIA devices, when torch with CUDA imports): PyTorch/cuDNN fp32,
   TF32 off, CUDA events.
 
+A depthwise conv that a model compiled for ``--target`` runs fused into the 1x1 conv
+reading it (``strategy.fuse_depthwise_pointwise``, kernel
+``primfuncs.conv2d.depthwise_pointwise_nchw4c``) also gets a row ``<dw key>+<1x1 name>``
+(count = blocks with that pair; ``layers.pairs``): ``ours`` = the fused kernel, the other
+ways = their depthwise time + their 1x1 time. The summary is printed twice: per conv
+(each conv alone, as before) and "as the model runs" (fused pairs replace their
+depthwise row and their share of the 1x1 row's count): the one issue 12's targets use.
+
 Every output is checked against a float64 NumPy conv (relative error <= 1e-4,
 outputs poisoned first); a wrong or failed kernel is flagged and left out of
 the means. Prints a per-layer table and a summary LAST (speed ratios per model
@@ -48,7 +56,7 @@ from primfuncs.winograd_math import winograd_weight_transform  # NumPy only: fin
 from tir_adreno import tuning
 from tir_adreno.blocked import pack_nchw4c, pack_oihw4o, unpack_nchw4c
 from tir_adreno.bundle import KernelModule
-from tir_adreno.reference import conv2d_nchw, relative_error
+from tir_adreno.reference import conv2d_nchw, depthwise_pointwise, relative_error
 from tir_adreno.texture import is_texture_scope
 
 NAME = "conv_layers"
@@ -106,6 +114,28 @@ def build_case(layer: layer_lists.ConvLayer, way: str, profile, records=None) ->
     return module, {"function": function, "layouts": list(layouts)}
 
 
+def geometry(layer: layer_lists.ConvLayer):
+    from primfuncs.conv2d import conv2d_geometry
+
+    return conv2d_geometry(layer.data_shape, layer.weight_shape, layer.strides, layer.padding, layer.dilation, layer.groups)
+
+
+def build_fused(pair: layer_lists.ConvPair, profile, records=None) -> tuple[KernelModule, dict] | None:
+    """The fused depthwise -> 1x1 kernel of ``pair`` as a model compiled for ``profile`` runs it
+    (``strategy.fuse_depthwise_pointwise`` with ``records``, the plan's PrimFunc, no epilogues
+    like the other ways), or None when the strategy runs the two convs apart there."""
+    from primfuncs.epilogue import Epilogue
+    from tir_adreno import build, strategy
+
+    plan = strategy.fuse_depthwise_pointwise(geometry(pair.depthwise), geometry(pair.pointwise), profile, records)
+    if plan is None:
+        return None
+    module = build.build_cached(plan.primfunc(Epilogue(), Epilogue()))
+    info = {"algorithm": "direct", "fused": True, "placement": plan.placement, "config": plan.config_string,
+            "source": plan.source, "scopes": [plan.scope, plan.weight_scope], "recompute_macs": plan.recompute_macs}
+    return module, {"stages": list(module.functions), "plan": info}
+
+
 def plan_info(plan) -> dict:
     """What the JSON rows say about a ``strategy.ConvPlan``: the choice, readable and as records hold it."""
     return {
@@ -143,6 +173,26 @@ def build_all(selected, ways, out_dir: Path | None, profile, records=None):
             case["build_s"] = round(time.perf_counter() - t0, 3)
             cases.append(case)
         common.log(f"built {layer.key}")
+    for pair in layer_lists.pairs(selected) if "ours" in ways else ():
+        case = {"layer": pair.key, "way": "ours", "fused": True}
+        t0 = time.perf_counter()
+        try:
+            built = build_fused(pair, profile, tuned)
+            if built is None:  # the model runs this pair as two convs: their rows say it all
+                continue
+            module, info = built
+            case.update(info)
+            modules[(pair.key, "ours")] = module
+            if out_dir is not None:
+                rel = f"kernels/{pair.key}-ours.json"
+                module.save(out_dir / rel)
+                case["bundle"] = rel
+        except Exception as err:
+            case["error"] = f"build: {type(err).__name__}: {err}"
+            common.log(f"  build failed {pair.key}: {case['error']}")
+        case["build_s"] = round(time.perf_counter() - t0, 3)
+        cases.append(case)
+        common.log(f"built {pair.key} (fused)")
     meta = {
         "tvm": tvm.__version__,
         "target": profile.name,
@@ -201,22 +251,25 @@ def pack_weights(algorithm: str, w: np.ndarray) -> np.ndarray:
 
 def run_program_case(dev, program: tuning.ConvProgram, layer, inputs, ref, budget_s: float, rtol: float = RTOL) -> dict:
     """Time ``program`` (every stage, summed) on rotated input sets; output (and intermediates) poisoned first."""
+    weight_name = program.inputs[1]  # W (direct) or U (Winograd)
+    packed = [{"X": pack_nchw4c(x), weight_name: pack_weights(program.algorithm, w)} for x, w in inputs]
+    return run_packed(dev, program, packed, layer.out_shape[1], ref, budget_s, rtol)
+
+
+def run_packed(dev, program: tuning.ConvProgram, packed: list[dict], channels: int, ref, budget_s: float,
+               rtol: float = RTOL) -> dict:
+    """:func:`run_program_case` on input sets already packed (parameter name -> host array)."""
     specs = program.specs
     for spec in specs.values():
         if is_texture_scope(spec.scope) and not dev.limits.fits(spec.shape, spec.scope):
             raise RuntimeError(f"{spec.name} {spec.shape} does not fit {dev.name}'s images (rebuild for this device)")
-    weight_name = program.inputs[1]  # W (direct) or U (Winograd)
     out = dev.empty(specs[program.outputs[-1]]).poison()
     sets = []
-    for x, w in inputs:
-        tensors = {
-            "X": dev.empty(specs["X"]).upload(pack_nchw4c(x)),
-            weight_name: dev.empty(specs[weight_name]).upload(pack_weights(program.algorithm, w)),
-            program.outputs[-1]: out,
-        }
-        sets.append(program.bind(dev, tensors))  # intermediates allocated (poisoned) once per set
+    for arrays in packed:
+        tensors = {name: dev.empty(specs[name]).upload(a) for name, a in arrays.items()}
+        sets.append(program.bind(dev, {**tensors, program.outputs[-1]: out}))  # intermediates poisoned once per set
     first_s = program.run(dev, sets[0])
-    err = relative_error(unpack_nchw4c(out.numpy(), layer.out_shape[1]), ref)
+    err = relative_error(unpack_nchw4c(out.numpy(), channels), ref)
     median, samples = common.median_time(lambda s: program.run(dev, s), sets, **_timing_knobs(first_s, budget_s))
     return {"time_s": median, "samples": len(samples), "rel_err": err, "ok": err <= rtol}
 
@@ -318,26 +371,69 @@ def run_all(dev, selected, meta, modules, ways, budget_s: float, input_sets: int
                     runner = lambda: run_program_case(dev, program, layer, inputs, ref, budget_s)  # noqa: E731
                 else:
                     runner = lambda: run_opencl_case(dev, module, case, layer, inputs, ref, budget_s)  # noqa: E731
-            t0 = time.perf_counter()
-            try:
-                res = runner()
-                res["gflops"] = layer.flops / res["time_s"] * 1e-9
-            except Exception as err:
-                res = {"error": f"run: {type(err).__name__}: {err}"}
-                common.log(traceback.format_exc())
-            res["wall_s"] = round(time.perf_counter() - t0, 3)
-            if way != "cudnn" and "plan" in case:
-                res["plan"] = case["plan"]
-            results[way] = res
+            results[way] = _timed(runner, layer.flops, case if way != "cudnn" else {})
         rows.append({"layer": layer.to_dict(), "key": layer.key, "flops": layer.flops, "results": results})
-        common.log(
-            f"{layer.key:34s} "
-            + "  ".join(
-                f"{w}={r['gflops']:.1f}GF/s{'' if r['ok'] else ' WRONG'}" if "gflops" in r else f"{w}=ERR"
-                for w, r in results.items()
-            )
-        )
+        _log_row(layer.key, results)
     return rows
+
+
+def _timed(runner, flops: int, case: dict) -> dict:
+    """``runner()``'s result with GFLOP/s, its wall time and ``case``'s plan; a failure as an error."""
+    t0 = time.perf_counter()
+    try:
+        res = runner()
+        res["gflops"] = flops / res["time_s"] * 1e-9
+    except Exception as err:
+        res = {"error": f"run: {type(err).__name__}: {err}"}
+        common.log(traceback.format_exc())
+    res["wall_s"] = round(time.perf_counter() - t0, 3)
+    if "plan" in case:
+        res["plan"] = case["plan"]
+    return res
+
+
+def _log_row(key: str, results: dict):
+    common.log(f"{key:34s} " + "  ".join(
+        f"{w}={r['gflops']:.1f}GF/s{'' if r['ok'] else ' WRONG'}" if "gflops" in r else f"{w}=ERR"
+        for w, r in results.items()))
+
+
+def run_fused(dev, selected, meta, modules, rows, ways, budget_s: float, input_sets: int, seed: int):
+    """A row per depthwise -> 1x1 pair the strategy fused when building: ``ours`` = the fused kernel
+    (checked against the float64 depthwise then 1x1 reference, output poisoned), every other way
+    = its depthwise row's time + its 1x1 row's time (both checked there)."""
+    cases = {c["layer"]: c for c in meta["cases"] if c.get("fused")}
+    by_key = {r["key"]: r for r in rows}
+    rng = np.random.default_rng(seed + 1)
+    out = []
+    for pair in layer_lists.pairs(selected):
+        case = cases.get(pair.key)
+        if case is None:
+            continue
+        dw, pw = pair.depthwise, pair.pointwise
+        flops = dw.flops + pw.flops  # the useful work (the fused kernel's recompute is not counted)
+        results = {}
+        if "error" in case:
+            results["ours"] = {"error": case["error"]}
+        else:
+            inputs = [tuple(rng.standard_normal(shape).astype(np.float32)
+                            for shape in (dw.data_shape, dw.weight_shape, pw.weight_shape)) for _ in range(input_sets)]
+            ph, pw_ = dw.padding
+            ref = depthwise_pointwise(*inputs[0], dw.strides, (ph, pw_, ph, pw_), dw.dilation)
+            program = tuning.ConvProgram("direct", modules[(pair.key, "ours")], tuple(case["stages"]))
+            packed = [{"X": pack_nchw4c(x), "W_dw": pack_oihw4o(w_dw), "W": pack_oihw4o(w)} for x, w_dw, w in inputs]
+            results["ours"] = _timed(lambda: run_packed(dev, program, packed, pw.out_shape[1], ref, budget_s), flops, case)
+        for way in ways:
+            parts = [by_key[key]["results"].get(way) for key in (dw.key, pw.key)]
+            if way != "ours" and all(_good(p) for p in parts):
+                t = sum(p["time_s"] for p in parts)
+                results[way] = {"time_s": t, "gflops": flops / t * 1e-9, "ok": True,
+                                "rel_err": max(p["rel_err"] for p in parts), "sum_of": [dw.key, pw.key]}
+        out.append({"key": pair.key, "model": dw.model, "count": pair.count, "flops": flops,
+                    "fused": {"depthwise": dw.key, "pointwise": pw.key}, "convs": [dw.to_dict(), pw.to_dict()],
+                    "results": results})
+        _log_row(pair.key, results)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -365,18 +461,35 @@ RATIOS = (
 )
 
 
-def summarize(rows, ways):
+def units(rows, fused=()) -> list[tuple[dict, int, bool]]:
+    """(row, count, depthwise) per distinct kernel: every conv alone (``fused`` empty), or as the
+    model runs (each fused pair's row replaces its depthwise row's and its 1x1 row's count for
+    the pair's blocks; rows left with count 0 drop out)."""
+    used = {}
+    for f in fused:
+        for key in f["fused"].values():
+            used[key] = used.get(key, 0) + f["count"]
+    out = [(r, r["layer"]["count"] - used.get(r["key"], 0), layer_lists.ConvLayer.from_dict(r["layer"]).depthwise)
+           for r in rows]
+    return [u for u in out if u[1] > 0] + [(f, f["count"], True) for f in fused]
+
+
+def _model(row) -> str:
+    return row["model"] if "fused" in row else row["layer"]["model"]
+
+
+def summarize(kernels, ways):
+    """Ratios and totals per model and overall over ``kernels`` (:func:`units`)."""
     summary = {}
-    models = sorted({r["layer"]["model"] for r in rows}, key=lambda m: list(layer_lists.MODELS).index(m))
+    models = sorted({_model(r) for r, _, _ in kernels}, key=lambda m: list(layer_lists.MODELS).index(m))
     for model in [*models, "all"]:
-        mrows = [r for r in rows if model == "all" or r["layer"]["model"] == model]
-        s = {"layers": len(mrows), "conv_count": sum(r["layer"]["count"] for r in mrows)}
+        mrows = [u for u in kernels if model == "all" or _model(u[0]) == model]
+        s = {"layers": len(mrows), "conv_count": sum(n * (2 if "fused" in r else 1) for r, n, _ in mrows)}
         for a, b in RATIOS:
             if a not in ways or b not in ways:
                 continue
-            pairs = [(_ratio(r, a, b), r["layer"]["count"]) for r in mrows]
-            depthwise = [(_ratio(r, a, b), r["key"]) for r in mrows
-                         if layer_lists.ConvLayer.from_dict(r["layer"]).depthwise and _ratio(r, a, b)]
+            pairs = [(_ratio(r, a, b), n) for r, n, _ in mrows]
+            depthwise = [(_ratio(r, a, b), r["key"]) for r, _, dw in mrows if dw and _ratio(r, a, b)]
             s[f"{a}/{b}"] = {
                 "geomean": common.geomean([p for p, _ in pairs]),
                 "geomean_count_weighted": common.weighted_geomean(pairs),
@@ -387,11 +500,11 @@ def summarize(rows, ways):
             }
         totals = {}
         for way in ways:
-            good = [r for r in mrows if _good(r["results"].get(way))]
+            good = [(r, n) for r, n, _ in mrows if _good(r["results"].get(way))]
             if not good:
                 continue
-            t = sum(r["results"][way]["time_s"] * r["layer"]["count"] for r in good)
-            f = sum(r["flops"] * r["layer"]["count"] for r in good)
+            t = sum(r["results"][way]["time_s"] * n for r, n in good)
+            f = sum(r["flops"] * n for r, n in good)
             totals[way] = {"time_s": t, "gflops": f / t * 1e-9, "complete": len(good) == len(mrows)}
         s["totals"] = totals
         for a, b in RATIOS:
@@ -404,76 +517,106 @@ def summarize(rows, ways):
 SHORT = {"ours": "ours", "ours_tex": "tex", "ours_buf": "buf", "upstream": "up", "cudnn": "cudnn"}
 
 
-def print_report(rows, summary, ways, device_name):
+#: The two summaries: their JSON key and their printed label.
+SUMMARIES = (
+    ("summary", "per conv (each conv alone)"),
+    ("summary_as_model_runs", "as the model runs (fused depthwise -> 1x1 pairs as one kernel; issue 12's targets)"),
+)
+
+
+def _cells(r, shown, ratios, fused_count: int) -> tuple[list[str], list[str]]:
+    """A table row (plain conv or fused pair) and its error lines."""
+    if "fused" in r:
+        dw, pw = (layer_lists.ConvLayer.from_dict(d) for d in r["convs"])
+        cells = [r["key"], f"{dw.description} + 1x1 ->{pw.weight_shape[0]}", str(r["count"])]
+        flags = ["fused kernel (other ways: dw + 1x1)"]
+    else:
+        layer = layer_lists.ConvLayer.from_dict(r["layer"])
+        cells, flags = [r["key"], layer.description, str(layer.count)], []
+        if fused_count:  # the model runs it (or its share) inside the fused rows
+            flags.append("fused" if fused_count == layer.count else f"fused {fused_count}/{layer.count}")
+    cells.append(f"{r['flops'] / 1e6:.1f}")
+    errors = []
+    for w in shown:
+        res = r["results"].get(w)
+        if res is None:
+            cells.append("-")
+        elif "error" in res:
+            cells.append("ERR")
+            flags.append(f"{SHORT[w]} {res['error'].split(':', 1)[0]} error")
+            errors.append(f"{r['key']} {w}: {res['error'].splitlines()[0][:300]}")
+        else:
+            cells.append(f"{res['gflops']:.1f}" + ("" if res["ok"] else "!"))
+            if not res["ok"]:
+                flags.append(f"{SHORT[w]} WRONG (rel err {res['rel_err']:.2g})")
+    cells += [common.fmt(_ratio(r, a, b)) for a, b in ratios]
+    if "ours" in shown:  # the strategy's choice: algorithm (F2/F4), config, placement
+        cells.append(r["results"].get("ours", {}).get("plan", {}).get("config", "-"))
+    cells.append("; ".join(flags))
+    return cells, errors
+
+
+def print_report(rows, fused, summaries, ways, device_name):
+    """The per-layer table (each fused pair after its 1x1 row), then totals and ratios per summary."""
     shown = [w for w in ways if any(w in r["results"] for r in rows)]
     ratios = [(a, b) for a, b in RATIOS if a in shown and b in shown]
     headers = ["layer", "conv", "n", "MFLOP"] + [f"{SHORT[w]} GF/s" for w in shown]
     headers += [f"{SHORT[a]}/{SHORT[b]}" for a, b in ratios] + (["ours plan"] if "ours" in shown else []) + ["flags"]
+    fused_count = {}
+    for f in fused:
+        fused_count[f["fused"]["depthwise"]] = fused_count.get(f["fused"]["depthwise"], 0) + f["count"]
     table, errors = [], []
     for r in rows:
-        layer = layer_lists.ConvLayer.from_dict(r["layer"])
-        cells = [r["key"], layer.description, str(layer.count), f"{r['flops'] / 1e6:.1f}"]
-        flags = []
-        for w in shown:
-            res = r["results"].get(w)
-            if res is None:
-                cells.append("-")
-            elif "error" in res:
-                cells.append("ERR")
-                flags.append(f"{SHORT[w]} {res['error'].split(':', 1)[0]} error")
-                errors.append(f"{r['key']} {w}: {res['error'].splitlines()[0][:300]}")
-            else:
-                cells.append(f"{res['gflops']:.1f}" + ("" if res["ok"] else "!"))
-                if not res["ok"]:
-                    flags.append(f"{SHORT[w]} WRONG (rel err {res['rel_err']:.2g})")
-        cells += [common.fmt(_ratio(r, a, b)) for a, b in ratios]
-        if "ours" in shown:  # the strategy's choice: algorithm (F2/F4), config, placement
-            cells.append(r["results"].get("ours", {}).get("plan", {}).get("config", "-"))
-        cells.append("; ".join(flags))
-        table.append(cells)
+        for row in [r, *(f for f in fused if f["fused"]["pointwise"] == r["key"])]:
+            cells, errs = _cells(row, shown, ratios, fused_count.get(row["key"], 0))
+            table.append(cells)
+            errors += errs
     if errors:
         print("\nerrors (full text in the JSON):")
         print("\n".join(f"  {e}" for e in errors))
     print()
     title = f"conv2d layers on {device_name} (fp32, batch 1; GF/s = GFLOP/s, ! = wrong output)"
     common.print_table(headers, table, title=title)
-    print()
-    trows = []
-    for model, s in summary.items():
-        cells = [model, str(s["layers"]), str(s["conv_count"])]
-        for w in shown:
-            t = s["totals"].get(w)
-            star = "" if t is None or t["complete"] else "*"
-            cells += [common.fmt(t and t["time_s"] * 1e3, ".3f") + star, common.fmt(t and t["gflops"], ".1f") + star]
-        trows.append(cells)
-    th = ["model", "layers", "convs"] + [h for w in shown for h in (f"{SHORT[w]} ms", f"{SHORT[w]} GF/s")]
-    common.print_table(
-        th,
-        trows,
-        title="totals over every conv of the model (distinct layers x count; * = some layers failed, left out)",
-    )
-    print()
-    rrows = []
-    for model, s in summary.items():
-        for a, b in ratios:
-            r = s.get(f"{a}/{b}", {})
-            rrows.append(
-                [
-                    model,
-                    f"{SHORT[a]}/{SHORT[b]}",
-                    common.fmt(r.get("geomean")),
-                    common.fmt(r.get("geomean_count_weighted")),
-                    common.fmt(r.get("total_time_ratio")),
-                    common.fmt(r.get("depthwise_min")),
-                    f"{r.get('layers_compared', 0)}/{s['layers']}",
-                ]
-            )
-    common.print_table(
-        ["model", "speed ratio", "geomean", "weighted geomean", "total time", "depthwise min", "layers"],
-        rrows,
-        title="speed ratios a/b (> 1: a is faster): geomean over distinct layers, geomean weighted by count, "
-        "ratio of total times, the slowest depthwise layer",
-    )
+    for key, label in SUMMARIES:
+        summary = summaries[key]
+        print()
+        trows = []
+        for model, s in summary.items():
+            cells = [model, str(s["layers"]), str(s["conv_count"])]
+            for w in shown:
+                t = s["totals"].get(w)
+                star = "" if t is None or t["complete"] else "*"
+                cells += [common.fmt(t and t["time_s"] * 1e3, ".3f") + star, common.fmt(t and t["gflops"], ".1f") + star]
+            trows.append(cells)
+        th = ["model", "kernels", "convs"] + [h for w in shown for h in (f"{SHORT[w]} ms", f"{SHORT[w]} GF/s")]
+        common.print_table(
+            th,
+            trows,
+            title=f"{label}: totals over every conv of the model (distinct kernels x count; "
+            "* = some layers failed, left out)",
+        )
+        print()
+        rrows = []
+        for model, s in summary.items():
+            for a, b in ratios:
+                r = s.get(f"{a}/{b}", {})
+                rrows.append(
+                    [
+                        model,
+                        f"{SHORT[a]}/{SHORT[b]}",
+                        common.fmt(r.get("geomean")),
+                        common.fmt(r.get("geomean_count_weighted")),
+                        common.fmt(r.get("total_time_ratio")),
+                        common.fmt(r.get("depthwise_min")),
+                        f"{r.get('layers_compared', 0)}/{s['layers']}",
+                    ]
+                )
+        common.print_table(
+            ["model", "speed ratio", "geomean", "weighted geomean", "total time", "depthwise min", "kernels"],
+            rrows,
+            title=f"{label}: speed ratios a/b (> 1: a is faster): geomean over distinct kernels, geomean weighted "
+            "by count, ratio of total times, the slowest depthwise kernel",
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -549,7 +692,9 @@ def main(argv=None) -> int:
         meta, modules = build_all(selected, args.ways, None, common.target_profile(args), args.records)
     build_s = time.perf_counter() - started
     rows = run_all(dev, selected, meta, modules, args.ways, args.budget, args.input_sets, args.seed)
-    summary = summarize(rows, args.ways)
+    fused = run_fused(dev, selected, meta, modules, rows, args.ways, args.budget, args.input_sets, args.seed)
+    summaries = {"summary": summarize(units(rows), args.ways),
+                 "summary_as_model_runs": summarize(units(rows, fused), args.ways)}
     run_s = time.perf_counter() - started - build_s
     payload = {
         "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
@@ -564,14 +709,17 @@ def main(argv=None) -> int:
         "timing": "median OpenCL event time (cuDNN: CUDA events) after warm-up, input sets rotated",
         "build_s": round(build_s, 1),
         "run_s": round(run_s, 1),
+        "target": meta.get("target"),
         "layers": rows,
-        "summary": summary,
+        "fused": fused,
+        **summaries,
     }
     path = common.write_json(NAME, dev.name, payload, args.results_dir)
     common.log(f"build {build_s:.0f} s, run {run_s:.0f} s; wrote {path}")
-    print_report(rows, summary, args.ways, dev.name)
+    print_report(rows, fused, summaries, args.ways, dev.name)
     bad = [
-        (r["key"], w) for r in rows for w, res in r["results"].items() if "error" in res or not res.get("ok", False)
+        (r["key"], w) for r in [*rows, *fused] for w, res in r["results"].items()
+        if "error" in res or not res.get("ok", False)
     ]
     return 1 if bad else 0
 

@@ -180,6 +180,73 @@ MOBILENETV2 = (
 
 MODELS = {"resnet50": RESNET50, "mobilenetv2": MOBILENETV2}
 
+#: torchvision's ``mobilenet_v2`` inverted residual settings: expansion t, channels c, repeats n, stride s.
+MOBILENETV2_SETTINGS = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2),
+                        (6, 320, 1, 1))
+
+
+def _mobilenetv2_blocks() -> list[tuple[ConvLayer, ...]]:
+    """MobileNetV2's inverted-residual blocks (features.1-17) in order, each its convs as a chain
+    (each conv reads the previous one's output, through batch norm and ReLU6): expand (t > 1), dw, proj.
+    Unnamed geometry, matched to the rows of :data:`MOBILENETV2` by :func:`_row_of`."""
+    blocks, c, hw = [], 32, 112
+    for t, out, n, s in MOBILENETV2_SETTINGS:
+        for i in range(n):
+            stride, mid = s if i == 0 else 1, c * t
+            chain = [_m("", c, hw, mid, 1)] if t != 1 else []
+            chain.append(_dw("", mid, hw, stride))
+            hw //= stride
+            chain.append(_m("", mid, hw, out, 1))
+            blocks.append(tuple(chain))
+            c = out
+    return blocks
+
+
+def _geometry(layer: ConvLayer) -> tuple:
+    return layer.data_shape, layer.weight_shape, layer.strides, layer.padding, layer.dilation, layer.groups
+
+
+def _row_of(model: str, layer: ConvLayer) -> ConvLayer:
+    """The distinct-layer row of ``model`` with ``layer``'s geometry (rows are distinct, so at most one)."""
+    (row,) = [r for r in MODELS[model] if _geometry(r) == _geometry(layer)]
+    return row
+
+
+#: Per model, its conv chains (convs that read the previous conv's output); models without
+#: depthwise convs have no depthwise -> 1x1 pairs to list.
+CHAINS = {"mobilenetv2": _mobilenetv2_blocks}
+
+
+@dataclass(frozen=True)
+class ConvPair:
+    """A depthwise conv row and the 1x1 conv row reading its output, in ``count`` blocks of the model
+    (what ``strategy.fuse_depthwise_pointwise`` may run as one kernel)."""
+
+    depthwise: ConvLayer
+    pointwise: ConvLayer
+    count: int
+
+    @property
+    def key(self) -> str:
+        return f"{self.depthwise.key}+{self.pointwise.name}"
+
+
+def pairs(selected: list[ConvLayer]) -> list[ConvPair]:
+    """The depthwise -> 1x1 pairs among ``selected`` rows (both rows selected), derived from each
+    model's block structure (:data:`CHAINS`; a merged row may feed several 1x1 rows)."""
+    keys = {layer.key for layer in selected}
+    out = []
+    for model in dict.fromkeys(layer.model for layer in selected):
+        counts: dict[tuple[ConvLayer, ConvLayer], int] = {}
+        for chain in CHAINS[model]() if model in CHAINS else ():
+            for a, b in zip(chain, chain[1:]):
+                if a.depthwise and b.weight_shape[2:] == (1, 1) and b.groups == 1:
+                    pair = (_row_of(model, a), _row_of(model, b))
+                    counts[pair] = counts.get(pair, 0) + 1
+        out += [ConvPair(dw, pw, n) for (dw, pw), n in counts.items() if {dw.key, pw.key} <= keys]
+    return out
+
+
 #: Conv layers per model in torchvision and their multiply-adds (MACs), for a self-check.
 EXPECTED = {"resnet50": (53, 4_087_136_256), "mobilenetv2": (52, 299_494_272)}
 
