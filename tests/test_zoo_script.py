@@ -140,6 +140,68 @@ def test_conv_layers_ours_runs_the_strategys_plan(tmp_path):
     assert ratio["depthwise_min_layer"] == dw.key and ratio["depthwise_min"] > 0
 
 
+def test_mobilenetv2_pairs_follow_the_block_structure():
+    """layers.pairs: MobileNetV2's 17 depthwise convs each feed their block's 1x1 projection; a
+    merged depthwise row feeds several projection rows; the blocks reproduce every row's count."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import layers
+
+    rows = layers.MOBILENETV2
+    pairs = layers.pairs(list(rows))
+    assert sum(p.count for p in pairs) == 17 and all(p.depthwise.depthwise for p in pairs)
+    by_dw = {}
+    for p in pairs:
+        by_dw.setdefault(p.depthwise.name, []).append((p.pointwise.name, p.count))
+    assert by_dw["features.8-11.dw"] == [("features.8-10.proj", 3), ("features.11.proj", 1)]
+    assert {k: sum(n for _, n in v) for k, v in by_dw.items()} == {r.name: r.count for r in rows if r.depthwise}
+    counts = {}
+    for block in layers._mobilenetv2_blocks():
+        for conv in block:
+            row = layers._row_of("mobilenetv2", conv)
+            counts[row.name] = counts.get(row.name, 0) + 1
+    assert counts == {r.name: r.count for r in rows[1:-1]}  # all but the stem and features.18
+    assert layers.pairs(layers.layers(["mobilenetv2"], 2)) == [] and layers.pairs(list(layers.RESNET50)) == []
+
+
+def test_conv_layers_fused_pair_as_the_model_runs(tmp_path):
+    """Built for nvidia-h200 (which fuses every depthwise conv into its 1x1 projection), run
+    here without TVM: the pair's row times the strategy's fused kernel, checked against the
+    float64 depthwise-then-1x1 reference; its other ways are the two rows' sums; the summary
+    "as the model runs" counts the pair instead of the depthwise row."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import conv_layers
+    import layers
+
+    from tir_adreno import strategy
+    from tir_adreno.device import get_profile
+
+    stem, dw, pw = layers.layers(["mobilenetv2"], 3)
+    key = f"{dw.key}+{pw.name}"
+    plan = strategy.fuse_depthwise_pointwise(conv_layers.geometry(dw), conv_layers.geometry(pw), get_profile("nvidia-h200"))
+    saved = tmp_path / "saved"
+    script("conv_layers.py", "--models", "mobilenetv2", "--limit", "3", "--only", "ours,upstream",
+           "--build-only", saved, "--target", "nvidia-h200")
+    out = script("conv_layers.py", "--from", saved, "--budget", "0.01", "--input-sets", "1", "--results-dir", tmp_path,
+                 no_tvm=True)
+    (result_file,) = tmp_path.glob("conv_layers-*.json")
+    doc = json.loads(result_file.read_text())
+    (fused,) = doc["fused"]
+    assert fused["key"] == key and fused["count"] == 1 and fused["flops"] == dw.flops + pw.flops
+    ours, up = fused["results"]["ours"], fused["results"]["upstream"]
+    assert ours["ok"] and ours["rel_err"] <= 1e-4 and ours["time_s"] > 0  # output poisoned first
+    assert ours["plan"]["fused"] and ours["plan"]["config"] == plan.config_string
+    rows = {row["key"]: row["results"] for row in doc["layers"]}
+    assert set(rows) == {stem.key, dw.key, pw.key}
+    assert up["time_s"] == rows[dw.key]["upstream"]["time_s"] + rows[pw.key]["upstream"]["time_s"]
+    (dw_line,) = [line for line in out.splitlines() if line.startswith(dw.key + " ")]
+    assert dw_line.rstrip().endswith("fused")
+    per_conv, as_run = (doc[k]["mobilenetv2"] for k in ("summary", "summary_as_model_runs"))
+    assert (per_conv["layers"], per_conv["conv_count"], as_run["layers"], as_run["conv_count"]) == (3, 3, 2, 3)
+    assert per_conv["ours/upstream"]["depthwise_min_layer"] == dw.key
+    assert as_run["ours/upstream"]["depthwise_min_layer"] == key
+    assert out.rindex("as the model runs") > out.rindex("per conv (each conv alone)")
+
+
 def test_conv_configs_buffer_placement_split(tmp_path):
     """conv_configs.py --placement buffer: its own grid (2-D and flat groups, split_k) with
     activations and weights in buffers, plus the "gpu" default on buffers and on textures;
