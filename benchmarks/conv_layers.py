@@ -418,8 +418,7 @@ def run_fused(dev, selected, meta, modules, rows, ways, budget_s: float, input_s
         else:
             inputs = [tuple(rng.standard_normal(shape).astype(np.float32)
                             for shape in (dw.data_shape, dw.weight_shape, pw.weight_shape)) for _ in range(input_sets)]
-            ph, pw_ = dw.padding
-            ref = depthwise_pointwise(*inputs[0], dw.strides, (ph, pw_, ph, pw_), dw.dilation)
+            ref = depthwise_pointwise(*inputs[0], dw.strides, dw.padding * 2, dw.dilation)  # (top, left, bottom, right)
             program = tuning.ConvProgram("direct", modules[(pair.key, "ours")], tuple(case["stages"]))
             packed = [{"X": pack_nchw4c(x), "W_dw": pack_oihw4o(w_dw), "W": pack_oihw4o(w)} for x, w_dw, w in inputs]
             results["ours"] = _timed(lambda: run_packed(dev, program, packed, pw.out_shape[1], ref, budget_s), flops, case)
