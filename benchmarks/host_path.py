@@ -10,11 +10,14 @@ of N tiny buffer kernels (``--chain N``, no TVM), it runs the fast path
 - ``pyopencl+plain``: the same on a queue without profiling;
 - ``ctypes+profiling``: ``clEnqueueNDRangeKernel`` through ctypes, no event, profiling queue
   (with the two above: what the event and what the profiling queue cost, apart);
-- ``ctypes+plain``: the same on the plain queue (the default).
+- ``ctypes+plain``: the same on the plain queue;
+- ``ctypes+plain+pinned``: the same with inputs and outputs staged in pinned host memory
+  (``CompiledModel.use_pinned``; the default). The four above copy from and to ordinary
+  numpy memory, as ``run`` did before.
 
 and reports per way: host us per launch (enqueue only), wall ms per run (upload, launches,
 download, one wait), kernel ms (sum of OpenCL events of a profiled run: the same kernels
-every way), io ms (the run's uploads and downloads alone, no kernels: wall's floor besides
+every way), io ms (the way's uploads and downloads alone, no kernels: wall's floor besides
 launches and kernels) and wall/kernel, medians of ``--repeat`` runs in ``--rounds`` interleaved rounds.
 Every way's outputs must equal the profiled run's bit for bit (exit 1 otherwise).
 
@@ -35,12 +38,13 @@ import numpy as np
 
 from common import add_device_argument, fmt, log, print_table, write_json
 
-#: (name, launcher kind, queue).
+#: (name, launcher kind, queue, pinned staging).
 VARIANTS = (
-    ("pyopencl+profiling", "pyopencl", "profiling"),
-    ("pyopencl+plain", "pyopencl", "plain"),
-    ("ctypes+profiling", "ctypes", "profiling"),
-    ("ctypes+plain", "ctypes", "plain"),
+    ("pyopencl+profiling", "pyopencl", "profiling", False),
+    ("pyopencl+plain", "pyopencl", "plain", False),
+    ("ctypes+profiling", "ctypes", "profiling", False),
+    ("ctypes+plain", "ctypes", "plain", False),
+    ("ctypes+plain+pinned", "ctypes", "plain", True),
 )
 CHAIN_SIZE = 256  # floats per tensor of the chain: tiny kernels, host time dominates
 CHAIN_KERNEL = """
@@ -81,21 +85,22 @@ def _inputs(cm, seed: int = 0) -> dict:
 
 
 def measure(cm, repeat: int, rounds: int) -> dict:
-    """Per variant: host us per launch, wall ms per run, outputs equal to the profiled run's;
-    plus the profiled kernel ms. Variants take turns for ``rounds`` rounds of ``repeat`` runs."""
+    """Per variant: host us per launch, wall ms per run, io ms, outputs equal to the profiled
+    run's; plus the profiled kernel ms. Variants take turns for ``rounds`` rounds of ``repeat`` runs."""
     x = _inputs(cm)
     cm.run(x)  # warm-up: drivers finish compiling on first launch
     kernel_ms = []
     for _ in range(repeat):
         profiled = cm.run(x, profile=True)
         kernel_ms.append(cm.kernel_time_ms())
-    samples = {name: {"launch_us": [], "wall_ms": []} for name, *_ in VARIANTS}
+    samples = {name: {"launch_us": [], "wall_ms": [], "io_ms": []} for name, *_ in VARIANTS}
     match = {name: True for name, *_ in VARIANTS}
     kinds = {}
     for _ in range(rounds):
-        for name, kind, queue in VARIANTS:
+        for name, kind, queue, pinned in VARIANTS:
             cm.use_launcher(kind, queue)
-            kinds[name] = cm.launcher_kind
+            cm.use_pinned(pinned)
+            kinds[name] = (cm.launcher_kind, cm.pinned)
             outputs = cm.run(x)
             match[name] &= all(np.array_equal(a, b, equal_nan=True) for a, b in zip(outputs, profiled))
             for _ in range(repeat):
@@ -103,16 +108,19 @@ def measure(cm, repeat: int, rounds: int) -> dict:
                 cm.run(x)
                 samples[name]["wall_ms"].append((time.perf_counter() - start) * 1e3)
             samples[name]["launch_us"].append(cm.launch_time_us(repeat))
-    cm.use_launcher()  # back to the default ($TIR_ADRENO_LAUNCHER)
+            samples[name]["io_ms"].append(cm.io_time_ms(x, repeat))
+    cm.use_launcher()  # back to the defaults ($TIR_ADRENO_LAUNCHER, $TIR_ADRENO_PINNED)
+    cm.use_pinned()
     io_ms = cm.io_time_ms(x, repeat)
     kernel = statistics.median(kernel_ms)
     variants = {}
-    for name, _, queue in VARIANTS:
+    for name, _, queue, _ in VARIANTS:
         wall = statistics.median(samples[name]["wall_ms"])
         variants[name] = {
-            "launcher": kinds[name], "queue": queue,
+            "launcher": kinds[name][0], "queue": queue, "pinned": kinds[name][1],
             "launch_us": statistics.median(samples[name]["launch_us"]),
-            "wall_ms": wall, "wall_over_kernel": wall / kernel if kernel > 0 else None,
+            "wall_ms": wall, "io_ms": statistics.median(samples[name]["io_ms"]),
+            "wall_over_kernel": wall / kernel if kernel > 0 else None,
             "outputs_match": match[name],
         }
     return {"kernel_ms": kernel, "io_ms": io_ms, "launches": cm.launch_count, "calls": len(cm.plan.calls), "variants": variants,
@@ -180,8 +188,9 @@ def main(argv=None):
         results.append(entry)
         for variant, v in entry["variants"].items():
             ok &= v["outputs_match"]
-            rows.append([name, variant, str(entry["launches"]), fmt(v["launch_us"], ".2f"), fmt(v["wall_ms"], ".3f"),
-                         fmt(entry["kernel_ms"], ".3f"), fmt(entry["io_ms"], ".3f"), fmt(v["wall_over_kernel"], ".2f"),
+            refused = " (refused: ordinary memory)" if v["pinned"] != variant.endswith("+pinned") else ""
+            rows.append([name, variant + refused, str(entry["launches"]), fmt(v["launch_us"], ".2f"), fmt(v["wall_ms"], ".3f"),
+                         fmt(entry["kernel_ms"], ".3f"), fmt(v["io_ms"], ".3f"), fmt(v["wall_over_kernel"], ".2f"),
                          "yes" if v["outputs_match"] and entry.get("chain_correct", True) else "NO"])
     lib = launcher.library()
     path = write_json("host_path", device.name, {
@@ -190,7 +199,8 @@ def main(argv=None):
     print_table(
         ["model", "way", "launches", "host us/launch", "wall ms", "kernel ms", "io ms", "wall/kernel", "outputs ok"], rows,
         title=f"host launch path on {device.name}: medians of {args.repeat} x {args.rounds} runs; kernel ms = "
-        f"sum of OpenCL events of a profiled run; io ms = uploads + downloads alone (JSON: {path})",
+        f"sum of OpenCL events of a profiled run; io ms = the way's uploads + downloads alone; +pinned: "
+        f"through pinned host memory, the others through ordinary numpy memory (JSON: {path})",
     )
     return 0 if ok else 1
 

@@ -167,6 +167,7 @@ def test_help_documents_exit_codes(run_cli):
 @pytest.mark.parametrize("variable, allowed", [
     ("TIR_ADRENO_CHECK_BOUNDS", "0 or 1"),
     ("TIR_ADRENO_LAUNCHER", "auto, ctypes, pyopencl"),
+    ("TIR_ADRENO_PINNED", "0 or 1"),
 ])
 def test_garbage_environment_setting(run_cli, tiny_onnx, command, variable, allowed):
     args = ["run", str(tiny_onnx)] if command == "run" else ["kernels"]

@@ -80,7 +80,7 @@ def test_models_e2e_takes_onnx_models(onnx_dir, tmp_path):
     # launch_us: the fast run's path (ctypes, no events), next to the old unbound path
     assert entry["ours"]["launcher"] == "ctypes" and entry["ours"]["launch_us"] > 0 and entry["ours"]["launch_us_unbound"] > 0
     assert entry["ours"]["io_ms"] > 0 and entry["ours"]["wall_ms"] > 0  # both measured (their order is timing, not asserted)
-    # benchmarks/host_path.py on the same saved model, without TVM: four ways, same bits
+    # benchmarks/host_path.py on the same saved model, without TVM: five ways, same bits
     out = script("host_path.py", "--from", saved, "--chain", "6", "--repeat", "2", "--rounds", "1", "--results-dir", tmp_path,
                  no_tvm=True)
     assert out.splitlines()[-1].startswith("chain6  ")  # the table comes last
@@ -89,10 +89,12 @@ def test_models_e2e_takes_onnx_models(onnx_dir, tmp_path):
     assert (tiny["model"], chain["model"], chain["launches"], chain["chain_correct"]) == ("tiny", "chain6", 6, True)
     for entry in (tiny, chain):
         assert entry["kernel_ms"] > 0 and entry["io_ms"] > 0
-        kinds = {name: (v["launcher"], v["queue"]) for name, v in entry["variants"].items()}
-        assert kinds == {"pyopencl+profiling": ("pyopencl", "profiling"), "pyopencl+plain": ("pyopencl", "plain"),
-                         "ctypes+profiling": ("ctypes", "profiling"), "ctypes+plain": ("ctypes", "plain")}
-        assert all(v["outputs_match"] and v["launch_us"] > 0 and v["wall_ms"] > 0 for v in entry["variants"].values())
+        kinds = {name: (v["launcher"], v["queue"], v["pinned"]) for name, v in entry["variants"].items()}
+        assert kinds == {"pyopencl+profiling": ("pyopencl", "profiling", False), "pyopencl+plain": ("pyopencl", "plain", False),
+                         "ctypes+profiling": ("ctypes", "profiling", False), "ctypes+plain": ("ctypes", "plain", False),
+                         "ctypes+plain+pinned": ("ctypes", "plain", True)}
+        assert all(v["outputs_match"] and v["launch_us"] > 0 and v["wall_ms"] > 0 and v["io_ms"] > 0
+                   for v in entry["variants"].values())
 
 
 def test_conv_layers_ours_runs_the_strategys_plan(tmp_path):

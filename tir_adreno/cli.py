@@ -75,11 +75,12 @@ EXIT_CODES = """exit codes:
 
 def check_environment() -> None:
     """Settings read from the environment, validated before any work."""
-    from . import bounds, launcher
+    from . import bounds, launcher, runtime
 
     try:
         bounds.enabled()
         launcher.requested()
+        runtime.pinned_requested()
     except ValueError as err:
         raise UserError(str(err)) from None
 

@@ -209,6 +209,8 @@ class CompiledModel:
         self._bind()
         self._input_tensors = [self._tensors[i] for _, i in plan.inputs]
         self._output_tensors = [self._tensors[i] for i in plan.outputs]
+        self._staging: tuple[list, list] | None = None  # pinned (inputs, outputs); see use_pinned
+        self.use_pinned()
 
     # -- setup ----------------------------------------------------------------------------
     def _spec(self, i: int) -> TensorSpec:
@@ -252,6 +254,32 @@ class CompiledModel:
         sanitized = any(b.bounds is not None for b in self._bound)
         self.launcher = None if sanitized else launcher.make_launcher(self._queue, self._launches, kind)
 
+    def use_pinned(self, enabled: bool | None = None) -> None:
+        """Whether the fast run stages inputs and outputs in pinned host memory: one
+        :class:`runtime.PinnedHost` per model input and output, allocated and mapped here, once
+        (``enabled`` None: ``$TIR_ADRENO_PINNED``, default 1). Each run copies its inputs into
+        them, the device copies from and to them directly, and the outputs are copied out after
+        the one wait. Where the device refuses: a ``PinnedMemoryWarning`` and the ordinary path."""
+        enabled = runtime.pinned_requested() if enabled is None else bool(enabled)
+        self.release()
+        if enabled:
+            pins = runtime.pin(self.device, self._input_tensors + self._output_tensors)
+            if pins is not None:
+                n = len(self._input_tensors)
+                self._staging = (pins[:n], pins[n:])
+
+    @property
+    def pinned(self) -> bool:
+        """Whether the fast run goes through pinned staging (:meth:`use_pinned`)."""
+        return self._staging is not None
+
+    def release(self) -> None:
+        """Unmap and free the pinned staging (later fast runs take the ordinary path until
+        :meth:`use_pinned`); the model's device memory goes with the model itself."""
+        staging, self._staging = self._staging, None
+        for pin in staging[0] + staging[1] if staging else ():
+            pin.release()
+
     def _enqueue_fast(self) -> None:
         if self.launcher is not None:
             self.launcher.enqueue()
@@ -292,7 +320,8 @@ class CompiledModel:
         (``profile=False``) enqueues the uploads, every kernel (arguments were set
         when the model was loaded; :meth:`use_launcher` says how) and the downloads
         on the device's queue without profiling, then waits once at the end; it
-        keeps no events. ``profile=True`` runs on the profiling queue, poisons the
+        keeps no events; inputs and outputs go through pinned host memory
+        (:meth:`use_pinned`). ``profile=True`` runs on the profiling queue, poisons the
         outputs first (an element no kernel wrote comes back NaN) and records every
         kernel's OpenCL event time for :meth:`profile` and :meth:`kernel_time_ms`.
         Either way the run's queue is finished before ``run`` returns, so the two
@@ -312,24 +341,33 @@ class CompiledModel:
             else:
                 self._enqueue_fast()
 
-        outputs = self._transfer(arrays, queue, kernels)
+        outputs = self._transfer(arrays, queue, kernels, pinned=not profile)
         for loaded in self._loaded.values():  # sanitized builds ($TIR_ADRENO_CHECK_BOUNDS) raise here
             loaded.check_bounds()
         if profile:
             self._times_ms = [sum(runtime.event_seconds(e) for e in evs) * 1e3 for evs in events]
         return [out.astype(t.spec.dtype, copy=False) for t, out in zip(self._output_tensors, outputs)]
 
-    def _transfer(self, arrays, queue, kernels) -> list[np.ndarray]:
+    def _transfer(self, arrays, queue, kernels, pinned: bool = True) -> list[np.ndarray]:
         """Enqueue the uploads of ``arrays``, then ``kernels()``, then the downloads, all on
-        ``queue``, and wait: the outputs in their storage dtype."""
+        ``queue``, and wait: the outputs in their storage dtype, new arrays. With ``pinned``
+        and staging (:meth:`use_pinned`) the transfers go through the pinned arrays."""
+        staging = self._staging if pinned else None
+        if staging is not None:
+            for pin, x in zip(staging[0], arrays):
+                np.copyto(pin.array, x)  # the previous run finished: its upload read it already
+            arrays = [pin.array for pin in staging[0]]
+            outputs = [pin.array for pin in staging[1]]
+        else:
+            outputs = [np.empty(t.shape, t.spec.storage_dtype) for t in self._output_tensors]
         for t, x in zip(self._input_tensors, arrays):
             t.enqueue_upload(x, queue)
         kernels()
-        outputs = [np.empty(t.shape, t.spec.storage_dtype) for t in self._output_tensors]
         for t, out in zip(self._output_tensors, outputs):
             t.enqueue_download(out, queue)
         queue.finish()
-        return outputs
+        # The next run overwrites the pinned arrays: never hand them out.
+        return outputs if staging is None else [out.copy() for out in outputs]
 
     def io_time_ms(self, inputs, repeat: int = 20) -> float:
         """Median wall ms of a fast run's uploads and downloads alone (no kernels, same queue):

@@ -10,6 +10,7 @@ import contextlib
 import math
 import os
 import statistics
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -153,6 +154,65 @@ class Tensor:
 
     def poison(self) -> "Tensor":
         return self.upload(np.full(self.spec.shape, POISON[self.spec.dtype], self.spec.dtype))
+
+
+#: ``$TIR_ADRENO_PINNED``: 1 (default) stages a model's inputs and outputs in pinned host memory.
+PINNED_ENV = "TIR_ADRENO_PINNED"
+
+
+class PinnedMemoryWarning(RuntimeWarning):
+    """The device refused pinned host memory; transfers go through ordinary numpy memory."""
+
+
+def pinned_requested() -> bool:
+    """``$TIR_ADRENO_PINNED`` (0 or 1, default 1); ValueError naming the variable otherwise."""
+    value = os.environ.get(PINNED_ENV, "").strip() or "1"
+    if value not in ("0", "1"):
+        raise ValueError(f"${PINNED_ENV} must be 0 or 1, got {value!r}")
+    return value == "1"
+
+
+class PinnedHost:
+    """A host array the device copies from and to directly: a buffer allocated with
+    ``ALLOC_HOST_PTR`` (pinned by drivers such as NVIDIA's), mapped once into :attr:`array`.
+    A copy from ordinary numpy memory goes through the driver's own pinned bounce buffer:
+    one more host copy and a synchronous stage per transfer. :meth:`release` unmaps it."""
+
+    def __init__(self, device: "Device", shape, dtype, queue):
+        dtype = np.dtype(dtype)
+        nbytes = max(1, math.prod(shape) * dtype.itemsize)
+        self.queue = queue
+        self.buffer = cl.Buffer(device.context, cl.mem_flags.READ_WRITE | cl.mem_flags.ALLOC_HOST_PTR, nbytes)
+        try:
+            self.array, _ = cl.enqueue_map_buffer(
+                queue, self.buffer, cl.map_flags.READ | cl.map_flags.WRITE, 0, tuple(shape), dtype, is_blocking=True)
+        except cl.Error:
+            self.buffer.release()
+            raise
+
+    def release(self) -> None:
+        """Unmap and free (idempotent); :attr:`array` must not be used afterwards."""
+        if self.array is not None:
+            self.array.base.release(self.queue)
+            self.queue.finish()
+            self.array = None
+            self.buffer.release()
+
+
+def pin(device: "Device", tensors) -> list[PinnedHost] | None:
+    """A :class:`PinnedHost` of each tensor's shape and storage dtype, mapped on the device's
+    plain queue; None, with one :class:`PinnedMemoryWarning`, where the device refuses."""
+    pins = []
+    try:
+        for t in tensors:
+            pins.append(PinnedHost(device, t.shape, t.spec.storage_dtype, device.plain_queue))
+    except cl.Error as err:
+        for p in pins:
+            p.release()
+        warnings.warn(f"{device.name} refused pinned host memory ({err}); uploads and downloads go through "
+                      f"ordinary memory", PinnedMemoryWarning, stacklevel=3)
+        return None
+    return pins
 
 
 class BoundCall:
