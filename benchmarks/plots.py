@@ -79,7 +79,7 @@ def plot_models_e2e(doc, out: Path):
     results = doc["results"]
     labels = [r["model"] for r in results]
     series = {
-        "ours (textures)": [r["ours"]["kernel_ms"] for r in results],
+        "ours (the profile's placement)": [r["ours"]["kernel_ms"] for r in results],
         "upstream TVM OpenCL": [r["upstream"]["kernel_ms"] for r in results],
     }
     if all(r.get("cudnn") for r in results):
