@@ -89,6 +89,30 @@ def pixel_grid(layers: int, rows: int, cols: int, max_threads: int = 64) -> Pixe
     return PixelGrid(layers, rows, cols, ty, tx)
 
 
+def pixel_launch():
+    """A macro ``launch(grid, rows, cols, name, body)``: one work item per (layer, row, column) of
+    ``grid`` (:func:`pixel_grid`), guarded to ``rows`` x ``cols``, each running
+    ``body(vz, vh, vw)`` in a block named ``name``. A fresh macro per kernel: TVM suffixes the
+    block names of a macro's second and later expansions (``pixel_1``, ...), and a kernel's
+    text must not depend on what was built before it."""
+
+    @T.macro
+    def launch(grid, rows, cols, name, body):
+        for z in T.thread_binding(grid.layers, thread="blockIdx.z"):
+            for by in T.thread_binding(grid.by, thread="blockIdx.y"):
+                for bx in T.thread_binding(grid.bx, thread="blockIdx.x"):
+                    for ty in T.thread_binding(grid.ty, thread="threadIdx.y"):
+                        for tx in T.thread_binding(grid.tx, thread="threadIdx.x"):
+                            with T.sblock(name):
+                                vz = T.axis.spatial(grid.layers, z)
+                                vh = T.axis.spatial(rows, by * grid.ty + ty)
+                                vw = T.axis.spatial(cols, bx * grid.tx + tx)
+                                T.where(by * grid.ty + ty < rows and bx * grid.tx + tx < cols)
+                                body(vz, vh, vw)
+
+    return launch
+
+
 @T.macro(hygienic=False)
 def load_pixel(dst, src, n, c, h, w):
     """``dst[0:4] = src[n, c, h, w, 0:4]``, one texture read."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from tvm.script import tirx as T
 
-from ._common import LANES, TEXTURE, blocked, check_dtype, check_scope, load_pixel, pixel_grid, select_params, store_pixel
+from ._common import LANES, TEXTURE, blocked, check_dtype, check_scope, load_pixel, pixel_grid, pixel_launch, select_params, store_pixel
 
 MAX_INPUTS = 4
 _NAMES = ("A", "B", "C", "D")
@@ -42,6 +42,39 @@ def concat_channels(n: int, channels, h: int, w: int, dtype: str = "float32", sc
     first_block = [o // LANES for o in offsets] + [c4] * (MAX_INPUTS - k)
     g = pixel_grid(n * c4, h, w)
 
+    launch = pixel_launch()
+
+    @T.macro
+    def per_pixel(A, B, C, D, Y, vz, vh, vw):
+        px = T.sblock_alloc_buffer((4,), dtype, scope="local")
+        src = T.sblock_alloc_buffer((4,), dtype, scope="local")
+        if aligned:
+            # Output block cb is block cb - first_block[i] of input i. The
+            # `k ==` tests run at parse time: no branch names a dropped input
+            # (the printed TVMScript must parse back, see test_script_roundtrip).
+            if vz % c4 < first_block[1]:
+                load_pixel(px, A, vz // c4, vz % c4, vh, vw)
+            elif k == 2:
+                load_pixel(px, B, vz // c4, vz % c4 - first_block[1], vh, vw)
+            elif vz % c4 < first_block[2]:
+                load_pixel(px, B, vz // c4, vz % c4 - first_block[1], vh, vw)
+            elif k == 3:
+                load_pixel(px, C, vz // c4, vz % c4 - first_block[2], vh, vw)
+            elif vz % c4 < first_block[3]:
+                load_pixel(px, C, vz // c4, vz % c4 - first_block[2], vh, vw)
+            else:
+                load_pixel(px, D, vz // c4, vz % c4 - first_block[3], vh, vw)
+        else:
+            for lane in T.unroll(4):
+                px[lane] = T.Cast(dtype, 0)
+            pick_lanes(px, src, A, vz // c4, vz % c4, vh, vw, offsets[0], channels[0])
+            pick_lanes(px, src, B, vz // c4, vz % c4, vh, vw, offsets[1], channels[1])
+            if k > 2:
+                pick_lanes(px, src, C, vz // c4, vz % c4, vh, vw, offsets[2], channels[2])
+            if k > 3:
+                pick_lanes(px, src, D, vz // c4, vz % c4, vh, vw, offsets[3], channels[3])
+        store_pixel(Y, vz // c4, vz % c4, vh, vw, px)
+
     @T.prim_func(s_tir=True)
     def func(a: T.handle, b: T.handle, c: T.handle, d: T.handle, out: T.handle):
         T.func_attr({"global_symbol": "concat_channels", "tirx.noalias": True})
@@ -50,44 +83,7 @@ def concat_channels(n: int, channels, h: int, w: int, dtype: str = "float32", sc
         C = T.match_buffer(c, (n, blocks[2], h, w, 4), dtype, scope=scope)
         D = T.match_buffer(d, (n, blocks[3], h, w, 4), dtype, scope=scope)
         Y = T.match_buffer(out, (n, c4, h, w, 4), dtype, scope=scope)
-        for z in T.thread_binding(g.layers, thread="blockIdx.z"):
-            for by in T.thread_binding(g.by, thread="blockIdx.y"):
-                for bx in T.thread_binding(g.bx, thread="blockIdx.x"):
-                    for ty in T.thread_binding(g.ty, thread="threadIdx.y"):
-                        for tx in T.thread_binding(g.tx, thread="threadIdx.x"):
-                            with T.sblock("concat"):
-                                vz = T.axis.spatial(g.layers, z)
-                                vh = T.axis.spatial(h, by * g.ty + ty)
-                                vw = T.axis.spatial(w, bx * g.tx + tx)
-                                T.where(by * g.ty + ty < h and bx * g.tx + tx < w)
-                                px = T.sblock_alloc_buffer((4,), dtype, scope="local")
-                                src = T.sblock_alloc_buffer((4,), dtype, scope="local")
-                                if aligned:
-                                    # Output block cb is block cb - first_block[i] of input i. The
-                                    # `k ==` tests run at parse time: no branch names a dropped input
-                                    # (the printed TVMScript must parse back, see test_script_roundtrip).
-                                    if vz % c4 < first_block[1]:
-                                        load_pixel(px, A, vz // c4, vz % c4, vh, vw)
-                                    elif k == 2:
-                                        load_pixel(px, B, vz // c4, vz % c4 - first_block[1], vh, vw)
-                                    elif vz % c4 < first_block[2]:
-                                        load_pixel(px, B, vz // c4, vz % c4 - first_block[1], vh, vw)
-                                    elif k == 3:
-                                        load_pixel(px, C, vz // c4, vz % c4 - first_block[2], vh, vw)
-                                    elif vz % c4 < first_block[3]:
-                                        load_pixel(px, C, vz // c4, vz % c4 - first_block[2], vh, vw)
-                                    else:
-                                        load_pixel(px, D, vz // c4, vz % c4 - first_block[3], vh, vw)
-                                else:
-                                    for lane in T.unroll(4):
-                                        px[lane] = T.Cast(dtype, 0)
-                                    pick_lanes(px, src, A, vz // c4, vz % c4, vh, vw, offsets[0], channels[0])
-                                    pick_lanes(px, src, B, vz // c4, vz % c4, vh, vw, offsets[1], channels[1])
-                                    if k > 2:
-                                        pick_lanes(px, src, C, vz // c4, vz % c4, vh, vw, offsets[2], channels[2])
-                                    if k > 3:
-                                        pick_lanes(px, src, D, vz // c4, vz % c4, vh, vw, offsets[3], channels[3])
-                                store_pixel(Y, vz // c4, vz % c4, vh, vw, px)
+        launch(g, h, w, "concat", lambda vz, vh, vw: per_pixel(A, B, C, D, Y, vz, vh, vw))
 
     return select_params(func, [*_NAMES[:k], "Y"])
 

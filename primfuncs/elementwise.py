@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from tvm.script import tirx as T
 
-from ._common import BUFFER, LANES, TEXTURE, check_dtype, check_scope, clamp, load_pixel, pixel_grid, select_params, store_pixel
+from ._common import BUFFER, LANES, TEXTURE, check_dtype, check_scope, clamp, load_pixel, pixel_grid, pixel_launch, select_params, store_pixel
 from .epilogue import ACTIVATIONS, activate
 
 BINARY_OPS = {
@@ -49,6 +49,33 @@ def _pixelwise(shape, name: str, fn, second, dtype: str, scope: str, out_scope: 
     g = pixel_grid(n * c4, h, w)
     bh, bw = (1, 1) if second == "channel" else (h, w)
 
+    launch = pixel_launch()
+
+    @T.macro
+    def per_pixel(A, B, Scale, Bias, C, vz, vh, vw):
+        x = T.sblock_alloc_buffer((4,), dtype, scope="local")
+        y = T.sblock_alloc_buffer((4,), dtype, scope="local")
+        s = T.sblock_alloc_buffer((4,), dtype, scope="local")
+        load_pixel(x, A, vz // c4, vz % c4, vh, vw)
+        if second == "tensor":
+            load_pixel(y, B, vz // c4, vz % c4, vh, vw)
+        if second == "channel":
+            load_pixel(y, B, vz // c4, vz % c4, 0, 0)
+        if second == "affine":
+            for lane in T.vectorized(4):
+                s[lane] = Scale[vz % c4, lane]
+        if second in ("bias", "affine"):
+            for lane in T.vectorized(4):
+                y[lane] = Bias[vz % c4, lane]
+        for lane in T.unroll(4):
+            if second is None:
+                x[lane] = fn(x[lane])
+            elif second == "affine":
+                x[lane] = fn(x[lane], s[lane], y[lane])
+            else:
+                x[lane] = fn(x[lane], y[lane])
+        store_pixel(C, vz // c4, vz % c4, vh, vw, x)
+
     @T.prim_func(s_tir=True)
     def func(a: T.handle, b: T.handle, scale: T.handle, bias: T.handle, c: T.handle):
         T.func_attr({"global_symbol": name, "tirx.noalias": True})
@@ -57,38 +84,7 @@ def _pixelwise(shape, name: str, fn, second, dtype: str, scope: str, out_scope: 
         Scale = T.match_buffer(scale, (c4, 4), dtype, scope=BUFFER)
         Bias = T.match_buffer(bias, (c4, 4), dtype, scope=BUFFER)
         C = T.match_buffer(c, (n, c4, h, w, 4), dtype, scope=out_scope)
-        for z in T.thread_binding(g.layers, thread="blockIdx.z"):
-            for by in T.thread_binding(g.by, thread="blockIdx.y"):
-                for bx in T.thread_binding(g.bx, thread="blockIdx.x"):
-                    for ty in T.thread_binding(g.ty, thread="threadIdx.y"):
-                        for tx in T.thread_binding(g.tx, thread="threadIdx.x"):
-                            with T.sblock("pixel"):
-                                vz = T.axis.spatial(g.layers, z)
-                                vh = T.axis.spatial(h, by * g.ty + ty)
-                                vw = T.axis.spatial(w, bx * g.tx + tx)
-                                T.where(by * g.ty + ty < h and bx * g.tx + tx < w)
-                                x = T.sblock_alloc_buffer((4,), dtype, scope="local")
-                                y = T.sblock_alloc_buffer((4,), dtype, scope="local")
-                                s = T.sblock_alloc_buffer((4,), dtype, scope="local")
-                                load_pixel(x, A, vz // c4, vz % c4, vh, vw)
-                                if second == "tensor":
-                                    load_pixel(y, B, vz // c4, vz % c4, vh, vw)
-                                if second == "channel":
-                                    load_pixel(y, B, vz // c4, vz % c4, 0, 0)
-                                if second == "affine":
-                                    for lane in T.vectorized(4):
-                                        s[lane] = Scale[vz % c4, lane]
-                                if second in ("bias", "affine"):
-                                    for lane in T.vectorized(4):
-                                        y[lane] = Bias[vz % c4, lane]
-                                for lane in T.unroll(4):
-                                    if second is None:
-                                        x[lane] = fn(x[lane])
-                                    elif second == "affine":
-                                        x[lane] = fn(x[lane], s[lane], y[lane])
-                                    else:
-                                        x[lane] = fn(x[lane], y[lane])
-                                store_pixel(C, vz // c4, vz % c4, vh, vw, x)
+        launch(g, h, w, "pixel", lambda vz, vh, vw: per_pixel(A, B, Scale, Bias, C, vz, vh, vw))
 
     inputs = {None: ["A"], "tensor": ["A", "B"], "channel": ["A", "B"], "bias": ["A", "Bias"], "affine": ["A", "Scale", "Bias"]}[second]
     return select_params(func, [*inputs, "C"])

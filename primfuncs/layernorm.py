@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from tvm.script import tirx as T
 
-from ._common import BUFFER, LANES, TEXTURE, check_dtype, check_positive, check_scope, load_pixel, pixel_grid, store_pixel
+from ._common import BUFFER, LANES, TEXTURE, check_dtype, check_positive, check_scope, load_pixel, pixel_grid, pixel_launch, store_pixel
 
 
 def layer_norm_channels(shape, channels: int, epsilon: float = 1e-5, dtype: str = "float32", scope: str = TEXTURE):
@@ -31,6 +31,36 @@ def layer_norm_channels(shape, channels: int, epsilon: float = 1e-5, dtype: str 
     g = pixel_grid(n, h, w)
     zero, count = T.FloatImm(dtype, 0.0), T.FloatImm(dtype, float(channels))
 
+    launch = pixel_launch()
+
+    @T.macro
+    def per_pixel(X, Gamma, Beta, Y, vn, vh, vw):
+        px = T.sblock_alloc_buffer((4,), dtype, scope="local")
+        out = T.sblock_alloc_buffer((4,), dtype, scope="local")
+        gb = T.sblock_alloc_buffer((2, 4), dtype, scope="local")
+        stats = T.sblock_alloc_buffer((2,), dtype, scope="local")  # mean, variance
+        stats[0] = zero
+        for cb in range(c4):
+            load_pixel(px, X, vn, cb, vh, vw)
+            for lane in T.unroll(4):
+                stats[0] = stats[0] + T.Select(cb * 4 + lane < channels, px[lane], zero)
+        stats[0] = stats[0] / count
+        stats[1] = zero
+        for cb in range(c4):
+            load_pixel(px, X, vn, cb, vh, vw)
+            for lane in T.unroll(4):
+                stats[1] = stats[1] + T.Select(cb * 4 + lane < channels, (px[lane] - stats[0]) * (px[lane] - stats[0]), zero)
+        stats[1] = T.FloatImm(dtype, 1.0) / T.sqrt(stats[1] / count + T.FloatImm(dtype, float(epsilon)))
+        for cb in range(c4):
+            load_pixel(px, X, vn, cb, vh, vw)
+            for lane in T.vectorized(4):
+                gb[0, lane] = Gamma[cb, lane]
+            for lane in T.vectorized(4):
+                gb[1, lane] = Beta[cb, lane]
+            for lane in T.unroll(4):
+                out[lane] = (px[lane] - stats[0]) * stats[1] * gb[0, lane] + gb[1, lane]
+            store_pixel(Y, vn, cb, vh, vw, out)
+
     @T.prim_func(s_tir=True)
     def func(x: T.handle, gamma: T.handle, beta: T.handle, y: T.handle):
         T.func_attr({"global_symbol": "layer_norm_channels", "tirx.noalias": True})
@@ -38,40 +68,6 @@ def layer_norm_channels(shape, channels: int, epsilon: float = 1e-5, dtype: str 
         Gamma = T.match_buffer(gamma, (c4, 4), dtype, scope=BUFFER)
         Beta = T.match_buffer(beta, (c4, 4), dtype, scope=BUFFER)
         Y = T.match_buffer(y, (n, c4, h, w, 4), dtype, scope=scope)
-        for z in T.thread_binding(g.layers, thread="blockIdx.z"):
-            for by in T.thread_binding(g.by, thread="blockIdx.y"):
-                for bx in T.thread_binding(g.bx, thread="blockIdx.x"):
-                    for ty in T.thread_binding(g.ty, thread="threadIdx.y"):
-                        for tx in T.thread_binding(g.tx, thread="threadIdx.x"):
-                            with T.sblock("pixel"):
-                                vn = T.axis.spatial(g.layers, z)
-                                vh = T.axis.spatial(h, by * g.ty + ty)
-                                vw = T.axis.spatial(w, bx * g.tx + tx)
-                                T.where(by * g.ty + ty < h and bx * g.tx + tx < w)
-                                px = T.sblock_alloc_buffer((4,), dtype, scope="local")
-                                out = T.sblock_alloc_buffer((4,), dtype, scope="local")
-                                gb = T.sblock_alloc_buffer((2, 4), dtype, scope="local")
-                                stats = T.sblock_alloc_buffer((2,), dtype, scope="local")  # mean, variance
-                                stats[0] = zero
-                                for cb in range(c4):
-                                    load_pixel(px, X, vn, cb, vh, vw)
-                                    for lane in T.unroll(4):
-                                        stats[0] = stats[0] + T.Select(cb * 4 + lane < channels, px[lane], zero)
-                                stats[0] = stats[0] / count
-                                stats[1] = zero
-                                for cb in range(c4):
-                                    load_pixel(px, X, vn, cb, vh, vw)
-                                    for lane in T.unroll(4):
-                                        stats[1] = stats[1] + T.Select(cb * 4 + lane < channels, (px[lane] - stats[0]) * (px[lane] - stats[0]), zero)
-                                stats[1] = T.FloatImm(dtype, 1.0) / T.sqrt(stats[1] / count + T.FloatImm(dtype, float(epsilon)))
-                                for cb in range(c4):
-                                    load_pixel(px, X, vn, cb, vh, vw)
-                                    for lane in T.vectorized(4):
-                                        gb[0, lane] = Gamma[cb, lane]
-                                    for lane in T.vectorized(4):
-                                        gb[1, lane] = Beta[cb, lane]
-                                    for lane in T.unroll(4):
-                                        out[lane] = (px[lane] - stats[0]) * stats[1] * gb[0, lane] + gb[1, lane]
-                                    store_pixel(Y, vn, cb, vh, vw, out)
+        launch(g, h, w, "pixel", lambda vz, vh, vw: per_pixel(X, Gamma, Beta, Y, vz, vh, vw))
 
     return func

@@ -20,6 +20,7 @@ from ._common import (
     check_scope,
     load_pixel,
     pixel_grid,
+    pixel_launch,
     store_pixel,
 )
 
@@ -63,36 +64,32 @@ def _pack_activation(n, c, h, w, dtype, scope, name, channels_last):
     src_shape = (n, h, w, c) if channels_last else (n, c, h, w)
     g = pixel_grid(n * c4, h, w)
 
+    launch = pixel_launch()
+
+    @T.macro
+    def per_pixel(A, B, vz, vh, vw):
+        x = T.sblock_alloc_buffer((4,), dtype, scope="local")
+        for lane in T.unroll(4):
+            if channels_last:
+                x[lane] = T.if_then_else(
+                    (vz % c4) * 4 + lane < c,
+                    A[vz // c4, vh, vw, T.min((vz % c4) * 4 + lane, c - 1)],
+                    T.Cast(dtype, 0),
+                )
+            else:
+                x[lane] = T.if_then_else(
+                    (vz % c4) * 4 + lane < c,
+                    A[vz // c4, T.min((vz % c4) * 4 + lane, c - 1), vh, vw],
+                    T.Cast(dtype, 0),
+                )
+        store_pixel(B, vz // c4, vz % c4, vh, vw, x)
+
     @T.prim_func(s_tir=True)
     def func(a: T.handle, b: T.handle):
         T.func_attr({"global_symbol": name, "tirx.noalias": True})
         A = T.match_buffer(a, src_shape, dtype, scope=BUFFER)
         B = T.match_buffer(b, (n, c4, h, w, 4), dtype, scope=scope)
-        for z in T.thread_binding(g.layers, thread="blockIdx.z"):
-            for by in T.thread_binding(g.by, thread="blockIdx.y"):
-                for bx in T.thread_binding(g.bx, thread="blockIdx.x"):
-                    for ty in T.thread_binding(g.ty, thread="threadIdx.y"):
-                        for tx in T.thread_binding(g.tx, thread="threadIdx.x"):
-                            with T.sblock("pack"):
-                                vz = T.axis.spatial(g.layers, z)
-                                vh = T.axis.spatial(h, by * g.ty + ty)
-                                vw = T.axis.spatial(w, bx * g.tx + tx)
-                                T.where(by * g.ty + ty < h and bx * g.tx + tx < w)
-                                x = T.sblock_alloc_buffer((4,), dtype, scope="local")
-                                for lane in T.unroll(4):
-                                    if channels_last:
-                                        x[lane] = T.if_then_else(
-                                            (vz % c4) * 4 + lane < c,
-                                            A[vz // c4, vh, vw, T.min((vz % c4) * 4 + lane, c - 1)],
-                                            T.Cast(dtype, 0),
-                                        )
-                                    else:
-                                        x[lane] = T.if_then_else(
-                                            (vz % c4) * 4 + lane < c,
-                                            A[vz // c4, T.min((vz % c4) * 4 + lane, c - 1), vh, vw],
-                                            T.Cast(dtype, 0),
-                                        )
-                                store_pixel(B, vz // c4, vz % c4, vh, vw, x)
+        launch(g, h, w, "pack", lambda vz, vh, vw: per_pixel(A, B, vz, vh, vw))
 
     return func
 
@@ -104,29 +101,25 @@ def _unpack_activation(n, c, h, w, dtype, scope, name, channels_last):
     dst_shape = (n, h, w, c) if channels_last else (n, c, h, w)
     g = pixel_grid(n * c4, h, w)
 
+    launch = pixel_launch()
+
+    @T.macro
+    def per_pixel(A, B, vz, vh, vw):
+        x = T.sblock_alloc_buffer((4,), dtype, scope="local")
+        load_pixel(x, A, vz // c4, vz % c4, vh, vw)
+        for lane in T.unroll(4):
+            if (vz % c4) * 4 + lane < c:
+                if channels_last:
+                    B[vz // c4, vh, vw, (vz % c4) * 4 + lane] = x[lane]
+                else:
+                    B[vz // c4, (vz % c4) * 4 + lane, vh, vw] = x[lane]
+
     @T.prim_func(s_tir=True)
     def func(a: T.handle, b: T.handle):
         T.func_attr({"global_symbol": name, "tirx.noalias": True})
         A = T.match_buffer(a, (n, c4, h, w, 4), dtype, scope=scope)
         B = T.match_buffer(b, dst_shape, dtype, scope=BUFFER)
-        for z in T.thread_binding(g.layers, thread="blockIdx.z"):
-            for by in T.thread_binding(g.by, thread="blockIdx.y"):
-                for bx in T.thread_binding(g.bx, thread="blockIdx.x"):
-                    for ty in T.thread_binding(g.ty, thread="threadIdx.y"):
-                        for tx in T.thread_binding(g.tx, thread="threadIdx.x"):
-                            with T.sblock("unpack"):
-                                vz = T.axis.spatial(g.layers, z)
-                                vh = T.axis.spatial(h, by * g.ty + ty)
-                                vw = T.axis.spatial(w, bx * g.tx + tx)
-                                T.where(by * g.ty + ty < h and bx * g.tx + tx < w)
-                                x = T.sblock_alloc_buffer((4,), dtype, scope="local")
-                                load_pixel(x, A, vz // c4, vz % c4, vh, vw)
-                                for lane in T.unroll(4):
-                                    if (vz % c4) * 4 + lane < c:
-                                        if channels_last:
-                                            B[vz // c4, vh, vw, (vz % c4) * 4 + lane] = x[lane]
-                                        else:
-                                            B[vz // c4, (vz % c4) * 4 + lane, vh, vw] = x[lane]
+        launch(g, h, w, "unpack", lambda vz, vh, vw: per_pixel(A, B, vz, vh, vw))
 
     return func
 

@@ -42,7 +42,7 @@ from tvm.script import tirx as T
 
 from ._common import (
     BUFFER, TEXTURE, accumulator_dtype, ceildiv, check_dtype, check_positive, check_scope, load_pixel, maximum,
-    minimum, pixel_grid, store_pixel,
+    minimum, pixel_grid, pixel_launch, store_pixel,
 )
 from .elementwise import _check_nchw4c
 
@@ -364,30 +364,26 @@ def window_reduce(
         g = pixel_grid(n * c4o, oh, ow)
         loop = T.unroll if taps <= UNROLL_TAPS else T.serial
 
+        launch = pixel_launch()
+
+        @T.macro
+        def per_pixel(A, Out, vz, vh, vw):
+            acc = T.sblock_alloc_buffer((4,), acc_dtype, scope="local")
+            x = T.sblock_alloc_buffer((4,), dtype, scope="local")
+            for lane in T.unroll(4):
+                acc[lane] = identity
+            for ic in loop(wc.taps):
+                for ih in loop(wh.taps):
+                    for iw in loop(ww.taps):
+                        accumulate(acc, x, A, vz // c4o, vz % c4o, vh, vw, ic, ih, iw)
+            finish(acc, Out, vz // c4o, vz % c4o, vh, vw)
+
         @T.prim_func(s_tir=True)
         def func(a: T.handle, b: T.handle):
             T.func_attr({"global_symbol": name, "tirx.noalias": True})
             A = T.match_buffer(a, (n, c4, h, w, 4), dtype, scope=scope)
             Out = T.match_buffer(b, out_shape, dtype, scope=out_scope)
-            for z in T.thread_binding(g.layers, thread="blockIdx.z"):
-                for by in T.thread_binding(g.by, thread="blockIdx.y"):
-                    for bx in T.thread_binding(g.bx, thread="blockIdx.x"):
-                        for ty in T.thread_binding(g.ty, thread="threadIdx.y"):
-                            for tx in T.thread_binding(g.tx, thread="threadIdx.x"):
-                                with T.sblock("window"):
-                                    vz = T.axis.spatial(g.layers, z)
-                                    vh = T.axis.spatial(oh, by * g.ty + ty)
-                                    vw = T.axis.spatial(ow, bx * g.tx + tx)
-                                    T.where(by * g.ty + ty < oh and bx * g.tx + tx < ow)
-                                    acc = T.sblock_alloc_buffer((4,), acc_dtype, scope="local")
-                                    x = T.sblock_alloc_buffer((4,), dtype, scope="local")
-                                    for lane in T.unroll(4):
-                                        acc[lane] = identity
-                                    for ic in loop(wc.taps):
-                                        for ih in loop(wh.taps):
-                                            for iw in loop(ww.taps):
-                                                accumulate(acc, x, A, vz // c4o, vz % c4o, vh, vw, ic, ih, iw)
-                                    finish(acc, Out, vz // c4o, vz % c4o, vh, vw)
+            launch(g, oh, ow, "window", lambda vz, vh, vw: per_pixel(A, Out, vz, vh, vw))
 
         return func
 

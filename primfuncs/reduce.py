@@ -20,7 +20,7 @@ import numbers
 
 from tvm.script import tirx as T
 
-from ._common import LANES, TEXTURE, accumulator_dtype, check_dtype, check_scope, load_pixel, pixel_grid, store_pixel
+from ._common import LANES, TEXTURE, accumulator_dtype, check_dtype, check_scope, load_pixel, pixel_grid, pixel_launch, store_pixel
 from .elementwise import _check_nchw4c
 from .pool2d import GROUP_SIZE, GROUP_THRESHOLD, REDUCERS, Window, window_reduce
 
@@ -143,46 +143,42 @@ def softmax(shape, channels: int, dtype: str = "float32", scope: str = TEXTURE):
     def real(cb, lane):
         return cb * 4 + lane < channels
 
+    launch = pixel_launch()
+
+    @T.macro
+    def per_pixel(A, B, vn, vh, vw):
+        x = T.sblock_alloc_buffer((4,), dtype, scope="local")
+        m = T.sblock_alloc_buffer((4,), acc_dtype, scope="local")
+        s = T.sblock_alloc_buffer((1,), acc_dtype, scope="local")
+        # 1. m[0] = max over the real channels
+        for lane in T.unroll(4):
+            m[lane] = lowest
+        for cb in T.serial(c4):
+            load_pixel(x, A, vn, cb, vh, vw)
+            for lane in T.unroll(4):
+                m[lane] = T.if_then_else(real(cb, lane), combine_max(m[lane], T.Cast(acc_dtype, x[lane])), m[lane])
+        m[0] = combine_max(m[0], m[1])
+        m[2] = combine_max(m[2], m[3])
+        m[0] = combine_max(m[0], m[2])
+        # 2. s[0] = sum of exp(x - m) over the real channels
+        s[0] = zero
+        for cb in T.serial(c4):
+            load_pixel(x, A, vn, cb, vh, vw)
+            for lane in T.unroll(4):
+                s[0] = s[0] + T.if_then_else(real(cb, lane), T.exp(T.Cast(acc_dtype, x[lane]) - m[0]), zero)
+        # 3. y = exp(x - m) / s, padded lanes 0
+        for cb in T.serial(c4):
+            load_pixel(x, A, vn, cb, vh, vw)
+            for lane in T.unroll(4):
+                x[lane] = T.Cast(dtype, T.if_then_else(real(cb, lane), T.exp(T.Cast(acc_dtype, x[lane]) - m[0]) / s[0], zero))
+            store_pixel(B, vn, cb, vh, vw, x)
+
     @T.prim_func(s_tir=True)
     def func(a: T.handle, b: T.handle):
         T.func_attr({"global_symbol": "softmax_c", "tirx.noalias": True})
         A = T.match_buffer(a, (n, c4, h, w, 4), dtype, scope=scope)
         B = T.match_buffer(b, (n, c4, h, w, 4), dtype, scope=scope)
-        for z in T.thread_binding(n, thread="blockIdx.z"):
-            for by in T.thread_binding(g.by, thread="blockIdx.y"):
-                for bx in T.thread_binding(g.bx, thread="blockIdx.x"):
-                    for ty in T.thread_binding(g.ty, thread="threadIdx.y"):
-                        for tx in T.thread_binding(g.tx, thread="threadIdx.x"):
-                            with T.sblock("softmax"):
-                                vn = T.axis.spatial(n, z)
-                                vh = T.axis.spatial(h, by * g.ty + ty)
-                                vw = T.axis.spatial(w, bx * g.tx + tx)
-                                T.where(by * g.ty + ty < h and bx * g.tx + tx < w)
-                                x = T.sblock_alloc_buffer((4,), dtype, scope="local")
-                                m = T.sblock_alloc_buffer((4,), acc_dtype, scope="local")
-                                s = T.sblock_alloc_buffer((1,), acc_dtype, scope="local")
-                                # 1. m[0] = max over the real channels
-                                for lane in T.unroll(4):
-                                    m[lane] = lowest
-                                for cb in T.serial(c4):
-                                    load_pixel(x, A, vn, cb, vh, vw)
-                                    for lane in T.unroll(4):
-                                        m[lane] = T.if_then_else(real(cb, lane), combine_max(m[lane], T.Cast(acc_dtype, x[lane])), m[lane])
-                                m[0] = combine_max(m[0], m[1])
-                                m[2] = combine_max(m[2], m[3])
-                                m[0] = combine_max(m[0], m[2])
-                                # 2. s[0] = sum of exp(x - m) over the real channels
-                                s[0] = zero
-                                for cb in T.serial(c4):
-                                    load_pixel(x, A, vn, cb, vh, vw)
-                                    for lane in T.unroll(4):
-                                        s[0] = s[0] + T.if_then_else(real(cb, lane), T.exp(T.Cast(acc_dtype, x[lane]) - m[0]), zero)
-                                # 3. y = exp(x - m) / s, padded lanes 0
-                                for cb in T.serial(c4):
-                                    load_pixel(x, A, vn, cb, vh, vw)
-                                    for lane in T.unroll(4):
-                                        x[lane] = T.Cast(dtype, T.if_then_else(real(cb, lane), T.exp(T.Cast(acc_dtype, x[lane]) - m[0]) / s[0], zero))
-                                    store_pixel(B, vn, cb, vh, vw, x)
+        launch(g, h, w, "softmax", lambda vz, vh, vw: per_pixel(A, B, vz, vh, vw))
 
     return func
 

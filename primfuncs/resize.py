@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from tvm.script import tirx as T
 
-from ._common import LANES, TEXTURE, check_dtype, check_positive, check_scope, load_pixel, pixel_grid, store_pixel
+from ._common import LANES, TEXTURE, check_dtype, check_positive, check_scope, load_pixel, pixel_grid, pixel_launch, store_pixel
 
 METHODS = ("nearest", "linear")
 COORDINATE_MODES = ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric")
@@ -82,39 +82,35 @@ def resize2d(
     mode = coordinate_transformation_mode
     one = T.FloatImm(dtype, 1.0)
 
+    launch = pixel_launch()
+
+    @T.macro
+    def per_pixel(X, Y, vz, vh, vw):
+        out = T.sblock_alloc_buffer((4,), dtype, scope="local")
+        p00 = T.sblock_alloc_buffer((4,), dtype, scope="local")
+        p01 = T.sblock_alloc_buffer((4,), dtype, scope="local")
+        p10 = T.sblock_alloc_buffer((4,), dtype, scope="local")
+        p11 = T.sblock_alloc_buffer((4,), dtype, scope="local")
+        if method == "nearest":
+            load_pixel(out, X, vz // c4, vz % c4, _nearest(mode, rounding_method, vh, h, oh), _nearest(mode, rounding_method, vw, w, ow))
+        else:
+            load_pixel(p00, X, vz // c4, vz % c4, _linear(mode, vh, h, oh, dtype, "lo"), _linear(mode, vw, w, ow, dtype, "lo"))
+            load_pixel(p01, X, vz // c4, vz % c4, _linear(mode, vh, h, oh, dtype, "lo"), _linear(mode, vw, w, ow, dtype, "hi"))
+            load_pixel(p10, X, vz // c4, vz % c4, _linear(mode, vh, h, oh, dtype, "hi"), _linear(mode, vw, w, ow, dtype, "lo"))
+            load_pixel(p11, X, vz // c4, vz % c4, _linear(mode, vh, h, oh, dtype, "hi"), _linear(mode, vw, w, ow, dtype, "hi"))
+            for lane in T.unroll(4):
+                out[lane] = (p00[lane] * (one - _linear(mode, vw, w, ow, dtype, "weight")) + p01[lane] * _linear(mode, vw, w, ow, dtype, "weight")) * (
+                    one - _linear(mode, vh, h, oh, dtype, "weight")
+                ) + (p10[lane] * (one - _linear(mode, vw, w, ow, dtype, "weight")) + p11[lane] * _linear(mode, vw, w, ow, dtype, "weight")) * _linear(
+                    mode, vh, h, oh, dtype, "weight"
+                )
+        store_pixel(Y, vz // c4, vz % c4, vh, vw, out)
+
     @T.prim_func(s_tir=True)
     def func(x: T.handle, y: T.handle):
         T.func_attr({"global_symbol": f"resize2d_{method}", "tirx.noalias": True})
         X = T.match_buffer(x, (n, c4, h, w, 4), dtype, scope=scope)
         Y = T.match_buffer(y, (n, c4, oh, ow, 4), dtype, scope=scope)
-        for z in T.thread_binding(g.layers, thread="blockIdx.z"):
-            for by in T.thread_binding(g.by, thread="blockIdx.y"):
-                for bx in T.thread_binding(g.bx, thread="blockIdx.x"):
-                    for ty in T.thread_binding(g.ty, thread="threadIdx.y"):
-                        for tx in T.thread_binding(g.tx, thread="threadIdx.x"):
-                            with T.sblock("pixel"):
-                                vz = T.axis.spatial(g.layers, z)
-                                vh = T.axis.spatial(oh, by * g.ty + ty)
-                                vw = T.axis.spatial(ow, bx * g.tx + tx)
-                                T.where(by * g.ty + ty < oh and bx * g.tx + tx < ow)
-                                out = T.sblock_alloc_buffer((4,), dtype, scope="local")
-                                p00 = T.sblock_alloc_buffer((4,), dtype, scope="local")
-                                p01 = T.sblock_alloc_buffer((4,), dtype, scope="local")
-                                p10 = T.sblock_alloc_buffer((4,), dtype, scope="local")
-                                p11 = T.sblock_alloc_buffer((4,), dtype, scope="local")
-                                if method == "nearest":
-                                    load_pixel(out, X, vz // c4, vz % c4, _nearest(mode, rounding_method, vh, h, oh), _nearest(mode, rounding_method, vw, w, ow))
-                                else:
-                                    load_pixel(p00, X, vz // c4, vz % c4, _linear(mode, vh, h, oh, dtype, "lo"), _linear(mode, vw, w, ow, dtype, "lo"))
-                                    load_pixel(p01, X, vz // c4, vz % c4, _linear(mode, vh, h, oh, dtype, "lo"), _linear(mode, vw, w, ow, dtype, "hi"))
-                                    load_pixel(p10, X, vz // c4, vz % c4, _linear(mode, vh, h, oh, dtype, "hi"), _linear(mode, vw, w, ow, dtype, "lo"))
-                                    load_pixel(p11, X, vz // c4, vz % c4, _linear(mode, vh, h, oh, dtype, "hi"), _linear(mode, vw, w, ow, dtype, "hi"))
-                                    for lane in T.unroll(4):
-                                        out[lane] = (p00[lane] * (one - _linear(mode, vw, w, ow, dtype, "weight")) + p01[lane] * _linear(mode, vw, w, ow, dtype, "weight")) * (
-                                            one - _linear(mode, vh, h, oh, dtype, "weight")
-                                        ) + (p10[lane] * (one - _linear(mode, vw, w, ow, dtype, "weight")) + p11[lane] * _linear(mode, vw, w, ow, dtype, "weight")) * _linear(
-                                            mode, vh, h, oh, dtype, "weight"
-                                        )
-                                store_pixel(Y, vz // c4, vz % c4, vh, vw, out)
+        launch(g, oh, ow, "pixel", lambda vz, vh, vw: per_pixel(X, Y, vz, vh, vw))
 
     return func

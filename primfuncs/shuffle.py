@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from tvm.script import tirx as T
 
-from ._common import LANES, TEXTURE, blocked, check_dtype, check_positive, check_scope, pixel_grid, store_pixel
+from ._common import LANES, TEXTURE, blocked, check_dtype, check_positive, check_scope, pixel_grid, pixel_launch, store_pixel
 
 
 def _gather(shape, channels_in: int, channels_out: int, source, name: str, dtype: str, scope: str):
@@ -29,29 +29,25 @@ def _gather(shape, channels_in: int, channels_out: int, source, name: str, dtype
     def src(c):  # padded output lanes read a real channel (then zeroed)
         return source(T.min(c, channels_out - 1))
 
+    launch = pixel_launch()
+
+    @T.macro
+    def per_pixel(X, Y, vz, vh, vw):
+        px = T.sblock_alloc_buffer((4, 4), dtype, scope="local")
+        out = T.sblock_alloc_buffer((4,), dtype, scope="local")
+        for lane in T.unroll(4):
+            for k in T.vectorized(4):
+                px[lane, k] = X[vz // o4, src((vz % o4) * 4 + lane) // 4, vh, vw, k]
+        for lane in T.unroll(4):
+            out[lane] = T.Select((vz % o4) * 4 + lane < channels_out, px[lane, src((vz % o4) * 4 + lane) % 4], T.FloatImm(dtype, 0.0))
+        store_pixel(Y, vz // o4, vz % o4, vh, vw, out)
+
     @T.prim_func(s_tir=True)
     def func(x: T.handle, y: T.handle):
         T.func_attr({"global_symbol": name, "tirx.noalias": True})
         X = T.match_buffer(x, (n, c4, h, w, 4), dtype, scope=scope)
         Y = T.match_buffer(y, (n, o4, h, w, 4), dtype, scope=scope)
-        for z in T.thread_binding(g.layers, thread="blockIdx.z"):
-            for by in T.thread_binding(g.by, thread="blockIdx.y"):
-                for bx in T.thread_binding(g.bx, thread="blockIdx.x"):
-                    for ty in T.thread_binding(g.ty, thread="threadIdx.y"):
-                        for tx in T.thread_binding(g.tx, thread="threadIdx.x"):
-                            with T.sblock("pixel"):
-                                vz = T.axis.spatial(g.layers, z)
-                                vh = T.axis.spatial(h, by * g.ty + ty)
-                                vw = T.axis.spatial(w, bx * g.tx + tx)
-                                T.where(by * g.ty + ty < h and bx * g.tx + tx < w)
-                                px = T.sblock_alloc_buffer((4, 4), dtype, scope="local")
-                                out = T.sblock_alloc_buffer((4,), dtype, scope="local")
-                                for lane in T.unroll(4):
-                                    for k in T.vectorized(4):
-                                        px[lane, k] = X[vz // o4, src((vz % o4) * 4 + lane) // 4, vh, vw, k]
-                                for lane in T.unroll(4):
-                                    out[lane] = T.Select((vz % o4) * 4 + lane < channels_out, px[lane, src((vz % o4) * 4 + lane) % 4], T.FloatImm(dtype, 0.0))
-                                store_pixel(Y, vz // o4, vz % o4, vh, vw, out)
+        launch(g, h, w, "pixel", lambda vz, vh, vw: per_pixel(X, Y, vz, vh, vw))
 
     return func
 
