@@ -32,8 +32,9 @@ from test_cli import run_cli, tiny_onnx  # noqa: F401 (fixtures)
 from test_pool2d import adaptive_reference, pool_reference
 from tir_adreno import build, cache, cli, compile_model, load_model, models, ops, runtime, strategy
 from tir_adreno.device import get_profile
-from tir_adreno.reference import conv2d_nchw, reference_outputs, relative_error
-from util import rand
+from tir_adreno.blocked import pack_bias
+from tir_adreno.reference import conv2d_nchw, depthwise_pointwise, reference_outputs, relative_error
+from util import pack_nchw4c, pack_oihw4o, rand, unpack_nchw4c
 
 U16, U32 = 2.0**-11, 2.0**-24
 ACC32 = "float16_acc32"
@@ -204,6 +205,41 @@ def test_conv2d(device, n, c, o, hw, kernel, depthwise, bias, residual, seed, al
         ref, s = ref + half(r), s + abs(half(r))
     k = (c // groups) * kernel * kernel + 2
     assert_within(y, ref, s, k, half_stages=0 if algorithm == "direct" else WINOGRAD_S)
+
+
+@settings(max_examples=6)  # each example builds a kernel: the seeds vary the values
+@given(
+    c=st.sampled_from([1, 6, 9]), o=st.sampled_from([2, 5]), hw=st.sampled_from([5, 7]), stride=st.integers(1, 2),
+    dw_bias=st.booleans(), bias=st.booleans(), residual=st.booleans(), seed=st.integers(0, 2**32 - 1),
+)
+def test_depthwise_pointwise(device, c, o, hw, stride, dw_bias, bias, residual, seed):
+    """The fused depthwise -> 1x1 kernel with every texture (X, both weights, Residual, Y) in a
+    half image: within the bound, its depthwise output kept in float32 registers (s = 0)."""
+    rng = np.random.default_rng(seed)
+    residual = residual and stride == 1
+    case = dict(data_shape=(1, c, hw, hw), dw_weight_shape=(c, 1, 3, 3), pw_weight_shape=(o, c, 1, 1), strides=stride,
+                padding=1, dw_epilogue=Epilogue(bias=dw_bias, activation="relu6"),
+                epilogue=Epilogue(bias=bias, residual=residual, activation="relu"), config=conv.ConvConfig(2, 2, (4, 2, 1)))
+    dw, pw = conv.depthwise_pointwise_geometry(case["data_shape"], case["dw_weight_shape"], case["pw_weight_shape"], stride, 1)
+    x, w_dw, w_pw = rand(rng, case["data_shape"]), rand(rng, case["dw_weight_shape"]), rand(rng, case["pw_weight_shape"])
+    b_dw, b = (rand(rng, (c,)) if dw_bias else None), (rand(rng, (o,)) if bias else None)
+    r = rand(rng, pw.out_shape) if residual else None
+    inputs = [pack_nchw4c(x), pack_oihw4o(w_dw), *([pack_bias(b_dw)] if dw_bias else []), pack_oihw4o(w_pw),
+              *([pack_bias(b)] if bias else []), *([pack_nchw4c(r)] if residual else [])]
+    loaded, name = ops.compile(conv.depthwise_pointwise_nchw4c(**case, scope=TEXTURE), device)
+    specs = [replace(s, storage="float16") if s.scope != "global" else s for s in loaded[name].params]
+    tensors = [device.empty(spec).upload(value) for spec, value in zip(specs, inputs)]
+    out = device.empty(specs[-1]).poison()
+    loaded(name, *tensors, out)
+    y = unpack_nchw4c(out.numpy(), o)
+
+    def fused(x, w_dw, w_pw, b_dw, b, r, act, pw_act):
+        return depthwise_pointwise(x, w_dw, w_pw, dw.strides, dw.padding, dw.dilation, b_dw, act, b, r, pw_act)
+
+    ref = fused(half(x), half(w_dw), half(w_pw), b_dw, b, None if r is None else half(r), "relu6", "relu")
+    s = fused(*(abs(v) if v is not None else None for v in (half(x), half(w_dw), half(w_pw), b_dw, b)),
+              None if r is None else abs(half(r)), None, None)
+    assert_within(y, ref, s, 9 + c + 3)
 
 
 def test_winograd_f4_breaks_the_fp16_bound_and_is_never_picked(device, monkeypatch):
