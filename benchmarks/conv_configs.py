@@ -112,6 +112,8 @@ def candidates(layer, grid: str, placement: str = "texture"):
         return buffer_grid(geom, depthwise)
     if grid == "refine":
         return refine(geom, depthwise) if layer.key in SWEEP_LAYERS else []
+    if grid == "tiled":
+        return tiled_grid(geom, depthwise)
     out = [("old_default", old_default(geom, depthwise))]
     if grid == "defaults":
         return out + [("default_gpu", conv2d.default_config(geom, depthwise, "gpu"))]
@@ -198,6 +200,36 @@ def buffer_grid(geom, depthwise: bool):
     return out
 
 
+#: (oc_block, w_block, work group x, y, k_chunk, split_k) of the tiled grid; "T": also on textures.
+TILED_GRID = (
+    (2, 4, 16, 8, 4, 1, "T"), (4, 4, 16, 8, 4, 1, ""), (2, 2, 16, 8, 4, 1, "T"), (2, 4, 16, 16, 4, 1, ""),
+    (1, 2, 16, 8, 8, 1, ""), (2, 4, 32, 4, 4, 1, ""), (1, 1, 16, 8, 8, 1, ""), (2, 4, 16, 8, 8, 1, ""),
+    (1, 4, 16, 8, 4, 1, "T"), (1, 1, 8, 8, 8, 1, ""),
+    # split_k: K slices side by side for the small maps and long K (3x3 convs, 1x1 with 1-2k channels)
+    (1, 2, 16, 8, 4, 2, ""), (1, 2, 16, 4, 4, 4, ""), (1, 1, 16, 4, 4, 4, ""), (1, 2, 16, 8, 8, 2, ""),
+    (1, 4, 16, 4, 4, 4, ""), (1, 1, 16, 8, 4, 2, ""), (2, 2, 16, 4, 4, 4, ""), (1, 2, 8, 8, 4, 4, ""),
+    (1, 1, 8, 8, 4, 4, ""), (1, 2, 16, 2, 4, 8, ""), (1, 1, 16, 2, 4, 8, ""), (1, 1, 8, 4, 4, 8, ""),
+)
+
+
+def tiled_grid(geom, depthwise: bool):
+    """``--grid tiled``: the "gpu" default on textures ("texture_default_gpu") and buffers
+    ("default_gpu"), then the local-memory tiled kernel (``ConvConfig.tiled``) in the configs
+    of :data:`TILED_GRID` on buffers, those marked "T" also on textures ("texture_tiled")."""
+    from primfuncs import conv2d
+
+    gpu = conv2d.default_config(geom, depthwise, "gpu")
+    out = [("default_gpu", gpu), ("texture_default_gpu", gpu)]
+    if depthwise or geom.groups != 1:
+        return out
+    for ocb, wb, gx, gy, kc, split, where in TILED_GRID:
+        config = conv2d.ConvConfig(ocb, wb, (gx, gy, 1), split_k=split, tiled=True, k_chunk=kc)
+        out.append(("sweep", config))
+        if where:
+            out.append(("texture_tiled", config))
+    return out
+
+
 def split_config(geom, ocb: int, wb: int, split: int):
     """The ``split_k`` config of tile ``ocb`` x ``wb``: ~256 work items, partial sums <= 32 KiB."""
     from primfuncs import conv2d
@@ -240,6 +272,8 @@ def config_dict(config, placement: str) -> dict:
         "work_group": list(config.work_group),
         "split_k": config.split_k,
         "flat": config.flat,
+        "tiled": config.tiled,
+        "k_chunk": config.k_chunk,
         "placement": placement,
     }
 
@@ -247,7 +281,7 @@ def config_dict(config, placement: str) -> dict:
 def label(cfg: dict) -> str:
     wg = "x".join(str(g) for g in cfg["work_group"])
     split = f" s{cfg['split_k']}" if cfg.get("split_k", 1) > 1 else ""
-    flat = " flat" if cfg.get("flat") else ""
+    flat = (" flat" if cfg.get("flat") else "") + (f" tiled c{cfg['k_chunk']}" if cfg.get("tiled") else "")
     # "scope": JSON written before placements (the refine grid's buffer variant)
     on_buffers = cfg.get("placement") == "buffer" or "scope" in cfg
     where = " buf" if on_buffers else " wbuf" if "weights" in cfg else ""
@@ -269,7 +303,7 @@ def build_all(selected, grid: str, out_dir: Path | None, placement: str = "textu
         t0 = time.perf_counter()
         seen = {}
         for kind, config in candidates(layer, grid, placement):
-            where = {"variant_buf": "buffer", "texture_default_gpu": "texture"}.get(kind, placement)
+            where = {"variant_buf": "buffer", "texture_default_gpu": "texture", "texture_tiled": "texture"}.get(kind, placement)
             cfg = config_dict(config, where)
             scope, weight_scope = (BUFFER, BUFFER) if where == "buffer" else (TEXTURE, None)
             if kind == "variant_wbuf":  # texture activations, weights in a buffer
@@ -489,7 +523,7 @@ def parse_args(argv=None):
     mode.add_argument("--build-only", metavar="DIR", type=Path, help="compile the kernels into DIR and stop (needs TVM)")
     mode.add_argument("--from", dest="src", metavar="DIR", type=Path, help="run kernels compiled by --build-only (no TVM)")
     p.add_argument(
-        "--grid", choices=("gpu", "cpu", "defaults", "refine"), default="gpu",
+        "--grid", choices=("gpu", "cpu", "defaults", "refine", "tiled"), default="gpu",
         help="config grid (default gpu; defaults: old and gpu default; refine: around the gpu default)",
     )
     p.add_argument(

@@ -27,7 +27,9 @@ records' per-layer choices, against "ours" with the profile's defaults.
     python benchmarks/models_e2e.py --from DIR        # ours (buffers), upstream, ours_texture
 "ours_nofuse" is ours with ``compile_model(fuse=False)``: each depthwise conv apart from the
 1x1 conv after it (the profile fuses them where a launch costs more than the recompute),
-so one run times fused vs unfused ("fuse gain" = nofuse / ours kernel time).
+so one run times fused vs unfused ("fuse gain" = nofuse / ours kernel time). ``--direct`` adds
+"ours_direct", ours with the profile's ``tiled_min_groups`` at 0: every conv on the direct kernel
+("tiled_gain" = ours_direct / ours kernel time).
 ``--carry-weights-mb N`` saves weights (``--build-only``) only for models up to N MiB;
 the others run with seeded random weights, for timing only (``"random_weights": true``).
 """
@@ -35,6 +37,7 @@ the others run with seeded random weights, for timing only (``"random_weights": 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import sys
 import time
@@ -45,8 +48,8 @@ import numpy as np
 from common import add_device_argument, add_target_argument, fmt, log, print_table, target_profile, write_json
 
 MODELS = ("resnet50", "mobilenet_v2")
-WAYS = ("ours", "upstream", "ours_nofuse", "tuned", "ours_texture", "ours_buffer")  # "tuned" with --records, "ours_P" with --placement P
-PLACEMENT_WAYS = WAYS[4:]
+WAYS = ("ours", "upstream", "ours_nofuse", "tuned", "ours_texture", "ours_buffer", "ours_direct")  # "tuned" with --records, "ours_P" with --placement P
+PLACEMENT_WAYS = WAYS[4:6]
 #: Weights above this size are not saved for --from (the device tool carries 64 MiB);
 #: such a model is then run there with seeded random weights, for timing only.
 CARRY_WEIGHTS_MB = 24
@@ -65,7 +68,9 @@ def _build(names, ways, directory: Path | None, device, profile, records, onnx_p
             log(f"compile {name} ({way}) ...")
             start = time.perf_counter()
             placement = way.split("_", 1)[1] if way in PLACEMENT_WAYS else None
-            cm = compile_model(mod, device, profile, records if way == "tuned" else None, ours=way != "upstream",
+            # ours_direct: no conv on the tiled kernel (the profile's rule for it off)
+            way_profile = dataclasses.replace(profile, tiled_min_groups=0) if way == "ours_direct" else profile
+            cm = compile_model(mod, device, way_profile, records if way == "tuned" else None, ours=way != "upstream",
                                progress=lambda msg: log(f"  {msg}"), fuse=way != "ours_nofuse", placement=placement)
             log(f"  {time.perf_counter() - start:.1f} s")
             compiled[name, way] = cm
@@ -162,6 +167,8 @@ def main():
     parser.add_argument("--records", metavar="FILE", help="tuning records: adds the way 'tuned'")
     parser.add_argument("--placement", choices=("texture", "buffer"), nargs="+", default=[],
                         help="adds the way 'ours_<placement>' per value: ours with every activation in that scope")
+    parser.add_argument("--direct", action="store_true",
+                        help="adds the way 'ours_direct': ours with every conv on the direct kernel (no tiled kernel)")
     parser.add_argument("--models", default=None, help=f"comma-separated (default: {','.join(MODELS)}, "
                         "or the --onnx files); built-ins or ONNX model names (--onnx-dir DIR/<name>.onnx)")
     parser.add_argument("--onnx", type=Path, nargs="+", default=[], metavar="FILE", help="ONNX models, named by stem")
@@ -192,6 +199,7 @@ def main():
     device = runtime.get_device(args.device)
     ways = WAYS[:4] if args.records else WAYS[:3]
     ways += tuple(f"ours_{p}" for p in dict.fromkeys(args.placement))
+    ways += ("ours_direct",) if args.direct else ()
     if args.from_dir:
         ways = tuple(w for w in WAYS if (args.from_dir / f"{names[0]}-{w}").exists())
         compiled = _load(names, ways, args.from_dir, device)
@@ -237,7 +245,9 @@ def main():
         results.append(entry)
         o, u = entry["ours"], entry["upstream"]
         c, t, nf = entry["cudnn"], entry.get("tuned"), entry.get("ours_nofuse")
-        alts = [w for w in ways if w in PLACEMENT_WAYS]
+        alts = [w for w in ways if w in PLACEMENT_WAYS or w == "ours_direct"]
+        if "ours_direct" in entry:
+            entry["tiled_gain"] = entry["ours_direct"]["kernel_ms"] / o["kernel_ms"]
         if t:
             entry["tuned_vs_ours"] = o["kernel_ms"] / t["kernel_ms"]
         if nf:
@@ -267,7 +277,7 @@ def main():
     path = write_json("models_e2e", device.name, {"repeat": args.repeat, "results": results}, args.results_dir)
     print_table(
         ["model", "ours ms", "upstream ms", "speedup", "ours wall", "upstr wall", "wall/kernel", "launch us fast / unbound (launcher)", "cuDNN eager", "cuDNN graph", "act MiB pool", "act MiB no pool", "ours vs upstr",
-         "tuned ms", "tuned gain", "nofuse ms kernel / wall", "fuse gain", "--placement kernel / wall ms"],
+         "tuned ms", "tuned gain", "nofuse ms kernel / wall", "fuse gain", "--placement / --direct kernel / wall ms"],
         rows,
         title=f"end to end on {device.name}: kernel time = sum of OpenCL events, wall = one run's host time "
         f"(launch us: host time per kernel enqueue, fast run's launcher vs set per launch), medians of {args.repeat} (JSON: {path})",

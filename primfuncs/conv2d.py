@@ -87,6 +87,12 @@ class ConvConfig:
     groups of ``work_group[0]`` items (``work_group`` must be ``(g, 1, 1)``): no
     idle items on small or odd-sized maps, and neighbouring items read and write
     neighbouring pixels (coalesced on buffers); what upstream's buffer kernels do.
+    ``tiled`` (dense convs, ``groups == 1``): the local-memory tiled implicit GEMM of
+    :mod:`primfuncs.conv2d_tiled`: a work group of ``work_group[0] x work_group[1]`` items
+    (``work_group[2]`` 1) owns ``work_group[0] * w_block`` output pixels (of the flattened
+    rows and columns) x ``work_group[1] * oc_block`` channel blocks and stages ``k_chunk``
+    (input channel block, tap) pairs of the input and the weights in local memory per step;
+    ``split_k`` > 1 runs that many K slices side by side (OpenCL dim 2), summed in local memory.
     """
 
     oc_block: int = 4
@@ -95,6 +101,8 @@ class ConvConfig:
     split_k: int = 1
     register_window: bool = False
     flat: bool = False
+    tiled: bool = False
+    k_chunk: int = 4
 
     def __post_init__(self):
         for name in ("oc_block", "w_block"):
@@ -113,6 +121,13 @@ class ConvConfig:
         if self.flat and (wg[1:] != (1, 1) or self.split_k != 1):
             raise ValueError(f"ConvConfig.flat launches a 1-D grid: work_group must be (g, 1, 1) and split_k 1, "
                              f"got work_group {wg}, split_k {self.split_k}")
+        if not isinstance(self.tiled, bool):
+            raise ValueError(f"ConvConfig.tiled must be a bool, got {self.tiled!r}")
+        if not (isinstance(self.k_chunk, int) and 1 <= self.k_chunk <= 16):
+            raise ValueError(f"ConvConfig.k_chunk must be an int in 1..16, got {self.k_chunk!r}")
+        if self.tiled and (wg[2] != 1 or self.flat or self.register_window):
+            raise ValueError(f"ConvConfig.tiled takes a (gx, gy, 1) work group and no flat or register_window, "
+                             f"got {self}")
         if wg[0] * wg[1] * wg[2] * self.split_k > 256:
             what = f"work_group {wg}" + (f" x split_k {self.split_k}" if self.split_k > 1 else "")
             raise ValueError(f"ConvConfig.{what} has more than 256 work items")
@@ -123,7 +138,7 @@ DEVICE_KINDS = ("mobile", "gpu", "cpu")
 
 
 def default_config(geom: "ConvGeometry", depthwise: bool = False, kind: str = "mobile", profile: str | None = None,
-                   prologue: bool = False) -> ConvConfig:
+                   prologue: bool = False, tiled_min_groups: int = 0) -> ConvConfig:
     """The tile a conv gets unless told otherwise, per device class (:data:`DEVICE_KINDS`).
 
     ``kind`` is the device profile's class (``tir_adreno.device``), ``profile`` its name
@@ -149,7 +164,8 @@ def default_config(geom: "ConvGeometry", depthwise: bool = False, kind: str = "m
       non-depthwise one (ResNet-50's convs 6.9 -> 1.5 ms), within ~15% of the
       best swept config.
 
-    Depthwise convs: :data:`DEPTHWISE_DEFAULTS`. ``prologue`` (a 1x1 conv computing a depthwise
+    Dense convs: the tiled kernel where :func:`tiled_default` gives one for ``tiled_min_groups``
+    (the profile's). Depthwise convs: :data:`DEPTHWISE_DEFAULTS`. ``prologue`` (a 1x1 conv computing a depthwise
     conv as its input, :func:`depthwise_pointwise_nchw4c`), "gpu": 4 output blocks per item
     (4 x 2, else 4 x 1), so fewer tiles recompute the depthwise conv; split_k fills the GPU.
     """
@@ -157,6 +173,9 @@ def default_config(geom: "ConvGeometry", depthwise: bool = False, kind: str = "m
         raise ValueError(f"kind must be one of {DEVICE_KINDS}, got {kind!r}")
     if depthwise:
         return _depthwise_default(geom, depthwise_default(geom, kind, profile))
+    tiled = None if prologue else tiled_default(geom, tiled_min_groups)
+    if tiled is not None:
+        return tiled
 
     def items(ocb, wb):
         return ceildiv(geom.o4, ocb) * geom.oh * geom.n * ceildiv(geom.ow, wb)
@@ -221,6 +240,31 @@ DEPTHWISE_DEFAULTS = {
     "gpu": {"w_block": 2, "threads": 128, "register_window": True},
     "nvidia-h200": {"w_block": 1, "threads": 64, "flat": True, "register_window": True},
 }
+
+#: Configs of the local-memory tiled kernel (``ConvConfig.tiled``) a conv gets by default
+#: (:func:`tiled_default`): (oc_block, w_block, work group, k_chunk, split_k). 1x1 convs take the
+#: first of :data:`TILED_CONFIGS` that launches enough work groups (smaller tiles, more K slices
+#: for the small maps), stem convs (one input channel block: K is the taps) :data:`TILED_STEM`.
+#: From ``benchmarks/conv_configs.py --grid tiled`` on ResNet-50's 23 layers on the H200
+#: (benchmarks/results/conv_configs_tiled_buffer-nvidia-h200.json, 27 tiled configs): within 15%
+#: of the best tiled config on each 1x1 layer, and 1.1-1.9x the direct kernel on textures.
+TILED_CONFIGS = ((2, 2, (16, 4, 1), 4, 4), (1, 2, (16, 4, 1), 4, 4), (1, 1, (16, 2, 1), 4, 8))
+TILED_STEM = (1, 4, (16, 8, 1), 4, 1)
+
+
+def tiled_default(geom: "ConvGeometry", min_groups: int) -> "ConvConfig | None":
+    """The tiled config of dense conv ``geom`` that launches at least ``min_groups`` work groups
+    (``DeviceProfile.tiled_min_groups``; 0: never), or None (the direct kernel). Only 1x1 convs
+    and stem convs qualify: the direct kernel was as fast or faster on every ResNet-50 3x3 conv."""
+    stem = geom.c4 == 1 and geom.kh * geom.kw > 1
+    if min_groups <= 0 or geom.groups != 1 or not (geom.kh * geom.kw == 1 or stem):
+        return None
+    for ocb, wb, work_group, k_chunk, split in (TILED_STEM,) if stem else TILED_CONFIGS:
+        groups = geom.n * ceildiv(geom.oh * geom.ow, work_group[0] * wb) * ceildiv(geom.o4, work_group[1] * ocb)
+        if groups >= min_groups:
+            return ConvConfig(ocb, wb, work_group, split, tiled=True, k_chunk=k_chunk)
+    return None
+
 
 #: Layer classes a :data:`DEPTHWISE_DEFAULTS` entry may override keys for (``classes``).
 DEPTHWISE_CLASSES = {
@@ -429,7 +473,7 @@ def fill_work_group(extents, threads: int, max_x: int = 32, max_z: int = 64) -> 
     return gx, gy, gz
 
 
-def _all(conds):
+def all_of(conds):
     """Conjunction of TIR conditions; ``True`` for none (the simplifier drops it)."""
     out = None
     for cond in conds:
@@ -437,7 +481,7 @@ def _all(conds):
     return T.bool(True) if out is None else out
 
 
-class _Window:
+class ConvWindow:
     """Where the taps of a tile of ``wb`` output columns read a conv's input, and which of
     those reads need guards: zeroing only where a stored output reads padding; clamps also
     where an overhanging tile column reads past W. ``span``: input columns under a tile's
@@ -463,7 +507,7 @@ class _Window:
             conds.append(iw >= 0)
         if self.zero_right:
             conds.append(iw < self.w)
-        return _all(conds)
+        return all_of(conds)
 
     def clamp_row(self, ih):
         if self.zero_top:
@@ -534,7 +578,7 @@ def _direct_conv(geom: ConvGeometry, mode: str, epilogue, dtype, config, scope, 
             f"more than {_MAX_LOCAL_BYTES} (every OpenCL GPU has that much); use a smaller tile, work group or split_k"
         )
 
-    win = _Window(prologue.geometry if prologue else geom, wt, wb)
+    win = ConvWindow(prologue.geometry if prologue else geom, wt, wb)
     x_shape = (n, c4, win.h, win.w, 4)
     dw_taps = win.kh * win.kw if prologue else 1
     fused = prologue is not None
@@ -556,7 +600,7 @@ def _direct_conv(geom: ConvGeometry, mode: str, epilogue, dtype, config, scope, 
             conds.append(t * ocb + ob < o4)
         if ow_overhang:
             conds.append(x < ow)
-        return _all(conds)
+        return all_of(conds)
 
     def out_channel(t, ob, lane):
         """Logical output channel of a lane, clamped to a real one (padding lanes have zero weights)."""
@@ -913,6 +957,13 @@ def conv2d_nchw4c(
     "mobile" class (``tir_adreno.strategy`` passes each device's). For ``groups == C`` prefer :func:`depthwise_conv2d_nchw4c`.
     """
     geom = conv2d_geometry(data_shape, weight_shape, strides, padding, dilation, groups)
+    if config is not None and config.tiled:
+        if geom.groups != 1:
+            raise ValueError(f"config.tiled=True is for dense convs (groups=1), got groups={geom.groups}")
+        from .conv2d_tiled import conv2d_tiled_nchw4c  # it builds on this module's helpers
+
+        return conv2d_tiled_nchw4c(data_shape, weight_shape, strides, padding, dilation, epilogue, dtype, config, scope,
+                                   weight_scope, out_scope, residual_scope)
     aligned = geom.cg % LANES == 0 and geom.og % LANES == 0
     mode = "blocked" if geom.groups == 1 or aligned else "grouped"
     return _direct_conv(geom, mode, epilogue, dtype, config, scope, weight_scope, "conv2d_nchw4c", out_scope=out_scope,

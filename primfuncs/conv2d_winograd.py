@@ -68,7 +68,7 @@ from ._common import (
     pixel_grid,
     select_params,
 )
-from .conv2d import _MIN_WORK_ITEMS, ConvConfig, ConvGeometry, _all, _work_group, conv2d_geometry
+from .conv2d import _MIN_WORK_ITEMS, ConvConfig, ConvGeometry, all_of, _work_group, conv2d_geometry
 from .epilogue import Epilogue, store_output_pixel
 from .winograd_math import TILE_SIZES, _check_tile, winograd_matrices, winograd_weight_transform  # noqa: F401 (re-exported)
 
@@ -242,7 +242,7 @@ def winograd_input_transform(geom: ConvGeometry, m: int, dtype="float32", scope=
         conds = [r >= 0] if top else []
         conds += [r < h] if bottom else []
         conds += [x >= 0] if left else []
-        return _all(conds + ([x < w] if right else []))
+        return all_of(conds + ([x < w] if right else []))
 
     @T.prim_func(s_tir=True)
     def func(data: T.handle, tiles: T.handle):
@@ -316,7 +316,7 @@ def winograd_batched_gemm(
         return T.min(vt * tb + ti, nt - 1) if t_overhang else vt * tb + ti
 
     def store_ok(vo, ob, vt, ti):
-        return _all(([vo * ocb + ob < o4] if ob_overhang else []) + ([vt * tb + ti < nt] if t_overhang else []))
+        return all_of(([vo * ocb + ob < o4] if ob_overhang else []) + ([vt * tb + ti < nt] if t_overhang else []))
 
     @T.prim_func(s_tir=True)
     def func(tiles: T.handle, weight: T.handle, products: T.handle):
@@ -400,7 +400,7 @@ def winograd_output_transform(
         return t % tw * m
 
     def store_ok(r, x):
-        return _all(([r < oh] if th * m > oh else []) + ([x < ow] if tw * m > ow else []))
+        return all_of(([r < oh] if th * m > oh else []) + ([x < ow] if tw * m > ow else []))
 
     @T.prim_func(s_tir=True)
     def func(products: T.handle, bias: T.handle, residual: T.handle, out: T.handle):

@@ -322,7 +322,7 @@ def window_reduce(
         conds = [wc.inside(co, ic), wh.inside(vh, ih), ww.inside(vw, iw)]
         if fold_lanes:
             conds.append(wc.clamped(co, ic) * 4 + lane < channels)
-        return _all(conds)
+        return all_of(conds)
 
     def plain_index(vn, co, vh, vw, lane):
         at = {"c": co * 4 + lane, "h": vh, "w": vw}
@@ -448,7 +448,7 @@ def window_reduce(
     return func
 
 
-def _all(conds):
+def all_of(conds):
     """Conjunction of TIR conditions, skipping the ones known true in Python."""
     conds = [c for c in conds if c is not True]
     if not conds:

@@ -8,11 +8,13 @@ the ``ci`` profile's few random draws are.
 import dataclasses
 import itertools
 
+from hypothesis import assume
 from hypothesis import strategies as st
 
 from primfuncs import conv2d_winograd as wg
 from primfuncs._common import BUFFER, TEXTURE
 from primfuncs.conv2d import ConvConfig
+from primfuncs.conv2d_tiled import MAX_LOCAL_BYTES, tiled_local_bytes
 from primfuncs.epilogue import ACTIVATIONS, Epilogue
 from tir_adreno.reference import REDUCTIONS
 
@@ -37,6 +39,20 @@ def conv_configs(draw):
         oc_block=draw(st.integers(1, 4)), w_block=draw(st.integers(1, 4)),
         work_group=draw(st.sampled_from(FLAT_WORK_GROUPS if flat else WORK_GROUPS)), flat=flat,
     )
+
+
+@st.composite
+def tiled_configs(draw):
+    """Configs of the local-memory tiled kernel (``ConvConfig.tiled``): odd work groups and K
+    slices too, within the local memory every GPU has."""
+    work_group = draw(st.sampled_from([(2, 2, 1), (4, 2, 1), (3, 5, 1), (8, 4, 1), (16, 8, 1)]))
+    config = ConvConfig(
+        oc_block=draw(st.integers(1, 4)), w_block=draw(st.integers(1, 4)), work_group=work_group,
+        split_k=draw(st.sampled_from([s for s in (1, 1, 2, 3, 4) if s * work_group[0] * work_group[1] <= 256])),
+        tiled=True, k_chunk=draw(st.integers(1, 8)),
+    )
+    assume(tiled_local_bytes(config) <= MAX_LOCAL_BYTES)
+    return config
 
 
 @st.composite

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from hypothesis import example, given
 from strategies import (
-    CONV_3X3, CONV_GROUPED_ALIGNED, DEPTHWISE_3X3, DEPTHWISE_ALIGNED, DEPTHWISE_FLAT, SEEDS, conv_cases,
+    CONV_3X3, CONV_GROUPED_ALIGNED, DEPTHWISE_3X3, DEPTHWISE_ALIGNED, DEPTHWISE_FLAT, SEEDS, conv_case, conv_cases,
+    tiled_configs,
 )
 from util import assert_close, rand
 
@@ -98,6 +99,36 @@ def test_conv2d_matches_numpy(device, scope, case, seed):
     got, ref, blocked_out = run_kernel(device, case, scope, np.random.default_rng(seed))
     check_blocked_output(blocked_out, ref.shape[1])
     assert_close(got, ref, RTOL)
+
+
+#: A stem conv (one input channel block, 7x7 stride 2) and a 1x1 conv with C, O and pixel tails.
+TILED_STEM = conv_case((1, 3, 19, 17), (10, 3, 7, 7), strides=(2, 2), padding=(3, 3, 3, 3),
+                       config=conv.ConvConfig(1, 4, (16, 8, 1), tiled=True, k_chunk=4))
+TILED_1X1 = conv_case((2, 13, 7, 5), (18, 13, 1, 1), padding=(0, 0, 0, 0),
+                      config=conv.ConvConfig(2, 3, (4, 2, 1), tiled=True, k_chunk=3))
+
+
+@pytest.mark.parametrize("scope", [TEXTURE, BUFFER])
+@given(case=conv_cases(), config=tiled_configs(), seed=SEEDS)
+@example(case=TILED_STEM, config=TILED_STEM["config"], seed=0)
+@example(case=TILED_1X1, config=TILED_1X1["config"], seed=1)
+def test_conv2d_tiled_matches_numpy(device, scope, case, config, seed):
+    """The local-memory tiled implicit GEMM (``ConvConfig.tiled``), any dense conv: partial
+    tiles of pixels, channel blocks and K chunks, padding read through the im2col copies."""
+    o = case["weight_shape"][0] // case["groups"]
+    case = dict(case, groups=1, weight_shape=(o, *case["data_shape"][1:2], *case["weight_shape"][2:]), config=config)
+    got, ref, blocked_out = run_kernel(device, case, scope, np.random.default_rng(seed))
+    check_blocked_output(blocked_out, ref.shape[1])
+    assert_close(got, ref, RTOL)
+
+
+def test_conv2d_tiled_rejects_bad_configs():
+    with pytest.raises(ValueError, match="tiled takes a"):
+        conv.ConvConfig(2, 2, (8, 1, 1), flat=True, tiled=True)
+    with pytest.raises(ValueError, match="dense convs"):
+        conv.conv2d_nchw4c((1, 8, 6, 6), (8, 4, 3, 3), groups=2, config=conv.ConvConfig(tiled=True, work_group=(8, 4, 1)))
+    with pytest.raises(ValueError, match="bytes of local memory"):
+        conv.conv2d_nchw4c((1, 8, 6, 6), (8, 8, 1, 1), config=conv.ConvConfig(4, 4, (16, 16, 1), tiled=True, k_chunk=16))
 
 
 @pytest.mark.parametrize("scope", [TEXTURE, BUFFER])

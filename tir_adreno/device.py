@@ -90,6 +90,11 @@ class DeviceProfile:
     #: neighbours' scopes: no copy kernels.
     texture_min_macs: int = 0
     launch_cost_macs: int | None = None  # None: LAUNCH_COST_MACS[kind]
+    #: Dense 1x1 and stem convs run the local-memory tiled kernel on buffers
+    #: (``primfuncs.conv2d.tiled_default``) when it launches at least this many work groups
+    #: (0: never): it reads each input pixel once per work group, where the direct kernel reads
+    #: it once per channel tile, but it needs enough groups to fill the GPU.
+    tiled_min_groups: int = 0
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -97,6 +102,8 @@ class DeviceProfile:
         check_placement(self.activation_placement, "DeviceProfile.activation_placement")
         if not isinstance(self.texture_min_macs, int) or self.texture_min_macs < 0:
             raise ValueError(f"DeviceProfile.texture_min_macs must be an int >= 0, got {self.texture_min_macs!r}")
+        if not isinstance(self.tiled_min_groups, int) or self.tiled_min_groups < 0:
+            raise ValueError(f"DeviceProfile.tiled_min_groups must be an int >= 0, got {self.tiled_min_groups!r}")
         if self.launch_cost_macs is None:
             object.__setattr__(self, "launch_cost_macs", LAUNCH_COST_MACS[self.kind])
         if not isinstance(self.launch_cost_macs, int) or self.launch_cost_macs < 0:
@@ -128,6 +135,7 @@ class DeviceProfile:
         d = dev.cl_device
         kind = classify(int(d.type) & _CL_DEVICE_TYPE_CPU != 0, int(d.max_compute_units))
         known = _known_name(dev.name)
+        named = PROFILES.get(known)  # a known device keeps its profile's measured placement rules
         return cls(
             name=known or _slug(d.name),
             kind=kind,
@@ -140,7 +148,9 @@ class DeviceProfile:
             half_math=dev.fp16,
             opencl_c_version=d.opencl_c_version.strip(),
             driver=d.driver_version.strip(),
-            activation_placement=PROFILES[known].activation_placement if known in PROFILES else "texture",
+            activation_placement=named.activation_placement if named else "texture",
+            texture_min_macs=named.texture_min_macs if named else 0,
+            tiled_min_groups=named.tiled_min_groups if named else 0,
         )
 
 
@@ -189,6 +199,9 @@ PROFILES: dict[str, DeviceProfile] = {
         # ResNet-50's convs (>= 51M multiply-adds, but one of 13M) run faster on textures (1.38 ms
         # all textures vs 1.75 all buffers), MobileNetV2's (<= 20M) in buffers (0.50 vs 0.67 ms).
         texture_min_macs=32_000_000,
+        # The tiled kernel: 1.1-2.0x the direct one on each ResNet-50 1x1 conv and the stem with
+        # >= 96 work groups (benchmarks/results/conv_configs_tiled_buffer-nvidia-h200.json).
+        tiled_min_groups=96,
     ),
     "pocl": DeviceProfile(
         name="pocl", kind="cpu", vendor="AuthenticAMD", limits=DeviceLimits(8192, 8192, 2048),

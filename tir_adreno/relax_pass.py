@@ -294,13 +294,29 @@ class Rewriter:
         there or not blocked yet, else where it already is (no copy kernel)."""
         return prefer if prefer in v.blocked or not v.blocked else next(iter(v.blocked))
 
-    def output_scope(self, var, own: str, shape5) -> str:
-        """Where a kernel that writes either scope (a conv) writes ``var``: ``own`` (its
-        placement) when only readers of either scope (:data:`ANY_SCOPE_READERS`) use it, else
-        where the other ops want it (:meth:`scope_for`), so no copy kernel follows."""
-        if all(u.op in ANY_SCOPE_READERS for u in self.graph.users(var)):
-            return own
+    def output_scope(self, var, own: str, shape5, nchw) -> str:
+        """Where a kernel that writes either scope (a conv) writes ``var`` (NCHW shape ``nchw``):
+        where its readers want it when they are dense convs that agree (:meth:`reader_scope`),
+        else ``own`` (its placement) when only readers of either scope (:data:`ANY_SCOPE_READERS`)
+        use it, else where the other ops want it (:meth:`scope_for`), so no copy kernel follows."""
+        users = self.graph.users(var)
+        if all(u.op in ANY_SCOPE_READERS for u in users):
+            wanted = {self.reader_scope(u, var, nchw) for u in users}
+            return wanted.pop() if len(wanted) == 1 and None not in wanted else own
         return self.scope_for(shape5)
+
+    def reader_scope(self, node: Node, var, nchw) -> str | None:
+        """The scope dense conv ``node`` places its input ``var`` in (its strategy plan's: a
+        strided conv reads a texture much faster than a buffer on the H200, a 1x1 conv the
+        other way round), or None for any other reader."""
+        operands = _conv_operands(node) if node.op == "relax.nn.conv2d" and _same(node.args[0], var) else None
+        if operands is None or operands[0] != "NCHW":
+            return None
+        geom = _conv_geometry(node, nchw, operands[1])
+        if geom.is_depthwise:  # it may fuse with its 1x1 reader: that plan decides
+            return None
+        return strategy.conv2d_plan(geom, Epilogue(), self.precision, self.profile, self.records,
+                                    allow_buffer=self.allow_buffer).scope
 
     def weight_scope(self, shape5) -> str:
         return texture.place(shape5, TEXTURE_WEIGHT, self.limits, self.allow_buffer)
@@ -807,7 +823,7 @@ def conv2d_handler(rw: Rewriter, node: Node):
     # At a placement boundary the conv reads X (and the residual) where they are and writes Y
     # where its users want it: mixed-scope kernels instead of copy kernels.
     scope = rw.input_scope(x, plan.scope)
-    out_scope = rw.output_scope(tail.last.var, plan.scope, plan.tensor("Y").shape)
+    out_scope = rw.output_scope(tail.last.var, plan.scope, plan.tensor("Y").shape, geom.out_shape)
     residual_scope = rw.input_scope(tail.residual, out_scope) if tail.residual is not None else None
     if (scope, out_scope, residual_scope or out_scope) != (plan.scope,) * 3:
         plan = strategy.conv2d_plan(geom, epilogue, rw.precision, rw.profile, rw.records, allow_buffer=rw.allow_buffer,
@@ -844,7 +860,7 @@ def _fuse_pointwise(rw: Rewriter, x: Value, dw: conv2d.ConvGeometry, dw_tail: _T
     pw_node.fused = True
     tail = _conv_tail(rw, pw_node, operands[1], data_layout)
     epilogue = tail.epilogue
-    out_scope = rw.output_scope(tail.last.var, plan.scope, plan.out_shape)  # no copy at a boundary, as for a conv
+    out_scope = rw.output_scope(tail.last.var, plan.scope, plan.out_shape, pw.out_shape)  # no copy at a boundary, as for a conv
     residual_scope = rw.input_scope(tail.residual, out_scope) if tail.residual is not None else None
     plan = replace(plan, in_scope=rw.input_scope(x, plan.scope), out_scope=out_scope, residual_scope=residual_scope)
     func = plan.primfunc(dw_epilogue, epilogue)

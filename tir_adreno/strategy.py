@@ -142,24 +142,28 @@ class ConvChoice:
     def to_dict(self) -> dict:
         c = self.config
         config = None if c is None else dict(oc_block=c.oc_block, w_block=c.w_block, work_group=list(c.work_group),
-                                             split_k=c.split_k, register_window=c.register_window, flat=c.flat)
+                                             split_k=c.split_k, register_window=c.register_window, flat=c.flat,
+                                             tiled=c.tiled, k_chunk=c.k_chunk)
         return {"algorithm": self.algorithm, "config": config, "placement": self.placement}
 
     @classmethod
     def from_dict(cls, d: dict) -> "ConvChoice":
         c = d.get("config")
-        # register_window / flat: absent from records written before those knobs existed.
+        # register_window / flat / tiled: absent from records written before those knobs existed.
         config = None if c is None else ConvConfig(int(c["oc_block"]), int(c["w_block"]), tuple(int(v) for v in c["work_group"]),
                                                    int(c["split_k"]), bool(c.get("register_window", False)),
-                                                   bool(c.get("flat", False)))
+                                                   bool(c.get("flat", False)), bool(c.get("tiled", False)),
+                                                   int(c.get("k_chunk", 4)))
         return cls(d["algorithm"], config, d.get("placement", "texture"))
 
 
 def config_string(config: ConvConfig) -> str:
     """Short readable form, e.g. ``oc2 w4 wg8x4x1 k4`` (register tile, work group, split_k), then
-    ``reg`` (window in registers) and ``flat`` (1-D grid) when set."""
+    ``reg`` (window in registers), ``flat`` (1-D grid) and ``tiled c<k_chunk>`` (local-memory
+    tiled GEMM) when set."""
     wg = "x".join(str(v) for v in config.work_group)
     flags = (" reg" if config.register_window else "") + (" flat" if config.flat else "")
+    flags += f" tiled c{config.k_chunk}" if config.tiled else ""
     return f"oc{config.oc_block} w{config.w_block} wg{wg} k{config.split_k}{flags}"
 
 
@@ -283,11 +287,15 @@ def default_choice(geometry: ConvGeometry, profile: DeviceProfile) -> ConvChoice
     """What a conv gets without records: the direct conv with the profile's default config, in
     the profile's ``activation_placement`` (on textures from ``profile.texture_min_macs``
     multiply-adds up), or for depthwise convs where a ``primfuncs.conv2d.DEPTHWISE_DEFAULTS``
-    entry that names a placement puts them."""
+    entry that names a placement puts them; dense convs the profile runs tiled
+    (``profile.tiled_min_groups``, ``primfuncs.conv2d.tiled_default``) take that config on buffers."""
     big = 0 < profile.texture_min_macs <= geometry.flops // 2
     placement = "texture" if big else profile.activation_placement
     if geometry.is_depthwise:
         placement = _conv2d.depthwise_default(geometry, profile.kind, profile.name).get("placement", placement)
+    tiled = None if geometry.is_depthwise else _conv2d.tiled_default(geometry, profile.tiled_min_groups)
+    if tiled is not None:  # measured faster on buffers than on textures on every layer
+        return ConvChoice(config=tiled, placement="buffer")
     return ConvChoice(placement=placement)
 
 
@@ -350,7 +358,8 @@ def conv2d_plan(
     extra = [TensorPlan("Bias", (g.o4, 4), BUFFER)] if epilogue.bias else []
     extra += [TensorPlan("Residual", out5, r_scope)] if epilogue.residual else []
     if choice.algorithm == "direct":
-        config = choice.config or _conv2d.default_config(g, g.is_depthwise, profile.kind, profile.name)
+        config = choice.config or _conv2d.default_config(g, g.is_depthwise, profile.kind, profile.name,
+                                                         tiled_min_groups=profile.tiled_min_groups)
         w5 = (g.o4, g.cg, g.kh, g.kw, 4)
         weight_scope = texture.place(w5, TEXTURE_WEIGHT, profile.limits, allow_buffer) if scope == TEXTURE else BUFFER
         tile_scope = scope
@@ -443,9 +452,10 @@ def fuse_depthwise_pointwise(dw: ConvGeometry, pw: ConvGeometry, profile: Device
         return None
     choice = records.lookup(pw, precision) if records is not None else None
     source = "records" if choice is not None and choice.algorithm == "direct" else "default"
-    if source == "default":
-        choice = ConvChoice(placement=choice.placement) if choice is not None else default_choice(pw, profile)
-    config = choice.config or _conv2d.default_config(pw, False, profile.kind, prologue=True)
+    if source == "default":  # the placement only: a default tiled config has no prologue
+        choice = ConvChoice(placement=(choice or default_choice(pw, profile)).placement)
+    tiled = choice.config is not None and choice.config.tiled  # a record's: its prologue variant is the direct one
+    config = choice.config if choice.config and not tiled else _conv2d.default_config(pw, False, profile.kind, prologue=True)
     recompute = (-(-pw.o4 // config.oc_block) - 1) * (dw.flops // 2)
     if recompute >= profile.launch_cost_macs:
         return None

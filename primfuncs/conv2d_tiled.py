@@ -1,0 +1,223 @@
+"""Dense conv2d on NCHW4c as a local-memory tiled implicit GEMM (big GPUs).
+
+Same tensors, epilogue and scopes as :func:`primfuncs.conv2d.conv2d_nchw4c` with
+``groups == 1``. The conv is the GEMM ``Y[pixel, o] = sum_k X'[pixel, k] W'[k, o]``
+over output pixels (rows x columns of one image, flattened) and ``k`` = (input
+channel block, tap) pairs of 4 channels each, ``k = cb * KH * KW + tap``.
+
+A work group of ``gx x gy`` items (``ConvConfig.work_group``) owns a tile of
+``gx * w_block`` output pixels x ``gy * oc_block`` output channel blocks; item
+``(tx, ty)`` accumulates pixels ``tx + i * gx`` x blocks ``ty + j * gy`` in
+registers (strided, so neighbouring items read neighbouring local-memory pixels
+and store neighbouring output pixels). Per step the group copies ``k_chunk``
+K-blocks of the input tile (im2col on the fly: every copy reads at a clamped
+coordinate and zeroes the padding) and of the weights into local memory, one
+pixel per copy, neighbouring items reading neighbouring pixels (coalesced on
+buffers); after a barrier each item does ``16 * oc_block * w_block`` FMAs per
+K-block from local memory. What cuBLAS-style kernels do, in NCHW4c: the direct
+kernel reads each input pixel once per channel tile from global memory or the
+texture cache, this one once per work group.
+"""
+
+from __future__ import annotations
+
+from tvm.script import tirx as T
+
+from ._common import BUFFER, LANES, TEXTURE, TEXTURE_WEIGHT, ceildiv, check_dtype, check_io_scopes, check_scope, select_params
+from .conv2d import ConvConfig, ConvWindow, all_of, conv2d_geometry
+from .epilogue import Epilogue, store_output_pixel
+
+#: Local memory a tiled config may use (every OpenCL GPU has 32 KiB).
+MAX_LOCAL_BYTES = 32 * 1024
+
+
+def tiled_local_bytes(config: ConvConfig, dtype: str = "float32") -> int:
+    """Local memory of ``config``: each K slice's input and weight tiles, and with
+    ``split_k`` > 1 the partial sums of all slices but the first."""
+    gx, gy, _ = config.work_group
+    split = config.split_k
+    pixels = split * config.k_chunk * (gx * config.w_block + LANES * gy * config.oc_block)
+    if split > 1:
+        pixels += (split - 1) * gx * gy * config.oc_block * config.w_block
+    return pixels * LANES * (2 if dtype == "float16" else 4)
+
+
+def conv2d_tiled_nchw4c(
+    data_shape,
+    weight_shape,
+    strides=1,
+    padding=0,
+    dilation=1,
+    epilogue: Epilogue = Epilogue(),
+    dtype: str = "float32",
+    config: ConvConfig | None = None,
+    scope: str = BUFFER,
+    weight_scope: str | None = None,
+    out_scope: str | None = None,
+    residual_scope: str | None = None,
+):
+    """Dense conv2d (``groups == 1``) as a tiled implicit GEMM; arguments as
+    :func:`primfuncs.conv2d.conv2d_nchw4c`, ``config.tiled`` must be set."""
+    geom = conv2d_geometry(data_shape, weight_shape, strides, padding, dilation, 1)
+    if config is None:
+        config = ConvConfig(oc_block=2, w_block=4, work_group=(16, 8, 1), tiled=True)
+    if not isinstance(config, ConvConfig) or not config.tiled:
+        raise ValueError(f"config must be a ConvConfig with tiled=True, got {config!r}")
+    if not isinstance(epilogue, Epilogue):
+        raise TypeError(f"epilogue must be an Epilogue, got {type(epilogue).__name__}")
+    check_dtype(dtype)
+    scope, out_scope, residual_scope = check_io_scopes(scope, out_scope, residual_scope)
+    if weight_scope is None:
+        weight_scope = TEXTURE_WEIGHT if scope == TEXTURE else BUFFER
+    check_scope(weight_scope, (TEXTURE_WEIGHT, BUFFER))
+    if tiled_local_bytes(config, dtype) > MAX_LOCAL_BYTES:
+        raise ValueError(f"config {config} needs {tiled_local_bytes(config, dtype)} bytes of local memory for its "
+                         f"tiles, more than {MAX_LOCAL_BYTES}; use a smaller work group, tile or k_chunk")
+
+    n, c, o, c4, o4 = geom.n, geom.c, geom.o, geom.c4, geom.o4
+    kh, kw, oh, ow = geom.kh, geom.kw, geom.oh, geom.ow
+    ocb, pb, kc = config.oc_block, config.w_block, config.k_chunk
+    gx, gy, _ = config.work_group
+    split = config.split_k
+    tm, tn = gx * pb, gy * ocb  # the work group's tile: output pixels x output channel blocks
+    pixels, taps = oh * ow, kh * kw
+    k_blocks = c4 * taps
+    steps = ceildiv(k_blocks, kc)
+    rounds = ceildiv(steps, split)  # slice z takes steps z, z + split, ...
+    # K-blocks past the end: a partial last chunk, or a last round some slices have no step of
+    k_tail = k_blocks % kc != 0 or steps % split != 0
+    win = ConvWindow(geom, ow, 1)
+    threads = gx * gy
+    x_rounds, w_rounds = ceildiv(kc * tm, threads), ceildiv(kc * LANES * tn, threads)
+    zero = T.Cast(dtype, 0)
+
+    def guard(cond, needed):
+        return cond if needed else T.bool(True)
+
+    # Copy slot ``e`` of a step: input slot (K-block e // tm, pixel e % tm); weight slot
+    # (K-block e // 4 % kc, lane e % 4, output block e // (4 kc)): neighbouring items read
+    # neighbouring input pixels, and for a 1x1 conv neighbouring input channels of a weight.
+    def x_row(tile, step, e):
+        return win.raw_row(T.min(tile * tm + e % tm, pixels - 1) // ow, (step * kc + e // tm % kc) % taps // kw)
+
+    def x_col(tile, step, e):
+        return win.raw_col(T.min(tile * tm + e % tm, pixels - 1) % ow, (step * kc + e // tm % kc) % taps % kw)
+
+    def x_valid(step, e, ih, iw):
+        return all_of([guard(step * kc + e // tm % kc < k_blocks, k_tail), win.inside(ih, iw)])
+
+    def w_channel(step, e):
+        return (step * kc + e // LANES % kc) // taps * LANES + e % LANES
+
+    def w_valid(otile, step, e):
+        return all_of([guard(step * kc + e // LANES % kc < k_blocks, k_tail),
+                       guard(w_channel(step, e) < c, c % LANES != 0),
+                       guard(otile * tn + e // (LANES * kc) < o4, o4 % tn != 0)])
+
+    @T.macro
+    def load_inputs(X, xs, px, nn, tile, step, item, z):
+        """``xs[kk, p]`` = input pixel that output pixel ``p`` of the tile reads at K-block ``kk``
+        (zeroed in registers, ``px``, then one vector store: no barrier between the lanes)."""
+        for rnd in T.unroll(x_rounds):
+            if guard(rnd * threads + item < kc * tm, (kc * tm) % threads != 0):
+                for lane in T.vectorized(4):
+                    px[lane] = X[
+                        nn, T.min((step * kc + (rnd * threads + item) // tm % kc) // taps, c4 - 1),
+                        win.clamp_row(x_row(tile, step, rnd * threads + item)),
+                        win.clamp_col(x_col(tile, step, rnd * threads + item)), lane,
+                    ]
+                for lane in T.unroll(4):
+                    px[lane] = T.Select(
+                        x_valid(step, rnd * threads + item, x_row(tile, step, rnd * threads + item),
+                                x_col(tile, step, rnd * threads + item)), px[lane], zero,
+                    )
+                for lane in T.vectorized(4):
+                    xs[z, (rnd * threads + item) // tm % kc, (rnd * threads + item) % tm, lane] = px[lane]
+
+    @T.macro
+    def load_weights(W, ws, px, otile, step, item, z):
+        """``ws[kk, j, q]`` = weight pixel of output block ``q`` of the tile, input lane ``j`` of K-block ``kk``."""
+        for rnd in T.unroll(w_rounds):
+            if guard(rnd * threads + item < kc * LANES * tn, (kc * LANES * tn) % threads != 0):
+                for lane in T.vectorized(4):
+                    px[lane] = W[
+                        T.min(otile * tn + (rnd * threads + item) // (LANES * kc), o4 - 1),
+                        T.min(w_channel(step, rnd * threads + item), c - 1),
+                        (step * kc + (rnd * threads + item) // LANES % kc) % taps // kw,
+                        (step * kc + (rnd * threads + item) // LANES % kc) % taps % kw, lane,
+                    ]
+                for lane in T.unroll(4):
+                    px[lane] = T.Select(w_valid(otile, step, rnd * threads + item), px[lane], zero)
+                for lane in T.vectorized(4):
+                    ws[z, (rnd * threads + item) // LANES % kc, (rnd * threads + item) % LANES,
+                       (rnd * threads + item) // (LANES * kc), lane] = px[lane]
+
+    @T.macro
+    def multiply_tiles(xs, ws, xr, wr, acc, tx, ty, z):
+        """acc[q, i] += sum over the chunk's K-blocks of x.s0 * w0 + x.s1 * w1 + x.s2 * w2 + x.s3 * w3."""
+        for kk in T.unroll(kc):
+            for i in T.unroll(pb):
+                for lane in T.vectorized(4):
+                    xr[i, lane] = xs[z, kk, i * gx + tx, lane]
+            for j in T.unroll(LANES):
+                for q in T.unroll(ocb):
+                    for lane in T.vectorized(4):
+                        wr[q, lane] = ws[z, kk, j, q * gy + ty, lane]
+                for q in T.unroll(ocb):
+                    for i in T.unroll(pb):
+                        for lane in T.unroll(4):
+                            acc[q * pb + i, lane] = acc[q * pb + i, lane] + xr[i, j] * wr[q, lane]
+
+    @T.prim_func(s_tir=True)
+    def func(data: T.handle, weight: T.handle, bias: T.handle, residual: T.handle, out: T.handle):
+        T.func_attr({"global_symbol": "conv2d_tiled_nchw4c", "tirx.noalias": True})
+        X = T.match_buffer(data, (n, c4, geom.h, geom.w, 4), dtype, scope=scope)
+        W = T.match_buffer(weight, (o4, c, kh, kw, 4), dtype, scope=weight_scope)
+        Bias = T.match_buffer(bias, (o4, 4), dtype, scope=BUFFER)
+        Residual = T.match_buffer(residual, (n, o4, oh, ow, 4), dtype, scope=residual_scope)
+        Y = T.match_buffer(out, (n, o4, oh, ow, 4), dtype, scope=out_scope)
+        for bz in T.thread_binding(n, thread="blockIdx.z"):
+            for by in T.thread_binding(ceildiv(o4, tn), thread="blockIdx.y"):
+                for bx in T.thread_binding(ceildiv(pixels, tm), thread="blockIdx.x"):
+                    with T.sblock("conv2d_tiled"):
+                        xs = T.sblock_alloc_buffer((split, kc, tm, 4), dtype, scope="shared")
+                        ws = T.sblock_alloc_buffer((split, kc, LANES, tn, 4), dtype, scope="shared")
+                        partial = T.sblock_alloc_buffer((max(split - 1, 1), ocb * pb, 4, threads), dtype, scope="shared")
+                        for tz in T.thread_binding(split, thread="threadIdx.z"):
+                            for ty in T.thread_binding(gy, thread="threadIdx.y"):
+                                for tx in T.thread_binding(gx, thread="threadIdx.x"):
+                                    with T.sblock("tile"):
+                                        acc = T.sblock_alloc_buffer((ocb * pb, 4), dtype, scope="local")
+                                        xr = T.sblock_alloc_buffer((pb, 4), dtype, scope="local")
+                                        wr = T.sblock_alloc_buffer((ocb, 4), dtype, scope="local")
+                                        tmp = T.sblock_alloc_buffer((4,), dtype, scope="local")
+                                        px = T.sblock_alloc_buffer((4,), dtype, scope="local")
+                                        for k in T.unroll(ocb * pb):
+                                            for lane in T.unroll(4):
+                                                acc[k, lane] = zero
+                                        for r in T.serial(rounds):
+                                            load_inputs(X, xs, px, bz, bx, r * split + tz, ty * gx + tx, tz)
+                                            load_weights(W, ws, px, by, r * split + tz, ty * gx + tx, tz)
+                                            multiply_tiles(xs, ws, xr, wr, acc, tx, ty, tz)
+                                        if split > 1:  # slices 1.. hand their sums to slice 0
+                                            if tz > 0:
+                                                for k in T.unroll(ocb * pb):
+                                                    for lane in T.unroll(4):
+                                                        partial[tz - 1, k, lane, ty * gx + tx] = acc[k, lane]
+                                            if tz == 0:
+                                                for zz in T.serial(split - 1):
+                                                    for k in T.unroll(ocb * pb):
+                                                        for lane in T.unroll(4):
+                                                            acc[k, lane] = acc[k, lane] + partial[zz, k, lane, ty * gx + tx]
+                                        if tz == 0:
+                                            for q in T.unroll(ocb):
+                                                for i in T.unroll(pb):
+                                                    if all_of([guard(bx * tm + i * gx + tx < pixels, pixels % tm != 0),
+                                                               guard(by * tn + q * gy + ty < o4, o4 % tn != 0)]):
+                                                        store_output_pixel(
+                                                            Y, acc, q * pb + i, tmp, epilogue, Bias, Residual, bz,
+                                                            by * tn + q * gy + ty, (bx * tm + i * gx + tx) // ow,
+                                                            (bx * tm + i * gx + tx) % ow, o,
+                                                        )
+
+    return select_params(func, epilogue.params(["X", "W"], "Y"))
