@@ -82,6 +82,10 @@ def plot_models_e2e(doc, out: Path):
         "ours (the profile's placement)": [r["ours"]["kernel_ms"] for r in results],
         "upstream TVM OpenCL": [r["upstream"]["kernel_ms"] for r in results],
     }
+    for way, name in (("ours_direct", "ours without the tiled kernel (--direct)"), ("ours_nofuse", "ours unfused"),
+                      ("ours_texture", "ours, all textures"), ("ours_buffer", "ours, all buffers")):
+        if all(way in r for r in results):
+            series[name] = [r[way]["kernel_ms"] for r in results]
     if all(r.get("cudnn") for r in results):
         series["cuDNN eager"] = [r["cudnn"]["eager_ms"] for r in results]
         series["cuDNN graph"] = [r["cudnn"]["graph_ms"] for r in results]

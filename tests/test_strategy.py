@@ -13,6 +13,7 @@ import pytest
 from test_conv2d import reference_conv2d
 from util import assert_close, rand
 
+from primfuncs._common import BUFFER, TEXTURE
 from primfuncs.conv2d import ConvConfig, conv2d_geometry, default_config
 from primfuncs.epilogue import Epilogue
 from tir_adreno import cache, compile_model, ops, records, strategy, texture, tuning
@@ -270,3 +271,67 @@ def test_fusion_needs_a_multiplier_1_depthwise_and_a_plain_1x1():
         assert strategy.fuse_depthwise_pointwise(a, b, h200) is None
     with pytest.raises(ValueError, match="launch_cost_macs"):
         dataclasses.replace(h200, launch_cost_macs=-1)
+
+
+def test_h200_runs_big_1x1_and_stem_convs_tiled_on_buffers():
+    """``DeviceProfile.tiled_min_groups``: on the H200 a 1x1 or stem conv that launches enough
+    work groups of the tiled kernel runs it on buffers; a deep 3x3 conv, a small 1x1 conv and
+    every conv on Adreno / PoCL keep the direct kernel; a fused depthwise -> 1x1 pair keeps its
+    prologue kernel."""
+    h200 = get_profile("nvidia-h200")
+    pointwise = conv2d_geometry((1, 256, 56, 56), (64, 256, 1, 1))
+    stem = conv2d_geometry((1, 3, 224, 224), (64, 3, 7, 7), 2, 3)
+    deep = conv2d_geometry((1, 64, 56, 56), (64, 64, 3, 3), padding=1)
+    small = conv2d_geometry((1, 8, 6, 6), (8, 8, 1, 1))
+
+    def plan(geom, profile=h200):
+        return strategy.conv2d_plan(geom, Epilogue(), "float32", profile)
+
+    assert (plan(pointwise).config.tiled, plan(pointwise).placement, plan(pointwise).config.split_k) == (True, "buffer", 4)
+    assert (plan(stem).config.tiled, plan(stem).config.split_k, plan(stem).placement) == (True, 1, "buffer")
+    assert not plan(deep).config.tiled and plan(deep).placement == "texture"
+    assert not plan(small).config.tiled
+    for name in ("adreno", "pocl"):
+        assert not any(plan(g, get_profile(name)).config.tiled for g in (pointwise, stem))
+    assert not plan(pointwise, dataclasses.replace(h200, tiled_min_groups=0)).config.tiled
+    assert "tiled c4" in plan(pointwise).config_string
+    with pytest.raises(ValueError, match="tiled_min_groups must be an int >= 0"):
+        dataclasses.replace(h200, tiled_min_groups=-1)
+    from primfuncs.conv2d import depthwise_pointwise_geometry
+
+    dw, pw = depthwise_pointwise_geometry((1, 144, 56, 56), (144, 1, 3, 3), (24, 144, 1, 1), 1, 1)
+    assert plan(pw).config.tiled
+    fused = strategy.fuse_depthwise_pointwise(dw, pw, h200)
+    assert fused is not None and not fused.config.tiled
+
+
+def test_tiled_choice_survives_records(tmp_path):
+    """A tiled config round-trips through records (tune writes them; compile reads them)."""
+    choice = strategy.ConvChoice("direct", ConvConfig(2, 2, (16, 4, 1), 4, tiled=True, k_chunk=4), "buffer")
+    assert strategy.ConvChoice.from_dict(json.loads(json.dumps(choice.to_dict()))) == choice
+
+
+def test_convs_write_where_their_reader_conv_reads(device):
+    """On a profile that runs 1x1 convs tiled on buffers and other convs on textures, a 1x1 conv
+    read by a strided 3x3 conv writes a texture (that reader's scope), the 3x3 conv writes the
+    buffer the next 1x1 conv reads; no copy kernel, and the float32 reference holds on PoCL."""
+    profile = dataclasses.replace(get_profile("nvidia-h200"), tiled_min_groups=1, texture_min_macs=1)
+
+    def body(m, x):
+        y = m.conv_bn(x, 8, 3)  # stem: tiled (one input channel block)
+        y = m.conv_bn(y, 12, 1)  # tiled, read by the strided 3x3
+        y = m.conv_bn(y, 12, 3, 2)  # direct, textures
+        return m.conv_bn(y, 16, 1, act=None)  # tiled
+
+    mod = _model("test", body, 1, 13, 0)
+    compiled = compile_model(mod, device=device, profile=profile, progress=lambda _: None)
+    plan = compiled.plan
+    convs = [c for c in plan.calls if c.config is not None]
+    assert ["tiled" in c.config for c in convs] == [True, True, False, True], [c.config for c in convs]
+    assert not [c.label for c in plan.calls if c.label.startswith("copy")]
+    out_scope = [plan.tensors[c.args[-1]].scope for c in convs]
+    assert out_scope[1] == TEXTURE and out_scope[2] == BUFFER, out_scope
+    x = np.random.default_rng(2).standard_normal((1, 3, 13, 13)).astype("float32")
+    (out,) = compiled.run({"input": x})
+    (ref,) = reference_outputs(mod, {"input": x})
+    assert relative_error(out, ref) <= 1e-4

@@ -139,3 +139,18 @@ def test_export_measure_import(two_convs, tmp_path):
 def test_missing_records_file_is_a_user_error(two_convs, tmp_path):
     res = cli("compile", str(two_convs), "-o", str(tmp_path / "m"), "--records", str(tmp_path / "absent.json"))
     assert_user_error(res, "absent.json: no such records file")
+
+
+def test_gpu_candidates_include_the_tiled_kernel():
+    """On a big GPU a dense conv's candidates add the tiled kernel's configs on buffers, and when
+    the default is tiled, the direct kernel in its own placement; a CPU profile gets neither."""
+    from primfuncs.conv2d import conv2d_geometry
+    from tir_adreno import tune
+    from tir_adreno.device import get_profile
+
+    pointwise = conv2d_geometry((1, 256, 56, 56), (64, 256, 1, 1))
+    gpu = tune.candidates(pointwise, get_profile("nvidia-h200"))
+    assert gpu[0].config.tiled and len(gpu) == len(set(gpu))
+    assert any(c.config is not None and not c.config.tiled and c.placement == "texture" for c in gpu)
+    assert sum(c.config is not None and c.config.tiled for c in gpu) >= 3
+    assert not any(c.config is not None and c.config.tiled for c in tune.candidates(pointwise, get_profile("pocl")))

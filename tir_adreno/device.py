@@ -199,7 +199,7 @@ PROFILES: dict[str, DeviceProfile] = {
         # ResNet-50's convs (>= 51M multiply-adds, but one of 13M) run faster on textures (1.38 ms
         # all textures vs 1.75 all buffers), MobileNetV2's (<= 20M) in buffers (0.50 vs 0.67 ms).
         texture_min_macs=32_000_000,
-        # The tiled kernel: 1.1-2.0x the direct one on each ResNet-50 1x1 conv and the stem with
+        # The tiled kernel: 1.3-2.0x the direct one on each ResNet-50 1x1 conv and the stem with
         # >= 96 work groups (benchmarks/results/conv_configs_tiled_buffer-nvidia-h200.json).
         tiled_min_groups=96,
     ),

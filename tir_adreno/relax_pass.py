@@ -23,9 +23,10 @@
   buffer, or a texture when it fits the device's image limits (else a buffer); a
   kernel runs on textures when all its activations do, and a value in the other
   scope is copied over once. Convs read and write either scope (mixed-scope
-  kernels): a conv reads its input where it is and writes its output in its own
-  placement (tuning records may set it) when only convs read it, else where the
-  other ops want it, so a placement boundary costs no copy kernel.
+  kernels): a conv reads its input where it is and writes its output where the
+  dense convs that read it read (their plans' scope), else in its own placement
+  (tuning records may set it) when only convs read it, else where the other ops
+  want it, so a placement boundary costs no copy kernel.
 
 Ops we do not cover are left as they are, for ``LegalizeOps`` and dlight.
 Op families plug in through :data:`HANDLERS` (op name -> handler).

@@ -23,6 +23,8 @@ keeps the fastest of the three in the records.
 
 from __future__ import annotations
 
+import dataclasses
+
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -122,6 +124,21 @@ def candidates(geom, profile: DeviceProfile, precision: str = "float32") -> list
     if geom.is_depthwise:  # the 1-D grid on buffers (upstream's shape), 1 and 2 columns per item
         out += [strategy.ConvChoice("direct", ConvConfig(1, wb, (256, 1, 1), register_window=geom.o == geom.c, flat=True),
                                     "buffer") for wb in (1, 2)]
+    elif profile.kind == "gpu" and geom.groups == 1:
+        out += _tiled_candidates(geom, profile, first, default)
+    return [c for i, c in enumerate(out) if c not in out[:i]]
+
+
+def _tiled_candidates(geom, profile: DeviceProfile, first, direct_default) -> list:
+    """Big GPUs, dense convs: the tiled kernel's default configs on buffers, and when the default
+    is tiled, the direct kernel where the profile would place it without the tiled rule."""
+    from primfuncs.conv2d import TILED_CONFIGS, TILED_STEM
+
+    out = [strategy.ConvChoice("direct", ConvConfig(ocb, wb, wg, split, tiled=True, k_chunk=kc), "buffer")
+           for ocb, wb, wg, kc, split in (*TILED_CONFIGS, TILED_STEM)]
+    if first.config is not None and first.config.tiled:
+        untiled = strategy.default_choice(geom, dataclasses.replace(profile, tiled_min_groups=0))
+        out.append(strategy.ConvChoice("direct", direct_default, untiled.placement))
     return out
 
 
