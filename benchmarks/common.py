@@ -43,6 +43,15 @@ def add_target_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_split_arguments(parser: argparse.ArgumentParser, what: str = "kernels", dest: str = "src") -> None:
+    """``--build-only DIR`` (compile ``what`` into DIR, needs TVM) or ``--from DIR`` (run them,
+    no TVM; stored as ``dest``), and ``--results-dir``: the split every script offers."""
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--build-only", metavar="DIR", type=Path, help=f"compile the {what} into DIR and stop (needs TVM)")
+    mode.add_argument("--from", dest=dest, metavar="DIR", type=Path, help=f"run the {what} saved by --build-only (no TVM)")
+    parser.add_argument("--results-dir", type=Path, default=None, help="default: benchmarks/results")
+
+
 def target_profile(args, build_only: bool = False):
     """The ``tir_adreno.device`` profile of ``--target`` (see :func:`add_target_argument`)."""
     from tir_adreno.device import DeviceProfile, get_profile

@@ -519,9 +519,7 @@ def is_pointwise(layer) -> bool:
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     common.add_device_argument(p)
-    mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--build-only", metavar="DIR", type=Path, help="compile the kernels into DIR and stop (needs TVM)")
-    mode.add_argument("--from", dest="src", metavar="DIR", type=Path, help="run kernels compiled by --build-only (no TVM)")
+    common.add_split_arguments(p)
     p.add_argument(
         "--grid", choices=("gpu", "cpu", "defaults", "refine", "tiled"), default="gpu",
         help="config grid (default gpu; defaults: old and gpu default; refine: around the gpu default)",
@@ -541,7 +539,6 @@ def parse_args(argv=None):
     p.add_argument("--jobs", type=int, default=1, help="threads compiling OpenCL programs up front (default 1: none)")
     p.add_argument("--verbose", action="store_true", help="log every kernel (compile and wall time)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--results-dir", type=Path, default=None, help="default: benchmarks/results")
     args = p.parse_args(argv)
     known = {layer.key: layer for layer in layer_lists.layers()}
     keys = SWEEP_LAYERS if args.layers is None else tuple(k.strip() for k in args.layers.split(",") if k.strip())

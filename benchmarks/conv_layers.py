@@ -623,13 +623,7 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     common.add_device_argument(p)
     common.add_target_argument(p)
-    mode = p.add_mutually_exclusive_group()
-    mode.add_argument(
-        "--build-only", metavar="DIR", type=Path, help="compile every kernel into DIR and stop (needs TVM)"
-    )
-    mode.add_argument(
-        "--from", dest="src", metavar="DIR", type=Path, help="run kernels compiled by --build-only (no TVM)"
-    )
+    common.add_split_arguments(p)
     p.add_argument("--models", default="resnet50,mobilenetv2", help="comma-separated: resnet50, mobilenetv2")
     p.add_argument("--limit", type=int, default=None, help="only the first N layers of each model")
     p.add_argument("--only", default=None, help=f"comma-separated subset of {','.join(ALL_WAYS)}")
@@ -638,7 +632,6 @@ def parse_args(argv=None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--records", metavar="FILE", type=Path, default=None,
                    help="tuning records (tir-adreno tune) the way 'ours' plans with, as a compiled model does")
-    p.add_argument("--results-dir", type=Path, default=None, help="default: benchmarks/results")
     args = p.parse_args(argv)
     args.models = [m.strip() for m in args.models.split(",") if m.strip()]
     for m in args.models:

@@ -222,13 +222,10 @@ def print_report(rows, summary, device_name):
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     common.add_device_argument(p)
-    mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--build-only", metavar="DIR", type=Path, help="compile every kernel into DIR and stop (needs TVM)")
-    mode.add_argument("--from", dest="src", metavar="DIR", type=Path, help="run kernels compiled by --build-only (no TVM)")
+    common.add_split_arguments(p)
     p.add_argument("--budget", type=float, default=0.1, help="seconds of timing per kernel (default 0.1)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--limit", type=int, default=None, help="only the first N layers (a quick check)")
-    p.add_argument("--results-dir", type=Path, default=None, help="default: benchmarks/results")
     args = p.parse_args(argv)
     if args.limit is not None and args.limit < 1:
         p.error("--limit must be >= 1")

@@ -45,7 +45,7 @@ from pathlib import Path
 
 import numpy as np
 
-from common import add_device_argument, add_target_argument, fmt, log, print_table, target_profile, write_json
+from common import add_device_argument, add_split_arguments, add_target_argument, fmt, log, print_table, target_profile, write_json
 
 MODELS = ("resnet50", "mobilenet_v2")
 WAYS = ("ours", "upstream", "ours_nofuse", "tuned", "ours_texture", "ours_buffer", "ours_direct")  # "tuned" with --records, "ours_P" with --placement P
@@ -176,10 +176,7 @@ def main():
     parser.add_argument("--carry-weights-mb", type=float, default=CARRY_WEIGHTS_MB,
                         help="--build-only saves weights up to this size; larger models are timing-only")
     parser.add_argument("--repeat", type=int, default=10)
-    parser.add_argument("--results-dir", type=Path, default=None, help="default: benchmarks/results")
-    mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--build-only", type=Path, metavar="DIR", help="compile and save the models, run nothing")
-    mode.add_argument("--from", dest="from_dir", type=Path, metavar="DIR", help="run models saved by --build-only (no TVM)")
+    add_split_arguments(parser, "models", dest="from_dir")
     args = parser.parse_args()
     onnx_paths = {p.stem: p for p in args.onnx}
     names = [n for n in (args.models or ",".join(onnx_paths or MODELS)).split(",") if n]

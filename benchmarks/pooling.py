@@ -204,9 +204,7 @@ def print_report(rows, device_name, threshold):
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     common.add_device_argument(p)
-    mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--build-only", metavar="DIR", type=Path, help="compile every kernel into DIR and stop (needs TVM)")
-    mode.add_argument("--from", dest="src", metavar="DIR", type=Path, help="run kernels compiled by --build-only (no TVM)")
+    common.add_split_arguments(p)
     p.add_argument("--threshold-sweep", action="store_true", help="also time windows of 4..3136 taps")
     p.add_argument("--repeat", type=int, default=20, help="timed runs per kernel (median; default 20)")
     p.add_argument("--seed", type=int, default=0)
@@ -247,7 +245,7 @@ def main(argv=None) -> int:
         "rows": rows,
     }
     if args.json is None:
-        path = common.write_json(NAME, dev.name, payload)
+        path = common.write_json(NAME, dev.name, payload, args.results_dir)
     else:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(payload, indent=1) + "\n")

@@ -27,8 +27,8 @@ from pathlib import Path
 import numpy as np
 
 import layers as layer_lists
-from common import (add_device_argument, add_target_argument, fmt, geomean, load_bundles, log, print_table,
-                    read_cases, results_path, target_profile, write_cases, write_json)
+from common import (add_device_argument, add_split_arguments, add_target_argument, fmt, geomean, load_bundles, log,
+                    print_table, read_cases, results_path, target_profile, write_cases, write_json)
 
 NAME = "precision"
 PRECISIONS = ("float32", "float16_acc32")
@@ -222,10 +222,7 @@ def main():
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--layers", type=int, default=None, help="only the first N layers")
     parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--results-dir", type=Path, default=None, help="default: benchmarks/results")
-    mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--build-only", type=Path, metavar="DIR", help="build kernels and models into DIR, run nothing")
-    mode.add_argument("--from", dest="from_dir", type=Path, metavar="DIR", help="run what --build-only saved (no TVM)")
+    add_split_arguments(parser, "kernels and models", dest="from_dir")
     args = parser.parse_args()
     names = [n for n in args.models.split(",") if n]
     layer_models = tuple("mobilenetv2" if n == "mobilenet_v2" else n for n in names)

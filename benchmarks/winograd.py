@@ -300,15 +300,12 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     common.add_device_argument(p)
     common.add_target_argument(p)
-    mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--build-only", metavar="DIR", type=Path, help="compile every kernel into DIR and stop (needs TVM)")
-    mode.add_argument("--from", dest="src", metavar="DIR", type=Path, help="run kernels compiled by --build-only (no TVM)")
+    common.add_split_arguments(p)
     p.add_argument("--models", default="resnet50,vgg16", help="comma-separated: resnet50, vgg16")
     p.add_argument("--limit", type=int, default=None, help="only the first N eligible layers of each model")
     p.add_argument("--budget", type=float, default=0.5, help="seconds of timing per way and layer (default 0.5)")
     p.add_argument("--input-sets", type=int, default=2, help="input sets rotated while timing (default 2)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--results-dir", type=Path, default=None, help="default: benchmarks/results")
     args = p.parse_args(argv)
     args.models = [m.strip() for m in args.models.split(",") if m.strip()]
     for m in args.models:

@@ -31,7 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
-from common import add_device_argument, add_target_argument, fmt, log, print_table, results_path, target_profile, write_json
+from common import (add_device_argument, add_split_arguments, add_target_argument, fmt, log, print_table, results_path,
+                    target_profile, write_json)
 
 MODELS = (
     "resnet18", "mobilenet_v2", "mobilenet_v3_small", "mobilenet_v3_large", "shufflenet_v2_x1_0",
@@ -191,11 +192,8 @@ def main():
     parser.add_argument("--models", default=",".join(MODELS), help="torchvision model names (exported with torch)")
     parser.add_argument("--onnx-dir", type=Path, default=None, help="take DIR/<model>.onnx instead of exporting")
     parser.add_argument("--export-dir", type=Path, default=Path("/tmp/tir-adreno-zoo"), help="where exports are kept")
-    parser.add_argument("--results-dir", type=Path, default=None, help="default: benchmarks/results")
     parser.add_argument("--repeat", type=int, default=10, help="timed runs per model with --from (medians)")
-    mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--build-only", type=Path, metavar="DIR", help="compile and save the models timing-only, run nothing")
-    mode.add_argument("--from", dest="from_dir", type=Path, metavar="DIR", help="time models saved by --build-only (no TVM)")
+    add_split_arguments(parser, "models (timing only, no weights)", dest="from_dir")
     args = parser.parse_args()
 
     from tir_adreno import runtime

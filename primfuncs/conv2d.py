@@ -530,14 +530,11 @@ class ConvWindow:
         return x * self.sw - self.pl + k * self.dw
 
 
-def _direct_conv(geom: ConvGeometry, mode: str, epilogue, dtype, config, scope, weight_scope, name, prologue=None,
-                 out_scope=None, residual_scope=None):
-    """The shared skeleton: tiling, guards, accumulation body ``mode``, epilogue and stores.
-    ``prologue`` (:class:`DepthwisePrologue`, a 1x1 conv only): X is the depthwise conv's input."""
+def check_conv_args(epilogue, dtype, config, scope, weight_scope, out_scope, residual_scope):
+    """The checks every direct-conv factory makes; returns (scope, weight_scope, out_scope,
+    residual_scope) with the defaults filled in (weights: the weight texture next to a texture X)."""
     if not isinstance(epilogue, Epilogue):
         raise TypeError(f"epilogue must be an Epilogue, got {type(epilogue).__name__}")
-    if config is None:
-        config = default_config(geom, depthwise=mode == "depthwise")
     if not isinstance(config, ConvConfig):
         raise TypeError(f"config must be a ConvConfig, got {type(config).__name__}")
     check_dtype(dtype)
@@ -545,6 +542,17 @@ def _direct_conv(geom: ConvGeometry, mode: str, epilogue, dtype, config, scope, 
     if weight_scope is None:
         weight_scope = TEXTURE_WEIGHT if scope == TEXTURE else BUFFER
     check_scope(weight_scope, (TEXTURE_WEIGHT, BUFFER))
+    return scope, weight_scope, out_scope, residual_scope
+
+
+def _direct_conv(geom: ConvGeometry, mode: str, epilogue, dtype, config, scope, weight_scope, name, prologue=None,
+                 out_scope=None, residual_scope=None):
+    """The shared skeleton: tiling, guards, accumulation body ``mode``, epilogue and stores.
+    ``prologue`` (:class:`DepthwisePrologue`, a 1x1 conv only): X is the depthwise conv's input."""
+    if config is None:
+        config = default_config(geom, depthwise=mode == "depthwise")
+    scope, weight_scope, out_scope, residual_scope = check_conv_args(
+        epilogue, dtype, config, scope, weight_scope, out_scope, residual_scope)
 
     n, c, h, w, o = geom.n, geom.c, geom.h, geom.w, geom.o
     kh, kw, cg, og = geom.kh, geom.kw, geom.cg, geom.og

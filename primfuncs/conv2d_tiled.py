@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from tvm.script import tirx as T
 
-from ._common import BUFFER, LANES, TEXTURE, TEXTURE_WEIGHT, ceildiv, check_dtype, check_io_scopes, check_scope, select_params
-from .conv2d import ConvConfig, ConvWindow, all_of, conv2d_geometry
+from ._common import BUFFER, LANES, ceildiv, select_params
+from .conv2d import ConvConfig, ConvWindow, all_of, check_conv_args, conv2d_geometry
 from .epilogue import Epilogue, store_output_pixel
 
 #: Local memory a tiled config may use (every OpenCL GPU has 32 KiB).
@@ -61,15 +61,10 @@ def conv2d_tiled_nchw4c(
     geom = conv2d_geometry(data_shape, weight_shape, strides, padding, dilation, 1)
     if config is None:
         config = ConvConfig(oc_block=2, w_block=4, work_group=(16, 8, 1), tiled=True)
-    if not isinstance(config, ConvConfig) or not config.tiled:
-        raise ValueError(f"config must be a ConvConfig with tiled=True, got {config!r}")
-    if not isinstance(epilogue, Epilogue):
-        raise TypeError(f"epilogue must be an Epilogue, got {type(epilogue).__name__}")
-    check_dtype(dtype)
-    scope, out_scope, residual_scope = check_io_scopes(scope, out_scope, residual_scope)
-    if weight_scope is None:
-        weight_scope = TEXTURE_WEIGHT if scope == TEXTURE else BUFFER
-    check_scope(weight_scope, (TEXTURE_WEIGHT, BUFFER))
+    scope, weight_scope, out_scope, residual_scope = check_conv_args(
+        epilogue, dtype, config, scope, weight_scope, out_scope, residual_scope)
+    if not config.tiled:
+        raise ValueError(f"config must have tiled=True, got {config!r}")
     if tiled_local_bytes(config, dtype) > MAX_LOCAL_BYTES:
         raise ValueError(f"config {config} needs {tiled_local_bytes(config, dtype)} bytes of local memory for its "
                          f"tiles, more than {MAX_LOCAL_BYTES}; use a smaller work group, tile or k_chunk")
