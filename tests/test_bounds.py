@@ -63,6 +63,20 @@ def test_conv_without_clamps_is_caught(device):
     _run(device, bounds.instrument(build.build(func, check_bounds=False)), "conv2d_nchw4c", rng)  # the real conv: clean
 
 
+def test_tiled_conv_without_clamps_is_caught(device):
+    """The tiled kernel's im2col copies clamp their coordinates too: without the clamps the
+    sanitizer names the read into the padding; with them a stem-like 7x7/2 conv is clean."""
+    config = ConvConfig(1, 4, (8, 2, 1), split_k=2, tiled=True, k_chunk=4)
+    func = conv2d_nchw4c((2, 3, 9, 7), (5, 3, 7, 7), strides=2, padding=3, config=config)
+    mutant = _without_clamps(build.build(func, check_bounds=False))
+    rng = np.random.default_rng(1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "max redefined" compiler output
+        with pytest.raises(BoundsError, match=r"conv2d_tiled_nchw4c_kernel: parameter X read at"):
+            _run(device, bounds.instrument(mutant), "conv2d_tiled_nchw4c", rng)
+    _run(device, bounds.instrument(build.build(func, check_bounds=False)), "conv2d_tiled_nchw4c", rng)
+
+
 @pytest.mark.parametrize("w_block", [1, 2])
 def test_flat_depthwise_is_in_bounds(device, w_block):
     """The 1-D grid (ConvConfig.flat; its group does not divide the grid) with the window in

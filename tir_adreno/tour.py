@@ -74,6 +74,26 @@ def _depthwise_pointwise(dev, rng, shape):
     return ops.download_nchw(out, o), ref
 
 
+def _tiled(dev, rng, shape):
+    """The local-memory tiled kernel (``ConvConfig.tiled``, the H200's 1x1 and stem convs), here a
+    3x3/2 conv with 2 K slices, so its im2col copies read the padding and every tail is partial."""
+    n, c, h, w = shape
+    o = 6
+    x, wt = rng.standard_normal((n, c, h, w)).astype("float32"), rng.standard_normal((o, c, 3, 3)).astype("float32")
+    b = rng.standard_normal(o).astype("float32")
+    scope = ops.activation_scope(dev, shape)
+    geom = conv2d.conv2d_geometry(x.shape, wt.shape, 2, 1)
+    config = conv2d.ConvConfig(1, 2, (8, 2, 1), split_k=2, tiled=True, k_chunk=3)
+    func = conv2d.conv2d_nchw4c(x.shape, wt.shape, 2, 1, epilogue=Epilogue(bias=True, activation="relu"), config=config,
+                                scope=scope)
+    out = ops.empty_nchw4c(dev, geom.out_shape, "float32", scope)
+    weight_scope = TEXTURE_WEIGHT if scope == TEXTURE else BUFFER
+    ops.launch(func, [ops.upload_nchw4c(dev, x, scope), dev.array(pack_oihw4o(wt), weight_scope, "w"),
+                      dev.array(pack_bias(b), BUFFER, "b"), out], dev)
+    ref = reference.conv2d_nchw(x, wt, geom.strides, geom.padding, geom.dilation)
+    return ops.download_nchw(out, o), reference.conv2d_epilogue(ref, b, None, "relu")
+
+
 def _pool(op, strategy, **attrs):
     def run(dev, rng, shape):
         x = rng.standard_normal(shape).astype("float32")
@@ -140,6 +160,7 @@ CASES = (
     Case("conv2d grouped", "conv2d", _conv(groups=2, stride=2, padding=(1, 0, 1, 2), activation=None), 1e-4),
     Case("conv2d depthwise", "conv2d", _conv(depthwise=True, activation="relu6"), 1e-4),
     Case("depthwise -> 1x1 fused", "conv2d", _depthwise_pointwise, 1e-4),
+    Case("conv2d tiled (local memory)", "conv2d", _tiled, 1e-4),
     Case("conv2d winograd_2x2", "winograd", _conv("winograd_2x2"), 1e-4),
     Case("conv2d winograd_4x4", "winograd", _conv("winograd_4x4"), 1e-3),
     Case("max_pool2d thread", "pool", _pool("max_pool2d", "thread", pool_size=(3, 3), strides=(2, 2), padding=1), 1e-5),
