@@ -313,11 +313,14 @@ class Rewriter:
         operands = _conv_operands(node) if node.op == "relax.nn.conv2d" and _same(node.args[0], var) else None
         if operands is None or operands[0] != "NCHW":
             return None
-        geom = _conv_geometry(node, nchw, operands[1])
-        if geom.is_depthwise:  # it may fuse with its 1x1 reader: that plan decides
+        try:
+            geom = _conv_geometry(node, nchw, operands[1])
+            if geom.is_depthwise:  # it may fuse with its 1x1 reader: that plan decides
+                return None
+            return strategy.conv2d_plan(geom, Epilogue(), self.precision, self.profile, self.records,
+                                        allow_buffer=self.allow_buffer).scope
+        except ValueError:  # a conv our kernels do not take: its own handler reports or leaves it
             return None
-        return strategy.conv2d_plan(geom, Epilogue(), self.precision, self.profile, self.records,
-                                    allow_buffer=self.allow_buffer).scope
 
     def weight_scope(self, shape5) -> str:
         return texture.place(shape5, TEXTURE_WEIGHT, self.limits, self.allow_buffer)
