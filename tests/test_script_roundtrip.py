@@ -78,6 +78,18 @@ def conv2d_kernels(d, scope):
     ]
 
 
+def tiled_kernels(d, scope):
+    """The local-memory tiled conv (``ConvConfig.tiled``), K slices included: unlike the direct
+    conv's split_k it round-trips (its partial sums are indexed by thread, no inferred region)."""
+    n, c, h, w = _nchw(d, max_c=12)
+    k = d.draw(st.sampled_from([1, 3]))
+    config = ConvConfig(oc_block=d.draw(st.integers(1, 2)), w_block=d.draw(st.integers(1, 2)), work_group=(4, 2, 1),
+                        split_k=d.draw(st.integers(1, 3)), tiled=True, k_chunk=d.draw(st.integers(1, 4)))
+    return [conv2d.conv2d_nchw4c((n, c, max(h, k), max(w, k)), (d.draw(st.integers(1, 9)), c, k, k),
+                                 strides=d.draw(st.integers(1, 2)), padding=d.draw(st.integers(0, 1)), epilogue=_epilogue(d),
+                                 config=config, scope=scope)]
+
+
 def winograd_kernels(d, scope):
     n, c, h, w = _nchw(d)
     kern = conv2d_winograd.conv2d_winograd_nchw4c(
@@ -144,6 +156,7 @@ FAMILIES = {
     "elementwise": elementwise_kernels,
     "conv2d": conv2d_kernels,
     "conv2d_winograd": winograd_kernels,
+    "conv2d_tiled": tiled_kernels,
     "pool2d": pool_kernels,
     "reduce": reduce_kernels,
     "concat": concat_kernels,
