@@ -166,6 +166,11 @@ def clamp(x, lo=None, hi=None):
     return y if lo is None else T.Select(x < lo, lo, y)
 
 
+def whole(buf):
+    """The region of all of ``buf`` (a block's declared reads or writes)."""
+    return buf[tuple(slice(0, d) for d in buf.shape)]
+
+
 def select_params(func, keep):
     """``func`` with only the buffer parameters named in ``keep`` (in their order).
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from tvm.script import tirx as T
 
-from ._common import BUFFER, LANES, ceildiv, select_params
+from ._common import BUFFER, LANES, ceildiv, select_params, whole
 from .conv2d import ConvConfig, ConvWindow, all_of, check_conv_args, conv2d_geometry
 from .epilogue import Epilogue, store_output_pixel
 
@@ -163,6 +163,12 @@ def conv2d_tiled_nchw4c(
                         for lane in T.unroll(4):
                             acc[q * pb + i, lane] = acc[q * pb + i, lane] + xr[i, j] * wr[q, lane]
 
+    # The blocks declare their regions (whole buffers): inferred ones, unions of clamped
+    # indices, print as extents TVM 0.27 re-derives in another term order on parse (defect 16),
+    # and a dumped kernel must parse back to exactly this PrimFunc.
+    def reads(X, W, Bias, Residual, *local):
+        return [whole(b) for b in (X, W, *[Bias] * epilogue.bias, *[Residual] * epilogue.residual, *local)]
+
     @T.prim_func(s_tir=True)
     def func(data: T.handle, weight: T.handle, bias: T.handle, residual: T.handle, out: T.handle):
         T.func_attr({"global_symbol": "conv2d_tiled_nchw4c", "tirx.noalias": True})
@@ -175,6 +181,8 @@ def conv2d_tiled_nchw4c(
             for by in T.thread_binding(ceildiv(o4, tn), thread="blockIdx.y"):
                 for bx in T.thread_binding(ceildiv(pixels, tm), thread="blockIdx.x"):
                     with T.sblock("conv2d_tiled"):
+                        T.reads(*reads(X, W, Bias, Residual))
+                        T.writes(whole(Y))
                         xs = T.sblock_alloc_buffer((split, kc, tm, 4), dtype, scope="shared")
                         ws = T.sblock_alloc_buffer((split, kc, LANES, tn, 4), dtype, scope="shared")
                         partial = T.sblock_alloc_buffer((max(split - 1, 1), ocb * pb, 4, threads), dtype, scope="shared")
@@ -182,6 +190,8 @@ def conv2d_tiled_nchw4c(
                             for ty in T.thread_binding(gy, thread="threadIdx.y"):
                                 for tx in T.thread_binding(gx, thread="threadIdx.x"):
                                     with T.sblock("tile"):
+                                        T.reads(*reads(X, W, Bias, Residual, xs, ws, partial))
+                                        T.writes(whole(Y), whole(xs), whole(ws), whole(partial))
                                         acc = T.sblock_alloc_buffer((ocb * pb, 4), dtype, scope="local")
                                         xr = T.sblock_alloc_buffer((pb, 4), dtype, scope="local")
                                         wr = T.sblock_alloc_buffer((ocb, 4), dtype, scope="local")

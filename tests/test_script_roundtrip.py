@@ -80,7 +80,8 @@ def conv2d_kernels(d, scope):
 
 def tiled_kernels(d, scope):
     """The local-memory tiled conv (``ConvConfig.tiled``), K slices included: unlike the direct
-    conv's split_k it round-trips (its partial sums are indexed by thread, no inferred region)."""
+    conv's split_k it round-trips (its blocks declare their regions: nothing for the parser to
+    re-derive)."""
     n, c, h, w = _nchw(d, max_c=12)
     k = d.draw(st.sampled_from([1, 3]))
     config = ConvConfig(oc_block=d.draw(st.integers(1, 2)), w_block=d.draw(st.integers(1, 2)), work_group=(4, 2, 1),
