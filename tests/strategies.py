@@ -77,7 +77,9 @@ def conv_cases(draw, depthwise=False):
         c = groups * draw(st.integers(1, max(1, 12 // groups)))
         o = groups * draw(st.integers(1, max(1, 12 // groups)))
     config = draw(conv_configs())
-    if depthwise and o == c:  # the depthwise window-in-registers body (multiplier 1) half the time
+    # The depthwise window-in-registers body (multiplier 1) half the time; not for C = 1, which
+    # is a dense conv to the strategy (``ConvGeometry.is_depthwise`` needs groups > 1).
+    if depthwise and o == c > 1:
         config = dataclasses.replace(config, register_window=draw(st.booleans()))
     return dict(
         data_shape=(n, c, h, w), weight_shape=(o, c // groups, kh, kw), strides=(sh, sw), padding=pad,
