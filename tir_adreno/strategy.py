@@ -293,7 +293,7 @@ def default_choice(geometry: ConvGeometry, profile: DeviceProfile) -> ConvChoice
     placement = "texture" if big else profile.activation_placement
     if geometry.is_depthwise:
         placement = _conv2d.depthwise_default(geometry, profile.kind, profile.name).get("placement", placement)
-    tiled = None if geometry.is_depthwise else _conv2d.tiled_default(geometry, profile.tiled_min_groups)
+    tiled = _conv2d.tiled_default(geometry, profile.tiled_min_groups)  # None for depthwise convs (groups > 1)
     if tiled is not None:  # measured faster on buffers than on textures on every layer
         return ConvChoice(config=tiled, placement="buffer")
     return ConvChoice(placement=placement)

@@ -22,6 +22,8 @@ from primfuncs._common import BUFFER, TEXTURE, TEXTURE_WEIGHT
 from primfuncs.epilogue import Epilogue
 
 from . import ops, reference, runtime
+from . import strategy as _strategy
+from .device import DeviceProfile
 from .blocked import pack_bias, pack_oihw4o
 
 #: The tour's NCHW activation: small enough for PoCL, C not a multiple of 4.
@@ -81,17 +83,13 @@ def _tiled(dev, rng, shape):
     o = 6
     x, wt = rng.standard_normal((n, c, h, w)).astype("float32"), rng.standard_normal((o, c, 3, 3)).astype("float32")
     b = rng.standard_normal(o).astype("float32")
-    scope = ops.activation_scope(dev, shape)
     geom = conv2d.conv2d_geometry(x.shape, wt.shape, 2, 1)
-    config = conv2d.ConvConfig(1, 2, (8, 2, 1), split_k=2, tiled=True, k_chunk=3)
-    func = conv2d.conv2d_nchw4c(x.shape, wt.shape, 2, 1, epilogue=Epilogue(bias=True, activation="relu"), config=config,
-                                scope=scope)
-    out = ops.empty_nchw4c(dev, geom.out_shape, "float32", scope)
-    weight_scope = TEXTURE_WEIGHT if scope == TEXTURE else BUFFER
-    ops.launch(func, [ops.upload_nchw4c(dev, x, scope), dev.array(pack_oihw4o(wt), weight_scope, "w"),
-                      dev.array(pack_bias(b), BUFFER, "b"), out], dev)
+    placement = "texture" if ops.activation_scope(dev, shape) == TEXTURE else "buffer"
+    choice = _strategy.ConvChoice("direct", conv2d.ConvConfig(1, 2, (8, 2, 1), split_k=2, tiled=True, k_chunk=3), placement)
+    plan = _strategy.conv2d_plan(geom, Epilogue(bias=True, activation="relu"), "float32", DeviceProfile.from_device(dev),
+                                 choice=choice)
     ref = reference.conv2d_nchw(x, wt, geom.strides, geom.padding, geom.dilation)
-    return ops.download_nchw(out, o), reference.conv2d_epilogue(ref, b, None, "relu")
+    return ops.run_conv_plan(plan, dev, x, wt, b), reference.conv2d_epilogue(ref, b, None, "relu")
 
 
 def _pool(op, strategy, **attrs):
