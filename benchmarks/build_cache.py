@@ -24,7 +24,9 @@ COLD = """
 import json, sys, time
 t0 = time.perf_counter()
 import numpy as np
-from tir_adreno import build, runtime, tour
+from tir_adreno.codegen import build
+from tir_adreno.runtime import opencl as runtime
+from tir_adreno.tools import tour
 dev = runtime.get_device({device!r})
 t_import = time.perf_counter() - t0
 t0 = time.perf_counter()
@@ -38,7 +40,9 @@ print(json.dumps({{"seconds": time.perf_counter() - t0, "import_seconds": t_impo
 MODEL_COLD = """
 import json, time
 t0 = time.perf_counter()
-from tir_adreno import compile_model, models, runtime
+from tir_adreno import compile_model
+from tir_adreno.frontend import models
+from tir_adreno.runtime import opencl as runtime
 dev = runtime.get_device({device!r})
 mod = models.get_model({model!r})
 t_import = time.perf_counter() - t0
@@ -53,7 +57,7 @@ MODEL_WARM = """
 import json, sys, time
 sys.modules["tvm"] = None
 t0 = time.perf_counter()
-from tir_adreno.executor import load_model
+from tir_adreno.runtime.executor import load_model
 t_import = time.perf_counter() - t0
 t0 = time.perf_counter()
 compiled = load_model({bundles!r} + "/model", {device!r})
@@ -64,8 +68,8 @@ WARM = """
 import json, sys, time, glob
 sys.modules["tvm"] = None  # the warm path must not need TVM
 t0 = time.perf_counter()
-from tir_adreno import runtime
-from tir_adreno.bundle import KernelModule
+from tir_adreno.runtime import opencl as runtime
+from tir_adreno.runtime.bundle import KernelModule
 dev = runtime.get_device({device!r})
 t_import = time.perf_counter() - t0
 t0 = time.perf_counter()

@@ -53,8 +53,8 @@ def add_split_arguments(parser: argparse.ArgumentParser, what: str = "kernels", 
 
 
 def target_profile(args, build_only: bool = False):
-    """The ``tir_adreno.device`` profile of ``--target`` (see :func:`add_target_argument`)."""
-    from tir_adreno.device import DeviceProfile, get_profile
+    """The ``tir_adreno.strategy.profile`` profile of ``--target`` (see :func:`add_target_argument`)."""
+    from tir_adreno.strategy.profile import DeviceProfile, get_profile
 
     if args.target:
         return get_profile(args.target)
@@ -120,9 +120,9 @@ def median_time(run, input_sets, warmup: int = 2, min_repeat: int = 5, max_repea
 
 # Host-side NumPy layouts (what the layout kernels do on the device), for run-only paths.
 # Host-side blocked layouts: the library's own (TVM-free), under the names the benchmarks use.
-from tir_adreno.blocked import pack_nchw4c as nchw_to_nchw4c  # noqa: E402
-from tir_adreno.blocked import pack_oihw4o as oihw_to_oihw4o  # noqa: E402
-from tir_adreno.blocked import unpack_nchw4c as nchw4c_to_nchw  # noqa: E402,F401
+from tir_adreno.strategy.packing import pack_nchw4c as nchw_to_nchw4c  # noqa: E402
+from tir_adreno.strategy.packing import pack_oihw4o as oihw_to_oihw4o  # noqa: E402
+from tir_adreno.strategy.packing import unpack_nchw4c as nchw4c_to_nchw  # noqa: E402,F401
 
 
 def geomean(values) -> float | None:
@@ -194,7 +194,7 @@ def read_cases(src: Path) -> dict:
 def load_bundles(src: Path, entries, key, make=lambda entry, module: module) -> dict:
     """``{key(entry): make(entry, KernelModule)}`` for each entry with a saved ``bundle``;
     an entry whose bundle does not load gets an ``error`` instead (shown, never dropped)."""
-    from tir_adreno.bundle import KernelModule
+    from tir_adreno.runtime.bundle import KernelModule
 
     loaded = {}
     for entry in entries:

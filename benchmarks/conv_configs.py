@@ -8,7 +8,7 @@ groups of 32 to 256 items, ``split_k`` (a tile's input channel blocks split
 over its work group) 1 to 16; plus each layer's default configs
 (``default_config`` of every device class, and the rule before this sweep as
 ``old_default``). Every kernel runs on the device with inputs packed on the
-host (``tir_adreno.blocked``), is checked against a float64 NumPy conv
+host (``tir_adreno.strategy.packing``), is checked against a float64 NumPy conv
 (relative error <= 1e-4, output poisoned first) and timed (median OpenCL event
 time). Prints per layer the best configs and the defaults; writes JSON.
 
@@ -43,10 +43,10 @@ import common  # noqa: E402  (puts the repository root on sys.path)
 import layers as layer_lists
 from conv_layers import reference_conv2d
 
-from tir_adreno.blocked import pack_nchw4c, pack_oihw4o, unpack_nchw4c
-from tir_adreno.bundle import KernelModule
+from tir_adreno.strategy.packing import pack_nchw4c, pack_oihw4o, unpack_nchw4c
+from tir_adreno.runtime.bundle import KernelModule
 from tir_adreno.reference import relative_error
-from tir_adreno.texture import is_texture_scope
+from tir_adreno.runtime.texture import is_texture_scope
 
 NAME = "conv_configs"
 RTOL = 1e-4
@@ -296,7 +296,8 @@ def build_all(selected, grid: str, out_dir: Path | None, placement: str = "textu
 
     from primfuncs import conv2d
     from primfuncs._common import BUFFER, TEXTURE
-    from tir_adreno import build, strategy
+    from tir_adreno.codegen import build
+    from tir_adreno.strategy import conv as strategy
 
     cases, modules, by_source = [], {}, {}
     for layer in selected:
@@ -573,7 +574,7 @@ def main(argv=None) -> int:
         )
         return 1 if failed else 0
 
-    from tir_adreno import runtime
+    from tir_adreno.runtime import opencl as runtime
 
     dev = runtime.get_device(args.device)
     common.log(f"device: {dev.name}")

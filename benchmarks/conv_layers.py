@@ -15,7 +15,7 @@ OpenCL event time after warm-up, input sets rotated):
   OIHW4o weights in textures;
 - ``ours_buf``: the same schedule on buffers (both: the profile's default direct conv);
 - ``upstream``: upstream TVM's generic OpenCL conv (``Target({"kind": "opencl"})``,
-  default GPU pipeline, dlight schedules; ``tir_adreno.baseline``), NCHW buffers;
+  default GPU pipeline, dlight schedules; ``tir_adreno.tools.baseline``), NCHW buffers;
 - ``cudnn`` (NVIDIA devices, when torch with CUDA imports): PyTorch/cuDNN fp32,
   TF32 off, CUDA events.
 
@@ -53,11 +53,11 @@ from common import nchw4c_to_nchw, nchw_to_nchw4c, oihw_to_oihw4o
 import layers as layer_lists
 
 from primfuncs.winograd_math import winograd_weight_transform  # NumPy only: fine without TVM
-from tir_adreno import tuning
-from tir_adreno.blocked import pack_nchw4c, pack_oihw4o, unpack_nchw4c
-from tir_adreno.bundle import KernelModule
+from tir_adreno.tuning import programs as tuning
+from tir_adreno.strategy.packing import pack_nchw4c, pack_oihw4o, unpack_nchw4c
+from tir_adreno.runtime.bundle import KernelModule
 from tir_adreno.reference import conv2d_nchw, depthwise_pointwise, relative_error
-from tir_adreno.texture import is_texture_scope
+from tir_adreno.runtime.texture import is_texture_scope
 
 NAME = "conv_layers"
 OPENCL_WAYS = ("ours", "ours_tex", "ours_buf", "upstream")
@@ -88,14 +88,15 @@ def build_case(layer: layer_lists.ConvLayer, way: str, profile, records=None) ->
     """Compile one way of one layer for ``profile``; returns the module and its case description.
 
     Our ways are the stages of a ``strategy.conv2d_plan`` (case keys ``stages`` and ``plan``);
-    "ours" plans with ``records`` (a ``tir_adreno.records.Records`` or None), as a model does.
+    "ours" plans with ``records`` (a ``tir_adreno.strategy.records.Records`` or None), as a model does.
     """
-    from tir_adreno import baseline, build
+    from tir_adreno.tools import baseline
+    from tir_adreno.codegen import build
 
     if way != "upstream":
         from primfuncs.conv2d import conv2d_geometry
         from primfuncs.epilogue import Epilogue
-        from tir_adreno import strategy
+        from tir_adreno.strategy import conv as strategy
 
         geom = conv2d_geometry(layer.data_shape, layer.weight_shape, layer.strides, layer.padding, layer.dilation, layer.groups)
         choice = None if way == "ours" else strategy.ConvChoice("direct", None, PLACEMENT[way])
@@ -125,7 +126,8 @@ def build_fused(pair: layer_lists.ConvPair, profile, records=None) -> tuple[Kern
     (``strategy.fuse_depthwise_pointwise`` with ``records``, the plan's PrimFunc, no epilogues
     like the other ways), or None when the strategy runs the two convs apart there."""
     from primfuncs.epilogue import Epilogue
-    from tir_adreno import build, strategy
+    from tir_adreno.codegen import build
+    from tir_adreno.strategy import conv as strategy
 
     plan = strategy.fuse_depthwise_pointwise(geometry(pair.depthwise), geometry(pair.pointwise), profile, records)
     if plan is None:
@@ -149,7 +151,7 @@ def build_all(selected, ways, out_dir: Path | None, profile, records=None):
     with ``out_dir`` also save bundles + cases.json there."""
     import tvm
 
-    from tir_adreno.records import open_records
+    from tir_adreno.strategy.records import open_records
 
     tuned = open_records(records, profile)
     cases, modules = [], {}
@@ -667,7 +669,7 @@ def main(argv=None) -> int:
         )
         return 1 if failed else 0
 
-    from tir_adreno import runtime
+    from tir_adreno.runtime import opencl as runtime
 
     dev = runtime.get_device(args.device)
     common.log(f"device: {dev.name}")

@@ -91,7 +91,7 @@ def build_all(selected, out_dir: Path | None):
     import tvm
 
     from primfuncs import conv2d
-    from tir_adreno import build
+    from tir_adreno.codegen import build
 
     cases, modules = [], {}
     for layer in selected:
@@ -237,7 +237,7 @@ def main(argv=None) -> int:
         common.log(f"wrote {len(meta['cases'])} kernels to {args.build_only} ({len(failed)} failed) in {time.perf_counter() - started:.0f} s")
         return 1 if failed else 0
 
-    from tir_adreno import runtime
+    from tir_adreno.runtime import opencl as runtime
 
     dev = runtime.get_device(args.device)
     if args.src:

@@ -58,8 +58,8 @@ __kernel void chain_step(__global const float* restrict x, __global float* restr
 def chain_model(n: int, device, size: int = CHAIN_SIZE):
     """A CompiledModel of ``n`` dependent launches of one tiny buffer kernel, y = x * 0.5 + 1
     (the pool keeps two intermediates): the host path with next to no device work."""
-    from tir_adreno.bundle import FunctionPlan, KernelArg, KernelModule, Launch, TensorSpec
-    from tir_adreno.executor import Call, CompiledModel, Plan, TensorInfo
+    from tir_adreno.runtime.bundle import FunctionPlan, KernelArg, KernelModule, Launch, TensorSpec
+    from tir_adreno.runtime.executor import Call, CompiledModel, Plan, TensorInfo
 
     kinds = ["input"] + ["temp"] * (n - 1) + ["output"]
     tensors = [TensorInfo((size,), "float32", "global", kind, f"x{i}") for i, kind in enumerate(kinds)]
@@ -131,7 +131,7 @@ def _models(args, device) -> dict:
     """{name: CompiledModel} of --from and --builtin."""
     compiled = {}
     if args.from_dir:
-        from tir_adreno.executor import load_model
+        from tir_adreno.runtime.executor import load_model
 
         dirs = sorted(args.from_dir.glob(f"*-{args.way}"))
         wanted = [n for n in (args.models or "").split(",") if n] or [d.name[: -len(args.way) - 1] for d in dirs]
@@ -143,7 +143,7 @@ def _models(args, device) -> dict:
             log(f"load {path.name}{' (random weights: timing only)' if random_weights else ''} ...")
             compiled[name] = load_model(path, device, random_weights=0 if random_weights else None)
     for name in args.builtin:
-        from tir_adreno import models
+        from tir_adreno.frontend import models
         from tir_adreno.compiler import compile_model
 
         log(f"compile {name} at {args.image_size}x{args.image_size} ...")
@@ -171,7 +171,7 @@ def main(argv=None):
     if args.from_dir and not args.from_dir.is_dir():
         parser.error(f"--from {args.from_dir}: no such folder")
 
-    from tir_adreno import launcher, runtime
+    from tir_adreno.runtime import launcher, opencl as runtime
 
     device = runtime.get_device(args.device)
     compiled = _models(args, device)

@@ -58,7 +58,7 @@ CARRY_WEIGHTS_MB = 24
 def _build(names, ways, directory: Path | None, device, profile, records, onnx_paths, carry_mb):
     """Compile every (model, way) for ``profile``; returns {(name, way): CompiledModel}; saves them if asked
     (weights only up to ``carry_mb`` MiB). ``onnx_paths``: {name: ONNX file} next to the built-ins."""
-    from tir_adreno import models
+    from tir_adreno.frontend import models
     from tir_adreno.compiler import compile_model
 
     compiled = {}
@@ -81,7 +81,7 @@ def _build(names, ways, directory: Path | None, device, profile, records, onnx_p
 
 
 def _load(names, ways, directory: Path, device):
-    from tir_adreno.executor import load_model
+    from tir_adreno.runtime.executor import load_model
 
     compiled = {}
     for name in names:
@@ -190,8 +190,8 @@ def main():
     if unknown:
         parser.error(f"unknown models {sorted(unknown)}; choose from {MODELS} or give --onnx / --onnx-dir")
 
-    from tir_adreno import runtime
-    from tir_adreno.texture import is_texture_scope
+    from tir_adreno.runtime import opencl as runtime
+    from tir_adreno.runtime.texture import is_texture_scope
 
     device = runtime.get_device(args.device)
     ways = WAYS[:4] if args.records else WAYS[:3]

@@ -28,7 +28,7 @@ import common  # noqa: E402  (puts the repository root on sys.path)
 from common import nchw4c_to_nchw, nchw_to_nchw4c
 
 from tir_adreno import reference as tir_reference
-from tir_adreno.bundle import KernelModule
+from tir_adreno.runtime.bundle import KernelModule
 
 NAME = "pooling"
 STRATEGIES = ("thread", "group")
@@ -63,7 +63,7 @@ SWEEP_CASES += [_case(f"avg {k}x{k}/{k} 1x64x56x56", "avg", (1, 64, 56, 56), k, 
 # build (needs TVM)
 def build_case(case: dict, strategy: str) -> tuple[KernelModule, str]:
     from primfuncs import pool2d
-    from tir_adreno import build
+    from tir_adreno.codegen import build
 
     shape = tuple(nchw_to_nchw4c(np.zeros(case["shape"], np.float32)).shape)
     if case["kind"] == "global_avg":
@@ -226,7 +226,7 @@ def main(argv=None) -> int:
         common.log(f"wrote {len(meta['kernels']) - len(failed)} kernels to {args.build_only} ({len(failed)} failed)")
         return 1 if failed else 0
 
-    from tir_adreno import runtime
+    from tir_adreno.runtime import opencl as runtime
 
     dev = runtime.get_device(args.device)
     common.log(f"device: {dev.name}")

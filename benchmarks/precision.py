@@ -42,8 +42,8 @@ def scaled(layer: layer_lists.ConvLayer, image_size: int) -> layer_lists.ConvLay
 
 def texture_bytes(specs) -> int:
     """Bytes of the images among ``specs`` (``bundle.TensorSpec``s), as allocated (half under float16_acc32)."""
-    from tir_adreno.executor import TensorInfo
-    from tir_adreno.texture import is_texture_scope
+    from tir_adreno.runtime.executor import TensorInfo
+    from tir_adreno.runtime.texture import is_texture_scope
 
     return sum(TensorInfo(s.shape, s.dtype, s.scope, "t", storage=s.storage).nbytes for s in specs if is_texture_scope(s.scope))
 
@@ -55,7 +55,8 @@ def build_layers(layers, profile, out_dir: Path | None) -> tuple[list, dict]:
     """(case entries, key -> ConvProgram) of every layer in each precision (needs TVM)."""
     from primfuncs.conv2d import conv2d_geometry
     from primfuncs.epilogue import Epilogue
-    from tir_adreno import strategy, tuning
+    from tir_adreno.strategy import conv as strategy
+    from tir_adreno.tuning import programs as tuning
 
     entries, programs = [], {}
     for layer in layers:
@@ -82,7 +83,7 @@ def build_layers(layers, profile, out_dir: Path | None) -> tuple[list, dict]:
 
 
 def run_layers(entries, programs, device) -> None:
-    from tir_adreno import tuning
+    from tir_adreno.tuning import programs as tuning
 
     for entry in entries:
         program = programs.get(entry["key"])
@@ -100,9 +101,9 @@ def run_layers(entries, programs, device) -> None:
 
 
 def build_models(names, image_size, device, profile, out_dir: Path | None) -> dict:
-    from tir_adreno import models
+    from tir_adreno.frontend import models
     from tir_adreno.compiler import compile_model, compile_plan
-    from tir_adreno.executor import save_model
+    from tir_adreno.runtime.executor import save_model
 
     compiled = {}
     for name in names:
@@ -118,7 +119,7 @@ def build_models(names, image_size, device, profile, out_dir: Path | None) -> di
 
 
 def load_models(names, src: Path, device) -> dict:
-    from tir_adreno.executor import load_model
+    from tir_adreno.runtime.executor import load_model
 
     def load(path):  # a model saved without weights (too large to carry) runs on seeded random ones: timing only
         return load_model(path, device, random_weights=None if (path / "weights.npz").exists() else 0)
@@ -227,8 +228,8 @@ def main():
     names = [n for n in args.models.split(",") if n]
     layer_models = tuple("mobilenetv2" if n == "mobilenet_v2" else n for n in names)
     if args.from_dir is not None:
-        from tir_adreno import runtime
-        from tir_adreno.tuning import ConvProgram
+        from tir_adreno.runtime import opencl as runtime
+        from tir_adreno.tuning.programs import ConvProgram
 
         device = runtime.get_device(args.device)
         meta = read_cases(args.from_dir)
@@ -237,7 +238,7 @@ def main():
                                 lambda e, m: ConvProgram(e["algorithm"], m, tuple(e["stages"])))
         compiled = load_models(names, args.from_dir, device)
     else:
-        from tir_adreno import runtime
+        from tir_adreno.runtime import opencl as runtime
 
         device = None if args.build_only else runtime.get_device(args.device)
         profile = target_profile(args, build_only=args.build_only is not None)

@@ -9,7 +9,7 @@ OpenCL event time of all its kernels after warm-up, input sets rotated):
   (input transform, batched GEMM, output transform); the weight transform is done
   once on the host and not timed, like any weight packing.
 
-Kernels are planned by ``tir_adreno.strategy.conv2d_plan`` for ``--target`` (default:
+Kernels are planned by ``tir_adreno.strategy.conv.conv2d_plan`` for ``--target`` (default:
 this device's profile, or ``adreno`` with ``--build-only``): tensors in textures where
 they fit its image limits, else buffers, as ``ops.conv2d`` and the Relax pass place them. Every output is checked against a
 float64 NumPy conv (relative error <= 1e-4 for direct and F(2x2), <= 1e-3 for
@@ -42,10 +42,10 @@ import common  # noqa: E402  (puts the repository root on sys.path)
 import layers as layer_lists
 from conv_layers import reference_conv2d, run_program_case
 
-from tir_adreno import tuning
+from tir_adreno.tuning import programs as tuning
 
 NAME = "winograd"
-#: ``tir_adreno.strategy.ALGORITHMS`` (not imported: ``--from`` runs without TVM).
+#: ``tir_adreno.strategy.conv.ALGORITHMS`` (not imported: ``--from`` runs without TVM).
 WAYS = ("direct", "winograd_2x2", "winograd_4x4")
 SHORT = {"direct": "direct", "winograd_2x2": "F2", "winograd_4x4": "F4"}
 RTOL = {"direct": 1e-4, "winograd_2x2": 1e-4, "winograd_4x4": 1e-3}
@@ -96,7 +96,7 @@ def build_all(selected, profile, out_dir: Path | None):
 
     from primfuncs.conv2d import conv2d_geometry
     from primfuncs.epilogue import Epilogue
-    from tir_adreno import strategy
+    from tir_adreno.strategy import conv as strategy
 
     cases, programs = [], {}
     for layer in selected:
@@ -332,7 +332,7 @@ def main(argv=None) -> int:
                    f"in {time.perf_counter() - started:.0f} s")
         return 1 if failed else 0
 
-    from tir_adreno import runtime
+    from tir_adreno.runtime import opencl as runtime
 
     dev = runtime.get_device(args.device)
     common.log(f"device: {dev.name}")

@@ -141,7 +141,7 @@ def build_models(paths: dict, directory: Path, profile) -> None:
     import onnx
 
     from tir_adreno.compiler import compile_plan
-    from tir_adreno.executor import save_model
+    from tir_adreno.runtime.executor import save_model
 
     index = directory / "zoo-build.json"  # merged, so models can be built one at a time
     built = json.loads(index.read_text())["models"] if index.exists() else {}
@@ -163,7 +163,7 @@ def build_models(paths: dict, directory: Path, profile) -> None:
 def time_saved_model(path: Path, device, repeat: int, seed: int = 0) -> dict:
     """Kernel time (median of profiled runs), wall time of a fast run and the profile of a model
     saved by ``--build-only``, with seeded random weights: timing only, no TVM."""
-    from tir_adreno.executor import load_model
+    from tir_adreno.runtime.executor import load_model
 
     compiled = load_model(path, device, random_weights=seed)
     inputs = random_inputs(compiled, seed)
@@ -196,7 +196,7 @@ def main():
     add_split_arguments(parser, "models (timing only, no weights)", dest="from_dir")
     args = parser.parse_args()
 
-    from tir_adreno import runtime
+    from tir_adreno.runtime import opencl as runtime
 
     device = runtime.get_device(args.device)
     names = [n for n in args.models.split(",") if n]

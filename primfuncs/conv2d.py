@@ -133,7 +133,7 @@ class ConvConfig:
             raise ValueError(f"ConvConfig.{what} has more than 256 work items")
 
 
-#: Device classes :func:`default_config` knows (``tir_adreno.device.DeviceProfile.kind``).
+#: Device classes :func:`default_config` knows (``tir_adreno.strategy.profile.DeviceProfile.kind``).
 DEVICE_KINDS = ("mobile", "gpu", "cpu")
 
 
@@ -141,7 +141,7 @@ def default_config(geom: "ConvGeometry", depthwise: bool = False, kind: str = "m
                    prologue: bool = False, tiled_min_groups: int = 0) -> ConvConfig:
     """The tile a conv gets unless told otherwise, per device class (:data:`DEVICE_KINDS`).
 
-    ``kind`` is the device profile's class (``tir_adreno.device``), ``profile`` its name
+    ``kind`` is the device profile's class (``tir_adreno.strategy.profile``), ``profile`` its name
     (depthwise convs: a :data:`DEPTHWISE_DEFAULTS` entry of that name wins). Measured
     with benchmarks/conv_configs.py (results in benchmarks/results/conv_configs-*.json):
 
@@ -225,7 +225,7 @@ def default_config(geom: "ConvGeometry", depthwise: bool = False, kind: str = "m
 #: items filled along the output columns, then rows (:func:`fill_work_group`), or with
 #: ``flat`` a 1-D group of that many items (``ConvConfig.flat``); ``register_window`` where
 #: the conv allows it (multiplier 1); ``placement`` (optional; absent: the device
-#: profile's ``activation_placement``): "texture" or "buffer", where the strategy (``tir_adreno.strategy``)
+#: profile's ``activation_placement``): "texture" or "buffer", where the strategy (``tir_adreno.strategy.conv``)
 #: puts the layer's tensors unless records say otherwise;
 #: ``classes``: {layer class of :data:`DEPTHWISE_CLASSES`: keys overridden for that class},
 #: applied in that order. "mobile" / "cpu": 4 columns per item, group (8, 4, 1) (on the
@@ -963,7 +963,7 @@ def conv2d_nchw4c(
     ``epilogue`` asks for them, and writes ``Y [N, O/4, OH, OW, 4]`` in ``out_scope``
     (default ``scope``): a conv at a texture/buffer boundary needs no copy kernel. ``padding`` is an int, (pad_h, pad_w) or
     (top, left, bottom, right). ``config`` None: :func:`default_config` of the
-    "mobile" class (``tir_adreno.strategy`` passes each device's). For ``groups == C`` prefer :func:`depthwise_conv2d_nchw4c`.
+    "mobile" class (``tir_adreno.strategy.conv`` passes each device's). For ``groups == C`` prefer :func:`depthwise_conv2d_nchw4c`.
     """
     geom = conv2d_geometry(data_shape, weight_shape, strides, padding, dilation, groups)
     if config is not None and config.tiled:

@@ -24,7 +24,7 @@ if "TIR_ADRENO_CACHE_DIR" not in os.environ:
 
 @pytest.fixture(scope="session")
 def device():
-    from tir_adreno import runtime
+    from tir_adreno.runtime import opencl as runtime
 
     return runtime.get_device()
 
@@ -33,7 +33,7 @@ def device():
 def check_bounds(monkeypatch):
     """Kernels built in this test are instrumented by the texture bounds sanitizer
     (``TIR_ADRENO_CHECK_BOUNDS=1``): an out-of-range image access raises BoundsError."""
-    from tir_adreno import bounds
+    from tir_adreno.runtime import bounds
 
     monkeypatch.setenv(bounds.ENV, "1")
     return True

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import assume, event, example, given
 
 from primfuncs.conv2d import conv2d_geometry
-from tir_adreno import baseline
+from tir_adreno.tools import baseline
 from strategies import UPSTREAM_3X3, UPSTREAM_GROUPED_ALIGNED, upstream_conv_cases
 from test_conv2d import reference_conv2d  # float64 NCHW/OIHW conv, padding (t, l, b, r)
 from util import assert_close, rand

@@ -1,4 +1,4 @@
-"""The texture bounds sanitizer (tir_adreno.bounds): every kernel family runs clean under it,
+"""The texture bounds sanitizer (tir_adreno.runtime.bounds): every kernel family runs clean under it,
 and a conv that lost its coordinate clamps is caught (PoCL's clamp sampler returns 0 for
 an out-of-range read, which equals the padding, so no numeric test can see it)."""
 
@@ -10,8 +10,10 @@ import pytest
 
 from primfuncs import elementwise
 from primfuncs.conv2d import ConvConfig, conv2d_nchw4c, depthwise_conv2d_nchw4c
-from tir_adreno import bounds, build, tour
-from tir_adreno.runtime import BoundsError
+from tir_adreno.runtime import bounds
+from tir_adreno.codegen import build
+from tir_adreno.tools import tour
+from tir_adreno.runtime.opencl import BoundsError
 
 #: Batch 2 (several array layers), C not a multiple of 4, odd H and W: every family pads somewhere.
 SHAPE = (2, 5, 9, 7)
@@ -111,7 +113,7 @@ def test_model_under_the_sanitizer(check_bounds):
     from tvm import relax
 
     from tir_adreno import compile_model
-    from tir_adreno.models import _model
+    from tir_adreno.frontend.models import _model
     from tir_adreno.reference import reference_outputs, relative_error
 
     def body(m, x):

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from primfuncs import elementwise
-from tir_adreno import build
-from tir_adreno.bundle import KernelModule
+from tir_adreno.codegen import build
+from tir_adreno.runtime.bundle import KernelModule
 
 
 def test_launch_plan_of_a_texture_kernel():
@@ -56,7 +56,7 @@ def test_runtime_runs_a_bundle_without_tvm(tmp_path):
         import sys
         sys.modules["tvm"] = None  # any TVM import now fails
         import numpy as np
-        from tir_adreno.bundle import KernelModule
+        from tir_adreno.runtime.bundle import KernelModule
         from tir_adreno import runtime
         module = KernelModule.load({str(tmp_path / "relu.json")!r})
         dev = runtime.get_device()

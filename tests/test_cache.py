@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from primfuncs import elementwise
-from tir_adreno import build, cache, runtime
+from tir_adreno.codegen import build
+from tir_adreno.runtime import cache, opencl as runtime
 
 
 @pytest.fixture

@@ -5,7 +5,8 @@ READ_IMAGEF then takes its sampler-less branch, which many Adreno drivers compil
 import numpy as np
 import pytest
 
-from tir_adreno import runtime, tour
+from tir_adreno.runtime import opencl as runtime
+from tir_adreno.tools import tour
 
 SHAPE = (1, 6, 7, 9)
 #: Redefining CL_VERSION_* makes the compiler warn "macro redefined": expected here, not a defect.

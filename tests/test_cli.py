@@ -130,7 +130,7 @@ def test_devices_lists_limits():
 def test_kernels_tours_every_family(tmp_path):
     import json
 
-    from tir_adreno import tour
+    from tir_adreno.tools import tour
 
     res = cli("kernels", "--json", str(tmp_path / "tour.json"))
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
@@ -150,7 +150,8 @@ def save_model(path, nodes, inputs, outputs, inits=()):
 
 
 def test_builtin_choices_are_the_built_in_models():
-    from tir_adreno import cli as cli_module, models
+    from tir_adreno import cli as cli_module
+    from tir_adreno.frontend import models
 
     assert cli_module.BUILTIN_MODELS == models.MODELS
 

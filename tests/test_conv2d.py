@@ -18,8 +18,9 @@ from primfuncs._common import BUFFER, TEXTURE, TEXTURE_WEIGHT, blocked
 from primfuncs.epilogue import Epilogue
 from tir_adreno.reference import conv2d_epilogue as reference_epilogue
 from tir_adreno.reference import conv2d_nchw
-from tir_adreno import build, ops
-from tir_adreno.texture import TextureLimitError
+from tir_adreno import ops
+from tir_adreno.codegen import build
+from tir_adreno.runtime.texture import TextureLimitError
 
 RTOL = 1e-4
 

@@ -20,7 +20,7 @@ from primfuncs._common import BUFFER, TEXTURE
 from primfuncs.conv2d import ConvConfig
 from primfuncs.epilogue import Epilogue
 from tir_adreno import reference
-from tir_adreno.blocked import pack_bias
+from tir_adreno.strategy.packing import pack_bias
 
 # The float64 reference computes inf - inf on purpose (the non-finite case).
 pytestmark = pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")

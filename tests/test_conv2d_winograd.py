@@ -18,9 +18,10 @@ from primfuncs import conv2d_winograd as wg
 from primfuncs._common import BUFFER, TEXTURE
 from primfuncs.conv2d import ConvConfig
 from primfuncs.epilogue import Epilogue
-from tir_adreno import build, ops
-from tir_adreno.blocked import pack_bias
-from tir_adreno.tuning import ConvProgram
+from tir_adreno import ops
+from tir_adreno.codegen import build
+from tir_adreno.strategy.packing import pack_bias
+from tir_adreno.tuning.programs import ConvProgram
 
 #: Relative error bound per output tile size m (float32).
 RTOL = {2: 1e-4, 4: 1e-3}

@@ -11,7 +11,7 @@ from test_coverage import _conv, _graph, _scalars, check
 from util import rand, run_kernel
 
 from primfuncs import elementwise, layernorm, resize, shuffle
-from tir_adreno.blocked import pack_nchw4c, unpack_nchw4c
+from tir_adreno.strategy.packing import pack_nchw4c, unpack_nchw4c
 from tir_adreno.reference import gelu, layer_norm, resize2d_nchw
 
 # -- GELU ------------------------------------------------------------------------------------
@@ -32,7 +32,7 @@ GELU_SCALARS = dict(sqrt2=np.sqrt(2.0), one=1.0, half=0.5)
 
 
 def test_gelu_fuses_into_conv(monkeypatch):
-    from tir_adreno import relax_pass
+    from tir_adreno.passes import dispatch as relax_pass
 
     seen = []
     real = relax_pass.Epilogue
@@ -159,7 +159,7 @@ def check_classifier(model, channels=3, size=7):
 
 def test_classifier_gemm_runs_as_convs(monkeypatch):
     """pool -> Flatten -> Gemm -> Relu -> Gemm (MobileNet, ResNet, ...): 1x1 convs, relu fused."""
-    from tir_adreno import relax_pass
+    from tir_adreno.passes import dispatch as relax_pass
 
     seen = []
     real = relax_pass.Epilogue
@@ -243,7 +243,7 @@ def test_layer_norm_kernel(device, d, pad, scope):
     rng = np.random.default_rng(seed)
     x = rand(rng, (shape[0], channels, shape[2], shape[3])) * 3 + 5  # an offset: the mean matters
     gamma, beta = rand(rng, (channels,)), rand(rng, (channels,))
-    from tir_adreno.blocked import pack_bias
+    from tir_adreno.strategy.packing import pack_bias
 
     func = layernorm.layer_norm_channels((*shape, 4), channels, 1e-5, scope=scope)
     y = run_kernel(device, func, pack_nchw4c(x), pack_bias(gamma), pack_bias(beta))

@@ -7,7 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from primfuncs import elementwise
-from tir_adreno import build, ops
+from tir_adreno import ops
+from tir_adreno.codegen import build
 from strategies import NCHW_SEEDS
 from util import rand
 

@@ -5,8 +5,9 @@ import re
 import numpy as np
 import pytest
 
-from tir_adreno import ops, runtime, texture
-from tir_adreno.bundle import TensorSpec
+from tir_adreno import ops
+from tir_adreno.runtime import opencl as runtime, texture
+from tir_adreno.runtime.bundle import TensorSpec
 
 
 def test_unknown_device_name():
@@ -61,7 +62,7 @@ def test_fp16_needs_the_extension(device):
 
 
 def test_garbage_environment_setting(monkeypatch):
-    from tir_adreno import bounds
+    from tir_adreno.runtime import bounds
 
     monkeypatch.setenv("TIR_ADRENO_CHECK_BOUNDS", "bogus")
     with pytest.raises(ValueError, match=r"\$TIR_ADRENO_CHECK_BOUNDS must be 0 or 1, got 'bogus'"):
@@ -72,7 +73,8 @@ def test_float16_model_rejected_before_building(device, monkeypatch):
     """A float16 model on a device without half arithmetic: a ModelError naming the device, no build."""
     from onnx import TensorProto, helper, numpy_helper
 
-    from tir_adreno import build, compile_model
+    from tir_adreno import compile_model
+    from tir_adreno.codegen import build
     from tir_adreno.compiler import ModelError
 
     if device.fp16:

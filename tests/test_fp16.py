@@ -30,9 +30,13 @@ from primfuncs._common import TEXTURE
 from primfuncs.epilogue import Epilogue
 from test_cli import run_cli, tiny_onnx  # noqa: F401 (fixtures)
 from test_pool2d import adaptive_reference, pool_reference
-from tir_adreno import build, cache, cli, compile_model, load_model, models, ops, runtime, strategy
-from tir_adreno.device import get_profile
-from tir_adreno.blocked import pack_bias
+from tir_adreno import cli, compile_model, load_model, ops
+from tir_adreno.codegen import build
+from tir_adreno.runtime import cache, opencl as runtime
+from tir_adreno.frontend import models
+from tir_adreno.strategy import conv as strategy
+from tir_adreno.strategy.profile import get_profile
+from tir_adreno.strategy.packing import pack_bias
 from tir_adreno.reference import conv2d_nchw, depthwise_pointwise, reference_outputs, relative_error
 from util import pack_nchw4c, pack_oihw4o, rand, unpack_nchw4c
 
@@ -264,7 +268,7 @@ def test_winograd_f4_breaks_the_fp16_bound_and_is_never_picked(device, monkeypat
     assert "winograd_4x4" in strategy.eligible_algorithms(geom, "float32")
     with pytest.raises(ValueError, match="exceeds the fp16 error bound"):
         ops.conv2d(x, w, padding=1, algorithm="winograd_4x4", device=device, precision=ACC32)
-    from tir_adreno.tune import candidates
+    from tir_adreno.tuning.tune import candidates
 
     assert "winograd_4x4" not in {ch.algorithm for ch in candidates(geom, get_profile("adreno"), ACC32)}
 
@@ -328,7 +332,7 @@ def _check_model(mod_or_onnx, shape):
 def test_squeezenet_float16_acc32(tmp_path):
     import onnx
 
-    from tir_adreno.onnx_models import light_model_path, randomize_weights, strip_final_softmax
+    from tir_adreno.frontend.onnx_models import light_model_path, randomize_weights, strip_final_softmax
 
     model = strip_final_softmax(randomize_weights(onnx.load(light_model_path("squeezenet")), seed=3))
     compiled, inputs, out = _check_model(model, (1, 3, 224, 224))

@@ -7,7 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tir_adreno import compile_model, launcher
+from tir_adreno import compile_model
+from tir_adreno.runtime import launcher
 
 from test_executor import _tiny_model
 from util import rand

@@ -1,4 +1,4 @@
-"""tir_adreno.measure: timing jobs here, in an exported folder without TVM, and over TVM's RPC tracker."""
+"""tir_adreno.tuning.measure: timing jobs here, in an exported folder without TVM, and over TVM's RPC tracker."""
 
 import json
 import os
@@ -15,8 +15,10 @@ from test_cli import assert_user_error
 from test_tune import two_convs  # noqa: F401 (fixture: a tiny ONNX model with two convs and a pool)
 
 from primfuncs import conv2d, elementwise
-from tir_adreno import build, cache, measure
-from tir_adreno.bundle import KernelModule
+from tir_adreno.codegen import build
+from tir_adreno.runtime import cache
+from tir_adreno.tuning import measure
+from tir_adreno.runtime.bundle import KernelModule
 
 ROOT = Path(__file__).resolve().parents[1]
 SHAPE = (1, 2, 5, 7, 4)
@@ -83,7 +85,7 @@ def test_export_measure_load_without_tvm(modules, tmp_path):
     assert len(list((tmp_path / measure.BUNDLES_DIR).iterdir())) == 4  # modules stored once each
     code = (
         "import sys\n"
-        "from tir_adreno import measure\n"
+        "from tir_adreno.tuning import measure\n"
         f"measure.measure_directory({str(tmp_path)!r}, progress=print, warmup=1, repeat=3)\n"
         "assert 'tvm' not in sys.modules, 'measuring imported TVM'\n"
     )

@@ -9,8 +9,9 @@ import numpy as np
 import onnx
 import pytest
 
-from tir_adreno import compile_model, load_model, models
-from tir_adreno.onnx_models import light_model_path, randomize_weights, strip_final_softmax
+from tir_adreno import compile_model, load_model
+from tir_adreno.frontend import models
+from tir_adreno.frontend.onnx_models import light_model_path, randomize_weights, strip_final_softmax
 from tir_adreno.reference import reference_outputs, relative_error
 
 MODEL_RTOL = 1e-3
@@ -57,7 +58,7 @@ def test_default_model_matches_llvm_and_runs_saved_without_tvm(tmp_path):
     script = (
         "import sys; sys.modules['tvm'] = None\n"
         "import numpy as np\n"
-        "from tir_adreno.executor import load_model\n"
+        "from tir_adreno.runtime.executor import load_model\n"
         f"m = load_model({str(tmp_path / 'model')!r})\n"
         f"(y,) = m.run({{'input': np.load({str(tmp_path / 'x.npy')!r})}})\n"
         f"np.save({str(tmp_path / 'y.npy')!r}, y)\n"
@@ -108,7 +109,7 @@ def test_mobilenet_v2_fuses_depthwise_into_pointwise():
     from tvm import relax
 
     from tir_adreno.compiler import lower
-    from tir_adreno.device import get_profile, without_fusion
+    from tir_adreno.strategy.profile import get_profile, without_fusion
 
     def calls(lowered):
         return sum(isinstance(b.value, relax.Call) and b.value.op.name == "relax.call_tir"

@@ -21,7 +21,7 @@ from tir_adreno.reference import conv2d_nchw as reference_conv2d
 from tir_adreno.reference import pool2d as pool_reference
 from tir_adreno.reference import reduce as reduce_reference
 from tir_adreno import ops
-from tir_adreno.blocked import pack_bias
+from tir_adreno.strategy.packing import pack_bias
 from util import pack_nchw4c, pack_oihw4o, rand, run_kernel, unpack_nchw4c
 
 # The float64 references compute inf - inf and friends on purpose.

@@ -12,7 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from tir_adreno import compile_model
 from tir_adreno.compiler import ModelError
-from tir_adreno.onnx_import import make_static
+from tir_adreno.frontend.onnx_import import make_static
 
 RNG = np.random.default_rng(0)
 node = helper.make_node

@@ -8,7 +8,8 @@ import numpy as np
 import pyopencl as cl
 import pytest
 
-from tir_adreno import compile_model, runtime
+from tir_adreno import compile_model
+from tir_adreno.runtime import opencl as runtime
 
 from test_executor import _tiny_model
 from util import rand

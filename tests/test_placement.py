@@ -23,11 +23,13 @@ from primfuncs import conv2d as conv
 from primfuncs._common import BUFFER, TEXTURE
 from primfuncs.conv2d import ConvConfig, conv2d_geometry
 from primfuncs.epilogue import Epilogue
-from tir_adreno import compile_model, ops, records, strategy, tune
-from tir_adreno.device import DeviceProfile, get_profile, with_placement
-from tir_adreno.models import get_model
+from tir_adreno import compile_model, ops
+from tir_adreno.strategy import records, conv as strategy
+from tir_adreno.tuning import tune
+from tir_adreno.strategy.profile import DeviceProfile, get_profile, with_placement
+from tir_adreno.frontend.models import get_model
 from tir_adreno.reference import reference_outputs, relative_error
-from tir_adreno.tune import model_layers
+from tir_adreno.tuning.tune import model_layers
 
 #: (X, Y, Residual) scopes of a conv at a boundary (all eight are drawn; these two on every run).
 MIXED = st.tuples(SCOPES, SCOPES, SCOPES)
@@ -184,7 +186,7 @@ def test_in_context_drops_records_that_slow_the_model(device, two_convs, tmp_pat
     """Per-layer records that put the convs in textures on a buffer profile, on a device where
     every kernel touching an image costs a floor (the H200's driver, simulated: the model's time
     counts such kernels): the whole-model timing keeps the profile's placement."""
-    from tir_adreno.texture import is_texture_scope
+    from tir_adreno.runtime.texture import is_texture_scope
 
     def image_floor(compiled, runs):
         tensors = compiled.plan.tensors

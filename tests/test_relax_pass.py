@@ -5,8 +5,9 @@ import numpy as np
 import pytest
 from tvm import relax
 
-from tir_adreno import compile_model, texture
-from tir_adreno.models import _Builder, _model
+from tir_adreno import compile_model
+from tir_adreno.runtime import texture
+from tir_adreno.frontend.models import _Builder, _model
 from tir_adreno.reference import reference_outputs, relative_error
 
 RTOL = 1e-4
@@ -135,7 +136,7 @@ def test_pool_strategy_follows_ops_rule(device):
     """A 7x7 global pool (49 taps, at GROUP_THRESHOLD) is grouped by the pass exactly when
     ``ops`` would group it on this device: never on CPU OpenCL."""
     from tir_adreno.compiler import dispatch_to_textures
-    from tir_adreno.device import DeviceProfile
+    from tir_adreno.strategy.profile import DeviceProfile
     from tir_adreno.ops import group_threshold
 
     def body(m, x):

@@ -1,4 +1,4 @@
-"""Device profiles, the conv strategy and tuning records (tir_adreno.device / strategy / records).
+"""Device profiles, the conv strategy and tuning records (tir_adreno.strategy.profile / strategy / records).
 
 Records are written by hand here (the ``tune`` command is tested in test_tune.py):
 the strategy must take their choice, fall back to the defaults without one, and
@@ -16,9 +16,12 @@ from util import assert_close, rand
 from primfuncs._common import BUFFER, TEXTURE
 from primfuncs.conv2d import ConvConfig, conv2d_geometry, default_config
 from primfuncs.epilogue import Epilogue
-from tir_adreno import cache, compile_model, ops, records, strategy, texture, tuning
-from tir_adreno.device import PROFILES, DeviceProfile, get_profile
-from tir_adreno.models import _model
+from tir_adreno import compile_model, ops
+from tir_adreno.runtime import cache, texture
+from tir_adreno.strategy import records, conv as strategy
+from tir_adreno.tuning import programs as tuning
+from tir_adreno.strategy.profile import PROFILES, DeviceProfile, get_profile
+from tir_adreno.frontend.models import _model
 from tir_adreno.reference import reference_outputs, relative_error
 
 GEOM = conv2d_geometry((1, 8, 6, 6), (8, 8, 3, 3), padding=1)
@@ -92,7 +95,7 @@ def test_depthwise_defaults_per_profile_and_layer_class(monkeypatch):
     import dataclasses
 
     from primfuncs import conv2d
-    from tir_adreno import tune
+    from tir_adreno.tuning import tune
 
     table = dict(conv2d.DEPTHWISE_DEFAULTS)
     table["nvidia-h200"] = {

@@ -12,7 +12,8 @@ import pytest
 from onnx import TensorProto, helper
 from test_cli import assert_user_error, cli
 
-from tir_adreno import cache, tune, tuning
+from tir_adreno.runtime import cache
+from tir_adreno.tuning import tune, programs as tuning
 
 
 @pytest.fixture(scope="module")
@@ -145,8 +146,8 @@ def test_gpu_candidates_include_the_tiled_kernel():
     """On a big GPU a dense conv's candidates add the tiled kernel's configs on buffers, and when
     the default is tiled, the direct kernel in its own placement; a CPU profile gets neither."""
     from primfuncs.conv2d import conv2d_geometry
-    from tir_adreno import tune
-    from tir_adreno.device import get_profile
+    from tir_adreno.tuning import tune
+    from tir_adreno.strategy.profile import get_profile
 
     pointwise = conv2d_geometry((1, 256, 56, 56), (64, 256, 1, 1))
     gpu = tune.candidates(pointwise, get_profile("nvidia-h200"))

@@ -11,7 +11,9 @@ import tvm
 from onnx import TensorProto, helper
 from test_cli import assert_user_error, cli
 
-from tir_adreno import compiler, runtime, workbench
+from tir_adreno import compiler
+from tir_adreno.runtime import opencl as runtime
+from tir_adreno.tools import workbench
 
 
 def tiny_model(path, channels: int, seed: int):
@@ -200,8 +202,8 @@ def test_winograd_stage_runs_between_the_other_two(models, tmp_path):
     """A Winograd conv (chosen by records, `dump --records`) dumps as three kernels; `kernel --check`
     runs the edited stage between the other two, rebuilt from its header, against the conv reference."""
     from primfuncs.conv2d import conv2d_geometry
-    from tir_adreno import records, strategy
-    from tir_adreno.device import resolve
+    from tir_adreno.strategy import records, conv as strategy
+    from tir_adreno.strategy.profile import resolve
 
     assert_user_error(cli("dump", str(models[0]), "--records", str(tmp_path / "none.json"), "-o", str(tmp_path)), "no such records file")
     rec = records.Records(resolve(runtime.get_device()))

@@ -107,8 +107,8 @@ def test_conv_layers_ours_runs_the_strategys_plan(tmp_path):
 
     from primfuncs.conv2d import ConvConfig, conv2d_geometry
     from primfuncs.epilogue import Epilogue
-    from tir_adreno import records, strategy
-    from tir_adreno.device import get_profile
+    from tir_adreno.strategy import records, conv as strategy
+    from tir_adreno.strategy.profile import get_profile
 
     profile = get_profile("pocl")
     first, dw = layers.layers(["mobilenetv2"], 2)
@@ -174,8 +174,8 @@ def test_conv_layers_fused_pair_as_the_model_runs(tmp_path):
     import conv_layers
     import layers
 
-    from tir_adreno import strategy
-    from tir_adreno.device import get_profile
+    from tir_adreno.strategy import conv as strategy
+    from tir_adreno.strategy.profile import get_profile
 
     stem, dw, pw = layers.layers(["mobilenetv2"], 3)
     key = f"{dw.key}+{pw.name}"

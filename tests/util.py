@@ -3,7 +3,7 @@
 import numpy as np
 
 from tir_adreno import ops
-from tir_adreno.blocked import pack_nchw4c, pack_oihw4o, unpack_nchw4c  # noqa: F401 (re-exported for tests)
+from tir_adreno.strategy.packing import pack_nchw4c, pack_oihw4o, unpack_nchw4c  # noqa: F401 (re-exported for tests)
 from tir_adreno.reference import relative_error
 
 

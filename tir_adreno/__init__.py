@@ -3,13 +3,13 @@
 ``compile_model`` needs TVM; ``load_model`` and the runtime do not.
 """
 
-from .executor import CompiledModel, load_model
+from tir_adreno.runtime.executor import CompiledModel, load_model
 
 
 def compile_model(model, device=None, **kwargs) -> CompiledModel:
     """Compile an ONNX model (ModelProto or path) or a Relax IRModule with bound weights;
     see :func:`tir_adreno.compiler.compile_model`."""
-    from .compiler import compile_model as _compile
+    from tir_adreno.compiler import compile_model as _compile
 
     return _compile(model, device, **kwargs)
 

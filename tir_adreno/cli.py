@@ -13,7 +13,7 @@ import numpy as np
 
 
 def _devices(args) -> int:
-    from . import runtime
+    from tir_adreno.runtime import opencl as runtime
 
     rows = runtime.list_devices()
     if args.json:
@@ -39,8 +39,8 @@ def _devices(args) -> int:
 
 
 def _kernels(args) -> int:
-    from . import runtime
-    from .tour import kernel_tour
+    from tir_adreno.runtime import opencl as runtime
+    from tir_adreno.tools.tour import kernel_tour
 
     check_environment()
     check_writable(args.json, "--json")
@@ -75,7 +75,7 @@ EXIT_CODES = """exit codes:
 
 def check_environment() -> None:
     """Settings read from the environment, validated before any work."""
-    from . import bounds, launcher, runtime
+    from tir_adreno.runtime import bounds, launcher, opencl as runtime
 
     try:
         bounds.enabled()
@@ -152,7 +152,7 @@ def model_inputs(model, input_shapes) -> list[tuple[str, tuple[int, ...], str]]:
         return [(p.name, tuple(int(d) for d in p.ty.shape.values), str(p.ty.dtype)) for p in model["main"].params]
     from onnx.helper import tensor_dtype_to_np_dtype
 
-    from .onnx_import import data_inputs, input_shapes_of
+    from tir_adreno.frontend.onnx_import import data_inputs, input_shapes_of
 
     try:
         shapes = input_shapes_of(model, input_shapes, INPUT_SHAPE_HINT)
@@ -168,7 +168,7 @@ def warn(message: str) -> None:
 
 def _profile(name):
     """The named device profile, or a user error listing the known ones."""
-    from .device import get_profile
+    from tir_adreno.strategy.profile import get_profile
 
     try:
         return get_profile(name)
@@ -178,7 +178,7 @@ def _profile(name):
 
 def _with_placement(profile, placement):
     """``profile`` with the ``--placement`` default of activations (None: the profile's own)."""
-    from .device import with_placement
+    from tir_adreno.strategy.profile import with_placement
 
     return with_placement(profile, placement)
 
@@ -198,9 +198,10 @@ def _saved_model(path) -> bool:
 
 
 def _run(args) -> int:
-    from . import runtime, workbench
-    from .bounds import BoundsError
-    from .executor import ModelInputError
+    from tir_adreno.runtime import opencl as runtime
+    from tir_adreno.tools import workbench
+    from tir_adreno.runtime.bounds import BoundsError
+    from tir_adreno.runtime.executor import ModelInputError
 
     check_environment()
     check_writable(args.outputs, "--outputs")
@@ -212,7 +213,7 @@ def _run(args) -> int:
     prims = {} if args.kernels else None
     reference = None
     if _saved_model(args.model):  # a saved model: no TVM on this path
-        from .executor import load_model
+        from tir_adreno.runtime.executor import load_model
 
         for flag in ("records", "target", "check", "input_shape", "kernels", "precision", "placement"):
             if getattr(args, flag):
@@ -226,16 +227,16 @@ def _run(args) -> int:
         specs = [(name, compiled.plan.tensors[i].shape, compiled.plan.tensors[i].dtype) for name, i in compiled.plan.inputs]
         inputs = _inputs(given, specs, args.inputs)
     else:
-        from .compiler import ModelError, compile_model
-        from .executor import TargetMismatchError
-        from .strategy import PrecisionError
+        from tir_adreno.compiler import ModelError, compile_model
+        from tir_adreno.runtime.executor import TargetMismatchError
+        from tir_adreno.strategy.conv import PrecisionError
 
         target = _profile(args.target) if args.target else None
         _check_records(args.records)
         model, specs = _model_and_inputs(args, input_shapes)
         inputs = _inputs(given, specs, args.inputs)
         if args.check:
-            from .reference import ReferenceUnavailable, reference_runner
+            from tir_adreno.reference import ReferenceUnavailable, reference_runner
 
             try:
                 reference = reference_runner(model)
@@ -297,8 +298,8 @@ def _run(args) -> int:
 
 def _model_and_inputs(args, input_shapes):
     """The model (an ONNX file loaded, or a built-in) and its inputs' (name, shape, dtype), before any compile."""
-    from . import models
-    from .compiler import ModelError, load_onnx
+    from tir_adreno.frontend import models
+    from tir_adreno.compiler import ModelError, load_onnx
 
     try:
         model = load_onnx(args.model) if args.model else models.get_model(args.builtin)
@@ -311,7 +312,7 @@ def _model_and_inputs(args, input_shapes):
 
 def _inputs(given, specs, path) -> dict[str, np.ndarray]:
     """The ``--inputs`` arrays checked against the model's inputs, or seeded random ones without a file."""
-    from .executor import ModelInputError, check_inputs
+    from tir_adreno.runtime.executor import ModelInputError, check_inputs
 
     if given is None:
         rng = np.random.default_rng(0)
@@ -324,7 +325,7 @@ def _inputs(given, specs, path) -> dict[str, np.ndarray]:
 
 def _check(outputs, reference, inputs, report, rtol: float) -> int:
     """Compare with the CPU reference; 0 when within ``rtol`` (:data:`CHECK_RTOL` of the precision), else 1."""
-    from .reference import ReferenceUnavailable, nearly_constant, relative_error
+    from tir_adreno.reference import ReferenceUnavailable, nearly_constant, relative_error
 
     print("checking against the CPU reference ...", flush=True)
     try:
@@ -343,10 +344,10 @@ def _check(outputs, reference, inputs, report, rtol: float) -> int:
 
 
 def _compile(args) -> int:
-    from .compiler import ModelError, compile_plan
-    from .device import without_fusion
-    from .executor import save_model
-    from .strategy import PrecisionError
+    from tir_adreno.compiler import ModelError, compile_plan
+    from tir_adreno.strategy.profile import without_fusion
+    from tir_adreno.runtime.executor import save_model
+    from tir_adreno.strategy.conv import PrecisionError
 
     check_environment()
     check_creatable_folder(args.output, "--output")
@@ -371,9 +372,10 @@ def _compile(args) -> int:
 
 
 def _dump(args) -> int:
-    from . import runtime, workbench
-    from .compiler import ModelError, compile_model
-    from .strategy import PrecisionError
+    from tir_adreno.runtime import opencl as runtime
+    from tir_adreno.tools import workbench
+    from tir_adreno.compiler import ModelError, compile_model
+    from tir_adreno.strategy.conv import PrecisionError
 
     if _saved_model(args.model):
         raise UserError(f"{args.model}: a saved model holds OpenCL C, not TVMScript; dump the ONNX file or --builtin model it was compiled from")
@@ -395,7 +397,7 @@ def _dump(args) -> int:
 
 
 def _kernel(args) -> int:
-    from . import workbench
+    from tir_adreno.tools import workbench
 
     return workbench.kernel_command(args.file, args.device, args.check, args.time, args.show)
 
@@ -403,7 +405,7 @@ def _kernel(args) -> int:
 def _tune(args) -> int:
     from pathlib import Path
 
-    from . import measure
+    from tir_adreno.tuning import measure
 
     if args.measure:  # the TVM-free side of --export: numpy + pyopencl only
 
@@ -419,10 +421,11 @@ def _tune(args) -> int:
         return 0
     if args.model is None and args.builtin is None:
         raise UserError("tune needs a model (a file or --builtin NAME)")
-    from . import models, tune
-    from .compiler import ModelError
-    from .device import DeviceProfile
-    from .strategy import PrecisionError
+    from tir_adreno.frontend import models
+    from tir_adreno.tuning import tune
+    from tir_adreno.compiler import ModelError
+    from tir_adreno.strategy.profile import DeviceProfile
+    from tir_adreno.strategy.conv import PrecisionError
 
     if args.export:
         target = _profile(args.target or "adreno")
@@ -468,7 +471,7 @@ def _tune(args) -> int:
 
 
 def _serve(args) -> int:
-    from .serve import serve
+    from tir_adreno.tuning.serve import serve
 
     try:
         return serve(args.tracker, args.key, args.device, args.host, args.port, args.port_end, args.custom_addr)
@@ -476,7 +479,7 @@ def _serve(args) -> int:
         raise UserError(str(err)) from None
 
 
-#: Built-in models (``tir_adreno.models.MODELS``; spelled out here so the CLI parses without TVM).
+#: Built-in models (``tir_adreno.frontend.models.MODELS``; spelled out here so the CLI parses without TVM).
 BUILTIN_MODELS = ("resnet18", "resnet50", "mobilenet_v2")
 DEVICE_HELP = "substring of the OpenCL platform or device name"
 
@@ -489,7 +492,7 @@ def _add_model(p, builtin_default="resnet18"):
 
 
 def _add_placement(parser) -> None:
-    from .device import PLACEMENTS  # numpy only: the CLI still parses without TVM
+    from tir_adreno.strategy.profile import PLACEMENTS  # numpy only: the CLI still parses without TVM
 
     parser.add_argument("--placement", choices=PLACEMENTS,
                         help="default scope of activations (default: the device profile's; nvidia-h200: buffer, others: texture)")
@@ -602,9 +605,9 @@ def main(argv=None) -> int:
     p.add_argument("--custom-addr", help="address reported to the tracker (default: as the tracker sees this host)")
     p.set_defaults(fn=_serve)
     args = parser.parse_args(argv)
-    from .measure import TrackerError
-    from .runtime import DeviceNotFoundError
-    from .workbench import WorkbenchError
+    from tir_adreno.tuning.measure import TrackerError
+    from tir_adreno.runtime.opencl import DeviceNotFoundError
+    from tir_adreno.tools.workbench import WorkbenchError
 
     with warnings.catch_warnings():
         # A warning (records of another device, an unusable cache folder) is one line, not a source excerpt.

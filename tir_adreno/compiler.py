@@ -2,7 +2,7 @@
 
 ``compile_model`` takes an ONNX model (``ModelProto`` or path) or a Relax
 ``IRModule`` whose weights are bound as constants, and returns a
-:class:`~tir_adreno.executor.CompiledModel` for one device.
+:class:`~tir_adreno.runtime.executor.CompiledModel` for one device.
 """
 
 from __future__ import annotations
@@ -14,13 +14,15 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from . import build, onnx_import, runtime
-from .bundle import KernelModule
-from .executor import Call, CompiledModel, Plan, TensorInfo
-from .device import DeviceProfile, resolve, with_limits, with_placement, without_fusion
-from .records import open_records
-from .relax_pass import CONFIG_ATTR, OP_ATTR, OURS_ATTR, SOURCE_ATTR, dispatch_to_textures
-from .strategy import check_precision, half_storage
+from tir_adreno.codegen import build
+from tir_adreno.frontend import onnx_import
+from tir_adreno.runtime import opencl as runtime
+from tir_adreno.runtime.bundle import KernelModule
+from tir_adreno.runtime.executor import Call, CompiledModel, Plan, TensorInfo
+from tir_adreno.strategy.profile import DeviceProfile, resolve, with_limits, with_placement, without_fusion
+from tir_adreno.strategy.records import open_records
+from tir_adreno.passes.dispatch import CONFIG_ATTR, OP_ATTR, OURS_ATTR, SOURCE_ATTR, dispatch_to_textures
+from tir_adreno.strategy.conv import check_precision, half_storage
 
 
 class ModelError(ValueError):

@@ -22,9 +22,10 @@ import numpy as np
 from primfuncs import elementwise, layout
 from primfuncs._common import BUFFER, TEXTURE, blocked
 
-from . import build, runtime, texture
-from . import strategy as _strategy
-from .device import DeviceProfile
+from tir_adreno.codegen import build
+from tir_adreno.runtime import opencl as runtime, texture
+from tir_adreno.strategy import conv as _strategy
+from tir_adreno.strategy.profile import DeviceProfile
 
 SUPPORTED_DTYPES = ("float32", "float16")
 
@@ -364,13 +365,13 @@ def softmax(x, axis: int = 1, device=None, allow_buffer: bool = True, precision:
     return prec.result(download_nchw(out, x.shape[1]))
 
 
-# -- convolution (primfuncs.conv2d, planned by tir_adreno.strategy) --------------------------------
+# -- convolution (primfuncs.conv2d, planned by tir_adreno.strategy.conv) --------------------------------
 # Imported here, not at the top: this section was appended to the file as a unit.
 from primfuncs import conv2d as _conv2d  # noqa: E402
 from primfuncs.epilogue import ACTIVATIONS as _ACTIVATIONS  # noqa: E402
 from primfuncs.epilogue import Epilogue as _Epilogue  # noqa: E402
 
-from . import tuning as _tuning  # noqa: E402
+from tir_adreno.tuning import programs as _tuning  # noqa: E402
 
 #: ``conv2d(algorithm=...)``: "auto" is the strategy's choice (the records' when given, else
 #: direct); "winograd" means "winograd_2x2".
@@ -390,7 +391,7 @@ def conv2d(
     ``algorithm``: "direct", "winograd_2x2" / "winograd_4x4" (Winograd F(2x2, 3x3) / F(4x4, 3x3):
     3x3 kernels, stride 1, dilation 1, groups 1 only; F(4x4) is held to 1e-3 relative error in
     float32, the others to 1e-4) or "auto" (``strategy.conv2d_plan``: the tuned choice in
-    ``records``, a path or ``tir_adreno.records.Records``, else direct with the device's default config).
+    ``records``, a path or ``tir_adreno.strategy.records.Records``, else direct with the device's default config).
     ``precision``: see the module docstring; fp16 precisions allow direct and F(2x2) only
     (``strategy.PRECISION_ALGORITHMS``); weights, input and output textures (and Winograd's
     intermediates) are half under "float16_acc32", bias stays float32 (a buffer).
@@ -421,7 +422,7 @@ def conv2d(
         precision = dtype  # float16 arrays run the float16 kernels, as before precisions
     dtype = prec.dtype
     profile = DeviceProfile.from_device(dev)
-    from .records import open_records
+    from tir_adreno.strategy.records import open_records
 
     records = open_records(records, profile, precision)
     choice = None

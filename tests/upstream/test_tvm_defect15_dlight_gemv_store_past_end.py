@@ -25,8 +25,9 @@ import tvm
 from tvm import relax
 from tvm.s_tir import dlight as dl
 
-from tir_adreno import build, runtime
-from tir_adreno.bundle import TensorSpec
+from tir_adreno.codegen import build
+from tir_adreno.runtime import opencl as runtime
+from tir_adreno.runtime.bundle import TensorSpec
 from tir_adreno.reference import relative_error
 
 

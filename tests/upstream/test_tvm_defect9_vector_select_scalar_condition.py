@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from tvm.script import tirx as T
 
-from tir_adreno import build
+from tir_adreno.codegen import build
 from defect import KnownDefect, pinned
 
 

@@ -21,8 +21,8 @@ from tvm import relax, tirx
 from primfuncs._common import check_dtype
 from primfuncs.conv2d import ConvGeometry, conv2d_geometry
 
-from . import build as _build
-from . import runtime
+from tir_adreno.codegen import build as _build
+from tir_adreno.runtime import opencl as runtime
 
 #: Name of the PrimFunc :func:`upstream_conv2d` returns.
 FUNCTION_NAME = "upstream_conv2d"
@@ -92,7 +92,7 @@ def upstream_conv2d(data_shape, weight_shape, strides=1, padding=0, dilation=1, 
 
     Parameters are ``(data, weight, output)`` buffers in NCHW / OIHW / NCHW
     (scope ``global``). The function is named :data:`FUNCTION_NAME`; build it
-    with ``tir_adreno.build.build(func, target=build.OPENCL_TARGET)``.
+    with ``tir_adreno.codegen.build.build(func, target=build.OPENCL_TARGET)``.
     """
     geom = conv2d_geometry(data_shape, weight_shape, strides, padding, dilation, groups)
     check_dtype(dtype)
@@ -120,7 +120,7 @@ def upstream_conv2d(data_shape, weight_shape, strides=1, padding=0, dilation=1, 
 
 
 def build_upstream_conv2d(data_shape, weight_shape, strides=1, padding=0, dilation=1, groups=1, dtype="float32"):
-    """:func:`upstream_conv2d` compiled (cached) to a :class:`~tir_adreno.bundle.KernelModule`."""
+    """:func:`upstream_conv2d` compiled (cached) to a :class:`~tir_adreno.runtime.bundle.KernelModule`."""
     func = upstream_conv2d(data_shape, weight_shape, strides, padding, dilation, groups, dtype)
     try:
         return _build.build_cached(func, _build.OPENCL_TARGET)

@@ -1,6 +1,6 @@
 """A compiled kernel module: OpenCL C source plus a launch plan.
 
-This is what :func:`tir_adreno.build.build` produces and what the runtime
+This is what :func:`tir_adreno.codegen.build.build` produces and what the runtime
 loads. It is plain data (JSON + source), so a machine without TVM can run it.
 """
 
@@ -10,8 +10,8 @@ import json
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from . import cache
-from .texture import is_texture_scope
+from tir_adreno.runtime import cache
+from tir_adreno.runtime.texture import is_texture_scope
 
 FORMAT_VERSION = 1
 
@@ -98,7 +98,7 @@ class KernelModule:
     source: str
     functions: dict[str, FunctionPlan] = field(default_factory=dict)
     target: str = ""
-    #: Built with the texture bounds sanitizer (:mod:`tir_adreno.bounds`).
+    #: Built with the texture bounds sanitizer (:mod:`tir_adreno.runtime.bounds`).
     check_bounds: bool = False
 
     def __getitem__(self, name: str) -> FunctionPlan:

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
-from . import cache, launcher, runtime
-from .bundle import KernelModule, TensorSpec
-from .texture import image_format, is_texture_scope, texture_extent
+from tir_adreno.runtime import cache, launcher, opencl as runtime
+from tir_adreno.runtime.bundle import KernelModule, TensorSpec
+from tir_adreno.runtime.texture import image_format, is_texture_scope, texture_extent
 
 MODEL_FORMAT = 1
 
@@ -242,7 +242,7 @@ class CompiledModel:
 
     def use_launcher(self, kind: str | None = None, queue: str = "plain") -> None:
         """How the fast run (``run(profile=False)``) enqueues its kernels: ``kind`` auto, ctypes
-        or pyopencl (None: ``$TIR_ADRENO_LAUNCHER``, see :mod:`tir_adreno.launcher`), on the
+        or pyopencl (None: ``$TIR_ADRENO_LAUNCHER``, see :mod:`tir_adreno.runtime.launcher`), on the
         device's ``"plain"`` queue or, for comparison with what ``run`` did before, its
         ``"profiling"`` one."""
         if queue not in ("plain", "profiling"):

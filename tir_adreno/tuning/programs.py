@@ -1,8 +1,8 @@
-"""Building and timing conv plans (``tir_adreno.strategy.ConvPlan``) as runnable programs.
+"""Building and timing conv plans (``tir_adreno.strategy.conv.ConvPlan``) as runnable programs.
 
 :func:`build_program` builds a plan's stages (needs TVM; cached on disk) into a
 :class:`ConvProgram`, which runs and times them with numpy and pyopencl alone.
-``tir_adreno.tune`` and the benchmarks use these; compilation never measures.
+``tir_adreno.tuning.tune`` and the benchmarks use these; compilation never measures.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import runtime
-from .bundle import KernelModule, TensorSpec
+from tir_adreno.runtime import opencl as runtime
+from tir_adreno.runtime.bundle import KernelModule, TensorSpec
 
 #: A faster candidate must beat a more accurate / earlier one by this fraction to win (timing noise).
 TIE_MARGIN = 0.03
@@ -92,7 +92,7 @@ def build_program(plan) -> ConvProgram:
     """Build the stages of ``plan`` (a ``strategy.ConvPlan``) into one program (needs TVM; cached on disk)."""
     import tvm
 
-    from . import build
+    from tir_adreno.codegen import build
 
     funcs = plan.primfuncs()
     names = tuple(str(f.attrs["global_symbol"]) for f in funcs)

@@ -15,7 +15,8 @@ import signal
 import sys
 import time
 
-from . import measure, runtime
+from tir_adreno.tuning import measure
+from tir_adreno.runtime import opencl as runtime
 
 
 def _register(device) -> None:

@@ -14,7 +14,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from . import reference
+from tir_adreno import reference
 
 MODELS = ("resnet18", "resnet50", "mobilenet_v2")
 #: Calibration batch (images of 3 x SIZE x SIZE) whose activations set the batch-norm statistics.

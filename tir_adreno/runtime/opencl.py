@@ -1,6 +1,6 @@
 """pyopencl runtime: devices, tensors in images or buffers, launches, binary cache.
 
-Importable without TVM: it runs :class:`~tir_adreno.bundle.KernelModule`
+Importable without TVM: it runs :class:`~tir_adreno.runtime.bundle.KernelModule`
 bundles built elsewhere.
 """
 
@@ -16,10 +16,10 @@ from dataclasses import dataclass
 import numpy as np
 import pyopencl as cl
 
-from . import bounds, cache
-from .bounds import BoundsError  # noqa: F401 (raised by LoadedModule; importable from here)
-from .bundle import FunctionPlan, KernelModule, TensorSpec
-from .texture import DeviceLimits, image_format, is_texture_scope, texture_extent
+from tir_adreno.runtime import bounds, cache
+from tir_adreno.runtime.bounds import BoundsError  # noqa: F401 (raised by LoadedModule; importable from here)
+from tir_adreno.runtime.bundle import FunctionPlan, KernelModule, TensorSpec
+from tir_adreno.runtime.texture import DeviceLimits, image_format, is_texture_scope, texture_extent
 
 #: Poison written into outputs before a run, so an element a kernel never wrote shows up.
 POISON = {"float32": np.float32(np.nan), "float16": np.float16(np.nan)}

@@ -5,7 +5,7 @@ candidates are (:func:`candidates`): the profile's default (direct conv, default
 config, textures) first, a few other register tiles x work groups (x split_k on
 big GPUs), Winograd F(2x2) and F(4x4) where eligible, and the default on buffers.
 Each is planned by ``strategy.conv2d_plan`` and built here (TVM), then measured
-by a measurer (``tir_adreno.measure``: median OpenCL event time, summed over a
+by a measurer (``tir_adreno.tuning.measure``: median OpenCL event time, summed over a
 candidate's kernels). The fastest wins; ties within ``tuning.TIE_MARGIN`` go to the
 earlier candidate (the default, direct before Winograd). Records are saved after
 every layer, so an interrupted run resumes: layers already recorded are skipped.
@@ -33,10 +33,11 @@ from primfuncs.conv2d import ConvConfig, conv2d_geometry
 from primfuncs._common import BUFFER, TEXTURE
 from primfuncs.epilogue import Epilogue
 
-from . import records as _records
-from . import strategy, tuning
-from .device import DeviceProfile
-from .measure import LocalMeasurer, MeasureJob, export_jobs, load_results, time_model  # noqa: F401 (LocalMeasurer: the default measurer)
+from tir_adreno.strategy import records as _records
+from tir_adreno.strategy import conv as strategy
+from tir_adreno.tuning import programs as tuning
+from tir_adreno.strategy.profile import DeviceProfile
+from tir_adreno.tuning.measure import LocalMeasurer, MeasureJob, export_jobs, load_results, time_model  # noqa: F401 (LocalMeasurer: the default measurer)
 
 #: Register tiles (oc_block, w_block) and work groups tried besides the default.
 TILES = ((1, 4), (2, 4), (4, 4), (2, 2))
@@ -68,8 +69,8 @@ def model_layers(model) -> tuple[list, list]:
 
     from primfuncs._common import blocked
 
-    from .compiler import import_model
-    from .relax_pass import Graph, _dtype, _ints, _static_shape, pool_spec
+    from tir_adreno.compiler import import_model
+    from tir_adreno.passes.dispatch import Graph, _dtype, _ints, _static_shape, pool_spec
 
     mod, _ = import_model(model)
     convs, pools = {}, {}
@@ -148,7 +149,7 @@ OTHER_PLACEMENT = {"texture": "buffer", "buffer": "texture"}
 
 def build_pool_jobs(layer: PoolLayer, profile: DeviceProfile, progress=print, precision: str = "float32") -> tuple[list, dict]:
     """Build a pool with each schedule ("auto" first: the default); returns (jobs, job key -> choice)."""
-    from . import build
+    from tir_adreno.codegen import build
 
     jobs, choices = [], {}
     for name in strategy.POOL_STRATEGIES:
@@ -201,7 +202,7 @@ def tune(model, profile: DeviceProfile, records_path, measurer, budget_s: float 
          precision: str = "float32") -> list:
     """Tune every conv layer of ``model`` not yet in the records at ``records_path``.
 
-    ``measurer`` has ``measure(jobs) -> {key: MeasureResult}`` (``tir_adreno.measure``).
+    ``measurer`` has ``measure(jobs) -> {key: MeasureResult}`` (``tir_adreno.tuning.measure``).
     Starts no new layer once ``budget_s`` seconds have passed (a layer in progress is
     finished, and one layer is always tuned); the next run continues where this one stopped. Returns one
     :class:`LayerResult` per layer (recorded ones from earlier runs included). Once every layer
@@ -282,7 +283,7 @@ def in_context(model, profile: DeviceProfile, records_path, device, precision: s
     Per-layer tuning times a conv alone; in a model, a placement other than its neighbours'
     changes what they run (mixed-scope kernels, image floors on some drivers). So the records
     never make the model slower than the profile's default. Returns seconds per variant."""
-    from .compiler import compile_model
+    from tir_adreno.compiler import compile_model
 
     variants = context_variants(_records.load(records_path, profile, precision), profile)
     times = {}
@@ -297,9 +298,9 @@ def export_context(model, profile: DeviceProfile, records_path, directory, preci
     ``directory``/``context`` for ``tune --measure`` there (``measure.measure_context``); once
     their times are back for these records, the fastest is kept. Returns the times, or None
     while they are not measured yet."""
-    from .compiler import compile_plan
-    from .executor import save_model
-    from .measure import CONTEXT_DIR, load_context_results
+    from tir_adreno.compiler import compile_plan
+    from tir_adreno.runtime.executor import save_model
+    from tir_adreno.tuning.measure import CONTEXT_DIR, load_context_results
 
     variants = context_variants(_records.load(records_path, profile, precision), profile)
     digest = _records.digest(variants["tuned"])

@@ -21,8 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
-from . import blocked, reference
-from .bundle import TensorSpec
+from tir_adreno import reference
+from tir_adreno.strategy import packing as blocked
+from tir_adreno.runtime.bundle import TensorSpec
 
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = 1
@@ -49,14 +50,14 @@ def _kernel_name(position: int, label: str) -> str:
 
 
 def _op_info(func) -> dict | None:
-    from .relax_pass import OP_ATTR
+    from tir_adreno.passes.dispatch import OP_ATTR
 
     attrs = func.attrs
     return json.loads(str(attrs[OP_ATTR])) if attrs is not None and OP_ATTR in attrs else None
 
 
 def _param_specs(func) -> list[TensorSpec]:
-    from .build import _param_specs as specs
+    from tir_adreno.codegen.build import _param_specs as specs
 
     return list(specs(func))
 
@@ -103,7 +104,7 @@ def dump(compiled, prims: dict, directory, model_arg: str) -> list[Path]:
     rows: dict[str, list[int]] = {}
     for i, call in enumerate(compiled.plan.calls):
         rows.setdefault(call.kernel, []).append(i)
-    from .compiler import kernel_func
+    from tir_adreno.compiler import kernel_func
 
     entries, written = {}, []
     for position, (key, call_rows) in enumerate(rows.items()):
@@ -217,8 +218,8 @@ def _signature_mismatch(edited, generated) -> str | None:
 def apply_edits(compiled, prims: dict, edits: list[Edit], inputs, target=None, repeat: int = 3) -> dict[int, tuple[float, float]]:
     """Swap the edited kernels into ``compiled``; returns profile row -> (generated ms, edited ms),
     medians of ``repeat`` runs of the whole model (OpenCL event times) before and after."""
-    from . import build
-    from .compiler import kernel_func
+    from tir_adreno.codegen import build
+    from tir_adreno.compiler import kernel_func
 
     for edit in edits:
         generated = prims.get(edit.entry["key"])
@@ -347,9 +348,9 @@ def _winograd_stages(path, func, info: dict, dev):
     from primfuncs.conv2d import conv2d_geometry
     from primfuncs.epilogue import Epilogue
 
-    from . import strategy
-    from .device import resolve
-    from .relax_pass import CONV_STAGES
+    from tir_adreno.strategy import conv as strategy
+    from tir_adreno.strategy.profile import resolve
+    from tir_adreno.passes.dispatch import CONV_STAGES
 
     a, e = info["attrs"], info["epilogue"]
     geom = conv2d_geometry(info["inputs"][0], info["weight"], a["strides"], a["padding"], a["dilation"], a["groups"])
@@ -382,7 +383,8 @@ def _chain_tensors(dev, specs, inputs):
 def kernel_command(path, device=None, check: bool = False, time: bool = False, show: str | None = None, out=print) -> int:
     """``tir-adreno kernel FILE``: build one kernel file; show, check and time it. Returns the exit code.
     A Winograd stage runs between the other two stages of its conv (rebuilt from the header)."""
-    from . import build, runtime
+    from tir_adreno.codegen import build
+    from tir_adreno.runtime import opencl as runtime
 
     if show is not None and show not in SHOW:
         raise WorkbenchError(f"--show must be one of {', '.join(SHOW)}, got {show!r}")

@@ -1,7 +1,7 @@
 """The one place that decides how an op runs on a device profile (TFLite GPU's ``selectors/``).
 
 :func:`conv2d_plan` turns a conv (geometry, epilogue, precision) plus a
-:class:`~tir_adreno.device.DeviceProfile` and tuning records into a
+:class:`~tir_adreno.strategy.profile.DeviceProfile` and tuning records into a
 :class:`ConvPlan`: algorithm, kernel stages (factory + arguments), the tensors
 with shapes and scopes, the config and how weights are packed. ``ops.conv2d``,
 the Relax pass, ``tune`` and the benchmarks all call it. Adding a conv variant is
@@ -30,9 +30,9 @@ from primfuncs.conv2d import ConvConfig, ConvGeometry
 from primfuncs.epilogue import Epilogue
 from primfuncs.winograd_math import winograd_weight_transform
 
-from . import texture
-from .blocked import pack_oihw4o
-from .device import DeviceProfile, check_placement
+from tir_adreno.runtime import texture
+from tir_adreno.strategy.packing import pack_oihw4o
+from tir_adreno.strategy.profile import DeviceProfile, check_placement
 
 #: Conv algorithms, most accurate first (ties in tuning go to the earlier one).
 ALGORITHMS = ("direct", "winograd_2x2", "winograd_4x4")
@@ -329,7 +329,7 @@ def conv2d_plan(
     """The plan of one conv on ``profile``.
 
     ``choice`` forces algorithm / config / placement (``ops.conv2d(algorithm=...)``,
-    tuning candidates); else ``records`` (a ``tir_adreno.records.Records``) gives the
+    tuning candidates); else ``records`` (a ``tir_adreno.strategy.records.Records``) gives the
     tuned choice for this conv, else the default (direct, the profile's config, the
     profile's ``activation_placement``). ``allow_buffer=False`` raises ``TextureLimitError``
     for a tensor that does not fit the profile's images. ``in_scope`` / ``out_scope`` /

@@ -21,10 +21,11 @@ from primfuncs import conv2d
 from primfuncs._common import BUFFER, TEXTURE, TEXTURE_WEIGHT
 from primfuncs.epilogue import Epilogue
 
-from . import ops, reference, runtime
-from . import strategy as _strategy
-from .device import DeviceProfile
-from .blocked import pack_bias, pack_oihw4o
+from tir_adreno import ops, reference
+from tir_adreno.runtime import opencl as runtime
+from tir_adreno.strategy import conv as _strategy
+from tir_adreno.strategy.profile import DeviceProfile
+from tir_adreno.strategy.packing import pack_bias, pack_oihw4o
 
 #: The tour's NCHW activation: small enough for PoCL, C not a multiple of 4.
 SHAPE = (1, 10, 14, 14)

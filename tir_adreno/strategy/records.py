@@ -1,7 +1,7 @@
 """Tuning records: per conv layer the measured winner (algorithm, config, placement), per pool its schedule.
 
 A records file is JSON written atomically with an integrity header
-(``tir_adreno.cache``). It holds the device it was measured on (profile name
+(``tir_adreno.runtime.cache``). It holds the device it was measured on (profile name
 and driver, :attr:`DeviceProfile.key`), the hash of the conv kernel sources,
 the precision and per layer the winner with every candidate's time. ``tune``
 writes it; compilation only reads it (:meth:`Records.lookup`). A file for
@@ -17,9 +17,9 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import cache
-from .device import DeviceProfile
-from .strategy import ConvChoice, PoolChoice, default_choice
+from tir_adreno.runtime import cache
+from tir_adreno.strategy.profile import DeviceProfile
+from tir_adreno.strategy.conv import ConvChoice, PoolChoice, default_choice
 
 FORMAT = 2
 _PRIMFUNC_SOURCES = ("conv2d.py", "conv2d_winograd.py", "epilogue.py", "_common.py")

@@ -16,7 +16,7 @@ import dataclasses
 import os
 import re
 
-from .bundle import KernelArg, KernelModule
+from tir_adreno.runtime.bundle import KernelArg, KernelModule
 
 #: Environment switch, read here only (``build.build``'s ``check_bounds=None`` asks :func:`enabled`).
 ENV = "TIR_ADRENO_CHECK_BOUNDS"

@@ -1,6 +1,6 @@
 """The device a model is compiled for, described once (TVM's ``Target``, TFLite GPU's ``GpuInfo``).
 
-A :class:`DeviceProfile` holds what the strategy (``tir_adreno.strategy``)
+A :class:`DeviceProfile` holds what the strategy (``tir_adreno.strategy.conv``)
 needs to pick kernels: the device class (``kind``: "mobile", "gpu" or "cpu",
 which selects the default conv configs), image limits, work-group and
 local-memory limits, compute units, and whether RGBA half images and half
@@ -46,7 +46,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-from .texture import DeviceLimits
+from tir_adreno.runtime.texture import DeviceLimits
 
 #: Device classes: they pick the default conv configs (``primfuncs.conv2d.default_config``).
 KINDS = ("mobile", "gpu", "cpu")
@@ -121,7 +121,7 @@ class DeviceProfile:
         A device that matches a named profile (PoCL, an H200, an Adreno) takes that
         profile's name, so records tuned on it apply when compiling for the name.
         """
-        from . import runtime
+        from tir_adreno.runtime import opencl as runtime
 
         dev = runtime.get_device(device)
         if dev not in _LIVE:
@@ -130,7 +130,7 @@ class DeviceProfile:
 
     @classmethod
     def _of(cls, dev) -> "DeviceProfile":
-        from . import runtime
+        from tir_adreno.runtime import opencl as runtime
 
         d = dev.cl_device
         kind = classify(int(d.type) & _CL_DEVICE_TYPE_CPU != 0, int(d.max_compute_units))

@@ -46,10 +46,11 @@ from primfuncs import concat, conv2d, elementwise, layernorm, layout, pool2d, re
 from primfuncs._common import BUFFER, TEXTURE, TEXTURE_WEIGHT, blocked
 from primfuncs.epilogue import Epilogue
 
-from . import strategy, texture
-from .blocked import pack_bias
-from .records import pool_key
-from .device import DeviceProfile
+from tir_adreno.strategy import conv as strategy
+from tir_adreno.runtime import texture
+from tir_adreno.strategy.packing import pack_bias
+from tir_adreno.strategy.records import pool_key
+from tir_adreno.strategy.profile import DeviceProfile
 
 #: PrimFunc attributes carrying a conv's plan (config string, "records"/"default") to the profile.
 CONFIG_ATTR, SOURCE_ATTR = "tir_adreno.config", "tir_adreno.source"
@@ -257,7 +258,7 @@ class Rewriter:
         # float32 or float16_acc32: the kernels are float32 either way (half storage is the
         # executor's allocation); precision keys the records and bounds the conv algorithms.
         self.precision = precision
-        self.records = records  # tir_adreno.records.Records: tuned conv choices, or None
+        self.records = records  # tir_adreno.strategy.records.Records: tuned conv choices, or None
         self.limits = profile.limits
         self.allow_buffer = allow_buffer
         others = {gv: f for gv, f in mod.functions.items() if gv.name_hint != "main"}
@@ -1296,7 +1297,7 @@ def matmul_handler(rw, node):
 def dispatch_to_textures(mod: tvm.IRModule, profile: DeviceProfile, allow_buffer: bool = True, records=None,
                          precision: str = "float32") -> tvm.IRModule:
     """Rewrite ``mod["main"]`` onto our kernels for ``profile`` (see the module docstring);
-    ``records`` (``tir_adreno.records.Records``) gives tuned conv choices for ``precision``
+    ``records`` (``tir_adreno.strategy.records.Records``) gives tuned conv choices for ``precision``
     ("float32" or "float16_acc32", whose kernels are the float32 ones)."""
     if strategy.kernel_dtype(precision) != "float32":
         raise strategy.PrecisionError(f"whole models compile in 'float32' or 'float16_acc32', not {precision!r}: "
@@ -1306,7 +1307,7 @@ def dispatch_to_textures(mod: tvm.IRModule, profile: DeviceProfile, allow_buffer
 
 def DispatchToTextures(profile: DeviceProfile | str = "adreno", allow_buffer: bool = True, records=None) -> tvm.transform.Pass:  # noqa: N802 (TVM pass naming)
     """The pass form of :func:`dispatch_to_textures` (default: the ``adreno`` profile)."""
-    from .device import resolve
+    from tir_adreno.strategy.profile import resolve
 
     profile = resolve(profile=profile)
 

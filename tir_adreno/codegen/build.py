@@ -1,4 +1,4 @@
-"""Build PrimFuncs into a :class:`~tir_adreno.bundle.KernelModule`.
+"""Build PrimFuncs into a :class:`~tir_adreno.runtime.bundle.KernelModule`.
 
 TVM lowers each PrimFunc (the Adreno texture pipeline for the texture target,
 TVM's default pipeline for plain OpenCL) and emits OpenCL C. The wheel has no
@@ -14,8 +14,8 @@ import importlib
 import tvm
 from tvm import tirx
 
-from . import bounds, cache
-from .bundle import FunctionPlan, KernelArg, KernelModule, Launch, TensorSpec
+from tir_adreno.runtime import bounds, cache
+from tir_adreno.runtime.bundle import FunctionPlan, KernelArg, KernelModule, Launch, TensorSpec
 
 #: Our kernels' target: Adreno OpenCL with texture scopes.
 TEXTURE_TARGET = "qcom/adreno-opencl-texture"
@@ -172,8 +172,8 @@ def build(func_or_mod, target=None, check_bounds: bool | None = None) -> KernelM
     ``target`` is :data:`TEXTURE_TARGET` (default) or any OpenCL target, e.g.
     :data:`OPENCL_TARGET`. Every function must have static shapes and buffer
     parameters only. ``check_bounds`` (default ``$TIR_ADRENO_CHECK_BOUNDS``)
-    instruments every image access (:mod:`tir_adreno.bounds`): a launch that
-    reads or writes outside an image raises :class:`~tir_adreno.bounds.BoundsError`.
+    instruments every image access (:mod:`tir_adreno.runtime.bounds`): a launch that
+    reads or writes outside an image raises :class:`~tir_adreno.runtime.bounds.BoundsError`.
     """
     mod = _as_module(func_or_mod)
     mod = tvm.IRModule({gv: _unique_buffer_names(f) for gv, f in mod.functions.items()})

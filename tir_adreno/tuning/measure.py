@@ -1,7 +1,7 @@
 """Timing built kernels: here, in a folder carried to another machine, or over TVM's RPC tracker.
 
 A :class:`MeasureJob` is one candidate: its stages, each a built
-:class:`~tir_adreno.bundle.KernelModule` and a function name, run in order. Its
+:class:`~tir_adreno.runtime.bundle.KernelModule` and a function name, run in order. Its
 time is the sum over the stages of the median OpenCL event time after warm-up
 (``LoadedModule.time``), every stage on its own tensors: the inputs hold seeded
 random data, the output (the last parameter) is poisoned first. A job that fails
@@ -13,7 +13,7 @@ Three ways to run jobs, one result type:
 - :func:`export_jobs` here, :func:`measure_directory` on a machine with only
   numpy + pyopencl (no TVM), :func:`load_results` back here;
 - :class:`RPCMeasurer`: spread over every runner (``tir-adreno serve``,
-  :mod:`tir_adreno.serve`) registered under one key with a TVM RPC tracker.
+  :mod:`tir_adreno.tuning.serve`) registered under one key with a TVM RPC tracker.
 
 This module imports no TVM; :class:`RPCMeasurer` imports ``tvm.rpc`` when used.
 """
@@ -31,14 +31,14 @@ from pathlib import Path
 
 import numpy as np
 
-from . import cache, runtime
-from .bundle import KernelModule
+from tir_adreno.runtime import cache, opencl as runtime
+from tir_adreno.runtime.bundle import KernelModule
 
 FORMAT = 1
 JOBS_FILE = "jobs.json"
 RESULTS_FILE = "results.json"
 BUNDLES_DIR = "bundles"
-#: The global function a runner registers (``tir_adreno.serve``).
+#: The global function a runner registers (``tir_adreno.tuning.serve``).
 REMOTE_FUNCTION = "tir_adreno.measure"
 
 
@@ -274,7 +274,7 @@ def time_model(compiled, runs: int = 5, seed: int = 0) -> float:
 def measure_context(directory, device=None, runs: int = 5, progress=None) -> dict | None:
     """Time the saved whole-model variants in ``directory``/``context`` (TVM-free); writes their
     seconds next to them, tied to the records they came from. None when there are none."""
-    from .executor import load_model
+    from tir_adreno.runtime.executor import load_model
 
     folder = Path(directory) / CONTEXT_DIR
     if not has_context(directory):
@@ -331,7 +331,7 @@ def check_tracker(address: tuple[str, int], timeout_s: float = 5.0) -> None:
 
 
 def encode_request(jobs, warmup: int, repeat: int) -> str:
-    """The JSON a runner's ``tir_adreno.measure`` takes: the jobs with their modules inline."""
+    """The JSON a runner's ``tir_adreno.tuning.measure`` takes: the jobs with their modules inline."""
     entries, bundles = _pack(jobs)
     return json.dumps({"format": FORMAT, "jobs": entries, "warmup": warmup, "repeat": repeat,
                        "bundles": {k: m.to_json() for k, m in bundles.items()}})

@@ -1,0 +1,1 @@
+"""The Relax pass: a CNN's ops -> ``call_tir`` of our texture PrimFuncs (``dispatch_to_textures``)."""

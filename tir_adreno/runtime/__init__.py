@@ -1,0 +1,9 @@
+"""Everything that runs a compiled model without TVM: OpenCL devices and tensors, kernel bundles,
+launchers, the executor (``load_model``), on-disk caches.
+
+Nothing in this package imports TVM (a test runs a saved model with ``tvm`` unimportable).
+"""
+
+from tir_adreno.runtime.opencl import Device, DeviceNotFoundError, Tensor, get_device, list_devices, probe
+
+__all__ = ["Device", "DeviceNotFoundError", "Tensor", "get_device", "list_devices", "probe"]

@@ -1,0 +1,1 @@
+"""The compiler engineer's tools: the TVMScript workbench, the kernel tour, the upstream baseline."""
