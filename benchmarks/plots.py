@@ -18,7 +18,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
-#: Measured ceilings (DESIGN.md) for the roofline: fp32 FLOP/s and copy bandwidth.
+#: Measured ceilings (docs/design.md) for the roofline: fp32 FLOP/s and copy bandwidth.
 CEILINGS = {"h200": (51.2e12, 4.22e12)}
 WAY_LABELS = {"ours_tex": "ours, textures", "ours_buf": "ours, buffers", "upstream": "upstream TVM OpenCL", "cudnn": "cuDNN fp32"}
 

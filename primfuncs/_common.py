@@ -1,7 +1,7 @@
 """Pieces shared by the kernel factories: pixel access macros and grid sizes.
 
 Texture access follows the two patterns that TVM 0.27 lowers correctly
-(DESIGN.md): a load is a ``T.vectorized(4)`` loop into a ``local`` pixel (one
+(docs/design.md): a load is a ``T.vectorized(4)`` loop into a ``local`` pixel (one
 ``read_imagef``), a store is one vector store from a ``local`` pixel with a
 ``T.Ramp`` index (one ``write_imagef``). Both work on buffers too
 (``vload4``/``vstore4``), so every factory takes the scope as a parameter.

@@ -5,7 +5,7 @@ Input ``[N, C/4, H, W, 4]`` (an activation texture or a buffer), weights
 input channel and tap), output ``[N, O/4, OH, OW, 4]``. Channels that do not
 fill a block are zero (the layout kernels pad them).
 
-Schedule (DESIGN.md, the practice of MNN / TFLite GPU): a work item owns a
+Schedule (docs/design.md, the practice of MNN / TFLite GPU): a work item owns a
 register tile of ``oc_block`` output channel blocks x ``w_block`` adjacent
 output columns of one output row. It walks the input channel blocks and the
 kernel window; per step it reads ``w_block`` input pixels and ``4 * oc_block``

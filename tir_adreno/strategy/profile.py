@@ -21,7 +21,7 @@ Named profiles (:data:`PROFILES`):
 - ``nvidia-h200``: measured with ``benchmarks/device`` on the H200 (NVIDIA
   driver 580, OpenCL 3.0 CUDA): images 32768 x 32768 x 2048 layers, 132 SMs,
   work groups of 1024, 48 KiB local memory, half images yes; half arithmetic
-  runs under the pragma but the half builtins are missing (DESIGN.md), so
+  runs under the pragma but the half builtins are missing (docs/design.md), so
   ``half_math`` is False for TVM's fp16 kernels. Activations default to buffers
   (``activation_placement``): the driver's time floor is ~2x higher for image kernels.
 - ``pocl``: PoCL's pthread CPU device (OpenCL C 1.2; emulated images
@@ -38,7 +38,7 @@ the strategy lets a fusion recompute to save a launch (``strategy.fuse_depthwise
   MobileNet there (~100 GMAC/s achieved x ~5 us); fuse only where the recompute is
   (nearly) free: 1x1 convs with few output channel blocks (TFLite GPU fuses only such "thin"
   pointwise convs into a depthwise).
-- "cpu" (PoCL): 5e5. Measured on this host's PoCL (2 cores): see README "Fused depthwise".
+- "cpu" (PoCL): 5e5. Measured on this host's PoCL (2 cores): see docs/kernels.md "Fused depthwise -> 1x1 conv".
 """
 
 from __future__ import annotations

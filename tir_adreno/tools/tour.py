@@ -153,7 +153,7 @@ def _bias_add(dev, rng, shape):
     return ops.bias_add(x, b, device=dev), reference.conv2d_epilogue(x, b)
 
 
-#: Every kernel family. Winograd F(4x4) is held to 1e-3 (documented in README), the rest as in the tests.
+#: Every kernel family. Winograd F(4x4) is held to 1e-3 (docs/kernels.md, Winograd), the rest as in the tests.
 CASES = (
     Case("conv2d direct", "conv2d", _conv(), 1e-4),
     Case("conv2d grouped", "conv2d", _conv(groups=2, stride=2, padding=(1, 0, 1, 2), activation=None), 1e-4),

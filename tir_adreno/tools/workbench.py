@@ -263,7 +263,7 @@ EXACT_ACTIVATIONS = {"relu", "relu6", "clip"}
 
 
 def tolerance(info: dict) -> float:
-    """Relative error allowed against the float64 reference (float32 kernels; DESIGN.md)."""
+    """Relative error allowed against the float64 reference (float32 kernels; docs/design.md)."""
     if info["op"] in EXACT_OPS or (info["op"] == "activation" and info["attrs"]["activation"] in EXACT_ACTIVATIONS):
         return 0.0
     if info["op"] == "nn.conv2d" and info.get("algorithm") == "winograd_4x4":

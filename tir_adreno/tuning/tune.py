@@ -42,7 +42,7 @@ from tir_adreno.tuning.measure import LocalMeasurer, MeasureJob, export_jobs, lo
 #: Register tiles (oc_block, w_block) and work groups tried besides the default.
 TILES = ((1, 4), (2, 4), (4, 4), (2, 2))
 WORK_GROUPS = ((8, 4, 1), (16, 4, 1))
-#: split_k values tried on "gpu" profiles (big GPUs; DESIGN.md), for convs with enough channel blocks.
+#: split_k values tried on "gpu" profiles (big GPUs; docs/design.md), for convs with enough channel blocks.
 SPLITS = (4, 16)
 #: At most this many configs besides the default per layer (keeps tuning minutes, not hours).
 MAX_CONFIGS = 4
