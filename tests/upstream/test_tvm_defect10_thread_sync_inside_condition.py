@@ -91,3 +91,11 @@ def test_tree_reduction_step_with_lane_loop_lowers():
         except tvm.error.InternalError as err:
             raise AssertionError(f"default OpenCL TIR pipeline: {err}") from err
         assert "barrier(CLK_LOCAL_MEM_FENCE)" in src, src
+
+
+if __name__ == "__main__":
+    import sys
+
+    from standalone import run
+
+    sys.exit(run(globals()))

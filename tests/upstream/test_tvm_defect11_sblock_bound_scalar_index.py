@@ -65,3 +65,11 @@ def test_sblock_bound_scalar_index_parses():
             key = next((line for line in str(err).splitlines() if "ill-formed" in line), str(err))
             raise AssertionError(f"TVMScript parser rejects the PrimFunc: {key.strip()}") from err
         assert isinstance(copy, tvm.tirx.PrimFunc)
+
+
+if __name__ == "__main__":
+    import sys
+
+    from standalone import run
+
+    sys.exit(run(globals()))

@@ -61,3 +61,11 @@ def test_dlight_scheduled_grouped_conv_builds_for_opencl():
             raise AssertionError(f"default OpenCL TIR pipeline on dlight's schedule: {key}") from err
         (dev,) = [m for m in lib.imports if m.kind == "opencl"]
         assert "__kernel" in dev.inspect_source()
+
+
+if __name__ == "__main__":
+    import sys
+
+    from standalone import run
+
+    sys.exit(run(globals()))

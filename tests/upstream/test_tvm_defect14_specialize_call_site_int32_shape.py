@@ -106,3 +106,11 @@ def test_compile_call_tir_int32_shapes_for_adreno():
             tvm.compile(Int32Shapes, target=_adreno())
         except TypeError as err:
             raise AssertionError(f"tvm.compile for the Adreno texture target: {err}") from err
+
+
+if __name__ == "__main__":
+    import sys
+
+    from standalone import run
+
+    sys.exit(run(globals()))

@@ -25,6 +25,12 @@ import tvm
 from tvm import relax
 from tvm.s_tir import dlight as dl
 
+if __name__ == "__main__":  # standalone run: import this checkout's tir_adreno
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
 from tir_adreno.codegen import build
 from tir_adreno.runtime import opencl as runtime
 from tir_adreno.runtime.bundle import TensorSpec
@@ -70,3 +76,11 @@ def test_dlight_gemv_writes_only_its_output(device):
     assert relative_error(out[: m * n].reshape(m, n), ref) <= 1e-4  # the product itself is right
     past = np.flatnonzero(out[m * n :] != sentinel[m * n :])
     assert past.size == 0, f"{past.size} floats written past the {m * n}-float output"
+
+
+if __name__ == "__main__":
+    import sys
+
+    from standalone import run
+
+    sys.exit(run(globals()))

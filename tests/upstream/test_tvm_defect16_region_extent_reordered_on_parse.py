@@ -47,3 +47,11 @@ def test_two_clamped_accesses_round_trip():
     parsed = tvm.script.from_source(rows.script())
     with pinned(r"StructuralEqual check failed.*reads\[0\]\.region\[0\]\.extent", ValueError):
         tvm.ir.assert_structural_equal(parsed, rows)
+
+
+if __name__ == "__main__":
+    import sys
+
+    from standalone import run
+
+    sys.exit(run(globals()))

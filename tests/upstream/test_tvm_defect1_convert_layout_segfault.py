@@ -71,3 +71,11 @@ def test_convert_layout_to_nchw4c_does_not_crash(layouts, tmp_path):
             f"ConvertLayout({layouts}) child: {how}; "
             f"stderr head:\n{proc.stderr[:600]}"
         )
+
+
+if __name__ == "__main__":
+    import sys
+
+    from standalone import run
+
+    sys.exit(run(globals()))

@@ -124,3 +124,11 @@ def test_vectorized_texture_store_copy_is_exact():
             a,
             err_msg=f"each pixel holds its last lane broadcast: {broadcast_last_lane}",
         )
+
+
+if __name__ == "__main__":
+    import sys
+
+    from standalone import run
+
+    sys.exit(run(globals()))

@@ -22,3 +22,11 @@ def test_wheel_has_opencl_runtime():
         assert tvm.get_global_func("target.build.opencl", allow_missing=True) is not None
         assert tvm.runtime.enabled("opencl"), "OpenCL runtime not compiled into libtvm"
         assert tvm.get_global_func("device_api.opencl", allow_missing=True) is not None
+
+
+if __name__ == "__main__":
+    import sys
+
+    from standalone import run
+
+    sys.exit(run(globals()))

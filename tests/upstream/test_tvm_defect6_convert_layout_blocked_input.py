@@ -69,3 +69,11 @@ def test_compile_nchw4c_conv2d_for_adreno_texture():
             tvm.compile(Nchw4cConv, target)
         except tvm.error.InternalError as err:
             raise AssertionError(f"tvm.compile for {target.kind.name}/adreno: {err}") from err
+
+
+if __name__ == "__main__":
+    import sys
+
+    from standalone import run
+
+    sys.exit(run(globals()))

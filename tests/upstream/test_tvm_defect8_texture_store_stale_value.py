@@ -15,6 +15,12 @@ import numpy as np
 import pytest
 from tvm.script import tirx as T
 
+if __name__ == "__main__":  # standalone run: import this checkout's tir_adreno
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
 from tir_adreno.codegen import build
 from defect import KnownDefect, pinned
 
@@ -49,3 +55,11 @@ def test_texture_store_after_local_write(device):
         np.testing.assert_array_equal(
             out[0, 0, 0, 1], 2 * a[0, 0, 0, 0], err_msg=f"the second store wrote the first value: {stale}"
         )
+
+
+if __name__ == "__main__":
+    import sys
+
+    from standalone import run
+
+    sys.exit(run(globals()))

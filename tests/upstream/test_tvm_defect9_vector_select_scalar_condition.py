@@ -13,6 +13,12 @@ import numpy as np
 import pytest
 from tvm.script import tirx as T
 
+if __name__ == "__main__":  # standalone run: import this checkout's tir_adreno
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
 from tir_adreno.codegen import build
 from defect import KnownDefect, pinned
 
@@ -41,3 +47,11 @@ def test_vectorized_select_with_scalar_condition(device, target):
         np.testing.assert_array_equal(
             out, np.where(np.arange(8)[:, None] >= 4, a, 0), err_msg=f"rows >= 4 hold the false operand: {np.all(out == 0)}"
         )
+
+
+if __name__ == "__main__":
+    import sys
+
+    from standalone import run
+
+    sys.exit(run(globals()))
