@@ -7,6 +7,7 @@ indentation. ``install_N(monkeypatch)`` applies the patch to the installed wheel
 the unified diffs against TVM main under ``docs/upstream/patches/``.
 """
 
+import ast
 import sys
 
 import tvm
@@ -66,6 +67,89 @@ PATCH_12 = {
 }
 
 
+# Defect 11: a scalar assigned once inside an sblock becomes a mutable local buffer.
+PATCH_11 = {
+    "python/tvm/tirx/script/parser/parser.py": (
+        "tvm.tirx.script.parser.parser:bind_assign_value",
+        [
+            (
+                """        else:
+            # x = expr -> scalar (auto-typed from value)
+            scalar = T.local_scalar(dtype=str(value.ty.dtype))
+""",
+                """        elif _assigned_once(self, var_name):
+            # assigned once: an immutable binding (printed `x: T.let[...] = expr`), which
+            # block read/write region inference sees through
+            ann_var = T.Bind(value)
+            IRBuilder.name(var_name, ann_var)
+            return ann_var
+        else:
+            # x = expr -> scalar (auto-typed from value)
+            scalar = T.local_scalar(dtype=str(value.ty.dtype))
+""",
+            )
+        ],
+    ),
+}
+
+
+def _assigned_once(self, name):
+    """Whether ``name`` is stored to exactly once in the parsed source (assignment,
+    augmented assignment, loop or with target, tuple element). Added to parser.py by
+    PATCH_11 (a new module-level helper, next to bind_assign_value)."""
+    tree = ast.parse(self.diag.source.source)
+    stores = sum(
+        isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store) and node.id == name
+        for node in ast.walk(tree)
+    )
+    return stores == 1
+
+
+# Defect 13: dlight's Reduction rule puts a spatial loop under the reduction thread loop.
+PATCH_13 = {
+    "python/tvm/s_tir/dlight/gpu/reduction.py": (
+        "tvm.s_tir.dlight.gpu.reduction:Reduction.apply",
+        [
+            (
+                """        if is_inner_reduction:
+            self._sch_inner_reduction(
+""",
+                """        if is_inner_reduction:
+            if c_factor:
+                # The write-back would put the spatial loop `c` under the reduction thread
+                # loop, which LowerCrossThreadReduction rejects: leave it to other rules.
+                return None
+            self._sch_inner_reduction(
+""",
+            )
+        ],
+    ),
+}
+
+# Defect 15 (Python half): dlight's GEMV store loop covers only the output extent under a
+# TS-thread launch. The C++ half (LowerCrossThreadReduction drops a one-clause predicate)
+# is in docs/upstream/patches/defect15-lower-cross-thread-reduction.diff.
+PATCH_15 = {
+    "python/tvm/s_tir/dlight/gpu/gemv.py": (
+        "tvm.s_tir.dlight.gpu.gemv:GEMV.sch_outer_reduction",
+        [
+            (
+                """            tr, ts = sch.get_loops(block=gemv)[1:]
+            sch.reorder(ts, tr)
+            sch.bind(ts, TAG_S)
+""",
+                """            tr, ts = sch.get_loops(block=gemv)[1:]
+            sch.reorder(ts, tr)
+            # The store loop covers only the output extent: split it by TS so that it binds
+            # the same thread extent as the loops above, with a `ts < extent` guard.
+            _, ts = sch.split(ts, factors=[None, TS], preserve_unit_iters=True)
+            sch.bind(ts, TAG_S)
+""",
+            )
+        ],
+    ),
+}
+
 def _function(ref):
     module_name, qualname = ref.split(":")
     obj = sys.modules.get(module_name) or __import__(module_name, fromlist=["_"])
@@ -97,3 +181,25 @@ def install_12(monkeypatch):
     import tvm.s_tir.dlight.gpu.gemv as gpu_gemv
 
     monkeypatch.setattr(gpu_gemv, "normalize", patched(PATCH_12)["tvm.s_tir.dlight.analysis.gemv:normalize"])
+
+
+def install_11(monkeypatch):
+    """Defect 11: a once-assigned scalar is bound immutably (T.Bind)."""
+    parser = sys.modules["tvm.tirx.script.parser.parser"]
+    (ref, repl), = PATCH_11.values()
+    new = patched_function(_function(ref), repl, {"_assigned_once": _assigned_once})
+    monkeypatch.setattr(parser, "bind_assign_value", new)  # looked up at call time
+
+
+def install_13(monkeypatch):
+    """Defect 13: Reduction declines an inner reduction with an unrolled spatial factor."""
+    from tvm.s_tir.dlight.gpu.reduction import Reduction
+
+    monkeypatch.setattr(Reduction, "apply", patched(PATCH_13)["tvm.s_tir.dlight.gpu.reduction:Reduction.apply"])
+
+
+def install_15(monkeypatch):
+    """Defect 15, Python half: GEMV's store loop is split by TS (guarded)."""
+    from tvm.s_tir.dlight.gpu.gemv import GEMV
+
+    monkeypatch.setattr(GEMV, "sch_outer_reduction", patched(PATCH_15)["tvm.s_tir.dlight.gpu.gemv:GEMV.sch_outer_reduction"])

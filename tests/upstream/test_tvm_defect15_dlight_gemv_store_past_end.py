@@ -78,6 +78,27 @@ def test_dlight_gemv_writes_only_its_output(device):
     assert past.size == 0, f"{past.size} floats written past the {m * n}-float output"
 
 
+def test_patch_defect15_python_half_guards_the_store(monkeypatch):
+    """The Python half of the proposed fix (docs/upstream/patches/defect15-dlight-gemv.diff),
+    applied in memory: the store block now runs under the same 64-thread loop as the rest
+    of the kernel, guarded by `< 10`. It is not enough on this wheel: LowerCrossThreadReduction
+    (C++) drops that one-clause guard from the write-back block (the C++ half,
+    docs/upstream/patches/defect15-lower-cross-thread-reduction.diff, untested), so the
+    repro above still fails with the Python half alone; this test pins both facts."""
+    import patches
+
+    patches.install_15(monkeypatch)
+    func = _scheduled_matmul(1, 512, 10)
+    script = func.script()
+    store = script[script.index('T.sblock("matmul")') :]
+    assert "T.where(" in store and "< T.int64(10))" in store.split("\n")[3], store[:600]
+    lowered = tvm.s_tir.transform.LowerCrossThreadReduction()(tvm.IRModule({"main": func}))
+    text = lowered["main"].script()
+    write_back = text[text.index('T.sblock("matmul_write_back")') :].split("\n")[:4]
+    guard = [line for line in write_back if "T.where(" in line]
+    assert guard and "< T.int64(10)" not in guard[0], write_back  # the C++ half is still needed
+
+
 if __name__ == "__main__":
     import sys
 
