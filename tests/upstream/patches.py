@@ -94,9 +94,9 @@ PATCH_11 = {
 
 
 def _assigned_once(self, name):
-    """Whether ``name`` is stored to exactly once in the parsed source (assignment,
-    augmented assignment, loop or with target, tuple element). Added to parser.py by
-    PATCH_11 (a new module-level helper, next to bind_assign_value)."""
+    """Whether ``name`` is stored to exactly once in the parsed source (by assignment,
+    augmented assignment, loop or with target, tuple element): such a scalar can be an
+    immutable binding."""
     tree = ast.parse(self.diag.source.source)
     stores = sum(
         isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store) and node.id == name
