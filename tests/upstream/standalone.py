@@ -20,9 +20,9 @@ from defect import KnownDefect
 
 def _fixture(name):
     if name == "device":
-        from tir_adreno import runtime
+        from tir_adreno.runtime import opencl
 
-        return runtime.get_device()
+        return opencl.get_device()
     if name == "tmp_path":
         return Path(tempfile.mkdtemp(prefix="tvm-defect-"))
     raise KeyError(name)
