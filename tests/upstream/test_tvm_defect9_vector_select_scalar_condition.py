@@ -49,6 +49,46 @@ def test_vectorized_select_with_scalar_condition(device, target):
         )
 
 
+def _mask_compared_with_zero(src):
+    """The select mask as the proposed codegen patch prints it: ``(convert_int4(c) != (int4)(0))``."""
+    i = src.index("convert_int4(", src.index("select("))
+    depth, j = 0, i + len("convert_int4")
+    while True:
+        depth += {"(": 1, ")": -1}.get(src[j], 0)
+        if depth == 0:
+            break
+        j += 1
+    return src[:i] + "(" + src[i : j + 1] + " != (int4)(0))" + src[j + 1 :]
+
+
+def test_patch_defect9_emitted_mask_is_correct():
+    """The C++ patch (docs/upstream/patches/defect09-vector-select-mask.diff) is untested; this
+    checks the code it would emit: the generated kernel with its select mask compared with zero
+    runs correctly on OpenCL, the kernel as generated does not."""
+    cl = pytest.importorskip("pyopencl")
+    import tvm
+
+    lib = tvm.tirx.build(select_rows, tvm.target.Target({"kind": "opencl"}, host={"kind": "llvm"}))
+    (dev,) = [m for m in lib.imports if m.kind == "opencl"]
+    src = dev.inspect_source()
+    ctx = cl.Context([cl.get_platforms()[0].get_devices()[0]])
+    queue = cl.CommandQueue(ctx)
+    a = np.random.default_rng(0).standard_normal((8, 4)).astype("float32")
+    want = np.where(np.arange(8)[:, None] >= 4, a, 0)
+    results = []
+    for source in (src, _mask_compared_with_zero(src)):
+        (kernel,) = cl.Program(ctx, source).build().all_kernels()
+        mf = cl.mem_flags
+        buf_a = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=a)
+        buf_b = cl.Buffer(ctx, mf.READ_WRITE, a.nbytes)
+        kernel(queue, (8,), (8,), buf_a, buf_b)
+        out = np.empty_like(a)
+        cl.enqueue_copy(queue, out, buf_b)
+        queue.finish()
+        results.append(np.array_equal(out, want))
+    assert results == [False, True]
+
+
 if __name__ == "__main__":
     import sys
 
