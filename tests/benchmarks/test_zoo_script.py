@@ -2,29 +2,13 @@
 ``--from`` without TVM (what runs on the H200), on a tiny exported-style ONNX model or a few layers."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import onnx
 import pytest
 
-from helpers import ROOT
-from helpers.benchmarks import benchmark
+from helpers.benchmarks import benchmark, script
 from helpers.onnx_graphs import conv_bn, make, relu6_nodes, tensor
-
-#: Runs a script with tvm/onnx/torch unimportable: the --from side must not need them.
-NO_TVM = (
-    "import os, runpy, sys\n"
-    "class Block:\n"
-    "    def find_spec(self, name, path=None, target=None):\n"
-    "        if name.split('.')[0] in ('tvm', 'onnx', 'torch'):\n"
-    "            raise ImportError('blocked ' + name)\n"
-    "sys.meta_path.insert(0, Block())\n"
-    "sys.argv = sys.argv[1:]\n"
-    "sys.path.insert(0, os.path.dirname(sys.argv[0]))\n"
-    "runpy.run_path(sys.argv[0], run_name='__main__')\n"
-)
 
 
 def tiny_model(path: Path) -> Path:
@@ -32,13 +16,6 @@ def tiny_model(path: Path) -> Path:
     act, bounds = relu6_nodes("c1", "output", "r1")
     onnx.save(make(nodes + act, [tensor("input", (1, 3, 8, 8))], [tensor("output", (1, 8, 8, 8))], inits + bounds), path)
     return path
-
-
-def script(name, *args, no_tvm=False):
-    cmd = [sys.executable, "-c", NO_TVM] if no_tvm else [sys.executable]
-    proc = subprocess.run([*cmd, str(ROOT / "benchmarks" / name), *map(str, args)], capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return proc.stdout
 
 
 @pytest.fixture(scope="module")

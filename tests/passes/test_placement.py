@@ -13,6 +13,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from helpers.benchmarks import script
 from helpers.cli import cli
 from helpers.conv import check_blocked_output, fused_inputs, reference_conv2d, reference_epilogue
 from helpers.numeric import assert_close, rand, run_kernel, unpack_nchw4c
@@ -212,8 +213,6 @@ def test_in_context_drops_records_that_slow_the_model(device, two_convs, tmp_pat
 
 def test_models_e2e_times_the_other_placement(two_convs, tmp_path):  # noqa: F811 (fixture)
     """``models_e2e.py --placement buffer`` adds the way ours_buffer (built here, run without TVM)."""
-    from test_zoo_script import script
-
     saved = tmp_path / "saved"
     script("models_e2e.py", "--onnx", two_convs, "--build-only", saved, "--target", "pocl", "--placement", "buffer")
     assert {p.name for p in saved.iterdir()} == {"two-ours", "two-upstream", "two-ours_nofuse", "two-ours_buffer"}
