@@ -1,6 +1,8 @@
-"""Shared test setup: hypothesis profiles, a per-run kernel cache, the OpenCL device."""
+"""Shared test setup: hypothesis profiles, a per-run kernel cache, the OpenCL device, and the
+fixtures several test folders use (helpers live in tests/helpers/, never in a test module)."""
 
 import os
+import subprocess
 import tempfile
 
 import pytest
@@ -37,3 +39,48 @@ def check_bounds(monkeypatch):
 
     monkeypatch.setenv(bounds.ENV, "1")
     return True
+
+
+@pytest.fixture
+def run_cli(capsys, monkeypatch):
+    """The command in this process (no TVM import per call): same exit code, stdout and stderr."""
+    from tir_adreno.cli import main
+
+    def run(*args, env=None):
+        for k, v in (env or {}).items():
+            monkeypatch.setenv(k, v)
+        try:
+            code = main(list(args))
+        except SystemExit as exit:  # argparse: --help, usage errors
+            code = exit.code
+        finally:
+            for k in env or {}:
+                monkeypatch.delenv(k)
+        out = capsys.readouterr()
+        return subprocess.CompletedProcess(args, code, out.out, out.err)
+
+    return run
+
+
+def _saved(tmp_path_factory, model, name):
+    import onnx
+
+    path = tmp_path_factory.mktemp("onnx") / name
+    onnx.save(model, str(path))
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_onnx(tmp_path_factory):
+    """conv -> relu -> global average pool, input "image" (1, 3, 8, 8), saved as an ONNX file."""
+    from helpers.onnx_graphs import conv_relu_pool_model
+
+    return _saved(tmp_path_factory, conv_relu_pool_model(), "tiny.onnx")
+
+
+@pytest.fixture(scope="session")
+def two_convs(tmp_path_factory):
+    """A tiny ONNX file with two convs (1x1, 3x3 stride 2) and a max pool: what tune, measure and placement tune."""
+    from helpers.onnx_graphs import two_convs_model
+
+    return _saved(tmp_path_factory, two_convs_model(), "two.onnx")

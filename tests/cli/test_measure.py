@@ -1,0 +1,296 @@
+"""tir_adreno.tuning.measure: timing jobs here, in an exported folder without TVM, and over TVM's RPC tracker."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import ROOT
+from helpers.cli import assert_user_error
+
+from primfuncs import conv2d, elementwise
+from tir_adreno.codegen import build
+from tir_adreno.runtime import cache
+from tir_adreno.tuning import measure
+from tir_adreno.runtime.bundle import KernelModule
+
+SHAPE = (1, 2, 5, 7, 4)
+
+
+@pytest.fixture(scope="module")
+def modules():
+    return {
+        "relu": build.build_cached(elementwise.relu(SHAPE)),
+        "add": build.build_cached(elementwise.add(SHAPE)),
+        "conv2d_nchw4c": build.build_cached(conv2d.conv2d_nchw4c((1, 8, 6, 6), (8, 8, 3, 3), padding=1)),
+    }
+
+
+def _jobs(modules, copies=1):
+    relu, add, conv = modules["relu"], modules["add"], modules["conv2d_nchw4c"]
+    broken = KernelModule("__kernel void relu(", relu.functions)  # does not compile
+    jobs = []
+    for i in range(copies):
+        jobs += [
+            measure.MeasureJob(f"relu|{i}", ((relu, "relu"),)),
+            measure.MeasureJob(f"relu+add|{i}", ((relu, "relu"), (add, "add"))),
+            measure.MeasureJob(f"conv|{i}", ((conv, "conv2d_nchw4c"),)),
+        ]
+    return jobs + [measure.MeasureJob("broken", ((broken, "relu"),)), measure.MeasureJob("no-such-function", ((relu, "gelu"),))]
+
+
+def _check(results, jobs):
+    assert set(results) == {j.key for j in jobs}
+    for key, r in results.items():
+        assert r.key == key
+        if key in ("broken", "no-such-function"):
+            assert r.seconds is None and r.error, r
+        else:
+            assert r.error is None and 0 < r.seconds < 1, r
+    assert "OpenCL build failed" in results["broken"].error
+    assert "gelu" in results["no-such-function"].error
+
+
+def test_local(modules, device):
+    jobs = _jobs(modules)
+    lines = []
+    results = measure.LocalMeasurer(device, warmup=1, repeat=3).measure(jobs, progress=lambda r: lines.append(str(r)))
+    _check(results, jobs)
+    assert len(lines) == len(jobs) and all(line.startswith("measured ") for line in lines)
+    # two stages take longer than the first alone (both are timed, not just one)
+    assert results["relu+add|0"].seconds > results["relu|0"].seconds * 0.5
+    with pytest.raises(ValueError, match="duplicate key"):
+        measure.LocalMeasurer(device).measure(jobs + jobs[:1])
+
+
+def test_unwritten_output_is_an_error(modules, device):
+    # a plan launching nothing leaves the poisoned output as it was
+    relu = modules["relu"]
+    plan = relu["relu"]
+    empty = KernelModule(relu.source, {"relu": type(plan)(plan.name, plan.params, ())})
+    result = measure.LocalMeasurer(device, 0, 1).measure_one(measure.MeasureJob("empty", ((empty, "relu"),)))
+    assert result.seconds is None and "not fully written" in result.error
+
+
+def test_export_measure_load_without_tvm(modules, tmp_path):
+    jobs = _jobs(modules)
+    measure.export_jobs(jobs, tmp_path)
+    assert len(list((tmp_path / measure.BUNDLES_DIR).iterdir())) == 4  # modules stored once each
+    code = (
+        "import sys\n"
+        "from tir_adreno.tuning import measure\n"
+        f"measure.measure_directory({str(tmp_path)!r}, progress=print, warmup=1, repeat=3)\n"
+        "assert 'tvm' not in sys.modules, 'measuring imported TVM'\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.count("measured ") == len(jobs)
+    results = measure.load_results(tmp_path)
+    _check(results, jobs)
+    # a second run resumes: nothing left to measure, results unchanged
+    lines = []
+    measure.measure_directory(tmp_path, progress=lines.append)
+    assert lines == [] and measure.load_results(tmp_path) == results
+    # results of other jobs are refused
+    measure.export_jobs(jobs[:2], tmp_path)
+    with pytest.raises(ValueError, match="other jobs"):
+        measure.load_results(tmp_path)
+
+
+def test_corrupt_jobs_file(modules, tmp_path):
+    measure.export_jobs(_jobs(modules)[:1], tmp_path)
+    (bundle,) = (tmp_path / measure.BUNDLES_DIR).iterdir()
+    saved = bundle.read_bytes()
+    bundle.write_bytes(saved[:-10])
+    with pytest.raises(ValueError, match=r"jobs\.json: malformed jobs .*corrupt kernel bundle"):
+        measure.measure_directory(tmp_path)
+    bundle.write_bytes(saved)
+    path = tmp_path / measure.JOBS_FILE
+    data = bytearray(path.read_bytes())
+    data[-3] ^= 0x20
+    path.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match=r"jobs\.json: missing, truncated or corrupt"):
+        measure.measure_directory(tmp_path)
+    with pytest.raises(ValueError, match=r"results\.json: missing"):
+        measure._read_results(tmp_path, None)
+
+
+# ---------------------------------------------------------------------------------------------
+# RPC: re-queueing, with stand-in runners (no tracker)
+
+
+class FakeRunners(measure.RPCMeasurer):
+    """Two runners whose sessions answer from ``_call``: "hang" hangs once, "die" loses its
+    runner twice, "always-dies" every time."""
+
+    def __init__(self, release, **kwargs):
+        self.calls, self.release = [], release
+        super().__init__("fake:1", "k", **kwargs)
+
+    def runners(self):
+        return 2
+
+    def _session(self, wanted):
+        return (None, self._call) if wanted() else None
+
+    def _call(self, request):
+        key = json.loads(request)["jobs"][0]["key"]
+        attempt = self.calls.count(key)
+        self.calls.append(key)
+        if key == "hang" and attempt == 0:
+            self.release.wait(30)
+        if key == "always-dies" or (key == "die" and attempt < 2):
+            raise ConnectionError("runner gone")
+        return json.dumps([[key, 1e-6 * (attempt + 1), None]])
+
+
+def test_rpc_requeue_lost_and_hung_jobs(modules, monkeypatch):
+    monkeypatch.setattr(measure, "HANG_GRACE_S", 0.0)
+    release = threading.Event()
+    relu = modules["relu"]
+    jobs = [measure.MeasureJob(k, ((relu, "relu"),)) for k in ("ok1", "hang", "die", "always-dies", "ok2")]
+    measurer = FakeRunners(release, timeout_s=0.5)
+    try:
+        results = measurer.measure(jobs)
+    finally:
+        release.set()
+    assert {k: r.seconds for k, r in results.items() if r.seconds} == {"ok1": 1e-6, "ok2": 1e-6, "hang": 2e-6, "die": 3e-6}
+    assert results["always-dies"].seconds is None
+    assert results["always-dies"].error == "runner lost 3 times: ConnectionError: runner gone"
+    assert measurer.requeued == 1 + 2 + 3
+
+
+# ---------------------------------------------------------------------------------------------
+# RPC: a tracker and two runners on localhost
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start(args, log: Path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
+    with open(log, "wb") as f:  # a file, not a pipe: the server's worker processes outlive their parent
+        return subprocess.Popen([sys.executable, *args], stdout=f, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)
+
+
+def _stop(proc):
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # its own session: the server's worker and session processes too
+    except ProcessLookupError:
+        pass
+    proc.wait(timeout=10)
+
+
+def _wait_for(predicate, timeout_s, what):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _runners(port, key):
+    try:
+        return measure.RPCMeasurer(f"127.0.0.1:{port}", key).runners()
+    except measure.TrackerError:
+        return 0
+
+
+def _cli(*args, timeout_s=240):
+    return subprocess.run([sys.executable, "-m", "tir_adreno.cli", *args], capture_output=True, text=True,
+                          timeout=timeout_s, env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def test_rpc_two_runners_one_killed_then_tune(modules, two_convs, tmp_path):  # noqa: F811
+    jobs = _jobs(modules, copies=2)
+    port, key = _free_port(), "measure-test"
+    procs, logs = [], [tmp_path / "runner0.log", tmp_path / "runner1.log"]
+    try:
+        procs.append(_start(["-m", "tvm.exec.rpc_tracker", "--host", "127.0.0.1", "--port", str(port),
+                             "--port-end", str(port + 1)], tmp_path / "tracker.log"))
+        _wait_for(lambda: _port_open(port), 30, "the tracker")
+        for i, log in enumerate(logs):
+            procs.append(_start(["-m", "tir_adreno.cli", "serve", "--tracker", f"127.0.0.1:{port}", "--key", key,
+                                 "--host", "127.0.0.1", "--port", str(_free_port())], log))
+        _wait_for(lambda: _runners(port, key) == 2, 40, "two runners")
+        victim = procs[1]  # runner 0
+
+        def kill_after_first_job():
+            _wait_for(lambda: "measured " in logs[0].read_text(), 60, "runner 0's first job")
+            _stop(victim)
+
+        killer = threading.Thread(target=kill_after_first_job, daemon=True)
+        killer.start()
+        measurer = measure.RPCMeasurer(f"127.0.0.1:{port}", key, timeout_s=60, warmup=1, repeat=3, request_timeout_s=10)
+        start = time.monotonic()
+        # a slow progress callback (it runs under the measurer's lock) paces the run, so runner 0
+        # dies with jobs left to do: its next one is lost and must be re-queued
+        results = measurer.measure(jobs, progress=lambda r: time.sleep(0.4))
+        killer.join(timeout=5)
+        assert time.monotonic() - start < 50
+        _check(results, jobs)
+        assert victim.poll() is not None and measurer.requeued >= 1
+        assert all("measured " in log.read_text() for log in logs)
+        lines = [line for log in logs for line in log.read_text().splitlines() if line.startswith("measured ")]
+        assert {line.split(":")[0][len("measured "):] for line in lines} >= {j.key for j in jobs} - {
+            k for k in results if "runner lost" in (results[k].error or "")}
+        # the measurer closed its sessions: the runner left is free for the next client at once
+        _wait_for(lambda: _free(port, key) == 1, 5, "runner 1 free again")
+        # `tune --rpc-tracker` on the runner left: builds here, measures there, records every layer
+        records = tmp_path / "records.json"
+        before = logs[1].read_text().count("measured ")
+        tune = _cli("tune", str(two_convs), "--rpc-tracker", f"127.0.0.1:{port}", "--rpc-key", key,
+                    "--target", "pocl", "--records", str(records))
+        assert tune.returncode == 0, tune.stderr[-2000:]
+        layers = json.loads(cache.read(records))["layers"]
+        assert len(layers) == 3 and tune.stdout.count("winner:") == 3  # two convs and the max pool
+        for entry in layers.values():
+            assert entry["default_s"] > 0 and entry["times_s"][entry["name"]] > 0
+        assert logs[1].read_text().count("measured ") - before == sum(len(e["times_s"]) for e in layers.values())
+    finally:
+        for proc in procs:
+            _stop(proc)
+
+
+def _free(port, key) -> int:
+    from tvm import rpc
+
+    tracker = rpc.connect_tracker("127.0.0.1", port)
+    try:
+        return tracker.summary()["queue_info"].get(key, {}).get("free", 0)
+    finally:
+        tracker.close()
+
+
+def _port_open(port) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
+def test_rpc_no_tracker(two_convs):  # noqa: F811
+    port = _free_port()
+    start = time.monotonic()
+    with pytest.raises(measure.TrackerError, match=f"no RPC tracker answers at 127.0.0.1:{port}"):
+        measure.RPCMeasurer(f"127.0.0.1:{port}", "k")
+    with pytest.raises(measure.TrackerError, match="HOST:PORT"):
+        measure.RPCMeasurer("localhost", "k")
+    assert time.monotonic() - start < 5
+    message = f"no RPC tracker answers at 127.0.0.1:{port}"
+    assert_user_error(_cli("serve", "--tracker", f"127.0.0.1:{port}", "--key", "k"), message)
+    assert_user_error(_cli("tune", str(two_convs), "--rpc-tracker", f"127.0.0.1:{port}", "--target", "pocl"), message)

@@ -1,0 +1,38 @@
+"""Random inputs, error measures against float64 references, and one kernel run on a poisoned output."""
+
+import numpy as np
+
+from tir_adreno import ops
+from tir_adreno.strategy.packing import pack_nchw4c, pack_oihw4o, unpack_nchw4c  # noqa: F401 (re-exported for tests)
+from tir_adreno.reference import relative_error
+
+
+def rand(rng: np.random.Generator, shape, dtype="float32") -> np.ndarray:
+    """Fresh standard-normal values (never zeros or constants)."""
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def rel_error(actual: np.ndarray, reference: np.ndarray) -> float:
+    """max |actual - reference| / max |reference| (normwise relative error)."""
+    actual = np.asarray(actual, np.float64)
+    reference = np.asarray(reference, np.float64)
+    assert actual.shape == reference.shape, (actual.shape, reference.shape)
+    assert np.all(np.isfinite(actual)), "output has NaN/Inf (an element was not written: poison survived)"
+    return relative_error(actual, reference)
+
+
+def assert_close(actual, reference, rtol: float):
+    err = rel_error(actual, reference)
+    assert err <= rtol, f"relative error {err:.3g} > {rtol:g}"
+
+
+def run_kernel(device, func, *inputs, poison=None) -> np.ndarray:
+    """Run ``func`` on ``inputs`` (NumPy arrays in its parameters' scopes) and a poisoned output
+    (NaN, or the value ``poison``: tests of NaN outputs need a finite one)."""
+    loaded, name = ops.compile(func, device)
+    specs = loaded[name].params
+    tensors = [device.empty(spec).upload(value) for spec, value in zip(specs, inputs)]
+    out = device.empty(specs[-1])
+    out = out.poison() if poison is None else out.upload(np.full(out.spec.shape, poison, out.spec.dtype))
+    loaded(name, *tensors, out)
+    return out.numpy()

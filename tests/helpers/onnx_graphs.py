@@ -1,0 +1,173 @@
+"""Small ONNX graphs built with onnx.helper the way exporters write them, and the check that
+compiles a pattern onto our kernels and compares it with onnxruntime."""
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from helpers.numeric import rand
+from tir_adreno import compile_model
+from tir_adreno.reference import reference_outputs, relative_error
+
+# -- graph pieces as exporters write them -------------------------------------------------------
+
+RNG = np.random.default_rng(0)
+node = helper.make_node
+
+
+def f32(name, shape, scale=1.0, low=None):
+    data = RNG.uniform(low, low + 1.0, shape) if low is not None else RNG.standard_normal(shape) * scale
+    return numpy_helper.from_array(np.asarray(data, np.float32), name)
+
+
+def i64(name, value):
+    return numpy_helper.from_array(np.array(value, np.int64), name)
+
+
+def i_f32(name, value):
+    return numpy_helper.from_array(np.array(value, np.float32), name)  # 0-d
+
+
+def make(nodes, inputs, outputs, inits, opset=13):
+    graph = helper.make_graph(nodes, "g", inputs, outputs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    onnx.checker.check_model(model)
+    return model
+
+
+def tensor(name, shape):
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+
+
+def relu6_nodes(x, out, tag):
+    """ReLU6 as PyTorch exports it: Clip with 0-d initializer bounds."""
+    return [node("Clip", [x, f"{tag}_lo", f"{tag}_hi"], [out])], [i_f32(f"{tag}_lo", 0.0), i_f32(f"{tag}_hi", 6.0)]
+
+
+def conv_bn(x, out, tag, cin, cout, k=1, groups=1):
+    inits = [
+        f32(f"{tag}_w", (cout, cin // groups, k, k), np.sqrt(2.0 / (cin // groups * k * k))),
+        f32(f"{tag}_scale", (cout,), low=0.5),
+        f32(f"{tag}_bias", (cout,), 0.1),
+        f32(f"{tag}_mean", (cout,), 0.1),
+        f32(f"{tag}_var", (cout,), low=0.5),
+    ]
+    nodes = [
+        node("Conv", [x, f"{tag}_w"], [f"{tag}_c"], pads=[k // 2] * 4, group=groups),
+        node("BatchNormalization", [f"{tag}_c", f"{tag}_scale", f"{tag}_bias", f"{tag}_mean", f"{tag}_var"], [out]),
+    ]
+    return nodes, inits
+
+
+# -- one pattern per graph: input "x", output "y" ------------------------------------------------
+
+PATTERN_RTOL = 1e-3
+EDGE = ("nchw_to_nchw4c", "nchw4c_to_nchw")
+
+
+def pattern_graph(nodes, inits, channels=3, size=7, opset=17):
+    g = helper.make_graph(
+        nodes,
+        "pattern",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, channels, size, size])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in inits.items()],
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def conv_node(rng, inits, x, y, o, c, k=3, **attrs):
+    """A Conv node with random weights and bias (added to ``inits``)."""
+    inits[f"{y}_w"] = rng.standard_normal((o, c // attrs.get("group", 1), k, k)) / np.sqrt(c * k * k)
+    inits[f"{y}_b"] = rng.standard_normal(o) * 0.5
+    return helper.make_node("Conv", [x, f"{y}_w", f"{y}_b"], [y], pads=[k // 2] * 4, **attrs)
+
+
+def scalars(inits, **values):
+    for k, v in values.items():
+        inits[k] = np.float32(v)  # 0-d initializers, as torch writes Clip's bounds
+
+
+def check_pattern(model, channels=3, size=7):
+    """Compile, run against onnxruntime, return the plan's op names between the edge layout transforms."""
+    compiled = compile_model(model, progress=lambda _: None)
+    x = (np.random.default_rng(11).standard_normal((1, channels, size, size)) * 3).astype("float32")
+    (out,) = compiled.run({"x": x})
+    (ref,) = reference_outputs(model, {"x": x})
+    err = relative_error(out, ref)
+    assert err <= PATTERN_RTOL, err
+    ops = [(p["op"], p["ours"]) for p in compiled.profile()]
+    assert all(ours for _, ours in ops), f"upstream kernels ran: {ops}"
+    names = [op for op, _ in ops]
+    assert names[0] == "nchw_to_nchw4c" and names[-1] == "nchw4c_to_nchw", names
+    assert not any(op.startswith(EDGE) for op in names[1:-1]), f"layout transforms inside the model: {names}"
+    return names[1:-1]
+
+
+# -- the small models several test folders run --------------------------------------------------
+
+
+def tiny_model():
+    """conv -> relu -> conv (same shapes: one kernel, two calls) -> relu -> depthwise conv,
+    and a global average pool of the first relu as a second output."""
+    rng = np.random.default_rng(5)
+
+    def weight(name, shape):
+        return helper.make_tensor(name, TensorProto.FLOAT, shape, rand(rng, shape).ravel())
+
+    nodes = [
+        helper.make_node("Conv", ["image", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2"], ["c2"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c2"], ["r2"]),
+        helper.make_node("Conv", ["r2", "wd"], ["out"], pads=[1, 1, 1, 1], group=8),
+        helper.make_node("GlobalAveragePool", ["r1"], ["pool"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "tiny",
+        [helper.make_tensor_value_info("image", TensorProto.FLOAT, (1, 8, 9, 10))],
+        [
+            helper.make_tensor_value_info("out", TensorProto.FLOAT, (1, 8, 9, 10)),
+            helper.make_tensor_value_info("pool", TensorProto.FLOAT, (1, 8, 1, 1)),
+        ],
+        [weight("w1", (8, 8, 3, 3)), weight("w2", (8, 8, 3, 3)), weight("wd", (8, 1, 3, 3))],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def conv_relu_pool_model():
+    """conv -> relu -> global average pool, input "image" (1, 3, 8, 8) (the CLI's tiny model)."""
+    rng = np.random.default_rng(0)
+    w = helper.make_tensor("w", TensorProto.FLOAT, (5, 3, 3, 3), rng.standard_normal(135).astype("float32"))
+    nodes = [
+        helper.make_node("Conv", ["image", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("GlobalAveragePool", ["r"], ["out"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "tiny",
+        [helper.make_tensor_value_info("image", TensorProto.FLOAT, (1, 3, 8, 8))],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, (1, 5, 1, 1))],
+        [w],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def two_convs_model():
+    """A 1x1 conv, relu, a 3x3 stride-2 conv (no Winograd: few tuning candidates) and a max pool."""
+    rng = np.random.default_rng(0)
+    w1 = helper.make_tensor("w1", TensorProto.FLOAT, (8, 4, 1, 1), rng.standard_normal(32).astype("float32"))
+    w2 = helper.make_tensor("w2", TensorProto.FLOAT, (8, 8, 3, 3), rng.standard_normal(576).astype("float32"))
+    nodes = [
+        helper.make_node("Conv", ["image", "w1"], ["c1"]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2"], ["c2"], pads=[1, 1, 1, 1], strides=[2, 2]),
+        helper.make_node("MaxPool", ["c2"], ["out"], kernel_shape=[2, 2]),
+    ]
+    graph = helper.make_graph(
+        nodes, "two", [helper.make_tensor_value_info("image", TensorProto.FLOAT, (1, 4, 6, 6))],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, (1, 8, 2, 2))], [w1, w2],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])

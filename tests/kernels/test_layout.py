@@ -1,0 +1,67 @@
+"""Layout transforms are exact: NCHW/NHWC <-> NCHW4c and OIHW -> OIHW4o, padded lanes zero."""
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from primfuncs import layout
+from tir_adreno import ops
+from helpers.strategies import NCHW_SEEDS, SCOPES
+from helpers.numeric import pack_nchw4c, pack_oihw4o, rand, run_kernel
+
+dims = NCHW_SEEDS
+scopes = SCOPES
+
+
+@given(dims, scopes)
+def test_nchw_roundtrip(device, d, scope):
+    n, c, h, w, seed = d
+    x = rand(np.random.default_rng(seed), (n, c, h, w))
+    packed = run_kernel(device, layout.nchw_to_nchw4c(x.shape, scope=scope), x)
+    np.testing.assert_array_equal(packed, pack_nchw4c(x))
+    back = run_kernel(device, layout.nchw4c_to_nchw(x.shape, scope=scope), packed)
+    np.testing.assert_array_equal(back, x)
+
+
+@given(dims, scopes)
+def test_nhwc_roundtrip(device, d, scope):
+    n, c, h, w, seed = d
+    x = rand(np.random.default_rng(seed), (n, h, w, c))
+    packed = run_kernel(device, layout.nhwc_to_nchw4c(x.shape, scope=scope), x)
+    np.testing.assert_array_equal(packed, pack_nchw4c(x.transpose(0, 3, 1, 2)))
+    back = run_kernel(device, layout.nchw4c_to_nhwc(x.shape, scope=scope), packed)
+    np.testing.assert_array_equal(back, x)
+
+
+@given(
+    st.tuples(st.integers(1, 13), st.integers(1, 9), st.integers(1, 5), st.integers(1, 5), st.integers(0, 2**32 - 1)),
+    st.sampled_from(["global.texture-weight", "global"]),
+)
+def test_oihw_to_oihw4o(device, d, scope):
+    o, i, kh, kw, seed = d
+    w = rand(np.random.default_rng(seed), (o, i, kh, kw))
+    packed = run_kernel(device, layout.oihw_to_oihw4o(w.shape, scope=scope), w)
+    np.testing.assert_array_equal(packed, pack_oihw4o(w))
+
+
+@given(dims)
+def test_ops_to_from_nchw4c(d):
+    n, c, h, w, seed = d
+    x = rand(np.random.default_rng(seed), (n, c, h, w))
+    packed = ops.to_nchw4c(x)
+    np.testing.assert_array_equal(packed, pack_nchw4c(x))
+    np.testing.assert_array_equal(ops.from_nchw4c(packed, c), x)
+
+
+def test_factories_reject_bad_shapes():
+    with pytest.raises(ValueError, match="4-d NCHW"):
+        layout.nchw_to_nchw4c((1, 2, 3))
+    with pytest.raises(ValueError, match="C must be >= 1"):
+        layout.nchw_to_nchw4c((1, 0, 3, 3))
+    with pytest.raises(ValueError, match="scope"):
+        layout.nchw_to_nchw4c((1, 4, 3, 3), scope="shared")
+    with pytest.raises(TypeError, match="dtype"):
+        layout.oihw_to_oihw4o((4, 4, 3, 3), dtype="int8")
+    with pytest.raises(ValueError, match="channels=9"):
+        ops.from_nchw4c(np.zeros((1, 2, 2, 2, 4), "float32"), 9)

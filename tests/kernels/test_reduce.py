@@ -1,0 +1,91 @@
+"""Reductions and softmax (primfuncs.reduce, ops.sum/mean/max/min/softmax) against float64 NumPy.
+
+The padded lanes of the last channel block hold NaN in the kernels' inputs: a
+reduction over C that let them in would return NaN; max inputs are all negative
+and min inputs all positive, so padding counted as 0 would also show.
+"""
+
+import numpy as np
+import pytest
+from hypothesis import given
+
+from primfuncs import reduce
+from helpers.strategies import REDUCE_ARGS, SOFTMAX_ARGS, STRATEGIES
+from tir_adreno import ops
+from tir_adreno.reference import reduce as reference
+from tir_adreno.reference import softmax as reference_softmax
+from helpers.numeric import assert_close, pack_nchw4c, rand, run_kernel, unpack_nchw4c
+
+RTOL = 1e-5
+
+
+def reduce_input(rng, shape, op):
+    x = rand(rng, shape)
+    return {"max": -np.abs(x) - 0.25, "min": np.abs(x) + 0.25}.get(op, x)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@given(**REDUCE_ARGS)
+def test_reduce(device, strategy, n, c, h, w, op, axis, negative_axes, keepdims, scope, group_size, seed):
+    x = reduce_input(np.random.default_rng(seed), (n, c, h, w), op)
+    packed = pack_nchw4c(x, pad_value=np.nan)
+    kernel_axis = tuple(a - 4 for a in axis) if negative_axes else axis
+    func = reduce.reduce(
+        packed.shape, c, op, kernel_axis, keepdims, scope=scope, strategy=strategy, group_size=group_size
+    )
+    y = run_kernel(device, func, packed)
+    expected_shape, blocked = reduce.reduce_output(packed.shape, c, kernel_axis, keepdims)
+    assert y.shape == expected_shape
+    if blocked:
+        if 1 in axis:  # one channel left: lane 0, the padding lanes zero
+            np.testing.assert_array_equal(y[..., 1:], 0)
+        y = unpack_nchw4c(y, 1 if 1 in axis else c)
+    assert_close(y, reference(x, op, axis, keepdims), RTOL)
+
+
+@given(**SOFTMAX_ARGS)
+def test_softmax(device, n, c, h, w, scale, scope, seed):
+    x = (rand(np.random.default_rng(seed), (n, c, h, w)) * scale).astype(np.float32)
+    y = run_kernel(device, reduce.softmax(pack_nchw4c(x).shape, c, scope=scope), pack_nchw4c(x, pad_value=np.nan))
+    assert_close(unpack_nchw4c(y, c), reference_softmax(x), RTOL)
+    np.testing.assert_array_equal(unpack_nchw4c(y, 4 * y.shape[1])[:, c:], 0)  # padded channels written as 0
+
+
+def test_ops_reductions_nchw(device):
+    """ops.sum/mean/max/min/softmax: NCHW NumPy in and out, numpy/Relax axis and keepdims."""
+    rng = np.random.default_rng(5)
+    x = rand(rng, (2, 6, 5, 7))
+    for op, axis, keepdims in [("mean", (2, 3), False), ("max", 1, True), ("sum", (-3, -2, -1), False)]:
+        x_op = reduce_input(rng, x.shape, op)
+        y = getattr(ops, op)(x_op, axis, keepdims=keepdims)
+        assert_close(y, reference(x_op, op, axis, keepdims), RTOL)
+    assert_close(ops.softmax(x), reference_softmax(x), RTOL)
+
+
+def test_bad_arguments():
+    shape = (1, 2, 4, 4, 4)
+    x = np.ones((1, 6, 4, 4), np.float32)
+    with pytest.raises(NotImplementedError, match="batch axis"):
+        reduce.reduce(shape, 6, "sum", (0, 2))
+    with pytest.raises(NotImplementedError, match="batch axis"):
+        ops.mean(x, axis=-4)
+    with pytest.raises(ValueError, match="axis 4 is out of range"):
+        ops.sum(x, axis=4)
+    with pytest.raises(ValueError, match="repeated"):
+        ops.max(x, axis=(1, -3))
+    with pytest.raises(ValueError, match="at least one axis"):
+        ops.min(x, axis=())
+    with pytest.raises(TypeError, match="axis must be an int or a tuple of ints, got 1.0"):
+        ops.sum(x, axis=1.0)
+    with pytest.raises(NotImplementedError, match=r"axis=None reduces the batch axis too"):
+        ops.sum(x, axis=None)
+    with pytest.raises(ValueError, match="op must be one of"):
+        reduce.reduce(shape, 6, "prod", 1)
+    with pytest.raises(ValueError, match="channels=9 does not fit the 2 channel blocks"):
+        reduce.reduce(shape, 9, "sum", 1)
+    with pytest.raises(ValueError, match="x must be 4-d"):
+        ops.sum(np.ones((6, 4, 4), np.float32), axis=1)
+    with pytest.raises(NotImplementedError, match="channel axis only"):
+        ops.softmax(x, axis=-1)
+    with pytest.raises(ValueError, match="channels=3 does not fit"):
+        reduce.softmax(shape, 3)

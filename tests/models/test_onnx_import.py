@@ -1,0 +1,163 @@
+"""Exported ONNX models import: 0-d scalar initializers, symbolic batch dims, run-time shape arithmetic.
+
+Each model is built with ``onnx.helper`` the way exporters write it and
+compared with onnxruntime on random inputs.
+"""
+
+import numpy as np
+import onnxruntime
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from tir_adreno import compile_model
+from tir_adreno.compiler import ModelError
+from tir_adreno.frontend.onnx_import import make_static
+
+from helpers.onnx_graphs import RNG, conv_bn, f32, i64, i_f32, make, node, relu6_nodes, tensor
+
+def check(model, inputs, **kwargs):
+    compiled = compile_model(model, progress=lambda _: None, **kwargs)
+    outputs = compiled.run(inputs)
+    refs = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, inputs)
+    assert len(outputs) == len(refs)
+    for y, ref in zip(outputs, refs):
+        assert y.shape == ref.shape
+        np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4 * float(np.abs(ref).max()))
+    return compiled
+
+
+def test_relu6_as_clip_with_0d_bounds():
+    nodes, inits = relu6_nodes("x", "y", "r")
+    model = make(nodes, [tensor("x", (1, 6, 5, 7))], [tensor("y", (1, 6, 5, 7))], inits)
+    x = (RNG.standard_normal((1, 6, 5, 7)) * 5).astype("float32")  # both bounds are hit
+    check(model, {"x": x})
+
+
+def mobilenet_v2_block(batch="N"):
+    """Inverted residual: 1x1 expand -> BN -> ReLU6 -> 3x3 depthwise -> BN -> ReLU6 -> 1x1 project -> BN -> + x."""
+    nodes, inits = [], []
+    for part in (
+        conv_bn("x", "e", "expand", 8, 16),
+        relu6_nodes("e", "e6", "r1"),
+        conv_bn("e6", "d", "dw", 16, 16, k=3, groups=16),
+        relu6_nodes("d", "d6", "r2"),
+        conv_bn("d6", "p", "project", 16, 8),
+    ):
+        nodes += part[0]
+        inits += part[1]
+    nodes.append(node("Add", ["p", "x"], ["y"]))
+    return make(nodes, [tensor("x", (batch, 8, 6, 6))], [tensor("y", (batch, 8, 6, 6))], inits)
+
+
+def test_mobilenet_v2_block_batch_2():
+    """Exporter-style block with a symbolic batch, run at batch 2."""
+    x = RNG.standard_normal((2, 8, 6, 6)).astype("float32")
+    compiled = check(mobilenet_v2_block(), {"x": x}, input_shapes={"x": (2, 8, 6, 6)})
+    assert any(p["ours"] and "conv2d" in p["op"] for p in compiled.profile())
+
+
+def test_symbolic_dim_without_shape_names_input_and_dim():
+    with pytest.raises(ModelError, match=r"input 'x' has symbolic dim 'N' \(shape \[N, 8, 6, 6\]\).*input_shapes=\{'x': \(1, 8, 6, 6\)\}"):
+        compile_model(mobilenet_v2_block(), progress=lambda _: None)
+
+
+@pytest.mark.parametrize(
+    "shapes, message",
+    [({"y": (1, 8, 6, 6)}, "names 'y', which is not a model input"), ({"x": (2, 8, 6, 5)}, r"shape \(2, 8, 6, 5\) does not fit")],
+)
+def test_bad_input_shapes(shapes, message):
+    with pytest.raises(ModelError, match=message):
+        compile_model(mobilenet_v2_block(), input_shapes=shapes, progress=lambda _: None)
+
+
+def channel_shuffle_model():
+    """Torch's channel split + shuffle with a symbolic batch: the split point and the reshape targets
+    are computed at run time (Shape -> Gather -> Div -> Mul -> Slice / Concat -> Reshape -> Transpose)."""
+    nodes = [
+        node("Shape", ["x"], ["s"]),
+        node("Gather", ["s", "i1"], ["c"], axis=0),
+        node("Div", ["c", "two"], ["half"]),
+        node("Mul", ["half", "two"], ["end"]),
+        node("Unsqueeze", ["half", "axes0"], ["half1"]),
+        node("Unsqueeze", ["end", "axes0"], ["end1"]),
+        node("Slice", ["x", "zero1", "half1", "one1"], ["x1"]),
+        node("Slice", ["x", "half1", "end1", "one1"], ["x2"]),
+        node("Conv", ["x2", "w"], ["x2c"]),
+        node("Relu", ["x2c"], ["x2r"]),
+        node("Concat", ["x1", "x2r"], ["cat"], axis=1),
+        node("Shape", ["cat"], ["s2"]),  # channel_shuffle's x.size(), on an intermediate
+        node("Gather", ["s2", "i0"], ["n"], axis=0),
+        node("Gather", ["s2", "i2"], ["h"], axis=0),
+        node("Gather", ["s2", "i3"], ["wd"], axis=0),
+        node("Unsqueeze", ["n", "axes0"], ["n1"]),
+        node("Unsqueeze", ["h", "axes0"], ["h1"]),
+        node("Unsqueeze", ["wd", "axes0"], ["w1"]),
+        node("Concat", ["n1", "two1", "half1", "h1", "w1"], ["groups_shape"], axis=0),
+        node("Reshape", ["cat", "groups_shape"], ["r"]),
+        node("Transpose", ["r"], ["t"], perm=[0, 2, 1, 3, 4]),
+        node("Concat", ["n1", "minus1", "h1", "w1"], ["flat_shape"], axis=0),
+        node("Reshape", ["t", "flat_shape"], ["y"]),
+    ]
+    # the integer constants as Constant nodes, as torch exports them
+    consts = [("two", 2), ("i0", 0), ("i1", 1), ("i2", 2), ("i3", 3), ("axes0", [0]), ("zero1", [0]), ("one1", [1]), ("two1", [2]), ("minus1", [-1])]
+    nodes = [node("Constant", [], [k], value=i64(k, v)) for k, v in consts] + nodes
+    w = f32("w", (4, 4, 1, 1), 0.5)
+    return make(nodes, [tensor("x", ("N", 8, 5, 5))], [tensor("y", ("N", 8, 5, 5))], [w])
+
+
+def test_channel_split_and_shuffle():
+    x = RNG.standard_normal((3, 8, 5, 5)).astype("float32")
+    check(channel_shuffle_model(), {"x": x}, input_shapes={"x": (3, 8, 5, 5)})
+
+
+def test_shape_arithmetic_is_folded():
+    static = make_static(channel_shuffle_model(), {"x": (3, 8, 5, 5)})
+    ops = {n.op_type for n in static.graph.node}
+    assert ops == {"Slice", "Conv", "Relu", "Concat", "Reshape", "Transpose"}, ops
+    (dim_values,) = [[d.dim_value for d in i.type.tensor_type.shape.dim] for i in static.graph.input]
+    assert dim_values == [3, 8, 5, 5]
+
+
+@pytest.mark.parametrize("start, end, expected", [(None, None, [3, 8, 5, 5]), (1, None, [8, 5, 5]), (-2, None, [5, 5]), (0, -1, [3, 8, 5]), (2, 0, [])])
+def test_shape_with_start_end_folds_like_onnxruntime(start, end, expected):
+    attrs = {k: v for k, v in (("start", start), ("end", end)) if v is not None}
+    model = make(
+        [node("Shape", ["x"], ["s"], **attrs), node("Identity", ["s"], ["y"])],
+        [tensor("x", ("N", 8, 5, 5))], [helper.make_tensor_value_info("y", TensorProto.INT64, (len(expected),))], [], opset=15,
+    )
+    static = make_static(model, {"x": (3, 8, 5, 5)})
+    (folded,) = [numpy_helper.to_array(i) for i in static.graph.initializer if i.name == "s"]
+    x = RNG.standard_normal((3, 8, 5, 5)).astype("float32")
+    (ref,) = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    assert folded.tolist() == ref.tolist() == expected
+
+
+def _half_channels(tag):
+    """Shape -> Gather(1) -> the channel count halved, as torch writes it: Div on int64 ("floordiv")
+    or a float division with Floor and Casts ("float")."""
+    head = [node("Shape", ["x"], ["s"]), node("Gather", ["s", "one"], ["c"], axis=0)]
+    if tag == "floordiv":
+        return head + [node("Div", ["c", "two"], ["h"])]
+    return head + [
+        node("Cast", ["c"], ["cf"], to=TensorProto.FLOAT),
+        node("Div", ["cf", "two_f"], ["hf"]),
+        node("Floor", ["hf"], ["hff"]),
+        node("Cast", ["hff"], ["h"], to=TensorProto.INT64),
+    ]
+
+
+@pytest.mark.parametrize("halving", ["floordiv", "float"])
+@pytest.mark.parametrize("split", ["Split", "Slice"])
+def test_chunk_with_computed_sizes(halving, split):
+    """torch's x.chunk(2, dim=1) with a symbolic batch: split sizes computed from Shape (TVM's importer
+    alone refuses a Split with computed sizes and a Floor on a shape)."""
+    nodes = _half_channels(halving) + [node("Unsqueeze", ["h", "axes0"], ["h1"])]
+    if split == "Split":
+        nodes += [node("Concat", ["h1", "h1"], ["sizes"], axis=0), node("Split", ["x", "sizes"], ["a", "b"], axis=1)]
+    else:
+        nodes += [node("Slice", ["x", "zero1", "h1", "one1"], ["a"]), node("Mul", ["h1", "two"], ["end"]), node("Slice", ["x", "h1", "end", "one1"], ["b"])]
+    nodes += [node("Relu", ["a"], ["ra"]), node("Mul", ["b", "ra"], ["y"])]
+    inits = [i64("one", 1), i64("two", 2), i64("axes0", [0]), i64("zero1", [0]), i64("one1", [1]), i_f32("two_f", 2.0)]
+    model = make(nodes, [tensor("x", ("N", 8, 5, 5))], [tensor("y", ("N", 4, 5, 5))], inits)
+    x = RNG.standard_normal((2, 8, 5, 5)).astype("float32")
+    check(model, {"x": x}, input_shapes={"x": (2, 8, 5, 5)})

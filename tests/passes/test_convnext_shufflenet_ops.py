@@ -1,0 +1,311 @@
+"""resize2d, GELU, Gemm/MatMul, layer norm and channel shuffle (and what follows in ConvNeXt-style blocks) as TVM's
+ONNX importer writes them, on our kernels: one onnx.helper graph per pattern against
+onnxruntime (1e-3) with the plan asserted, plus the kernels against float64 references."""
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from onnx import helper, numpy_helper
+
+from helpers.numeric import rand, run_kernel
+from helpers.onnx_graphs import check_pattern as check
+from helpers.onnx_graphs import conv_node as _conv
+from helpers.onnx_graphs import pattern_graph as _graph
+from helpers.onnx_graphs import scalars as _scalars
+
+from primfuncs import elementwise, layernorm, resize, shuffle
+from tir_adreno.strategy.packing import pack_nchw4c, unpack_nchw4c
+from tir_adreno.reference import gelu, layer_norm, resize2d_nchw
+
+# -- GELU ------------------------------------------------------------------------------------
+
+
+def _gelu_nodes(x, y):
+    """GELU as torch.onnx.export (opset 17) writes it: x * (erf(x / sqrt 2) + 1) * 0.5."""
+    return [
+        helper.make_node("Div", [x, "sqrt2"], ["g_d"]),
+        helper.make_node("Erf", ["g_d"], ["g_e"]),
+        helper.make_node("Add", ["g_e", "one"], ["g_a"]),
+        helper.make_node("Mul", [x, "g_a"], ["g_m"]),
+        helper.make_node("Mul", ["g_m", "half"], [y]),
+    ]
+
+
+GELU_SCALARS = dict(sqrt2=np.sqrt(2.0), one=1.0, half=0.5)
+
+
+def test_gelu_fuses_into_conv(monkeypatch):
+    from tir_adreno.passes import dispatch as relax_pass
+
+    seen = []
+    real = relax_pass.Epilogue
+    monkeypatch.setattr(relax_pass, "Epilogue", lambda **kw: seen.append(kw["activation"]) or real(**kw))
+    rng, inits = np.random.default_rng(0), {}
+    _scalars(inits, **GELU_SCALARS)
+    assert check(_graph([_conv(rng, inits, "x", "c", 8, 3), *_gelu_nodes("c", "y")], inits)) == ["conv2d_nchw4c"]
+    assert seen == ["gelu"]
+
+
+def test_gelu_standalone_kernel():
+    inits = {}
+    _scalars(inits, **GELU_SCALARS)
+    nodes = [helper.make_node("MaxPool", ["x"], ["c"], kernel_shape=[2, 2]), *_gelu_nodes("c", "y")]
+    assert check(_graph(nodes, inits, channels=6), channels=6) == ["max_pool2d", "gelu"]
+
+
+blocked_shapes = st.tuples(st.integers(1, 2), st.integers(1, 3), st.integers(1, 6), st.integers(1, 7), st.integers(0, 2**32 - 1))
+scopes = st.sampled_from(["global.texture", "global"])
+
+
+@given(blocked_shapes, scopes, st.sampled_from(["gelu", "gelu_tanh"]))
+def test_gelu_kernel(device, d, scope, name):
+    *shape, seed = d
+    x = rand(np.random.default_rng(seed), (*shape, 4)) * 4
+    x.reshape(-1)[:3] = [np.nan, np.inf, -np.inf]  # as the NumPy formula: NaN, inf, NaN (-inf * 0)
+    y = run_kernel(device, elementwise.activation((*shape, 4), name, scope=scope), x)
+    np.testing.assert_allclose(y, gelu(x, "tanh" if name == "gelu_tanh" else "none"), rtol=1e-5, atol=1e-6)
+
+
+# -- resize2d --------------------------------------------------------------------------------
+
+# A non-integer ratio comes with ``sizes`` (as F.interpolate(size=...) exports it): with
+# ``scales``, ONNX maps coordinates by the scale, TVM's importer by in/out sizes.
+RESIZES = {
+    # torch nn.Upsample(scale_factor=2, mode="nearest") at opset 17
+    "nearest_upsample": (dict(mode="nearest", coordinate_transformation_mode="asymmetric", nearest_mode="floor"), [1, 1, 2, 2], "resize2d_nearest"),
+    "nearest_half_pixel": (dict(mode="nearest", coordinate_transformation_mode="half_pixel", nearest_mode="round_prefer_floor"), [1, 6, 10, 5], "resize2d_nearest"),
+    # F.interpolate(mode="bilinear", align_corners=False / True)
+    "bilinear": (dict(mode="linear", coordinate_transformation_mode="pytorch_half_pixel"), [1, 6, 14, 11], "resize2d_linear"),
+    "bilinear_align_corners": (dict(mode="linear", coordinate_transformation_mode="align_corners"), [1, 6, 4, 13], "resize2d_linear"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(RESIZES))
+def test_resize_after_conv(name):
+    attrs, target, kernel = RESIZES[name]
+    rng = np.random.default_rng(1)
+    sizes = len(target) == 4 and target[1] == 6  # else scales
+    inits = {}
+    inputs = ["c", "", "", "target"] if sizes else ["c", "", "target"]
+    nodes = [_conv(rng, inits, "x", "c", 6, 3), helper.make_node("Resize", inputs, ["y"], **attrs)]
+    model = _graph(nodes, inits)
+    model.graph.initializer.append(numpy_helper.from_array(np.asarray(target, np.int64 if sizes else np.float32), "target"))
+    assert check(model) == ["conv2d_nchw4c", kernel]
+
+
+def test_resize_cubic_stays_upstream():
+    """An attribute we do not cover (cubic) goes upstream, with the right numbers."""
+    from tir_adreno import compile_model
+    from tir_adreno.reference import reference_outputs, relative_error
+
+    inits = {"scales": np.asarray([1, 1, 2, 2])}
+    model = _graph([helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="cubic")], inits)
+    compiled = compile_model(model, progress=lambda _: None)
+    x = rand(np.random.default_rng(2), (1, 3, 7, 7))
+    (out,) = compiled.run({"x": x})
+    assert relative_error(out, reference_outputs(model, {"x": x})[0]) <= 1e-3
+    assert not any(p["op"].startswith("resize2d_") for p in compiled.profile())
+
+
+@given(
+    st.tuples(st.integers(1, 2), st.integers(1, 6), st.integers(1, 6), st.integers(1, 9), st.integers(1, 9), st.integers(1, 9), st.integers(0, 2**32 - 1)),
+    st.sampled_from(["nearest", "linear"]),
+    st.sampled_from(resize.COORDINATE_MODES),
+    st.sampled_from(resize.ROUNDING_METHODS),
+    scopes,
+)
+def test_resize_kernel(device, d, method, mode, rounding, scope):
+    n, c, h, w, oh, ow, seed = d
+    rng = np.random.default_rng(seed)
+    x = rand(rng, (n, c, h, w))
+    func = resize.resize2d((n, -(-c // 4), h, w, 4), (oh, ow), method, mode, rounding, scope=scope)
+    y = unpack_nchw4c(run_kernel(device, func, pack_nchw4c(x)), c)
+    ref = resize2d_nchw(x, (oh, ow), method, mode, rounding)
+    if method == "nearest":
+        np.testing.assert_array_equal(y, ref.astype(np.float32))  # an exact copy of the right pixel
+    else:
+        np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_resize_bad_arguments():
+    with pytest.raises(ValueError, match="method"):
+        resize.resize2d((1, 1, 2, 2, 4), (4, 4), "cubic")
+    with pytest.raises(ValueError, match="coordinate_transformation_mode"):
+        resize.resize2d((1, 1, 2, 2, 4), (4, 4), "linear", "tf_crop_and_resize")
+    with pytest.raises(ValueError, match="rounding_method"):
+        resize.resize2d((1, 1, 2, 2, 4), (4, 4), "nearest", "asymmetric", "round")
+    with pytest.raises(ValueError, match="out_h"):
+        resize.resize2d((1, 1, 2, 2, 4), (0, 4))
+    with pytest.raises(ValueError, match="NCHW4c"):
+        resize.resize2d((1, 4, 2, 2), (4, 4))
+
+
+# -- Linear / Gemm / MatMul --------------------------------------------------------------------
+
+
+def check_classifier(model, channels=3, size=7):
+    """:func:`check` for a model with an ``[N, M]`` output: its last kernel is the upstream
+    reshape of ``[N, M, 1, 1]`` to ``[N, M]`` (1000 floats: a view we do not have)."""
+    from tir_adreno import compile_model
+    from tir_adreno.reference import reference_outputs, relative_error
+
+    compiled = compile_model(model, progress=lambda _: None)
+    x = rand(np.random.default_rng(12), (1, channels, size, size)) * 3
+    (out,) = compiled.run({"x": x})
+    assert relative_error(out, reference_outputs(model, {"x": x})[0]) <= 1e-3
+    ops = [(p["op"], p["ours"]) for p in compiled.profile()]
+    edges = [(op.rstrip("0123456789"), ours) for op, ours in (ops[0], ops[-2], ops[-1])]
+    assert edges == [("nchw_to_nchw4c", True), ("nchw4c_to_nchw", True), ("reshape", False)], ops
+    assert all(ours for _, ours in ops[:-1]), ops
+    return [op for op, _ in ops[1:-2]]
+
+
+def test_classifier_gemm_runs_as_convs(monkeypatch):
+    """pool -> Flatten -> Gemm -> Relu -> Gemm (MobileNet, ResNet, ...): 1x1 convs, relu fused."""
+    from tir_adreno.passes import dispatch as relax_pass
+
+    seen = []
+    real = relax_pass.Epilogue
+    monkeypatch.setattr(relax_pass, "Epilogue", lambda **kw: seen.append((kw["bias"], kw["activation"])) or real(**kw))
+    rng = np.random.default_rng(3)
+    inits = {"w1": rng.standard_normal((10, 8)), "b1": rng.standard_normal(10), "w2": rng.standard_normal((5, 10)), "b2": rng.standard_normal(5)}
+    nodes = [
+        _conv(rng, inits, "x", "c", 8, 3),
+        helper.make_node("GlobalAveragePool", ["c"], ["p"]),
+        helper.make_node("Flatten", ["p"], ["f"]),
+        helper.make_node("Gemm", ["f", "w1", "b1"], ["g"], transB=1),
+        helper.make_node("Relu", ["g"], ["r"]),
+        helper.make_node("Gemm", ["r", "w2", "b2"], ["y"], transB=1),
+    ]
+    assert check_classifier(_graph(nodes, inits)) == ["conv2d_nchw4c", "mean_hw", "conv2d_nchw4c1", "conv2d_nchw4c2"]
+    assert seen[1:] == [(True, "relu"), (True, None)]
+
+
+def test_global_mean_then_gemm():
+    """ShuffleNet's classifier: x.mean([2, 3]) (keepdims 0) -> Gemm: reduce kernel, 1x1 conv."""
+    rng = np.random.default_rng(8)
+    inits = {"w1": rng.standard_normal((10, 8)), "b1": rng.standard_normal(10), "axes": np.asarray([2, 3])}
+    nodes = [
+        _conv(rng, inits, "x", "c", 8, 3),
+        helper.make_node("ReduceMean", ["c"], ["p"], axes=[2, 3], keepdims=0),
+        helper.make_node("Gemm", ["p", "w1", "b1"], ["y"], transB=1),
+    ]
+    del inits["axes"]
+    assert check_classifier(_graph(nodes, inits)) == ["conv2d_nchw4c", "mean_hw", "conv2d_nchw4c1"]
+
+
+def test_flatten_gemm_runs_as_one_conv():
+    """VGG: Flatten of [N, C, H, W] -> Gemm is one HxW conv over the activation."""
+    rng = np.random.default_rng(4)
+    inits = {"w1": rng.standard_normal((10, 8 * 49)), "b1": rng.standard_normal(10)}
+    nodes = [_conv(rng, inits, "x", "c", 8, 3), helper.make_node("Flatten", ["c"], ["f"]), helper.make_node("Gemm", ["f", "w1", "b1"], ["y"], transB=1)]
+    assert check_classifier(_graph(nodes, inits)) == ["conv2d_nchw4c", "conv2d_nchw4c1"]
+
+
+def test_convnext_block_stays_on_textures():
+    """ConvNeXt: conv -> permute NHWC -> Linear -> GELU -> Linear -> permute back -> layer
+    scale -> residual: the permutes are views, the Linears 1x1 convs (bias, GELU fused)."""
+    rng = np.random.default_rng(5)
+    inits = {"w1": rng.standard_normal((8, 16)), "b1": rng.standard_normal(16), "w2": rng.standard_normal((16, 8)) / 4, "b2": rng.standard_normal(8), "gamma": rng.standard_normal((8, 1, 1))}
+    _scalars(inits, **GELU_SCALARS)
+    nodes = [
+        _conv(rng, inits, "x", "c", 8, 3),
+        helper.make_node("Transpose", ["c"], ["t"], perm=[0, 2, 3, 1]),
+        helper.make_node("MatMul", ["t", "w1"], ["m1"]),
+        helper.make_node("Add", ["m1", "b1"], ["a1"]),
+        *_gelu_nodes("a1", "ge"),
+        helper.make_node("MatMul", ["ge", "w2"], ["m2"]),
+        helper.make_node("Add", ["m2", "b2"], ["a2"]),
+        helper.make_node("Transpose", ["a2"], ["t2"], perm=[0, 3, 1, 2]),
+        helper.make_node("Mul", ["t2", "gamma"], ["s"]),
+        helper.make_node("Add", ["s", "c"], ["y"]),
+    ]
+    assert check(_graph(nodes, inits)) == ["conv2d_nchw4c", "conv2d_nchw4c1", "conv2d_nchw4c2", "affine", "add"]
+
+
+# -- layer norm --------------------------------------------------------------------------------
+
+
+def test_layer_norm_over_channels():
+    """ConvNeXt's LayerNorm: permute -> LayerNormalization(axis=-1) -> permute, one kernel."""
+    rng = np.random.default_rng(6)
+    inits = {"g": rng.standard_normal(6), "b": rng.standard_normal(6)}
+    nodes = [
+        _conv(rng, inits, "x", "c", 6, 3),
+        helper.make_node("Transpose", ["c"], ["t"], perm=[0, 2, 3, 1]),
+        helper.make_node("LayerNormalization", ["t", "g", "b"], ["l"], axis=-1, epsilon=1e-6),
+        helper.make_node("Transpose", ["l"], ["y"], perm=[0, 3, 1, 2]),
+    ]
+    assert check(_graph(nodes, inits)) == ["conv2d_nchw4c", "layer_norm_channels"]
+
+
+@given(blocked_shapes, st.integers(0, 3), scopes)
+def test_layer_norm_kernel(device, d, pad, scope):
+    *shape, seed = d
+    channels = max(1, 4 * shape[1] - pad)
+    rng = np.random.default_rng(seed)
+    x = rand(rng, (shape[0], channels, shape[2], shape[3])) * 3 + 5  # an offset: the mean matters
+    gamma, beta = rand(rng, (channels,)), rand(rng, (channels,))
+    from tir_adreno.strategy.packing import pack_bias
+
+    func = layernorm.layer_norm_channels((*shape, 4), channels, 1e-5, scope=scope)
+    y = run_kernel(device, func, pack_nchw4c(x), pack_bias(gamma), pack_bias(beta))
+    np.testing.assert_allclose(unpack_nchw4c(y, channels), layer_norm(x, gamma, beta, axis=1), rtol=1e-4, atol=1e-4)
+    assert np.all(y[:, -1, :, :, (channels - 1) % 4 + 1 :] == 0)  # padded lanes stay zero
+
+
+def test_layer_norm_bad_arguments():
+    with pytest.raises(ValueError, match="channels"):
+        layernorm.layer_norm_channels((1, 2, 2, 2, 4), 4)
+    with pytest.raises(ValueError, match="epsilon"):
+        layernorm.layer_norm_channels((1, 1, 2, 2, 4), 3, -1.0)
+
+
+# -- ShuffleNet's channel split and shuffle ----------------------------------------------------
+
+
+def test_channel_split_and_shuffle_stay_on_textures():
+    """ShuffleNetV2 unit as torch exports x.chunk(2, dim=1): two Slices of the channels, conv
+    one half, concat, shuffle (groups 2)."""
+    rng = np.random.default_rng(7)
+    inits = {}
+    nodes = [
+        _conv(rng, inits, "x", "c", 10, 3),
+        helper.make_node("Slice", ["c", "zero", "five", "one"], ["s1"]),
+        helper.make_node("Slice", ["c", "five", "ten", "one"], ["s2"]),
+        _conv(rng, inits, "s2", "b", 5, 5),
+        helper.make_node("Concat", ["s1", "b"], ["cat"], axis=1),
+        helper.make_node("Reshape", ["cat", "shape5"], ["r"]),
+        helper.make_node("Transpose", ["r"], ["t"], perm=[0, 2, 1, 3, 4]),
+        helper.make_node("Reshape", ["t", "shape4"], ["y"]),
+    ]
+    model = _graph(nodes, inits)
+    for name, v in (("zero", [0]), ("five", [5]), ("ten", [10]), ("one", [1]), ("shape5", [1, 2, 5, 7, 7]), ("shape4", [1, 10, 7, 7])):
+        model.graph.initializer.append(numpy_helper.from_array(np.asarray(v, np.int64), name))
+    ops = check(model)
+    assert sorted(ops) == sorted(["conv2d_nchw4c", "slice_channels", "slice_channels1", "conv2d_nchw4c1", "concat_channels", "channel_shuffle"]), ops
+
+
+@given(blocked_shapes, st.integers(0, 3), st.data(), scopes)
+def test_channel_gather_kernels(device, d, pad, data, scope):
+    *shape, seed = d
+    channels = max(2, 4 * shape[1] - pad)
+    x = rand(np.random.default_rng(seed), (shape[0], channels, shape[2], shape[3]))
+    begin = data.draw(st.integers(0, channels - 1))
+    end = data.draw(st.integers(begin + 1, channels))
+    y = run_kernel(device, shuffle.slice_channels((*shape, 4), channels, begin, end, scope=scope), pack_nchw4c(x))
+    np.testing.assert_array_equal(unpack_nchw4c(y, end - begin), x[:, begin:end])
+    assert np.all(y[:, -1, :, :, (end - begin - 1) % 4 + 1 :] == 0)
+    groups = data.draw(st.sampled_from([g for g in (1, 2, 3, 4) if channels % g == 0]))
+    y = run_kernel(device, shuffle.channel_shuffle((*shape, 4), channels, groups, scope=scope), pack_nchw4c(x))
+    ref = x.reshape(shape[0], groups, channels // groups, *x.shape[2:]).transpose(0, 2, 1, 3, 4).reshape(x.shape)
+    np.testing.assert_array_equal(unpack_nchw4c(y, channels), ref)
+
+
+def test_concat_of_one_input_is_a_view():
+    """DenseNet's torch.cat([x], 1) before a block's first layer: no kernel."""
+    rng = np.random.default_rng(9)
+    inits = {}
+    nodes = [_conv(rng, inits, "x", "c", 6, 3), helper.make_node("Concat", ["c"], ["k"], axis=1), _conv(rng, inits, "k", "y", 5, 6)]
+    assert check(_graph(nodes, inits)) == ["conv2d_nchw4c", "conv2d_nchw4c1"]
