@@ -2,7 +2,8 @@
 
 A records file is JSON written atomically with an integrity header
 (``tir_adreno.runtime.cache``). It holds the device it was measured on (profile name
-and driver, :attr:`DeviceProfile.key`), the hash of the conv kernel sources,
+and driver, :attr:`DeviceProfile.key`), the hash of the kernel library's sources (every
+module of the ``primfuncs`` package, :func:`kernels_version`),
 the precision and per layer the winner with every candidate's time. ``tune``
 writes it; compilation only reads it (:meth:`Records.lookup`). A file for
 another device, other kernels or another precision is ignored with one warning
@@ -17,27 +18,38 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import primfuncs
+
 from tir_adreno.runtime import cache
 from tir_adreno.strategy.profile import DeviceProfile
 from tir_adreno.strategy.conv import ConvChoice, PoolChoice, default_choice
 
 FORMAT = 2
-_PRIMFUNC_SOURCES = ("conv2d.py", "conv2d_winograd.py", "epilogue.py", "_common.py")
 
 
 class RecordsWarning(UserWarning):
     """A records file was ignored (other device, other kernels, unreadable)."""
 
 
+def kernel_sources() -> dict[str, Path]:
+    """Every module of the ``primfuncs`` package, subpackages included, keyed by its path inside
+    the package, in a fixed order.
+
+    Found by walking the package's folders rather than from a list of names, so a kernel module
+    that is added or moved is covered without anyone listing it (and without importing it, as
+    ``pkgutil.walk_packages`` would)."""
+    sources = {}
+    for folder in map(Path, primfuncs.__path__):
+        for path in folder.rglob("*.py"):
+            if "__pycache__" not in path.parts:
+                sources.setdefault(path.relative_to(folder).as_posix(), path)
+    return dict(sorted(sources.items()))
+
+
 def kernels_version() -> str:
-    """Hash of the conv kernel sources: choices measured on other kernels are stale."""
-    root = Path(__file__).resolve().parents[1] / "primfuncs"
-    parts = []
-    for name in _PRIMFUNC_SOURCES:
-        try:
-            parts.append((root / name).read_bytes())
-        except OSError:
-            parts.append(b"missing")
+    """Hash of the kernel library (:func:`kernel_sources`, names and contents): choices measured
+    on other kernels are stale."""
+    parts = [part for name, path in kernel_sources().items() for part in (name, path.read_bytes())]
     return cache.key("tuning-kernels", *parts)[:16]
 
 
