@@ -128,7 +128,7 @@ def test_kernels_json_into_missing_folder(run_cli, tmp_path):
 
 
 def test_unreadable_inputs_reported_before_compiling(run_cli, tiny_onnx, tmp_path):
-    assert_user_error(run_cli("run", str(tiny_onnx), "--inputs", str(tmp_path / "absent.npz")), "--inputs", "absent.npz", "No such file")
+    assert_user_error(run_cli("run", str(tiny_onnx), "--inputs", str(tmp_path / "absent.npz")), "--inputs", "absent.npz", "no such file")
     (tmp_path / "text.npz").write_text("not numpy")
     assert_user_error(run_cli("run", str(tiny_onnx), "--inputs", str(tmp_path / "text.npz")), "--inputs", "not a NumPy .npz archive")
 

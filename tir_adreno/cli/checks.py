@@ -1,0 +1,248 @@
+"""Every check of what the user typed, in one place, before any work (the CLI contract).
+
+:func:`check_arguments` runs before a command does anything: the environment settings, every
+file and folder argument (:class:`~tir_adreno.cli.args.PathArg`: inputs exist and can be read,
+outputs can be written), then the flags each command cannot take together. A mistake is a
+:class:`UserError`: one line on stderr, exit code 2. Nothing here imports TVM, so a mistake
+costs no model import and no compile.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from tir_adreno.cli.args import INPUT_FILE, INPUT_FOLDER, MODEL, OUTPUT_FILE, OUTPUT_FOLDER, UPDATED_FOLDER, PathArg
+
+
+class UserError(Exception):
+    """A mistake in what the user asked for: one line, exit code 2."""
+
+
+def warn(message: str) -> None:
+    print(f"tir-adreno: warning: {message}", file=sys.stderr, flush=True)
+
+
+def check_environment() -> None:
+    """Settings read from the environment, validated before any work."""
+    from tir_adreno.runtime import bounds, launcher, opencl as runtime
+
+    try:
+        bounds.enabled()
+        launcher.requested()
+        runtime.pinned_requested()
+    except ValueError as err:
+        raise UserError(str(err)) from None
+
+
+# ---------------------------------------------------------------------------------------------
+# files and folders
+
+
+def _cannot_write(folder) -> str | None:
+    """Why no file can be created in the existing ``folder`` (None: one can). Tried, not asked
+    with ``os.access``: root passes that check where nothing can be written (/proc, read-only mounts)."""
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            return None
+    except OSError as err:
+        return err.strerror or str(err)
+
+
+def _cannot_make_folder_in(parent) -> str | None:
+    """Why no folder can be made in the existing ``parent`` (None: one can); tried and removed."""
+    try:
+        os.rmdir(tempfile.mkdtemp(dir=parent))
+        return None
+    except OSError as err:
+        return err.strerror or str(err)
+
+
+def check_writable(path: str, flag: str) -> None:
+    """``flag``'s file can be created: its folder exists and is writable, the path is no folder."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise UserError(f"{flag} {path}: is a folder, expected a file name")
+    if not os.path.isdir(folder):
+        raise UserError(f"{flag} {path}: folder {folder} does not exist")
+    reason = _cannot_write(folder)  # also where an existing file is replaced (atomic writes go through the folder)
+    if reason is not None:
+        raise UserError(f"{flag} {path}: folder {folder} is not writable ({reason})")
+    if os.path.exists(path):
+        try:
+            open(path, "ab").close()  # appends nothing: the file stays as it is
+        except OSError as err:
+            raise UserError(f"{flag} {path}: cannot be written ({err.strerror or err})") from None
+
+
+def check_creatable_folder(path: str, flag: str) -> None:
+    """``flag``'s folder exists or can be made: no file in the way, the nearest existing parent writable."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise UserError(f"{flag} {path}: is a file, expected a folder")
+    parent = os.path.abspath(path)
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise UserError(f"{flag} {path}: {parent} is a file, so the folder cannot be made")
+    if parent == os.path.abspath(path):
+        reason = _cannot_write(parent)
+        if reason is not None:
+            raise UserError(f"{flag} {path}: folder is not writable ({reason})")
+        return
+    reason = _cannot_make_folder_in(parent)
+    if reason is not None:
+        raise UserError(f"{flag} {path}: the folder cannot be made in {parent} ({reason})")
+
+
+def _check_input(path: str, arg: PathArg) -> None:
+    """An input exists and can be read; a folder where the role takes one."""
+    name = f"{arg.flag} {path}" if arg.flag else path
+    if not os.path.exists(path):
+        raise UserError(f"{name}: no such {arg.what}{arg.hint}")
+    folder = os.path.isdir(path)
+    if arg.role in (INPUT_FOLDER, UPDATED_FOLDER) and not folder:
+        raise UserError(f"{name}: is a file, expected a folder{arg.hint}")
+    if arg.role == INPUT_FILE and folder:
+        raise UserError(f"{name}: is a folder, expected a {arg.what}")
+    if arg.role == UPDATED_FOLDER:
+        reason = _cannot_write(path)
+        if reason is not None:
+            raise UserError(f"{name}: folder is not writable ({reason})")
+    if not folder:
+        try:
+            open(path, "rb").close()
+        except OSError as err:
+            raise UserError(f"{name}: cannot read ({err.strerror or err})") from None
+
+
+def check_path(path: str, arg: PathArg) -> None:
+    """``path``, given for ``arg``, is what the argument's role needs."""
+    if arg.role == OUTPUT_FILE:
+        check_writable(path, arg.flag)
+    elif arg.role == OUTPUT_FOLDER:
+        check_creatable_folder(path, arg.flag)
+    elif arg.role in (MODEL, INPUT_FILE, INPUT_FOLDER, UPDATED_FOLDER):
+        _check_input(path, arg)
+    else:
+        raise AssertionError(f"unknown path role {arg.role!r}")
+
+
+# ---------------------------------------------------------------------------------------------
+# values of flags
+
+
+def parse_input_shapes(specs: list[str] | None) -> dict[str, tuple[int, ...]]:
+    """``["NAME=D0,D1,..."]`` -> {NAME: (D0, D1, ...)}."""
+    shapes = {}
+    for spec in specs or []:
+        name, _, dims = spec.rpartition("=")
+        try:
+            shape = tuple(int(d) for d in dims.split(","))
+        except ValueError:
+            shape = ()
+        if not name or not shape or min(shape) < 1:
+            raise UserError(f"--input-shape {spec!r}: expected NAME=D0,D1,... with positive integer dims")
+        if name in shapes:
+            raise UserError(f"--input-shape: {name!r} given twice")
+        shapes[name] = shape
+    return shapes
+
+
+def read_inputs(path: str | None) -> dict[str, np.ndarray] | None:
+    """The arrays of an ``--inputs`` .npz file (read before compiling), or None without one."""
+    if path is None:
+        return None
+    try:
+        loaded = np.load(path, allow_pickle=False)
+    except OSError as err:
+        raise UserError(f"--inputs {path}: cannot read inputs ({err.strerror or err})") from None
+    except ValueError:
+        loaded = None
+    if not isinstance(loaded, np.lib.npyio.NpzFile):
+        raise UserError(f"--inputs {path}: not a NumPy .npz archive (write one with numpy.savez(path, name=array))")
+    with loaded as npz:
+        return {k: npz[k] for k in npz.files}
+
+
+def profile_named(name: str):
+    """The named device profile, or a user error listing the known ones."""
+    from tir_adreno.strategy.profile import get_profile
+
+    try:
+        return get_profile(name)
+    except ValueError as err:
+        raise UserError(str(err)) from None
+
+
+def is_saved_model(path) -> bool:
+    """Whether the MODEL argument is a saved model (a folder) rather than an ONNX file."""
+    return path is not None and Path(path).is_dir()
+
+
+# ---------------------------------------------------------------------------------------------
+# flags each command cannot take together
+
+
+#: Flags of `run` that only a model to compile takes (a saved model is compiled already).
+COMPILE_FLAGS = ("records", "target", "check", "input_shape", "kernels", "precision", "placement")
+
+
+def _check_run(args) -> None:
+    if is_saved_model(args.model):
+        for flag in COMPILE_FLAGS:
+            if getattr(args, flag):
+                raise UserError(f"--{flag.replace('_', '-')} needs a model file; {args.model} is compiled already")
+    if args.target:
+        profile_named(args.target)
+    args.given_inputs = read_inputs(args.inputs)
+
+
+def _check_dump(args) -> None:
+    if is_saved_model(args.model):
+        raise UserError(f"{args.model}: a saved model holds OpenCL C, not TVMScript; dump the ONNX file or --builtin model it was compiled from")
+
+
+def _check_compile(args) -> None:
+    profile_named(args.target)
+
+
+def _check_tune(args) -> None:
+    if args.measure:
+        if args.model:
+            raise UserError("--measure DIR takes no model (the candidates are in DIR)")
+        return
+    if args.model is None and args.builtin is None:
+        raise UserError("tune needs a model (a file or --builtin NAME)")
+    if args.rpc_tracker and not args.target:
+        raise UserError("--rpc-tracker needs --target PROFILE (the runners' device)")
+    if args.target and not (args.export or args.rpc_tracker):
+        raise UserError("--target is for --export / --rpc-tracker; a local tune uses --device")
+    if args.target:
+        profile_named(args.target)
+    if args.records is None:  # records-<profile>.json (and its plot) in the working folder
+        check_writable(os.path.join(os.getcwd(), "records.json"), "--records (default records-<profile>.json)")
+
+
+_COMMAND_CHECKS = {"run": _check_run, "dump": _check_dump, "compile": _check_compile, "tune": _check_tune}
+
+
+def check_arguments(args) -> None:
+    """Everything about ``args`` that can be known before any work; a :class:`UserError` at the
+    first mistake. Sets ``args.input_shapes`` (``--input-shape`` parsed) and, for ``run``,
+    ``args.given_inputs`` (the ``--inputs`` arrays, None without)."""
+    check_environment()
+    for arg in args.paths:
+        path = getattr(args, arg.dest)
+        if path is not None:
+            check_path(path, arg)
+    if hasattr(args, "input_shape"):
+        args.input_shapes = parse_input_shapes(args.input_shape)
+        if args.input_shapes and not args.model:
+            raise UserError("--input-shape applies to ONNX models; the built-in models have fixed shapes")
+    command_check = _COMMAND_CHECKS.get(args.command)
+    if command_check is not None:
+        command_check(args)

@@ -1,0 +1,116 @@
+"""``tir-adreno devices``, ``kernels``, ``dump``, ``kernel``, ``compile`` and ``serve`` (``run`` and ``tune`` have their own modules).
+
+Each takes the parsed arguments after :func:`tir_adreno.cli.checks.check_arguments` and returns the exit code.
+"""
+
+from __future__ import annotations
+
+import json
+
+from tir_adreno.cli.checks import UserError, profile_named
+from tir_adreno.cli.model import model_and_inputs
+
+
+def devices(args) -> int:
+    from tir_adreno.runtime import opencl as runtime
+
+    rows = runtime.list_devices()
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    if not rows:
+        print("no OpenCL devices found")
+        return 1
+    default = runtime.get_device()
+    for r in rows:
+        mark = "*" if f"{r['platform']}: {r['device']}" == default.name else " "
+        images = (
+            f"images {r['image2d_max_width']} x {r['image2d_max_height']} x {r['image_max_array_size']} layers"
+            if r["image_support"]
+            else "no image support (buffers only)"
+        )
+        yes = lambda flag: "yes" if r[flag] else "no"  # noqa: E731
+        print(f"{mark} {r['platform']}: {r['device']} [{r['type']}] {r['version']}; {images}; "
+              f"cl_khr_fp16 {yes('fp16')}; half images {yes('half_images')}; half math {yes('half_math')}")
+    print("* = default device (override with --device or TIR_ADRENO_DEVICE)")
+    print("precisions: float16_acc32 needs half images, float16 half math (a probe kernel decides)")
+    return 0
+
+
+def kernels(args) -> int:
+    from tir_adreno.runtime import opencl as runtime
+    from tir_adreno.tools.tour import kernel_tour
+
+    dev = runtime.get_device(args.device)
+    print(f"device: {dev.name}", flush=True)
+    rows = kernel_tour(dev, progress=lambda msg: print(msg, flush=True))
+    print()
+    print(f"{'kernel':<22} {'shape':<22} {'placement':<22} {'time (us)':>10} {'check':>8}")
+    for r in rows:
+        print(f"{r['kernel']:<22} {r['shape']:<22} {r['placement']:<22} {r['time_us']:>10.1f} {r['check']:>8}")
+    failed = [r for r in rows if r["check"] != "ok"]
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": dev.name, "kernels": rows}, f, indent=2)
+    print(f"\n{len(rows) - len(failed)}/{len(rows)} kernels match NumPy on {dev.name}")
+    return 1 if failed else 0
+
+
+def compile(args) -> int:  # noqa: A001 (the command's name)
+    from tir_adreno.compiler import ModelError, compile_plan
+    from tir_adreno.runtime.executor import save_model
+    from tir_adreno.strategy.conv import PrecisionError
+    from tir_adreno.strategy.profile import with_placement, without_fusion
+
+    target = with_placement(profile_named(args.target), args.placement)
+    model, _ = model_and_inputs(args)
+    print(f"model: {args.model or args.builtin}\ntarget: {target.name} ({target.kind}), activations in {target.activation_placement}s", flush=True)
+    try:
+        plan, kernels, weights = compile_plan(
+            model, without_fusion(target, args.no_fuse), args.records, progress=lambda msg: print(f"  {msg}", flush=True),
+            input_shapes=args.input_shapes, precision=args.precision,
+        )
+    except (ModelError, FileNotFoundError, PrecisionError) as err:
+        raise UserError(str(err)) from None
+    save_model(args.output, plan, kernels, weights, target.name)
+    convs = [c for c in plan.calls if c.config is not None]
+    tuned = sum(c.source == "records" for c in convs)
+    print(f"wrote {args.output}: {len(plan.calls)} kernel calls, {len(convs)} conv kernels ({tuned} from records)")
+    print(f"run it with: tir-adreno run {args.output}")
+    return 0
+
+
+def dump(args) -> int:
+    from tir_adreno.compiler import ModelError, compile_model
+    from tir_adreno.runtime import opencl as runtime
+    from tir_adreno.strategy.conv import PrecisionError
+    from tir_adreno.tools import workbench
+
+    model, _ = model_and_inputs(args)
+    dev = runtime.get_device(args.device)
+    prims: dict = {}
+    try:
+        compiled = compile_model(
+            model, dev, records=args.records, input_shapes=args.input_shapes, precision=args.precision, placement=args.placement,
+            progress=lambda msg: print(f"  {msg}", flush=True), prims=prims,
+        )
+    except (ModelError, FileNotFoundError, PrecisionError) as err:
+        raise UserError(str(err)) from None
+    files = workbench.dump(compiled, prims, args.output, args.model or f"--builtin {args.builtin}")
+    print(f"wrote {len(files)} kernels and {workbench.MANIFEST} to {args.output} ({dev.name})")
+    return 0
+
+
+def kernel(args) -> int:
+    from tir_adreno.tools import workbench
+
+    return workbench.kernel_command(args.file, args.device, args.check, args.time, args.show)
+
+
+def serve(args) -> int:
+    from tir_adreno.tuning.serve import serve
+
+    try:
+        return serve(args.tracker, args.key, args.device, args.host, args.port, args.port_end, args.custom_addr)
+    except ValueError as err:
+        raise UserError(str(err)) from None
