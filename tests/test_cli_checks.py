@@ -1,0 +1,154 @@
+"""Every command checks its file and folder arguments before any work: a bad input or output path
+is one line on stderr, exit code 2, no traceback, and it comes before the model is even imported.
+
+"Before" is checked deterministically: the commands run in a process where importing TVM fails
+(a ``sys.meta_path`` finder refuses it), so a check that came after importing or compiling the
+model would end in an ImportError traceback instead of the one-line error."""
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_cli import assert_user_error, run_cli, tiny_onnx  # noqa: F401 (fixtures)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: Runs ``tir_adreno.cli.main`` on each case of a JSON file in one process that cannot import TVM
+#: and writes each case's exit code, stdout and stderr.
+NO_TVM_RUNNER = textwrap.dedent(
+    """
+    import contextlib, io, json, os, sys
+
+    class RefuseTVM:
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] in ("tvm", "tvm_ffi"):
+                raise ImportError(f"import of {name} refused: this process runs without TVM")
+            return None
+
+    sys.meta_path.insert(0, RefuseTVM())
+    from tir_adreno.cli import main
+
+    cases, results = json.load(open(sys.argv[1])), {}
+    home = os.getcwd()
+    for name, case in cases.items():
+        out, err = io.StringIO(), io.StringIO()
+        os.chdir(case.get("cwd", home))
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(case["argv"])
+            except SystemExit as exit:
+                code = exit.code
+            except BaseException:
+                import traceback
+                traceback.print_exc()
+                code = 1
+        os.chdir(home)
+        results[name] = {"returncode": code, "stdout": out.getvalue(), "stderr": err.getvalue()}
+        assert not any(m.split(".")[0] in ("tvm", "tvm_ffi") for m in sys.modules), name
+    json.dump(results, open(sys.argv[2], "w"))
+    """
+)
+
+
+def run_without_tvm(cases: dict, folder: Path) -> dict:
+    """``{name: {"argv": [...], "cwd": optional}}`` -> ``{name: CompletedProcess}``, all in one process without TVM."""
+    (folder / "cases.json").write_text(json.dumps(cases))
+    res = subprocess.run([sys.executable, "-c", NO_TVM_RUNNER, str(folder / "cases.json"), str(folder / "results.json")],
+                         cwd=ROOT, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-3000:]
+    results = json.loads((folder / "results.json").read_text())
+    return {name: subprocess.CompletedProcess(cases[name]["argv"], r["returncode"], r["stdout"], r["stderr"]) for name, r in results.items()}
+
+
+#: An unwritable place even for root: nothing can be created in /proc.
+UNWRITABLE = "/proc"
+
+
+def _cases(model: str, tmp: Path) -> dict:
+    """(command, argument) -> (argv, the message's parts); ``tmp`` holds a file and a folder to misuse."""
+    missing, a_file, a_folder = tmp / "absent", tmp / "a_file", tmp / "a_folder"
+    return {
+        # outputs
+        "run --outputs": (["run", model, "--outputs", f"{UNWRITABLE}/out.npz"], ["--outputs", f"folder {UNWRITABLE} is not writable"]),
+        "run --json": (["run", model, "--json", str(missing / "r.json")], ["--json", f"folder {missing} does not exist"]),
+        "dump -o": (["dump", model, "-o", f"{UNWRITABLE}/foo"], ["--output", f"cannot be made in {UNWRITABLE}"]),
+        "dump -o file": (["dump", model, "-o", str(a_file)], ["--output", "is a file, expected a folder"]),
+        "compile -o": (["compile", model, "-o", str(a_file / "m")], ["--output", "is a file, so the folder cannot be made"]),
+        "compile -o unwritable": (["compile", model, "-o", UNWRITABLE], ["--output", "folder is not writable"]),
+        "tune --records": (["tune", model, "--records", f"{UNWRITABLE}/r.json"], ["--records", "not writable"]),
+        "tune --records folder": (["tune", model, "--records", str(a_folder)], ["--records", "is a folder, expected a file name"]),
+        "tune --export": (["tune", model, "--export", f"{UNWRITABLE}/jobs"], ["--export", "cannot be made"]),
+        "kernels --json": (["kernels", "--json", f"{UNWRITABLE}/k.json"], ["--json", "not writable"]),
+        # inputs
+        "run model": (["run", str(missing / "m.onnx")], [f"{missing / 'm.onnx'}: no such file"]),
+        "run --inputs": (["run", model, "--inputs", str(missing / "x.npz")], ["--inputs", "no such file"]),
+        "run --inputs folder": (["run", model, "--inputs", str(a_folder)], ["--inputs", "is a folder, expected a file"]),
+        "run --records": (["run", model, "--records", str(missing / "r.json")], ["--records", "no such records file", "tir-adreno tune"]),
+        "run --kernels": (["run", model, "--kernels", str(missing)], ["--kernels", "no such folder", "tir-adreno dump"]),
+        "run --kernels file": (["run", model, "--kernels", str(a_file)], ["--kernels", "is a file, expected a folder"]),
+        "dump model": (["dump", str(missing / "m.onnx"), "-o", str(tmp / "k")], ["no such file"]),
+        "dump --records": (["dump", model, "-o", str(tmp / "k"), "--records", str(missing)], ["--records", "no such records file"]),
+        "compile model": (["compile", str(missing / "m.onnx"), "-o", str(tmp / "m")], ["no such file"]),
+        "compile --records": (["compile", model, "-o", str(tmp / "m"), "--records", str(a_folder)], ["--records", "is a folder"]),
+        "kernel file": (["kernel", str(missing / "k.py")], ["no such kernel file", "tir-adreno dump"]),
+        "kernel folder": (["kernel", str(a_folder)], ["is a folder, expected a kernel file"]),
+        "tune model": (["tune", str(missing / "m.onnx")], ["no such file"]),
+        "tune --measure": (["tune", "--measure", str(missing)], ["--measure", "no such folder", "--export"]),
+        "tune --measure unwritable": (["tune", "--measure", UNWRITABLE], ["--measure", "folder is not writable"]),
+    }
+
+
+@pytest.fixture(scope="module")
+def results(tiny_onnx, tmp_path_factory):  # noqa: F811 (the fixture imported above)
+    tmp = tmp_path_factory.mktemp("paths")
+    (tmp / "a_file").write_text("")
+    (tmp / "a_folder").mkdir()
+    cases = _cases(str(tiny_onnx), tmp)
+    argv = {name: {"argv": args} for name, (args, _) in cases.items()}
+    argv["tune default records"] = {"argv": ["tune", str(tiny_onnx)], "cwd": UNWRITABLE}  # records-<profile>.json would go here
+    return run_without_tvm(argv, tmp), {name: parts for name, (_, parts) in cases.items()}
+
+
+CASES = list(_cases("model.onnx", Path("/tmp")))
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_bad_path_is_reported_before_the_model_is_imported(results, case):
+    got, messages = results
+    assert_user_error(got[case], *messages[case])
+
+
+def test_tune_into_an_unwritable_working_folder(results):
+    got, _ = results
+    assert_user_error(got["tune default records"], "--records (default records-<profile>.json)", "not writable")
+
+
+def test_every_path_argument_has_a_case():
+    """Each file or folder argument the parser declares (``args.add_path``) has a case above."""
+    from tir_adreno.cli.args import build_parser
+
+    commands = next(a for a in build_parser("")._actions if a.dest == "command").choices
+    declared = {(name, arg.flag or arg.dest) for name, p in commands.items() for arg in p.get_default("paths") or ()}
+    spelled = {"-o": "--output"}
+    covered = {(case.split()[0], spelled.get(case.split()[1], case.split()[1])) for case in CASES}
+    assert declared and declared <= covered, sorted(declared - covered)
+
+
+def test_saved_model_runs_without_tvm(run_cli, tiny_onnx, tmp_path):  # noqa: F811
+    """``run SAVED_DIR`` loads and runs a saved model in a process that cannot import TVM."""
+    assert run_cli("compile", str(tiny_onnx), "-o", str(tmp_path / "m"), "--target", "pocl").returncode == 0
+    x = np.random.default_rng(7).standard_normal((1, 3, 8, 8)).astype("float32")
+    np.savez(tmp_path / "in.npz", image=x)
+    out = tmp_path / "out.npz"
+    argv = ["run", str(tmp_path / "m"), "--inputs", str(tmp_path / "in.npz"), "--outputs", str(out)]
+    res = run_without_tvm({"saved": {"argv": argv}}, tmp_path)["saved"]
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
+    import onnxruntime
+
+    (ref,) = onnxruntime.InferenceSession(str(tiny_onnx), providers=["CPUExecutionProvider"]).run(None, {"image": x})
+    with np.load(out) as y:
+        np.testing.assert_allclose(y["output0"], ref, rtol=1e-4, atol=1e-5)
