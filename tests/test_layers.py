@@ -4,9 +4,7 @@ downwards (cli > tools > ops > tuning > compiler > passes > strategy > codegen |
 
 import subprocess
 import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
+from helpers import ROOT
 
 
 def test_lint_imports_keeps_every_contract():

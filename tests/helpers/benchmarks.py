@@ -8,7 +8,7 @@ import importlib
 import subprocess
 import sys
 
-from helpers import ROOT
+from helpers import ROOT, refuse_imports
 
 BENCHMARKS = ROOT / "benchmarks"
 
@@ -21,13 +21,8 @@ def benchmark(name: str):
 
 
 #: Runs a script with tvm/onnx/torch unimportable: the --from side must not need them.
-NO_TVM = (
-    "import os, runpy, sys\n"
-    "class Block:\n"
-    "    def find_spec(self, name, path=None, target=None):\n"
-    "        if name.split('.')[0] in ('tvm', 'onnx', 'torch'):\n"
-    "            raise ImportError('blocked ' + name)\n"
-    "sys.meta_path.insert(0, Block())\n"
+NO_TVM = refuse_imports("tvm", "onnx", "torch") + (
+    "import os, runpy\n"
     "sys.argv = sys.argv[1:]\n"
     "sys.path.insert(0, os.path.dirname(sys.argv[0]))\n"
     "runpy.run_path(sys.argv[0], run_name='__main__')\n"

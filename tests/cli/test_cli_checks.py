@@ -1,68 +1,16 @@
 """Every command checks its file and folder arguments before any work: a bad input or output path
 is one line on stderr, exit code 2, no traceback, and it comes before the model is even imported.
 
-"Before" is checked deterministically: the commands run in a process where importing TVM fails
-(a ``sys.meta_path`` finder refuses it), so a check that came after importing or compiling the
+"Before" is checked deterministically: the commands run in a process where importing TVM (or
+onnx) fails (``helpers.cli.cli_without_tvm``), so a check that came after importing or compiling the
 model would end in an ImportError traceback instead of the one-line error."""
 
-import json
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
 import pytest
-from test_cli import assert_user_error, run_cli, tiny_onnx  # noqa: F401 (fixtures)
 
-ROOT = Path(__file__).resolve().parents[1]
-
-#: Runs ``tir_adreno.cli.main`` on each case of a JSON file in one process that cannot import TVM
-#: and writes each case's exit code, stdout and stderr.
-NO_TVM_RUNNER = textwrap.dedent(
-    """
-    import contextlib, io, json, os, sys
-
-    class RefuseTVM:
-        def find_spec(self, name, path=None, target=None):
-            if name.split(".")[0] in ("tvm", "tvm_ffi"):
-                raise ImportError(f"import of {name} refused: this process runs without TVM")
-            return None
-
-    sys.meta_path.insert(0, RefuseTVM())
-    from tir_adreno.cli import main
-
-    cases, results = json.load(open(sys.argv[1])), {}
-    home = os.getcwd()
-    for name, case in cases.items():
-        out, err = io.StringIO(), io.StringIO()
-        os.chdir(case.get("cwd", home))
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                code = main(case["argv"])
-            except SystemExit as exit:
-                code = exit.code
-            except BaseException:
-                import traceback
-                traceback.print_exc()
-                code = 1
-        os.chdir(home)
-        results[name] = {"returncode": code, "stdout": out.getvalue(), "stderr": err.getvalue()}
-        assert not any(m.split(".")[0] in ("tvm", "tvm_ffi") for m in sys.modules), name
-    json.dump(results, open(sys.argv[2], "w"))
-    """
-)
-
-
-def run_without_tvm(cases: dict, folder: Path) -> dict:
-    """``{name: {"argv": [...], "cwd": optional}}`` -> ``{name: CompletedProcess}``, all in one process without TVM."""
-    (folder / "cases.json").write_text(json.dumps(cases))
-    res = subprocess.run([sys.executable, "-c", NO_TVM_RUNNER, str(folder / "cases.json"), str(folder / "results.json")],
-                         cwd=ROOT, capture_output=True, text=True)
-    assert res.returncode == 0, res.stderr[-3000:]
-    results = json.loads((folder / "results.json").read_text())
-    return {name: subprocess.CompletedProcess(cases[name]["argv"], r["returncode"], r["stdout"], r["stderr"]) for name, r in results.items()}
-
+from helpers.cli import assert_user_error, cli_without_tvm
 
 #: An unwritable place even for root: nothing can be created in /proc.
 UNWRITABLE = "/proc"
@@ -103,14 +51,14 @@ def _cases(model: str, tmp: Path) -> dict:
 
 
 @pytest.fixture(scope="module")
-def results(tiny_onnx, tmp_path_factory):  # noqa: F811 (the fixture imported above)
+def results(tiny_onnx, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("paths")
     (tmp / "a_file").write_text("")
     (tmp / "a_folder").mkdir()
     cases = _cases(str(tiny_onnx), tmp)
     argv = {name: {"argv": args} for name, (args, _) in cases.items()}
     argv["tune default records"] = {"argv": ["tune", str(tiny_onnx)], "cwd": UNWRITABLE}  # records-<profile>.json would go here
-    return run_without_tvm(argv, tmp), {name: parts for name, (_, parts) in cases.items()}
+    return cli_without_tvm(argv, tmp), {name: parts for name, (_, parts) in cases.items()}
 
 
 CASES = list(_cases("model.onnx", Path("/tmp")))
@@ -138,14 +86,14 @@ def test_every_path_argument_has_a_case():
     assert declared and declared <= covered, sorted(declared - covered)
 
 
-def test_saved_model_runs_without_tvm(run_cli, tiny_onnx, tmp_path):  # noqa: F811
+def test_saved_model_runs_without_tvm(run_cli, tiny_onnx, tmp_path):
     """``run SAVED_DIR`` loads and runs a saved model in a process that cannot import TVM."""
     assert run_cli("compile", str(tiny_onnx), "-o", str(tmp_path / "m"), "--target", "pocl").returncode == 0
     x = np.random.default_rng(7).standard_normal((1, 3, 8, 8)).astype("float32")
     np.savez(tmp_path / "in.npz", image=x)
     out = tmp_path / "out.npz"
     argv = ["run", str(tmp_path / "m"), "--inputs", str(tmp_path / "in.npz"), "--outputs", str(out)]
-    res = run_without_tvm({"saved": {"argv": argv}}, tmp_path)["saved"]
+    res = cli_without_tvm({"saved": {"argv": argv}}, tmp_path)["saved"]
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
     import onnxruntime
 

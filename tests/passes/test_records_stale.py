@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from helpers import ROOT
 
 #: Writes records of one conv and one pool for the adreno profile with the copy's code.
 WRITE = """
