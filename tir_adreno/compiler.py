@@ -21,7 +21,7 @@ from tir_adreno.runtime.bundle import KernelModule
 from tir_adreno.runtime.executor import Call, CompiledModel, Plan, TensorInfo
 from tir_adreno.strategy.profile import DeviceProfile, resolve, with_limits, with_placement, without_fusion
 from tir_adreno.strategy.records import open_records
-from tir_adreno.passes.dispatch import CONFIG_ATTR, OP_ATTR, OURS_ATTR, SOURCE_ATTR, dispatch_to_textures
+from tir_adreno.passes import CONFIG_ATTR, OP_ATTR, OURS_ATTR, SOURCE_ATTR, dispatch_to_textures
 from tir_adreno.strategy.conv import check_precision, half_storage
 
 

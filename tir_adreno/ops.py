@@ -20,11 +20,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from primfuncs import elementwise, layout
-from primfuncs._common import BUFFER, TEXTURE, blocked
+from primfuncs._common import TEXTURE, blocked
 
 from tir_adreno.codegen import build
 from tir_adreno.runtime import opencl as runtime, texture
 from tir_adreno.strategy import conv as _strategy
+from tir_adreno.strategy import placement
 from tir_adreno.strategy.profile import DeviceProfile
 
 SUPPORTED_DTYPES = ("float32", "float16")
@@ -98,11 +99,17 @@ def launch(func, tensors, device=None) -> float:
 
 
 def activation_scope(dev: runtime.Device, nchw, allow_buffer: bool = True) -> str:
-    """A buffer where the device's profile places activations in buffers (``activation_placement``),
-    else a texture when the NCHW4c tensor fits the device's images, else a buffer."""
-    if DeviceProfile.from_device(dev).activation_placement == "buffer":
-        return BUFFER
-    return texture.place(blocked_shape(nchw), TEXTURE, dev.limits, allow_buffer)
+    """Where an op keeps an NCHW activation of shape ``nchw`` on ``dev`` (:func:`_kernel_scope`)."""
+    return _kernel_scope(dev, (nchw,), allow_buffer)
+
+
+def _kernel_scope(dev: runtime.Device, nchws, allow_buffer: bool = True) -> str:
+    """The one scope of a kernel's NCHW activations ``nchws`` on ``dev``, by the placement rule the
+    Relax pass uses for the same kernel in a model (``strategy.placement``): the profile's
+    ``activation_placement``, a texture only where every one fits the device's images. Convs
+    (:func:`conv2d`) are placed by their plan (big ones on textures: ``texture_min_macs``)."""
+    shapes5 = [blocked_shape(nchw) for nchw in nchws]
+    return placement.activation_scope(shapes5, DeviceProfile.from_device(dev), allow_buffer=allow_buffer)
 
 
 def empty_nchw4c(dev: runtime.Device, nchw, dtype: str, scope: str, name: str = "out", storage: str | None = None) -> runtime.Tensor:
@@ -228,12 +235,6 @@ from primfuncs import pool2d as _pool2d  # noqa: E402
 from primfuncs import reduce as _reduce  # noqa: E402
 
 
-def _reduction_scope(dev: runtime.Device, in_nchw, out_nchw, allow_buffer: bool) -> str:
-    """One scope for input and output (the kernels take one): a texture when both fit."""
-    scopes = {activation_scope(dev, in_nchw, allow_buffer), activation_scope(dev, out_nchw, allow_buffer)}
-    return TEXTURE if scopes == {TEXTURE} else "global"
-
-
 def group_threshold(dev: runtime.Device):
     """``strategy="auto"``'s window size for the work-group schedule of pools and reductions on
     ``dev`` (``strategy.group_threshold`` of its profile: never on a CPU)."""
@@ -249,7 +250,7 @@ def _run_pool(x, factory, device, allow_buffer, precision, **attrs) -> np.ndarra
     func = factory(shape, dtype=x.dtype.name, scope=TEXTURE, **attrs)  # validates attrs, gives the shape
     out_shape = tuple(int(d) for d in func.params[1].shape)
     out_nchw = (x.shape[0], x.shape[1], out_shape[2], out_shape[3])
-    scope = _reduction_scope(dev, x.shape, out_nchw, allow_buffer)
+    scope = _kernel_scope(dev, (x.shape, out_nchw), allow_buffer)
     if scope != TEXTURE:
         func = factory(shape, dtype=x.dtype.name, scope=scope, **attrs)
     a = upload_nchw4c(dev, x, scope, storage=prec.store(scope))
@@ -311,7 +312,7 @@ def _run_reduce(op, x, axis, keepdims, device, allow_buffer, strategy, precision
     x, prec = _precision(x, precision, dev)
     n, c, h, w = x.shape
     keep_nchw = (n, 1 if 1 in axes else c, 1 if 2 in axes else h, 1 if 3 in axes else w)
-    scope = _reduction_scope(dev, x.shape, keep_nchw, allow_buffer)
+    scope = _kernel_scope(dev, (x.shape, keep_nchw), allow_buffer)
     shape = blocked_shape(x.shape)
     func = _reduce.reduce(
         shape, c, op, axes, keepdims, dtype=x.dtype.name, scope=scope, strategy=strategy,

@@ -52,7 +52,7 @@ def test_activation_fuses_into_conv(name, monkeypatch):
     tail, scalars, expected = ACT_TAILS[name]
     inits = {}
     _scalars(inits, **scalars)
-    from tir_adreno.passes import dispatch as relax_pass
+    from tir_adreno.passes.rules import conv as relax_pass
 
     seen = []
     real = relax_pass.Epilogue
@@ -148,7 +148,7 @@ def test_inception_v2_mul_add_batch_norm_folds_into_convs():
     from tir_adreno.compiler import import_model, lower
     from tir_adreno.strategy.profile import get_profile
     from tir_adreno.frontend.onnx_models import light_model_path, randomize_weights
-    from tir_adreno.passes.dispatch import OURS_ATTR
+    from tir_adreno.passes import OURS_ATTR
 
     mod, _ = import_model(randomize_weights(onnx.load(light_model_path("inception_v2")), seed=3))
     mod = lower(mod, get_profile("adreno"))  # compile only: planned for an Adreno GPU

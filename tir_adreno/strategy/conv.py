@@ -32,6 +32,7 @@ from primfuncs.winograd_math import winograd_weight_transform
 
 from tir_adreno.runtime import texture
 from tir_adreno.strategy.packing import pack_oihw4o
+from tir_adreno.strategy.placement import activation_scope
 from tir_adreno.strategy.profile import DeviceProfile, check_placement
 
 #: Conv algorithms, most accurate first (ties in tuning go to the earlier one).
@@ -304,14 +305,7 @@ def _activation_scope(geom: ConvGeometry, profile: DeviceProfile, placement: str
     """Where a conv's input and output (``out``'s output: a fused pair's) live."""
     out = out or geom
     shapes = [(geom.n, geom.c4, geom.h, geom.w, 4), (out.n, out.o4, out.oh, out.ow, 4)]
-    if placement == "buffer":
-        return BUFFER
-    if all(profile.limits.fits(s, TEXTURE) for s in shapes):
-        return TEXTURE
-    if not allow_buffer:
-        for s in shapes:
-            texture.place(s, TEXTURE, profile.limits, allow_buffer=False)  # raises, naming the limit
-    return BUFFER
+    return activation_scope(shapes, profile, placement, allow_buffer)
 
 
 def conv2d_plan(

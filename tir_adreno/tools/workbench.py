@@ -50,7 +50,7 @@ def _kernel_name(position: int, label: str) -> str:
 
 
 def _op_info(func) -> dict | None:
-    from tir_adreno.passes.dispatch import OP_ATTR
+    from tir_adreno.passes import OP_ATTR
 
     attrs = func.attrs
     return json.loads(str(attrs[OP_ATTR])) if attrs is not None and OP_ATTR in attrs else None
@@ -350,7 +350,7 @@ def _winograd_stages(path, func, info: dict, dev):
 
     from tir_adreno.strategy import conv as strategy
     from tir_adreno.strategy.profile import resolve
-    from tir_adreno.passes.dispatch import CONV_STAGES
+    from tir_adreno.passes import CONV_STAGES
 
     a, e = info["attrs"], info["epilogue"]
     geom = conv2d_geometry(info["inputs"][0], info["weight"], a["strides"], a["padding"], a["dilation"], a["groups"])

@@ -29,13 +29,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from primfuncs.conv2d import ConvConfig, conv2d_geometry
-from primfuncs._common import BUFFER, TEXTURE
+from primfuncs.conv2d import ConvConfig
 from primfuncs.epilogue import Epilogue
 
 from tir_adreno.strategy import records as _records
 from tir_adreno.strategy import conv as strategy
 from tir_adreno.tuning import programs as tuning
+from tir_adreno.strategy.placement import activation_scope
 from tir_adreno.strategy.profile import DeviceProfile
 from tir_adreno.tuning.measure import LocalMeasurer, MeasureJob, export_jobs, load_results, time_model  # noqa: F401 (LocalMeasurer: the default measurer)
 
@@ -54,46 +54,43 @@ MAX_CONFIGS = 4
 
 @dataclass(frozen=True)
 class PoolLayer:
-    """A distinct pooling layer: its record key and how to build it (``relax_pass.pool_spec``)."""
+    """A distinct pooling layer: its record key and how to build it (``passes.rules.pool.pool_spec``)."""
 
     key: str
     factory: object
     attrs: dict
     in5: tuple
+    out5: tuple
 
 
 def model_layers(model) -> tuple[list, list]:
-    """The distinct float32 convs (``ConvGeometry``) and pools (:class:`PoolLayer`) of ``model``
-    (ONNX or Relax), in model order."""
+    """The distinct convs (``ConvGeometry``) and pools (:class:`PoolLayer`) of ``model`` (ONNX or
+    Relax) that the Relax pass runs on our kernels (``passes.convs.conv_layer``, ``pool_spec``),
+    in model order."""
     from tvm import relax
 
     from primfuncs._common import blocked
 
     from tir_adreno.compiler import import_model
-    from tir_adreno.passes.dispatch import Graph, _dtype, _ints, _static_shape, pool_spec
+    from tir_adreno.passes.convs import conv_layer
+    from tir_adreno.passes.graph import Graph, dtype, static_shape
+    from tir_adreno.passes.rules.pool import POOL_OPS, pool_spec
 
     mod, _ = import_model(model)
     convs, pools = {}, {}
     for node in Graph(relax.transform.FoldConstant()(mod)["main"]).nodes:
-        data = _static_shape(node.args[0]) if node.args else None
-        if data is None or len(data) != 4 or _dtype(node.args[0]) != "float32":
+        data = static_shape(node.args[0]) if node.args else None
+        if data is None or len(data) != 4 or dtype(node.args[0]) != "float32":
             continue
-        if node.op == "relax.nn.conv2d":
-            a = node.attrs
-            weight = _static_shape(node.args[1])
-            dl, kl = str(a.data_layout), str(a.kernel_layout)
-            if weight is None or sorted(dl) != sorted("NCHW") or sorted(kl) != sorted("OIHW"):
-                continue
-            nchw = tuple(data[dl.index(c)] for c in "NCHW")
-            oihw = tuple(weight[kl.index(c)] for c in "OIHW")
-            geom = conv2d_geometry(nchw, oihw, _ints(a.strides), _ints(a.padding), _ints(a.dilation), int(a.groups))
+        geom = conv_layer(node)
+        if geom is not None:
             convs.setdefault(_records.conv2d_key(geom), geom)
-        elif node.op in ("relax.nn.max_pool2d", "relax.nn.avg_pool2d", "relax.nn.adaptive_avg_pool2d"):
-            spec = pool_spec(node)
-            if spec is not None:
-                op, factory, attrs, _ = spec
-                key = _records.pool_key(op, data, attrs)
-                pools.setdefault(key, PoolLayer(key, factory, attrs, (data[0], blocked(data[1]), data[2], data[3], 4)))
+        spec = pool_spec(node) if node.op in POOL_OPS else None
+        if spec is not None:
+            op, factory, attrs, (oh, ow) = spec
+            key = _records.pool_key(op, data, attrs)
+            n, c4 = data[0], blocked(data[1])
+            pools.setdefault(key, PoolLayer(key, factory, attrs, (n, c4, data[2], data[3], 4), (n, c4, oh, ow, 4)))
     return list(convs.values()), list(pools.values())
 
 
@@ -156,7 +153,7 @@ def build_pool_jobs(layer: PoolLayer, profile: DeviceProfile, progress=print, pr
         choice, key = strategy.PoolChoice(name), f"{layer.key}|{name}"
         schedule = strategy.pool_schedule(layer.key, profile, choice=choice)
         try:
-            scope = TEXTURE if profile.activation_placement == "texture" else BUFFER
+            scope = activation_scope((layer.in5, layer.out5), profile)  # where the model runs it
             module = build.build_cached(layer.factory(layer.in5, scope=scope, **schedule, **layer.attrs))
             module = module.with_storage(strategy.half_storage(precision))
         except (ValueError, RuntimeError) as err:

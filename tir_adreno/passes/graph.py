@@ -1,0 +1,184 @@
+"""The binding graph of a Relax ``main``: nodes with aliases resolved, use counts, and the
+small expression helpers every rule needs (static shapes, dtypes, constants)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import tvm
+from tvm import relax
+
+
+@dataclass
+class Node:
+    """One binding of ``main``: ``var = op(args)`` with aliases resolved."""
+
+    var: relax.Var
+    op: str  # Relax op name, or "tuple_get_item" / "tuple" / "other"
+    args: list
+    attrs: object = None
+    value: relax.Expr = None
+    index: int = 0  # for tuple_get_item
+    fused: bool = False
+
+
+def static_shape(expr) -> tuple[int, ...] | None:
+    """The shape of ``expr`` when every dim is a number, else None."""
+    ty = expr.struct_info if hasattr(expr, "struct_info") else None
+    ty = ty if ty is not None else getattr(expr, "ty", None)
+    shape = getattr(ty, "shape", None)
+    if shape is None or not isinstance(shape, relax.ShapeExpr):
+        return None
+    try:
+        return tuple(int(d) for d in shape.values)
+    except TypeError:
+        return None
+
+
+def dtype(expr) -> str:
+    ty = getattr(expr, "struct_info", None) or expr.ty
+    return str(ty.dtype)
+
+
+def same(a, b) -> bool:
+    """Identity of IR nodes (Python wrappers of one node are distinct objects)."""
+    return a is not None and b is not None and a.same_as(b)
+
+
+def is_op(call, name) -> bool:
+    return isinstance(call, relax.Call) and isinstance(call.op, tvm.ir.Op) and call.op.name == name
+
+
+def const(expr):
+    """The NumPy value of a Relax constant, else None."""
+    return expr.value.numpy() if isinstance(expr, tvm.ir.expr.GenericConst) else None
+
+
+def ints(values) -> tuple[int, ...]:
+    return tuple(int(v) for v in values)
+
+
+def ints_of(expr) -> tuple[int, ...] | None:
+    """A tuple of integers from a Relax tuple of PrimValues or a ShapeExpr, else None."""
+    fields = expr.fields if isinstance(expr, relax.Tuple) else expr.values if isinstance(expr, relax.ShapeExpr) else None
+    try:
+        return tuple(int(getattr(f, "value", f)) for f in fields)
+    except (TypeError, ValueError):
+        return None
+
+
+def reads(node: Node, var) -> bool:
+    """Does ``node`` take ``var`` as an argument (directly or in a tuple)?"""
+    return any(same(a, var) or (isinstance(a, relax.Tuple) and any(same(f, var) for f in a.fields)) for a in node.args)
+
+
+class Graph:
+    """The bindings of ``main`` as nodes, with use counts. ``mod`` (the module holding
+    ``main``) lets importer-made PrimFuncs be recognized as the ops they compute."""
+
+    def __init__(self, func: relax.Function, mod: tvm.IRModule | None = None):
+        self.func = func
+        self.mod = mod
+        self.nodes: list[Node] = []
+        self.by_var: dict[relax.Var, Node] = {}
+        self.alias: dict[relax.Var, relax.Expr] = {}
+        body = func.body
+        for block in body.blocks:
+            for binding in block.bindings:
+                if not isinstance(binding, relax.VarBinding):
+                    raise NotImplementedError(f"unsupported binding {type(binding).__name__} in main")
+                self._add(binding.var, binding.value)
+        self.output = self.resolve(body.body)
+        self.uses: dict[relax.Var, int] = {}
+        for node in self.nodes:
+            for arg in node.args:
+                self._count(arg)
+        self._count(self.output)
+
+    def resolve(self, expr):
+        while isinstance(expr, relax.Var) and expr in self.alias:
+            expr = self.alias[expr]
+        return expr
+
+    def _count(self, expr):
+        if isinstance(expr, relax.Var):
+            self.uses[expr] = self.uses.get(expr, 0) + 1
+        elif isinstance(expr, relax.Tuple):
+            for f in expr.fields:
+                self._count(f)
+
+    def _add(self, var, value):
+        if isinstance(value, relax.Var):
+            self.alias[var] = self.resolve(value)
+            return
+        if is_op(value, "relax.broadcast_to") and static_shape(value.args[0]) == static_shape(value):
+            self.alias[var] = self.resolve(value.args[0])  # a no-op broadcast
+            return
+        node = self._node(var, self._as_relax_op(value))
+        self.nodes.append(node)
+        self.by_var[var] = node
+
+    def _node(self, var, value) -> Node:
+        if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op):
+            args = [self._arg(a) for a in value.args]
+            return self._stacked_add(var, value, args) or Node(var, value.op.name, args, value.attrs, value)
+        if isinstance(value, relax.TupleGetItem):
+            return Node(var, "tuple_get_item", [self._arg(value.tuple_value)], None, value, index=int(value.index))
+        if isinstance(value, relax.Tuple):
+            return Node(var, "tuple", [self._arg(f) for f in value.fields], None, value)
+        return Node(var, "other", [], None, value)
+
+    def _stacked_add(self, var, value, args) -> Node | None:
+        """ONNX Sum of two tensors imports as sum(stack([a, b]), axis=0): an add."""
+        if value.op.name != "relax.sum" or not isinstance(args[0], relax.Var) or args[0] not in self.by_var:
+            return None
+        stacked = self.by_var[args[0]]
+        axis = [int(a) for a in value.attrs.axis] if value.attrs.axis is not None else None
+        if stacked.op != "relax.stack" or int(stacked.attrs.axis) != 0 or axis != [0] or value.attrs.keepdims:
+            return None
+        parts = stacked.args[0]
+        if not isinstance(parts, relax.Tuple) or len(parts.fields) != 2:
+            return None
+        return Node(var, "relax.add", list(parts.fields), None, value)
+
+    def _as_relax_op(self, value):
+        """TVM's ONNX importer writes ``Clip`` as ``emit_te(topi.maximum/minimum, x, bound)``:
+        a ``call_tir`` of a PrimFunc named ``maximum``/``minimum`` with a scalar constant.
+        Read it as ``relax.maximum``/``relax.minimum`` (what upstream would also run for it)."""
+        if self.mod is None or not is_op(value, "relax.call_tir") or not isinstance(value.args[1], relax.Tuple):
+            return value
+        gv, args = value.args[0], value.args[1].fields
+        name = gv.name_hint.rstrip("0123456789_")
+        if name not in ("maximum", "minimum") or len(args) != 2 or not isinstance(args[0], relax.Var):
+            return value
+        bound = const(args[1])
+        if bound is None or bound.size != 1 or static_shape(args[0]) != static_shape(value):
+            return value
+        prim = self.mod[gv]  # topi's elementwise max/min, not just a PrimFunc of that name
+        if not isinstance(prim, tvm.tirx.PrimFunc) or len(prim.params) != 3 or f"T.{name[:3]}(" not in prim.script():
+            return value
+        return (relax.op.maximum if name == "maximum" else relax.op.minimum)(args[0], args[1])
+
+    def users(self, var) -> list[Node]:
+        """The not yet fused nodes that read ``var`` (once per use)."""
+        found = []
+        for node in self.nodes:
+            if node.fused:
+                continue
+            for a in node.args:
+                fields = a.fields if isinstance(a, relax.Tuple) else [a]
+                found += [node for f in fields if same(f, var)]
+        return found
+
+    def _arg(self, expr):
+        if isinstance(expr, relax.Var):
+            return self.resolve(expr)
+        if isinstance(expr, relax.Tuple):
+            return relax.Tuple([self._arg(f) for f in expr.fields])
+        return expr
+
+    def sole_user(self, var) -> Node | None:
+        """The node that is ``var``'s only use (not the function output), if any."""
+        if self.uses.get(var, 0) != 1 or same(self.output, var):
+            return None
+        return next((node for node in self.nodes if not node.fused and reads(node, var)), None)

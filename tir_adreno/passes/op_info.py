@@ -1,0 +1,102 @@
+"""What each kernel the pass emits says about itself: PrimFunc attributes read by the
+executor's profile, ``tir-adreno dump`` and the workbench's ``kernel`` command."""
+
+from __future__ import annotations
+
+from tvm import relax
+
+from primfuncs.epilogue import Epilogue
+
+from tir_adreno.passes.graph import Node, static_shape
+
+#: PrimFunc attributes carrying a conv's plan (config string, "records"/"default") to the profile.
+CONFIG_ATTR, SOURCE_ATTR = "tir_adreno.config", "tir_adreno.source"
+#: PrimFunc attr holding the op a kernel computes (JSON: op, attributes, logical shapes),
+#: for ``tir-adreno dump`` and the ``kernel`` command's NumPy reference.
+OP_ATTR = "tir_adreno.op"
+
+#: Attribute marking the PrimFuncs this pass emits (kernels from ``primfuncs/``), so the
+#: profile can tell them from what TVM's importer or legalizer made.
+OURS_ATTR = "tir_adreno.kernel"
+
+#: A conv's kernels by the tensor each writes: direct (Y), Winograd (V, M, Y).
+CONV_STAGES = {"V": "input_transform", "M": "batched_gemm", "Y": "output_transform"}
+
+
+def jsonable(value):
+    if isinstance(value, (bool, int, float, str)) or value is None:
+        return value
+    if isinstance(value, (tuple, list)) or type(value).__name__ == "Array":
+        return [jsonable(v) for v in value]
+    if hasattr(value, "value"):  # IntImm, FloatImm, StringImm
+        return value.value
+    return str(value)
+
+
+def node_info(node: Node, **attrs) -> dict:
+    """Op name (Relax's, without "relax."), logical shapes (the model's layout) and attributes."""
+    inputs = [a for a in node.args if isinstance(a, relax.Var)]
+    if node.args and isinstance(node.args[0], relax.Tuple):
+        inputs = list(node.args[0].fields)
+    return {
+        "op": node.op.removeprefix("relax."),
+        "node": node.var.name,
+        "inputs": [list(static_shape(a) or ()) for a in inputs],
+        "output": list(static_shape(node.var) or ()),
+        "attrs": {k: jsonable(v) for k, v in attrs.items()},
+    }
+
+
+def layout_info(op: str, nchw) -> dict:
+    return {"op": op, "node": "", "inputs": [list(nchw)], "output": list(nchw), "attrs": {}}
+
+
+def elementwise_info(op: str, nodes, inputs, **attrs) -> dict:
+    """A pixelwise kernel over NCHW ``inputs`` (the first one's shape out) standing for ``nodes``."""
+    names = ",".join(m.var.name for m in nodes)
+    return {"op": op, "node": names, "inputs": [list(s) for s in inputs], "output": list(inputs[0]), "attrs": {k: jsonable(v) for k, v in attrs.items()}}
+
+
+def concat_info(chans, n, h, w) -> dict:
+    return {"op": "concat", "node": "", "inputs": [[n, c, h, w] for c in chans], "output": [n, sum(chans), h, w], "attrs": {"axis": 1}}
+
+
+def epilogue_info(epilogue: Epilogue) -> dict:
+    return {"bias": epilogue.bias, "activation": epilogue.activation, "residual": epilogue.residual,
+            **({"clip": [epilogue.clip_min, epilogue.clip_max]} if epilogue.activation == "clip" else {})}
+
+
+def conv_info(node: Node, plan, output: str) -> dict:
+    """A conv kernel (``plan``: strategy.ConvPlan) writing tensor ``output``."""
+    geom, epilogue = plan.geometry, plan.epilogue
+    info = node_info(node, strides=geom.strides, padding=geom.padding, dilation=geom.dilation, groups=geom.groups)
+    info.update(
+        op="nn.conv2d",
+        inputs=[[geom.n, geom.c, geom.h, geom.w]],
+        weight=[geom.o, geom.cg, geom.kh, geom.kw],
+        output=list(geom.out_shape),
+        epilogue=epilogue_info(epilogue),
+        algorithm=plan.algorithm,
+        stage="direct" if plan.algorithm == "direct" else CONV_STAGES[output],
+        choice=plan.choice.to_dict(),  # rebuilds the other stages of a Winograd conv (``tir-adreno kernel``)
+        io_scopes=plan.io_scopes,  # with the scopes of X, Y and Residual (mixed at a placement boundary)
+    )
+    return info
+
+
+def fused_info(pw_node: Node, plan, dw_epilogue: Epilogue, epilogue: Epilogue) -> dict:
+    """The fused depthwise -> 1x1 kernel (``plan``: strategy.FusedPlan): both convs. ``attrs``,
+    ``weight`` and ``epilogue`` are the 1x1 conv's (as for a conv); ``depthwise`` the other's."""
+    dw, pw = plan.depthwise, plan.pointwise
+    info = node_info(pw_node, strides=dw.strides, padding=dw.padding, dilation=dw.dilation)
+    info.update(
+        op="depthwise_pointwise",
+        inputs=[[dw.n, dw.c, dw.h, dw.w]],
+        depthwise={"weight": [dw.o, 1, dw.kh, dw.kw], "epilogue": epilogue_info(dw_epilogue)},
+        weight=[pw.o, pw.c, 1, 1],
+        output=list(pw.out_shape),
+        epilogue=epilogue_info(epilogue),
+        algorithm="direct",
+        stage="direct",
+    )
+    return info

@@ -1,0 +1,238 @@
+"""The rewriter: the new ``main`` being built, what it holds for each activation (its plain
+form and its NCHW4c forms per scope), kernel emission, layout transforms and where each
+activation lives (placement: ``tir_adreno.strategy.placement``)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import tvm
+from tvm import relax
+
+from primfuncs import elementwise, layout
+from primfuncs._common import blocked
+from primfuncs.epilogue import Epilogue
+
+from tir_adreno.passes.convs import conv_geometry, conv_operands
+from tir_adreno.passes.graph import Graph, Node, dtype, same, static_shape
+from tir_adreno.passes.op_info import OP_ATTR, OURS_ATTR, layout_info
+from tir_adreno.strategy import conv as strategy
+from tir_adreno.strategy.placement import activation_scope
+from tir_adreno.strategy.profile import DeviceProfile
+
+#: Ops whose kernels read an activation in either scope (mixed-scope convs; a classifier's
+#: matmul runs as one); every other op of ours reads the profile's placement.
+ANY_SCOPE_READERS = ("relax.nn.conv2d", "relax.matmul")
+
+
+def blocked_shape(nchw) -> tuple[int, int, int, int, int]:
+    """The NCHW4c shape of an NCHW activation."""
+    n, c, h, w = nchw
+    return (n, blocked(c), h, w, 4)
+
+
+@dataclass
+class Value:
+    """What the rewriter holds for one original 4-d activation."""
+
+    plain: relax.Expr | None = None  # original layout (NCHW, NHWC, or NC: [N, C] as H = W = 1)
+    blocked: dict = field(default_factory=dict)  # scope -> NCHW4c expr
+    layout: str = "NCHW"
+    channels: int = 0
+    nchw: tuple = ()
+
+    @property
+    def shape5(self) -> tuple[int, int, int, int, int]:
+        return blocked_shape(self.nchw)
+
+
+class Rewriter:
+    """Rewrites ``main`` node by node: each node goes to the first of ``rules`` (op name ->
+    ordered rules, each ``apply(rewriter, node)`` -> the node's new value, or None when it
+    does not apply); a node no rule takes is left to upstream (:meth:`fallback`)."""
+
+    def __init__(self, mod: tvm.IRModule, profile: DeviceProfile, rules: dict, allow_buffer: bool = True, records=None,
+                 precision: str = "float32"):
+        self.mod = mod
+        self.profile = profile
+        self.rules = rules
+        # float32 or float16_acc32: the kernels are float32 either way (half storage is the
+        # executor's allocation); precision keys the records and bounds the conv algorithms.
+        self.precision = precision
+        self.records = records  # tir_adreno.strategy.records.Records: tuned conv choices, or None
+        self.allow_buffer = allow_buffer
+        others = {gv: f for gv, f in mod.functions.items() if gv.name_hint != "main"}
+        self.bb = relax.BlockBuilder(tvm.IRModule(others, attrs=mod.attrs))
+        self.values: dict[relax.Var, Value] = {}
+        self.exprs: dict[relax.Var, relax.Expr] = {}
+        self._funcs: dict[str, relax.GlobalVar] = {}
+        self._conv_scopes: dict = {}  # ConvGeometry -> the scope its plan places it in
+        self.graph: Graph | None = None
+
+    # -- emission ------------------------------------------------------------------------
+    def emit_kernel(self, func, args, out_shape, dtype="float32", hint="k", op_info: dict | None = None) -> relax.Var:
+        key = func.script()
+        if key not in self._funcs:
+            func = func.with_attr("tirx.is_scheduled", True).with_attr(OURS_ATTR, True)
+            if op_info is not None:
+                func = func.with_attr(OP_ATTR, json.dumps(op_info, sort_keys=True))
+            name = str(func.attrs["global_symbol"]) if "global_symbol" in func.attrs else hint
+            self._funcs[key] = self.bb.add_func(func.without_attr("global_symbol"), name)
+        out = relax.TensorType(list(out_shape), dtype)
+        return self.bb.emit(relax.call_tir(self._funcs[key], args, out))
+
+    # -- placement ------------------------------------------------------------------------
+    def scope_for(self, *shapes5) -> str:
+        """Where a kernel that reads one scope takes its NCHW4c tensors ``shapes5``: the
+        profile's ``activation_placement`` where they fit (``strategy.placement``)."""
+        return activation_scope(shapes5, self.profile, allow_buffer=self.allow_buffer)
+
+    def input_scope(self, v: Value, prefer: str) -> str:
+        """Where a kernel that reads either scope (a conv) takes ``v``: ``prefer`` when ``v`` is
+        there or not blocked yet, else where it already is (no copy kernel)."""
+        return prefer if prefer in v.blocked or not v.blocked else next(iter(v.blocked))
+
+    def output_scope(self, var, own: str, shape5, nchw) -> str:
+        """Where a kernel that writes either scope (a conv) writes ``var`` (NCHW shape ``nchw``):
+        where its readers want it when they are dense convs that agree (:meth:`reader_scope`),
+        else ``own`` (its placement) when only readers of either scope (:data:`ANY_SCOPE_READERS`)
+        use it, else where the other ops want it (:meth:`scope_for`), so no copy kernel follows."""
+        users = self.graph.users(var)
+        if all(u.op in ANY_SCOPE_READERS for u in users):
+            wanted = {self.reader_scope(u, var, nchw) for u in users}
+            return wanted.pop() if len(wanted) == 1 and None not in wanted else own
+        return self.scope_for(shape5)
+
+    def reader_scope(self, node: Node, var, nchw) -> str | None:
+        """The scope dense conv ``node`` places its input ``var`` in (its strategy plan's: a
+        strided conv reads a texture much faster than a buffer on the H200, a 1x1 conv the
+        other way round), or None for any other reader."""
+        operands = conv_operands(node) if node.op == "relax.nn.conv2d" and same(node.args[0], var) else None
+        if operands is None or operands.layout != "NCHW":
+            return None
+        try:
+            geom = conv_geometry(node, nchw, operands.weights.shape)
+            if geom.is_depthwise:  # it may fuse with its 1x1 reader: that plan decides
+                return None
+            return self.conv_scope(geom)
+        except ValueError:  # a conv our kernels do not take: its own rule reports or leaves it
+            return None
+
+    def conv_scope(self, geom) -> str:
+        """The scope conv ``geom``'s plan places it in (its own placement: the records' or the
+        default choice's). Planned once per geometry: a conv's readers and the conv itself ask."""
+        if geom not in self._conv_scopes:
+            self._conv_scopes[geom] = strategy.conv2d_plan(geom, Epilogue(), self.precision, self.profile, self.records,
+                                                           allow_buffer=self.allow_buffer).scope
+        return self._conv_scopes[geom]
+
+    # -- values ---------------------------------------------------------------------------
+    def expr(self, arg):
+        """The rewritten expression of an original argument, in its original layout."""
+        if isinstance(arg, relax.Var):
+            if arg in self.values:
+                return self.plain(arg)
+            return self.exprs[arg]
+        if isinstance(arg, relax.Tuple):
+            return relax.Tuple([self.expr(f) for f in arg.fields])
+        return arg
+
+    def activation(self, arg, layout: str = "NCHW") -> Value | None:
+        """The :class:`Value` of a 4-d float32 activation in ``layout``, created on first use;
+        None when ``arg`` is no such tensor (the caller then leaves the op to upstream)."""
+        if not isinstance(arg, relax.Var):
+            return None
+        if arg in self.values:
+            v = self.values[arg]
+            return v if v.layout == layout else None
+        shape = static_shape(arg)
+        if shape is None or len(shape) != 4 or dtype(arg) != "float32":
+            return None
+        nchw = (shape[0], shape[3], shape[1], shape[2]) if layout == "NHWC" else shape
+        v = Value(plain=self.exprs[arg], layout=layout, channels=nchw[1], nchw=nchw)
+        self.values[arg] = v
+        return v
+
+    def define(self, var, blocked_expr, scope, nchw, layout="NCHW"):
+        if len(static_shape(var) or ()) == 2:
+            layout = "NC"  # a classifier's [N, C] (a Linear layer ran as a conv on [N, C, 1, 1])
+        self.values[var] = Value(blocked={scope: blocked_expr}, layout=layout, channels=nchw[1], nchw=tuple(nchw))
+
+    def alias(self, var, v: Value, layout: str, nchw) -> relax.Expr | None:
+        """Define ``var`` as the blocked tensor of ``v`` seen in ``layout`` (no kernel: NCHW4c
+        is the same for NCHW, NHWC and NC); None when ``v`` is not blocked yet."""
+        if not v.blocked:
+            return None
+        out = self.blocked(v, self.input_scope(v, self.scope_for(blocked_shape(nchw))))
+        self.values[var] = Value(blocked=v.blocked, layout=layout, channels=nchw[1], nchw=tuple(nchw))
+        return out
+
+    def blocked(self, v: Value, scope: str) -> relax.Expr:
+        """``v`` as NCHW4c in ``scope``: packed from its plain form, or copied across scopes, once."""
+        if scope in v.blocked:
+            return v.blocked[scope]
+        shape5 = v.shape5
+        if v.blocked:
+            (src_scope, src), = list(v.blocked.items())[:1]
+            out = self.emit_kernel(elementwise.copy(shape5, scope=src_scope, out_scope=scope), [src], shape5, op_info=layout_info("copy", v.nchw))
+        else:
+            n, c, h, w = v.nchw
+            factory = layout.nhwc_to_nchw4c if v.layout == "NHWC" else layout.nchw_to_nchw4c
+            plain_shape = (n, h, w, c) if v.layout == "NHWC" else (n, c, h, w)
+            plain = self.bb.emit(relax.op.reshape(v.plain, plain_shape)) if v.layout == "NC" else v.plain
+            out = self.emit_kernel(factory(plain_shape, scope=scope), [plain], shape5, op_info=layout_info(factory.__name__, v.nchw))
+        v.blocked[scope] = out
+        return out
+
+    def plain(self, var) -> relax.Expr:
+        v = self.values[var]
+        if v.plain is None:
+            (scope, src), = list(v.blocked.items())[:1]
+            n, c, h, w = v.nchw
+            if v.layout == "NHWC":
+                v.plain = self.emit_kernel(layout.nchw4c_to_nhwc((n, h, w, c), scope=scope), [src], (n, h, w, c), op_info=layout_info("nchw4c_to_nhwc", v.nchw))
+            else:
+                v.plain = self.emit_kernel(layout.nchw4c_to_nchw((n, c, h, w), scope=scope), [src], (n, c, h, w), op_info=layout_info("nchw4c_to_nchw", v.nchw))
+                if v.layout == "NC":
+                    v.plain = self.bb.emit(relax.op.reshape(v.plain, (n, c)))
+        return v.plain
+
+    # -- driver ---------------------------------------------------------------------------
+    def run(self) -> tvm.IRModule:
+        func = self.mod["main"]
+        self.graph = g = Graph(func, self.mod)
+        params = list(func.params)
+        attrs = {k: v for k, v in func.attrs.items() if k != "global_symbol"} if func.attrs else None
+        with self.bb.function("main", params, attrs=attrs):
+            with self.bb.dataflow():
+                for p in params:
+                    self.exprs[p] = p
+                for node in g.nodes:
+                    if not node.fused:
+                        result = self.rewrite(node)
+                        if result is not None:
+                            self.exprs[node.var] = result
+                out = self.bb.emit_output(self.expr(g.output))
+            self.bb.emit_func_output(out)
+        return self.bb.get()
+
+    def rewrite(self, node: Node):
+        """The first rule's result for ``node``, else :meth:`fallback`'s."""
+        for rule in self.rules.get(node.op, ()):
+            result = rule.apply(self, node)
+            if result is not None:
+                return result
+        return self.fallback(node)
+
+    def fallback(self, node: Node):
+        """Leave the op to upstream TVM, fed with operands in their original layout."""
+        value = node.value
+        if node.op == "tuple_get_item":
+            return self.bb.emit(relax.TupleGetItem(self.expr(node.args[0]), node.index))
+        if node.op == "tuple":
+            return self.bb.emit(relax.Tuple([self.expr(a) for a in node.args]))
+        if node.op == "other" or not isinstance(value, relax.Call):
+            return self.bb.emit(value)
+        args = [self.expr(a) for a in node.args]
+        return self.bb.emit(relax.Call(value.op, args, value.attrs, value.ty_args))

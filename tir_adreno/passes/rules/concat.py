@@ -1,0 +1,43 @@
+"""Channel concat of any number of NCHW activations."""
+
+from __future__ import annotations
+
+from tvm import relax
+
+from primfuncs import concat as kernels
+
+from tir_adreno.passes.graph import Node
+from tir_adreno.passes.op_info import concat_info
+from tir_adreno.passes.rewriter import Rewriter, blocked_shape
+from tir_adreno.passes.rules.base import rule
+
+
+@rule("relax.concat")
+def concat(rw: Rewriter, node: Node):
+    parts = node.args[0]
+    if not isinstance(parts, relax.Tuple) or node.attrs.axis is None or int(node.attrs.axis) % 4 != 1:
+        return None
+    values = [rw.activation(f) for f in parts.fields]
+    if any(v is None or v.layout != "NCHW" for v in values):
+        return None
+    if len(values) == 1:  # torch.cat([x]) (DenseNet's first layer of a block): x itself
+        return rw.alias(node.var, values[0], "NCHW", values[0].nchw)
+    n, _, h, w = values[0].nchw
+    chans = [v.channels for v in values]
+    scope = rw.scope_for(*[v.shape5 for v in values], blocked_shape((n, sum(chans), h, w)))
+    parts = [(rw.blocked(v, scope), v.channels) for v in values]
+    # More inputs than one kernel takes (DenseNet concatenates up to ~50): a tree of
+    # concats of up to MAX_INPUTS each, so every channel is copied log4(inputs) times.
+    while len(parts) > 1:
+        groups = [parts[i : i + kernels.MAX_INPUTS] for i in range(0, len(parts), kernels.MAX_INPUTS)]
+        parts = [_emit_concat(rw, group, n, h, w, scope) if len(group) > 1 else group[0] for group in groups]
+    (out, channels), = parts
+    rw.define(node.var, out, scope, (n, channels, h, w))
+    return out
+
+
+def _emit_concat(rw: Rewriter, parts, n, h, w, scope):
+    chans = [c for _, c in parts]
+    out5 = blocked_shape((n, sum(chans), h, w))
+    func = kernels.concat_channels(n, chans, h, w, scope=scope)
+    return rw.emit_kernel(func, [e for e, _ in parts], out5, op_info=concat_info(chans, n, h, w)), sum(chans)

@@ -1,0 +1,192 @@
+"""Convs: ``nn.conv2d`` with its epilogue fused (bias, batch norm and constant scale/shift folded
+into the weights, then a residual add and an activation in the kernel), a depthwise conv
+fused with the 1x1 conv that reads it, and the placement boundary crossed in the kernel."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+from tvm import relax
+
+from primfuncs import conv2d as conv_kernels
+from primfuncs.epilogue import Epilogue
+
+from tir_adreno.passes.activations import clip_fields, match_activation
+from tir_adreno.passes.affine import batch_norm_affine, batch_norm_output, linear_step, other_operand
+from tir_adreno.passes.convs import conv_geometry, conv_operands
+from tir_adreno.passes.graph import Node, same, static_shape
+from tir_adreno.passes.op_info import CONFIG_ATTR, SOURCE_ATTR, conv_info, fused_info
+from tir_adreno.passes.rewriter import Rewriter, Value
+from tir_adreno.passes.rules.base import rule
+from tir_adreno.strategy import conv as strategy
+from tir_adreno.strategy.packing import pack_bias
+
+
+@dataclass
+class Tail:
+    """A conv's epilogue as found in the graph: weights and bias with the linear steps folded in,
+    the residual, the activation, and the node whose value the kernel writes."""
+
+    w: np.ndarray
+    bias: np.ndarray
+    residual: Value | None = None
+    activation: str | None = None
+    clip_bounds: tuple | None = None
+    last: Node | None = None
+
+    @property
+    def has_bias(self) -> bool:
+        return bool(np.any(self.bias != 0))
+
+    @property
+    def epilogue(self) -> Epilogue:
+        return Epilogue(bias=self.has_bias, activation=self.activation, residual=self.residual is not None,
+                        **clip_fields(self.clip_bounds))
+
+    def constants(self, pack_weights) -> list:
+        """The kernel arguments of the weights and the bias (when it has one)."""
+        bias = [relax.const(pack_bias(self.bias.astype(np.float32)))] if self.has_bias else []
+        return [relax.const(pack_weights(self.w)), *bias]
+
+    def fold(self, scale, shift):
+        """Fold ``y * scale + shift`` (per output channel) into the weights and the bias."""
+        self.w = self.w * scale[:, None, None, None]
+        self.bias = self.bias * scale + shift
+
+
+def _fold_batch_norm(rw: Rewriter, tail: Tail, user: Node, data_layout: str) -> Node | None:
+    """Fold inference batch norm ``user`` of the tail's value into it: its output getter (the
+    node the tail goes on from), else None (nothing folded)."""
+    if (user.op != "relax.nn.batch_norm" or not same(user.args[0], tail.last.var) or data_layout != "NCHW"
+            or int(user.attrs.axis) != 1 or bool(user.attrs.training)):  # inference: the moving statistics fold
+        return None
+    getter = batch_norm_output(rw.graph, user)
+    folded = batch_norm_affine(user)
+    if getter is None or folded is None:
+        return None
+    tail.fold(*folded)
+    user.fused = True
+    return getter
+
+
+def _residual(rw: Rewriter, tail: Tail, user: Node, data_layout: str) -> Value | None:
+    """The other operand of ``add`` node ``user`` as the conv's residual, when it exists already and
+    has the output's shape (when it comes later, a downsample branch emitted after this one, that
+    branch's conv takes this one as its residual), else None."""
+    other = other_operand(user, tail.last.var) if user.op == "relax.add" else None
+    if not isinstance(other, relax.Var) or (other not in rw.values and other not in rw.exprs):
+        return None
+    if static_shape(other) != static_shape(tail.last.var) or rw.activation(other, data_layout) is None:
+        return None
+    return rw.values[other]
+
+
+def _tail_step(rw: Rewriter, tail: Tail, user: Node, data_layout: str) -> Node | None:
+    """Take ``user`` into the tail (a linear step or batch norm before the residual, or the
+    residual add): the node the tail now ends at, else None."""
+    if tail.residual is not None:  # bias and batch norm fold only before the residual
+        return None
+    step = linear_step(user, tail.last.var, tail.w.shape[0], data_layout)
+    if step is not None:
+        tail.fold(*step)
+        return user
+    getter = _fold_batch_norm(rw, tail, user, data_layout)
+    if getter is not None:
+        return getter
+    tail.residual = _residual(rw, tail, user, data_layout)
+    return user if tail.residual is not None else None
+
+
+def conv_tail(rw: Rewriter, node: Node, w: np.ndarray, data_layout: str) -> Tail:
+    """Fold the linear tail after conv ``node`` into weights and bias, then take the residual, then the
+    activation (each found node is marked fused)."""
+    tail = Tail(w, np.zeros(w.shape[0]), last=node)
+    while True:
+        matched = match_activation(rw.graph, tail.last.var)
+        if matched is not None:  # the activation ends the epilogue
+            tail.activation, tail.clip_bounds, nodes = matched
+            for m in nodes:
+                m.fused = True
+            tail.last = nodes[-1]
+            return tail
+        user = rw.graph.sole_user(tail.last.var)
+        last = _tail_step(rw, tail, user, data_layout) if user is not None else None
+        if last is None:
+            return tail
+        last.fused = True
+        tail.last = last
+
+
+@rule("relax.nn.conv2d")
+def conv2d(rw: Rewriter, node: Node):
+    operands = conv_operands(node)
+    x = rw.activation(node.args[0], operands.layout) if operands is not None else None
+    if x is None:
+        return None
+    data_layout, w = operands
+    tail = conv_tail(rw, node, w, data_layout)
+    geom = conv_geometry(node, x.nchw, tail.w.shape)
+    epilogue = tail.epilogue
+    if geom.is_depthwise and tail.residual is None:
+        fused = _fuse_pointwise(rw, x, geom, tail, epilogue, data_layout)
+        if fused is not None:
+            return fused
+    # At a placement boundary the conv reads X (and the residual) where they are and writes Y
+    # where its users want it: mixed-scope kernels instead of copy kernels.
+    own = rw.conv_scope(geom)
+    scope = rw.input_scope(x, own)
+    out_scope = rw.output_scope(tail.last.var, own, (geom.n, geom.o4, geom.oh, geom.ow, 4), geom.out_shape)
+    residual_scope = rw.input_scope(tail.residual, out_scope) if tail.residual is not None else None
+    plan = strategy.conv2d_plan(geom, epilogue, rw.precision, rw.profile, rw.records, allow_buffer=rw.allow_buffer,
+                                in_scope=scope, out_scope=out_scope, residual_scope=residual_scope)
+    out = _emit_plan(rw, node, plan, rw.blocked(x, scope), tail)
+    rw.define(tail.last.var, out, plan.tensor("Y").scope, geom.out_shape, data_layout)
+    return out
+
+
+def _emit_plan(rw: Rewriter, node: Node, plan, x, tail: Tail):
+    """The kernels of conv ``plan`` on blocked input ``x``: its output."""
+    # The choice travels to the executor's profile rows as PrimFunc attributes.
+    stages = [f.with_attr(CONFIG_ATTR, plan.config_string).with_attr(SOURCE_ATTR, plan.source) for f in plan.primfuncs()]
+    # Every stage but the last produces one intermediate (Winograd's V, then M) from the previous.
+    args = [x]
+    for func, name in zip(stages[:-1], ("V", "M")):
+        args = [rw.emit_kernel(func, args, plan.tensor(name).shape, op_info=conv_info(node, plan, name))]
+        if name == "V":
+            args.append(relax.const(plan.pack_weights(tail.w)))
+    args += tail.constants(plan.pack_weights)[len(stages) > 1:]  # Winograd's U went in with V
+    if tail.residual is not None:
+        args.append(rw.blocked(tail.residual, plan.tensor("Residual").scope))
+    return rw.emit_kernel(stages[-1], args, plan.tensor("Y").shape, hint="conv2d", op_info=conv_info(node, plan, "Y"))
+
+
+def _fuse_pointwise(rw: Rewriter, x: Value, dw: conv_kernels.ConvGeometry, dw_tail: Tail, dw_epilogue: Epilogue,
+                    data_layout: str):
+    """Depthwise conv ``dw`` (its tail folded) and the 1x1 conv that is its value's only user as
+    one kernel, when the strategy says so (``strategy.fuse_depthwise_pointwise``); else None."""
+    pw_node = rw.graph.sole_user(dw_tail.last.var)
+    if pw_node is None or pw_node.op != "relax.nn.conv2d" or not same(pw_node.args[0], dw_tail.last.var):
+        return None
+    operands = conv_operands(pw_node)
+    if operands is None or operands.layout != data_layout:
+        return None
+    pw = conv_geometry(pw_node, dw.out_shape, operands.weights.shape)
+    plan = strategy.fuse_depthwise_pointwise(dw, pw, rw.profile, rw.records, rw.precision, rw.allow_buffer)
+    if plan is None:
+        return None
+    pw_node.fused = True
+    tail = conv_tail(rw, pw_node, operands.weights, data_layout)
+    epilogue = tail.epilogue
+    out_scope = rw.output_scope(tail.last.var, plan.scope, plan.out_shape, pw.out_shape)  # no copy at a boundary, as for a conv
+    residual_scope = rw.input_scope(tail.residual, out_scope) if tail.residual is not None else None
+    plan = replace(plan, in_scope=rw.input_scope(x, plan.scope), out_scope=out_scope, residual_scope=residual_scope)
+    func = plan.primfunc(dw_epilogue, epilogue)
+    func = func.with_attr(CONFIG_ATTR, plan.config_string).with_attr(SOURCE_ATTR, plan.source)
+    args = [rw.blocked(x, plan.in_scope), *dw_tail.constants(plan.pack_weights), *tail.constants(plan.pack_weights)]
+    if tail.residual is not None:
+        args.append(rw.blocked(tail.residual, residual_scope))
+    info = fused_info(pw_node, plan, dw_epilogue, epilogue)
+    out = rw.emit_kernel(func, args, plan.out_shape, hint="conv2d", op_info=info)
+    rw.define(tail.last.var, out, out_scope, pw.out_shape, data_layout)
+    return out

@@ -1,0 +1,135 @@
+"""Pixelwise ops on an activation no conv epilogue took: activations (however the importer
+writes them), per-channel affine chains (``x * scale + shift``, batch norm after no conv, then an
+activation) and binary ops of two activations (or a squeeze-excitation gate ``[N, C, 1, 1]``)."""
+
+from __future__ import annotations
+
+import numpy as np
+from tvm import relax
+
+from primfuncs import elementwise as kernels
+
+from tir_adreno.passes.activations import clip_fields, match_activation
+from tir_adreno.passes.affine import batch_norm_affine, batch_norm_output, linear_step
+from tir_adreno.passes.graph import Node, static_shape
+from tir_adreno.passes.op_info import elementwise_info
+from tir_adreno.passes.rewriter import Rewriter, Value
+from tir_adreno.passes.rules.base import rule
+from tir_adreno.strategy.packing import pack_bias
+
+
+def _emit_activation(rw: Rewriter, x: Value, matched):
+    """The standalone kernel of a matched activation chain on ``x``; defines its last node."""
+    name, bounds, nodes = matched
+    shape5 = x.shape5
+    scope = rw.scope_for(shape5)
+    if name in ("relu", "relu6"):
+        func = getattr(kernels, name)(shape5, scope=scope)
+    elif name == "clip":
+        func = kernels.clip(shape5, *bounds, scope=scope)
+    else:
+        func = kernels.activation(shape5, name, scope=scope)
+    out = rw.emit_kernel(func, [rw.blocked(x, scope)], shape5, op_info=elementwise_info("activation", nodes, [x.nchw], activation=name, bounds=bounds))
+    for m in nodes:
+        m.fused = True
+    rw.define(nodes[-1].var, out, scope, x.nchw)
+    return out
+
+
+def _affine_chain(rw: Rewriter, x: Value, var, scale, shift, nodes):
+    """Extend the affine chain ``nodes`` (folded into ``scale``/``shift``, ending at ``var``) by
+    further per-channel steps and an activation: (scale, shift, nodes, last var, activation, bounds)."""
+    g = rw.graph
+    while True:
+        user = g.sole_user(var)
+        step = linear_step(user, var, x.channels) if user is not None else None
+        if step is None:
+            break
+        scale, shift = scale * step[0], shift * step[0] + step[1]
+        nodes, var = nodes + [user], user.var
+    matched = match_activation(g, var)
+    if matched is None:
+        return scale, shift, nodes, var, None, None
+    activation, bounds, tail = matched
+    return scale, shift, nodes + tail, tail[-1].var, activation, bounds
+
+
+def _emit_affine(rw: Rewriter, x: Value, var, scale, shift, nodes):
+    """``act(x * scale + shift)`` per channel, extending ``nodes`` (already folded into
+    ``scale``/``shift``, ending at ``var``) by further per-channel steps and an activation."""
+    scale, shift, nodes, var, activation, bounds = _affine_chain(rw, x, var, scale, shift, nodes)
+    shape5 = x.shape5
+    scope = rw.scope_for(shape5)
+    func = kernels.affine(shape5, activation, scope=scope, **clip_fields(bounds))
+    params = [relax.const(pack_bias(v.astype(np.float32))) for v in (scale, shift)]
+    out = rw.emit_kernel(func, [rw.blocked(x, scope), *params], shape5, op_info=elementwise_info("affine", nodes, [x.nchw], activation=activation, bounds=bounds))
+    for m in nodes:
+        m.fused = True
+    rw.define(var, out, scope, x.nchw)
+    return out
+
+
+@rule("relax.nn.relu", "relax.clip", "relax.maximum", "relax.minimum", "relax.sigmoid", "relax.subtract", "relax.divide",
+      "relax.add", "relax.multiply")
+def elementwise(rw: Rewriter, node: Node):
+    """An activation however the importer writes it (a chain of scalar ops, or the gated
+    ``x * gate(x)``), else a per-channel affine chain (``x * scale + shift``, then an
+    activation), on an activation that no conv epilogue took."""
+    for var in node.args[:2]:
+        x = rw.activation(var) if isinstance(var, relax.Var) else None
+        if x is None or x.layout != "NCHW":
+            continue
+        matched = match_activation(rw.graph, var, first=node)
+        if matched is not None:
+            return _emit_activation(rw, x, matched)
+        step = linear_step(node, var, x.channels)
+        if step is not None:
+            return _emit_affine(rw, x, node.var, *step, [node])
+    return None
+
+
+@rule("relax.nn.batch_norm")
+def batch_norm(rw: Rewriter, node: Node):
+    """Batch norm that follows no conv: one per-channel affine kernel (with what follows)."""
+    x = rw.activation(node.args[0])
+    getter = batch_norm_output(rw.graph, node)
+    if x is None or x.layout != "NCHW" or int(node.attrs.axis) % 4 != 1 or bool(node.attrs.training) or getter is None:
+        return None
+    folded = batch_norm_affine(node)
+    if folded is None:
+        return None
+    return _emit_affine(rw, x, getter.var, *folded, [node, getter])
+
+
+def _binary_operands(rw: Rewriter, node: Node):
+    """(a, b, b is a per-channel gate) of an add/multiply of two NCHW activations, else None."""
+    out_shape = static_shape(node.var)
+    full = [arg for arg in node.args if static_shape(arg) == out_shape]
+    gate = [arg for arg in node.args if static_shape(arg) != out_shape]
+    a = rw.activation(full[0]) if full else None
+    if len(full) == 2:
+        b, broadcast = rw.activation(full[1]), False
+    elif len(full) == 1 and node.op == "relax.multiply" and out_shape is not None and static_shape(gate[0]) == (*out_shape[:2], 1, 1):
+        b, broadcast = rw.activation(gate[0]), True
+    else:
+        b, broadcast = None, False
+    if a is None or b is None or a.layout != "NCHW" or b.layout != "NCHW":
+        return None
+    return a, b, broadcast
+
+
+@rule("relax.add", "relax.multiply")
+def binary(rw: Rewriter, node: Node):
+    """Two activations of one shape; or a multiply by a per-channel gate ``[N, C, 1, 1]``
+    (squeeze-excitation), either operand order. Constant forms are the elementwise rule's."""
+    operands = _binary_operands(rw, node)
+    if operands is None:
+        return None
+    a, b, broadcast = operands
+    shape5 = a.shape5
+    scope = rw.scope_for(shape5, b.shape5)
+    op = node.op.split(".")[-1]
+    func = kernels.binary(shape5, op, scope=scope, broadcast_channels=broadcast)
+    out = rw.emit_kernel(func, [rw.blocked(a, scope), rw.blocked(b, scope)], shape5, op_info=elementwise_info(op, [node], [a.nchw, b.nchw]))
+    rw.define(node.var, out, scope, a.nchw)
+    return out

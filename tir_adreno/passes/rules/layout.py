@@ -1,0 +1,114 @@
+"""Ops that move pixels or change the view of an activation: NCHW <-> NHWC permutes and the
+flatten of ``[N, C, 1, 1]`` (views, no kernel), channel shuffle and channel slices
+(ShuffleNet), and resize (ONNX ``Resize``/``Upsample``)."""
+
+from __future__ import annotations
+
+from primfuncs import resize, shuffle
+
+from tir_adreno.passes.graph import Node, dtype, ints_of, static_shape
+from tir_adreno.passes.op_info import elementwise_info, node_info
+from tir_adreno.passes.rewriter import Rewriter, Value, blocked_shape
+from tir_adreno.passes.rules.base import rule
+
+#: ``permute_dims`` axes between NCHW and NHWC (ConvNeXt's Permute around LayerNorm and Linear).
+TO_NHWC, TO_NCHW = (0, 2, 3, 1), (0, 3, 1, 2)
+
+
+@rule("relax.image.resize2d")
+def resize2d(rw: Rewriter, node: Node):
+    """ONNX ``Resize``/``Upsample``, nearest (ONNX's nearest modes) or bilinear, in the
+    coordinate modes of :mod:`primfuncs.resize`; other attributes stay upstream."""
+    a = node.attrs
+    method = {"nearest_neighbor": "nearest", "linear": "linear"}.get(str(a.method))
+    mode, rounding = str(a.coordinate_transformation_mode), str(a.rounding_method)
+    if method is None or mode not in resize.COORDINATE_MODES or (method == "nearest" and rounding not in resize.ROUNDING_METHODS):
+        return None
+    x = rw.activation(node.args[0])
+    out_shape = static_shape(node.var)
+    if x is None or x.layout != "NCHW" or str(a.layout) != "NCHW" or out_shape is None or dtype(node.var) != "float32":
+        return None
+    in5, out5 = x.shape5, blocked_shape(out_shape)
+    scope = rw.scope_for(in5, out5)
+    func = resize.resize2d(in5, out_shape[2:], method, mode, rounding, scope=scope)
+    out = rw.emit_kernel(func, [rw.blocked(x, scope)], out5, op_info=node_info(node, method=method, coordinate_transformation_mode=mode, rounding_method=rounding))
+    rw.define(node.var, out, scope, out_shape)
+    return out
+
+
+@rule("relax.permute_dims")
+def permute(rw: Rewriter, node: Node):
+    """NCHW <-> NHWC of a blocked activation: a change of view, no kernel."""
+    axes = tuple(int(a) for a in node.attrs.axes) if node.attrs.axes is not None else None
+    if axes not in (TO_NHWC, TO_NCHW):
+        return None
+    x = rw.values.get(node.args[0])  # only blocked values: a plain one stays what it is
+    if x is None or x.layout != ("NCHW" if axes == TO_NHWC else "NHWC") or not x.blocked:
+        return None
+    return rw.alias(node.var, x, "NHWC" if axes == TO_NHWC else "NCHW", x.nchw)
+
+
+def _channel_shuffle(rw: Rewriter, node: Node, x: Value):
+    """``reshape(N, g, C/g, H, W) -> permute(0, 2, 1, 3, 4) -> reshape(N, C, H, W)`` from ``node``
+    (ShuffleNet): one ``channel_shuffle`` kernel, else None."""
+    g = rw.graph
+    n, c, h, w = x.nchw
+    split, perm = static_shape(node.var), g.sole_user(node.var)
+    back = g.sole_user(perm.var) if perm is not None else None
+    if split is None or len(split) != 5 or split[0] != n or split[1] * split[2] != c or split[3:] != (h, w):
+        return None
+    if perm is None or perm.op != "relax.permute_dims" or tuple(int(a) for a in perm.attrs.axes or ()) != (0, 2, 1, 3, 4):
+        return None
+    if back is None or back.op != "relax.reshape" or static_shape(back.var) != x.nchw:
+        return None
+    shape5 = x.shape5
+    scope = rw.scope_for(shape5)
+    info = elementwise_info("channel_shuffle", [node, perm, back], [x.nchw], groups=split[1])
+    out = rw.emit_kernel(shuffle.channel_shuffle(shape5, c, split[1], scope=scope), [rw.blocked(x, scope)], shape5, op_info=info)
+    perm.fused = back.fused = True
+    rw.define(back.var, out, scope, x.nchw)
+    return out
+
+
+def _channel_range(node: Node, channels: int) -> tuple[int, int] | None:
+    """[begin, end) of a ``strided_slice`` over axis 1 with stride 1, clamped to ``channels``, else None."""
+    if len(node.args) < 4:
+        return None
+    axes, begin, end = (ints_of(a) for a in node.args[1:4])
+    strides = ints_of(node.args[4]) if len(node.args) > 4 else (1,)
+    if axes != (1,) or strides != (1,) or begin is None or end is None:
+        return None
+    b = begin[0] + channels if begin[0] < 0 else begin[0]
+    e = min(end[0] + channels if end[0] < 0 else end[0], channels)
+    return (b, e) if 0 <= b < e else None
+
+
+@rule("relax.strided_slice")
+def strided_slice(rw: Rewriter, node: Node):
+    """A slice of channels (ShuffleNet's split): one ``slice_channels`` kernel."""
+    x = rw.activation(node.args[0])
+    if x is None or x.layout != "NCHW":
+        return None
+    found = _channel_range(node, x.channels)
+    out_shape = static_shape(node.var)
+    if found is None or out_shape != (x.nchw[0], found[1] - found[0], *x.nchw[2:]):
+        return None
+    b, e = found
+    in5, out5 = x.shape5, blocked_shape(out_shape)
+    scope = rw.scope_for(in5, out5)
+    out = rw.emit_kernel(shuffle.slice_channels(in5, x.channels, b, e, scope=scope), [rw.blocked(x, scope)], out5, op_info=node_info(node, axis=1, begin=b, end=e))
+    rw.define(node.var, out, scope, out_shape)
+    return out
+
+
+@rule("relax.reshape")
+def reshape(rw: Rewriter, node: Node):
+    """Flatten of ``[N, C, 1, 1]`` (after a global pool) to ``[N, C]``: a change of view;
+    a channel shuffle (reshape -> permute -> reshape): one kernel."""
+    x = rw.activation(node.args[0])
+    if x is not None and x.layout == "NCHW" and len(static_shape(node.var) or ()) == 5:
+        return _channel_shuffle(rw, node, x)
+    out_shape = static_shape(node.var)
+    if x is None or x.layout != "NCHW" or not x.blocked or x.nchw[2:] != (1, 1) or out_shape != x.nchw[:2]:
+        return None
+    return rw.alias(node.var, x, "NC", x.nchw)

@@ -1,0 +1,78 @@
+"""Pooling, reductions over C/H/W and the channel softmax of an NCHW activation."""
+
+from __future__ import annotations
+
+from primfuncs import pool2d, reduce
+
+from tir_adreno.passes.graph import Node, ints, static_shape
+from tir_adreno.passes.op_info import node_info
+from tir_adreno.passes.rewriter import Rewriter, blocked_shape
+from tir_adreno.passes.rules.base import rule
+from tir_adreno.strategy import conv as strategy
+from tir_adreno.strategy.records import pool_key
+
+POOL_OPS = ("relax.nn.max_pool2d", "relax.nn.avg_pool2d", "relax.nn.adaptive_avg_pool2d")
+
+
+def pool_spec(node: Node):
+    """(op, factory, attributes, output (OH, OW)) of a pooling node, or None when it is not one
+    of ours; ``factory(in5, scope=, strategy=, group_threshold=, **attributes)``. ``tune`` uses it too."""
+    out_shape = static_shape(node.var)
+    a = node.attrs
+    if out_shape is None or str(a.layout) != "NCHW" or (a.out_layout and str(a.out_layout) != "NCHW"):
+        return None
+    if node.op == "relax.nn.adaptive_avg_pool2d":
+        return "adaptive_avg", pool2d.adaptive_avg_pool2d, dict(output_size=tuple(out_shape[2:])), out_shape[2:]
+    kind = "max" if node.op.endswith("max_pool2d") else "avg"
+    attrs = dict(pool_type=kind, pool_size=ints(a.pool_size), strides=ints(a.strides), padding=ints(a.padding),
+                 dilation=ints(a.dilation), ceil_mode=bool(a.ceil_mode),
+                 count_include_pad=bool(getattr(a, "count_include_pad", False)))
+    return f"{kind}", pool2d.pool2d, attrs, out_shape[2:]
+
+
+@rule(*POOL_OPS)
+def pool(rw: Rewriter, node: Node):
+    spec = pool_spec(node)
+    x = rw.activation(node.args[0])
+    if spec is None or x is None or x.layout != "NCHW":
+        return None
+    op, factory, attrs, (oh, ow) = spec
+    n, c, h, w = x.nchw
+    in5, out5 = x.shape5, blocked_shape((n, c, oh, ow))
+    scope = rw.scope_for(in5, out5)
+    schedule = strategy.pool_schedule(pool_key(op, x.nchw, attrs), rw.profile, rw.records)
+    out = rw.emit_kernel(factory(in5, scope=scope, **schedule, **attrs), [rw.blocked(x, scope)], out5, op_info=node_info(node, **attrs))
+    rw.define(node.var, out, scope, (n, c, oh, ow))
+    return out
+
+
+@rule("relax.mean", "relax.sum", "relax.max", "relax.min")
+def reduction(rw: Rewriter, node: Node):
+    x = rw.activation(node.args[0])
+    out_shape = static_shape(node.var)
+    if x is None or x.layout != "NCHW" or node.attrs.axis is None or out_shape is None:
+        return None
+    axes = tuple(sorted(int(a) % 4 for a in node.attrs.axis))
+    keepdims = bool(node.attrs.keepdims)
+    if 0 in axes or (not keepdims and axes != (2, 3)):
+        return None  # plain-layout results are left to upstream; [N, C] (a global pool) is "NC"
+    in5 = x.shape5
+    shape5, _ = reduce.reduce_output(in5, x.channels, axes, keepdims=True)
+    scope = rw.scope_for(in5, shape5)
+    op = node.op.split(".")[-1]
+    func = reduce.reduce(in5, x.channels, op, axes, True, scope=scope, group_threshold=strategy.group_threshold(rw.profile))
+    out = rw.emit_kernel(func, [rw.blocked(x, scope)], shape5, op_info=node_info(node, axis=axes, keepdims=True))
+    rw.define(node.var, out, scope, out_shape if keepdims else (*out_shape, 1, 1))
+    return out
+
+
+@rule("relax.nn.softmax")
+def softmax(rw: Rewriter, node: Node):
+    x = rw.activation(node.args[0])
+    if x is None or x.layout != "NCHW" or int(node.attrs.axis) % 4 != 1:
+        return None
+    shape5 = x.shape5
+    scope = rw.scope_for(shape5)
+    out = rw.emit_kernel(reduce.softmax(shape5, x.channels, scope=scope), [rw.blocked(x, scope)], shape5, op_info=node_info(node, axis=1))
+    rw.define(node.var, out, scope, x.nchw)
+    return out
