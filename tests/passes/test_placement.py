@@ -221,3 +221,40 @@ def test_models_e2e_times_the_other_placement(two_convs, tmp_path):  # noqa: F81
     (entry,) = json.loads(next(tmp_path.glob("models_e2e-*.json")).read_text())["results"]
     assert entry["ours"]["texture_activations"] > 0 and entry["ours_buffer"]["texture_activations"] == 0
     assert entry["max_rel_diff_ours_buffer"] < 1e-4
+
+
+def test_one_placement_rule(device):
+    """strategy.placement decides every kernel's scope: the profile's placement (or an override),
+    a texture only where every tensor fits, a named limit when buffers are forbidden; ``ops``
+    places a kernel as the Relax pass would in a model."""
+    from tir_adreno.runtime.texture import TextureLimitError
+    from tir_adreno.strategy.placement import activation_scope
+
+    adreno, h200 = get_profile("adreno"), get_profile("nvidia-h200")
+    small, wide = (1, 2, 6, 6, 4), (1, 2, 1, adreno.limits.image2d_max_width + 1, 4)
+    assert activation_scope([small], adreno) == TEXTURE and activation_scope([small], h200) == BUFFER
+    assert activation_scope([small], h200, "texture") == TEXTURE and activation_scope([small], adreno, "buffer") == BUFFER
+    assert activation_scope([small, wide], adreno) == BUFFER  # one scope for all of a kernel's tensors
+    with pytest.raises(TextureLimitError, match="allow_buffer=True"):
+        activation_scope([small, wide], adreno, allow_buffer=False)
+    profile = DeviceProfile.from_device(device)
+    for nchw in ((1, 5, 7, 3), (2, 3, 1, device.limits.image2d_max_width + 1)):
+        expected = activation_scope([(nchw[0], -(-nchw[1] // 4), nchw[2], nchw[3], 4)], profile)
+        assert ops.activation_scope(device, nchw) == expected
+
+
+def test_tune_lists_the_convs_the_pass_takes(tmp_path):
+    """``model_layers`` and the pass share one definition of a conv our kernels take: a conv whose
+    weights are a model input runs upstream, so it is not tuned."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    w = helper.make_tensor("w", TensorProto.FLOAT, (8, 4, 3, 3), np.random.default_rng(0).standard_normal(288).astype("float32"))
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Conv", ["c", "v"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 4, 6, 6)),
+         helper.make_tensor_value_info("v", TensorProto.FLOAT, (8, 8, 1, 1))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, (1, 8, 6, 6))], [w])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(tmp_path / "m.onnx"))
+    convs, _ = model_layers(str(tmp_path / "m.onnx"))
+    assert [(g.c, g.o, g.kh) for g in convs] == [(4, 8, 3)]

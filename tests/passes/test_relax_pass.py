@@ -149,3 +149,14 @@ def test_pool_strategy_follows_ops_rule(device):
     assert len(pools) == 2
     grouped = group_threshold(device) is not None and group_threshold(device) <= 49
     assert all(('scope="shared"' in s) == grouped for s in pools)
+
+
+def test_rules_registry_order():
+    """One ordered registry: an add/multiply of two activations is a binary kernel before it may be
+    an activation chain or an affine step; every rule says None when it does not apply."""
+    from tir_adreno.passes.rules import RULES, by_op
+
+    index = by_op(RULES)
+    assert [r.name for r in index["relax.add"]] == [r.name for r in index["relax.multiply"]] == ["binary", "elementwise"]
+    assert [r.name for r in index["relax.nn.conv2d"]] == ["conv2d"]
+    assert len({r.name for r in RULES}) == len(RULES)
