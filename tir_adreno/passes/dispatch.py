@@ -42,11 +42,14 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from primfuncs import concat, conv2d, elementwise, layernorm, layout, pool2d, reduce, resize, shuffle
+from primfuncs import concat, elementwise, layernorm, layout, pool2d, reduce, resize, shuffle
 from primfuncs._common import BUFFER, TEXTURE, TEXTURE_WEIGHT, blocked
+from primfuncs.conv import ConvGeometry, conv2d_geometry
 from primfuncs.epilogue import Epilogue
 
 from tir_adreno.strategy import conv as strategy
+from tir_adreno.strategy import pool as pool_strategy
+from tir_adreno.strategy.precision import PrecisionError, kernel_dtype
 from tir_adreno.runtime import texture
 from tir_adreno.strategy.packing import pack_bias
 from tir_adreno.strategy.records import pool_key
@@ -694,9 +697,9 @@ def _conv_operands(node: Node):
     return None if w is None else (data_layout, w.astype(np.float64))
 
 
-def _conv_geometry(node: Node, nchw, w) -> conv2d.ConvGeometry:
+def _conv_geometry(node: Node, nchw, w) -> ConvGeometry:
     attrs = node.attrs
-    return conv2d.conv2d_geometry(nchw, w.shape, _ints(attrs.strides), _ints(attrs.padding), _ints(attrs.dilation), int(attrs.groups))
+    return conv2d_geometry(nchw, w.shape, _ints(attrs.strides), _ints(attrs.padding), _ints(attrs.dilation), int(attrs.groups))
 
 
 @dataclass
@@ -849,7 +852,7 @@ def conv2d_handler(rw: Rewriter, node: Node):
     return out
 
 
-def _fuse_pointwise(rw: Rewriter, x: Value, dw: conv2d.ConvGeometry, dw_tail: _Tail, dw_epilogue: Epilogue, data_layout: str):
+def _fuse_pointwise(rw: Rewriter, x: Value, dw: ConvGeometry, dw_tail: _Tail, dw_epilogue: Epilogue, data_layout: str):
     """Depthwise conv ``dw`` (its tail folded) and the 1x1 conv that is its value's only user as
     one kernel, when the strategy says so (``strategy.fuse_depthwise_pointwise``); else None."""
     pw_node = rw.graph.sole_user(dw_tail.last.var)
@@ -1037,7 +1040,7 @@ def pool_handler(rw, node):
     n, c, h, w = x.nchw
     in5, out5 = (n, blocked(c), h, w, 4), (n, blocked(c), oh, ow, 4)
     scope = rw.scope_for(in5, out5)
-    schedule = strategy.pool_schedule(pool_key(op, x.nchw, attrs), rw.profile, rw.records)
+    schedule = pool_strategy.pool_schedule(pool_key(op, x.nchw, attrs), rw.profile, rw.records)
     out = rw.emit_kernel(factory(in5, scope=scope, **schedule, **attrs), [rw.blocked(x, scope)], out5, op_info=_info(node, **attrs))
     rw.define(node.var, out, scope, (n, c, oh, ow))
     return out
@@ -1058,7 +1061,7 @@ def reduce_handler(rw, node):
     shape5, _ = reduce.reduce_output(in5, c, axes, keepdims=True)
     scope = rw.scope_for(in5, shape5)
     op = node.op.split(".")[-1]
-    out = rw.emit_kernel(reduce.reduce(in5, c, op, axes, True, scope=scope, group_threshold=strategy.group_threshold(rw.profile)), [rw.blocked(x, scope)], shape5, op_info=_info(node, axis=axes, keepdims=True))
+    out = rw.emit_kernel(reduce.reduce(in5, c, op, axes, True, scope=scope, group_threshold=pool_strategy.group_threshold(rw.profile)), [rw.blocked(x, scope)], shape5, op_info=_info(node, axis=axes, keepdims=True))
     rw.define(node.var, out, scope, out_shape if keepdims else (*out_shape, 1, 1))
     return out
 
@@ -1299,8 +1302,8 @@ def dispatch_to_textures(mod: tvm.IRModule, profile: DeviceProfile, allow_buffer
     """Rewrite ``mod["main"]`` onto our kernels for ``profile`` (see the module docstring);
     ``records`` (``tir_adreno.strategy.records.Records``) gives tuned conv choices for ``precision``
     ("float32" or "float16_acc32", whose kernels are the float32 ones)."""
-    if strategy.kernel_dtype(precision) != "float32":
-        raise strategy.PrecisionError(f"whole models compile in 'float32' or 'float16_acc32', not {precision!r}: "
+    if kernel_dtype(precision) != "float32":
+        raise PrecisionError(f"whole models compile in 'float32' or 'float16_acc32', not {precision!r}: "
                                       "'float16' kernels run through tir_adreno.ops")
     return Rewriter(mod, profile, allow_buffer, records, precision).run()
 

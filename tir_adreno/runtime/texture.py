@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from primfuncs.lanes import LANES  # the pixel's lanes (TVM-free)
+
 #: Scope -> separator ``s``: depth = d0..d(s-2), height = d(s-1), width = d(s)..d(n-2).
 #: ``None`` means ``n - 2`` (activations: the last two axes before the pixel are H, W).
 TEXTURE_SCOPES: dict[str, int | None] = {
@@ -25,7 +27,6 @@ TEXTURE_SCOPES: dict[str, int | None] = {
     "global.texture-nhwc": 2,
 }
 BUFFER_SCOPE = "global"
-LANES = 4
 
 #: NumPy dtype -> (OpenCL channel type name, bytes per pixel).
 IMAGE_FORMATS = {
