@@ -53,7 +53,14 @@ from tvm.script import tirx as T
 from .._common import BUFFER, LANES, TEXTURE, ceildiv, select_params
 from ..epilogue import Epilogue
 from .config import ConvConfig, check_conv_args, fallback_config
-from .direct_body import blocked_macro, depthwise_macro, depthwise_register_macros, input_macros, lanes_macro, store_macro
+from .direct_body import (
+    blocked_macro,
+    depthwise_macro,
+    depthwise_register_macros,
+    input_macros,
+    lanes_macro,
+    store_macro,
+)
 from .direct_tiling import DirectTiling
 from .geometry import ConvGeometry, conv2d_geometry
 from .tiled import conv2d_tiled_nchw4c
@@ -71,8 +78,9 @@ def _tile_macros(tiling: DirectTiling, epilogue: Epilogue):
     store_tile = store_macro(tiling, epilogue)
     g = tiling.geom
     n, oh, kh, kw = g.n, g.oh, g.kh, g.kw
-    ot, wt, ocb, wb, span, dw_taps, dtype, zero = tiling.ot, tiling.wt, tiling.ocb, tiling.wb, tiling.span, tiling.dw_taps, tiling.dtype, tiling.zero
-    mode, register_window, multiplier, blocks_per_group, tail = tiling.mode, tiling.register_window, tiling.multiplier, tiling.blocks_per_group, tiling.tail
+    ot, wt, ocb, wb, span, dw_taps = tiling.ot, tiling.wt, tiling.ocb, tiling.wb, tiling.span, tiling.dw_taps
+    dtype, zero, mode, register_window = tiling.dtype, tiling.zero, tiling.mode, tiling.register_window
+    multiplier, blocks_per_group, tail = tiling.multiplier, tiling.blocks_per_group, tiling.tail
     first_block, out_block = tiling.first_block, tiling.out_block
 
     @T.macro
@@ -123,7 +131,8 @@ def _plain_kernel(tiling: DirectTiling, conv_tile, name: str, scopes):
     g = tiling.geom
     n, oh, ow, c4, o4, cg, kh, kw = g.n, g.oh, g.ow, g.c4, g.o4, g.cg, g.kh, g.kw
     x_shape, dw_shape, dtype, config = tiling.x_shape, tiling.dw_shape, tiling.dtype, tiling.config
-    ot, wt, cols, tiles, gf, gx, gy, gz = tiling.ot, tiling.wt, tiling.cols, tiling.tiles, tiling.gf, tiling.gx, tiling.gy, tiling.gz
+    ot, wt, cols, tiles, gf = tiling.ot, tiling.wt, tiling.cols, tiling.tiles, tiling.gf
+    gx, gy, gz = tiling.gx, tiling.gy, tiling.gz
 
     @T.prim_func(s_tir=True)
     def func(
@@ -168,8 +177,9 @@ def _split_kernel(tiling: DirectTiling, accumulate_blocked, store_tile, name: st
     scope, weight_scope, out_scope, residual_scope = scopes
     g = tiling.geom
     n, oh, ow, c4, o4, cg, kh, kw = g.n, g.oh, g.ow, g.c4, g.o4, g.cg, g.kh, g.kw
-    x_shape, dw_shape, dtype, span, dw_taps, zero = tiling.x_shape, tiling.dw_shape, tiling.dtype, tiling.span, tiling.dw_taps, tiling.zero
-    ot, wt, ocb, wb, cols, gx, gy, gz, split = tiling.ot, tiling.wt, tiling.ocb, tiling.wb, tiling.cols, tiling.gx, tiling.gy, tiling.gz, tiling.split
+    x_shape, dw_shape, dtype, span, dw_taps = tiling.x_shape, tiling.dw_shape, tiling.dtype, tiling.span, tiling.dw_taps
+    ot, wt, ocb, wb, cols, zero = tiling.ot, tiling.wt, tiling.ocb, tiling.wb, tiling.cols, tiling.zero
+    gx, gy, gz, split = tiling.gx, tiling.gy, tiling.gz, tiling.split
     blocks_per_group, tail, first_block = tiling.blocks_per_group, tiling.tail, tiling.first_block
 
     items = gz * gy * gx

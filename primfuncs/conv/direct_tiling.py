@@ -75,7 +75,8 @@ class DirectTiling:
                 f"conv; this conv takes the {self.mode} path (use split_k=1)"
             )
         split = max(1, min(split, self.blocks_per_group))
-        partial_bytes = split * self.ocb * self.wb * LANES * self.gz * self.gy * self.gx * (2 if self.dtype == "float16" else 4)
+        items = self.gz * self.gy * self.gx
+        partial_bytes = split * self.ocb * self.wb * LANES * items * (2 if self.dtype == "float16" else 4)
         if split > 1 and partial_bytes > MAX_LOCAL_BYTES:
             raise ValueError(
                 f"config {config} needs {partial_bytes} bytes of local memory for the split_k partial sums, "
