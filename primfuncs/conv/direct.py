@@ -188,6 +188,8 @@ def _split_kernel(tiling: DirectTiling, accumulate_blocked, store_tile, name: st
 
     @T.macro
     def accumulate_slice(X, W, xp, wp, acc, nn, r, x0, t, k, W_dw, Bias_dw, xs, wd, tmp):
+        """Slice ``k`` of tile ``t``: its group's input blocks k, k + split, ...; the last slice
+        also the C % 4 channels of a last partial block."""
         for i in T.serial(rounds):
             if uneven:
                 if i * split + k < blocks_per_group:
