@@ -26,7 +26,7 @@ from tir_adreno.codegen import build
 from tir_adreno.runtime import opencl as runtime, texture
 from tir_adreno.strategy import conv as _strategy
 from tir_adreno.strategy import pool as _pool_strategy
-from tir_adreno.strategy import precision as _precision
+from tir_adreno.strategy.precision import check_precision, half_storage, kernel_dtype
 from tir_adreno.strategy.profile import DeviceProfile
 
 SUPPORTED_DTYPES = ("float32", "float16")
@@ -72,12 +72,12 @@ class Precision:
 def _precision(x: np.ndarray, precision: str, dev: runtime.Device) -> tuple[np.ndarray, Precision]:
     """``x`` in the kernels' dtype and the :class:`Precision` of ``precision`` on ``dev``;
     PrecisionError naming the device when it cannot run it."""
-    _precision.check_precision(precision, DeviceProfile.from_device(dev))
+    check_precision(precision, DeviceProfile.from_device(dev))
     if precision == "float32":
         check_device_dtype(dev, x.dtype.name)
         return x, Precision(precision, x.dtype.name, None)
-    dtype = _precision.kernel_dtype(precision)
-    return x.astype(dtype, copy=False), Precision(precision, dtype, _precision.half_storage(precision))
+    dtype = kernel_dtype(precision)
+    return x.astype(dtype, copy=False), Precision(precision, dtype, half_storage(precision))
 
 
 def blocked_shape(nchw) -> tuple[int, int, int, int, int]:
