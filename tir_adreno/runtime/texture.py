@@ -17,8 +17,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from primfuncs.lanes import LANES  # the pixel's lanes (TVM-free)
-
 #: Scope -> separator ``s``: depth = d0..d(s-2), height = d(s-1), width = d(s)..d(n-2).
 #: ``None`` means ``n - 2`` (activations: the last two axes before the pixel are H, W).
 TEXTURE_SCOPES: dict[str, int | None] = {
@@ -27,6 +25,9 @@ TEXTURE_SCOPES: dict[str, int | None] = {
     "global.texture-nhwc": 2,
 }
 BUFFER_SCOPE = "global"
+#: Channels of an RGBA texel: the last axis of a texture tensor. The kernels' blocked layouts
+#: (``primfuncs.lanes.LANES``) match it; the runtime may not import primfuncs (layer contract).
+TEXEL_CHANNELS = 4
 
 #: NumPy dtype -> (OpenCL channel type name, bytes per pixel).
 IMAGE_FORMATS = {
@@ -53,9 +54,9 @@ def texture_extent(shape, scope: str) -> tuple[int, int, int]:
     if scope not in TEXTURE_SCOPES:
         raise ValueError(f"scope {scope!r} is not a texture scope; expected one of {sorted(TEXTURE_SCOPES)}")
     shape = tuple(int(d) for d in shape)
-    if len(shape) < 3 or shape[-1] != LANES:
+    if len(shape) < 3 or shape[-1] != TEXEL_CHANNELS:
         raise ValueError(
-            f"a texture tensor needs >= 3 axes and a last axis of {LANES} lanes, got shape {shape}"
+            f"a texture tensor needs >= 3 axes and a last axis of {TEXEL_CHANNELS} lanes, got shape {shape}"
         )
     sep = _separator(scope, len(shape))
     if not 1 <= sep <= len(shape) - 2:
