@@ -1,4 +1,4 @@
-"""Config sweep of our direct conv kernels (``primfuncs.conv2d``) on one device.
+"""Config sweep of our direct conv kernels (``primfuncs.conv``) on one device.
 
 For a representative subset of ResNet-50 / MobileNetV2 conv layers (early and
 late, 1x1, 3x3 and 7x7, stride 2, depthwise; :data:`SWEEP_LAYERS`) this builds
@@ -74,7 +74,7 @@ SWEEP_LAYERS = (
     "mobilenetv2.features.14.dw",
 )
 
-#: Device classes whose default config is part of every layer's cases (``default_config(geom, depthwise, kind)``).
+#: Device classes whose default config is part of every layer's cases (``defaults.kind_profile(kind)``'s).
 DEFAULT_KINDS = ("gpu", "cpu", "mobile")
 
 
@@ -82,7 +82,7 @@ DEFAULT_KINDS = ("gpu", "cpu", "mobile")
 # the grid (needs TVM: primfuncs)
 def old_default(geom, depthwise: bool):
     """``default_config`` before this sweep: 4x4 tile shrunk until 1024 work items, work group (8, 4, 1)."""
-    from primfuncs.conv2d import ConvConfig
+    from primfuncs.conv import ConvConfig
     from primfuncs._common import ceildiv
 
     if depthwise:
@@ -101,10 +101,11 @@ def old_default(geom, depthwise: bool):
 
 def candidates(layer, grid: str, placement: str = "texture"):
     """(kind, ConvConfig) pairs to build for ``layer``: kind "sweep", "old_default" or "default_<class>"."""
-    from primfuncs import conv2d
+    from primfuncs import conv
+    from tir_adreno.strategy import defaults
     from primfuncs._common import ceildiv
 
-    geom = conv2d.conv2d_geometry(
+    geom = conv.conv2d_geometry(
         layer.data_shape, layer.weight_shape, layer.strides, layer.padding, layer.dilation, layer.groups
     )
     depthwise = layer.depthwise
@@ -116,30 +117,30 @@ def candidates(layer, grid: str, placement: str = "texture"):
         return tiled_grid(geom, depthwise)
     out = [("old_default", old_default(geom, depthwise))]
     if grid == "defaults":
-        return out + [("default_gpu", conv2d.default_config(geom, depthwise, "gpu"))]
+        return out + [("default_gpu", defaults.default_config(geom, defaults.kind_profile("gpu")))]
     for kind in DEFAULT_KINDS:
-        out.append((f"default_{kind}", conv2d.default_config(geom, depthwise, kind)))
+        out.append((f"default_{kind}", defaults.default_config(geom, defaults.kind_profile(kind))))
 
     def extents(ocb, wb):
         return geom.n * ceildiv(geom.ow, wb), geom.oh, ceildiv(geom.o4, ocb)
 
     def add(ocb, wb, wg, split=1):
-        out.append(("sweep", conv2d.ConvConfig(ocb, wb, tuple(wg), split)))
+        out.append(("sweep", conv.ConvConfig(ocb, wb, tuple(wg), split)))
 
     tiles_dw = [(1, 1), (1, 2), (1, 4), (2, 1), (2, 2), (2, 4)]
     tiles = [(o, w) for o in (1, 2, 4) for w in (1, 2, 4)]
     if grid == "cpu":
         for ocb, wb in tiles_dw if depthwise else tiles:
             add(ocb, wb, (8, 4, 1))
-            add(ocb, wb, conv2d.fill_work_group(extents(ocb, wb), 64, max_x=16))
+            add(ocb, wb, conv.fill_work_group(extents(ocb, wb), 64, max_x=16))
         return out
     for ocb, wb in tiles_dw if depthwise else tiles:
-        add(ocb, wb, conv2d.fill_work_group(extents(ocb, wb), 64, max_x=16))
-        add(ocb, wb, conv2d.fill_work_group(extents(ocb, wb), 128, max_x=16))
+        add(ocb, wb, conv.fill_work_group(extents(ocb, wb), 64, max_x=16))
+        add(ocb, wb, conv.fill_work_group(extents(ocb, wb), 128, max_x=16))
         if depthwise or (ocb, wb) in ((2, 2), (2, 4), (4, 2), (4, 4)):
             add(ocb, wb, (8, 4, 1))
-            add(ocb, wb, conv2d.fill_work_group(extents(ocb, wb), 256, max_x=32))
-            add(ocb, wb, conv2d.fill_work_group(extents(ocb, wb), 32, max_x=8))
+            add(ocb, wb, conv.fill_work_group(extents(ocb, wb), 256, max_x=32))
+            add(ocb, wb, conv.fill_work_group(extents(ocb, wb), 32, max_x=8))
     blocks = geom.cg // 4 if geom.groups > 1 else geom.c // 4
     if depthwise or blocks < 8:
         return out
@@ -149,7 +150,7 @@ def candidates(layer, grid: str, placement: str = "texture"):
                 continue
             # Partial sums in local memory: split x items x tile x 16 bytes <= 32 KiB, items <= 256 / split.
             items = min(64, 256 // split, 2048 // (ocb * wb * split))
-            gx, gy, gz = conv2d.fill_work_group(extents(ocb, wb), items, max_x=16, max_z=64 // split)
+            gx, gy, gz = conv.fill_work_group(extents(ocb, wb), items, max_x=16, max_z=64 // split)
             add(ocb, wb, (gx, gy, gz), split)
     return out
 
@@ -168,10 +169,11 @@ def buffer_grid(geom, depthwise: bool):
     2x2 and 2x4; split_k 2-16 for 2x2 and 2x4 (``split_config``). Configs with fewer than
     :data:`BUFFER_MIN_ITEMS` work items are left out (the named ones never). ~810 kernels on
     the 31 pointwise layers (``--layers pointwise``)."""
-    from primfuncs import conv2d
+    from primfuncs import conv
+    from tir_adreno.strategy import defaults
     from primfuncs._common import ceildiv
 
-    gpu = conv2d.default_config(geom, depthwise, "gpu")
+    gpu = defaults.default_config(geom, defaults.kind_profile("gpu"))
     out = [("default_gpu", gpu), ("texture_default_gpu", gpu)]
     if depthwise:
         return out  # depthwise: benchmarks/depthwise.py sweeps them on buffers
@@ -189,8 +191,8 @@ def buffer_grid(geom, depthwise: bool):
         for wb in (1, 2, 4):
             for threads in (64, 128, 256) if (ocb, wb) in ((2, 2), (2, 4)) else (128,):
                 extents = (geom.n * ceildiv(geom.ow, wb), geom.oh, ceildiv(geom.o4, ocb))
-                add(ocb, wb, conv2d.ConvConfig(ocb, wb, conv2d.fill_work_group(extents, threads, max_x=16)))
-                add(ocb, wb, conv2d.ConvConfig(ocb, wb, (threads, 1, 1), flat=True))
+                add(ocb, wb, conv.ConvConfig(ocb, wb, conv.fill_work_group(extents, threads, max_x=16)))
+                add(ocb, wb, conv.ConvConfig(ocb, wb, (threads, 1, 1), flat=True))
     blocks = geom.cg // 4 if geom.groups > 1 else geom.c // 4
     aligned = geom.groups == 1 or (geom.cg % 4 == 0 and geom.og % 4 == 0)
     for split in (2, 4, 8, 16):
@@ -216,14 +218,15 @@ def tiled_grid(geom, depthwise: bool):
     """``--grid tiled``: the "gpu" default on textures ("texture_default_gpu") and buffers
     ("default_gpu"), then the local-memory tiled kernel (``ConvConfig.tiled``) in the configs
     of :data:`TILED_GRID` on buffers, those marked "T" also on textures ("texture_tiled")."""
-    from primfuncs import conv2d
+    from primfuncs import conv
+    from tir_adreno.strategy import defaults
 
-    gpu = conv2d.default_config(geom, depthwise, "gpu")
+    gpu = defaults.default_config(geom, defaults.kind_profile("gpu"))
     out = [("default_gpu", gpu), ("texture_default_gpu", gpu)]
     if depthwise or geom.groups != 1:
         return out
     for ocb, wb, gx, gy, kc, split, where in TILED_GRID:
-        config = conv2d.ConvConfig(ocb, wb, (gx, gy, 1), split_k=split, tiled=True, k_chunk=kc)
+        config = conv.ConvConfig(ocb, wb, (gx, gy, 1), split_k=split, tiled=True, k_chunk=kc)
         out.append(("sweep", config))
         if where:
             out.append(("texture_tiled", config))
@@ -232,22 +235,23 @@ def tiled_grid(geom, depthwise: bool):
 
 def split_config(geom, ocb: int, wb: int, split: int):
     """The ``split_k`` config of tile ``ocb`` x ``wb``: ~256 work items, partial sums <= 32 KiB."""
-    from primfuncs import conv2d
+    from primfuncs import conv
     from primfuncs._common import ceildiv
 
     per_slice = min(64, 256 // split, 2048 // (ocb * wb * split))
     extents = (geom.n * ceildiv(geom.ow, wb), geom.oh, ceildiv(geom.o4, ocb))
-    wg = conv2d.fill_work_group(extents, per_slice, max_x=16, max_z=64 // split)
-    return conv2d.ConvConfig(ocb, wb, wg, split)
+    wg = conv.fill_work_group(extents, per_slice, max_x=16, max_z=64 // split)
+    return conv.ConvConfig(ocb, wb, wg, split)
 
 
 def refine(geom, depthwise: bool):
     """Second pass around the "gpu" default: tiles 2x4, 2x2, 1x4 x its split_k halved,
     kept, doubled; then that default with its weights in a buffer ("wbuf") and with
     every tensor in buffers ("buf")."""
-    from primfuncs import conv2d
+    from primfuncs import conv
+    from tir_adreno.strategy import defaults
 
-    gpu = conv2d.default_config(geom, depthwise, "gpu")
+    gpu = defaults.default_config(geom, defaults.kind_profile("gpu"))
     variants = [("variant_wbuf", gpu), ("variant_buf", gpu)]
     blocks = geom.cg // 4 if geom.groups > 1 else geom.c // 4
     if depthwise or blocks < 2:
@@ -258,7 +262,7 @@ def refine(geom, depthwise: bool):
             if 1 <= split <= min(32, blocks):
                 if split == 1:
                     extents = (geom.n * -(-geom.ow // wb), geom.oh, -(-geom.o4 // ocb))
-                    out.append(("sweep", conv2d.ConvConfig(ocb, wb, conv2d.fill_work_group(extents, 64, max_x=16))))
+                    out.append(("sweep", conv.ConvConfig(ocb, wb, conv.fill_work_group(extents, 64, max_x=16))))
                 else:
                     out.append(("sweep", split_config(geom, ocb, wb, split)))
     return out + variants
@@ -294,7 +298,7 @@ def build_all(selected, grid: str, out_dir: Path | None, placement: str = "textu
     otherwise; returns (meta, {kernel id: KernelModule})."""
     import tvm
 
-    from primfuncs import conv2d
+    from primfuncs import conv
     from primfuncs._common import BUFFER, TEXTURE
     from tir_adreno.codegen import build
     from tir_adreno.strategy import conv as strategy
@@ -316,7 +320,7 @@ def build_all(selected, grid: str, out_dir: Path | None, placement: str = "textu
             case = {"layer": layer.key, "kinds": [kind], "config": cfg, "label": label(cfg)}
             seen[key] = case
             try:
-                geom = conv2d.conv2d_geometry(layer.data_shape, layer.weight_shape, layer.strides, layer.padding,
+                geom = conv.conv2d_geometry(layer.data_shape, layer.weight_shape, layer.strides, layer.padding,
                                               layer.dilation, layer.groups)
                 func = strategy.direct_conv2d(geom, config=config, scope=scope, weight_scope=weight_scope)
                 module = build.build_cached(func)

@@ -11,7 +11,7 @@ OpenCL event time after warm-up, input sets rotated):
   each JSON row. Epilogue: none, like the other ways (a model's conv adds its folded
   bias and activation, one read and a clamp per output pixel in registers; the plan's
   choice does not depend on the epilogue);
-- ``ours_tex``: our direct conv (``primfuncs.conv2d``), NCHW4c activations and
+- ``ours_tex``: our direct conv (``primfuncs.conv``), NCHW4c activations and
   OIHW4o weights in textures;
 - ``ours_buf``: the same schedule on buffers (both: the profile's default direct conv);
 - ``upstream``: upstream TVM's generic OpenCL conv (``Target({"kind": "opencl"})``,
@@ -21,7 +21,7 @@ OpenCL event time after warm-up, input sets rotated):
 
 A depthwise conv that a model compiled for ``--target`` runs fused into the 1x1 conv
 reading it (``strategy.fuse_depthwise_pointwise``, kernel
-``primfuncs.conv2d.depthwise_pointwise_nchw4c``) also gets a row ``<dw key>+<1x1 name>``
+``primfuncs.conv.depthwise_pointwise_nchw4c``) also gets a row ``<dw key>+<1x1 name>``
 (count = blocks with that pair; ``layers.pairs``): ``ours`` = the fused kernel, the other
 ways = their depthwise time + their 1x1 time. The summary is printed twice: per conv
 (each conv alone, as before) and "as the model runs" (fused pairs replace their
@@ -52,7 +52,7 @@ import common  # noqa: E402  (puts the repository root on sys.path)
 from common import nchw4c_to_nchw, nchw_to_nchw4c, oihw_to_oihw4o
 import layers as layer_lists
 
-from primfuncs.winograd_math import winograd_weight_transform  # NumPy only: fine without TVM
+from primfuncs.conv.winograd_math import winograd_weight_transform  # NumPy only: fine without TVM
 from tir_adreno.tuning import programs as tuning
 from tir_adreno.strategy.packing import pack_nchw4c, pack_oihw4o, unpack_nchw4c
 from tir_adreno.runtime.bundle import KernelModule
@@ -94,7 +94,7 @@ def build_case(layer: layer_lists.ConvLayer, way: str, profile, records=None) ->
     from tir_adreno.codegen import build
 
     if way != "upstream":
-        from primfuncs.conv2d import conv2d_geometry
+        from primfuncs.conv import conv2d_geometry
         from primfuncs.epilogue import Epilogue
         from tir_adreno.strategy import conv as strategy
 
@@ -116,7 +116,7 @@ def build_case(layer: layer_lists.ConvLayer, way: str, profile, records=None) ->
 
 
 def geometry(layer: layer_lists.ConvLayer):
-    from primfuncs.conv2d import conv2d_geometry
+    from primfuncs.conv import conv2d_geometry
 
     return conv2d_geometry(layer.data_shape, layer.weight_shape, layer.strides, layer.padding, layer.dilation, layer.groups)
 

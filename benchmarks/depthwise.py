@@ -45,33 +45,34 @@ NAMED = ("old", "gpu", "gpu_wbuf", "gpu_buf")
 
 def candidates(layer):
     """(way, label, ConvConfig, scope, weight scope) of our kernels for ``layer``."""
-    from primfuncs import conv2d
+    from primfuncs import conv
+    from tir_adreno.strategy import defaults
     from primfuncs._common import BUFFER, TEXTURE, TEXTURE_WEIGHT, ceildiv
 
-    geom = conv2d.conv2d_geometry(
+    geom = conv.conv2d_geometry(
         layer.data_shape, layer.weight_shape, layer.strides, layer.padding, layer.dilation, layer.groups
     )
-    gpu = conv2d.default_config(geom, depthwise=True, kind="gpu")
+    gpu = defaults.default_config(geom, defaults.kind_profile("gpu"))
     out = [
-        ("old", conv2d.ConvConfig(1, 4, (8, 4, 1)), TEXTURE, TEXTURE_WEIGHT),
+        ("old", conv.ConvConfig(1, 4, (8, 4, 1)), TEXTURE, TEXTURE_WEIGHT),
         ("gpu", gpu, TEXTURE, TEXTURE_WEIGHT),
         ("gpu_wbuf", gpu, TEXTURE, BUFFER),
         ("gpu_buf", gpu, BUFFER, BUFFER),
     ]
 
     def grid(wb, threads, depth=1):
-        return conv2d.fill_work_group((geom.n * ceildiv(geom.ow, wb), geom.oh, depth), threads, max_x=32)
+        return conv.fill_work_group((geom.n * ceildiv(geom.ow, wb), geom.oh, depth), threads, max_x=32)
 
     sweep = []  # (config, on buffers too)
     for register_window in (True, False):
         for wb in (1, 2, 4):
             for threads in (64, 128, 256) if register_window else (128,):
-                sweep.append((conv2d.ConvConfig(1, wb, grid(wb, threads), register_window=register_window), wb < 4))
+                sweep.append((conv.ConvConfig(1, wb, grid(wb, threads), register_window=register_window), wb < 4))
         for wb in (1, 2):  # 3-D groups: small images fill a group with channel blocks too
-            sweep.append((conv2d.ConvConfig(1, wb, grid(wb, 128, geom.o4), register_window=register_window), False))
+            sweep.append((conv.ConvConfig(1, wb, grid(wb, 128, geom.o4), register_window=register_window), False))
         for wb in (1, 2):  # 1-D grid in output order, upstream's shape (ConvConfig.flat); 32: more groups on small maps
             for threads in (32, 64, 128, 256):
-                cfg = conv2d.ConvConfig(1, wb, (threads, 1, 1), register_window=register_window, flat=True)
+                cfg = conv.ConvConfig(1, wb, (threads, 1, 1), register_window=register_window, flat=True)
                 sweep.append((cfg, True))
     for cfg, on_buffers in sweep:
         if not cfg.flat or cfg.work_group[0] == 128:  # textures: flat at 128 only (all at the floor there)
@@ -90,7 +91,7 @@ def label(cfg, scope: str, weight_scope: str) -> str:
 def build_all(selected, out_dir: Path | None):
     import tvm
 
-    from primfuncs import conv2d
+    from primfuncs import conv
     from tir_adreno.codegen import build
 
     cases, modules = [], {}
@@ -108,7 +109,7 @@ def build_all(selected, out_dir: Path | None):
                     module, info = build_case(layer, "upstream", None)  # upstream needs no profile
                     case.update(info)
                 else:
-                    func = conv2d.depthwise_conv2d_nchw4c(
+                    func = conv.depthwise_conv2d_nchw4c(
                         layer.data_shape, layer.weight_shape, strides=layer.strides, padding=layer.padding,
                         dilation=layer.dilation, config=cfg, scope=scope, weight_scope=wscope,
                     )

@@ -53,7 +53,7 @@ def texture_bytes(specs) -> int:
 
 def build_layers(layers, profile, out_dir: Path | None) -> tuple[list, dict]:
     """(case entries, key -> ConvProgram) of every layer in each precision (needs TVM)."""
-    from primfuncs.conv2d import conv2d_geometry
+    from primfuncs.conv import conv2d_geometry
     from primfuncs.epilogue import Epilogue
     from tir_adreno.strategy import conv as strategy
     from tir_adreno.tuning import programs as tuning

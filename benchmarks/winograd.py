@@ -4,8 +4,8 @@ ResNet-50 and VGG-16 (batch 1, 224x224, fp32), one device, and what "auto" picks
 Each way runs through the same pyopencl runtime and is timed the same way (median
 OpenCL event time of all its kernels after warm-up, input sets rotated):
 
-- ``direct``: ``primfuncs.conv2d`` (NCHW4c activations and OIHW4o weights in textures);
-- ``winograd_2x2`` / ``winograd_4x4``: ``primfuncs.conv2d_winograd``, three kernels
+- ``direct``: ``primfuncs.conv`` (NCHW4c activations and OIHW4o weights in textures);
+- ``winograd_2x2`` / ``winograd_4x4``: ``primfuncs.conv.winograd``, three kernels
   (input transform, batched GEMM, output transform); the weight transform is done
   once on the host and not timed, like any weight packing.
 
@@ -94,7 +94,7 @@ def build_all(selected, profile, out_dir: Path | None):
     """Build every (layer, way) for ``profile``; with ``out_dir`` also save bundles + cases.json there."""
     import tvm
 
-    from primfuncs.conv2d import conv2d_geometry
+    from primfuncs.conv import conv2d_geometry
     from primfuncs.epilogue import Epilogue
     from tir_adreno.strategy import conv as strategy
 
@@ -343,7 +343,7 @@ def main(argv=None) -> int:
         if missing:
             common.log(f"not in {args.src}: {missing} (rebuild with --build-only)")
         selected = [layer for layer in selected if layer.key in built]
-        leaked = [m for m in ("tvm", "primfuncs.conv2d", "primfuncs._common") if m in sys.modules]
+        leaked = [m for m in ("tvm", "primfuncs.conv.direct", "primfuncs._common") if m in sys.modules]
         if leaked:
             raise RuntimeError(f"--from imported {leaked}: the run-only path must work without TVM")
     else:

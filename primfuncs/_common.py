@@ -14,19 +14,11 @@ from dataclasses import dataclass
 from tvm import tirx
 from tvm.script import tirx as T
 
+from .lanes import LANES, blocked, ceildiv  # noqa: F401 (re-exported: the kernels import them from here)
+
 TEXTURE = "global.texture"
 TEXTURE_WEIGHT = "global.texture-weight"
 BUFFER = "global"
-LANES = 4
-
-
-def ceildiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def blocked(channels: int) -> int:
-    """Number of 4-channel blocks holding ``channels`` channels."""
-    return ceildiv(channels, LANES)
 
 
 def check_scope(scope: str, allowed=(TEXTURE, BUFFER)) -> str:

@@ -22,7 +22,7 @@ from tir_adreno.runtime.executor import Call, CompiledModel, Plan, TensorInfo
 from tir_adreno.strategy.profile import DeviceProfile, resolve, with_limits, with_placement, without_fusion
 from tir_adreno.strategy.records import open_records
 from tir_adreno.passes import CONFIG_ATTR, OP_ATTR, OURS_ATTR, SOURCE_ATTR, dispatch_to_textures
-from tir_adreno.strategy.conv import check_precision, half_storage
+from tir_adreno.strategy.precision import check_precision, half_storage
 
 
 class ModelError(ValueError):
@@ -119,7 +119,7 @@ def plan_module(mod: tvm.IRModule, input_names, progress=print, target=None, pri
     """Build every PrimFunc ``main`` calls and lay out the calls; returns (plan, kernels, weights).
     ``prims``, when given, receives kernel key -> the PrimFunc with its attributes (``tir-adreno dump``).
     ``storage="float16"`` keeps the texture tensors of our kernels in half images
-    (``strategy.half_storage``); their weights are kept as float16 arrays (saved in half)."""
+    (``strategy.precision.half_storage``); their weights are kept as float16 arrays (saved in half)."""
     func = mod["main"]
     tensors: list[TensorInfo] = []
     env: dict = {}
@@ -247,7 +247,7 @@ def compile_plan(model, profile: DeviceProfile, records=None, allow_buffer: bool
     ``runs_on``: the device the plan will be loaded on, when known (checked before building).
     ``prims`` (a dict) receives kernel key -> PrimFunc (see :func:`plan_module`).
     ``placement`` ("texture" or "buffer") overrides the profile's ``activation_placement``.
-    ValueError (``strategy.PrecisionError``) when ``profile`` cannot run ``precision`` or
+    ValueError (``strategy.precision.PrecisionError``) when ``profile`` cannot run ``precision`` or
     ``placement`` is not a placement."""
     profile = with_placement(profile, placement)
     check_precision(precision, profile)
@@ -277,7 +277,7 @@ def compile_model(
     symbolic dims (e.g. ``{"input": (4, 3, 224, 224)}`` for a named batch). ``ours=False`` compiles the same model with upstream TVM only (LegalizeOps +
     dlight GPU schedules, buffers), the baseline of the benchmarks.
     ``precision``: "float32" or "float16_acc32" (every texture tensor, weights included, in
-    RGBA half images; float32 arithmetic; buffers stay float32): ``strategy.PRECISIONS``.
+    RGBA half images; float32 arithmetic; buffers stay float32): ``strategy.precision.PRECISIONS``.
     ``placement``: "texture" or "buffer", the default scope of activations (default: the
     profile's ``activation_placement``; records still place each tuned conv).
     ``fuse=False`` keeps every depthwise conv apart from the 1x1 conv after it (where the profile

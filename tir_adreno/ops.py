@@ -5,7 +5,7 @@ kernel and unpacks the result. Kernels are built once per shape (in-process
 and on-disk caches). A tensor too large for the device's images runs on
 buffers with the same schedule, unless ``allow_buffer=False``.
 
-``precision`` (``strategy.PRECISIONS``): "float32" (default: the input's dtype,
+``precision`` (``strategy.precision.PRECISIONS``): "float32" (default: the input's dtype,
 float32 or float16, as it is); "float16_acc32" (float32 kernels on RGBA half
 images: inputs are rounded to half when packed into their texture, weights on
 upload; bias and other buffers stay float32); "float16" (the float16 kernels:
@@ -26,6 +26,8 @@ from tir_adreno.codegen import build
 from tir_adreno.runtime import opencl as runtime, texture
 from tir_adreno.strategy import conv as _strategy
 from tir_adreno.strategy import placement
+from tir_adreno.strategy import pool as _pool_strategy
+from tir_adreno.strategy.precision import check_precision, half_storage, kernel_dtype
 from tir_adreno.strategy.profile import DeviceProfile
 
 SUPPORTED_DTYPES = ("float32", "float16")
@@ -71,12 +73,12 @@ class Precision:
 def _precision(x: np.ndarray, precision: str, dev: runtime.Device) -> tuple[np.ndarray, Precision]:
     """``x`` in the kernels' dtype and the :class:`Precision` of ``precision`` on ``dev``;
     PrecisionError naming the device when it cannot run it."""
-    _strategy.check_precision(precision, DeviceProfile.from_device(dev))
+    check_precision(precision, DeviceProfile.from_device(dev))
     if precision == "float32":
         check_device_dtype(dev, x.dtype.name)
         return x, Precision(precision, x.dtype.name, None)
-    dtype = _strategy.kernel_dtype(precision)
-    return x.astype(dtype, copy=False), Precision(precision, dtype, _strategy.half_storage(precision))
+    dtype = kernel_dtype(precision)
+    return x.astype(dtype, copy=False), Precision(precision, dtype, half_storage(precision))
 
 
 def blocked_shape(nchw) -> tuple[int, int, int, int, int]:
@@ -237,8 +239,8 @@ from primfuncs import reduce as _reduce  # noqa: E402
 
 def group_threshold(dev: runtime.Device):
     """``strategy="auto"``'s window size for the work-group schedule of pools and reductions on
-    ``dev`` (``strategy.group_threshold`` of its profile: never on a CPU)."""
-    return _strategy.group_threshold(DeviceProfile.from_device(dev))
+    ``dev`` (``strategy.pool.group_threshold`` of its profile: never on a CPU)."""
+    return _pool_strategy.group_threshold(DeviceProfile.from_device(dev))
 
 
 def _run_pool(x, factory, device, allow_buffer, precision, **attrs) -> np.ndarray:
@@ -366,9 +368,9 @@ def softmax(x, axis: int = 1, device=None, allow_buffer: bool = True, precision:
     return prec.result(download_nchw(out, x.shape[1]))
 
 
-# -- convolution (primfuncs.conv2d, planned by tir_adreno.strategy.conv) --------------------------------
+# -- convolution (primfuncs.conv, planned by tir_adreno.strategy.conv) ----------------------------------
 # Imported here, not at the top: this section was appended to the file as a unit.
-from primfuncs import conv2d as _conv2d  # noqa: E402
+from primfuncs import conv as _conv  # noqa: E402
 from primfuncs.epilogue import ACTIVATIONS as _ACTIVATIONS  # noqa: E402
 from primfuncs.epilogue import Epilogue as _Epilogue  # noqa: E402
 
@@ -403,7 +405,7 @@ def conv2d(
         raise ValueError(f"activation must be one of {_ACTIVATIONS}, got {activation!r}")
     x = check_array(x, "x")
     w = check_array(w, "w", dtype=x.dtype)
-    geom = _conv2d.conv2d_geometry(x.shape, w.shape, stride, padding, dilation, groups, names=("x", "w"))
+    geom = _conv.conv2d_geometry(x.shape, w.shape, stride, padding, dilation, groups, names=("x", "w"))
     dtype = x.dtype.name
     if bias is not None:
         bias = check_array(bias, "bias", ndim=1)

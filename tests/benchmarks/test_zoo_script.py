@@ -82,7 +82,7 @@ def test_conv_layers_ours_runs_the_strategys_plan(tmp_path):
     without TVM, every output checked."""
     layers = benchmark("layers")
 
-    from primfuncs.conv2d import ConvConfig, conv2d_geometry
+    from primfuncs.conv import ConvConfig, conv2d_geometry
     from primfuncs.epilogue import Epilogue
     from tir_adreno.strategy import records, conv as strategy
     from tir_adreno.strategy.profile import get_profile

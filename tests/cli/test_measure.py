@@ -15,7 +15,7 @@ import pytest
 from helpers import ROOT
 from helpers.cli import assert_user_error
 
-from primfuncs import conv2d, elementwise
+from primfuncs import conv, elementwise
 from tir_adreno.codegen import build
 from tir_adreno.runtime import cache
 from tir_adreno.tuning import measure
@@ -29,7 +29,7 @@ def modules():
     return {
         "relu": build.build_cached(elementwise.relu(SHAPE)),
         "add": build.build_cached(elementwise.add(SHAPE)),
-        "conv2d_nchw4c": build.build_cached(conv2d.conv2d_nchw4c((1, 8, 6, 6), (8, 8, 3, 3), padding=1)),
+        "conv2d_nchw4c": build.build_cached(conv.conv2d_nchw4c((1, 8, 6, 6), (8, 8, 3, 3), padding=1)),
     }
 
 

@@ -124,7 +124,7 @@ def test_missing_records_file_is_a_user_error(two_convs, tmp_path):
 def test_gpu_candidates_include_the_tiled_kernel():
     """On a big GPU a dense conv's candidates add the tiled kernel's configs on buffers, and when
     the default is tiled, the direct kernel in its own placement; a CPU profile gets neither."""
-    from primfuncs.conv2d import conv2d_geometry
+    from primfuncs.conv import conv2d_geometry
     from tir_adreno.tuning import tune
     from tir_adreno.strategy.profile import get_profile
 

@@ -202,7 +202,7 @@ def test_bad_show_value_and_saved_model_dir(dumped, tmp_path):
 def test_winograd_stage_runs_between_the_other_two(models, tmp_path):
     """A Winograd conv (chosen by records, `dump --records`) dumps as three kernels; `kernel --check`
     runs the edited stage between the other two, rebuilt from its header, against the conv reference."""
-    from primfuncs.conv2d import conv2d_geometry
+    from primfuncs.conv import conv2d_geometry
     from tir_adreno.strategy import records, conv as strategy
     from tir_adreno.strategy.profile import resolve
 

@@ -7,7 +7,7 @@ on purpose: a conv test must not share a lane-order mistake with the code it che
 import numpy as np
 
 from helpers.numeric import rand
-from primfuncs import conv2d as conv
+from primfuncs import conv
 from primfuncs._common import BUFFER, TEXTURE, TEXTURE_WEIGHT, blocked
 from tir_adreno import ops, reference
 from tir_adreno.reference import conv2d_epilogue as reference_epilogue  # noqa: F401 (re-exported for tests)

@@ -11,10 +11,11 @@ import itertools
 from hypothesis import assume
 from hypothesis import strategies as st
 
-from primfuncs import conv2d_winograd as wg
+from primfuncs.conv import winograd as wg
 from primfuncs._common import BUFFER, TEXTURE
-from primfuncs.conv2d import ConvConfig
-from primfuncs.conv2d_tiled import MAX_LOCAL_BYTES, tiled_local_bytes
+from primfuncs.conv import ConvConfig
+from primfuncs.conv.config import MAX_LOCAL_BYTES
+from primfuncs.conv.tiled import tiled_local_bytes
 from primfuncs.epilogue import ACTIVATIONS, Epilogue
 from tir_adreno.reference import REDUCTIONS
 

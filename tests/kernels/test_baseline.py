@@ -12,7 +12,7 @@ from helpers.conv import reference_conv2d  # float64 NCHW/OIHW conv, padding (t,
 from helpers.numeric import assert_close, rand
 from helpers.strategies import UPSTREAM_3X3, UPSTREAM_GROUPED_ALIGNED, upstream_conv_cases
 
-from primfuncs.conv2d import conv2d_geometry
+from primfuncs.conv import conv2d_geometry
 from tir_adreno.tools import baseline
 
 RTOL = 1e-4

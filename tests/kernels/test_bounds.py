@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from primfuncs import elementwise
-from primfuncs.conv2d import ConvConfig, conv2d_nchw4c, depthwise_conv2d_nchw4c
+from primfuncs.conv import ConvConfig, conv2d_nchw4c, depthwise_conv2d_nchw4c
 from tir_adreno.runtime import bounds
 from tir_adreno.codegen import build
 from tir_adreno.tools import tour

@@ -1,4 +1,4 @@
-"""conv2d / depthwise conv2d (primfuncs.conv2d) and ops.conv2d against a float64 NumPy conv.
+"""conv2d / depthwise conv2d (primfuncs.conv) and ops.conv2d against a float64 NumPy conv.
 
 Kernels run on OpenCL (PoCL here) with fresh random inputs and poisoned outputs;
 every output pixel of the blocked result must be written, padding lanes zero.
@@ -16,7 +16,7 @@ from helpers.strategies import (
     tiled_configs,
 )
 
-from primfuncs import conv2d as conv
+from primfuncs import conv
 from primfuncs._common import BUFFER, TEXTURE
 from primfuncs.epilogue import Epilogue
 from tir_adreno import ops

@@ -1,4 +1,4 @@
-"""Direct conv configs (primfuncs.conv2d): split_k kernels and the per-device-class defaults.
+"""Direct conv configs (primfuncs.conv): split_k kernels and the per-device-class defaults (tir_adreno.strategy.defaults).
 
 split_k kernels sum partial tiles of several work items through local memory;
 they run here on PoCL against the float64 NumPy conv of test_conv2d, with fresh
@@ -13,9 +13,11 @@ from helpers.conv import check_blocked_output, run_conv_case
 from helpers.numeric import assert_close
 from helpers.strategies import SEEDS, SPLIT_3X3, SPLIT_GROUPED_ALIGNED, split_cases
 
-from primfuncs import conv2d as conv
+from primfuncs import conv
 from primfuncs._common import BUFFER, TEXTURE
 from primfuncs.epilogue import Epilogue
+from tir_adreno.strategy import defaults
+from tir_adreno.strategy.profile import KINDS
 
 
 @pytest.mark.parametrize("scope", [TEXTURE, BUFFER])
@@ -37,14 +39,14 @@ DEFAULT_CASES = [
 ]
 
 
-@pytest.mark.parametrize("kind", conv.DEVICE_KINDS)
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("data_shape, weight_shape, padding", DEFAULT_CASES)
 def test_default_config_per_device_kind(device, kind, data_shape, weight_shape, padding):
     """Each class's default builds a correct kernel; "gpu" splits the deep layers."""
     depthwise = weight_shape[1] == 1 and data_shape[1] > 1
     groups = data_shape[1] if depthwise else 1
     geom = conv.conv2d_geometry(data_shape, weight_shape, 1, padding, 1, groups)
-    config = conv.default_config(geom, depthwise, kind)
+    config = defaults.default_config(geom, defaults.kind_profile(kind))
     wg = config.work_group
     assert wg[0] * wg[1] * wg[2] * config.split_k <= 256
     if kind == "gpu" and not depthwise and data_shape[1] >= 8:
@@ -77,7 +79,7 @@ def test_default_config_per_device_kind(device, kind, data_shape, weight_shape, 
             lambda: conv.conv2d_nchw4c((1, 64, 32, 32), (64, 64, 1, 1), config=conv.ConvConfig(4, 4, (8, 4, 1), 8)),
             ValueError, "bytes of local memory",
         ),
-        (lambda: conv.default_config(conv.conv2d_geometry((1, 4, 6, 6), (8, 4, 3, 3)), kind="tpu"), ValueError, "kind must be"),
+        (lambda: defaults.kind_profile("tpu"), ValueError, "kind must be"),
     ],
 )
 def test_config_errors(call, error, match):

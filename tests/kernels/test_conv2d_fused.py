@@ -1,4 +1,4 @@
-"""The fused depthwise -> 1x1 conv kernel (primfuncs.conv2d.depthwise_pointwise_nchw4c) against
+"""The fused depthwise -> 1x1 conv kernel (primfuncs.conv.depthwise_pointwise_nchw4c) against
 the float64 composition of tir_adreno.reference's depthwise and 1x1 convs.
 
 Fresh random inputs, poisoned outputs (every pixel written, padding lanes zero), both scopes,
@@ -15,9 +15,9 @@ from helpers.nonfinite import assert_matches, nonfinite, run_finite_poison
 from helpers.numeric import assert_close, run_kernel, unpack_nchw4c
 from helpers.strategies import SCOPES, SEEDS, STRIDE1_RESIDUAL, fused_cases
 
-from primfuncs import conv2d as conv
+from primfuncs import conv
 from primfuncs._common import BUFFER, TEXTURE
-from primfuncs.conv2d import ConvConfig
+from primfuncs.conv import ConvConfig
 from primfuncs.epilogue import Epilogue
 
 # The float64 reference computes inf - inf on purpose (the non-finite case).

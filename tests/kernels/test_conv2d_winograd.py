@@ -1,4 +1,4 @@
-"""Winograd conv2d F(2x2, 3x3) and F(4x4, 3x3) (primfuncs.conv2d_winograd) against a float64 NumPy conv.
+"""Winograd conv2d F(2x2, 3x3) and F(4x4, 3x3) (primfuncs.conv.winograd) against a float64 NumPy conv.
 
 The three chained kernels run on OpenCL (PoCL here) with fresh random inputs; the
 output and both intermediates are poisoned first, so a pixel no stage wrote shows
@@ -15,9 +15,9 @@ from helpers.conv import reference_conv2d, reference_epilogue
 from helpers.numeric import assert_close, pack_nchw4c, rand, unpack_nchw4c
 from helpers.strategies import SEEDS, winograd_cases
 
-from primfuncs import conv2d_winograd as wg
+from primfuncs.conv import winograd as wg
 from primfuncs._common import BUFFER, TEXTURE
-from primfuncs.conv2d import ConvConfig
+from primfuncs.conv import ConvConfig
 from primfuncs.epilogue import Epilogue
 from tir_adreno import ops
 from tir_adreno.codegen import build

@@ -24,8 +24,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from primfuncs import concat, elementwise, layout, pool2d, reduce
-from primfuncs import conv2d as conv
+from primfuncs import concat, conv, elementwise, layout, pool2d, reduce
 from primfuncs._common import TEXTURE
 from primfuncs.epilogue import Epilogue
 from tir_adreno import cli, compile_model, load_model, ops
@@ -33,6 +32,7 @@ from tir_adreno.codegen import build
 from tir_adreno.runtime import cache, opencl as runtime
 from tir_adreno.frontend import models
 from tir_adreno.strategy import conv as strategy
+from tir_adreno.strategy.precision import PrecisionError
 from tir_adreno.strategy.profile import get_profile
 from tir_adreno.strategy.packing import pack_bias
 from tir_adreno.reference import adaptive_pool2d as adaptive_reference
@@ -97,7 +97,7 @@ def test_half_image_tensor_round_trip_and_bytes(device):
 def test_float16_is_refused_on_pocl_in_one_line(device, capsys):
     assert runtime.half_images(device) and not runtime.half_math(device)
     x = rand(np.random.default_rng(1), (1, 4, 2, 2))
-    with pytest.raises(strategy.PrecisionError, match="'float16' needs half arithmetic.*pocl"):
+    with pytest.raises(PrecisionError, match="'float16' needs half arithmetic.*pocl"):
         ops.relu(x, device=device, precision="float16")
     with pytest.raises(ValueError, match="precision must be one of"):
         ops.relu(x, device=device, precision="bfloat16")

@@ -14,8 +14,7 @@ from helpers.nonfinite import assert_matches, nonfinite, run_finite_poison
 from helpers.numeric import pack_nchw4c, pack_oihw4o, rand, unpack_nchw4c
 from helpers.strategies import STRATEGIES
 
-from primfuncs import conv2d as conv
-from primfuncs import elementwise, pool2d, reduce
+from primfuncs import conv, elementwise, pool2d, reduce
 from primfuncs._common import BUFFER, TEXTURE
 from primfuncs.epilogue import Epilogue
 from tir_adreno.reference import adaptive_pool2d as adaptive_reference

@@ -19,9 +19,9 @@ from helpers.conv import check_blocked_output, fused_inputs, reference_conv2d, r
 from helpers.numeric import assert_close, rand, run_kernel, unpack_nchw4c
 from helpers.strategies import CONV_3X3, DEPTHWISE_3X3, SCOPES, SEEDS, STRIDE1_RESIDUAL, conv_cases, fused_cases
 
-from primfuncs import conv2d as conv
+from primfuncs import conv
 from primfuncs._common import BUFFER, TEXTURE
-from primfuncs.conv2d import ConvConfig, conv2d_geometry
+from primfuncs.conv import ConvConfig, conv2d_geometry
 from primfuncs.epilogue import Epilogue
 from tir_adreno import compile_model, ops
 from tir_adreno.strategy import records, conv as strategy

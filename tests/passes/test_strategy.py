@@ -15,11 +15,13 @@ from helpers.conv import reference_conv2d
 from helpers.numeric import assert_close, rand
 
 from primfuncs._common import BUFFER, TEXTURE
-from primfuncs.conv2d import ConvConfig, conv2d_geometry, default_config
+from primfuncs.conv import ConvConfig, conv2d_geometry
 from primfuncs.epilogue import Epilogue
 from tir_adreno import compile_model, ops
 from tir_adreno.runtime import cache, texture
-from tir_adreno.strategy import records, conv as strategy
+from tir_adreno.strategy import defaults, records, conv as strategy
+from tir_adreno.strategy.pool import group_threshold
+from tir_adreno.strategy.precision import PrecisionError
 from tir_adreno.tuning import programs as tuning
 from tir_adreno.strategy.profile import PROFILES, DeviceProfile, get_profile
 from tir_adreno.frontend.models import _model
@@ -57,18 +59,18 @@ def test_defaults_follow_the_profile_kind():
     for name, profile in PROFILES.items():
         plan = strategy.conv2d_plan(deep, Epilogue(), "float32", profile)
         assert plan.source == "default" and plan.algorithm == "direct"
-        assert plan.config == default_config(deep, False, profile.kind), name
+        assert plan.config == defaults.default_config(deep, defaults.kind_profile(profile.kind)), name
     assert strategy.conv2d_plan(deep, Epilogue(), "float32", get_profile("nvidia-h200")).config.split_k > 1
     with pytest.raises(ValueError, match="precision must be one of"):
         strategy.conv2d_plan(deep, Epilogue(), "float64", get_profile("adreno"))
-    with pytest.raises(strategy.PrecisionError, match="'float16' needs half arithmetic.*pocl"):
+    with pytest.raises(PrecisionError, match="'float16' needs half arithmetic.*pocl"):
         strategy.conv2d_plan(deep, Epilogue(), "float16", get_profile("pocl"))
     assert strategy.conv2d_plan(deep, Epilogue(), "float16", get_profile("adreno")).dtype == "float16"
 
 
 def test_group_threshold_per_kind():
-    assert strategy.group_threshold(get_profile("pocl")) is None
-    assert strategy.group_threshold(get_profile("adreno")) == strategy.group_threshold(get_profile("nvidia-h200")) == 49
+    assert group_threshold(get_profile("pocl")) is None
+    assert group_threshold(get_profile("adreno")) == group_threshold(get_profile("nvidia-h200")) == 49
 
 
 def _records(path, profile, choice, key=GEOM):
@@ -95,15 +97,14 @@ def test_depthwise_defaults_per_profile_and_layer_class(monkeypatch):
     its class) and per layer class; the strategy and tune's first candidate follow it."""
     import dataclasses
 
-    from primfuncs import conv2d
     from tir_adreno.tuning import tune
 
-    table = dict(conv2d.DEPTHWISE_DEFAULTS)
+    table = dict(defaults.DEPTHWISE_DEFAULTS)
     table["nvidia-h200"] = {
         "w_block": 2, "threads": 256, "flat": True, "register_window": True, "placement": "buffer",
         "classes": {"stride2": {"w_block": 1}, "small": {"placement": "texture", "flat": False, "threads": 64}},
     }
-    monkeypatch.setattr(conv2d, "DEPTHWISE_DEFAULTS", table)
+    monkeypatch.setattr(defaults, "DEPTHWISE_DEFAULTS", table)
     h200 = get_profile("nvidia-h200")
     other_gpu = dataclasses.replace(h200, name="other-gpu", activation_placement="texture")
 
@@ -118,7 +119,7 @@ def test_depthwise_defaults_per_profile_and_layer_class(monkeypatch):
     small = plan((1, 32, 7, 7), 1, h200)
     assert small.placement == "texture" and not small.config.flat and small.config.work_group == (4, 7, 1)  # ceil(7 / 2) x 7
     gpu = plan((1, 32, 28, 28), 1, other_gpu)  # the class's entry, the profile's placement
-    assert gpu.placement == "texture" and gpu.config == default_config(gpu.geometry, True, "gpu")
+    assert gpu.placement == "texture" and gpu.config == defaults.default_config(gpu.geometry, defaults.kind_profile("gpu"))
     assert plan((1, 32, 28, 28), 1, dataclasses.replace(other_gpu, activation_placement="buffer")).placement == "buffer"
     assert plan((1, 32, 28, 28), 1, h200).primfuncs()  # builds as TIR
     dense = strategy.conv2d_plan(GEOM, Epilogue(), "float32", h200)
@@ -215,11 +216,9 @@ def test_compiled_model_places_depthwise_by_its_defaults(device, monkeypatch):
     """A DEPTHWISE_DEFAULTS entry for this device's profile that puts depthwise convs on
     buffers with the 1-D grid: the Relax pass follows it (copies around the buffer conv),
     the output stays right and the profile rows show the choice."""
-    from primfuncs import conv2d
-
     profile = DeviceProfile.from_device(device)
     entry = {"w_block": 1, "threads": 64, "flat": True, "register_window": True, "placement": "buffer"}
-    monkeypatch.setattr(conv2d, "DEPTHWISE_DEFAULTS", {**conv2d.DEPTHWISE_DEFAULTS, profile.name: entry})
+    monkeypatch.setattr(defaults, "DEPTHWISE_DEFAULTS", {**defaults.DEPTHWISE_DEFAULTS, profile.name: entry})
 
     def body(m, x):
         y = m.conv_bn(x, 8, 3, act="relu6")
@@ -243,7 +242,7 @@ MOBILENET_V2_TAILS = [(32, 112, 1, 16), (96, 112, 2, 24), (144, 56, 1, 24), (144
 
 
 def _tail(c, size, stride, o):
-    from primfuncs.conv2d import depthwise_pointwise_geometry
+    from primfuncs.conv import depthwise_pointwise_geometry
 
     return depthwise_pointwise_geometry((1, c, size, size), (c, 1, 3, 3), (o, c, 1, 1), stride, 1)
 
@@ -301,7 +300,7 @@ def test_h200_runs_big_1x1_and_stem_convs_tiled_on_buffers():
     assert "tiled c4" in plan(pointwise).config_string
     with pytest.raises(ValueError, match="tiled_min_groups must be an int >= 0"):
         dataclasses.replace(h200, tiled_min_groups=-1)
-    from primfuncs.conv2d import depthwise_pointwise_geometry
+    from primfuncs.conv import depthwise_pointwise_geometry
 
     dw, pw = depthwise_pointwise_geometry((1, 144, 56, 56), (144, 1, 3, 3), (24, 144, 1, 1), 1, 1)
     assert plan(pw).config.tiled

@@ -59,7 +59,7 @@ def kernels(args) -> int:
 def compile(args) -> int:  # noqa: A001 (the command's name)
     from tir_adreno.compiler import ModelError, compile_plan
     from tir_adreno.runtime.executor import save_model
-    from tir_adreno.strategy.conv import PrecisionError
+    from tir_adreno.strategy.precision import PrecisionError
     from tir_adreno.strategy.profile import with_placement, without_fusion
 
     target = with_placement(profile_named(args.target), args.placement)
@@ -83,7 +83,7 @@ def compile(args) -> int:  # noqa: A001 (the command's name)
 def dump(args) -> int:
     from tir_adreno.compiler import ModelError, compile_model
     from tir_adreno.runtime import opencl as runtime
-    from tir_adreno.strategy.conv import PrecisionError
+    from tir_adreno.strategy.precision import PrecisionError
     from tir_adreno.tools import workbench
 
     model, _ = model_and_inputs(args)

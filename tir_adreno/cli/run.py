@@ -76,7 +76,7 @@ def _compile(args, dev, prims):
     """The model compiled for ``dev``, its inputs, its label and the ``--check`` reference (None without)."""
     from tir_adreno.compiler import ModelError, compile_model
     from tir_adreno.runtime.executor import TargetMismatchError
-    from tir_adreno.strategy.conv import PrecisionError
+    from tir_adreno.strategy.precision import PrecisionError
 
     target = profile_named(args.target) if args.target else None
     model, specs = model_and_inputs(args)

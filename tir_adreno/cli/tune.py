@@ -13,7 +13,7 @@ def tune(args) -> int:
         return _measure(args)
     from tir_adreno.compiler import ModelError
     from tir_adreno.frontend import models
-    from tir_adreno.strategy.conv import PrecisionError
+    from tir_adreno.strategy.precision import PrecisionError
     from tir_adreno.strategy.profile import with_placement
     from tir_adreno.tuning import tune as tuning
 

@@ -8,7 +8,7 @@ from typing import NamedTuple
 import numpy as np
 from tvm import relax
 
-from primfuncs import conv2d
+from primfuncs.conv import ConvGeometry, conv2d_geometry
 
 from tir_adreno.passes.graph import Node, const, dtype, ints, static_shape
 
@@ -46,14 +46,14 @@ def input_nchw(shape, layout: str) -> tuple[int, int, int, int]:
     return (shape[0], shape[3], shape[1], shape[2]) if layout == "NHWC" else tuple(shape)
 
 
-def conv_geometry(node: Node, nchw, weight_shape) -> conv2d.ConvGeometry:
+def conv_geometry(node: Node, nchw, weight_shape) -> ConvGeometry:
     """The geometry of conv2d ``node`` on an NCHW input of ``nchw`` with OIHW weights of ``weight_shape``."""
     attrs = node.attrs
-    return conv2d.conv2d_geometry(nchw, weight_shape, ints(attrs.strides), ints(attrs.padding), ints(attrs.dilation),
+    return conv2d_geometry(nchw, weight_shape, ints(attrs.strides), ints(attrs.padding), ints(attrs.dilation),
                                   int(attrs.groups))
 
 
-def conv_layer(node: Node) -> conv2d.ConvGeometry | None:
+def conv_layer(node: Node) -> ConvGeometry | None:
     """The geometry of ``node`` when it is a conv2d our kernels take (:func:`conv_operands`) on a
     static 4-d float32 activation, else None."""
     found = _oihw_weights(node) if node.op == "relax.nn.conv2d" else None

@@ -41,7 +41,7 @@ import tvm
 
 from tir_adreno.passes.rewriter import Rewriter
 from tir_adreno.passes.rules import RULES, by_op
-from tir_adreno.strategy import conv as strategy
+from tir_adreno.strategy.precision import PrecisionError, kernel_dtype
 from tir_adreno.strategy.profile import DeviceProfile, resolve
 
 
@@ -50,8 +50,8 @@ def dispatch_to_textures(mod: tvm.IRModule, profile: DeviceProfile, allow_buffer
     """Rewrite ``mod["main"]`` onto our kernels for ``profile`` (see the module docstring);
     ``records`` (``tir_adreno.strategy.records.Records``) gives tuned conv choices for ``precision``
     ("float32" or "float16_acc32", whose kernels are the float32 ones)."""
-    if strategy.kernel_dtype(precision) != "float32":
-        raise strategy.PrecisionError(f"whole models compile in 'float32' or 'float16_acc32', not {precision!r}: "
+    if kernel_dtype(precision) != "float32":
+        raise PrecisionError(f"whole models compile in 'float32' or 'float16_acc32', not {precision!r}: "
                                       "'float16' kernels run through tir_adreno.ops")
     return Rewriter(mod, profile, by_op(RULES), allow_buffer, records, precision).run()
 

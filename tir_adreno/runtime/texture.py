@@ -25,7 +25,9 @@ TEXTURE_SCOPES: dict[str, int | None] = {
     "global.texture-nhwc": 2,
 }
 BUFFER_SCOPE = "global"
-LANES = 4
+#: Channels of an RGBA texel: the last axis of a texture tensor. The kernels' blocked layouts
+#: (``primfuncs.lanes.LANES``) match it; the runtime may not import primfuncs (layer contract).
+TEXEL_CHANNELS = 4
 
 #: NumPy dtype -> (OpenCL channel type name, bytes per pixel).
 IMAGE_FORMATS = {
@@ -52,9 +54,9 @@ def texture_extent(shape, scope: str) -> tuple[int, int, int]:
     if scope not in TEXTURE_SCOPES:
         raise ValueError(f"scope {scope!r} is not a texture scope; expected one of {sorted(TEXTURE_SCOPES)}")
     shape = tuple(int(d) for d in shape)
-    if len(shape) < 3 or shape[-1] != LANES:
+    if len(shape) < 3 or shape[-1] != TEXEL_CHANNELS:
         raise ValueError(
-            f"a texture tensor needs >= 3 axes and a last axis of {LANES} lanes, got shape {shape}"
+            f"a texture tensor needs >= 3 axes and a last axis of {TEXEL_CHANNELS} lanes, got shape {shape}"
         )
     sep = _separator(scope, len(shape))
     if not 1 <= sep <= len(shape) - 2:

@@ -1,4 +1,4 @@
-"""The one place that decides how an op runs on a device profile (TFLite GPU's ``selectors/``).
+"""The one place that decides how a conv runs on a device profile (TFLite GPU's ``selectors/``).
 
 :func:`conv2d_plan` turns a conv (geometry, epilogue, precision) plus a
 :class:`~tir_adreno.strategy.profile.DeviceProfile` and tuning records into a
@@ -8,13 +8,11 @@ the Relax pass, ``tune`` and the benchmarks all call it. Adding a conv variant i
 one factory in ``primfuncs/`` plus one branch in :meth:`ConvPlan.primfuncs`.
 
 Without a record the plan is the direct conv with the profile's default config
-(``primfuncs.conv2d.default_config(kind)``) in the profile's ``activation_placement``
+(``tir_adreno.strategy.defaults.default_config``) in the profile's ``activation_placement``
 (textures where they fit, or buffers), depthwise convs where their defaults place them
 (:func:`default_choice`; ``source="default"``); with one it is the record's algorithm, config and
-placement (``source="records"``). Nothing is measured here.
-
-Pooling and reductions: :func:`group_threshold` gives the window size from which
-"auto" splits a window over a work group.
+placement (``source="records"``). Nothing is measured here. Precisions:
+``tir_adreno.strategy.precision``; pooling schedules: ``tir_adreno.strategy.pool``.
 """
 
 from __future__ import annotations
@@ -23,99 +21,28 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from primfuncs import conv2d as _conv2d
-from primfuncs import pool2d as _pool2d
+from primfuncs import conv as _conv
 from primfuncs._common import BUFFER, TEXTURE, TEXTURE_WEIGHT
-from primfuncs.conv2d import ConvConfig, ConvGeometry
+from primfuncs.conv import ConvConfig, ConvGeometry
+from primfuncs.conv import winograd as _winograd
+from primfuncs.conv.winograd_math import winograd_weight_transform
 from primfuncs.epilogue import Epilogue
-from primfuncs.winograd_math import winograd_weight_transform
 
 from tir_adreno.runtime import texture
+from tir_adreno.strategy import defaults
 from tir_adreno.strategy.packing import pack_oihw4o
 from tir_adreno.strategy.placement import activation_scope
+from tir_adreno.strategy.precision import check_precision, half_storage, kernel_dtype
 from tir_adreno.strategy.profile import DeviceProfile, check_placement
 
 #: Conv algorithms, most accurate first (ties in tuning go to the earlier one).
 ALGORITHMS = ("direct", "winograd_2x2", "winograd_4x4")
 #: Winograd output tile m of each Winograd algorithm.
 WINOGRAD_TILES = {"winograd_2x2": 2, "winograd_4x4": 4}
-#: Precisions as TVM's Adreno flow names them: "float32"; "float16_acc32" (every texture,
-#: weights and Winograd intermediates included, stored as RGBA half; the float32 kernels run
-#: unchanged, ``read_imagef``/``write_imagef`` convert in the texture unit; buffers stay
-#: float32); "float16" (the factories' float16 kernels: half storage and half arithmetic).
-PRECISIONS = ("float32", "float16_acc32", "float16")
 #: Algorithms the automatic choice and tuning may use per precision. Winograd F(4x4)'s
 #: transforms amplify the rounding of its half-stored intermediates ~4x past the fp16 bound
 #: that F(2x2) holds (measured in tests/test_fp16.py), so fp16 precisions use direct and F(2x2).
 PRECISION_ALGORITHMS = {"float32": ALGORITHMS, "float16_acc32": ALGORITHMS[:2], "float16": ALGORITHMS[:2]}
-
-
-class PrecisionError(ValueError):
-    """The device cannot run the requested precision."""
-
-
-def kernel_dtype(precision: str) -> str:
-    """The dtype our kernels are built for: float16 only for ``"float16"``."""
-    return "float16" if precision == "float16" else "float32"
-
-
-def half_storage(precision: str) -> str | None:
-    """The storage dtype of float32 texture tensors: "float16" under ``"float16_acc32"``."""
-    return "float16" if precision == "float16_acc32" else None
-
-
-def check_precision(precision: str, profile: DeviceProfile) -> str:
-    """``precision`` when ``profile`` can run it, else ValueError / :class:`PrecisionError`
-    naming the device (``half_math`` comes from a probe kernel on live devices)."""
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
-    if precision == "float16_acc32" and not profile.half_images:
-        raise PrecisionError(f"precision 'float16_acc32' needs RGBA half images, which {profile.name} lacks")
-    if precision == "float16" and not profile.half_math:
-        raise PrecisionError(f"precision 'float16' needs half arithmetic and half builtins, which {profile.name} "
-                             "does not run (probe kernel); use 'float16_acc32' (half storage, float math)")
-    return precision
-
-
-def group_threshold(profile: DeviceProfile) -> int | None:
-    """Pooling/reduction "auto" strategy: group a window from this many taps on GPUs
-    (``primfuncs.pool2d.GROUP_THRESHOLD``, measured on the H200), never on CPU OpenCL,
-    where a work group runs on one core and grouping never wins."""
-    return None if profile.kind == "cpu" else _pool2d.GROUP_THRESHOLD
-
-
-#: Pooling / reduction schedules: "auto" (by :func:`group_threshold`), a work item or a work group per output.
-POOL_STRATEGIES = ("auto", "thread", "group")
-
-
-@dataclass(frozen=True)
-class PoolChoice:
-    """What tuning records for a pooling layer: its schedule (:data:`POOL_STRATEGIES`)."""
-
-    strategy: str = "auto"
-
-    def __post_init__(self):
-        if self.strategy not in POOL_STRATEGIES:
-            raise ValueError(f"strategy must be one of {POOL_STRATEGIES}, got {self.strategy!r}")
-
-    @property
-    def name(self) -> str:
-        return self.strategy
-
-    def to_dict(self) -> dict:
-        return {"strategy": self.strategy}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "PoolChoice":
-        return cls(d["strategy"])
-
-
-def pool_schedule(key: str, profile: DeviceProfile, records=None, choice: PoolChoice | None = None) -> dict:
-    """Factory keywords (``strategy``, ``group_threshold``) of the pooling layer ``key``
-    (``records.pool_key``): ``choice``, else the records' choice, else "auto" for ``profile``."""
-    if choice is None and records is not None:
-        choice = records.lookup_pool(key)
-    return dict(strategy=(choice or PoolChoice()).strategy, group_threshold=group_threshold(profile))
 
 
 @dataclass(frozen=True)
@@ -253,9 +180,7 @@ class ConvPlan:
 def eligible_algorithms(geometry: ConvGeometry, precision: str = "float32") -> tuple[str, ...]:
     """The algorithms that can run ``geometry`` (Winograd: 3x3, stride 1, dilation 1, groups 1)
     within ``precision``'s error bound (:data:`PRECISION_ALGORITHMS`)."""
-    from primfuncs.conv2d_winograd import winograd_eligible
-
-    return PRECISION_ALGORITHMS[precision] if winograd_eligible(geometry) else ("direct",)
+    return PRECISION_ALGORITHMS[precision] if _winograd.winograd_eligible(geometry) else ("direct",)
 
 
 def check_algorithm(geometry: ConvGeometry, algorithm: str, requested: str | None = None, precision: str = "float32"):
@@ -265,10 +190,8 @@ def check_algorithm(geometry: ConvGeometry, algorithm: str, requested: str | Non
         raise ValueError(f"algorithm={requested or algorithm!r} exceeds the fp16 error bound in precision {precision!r}; "
                          f"allowed: {PRECISION_ALGORITHMS[precision]}")
     if algorithm not in eligible_algorithms(geometry):
-        from primfuncs.conv2d_winograd import winograd_ineligibility
-
         raise ValueError(f"algorithm={requested or algorithm!r} needs a 3x3 kernel, stride 1, dilation 1 and groups 1: "
-                         f"{winograd_ineligibility(geometry)}")
+                         f"{_winograd.winograd_ineligibility(geometry)}")
 
 
 def direct_conv2d(geometry: ConvGeometry, epilogue: Epilogue = Epilogue(), dtype: str = "float32",
@@ -280,21 +203,21 @@ def direct_conv2d(geometry: ConvGeometry, epilogue: Epilogue = Epilogue(), dtype
     attrs = dict(strides=g.strides, padding=g.padding, dilation=g.dilation, epilogue=epilogue, dtype=dtype,
                  config=config, scope=scope, weight_scope=weight_scope, out_scope=out_scope, residual_scope=residual_scope)
     if g.is_depthwise:
-        return _conv2d.depthwise_conv2d_nchw4c((g.n, g.c, g.h, g.w), (g.o, g.cg, g.kh, g.kw), **attrs)
-    return _conv2d.conv2d_nchw4c((g.n, g.c, g.h, g.w), (g.o, g.cg, g.kh, g.kw), groups=g.groups, **attrs)
+        return _conv.depthwise_conv2d_nchw4c((g.n, g.c, g.h, g.w), (g.o, g.cg, g.kh, g.kw), **attrs)
+    return _conv.conv2d_nchw4c((g.n, g.c, g.h, g.w), (g.o, g.cg, g.kh, g.kw), groups=g.groups, **attrs)
 
 
 def default_choice(geometry: ConvGeometry, profile: DeviceProfile) -> ConvChoice:
     """What a conv gets without records: the direct conv with the profile's default config, in
     the profile's ``activation_placement`` (on textures from ``profile.texture_min_macs``
-    multiply-adds up), or for depthwise convs where a ``primfuncs.conv2d.DEPTHWISE_DEFAULTS``
+    multiply-adds up), or for depthwise convs where a ``defaults.DEPTHWISE_DEFAULTS``
     entry that names a placement puts them; dense convs the profile runs tiled
-    (``profile.tiled_min_groups``, ``primfuncs.conv2d.tiled_default``) take that config on buffers."""
+    (``profile.tiled_min_groups``, ``defaults.tiled_default``) take that config on buffers."""
     big = 0 < profile.texture_min_macs <= geometry.flops // 2
     placement = "texture" if big else profile.activation_placement
     if geometry.is_depthwise:
-        placement = _conv2d.depthwise_default(geometry, profile.kind, profile.name).get("placement", placement)
-    tiled = _conv2d.tiled_default(geometry, profile.tiled_min_groups)  # None for depthwise convs (groups > 1)
+        placement = defaults.depthwise_entry(geometry, profile).get("placement", placement)
+    tiled = defaults.tiled_default(geometry, profile)  # None for depthwise convs (groups > 1)
     if tiled is not None:  # measured faster on buffers than on textures on every layer
         return ConvChoice(config=tiled, placement="buffer")
     return ConvChoice(placement=placement)
@@ -352,8 +275,7 @@ def conv2d_plan(
     extra = [TensorPlan("Bias", (g.o4, 4), BUFFER)] if epilogue.bias else []
     extra += [TensorPlan("Residual", out5, r_scope)] if epilogue.residual else []
     if choice.algorithm == "direct":
-        config = choice.config or _conv2d.default_config(g, g.is_depthwise, profile.kind, profile.name,
-                                                         tiled_min_groups=profile.tiled_min_groups)
+        config = choice.config or defaults.default_config(g, profile)
         w5 = (g.o4, g.cg, g.kh, g.kw, 4)
         weight_scope = texture.place(w5, TEXTURE_WEIGHT, profile.limits, allow_buffer) if scope == TEXTURE else BUFFER
         tile_scope = scope
@@ -361,16 +283,14 @@ def conv2d_plan(
                                        **io)),)
         tensors = (TensorPlan("X", in5, x_scope), TensorPlan("W", w5, weight_scope), *extra, TensorPlan("Y", out5, y_scope))
     else:
-        from primfuncs import conv2d_winograd
-
         m = WINOGRAD_TILES[choice.algorithm]
-        shapes = conv2d_winograd.winograd_shapes(g, m)
-        config = choice.config or conv2d_winograd.default_config(g, m)
+        shapes = _winograd.winograd_shapes(g, m)
+        config = choice.config or _winograd.default_config(g, m)
         weight_scope = texture.place(shapes.weight, TEXTURE_WEIGHT, profile.limits, allow_buffer) if scope == TEXTURE else BUFFER
         # V and M are internal: buffers when too large, whatever allow_buffer says.
         fits = all(profile.limits.fits(s, TEXTURE) for s in (shapes.tile, shapes.product))
         tile_scope = scope if scope == TEXTURE and fits else BUFFER
-        stages = ((conv2d_winograd.conv2d_winograd_nchw4c,
+        stages = ((_winograd.conv2d_winograd_nchw4c,
                    dict(data_shape=(g.n, g.c, g.h, g.w), weight_shape=(g.o, g.cg, g.kh, g.kw), padding=g.padding,
                         epilogue=epilogue, dtype=dtype, m=m, config=config,
                         weight_scope=weight_scope, tile_scope=tile_scope, **io)),)
@@ -385,7 +305,7 @@ def conv2d_plan(
 @dataclass(frozen=True)
 class FusedPlan:
     """A depthwise conv and the 1x1 conv that reads it, run as one kernel
-    (``primfuncs.conv2d.depthwise_pointwise_nchw4c``): :func:`fuse_depthwise_pointwise`."""
+    (``primfuncs.conv.depthwise_pointwise_nchw4c``): :func:`fuse_depthwise_pointwise`."""
 
     depthwise: ConvGeometry
     pointwise: ConvGeometry
@@ -413,7 +333,7 @@ class FusedPlan:
     def primfunc(self, dw_epilogue: Epilogue, epilogue: Epilogue):
         """The fused PrimFunc (needs TVM)."""
         d, p = self.depthwise, self.pointwise
-        return _conv2d.depthwise_pointwise_nchw4c(
+        return _conv.depthwise_pointwise_nchw4c(
             (d.n, d.c, d.h, d.w), (d.o, 1, d.kh, d.kw), (p.o, p.c, 1, 1), d.strides, d.padding, d.dilation,
             dw_epilogue, epilogue, kernel_dtype(self.precision), self.config, self.in_scope or self.scope, self.weight_scope,
             self.out_scope, self.residual_scope)
@@ -449,7 +369,7 @@ def fuse_depthwise_pointwise(dw: ConvGeometry, pw: ConvGeometry, profile: Device
     if source == "default":  # the placement only: a default tiled config has no prologue
         choice = ConvChoice(placement=(choice or default_choice(pw, profile)).placement)
     tiled = choice.config is not None and choice.config.tiled  # a record's: its prologue variant is the direct one
-    config = choice.config if choice.config and not tiled else _conv2d.default_config(pw, False, profile.kind, prologue=True)
+    config = choice.config if choice.config and not tiled else defaults.default_config(pw, profile, prologue=True)
     recompute = (-(-pw.o4 // config.oc_block) - 1) * (dw.flops // 2)
     if recompute >= profile.launch_cost_macs:
         return None

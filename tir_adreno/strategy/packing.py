@@ -9,17 +9,13 @@ from __future__ import annotations
 
 import numpy as np
 
-LANES = 4
-
-
-def blocks(channels: int) -> int:
-    return -(-int(channels) // LANES)
+from primfuncs.lanes import LANES, blocked
 
 
 def pack_nchw4c(x: np.ndarray, pad_value=0.0) -> np.ndarray:
     """NCHW -> ``(N, ceil(C/4), H, W, 4)``; the lanes past C hold ``pad_value``."""
     n, c, h, w = x.shape
-    c4 = blocks(c)
+    c4 = blocked(c)
     padded = np.full((n, c4 * LANES, h, w), pad_value, x.dtype)
     padded[:, :c] = x
     return np.ascontiguousarray(padded.reshape(n, c4, LANES, h, w).transpose(0, 1, 3, 4, 2))
@@ -34,7 +30,7 @@ def unpack_nchw4c(y: np.ndarray, channels: int) -> np.ndarray:
 def pack_oihw4o(w: np.ndarray) -> np.ndarray:
     """OIHW -> ``(ceil(O/4), I, KH, KW, 4)``: a pixel holds 4 output channels; padding zero."""
     o, i, kh, kw = w.shape
-    o4 = blocks(o)
+    o4 = blocked(o)
     padded = np.zeros((o4 * LANES, i, kh, kw), w.dtype)
     padded[:o] = w
     return np.ascontiguousarray(padded.reshape(o4, LANES, i, kh, kw).transpose(0, 2, 3, 4, 1))
@@ -42,6 +38,6 @@ def pack_oihw4o(w: np.ndarray) -> np.ndarray:
 
 def pack_bias(bias: np.ndarray) -> np.ndarray:
     """``(C,)`` -> ``(ceil(C/4), 4)``, zero padded."""
-    out = np.zeros((blocks(bias.size) * LANES,), bias.dtype)
+    out = np.zeros((blocked(bias.size) * LANES,), bias.dtype)
     out[: bias.size] = bias
     return out.reshape(-1, LANES)

@@ -48,7 +48,7 @@ from dataclasses import dataclass, replace
 
 from tir_adreno.runtime.texture import DeviceLimits
 
-#: Device classes: they pick the default conv configs (``primfuncs.conv2d.default_config``).
+#: Device classes: they pick the default conv configs (``tir_adreno.strategy.defaults``).
 KINDS = ("mobile", "gpu", "cpu")
 #: Where NCHW4c activations live by default (``DeviceProfile.activation_placement``).
 PLACEMENTS = ("texture", "buffer")
@@ -91,7 +91,7 @@ class DeviceProfile:
     texture_min_macs: int = 0
     launch_cost_macs: int | None = None  # None: LAUNCH_COST_MACS[kind]
     #: Dense 1x1 and stem convs run the local-memory tiled kernel on buffers
-    #: (``primfuncs.conv2d.tiled_default``) when it launches at least this many work groups
+    #: (``tir_adreno.strategy.defaults.tiled_default``) when it launches at least this many work groups
     #: (0: never): it reads each input pixel once per work group, where the direct kernel reads
     #: it once per channel tile, but it needs enough groups to fill the GPU.
     tiled_min_groups: int = 0

@@ -22,7 +22,8 @@ import primfuncs
 
 from tir_adreno.runtime import cache
 from tir_adreno.strategy.profile import DeviceProfile
-from tir_adreno.strategy.conv import ConvChoice, PoolChoice, default_choice
+from tir_adreno.strategy.conv import ConvChoice, default_choice
+from tir_adreno.strategy.pool import PoolChoice
 
 FORMAT = 2
 

@@ -19,7 +19,7 @@ import tvm
 from tvm import relax, tirx
 
 from primfuncs._common import check_dtype
-from primfuncs.conv2d import ConvGeometry, conv2d_geometry
+from primfuncs.conv import ConvGeometry, conv2d_geometry
 
 from tir_adreno.codegen import build as _build
 from tir_adreno.runtime import opencl as runtime

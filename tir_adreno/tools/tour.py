@@ -17,7 +17,7 @@ from typing import Callable
 import numpy as np
 
 from primfuncs import concat as _concat
-from primfuncs import conv2d
+from primfuncs import conv
 from primfuncs._common import BUFFER, TEXTURE, TEXTURE_WEIGHT
 from primfuncs.epilogue import Epilogue
 
@@ -52,7 +52,7 @@ def _conv(algorithm="direct", groups=1, depthwise=False, stride=1, padding=1, ac
         b = rng.standard_normal(o).astype("float32")
         y = ops.conv2d(x, wt, b, stride=stride, padding=padding, groups=g, activation=activation,
                        algorithm=algorithm, device=dev)
-        geom = conv2d.conv2d_geometry(x.shape, wt.shape, stride, padding, 1, g)
+        geom = conv.conv2d_geometry(x.shape, wt.shape, stride, padding, 1, g)
         ref = reference.conv2d_nchw(x, wt, geom.strides, geom.padding, geom.dilation, g)
         return y, reference.conv2d_epilogue(ref, b, None, activation)
 
@@ -67,7 +67,7 @@ def _depthwise_pointwise(dev, rng, shape):
     b_dw, b, r = (rng.standard_normal(s).astype("float32") for s in (c, o, (n, o, h, w)))
     scope = ops.activation_scope(dev, shape)
     weight_scope = TEXTURE_WEIGHT if scope == TEXTURE else BUFFER
-    func = conv2d.depthwise_pointwise_nchw4c(shape, w_dw.shape, w_pw.shape, 1, 1, dw_epilogue=Epilogue(True, "relu6"),
+    func = conv.depthwise_pointwise_nchw4c(shape, w_dw.shape, w_pw.shape, 1, 1, dw_epilogue=Epilogue(True, "relu6"),
                                              epilogue=Epilogue(bias=True, residual=True), scope=scope)
     out = ops.empty_nchw4c(dev, (n, o, h, w), "float32", scope)
     ops.launch(func, [ops.upload_nchw4c(dev, x, scope), dev.array(pack_oihw4o(w_dw), weight_scope, "w_dw"),
@@ -84,9 +84,9 @@ def _tiled(dev, rng, shape):
     o = 6
     x, wt = rng.standard_normal((n, c, h, w)).astype("float32"), rng.standard_normal((o, c, 3, 3)).astype("float32")
     b = rng.standard_normal(o).astype("float32")
-    geom = conv2d.conv2d_geometry(x.shape, wt.shape, 2, 1)
+    geom = conv.conv2d_geometry(x.shape, wt.shape, 2, 1)
     placement = "texture" if ops.activation_scope(dev, shape) == TEXTURE else "buffer"
-    choice = _strategy.ConvChoice("direct", conv2d.ConvConfig(1, 2, (8, 2, 1), split_k=2, tiled=True, k_chunk=3), placement)
+    choice = _strategy.ConvChoice("direct", conv.ConvConfig(1, 2, (8, 2, 1), split_k=2, tiled=True, k_chunk=3), placement)
     plan = _strategy.conv2d_plan(geom, Epilogue(bias=True, activation="relu"), "float32", DeviceProfile.from_device(dev),
                                  choice=choice)
     ref = reference.conv2d_nchw(x, wt, geom.strides, geom.padding, geom.dilation)

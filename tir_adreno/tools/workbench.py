@@ -345,7 +345,7 @@ def _duration(seconds: float) -> str:
 def _winograd_stages(path, func, info: dict, dev):
     """The three kernels of the Winograd conv ``info`` records (its plan rebuilt for ``dev``),
     the file's ``func`` in its stage's place; returns (kernels, the file's index, plan)."""
-    from primfuncs.conv2d import conv2d_geometry
+    from primfuncs.conv import conv2d_geometry
     from primfuncs.epilogue import Epilogue
 
     from tir_adreno.strategy import conv as strategy

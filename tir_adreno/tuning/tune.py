@@ -10,7 +10,7 @@ candidate's kernels). The fastest wins; ties within ``tuning.TIE_MARGIN`` go to 
 earlier candidate (the default, direct before Winograd). Records are saved after
 every layer, so an interrupted run resumes: layers already recorded are skipped.
 Each distinct pooling layer is timed with the schedules "auto" (the default),
-"thread" and "group" (``strategy.pool_schedule``).
+"thread" and "group" (``strategy.pool.pool_schedule``).
 
 Candidates are timed as bare convs (no bias/activation: the epilogue costs the
 same in every candidate), in the profile's ``activation_placement`` plus the default
@@ -29,11 +29,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from primfuncs.conv2d import ConvConfig
+from primfuncs.conv import ConvConfig
 from primfuncs.epilogue import Epilogue
 
 from tir_adreno.strategy import records as _records
 from tir_adreno.strategy import conv as strategy
+from tir_adreno.strategy import defaults
+from tir_adreno.strategy import pool as pool_strategy
+from tir_adreno.strategy.precision import check_precision, half_storage
 from tir_adreno.tuning import programs as tuning
 from tir_adreno.strategy.placement import activation_scope
 from tir_adreno.strategy.profile import DeviceProfile
@@ -96,9 +99,7 @@ def model_layers(model) -> tuple[list, list]:
 
 def candidates(geom, profile: DeviceProfile, precision: str = "float32") -> list:
     """The :class:`strategy.ConvChoice` candidates of one conv, the default first."""
-    from primfuncs.conv2d import default_config
-
-    default = default_config(geom, geom.is_depthwise, profile.kind, profile.name)
+    default = defaults.default_config(geom, _untiled(profile))  # the direct kernel's default
     configs = []
     tiles = [(1, wb) for _, wb in TILES] if geom.is_depthwise else TILES
     blocks = geom.cg // 4 if geom.groups > 1 else geom.c // 4
@@ -130,14 +131,17 @@ def candidates(geom, profile: DeviceProfile, precision: str = "float32") -> list
 def _tiled_candidates(geom, profile: DeviceProfile, first, direct_default) -> list:
     """Big GPUs, dense convs: the tiled kernel's default configs on buffers, and when the default
     is tiled, the direct kernel where the profile would place it without the tiled rule."""
-    from primfuncs.conv2d import TILED_CONFIGS, TILED_STEM
-
     out = [strategy.ConvChoice("direct", ConvConfig(ocb, wb, wg, split, tiled=True, k_chunk=kc), "buffer")
-           for ocb, wb, wg, kc, split in (*TILED_CONFIGS, TILED_STEM)]
+           for ocb, wb, wg, kc, split in (*defaults.TILED_CONFIGS, defaults.TILED_STEM)]
     if first.config is not None and first.config.tiled:
-        untiled = strategy.default_choice(geom, dataclasses.replace(profile, tiled_min_groups=0))
+        untiled = strategy.default_choice(geom, _untiled(profile))
         out.append(strategy.ConvChoice("direct", direct_default, untiled.placement))
     return out
+
+
+def _untiled(profile: DeviceProfile) -> DeviceProfile:
+    """``profile`` without the tiled kernel rule (``tiled_min_groups`` 0): its direct kernel's defaults."""
+    return dataclasses.replace(profile, tiled_min_groups=0)
 
 
 #: The placement a conv candidate tries besides the profile's default.
@@ -149,13 +153,13 @@ def build_pool_jobs(layer: PoolLayer, profile: DeviceProfile, progress=print, pr
     from tir_adreno.codegen import build
 
     jobs, choices = [], {}
-    for name in strategy.POOL_STRATEGIES:
-        choice, key = strategy.PoolChoice(name), f"{layer.key}|{name}"
-        schedule = strategy.pool_schedule(layer.key, profile, choice=choice)
+    for name in pool_strategy.POOL_STRATEGIES:
+        choice, key = pool_strategy.PoolChoice(name), f"{layer.key}|{name}"
+        schedule = pool_strategy.pool_schedule(layer.key, profile, choice=choice)
         try:
             scope = activation_scope((layer.in5, layer.out5), profile)  # where the model runs it
             module = build.build_cached(layer.factory(layer.in5, scope=scope, **schedule, **layer.attrs))
-            module = module.with_storage(strategy.half_storage(precision))
+            module = module.with_storage(half_storage(precision))
         except (ValueError, RuntimeError) as err:
             progress(f"    skip {name}: {str(err).splitlines()[0][:120]}")
             continue
@@ -206,7 +210,7 @@ def tune(model, profile: DeviceProfile, records_path, measurer, budget_s: float 
     is recorded and the measurer is local, :func:`in_context` times the whole model and keeps
     the fastest variant in the records.
     """
-    strategy.check_precision(precision, profile)
+    check_precision(precision, profile)
     recs = _records.load(records_path, profile, precision)
     convs, pools = model_layers(model)
     layers = [(_records.conv2d_key(g, precision), g) for g in convs] + [(p.key, p) for p in pools]
@@ -266,7 +270,7 @@ def context_variants(recs, profile: DeviceProfile) -> dict:
     """The records of each of :data:`CONTEXT_VARIANTS` derived from the tuned ``recs``."""
     placement = profile.activation_placement
     return {
-        "default": recs.replaced(conv=lambda c: None, pool=lambda c: strategy.PoolChoice()),
+        "default": recs.replaced(conv=lambda c: None, pool=lambda c: pool_strategy.PoolChoice()),
         "tuned, default placement": recs.replaced(conv=lambda c: c and strategy.ConvChoice(c.algorithm, c.config, placement)),
         "tuned": recs,
     }

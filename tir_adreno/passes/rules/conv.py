@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from tvm import relax
 
-from primfuncs import conv2d as conv_kernels
+from primfuncs.conv import ConvGeometry
 from primfuncs.epilogue import Epilogue
 
 from tir_adreno.passes.activations import clip_fields, match_activation
@@ -161,7 +161,7 @@ def _emit_plan(rw: Rewriter, node: Node, plan, x, tail: Tail):
     return rw.emit_kernel(stages[-1], args, plan.tensor("Y").shape, hint="conv2d", op_info=conv_info(node, plan, "Y"))
 
 
-def _fuse_pointwise(rw: Rewriter, x: Value, dw: conv_kernels.ConvGeometry, dw_tail: Tail, dw_epilogue: Epilogue,
+def _fuse_pointwise(rw: Rewriter, x: Value, dw: ConvGeometry, dw_tail: Tail, dw_epilogue: Epilogue,
                     data_layout: str):
     """Depthwise conv ``dw`` (its tail folded) and the 1x1 conv that is its value's only user as
     one kernel, when the strategy says so (``strategy.fuse_depthwise_pointwise``); else None."""

@@ -8,7 +8,7 @@ from tir_adreno.passes.graph import Node, ints, static_shape
 from tir_adreno.passes.op_info import node_info
 from tir_adreno.passes.rewriter import Rewriter, blocked_shape
 from tir_adreno.passes.rules.base import rule
-from tir_adreno.strategy import conv as strategy
+from tir_adreno.strategy import pool as pool_strategy
 from tir_adreno.strategy.records import pool_key
 
 POOL_OPS = ("relax.nn.max_pool2d", "relax.nn.avg_pool2d", "relax.nn.adaptive_avg_pool2d")
@@ -40,7 +40,7 @@ def pool(rw: Rewriter, node: Node):
     n, c, h, w = x.nchw
     in5, out5 = x.shape5, blocked_shape((n, c, oh, ow))
     scope = rw.scope_for(in5, out5)
-    schedule = strategy.pool_schedule(pool_key(op, x.nchw, attrs), rw.profile, rw.records)
+    schedule = pool_strategy.pool_schedule(pool_key(op, x.nchw, attrs), rw.profile, rw.records)
     out = rw.emit_kernel(factory(in5, scope=scope, **schedule, **attrs), [rw.blocked(x, scope)], out5, op_info=node_info(node, **attrs))
     rw.define(node.var, out, scope, (n, c, oh, ow))
     return out
@@ -60,7 +60,7 @@ def reduction(rw: Rewriter, node: Node):
     shape5, _ = reduce.reduce_output(in5, x.channels, axes, keepdims=True)
     scope = rw.scope_for(in5, shape5)
     op = node.op.split(".")[-1]
-    func = reduce.reduce(in5, x.channels, op, axes, True, scope=scope, group_threshold=strategy.group_threshold(rw.profile))
+    func = reduce.reduce(in5, x.channels, op, axes, True, scope=scope, group_threshold=pool_strategy.group_threshold(rw.profile))
     out = rw.emit_kernel(func, [rw.blocked(x, scope)], shape5, op_info=node_info(node, axis=axes, keepdims=True))
     rw.define(node.var, out, scope, out_shape if keepdims else (*out_shape, 1, 1))
     return out

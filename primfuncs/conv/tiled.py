@@ -1,6 +1,6 @@
 """Dense conv2d on NCHW4c as a local-memory tiled implicit GEMM (big GPUs).
 
-Same tensors, epilogue and scopes as :func:`primfuncs.conv2d.conv2d_nchw4c` with
+Same tensors, epilogue and scopes as :func:`primfuncs.conv.direct.conv2d_nchw4c` with
 ``groups == 1``. The conv is the GEMM ``Y[pixel, o] = sum_k X'[pixel, k] W'[k, o]``
 over output pixels (rows x columns of one image, flattened) and ``k`` = (input
 channel block, tap) pairs of 4 channels each, ``k = cb * KH * KW + tap``.
@@ -23,12 +23,10 @@ from __future__ import annotations
 
 from tvm.script import tirx as T
 
-from ._common import BUFFER, LANES, ceildiv, select_params, whole
-from .conv2d import ConvConfig, ConvWindow, all_of, check_conv_args, conv2d_geometry
-from .epilogue import Epilogue, store_output_pixel
-
-#: Local memory a tiled config may use (every OpenCL GPU has 32 KiB).
-MAX_LOCAL_BYTES = 32 * 1024
+from .._common import BUFFER, LANES, ceildiv, select_params, whole
+from ..epilogue import Epilogue, store_output_pixel
+from .config import MAX_LOCAL_BYTES, ConvConfig, check_conv_args
+from .geometry import ConvWindow, all_of, conv2d_geometry
 
 
 def tiled_local_bytes(config: ConvConfig, dtype: str = "float32") -> int:
@@ -57,7 +55,7 @@ def conv2d_tiled_nchw4c(
     residual_scope: str | None = None,
 ):
     """Dense conv2d (``groups == 1``) as a tiled implicit GEMM; arguments as
-    :func:`primfuncs.conv2d.conv2d_nchw4c`, ``config.tiled`` must be set."""
+    :func:`primfuncs.conv.direct.conv2d_nchw4c`, ``config.tiled`` must be set."""
     geom = conv2d_geometry(data_shape, weight_shape, strides, padding, dilation, 1)
     if config is None:
         config = ConvConfig(oc_block=2, w_block=4, work_group=(16, 8, 1), tiled=True)

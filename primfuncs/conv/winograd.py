@@ -56,7 +56,7 @@ from dataclasses import dataclass
 
 from tvm.script import tirx as T
 
-from ._common import (
+from .._common import (
     BUFFER,
     LANES,
     TEXTURE,
@@ -68,9 +68,10 @@ from ._common import (
     pixel_grid,
     select_params,
 )
-from .conv2d import _MIN_WORK_ITEMS, ConvConfig, ConvGeometry, all_of, _work_group, conv2d_geometry
-from .epilogue import Epilogue, store_output_pixel
-from .winograd_math import TILE_SIZES, _check_tile, winograd_matrices, winograd_weight_transform  # noqa: F401 (re-exported)
+from ..epilogue import Epilogue, store_output_pixel
+from .config import MIN_WORK_ITEMS, ConvConfig, fit_work_group, shrink_tile
+from .geometry import ConvGeometry, all_of, conv2d_geometry
+from .winograd_math import TILE_SIZES, check_tile, winograd_matrices, winograd_weight_transform  # noqa: F401 (re-exported)
 
 def winograd_ineligibility(geom: ConvGeometry) -> str | None:
     """Why ``geom`` cannot run as Winograd F(m x m, 3 x 3), or None when it can."""
@@ -114,7 +115,7 @@ class WinogradShapes:
 
 
 def winograd_shapes(geom: ConvGeometry, m: int) -> WinogradShapes:
-    m = _check_tile(m)
+    m = check_tile(m)
     alpha = m + 2
     th, tw = ceildiv(geom.oh, m), ceildiv(geom.ow, m)
     nt = geom.n * th * tw
@@ -131,18 +132,14 @@ def winograd_shapes(geom: ConvGeometry, m: int) -> WinogradShapes:
 
 def default_config(geom: ConvGeometry, m: int) -> ConvConfig:
     """The GEMM's register tile, shrunk on small problems like the direct conv's
-    (:func:`primfuncs.conv2d.default_config`): channel blocks first, then tiles,
+    (:func:`primfuncs.conv.config.fallback_config`): channel blocks first, then tiles,
     until the grid has enough work items to fill a GPU."""
     s = winograd_shapes(geom, m)
-    ocb, tb = 4, 4
 
     def items(ocb, tb):
         return ceildiv(geom.o4, ocb) * ceildiv(s.tiles, tb) * s.alpha * s.alpha
 
-    while ocb > 1 and items(ocb, tb) < _MIN_WORK_ITEMS:
-        ocb //= 2
-    while tb > 1 and items(ocb, tb) < _MIN_WORK_ITEMS:
-        tb //= 2
+    ocb, tb = shrink_tile(items, MIN_WORK_ITEMS)
     return ConvConfig(oc_block=ocb, w_block=tb, work_group=(8, 4, 1))
 
 
@@ -303,9 +300,9 @@ def winograd_batched_gemm(
     a2, nt, c4, o4 = s.alpha * s.alpha, s.tiles, geom.c4, geom.o4
     ocb, tb = config.oc_block, config.w_block
     ot, tt = ceildiv(o4, ocb), ceildiv(nt, tb)
-    gx = _work_group(tt, config.work_group[0])
-    gy = _work_group(ot, config.work_group[1])
-    gz = _work_group(a2, config.work_group[2])
+    gx = fit_work_group(tt, config.work_group[0])
+    gy = fit_work_group(ot, config.work_group[1])
+    gz = fit_work_group(a2, config.work_group[2])
     ob_overhang, t_overhang = o4 % ocb != 0, nt % tb != 0
     zero = T.FloatImm(dtype, 0.0)
 
@@ -486,7 +483,7 @@ def conv2d_winograd_nchw4c(
 ) -> WinogradKernels:
     """Winograd F(m x m, 3 x 3) conv2d ``Y = act(conv(X, W) + bias + residual)`` on NCHW4c.
 
-    Shapes and attributes as :func:`primfuncs.conv2d.conv2d_nchw4c` (``strides``,
+    Shapes and attributes as :func:`primfuncs.conv.direct.conv2d_nchw4c` (``strides``,
     ``dilation`` and ``groups`` must be 1 and the kernel 3x3: ValueError otherwise).
     ``m`` is 2 or 4; ``config`` is the GEMM's register tile (``w_block`` = tiles per
     work item; None: :func:`default_config`). ``weight_scope`` (default: the weight
@@ -497,7 +494,7 @@ def conv2d_winograd_nchw4c(
     conv at a texture/buffer boundary needs no copy. Returns the three stage PrimFuncs with the shapes.
     """
     geom = check_winograd(conv2d_geometry(data_shape, weight_shape, strides, padding, dilation, groups))
-    m = _check_tile(m)
+    m = check_tile(m)
     scope, weight_scope, tile_scope = _scopes(scope, weight_scope, tile_scope)
     _, out_scope, residual_scope = check_io_scopes(scope, out_scope, residual_scope)
     stages = (

@@ -1,6 +1,6 @@
 """Winograd F(m x m, 3 x 3) transform matrices and the host-side weight transform.
 
-NumPy only (no TVM): the kernels in :mod:`primfuncs.conv2d_winograd`, the
+NumPy only (no TVM): the kernels in :mod:`primfuncs.conv.winograd`, the
 Relax pass and the benchmarks' TVM-free run path all use these.
 """
 
@@ -8,11 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-LANES = 4
-
-
-def _blocks(channels: int) -> int:
-    return -(-int(channels) // LANES)
+from ..lanes import LANES, blocked
 
 
 #: Output tile sizes ``m`` of F(m x m, 3 x 3) that we implement.
@@ -48,7 +44,7 @@ _MATRICES = {
 }
 
 
-def _check_tile(m) -> int:
+def check_tile(m) -> int:
     if m not in TILE_SIZES:
         raise ValueError(f"m (the Winograd output tile) must be one of {TILE_SIZES}, got {m!r}")
     return int(m)
@@ -56,7 +52,7 @@ def _check_tile(m) -> int:
 
 def winograd_matrices(m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(B^T, G, A^T)`` of F(m x m, 3 x 3) in float64: shapes (alpha, alpha), (alpha, 3), (m, alpha)."""
-    mats = _MATRICES[_check_tile(m)]
+    mats = _MATRICES[check_tile(m)]
     return tuple(np.array(mats[k], np.float64) for k in ("BT", "G", "AT"))
 
 
@@ -75,7 +71,7 @@ def winograd_weight_transform(w_oihw, m: int, dtype=None) -> np.ndarray:
     _, g, _ = winograd_matrices(m)
     alpha = g.shape[0]
     o, c = w.shape[:2]
-    o4, c4 = _blocks(o), _blocks(c)
+    o4, c4 = blocked(o), blocked(c)
     u = np.einsum("ak,ockl,bl->aboc", g, w.astype(np.float64), g).reshape(alpha * alpha, o, c)
     packed = np.zeros((alpha * alpha, o4 * LANES, c4 * LANES))
     packed[:, :o, :c] = u

@@ -1,0 +1,120 @@
+"""What a direct conv kernel's code is built from (:class:`DirectTiling`), derived once per factory
+call: the register tile and grid, the split_k slices, the guards a tile needs and which input
+channels its lanes read. The macros (:mod:`primfuncs.conv.direct_body`) and kernels
+(:mod:`primfuncs.conv.direct`) read it; it makes no TIR of its own but index expressions."""
+
+from __future__ import annotations
+
+from tvm.script import tirx as T
+
+from .._common import LANES, ceildiv
+from .config import MAX_LOCAL_BYTES, ConvConfig, fit_work_group
+from .geometry import ConvGeometry, ConvWindow, all_of
+
+#: Kernel windows up to this many taps are fully unrolled (3x3: +30% on PoCL buffers).
+UNROLL_TAPS = 9
+#: Accumulation bodies: "blocked" (input blocks of 4 lanes), "grouped" (each output lane finds its
+#: group's input channel), "depthwise" (``groups == C``).
+MODES = ("blocked", "grouped", "depthwise")
+
+
+class DirectTiling:
+    """The sizes and index helpers of one direct conv kernel.
+
+    ``mode`` is one of :data:`MODES`; ``prologue`` (a ``DepthwisePrologue``, a 1x1 conv only):
+    X is the depthwise conv's input, computed into the 1x1 conv's input pixels in registers.
+    Raises ValueError for a config the conv cannot run (split_k off the blocked path, partial
+    sums beyond local memory, register_window off multiplier-1 depthwise convs)."""
+
+    def __init__(self, geom: ConvGeometry, mode: str, config: ConvConfig, dtype: str, prologue=None):
+        self.geom, self.mode, self.config, self.dtype, self.prologue = geom, mode, config, dtype, prologue
+        n, c, o, og = geom.n, geom.c, geom.o, geom.og
+        ocb, wb = config.oc_block, config.w_block
+        self.uses_lanes = mode == "grouped" or (mode == "depthwise" and o != c)
+        if mode == "blocked" and geom.groups > 1:
+            # A tile must not straddle two groups: it shares its input pixels.
+            ocb = max(d for d in range(1, ocb + 1) if (og // LANES) % d == 0)
+        self.ocb, self.wb = ocb, wb
+        self.ot, self.wt = ceildiv(geom.o4, ocb), ceildiv(geom.ow, wb)
+        self.cols = n * self.wt
+        self.gx = fit_work_group(self.cols, config.work_group[0])
+        self.gy = fit_work_group(geom.oh, config.work_group[1])
+        self.gz = fit_work_group(self.ot, config.work_group[2])
+        self.blocks_per_group = geom.cg // LANES if geom.groups > 1 else c // LANES
+        self.split = self._split()
+        self.win = ConvWindow(prologue.geometry if prologue else geom, self.wt, wb)
+        self.fused = prologue is not None
+        self.x_shape = (n, geom.c4, self.win.h, self.win.w, 4)
+        self.dw_taps = self.win.kh * self.win.kw if prologue else 1
+        self.dw_shape = (geom.c4, 1, self.win.kh, self.win.kw, 4)
+        self.ob_overhang = geom.o4 % ocb != 0
+        self.ow_overhang = geom.ow % wb != 0
+        # The per-lane body (general groups, depthwise x M) is a fallback: keep its code small.
+        self.window = T.unroll if geom.kh * geom.kw <= UNROLL_TAPS and not self.uses_lanes else T.serial
+        self.zero = T.Cast(dtype, 0)
+        self.tail = 0 if geom.groups > 1 else c % LANES
+        self.multiplier = o // c if mode == "depthwise" else 0
+        self.register_window = self._register_window()
+        # Do the 4 lanes of an output block read input channels of one input block?
+        # Depthwise: when the multiplier divides 4 or 4 divides it; grouped: when a
+        # block lies in one group (then they all read one channel).
+        m = self.multiplier
+        self.one_block = (LANES % m == 0 or m % LANES == 0) if m else og % LANES == 0
+        self.span = self.win.span if self.register_window or self.fused else 1  # input pixels a depthwise row reads
+        # config.flat: item k of the 1-D grid owns tile (image, channel tile, row, column tile)
+        # in output memory order, k = ((nn * ot + t) * oh + r) * wt + column tile.
+        self.tiles = n * self.ot * geom.oh * self.wt
+        self.gf = fit_work_group(self.tiles, config.work_group[0])
+
+    def _split(self) -> int:
+        """The split_k slices the kernel runs: no more than channel blocks (a C < 4 conv has none)."""
+        split, config = self.config.split_k, self.config
+        if split > 1 and self.mode != "blocked":
+            raise ValueError(
+                f"config.split_k={split} splits the input channel blocks of a dense (or block-aligned grouped) "
+                f"conv; this conv takes the {self.mode} path (use split_k=1)"
+            )
+        split = max(1, min(split, self.blocks_per_group))
+        items = self.gz * self.gy * self.gx
+        partial_bytes = split * self.ocb * self.wb * LANES * items * (2 if self.dtype == "float16" else 4)
+        if split > 1 and partial_bytes > MAX_LOCAL_BYTES:
+            raise ValueError(
+                f"config {config} needs {partial_bytes} bytes of local memory for the split_k partial sums, "
+                f"more than {MAX_LOCAL_BYTES} (every OpenCL GPU has that much); use a smaller tile, work group or split_k"
+            )
+        return split
+
+    def _register_window(self) -> bool:
+        if self.config.register_window and self.multiplier != 1:
+            what = f"multiplier {self.multiplier}" if self.multiplier else f"the {self.mode} path"
+            raise ValueError(
+                f"config.register_window=True is for depthwise convs with multiplier 1; this conv has {what} "
+                f"(use register_window=False)"
+            )
+        return self.config.register_window
+
+    def out_block(self, t, ob):
+        """Output channel block of tile ``t``'s ``ob``-th block, clamped for reads."""
+        return T.min(t * self.ocb + ob, self.geom.o4 - 1) if self.ob_overhang else t * self.ocb + ob
+
+    def store_ok(self, t, ob, x):
+        conds = []
+        if self.ob_overhang:
+            conds.append(t * self.ocb + ob < self.geom.o4)
+        if self.ow_overhang:
+            conds.append(x < self.geom.ow)
+        return all_of(conds)
+
+    def out_channel(self, t, ob, lane):
+        """Logical output channel of a lane, clamped to a real one (padding lanes have zero weights)."""
+        return T.min((t * self.ocb + ob) * LANES + lane, self.geom.o - 1)
+
+    def in_channel(self, t, ob, lane, ci):
+        """Input channel that output lane ``lane`` of block ``ob`` reads at its group's ``ci``-th channel."""
+        if self.mode == "depthwise":
+            return self.out_channel(t, ob, lane) // self.multiplier
+        return self.out_channel(t, ob, lane) // self.geom.og * self.geom.cg + ci
+
+    def first_block(self, t):
+        """First input block of tile ``t``'s group (a tile lies in one group)."""
+        return (t * self.ocb * LANES) // self.geom.og * self.blocks_per_group if self.geom.groups > 1 else 0

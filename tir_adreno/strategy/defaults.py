@@ -1,0 +1,204 @@
+"""The config a conv gets on a device unless records or the caller say otherwise (device policy;
+TFLite GPU's selectors, dlight's ``get_configs(target)``).
+
+:func:`default_config` is the one entry: a conv geometry and a
+:class:`~tir_adreno.strategy.profile.DeviceProfile` in, a ``primfuncs.conv.ConvConfig`` out.
+The tables below are selected by the profile's properties: its device class (``kind``:
+:data:`DIRECT_DEFAULTS`; :data:`DEPTHWISE_DEFAULTS`, where a profile's own name may have an
+entry), ``tiled_min_groups`` (:func:`tiled_default`). The kernels (``primfuncs/``) take configs
+only; a factory called without one uses ``primfuncs.conv.config.fallback_config``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from primfuncs.conv.config import (
+    MAX_LOCAL_BYTES,
+    ConvConfig,
+    direct_work_items,
+    fallback_config,
+    fill_work_group,
+    shrink_tile,
+)
+from primfuncs.conv.geometry import ConvGeometry
+from primfuncs.lanes import LANES, ceildiv
+
+from tir_adreno.strategy.profile import PROFILES, DeviceProfile
+
+#: Work items x split_k that fill a big GPU ("gpu"; H200: 132 SMs x ~256).
+GPU_WORK_ITEMS = 32768
+#: Largest split_k the "gpu" rule picks.
+MAX_SPLIT = 32
+
+
+def default_config(geom: ConvGeometry, profile: DeviceProfile, prologue: bool = False) -> ConvConfig:
+    """The config conv ``geom`` gets on ``profile``: depthwise convs :data:`DEPTHWISE_DEFAULTS`,
+    dense convs the tiled kernel where :func:`tiled_default` gives one, else the direct kernel's
+    rule of the profile's class (:data:`DIRECT_DEFAULTS`). ``prologue``: a 1x1 conv computing a
+    depthwise conv as its input (``primfuncs.conv.depthwise_pointwise_nchw4c``; never tiled)."""
+    if geom.is_depthwise:
+        return depthwise_config(geom, depthwise_entry(geom, profile))
+    tiled = None if prologue else tiled_default(geom, profile)
+    if tiled is not None:
+        return tiled
+    return DIRECT_DEFAULTS[profile.kind](geom, prologue)
+
+
+def kind_profile(kind: str) -> DeviceProfile:
+    """A profile of device class ``kind`` with nothing of its own (no named depthwise entry, no
+    tiled kernel): what the class's rules alone give (benchmarks and tests compare classes)."""
+    return dataclasses.replace(PROFILES["pocl"], name=f"{kind}-class", kind=kind, tiled_min_groups=0)
+
+
+# -- direct kernel, per device class ---------------------------------------------------------
+# Measured with benchmarks/conv_configs.py (results in benchmarks/results/conv_configs-*.json).
+
+
+def mobile_default(geom: ConvGeometry, prologue: bool = False) -> ConvConfig:
+    """"mobile" (Adreno class): the rule the kernels were written for, their own fallback: a 4 x 4
+    tile, shrunk (channel blocks first) until the grid has ``MIN_WORK_ITEMS`` work items; work
+    group (8, 4, 1)."""
+    return fallback_config(geom)
+
+
+def cpu_default(geom: ConvGeometry, prologue: bool = False) -> ConvConfig:
+    """"cpu" (PoCL): the 4 x 4 tile, never shrunk (a CPU runs a few work groups at a time; bigger
+    tiles cut reads per FMA); the work-group shape is within noise."""
+    return ConvConfig(oc_block=4, w_block=4, work_group=(8, 4, 1))
+
+
+def gpu_default(geom: ConvGeometry, prologue: bool = False) -> ConvConfig:
+    """"gpu" (H200, 132 SMs): under the mobile rule a late ResNet-50 layer has 1-2 thousand work
+    items, each walking 128-512 channel blocks one texture round trip after another: ~1 TFLOP/s.
+    Here a 2 x 4 tile (windows > 1x1) or 2 x 2 (1x1), then ``split_k`` doubled (up to
+    :data:`MAX_SPLIT`, each slice keeping >= 2 channel blocks) until :data:`GPU_WORK_ITEMS`
+    items; when even that falls short, 1 x 4 (twice the channel tiles). Work groups of ~256 items
+    (fewer for a large tile x split: the partial sums must fit 32 KiB of local memory). Convs
+    that cannot split (C < 8, per-lane groups) shrink the 4 x 4 tile until ``GPU_WORK_ITEMS / 2``
+    items. Measured on all 53 ResNet-50 / MobileNetV2 layers: 1.1-8.5x the mobile rule on each
+    non-depthwise one (ResNet-50's convs 6.9 -> 1.5 ms), within ~15% of the best swept config.
+    ``prologue``: 4 output blocks per item (4 x 2, else 4 x 1), so fewer tiles recompute the
+    depthwise conv; split_k fills the GPU."""
+
+    def items(ocb, wb):
+        return direct_work_items(geom, ocb, wb)
+
+    def extents(ocb, wb):
+        return geom.n * ceildiv(geom.ow, wb), geom.oh, ceildiv(geom.o4, ocb)
+
+    blocks = (geom.cg if geom.groups > 1 else geom.c) // LANES
+    aligned = geom.groups == 1 or (geom.cg % LANES == 0 and geom.og % LANES == 0)
+    if not aligned or blocks < 2:
+        ocb, wb = shrink_tile(items, GPU_WORK_ITEMS // 2)
+        return ConvConfig(ocb, wb, fill_work_group(extents(ocb, wb), 64, max_x=16))
+    max_split = min(MAX_SPLIT, blocks // 2)
+    best = None
+    tiles = ((4, 2), (4, 1)) if prologue else ((2, 4) if geom.kh * geom.kw > 1 else (2, 2), (1, 4))
+    for ocb, wb in tiles:
+        split = 1
+        while items(ocb, wb) * split < GPU_WORK_ITEMS and split * 2 <= max_split:
+            split *= 2
+        if best is None or items(ocb, wb) * split > best[0]:
+            best = (items(ocb, wb) * split, ocb, wb, split)
+        if items(ocb, wb) * split >= GPU_WORK_ITEMS:
+            break
+    _, ocb, wb, split = best
+    per_slice = min(64, 256 // split, MAX_LOCAL_BYTES // (LANES * 4 * ocb * wb * split))
+    return ConvConfig(ocb, wb, fill_work_group(extents(ocb, wb), per_slice, max_x=16, max_z=64 // split), split)
+
+
+#: The direct kernel's default rule per device class (``DeviceProfile.kind``).
+DIRECT_DEFAULTS = {"mobile": mobile_default, "cpu": cpu_default, "gpu": gpu_default}
+
+
+# -- depthwise convs ---------------------------------------------------------------------------
+
+#: Depthwise defaults per device class or device profile name (data; a profile's name wins
+#: over its class, so one device gets its own entry without touching its class). Depthwise
+#: convs share no input pixel across channel blocks, so a tile is one channel block.
+#: Keys: ``w_block``; ``work_group`` fixed, or ``threads``: a 2-D work group of that many
+#: items filled along the output columns, then rows (``fill_work_group``), or with
+#: ``flat`` a 1-D group of that many items (``ConvConfig.flat``); ``register_window`` where
+#: the conv allows it (multiplier 1); ``placement`` (optional; absent: the device
+#: profile's ``activation_placement``): "texture" or "buffer", where the strategy (``tir_adreno.strategy.conv``)
+#: puts the layer's tensors unless records say otherwise;
+#: ``classes``: {layer class of :data:`DEPTHWISE_CLASSES`: keys overridden for that class},
+#: applied in that order. "mobile" / "cpu": 4 columns per item, group (8, 4, 1) (on the
+#: H200 every such config of the first sweep was within ~10% of the ~13 us texture-kernel
+#: floor). "gpu": 2 columns per item, window in registers, 128-item groups.
+#: "nvidia-h200" (buffers there, the profile's placement): 1 column per item, window in
+#: registers, the 1-D grid in 64-item groups: within 5% of the best of 38 swept configs on
+#: each of MobileNetV2's 10 depthwise layers (benchmarks/results/depthwise-nvidia-h200.json).
+DEPTHWISE_DEFAULTS = {
+    "mobile": {"w_block": 4, "work_group": (8, 4, 1), "register_window": False},
+    "cpu": {"w_block": 4, "work_group": (8, 4, 1), "register_window": False},
+    "gpu": {"w_block": 2, "threads": 128, "register_window": True},
+    "nvidia-h200": {"w_block": 1, "threads": 64, "flat": True, "register_window": True},
+}
+
+#: Layer classes a :data:`DEPTHWISE_DEFAULTS` entry may override keys for (``classes``).
+DEPTHWISE_CLASSES = {
+    "stride2": lambda g: max(g.strides) > 1,
+    "small": lambda g: g.oh * g.ow <= 14 * 14,  # MobileNet's last stages: launch-bound
+}
+
+_DEPTHWISE_KEYS = {"w_block", "work_group", "threads", "register_window", "flat", "placement", "classes"}
+
+
+def depthwise_entry(geom: ConvGeometry, profile: DeviceProfile) -> dict:
+    """The :data:`DEPTHWISE_DEFAULTS` entry of depthwise conv ``geom`` on ``profile`` (its name's
+    entry when the table has one, else its class's), its layer classes' overrides applied."""
+    key = profile.name if profile.name in DEPTHWISE_DEFAULTS else profile.kind
+    entry = dict(DEPTHWISE_DEFAULTS[key])
+    for name, overrides in entry.pop("classes", {}).items():
+        if name not in DEPTHWISE_CLASSES:
+            raise ValueError(f"DEPTHWISE_DEFAULTS[{key!r}]: unknown layer class {name!r}; known: {list(DEPTHWISE_CLASSES)}")
+        if DEPTHWISE_CLASSES[name](geom):
+            entry.update(overrides)
+    unknown = set(entry) - _DEPTHWISE_KEYS
+    if unknown or entry.get("placement", "texture") not in ("texture", "buffer"):
+        raise ValueError(f"DEPTHWISE_DEFAULTS[{key!r}]: unknown keys {sorted(unknown)} or placement "
+                         f"{entry.get('placement')!r} (want 'texture' or 'buffer')")
+    return entry
+
+
+def depthwise_config(geom: ConvGeometry, entry: dict) -> ConvConfig:
+    """One :func:`depthwise_entry` as the ConvConfig of conv ``geom``."""
+    wb, flat = entry["w_block"], entry.get("flat", False)
+    if flat:
+        work_group = (entry["threads"], 1, 1)
+    elif "threads" in entry:
+        work_group = fill_work_group((geom.n * ceildiv(geom.ow, wb), geom.oh, 1), entry["threads"], max_x=32)
+    else:
+        work_group = entry["work_group"]
+    return ConvConfig(1, wb, work_group, register_window=entry["register_window"] and geom.o == geom.c, flat=flat)
+
+
+# -- the local-memory tiled kernel -------------------------------------------------------------
+
+#: Configs of the local-memory tiled kernel (``ConvConfig.tiled``) a conv gets by default
+#: (:func:`tiled_default`): (oc_block, w_block, work group, k_chunk, split_k). 1x1 convs take the
+#: first of :data:`TILED_CONFIGS` that launches enough work groups (smaller tiles, more K slices
+#: for the small maps), stem convs (one input channel block: K is the taps) :data:`TILED_STEM`.
+#: From ``benchmarks/conv_configs.py --grid tiled`` on ResNet-50's 23 layers on the H200
+#: (benchmarks/results/conv_configs_tiled_buffer-nvidia-h200.json, 27 tiled configs): within 20%
+#: of the best tiled config on each 1x1 layer, and 1.3-2.0x the direct kernel where it ran before.
+TILED_CONFIGS = ((2, 2, (16, 4, 1), 4, 4), (1, 2, (16, 4, 1), 4, 4), (1, 1, (16, 2, 1), 4, 8))
+TILED_STEM = (1, 4, (16, 8, 1), 4, 1)
+
+
+def tiled_default(geom: ConvGeometry, profile: DeviceProfile) -> ConvConfig | None:
+    """The tiled config of dense conv ``geom`` that launches at least ``profile.tiled_min_groups``
+    work groups (0: never), or None (the direct kernel). Only 1x1 convs and stem convs qualify:
+    on ResNet-50's 3x3 convs the tiled kernel won only on the 56x56 maps (3% and 10%) and lost
+    by up to 3.6x on the smaller ones."""
+    min_groups = profile.tiled_min_groups
+    stem = geom.c4 == 1 and geom.kh * geom.kw > 1
+    if min_groups <= 0 or geom.groups != 1 or not (geom.kh * geom.kw == 1 or stem):
+        return None
+    for ocb, wb, work_group, k_chunk, split in (TILED_STEM,) if stem else TILED_CONFIGS:
+        groups = geom.n * ceildiv(geom.oh * geom.ow, work_group[0] * wb) * ceildiv(geom.o4, work_group[1] * ocb)
+        if groups >= min_groups:
+            return ConvConfig(ocb, wb, work_group, split, tiled=True, k_chunk=k_chunk)
+    return None

@@ -1,0 +1,43 @@
+"""Precisions (TVM's Adreno naming) and what a device must have to run them.
+
+The strategy (``tir_adreno.strategy.conv``), the Relax pass, ``ops`` and the compiler ask here
+which dtype the kernels are built for (:func:`kernel_dtype`), how float32 textures are stored
+(:func:`half_storage`) and whether a device runs a precision at all (:func:`check_precision`).
+"""
+
+from __future__ import annotations
+
+from tir_adreno.strategy.profile import DeviceProfile
+
+#: Precisions as TVM's Adreno flow names them: "float32"; "float16_acc32" (every texture,
+#: weights and Winograd intermediates included, stored as RGBA half; the float32 kernels run
+#: unchanged, ``read_imagef``/``write_imagef`` convert in the texture unit; buffers stay
+#: float32); "float16" (the factories' float16 kernels: half storage and half arithmetic).
+PRECISIONS = ("float32", "float16_acc32", "float16")
+
+
+class PrecisionError(ValueError):
+    """The device cannot run the requested precision."""
+
+
+def kernel_dtype(precision: str) -> str:
+    """The dtype our kernels are built for: float16 only for ``"float16"``."""
+    return "float16" if precision == "float16" else "float32"
+
+
+def half_storage(precision: str) -> str | None:
+    """The storage dtype of float32 texture tensors: "float16" under ``"float16_acc32"``."""
+    return "float16" if precision == "float16_acc32" else None
+
+
+def check_precision(precision: str, profile: DeviceProfile) -> str:
+    """``precision`` when ``profile`` can run it, else ValueError / :class:`PrecisionError`
+    naming the device (``half_math`` comes from a probe kernel on live devices)."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    if precision == "float16_acc32" and not profile.half_images:
+        raise PrecisionError(f"precision 'float16_acc32' needs RGBA half images, which {profile.name} lacks")
+    if precision == "float16" and not profile.half_math:
+        raise PrecisionError(f"precision 'float16' needs half arithmetic and half builtins, which {profile.name} "
+                             "does not run (probe kernel); use 'float16_acc32' (half storage, float math)")
+    return precision
