@@ -31,7 +31,7 @@ from primfuncs.epilogue import Epilogue
 from tir_adreno.runtime import texture
 from tir_adreno.strategy import defaults
 from tir_adreno.strategy.packing import pack_oihw4o
-from tir_adreno.strategy.placement import activation_scope
+from tir_adreno.strategy.placement import activation_scope, conv_placement
 from tir_adreno.strategy.precision import check_precision, half_storage, kernel_dtype
 from tir_adreno.strategy.profile import DeviceProfile, check_placement
 
@@ -213,8 +213,7 @@ def default_choice(geometry: ConvGeometry, profile: DeviceProfile) -> ConvChoice
     multiply-adds up), or for depthwise convs where a ``defaults.DEPTHWISE_DEFAULTS``
     entry that names a placement puts them; dense convs the profile runs tiled
     (``profile.tiled_min_groups``, ``defaults.tiled_default``) take that config on buffers."""
-    big = 0 < profile.texture_min_macs <= geometry.flops // 2
-    placement = "texture" if big else profile.activation_placement
+    placement = conv_placement(geometry.flops // 2, profile)
     if geometry.is_depthwise:
         placement = defaults.depthwise_entry(geometry, profile).get("placement", placement)
     tiled = defaults.tiled_default(geometry, profile)  # None for depthwise convs (groups > 1)

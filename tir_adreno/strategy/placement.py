@@ -3,11 +3,12 @@
 Every caller (the Relax pass for each kernel it emits, ``conv2d_plan`` and the fused
 depthwise -> 1x1 plan, ``ops``, ``tune``'s pool candidates) asks :func:`activation_scope`.
 A kernel takes all its activations in one scope, so the rule is over all of them: the
-``placement`` asked for (a conv's choice: a tuning record, or ``default_choice``, which
-puts convs of ``profile.texture_min_macs`` multiply-adds and more on textures), else the
-profile's ``activation_placement``; "texture" holds only when every tensor fits the
-device's images, else the kernel runs on buffers, or, with ``allow_buffer=False``,
-:class:`~tir_adreno.runtime.texture.TextureLimitError` names the limit.
+``placement`` asked for (a conv's choice: a tuning record, or ``default_choice``, whose
+placement is :func:`conv_placement`: convs of ``profile.texture_min_macs`` multiply-adds
+and more on textures), else the profile's ``activation_placement``; "texture" holds only
+when every tensor fits the device's images, else the kernel runs on buffers, or, with
+``allow_buffer=False``, :class:`~tir_adreno.runtime.texture.TextureLimitError` names the
+limit.
 """
 
 from __future__ import annotations
@@ -16,6 +17,12 @@ from primfuncs._common import BUFFER, TEXTURE
 
 from tir_adreno.runtime import texture
 from tir_adreno.strategy.profile import DeviceProfile, check_placement
+
+
+def conv_placement(macs: int, profile: DeviceProfile) -> str:
+    """A conv's placement when no record sets it: "texture" from ``profile.texture_min_macs``
+    multiply-adds up (0: never), else the profile's ``activation_placement``."""
+    return "texture" if 0 < profile.texture_min_macs <= macs else profile.activation_placement
 
 
 def activation_scope(shapes5, profile: DeviceProfile, placement: str | None = None, allow_buffer: bool = True) -> str:
