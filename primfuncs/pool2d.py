@@ -53,7 +53,7 @@ from .elementwise import _check_nchw4c
 #: 100 taps (1.2x), 3x at 28x28, 7x at 56x56; it loses on small windows with many outputs
 #: (2x2 to 5x5: 0.5-0.9x, the 3x3/2 stem max pool: 0.2x). PoCL (CPU): the group never wins
 #: (0.4-0.8x up to 3136 taps; a work group runs on one core, splitting a window only adds the
-#: combine), hence ``tir_adreno.strategy.conv.group_threshold`` passes None (never) for CPU profiles.
+#: combine), hence ``tir_adreno.strategy.pool.group_threshold`` passes None (never) for CPU profiles.
 GROUP_THRESHOLD = 49
 #: Work items per group in the ``"group"`` schedule (at most; fewer for small windows).
 GROUP_SIZE = 64

@@ -39,7 +39,7 @@ coefficients up to 8 (output) and 5 (input), so in float32 its bound is 1e-3
 relative (tested; measured up to 2e-5 on ResNet-50/VGG-16 layers) where direct and
 F(2x2) are held to 1e-4.
 
-Non-finite inputs (tests/test_nonfinite.py): every output whose 3x3 window holds a NaN
+Non-finite inputs (tests/kernels/test_nonfinite.py): every output whose 3x3 window holds a NaN
 is NaN, as in the direct conv, but the transforms mix a whole tile, so the spread is
 the tiles whose input patch holds it. Measured, one NaN at each position of a 12x12
 map: F(2x2) makes exactly the direct conv's outputs NaN (the zeros of ``B^T`` and

@@ -9,7 +9,7 @@ The printer writes it as ``start:start + extent``; the parser takes ``stop - sta
 simplifies it, which puts ``T.min(T.max(by + 1, 0), 1) * 2`` first. The parsed PrimFunc is
 equivalent but not structurally equal, so ``func.script()`` -> ``tvm.script.from_source``
 is not exact (our split-K conv kernels, ``ConvConfig.split_k > 1``, hit it: see
-tests/test_script_roundtrip.py). With one clamped access (the control) it round-trips.
+tests/kernels/test_script_roundtrip.py). With one clamped access (the control) it round-trips.
 """
 
 import pytest

@@ -41,7 +41,7 @@ ALGORITHMS = ("direct", "winograd_2x2", "winograd_4x4")
 WINOGRAD_TILES = {"winograd_2x2": 2, "winograd_4x4": 4}
 #: Algorithms the automatic choice and tuning may use per precision. Winograd F(4x4)'s
 #: transforms amplify the rounding of its half-stored intermediates ~4x past the fp16 bound
-#: that F(2x2) holds (measured in tests/test_fp16.py), so fp16 precisions use direct and F(2x2).
+#: that F(2x2) holds (measured in tests/kernels/test_fp16.py), so fp16 precisions use direct and F(2x2).
 PRECISION_ALGORITHMS = {"float32": ALGORITHMS, "float16_acc32": ALGORITHMS[:2], "float16": ALGORITHMS[:2]}
 
 
