@@ -20,6 +20,7 @@ import numpy as np
 
 from tir_adreno.runtime import cache, launcher, opencl as runtime
 from tir_adreno.runtime.bundle import KernelModule, TensorSpec
+from tir_adreno.runtime.startup import StartupReport, import_ms, mark_imported
 from tir_adreno.runtime.texture import image_format, is_texture_scope, texture_extent
 
 MODEL_FORMAT = 1
@@ -191,11 +192,17 @@ class Plan:
 class CompiledModel:
     """A model ready to run on one OpenCL device."""
 
-    def __init__(self, plan: Plan, kernels: dict[str, KernelModule], weights: dict[int, np.ndarray], device=None, pool: bool = True):
+    def __init__(self, plan: Plan, kernels: dict[str, KernelModule], weights: dict[int, np.ndarray], device=None, pool: bool = True,
+                 startup: StartupReport | None = None):
+        start = time.perf_counter()
         self.plan = plan
         self.kernels = kernels
         self.weights = weights
-        self.device = runtime.get_device(device)
+        #: Where this model's start-up time went (:mod:`tir_adreno.runtime.startup`); ``load_model``
+        #: passes its own report in, with the reading and verifying of the saved files.
+        self.startup = report = startup or StartupReport(import_ms=import_ms())
+        with report.phase("device_ms"):
+            self.device = runtime.get_device(device)
         too_big = [t for t in plan.tensors if is_texture_scope(t.scope) and not self.device.limits.fits(t.shape, t.scope)]
         if too_big:
             raise TargetMismatchError(
@@ -203,14 +210,17 @@ class CompiledModel:
                 f"{self.device.name}'s image limits (compile it for this device's profile)")
         self.pool = pool
         self._times_ms: list[float] | None = None
-        self._loaded = {key: self.device.load(module) for key, module in kernels.items()}
+        with report.phase("programs_ms"):
+            self._loaded = {key: self.device.load(module, counts=report.programs) for key, module in kernels.items()}
         self._tensors = self._allocate()
-        self._launch_options = (None, "plain")  # $TIR_ADRENO_LAUNCHER; see use_launcher
-        self._bind()
-        self._input_tensors = [self._tensors[i] for _, i in plan.inputs]
-        self._output_tensors = [self._tensors[i] for i in plan.outputs]
-        self._staging: tuple[list, list] | None = None  # pinned (inputs, outputs); see use_pinned
-        self.use_pinned()
+        with report.phase("bind_ms"):
+            self._launch_options = (None, "plain")  # $TIR_ADRENO_LAUNCHER; see use_launcher
+            self._bind()
+            self._input_tensors = [self._tensors[i] for _, i in plan.inputs]
+            self._output_tensors = [self._tensors[i] for i in plan.outputs]
+            self._staging: tuple[list, list] | None = None  # pinned (inputs, outputs); see use_pinned
+            self.use_pinned()
+        report.total_ms += (time.perf_counter() - start) * 1e3
 
     # -- setup ----------------------------------------------------------------------------
     def _spec(self, i: int) -> TensorSpec:
@@ -218,18 +228,21 @@ class CompiledModel:
         return t.spec(t.name or f"t{i}")
 
     def _allocate(self) -> list[runtime.Tensor]:
-        dev = self.device
-        slot_of, slots = self.plan.assign_memory(self.pool)
-        slot_mem = [dev.empty(s.spec(f"slot{k}")).mem for k, s in enumerate(slots)]
+        dev, report = self.device, self.startup
+        with report.phase("bind_ms"):
+            slot_of, slots = self.plan.assign_memory(self.pool)
+            slot_mem = [dev.empty(s.spec(f"slot{k}")).mem for k, s in enumerate(slots)]
         tensors = []
         for i, t in enumerate(self.plan.tensors):
             if t.kind == "temp":
                 tensors.append(runtime.Tensor(dev, self._spec(i), slot_mem[slot_of[i]]))
-            else:
+                continue
+            with report.phase("upload_ms" if t.kind == "const" else "bind_ms"):
                 tensor = dev.empty(self._spec(i))
                 if t.kind == "const":
                     tensor.upload(self.weights[i])
-                tensors.append(tensor)
+                    report.weight_bytes += tensor.nbytes
+            tensors.append(tensor)
         return tensors
 
     def _bind(self):
@@ -470,22 +483,39 @@ def load_model(directory, device=None, pool: bool = True, random_weights: int | 
     ``random_weights=seed`` fills weights saved without values with seeded
     random numbers: the model then only serves timing.
     """
+    start = time.perf_counter()
+    report = StartupReport(import_ms=import_ms())
     directory = Path(directory)
-    doc_bytes = cache.read(directory / "model.json")
-    weight_bytes = cache.read(directory / "weights.npz")
+    with report.phase("read_ms"):
+        doc_raw = cache.read_raw(directory / "model.json")
+        weight_raw = cache.read_raw(directory / "weights.npz")
+    with report.phase("verify_ms"):
+        doc_bytes = None if doc_raw is None else cache.verify(doc_raw)
+        weight_bytes = None if weight_raw is None else cache.verify(weight_raw)
+    del weight_raw  # the checked payload is a copy: let the raw file go
     if weight_bytes is None and random_weights is not None and not (directory / "weights.npz").exists():
         weight_bytes = b""
     if doc_bytes is None or weight_bytes is None:
         raise ValueError(f"{directory}: not a saved tir-adreno model (missing, truncated or corrupt model.json/weights.npz)")
-    doc = json.loads(doc_bytes)
-    if doc.get("format") != MODEL_FORMAT:
-        raise ValueError(f"{directory}: model format {doc.get('format')} != {MODEL_FORMAT}")
-    kernels = {k: KernelModule.from_json(json.dumps(v)) for k, v in doc["kernels"].items()}
-    plan = Plan.from_dict(doc["plan"])
+    with report.phase("read_ms"):
+        doc = json.loads(doc_bytes)
+        if doc.get("format") != MODEL_FORMAT:
+            raise ValueError(f"{directory}: model format {doc.get('format')} != {MODEL_FORMAT}")
+        kernels = {k: KernelModule.from_dict(v) for k, v in doc["kernels"].items()}
+        plan = Plan.from_dict(doc["plan"])
+        weights = _weights(weight_bytes, plan, random_weights)
+    report.total_ms = (time.perf_counter() - start) * 1e3  # the constructor adds its own time
+    return CompiledModel(plan, kernels, weights, device, pool, startup=report)
+
+
+def _weights(weight_bytes: bytes, plan: Plan, random_weights: int | None) -> dict[int, np.ndarray]:
+    """The saved weights by tensor index, or seeded random ones (``random_weights``) for a
+    model saved without them (``weight_bytes`` empty)."""
     if weight_bytes:
         with np.load(io.BytesIO(weight_bytes)) as npz:
-            weights = {int(k): npz[k] for k in npz.files}
-    else:
-        rng = np.random.default_rng(random_weights)
-        weights = {i: (rng.standard_normal(t.shape) * 0.05).astype(t.storage_dtype) for i, t in enumerate(plan.tensors) if t.kind == "const"}
-    return CompiledModel(plan, kernels, weights, device, pool)
+            return {int(k): npz[k] for k in npz.files}
+    rng = np.random.default_rng(random_weights)
+    return {i: (rng.standard_normal(t.shape) * 0.05).astype(t.storage_dtype) for i, t in enumerate(plan.tensors) if t.kind == "const"}
+
+
+mark_imported()  # the runtime is imported (this module is its top): see startup.import_ms

@@ -10,6 +10,7 @@ import contextlib
 import math
 import os
 import statistics
+import time
 import warnings
 from dataclasses import dataclass
 
@@ -19,6 +20,7 @@ import pyopencl as cl
 from tir_adreno.runtime import bounds, cache
 from tir_adreno.runtime.bounds import BoundsError  # noqa: F401 (raised by LoadedModule; importable from here)
 from tir_adreno.runtime.bundle import FunctionPlan, KernelModule, TensorSpec
+from tir_adreno.runtime.startup import ProgramCounts
 from tir_adreno.runtime.texture import DeviceLimits, image_format, is_texture_scope, texture_extent
 
 #: Poison written into outputs before a run, so an element a kernel never wrote shows up.
@@ -256,7 +258,7 @@ class LoadedModule:
         self.device = device
         self.module = module
         self._program = program
-        self._kernels = {k.function_name: k for k in program.all_kernels()}
+        self._kernels: dict | None = None  # made on the first launch(): a bound model never needs them
         self._bounds: list[tuple[str, object]] = []  # (function, record buffer) not yet checked
 
     def __getitem__(self, name: str) -> FunctionPlan:
@@ -311,6 +313,8 @@ class LoadedModule:
         if record is not None:
             self._bounds.append((name, record))
         for launch in plan.launches:
+            if self._kernels is None:
+                self._kernels = {k.function_name: k for k in self._program.all_kernels()}
             kernel = self._kernels[launch.kernel]
             self._set_args(kernel, launch, tensors, record)
             events.append(
@@ -371,7 +375,10 @@ class Device:
         self.build_options = BUILD_OPTIONS
         #: Kernel time (OpenCL events) of every ``LoadedModule`` call so far: what an op cost.
         self.kernel_seconds = 0.0
-        self._programs: dict[str, cl.Program] = {}
+        self._programs: dict[str, cl.Program] = {}  # binary key -> program
+        self._identity: tuple | None = None  # see _binary_key
+        #: Every program this device made: from source, from a cached binary, reused in process.
+        self.program_counts = ProgramCounts()
 
     @property
     def name(self) -> str:
@@ -410,23 +417,36 @@ class Device:
     # -- programs -------------------------------------------------------------------------
     def _binary_key(self, source: str, options: str | None = None) -> str:
         options = self.build_options if options is None else options
-        d = self.cl_device
-        return cache.key(
-            "program", source, d.platform.name, d.platform.version, d.name, d.version, d.driver_version, options
-        )
+        if self._identity is None:  # device queries are driver calls: ask once
+            d = self.cl_device
+            self._identity = (d.platform.name, d.platform.version, d.name, d.version, d.driver_version)
+        return cache.key("program", source, *self._identity, options)
 
     def build_program(self, source: str, build_options: str | None = None):
         """Build ``source`` with ``build_options`` (default :attr:`build_options`), reusing a
         cached binary (keyed by source, device, driver and options) when a valid one exists."""
         options = self.build_options if build_options is None else build_options
-        key = self._binary_key(source, options)
+        return self._build(source, options, self._binary_key(source, options))
+
+    def _build(self, source: str, options: str, key: str, counts: ProgramCounts | None = None):
+        """:meth:`build_program` under the binary key ``key``; counted (from a binary or from
+        source, with its milliseconds) in :attr:`program_counts` and ``counts``."""
+        start = time.perf_counter()
+        how, program = self._build_uncounted(source, options, key)
+        ms = (time.perf_counter() - start) * 1e3
+        for c in (self.program_counts, counts):
+            if c is not None:
+                c.add(how, ms)
+        return program
+
+    def _build_uncounted(self, source: str, options: str, key: str):
         path = cache.cache_dir() / "programs" / f"{key}.bin"
         binary = cache.read(path, key)
         if binary is not None:
             try:
                 prg = cl._cl._Program(self.context, [self.cl_device], [binary])
                 prg.build(options.encode(), [self.cl_device])
-                return cl.Program(prg)
+                return "binary", cl.Program(prg)
             except cl.Error:
                 pass  # stale or foreign binary: rebuild from source below
         prg = cl._cl._Program(self.context, source)
@@ -438,16 +458,20 @@ class Device:
         (binary,) = prg.get_info(cl.program_info.BINARIES)
         if binary:
             cache.store(path, bytes(binary), key)
-        return cl.Program(prg)
+        return "source", cl.Program(prg)
 
-    def load(self, module: KernelModule, build_options: str | None = None) -> LoadedModule:
+    def load(self, module: KernelModule, build_options: str | None = None, counts: ProgramCounts | None = None) -> LoadedModule:
         """Bind ``module``'s plan to its program built with ``build_options`` (default
         :attr:`build_options`); one program per distinct source and options (different plans
-        may share a source when shapes simplify away)."""
+        may share a source when shapes simplify away). ``counts`` records how the program came."""
         options = self.build_options if build_options is None else build_options
-        key = cache.key(module.source, options)
-        if key not in self._programs:
-            self._programs[key] = self.build_program(module.source, options)
+        key = self._binary_key(module.source, options)  # the source is hashed once, here
+        if key in self._programs:
+            for c in (self.program_counts, counts):
+                if c is not None:
+                    c.add("in_process")
+        else:
+            self._programs[key] = self._build(module.source, options, key, counts)
         return LoadedModule(self, module, self._programs[key])
 
 

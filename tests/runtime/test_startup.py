@@ -1,0 +1,92 @@
+"""Start-up: a warm start builds no program from source, and the start-up report's phases are
+there and add up (in a fresh process each, as a user's start is)."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from tir_adreno import compile_model
+from tir_adreno.runtime.startup import ProgramCounts, StartupReport
+
+from helpers import ROOT, refuse_imports
+from helpers.onnx_graphs import tiny_model
+
+#: Loads a saved model in a process that cannot import TVM; prints its start-up report and the
+#: device's program counts as JSON.
+_LOAD = refuse_imports("tvm", "tvm_ffi", "onnx") + textwrap.dedent(
+    """
+    import dataclasses, json
+    from tir_adreno.runtime.executor import load_model
+
+    model = load_model(sys.argv[1])
+    print(json.dumps({"startup": model.startup.to_dict(), "device": dataclasses.asdict(model.device.program_counts)}))
+    """
+)
+
+
+def _load_in_fresh_process(folder, cache_dir):
+    env = {**os.environ, "TIR_ADRENO_CACHE_DIR": str(cache_dir)}
+    res = subprocess.run([sys.executable, "-c", _LOAD, str(folder)], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def saved(device, tmp_path_factory):
+    compiled = compile_model(tiny_model(), device, progress=lambda _: None)
+    return compiled, compiled.save(tmp_path_factory.mktemp("startup") / "tiny")
+
+
+def test_warm_start_builds_no_program_from_source(saved, tmp_path):
+    _, folder = saved
+    cold = _load_in_fresh_process(folder, tmp_path / "cache")  # an empty cache: every program from source
+    warm = _load_in_fresh_process(folder, tmp_path / "cache")
+    distinct = len({m.source for m in saved[0].kernels.values()})
+    assert cold["device"]["from_source"] == distinct and cold["device"]["from_binary"] == 0
+    assert warm["device"]["from_source"] == 0, "a warm start built a program from source"
+    assert warm["device"]["from_binary"] == distinct
+    # the model's own counts are the device's in a fresh process; one program per distinct source
+    for run in (cold, warm):
+        programs = run["startup"]["programs"]
+        assert {k: programs[k] for k in ("from_source", "from_binary")} == {k: run["device"][k] for k in ("from_source", "from_binary")}
+        assert programs["from_source"] + programs["from_binary"] + programs["in_process"] == len(saved[0].kernels)
+
+
+def test_startup_report_fields_add_up(saved, tmp_path):
+    _, folder = saved
+    report = _load_in_fresh_process(folder, tmp_path / "cache")["startup"]
+    for phase in StartupReport.PHASES + ("total_ms", "import_ms", "other_ms"):
+        assert report[phase] >= 0, phase
+    assert report["import_ms"] > 0, "the runtime's import was not measured"
+    phases = sum(report[p] for p in StartupReport.PHASES)
+    assert phases <= report["total_ms"] + 1e-6
+    assert report["total_ms"] == pytest.approx(phases + report["other_ms"])
+    assert report["other_ms"] <= 0.25 * report["total_ms"] + 5, f"phases miss much of the start-up: {report}"
+    programs = report["programs"]
+    assert programs["from_source_ms"] + programs["from_binary_ms"] <= report["programs_ms"] + 1e-6
+    assert report["weight_bytes"] > 0
+
+
+def test_a_second_load_in_process_reuses_programs(saved, device):
+    compiled, folder = saved
+    from tir_adreno.runtime.executor import load_model
+
+    again = load_model(folder, device)
+    counts = again.startup.programs
+    assert (counts.from_source, counts.from_binary, counts.in_process) == (0, 0, len(compiled.kernels))
+    assert compiled.startup.total_ms > 0 and compiled.startup.read_ms == 0  # compile_model reads no files
+    assert "startup" in again.startup.line() and "from binaries" in again.startup.line()
+
+
+def test_program_counts_add():
+    counts = ProgramCounts()
+    counts.add("source", 5.0)
+    counts.add("binary", 1.0)
+    counts.add("binary", 2.0)
+    counts.add("in_process")
+    assert (counts.from_source, counts.from_binary, counts.in_process) == (1, 2, 1)
+    assert (counts.from_source_ms, counts.from_binary_ms) == (5.0, 3.0)
