@@ -1,15 +1,18 @@
 """Start-up: a warm start builds no program from source, and the start-up report's phases are
 there and add up (in a fresh process each, as a user's start is)."""
 
+import io
 import json
 import os
 import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 
 from tir_adreno import compile_model
+from tir_adreno.runtime import weights as saved_weights
 from tir_adreno.runtime.startup import ProgramCounts, StartupReport
 
 from helpers import ROOT, refuse_imports
@@ -66,8 +69,8 @@ def test_startup_report_fields_add_up(saved, tmp_path):
     assert phases <= report["total_ms"] + 1e-6
     assert report["total_ms"] == pytest.approx(phases + report["other_ms"])
     assert report["other_ms"] <= 0.25 * report["total_ms"] + 5, f"phases miss much of the start-up: {report}"
-    programs = report["programs"]
-    assert programs["from_source_ms"] + programs["from_binary_ms"] <= report["programs_ms"] + 1e-6
+    programs = report["programs"]  # built in threads while the weights were read: their ms overlap
+    assert programs["from_source_ms"] > 0 or programs["from_binary_ms"] > 0
     assert report["weight_bytes"] > 0
 
 
@@ -90,3 +93,30 @@ def test_program_counts_add():
     counts.add("in_process")
     assert (counts.from_source, counts.from_binary, counts.in_process) == (1, 2, 1)
     assert (counts.from_source_ms, counts.from_binary_ms) == (5.0, 3.0)
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_saved_weights_read_as_views_equal_np_load(compress, tmp_path):
+    """weights.arrays: the same arrays as np.load (dtypes, shapes incl. 0-d, empty and
+    Fortran-ordered), as read-only views into the bytes where members are stored uncompressed."""
+    rng = np.random.default_rng(7)
+    saved = {
+        "0": rng.standard_normal((3, 5, 7, 4)).astype(np.float32),
+        "1": rng.standard_normal((9,)).astype(np.float16),
+        "2": np.asfortranarray(rng.standard_normal((4, 6))),
+        "3": np.float32(rng.standard_normal()),
+        "4": np.zeros((0, 3), np.float32),
+        "5": rng.integers(-9, 9, (2, 3), dtype=np.int64),
+    }
+    buf = io.BytesIO()
+    (np.savez_compressed if compress else np.savez)(buf, **saved)
+    payload = buf.getvalue()
+    got = saved_weights.arrays(payload)
+    with np.load(io.BytesIO(payload)) as npz:
+        want = {k: npz[k] for k in npz.files}
+    assert sorted(got) == sorted(want)
+    for k in want:
+        assert got[k].dtype == want[k].dtype and got[k].shape == want[k].shape
+        np.testing.assert_array_equal(got[k], want[k])
+    if not compress:
+        assert all(not a.flags.writeable for a in got.values() if a.size), "expected views into the bytes"

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tir_adreno.runtime import cache, launcher, opencl as runtime
+from tir_adreno.runtime import cache, launcher, opencl as runtime, weights as saved_weights
 from tir_adreno.runtime.bundle import KernelModule, TensorSpec
 from tir_adreno.runtime.startup import StartupReport, import_ms, mark_imported
 from tir_adreno.runtime.texture import image_format, is_texture_scope, texture_extent
@@ -193,13 +193,14 @@ class CompiledModel:
     """A model ready to run on one OpenCL device."""
 
     def __init__(self, plan: Plan, kernels: dict[str, KernelModule], weights: dict[int, np.ndarray], device=None, pool: bool = True,
-                 startup: StartupReport | None = None):
+                 startup: StartupReport | None = None, programs=None):
         start = time.perf_counter()
         self.plan = plan
         self.kernels = kernels
         self.weights = weights
         #: Where this model's start-up time went (:mod:`tir_adreno.runtime.startup`); ``load_model``
-        #: passes its own report in, with the reading and verifying of the saved files.
+        #: passes its own report in, with the reading and verifying of the saved files, and
+        #: ``programs``: the builds it started (``Device.load_all``) while it read the weights.
         self.startup = report = startup or StartupReport(import_ms=import_ms())
         with report.phase("device_ms"):
             self.device = runtime.get_device(device)
@@ -211,7 +212,7 @@ class CompiledModel:
         self.pool = pool
         self._times_ms: list[float] | None = None
         with report.phase("programs_ms"):
-            self._loaded = {key: self.device.load(module, counts=report.programs) for key, module in kernels.items()}
+            self._loaded = (programs or self.device.load_all(kernels, counts=report.programs))()
         self._tensors = self._allocate()
         with report.phase("bind_ms"):
             self._launch_options = (None, "plain")  # $TIR_ADRENO_LAUNCHER; see use_launcher
@@ -486,34 +487,42 @@ def load_model(directory, device=None, pool: bool = True, random_weights: int | 
     start = time.perf_counter()
     report = StartupReport(import_ms=import_ms())
     directory = Path(directory)
+    doc = _checked(directory / "model.json", report)
     with report.phase("read_ms"):
-        doc_raw = cache.read_raw(directory / "model.json")
-        weight_raw = cache.read_raw(directory / "weights.npz")
-    with report.phase("verify_ms"):
-        doc_bytes = None if doc_raw is None else cache.verify(doc_raw)
-        weight_bytes = None if weight_raw is None else cache.verify(weight_raw)
-    del weight_raw  # the checked payload is a copy: let the raw file go
+        doc = None if doc is None else json.loads(doc)
+        if doc is not None and doc.get("format") != MODEL_FORMAT:
+            raise ValueError(f"{directory}: model format {doc.get('format')} != {MODEL_FORMAT}")
+        kernels = {} if doc is None else {k: KernelModule.from_dict(v) for k, v in doc["kernels"].items()}
+    with report.phase("device_ms"):
+        device = runtime.get_device(device)
+    programs = device.load_all(kernels, counts=report.programs)  # built while the weights are read
+    weight_bytes = _checked(directory / "weights.npz", report)
     if weight_bytes is None and random_weights is not None and not (directory / "weights.npz").exists():
         weight_bytes = b""
-    if doc_bytes is None or weight_bytes is None:
+    if doc is None or weight_bytes is None:
+        programs()  # let the builds finish before saying so
         raise ValueError(f"{directory}: not a saved tir-adreno model (missing, truncated or corrupt model.json/weights.npz)")
     with report.phase("read_ms"):
-        doc = json.loads(doc_bytes)
-        if doc.get("format") != MODEL_FORMAT:
-            raise ValueError(f"{directory}: model format {doc.get('format')} != {MODEL_FORMAT}")
-        kernels = {k: KernelModule.from_dict(v) for k, v in doc["kernels"].items()}
         plan = Plan.from_dict(doc["plan"])
         weights = _weights(weight_bytes, plan, random_weights)
     report.total_ms = (time.perf_counter() - start) * 1e3  # the constructor adds its own time
-    return CompiledModel(plan, kernels, weights, device, pool, startup=report)
+    return CompiledModel(plan, kernels, weights, device, pool, startup=report, programs=programs)
+
+
+def _checked(path: Path, report: StartupReport) -> bytes | None:
+    """The payload of the saved file ``path`` (read, then its checksum verified), None when
+    missing, truncated or corrupt."""
+    with report.phase("read_ms"):
+        raw = cache.read_raw(path)
+    with report.phase("verify_ms"):
+        return None if raw is None else cache.verify(raw)
 
 
 def _weights(weight_bytes: bytes, plan: Plan, random_weights: int | None) -> dict[int, np.ndarray]:
     """The saved weights by tensor index, or seeded random ones (``random_weights``) for a
     model saved without them (``weight_bytes`` empty)."""
-    if weight_bytes:
-        with np.load(io.BytesIO(weight_bytes)) as npz:
-            return {int(k): npz[k] for k in npz.files}
+    if weight_bytes:  # views into the verified bytes: no copy, no second checksum
+        return {int(k): w for k, w in saved_weights.arrays(weight_bytes).items()}
     rng = np.random.default_rng(random_weights)
     return {i: (rng.standard_normal(t.shape) * 0.05).astype(t.storage_dtype) for i, t in enumerate(plan.tensors) if t.kind == "const"}
 
