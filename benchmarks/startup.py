@@ -111,19 +111,19 @@ def plot(doc: dict, out: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [(r["model"], kind, r[kind] if kind == "warm_median" else r[kind]["startup"])
-            for r in doc["results"] for kind in ("cold", "warm_median")]
-    fig, ax = plt.subplots(figsize=(9, 5))
-    labels = [f"{m}\n{'cold' if k == 'cold' else 'warm'}" for m, k, _ in rows]
-    bottom = [0.0] * len(rows)
-    for phase in ("import_ms",) + PHASES:
-        ys = [s[phase] for _, _, s in rows]
-        ax.bar(labels, ys, bottom=bottom, label=phase.removesuffix("_ms"))
-        bottom = [b + y for b, y in zip(bottom, ys)]
-    ax.set_yscale("log")
-    ax.set_ylabel("ms (stacked phases; log scale)")
-    ax.set_title(f"start-up to a loaded model, fresh process, on {doc['device']}")
-    ax.legend(fontsize=8)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 5))
+    for ax, kind, title in zip(axes, ("cold", "warm_median"), ("cold (empty caches)", "warm (median)")):
+        labels = [r["model"] for r in doc["results"]]
+        reports = [r[kind] if kind == "warm_median" else r[kind]["startup"] for r in doc["results"]]
+        bottom = [0.0] * len(reports)
+        for phase in ("import_ms",) + PHASES:
+            ys = [s[phase] for s in reports]
+            ax.bar(labels, ys, bottom=bottom, label=phase.removesuffix("_ms"))
+            bottom = [b + y for b, y in zip(bottom, ys)]
+        ax.set_title(title)
+        ax.set_ylabel("ms to a loaded model (stacked phases)")
+    axes[1].legend(fontsize=8)
+    fig.suptitle(f"start-up in a fresh process on {doc['device']}", fontsize=10)
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     plt.close(fig)
