@@ -487,21 +487,24 @@ def load_model(directory, device=None, pool: bool = True, random_weights: int | 
     start = time.perf_counter()
     report = StartupReport(import_ms=import_ms())
     directory = Path(directory)
+    not_saved = ValueError(f"{directory}: not a saved tir-adreno model (missing, truncated or corrupt model.json/weights.npz)")
     doc = _checked(directory / "model.json", report)
+    if doc is None:
+        raise not_saved
     with report.phase("read_ms"):
-        doc = None if doc is None else json.loads(doc)
-        if doc is not None and doc.get("format") != MODEL_FORMAT:
+        doc = json.loads(doc)
+        if doc.get("format") != MODEL_FORMAT:
             raise ValueError(f"{directory}: model format {doc.get('format')} != {MODEL_FORMAT}")
-        kernels = {} if doc is None else {k: KernelModule.from_dict(v) for k, v in doc["kernels"].items()}
+        kernels = {k: KernelModule.from_dict(v) for k, v in doc["kernels"].items()}
     with report.phase("device_ms"):
         device = runtime.get_device(device)
     programs = device.load_all(kernels, counts=report.programs)  # built while the weights are read
     weight_bytes = _checked(directory / "weights.npz", report)
     if weight_bytes is None and random_weights is not None and not (directory / "weights.npz").exists():
         weight_bytes = b""
-    if doc is None or weight_bytes is None:
-        programs()  # let the builds finish before saying so
-        raise ValueError(f"{directory}: not a saved tir-adreno model (missing, truncated or corrupt model.json/weights.npz)")
+    if weight_bytes is None:
+        programs()  # let the builds finish (and fill the cache) before saying so
+        raise not_saved
     with report.phase("read_ms"):
         plan = Plan.from_dict(doc["plan"])
         weights = _weights(weight_bytes, plan, random_weights)

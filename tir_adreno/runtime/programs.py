@@ -53,20 +53,27 @@ def _build(device, source: str, options: str, key: str):
 
 def start(device, sources: dict[str, str], options: str, built: dict, counters):
     """Build every ``sources`` entry (binary key -> source) not in ``built`` (binary key ->
-    program, the device's) in background threads; returns a function that waits for them,
+    program, the device's) in background threads (a single one: in the caller's thread, when
+    waited for); returns a function that waits for them,
     adds them to ``built``, counts each (from source, from a binary, or already built in this
     process) in every one of ``counters`` and returns ``built``."""
     todo = [k for k in sources if k not in built]
-    pool = ThreadPoolExecutor(max_workers=max(1, min(MAX_WORKERS, os.cpu_count() or 1, len(todo))))
-    futures = {k: pool.submit(build, device, sources[k], options, k) for k in todo}
-    pool.shutdown(wait=False)  # the threads end with their builds
+    if len(todo) > 1:
+        pool = ThreadPoolExecutor(max_workers=min(MAX_WORKERS, os.cpu_count() or 1, len(todo)))
+        futures = {k: pool.submit(build, device, sources[k], options, k) for k in todo}
+        pool.shutdown(wait=False)  # the threads end with their builds
+        results = lambda: ((k, f.result()) for k, f in futures.items())  # noqa: E731
+    else:  # nothing to overlap: build in the caller's thread when asked
+        results = lambda: ((k, build(device, sources[k], options, k)) for k in todo)  # noqa: E731
+    done = False
 
     def wait() -> dict:
-        for k, future in futures.items():
-            how, ms, program = future.result()
+        nonlocal done
+        for k, (how, ms, program) in ([] if done else results()):
             built[k] = program
             for c in counters:
                 c.add(how, ms)
+        done = True
         return built
 
     return wait
