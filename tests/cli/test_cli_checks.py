@@ -5,6 +5,7 @@ is one line on stderr, exit code 2, no traceback, and it comes before the model 
 onnx) fails (``helpers.cli.cli_without_tvm``), so a check that came after importing or compiling the
 model would end in an ImportError traceback instead of the one-line error."""
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -92,9 +93,14 @@ def test_saved_model_runs_without_tvm(run_cli, tiny_onnx, tmp_path):
     x = np.random.default_rng(7).standard_normal((1, 3, 8, 8)).astype("float32")
     np.savez(tmp_path / "in.npz", image=x)
     out = tmp_path / "out.npz"
-    argv = ["run", str(tmp_path / "m"), "--inputs", str(tmp_path / "in.npz"), "--outputs", str(out)]
+    argv = ["run", str(tmp_path / "m"), "--inputs", str(tmp_path / "in.npz"), "--outputs", str(out), "--json", str(tmp_path / "r.json")]
     res = cli_without_tvm({"saved": {"argv": argv}}, tmp_path)["saved"]
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
+    # where the start-up went: one line, and the report's phases in --json
+    assert sum(line.startswith("startup ") for line in res.stdout.splitlines()) == 1, res.stdout
+    startup = json.loads((tmp_path / "r.json").read_text())["startup"]
+    assert startup["import_ms"] > 0 and startup["total_ms"] > 0 and "from_binary" in startup["programs"]
+    assert {"read_ms", "verify_ms", "programs_ms", "upload_ms", "bind_ms", "other_ms"} <= set(startup)
     import onnxruntime
 
     (ref,) = onnxruntime.InferenceSession(str(tiny_onnx), providers=["CPUExecutionProvider"]).run(None, {"image": x})

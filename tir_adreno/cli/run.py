@@ -28,6 +28,7 @@ def run(args) -> int:
         compiled, inputs, label = _load_saved(args, dev)
     else:
         compiled, inputs, label, reference = _compile(args, dev, prims)
+    print(compiled.startup.line(), flush=True)
     try:
         edited = workbench.apply_edits(compiled, prims, edits, inputs) if edits else {}
         compiled.run(inputs)  # warm-up: first launches build per-work-group code on some drivers
@@ -48,7 +49,8 @@ def run(args) -> int:
     if args.outputs:
         np.savez(args.outputs, **dict(zip(names, outputs)))
     report = {"model": label, "device": dev.name, "precision": compiled.precision, "kernel_ms": kernel_ms,
-              "wall_ms": wall * 1e3, "launcher": compiled.launcher_kind, "memory": mem, "profile": profile, "edited": edited}
+              "wall_ms": wall * 1e3, "launcher": compiled.launcher_kind, "memory": mem, "startup": compiled.startup.to_dict(), "profile": profile,
+              "edited": edited}
     status = 0
     if reference is not None:
         status = _check(outputs, reference, inputs, report, CHECK_RTOL[compiled.precision])

@@ -134,7 +134,11 @@ class KernelModule:
 
     @classmethod
     def from_json(cls, text: str) -> "KernelModule":
-        d = json.loads(text)
+        return cls.from_dict(json.loads(text))
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "KernelModule":
+        """The module of :meth:`to_json`'s document, already parsed (a saved model holds many)."""
         if d.get("format") != FORMAT_VERSION:
             raise ValueError(f"kernel bundle format {d.get('format')} != {FORMAT_VERSION}")
         funcs = {k: FunctionPlan.from_dict(v) for k, v in d["functions"].items()}

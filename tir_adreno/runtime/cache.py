@@ -77,20 +77,31 @@ def write(path: Path, payload: bytes, key: str = "") -> None:
 
 def read(path: Path, key: str = "") -> bytes | None:
     """The payload stored at ``path`` under ``key``; None when missing, truncated, corrupt or another key's."""
+    data = read_raw(path)
+    return None if data is None else verify(data, key)
+
+
+def read_raw(path: Path) -> bytes | None:
+    """The whole entry at ``path``, unchecked (see :func:`verify`); None when it cannot be read."""
     try:
-        data = Path(path).read_bytes()
+        return Path(path).read_bytes()
     except OSError:  # missing, a folder, unreadable, or a parent that is a file
         return None
+
+
+def verify(data: bytes, key: str = "") -> bytes | None:
+    """The payload of entry ``data`` (from :func:`read_raw`) written under ``key``; None when
+    it is truncated, corrupt or another key's."""
     head = len(MAGIC) + _DIGEST
     if len(data) < head + _KEY_LEN or not data.startswith(MAGIC):
         return None
-    body = data[head:]
+    body = memoryview(data)[head:]  # no copy of a large entry
     if hashlib.sha256(body).digest() != data[len(MAGIC) : head]:
         return None
     k = key.encode()
     if body[:_KEY_LEN] != len(k).to_bytes(_KEY_LEN, "little") or body[_KEY_LEN : _KEY_LEN + len(k)] != k:
         return None
-    return body[_KEY_LEN + len(k) :]
+    return data[head + _KEY_LEN + len(k) :]
 
 
 def store(path: Path, payload: bytes, key: str = "") -> bool:

@@ -18,8 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
-from tir_adreno.runtime import cache, launcher, opencl as runtime
+from tir_adreno.runtime import cache, launcher, opencl as runtime, weights as saved_weights
 from tir_adreno.runtime.bundle import KernelModule, TensorSpec
+from tir_adreno.runtime.startup import StartupReport, import_ms, mark_imported
 from tir_adreno.runtime.texture import image_format, is_texture_scope, texture_extent
 
 MODEL_FORMAT = 1
@@ -191,11 +192,18 @@ class Plan:
 class CompiledModel:
     """A model ready to run on one OpenCL device."""
 
-    def __init__(self, plan: Plan, kernels: dict[str, KernelModule], weights: dict[int, np.ndarray], device=None, pool: bool = True):
+    def __init__(self, plan: Plan, kernels: dict[str, KernelModule], weights: dict[int, np.ndarray], device=None, pool: bool = True,
+                 startup: StartupReport | None = None, programs=None):
+        start = time.perf_counter()
         self.plan = plan
         self.kernels = kernels
         self.weights = weights
-        self.device = runtime.get_device(device)
+        #: Where this model's start-up time went (:mod:`tir_adreno.runtime.startup`); ``load_model``
+        #: passes its own report in, with the reading and verifying of the saved files, and
+        #: ``programs``: the builds it started (``Device.load_all``) while it read the weights.
+        self.startup = report = startup or StartupReport(import_ms=import_ms())
+        with report.phase("device_ms"):
+            self.device = runtime.get_device(device)
         too_big = [t for t in plan.tensors if is_texture_scope(t.scope) and not self.device.limits.fits(t.shape, t.scope)]
         if too_big:
             raise TargetMismatchError(
@@ -203,14 +211,17 @@ class CompiledModel:
                 f"{self.device.name}'s image limits (compile it for this device's profile)")
         self.pool = pool
         self._times_ms: list[float] | None = None
-        self._loaded = {key: self.device.load(module) for key, module in kernels.items()}
+        with report.phase("programs_ms"):
+            self._loaded = (programs or self.device.load_all(kernels, counts=report.programs))()
         self._tensors = self._allocate()
-        self._launch_options = (None, "plain")  # $TIR_ADRENO_LAUNCHER; see use_launcher
-        self._bind()
-        self._input_tensors = [self._tensors[i] for _, i in plan.inputs]
-        self._output_tensors = [self._tensors[i] for i in plan.outputs]
-        self._staging: tuple[list, list] | None = None  # pinned (inputs, outputs); see use_pinned
-        self.use_pinned()
+        with report.phase("bind_ms"):
+            self._launch_options = (None, "plain")  # $TIR_ADRENO_LAUNCHER; see use_launcher
+            self._bind()
+            self._input_tensors = [self._tensors[i] for _, i in plan.inputs]
+            self._output_tensors = [self._tensors[i] for i in plan.outputs]
+            self._staging: tuple[list, list] | None = None  # pinned (inputs, outputs); see use_pinned
+            self.use_pinned()
+        report.total_ms += (time.perf_counter() - start) * 1e3
 
     # -- setup ----------------------------------------------------------------------------
     def _spec(self, i: int) -> TensorSpec:
@@ -218,18 +229,21 @@ class CompiledModel:
         return t.spec(t.name or f"t{i}")
 
     def _allocate(self) -> list[runtime.Tensor]:
-        dev = self.device
-        slot_of, slots = self.plan.assign_memory(self.pool)
-        slot_mem = [dev.empty(s.spec(f"slot{k}")).mem for k, s in enumerate(slots)]
+        dev, report = self.device, self.startup
+        with report.phase("bind_ms"):
+            slot_of, slots = self.plan.assign_memory(self.pool)
+            slot_mem = [dev.empty(s.spec(f"slot{k}")).mem for k, s in enumerate(slots)]
         tensors = []
         for i, t in enumerate(self.plan.tensors):
             if t.kind == "temp":
                 tensors.append(runtime.Tensor(dev, self._spec(i), slot_mem[slot_of[i]]))
-            else:
+                continue
+            with report.phase("upload_ms" if t.kind == "const" else "bind_ms"):
                 tensor = dev.empty(self._spec(i))
                 if t.kind == "const":
                     tensor.upload(self.weights[i])
-                tensors.append(tensor)
+                    report.weight_bytes += tensor.nbytes
+            tensors.append(tensor)
         return tensors
 
     def _bind(self):
@@ -470,22 +484,50 @@ def load_model(directory, device=None, pool: bool = True, random_weights: int | 
     ``random_weights=seed`` fills weights saved without values with seeded
     random numbers: the model then only serves timing.
     """
+    start = time.perf_counter()
+    report = StartupReport(import_ms=import_ms())
     directory = Path(directory)
-    doc_bytes = cache.read(directory / "model.json")
-    weight_bytes = cache.read(directory / "weights.npz")
+    not_saved = ValueError(f"{directory}: not a saved tir-adreno model (missing, truncated or corrupt model.json/weights.npz)")
+    doc = _checked(directory / "model.json", report)
+    if doc is None:
+        raise not_saved
+    with report.phase("read_ms"):
+        doc = json.loads(doc)
+        if doc.get("format") != MODEL_FORMAT:
+            raise ValueError(f"{directory}: model format {doc.get('format')} != {MODEL_FORMAT}")
+        kernels = {k: KernelModule.from_dict(v) for k, v in doc["kernels"].items()}
+    with report.phase("device_ms"):
+        device = runtime.get_device(device)
+    programs = device.load_all(kernels, counts=report.programs)  # built while the weights are read
+    weight_bytes = _checked(directory / "weights.npz", report)
     if weight_bytes is None and random_weights is not None and not (directory / "weights.npz").exists():
         weight_bytes = b""
-    if doc_bytes is None or weight_bytes is None:
-        raise ValueError(f"{directory}: not a saved tir-adreno model (missing, truncated or corrupt model.json/weights.npz)")
-    doc = json.loads(doc_bytes)
-    if doc.get("format") != MODEL_FORMAT:
-        raise ValueError(f"{directory}: model format {doc.get('format')} != {MODEL_FORMAT}")
-    kernels = {k: KernelModule.from_json(json.dumps(v)) for k, v in doc["kernels"].items()}
-    plan = Plan.from_dict(doc["plan"])
-    if weight_bytes:
-        with np.load(io.BytesIO(weight_bytes)) as npz:
-            weights = {int(k): npz[k] for k in npz.files}
-    else:
-        rng = np.random.default_rng(random_weights)
-        weights = {i: (rng.standard_normal(t.shape) * 0.05).astype(t.storage_dtype) for i, t in enumerate(plan.tensors) if t.kind == "const"}
-    return CompiledModel(plan, kernels, weights, device, pool)
+    if weight_bytes is None:
+        programs()  # let the builds finish (and fill the cache) before saying so
+        raise not_saved
+    with report.phase("read_ms"):
+        plan = Plan.from_dict(doc["plan"])
+        weights = _weights(weight_bytes, plan, random_weights)
+    report.total_ms = (time.perf_counter() - start) * 1e3  # the constructor adds its own time
+    return CompiledModel(plan, kernels, weights, device, pool, startup=report, programs=programs)
+
+
+def _checked(path: Path, report: StartupReport) -> bytes | None:
+    """The payload of the saved file ``path`` (read, then its checksum verified), None when
+    missing, truncated or corrupt."""
+    with report.phase("read_ms"):
+        raw = cache.read_raw(path)
+    with report.phase("verify_ms"):
+        return None if raw is None else cache.verify(raw)
+
+
+def _weights(weight_bytes: bytes, plan: Plan, random_weights: int | None) -> dict[int, np.ndarray]:
+    """The saved weights by tensor index, or seeded random ones (``random_weights``) for a
+    model saved without them (``weight_bytes`` empty)."""
+    if weight_bytes:  # views into the verified bytes: no copy, no second checksum
+        return {int(k): w for k, w in saved_weights.arrays(weight_bytes).items()}
+    rng = np.random.default_rng(random_weights)
+    return {i: (rng.standard_normal(t.shape) * 0.05).astype(t.storage_dtype) for i, t in enumerate(plan.tensors) if t.kind == "const"}
+
+
+mark_imported()  # the runtime is imported (this module is its top): see startup.import_ms

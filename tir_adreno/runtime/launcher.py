@@ -50,9 +50,10 @@ def requested() -> str:
     return value
 
 
-def _library_paths() -> list[str]:
+def _library_paths():
     """Candidates for the OpenCL library, the one pyopencl loaded first: its handles (queue,
-    kernel) then go through the same ICD loader."""
+    kernel) then go through the same ICD loader. A generator: ``ctypes.util.find_library``
+    runs ldconfig (tens of ms at start-up), so it is asked only when the others failed."""
     paths = []
     try:
         with open("/proc/self/maps") as maps:
@@ -62,11 +63,11 @@ def _library_paths() -> list[str]:
     package = os.path.dirname(cl.__file__)
     for pattern in (".libs/libOpenCL*", "../pyopencl.libs/libOpenCL*"):
         paths += sorted(glob.glob(os.path.join(package, pattern)))
+    # maps may list a deleted file
+    yield from (p for p in dict.fromkeys(paths) if os.path.isfile(p))
     found = ctypes.util.find_library("OpenCL")
-    if found:
-        paths.append(found)
-    # find_library gives a bare name (dlopen searches for it); maps may list a deleted file
-    return [p for p in dict.fromkeys(paths) if p == found or os.path.isfile(p)]
+    if found and found not in paths:
+        yield found  # a bare name: dlopen searches for it
 
 
 @functools.lru_cache(maxsize=None)

@@ -10,15 +10,17 @@ import contextlib
 import math
 import os
 import statistics
+import time
 import warnings
 from dataclasses import dataclass
 
 import numpy as np
 import pyopencl as cl
 
-from tir_adreno.runtime import bounds, cache
+from tir_adreno.runtime import bounds, cache, programs
 from tir_adreno.runtime.bounds import BoundsError  # noqa: F401 (raised by LoadedModule; importable from here)
 from tir_adreno.runtime.bundle import FunctionPlan, KernelModule, TensorSpec
+from tir_adreno.runtime.startup import ProgramCounts
 from tir_adreno.runtime.texture import DeviceLimits, image_format, is_texture_scope, texture_extent
 
 #: Poison written into outputs before a run, so an element a kernel never wrote shows up.
@@ -256,7 +258,7 @@ class LoadedModule:
         self.device = device
         self.module = module
         self._program = program
-        self._kernels = {k.function_name: k for k in program.all_kernels()}
+        self._kernels: dict | None = None  # made on the first launch(): a bound model never needs them
         self._bounds: list[tuple[str, object]] = []  # (function, record buffer) not yet checked
 
     def __getitem__(self, name: str) -> FunctionPlan:
@@ -311,6 +313,8 @@ class LoadedModule:
         if record is not None:
             self._bounds.append((name, record))
         for launch in plan.launches:
+            if self._kernels is None:
+                self._kernels = {k.function_name: k for k in self._program.all_kernels()}
             kernel = self._kernels[launch.kernel]
             self._set_args(kernel, launch, tensors, record)
             events.append(
@@ -371,7 +375,10 @@ class Device:
         self.build_options = BUILD_OPTIONS
         #: Kernel time (OpenCL events) of every ``LoadedModule`` call so far: what an op cost.
         self.kernel_seconds = 0.0
-        self._programs: dict[str, cl.Program] = {}
+        self._programs: dict[str, cl.Program] = {}  # binary key -> program (see programs.load_all)
+        self._identity: tuple | None = None  # see _binary_key
+        #: Every program this device made: from source, from a cached binary, reused in process.
+        self.program_counts = ProgramCounts()
 
     @property
     def name(self) -> str:
@@ -410,45 +417,46 @@ class Device:
     # -- programs -------------------------------------------------------------------------
     def _binary_key(self, source: str, options: str | None = None) -> str:
         options = self.build_options if options is None else options
-        d = self.cl_device
-        return cache.key(
-            "program", source, d.platform.name, d.platform.version, d.name, d.version, d.driver_version, options
-        )
+        if self._identity is None:  # device queries are driver calls: ask once
+            d = self.cl_device
+            self._identity = (d.platform.name, d.platform.version, d.name, d.version, d.driver_version)
+        return cache.key("program", source, *self._identity, options)
 
     def build_program(self, source: str, build_options: str | None = None):
         """Build ``source`` with ``build_options`` (default :attr:`build_options`), reusing a
         cached binary (keyed by source, device, driver and options) when a valid one exists."""
         options = self.build_options if build_options is None else build_options
-        key = self._binary_key(source, options)
-        path = cache.cache_dir() / "programs" / f"{key}.bin"
-        binary = cache.read(path, key)
-        if binary is not None:
-            try:
-                prg = cl._cl._Program(self.context, [self.cl_device], [binary])
-                prg.build(options.encode(), [self.cl_device])
-                return cl.Program(prg)
-            except cl.Error:
-                pass  # stale or foreign binary: rebuild from source below
-        prg = cl._cl._Program(self.context, source)
-        try:
-            prg.build(options.encode(), [self.cl_device])
-        except cl.Error as err:
-            log = prg.get_build_info(self.cl_device, cl.program_build_info.LOG)
-            raise RuntimeError(f"OpenCL build failed on {self.name}: {err}\n{log}{_build_hint(log)}") from None
-        (binary,) = prg.get_info(cl.program_info.BINARIES)
-        if binary:
-            cache.store(path, bytes(binary), key)
-        return cl.Program(prg)
+        how, ms, program = programs.build(self, source, options, self._binary_key(source, options))
+        self.program_counts.add(how, ms)
+        return program
 
-    def load(self, module: KernelModule, build_options: str | None = None) -> LoadedModule:
+    def load(self, module: KernelModule, build_options: str | None = None, counts: ProgramCounts | None = None) -> LoadedModule:
         """Bind ``module``'s plan to its program built with ``build_options`` (default
         :attr:`build_options`); one program per distinct source and options (different plans
-        may share a source when shapes simplify away)."""
+        may share a source when shapes simplify away). ``counts`` records how the program came."""
+        return self.load_all({"": module}, build_options, counts)()[""]
+
+    def load_all(self, modules: dict[str, KernelModule], build_options: str | None = None,
+                 counts: ProgramCounts | None = None):
+        """Start building the programs of ``modules`` (by name) in background threads; returns a
+        function that waits for them and gives ``{name: LoadedModule}``. Meanwhile the caller
+        can do other start-up work (``load_model`` reads the weights)."""
         options = self.build_options if build_options is None else build_options
-        key = cache.key(module.source, options)
-        if key not in self._programs:
-            self._programs[key] = self.build_program(module.source, options)
-        return LoadedModule(self, module, self._programs[key])
+        counters = [self.program_counts] + ([counts] if counts is not None else [])
+        keys = {name: self._binary_key(m.source, options) for name, m in modules.items()}  # each source hashed once
+        sources = {}
+        for name, key in keys.items():
+            if key in self._programs or key in sources:  # one program per distinct source
+                for c in counters:
+                    c.add("in_process")
+            sources.setdefault(key, modules[name].source)
+        wait = programs.start(self, sources, options, self._programs, counters)
+
+        def ready() -> dict[str, LoadedModule]:
+            built = wait()
+            return {name: LoadedModule(self, modules[name], built[key]) for name, key in keys.items()}
+
+        return ready
 
 
 def half_images(device: Device) -> bool:
@@ -548,13 +556,6 @@ def _device(cl_device) -> Device:
     return _devices[key]
 
 
-def _build_hint(log: str) -> str:
-    if "unknown target CPU" in log:  # pip's PoCL 3.0 (LLVM 14) on a CPU LLVM 14 does not know (AMD Zen 5)
-        return ("\nThis PoCL's LLVM does not know this CPU; install a newer PoCL "
-                "(Debian/Ubuntu: apt-get install pocl-opencl-icd) and it is picked up automatically.")
-    return ""
-
-
 def probe(device=None) -> str | None:
     """None when ``device`` (default: the default device) builds and runs a kernel, else why not."""
     try:
@@ -569,6 +570,6 @@ def probe(device=None) -> str | None:
     except Exception as err:  # any failure means "cannot run here"; say which
         lines = str(err).strip().splitlines()
         line = next((x for x in lines if "error" in x.lower()), lines[-1] if lines else "")
-        return f"{type(err).__name__}: {line.strip()}{_build_hint(str(err))}"
+        return f"{type(err).__name__}: {line.strip()}{programs.build_hint(str(err))}"
     return None if np.array_equal(out, 2 * host) else "a kernel ran but computed wrong numbers"
 
