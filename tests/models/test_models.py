@@ -14,7 +14,10 @@ from tir_adreno.frontend import models
 from tir_adreno.frontend.onnx_models import light_model_path, randomize_weights, strip_final_softmax
 from tir_adreno.reference import reference_outputs, relative_error
 
-MODEL_RTOL = 1e-3
+#: float32 whole models against onnxruntime / TVM's LLVM build (seeded inputs and weights, so
+#: these are exact on PoCL): measured SqueezeNet 2.8e-7, ResNet-50 9.3e-7, VGG-19 2.6e-6,
+#: MobileNetV2 (fused, 32x32) 4.3e-6, ResNet-18 (64x64, Winograd F(4x4)) 5.2e-6.
+MODEL_RTOL = 1e-5
 
 
 def _onnx(name):

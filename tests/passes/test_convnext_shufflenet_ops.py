@@ -1,6 +1,6 @@
-"""resize2d, GELU, Gemm/MatMul, layer norm and channel shuffle (and what follows in ConvNeXt-style blocks) as TVM's
-ONNX importer writes them, on our kernels: one onnx.helper graph per pattern against
-onnxruntime (1e-3) with the plan asserted, plus the kernels against float64 references."""
+"""resize2d, GELU, Gemm/MatMul, layer norm and channel split/shuffle (ConvNeXt- and ShuffleNet-style
+blocks) as TVM's ONNX importer writes them, on our kernels: one onnx.helper graph per pattern
+against onnxruntime (PATTERN_RTOL) with the plan asserted, plus the kernels against float64 references."""
 
 import numpy as np
 import pytest
@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from onnx import helper, numpy_helper
 
 from helpers.numeric import rand, run_kernel
+from helpers.onnx_graphs import PATTERN_RTOL
 from helpers.onnx_graphs import check_pattern as check
 from helpers.onnx_graphs import conv_node as _conv
 from helpers.onnx_graphs import pattern_graph as _graph
@@ -104,7 +105,7 @@ def test_resize_cubic_stays_upstream():
     compiled = compile_model(model, progress=lambda _: None)
     x = rand(np.random.default_rng(2), (1, 3, 7, 7))
     (out,) = compiled.run({"x": x})
-    assert relative_error(out, reference_outputs(model, {"x": x})[0]) <= 1e-3
+    assert relative_error(out, reference_outputs(model, {"x": x})[0]) <= PATTERN_RTOL
     assert not any(p["op"].startswith("resize2d_") for p in compiled.profile())
 
 
@@ -153,7 +154,7 @@ def check_classifier(model, channels=3, size=7):
     compiled = compile_model(model, progress=lambda _: None)
     x = rand(np.random.default_rng(12), (1, channels, size, size)) * 3
     (out,) = compiled.run({"x": x})
-    assert relative_error(out, reference_outputs(model, {"x": x})[0]) <= 1e-3
+    assert relative_error(out, reference_outputs(model, {"x": x})[0]) <= PATTERN_RTOL
     ops = [(p["op"], p["ours"]) for p in compiled.profile()]
     edges = [(op.rstrip("0123456789"), ours) for op, ours in (ops[0], ops[-2], ops[-1])]
     assert edges == [("nchw_to_nchw4c", True), ("nchw4c_to_nchw", True), ("reshape", False)], ops

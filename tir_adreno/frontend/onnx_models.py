@@ -3,7 +3,8 @@
 Those models carry no trained weights: each weight is a ``ConstantOfShape``
 node (one repeated value). :func:`randomize_weights` replaces every such node
 and every initializer with seeded random values of a sensible scale (He init
-for conv/gemm weights, positive variances for batch norm), so numerical
+for conv/gemm weights; batch-norm variances down to 1e-4, so the epsilon matters, with
+scales that keep each channel's gain near 1), so numerical
 comparisons exercise real arithmetic rather than constant maps.
 """
 
@@ -27,13 +28,37 @@ def light_model_path(name: str) -> str:
 def _random_weight(rng, shape, role: str) -> np.ndarray:
     shape = tuple(int(d) for d in shape)
     if role == "variance":
-        return rng.uniform(0.5, 1.5, shape).astype("float32")
+        return batch_norm_variance(rng, shape)
     if role == "scale":
         return rng.uniform(0.5, 1.5, shape).astype("float32")
     if len(shape) >= 2:
         fan_in = int(np.prod(shape[1:]))
         return (rng.standard_normal(shape) * np.sqrt(2.0 / fan_in)).astype("float32")
     return (rng.standard_normal(shape) * 0.1).astype("float32")
+
+
+def batch_norm_variance(rng, shape) -> np.ndarray:
+    """Running variances log-uniform over [1e-4, 1.5]: near 1e-4 the epsilon (1e-5) moves
+    1/sqrt(var + eps) by ~5%, so a model whose epsilon is dropped or misread gives other numbers."""
+    return (10.0 ** rng.uniform(-4.0, np.log10(1.5), shape)).astype("float32")
+
+
+def batch_norm_scale(rng, variance, epsilon: float = 1e-5) -> np.ndarray:
+    """Scales in [0.5, 1.5] * sqrt(variance + epsilon): each channel's gain scale / sqrt(var + eps)
+    stays in [0.5, 1.5], so small variances do not grow the activations layer after layer."""
+    variance = np.asarray(variance, np.float64)
+    return (rng.uniform(0.5, 1.5, variance.shape) * np.sqrt(variance + epsilon)).astype("float32")
+
+
+def _batch_norm_gains(graph, rng, new_inits):
+    """Redraw each batch norm's scale from its variance (see :func:`batch_norm_scale`)."""
+    for node in graph.node:
+        if node.op_type != "BatchNormalization" or len(node.input) < 5:
+            continue
+        scale, variance = node.input[1], node.input[4]
+        if scale in new_inits and variance in new_inits and new_inits[scale].dtype == np.float32:
+            epsilon = next((a.f for a in node.attribute if a.name == "epsilon"), 1e-5)
+            new_inits[scale] = batch_norm_scale(rng, new_inits[variance], epsilon).reshape(new_inits[scale].shape)
 
 
 def randomize_weights(model, seed: int = 0):
@@ -70,6 +95,7 @@ def randomize_weights(model, seed: int = 0):
             new_inits[name] = _random_weight(rng, arr.shape, roles.get(name, ""))
         elif name in used:
             new_inits[name] = arr
+    _batch_norm_gains(graph, rng, new_inits)
     del graph.node[:]
     graph.node.extend(keep_nodes)
     del graph.initializer[:]
