@@ -10,6 +10,7 @@ the finite values.
 import numpy as np
 import pytest
 
+from helpers.conv import ALGORITHM_RTOL
 from helpers.nonfinite import assert_matches, nonfinite, run_finite_poison
 from helpers.numeric import pack_nchw4c, pack_oihw4o, rand, unpack_nchw4c
 from helpers.strategies import STRATEGIES
@@ -113,7 +114,7 @@ def test_winograd_nonfinite(device, m, activation):
     if activation:  # F(2x2), NaN inputs: exactly NumPy's NaN positions
         np.testing.assert_array_equal(np.isnan(y), np.isnan(ref))
     finite = ~bad
-    rtol = {2: 1e-4, 4: 1e-3}[m]  # as tests/test_conv2d_winograd.py
+    rtol = ALGORITHM_RTOL[f"winograd_{m}x{m}"]  # measured: helpers.conv
     np.testing.assert_allclose(y[finite], ref[finite], rtol=0, atol=rtol * np.abs(ref[finite]).max())
 
 
