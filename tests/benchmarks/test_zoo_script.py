@@ -10,6 +10,9 @@ import pytest
 from helpers.benchmarks import benchmark, script
 from helpers.onnx_graphs import conv_bn, make, relu6_nodes, tensor
 
+#: The tiny model run through zoo.py against onnxruntime (float32, one conv + BN + ReLU6).
+ZOO_RTOL = 1e-5
+
 
 def tiny_model(path: Path) -> Path:
     nodes, inits = conv_bn("input", "c1", "c1", 3, 8, k=3)
@@ -26,6 +29,11 @@ def onnx_dir(tmp_path_factory):
 
 
 def test_zoo_build_only_then_from_without_tvm(onnx_dir, tmp_path):
+    # Run here first (no split): the model's output against onnxruntime.
+    script("zoo.py", "--onnx-dir", onnx_dir, "--models", "tiny", "--results-dir", tmp_path / "checked")
+    (checked,) = (tmp_path / "checked").glob("zoo-*.json")
+    r = json.loads(checked.read_text())["results"]["tiny"]
+    assert r["ok"] and r["relative_error"] <= ZOO_RTOL, r
     saved = tmp_path / "saved"
     script("zoo.py", "--onnx-dir", onnx_dir, "--models", "tiny,absent", "--build-only", saved, "--target", "pocl")
     assert not (saved / "tiny" / "weights.npz").exists()  # timing-only save
@@ -53,7 +61,10 @@ def test_models_e2e_takes_onnx_models(onnx_dir, tmp_path):
     assert entry["model"] == "tiny" and entry["cudnn"] is None
     for way in ("ours", "upstream", "ours_nofuse"):
         assert entry[way]["random_weights"] is True and entry[way]["kernel_ms"] > 0
-    assert entry["fuse_gain"] > 0
+    # fuse_gain is the ratio of the two recorded kernel times; the tiny model has no depthwise -> 1x1
+    # pair, so fusing changes nothing in its plan.
+    assert entry["fuse_gain"] == pytest.approx(entry["ours_nofuse"]["kernel_ms"] / entry["ours"]["kernel_ms"])
+    assert entry["ours_nofuse"]["calls"] == entry["ours"]["calls"]
     assert entry["ours"]["calls"] < entry["upstream"]["calls"]  # conv + BatchNorm + ReLU6 fused
     # launch_us: the fast run's path (ctypes, no events), next to the old unbound path
     assert entry["ours"]["launcher"] == "ctypes" and entry["ours"]["launch_us"] > 0 and entry["ours"]["launch_us_unbound"] > 0
@@ -116,7 +127,9 @@ def test_conv_layers_ours_runs_the_strategys_plan(tmp_path):
     assert rows[first.key]["ours"]["plan"]["placement"] == default.placement
     assert all(r[w]["ok"] and r[w]["time_s"] > 0 for r in rows.values() for w in ("ours", "upstream"))
     ratio = doc["summary"]["mobilenetv2"]["ours/upstream"]
-    assert ratio["depthwise_min_layer"] == dw.key and ratio["depthwise_min"] > 0
+    # The one depthwise layer is the minimum, and its ratio is upstream's time over ours.
+    assert ratio["depthwise_min_layer"] == dw.key
+    assert ratio["depthwise_min"] == pytest.approx(rows[dw.key]["upstream"]["time_s"] / rows[dw.key]["ours"]["time_s"])
 
 
 def test_mobilenetv2_pairs_follow_the_block_structure():

@@ -7,12 +7,17 @@ handful of candidates each) and a max pool keeps this to a minute or two.
 import json
 
 import numpy as np
+import onnxruntime
 import pytest
 
 from helpers.cli import assert_user_error, cli
 
+from tir_adreno.reference import relative_error
 from tir_adreno.runtime import cache
 from tir_adreno.tuning import tune, programs as tuning
+
+#: The two convs and a pool in float32 against onnxruntime (measured: see docs/testing.md).
+RTOL = 1e-5
 
 
 @pytest.fixture(scope="module")
@@ -26,6 +31,19 @@ def tuned(two_convs, tmp_path_factory):
     second = cli("tune", str(two_convs), "--records", str(records))
     assert second.returncode == 0, second.stderr[-2000:]
     return records, first.stdout, second.stdout
+
+
+def run_saved_against_onnxruntime(saved, model_path, tmp_path):
+    """Run the saved model on the command line with random inputs; its output must match
+    onnxruntime's; returns the conv rows of its profile."""
+    x = np.random.default_rng(3).standard_normal((1, 4, 6, 6)).astype("float32")
+    np.savez(tmp_path / "in.npz", image=x)
+    res = cli("run", str(saved), "--inputs", str(tmp_path / "in.npz"), "--outputs", str(tmp_path / "out.npz"),
+              "--json", str(tmp_path / "r.json"))
+    assert res.returncode == 0, res.stderr[-2000:]
+    (ref,) = onnxruntime.InferenceSession(str(model_path), providers=["CPUExecutionProvider"]).run(None, {"image": x})
+    assert relative_error(np.load(tmp_path / "out.npz")["output0"], ref) <= RTOL
+    return [p for p in json.loads((tmp_path / "r.json").read_text())["profile"] if "config" in p]
 
 
 def test_tune_writes_and_resumes_records(tuned):
@@ -56,18 +74,8 @@ def test_compile_with_records_and_run_the_saved_model(tuned, two_convs, tmp_path
     out = tmp_path / "model"
     res = cli("compile", str(two_convs), "-o", str(out), "--target", "pocl", "--records", str(records))
     assert res.returncode == 0 and "2 conv kernels (2 from records)" in res.stdout, res.stdout + res.stderr[-2000:]
-    x = np.random.default_rng(3).standard_normal((1, 4, 6, 6)).astype("float32")
-    np.savez(tmp_path / "in.npz", image=x)
-    res = cli("run", str(out), "--inputs", str(tmp_path / "in.npz"), "--outputs", str(tmp_path / "out.npz"),
-              "--json", str(tmp_path / "r.json"))
-    assert res.returncode == 0, res.stderr[-2000:]
-    rows = [p for p in json.loads((tmp_path / "r.json").read_text())["profile"] if "config" in p]
+    rows = run_saved_against_onnxruntime(out, two_convs, tmp_path)
     assert [r["source"] for r in rows] == ["records", "records"]
-    import onnxruntime
-
-    (ref,) = onnxruntime.InferenceSession(str(two_convs), providers=["CPUExecutionProvider"]).run(None, {"image": x})
-    got = np.load(tmp_path / "out.npz")["output0"]
-    assert np.max(np.abs(got - ref)) <= 1e-4 * np.max(np.abs(ref))
     assert_user_error(cli("run", str(out), "--records", str(records)), "--records needs a model file")
 
 
@@ -75,9 +83,7 @@ def test_compile_for_adreno_here_and_run(two_convs, tmp_path):
     out = tmp_path / "adreno"
     res = cli("compile", str(two_convs), "-o", str(out), "--target", "adreno")
     assert res.returncode == 0 and "target: adreno (mobile)" in res.stdout, res.stderr[-2000:]
-    res = cli("run", str(out), "--json", str(tmp_path / "r.json"))
-    assert res.returncode == 0, res.stderr[-2000:]
-    rows = [p for p in json.loads((tmp_path / "r.json").read_text())["profile"] if "config" in p]
+    rows = run_saved_against_onnxruntime(out, two_convs, tmp_path)
     assert len(rows) == 2 and all(r["source"] == "default" for r in rows)
 
 
