@@ -6,13 +6,15 @@ import subprocess
 import tempfile
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 
 # CI: few examples per property (the suite must stay under 15 minutes on 2 cores);
 # compiled programs are cached for the whole run, so repeated shapes cost nothing.
 settings.register_profile(
     "ci", max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=False
 )
+# mutants: ci without shrinking (benchmarks/mutants.py needs a failure, not the smallest one).
+settings.register_profile("mutants", settings.get_profile("ci"), phases=[Phase.explicit, Phase.reuse, Phase.generate])
 settings.register_profile("dev", max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 # deep: thousands of examples per property (hours on PoCL), for a nightly or a soak run.
 settings.register_profile(
@@ -60,6 +62,17 @@ def run_cli(capsys, monkeypatch):
         return subprocess.CompletedProcess(args, code, out.out, out.err)
 
     return run
+
+
+@pytest.fixture(scope="session")
+def tiny_saved(device, tmp_path_factory):
+    """helpers.onnx_graphs.tiny_model compiled once per run and saved: the runtime tests each load
+    their own copy (no TVM, no second compile)."""
+    from helpers.onnx_graphs import tiny_model
+    from tir_adreno import compile_model
+
+    compiled = compile_model(tiny_model(), device, progress=lambda _: None)
+    return compiled.save(tmp_path_factory.mktemp("tiny") / "model")
 
 
 def _saved(tmp_path_factory, model, name):

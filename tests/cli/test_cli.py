@@ -68,19 +68,21 @@ def test_devices_lists_limits():
     assert "images" in res.stdout and "layers" in res.stdout
 
 
-def test_kernels_tours_every_family(tmp_path):
+def test_kernels_tours_every_family(run_cli, tmp_path, monkeypatch):
+    """The command: its table, JSON and summary, on two cases (in this process). The tour's every
+    case runs in tests/kernels/test_bounds.py (OpenCL C 1.2 build, bounds sanitizer), not again here."""
     import json
 
     from tir_adreno.tools import tour
 
-    res = cli("kernels", "--json", str(tmp_path / "tour.json"))
+    assert set(tour.FAMILIES) == {"conv2d", "winograd", "pool", "reduce", "softmax", "concat", "layout", "elementwise"}
+    cases = [c for c in tour.CASES if c.name in ("conv2d winograd_4x4", "max_pool2d group")]
+    monkeypatch.setattr(tour, "CASES", tuple(cases))
+    res = run_cli("kernels", "--json", str(tmp_path / "tour.json"))
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    assert f"{len(tour.CASES)}/{len(tour.CASES)} kernels match NumPy" in res.stdout
+    assert "2/2 kernels match NumPy" in res.stdout
     rows = json.loads((tmp_path / "tour.json").read_text())["kernels"]
-    assert {r["family"] for r in rows} == set(tour.FAMILIES) == {
-        "conv2d", "winograd", "pool", "reduce", "softmax", "concat", "layout", "elementwise"
-    }
-    assert {r["kernel"] for r in rows} >= {"conv2d grouped", "conv2d depthwise", "depthwise -> 1x1 fused", "conv2d winograd_4x4", "max_pool2d group"}
+    assert [(r["kernel"], r["family"]) for r in rows] == [("conv2d winograd_4x4", "winograd"), ("max_pool2d group", "pool")]
     assert all(r["check"] == "ok" and r["time_us"] > 0 for r in rows)
 
 

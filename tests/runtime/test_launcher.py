@@ -6,12 +6,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tir_adreno import compile_model
+from tir_adreno import load_model
 from tir_adreno.runtime import launcher
 
 from helpers.benchmarks import benchmark
 from helpers.numeric import rand
-from helpers.onnx_graphs import tiny_model
 
 host_path = benchmark("host_path")
 CHAIN_SIZE, chain_model, chain_reference = host_path.CHAIN_SIZE, host_path.chain_model, host_path.chain_reference
@@ -20,8 +19,8 @@ KINDS = ("ctypes", "pyopencl")
 
 
 @pytest.fixture(scope="module")
-def tiny(device):
-    return compile_model(tiny_model(), device, progress=lambda _: None)
+def tiny(device, tiny_saved):
+    return load_model(tiny_saved, device)
 
 
 @pytest.fixture(scope="module")

@@ -6,20 +6,19 @@ import numpy as np
 import pyopencl as cl
 import pytest
 
-from tir_adreno import compile_model
+from tir_adreno import load_model
 from tir_adreno.runtime import opencl as runtime
 
 from helpers.benchmarks import benchmark
 from helpers.numeric import rand
-from helpers.onnx_graphs import tiny_model
 
 host_path = benchmark("host_path")
 CHAIN_SIZE, chain_model, chain_reference = host_path.CHAIN_SIZE, host_path.chain_model, host_path.chain_reference
 
 
 @pytest.fixture(scope="module")
-def tiny(device):
-    return compile_model(tiny_model(), device, progress=lambda _: None)
+def tiny(device, tiny_saved):
+    return load_model(tiny_saved, device)
 
 
 def test_pinned_and_plain_give_the_same_bits_run_after_run(tiny):
