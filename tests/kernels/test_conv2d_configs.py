@@ -1,7 +1,7 @@
 """Direct conv configs (primfuncs.conv): split_k kernels and the per-device-class defaults (tir_adreno.strategy.defaults).
 
 split_k kernels sum partial tiles of several work items through local memory;
-they run here on PoCL against the float64 NumPy conv of test_conv2d, with fresh
+they run here on PoCL against the float64 NumPy conv (helpers.conv), with fresh
 random inputs and poisoned outputs (every pixel written, padding lanes zero).
 """
 

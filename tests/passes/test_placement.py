@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 from helpers.benchmarks import script
 from helpers.cli import cli
-from helpers.conv import check_blocked_output, fused_inputs, reference_conv2d, reference_epilogue
-from helpers.numeric import assert_close, rand, run_kernel, unpack_nchw4c
+from helpers.conv import ALGORITHM_RTOL, check_blocked_output, fused_inputs, reference_conv2d, reference_epilogue
+from helpers.numeric import assert_close, rand, run_kernel, sanitized, unpack_nchw4c
 from helpers.strategies import CONV_3X3, DEPTHWISE_3X3, SCOPES, SEEDS, STRIDE1_RESIDUAL, conv_cases, fused_cases
 
 from primfuncs import conv
@@ -33,7 +33,7 @@ from tir_adreno.tuning.tune import model_layers
 
 #: (X, Y, Residual) scopes of a conv at a boundary (all eight are drawn; these two on every run).
 MIXED = st.tuples(SCOPES, SCOPES, SCOPES)
-RTOL = {"direct": 1e-4, "winograd_2x2": 1e-4, "winograd_4x4": 1e-3}
+RTOL = ALGORITHM_RTOL
 
 
 def check_mixed(device, case, algorithm, placement, scopes, seed):
@@ -51,7 +51,8 @@ def check_mixed(device, case, algorithm, placement, scopes, seed):
     assert (plan.tensor("X").scope, plan.tensor("Y").scope) == (in_scope, out_scope)
     if epi.residual:
         assert plan.tensor("Residual").scope == residual_scope
-    got = ops.run_conv_plan(plan, device, x, w, bias, residual)  # Y poisoned: unwritten pixels are NaN
+    with sanitized(seed):
+        got = ops.run_conv_plan(plan, device, x, w, bias, residual)  # Y poisoned: unwritten pixels are NaN
     conv = reference_conv2d(x, w, geom.strides, geom.padding, geom.dilation, geom.groups)
     assert_close(got, reference_epilogue(conv, bias, residual, epi.activation, epi.clip_min, epi.clip_max), RTOL[algorithm])
 
@@ -72,6 +73,7 @@ def test_mixed_scope_depthwise(device, case, placement, scopes, seed):
 @given(algorithm=st.sampled_from(["winograd_2x2", "winograd_4x4"]), placement=st.sampled_from(["texture", "buffer"]),
        scopes=MIXED, seed=SEEDS, c=st.integers(1, 9), o=st.integers(1, 9), h=st.integers(1, 9), w=st.integers(1, 9))
 @example(algorithm="winograd_2x2", placement="texture", scopes=(BUFFER, TEXTURE, BUFFER), seed=3, c=5, o=6, h=7, w=5)
+@example(algorithm="winograd_4x4", placement="buffer", scopes=(TEXTURE, BUFFER, TEXTURE), seed=4, c=6, o=7, h=9, w=6)
 def test_mixed_scope_winograd(device, algorithm, placement, scopes, seed, c, o, h, w):
     case = dict(data_shape=(1, c, h, w), weight_shape=(o, c, 3, 3), strides=(1, 1), padding=(1, 1, 1, 1), dilation=(1, 1),
                 groups=1, epilogue=Epilogue(bias=True, activation="relu", residual=True), config=ConvConfig(1, 1))
@@ -85,9 +87,10 @@ def test_mixed_scope_fused(device, case, scopes, seed):
     inputs, ref = fused_inputs(np.random.default_rng(seed), case)
     in_scope, out_scope, residual_scope = scopes
     func = conv.depthwise_pointwise_nchw4c(**case, scope=in_scope, out_scope=out_scope, residual_scope=residual_scope)
-    loaded, name = ops.compile(func, device)
-    assert (loaded[name].params[0].scope, loaded[name].params[-1].scope) == (in_scope, out_scope)
-    out = run_kernel(device, func, *inputs)  # poisoned output
+    with sanitized(seed):
+        loaded, name = ops.compile(func, device)
+        assert (loaded[name].params[0].scope, loaded[name].params[-1].scope) == (in_scope, out_scope)
+        out = run_kernel(device, func, *inputs)  # poisoned output
     check_blocked_output(out, ref.shape[1])
     assert_close(unpack_nchw4c(out, ref.shape[1]), ref, RTOL["direct"])
 
@@ -146,7 +149,7 @@ def test_alternating_placements_need_no_copy(device, tmp_path):
     x = np.random.default_rng(3).standard_normal(compiled.plan.tensors[compiled.plan.inputs[0][1]].shape).astype("float32")
     (out,) = compiled.run({compiled.plan.inputs[0][0]: x})
     (ref,) = reference_outputs(model, {compiled.plan.inputs[0][0]: x})
-    assert relative_error(out, ref) <= 1e-4
+    assert relative_error(out, ref) <= 2e-5  # MobileNetV2 (32x32, built-in weights) with mixed placements: measured 6.6e-6
 
 
 def test_records_replaced_keeps_the_layer_winner(tmp_path):
