@@ -4,9 +4,11 @@ kernels built to OpenCL C, and the accuracy bound both are held to.
 The bound (README "Half precision"): a kernel's output y, computed from operands already
 rounded to fp16, against a float64 reference y_ref applied to those rounded operands:
 
-    |y - y_ref| <= u16 * |y_ref| + s * u16 * S + c * K * u32 * S
+    |y - y_ref| <= u16 * |y_ref| + eta16 + s * u16 * S + c * K * u32 * S
 
-with u16 = 2^-11 and u32 = 2^-24 the unit roundoffs, S the same reduction applied to the
+with u16 = 2^-11 and u32 = 2^-24 the unit roundoffs, eta16 = 2^-25 the underflow term of
+rounding to half (half the spacing of half subnormals: below 2^-14 the relative bound fails;
+measured: a product of two normals near 1.3e-5 missed the bound by 1e-9 without it), S the same reduction applied to the
 operands' magnitudes (sum |terms|), K the reduction length, c = 2, and s = 0 for kernels
 that store no intermediate. The first term is the output's own rounding to half, the last
 the float32 accumulation. Winograd stores three intermediates in half images (U, V, M) and
@@ -21,7 +23,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from primfuncs import concat, conv, elementwise, layout, pool2d, reduce
@@ -42,6 +44,7 @@ from tir_adreno.reference import pool2d as pool_reference
 from helpers.numeric import pack_nchw4c, pack_oihw4o, rand, unpack_nchw4c
 
 U16, U32 = 2.0**-11, 2.0**-24
+ETA16 = 2.0**-25
 ACC32 = "float16_acc32"
 #: s of the bound for Winograd F(2x2) (measured, see the module docstring).
 WINOGRAD_S = 16
@@ -51,7 +54,7 @@ MODEL_RTOL = 1e-2
 
 def fp16_bound(y_ref, s_abs, k: int, half_stages: int = 0, c: float = 2.0):
     """The elementwise error bound of the module docstring."""
-    return U16 * np.abs(y_ref) + half_stages * U16 * s_abs + c * k * U32 * s_abs
+    return U16 * np.abs(y_ref) + ETA16 + half_stages * U16 * s_abs + c * k * U32 * s_abs
 
 
 def half(x) -> np.ndarray:
@@ -172,7 +175,10 @@ def test_reduce(device, n, c, h, w, seed, op, axis):
     k = half(x).size // ref.size
     axes = reduce.normalize_axis(axis)
     _, blocked = reduce.reduce_output((n, -(-c // 4), h, w, 4), c, axes, True)
-    assert_within(y, ref, s, k, stored_half=blocked)  # a flat output is a float32 buffer
+    if op in ("max", "min"):  # a max or min of half values is one of them: exact
+        assert np.array_equal(y, ref.astype(np.float32))
+    else:
+        assert_within(y, ref, s, k, stored_half=blocked)  # a flat output is a float32 buffer
 
 
 @given(**small, scale=st.sampled_from([1.0, 8.0]))
@@ -191,6 +197,9 @@ def test_softmax(device, n, c, h, w, seed, scale):
     kernel=st.sampled_from([1, 3]), depthwise=st.booleans(), bias=st.booleans(), residual=st.booleans(),
     seed=st.integers(0, 2**32 - 1), algorithm=st.sampled_from(["direct", "winograd_2x2"]),
 )
+# Every run covers F(2x2) (the draws skip it often: it needs a dense 3x3) and the direct conv.
+@example(n=1, c=3, o=5, hw=7, kernel=3, depthwise=False, bias=True, residual=True, seed=0, algorithm="winograd_2x2")
+@example(n=1, c=8, o=8, hw=4, kernel=3, depthwise=True, bias=True, residual=False, seed=1, algorithm="direct")
 def test_conv2d(device, n, c, o, hw, kernel, depthwise, bias, residual, seed, algorithm):
     rng = np.random.default_rng(seed)
     groups = c if depthwise else 1
@@ -330,13 +339,10 @@ def _check_model(mod_or_onnx, shape):
     return compiled, inputs, out
 
 
-def test_squeezenet_float16_acc32(tmp_path):
-    import onnx
-
-    from tir_adreno.frontend.onnx_models import light_model_path, randomize_weights, strip_final_softmax
-
-    model = strip_final_softmax(randomize_weights(onnx.load(light_model_path("squeezenet")), seed=3))
-    compiled, inputs, out = _check_model(model, (1, 3, 224, 224))
+def test_resnet18_float16_acc32(tmp_path):
+    """(An ONNX model in float16_acc32 runs in test_cli_precision; SqueezeNet at 224 was compiled
+    here and in tests/models, one compile too many for the suite's time.)"""
+    compiled, inputs, out = _check_model(models.resnet18(image_size=32), (1, 3, 32, 32))
     # Saved models keep half weights: half the bytes of every texture weight.
     compiled.save(tmp_path / "m")
     with np.load(io.BytesIO(cache.read(tmp_path / "m" / "weights.npz"))) as npz:  # integrity-framed npz
@@ -346,10 +352,6 @@ def test_squeezenet_float16_acc32(tmp_path):
     loaded = load_model(tmp_path / "m")
     assert loaded.precision == ACC32
     assert np.array_equal(loaded.run(inputs)[0], out)
-
-
-def test_resnet18_float16_acc32():
-    _check_model(models.resnet18(image_size=32), (1, 3, 32, 32))
 
 
 def test_mobilenet_v2_float16_acc32():
