@@ -140,9 +140,11 @@ def run_tests(tree: Path, tests, env) -> tuple[int, float, str]:
 
 
 def first_failure(output: str) -> str:
-    """The first ``FAILED node - message`` line of pytest's short summary, shortened."""
-    line = next((ln for ln in output.splitlines() if ln.startswith("FAILED ")), "")
-    return line[len("FAILED "):].replace("tests/", "", 1)[:110]
+    """The failing test (pytest's first ``FAILED`` line) and the first exception it raised, shortened."""
+    lines = output.splitlines()
+    test = next((ln[len("FAILED "):].split(" - ")[0] for ln in lines if ln.startswith("FAILED ")), "")
+    error = next((ln[1:].strip() for ln in lines if ln.startswith("E ") and ("Error" in ln or "assert" in ln)), "")
+    return f"{test.replace('tests/', '', 1)}: {error[:90]}" if test else ""
 
 
 def verdict(code: int) -> str:
