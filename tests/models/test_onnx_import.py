@@ -4,7 +4,6 @@ Each model is built with ``onnx.helper`` the way exporters write it and
 compared with onnxruntime on random inputs.
 """
 
-import numpy as np
 import onnxruntime
 import pytest
 from onnx import TensorProto, helper, numpy_helper
