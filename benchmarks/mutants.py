@@ -41,19 +41,21 @@ class Mutant:
     tests: tuple[str, ...]  # pytest node ids or files, relative to the repository root
 
 
+#: A batch norm without a conv (one affine kernel) and MobileNetV2's block (folded into convs).
+BATCH_NORM_TESTS = ("tests/passes/test_coverage.py::test_batch_norm_without_conv_is_one_affine_kernel",
+                    "tests/models/test_onnx_import.py::test_mobilenet_v2_block_batch_2")
+
 MUTANTS = (
     Mutant(
         "bn_eps_dropped", "batch norm folded without its epsilon",
         (("np.sqrt(var.astype(np.float64) + float(node.attrs.epsilon))", "np.sqrt(var.astype(np.float64))"),),
-        ("tests/passes/test_coverage.py::test_batch_norm_without_conv_is_one_affine_kernel",
-         "tests/models/test_onnx_import.py::test_mobilenet_v2_block_batch_2"),
+        BATCH_NORM_TESTS,
     ),
     Mutant(
         "bn_eps_x100", "batch norm's epsilon multiplied by 100",
         (("np.sqrt(var.astype(np.float64) + float(node.attrs.epsilon))",
           "np.sqrt(var.astype(np.float64) + 100 * float(node.attrs.epsilon))"),),
-        ("tests/passes/test_coverage.py::test_batch_norm_without_conv_is_one_affine_kernel",
-         "tests/models/test_onnx_import.py::test_mobilenet_v2_block_batch_2"),
+        BATCH_NORM_TESTS,
     ),
     Mutant(
         "conv_clamp_removed", "the direct conv's top-row coordinate clamp removed (PoCL reads 0 there: only the sanitizer sees it)",
