@@ -21,7 +21,8 @@ from tir_adreno.runtime.bundle import KernelModule
 from tir_adreno.runtime.executor import Call, CompiledModel, Plan, TensorInfo
 from tir_adreno.strategy.profile import DeviceProfile, resolve, with_limits, with_placement, without_fusion
 from tir_adreno.strategy.records import open_records
-from tir_adreno.passes import CONFIG_ATTR, OP_ATTR, OURS_ATTR, SOURCE_ATTR, dispatch_to_textures
+from tir_adreno.passes import CONFIG_ATTR, OURS_ATTR, SOURCE_ATTR, dispatch_to_textures, kernel_index
+from tir_adreno.passes.kernel_index import kernel_func
 from tir_adreno.strategy.precision import check_precision, half_storage
 
 
@@ -89,12 +90,13 @@ def _target(ours: bool):
 
 
 def lower(mod: tvm.IRModule, profile: DeviceProfile, allow_buffer: bool = True, ours: bool = True, records=None,
-          precision: str = "float32") -> tvm.IRModule:
+          precision: str = "float32", lazy: bool = False) -> tvm.IRModule:
     """Our pass for ``profile`` (unless ``ours`` is False: the upstream baseline), then LegalizeOps
-    and dlight for the rest. ``records``: tuned conv choices (``records.Records``)."""
+    and dlight for the rest. ``records``: tuned conv choices (``records.Records``). ``lazy``: stubs
+    for indexed kernels (``passes.kernel_index``), for :func:`plan_module` only."""
     mod = relax.transform.FoldConstant()(mod)
     if ours:
-        mod = dispatch_to_textures(mod, profile, allow_buffer, records, precision)
+        mod = dispatch_to_textures(mod, profile, allow_buffer, records, precision, lazy)
     mod = relax.transform.LegalizeOps()(mod)
     with build.as_target(_target(ours)):
         mod = _upstream_rules()(mod)
@@ -107,11 +109,22 @@ def _const_array(expr) -> np.ndarray:
     return np.require(expr.value.numpy(), requirements="C")
 
 
-def kernel_func(prim: tvm.tirx.PrimFunc) -> tvm.tirx.PrimFunc:
-    """``prim`` without the attributes that describe it (config, its source, the op): what is built and cached."""
-    for attr in (CONFIG_ATTR, SOURCE_ATTR, OP_ATTR):
-        prim = prim.without_attr(attr)
-    return prim
+def _kernel_key(prim, target) -> str:
+    """The plan's name of the kernel ``prim`` builds (its bundle key, sanitized or not), without
+    parsing when ``prim`` is a stub (``passes.kernel_index``)."""
+    if kernel_index.is_stub(prim):
+        return build.script_key(kernel_index.entry_of(prim)["script"], target, check_bounds=False)
+    return build.module_key(kernel_func(prim), target, check_bounds=False)
+
+
+def _kernel_module(prim, target) -> KernelModule:
+    """The built kernel of ``prim``: a stub's cached bundle, else built (a stub materialized)."""
+    if kernel_index.is_stub(prim):
+        module = build.cached_bundle(build.script_key(kernel_index.entry_of(prim)["script"], target))
+        if module is not None:
+            return module
+        return build.build_cached(kernel_index.materialize(prim), target)
+    return build.build_cached(kernel_func(prim), target)
 
 
 def plan_module(mod: tvm.IRModule, input_names, progress=print, target=None, prims: dict | None = None,
@@ -158,13 +171,12 @@ def plan_module(mod: tvm.IRModule, input_names, progress=print, target=None, pri
             meta = {k: str(prim.attrs[a]) for k, a in (("config", CONFIG_ATTR), ("source", SOURCE_ATTR)) if a in prim.attrs}
             # Ours only if our pass emitted it (importer-made PrimFuncs, e.g. from emit_te, are upstream's).
             ours = prim.attrs is not None and bool(prim.attrs.get(OURS_ATTR, False))
-            described, prim = prim, kernel_func(prim)  # same kernel, same cache entry
-            key = build.module_key(prim, target, check_bounds=False)  # the kernel's name in the plan, sanitized or not
+            key = _kernel_key(prim, target)  # same kernel, same cache entry
             if prims is not None:
-                prims[key] = described
+                prims[key] = prim
             if key not in built:
                 progress(f"[{len(calls) + 1}/{len(call_bindings)}] build {gv.name_hint}")
-                kernels[key] = build.build_cached(prim, target).with_storage(storage if ours else None)
+                kernels[key] = _kernel_module(prim, target).with_storage(storage if ours else None)
                 built[key] = gv.name_hint
             module = kernels[key]
             (fname,) = module.functions
@@ -255,7 +267,8 @@ def compile_plan(model, profile: DeviceProfile, records=None, allow_buffer: bool
     mod, names = import_model(model, input_shapes)
     check_device_support(mod, profile, runs_on)
     progress(f"lower for {profile.name} in {precision}, activations in {profile.activation_placement}s (tir-adreno pass, LegalizeOps, dlight)" if ours else "lower (LegalizeOps, dlight)")
-    mod = lower(mod, profile, allow_buffer, ours, open_records(records, profile, precision), precision)
+    # Stubs unless the caller wants the PrimFuncs (prims): a warm compile then parses no TVMScript.
+    mod = lower(mod, profile, allow_buffer, ours, open_records(records, profile, precision), precision, lazy=prims is None)
     plan, kernels, weights = plan_module(mod, names, progress, _target(ours), prims, half_storage(precision) if ours else None)
     plan.precision = precision if ours else "float32"
     return plan, kernels, weights

@@ -196,29 +196,48 @@ def build(func_or_mod, target=None, check_bounds: bool | None = None) -> KernelM
 
 def module_key(func_or_mod, target=None, check_bounds: bool | None = None) -> str:
     """Cache key of a build: the TVMScript text, the target, the TVM version and the sanitizer option."""
-    mod = _as_module(func_or_mod)
-    parts = ("bundle", tvm.__version__, as_target(target).export(), mod.script())
+    return script_key(module_script(func_or_mod), target, check_bounds)
+
+
+def module_script(func_or_mod) -> str:
+    """The TVMScript a build is keyed on (of the module a PrimFunc is built in)."""
+    return _as_module(func_or_mod).script()
+
+
+def script_key(script: str, target=None, check_bounds: bool | None = None) -> str:
+    """:func:`module_key` from the module's TVMScript text (``IRModule.script()``), no PrimFunc needed."""
+    parts = ("bundle", tvm.__version__, as_target(target).export(), script)
     return cache.key(*parts, "check_bounds") if _check_bounds(check_bounds) else cache.key(*parts)
+
+
+def _bundle_path(key: str):
+    return cache.cache_dir() / "bundles" / f"{key}.json"
+
+
+def cached_bundle(key: str, use_disk: bool = True) -> KernelModule | None:
+    """The bundle built under ``key`` (:func:`module_key`) from memory or disk; None on a miss
+    (missing, corrupt, another key's)."""
+    if key in _memory_cache:
+        return _memory_cache[key]
+    payload = cache.read(_bundle_path(key), key) if use_disk else None
+    if payload is None:
+        return None
+    try:
+        module = KernelModule.from_json(payload.decode())
+    except (ValueError, KeyError, UnicodeDecodeError):
+        return None
+    _memory_cache[key] = module
+    return module
 
 
 def build_cached(func_or_mod, target=None, use_disk: bool = True, check_bounds: bool | None = None) -> KernelModule:
     """:func:`build` with an in-process cache and an on-disk bundle cache."""
     check_bounds = _check_bounds(check_bounds)
     key = module_key(func_or_mod, target, check_bounds)
-    if key in _memory_cache:
-        return _memory_cache[key]
-    path = cache.cache_dir() / "bundles" / f"{key}.json"
-    module = None
-    if use_disk:
-        payload = cache.read(path, key)
-        if payload is not None:
-            try:
-                module = KernelModule.from_json(payload.decode())
-            except (ValueError, KeyError, UnicodeDecodeError):
-                module = None
+    module = cached_bundle(key, use_disk)
     if module is None:
         module = build(func_or_mod, target, check_bounds)
         if use_disk:
-            cache.store(path, module.to_json().encode(), key)
-    _memory_cache[key] = module
+            cache.store(_bundle_path(key), module.to_json().encode(), key)
+        _memory_cache[key] = module
     return module

@@ -4,7 +4,6 @@ activation lives (placement: ``tir_adreno.strategy.placement``)."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 
 import tvm
@@ -15,8 +14,10 @@ from primfuncs._common import blocked
 from primfuncs.epilogue import Epilogue
 
 from tir_adreno.passes.convs import conv_geometry, conv_operands
+from tir_adreno.passes import kernel_index
 from tir_adreno.passes.graph import Graph, Node, dtype, same, static_shape
-from tir_adreno.passes.op_info import OP_ATTR, OURS_ATTR, layout_info
+from tir_adreno.passes.kernel_index import KernelCall, kernel
+from tir_adreno.passes.op_info import layout_info
 from tir_adreno.strategy import conv as strategy
 from tir_adreno.strategy.placement import activation_scope
 from tir_adreno.strategy.profile import DeviceProfile
@@ -53,8 +54,9 @@ class Rewriter:
     does not apply); a node no rule takes is left to upstream (:meth:`fallback`)."""
 
     def __init__(self, mod: tvm.IRModule, profile: DeviceProfile, rules: dict, allow_buffer: bool = True, records=None,
-                 precision: str = "float32"):
+                 precision: str = "float32", lazy: bool = False):
         self.mod = mod
+        self.lazy = lazy  # emit stubs for kernel calls (compile_plan; a caller who wants PrimFuncs does not)
         self.profile = profile
         self.rules = rules
         # float32 or float16_acc32: the kernels are float32 either way (half storage is the
@@ -72,15 +74,31 @@ class Rewriter:
 
     # -- emission ------------------------------------------------------------------------
     def emit_kernel(self, func, args, out_shape, dtype="float32", hint="k", op_info: dict | None = None) -> relax.Var:
+        """``call_tir`` of ``func`` (a PrimFunc or a ``kernel_index.KernelCall``), each kernel added
+        once. With :attr:`lazy`, a call becomes a stub (``kernel_index``): no TVMScript parsed
+        when the kernel is indexed already."""
+        if isinstance(func, KernelCall) and self.lazy:
+            gv = self._stub(func, hint, op_info)
+        else:
+            gv = self._func(func.primfunc() if isinstance(func, KernelCall) else func, hint, op_info)
+        out = relax.TensorType(list(out_shape), dtype)
+        return self.bb.emit(relax.call_tir(gv, args, out))
+
+    def _func(self, func, hint: str, op_info: dict | None) -> relax.GlobalVar:
         key = func.script()
         if key not in self._funcs:
-            func = func.with_attr("tirx.is_scheduled", True).with_attr(OURS_ATTR, True)
-            if op_info is not None:
-                func = func.with_attr(OP_ATTR, json.dumps(op_info, sort_keys=True))
-            name = str(func.attrs["global_symbol"]) if "global_symbol" in func.attrs else hint
-            self._funcs[key] = self.bb.add_func(func.without_attr("global_symbol"), name)
-        out = relax.TensorType(list(out_shape), dtype)
-        return self.bb.emit(relax.call_tir(self._funcs[key], args, out))
+            self._funcs[key] = self.bb.add_func(kernel_index.emitted(func, op_info), kernel_index.symbol(func) or hint)
+        return self._funcs[key]
+
+    def _stub(self, call: KernelCall, hint: str, op_info: dict | None) -> relax.GlobalVar:
+        entry = kernel_index.lookup(call)
+        key = (entry["script"], entry["symbol"], call.attrs)  # what the PrimFunc's script says
+        if key not in self._funcs:
+            stub = kernel_index.stub(entry, call)
+            for name, value in call.attrs:
+                stub = stub.with_attr(name, value)
+            self._funcs[key] = self.bb.add_func(kernel_index.emitted(stub, op_info), entry["symbol"] or hint)
+        return self._funcs[key]
 
     # -- placement ------------------------------------------------------------------------
     def scope_for(self, *shapes5) -> str:
@@ -175,13 +193,13 @@ class Rewriter:
         shape5 = v.shape5
         if v.blocked:
             (src_scope, src), = list(v.blocked.items())[:1]
-            out = self.emit_kernel(elementwise.copy(shape5, scope=src_scope, out_scope=scope), [src], shape5, op_info=layout_info("copy", v.nchw))
+            out = self.emit_kernel(kernel(elementwise.copy, shape5, scope=src_scope, out_scope=scope), [src], shape5, op_info=layout_info("copy", v.nchw))
         else:
             n, c, h, w = v.nchw
             factory = layout.nhwc_to_nchw4c if v.layout == "NHWC" else layout.nchw_to_nchw4c
             plain_shape = (n, h, w, c) if v.layout == "NHWC" else (n, c, h, w)
             plain = self.bb.emit(relax.op.reshape(v.plain, plain_shape)) if v.layout == "NC" else v.plain
-            out = self.emit_kernel(factory(plain_shape, scope=scope), [plain], shape5, op_info=layout_info(factory.__name__, v.nchw))
+            out = self.emit_kernel(kernel(factory, plain_shape, scope=scope), [plain], shape5, op_info=layout_info(factory.__name__, v.nchw))
         v.blocked[scope] = out
         return out
 
@@ -191,9 +209,9 @@ class Rewriter:
             (scope, src), = list(v.blocked.items())[:1]
             n, c, h, w = v.nchw
             if v.layout == "NHWC":
-                v.plain = self.emit_kernel(layout.nchw4c_to_nhwc((n, h, w, c), scope=scope), [src], (n, h, w, c), op_info=layout_info("nchw4c_to_nhwc", v.nchw))
+                v.plain = self.emit_kernel(kernel(layout.nchw4c_to_nhwc, (n, h, w, c), scope=scope), [src], (n, h, w, c), op_info=layout_info("nchw4c_to_nhwc", v.nchw))
             else:
-                v.plain = self.emit_kernel(layout.nchw4c_to_nchw((n, c, h, w), scope=scope), [src], (n, c, h, w), op_info=layout_info("nchw4c_to_nchw", v.nchw))
+                v.plain = self.emit_kernel(kernel(layout.nchw4c_to_nchw, (n, c, h, w), scope=scope), [src], (n, c, h, w), op_info=layout_info("nchw4c_to_nchw", v.nchw))
                 if v.layout == "NC":
                     v.plain = self.bb.emit(relax.op.reshape(v.plain, (n, c)))
         return v.plain

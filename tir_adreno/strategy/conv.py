@@ -331,11 +331,17 @@ class FusedPlan:
 
     def primfunc(self, dw_epilogue: Epilogue, epilogue: Epilogue):
         """The fused PrimFunc (needs TVM)."""
+        factory, kwargs = self.stage(dw_epilogue, epilogue)
+        return factory(**kwargs)
+
+    def stage(self, dw_epilogue: Epilogue, epilogue: Epilogue) -> tuple:
+        """The fused kernel as (factory, kwargs), like :attr:`ConvPlan.stages`."""
         d, p = self.depthwise, self.pointwise
-        return _conv.depthwise_pointwise_nchw4c(
-            (d.n, d.c, d.h, d.w), (d.o, 1, d.kh, d.kw), (p.o, p.c, 1, 1), d.strides, d.padding, d.dilation,
-            dw_epilogue, epilogue, kernel_dtype(self.precision), self.config, self.in_scope or self.scope, self.weight_scope,
-            self.out_scope, self.residual_scope)
+        return _conv.depthwise_pointwise_nchw4c, dict(
+            data_shape=(d.n, d.c, d.h, d.w), dw_weight_shape=(d.o, 1, d.kh, d.kw), pw_weight_shape=(p.o, p.c, 1, 1),
+            strides=d.strides, padding=d.padding, dilation=d.dilation, dw_epilogue=dw_epilogue, epilogue=epilogue,
+            dtype=kernel_dtype(self.precision), config=self.config, scope=self.in_scope or self.scope,
+            weight_scope=self.weight_scope, out_scope=self.out_scope, residual_scope=self.residual_scope)
 
     def pack_weights(self, w_oihw: np.ndarray) -> np.ndarray:
         """Either conv's OIHW weights as the fused kernel reads them (OIHW4o)."""

@@ -7,6 +7,7 @@ from tvm import relax
 from primfuncs import concat as kernels
 
 from tir_adreno.passes.graph import Node
+from tir_adreno.passes.kernel_index import kernel
 from tir_adreno.passes.op_info import concat_info
 from tir_adreno.passes.rewriter import Rewriter, blocked_shape
 from tir_adreno.passes.rules.base import rule
@@ -39,5 +40,5 @@ def concat(rw: Rewriter, node: Node):
 def _emit_concat(rw: Rewriter, parts, n, h, w, scope):
     chans = [c for _, c in parts]
     out5 = blocked_shape((n, sum(chans), h, w))
-    func = kernels.concat_channels(n, chans, h, w, scope=scope)
+    func = kernel(kernels.concat_channels, n, chans, h, w, scope=scope)
     return rw.emit_kernel(func, [e for e, _ in parts], out5, op_info=concat_info(chans, n, h, w)), sum(chans)

@@ -16,7 +16,8 @@ from tir_adreno.passes.activations import clip_fields, match_activation
 from tir_adreno.passes.affine import batch_norm_affine, batch_norm_output, linear_step, other_operand
 from tir_adreno.passes.convs import conv_geometry, conv_operands
 from tir_adreno.passes.graph import Node, same, static_shape
-from tir_adreno.passes.op_info import CONFIG_ATTR, SOURCE_ATTR, conv_info, fused_info
+from tir_adreno.passes.kernel_index import KernelCall
+from tir_adreno.passes.op_info import CONFIG_ATTR, CONV_STAGES, SOURCE_ATTR, conv_info, fused_info
 from tir_adreno.passes.rewriter import Rewriter, Value
 from tir_adreno.passes.rules.base import rule
 from tir_adreno.strategy import conv as strategy
@@ -145,10 +146,19 @@ def conv2d(rw: Rewriter, node: Node):
     return out
 
 
+def _stage_calls(plan) -> tuple:
+    """The plan's kernels as factory calls (``passes.kernel_index``), in launch order: a direct
+    conv's one, Winograd's three stages of one factory (``plan.primfuncs()`` without parsing)."""
+    (factory, kwargs), = plan.stages
+    if plan.algorithm == "direct":
+        return (KernelCall.of(factory, **kwargs),)
+    return tuple(KernelCall.of(factory, stage=i, **kwargs) for i in range(len(CONV_STAGES)))
+
+
 def _emit_plan(rw: Rewriter, node: Node, plan, x, tail: Tail):
     """The kernels of conv ``plan`` on blocked input ``x``: its output."""
     # The choice travels to the executor's profile rows as PrimFunc attributes.
-    stages = [f.with_attr(CONFIG_ATTR, plan.config_string).with_attr(SOURCE_ATTR, plan.source) for f in plan.primfuncs()]
+    stages = [c.with_attr(CONFIG_ATTR, plan.config_string).with_attr(SOURCE_ATTR, plan.source) for c in _stage_calls(plan)]
     # Every stage but the last produces one intermediate (Winograd's V, then M) from the previous.
     args = [x]
     for func, name in zip(stages[:-1], ("V", "M")):
@@ -181,8 +191,8 @@ def _fuse_pointwise(rw: Rewriter, x: Value, dw: ConvGeometry, dw_tail: Tail, dw_
     out_scope = rw.output_scope(tail.last.var, plan.scope, plan.out_shape, pw.out_shape)  # no copy at a boundary, as for a conv
     residual_scope = rw.input_scope(tail.residual, out_scope) if tail.residual is not None else None
     plan = replace(plan, in_scope=rw.input_scope(x, plan.scope), out_scope=out_scope, residual_scope=residual_scope)
-    func = plan.primfunc(dw_epilogue, epilogue)
-    func = func.with_attr(CONFIG_ATTR, plan.config_string).with_attr(SOURCE_ATTR, plan.source)
+    factory, kwargs = plan.stage(dw_epilogue, epilogue)
+    func = KernelCall.of(factory, **kwargs).with_attr(CONFIG_ATTR, plan.config_string).with_attr(SOURCE_ATTR, plan.source)
     args = [rw.blocked(x, plan.in_scope), *dw_tail.constants(plan.pack_weights), *tail.constants(plan.pack_weights)]
     if tail.residual is not None:
         args.append(rw.blocked(tail.residual, residual_scope))

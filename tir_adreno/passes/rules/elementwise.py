@@ -12,6 +12,7 @@ from primfuncs import elementwise as kernels
 from tir_adreno.passes.activations import clip_fields, match_activation
 from tir_adreno.passes.affine import batch_norm_affine, batch_norm_output, linear_step
 from tir_adreno.passes.graph import Node, static_shape
+from tir_adreno.passes.kernel_index import kernel
 from tir_adreno.passes.op_info import elementwise_info
 from tir_adreno.passes.rewriter import Rewriter, Value
 from tir_adreno.passes.rules.base import rule
@@ -24,11 +25,11 @@ def _emit_activation(rw: Rewriter, x: Value, matched):
     shape5 = x.shape5
     scope = rw.scope_for(shape5)
     if name in ("relu", "relu6"):
-        func = getattr(kernels, name)(shape5, scope=scope)
+        func = kernel(getattr(kernels, name), shape5, scope=scope)
     elif name == "clip":
-        func = kernels.clip(shape5, *bounds, scope=scope)
+        func = kernel(kernels.clip, shape5, *bounds, scope=scope)
     else:
-        func = kernels.activation(shape5, name, scope=scope)
+        func = kernel(kernels.activation, shape5, name, scope=scope)
     out = rw.emit_kernel(func, [rw.blocked(x, scope)], shape5, op_info=elementwise_info("activation", nodes, [x.nchw], activation=name, bounds=bounds))
     for m in nodes:
         m.fused = True
@@ -60,7 +61,7 @@ def _emit_affine(rw: Rewriter, x: Value, var, scale, shift, nodes):
     scale, shift, nodes, var, activation, bounds = _affine_chain(rw, x, var, scale, shift, nodes)
     shape5 = x.shape5
     scope = rw.scope_for(shape5)
-    func = kernels.affine(shape5, activation, scope=scope, **clip_fields(bounds))
+    func = kernel(kernels.affine, shape5, activation, scope=scope, **clip_fields(bounds))
     params = [relax.const(pack_bias(v.astype(np.float32))) for v in (scale, shift)]
     out = rw.emit_kernel(func, [rw.blocked(x, scope), *params], shape5, op_info=elementwise_info("affine", nodes, [x.nchw], activation=activation, bounds=bounds))
     for m in nodes:
@@ -129,7 +130,7 @@ def binary(rw: Rewriter, node: Node):
     shape5 = a.shape5
     scope = rw.scope_for(shape5, b.shape5)
     op = node.op.split(".")[-1]
-    func = kernels.binary(shape5, op, scope=scope, broadcast_channels=broadcast)
+    func = kernel(kernels.binary, shape5, op, scope=scope, broadcast_channels=broadcast)
     out = rw.emit_kernel(func, [rw.blocked(a, scope), rw.blocked(b, scope)], shape5, op_info=elementwise_info(op, [node], [a.nchw, b.nchw]))
     rw.define(node.var, out, scope, a.nchw)
     return out

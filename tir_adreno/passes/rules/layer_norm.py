@@ -8,6 +8,7 @@ from tvm import relax
 from primfuncs import layernorm
 
 from tir_adreno.passes.graph import Node, const, static_shape
+from tir_adreno.passes.kernel_index import kernel
 from tir_adreno.passes.op_info import node_info
 from tir_adreno.passes.rewriter import Rewriter
 from tir_adreno.passes.rules.base import rule
@@ -32,7 +33,7 @@ def layer_norm(rw: Rewriter, node: Node):
         return None
     shape5 = x.shape5
     scope = rw.scope_for(shape5)
-    func = layernorm.layer_norm_channels(shape5, c, float(node.attrs.epsilon), scope=scope)
+    func = kernel(layernorm.layer_norm_channels, shape5, c, float(node.attrs.epsilon), scope=scope)
     params = [relax.const(pack_bias(v.reshape(c).astype(np.float32))) for v in (g, b)]
     out = rw.emit_kernel(func, [rw.blocked(x, scope), *params], shape5, op_info=node_info(node, epsilon=float(node.attrs.epsilon)))
     rw.define(node.var, out, scope, x.nchw, x.layout)

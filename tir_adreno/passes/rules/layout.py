@@ -7,6 +7,7 @@ from __future__ import annotations
 from primfuncs import resize, shuffle
 
 from tir_adreno.passes.graph import Node, dtype, ints_of, static_shape
+from tir_adreno.passes.kernel_index import kernel
 from tir_adreno.passes.op_info import elementwise_info, node_info
 from tir_adreno.passes.rewriter import Rewriter, Value, blocked_shape
 from tir_adreno.passes.rules.base import rule
@@ -30,7 +31,7 @@ def resize2d(rw: Rewriter, node: Node):
         return None
     in5, out5 = x.shape5, blocked_shape(out_shape)
     scope = rw.scope_for(in5, out5)
-    func = resize.resize2d(in5, out_shape[2:], method, mode, rounding, scope=scope)
+    func = kernel(resize.resize2d, in5, out_shape[2:], method, mode, rounding, scope=scope)
     out = rw.emit_kernel(func, [rw.blocked(x, scope)], out5, op_info=node_info(node, method=method, coordinate_transformation_mode=mode, rounding_method=rounding))
     rw.define(node.var, out, scope, out_shape)
     return out
@@ -64,7 +65,7 @@ def _channel_shuffle(rw: Rewriter, node: Node, x: Value):
     shape5 = x.shape5
     scope = rw.scope_for(shape5)
     info = elementwise_info("channel_shuffle", [node, perm, back], [x.nchw], groups=split[1])
-    out = rw.emit_kernel(shuffle.channel_shuffle(shape5, c, split[1], scope=scope), [rw.blocked(x, scope)], shape5, op_info=info)
+    out = rw.emit_kernel(kernel(shuffle.channel_shuffle, shape5, c, split[1], scope=scope), [rw.blocked(x, scope)], shape5, op_info=info)
     perm.fused = back.fused = True
     rw.define(back.var, out, scope, x.nchw)
     return out
@@ -96,7 +97,7 @@ def strided_slice(rw: Rewriter, node: Node):
     b, e = found
     in5, out5 = x.shape5, blocked_shape(out_shape)
     scope = rw.scope_for(in5, out5)
-    out = rw.emit_kernel(shuffle.slice_channels(in5, x.channels, b, e, scope=scope), [rw.blocked(x, scope)], out5, op_info=node_info(node, axis=1, begin=b, end=e))
+    out = rw.emit_kernel(kernel(shuffle.slice_channels, in5, x.channels, b, e, scope=scope), [rw.blocked(x, scope)], out5, op_info=node_info(node, axis=1, begin=b, end=e))
     rw.define(node.var, out, scope, out_shape)
     return out
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from primfuncs import pool2d, reduce
 
 from tir_adreno.passes.graph import Node, ints, static_shape
+from tir_adreno.passes.kernel_index import kernel
 from tir_adreno.passes.op_info import node_info
 from tir_adreno.passes.rewriter import Rewriter, blocked_shape
 from tir_adreno.passes.rules.base import rule
@@ -41,7 +42,7 @@ def pool(rw: Rewriter, node: Node):
     in5, out5 = x.shape5, blocked_shape((n, c, oh, ow))
     scope = rw.scope_for(in5, out5)
     schedule = pool_strategy.pool_schedule(pool_key(op, x.nchw, attrs), rw.profile, rw.records)
-    out = rw.emit_kernel(factory(in5, scope=scope, **schedule, **attrs), [rw.blocked(x, scope)], out5, op_info=node_info(node, **attrs))
+    out = rw.emit_kernel(kernel(factory, in5, scope=scope, **schedule, **attrs), [rw.blocked(x, scope)], out5, op_info=node_info(node, **attrs))
     rw.define(node.var, out, scope, (n, c, oh, ow))
     return out
 
@@ -60,7 +61,7 @@ def reduction(rw: Rewriter, node: Node):
     shape5, _ = reduce.reduce_output(in5, x.channels, axes, keepdims=True)
     scope = rw.scope_for(in5, shape5)
     op = node.op.split(".")[-1]
-    func = reduce.reduce(in5, x.channels, op, axes, True, scope=scope, group_threshold=pool_strategy.group_threshold(rw.profile))
+    func = kernel(reduce.reduce, in5, x.channels, op, axes, True, scope=scope, group_threshold=pool_strategy.group_threshold(rw.profile))
     out = rw.emit_kernel(func, [rw.blocked(x, scope)], shape5, op_info=node_info(node, axis=axes, keepdims=True))
     rw.define(node.var, out, scope, out_shape if keepdims else (*out_shape, 1, 1))
     return out
@@ -73,6 +74,6 @@ def softmax(rw: Rewriter, node: Node):
         return None
     shape5 = x.shape5
     scope = rw.scope_for(shape5)
-    out = rw.emit_kernel(reduce.softmax(shape5, x.channels, scope=scope), [rw.blocked(x, scope)], shape5, op_info=node_info(node, axis=1))
+    out = rw.emit_kernel(kernel(reduce.softmax, shape5, x.channels, scope=scope), [rw.blocked(x, scope)], shape5, op_info=node_info(node, axis=1))
     rw.define(node.var, out, scope, x.nchw)
     return out
