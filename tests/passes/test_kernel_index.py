@@ -6,7 +6,7 @@ import shutil
 
 import primfuncs
 import pytest
-import tvm.script.parser.tirx.entry as tirx_entry
+import tvm.tirx.script.parser.entry as tirx_entry  # where @T.prim_func parses
 
 from helpers.onnx_graphs import tiny_model
 from tir_adreno.codegen import build
