@@ -4,6 +4,7 @@ edited ``primfuncs`` module is a new key. Counts, not timings."""
 
 import shutil
 
+import numpy as np
 import primfuncs
 import pytest
 import tvm.tirx.script.parser.entry as tirx_entry  # where @T.prim_func parses
@@ -103,5 +104,7 @@ def test_an_edited_primfuncs_module_is_a_new_key(fresh, tmp_path, monkeypatch):
 
 
 def test_arguments_without_a_stable_key_are_refused():
-    with pytest.raises(TypeError):
+    with pytest.raises(kernel_index.UnkeyedArgument):
         kernel_index.kernel(primfuncs.elementwise.copy, object()).key
+    numpy_scalar = kernel_index.kernel(primfuncs.elementwise.clip, (1, 1, 1, 1, 4), np.float32(0.5), 6.0)
+    assert numpy_scalar.key == kernel_index.kernel(primfuncs.elementwise.clip, (1, 1, 1, 1, 4), 0.5, 6.0).key

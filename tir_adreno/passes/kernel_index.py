@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, fields, is_dataclass, replace
 
+import numpy as np
 import tvm
 from tvm import tirx
 
@@ -47,6 +48,10 @@ def _kernels_version() -> str:
     return _version[0]
 
 
+class UnkeyedArgument(TypeError):
+    """A factory argument that has no stable key: the call is made the plain way (parsed)."""
+
+
 def normalized(value):
     """``value`` as plain data whose repr says everything a factory argument says: numbers,
     strings, None, sequences, dicts and dataclasses (geometry, config, epilogue), recursively.
@@ -54,13 +59,15 @@ def normalized(value):
     make keys that collide or never match)."""
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
+    if isinstance(value, np.generic):  # a NumPy scalar (a clip bound read from a constant)
+        return normalized(value.item())
     if isinstance(value, (tuple, list)):
         return tuple(normalized(v) for v in value)
     if isinstance(value, dict):
         return tuple(sorted((str(k), normalized(v)) for k, v in value.items()))
     if is_dataclass(value) and not isinstance(value, type):
         return (type(value).__qualname__, tuple((f.name, normalized(getattr(value, f.name))) for f in fields(value)))
-    raise TypeError(f"kernel factory argument {value!r} ({type(value).__name__}) has no stable key")
+    raise UnkeyedArgument(f"kernel factory argument {value!r} ({type(value).__name__}) has no stable key")
 
 
 @dataclass(frozen=True)

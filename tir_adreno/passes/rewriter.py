@@ -77,9 +77,8 @@ class Rewriter:
         """``call_tir`` of ``func`` (a PrimFunc or a ``kernel_index.KernelCall``), each kernel added
         once. With :attr:`lazy`, a call becomes a stub (``kernel_index``): no TVMScript parsed
         when the kernel is indexed already."""
-        if isinstance(func, KernelCall) and self.lazy:
-            gv = self._stub(func, hint, op_info)
-        else:
+        gv = self._stub(func, hint, op_info) if isinstance(func, KernelCall) and self.lazy else None
+        if gv is None:
             gv = self._func(func.primfunc() if isinstance(func, KernelCall) else func, hint, op_info)
         out = relax.TensorType(list(out_shape), dtype)
         return self.bb.emit(relax.call_tir(gv, args, out))
@@ -90,8 +89,12 @@ class Rewriter:
             self._funcs[key] = self.bb.add_func(kernel_index.emitted(func, op_info), kernel_index.symbol(func) or hint)
         return self._funcs[key]
 
-    def _stub(self, call: KernelCall, hint: str, op_info: dict | None) -> relax.GlobalVar:
-        entry = kernel_index.lookup(call)
+    def _stub(self, call: KernelCall, hint: str, op_info: dict | None) -> relax.GlobalVar | None:
+        """The stub of ``call``; None when its arguments have no stable key (then it is parsed)."""
+        try:
+            entry = kernel_index.lookup(call)
+        except kernel_index.UnkeyedArgument:
+            return None
         key = (entry["script"], entry["symbol"], call.attrs)  # what the PrimFunc's script says
         if key not in self._funcs:
             stub = kernel_index.stub(entry, call)
