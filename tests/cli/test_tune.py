@@ -53,9 +53,11 @@ def test_tune_writes_and_resumes_records(tuned):
     (pool,) = [e for k, e in doc["layers"].items() if k.startswith("pool2d max")]
     assert set(pool["times_s"]) == {"auto", "thread", "group"} and pool["choice"]["strategy"] in pool["times_s"]
     for entry in doc["layers"].values():
-        assert entry["default_s"] > 0 and entry["name"] in entry["times_s"]
+        # The per-layer winner is a timed candidate; the whole-model step (below) may replace the
+        # choice by a variant of it that was not timed alone, keeping the winner as layer_winner.
+        winner = entry.get("layer_winner", entry["name"])
+        assert entry["default_s"] > 0 and winner in entry["times_s"]
         assert len(entry["times_s"]) >= 3  # conv: default, other configs, buffer placement
-        winner = entry.get("layer_winner", entry["name"])  # in_context may keep another variant
         assert min(t for t in entry["times_s"].values() if t) == pytest.approx(entry["times_s"][winner], rel=0.031)
     assert "recorded, skipped" in second and second.count("building candidates") == 2
     assert "sum over layers" in second and records.with_suffix(".png").exists()
@@ -65,8 +67,14 @@ def test_tune_writes_and_resumes_records(tuned):
     context = doc["context"]
     assert set(context["model_s"]) == set(tune.CONTEXT_VARIANTS) and context["placement"] == "texture"
     assert context["model_s"][context["kept"]] <= context["model_s"]["default"] * (1 + tuning.TIE_MARGIN)
+    # Which variant wins depends on timings; what each variant writes does not.
     if context["kept"] == "default":
         assert all(e["name"] in ("default", "auto") for e in doc["layers"].values())
+    elif context["kept"] == "tuned":
+        assert all("layer_winner" not in e for e in doc["layers"].values())
+    else:  # tuned, default placement
+        convs = [e for k, e in doc["layers"].items() if k.startswith("conv2d ") and e["choice"]]
+        assert all(e["choice"]["placement"] == context["placement"] for e in convs)
 
 
 def test_compile_with_records_and_run_the_saved_model(tuned, two_convs, tmp_path):
