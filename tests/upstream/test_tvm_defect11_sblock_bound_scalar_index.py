@@ -41,6 +41,22 @@ def test_control_explicit_signature_parses():
     assert isinstance(copy, tvm.tirx.PrimFunc)
 
 
+def parse_copy():
+    """The repro: a strided copy whose index ``j`` is bound inside the sblock."""
+
+    @T.prim_func(s_tir=True)
+    def copy(a: T.handle, b: T.handle):
+        A = T.match_buffer(a, (16,), "float32")
+        B = T.match_buffer(b, (8,), "float32")
+        for i in range(8):
+            with T.sblock("copy"):
+                vi = T.axis.spatial(8, i)
+                j = vi * 2
+                B[vi] = A[j]
+
+    return copy
+
+
 @pytest.mark.xfail(
     strict=True,
     raises=KnownDefect,
@@ -50,17 +66,7 @@ def test_control_explicit_signature_parses():
 def test_sblock_bound_scalar_index_parses():
     with pinned(r"TIR is ill-formed: buffer j is used"):
         try:
-
-            @T.prim_func(s_tir=True)
-            def copy(a: T.handle, b: T.handle):
-                A = T.match_buffer(a, (16,), "float32")
-                B = T.match_buffer(b, (8,), "float32")
-                for i in range(8):
-                    with T.sblock("copy"):
-                        vi = T.axis.spatial(8, i)
-                        j = vi * 2
-                        B[vi] = A[j]
-
+            copy = parse_copy()
         except tvm.error.DiagnosticError as err:
             key = next((line for line in str(err).splitlines() if "ill-formed" in line), str(err))
             raise AssertionError(f"TVMScript parser rejects the PrimFunc: {key.strip()}") from err
@@ -76,16 +82,7 @@ def test_patch_fixes_defect11(monkeypatch):
     patches.install_11(monkeypatch)
     test_sblock_bound_scalar_index_parses()
 
-    @T.prim_func(s_tir=True)
-    def copy(a: T.handle, b: T.handle):
-        A = T.match_buffer(a, (16,), "float32")
-        B = T.match_buffer(b, (8,), "float32")
-        for i in range(8):
-            with T.sblock("copy"):
-                vi = T.axis.spatial(8, i)
-                j = vi * 2
-                B[vi] = A[j]
-
+    copy = parse_copy()
     assert "T.reads(A[vi * 2])" in copy.script(), copy.script()
     tvm.ir.assert_structural_equal(tvm.script.from_source(copy.script()), copy)
 
