@@ -22,10 +22,13 @@ DOTTED = re.compile(r"`((?:tir_adreno|primfuncs)(?:\.\w+)+)")
 def _registered_names() -> set[str]:
     """Dotted strings the code registers with TVM (PrimFunc attributes, global functions,
     pipeline names): names, not modules."""
+    import pkgutil
+
     from tir_adreno import compiler, passes
     from tir_adreno.tuning import measure
 
-    values = [*vars(passes).values(), measure.REMOTE_FUNCTION, compiler.TIR_PIPELINE]
+    modules = [importlib.import_module(m.name) for m in pkgutil.walk_packages(passes.__path__, "tir_adreno.passes.")]
+    values = [v for m in (passes, *modules) for v in vars(m).values()] + [measure.REMOTE_FUNCTION, compiler.TIR_PIPELINE]
     return {v for v in values if isinstance(v, str) and v.startswith("tir_adreno.")}
 
 
