@@ -10,7 +10,6 @@ import contextlib
 import math
 import os
 import statistics
-import time
 import warnings
 from dataclasses import dataclass
 
