@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyopencl as cl
 
-from tir_adreno.runtime import bounds, cache, programs
+from tir_adreno.runtime import bounds, cache, link, programs
 from tir_adreno.runtime.bounds import BoundsError  # noqa: F401 (raised by LoadedModule; importable from here)
 from tir_adreno.runtime.bundle import FunctionPlan, KernelModule, TensorSpec
 from tir_adreno.runtime.startup import ProgramCounts
@@ -251,13 +251,15 @@ class BoundCall:
 
 
 class LoadedModule:
-    """A :class:`KernelModule` whose program is built for one device."""
+    """A :class:`KernelModule` whose program is built for one device: its own, or a model's
+    linked program where its kernels have other names (``kernel_names``: old -> new)."""
 
-    def __init__(self, device: "Device", module: KernelModule, program):
+    def __init__(self, device: "Device", module: KernelModule, program, kernel_names: dict[str, str] | None = None):
         self.device = device
         self.module = module
         self._program = program
-        self._kernels: dict | None = None  # made on the first launch(): a bound model never needs them
+        self._names = kernel_names or {}
+        self._kernels: dict = {}  # name -> kernel, made by launch(): a bound model never needs them
         self._bounds: list[tuple[str, object]] = []  # (function, record buffer) not yet checked
 
     def __getitem__(self, name: str) -> FunctionPlan:
@@ -299,7 +301,7 @@ class LoadedModule:
         record = self._new_record()
         launches = []
         for launch in plan.launches:
-            kernel = cl.Kernel(self._program, launch.kernel)
+            kernel = cl.Kernel(self._program, self._names.get(launch.kernel, launch.kernel))
             self._set_args(kernel, launch, tensors, record)
             launches.append((kernel, tuple(launch.global_size), tuple(launch.local_size)))
         return BoundCall(self.device.queue, launches, None if record is None else (self._bounds, name, record))
@@ -312,9 +314,9 @@ class LoadedModule:
         if record is not None:
             self._bounds.append((name, record))
         for launch in plan.launches:
-            if self._kernels is None:
-                self._kernels = {k.function_name: k for k in self._program.all_kernels()}
-            kernel = self._kernels[launch.kernel]
+            kernel = self._kernels.get(launch.kernel)
+            if kernel is None:
+                kernel = self._kernels[launch.kernel] = cl.Kernel(self._program, self._names.get(launch.kernel, launch.kernel))
             self._set_args(kernel, launch, tensors, record)
             events.append(
                 cl.enqueue_nd_range_kernel(self.device.queue, kernel, launch.global_size, launch.local_size)
@@ -374,7 +376,7 @@ class Device:
         self.build_options = BUILD_OPTIONS
         #: Kernel time (OpenCL events) of every ``LoadedModule`` call so far: what an op cost.
         self.kernel_seconds = 0.0
-        self._programs: dict[str, cl.Program] = {}  # binary key -> program (see programs.load_all)
+        self._programs: dict[str, cl.Program] = {}  # binary key -> program (see programs.start_model)
         self._identity: tuple | None = None  # see _binary_key
         #: Every program this device made: from source, from a cached binary, reused in process.
         self.program_counts = ProgramCounts()
@@ -416,10 +418,13 @@ class Device:
     # -- programs -------------------------------------------------------------------------
     def _binary_key(self, source: str, options: str | None = None) -> str:
         options = self.build_options if options is None else options
+        return cache.key("program", source, *self._device_identity(), options)
+
+    def _device_identity(self) -> tuple:
         if self._identity is None:  # device queries are driver calls: ask once
             d = self.cl_device
             self._identity = (d.platform.name, d.platform.version, d.name, d.version, d.driver_version)
-        return cache.key("program", source, *self._identity, options)
+        return self._identity
 
     def build_program(self, source: str, build_options: str | None = None):
         """Build ``source`` with ``build_options`` (default :attr:`build_options`), reusing a
@@ -429,31 +434,29 @@ class Device:
         self.program_counts.add(how, ms)
         return program
 
+    def _linked_key(self, source_id: str, options: str) -> str:
+        """The binary key of a model's linked program from ``source_id``, a digest that covers
+        its kernels' sources (see ``programs.start_model``), instead of the linked source."""
+        return cache.key("linked-program", link.VERSION, source_id, *self._device_identity(), options)
+
     def load(self, module: KernelModule, build_options: str | None = None, counts: ProgramCounts | None = None) -> LoadedModule:
         """Bind ``module``'s plan to its program built with ``build_options`` (default
-        :attr:`build_options`); one program per distinct source and options (different plans
-        may share a source when shapes simplify away). ``counts`` records how the program came."""
+        :attr:`build_options`). ``counts`` records how the program came."""
         return self.load_all({"": module}, build_options, counts)()[""]
 
     def load_all(self, modules: dict[str, KernelModule], build_options: str | None = None,
-                 counts: ProgramCounts | None = None):
-        """Start building the programs of ``modules`` (by name) in background threads; returns a
-        function that waits for them and gives ``{name: LoadedModule}``. Meanwhile the caller
-        can do other start-up work (``load_model`` reads the weights)."""
+                 counts: ProgramCounts | None = None, source_id: str | None = None):
+        """Start building the program of ``modules`` (by name) in a background thread: one
+        program for all of them (their sources linked, ``programs.start_model``; ``source_id``
+        keys its binary); returns a function that waits for it and gives
+        ``{name: LoadedModule}``. Meanwhile the caller can do other start-up work
+        (``load_model`` reads the weights)."""
         options = self.build_options if build_options is None else build_options
         counters = [self.program_counts] + ([counts] if counts is not None else [])
-        keys = {name: self._binary_key(m.source, options) for name, m in modules.items()}  # each source hashed once
-        sources = {}
-        for name, key in keys.items():
-            if key in self._programs or key in sources:  # one program per distinct source
-                for c in counters:
-                    c.add("in_process")
-            sources.setdefault(key, modules[name].source)
-        wait = programs.start(self, sources, options, self._programs, counters)
+        wait = programs.start_model(self, modules, options, counters, source_id)
 
         def ready() -> dict[str, LoadedModule]:
-            built = wait()
-            return {name: LoadedModule(self, modules[name], built[key]) for name, key in keys.items()}
+            return {name: LoadedModule(self, modules[name], program, names) for name, (program, names) in wait().items()}
 
         return ready
 

@@ -1,29 +1,36 @@
-"""OpenCL programs from the binary cache or from source, built concurrently.
+"""OpenCL programs from the binary cache or from source, built in background threads.
 
 A device's programs are keyed by their binary key (source, device, driver, options:
-``Device._binary_key``); :func:`build` reuses a valid cached binary under that key and
-otherwise builds from source and stores the binary. :func:`start` builds a model's
-programs in a thread pool (drivers release the GIL while they build, and every OpenCL call
-here is on a distinct program, which the OpenCL spec makes thread-safe), so the caller can
-read and upload weights meanwhile.
+``Device._binary_key``; a model's linked program: ``Device._linked_key``); :func:`build`
+reuses a valid cached binary under that key and otherwise builds from source and stores the
+binary. :func:`start` builds programs in background threads (drivers release the GIL while
+they build, and every OpenCL call here is on a distinct program, which the OpenCL spec makes
+thread-safe), so the caller can read and upload weights meanwhile.
 """
 
 from __future__ import annotations
 
 import os
 import time
+import warnings
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import pyopencl as cl
 
-from tir_adreno.runtime import cache
+from tir_adreno.runtime import cache, link
 
 #: Most programs built at once (each build of a big kernel from source holds its compiler's memory).
 MAX_WORKERS = 8
 
 
-def build(device, source: str, options: str, key: str):
-    """(how: "binary" or "source", milliseconds, the program) for ``source`` on ``device``."""
+class BuildError(RuntimeError):
+    """The OpenCL compiler refused a program (its build log is in the message)."""
+
+
+def build(device, source: "str | Callable[[], str]", options: str, key: str):
+    """(how: "binary" or "source", milliseconds, the program) for ``source`` on ``device``
+    (a callable: made only when no cached binary is found)."""
     start = time.perf_counter()
     how, program = _build(device, source, options, key)
     return how, (time.perf_counter() - start) * 1e3, program
@@ -39,26 +46,26 @@ def _build(device, source: str, options: str, key: str):
             return "binary", cl.Program(prg)
         except cl.Error:
             pass  # stale or foreign binary: rebuild from source below
-    prg = cl._cl._Program(device.context, source)
+    prg = cl._cl._Program(device.context, source if isinstance(source, str) else source())
     try:
         prg.build(options.encode(), [device.cl_device])
     except cl.Error as err:
         log = prg.get_build_info(device.cl_device, cl.program_build_info.LOG)
-        raise RuntimeError(f"OpenCL build failed on {device.name}: {err}\n{log}{build_hint(log)}") from None
+        raise BuildError(f"OpenCL build failed on {device.name}: {err}\n{log}{build_hint(log)}") from None
     (binary,) = prg.get_info(cl.program_info.BINARIES)
     if binary:
         cache.store(path, bytes(binary), key)
     return "source", cl.Program(prg)
 
 
-def start(device, sources: dict[str, str], options: str, built: dict, counters):
-    """Build every ``sources`` entry (binary key -> source) not in ``built`` (binary key ->
-    program, the device's) in background threads (a single one: in the caller's thread, when
-    waited for); returns a function that waits for them,
-    adds them to ``built``, counts each (from source, from a binary, or already built in this
-    process) in every one of ``counters`` and returns ``built``."""
+def start(device, sources: dict, options: str, built: dict, counters, background: bool = True):
+    """Build every ``sources`` entry (binary key -> source, see :func:`build`) not in ``built``
+    (binary key -> program, the device's) in background threads (none when ``background`` is
+    false and there is one: it is built in the caller's thread when waited for); returns a
+    function that waits for them, adds them to ``built``, counts each (from source, from a
+    binary) in every one of ``counters`` and returns ``built``."""
     todo = [k for k in sources if k not in built]
-    if len(todo) > 1:
+    if len(todo) > 1 or (todo and background):
         pool = ThreadPoolExecutor(max_workers=min(MAX_WORKERS, os.cpu_count() or 1, len(todo)))
         futures = {k: pool.submit(build, device, sources[k], options, k) for k in todo}
         pool.shutdown(wait=False)  # the threads end with their builds
@@ -77,6 +84,60 @@ def start(device, sources: dict[str, str], options: str, built: dict, counters):
         return built
 
     return wait
+
+
+class LinkWarning(RuntimeWarning):
+    """A model's kernels did not build as one program; each source is built on its own."""
+
+
+def start_model(device, modules: dict, options: str, counters, source_id: str | None = None):
+    """Start building the programs of ``modules`` (name -> KernelModule) on ``device`` in the
+    background: their distinct sources linked into one program (:mod:`tir_adreno.runtime.link`)
+    where they can be, else one program per distinct source. Its key: the linked source's
+    (``Device._binary_key``), or, given ``source_id`` (a digest that already covers the sources,
+    e.g. model.json's checksum), one made from that (``Device._linked_key``), so no source is
+    hashed or even linked unless the binary cache misses. Returns a function that waits and
+    gives ``{name: (program, kernel names in it or None)}``; a linked program the compiler
+    refuses is built source by source instead, with a :class:`LinkWarning`."""
+    distinct = list(dict.fromkeys(m.source for m in modules.values()))
+    if len(distinct) < 2 or not link.linkable(distinct):
+        return _start_apart(device, modules, options, counters)
+    index = {s: i for i, s in enumerate(distinct)}
+    names = link.kernel_names(distinct)
+    if source_id is None:
+        source = link.link(distinct).source
+        key = device._binary_key(source, options)
+    else:
+        key, source = device._linked_key(source_id, options), lambda: link.link(distinct).source
+    wait = _start_counted(device, {key: source}, options, counters)
+
+    def ready() -> dict:
+        try:
+            program = wait()[key]
+        except BuildError as err:
+            warnings.warn(f"{device.name}: the model's {len(distinct)} kernel sources did not build as one program "
+                          f"({str(err).splitlines()[0]}); building them one by one", LinkWarning, stacklevel=3)
+            return _start_apart(device, modules, options, counters)()
+        return {name: (program, names[index[m.source]]) for name, m in modules.items()}
+
+    return ready
+
+
+def _start_apart(device, modules: dict, options: str, counters):
+    """:func:`start_model` with one program per distinct source (no renamed kernels)."""
+    keys = {name: device._binary_key(m.source, options) for name, m in modules.items()}  # each source hashed once
+    sources = {key: modules[name].source for name, key in keys.items()}
+    wait = _start_counted(device, sources, options, counters, background=len(modules) > 1)
+    return lambda: {name: (built[key], None) for built in [wait()] for name, key in keys.items()}
+
+
+def _start_counted(device, sources: dict, options: str, counters, background: bool = True):
+    """:func:`start` on the device's programs, counting those already built in this process."""
+    for key in sources:
+        if key in device._programs:
+            for c in counters:
+                c.add("in_process")
+    return start(device, sources, options, device._programs, counters, background)
 
 
 def build_hint(log: str) -> str:
