@@ -174,3 +174,28 @@ def test_unusable_cache_folder_warns_once(tmp_path, monkeypatch, device, how):
     message = str(record[0].message)
     assert str(cache.cache_dir()) in message and "working without the disk cache" in message
     assert not list(tmp_path.rglob("*.tmp"))
+
+
+def test_a_saved_file_is_verified_once_per_identity(cache_dir, monkeypatch):
+    """read_once_verified hashes a file the first time, trusts its stamp after, and hashes
+    again (finding the damage) once the file changed, even with its size and mtime restored;
+    a corrupt stamp is no stamp."""
+    path = cache_dir / "saved" / "weights.npz"
+    cache.write(path, b"weights" * 1000)
+    hashed, verify = [], cache.verify
+    # counts the hashing of the file (the stamps, a few bytes, are verified too)
+    monkeypatch.setattr(cache, "verify", lambda data, *key: (len(data) > 1000 and hashed.append(1)) or verify(data, *key))
+    payload, digest = cache.read_once_verified(path)
+    assert bytes(payload) == b"weights" * 1000 and len(digest) == 32 and hashed == [1]
+    assert bytes(cache.read_once_verified(path)[0]) == b"weights" * 1000
+    assert hashed == [1], "a verified file was hashed again"
+    for stamp in (cache_dir / "verified").glob("*.stamp"):
+        stamp.write_bytes(stamp.read_bytes()[:-1] + b"x")
+    assert bytes(cache.read_once_verified(path)[0]) == b"weights" * 1000
+    assert hashed == [1, 1], "a corrupt stamp was trusted"
+    st = path.stat()
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 1
+    path.write_bytes(bytes(data))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert cache.read_once_verified(path) is None, "a file changed after its first check was trusted"

@@ -7,6 +7,9 @@ that finds a short, corrupt, foreign or misplaced file treats it as a miss (and
 the caller rebuilds and rewrites it); concurrent writers each write a private
 temporary file and ``os.replace`` it, so readers only ever see a whole entry.
 
+A saved model's files are read with :func:`read_once_verified`: memory-mapped, and their
+checksum computed once per file identity (see there).
+
 A cache folder that cannot be written (read-only, not creatable) is not an
 error: :func:`store` warns once per process and the caller goes on without it.
 """
@@ -14,6 +17,7 @@ error: :func:`store` warns once per process and the caller goes on without it.
 from __future__ import annotations
 
 import hashlib
+import mmap
 import os
 import tempfile
 import warnings
@@ -93,15 +97,62 @@ def verify(data: bytes, key: str = "") -> bytes | None:
     """The payload of entry ``data`` (from :func:`read_raw`) written under ``key``; None when
     it is truncated, corrupt or another key's."""
     head = len(MAGIC) + _DIGEST
-    if len(data) < head + _KEY_LEN or not data.startswith(MAGIC):
+    if digest(data) is None:
         return None
-    body = memoryview(data)[head:]  # no copy of a large entry
-    if hashlib.sha256(body).digest() != data[len(MAGIC) : head]:
+    if hashlib.sha256(memoryview(data)[head:]).digest() != data[len(MAGIC) : head]:  # no copy of a large entry
         return None
+    return _payload(data, key)
+
+
+def digest(data) -> bytes | None:
+    """The SHA-256 an entry's header claims for its body (None: not an entry)."""
+    head = len(MAGIC) + _DIGEST
+    return bytes(data[len(MAGIC):head]) if len(data) >= head + _KEY_LEN and data[:len(MAGIC)] == MAGIC else None
+
+
+def read_once_verified(path: Path, key: str = "") -> tuple[memoryview, bytes] | None:
+    """(payload, the entry's SHA-256) of the entry at ``path``, memory-mapped (no copy), or
+    None when missing, truncated, corrupt or another key's: :func:`read` for large files read
+    often, such as a saved model's weights. The SHA-256 over the whole file is computed the
+    first time a file is seen; a stamp in the cache (keyed by the file's path and identity:
+    device, inode, size, modification and change times; holding the digest) lets later reads
+    trust it. Any change made through the file system (a write, a replacement, a copy, even a
+    restored mtime: the change time moves) makes a new identity and a full check again; what
+    the stamp cannot see is a file corrupted below the file system after its first check."""
+    try:
+        with open(path, "rb") as f:
+            st = os.fstat(f.fileno())
+            data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if st.st_size else b""
+    except (OSError, ValueError):  # missing, a folder, unreadable
+        return None
+    claimed = digest(data)
+    if claimed is None:
+        return None
+    stamp, stamp_key = _stamp(path, st)
+    view = memoryview(data)
+    if read(stamp, stamp_key) == claimed:
+        payload = _payload(view, key)
+    else:
+        payload = verify(view, key)
+        if payload is not None:
+            store(stamp, claimed, stamp_key)
+    return None if payload is None else (payload, claimed)
+
+
+def _stamp(path, st) -> tuple[Path, str]:
+    """Where the verified-once stamp of the file at ``path`` with ``os.stat`` result ``st`` lives, and its key."""
+    stamp_key = key("verified", os.path.abspath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    return cache_dir() / "verified" / f"{stamp_key}.stamp", stamp_key
+
+
+def _payload(data, key: str):
+    """The payload of entry ``data`` whose digest is trusted, if written under ``key``."""
+    head = len(MAGIC) + _DIGEST
     k = key.encode()
+    body = memoryview(data)[head:]
     if body[:_KEY_LEN] != len(k).to_bytes(_KEY_LEN, "little") or body[_KEY_LEN : _KEY_LEN + len(k)] != k:
         return None
-    return data[head + _KEY_LEN + len(k) :]
+    return data[head + _KEY_LEN + len(k):]
 
 
 def store(path: Path, payload: bytes, key: str = "") -> bool:

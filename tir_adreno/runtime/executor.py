@@ -233,7 +233,7 @@ class CompiledModel:
         with report.phase("bind_ms"):
             slot_of, slots = self.plan.assign_memory(self.pool)
             slot_mem = [dev.empty(s.spec(f"slot{k}")).mem for k, s in enumerate(slots)]
-        tensors = []
+        tensors, uploading = [], []  # the arrays stay alive until the queue finishes
         for i, t in enumerate(self.plan.tensors):
             if t.kind == "temp":
                 tensors.append(runtime.Tensor(dev, self._spec(i), slot_mem[slot_of[i]]))
@@ -241,9 +241,12 @@ class CompiledModel:
             with report.phase("upload_ms" if t.kind == "const" else "bind_ms"):
                 tensor = dev.empty(self._spec(i))
                 if t.kind == "const":
-                    tensor.upload(self.weights[i])
+                    uploading.append(tensor.checked(self.weights[i]))
+                    tensor.enqueue_upload(uploading[-1])
                     report.weight_bytes += tensor.nbytes
             tensors.append(tensor)
+        with report.phase("upload_ms"):
+            dev.queue.finish()
         return tensors
 
     def _bind(self):
@@ -481,50 +484,53 @@ def save_model(directory, plan: Plan, kernels: dict[str, KernelModule], weights:
 def load_model(directory, device=None, pool: bool = True, random_weights: int | None = None) -> CompiledModel:
     """Load a model saved by :meth:`CompiledModel.save`; needs no TVM. Programs come from the binary cache.
 
-    ``random_weights=seed`` fills weights saved without values with seeded
+    The saved files are memory-mapped and their checksums computed once per file
+    (``cache.read_once_verified``); the model's one program is keyed by model.json's checksum
+    (it covers every kernel source) and loads in a background thread while the weights are
+    read and uploaded. ``random_weights=seed`` fills weights saved without values with seeded
     random numbers: the model then only serves timing.
     """
     start = time.perf_counter()
     report = StartupReport(import_ms=import_ms())
     directory = Path(directory)
     not_saved = ValueError(f"{directory}: not a saved tir-adreno model (missing, truncated or corrupt model.json/weights.npz)")
-    doc = _checked(directory / "model.json", report)
-    if doc is None:
+    saved = _checked(directory / "model.json", report)
+    if saved is None:
         raise not_saved
     with report.phase("read_ms"):
-        doc = json.loads(doc)
+        doc = json.loads(bytes(saved[0]))
         if doc.get("format") != MODEL_FORMAT:
             raise ValueError(f"{directory}: model format {doc.get('format')} != {MODEL_FORMAT}")
         kernels = {k: KernelModule.from_dict(v) for k, v in doc["kernels"].items()}
     with report.phase("device_ms"):
         device = runtime.get_device(device)
-    programs = device.load_all(kernels, counts=report.programs)  # built while the weights are read
-    weight_bytes = _checked(directory / "weights.npz", report)
-    if weight_bytes is None and random_weights is not None and not (directory / "weights.npz").exists():
-        weight_bytes = b""
-    if weight_bytes is None:
+    # built while the weights are read; model.json's checksum stands for the sources in the key
+    programs = device.load_all(kernels, counts=report.programs, source_id=saved[1].hex())
+    weights_file = _checked(directory / "weights.npz", report)
+    if weights_file is None and random_weights is not None and not (directory / "weights.npz").exists():
+        weights_file = (b"", b"")
+    if weights_file is None:
         programs()  # let the builds finish (and fill the cache) before saying so
         raise not_saved
     with report.phase("read_ms"):
         plan = Plan.from_dict(doc["plan"])
-        weights = _weights(weight_bytes, plan, random_weights)
+        weights = _weights(weights_file[0], plan, random_weights)
     report.total_ms = (time.perf_counter() - start) * 1e3  # the constructor adds its own time
     return CompiledModel(plan, kernels, weights, device, pool, startup=report, programs=programs)
 
 
-def _checked(path: Path, report: StartupReport) -> bytes | None:
-    """The payload of the saved file ``path`` (read, then its checksum verified), None when
-    missing, truncated or corrupt."""
-    with report.phase("read_ms"):
-        raw = cache.read_raw(path)
+def _checked(path: Path, report: StartupReport) -> tuple[memoryview, bytes] | None:
+    """(payload, checksum) of the saved file ``path``, memory-mapped and verified (once per
+    file: ``cache.read_once_verified``; the time goes to ``verify_ms``), None when missing,
+    truncated or corrupt."""
     with report.phase("verify_ms"):
-        return None if raw is None else cache.verify(raw)
+        return cache.read_once_verified(path)
 
 
-def _weights(weight_bytes: bytes, plan: Plan, random_weights: int | None) -> dict[int, np.ndarray]:
+def _weights(weight_bytes, plan: Plan, random_weights: int | None) -> dict[int, np.ndarray]:
     """The saved weights by tensor index, or seeded random ones (``random_weights``) for a
     model saved without them (``weight_bytes`` empty)."""
-    if weight_bytes:  # views into the verified bytes: no copy, no second checksum
+    if len(weight_bytes):  # views into the verified bytes: no copy, no second checksum
         return {int(k): w for k, w in saved_weights.arrays(weight_bytes).items()}
     rng = np.random.default_rng(random_weights)
     return {i: (rng.standard_normal(t.shape) * 0.05).astype(t.storage_dtype) for i, t in enumerate(plan.tensors) if t.kind == "const"}

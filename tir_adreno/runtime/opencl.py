@@ -114,7 +114,7 @@ class Tensor:
     def _region(self):
         return texture_extent(self.spec.shape, self.spec.scope)
 
-    def _check(self, array: np.ndarray) -> np.ndarray:
+    def checked(self, array: np.ndarray) -> np.ndarray:
         """``array`` in the storage dtype; a half-stored tensor takes its dtype (rounded to
         nearest half here) or half values as they are (saved weights)."""
         if tuple(array.shape) != tuple(self.spec.shape):
@@ -124,7 +124,7 @@ class Tensor:
         return np.ascontiguousarray(array, dtype=self.spec.storage_dtype)
 
     def upload(self, array: np.ndarray) -> "Tensor":
-        self.enqueue_upload(self._check(np.asarray(array)))
+        self.enqueue_upload(self.checked(np.asarray(array)))
         self.device.queue.finish()
         return self
 
@@ -254,11 +254,13 @@ class LoadedModule:
     """A :class:`KernelModule` whose program is built for one device: its own, or a model's
     linked program where its kernels have other names (``kernel_names``: old -> new)."""
 
-    def __init__(self, device: "Device", module: KernelModule, program, kernel_names: dict[str, str] | None = None):
+    def __init__(self, device: "Device", module: KernelModule, program, kernel_names: dict[str, str] | None = None,
+                 made: dict[str, list] | None = None):
         self.device = device
         self.module = module
         self._program = program
         self._names = kernel_names or {}
+        self._made = made if made is not None else {}  # kernel objects made ahead, taken by bind()
         self._kernels: dict = {}  # name -> kernel, made by launch(): a bound model never needs them
         self._bounds: list[tuple[str, object]] = []  # (function, record buffer) not yet checked
 
@@ -301,7 +303,9 @@ class LoadedModule:
         record = self._new_record()
         launches = []
         for launch in plan.launches:
-            kernel = cl.Kernel(self._program, self._names.get(launch.kernel, launch.kernel))
+            name = self._names.get(launch.kernel, launch.kernel)
+            ahead = self._made.get(name)
+            kernel = ahead.pop() if ahead else cl.Kernel(self._program, name)
             self._set_args(kernel, launch, tensors, record)
             launches.append((kernel, tuple(launch.global_size), tuple(launch.local_size)))
         return BoundCall(self.device.queue, launches, None if record is None else (self._bounds, name, record))
@@ -456,7 +460,7 @@ class Device:
         wait = programs.start_model(self, modules, options, counters, source_id)
 
         def ready() -> dict[str, LoadedModule]:
-            return {name: LoadedModule(self, modules[name], program, names) for name, (program, names) in wait().items()}
+            return {name: LoadedModule(self, modules[name], *built) for name, built in wait().items()}
 
         return ready
 
