@@ -124,7 +124,10 @@ def start_model(device, modules: dict, options: str, counters, source_id: str | 
     def make_kernels(program) -> None:
         for kernels in names:
             for new in kernels.values():
-                made.setdefault(new, []).append(cl.Kernel(program, new))
+                try:
+                    made.setdefault(new, []).append(cl.Kernel(program, new))
+                except cl.Error:  # not a kernel after all (e.g. inside #if 0): bind() says so if asked for
+                    pass
 
     wait = _start_counted(device, {key: source}, options, counters, after=make_kernels)
 
