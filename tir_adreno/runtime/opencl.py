@@ -303,9 +303,9 @@ class LoadedModule:
         record = self._new_record()
         launches = []
         for launch in plan.launches:
-            name = self._names.get(launch.kernel, launch.kernel)
-            ahead = self._made.get(name)
-            kernel = ahead.pop() if ahead else cl.Kernel(self._program, name)
+            kernel_name = self._names.get(launch.kernel, launch.kernel)
+            ahead = self._made.get(kernel_name)
+            kernel = ahead.pop() if ahead else cl.Kernel(self._program, kernel_name)
             self._set_args(kernel, launch, tensors, record)
             launches.append((kernel, tuple(launch.global_size), tuple(launch.local_size)))
         return BoundCall(self.device.queue, launches, None if record is None else (self._bounds, name, record))
