@@ -122,8 +122,11 @@ def read_once_verified(path: Path, key: str = "") -> tuple[memoryview, bytes] | 
     try:
         with open(path, "rb") as f:
             st = os.fstat(f.fileno())
-            data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if st.st_size else b""
-    except (OSError, ValueError):  # missing, a folder, unreadable
+            try:
+                data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if st.st_size else b""
+            except (OSError, ValueError):  # a file system that cannot map it: read it instead
+                data = f.read()
+    except OSError:  # missing, a folder, unreadable
         return None
     claimed = digest(data)
     if claimed is None:
