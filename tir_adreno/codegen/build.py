@@ -14,8 +14,10 @@ import importlib
 import tvm
 from tvm import tirx
 
+from tir_adreno.codegen import half_buffers
 from tir_adreno.runtime import bounds, cache
 from tir_adreno.runtime.bundle import FunctionPlan, KernelArg, KernelModule, Launch, TensorSpec
+from tir_adreno.runtime.texture import is_texture_scope
 
 #: Our kernels' target: Adreno OpenCL with texture scopes.
 TEXTURE_TARGET = "qcom/adreno-opencl-texture"
@@ -52,13 +54,15 @@ def _unique_buffer_names(func: tirx.PrimFunc) -> tirx.PrimFunc:
     return tvm.script.from_source(func.script())
 
 
-def _param_specs(func: tirx.PrimFunc) -> tuple[TensorSpec, ...]:
+def _param_specs(func: tirx.PrimFunc, half: frozenset = frozenset()) -> tuple[TensorSpec, ...]:
     specs = []
     for buf in func.params:
         if not hasattr(buf, "shape"):
             raise ValueError(f"parameter {buf.name} is not a buffer; only buffer parameters are supported")
         shape = tuple(int(d) for d in buf.shape)
-        specs.append(TensorSpec(buf.name, shape, str(buf.dtype), str(buf.scope())))
+        dtype, scope = str(buf.dtype), str(buf.scope())
+        storage = "float16" if buf.name in half and dtype == "float32" and not is_texture_scope(scope) else None
+        specs.append(TensorSpec(buf.name, shape, dtype, scope, storage))
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
         raise ValueError(f"buffer names must be unique, got {names}")
@@ -140,10 +144,35 @@ def lower_device(func_or_mod, target=None):
     return _lower_modules(_as_module(func_or_mod), as_target(target))[:2]
 
 
-def _lower(mod: tvm.IRModule, target: tvm.target.Target):
+def _lower(mod: tvm.IRModule, target: tvm.target.Target, specs: dict | None = None):
+    """(lowered host module, OpenCL C). ``specs`` (function -> its parameters' TensorSpecs): the
+    kernels keep the buffers whose storage is "float16" in half (:mod:`.half_buffers`)."""
     host, device_mod, device_target = _lower_modules(mod, target)
+    halves = _half_positions(host, specs or {})
+    if halves:
+        keeps_half = "float16" in device_mod.script()  # kernels of their own in half keep TVM's guard
+        device_mod = tvm.IRModule({gv: half_buffers.half_params(f, halves.get(gv.name_hint, ()), gv.name_hint)
+                                   for gv, f in device_mod.functions.items()})
     source = tvm.get_global_func("target.build.opencl")(device_mod, device_target).inspect_source()
+    if halves and not keeps_half:
+        source = half_buffers.strip_fp16_guard(source)
     return host, source
+
+
+def _half_positions(host: tvm.IRModule, specs: dict) -> dict[str, tuple[int, ...]]:
+    """Device kernel -> the positions of its arguments that are half-stored buffers, from the
+    launches of the lowered host functions."""
+    positions: dict[str, tuple[int, ...]] = {}
+    for gv, func in host.functions.items():
+        params = specs.get(gv.name_hint)
+        if not params or not any(p.storage and not is_texture_scope(p.scope) for p in params):
+            continue
+        for launch in (_launch(c, params) for c in _ffi_kernel_calls(func.body)):
+            half = tuple(i for i, a in enumerate(launch.args)
+                         if a.kind == "tensor" and params[a.param].storage and not is_texture_scope(params[a.param].scope))
+            if positions.setdefault(launch.kernel, half) != half:
+                raise NotImplementedError(f"kernel {launch.kernel} is launched on half and float32 buffers alike")
+    return {k: v for k, v in positions.items() if v}
 
 
 def _lower_modules(mod: tvm.IRModule, target: tvm.target.Target):
@@ -166,7 +195,7 @@ def _check_bounds(check_bounds) -> bool:
     return bounds.enabled() if check_bounds is None else bool(check_bounds)
 
 
-def build(func_or_mod, target=None, check_bounds: bool | None = None) -> KernelModule:
+def build(func_or_mod, target=None, check_bounds: bool | None = None, half: frozenset = frozenset()) -> KernelModule:
     """Compile a PrimFunc (or an IRModule of PrimFuncs) to OpenCL C and a launch plan.
 
     ``target`` is :data:`TEXTURE_TARGET` (default) or any OpenCL target, e.g.
@@ -174,12 +203,15 @@ def build(func_or_mod, target=None, check_bounds: bool | None = None) -> KernelM
     parameters only. ``check_bounds`` (default ``$TIR_ADRENO_CHECK_BOUNDS``)
     instruments every image access (:mod:`tir_adreno.runtime.bounds`): a launch that
     reads or writes outside an image raises :class:`~tir_adreno.runtime.bounds.BoundsError`.
+    ``half``: names of float32 buffer parameters kept in half (``TensorSpec.storage``
+    "float16"; the kernels convert with ``vload_half``/``vstore_half``: precision
+    "float16_acc32" on buffers).
     """
     mod = _as_module(func_or_mod)
     mod = tvm.IRModule({gv: _unique_buffer_names(f) for gv, f in mod.functions.items()})
     target = as_target(target)
-    specs = {gv.name_hint: _param_specs(f) for gv, f in mod.functions.items()}
-    host, source = _lower(mod, target)
+    specs = {gv.name_hint: _param_specs(f, frozenset(half)) for gv, f in mod.functions.items()}
+    host, source = _lower(mod, target, specs)
     functions = {}
     for gv, func in host.functions.items():
         name = gv.name_hint
@@ -194,9 +226,10 @@ def build(func_or_mod, target=None, check_bounds: bool | None = None) -> KernelM
     return bounds.instrument(module) if _check_bounds(check_bounds) else module
 
 
-def module_key(func_or_mod, target=None, check_bounds: bool | None = None) -> str:
-    """Cache key of a build: the TVMScript text, the target, the TVM version and the sanitizer option."""
-    return script_key(module_script(func_or_mod), target, check_bounds)
+def module_key(func_or_mod, target=None, check_bounds: bool | None = None, half: frozenset = frozenset()) -> str:
+    """Cache key of a build: the TVMScript text, the target, the TVM version, the sanitizer option
+    and the half-stored buffers."""
+    return script_key(module_script(func_or_mod), target, check_bounds, half)
 
 
 def module_script(func_or_mod) -> str:
@@ -204,9 +237,11 @@ def module_script(func_or_mod) -> str:
     return _as_module(func_or_mod).script()
 
 
-def script_key(script: str, target=None, check_bounds: bool | None = None) -> str:
+def script_key(script: str, target=None, check_bounds: bool | None = None, half: frozenset = frozenset()) -> str:
     """:func:`module_key` from the module's TVMScript text (``IRModule.script()``), no PrimFunc needed."""
     parts = ("bundle", tvm.__version__, as_target(target).export(), script)
+    if half:
+        parts += ("half buffers", ",".join(sorted(half)))
     return cache.key(*parts, "check_bounds") if _check_bounds(check_bounds) else cache.key(*parts)
 
 
@@ -230,13 +265,14 @@ def cached_bundle(key: str, use_disk: bool = True) -> KernelModule | None:
     return module
 
 
-def build_cached(func_or_mod, target=None, use_disk: bool = True, check_bounds: bool | None = None) -> KernelModule:
+def build_cached(func_or_mod, target=None, use_disk: bool = True, check_bounds: bool | None = None,
+                 half: frozenset = frozenset()) -> KernelModule:
     """:func:`build` with an in-process cache and an on-disk bundle cache."""
     check_bounds = _check_bounds(check_bounds)
-    key = module_key(func_or_mod, target, check_bounds)
+    key = module_key(func_or_mod, target, check_bounds, half)
     module = cached_bundle(key, use_disk)
     if module is None:
-        module = build(func_or_mod, target, check_bounds)
+        module = build(func_or_mod, target, check_bounds, half)
         if use_disk:
             cache.store(_bundle_path(key), module.to_json().encode(), key)
         _memory_cache[key] = module

@@ -401,21 +401,23 @@ class Device:
     # -- memory ---------------------------------------------------------------------------
     def empty(self, spec: TensorSpec) -> Tensor:
         flags = cl.mem_flags.READ_WRITE
-        if spec.storage not in (None, spec.dtype) and not is_texture_scope(spec.scope):
-            # A kernel reads a buffer's elements as its dtype: only images convert on access.
-            raise ValueError(f"{spec.name}: storage {spec.storage} differs from dtype {spec.dtype}, "
-                             f"which only a texture scope allows, not {spec.scope!r}")
+        if spec.storage not in (None, spec.dtype) and not is_texture_scope(spec.scope) and (spec.dtype, spec.storage) != ("float32", "float16"):
+            # Images convert on access; a buffer only as float32 kernels built for half buffers
+            # read it (vload_half / vstore_half: codegen.half_buffers).
+            raise ValueError(f"{spec.name}: storage {spec.storage} of a {spec.dtype} buffer ({spec.scope!r}); "
+                             "buffers hold their dtype or float32 in float16")
         if is_texture_scope(spec.scope):
             channel_type, _ = image_format(spec.storage_dtype)
             fmt = cl.ImageFormat(cl.channel_order.RGBA, getattr(cl.channel_type, channel_type))
             mem = cl.create_image(self.context, flags, fmt, shape=texture_extent(spec.shape, spec.scope), is_array=True)
         else:
-            nbytes = max(1, math.prod(spec.shape) * np.dtype(spec.dtype).itemsize)
+            nbytes = max(1, math.prod(spec.shape) * np.dtype(spec.storage_dtype).itemsize)
             mem = cl.Buffer(self.context, flags, nbytes)
         return Tensor(self, spec, mem)
 
     def array(self, array: np.ndarray, scope: str = "global", name: str = "t", storage: str | None = None) -> Tensor:
-        """``array`` on the device; ``storage="float16"`` keeps a texture in half (rounded on upload)."""
+        """``array`` on the device; ``storage="float16"`` keeps it in half (rounded on upload): a
+        half image, or a half buffer for kernels built with half buffers."""
         array = np.asarray(array)
         return self.empty(TensorSpec(name, tuple(array.shape), array.dtype.name, scope, storage)).upload(array)
 
