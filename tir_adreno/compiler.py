@@ -109,22 +109,56 @@ def _const_array(expr) -> np.ndarray:
     return np.require(expr.value.numpy(), requirements="C")
 
 
-def _kernel_key(prim, target) -> str:
+def _kernel_key(prim, target, half=frozenset()) -> str:
     """The plan's name of the kernel ``prim`` builds (its bundle key, sanitized or not), without
-    parsing when ``prim`` is a stub (``passes.kernel_index``)."""
+    parsing when ``prim`` is a stub (``passes.kernel_index``); ``half``: its half buffers."""
     if kernel_index.is_stub(prim):
-        return build.script_key(kernel_index.entry_of(prim)["script"], target, check_bounds=False)
-    return build.module_key(kernel_func(prim), target, check_bounds=False)
+        return build.script_key(kernel_index.entry_of(prim)["script"], target, False, half)
+    return build.module_key(kernel_func(prim), target, False, half)
 
 
-def _kernel_module(prim, target) -> KernelModule:
+def _kernel_module(prim, target, half=frozenset()) -> KernelModule:
     """The built kernel of ``prim``: a stub's cached bundle, else built (a stub materialized)."""
     if kernel_index.is_stub(prim):
-        module = build.cached_bundle(build.script_key(kernel_index.entry_of(prim)["script"], target))
+        module = build.cached_bundle(build.script_key(kernel_index.entry_of(prim)["script"], target, half=half))
         if module is not None:
             return module
-        return build.build_cached(kernel_index.materialize(prim), target)
-    return build.build_cached(kernel_func(prim), target)
+        return build.build_cached(kernel_index.materialize(prim), target, half=half)
+    return build.build_cached(kernel_func(prim), target, half=half)
+
+
+def _is_ours(prim) -> bool:
+    """Whether our pass emitted ``prim`` (importer-made PrimFuncs, e.g. from emit_te, are upstream's)."""
+    return prim.attrs is not None and bool(prim.attrs.get(OURS_ATTR, False))
+
+
+def _half_buffers(mod: tvm.IRModule, bindings) -> dict:
+    """Per call of our kernels (its bound var): the positions of its arguments (outputs after the
+    inputs) that may be stored in half, i.e. tensors that only our kernels touch. The model's
+    inputs and outputs and every tensor an upstream kernel reads or writes stay float32: at that
+    boundary our kernel reads or writes float32, converting itself (``build(half=...)``)."""
+    func = mod["main"]
+    env = {p: ("input", i) for i, p in enumerate(func.params)}
+    pinned, calls = set(env.values()), []
+    for b in bindings:
+        v = b.value
+        if isinstance(v, relax.Var):
+            env[b.var] = env[v]
+        elif isinstance(v, relax.TupleGetItem):
+            env[b.var] = env[v.tuple_value][int(v.index)]
+        elif isinstance(v, relax.Tuple):
+            env[b.var] = [env[f] for f in v.fields]
+        elif isinstance(v, relax.Call) and getattr(v.op, "name", "") == "relax.call_tir":
+            fields = getattr(b.var.ty, "fields", None)
+            outs = [(b.var, k) for k in range(len(fields) if fields is not None else 1)]
+            env[b.var] = outs if fields is not None else outs[0]
+            ids = [("const", a) if isinstance(a, tvm.ir.expr.GenericConst) else env[a] for a in v.args[1].fields] + outs
+            if not _is_ours(mod[v.args[0]]):
+                pinned.update(ids)
+            calls.append((b.var, ids))
+    out = env[func.body.body] if isinstance(func.body.body, relax.Var) else [env[f] for f in func.body.body.fields]
+    pinned.update(out if isinstance(out, list) else [out])
+    return {var: frozenset(k for k, t in enumerate(ids) if t not in pinned) for var, ids in calls}
 
 
 def plan_module(mod: tvm.IRModule, input_names, progress=print, target=None, prims: dict | None = None,
@@ -132,7 +166,9 @@ def plan_module(mod: tvm.IRModule, input_names, progress=print, target=None, pri
     """Build every PrimFunc ``main`` calls and lay out the calls; returns (plan, kernels, weights).
     ``prims``, when given, receives kernel key -> the PrimFunc with its attributes (``tir-adreno dump``).
     ``storage="float16"`` keeps the texture tensors of our kernels in half images
-    (``strategy.precision.half_storage``); their weights are kept as float16 arrays (saved in half)."""
+    (``strategy.precision.half_storage``) and their buffers in half wherever no upstream kernel
+    or the model's caller sees them (:func:`_half_buffers`); their weights are kept as float16
+    arrays (saved in half)."""
     func = mod["main"]
     tensors: list[TensorInfo] = []
     env: dict = {}
@@ -157,6 +193,7 @@ def plan_module(mod: tvm.IRModule, input_names, progress=print, target=None, pri
     bindings = [b for block in func.body.blocks for b in block.bindings]
     call_bindings = [b for b in bindings if isinstance(b.value, relax.Call) and getattr(b.value.op, "name", "") == "relax.call_tir"]
     built: dict[str, str] = {}
+    halves = _half_buffers(mod, bindings) if storage else {}
     for binding in bindings:
         value = binding.value
         if isinstance(value, relax.Var):
@@ -169,14 +206,14 @@ def plan_module(mod: tvm.IRModule, input_names, progress=print, target=None, pri
             gv, args = value.args[0], value.args[1]
             prim = mod[gv]
             meta = {k: str(prim.attrs[a]) for k, a in (("config", CONFIG_ATTR), ("source", SOURCE_ATTR)) if a in prim.attrs}
-            # Ours only if our pass emitted it (importer-made PrimFuncs, e.g. from emit_te, are upstream's).
-            ours = prim.attrs is not None and bool(prim.attrs.get(OURS_ATTR, False))
-            key = _kernel_key(prim, target)  # same kernel, same cache entry
+            ours = _is_ours(prim)
+            half = halves.get(binding.var, frozenset()) if ours else frozenset()
+            key = _kernel_key(prim, target, half)  # same kernel, same cache entry
             if prims is not None:
                 prims[key] = prim
             if key not in built:
                 progress(f"[{len(calls) + 1}/{len(call_bindings)}] build {gv.name_hint}")
-                kernels[key] = _kernel_module(prim, target).with_storage(storage if ours else None)
+                kernels[key] = _kernel_module(prim, target, half).with_storage(storage if ours else None)
                 built[key] = gv.name_hint
             module = kernels[key]
             (fname,) = module.functions
@@ -289,8 +326,10 @@ def compile_model(
     measured. ``input_shapes`` ({input name: shape}) gives the shapes of ONNX inputs with
     symbolic dims (e.g. ``{"input": (4, 3, 224, 224)}`` for a named batch). ``ours=False`` compiles the same model with upstream TVM only (LegalizeOps +
     dlight GPU schedules, buffers), the baseline of the benchmarks.
-    ``precision``: "float32" or "float16_acc32" (every texture tensor, weights included, in
-    RGBA half images; float32 arithmetic; buffers stay float32): ``strategy.precision.PRECISIONS``.
+    ``precision``: "float32" or "float16_acc32" (every tensor of our kernels, weights included,
+    in half: RGBA half images, half buffers read with ``vload_half``; float32 arithmetic; the
+    model's inputs and outputs and upstream kernels' tensors stay float32):
+    ``strategy.precision.PRECISIONS``.
     ``placement``: "texture" or "buffer", the default scope of activations (default: the
     profile's ``activation_placement``; records still place each tuned conv).
     ``fuse=False`` keeps every depthwise conv apart from the 1x1 conv after it (where the profile

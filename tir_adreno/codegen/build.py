@@ -24,6 +24,9 @@ TEXTURE_TARGET = "qcom/adreno-opencl-texture"
 #: Upstream TVM's generic OpenCL target (buffers only), the baseline we compare with.
 OPENCL_TARGET = {"kind": "opencl"}
 
+#: ``build(half=ALL_BUFFERS)``: every float32 buffer parameter of every function in half.
+ALL_BUFFERS = "all"
+
 _HOST = {"kind": "llvm"}
 _memory_cache: dict[str, KernelModule] = {}
 
@@ -56,12 +59,12 @@ def _unique_buffer_names(func: tirx.PrimFunc) -> tirx.PrimFunc:
 
 def _param_specs(func: tirx.PrimFunc, half: frozenset = frozenset()) -> tuple[TensorSpec, ...]:
     specs = []
-    for buf in func.params:
+    for i, buf in enumerate(func.params):
         if not hasattr(buf, "shape"):
             raise ValueError(f"parameter {buf.name} is not a buffer; only buffer parameters are supported")
         shape = tuple(int(d) for d in buf.shape)
         dtype, scope = str(buf.dtype), str(buf.scope())
-        storage = "float16" if buf.name in half and dtype == "float32" and not is_texture_scope(scope) else None
+        storage = "float16" if (half == ALL_BUFFERS or i in half) and dtype == "float32" and not is_texture_scope(scope) else None
         specs.append(TensorSpec(buf.name, shape, dtype, scope, storage))
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
@@ -203,14 +206,15 @@ def build(func_or_mod, target=None, check_bounds: bool | None = None, half: froz
     parameters only. ``check_bounds`` (default ``$TIR_ADRENO_CHECK_BOUNDS``)
     instruments every image access (:mod:`tir_adreno.runtime.bounds`): a launch that
     reads or writes outside an image raises :class:`~tir_adreno.runtime.bounds.BoundsError`.
-    ``half``: names of float32 buffer parameters kept in half (``TensorSpec.storage``
-    "float16"; the kernels convert with ``vload_half``/``vstore_half``: precision
-    "float16_acc32" on buffers).
+    ``half``: positions of parameters kept in half when they are float32 buffers
+    (``TensorSpec.storage`` "float16"; the kernels convert with ``vload_half``/``vstore_half``:
+    precision "float16_acc32" on buffers; other positions in it are ignored), or
+    :data:`ALL_BUFFERS`.
     """
     mod = _as_module(func_or_mod)
     mod = tvm.IRModule({gv: _unique_buffer_names(f) for gv, f in mod.functions.items()})
     target = as_target(target)
-    specs = {gv.name_hint: _param_specs(f, frozenset(half)) for gv, f in mod.functions.items()}
+    specs = {gv.name_hint: _param_specs(f, half) for gv, f in mod.functions.items()}
     host, source = _lower(mod, target, specs)
     functions = {}
     for gv, func in host.functions.items():
@@ -241,7 +245,7 @@ def script_key(script: str, target=None, check_bounds: bool | None = None, half:
     """:func:`module_key` from the module's TVMScript text (``IRModule.script()``), no PrimFunc needed."""
     parts = ("bundle", tvm.__version__, as_target(target).export(), script)
     if half:
-        parts += ("half buffers", ",".join(sorted(half)))
+        parts += ("half buffers", half if half == ALL_BUFFERS else ",".join(str(i) for i in sorted(half)))
     return cache.key(*parts, "check_bounds") if _check_bounds(check_bounds) else cache.key(*parts)
 
 
