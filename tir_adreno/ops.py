@@ -56,15 +56,16 @@ def check_device_dtype(dev: runtime.Device, dtype: str):
 
 @dataclass(frozen=True)
 class Precision:
-    """How one op call runs: kernel ``dtype`` and the ``storage`` of its textures."""
+    """How one op call runs: kernel ``dtype`` and the ``storage`` of its tensors."""
 
     name: str
     dtype: str
     storage: str | None
 
     def store(self, scope: str) -> str | None:
-        """Storage dtype of a tensor in ``scope``: only images convert on access (buffers keep the dtype)."""
-        return self.storage if texture.is_texture_scope(scope) else None
+        """Storage dtype of a tensor in ``scope``: half images and half buffers alike (a kernel
+        launched on half buffers is built to convert them: :func:`launch`)."""
+        return self.storage
 
     def result(self, y: np.ndarray) -> np.ndarray:
         return y if self.name == "float32" else y.astype(np.float32)
@@ -86,17 +87,25 @@ def blocked_shape(nchw) -> tuple[int, int, int, int, int]:
     return (n, blocked(c), h, w, 4)
 
 
-def compile(func, device=None, target=None):
-    """Build ``func`` (cached) and load it on the device; returns ``(LoadedModule, name)``."""
+def compile(func, device=None, target=None, half=frozenset()):
+    """Build ``func`` (cached; ``half``: its parameters kept in half buffers, see
+    ``codegen.build.build``) and load it on the device; returns ``(LoadedModule, name)``."""
     dev = runtime.get_device(device)
-    module = build.build_cached(func, target)
+    module = build.build_cached(func, target, half=half)
     (name,) = module.functions
     return dev.load(module), name
 
 
+def half_buffers(tensors) -> frozenset:
+    """Positions of ``tensors`` that are float32 tensors in half buffers."""
+    return frozenset(i for i, t in enumerate(tensors) if t.spec.storage_dtype == "float16" and t.spec.dtype == "float32"
+                     and not texture.is_texture_scope(t.spec.scope))
+
+
 def launch(func, tensors, device=None) -> float:
-    """Run ``func`` on device tensors; returns kernel seconds."""
-    loaded, name = compile(func, device)
+    """Run ``func`` on device tensors (built to read and write the half buffers among them);
+    returns kernel seconds."""
+    loaded, name = compile(func, device, half=half_buffers(tensors))
     return loaded(name, *tensors)
 
 
@@ -189,7 +198,7 @@ def relu6(x, device=None, allow_buffer: bool = True, precision: str = "float32")
 
 def bias_add(x, bias, device=None, allow_buffer: bool = True, precision: str = "float32") -> np.ndarray:
     """``x + bias[None, :, None, None]`` (``relax.op.nn.bias_add`` with axis=1; the bias is a
-    buffer: float32 under "float16_acc32")."""
+    float32 buffer, also under "float16_acc32", as at a model's boundary with an upstream kernel)."""
     dtype = check_array(x, "x").dtype
     x, dev, scope, prec = _prepare(x, "x", device, allow_buffer, precision)
     bias = np.asarray(bias)
@@ -324,8 +333,8 @@ def _run_reduce(op, x, axis, keepdims, device, allow_buffer, strategy, precision
     a = upload_nchw4c(dev, x, scope, storage=prec.store(scope))
     if is_blocked:
         out = empty_nchw4c(dev, keep_nchw, x.dtype.name, scope, storage=prec.store(scope))
-    else:  # a flat buffer: float32 under "float16_acc32"
-        out = dev.empty(runtime.TensorSpec("out", out_shape, x.dtype.name, "global")).poison()
+    else:  # a flat buffer
+        out = dev.empty(runtime.TensorSpec("out", out_shape, x.dtype.name, "global", prec.store("global"))).poison()
     launch(func, [a, out], dev)
     return prec.result(download_nchw(out, keep_nchw[1]) if is_blocked else out.numpy())
 
@@ -450,7 +459,7 @@ def run_conv_plan(plan, dev, x, w, bias=None, residual=None) -> np.ndarray:
     if bias is not None:
         packed = np.zeros((geom.o4 * 4,), dtype)
         packed[: geom.o] = bias
-        tensors["Bias"] = dev.array(packed.reshape(geom.o4, 4), "global", "bias")
+        tensors["Bias"] = dev.array(packed.reshape(geom.o4, 4), "global", "bias", plan.storage)
     if residual is not None:
         tensors["Residual"] = upload_nchw4c(dev, residual.astype(dtype, copy=False), plan.tensor("Residual").scope, "residual",
                                             plan.storage_of("Residual"))

@@ -169,12 +169,12 @@ class ConvPlan:
 
     @property
     def storage(self) -> str | None:
-        """Storage dtype of the plan's texture tensors (:func:`half_storage`)."""
+        """Storage dtype of the plan's tensors (:func:`half_storage`): images and buffers."""
         return half_storage(self.precision)
 
     def storage_of(self, name: str) -> str | None:
-        """Storage dtype of tensor ``name``: half for textures under "float16_acc32"."""
-        return self.storage if texture.is_texture_scope(self.tensor(name).scope) else None
+        """Storage dtype of tensor ``name``: half under "float16_acc32", in any scope."""
+        return self.storage
 
 
 def eligible_algorithms(geometry: ConvGeometry, precision: str = "float32") -> tuple[str, ...]:

@@ -96,7 +96,8 @@ def build_program(plan) -> ConvProgram:
 
     funcs = plan.primfuncs()
     names = tuple(str(f.attrs["global_symbol"]) for f in funcs)
-    module = build.build_cached(funcs[0] if len(funcs) == 1 else tvm.IRModule(dict(zip(names, funcs))))
+    half = build.ALL_BUFFERS if plan.storage else frozenset()  # half buffers under "float16_acc32"
+    module = build.build_cached(funcs[0] if len(funcs) == 1 else tvm.IRModule(dict(zip(names, funcs))), half=half)
     module = module.with_storage(plan.storage)  # half images under "float16_acc32"
     return ConvProgram(plan.algorithm, module, tuple(module.functions) if len(funcs) == 1 else names)
 
