@@ -7,8 +7,8 @@ buffers with the same schedule, unless ``allow_buffer=False``.
 
 ``precision`` (``strategy.precision.PRECISIONS``): "float32" (default: the input's dtype,
 float32 or float16, as it is); "float16_acc32" (float32 kernels on RGBA half
-images: inputs are rounded to half when packed into their texture, weights on
-upload; bias and other buffers stay float32); "float16" (the float16 kernels:
+images or half buffers: inputs are rounded to half when packed, weights on
+upload; ``bias_add``'s bias stays float32); "float16" (the float16 kernels:
 half storage and half arithmetic, where the device's probe says it runs). The
 fp16 precisions return float32 arrays holding exactly the stored half values.
 """

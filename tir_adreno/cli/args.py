@@ -19,7 +19,7 @@ DEVICE_HELP = "substring of the OpenCL platform or device name"
 #: ``--precision`` choices ("float16", half math: refused with exit 2 where the probe fails;
 #: whole models compile in "float32" or "float16_acc32").
 MODEL_PRECISIONS = ("float32", "float16_acc32", "float16")
-PRECISION_HELP = "float32, float16_acc32 (half textures, float math) or float16 (half math, where the device runs it)"
+PRECISION_HELP = "float32, float16_acc32 (half storage, float math) or float16 (half math, where the device runs it)"
 
 EXIT_CODES = """exit codes:
   0  ok

@@ -21,9 +21,11 @@ class TensorSpec:
     """A PrimFunc parameter: name, shape, dtype and storage scope.
 
     ``storage``: the element type of the allocation when it differs from ``dtype``
-    ("float16" for a float32 tensor kept in an RGBA half image: "float16_acc32").
-    The kernel still reads and writes float4 (``read_imagef`` converts in the texture
-    unit), so only the allocation, upload and download see it.
+    ("float16" for a float32 tensor kept in half: "float16_acc32"). On an RGBA half image
+    the kernel still reads and writes float4 (``read_imagef`` converts in the texture
+    unit), so only the allocation, upload and download see it; a half buffer is read with
+    ``vload_half`` by a kernel built for it (``codegen.build.build(half=...)``, which sets
+    the storage of those parameters).
     """
 
     name: str

@@ -63,7 +63,7 @@ def check_inputs(inputs, specs) -> list[np.ndarray]:
 class TensorInfo:
     """One tensor of the plan. ``kind``: input, const, temp (an intermediate) or output.
     ``storage``: the allocation's element type when it differs from ``dtype`` (see
-    ``bundle.TensorSpec``: "float16" for half images under "float16_acc32")."""
+    ``bundle.TensorSpec``: "float16" for half images and half buffers under "float16_acc32")."""
 
     shape: tuple[int, ...]
     dtype: str
@@ -78,7 +78,7 @@ class TensorInfo:
 
     @property
     def nbytes(self) -> int:
-        """Bytes allocated on the device (half images: half the float32 bytes)."""
+        """Bytes allocated on the device (half images and buffers: half the float32 bytes)."""
         if is_texture_scope(self.scope):
             w, h, d = texture_extent(self.shape, self.scope)
             return w * h * d * image_format(self.storage_dtype)[1]

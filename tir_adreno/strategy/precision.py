@@ -2,17 +2,18 @@
 
 The strategy (``tir_adreno.strategy.conv``), the Relax pass, ``ops`` and the compiler ask here
 which dtype the kernels are built for (:func:`kernel_dtype`), how float32 textures are stored
-(:func:`half_storage`) and whether a device runs a precision at all (:func:`check_precision`).
+(:func:`half_storage`: images and, read with ``vload_half``, buffers) and whether a device runs a precision at all (:func:`check_precision`).
 """
 
 from __future__ import annotations
 
 from tir_adreno.strategy.profile import DeviceProfile
 
-#: Precisions as TVM's Adreno flow names them: "float32"; "float16_acc32" (every texture,
-#: weights and Winograd intermediates included, stored as RGBA half; the float32 kernels run
-#: unchanged, ``read_imagef``/``write_imagef`` convert in the texture unit; buffers stay
-#: float32); "float16" (the factories' float16 kernels: half storage and half arithmetic).
+#: Precisions as TVM's Adreno flow names them: "float32"; "float16_acc32" (every tensor of our
+#: kernels, weights and Winograd intermediates included, stored in half: textures as RGBA half
+#: images, ``read_imagef``/``write_imagef`` converting in the texture unit; buffers as half,
+#: the float32 kernels built to read them with ``vload_half``/``vstore_half``); "float16" (the
+#: factories' float16 kernels: half storage and half arithmetic).
 PRECISIONS = ("float32", "float16_acc32", "float16")
 
 
@@ -26,7 +27,8 @@ def kernel_dtype(precision: str) -> str:
 
 
 def half_storage(precision: str) -> str | None:
-    """The storage dtype of float32 texture tensors: "float16" under ``"float16_acc32"``."""
+    """The storage dtype of our kernels' float32 tensors (images and buffers): "float16" under
+    ``"float16_acc32"``."""
     return "float16" if precision == "float16_acc32" else None
 
 

@@ -158,7 +158,8 @@ def build_pool_jobs(layer: PoolLayer, profile: DeviceProfile, progress=print, pr
         schedule = pool_strategy.pool_schedule(layer.key, profile, choice=choice)
         try:
             scope = activation_scope((layer.in5, layer.out5), profile)  # where the model runs it
-            module = build.build_cached(layer.factory(layer.in5, scope=scope, **schedule, **layer.attrs))
+            half = build.ALL_BUFFERS if half_storage(precision) else frozenset()  # as the model stores them
+            module = build.build_cached(layer.factory(layer.in5, scope=scope, **schedule, **layer.attrs), half=half)
             module = module.with_storage(half_storage(precision))
         except (ValueError, RuntimeError) as err:
             progress(f"    skip {name}: {str(err).splitlines()[0][:120]}")
