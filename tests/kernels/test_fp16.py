@@ -111,7 +111,7 @@ def test_half_image_tensor_round_trip_and_bytes(device):
         device.array(x.astype(np.float64), BUFFER, "x", storage="float16")
 
 
-def test_half_buffer_kernel_source_needs_no_fp16_extension():
+def test_half_buffer_kernel_source_needs_no_fp16_extension(device):
     """A float32 kernel on half buffers converts with the core vload_half/vstore_half builtins:
     half appears only behind pointers, so TVM's cl_khr_fp16 guard (#error) is dropped; the
     boundary keeps its float32 parameter."""
@@ -122,6 +122,9 @@ def test_half_buffer_kernel_source_needs_no_fp16_extension():
     assert "vload_half4(" in src and "vstore_half4_rte(" in src and "vload4(0, B_ptr" in src
     assert "__global half* restrict A_ptr" in src and "__global float* restrict B_ptr" in src
     assert "cl_khr_fp16" not in src and "#error" not in src
+    x = rand(np.random.default_rng(0), (1, 2, 3, 5, 4))
+    with pytest.raises(ValueError, match="argument A is a float16 buffer to this kernel, got a float32 one"):
+        device.load(module)(name, *(device.array(x, BUFFER, n) for n in "ABC"))  # A must be half: refused
     assert build.module_key(elementwise.add((1, 2, 3, 5, 4), scope=BUFFER)) != build.module_key(
         elementwise.add((1, 2, 3, 5, 4), scope=BUFFER), half=frozenset({0, 2}))
 
@@ -271,6 +274,34 @@ def test_conv2d(device, n, c, o, hw, kernel, depthwise, bias, residual, seed, al
         ref, s = ref + half(r), s + abs(half(r))
     k = (c // groups) * kernel * kernel + 2
     assert_within(y, ref, s, k, half_stages=0 if algorithm == "direct" else WINOGRAD_S)
+
+
+@settings(max_examples=4)  # each example builds a kernel: the seeds vary the values
+@given(
+    c=st.sampled_from([3, 8]), o=st.sampled_from([4, 7]), hw=st.sampled_from([5, 8]), stem=st.booleans(),
+    bias=st.booleans(), residual=st.booleans(), seed=st.integers(0, 2**32 - 1),
+)
+@example(c=8, o=7, hw=5, stem=False, bias=True, residual=True, seed=0)
+def test_tiled_conv_on_half_buffers(device, c, o, hw, stem, bias, residual, seed):
+    """The local-memory tiled kernel (the H200's 1x1 and stem convs, always on buffers) with
+    every operand (X, W, bias, residual, its tiles' source and Y) a half buffer."""
+    rng = np.random.default_rng(seed)
+    c, kernel = (3, 3) if stem else (c, 1)  # a stem: one input channel block, a window
+    geom = conv.conv2d_geometry((1, c, hw, hw), (o, c, kernel, kernel), padding=kernel // 2)
+    choice = strategy.ConvChoice(config=conv.ConvConfig(1, 4, (8, 2, 1), tiled=True, k_chunk=4), placement="buffer")
+    plan = strategy.conv2d_plan(geom, Epilogue(bias=bias, residual=residual), ACC32, DeviceProfile.from_device(device),
+                                choice=choice)
+    assert plan.scope == BUFFER and plan.config.tiled
+    x, w = rand(rng, (1, c, hw, hw)), rand(rng, (o, c, kernel, kernel))
+    b, r = (rand(rng, (o,)) if bias else None), (rand(rng, geom.out_shape) if residual else None)
+    y = ops.run_conv_plan(plan, device, x, w, b, r)
+    args = dict(padding=(kernel // 2,) * 4)
+    ref, s = conv2d_nchw(half(x), half(w), **args), conv2d_nchw(abs(half(x)), abs(half(w)), **args)
+    if bias:
+        ref, s = ref + half(b)[None, :, None, None], s + abs(half(b))[None, :, None, None]
+    if residual:
+        ref, s = ref + half(r), s + abs(half(r))
+    assert_within(y, ref, s, c * kernel * kernel + 2)
 
 
 @settings(max_examples=6)  # each example builds a kernel: the seeds vary the values

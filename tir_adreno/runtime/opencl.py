@@ -277,6 +277,10 @@ class LoadedModule:
         for t, spec in zip(tensors, plan.params):
             if t.spec.shape != spec.shape or t.spec.dtype != spec.dtype or t.spec.scope != spec.scope:
                 raise ValueError(f"{name}: argument {spec.name} expects {spec}, got {t.spec}")
+            if not is_texture_scope(spec.scope) and t.spec.storage_dtype != spec.storage_dtype:
+                # A buffer is read as the kernel was built for (vload_half or not); an image converts.
+                raise ValueError(f"{name}: argument {spec.name} is a {spec.storage_dtype} buffer to this kernel, "
+                                 f"got a {t.spec.storage_dtype} one")
         return plan
 
     @staticmethod
