@@ -132,6 +132,21 @@ def _is_ours(prim) -> bool:
     return prim.attrs is not None and bool(prim.attrs.get(OURS_ATTR, False))
 
 
+def _bind_alias(env: dict, binding) -> bool:
+    """Bind ``binding.var`` in ``env`` (relax var -> tensor) when its value only renames, packs or
+    unpacks tensors; False for any other value."""
+    value = binding.value
+    if isinstance(value, relax.Var):
+        env[binding.var] = env[value]
+    elif isinstance(value, relax.TupleGetItem):
+        env[binding.var] = env[value.tuple_value][int(value.index)]
+    elif isinstance(value, relax.Tuple):
+        env[binding.var] = [env[f] for f in value.fields]
+    else:
+        return False
+    return True
+
+
 def _half_buffers(mod: tvm.IRModule, bindings) -> dict:
     """Per call of our kernels (its bound var): the positions of its arguments (outputs after the
     inputs) that may be stored in half, i.e. tensors that only our kernels touch. The model's
@@ -142,13 +157,9 @@ def _half_buffers(mod: tvm.IRModule, bindings) -> dict:
     pinned, calls = set(env.values()), []
     for b in bindings:
         v = b.value
-        if isinstance(v, relax.Var):
-            env[b.var] = env[v]
-        elif isinstance(v, relax.TupleGetItem):
-            env[b.var] = env[v.tuple_value][int(v.index)]
-        elif isinstance(v, relax.Tuple):
-            env[b.var] = [env[f] for f in v.fields]
-        elif isinstance(v, relax.Call) and getattr(v.op, "name", "") == "relax.call_tir":
+        if _bind_alias(env, b):
+            continue
+        if isinstance(v, relax.Call) and getattr(v.op, "name", "") == "relax.call_tir":
             fields = getattr(b.var.ty, "fields", None)
             outs = [(b.var, k) for k in range(len(fields) if fields is not None else 1)]
             env[b.var] = outs if fields is not None else outs[0]
@@ -196,13 +207,9 @@ def plan_module(mod: tvm.IRModule, input_names, progress=print, target=None, pri
     halves = _half_buffers(mod, bindings) if storage else {}
     for binding in bindings:
         value = binding.value
-        if isinstance(value, relax.Var):
-            env[binding.var] = env[value]
-        elif isinstance(value, relax.TupleGetItem):
-            env[binding.var] = env[value.tuple_value][int(value.index)]
-        elif isinstance(value, relax.Tuple):
-            env[binding.var] = [env[f] for f in value.fields]
-        elif isinstance(value, relax.Call) and getattr(value.op, "name", "") == "relax.call_tir":
+        if _bind_alias(env, binding):
+            continue
+        if isinstance(value, relax.Call) and getattr(value.op, "name", "") == "relax.call_tir":
             gv, args = value.args[0], value.args[1]
             prim = mod[gv]
             meta = {k: str(prim.attrs[a]) for k, a in (("config", CONFIG_ATTR), ("source", SOURCE_ATTR)) if a in prim.attrs}
