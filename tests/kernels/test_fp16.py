@@ -27,6 +27,7 @@ import numpy as np
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from tvm import relax
 
 from primfuncs import concat, conv, elementwise, layout, pool2d, reduce
 from primfuncs._common import BUFFER, TEXTURE
@@ -35,6 +36,7 @@ from tir_adreno import cli, compile_model, load_model, ops
 from tir_adreno.codegen import build
 from tir_adreno.runtime import cache, opencl as runtime
 from tir_adreno.frontend import models
+from tir_adreno.frontend.models import _Builder
 from tir_adreno.strategy import conv as strategy
 from tir_adreno.strategy.precision import PrecisionError
 from tir_adreno.strategy import profile as profiles
@@ -414,7 +416,7 @@ def test_float16_kernels_build_to_half_source():
 MEMORY_RATIO = 0.55
 
 
-def _check_model(mod_or_onnx, shape, profile=None):
+def _check_model(mod_or_onnx, shape, profile=None, max_ratio=MEMORY_RATIO):
     compiled = compile_model(mod_or_onnx, profile=profile, progress=lambda _: None, precision=ACC32)
     assert compiled.precision == ACC32
     x = np.random.default_rng(7).standard_normal(shape).astype("float32")
@@ -434,7 +436,7 @@ def _check_model(mod_or_onnx, shape, profile=None):
     float32 = replace(plan, tensors=[replace(t, storage=None) for t in plan.tensors]).memory_bytes()
     assert memory["weights"] == sum(t.nbytes for t in plan.tensors if t.kind == "const")
     ratio = (memory["weights"] + memory["intermediates"]) / (float32["weights"] + float32["intermediates"])
-    assert ratio <= MEMORY_RATIO, ratio
+    assert ratio <= max_ratio, ratio
     return compiled, inputs, out
 
 
@@ -451,6 +453,28 @@ def test_resnet18_float16_acc32(tmp_path):
     loaded = load_model(tmp_path / "m")
     assert loaded.precision == ACC32
     assert np.array_equal(loaded.run(inputs)[0], out)
+
+
+def test_upstream_kernel_between_ours_keeps_float32_at_the_boundary():
+    """An op we leave to TVM (tanh) between two convs, every activation on buffers: our kernels
+    next to it read and write float32 there and convert themselves; all else is half."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("input", relax.TensorType((1, 5, 8, 8), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            m = _Builder(bb, 0)
+            y = m.bb.emit(relax.op.tanh(m.conv_bn(x, 7, 3)))
+            out = bb.emit_output(m.conv_bn(y, 6, 3))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    # 0.66x: in so small a model the float32 boundary is a third of the intermediates
+    compiled, _, _ = _check_model(mod, (1, 5, 8, 8), with_placement(get_profile("pocl"), "buffer"), max_ratio=0.7)
+    plan = compiled.plan
+    (tanh,) = [c for c in plan.calls if not c.ours]
+    assert all(plan.tensors[a].storage is None and plan.tensors[a].scope == BUFFER for a in tanh.args)
+    for call in plan.calls:  # the two transforms at the boundary: half on one side, float32 on the other
+        if call.ours and set(call.args) & set(tanh.args):
+            assert {plan.tensors[a].storage for a in call.args} == {None, "float16"}, call.label
 
 
 @pytest.mark.parametrize("target", ["adreno", "nvidia-h200"])
