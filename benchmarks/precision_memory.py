@@ -1,9 +1,9 @@
 """Device memory of whole models in float32 vs "float16_acc32", per device profile.
 
-Compiles (no device needed: ``compile_plan``) the built-in ResNet-50 and MobileNetV2 and
-the torchvision EfficientNet-B0 export (``--onnx-dir DIR/efficientnet_b0.onnx``, made by
-``benchmarks/zoo.py``; left out when absent) at 224 for each profile (adreno,
-nvidia-h200, pocl) in each precision and reports the bytes the plan allocates
+Compiles (no device needed: ``compile_plan``) the built-in ResNet-50 and MobileNetV2
+(``--builtins``) and torchvision exports (``--onnx-models``, default EfficientNet-B0:
+``--onnx-dir DIR/<name>.onnx``, made by ``benchmarks/zoo.py``; left out when absent) at 224
+for each profile (adreno, nvidia-h200, pocl) in each precision and reports the bytes the plan allocates
 (``Plan.memory_bytes``: weights, pooled intermediates, inputs/outputs) and the ratio of
 weights + intermediates to the float32 build. Under float16_acc32 every tensor of our
 kernels is half (RGBA half images, half buffers read with ``vload_half``); what stays
@@ -13,41 +13,47 @@ the float16_acc32 output's relative error against the float32 build's.
 
     python benchmarks/precision_memory.py --onnx-dir /tmp/zoo            # memory only
     python benchmarks/precision_memory.py --onnx-dir /tmp/zoo --run      # and the error here
+    python benchmarks/precision_memory.py --builtins "" --onnx-models mobilenet_v2,resnet50 --onnx-dir /tmp/zoo --run
 
-Writes ``benchmarks/results/precision_memory-<device>.json`` (the device of ``--run``, else
-``profiles``: memory needs none).
+Merges its rows by (model, profile) into ``benchmarks/results/precision_memory-<device>.json``
+(the device of ``--run``, else ``profiles``: memory needs none); exports are named
+``<name> (torchvision)``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from pathlib import Path
 
 import numpy as np
 
-from common import fmt, log, print_table, write_json
+from common import fmt, log, print_table, results_path, write_json
 
 NAME = "precision_memory"
 PRECISIONS = ("float32", "float16_acc32")
 PROFILES = ("adreno", "nvidia-h200", "pocl")
-MODELS = ("mobilenet_v2", "resnet50", "efficientnet_b0")
+BUILTINS = ("mobilenet_v2", "resnet50")
+ONNX_MODELS = ("efficientnet_b0",)
 MIB = 2.0**20
 
 
-def load_models(names, onnx_dir: Path | None) -> dict:
-    """name -> model (a built-in Relax module or an ONNX path); ONNX exports missing from ``onnx_dir`` are skipped."""
+def load_models(builtins, onnx_names, onnx_dir: Path | None) -> dict:
+    """label -> model: built-in Relax modules, then ONNX paths (exports missing from ``onnx_dir`` are skipped)."""
     from tir_adreno.frontend import models
 
-    out = {}
-    for name in names:
-        if hasattr(models, name):
-            out[name] = getattr(models, name)(image_size=224)
-        elif onnx_dir is not None and (onnx_dir / f"{name}.onnx").exists():
-            out[name] = str(onnx_dir / f"{name}.onnx")
+    out = {name: models.get_model(name, image_size=224) for name in builtins}
+    for name in onnx_names:
+        if onnx_dir is not None and (onnx_dir / f"{name}.onnx").exists():
+            out[f"{name} (torchvision)"] = str(onnx_dir / f"{name}.onnx")
         else:
-            log(f"skip {name}: no built-in and no {name}.onnx in --onnx-dir (benchmarks/zoo.py exports it)")
+            log(f"skip {name}: no {name}.onnx in --onnx-dir (benchmarks/zoo.py exports it)")
     return out
+
+
+def _names(text: str) -> list[str]:
+    return [n for n in text.split(",") if n]
 
 
 def float32_tensors(plan) -> dict:
@@ -91,14 +97,23 @@ def measure(name, model, profile_name: str, run: bool) -> dict:
     return entry
 
 
+def merged(name: str, device: str, entries: list) -> list:
+    """``entries`` over the rows of the same (model, profile) already in the results file."""
+    path = results_path(name, device)
+    old = json.loads(path.read_text())["entries"] if path.exists() else []
+    new = {(e["model"], e["profile"]): e for e in entries}
+    return [e for e in old if (e["model"], e["profile"]) not in new] + entries
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default=",".join(MODELS), help="comma-separated built-ins or --onnx-dir names")
+    parser.add_argument("--builtins", default=",".join(BUILTINS), help="comma-separated built-in models (may be empty)")
+    parser.add_argument("--onnx-models", default=",".join(ONNX_MODELS), help="comma-separated <name>.onnx in --onnx-dir")
     parser.add_argument("--profiles", default=",".join(PROFILES))
     parser.add_argument("--onnx-dir", type=Path, default=None, help="folder of <name>.onnx (benchmarks/zoo.py exports)")
     parser.add_argument("--run", action="store_true", help="also run every build here and report the float16_acc32 error")
     args = parser.parse_args(argv)
-    models = load_models(args.models.split(","), args.onnx_dir)
+    models = load_models(_names(args.builtins), _names(args.onnx_models), args.onnx_dir)
     entries = [measure(name, model, profile, args.run) for profile in args.profiles.split(",") for name, model in models.items()]
     rows = [[e["model"], e["profile"], fmt(e["float32"]["mib"]["weights"], ".1f"), fmt(e["float16_acc32"]["mib"]["weights"], ".1f"),
              fmt(e["float32"]["mib"]["intermediates"], ".1f"), fmt(e["float16_acc32"]["mib"]["intermediates"], ".1f"),
@@ -111,7 +126,7 @@ def main(argv=None):
         device = opencl.get_device().name
     else:
         device = "profiles"
-    log(f"wrote {write_json(NAME, device, {'image_size': 224, 'entries': entries})}")
+    log(f"wrote {write_json(NAME, device, {'image_size': 224, 'entries': merged(NAME, device, entries)})}")
 
 
 if __name__ == "__main__":
