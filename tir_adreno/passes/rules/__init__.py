@@ -21,6 +21,7 @@ RULES: tuple[Rule, ...] = (
     layout.resize2d,
     layout.permute,
     layout.strided_slice,
+    layout.split,
     layout.reshape,
     layer_norm.layer_norm,
 )
