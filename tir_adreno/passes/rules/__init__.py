@@ -24,4 +24,5 @@ RULES: tuple[Rule, ...] = (
     layout.split,
     layout.reshape,
     layer_norm.layer_norm,
+    layer_norm.grn_scale,
 )
