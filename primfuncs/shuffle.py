@@ -14,7 +14,7 @@ from __future__ import annotations
 from tvm.script import tirx as T
 
 from ._common import (LANES, TEXTURE, blocked, check_dtype, check_positive, check_scope, load_pixel, pixel_grid, pixel_launch,
-                      select_params, store_pixel)
+                      select_params, store_pixel, whole)
 
 #: Parts one ``split_channels`` launch writes (a split into more is several launches).
 MAX_PARTS = 4
@@ -120,6 +120,9 @@ def split_channels(shape, channels_in: int, sizes, begin: int = 0, dtype: str = 
 
     @T.macro
     def per_pixel(X, Y0, Y1, Y2, Y3, vz, vh, vw):
+        # Declared: the inferred region (nested mins over the branches) does not survive a
+        # print -> parse round trip (tests/upstream defect 16), and tir-adreno dump needs one.
+        T.reads(whole(X))
         px0 = T.sblock_alloc_buffer((4,), dtype, scope="local")
         px1 = T.sblock_alloc_buffer((4,), dtype, scope="local")
         out = T.sblock_alloc_buffer((4,), dtype, scope="local")
