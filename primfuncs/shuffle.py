@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from tvm.script import tirx as T
 
-from ._common import (LANES, TEXTURE, blocked, check_dtype, check_positive, check_scope, load_pixel, pixel_grid, pixel_launch,
+from ._common import (LANES, TEXTURE, blocked, check_channels, check_dtype, check_positive, check_scope, load_pixel, pixel_grid, pixel_launch,
                       select_params, store_pixel, whole)
 
 #: Parts one ``split_channels`` launch writes (a split into more is several launches).
@@ -27,8 +27,7 @@ def _gather(shape, channels_in: int, channels_out: int, source, name: str, dtype
         raise ValueError(f"shape must be NCHW4c (N, C4, H, W, 4), got {shape}")
     n, c4, h, w, _ = shape
     check_positive(N=n, C4=c4, H=h, W=w, channels_out=channels_out)
-    if blocked(channels_in) != c4:
-        raise ValueError(f"channels_in={channels_in} does not fill C4={c4} blocks of 4")
+    check_channels(c4, channels_in, "channels_in")
     check_dtype(dtype)
     check_scope(scope)
     o4 = blocked(channels_out)
@@ -102,8 +101,7 @@ def split_channels(shape, channels_in: int, sizes, begin: int = 0, dtype: str = 
         raise ValueError(f"shape must be NCHW4c (N, C4, H, W, 4), got {shape}")
     n, c4, h, w, _ = shape
     check_positive(N=n, C4=c4, H=h, W=w)
-    if blocked(channels_in) != c4:
-        raise ValueError(f"channels_in={channels_in} does not fill C4={c4} blocks of 4")
+    check_channels(c4, channels_in, "channels_in")
     if not 2 <= len(sizes) <= MAX_PARTS or min(sizes) < 1 or begin < 0 or begin + sum(sizes) > channels_in:
         raise ValueError(f"split takes 2..{MAX_PARTS} parts of >= 1 channel within channels_in={channels_in} from begin={begin}, "
                          f"got {sizes}")
