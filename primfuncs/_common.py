@@ -47,6 +47,19 @@ def check_positive(**dims):
             raise ValueError(f"{name} must be >= 1, got {value}")
 
 
+def check_channels(c4: int, channels: int, name: str = "channels") -> int:
+    """``channels`` real channels held in ``c4`` blocks of 4 (only the last one padded)."""
+    if not 4 * (c4 - 1) < channels <= 4 * c4:
+        raise ValueError(f"{name}={channels} does not fill C4={c4} blocks of 4")
+    return channels
+
+
+def check_epsilon(epsilon: float) -> float:
+    if not epsilon >= 0:  # NaN too
+        raise ValueError(f"epsilon must be >= 0, got {epsilon}")
+    return epsilon
+
+
 @dataclass(frozen=True)
 class PixelGrid:
     """A 3-D launch over (layers, rows, columns) with a (1, ty, tx) work group.

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from tvm.script import tirx as T
 
-from ._common import BUFFER, LANES, TEXTURE, check_dtype, check_positive, check_scope, load_pixel, pixel_grid, pixel_launch, store_pixel
+from ._common import (BUFFER, LANES, TEXTURE, check_channels, check_dtype, check_epsilon, check_positive, check_scope, load_pixel,
+                      pixel_grid, pixel_launch, store_pixel)
 
 
 def layer_norm_channels(shape, channels: int, epsilon: float = 1e-5, dtype: str = "float32", scope: str = TEXTURE):
@@ -22,10 +23,8 @@ def layer_norm_channels(shape, channels: int, epsilon: float = 1e-5, dtype: str 
         raise ValueError(f"shape must be NCHW4c (N, C4, H, W, 4), got {shape}")
     n, c4, h, w, _ = shape
     check_positive(N=n, C4=c4, H=h, W=w, channels=channels)
-    if not 4 * (c4 - 1) < channels <= 4 * c4:
-        raise ValueError(f"channels={channels} does not fill C4={c4} blocks of 4")
-    if not epsilon >= 0:
-        raise ValueError(f"epsilon must be >= 0, got {epsilon}")
+    check_channels(c4, channels)
+    check_epsilon(epsilon)
     check_dtype(dtype)
     check_scope(scope)
     g = pixel_grid(n, h, w)

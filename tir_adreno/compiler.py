@@ -22,12 +22,17 @@ from tir_adreno.runtime.executor import Call, CompiledModel, Plan, TensorInfo
 from tir_adreno.strategy.profile import DeviceProfile, resolve, with_limits, with_placement, without_fusion
 from tir_adreno.strategy.records import open_records
 from tir_adreno.passes import CONFIG_ATTR, OURS_ATTR, SOURCE_ATTR, dispatch_to_textures, kernel_index
+from tir_adreno.passes.host_fold import fold_constants
 from tir_adreno.passes.kernel_index import kernel_func
 from tir_adreno.strategy.precision import check_precision, half_storage
 
 
 class ModelError(ValueError):
     """The model cannot be read or imported."""
+
+
+class UnsupportedOpError(ModelError):
+    """The lowered model still calls an op that neither our pass nor TVM's legalization made a kernel of."""
 
 
 def _upstream_rules():
@@ -94,7 +99,7 @@ def lower(mod: tvm.IRModule, profile: DeviceProfile, allow_buffer: bool = True, 
     """Our pass for ``profile`` (unless ``ours`` is False: the upstream baseline), then LegalizeOps
     and dlight for the rest. ``records``: tuned conv choices (``records.Records``). ``lazy``: stubs
     for indexed kernels (``passes.kernel_index``), for :func:`plan_module` only."""
-    mod = relax.transform.FoldConstant()(mod)
+    mod = fold_constants(mod)  # FoldConstant, plus the constant ops it cannot fold evaluated on the host
     if ours:
         mod = dispatch_to_textures(mod, profile, allow_buffer, records, precision, lazy)
     mod = relax.transform.LegalizeOps()(mod)
@@ -102,6 +107,32 @@ def lower(mod: tvm.IRModule, profile: DeviceProfile, allow_buffer: bool = True, 
         mod = _upstream_rules()(mod)
     mod = relax.transform.DeadCodeElimination()(mod)
     return mod
+
+
+def _shape_of(expr) -> str:
+    ty = getattr(expr, "ty", None)
+    shape = getattr(ty, "shape", None)
+    dims = ", ".join(str(int(d)) if isinstance(d, tvm.tirx.IntImm) else str(d) for d in shape.values) if isinstance(shape, relax.ShapeExpr) else "?"
+    return f"{getattr(ty, 'dtype', '')}[{dims}]"
+
+
+def check_runnable(mod: tvm.IRModule) -> None:
+    """:class:`UnsupportedOpError` (one line) when ``main`` of a lowered module still calls an op
+    that is no kernel: the executor runs only ``call_tir``. Checked before any build."""
+    left: dict[str, list] = {}
+    for block in mod["main"].body.blocks:
+        for b in block.bindings:
+            value = b.value
+            if isinstance(value, relax.Call) and getattr(value.op, "name", "") != "relax.call_tir":
+                left.setdefault(getattr(value.op, "name", type(value.op).__name__), []).append(value)
+    if not left:
+        return
+    op, calls = next(iter(left.items()))
+    first = ", ".join(_shape_of(a) for a in calls[0].args if hasattr(getattr(a, "ty", None), "shape"))
+    others = "".join(f"; also {other!r}" for other in list(left)[1:])
+    raise UnsupportedOpError(
+        f"no kernel for {op!r} ({len(calls)} call(s), the first on {first or 'no tensor'}): neither tir-adreno's pass "
+        f"nor TVM's LegalizeOps lowers it and its inputs are not constants{others}")
 
 
 def _const_array(expr) -> np.ndarray:
@@ -180,6 +211,7 @@ def plan_module(mod: tvm.IRModule, input_names, progress=print, target=None, pri
     (``strategy.precision.half_storage``) and their buffers in half wherever no upstream kernel
     or the model's caller sees them (:func:`_half_buffers`); their weights are kept as float16
     arrays (saved in half)."""
+    check_runnable(mod)
     func = mod["main"]
     tensors: list[TensorInfo] = []
     env: dict = {}

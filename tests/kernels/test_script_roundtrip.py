@@ -9,7 +9,7 @@ import tvm
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from primfuncs import concat, conv, elementwise, layernorm, layout, pool2d, reduce, resize, shuffle
+from primfuncs import concat, conv, elementwise, grn, layernorm, layout, pool2d, reduce, resize, shuffle
 from primfuncs._common import BUFFER, TEXTURE, TEXTURE_WEIGHT, blocked
 from primfuncs.conv import ConvConfig
 from primfuncs.epilogue import ACTIVATIONS, Epilogue
@@ -140,15 +140,24 @@ def layernorm_kernels(d, scope):
     return [layernorm.layer_norm_channels(_blocked(nchw), nchw[1], scope=scope)]
 
 
+def grn_kernels(d, scope):
+    n, c, _, _ = _nchw(d)
+    return [grn.grn_scale(_blocked((n, c, 1, 1)), c, d.draw(st.floats(0, 1e-3)), scope=scope)]
+
+
 def shuffle_kernels(d, scope):
     nchw = _nchw(d)
     c = nchw[1]
     begin = d.draw(st.integers(0, c - 1))
     end = d.draw(st.integers(begin + 1, c))
     groups = d.draw(st.sampled_from([g for g in (1, 2, 3, 4) if c % g == 0]))
+    sizes = d.draw(st.lists(st.integers(1, 5), min_size=2, max_size=shuffle.MAX_PARTS))
+    split_begin = d.draw(st.integers(0, 3))
     return [
         shuffle.slice_channels(_blocked(nchw), c, begin, end, scope=scope),
         shuffle.channel_shuffle(_blocked(nchw), c, groups, scope=scope),
+        shuffle.split_channels(_blocked((nchw[0], split_begin + sum(sizes), *nchw[2:])), split_begin + sum(sizes), sizes,
+                               split_begin, scope=scope),
     ]
 
 
@@ -163,6 +172,7 @@ FAMILIES = {
     "concat": concat_kernels,
     "resize": resize_kernels,
     "layernorm": layernorm_kernels,
+    "grn": grn_kernels,
     "shuffle": shuffle_kernels,
 }
 

@@ -77,11 +77,21 @@ class Rewriter:
         """``call_tir`` of ``func`` (a PrimFunc or a ``kernel_index.KernelCall``), each kernel added
         once. With :attr:`lazy`, a call becomes a stub (``kernel_index``): no TVMScript parsed
         when the kernel is indexed already."""
+        out = relax.TensorType(list(out_shape), dtype)
+        return self.bb.emit(relax.call_tir(self._kernel_gv(func, hint, op_info), args, out))
+
+    def emit_kernel_outputs(self, func, args, out_shapes, dtype="float32", hint="k", op_info: dict | None = None) -> list:
+        """:meth:`emit_kernel` of a kernel with several outputs (``out_shapes``): one launch, each
+        output a value of its own."""
+        outs = [relax.TensorType(list(s), dtype) for s in out_shapes]
+        call = self.bb.emit(relax.call_tir(self._kernel_gv(func, hint, op_info), args, outs))
+        return [self.bb.emit(relax.TupleGetItem(call, i)) for i in range(len(outs))]
+
+    def _kernel_gv(self, func, hint: str, op_info: dict | None) -> relax.GlobalVar:
         gv = self._stub(func, hint, op_info) if isinstance(func, KernelCall) and self.lazy else None
         if gv is None:
             gv = self._func(func.primfunc() if isinstance(func, KernelCall) else func, hint, op_info)
-        out = relax.TensorType(list(out_shape), dtype)
-        return self.bb.emit(relax.call_tir(gv, args, out))
+        return gv
 
     def _func(self, func, hint: str, op_info: dict | None) -> relax.GlobalVar:
         key = func.script()

@@ -70,18 +70,17 @@ def model_layers(model) -> tuple[list, list]:
     """The distinct convs (``ConvGeometry``) and pools (:class:`PoolLayer`) of ``model`` (ONNX or
     Relax) that the Relax pass runs on our kernels (``passes.convs.conv_layer``, ``pool_spec``),
     in model order."""
-    from tvm import relax
-
     from primfuncs._common import blocked
 
     from tir_adreno.compiler import import_model
     from tir_adreno.passes.convs import conv_layer
     from tir_adreno.passes.graph import Graph, dtype, static_shape
+    from tir_adreno.passes.host_fold import fold_constants
     from tir_adreno.passes.rules.pool import POOL_OPS, pool_spec
 
     mod, _ = import_model(model)
     convs, pools = {}, {}
-    for node in Graph(relax.transform.FoldConstant()(mod)["main"]).nodes:
+    for node in Graph(fold_constants(mod)["main"]).nodes:  # as compiler.lower folds: the same convs
         data = static_shape(node.args[0]) if node.args else None
         if data is None or len(data) != 4 or dtype(node.args[0]) != "float32":
             continue

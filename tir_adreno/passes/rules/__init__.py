@@ -21,6 +21,8 @@ RULES: tuple[Rule, ...] = (
     layout.resize2d,
     layout.permute,
     layout.strided_slice,
+    layout.split,
     layout.reshape,
     layer_norm.layer_norm,
+    layer_norm.grn_scale,
 )

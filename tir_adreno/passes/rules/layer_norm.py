@@ -1,15 +1,16 @@
-"""Layer norm over the channels of an activation."""
+"""Per-sample norms: layer norm over the channels of an activation, and the statistics step of
+ConvNeXt-V2's global response norm (GRN)."""
 
 from __future__ import annotations
 
 import numpy as np
 from tvm import relax
 
-from primfuncs import layernorm
+from primfuncs import grn, layernorm
 
-from tir_adreno.passes.graph import Node, const, static_shape
+from tir_adreno.passes.graph import Node, const, same, static_shape
 from tir_adreno.passes.kernel_index import kernel
-from tir_adreno.passes.op_info import node_info
+from tir_adreno.passes.op_info import elementwise_info, node_info
 from tir_adreno.passes.rewriter import Rewriter
 from tir_adreno.passes.rules.base import rule
 from tir_adreno.strategy.packing import pack_bias
@@ -37,4 +38,37 @@ def layer_norm(rw: Rewriter, node: Node):
     params = [relax.const(pack_bias(v.reshape(c).astype(np.float32))) for v in (g, b)]
     out = rw.emit_kernel(func, [rw.blocked(x, scope), *params], shape5, op_info=node_info(node, epsilon=float(node.attrs.epsilon)))
     rw.define(node.var, out, scope, x.nchw, x.layout)
+    return out
+
+
+def _scalar(expr) -> float | None:
+    value = const(expr)
+    return float(value.reshape(())) if value is not None and value.size == 1 else None
+
+
+@rule("relax.sqrt")
+def grn_scale(rw: Rewriter, node: Node):
+    """GRN's ``Nx = G / (mean_c G + eps)`` with ``G = sqrt(S)`` (``S = sum_hw x * x``, ``[N, C, 1, 1]``)
+    as exported: ``sqrt`` -> ``mean`` over C -> ``add`` eps -> ``divide(G, that)``: one ``grn_scale``
+    kernel (the square, the sum and GRN's per-channel tail run in their own kernels)."""
+    s = rw.activation(node.args[0])
+    g = rw.graph
+    users = g.users(node.var)
+    if s is None or s.nchw[2:] != (1, 1) or len(users) != 2 or same(g.output, node.var):
+        return None
+    mean = next((u for u in users if u.op == "relax.mean"), None)
+    div = next((u for u in users if u.op == "relax.divide"), None)
+    add = g.sole_user(mean.var) if mean is not None else None
+    if div is None or add is None or add.op != "relax.add" or g.sole_user(add.var) is not div:
+        return None
+    axes = tuple(int(a) % 4 for a in mean.attrs.axis or ())
+    eps = _scalar(add.args[1] if same(add.args[0], mean.var) else add.args[0])
+    if axes != (1,) or not mean.attrs.keepdims or eps is None or not eps >= 0 or not same(div.args[0], node.var):
+        return None
+    shape5 = s.shape5
+    scope = rw.scope_for(shape5)
+    info = elementwise_info("grn_scale", [node, mean, add, div], [s.nchw], epsilon=eps)
+    out = rw.emit_kernel(kernel(grn.grn_scale, shape5, s.channels, eps, scope=scope), [rw.blocked(s, scope)], shape5, op_info=info)
+    mean.fused = add.fused = div.fused = True
+    rw.define(div.var, out, scope, s.nchw)
     return out

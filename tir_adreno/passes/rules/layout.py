@@ -1,8 +1,11 @@
 """Ops that move pixels or change the view of an activation: NCHW <-> NHWC permutes and the
 flatten of ``[N, C, 1, 1]`` (views, no kernel), channel shuffle and channel slices
-(ShuffleNet), and resize (ONNX ``Resize``/``Upsample``)."""
+(ShuffleNet), channel splits into groups of any sizes (ONNX ``Split``: MixNet), and resize
+(ONNX ``Resize``/``Upsample``)."""
 
 from __future__ import annotations
+
+from tvm import relax
 
 from primfuncs import resize, shuffle
 
@@ -100,6 +103,49 @@ def strided_slice(rw: Rewriter, node: Node):
     out = rw.emit_kernel(kernel(shuffle.slice_channels, in5, x.channels, b, e, scope=scope), [rw.blocked(x, scope)], out5, op_info=node_info(node, axis=1, begin=b, end=e))
     rw.define(node.var, out, scope, out_shape)
     return out
+
+
+def _split_parts(node: Node, x: Value) -> list[int] | None:
+    """The channel counts of a ``split`` of ``x`` along channels into NCHW parts, else None."""
+    if node.attrs.axis is None or int(node.attrs.axis) % 4 != 1:
+        return None
+    fields = getattr(node.var.ty, "fields", None) or []
+    shapes = [static_shape(relax.Var("part", ty)) for ty in fields]  # each part's type, read as a value's
+    n, _, h, w = x.nchw
+    if len(shapes) < 2 or any(s is None or len(s) != 4 or (s[0], *s[2:]) != (n, h, w) for s in shapes):
+        return None
+    sizes = [s[1] for s in shapes]
+    return sizes if sum(sizes) == x.channels and min(sizes) > 0 else None
+
+
+@rule("relax.split")
+def split(rw: Rewriter, node: Node):
+    """ONNX ``Split`` along channels, any group sizes: one ``split_channels`` launch per up to
+    ``MAX_PARTS`` parts, each part an activation of its own (the ``TupleGetItem`` users fused)."""
+    x = rw.activation(node.args[0])
+    sizes = _split_parts(node, x) if x is not None and x.layout == "NCHW" else None
+    users = rw.graph.users(node.var)
+    if sizes is None or not users or any(u.op != "tuple_get_item" for u in users):
+        return None
+    n, _, h, w = x.nchw
+    outs5 = [blocked_shape((n, c, h, w)) for c in sizes]
+    scope = rw.scope_for(x.shape5, *outs5)
+    src, parts, offset = rw.blocked(x, scope), [], 0
+    for first in range(0, len(sizes), shuffle.MAX_PARTS):
+        chunk = sizes[first : first + shuffle.MAX_PARTS]
+        begin, end = offset, offset + sum(chunk)
+        info = node_info(node, axis=1, sizes=chunk, begin=begin, end=end)
+        if len(chunk) == 1:  # the last part of a split into MAX_PARTS k + 1
+            func = kernel(shuffle.slice_channels, x.shape5, x.channels, begin, end, scope=scope)
+            parts.append(rw.emit_kernel(func, [src], outs5[first], op_info=info))
+        else:
+            func = kernel(shuffle.split_channels, x.shape5, x.channels, chunk, begin, scope=scope)
+            parts += rw.emit_kernel_outputs(func, [src], outs5[first : first + len(chunk)], op_info=info)
+        offset = end
+    for u in users:
+        u.fused = True
+        rw.define(u.var, parts[u.index], scope, (n, sizes[u.index], h, w))
+    return relax.Tuple(parts)
 
 
 @rule("relax.reshape")

@@ -1,0 +1,60 @@
+"""ConvNeXt-V2's global response norm (GRN) statistics on NCHW4c tensors.
+
+GRN is ``x + beta + gamma * x * Nx`` with ``Nx[n, c] = G[n, c] / (mean_c G[n, :] + eps)`` and
+``G[n, c] = ||x[n, c, :, :]||_2``. Exported models compute ``G`` as ``sqrt(sum_hw x * x)``; the
+square and the H, W sum run as the multiply and reduce kernels (float32 sums), the rest of GRN
+as per-channel kernels. :func:`grn_scale` is the step between them, from ``S = sum_hw x * x``
+(``[N, C, 1, 1]``) to ``Nx``: the mean over channels crosses every channel block, so one work
+item per output block walks all ``C/4`` blocks of ``S`` (a few hundred numbers) in float32
+registers. Padded lanes are left out of the mean and written as 0.
+"""
+
+from __future__ import annotations
+
+from tvm.script import tirx as T
+
+from ._common import (LANES, TEXTURE, check_channels, check_dtype, check_epsilon, check_positive, check_scope, load_pixel, pixel_grid,
+                      pixel_launch, store_pixel)
+
+
+def grn_scale(shape, channels: int, epsilon: float, dtype: str = "float32", scope: str = TEXTURE):
+    """``Y[n, c] = sqrt(S[n, c]) / (mean_c sqrt(S[n, :]) + epsilon)`` over the ``channels`` real
+    channels of NCHW4c ``shape`` ``(N, C/4, 1, 1, 4)`` (``S >= 0``: sums of squares), in float32."""
+    shape = tuple(int(d) for d in shape)
+    if len(shape) != 5 or shape[4] != LANES or shape[2:4] != (1, 1):
+        raise ValueError(f"shape must be NCHW4c of [N, C, 1, 1] (N, C4, 1, 1, 4), got {shape}")
+    n, c4, _, _, _ = shape
+    check_positive(N=n, C4=c4, channels=channels)
+    check_channels(c4, channels)
+    check_epsilon(epsilon)
+    check_dtype(dtype)
+    check_scope(scope)
+    g = pixel_grid(n * c4, 1, 1)
+    zero = T.FloatImm("float32", 0.0)
+
+    launch = pixel_launch()
+
+    @T.macro
+    def per_block(S, Y, vz):
+        px = T.sblock_alloc_buffer((4,), dtype, scope="local")
+        out = T.sblock_alloc_buffer((4,), "float32", scope="local")
+        mean = T.sblock_alloc_buffer((1,), "float32", scope="local")
+        mean[0] = zero
+        for cb in range(c4):
+            load_pixel(px, S, vz // c4, cb, 0, 0)
+            for lane in T.unroll(4):
+                mean[0] = mean[0] + T.Select(cb * 4 + lane < channels, T.sqrt(T.Cast("float32", px[lane])), zero)
+        mean[0] = mean[0] / T.FloatImm("float32", float(channels)) + T.FloatImm("float32", float(epsilon))
+        load_pixel(px, S, vz // c4, vz % c4, 0, 0)
+        for lane in T.unroll(4):
+            out[lane] = T.Select((vz % c4) * 4 + lane < channels, T.sqrt(T.Cast("float32", px[lane])) / mean[0], zero)
+        store_pixel(Y, vz // c4, vz % c4, 0, 0, out)
+
+    @T.prim_func(s_tir=True)
+    def func(s: T.handle, y: T.handle):
+        T.func_attr({"global_symbol": "grn_scale", "tirx.noalias": True})
+        S = T.match_buffer(s, (n, c4, 1, 1, 4), dtype, scope=scope)
+        Y = T.match_buffer(y, (n, c4, 1, 1, 4), dtype, scope=scope)
+        launch(g, 1, 1, "block", lambda vz, vh, vw: per_block(S, Y, vz))
+
+    return func

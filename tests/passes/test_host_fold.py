@@ -1,0 +1,58 @@
+"""Nothing a legal model holds crashes the executor (issue 21): an op on constants only is folded
+at compile time even when TVM cannot legalize it (``relax.cumsum``: EdgeNeXt's positional
+encoding over a constant mask), and an op that becomes no kernel is named in one line at compile
+time, before any kernel is built (exit 2 at the CLI)."""
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from helpers.cli import assert_user_error, cli
+from helpers.onnx_graphs import check_pattern, pattern_graph
+from tir_adreno import compile_model
+from tir_adreno.compiler import UnsupportedOpError, import_model
+from tir_adreno.passes.host_fold import fold_constants
+
+
+def _with_axis(model, axis: int):
+    model.graph.initializer.append(numpy_helper.from_array(np.array(axis, np.int64), "axis"))
+    return model
+
+
+def _constant_cumsum_graph():
+    """y = relu(x + cumsum(mask, axis=1)) with a constant per-channel mask: the cumsum folds, the
+    add becomes a per-channel shift (one affine_relu kernel)."""
+    mask = np.random.default_rng(3).uniform(0.5, 1.5, (1, 3, 1, 1))
+    nodes = [helper.make_node("CumSum", ["mask", "axis"], ["cs"]), helper.make_node("Add", ["x", "cs"], ["a"]),
+             helper.make_node("Relu", ["a"], ["y"])]
+    return _with_axis(pattern_graph(nodes, {"mask": mask}), 1)
+
+
+def test_cumsum_of_a_constant_folds_at_compile_time():
+    assert check_pattern(_constant_cumsum_graph()) == ["affine_relu"]
+
+
+def test_fold_constants_evaluates_what_fold_constant_cannot():
+    mod, _ = import_model(_constant_cumsum_graph())
+    ops = lambda m: [getattr(b.value.op, "name", "") for blk in m["main"].body.blocks for b in blk.bindings]  # noqa: E731
+    assert "relax.cumsum" in ops(mod)
+    assert "relax.cumsum" not in ops(fold_constants(mod))
+
+
+def _activation_cumsum_graph():
+    model = _with_axis(pattern_graph([helper.make_node("CumSum", ["x", "axis"], ["y"])], {}), 2)
+    model.graph.output[0].CopyFrom(helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 7, 7]))  # no importer warning
+    return model
+
+
+def test_an_op_without_a_kernel_is_named_at_compile_time():
+    built = []
+    with pytest.raises(UnsupportedOpError, match=r"no kernel for 'relax\.cumsum' \(1 call\(s\), the first on float32\[1, 3, 7, 7\]\)"):
+        compile_model(_activation_cumsum_graph(), progress=built.append)
+    assert not any("build" in m for m in built), built
+
+
+def test_cli_names_the_op_in_one_line(tmp_path):
+    path = tmp_path / "cumsum.onnx"
+    path.write_bytes(_activation_cumsum_graph().SerializeToString())
+    assert_user_error(cli("run", str(path)), "no kernel for 'relax.cumsum'")

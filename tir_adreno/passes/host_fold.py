@@ -1,0 +1,90 @@
+"""Constant folding on the host, for every op: what ``relax.transform.FoldConstant`` leaves.
+
+``FoldConstant`` folds only ops that ``LegalizeOps`` can legalize. TVM 0.27 has ops without a
+legalization (``relax.cumsum``, ``relax.sort``, ... are dispatched to target kernels by
+``relax.backend.DispatchSortScan``), so a call whose inputs are all constants (EdgeNeXt's
+positional encoding: ``cumsum`` over a constant mask) would reach the executor as an op it
+cannot run. Here each such call is evaluated once with the Relax VM on the CPU (LLVM) and
+replaced by its value; ``FoldConstant`` then folds what the value feeds. A call the VM cannot
+evaluate is left as it is (``compiler.unsupported_ops`` names it).
+"""
+
+from __future__ import annotations
+
+import tvm
+from tvm import relax
+
+#: Rounds of host evaluation + FoldConstant (each round folds one more layer of a constant
+#: chain whose ops FoldConstant cannot fold itself).
+MAX_ROUNDS = 16
+
+
+def _is_constant(arg) -> bool:
+    if isinstance(arg, relax.Tuple):
+        return all(_is_constant(f) for f in arg.fields)
+    # tensors (GenericConst), prim values, strings and dtypes are all tvm.ir.expr.Constant in TVM 0.27
+    return isinstance(arg, (tvm.ir.expr.Constant, relax.ShapeExpr))
+
+
+def _static_tensor(call) -> bool:
+    ty = call.ty
+    shape = getattr(ty, "shape", None)
+    return isinstance(ty, relax.TensorType) and isinstance(shape, relax.ShapeExpr) and all(
+        isinstance(d, tvm.tirx.IntImm) for d in shape.values)
+
+
+def is_constant_call(call) -> bool:
+    """A call of a Relax op (not ``call_tir`` and kin) on constants only, giving one static tensor."""
+    return (isinstance(call, relax.Call) and isinstance(call.op, tvm.ir.Op) and not call.op.name.startswith("relax.call_")
+            and len(call.args) > 0 and all(_is_constant(a) for a in call.args) and _static_tensor(call))
+
+
+def evaluate_on_host(call):
+    """The value of ``call`` (a NumPy array) computed by the Relax VM on the CPU, or None when TVM
+    cannot build it there."""
+    bb = relax.BlockBuilder()
+    with bb.function("main", []):
+        bb.emit_func_output(bb.emit(call))
+    target = tvm.target.Target("llvm")
+    try:
+        with target:
+            mod = relax.backend.DispatchSortScan()(bb.get())
+            mod = relax.transform.LegalizeOps()(mod)
+        executable = tvm.compile(mod, target=target)
+        value = relax.VirtualMachine(executable, tvm.cpu())["main"]()
+    except tvm.error.TVMError:
+        return None
+    return value.numpy()
+
+
+@relax.expr_functor.mutator
+class _HostFolder(relax.PyExprMutator):
+    """Replaces each constant call that ``FoldConstant`` left by its value."""
+
+    def __init__(self, mod):
+        super().__init__(mod)
+        self.folded = 0
+
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        if not is_constant_call(call):
+            return call
+        value = evaluate_on_host(call)
+        if value is None:
+            return call
+        self.folded += 1
+        return relax.const(value, str(call.ty.dtype))
+
+
+def fold_constants(mod: tvm.IRModule) -> tvm.IRModule:
+    """``FoldConstant``, with the calls it cannot fold evaluated on the host, until nothing changes."""
+    mod = relax.transform.FoldConstant()(mod)
+    for _ in range(MAX_ROUNDS):
+        folder = _HostFolder(mod)
+        main = folder.visit_expr(mod["main"])
+        if not folder.folded:
+            break
+        functions = {gv: (main if gv.name_hint == "main" else f) for gv, f in mod.functions.items()}
+        mod = tvm.IRModule(functions, attrs=mod.attrs)
+        mod = relax.transform.FoldConstant()(mod)
+    return mod
