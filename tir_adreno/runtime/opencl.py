@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyopencl as cl
 
-from tir_adreno.runtime import bounds, cache, link, programs
+from tir_adreno.runtime import bounds, cache, half_compat, link, programs
 from tir_adreno.runtime.bounds import BoundsError  # noqa: F401 (raised by LoadedModule; importable from here)
 from tir_adreno.runtime.bundle import FunctionPlan, KernelModule, TensorSpec
 from tir_adreno.runtime.startup import ProgramCounts
@@ -395,8 +395,8 @@ class Device:
 
     @property
     def fp16(self) -> bool:
-        """Whether the device runs TVM's float16 kernels (half math and half builtins): decided
-        by :func:`half_math`'s probe kernel, not by the extension string."""
+        """Whether the device runs TVM's float16 kernels (half math, natively or through the half
+        prelude): decided by :func:`half_mode`'s probe kernel, not by the extension string."""
         return half_math(self)
 
     def __repr__(self):
@@ -428,7 +428,21 @@ class Device:
     # -- programs -------------------------------------------------------------------------
     def _binary_key(self, source: str, options: str | None = None) -> str:
         options = self.build_options if options is None else options
-        return cache.key("program", source, *self._device_identity(), options)
+        return cache.key("program", source, *self._device_identity(), options, *self._prelude_key([source]))
+
+    def needs_prelude(self, sources) -> bool:
+        """Whether this device builds ``sources`` with the half prelude: a float16 kernel among
+        them where :func:`half_mode` says "prelude" (asked only then: no probe for float32)."""
+        return any(half_compat.uses_half(s) for s in sources) and half_mode(self) == "prelude"
+
+    def program_source(self, source: str) -> str:
+        """What this device builds for ``source`` (one kernel's or a model's linked source): the
+        half prelude before it where :meth:`needs_prelude` (``programs`` builds this)."""
+        return half_compat.with_prelude(source) if self.needs_prelude([source]) else source
+
+    def _prelude_key(self, sources) -> tuple:
+        """What a binary key adds for the prelude (nothing where none is used: float32 keys unchanged)."""
+        return (half_compat.PRELUDE,) if self.needs_prelude(sources) else ()
 
     def _device_identity(self) -> tuple:
         if self._identity is None:  # device queries are driver calls: ask once
@@ -444,10 +458,12 @@ class Device:
         self.program_counts.add(how, ms)
         return program
 
-    def _linked_key(self, source_id: str, options: str) -> str:
+    def _linked_key(self, source_id: str, options: str, sources=()) -> str:
         """The binary key of a model's linked program from ``source_id``, a digest that covers
-        its kernels' sources (see ``programs.start_model``), instead of the linked source."""
-        return cache.key("linked-program", link.VERSION, source_id, *self._device_identity(), options)
+        its kernels' sources (see ``programs.start_model``), instead of the linked source
+        (``sources``: those kernels' sources, for the half prelude's part of the key)."""
+        return cache.key("linked-program", link.VERSION, source_id, *self._device_identity(), options,
+                         *self._prelude_key(sources))
 
     def load(self, module: KernelModule, build_options: str | None = None, counts: ProgramCounts | None = None) -> LoadedModule:
         """Bind ``module``'s plan to its program built with ``build_options`` (default
@@ -495,26 +511,41 @@ __kernel void probe(__read_only image2d_array_t src, __write_only image2d_array_
 
 
 def half_math(device: Device) -> bool:
-    """Whether ``device`` builds and correctly runs :data:`HALF_PROBE` (cached per device and
-    driver). PoCL refuses half; NVIDIA runs half arithmetic but lacks the half builtins."""
-    if device not in _HALF_MATH:
+    """Whether ``device`` runs TVM's float16 kernels: natively or through the half prelude
+    (:func:`half_mode`)."""
+    return half_mode(device) is not None
+
+
+def half_mode(device: Device) -> str | None:
+    """How ``device`` runs TVM's float16 kernels: "native" (it builds and correctly runs
+    :data:`HALF_PROBE`), "prelude" (it does so with ``half_compat.PRELUDE`` before the source:
+    half arithmetic without the half builtins, NVIDIA) or None (PoCL: no half arithmetic).
+    Cached per device and driver (the key holds the probe and the prelude)."""
+    if device not in _HALF_MODE:
         d = device.cl_device
-        key = cache.key("half-probe", HALF_PROBE, d.platform.name, d.platform.version, d.name, d.driver_version)
+        key = cache.key("half-probe", HALF_PROBE, half_compat.PRELUDE, d.platform.name, d.platform.version, d.name,
+                        d.driver_version)
         path = cache.cache_dir() / "probes" / f"{key}.bin"
         known = cache.read(path, key)
         if known is None:
-            known = b"1" if _run_half_probe(device) else b"0"
+            known = _probe_half_mode(device).encode()
             cache.store(path, known, key)
-        _HALF_MATH[device] = known == b"1"
-    return _HALF_MATH[device]
+        _HALF_MODE[device] = None if known == b"none" else known.decode()
+    return _HALF_MODE[device]
 
 
-def _run_half_probe(device: Device) -> bool:
+def _probe_half_mode(device: Device) -> str:
     if not half_images(device):
-        return False
+        return "none"
+    if _run_half_probe(device, HALF_PROBE):
+        return "native"
+    return "prelude" if _run_half_probe(device, half_compat.with_prelude(HALF_PROBE)) else "none"
+
+
+def _run_half_probe(device: Device, source: str) -> bool:
     try:
         with _quiet_stderr():  # the compiler's own diagnostics of a refused probe are noise here
-            prg = cl.Program(device.context, HALF_PROBE).build()
+            prg = cl.Program(device.context, source).build()
     except cl.Error:
         return False
     n = 4
@@ -547,7 +578,7 @@ def _quiet_stderr():
         os.close(saved)
 
 
-_HALF_MATH: dict = {}
+_HALF_MODE: dict = {}
 _devices: dict[str, Device] = {}
 
 

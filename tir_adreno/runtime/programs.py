@@ -46,7 +46,8 @@ def _build(device, source: str, options: str, key: str):
             return "binary", cl.Program(prg)
         except cl.Error:
             pass  # stale or foreign binary: rebuild from source below
-    prg = cl._cl._Program(device.context, source if isinstance(source, str) else source())
+    text = source if isinstance(source, str) else source()
+    prg = cl._cl._Program(device.context, device.program_source(text))  # the half prelude where the device needs it
     try:
         prg.build(options.encode(), [device.cl_device])
     except cl.Error as err:
@@ -118,7 +119,7 @@ def start_model(device, modules: dict, options: str, counters, source_id: str | 
         source = link.link(distinct).source
         key = device._binary_key(source, options)
     else:
-        key, source = device._linked_key(source_id, options), lambda: link.link(distinct).source
+        key, source = device._linked_key(source_id, options, distinct), lambda: link.link(distinct).source
     made: dict[str, list] = {}  # kernel name -> kernel objects made ahead (LoadedModule takes them)
 
     def make_kernels(program) -> None:
