@@ -189,7 +189,7 @@ PROFILES: dict[str, DeviceProfile] = {
     ),
     "nvidia-h200": DeviceProfile(
         name="nvidia-h200", kind="gpu", vendor="NVIDIA Corporation", limits=DeviceLimits(32768, 32768, 2048),
-        max_work_group_size=1024, local_memory_bytes=48 * 1024, compute_units=132, half_images=True, half_math=False,
+        max_work_group_size=1024, local_memory_bytes=48 * 1024, compute_units=132, half_images=True, half_math=True,
         opencl_c_version="OpenCL C 3.0",
         # NVIDIA's driver puts a ~11-13 us event-time floor on any kernel that touches an image,
         # ~5-6 us on buffer kernels (benchmarks/results/conv_layers-nvidia-h200.json,
