@@ -26,6 +26,7 @@ SNIPPETS = {
     "vload4 private half*": "half a[4]; h4 = vload4(0, a);",
     "vload_half4": "f4 = vload_half4(0, p);",
     "read_imageh": "h4 = read_imageh(im, (int4)(0));",
+    "read_imageh sampler": "const sampler_t s = CLK_NORMALIZED_COORDS_FALSE | CLK_FILTER_NEAREST; h4 = read_imageh(im, s, (int4)(0));",
     "exp half": "h = exp(h);",
     "max half": "h = max(h, (half)0);",
     "fmax half": "h = fmax(h, (half)0);",
@@ -44,8 +45,8 @@ def builds(ctx, source: str) -> str:
         cl.Program(ctx, source).build()
         return "ok"
     except cl.Error as err:
-        lines = [x for x in str(err).splitlines() if "error" in x.lower()]
-        return (lines[1] if len(lines) > 1 else (lines[0] if lines else "failed")).strip()[:160]
+        lines = [x for x in str(err).splitlines() if "error:" in x]
+        return (lines[0] if lines else "failed").strip()[:200]
 
 
 def main():
@@ -56,6 +57,8 @@ def main():
         native = builds(device.context, kernel(statement))
         prelude = builds(device.context, half_compat.with_prelude(kernel(statement)))
         print(f"  {name:22s} native: {native:60s} prelude: {prelude}")
+    print(f"probe kernel: native {builds(device.context, runtime.HALF_PROBE)}; "
+          f"prelude {builds(device.context, half_compat.with_prelude(runtime.HALF_PROBE))}")
     print(f"half_mode: {runtime.half_mode(device)}")
 
 

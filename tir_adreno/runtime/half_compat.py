@@ -55,7 +55,11 @@ def _images() -> list[str]:
 
 
 def _conversions() -> list[str]:
-    lines = []
+    # as_half4 of a half4 (TVM wraps every image read and write in it) is not declared without
+    # cl_khr_fp16; other 8-byte types reinterpret through a union.
+    lines = ["TAD_OL half4 tad_as_half4(half4 x) { return x; }"]
+    for other in ("short4", "ushort4", "float2", "int2", "uint2", "long", "ulong"):
+        lines.append(f"TAD_OL half4 tad_as_half4({other} x) {{ union {{ {other} a; half4 b; }} u; u.a = x; return u.b; }}")
     for to in _FLOATS:
         for frm in _FLOATS + INTEGER_TYPES:
             lines.append(f"TAD_OL {to} tad_convert_{to}({frm} x) {{ return ({to})x; }}")
@@ -106,7 +110,7 @@ def _math() -> list[str]:
 
 
 #: Every builtin name the prelude renames to its ``tad_`` helpers.
-RENAMED = (("read_imageh", "write_imageh", "convert_half", "convert_float", "convert_half4", "convert_float4",
+RENAMED = (("read_imageh", "write_imageh", "as_half4", "convert_half", "convert_float", "convert_half4", "convert_float4",
             "vload4", "vstore4") + UNARY + BINARY + ("max", "min"))
 
 

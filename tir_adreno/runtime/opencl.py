@@ -496,16 +496,18 @@ def half_images(device: Device) -> bool:
 
 
 #: Runs what TVM's float16 kernels use: the pragma, half4 arithmetic, ``read_imageh`` /
-#: ``write_imageh`` on a half image array and ``vload4`` / ``vstore4`` of half.
+#: ``write_imageh`` on a half image array through a named sampler, ``as_half4`` and
+#: ``vload4`` / ``vstore4`` of half.
 HALF_PROBE = """
 #pragma OPENCL EXTENSION cl_khr_fp16 : enable
 __kernel void probe(__read_only image2d_array_t src, __write_only image2d_array_t dst, __global half* buf) {
+  const sampler_t smp = CLK_NORMALIZED_COORDS_FALSE | CLK_ADDRESS_CLAMP | CLK_FILTER_NEAREST;
   int4 p = (int4)(get_global_id(0), 0, 0, 0);
-  half4 v = read_imageh(src, CLK_NORMALIZED_COORDS_FALSE | CLK_ADDRESS_CLAMP | CLK_FILTER_NEAREST, p);
+  half4 v = as_half4(read_imageh(src, smp, p));
   half4 b = vload4(get_global_id(0), buf);
   half4 r = v * b + (half4)((half)0.5f);
   vstore4(r, get_global_id(0), buf);
-  write_imageh(dst, p, r);
+  write_imageh(dst, p, as_half4(r));
 }
 """
 
