@@ -25,28 +25,28 @@ from ._common import (
 )
 
 
-def nchw_to_nchw4c(shape, dtype: str = "float32", scope: str = TEXTURE):
+def nchw_to_nchw4c(shape, dtype: str = "float32", scope: str = TEXTURE, plain_dtype: str | None = None):
     """``[N, C, H, W]`` buffer -> ``[N, ceil(C/4), H, W, 4]``, padded channels zero."""
     n, c, h, w = _dims(shape, "NCHW")
-    return _pack_activation(n, c, h, w, dtype, scope, "nchw_to_nchw4c", channels_last=False)
+    return _pack_activation(n, c, h, w, dtype, scope, "nchw_to_nchw4c", channels_last=False, plain_dtype=plain_dtype)
 
 
-def nhwc_to_nchw4c(shape, dtype: str = "float32", scope: str = TEXTURE):
+def nhwc_to_nchw4c(shape, dtype: str = "float32", scope: str = TEXTURE, plain_dtype: str | None = None):
     """``[N, H, W, C]`` buffer -> ``[N, ceil(C/4), H, W, 4]``, padded channels zero."""
     n, h, w, c = _dims(shape, "NHWC")
-    return _pack_activation(n, c, h, w, dtype, scope, "nhwc_to_nchw4c", channels_last=True)
+    return _pack_activation(n, c, h, w, dtype, scope, "nhwc_to_nchw4c", channels_last=True, plain_dtype=plain_dtype)
 
 
-def nchw4c_to_nchw(shape, dtype: str = "float32", scope: str = TEXTURE):
+def nchw4c_to_nchw(shape, dtype: str = "float32", scope: str = TEXTURE, plain_dtype: str | None = None):
     """``[N, ceil(C/4), H, W, 4]`` -> ``[N, C, H, W]`` buffer; ``shape`` is the NCHW shape."""
     n, c, h, w = _dims(shape, "NCHW")
-    return _unpack_activation(n, c, h, w, dtype, scope, "nchw4c_to_nchw", channels_last=False)
+    return _unpack_activation(n, c, h, w, dtype, scope, "nchw4c_to_nchw", channels_last=False, plain_dtype=plain_dtype)
 
 
-def nchw4c_to_nhwc(shape, dtype: str = "float32", scope: str = TEXTURE):
+def nchw4c_to_nhwc(shape, dtype: str = "float32", scope: str = TEXTURE, plain_dtype: str | None = None):
     """``[N, ceil(C/4), H, W, 4]`` -> ``[N, H, W, C]`` buffer; ``shape`` is the NHWC shape."""
     n, h, w, c = _dims(shape, "NHWC")
-    return _unpack_activation(n, c, h, w, dtype, scope, "nchw4c_to_nhwc", channels_last=True)
+    return _unpack_activation(n, c, h, w, dtype, scope, "nchw4c_to_nhwc", channels_last=True, plain_dtype=plain_dtype)
 
 
 def _dims(shape, layout):
@@ -57,8 +57,15 @@ def _dims(shape, layout):
     return shape
 
 
-def _pack_activation(n, c, h, w, dtype, scope, name, channels_last):
+def _cast(to: str, frm: str, value):
+    """``value`` (of dtype ``frm``) in ``to``: the plain side of a layout transform may differ from
+    the blocked side (precision "float16": float32 plain tensors of upstream ops, half blocked ones)."""
+    return value if to == frm else T.Cast(to, value)
+
+
+def _pack_activation(n, c, h, w, dtype, scope, name, channels_last, plain_dtype=None):
     check_dtype(dtype)
+    plain_dtype = check_dtype(plain_dtype or dtype)
     check_scope(scope)
     c4 = blocked(c)
     src_shape = (n, h, w, c) if channels_last else (n, c, h, w)
@@ -73,13 +80,13 @@ def _pack_activation(n, c, h, w, dtype, scope, name, channels_last):
             if channels_last:
                 x[lane] = T.if_then_else(
                     (vz % c4) * 4 + lane < c,
-                    A[vz // c4, vh, vw, T.min((vz % c4) * 4 + lane, c - 1)],
+                    _cast(dtype, plain_dtype, A[vz // c4, vh, vw, T.min((vz % c4) * 4 + lane, c - 1)]),
                     T.Cast(dtype, 0),
                 )
             else:
                 x[lane] = T.if_then_else(
                     (vz % c4) * 4 + lane < c,
-                    A[vz // c4, T.min((vz % c4) * 4 + lane, c - 1), vh, vw],
+                    _cast(dtype, plain_dtype, A[vz // c4, T.min((vz % c4) * 4 + lane, c - 1), vh, vw]),
                     T.Cast(dtype, 0),
                 )
         store_pixel(B, vz // c4, vz % c4, vh, vw, x)
@@ -87,15 +94,16 @@ def _pack_activation(n, c, h, w, dtype, scope, name, channels_last):
     @T.prim_func(s_tir=True)
     def func(a: T.handle, b: T.handle):
         T.func_attr({"global_symbol": name, "tirx.noalias": True})
-        A = T.match_buffer(a, src_shape, dtype, scope=BUFFER)
+        A = T.match_buffer(a, src_shape, plain_dtype, scope=BUFFER)
         B = T.match_buffer(b, (n, c4, h, w, 4), dtype, scope=scope)
         launch(g, h, w, "pack", lambda vz, vh, vw: per_pixel(A, B, vz, vh, vw))
 
     return func
 
 
-def _unpack_activation(n, c, h, w, dtype, scope, name, channels_last):
+def _unpack_activation(n, c, h, w, dtype, scope, name, channels_last, plain_dtype=None):
     check_dtype(dtype)
+    plain_dtype = check_dtype(plain_dtype or dtype)
     check_scope(scope)
     c4 = blocked(c)
     dst_shape = (n, h, w, c) if channels_last else (n, c, h, w)
@@ -110,15 +118,15 @@ def _unpack_activation(n, c, h, w, dtype, scope, name, channels_last):
         for lane in T.unroll(4):
             if (vz % c4) * 4 + lane < c:
                 if channels_last:
-                    B[vz // c4, vh, vw, (vz % c4) * 4 + lane] = x[lane]
+                    B[vz // c4, vh, vw, (vz % c4) * 4 + lane] = _cast(plain_dtype, dtype, x[lane])
                 else:
-                    B[vz // c4, (vz % c4) * 4 + lane, vh, vw] = x[lane]
+                    B[vz // c4, (vz % c4) * 4 + lane, vh, vw] = _cast(plain_dtype, dtype, x[lane])
 
     @T.prim_func(s_tir=True)
     def func(a: T.handle, b: T.handle):
         T.func_attr({"global_symbol": name, "tirx.noalias": True})
         A = T.match_buffer(a, (n, c4, h, w, 4), dtype, scope=scope)
-        B = T.match_buffer(b, dst_shape, dtype, scope=BUFFER)
+        B = T.match_buffer(b, dst_shape, plain_dtype, scope=BUFFER)
         launch(g, h, w, "unpack", lambda vz, vh, vw: per_pixel(A, B, vz, vh, vw))
 
     return func

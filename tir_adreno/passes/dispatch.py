@@ -41,7 +41,6 @@ import tvm
 
 from tir_adreno.passes.rewriter import Rewriter
 from tir_adreno.passes.rules import RULES, by_op
-from tir_adreno.strategy.precision import PrecisionError, kernel_dtype
 from tir_adreno.strategy.profile import DeviceProfile, resolve
 
 
@@ -49,12 +48,9 @@ def dispatch_to_textures(mod: tvm.IRModule, profile: DeviceProfile, allow_buffer
                          precision: str = "float32", lazy: bool = False) -> tvm.IRModule:
     """Rewrite ``mod["main"]`` onto our kernels for ``profile`` (see the module docstring);
     ``records`` (``tir_adreno.strategy.records.Records``) gives tuned conv choices for ``precision``
-    ("float32" or "float16_acc32", whose kernels are the float32 ones). ``lazy``: kernels the
+    ("float32", "float16_acc32": float32 kernels on half textures, or "float16": half kernels). ``lazy``: kernels the
     index knows are body-less stubs (``passes.kernel_index``) that only ``compiler.plan_module``
     resolves; the default gives real PrimFuncs (``tvm.compile``, ``dump``)."""
-    if kernel_dtype(precision) != "float32":
-        raise PrecisionError(f"whole models compile in 'float32' or 'float16_acc32', not {precision!r}: "
-                                      "'float16' kernels run through tir_adreno.ops")
     return Rewriter(mod, profile, by_op(RULES), allow_buffer, records, precision, lazy).run()
 
 

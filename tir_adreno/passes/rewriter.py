@@ -4,7 +4,7 @@ activation lives (placement: ``tir_adreno.strategy.placement``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import tvm
 from tvm import relax
@@ -20,6 +20,7 @@ from tir_adreno.passes.kernel_index import KernelCall, kernel
 from tir_adreno.passes.op_info import layout_info
 from tir_adreno.strategy import conv as strategy
 from tir_adreno.strategy.placement import activation_scope
+from tir_adreno.strategy.precision import kernel_dtype
 from tir_adreno.strategy.profile import DeviceProfile
 
 #: Ops whose kernels read an activation in either scope (mixed-scope convs; a classifier's
@@ -60,8 +61,11 @@ class Rewriter:
         self.profile = profile
         self.rules = rules
         # float32 or float16_acc32: the kernels are float32 either way (half storage is the
-        # executor's allocation); precision keys the records and bounds the conv algorithms.
+        # executor's allocation); "float16": every kernel of ours in half (blocked tensors,
+        # weights and biases half; the layout transforms at a boundary with an upstream op
+        # convert). precision also keys the records and bounds the conv algorithms.
         self.precision = precision
+        self.dtype = kernel_dtype(precision)
         self.records = records  # tir_adreno.strategy.records.Records: tuned conv choices, or None
         self.allow_buffer = allow_buffer
         others = {gv: f for gv, f in mod.functions.items() if gv.name_hint != "main"}
@@ -73,25 +77,38 @@ class Rewriter:
         self.graph: Graph | None = None
 
     # -- emission ------------------------------------------------------------------------
-    def emit_kernel(self, func, args, out_shape, dtype="float32", hint="k", op_info: dict | None = None) -> relax.Var:
+    def emit_kernel(self, func, args, out_shape, dtype=None, hint="k", op_info: dict | None = None) -> relax.Var:
         """``call_tir`` of ``func`` (a PrimFunc or a ``kernel_index.KernelCall``), each kernel added
-        once. With :attr:`lazy`, a call becomes a stub (``kernel_index``): no TVMScript parsed
-        when the kernel is indexed already."""
-        out = relax.TensorType(list(out_shape), dtype)
+        once; its output in ``dtype`` (default: the kernels' dtype, :attr:`dtype`). A factory call
+        that names no dtype gets :attr:`dtype` (conv plans name theirs). With :attr:`lazy`, a
+        call becomes a stub (``kernel_index``): no TVMScript parsed when the kernel is indexed already."""
+        out = relax.TensorType(list(out_shape), dtype or self.dtype)
         return self.bb.emit(relax.call_tir(self._kernel_gv(func, hint, op_info), args, out))
 
-    def emit_kernel_outputs(self, func, args, out_shapes, dtype="float32", hint="k", op_info: dict | None = None) -> list:
+    def emit_kernel_outputs(self, func, args, out_shapes, dtype=None, hint="k", op_info: dict | None = None) -> list:
         """:meth:`emit_kernel` of a kernel with several outputs (``out_shapes``): one launch, each
         output a value of its own."""
-        outs = [relax.TensorType(list(s), dtype) for s in out_shapes]
+        outs = [relax.TensorType(list(s), dtype or self.dtype) for s in out_shapes]
         call = self.bb.emit(relax.call_tir(self._kernel_gv(func, hint, op_info), args, outs))
         return [self.bb.emit(relax.TupleGetItem(call, i)) for i in range(len(outs))]
 
     def _kernel_gv(self, func, hint: str, op_info: dict | None) -> relax.GlobalVar:
+        func = self.in_dtype(func)
         gv = self._stub(func, hint, op_info) if isinstance(func, KernelCall) and self.lazy else None
         if gv is None:
             gv = self._func(func.primfunc() if isinstance(func, KernelCall) else func, hint, op_info)
         return gv
+
+    def in_dtype(self, func):
+        """``func`` built for :attr:`dtype` when it is a factory call that names no dtype (float32
+        calls stay as written: the same kernel keys as before precisions)."""
+        if not isinstance(func, KernelCall) or self.dtype == "float32" or "dtype" in dict(func.kwargs):
+            return func
+        return replace(func, kwargs=tuple(sorted({**dict(func.kwargs), "dtype": self.dtype}.items())))
+
+    def plain_dtype(self) -> dict:
+        """Layout transform arguments for the plain (upstream, float32) side of a blocked tensor."""
+        return {} if self.dtype == "float32" else {"plain_dtype": "float32"}
 
     def _func(self, func, hint: str, op_info: dict | None) -> relax.GlobalVar:
         key = func.script()
@@ -212,7 +229,8 @@ class Rewriter:
             factory = layout.nhwc_to_nchw4c if v.layout == "NHWC" else layout.nchw_to_nchw4c
             plain_shape = (n, h, w, c) if v.layout == "NHWC" else (n, c, h, w)
             plain = self.bb.emit(relax.op.reshape(v.plain, plain_shape)) if v.layout == "NC" else v.plain
-            out = self.emit_kernel(kernel(factory, plain_shape, scope=scope), [plain], shape5, op_info=layout_info(factory.__name__, v.nchw))
+            out = self.emit_kernel(kernel(factory, plain_shape, scope=scope, **self.plain_dtype()), [plain], shape5,
+                                   op_info=layout_info(factory.__name__, v.nchw))
         v.blocked[scope] = out
         return out
 
@@ -221,12 +239,11 @@ class Rewriter:
         if v.plain is None:
             (scope, src), = list(v.blocked.items())[:1]
             n, c, h, w = v.nchw
-            if v.layout == "NHWC":
-                v.plain = self.emit_kernel(kernel(layout.nchw4c_to_nhwc, (n, h, w, c), scope=scope), [src], (n, h, w, c), op_info=layout_info("nchw4c_to_nhwc", v.nchw))
-            else:
-                v.plain = self.emit_kernel(kernel(layout.nchw4c_to_nchw, (n, c, h, w), scope=scope), [src], (n, c, h, w), op_info=layout_info("nchw4c_to_nchw", v.nchw))
-                if v.layout == "NC":
-                    v.plain = self.bb.emit(relax.op.reshape(v.plain, (n, c)))
+            factory, shape = (layout.nchw4c_to_nhwc, (n, h, w, c)) if v.layout == "NHWC" else (layout.nchw4c_to_nchw, (n, c, h, w))
+            func = kernel(factory, shape, scope=scope, **self.plain_dtype())
+            v.plain = self.emit_kernel(func, [src], shape, dtype="float32", op_info=layout_info(factory.__name__, v.nchw))
+            if v.layout == "NC":
+                v.plain = self.bb.emit(relax.op.reshape(v.plain, (n, c)))
         return v.plain
 
     # -- driver ---------------------------------------------------------------------------

@@ -45,9 +45,9 @@ class Tail:
         return Epilogue(bias=self.has_bias, activation=self.activation, residual=self.residual is not None,
                         **clip_fields(self.clip_bounds))
 
-    def constants(self, pack_weights) -> list:
-        """The kernel arguments of the weights and the bias (when it has one)."""
-        bias = [relax.const(pack_bias(self.bias.astype(np.float32)))] if self.has_bias else []
+    def constants(self, pack_weights, dtype: str = "float32") -> list:
+        """The kernel arguments of the weights and the bias (when it has one) in ``dtype``."""
+        bias = [relax.const(pack_bias(self.bias.astype(dtype)))] if self.has_bias else []
         return [relax.const(pack_weights(self.w)), *bias]
 
     def fold(self, scale, shift):
@@ -165,7 +165,7 @@ def _emit_plan(rw: Rewriter, node: Node, plan, x, tail: Tail):
         args = [rw.emit_kernel(func, args, plan.tensor(name).shape, op_info=conv_info(node, plan, name))]
         if name == "V":
             args.append(relax.const(plan.pack_weights(tail.w)))
-    args += tail.constants(plan.pack_weights)[len(stages) > 1:]  # Winograd's U went in with V
+    args += tail.constants(plan.pack_weights, plan.dtype)[len(stages) > 1:]  # Winograd's U went in with V
     if tail.residual is not None:
         args.append(rw.blocked(tail.residual, plan.tensor("Residual").scope))
     return rw.emit_kernel(stages[-1], args, plan.tensor("Y").shape, hint="conv2d", op_info=conv_info(node, plan, "Y"))
@@ -193,7 +193,7 @@ def _fuse_pointwise(rw: Rewriter, x: Value, dw: ConvGeometry, dw_tail: Tail, dw_
     plan = replace(plan, in_scope=rw.input_scope(x, plan.scope), out_scope=out_scope, residual_scope=residual_scope)
     factory, kwargs = plan.stage(dw_epilogue, epilogue)
     func = KernelCall.of(factory, **kwargs).with_attr(CONFIG_ATTR, plan.config_string).with_attr(SOURCE_ATTR, plan.source)
-    args = [rw.blocked(x, plan.in_scope), *dw_tail.constants(plan.pack_weights), *tail.constants(plan.pack_weights)]
+    args = [rw.blocked(x, plan.in_scope), *dw_tail.constants(plan.pack_weights, rw.dtype), *tail.constants(plan.pack_weights, rw.dtype)]
     if tail.residual is not None:
         args.append(rw.blocked(tail.residual, residual_scope))
     info = fused_info(pw_node, plan, dw_epilogue, epilogue)

@@ -62,7 +62,7 @@ def _emit_affine(rw: Rewriter, x: Value, var, scale, shift, nodes):
     shape5 = x.shape5
     scope = rw.scope_for(shape5)
     func = kernel(kernels.affine, shape5, activation, scope=scope, **clip_fields(bounds))
-    params = [relax.const(pack_bias(v.astype(np.float32))) for v in (scale, shift)]
+    params = [relax.const(pack_bias(v.astype(rw.dtype))) for v in (scale, shift)]
     out = rw.emit_kernel(func, [rw.blocked(x, scope), *params], shape5, op_info=elementwise_info("affine", nodes, [x.nchw], activation=activation, bounds=bounds))
     for m in nodes:
         m.fused = True

@@ -35,7 +35,7 @@ def layer_norm(rw: Rewriter, node: Node):
     shape5 = x.shape5
     scope = rw.scope_for(shape5)
     func = kernel(layernorm.layer_norm_channels, shape5, c, float(node.attrs.epsilon), scope=scope)
-    params = [relax.const(pack_bias(v.reshape(c).astype(np.float32))) for v in (g, b)]
+    params = [relax.const(pack_bias(v.reshape(c).astype(rw.dtype))) for v in (g, b)]
     out = rw.emit_kernel(func, [rw.blocked(x, scope), *params], shape5, op_info=node_info(node, epsilon=float(node.attrs.epsilon)))
     rw.define(node.var, out, scope, x.nchw, x.layout)
     return out
