@@ -339,6 +339,8 @@ def compile_plan(model, profile: DeviceProfile, records=None, allow_buffer: bool
     ``placement`` is not a placement."""
     profile = with_placement(profile, placement)
     check_precision(precision, profile)
+    if runs_on is not None:  # the device it will run on, too (a profile may promise half math it lacks)
+        check_precision(precision, DeviceProfile.from_device(runs_on))
     progress("import")
     mod, names = import_model(model, input_shapes)
     check_device_support(mod, profile, runs_on)
@@ -365,10 +367,12 @@ def compile_model(
     measured. ``input_shapes`` ({input name: shape}) gives the shapes of ONNX inputs with
     symbolic dims (e.g. ``{"input": (4, 3, 224, 224)}`` for a named batch). ``ours=False`` compiles the same model with upstream TVM only (LegalizeOps +
     dlight GPU schedules, buffers), the baseline of the benchmarks.
-    ``precision``: "float32" or "float16_acc32" (every tensor of our kernels, weights included,
+    ``precision``: "float32", "float16_acc32" (every tensor of our kernels, weights included,
     in half: RGBA half images, half buffers read with ``vload_half``; float32 arithmetic; the
-    model's inputs and outputs and upstream kernels' tensors stay float32):
-    ``strategy.precision.PRECISIONS``.
+    model's inputs and outputs and upstream kernels' tensors stay float32) or "float16" (every
+    kernel of ours in half storage and half arithmetic, float32 accumulation in reductions,
+    average pooling and softmax; upstream ops stay float32 behind converting layout
+    transforms): ``strategy.precision.PRECISIONS``.
     ``placement``: "texture" or "buffer", the default scope of activations (default: the
     profile's ``activation_placement``; records still place each tuned conv).
     ``fuse=False`` keeps every depthwise conv apart from the 1x1 conv after it (where the profile

@@ -16,8 +16,8 @@ from tir_adreno.strategy.profile import PLACEMENTS  # numpy only: the CLI still 
 BUILTIN_MODELS = ("resnet18", "resnet50", "mobilenet_v2")
 DEVICE_HELP = "substring of the OpenCL platform or device name"
 
-#: ``--precision`` choices ("float16", half math: refused with exit 2 where the probe fails;
-#: whole models compile in "float32" or "float16_acc32").
+#: ``--precision`` choices ("float16", half math: refused with exit 2 where the probe fails,
+#: natively or with the half prelude: docs/precision.md).
 MODEL_PRECISIONS = ("float32", "float16_acc32", "float16")
 PRECISION_HELP = "float32, float16_acc32 (half storage, float math) or float16 (half math, where the device runs it)"
 

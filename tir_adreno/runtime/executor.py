@@ -116,7 +116,8 @@ class Plan:
     calls: list[Call]
     inputs: list[tuple[str, int]]
     outputs: list[int]
-    #: "float32" or "float16_acc32" (``strategy.PRECISIONS``): what the tensors' storage says.
+    #: "float32", "float16_acc32" or "float16" (``strategy.PRECISIONS``): the kernels' dtype and
+    #: the tensors' storage say what it means.
     precision: str = "float32"
 
     def to_dict(self):
@@ -504,6 +505,9 @@ def load_model(directory, device=None, pool: bool = True, random_weights: int | 
         kernels = {k: KernelModule.from_dict(v) for k, v in doc["kernels"].items()}
     with report.phase("device_ms"):
         device = runtime.get_device(device)
+    if doc["plan"].get("precision") == "float16" and not runtime.half_math(device):
+        raise TargetMismatchError(f"{directory}: compiled in precision 'float16' (half math), which {device.name} does not "
+                                  "run (probe kernel); compile it in 'float16_acc32' (half storage, float math)")
     # built while the weights are read; model.json's checksum stands for the sources in the key
     programs = device.load_all(kernels, counts=report.programs, source_id=saved[1].hex())
     weights_file = _checked(directory / "weights.npz", report)
