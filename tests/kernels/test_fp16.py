@@ -17,8 +17,10 @@ MEASURED (worst 7.6 over 72 seeded shapes with C <= 4, falling below 1 at C = 16
 needs ~70 and is excluded. Under "float16" (half math), u16 replaces u32 in the last term.
 """
 
+import functools
 import io
 import json
+import re
 from contextlib import contextmanager
 from dataclasses import replace
 from unittest import mock
@@ -34,7 +36,7 @@ from primfuncs._common import BUFFER, TEXTURE
 from primfuncs.epilogue import Epilogue
 from tir_adreno import cli, compile_model, load_model, ops
 from tir_adreno.codegen import build
-from tir_adreno.runtime import cache, opencl as runtime
+from tir_adreno.runtime import cache, half_compat, opencl as runtime
 from tir_adreno.frontend import models
 from tir_adreno.frontend.models import _Builder
 from tir_adreno.strategy import conv as strategy
@@ -379,34 +381,87 @@ def test_winograd_f4_breaks_the_fp16_bound_and_is_never_picked(device, monkeypat
 # -- float16 kernels: built to OpenCL C for every family (nothing compiled here) ------------------
 
 
-def test_float16_kernels_build_to_half_source():
+@functools.cache
+def float16_sources() -> dict[str, str]:
+    """The OpenCL C of every family's float16 kernels (textures and buffers), built once."""
     s5, f16 = (1, 2, 6, 6, 4), "float16"
     geom = conv.conv2d_geometry((1, 8, 6, 6), (8, 8, 3, 3), padding=1)
+    tiled = conv.conv2d_geometry((1, 64, 28, 28), (256, 64, 1, 1))
     funcs = {
         "elementwise": elementwise.binary(s5, "add", f16, TEXTURE),
         "bias_add": elementwise.bias_add(s5, f16, TEXTURE),
+        "gelu": elementwise.activation(s5, "gelu", f16, BUFFER),
         "layout": layout.nchw_to_nchw4c((1, 8, 6, 6), f16, TEXTURE),
+        "layout boundary": layout.nchw4c_to_nchw((1, 8, 6, 6), f16, BUFFER, plain_dtype="float32"),
         "pool2d": pool2d.avg_pool2d(s5, pool_size=(3, 3), dtype=f16, scope=TEXTURE),
         "reduce": reduce.reduce(s5, 8, "sum", (2, 3), True, dtype=f16, scope=TEXTURE),
         "softmax": reduce.softmax(s5, 8, f16, TEXTURE),
         "concat": concat.concat_channels(1, (4, 4), 6, 6, dtype=f16, scope=TEXTURE),
         "conv2d": strategy.conv2d_plan(geom, Epilogue(bias=True), f16, get_profile("adreno")).primfuncs()[0],
+        "conv2d tiled": strategy.conv2d_plan(tiled, Epilogue(), f16, get_profile("nvidia-h200")).primfuncs()[0],
         "depthwise": conv.depthwise_conv2d_nchw4c((1, 8, 6, 6), (8, 1, 3, 3), padding=1, dtype=f16),
     }
     winograd = strategy.conv2d_plan(geom, Epilogue(), f16, get_profile("adreno"), choice=strategy.ConvChoice("winograd_2x2"))
     for i, func in enumerate(winograd.primfuncs()):
         funcs[f"winograd stage {i}"] = func
-    # Reductions, average pooling and softmax accumulate in float32 (README "Half precision").
     funcs["reduce group"] = reduce.reduce(s5, 8, "mean", (1, 2, 3), False, dtype=f16, scope=TEXTURE, strategy="group")
     funcs["max"] = reduce.reduce(s5, 8, "max", (1,), True, dtype=f16, scope=TEXTURE)
+    return {name: build.build(func).source for name, func in funcs.items()}
+
+
+def test_float16_kernels_build_to_half_source():
+    sources = float16_sources()
+    assert "conv2d_tiled" in sources["conv2d tiled"]  # the tiled kernel's half source is covered too
+    # Reductions, average pooling and softmax accumulate in float32 (README "Half precision").
     float_acc = {"pool2d": "acc", "reduce": "acc", "reduce group": "partial", "max": "acc", "softmax": "s"}
-    for name, func in funcs.items():
-        source = build.build(func).source
-        assert "half" in source and ("read_imageh" in source or "write_imageh" in source), name
+    for name, source in sources.items():
+        assert "half" in source and half_compat.uses_half(source), name
         if name in float_acc:
             assert f"float {float_acc[name]}_ptr[" in source and "convert_float(x_ptr[0])" in source, name
             assert f"half {float_acc[name]}_ptr[" not in source, name
             assert "convert_half" in source, name  # the float result is converted back when stored
+    assert "__global float* restrict B_ptr" in sources["layout boundary"]  # half in, float32 out
+
+
+#: Builtins NVIDIA's OpenCL builds with half operands (probed on the H200: benchmarks/device/half_builtins.py):
+#: the prelude leaves them alone. Every other builtin a float16 kernel calls must be one the prelude renames.
+NATIVE_WITH_HALF = {"convert_int", "get_group_id", "get_local_id", "barrier", "read_imagef", "write_imagef",
+                    "READ_IMAGEH", "READ_IMAGEF", "defined", "if", "for", "while", "vload_half4", "vstore_half4"}
+
+
+def test_half_prelude_covers_every_builtin_the_float16_kernels_call():
+    """The prelude is put before each float16 source unchanged, defines cl_khr_fp16 (TVM's guard
+    #errors without it), and has a tad_ helper for every builtin the sources call that NVIDIA
+    lacks for half; a builtin it does not know fails this test before it fails a device."""
+    renamed = set(half_compat.RENAMED)
+    prelude = half_compat.PRELUDE
+    last_helper = max(prelude.rfind(f"tad_{name}(") for name in renamed)
+    for name in renamed:
+        assert f"tad_{name}(" in prelude and f"#define {name} tad_{name}" in prelude, name
+        assert prelude.index(f"#define {name} ") > last_helper  # helpers reach the real builtins
+    assert prelude.index("#define cl_khr_fp16 1") < prelude.index("#pragma OPENCL EXTENSION cl_khr_fp16 : enable")
+    for name, source in float16_sources().items():
+        out = half_compat.with_prelude(source)
+        assert out == prelude + source, name
+        calls = set(re.findall(r"\b([A-Za-z_][A-Za-z0-9_]*)\s*\(", source))
+        unknown = {c for c in calls if not c.endswith("_kernel")} - renamed - NATIVE_WITH_HALF
+        assert not unknown, f"{name}: builtins the half prelude does not cover: {sorted(unknown)}"
+    used = set().union(*(re.findall(r"\b([a-z_0-9]+)\s*\(", s) for s in float16_sources().values()))
+    assert {"read_imageh", "write_imageh", "as_half4", "vload4", "vstore4", "convert_half4", "exp"} <= used & renamed
+    float32 = build.build(elementwise.binary((1, 2, 6, 6, 4), "add", "float32", TEXTURE)).source
+    assert not half_compat.uses_half(float32) and half_compat.with_prelude(float32) == float32
+
+
+def test_half_mode_probe_and_program_source(device, monkeypatch):
+    """PoCL runs no half at all (half_mode None, the source is built as it is); a device whose probe
+    says "prelude" builds the float16 source with the prelude before it, under another binary key."""
+    assert runtime.half_mode(device) is None and not device.fp16
+    source = float16_sources()["elementwise"]
+    assert device.program_source(source) == source
+    monkeypatch.setitem(runtime._HALF_MODE, device, "prelude")
+    assert device.program_source(source) == half_compat.PRELUDE + source
+    assert device.program_source("__kernel void k() {}") == "__kernel void k() {}"  # float32: untouched
+    assert device._binary_key(device.program_source(source)) != device._binary_key(source)
 
 
 # -- whole models in float16_acc32 -----------------------------------------------------------------
@@ -509,3 +564,25 @@ def test_cli_precision(run_cli, tiny_onnx, tmp_path):
     assert run_cli("run", str(tmp_path / "m")).returncode == 0
     res = run_cli("run", str(tmp_path / "m"), "--precision", ACC32)
     assert res.returncode == 2 and "--precision needs a model file" in res.stderr
+
+
+def test_cli_compile_float16_needs_no_device_and_saves_half_weights(run_cli, tiny_onnx, tmp_path):
+    """precision "float16" compiles for a profile with half math (adreno) on any machine: every
+    tensor of ours half (weights saved in half), the model's input and output float32 behind
+    converting layout transforms; on PoCL (no half math) running it is one line, exit 2."""
+    res = run_cli("compile", str(tiny_onnx), "-o", str(tmp_path / "m"), "--target", "adreno", "--precision", "float16")
+    assert res.returncode == 0, res.stderr[-2000:]
+    saved = json.loads(cache.read(tmp_path / "m" / "model.json").decode())
+    plan = saved["plan"]
+    assert plan["precision"] == "float16"
+    kinds = {(t["kind"], t["dtype"]) for t in plan["tensors"]}
+    assert ("input", "float32") in kinds and ("output", "float32") in kinds
+    assert {t["dtype"] for t in plan["tensors"] if t["kind"] in ("const", "temp") and t["scope"] != "global"} == {"float16"}
+    with np.load(io.BytesIO(cache.read(tmp_path / "m" / "weights.npz"))) as npz:
+        assert npz.files and all(npz[k].dtype == np.float16 for k in npz.files)
+    sources = [k["source"] for k in saved["kernels"].values()]
+    assert all(half_compat.uses_half(s) for s in sources)  # every kernel is ours, in half
+    assert any("__global float* restrict A_ptr" in s for s in sources)  # the input's layout transform reads float32
+    res = run_cli("run", str(tmp_path / "m"))
+    err = res.stderr.strip().splitlines()
+    assert res.returncode == 2 and len(err) == 1 and "'float16'" in err[0] and "does not run" in err[0], res.stderr
