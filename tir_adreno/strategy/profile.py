@@ -21,8 +21,9 @@ Named profiles (:data:`PROFILES`):
 - ``nvidia-h200``: measured with ``benchmarks/device`` on the H200 (NVIDIA
   driver 580, OpenCL 3.0 CUDA): images 32768 x 32768 x 2048 layers, 132 SMs,
   work groups of 1024, 48 KiB local memory, half images yes; half arithmetic
-  runs under the pragma but the half builtins are missing (docs/design.md), so
-  ``half_math`` is False for TVM's fp16 kernels. Activations default to buffers
+  runs under the pragma but the half builtins are missing (docs/design.md): TVM's
+  fp16 kernels run with the half prelude (``runtime.half_compat``; probed on the
+  H200: every family within its fp16 bound), so ``half_math`` is True. Activations default to buffers
   (``activation_placement``): the driver's time floor is ~2x higher for image kernels.
 - ``pocl``: PoCL's pthread CPU device (OpenCL C 1.2; emulated images
   8192 x 8192 x 2048 on this host, work groups of 4096, 1 MiB "local" memory).
