@@ -112,7 +112,7 @@ def run_kernels(src: Path, device) -> list:
     return rows
 
 
-def load_build(directory: Path, weights16: list, device):
+def load_build(directory: Path, weights16: list, device, pool: bool = True):
     """A saved build (no weights) with the shared half weights, each in its tensor's storage dtype."""
     from tir_adreno.runtime import cache
     from tir_adreno.runtime.bundle import KernelModule
@@ -123,7 +123,34 @@ def load_build(directory: Path, weights16: list, device):
     kernels_ = {k: KernelModule.from_dict(v) for k, v in doc["kernels"].items()}
     const = [i for i, t in enumerate(plan.tensors) if t.kind == "const"]
     weights = {i: w.astype(plan.tensors[i].storage_dtype) for i, w in zip(const, weights16)}
-    return CompiledModel(plan, kernels_, weights, device)
+    return CompiledModel(plan, kernels_, weights, device, pool)
+
+
+def diagnose(src: Path, name: str, device, precision: str = "float16") -> list:
+    """Where ``precision`` departs from float32 in model ``name``: both builds without the memory
+    pool (every intermediate kept), run on the same input, each call's output compared (the
+    builds' plans match call by call: same constants, same kernels in another dtype)."""
+    folder = src / "models" / name
+    with np.load(folder / "weights16.npz") as npz:
+        w16 = [npz[f"arr_{i}"] for i in range(len(npz.files))]
+    with np.load(folder / "reference.npz") as npz:
+        x = npz["x"]
+    builds = {p: load_build(folder / p, w16, device, pool=False) for p in ("float32", precision)}
+    for cm in builds.values():
+        cm.run({cm.plan.inputs[0][0]: x})
+    ref, half = builds["float32"], builds[precision]
+    rows = []
+    for i, (a, b) in enumerate(zip(ref.plan.calls, half.plan.calls)):
+        out = a.args[-1]
+        y32, y16 = ref._tensors[out].numpy().astype(np.float64), half._tensors[out].numpy().astype(np.float64)
+        scale = float(np.abs(y32).max())
+        err = float(np.abs(y16 - y32).max() / scale) if scale > 0 else float(np.abs(y16).max())
+        rows.append({"call": i, "label": a.label, "max_abs": scale, "relative_error": err,
+                     "finite": bool(np.all(np.isfinite(y16))), "max_abs_half": float(np.abs(y16).max())})
+    print_table(["#", "call", "max |fp32|", "max |half|", "rel. error", "finite"],
+                [[r["call"], r["label"][:60], fmt(r["max_abs"], ".3g"), fmt(r["max_abs_half"], ".3g"),
+                  fmt(r["relative_error"], ".2e"), r["finite"]] for r in rows], title=f"{name}: {precision} vs float32 per call")
+    return rows
 
 
 def run_models(src: Path, device, repeat: int) -> list:
@@ -195,6 +222,8 @@ def main():
     parser.add_argument("--models", default=",".join(MODELS), help="comma-separated built-in models ('' for none)")
     parser.add_argument("--onnx", action="append", default=[], metavar="NAME=PATH", help="an ONNX model too (repeatable)")
     parser.add_argument("--no-kernels", action="store_true", help="build no kernel cases (models only)")
+    parser.add_argument("--diagnose", metavar="MODEL", help="with --from: compare MODEL's float16 build with its float32 "
+                        "build call by call (where an error comes from), write float16-diagnose-<device>.json")
     parser.add_argument("--repeat", type=int, default=10)
     add_split_arguments(parser, "kernel cases and models", dest="from_dir")
     args = parser.parse_args()
@@ -209,6 +238,10 @@ def main():
     from tir_adreno.runtime import opencl as runtime
 
     device = runtime.get_device(args.device)
+    if args.diagnose:
+        rows = diagnose(args.from_dir, args.diagnose, device)
+        print(f"wrote {write_json(NAME + '-diagnose', device.name, {'model': args.diagnose, 'calls': rows}, args.results_dir)}")
+        return
     start = time.perf_counter()
     info = probe(device)
     log(f"probe: {info}")
