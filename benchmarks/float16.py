@@ -2,10 +2,12 @@
 
 (a) Every kernel family's float16 kernels (``float16_kernels.py``) against float64 references
     with the fp16 bound of tests/kernels/test_fp16.py, u16 in the accumulation term.
-(b) float32 vs float16_acc32 vs float16 end to end (MobileNetV2, EfficientNet-B0, ResNet-50,
-    built-in, seeded random weights): kernel time (median OpenCL event time of profiled runs),
-    wall time per run, weights + intermediates MiB, relative error (max |diff| / max |ref|)
-    against the float32 build on the same weights and input.
+(b) float32 vs float16_acc32 vs float16 end to end (built-in MobileNetV2 and ResNet-50, seeded
+    weights; ONNX models with ``--onnx NAME=PATH``, e.g. EfficientNet-B0 conditioned by
+    ``calibrate_onnx.py``): kernel time (median OpenCL event time of profiled runs), wall time
+    per run, weights + intermediates MiB, relative error (max |diff| / max |ref|) against the
+    float32 build on the same (half) weights and against float32 with the full weights.
+``--diagnose MODEL`` (with ``--from``) compares the float16 build with the float32 one call by call.
 
 The device needs half arithmetic, natively or through the half prelude
 (``tir_adreno.runtime.half_compat``; ``opencl.half_mode`` says which).
