@@ -47,7 +47,8 @@ def test_named_profiles():
     adreno, h200 = get_profile("adreno"), get_profile("nvidia-h200")
     assert (adreno.kind, h200.kind, get_profile("pocl").kind) == ("mobile", "gpu", "cpu")
     assert adreno.limits == texture.DeviceLimits(16384, 16384, 2048) and adreno.half_math
-    assert h200.limits.image2d_max_width == 32768 and h200.compute_units == 132 and not h200.half_math
+    assert h200.limits.image2d_max_width == 32768 and h200.compute_units == 132
+    assert h200.half_math  # through the half prelude (runtime.half_compat), proven on the H200
     with pytest.raises(ValueError, match="unknown device profile 'tpu'; known profiles: adreno, nvidia-h200, pocl"):
         get_profile("tpu")
     with pytest.raises(ValueError, match="kind must be one of"):
