@@ -2,7 +2,7 @@
 
 NVIDIA's OpenCL (H200, driver 580) builds and runs ``half``/``half4`` arithmetic, half pointers
 and ``read_imagef``/``write_imagef`` on half images, but not ``read_imageh``/``write_imageh``,
-``convert_half4``/``convert_float4``, ``vload4``/``vstore4`` on ``half*`` or the math builtins
+``as_half4``, ``convert_half``/``convert_half4``/``convert_float4``, ``vload4``/``vstore4`` on ``half*`` or the math builtins
 on half (``exp``, ``fmax``, ``sqrt``: "ambiguous"); nor does it define ``cl_khr_fp16``, so
 TVM's guard ``#error``s (../shared/DESIGN.md). TVM's float16 kernels use exactly those.
 
@@ -13,7 +13,7 @@ overloads are built from what the device has (``read_imagef`` plus element casts
 loads and stores through the half pointer, math through float: ``(half)exp((float)x)``) and
 whose other overloads forward to the builtin, then ``#define NAME tad_NAME``. The kernel source
 itself is unchanged; a call the helpers do not cover fails to build (no silent fallback).
-Arithmetic outside the renamed builtins stays in half. ``opencl.half_math`` decides per device
+Arithmetic outside the renamed builtins stays in half. ``opencl.half_mode`` decides per device
 and driver whether a device runs half natively, with this prelude, or not at all.
 
 No TVM here (the runtime runs on machines without it).
