@@ -57,8 +57,8 @@ def main():
         native = builds(device.context, kernel(statement))
         prelude = builds(device.context, half_compat.with_prelude(kernel(statement)))
         print(f"  {name:22s} native: {native:60s} prelude: {prelude}")
-    print(f"probe kernel: native {builds(device.context, runtime.HALF_PROBE)}; "
-          f"prelude {builds(device.context, half_compat.with_prelude(runtime.HALF_PROBE))}")
+    print(f"probe kernel: native {builds(device.context, half_compat.HALF_PROBE)}; "
+          f"prelude {builds(device.context, half_compat.with_prelude(half_compat.HALF_PROBE))}")
     print(f"half_mode: {runtime.half_mode(device)}")
 
 

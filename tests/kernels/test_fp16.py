@@ -458,10 +458,13 @@ def test_half_mode_probe_and_program_source(device, monkeypatch):
     assert runtime.half_mode(device) is None and not device.fp16
     source = float16_sources()["elementwise"]
     assert device.program_source(source) == source
-    monkeypatch.setitem(runtime._HALF_MODE, device, "prelude")
+    monkeypatch.setitem(half_compat._HALF_MODE, device, "prelude")
     assert device.program_source(source) == half_compat.PRELUDE + source
     assert device.program_source("__kernel void k() {}") == "__kernel void k() {}"  # float32: untouched
-    assert device._binary_key(device.program_source(source)) != device._binary_key(source)
+    keyed = device._binary_key(source), device._binary_key("__kernel void k() {}")
+    monkeypatch.setitem(half_compat._HALF_MODE, device, None)
+    assert device._binary_key(source) != keyed[0]  # the binary key holds the prelude
+    assert device._binary_key("__kernel void k() {}") == keyed[1]  # float32 keys as before
 
 
 # -- whole models in float16_acc32 -----------------------------------------------------------------

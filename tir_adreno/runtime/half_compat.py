@@ -16,10 +16,20 @@ itself is unchanged; a call the helpers do not cover fails to build (no silent f
 Arithmetic outside the renamed builtins stays in half. ``opencl.half_mode`` decides per device
 and driver whether a device runs half natively, with this prelude, or not at all.
 
-No TVM here (the runtime runs on machines without it).
+Also here: the probe that decides it (:func:`half_mode`, :data:`HALF_PROBE`) and whether a
+device has half images (:func:`half_images`). No TVM here (the runtime runs on machines without it).
 """
 
 from __future__ import annotations
+
+import contextlib
+import os
+
+import numpy as np
+import pyopencl as cl
+
+from tir_adreno.runtime import cache
+from tir_adreno.runtime.bundle import TensorSpec
 
 #: Scalar and 4-lane types the helpers are declared for.
 _FLOATS = ("half", "float")
@@ -132,3 +142,102 @@ def uses_half(source: str) -> bool:
 def with_prelude(source: str) -> str:
     """``source`` with :data:`PRELUDE` before it when it is a float16 kernel (once), else ``source``."""
     return PRELUDE + source if uses_half(source) and not source.startswith(PRELUDE) else source
+
+
+# -- which devices run half: the probe ------------------------------------------------------
+
+
+def half_images(device) -> bool:
+    """Whether ``device`` has RGBA half-float image arrays (storage in half, math in float)."""
+    if not device.limits.image_support:
+        return False
+    formats = cl.get_supported_image_formats(device.context, cl.mem_flags.READ_WRITE, cl.mem_object_type.IMAGE2D_ARRAY)
+    return any(f.channel_order == cl.channel_order.RGBA and f.channel_data_type == cl.channel_type.HALF_FLOAT for f in formats)
+
+
+#: Runs what TVM's float16 kernels use: the pragma, half4 arithmetic, ``read_imageh`` /
+#: ``write_imageh`` on a half image array through a named sampler, ``as_half4`` and
+#: ``vload4`` / ``vstore4`` of half.
+HALF_PROBE = """
+#pragma OPENCL EXTENSION cl_khr_fp16 : enable
+__kernel void probe(__read_only image2d_array_t src, __write_only image2d_array_t dst, __global half* buf) {
+  const sampler_t smp = CLK_NORMALIZED_COORDS_FALSE | CLK_ADDRESS_CLAMP | CLK_FILTER_NEAREST;
+  int4 p = (int4)(get_global_id(0), 0, 0, 0);
+  half4 v = as_half4(read_imageh(src, smp, p));
+  half4 b = vload4(get_global_id(0), buf);
+  half4 r = v * b + (half4)((half)0.5f);
+  vstore4(r, get_global_id(0), buf);
+  write_imageh(dst, p, as_half4(r));
+}
+"""
+
+
+def half_math(device) -> bool:
+    """Whether ``device`` runs TVM's float16 kernels: natively or through the half prelude
+    (:func:`half_mode`)."""
+    return half_mode(device) is not None
+
+
+def half_mode(device) -> str | None:
+    """How ``device`` runs TVM's float16 kernels: "native" (it builds and correctly runs
+    :data:`HALF_PROBE`), "prelude" (it does so with :data:`PRELUDE` before the source:
+    half arithmetic without the half builtins, NVIDIA) or None (PoCL: no half arithmetic).
+    Cached per device and driver (the key holds the probe and the prelude)."""
+    if device not in _HALF_MODE:
+        d = device.cl_device
+        key = cache.key("half-probe", HALF_PROBE, PRELUDE, d.platform.name, d.platform.version, d.name,
+                        d.driver_version)
+        path = cache.cache_dir() / "probes" / f"{key}.bin"
+        known = cache.read(path, key)
+        if known is None:
+            known = _probe_half_mode(device).encode()
+            cache.store(path, known, key)
+        _HALF_MODE[device] = None if known == b"none" else known.decode()
+    return _HALF_MODE[device]
+
+
+def _probe_half_mode(device) -> str:
+    if not half_images(device):
+        return "none"
+    if _run_half_probe(device, HALF_PROBE):
+        return "native"
+    return "prelude" if _run_half_probe(device, with_prelude(HALF_PROBE)) else "none"
+
+
+def _run_half_probe(device, source: str) -> bool:
+    try:
+        with _quiet_stderr():  # the compiler's own diagnostics of a refused probe are noise here
+            prg = cl.Program(device.context, source).build()
+    except cl.Error:
+        return False
+    n = 4
+    spec = lambda name: TensorSpec(name, (1, 1, n, 4), "float16", "global.texture")  # noqa: E731
+    a = np.arange(4 * n, dtype=np.float16).reshape(1, 1, n, 4) * np.float16(0.25)
+    b = np.full(4 * n, 2, np.float16)
+    src, dst = device.empty(spec("src")).upload(a), device.empty(spec("dst"))
+    buf = cl.Buffer(device.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=b)
+    try:
+        prg.probe(device.queue, (n,), None, src.mem, dst.mem, buf)
+        device.queue.finish()
+    except cl.Error:
+        return False
+    want = a.reshape(-1) * np.float16(2) + np.float16(0.5)
+    got = np.empty_like(b)
+    cl.enqueue_copy(device.queue, got, buf)
+    device.queue.finish()
+    return bool(np.array_equal(got, want) and np.array_equal(dst.numpy().reshape(-1), want))
+
+
+@contextlib.contextmanager
+def _quiet_stderr():
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+_HALF_MODE: dict = {}
