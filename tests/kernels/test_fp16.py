@@ -36,7 +36,7 @@ from primfuncs._common import BUFFER, TEXTURE
 from primfuncs.epilogue import Epilogue
 from tir_adreno import cli, compile_model, load_model, ops
 from tir_adreno.codegen import build
-from tir_adreno.runtime import cache, half_compat, opencl as runtime
+from tir_adreno.runtime import cache, half_compat, link, opencl as runtime
 from tir_adreno.frontend import models
 from tir_adreno.frontend.models import _Builder
 from tir_adreno.strategy import conv as strategy
@@ -461,6 +461,10 @@ def test_half_mode_probe_and_program_source(device, monkeypatch):
     monkeypatch.setitem(half_compat._HALF_MODE, device, "prelude")
     assert device.program_source(source) == half_compat.PRELUDE + source
     assert device.program_source("__kernel void k() {}") == "__kernel void k() {}"  # float32: untouched
+    # A model's linked program (runtime.link) gets the prelude once, before all its sources.
+    linked = link.link([source, float16_sources()["conv2d"]]).source
+    assert device.program_source(linked) == half_compat.PRELUDE + linked
+    assert device.program_source(device.program_source(linked)).count("tad_read_imageh(__read_only") == 2  # once
     keyed = device._binary_key(source), device._binary_key("__kernel void k() {}")
     monkeypatch.setitem(half_compat._HALF_MODE, device, None)
     assert device._binary_key(source) != keyed[0]  # the binary key holds the prelude
