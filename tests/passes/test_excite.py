@@ -5,10 +5,13 @@ block graphs as exporters write them against onnxruntime, asserting the plan."""
 from dataclasses import replace
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from onnx import helper
 
 from helpers.numeric import pack_nchw4c, unpack_nchw4c
+from helpers.onnx_graphs import check_pattern, conv_node, pattern_graph
 from primfuncs import excite
 from primfuncs._common import TEXTURE
 from tir_adreno import ops, reference
@@ -55,3 +58,32 @@ def test_excitation_kernel(device, n, channels, hidden, acts, scope, precision, 
     rtol = 2.0**-10 if storage else RTOL  # the half output's rounding
     np.testing.assert_allclose(unpack_nchw4c(y, channels)[:, :, 0, 0], ref, rtol=rtol, atol=1e-6)
     assert np.all(y[:, -1, :, :, (channels - 1) % 4 + 1:] == 0), "padded lanes not zero"
+
+
+def _se_nodes(x, y, inits, channels, hidden, rng, pool="ReduceMean", act="silu", gate="Sigmoid"):
+    """A squeeze-excitation block as torch.onnx.export writes timm's ``SqueezeExcite`` (opset 17):
+    pool -> 1x1 conv -> act -> 1x1 conv -> gate -> multiply with the feature map."""
+    node = helper.make_node
+    pooled = node("ReduceMean", [x], ["se_p"], axes=[2, 3], keepdims=1) if pool == "ReduceMean" else node("GlobalAveragePool", [x], ["se_p"])
+    acts = ([node("Sigmoid", ["se_1"], ["se_1s"]), node("Mul", ["se_1", "se_1s"], ["se_a"])] if act == "silu"
+            else [node("Relu", ["se_1"], ["se_a"])])
+    return [
+        pooled,
+        conv_node(rng, inits, "se_p", "se_1", hidden, channels, k=1),
+        *acts,
+        conv_node(rng, inits, "se_a", "se_2", channels, hidden, k=1),
+        node(gate, ["se_2"], ["se_g"]),
+        node("Mul", [x, "se_g"], [y]),
+    ]
+
+
+@pytest.mark.parametrize("pool, act, gate", [("ReduceMean", "silu", "Sigmoid"), ("GlobalAveragePool", "relu", "HardSigmoid")])
+def test_se_block_plan(pool, act, gate):
+    """conv -> SE (6 channels: a padded block; EfficientNet's and MobileNetV3's forms) -> 1x1 conv:
+    the two 1x1 convs of the excitation are one kernel, everything ours, no layout transform inside."""
+    rng, inits = np.random.default_rng(5), {}
+    nodes = [conv_node(rng, inits, "x", "c", 6, 3), *_se_nodes("c", "s", inits, 6, 2, rng, pool, act, gate),
+             conv_node(rng, inits, "s", "y", 4, 6, k=1)]
+    names = check_pattern(pattern_graph(nodes, inits))
+    assert names.count("excitation") == 1, names
+    assert len(names) == 5, names  # conv, pool, excitation, gate multiply, conv

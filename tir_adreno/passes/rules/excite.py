@@ -1,0 +1,95 @@
+"""Squeeze-excitation: the two 1x1 convs on a pooled ``[N, C, 1, 1]`` vector (each with its bias,
+folded linear steps and activation: ``act`` after the first, the ``sigmoid``/``hardsigmoid`` gate
+after the second) as one ``excitation`` kernel instead of two conv launches."""
+
+from __future__ import annotations
+
+import numpy as np
+from tvm import relax
+
+from primfuncs import excite
+
+from tir_adreno.passes.activations import clip_fields
+from tir_adreno.passes.convs import conv_geometry, conv_operands
+from tir_adreno.passes.graph import Node, dtype, same, static_shape
+from tir_adreno.passes.kernel_index import kernel
+from tir_adreno.passes.op_info import epilogue_info, node_info
+from tir_adreno.passes.rewriter import Rewriter, Value, blocked_shape
+from tir_adreno.passes.rules.base import rule
+from tir_adreno.passes.rules.conv import Tail, conv_tail
+from tir_adreno.strategy.packing import pack_bias
+
+
+def _vector_pointwise(node: Node | None, var) -> np.ndarray | None:
+    """The OIHW weights of ``node`` when it is a plain 1x1 conv (no groups, and no padding) on
+    ``var``, an NCHW ``[N, C, 1, 1]`` float32 tensor; else None."""
+    operands = conv_operands(node) if node is not None and node.op == "relax.nn.conv2d" else None
+    shape = static_shape(var) if operands is not None and operands.layout == "NCHW" and same(node.args[0], var) else None
+    if shape is None or len(shape) != 4 or dtype(var) != "float32":
+        return None
+    g = conv_geometry(node, shape, operands.weights.shape)
+    if (g.h, g.w, g.kh, g.kw, g.groups, g.oh, g.ow) != (1, 1, 1, 1, 1, 1, 1):
+        return None
+    return operands.weights
+
+
+def _padded(w: np.ndarray, rows: int, cols: int) -> np.ndarray:
+    """The 2-d float32 ``w`` zero padded to ``(rows, cols)``."""
+    out = np.zeros((rows, cols), np.float32)
+    out[: w.shape[0], : w.shape[1]] = w
+    return out
+
+
+def _constants(fc1: Tail, fc2: Tail, c4: int, o4: int) -> list:
+    """The kernel's weight and bias arguments (``primfuncs.excite``'s layouts)."""
+    hidden = fc1.w.shape[0]
+    return [relax.const(_padded(fc1.w[:, :, 0, 0], hidden, 4 * c4)), relax.const(fc1.bias.astype(np.float32)),
+            relax.const(_padded(fc2.w[:, :, 0, 0], 4 * o4, hidden)), relax.const(pack_bias(fc2.bias.astype(np.float32)))]
+
+
+@rule("relax.nn.conv2d")
+def excitation(rw: Rewriter, node: Node):
+    """fc1 (``node``) -> act -> fc2 -> gate on a pooled vector: one kernel, else None (the conv rule's)."""
+    x: Value | None = rw.activation(node.args[0])
+    w1 = _vector_pointwise(node, node.args[0]) if x is not None and x.layout == "NCHW" else None
+    if w1 is None:
+        return None
+    fused_before = [m for m in rw.graph.nodes if m.fused]
+    tails = _tails(rw, node, w1)
+    if tails is None:  # the conv rule finds the tails again: un-fuse what the search took
+        for m in rw.graph.nodes:
+            m.fused = False
+        for m in fused_before:
+            m.fused = True
+        return None
+    fc1, fc2 = tails
+    n, c = x.nchw[:2]
+    out_channels = fc2.w.shape[0]
+    out5 = blocked_shape((n, out_channels, 1, 1))
+    scope = rw.scope_for(x.shape5, out5)
+    func = kernel(excite.excitation, x.shape5, c, fc1.w.shape[0], out_channels, activation=fc1.activation,
+                  gate=fc2.activation, scope=scope, **_bounds(fc1, fc2))
+    info = node_info(node, hidden=int(fc1.w.shape[0]), fc1=epilogue_info(fc1.epilogue), fc2=epilogue_info(fc2.epilogue))
+    out = rw.emit_kernel(func, [rw.blocked(x, scope), *_constants(fc1, fc2, x.shape5[1], out5[1])], out5, op_info=info)
+    rw.define(fc2.last.var, out, scope, (n, out_channels, 1, 1))
+    return out
+
+
+def _tails(rw: Rewriter, node: Node, w1: np.ndarray) -> tuple[Tail, Tail] | None:
+    """The tails of fc1 (``node``) and of the 1x1 conv that is its value's only user (marked fused),
+    neither with a residual; else None."""
+    fc1 = conv_tail(rw, node, w1, "NCHW")
+    fc2_node = rw.graph.sole_user(fc1.last.var) if fc1.residual is None else None
+    w2 = _vector_pointwise(fc2_node, fc1.last.var)
+    if w2 is None:
+        return None
+    fc2_node.fused = True
+    fc2 = conv_tail(rw, fc2_node, w2, "NCHW")
+    return None if fc2.residual is not None else (fc1, fc2)
+
+
+def _bounds(fc1: Tail, fc2: Tail) -> dict:
+    """The factory's clip bounds of the two activations (the defaults where one is no clip)."""
+    one, two = (clip_fields(t.clip_bounds) for t in (fc1, fc2))
+    return dict(bounds=(one.get("clip_min", 0.0), one.get("clip_max", 6.0)),
+                gate_bounds=(two.get("clip_min", 0.0), two.get("clip_max", 6.0)))
