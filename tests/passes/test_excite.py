@@ -28,16 +28,18 @@ def _padded(w, rows, cols):
     return out
 
 
-@given(n=st.integers(1, 2), channels=st.integers(1, 40), hidden=st.integers(1, 12), acts=st.sampled_from(GATES),
+@given(n=st.integers(1, 2), channels=st.integers(1, 40), hw=st.sampled_from([(1, 1), (3, 5), (9, 9)]), hidden=st.integers(1, 12),
+       acts=st.sampled_from(GATES),
        scope=st.sampled_from([TEXTURE, "global"]), precision=st.sampled_from(["float32", "float16_acc32"]),
        seed=st.integers(0, 2**32 - 1))
-def test_excitation_kernel(device, n, channels, hidden, acts, scope, precision, seed):
-    """``gate(W2 @ act(W1 @ P + b1) + b2)`` per sample; padded input lanes (poisoned: NaN) never
-    reach a sum, padded output lanes are 0; in half images the kernel reads ``P`` rounded to half
-    and writes ``G`` rounded to half, its arithmetic float32."""
+def test_excitation_kernel(device, n, channels, hw, hidden, acts, scope, precision, seed):
+    """``gate(W2 @ act(W1 @ mean_hw(X) + b1) + b2)`` per sample ((1, 1): an already pooled vector;
+    9 x 9 with up to 10 channel blocks: several pixel slices and channel slices); padded input
+    lanes (poisoned: NaN) never reach a sum, padded output lanes are 0; in half images the kernel
+    reads ``X`` rounded to half and writes ``G`` rounded to half, its arithmetic float32."""
     rng = np.random.default_rng(seed)
     act, gate = acts
-    p = rng.standard_normal((n, channels, 1, 1))
+    p = rng.standard_normal((n, channels, *hw))
     w1, b1 = rng.standard_normal((hidden, channels)) / np.sqrt(channels), rng.standard_normal(hidden)
     w2, b2 = rng.standard_normal((channels, hidden)) / np.sqrt(hidden), rng.standard_normal(channels)
     p5 = pack_nchw4c(p).astype(np.float32)
@@ -52,7 +54,7 @@ def test_excitation_kernel(device, n, channels, hidden, acts, scope, precision, 
     out = device.empty(specs[-1]).poison()
     loaded(name, *tensors, out)
     y = out.numpy()
-    p_in = p.astype(np.float16 if storage else np.float32).astype(np.float64)[:, :, 0, 0]
+    p_in = p.astype(np.float16 if storage else np.float32).astype(np.float64).mean(axis=(2, 3))
     h = reference.activation(p_in @ w1.astype(np.float32).T + b1.astype(np.float32), act)
     ref = reference.activation(h @ w2.astype(np.float32).T + b2.astype(np.float32), gate)
     rtol = 2.0**-10 if storage else RTOL  # the half output's rounding
@@ -80,10 +82,10 @@ def _se_nodes(x, y, inits, channels, hidden, rng, pool="ReduceMean", act="silu",
 @pytest.mark.parametrize("pool, act, gate", [("ReduceMean", "silu", "Sigmoid"), ("GlobalAveragePool", "relu", "HardSigmoid")])
 def test_se_block_plan(pool, act, gate):
     """conv -> SE (6 channels: a padded block; EfficientNet's and MobileNetV3's forms) -> 1x1 conv:
-    the two 1x1 convs of the excitation are one kernel, everything ours, no layout transform inside."""
+    the pool and the two 1x1 convs of the excitation are one kernel, everything ours, no layout transform inside."""
     rng, inits = np.random.default_rng(5), {}
     nodes = [conv_node(rng, inits, "x", "c", 6, 3), *_se_nodes("c", "s", inits, 6, 2, rng, pool, act, gate),
              conv_node(rng, inits, "s", "y", 4, 6, k=1)]
     names = check_pattern(pattern_graph(nodes, inits))
     assert names.count("excitation") == 1, names
-    assert len(names) == 5, names  # conv, pool, excitation, gate multiply, conv
+    assert len(names) == 4, names  # conv, excitation (pool, fc1, fc2), gate multiply, conv

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from primfuncs import excite as _excite
 from primfuncs import pool2d as _pool2d
 
 from tir_adreno.strategy.profile import DeviceProfile
@@ -18,6 +19,14 @@ def group_threshold(profile: DeviceProfile) -> int | None:
     (``primfuncs.pool2d.GROUP_THRESHOLD``, measured on the H200), never on CPU OpenCL,
     where a work group runs on one core and grouping never wins."""
     return None if profile.kind == "cpu" else _pool2d.GROUP_THRESHOLD
+
+
+def excitation_schedule(profile: DeviceProfile) -> dict:
+    """Factory keywords of a squeeze-excitation kernel (``primfuncs.excite``: its pool runs in one
+    work group per sample): 64 work items on CPU OpenCL, where a work group runs on one core;
+    256 on GPUs, so the pool of an early 112 x 112 block still has many loads in flight (not
+    measured on a GPU yet)."""
+    return dict(threads=_excite.THREADS if profile.kind == "cpu" else 4 * _excite.THREADS)
 
 
 #: Pooling / reduction schedules: "auto" (by :func:`group_threshold`), a work item or a work group per output.

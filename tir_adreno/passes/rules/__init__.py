@@ -1,7 +1,7 @@
 """The rewrite rules, one module per op family, in ONE ordered registry (:data:`RULES`).
 
 A rule returns None when it does not apply; for each node the first rule of its op that
-applies wins (``excitation``, two 1x1 convs on a pooled vector, before ``conv2d``; ``binary``
+applies wins (``excitation``, a pool and two 1x1 convs, before ``pool`` and ``conv2d``; ``binary``
 before ``elementwise``: an add or multiply of two activations is one binary kernel, else it may
 be an activation chain or a per-channel affine step), and
 an op no rule takes is left to upstream (``LegalizeOps`` and dlight)."""
@@ -10,6 +10,7 @@ from tir_adreno.passes.rules import concat, conv, elementwise, excite, layer_nor
 from tir_adreno.passes.rules.base import Rule, by_op, rule  # noqa: F401 (the rule contract)
 
 RULES: tuple[Rule, ...] = (
+    excite.pooled_excitation,
     excite.excitation,
     conv.conv2d,
     matmul.matmul,

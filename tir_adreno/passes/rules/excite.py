@@ -1,6 +1,8 @@
-"""Squeeze-excitation: the two 1x1 convs on a pooled ``[N, C, 1, 1]`` vector (each with its bias,
-folded linear steps and activation: ``act`` after the first, the ``sigmoid``/``hardsigmoid`` gate
-after the second) as one ``excitation`` kernel instead of two conv launches."""
+"""Squeeze-excitation: the global average pool of a feature map and the two 1x1 convs on the pooled
+``[N, C, 1, 1]`` vector (each with its bias, folded linear steps and activation: ``act`` after the
+first, the ``sigmoid``/``hardsigmoid`` gate after the second) as one ``excitation`` kernel instead
+of three launches. The pool is taken when the pooled vector's only user is the first conv
+(:func:`pooled_excitation`); else the two convs alone (:func:`excitation`)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from tir_adreno.passes.op_info import epilogue_info, node_info
 from tir_adreno.passes.rewriter import Rewriter, Value, blocked_shape
 from tir_adreno.passes.rules.base import rule
 from tir_adreno.passes.rules.conv import Tail, conv_tail
+from tir_adreno.strategy import pool as pool_strategy
 from tir_adreno.strategy.packing import pack_bias
 
 
@@ -47,15 +50,47 @@ def _constants(fc1: Tail, fc2: Tail, c4: int, o4: int) -> list:
             relax.const(_padded(fc2.w[:, :, 0, 0], 4 * o4, hidden)), relax.const(pack_bias(fc2.bias.astype(np.float32)))]
 
 
+@rule("relax.mean", "relax.nn.adaptive_avg_pool2d")
+def pooled_excitation(rw: Rewriter, node: Node):
+    """A global average pool whose only user is fc1 -> act -> fc2 -> gate: one kernel, else None."""
+    x = rw.activation(node.args[0])
+    if x is None or x.layout != "NCHW" or not _global_average(node):
+        return None
+    fc1 = rw.graph.sole_user(node.var)
+    out = _excite(rw, x, fc1, node.var)
+    if out is not None:
+        fc1.fused = True
+    return out
+
+
 @rule("relax.nn.conv2d")
 def excitation(rw: Rewriter, node: Node):
     """fc1 (``node``) -> act -> fc2 -> gate on a pooled vector: one kernel, else None (the conv rule's)."""
-    x: Value | None = rw.activation(node.args[0])
-    w1 = _vector_pointwise(node, node.args[0]) if x is not None and x.layout == "NCHW" else None
+    x = rw.activation(node.args[0])
+    if x is None or x.layout != "NCHW":
+        return None
+    return _excite(rw, x, node, node.args[0])
+
+
+def _global_average(node: Node) -> bool:
+    """Whether ``node`` is the mean over H and W of an NCHW tensor, keeping the dims."""
+    shape = static_shape(node.var)
+    if shape is None or len(shape) != 4 or shape[2:] != (1, 1):
+        return False
+    a = node.attrs
+    if node.op == "relax.mean":
+        return a.axis is not None and sorted(int(i) % 4 for i in a.axis) == [2, 3] and bool(a.keepdims)
+    return str(a.layout) == "NCHW" and (not a.out_layout or str(a.out_layout) == "NCHW")
+
+
+def _excite(rw: Rewriter, x: Value, fc1_node: Node | None, vector) -> relax.Var | None:
+    """The excitation kernel on ``x`` (a feature map, or the ``[N, C, 1, 1]`` vector itself) of the
+    convs from ``fc1_node`` on ``vector`` (the mean of ``x``), else None with nothing fused."""
+    w1 = _vector_pointwise(fc1_node, vector)
     if w1 is None:
         return None
     fused_before = [m for m in rw.graph.nodes if m.fused]
-    tails = _tails(rw, node, w1)
+    tails = _tails(rw, fc1_node, w1)
     if tails is None:  # the conv rule finds the tails again: un-fuse what the search took
         for m in rw.graph.nodes:
             m.fused = False
@@ -68,8 +103,9 @@ def excitation(rw: Rewriter, node: Node):
     out5 = blocked_shape((n, out_channels, 1, 1))
     scope = rw.scope_for(x.shape5, out5)
     func = kernel(excite.excitation, x.shape5, c, fc1.w.shape[0], out_channels, activation=fc1.activation,
-                  gate=fc2.activation, scope=scope, **_bounds(fc1, fc2))
-    info = node_info(node, hidden=int(fc1.w.shape[0]), fc1=epilogue_info(fc1.epilogue), fc2=epilogue_info(fc2.epilogue))
+                  gate=fc2.activation, scope=scope, **_bounds(fc1, fc2), **pool_strategy.excitation_schedule(rw.profile))
+    info = node_info(fc1_node, pooled=list(x.nchw[2:]), hidden=int(fc1.w.shape[0]), fc1=epilogue_info(fc1.epilogue),
+                     fc2=epilogue_info(fc2.epilogue))
     out = rw.emit_kernel(func, [rw.blocked(x, scope), *_constants(fc1, fc2, x.shape5[1], out5[1])], out5, op_info=info)
     rw.define(fc2.last.var, out, scope, (n, out_channels, 1, 1))
     return out
