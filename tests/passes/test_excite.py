@@ -89,3 +89,26 @@ def test_se_block_plan(pool, act, gate):
     names = check_pattern(pattern_graph(nodes, inits))
     assert names.count("excitation") == 1, names
     assert len(names) == 4, names  # conv, excitation (pool, fc1, fc2), gate multiply, conv
+
+
+def test_se_pool_with_other_users():
+    """The pooled vector also feeds the gate (``sigmoid(fc2) + mean``): the pool runs apart, the two
+    1x1 convs still as one excitation kernel on the vector."""
+    rng, inits = np.random.default_rng(6), {}
+    se = _se_nodes("c", "s", inits, 6, 3, rng, act="relu")
+    se[-1] = helper.make_node("Add", ["se_g", "se_p"], ["se_gp"])
+    nodes = [conv_node(rng, inits, "x", "c", 6, 3), *se, helper.make_node("Mul", ["c", "se_gp"], ["s"]),
+             conv_node(rng, inits, "s", "y", 4, 6, k=1)]
+    names = check_pattern(pattern_graph(nodes, inits))
+    assert names.count("excitation") == 1 and len(names) == 6, names  # conv, pool, excitation, add, multiply, conv
+
+
+def test_one_conv_on_the_pool_is_a_conv():
+    """pool -> 1x1 conv -> relu -> multiply (no second conv): no excitation kernel, and the relu the
+    search looked at is still the conv's epilogue (nothing left fused by the failed match)."""
+    rng, inits = np.random.default_rng(7), {}
+    node = helper.make_node
+    nodes = [conv_node(rng, inits, "x", "c", 6, 3), node("ReduceMean", ["c"], ["p"], axes=[2, 3], keepdims=1),
+             conv_node(rng, inits, "p", "f", 6, 6, k=1), node("Relu", ["f"], ["g"]), node("Mul", ["c", "g"], ["y"])]
+    names = check_pattern(pattern_graph(nodes, inits))
+    assert "excitation" not in names and len(names) == 4, names  # conv, pool, conv + relu, multiply

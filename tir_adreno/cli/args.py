@@ -78,7 +78,7 @@ def _add_placement(parser) -> None:
 
 def _add_no_fuse(parser) -> None:
     parser.add_argument("--no-fuse", action="store_true",
-                        help="keep each depthwise conv apart from the 1x1 conv after it (fused where the device profile says so)")
+                        help="keep each depthwise conv apart from the 1x1 conv after it and a squeeze-excitation's pool apart from its two 1x1 convs (fused where the device profile says so)")
 
 
 def _add_input_shape(parser) -> None:

@@ -21,11 +21,14 @@ def group_threshold(profile: DeviceProfile) -> int | None:
     return None if profile.kind == "cpu" else _pool2d.GROUP_THRESHOLD
 
 
-def excitation_schedule(profile: DeviceProfile) -> dict:
+def excitation_schedule(profile: DeviceProfile) -> dict | None:
     """Factory keywords of a squeeze-excitation kernel (``primfuncs.excite``: its pool runs in one
     work group per sample): 64 work items on CPU OpenCL, where a work group runs on one core;
     256 on GPUs, so the pool of an early 112 x 112 block still has many loads in flight (not
-    measured on a GPU yet)."""
+    measured on a GPU yet). None with kernel fusion off (``launch_cost_macs`` 0,
+    ``compile_model(fuse=False)``): the pool and the two 1x1 convs then run as three kernels."""
+    if profile.launch_cost_macs == 0:
+        return None
     return dict(threads=_excite.THREADS if profile.kind == "cpu" else 4 * _excite.THREADS)
 
 

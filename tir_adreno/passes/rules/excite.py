@@ -86,7 +86,8 @@ def _global_average(node: Node) -> bool:
 def _excite(rw: Rewriter, x: Value, fc1_node: Node | None, vector) -> relax.Var | None:
     """The excitation kernel on ``x`` (a feature map, or the ``[N, C, 1, 1]`` vector itself) of the
     convs from ``fc1_node`` on ``vector`` (the mean of ``x``), else None with nothing fused."""
-    w1 = _vector_pointwise(fc1_node, vector)
+    schedule = pool_strategy.excitation_schedule(rw.profile)
+    w1 = _vector_pointwise(fc1_node, vector) if schedule is not None else None
     if w1 is None:
         return None
     fused_before = [m for m in rw.graph.nodes if m.fused]
@@ -103,7 +104,7 @@ def _excite(rw: Rewriter, x: Value, fc1_node: Node | None, vector) -> relax.Var 
     out5 = blocked_shape((n, out_channels, 1, 1))
     scope = rw.scope_for(x.shape5, out5)
     func = kernel(excite.excitation, x.shape5, c, fc1.w.shape[0], out_channels, activation=fc1.activation,
-                  gate=fc2.activation, scope=scope, **_bounds(fc1, fc2), **pool_strategy.excitation_schedule(rw.profile))
+                  gate=fc2.activation, scope=scope, **_bounds(fc1, fc2), **schedule)
     info = node_info(fc1_node, pooled=list(x.nchw[2:]), hidden=int(fc1.w.shape[0]), fc1=epilogue_info(fc1.epilogue),
                      fc2=epilogue_info(fc2.epilogue))
     out = rw.emit_kernel(func, [rw.blocked(x, scope), *_constants(fc1, fc2, x.shape5[1], out5[1])], out5, op_info=info)
