@@ -4,8 +4,8 @@ apart, and each depthwise conv apart from the 1x1 conv after it where the profil
 
     python benchmarks/se_launches.py --onnx efficientnet_b0.onnx mobilenetv3_small_100.onnx
 
-Kernel time: the median over ``--repeat`` profiled runs of the sum of OpenCL event times; the
-outputs of the two ways are compared with each other.
+Kernel time: the median over ``--repeat`` profiled runs (the two ways alternating) of the sum of
+OpenCL event times; the outputs of the two ways are compared with each other.
 """
 
 from __future__ import annotations
@@ -20,15 +20,19 @@ from common import add_device_argument, log, print_table, write_json
 from tir_adreno import compile_model, runtime
 
 
-def _measure(cm, repeat: int) -> tuple[float, list]:
-    """(median kernel ms, outputs) of ``repeat`` profiled runs after a warm-up."""
-    x = {n: np.random.default_rng(i).standard_normal(cm.plan.tensors[t].shape).astype("float32") for i, (n, t) in enumerate(cm.plan.inputs)}
-    cm.run(x)
-    times = []
+def _measure(models: dict, repeat: int) -> dict:
+    """Way -> (median kernel ms, outputs) of ``repeat`` profiled runs of each compiled model after a
+    warm-up, the ways interleaved run by run (the load of a shared machine hits both alike)."""
+    first = next(iter(models.values()))
+    x = {n: np.random.default_rng(i).standard_normal(first.plan.tensors[t].shape).astype("float32") for i, (n, t) in enumerate(first.plan.inputs)}
+    times, outputs = {way: [] for way in models}, {}
+    for cm in models.values():
+        cm.run(x)
     for _ in range(repeat):
-        outputs = cm.run(x, profile=True)
-        times.append(cm.kernel_time_ms())
-    return statistics.median(times), outputs
+        for way, cm in models.items():
+            outputs[way] = cm.run(x, profile=True)
+            times[way].append(cm.kernel_time_ms())
+    return {way: (statistics.median(times[way]), outputs[way]) for way in models}
 
 
 def main():
@@ -40,12 +44,13 @@ def main():
     device = runtime.get_device(args.device)
     results, rows = {}, []
     for path in args.onnx:
-        entry = {}
+        models = {}
         for way, fuse in (("fused", True), ("apart", False)):
-            log(f"{path.stem}: {way}")
-            cm = compile_model(str(path), device, fuse=fuse, progress=lambda _: None)
-            kernel_ms, outputs = _measure(cm, args.repeat)
-            entry[way] = {"launches": len(cm.plan.calls), "kernel_ms": kernel_ms, "outputs": outputs}
+            log(f"{path.stem}: compile {way}")
+            models[way] = compile_model(str(path), device, fuse=fuse, progress=lambda _: None)
+        measured = _measure(models, args.repeat)
+        entry = {way: {"launches": len(cm.plan.calls), "kernel_ms": measured[way][0], "outputs": measured[way][1]}
+                 for way, cm in models.items()}
         a, b = (np.asarray(entry[w]["outputs"][0], np.float64) for w in ("fused", "apart"))
         error = float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-30))
         results[path.stem] = {w: {k: v for k, v in e.items() if k != "outputs"} for w, e in entry.items()} | {"relative_difference": error}

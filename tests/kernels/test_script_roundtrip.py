@@ -9,7 +9,7 @@ import tvm
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from primfuncs import concat, conv, elementwise, grn, layernorm, layout, pool2d, reduce, resize, shuffle
+from primfuncs import concat, conv, elementwise, excite, grn, layernorm, layout, pool2d, reduce, resize, shuffle
 from primfuncs._common import BUFFER, TEXTURE, TEXTURE_WEIGHT, blocked
 from primfuncs.conv import ConvConfig
 from primfuncs.epilogue import ACTIVATIONS, Epilogue
@@ -145,6 +145,12 @@ def grn_kernels(d, scope):
     return [grn.grn_scale(_blocked((n, c, 1, 1)), c, d.draw(st.floats(0, 1e-3)), scope=scope)]
 
 
+def excite_kernels(d, scope):
+    nchw = _nchw(d)
+    return [excite.excitation(_blocked(nchw), nchw[1], d.draw(st.integers(1, 8)), nchw[1], activation="silu",
+                              gate="hardsigmoid", scope=scope)]
+
+
 def shuffle_kernels(d, scope):
     nchw = _nchw(d)
     c = nchw[1]
@@ -173,6 +179,7 @@ FAMILIES = {
     "resize": resize_kernels,
     "layernorm": layernorm_kernels,
     "grn": grn_kernels,
+    "excite": excite_kernels,
     "shuffle": shuffle_kernels,
 }
 

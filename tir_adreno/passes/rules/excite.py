@@ -15,7 +15,7 @@ from tir_adreno.passes.activations import clip_fields
 from tir_adreno.passes.convs import conv_geometry, conv_operands
 from tir_adreno.passes.graph import Node, dtype, same, static_shape
 from tir_adreno.passes.kernel_index import kernel
-from tir_adreno.passes.op_info import epilogue_info, node_info
+from tir_adreno.passes.op_info import elementwise_info, epilogue_info
 from tir_adreno.passes.rewriter import Rewriter, Value, blocked_shape
 from tir_adreno.passes.rules.base import rule
 from tir_adreno.passes.rules.conv import Tail, conv_tail
@@ -105,8 +105,9 @@ def _excite(rw: Rewriter, x: Value, fc1_node: Node | None, vector) -> relax.Var 
     scope = rw.scope_for(x.shape5, out5)
     func = kernel(excite.excitation, x.shape5, c, fc1.w.shape[0], out_channels, activation=fc1.activation,
                   gate=fc2.activation, scope=scope, **_bounds(fc1, fc2), **schedule)
-    info = node_info(fc1_node, pooled=list(x.nchw[2:]), hidden=int(fc1.w.shape[0]), fc1=epilogue_info(fc1.epilogue),
-                     fc2=epilogue_info(fc2.epilogue))
+    info = elementwise_info("excitation", [fc1_node, fc2.last], [x.nchw], hidden=int(fc1.w.shape[0]),
+                            fc1=epilogue_info(fc1.epilogue), fc2=epilogue_info(fc2.epilogue))
+    info["output"] = [n, int(out_channels), 1, 1]
     out = rw.emit_kernel(func, [rw.blocked(x, scope), *_constants(fc1, fc2, x.shape5[1], out5[1])], out5, op_info=info)
     rw.define(fc2.last.var, out, scope, (n, out_channels, 1, 1))
     return out
