@@ -112,3 +112,17 @@ def test_one_conv_on_the_pool_is_a_conv():
              conv_node(rng, inits, "p", "f", 6, 6, k=1), node("Relu", ["f"], ["g"]), node("Mul", ["c", "g"], ["y"])]
     names = check_pattern(pattern_graph(nodes, inits))
     assert "excitation" not in names and len(names) == 4, names  # conv, pool, conv + relu, multiply
+
+
+def test_excitation_schedule():
+    """Fused on every profile for an SE block's convs; apart with fusion off or convs bigger than a
+    launch is worth (a classifier head's)."""
+    from tir_adreno.strategy.pool import excitation_schedule
+    from tir_adreno.strategy.profile import resolve, without_fusion
+
+    se_macs = 2 * 1152 * 48  # EfficientNet-B0's largest SE block
+    for name in ("adreno", "nvidia-h200", "pocl"):
+        profile = resolve(profile=name)
+        assert excitation_schedule(profile, se_macs)["threads"] in (64, 256)
+        assert excitation_schedule(without_fusion(profile), se_macs) is None
+        assert excitation_schedule(profile, 10 * profile.launch_cost_macs) is None

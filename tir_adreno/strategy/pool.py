@@ -21,13 +21,14 @@ def group_threshold(profile: DeviceProfile) -> int | None:
     return None if profile.kind == "cpu" else _pool2d.GROUP_THRESHOLD
 
 
-def excitation_schedule(profile: DeviceProfile) -> dict | None:
-    """Factory keywords of a squeeze-excitation kernel (``primfuncs.excite``: its pool runs in one
-    work group per sample): 64 work items on CPU OpenCL, where a work group runs on one core;
-    256 on GPUs, so the pool of an early 112 x 112 block still has many loads in flight (not
-    measured on a GPU yet). None with kernel fusion off (``launch_cost_macs`` 0,
-    ``compile_model(fuse=False)``): the pool and the two 1x1 convs then run as three kernels."""
-    if profile.launch_cost_macs == 0:
+def excitation_schedule(profile: DeviceProfile, macs: int) -> dict | None:
+    """Factory keywords of a squeeze-excitation kernel (``primfuncs.excite``: its pool and its two
+    1x1 convs of ``macs`` multiply-adds run in one work group per sample), or None to keep them
+    apart: with kernel fusion off (``launch_cost_macs`` 0, ``compile_model(fuse=False)``), or when
+    the convs are bigger than a launch is worth (a classifier head's 1x1 convs belong on the whole
+    device). 64 work items on CPU OpenCL, where a work group runs on one core; 256 on GPUs, so the
+    pool of an early 112 x 112 block still has many loads in flight (not measured on a GPU yet)."""
+    if not 0 < macs <= profile.launch_cost_macs:
         return None
     return dict(threads=_excite.THREADS if profile.kind == "cpu" else 4 * _excite.THREADS)
 

@@ -86,13 +86,13 @@ def _global_average(node: Node) -> bool:
 def _excite(rw: Rewriter, x: Value, fc1_node: Node | None, vector) -> relax.Var | None:
     """The excitation kernel on ``x`` (a feature map, or the ``[N, C, 1, 1]`` vector itself) of the
     convs from ``fc1_node`` on ``vector`` (the mean of ``x``), else None with nothing fused."""
-    schedule = pool_strategy.excitation_schedule(rw.profile)
-    w1 = _vector_pointwise(fc1_node, vector) if schedule is not None else None
+    w1 = _vector_pointwise(fc1_node, vector)
     if w1 is None:
         return None
     fused_before = [m for m in rw.graph.nodes if m.fused]
     tails = _tails(rw, fc1_node, w1)
-    if tails is None:  # the conv rule finds the tails again: un-fuse what the search took
+    schedule = pool_strategy.excitation_schedule(rw.profile, _macs(tails)) if tails is not None else None
+    if schedule is None:  # the conv rule finds the tails again: un-fuse what the search took
         for m in rw.graph.nodes:
             m.fused = False
         for m in fused_before:
@@ -124,6 +124,11 @@ def _tails(rw: Rewriter, node: Node, w1: np.ndarray) -> tuple[Tail, Tail] | None
     fc2_node.fused = True
     fc2 = conv_tail(rw, fc2_node, w2, "NCHW")
     return None if fc2.residual is not None else (fc1, fc2)
+
+
+def _macs(tails: tuple[Tail, Tail]) -> int:
+    """The multiply-adds of the two 1x1 convs per sample."""
+    return int(sum(t.w.shape[0] * t.w.shape[1] for t in tails))
 
 
 def _bounds(fc1: Tail, fc2: Tail) -> dict:
