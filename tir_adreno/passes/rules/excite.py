@@ -53,8 +53,8 @@ def _constants(fc1: Tail, fc2: Tail, c4: int, o4: int) -> list:
 @rule("relax.mean", "relax.nn.adaptive_avg_pool2d")
 def pooled_excitation(rw: Rewriter, node: Node):
     """A global average pool whose only user is fc1 -> act -> fc2 -> gate: one kernel, else None."""
-    x = rw.activation(node.args[0])
-    if x is None or x.layout != "NCHW" or not _global_average(node):
+    x = rw.activation(node.args[0]) if _global_average(node) else None
+    if x is None or x.layout != "NCHW":
         return None
     fc1 = rw.graph.sole_user(node.var)
     out = _excite(rw, x, fc1, node.var)
@@ -66,7 +66,8 @@ def pooled_excitation(rw: Rewriter, node: Node):
 @rule("relax.nn.conv2d")
 def excitation(rw: Rewriter, node: Node):
     """fc1 (``node``) -> act -> fc2 -> gate on a pooled vector: one kernel, else None (the conv rule's)."""
-    x = rw.activation(node.args[0])
+    # The input's Value is made on first use in the layout asked for: look only at NCHW vectors.
+    x = rw.activation(node.args[0]) if _vector_pointwise(node, node.args[0]) is not None else None
     if x is None or x.layout != "NCHW":
         return None
     return _excite(rw, x, node, node.args[0])
