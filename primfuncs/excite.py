@@ -1,18 +1,23 @@
-"""The excitation of a squeeze-excitation block as one kernel: two 1x1 convs on a pooled vector.
+"""The excitation of a squeeze-excitation block as one kernel: the pool and the two 1x1 convs.
 
-A squeeze-excitation (SE) block pools a feature map to ``P = [N, C, 1, 1]``, then computes the
-gate ``G = gate(W2 @ act(W1 @ P + b1) + b2)`` (``[N, O, 1, 1]``, ``O = C`` in an SE block) and
-multiplies the feature map by it. The two 1x1 convs are tiny (a few thousand multiply-adds) but
-were two launches each of a full conv kernel; here they are one work group per sample:
+A squeeze-excitation (SE) block pools a feature map ``X`` to ``P = mean_hw(X)`` (``[N, C, 1, 1]``),
+computes the gate ``G = gate(W2 @ act(W1 @ P + b1) + b2)`` (``[N, O, 1, 1]``, ``O = C`` in an SE
+block) and multiplies the feature map by it. The two 1x1 convs are tiny (a few thousand to a few
+hundred thousand multiply-adds) but were a launch each, and the pool a third; here all of it is
+one work group of ``T`` items per sample, four steps with a barrier between each:
 
-1. item ``t`` computes hidden units ``t, t + T, ...``: ``H[j] = act(b1[j] + sum_c W1[j, c] P[c])``
-   into shared memory (every item reads the whole of ``P``: ``C / 4`` texture reads);
-2. after the barrier, item ``t`` computes output blocks ``t, t + T, ...`` of four channels from
-   all of ``H`` and writes them: ``G[o] = gate(b2[o] + sum_j W2[o, j] H[j])``.
+1. the pool: the items split into ``slices`` pixel slices x ``T / slices`` channel-block slices
+   (:func:`pool_split`); each sums its pixels of its channel blocks into shared partial sums;
+2. the means: item ``t`` adds the partial sums of channel blocks ``t, t + T, ...`` into ``P``;
+3. the hidden layer: item ``t`` computes units ``t, t + T, ...``:
+   ``H[j] = act(b1[j] + sum_c W1[j, c] P[c])`` into shared memory;
+4. the gate: item ``t`` computes output blocks ``t, t + T, ...`` of four channels from all of ``H``
+   and writes them: ``G[o] = gate(b2[o] + sum_j W2[o, j] H[j])``.
 
-Weights and biases are float32 buffers (``W1: (S, C4 * 4)``, ``b1: (S,)``, ``W2: (O4 * 4, S)``,
-``b2: (O4, 4)``, zero padded); the arithmetic is float32 whatever the activations' dtype. Padded
-input lanes are never read into a sum, padded output lanes are written as 0.
+A ``[N, C, 1, 1]`` input is a vector pooled already (the SE rule's form when the pool has other
+users). Weights and biases are float32 buffers (``W1: (S, C4 * 4)``, ``b1: (S,)``,
+``W2: (O4 * 4, S)``, ``b2: (O4, 4)``, zero padded) and the arithmetic is float32 whatever the
+activations' dtype. Padded input lanes never reach a sum; padded output lanes are written as 0.
 """
 
 from __future__ import annotations

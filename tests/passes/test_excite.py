@@ -29,12 +29,13 @@ def _padded(w, rows, cols):
 
 
 @given(n=st.integers(1, 2), channels=st.integers(1, 40), hw=st.sampled_from([(1, 1), (3, 5), (9, 9)]), hidden=st.integers(1, 12),
-       acts=st.sampled_from(GATES),
+       acts=st.sampled_from(GATES), threads=st.sampled_from([excite.THREADS, 4 * excite.THREADS]),
        scope=st.sampled_from([TEXTURE, "global"]), precision=st.sampled_from(["float32", "float16_acc32"]),
        seed=st.integers(0, 2**32 - 1))
-def test_excitation_kernel(device, n, channels, hw, hidden, acts, scope, precision, seed):
+def test_excitation_kernel(device, n, channels, hw, hidden, acts, threads, scope, precision, seed):
     """``gate(W2 @ act(W1 @ mean_hw(X) + b1) + b2)`` per sample ((1, 1): an already pooled vector;
-    9 x 9 with up to 10 channel blocks: several pixel slices and channel slices); padded input
+    9 x 9 with up to 10 channel blocks: several pixel slices and channel slices; the CPU and the
+    GPU work-group sizes); padded input
     lanes (poisoned: NaN) never reach a sum, padded output lanes are 0; in half images the kernel
     reads ``X`` rounded to half and writes ``G`` rounded to half, its arithmetic float32."""
     rng = np.random.default_rng(seed)
@@ -46,7 +47,7 @@ def test_excitation_kernel(device, n, channels, hw, hidden, acts, scope, precisi
     c4 = p5.shape[1]
     p5[:, -1, :, :, (channels - 1) % 4 + 1:] = np.nan  # padded lanes must never be read into a sum
     storage = "float16" if precision == "float16_acc32" and scope == TEXTURE else None
-    func = excite.excitation(p5.shape, channels, hidden, channels, activation=act, gate=gate, scope=scope)
+    func = excite.excitation(p5.shape, channels, hidden, channels, activation=act, gate=gate, scope=scope, threads=threads)
     loaded, name = ops.compile(func, device)
     specs = [replace(spec, storage=storage) if spec.scope == TEXTURE else spec for spec in loaded[name].params]
     args = [p5, _padded(w1, hidden, 4 * c4), b1.astype(np.float32), _padded(w2, 4 * c4, hidden), pack_bias(b2.astype(np.float32))]
