@@ -254,3 +254,25 @@ def test_run_no_fuse(tmp_path):
         ops[flags] = [p["op"] for p in json.loads((tmp_path / "r.json").read_text())["profile"]]
     assert ops[()] == ["nchw_to_nchw4c", "depthwise_pointwise_nchw4c", "nchw4c_to_nchw"]
     assert ops[("--no-fuse",)] == ["nchw_to_nchw4c", "depthwise_conv2d_nchw4c", "conv2d_nchw4c", "nchw4c_to_nchw"]
+
+
+def test_saved_model_checks_against_the_reference_compile_saved(run_cli, tiny_onnx, tmp_path):
+    """`compile --check` saves the CPU reference's outputs for the seeded inputs, so `run DIR --check`
+    reports the error where there is no TVM or onnxruntime (a float16 build on a GPU machine)."""
+    from tir_adreno.runtime.executor import REFERENCE_FILE, load_reference, save_reference
+
+    plain, checked = tmp_path / "plain", tmp_path / "checked"
+    assert run_cli("compile", str(tiny_onnx), "-o", str(plain), "--target", "pocl").returncode == 0
+    assert_user_error(run_cli("run", str(plain), "--check"), "holds no reference outputs", "compile ... --check")
+    res = run_cli("compile", str(tiny_onnx), "-o", str(checked), "--target", "pocl", "--precision", "float16_acc32", "--check")
+    assert res.returncode == 0, res.stderr
+    res = run_cli("run", str(checked), "--check")
+    assert res.returncode == 0 and "check passed" in res.stdout and "tolerance 0.01" in res.stdout, res.stdout + res.stderr
+    inputs, outputs = load_reference(checked)
+    save_reference(checked, inputs, [o * 1.1 for o in outputs])  # a reference the model no longer matches
+    res = run_cli("run", str(checked), "--check")
+    assert res.returncode == 1 and "check FAILED" in res.stdout, res.stdout + res.stderr
+    np.savez(tmp_path / "in.npz", **inputs)
+    assert_user_error(run_cli("run", str(checked), "--check", "--inputs", str(tmp_path / "in.npz")), "leave out --inputs")
+    (checked / REFERENCE_FILE).write_bytes((checked / REFERENCE_FILE).read_bytes()[:-9])
+    assert_user_error(run_cli("run", str(checked), "--check"), REFERENCE_FILE, "corrupt")

@@ -188,7 +188,7 @@ def is_saved_model(path) -> bool:
 
 
 #: Flags of `run` that only a model to compile takes (a saved model is compiled already).
-COMPILE_FLAGS = ("records", "target", "check", "input_shape", "kernels", "precision", "placement")
+COMPILE_FLAGS = ("records", "target", "input_shape", "kernels", "precision", "placement")
 
 
 def _check_run(args) -> None:
@@ -196,6 +196,8 @@ def _check_run(args) -> None:
         for flag in COMPILE_FLAGS:
             if getattr(args, flag):
                 raise UserError(f"--{flag.replace('_', '-')} needs a model file; {args.model} is compiled already")
+        if args.check and args.inputs:
+            raise UserError(f"--check on a saved model runs the inputs saved with its reference; leave out --inputs {args.inputs}")
     if args.target:
         profile_named(args.target)
     args.given_inputs = read_inputs(args.inputs)

@@ -63,7 +63,7 @@ def compile(args) -> int:  # noqa: A001 (the command's name)
     from tir_adreno.strategy.profile import with_placement, without_fusion
 
     target = with_placement(profile_named(args.target), args.placement)
-    model, _ = model_and_inputs(args)
+    model, specs = model_and_inputs(args)
     print(f"model: {args.model or args.builtin}\ntarget: {target.name} ({target.kind}), activations in {target.activation_placement}s", flush=True)
     try:
         plan, kernels, weights = compile_plan(
@@ -73,11 +73,28 @@ def compile(args) -> int:  # noqa: A001 (the command's name)
     except (ModelError, FileNotFoundError, PrecisionError) as err:
         raise UserError(str(err)) from None
     save_model(args.output, plan, kernels, weights, target.name)
+    if args.check:
+        _save_reference(args.output, model, specs)
     convs = [c for c in plan.calls if c.config is not None]
     tuned = sum(c.source == "records" for c in convs)
     print(f"wrote {args.output}: {len(plan.calls)} kernel calls, {len(convs)} conv kernels ({tuned} from records)")
     print(f"run it with: tir-adreno run {args.output}")
     return 0
+
+
+def _save_reference(directory, model, specs) -> None:
+    """The CPU reference's outputs for ``run``'s seeded inputs, saved for ``run DIR --check``."""
+    from tir_adreno.cli.model import seeded_inputs
+    from tir_adreno.reference import ReferenceUnavailable, reference_runner
+    from tir_adreno.runtime.executor import save_reference
+
+    inputs = seeded_inputs(specs)
+    print("computing the CPU reference for `run --check` ...", flush=True)
+    try:
+        outputs = reference_runner(model)(inputs)
+    except ReferenceUnavailable as err:
+        raise UserError(f"--check: {err}") from None
+    print(f"wrote {save_reference(directory, inputs, outputs)}")
 
 
 def dump(args) -> int:

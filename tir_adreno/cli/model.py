@@ -10,6 +10,14 @@ from tir_adreno.cli.checks import UserError
 INPUT_SHAPE_HINT = "--input-shape {name}={dims}"
 
 
+def seeded_inputs(specs) -> dict:
+    """The inputs ``run`` uses without ``--inputs`` (and ``compile --check`` saves): standard normal, seed 0."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    return {n: rng.standard_normal(shape).astype(dtype) for n, shape, dtype in specs}
+
+
 def model_inputs(model, input_shapes) -> list[tuple[str, tuple[int, ...], str]]:
     """(name, shape, dtype) of each model input, known right after import (before lowering)."""
     import tvm

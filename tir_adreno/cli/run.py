@@ -8,7 +8,7 @@ import time
 import numpy as np
 
 from tir_adreno.cli.checks import UserError, is_saved_model, profile_named, warn
-from tir_adreno.cli.model import model_and_inputs
+from tir_adreno.cli.model import model_and_inputs, seeded_inputs
 
 #: --check tolerance on outputs (relative to the largest reference magnitude).
 CHECK_RTOL = {"float32": 1e-3, "float16_acc32": 1e-2, "float16": 2e-2}
@@ -25,7 +25,7 @@ def run(args) -> int:
     prims = {} if args.kernels else None
     reference = None
     if is_saved_model(args.model):  # a saved model: no TVM on this path
-        compiled, inputs, label = _load_saved(args, dev)
+        compiled, inputs, label, reference = _load_saved(args, dev)
     else:
         compiled, inputs, label, reference = _compile(args, dev, prims)
     print(compiled.startup.line(), flush=True)
@@ -61,17 +61,24 @@ def run(args) -> int:
 
 
 def _load_saved(args, dev):
-    """A saved model (no TVM), its inputs and its label."""
-    from tir_adreno.runtime.executor import load_model
+    """A saved model (no TVM), its inputs, its label and, with ``--check``, the reference that
+    ``compile --check`` saved in it (its inputs replace the seeded ones)."""
+    from tir_adreno.runtime.executor import load_model, load_reference
 
     label = args.model
     print(f"model: {label} (saved)\ndevice: {dev.name}", flush=True)
     try:
         compiled = load_model(args.model, dev)
-    except ValueError as err:  # not a saved model, or planned for larger images
+        saved = load_reference(args.model) if args.check else None
+    except ValueError as err:  # not a saved model, or planned for larger images, or a corrupt reference
         raise UserError(str(err)) from None
     specs = [(name, compiled.plan.tensors[i].shape, compiled.plan.tensors[i].dtype) for name, i in compiled.plan.inputs]
-    return compiled, _inputs(args.given_inputs, specs, args.inputs), label
+    if not args.check:
+        return compiled, _inputs(args.given_inputs, specs, args.inputs), label, None
+    if saved is None:
+        raise UserError(f"--check: {args.model} holds no reference outputs; compile it with `tir-adreno compile ... --check`")
+    inputs, outputs = saved
+    return compiled, _inputs(inputs, specs, f"{args.model}/reference.npz"), label, lambda _: outputs
 
 
 def _compile(args, dev, prims):
@@ -124,8 +131,7 @@ def _inputs(given, specs, path) -> dict[str, np.ndarray]:
     from tir_adreno.runtime.executor import ModelInputError, check_inputs
 
     if given is None:
-        rng = np.random.default_rng(0)
-        return {n: rng.standard_normal(shape).astype(dtype) for n, shape, dtype in specs}
+        return seeded_inputs(specs)
     try:
         return dict(zip([n for n, _, _ in specs], check_inputs(given, specs)))
     except ModelInputError as err:

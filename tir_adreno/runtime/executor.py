@@ -482,6 +482,36 @@ def save_model(directory, plan: Plan, kernels: dict[str, KernelModule], weights:
     return directory
 
 
+#: A saved model's reference (``compile --check``): seeded inputs and the CPU reference's outputs.
+REFERENCE_FILE = "reference.npz"
+
+
+def save_reference(directory, inputs: dict[str, np.ndarray], outputs) -> Path:
+    """Write ``reference.npz`` (``input:NAME`` and ``output0``, ``output1``, ...) atomically with a
+    checksum, so ``run DIR --check`` compares with float32 CPU outputs on a machine without TVM."""
+    buf = io.BytesIO()
+    arrays = {f"input:{n}": np.asarray(v) for n, v in inputs.items()}
+    arrays.update({f"output{i}": np.asarray(o) for i, o in enumerate(outputs)})
+    np.savez(buf, **arrays)
+    path = Path(directory) / REFERENCE_FILE
+    cache.write(path, buf.getvalue())
+    return path
+
+
+def load_reference(directory) -> tuple[dict[str, np.ndarray], list[np.ndarray]] | None:
+    """(inputs, outputs) of ``reference.npz``; None when absent; ValueError when corrupt."""
+    path = Path(directory) / REFERENCE_FILE
+    if not path.exists():
+        return None
+    data = cache.read(path)
+    if data is None:
+        raise ValueError(f"{path}: truncated or corrupt (checksum mismatch)")
+    with np.load(io.BytesIO(data)) as npz:
+        inputs = {k.split(":", 1)[1]: npz[k] for k in npz.files if k.startswith("input:")}
+        outputs = [npz[f"output{i}"] for i in range(sum(k.startswith("output") for k in npz.files))]
+    return inputs, outputs
+
+
 def load_model(directory, device=None, pool: bool = True, random_weights: int | None = None) -> CompiledModel:
     """Load a model saved by :meth:`CompiledModel.save`; needs no TVM. Programs come from the binary cache.
 
