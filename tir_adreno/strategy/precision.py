@@ -26,6 +26,21 @@ def kernel_dtype(precision: str) -> str:
     return "float16" if precision == "float16" else "float32"
 
 
+#: Conv reduction lengths K = (C_in / groups) * kh * kw above which a float16 conv accumulates in
+#: float32. Emulated half sums (docs/precision.md, "Conv accumulators"): up to K = 32 half
+#: accumulation adds at most ~4x the output's own half rounding; from 64 on it grows with K
+#: (7x at 64, 40x at 4608), so depthwise convs (K = 9, 25) keep half and dense convs go float32.
+FLOAT_ACCUMULATION_MIN_K = 32
+
+
+def conv_accumulator_dtype(precision: str, reduction_length: int) -> str:
+    """The accumulator dtype of a conv kernel whose sums run over ``reduction_length`` products:
+    float32 for a "float16" kernel with K above :data:`FLOAT_ACCUMULATION_MIN_K`, else the
+    kernel's dtype (float32 kernels are unchanged)."""
+    dtype = kernel_dtype(precision)
+    return "float32" if dtype == "float16" and reduction_length > FLOAT_ACCUMULATION_MIN_K else dtype
+
+
 def half_storage(precision: str) -> str | None:
     """The storage dtype of our kernels' float32 tensors (images and buffers): "float16" under
     ``"float16_acc32"``."""
