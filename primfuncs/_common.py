@@ -138,6 +138,39 @@ def accumulator_dtype(dtype: str) -> str:
     return "float32" if dtype == "float16" else dtype
 
 
+def check_accumulator(dtype: str, acc_dtype: str | None) -> str:
+    """A conv's accumulator dtype: ``dtype`` by default, or float32 for a float16 kernel (the
+    strategy picks it per conv from its reduction length; no device policy here)."""
+    acc_dtype = acc_dtype or dtype
+    if acc_dtype not in (dtype, "float32"):
+        raise TypeError(f"acc_dtype must be {dtype!r} or 'float32', got {acc_dtype!r}")
+    return acc_dtype
+
+
+def multiply_add(acc, x, w):
+    """``acc + x * w`` of TIR expressions. A float32 ``acc`` over half ``x``, ``w`` adds the half
+    product converted: as accurate as a float32 product once the result is rounded to half
+    (docs/precision.md), and the multiply keeps half's rate."""
+    acc_dtype = _dtype_of(acc)
+    if acc_dtype == _dtype_of(x):
+        return acc + x * w
+    return acc + T.Cast(acc_dtype, x * w)
+
+
+@T.macro
+def convert_tile(dst, src):
+    """``dst = src`` element by element, converted to ``dst``'s dtype (scalar casts: a half
+    kernel's float32 accumulators before its epilogue; no vector conversion builtin)."""
+    for i in T.unroll(dst.shape[0]):
+        for lane in T.unroll(dst.shape[1]):
+            dst[i, lane] = T.Cast(dst.dtype, src[i, lane])
+
+
+def _dtype_of(expr) -> str:
+    """A TIR expression's dtype (TVM 0.27's buffer loads, ``TensorLoad``, carry it as ``ty``)."""
+    return str(expr.dtype) if hasattr(expr, "dtype") else str(expr.ty)
+
+
 # -- NaN-propagating max/min (NumPy semantics) ------------------------------------------------
 # OpenCL C's fmax/fmin (and max/min on floats, where NaN is undefined) return the non-NaN
 # operand, and TVM lowers T.max/T.min to them, so a NaN would vanish in relu, clip, max pooling

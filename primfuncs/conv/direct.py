@@ -80,6 +80,7 @@ def _tile_macros(tiling: DirectTiling, epilogue: Epilogue):
     n, oh, kh, kw = g.n, g.oh, g.kh, g.kw
     ot, wt, ocb, wb, span, dw_taps = tiling.ot, tiling.wt, tiling.ocb, tiling.wb, tiling.span, tiling.dw_taps
     dtype, zero, mode, register_window = tiling.dtype, tiling.zero, tiling.mode, tiling.register_window
+    acc_dtype, acc_zero = tiling.acc_dtype, tiling.acc_zero
     multiplier, blocks_per_group, tail = tiling.multiplier, tiling.blocks_per_group, tiling.tail
     first_block, out_block = tiling.first_block, tiling.out_block
 
@@ -93,7 +94,7 @@ def _tile_macros(tiling: DirectTiling, epilogue: Epilogue):
             nn = T.axis.spatial(n, i // wt)
             vwt = T.axis.spatial(wt, i % wt)
             T.where(valid)
-            acc = T.sblock_alloc_buffer((ocb * wb, 4), dtype, scope="local")
+            acc = T.sblock_alloc_buffer((ocb * wb, 4), acc_dtype, scope="local")
             xp = T.sblock_alloc_buffer((wb, 4), dtype, scope="local")
             wp = T.sblock_alloc_buffer((ocb, 4, 4), dtype, scope="local")
             tmp = T.sblock_alloc_buffer((4,), dtype, scope="local")
@@ -103,7 +104,7 @@ def _tile_macros(tiling: DirectTiling, epilogue: Epilogue):
             for ob in T.unroll(ocb):
                 for wi in T.unroll(wb):
                     for lane in T.unroll(4):
-                        acc[ob * wb + wi, lane] = zero
+                        acc[ob * wb + wi, lane] = acc_zero
             if mode == "blocked":
                 for cb in T.serial(blocks_per_group):
                     accumulate_blocked(
@@ -178,7 +179,8 @@ def _split_kernel(tiling: DirectTiling, accumulate_blocked, store_tile, name: st
     g = tiling.geom
     n, oh, ow, c4, o4, cg, kh, kw = g.n, g.oh, g.ow, g.c4, g.o4, g.cg, g.kh, g.kw
     x_shape, dw_shape, dtype, span, dw_taps = tiling.x_shape, tiling.dw_shape, tiling.dtype, tiling.span, tiling.dw_taps
-    ot, wt, ocb, wb, cols, zero = tiling.ot, tiling.wt, tiling.ocb, tiling.wb, tiling.cols, tiling.zero
+    ot, wt, ocb, wb, cols = tiling.ot, tiling.wt, tiling.ocb, tiling.wb, tiling.cols
+    acc_dtype, acc_zero = tiling.acc_dtype, tiling.acc_zero
     gx, gy, gz, split = tiling.gx, tiling.gy, tiling.gz, tiling.split
     blocks_per_group, tail, first_block = tiling.blocks_per_group, tiling.tail, tiling.first_block
 
@@ -217,13 +219,13 @@ def _split_kernel(tiling: DirectTiling, accumulate_blocked, store_tile, name: st
             for by in T.thread_binding(ceildiv(oh, gy), thread="blockIdx.y"):
                 for bx in T.thread_binding(ceildiv(cols, gx), thread="blockIdx.x"):
                     with T.sblock("conv2d"):
-                        partial = T.sblock_alloc_buffer((split, ocb * wb, 4, items), dtype, scope="shared")
+                        partial = T.sblock_alloc_buffer((split, ocb * wb, 4, items), acc_dtype, scope="shared")
                         # 1. slice tk // gz of tile (channel tile bz*gz + tk%gz, row, column tile)
                         for tk in T.thread_binding(gz * split, thread="threadIdx.z"):
                             for ty in T.thread_binding(gy, thread="threadIdx.y"):
                                 for tx in T.thread_binding(gx, thread="threadIdx.x"):
                                     with T.sblock("partial_sums"):
-                                        acc = T.sblock_alloc_buffer((ocb * wb, 4), dtype, scope="local")
+                                        acc = T.sblock_alloc_buffer((ocb * wb, 4), acc_dtype, scope="local")
                                         xp = T.sblock_alloc_buffer((wb, 4), dtype, scope="local")
                                         wp = T.sblock_alloc_buffer((ocb, 4, 4), dtype, scope="local")
                                         xs = T.sblock_alloc_buffer((span, 4), dtype, scope="local")
@@ -231,7 +233,7 @@ def _split_kernel(tiling: DirectTiling, accumulate_blocked, store_tile, name: st
                                         tmp = T.sblock_alloc_buffer((4,), dtype, scope="local")
                                         for i in T.unroll(ocb * wb):
                                             for lane in T.unroll(4):
-                                                acc[i, lane] = zero
+                                                acc[i, lane] = acc_zero
                                         if bz * gz + tk % gz < ot and by * gy + ty < oh and bx * gx + tx < cols:
                                             accumulate_slice(
                                                 X, W, xp, wp, acc, (bx * gx + tx) // wt, by * gy + ty,
@@ -247,7 +249,7 @@ def _split_kernel(tiling: DirectTiling, accumulate_blocked, store_tile, name: st
                                 for tx in T.thread_binding(gx, thread="threadIdx.x"):
                                     with T.sblock("reduce_store"):
                                         if tk < gz and bz * gz + tk < ot and by * gy + ty < oh and bx * gx + tx < cols:
-                                            acc = T.sblock_alloc_buffer((ocb * wb, 4), dtype, scope="local")
+                                            acc = T.sblock_alloc_buffer((ocb * wb, 4), acc_dtype, scope="local")
                                             tmp = T.sblock_alloc_buffer((4,), dtype, scope="local")
                                             for i in T.unroll(ocb * wb):
                                                 for lane in T.unroll(4):
@@ -265,13 +267,13 @@ def _split_kernel(tiling: DirectTiling, accumulate_blocked, store_tile, name: st
 
 
 def _direct_conv(geom: ConvGeometry, mode: str, epilogue, dtype, config, scope, weight_scope, name, prologue=None,
-                 out_scope=None, residual_scope=None):
+                 out_scope=None, residual_scope=None, acc_dtype=None):
     """The shared skeleton: tiling, guards, accumulation body ``mode``, epilogue and stores.
     ``prologue`` (:class:`DepthwisePrologue`, a 1x1 conv only): X is the depthwise conv's input."""
     if config is None:
         config = fallback_config(geom, depthwise=mode == "depthwise")
     scopes = check_conv_args(epilogue, dtype, config, scope, weight_scope, out_scope, residual_scope)
-    tiling = DirectTiling(geom, mode, config, dtype, prologue)
+    tiling = DirectTiling(geom, mode, config, dtype, prologue, acc_dtype)
     conv_tile, accumulate_blocked, store_tile = _tile_macros(tiling, epilogue)
     # Parse only the kernel this config uses (TVMScript parsing is the factory's main cost).
     if tiling.split > 1:
@@ -298,6 +300,7 @@ def conv2d_nchw4c(
     weight_scope: str | None = None,
     out_scope: str | None = None,
     residual_scope: str | None = None,
+    acc_dtype: str | None = None,
 ):
     """Direct conv2d ``Y = act(conv(X, W) + bias + residual)`` on NCHW4c, any groups.
 
@@ -307,7 +310,9 @@ def conv2d_nchw4c(
     texture for a texture ``scope``, else a buffer), then ``Bias (O/4, 4)`` and
     ``Residual [N, O/4, OH, OW, 4]`` (in ``residual_scope``, default ``out_scope``) when
     ``epilogue`` asks for them, and writes ``Y [N, O/4, OH, OW, 4]`` in ``out_scope``
-    (default ``scope``): a conv at a texture/buffer boundary needs no copy kernel. ``padding`` is an int, (pad_h, pad_w) or
+    (default ``scope``): a conv at a texture/buffer boundary needs no copy kernel. ``acc_dtype``
+    (default ``dtype``; "float32" for a float16 kernel) is the accumulators' dtype: each half
+    product is converted and added in float32, the tile converted back before the epilogue. ``padding`` is an int, (pad_h, pad_w) or
     (top, left, bottom, right). ``config`` None: :func:`~primfuncs.conv.config.fallback_config`
     (``tir_adreno.strategy.defaults`` gives each device's). For ``groups == C`` prefer :func:`depthwise_conv2d_nchw4c`.
     """
@@ -316,11 +321,11 @@ def conv2d_nchw4c(
         if geom.groups != 1:
             raise ValueError(f"config.tiled=True is for dense convs (groups=1), got groups={geom.groups}")
         return conv2d_tiled_nchw4c(data_shape, weight_shape, strides, padding, dilation, epilogue, dtype, config, scope,
-                                   weight_scope, out_scope, residual_scope)
+                                   weight_scope, out_scope, residual_scope, acc_dtype)
     aligned = geom.cg % LANES == 0 and geom.og % LANES == 0
     mode = "blocked" if geom.groups == 1 or aligned else "grouped"
     return _direct_conv(geom, mode, epilogue, dtype, config, scope, weight_scope, "conv2d_nchw4c", out_scope=out_scope,
-                        residual_scope=residual_scope)
+                        residual_scope=residual_scope, acc_dtype=acc_dtype)
 
 
 def depthwise_conv2d_nchw4c(
@@ -336,6 +341,7 @@ def depthwise_conv2d_nchw4c(
     weight_scope: str | None = None,
     out_scope: str | None = None,
     residual_scope: str | None = None,
+    acc_dtype: str | None = None,
 ):
     """Depthwise conv2d (``groups == C``), weight ``(C * multiplier, 1, KH, KW)``.
 
@@ -350,7 +356,7 @@ def depthwise_conv2d_nchw4c(
     geom = conv2d_geometry(data_shape, weight_shape, strides, padding, dilation, groups=data_shape[1])
     return _direct_conv(
         geom, "depthwise", epilogue, dtype, config, scope, weight_scope, "depthwise_conv2d_nchw4c", out_scope=out_scope,
-        residual_scope=residual_scope,
+        residual_scope=residual_scope, acc_dtype=acc_dtype,
     )
 
 
@@ -383,7 +389,8 @@ def depthwise_pointwise_geometry(data_shape, dw_weight_shape, pw_weight_shape, s
 def depthwise_pointwise_nchw4c(data_shape, dw_weight_shape, pw_weight_shape, strides=1, padding=0, dilation=1,
                                dw_epilogue: Epilogue = Epilogue(), epilogue: Epilogue = Epilogue(), dtype: str = "float32",
                                config: ConvConfig | None = None, scope: str = TEXTURE, weight_scope: str | None = None,
-                               out_scope: str | None = None, residual_scope: str | None = None):
+                               out_scope: str | None = None, residual_scope: str | None = None,
+                               acc_dtype: str | None = None):
     """Depthwise conv then 1x1 conv in one kernel: ``Y = act(conv1x1(act_dw(dwconv(X) + Bias_dw),
     W) + Bias + Residual)`` (MobileNet's inverted-residual tail).
 
@@ -397,10 +404,12 @@ def depthwise_pointwise_nchw4c(data_shape, dw_weight_shape, pw_weight_shape, str
     when ``dw_epilogue.bias``, ``W [O/4, C, 1, 1, 4]``, then ``epilogue``'s Bias / Residual, ``Y``.
     ``strides``/``padding``/``dilation`` are the depthwise conv's (the 1x1 has none). ``X`` is
     read in ``scope``, ``Y`` written in ``out_scope`` and ``Residual`` read in ``residual_scope``
-    (defaults as in :func:`conv2d_nchw4c`).
+    (defaults as in :func:`conv2d_nchw4c`). ``acc_dtype`` is the 1x1 conv's accumulators'
+    (:func:`conv2d_nchw4c`); the depthwise prologue's stay in ``dtype``.
     """
     if not isinstance(dw_epilogue, Epilogue) or dw_epilogue.residual:
         raise ValueError(f"dw_epilogue must be an Epilogue without residual, got {dw_epilogue!r}")
     dw, pw = depthwise_pointwise_geometry(data_shape, dw_weight_shape, pw_weight_shape, strides, padding, dilation)
     return _direct_conv(pw, "blocked", epilogue, dtype, config, scope, weight_scope, "depthwise_pointwise_nchw4c",
-                        DepthwisePrologue(dw, dw_epilogue), out_scope=out_scope, residual_scope=residual_scope)
+                        DepthwisePrologue(dw, dw_epilogue), out_scope=out_scope, residual_scope=residual_scope,
+                        acc_dtype=acc_dtype)

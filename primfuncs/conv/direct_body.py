@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from tvm.script import tirx as T
 
+from .._common import convert_tile, multiply_add
 from ..epilogue import apply_epilogue, store_output_pixel
 
 
@@ -61,8 +62,8 @@ def depthwise_register_macros(k, load_pixel):
                 for k_w in T.unroll(win.kw):
                     for wi in T.unroll(wb):
                         for lane in T.unroll(4):
-                            acc[ob * wb + wi, lane] = acc[ob * wb + wi, lane] + (
-                                xs[wi * win.sw + k_w * win.dw, lane] * wr[ob, k_h * win.kw + k_w, lane]
+                            acc[ob * wb + wi, lane] = multiply_add(
+                                acc[ob * wb + wi, lane], xs[wi * win.sw + k_w * win.dw, lane], wr[ob, k_h * win.kw + k_w, lane]
                             )
 
     def own_block(t, ob):
@@ -108,7 +109,7 @@ def blocked_macro(k, load_input, depthwise_prologue):
                     for wi in T.unroll(wb):
                         for j in T.unroll(lanes):
                             for lane in T.unroll(4):
-                                acc[ob * wb + wi, lane] = acc[ob * wb + wi, lane] + xp[wi, j] * wp[ob, j, lane]
+                                acc[ob * wb + wi, lane] = multiply_add(acc[ob * wb + wi, lane], xp[wi, j], wp[ob, j, lane])
 
     return accumulate_blocked
 
@@ -136,15 +137,15 @@ def lanes_macro(k, load_input):
                                 load_input(X, xp, wi, nn, in_channel(t, ob, 0, ci) // 4, r, x0 + wi, k_h, k_w)
                             for wi in T.unroll(wb):
                                 for lane in T.unroll(4):
-                                    acc[ob * wb + wi, lane] = acc[ob * wb + wi, lane] + (
-                                        xp[wi, in_channel(t, ob, lane, ci) % 4] * wp[ob, 0, lane]
+                                    acc[ob * wb + wi, lane] = multiply_add(
+                                        acc[ob * wb + wi, lane], xp[wi, in_channel(t, ob, lane, ci) % 4], wp[ob, 0, lane]
                                     )
                         else:
                             for lane in T.unroll(4):
                                 for wi in T.unroll(wb):
                                     load_input(X, xp, wi, nn, in_channel(t, ob, lane, ci) // 4, r, x0 + wi, k_h, k_w)
-                                    acc[ob * wb + wi, lane] = acc[ob * wb + wi, lane] + (
-                                        xp[wi, in_channel(t, ob, lane, ci) % 4] * wp[ob, 0, lane]
+                                    acc[ob * wb + wi, lane] = multiply_add(
+                                        acc[ob * wb + wi, lane], xp[wi, in_channel(t, ob, lane, ci) % 4], wp[ob, 0, lane]
                                     )
 
     return accumulate_lanes
@@ -166,23 +167,34 @@ def depthwise_macro(k, load_input):
                         load_input(X, xp, wi, nn, out_block(t, ob), r, x0 + wi, k_h, k_w)
                     for wi in T.unroll(wb):
                         for lane in T.unroll(4):
-                            acc[ob * wb + wi, lane] = acc[ob * wb + wi, lane] + xp[wi, lane] * wp[ob, 0, lane]
+                            acc[ob * wb + wi, lane] = multiply_add(acc[ob * wb + wi, lane], xp[wi, lane], wp[ob, 0, lane])
 
     return accumulate_depthwise
 
 
 def store_macro(k, epilogue):
     """``store_tile``: the epilogue and store of a tile's pixels that lie inside the output."""
-    ocb, wb, o, store_ok = k.ocb, k.wb, k.geom.o, k.store_ok
+    ocb, wb, o, store_ok, converts, dtype = k.ocb, k.wb, k.geom.o, k.store_ok, k.converts, k.dtype
 
     @T.macro
-    def store_tile(Y, Bias, Residual, acc, tmp, nn, r, x0, t):
-        """Epilogue and store of the tile's pixels that lie inside the output."""
+    def store_pixels(Y, Bias, Residual, acc, tmp, nn, r, x0, t):
         for ob in T.unroll(ocb):
             for wi in T.unroll(wb):
                 if store_ok(t, ob, x0 + wi):
                     store_output_pixel(
                         Y, acc, ob * wb + wi, tmp, epilogue, Bias, Residual, nn, t * ocb + ob, r, x0 + wi, o
                     )
+
+    @T.macro
+    def store_tile(Y, Bias, Residual, acc, tmp, nn, r, x0, t):
+        """Epilogue and store of the tile's pixels that lie inside the output. A float32 ``acc``
+        of a half kernel is first converted (``res``): the epilogue and the store stay in the
+        kernel's dtype."""
+        if converts:
+            res = T.sblock_alloc_buffer((ocb * wb, 4), dtype, scope="local")
+            convert_tile(res, acc)
+            store_pixels(Y, Bias, Residual, res, tmp, nn, r, x0, t)
+        else:
+            store_pixels(Y, Bias, Residual, acc, tmp, nn, r, x0, t)
 
     return store_tile

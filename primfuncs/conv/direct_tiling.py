@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from tvm.script import tirx as T
 
-from .._common import LANES, ceildiv
+from .._common import LANES, ceildiv, check_accumulator
 from .config import MAX_LOCAL_BYTES, ConvConfig, fit_work_group
 from .geometry import ConvGeometry, ConvWindow, all_of
 
@@ -26,8 +26,12 @@ class DirectTiling:
     Raises ValueError for a config the conv cannot run (split_k off the blocked path, partial
     sums beyond local memory, register_window off multiplier-1 depthwise convs)."""
 
-    def __init__(self, geom: ConvGeometry, mode: str, config: ConvConfig, dtype: str, prologue=None):
+    def __init__(self, geom: ConvGeometry, mode: str, config: ConvConfig, dtype: str, prologue=None,
+                 acc_dtype: str | None = None):
         self.geom, self.mode, self.config, self.dtype, self.prologue = geom, mode, config, dtype, prologue
+        # The tile's accumulators (and split_k partials); a depthwise prologue's stay in dtype.
+        self.acc_dtype = check_accumulator(dtype, acc_dtype)
+        self.converts = self.acc_dtype != dtype  # the tile is converted to dtype before its epilogue
         n, c, o, og = geom.n, geom.c, geom.o, geom.og
         ocb, wb = config.oc_block, config.w_block
         self.uses_lanes = mode == "grouped" or (mode == "depthwise" and o != c)
@@ -52,6 +56,7 @@ class DirectTiling:
         # The per-lane body (general groups, depthwise x M) is a fallback: keep its code small.
         self.window = T.unroll if geom.kh * geom.kw <= UNROLL_TAPS and not self.uses_lanes else T.serial
         self.zero = T.Cast(dtype, 0)
+        self.acc_zero = T.Cast(self.acc_dtype, 0)
         self.tail = 0 if geom.groups > 1 else c % LANES
         self.multiplier = o // c if mode == "depthwise" else 0
         self.register_window = self._register_window()
@@ -76,7 +81,7 @@ class DirectTiling:
             )
         split = max(1, min(split, self.blocks_per_group))
         items = self.gz * self.gy * self.gx
-        partial_bytes = split * self.ocb * self.wb * LANES * items * (2 if self.dtype == "float16" else 4)
+        partial_bytes = split * self.ocb * self.wb * LANES * items * (2 if self.acc_dtype == "float16" else 4)
         if split > 1 and partial_bytes > MAX_LOCAL_BYTES:
             raise ValueError(
                 f"config {config} needs {partial_bytes} bytes of local memory for the split_k partial sums, "

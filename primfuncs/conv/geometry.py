@@ -91,6 +91,11 @@ class ConvGeometry:
         return self.o // self.groups
 
     @property
+    def reduction_length(self) -> int:
+        """Products summed into one output: K = (C / groups) * KH * KW."""
+        return self.cg * self.kh * self.kw
+
+    @property
     def is_depthwise(self) -> bool:
         """One input channel per group (``groups == C > 1``); O = C x multiplier."""
         return self.groups > 1 and self.groups == self.c

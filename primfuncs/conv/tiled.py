@@ -23,21 +23,24 @@ from __future__ import annotations
 
 from tvm.script import tirx as T
 
-from .._common import BUFFER, LANES, ceildiv, select_params, whole
+from .._common import BUFFER, LANES, ceildiv, check_accumulator, convert_tile, multiply_add, select_params, whole
 from ..epilogue import Epilogue, store_output_pixel
 from .config import MAX_LOCAL_BYTES, ConvConfig, check_conv_args
 from .geometry import ConvWindow, all_of, conv2d_geometry
 
 
-def tiled_local_bytes(config: ConvConfig, dtype: str = "float32") -> int:
+def _bytes(dtype: str) -> int:
+    return 2 if dtype == "float16" else 4
+
+
+def tiled_local_bytes(config: ConvConfig, dtype: str = "float32", acc_dtype: str | None = None) -> int:
     """Local memory of ``config``: each K slice's input and weight tiles, and with
-    ``split_k`` > 1 the partial sums of all slices but the first."""
+    ``split_k`` > 1 the partial sums (in ``acc_dtype``) of all slices but the first."""
     gx, gy, _ = config.work_group
     split = config.split_k
-    pixels = split * config.k_chunk * (gx * config.w_block + LANES * gy * config.oc_block)
-    if split > 1:
-        pixels += (split - 1) * gx * gy * config.oc_block * config.w_block
-    return pixels * LANES * (2 if dtype == "float16" else 4)
+    tiles = split * config.k_chunk * (gx * config.w_block + LANES * gy * config.oc_block)
+    partials = (split - 1) * gx * gy * config.oc_block * config.w_block if split > 1 else 0
+    return LANES * (tiles * _bytes(dtype) + partials * _bytes(acc_dtype or dtype))
 
 
 def conv2d_tiled_nchw4c(
@@ -53,6 +56,7 @@ def conv2d_tiled_nchw4c(
     weight_scope: str | None = None,
     out_scope: str | None = None,
     residual_scope: str | None = None,
+    acc_dtype: str | None = None,
 ):
     """Dense conv2d (``groups == 1``) as a tiled implicit GEMM; arguments as
     :func:`primfuncs.conv.direct.conv2d_nchw4c`, ``config.tiled`` must be set."""
@@ -63,8 +67,10 @@ def conv2d_tiled_nchw4c(
         epilogue, dtype, config, scope, weight_scope, out_scope, residual_scope)
     if not config.tiled:
         raise ValueError(f"config must have tiled=True, got {config!r}")
-    if tiled_local_bytes(config, dtype) > MAX_LOCAL_BYTES:
-        raise ValueError(f"config {config} needs {tiled_local_bytes(config, dtype)} bytes of local memory for its "
+    acc_dtype = check_accumulator(dtype, acc_dtype)
+    converts = acc_dtype != dtype  # the tile is converted to dtype before its epilogue
+    if tiled_local_bytes(config, dtype, acc_dtype) > MAX_LOCAL_BYTES:
+        raise ValueError(f"config {config} needs {tiled_local_bytes(config, dtype, acc_dtype)} bytes of local memory for its "
                          f"tiles, more than {MAX_LOCAL_BYTES}; use a smaller work group, tile or k_chunk")
 
     n, c, o, c4, o4 = geom.n, geom.c, geom.o, geom.c4, geom.o4
@@ -82,7 +88,7 @@ def conv2d_tiled_nchw4c(
     win = ConvWindow(geom, ow, 1)
     threads = gx * gy
     x_rounds, w_rounds = ceildiv(kc * tm, threads), ceildiv(kc * LANES * tn, threads)
-    zero = T.Cast(dtype, 0)
+    zero, acc_zero = T.Cast(dtype, 0), T.Cast(acc_dtype, 0)
 
     def guard(cond, needed):
         return cond if needed else T.bool(True)
@@ -159,7 +165,30 @@ def conv2d_tiled_nchw4c(
                 for q in T.unroll(ocb):
                     for i in T.unroll(pb):
                         for lane in T.unroll(4):
-                            acc[q * pb + i, lane] = acc[q * pb + i, lane] + xr[i, j] * wr[q, lane]
+                            acc[q * pb + i, lane] = multiply_add(acc[q * pb + i, lane], xr[i, j], wr[q, lane])
+
+    @T.macro
+    def store_pixels(Y, Bias, Residual, acc, tmp, bz, by, bx, ty, tx):
+        for q in T.unroll(ocb):
+            for i in T.unroll(pb):
+                if all_of([guard(bx * tm + i * gx + tx < pixels, pixels % tm != 0),
+                           guard(by * tn + q * gy + ty < o4, o4 % tn != 0)]):
+                    store_output_pixel(
+                        Y, acc, q * pb + i, tmp, epilogue, Bias, Residual, bz,
+                        by * tn + q * gy + ty, (bx * tm + i * gx + tx) // ow,
+                        (bx * tm + i * gx + tx) % ow, o,
+                    )
+
+    @T.macro
+    def store_tile(Y, Bias, Residual, acc, tmp, bz, by, bx, ty, tx):
+        """Epilogue and store of the item's pixels inside the output; a float32 ``acc`` of a half
+        kernel converted first (``res``), so the epilogue and the store stay in ``dtype``."""
+        if converts:
+            res = T.sblock_alloc_buffer((ocb * pb, 4), dtype, scope="local")
+            convert_tile(res, acc)
+            store_pixels(Y, Bias, Residual, res, tmp, bz, by, bx, ty, tx)
+        else:
+            store_pixels(Y, Bias, Residual, acc, tmp, bz, by, bx, ty, tx)
 
     # The blocks declare their regions (whole buffers): inferred ones, unions of clamped
     # indices, print as extents TVM 0.27 re-derives in another term order on parse (defect 16),
@@ -183,21 +212,21 @@ def conv2d_tiled_nchw4c(
                         T.writes(whole(Y))
                         xs = T.sblock_alloc_buffer((split, kc, tm, 4), dtype, scope="shared")
                         ws = T.sblock_alloc_buffer((split, kc, LANES, tn, 4), dtype, scope="shared")
-                        partial = T.sblock_alloc_buffer((max(split - 1, 1), ocb * pb, 4, threads), dtype, scope="shared")
+                        partial = T.sblock_alloc_buffer((max(split - 1, 1), ocb * pb, 4, threads), acc_dtype, scope="shared")
                         for tz in T.thread_binding(split, thread="threadIdx.z"):
                             for ty in T.thread_binding(gy, thread="threadIdx.y"):
                                 for tx in T.thread_binding(gx, thread="threadIdx.x"):
                                     with T.sblock("tile"):
                                         T.reads(*reads(X, W, Bias, Residual, xs, ws, partial))
                                         T.writes(whole(Y), whole(xs), whole(ws), whole(partial))
-                                        acc = T.sblock_alloc_buffer((ocb * pb, 4), dtype, scope="local")
+                                        acc = T.sblock_alloc_buffer((ocb * pb, 4), acc_dtype, scope="local")
                                         xr = T.sblock_alloc_buffer((pb, 4), dtype, scope="local")
                                         wr = T.sblock_alloc_buffer((ocb, 4), dtype, scope="local")
                                         tmp = T.sblock_alloc_buffer((4,), dtype, scope="local")
                                         px = T.sblock_alloc_buffer((4,), dtype, scope="local")
                                         for k in T.unroll(ocb * pb):
                                             for lane in T.unroll(4):
-                                                acc[k, lane] = zero
+                                                acc[k, lane] = acc_zero
                                         for r in T.serial(rounds):
                                             load_inputs(X, xs, px, bz, bx, r * split + tz, ty * gx + tx, tz)
                                             load_weights(W, ws, px, by, r * split + tz, ty * gx + tx, tz)
@@ -213,14 +242,6 @@ def conv2d_tiled_nchw4c(
                                                         for lane in T.unroll(4):
                                                             acc[k, lane] = acc[k, lane] + partial[zz, k, lane, ty * gx + tx]
                                         if tz == 0:
-                                            for q in T.unroll(ocb):
-                                                for i in T.unroll(pb):
-                                                    if all_of([guard(bx * tm + i * gx + tx < pixels, pixels % tm != 0),
-                                                               guard(by * tn + q * gy + ty < o4, o4 % tn != 0)]):
-                                                        store_output_pixel(
-                                                            Y, acc, q * pb + i, tmp, epilogue, Bias, Residual, bz,
-                                                            by * tn + q * gy + ty, (bx * tm + i * gx + tx) // ow,
-                                                            (bx * tm + i * gx + tx) % ow, o,
-                                                        )
+                                            store_tile(Y, Bias, Residual, acc, tmp, bz, by, bx, ty, tx)
 
     return select_params(func, epilogue.params(["X", "W"], "Y"))

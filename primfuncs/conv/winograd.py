@@ -62,9 +62,12 @@ from .._common import (
     TEXTURE,
     TEXTURE_WEIGHT,
     ceildiv,
+    check_accumulator,
     check_dtype,
     check_io_scopes,
     check_scope,
+    convert_tile,
+    multiply_add,
     pixel_grid,
     select_params,
 )
@@ -278,7 +281,8 @@ def winograd_input_transform(geom: ConvGeometry, m: int, dtype="float32", scope=
 
 
 def winograd_batched_gemm(
-    geom: ConvGeometry, m: int, dtype="float32", config: ConvConfig | None = None, weight_scope=None, tile_scope=TEXTURE
+    geom: ConvGeometry, m: int, dtype="float32", config: ConvConfig | None = None, weight_scope=None, tile_scope=TEXTURE,
+    acc_dtype: str | None = None,
 ):
     """``M[e, ob, t] = sum_c U[e, o, c] * V[e, c, t]`` for the alpha^2 positions ``e``.
 
@@ -287,10 +291,13 @@ def winograd_batched_gemm(
     ``w_block`` tile pixels of ``V`` and ``4 * oc_block`` weight pixels of ``U`` and does
     ``acc += v.s0*u0 + v.s1*u1 + v.s2*u2 + v.s3*u3``. NDRange: (tile groups,
     output block groups, positions) along OpenCL dims (0, 1, 2). An overhanging
-    register tile reads clamped pixels and stores only its valid ones.
+    register tile reads clamped pixels and stores only its valid ones. ``acc_dtype`` as in
+    :func:`primfuncs.conv.direct.conv2d_nchw4c` (the sums are converted to ``dtype`` when stored).
     """
     check_winograd(geom)
     check_dtype(dtype)
+    acc_dtype = check_accumulator(dtype, acc_dtype)
+    converts = acc_dtype != dtype
     tile_scope, weight_scope, _ = _scopes(tile_scope, weight_scope, None)
     if config is None:
         config = default_config(geom, m)
@@ -304,7 +311,7 @@ def winograd_batched_gemm(
     gy = fit_work_group(ot, config.work_group[1])
     gz = fit_work_group(a2, config.work_group[2])
     ob_overhang, t_overhang = o4 % ocb != 0, nt % tb != 0
-    zero = T.FloatImm(dtype, 0.0)
+    zero = T.FloatImm(acc_dtype, 0.0)
 
     def out_block(vo, ob):
         return T.min(vo * ocb + ob, o4 - 1) if ob_overhang else vo * ocb + ob
@@ -314,6 +321,13 @@ def winograd_batched_gemm(
 
     def store_ok(vo, ob, vt, ti):
         return all_of(([vo * ocb + ob < o4] if ob_overhang else []) + ([vt * tb + ti < nt] if t_overhang else []))
+
+    @T.macro
+    def store_products(M, acc, ve, vo, vt):
+        for ob in T.unroll(ocb):
+            for ti in T.unroll(tb):
+                if store_ok(vo, ob, vt, ti):
+                    M[ve, vo * ocb + ob, vt * tb + ti, T.Ramp(0, 1, 4)] = acc[ob * tb + ti, T.Ramp(0, 1, 4)]
 
     @T.prim_func(s_tir=True)
     def func(tiles: T.handle, weight: T.handle, products: T.handle):
@@ -333,7 +347,7 @@ def winograd_batched_gemm(
                                     vo = T.axis.spatial(ot, by * gy + ty)
                                     vt = T.axis.spatial(tt, bx * gx + tx)
                                     T.where(bz * gz + tz < a2 and by * gy + ty < ot and bx * gx + tx < tt)
-                                    acc = T.sblock_alloc_buffer((ocb * tb, 4), dtype, scope="local")
+                                    acc = T.sblock_alloc_buffer((ocb * tb, 4), acc_dtype, scope="local")
                                     xp = T.sblock_alloc_buffer((tb, 4), dtype, scope="local")
                                     wp = T.sblock_alloc_buffer((ocb, 4, 4), dtype, scope="local")
                                     for k in T.unroll(ocb * tb):
@@ -352,15 +366,15 @@ def winograd_batched_gemm(
                                             for ti in T.unroll(tb):
                                                 for j in T.unroll(4):
                                                     for lane in T.unroll(4):
-                                                        acc[ob * tb + ti, lane] = (
-                                                            acc[ob * tb + ti, lane] + xp[ti, j] * wp[ob, j, lane]
+                                                        acc[ob * tb + ti, lane] = multiply_add(
+                                                            acc[ob * tb + ti, lane], xp[ti, j], wp[ob, j, lane]
                                                         )
-                                    for ob in T.unroll(ocb):
-                                        for ti in T.unroll(tb):
-                                            if store_ok(vo, ob, vt, ti):
-                                                M[ve, vo * ocb + ob, vt * tb + ti, T.Ramp(0, 1, 4)] = acc[
-                                                    ob * tb + ti, T.Ramp(0, 1, 4)
-                                                ]
+                                    if converts:  # the products are stored in dtype
+                                        res = T.sblock_alloc_buffer((ocb * tb, 4), dtype, scope="local")
+                                        convert_tile(res, acc)
+                                        store_products(M, res, ve, vo, vt)
+                                    else:
+                                        store_products(M, acc, ve, vo, vt)
 
     return func
 
@@ -480,6 +494,7 @@ def conv2d_winograd_nchw4c(
     tile_scope: str | None = None,
     out_scope: str | None = None,
     residual_scope: str | None = None,
+    acc_dtype: str | None = None,
 ) -> WinogradKernels:
     """Winograd F(m x m, 3 x 3) conv2d ``Y = act(conv(X, W) + bias + residual)`` on NCHW4c.
 
@@ -491,7 +506,8 @@ def conv2d_winograd_nchw4c(
     :func:`winograd_weight_transform`; ``tile_scope`` (default ``scope``) holds the
     intermediates ``V`` and ``M``. ``X`` is read in ``scope``, ``Y`` written in ``out_scope``
     (default ``scope``), ``Residual`` read in ``residual_scope`` (default ``out_scope``), so a
-    conv at a texture/buffer boundary needs no copy. Returns the three stage PrimFuncs with the shapes.
+    conv at a texture/buffer boundary needs no copy. ``acc_dtype``: the GEMM's accumulators
+    (:func:`winograd_batched_gemm`; the transforms stay in ``dtype``). Returns the three stage PrimFuncs with the shapes.
     """
     geom = check_winograd(conv2d_geometry(data_shape, weight_shape, strides, padding, dilation, groups))
     m = check_tile(m)
@@ -499,7 +515,7 @@ def conv2d_winograd_nchw4c(
     _, out_scope, residual_scope = check_io_scopes(scope, out_scope, residual_scope)
     stages = (
         winograd_input_transform(geom, m, dtype, scope, tile_scope),
-        winograd_batched_gemm(geom, m, dtype, config, weight_scope, tile_scope),
+        winograd_batched_gemm(geom, m, dtype, config, weight_scope, tile_scope, acc_dtype),
         winograd_output_transform(geom, m, epilogue, dtype, out_scope, tile_scope, residual_scope),
     )
     return WinogradKernels(geom, winograd_shapes(geom, m), stages, scope, weight_scope, tile_scope, epilogue)

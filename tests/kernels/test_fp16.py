@@ -387,6 +387,7 @@ def float16_sources() -> dict[str, str]:
     s5, f16 = (1, 2, 6, 6, 4), "float16"
     geom = conv.conv2d_geometry((1, 8, 6, 6), (8, 8, 3, 3), padding=1)
     tiled = conv.conv2d_geometry((1, 64, 28, 28), (256, 64, 1, 1))
+    short = conv.conv2d_geometry((1, 3, 6, 6), (8, 3, 3, 3), padding=1)  # K = 27: half accumulation
     funcs = {
         "elementwise": elementwise.binary(s5, "add", f16, TEXTURE),
         "bias_add": elementwise.bias_add(s5, f16, TEXTURE),
@@ -400,7 +401,13 @@ def float16_sources() -> dict[str, str]:
         "conv2d": strategy.conv2d_plan(geom, Epilogue(bias=True), f16, get_profile("adreno")).primfuncs()[0],
         "conv2d tiled": strategy.conv2d_plan(tiled, Epilogue(), f16, get_profile("nvidia-h200")).primfuncs()[0],
         "depthwise": conv.depthwise_conv2d_nchw4c((1, 8, 6, 6), (8, 1, 3, 3), padding=1, dtype=f16),
+        "conv2d short": strategy.conv2d_plan(short, Epilogue(bias=True), f16, get_profile("adreno")).primfuncs()[0],
+        "conv2d split_k": conv.conv2d_nchw4c((1, 64, 4, 4), (8, 64, 3, 3), padding=1, epilogue=Epilogue(bias=True),
+                                             dtype=f16, config=conv.ConvConfig(1, 2, (2, 2, 1), split_k=4), acc_dtype="float32"),
     }
+    long_winograd = strategy.conv2d_plan(conv.conv2d_geometry((1, 64, 6, 6), (8, 64, 3, 3), padding=1), Epilogue(), f16,
+                                         get_profile("adreno"), choice=strategy.ConvChoice("winograd_2x2"))
+    funcs["winograd long gemm"] = long_winograd.primfuncs()[1]
     winograd = strategy.conv2d_plan(geom, Epilogue(), f16, get_profile("adreno"), choice=strategy.ConvChoice("winograd_2x2"))
     for i, func in enumerate(winograd.primfuncs()):
         funcs[f"winograd stage {i}"] = func
@@ -421,6 +428,15 @@ def test_float16_kernels_build_to_half_source():
             assert f"half {float_acc[name]}_ptr[" not in source, name
             assert "convert_half" in source, name  # the float result is converted back when stored
     assert "__global float* restrict B_ptr" in sources["layout boundary"]  # half in, float32 out
+    # Convs accumulate in float32 where K = C/groups * kh * kw > 32 (strategy.precision): each half
+    # product converted, the tile converted back (res) before the half epilogue; short K stays half.
+    for name in ("conv2d", "conv2d tiled", "conv2d split_k", "winograd long gemm"):
+        source = sources[name]
+        assert "float acc_ptr[" in source and "half acc_ptr[" not in source and "half res_ptr[" in source, name
+        assert re.search(r"acc_ptr\[\d+\] = \(acc_ptr\[\d+\] \+ \(convert_float\(\(\w+\[\d+\] \* \w+\[\d+\]\)\)\)\)", source), name
+    assert "__local float partial_ptr[" in sources["conv2d split_k"]  # the slices' partial sums too
+    for name in ("conv2d short", "depthwise", "winograd stage 1"):  # K = 27, 9, 8
+        assert "half acc_ptr[" in sources[name] and "float acc_ptr[" not in sources[name], name
 
 
 #: Builtins NVIDIA's OpenCL builds with half operands (probed on the H200: benchmarks/device/half_builtins.py):

@@ -32,7 +32,7 @@ from tir_adreno.runtime import texture
 from tir_adreno.strategy import defaults
 from tir_adreno.strategy.packing import pack_oihw4o
 from tir_adreno.strategy.placement import activation_scope, conv_placement
-from tir_adreno.strategy.precision import check_precision, half_storage, kernel_dtype
+from tir_adreno.strategy.precision import check_precision, conv_accumulator_dtype, half_storage, kernel_dtype
 from tir_adreno.strategy.profile import DeviceProfile, check_placement
 
 #: Conv algorithms, most accurate first (ties in tuning go to the earlier one).
@@ -194,14 +194,22 @@ def check_algorithm(geometry: ConvGeometry, algorithm: str, requested: str | Non
                          f"{_winograd.winograd_ineligibility(geometry)}")
 
 
+def accumulator_kwargs(precision: str, reduction_length: int) -> dict:
+    """``acc_dtype`` for a conv factory when it is not the kernel dtype (:func:`conv_accumulator_dtype`),
+    else nothing: float32 plans keep their stage arguments (and cache keys) as they were."""
+    acc_dtype = conv_accumulator_dtype(precision, reduction_length)
+    return {} if acc_dtype == kernel_dtype(precision) else {"acc_dtype": acc_dtype}
+
+
 def direct_conv2d(geometry: ConvGeometry, epilogue: Epilogue = Epilogue(), dtype: str = "float32",
                   config: ConvConfig | None = None, scope: str = TEXTURE, weight_scope: str | None = None,
-                  out_scope: str | None = None, residual_scope: str | None = None):
+                  out_scope: str | None = None, residual_scope: str | None = None, acc_dtype: str | None = None):
     """The direct conv PrimFunc of ``geometry``: the depthwise kernel for ``groups == C``, else the
     general one (the config sweep in ``benchmarks/conv_configs.py`` calls this with every config)."""
     g = geometry
     attrs = dict(strides=g.strides, padding=g.padding, dilation=g.dilation, epilogue=epilogue, dtype=dtype,
-                 config=config, scope=scope, weight_scope=weight_scope, out_scope=out_scope, residual_scope=residual_scope)
+                 config=config, scope=scope, weight_scope=weight_scope, out_scope=out_scope, residual_scope=residual_scope,
+                 acc_dtype=acc_dtype)
     if g.is_depthwise:
         return _conv.depthwise_conv2d_nchw4c((g.n, g.c, g.h, g.w), (g.o, g.cg, g.kh, g.kw), **attrs)
     return _conv.conv2d_nchw4c((g.n, g.c, g.h, g.w), (g.o, g.cg, g.kh, g.kw), groups=g.groups, **attrs)
@@ -279,7 +287,7 @@ def conv2d_plan(
         weight_scope = texture.place(w5, TEXTURE_WEIGHT, profile.limits, allow_buffer) if scope == TEXTURE else BUFFER
         tile_scope = scope
         stages = ((direct_conv2d, dict(geometry=g, epilogue=epilogue, dtype=dtype, config=config, weight_scope=weight_scope,
-                                       **io)),)
+                                       **io, **accumulator_kwargs(precision, g.reduction_length))),)
         tensors = (TensorPlan("X", in5, x_scope), TensorPlan("W", w5, weight_scope), *extra, TensorPlan("Y", out5, y_scope))
     else:
         m = WINOGRAD_TILES[choice.algorithm]
@@ -292,7 +300,8 @@ def conv2d_plan(
         stages = ((_winograd.conv2d_winograd_nchw4c,
                    dict(data_shape=(g.n, g.c, g.h, g.w), weight_shape=(g.o, g.cg, g.kh, g.kw), padding=g.padding,
                         epilogue=epilogue, dtype=dtype, m=m, config=config,
-                        weight_scope=weight_scope, tile_scope=tile_scope, **io)),)
+                        weight_scope=weight_scope, tile_scope=tile_scope, **io,
+                        **accumulator_kwargs(precision, g.cg))),)  # the GEMM sums over the input channels
         tensors = (TensorPlan("X", in5, x_scope), TensorPlan("V", shapes.tile, tile_scope),
                    TensorPlan("U", shapes.weight, weight_scope), TensorPlan("M", shapes.product, tile_scope),
                    *extra, TensorPlan("Y", out5, y_scope))
@@ -341,7 +350,8 @@ class FusedPlan:
             data_shape=(d.n, d.c, d.h, d.w), dw_weight_shape=(d.o, 1, d.kh, d.kw), pw_weight_shape=(p.o, p.c, 1, 1),
             strides=d.strides, padding=d.padding, dilation=d.dilation, dw_epilogue=dw_epilogue, epilogue=epilogue,
             dtype=kernel_dtype(self.precision), config=self.config, scope=self.in_scope or self.scope,
-            weight_scope=self.weight_scope, out_scope=self.out_scope, residual_scope=self.residual_scope)
+            weight_scope=self.weight_scope, out_scope=self.out_scope, residual_scope=self.residual_scope,
+            **accumulator_kwargs(self.precision, p.reduction_length))
 
     def pack_weights(self, w_oihw: np.ndarray) -> np.ndarray:
         """Either conv's OIHW weights as the fused kernel reads them (OIHW4o)."""

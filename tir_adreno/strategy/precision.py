@@ -26,6 +26,21 @@ def kernel_dtype(precision: str) -> str:
     return "float16" if precision == "float16" else "float32"
 
 
+#: Conv reduction lengths K = (C_in / groups) * kh * kw above which a float16 conv accumulates in
+#: float32 (benchmarks/half_accumulation.py, docs/precision.md): a half sum's error is 2.5-5x the
+#: output's own half rounding up to K = 32, 12x at 64 and 88x at 4608; a float32 sum of the half
+#: products stays within 2x of it at every K. So depthwise convs (K = 9, 25) keep half's rate.
+FLOAT_ACCUMULATION_MIN_K = 32
+
+
+def conv_accumulator_dtype(precision: str, reduction_length: int) -> str:
+    """The accumulator dtype of a conv kernel whose sums run over ``reduction_length`` products:
+    float32 for a "float16" kernel with K above :data:`FLOAT_ACCUMULATION_MIN_K`, else the
+    kernel's dtype (float32 kernels are unchanged)."""
+    dtype = kernel_dtype(precision)
+    return "float32" if dtype == "float16" and reduction_length > FLOAT_ACCUMULATION_MIN_K else dtype
+
+
 def half_storage(precision: str) -> str | None:
     """The storage dtype of our kernels' float32 tensors (images and buffers): "float16" under
     ``"float16_acc32"``."""
