@@ -3,6 +3,8 @@ on and off, from one run (``compile_model(fuse=False)`` keeps an SE block's pool
 apart, and each depthwise conv apart from the 1x1 conv after it where the profile would fuse them).
 
     python benchmarks/se_launches.py --onnx efficientnet_b0.onnx mobilenetv3_small_100.onnx
+    python benchmarks/se_launches.py --onnx ... --target nvidia-h200 --build-only DIR   # here (TVM)
+    python benchmarks/se_launches.py --from DIR                                       # on the GPU, no TVM
 
 Kernel time: the median over ``--repeat`` profiled runs (the two ways alternating) of the sum of
 OpenCL event times; the outputs of the two ways are compared with each other.
@@ -17,7 +19,9 @@ from pathlib import Path
 import numpy as np
 
 from common import add_device_argument, log, print_table, write_json
-from tir_adreno import compile_model, runtime
+from tir_adreno import compile_model, load_model, runtime
+from tir_adreno.runtime.executor import save_model
+from tir_adreno.strategy.profile import get_profile, without_fusion
 
 
 def _measure(models: dict, repeat: int) -> dict:
@@ -35,29 +39,58 @@ def _measure(models: dict, repeat: int) -> dict:
     return {way: (statistics.median(times[way]), outputs[way]) for way in models}
 
 
+WAYS = (("fused", True), ("apart", False))
+
+
+def _build(paths, target: str, precision: str, out: Path) -> None:
+    """Compile (no device needed) each model both ways for ``target`` and save them as ``out/<stem>-<way>``."""
+    from tir_adreno.compiler import compile_plan  # TVM: only when building
+
+    for path in paths:
+        for way, fuse in WAYS:
+            log(f"{path.stem}: compile {way} for {target} ({precision})")
+            profile = without_fusion(get_profile(target), not fuse)
+            plan, kernels, weights = compile_plan(str(path), profile, progress=lambda _: None, precision=precision)
+            save_model(out / f"{path.stem}-{way}", plan, kernels, weights, profile.name)
+
+
+def _models(args, device) -> dict[str, dict]:
+    """Model name -> way -> compiled model: compiled here, or loaded from ``--from`` (no TVM)."""
+    if args.source:
+        stems = sorted({p.name.rsplit("-", 1)[0] for p in args.source.iterdir() if p.is_dir()})
+        return {s: {way: load_model(args.source / f"{s}-{way}", device) for way, _ in WAYS} for s in stems}
+    return {p.stem: {way: compile_model(str(p), device, fuse=fuse, precision=args.precision, progress=lambda _: None)
+                     for way, fuse in WAYS} for p in args.onnx}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--onnx", type=Path, nargs="+", required=True, metavar="FILE", help="ONNX models, named by stem")
+    parser.add_argument("--onnx", type=Path, nargs="+", default=[], metavar="FILE", help="ONNX models, named by stem")
     parser.add_argument("--repeat", type=int, default=10)
+    parser.add_argument("--precision", default="float32")
+    parser.add_argument("--target", default=None, help="device profile of --build-only (e.g. nvidia-h200)")
+    parser.add_argument("--build-only", type=Path, default=None, metavar="DIR", help="compile and save both ways into DIR")
+    parser.add_argument("--from", dest="source", type=Path, default=None, metavar="DIR", help="run the models saved by --build-only")
     add_device_argument(parser)
     args = parser.parse_args()
+    if args.build_only:
+        return _build(args.onnx, args.target or "adreno", args.precision, args.build_only)
+    if not (args.onnx or args.source):
+        parser.error("give --onnx FILE... or --from DIR")
     device = runtime.get_device(args.device)
     results, rows = {}, []
-    for path in args.onnx:
-        models = {}
-        for way, fuse in (("fused", True), ("apart", False)):
-            log(f"{path.stem}: compile {way}")
-            models[way] = compile_model(str(path), device, fuse=fuse, progress=lambda _: None)
+    for stem, models in _models(args, device).items():
         measured = _measure(models, args.repeat)
         entry = {way: {"launches": len(cm.plan.calls), "kernel_ms": measured[way][0], "outputs": measured[way][1]}
                  for way, cm in models.items()}
         a, b = (np.asarray(entry[w]["outputs"][0], np.float64) for w in ("fused", "apart"))
         error = float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-30))
-        results[path.stem] = {w: {k: v for k, v in e.items() if k != "outputs"} for w, e in entry.items()} | {"relative_difference": error}
+        results[stem] = {w: {k: v for k, v in e.items() if k != "outputs"} for w, e in entry.items()} | {"relative_difference": error}
         f, s = entry["fused"], entry["apart"]
-        rows.append([path.stem, s["launches"], f["launches"], f"{s['kernel_ms']:.2f}", f"{f['kernel_ms']:.2f}", f"{error:.1e}"])
+        rows.append([stem, s["launches"], f["launches"], f"{s['kernel_ms']:.2f}", f"{f['kernel_ms']:.2f}", f"{error:.1e}"])
     print_table(["model", "launches apart", "launches fused", "kernel ms apart", "kernel ms fused", "rel. difference"], rows)
-    log(f"wrote {write_json('se_launches', device.name, {'repeat': args.repeat, 'models': results})}")
+    payload = {"repeat": args.repeat, "precision": next(iter(models.values())).precision, "models": results}
+    log(f"wrote {write_json('se_launches', device.name, payload)}")
 
 
 if __name__ == "__main__":
