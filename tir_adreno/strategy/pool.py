@@ -21,14 +21,22 @@ def group_threshold(profile: DeviceProfile) -> int | None:
     return None if profile.kind == "cpu" else _pool2d.GROUP_THRESHOLD
 
 
+#: Devices with more compute units than this keep squeeze-excitation apart: its one work group
+#: per sample leaves a wide GPU idle. Measured on the H200 (132 units, float16_acc32, median of
+#: 21, benchmarks/results/se_launches-nvidia-h200.json): EfficientNet-B0 1.02 -> 1.35 ms and
+#: MobileNetV3-Small 0.56 -> 0.65 ms fused. PoCL (2 units): equal. Adreno (4-12 units): fused.
+EXCITATION_MAX_COMPUTE_UNITS = 16
+
+
 def excitation_schedule(profile: DeviceProfile, macs: int) -> dict | None:
     """Factory keywords of a squeeze-excitation kernel (``primfuncs.excite``: its pool and its two
     1x1 convs of ``macs`` multiply-adds run in one work group per sample), or None to keep them
     apart: with kernel fusion off (``launch_cost_macs`` 0, ``compile_model(fuse=False)``), or when
     the convs are bigger than a launch is worth (a classifier head's 1x1 convs belong on the whole
-    device). 64 work items on CPU OpenCL, where a work group runs on one core; 256 on GPUs, so the
-    pool of an early 112 x 112 block still has many loads in flight (not measured on a GPU yet)."""
-    if not 0 < macs <= profile.launch_cost_macs:
+    device), or on a GPU wider than :data:`EXCITATION_MAX_COMPUTE_UNITS`. 64 work items on CPU
+    OpenCL, where a work group runs on one core; 256 on GPUs, so the pool of an early 112 x 112
+    block still has many loads in flight."""
+    if not 0 < macs <= profile.launch_cost_macs or profile.compute_units > EXCITATION_MAX_COMPUTE_UNITS:
         return None
     return dict(threads=_excite.THREADS if profile.kind == "cpu" else 4 * _excite.THREADS)
 
