@@ -476,10 +476,15 @@ def save_model(directory, plan: Plan, kernels: dict[str, KernelModule], weights:
     cache.write(directory / "model.json", json.dumps(doc).encode())
     if weights is None:
         return directory
-    buf = io.BytesIO()
-    np.savez(buf, **{str(i): w for i, w in weights.items()})
-    cache.write(directory / "weights.npz", buf.getvalue())
+    _write_npz(directory / "weights.npz", {str(i): w for i, w in weights.items()})
     return directory
+
+
+def _write_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    """``arrays`` as an uncompressed ``.npz``, written atomically with a checksum (``cache.write``)."""
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    cache.write(path, buf.getvalue())
 
 
 #: A saved model's reference (``compile --check``): seeded inputs and the CPU reference's outputs.
@@ -489,12 +494,10 @@ REFERENCE_FILE = "reference.npz"
 def save_reference(directory, inputs: dict[str, np.ndarray], outputs) -> Path:
     """Write ``reference.npz`` (``input:NAME`` and ``output0``, ``output1``, ...) atomically with a
     checksum, so ``run DIR --check`` compares with float32 CPU outputs on a machine without TVM."""
-    buf = io.BytesIO()
     arrays = {f"input:{n}": np.asarray(v) for n, v in inputs.items()}
     arrays.update({f"output{i}": np.asarray(o) for i, o in enumerate(outputs)})
-    np.savez(buf, **arrays)
     path = Path(directory) / REFERENCE_FILE
-    cache.write(path, buf.getvalue())
+    _write_npz(path, arrays)
     return path
 
 
