@@ -27,6 +27,7 @@ import tvm
 from tvm import tirx
 
 from tir_adreno.codegen.build import module_script
+from tir_adreno.codegen.script_parser import call_factory
 from tir_adreno.passes.op_info import CONFIG_ATTR, OP_ATTR, OURS_ATTR, SOURCE_ATTR
 from tir_adreno.runtime import cache
 from tir_adreno.strategy.records import kernels_version
@@ -103,7 +104,7 @@ class KernelCall:
         fkey = self.factory_key
         if fkey not in _parsed:
             factory_calls[0] += 1
-            _parsed[fkey] = self.factory(*self.args, **dict(self.kwargs))
+            _parsed[fkey] = call_factory(self.factory, *self.args, **dict(self.kwargs))
         built = _parsed[fkey]
         func = built if self.stage is None else built.stages[self.stage]
         for name, value in self.attrs:
