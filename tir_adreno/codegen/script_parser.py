@@ -14,7 +14,7 @@ deep: ~80% of a cold ResNet-50 compile went there. The lookup only needs the fra
 - runs the factory in a fresh thread, so that ``T.prim_func``'s own ``inspect.stack()`` (once per
   parse; it needs the source of the decorating frame) walks a few frames, not the caller's stack.
 
-The PrimFuncs are the same (tests/codegen/test_script_parser.py compares them structurally).
+The PrimFuncs are the same (tests/kernels/test_script_parser.py compares them structurally).
 """
 
 from __future__ import annotations

@@ -54,20 +54,36 @@ def key(*parts) -> str:
     return h.hexdigest()
 
 
-def _body(payload: bytes, key: str) -> bytes:
+def _key_field(key: str) -> bytes:
     k = key.encode()
-    return len(k).to_bytes(_KEY_LEN, "little") + k + payload
+    return len(k).to_bytes(_KEY_LEN, "little") + k
 
 
 def write(path: Path, payload: bytes, key: str = "") -> None:
     """Write ``payload`` to ``path`` atomically with an integrity header that covers ``key``."""
+    write_with(path, lambda f: f.write(payload), key)
+
+
+def write_with(path: Path, fill, key: str = "") -> None:
+    """:func:`write` of the payload that ``fill(file)`` writes (it may seek within what it
+    wrote, as ``zipfile`` does): streamed to a private temporary file, so a large payload
+    (a model's weights) is never held in memory twice; the checksum is then read back from
+    that file before it replaces ``path``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    body = _body(payload, key)
+    head = len(MAGIC) + _DIGEST
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(MAGIC + hashlib.sha256(body).digest() + body)
+        with os.fdopen(fd, "w+b") as f:
+            f.write(MAGIC + bytes(_DIGEST) + _key_field(key))
+            fill(f)
+            f.flush()
+            f.seek(head)
+            h = hashlib.sha256()
+            while chunk := f.read(1 << 22):
+                h.update(chunk)
+            f.seek(len(MAGIC))
+            f.write(h.digest())
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -151,11 +167,10 @@ def _stamp(path, st) -> tuple[Path, str]:
 def _payload(data, key: str):
     """The payload of entry ``data`` whose digest is trusted, if written under ``key``."""
     head = len(MAGIC) + _DIGEST
-    k = key.encode()
-    body = memoryview(data)[head:]
-    if body[:_KEY_LEN] != len(k).to_bytes(_KEY_LEN, "little") or body[_KEY_LEN : _KEY_LEN + len(k)] != k:
+    field = _key_field(key)
+    if memoryview(data)[head : head + len(field)] != field:
         return None
-    return data[head + _KEY_LEN + len(k):]
+    return data[head + len(field):]
 
 
 def store(path: Path, payload: bytes, key: str = "") -> bool:

@@ -481,10 +481,9 @@ def save_model(directory, plan: Plan, kernels: dict[str, KernelModule], weights:
 
 
 def _write_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    """``arrays`` as an uncompressed ``.npz``, written atomically with a checksum (``cache.write``)."""
-    buf = io.BytesIO()
-    np.savez(buf, **arrays)
-    cache.write(path, buf.getvalue())
+    """``arrays`` as an uncompressed ``.npz``, written atomically with a checksum (``cache.write_with``:
+    streamed to the file, not built in memory first)."""
+    cache.write_with(path, lambda f: np.savez(f, **arrays))
 
 
 #: A saved model's reference (``compile --check``): seeded inputs and the CPU reference's outputs.
