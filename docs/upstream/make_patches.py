@@ -239,6 +239,7 @@ PY = {
     "defect12-dlight-gemv-unit-reduction": patches.PATCH_12,
     "defect13-dlight-reduction-spatial-under-thread": patches.PATCH_13,
     "defect15-dlight-gemv": patches.PATCH_15,
+    "defect17-macro-lookup-frame-walk": patches.PATCH_17,
 }
 PY_EXTRA = {
     "defect11-parser-bind-once-assigned-scalar": {

@@ -150,6 +150,35 @@ PATCH_15 = {
     ),
 }
 
+# Defect 17: every T.macro expansion builds an inspect.FrameInfo for each frame on the stack
+# (one line of source context each; a sys.modules scan for eval-ed code) to read f_globals.
+PATCH_17 = {
+    "python/tvm/script/parser/core/parser.py": (
+        "tvm.script.parser.core.parser:ScriptMacro._find_parser_def",
+        [
+            (
+                """        outer_frame_infos = inspect.getouterframes(inspect.currentframe())
+        for finfo in outer_frame_infos:
+            parser = finfo.frame.f_globals.get(ScriptMacro.parser_object_name)
+            if parser is not None:
+                return parser
+""",
+                """        # Walk the frames themselves: only their globals are needed, and
+        # inspect.getouterframes would build a FrameInfo with source context for every frame
+        # on the stack (a sys.modules scan for each frame of eval-ed code), on every expansion.
+        frame = inspect.currentframe()
+        while frame is not None:
+            parser = frame.f_globals.get(ScriptMacro.parser_object_name)
+            if parser is not None:
+                return parser
+            frame = frame.f_back
+""",
+            )
+        ],
+    ),
+}
+
+
 def _function(ref):
     module_name, qualname = ref.split(":")
     obj = sys.modules.get(module_name) or __import__(module_name, fromlist=["_"])
@@ -203,3 +232,11 @@ def install_15(monkeypatch):
     from tvm.s_tir.dlight.gpu.gemv import GEMV
 
     monkeypatch.setattr(GEMV, "sch_outer_reduction", patched(PATCH_15)["tvm.s_tir.dlight.gpu.gemv:GEMV.sch_outer_reduction"])
+
+
+def install_17(monkeypatch):
+    """Defect 17: the macro's parser lookup walks frame.f_back instead of inspect.getouterframes."""
+    from tvm.script.parser.core.parser import ScriptMacro
+
+    new = patched(PATCH_17)["tvm.script.parser.core.parser:ScriptMacro._find_parser_def"]
+    monkeypatch.setattr(ScriptMacro, "_find_parser_def", new)  # TIRMacro and TIRInline inherit it
