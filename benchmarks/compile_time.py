@@ -2,17 +2,23 @@
 
 Each compile runs in a fresh process (``python -m tir_adreno.cli compile --builtin MODEL
 --target TARGET``): cold with an empty ``TIR_ADRENO_CACHE_DIR``, then warm with the cache the
-cold run left (every kernel cached). The old code is a git ref checked out in a temporary
-worktree (``--old``, default ``main``; after this work is merged pass the commit before it) or
-an existing checkout (``--old-checkout``). Writes JSON to benchmarks/results, prints a table last.
+cold run left (every kernel cached). ``--repeat`` rounds alternate old and new (medians), so
+both see the same load on a shared machine. Also per checkout: the recompile *in one process*
+(``compile_model`` a second time, TVM imported: a notebook or workbench edit loop) and, once,
+``import tvm`` alone (a fresh process's floor; TVM's tvm_ffi imports torch when it is installed).
+The old code is a git ref checked out in a temporary worktree (``--old``) or an existing
+checkout (``--old-checkout``). Writes JSON to benchmarks/results, prints a table last.
 
-    python benchmarks/compile_time.py --old 9f03e98
+    python benchmarks/compile_time.py --old 9f03e98 --repeat 3
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -22,27 +28,51 @@ from pathlib import Path
 from common import log, print_table, write_json
 
 ROOT = Path(__file__).resolve().parent.parent
+#: The in-process recompile: the same ``tir-adreno compile`` twice in one process (warm cache);
+#: the second one's seconds.
+RECOMPILE = """
+import contextlib, io, json, sys, tempfile, time
+from tir_adreno.cli import main
+def once():
+    with tempfile.TemporaryDirectory() as out, contextlib.redirect_stdout(io.StringIO()):
+        start = time.perf_counter()
+        assert main(["compile", "--builtin", sys.argv[1], "--target", sys.argv[2], "-o", out]) == 0
+        return time.perf_counter() - start
+first = once()
+print(json.dumps({"first_s": first, "again_s": once()}))
+"""
+IMPORT_TVM = "import time; t = time.perf_counter(); import tvm; print(time.perf_counter() - t)"
+
+
+def _run(checkout: Path, cmd: list[str], cache: Path) -> tuple[float, str]:
+    """Wall seconds and stdout of ``cmd`` in a fresh process run from ``checkout`` (its packages first)."""
+    env = dict(os.environ, TIR_ADRENO_CACHE_DIR=str(cache), PYTHONPATH=str(checkout))
+    start = time.perf_counter()
+    res = subprocess.run(cmd, cwd=checkout, env=env, capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    if res.returncode != 0:
+        raise RuntimeError(f"{checkout}: {' '.join(cmd)} failed:\n{res.stderr[-2000:]}")
+    return seconds, res.stdout
 
 
 def compile_seconds(checkout: Path, model: str, target: str, cache: Path) -> float:
-    """Wall time of one compile in a fresh process run from ``checkout`` (its packages first)."""
-    env = dict(os.environ, TIR_ADRENO_CACHE_DIR=str(cache), PYTHONPATH=str(checkout))
+    """Wall time of one ``tir-adreno compile`` in a fresh process."""
     with tempfile.TemporaryDirectory(prefix="compile-time-out-") as out:
         cmd = [sys.executable, "-m", "tir_adreno.cli", "compile", "--builtin", model, "--target", target, "-o", out]
-        start = time.perf_counter()
-        res = subprocess.run(cmd, cwd=checkout, env=env, capture_output=True, text=True)
-        seconds = time.perf_counter() - start
-    if res.returncode != 0:
-        raise RuntimeError(f"{checkout}: {' '.join(cmd)} failed:\n{res.stderr[-2000:]}")
-    return seconds
+        return _run(checkout, cmd, cache)[0]
 
 
 def measure(checkout: Path, model: str, target: str) -> dict:
-    """Cold (empty cache) then warm (the cold run's cache) compile seconds."""
+    """Cold (empty cache), warm (the cold run's cache) and in-process recompile seconds."""
     with tempfile.TemporaryDirectory(prefix="compile-time-cache-") as cache:
         cold = compile_seconds(checkout, model, target, Path(cache))
         warm = compile_seconds(checkout, model, target, Path(cache))
-    return {"cold_s": cold, "warm_s": warm}
+        _, out = _run(checkout, [sys.executable, "-c", RECOMPILE, model, target], Path(cache))
+    return {"cold_s": cold, "warm_s": warm, "in_process_s": json.loads(out.strip().splitlines()[-1])["again_s"]}
+
+
+def medians(rounds: list[dict]) -> dict:
+    return {k: statistics.median(r[k] for r in rounds) for k in rounds[0]} | {"rounds": rounds}
 
 
 def old_checkout(args, stack) -> Path:
@@ -60,29 +90,38 @@ def main(argv=None) -> int:
     parser.add_argument("--old-checkout", help="an existing checkout of the old code (instead of --old)")
     parser.add_argument("--models", nargs="+", default=["resnet50", "mobilenet_v2"])
     parser.add_argument("--target", default="adreno")
+    parser.add_argument("--repeat", type=int, default=3, help="rounds, old and new alternating (medians)")
     args = parser.parse_args(argv)
     worktrees: list[Path] = []
     try:
         checkouts = {"old": old_checkout(args, worktrees), "new": ROOT}
-        results = {}
-        for model in args.models:
-            for name, checkout in checkouts.items():
-                log(f"{model} {name} ({checkout})")
-                results[f"{model}/{name}"] = measure(checkout, model, args.target)
+        rounds = {f"{m}/{name}": [] for m in args.models for name in checkouts}
+        for i in range(args.repeat):
+            for model in args.models:
+                for name, checkout in checkouts.items():
+                    log(f"round {i + 1}/{args.repeat}: {model} {name} ({checkout})")
+                    rounds[f"{model}/{name}"].append(measure(checkout, model, args.target))
+        results = {k: medians(v) for k, v in rounds.items()}
+        import_tvm_s = float(_run(ROOT, [sys.executable, "-c", IMPORT_TVM], Path(tempfile.gettempdir()))[1])
     finally:
         for folder in worktrees:
             subprocess.run(["git", "worktree", "remove", "--force", str(folder)], cwd=ROOT, capture_output=True)
     cores = os.cpu_count()
-    payload = {"target": args.target, "cores": cores, "old": args.old_checkout or args.old, "results": results}
+    torch = importlib.util.find_spec("torch") is not None
+    payload = {"target": args.target, "cores": cores, "old": args.old_checkout or args.old, "repeat": args.repeat,
+               "import_tvm_s": import_tvm_s, "torch_installed": torch, "results": results}
     path = write_json("compile_time", f"{cores}-cores", payload)
     log(f"wrote {path}")
     rows = []
     for model in args.models:
         old, new = results[f"{model}/old"], results[f"{model}/new"]
         rows.append([model, f"{old['cold_s']:.1f}", f"{new['cold_s']:.1f}", f"{old['cold_s'] / new['cold_s']:.1f}x",
-                     f"{old['warm_s']:.1f}", f"{new['warm_s']:.1f}", f"{old['warm_s'] / new['warm_s']:.1f}x"])
-    print_table(["model", "cold old s", "cold new s", "speedup", "warm old s", "warm new s", "speedup"], rows,
-                title=f"tir-adreno compile --target {args.target}, fresh processes, {cores} cores")
+                     f"{old['warm_s']:.1f}", f"{new['warm_s']:.1f}", f"{old['warm_s'] / new['warm_s']:.1f}x",
+                     f"{old['in_process_s']:.1f}", f"{new['in_process_s']:.1f}"])
+    print_table(["model", "cold old s", "cold new s", "speedup", "warm old s", "warm new s", "speedup",
+                 "in-process old s", "in-process new s"], rows,
+                title=f"tir-adreno compile --target {args.target}, fresh processes (medians of {args.repeat}), {cores} cores; "
+                      f"import tvm alone {import_tvm_s:.1f} s (torch installed: {torch})")
     return 0
 
 

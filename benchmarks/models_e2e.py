@@ -116,8 +116,9 @@ def _measure(cm, repeat: int):
     return statistics.median(kernel_ms), statistics.median(wall_ms), host, outputs
 
 
-def _cudnn(name: str, repeat: int):
-    """cuDNN fp32 (TF32 off) eager and CUDA-graph ms, or None without torch + CUDA."""
+def _cudnn(name: str, repeat: int, torchscript_dir: Path | None = None):
+    """cuDNN fp32 (TF32 off) eager and CUDA-graph ms, or None without torch + CUDA or a PyTorch
+    model of ``name`` (a built-in, or a TorchScript export in ``torchscript_dir``)."""
     try:
         import torch
     except ImportError:
@@ -126,10 +127,13 @@ def _cudnn(name: str, repeat: int):
         return None
     from torch_models import build_torch_model
 
+    model = build_torch_model(name, torchscript_dir)
+    if model is None:
+        return None
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.benchmark = True
-    model = build_torch_model(name).cuda().eval()
+    model = model.cuda().eval()
     x = torch.randn(1, 3, 224, 224, device="cuda")
 
     def timed(fn):
@@ -160,6 +164,21 @@ def _cudnn(name: str, repeat: int):
     return {"eager_ms": eager, "graph_ms": graphed, "cudnn": torch.backends.cudnn.version(), "torch": torch.__version__}
 
 
+#: Where --build-only puts the TorchScript exports it carries.
+TORCHSCRIPT_FOLDER = "torchscript"
+
+
+def _carry_torchscript(names, src: Path | None, directory: Path) -> None:
+    """Copy ``src/<name>.pt.xz`` of the models into ``directory/torchscript`` (for --from)."""
+    if src is None:
+        return
+    (directory / TORCHSCRIPT_FOLDER).mkdir(parents=True, exist_ok=True)
+    for name in names:
+        path = src / f"{name}.pt.xz"
+        if path.exists():
+            (directory / TORCHSCRIPT_FOLDER / path.name).write_bytes(path.read_bytes())
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_device_argument(parser)
@@ -175,6 +194,9 @@ def main():
     parser.add_argument("--onnx-dir", type=Path, default=None, help="folder of <name>.onnx for --models")
     parser.add_argument("--carry-weights-mb", type=float, default=CARRY_WEIGHTS_MB,
                         help="--build-only saves weights up to this size; larger models are timing-only")
+    parser.add_argument("--torchscript-dir", type=Path, default=None,
+                        help="DIR/<name>.pt.xz (torch_models.py --timm) for the cuDNN baseline of ONNX models; "
+                        "--build-only copies them into its folder, --from finds them there")
     parser.add_argument("--repeat", type=int, default=10)
     add_split_arguments(parser, "models", dest="from_dir")
     args = parser.parse_args()
@@ -204,6 +226,7 @@ def main():
         profile = target_profile(args, build_only=bool(args.build_only))
         compiled = _build(names, ways, args.build_only, device, profile, args.records, onnx_paths, args.carry_weights_mb)
         if args.build_only:
+            _carry_torchscript(names, args.torchscript_dir, args.build_only)
             log(f"saved to {args.build_only} (planned for {profile.name})")
             return
 
@@ -238,7 +261,8 @@ def main():
             for way in ways[2:]:  # tuned, ours_<placement>: checked against upstream too
                 entry[f"max_rel_diff_{way}"] = float(np.max(np.abs(outputs[way][0] - ref)) / np.max(np.abs(ref)))
         nvidia = device.cl_device.vendor.lower().startswith("nvidia")
-        entry["cudnn"] = _cudnn(name, args.repeat) if nvidia and name in MODELS else None  # torch_models: built-ins only
+        torchscript_dir = args.torchscript_dir or (args.from_dir / TORCHSCRIPT_FOLDER if args.from_dir else None)
+        entry["cudnn"] = _cudnn(name, args.repeat, torchscript_dir) if nvidia else None
         results.append(entry)
         o, u = entry["ours"], entry["upstream"]
         c, t, nf = entry["cudnn"], entry.get("tuned"), entry.get("ours_nofuse")

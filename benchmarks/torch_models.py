@@ -1,7 +1,17 @@
-"""ResNet-50 and MobileNetV2 in plain PyTorch (torchvision's architectures), for the
-cuDNN baseline. Random weights: only timing is compared."""
+"""PyTorch models for the cuDNN baseline: ResNet-50 and MobileNetV2 in plain PyTorch (torchvision's
+architectures), and any other model as a TorchScript file exported here (``export_timm``: timm
+is not on the GPU machine). Random weights: only timing is compared.
+
+    python benchmarks/torch_models.py --timm efficientvit_b0,fastvit_t8 --out DIR   # DIR/<name>.onnx + .pt.xz
+"""
 
 from __future__ import annotations
+
+import argparse
+import io
+import lzma
+import sys
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -57,5 +67,70 @@ def mobilenet_v2(num_classes=1000):
     return nn.Sequential(*layers)
 
 
-def build_torch_model(name: str) -> nn.Module:
-    return {"resnet50": resnet50, "mobilenet_v2": mobilenet_v2}[name]()
+#: Suffix of a TorchScript export (xz-compressed: its weights are a repeating pattern, see export_timm).
+TORCHSCRIPT_SUFFIX = ".pt.xz"
+
+
+def build_torch_model(name: str, torchscript_dir: Path | None = None) -> nn.Module | None:
+    """The built-in ``name``, else ``torchscript_dir/<name>.pt.xz`` loaded, else None."""
+    builtin = {"resnet50": resnet50, "mobilenet_v2": mobilenet_v2}
+    if name in builtin:
+        return builtin[name]()
+    path = torchscript_dir / f"{name}{TORCHSCRIPT_SUFFIX}" if torchscript_dir is not None else None
+    if path is None or not path.exists():
+        return None
+    return torch.jit.load(io.BytesIO(lzma.decompress(path.read_bytes())), map_location="cpu")
+
+
+def export_timm(name: str, directory: Path, seed: int = 0) -> tuple[Path, Path]:
+    """``timm.create_model(name)`` (random weights, batch-norm statistics re-drawn as in zoo.py) as
+    ``<name>.onnx`` (opset 17, TorchScript exporter) and, for the cuDNN baseline on a machine without
+    timm, ``<name>.pt.xz``: a TorchScript trace whose parameters are a repeating N(0, 0.02) pattern
+    (timing is value-independent away from denormals, and the pattern compresses to ~1% so it fits
+    the GPU machine's transfer limit)."""
+    import timm
+
+    torch.manual_seed(seed)
+    net = timm.create_model(name, pretrained=False).eval()
+    for m in net.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            with torch.no_grad():
+                m.running_mean.normal_(0.0, 0.1)
+                m.running_var.uniform_(0.5, 1.5)
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.normal_(0.0, 0.1)
+    directory.mkdir(parents=True, exist_ok=True)
+    x = torch.randn(1, 3, 224, 224)
+    onnx_path, ts_path = directory / f"{name}.onnx", directory / f"{name}{TORCHSCRIPT_SUFFIX}"
+    torch.onnx.export(net, x, str(onnx_path), dynamo=False, opset_version=17, input_names=["input"])
+    pattern = torch.randn(4096, generator=torch.Generator().manual_seed(seed))
+    with torch.no_grad():
+        for pname, t in [*net.named_parameters(), *((n, b) for n, b in net.named_buffers() if b.is_floating_point())]:
+            tiled = pattern.repeat(t.numel() // pattern.numel() + 1)[: t.numel()].view_as(t)
+            if t.dim() >= 2:  # He-scaled, so activations keep their size through depth (no denormals)
+                t.copy_(tiled * (2.0 / max(1, t[0].numel())) ** 0.5)
+            elif pname.endswith("running_var"):
+                t.copy_(1.0 + 0.5 * tiled.abs())
+            elif pname.endswith("weight") or pname.endswith("gamma"):
+                t.copy_(1.0 + 0.1 * tiled)
+            else:
+                t.copy_(0.1 * tiled)
+    buf = io.BytesIO()
+    torch.jit.save(torch.jit.trace(net, x), buf)
+    ts_path.write_bytes(lzma.compress(buf.getvalue(), preset=6))
+    return onnx_path, ts_path
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--timm", required=True, help="comma-separated timm model names")
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    for name in args.timm.split(","):
+        onnx_path, ts_path = export_timm(name, args.out)
+        print(f"{name}: {onnx_path} ({onnx_path.stat().st_size >> 20} MiB), {ts_path} ({ts_path.stat().st_size >> 10} KiB)", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
