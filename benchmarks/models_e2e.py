@@ -56,10 +56,13 @@ CARRY_WEIGHTS_MB = 24
 
 
 def _build(names, ways, directory: Path | None, device, profile, records, onnx_paths, carry_mb):
-    """Compile every (model, way) for ``profile``; returns {(name, way): CompiledModel}; saves them if asked
-    (weights only up to ``carry_mb`` MiB). ``onnx_paths``: {name: ONNX file} next to the built-ins."""
+    """Compile every (model, way) for ``profile``: with ``directory`` (--build-only) saved there
+    without a device (weights only up to ``carry_mb`` MiB), returns {}; else loaded on ``device``,
+    returns {(name, way): CompiledModel}. ``onnx_paths``: {name: ONNX file} next to the built-ins."""
+    from tir_adreno.compiler import compile_model, compile_plan
     from tir_adreno.frontend import models
-    from tir_adreno.compiler import compile_model
+    from tir_adreno.runtime.executor import save_model
+    from tir_adreno.strategy.profile import without_fusion
 
     compiled = {}
     for name in names:
@@ -70,13 +73,16 @@ def _build(names, ways, directory: Path | None, device, profile, records, onnx_p
             placement = way.split("_", 1)[1] if way in PLACEMENT_WAYS else None
             # ours_direct: no conv on the tiled kernel (the profile's rule for it off)
             way_profile = dataclasses.replace(profile, tiled_min_groups=0) if way == "ours_direct" else profile
-            cm = compile_model(mod, device, way_profile, records if way == "tuned" else None, ours=way != "upstream",
-                               progress=lambda msg: log(f"  {msg}"), fuse=way != "ours_nofuse", placement=placement)
+            way_records, ours, fuse = records if way == "tuned" else None, way != "upstream", way != "ours_nofuse"
+            if directory is None:
+                compiled[name, way] = compile_model(mod, device, way_profile, way_records, ours=ours,
+                                                    progress=lambda msg: log(f"  {msg}"), fuse=fuse, placement=placement)
+            else:  # no device needed: the plan is built for the target and saved
+                plan, kernels, weights = compile_plan(mod, without_fusion(way_profile, not fuse), way_records, ours=ours,
+                                                      progress=lambda msg: log(f"  {msg}"), placement=placement)
+                weights_mb = plan.memory_bytes()["weights"] / 2**20
+                save_model(directory / f"{name}-{way}", plan, kernels, weights if weights_mb <= carry_mb else None, way_profile.name)
             log(f"  {time.perf_counter() - start:.1f} s")
-            compiled[name, way] = cm
-            if directory is not None:
-                weights_mb = cm.memory_bytes()["weights"] / 2**20
-                cm.save(directory / f"{name}-{way}", include_weights=weights_mb <= carry_mb)
     return compiled
 
 
@@ -197,17 +203,20 @@ def main():
     parser.add_argument("--torchscript-dir", type=Path, default=None,
                         help="DIR/<name>.pt.xz (torch_models.py --timm) for the cuDNN baseline of ONNX models; "
                         "--build-only copies them into its folder, --from finds them there")
+    parser.add_argument("--ways", default=None,
+                        help="comma-separated subset of the ways to build (default: ours, upstream, ours_nofuse and the added ones)")
     parser.add_argument("--repeat", type=int, default=10)
     add_split_arguments(parser, "models", dest="from_dir")
     args = parser.parse_args()
     onnx_paths = {p.stem: p for p in args.onnx}
-    names = [n for n in (args.models or ",".join(onnx_paths or MODELS)).split(",") if n]
+    saved = sorted({p.name.rsplit("-", 1)[0] for p in args.from_dir.iterdir() if "-" in p.name}) if args.from_dir and args.from_dir.is_dir() else []
+    names = [n for n in (args.models or ",".join(saved or onnx_paths or MODELS)).split(",") if n]
     if args.onnx_dir:
         onnx_paths.update({n: args.onnx_dir / f"{n}.onnx" for n in names if (args.onnx_dir / f"{n}.onnx").exists()})
     missing = [p for p in onnx_paths.values() if not p.exists()]
     if missing:
         parser.error(f"--onnx: no such file {missing[0]}")
-    known = set(MODELS) | set(onnx_paths) | ({p.name.rsplit("-", 1)[0] for p in args.from_dir.iterdir()} if args.from_dir and args.from_dir.is_dir() else set())
+    known = set(MODELS) | set(onnx_paths) | set(saved)
     unknown = set(names) - known
     if unknown:
         parser.error(f"unknown models {sorted(unknown)}; choose from {MODELS} or give --onnx / --onnx-dir")
@@ -219,6 +228,8 @@ def main():
     ways = WAYS[:4] if args.records else WAYS[:3]
     ways += tuple(f"ours_{p}" for p in dict.fromkeys(args.placement))
     ways += ("ours_direct",) if args.direct else ()
+    if args.ways:
+        ways = tuple(w for w in ways if w in args.ways.split(","))
     if args.from_dir:
         ways = tuple(w for w in WAYS if (args.from_dir / f"{names[0]}-{w}").exists())
         compiled = _load(names, ways, args.from_dir, device)
