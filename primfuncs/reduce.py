@@ -127,7 +127,7 @@ def min(shape, channels, axis=(2, 3), keepdims=True, **config):  # noqa: A001
 SOFTMAX_AXES = (1, 3)
 
 
-def softmax(shape, channels: int, axis: int = 1, dtype: str = "float32", scope: str = TEXTURE):
+def softmax(shape, channels: int, dtype: str = "float32", scope: str = TEXTURE, axis: int = 1):
     """Softmax over NCHW ``axis`` (1: channels, 3: W; negative counts from the end) of the NCHW4c
     ``shape`` holding ``channels`` (``relax.op.nn.softmax``).
 
