@@ -71,6 +71,18 @@ def test_softmax_over_w(device, n, c, h, w, negative, scale, scope, seed):
     np.testing.assert_array_equal(unpack_nchw4c(y, 4 * y.shape[1])[:, c:], 0)
 
 
+def test_softmax_over_w_non_finite(device):
+    """As NumPy: a row holding a NaN or a +Inf is all NaN, -Inf gives 0, the other rows are finite."""
+    x = rand(np.random.default_rng(2), (1, 2, 4, 5))
+    x[0, 0, 0, 1], x[0, 0, 1, 3], x[0, 1, 2, 0] = np.nan, np.inf, -np.inf
+    y = unpack_nchw4c(run_kernel(device, reduce.softmax(pack_nchw4c(x).shape, 2, axis=-1), pack_nchw4c(x), poison=7.0), 2)
+    with np.errstate(invalid="ignore"):
+        expected = reference.softmax(x, axis=3)
+    np.testing.assert_array_equal(np.isnan(y), np.isnan(expected))
+    assert np.isnan(y[0, 0, :2]).all() and y[0, 1, 2, 0] == 0
+    assert_close(y[~np.isnan(expected)], expected[~np.isnan(expected)], SOFTMAX_RTOL)
+
+
 def test_softmax_refuses_other_axes():
     with pytest.raises(NotImplementedError, match="only channels"):
         reduce.softmax((1, 1, 4, 4, 4), 3, axis=2)
