@@ -161,3 +161,70 @@ def affine(shape, activation: str | None = None, dtype: str = "float32", scope: 
         raise ValueError(f"clip needs clip_min <= clip_max, got {clip_min} > {clip_max}")
     name = "affine" if activation is None else f"affine_{activation}"
     return _pixelwise(shape, name, lambda x, s, b: activate(x * s + b, activation, dtype, clip_min, clip_max), "affine", dtype, scope)
+
+
+#: Axes :func:`broadcast_binary`'s ``B`` may broadcast (extent 1), NCHW names.
+BROADCAST_AXES = "chw"
+
+
+def broadcast_binary(shape, channels: int, op: str, broadcast: str, reverse: bool = False, dtype: str = "float32",
+                     scope: str = TEXTURE):
+    """``C = A op B`` (``B op A`` with ``reverse``) with NumPy broadcasting of ``B`` over the NCHW
+    axes named in ``broadcast`` (a non-empty subset of "chw", in that order), e.g. "c": ``B`` is
+    ``[N, 1, H, W]`` (its lane 0 goes to every channel: MobileViT-v2's attention scores times its
+    keys), "w": ``B`` is ``[N, C, H, 1]`` (a per-row context vector times the values).
+
+    ``shape`` is ``A``'s and ``C``'s NCHW4c shape holding ``channels``; ``B`` is NCHW4c too. The
+    padded lanes of ``C`` are written as 0 (``0 + B[lane 0]`` would not be). One work item per
+    pixel, two texture reads, one write."""
+    n, c4, h, w, _ = _check_nchw4c(shape)
+    if op not in BINARY_OPS:
+        raise ValueError(f"unknown binary op {op!r}; expected one of {sorted(BINARY_OPS)}")
+    if not broadcast or any(a not in BROADCAST_AXES for a in broadcast) or "".join(sorted(broadcast, key=BROADCAST_AXES.index)) != broadcast or len(set(broadcast)) != len(broadcast):
+        raise ValueError(f"broadcast must name axes of {BROADCAST_AXES!r} in that order, got {broadcast!r}")
+    if not 4 * (c4 - 1) < channels <= 4 * c4:
+        raise ValueError(f"channels={channels} does not fill C4={c4} blocks of 4")
+    check_dtype(dtype)
+    check_scope(scope)
+    fn = BINARY_OPS[op]
+    b_shape = (n, 1 if "c" in broadcast else c4, 1 if "h" in broadcast else h, 1 if "w" in broadcast else w, LANES)
+    g = pixel_grid(n * c4, h, w)
+    zero = T.FloatImm(dtype, 0.0)
+
+    # B's pixel and lane for output pixel (block cb, row y, column x) and lane: index 0 along a broadcast axis.
+    def b_block(cb):
+        return 0 if "c" in broadcast else cb
+
+    def b_row(y):
+        return 0 if "h" in broadcast else y
+
+    def b_col(x):
+        return 0 if "w" in broadcast else x
+
+    def b_lane(lane):
+        return 0 if "c" in broadcast else lane
+
+    def apply(a, b):
+        return fn(b, a) if reverse else fn(a, b)
+
+    launch = pixel_launch()
+
+    @T.macro
+    def per_pixel(A, B, C, vz, vh, vw):
+        x = T.sblock_alloc_buffer((4,), dtype, scope="local")
+        y = T.sblock_alloc_buffer((4,), dtype, scope="local")
+        load_pixel(x, A, vz // c4, vz % c4, vh, vw)
+        load_pixel(y, B, vz // c4, b_block(vz % c4), b_row(vh), b_col(vw))
+        for lane in T.unroll(4):
+            x[lane] = T.Select((vz % c4) * 4 + lane < channels, apply(x[lane], y[b_lane(lane)]), zero)
+        store_pixel(C, vz // c4, vz % c4, vh, vw, x)
+
+    @T.prim_func(s_tir=True)
+    def func(a: T.handle, b: T.handle, c: T.handle):
+        T.func_attr({"global_symbol": f"{op}_broadcast_{broadcast}", "tirx.noalias": True})
+        A = T.match_buffer(a, (n, c4, h, w, 4), dtype, scope=scope)
+        B = T.match_buffer(b, b_shape, dtype, scope=scope)
+        C = T.match_buffer(c, (n, c4, h, w, 4), dtype, scope=scope)
+        launch(g, h, w, "pixel", lambda vz, vh, vw: per_pixel(A, B, C, vz, vh, vw))
+
+    return func

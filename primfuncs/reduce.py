@@ -123,18 +123,28 @@ def min(shape, channels, axis=(2, 3), keepdims=True, **config):  # noqa: A001
     return reduce(shape, channels, "min", axis, keepdims, **config)
 
 
-def softmax(shape, channels: int, dtype: str = "float32", scope: str = TEXTURE):
-    """Softmax over the channels of the NCHW4c ``shape`` (``relax.op.nn.softmax`` axis=1).
+#: The NCHW axes :func:`softmax` takes: channels, or the last axis (MobileViT-v2's attention over patches).
+SOFTMAX_AXES = (1, 3)
 
-    One work item per (n, h, w) walks the channel blocks three times: the max
+
+def softmax(shape, channels: int, dtype: str = "float32", scope: str = TEXTURE, axis: int = 1):
+    """Softmax over NCHW ``axis`` (1: channels, 3: W; negative counts from the end) of the NCHW4c
+    ``shape`` holding ``channels`` (``relax.op.nn.softmax``).
+
+    Over channels, one work item per (n, h, w) walks the channel blocks three times: the max
     (stability: exp never overflows), the sum of ``exp(x - max)``, then writes
     ``exp(x - max) / sum``. Padded lanes are excluded from both reductions and
     written as 0. Half kernels keep the max and the sum in float32.
+    Over W, see :func:`_softmax_w`.
     """
     n, c4, h, w, _ = _check_nchw4c(shape)
     _check_channels(shape, channels)
     check_dtype(dtype)
     check_scope(scope)
+    if axis not in (*SOFTMAX_AXES, *(a - 4 for a in SOFTMAX_AXES)):
+        raise NotImplementedError(f"softmax over NCHW axis {axis!r}: only channels (1) and W (3, -1) are supported")
+    if axis % 4 == 3:
+        return _softmax_w(shape, channels, dtype, scope)
     g = pixel_grid(n, h, w)
     acc_dtype = accumulator_dtype(dtype)
     combine_max, lowest = REDUCERS["max"][0], REDUCERS["max"][1](acc_dtype)
@@ -182,3 +192,55 @@ def softmax(shape, channels: int, dtype: str = "float32", scope: str = TEXTURE):
 
     return func
 
+
+
+def _softmax_w(shape, channels: int, dtype: str, scope: str):
+    """Softmax over W of the NCHW4c ``shape``: each lane (channel) of a row on its own.
+
+    One work item per (n, channel block, h) row walks the row's pixels three times (max, sum of
+    ``exp(x - max)``, write), the 4 lanes side by side in registers. Padded lanes hold the
+    softmax of their zeros (1 / W), not 0, so they are written as 0 (MobileViT-v2 takes the
+    softmax of a 1-channel map: 3 of 4 lanes are padding). Half kernels keep max and sum in float32.
+    """
+    n, c4, h, w, _ = shape
+    g = pixel_grid(n * c4, h, 1)
+    acc_dtype = accumulator_dtype(dtype)
+    combine_max, lowest = REDUCERS["max"][0], REDUCERS["max"][1](acc_dtype)
+    zero = T.FloatImm(acc_dtype, 0.0)
+
+    launch = pixel_launch()
+
+    @T.macro
+    def per_row(A, B, vz, vh):
+        x = T.sblock_alloc_buffer((4,), dtype, scope="local")
+        m = T.sblock_alloc_buffer((4,), acc_dtype, scope="local")
+        s = T.sblock_alloc_buffer((4,), acc_dtype, scope="local")
+        # 1. m = the row's max, lane by lane
+        for lane in T.unroll(4):
+            m[lane] = lowest
+        for col in T.serial(w):
+            load_pixel(x, A, vz // c4, vz % c4, vh, col)
+            for lane in T.unroll(4):
+                m[lane] = combine_max(m[lane], T.Cast(acc_dtype, x[lane]))
+        # 2. s = sum of exp(x - m)
+        for lane in T.unroll(4):
+            s[lane] = zero
+        for col in T.serial(w):
+            load_pixel(x, A, vz // c4, vz % c4, vh, col)
+            for lane in T.unroll(4):
+                s[lane] = s[lane] + T.exp(T.Cast(acc_dtype, x[lane]) - m[lane])
+        # 3. y = exp(x - m) / s, padded lanes 0
+        for col in T.serial(w):
+            load_pixel(x, A, vz // c4, vz % c4, vh, col)
+            for lane in T.unroll(4):
+                x[lane] = T.Cast(dtype, T.Select((vz % c4) * 4 + lane < channels, T.exp(T.Cast(acc_dtype, x[lane]) - m[lane]) / s[lane], zero))
+            store_pixel(B, vz // c4, vz % c4, vh, col, x)
+
+    @T.prim_func(s_tir=True)
+    def func(a: T.handle, b: T.handle):
+        T.func_attr({"global_symbol": "softmax_w", "tirx.noalias": True})
+        A = T.match_buffer(a, (n, c4, h, w, 4), dtype, scope=scope)
+        B = T.match_buffer(b, (n, c4, h, w, 4), dtype, scope=scope)
+        launch(g, h, 1, "softmax", lambda vz, vh, vw: per_row(A, B, vz, vh))
+
+    return func

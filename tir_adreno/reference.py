@@ -223,6 +223,20 @@ def softmax(x, axis=1) -> np.ndarray:
     return e / e.sum(axis=axis, keepdims=True)
 
 
+def patch_unfold(x, ph: int, pw: int) -> np.ndarray:
+    """MobileViT's unfold of NCHW ``x`` into ``[N, C, ph * pw, nh * nw]`` patches, as exported
+    (reshape ``[N, C, nh, ph, nw, pw]``, transpose (0, 1, 3, 5, 2, 4), reshape)."""
+    n, c, h, w = x.shape
+    return x.reshape(n, c, h // ph, ph, w // pw, pw).transpose(0, 1, 3, 5, 2, 4).reshape(n, c, ph * pw, -1)
+
+
+def patch_fold(x, ph: int, pw: int, h: int, w: int) -> np.ndarray:
+    """The inverse of :func:`patch_unfold`: patches ``[N, C, ph * pw, nh * nw]`` back to the
+    ``[N, C, h, w]`` map (reshape ``[N, C, ph, pw, nh, nw]``, transpose (0, 1, 4, 2, 5, 3), reshape)."""
+    n, c = x.shape[:2]
+    return x.reshape(n, c, ph, pw, h // ph, w // pw).transpose(0, 1, 4, 2, 5, 3).reshape(n, c, h, w)
+
+
 def gelu(x, approximate: str = "none") -> np.ndarray:
     """float64 GELU as PyTorch defines it: ``x * 0.5 * (1 + erf(x / sqrt 2))``, or with
     ``approximate="tanh"`` ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`` (-inf gives NaN)."""

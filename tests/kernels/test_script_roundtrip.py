@@ -9,7 +9,7 @@ import tvm
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from primfuncs import concat, conv, elementwise, excite, grn, layernorm, layout, pool2d, reduce, resize, shuffle
+from primfuncs import concat, conv, elementwise, excite, grn, layernorm, layout, patches, pool2d, reduce, resize, shuffle
 from primfuncs._common import BUFFER, TEXTURE, TEXTURE_WEIGHT, blocked
 from primfuncs.conv import ConvConfig
 from primfuncs.epilogue import ACTIVATIONS, Epilogue
@@ -56,6 +56,8 @@ def elementwise_kernels(d, scope):
         elementwise.activation(shape, d.draw(st.sampled_from([a for a in ACTIVATIONS if a not in (None, "clip")])), scope=scope),
         elementwise.affine(shape, d.draw(st.sampled_from([a for a in ACTIVATIONS if a != "clip"])), scope=scope),
         elementwise.copy(shape, scope=scope, out_scope=BUFFER if scope == TEXTURE else TEXTURE),
+        elementwise.broadcast_binary(shape, 4 * shape[1] - d.draw(st.integers(0, 3)), d.draw(st.sampled_from(["add", "multiply"])),
+                                     d.draw(st.sampled_from(["c", "w", "hw", "chw"])), d.draw(st.booleans()), scope=scope),
     ]
 
 
@@ -119,6 +121,7 @@ def reduce_kernels(d, scope):
     return [
         reduce.reduce(shape, nchw[1], d.draw(st.sampled_from(["sum", "mean", "max", "min"])), axis, scope=scope, strategy=d.draw(st.sampled_from(["thread", "group"]))),
         reduce.softmax(shape, nchw[1], scope=scope),
+        reduce.softmax(shape, nchw[1], scope=scope, axis=-1),
     ]
 
 
@@ -167,6 +170,12 @@ def shuffle_kernels(d, scope):
     ]
 
 
+def patches_kernels(d, scope):
+    ph, pw, nh, nw = (d.draw(st.integers(1, 3)) for _ in range(4))
+    shape = _blocked((d.draw(st.integers(1, 2)), d.draw(st.integers(1, 9)), nh * ph, nw * pw))
+    return [patches.patch_unfold(shape, ph, pw, scope=scope), patches.patch_fold(shape, ph, pw, scope=scope)]
+
+
 FAMILIES = {
     "layout": layout_kernels,
     "elementwise": elementwise_kernels,
@@ -181,6 +190,7 @@ FAMILIES = {
     "grn": grn_kernels,
     "excite": excite_kernels,
     "shuffle": shuffle_kernels,
+    "patches": patches_kernels,
 }
 
 

@@ -18,6 +18,9 @@ import numpy as np
 
 from primfuncs import concat as _concat
 from primfuncs import conv
+from primfuncs import elementwise as _elementwise
+from primfuncs import patches as _patches
+from primfuncs import reduce as _reduce_kernels
 from primfuncs._common import BUFFER, TEXTURE, TEXTURE_WEIGHT
 from primfuncs.epilogue import Epilogue
 
@@ -118,6 +121,44 @@ def _softmax(dev, rng, shape):
     return ops.softmax(x, device=dev), reference.softmax(x)
 
 
+def _kernel_case(make, inputs, out_nchw, dev):
+    """Run the kernel ``make(scope)`` on NCHW ``inputs`` (packed to NCHW4c on the device) into a
+    poisoned NCHW4c output of NCHW shape ``out_nchw``; the output as NCHW."""
+    scope = ops.activation_scope(dev, out_nchw)
+    tensors = [ops.upload_nchw4c(dev, x, scope, f"x{i}") for i, x in enumerate(inputs)]
+    out = ops.empty_nchw4c(dev, out_nchw, "float32", scope)
+    ops.launch(make(scope), [*tensors, out], dev)
+    return ops.download_nchw(out, out_nchw[1])
+
+
+def _softmax_w(dev, rng, shape):
+    x = (rng.standard_normal(shape) * 4).astype("float32")
+    y = _kernel_case(lambda scope: _reduce_kernels.softmax(ops.blocked_shape(shape), shape[1], scope=scope, axis=-1), [x], shape, dev)
+    return y, reference.softmax(x, axis=3)
+
+
+def _patches_case(dev, rng, shape):
+    """MobileViT's unfold into patches (the smallest that tile the map: 2x2 on the tour's 14x14),
+    then the fold of a second tensor of patches."""
+    n, c, h, w = shape
+    ph, pw = (next(d for d in range(2, size + 1) if size % d == 0) if size > 1 else 1 for size in (h, w))
+    x = rng.standard_normal(shape).astype("float32")
+    unfolded = reference.patch_unfold(x, ph, pw)
+    y = _kernel_case(lambda scope: _patches.patch_unfold(ops.blocked_shape(shape), ph, pw, scope=scope), [x], unfolded.shape, dev)
+    p = rng.standard_normal(unfolded.shape).astype("float32")
+    z = _kernel_case(lambda scope: _patches.patch_fold(ops.blocked_shape(shape), ph, pw, scope=scope), [p], shape, dev)
+    return np.concatenate([y.ravel(), z.ravel()]), np.concatenate([unfolded.ravel(), reference.patch_fold(p, ph, pw, h, w).ravel()])
+
+
+def _broadcast_multiply(dev, rng, shape):
+    """MobileViT-v2's keys times its 1-channel scores (lane 0 to every channel)."""
+    a = rng.standard_normal(shape).astype("float32")
+    b = rng.standard_normal((shape[0], 1, *shape[2:])).astype("float32")
+    y = _kernel_case(lambda scope: _elementwise.broadcast_binary(ops.blocked_shape(shape), shape[1], "multiply", "c", scope=scope),
+                     [a, b], shape, dev)
+    return y, a.astype(np.float64) * b
+
+
 def _concat_case(dev, rng, shape):
     n, c, h, w = shape
     a = rng.standard_normal(shape).astype("float32")
@@ -170,12 +211,15 @@ CASES = (
     Case("max over C", "reduce", _reduce("max", 1), 1e-5),
     Case("sum over C, H, W group", "reduce", _reduce("sum", (1, 2, 3), "group"), 1e-5),
     Case("softmax over C", "softmax", _softmax, 1e-5),
+    Case("softmax over W", "softmax", _softmax_w, 1e-5),
     Case("concat channels", "concat", _concat_case, 0.0),
+    Case("patch unfold, fold", "layout", _patches_case, 0.0),
     Case("NCHW <-> NCHW4c", "layout", _layout, 0.0),
     Case("add", "elementwise", _binary("add", np.add), 1e-7),
     Case("multiply", "elementwise", _binary("multiply", np.multiply), 1e-7),
     Case("relu6", "elementwise", _relu6, 0.0),
     Case("bias_add", "elementwise", _bias_add, 1e-7),
+    Case("multiply broadcast over C", "elementwise", _broadcast_multiply, 1e-7),
 )
 #: The families a tour must cover (the CLI test checks every one has a row).
 FAMILIES = tuple(dict.fromkeys(c.family for c in CASES))

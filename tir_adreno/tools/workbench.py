@@ -328,7 +328,11 @@ def reference_case(info: dict, rng: np.random.Generator, pack_weights=blocked.pa
     elif op in ("sum", "mean", "max", "min"):
         y = reference.reduce(x, op, tuple(attrs["axis"]), keepdims=True)
     elif op == "nn.softmax":
-        y = reference.softmax(x, axis=1)
+        y = reference.softmax(x, axis=attrs.get("axis", 1))
+    elif op == "patch_unfold":
+        y = reference.patch_unfold(x, *attrs["patch"])
+    elif op == "patch_fold":
+        y = reference.patch_fold(x, *attrs["patch"], *info["output"][2:])
     elif op in ("nn.max_pool2d", "nn.avg_pool2d"):
         y = reference.pool2d(x, **attrs)
     elif op == "nn.adaptive_avg_pool2d":

@@ -6,7 +6,7 @@ before ``elementwise``: an add or multiply of two activations is one binary kern
 be an activation chain or a per-channel affine step), and
 an op no rule takes is left to upstream (``LegalizeOps`` and dlight)."""
 
-from tir_adreno.passes.rules import concat, conv, elementwise, excite, layer_norm, layout, matmul, pool
+from tir_adreno.passes.rules import broadcast, concat, conv, elementwise, excite, layer_norm, layout, matmul, patches, pool
 from tir_adreno.passes.rules.base import Rule, by_op, rule  # noqa: F401 (the rule contract)
 
 RULES: tuple[Rule, ...] = (
@@ -16,6 +16,8 @@ RULES: tuple[Rule, ...] = (
     matmul.matmul,
     elementwise.binary,
     elementwise.elementwise,
+    broadcast.broadcast_binary,
+    broadcast.broadcast_to,
     elementwise.batch_norm,
     pool.pool,
     pool.reduction,
@@ -26,6 +28,7 @@ RULES: tuple[Rule, ...] = (
     layout.strided_slice,
     layout.split,
     layout.reshape,
+    patches.patch_unfold,
     layer_norm.layer_norm,
     layer_norm.grn_scale,
 )

@@ -69,11 +69,15 @@ def reduction(rw: Rewriter, node: Node):
 
 @rule("relax.nn.softmax")
 def softmax(rw: Rewriter, node: Node):
+    """Softmax over the channels or over W (the last axis: MobileViT-v2's attention over patches)."""
     x = rw.activation(node.args[0])
-    if x is None or x.layout != "NCHW" or int(node.attrs.axis) % 4 != 1:
+    axis = int(node.attrs.axis) % 4
+    if x is None or x.layout != "NCHW" or axis not in reduce.SOFTMAX_AXES:
         return None
     shape5 = x.shape5
     scope = rw.scope_for(shape5)
-    out = rw.emit_kernel(kernel(reduce.softmax, shape5, x.channels, scope=scope), [rw.blocked(x, scope)], shape5, op_info=node_info(node, axis=1))
+    # axis=1 passes no axis: the channel softmax keeps the kernel key it always had
+    func = kernel(reduce.softmax, shape5, x.channels, scope=scope, **({"axis": axis} if axis != 1 else {}))
+    out = rw.emit_kernel(func, [rw.blocked(x, scope)], shape5, op_info=node_info(node, axis=axis))
     rw.define(node.var, out, scope, x.nchw)
     return out

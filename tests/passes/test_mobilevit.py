@@ -1,0 +1,175 @@
+"""MobileViT-v2's separable attention between its patch unfold and fold (issue 21) on NCHW4c
+textures: the kernels (``patch_unfold``/``patch_fold``, softmax over W, ``broadcast_binary``)
+against float64 NumPy, and the exported pattern against onnxruntime with no layout transform
+inside."""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from onnx import helper
+
+from helpers.numeric import assert_close, pack_nchw4c, rand, run_kernel, unpack_nchw4c
+from helpers.onnx_graphs import check_pattern, conv_node, pattern_graph
+from primfuncs import elementwise, patches, reduce
+from primfuncs._common import TEXTURE
+from tir_adreno import ops, reference
+
+SCOPES = st.sampled_from([TEXTURE, "global"])
+SEEDS = st.integers(0, 2**32 - 1)
+#: float32 softmax over <= 13 values: measured <= 2.4e-7 (the exp and one division per element).
+SOFTMAX_RTOL = 1e-6
+#: One float32 operation per element: at most half an ulp (6e-8) of each result.
+BINARY_RTOL = 1.2e-7
+
+
+@given(n=st.integers(1, 2), c=st.integers(1, 9), nh=st.integers(1, 3), nw=st.integers(1, 4), ph=st.integers(1, 3),
+       pw=st.integers(1, 3), scope=SCOPES, half=st.booleans(), seed=SEEDS)
+def test_patch_unfold_and_fold_kernels(device, n, c, nh, nw, ph, pw, scope, half, seed):
+    """Unfold is the exported reshape -> transpose -> reshape exactly (padded lanes carried as
+    zeros); fold brings the patches back; half images (float16_acc32) move half values exactly."""
+    x = rand(np.random.default_rng(seed), (n, c, nh * ph, nw * pw)) * 10
+    storage = "float16" if half and scope == TEXTURE else None
+    expected = x.astype(np.float16 if storage else np.float32).astype(np.float64)
+    image = pack_nchw4c(x).shape
+    unfolded = _run(device, patches.patch_unfold(image, ph, pw, scope=scope), pack_nchw4c(x), storage)
+    np.testing.assert_array_equal(unpack_nchw4c(unfolded, c), reference.patch_unfold(expected, ph, pw))
+    assert np.all(unfolded[:, -1, :, :, (c - 1) % 4 + 1 :] == 0), "padded lanes not zero"
+    folded = _run(device, patches.patch_fold(image, ph, pw, scope=scope), unfolded, storage)
+    np.testing.assert_array_equal(folded, pack_nchw4c(expected))
+
+
+def _run(device, func, x5, storage):
+    """One input, one (poisoned) output; texture tensors in ``storage`` (None: float32)."""
+    loaded, name = ops.compile(func, device)
+    specs = [replace(spec, storage=storage) if spec.scope == TEXTURE else spec for spec in loaded[name].params]
+    out = device.empty(specs[1]).poison()
+    loaded(name, device.empty(specs[0]).upload(x5.astype(np.float32)), out)
+    return out.numpy().astype(np.float64)
+
+
+def test_patch_unfold_refuses_bad_shapes():
+    with pytest.raises(ValueError, match="patches of 2x2 do not tile an 5x4 map"):
+        patches.patch_unfold((1, 1, 5, 4, 4), 2, 2)
+    with pytest.raises(ValueError, match="NCHW4c"):
+        patches.patch_fold((1, 4, 4, 4), 2, 2)
+    with pytest.raises(ValueError, match="ph must be >= 1"):
+        patches.patch_unfold((1, 1, 4, 4, 4), 0, 2)
+
+
+@given(n=st.integers(1, 2), c=st.integers(1, 9), h=st.integers(1, 4), w=st.integers(1, 13), negative=st.booleans(),
+       scale=st.sampled_from([1.0, 60.0]), scope=SCOPES, seed=SEEDS)
+def test_softmax_over_w(device, n, c, h, w, negative, scale, scope, seed):
+    """Each channel of each row on its own (scale 60: exp alone would overflow), the padded lanes
+    (NaN in the input) written as 0 whatever they hold."""
+    x = (rand(np.random.default_rng(seed), (n, c, h, w)) * scale).astype(np.float32)
+    func = reduce.softmax(pack_nchw4c(x).shape, c, scope=scope, axis=-1 if negative else 3)
+    y = run_kernel(device, func, pack_nchw4c(x, pad_value=np.nan))
+    assert_close(unpack_nchw4c(y, c), reference.softmax(x, axis=3), SOFTMAX_RTOL)
+    np.testing.assert_array_equal(unpack_nchw4c(y, 4 * y.shape[1])[:, c:], 0)
+
+
+def test_softmax_over_w_non_finite(device):
+    """As NumPy: a row holding a NaN or a +Inf is all NaN, -Inf gives 0, the other rows are finite."""
+    x = rand(np.random.default_rng(2), (1, 2, 4, 5))
+    x[0, 0, 0, 1], x[0, 0, 1, 3], x[0, 1, 2, 0] = np.nan, np.inf, -np.inf
+    y = unpack_nchw4c(run_kernel(device, reduce.softmax(pack_nchw4c(x).shape, 2, axis=-1), pack_nchw4c(x), poison=7.0), 2)
+    with np.errstate(invalid="ignore"):
+        expected = reference.softmax(x, axis=3)
+    np.testing.assert_array_equal(np.isnan(y), np.isnan(expected))
+    assert np.isnan(y[0, 0, :2]).all() and y[0, 1, 2, 0] == 0
+    assert_close(y[~np.isnan(expected)], expected[~np.isnan(expected)], SOFTMAX_RTOL)
+
+
+def test_softmax_refuses_other_axes():
+    with pytest.raises(NotImplementedError, match="only channels"):
+        reduce.softmax((1, 1, 4, 4, 4), 3, axis=2)
+
+
+@given(n=st.integers(1, 2), c=st.integers(1, 9), h=st.integers(1, 4), w=st.integers(1, 5),
+       broadcast=st.sampled_from(["c", "h", "w", "ch", "cw", "hw", "chw"]), op=st.sampled_from(["add", "multiply"]),
+       reverse=st.booleans(), scope=SCOPES, seed=SEEDS)
+def test_broadcast_binary_kernel(device, n, c, h, w, broadcast, op, reverse, scope, seed):
+    """NumPy broadcasting of ``B`` over the named axes (``"c"``: lane 0 of its one channel to every
+    lane), either operand order; the padded lanes of the output 0 (``0 + b`` would not be)."""
+    rng = np.random.default_rng(seed)
+    a = rand(rng, (n, c, h, w))
+    b = rand(rng, (n, *(1 if ax in broadcast else d for ax, d in zip("chw", (c, h, w)))))
+    func = elementwise.broadcast_binary(pack_nchw4c(a).shape, c, op, broadcast, reverse, scope=scope)
+    y = run_kernel(device, func, pack_nchw4c(a, pad_value=np.nan), pack_nchw4c(b, pad_value=np.nan))
+    operands = (b, a) if reverse else (a, b)
+    assert_close(unpack_nchw4c(y, c), getattr(np, op)(*(v.astype(np.float64) for v in operands)), BINARY_RTOL)
+    np.testing.assert_array_equal(unpack_nchw4c(y, 4 * y.shape[1])[:, c:], 0)
+
+
+def test_broadcast_binary_refuses_bad_arguments():
+    with pytest.raises(ValueError, match="broadcast must name axes"):
+        elementwise.broadcast_binary((1, 1, 4, 4, 4), 3, "add", "hc")
+    with pytest.raises(ValueError, match="broadcast must name axes"):
+        elementwise.broadcast_binary((1, 1, 4, 4, 4), 3, "add", "")
+    with pytest.raises(ValueError, match="unknown binary op"):
+        elementwise.broadcast_binary((1, 1, 4, 4, 4), 3, "power", "c")
+    with pytest.raises(ValueError, match="channels=5 does not fill"):
+        elementwise.broadcast_binary((1, 1, 4, 4, 4), 5, "add", "c")
+
+
+# -- the exported pattern ----------------------------------------------------------------------------
+
+def _attention_nodes(rng, inits, x, y, d, tag):
+    """timm's MobileViT-v2 LinearSelfAttention as exported (opset 17), then the residual:
+    qkv 1x1 conv -> Split [1, d, d] -> Softmax(axis=-1) of q -> k * scores (channel broadcast)
+    -> ReduceSum(axis=-1) -> relu(v) * Expand(context) (spatial broadcast) -> 1x1 conv -> + x."""
+    node = helper.make_node
+    inits[f"{tag}_split"] = np.asarray([1, d, d], np.int64)
+    inits[f"{tag}_axes"] = np.asarray([-1], np.int64)
+    return [
+        conv_node(rng, inits, x, f"{tag}_qkv", 1 + 2 * d, d, k=1),
+        node("Split", [f"{tag}_qkv", f"{tag}_split"], [f"{tag}_q", f"{tag}_k", f"{tag}_v"], axis=1),
+        node("Softmax", [f"{tag}_q"], [f"{tag}_s"], axis=-1),
+        node("Mul", [f"{tag}_k", f"{tag}_s"], [f"{tag}_ks"]),
+        node("ReduceSum", [f"{tag}_ks", f"{tag}_axes"], [f"{tag}_ctx"], keepdims=1),
+        node("Relu", [f"{tag}_v"], [f"{tag}_rv"]),
+        node("Shape", [f"{tag}_v"], [f"{tag}_shape"]),
+        node("Expand", [f"{tag}_ctx", f"{tag}_shape"], [f"{tag}_ectx"]),
+        node("Mul", [f"{tag}_rv", f"{tag}_ectx"], [f"{tag}_o"]),
+        conv_node(rng, inits, f"{tag}_o", f"{tag}_p", d, d, k=1),
+        node("Add", [x, f"{tag}_p"], [y]),
+    ]
+
+
+def _patch_nodes(inits, x, y, shape6, perm, shape4, tag):
+    """Reshape (6-d) -> Transpose -> Reshape (4-d), as MobileViT-v2 exports its unfold and fold."""
+    inits[f"{tag}_s6"], inits[f"{tag}_s4"] = np.asarray(shape6, np.int64), np.asarray(shape4, np.int64)
+    return [
+        helper.make_node("Reshape", [x, f"{tag}_s6"], [f"{tag}_6"]),
+        helper.make_node("Transpose", [f"{tag}_6"], [f"{tag}_t"], perm=list(perm)),
+        helper.make_node("Reshape", [f"{tag}_t", f"{tag}_s4"], [y]),
+    ]
+
+
+def _mobilevit_graph(d, size, ph, pw, layers=1):
+    """conv -> unfold into ph x pw patches -> ``layers`` attention blocks -> fold -> conv."""
+    rng, inits = np.random.default_rng(7), {}
+    nh, nw = size // ph, size // pw
+    nodes = [conv_node(rng, inits, "x", "c", d, 3, k=1)]
+    nodes += _patch_nodes(inits, "c", "u0", (1, d, nh, ph, nw, pw), (0, 1, 3, 5, 2, 4), (1, d, ph * pw, nh * nw), "unfold")
+    for i in range(layers):
+        nodes += _attention_nodes(rng, inits, f"u{i}", f"u{i + 1}", d, f"a{i}")
+    nodes += _patch_nodes(inits, f"u{layers}", "f", (1, d, ph, pw, nh, nw), (0, 1, 4, 2, 5, 3), (1, d, size, size), "fold")
+    nodes.append(conv_node(rng, inits, "f", "y", 4, d, k=3))
+    model = pattern_graph(nodes, {k: v for k, v in inits.items() if v.dtype != np.int64}, size=size)
+    model.graph.initializer.extend(
+        helper.make_tensor(k, 7, v.shape, v.ravel().tolist()) for k, v in inits.items() if v.dtype == np.int64)
+    return model
+
+
+@pytest.mark.parametrize("d, size, ph, pw, layers", [(6, 8, 2, 2, 2), (8, 6, 3, 2, 1)])
+def test_mobilevit_attention_stays_on_textures(d, size, ph, pw, layers):
+    """Unfold, the attention blocks (d channels: a padded block at d = 6; a 1-channel softmax) and
+    the fold: all ours, one kernel each for unfold and fold, no layout transform inside."""
+    names = check_pattern(_mobilevit_graph(d, size, ph, pw, layers), size=size)
+    assert names.count("patch_unfold") == 1 and names.count("patch_fold") == 1, names
+    assert names.count("softmax_w") == layers and names.count("sum_w") == layers, names
+    assert names.count("multiply_broadcast_c") == layers and names.count("multiply_broadcast_w") == layers, names
