@@ -148,8 +148,9 @@ def gated_conv2d(rw: Rewriter, node: Node):
     """``x * gate`` (``gate`` a per-channel ``[N, C, 1, 1]`` activation, either operand order) whose
     only user is a conv our conv rule takes as the kernel that reads the gate
     (``strategy.conv.fuse_gate``): that conv, reading ``x * gate`` itself; else None (the
-    multiply runs apart, ``elementwise.binary``)."""
-    operands = binary_operands(rw, node) if node.op == "relax.multiply" else None
+    multiply runs apart, ``elementwise.binary``). The multiply's value never exists: its only
+    reader is the conv, marked fused here."""
+    operands = binary_operands(rw, node)
     if operands is None or not operands[2]:
         return None
     x, gate, _ = operands
