@@ -332,16 +332,15 @@ def conv2d_nchw4c(
     ``gate_scope`` (the input gate, a squeeze-excitation's multiply fused in): the conv reads
     ``X[n, c, h, w] * Gate[n, c]``; ``Gate [N, C/4, 1, 1, 4]`` (the excitation's output) comes
     right after ``X``, in that scope. Each work item multiplies the input pixels it reads (one gate
-    read per input block); blocked path only (dense convs, block-aligned groups), not tiled.
+    read per input block; the tiled kernel as it stages them); the blocked path only (dense convs,
+    block-aligned groups) or tiled.
     """
     geom = conv2d_geometry(data_shape, weight_shape, strides, padding, dilation, groups)
     if config is not None and config.tiled:
         if geom.groups != 1:
             raise ValueError(f"config.tiled=True is for dense convs (groups=1), got groups={geom.groups}")
-        if gate_scope is not None:
-            raise ValueError(f"gate_scope={gate_scope!r}: the tiled conv (config.tiled=True) takes no input gate")
         return conv2d_tiled_nchw4c(data_shape, weight_shape, strides, padding, dilation, epilogue, dtype, config, scope,
-                                   weight_scope, out_scope, residual_scope, acc_dtype)
+                                   weight_scope, out_scope, residual_scope, acc_dtype, gate_scope)
     mode = "blocked" if blocked_path(geom) else "grouped"
     return _direct_conv(geom, mode, epilogue, dtype, config, scope, weight_scope, "conv2d_nchw4c", out_scope=out_scope,
                         residual_scope=residual_scope, acc_dtype=acc_dtype, gate_scope=gate_scope)

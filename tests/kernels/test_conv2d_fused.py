@@ -84,15 +84,19 @@ HALF_RTOL = 2.0**-10
 def gated_cases(draw):
     """A small conv with an input gate: 1x1 (the SE projection) or 3x3 with asymmetric padding,
     stride 1 or 2, dense or block-aligned groups, C not a multiple of 4, tiles that overhang,
-    split_k and the 1-D grid."""
+    split_k, the 1-D grid and the tiled GEMM (dense; a gate read as it stages the input)."""
     n, k = draw(st.integers(1, 2)), draw(st.sampled_from([1, 1, 3]))
-    groups = draw(st.sampled_from([1, 1, 2]))
+    grid = draw(st.sampled_from(["3d", "3d", "split", "flat", "tiled"]))
+    groups = 1 if grid == "tiled" else draw(st.sampled_from([1, 1, 2]))
     c, o = (8, 8) if groups == 2 else (draw(st.integers(1, 13)), draw(st.integers(1, 10)))
     padding = tuple(draw(st.integers(0, k // 2)) for _ in range(4))
-    grid = draw(st.sampled_from(["3d", "3d", "split", "flat"]))
     work_group = (draw(st.sampled_from([1, 5, 16])), 1, 1) if grid == "flat" else draw(st.sampled_from(WORK_GROUPS))
-    config = ConvConfig(draw(st.integers(1, 4)), draw(st.integers(1, 4)), work_group, split_k=2 if grid == "split" else 1,
-                        flat=grid == "flat")
+    if grid == "tiled":
+        config = ConvConfig(draw(st.integers(1, 2)), draw(st.integers(1, 4)), draw(st.sampled_from([(4, 2, 1), (8, 1, 1)])),
+                            split_k=draw(st.integers(1, 2)), tiled=True, k_chunk=draw(st.integers(1, 4)))
+    else:
+        config = ConvConfig(draw(st.integers(1, 4)), draw(st.integers(1, 4)), work_group, split_k=2 if grid == "split" else 1,
+                            flat=grid == "flat")
     epilogue = Epilogue(bias=draw(st.booleans()), activation=draw(st.sampled_from([None, "relu", "hardswish"])),
                         residual=draw(st.booleans()))
     return dict(data_shape=(n, c, draw(st.integers(k, 9)), draw(st.integers(k, 9))), weight_shape=(o, c // groups, k, k),
@@ -101,6 +105,8 @@ def gated_cases(draw):
 
 GATED_1X1 = dict(data_shape=(2, 6, 5, 7), weight_shape=(5, 6, 1, 1), strides=1, padding=0, groups=1,
                  epilogue=Epilogue(bias=True, residual=True), config=ConvConfig(2, 4, (4, 2, 1)))
+GATED_TILED_3X3 = dict(data_shape=(2, 9, 5, 6), weight_shape=(6, 9, 3, 3), strides=1, padding=(1, 1, 0, 1), groups=1,
+                       epilogue=Epilogue(bias=True), config=ConvConfig(2, 2, (4, 2, 1), split_k=2, tiled=True, k_chunk=3))
 GATED_GROUPED_3X3 = dict(data_shape=(1, 8, 6, 5), weight_shape=(8, 4, 3, 3), strides=2, padding=(1, 0, 1, 1), groups=2,
                          epilogue=Epilogue(activation="relu"), config=ConvConfig(1, 2, (2, 2, 2), split_k=2))
 
@@ -108,6 +114,7 @@ GATED_GROUPED_3X3 = dict(data_shape=(1, 8, 6, 5), weight_shape=(8, 4, 3, 3), str
 @given(case=gated_cases(), scope=SCOPES, gate_scope=SCOPES, precision=st.sampled_from(["float32", "float16_acc32"]), seed=SEEDS)
 @example(case=GATED_1X1, scope=TEXTURE, gate_scope=TEXTURE, precision="float32", seed=0)
 @example(case=GATED_GROUPED_3X3, scope=BUFFER, gate_scope=TEXTURE, precision="float16_acc32", seed=1)
+@example(case=GATED_TILED_3X3, scope=BUFFER, gate_scope=BUFFER, precision="float32", seed=2)
 def test_gated_conv_matches_numpy(device, case, scope, gate_scope, precision, seed):
     """``act(conv(X * G[n, c], W) + bias + residual)`` against float64 NumPy, the output poisoned
     (every pixel written, padding lanes 0). In float16_acc32 every image is half (the reference
@@ -139,11 +146,11 @@ def test_gated_conv_matches_numpy(device, case, scope, gate_scope, precision, se
 
 
 def test_gated_conv_bad_arguments():
-    """A gate is read by the blocked path only: not by the tiled GEMM, not per lane (general groups,
-    depthwise), not next to a depthwise prologue; its scope is checked like any other."""
+    """A gate is read by the blocked path and the tiled GEMM: not per lane (general groups,
+    depthwise); its scope is checked like any other."""
     dense = dict(data_shape=(1, 8, 4, 4), weight_shape=(8, 8, 1, 1))
-    with pytest.raises(ValueError, match="tiled"):
-        conv.conv2d_nchw4c(**dense, config=ConvConfig(1, 1, (4, 4, 1), tiled=True), gate_scope=TEXTURE)
+    with pytest.raises(ValueError, match="scope"):
+        conv.conv2d_nchw4c(**dense, config=ConvConfig(1, 1, (4, 4, 1), tiled=True), gate_scope="local")
     with pytest.raises(ValueError, match="grouped path"):
         conv.conv2d_nchw4c((1, 6, 4, 4), (6, 2, 3, 3), groups=3, gate_scope=TEXTURE)
     with pytest.raises(ValueError, match="scope"):

@@ -159,17 +159,18 @@ def test_se_gate_with_two_users_stays_apart():
 
 
 def test_fuse_gate():
-    """The gate goes into a conv whose plan is the direct kernel's blocked path with fusion on;
-    not with fusion off, not into a tiled, Winograd, depthwise or generally grouped plan."""
+    """The gate goes into a conv whose plan is the direct kernel's blocked path or the tiled GEMM
+    with fusion on (the H200's projection convs are tiled); not with fusion off, not into a
+    Winograd, depthwise or generally grouped plan."""
     from primfuncs.conv import ConvConfig, conv2d_geometry
     from tir_adreno.strategy.conv import ConvChoice, fuse_gate, takes_gate
     from tir_adreno.strategy.profile import resolve, without_fusion
 
     pointwise = conv2d_geometry((1, 96, 14, 14), (40, 96, 1, 1))
-    for name in ("adreno", "pocl"):
+    for name in ("adreno", "pocl", "nvidia-h200"):
         assert fuse_gate(pointwise, "float32", resolve(profile=name))
         assert not fuse_gate(pointwise, "float32", without_fusion(resolve(profile=name)))
-    assert not takes_gate(ConvChoice(config=ConvConfig(2, 4, (16, 4, 1), tiled=True)), pointwise)
+    assert takes_gate(ConvChoice(config=ConvConfig(2, 4, (16, 4, 1), tiled=True)), pointwise)
     three = conv2d_geometry((1, 16, 14, 14), (16, 16, 3, 3), padding=1)
     assert takes_gate(ConvChoice(), three) and not takes_gate(ConvChoice("winograd_2x2"), three)
     assert not takes_gate(ConvChoice(), conv2d_geometry((1, 16, 14, 14), (16, 1, 3, 3), padding=1, groups=16))

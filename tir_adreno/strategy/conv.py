@@ -250,18 +250,19 @@ def _choice(geometry: ConvGeometry, precision: str, profile: DeviceProfile, reco
 
 
 def takes_gate(choice: ConvChoice, geometry: ConvGeometry) -> bool:
-    """Whether the kernel of ``choice`` reads an input gate: the direct conv's blocked path, not tiled."""
-    tiled = choice.config is not None and choice.config.tiled
-    return choice.algorithm == "direct" and not tiled and _conv.blocked_path(geometry)
+    """Whether the kernel of ``choice`` reads an input gate: the direct conv's blocked path (dense
+    or block-aligned groups) and the tiled GEMM (dense), not Winograd."""
+    return choice.algorithm == "direct" and _conv.blocked_path(geometry)
 
 
 def fuse_gate(geometry: ConvGeometry, precision: str, profile: DeviceProfile, records=None) -> bool:
     """Whether conv ``geometry`` should read ``x * gate[n, c]`` itself (a squeeze-excitation's gate
     multiply, one launch less) instead of the multiply running apart: with kernel fusion on
     (``launch_cost_macs`` > 0) when its plan's kernel takes a gate (:func:`takes_gate`). The cost
-    is one multiply per input lane read (``1 / (4 oc_block)`` of the conv's multiply-adds) and one
-    gate pixel read per input block; Winograd and tiled plans decline (their tiles read X in
-    stages that have no gate), so the multiply stays apart there."""
+    is one multiply per input lane read (the direct kernel: ``1 / (4 oc_block)`` of the conv's
+    multiply-adds; the tiled one multiplies as it stages the input, once per work group) and one
+    gate pixel read per input block; Winograd plans decline (their input transform is a kernel
+    of its own), so the multiply stays apart there."""
     if profile.launch_cost_macs <= 0:
         return False
     return takes_gate(_choice(geometry, precision, profile, records)[0], geometry)
@@ -299,7 +300,7 @@ def conv2d_plan(
     check_algorithm(geometry, choice.algorithm, precision=precision)
     if gate_scope is not None and not takes_gate(choice, geometry):
         raise ValueError(f"gate_scope={gate_scope!r}: the {choice.name} kernel of this conv takes no input gate "
-                         f"(the direct conv's blocked path does, not tiled)")
+                         f"(the direct conv's blocked path and the tiled conv do)")
     g = geometry
     scope = _activation_scope(g, profile, choice.placement, allow_buffer)
     in5, out5 = (g.n, g.c4, g.h, g.w, 4), (g.n, g.o4, g.oh, g.ow, 4)
