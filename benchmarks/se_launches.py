@@ -1,6 +1,8 @@
 """Squeeze-excitation fusion (issue 21): launches and kernel time of ONNX models with the fusion
-on and off, from one run (``compile_model(fuse=False)`` keeps an SE block's pool and two 1x1 convs
-apart, and each depthwise conv apart from the 1x1 conv after it where the profile would fuse them).
+on and off, from one run. "fused" is everything the profile fuses: an SE block's pool and two 1x1
+convs in one ``excitation`` kernel, its gate multiply read by the projection conv after it, a
+depthwise conv computed in the 1x1 conv after it. "apart" is no fusion at all
+(``compile_model(fuse=False)``: ``launch_cost_macs`` 0, each of those its own launch).
 
     python benchmarks/se_launches.py --onnx efficientnet_b0.onnx mobilenetv3_small_100.onnx
     python benchmarks/se_launches.py --onnx ... --target nvidia-h200 --build-only DIR   # here (TVM)
@@ -24,19 +26,41 @@ from tir_adreno.runtime.executor import save_model
 from tir_adreno.strategy.profile import get_profile, without_fusion
 
 
+def _kernel_class(label: str) -> str:
+    """A call's kernel family: its label without the numbering of distinct kernels (``conv2d_nchw4c12``)."""
+    return label.rstrip("0123456789")
+
+
+def _by_class(cm) -> dict[str, float]:
+    """Kernel family -> the summed event ms of the last profiled run of ``cm``."""
+    out: dict[str, float] = {}
+    for row in cm.profile():
+        out[_kernel_class(row["op"])] = out.get(_kernel_class(row["op"]), 0.0) + row["time_ms"]
+    return out
+
+
 def _measure(models: dict, repeat: int) -> dict:
-    """Way -> (median kernel ms, outputs) of ``repeat`` profiled runs of each compiled model after a
-    warm-up, the ways interleaved run by run (the load of a shared machine hits both alike)."""
+    """Way -> (median kernel ms, outputs, kernel family -> (launches, median ms)) of ``repeat``
+    profiled runs of each compiled model after a warm-up, the ways interleaved run by run (the
+    load of a shared machine hits both alike)."""
     first = next(iter(models.values()))
     x = {n: np.random.default_rng(i).standard_normal(first.plan.tensors[t].shape).astype("float32") for i, (n, t) in enumerate(first.plan.inputs)}
-    times, outputs = {way: [] for way in models}, {}
+    times, outputs, classes = {way: [] for way in models}, {}, {way: [] for way in models}
     for cm in models.values():
         cm.run(x)
     for _ in range(repeat):
         for way, cm in models.items():
             outputs[way] = cm.run(x, profile=True)
             times[way].append(cm.kernel_time_ms())
-    return {way: (statistics.median(times[way]), outputs[way]) for way in models}
+            classes[way].append(_by_class(cm))
+    result = {}
+    for way, cm in models.items():
+        counts: dict[str, int] = {}
+        for c in cm.plan.calls:
+            counts[_kernel_class(c.label)] = counts.get(_kernel_class(c.label), 0) + 1
+        families = {k: (counts[k], statistics.median(run[k] for run in classes[way])) for k in counts}
+        result[way] = (statistics.median(times[way]), outputs[way], families)
+    return result
 
 
 WAYS = (("fused", True), ("apart", False))
@@ -78,17 +102,22 @@ def main():
     if not (args.onnx or args.source):
         parser.error("give --onnx FILE... or --from DIR")
     device = runtime.get_device(args.device)
-    results, rows = {}, []
+    results, rows, families = {}, [], []
     for stem, models in _models(args, device).items():
         measured = _measure(models, args.repeat)
-        entry = {way: {"launches": len(cm.plan.calls), "kernel_ms": measured[way][0], "outputs": measured[way][1]}
+        entry = {way: {"launches": len(cm.plan.calls), "kernel_ms": measured[way][0], "outputs": measured[way][1],
+                       "kernels": {k: {"launches": n, "ms": ms} for k, (n, ms) in sorted(measured[way][2].items())}}
                  for way, cm in models.items()}
         a, b = (np.asarray(entry[w]["outputs"][0], np.float64) for w in ("fused", "apart"))
         error = float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-30))
         results[stem] = {w: {k: v for k, v in e.items() if k != "outputs"} for w, e in entry.items()} | {"relative_difference": error}
         f, s = entry["fused"], entry["apart"]
         rows.append([stem, s["launches"], f["launches"], f"{s['kernel_ms']:.2f}", f"{f['kernel_ms']:.2f}", f"{error:.1e}"])
+        for k in sorted(set(s["kernels"]) | set(f["kernels"])):  # what each kernel family launches and costs
+            cells = [(e["kernels"][k]["launches"], e["kernels"][k]["ms"]) if k in e["kernels"] else (0, 0.0) for e in (s, f)]
+            families.append([f"{stem} {k}", cells[0][0], cells[1][0], f"{cells[0][1]:.2f}", f"{cells[1][1]:.2f}"])
     print_table(["model", "launches apart", "launches fused", "kernel ms apart", "kernel ms fused", "rel. difference"], rows)
+    print_table(["model kernel family", "launches apart", "launches fused", "median ms apart", "median ms fused"], families)
     payload = {"repeat": args.repeat, "precision": next(iter(models.values())).precision, "models": results}
     log(f"wrote {write_json('se_launches', device.name, payload)}")
 

@@ -28,6 +28,7 @@ _EXPORTS = {
     "depthwise_pointwise_nchw4c": "direct",
     "depthwise_pointwise_geometry": "direct",
     "DepthwisePrologue": "direct",
+    "blocked_path": "direct",
     "conv2d_tiled_nchw4c": "tiled",
     "conv2d_winograd_nchw4c": "winograd",
 }

@@ -50,7 +50,7 @@ from dataclasses import dataclass
 
 from tvm.script import tirx as T
 
-from .._common import BUFFER, LANES, TEXTURE, ceildiv, select_params
+from .._common import BUFFER, LANES, TEXTURE, ceildiv, check_scope, select_params
 from ..epilogue import Epilogue
 from .config import ConvConfig, check_conv_args, fallback_config
 from .direct_body import (
@@ -85,7 +85,7 @@ def _tile_macros(tiling: DirectTiling, epilogue: Epilogue):
     first_block, out_block = tiling.first_block, tiling.out_block
 
     @T.macro
-    def conv_tile(X, W_dw, Bias_dw, W, Bias, Residual, Y, t, r, i, valid):
+    def conv_tile(X, W_dw, Bias_dw, Gate, W, Bias, Residual, Y, t, r, i, valid):
         """The tile of channel tile ``t``, output row ``r`` and column tile ``i`` (image ``i // wt``)."""
         with T.sblock("conv2d"):
             # Tile: channel blocks vt*ocb.., output row voh, columns vwt*wb.. of image nn.
@@ -101,6 +101,7 @@ def _tile_macros(tiling: DirectTiling, epilogue: Epilogue):
             xs = T.sblock_alloc_buffer((span, 4), dtype, scope="local")
             wr = T.sblock_alloc_buffer((ocb, kh * kw if register_window else 1, 4), dtype, scope="local")
             wd = T.sblock_alloc_buffer((1, dw_taps, 4), dtype, scope="local")
+            gp = T.sblock_alloc_buffer((4,), dtype, scope="local")
             for ob in T.unroll(ocb):
                 for wi in T.unroll(wb):
                     for lane in T.unroll(4):
@@ -108,12 +109,13 @@ def _tile_macros(tiling: DirectTiling, epilogue: Epilogue):
             if mode == "blocked":
                 for cb in T.serial(blocks_per_group):
                     accumulate_blocked(
-                        X, W, xp, wp, acc, nn, voh, vwt * wb, vt, first_block(vt) + cb, cb, 4, W_dw, Bias_dw, xs, wd, tmp
+                        X, W, xp, wp, acc, nn, voh, vwt * wb, vt, first_block(vt) + cb, cb, 4, W_dw, Bias_dw, xs, wd, tmp,
+                        Gate, gp,
                     )
                 if tail > 0:  # groups == 1, C % 4 channels in the last block
                     accumulate_blocked(
                         X, W, xp, wp, acc, nn, voh, vwt * wb, vt, blocks_per_group, blocks_per_group, tail,
-                        W_dw, Bias_dw, xs, wd, tmp,
+                        W_dw, Bias_dw, xs, wd, tmp, Gate, gp,
                     )
             elif register_window:
                 accumulate_depthwise_registers(X, W, xs, wr, acc, nn, voh, vwt * wb, vt, ocb, out_block)
@@ -132,18 +134,20 @@ def _plain_kernel(tiling: DirectTiling, conv_tile, name: str, scopes):
     g = tiling.geom
     n, oh, ow, c4, o4, cg, kh, kw = g.n, g.oh, g.ow, g.c4, g.o4, g.cg, g.kh, g.kw
     x_shape, dw_shape, dtype, config = tiling.x_shape, tiling.dw_shape, tiling.dtype, tiling.config
+    gate_scope = tiling.gate_scope or scope
     ot, wt, cols, tiles, gf = tiling.ot, tiling.wt, tiling.cols, tiling.tiles, tiling.gf
     gx, gy, gz = tiling.gx, tiling.gy, tiling.gz
 
     @T.prim_func(s_tir=True)
     def func(
-        data: T.handle, dw_weight: T.handle, dw_bias: T.handle, weight: T.handle, bias: T.handle,
+        data: T.handle, dw_weight: T.handle, dw_bias: T.handle, gate: T.handle, weight: T.handle, bias: T.handle,
         residual: T.handle, out: T.handle,
     ):
         T.func_attr({"global_symbol": name, "tirx.noalias": True})
         X = T.match_buffer(data, x_shape, dtype, scope=scope)
         W_dw = T.match_buffer(dw_weight, dw_shape, dtype, scope=weight_scope)
         Bias_dw = T.match_buffer(dw_bias, (c4, 4), dtype, scope=BUFFER)
+        Gate = T.match_buffer(gate, (n, c4, 1, 1, 4), dtype, scope=gate_scope)
         W = T.match_buffer(weight, (o4, cg, kh, kw, 4), dtype, scope=weight_scope)
         Bias = T.match_buffer(bias, (o4, 4), dtype, scope=BUFFER)
         Residual = T.match_buffer(residual, (n, o4, oh, ow, 4), dtype, scope=residual_scope)
@@ -152,7 +156,7 @@ def _plain_kernel(tiling: DirectTiling, conv_tile, name: str, scopes):
             for bx in T.thread_binding(ceildiv(tiles, gf), thread="blockIdx.x"):
                 for tx in T.thread_binding(gf, thread="threadIdx.x"):
                     conv_tile(
-                        X, W_dw, Bias_dw, W, Bias, Residual, Y, (bx * gf + tx) // (oh * wt) % ot, (bx * gf + tx) // wt % oh,
+                        X, W_dw, Bias_dw, Gate, W, Bias, Residual, Y, (bx * gf + tx) // (oh * wt) % ot, (bx * gf + tx) // wt % oh,
                         (bx * gf + tx) // (ot * oh * wt) * wt + (bx * gf + tx) % wt, bx * gf + tx < tiles,
                     )
         else:
@@ -163,7 +167,7 @@ def _plain_kernel(tiling: DirectTiling, conv_tile, name: str, scopes):
                             for ty in T.thread_binding(gy, thread="threadIdx.y"):
                                 for tx in T.thread_binding(gx, thread="threadIdx.x"):
                                     conv_tile(
-                                        X, W_dw, Bias_dw, W, Bias, Residual, Y, bz * gz + tz, by * gy + ty, bx * gx + tx,
+                                        X, W_dw, Bias_dw, Gate, W, Bias, Residual, Y, bz * gz + tz, by * gy + ty, bx * gx + tx,
                                         bz * gz + tz < ot and by * gy + ty < oh and bx * gx + tx < cols,
                                     )
 
@@ -179,6 +183,7 @@ def _split_kernel(tiling: DirectTiling, accumulate_blocked, store_tile, name: st
     g = tiling.geom
     n, oh, ow, c4, o4, cg, kh, kw = g.n, g.oh, g.ow, g.c4, g.o4, g.cg, g.kh, g.kw
     x_shape, dw_shape, dtype, span, dw_taps = tiling.x_shape, tiling.dw_shape, tiling.dtype, tiling.span, tiling.dw_taps
+    gate_scope = tiling.gate_scope or scope
     ot, wt, ocb, wb, cols = tiling.ot, tiling.wt, tiling.ocb, tiling.wb, tiling.cols
     acc_dtype, acc_zero = tiling.acc_dtype, tiling.acc_zero
     gx, gy, gz, split = tiling.gx, tiling.gy, tiling.gz, tiling.split
@@ -189,28 +194,29 @@ def _split_kernel(tiling: DirectTiling, accumulate_blocked, store_tile, name: st
     uneven = blocks_per_group % split != 0
 
     @T.macro
-    def accumulate_slice(X, W, xp, wp, acc, nn, r, x0, t, k, W_dw, Bias_dw, xs, wd, tmp):
+    def accumulate_slice(X, W, xp, wp, acc, nn, r, x0, t, k, W_dw, Bias_dw, xs, wd, tmp, Gate, gp):
         """Slice ``k`` of tile ``t``: its group's input blocks k, k + split, ...; the last slice
         also the C % 4 channels of a last partial block."""
         for i in T.serial(rounds):
             if uneven:
                 if i * split + k < blocks_per_group:
-                    accumulate_blocked(X, W, xp, wp, acc, nn, r, x0, t, first_block(t) + i * split + k, i * split + k, 4, W_dw, Bias_dw, xs, wd, tmp)
+                    accumulate_blocked(X, W, xp, wp, acc, nn, r, x0, t, first_block(t) + i * split + k, i * split + k, 4, W_dw, Bias_dw, xs, wd, tmp, Gate, gp)
             else:
-                accumulate_blocked(X, W, xp, wp, acc, nn, r, x0, t, first_block(t) + i * split + k, i * split + k, 4, W_dw, Bias_dw, xs, wd, tmp)
+                accumulate_blocked(X, W, xp, wp, acc, nn, r, x0, t, first_block(t) + i * split + k, i * split + k, 4, W_dw, Bias_dw, xs, wd, tmp, Gate, gp)
         if tail > 0:
             if k == split - 1:
-                accumulate_blocked(X, W, xp, wp, acc, nn, r, x0, t, blocks_per_group, blocks_per_group, tail, W_dw, Bias_dw, xs, wd, tmp)
+                accumulate_blocked(X, W, xp, wp, acc, nn, r, x0, t, blocks_per_group, blocks_per_group, tail, W_dw, Bias_dw, xs, wd, tmp, Gate, gp)
 
     @T.prim_func(s_tir=True)
     def func_split(
-        data: T.handle, dw_weight: T.handle, dw_bias: T.handle, weight: T.handle, bias: T.handle,
+        data: T.handle, dw_weight: T.handle, dw_bias: T.handle, gate: T.handle, weight: T.handle, bias: T.handle,
         residual: T.handle, out: T.handle,
     ):
         T.func_attr({"global_symbol": name, "tirx.noalias": True})
         X = T.match_buffer(data, x_shape, dtype, scope=scope)
         W_dw = T.match_buffer(dw_weight, dw_shape, dtype, scope=weight_scope)
         Bias_dw = T.match_buffer(dw_bias, (c4, 4), dtype, scope=BUFFER)
+        Gate = T.match_buffer(gate, (n, c4, 1, 1, 4), dtype, scope=gate_scope)
         W = T.match_buffer(weight, (o4, cg, kh, kw, 4), dtype, scope=weight_scope)
         Bias = T.match_buffer(bias, (o4, 4), dtype, scope=BUFFER)
         Residual = T.match_buffer(residual, (n, o4, oh, ow, 4), dtype, scope=residual_scope)
@@ -231,6 +237,7 @@ def _split_kernel(tiling: DirectTiling, accumulate_blocked, store_tile, name: st
                                         xs = T.sblock_alloc_buffer((span, 4), dtype, scope="local")
                                         wd = T.sblock_alloc_buffer((1, dw_taps, 4), dtype, scope="local")
                                         tmp = T.sblock_alloc_buffer((4,), dtype, scope="local")
+                                        gp = T.sblock_alloc_buffer((4,), dtype, scope="local")
                                         for i in T.unroll(ocb * wb):
                                             for lane in T.unroll(4):
                                                 acc[i, lane] = acc_zero
@@ -238,7 +245,7 @@ def _split_kernel(tiling: DirectTiling, accumulate_blocked, store_tile, name: st
                                             accumulate_slice(
                                                 X, W, xp, wp, acc, (bx * gx + tx) // wt, by * gy + ty,
                                                 (bx * gx + tx) % wt * wb, bz * gz + tk % gz, tk // gz,
-                                                W_dw, Bias_dw, xs, wd, tmp,
+                                                W_dw, Bias_dw, xs, wd, tmp, Gate, gp,
                                             )
                                         for i in T.unroll(ocb * wb):
                                             for lane in T.unroll(4):
@@ -267,13 +274,16 @@ def _split_kernel(tiling: DirectTiling, accumulate_blocked, store_tile, name: st
 
 
 def _direct_conv(geom: ConvGeometry, mode: str, epilogue, dtype, config, scope, weight_scope, name, prologue=None,
-                 out_scope=None, residual_scope=None, acc_dtype=None):
+                 out_scope=None, residual_scope=None, acc_dtype=None, gate_scope=None):
     """The shared skeleton: tiling, guards, accumulation body ``mode``, epilogue and stores.
-    ``prologue`` (:class:`DepthwisePrologue`, a 1x1 conv only): X is the depthwise conv's input."""
+    ``prologue`` (:class:`DepthwisePrologue`, a 1x1 conv only): X is the depthwise conv's input.
+    ``gate_scope``: X is read times the input gate ``Gate`` held in that scope."""
     if config is None:
         config = fallback_config(geom, depthwise=mode == "depthwise")
     scopes = check_conv_args(epilogue, dtype, config, scope, weight_scope, out_scope, residual_scope)
-    tiling = DirectTiling(geom, mode, config, dtype, prologue, acc_dtype)
+    if gate_scope is not None:
+        check_scope(gate_scope)
+    tiling = DirectTiling(geom, mode, config, dtype, prologue, acc_dtype, gate_scope)
     conv_tile, accumulate_blocked, store_tile = _tile_macros(tiling, epilogue)
     # Parse only the kernel this config uses (TVMScript parsing is the factory's main cost).
     if tiling.split > 1:
@@ -281,6 +291,8 @@ def _direct_conv(geom: ConvGeometry, mode: str, epilogue, dtype, config, scope, 
     else:
         kernel = _plain_kernel(tiling, conv_tile, name, scopes)
     inputs = ["X", "W"] if prologue is None else ["X", "W_dw", *["Bias_dw"] * prologue.epilogue.bias, "W"]
+    if gate_scope is not None:
+        inputs.insert(1, "Gate")
     return select_params(kernel, epilogue.params(inputs, "Y"))
 
 
@@ -301,6 +313,7 @@ def conv2d_nchw4c(
     out_scope: str | None = None,
     residual_scope: str | None = None,
     acc_dtype: str | None = None,
+    gate_scope: str | None = None,
 ):
     """Direct conv2d ``Y = act(conv(X, W) + bias + residual)`` on NCHW4c, any groups.
 
@@ -315,17 +328,28 @@ def conv2d_nchw4c(
     product is converted and added in float32, the tile converted back before the epilogue. ``padding`` is an int, (pad_h, pad_w) or
     (top, left, bottom, right). ``config`` None: :func:`~primfuncs.conv.config.fallback_config`
     (``tir_adreno.strategy.defaults`` gives each device's). For ``groups == C`` prefer :func:`depthwise_conv2d_nchw4c`.
+
+    ``gate_scope`` (the input gate, a squeeze-excitation's multiply fused in): the conv reads
+    ``X[n, c, h, w] * Gate[n, c]``; ``Gate [N, C/4, 1, 1, 4]`` (the excitation's output) comes
+    right after ``X``, in that scope. Each work item multiplies the input pixels it reads (one gate
+    read per input block; the tiled kernel as it stages them); the blocked path only (dense convs,
+    block-aligned groups) or tiled.
     """
     geom = conv2d_geometry(data_shape, weight_shape, strides, padding, dilation, groups)
     if config is not None and config.tiled:
         if geom.groups != 1:
             raise ValueError(f"config.tiled=True is for dense convs (groups=1), got groups={geom.groups}")
         return conv2d_tiled_nchw4c(data_shape, weight_shape, strides, padding, dilation, epilogue, dtype, config, scope,
-                                   weight_scope, out_scope, residual_scope, acc_dtype)
-    aligned = geom.cg % LANES == 0 and geom.og % LANES == 0
-    mode = "blocked" if geom.groups == 1 or aligned else "grouped"
+                                   weight_scope, out_scope, residual_scope, acc_dtype, gate_scope)
+    mode = "blocked" if blocked_path(geom) else "grouped"
     return _direct_conv(geom, mode, epilogue, dtype, config, scope, weight_scope, "conv2d_nchw4c", out_scope=out_scope,
-                        residual_scope=residual_scope, acc_dtype=acc_dtype)
+                        residual_scope=residual_scope, acc_dtype=acc_dtype, gate_scope=gate_scope)
+
+
+def blocked_path(geom: ConvGeometry) -> bool:
+    """Whether the direct conv of ``geom`` takes the blocked path (dense, or groups whose channels
+    fill whole blocks): the one that reads an input gate (``gate_scope``)."""
+    return geom.groups == 1 or (geom.cg % LANES == 0 and geom.og % LANES == 0)
 
 
 def depthwise_conv2d_nchw4c(

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from tvm.script import tirx as T
 
-from .._common import convert_tile, multiply_add
+from .._common import convert_tile, load_pixel, multiply_add
 from ..epilogue import apply_epilogue, store_output_pixel
 
 
@@ -86,18 +86,24 @@ def depthwise_register_macros(k, load_pixel):
 
 def blocked_macro(k, load_input, depthwise_prologue):
     """``accumulate_blocked``: one input channel block (4 lanes, or the last block's valid ones)."""
-    kh, kw, wb, ocb, window, fused = k.geom.kh, k.geom.kw, k.wb, k.ocb, k.window, k.fused
+    kh, kw, wb, ocb, window, fused, gated = k.geom.kh, k.geom.kw, k.wb, k.ocb, k.window, k.fused, k.gated
     out_block = k.out_block
 
     @T.macro
-    def accumulate_blocked(X, W, xp, wp, acc, nn, r, x0, t, cin, cb, lanes, W_dw, Bias_dw, xs, wd, tmp):
+    def accumulate_blocked(X, W, xp, wp, acc, nn, r, x0, t, cin, cb, lanes, W_dw, Bias_dw, xs, wd, tmp, Gate, gp):
         """Input block ``cin`` (the ``cb``-th of its group), its first ``lanes`` channels, into the
-        tile. With a depthwise ``prologue`` (a 1x1 conv) the input pixels are computed from X."""
+        tile. With a depthwise ``prologue`` (a 1x1 conv) the input pixels are computed from X;
+        with an input gate each input pixel is multiplied by the block's gate pixel ``gp``."""
+        if gated:  # one gate read per input block, whatever the window
+            load_pixel(gp, Gate, nn, cin, 0, 0)
         for k_h in window(kh):
             for k_w in window(kw):
                 if not fused:
                     for wi in T.unroll(wb):
                         load_input(X, xp, wi, nn, cin, r, x0 + wi, k_h, k_w)
+                        if gated:  # X * Gate[n, c] (0 stays 0 in the padding for any finite gate)
+                            for lane in T.unroll(4):
+                                xp[wi, lane] = xp[wi, lane] * gp[lane]
                 else:
                     depthwise_prologue(X, W_dw, Bias_dw, xs, wd, xp, tmp, nn, cin, r, x0)
                 for ob in T.unroll(ocb):

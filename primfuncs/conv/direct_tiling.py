@@ -23,12 +23,20 @@ class DirectTiling:
 
     ``mode`` is one of :data:`MODES`; ``prologue`` (a ``DepthwisePrologue``, a 1x1 conv only):
     X is the depthwise conv's input, computed into the 1x1 conv's input pixels in registers.
+    ``gate_scope`` (the blocked path only): the conv reads ``X[n, c, h, w] * Gate[n, c]``, the
+    input gate ``Gate [N, C/4, 1, 1, 4]`` in that scope (a squeeze-excitation's multiply).
     Raises ValueError for a config the conv cannot run (split_k off the blocked path, partial
-    sums beyond local memory, register_window off multiplier-1 depthwise convs)."""
+    sums beyond local memory, register_window off multiplier-1 depthwise convs, a gate off the
+    blocked path or with a prologue)."""
 
     def __init__(self, geom: ConvGeometry, mode: str, config: ConvConfig, dtype: str, prologue=None,
-                 acc_dtype: str | None = None):
+                 acc_dtype: str | None = None, gate_scope: str | None = None):
         self.geom, self.mode, self.config, self.dtype, self.prologue = geom, mode, config, dtype, prologue
+        self.gated, self.gate_scope = gate_scope is not None, gate_scope
+        if self.gated and (mode != "blocked" or prologue is not None):
+            what = "a depthwise prologue" if prologue is not None else f"the {mode} path"
+            raise ValueError(f"gate_scope={gate_scope!r}: an input gate is read by the blocked path "
+                             f"(dense or block-aligned grouped convs) without prologue; this conv has {what}")
         # The tile's accumulators (and split_k partials); a depthwise prologue's stay in dtype.
         self.acc_dtype = check_accumulator(dtype, acc_dtype)
         self.converts = self.acc_dtype != dtype  # the tile is converted to dtype before its epilogue

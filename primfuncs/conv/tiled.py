@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from tvm.script import tirx as T
 
-from .._common import BUFFER, LANES, ceildiv, check_accumulator, convert_tile, multiply_add, select_params, whole
+from .._common import BUFFER, LANES, ceildiv, check_accumulator, check_scope, convert_tile, load_pixel, multiply_add, select_params, whole
 from ..epilogue import Epilogue, store_output_pixel
 from .config import MAX_LOCAL_BYTES, ConvConfig, check_conv_args
 from .geometry import ConvWindow, all_of, conv2d_geometry
@@ -57,9 +57,12 @@ def conv2d_tiled_nchw4c(
     out_scope: str | None = None,
     residual_scope: str | None = None,
     acc_dtype: str | None = None,
+    gate_scope: str | None = None,
 ):
     """Dense conv2d (``groups == 1``) as a tiled implicit GEMM; arguments as
-    :func:`primfuncs.conv.direct.conv2d_nchw4c`, ``config.tiled`` must be set."""
+    :func:`primfuncs.conv.direct.conv2d_nchw4c`, ``config.tiled`` must be set. With an input gate
+    (``gate_scope``) each input pixel is multiplied by its block's gate pixel as it is staged in
+    local memory: once per work group, not per output channel tile."""
     geom = conv2d_geometry(data_shape, weight_shape, strides, padding, dilation, 1)
     if config is None:
         config = ConvConfig(oc_block=2, w_block=4, work_group=(16, 8, 1), tiled=True)
@@ -67,6 +70,9 @@ def conv2d_tiled_nchw4c(
         epilogue, dtype, config, scope, weight_scope, out_scope, residual_scope)
     if not config.tiled:
         raise ValueError(f"config must have tiled=True, got {config!r}")
+    gated = gate_scope is not None
+    if gated:
+        check_scope(gate_scope)
     acc_dtype = check_accumulator(dtype, acc_dtype)
     converts = acc_dtype != dtype  # the tile is converted to dtype before its epilogue
     if tiled_local_bytes(config, dtype, acc_dtype) > MAX_LOCAL_BYTES:
@@ -114,7 +120,7 @@ def conv2d_tiled_nchw4c(
                        guard(otile * tn + e // (LANES * kc) < o4, o4 % tn != 0)])
 
     @T.macro
-    def load_inputs(X, xs, px, nn, tile, step, item, z):
+    def load_inputs(X, Gate, xs, px, gp, nn, tile, step, item, z):
         """``xs[kk, p]`` = input pixel that output pixel ``p`` of the tile reads at K-block ``kk``
         (zeroed in registers, ``px``, then one vector store: no barrier between the lanes)."""
         for rnd in T.unroll(x_rounds):
@@ -130,6 +136,10 @@ def conv2d_tiled_nchw4c(
                         x_valid(step, rnd * threads + item, x_row(tile, step, rnd * threads + item),
                                 x_col(tile, step, rnd * threads + item)), px[lane], zero,
                     )
+                if gated:  # X * Gate[n, c] (0 stays 0 in the padding for any finite gate)
+                    load_pixel(gp, Gate, nn, T.min((step * kc + (rnd * threads + item) // tm % kc) // taps, c4 - 1), 0, 0)
+                    for lane in T.unroll(4):
+                        px[lane] = px[lane] * gp[lane]
                 for lane in T.vectorized(4):
                     xs[z, (rnd * threads + item) // tm % kc, (rnd * threads + item) % tm, lane] = px[lane]
 
@@ -193,13 +203,14 @@ def conv2d_tiled_nchw4c(
     # The blocks declare their regions (whole buffers): inferred ones, unions of clamped
     # indices, print as extents TVM 0.27 re-derives in another term order on parse (defect 16),
     # and a dumped kernel must parse back to exactly this PrimFunc.
-    def reads(X, W, Bias, Residual, *local):
-        return [whole(b) for b in (X, W, *[Bias] * epilogue.bias, *[Residual] * epilogue.residual, *local)]
+    def reads(X, Gate, W, Bias, Residual, *local):
+        return [whole(b) for b in (X, *[Gate] * gated, W, *[Bias] * epilogue.bias, *[Residual] * epilogue.residual, *local)]
 
     @T.prim_func(s_tir=True)
-    def func(data: T.handle, weight: T.handle, bias: T.handle, residual: T.handle, out: T.handle):
+    def func(data: T.handle, gate: T.handle, weight: T.handle, bias: T.handle, residual: T.handle, out: T.handle):
         T.func_attr({"global_symbol": "conv2d_tiled_nchw4c", "tirx.noalias": True})
         X = T.match_buffer(data, (n, c4, geom.h, geom.w, 4), dtype, scope=scope)
+        Gate = T.match_buffer(gate, (n, c4, 1, 1, 4), dtype, scope=gate_scope or scope)
         W = T.match_buffer(weight, (o4, c, kh, kw, 4), dtype, scope=weight_scope)
         Bias = T.match_buffer(bias, (o4, 4), dtype, scope=BUFFER)
         Residual = T.match_buffer(residual, (n, o4, oh, ow, 4), dtype, scope=residual_scope)
@@ -208,7 +219,7 @@ def conv2d_tiled_nchw4c(
             for by in T.thread_binding(ceildiv(o4, tn), thread="blockIdx.y"):
                 for bx in T.thread_binding(ceildiv(pixels, tm), thread="blockIdx.x"):
                     with T.sblock("conv2d_tiled"):
-                        T.reads(*reads(X, W, Bias, Residual))
+                        T.reads(*reads(X, Gate, W, Bias, Residual))
                         T.writes(whole(Y))
                         xs = T.sblock_alloc_buffer((split, kc, tm, 4), dtype, scope="shared")
                         ws = T.sblock_alloc_buffer((split, kc, LANES, tn, 4), dtype, scope="shared")
@@ -217,18 +228,19 @@ def conv2d_tiled_nchw4c(
                             for ty in T.thread_binding(gy, thread="threadIdx.y"):
                                 for tx in T.thread_binding(gx, thread="threadIdx.x"):
                                     with T.sblock("tile"):
-                                        T.reads(*reads(X, W, Bias, Residual, xs, ws, partial))
+                                        T.reads(*reads(X, Gate, W, Bias, Residual, xs, ws, partial))
                                         T.writes(whole(Y), whole(xs), whole(ws), whole(partial))
                                         acc = T.sblock_alloc_buffer((ocb * pb, 4), acc_dtype, scope="local")
                                         xr = T.sblock_alloc_buffer((pb, 4), dtype, scope="local")
                                         wr = T.sblock_alloc_buffer((ocb, 4), dtype, scope="local")
                                         tmp = T.sblock_alloc_buffer((4,), dtype, scope="local")
                                         px = T.sblock_alloc_buffer((4,), dtype, scope="local")
+                                        gp = T.sblock_alloc_buffer((4,), dtype, scope="local")
                                         for k in T.unroll(ocb * pb):
                                             for lane in T.unroll(4):
                                                 acc[k, lane] = acc_zero
                                         for r in T.serial(rounds):
-                                            load_inputs(X, xs, px, bz, bx, r * split + tz, ty * gx + tx, tz)
+                                            load_inputs(X, Gate, xs, px, gp, bz, bx, r * split + tz, ty * gx + tx, tz)
                                             load_weights(W, ws, px, by, r * split + tz, ty * gx + tx, tz)
                                             multiply_tiles(xs, ws, xr, wr, acc, tx, ty, tz)
                                         if split > 1:  # slices 1.. hand their sums to slice 0
@@ -244,4 +256,4 @@ def conv2d_tiled_nchw4c(
                                         if tz == 0:
                                             store_tile(Y, Bias, Residual, acc, tmp, bz, by, bx, ty, tx)
 
-    return select_params(func, epilogue.params(["X", "W"], "Y"))
+    return select_params(func, epilogue.params(["X", *["Gate"] * gated, "W"], "Y"))

@@ -253,3 +253,34 @@ def test_fused_depthwise_pointwise_kernel_dumps_and_checks(tmp_path):
     res = cli("kernel", str(path), "--check")
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     assert "check passed" in res.stdout
+
+
+def test_gated_conv_kernel_dumps_and_checks(tmp_path):
+    """A squeeze-excitation's gate multiply read by the 1x1 conv after it: the conv's file records
+    the gate and ``kernel --check`` rebuilds ``conv(X * G[n, c])`` as its reference."""
+    rng = np.random.default_rng(3)
+
+    def weight(name, shape):
+        return helper.make_tensor(name, TensorProto.FLOAT, shape, rng.standard_normal(int(np.prod(shape))).astype("float32"))
+
+    nodes = [
+        helper.make_node("GlobalAveragePool", ["image"], ["p"]),
+        helper.make_node("Conv", ["p", "w1"], ["f1"]),
+        helper.make_node("Relu", ["f1"], ["h"]),
+        helper.make_node("Conv", ["h", "w2"], ["f2"]),
+        helper.make_node("Sigmoid", ["f2"], ["g"]),
+        helper.make_node("Mul", ["image", "g"], ["s"]),
+        helper.make_node("Conv", ["s", "wp"], ["out"]),
+    ]
+    graph = helper.make_graph(nodes, "se", [helper.make_tensor_value_info("image", TensorProto.FLOAT, (1, 6, 5, 5))],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, (1, 5, 5, 5))],
+                              [weight("w1", (2, 6, 1, 1)), weight("w2", (6, 2, 1, 1)), weight("wp", (5, 6, 1, 1))])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(tmp_path / "se.onnx"))
+    res = cli("dump", str(tmp_path / "se.onnx"), "-o", str(tmp_path / "k"))
+    assert res.returncode == 0, res.stderr[-3000:]
+    manifest = json.loads((tmp_path / "k" / "manifest.json").read_text())
+    assert list(manifest["kernels"]) == ["00_nchw_to_nchw4c", "01_excitation", "02_conv2d_nchw4c", "03_nchw4c_to_nchw"]
+    assert manifest["kernels"]["02_conv2d_nchw4c"]["op"]["gate"] == [1, 6, 1, 1]
+    res = cli("kernel", str(tmp_path / "k" / "02_conv2d_nchw4c.py"), "--check")
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    assert "check passed" in res.stdout

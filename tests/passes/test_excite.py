@@ -83,13 +83,13 @@ def _se_nodes(x, y, inits, channels, hidden, rng, pool="ReduceMean", act="silu",
 @pytest.mark.parametrize("pool, act, gate", [("ReduceMean", "silu", "Sigmoid"), ("GlobalAveragePool", "relu", "HardSigmoid")])
 def test_se_block_plan(pool, act, gate):
     """conv -> SE (6 channels: a padded block; EfficientNet's and MobileNetV3's forms) -> 1x1 conv:
-    the pool and the two 1x1 convs of the excitation are one kernel, everything ours, no layout transform inside."""
+    the pool and the two 1x1 convs of the excitation are one kernel, the gate multiply is read by
+    the projection conv, everything ours, no layout transform inside."""
     rng, inits = np.random.default_rng(5), {}
     nodes = [conv_node(rng, inits, "x", "c", 6, 3), *_se_nodes("c", "s", inits, 6, 2, rng, pool, act, gate),
              conv_node(rng, inits, "s", "y", 4, 6, k=1)]
     names = check_pattern(pattern_graph(nodes, inits))
-    assert names.count("excitation") == 1, names
-    assert len(names) == 4, names  # conv, excitation (pool, fc1, fc2), gate multiply, conv
+    assert names == ["conv2d_nchw4c", "excitation", "conv2d_nchw4c1"], names  # conv, excitation, gated 1x1 conv
 
 
 def test_se_pool_with_other_users():
@@ -101,7 +101,8 @@ def test_se_pool_with_other_users():
     nodes = [conv_node(rng, inits, "x", "c", 6, 3), *se, helper.make_node("Mul", ["c", "se_gp"], ["s"]),
              conv_node(rng, inits, "s", "y", 4, 6, k=1)]
     names = check_pattern(pattern_graph(nodes, inits))
-    assert names.count("excitation") == 1 and len(names) == 6, names  # conv, pool, excitation, add, multiply, conv
+    assert names.count("excitation") == 1 and len(names) == 5, names  # conv, pool, excitation, add, gated conv
+    assert not any(n.startswith("multiply") for n in names), names
 
 
 def test_one_conv_on_the_pool_is_a_conv():
@@ -128,3 +129,49 @@ def test_excitation_schedule():
         assert excitation_schedule(profile, se_macs)["threads"] in (64, 256)
         assert excitation_schedule(without_fusion(profile), se_macs) is None
         assert excitation_schedule(profile, 10 * profile.launch_cost_macs) is None
+
+
+def _gated_block(rng, inits, conv_after, k=1):
+    """conv -> SE (ReLU, sigmoid; 6 channels) -> ``conv_after`` of the gated map (a k x k conv to 5
+    channels, bias, batch-norm-free) -> relu."""
+    return [conv_node(rng, inits, "x", "c", 6, 3), *_se_nodes("c", "s", inits, 6, 3, rng, act="relu"),
+            *conv_after]
+
+
+def test_se_gate_into_a_3x3_conv_with_residual():
+    """Any direct conv reads the gate: a padded 3x3 conv after the SE multiply, its residual the
+    block input (the multiply gone; padded taps stay 0)."""
+    rng, inits = np.random.default_rng(8), {}
+    node = helper.make_node
+    nodes = _gated_block(rng, inits, [conv_node(rng, inits, "s", "p", 6, 6, k=3), node("Add", ["p", "c"], ["y"])])
+    names = check_pattern(pattern_graph(nodes, inits))
+    assert names == ["conv2d_nchw4c", "excitation", "conv2d_nchw4c1"], names
+
+
+def test_se_gate_with_two_users_stays_apart():
+    """The gated map also feeds the output sum: the multiply runs apart (its value is needed), the
+    conv reads it as usual."""
+    rng, inits = np.random.default_rng(9), {}
+    node = helper.make_node
+    nodes = _gated_block(rng, inits, [conv_node(rng, inits, "s", "p", 6, 6, k=1), node("Add", ["p", "s"], ["y"])])
+    names = check_pattern(pattern_graph(nodes, inits))
+    assert names == ["conv2d_nchw4c", "excitation", "multiply_channels", "conv2d_nchw4c1"], names  # the conv: + residual
+
+
+def test_fuse_gate():
+    """The gate goes into a conv whose plan is the direct kernel's blocked path or the tiled GEMM
+    with fusion on (the H200's projection convs are tiled); not with fusion off, not into a
+    Winograd, depthwise or generally grouped plan."""
+    from primfuncs.conv import ConvConfig, conv2d_geometry
+    from tir_adreno.strategy.conv import ConvChoice, fuse_gate, takes_gate
+    from tir_adreno.strategy.profile import resolve, without_fusion
+
+    pointwise = conv2d_geometry((1, 96, 14, 14), (40, 96, 1, 1))
+    for name in ("adreno", "pocl", "nvidia-h200"):
+        assert fuse_gate(pointwise, "float32", resolve(profile=name))
+        assert not fuse_gate(pointwise, "float32", without_fusion(resolve(profile=name)))
+    assert takes_gate(ConvChoice(config=ConvConfig(2, 4, (16, 4, 1), tiled=True)), pointwise)
+    three = conv2d_geometry((1, 16, 14, 14), (16, 16, 3, 3), padding=1)
+    assert takes_gate(ConvChoice(), three) and not takes_gate(ConvChoice("winograd_2x2"), three)
+    assert not takes_gate(ConvChoice(), conv2d_geometry((1, 16, 14, 14), (16, 1, 3, 3), padding=1, groups=16))
+    assert not takes_gate(ConvChoice(), conv2d_geometry((1, 6, 14, 14), (6, 2, 1, 1), groups=3))

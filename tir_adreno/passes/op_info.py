@@ -81,6 +81,8 @@ def conv_info(node: Node, plan, output: str) -> dict:
         choice=plan.choice.to_dict(),  # rebuilds the other stages of a Winograd conv (``tir-adreno kernel``)
         io_scopes=plan.io_scopes,  # with the scopes of X, Y and Residual (mixed at a placement boundary)
     )
+    if any(t.name == "Gate" for t in plan.tensors):  # it reads X * Gate[n, c] (a fused squeeze-excitation multiply)
+        info["gate"] = [geom.n, geom.c, 1, 1]
     return info
 
 

@@ -203,16 +203,18 @@ def accumulator_kwargs(precision: str, reduction_length: int) -> dict:
 
 def direct_conv2d(geometry: ConvGeometry, epilogue: Epilogue = Epilogue(), dtype: str = "float32",
                   config: ConvConfig | None = None, scope: str = TEXTURE, weight_scope: str | None = None,
-                  out_scope: str | None = None, residual_scope: str | None = None, acc_dtype: str | None = None):
+                  out_scope: str | None = None, residual_scope: str | None = None, acc_dtype: str | None = None,
+                  gate_scope: str | None = None):
     """The direct conv PrimFunc of ``geometry``: the depthwise kernel for ``groups == C``, else the
-    general one (the config sweep in ``benchmarks/conv_configs.py`` calls this with every config)."""
+    general one (the config sweep in ``benchmarks/conv_configs.py`` calls this with every config);
+    ``gate_scope``: with an input gate (``primfuncs.conv.conv2d_nchw4c``)."""
     g = geometry
     attrs = dict(strides=g.strides, padding=g.padding, dilation=g.dilation, epilogue=epilogue, dtype=dtype,
                  config=config, scope=scope, weight_scope=weight_scope, out_scope=out_scope, residual_scope=residual_scope,
                  acc_dtype=acc_dtype)
-    if g.is_depthwise:
+    if g.is_depthwise and gate_scope is None:
         return _conv.depthwise_conv2d_nchw4c((g.n, g.c, g.h, g.w), (g.o, g.cg, g.kh, g.kw), **attrs)
-    return _conv.conv2d_nchw4c((g.n, g.c, g.h, g.w), (g.o, g.cg, g.kh, g.kw), groups=g.groups, **attrs)
+    return _conv.conv2d_nchw4c((g.n, g.c, g.h, g.w), (g.o, g.cg, g.kh, g.kw), groups=g.groups, gate_scope=gate_scope, **attrs)
 
 
 def default_choice(geometry: ConvGeometry, profile: DeviceProfile) -> ConvChoice:
@@ -238,6 +240,34 @@ def _activation_scope(geom: ConvGeometry, profile: DeviceProfile, placement: str
     return activation_scope(shapes, profile, placement, allow_buffer)
 
 
+def _choice(geometry: ConvGeometry, precision: str, profile: DeviceProfile, records=None,
+            choice: ConvChoice | None = None) -> tuple[ConvChoice, str]:
+    """(the choice, its source): ``choice`` ("explicit"), else the records' ("records"), else the default."""
+    if choice is not None:
+        return choice, "explicit"
+    found = records.lookup(geometry, precision) if records is not None else None
+    return (found, "records") if found is not None else (default_choice(geometry, profile), "default")
+
+
+def takes_gate(choice: ConvChoice, geometry: ConvGeometry) -> bool:
+    """Whether the kernel of ``choice`` reads an input gate: the direct conv's blocked path (dense
+    or block-aligned groups) and the tiled GEMM (dense), not Winograd."""
+    return choice.algorithm == "direct" and _conv.blocked_path(geometry)
+
+
+def fuse_gate(geometry: ConvGeometry, precision: str, profile: DeviceProfile, records=None) -> bool:
+    """Whether conv ``geometry`` should read ``x * gate[n, c]`` itself (a squeeze-excitation's gate
+    multiply, one launch less) instead of the multiply running apart: with kernel fusion on
+    (``launch_cost_macs`` > 0) when its plan's kernel takes a gate (:func:`takes_gate`). The cost
+    is one multiply per input lane read (the direct kernel: ``1 / (4 oc_block)`` of the conv's
+    multiply-adds; the tiled one multiplies as it stages the input, once per work group) and one
+    gate pixel read per input block; Winograd plans decline (their input transform is a kernel
+    of its own), so the multiply stays apart there."""
+    if profile.launch_cost_macs <= 0:
+        return False
+    return takes_gate(_choice(geometry, precision, profile, records)[0], geometry)
+
+
 def conv2d_plan(
     geometry: ConvGeometry,
     epilogue: Epilogue,
@@ -249,6 +279,7 @@ def conv2d_plan(
     in_scope: str | None = None,
     out_scope: str | None = None,
     residual_scope: str | None = None,
+    gate_scope: str | None = None,
 ) -> ConvPlan:
     """The plan of one conv on ``profile``.
 
@@ -259,18 +290,17 @@ def conv2d_plan(
     for a tensor that does not fit the profile's images. ``in_scope`` / ``out_scope`` /
     ``residual_scope`` (default: the placement's scope; the residual's defaults to
     ``out_scope``) read ``X`` / write ``Y`` / read ``Residual`` in another scope, so the
-    Relax pass runs a conv at a placement boundary with no copy kernel.
+    Relax pass runs a conv at a placement boundary with no copy kernel. ``gate_scope``: the conv
+    reads ``X * Gate[n, c]``, ``Gate`` (``[N, C/4, 1, 1, 4]``) in that scope; ValueError when the
+    choice's kernel takes no gate (:func:`takes_gate`; :func:`fuse_gate` asks first).
     """
     check_precision(precision, profile)
     dtype = kernel_dtype(precision)
-    source = "default"
-    if choice is None and records is not None:
-        choice = records.lookup(geometry, precision)
-        source = "default" if choice is None else "records"
-    elif choice is not None:
-        source = "explicit"
-    choice = choice or default_choice(geometry, profile)
+    choice, source = _choice(geometry, precision, profile, records, choice)
     check_algorithm(geometry, choice.algorithm, precision=precision)
+    if gate_scope is not None and not takes_gate(choice, geometry):
+        raise ValueError(f"gate_scope={gate_scope!r}: the {choice.name} kernel of this conv takes no input gate "
+                         f"(the direct conv's blocked path and the tiled conv do)")
     g = geometry
     scope = _activation_scope(g, profile, choice.placement, allow_buffer)
     in5, out5 = (g.n, g.c4, g.h, g.w, 4), (g.n, g.o4, g.oh, g.ow, 4)
@@ -286,9 +316,11 @@ def conv2d_plan(
         w5 = (g.o4, g.cg, g.kh, g.kw, 4)
         weight_scope = texture.place(w5, TEXTURE_WEIGHT, profile.limits, allow_buffer) if scope == TEXTURE else BUFFER
         tile_scope = scope
+        gate = {} if gate_scope is None else {"gate_scope": gate_scope}  # ungated plans keep their arguments (and keys)
         stages = ((direct_conv2d, dict(geometry=g, epilogue=epilogue, dtype=dtype, config=config, weight_scope=weight_scope,
-                                       **io, **accumulator_kwargs(precision, g.reduction_length))),)
-        tensors = (TensorPlan("X", in5, x_scope), TensorPlan("W", w5, weight_scope), *extra, TensorPlan("Y", out5, y_scope))
+                                       **io, **gate, **accumulator_kwargs(precision, g.reduction_length))),)
+        gates = [TensorPlan("Gate", (g.n, g.c4, 1, 1, 4), gate_scope)] if gate_scope is not None else []
+        tensors = (TensorPlan("X", in5, x_scope), *gates, TensorPlan("W", w5, weight_scope), *extra, TensorPlan("Y", out5, y_scope))
     else:
         m = WINOGRAD_TILES[choice.algorithm]
         shapes = _winograd.winograd_shapes(g, m)

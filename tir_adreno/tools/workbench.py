@@ -297,13 +297,15 @@ def reference_case(info: dict, rng: np.random.Generator, pack_weights=blocked.pa
         r = rand(shape) if epilogue.get("residual") else None
         return b, r, ([] if b is None else [blocked.pack_bias(b)]) + ([] if r is None else [pack(r)])
 
-    if op == "nn.conv2d":
+    if op == "nn.conv2d":  # X [Gate] W [Bias] [Residual]
         w = rand(info["weight"])
-        y = reference.conv2d_nchw(x, w, attrs["strides"], attrs["padding"], attrs["dilation"], attrs["groups"])
+        gate = [rand(info["gate"])] if info.get("gate") else []  # it reads X * Gate[n, c] (a fused SE multiply)
+        y = reference.conv2d_nchw(x * gate[0] if gate else x, w, attrs["strides"], attrs["padding"], attrs["dilation"],
+                                  attrs["groups"])
         epilogue = info["epilogue"]
         b, r, extra = epilogue_inputs(epilogue, channels, y.shape)
         y = reference.conv2d_epilogue(y, b, r, epilogue["activation"], *epilogue.get("clip", (0.0, 6.0)))
-        return [pack(x), pack_weights(w), *extra], y, channels
+        return [pack(x), *(pack(g) for g in gate), pack_weights(w), *extra], y, channels
     if op == "depthwise_pointwise":  # X, W_dw [Bias_dw], W [Bias] [Residual]
         dw, epilogue = info["depthwise"], info["epilogue"]
         w_dw, w = rand(dw["weight"]), rand(info["weight"])

@@ -1,7 +1,8 @@
 """The rewrite rules, one module per op family, in ONE ordered registry (:data:`RULES`).
 
 A rule returns None when it does not apply; for each node the first rule of its op that
-applies wins (``excitation``, a pool and two 1x1 convs, before ``pool`` and ``conv2d``; ``binary``
+applies wins (``excitation``, a pool and two 1x1 convs, before ``pool`` and ``conv2d``;
+``gated_conv2d``, a squeeze-excitation multiply read by the conv after it, before ``binary``; ``binary``
 before ``elementwise``: an add or multiply of two activations is one binary kernel, else it may
 be an activation chain or a per-channel affine step), and
 an op no rule takes is left to upstream (``LegalizeOps`` and dlight)."""
@@ -14,6 +15,7 @@ RULES: tuple[Rule, ...] = (
     excite.excitation,
     conv.conv2d,
     matmul.matmul,
+    excite.gated_conv2d,
     elementwise.binary,
     elementwise.elementwise,
     broadcast.broadcast_binary,

@@ -125,23 +125,31 @@ def conv2d(rw: Rewriter, node: Node):
     x = rw.activation(node.args[0], operands.layout) if operands is not None else None
     if x is None:
         return None
-    data_layout, w = operands
+    return emit_conv2d(rw, node, x)
+
+
+def emit_conv2d(rw: Rewriter, node: Node, x: Value, gate: Value | None = None):
+    """Conv ``node`` on ``x`` with its tail; with ``gate`` (``[N, C, 1, 1]``, the caller asked
+    ``strategy.fuse_gate``) it reads ``x * gate`` (the squeeze-excitation rule's gated conv)."""
+    data_layout, w = conv_operands(node)
     tail = conv_tail(rw, node, w, data_layout)
     geom = conv_geometry(node, x.nchw, tail.w.shape)
     epilogue = tail.epilogue
-    if geom.is_depthwise and tail.residual is None:
+    if geom.is_depthwise and tail.residual is None and gate is None:
         fused = _fuse_pointwise(rw, x, geom, tail, epilogue, data_layout)
         if fused is not None:
             return fused
-    # At a placement boundary the conv reads X (and the residual) where they are and writes Y
-    # where its users want it: mixed-scope kernels instead of copy kernels.
+    # At a placement boundary the conv reads X (and the residual, the gate) where they are and
+    # writes Y where its users want it: mixed-scope kernels instead of copy kernels.
     own = rw.conv_scope(geom)
     scope = rw.input_scope(x, own)
     out_scope = rw.output_scope(tail.last.var, own, (geom.n, geom.o4, geom.oh, geom.ow, 4), geom.out_shape)
     residual_scope = rw.input_scope(tail.residual, out_scope) if tail.residual is not None else None
+    gate_scope = rw.input_scope(gate, scope) if gate is not None else None
     plan = strategy.conv2d_plan(geom, epilogue, rw.precision, rw.profile, rw.records, allow_buffer=rw.allow_buffer,
-                                in_scope=scope, out_scope=out_scope, residual_scope=residual_scope)
-    out = _emit_plan(rw, node, plan, rw.blocked(x, scope), tail)
+                                in_scope=scope, out_scope=out_scope, residual_scope=residual_scope, gate_scope=gate_scope)
+    inputs = [rw.blocked(x, scope)] + ([rw.blocked(gate, gate_scope)] if gate is not None else [])
+    out = _emit_plan(rw, node, plan, inputs, tail)
     rw.define(tail.last.var, out, plan.tensor("Y").scope, geom.out_shape, data_layout)
     return out
 
@@ -155,12 +163,12 @@ def _stage_calls(plan) -> tuple:
     return tuple(KernelCall.of(factory, stage=i, **kwargs) for i in range(len(CONV_STAGES)))
 
 
-def _emit_plan(rw: Rewriter, node: Node, plan, x, tail: Tail):
-    """The kernels of conv ``plan`` on blocked input ``x``: its output."""
+def _emit_plan(rw: Rewriter, node: Node, plan, inputs: list, tail: Tail):
+    """The kernels of conv ``plan`` on its blocked ``inputs`` (X, and a direct conv's Gate): its output."""
     # The choice travels to the executor's profile rows as PrimFunc attributes.
     stages = [c.with_attr(CONFIG_ATTR, plan.config_string).with_attr(SOURCE_ATTR, plan.source) for c in _stage_calls(plan)]
     # Every stage but the last produces one intermediate (Winograd's V, then M) from the previous.
-    args = [x]
+    args = list(inputs)
     for func, name in zip(stages[:-1], ("V", "M")):
         args = [rw.emit_kernel(func, args, plan.tensor(name).shape, op_info=conv_info(node, plan, name))]
         if name == "V":

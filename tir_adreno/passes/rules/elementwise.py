@@ -102,7 +102,7 @@ def batch_norm(rw: Rewriter, node: Node):
     return _emit_affine(rw, x, getter.var, *folded, [node, getter])
 
 
-def _binary_operands(rw: Rewriter, node: Node):
+def binary_operands(rw: Rewriter, node: Node):
     """(a, b, b is a per-channel gate) of an add/multiply of two NCHW activations, else None."""
     out_shape = static_shape(node.var)
     full = [arg for arg in node.args if static_shape(arg) == out_shape]
@@ -123,7 +123,7 @@ def _binary_operands(rw: Rewriter, node: Node):
 def binary(rw: Rewriter, node: Node):
     """Two activations of one shape; or a multiply by a per-channel gate ``[N, C, 1, 1]``
     (squeeze-excitation), either operand order. Constant forms are the elementwise rule's."""
-    operands = _binary_operands(rw, node)
+    operands = binary_operands(rw, node)
     if operands is None:
         return None
     a, b, broadcast = operands

@@ -2,7 +2,9 @@
 ``[N, C, 1, 1]`` vector (each with its bias, folded linear steps and activation: ``act`` after the
 first, the ``sigmoid``/``hardsigmoid`` gate after the second) as one ``excitation`` kernel instead
 of three launches. The pool is taken when the pooled vector's only user is the first conv
-(:func:`pooled_excitation`); else the two convs alone (:func:`excitation`)."""
+(:func:`pooled_excitation`); else the two convs alone (:func:`excitation`). The gate multiply
+``x * gate[n, c]`` goes into the conv that is its only user (:func:`gated_conv2d`: the projection
+conv reads its input times the gate), so an SE block adds one launch to the network."""
 
 from __future__ import annotations
 
@@ -18,7 +20,9 @@ from tir_adreno.passes.kernel_index import kernel
 from tir_adreno.passes.op_info import elementwise_info, epilogue_info
 from tir_adreno.passes.rewriter import Rewriter, Value, blocked_shape
 from tir_adreno.passes.rules.base import rule
-from tir_adreno.passes.rules.conv import Tail, conv_tail
+from tir_adreno.passes.rules.conv import Tail, conv_tail, emit_conv2d
+from tir_adreno.passes.rules.elementwise import binary_operands
+from tir_adreno.strategy import conv as conv_strategy
 from tir_adreno.strategy import pool as pool_strategy
 from tir_adreno.strategy.packing import pack_bias
 
@@ -137,3 +141,28 @@ def _bounds(fc1: Tail, fc2: Tail) -> dict:
     one, two = (clip_fields(t.clip_bounds) for t in (fc1, fc2))
     return dict(bounds=(one.get("clip_min", 0.0), one.get("clip_max", 6.0)),
                 gate_bounds=(two.get("clip_min", 0.0), two.get("clip_max", 6.0)))
+
+
+@rule("relax.multiply")
+def gated_conv2d(rw: Rewriter, node: Node):
+    """``x * gate`` (``gate`` a per-channel ``[N, C, 1, 1]`` activation, either operand order) whose
+    only user is a conv our conv rule takes as the kernel that reads the gate
+    (``strategy.conv.fuse_gate``): that conv, reading ``x * gate`` itself; else None (the
+    multiply runs apart, ``elementwise.binary``). The multiply's value never exists: its only
+    reader is the conv, marked fused here."""
+    operands = binary_operands(rw, node)
+    if operands is None or not operands[2]:
+        return None
+    x, gate, _ = operands
+    conv = rw.graph.sole_user(node.var)
+    conv_args = conv_operands(conv) if conv is not None and conv.op == "relax.nn.conv2d" and same(conv.args[0], node.var) else None
+    if conv_args is None or conv_args.layout != "NCHW":
+        return None
+    try:
+        geom = conv_geometry(conv, x.nchw, conv_args.weights.shape)
+    except ValueError:  # a conv our kernels do not take: its own rule reports or leaves it
+        return None
+    if not conv_strategy.fuse_gate(geom, rw.precision, rw.profile, rw.records):
+        return None
+    conv.fused = True
+    return emit_conv2d(rw, conv, x, gate)
