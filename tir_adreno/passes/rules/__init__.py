@@ -27,8 +27,10 @@ RULES: tuple[Rule, ...] = (
     layout.permute,
     layout.strided_slice,
     layout.split,
+    layer_norm.group_norm,
     layout.reshape,
     patches.patch_unfold,
     layer_norm.layer_norm,
+    layer_norm.group_norm_op,
     layer_norm.grn_scale,
 )
