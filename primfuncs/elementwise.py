@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from tvm.script import tirx as T
 
-from ._common import BUFFER, LANES, TEXTURE, check_dtype, check_scope, clamp, load_pixel, pixel_grid, pixel_launch, select_params, store_pixel
+from ._common import BUFFER, LANES, TEXTURE, check_channels, check_dtype, check_scope, clamp, load_pixel, pixel_grid, pixel_launch, select_params, store_pixel
 from .epilogue import ACTIVATIONS, activate
 
 BINARY_OPS = {
     "add": lambda a, b: a + b,
+    "subtract": lambda a, b: a - b,
     "multiply": lambda a, b: a * b,
+    "divide": lambda a, b: a / b,  # IEEE division: x / 0 is +-inf, 0 / 0 NaN, as in NumPy
 }
 
 
@@ -31,7 +33,7 @@ def _clamp_fn(dtype, lo, hi):
     return lambda x: clamp(x, lo_v, hi_v)  # NaN stays NaN (np.clip), unlike fmax/fmin
 
 
-def _pixelwise(shape, name: str, fn, second, dtype: str, scope: str, out_scope: str | None = None):
+def _pixelwise(shape, name: str, fn, second, dtype: str, scope: str, out_scope: str | None = None, channels: int | None = None):
     """``C = fn(A, ...)`` lane by lane, one work item per pixel.
 
     ``second`` picks the other inputs: None (unary), ``"tensor"`` (``B`` an NCHW4c
@@ -40,12 +42,19 @@ def _pixelwise(shape, name: str, fn, second, dtype: str, scope: str, out_scope: 
     ``"bias"`` (``Bias`` a ``(C4, 4)`` buffer indexed by channel block) or
     ``"affine"`` (``Scale`` and ``Bias``, both ``(C4, 4)``). One body serves all;
     :func:`select_params` drops the inputs a variant never reads.
-    ``C`` lives in ``out_scope`` (default: ``scope``).
+    ``C`` lives in ``out_scope`` (default: ``scope``). ``channels``: write the padded lanes of
+    the last block (channels ``>= channels``) as 0 whatever ``fn`` gives there (``0 / 0``).
     """
     n, c4, h, w, _ = _check_nchw4c(shape)
     check_dtype(dtype)
     check_scope(scope)
     out_scope = check_scope(out_scope or scope)
+    if channels is not None:
+        check_channels(c4, channels)
+    zero = T.FloatImm(dtype, 0.0)
+
+    def real(vz, lane):
+        return (vz % c4) * 4 + lane < channels
     g = pixel_grid(n * c4, h, w)
     bh, bw = (1, 1) if second == "channel" else (h, w)
 
@@ -72,6 +81,8 @@ def _pixelwise(shape, name: str, fn, second, dtype: str, scope: str, out_scope: 
                 x[lane] = fn(x[lane])
             elif second == "affine":
                 x[lane] = fn(x[lane], s[lane], y[lane])
+            elif channels is not None:
+                x[lane] = T.Select(real(vz, lane), fn(x[lane], y[lane]), zero)
             else:
                 x[lane] = fn(x[lane], y[lane])
         store_pixel(C, vz // c4, vz % c4, vh, vw, x)
@@ -117,16 +128,23 @@ def relu6(shape, dtype: str = "float32", scope: str = TEXTURE):
     return clip(shape, 0.0, 6.0, dtype, scope)
 
 
-def binary(shape, op: str, dtype: str = "float32", scope: str = TEXTURE, broadcast_channels: bool = False):
+def binary(shape, op: str, dtype: str = "float32", scope: str = TEXTURE, broadcast_channels: bool = False,
+           channels: int | None = None):
     """``C = A op B`` for two NCHW4c tensors of the same shape; ``op`` in :data:`BINARY_OPS`.
 
     ``broadcast_channels``: ``B`` is ``(N, C/4, 1, 1, 4)``, one value per channel
-    broadcast over H and W (a squeeze-excitation gate times its block input)."""
+    broadcast over H and W (a squeeze-excitation gate times its block input, or a per-sample
+    channel vector subtracted from or dividing a feature map).
+    ``channels`` (the real channel count; required by ``divide``, whose padded lanes would be
+    ``0 / 0 = NaN``, and a NaN there would reach every conv that reads them): padded lanes are
+    written as 0."""
     if op not in BINARY_OPS:
         raise ValueError(f"unknown binary op {op!r}; expected one of {sorted(BINARY_OPS)}")
+    if op == "divide" and channels is None:
+        raise ValueError("binary 'divide' needs channels (the padded lanes are written as 0, not 0 / 0)")
     if broadcast_channels:
-        return _pixelwise(shape, f"{op}_channels", BINARY_OPS[op], "channel", dtype, scope)
-    return _pixelwise(shape, op, BINARY_OPS[op], "tensor", dtype, scope)
+        return _pixelwise(shape, f"{op}_channels", BINARY_OPS[op], "channel", dtype, scope, channels=channels)
+    return _pixelwise(shape, op, BINARY_OPS[op], "tensor", dtype, scope, channels=channels)
 
 
 def add(shape, dtype: str = "float32", scope: str = TEXTURE):

@@ -169,7 +169,8 @@ def _binary(op, a, b, device, allow_buffer, precision):
     store = prec.store(scope)
     ta, tb = upload_nchw4c(dev, a, scope, "a", store), upload_nchw4c(dev, b, scope, "b", store)
     out = empty_nchw4c(dev, a.shape, a.dtype.name, scope, storage=store)
-    launch(elementwise.binary(ta.shape, op, a.dtype.name, scope), [ta, tb, out], dev)
+    channels = {"channels": a.shape[1]} if op == "divide" else {}  # its padded lanes written as 0, not 0 / 0
+    launch(elementwise.binary(ta.shape, op, a.dtype.name, scope, **channels), [ta, tb, out], dev)
     return prec.result(download_nchw(out, a.shape[1]))
 
 
@@ -181,6 +182,16 @@ def add(a, b, device=None, allow_buffer: bool = True, precision: str = "float32"
 def multiply(a, b, device=None, allow_buffer: bool = True, precision: str = "float32") -> np.ndarray:
     """``a * b`` for NCHW arrays of one shape."""
     return _binary("multiply", a, b, device, allow_buffer, precision)
+
+
+def subtract(a, b, device=None, allow_buffer: bool = True, precision: str = "float32") -> np.ndarray:
+    """``a - b`` for NCHW arrays of one shape."""
+    return _binary("subtract", a, b, device, allow_buffer, precision)
+
+
+def divide(a, b, device=None, allow_buffer: bool = True, precision: str = "float32") -> np.ndarray:
+    """``a / b`` for NCHW arrays of one shape (IEEE: ``x / 0`` is +-inf, ``0 / 0`` NaN, as NumPy)."""
+    return _binary("divide", a, b, device, allow_buffer, precision)
 
 
 def relu(x, device=None, allow_buffer: bool = True, precision: str = "float32") -> np.ndarray:

@@ -53,6 +53,8 @@ def elementwise_kernels(d, scope):
         elementwise.multiply(shape, scope=scope),
         elementwise.bias_add(shape, scope=scope),
         elementwise.binary(shape, "multiply", scope=scope, broadcast_channels=True),
+        elementwise.binary(shape, "subtract", scope=scope, broadcast_channels=d.draw(st.booleans())),
+        elementwise.binary(shape, "divide", scope=scope, broadcast_channels=d.draw(st.booleans()), channels=4 * shape[1] - d.draw(st.integers(0, 3))),
         elementwise.activation(shape, d.draw(st.sampled_from([a for a in ACTIVATIONS if a not in (None, "clip")])), scope=scope),
         elementwise.affine(shape, d.draw(st.sampled_from([a for a in ACTIVATIONS if a != "clip"])), scope=scope),
         elementwise.copy(shape, scope=scope, out_scope=BUFFER if scope == TEXTURE else TEXTURE),
@@ -140,7 +142,10 @@ def concat_kernels(d, scope):
 
 def layernorm_kernels(d, scope):
     nchw = _nchw(d)
-    return [layernorm.layer_norm_channels(_blocked(nchw), nchw[1], scope=scope)]
+    n, c, h, w = nchw
+    groups = d.draw(st.sampled_from([1] + [g for g in (2, 3) if c % (4 * g) == 0]))
+    return [layernorm.layer_norm_channels(_blocked(nchw), nchw[1], scope=scope),
+            layernorm.group_norm(_blocked(nchw), c, groups, d.draw(st.floats(0, 1e-3)), d.draw(st.sampled_from([None, "silu"])), scope=scope)]
 
 
 def grn_kernels(d, scope):

@@ -11,7 +11,8 @@ from tir_adreno.passes.graph import Node, const, same, static_shape
 
 def channel_vector(expr, channels: int, layout: str = "NCHW"):
     """A float32 constant broadcasting along the channels of an activation in ``layout``
-    (a scalar, or shape (1,C,1,1) / (C,1,1) in NCHW) as a flat float64 vector, else None."""
+    (a scalar, or shape (1,C,1,1) / (C,1,1) in NCHW, (1,C,1) / (C,1) in NCW) as a flat float64
+    vector, else None."""
     data = const(expr)
     if data is None or data.dtype != np.float32:
         return None
@@ -20,6 +21,8 @@ def channel_vector(expr, channels: int, layout: str = "NCHW"):
     if layout == "NCHW" and data.shape in ((1, channels, 1, 1), (channels, 1, 1)):
         return data.reshape(channels).astype(np.float64)
     if layout in ("NHWC", "NC") and data.shape in ((channels,), (1, channels), (1, 1, 1, channels), (1, 1, channels)):
+        return data.reshape(channels).astype(np.float64)
+    if layout == "NCW" and data.shape in ((1, channels, 1), (channels, 1)):  # [N, groups, C*H*W/groups] of a group norm
         return data.reshape(channels).astype(np.float64)
     return None
 

@@ -17,6 +17,7 @@ from typing import Callable
 import numpy as np
 
 from primfuncs import concat as _concat
+from primfuncs import layernorm as _layernorm
 from primfuncs import conv
 from primfuncs import elementwise as _elementwise
 from primfuncs import patches as _patches
@@ -183,6 +184,23 @@ def _binary(op, numpy_op):
     return run
 
 
+def _group_norm(dev, rng, shape):
+    """Group norm (two groups when the channels split into multiples of 4; the tour's 10 channels
+    are one group, a padded block), then the per-channel scale and shift."""
+    n, c, h, w = shape
+    x = rng.standard_normal(shape).astype("float32")
+    gamma, beta = (rng.standard_normal(c).astype("float32") for _ in range(2))
+    groups = 2 if c % 8 == 0 else 1
+    scope = ops.activation_scope(dev, shape)
+    tx = ops.upload_nchw4c(dev, x, scope)
+    params = [dev.array(pack_bias(v), BUFFER, name) for v, name in ((gamma, "gamma"), (beta, "beta"))]
+    out = ops.empty_nchw4c(dev, shape, "float32", scope)
+    ops.launch(_layernorm.group_norm(tx.shape, c, groups, 1e-5, scope=scope), [tx, *params, out], dev)
+    xg = x.astype(np.float64).reshape(n, groups, -1)
+    y = ((xg - xg.mean(axis=2, keepdims=True)) / np.sqrt(xg.var(axis=2, keepdims=True) + 1e-5)).reshape(shape)
+    return ops.download_nchw(out, c), y * gamma[None, :, None, None] + beta[None, :, None, None]
+
+
 def _relu6(dev, rng, shape):
     x = (rng.standard_normal(shape) * 4).astype("float32")  # both clamps taken
     return ops.relu6(x, device=dev), np.clip(x.astype(np.float64), 0, 6)
@@ -217,6 +235,9 @@ CASES = (
     Case("NCHW <-> NCHW4c", "layout", _layout, 0.0),
     Case("add", "elementwise", _binary("add", np.add), 1e-7),
     Case("multiply", "elementwise", _binary("multiply", np.multiply), 1e-7),
+    Case("subtract", "elementwise", _binary("subtract", np.subtract), 1e-7),
+    Case("divide", "elementwise", _binary("divide", np.divide), 1e-6),
+    Case("group norm", "norm", _group_norm, 1e-5),
     Case("relu6", "elementwise", _relu6, 0.0),
     Case("bias_add", "elementwise", _bias_add, 1e-7),
     Case("multiply broadcast over C", "elementwise", _broadcast_multiply, 1e-7),

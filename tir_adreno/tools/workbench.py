@@ -323,7 +323,7 @@ def reference_case(info: dict, rng: np.random.Generator, pack_weights=blocked.pa
         scale, shift = rand(channels), rand(channels)
         inputs += [blocked.pack_bias(scale), blocked.pack_bias(shift)]
         y = reference.activation(x * scale[None, :, None, None] + shift[None, :, None, None], attrs["activation"], *bounds)
-    elif op in ("add", "multiply"):
+    elif op in ("add", "subtract", "multiply", "divide"):
         y = getattr(np, op)(logical[0], logical[1])
     elif op == "concat":
         y = np.concatenate(logical, axis=1)

@@ -3,7 +3,7 @@
 A rule returns None when it does not apply; for each node the first rule of its op that
 applies wins (``excitation``, a pool and two 1x1 convs, before ``pool`` and ``conv2d``;
 ``gated_conv2d``, a squeeze-excitation multiply read by the conv after it, before ``binary``; ``binary``
-before ``elementwise``: an add or multiply of two activations is one binary kernel, else it may
+before ``elementwise``: an add, subtract, multiply or divide of two activations is one binary kernel, else it may
 be an activation chain or a per-channel affine step), and
 an op no rule takes is left to upstream (``LegalizeOps`` and dlight)."""
 
@@ -29,8 +29,10 @@ RULES: tuple[Rule, ...] = (
     layout.permute,
     layout.strided_slice,
     layout.split,
+    layer_norm.group_norm,
     layout.reshape,
     patches.patch_unfold,
     layer_norm.layer_norm,
+    layer_norm.group_norm_op,
     layer_norm.grn_scale,
 )

@@ -37,7 +37,7 @@ def _emit_activation(rw: Rewriter, x: Value, matched):
     return out
 
 
-def _affine_chain(rw: Rewriter, x: Value, var, scale, shift, nodes):
+def affine_chain(rw: Rewriter, x: Value, var, scale, shift, nodes):
     """Extend the affine chain ``nodes`` (folded into ``scale``/``shift``, ending at ``var``) by
     further per-channel steps and an activation: (scale, shift, nodes, last var, activation, bounds)."""
     g = rw.graph
@@ -58,7 +58,7 @@ def _affine_chain(rw: Rewriter, x: Value, var, scale, shift, nodes):
 def _emit_affine(rw: Rewriter, x: Value, var, scale, shift, nodes):
     """``act(x * scale + shift)`` per channel, extending ``nodes`` (already folded into
     ``scale``/``shift``, ending at ``var``) by further per-channel steps and an activation."""
-    scale, shift, nodes, var, activation, bounds = _affine_chain(rw, x, var, scale, shift, nodes)
+    scale, shift, nodes, var, activation, bounds = affine_chain(rw, x, var, scale, shift, nodes)
     shape5 = x.shape5
     scope = rw.scope_for(shape5)
     func = kernel(kernels.affine, shape5, activation, scope=scope, **clip_fields(bounds))
@@ -102,27 +102,38 @@ def batch_norm(rw: Rewriter, node: Node):
     return _emit_affine(rw, x, getter.var, *folded, [node, getter])
 
 
+#: Binary ops of two activations with a kernel; the commutative ones take a broadcast operand first too.
+BINARY_OPS = ("relax.add", "relax.subtract", "relax.multiply", "relax.divide")
+COMMUTATIVE = ("relax.add", "relax.multiply")
+
+
 def binary_operands(rw: Rewriter, node: Node):
-    """(a, b, b is a per-channel gate) of an add/multiply of two NCHW activations, else None."""
+    """(a, b, b is a per-channel vector ``[N, C, 1, 1]`` broadcast over H, W) of a binary op of two
+    NCHW activations, else None. ``a op b`` must be the node's value: a broadcast operand comes
+    first only in a commutative op (``gate - x`` stays upstream)."""
     out_shape = static_shape(node.var)
-    full = [arg for arg in node.args if static_shape(arg) == out_shape]
-    gate = [arg for arg in node.args if static_shape(arg) != out_shape]
-    a = rw.activation(full[0]) if full else None
-    if len(full) == 2:
-        b, broadcast = rw.activation(full[1]), False
-    elif len(full) == 1 and node.op == "relax.multiply" and out_shape is not None and static_shape(gate[0]) == (*out_shape[:2], 1, 1):
-        b, broadcast = rw.activation(gate[0]), True
+    if len(node.args) != 2 or out_shape is None or len(out_shape) != 4:
+        return None
+    first, second = node.args
+    if static_shape(first) == static_shape(second) == out_shape:
+        a, b, broadcast = rw.activation(first), rw.activation(second), False
     else:
-        b, broadcast = None, False
+        vector = (*out_shape[:2], 1, 1)
+        pairs = [(first, second)] + ([(second, first)] if node.op in COMMUTATIVE else [])
+        found = next(((x, v) for x, v in pairs if static_shape(x) == out_shape and static_shape(v) == vector), None)
+        if found is None:
+            return None
+        a, b, broadcast = rw.activation(found[0]), rw.activation(found[1]), True
     if a is None or b is None or a.layout != "NCHW" or b.layout != "NCHW":
         return None
     return a, b, broadcast
 
 
-@rule("relax.add", "relax.multiply")
+@rule(*BINARY_OPS)
 def binary(rw: Rewriter, node: Node):
-    """Two activations of one shape; or a multiply by a per-channel gate ``[N, C, 1, 1]``
-    (squeeze-excitation), either operand order. Constant forms are the elementwise rule's."""
+    """Two activations of one shape; or one and a per-channel vector ``[N, C, 1, 1]`` broadcast
+    over H, W (a squeeze-excitation gate), either operand order where the op commutes.
+    Constant forms are the elementwise rule's."""
     operands = binary_operands(rw, node)
     if operands is None:
         return None
@@ -130,7 +141,8 @@ def binary(rw: Rewriter, node: Node):
     shape5 = a.shape5
     scope = rw.scope_for(shape5, b.shape5)
     op = node.op.split(".")[-1]
-    func = kernel(kernels.binary, shape5, op, scope=scope, broadcast_channels=broadcast)
+    channels = {"channels": a.channels} if op == "divide" else {}  # its padded lanes are 0 / 0
+    func = kernel(kernels.binary, shape5, op, scope=scope, broadcast_channels=broadcast, **channels)
     out = rw.emit_kernel(func, [rw.blocked(a, scope), rw.blocked(b, scope)], shape5, op_info=elementwise_info(op, [node], [a.nchw, b.nchw]))
     rw.define(node.var, out, scope, a.nchw)
     return out

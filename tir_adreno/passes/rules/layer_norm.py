@@ -1,4 +1,5 @@
-"""Per-sample norms: layer norm over the channels of an activation, and the statistics step of
+"""Per-sample norms: layer norm over the channels of an activation, group norm over (C / groups,
+H, W) (timm's GroupNorm1 as exported, and ``relax.nn.group_norm``), and the statistics step of
 ConvNeXt-V2's global response norm (GRN)."""
 
 from __future__ import annotations
@@ -8,11 +9,14 @@ from tvm import relax
 
 from primfuncs import grn, layernorm
 
+from tir_adreno.passes.activations import clip_fields
+from tir_adreno.passes.affine import linear_step
 from tir_adreno.passes.graph import Node, const, same, static_shape
 from tir_adreno.passes.kernel_index import kernel
 from tir_adreno.passes.op_info import elementwise_info, node_info
-from tir_adreno.passes.rewriter import Rewriter
+from tir_adreno.passes.rewriter import Rewriter, Value
 from tir_adreno.passes.rules.base import rule
+from tir_adreno.passes.rules.elementwise import affine_chain
 from tir_adreno.strategy.packing import pack_bias
 
 
@@ -72,3 +76,104 @@ def grn_scale(rw: Rewriter, node: Node):
     mean.fused = add.fused = div.fused = True
     rw.define(div.var, out, scope, s.nchw)
     return out
+
+
+def _emit_group_norm(rw: Rewriter, x: Value, groups: int, eps: float, var, scale, shift, nodes):
+    """One ``group_norm`` kernel for ``nodes`` (ending at ``var``, the normalized ``x`` times
+    per-channel ``scale`` plus ``shift``), extended by the per-channel steps and the activation that
+    follow (:func:`affine_chain`)."""
+    scale, shift, nodes, var, activation, bounds = affine_chain(rw, x, var, scale, shift, nodes)
+    shape5 = x.shape5
+    scope = rw.scope_for(shape5)
+    func = kernel(layernorm.group_norm, shape5, x.channels, groups, eps, activation, scope=scope, **clip_fields(bounds))
+    params = [relax.const(pack_bias(v.astype(rw.dtype))) for v in (scale, shift)]
+    info = elementwise_info("group_norm", nodes, [x.nchw], groups=groups, epsilon=eps, activation=activation, bounds=bounds)
+    out = rw.emit_kernel(func, [rw.blocked(x, scope), *params], shape5, op_info=info)
+    for m in nodes:
+        m.fused = True
+    rw.define(var, out, scope, x.nchw)
+    return out
+
+
+def _group_norm_fits(x: Value | None, groups: int) -> bool:
+    """Our kernel takes ``groups`` of ``x``: each group whole 4-channel blocks, or one group."""
+    if x is None or x.layout != "NCHW" or groups < 1 or x.channels % groups:
+        return False
+    return groups == 1 or (x.channels // groups) % 4 == 0
+
+
+def _reduces_last(node: Node | None, op: str, source) -> bool:
+    """``node`` is ``op(source, axis=[2], keepdims=True)`` of a 3-d tensor."""
+    return (node is not None and node.op == op and same(node.args[0], source) and node.attrs.keepdims
+            and tuple(int(a) % 3 for a in node.attrs.axis or ()) == (2,))
+
+
+def _instance_norm(g, r):
+    """The nodes of TVM's ONNX ``InstanceNormalization`` over the last axis of ``r``
+    (``[N, G, K]``): ``(r - mean(r)) / sqrt(variance(r) + eps)``; (nodes, eps), else None."""
+    users = g.users(r)
+    mean = next((u for u in users if u.op == "relax.mean"), None)
+    var = next((u for u in users if u.op == "relax.variance"), None)
+    sub = next((u for u in users if u.op == "relax.subtract"), None)
+    if len(users) != 3 or not _reduces_last(mean, "relax.mean", r) or not _reduces_last(var, "relax.variance", r):
+        return None
+    if sub is None or not same(sub.args[0], r) or not same(sub.args[1], mean.var) or g.sole_user(mean.var) is not sub:
+        return None
+    add = g.sole_user(var.var)
+    sqrt = g.sole_user(add.var) if add is not None and add.op == "relax.add" else None
+    div = g.sole_user(sqrt.var) if sqrt is not None and sqrt.op == "relax.sqrt" else None
+    if div is None or div.op != "relax.divide" or not same(div.args[0], sub.var) or not same(div.args[1], sqrt.var):
+        return None
+    eps = _scalar(add.args[1] if same(add.args[0], var.var) else add.args[0])
+    if eps is None or not eps >= 0 or g.sole_user(sub.var) is not div:
+        return None
+    return [mean, sub, var, add, sqrt, div], eps
+
+
+@rule("relax.reshape")
+def group_norm(rw: Rewriter, node: Node):
+    """timm's GroupNorm1 (and any ``GroupNorm``) as ``torch.onnx.export`` writes it: ``Reshape`` to
+    ``[N, G, C*H*W/G]`` -> ``InstanceNormalization`` (mean, subtract, variance, add eps, sqrt,
+    divide, then its per-group scale and bias) -> ``Reshape`` back -> per-channel ``Mul``/``Add``
+    (and what per-channel steps or activation follow): one ``group_norm`` kernel."""
+    x = rw.activation(node.args[0])
+    r_shape = static_shape(node.var)
+    if x is None or r_shape is None or len(r_shape) != 3:
+        return None
+    n, c, h, w = x.nchw
+    groups = r_shape[1]
+    if r_shape != (n, groups, c * h * w // groups) or not _group_norm_fits(x, groups):
+        return None
+    g = rw.graph
+    found = _instance_norm(g, node.var)
+    if found is None:
+        return None
+    nodes, eps = found
+    var, scale, shift = nodes[-1].var, np.ones(groups), np.zeros(groups)
+    while (user := g.sole_user(var)) is not None and (step := linear_step(user, var, groups, "NCW")) is not None:
+        scale, shift = scale * step[0], shift * step[0] + step[1]
+        nodes, var = nodes + [user], user.var
+    back = g.sole_user(var)
+    if back is None or back.op != "relax.reshape" or static_shape(back.var) != x.nchw:
+        return None
+    per_group = c // groups
+    return _emit_group_norm(rw, x, groups, eps, back.var, np.repeat(scale, per_group), np.repeat(shift, per_group), [node, *nodes, back])
+
+
+@rule("relax.nn.group_norm")
+def group_norm_op(rw: Rewriter, node: Node):
+    """``relax.nn.group_norm`` over H, W of an NCHW activation (ONNX ``GroupNormalization``) with
+    constant per-channel gamma and beta: one ``group_norm`` kernel (and what follows)."""
+    x_var, gamma, beta = node.args
+    a = node.attrs
+    x = rw.activation(x_var)
+    groups = int(a.num_groups)
+    if not _group_norm_fits(x, groups) or int(a.channel_axis) % 4 != 1 or sorted(int(v) % 4 for v in a.axes) != [2, 3]:
+        return None
+    c = x.channels
+    gm = const(gamma) if bool(a.scale) else np.ones(c)
+    bt = const(beta) if bool(a.center) else np.zeros(c)
+    if gm is None or bt is None or gm.size != c or bt.size != c:
+        return None
+    eps = float(a.epsilon)
+    return _emit_group_norm(rw, x, groups, eps, node.var, gm.reshape(c).astype(np.float64), bt.reshape(c).astype(np.float64), [node])
