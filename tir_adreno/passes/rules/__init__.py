@@ -6,7 +6,7 @@ before ``elementwise``: an add or multiply of two activations is one binary kern
 be an activation chain or a per-channel affine step), and
 an op no rule takes is left to upstream (``LegalizeOps`` and dlight)."""
 
-from tir_adreno.passes.rules import broadcast, concat, conv, elementwise, excite, layer_norm, layout, matmul, patches, pool
+from tir_adreno.passes.rules import attention, broadcast, concat, conv, elementwise, excite, layer_norm, layout, matmul, patches, pool
 from tir_adreno.passes.rules.base import Rule, by_op, rule  # noqa: F401 (the rule contract)
 
 RULES: tuple[Rule, ...] = (
@@ -27,6 +27,7 @@ RULES: tuple[Rule, ...] = (
     layout.permute,
     layout.strided_slice,
     layout.split,
+    attention.cross_covariance_attention,
     layout.reshape,
     patches.patch_unfold,
     layer_norm.layer_norm,

@@ -11,12 +11,12 @@ from primfuncs import elementwise as kernels
 
 from tir_adreno.passes.activations import clip_fields, match_activation
 from tir_adreno.passes.affine import batch_norm_affine, batch_norm_output, linear_step
-from tir_adreno.passes.graph import Node, static_shape
+from tir_adreno.passes.graph import Node, const, static_shape
 from tir_adreno.passes.kernel_index import kernel
 from tir_adreno.passes.op_info import elementwise_info
 from tir_adreno.passes.rewriter import Rewriter, Value
 from tir_adreno.passes.rules.base import rule
-from tir_adreno.strategy.packing import pack_bias
+from tir_adreno.strategy.packing import pack_bias, pack_nchw4c
 
 
 def _emit_activation(rw: Rewriter, x: Value, matched):
@@ -102,35 +102,69 @@ def batch_norm(rw: Rewriter, node: Node):
     return _emit_affine(rw, x, getter.var, *folded, [node, getter])
 
 
+def _value(rw: Rewriter, var) -> Value | None:
+    """The :class:`Value` of ``var`` in whatever layout it has (a new one: NCHW), else None."""
+    return rw.values.get(var) if isinstance(var, relax.Var) and var in rw.values else rw.activation(var)
+
+
 def _binary_operands(rw: Rewriter, node: Node):
-    """(a, b, b is a per-channel gate) of an add/multiply of two NCHW activations, else None."""
+    """(a, b, b is a per-channel gate) of an add/multiply of two activations of one layout and
+    shape (elementwise: any layout, tokens too), or of an NCHW one and its gate, else None."""
     out_shape = static_shape(node.var)
     full = [arg for arg in node.args if static_shape(arg) == out_shape]
     gate = [arg for arg in node.args if static_shape(arg) != out_shape]
-    a = rw.activation(full[0]) if full else None
+    a = _value(rw, full[0]) if full else None
     if len(full) == 2:
-        b, broadcast = rw.activation(full[1]), False
+        b, broadcast = _value(rw, full[1]), False
     elif len(full) == 1 and node.op == "relax.multiply" and out_shape is not None and static_shape(gate[0]) == (*out_shape[:2], 1, 1):
         b, broadcast = rw.activation(gate[0]), True
     else:
         b, broadcast = None, False
-    if a is None or b is None or a.layout != "NCHW" or b.layout != "NCHW":
+    if a is None or b is None or a.layout != b.layout or (broadcast and a.layout != "NCHW") or (not broadcast and a.nchw != b.nchw):
         return None
     return a, b, broadcast
 
 
+def _constant_operand(rw: Rewriter, node: Node):
+    """(a, the other operand as NCHW float32) of an add/multiply of an activation and a constant
+    of the output's shape (a positional embedding of tokens), else None."""
+    out_shape = static_shape(node.var)
+    for var, other in (node.args, node.args[::-1]):
+        data = const(other)
+        a = rw.values.get(var) if isinstance(var, relax.Var) else None
+        if a is None or not a.blocked or data is None or data.dtype != np.float32 or static_shape(var) != out_shape or data.shape != out_shape:
+            continue
+        n, c, h, w = a.nchw
+        as_nchw = {"NCHW": lambda d: d, "NCL": lambda d: d.reshape(n, c, h, w), "NHWC": lambda d: d.transpose(0, 3, 1, 2),
+                   "NLC": lambda d: d.reshape(n, h, w, c).transpose(0, 3, 1, 2)}.get(a.layout)
+        if as_nchw is not None:
+            return a, as_nchw(data)
+    return None
+
+
 @rule("relax.add", "relax.multiply")
 def binary(rw: Rewriter, node: Node):
-    """Two activations of one shape; or a multiply by a per-channel gate ``[N, C, 1, 1]``
-    (squeeze-excitation), either operand order. Constant forms are the elementwise rule's."""
+    """Two activations of one shape and layout; or a multiply by a per-channel gate ``[N, C, 1, 1]``
+    (squeeze-excitation), either operand order; or an activation and a constant of its shape (packed
+    NCHW4c at compile time). Per-channel constant forms are the elementwise rule's."""
     operands = _binary_operands(rw, node)
+    op = node.op.split(".")[-1]
     if operands is None:
-        return None
+        found = _constant_operand(rw, node)
+        if found is None:
+            return None
+        a, data = found
+        shape5 = a.shape5
+        scope = rw.scope_for(shape5)
+        func = kernel(kernels.binary, shape5, op, scope=scope, broadcast_channels=False)
+        b = relax.const(pack_nchw4c(np.ascontiguousarray(data).astype(rw.dtype)))
+        out = rw.emit_kernel(func, [rw.blocked(a, scope), b], shape5, op_info=elementwise_info(op, [node], [a.nchw, a.nchw]))
+        rw.define(node.var, out, scope, a.nchw, a.layout)
+        return out
     a, b, broadcast = operands
     shape5 = a.shape5
     scope = rw.scope_for(shape5, b.shape5)
-    op = node.op.split(".")[-1]
     func = kernel(kernels.binary, shape5, op, scope=scope, broadcast_channels=broadcast)
     out = rw.emit_kernel(func, [rw.blocked(a, scope), rw.blocked(b, scope)], shape5, op_info=elementwise_info(op, [node], [a.nchw, b.nchw]))
-    rw.define(node.var, out, scope, a.nchw)
+    rw.define(node.var, out, scope, a.nchw, a.layout)
     return out

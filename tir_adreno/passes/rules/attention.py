@@ -1,0 +1,148 @@
+"""Transposed (cross-covariance) attention on a map's tokens: EdgeNeXt's XCA, as exported.
+
+From the ``qkv`` Linear's output, tokens ``[B, L, 3 * heads * d]`` (NCHW4c of the map):
+
+    reshape [B, L, 3, heads, d] -> permute_dims (2, 0, 3, 4, 1) -> split 3 along axis 0 -> squeeze:
+    q, k, v [B, heads, d, L]; q and k L2-normalized along L (x / max(sqrt(sum(x * x)), eps));
+    attn = softmax((q @ permute(k, (0, 1, 3, 2))) * temperature[heads, 1, 1], axis=-1)
+    out = permute_dims(attn @ v, (0, 3, 1, 2)) -> reshape [B, L, heads * d]
+
+runs as two kernels (:mod:`primfuncs.attention`) on the ``qkv`` map itself: ``xca_weights`` (the
+normalized ``q.k^T``, temperature and softmax: a ``[B, heads, d, d]`` buffer) and ``xca_apply``
+(``attn @ v`` written as the NCHW4c map of ``out``). The reshapes, permutes, split and squeezes are
+views of channel ranges, planned away; every other spelling stays with the generic rules.
+"""
+
+from __future__ import annotations
+
+from tvm import relax
+
+from primfuncs import attention
+
+from tir_adreno.passes.graph import Graph, Node, const, same, static_shape
+from tir_adreno.passes.kernel_index import kernel
+from tir_adreno.passes.op_info import elementwise_info
+from tir_adreno.passes.rewriter import Rewriter, blocked_shape
+from tir_adreno.passes.rules.base import rule
+
+
+def _axes(node: Node | None, op: str = "relax.permute_dims") -> tuple[int, ...] | None:
+    if node is None or node.op != op or node.attrs.axes is None:
+        return None
+    return tuple(int(a) for a in node.attrs.axes)
+
+
+def _scalar(expr) -> float | None:
+    value = const(expr)
+    return float(value.reshape(())) if value is not None and value.size == 1 else None
+
+
+def _l2_normalized(g: Graph, var) -> tuple[Node, float, list[Node]] | None:
+    """``var / broadcast(max(sqrt(sum(var * var, axis=-1, keepdims)), eps))`` (``F.normalize`` along
+    the last axis as exported): (the divide, eps, the nodes), else None."""
+    users = list({id(u): u for u in g.users(var)}.values())  # x * x uses x twice
+    square = next((u for u in users if u.op == "relax.multiply" and all(same(a, var) for a in u.args)), None)
+    div = next((u for u in users if u.op == "relax.divide" and same(u.args[0], var)), None)
+    if len(users) != 2 or square is None or div is None:
+        return None
+    total = g.sole_user(square.var)
+    if total is None or total.op != "relax.sum" or not total.attrs.keepdims or ints_of_axis(total) != (len(static_shape(var)) - 1,):
+        return None
+    root = g.sole_user(total.var)
+    bound = g.sole_user(root.var) if root is not None and root.op == "relax.sqrt" else None
+    if bound is None or bound.op != "relax.maximum" or not same(bound.args[0], root.var):
+        return None
+    eps = _scalar(bound.args[1])
+    nodes = [square, total, root, bound]
+    denominator = bound
+    spread = g.sole_user(bound.var)
+    if spread is not None and spread.op == "relax.broadcast_to":
+        nodes.append(spread)
+        denominator = spread
+    if eps is None or not eps >= 0 or not same(div.args[1], denominator.var):
+        return None
+    return div, eps, nodes + [div]
+
+
+def ints_of_axis(node: Node) -> tuple[int, ...] | None:
+    rank = len(static_shape(node.args[0]) or ())
+    return tuple(int(a) % rank for a in node.attrs.axis) if node.attrs.axis is not None and rank else None
+
+
+def _match(g: Graph, node: Node, channels: int, tokens: int):
+    """The XCA pattern from reshape ``node``: (heads, d, eps, temperature, nodes, output node), else None."""
+    shape = static_shape(node.var)
+    if shape is None or len(shape) != 5 or shape[1] != tokens or shape[2] != 3 or 3 * shape[3] * shape[4] != channels:
+        return None
+    heads, d = shape[3], shape[4]
+    perm = g.sole_user(node.var)
+    split = g.sole_user(perm.var) if _axes(perm) == (2, 0, 3, 4, 1) else None
+    if split is None or split.op != "relax.split" or int(split.attrs.axis) != 0:
+        return None
+    fields = getattr(split.var.ty, "fields", None) or []  # three parts of one q, k or v each
+    part_shapes = [static_shape(relax.Var("part", ty)) for ty in fields]
+    getters = g.users(split.var)
+    if part_shapes != [(1, shape[0], heads, d, tokens)] * 3 or len(getters) != 3 or any(u.op != "tuple_get_item" for u in getters):
+        return None
+    qkv = {}
+    for getter in getters:
+        squeeze = g.sole_user(getter.var)
+        if squeeze is None or squeeze.op != "relax.squeeze" or ints_of_axis(squeeze) != (0,):
+            return None
+        qkv[getter.index] = (getter, squeeze)
+    if sorted(qkv) != [0, 1, 2]:
+        return None
+    q, k = (_l2_normalized(g, qkv[i][1].var) for i in (0, 1))
+    if q is None or k is None or q[1] != k[1]:
+        return None
+    k_t = g.sole_user(k[0].var)
+    scores = g.sole_user(k_t.var) if _axes(k_t) == (0, 1, 3, 2) else None
+    if scores is None or scores.op != "relax.matmul" or not same(scores.args[0], q[0].var) or not same(scores.args[1], k_t.var):
+        return None
+    scaled = g.sole_user(scores.var)
+    temperature = const(scaled.args[1] if same(scaled.args[0], scores.var) else scaled.args[0]) if scaled is not None and scaled.op == "relax.multiply" else None
+    if temperature is None or temperature.size not in (1, heads) or temperature.shape not in ((), (1,), (heads, 1, 1), (1, heads, 1, 1)):
+        return None
+    soft = g.sole_user(scaled.var)
+    if soft is None or soft.op != "relax.nn.softmax" or int(soft.attrs.axis) % 4 != 3:
+        return None
+    mixed = g.sole_user(soft.var)
+    v = qkv[2][1]
+    if mixed is None or mixed.op != "relax.matmul" or not same(mixed.args[0], soft.var) or not same(mixed.args[1], v.var):
+        return None
+    back = g.sole_user(mixed.var)
+    out = g.sole_user(back.var) if _axes(back) == (0, 3, 1, 2) else None
+    if out is None or out.op != "relax.reshape" or static_shape(out.var) != (shape[0], tokens, heads * d):
+        return None
+    nodes = [perm, split, *[n for pair in qkv.values() for n in pair], *q[2], *k[2], k_t, scores, scaled, soft, mixed, back, out]
+    return heads, d, q[1], temperature, nodes, out
+
+
+@rule("relax.reshape")
+def cross_covariance_attention(rw: Rewriter, node: Node):
+    """EdgeNeXt's XCA on tokens ``[B, L, C]`` of a map (the module docstring): two kernels, else None."""
+    x = rw.values.get(node.args[0]) if isinstance(node.args[0], relax.Var) else None
+    if x is None or x.layout != "NLC" or not x.blocked:
+        return None
+    n, c, h, w = x.nchw
+    found = _match(rw.graph, node, c, h * w)
+    if found is None:
+        return None
+    heads, d, eps, temperature, nodes, last = found
+    scope = rw.scope_for(x.shape5)
+    src = rw.blocked(x, scope)
+    weights = kernel(attention.xca_weights, x.shape5, c, heads, d, 0, heads * d, eps, scope=scope)
+    temps = relax.const(temperature.reshape(-1).repeat(heads // temperature.size).astype(rw.dtype))
+    info = elementwise_info("xca_weights", [node, *nodes[:-3]], [x.nchw], heads=heads, head_dim=d, epsilon=eps)
+    info["output"] = [n, heads, d, d]
+    attn = rw.emit_kernel(weights, [src, temps], (n, heads, d, d), op_info=info)
+    out_nchw = (n, heads * d, h, w)
+    out5 = blocked_shape(out_nchw)
+    apply = kernel(attention.xca_apply, x.shape5, c, heads, d, 2 * heads * d, scope=scope)
+    info = elementwise_info("xca_apply", nodes[-3:], [x.nchw], heads=heads, head_dim=d)
+    info["output"] = list(out_nchw)
+    out = rw.emit_kernel(apply, [src, attn], out5, op_info=info)
+    for m in nodes:
+        m.fused = True
+    rw.define(last.var, out, scope, out_nchw, "NLC")
+    return out
