@@ -28,6 +28,7 @@ RULES: tuple[Rule, ...] = (
     layout.strided_slice,
     layout.split,
     attention.cross_covariance_attention,
+    attention.linear_attention,
     layout.reshape,
     patches.patch_unfold,
     layer_norm.layer_norm,

@@ -1,4 +1,5 @@
-"""Transposed (cross-covariance) attention on a map's tokens: EdgeNeXt's XCA, as exported.
+"""Attention on a map's tokens as exported: EdgeNeXt's transposed (cross-covariance) attention and
+EfficientViT's ReLU linear attention (:func:`linear_attention`, below).
 
 From the ``qkv`` Linear's output, tokens ``[B, L, 3 * heads * d]`` (NCHW4c of the map):
 
@@ -19,7 +20,7 @@ from tvm import relax
 
 from primfuncs import attention
 
-from tir_adreno.passes.graph import Graph, Node, const, same, static_shape
+from tir_adreno.passes.graph import Graph, Node, const, ints_of, same, static_shape
 from tir_adreno.passes.kernel_index import kernel
 from tir_adreno.passes.op_info import elementwise_info
 from tir_adreno.passes.rewriter import Rewriter, blocked_shape
@@ -145,4 +146,134 @@ def cross_covariance_attention(rw: Rewriter, node: Node):
     for m in nodes:
         m.fused = True
     rw.define(last.var, out, scope, out_nchw, "NLC")
+    return out
+
+
+# -- ReLU linear attention (EfficientViT's LiteMLA) ----------------------------------------------
+#
+# From the map ``[B, G * 3 * d, H, W]`` of the qkv convs (each head's q, k, v consecutive):
+#
+#     reshape [B, G, 3 * d, L] -> permute_dims (0, 1, 3, 2) -> strided_slice (axis 3) q, k, v;
+#     q, k relu'd; v padded with a column of ones (``pad``, value 1); astype (no-op casts);
+#     kv = permute(k, (0, 1, 3, 2)) @ v;  out = q @ kv;  out[..., :d] / (out[..., d:] + eps)
+#     -> astype -> permute_dims (0, 1, 3, 2) -> reshape [B, G * d, H, W]
+#
+# runs as ``linear_kv`` + ``linear_apply`` on the map (head_stride = 3 * d).
+
+
+def _last_axis_range(node: Node | None, size: int) -> tuple[int, int] | None:
+    """[begin, end) of a ``strided_slice`` of the last of 4 axes with stride 1, clamped, else None."""
+    if node is None or node.op != "relax.strided_slice" or len(node.args) < 4:
+        return None
+    axes, begin, end = (ints_of(a) for a in node.args[1:4])
+    strides = ints_of(node.args[4]) if len(node.args) > 4 else (1,)
+    if axes not in ((3,), (-1,)) or strides != (1,) or begin is None or end is None:
+        return None
+    b = begin[0] + size if begin[0] < 0 else begin[0]
+    e = min(end[0] + size if end[0] < 0 else end[0], size)
+    return (b, e) if 0 <= b < e else None
+
+
+def _through_casts(g: Graph, var, nodes: list):
+    """The value after the no-op ``astype``s that are ``var``'s only users in a chain (appended to ``nodes``)."""
+    while True:
+        user = g.sole_user(var)
+        if user is None or user.op != "relax.astype" or str(user.attrs.dtype) != "float32":
+            return var
+        nodes.append(user)
+        var = user.var
+
+
+def _is_pad_with_ones(g: Graph, node: Node | None, var, d: int) -> bool:
+    """Whether ``node`` is the importer's ``pad`` PrimFunc appending one column of 1.0 to ``var``."""
+    if node is None or node.op != "relax.call_tir" or not isinstance(node.args[1], relax.Tuple):
+        return False
+    fields = node.args[1].fields
+    shape = static_shape(var)
+    if len(fields) != 1 or not same(fields[0], var) or static_shape(node.var) != (*shape[:3], d + 1):
+        return False
+    prim = g.mod[node.args[0]] if g.mod is not None else None
+    script = prim.script() if prim is not None else ""
+    return node.args[0].name_hint.startswith("pad") and "T.float32(1.0)" in script and f"< T.int64({d})" in script
+
+
+def _match_linear(g: Graph, node: Node, channels: int, tokens: int):
+    """The LiteMLA pattern from reshape ``node``: (heads, d, eps, nodes, output node), else None."""
+    shape = static_shape(node.var)
+    if shape is None or len(shape) != 4 or shape[3] != tokens or shape[1] * shape[2] != channels or shape[2] % 3:
+        return None
+    heads, d = shape[1], shape[2] // 3
+    perm = g.sole_user(node.var)
+    if _axes(perm) != (0, 1, 3, 2):
+        return None
+    parts = {}
+    for u in g.users(perm.var):
+        found = _last_axis_range(u, 3 * d)
+        if found not in ((0, d), (d, 2 * d), (2 * d, 3 * d)):
+            return None
+        parts[found[0] // d] = u
+    if sorted(parts) != [0, 1, 2]:
+        return None
+    nodes = [perm, *parts.values()]
+    q_relu, k_relu = g.sole_user(parts[0].var), g.sole_user(parts[1].var)
+    if q_relu is None or k_relu is None or q_relu.op != "relax.nn.relu" or k_relu.op != "relax.nn.relu":
+        return None
+    pad = g.sole_user(parts[2].var)
+    if not _is_pad_with_ones(g, pad, parts[2].var, d):
+        return None
+    nodes += [q_relu, k_relu, pad]
+    q, k, v = (_through_casts(g, n.var, nodes) for n in (q_relu, k_relu, pad))
+    k_t = g.sole_user(k)
+    kv = g.sole_user(k_t.var) if _axes(k_t) == (0, 1, 3, 2) else None
+    if kv is None or kv.op != "relax.matmul" or not same(kv.args[0], k_t.var) or not same(kv.args[1], v):
+        return None
+    out = g.sole_user(kv.var)
+    if out is None or out.op != "relax.matmul" or not same(out.args[0], q) or not same(out.args[1], kv.var):
+        return None
+    nodes += [k_t, kv, out]
+    slices = {_last_axis_range(u, d + 1): u for u in g.users(out.var)}
+    if set(slices) != {(0, d), (d, d + 1)}:
+        return None
+    num, last = slices[(0, d)], slices[(d, d + 1)]
+    den = g.sole_user(last.var)
+    eps = _scalar(den.args[1] if same(den.args[0], last.var) else den.args[0]) if den is not None and den.op == "relax.add" else None
+    div = g.sole_user(num.var)
+    if eps is None or not eps >= 0 or div is None or div.op != "relax.divide" or not same(div.args[0], num.var) or not same(div.args[1], den.var):
+        return None
+    nodes += [num, last, den, div]
+    back = g.sole_user(_through_casts(g, div.var, nodes))
+    flat = g.sole_user(back.var) if _axes(back) == (0, 1, 3, 2) else None
+    if flat is None or flat.op != "relax.reshape" or static_shape(flat.var) is None or static_shape(flat.var)[:2] != (shape[0], heads * d):
+        return None
+    return heads, d, eps, nodes + [back, flat], flat
+
+
+@rule("relax.reshape")
+def linear_attention(rw: Rewriter, node: Node):
+    """EfficientViT's ReLU linear attention on a map (the comment above): two kernels, else None."""
+    x = rw.values.get(node.args[0]) if isinstance(node.args[0], relax.Var) else None
+    if x is None or x.layout != "NCHW" or not x.blocked:
+        return None
+    n, c, h, w = x.nchw
+    found = _match_linear(rw.graph, node, c, h * w)
+    if found is None:
+        return None
+    heads, d, eps, nodes, last = found
+    out_nchw = (n, heads * d, h, w)
+    if static_shape(last.var) != out_nchw:
+        return None
+    scope = rw.scope_for(x.shape5)
+    src = rw.blocked(x, scope)
+    kv_func = kernel(attention.linear_kv, x.shape5, c, heads, d, d, 2 * d, 3 * d, scope=scope)
+    info = elementwise_info("linear_kv", [node, *nodes[:-8]], [x.nchw], heads=heads, head_dim=d)
+    info["output"] = [n, heads, d, d + 1]
+    kv = rw.emit_kernel(kv_func, [src], (n, heads, d, d + 1), op_info=info)
+    out5 = blocked_shape(out_nchw)
+    apply = kernel(attention.linear_apply, x.shape5, c, heads, d, 0, 3 * d, eps, scope=scope)
+    info = elementwise_info("linear_apply", nodes[-8:], [x.nchw], heads=heads, head_dim=d, epsilon=eps)
+    info["output"] = list(out_nchw)
+    out = rw.emit_kernel(apply, [src, kv], out5, op_info=info)
+    for m in nodes:
+        m.fused = True
+    rw.define(last.var, out, scope, out_nchw)
     return out

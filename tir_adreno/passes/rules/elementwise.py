@@ -14,7 +14,11 @@ from tir_adreno.passes.affine import batch_norm_affine, batch_norm_output, linea
 from tir_adreno.passes.graph import Node, const, static_shape
 from tir_adreno.passes.kernel_index import kernel
 from tir_adreno.passes.op_info import elementwise_info
-from tir_adreno.passes.rewriter import Rewriter, Value
+from tir_adreno.passes.rewriter import MAP_LAYOUTS, Rewriter, Value
+
+#: Layouts a pixelwise kernel takes as they are (the same NCHW4c tensor): maps, a classifier's
+#: ``[N, C]`` and tokens. (NHWC maps are the conv rule's: their per-channel constants fold there.)
+POINTWISE_LAYOUTS = ("NCHW", "NC", "NLC", "NCL")
 from tir_adreno.passes.rules.base import rule
 from tir_adreno.strategy.packing import pack_bias, pack_nchw4c
 
@@ -33,7 +37,7 @@ def _emit_activation(rw: Rewriter, x: Value, matched):
     out = rw.emit_kernel(func, [rw.blocked(x, scope)], shape5, op_info=elementwise_info("activation", nodes, [x.nchw], activation=name, bounds=bounds))
     for m in nodes:
         m.fused = True
-    rw.define(nodes[-1].var, out, scope, x.nchw)
+    rw.define(nodes[-1].var, out, scope, x.nchw, x.layout)
     return out
 
 
@@ -43,7 +47,7 @@ def _affine_chain(rw: Rewriter, x: Value, var, scale, shift, nodes):
     g = rw.graph
     while True:
         user = g.sole_user(var)
-        step = linear_step(user, var, x.channels) if user is not None else None
+        step = linear_step(user, var, x.channels, MAP_LAYOUTS.get(x.layout, x.layout)) if user is not None else None
         if step is None:
             break
         scale, shift = scale * step[0], shift * step[0] + step[1]
@@ -66,7 +70,7 @@ def _emit_affine(rw: Rewriter, x: Value, var, scale, shift, nodes):
     out = rw.emit_kernel(func, [rw.blocked(x, scope), *params], shape5, op_info=elementwise_info("affine", nodes, [x.nchw], activation=activation, bounds=bounds))
     for m in nodes:
         m.fused = True
-    rw.define(var, out, scope, x.nchw)
+    rw.define(var, out, scope, x.nchw, x.layout)
     return out
 
 
@@ -77,13 +81,13 @@ def elementwise(rw: Rewriter, node: Node):
     ``x * gate(x)``), else a per-channel affine chain (``x * scale + shift``, then an
     activation), on an activation that no conv epilogue took."""
     for var in node.args[:2]:
-        x = rw.activation(var) if isinstance(var, relax.Var) else None
-        if x is None or x.layout != "NCHW":
+        x = _value(rw, var) if isinstance(var, relax.Var) else None
+        if x is None or x.layout not in POINTWISE_LAYOUTS:
             continue
         matched = match_activation(rw.graph, var, first=node)
         if matched is not None:
             return _emit_activation(rw, x, matched)
-        step = linear_step(node, var, x.channels)
+        step = linear_step(node, var, x.channels, MAP_LAYOUTS.get(x.layout, x.layout))
         if step is not None:
             return _emit_affine(rw, x, node.var, *step, [node])
     return None

@@ -13,7 +13,7 @@ from primfuncs import resize, shuffle
 from tir_adreno.passes.graph import Node, dtype, ints_of, static_shape
 from tir_adreno.passes.kernel_index import kernel
 from tir_adreno.passes.op_info import elementwise_info, node_info
-from tir_adreno.passes.rewriter import MAP_LAYOUTS, TOKEN_LAYOUTS, Rewriter, Value, blocked_shape
+from tir_adreno.passes.rewriter import Rewriter, Value, blocked_shape
 from tir_adreno.passes.rules.base import rule
 
 #: ``permute_dims`` axes between NCHW and NHWC (ConvNeXt's Permute around LayerNorm and Linear).
@@ -156,12 +156,12 @@ def split(rw: Rewriter, node: Node):
 def _token_view(node: Node, x: Value) -> str | None:
     """The layout ``node`` (a reshape of blocked ``x``) views ``x`` in: a map flattened to tokens
     (``[N, C, H, W] -> [N, C, H * W]``, ``[N, H, W, C] -> [N, H * W, C]``) or tokens unflattened
-    to their map, else None."""
+    to their map, or a classifier's ``[N, C]`` back to ``[N, C, 1, 1]``, else None."""
     out_shape = static_shape(node.var)
     n, c, h, w = x.nchw
     views = {("NCHW", (n, c, h * w)): "NCL", ("NHWC", (n, h * w, c)): "NLC",
-             ("NCL", (n, c, h, w)): "NCHW", ("NLC", (n, h, w, c)): "NHWC"}
-    return views.get((x.layout, out_shape)) if x.blocked and x.layout in (*TOKEN_LAYOUTS, *MAP_LAYOUTS) else None
+             ("NCL", (n, c, h, w)): "NCHW", ("NLC", (n, h, w, c)): "NHWC", ("NC", (n, c, 1, 1)): "NCHW"}
+    return views.get((x.layout, out_shape)) if x.blocked else None
 
 
 @rule("relax.reshape")
