@@ -47,7 +47,7 @@ def _l2_normalized(g: Graph, var) -> tuple[Node, float, list[Node]] | None:
     if len(users) != 2 or square is None or div is None:
         return None
     total = g.sole_user(square.var)
-    if total is None or total.op != "relax.sum" or not total.attrs.keepdims or ints_of_axis(total) != (len(static_shape(var)) - 1,):
+    if total is None or total.op != "relax.sum" or not total.attrs.keepdims or _axis_of(total) != (len(static_shape(var)) - 1,):
         return None
     root = g.sole_user(total.var)
     bound = g.sole_user(root.var) if root is not None and root.op == "relax.sqrt" else None
@@ -65,13 +65,15 @@ def _l2_normalized(g: Graph, var) -> tuple[Node, float, list[Node]] | None:
     return div, eps, nodes + [div]
 
 
-def ints_of_axis(node: Node) -> tuple[int, ...] | None:
+def _axis_of(node: Node) -> tuple[int, ...] | None:
+    """The non-negative axes of a reduction or squeeze ``node`` (``attrs.axis``), else None."""
     rank = len(static_shape(node.args[0]) or ())
     return tuple(int(a) % rank for a in node.attrs.axis) if node.attrs.axis is not None and rank else None
 
 
 def _match(g: Graph, node: Node, channels: int, tokens: int):
-    """The XCA pattern from reshape ``node``: (heads, d, eps, temperature, nodes, output node), else None."""
+    """The XCA pattern from reshape ``node``: (heads, d, eps, temperature, nodes, where xca_apply's
+    nodes start), the last node the output, else None."""
     shape = static_shape(node.var)
     if shape is None or len(shape) != 5 or shape[1] != tokens or shape[2] != 3 or 3 * shape[3] * shape[4] != channels:
         return None
@@ -88,7 +90,7 @@ def _match(g: Graph, node: Node, channels: int, tokens: int):
     qkv = {}
     for getter in getters:
         squeeze = g.sole_user(getter.var)
-        if squeeze is None or squeeze.op != "relax.squeeze" or ints_of_axis(squeeze) != (0,):
+        if squeeze is None or squeeze.op != "relax.squeeze" or _axis_of(squeeze) != (0,):
             return None
         qkv[getter.index] = (getter, squeeze)
     if sorted(qkv) != [0, 1, 2]:
@@ -116,7 +118,7 @@ def _match(g: Graph, node: Node, channels: int, tokens: int):
     if out is None or out.op != "relax.reshape" or static_shape(out.var) != (shape[0], tokens, heads * d):
         return None
     nodes = [perm, split, *[n for pair in qkv.values() for n in pair], *q[2], *k[2], k_t, scores, scaled, soft, mixed, back, out]
-    return heads, d, q[1], temperature, nodes, out
+    return heads, d, q[1], temperature, nodes, len(nodes) - 3  # the last 3: xca_apply's
 
 
 @rule("relax.reshape")
@@ -129,23 +131,23 @@ def cross_covariance_attention(rw: Rewriter, node: Node):
     found = _match(rw.graph, node, c, h * w)
     if found is None:
         return None
-    heads, d, eps, temperature, nodes, last = found
+    heads, d, eps, temperature, nodes, first = found
     scope = rw.scope_for(x.shape5)
     src = rw.blocked(x, scope)
     weights = kernel(attention.xca_weights, x.shape5, c, heads, d, 0, heads * d, eps, scope=scope)
     temps = relax.const(temperature.reshape(-1).repeat(heads // temperature.size).astype(rw.dtype))
-    info = elementwise_info("xca_weights", [node, *nodes[:-3]], [x.nchw], heads=heads, head_dim=d, epsilon=eps)
+    info = elementwise_info("xca_weights", [node, *nodes[:first]], [x.nchw], heads=heads, head_dim=d, epsilon=eps)
     info["output"] = [n, heads, d, d]
     attn = rw.emit_kernel(weights, [src, temps], (n, heads, d, d), op_info=info)
     out_nchw = (n, heads * d, h, w)
     out5 = blocked_shape(out_nchw)
     apply = kernel(attention.xca_apply, x.shape5, c, heads, d, 2 * heads * d, scope=scope)
-    info = elementwise_info("xca_apply", nodes[-3:], [x.nchw], heads=heads, head_dim=d)
+    info = elementwise_info("xca_apply", nodes[first:], [x.nchw], heads=heads, head_dim=d)
     info["output"] = list(out_nchw)
     out = rw.emit_kernel(apply, [src, attn], out5, op_info=info)
     for m in nodes:
         m.fused = True
-    rw.define(last.var, out, scope, out_nchw, "NLC")
+    rw.define(nodes[-1].var, out, scope, out_nchw, "NLC")
     return out
 
 
@@ -198,7 +200,8 @@ def _is_pad_with_ones(g: Graph, node: Node | None, var, d: int) -> bool:
 
 
 def _match_linear(g: Graph, node: Node, channels: int, tokens: int):
-    """The LiteMLA pattern from reshape ``node``: (heads, d, eps, nodes, output node), else None."""
+    """The LiteMLA pattern from reshape ``node``: (heads, d, eps, nodes, where linear_apply's nodes
+    start), the last node the output, else None."""
     shape = static_shape(node.var)
     if shape is None or len(shape) != 4 or shape[3] != tokens or shape[1] * shape[2] != channels or shape[2] % 3:
         return None
@@ -230,7 +233,9 @@ def _match_linear(g: Graph, node: Node, channels: int, tokens: int):
     out = g.sole_user(kv.var)
     if out is None or out.op != "relax.matmul" or not same(out.args[0], q) or not same(out.args[1], kv.var):
         return None
-    nodes += [k_t, kv, out]
+    nodes += [k_t, kv]
+    first = len(nodes)  # the nodes from here on are linear_apply's
+    nodes.append(out)
     slices = {_last_axis_range(u, d + 1): u for u in g.users(out.var)}
     if set(slices) != {(0, d), (d, d + 1)}:
         return None
@@ -245,7 +250,7 @@ def _match_linear(g: Graph, node: Node, channels: int, tokens: int):
     flat = g.sole_user(back.var) if _axes(back) == (0, 1, 3, 2) else None
     if flat is None or flat.op != "relax.reshape" or static_shape(flat.var) is None or static_shape(flat.var)[:2] != (shape[0], heads * d):
         return None
-    return heads, d, eps, nodes + [back, flat], flat
+    return heads, d, eps, nodes + [back, flat], first
 
 
 @rule("relax.reshape")
@@ -258,19 +263,20 @@ def linear_attention(rw: Rewriter, node: Node):
     found = _match_linear(rw.graph, node, c, h * w)
     if found is None:
         return None
-    heads, d, eps, nodes, last = found
+    heads, d, eps, nodes, first = found
+    last = nodes[-1]
     out_nchw = (n, heads * d, h, w)
     if static_shape(last.var) != out_nchw:
         return None
     scope = rw.scope_for(x.shape5)
     src = rw.blocked(x, scope)
     kv_func = kernel(attention.linear_kv, x.shape5, c, heads, d, d, 2 * d, 3 * d, scope=scope)
-    info = elementwise_info("linear_kv", [node, *nodes[:-8]], [x.nchw], heads=heads, head_dim=d)
+    info = elementwise_info("linear_kv", [node, *nodes[:first]], [x.nchw], heads=heads, head_dim=d)
     info["output"] = [n, heads, d, d + 1]
     kv = rw.emit_kernel(kv_func, [src], (n, heads, d, d + 1), op_info=info)
     out5 = blocked_shape(out_nchw)
     apply = kernel(attention.linear_apply, x.shape5, c, heads, d, 0, 3 * d, eps, scope=scope)
-    info = elementwise_info("linear_apply", nodes[-8:], [x.nchw], heads=heads, head_dim=d, epsilon=eps)
+    info = elementwise_info("linear_apply", nodes[first:], [x.nchw], heads=heads, head_dim=d, epsilon=eps)
     info["output"] = list(out_nchw)
     out = rw.emit_kernel(apply, [src, kv], out5, op_info=info)
     for m in nodes:
