@@ -9,7 +9,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 from onnx import helper, numpy_helper
 
-from helpers.numeric import pack_nchw4c, run_kernel, unpack_nchw4c
+from helpers.numeric import pack_nchw4c, run_kernel, sanitized, unpack_nchw4c
 from helpers.onnx_graphs import check_pattern, conv_node, pattern_graph
 from helpers.strategies import SCOPES, SEEDS
 from primfuncs import attention
@@ -47,7 +47,7 @@ def xca_cases(draw):
 
 @given(xca_cases(), SCOPES, SEEDS)
 @example((1, 4, 12, 144, (0, 48, 96), 5, 6), TEXTURE, 1)  # EdgeNeXt-XXS stage 2 (d = 12, aligned)
-@example((1, 2, 22, 132, (0, 44, 88), 3, 4), TEXTURE, 2)  # d = 22: heads straddle pixels
+@example((1, 2, 22, 132, (0, 44, 88), 3, 4), TEXTURE, 2)  # d = 22: heads straddle pixels; sanitized (even seed)
 @example((2, 3, 1, 9, (0, 3, 6), 2, 3), "global", 3)  # d = 1: one pixel holds several heads
 def test_xca_kernels(device, case, scope, seed):
     """Both kernels against float64: a zero channel (its norm clamps to eps, its row of logits is 0),
@@ -59,9 +59,10 @@ def test_xca_kernels(device, case, scope, seed):
     temperature = rng.uniform(0.1, 4.0, heads).astype(np.float32)
     a_ref, y_ref = xca_reference(x, heads, d, (qo, ko, vo), temperature)
     xb = pack_nchw4c(x)
-    a = run_kernel(device, attention.xca_weights(xb.shape, channels, heads, d, qo, ko, scope=scope), xb, temperature)
-    np.testing.assert_allclose(a, a_ref, rtol=RTOL, atol=RTOL)
-    y = run_kernel(device, attention.xca_apply(xb.shape, channels, heads, d, vo, scope=scope), xb, a.astype(np.float32))
+    with sanitized(seed):  # the pixels a head's range overlaps are clamped to the map: checked in range
+        a = run_kernel(device, attention.xca_weights(xb.shape, channels, heads, d, qo, ko, scope=scope), xb, temperature)
+        np.testing.assert_allclose(a, a_ref, rtol=RTOL, atol=RTOL)
+        y = run_kernel(device, attention.xca_apply(xb.shape, channels, heads, d, vo, scope=scope), xb, a.astype(np.float32))
     out = unpack_nchw4c(y, heads * d)
     assert np.max(np.abs(out - y_ref)) <= RTOL * np.max(np.abs(y_ref)), np.max(np.abs(out - y_ref))
     assert np.all(y[:, -1, :, :, (heads * d - 1) % 4 + 1 :] == 0), "padded lanes not zero"
@@ -177,7 +178,7 @@ def linear_cases(draw):
 
 
 @given(linear_cases(), SCOPES, SEEDS)
-@example((1, 8, 16, 384, (0, 16, 32), 48, 5, 6), TEXTURE, 1)  # EfficientViT-B0 stage 3 (d = 16, stride 48)
+@example((1, 8, 16, 384, (0, 16, 32), 48, 5, 6), TEXTURE, 4)  # EfficientViT-B0 stage 3 (d = 16, stride 48); sanitized (even seed)
 @example((1, 3, 5, 45, (0, 5, 10), 15, 3, 4), "global", 2)  # d = 5: heads straddle pixels
 def test_linear_attention_kernels(device, case, scope, seed):
     """Both kernels against float64 (negative q, k lanes relu'd away, an all-negative k row), poisoned
@@ -188,9 +189,10 @@ def test_linear_attention_kernels(device, case, scope, seed):
     x[0, ko] = -np.abs(x[0, ko])  # relu(k_0) = 0: its KV row is 0
     kv_ref, y_ref = linear_reference(x, heads, d, (qo, ko, vo), stride)
     xb = pack_nchw4c(x)
-    kv = run_kernel(device, attention.linear_kv(xb.shape, channels, heads, d, ko, vo, stride, scope=scope), xb)
-    assert np.max(np.abs(kv - kv_ref)) <= RTOL * np.max(np.abs(kv_ref)), np.max(np.abs(kv - kv_ref))
-    y = run_kernel(device, attention.linear_apply(xb.shape, channels, heads, d, qo, stride, scope=scope), xb, kv.astype(np.float32))
+    with sanitized(seed):
+        kv = run_kernel(device, attention.linear_kv(xb.shape, channels, heads, d, ko, vo, stride, scope=scope), xb)
+        assert np.max(np.abs(kv - kv_ref)) <= RTOL * np.max(np.abs(kv_ref)), np.max(np.abs(kv - kv_ref))
+        y = run_kernel(device, attention.linear_apply(xb.shape, channels, heads, d, qo, stride, scope=scope), xb, kv.astype(np.float32))
     out = unpack_nchw4c(y, heads * d)
     assert np.max(np.abs(out - y_ref)) <= RTOL * np.max(np.abs(y_ref)), np.max(np.abs(out - y_ref))
     assert np.all(y[:, -1, :, :, (heads * d - 1) % 4 + 1 :] == 0), "padded lanes not zero"
