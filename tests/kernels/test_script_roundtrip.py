@@ -9,7 +9,7 @@ import tvm
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from primfuncs import concat, conv, elementwise, excite, grn, layernorm, layout, patches, pool2d, reduce, resize, shuffle
+from primfuncs import attention, concat, conv, elementwise, excite, grn, layernorm, layout, patches, pool2d, reduce, resize, shuffle
 from primfuncs._common import BUFFER, TEXTURE, TEXTURE_WEIGHT, blocked
 from primfuncs.conv import ConvConfig
 from primfuncs.epilogue import ACTIVATIONS, Epilogue
@@ -153,6 +153,19 @@ def grn_kernels(d, scope):
     return [grn.grn_scale(_blocked((n, c, 1, 1)), c, d.draw(st.floats(0, 1e-3)), scope=scope)]
 
 
+def attention_kernels(d, scope):
+    n, _, h, w = _nchw(d)
+    heads, dim = d.draw(st.integers(1, 3)), d.draw(st.integers(1, 6))
+    channels = 3 * heads * dim + d.draw(st.integers(0, 3))
+    shape = _blocked((n, channels, h, w))
+    return [
+        attention.xca_weights(shape, channels, heads, dim, 0, heads * dim, scope=scope),
+        attention.xca_apply(shape, channels, heads, dim, 2 * heads * dim, scope=scope),
+        attention.linear_kv(shape, channels, heads, dim, dim, 2 * dim, 3 * dim, scope=scope),
+        attention.linear_apply(shape, channels, heads, dim, 0, 3 * dim, scope=scope),
+    ]
+
+
 def excite_kernels(d, scope):
     nchw = _nchw(d)
     return [excite.excitation(_blocked(nchw), nchw[1], d.draw(st.integers(1, 8)), nchw[1], activation="silu",
@@ -194,6 +207,7 @@ FAMILIES = {
     "layernorm": layernorm_kernels,
     "grn": grn_kernels,
     "excite": excite_kernels,
+    "attention": attention_kernels,
     "shuffle": shuffle_kernels,
     "patches": patches_kernels,
 }

@@ -28,6 +28,13 @@ from tir_adreno.strategy.profile import DeviceProfile
 ANY_SCOPE_READERS = ("relax.nn.conv2d", "relax.matmul")
 
 
+#: Token layouts (transformers): ``[N, L, C]`` and ``[N, C, L]`` with ``L = H * W`` tokens, the
+#: flattened NHWC and NCHW. Their NCHW4c tensor is the map's (docs/kernels.md, token layout).
+TOKEN_LAYOUTS = {"NHWC": "NLC", "NCHW": "NCL"}
+#: The 4-d layout a token layout flattens.
+MAP_LAYOUTS = {tokens: map_ for map_, tokens in TOKEN_LAYOUTS.items()}
+
+
 def blocked_shape(nchw) -> tuple[int, int, int, int, int]:
     """The NCHW4c shape of an NCHW activation."""
     n, c, h, w = nchw
@@ -38,7 +45,7 @@ def blocked_shape(nchw) -> tuple[int, int, int, int, int]:
 class Value:
     """What the rewriter holds for one original 4-d activation."""
 
-    plain: relax.Expr | None = None  # original layout (NCHW, NHWC, or NC: [N, C] as H = W = 1)
+    plain: relax.Expr | None = None  # original layout (NCHW, NHWC, NC: [N, C] as H = W = 1, or tokens NLC / NCL)
     blocked: dict = field(default_factory=dict)  # scope -> NCHW4c expr
     layout: str = "NCHW"
     channels: int = 0
@@ -203,8 +210,11 @@ class Rewriter:
         return v
 
     def define(self, var, blocked_expr, scope, nchw, layout="NCHW"):
-        if len(static_shape(var) or ()) == 2:
+        rank = len(static_shape(var) or ())
+        if rank == 2:
             layout = "NC"  # a classifier's [N, C] (a Linear layer ran as a conv on [N, C, 1, 1])
+        elif rank == 3:
+            layout = TOKEN_LAYOUTS.get(layout, layout)  # tokens [N, L, C] (a Linear on tokens ran as a 1x1 conv)
         self.values[var] = Value(blocked={scope: blocked_expr}, layout=layout, channels=nchw[1], nchw=tuple(nchw))
 
     def alias(self, var, v: Value, layout: str, nchw) -> relax.Expr | None:
@@ -216,6 +226,14 @@ class Rewriter:
         self.values[var] = Value(blocked=v.blocked, layout=layout, channels=nchw[1], nchw=tuple(nchw))
         return out
 
+    def view(self, var, layout: str) -> Value | None:
+        """The :class:`Value` of ``var`` when it is ``layout`` or that layout's tokens (the same
+        NCHW4c tensor: what an elementwise reader of equal shapes may take), else None."""
+        v = self.values.get(var) if isinstance(var, relax.Var) else None
+        if v is not None and v.layout in (layout, TOKEN_LAYOUTS.get(layout), MAP_LAYOUTS.get(layout)):
+            return v
+        return self.activation(var, layout)
+
     def blocked(self, v: Value, scope: str) -> relax.Expr:
         """``v`` as NCHW4c in ``scope``: packed from its plain form, or copied across scopes, once."""
         if scope in v.blocked:
@@ -226,9 +244,10 @@ class Rewriter:
             out = self.emit_kernel(kernel(elementwise.copy, shape5, scope=src_scope, out_scope=scope), [src], shape5, op_info=layout_info("copy", v.nchw))
         else:
             n, c, h, w = v.nchw
-            factory = layout.nhwc_to_nchw4c if v.layout == "NHWC" else layout.nchw_to_nchw4c
-            plain_shape = (n, h, w, c) if v.layout == "NHWC" else (n, c, h, w)
-            plain = self.bb.emit(relax.op.reshape(v.plain, plain_shape)) if v.layout == "NC" else v.plain
+            nhwc = v.layout in ("NHWC", "NLC")
+            factory = layout.nhwc_to_nchw4c if nhwc else layout.nchw_to_nchw4c
+            plain_shape = (n, h, w, c) if nhwc else (n, c, h, w)
+            plain = self.bb.emit(relax.op.reshape(v.plain, plain_shape)) if v.layout in ("NC", "NLC", "NCL") else v.plain
             out = self.emit_kernel(kernel(factory, plain_shape, scope=scope, **self.plain_dtype()), [plain], shape5,
                                    op_info=layout_info(factory.__name__, v.nchw))
         v.blocked[scope] = out
@@ -239,11 +258,13 @@ class Rewriter:
         if v.plain is None:
             (scope, src), = list(v.blocked.items())[:1]
             n, c, h, w = v.nchw
-            factory, shape = (layout.nchw4c_to_nhwc, (n, h, w, c)) if v.layout == "NHWC" else (layout.nchw4c_to_nchw, (n, c, h, w))
+            nhwc = v.layout in ("NHWC", "NLC")
+            factory, shape = (layout.nchw4c_to_nhwc, (n, h, w, c)) if nhwc else (layout.nchw4c_to_nchw, (n, c, h, w))
             func = kernel(factory, shape, scope=scope, **self.plain_dtype())
             v.plain = self.emit_kernel(func, [src], shape, dtype="float32", op_info=layout_info(factory.__name__, v.nchw))
-            if v.layout == "NC":
-                v.plain = self.bb.emit(relax.op.reshape(v.plain, (n, c)))
+            flat = {"NC": (n, c), "NLC": (n, h * w, c), "NCL": (n, c, h * w)}.get(v.layout)
+            if flat is not None:
+                v.plain = self.bb.emit(relax.op.reshape(v.plain, flat))
         return v.plain
 
     # -- driver ---------------------------------------------------------------------------

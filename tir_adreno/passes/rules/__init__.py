@@ -7,7 +7,7 @@ before ``elementwise``: an add, subtract, multiply or divide of two activations 
 be an activation chain or a per-channel affine step), and
 an op no rule takes is left to upstream (``LegalizeOps`` and dlight)."""
 
-from tir_adreno.passes.rules import broadcast, concat, conv, elementwise, excite, layer_norm, layout, matmul, patches, pool
+from tir_adreno.passes.rules import attention, broadcast, concat, conv, elementwise, excite, layer_norm, layout, matmul, patches, pool
 from tir_adreno.passes.rules.base import Rule, by_op, rule  # noqa: F401 (the rule contract)
 
 RULES: tuple[Rule, ...] = (
@@ -30,6 +30,8 @@ RULES: tuple[Rule, ...] = (
     layout.strided_slice,
     layout.split,
     layer_norm.group_norm,
+    attention.cross_covariance_attention,
+    attention.linear_attention,
     layout.reshape,
     patches.patch_unfold,
     layer_norm.layer_norm,

@@ -78,9 +78,9 @@ def _residual(rw: Rewriter, tail: Tail, user: Node, data_layout: str) -> Value |
     other = other_operand(user, tail.last.var) if user.op == "relax.add" else None
     if not isinstance(other, relax.Var) or (other not in rw.values and other not in rw.exprs):
         return None
-    if static_shape(other) != static_shape(tail.last.var) or rw.activation(other, data_layout) is None:
+    if static_shape(other) != static_shape(tail.last.var):
         return None
-    return rw.values[other]
+    return rw.view(other, data_layout)  # a Linear on tokens: the residual is tokens too
 
 
 def _tail_step(rw: Rewriter, tail: Tail, user: Node, data_layout: str) -> Node | None:

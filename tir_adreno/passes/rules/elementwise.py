@@ -11,12 +11,16 @@ from primfuncs import elementwise as kernels
 
 from tir_adreno.passes.activations import clip_fields, match_activation
 from tir_adreno.passes.affine import batch_norm_affine, batch_norm_output, linear_step
-from tir_adreno.passes.graph import Node, static_shape
+from tir_adreno.passes.graph import Node, const, static_shape
 from tir_adreno.passes.kernel_index import kernel
 from tir_adreno.passes.op_info import elementwise_info
-from tir_adreno.passes.rewriter import Rewriter, Value
+from tir_adreno.passes.rewriter import MAP_LAYOUTS, Rewriter, Value
+
+#: Layouts a pixelwise kernel takes as they are (the same NCHW4c tensor): maps, a classifier's
+#: ``[N, C]`` and tokens. (NHWC maps are the conv rule's: their per-channel constants fold there.)
+POINTWISE_LAYOUTS = ("NCHW", "NC", "NLC", "NCL")
 from tir_adreno.passes.rules.base import rule
-from tir_adreno.strategy.packing import pack_bias
+from tir_adreno.strategy.packing import pack_bias, pack_nchw4c
 
 
 def _emit_activation(rw: Rewriter, x: Value, matched):
@@ -33,7 +37,7 @@ def _emit_activation(rw: Rewriter, x: Value, matched):
     out = rw.emit_kernel(func, [rw.blocked(x, scope)], shape5, op_info=elementwise_info("activation", nodes, [x.nchw], activation=name, bounds=bounds))
     for m in nodes:
         m.fused = True
-    rw.define(nodes[-1].var, out, scope, x.nchw)
+    rw.define(nodes[-1].var, out, scope, x.nchw, x.layout)
     return out
 
 
@@ -43,7 +47,7 @@ def affine_chain(rw: Rewriter, x: Value, var, scale, shift, nodes):
     g = rw.graph
     while True:
         user = g.sole_user(var)
-        step = linear_step(user, var, x.channels) if user is not None else None
+        step = linear_step(user, var, x.channels, MAP_LAYOUTS.get(x.layout, x.layout)) if user is not None else None
         if step is None:
             break
         scale, shift = scale * step[0], shift * step[0] + step[1]
@@ -66,7 +70,7 @@ def _emit_affine(rw: Rewriter, x: Value, var, scale, shift, nodes):
     out = rw.emit_kernel(func, [rw.blocked(x, scope), *params], shape5, op_info=elementwise_info("affine", nodes, [x.nchw], activation=activation, bounds=bounds))
     for m in nodes:
         m.fused = True
-    rw.define(var, out, scope, x.nchw)
+    rw.define(var, out, scope, x.nchw, x.layout)
     return out
 
 
@@ -77,13 +81,13 @@ def elementwise(rw: Rewriter, node: Node):
     ``x * gate(x)``), else a per-channel affine chain (``x * scale + shift``, then an
     activation), on an activation that no conv epilogue took."""
     for var in node.args[:2]:
-        x = rw.activation(var) if isinstance(var, relax.Var) else None
-        if x is None or x.layout != "NCHW":
+        x = _value(rw, var) if isinstance(var, relax.Var) else None
+        if x is None or x.layout not in POINTWISE_LAYOUTS:
             continue
         matched = match_activation(rw.graph, var, first=node)
         if matched is not None:
             return _emit_activation(rw, x, matched)
-        step = linear_step(node, var, x.channels)
+        step = linear_step(node, var, x.channels, MAP_LAYOUTS.get(x.layout, x.layout))
         if step is not None:
             return _emit_affine(rw, x, node.var, *step, [node])
     return None
@@ -107,42 +111,79 @@ BINARY_OPS = ("relax.add", "relax.subtract", "relax.multiply", "relax.divide")
 COMMUTATIVE = ("relax.add", "relax.multiply")
 
 
+def _value(rw: Rewriter, var) -> Value | None:
+    """The :class:`Value` of ``var`` in whatever layout it has (a new one: NCHW), else None."""
+    return rw.values.get(var) if isinstance(var, relax.Var) and var in rw.values else rw.activation(var)
+
+
 def binary_operands(rw: Rewriter, node: Node):
     """(a, b, b is a per-channel vector ``[N, C, 1, 1]`` broadcast over H, W) of a binary op of two
-    NCHW activations, else None. ``a op b`` must be the node's value: a broadcast operand comes
-    first only in a commutative op (``gate - x`` stays upstream)."""
+    activations of one layout and shape (any layout, tokens too), or of an NCHW one and such a
+    vector, else None. ``a op b`` must be the node's value: a broadcast operand comes first only
+    in a commutative op (``gate - x`` stays upstream)."""
     out_shape = static_shape(node.var)
-    if len(node.args) != 2 or out_shape is None or len(out_shape) != 4:
+    if len(node.args) != 2 or out_shape is None:
         return None
     first, second = node.args
     if static_shape(first) == static_shape(second) == out_shape:
-        a, b, broadcast = rw.activation(first), rw.activation(second), False
+        a, b, broadcast = _value(rw, first), _value(rw, second), False
     else:
-        vector = (*out_shape[:2], 1, 1)
+        vector = (*out_shape[:2], 1, 1) if len(out_shape) == 4 else None
         pairs = [(first, second)] + ([(second, first)] if node.op in COMMUTATIVE else [])
         found = next(((x, v) for x, v in pairs if static_shape(x) == out_shape and static_shape(v) == vector), None)
         if found is None:
             return None
         a, b, broadcast = rw.activation(found[0]), rw.activation(found[1]), True
-    if a is None or b is None or a.layout != "NCHW" or b.layout != "NCHW":
+    if a is None or b is None or a.layout != b.layout or (broadcast and a.layout != "NCHW") or (not broadcast and a.nchw != b.nchw):
         return None
     return a, b, broadcast
 
 
+def _constant_operand(rw: Rewriter, node: Node):
+    """(a, the other operand as NCHW float32) of a binary op of an activation and a constant of
+    the output's shape (a positional embedding of tokens; the constant second unless the op
+    commutes), else None."""
+    out_shape = static_shape(node.var)
+    orders = (node.args, node.args[::-1]) if node.op in COMMUTATIVE else (node.args,)
+    for var, other in orders:
+        data = const(other)
+        a = rw.values.get(var) if isinstance(var, relax.Var) else None
+        if a is None or not a.blocked or data is None or data.dtype != np.float32 or static_shape(var) != out_shape or data.shape != out_shape:
+            continue
+        n, c, h, w = a.nchw
+        as_nchw = {"NCHW": lambda d: d, "NCL": lambda d: d.reshape(n, c, h, w), "NHWC": lambda d: d.transpose(0, 3, 1, 2),
+                   "NLC": lambda d: d.reshape(n, h, w, c).transpose(0, 3, 1, 2)}.get(a.layout)
+        if as_nchw is not None:
+            return a, as_nchw(data)
+    return None
+
+
 @rule(*BINARY_OPS)
 def binary(rw: Rewriter, node: Node):
-    """Two activations of one shape; or one and a per-channel vector ``[N, C, 1, 1]`` broadcast
-    over H, W (a squeeze-excitation gate), either operand order where the op commutes.
-    Constant forms are the elementwise rule's."""
+    """Two activations of one shape and layout; or one and a per-channel vector ``[N, C, 1, 1]``
+    broadcast over H, W (a squeeze-excitation gate), either operand order where the op commutes;
+    or an activation and a constant of its shape (packed NCHW4c at compile time). Per-channel
+    constant forms are the elementwise rule's."""
     operands = binary_operands(rw, node)
+    op = node.op.split(".")[-1]
     if operands is None:
-        return None
+        found = _constant_operand(rw, node)
+        if found is None:
+            return None
+        a, data = found
+        shape5 = a.shape5
+        scope = rw.scope_for(shape5)
+        channels = {"channels": a.channels} if op == "divide" else {}  # its padded lanes are 0 / 0
+        func = kernel(kernels.binary, shape5, op, scope=scope, broadcast_channels=False, **channels)
+        b = relax.const(pack_nchw4c(np.ascontiguousarray(data).astype(rw.dtype)))
+        out = rw.emit_kernel(func, [rw.blocked(a, scope), b], shape5, op_info=elementwise_info(op, [node], [a.nchw, a.nchw]))
+        rw.define(node.var, out, scope, a.nchw, a.layout)
+        return out
     a, b, broadcast = operands
     shape5 = a.shape5
     scope = rw.scope_for(shape5, b.shape5)
-    op = node.op.split(".")[-1]
     channels = {"channels": a.channels} if op == "divide" else {}  # its padded lanes are 0 / 0
     func = kernel(kernels.binary, shape5, op, scope=scope, broadcast_channels=broadcast, **channels)
     out = rw.emit_kernel(func, [rw.blocked(a, scope), rw.blocked(b, scope)], shape5, op_info=elementwise_info(op, [node], [a.nchw, b.nchw]))
-    rw.define(node.var, out, scope, a.nchw)
+    rw.define(node.var, out, scope, a.nchw, a.layout)
     return out

@@ -23,13 +23,14 @@ from tir_adreno.strategy.packing import pack_bias
 @rule("relax.nn.layer_norm")
 def layer_norm(rw: Rewriter, node: Node):
     """Layer norm over the channels: the last axis of an NHWC activation (ConvNeXt, between
-    permutes) or axis 1 of an NCHW one, with constant gamma and beta."""
+    permutes) or of tokens ``[N, L, C]`` (a transformer block on a map's tokens), or axis 1 of an
+    NCHW one or of a classifier's ``[N, C]`` (EfficientViT's head), with constant gamma and beta."""
     x_var, gamma, beta = node.args
     shape = static_shape(x_var)
-    axes = [int(a) % len(shape) for a in node.attrs.axes] if shape is not None else None
-    layout_ = {(3,): "NHWC", (1,): "NCHW"}.get(tuple(axes or ()))
-    x = rw.activation(x_var, layout_) if layout_ and len(shape) == 4 else None
-    if x is None:
+    axes = tuple(int(a) % len(shape) for a in node.attrs.axes) if shape is not None else None
+    layout_ = {(4, (3,)): "NHWC", (4, (1,)): "NCHW", (3, (2,)): "NLC", (2, (1,)): "NC"}.get((len(shape or ()), axes))
+    x = (rw.values.get(x_var) if layout_ in ("NLC", "NC") else rw.activation(x_var, layout_)) if layout_ else None
+    if x is None or x.layout != layout_ or not (x.blocked or x.plain is not None):
         return None
     c = x.channels
     g = const(gamma) if bool(node.attrs.scale) else np.ones(c, np.float32)

@@ -1,5 +1,6 @@
-"""Ops that move pixels or change the view of an activation: NCHW <-> NHWC permutes and the
-flatten of ``[N, C, 1, 1]`` (views, no kernel), channel shuffle and channel slices
+"""Ops that move pixels or change the view of an activation: NCHW <-> NHWC permutes, the
+flatten of ``[N, C, 1, 1]`` and the token views ``[N, C, H * W]`` / ``[N, H * W, C]`` of a map
+(views, no kernel), channel shuffle and channel slices
 (ShuffleNet), channel splits into groups of any sizes (ONNX ``Split``: MixNet), and resize
 (ONNX ``Resize``/``Upsample``)."""
 
@@ -17,6 +18,8 @@ from tir_adreno.passes.rules.base import rule
 
 #: ``permute_dims`` axes between NCHW and NHWC (ConvNeXt's Permute around LayerNorm and Linear).
 TO_NHWC, TO_NCHW = (0, 2, 3, 1), (0, 3, 1, 2)
+#: ``permute_dims`` axes between the token layouts ``[N, C, L]`` and ``[N, L, C]``.
+SWAP_TOKENS = (0, 2, 1)
 
 
 @rule("relax.image.resize2d")
@@ -44,12 +47,14 @@ def resize2d(rw: Rewriter, node: Node):
 def permute(rw: Rewriter, node: Node):
     """NCHW <-> NHWC of a blocked activation: a change of view, no kernel."""
     axes = tuple(int(a) for a in node.attrs.axes) if node.attrs.axes is not None else None
-    if axes not in (TO_NHWC, TO_NCHW):
-        return None
     x = rw.values.get(node.args[0])  # only blocked values: a plain one stays what it is
-    if x is None or x.layout != ("NCHW" if axes == TO_NHWC else "NHWC") or not x.blocked:
+    if x is None or not x.blocked:
         return None
-    return rw.alias(node.var, x, "NHWC" if axes == TO_NHWC else "NCHW", x.nchw)
+    swaps = {TO_NHWC: ("NCHW", "NHWC"), TO_NCHW: ("NHWC", "NCHW"), SWAP_TOKENS: (x.layout, {"NCL": "NLC", "NLC": "NCL"}.get(x.layout))}
+    src, dst = swaps.get(axes, (None, None))
+    if dst is None or x.layout != src:
+        return None
+    return rw.alias(node.var, x, dst, x.nchw)
 
 
 def _channel_shuffle(rw: Rewriter, node: Node, x: Value):
@@ -148,10 +153,25 @@ def split(rw: Rewriter, node: Node):
     return relax.Tuple(parts)
 
 
+def _token_view(node: Node, x: Value) -> str | None:
+    """The layout ``node`` (a reshape of blocked ``x``) views ``x`` in: a map flattened to tokens
+    (``[N, C, H, W] -> [N, C, H * W]``, ``[N, H, W, C] -> [N, H * W, C]``) or tokens unflattened
+    to their map, or a classifier's ``[N, C]`` back to ``[N, C, 1, 1]``, else None."""
+    out_shape = static_shape(node.var)
+    n, c, h, w = x.nchw
+    views = {("NCHW", (n, c, h * w)): "NCL", ("NHWC", (n, h * w, c)): "NLC",
+             ("NCL", (n, c, h, w)): "NCHW", ("NLC", (n, h, w, c)): "NHWC", ("NC", (n, c, 1, 1)): "NCHW"}
+    return views.get((x.layout, out_shape)) if x.blocked else None
+
+
 @rule("relax.reshape")
 def reshape(rw: Rewriter, node: Node):
-    """Flatten of ``[N, C, 1, 1]`` (after a global pool) to ``[N, C]``: a change of view;
-    a channel shuffle (reshape -> permute -> reshape): one kernel."""
+    """Flatten of ``[N, C, 1, 1]`` (after a global pool) to ``[N, C]``, and a map to its tokens or
+    back: a change of view; a channel shuffle (reshape -> permute -> reshape): one kernel."""
+    v = rw.values.get(node.args[0])
+    view = _token_view(node, v) if v is not None else None
+    if view is not None:
+        return rw.alias(node.var, v, view, v.nchw)
     x = rw.activation(node.args[0])
     if x is not None and x.layout == "NCHW" and len(static_shape(node.var) or ()) == 5:
         return _channel_shuffle(rw, node, x)

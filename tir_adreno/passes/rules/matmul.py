@@ -33,6 +33,14 @@ def _nc_as_nchw(rw: Rewriter, v: Value, a_shape) -> relax.Var:
     return x_var
 
 
+def _tokens_as_nhwc(rw: Rewriter, v: Value) -> relax.Var:
+    """A stand-in variable for tokens ``[N, L, C]`` ``v`` seen as their map ``[N, H, W, C]``."""
+    n, c, h, w = v.nchw
+    x_var = relax.Var("tokens_nhwc", relax.TensorType([n, h, w, c], "float32"))
+    rw.alias(x_var, v, "NHWC", v.nchw)
+    return x_var
+
+
 def _as_conv_operands(rw: Rewriter, node: Node, w: np.ndarray, a_shape):
     """(input var, data layout, OIHW weights) of the conv that computes matmul ``node``, else None."""
     a = node.args[0]
@@ -41,6 +49,9 @@ def _as_conv_operands(rw: Rewriter, node: Node, w: np.ndarray, a_shape):
     flat = rw.activation(src.args[0]) if src is not None and src.op == "relax.reshape" and len(a_shape) == 2 else None
     if len(a_shape) == 4 and a_shape[3] == k and a in rw.values and rw.activation(a, "NHWC") is not None:
         return a, "NHWC", w.T[:, :, None, None]
+    tokens = rw.values.get(a) if len(a_shape) == 3 and a_shape[2] == k else None
+    if tokens is not None and tokens.layout == "NLC" and tokens.blocked:
+        return _tokens_as_nhwc(rw, tokens), "NHWC", w.T[:, :, None, None]
     if flat is not None and flat.layout == "NCHW" and a_shape == (flat.nchw[0], k) and int(np.prod(flat.nchw[1:])) == k and flat.nchw[2:] != (1, 1):
         return src.args[0], "NCHW", w.T.reshape(m, *flat.nchw[1:])
     if len(a_shape) == 2 and a_shape[1] == k and _nc_value(rw, a) is not None:
@@ -52,7 +63,8 @@ def _as_conv_operands(rw: Rewriter, node: Node, w: np.ndarray, a_shape):
 def matmul(rw: Rewriter, node: Node):
     """``x @ W`` with a constant ``W [K, M]`` as a conv, through the conv rule (the
     conv strategy and epilogue: bias, activation): over the channels of an NHWC activation
-    (ConvNeXt's Linear between permutes) or of ``[N, K]`` (a classifier), or, when ``x`` is
+    (ConvNeXt's Linear between permutes), of tokens ``[N, L, K]`` (a transformer's Linear) or of
+    ``[N, K]`` (a classifier), or, when ``x`` is
     the flatten of ``[N, C, H, W]`` (VGG), as an HxW conv over that activation."""
     a, w_expr = node.args
     w = const(w_expr)

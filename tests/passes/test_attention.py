@@ -1,0 +1,250 @@
+"""Attention on textures (issue 21): EdgeNeXt's cross-covariance attention (XCA) and EfficientViT's
+ReLU linear attention kernels against float64 NumPy, and the blocks as timm exports them (EdgeNeXt's
+SDTA: tokens of a map, layer norm, Linear, XCA, Linear, residual, back to the map; EfficientViT's
+LiteMLA) against onnxruntime with no layout transform inside."""
+
+import numpy as np
+import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
+from onnx import helper, numpy_helper
+
+from helpers.numeric import pack_nchw4c, run_kernel, sanitized, unpack_nchw4c
+from helpers.onnx_graphs import check_pattern, conv_node, pattern_graph
+from helpers.strategies import SCOPES, SEEDS
+from primfuncs import attention
+from primfuncs._common import TEXTURE
+
+#: float32 dots over <= 64 tokens and a softmax over <= 13 numbers: measured <= 4e-7 (weights) and
+#: <= 5e-7 (apply, relative to max |y|).
+RTOL = 2e-6
+
+
+def xca_reference(x, heads, d, offsets, temperature, eps=1e-12):
+    """(A, Y) of primfuncs.attention in float64 from NCHW ``x``; ``offsets`` = (q, k, v) channels."""
+    b, c, h, w = x.shape
+    t = x.reshape(b, c, h * w).astype(np.float64)
+    q, k, v = (t[:, o : o + heads * d].reshape(b, heads, d, h * w) for o in offsets)
+    q = q / np.maximum(np.linalg.norm(q, axis=-1, keepdims=True), eps)
+    k = k / np.maximum(np.linalg.norm(k, axis=-1, keepdims=True), eps)
+    a = q @ k.transpose(0, 1, 3, 2) * np.asarray(temperature, np.float64).reshape(1, heads, 1, 1)
+    a = np.exp(a - a.max(-1, keepdims=True))
+    a /= a.sum(-1, keepdims=True)
+    return a, (a @ v).reshape(b, heads * d, h, w)
+
+
+@st.composite
+def xca_cases(draw):
+    """(n, heads, d, extra channels, offsets (q, k, v), h, w): head sizes not a multiple of 4 and
+    ranges not aligned to the 4-lane pixel, in any order inside the map."""
+    heads, d = draw(st.integers(1, 4)), draw(st.integers(1, 13))
+    extra = draw(st.integers(0, 5))
+    span = heads * d
+    channels = 3 * span + extra
+    offsets = tuple(draw(st.integers(0, channels - span)) for _ in range(3))
+    return draw(st.integers(1, 2)), heads, d, channels, offsets, draw(st.integers(1, 8)), draw(st.integers(1, 8))
+
+
+@given(xca_cases(), SCOPES, SEEDS)
+@example((1, 4, 12, 144, (0, 48, 96), 5, 6), TEXTURE, 1)  # EdgeNeXt-XXS stage 2 (d = 12, aligned)
+@example((1, 2, 22, 132, (0, 44, 88), 3, 4), TEXTURE, 2)  # d = 22: heads straddle pixels; sanitized (even seed)
+@example((2, 3, 1, 9, (0, 3, 6), 2, 3), "global", 3)  # d = 1: one pixel holds several heads
+def test_xca_kernels(device, case, scope, seed):
+    """Both kernels against float64: a zero channel (its norm clamps to eps, its row of logits is 0),
+    temperatures in [0.1, 4], poisoned outputs, padded output lanes 0."""
+    n, heads, d, channels, (qo, ko, vo), h, w = case
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, channels, h, w)).astype(np.float32)
+    x[0, qo] = 0.0
+    temperature = rng.uniform(0.1, 4.0, heads).astype(np.float32)
+    a_ref, y_ref = xca_reference(x, heads, d, (qo, ko, vo), temperature)
+    xb = pack_nchw4c(x)
+    with sanitized(seed):  # the pixels a head's range overlaps are clamped to the map: checked in range
+        a = run_kernel(device, attention.xca_weights(xb.shape, channels, heads, d, qo, ko, scope=scope), xb, temperature)
+        np.testing.assert_allclose(a, a_ref, rtol=RTOL, atol=RTOL)
+        y = run_kernel(device, attention.xca_apply(xb.shape, channels, heads, d, vo, scope=scope), xb, a.astype(np.float32))
+    out = unpack_nchw4c(y, heads * d)
+    assert np.max(np.abs(out - y_ref)) <= RTOL * np.max(np.abs(y_ref)), np.max(np.abs(out - y_ref))
+    assert np.all(y[:, -1, :, :, (heads * d - 1) % 4 + 1 :] == 0), "padded lanes not zero"
+
+
+def test_xca_bad_arguments():
+    with pytest.raises(ValueError, match="k_offset"):
+        attention.xca_weights((1, 3, 2, 2, 4), 12, 2, 3, 0, 7)
+    with pytest.raises(ValueError, match="channels"):
+        attention.xca_apply((1, 2, 2, 2, 4), 12, 2, 2, 0)
+    with pytest.raises(ValueError, match="epsilon"):
+        attention.xca_weights((1, 3, 2, 2, 4), 12, 2, 2, 0, 4, epsilon=-1.0)
+
+
+def _sdta_nodes(x, y, inits, channels, heads, size, rng, pos_embedding):
+    """timm's EdgeNeXt SplitTransposeBlock after its conv branch, as torch.onnx.export writes it
+    (opset 17): tokens, (positional embedding,) LayerNorm, qkv Linear, XCA, proj Linear, gamma,
+    residual, then back to the map through LayerNorm's NHWC view."""
+    c, d, tokens = channels, channels // heads, size * size
+    node = helper.make_node
+    inits.update(
+        shape_tokens=np.array([1, c, tokens], np.int64), shape_qkv=np.array([1, tokens, 3, heads, -1], np.int64),
+        shape_out=np.array([1, tokens, c], np.int64), shape_map=np.array([1, size, size, c], np.int64),
+        ones=np.array([1, 1, 1], np.int64), zero=np.array([0], np.int64), eps=np.float32(1e-12),
+        ln_g=rng.standard_normal(c), ln_b=rng.standard_normal(c), qkv_w=rng.standard_normal((c, 3 * c)) / np.sqrt(c),
+        qkv_b=rng.standard_normal(3 * c) * 0.1, temperature=rng.uniform(0.5, 2.0, (heads, 1, 1)),
+        proj_w=rng.standard_normal((c, c)) / np.sqrt(c), proj_b=rng.standard_normal(c) * 0.1, gamma=rng.uniform(0.5, 1.5, c),
+        pos=rng.standard_normal((1, tokens, c)),
+    )
+    first = [node("Reshape", [x, "shape_tokens"], ["flat"]), node("Transpose", ["flat"], ["t0" if pos_embedding else "t"], perm=[0, 2, 1])]
+    if pos_embedding:
+        first.append(node("Add", ["t0", "pos"], ["t"]))
+    normalize = []
+    for i in (0, 1):
+        normalize += [node("ReduceL2", [f"s{i}"], [f"l2_{i}"], axes=[-1], keepdims=1), node("Clip", [f"l2_{i}", "eps", ""], [f"cl{i}"]),
+                      node("Shape", [f"s{i}"], [f"sh{i}"]), node("Expand", [f"cl{i}", f"sh{i}"], [f"ex{i}"]),
+                      node("Div", [f"s{i}", f"ex{i}"], [f"n{i}"])]
+    return first + [
+        node("LayerNormalization", ["t", "ln_g", "ln_b"], ["ln"], axis=-1, epsilon=1e-6),
+        node("MatMul", ["ln", "qkv_w"], ["qkv0"]),
+        node("Add", ["qkv_b", "qkv0"], ["qkv"]),
+        node("Reshape", ["qkv", "shape_qkv"], ["qkv5"]),
+        node("Transpose", ["qkv5"], ["qkvt"], perm=[2, 0, 3, 4, 1]),
+        node("Split", ["qkvt", "ones"], ["p0", "p1", "p2"], axis=0),
+        *[node("Squeeze", [f"p{i}", "zero"], [f"s{i}"]) for i in range(3)],
+        *normalize,
+        node("Transpose", ["n1"], ["kt"], perm=[0, 1, 3, 2]),
+        node("MatMul", ["n0", "kt"], ["scores"]),
+        node("Mul", ["scores", "temperature"], ["scaled"]),
+        node("Softmax", ["scaled"], ["attn"], axis=-1),
+        node("MatMul", ["attn", "s2"], ["mixed"]),
+        node("Transpose", ["mixed"], ["mixed_t"], perm=[0, 3, 1, 2]),
+        node("Reshape", ["mixed_t", "shape_out"], ["heads_out"]),
+        node("MatMul", ["heads_out", "proj_w"], ["proj0"]),
+        node("Add", ["proj_b", "proj0"], ["proj"]),
+        node("Mul", ["gamma", "proj"], ["scaled_proj"]),
+        node("Add", ["t", "scaled_proj"], ["res"]),
+        node("Reshape", ["res", "shape_map"], ["nhwc"]),
+        node("Transpose", ["nhwc"], [y], perm=[0, 3, 1, 2]),
+    ]
+
+
+def _model(nodes, inits):
+    """``pattern_graph`` of ``nodes``, its int64 initializers (shapes, axes, pads) kept int64."""
+    model = pattern_graph(nodes, {k: v for k, v in inits.items() if v.dtype != np.int64})
+    model.graph.initializer.extend(numpy_helper.from_array(v, k) for k, v in inits.items() if v.dtype == np.int64)
+    return model
+
+
+def _sdta_model(channels, heads, pos_embedding, seed):
+    rng, inits, size = np.random.default_rng(seed), {}, 7
+    nodes = [conv_node(rng, inits, "x", "c", channels, 3), *_sdta_nodes("c", "m", inits, channels, heads, size, rng, pos_embedding),
+             conv_node(rng, inits, "m", "y", 4, channels, k=1)]
+    return _model(nodes, inits)
+
+
+@pytest.mark.parametrize("channels,heads,pos_embedding", [(24, 2, True), (20, 2, False)])
+def test_sdta_block_stays_on_textures(channels, heads, pos_embedding):
+    """conv -> SDTA (head size 12, 4-aligned, with the positional embedding; and 10, straddling
+    pixels) -> conv: the attention in two kernels, the tokens views of the map, no layout transform."""
+    names = check_pattern(_sdta_model(channels, heads, pos_embedding, seed=channels))
+    assert names.count("xca_weights") == 1 and names.count("xca_apply") == 1, names
+    assert names.count("layer_norm_channels") == 1, names
+    assert names.count("add") == (1 if pos_embedding else 0), names  # the embedding; the residual is the proj conv's
+
+
+# -- ReLU linear attention (EfficientViT's LiteMLA) ---------------------------------------------
+
+
+def linear_reference(x, heads, d, offsets, stride, eps=1e-5):
+    """(KV, Y) of primfuncs.attention's linear attention in float64 from NCHW ``x``."""
+    b, c, h, w = x.shape
+    t = x.reshape(b, c, h * w).astype(np.float64)
+    q, k, v = (np.stack([t[:, o + s * stride : o + s * stride + d] for s in range(heads)], 1) for o in offsets)
+    q, k = np.maximum(q, 0), np.maximum(k, 0)
+    v1 = np.concatenate([v, np.ones_like(v[:, :, :1])], 2)
+    kv = k @ v1.transpose(0, 1, 3, 2)
+    out = q.transpose(0, 1, 3, 2) @ kv
+    y = out[..., :d] / (out[..., d:] + eps)
+    return kv, y.transpose(0, 1, 3, 2).reshape(b, heads * d, h, w)
+
+
+@st.composite
+def linear_cases(draw):
+    """(n, heads, d, channels, offsets (q, k, v), head stride, h, w): interleaved heads as LiteMLA's
+    (stride 3 d) or contiguous ones, unaligned to the 4-lane pixel."""
+    heads, d = draw(st.integers(1, 4)), draw(st.integers(1, 17))
+    stride = draw(st.sampled_from([d, 3 * d, d + 1]))
+    span = (heads - 1) * stride + d
+    channels = span + 2 * d + draw(st.integers(0, 5))
+    offsets = tuple(draw(st.integers(0, channels - span)) for _ in range(3))
+    return draw(st.integers(1, 2)), heads, d, channels, offsets, stride, draw(st.integers(1, 8)), draw(st.integers(1, 8))
+
+
+@given(linear_cases(), SCOPES, SEEDS)
+@example((1, 8, 16, 384, (0, 16, 32), 48, 5, 6), TEXTURE, 4)  # EfficientViT-B0 stage 3 (d = 16, stride 48); sanitized (even seed)
+@example((1, 3, 5, 45, (0, 5, 10), 15, 3, 4), "global", 2)  # d = 5: heads straddle pixels
+def test_linear_attention_kernels(device, case, scope, seed):
+    """Both kernels against float64 (negative q, k lanes relu'd away, an all-negative k row), poisoned
+    outputs, padded output lanes 0."""
+    n, heads, d, channels, (qo, ko, vo), stride, h, w = case
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, channels, h, w)).astype(np.float32)
+    x[0, ko] = -np.abs(x[0, ko])  # relu(k_0) = 0: its KV row is 0
+    kv_ref, y_ref = linear_reference(x, heads, d, (qo, ko, vo), stride)
+    xb = pack_nchw4c(x)
+    with sanitized(seed):
+        kv = run_kernel(device, attention.linear_kv(xb.shape, channels, heads, d, ko, vo, stride, scope=scope), xb)
+        assert np.max(np.abs(kv - kv_ref)) <= RTOL * np.max(np.abs(kv_ref)), np.max(np.abs(kv - kv_ref))
+        y = run_kernel(device, attention.linear_apply(xb.shape, channels, heads, d, qo, stride, scope=scope), xb, kv.astype(np.float32))
+    out = unpack_nchw4c(y, heads * d)
+    assert np.max(np.abs(out - y_ref)) <= RTOL * np.max(np.abs(y_ref)), np.max(np.abs(out - y_ref))
+    assert np.all(y[:, -1, :, :, (heads * d - 1) % 4 + 1 :] == 0), "padded lanes not zero"
+
+
+def test_linear_attention_bad_arguments():
+    with pytest.raises(ValueError, match="head_stride"):
+        attention.linear_kv((1, 3, 2, 2, 4), 12, 2, 3, 0, 3, head_stride=2)
+    with pytest.raises(ValueError, match="v_offset"):
+        attention.linear_kv((1, 3, 2, 2, 4), 12, 2, 3, 0, 7, head_stride=3)
+
+
+def _lite_mla_nodes(x, y, inits, heads, d, size):
+    """timm's EfficientViT LiteMLA attention between the qkv convs and the projection, as torch
+    exports it (opset 17): Reshape, Transpose, three Slices, ReLU, Pad with ones, Casts, two MatMuls,
+    the normalizing Div, Transpose, Reshape."""
+    node = helper.make_node
+    tokens = size * size
+    ints = dict(shape_heads=[1, heads, 3 * d, tokens], shape_map=[1, heads * d, size, size], axis3=[3], zero=[0], d1=[d], d2=[2 * d],
+                d3=[3 * d], minus1=[-1], end=[9223372036854775807], pads=[0, 0, 0, 0, 0, 0, 0, 1])
+    inits.update({k: np.array(v, np.int64) for k, v in ints.items()})
+    inits.update(one=np.float32(1.0), eps=np.float32(1e-5))
+    return [
+        node("Reshape", [x, "shape_heads"], ["r"]),
+        node("Transpose", ["r"], ["t"], perm=[0, 1, 3, 2]),
+        node("Slice", ["t", "zero", "d1", "axis3"], ["q0"]),
+        node("Slice", ["t", "d1", "d2", "axis3"], ["k0"]),
+        node("Slice", ["t", "d2", "d3", "axis3"], ["v0"]),
+        node("Relu", ["q0"], ["q1"]),
+        node("Relu", ["k0"], ["k1"]),
+        node("Pad", ["v0", "pads", "one"], ["v1"], mode="constant"),
+        node("Cast", ["q1"], ["q"], to=1),
+        node("Cast", ["k1"], ["k"], to=1),
+        node("Cast", ["v1"], ["v"], to=1),
+        node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+        node("MatMul", ["kt", "v"], ["kv"]),
+        node("MatMul", ["q", "kv"], ["o"]),
+        node("Slice", ["o", "zero", "minus1", "axis3"], ["num"]),
+        node("Slice", ["o", "minus1", "end", "axis3"], ["den0"]),
+        node("Add", ["den0", "eps"], ["den"]),
+        node("Div", ["num", "den"], ["div"]),
+        node("Cast", ["div"], ["divc"], to=1),
+        node("Transpose", ["divc"], ["back"], perm=[0, 1, 3, 2]),
+        node("Reshape", ["back", "shape_map"], [y]),
+    ]
+
+
+def test_lite_mla_stays_on_textures():
+    """conv (qkv, 2 heads of d = 6: heads straddle pixels) -> LiteMLA -> conv: two kernels, the
+    reshapes, slices, pad and transposes planned away, no layout transform."""
+    rng, inits, heads, d = np.random.default_rng(5), {}, 2, 6
+    nodes = [conv_node(rng, inits, "x", "c", 3 * heads * d, 3), *_lite_mla_nodes("c", "m", inits, heads, d, 7),
+             conv_node(rng, inits, "m", "y", 4, heads * d, k=1)]
+    names = check_pattern(_model(nodes, inits))
+    assert names == ["conv2d_nchw4c", "linear_kv", "linear_apply", "conv2d_nchw4c1"], names
