@@ -57,12 +57,10 @@ CARRY_WEIGHTS_MB = 24
 
 def _build(names, ways, directory: Path | None, device, profile, records, onnx_paths, carry_mb):
     """Compile every (model, way) for ``profile``: with ``directory`` (--build-only) saved there
-    without a device (weights only up to ``carry_mb`` MiB), returns {}; else loaded on ``device``,
-    returns {(name, way): CompiledModel}. ``onnx_paths``: {name: ONNX file} next to the built-ins."""
-    from tir_adreno.compiler import compile_model, compile_plan
+    without a device (weights only up to ``carry_mb`` MiB); else loaded on ``device``. Returns
+    {(name, way): CompiledModel, or the reason upstream's build failed}. ``onnx_paths``: {name:
+    ONNX file} next to the built-ins."""
     from tir_adreno.frontend import models
-    from tir_adreno.runtime.executor import save_model
-    from tir_adreno.strategy.profile import without_fusion
 
     compiled = {}
     for name in names:
@@ -74,16 +72,40 @@ def _build(names, ways, directory: Path | None, device, profile, records, onnx_p
             # ours_direct: no conv on the tiled kernel (the profile's rule for it off)
             way_profile = dataclasses.replace(profile, tiled_min_groups=0) if way == "ours_direct" else profile
             way_records, ours, fuse = records if way == "tuned" else None, way != "upstream", way != "ours_nofuse"
-            if directory is None:
-                compiled[name, way] = compile_model(mod, device, way_profile, way_records, ours=ours,
-                                                    progress=lambda msg: log(f"  {msg}"), fuse=fuse, placement=placement)
-            else:  # no device needed: the plan is built for the target and saved
-                plan, kernels, weights = compile_plan(mod, without_fusion(way_profile, not fuse), way_records, ours=ours,
-                                                      progress=lambda msg: log(f"  {msg}"), placement=placement)
-                weights_mb = plan.memory_bytes()["weights"] / 2**20
-                save_model(directory / f"{name}-{way}", plan, kernels, weights if weights_mb <= carry_mb else None, way_profile.name)
+            try:
+                _compile_way(compiled, name, way, mod, directory, device, way_profile, way_records, ours, fuse, placement, carry_mb)
+            except Exception as err:  # noqa: BLE001 (upstream's own build failing is a result: TVM defects 12/13)
+                if ours:
+                    raise
+                reason = f"{type(err).__name__}: {str(err).strip().splitlines()[-1] if str(err).strip() else ''}"[:300]
+                log(f"  upstream failed: {reason}")
+                compiled[name, way] = reason
+                if directory is not None:
+                    directory.mkdir(parents=True, exist_ok=True)
+                    (directory / f"{name}-{way}{FAILED_SUFFIX}").write_text(reason)
             log(f"  {time.perf_counter() - start:.1f} s")
     return compiled
+
+
+#: Marks a way that did not compile (its reason inside), so --from reports it.
+FAILED_SUFFIX = ".failed"
+
+
+def _compile_way(compiled, name, way, mod, directory, device, way_profile, way_records, ours, fuse, placement, carry_mb):
+    """One (model, way): loaded on ``device`` into ``compiled``, or (``directory``) saved there."""
+    from tir_adreno.compiler import compile_model, compile_plan
+    from tir_adreno.runtime.executor import save_model
+    from tir_adreno.strategy.profile import without_fusion
+
+    if directory is None:
+        compiled[name, way] = compile_model(mod, device, way_profile, way_records, ours=ours,
+                                            progress=lambda msg: log(f"  {msg}"), fuse=fuse, placement=placement)
+        return
+    # no device needed: the plan is built for the target and saved
+    plan, kernels, weights = compile_plan(mod, without_fusion(way_profile, not fuse), way_records, ours=ours,
+                                          progress=lambda msg: log(f"  {msg}"), placement=placement)
+    weights_mb = plan.memory_bytes()["weights"] / 2**20
+    save_model(directory / f"{name}-{way}", plan, kernels, weights if weights_mb <= carry_mb else None, way_profile.name)
 
 
 def _load(names, ways, directory: Path, device):
@@ -93,6 +115,10 @@ def _load(names, ways, directory: Path, device):
     for name in names:
         for way in ways:
             path = directory / f"{name}-{way}"
+            failed = directory / f"{name}-{way}{FAILED_SUFFIX}"
+            if failed.exists():
+                compiled[name, way] = failed.read_text()
+                continue
             has_weights = (path / "weights.npz").exists()
             log(f"load {path.name}{'' if has_weights else ' (random weights: timing only)'} ...")
             compiled[name, way] = load_model(path, device, random_weights=None if has_weights else 0)
@@ -209,7 +235,7 @@ def main():
     add_split_arguments(parser, "models", dest="from_dir")
     args = parser.parse_args()
     onnx_paths = {p.stem: p for p in args.onnx}
-    saved = sorted({p.name.rsplit("-", 1)[0] for p in args.from_dir.iterdir() if "-" in p.name}) if args.from_dir and args.from_dir.is_dir() else []
+    saved = sorted({p.name.removesuffix(FAILED_SUFFIX).rsplit("-", 1)[0] for p in args.from_dir.iterdir() if "-" in p.name}) if args.from_dir and args.from_dir.is_dir() else []
     names = [n for n in (args.models or ",".join(saved or onnx_paths or MODELS)).split(",") if n]
     if args.onnx_dir:
         onnx_paths.update({n: args.onnx_dir / f"{n}.onnx" for n in names if (args.onnx_dir / f"{n}.onnx").exists()})
@@ -231,7 +257,7 @@ def main():
     if args.ways:
         ways = tuple(w for w in ways if w in args.ways.split(","))
     if args.from_dir:
-        ways = tuple(w for w in WAYS if (args.from_dir / f"{names[0]}-{w}").exists())
+        ways = tuple(w for w in WAYS if any((args.from_dir / f"{names[0]}-{w}{s}").exists() for s in ("", FAILED_SUFFIX)))
         compiled = _load(names, ways, args.from_dir, device)
     else:
         profile = target_profile(args, build_only=bool(args.build_only))
@@ -247,6 +273,9 @@ def main():
         outputs = {}
         for way in ways:
             cm = compiled[name, way]
+            if isinstance(cm, str):  # upstream's build failed: its reason
+                entry[way] = {"failed": cm}
+                continue
             log(f"run {name} ({way}) ...")
             kernel_ms, wall_ms, host, outputs[way] = _measure(cm, args.repeat)
             pooled, unpooled = cm.plan.memory_bytes(pool=True), cm.plan.memory_bytes(pool=False)
@@ -266,16 +295,17 @@ def main():
                 "profile": [{k: r.get(k) for k in ("op", "config", "time_ms")} for r in cm.profile()],
                 "random_weights": args.from_dir is not None and not (args.from_dir / f"{name}-{way}" / "weights.npz").exists(),
             }
-        if not any(entry[w]["random_weights"] for w in ways):
+        measured = [w for w in ways if "failed" not in entry[w]]
+        if "upstream" in measured and not any(entry[w]["random_weights"] for w in measured):
             ref = outputs["upstream"][0].astype(np.float64)
             entry["max_rel_diff"] = float(np.max(np.abs(outputs["ours"][0] - ref)) / np.max(np.abs(ref)))
-            for way in ways[2:]:  # tuned, ours_<placement>: checked against upstream too
+            for way in measured[2:]:  # tuned, ours_<placement>: checked against upstream too
                 entry[f"max_rel_diff_{way}"] = float(np.max(np.abs(outputs[way][0] - ref)) / np.max(np.abs(ref)))
         nvidia = device.cl_device.vendor.lower().startswith("nvidia")
         torchscript_dir = args.torchscript_dir or (args.from_dir / TORCHSCRIPT_FOLDER if args.from_dir else None)
         entry["cudnn"] = _cudnn(name, args.repeat, torchscript_dir) if nvidia else None
         results.append(entry)
-        o, u = entry["ours"], entry["upstream"]
+        o, u = entry["ours"], entry["upstream"] if "upstream" in measured else None
         c, t, nf = entry["cudnn"], entry.get("tuned"), entry.get("ours_nofuse")
         alts = [w for w in ways if w in PLACEMENT_WAYS or w == "ours_direct"]
         if "ours_direct" in entry:
@@ -288,10 +318,10 @@ def main():
             [
                 name,
                 fmt(o["kernel_ms"]),
-                fmt(u["kernel_ms"]),
-                fmt(u["kernel_ms"] / o["kernel_ms"], ".2f") + "x",
+                fmt(u["kernel_ms"]) if u else "failed",
+                fmt(u["kernel_ms"] / o["kernel_ms"], ".2f") + "x" if u else "-",
                 fmt(o["wall_ms"]),
-                fmt(u["wall_ms"]),
+                fmt(u["wall_ms"]) if u else "-",
                 fmt(o["wall_ms"] / o["kernel_ms"], ".2f"),
                 fmt(o["launch_us"], ".1f") + " / " + fmt(o["launch_us_unbound"], ".1f") + f" ({o['launcher']})",
                 fmt(c["eager_ms"]) if c else "-",
