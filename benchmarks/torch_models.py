@@ -71,15 +71,16 @@ def mobilenet_v2(num_classes=1000):
 TORCHSCRIPT_SUFFIX = ".pt.xz"
 
 
-def build_torch_model(name: str, torchscript_dir: Path | None = None) -> nn.Module | None:
-    """The built-in ``name``, else ``torchscript_dir/<name>.pt.xz`` loaded, else None."""
+def build_torch_model(name: str, torchscript_dir: Path | None = None, device: str = "cpu") -> nn.Module | None:
+    """The built-in ``name``, else ``torchscript_dir/<name>.pt.xz`` loaded (its traced constants
+    too, which ``.to()`` does not move, on ``device``), else None."""
     builtin = {"resnet50": resnet50, "mobilenet_v2": mobilenet_v2}
     if name in builtin:
-        return builtin[name]()
+        return builtin[name]().to(device)
     path = torchscript_dir / f"{name}{TORCHSCRIPT_SUFFIX}" if torchscript_dir is not None else None
     if path is None or not path.exists():
         return None
-    return torch.jit.load(io.BytesIO(lzma.decompress(path.read_bytes())), map_location="cpu")
+    return torch.jit.load(io.BytesIO(lzma.decompress(path.read_bytes())), map_location=device)
 
 
 def export_timm(name: str, directory: Path, seed: int = 0) -> tuple[Path, Path]:
