@@ -126,13 +126,6 @@ def group_norm(shape, channels: int, groups: int, epsilon: float = 1e-5, activat
     def act(x):
         return activate(x, activation, f32, clip_min, clip_max)
 
-    @T.macro
-    def each_pixel(body):
-        for t in T.thread_binding(threads, thread="threadIdx.x"):
-            for r in T.serial(rounds):
-                if r * threads + t < pixels:
-                    body(t, r * threads + t)
-
     @T.prim_func(s_tir=True)
     def func(x: T.handle, gamma: T.handle, beta: T.handle, y: T.handle):
         T.func_attr({"global_symbol": "group_norm", "tirx.noalias": True})
