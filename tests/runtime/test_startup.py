@@ -18,15 +18,20 @@ from tir_adreno.runtime.startup import ProgramCounts, StartupReport
 from helpers import ROOT, refuse_imports
 from helpers.onnx_graphs import tiny_model
 
-#: Loads a saved model in a process that cannot import TVM; prints its start-up report and the
-#: device's program counts as JSON.
+#: Loads a saved model in a process that cannot import TVM, runs it on a seeded input; prints its start-up report, the
+#: device's program counts and the outputs as JSON.
 _LOAD = refuse_imports("tvm", "tvm_ffi", "onnx") + textwrap.dedent(
     """
     import dataclasses, json
     from tir_adreno.runtime.executor import load_model
 
+    import numpy as np
     model = load_model(sys.argv[1])
-    print(json.dumps({"startup": model.startup.to_dict(), "device": dataclasses.asdict(model.device.program_counts)}))
+    rng = np.random.default_rng(0)
+    out = model.run([rng.standard_normal(model.plan.tensors[i].shape).astype(model.plan.tensors[i].dtype)
+                     for _, i in model.plan.inputs])
+    print(json.dumps({"startup": model.startup.to_dict(), "device": dataclasses.asdict(model.device.program_counts),
+                      "output": [o.tolist() for o in out]}))
     """
 )
 
@@ -54,6 +59,7 @@ def test_warm_start_builds_no_program_from_source(saved, tmp_path):
     assert (cold["device"]["from_source"], cold["device"]["from_binary"]) == (1, 0), "one program per model, built cold"
     assert warm["device"]["from_source"] == 0, "a warm start built a program from source"
     assert warm["device"]["from_binary"] == 1
+    assert warm["output"] == cold["output"], "the program from its binary computes otherwise"  # PoCL: without IR
     for run in (cold, warm):  # the model's own counts are the device's in a fresh process
         programs = run["startup"]["programs"]
         assert {k: programs[k] for k in ("from_source", "from_binary", "in_process")} == \

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyopencl as cl
 
-from tir_adreno.runtime import bounds, cache, half_compat, link, programs
+from tir_adreno.runtime import bounds, cache, half_compat, link, pocl_binary, programs
 from tir_adreno.runtime.half_compat import half_images, half_math, half_mode  # noqa: F401 (their home was here)
 from tir_adreno.runtime.bounds import BoundsError  # noqa: F401 (raised by LoadedModule; importable from here)
 from tir_adreno.runtime.bundle import FunctionPlan, KernelModule, TensorSpec
@@ -448,6 +448,8 @@ class Device:
         if self._identity is None:  # device queries are driver calls: ask once
             d = self.cl_device
             self._identity = (d.platform.name, d.platform.version, d.name, d.version, d.driver_version)
+            if d.platform.name.strip() == "Portable Computing Language":  # its binaries are stored without IR
+                self._identity += (pocl_binary.FORM,)
         return self._identity
 
     def build_program(self, source: str, build_options: str | None = None):

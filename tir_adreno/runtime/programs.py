@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pyopencl as cl
 
-from tir_adreno.runtime import cache, link
+from tir_adreno.runtime import cache, link, pocl_binary
 
 #: Most programs built at once (each build of a big kernel from source holds its compiler's memory).
 MAX_WORKERS = 8
@@ -55,7 +55,9 @@ def _build(device, source: str, options: str, key: str):
         raise BuildError(f"OpenCL build failed on {device.name}: {err}\n{log}{build_hint(log)}") from None
     (binary,) = prg.get_info(cl.program_info.BINARIES)
     if binary:
-        cache.store(path, bytes(binary), key)
+        # PoCL's binary without its bitcode: a warm load then parses nothing (pocl_binary)
+        stored = pocl_binary.without_ir(binary) if pocl_binary.is_pocl_binary(binary) else None
+        cache.store(path, stored or bytes(binary), key)
     return "source", cl.Program(prg)
 
 

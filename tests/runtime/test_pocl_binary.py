@@ -1,0 +1,111 @@
+"""PoCL binaries stored without their LLVM IR (runtime/pocl_binary.py): what PoCL loads from one
+computes what the source build computes, at every local size and with barriers and local memory
+(PoCL runs its generic work-group function there), and anything this module does not know is
+left whole."""
+
+import struct
+
+import numpy as np
+import pyopencl as cl
+import pytest
+
+from tir_adreno.runtime import cache, pocl_binary
+
+#: A work-group reduction (local memory, barriers) and a plain map: a launch's local size matters.
+SOURCE = """
+__kernel void group_sums(__global const float* x, __global float* sums, __local float* part) {
+  int l = get_local_id(0), n = get_local_size(0);
+  part[l] = x[get_global_id(0)];
+  for (int s = n / 2; s > 0; s /= 2) {
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (l < s) part[l] += part[l + s];
+  }
+  if (l == 0) sums[get_group_id(0)] = part[0];
+}
+__kernel void scale(__global const float* x, __global float* y) {
+  y[get_global_id(0)] = 3.0f * x[get_global_id(0)];
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def pocl(device):
+    if not pocl_binary.is_pocl_binary(_build(device, SOURCE).get_info(cl.program_info.BINARIES)[0]):
+        pytest.skip(f"{device.name} is not PoCL: its binaries are stored as the driver gives them")
+    return device
+
+
+def _build(device, source: str) -> cl.Program:
+    return cl.Program(device.context, source).build(devices=[device.cl_device])
+
+
+def _from_binary(device, binary: bytes) -> cl.Program:
+    return cl.Program(device.context, [device.cl_device], [binary]).build(devices=[device.cl_device])
+
+
+def _group_sums(device, program, x: np.ndarray, local: int) -> np.ndarray:
+    mf = cl.mem_flags
+    xs = cl.Buffer(device.context, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=x)
+    sums = np.full(x.size // local, np.nan, np.float32)  # poisoned: every group must write its sum
+    out = cl.Buffer(device.context, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=sums)
+    program.group_sums(device.queue, (x.size,), (local,), xs, out, cl.LocalMemory(4 * local))
+    cl.enqueue_copy(device.queue, sums, out)
+    return sums
+
+
+def test_without_ir_drops_the_bitcode_and_keeps_every_kernel(pocl):
+    binary = bytes(_build(pocl, SOURCE).get_info(cl.program_info.BINARIES)[0])
+    stripped = pocl_binary.without_ir(binary)
+    assert stripped is not None and pocl_binary.has_ir(binary) and not pocl_binary.has_ir(stripped)
+    assert len(stripped) < len(binary) - 1000, "the bitcode was not dropped"
+    program = _from_binary(pocl, stripped)
+    assert sorted(k.function_name for k in program.all_kernels()) == ["group_sums", "scale"]
+
+
+@pytest.mark.parametrize("local", [2, 8, 64])
+def test_a_program_without_ir_computes_what_the_source_build_does(pocl, local):
+    """Every local size (PoCL cannot specialise without the bitcode: its generic work-group
+    function runs), with local memory and barriers, against float64 NumPy and the source build."""
+    rng = np.random.default_rng(local)
+    x = rng.standard_normal(256).astype(np.float32)
+    built = _build(pocl, SOURCE)
+    program = _from_binary(pocl, pocl_binary.without_ir(built.get_info(cl.program_info.BINARIES)[0]))
+    want = x.astype(np.float64).reshape(-1, local).sum(axis=1)
+    got = _group_sums(pocl, program, x, local)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(got, _group_sums(pocl, built, x, local))
+
+
+def test_its_unpacked_folder_is_not_the_source_builds(pocl):
+    """The derived build hash: PoCL unpacks into a folder of its own (the source build's folder
+    holds program.bc, which PoCL would read and parse); same binary, same hash."""
+    binary = bytes(_build(pocl, SOURCE).get_info(cl.program_info.BINARIES)[0])
+    stripped = pocl_binary.without_ir(binary)
+    hashes = [pocl_binary._HEADER.unpack_from(b, 0)[5] for b in (binary, stripped, pocl_binary.without_ir(binary))]
+    assert hashes[0] != hashes[1] and hashes[1] == hashes[2]
+    assert len(hashes[1]) == 41 and hashes[1][2:3] == b"/" and set(hashes[1][3:40]) <= set(b"ABCDEFGHIJKLMNOP")
+
+
+def test_binaries_it_does_not_read_are_left_whole(pocl):
+    binary = bytes(_build(pocl, SOURCE).get_info(cl.program_info.BINARIES)[0])
+    other_version = binary[:16] + struct.pack("<I", 99) + binary[20:]  # after magic and device id
+    for bad in (b"", b"poclbin\0", binary[:200], binary[:-1], binary + b"\0", other_version, b"\x7fELF" + binary[4:],
+                pocl_binary.without_ir(binary)):  # already without IR: its first file is not program.bc
+        assert pocl_binary.without_ir(bad) is None
+
+
+def test_the_binary_cache_stores_pocl_programs_without_ir(pocl, tmp_path, monkeypatch):
+    """A source build's cache entry is the binary without IR, and the warm build from it
+    computes the same; the key names the form, so full binaries stored before are not reused."""
+    monkeypatch.setenv("TIR_ADRENO_CACHE_DIR", str(tmp_path))
+    key = pocl._binary_key(SOURCE, pocl.build_options)
+    assert pocl_binary.FORM in pocl._device_identity()
+    x = np.random.default_rng(3).standard_normal(128).astype(np.float32)
+    from tir_adreno.runtime import programs
+
+    how_cold, _, cold = programs.build(pocl, SOURCE, pocl.build_options, key)
+    entry = cache.read(tmp_path / "programs" / f"{key}.bin", key)
+    assert how_cold == "source" and entry is not None and not pocl_binary.has_ir(entry)
+    how_warm, _, warm = programs.build(pocl, SOURCE, pocl.build_options, key)
+    assert how_warm == "binary"
+    np.testing.assert_array_equal(_group_sums(pocl, warm, x, 16), _group_sums(pocl, cold, x, 16))

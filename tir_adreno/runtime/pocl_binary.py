@@ -1,0 +1,89 @@
+"""PoCL program binaries without their LLVM IR: a warm start that does not parse the program.
+
+A PoCL binary (``clGetProgramInfo(CL_PROGRAM_BINARIES)`` on PoCL; format in PoCL's
+``lib/CL/pocl_binary.c``) is a header, the program's LLVM bitcode (``program.bc``) and, per
+kernel, its metadata and the files of its cache folder, among them the work-group function
+that PoCL compiles for any local size (folder ``0-0-0``) when the binary is asked for.
+``clBuildProgram`` on such a binary parses the whole bitcode (PoCL 3.0:
+``pocl_llvm_read_program_llvm_irs``), 30 ms for MobileNetV2's linked program on a quiet host,
+in proportion to the code; the bitcode is needed only to compile work-group functions
+specialised to a local size. :func:`without_ir` drops it: PoCL then runs every launch with
+the generic work-group function (same results; the launch's loops are not specialised to
+its local size) and loads the program without parsing anything, and a launch never waits
+for a specialisation to compile.
+
+The binary's build hash names the folder PoCL unpacks it into (its kernel cache); it is
+replaced by one derived from it, so the unpacked folder is not the one the source build
+left, which holds the bitcode PoCL would then read and parse anyway.
+
+Only the layouts read here are rewritten (format versions :data:`VERSIONS`); anything else
+(another version, a size that does not add up) is left as it is (:func:`without_ir` returns
+None) and the caller keeps the full binary.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+
+MAGIC = b"poclbin\0"
+#: Format versions whose header and kernel records :func:`without_ir` knows (PoCL 3.0: 8).
+VERSIONS = (7, 8)
+#: What a binary-only entry is, for cache keys: a new form is a new key.
+FORM = "pocl-no-ir-1"
+#: magic, device id (u64), version (u32), kernel count (u32), flags (u64), build hash (41 bytes:
+#: "XX/" + 38 letters A-P + NUL, PoCL's SHA1_digest_t).
+_HEADER = struct.Struct("<8sQIIQ41s")
+_U32 = struct.Struct("<I")
+#: The file that stands in for program.bc: PoCL's reader expects a first file.
+_PLACEHOLDER = "/tir_adreno_no_program_bc"
+
+
+def _file(binary: bytes, at: int) -> tuple[str, int, int]:
+    """(relative path, content size, offset after it) of the serialized file at ``at``."""
+    (name_len,) = _U32.unpack_from(binary, at)
+    name = binary[at + 4:at + 4 + name_len].decode()
+    (size,) = _U32.unpack_from(binary, at + 4 + name_len)
+    return name, size, at + 8 + name_len + size
+
+
+def _kernels_end(binary: bytes, at: int, count: int) -> int:
+    """Offset after ``count`` kernel records from ``at`` (each starts with its own size)."""
+    for _ in range(count):
+        (record,) = struct.unpack_from("<Q", binary, at)
+        at += record
+    return at
+
+
+def _derived_hash(build_hash: bytes) -> bytes:
+    digest = hashlib.sha1(FORM.encode() + build_hash).hexdigest()
+    letters = "".join(chr(ord("A") + int(c, 16)) for c in digest)  # PoCL spells hashes in A-P
+    return (letters[:2] + "/" + letters[2:40]).encode() + b"\0"
+
+
+def is_pocl_binary(binary: bytes) -> bool:
+    return binary[:len(MAGIC)] == MAGIC
+
+
+def without_ir(binary: bytes) -> bytes | None:
+    """``binary`` (a PoCL program binary) with its program.bc replaced by an empty placeholder
+    and its build hash by one derived from it; None where the binary is not one this module
+    reads (then keep it whole)."""
+    binary = bytes(binary)
+    try:
+        magic, device_id, version, kernels, flags, build_hash = _HEADER.unpack_from(binary, 0)
+        if magic != MAGIC or version not in VERSIONS or kernels == 0:
+            return None
+        name, _, after_bc = _file(binary, _HEADER.size)
+        if name != "/program.bc" or _kernels_end(binary, after_bc, kernels) != len(binary):
+            return None
+    except (struct.error, UnicodeDecodeError):
+        return None
+    placeholder = _PLACEHOLDER.encode()
+    header = _HEADER.pack(magic, device_id, version, kernels, flags, _derived_hash(build_hash))
+    return header + _U32.pack(len(placeholder)) + placeholder + _U32.pack(1) + b"\0" + binary[after_bc:]
+
+
+def has_ir(binary: bytes) -> bool:
+    """Whether PoCL binary ``binary`` carries its program's bitcode."""
+    return _file(bytes(binary), _HEADER.size)[0] == "/program.bc"
