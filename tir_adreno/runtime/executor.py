@@ -212,9 +212,10 @@ class CompiledModel:
                 f"{self.device.name}'s image limits (compile it for this device's profile)")
         self.pool = pool
         self._times_ms: list[float] | None = None
+        waiting = programs or self.device.load_all(kernels, counts=report.programs)
+        self._tensors = self._allocate()  # uploads the weights while the program loads
         with report.phase("programs_ms"):
-            self._loaded = (programs or self.device.load_all(kernels, counts=report.programs))()
-        self._tensors = self._allocate()
+            self._loaded = waiting()
         with report.phase("bind_ms"):
             self._launch_options = (None, "plain")  # $TIR_ADRENO_LAUNCHER; see use_launcher
             self._bind()
