@@ -99,7 +99,7 @@ def test_the_binary_cache_stores_pocl_programs_without_ir(pocl, tmp_path, monkey
     computes the same; the key names the form, so full binaries stored before are not reused."""
     monkeypatch.setenv("TIR_ADRENO_CACHE_DIR", str(tmp_path))
     key = pocl._binary_key(SOURCE, pocl.build_options)
-    assert pocl_binary.FORM in pocl._device_identity()
+    assert pocl_binary.FORM in pocl._device_identity()  # the default form
     x = np.random.default_rng(3).standard_normal(128).astype(np.float32)
     from tir_adreno.runtime import programs
 
@@ -109,3 +109,18 @@ def test_the_binary_cache_stores_pocl_programs_without_ir(pocl, tmp_path, monkey
     how_warm, _, warm = programs.build(pocl, SOURCE, pocl.build_options, key)
     assert how_warm == "binary"
     np.testing.assert_array_equal(_group_sums(pocl, warm, x, 16), _group_sums(pocl, cold, x, 16))
+
+
+def test_keep_ir_caches_whole_binaries_under_another_key(pocl, tmp_path, monkeypatch):
+    monkeypatch.setenv("TIR_ADRENO_CACHE_DIR", str(tmp_path))
+    from tir_adreno.runtime import programs
+
+    stripped_key = pocl._binary_key(SOURCE, pocl.build_options)
+    monkeypatch.setenv(pocl_binary.KEEP_IR_ENV, "1")
+    key = pocl._binary_key(SOURCE, pocl.build_options)
+    assert key != stripped_key, "a whole binary must not be found under the stripped form's key"
+    programs.build(pocl, SOURCE, pocl.build_options, key)
+    assert pocl_binary.has_ir(cache.read(tmp_path / "programs" / f"{key}.bin", key))
+    monkeypatch.setenv(pocl_binary.KEEP_IR_ENV, "yes")
+    with pytest.raises(ValueError, match=pocl_binary.KEEP_IR_ENV):
+        pocl_binary.for_cache(b"poclbin\0")

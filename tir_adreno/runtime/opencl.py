@@ -448,8 +448,8 @@ class Device:
         if self._identity is None:  # device queries are driver calls: ask once
             d = self.cl_device
             self._identity = (d.platform.name, d.platform.version, d.name, d.version, d.driver_version)
-            if d.platform.name.strip() == "Portable Computing Language":  # its binaries are stored without IR
-                self._identity += (pocl_binary.FORM,)
+        if self._identity[0].strip() == "Portable Computing Language":  # how its binaries are cached
+            return self._identity + (pocl_binary.form(),)
         return self._identity
 
     def build_program(self, source: str, build_options: str | None = None):

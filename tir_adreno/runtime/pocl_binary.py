@@ -24,6 +24,7 @@ None) and the caller keeps the full binary.
 from __future__ import annotations
 
 import hashlib
+import os
 import struct
 
 MAGIC = b"poclbin\0"
@@ -31,6 +32,9 @@ MAGIC = b"poclbin\0"
 VERSIONS = (7, 8)
 #: What a binary-only entry is, for cache keys: a new form is a new key.
 FORM = "pocl-no-ir-1"
+#: ``$TIR_ADRENO_POCL_KEEP_IR=1`` caches PoCL binaries whole (work-group functions specialised
+#: to each launch's local size, compiled on a process's first launch; the load parses the IR).
+KEEP_IR_ENV = "TIR_ADRENO_POCL_KEEP_IR"
 #: magic, device id (u64), version (u32), kernel count (u32), flags (u64), build hash (41 bytes:
 #: "XX/" + 38 letters A-P + NUL, PoCL's SHA1_digest_t).
 _HEADER = struct.Struct("<8sQIIQ41s")
@@ -63,6 +67,28 @@ def _derived_hash(build_hash: bytes) -> bytes:
 
 def is_pocl_binary(binary: bytes) -> bool:
     return binary[:len(MAGIC)] == MAGIC
+
+
+def keep_ir() -> bool:
+    """``$TIR_ADRENO_POCL_KEEP_IR`` (0 or 1, default 0); ValueError naming the variable otherwise."""
+    value = os.environ.get(KEEP_IR_ENV, "").strip() or "0"
+    if value not in ("0", "1"):
+        raise ValueError(f"${KEEP_IR_ENV} must be 0 or 1, got {value!r}")
+    return value == "1"
+
+
+def form() -> str:
+    """The form PoCL binaries are cached in now, for cache keys."""
+    return "pocl-whole" if keep_ir() else FORM
+
+
+def for_cache(binary: bytes) -> bytes:
+    """What the binary cache stores for a driver's ``binary``: a PoCL one without its IR
+    (unless :func:`keep_ir`, or it is not one :func:`without_ir` reads), any other as it is."""
+    binary = bytes(binary)
+    if is_pocl_binary(binary) and not keep_ir():
+        return without_ir(binary) or binary
+    return binary
 
 
 def without_ir(binary: bytes) -> bytes | None:

@@ -55,9 +55,7 @@ def _build(device, source: str, options: str, key: str):
         raise BuildError(f"OpenCL build failed on {device.name}: {err}\n{log}{build_hint(log)}") from None
     (binary,) = prg.get_info(cl.program_info.BINARIES)
     if binary:
-        # PoCL's binary without its bitcode: a warm load then parses nothing (pocl_binary)
-        stored = pocl_binary.without_ir(binary) if pocl_binary.is_pocl_binary(binary) else None
-        cache.store(path, stored or bytes(binary), key)
+        cache.store(path, pocl_binary.for_cache(binary), key)  # PoCL's without its IR: a warm load parses none
     return "source", cl.Program(prg)
 
 
