@@ -55,7 +55,11 @@ def _build(device, source: str, options: str, key: str):
         raise BuildError(f"OpenCL build failed on {device.name}: {err}\n{log}{build_hint(log)}") from None
     (binary,) = prg.get_info(cl.program_info.BINARIES)
     if binary:
-        cache.store(path, pocl_binary.for_cache(binary), key)  # PoCL's without its IR: a warm load parses none
+        stored = pocl_binary.for_cache(binary)  # PoCL's without its IR: a warm load parses none
+        cache.store(path, stored, key)
+        if pocl_binary.is_pocl_binary(stored) and not pocl_binary.has_ir(stored):
+            # PoCL unpacks a binary into its own cache when a program is made from it: now, not on the first warm start
+            cl._cl._Program(device.context, [device.cl_device], [stored])
     return "source", cl.Program(prg)
 
 
