@@ -138,6 +138,7 @@ def plot(doc: dict, out: Path) -> None:
             ax.bar(labels, ys, bottom=bottom, label=phase.removesuffix("_ms"))
             bottom = [b + y for b, y in zip(bottom, ys)]
         ax.set_title(title)
+        ax.tick_params(axis="x", labelsize=8, rotation=30)
         ax.set_ylabel("ms to a loaded model (stacked phases)")
     axes[1].legend(fontsize=8)
     fig.suptitle(f"start-up in a fresh process on {doc['device']}", fontsize=10)
