@@ -1,6 +1,7 @@
 """Squeeze-excitation (issue 21, fewer launches on mobile CNNs): the ``excitation`` kernel (two 1x1
-convs on a pooled vector in one work group) against float64 NumPy (fp32 and half images), and SE
-block graphs as exporters write them against onnxruntime, asserting the plan."""
+convs on a pooled vector in one work group) and ``pooled_pointwise`` (a 1x1 conv on the pool,
+spread over work groups) against float64 NumPy (fp32 and half images), and SE block graphs as
+exporters write them against onnxruntime, asserting the plan."""
 
 from dataclasses import replace
 
@@ -28,39 +29,79 @@ def _padded(w, rows, cols):
     return out
 
 
-@given(n=st.integers(1, 2), channels=st.integers(1, 40), hw=st.sampled_from([(1, 1), (3, 5), (9, 9)]), hidden=st.integers(1, 12),
-       acts=st.sampled_from(GATES), threads=st.sampled_from([excite.THREADS, 4 * excite.THREADS]),
+#: The CPU, mobile and wide-GPU work-group sizes of ``strategy.pool.excitation_schedule``.
+THREADS = [excite.THREADS, 4 * excite.THREADS, 16 * excite.THREADS]
+#: Maps: an already pooled vector, a few pixels, more pixels than slices (several loads per item),
+#: and 40 x 40 (more pixels than the shared partial sums: the pool's items loop).
+MAPS = [(1, 1), (3, 5), (9, 9), (40, 40)]
+
+
+def _pooled_input(rng, n, channels, hw):
+    """A random map and its NCHW4c float32 form, the padded lanes NaN (never to be read into a sum)."""
+    p = rng.standard_normal((n, channels, *hw))
+    p5 = pack_nchw4c(p).astype(np.float32)
+    p5[:, -1, :, :, (channels - 1) % 4 + 1:] = np.nan
+    return p, p5
+
+
+def _run(device, func, scope, storage, args):
+    """Runs ``func`` on ``args`` (the last parameter, its output, poisoned) and returns the output."""
+    loaded, name = ops.compile(func, device)
+    specs = [replace(spec, storage=storage) if spec.scope == TEXTURE else spec for spec in loaded[name].params]
+    tensors = [device.empty(spec).upload(a) for spec, a in zip(specs, args)]
+    out = device.empty(specs[-1]).poison()
+    loaded(name, *tensors, out)
+    return out.numpy()
+
+
+@given(n=st.integers(1, 2), channels=st.integers(1, 40), hw=st.sampled_from(MAPS), hidden=st.integers(1, 12),
+       acts=st.sampled_from(GATES), threads=st.sampled_from(THREADS),
        scope=st.sampled_from([TEXTURE, "global"]), precision=st.sampled_from(["float32", "float16_acc32"]),
        seed=st.integers(0, 2**32 - 1))
 def test_excitation_kernel(device, n, channels, hw, hidden, acts, threads, scope, precision, seed):
     """``gate(W2 @ act(W1 @ mean_hw(X) + b1) + b2)`` per sample ((1, 1): an already pooled vector;
-    9 x 9 with up to 10 channel blocks: several pixel slices and channel slices; the CPU and the
-    GPU work-group sizes); padded input
+    9 x 9 and 40 x 40 with up to 10 channel blocks: several pixel slices and channel slices, items
+    that load several pixels; the CPU, mobile and wide-GPU work-group sizes); padded input
     lanes (poisoned: NaN) never reach a sum, padded output lanes are 0; in half images the kernel
     reads ``X`` rounded to half and writes ``G`` rounded to half, its arithmetic float32."""
     rng = np.random.default_rng(seed)
     act, gate = acts
-    p = rng.standard_normal((n, channels, *hw))
+    p, p5 = _pooled_input(rng, n, channels, hw)
     w1, b1 = rng.standard_normal((hidden, channels)) / np.sqrt(channels), rng.standard_normal(hidden)
     w2, b2 = rng.standard_normal((channels, hidden)) / np.sqrt(hidden), rng.standard_normal(channels)
-    p5 = pack_nchw4c(p).astype(np.float32)
     c4 = p5.shape[1]
-    p5[:, -1, :, :, (channels - 1) % 4 + 1:] = np.nan  # padded lanes must never be read into a sum
     storage = "float16" if precision == "float16_acc32" and scope == TEXTURE else None
     func = excite.excitation(p5.shape, channels, hidden, channels, activation=act, gate=gate, scope=scope, threads=threads)
-    loaded, name = ops.compile(func, device)
-    specs = [replace(spec, storage=storage) if spec.scope == TEXTURE else spec for spec in loaded[name].params]
-    args = [p5, _padded(w1, hidden, 4 * c4), b1.astype(np.float32), _padded(w2, 4 * c4, hidden), pack_bias(b2.astype(np.float32))]
-    tensors = [device.empty(spec).upload(a) for spec, a in zip(specs, args)]
-    out = device.empty(specs[-1]).poison()
-    loaded(name, *tensors, out)
-    y = out.numpy()
+    args = [p5, _padded(w1, hidden, 4 * c4), b1.astype(np.float32), _padded(w2.T, hidden, 4 * c4), pack_bias(b2.astype(np.float32))]
+    y = _run(device, func, scope, storage, args)
     p_in = p.astype(np.float16 if storage else np.float32).astype(np.float64).mean(axis=(2, 3))
     h = reference.activation(p_in @ w1.astype(np.float32).T + b1.astype(np.float32), act)
     ref = reference.activation(h @ w2.astype(np.float32).T + b2.astype(np.float32), gate)
     rtol = 2.0**-10 if storage else RTOL  # the half output's rounding
     np.testing.assert_allclose(unpack_nchw4c(y, channels)[:, :, 0, 0], ref, rtol=rtol, atol=1e-6)
     assert np.all(y[:, -1, :, :, (channels - 1) % 4 + 1:] == 0), "padded lanes not zero"
+
+
+@given(n=st.integers(1, 2), channels=st.integers(1, 40), hw=st.sampled_from(MAPS), out_channels=st.integers(1, 70),
+       act=st.sampled_from([None, "hardswish", "relu"]), threads=st.sampled_from(THREADS), groups=st.integers(1, 6),
+       scope=st.sampled_from([TEXTURE, "global"]), precision=st.sampled_from(["float32", "float16_acc32"]),
+       seed=st.integers(0, 2**32 - 1))
+def test_pooled_pointwise_kernel(device, n, channels, hw, out_channels, act, threads, groups, scope, precision, seed):
+    """``act(W @ mean_hw(X) + b)`` (a classifier head's pool and first 1x1 conv): every output
+    block written once whatever the split over work groups (more groups than blocks included:
+    the output poisoned), padded output lanes 0, padded input lanes (NaN) never summed."""
+    rng = np.random.default_rng(seed)
+    p, p5 = _pooled_input(rng, n, channels, hw)
+    w, b = rng.standard_normal((out_channels, channels)) / np.sqrt(channels), rng.standard_normal(out_channels)
+    c4, o4 = p5.shape[1], -(-out_channels // 4)
+    storage = "float16" if precision == "float16_acc32" and scope == TEXTURE else None
+    func = excite.pooled_pointwise(p5.shape, channels, out_channels, activation=act, scope=scope, threads=threads, groups=groups)
+    y = _run(device, func, scope, storage, [p5, _padded(w, 4 * o4, 4 * c4), _padded(b[None], 1, 4 * o4)[0]])
+    p_in = p.astype(np.float16 if storage else np.float32).astype(np.float64).mean(axis=(2, 3))
+    ref = reference.activation(p_in @ w.astype(np.float32).T + b.astype(np.float32), act)
+    rtol = 2.0**-10 if storage else RTOL
+    np.testing.assert_allclose(unpack_nchw4c(y, out_channels)[:, :, 0, 0], ref, rtol=rtol, atol=1e-6)
+    assert np.all(y[:, -1, :, :, (out_channels - 1) % 4 + 1:] == 0), "padded lanes not zero"
 
 
 def _se_nodes(x, y, inits, channels, hidden, rng, pool="ReduceMean", act="silu", gate="Sigmoid"):
