@@ -146,30 +146,54 @@ def test_se_pool_with_other_users():
     assert not any(n.startswith("multiply") for n in names), names
 
 
-def test_one_conv_on_the_pool_is_a_conv():
-    """pool -> 1x1 conv -> relu -> multiply (no second conv): no excitation kernel, and the relu the
-    search looked at is still the conv's epilogue (nothing left fused by the failed match)."""
-    rng, inits = np.random.default_rng(7), {}
+def _pool_conv_relu_multiply(rng, inits):
+    """conv -> pool -> 1x1 conv -> relu -> multiply (no second conv: no excitation)."""
     node = helper.make_node
-    nodes = [conv_node(rng, inits, "x", "c", 6, 3), node("ReduceMean", ["c"], ["p"], axes=[2, 3], keepdims=1),
-             conv_node(rng, inits, "p", "f", 6, 6, k=1), node("Relu", ["f"], ["g"]), node("Mul", ["c", "g"], ["y"])]
-    names = check_pattern(pattern_graph(nodes, inits))
-    assert "excitation" not in names and len(names) == 4, names  # conv, pool, conv + relu, multiply
+    return [conv_node(rng, inits, "x", "c", 6, 3), node("ReduceMean", ["c"], ["p"], axes=[2, 3], keepdims=1),
+            conv_node(rng, inits, "p", "f", 6, 6, k=1), node("Relu", ["f"], ["g"]), node("Mul", ["c", "g"], ["y"])]
+
+
+def test_one_conv_on_the_pool_is_a_pooled_pointwise():
+    """pool -> 1x1 conv -> relu (a classifier head's form): one ``pooled_pointwise`` kernel, the
+    relu its activation; the multiply by it runs apart (not a gate: no conv after it)."""
+    rng, inits = np.random.default_rng(7), {}
+    names = check_pattern(pattern_graph(_pool_conv_relu_multiply(rng, inits), inits))
+    assert names == ["conv2d_nchw4c", "pooled_pointwise", "multiply_channels"], names
+
+
+def test_one_conv_on_a_big_pool_is_a_conv(device):
+    """The same on a map too big to pool once per work group (``pooled_conv_schedule`` declines):
+    no excitation and no pooled_pointwise kernel, and the relu the searches looked at is still
+    the conv's epilogue (nothing left fused by the failed matches)."""
+    from tir_adreno.strategy.pool import pooled_conv_schedule
+    from tir_adreno.strategy.profile import DeviceProfile
+
+    profile = DeviceProfile.from_device(device)
+    size = int(np.ceil(np.sqrt(profile.launch_cost_macs / 6 + 1)))  # one work group pooling it is already too much
+    assert pooled_conv_schedule(profile, 6, size * size, 6) is None
+    rng, inits = np.random.default_rng(7), {}
+    names = check_pattern(pattern_graph(_pool_conv_relu_multiply(rng, inits), inits, size=size), size=size)
+    assert names == ["conv2d_nchw4c", "mean_hw", "conv2d_nchw4c1", "multiply_channels"], names  # conv, pool, conv + relu, multiply
 
 
 def test_excitation_schedule():
-    """Fused for an SE block's convs on Adreno and PoCL; apart on the H200 (measured slower there),
-    with fusion off, or for convs bigger than a launch is worth (a classifier head's)."""
-    from tir_adreno.strategy.pool import excitation_schedule
+    """Fused for an SE block's convs on every profile (64, 256, 1024 work items on PoCL, Adreno,
+    the H200); apart with fusion off, or for convs bigger than a launch is worth (a classifier
+    head's: its pool and first conv are a pooled_pointwise spread over work groups instead)."""
+    from tir_adreno.strategy.pool import excitation_schedule, pooled_conv_schedule
     from tir_adreno.strategy.profile import resolve, without_fusion
 
     se_macs = 2 * 1152 * 48  # EfficientNet-B0's largest SE block
-    assert excitation_schedule(resolve(profile="nvidia-h200"), se_macs) is None
-    for name in ("adreno", "pocl"):
+    for name, threads, groups in (("pocl", 64, 2), ("adreno", 256, 4), ("nvidia-h200", 1024, 33)):
         profile = resolve(profile=name)
-        assert excitation_schedule(profile, se_macs)["threads"] in (64, 256)
+        assert excitation_schedule(profile, se_macs) == {"threads": threads}
         assert excitation_schedule(without_fusion(profile), se_macs) is None
         assert excitation_schedule(profile, 10 * profile.launch_cost_macs) is None
+        # MobileNetV3-Small's head: 576 channels of 7 x 7 -> 1024
+        assert pooled_conv_schedule(profile, 576, 49, 1024) == {"threads": threads, "groups": groups}
+        assert pooled_conv_schedule(profile, 576, 49, 4) == {"threads": threads, "groups": 1}  # one output block
+        assert pooled_conv_schedule(without_fusion(profile), 576, 49, 1024) is None
+        assert pooled_conv_schedule(profile, 576, 112 * 112, 1024) is None  # a big map, pooled per group
 
 
 def _gated_block(rng, inits, conv_after, k=1):
