@@ -240,3 +240,55 @@ def test_fuse_gate():
     assert takes_gate(ConvChoice(), three) and not takes_gate(ConvChoice("winograd_2x2"), three)
     assert not takes_gate(ConvChoice(), conv2d_geometry((1, 16, 14, 14), (16, 1, 3, 3), padding=1, groups=16))
     assert not takes_gate(ConvChoice(), conv2d_geometry((1, 6, 14, 14), (6, 2, 1, 1), groups=3))
+
+
+def _se_classifier(rng, inits):
+    """conv -> SE (8 channels, 2 hidden units; MobileNetV3's ReLU and hard-sigmoid) -> 1x1 conv ->
+    a head: global pool -> 1x1 conv -> hard-swish -> flatten (MobileNetV3's has a second 1x1 conv,
+    too big for one work group: the excitation rule would take a small one)."""
+    node = helper.make_node
+    return [conv_node(rng, inits, "x", "c", 8, 3), *_se_nodes("c", "s", inits, 8, 2, rng, "GlobalAveragePool", "relu", "HardSigmoid"),
+            conv_node(rng, inits, "s", "p", 8, 8, k=1), node("GlobalAveragePool", ["p"], ["h0"]),
+            conv_node(rng, inits, "h0", "h1", 16, 8, k=1), node("HardSwish", ["h1"], ["h2"]), node("Flatten", ["h2"], ["y"])]
+
+
+def _plan_kernels(model, profile) -> list[str]:
+    """The kernel families ``model`` launches on ``profile``, in order (lowered, nothing built)."""
+    from tvm import relax
+
+    from tir_adreno.compiler import import_model, lower
+
+    mod, _ = import_model(model)
+    names = []
+
+    def visit(e):
+        if isinstance(e, relax.Call) and getattr(e.op, "name", "") == "relax.call_tir":
+            names.append(e.args[0].name_hint.rstrip("0123456789"))
+
+    relax.analysis.post_order_visit(lower(mod, profile, lazy=True)["main"].body, visit)
+    return names
+
+
+@pytest.mark.parametrize("name", ["pocl", "adreno", "nvidia-h200"])
+def test_se_classifier_launches(name):
+    """Issue 21's launch counts on every profile, the H200 included: an SE block is the excitation
+    plus the gated projection conv, a head's pool and first conv one kernel and its [N, C]
+    output written by the layout transform (no reshape): 6 launches, 10 with fusion off."""
+    from tir_adreno.strategy.profile import get_profile, without_fusion
+
+    rng, inits = np.random.default_rng(12), {}
+    model = pattern_graph(_se_classifier(rng, inits), inits, size=14)
+    fused = _plan_kernels(model, get_profile(name))
+    conv = [k for k in fused if k.startswith("conv2d")]
+    assert [k if not k.startswith("conv2d") else "conv" for k in fused] == [
+        "nchw_to_nchw4c", "conv", "excitation", "conv", "pooled_pointwise", "nchw4c_to_nchw"], fused
+    assert len(conv) == 2
+    apart = _plan_kernels(model, without_fusion(get_profile(name)))
+    assert len(apart) == 10 and apart.count("mean_hw") == 2 and "reshape" not in apart, apart
+
+
+def test_se_classifier_output():
+    """The same graph on this device against onnxruntime: the flat output written in its own shape."""
+    rng, inits = np.random.default_rng(12), {}
+    names = check_pattern(pattern_graph(_se_classifier(rng, inits), inits, size=14), size=14)
+    assert names == ["conv2d_nchw4c", "excitation", "conv2d_nchw4c1", "pooled_pointwise"], names
