@@ -10,7 +10,10 @@ depthwise conv computed in the 1x1 conv after it. "apart" is no fusion at all
 
 ``--se-threads 256 ...`` adds a fused way per work-group size of the excitation kernels
 (``fused-t256``: ``strategy.pool.EXCITATION_THREADS`` of the profile's class set to it while
-compiling), to compare them in the same run.
+compiling), ``--launch-cost 650000 ...`` one per ``launch_cost_macs`` of the profile
+(``fused-cost650000``: what fuses where a launch is worth that many multiply-adds), to compare them
+in the same run. ``--from DIR`` runs every saved way of each model (``<stem>-<way>``; a model
+saved by other code, e.g. ``<stem>-before``, is measured alongside).
 
 Kernel time: the median over ``--repeat`` profiled runs (the ways alternating) of the sum of
 OpenCL event times; wall time: the median over as many unprofiled runs (``run``: uploads, every
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import statistics
 import time
 from pathlib import Path
@@ -77,9 +81,16 @@ def _measure(models: dict, repeat: int) -> dict:
 WAYS = (("fused", True), ("apart", False))
 
 
-def _ways(se_threads) -> list[tuple[str, bool, int | None]]:
-    """(way, fuse, excitation work items or None for the profile's) of each way to measure."""
-    return [(way, fuse, None) for way, fuse in WAYS] + [(f"fused-t{t}", True, t) for t in se_threads]
+def _ways(args) -> list[tuple[str, bool, int | None, int | None]]:
+    """(way, fuse, excitation work items, launch_cost_macs; None: the profile's) of each way to measure."""
+    return ([(way, fuse, None, None) for way, fuse in WAYS] + [(f"fused-t{t}", True, t, None) for t in args.se_threads]
+            + [(f"fused-cost{c}", True, None, c) for c in args.launch_cost])
+
+
+def _profile(profile, fuse: bool, launch_cost: int | None):
+    """``profile`` without fusion (``fuse`` False) or with ``launch_cost`` as its launch_cost_macs."""
+    profile = without_fusion(profile, not fuse)
+    return profile if launch_cost is None else dataclasses.replace(profile, launch_cost_macs=launch_cost)
 
 
 @contextlib.contextmanager
@@ -96,14 +107,15 @@ def _excitation_threads(profile, threads: int | None):
         pool.EXCITATION_THREADS.update(saved)
 
 
-def _build(paths, target: str, precision: str, out: Path, se_threads) -> None:
+def _build(args, target: str) -> None:
     """Compile (no device needed) each model each way for ``target`` and save them as ``out/<stem>-<way>``."""
     from tir_adreno.compiler import compile_plan  # TVM: only when building
 
-    for path in paths:
-        for way, fuse, threads in _ways(se_threads):
+    precision, out = args.precision, args.build_only
+    for path in args.onnx:
+        for way, fuse, threads, launch_cost in _ways(args):
             log(f"{path.stem}: compile {way} for {target} ({precision})")
-            profile = without_fusion(get_profile(target), not fuse)
+            profile = _profile(get_profile(target), fuse, launch_cost)
             with _excitation_threads(profile, threads):
                 plan, kernels, weights = compile_plan(str(path), profile, progress=lambda _: None, precision=precision)
             save_model(out / f"{path.stem}-{way}", plan, kernels, weights, profile.name)
@@ -119,9 +131,10 @@ def _models(args, device) -> dict[str, dict]:
     out = {}
     for p in args.onnx:
         out[p.stem] = {}
-        for way, fuse, threads in _ways(args.se_threads):
-            with _excitation_threads(DeviceProfile.from_device(device), threads):
-                out[p.stem][way] = compile_model(str(p), device, fuse=fuse, precision=args.precision, progress=lambda _: None)
+        for way, fuse, threads, launch_cost in _ways(args):
+            profile = _profile(DeviceProfile.from_device(device), fuse, launch_cost)
+            with _excitation_threads(profile, threads):
+                out[p.stem][way] = compile_model(str(p), device, profile=profile, precision=args.precision, progress=lambda _: None)
     return out
 
 
@@ -134,11 +147,12 @@ def main():
     parser.add_argument("--build-only", type=Path, default=None, metavar="DIR", help="compile and save both ways into DIR")
     parser.add_argument("--from", dest="source", type=Path, default=None, metavar="DIR", help="run the models saved by --build-only")
     parser.add_argument("--se-threads", type=int, nargs="*", default=[], metavar="N", help="also fused with N-item excitation work groups")
+    parser.add_argument("--launch-cost", type=int, nargs="*", default=[], metavar="MACS", help="also fused with this launch_cost_macs")
     parser.add_argument("--results-dir", type=Path, default=None, metavar="DIR", help="write the JSON here (default benchmarks/results)")
     add_device_argument(parser)
     args = parser.parse_args()
     if args.build_only:
-        return _build(args.onnx, args.target or "adreno", args.precision, args.build_only, args.se_threads)
+        return _build(args, args.target or "adreno")
     if not (args.onnx or args.source):
         parser.error("give --onnx FILE... or --from DIR")
     device = runtime.get_device(args.device)
