@@ -76,6 +76,16 @@ def row_split(rows: int, length: int, threads: int = THREADS) -> int:
     return max(1, min(MAX_SPLIT, _pow2_floor(threads // rows) if rows <= threads else 1, _pow2_floor(length)))
 
 
+def shared_bytes(c4: int, pixels: int, rows: int, threads: int = THREADS) -> int:
+    """Shared (local) memory of a work group pooling ``c4`` channel blocks of ``pixels`` pixels and
+    computing ``rows`` first-layer rows: the pool's partial sums, their first-level sums, the
+    means, the rows' partial sums and the rows."""
+    ps, _ = pool_split(c4, pixels, threads)
+    ks = mean_split(c4, ps, threads)
+    k1 = row_split(rows, 4 * c4, threads)
+    return 4 * (4 * c4 * (ps + ks + 1) + rows * (k1 + 1))
+
+
 def _check_activation(name: str, value) -> None:
     if value not in ACTIVATIONS:
         raise ValueError(f"{name} must be one of {ACTIVATIONS}, got {value!r}")

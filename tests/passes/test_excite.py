@@ -183,17 +183,21 @@ def test_excitation_schedule():
     from tir_adreno.strategy.pool import excitation_schedule, pooled_conv_schedule
     from tir_adreno.strategy.profile import resolve, without_fusion
 
-    se_macs = 2 * 1152 * 48  # EfficientNet-B0's largest SE block
+    se = (2 * 1152 * 48, 1152, 49, 48)  # EfficientNet-B0's largest SE block: macs, channels, pixels, hidden
     for name, threads, groups in (("pocl", 64, 2), ("adreno", 256, 4), ("nvidia-h200", 1024, 33)):
         profile = resolve(profile=name)
-        assert excitation_schedule(profile, se_macs) == {"threads": threads}
-        assert excitation_schedule(without_fusion(profile), se_macs) is None
-        assert excitation_schedule(profile, 10 * profile.launch_cost_macs) is None
+        assert excitation_schedule(profile, *se) == {"threads": threads}
+        assert excitation_schedule(profile, se[0], 32, 112 * 112, 8) == {"threads": threads}  # its first block
+        assert excitation_schedule(without_fusion(profile), *se) is None
+        assert excitation_schedule(profile, 10 * profile.launch_cost_macs, *se[1:]) is None
+        # its partial sums and means (~23-26 KiB) on a device with 16 KiB of shared memory
+        assert excitation_schedule(replace(profile, local_memory_bytes=16 * 1024), *se) is None
         # MobileNetV3-Small's head: 576 channels of 7 x 7 -> 1024
         assert pooled_conv_schedule(profile, 576, 49, 1024) == {"threads": threads, "groups": groups}
         assert pooled_conv_schedule(profile, 576, 49, 4) == {"threads": threads, "groups": 1}  # one output block
         assert pooled_conv_schedule(without_fusion(profile), 576, 49, 1024) is None
         assert pooled_conv_schedule(profile, 576, 112 * 112, 1024) is None  # a big map, pooled per group
+        assert pooled_conv_schedule(replace(profile, local_memory_bytes=4096), 576, 49, 1024) is None  # too little shared memory
 
 
 def _gated_block(rng, inits, conv_after, k=1):

@@ -100,7 +100,9 @@ def _excite(rw: Rewriter, x: Value, fc1_node: Node | None, vector) -> relax.Var 
         return None
     fused_before = [m for m in rw.graph.nodes if m.fused]
     tails = _tails(rw, fc1_node, w1)
-    schedule = pool_strategy.excitation_schedule(rw.profile, _macs(tails)) if tails is not None else None
+    n, c, h, w = x.nchw
+    schedule = (pool_strategy.excitation_schedule(rw.profile, _macs(tails), c, h * w, tails[0].w.shape[0])
+                if tails is not None else None)
     if schedule is None:  # the conv rule finds the tails again: un-fuse what the search took
         for m in rw.graph.nodes:
             m.fused = False
@@ -108,7 +110,6 @@ def _excite(rw: Rewriter, x: Value, fc1_node: Node | None, vector) -> relax.Var 
             m.fused = True
         return None
     fc1, fc2 = tails
-    n, c = x.nchw[:2]
     out_channels = fc2.w.shape[0]
     out5 = blocked_shape((n, out_channels, 1, 1))
     scope = rw.scope_for(x.shape5, out5)
