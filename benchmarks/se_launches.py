@@ -8,14 +8,25 @@ depthwise conv computed in the 1x1 conv after it. "apart" is no fusion at all
     python benchmarks/se_launches.py --onnx ... --target nvidia-h200 --build-only DIR   # here (TVM)
     python benchmarks/se_launches.py --from DIR                                       # on the GPU, no TVM
 
-Kernel time: the median over ``--repeat`` profiled runs (the two ways alternating) of the sum of
-OpenCL event times; the outputs of the two ways are compared with each other.
+``--se-threads 256 ...`` adds a fused way per work-group size of the excitation kernels
+(``fused-t256``: ``strategy.pool.EXCITATION_THREADS`` of the profile's class set to it while
+compiling), ``--launch-cost 650000 ...`` one per ``launch_cost_macs`` of the profile
+(``fused-cost650000``: what fuses where a launch is worth that many multiply-adds), to compare them
+in the same run. ``--from DIR`` runs every saved way of each model (``<stem>-<way>``; a model
+saved by other code, e.g. ``<stem>-before``, is measured alongside).
+
+Kernel time: the median over ``--repeat`` profiled runs (the ways alternating) of the sum of
+OpenCL event times; wall time: the median over as many unprofiled runs (``run``: uploads, every
+launch, downloads, waited for), alternating too. The outputs of each way are compared with apart's.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import statistics
+import time
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +34,7 @@ import numpy as np
 from common import add_device_argument, log, print_table, write_json
 from tir_adreno import compile_model, load_model, runtime
 from tir_adreno.runtime.executor import save_model
-from tir_adreno.strategy.profile import get_profile, without_fusion
+from tir_adreno.strategy.profile import DeviceProfile, get_profile, without_fusion
 
 
 def _kernel_class(label: str) -> str:
@@ -40,12 +51,12 @@ def _by_class(cm) -> dict[str, float]:
 
 
 def _measure(models: dict, repeat: int) -> dict:
-    """Way -> (median kernel ms, outputs, kernel family -> (launches, median ms)) of ``repeat``
-    profiled runs of each compiled model after a warm-up, the ways interleaved run by run (the
-    load of a shared machine hits both alike)."""
+    """Way -> (median kernel ms, median wall ms, outputs, kernel family -> (launches, median ms))
+    of ``repeat`` profiled and ``repeat`` unprofiled runs of each compiled model after a warm-up,
+    the ways interleaved run by run (the load of a shared machine hits all alike)."""
     first = next(iter(models.values()))
     x = {n: np.random.default_rng(i).standard_normal(first.plan.tensors[t].shape).astype("float32") for i, (n, t) in enumerate(first.plan.inputs)}
-    times, outputs, classes = {way: [] for way in models}, {}, {way: [] for way in models}
+    times, walls, outputs, classes = ({way: [] for way in models} for _ in range(4))
     for cm in models.values():
         cm.run(x)
     for _ in range(repeat):
@@ -53,38 +64,78 @@ def _measure(models: dict, repeat: int) -> dict:
             outputs[way] = cm.run(x, profile=True)
             times[way].append(cm.kernel_time_ms())
             classes[way].append(_by_class(cm))
+        for way, cm in models.items():
+            start = time.perf_counter()
+            cm.run(x)
+            walls[way].append((time.perf_counter() - start) * 1e3)
     result = {}
     for way, cm in models.items():
         counts: dict[str, int] = {}
         for c in cm.plan.calls:
             counts[_kernel_class(c.label)] = counts.get(_kernel_class(c.label), 0) + 1
         families = {k: (counts[k], statistics.median(run[k] for run in classes[way])) for k in counts}
-        result[way] = (statistics.median(times[way]), outputs[way], families)
+        result[way] = (statistics.median(times[way]), statistics.median(walls[way]), outputs[way], families)
     return result
 
 
 WAYS = (("fused", True), ("apart", False))
 
 
-def _build(paths, target: str, precision: str, out: Path) -> None:
-    """Compile (no device needed) each model both ways for ``target`` and save them as ``out/<stem>-<way>``."""
+def _ways(args) -> list[tuple[str, bool, int | None, int | None]]:
+    """(way, fuse, excitation work items, launch_cost_macs; None: the profile's) of each way to measure."""
+    return ([(way, fuse, None, None) for way, fuse in WAYS] + [(f"fused-t{t}", True, t, None) for t in args.se_threads]
+            + [(f"fused-cost{c}", True, None, c) for c in args.launch_cost])
+
+
+def _profile(profile, fuse: bool, launch_cost: int | None):
+    """``profile`` without fusion (``fuse`` False) or with ``launch_cost`` as its launch_cost_macs."""
+    profile = without_fusion(profile, not fuse)
+    return profile if launch_cost is None else dataclasses.replace(profile, launch_cost_macs=launch_cost)
+
+
+@contextlib.contextmanager
+def _excitation_threads(profile, threads: int | None):
+    """The excitation kernels of ``profile``'s class get ``threads`` work items while compiling."""
+    from tir_adreno.strategy import pool
+
+    saved = dict(pool.EXCITATION_THREADS)
+    if threads is not None:
+        pool.EXCITATION_THREADS[profile.kind] = threads
+    try:
+        yield
+    finally:
+        pool.EXCITATION_THREADS.update(saved)
+
+
+def _build(args, target: str) -> None:
+    """Compile (no device needed) each model each way for ``target`` and save them as ``out/<stem>-<way>``."""
     from tir_adreno.compiler import compile_plan  # TVM: only when building
 
-    for path in paths:
-        for way, fuse in WAYS:
+    precision, out = args.precision, args.build_only
+    for path in args.onnx:
+        for way, fuse, threads, launch_cost in _ways(args):
             log(f"{path.stem}: compile {way} for {target} ({precision})")
-            profile = without_fusion(get_profile(target), not fuse)
-            plan, kernels, weights = compile_plan(str(path), profile, progress=lambda _: None, precision=precision)
+            profile = _profile(get_profile(target), fuse, launch_cost)
+            with _excitation_threads(profile, threads):
+                plan, kernels, weights = compile_plan(str(path), profile, progress=lambda _: None, precision=precision)
             save_model(out / f"{path.stem}-{way}", plan, kernels, weights, profile.name)
 
 
 def _models(args, device) -> dict[str, dict]:
     """Model name -> way -> compiled model: compiled here, or loaded from ``--from`` (no TVM)."""
     if args.source:
-        stems = sorted({p.name.rsplit("-", 1)[0] for p in args.source.iterdir() if p.is_dir()})
-        return {s: {way: load_model(args.source / f"{s}-{way}", device) for way, _ in WAYS} for s in stems}
-    return {p.stem: {way: compile_model(str(p), device, fuse=fuse, precision=args.precision, progress=lambda _: None)
-                     for way, fuse in WAYS} for p in args.onnx}
+        saved = [p.name for p in args.source.iterdir() if p.is_dir()]
+        stems = sorted({name.rsplit("-apart", 1)[0] for name in saved if name.endswith("-apart")})
+        return {s: {name[len(s) + 1:]: load_model(args.source / name, device) for name in sorted(saved) if name.startswith(f"{s}-")}
+                for s in stems}
+    out = {}
+    for p in args.onnx:
+        out[p.stem] = {}
+        for way, fuse, threads, launch_cost in _ways(args):
+            profile = _profile(DeviceProfile.from_device(device), fuse, launch_cost)
+            with _excitation_threads(profile, threads):
+                out[p.stem][way] = compile_model(str(p), device, profile=profile, precision=args.precision, progress=lambda _: None)
+    return out
 
 
 def main():
@@ -95,31 +146,38 @@ def main():
     parser.add_argument("--target", default=None, help="device profile of --build-only (e.g. nvidia-h200)")
     parser.add_argument("--build-only", type=Path, default=None, metavar="DIR", help="compile and save both ways into DIR")
     parser.add_argument("--from", dest="source", type=Path, default=None, metavar="DIR", help="run the models saved by --build-only")
+    parser.add_argument("--se-threads", type=int, nargs="*", default=[], metavar="N", help="also fused with N-item excitation work groups")
+    parser.add_argument("--launch-cost", type=int, nargs="*", default=[], metavar="MACS", help="also fused with this launch_cost_macs")
+    parser.add_argument("--results-dir", type=Path, default=None, metavar="DIR", help="write the JSON here (default benchmarks/results)")
     add_device_argument(parser)
     args = parser.parse_args()
     if args.build_only:
-        return _build(args.onnx, args.target or "adreno", args.precision, args.build_only)
+        return _build(args, args.target or "adreno")
     if not (args.onnx or args.source):
         parser.error("give --onnx FILE... or --from DIR")
     device = runtime.get_device(args.device)
     results, rows, families = {}, [], []
     for stem, models in _models(args, device).items():
+        models = {"apart": models["apart"], **{w: m for w, m in models.items() if w != "apart"}}
         measured = _measure(models, args.repeat)
-        entry = {way: {"launches": len(cm.plan.calls), "kernel_ms": measured[way][0], "outputs": measured[way][1],
-                       "kernels": {k: {"launches": n, "ms": ms} for k, (n, ms) in sorted(measured[way][2].items())}}
+        entry = {way: {"launches": len(cm.plan.calls), "kernel_ms": measured[way][0], "wall_ms": measured[way][1], "outputs": measured[way][2],
+                       "kernels": {k: {"launches": n, "ms": ms} for k, (n, ms) in sorted(measured[way][3].items())}}
                  for way, cm in models.items()}
-        a, b = (np.asarray(entry[w]["outputs"][0], np.float64) for w in ("fused", "apart"))
-        error = float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-30))
-        results[stem] = {w: {k: v for k, v in e.items() if k != "outputs"} for w, e in entry.items()} | {"relative_difference": error}
-        f, s = entry["fused"], entry["apart"]
-        rows.append([stem, s["launches"], f["launches"], f"{s['kernel_ms']:.2f}", f"{f['kernel_ms']:.2f}", f"{error:.1e}"])
-        for k in sorted(set(s["kernels"]) | set(f["kernels"])):  # what each kernel family launches and costs
-            cells = [(e["kernels"][k]["launches"], e["kernels"][k]["ms"]) if k in e["kernels"] else (0, 0.0) for e in (s, f)]
-            families.append([f"{stem} {k}", cells[0][0], cells[1][0], f"{cells[0][1]:.2f}", f"{cells[1][1]:.2f}"])
-    print_table(["model", "launches apart", "launches fused", "kernel ms apart", "kernel ms fused", "rel. difference"], rows)
-    print_table(["model kernel family", "launches apart", "launches fused", "median ms apart", "median ms fused"], families)
+        b = np.asarray(entry["apart"]["outputs"][0], np.float64)
+        results[stem] = {}
+        for way, e in entry.items():
+            a = np.asarray(e["outputs"][0], np.float64)
+            error = float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-30))
+            results[stem][way] = {k: v for k, v in e.items() if k != "outputs"} | {"relative_difference": error}
+            rows.append([f"{stem} {way}", e["launches"], f"{e['kernel_ms']:.3f}", f"{e['wall_ms']:.3f}", f"{error:.1e}"])
+        ways = list(entry)
+        for k in sorted(set().union(*(e["kernels"] for e in entry.values()))):  # what each kernel family launches and costs
+            cells = [(entry[w]["kernels"][k]["launches"], entry[w]["kernels"][k]["ms"]) if k in entry[w]["kernels"] else (0, 0.0) for w in ways]
+            families.append([f"{stem} {k}", *(f"{n} / {ms:.3f}" for n, ms in cells)])
+    print_table(["model way", "launches", "kernel ms", "wall ms", "rel. difference vs apart"], rows)
+    print_table(["model kernel family", *(f"{w}: launches / ms" for w in ways)], families)
     payload = {"repeat": args.repeat, "precision": next(iter(models.values())).precision, "models": results}
-    log(f"wrote {write_json('se_launches', device.name, payload)}")
+    log(f"wrote {write_json('se_launches', device.name, payload, args.results_dir)}")
 
 
 if __name__ == "__main__":

@@ -4,19 +4,27 @@ A squeeze-excitation (SE) block pools a feature map ``X`` to ``P = mean_hw(X)`` 
 computes the gate ``G = gate(W2 @ act(W1 @ P + b1) + b2)`` (``[N, O, 1, 1]``, ``O = C`` in an SE
 block) and multiplies the feature map by it. The two 1x1 convs are tiny (a few thousand to a few
 hundred thousand multiply-adds) but were a launch each, and the pool a third; here all of it is
-one work group of ``T`` items per sample, four steps with a barrier between each:
+one work group of ``T`` items per sample, steps with a barrier between each:
 
 1. the pool: the items split into ``slices`` pixel slices x ``T / slices`` channel-block slices
-   (:func:`pool_split`); each sums its pixels of its channel blocks into shared partial sums;
-2. the means: item ``t`` adds the partial sums of channel blocks ``t, t + T, ...`` into ``P``;
-3. the hidden layer: item ``t`` computes units ``t, t + T, ...``:
-   ``H[j] = act(b1[j] + sum_c W1[j, c] P[c])`` into shared memory;
-4. the gate: item ``t`` computes output blocks ``t, t + T, ...`` of four channels from all of ``H``
-   and writes them: ``G[o] = gate(b2[o] + sum_j W2[o, j] H[j])``.
+   (:func:`pool_split`); each sums its pixels of its channel blocks (``UNROLL`` loads in flight)
+   into shared partial sums, then the slices' sums are added in two levels (:func:`mean_split`)
+   into ``P``, padded lanes 0;
+2. the hidden layer ``H[j] = act(b1[j] + sum_c W1[j, c] P[c])``: ``split`` items per unit each sum
+   every ``split``-th channel (:func:`row_split`; neighbouring items read neighbouring weights),
+   then one item per unit adds the ``split`` partial sums;
+3. the gate: item ``t`` computes output blocks ``t, t + T, ...`` of four channels from all of ``H``
+   (reading four neighbouring ``W2`` columns per unit, as neighbouring items do) and writes them:
+   ``G[o] = gate(b2[o] + sum_j W2[j, o] H[j])``.
+
+:func:`pooled_pointwise` is steps 1 and 2 alone with the second layer's output written: a 1x1 conv
+(+ bias, activation) on the mean of a map, such as a classifier head's first conv after its
+global pool, its output channels spread over ``groups`` work groups per sample, each pooling the
+(small) map itself.
 
 A ``[N, C, 1, 1]`` input is a vector pooled already (the SE rule's form when the pool has other
 users). Weights and biases are float32 buffers (``W1: (S, C4 * 4)``, ``b1: (S,)``,
-``W2: (O4 * 4, S)``, ``b2: (O4, 4)``, zero padded) and the arithmetic is float32 whatever the
+``W2: (S, O4 * 4)``, ``b2: (O4, 4)``, zero padded) and the arithmetic is float32 whatever the
 activations' dtype. Padded input lanes never reach a sum; padded output lanes are written as 0.
 """
 
@@ -27,10 +35,14 @@ from tvm.script import tirx as T
 from ._common import LANES, TEXTURE, check_channels, check_dtype, check_positive, check_scope, load_pixel, store_pixel
 from .epilogue import ACTIVATIONS, activate
 
-#: Work items of the one work group per sample.
+#: Work items of the one work group per sample (CPU OpenCL; the strategy picks more on GPUs).
 THREADS = 64
 #: Partial pool sums (pixels of 4 floats) in shared memory: 16 KiB.
 SHARED_PIXELS = 1024
+#: Pixels each pool item loads before it adds them: loads in flight on a GPU.
+UNROLL = 4
+#: At most this many items share one unit's sum (a warp's reads of one weight row).
+MAX_SPLIT = 32
 
 
 def _check_nchw4c(shape) -> tuple[int, int, int, int]:
@@ -48,6 +60,32 @@ def pool_split(c4: int, pixels: int, threads: int = THREADS) -> tuple[int, int]:
     return slices, max(1, threads // slices)
 
 
+def _pow2_floor(x: int) -> int:
+    return 1 << (max(1, x).bit_length() - 1)
+
+
+def mean_split(c4: int, slices: int, threads: int = THREADS) -> int:
+    """Items per channel block adding the pool's ``slices`` partial sums (first level): the work
+    group over the channel blocks, at most ``slices``, their sums in at most 4 KiB."""
+    return max(1, min(slices, threads // c4, SHARED_PIXELS // 4 // c4))
+
+
+def row_split(rows: int, length: int, threads: int = THREADS) -> int:
+    """Items per row of a ``rows x length`` matrix-vector product: a power of two, at most
+    :data:`MAX_SPLIT` and ``length``, with ``rows x split`` within the work group when it can."""
+    return max(1, min(MAX_SPLIT, _pow2_floor(threads // rows) if rows <= threads else 1, _pow2_floor(length)))
+
+
+def shared_bytes(c4: int, pixels: int, rows: int, threads: int = THREADS) -> int:
+    """Shared (local) memory of a work group pooling ``c4`` channel blocks of ``pixels`` pixels and
+    computing ``rows`` first-layer rows: the pool's partial sums, their first-level sums, the
+    means, the rows' partial sums and the rows."""
+    ps, _ = pool_split(c4, pixels, threads)
+    ks = mean_split(c4, ps, threads)
+    k1 = row_split(rows, 4 * c4, threads)
+    return 4 * (4 * c4 * (ps + ks + 1) + rows * (k1 + 1))
+
+
 def _check_activation(name: str, value) -> None:
     if value not in ACTIVATIONS:
         raise ValueError(f"{name} must be one of {ACTIVATIONS}, got {value!r}")
@@ -60,16 +98,38 @@ def excitation(shape, channels: int, hidden: int, out_channels: int, activation:
     ``shape`` holding ``channels``; ``hidden`` units, ``out_channels`` outputs (NCHW4c
     ``[N, out_channels, 1, 1]``); ``bounds``/``gate_bounds``: the clip bounds when an activation is
     ``"clip"``. A ``[N, C, 1, 1]`` input is an already pooled vector (the mean of one pixel)."""
+    check_positive(hidden=hidden, out_channels=out_channels)
+    _check_activation("gate", gate)
+    return _pooled_mlp(shape, channels, hidden, out_channels, activation, gate, bounds, gate_bounds, dtype, scope, threads, 1)
+
+
+def pooled_pointwise(shape, channels: int, out_channels: int, activation: str | None = None, bounds=(0.0, 6.0),
+                     dtype: str = "float32", scope: str = TEXTURE, threads: int = THREADS, groups: int = 1):
+    """``Y = activation(W @ mean_hw(X) + b)`` per sample of the NCHW4c feature map ``shape`` holding
+    ``channels``: a 1x1 conv of ``out_channels`` on the global average pool (NCHW4c
+    ``[N, out_channels, 1, 1]``; ``W: (O4 * 4, C4 * 4)``, ``b: (O4 * 4,)``), its output blocks
+    split over ``groups`` work groups per sample, each pooling the whole map."""
+    return _pooled_mlp(shape, channels, out_channels, None, activation, None, bounds, (0.0, 6.0), dtype, scope, threads, groups)
+
+
+def _pooled_mlp(shape, channels, hidden, out_channels, activation, gate, bounds, gate_bounds, dtype, scope, threads, groups):
+    """The kernel of :func:`excitation` (``out_channels`` given) or of :func:`pooled_pointwise`
+    (``out_channels`` None: the first layer is the output, split over ``groups``)."""
     n, c4, h, w = _check_nchw4c(shape)
-    check_positive(N=n, C4=c4, H=h, W=w, hidden=hidden, out_channels=out_channels, threads=threads)
+    check_positive(N=n, C4=c4, H=h, W=w, hidden=hidden, threads=threads, groups=groups)
     check_channels(c4, channels)
     _check_activation("activation", activation)
-    _check_activation("gate", gate)
     check_dtype(dtype)
     check_scope(scope)
-    o4 = -(-out_channels // LANES)
+    second = out_channels is not None
+    o4 = -(-(out_channels if second else hidden) // LANES)
+    blocks = -(-o4 // groups)  # output blocks of a work group
+    rows = hidden if second else 4 * blocks  # first-layer rows of a work group
+    w1_rows = hidden if second else 4 * o4
     ps, cs = pool_split(c4, h * w, threads)
-    nt = threads
+    ks = mean_split(c4, ps, threads)
+    k1 = row_split(rows, 4 * c4, threads)
+    nt, u = threads, UNROLL
     zero = T.FloatImm("float32", 0.0)
     inv_pixels = T.FloatImm("float32", 1.0 / (h * w))
 
@@ -79,60 +139,130 @@ def excitation(shape, channels: int, hidden: int, out_channels: int, activation:
     def gated(x):
         return activate(x, gate, "float32", *gate_bounds)
 
+    @T.macro
+    def pool(X, partial, part2, P, vn):
+        # 1. item t sums pixels t % ps, t % ps + ps, ... of channel blocks t // ps, + cs, ...
+        for t in T.thread_binding(nt, thread="threadIdx.x"):
+            with T.sblock("pool"):
+                px = T.sblock_alloc_buffer((u, 4), dtype, scope="local")
+                acc = T.sblock_alloc_buffer((4,), "float32", scope="local")
+                for r in T.serial(-(-c4 // cs)):
+                    if t < ps * cs and r * cs + t // ps < c4:
+                        for lane in T.unroll(4):
+                            acc[lane] = zero
+                        for q in T.serial(-(-(h * w) // (ps * u))):
+                            for i in T.unroll(u):  # the loads first, independent of the sums
+                                if (q * u + i) * ps + t % ps < h * w:
+                                    for lane in T.vectorized(4):
+                                        px[i, lane] = X[vn, r * cs + t // ps, ((q * u + i) * ps + t % ps) // w, ((q * u + i) * ps + t % ps) % w, lane]
+                            for i in T.unroll(u):
+                                if (q * u + i) * ps + t % ps < h * w:
+                                    for lane in T.unroll(4):
+                                        acc[lane] = acc[lane] + T.Cast("float32", px[i, lane])
+                        for lane in T.unroll(4):
+                            partial[t % ps, r * cs + t // ps, lane] = acc[lane]
+        # 2a. item (cb, k) adds slices k, k + ks, ... of channel block cb
+        for t in T.thread_binding(nt, thread="threadIdx.x"):
+            with T.sblock("slices"):
+                sums = T.sblock_alloc_buffer((4,), "float32", scope="local")
+                for r in T.serial(-(-(c4 * ks) // nt)):
+                    if (r * nt + t) // ks < c4:
+                        for lane in T.unroll(4):
+                            sums[lane] = zero
+                        for m in T.serial(-(-ps // ks)):
+                            if m * ks + (r * nt + t) % ks < ps:
+                                for lane in T.unroll(4):
+                                    sums[lane] = sums[lane] + partial[m * ks + (r * nt + t) % ks, (r * nt + t) // ks, lane]
+                        for lane in T.unroll(4):
+                            part2[(r * nt + t) % ks, (r * nt + t) // ks, lane] = sums[lane]
+        # 2b. the means of channel blocks t, t + nt, ... (padded lanes 0, as W1's columns)
+        for t in T.thread_binding(nt, thread="threadIdx.x"):
+            with T.sblock("mean"):
+                sums = T.sblock_alloc_buffer((4,), "float32", scope="local")
+                for r in T.serial(-(-c4 // nt)):
+                    if r * nt + t < c4:
+                        for lane in T.unroll(4):
+                            sums[lane] = zero
+                        for k in range(ks):
+                            for lane in T.unroll(4):
+                                sums[lane] = sums[lane] + part2[k, r * nt + t, lane]
+                        for lane in T.unroll(4):
+                            P[(r * nt + t) * 4 + lane] = T.Select((r * nt + t) * 4 + lane < channels, sums[lane] * inv_pixels, zero)
+
+    @T.macro
+    def first_layer(W1, P, H1, row0):
+        # 3a. item (j, k) sums channels k, k + k1, ... of row row0 + j (neighbouring items, neighbouring weights)
+        for t in T.thread_binding(nt, thread="threadIdx.x"):
+            with T.sblock("squeeze"):
+                s = T.sblock_alloc_buffer((1,), "float32", scope="local")
+                for r in T.serial(-(-(rows * k1) // nt)):
+                    if (r * nt + t) // k1 < rows and row0 + (r * nt + t) // k1 < w1_rows:
+                        s[0] = zero
+                        for c in T.serial(-(-(c4 * 4) // k1)):
+                            if c * k1 + (r * nt + t) % k1 < c4 * 4:
+                                s[0] = s[0] + W1[row0 + (r * nt + t) // k1, c * k1 + (r * nt + t) % k1] * P[c * k1 + (r * nt + t) % k1]
+                        H1[(r * nt + t) // k1, (r * nt + t) % k1] = s[0]
+
+    if not second:
+        @T.prim_func(s_tir=True)
+        def head(x: T.handle, w1: T.handle, b1: T.handle, y: T.handle):
+            T.func_attr({"global_symbol": "pooled_pointwise", "tirx.noalias": True})
+            X = T.match_buffer(x, (n, c4, h, w, 4), dtype, scope=scope)
+            W1 = T.match_buffer(w1, (w1_rows, c4 * 4), "float32")
+            B1 = T.match_buffer(b1, (w1_rows,), "float32")
+            Y = T.match_buffer(y, (n, o4, 1, 1, 4), dtype, scope=scope)
+            for b in T.thread_binding(n * groups, thread="blockIdx.x"):
+                with T.sblock("sample"):
+                    vb = T.axis.spatial(n * groups, b)
+                    partial = T.sblock_alloc_buffer((ps, c4, 4), "float32", scope="shared")
+                    part2 = T.sblock_alloc_buffer((ks, c4, 4), "float32", scope="shared")
+                    P = T.sblock_alloc_buffer((c4 * 4,), "float32", scope="shared")
+                    H1 = T.sblock_alloc_buffer((rows, k1), "float32", scope="shared")
+                    pool(X, partial, part2, P, vb // groups)
+                    first_layer(W1, P, H1, (vb % groups) * rows)
+                    # 3b. this group's output blocks t, t + nt, ...: the k1 partial sums, bias, activation
+                    for t in T.thread_binding(nt, thread="threadIdx.x"):
+                        with T.sblock("output"):
+                            yv = T.sblock_alloc_buffer((4,), "float32", scope="local")
+                            for r in T.serial(-(-blocks // nt)):
+                                if r * nt + t < blocks and (vb % groups) * blocks + r * nt + t < o4:
+                                    for lane in T.unroll(4):
+                                        yv[lane] = B1[((vb % groups) * blocks + r * nt + t) * 4 + lane]
+                                        for k in range(k1):
+                                            yv[lane] = yv[lane] + H1[(r * nt + t) * 4 + lane, k]
+                                        yv[lane] = T.Select(((vb % groups) * blocks + r * nt + t) * 4 + lane < hidden, act(yv[lane]), zero)
+                                    store_pixel(Y, vb // groups, (vb % groups) * blocks + r * nt + t, 0, 0, yv)
+
+        return head
+
     @T.prim_func(s_tir=True)
     def func(x: T.handle, w1: T.handle, b1: T.handle, w2: T.handle, b2: T.handle, g: T.handle):
         T.func_attr({"global_symbol": "excitation", "tirx.noalias": True})
         X = T.match_buffer(x, (n, c4, h, w, 4), dtype, scope=scope)
         W1 = T.match_buffer(w1, (hidden, c4 * 4), "float32")
         B1 = T.match_buffer(b1, (hidden,), "float32")
-        W2 = T.match_buffer(w2, (o4 * 4, hidden), "float32")
+        W2 = T.match_buffer(w2, (hidden, o4 * 4), "float32")
         B2 = T.match_buffer(b2, (o4, 4), "float32")
         G = T.match_buffer(g, (n, o4, 1, 1, 4), dtype, scope=scope)
         for b in T.thread_binding(n, thread="blockIdx.x"):
             with T.sblock("sample"):
                 vn = T.axis.spatial(n, b)
                 partial = T.sblock_alloc_buffer((ps, c4, 4), "float32", scope="shared")
-                P = T.sblock_alloc_buffer((c4, 4), "float32", scope="shared")
+                part2 = T.sblock_alloc_buffer((ks, c4, 4), "float32", scope="shared")
+                P = T.sblock_alloc_buffer((c4 * 4,), "float32", scope="shared")
+                H1 = T.sblock_alloc_buffer((rows, k1), "float32", scope="shared")
                 H = T.sblock_alloc_buffer((hidden,), "float32", scope="shared")
-                # 1. the pool: item t sums pixels t % ps, t % ps + ps, ... of channel blocks t // ps, + cs, ...
+                pool(X, partial, part2, P, vn)
+                first_layer(W1, P, H1, 0)
+                # 3b. the hidden units t, t + nt, ...: the k1 partial sums, bias, activation
                 for t in T.thread_binding(nt, thread="threadIdx.x"):
-                    with T.sblock("pool"):
-                        px = T.sblock_alloc_buffer((4,), dtype, scope="local")
-                        acc = T.sblock_alloc_buffer((4,), "float32", scope="local")
-                        for r in T.serial(-(-c4 // cs)):
-                            if t < ps * cs and r * cs + t // ps < c4:
-                                for lane in T.unroll(4):
-                                    acc[lane] = zero
-                                for q in T.serial(-(-(h * w) // ps)):
-                                    if q * ps + t % ps < h * w:
-                                        load_pixel(px, X, vn, r * cs + t // ps, (q * ps + t % ps) // w, (q * ps + t % ps) % w)
-                                        for lane in T.unroll(4):
-                                            acc[lane] = acc[lane] + T.Cast("float32", px[lane])
-                                for lane in T.unroll(4):
-                                    partial[t % ps, r * cs + t // ps, lane] = acc[lane]
-                # 2. the means of the channel blocks t, t + nt, ...
-                for t in T.thread_binding(nt, thread="threadIdx.x"):
-                    with T.sblock("mean"):
-                        sums = T.sblock_alloc_buffer((4,), "float32", scope="local")
-                        for r in T.serial(-(-c4 // nt)):
-                            if r * nt + t < c4:
-                                for lane in T.unroll(4):
-                                    sums[lane] = zero
-                                for k in range(ps):
-                                    for lane in T.unroll(4):
-                                        sums[lane] = sums[lane] + partial[k, r * nt + t, lane]
-                                for lane in T.unroll(4):
-                                    P[r * nt + t, lane] = sums[lane] * inv_pixels
-                # 3. the hidden layer, units t, t + nt, ...
-                for t in T.thread_binding(nt, thread="threadIdx.x"):
-                    with T.sblock("squeeze"):
+                    with T.sblock("hidden"):
                         s = T.sblock_alloc_buffer((1,), "float32", scope="local")
                         for r in T.serial(-(-hidden // nt)):
                             if r * nt + t < hidden:
                                 s[0] = B1[r * nt + t]
-                                for cb in range(c4):
-                                    for lane in T.unroll(4):
-                                        s[0] = s[0] + T.Select(cb * 4 + lane < channels, W1[r * nt + t, cb * 4 + lane] * P[cb, lane], zero)
+                                for k in range(k1):
+                                    s[0] = s[0] + H1[r * nt + t, k]
                                 H[r * nt + t] = act(s[0])
                 # 4. the gate, output blocks t, t + nt, ..., from all hidden units
                 for t in T.thread_binding(nt, thread="threadIdx.x"):
@@ -144,7 +274,7 @@ def excitation(shape, channels: int, hidden: int, out_channels: int, activation:
                                     y[lane] = B2[r * nt + t, lane]
                                 for j in range(hidden):
                                     for lane in T.unroll(4):
-                                        y[lane] = y[lane] + W2[(r * nt + t) * 4 + lane, j] * H[j]
+                                        y[lane] = y[lane] + W2[j, (r * nt + t) * 4 + lane] * H[j]
                                 for lane in T.unroll(4):
                                     y[lane] = T.Select((r * nt + t) * 4 + lane < out_channels, gated(y[lane]), zero)
                                 store_pixel(G, vn, r * nt + t, 0, 0, y)

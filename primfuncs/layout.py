@@ -8,6 +8,8 @@ The blocked side is a texture by default; pass ``scope="global"`` for a buffer.
 
 from __future__ import annotations
 
+import math
+
 from tvm.script import tirx as T
 
 from ._common import (
@@ -37,16 +39,44 @@ def nhwc_to_nchw4c(shape, dtype: str = "float32", scope: str = TEXTURE, plain_dt
     return _pack_activation(n, c, h, w, dtype, scope, "nhwc_to_nchw4c", channels_last=True, plain_dtype=plain_dtype)
 
 
-def nchw4c_to_nchw(shape, dtype: str = "float32", scope: str = TEXTURE, plain_dtype: str | None = None):
-    """``[N, ceil(C/4), H, W, 4]`` -> ``[N, C, H, W]`` buffer; ``shape`` is the NCHW shape."""
+def nchw4c_to_nchw(shape, dtype: str = "float32", scope: str = TEXTURE, plain_dtype: str | None = None, out_shape=None):
+    """``[N, ceil(C/4), H, W, 4]`` -> ``[N, C, H, W]`` buffer; ``shape`` is the NCHW shape.
+    ``out_shape``: the buffer's shape when it is a reshape of ``[N, C, H, W]`` (the same elements
+    in the same order: a classifier's ``[N, C]``, tokens ``[N, C, H * W]``), so the plan needs no
+    reshape kernel after it."""
     n, c, h, w = _dims(shape, "NCHW")
-    return _unpack_activation(n, c, h, w, dtype, scope, "nchw4c_to_nchw", channels_last=False, plain_dtype=plain_dtype)
+    return _unpack_activation(n, c, h, w, dtype, scope, "nchw4c_to_nchw", channels_last=False, plain_dtype=plain_dtype, out_shape=out_shape)
 
 
-def nchw4c_to_nhwc(shape, dtype: str = "float32", scope: str = TEXTURE, plain_dtype: str | None = None):
-    """``[N, ceil(C/4), H, W, 4]`` -> ``[N, H, W, C]`` buffer; ``shape`` is the NHWC shape."""
+def nchw4c_to_nhwc(shape, dtype: str = "float32", scope: str = TEXTURE, plain_dtype: str | None = None, out_shape=None):
+    """``[N, ceil(C/4), H, W, 4]`` -> ``[N, H, W, C]`` buffer; ``shape`` is the NHWC shape;
+    ``out_shape`` a reshape of it, as for :func:`nchw4c_to_nchw`."""
     n, h, w, c = _dims(shape, "NHWC")
-    return _unpack_activation(n, c, h, w, dtype, scope, "nchw4c_to_nhwc", channels_last=True, plain_dtype=plain_dtype)
+    return _unpack_activation(n, c, h, w, dtype, scope, "nchw4c_to_nhwc", channels_last=True, plain_dtype=plain_dtype, out_shape=out_shape)
+
+
+def _reshaped(shape, out_shape) -> tuple:
+    """``out_shape`` (a tuple of ints) when it holds as many elements as ``shape``; ``shape`` for None."""
+    if out_shape is None:
+        return tuple(shape)
+    out_shape = tuple(int(d) for d in out_shape)
+    if not out_shape or min(out_shape) < 1 or math.prod(out_shape) != math.prod(shape):
+        raise ValueError(f"out_shape {out_shape} is not a reshape of {tuple(shape)}")
+    return out_shape
+
+
+def _unravel(index, shape, out_shape) -> list:
+    """The indices into ``out_shape`` of element ``index`` (indices into ``shape``), row-major."""
+    if tuple(shape) == tuple(out_shape):
+        return list(index)
+    flat = index[0]
+    for i, d in zip(index[1:], shape[1:]):
+        flat = flat * d + i
+    out = []
+    for d in reversed(out_shape[1:]):
+        out.append(flat % d)
+        flat = flat // d
+    return [flat, *reversed(out)]
 
 
 def _dims(shape, layout):
@@ -101,12 +131,16 @@ def _pack_activation(n, c, h, w, dtype, scope, name, channels_last, plain_dtype=
     return func
 
 
-def _unpack_activation(n, c, h, w, dtype, scope, name, channels_last, plain_dtype=None):
+def _unpack_activation(n, c, h, w, dtype, scope, name, channels_last, plain_dtype=None, out_shape=None):
     check_dtype(dtype)
     plain_dtype = check_dtype(plain_dtype or dtype)
     check_scope(scope)
     c4 = blocked(c)
     dst_shape = (n, h, w, c) if channels_last else (n, c, h, w)
+    out_shape = _reshaped(dst_shape, out_shape)
+
+    def at(*index):
+        return _unravel(index, dst_shape, out_shape)
     g = pixel_grid(n * c4, h, w)
 
     launch = pixel_launch()
@@ -118,15 +152,15 @@ def _unpack_activation(n, c, h, w, dtype, scope, name, channels_last, plain_dtyp
         for lane in T.unroll(4):
             if (vz % c4) * 4 + lane < c:
                 if channels_last:
-                    B[vz // c4, vh, vw, (vz % c4) * 4 + lane] = _cast(plain_dtype, dtype, x[lane])
+                    B[*at(vz // c4, vh, vw, (vz % c4) * 4 + lane)] = _cast(plain_dtype, dtype, x[lane])
                 else:
-                    B[vz // c4, (vz % c4) * 4 + lane, vh, vw] = _cast(plain_dtype, dtype, x[lane])
+                    B[*at(vz // c4, (vz % c4) * 4 + lane, vh, vw)] = _cast(plain_dtype, dtype, x[lane])
 
     @T.prim_func(s_tir=True)
     def func(a: T.handle, b: T.handle):
         T.func_attr({"global_symbol": name, "tirx.noalias": True})
         A = T.match_buffer(a, (n, c4, h, w, 4), dtype, scope=scope)
-        B = T.match_buffer(b, dst_shape, plain_dtype, scope=BUFFER)
+        B = T.match_buffer(b, out_shape, plain_dtype, scope=BUFFER)
         launch(g, h, w, "unpack", lambda vz, vh, vw: per_pixel(A, B, vz, vh, vw))
 
     return func

@@ -18,7 +18,8 @@ from tir_adreno.tools import workbench
 
 
 def tiny_model(path, channels: int, seed: int):
-    """conv+bias -> relu -> max pool -> conv (+ residual) -> relu -> global average pool -> flatten (upstream's)."""
+    """conv+bias -> relu -> max pool -> conv (+ residual) -> relu -> global average pool -> flatten ->
+    transpose to ``[C, 1]`` (upstream's)."""
     rng = np.random.default_rng(seed)
 
     def weight(name, shape):
@@ -32,13 +33,14 @@ def tiny_model(path, channels: int, seed: int):
         helper.make_node("Add", ["c2", "p1"], ["a2"]),
         helper.make_node("Relu", ["a2"], ["r2"]),
         helper.make_node("GlobalAveragePool", ["r2"], ["g"]),
-        helper.make_node("Flatten", ["g"], ["out"]),
+        helper.make_node("Flatten", ["g"], ["f"]),
+        helper.make_node("Transpose", ["f"], ["out"], perm=[1, 0]),
     ]
     graph = helper.make_graph(
         nodes,
         "tiny",
         [helper.make_tensor_value_info("image", TensorProto.FLOAT, (1, 3, 8, 8))],
-        [helper.make_tensor_value_info("out", TensorProto.FLOAT, (1, channels))],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, (channels, 1))],
         [weight("w1", (channels, 3, 3, 3)), weight("b1", (channels,)), weight("w2", (channels, channels, 3, 3))],
     )
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
@@ -83,7 +85,7 @@ WORK_GROUP_EDIT = {
 def test_dump_files_parse_to_the_kernels_the_model_builds(models, dumped):
     manifest = json.loads((dumped / "manifest.json").read_text())
     names = list(manifest["kernels"])
-    assert names == ["00_nchw_to_nchw4c", "01_conv2d_nchw4c", "02_max_pool2d", "03_conv2d_nchw4c", "04_mean_hw", "05_nchw4c_to_nchw", "06_reshape"]
+    assert names == ["00_nchw_to_nchw4c", "01_conv2d_nchw4c", "02_max_pool2d", "03_conv2d_nchw4c", "04_mean_hw", "05_nchw4c_to_nchw", "06_transpose"]
     prims = {}
     compiler.compile_model(str(models[0]), runtime.get_device(), progress=lambda _: None, prims=prims)
     assert {e["key"] for e in manifest["kernels"].values()} == set(prims)
@@ -91,9 +93,9 @@ def test_dump_files_parse_to_the_kernels_the_model_builds(models, dumped):
         text = (dumped / entry["file"]).read_text()
         assert workbench.text_hash(text) == entry["sha256"]
         tvm.ir.assert_structural_equal(workbench.parse_kernel(dumped / entry["file"]), compiler.kernel_func(prims[entry["key"]]))
-    upstream = manifest["kernels"]["06_reshape"]
-    assert not upstream["ours"] and upstream["op"] == {"op": "upstream", "label": "reshape"}
-    assert (dumped / "06_reshape.py").read_text().startswith("# tir-adreno kernel 06_reshape (upstream: legalized by TVM")
+    upstream = manifest["kernels"]["06_transpose"]
+    assert not upstream["ours"] and upstream["op"] == {"op": "upstream", "label": "transpose"}
+    assert (dumped / "06_transpose.py").read_text().startswith("# tir-adreno kernel 06_transpose (upstream: legalized by TVM")
     conv = manifest["kernels"]["03_conv2d_nchw4c"]
     assert conv["op"]["op"] == "nn.conv2d" and conv["op"]["epilogue"]["residual"] and conv["rows"] == [3]
     assert conv["op"]["inputs"] == [[1, 8, 4, 4]] and conv["op"]["weight"] == [8, 8, 3, 3]
@@ -196,7 +198,7 @@ def test_kernel_file_of_another_model(models, dumped, tmp_path):
 def test_bad_show_value_and_saved_model_dir(dumped, tmp_path):
     assert_user_error(cli("kernel", str(dumped / "01_conv2d_nchw4c.py"), "--show", "cuda"), "--show must be one of tir, lowered, opencl, got 'cuda'")
     assert_user_error(cli("dump", str(tmp_path), "-o", str(tmp_path / "k")), "a saved model holds OpenCL C, not TVMScript")
-    assert_user_error(cli("kernel", str(dumped / "06_reshape.py"), "--check"), "an upstream kernel records no op, so it has no NumPy reference")
+    assert_user_error(cli("kernel", str(dumped / "06_transpose.py"), "--check"), "an upstream kernel records no op, so it has no NumPy reference")
 
 
 def test_winograd_stage_runs_between_the_other_two(models, tmp_path):

@@ -34,6 +34,28 @@ def test_nhwc_roundtrip(device, d, scope):
     np.testing.assert_array_equal(back, x)
 
 
+@given(dims, scopes, st.booleans(), st.sampled_from(["flat", "tokens"]))
+def test_unpack_to_a_reshape(device, d, scope, channels_last, form):
+    """The unpacking transforms write a reshape of their plain output (``out_shape``: a
+    classifier's ``[N, C]`` when H = W = 1, tokens ``[N, C, H * W]`` / ``[N, H * W, C]``): the
+    same elements in the same order, every one written (the output poisoned)."""
+    n, c, h, w, seed = d
+    plain = (n, h, w, c) if channels_last else (n, c, h, w)
+    x = rand(np.random.default_rng(seed), plain)
+    packed = pack_nchw4c(x.transpose(0, 3, 1, 2) if channels_last else x)
+    out_shape = (n, c * h * w) if form == "flat" else (n, plain[1] * plain[2], c) if channels_last else (n, c, h * w)
+    factory = layout.nchw4c_to_nhwc if channels_last else layout.nchw4c_to_nchw
+    got = run_kernel(device, factory(plain, scope=scope, out_shape=out_shape), packed)
+    np.testing.assert_array_equal(got, x.reshape(out_shape))
+
+
+def test_unpack_to_a_reshape_checks_the_size():
+    with pytest.raises(ValueError, match="not a reshape"):
+        layout.nchw4c_to_nchw((1, 8, 2, 2), out_shape=(1, 8))
+    with pytest.raises(ValueError, match="not a reshape"):
+        layout.nchw4c_to_nhwc((1, 2, 2, 8), out_shape=(0, 32))
+
+
 @given(
     st.tuples(st.integers(1, 13), st.integers(1, 9), st.integers(1, 5), st.integers(1, 5), st.integers(0, 2**32 - 1)),
     st.sampled_from(["global.texture-weight", "global"]),

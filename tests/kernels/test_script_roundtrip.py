@@ -38,6 +38,7 @@ def layout_kernels(d, scope):
         layout.nhwc_to_nchw4c((n, h, w, c), scope=scope),
         layout.nchw4c_to_nchw((n, c, h, w), scope=scope),
         layout.nchw4c_to_nhwc((n, h, w, c), scope=scope),
+        layout.nchw4c_to_nchw((n, c, h, w), scope=scope, out_shape=(n, c * h * w)),  # a flat output
         layout.oihw_to_oihw4o((o, c, kh, kw), scope=TEXTURE_WEIGHT if scope == TEXTURE else BUFFER),
     ]
 
@@ -168,8 +169,11 @@ def attention_kernels(d, scope):
 
 def excite_kernels(d, scope):
     nchw = _nchw(d)
+    threads = d.draw(st.sampled_from([excite.THREADS, 16 * excite.THREADS]))
     return [excite.excitation(_blocked(nchw), nchw[1], d.draw(st.integers(1, 8)), nchw[1], activation="silu",
-                              gate="hardsigmoid", scope=scope)]
+                              gate="hardsigmoid", scope=scope, threads=threads),
+            excite.pooled_pointwise(_blocked(nchw), nchw[1], d.draw(st.integers(1, 9)), activation="hardswish", scope=scope,
+                                    threads=threads, groups=d.draw(st.integers(1, 3)))]
 
 
 def shuffle_kernels(d, scope):

@@ -1,6 +1,7 @@
 """Squeeze-excitation (issue 21, fewer launches on mobile CNNs): the ``excitation`` kernel (two 1x1
-convs on a pooled vector in one work group) against float64 NumPy (fp32 and half images), and SE
-block graphs as exporters write them against onnxruntime, asserting the plan."""
+convs on a pooled vector in one work group) and ``pooled_pointwise`` (a 1x1 conv on the pool,
+spread over work groups) against float64 NumPy (fp32 and half images), and SE block graphs as
+exporters write them against onnxruntime, asserting the plan."""
 
 from dataclasses import replace
 
@@ -28,39 +29,79 @@ def _padded(w, rows, cols):
     return out
 
 
-@given(n=st.integers(1, 2), channels=st.integers(1, 40), hw=st.sampled_from([(1, 1), (3, 5), (9, 9)]), hidden=st.integers(1, 12),
-       acts=st.sampled_from(GATES), threads=st.sampled_from([excite.THREADS, 4 * excite.THREADS]),
+#: The CPU, mobile and wide-GPU work-group sizes of ``strategy.pool.excitation_schedule``.
+THREADS = [excite.THREADS, 4 * excite.THREADS, 16 * excite.THREADS]
+#: Maps: an already pooled vector, a few pixels, more pixels than slices (several loads per item),
+#: and 40 x 40 (more pixels than the shared partial sums: the pool's items loop).
+MAPS = [(1, 1), (3, 5), (9, 9), (40, 40)]
+
+
+def _pooled_input(rng, n, channels, hw):
+    """A random map and its NCHW4c float32 form, the padded lanes NaN (never to be read into a sum)."""
+    p = rng.standard_normal((n, channels, *hw))
+    p5 = pack_nchw4c(p).astype(np.float32)
+    p5[:, -1, :, :, (channels - 1) % 4 + 1:] = np.nan
+    return p, p5
+
+
+def _run(device, func, scope, storage, args):
+    """Runs ``func`` on ``args`` (the last parameter, its output, poisoned) and returns the output."""
+    loaded, name = ops.compile(func, device)
+    specs = [replace(spec, storage=storage) if spec.scope == TEXTURE else spec for spec in loaded[name].params]
+    tensors = [device.empty(spec).upload(a) for spec, a in zip(specs, args)]
+    out = device.empty(specs[-1]).poison()
+    loaded(name, *tensors, out)
+    return out.numpy()
+
+
+@given(n=st.integers(1, 2), channels=st.integers(1, 40), hw=st.sampled_from(MAPS), hidden=st.integers(1, 12),
+       acts=st.sampled_from(GATES), threads=st.sampled_from(THREADS),
        scope=st.sampled_from([TEXTURE, "global"]), precision=st.sampled_from(["float32", "float16_acc32"]),
        seed=st.integers(0, 2**32 - 1))
 def test_excitation_kernel(device, n, channels, hw, hidden, acts, threads, scope, precision, seed):
     """``gate(W2 @ act(W1 @ mean_hw(X) + b1) + b2)`` per sample ((1, 1): an already pooled vector;
-    9 x 9 with up to 10 channel blocks: several pixel slices and channel slices; the CPU and the
-    GPU work-group sizes); padded input
+    9 x 9 and 40 x 40 with up to 10 channel blocks: several pixel slices and channel slices, items
+    that load several pixels; the CPU, mobile and wide-GPU work-group sizes); padded input
     lanes (poisoned: NaN) never reach a sum, padded output lanes are 0; in half images the kernel
     reads ``X`` rounded to half and writes ``G`` rounded to half, its arithmetic float32."""
     rng = np.random.default_rng(seed)
     act, gate = acts
-    p = rng.standard_normal((n, channels, *hw))
+    p, p5 = _pooled_input(rng, n, channels, hw)
     w1, b1 = rng.standard_normal((hidden, channels)) / np.sqrt(channels), rng.standard_normal(hidden)
     w2, b2 = rng.standard_normal((channels, hidden)) / np.sqrt(hidden), rng.standard_normal(channels)
-    p5 = pack_nchw4c(p).astype(np.float32)
     c4 = p5.shape[1]
-    p5[:, -1, :, :, (channels - 1) % 4 + 1:] = np.nan  # padded lanes must never be read into a sum
     storage = "float16" if precision == "float16_acc32" and scope == TEXTURE else None
     func = excite.excitation(p5.shape, channels, hidden, channels, activation=act, gate=gate, scope=scope, threads=threads)
-    loaded, name = ops.compile(func, device)
-    specs = [replace(spec, storage=storage) if spec.scope == TEXTURE else spec for spec in loaded[name].params]
-    args = [p5, _padded(w1, hidden, 4 * c4), b1.astype(np.float32), _padded(w2, 4 * c4, hidden), pack_bias(b2.astype(np.float32))]
-    tensors = [device.empty(spec).upload(a) for spec, a in zip(specs, args)]
-    out = device.empty(specs[-1]).poison()
-    loaded(name, *tensors, out)
-    y = out.numpy()
+    args = [p5, _padded(w1, hidden, 4 * c4), b1.astype(np.float32), _padded(w2.T, hidden, 4 * c4), pack_bias(b2.astype(np.float32))]
+    y = _run(device, func, scope, storage, args)
     p_in = p.astype(np.float16 if storage else np.float32).astype(np.float64).mean(axis=(2, 3))
     h = reference.activation(p_in @ w1.astype(np.float32).T + b1.astype(np.float32), act)
     ref = reference.activation(h @ w2.astype(np.float32).T + b2.astype(np.float32), gate)
     rtol = 2.0**-10 if storage else RTOL  # the half output's rounding
     np.testing.assert_allclose(unpack_nchw4c(y, channels)[:, :, 0, 0], ref, rtol=rtol, atol=1e-6)
     assert np.all(y[:, -1, :, :, (channels - 1) % 4 + 1:] == 0), "padded lanes not zero"
+
+
+@given(n=st.integers(1, 2), channels=st.integers(1, 40), hw=st.sampled_from(MAPS), out_channels=st.integers(1, 70),
+       act=st.sampled_from([None, "hardswish", "relu"]), threads=st.sampled_from(THREADS), groups=st.integers(1, 6),
+       scope=st.sampled_from([TEXTURE, "global"]), precision=st.sampled_from(["float32", "float16_acc32"]),
+       seed=st.integers(0, 2**32 - 1))
+def test_pooled_pointwise_kernel(device, n, channels, hw, out_channels, act, threads, groups, scope, precision, seed):
+    """``act(W @ mean_hw(X) + b)`` (a classifier head's pool and first 1x1 conv): every output
+    block written once whatever the split over work groups (more groups than blocks included:
+    the output poisoned), padded output lanes 0, padded input lanes (NaN) never summed."""
+    rng = np.random.default_rng(seed)
+    p, p5 = _pooled_input(rng, n, channels, hw)
+    w, b = rng.standard_normal((out_channels, channels)) / np.sqrt(channels), rng.standard_normal(out_channels)
+    c4, o4 = p5.shape[1], -(-out_channels // 4)
+    storage = "float16" if precision == "float16_acc32" and scope == TEXTURE else None
+    func = excite.pooled_pointwise(p5.shape, channels, out_channels, activation=act, scope=scope, threads=threads, groups=groups)
+    y = _run(device, func, scope, storage, [p5, _padded(w, 4 * o4, 4 * c4), _padded(b[None], 1, 4 * o4)[0]])
+    p_in = p.astype(np.float16 if storage else np.float32).astype(np.float64).mean(axis=(2, 3))
+    ref = reference.activation(p_in @ w.astype(np.float32).T + b.astype(np.float32), act)
+    rtol = 2.0**-10 if storage else RTOL
+    np.testing.assert_allclose(unpack_nchw4c(y, out_channels)[:, :, 0, 0], ref, rtol=rtol, atol=1e-6)
+    assert np.all(y[:, -1, :, :, (out_channels - 1) % 4 + 1:] == 0), "padded lanes not zero"
 
 
 def _se_nodes(x, y, inits, channels, hidden, rng, pool="ReduceMean", act="silu", gate="Sigmoid"):
@@ -105,30 +146,58 @@ def test_se_pool_with_other_users():
     assert not any(n.startswith("multiply") for n in names), names
 
 
-def test_one_conv_on_the_pool_is_a_conv():
-    """pool -> 1x1 conv -> relu -> multiply (no second conv): no excitation kernel, and the relu the
-    search looked at is still the conv's epilogue (nothing left fused by the failed match)."""
-    rng, inits = np.random.default_rng(7), {}
+def _pool_conv_relu_multiply(rng, inits):
+    """conv -> pool -> 1x1 conv -> relu -> multiply (no second conv: no excitation)."""
     node = helper.make_node
-    nodes = [conv_node(rng, inits, "x", "c", 6, 3), node("ReduceMean", ["c"], ["p"], axes=[2, 3], keepdims=1),
-             conv_node(rng, inits, "p", "f", 6, 6, k=1), node("Relu", ["f"], ["g"]), node("Mul", ["c", "g"], ["y"])]
-    names = check_pattern(pattern_graph(nodes, inits))
-    assert "excitation" not in names and len(names) == 4, names  # conv, pool, conv + relu, multiply
+    return [conv_node(rng, inits, "x", "c", 6, 3), node("ReduceMean", ["c"], ["p"], axes=[2, 3], keepdims=1),
+            conv_node(rng, inits, "p", "f", 6, 6, k=1), node("Relu", ["f"], ["g"]), node("Mul", ["c", "g"], ["y"])]
+
+
+def test_one_conv_on_the_pool_is_a_pooled_pointwise():
+    """pool -> 1x1 conv -> relu (a classifier head's form): one ``pooled_pointwise`` kernel, the
+    relu its activation; the multiply by it runs apart (not a gate: no conv after it)."""
+    rng, inits = np.random.default_rng(7), {}
+    names = check_pattern(pattern_graph(_pool_conv_relu_multiply(rng, inits), inits))
+    assert names == ["conv2d_nchw4c", "pooled_pointwise", "multiply_channels"], names
+
+
+def test_one_conv_on_a_big_pool_is_a_conv(device):
+    """The same on a map too big to pool once per work group (``pooled_conv_schedule`` declines):
+    no excitation and no pooled_pointwise kernel, and the relu the searches looked at is still
+    the conv's epilogue (nothing left fused by the failed matches)."""
+    from tir_adreno.strategy.pool import pooled_conv_schedule
+    from tir_adreno.strategy.profile import DeviceProfile
+
+    profile = DeviceProfile.from_device(device)
+    size = int(np.ceil(np.sqrt(profile.launch_cost_macs / 6 + 1)))  # one work group pooling it is already too much
+    assert pooled_conv_schedule(profile, 6, size * size, 6) is None
+    rng, inits = np.random.default_rng(7), {}
+    names = check_pattern(pattern_graph(_pool_conv_relu_multiply(rng, inits), inits, size=size), size=size)
+    assert names == ["conv2d_nchw4c", "mean_hw", "conv2d_nchw4c1", "multiply_channels"], names  # conv, pool, conv + relu, multiply
 
 
 def test_excitation_schedule():
-    """Fused for an SE block's convs on Adreno and PoCL; apart on the H200 (measured slower there),
-    with fusion off, or for convs bigger than a launch is worth (a classifier head's)."""
-    from tir_adreno.strategy.pool import excitation_schedule
+    """Fused for an SE block's convs on every profile (64, 256, 1024 work items on PoCL, Adreno,
+    the H200); apart with fusion off, or for convs bigger than a launch is worth (a classifier
+    head's: its pool and first conv are a pooled_pointwise spread over work groups instead)."""
+    from tir_adreno.strategy.pool import excitation_schedule, pooled_conv_schedule
     from tir_adreno.strategy.profile import resolve, without_fusion
 
-    se_macs = 2 * 1152 * 48  # EfficientNet-B0's largest SE block
-    assert excitation_schedule(resolve(profile="nvidia-h200"), se_macs) is None
-    for name in ("adreno", "pocl"):
+    se = (2 * 1152 * 48, 1152, 49, 48)  # EfficientNet-B0's largest SE block: macs, channels, pixels, hidden
+    for name, threads, groups in (("pocl", 64, 2), ("adreno", 256, 4), ("nvidia-h200", 1024, 33)):
         profile = resolve(profile=name)
-        assert excitation_schedule(profile, se_macs)["threads"] in (64, 256)
-        assert excitation_schedule(without_fusion(profile), se_macs) is None
-        assert excitation_schedule(profile, 10 * profile.launch_cost_macs) is None
+        assert excitation_schedule(profile, *se) == {"threads": threads}
+        assert excitation_schedule(profile, se[0], 32, 112 * 112, 8) == {"threads": threads}  # its first block
+        assert excitation_schedule(without_fusion(profile), *se) is None
+        assert excitation_schedule(profile, 10 * profile.launch_cost_macs, *se[1:]) is None
+        # its partial sums and means (~23-26 KiB) on a device with 16 KiB of shared memory
+        assert excitation_schedule(replace(profile, local_memory_bytes=16 * 1024), *se) is None
+        # MobileNetV3-Small's head: 576 channels of 7 x 7 -> 1024
+        assert pooled_conv_schedule(profile, 576, 49, 1024) == {"threads": threads, "groups": groups}
+        assert pooled_conv_schedule(profile, 576, 49, 4) == {"threads": threads, "groups": 1}  # one output block
+        assert pooled_conv_schedule(without_fusion(profile), 576, 49, 1024) is None
+        assert pooled_conv_schedule(profile, 576, 112 * 112, 1024) is None  # a big map, pooled per group
+        assert pooled_conv_schedule(replace(profile, local_memory_bytes=4096), 576, 49, 1024) is None  # too little shared memory
 
 
 def _gated_block(rng, inits, conv_after, k=1):
@@ -175,3 +244,55 @@ def test_fuse_gate():
     assert takes_gate(ConvChoice(), three) and not takes_gate(ConvChoice("winograd_2x2"), three)
     assert not takes_gate(ConvChoice(), conv2d_geometry((1, 16, 14, 14), (16, 1, 3, 3), padding=1, groups=16))
     assert not takes_gate(ConvChoice(), conv2d_geometry((1, 6, 14, 14), (6, 2, 1, 1), groups=3))
+
+
+def _se_classifier(rng, inits):
+    """conv -> SE (8 channels, 2 hidden units; MobileNetV3's ReLU and hard-sigmoid) -> 1x1 conv ->
+    a head: global pool -> 1x1 conv -> hard-swish -> flatten (MobileNetV3's has a second 1x1 conv,
+    too big for one work group: the excitation rule would take a small one)."""
+    node = helper.make_node
+    return [conv_node(rng, inits, "x", "c", 8, 3), *_se_nodes("c", "s", inits, 8, 2, rng, "GlobalAveragePool", "relu", "HardSigmoid"),
+            conv_node(rng, inits, "s", "p", 8, 8, k=1), node("GlobalAveragePool", ["p"], ["h0"]),
+            conv_node(rng, inits, "h0", "h1", 16, 8, k=1), node("HardSwish", ["h1"], ["h2"]), node("Flatten", ["h2"], ["y"])]
+
+
+def _plan_kernels(model, profile) -> list[str]:
+    """The kernel families ``model`` launches on ``profile``, in order (lowered, nothing built)."""
+    from tvm import relax
+
+    from tir_adreno.compiler import import_model, lower
+
+    mod, _ = import_model(model)
+    names = []
+
+    def visit(e):
+        if isinstance(e, relax.Call) and getattr(e.op, "name", "") == "relax.call_tir":
+            names.append(e.args[0].name_hint.rstrip("0123456789"))
+
+    relax.analysis.post_order_visit(lower(mod, profile, lazy=True)["main"].body, visit)
+    return names
+
+
+@pytest.mark.parametrize("name", ["pocl", "adreno", "nvidia-h200"])
+def test_se_classifier_launches(name):
+    """Issue 21's launch counts on every profile, the H200 included: an SE block is the excitation
+    plus the gated projection conv, a head's pool and first conv one kernel and its [N, C]
+    output written by the layout transform (no reshape): 6 launches, 10 with fusion off."""
+    from tir_adreno.strategy.profile import get_profile, without_fusion
+
+    rng, inits = np.random.default_rng(12), {}
+    model = pattern_graph(_se_classifier(rng, inits), inits, size=14)
+    fused = _plan_kernels(model, get_profile(name))
+    conv = [k for k in fused if k.startswith("conv2d")]
+    assert [k if not k.startswith("conv2d") else "conv" for k in fused] == [
+        "nchw_to_nchw4c", "conv", "excitation", "conv", "pooled_pointwise", "nchw4c_to_nchw"], fused
+    assert len(conv) == 2
+    apart = _plan_kernels(model, without_fusion(get_profile(name)))
+    assert len(apart) == 10 and apart.count("mean_hw") == 2 and "reshape" not in apart, apart
+
+
+def test_se_classifier_output():
+    """The same graph on this device against onnxruntime: the flat output written in its own shape."""
+    rng, inits = np.random.default_rng(12), {}
+    names = check_pattern(pattern_graph(_se_classifier(rng, inits), inits, size=14), size=14)
+    assert names == ["conv2d_nchw4c", "excitation", "conv2d_nchw4c1", "pooled_pointwise"], names

@@ -260,11 +260,11 @@ class Rewriter:
             n, c, h, w = v.nchw
             nhwc = v.layout in ("NHWC", "NLC")
             factory, shape = (layout.nchw4c_to_nhwc, (n, h, w, c)) if nhwc else (layout.nchw4c_to_nchw, (n, c, h, w))
-            func = kernel(factory, shape, scope=scope, **self.plain_dtype())
-            v.plain = self.emit_kernel(func, [src], shape, dtype="float32", op_info=layout_info(factory.__name__, v.nchw))
+            # A flat layout's plain form is written in its own shape: no reshape kernel after it.
             flat = {"NC": (n, c), "NLC": (n, h * w, c), "NCL": (n, c, h * w)}.get(v.layout)
-            if flat is not None:
-                v.plain = self.bb.emit(relax.op.reshape(v.plain, flat))
+            extra = {"out_shape": flat} if flat is not None else {}
+            func = kernel(factory, shape, scope=scope, **self.plain_dtype(), **extra)
+            v.plain = self.emit_kernel(func, [src], flat or shape, dtype="float32", op_info=layout_info(factory.__name__, v.nchw))
         return v.plain
 
     # -- driver ---------------------------------------------------------------------------

@@ -21,24 +21,51 @@ def group_threshold(profile: DeviceProfile) -> int | None:
     return None if profile.kind == "cpu" else _pool2d.GROUP_THRESHOLD
 
 
-#: Devices with more compute units than this keep squeeze-excitation apart: its one work group
-#: per sample leaves a wide GPU idle. Measured on the H200 (132 units, float16_acc32, median of
-#: 21, benchmarks/results/se_launches-nvidia-h200.json): EfficientNet-B0 1.02 -> 1.35 ms and
-#: MobileNetV3-Small 0.56 -> 0.65 ms fused. PoCL (2 units): equal. Adreno (4-12 units): fused.
-EXCITATION_MAX_COMPUTE_UNITS = 16
+#: Work items of a squeeze-excitation work group per device class: 64 on CPU OpenCL, where a work
+#: group runs on one core; 256 on mobile GPUs; the whole work group on a wide GPU, where the
+#: kernel's one work group per sample runs on one of many compute units and the pool of an early
+#: 112 x 112 block needs every load in flight it can get (the H200: see docs/coverage.md).
+EXCITATION_THREADS = {"cpu": _excite.THREADS, "mobile": 4 * _excite.THREADS, "gpu": 16 * _excite.THREADS}
 
 
-def excitation_schedule(profile: DeviceProfile, macs: int) -> dict | None:
-    """Factory keywords of a squeeze-excitation kernel (``primfuncs.excite``: its pool and its two
-    1x1 convs of ``macs`` multiply-adds run in one work group per sample), or None to keep them
-    apart: with kernel fusion off (``launch_cost_macs`` 0, ``compile_model(fuse=False)``), or when
-    the convs are bigger than a launch is worth (a classifier head's 1x1 convs belong on the whole
-    device), or on a GPU wider than :data:`EXCITATION_MAX_COMPUTE_UNITS`. 64 work items on CPU
-    OpenCL, where a work group runs on one core; 256 on GPUs, so the pool of an early 112 x 112
-    block still has many loads in flight."""
-    if not 0 < macs <= profile.launch_cost_macs or profile.compute_units > EXCITATION_MAX_COMPUTE_UNITS:
+def _threads(profile: DeviceProfile) -> int:
+    return min(EXCITATION_THREADS[profile.kind], profile.max_work_group_size)
+
+
+def _fits(profile: DeviceProfile, channels: int, pixels: int, rows: int, threads: int) -> bool:
+    """Whether such a work group's shared memory (``primfuncs.excite.shared_bytes``) fits the device's."""
+    return _excite.shared_bytes(-(-channels // 4), pixels, rows, threads) <= profile.local_memory_bytes
+
+
+def excitation_schedule(profile: DeviceProfile, macs: int, channels: int, pixels: int, hidden: int) -> dict | None:
+    """Factory keywords of a squeeze-excitation kernel (``primfuncs.excite``: the pool of
+    ``channels`` x ``pixels`` and the two 1x1 convs of ``macs`` multiply-adds, ``hidden`` units,
+    run in one work group per sample), or None to keep them apart: with kernel fusion off
+    (``launch_cost_macs`` 0, ``compile_model(fuse=False)``), when the convs are bigger than a
+    launch is worth (a classifier head's 1x1 convs belong on the whole device), or when its shared
+    memory does not fit the device's. :data:`EXCITATION_THREADS` work items."""
+    threads = _threads(profile)
+    if not 0 < macs <= profile.launch_cost_macs or not _fits(profile, channels, pixels, hidden, threads):
         return None
-    return dict(threads=_excite.THREADS if profile.kind == "cpu" else 4 * _excite.THREADS)
+    return dict(threads=threads)
+
+
+def pooled_conv_schedule(profile: DeviceProfile, channels: int, pixels: int, out_channels: int) -> dict | None:
+    """Factory keywords of ``primfuncs.excite.pooled_pointwise`` (a global average pool and the 1x1
+    conv of ``channels`` -> ``out_channels`` that is its only user, as one kernel), or None to keep
+    them apart. Its work groups each pool the whole map: one per compute unit on CPU and mobile
+    devices, one per four on a wide GPU (a group's rows of the conv then about match its share of
+    the pool), at most one per output block. Taken when fusion is on, that repeated pooling
+    (groups x map) costs less than a launch (``launch_cost_macs``: a classifier head's 7 x 7 map)
+    and the work group's shared memory fits the device's."""
+    blocks = -(-out_channels // 4)
+    groups = max(1, min(blocks, profile.compute_units // 4 if profile.kind == "gpu" else profile.compute_units))
+    threads = _threads(profile)
+    if not 0 < groups * channels * pixels <= profile.launch_cost_macs:
+        return None
+    if not _fits(profile, channels, pixels, 4 * -(-blocks // groups), threads):
+        return None
+    return dict(threads=threads, groups=groups)
 
 
 #: Pooling / reduction schedules: "auto" (by :func:`group_threshold`), a work item or a work group per output.

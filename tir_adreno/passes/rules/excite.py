@@ -2,7 +2,9 @@
 ``[N, C, 1, 1]`` vector (each with its bias, folded linear steps and activation: ``act`` after the
 first, the ``sigmoid``/``hardsigmoid`` gate after the second) as one ``excitation`` kernel instead
 of three launches. The pool is taken when the pooled vector's only user is the first conv
-(:func:`pooled_excitation`); else the two convs alone (:func:`excitation`). The gate multiply
+(:func:`pooled_excitation`); else the two convs alone (:func:`excitation`). A pool whose only user
+is a 1x1 conv too big for one work group (a classifier head's) is one ``pooled_pointwise`` kernel
+with that conv, spread over work groups that each pool the small map. The gate multiply
 ``x * gate[n, c]`` goes into the conv that is its only user (:func:`gated_conv2d`: the projection
 conv reads its input times the gate), so an SE block adds one launch to the network."""
 
@@ -51,7 +53,7 @@ def _constants(fc1: Tail, fc2: Tail, c4: int, o4: int) -> list:
     """The kernel's weight and bias arguments (``primfuncs.excite``'s layouts)."""
     hidden = fc1.w.shape[0]
     return [relax.const(_padded(fc1.w[:, :, 0, 0], hidden, 4 * c4)), relax.const(fc1.bias.astype(np.float32)),
-            relax.const(_padded(fc2.w[:, :, 0, 0], 4 * o4, hidden)), relax.const(pack_bias(fc2.bias.astype(np.float32)))]
+            relax.const(_padded(fc2.w[:, :, 0, 0].T, hidden, 4 * o4)), relax.const(pack_bias(fc2.bias.astype(np.float32)))]
 
 
 @rule("relax.mean", "relax.nn.adaptive_avg_pool2d")
@@ -62,6 +64,8 @@ def pooled_excitation(rw: Rewriter, node: Node):
         return None
     fc1 = rw.graph.sole_user(node.var)
     out = _excite(rw, x, fc1, node.var)
+    if out is None:
+        out = _pooled_pointwise(rw, x, fc1, node.var)
     if out is not None:
         fc1.fused = True
     return out
@@ -96,7 +100,9 @@ def _excite(rw: Rewriter, x: Value, fc1_node: Node | None, vector) -> relax.Var 
         return None
     fused_before = [m for m in rw.graph.nodes if m.fused]
     tails = _tails(rw, fc1_node, w1)
-    schedule = pool_strategy.excitation_schedule(rw.profile, _macs(tails)) if tails is not None else None
+    n, c, h, w = x.nchw
+    schedule = (pool_strategy.excitation_schedule(rw.profile, _macs(tails), c, h * w, tails[0].w.shape[0])
+                if tails is not None else None)
     if schedule is None:  # the conv rule finds the tails again: un-fuse what the search took
         for m in rw.graph.nodes:
             m.fused = False
@@ -104,7 +110,6 @@ def _excite(rw: Rewriter, x: Value, fc1_node: Node | None, vector) -> relax.Var 
             m.fused = True
         return None
     fc1, fc2 = tails
-    n, c = x.nchw[:2]
     out_channels = fc2.w.shape[0]
     out5 = blocked_shape((n, out_channels, 1, 1))
     scope = rw.scope_for(x.shape5, out5)
@@ -115,6 +120,36 @@ def _excite(rw: Rewriter, x: Value, fc1_node: Node | None, vector) -> relax.Var 
     info["output"] = [n, int(out_channels), 1, 1]
     out = rw.emit_kernel(func, [rw.blocked(x, scope), *_constants(fc1, fc2, x.shape5[1], out5[1])], out5, op_info=info)
     rw.define(fc2.last.var, out, scope, (n, out_channels, 1, 1))
+    return out
+
+
+def _pooled_pointwise(rw: Rewriter, x: Value, conv: Node | None, vector) -> relax.Var | None:
+    """The ``pooled_pointwise`` kernel: the pool of the map ``x`` and ``conv`` (a 1x1 conv on its
+    mean ``vector``, with its tail, no residual) where ``strategy.pool.pooled_conv_schedule`` says
+    so; else None with nothing fused."""
+    w = _vector_pointwise(conv, vector)
+    if w is None or x.nchw[2:] == (1, 1):
+        return None
+    fused_before = {id(m) for m in rw.graph.nodes if m.fused}
+    tail = conv_tail(rw, conv, w, "NCHW")
+    n, c, h, wd = x.nchw
+    out_channels = int(w.shape[0])
+    schedule = pool_strategy.pooled_conv_schedule(rw.profile, c, h * wd, out_channels) if tail.residual is None else None
+    if schedule is None:  # the conv rule finds the tail again
+        for m in rw.graph.nodes:
+            m.fused = id(m) in fused_before
+        return None
+    out5 = blocked_shape((n, out_channels, 1, 1))
+    scope = rw.scope_for(x.shape5, out5)
+    one = clip_fields(tail.clip_bounds)
+    func = kernel(excite.pooled_pointwise, x.shape5, c, out_channels, activation=tail.activation, scope=scope,
+                  bounds=(one.get("clip_min", 0.0), one.get("clip_max", 6.0)), **schedule)
+    info = elementwise_info("pooled_pointwise", [conv, tail.last], [x.nchw], fc=epilogue_info(tail.epilogue))
+    info["output"] = [n, out_channels, 1, 1]
+    consts = [relax.const(_padded(tail.w[:, :, 0, 0], 4 * out5[1], 4 * x.shape5[1])),
+              relax.const(_padded(tail.bias.astype(np.float32)[None], 1, 4 * out5[1])[0])]
+    out = rw.emit_kernel(func, [rw.blocked(x, scope), *consts], out5, op_info=info)
+    rw.define(tail.last.var, out, scope, (n, out_channels, 1, 1))
     return out
 
 
