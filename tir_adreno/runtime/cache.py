@@ -158,10 +158,28 @@ def read_once_verified(path: Path, key: str = "") -> tuple[memoryview, bytes] | 
     return None if payload is None else (payload, claimed)
 
 
-def _stamp(path, st) -> tuple[Path, str]:
-    """Where the verified-once stamp of the file at ``path`` with ``os.stat`` result ``st`` lives, and its key."""
-    stamp_key = key("verified", os.path.abspath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-    return cache_dir() / "verified" / f"{stamp_key}.stamp", stamp_key
+def _stamp(path, st, kind: str = "verified") -> tuple[Path, str]:
+    """Where the stamp ``kind`` of the file at ``path`` with ``os.stat`` result ``st`` lives, and its key."""
+    stamp_key = key(kind, os.path.abspath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    return cache_dir() / kind / f"{stamp_key}.stamp", stamp_key
+
+
+def file_digest(path) -> bytes:
+    """The SHA-256 of any file's bytes (an ONNX model, a records file), computed once per file
+    identity: a stamp as :func:`read_once_verified`'s holds it (kind "digest"). OSError when
+    the file cannot be read."""
+    st = os.stat(path)
+    stamp, stamp_key = _stamp(path, st, "digest")
+    known = read(stamp, stamp_key)
+    if known is not None and len(known) == _DIGEST:
+        return known
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            h.update(chunk)
+    if _stamp(path, os.stat(path), "digest")[1] == stamp_key:  # not changed while it was read
+        store(stamp, h.digest(), stamp_key)
+    return h.digest()
 
 
 def _payload(data, key: str):
@@ -176,13 +194,18 @@ def _payload(data, key: str):
 def store(path: Path, payload: bytes, key: str = "") -> bool:
     """:func:`write` for caches: an unusable cache folder gives one :class:`CacheWarning`
     per process instead of an error. True when the entry was written."""
-    global _warned
     try:
         write(path, payload, key)
         return True
     except OSError as err:
-        if not _warned:
-            _warned = True
-            reason = err.strerror or type(err).__name__
-            warnings.warn(f"cache folder {cache_dir()} is not usable ({reason}); working without the disk cache", CacheWarning, stacklevel=2)
+        warn_unusable(err)
         return False
+
+
+def warn_unusable(err: OSError) -> None:
+    """The one :class:`CacheWarning` per process about a cache folder that cannot be written."""
+    global _warned
+    if not _warned:
+        _warned = True
+        reason = err.strerror or type(err).__name__
+        warnings.warn(f"cache folder {cache_dir()} is not usable ({reason}); working without the disk cache", CacheWarning, stacklevel=3)
