@@ -178,8 +178,11 @@ def lookup(key: str, output) -> dict | None:
     entry = _entry(key)
     if entry is None:
         return None
-    for name, digest in entry["files"].items():
-        _copy(_stored(digest), Path(output) / name)
+    try:
+        for name, digest in entry["files"].items():
+            _copy(_stored(digest), Path(output) / name)
+    except OSError:  # evicted meanwhile by another process: the compile that follows writes every file
+        return None
     try:
         os.utime(_manifest(key))  # recently used: evicted last
     except OSError:
