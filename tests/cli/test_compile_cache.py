@@ -206,3 +206,16 @@ def test_eviction_keeps_recent_entries_within_the_bounds(private_cache, tmp_path
     assert compile_cache.evict(max_bytes=0) == ["k2"]  # the newest entry stays, whatever its size
     assert compile_cache.lookup("k3", tmp_path / "back") is not None
     assert _bytes(tmp_path / "back") == _bytes(tmp_path / "out3")
+
+
+def test_a_hit_repeats_the_warnings_of_the_compile(run_cli, private_cache, tiny_onnx, tmp_path):
+    records = tmp_path / "records.json"
+    records.write_text("{}")  # not a records file: ignored with one warning
+    argv = ("compile", str(tiny_onnx), "-o", str(tmp_path / "m"), "--target", "pocl", "--records", str(records))
+    compiled = run_cli(*argv)
+    _compiled(compiled, hit=False)
+    lines = compiled.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tir-adreno: warning:") and "records ignored" in lines[0], compiled.stderr
+    hit = run_cli(*argv)
+    _compiled(hit, hit=True)
+    assert hit.stderr == compiled.stderr
