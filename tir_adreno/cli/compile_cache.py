@@ -51,7 +51,9 @@ MAX_BYTES = 2 << 30
 MAX_ENTRIES = 64
 #: Environment variables that do not change what ``compile`` writes: where the caches live, and
 #: settings read only when a model runs. Every other ``TIR_ADRENO_*`` variable is in the key.
-RUNTIME_ENV = ("TIR_ADRENO_CACHE_DIR", "TIR_ADRENO_DEVICE", "TIR_ADRENO_LAUNCHER", "TIR_ADRENO_PINNED")
+RUNTIME_ENV = (
+    "TIR_ADRENO_CACHE_DIR", "TIR_ADRENO_DEVICE", "TIR_ADRENO_LAUNCHER", "TIR_ADRENO_PINNED", "TIR_ADRENO_POCL_KEEP_IR",
+)
 #: Parsed arguments that do not change what is written (``input_shape``: its parsed form,
 #: ``input_shapes``, is in the key; ``model`` and ``records`` go in as their files' digests).
 NOT_IN_KEY = ("output", "paths", "no_cache", "input_shape", "model", "records", "builtin")
@@ -78,18 +80,12 @@ def package_sources() -> dict[str, Path]:
     import primfuncs
     import tir_adreno
 
-    sources = {}
-    for package in (tir_adreno, primfuncs):
-        for folder in map(Path, package.__path__):
-            for path in folder.rglob("*.py"):
-                if "__pycache__" not in path.parts:
-                    sources.setdefault(f"{package.__name__}/{path.relative_to(folder).as_posix()}", path)
-    return dict(sorted(sources.items()))
+    return {f"{p.__name__}/{name}": path for p in (tir_adreno, primfuncs) for name, path in cache.package_files(p).items()}
 
 
 def sources_digest() -> str:
     """SHA-256 over the names and bytes of :func:`package_sources` (an edit anywhere: a new key)."""
-    return cache.key("sources", *[part for name, path in package_sources().items() for part in (name, path.read_bytes())])
+    return cache.files_key("sources", package_sources())
 
 
 def tvm_identity() -> str:

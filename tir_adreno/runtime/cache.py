@@ -54,6 +54,24 @@ def key(*parts) -> str:
     return h.hexdigest()
 
 
+def package_files(package) -> dict[str, Path]:
+    """Every module of the imported ``package``, subpackages included, keyed by its path inside
+    the package, in a fixed order. Found by walking the package's folders rather than from a list
+    of names, so a module that is added or moved is covered without anyone listing it (and
+    without importing it, as ``pkgutil.walk_packages`` would)."""
+    files = {}
+    for folder in map(Path, package.__path__):
+        for path in folder.rglob("*.py"):
+            if "__pycache__" not in path.parts:
+                files.setdefault(path.relative_to(folder).as_posix(), path)
+    return dict(sorted(files.items()))
+
+
+def files_key(tag: str, files: dict) -> str:
+    """:func:`key` over the names and bytes of ``files`` ({name: path}, e.g. :func:`package_files`)."""
+    return key(tag, *[part for name, path in files.items() for part in (name, Path(path).read_bytes())])
+
+
 def _key_field(key: str) -> bytes:
     k = key.encode()
     return len(k).to_bytes(_KEY_LEN, "little") + k
