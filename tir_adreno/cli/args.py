@@ -149,6 +149,9 @@ def _add_compile(sub) -> None:
                    "(reference.npz), so `tir-adreno run DIR --check` reports the error on a machine without TVM")
     _add_placement(p)
     _add_no_fuse(p)
+    p.add_argument("--no-cache", action="store_true",
+                   help="compile even when the compile cache holds this request (same code, TVM, model, options), "
+                   "and store nothing there")
 
 
 def _add_tune(sub) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from tir_adreno.cli.checks import UserError, profile_named
+from tir_adreno.cli.checks import UserError, profile_named, warn
 from tir_adreno.cli.model import model_and_inputs
 
 
@@ -57,14 +57,37 @@ def kernels(args) -> int:
 
 
 def compile(args) -> int:  # noqa: A001 (the command's name)
-    from tir_adreno.compiler import ModelError, compile_plan
-    from tir_adreno.runtime.executor import save_model
-    from tir_adreno.strategy.precision import PrecisionError
-    from tir_adreno.strategy.profile import with_placement, without_fusion
+    from tir_adreno.cli import compile_cache
+    from tir_adreno.strategy.profile import with_placement
 
     target = with_placement(profile_named(args.target), args.placement)
+    header = f"model: {args.model or args.builtin}\ntarget: {target.name} ({target.kind}), activations in {target.activation_placement}s"
+    key = None if args.no_cache else compile_cache.request_key(args)
+    entry = compile_cache.lookup(key, args.output) if key is not None else None
+    if entry is not None:  # no TVM imported: the files of the same request compiled before
+        print(f"{header}\n  from the compile cache (--no-cache compiles)", flush=True)
+        for message in entry["warnings"]:
+            warn(message)
+        summary = entry["summary"]
+    else:
+        with compile_cache.Recorder() as warned:
+            summary, files = _compile(args, target, header)
+        if key is not None:
+            compile_cache.store(key, args.output, files, summary, warned.messages)
+    print(f"wrote {args.output}: {summary}")
+    print(f"run it with: tir-adreno run {args.output}")
+    return 0
+
+
+def _compile(args, target, header: str) -> tuple[str, list[str]]:
+    """Compile and save the model as ``args`` ask: (the summary line, the names of the files written)."""
+    from tir_adreno.compiler import ModelError, compile_plan
+    from tir_adreno.runtime.executor import REFERENCE_FILE, save_model
+    from tir_adreno.strategy.precision import PrecisionError
+    from tir_adreno.strategy.profile import without_fusion
+
     model, specs = model_and_inputs(args)
-    print(f"model: {args.model or args.builtin}\ntarget: {target.name} ({target.kind}), activations in {target.activation_placement}s", flush=True)
+    print(header, flush=True)
     try:
         plan, kernels, weights = compile_plan(
             model, without_fusion(target, args.no_fuse), args.records, progress=lambda msg: print(f"  {msg}", flush=True),
@@ -73,13 +96,13 @@ def compile(args) -> int:  # noqa: A001 (the command's name)
     except (ModelError, FileNotFoundError, PrecisionError) as err:
         raise UserError(str(err)) from None
     save_model(args.output, plan, kernels, weights, target.name)
+    files = ["model.json", "weights.npz"]
     if args.check:
         _save_reference(args.output, model, specs)
+        files.append(REFERENCE_FILE)
     convs = [c for c in plan.calls if c.config is not None]
     tuned = sum(c.source == "records" for c in convs)
-    print(f"wrote {args.output}: {len(plan.calls)} kernel calls, {len(convs)} conv kernels ({tuned} from records)")
-    print(f"run it with: tir-adreno run {args.output}")
-    return 0
+    return f"{len(plan.calls)} kernel calls, {len(convs)} conv kernels ({tuned} from records)", files
 
 
 def _save_reference(directory, model, specs) -> None:

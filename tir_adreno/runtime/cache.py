@@ -54,6 +54,24 @@ def key(*parts) -> str:
     return h.hexdigest()
 
 
+def package_files(package) -> dict[str, Path]:
+    """Every module of the imported ``package``, subpackages included, keyed by its path inside
+    the package, in a fixed order. Found by walking the package's folders rather than from a list
+    of names, so a module that is added or moved is covered without anyone listing it (and
+    without importing it, as ``pkgutil.walk_packages`` would)."""
+    files = {}
+    for folder in map(Path, package.__path__):
+        for path in folder.rglob("*.py"):
+            if "__pycache__" not in path.parts:
+                files.setdefault(path.relative_to(folder).as_posix(), path)
+    return dict(sorted(files.items()))
+
+
+def files_key(tag: str, files: dict) -> str:
+    """:func:`key` over the names and bytes of ``files`` ({name: path}, e.g. :func:`package_files`)."""
+    return key(tag, *[part for name, path in files.items() for part in (name, Path(path).read_bytes())])
+
+
 def _key_field(key: str) -> bytes:
     k = key.encode()
     return len(k).to_bytes(_KEY_LEN, "little") + k
@@ -158,10 +176,28 @@ def read_once_verified(path: Path, key: str = "") -> tuple[memoryview, bytes] | 
     return None if payload is None else (payload, claimed)
 
 
-def _stamp(path, st) -> tuple[Path, str]:
-    """Where the verified-once stamp of the file at ``path`` with ``os.stat`` result ``st`` lives, and its key."""
-    stamp_key = key("verified", os.path.abspath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-    return cache_dir() / "verified" / f"{stamp_key}.stamp", stamp_key
+def _stamp(path, st, kind: str = "verified") -> tuple[Path, str]:
+    """Where the stamp ``kind`` of the file at ``path`` with ``os.stat`` result ``st`` lives, and its key."""
+    stamp_key = key(kind, os.path.abspath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    return cache_dir() / kind / f"{stamp_key}.stamp", stamp_key
+
+
+def file_digest(path) -> bytes:
+    """The SHA-256 of any file's bytes (an ONNX model, a records file), computed once per file
+    identity: a stamp as :func:`read_once_verified`'s holds it (kind "digest"). OSError when
+    the file cannot be read."""
+    st = os.stat(path)
+    stamp, stamp_key = _stamp(path, st, "digest")
+    known = read(stamp, stamp_key)
+    if known is not None and len(known) == _DIGEST:
+        return known
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            h.update(chunk)
+    if _stamp(path, os.stat(path), "digest")[1] == stamp_key:  # not changed while it was read
+        store(stamp, h.digest(), stamp_key)
+    return h.digest()
 
 
 def _payload(data, key: str):
@@ -176,13 +212,18 @@ def _payload(data, key: str):
 def store(path: Path, payload: bytes, key: str = "") -> bool:
     """:func:`write` for caches: an unusable cache folder gives one :class:`CacheWarning`
     per process instead of an error. True when the entry was written."""
-    global _warned
     try:
         write(path, payload, key)
         return True
     except OSError as err:
-        if not _warned:
-            _warned = True
-            reason = err.strerror or type(err).__name__
-            warnings.warn(f"cache folder {cache_dir()} is not usable ({reason}); working without the disk cache", CacheWarning, stacklevel=2)
+        warn_unusable(err)
         return False
+
+
+def warn_unusable(err: OSError) -> None:
+    """The one :class:`CacheWarning` per process about a cache folder that cannot be written."""
+    global _warned
+    if not _warned:
+        _warned = True
+        reason = err.strerror or type(err).__name__
+        warnings.warn(f"cache folder {cache_dir()} is not usable ({reason}); working without the disk cache", CacheWarning, stacklevel=3)

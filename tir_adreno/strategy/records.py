@@ -34,24 +34,14 @@ class RecordsWarning(UserWarning):
 
 def kernel_sources() -> dict[str, Path]:
     """Every module of the ``primfuncs`` package, subpackages included, keyed by its path inside
-    the package, in a fixed order.
-
-    Found by walking the package's folders rather than from a list of names, so a kernel module
-    that is added or moved is covered without anyone listing it (and without importing it, as
-    ``pkgutil.walk_packages`` would)."""
-    sources = {}
-    for folder in map(Path, primfuncs.__path__):
-        for path in folder.rglob("*.py"):
-            if "__pycache__" not in path.parts:
-                sources.setdefault(path.relative_to(folder).as_posix(), path)
-    return dict(sorted(sources.items()))
+    the package, in a fixed order (``cache.package_files``)."""
+    return cache.package_files(primfuncs)
 
 
 def kernels_version() -> str:
     """Hash of the kernel library (:func:`kernel_sources`, names and contents): choices measured
     on other kernels are stale."""
-    parts = [part for name, path in kernel_sources().items() for part in (name, path.read_bytes())]
-    return cache.key("tuning-kernels", *parts)[:16]
+    return cache.files_key("tuning-kernels", kernel_sources())[:16]
 
 
 def conv2d_key(geom, precision: str = "float32") -> str:
