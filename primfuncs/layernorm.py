@@ -74,8 +74,160 @@ def layer_norm_channels(shape, channels: int, epsilon: float = 1e-5, dtype: str 
     return func
 
 
-#: Work items of the one work group per (sample, group) of :func:`group_norm`.
+#: Work items of each work group of the group norm kernels (:func:`group_norm` and its split form).
 GROUP_NORM_THREADS = 64
+#: The statistics the split form passes between its kernels, per pixel slice: count, mean, M2.
+PARTIAL_FIELDS = 3
+
+
+def _check_group_norm(shape, channels: int, groups: int, threads: int, epsilon: float = 0.0, activation: str | None = None,
+                      dtype: str = "float32", scope: str = TEXTURE, clip_min: float = 0.0, clip_max: float = 6.0):
+    """(n, c4, h, w) of a group norm's NCHW4c ``shape``; ValueError / TypeError naming a bad argument."""
+    shape = tuple(int(d) for d in shape)
+    if len(shape) != 5 or shape[4] != LANES:
+        raise ValueError(f"shape must be NCHW4c (N, C4, H, W, 4), got {shape}")
+    n, c4, h, w, _ = shape
+    check_positive(N=n, C4=c4, H=h, W=w, channels=channels, groups=groups, threads=threads)
+    check_channels(c4, channels)
+    if channels % groups or (groups > 1 and (channels // groups) % LANES):
+        raise ValueError(f"group_norm needs groups={groups} to divide channels={channels} into groups of a multiple of "
+                         f"{LANES} channels (each group whole 4-channel blocks), or groups=1")
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
+    if not clip_min <= clip_max:
+        raise ValueError(f"clip needs clip_min <= clip_max, got {clip_min} > {clip_max}")
+    check_epsilon(epsilon)
+    check_dtype(dtype)
+    check_scope(scope)
+    return n, c4, h, w
+
+
+def group_norm_pixels(shape, groups: int) -> int:
+    """Pixels (4 channels each) of one (sample, group) of NCHW4c ``shape``."""
+    _, c4, h, w, _ = (int(d) for d in shape)
+    return c4 // groups * h * w
+
+
+def group_norm_slices(pixels: int, wanted: int) -> int:
+    """The number of pixel slices nearest ``wanted`` (at most ``pixels``) that splits ``pixels``
+    into equal slices of ``ceil(pixels / slices)`` pixels with none empty (the last may be shorter)."""
+    per = ceildiv(pixels, max(1, min(int(wanted), pixels)))
+    return ceildiv(pixels, per)
+
+
+def _imin(a, b):
+    return min(a, b) if isinstance(a, int) and isinstance(b, int) else T.min(a, b)
+
+
+def _imax(a, b):
+    return max(a, b) if isinstance(a, int) and isinstance(b, int) else T.max(a, b)
+
+
+def _group_norm_parts(n, c4, h, w, channels, groups, dtype, threads, per, epsilon=0.0, activation=None, clip_min=0.0, clip_max=6.0):
+    """The index helpers and the two macros every group norm kernel is made of, for pixel slices of
+    ``per`` pixels (the whole group: ``per = pixels``): ``slice_stats`` (the mean and the sum of
+    squared deviations M2 of one slice, two passes, then ``finish(stats, m2)`` by item 0) and
+    ``normalize`` (the slice's pixels normalized with the mean and 1 / std in ``stats``). A fresh
+    pair per kernel (block names of a macro's second expansion get suffixes)."""
+    bpg = c4 // groups  # channel blocks per group
+    pixels = bpg * h * w
+    rounds = ceildiv(per, threads)
+    zero, f32 = T.FloatImm("float32", 0.0), "float32"
+    pad = 4 * c4 - channels  # padded lanes of the last channel block (groups = 1 only)
+
+    def at(vb, p):
+        """(n, channel block, row, column) of pixel ``p`` of group ``vb`` (= n * groups + g)."""
+        return vb // groups, vb % groups * bpg + p // (h * w), p // w % h, p % w
+
+    def real(p, vb, lane):
+        return (vb % groups * bpg + p // (h * w)) * 4 + lane < channels
+
+    def count(first):
+        """float32 count of the real elements of the slice from pixel ``first``: 4 per pixel but
+        the padded lanes of the last block's pixels (exact below 2^24)."""
+        end = _imin(first + per, pixels)
+        real_ = 4 * (end - first) - pad * _imax(0, end - _imax(first, (c4 - 1) * h * w))
+        return T.FloatImm(f32, float(real_)) if isinstance(real_, int) else T.Cast(f32, real_)
+
+    def inside(first, q):
+        """Item offset ``q`` lies in the slice from pixel ``first`` (only the last slice can be short)."""
+        return q < per if pixels % per == 0 else T.And(q < per, first + q < pixels)
+
+    def act(x):
+        return activate(x, activation, f32, clip_min, clip_max)
+
+    @T.macro
+    def slice_stats(X, sums, squares, stats, vb, first, finish):
+        # 1. item t sums the real lanes of its pixels of the slice
+        for t in T.thread_binding(threads, thread="threadIdx.x"):
+            with T.sblock("sum"):
+                px = T.sblock_alloc_buffer((4,), dtype, scope="local")
+                acc = T.sblock_alloc_buffer((1,), f32, scope="local")
+                acc[0] = zero
+                for r in T.serial(rounds):
+                    if inside(first, r * threads + t):
+                        load_pixel(px, X, *at(vb, first + r * threads + t))
+                        for lane in T.unroll(4):
+                            acc[0] = acc[0] + T.Select(real(first + r * threads + t, vb, lane), T.Cast(f32, px[lane]), zero)
+                sums[t] = acc[0]
+        # 2. the slice's mean
+        for t in T.thread_binding(threads, thread="threadIdx.x"):
+            with T.sblock("mean"):
+                if t == 0:
+                    total = T.sblock_alloc_buffer((1,), f32, scope="local")
+                    total[0] = zero
+                    for k in range(threads):
+                        total[0] = total[0] + sums[k]
+                    stats[0] = total[0] / count(first)
+        # 3. item t sums its squared deviations from that mean (two passes: no E[x^2] - E[x]^2)
+        for t in T.thread_binding(threads, thread="threadIdx.x"):
+            with T.sblock("squares"):
+                px = T.sblock_alloc_buffer((4,), dtype, scope="local")
+                acc = T.sblock_alloc_buffer((1,), f32, scope="local")
+                acc[0] = zero
+                for r in T.serial(rounds):
+                    if inside(first, r * threads + t):
+                        load_pixel(px, X, *at(vb, first + r * threads + t))
+                        for lane in T.unroll(4):
+                            acc[0] = acc[0] + T.Select(real(first + r * threads + t, vb, lane),
+                                                       (T.Cast(f32, px[lane]) - stats[0]) * (T.Cast(f32, px[lane]) - stats[0]), zero)
+                squares[t] = acc[0]
+        # 4. the slice's M2, handed to ``finish``
+        for t in T.thread_binding(threads, thread="threadIdx.x"):
+            with T.sblock("m2"):
+                if t == 0:
+                    total = T.sblock_alloc_buffer((1,), f32, scope="local")
+                    total[0] = zero
+                    for k in range(threads):
+                        total[0] = total[0] + squares[k]
+                    finish(stats, total[0])
+
+    @T.macro
+    def normalize(X, Gamma, Beta, Y, stats, vb, first):
+        # item t normalizes, scales and shifts its pixels of the slice (stats: mean, 1 / std)
+        for t in T.thread_binding(threads, thread="threadIdx.x"):
+            with T.sblock("normalize"):
+                px = T.sblock_alloc_buffer((4,), dtype, scope="local")
+                gb = T.sblock_alloc_buffer((2, 4), dtype, scope="local")
+                out = T.sblock_alloc_buffer((4,), f32, scope="local")
+                for r in T.serial(rounds):
+                    if inside(first, r * threads + t):
+                        load_pixel(px, X, *at(vb, first + r * threads + t))
+                        for lane in T.vectorized(4):
+                            gb[0, lane] = Gamma[at(vb, first + r * threads + t)[1], lane]
+                        for lane in T.vectorized(4):
+                            gb[1, lane] = Beta[at(vb, first + r * threads + t)[1], lane]
+                        for lane in T.unroll(4):
+                            out[lane] = T.Select(real(first + r * threads + t, vb, lane),
+                                                 act((T.Cast(f32, px[lane]) - stats[0]) * stats[1] * T.Cast(f32, gb[0, lane]) + T.Cast(f32, gb[1, lane])),
+                                                 zero)
+                        store_pixel(Y, *at(vb, first + r * threads + t), out)
+
+    @T.macro
+    def set_rstd(stats, m2):
+        stats[1] = T.FloatImm(f32, 1.0) / T.sqrt(m2 / count(0) + T.FloatImm(f32, float(epsilon)))
+
+    return pixels, count, slice_stats, normalize, set_rstd
 
 
 def group_norm(shape, channels: int, groups: int, epsilon: float = 1e-5, activation: str | None = None, dtype: str = "float32",
@@ -93,38 +245,16 @@ def group_norm(shape, channels: int, groups: int, epsilon: float = 1e-5, activat
     ``E[x^2] - E[x]^2``), then the normalized, scaled and shifted pixels. Groups must start on a
     4-channel block (``C / groups`` a multiple of 4) unless ``groups = 1``; padded lanes are left
     out of the statistics and written as 0. Statistics and arithmetic are float32 whatever
-    ``dtype`` is, and never leave the kernel (no intermediate tensor to round)."""
-    shape = tuple(int(d) for d in shape)
-    if len(shape) != 5 or shape[4] != LANES:
-        raise ValueError(f"shape must be NCHW4c (N, C4, H, W, 4), got {shape}")
-    n, c4, h, w, _ = shape
-    check_positive(N=n, C4=c4, H=h, W=w, channels=channels, groups=groups, threads=threads)
-    check_channels(c4, channels)
-    if channels % groups or (groups > 1 and (channels // groups) % LANES):
-        raise ValueError(f"group_norm needs groups={groups} to divide channels={channels} into groups of a multiple of "
-                         f"{LANES} channels (each group whole 4-channel blocks), or groups=1")
-    if activation not in ACTIVATIONS:
-        raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
-    if not clip_min <= clip_max:
-        raise ValueError(f"clip needs clip_min <= clip_max, got {clip_min} > {clip_max}")
-    check_epsilon(epsilon)
-    check_dtype(dtype)
-    check_scope(scope)
-    bpg = c4 // groups  # channel blocks per group
-    pixels = bpg * h * w  # pixels (4 channels each) of one group
-    rounds = ceildiv(pixels, threads)
-    zero, f32 = T.FloatImm("float32", 0.0), "float32"
-    count = T.FloatImm(f32, float(channels // groups * h * w))
+    ``dtype`` is, and never leave the kernel (no intermediate tensor to round).
 
-    def at(vb, p):
-        """(n, channel block, row, column) of pixel ``p`` of group ``vb`` (= n * groups + g)."""
-        return vb // groups, vb % groups * bpg + p // (h * w), p // w % h, p % w
-
-    def real(p, vb, lane):
-        return (vb % groups * bpg + p // (h * w)) * 4 + lane < channels
-
-    def act(x):
-        return activate(x, activation, f32, clip_min, clip_max)
+    On a wide GPU one work group per (sample, group) leaves most of it idle: the split form
+    (:func:`group_norm_partials` then :func:`group_norm_apply`) spreads the same work over
+    many work groups (``strategy.pool.group_norm_schedule`` picks the form)."""
+    n, c4, h, w = _check_group_norm(shape, channels, groups, threads, epsilon, activation, dtype, scope, clip_min, clip_max)
+    pixels = group_norm_pixels(shape, groups)
+    _, _, slice_stats, normalize, set_rstd = _group_norm_parts(n, c4, h, w, channels, groups, dtype, threads, pixels, epsilon,
+                                                               activation, clip_min, clip_max)
+    f32 = "float32"
 
     @T.prim_func(s_tir=True)
     def func(x: T.handle, gamma: T.handle, beta: T.handle, y: T.handle):
@@ -139,66 +269,124 @@ def group_norm(shape, channels: int, groups: int, epsilon: float = 1e-5, activat
                 sums = T.sblock_alloc_buffer((threads,), f32, scope="shared")
                 squares = T.sblock_alloc_buffer((threads,), f32, scope="shared")
                 stats = T.sblock_alloc_buffer((2,), f32, scope="shared")  # mean, 1 / sqrt(var + eps)
-                # 1. item t sums its pixels' real lanes
+                slice_stats(X, sums, squares, stats, vb, 0, set_rstd)
+                normalize(X, Gamma, Beta, Y, stats, vb, 0)
+
+    return func
+
+
+def _check_slices(pixels: int, slices: int) -> int:
+    if not (isinstance(slices, int) and 1 <= slices <= pixels and group_norm_slices(pixels, slices) == slices):
+        raise ValueError(f"slices={slices!r} does not split a group's {pixels} pixels into equal non-empty slices "
+                         f"(group_norm_slices({pixels}, {slices}) = {group_norm_slices(pixels, max(1, int(slices)))})")
+    return slices
+
+
+def group_norm_partials(shape, channels: int, groups: int, slices: int, dtype: str = "float32", scope: str = TEXTURE,
+                        threads: int = GROUP_NORM_THREADS):
+    """The statistics kernel of the split group norm: ``P[n * groups + g, s] = (count, mean, M2)``
+    (``(N * groups, slices, 3)``, a float32 buffer whatever ``dtype`` is) of the real elements of
+    pixel slice ``s`` of each (sample, group) of NCHW4c ``shape``, the group's pixels cut into
+    ``slices`` slices of ``ceil(pixels / slices)`` (:func:`group_norm_slices`). One work group of
+    ``threads`` items per slice, two passes over it as in :func:`group_norm` (the mean, then the
+    squared deviations from it: no ``E[x^2] - E[x]^2`` cancellation)."""
+    n, c4, h, w = _check_group_norm(shape, channels, groups, threads, dtype=dtype, scope=scope)
+    pixels = group_norm_pixels(shape, groups)
+    _check_slices(pixels, slices)
+    per = ceildiv(pixels, slices)
+    _, count, slice_stats, _, _ = _group_norm_parts(n, c4, h, w, channels, groups, dtype, threads, per)
+    f32 = "float32"
+
+    @T.macro
+    def store_partial(P, stats, m2, vb, vs):
+        P[vb, vs, 0] = count(vs * per)
+        P[vb, vs, 1] = stats[0]
+        P[vb, vs, 2] = m2
+
+    @T.prim_func(s_tir=True)
+    def func(x: T.handle, p: T.handle):
+        T.func_attr({"global_symbol": "group_norm_partials", "tirx.noalias": True})
+        X = T.match_buffer(x, (n, c4, h, w, 4), dtype, scope=scope)
+        P = T.match_buffer(p, (n * groups, slices, PARTIAL_FIELDS), f32, scope=BUFFER)
+        for b in T.thread_binding(n * groups * slices, thread="blockIdx.x"):
+            with T.sblock("slice"):
+                vb = T.axis.spatial(n * groups, b // slices)
+                vs = T.axis.spatial(slices, b % slices)
+                sums = T.sblock_alloc_buffer((threads,), f32, scope="shared")
+                squares = T.sblock_alloc_buffer((threads,), f32, scope="shared")
+                stats = T.sblock_alloc_buffer((2,), f32, scope="shared")  # the slice's mean (and unused)
+                slice_stats(X, sums, squares, stats, vb, vs * per, lambda st, m2: store_partial(P, st, m2, vb, vs))
+
+    return func
+
+
+def group_norm_apply(shape, channels: int, groups: int, slices: int, epsilon: float = 1e-5, activation: str | None = None,
+                     dtype: str = "float32", scope: str = TEXTURE, threads: int = GROUP_NORM_THREADS, clip_min: float = 0.0,
+                     clip_max: float = 6.0):
+    """The normalizing kernel of the split group norm: :func:`group_norm`'s ``Y`` from ``X`` and the
+    partials ``P`` of :func:`group_norm_partials` (same ``slices``). One work group of ``threads``
+    items per (sample, group, slice): each combines all of its group's partials by Chan's parallel
+    formula (``n = na + nb``, ``d = mb - ma``, ``mean = ma + d nb / n``, ``M2 = M2a + M2b + d^2 na nb / n``;
+    float32, in a fixed order: item ``t`` folds partials ``t, t + threads, ...``, then item 0 folds
+    the items' results in item order, so every work group gets the same bits), then normalizes,
+    scales, shifts and activates its own slice's pixels."""
+    n, c4, h, w = _check_group_norm(shape, channels, groups, threads, epsilon, activation, dtype, scope, clip_min, clip_max)
+    pixels = group_norm_pixels(shape, groups)
+    _check_slices(pixels, slices)
+    per = ceildiv(pixels, slices)
+    _, count, _, normalize, _ = _group_norm_parts(n, c4, h, w, channels, groups, dtype, threads, per, epsilon, activation,
+                                                  clip_min, clip_max)
+    f32 = "float32"
+    used = min(threads, slices)  # items that fold at least one partial
+    folds = ceildiv(slices, threads)
+    one, eps = T.FloatImm(f32, 1.0), T.FloatImm(f32, float(epsilon))
+
+    @T.macro
+    def chan(acc, nb, mb, m2b):
+        # acc: count, mean, M2 of the folded partials, then scratch: new count, delta
+        acc[3] = acc[0] + nb
+        acc[4] = mb - acc[1]
+        acc[1] = acc[1] + acc[4] * (nb / acc[3])
+        acc[2] = acc[2] + m2b + acc[4] * acc[4] * (acc[0] * nb / acc[3])
+        acc[0] = acc[3]
+
+    @T.prim_func(s_tir=True)
+    def func(x: T.handle, p: T.handle, gamma: T.handle, beta: T.handle, y: T.handle):
+        T.func_attr({"global_symbol": "group_norm_apply", "tirx.noalias": True})
+        X = T.match_buffer(x, (n, c4, h, w, 4), dtype, scope=scope)
+        P = T.match_buffer(p, (n * groups, slices, PARTIAL_FIELDS), f32, scope=BUFFER)
+        Gamma = T.match_buffer(gamma, (c4, 4), dtype, scope=BUFFER)
+        Beta = T.match_buffer(beta, (c4, 4), dtype, scope=BUFFER)
+        Y = T.match_buffer(y, (n, c4, h, w, 4), dtype, scope=scope)
+        for b in T.thread_binding(n * groups * slices, thread="blockIdx.x"):
+            with T.sblock("slice"):
+                vb = T.axis.spatial(n * groups, b // slices)
+                vs = T.axis.spatial(slices, b % slices)
+                folded = T.sblock_alloc_buffer((PARTIAL_FIELDS, threads), f32, scope="shared")
+                stats = T.sblock_alloc_buffer((2,), f32, scope="shared")  # mean, 1 / sqrt(var + eps)
+                # 1. item t folds partials t, t + threads, ...
                 for t in T.thread_binding(threads, thread="threadIdx.x"):
-                    with T.sblock("sum"):
-                        px = T.sblock_alloc_buffer((4,), dtype, scope="local")
-                        acc = T.sblock_alloc_buffer((1,), f32, scope="local")
-                        acc[0] = zero
-                        for r in T.serial(rounds):
-                            if r * threads + t < pixels:
-                                load_pixel(px, X, *at(vb, r * threads + t))
-                                for lane in T.unroll(4):
-                                    acc[0] = acc[0] + T.Select(real(r * threads + t, vb, lane), T.Cast(f32, px[lane]), zero)
-                        sums[t] = acc[0]
-                # 2. the mean
+                    with T.sblock("fold"):
+                        if t < used:
+                            acc = T.sblock_alloc_buffer((5,), f32, scope="local")
+                            for f in T.unroll(PARTIAL_FIELDS):
+                                acc[f] = P[vb, t, f]
+                            for k in T.serial(folds - 1):
+                                if t + (k + 1) * threads < slices:
+                                    chan(acc, P[vb, t + (k + 1) * threads, 0], P[vb, t + (k + 1) * threads, 1], P[vb, t + (k + 1) * threads, 2])
+                            for f in T.unroll(PARTIAL_FIELDS):
+                                folded[f, t] = acc[f]
+                # 2. item 0 folds the items' results in order: the group's mean and 1 / std
                 for t in T.thread_binding(threads, thread="threadIdx.x"):
-                    with T.sblock("mean"):
+                    with T.sblock("combine"):
                         if t == 0:
-                            total = T.sblock_alloc_buffer((1,), f32, scope="local")
-                            total[0] = zero
-                            for k in range(threads):
-                                total[0] = total[0] + sums[k]
-                            stats[0] = total[0] / count
-                # 3. item t sums its squared deviations from the mean
-                for t in T.thread_binding(threads, thread="threadIdx.x"):
-                    with T.sblock("squares"):
-                        px = T.sblock_alloc_buffer((4,), dtype, scope="local")
-                        acc = T.sblock_alloc_buffer((1,), f32, scope="local")
-                        acc[0] = zero
-                        for r in T.serial(rounds):
-                            if r * threads + t < pixels:
-                                load_pixel(px, X, *at(vb, r * threads + t))
-                                for lane in T.unroll(4):
-                                    acc[0] = acc[0] + T.Select(real(r * threads + t, vb, lane),
-                                                               (T.Cast(f32, px[lane]) - stats[0]) * (T.Cast(f32, px[lane]) - stats[0]), zero)
-                        squares[t] = acc[0]
-                # 4. the inverse standard deviation
-                for t in T.thread_binding(threads, thread="threadIdx.x"):
-                    with T.sblock("rstd"):
-                        if t == 0:
-                            total = T.sblock_alloc_buffer((1,), f32, scope="local")
-                            total[0] = zero
-                            for k in range(threads):
-                                total[0] = total[0] + squares[k]
-                            stats[1] = T.FloatImm(f32, 1.0) / T.sqrt(total[0] / count + T.FloatImm(f32, float(epsilon)))
-                # 5. item t normalizes, scales and shifts its pixels
-                for t in T.thread_binding(threads, thread="threadIdx.x"):
-                    with T.sblock("normalize"):
-                        px = T.sblock_alloc_buffer((4,), dtype, scope="local")
-                        gb = T.sblock_alloc_buffer((2, 4), dtype, scope="local")
-                        out = T.sblock_alloc_buffer((4,), f32, scope="local")
-                        for r in T.serial(rounds):
-                            if r * threads + t < pixels:
-                                load_pixel(px, X, *at(vb, r * threads + t))
-                                for lane in T.vectorized(4):
-                                    gb[0, lane] = Gamma[at(vb, r * threads + t)[1], lane]
-                                for lane in T.vectorized(4):
-                                    gb[1, lane] = Beta[at(vb, r * threads + t)[1], lane]
-                                for lane in T.unroll(4):
-                                    out[lane] = T.Select(real(r * threads + t, vb, lane),
-                                                         act((T.Cast(f32, px[lane]) - stats[0]) * stats[1] * T.Cast(f32, gb[0, lane]) + T.Cast(f32, gb[1, lane])),
-                                                         zero)
-                                store_pixel(Y, *at(vb, r * threads + t), out)
+                            acc = T.sblock_alloc_buffer((5,), f32, scope="local")
+                            for f in T.unroll(PARTIAL_FIELDS):
+                                acc[f] = folded[f, 0]
+                            for k in T.serial(used - 1):
+                                chan(acc, folded[0, k + 1], folded[1, k + 1], folded[2, k + 1])
+                            stats[0] = acc[1]
+                            stats[1] = one / T.sqrt(acc[2] / acc[0] + eps)
+                normalize(X, Gamma, Beta, Y, stats, vb, vs * per)
 
     return func

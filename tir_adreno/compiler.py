@@ -21,7 +21,7 @@ from tir_adreno.runtime.bundle import KernelModule
 from tir_adreno.runtime.executor import Call, CompiledModel, Plan, TensorInfo
 from tir_adreno.strategy.profile import DeviceProfile, resolve, with_limits, with_placement, without_fusion
 from tir_adreno.strategy.records import open_records
-from tir_adreno.passes import CONFIG_ATTR, OURS_ATTR, SOURCE_ATTR, dispatch_to_textures, kernel_index
+from tir_adreno.passes import CONFIG_ATTR, FLOAT32_ATTR, OURS_ATTR, SOURCE_ATTR, dispatch_to_textures, kernel_index
 from tir_adreno.passes.host_fold import fold_constants
 from tir_adreno.passes.kernel_index import kernel_func
 from tir_adreno.strategy.precision import check_precision, half_storage
@@ -182,7 +182,8 @@ def _half_buffers(mod: tvm.IRModule, bindings) -> dict:
     """Per call of our kernels (its bound var): the positions of its arguments (outputs after the
     inputs) that may be stored in half, i.e. tensors that only our kernels touch. The model's
     inputs and outputs and every tensor an upstream kernel reads or writes stay float32: at that
-    boundary our kernel reads or writes float32, converting itself (``build(half=...)``)."""
+    boundary our kernel reads or writes float32, converting itself (``build(half=...)``). So do the
+    parameters a kernel call marks with ``FLOAT32_ATTR`` (statistics passed between two kernels)."""
     func = mod["main"]
     env = {p: ("input", i) for i, p in enumerate(func.params)}
     pinned, calls = set(env.values()), []
@@ -195,8 +196,11 @@ def _half_buffers(mod: tvm.IRModule, bindings) -> dict:
             outs = [(b.var, k) for k in range(len(fields) if fields is not None else 1)]
             env[b.var] = outs if fields is not None else outs[0]
             ids = [("const", a) if isinstance(a, tvm.ir.expr.GenericConst) else env[a] for a in v.args[1].fields] + outs
-            if not _is_ours(mod[v.args[0]]):
+            prim = mod[v.args[0]]
+            if not _is_ours(prim):
                 pinned.update(ids)
+            elif prim.attrs is not None and FLOAT32_ATTR in prim.attrs:  # our kernel's float32 intermediates
+                pinned.update(ids[int(k)] for k in prim.attrs[FLOAT32_ATTR])
             calls.append((b.var, ids))
     out = env[func.body.body] if isinstance(func.body.body, relax.Var) else [env[f] for f in func.body.body.fields]
     pinned.update(out if isinstance(out, list) else [out])

@@ -96,9 +96,10 @@ def scalars(inits, **values):
         inits[k] = np.float32(v)  # 0-d initializers, as torch writes Clip's bounds
 
 
-def check_pattern(model, channels=3, size=7):
-    """Compile, run against onnxruntime, return the plan's op names between the edge layout transforms."""
-    compiled = compile_model(model, progress=lambda _: None)
+def check_pattern(model, channels=3, size=7, profile=None):
+    """Compile (for ``profile``, default the device's own), run against onnxruntime, return the
+    plan's op names between the edge layout transforms."""
+    compiled = compile_model(model, profile=profile, progress=lambda _: None)
     x = (np.random.default_rng(11).standard_normal((1, channels, size, size)) * 3).astype("float32")
     (out,) = compiled.run({"x": x})
     (ref,) = reference_outputs(model, {"x": x})

@@ -145,8 +145,12 @@ def layernorm_kernels(d, scope):
     nchw = _nchw(d)
     n, c, h, w = nchw
     groups = d.draw(st.sampled_from([1] + [g for g in (2, 3) if c % (4 * g) == 0]))
+    eps, activation = d.draw(st.floats(0, 1e-3)), d.draw(st.sampled_from([None, "silu"]))
+    slices = layernorm.group_norm_slices(layernorm.group_norm_pixels(_blocked(nchw), groups), d.draw(st.integers(1, 80)))
     return [layernorm.layer_norm_channels(_blocked(nchw), nchw[1], scope=scope),
-            layernorm.group_norm(_blocked(nchw), c, groups, d.draw(st.floats(0, 1e-3)), d.draw(st.sampled_from([None, "silu"])), scope=scope)]
+            layernorm.group_norm(_blocked(nchw), c, groups, eps, activation, scope=scope),
+            layernorm.group_norm_partials(_blocked(nchw), c, groups, slices, scope=scope),
+            layernorm.group_norm_apply(_blocked(nchw), c, groups, slices, eps, activation, scope=scope)]
 
 
 def grn_kernels(d, scope):

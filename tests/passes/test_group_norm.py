@@ -1,8 +1,9 @@
 """Group norm (MobileViT-v2's GroupNorm1, issue 21) on NCHW4c textures: the ``group_norm`` kernel
-against float64 NumPy (fp32 and half images), and graphs against onnxruntime with the norm in one
-kernel and no layout transform inside: timm's GroupNorm as ``torch.onnx.export`` writes it
-(``Reshape`` -> ``InstanceNormalization`` -> ``Reshape`` -> ``Mul`` -> ``Add``, 1 and 2 groups)
-and ONNX ``GroupNormalization`` (``relax.nn.group_norm``)."""
+and its split form for wide GPUs (``group_norm_partials`` -> ``group_norm_apply``) against float64
+NumPy (fp32 and half images), the form each device profile gets, and graphs against onnxruntime
+with the norm in one kernel (or the split pair) and no layout transform inside: timm's GroupNorm
+as ``torch.onnx.export`` writes it (``Reshape`` -> ``InstanceNormalization`` -> ``Reshape`` ->
+``Mul`` -> ``Add``, 1 and 2 groups) and ONNX ``GroupNormalization`` (``relax.nn.group_norm``)."""
 
 from dataclasses import replace
 
@@ -19,6 +20,8 @@ from primfuncs._common import TEXTURE
 from primfuncs.lanes import blocked
 from tir_adreno import ops
 from tir_adreno.strategy.packing import pack_bias
+from tir_adreno.strategy.pool import ONE_GROUP_MAX_COMPUTE_UNITS, group_norm_schedule
+from tir_adreno.strategy.profile import get_profile, resolve
 
 #: float32 statistics: the error grows with the mean in standard deviations (the float32 sums of
 #: values around the mean). Measured 7.6e-8 (mean 0) and 2.2e-6 (mean 30 sigma) relative to the
@@ -43,6 +46,49 @@ def group_norm_cases(draw):
     return draw(st.integers(1, 2)), channels, groups, draw(st.integers(1, 9)), draw(st.integers(1, 11))
 
 
+def _run(device, func, inputs, storage=None):
+    """Launch ``func`` on ``inputs`` (texture parameters in ``storage`` images) and a poisoned
+    output; the output as NumPy."""
+    loaded, name = ops.compile(func, device)
+    specs = [replace(spec, storage=storage) if spec.scope == TEXTURE else spec for spec in loaded[name].params]
+    tensors = [device.empty(spec).upload(v) for spec, v in zip(specs, inputs)]
+    out = device.empty(specs[-1]).poison()
+    loaded(name, *tensors, out)
+    return out.numpy()
+
+
+def _group_norm(device, x, groups, gamma, beta, activation, scope, storage, slices=None):
+    """Y (NCHW4c) of the one kernel (``slices`` None) or of the split form: the partials, then the
+    normalizing kernel reading them; and the partials (None for the one kernel)."""
+    n, channels, h, w = x.shape
+    shape = (n, blocked(channels), h, w, 4)
+    params = [pack_bias(gamma), pack_bias(beta)]
+    if slices is None:
+        return _run(device, layernorm.group_norm(shape, channels, groups, 1e-5, activation, scope=scope), [pack_nchw4c(x), *params],
+                    storage=storage), None
+    partials = _run(device, layernorm.group_norm_partials(shape, channels, groups, slices, scope=scope), [pack_nchw4c(x)], storage=storage)
+    apply = layernorm.group_norm_apply(shape, channels, groups, slices, 1e-5, activation, scope=scope)
+    return _run(device, apply, [pack_nchw4c(x), partials, *params], storage=storage), partials
+
+
+def _check_output(y, x_in, channels, groups, gamma, beta, activation, rtol):
+    ref = _reference(x_in, groups, gamma, beta, 1e-5, activation)
+    got = unpack_nchw4c(y, channels).astype(np.float64)
+    # |y| ~ |gamma| |z| + |beta|: float32 (or half output) rounding relative to that magnitude
+    scale = np.abs(gamma)[None, :, None, None] * 4 + np.abs(beta)[None, :, None, None]
+    assert np.all(np.abs(got - ref) <= rtol * scale), float(np.max(np.abs(got - ref) / scale))
+    assert np.all(y[:, -1, :, :, (channels - 1) % 4 + 1 :] == 0), "padded lanes not zero"
+
+
+def _case_inputs(case, precision, scope, offset, seed):
+    n, channels, groups, h, w = case
+    rng = np.random.default_rng(seed)
+    x = rand(rng, (n, channels, h, w)) + np.float32(offset)
+    gamma, beta = rand(rng, (channels,)) + 1.0, rand(rng, (channels,))
+    storage = "float16" if precision == "float16_acc32" and scope == TEXTURE else None
+    return x, gamma, beta, storage, (x.astype(np.float16) if storage else x)
+
+
 @given(case=group_norm_cases(), scope=st.sampled_from([TEXTURE, "global"]), precision=st.sampled_from(["float32", "float16_acc32"]),
        activation=st.sampled_from([None, "relu"]), offset=st.sampled_from([0.0, 30.0]), seed=st.integers(0, 2**32 - 1))
 @example(case=(1, 6, 1, 1, 1), scope=TEXTURE, precision="float32", activation=None, offset=0.0, seed=1)  # 6 elements, a padded block
@@ -52,29 +98,77 @@ def test_group_norm_kernel(device, case, scope, precision, activation, offset, s
     per channel; padded lanes written as 0. ``offset``: a mean 30 standard deviations from 0 (a
     one-pass ``E[x^2] - E[x]^2`` loses ~7 digits there). Half images: the kernel reads x rounded
     to half and writes y rounded to half, its statistics float32."""
+    _, channels, groups, _, _ = case
+    x, gamma, beta, storage, x_in = _case_inputs(case, precision, scope, offset, seed)
+    y, _ = _group_norm(device, x, groups, gamma, beta, activation, scope, storage)
+    _check_output(y, x_in, channels, groups, gamma, beta, activation, 2.0**-10 if storage else RTOL * (1.0 + offset))  # std 1
+
+
+def _reference_partials(x, groups, slices):
+    """float64 (count, mean, M2) of the real elements of each pixel slice of each (sample, group)."""
+    n, channels, h, w = x.shape
+    c4 = blocked(channels)
+    padded = np.full((n, 4 * c4, h, w), np.nan)
+    padded[:, :channels] = x
+    # pixel p of a group: its channel block p // (h w) (of the group's blocks), then row, column
+    pixels = padded.reshape(n, c4, 4, h, w).transpose(0, 1, 3, 4, 2).reshape(n, groups, -1, 4)
+    per = -(-pixels.shape[2] // slices)
+    out = np.empty((n * groups, slices, 3))
+    for b in range(n * groups):
+        for s in range(slices):
+            v = pixels[b // groups, b % groups, s * per : (s + 1) * per].ravel()
+            v = v[~np.isnan(v)]
+            out[b, s] = v.size, v.mean(), np.sum((v - v.mean()) ** 2)
+    return out
+
+
+@given(case=group_norm_cases(), wanted=st.integers(1, 200), scope=st.sampled_from([TEXTURE, "global"]),
+       precision=st.sampled_from(["float32", "float16_acc32"]), activation=st.sampled_from([None, "relu"]),
+       offset=st.sampled_from([0.0, 30.0]), seed=st.integers(0, 2**32 - 1))
+@example(case=(1, 6, 1, 1, 2), wanted=2, scope=TEXTURE, precision="float32", activation=None, offset=30.0, seed=1)  # a pixel a slice
+@example(case=(1, 8, 1, 17, 23), wanted=100, scope="global", precision="float32", activation="relu", offset=30.0, seed=2)  # > 64 slices
+@example(case=(2, 24, 3, 17, 23), wanted=3, scope=TEXTURE, precision="float16_acc32", activation=None, offset=0.0, seed=3)  # > 64 pixels a slice
+def test_group_norm_split_kernels(device, case, wanted, scope, precision, activation, offset, seed):
+    """The split form: ``group_norm_partials`` gives each pixel slice's exact count, mean and M2
+    (two passes: a mean 30 standard deviations off 0 keeps M2's digits), and ``group_norm_apply``
+    combines them (Chan) into the same normalized output as the one kernel, whatever the number of
+    slices (one pixel each, more slices than work items, a short last slice). Half images: the
+    partials stay float32 (a buffer)."""
     n, channels, groups, h, w = case
-    rng = np.random.default_rng(seed)
-    x = rand(rng, (n, channels, h, w)) + np.float32(offset)
-    gamma, beta = rand(rng, (channels,)) + 1.0, rand(rng, (channels,))
-    storage = "float16" if precision == "float16_acc32" and scope == TEXTURE else None
-    func = layernorm.group_norm((n, blocked(channels), h, w, 4), channels, groups, 1e-5, activation, scope=scope)
-    loaded, name = ops.compile(func, device)
-    specs = [replace(spec, storage=storage) if spec.scope == TEXTURE else spec for spec in loaded[name].params]
-    inputs = [pack_nchw4c(x), pack_bias(gamma), pack_bias(beta)]
-    tensors = [device.empty(spec).upload(v) for spec, v in zip(specs, inputs)]
-    out = device.empty(specs[-1]).poison()
-    loaded(name, *tensors, out)
-    y = out.numpy()
-    x_in = x.astype(np.float16) if storage else x
-    ref = _reference(x_in, groups, gamma, beta, 1e-5, activation)
-    got = unpack_nchw4c(y, channels).astype(np.float64)
-    # |y| ~ |gamma| |z| + |beta|: float32 (or half output) rounding relative to that magnitude
-    scale = np.abs(gamma)[None, :, None, None] * 4 + np.abs(beta)[None, :, None, None]
-    rtol = 2.0**-10 if storage else RTOL * (1.0 + offset)  # std 1, mean offset
-    assert np.all(np.abs(got - ref) <= rtol * scale), float(np.max(np.abs(got - ref) / scale))
-    assert np.all(y[:, -1, :, :, (channels - 1) % 4 + 1 :] == 0), "padded lanes not zero"
+    slices = layernorm.group_norm_slices(layernorm.group_norm_pixels((n, blocked(channels), h, w, 4), groups), wanted)
+    x, gamma, beta, storage, x_in = _case_inputs(case, precision, scope, offset, seed)
+    y, partials = _group_norm(device, x, groups, gamma, beta, activation, scope, storage, slices)
+    ref = _reference_partials(x_in.astype(np.float64), groups, slices)
+    assert partials.dtype == np.float32 and partials.shape == ref.shape
+    assert np.array_equal(partials[..., 0], ref[..., 0]), "counts"
+    # float32 sums of values around the mean: error ~ u (|mean| + std) per term (RTOL's measurement)
+    assert np.all(np.abs(partials[..., 1] - ref[..., 1]) <= RTOL * (1.0 + offset)), np.max(np.abs(partials[..., 1] - ref[..., 1]))
+    assert np.all(np.abs(partials[..., 2] - ref[..., 2]) <= 1e-5 * (ref[..., 2] + ref[..., 0])), "M2"
+    _check_output(y, x_in, channels, groups, gamma, beta, activation, 2.0**-10 if storage else RTOL * (1.0 + offset))
 
 
+def test_group_norm_slices():
+    """Slices of equal length, none empty; the split kernels refuse any other count."""
+    assert [layernorm.group_norm_slices(10, k) for k in (1, 2, 3, 4, 5, 6, 10, 99)] == [1, 2, 3, 4, 5, 5, 10, 10]
+    with pytest.raises(ValueError, match="equal non-empty slices"):
+        layernorm.group_norm_partials((1, 1, 2, 5, 4), 4, 1, 6)  # 10 pixels: 6 slices of 2 leave one empty
+    with pytest.raises(ValueError, match="equal non-empty slices"):
+        layernorm.group_norm_apply((1, 1, 2, 5, 4), 4, 1, 11)
+
+
+def test_group_norm_form_by_profile():
+    """The device profile picks the form: the H200 (132 compute units) splits MobileViT-v2's
+    GroupNorm1 maps over ~4 work groups per unit, at least a work item's pixel per slice; PoCL and
+    Adreno (a few units) keep one work group per (sample, group); a map of at most one work group's
+    pixels stays one kernel anywhere."""
+    h200 = get_profile("nvidia-h200")
+    assert h200.compute_units > ONE_GROUP_MAX_COMPUTE_UNITS
+    assert group_norm_schedule(h200, (1, 16, 32, 32, 4), 1) == {"slices": 256}  # 16384 pixels: 64 each
+    assert group_norm_schedule(h200, (1, 32, 8, 8, 4), 1) == {"slices": 32}  # 2048 pixels: a work group's each
+    assert group_norm_schedule(h200, (4, 16, 32, 32, 4), 2) == {"slices": 66}  # 8 groups x 66 slices = 4 x 132
+    assert group_norm_schedule(h200, (1, 4, 4, 4, 4), 1) is None  # 64 pixels
+    for name in ("pocl", "adreno"):
+        assert group_norm_schedule(get_profile(name), (1, 16, 32, 32, 4), 1) is None
 def test_group_norm_refuses_bad_groups():
     with pytest.raises(ValueError, match="groups of a multiple of 4"):
         layernorm.group_norm((1, 2, 3, 3, 4), 8, 4)  # 2 channels per group: groups inside a block
@@ -101,32 +195,44 @@ def _group_norm_nodes(x, y, inits, channels, groups, rng):
     ]
 
 
-def _graph(nodes, inits):
-    model = pattern_graph(nodes, {k: v for k, v in inits.items() if v.dtype != np.int64})
+def _graph(nodes, inits, size=7):
+    model = pattern_graph(nodes, {k: v for k, v in inits.items() if v.dtype != np.int64}, size=size)
     for k, v in inits.items():  # integer initializers (reshape targets) stay int64
         if v.dtype == np.int64:
             model.graph.initializer.append(helper.make_tensor(k, 7, v.shape, v.ravel().tolist()))
     return model
 
 
+def _wide():
+    """This device's profile as if it had the H200's compute units: the split form on PoCL."""
+    return replace(resolve(), compute_units=get_profile("nvidia-h200").compute_units)
+
+
+def _norm_kernels(wide):
+    return ["group_norm_partials", "group_norm_apply"] if wide else ["group_norm"]
+
+
+@pytest.mark.parametrize("wide", [False, True], ids=["one-kernel", "split"])
 @pytest.mark.parametrize("channels,groups", [(6, 1), (8, 2)])
-def test_exported_group_norm_stays_on_textures(channels, groups):
+def test_exported_group_norm_stays_on_textures(channels, groups, wide):
     """conv -> GroupNorm (1 group over 6 channels: a padded block; 2 groups of 4) -> conv: one
-    group_norm kernel, everything ours, no layout transform inside."""
+    group_norm kernel (the split pair on a wide profile), everything ours, no layout transform
+    inside, the same outputs as onnxruntime (MobileViT-v2's GroupNorm1 is the 1-group case)."""
     rng, inits = np.random.default_rng(7), {}
     nodes = [conv_node(rng, inits, "x", "c", channels, 3), *_group_norm_nodes("c", "n", inits, channels, groups, rng),
              conv_node(rng, inits, "n", "y", 4, channels, k=1)]
-    names = check_pattern(_graph(nodes, inits))
-    assert names.count("group_norm") == 1 and len(names) == 3, names
+    names = check_pattern(_graph(nodes, inits, size=11), size=11, profile=_wide() if wide else None)
+    assert names[1:-1] == _norm_kernels(wide) and len(names) == 2 + (2 if wide else 1), names
 
 
-def test_onnx_group_normalization_stays_on_textures():
+@pytest.mark.parametrize("wide", [False, True], ids=["one-kernel", "split"])
+def test_onnx_group_normalization_stays_on_textures(wide):
     """ONNX GroupNormalization (opset 21: per-channel scale and bias; ``relax.nn.group_norm``),
-    then a Relu: one group_norm kernel with the activation fused."""
+    then a Relu: one group_norm kernel (the split pair on a wide profile) with the activation fused."""
     rng, inits = np.random.default_rng(8), {}
     inits.update(g_s=rng.standard_normal(8), g_b=rng.standard_normal(8))
     nodes = [conv_node(rng, inits, "x", "c", 8, 3),
              helper.make_node("GroupNormalization", ["c", "g_s", "g_b"], ["n"], num_groups=2, epsilon=1e-5),
              helper.make_node("Relu", ["n"], ["r"]), conv_node(rng, inits, "r", "y", 4, 8, k=1)]
-    names = check_pattern(pattern_graph(nodes, inits, opset=21))
-    assert names.count("group_norm") == 1 and len(names) == 3, names  # the Relu fused
+    names = check_pattern(pattern_graph(nodes, inits, size=11, opset=21), size=11, profile=_wide() if wide else None)
+    assert names[1:-1] == _norm_kernels(wide) and len(names) == 2 + (2 if wide else 1), names  # the Relu fused

@@ -2,6 +2,6 @@
 the module map is in ``passes.dispatch``)."""
 
 from tir_adreno.passes.dispatch import DispatchToTextures, dispatch_to_textures
-from tir_adreno.passes.op_info import CONFIG_ATTR, CONV_STAGES, OP_ATTR, OURS_ATTR, SOURCE_ATTR
+from tir_adreno.passes.op_info import CONFIG_ATTR, CONV_STAGES, FLOAT32_ATTR, OP_ATTR, OURS_ATTR, SOURCE_ATTR
 
-__all__ = ["CONFIG_ATTR", "CONV_STAGES", "DispatchToTextures", "OP_ATTR", "OURS_ATTR", "SOURCE_ATTR", "dispatch_to_textures"]
+__all__ = ["CONFIG_ATTR", "CONV_STAGES", "DispatchToTextures", "FLOAT32_ATTR", "OP_ATTR", "OURS_ATTR", "SOURCE_ATTR", "dispatch_to_textures"]

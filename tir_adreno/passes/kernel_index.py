@@ -28,7 +28,7 @@ from tvm import tirx
 
 from tir_adreno.codegen.build import module_script
 from tir_adreno.codegen.script_parser import call_factory
-from tir_adreno.passes.op_info import CONFIG_ATTR, OP_ATTR, OURS_ATTR, SOURCE_ATTR
+from tir_adreno.passes.op_info import CONFIG_ATTR, FLOAT32_ATTR, OP_ATTR, OURS_ATTR, SOURCE_ATTR
 from tir_adreno.runtime import cache
 from tir_adreno.strategy.records import kernels_version
 
@@ -126,8 +126,9 @@ def emitted(func: tirx.PrimFunc, op_info: dict | None = None) -> tirx.PrimFunc:
 
 
 def kernel_func(prim: tirx.PrimFunc) -> tirx.PrimFunc:
-    """``prim`` without the attributes that describe it (config, its source, the op): what is built and cached."""
-    for attr in (CONFIG_ATTR, SOURCE_ATTR, OP_ATTR):
+    """``prim`` without the attributes that describe it (config, its source, the op, float32
+    parameters): what is built and cached."""
+    for attr in (CONFIG_ATTR, SOURCE_ATTR, OP_ATTR, FLOAT32_ATTR):
         prim = prim.without_attr(attr)
     return prim
 

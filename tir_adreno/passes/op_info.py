@@ -19,6 +19,11 @@ OP_ATTR = "tir_adreno.op"
 #: profile can tell them from what TVM's importer or legalizer made.
 OURS_ATTR = "tir_adreno.kernel"
 
+#: Attribute of a kernel call (``KernelCall.with_attr``): positions of its parameters (outputs
+#: after inputs) that stay float32 under half storage (``compiler._half_buffers``), e.g. the
+#: split group norm's partial statistics (a count and a mean rounded to half lose the norm).
+FLOAT32_ATTR = "tir_adreno.float32_params"
+
 #: A conv's kernels by the tensor each writes: direct (Y), Winograd (V, M, Y).
 CONV_STAGES = {"V": "input_transform", "M": "batched_gemm", "Y": "output_transform"}
 

@@ -1,4 +1,5 @@
-"""Pooling and reduction schedules: a work item or a work group per output, per device and layer.
+"""Pooling and reduction schedules: a work item or a work group per output, per device and layer;
+per-sample statistics split over many work groups where the device is wide (:func:`is_wide`).
 
 :func:`pool_schedule` gives a pooling layer's factory keywords from its tuned
 :class:`PoolChoice` or the "auto" rule (:func:`group_threshold`).
@@ -9,7 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from primfuncs import excite as _excite
+from primfuncs import layernorm as _layernorm
 from primfuncs import pool2d as _pool2d
+from primfuncs.lanes import ceildiv
 
 from tir_adreno.strategy.profile import DeviceProfile
 
@@ -66,6 +69,39 @@ def pooled_conv_schedule(profile: DeviceProfile, channels: int, pixels: int, out
     if not _fits(profile, channels, pixels, 4 * -(-blocks // groups), threads):
         return None
     return dict(threads=threads, groups=groups)
+
+
+#: Devices with more compute units than this run group norm (and the attention statistics) split
+#: over many work groups (:func:`is_wide`): a kernel with one work group per (sample, group)
+#: keeps one unit busy and leaves the rest idle there. PoCL (2 units) and Adreno (4-12) keep the
+#: one kernel (one launch).
+ONE_GROUP_MAX_COMPUTE_UNITS = 16
+
+
+def is_wide(profile: DeviceProfile) -> bool:
+    """Whether ``profile`` has more compute units than :data:`ONE_GROUP_MAX_COMPUTE_UNITS`: its
+    per-sample statistics must spread over many work groups."""
+    return profile.compute_units > ONE_GROUP_MAX_COMPUTE_UNITS
+
+
+#: Work groups the split group norm aims at per compute unit: a few resident per unit hide
+#: their loads' latency.
+GROUP_NORM_GROUPS_PER_UNIT = 4
+
+
+def group_norm_schedule(profile: DeviceProfile, shape5, groups: int) -> dict | None:
+    """How a group norm of NCHW4c ``shape5`` in ``groups`` groups runs: None for the one kernel
+    with one work group per (sample, group) (``primfuncs.layernorm.group_norm``: one launch, right
+    for CPU OpenCL and phone GPUs), else on a wide GPU (:func:`is_wide`) the split form's keywords
+    (``group_norm_partials`` then ``group_norm_apply``): ``slices`` per (sample, group) making
+    about :data:`GROUP_NORM_GROUPS_PER_UNIT` work groups per compute unit in all, each slice at
+    least one pixel per work item. A group of at most one work group's pixels stays one kernel."""
+    if not is_wide(profile):
+        return None
+    pixels = _layernorm.group_norm_pixels(shape5, groups)
+    per_group = ceildiv(GROUP_NORM_GROUPS_PER_UNIT * profile.compute_units, int(shape5[0]) * groups)
+    slices = _layernorm.group_norm_slices(pixels, min(per_group, ceildiv(pixels, _layernorm.GROUP_NORM_THREADS)))
+    return dict(slices=slices) if slices > 1 else None
 
 
 #: Pooling / reduction schedules: "auto" (by :func:`group_threshold`), a work item or a work group per output.

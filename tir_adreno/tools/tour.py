@@ -184,21 +184,33 @@ def _binary(op, numpy_op):
     return run
 
 
-def _group_norm(dev, rng, shape):
+def _group_norm(slices: int | None = None):
     """Group norm (two groups when the channels split into multiples of 4; the tour's 10 channels
-    are one group, a padded block), then the per-channel scale and shift."""
-    n, c, h, w = shape
-    x = rng.standard_normal(shape).astype("float32")
-    gamma, beta = (rng.standard_normal(c).astype("float32") for _ in range(2))
-    groups = 2 if c % 8 == 0 else 1
-    scope = ops.activation_scope(dev, shape)
-    tx = ops.upload_nchw4c(dev, x, scope)
-    params = [dev.array(pack_bias(v), BUFFER, name) for v, name in ((gamma, "gamma"), (beta, "beta"))]
-    out = ops.empty_nchw4c(dev, shape, "float32", scope)
-    ops.launch(_layernorm.group_norm(tx.shape, c, groups, 1e-5, scope=scope), [tx, *params, out], dev)
-    xg = x.astype(np.float64).reshape(n, groups, -1)
-    y = ((xg - xg.mean(axis=2, keepdims=True)) / np.sqrt(xg.var(axis=2, keepdims=True) + 1e-5)).reshape(shape)
-    return ops.download_nchw(out, c), y * gamma[None, :, None, None] + beta[None, :, None, None]
+    are one group, a padded block), then the per-channel scale and shift: one kernel, or with
+    ``slices`` the split form (partial statistics of that many pixel slices, then the normalizing
+    kernel; the tour's 588 pixels in 5 slices: two rounds of the work items, a short last slice)."""
+
+    def run(dev, rng, shape):
+        n, c, h, w = shape
+        x = rng.standard_normal(shape).astype("float32")
+        gamma, beta = (rng.standard_normal(c).astype("float32") for _ in range(2))
+        groups = 2 if c % 8 == 0 else 1
+        scope = ops.activation_scope(dev, shape)
+        tx = ops.upload_nchw4c(dev, x, scope)
+        params = [dev.array(pack_bias(v), BUFFER, name) for v, name in ((gamma, "gamma"), (beta, "beta"))]
+        out = ops.empty_nchw4c(dev, shape, "float32", scope)
+        if slices is None:
+            ops.launch(_layernorm.group_norm(tx.shape, c, groups, 1e-5, scope=scope), [tx, *params, out], dev)
+        else:
+            k = _layernorm.group_norm_slices(_layernorm.group_norm_pixels(tx.shape, groups), slices)
+            partials = dev.array(np.full((n * groups, k, _layernorm.PARTIAL_FIELDS), np.nan, np.float32), BUFFER, "partials")
+            ops.launch(_layernorm.group_norm_partials(tx.shape, c, groups, k, scope=scope), [tx, partials], dev)
+            ops.launch(_layernorm.group_norm_apply(tx.shape, c, groups, k, 1e-5, scope=scope), [tx, partials, *params, out], dev)
+        xg = x.astype(np.float64).reshape(n, groups, -1)
+        y = ((xg - xg.mean(axis=2, keepdims=True)) / np.sqrt(xg.var(axis=2, keepdims=True) + 1e-5)).reshape(shape)
+        return ops.download_nchw(out, c), y * gamma[None, :, None, None] + beta[None, :, None, None]
+
+    return run
 
 
 def _relu6(dev, rng, shape):
@@ -237,7 +249,8 @@ CASES = (
     Case("multiply", "elementwise", _binary("multiply", np.multiply), 1e-7),
     Case("subtract", "elementwise", _binary("subtract", np.subtract), 1e-7),
     Case("divide", "elementwise", _binary("divide", np.divide), 1e-6),
-    Case("group norm", "norm", _group_norm, 1e-5),
+    Case("group norm", "norm", _group_norm(), 1e-5),
+    Case("group norm split (wide GPUs)", "norm", _group_norm(slices=5), 1e-5),
     Case("relu6", "elementwise", _relu6, 0.0),
     Case("bias_add", "elementwise", _bias_add, 1e-7),
     Case("multiply broadcast over C", "elementwise", _broadcast_multiply, 1e-7),

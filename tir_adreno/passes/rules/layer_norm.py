@@ -13,10 +13,11 @@ from tir_adreno.passes.activations import clip_fields
 from tir_adreno.passes.affine import linear_step
 from tir_adreno.passes.graph import Node, const, same, static_shape
 from tir_adreno.passes.kernel_index import kernel
-from tir_adreno.passes.op_info import elementwise_info, node_info
+from tir_adreno.passes.op_info import FLOAT32_ATTR, elementwise_info, node_info
 from tir_adreno.passes.rewriter import Rewriter, Value
 from tir_adreno.passes.rules.base import rule
 from tir_adreno.passes.rules.elementwise import affine_chain
+from tir_adreno.strategy import pool as pool_strategy
 from tir_adreno.strategy.packing import pack_bias
 
 
@@ -80,16 +81,28 @@ def grn_scale(rw: Rewriter, node: Node):
 
 
 def _emit_group_norm(rw: Rewriter, x: Value, groups: int, eps: float, var, scale, shift, nodes):
-    """One ``group_norm`` kernel for ``nodes`` (ending at ``var``, the normalized ``x`` times
-    per-channel ``scale`` plus ``shift``), extended by the per-channel steps and the activation that
-    follow (:func:`affine_chain`)."""
+    """The group norm of ``nodes`` (ending at ``var``, the normalized ``x`` times per-channel
+    ``scale`` plus ``shift``), extended by the per-channel steps and the activation that follow
+    (:func:`affine_chain`): one ``group_norm`` kernel, or on a wide GPU its split form
+    (``strategy.pool.group_norm_schedule``): ``group_norm_partials`` (float32 partial statistics
+    per pixel slice, kept float32 under half storage) then ``group_norm_apply``."""
     scale, shift, nodes, var, activation, bounds = affine_chain(rw, x, var, scale, shift, nodes)
     shape5 = x.shape5
     scope = rw.scope_for(shape5)
-    func = kernel(layernorm.group_norm, shape5, x.channels, groups, eps, activation, scope=scope, **clip_fields(bounds))
+    src = rw.blocked(x, scope)
     params = [relax.const(pack_bias(v.astype(rw.dtype))) for v in (scale, shift)]
     info = elementwise_info("group_norm", nodes, [x.nchw], groups=groups, epsilon=eps, activation=activation, bounds=bounds)
-    out = rw.emit_kernel(func, [rw.blocked(x, scope), *params], shape5, op_info=info)
+    split = pool_strategy.group_norm_schedule(rw.profile, shape5, groups)
+    if split is None:
+        func = kernel(layernorm.group_norm, shape5, x.channels, groups, eps, activation, scope=scope, **clip_fields(bounds))
+        out = rw.emit_kernel(func, [src, *params], shape5, op_info=info)
+    else:
+        slices = split["slices"]
+        partials = kernel(layernorm.group_norm_partials, shape5, x.channels, groups, slices, scope=scope).with_attr(FLOAT32_ATTR, (1,))
+        stats = rw.emit_kernel(partials, [src], (shape5[0] * groups, slices, layernorm.PARTIAL_FIELDS), dtype="float32",
+                               op_info={**info, "output": [shape5[0] * groups, slices, layernorm.PARTIAL_FIELDS]})
+        func = kernel(layernorm.group_norm_apply, shape5, x.channels, groups, slices, eps, activation, scope=scope, **clip_fields(bounds))
+        out = rw.emit_kernel(func.with_attr(FLOAT32_ATTR, (1,)), [src, stats, *params], shape5, op_info=info)
     for m in nodes:
         m.fused = True
     rw.define(var, out, scope, x.nchw)
