@@ -203,6 +203,33 @@ def _graph(nodes, inits, size=7):
     return model
 
 
+def _exported(channels, groups, size=11):
+    """conv -> timm's GroupNorm -> 1x1 conv on a ``size`` x ``size`` map (11: more pixels per group
+    than a work group has items, so a wide profile splits)."""
+    rng, inits = np.random.default_rng(7), {}
+    nodes = [conv_node(rng, inits, "x", "c", channels, 3), *_group_norm_nodes("c", "n", inits, channels, groups, rng),
+             conv_node(rng, inits, "n", "y", 4, channels, k=1)]
+    return _graph(nodes, inits, size)
+
+
+def test_group_norm_form_in_plan():
+    """Compiled for the nvidia-h200 profile (no device) the norm is the split pair, for pocl and
+    adreno one kernel; in float16_acc32 the split pair's partials stay a float32 buffer while the
+    activations around it are half."""
+    from tir_adreno.compiler import compile_plan
+
+    model = _exported(6, 1)
+    for name, kernels in (("nvidia-h200", ["group_norm_partials", "group_norm_apply"]), ("pocl", ["group_norm"]), ("adreno", ["group_norm"])):
+        plan, _, _ = compile_plan(model, get_profile(name), progress=lambda _: None)
+        assert [c.label for c in plan.calls if c.label.startswith("group_norm")] == kernels, name
+    plan, _, _ = compile_plan(model, get_profile("nvidia-h200"), progress=lambda _: None, precision="float16_acc32")
+    partials, apply = (c for c in plan.calls if c.label.startswith("group_norm"))
+    stats = plan.tensors[partials.args[-1]]
+    assert apply.args[1] == partials.args[-1] and stats.shape == (1, 4, layernorm.PARTIAL_FIELDS), stats
+    assert stats.dtype == "float32" and stats.storage_dtype == "float32", stats
+    assert plan.tensors[apply.args[-1]].storage_dtype == "float16"  # the norm's output: half
+
+
 def _wide():
     """This device's profile as if it had the H200's compute units: the split form on PoCL."""
     return replace(resolve(), compute_units=get_profile("nvidia-h200").compute_units)
@@ -218,10 +245,7 @@ def test_exported_group_norm_stays_on_textures(channels, groups, wide):
     """conv -> GroupNorm (1 group over 6 channels: a padded block; 2 groups of 4) -> conv: one
     group_norm kernel (the split pair on a wide profile), everything ours, no layout transform
     inside, the same outputs as onnxruntime (MobileViT-v2's GroupNorm1 is the 1-group case)."""
-    rng, inits = np.random.default_rng(7), {}
-    nodes = [conv_node(rng, inits, "x", "c", channels, 3), *_group_norm_nodes("c", "n", inits, channels, groups, rng),
-             conv_node(rng, inits, "n", "y", 4, channels, k=1)]
-    names = check_pattern(_graph(nodes, inits, size=11), size=11, profile=_wide() if wide else None)
+    names = check_pattern(_exported(channels, groups), size=11, profile=_wide() if wide else None)
     assert names[1:-1] == _norm_kernels(wide) and len(names) == 2 + (2 if wide else 1), names
 
 

@@ -1,0 +1,65 @@
+"""Group norm on a wide GPU (issue 21): kernel time of ONNX models with group norm in one kernel
+(one work group per (sample, group): what PoCL and Adreno run) and in its split form (partial
+statistics over many work groups, then the normalizing kernel: what the H200's profile picks,
+``strategy.pool.group_norm_schedule``), from one run. "one-kernel" is the target's profile with no
+more than ``ONE_GROUP_MAX_COMPUTE_UNITS`` compute units, "split" the profile itself; nothing else
+in these models depends on the compute units.
+
+    python benchmarks/group_norm_split.py --onnx mobilevitv2_050.onnx --target nvidia-h200 --build-only DIR   # here (TVM)
+    python benchmarks/group_norm_split.py --from DIR                                                         # on the GPU, no TVM
+
+Kernel time: the median over ``--repeat`` profiled runs (the two ways alternating) of the sum of
+OpenCL event times, per model and per kernel family (the table printed last but one); the outputs
+of the two ways are compared with each other (``ways.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+from pathlib import Path
+
+from common import add_device_argument, log, write_json
+from tir_adreno import runtime
+from ways import build_ways, compare, load_ways
+
+WAYS = ("one-kernel", "split")
+
+
+def _profiles(target: str) -> dict:
+    from tir_adreno.strategy.pool import ONE_GROUP_MAX_COMPUTE_UNITS, is_wide
+    from tir_adreno.strategy.profile import get_profile
+
+    profile = get_profile(target)
+    if not is_wide(profile):
+        raise SystemExit(f"group_norm_split: {target} is not wide ({profile.compute_units} compute units): it runs one kernel")
+    return {"one-kernel": replace(profile, compute_units=ONE_GROUP_MAX_COMPUTE_UNITS), "split": profile}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--onnx", type=Path, nargs="+", default=[], metavar="FILE", help="ONNX models, named by stem")
+    parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--precision", default="float32")
+    parser.add_argument("--target", default="nvidia-h200", help="a wide device profile (default nvidia-h200)")
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--build-only", type=Path, metavar="DIR", help="compile and save both ways into DIR (needs TVM)")
+    mode.add_argument("--from", dest="source", type=Path, metavar="DIR", help="run the models saved by --build-only (no TVM)")
+    parser.add_argument("--results-dir", type=Path, default=None, help="default: benchmarks/results")
+    add_device_argument(parser)
+    args = parser.parse_args()
+    if args.build_only:
+        if not args.onnx:
+            parser.error("--build-only needs --onnx FILE...")
+        return build_ways(args.onnx, _profiles(args.target), args.precision, args.build_only, log)
+    device = runtime.get_device(args.device)
+    models = load_ways(args.source, WAYS, device)
+    results = compare(models, args.repeat, WAYS)
+    precision = next(iter(next(iter(models.values())).values())).precision
+    payload = {"repeat": args.repeat, "precision": precision, "models": results}
+    name = "group_norm_split" + ("" if precision == "float32" else f"-{precision}")
+    log(f"wrote {write_json(name, device.name, payload, args.results_dir)}")
+
+
+if __name__ == "__main__":
+    main()
