@@ -1,11 +1,13 @@
-"""Group norm on a wide GPU (issue 21): kernel time of ONNX models with group norm in one kernel
-(one work group per (sample, group): what PoCL and Adreno run) and in its split form (partial
-statistics over many work groups, then the normalizing kernel: what the H200's profile picks,
-``strategy.pool.group_norm_schedule``), from one run. "one-kernel" is the target's profile with no
-more than ``ONE_GROUP_MAX_COMPUTE_UNITS`` compute units, "split" the profile itself; nothing else
-in these models depends on the compute units.
+"""Per-sample statistics on a wide GPU (issue 21): kernel time of ONNX models with group norm and
+the attention statistics (XCA's weights, linear attention's KV) in one kernel (one work group per
+(sample, group or head): what PoCL and Adreno run) and in their split forms (partial statistics
+over many work groups, then a kernel combining them: what the H200's profile picks,
+``strategy.pool.group_norm_schedule`` / ``attention_schedule``), from one run. "one-kernel" is the
+target's profile with no more than ``ONE_GROUP_MAX_COMPUTE_UNITS`` compute units, "split" the
+profile itself; nothing else in these models depends on the compute units.
 
-    python benchmarks/group_norm_split.py --onnx mobilevitv2_050.onnx --target nvidia-h200 --build-only DIR   # here (TVM)
+    python benchmarks/group_norm_split.py --onnx mobilevitv2_050.onnx edgenext_xx_small.onnx efficientvit_b0.onnx \
+        --target nvidia-h200 --build-only DIR                                                               # here (TVM)
     python benchmarks/group_norm_split.py --from DIR                                                         # on the GPU, no TVM
 
 Kernel time: the median over ``--repeat`` profiled runs (the two ways alternating) of the sum of

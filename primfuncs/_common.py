@@ -60,6 +60,22 @@ def check_epsilon(epsilon: float) -> float:
     return epsilon
 
 
+def equal_slices(items: int, wanted: int) -> int:
+    """The number of slices nearest ``wanted`` (at most ``items``) that cuts ``items`` into slices
+    of ``ceil(items / slices)`` with none empty (the last may be shorter): how the split kernels
+    for wide GPUs (group norm's pixels, attention's tokens) spread one sample over work groups."""
+    per = ceildiv(items, max(1, min(int(wanted), items)))
+    return ceildiv(items, per)
+
+
+def check_slices(items: int, slices: int, what: str) -> int:
+    """``slices`` when it is an :func:`equal_slices` count for ``items``, else ValueError."""
+    if not (isinstance(slices, int) and 1 <= slices <= items and equal_slices(items, slices) == slices):
+        raise ValueError(f"slices={slices!r} does not split {what} ({items}) into equal non-empty slices "
+                         f"(equal_slices({items}, {slices}) = {equal_slices(items, max(1, int(slices)))})")
+    return slices
+
+
 @dataclass(frozen=True)
 class PixelGrid:
     """A 3-D launch over (layers, rows, columns) with a (1, ty, tx) work group.

@@ -27,8 +27,8 @@ from __future__ import annotations
 
 from tvm.script import tirx as T
 
-from ._common import (BUFFER, LANES, TEXTURE, accumulator_dtype, blocked, check_channels, check_dtype, check_epsilon, check_positive,
-                      check_scope, load_pixel, maximum, pixel_grid, pixel_launch, store_pixel)
+from ._common import (BUFFER, LANES, TEXTURE, accumulator_dtype, blocked, ceildiv, check_channels, check_dtype, check_epsilon,
+                      check_positive, check_scope, check_slices, load_pixel, maximum, pixel_grid, pixel_launch, store_pixel)
 
 
 def _check_heads(shape, channels: int, heads: int, head_dim: int, offsets: dict, head_stride: int | None = None) -> tuple[int, int, int, int]:
@@ -52,32 +52,70 @@ def _pixels_spanned(channels: int) -> int:
     return (channels + 2) // LANES + 1
 
 
+def _xca_parts(shape, channels: int, heads: int, d: int, q_offset: int, k_offset: int, epsilon: float, dtype: str):
+    """The macros of XCA's weights, shared by :func:`xca_weights` and its split form: ``token``
+    adds one token's products to a row's accumulators (``q``: q_i there and |q_i|^2, ``dot``,
+    ``kk``: |k_j|^2), ``softmax_row`` turns them into the row of ``A``. ``bh`` = b * heads + t."""
+    n, c4, h, w = shape[:4]
+    acc = accumulator_dtype(dtype)
+    zero, eps = T.FloatImm(acc, 0.0), T.FloatImm(acc, float(epsilon))
+    nk = _pixels_spanned(d)
+
+    # Index expressions as functions of the work item (a scalar bound in a block becomes a
+    # buffer the well-formedness check refuses: tests/upstream defect 11).
+    def cq(bh, vi):  # channel of q_i
+        return q_offset + (bh % heads) * d + vi
+
+    def k0(bh):  # channel of k_0 of head t
+        return k_offset + (bh % heads) * d
+
+    def j(bh, kb, lane):  # k index of lane ``lane`` of the ``kb``-th pixel head t's k overlaps
+        return (k0(bh) // 4 + kb) * 4 + lane - k0(bh)
+
+    @T.macro
+    def token(X, px, q, dot, kk, bh, vi, y, x):
+        load_pixel(px, X, bh // heads, cq(bh, vi) // 4, y, x)
+        q[0] = T.Cast(acc, px[cq(bh, vi) % 4])
+        q[1] = q[1] + q[0] * q[0]
+        for kb in T.unroll(nk):
+            # pixel k0 // 4 + kb: its lanes that are channels of head t's k
+            load_pixel(px, X, bh // heads, T.min(k0(bh) // 4 + kb, c4 - 1), y, x)
+            for lane in T.unroll(4):
+                if 0 <= j(bh, kb, lane) and j(bh, kb, lane) < d:
+                    dot[j(bh, kb, lane)] = dot[j(bh, kb, lane)] + q[0] * T.Cast(acc, px[lane])
+                    kk[j(bh, kb, lane)] = kk[j(bh, kb, lane)] + T.Cast(acc, px[lane]) * T.Cast(acc, px[lane])
+
+    @T.macro
+    def softmax_row(Temperature, A, q, dot, kk, s, bh, vi):
+        q[1] = maximum(T.sqrt(q[1]), eps)
+        for jj in T.unroll(d):
+            dot[jj] = dot[jj] / (q[1] * maximum(T.sqrt(kk[jj]), eps)) * T.Cast(acc, Temperature[bh % heads])
+        s[0] = dot[0]
+        for jj in T.unroll(d):
+            s[0] = maximum(s[0], dot[jj])
+        s[1] = zero
+        for jj in T.unroll(d):
+            dot[jj] = T.exp(dot[jj] - s[0])
+            s[1] = s[1] + dot[jj]
+        for jj in T.unroll(d):
+            A[bh // heads, bh % heads, vi, jj] = T.Cast(dtype, dot[jj] / s[1])
+
+    return acc, zero, token, softmax_row
+
+
 def xca_weights(shape, channels: int, heads: int, head_dim: int, q_offset: int, k_offset: int, epsilon: float = 1e-12,
                 dtype: str = "float32", scope: str = TEXTURE):
     """``A[b, t, i, j]`` (``(N, heads, d, d)``, a buffer) of the module docstring from the NCHW4c
     map ``shape`` ``(N, C4, H, W, 4)`` holding ``channels`` channels, and ``Temperature[t]``
-    (``(heads,)``, a buffer). Dots, norms and the softmax in float32."""
+    (``(heads,)``, a buffer). Dots, norms and the softmax in float32. One work group per (sample,
+    head): on a wide GPU, the split form (:func:`xca_partials`, :func:`xca_finish`)."""
     d = head_dim
     n, c4, h, w = _check_heads(shape, channels, heads, d, {"q_offset": q_offset, "k_offset": k_offset})
     check_epsilon(epsilon)
     check_dtype(dtype)
     check_scope(scope)
-    acc = accumulator_dtype(dtype)
-    zero, eps = T.FloatImm(acc, 0.0), T.FloatImm(acc, float(epsilon))
-    nk = _pixels_spanned(d)
+    acc, zero, token, softmax_row = _xca_parts((n, c4, h, w), channels, heads, d, q_offset, k_offset, epsilon, dtype)
     g = pixel_grid(n * heads, d, 1)
-
-    # Index expressions as functions of the work item (a scalar bound in a block becomes a
-    # buffer the well-formedness check refuses: tests/upstream defect 11).
-    def cq(vz, vi):  # channel of q_i
-        return q_offset + (vz % heads) * d + vi
-
-    def k0(vz):  # channel of k_0 of head t
-        return k_offset + (vz % heads) * d
-
-    def j(vz, kb, lane):  # k index of lane ``lane`` of the ``kb``-th pixel head t's k overlaps
-        return (k0(vz) // 4 + kb) * 4 + lane - k0(vz)
-
     launch = pixel_launch()
 
     @T.macro
@@ -93,28 +131,8 @@ def xca_weights(shape, channels: int, heads: int, head_dim: int, q_offset: int, 
             kk[jj] = zero
         for y in range(h):
             for x in range(w):
-                load_pixel(px, X, vz // heads, cq(vz, vi) // 4, y, x)
-                q[0] = T.Cast(acc, px[cq(vz, vi) % 4])
-                q[1] = q[1] + q[0] * q[0]
-                for kb in T.unroll(nk):
-                    # pixel k0 // 4 + kb: its lanes that are channels of head t's k
-                    load_pixel(px, X, vz // heads, T.min(k0(vz) // 4 + kb, c4 - 1), y, x)
-                    for lane in T.unroll(4):
-                        if 0 <= j(vz, kb, lane) and j(vz, kb, lane) < d:
-                            dot[j(vz, kb, lane)] = dot[j(vz, kb, lane)] + q[0] * T.Cast(acc, px[lane])
-                            kk[j(vz, kb, lane)] = kk[j(vz, kb, lane)] + T.Cast(acc, px[lane]) * T.Cast(acc, px[lane])
-        q[1] = maximum(T.sqrt(q[1]), eps)
-        for jj in T.unroll(d):
-            dot[jj] = dot[jj] / (q[1] * maximum(T.sqrt(kk[jj]), eps)) * T.Cast(acc, Temperature[vz % heads])
-        s[0] = dot[0]
-        for jj in T.unroll(d):
-            s[0] = maximum(s[0], dot[jj])
-        s[1] = zero
-        for jj in T.unroll(d):
-            dot[jj] = T.exp(dot[jj] - s[0])
-            s[1] = s[1] + dot[jj]
-        for jj in T.unroll(d):
-            A[vz // heads, vz % heads, vi, jj] = T.Cast(dtype, dot[jj] / s[1])
+                token(X, px, q, dot, kk, vz, vi, y, x)
+        softmax_row(Temperature, A, q, dot, kk, s, vz, vi)
 
     @T.prim_func(s_tir=True)
     def func(x: T.handle, temperature: T.handle, a: T.handle):
@@ -123,6 +141,91 @@ def xca_weights(shape, channels: int, heads: int, head_dim: int, q_offset: int, 
         Temperature = T.match_buffer(temperature, (heads,), dtype, scope=BUFFER)
         A = T.match_buffer(a, (n, heads, d, d), dtype, scope=BUFFER)
         launch(g, d, 1, "row", lambda vz, vi, vw: per_row(X, Temperature, A, vz, vi))
+
+    return func
+
+
+def xca_partials(shape, channels: int, heads: int, head_dim: int, q_offset: int, k_offset: int, slices: int, dtype: str = "float32",
+                 scope: str = TEXTURE):
+    """The split form's first kernel for wide GPUs: ``P[b * heads + t, s, i]`` (``(N * heads, slices,
+    d, 2 d + 1)``, a float32 buffer) holds row ``i``'s ``d`` dot products q_i . k_j, the ``d``
+    squared norms |k_j|^2 and |q_i|^2 over the tokens of slice ``s`` (the ``H * W`` tokens cut by
+    ``_common.equal_slices``). One work item per (sample, head, slice, row)."""
+    d = head_dim
+    n, c4, h, w = _check_heads(shape, channels, heads, d, {"q_offset": q_offset, "k_offset": k_offset})
+    check_dtype(dtype)
+    check_scope(scope)
+    tokens = h * w
+    check_slices(tokens, slices, "the map's tokens")
+    per = ceildiv(tokens, slices)
+    acc, zero, token, _ = _xca_parts((n, c4, h, w), channels, heads, d, q_offset, k_offset, 0.0, dtype)
+    g = pixel_grid(n * heads * slices, d, 1)
+    launch = pixel_launch()
+
+    @T.macro
+    def per_row(X, P, vz, vi):
+        px = T.sblock_alloc_buffer((4,), dtype, scope="local")
+        q = T.sblock_alloc_buffer((2,), acc, scope="local")
+        dot = T.sblock_alloc_buffer((d,), acc, scope="local")
+        kk = T.sblock_alloc_buffer((d,), acc, scope="local")
+        q[1] = zero
+        for jj in T.unroll(d):
+            dot[jj] = zero
+            kk[jj] = zero
+        for r in range(per):
+            if (vz % slices) * per + r < tokens:
+                token(X, px, q, dot, kk, vz // slices, vi, ((vz % slices) * per + r) // w, ((vz % slices) * per + r) % w)
+        for jj in T.unroll(d):
+            P[vz // slices, vz % slices, vi, jj] = T.Cast("float32", dot[jj])
+            P[vz // slices, vz % slices, vi, d + jj] = T.Cast("float32", kk[jj])
+        P[vz // slices, vz % slices, vi, 2 * d] = T.Cast("float32", q[1])
+
+    @T.prim_func(s_tir=True)
+    def func(x: T.handle, p: T.handle):
+        T.func_attr({"global_symbol": "xca_partials", "tirx.noalias": True})
+        X = T.match_buffer(x, (n, c4, h, w, 4), dtype, scope=scope)
+        P = T.match_buffer(p, (n * heads, slices, d, 2 * d + 1), "float32", scope=BUFFER)
+        launch(g, d, 1, "row", lambda vz, vi, vw: per_row(X, P, vz, vi))
+
+    return func
+
+
+def xca_finish(batch: int, heads: int, head_dim: int, slices: int, epsilon: float = 1e-12, dtype: str = "float32"):
+    """The split form's second kernel: ``A`` as :func:`xca_weights` writes it, from the partials
+    ``P`` of :func:`xca_partials` (added over the slices in slice order: the same bits whatever
+    ran where) and ``Temperature``. One work item per row."""
+    d = head_dim
+    check_positive(batch=batch, heads=heads, head_dim=d, slices=slices)
+    check_epsilon(epsilon)
+    check_dtype(dtype)
+    acc, zero, _, softmax_row = _xca_parts((batch, 1, 1, 1), 4, heads, d, 0, 0, epsilon, dtype)
+    g = pixel_grid(batch * heads, d, 1)
+    launch = pixel_launch()
+
+    @T.macro
+    def per_row(P, Temperature, A, vz, vi):
+        q = T.sblock_alloc_buffer((2,), acc, scope="local")
+        dot = T.sblock_alloc_buffer((d,), acc, scope="local")
+        kk = T.sblock_alloc_buffer((d,), acc, scope="local")
+        s = T.sblock_alloc_buffer((2,), acc, scope="local")
+        q[1] = zero
+        for jj in T.unroll(d):
+            dot[jj] = zero
+            kk[jj] = zero
+        for k in range(slices):
+            for jj in T.unroll(d):
+                dot[jj] = dot[jj] + T.Cast(acc, P[vz, k, vi, jj])
+                kk[jj] = kk[jj] + T.Cast(acc, P[vz, k, vi, d + jj])
+            q[1] = q[1] + T.Cast(acc, P[vz, k, vi, 2 * d])
+        softmax_row(Temperature, A, q, dot, kk, s, vz, vi)
+
+    @T.prim_func(s_tir=True)
+    def func(p: T.handle, temperature: T.handle, a: T.handle):
+        T.func_attr({"global_symbol": "xca_finish", "tirx.noalias": True})
+        P = T.match_buffer(p, (batch * heads, slices, d, 2 * d + 1), "float32", scope=BUFFER)
+        Temperature = T.match_buffer(temperature, (heads,), dtype, scope=BUFFER)
+        A = T.match_buffer(a, (batch, heads, d, d), dtype, scope=BUFFER)
+        launch(g, d, 1, "row", lambda vz, vi, vw: per_row(P, Temperature, A, vz, vi))
 
     return func
 
@@ -197,30 +300,50 @@ def xca_apply(shape, channels: int, heads: int, head_dim: int, v_offset: int, dt
 #     Y[b, t * d + j] = sum_i relu(q_i) KV[b, t, i, j] / (sum_i relu(q_i) KV[b, t, i, d] + eps)
 
 
+def _linear_kv_parts(shape, channels: int, heads: int, d: int, k_offset: int, v_offset: int, stride: int, dtype: str):
+    """The macro ``token`` of :func:`linear_kv` and its split form: adds one token's
+    ``relu(k_i) * [v; 1]`` to a row's accumulators ``kv`` (``k``: relu(k_i) there). ``bh`` = b * heads + t."""
+    n, c4, h, w = shape[:4]
+    acc = accumulator_dtype(dtype)
+    zero = T.FloatImm(acc, 0.0)
+    nv = _pixels_spanned(d)
+
+    def ck(bh, vi):  # channel of k_i of head t
+        return k_offset + (bh % heads) * stride + vi
+
+    def v0(bh):
+        return v_offset + (bh % heads) * stride
+
+    def j(bh, vb, lane):
+        return (v0(bh) // 4 + vb) * 4 + lane - v0(bh)
+
+    @T.macro
+    def token(X, px, k, kv, bh, vi, y, x):
+        load_pixel(px, X, bh // heads, ck(bh, vi) // 4, y, x)
+        k[0] = maximum(T.Cast(acc, px[ck(bh, vi) % 4]), zero)
+        kv[d] = kv[d] + k[0]
+        for vb in T.unroll(nv):
+            load_pixel(px, X, bh // heads, T.min(v0(bh) // 4 + vb, c4 - 1), y, x)
+            for lane in T.unroll(4):
+                if 0 <= j(bh, vb, lane) and j(bh, vb, lane) < d:
+                    kv[j(bh, vb, lane)] = kv[j(bh, vb, lane)] + k[0] * T.Cast(acc, px[lane])
+
+    return acc, zero, token
+
+
 def linear_kv(shape, channels: int, heads: int, head_dim: int, k_offset: int, v_offset: int, head_stride: int | None = None,
               dtype: str = "float32", scope: str = TEXTURE):
     """``KV`` (``(N, heads, d, d + 1)``, a buffer) of ReLU linear attention from the NCHW4c map
     ``shape`` holding ``channels`` channels: one work item per row ``(b, t, i)`` walks every token,
-    reading the pixel of ``k_i`` and the pixels of head ``t``'s v. Sums in float32."""
+    reading the pixel of ``k_i`` and the pixels of head ``t``'s v. Sums in float32. One work group
+    per (sample, head): on a wide GPU, the split form (:func:`linear_kv_partials`, :func:`linear_kv_finish`)."""
     d = head_dim
     stride = d if head_stride is None else head_stride
     n, c4, h, w = _check_heads(shape, channels, heads, d, {"k_offset": k_offset, "v_offset": v_offset}, stride)
     check_dtype(dtype)
     check_scope(scope)
-    acc = accumulator_dtype(dtype)
-    zero = T.FloatImm(acc, 0.0)
-    nv = _pixels_spanned(d)
+    acc, zero, token = _linear_kv_parts((n, c4, h, w), channels, heads, d, k_offset, v_offset, stride, dtype)
     g = pixel_grid(n * heads, d, 1)
-
-    def ck(vz, vi):  # channel of k_i of head t
-        return k_offset + (vz % heads) * stride + vi
-
-    def v0(vz):
-        return v_offset + (vz % heads) * stride
-
-    def j(vz, vb, lane):
-        return (v0(vz) // 4 + vb) * 4 + lane - v0(vz)
-
     launch = pixel_launch()
 
     @T.macro
@@ -232,14 +355,7 @@ def linear_kv(shape, channels: int, heads: int, head_dim: int, k_offset: int, v_
             kv[jj] = zero
         for y in range(h):
             for x in range(w):
-                load_pixel(px, X, vz // heads, ck(vz, vi) // 4, y, x)
-                k[0] = maximum(T.Cast(acc, px[ck(vz, vi) % 4]), zero)
-                kv[d] = kv[d] + k[0]
-                for vb in T.unroll(nv):
-                    load_pixel(px, X, vz // heads, T.min(v0(vz) // 4 + vb, c4 - 1), y, x)
-                    for lane in T.unroll(4):
-                        if 0 <= j(vz, vb, lane) and j(vz, vb, lane) < d:
-                            kv[j(vz, vb, lane)] = kv[j(vz, vb, lane)] + k[0] * T.Cast(acc, px[lane])
+                token(X, px, k, kv, vz, vi, y, x)
         for jj in T.unroll(d + 1):
             KV[vz // heads, vz % heads, vi, jj] = T.Cast(dtype, kv[jj])
 
@@ -249,6 +365,78 @@ def linear_kv(shape, channels: int, heads: int, head_dim: int, k_offset: int, v_
         X = T.match_buffer(x, (n, c4, h, w, 4), dtype, scope=scope)
         KV = T.match_buffer(kv_, (n, heads, d, d + 1), dtype, scope=BUFFER)
         launch(g, d, 1, "row", lambda vz, vi, vw: per_row(X, KV, vz, vi))
+
+    return func
+
+
+def linear_kv_partials(shape, channels: int, heads: int, head_dim: int, k_offset: int, v_offset: int, slices: int,
+                       head_stride: int | None = None, dtype: str = "float32", scope: str = TEXTURE):
+    """The split form's first kernel for wide GPUs: ``P[b * heads + t, s]`` (``(N * heads, slices,
+    d, d + 1)``, a float32 buffer), :func:`linear_kv`'s sums over the tokens of slice ``s`` only
+    (the ``H * W`` tokens cut by ``_common.equal_slices``). One work item per (sample, head, slice, row)."""
+    d = head_dim
+    stride = d if head_stride is None else head_stride
+    n, c4, h, w = _check_heads(shape, channels, heads, d, {"k_offset": k_offset, "v_offset": v_offset}, stride)
+    check_dtype(dtype)
+    check_scope(scope)
+    tokens = h * w
+    check_slices(tokens, slices, "the map's tokens")
+    per = ceildiv(tokens, slices)
+    acc, zero, token = _linear_kv_parts((n, c4, h, w), channels, heads, d, k_offset, v_offset, stride, dtype)
+    g = pixel_grid(n * heads * slices, d, 1)
+    launch = pixel_launch()
+
+    @T.macro
+    def per_row(X, P, vz, vi):
+        px = T.sblock_alloc_buffer((4,), dtype, scope="local")
+        k = T.sblock_alloc_buffer((1,), acc, scope="local")
+        kv = T.sblock_alloc_buffer((d + 1,), acc, scope="local")
+        for jj in T.unroll(d + 1):
+            kv[jj] = zero
+        for r in range(per):
+            if (vz % slices) * per + r < tokens:
+                token(X, px, k, kv, vz // slices, vi, ((vz % slices) * per + r) // w, ((vz % slices) * per + r) % w)
+        for jj in T.unroll(d + 1):
+            P[vz // slices, vz % slices, vi, jj] = T.Cast("float32", kv[jj])
+
+    @T.prim_func(s_tir=True)
+    def func(x: T.handle, p: T.handle):
+        T.func_attr({"global_symbol": "linear_kv_partials", "tirx.noalias": True})
+        X = T.match_buffer(x, (n, c4, h, w, 4), dtype, scope=scope)
+        P = T.match_buffer(p, (n * heads, slices, d, d + 1), "float32", scope=BUFFER)
+        launch(g, d, 1, "row", lambda vz, vi, vw: per_row(X, P, vz, vi))
+
+    return func
+
+
+def linear_kv_finish(batch: int, heads: int, head_dim: int, slices: int, dtype: str = "float32"):
+    """The split form's second kernel: ``KV`` as :func:`linear_kv` writes it, the partials ``P`` of
+    :func:`linear_kv_partials` added over the slices in slice order. One work item per row."""
+    d = head_dim
+    check_positive(batch=batch, heads=heads, head_dim=d, slices=slices)
+    check_dtype(dtype)
+    acc = accumulator_dtype(dtype)
+    zero = T.FloatImm(acc, 0.0)
+    g = pixel_grid(batch * heads, d, 1)
+    launch = pixel_launch()
+
+    @T.macro
+    def per_row(P, KV, vz, vi):
+        kv = T.sblock_alloc_buffer((d + 1,), acc, scope="local")
+        for jj in T.unroll(d + 1):
+            kv[jj] = zero
+        for k in range(slices):
+            for jj in T.unroll(d + 1):
+                kv[jj] = kv[jj] + T.Cast(acc, P[vz, k, vi, jj])
+        for jj in T.unroll(d + 1):
+            KV[vz // heads, vz % heads, vi, jj] = T.Cast(dtype, kv[jj])
+
+    @T.prim_func(s_tir=True)
+    def func(p: T.handle, kv_: T.handle):
+        T.func_attr({"global_symbol": "linear_kv_finish", "tirx.noalias": True})
+        P = T.match_buffer(p, (batch * heads, slices, d, d + 1), "float32", scope=BUFFER)
+        KV = T.match_buffer(kv_, (batch, heads, d, d + 1), dtype, scope=BUFFER)
+        launch(g, d, 1, "row", lambda vz, vi, vw: per_row(P, KV, vz, vi))
 
     return func
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from tvm.script import tirx as T
 
-from ._common import (BUFFER, LANES, TEXTURE, ceildiv, check_channels, check_dtype, check_epsilon, check_positive, check_scope,
+from ._common import (BUFFER, LANES, TEXTURE, ceildiv, check_channels, check_dtype, check_epsilon, check_positive, check_scope, check_slices,
                       load_pixel, pixel_grid, pixel_launch, store_pixel)
 from .epilogue import ACTIVATIONS, activate
 
@@ -106,13 +106,6 @@ def group_norm_pixels(shape, groups: int) -> int:
     """Pixels (4 channels each) of one (sample, group) of NCHW4c ``shape``."""
     _, c4, h, w, _ = (int(d) for d in shape)
     return c4 // groups * h * w
-
-
-def group_norm_slices(pixels: int, wanted: int) -> int:
-    """The number of pixel slices nearest ``wanted`` (at most ``pixels``) that splits ``pixels``
-    into equal slices of ``ceil(pixels / slices)`` pixels with none empty (the last may be shorter)."""
-    per = ceildiv(pixels, max(1, min(int(wanted), pixels)))
-    return ceildiv(pixels, per)
 
 
 def _imin(a, b):
@@ -275,24 +268,17 @@ def group_norm(shape, channels: int, groups: int, epsilon: float = 1e-5, activat
     return func
 
 
-def _check_slices(pixels: int, slices: int) -> int:
-    if not (isinstance(slices, int) and 1 <= slices <= pixels and group_norm_slices(pixels, slices) == slices):
-        raise ValueError(f"slices={slices!r} does not split a group's {pixels} pixels into equal non-empty slices "
-                         f"(group_norm_slices({pixels}, {slices}) = {group_norm_slices(pixels, max(1, int(slices)))})")
-    return slices
-
-
 def group_norm_partials(shape, channels: int, groups: int, slices: int, dtype: str = "float32", scope: str = TEXTURE,
                         threads: int = GROUP_NORM_THREADS):
     """The statistics kernel of the split group norm: ``P[n * groups + g, s] = (count, mean, M2)``
     (``(N * groups, slices, 3)``, a float32 buffer whatever ``dtype`` is) of the real elements of
     pixel slice ``s`` of each (sample, group) of NCHW4c ``shape``, the group's pixels cut into
-    ``slices`` slices of ``ceil(pixels / slices)`` (:func:`group_norm_slices`). One work group of
+    ``slices`` slices of ``ceil(pixels / slices)`` (``_common.equal_slices``). One work group of
     ``threads`` items per slice, two passes over it as in :func:`group_norm` (the mean, then the
     squared deviations from it: no ``E[x^2] - E[x]^2`` cancellation)."""
     n, c4, h, w = _check_group_norm(shape, channels, groups, threads, dtype=dtype, scope=scope)
     pixels = group_norm_pixels(shape, groups)
-    _check_slices(pixels, slices)
+    check_slices(pixels, slices, "a group's pixels")
     per = ceildiv(pixels, slices)
     _, count, slice_stats, _, _ = _group_norm_parts(n, c4, h, w, channels, groups, dtype, threads, per)
     f32 = "float32"
@@ -332,7 +318,7 @@ def group_norm_apply(shape, channels: int, groups: int, slices: int, epsilon: fl
     scales, shifts and activates its own slice's pixels."""
     n, c4, h, w = _check_group_norm(shape, channels, groups, threads, epsilon, activation, dtype, scope, clip_min, clip_max)
     pixels = group_norm_pixels(shape, groups)
-    _check_slices(pixels, slices)
+    check_slices(pixels, slices, "a group's pixels")
     per = ceildiv(pixels, slices)
     _, count, _, normalize, _ = _group_norm_parts(n, c4, h, w, channels, groups, dtype, threads, per, epsilon, activation,
                                                   clip_min, clip_max)

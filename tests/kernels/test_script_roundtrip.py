@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from primfuncs import attention, concat, conv, elementwise, excite, grn, layernorm, layout, patches, pool2d, reduce, resize, shuffle
-from primfuncs._common import BUFFER, TEXTURE, TEXTURE_WEIGHT, blocked
+from primfuncs._common import BUFFER, TEXTURE, TEXTURE_WEIGHT, blocked, equal_slices
 from primfuncs.conv import ConvConfig
 from primfuncs.epilogue import ACTIVATIONS, Epilogue
 
@@ -146,7 +146,7 @@ def layernorm_kernels(d, scope):
     n, c, h, w = nchw
     groups = d.draw(st.sampled_from([1] + [g for g in (2, 3) if c % (4 * g) == 0]))
     eps, activation = d.draw(st.floats(0, 1e-3)), d.draw(st.sampled_from([None, "silu"]))
-    slices = layernorm.group_norm_slices(layernorm.group_norm_pixels(_blocked(nchw), groups), d.draw(st.integers(1, 80)))
+    slices = equal_slices(layernorm.group_norm_pixels(_blocked(nchw), groups), d.draw(st.integers(1, 80)))
     return [layernorm.layer_norm_channels(_blocked(nchw), nchw[1], scope=scope),
             layernorm.group_norm(_blocked(nchw), c, groups, eps, activation, scope=scope),
             layernorm.group_norm_partials(_blocked(nchw), c, groups, slices, scope=scope),
@@ -163,10 +163,15 @@ def attention_kernels(d, scope):
     heads, dim = d.draw(st.integers(1, 3)), d.draw(st.integers(1, 6))
     channels = 3 * heads * dim + d.draw(st.integers(0, 3))
     shape = _blocked((n, channels, h, w))
+    slices = equal_slices(h * w, d.draw(st.integers(1, 20)))
     return [
         attention.xca_weights(shape, channels, heads, dim, 0, heads * dim, scope=scope),
+        attention.xca_partials(shape, channels, heads, dim, 0, heads * dim, slices, scope=scope),
+        attention.xca_finish(n, heads, dim, slices),
         attention.xca_apply(shape, channels, heads, dim, 2 * heads * dim, scope=scope),
         attention.linear_kv(shape, channels, heads, dim, dim, 2 * dim, 3 * dim, scope=scope),
+        attention.linear_kv_partials(shape, channels, heads, dim, dim, 2 * dim, slices, 3 * dim, scope=scope),
+        attention.linear_kv_finish(n, heads, dim, slices),
         attention.linear_apply(shape, channels, heads, dim, 0, 3 * dim, scope=scope),
     ]
 

@@ -1,7 +1,10 @@
 """Attention on textures (issue 21): EdgeNeXt's cross-covariance attention (XCA) and EfficientViT's
 ReLU linear attention kernels against float64 NumPy, and the blocks as timm exports them (EdgeNeXt's
 SDTA: tokens of a map, layer norm, Linear, XCA, Linear, residual, back to the map; EfficientViT's
-LiteMLA) against onnxruntime with no layout transform inside."""
+LiteMLA) against onnxruntime with no layout transform inside; the split forms of ``xca_weights`` and
+``linear_kv`` for wide GPUs (partial sums over token slices, then a finishing kernel) the same way."""
+
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -13,11 +16,37 @@ from helpers.numeric import pack_nchw4c, run_kernel, sanitized, unpack_nchw4c
 from helpers.onnx_graphs import check_pattern, conv_node, pattern_graph
 from helpers.strategies import SCOPES, SEEDS
 from primfuncs import attention
-from primfuncs._common import TEXTURE
+from primfuncs._common import TEXTURE, equal_slices
+from tir_adreno.strategy.pool import attention_schedule
+from tir_adreno.strategy.profile import get_profile, resolve
 
 #: float32 dots over <= 64 tokens and a softmax over <= 13 numbers: measured <= 4e-7 (weights) and
 #: <= 5e-7 (apply, relative to max |y|).
 RTOL = 2e-6
+#: 0: one kernel per (sample, head); k > 0: the split form with about k token slices.
+SPLITS = st.integers(0, 40)
+
+
+def _xca_weights(device, xb, channels, heads, d, qo, ko, temperature, scope, split):
+    """A of the one kernel, or of the split form (its partials checked: float32, one row per slice)."""
+    if not split:
+        return run_kernel(device, attention.xca_weights(xb.shape, channels, heads, d, qo, ko, scope=scope), xb, temperature)
+    n, _, h, w, _ = xb.shape
+    slices = equal_slices(h * w, split)
+    p = run_kernel(device, attention.xca_partials(xb.shape, channels, heads, d, qo, ko, slices, scope=scope), xb)
+    assert p.dtype == np.float32 and p.shape == (n * heads, slices, d, 2 * d + 1)
+    return run_kernel(device, attention.xca_finish(n, heads, d, slices), p, temperature)
+
+
+def _linear_kv(device, xb, channels, heads, d, ko, vo, stride, scope, split):
+    """KV of the one kernel, or of the split form (its partials checked: float32, one per slice)."""
+    if not split:
+        return run_kernel(device, attention.linear_kv(xb.shape, channels, heads, d, ko, vo, stride, scope=scope), xb)
+    n, _, h, w, _ = xb.shape
+    slices = equal_slices(h * w, split)
+    p = run_kernel(device, attention.linear_kv_partials(xb.shape, channels, heads, d, ko, vo, slices, stride, scope=scope), xb)
+    assert p.dtype == np.float32 and p.shape == (n * heads, slices, d, d + 1)
+    return run_kernel(device, attention.linear_kv_finish(n, heads, d, slices), p)
 
 
 def xca_reference(x, heads, d, offsets, temperature, eps=1e-12):
@@ -45,13 +74,16 @@ def xca_cases(draw):
     return draw(st.integers(1, 2)), heads, d, channels, offsets, draw(st.integers(1, 8)), draw(st.integers(1, 8))
 
 
-@given(xca_cases(), SCOPES, SEEDS)
-@example((1, 4, 12, 144, (0, 48, 96), 5, 6), TEXTURE, 1)  # EdgeNeXt-XXS stage 2 (d = 12, aligned)
-@example((1, 2, 22, 132, (0, 44, 88), 3, 4), TEXTURE, 2)  # d = 22: heads straddle pixels; sanitized (even seed)
-@example((2, 3, 1, 9, (0, 3, 6), 2, 3), "global", 3)  # d = 1: one pixel holds several heads
-def test_xca_kernels(device, case, scope, seed):
+@given(xca_cases(), SCOPES, SEEDS, SPLITS)
+@example((1, 4, 12, 144, (0, 48, 96), 5, 6), TEXTURE, 1, 0)  # EdgeNeXt-XXS stage 2 (d = 12, aligned)
+@example((1, 2, 22, 132, (0, 44, 88), 3, 4), TEXTURE, 2, 0)  # d = 22: heads straddle pixels; sanitized (even seed)
+@example((2, 3, 1, 9, (0, 3, 6), 2, 3), "global", 3, 0)  # d = 1: one pixel holds several heads
+@example((1, 2, 22, 132, (0, 44, 88), 5, 7), TEXTURE, 4, 6)  # split: 6 slices of 6 tokens, the last 5; sanitized
+@example((2, 3, 5, 45, (0, 15, 30), 3, 3), "global", 5, 40)  # split: a token a slice
+def test_xca_kernels(device, case, scope, seed, split):
     """Both kernels against float64: a zero channel (its norm clamps to eps, its row of logits is 0),
-    temperatures in [0.1, 4], poisoned outputs, padded output lanes 0."""
+    temperatures in [0.1, 4], poisoned outputs, padded output lanes 0. ``split``: the weights from
+    the split form (partials over token slices, then ``xca_finish``)."""
     n, heads, d, channels, (qo, ko, vo), h, w = case
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((n, channels, h, w)).astype(np.float32)
@@ -60,7 +92,7 @@ def test_xca_kernels(device, case, scope, seed):
     a_ref, y_ref = xca_reference(x, heads, d, (qo, ko, vo), temperature)
     xb = pack_nchw4c(x)
     with sanitized(seed):  # the pixels a head's range overlaps are clamped to the map: checked in range
-        a = run_kernel(device, attention.xca_weights(xb.shape, channels, heads, d, qo, ko, scope=scope), xb, temperature)
+        a = _xca_weights(device, xb, channels, heads, d, qo, ko, temperature, scope, split)
         np.testing.assert_allclose(a, a_ref, rtol=RTOL, atol=RTOL)
         y = run_kernel(device, attention.xca_apply(xb.shape, channels, heads, d, vo, scope=scope), xb, a.astype(np.float32))
     out = unpack_nchw4c(y, heads * d)
@@ -139,12 +171,20 @@ def _sdta_model(channels, heads, pos_embedding, seed):
     return _model(nodes, inits)
 
 
+def _wide():
+    """This device's profile as if it had the H200's compute units: the split forms on PoCL."""
+    return replace(resolve(), compute_units=get_profile("nvidia-h200").compute_units)
+
+
+@pytest.mark.parametrize("wide", [False, True], ids=["one-kernel", "split"])
 @pytest.mark.parametrize("channels,heads,pos_embedding", [(24, 2, True), (20, 2, False)])
-def test_sdta_block_stays_on_textures(channels, heads, pos_embedding):
+def test_sdta_block_stays_on_textures(channels, heads, pos_embedding, wide):
     """conv -> SDTA (head size 12, 4-aligned, with the positional embedding; and 10, straddling
-    pixels) -> conv: the attention in two kernels, the tokens views of the map, no layout transform."""
-    names = check_pattern(_sdta_model(channels, heads, pos_embedding, seed=channels))
-    assert names.count("xca_weights") == 1 and names.count("xca_apply") == 1, names
+    pixels) -> conv: the attention in two kernels (on a wide profile the weights split: partials
+    over 3 slices of the 49 tokens, then xca_finish), the tokens views of the map, no layout transform."""
+    names = check_pattern(_sdta_model(channels, heads, pos_embedding, seed=channels), profile=_wide() if wide else None)
+    weights = ["xca_partials", "xca_finish"] if wide else ["xca_weights"]
+    assert all(names.count(k) == 1 for k in weights + ["xca_apply"]) and len(names) == len(set(names)), names
     assert names.count("layer_norm_channels") == 1, names
     assert names.count("add") == (1 if pos_embedding else 0), names  # the embedding; the residual is the proj conv's
 
@@ -153,7 +193,9 @@ def test_sdta_block_stays_on_textures(channels, heads, pos_embedding):
 
 
 def linear_reference(x, heads, d, offsets, stride, eps=1e-5):
-    """(KV, Y) of primfuncs.attention's linear attention in float64 from NCHW ``x``."""
+    """(KV, Y, the magnitude Y's float32 rounding scales with) of primfuncs.attention's linear
+    attention in float64 from NCHW ``x``. The magnitude is Y with every product's absolute value
+    (``|v|``): where the sums over tokens cancel, Y is small but its rounding is not."""
     b, c, h, w = x.shape
     t = x.reshape(b, c, h * w).astype(np.float64)
     q, k, v = (np.stack([t[:, o + s * stride : o + s * stride + d] for s in range(heads)], 1) for o in offsets)
@@ -162,7 +204,8 @@ def linear_reference(x, heads, d, offsets, stride, eps=1e-5):
     kv = k @ v1.transpose(0, 1, 3, 2)
     out = q.transpose(0, 1, 3, 2) @ kv
     y = out[..., :d] / (out[..., d:] + eps)
-    return kv, y.transpose(0, 1, 3, 2).reshape(b, heads * d, h, w)
+    magnitude = (q.transpose(0, 1, 3, 2) @ (k @ np.abs(v1).transpose(0, 1, 3, 2)))[..., :d] / (out[..., d:] + eps)
+    return kv, y.transpose(0, 1, 3, 2).reshape(b, heads * d, h, w), magnitude
 
 
 @st.composite
@@ -177,24 +220,30 @@ def linear_cases(draw):
     return draw(st.integers(1, 2)), heads, d, channels, offsets, stride, draw(st.integers(1, 8)), draw(st.integers(1, 8))
 
 
-@given(linear_cases(), SCOPES, SEEDS)
-@example((1, 8, 16, 384, (0, 16, 32), 48, 5, 6), TEXTURE, 4)  # EfficientViT-B0 stage 3 (d = 16, stride 48); sanitized (even seed)
-@example((1, 3, 5, 45, (0, 5, 10), 15, 3, 4), "global", 2)  # d = 5: heads straddle pixels
-def test_linear_attention_kernels(device, case, scope, seed):
+@given(linear_cases(), SCOPES, SEEDS, SPLITS)
+@example((1, 8, 16, 384, (0, 16, 32), 48, 5, 6), TEXTURE, 4, 0)  # EfficientViT-B0 stage 3 (d = 16, stride 48); sanitized (even seed)
+@example((1, 3, 5, 45, (0, 5, 10), 15, 3, 4), "global", 2, 0)  # d = 5: heads straddle pixels
+@example((1, 8, 16, 384, (0, 16, 32), 48, 5, 6), TEXTURE, 6, 4)  # split: 4 slices of 8 tokens, the last 6; sanitized
+@example((2, 3, 5, 45, (0, 5, 10), 15, 3, 4), "global", 3, 40)  # split: a token a slice
+@example((1, 2, 1, 6, (0, 1, 0), 3, 6, 8), TEXTURE, 115038, 0)  # a head's sums over tokens cancel: Y small
+def test_linear_attention_kernels(device, case, scope, seed, split):
     """Both kernels against float64 (negative q, k lanes relu'd away, an all-negative k row), poisoned
-    outputs, padded output lanes 0."""
+    outputs, padded output lanes 0. ``split``: KV from the split form (partials over token slices,
+    then ``linear_kv_finish``)."""
     n, heads, d, channels, (qo, ko, vo), stride, h, w = case
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((n, channels, h, w)).astype(np.float32)
     x[0, ko] = -np.abs(x[0, ko])  # relu(k_0) = 0: its KV row is 0
-    kv_ref, y_ref = linear_reference(x, heads, d, (qo, ko, vo), stride)
+    kv_ref, y_ref, magnitude = linear_reference(x, heads, d, (qo, ko, vo), stride)
     xb = pack_nchw4c(x)
     with sanitized(seed):
-        kv = run_kernel(device, attention.linear_kv(xb.shape, channels, heads, d, ko, vo, stride, scope=scope), xb)
+        kv = _linear_kv(device, xb, channels, heads, d, ko, vo, stride, scope, split)
         assert np.max(np.abs(kv - kv_ref)) <= RTOL * np.max(np.abs(kv_ref)), np.max(np.abs(kv - kv_ref))
         y = run_kernel(device, attention.linear_apply(xb.shape, channels, heads, d, qo, stride, scope=scope), xb, kv.astype(np.float32))
     out = unpack_nchw4c(y, heads * d)
-    assert np.max(np.abs(out - y_ref)) <= RTOL * np.max(np.abs(y_ref)), np.max(np.abs(out - y_ref))
+    # relative to the products' magnitude: a head whose sums over the tokens cancel has a small Y
+    # (case (1, 2, 1, 6, (0, 1, 0), 3, 6, 8), seed 115038: max |Y| 1.2e-3, error 2.1e-8)
+    assert np.max(np.abs(out - y_ref)) <= RTOL * np.max(magnitude), np.max(np.abs(out - y_ref))
     assert np.all(y[:, -1, :, :, (heads * d - 1) % 4 + 1 :] == 0), "padded lanes not zero"
 
 
@@ -240,11 +289,27 @@ def _lite_mla_nodes(x, y, inits, heads, d, size):
     ]
 
 
-def test_lite_mla_stays_on_textures():
-    """conv (qkv, 2 heads of d = 6: heads straddle pixels) -> LiteMLA -> conv: two kernels, the
-    reshapes, slices, pad and transposes planned away, no layout transform."""
+@pytest.mark.parametrize("wide", [False, True], ids=["one-kernel", "split"])
+def test_lite_mla_stays_on_textures(wide):
+    """conv (qkv, 2 heads of d = 6: heads straddle pixels) -> LiteMLA -> conv: two kernels (on a wide
+    profile KV split: partials over 3 slices of the 49 tokens, then linear_kv_finish), the reshapes,
+    slices, pad and transposes planned away, no layout transform."""
     rng, inits, heads, d = np.random.default_rng(5), {}, 2, 6
     nodes = [conv_node(rng, inits, "x", "c", 3 * heads * d, 3), *_lite_mla_nodes("c", "m", inits, heads, d, 7),
              conv_node(rng, inits, "m", "y", 4, heads * d, k=1)]
-    names = check_pattern(_model(nodes, inits))
-    assert names == ["conv2d_nchw4c", "linear_kv", "linear_apply", "conv2d_nchw4c1"], names
+    names = check_pattern(_model(nodes, inits), profile=_wide() if wide else None)
+    kv = ["linear_kv_partials", "linear_kv_finish"] if wide else ["linear_kv"]
+    assert names == ["conv2d_nchw4c", *kv, "linear_apply", "conv2d_nchw4c1"], names
+
+
+def test_attention_form_by_profile():
+    """The H200 profile splits the attention statistics of EdgeNeXt-XXS's and EfficientViT-B0's
+    maps (>= 16 tokens a slice, ~4 work groups per compute unit); PoCL and Adreno, and maps of
+    fewer than 32 tokens, keep one kernel per (sample, head)."""
+    h200 = get_profile("nvidia-h200")
+    assert attention_schedule(h200, 4, 28 * 28) == {"slices": 49}  # 784 tokens: 16 each
+    assert attention_schedule(h200, 4, 7 * 7) == {"slices": 3}
+    assert attention_schedule(h200, 64, 32 * 32) == {"slices": 9}  # 64 pairs x 9 slices ~ 4 x 132
+    assert attention_schedule(h200, 4, 31) is None
+    for name in ("pocl", "adreno"):
+        assert attention_schedule(get_profile(name), 4, 28 * 28) is None

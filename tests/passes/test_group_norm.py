@@ -16,7 +16,7 @@ from onnx import helper
 from helpers.numeric import pack_nchw4c, rand, unpack_nchw4c
 from helpers.onnx_graphs import check_pattern, conv_node, pattern_graph
 from primfuncs import layernorm
-from primfuncs._common import TEXTURE
+from primfuncs._common import TEXTURE, equal_slices
 from primfuncs.lanes import blocked
 from tir_adreno import ops
 from tir_adreno.strategy.packing import pack_bias
@@ -135,7 +135,7 @@ def test_group_norm_split_kernels(device, case, wanted, scope, precision, activa
     slices (one pixel each, more slices than work items, a short last slice). Half images: the
     partials stay float32 (a buffer)."""
     n, channels, groups, h, w = case
-    slices = layernorm.group_norm_slices(layernorm.group_norm_pixels((n, blocked(channels), h, w, 4), groups), wanted)
+    slices = equal_slices(layernorm.group_norm_pixels((n, blocked(channels), h, w, 4), groups), wanted)
     x, gamma, beta, storage, x_in = _case_inputs(case, precision, scope, offset, seed)
     y, partials = _group_norm(device, x, groups, gamma, beta, activation, scope, storage, slices)
     ref = _reference_partials(x_in.astype(np.float64), groups, slices)
@@ -147,9 +147,9 @@ def test_group_norm_split_kernels(device, case, wanted, scope, precision, activa
     _check_output(y, x_in, channels, groups, gamma, beta, activation, 2.0**-10 if storage else RTOL * (1.0 + offset))
 
 
-def test_group_norm_slices():
+def test_equal_slices():
     """Slices of equal length, none empty; the split kernels refuse any other count."""
-    assert [layernorm.group_norm_slices(10, k) for k in (1, 2, 3, 4, 5, 6, 10, 99)] == [1, 2, 3, 4, 5, 5, 10, 10]
+    assert [equal_slices(10, k) for k in (1, 2, 3, 4, 5, 6, 10, 99)] == [1, 2, 3, 4, 5, 5, 10, 10]
     with pytest.raises(ValueError, match="equal non-empty slices"):
         layernorm.group_norm_partials((1, 1, 2, 5, 4), 4, 1, 6)  # 10 pixels: 6 slices of 2 leave one empty
     with pytest.raises(ValueError, match="equal non-empty slices"):

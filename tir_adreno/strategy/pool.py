@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from primfuncs import excite as _excite
 from primfuncs import layernorm as _layernorm
 from primfuncs import pool2d as _pool2d
-from primfuncs.lanes import ceildiv
+from primfuncs._common import ceildiv, equal_slices
 
 from tir_adreno.strategy.profile import DeviceProfile
 
@@ -84,9 +84,9 @@ def is_wide(profile: DeviceProfile) -> bool:
     return profile.compute_units > ONE_GROUP_MAX_COMPUTE_UNITS
 
 
-#: Work groups the split group norm aims at per compute unit: a few resident per unit hide
-#: their loads' latency.
-GROUP_NORM_GROUPS_PER_UNIT = 4
+#: Work groups the split kernels (group norm, attention statistics) aim at per compute unit: a
+#: few resident per unit hide their loads' latency.
+WIDE_GROUPS_PER_UNIT = 4
 
 
 def group_norm_schedule(profile: DeviceProfile, shape5, groups: int) -> dict | None:
@@ -94,13 +94,33 @@ def group_norm_schedule(profile: DeviceProfile, shape5, groups: int) -> dict | N
     with one work group per (sample, group) (``primfuncs.layernorm.group_norm``: one launch, right
     for CPU OpenCL and phone GPUs), else on a wide GPU (:func:`is_wide`) the split form's keywords
     (``group_norm_partials`` then ``group_norm_apply``): ``slices`` per (sample, group) making
-    about :data:`GROUP_NORM_GROUPS_PER_UNIT` work groups per compute unit in all, each slice at
+    about :data:`WIDE_GROUPS_PER_UNIT` work groups per compute unit in all, each slice at
     least one pixel per work item. A group of at most one work group's pixels stays one kernel."""
     if not is_wide(profile):
         return None
     pixels = _layernorm.group_norm_pixels(shape5, groups)
-    per_group = ceildiv(GROUP_NORM_GROUPS_PER_UNIT * profile.compute_units, int(shape5[0]) * groups)
-    slices = _layernorm.group_norm_slices(pixels, min(per_group, ceildiv(pixels, _layernorm.GROUP_NORM_THREADS)))
+    per_group = ceildiv(WIDE_GROUPS_PER_UNIT * profile.compute_units, int(shape5[0]) * groups)
+    slices = equal_slices(pixels, min(per_group, ceildiv(pixels, _layernorm.GROUP_NORM_THREADS)))
+    return dict(slices=slices) if slices > 1 else None
+
+
+#: Tokens per slice at least in the split attention statistics (``xca_partials``,
+#: ``linear_kv_partials``): each work item's loop over its tokens stays long enough to pay for
+#: writing its partial sums.
+ATTENTION_MIN_TOKENS = 16
+
+
+def attention_schedule(profile: DeviceProfile, batch_heads: int, tokens: int) -> dict | None:
+    """How the statistics of XCA (``primfuncs.attention.xca_weights``) and ReLU linear attention
+    (``linear_kv``) over ``tokens`` run for ``batch_heads`` (sample, head) pairs: None for the one
+    kernel (one work group per (sample, head), each item walking every token), else on a wide GPU
+    (:func:`is_wide`) the split form's keywords: ``slices`` of the tokens (at least
+    :data:`ATTENTION_MIN_TOKENS` each) making about :data:`WIDE_GROUPS_PER_UNIT` work groups per
+    compute unit in all (partial sums, then a kernel adding them)."""
+    if not is_wide(profile):
+        return None
+    per_pair = ceildiv(WIDE_GROUPS_PER_UNIT * profile.compute_units, batch_heads)
+    slices = equal_slices(tokens, min(per_pair, tokens // ATTENTION_MIN_TOKENS))
     return dict(slices=slices) if slices > 1 else None
 
 

@@ -22,7 +22,7 @@ from primfuncs import conv
 from primfuncs import elementwise as _elementwise
 from primfuncs import patches as _patches
 from primfuncs import reduce as _reduce_kernels
-from primfuncs._common import BUFFER, TEXTURE, TEXTURE_WEIGHT
+from primfuncs._common import BUFFER, TEXTURE, TEXTURE_WEIGHT, equal_slices
 from primfuncs.epilogue import Epilogue
 
 from tir_adreno import ops, reference
@@ -202,7 +202,7 @@ def _group_norm(slices: int | None = None):
         if slices is None:
             ops.launch(_layernorm.group_norm(tx.shape, c, groups, 1e-5, scope=scope), [tx, *params, out], dev)
         else:
-            k = _layernorm.group_norm_slices(_layernorm.group_norm_pixels(tx.shape, groups), slices)
+            k = equal_slices(_layernorm.group_norm_pixels(tx.shape, groups), slices)
             partials = dev.array(np.full((n * groups, k, _layernorm.PARTIAL_FIELDS), np.nan, np.float32), BUFFER, "partials")
             ops.launch(_layernorm.group_norm_partials(tx.shape, c, groups, k, scope=scope), [tx, partials], dev)
             ops.launch(_layernorm.group_norm_apply(tx.shape, c, groups, k, 1e-5, scope=scope), [tx, partials, *params, out], dev)

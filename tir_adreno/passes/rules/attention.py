@@ -11,7 +11,10 @@ From the ``qkv`` Linear's output, tokens ``[B, L, 3 * heads * d]`` (NCHW4c of th
 runs as two kernels (:mod:`primfuncs.attention`) on the ``qkv`` map itself: ``xca_weights`` (the
 normalized ``q.k^T``, temperature and softmax: a ``[B, heads, d, d]`` buffer) and ``xca_apply``
 (``attn @ v`` written as the NCHW4c map of ``out``). The reshapes, permutes, split and squeezes are
-views of channel ranges, planned away; every other spelling stays with the generic rules.
+views of channel ranges, planned away; every other spelling stays with the generic rules. On a
+wide GPU (``strategy.pool.attention_schedule``) the statistics kernel (``xca_weights``,
+``linear_kv``) is split in two: partial sums over token slices on many work groups (a float32
+buffer), then a kernel adding them in slice order.
 """
 
 from __future__ import annotations
@@ -22,9 +25,10 @@ from primfuncs import attention
 
 from tir_adreno.passes.graph import Graph, Node, const, ints_of, same, static_shape
 from tir_adreno.passes.kernel_index import kernel
-from tir_adreno.passes.op_info import elementwise_info
+from tir_adreno.passes.op_info import FLOAT32_ATTR, elementwise_info
 from tir_adreno.passes.rewriter import Rewriter, blocked_shape
 from tir_adreno.passes.rules.base import rule
+from tir_adreno.strategy import pool as pool_strategy
 
 
 def _axes(node: Node | None, op: str = "relax.permute_dims") -> tuple[int, ...] | None:
@@ -123,7 +127,8 @@ def _match(g: Graph, node: Node, channels: int, tokens: int):
 
 @rule("relax.reshape")
 def cross_covariance_attention(rw: Rewriter, node: Node):
-    """EdgeNeXt's XCA on tokens ``[B, L, C]`` of a map (the module docstring): two kernels, else None."""
+    """EdgeNeXt's XCA on tokens ``[B, L, C]`` of a map (the module docstring): two kernels (three on
+    a wide GPU), else None."""
     x = rw.values.get(node.args[0]) if isinstance(node.args[0], relax.Var) else None
     if x is None or x.layout != "NLC" or not x.blocked:
         return None
@@ -134,11 +139,19 @@ def cross_covariance_attention(rw: Rewriter, node: Node):
     heads, d, eps, temperature, nodes, first = found
     scope = rw.scope_for(x.shape5)
     src = rw.blocked(x, scope)
-    weights = kernel(attention.xca_weights, x.shape5, c, heads, d, 0, heads * d, eps, scope=scope)
     temps = relax.const(temperature.reshape(-1).repeat(heads // temperature.size).astype(rw.dtype))
     info = elementwise_info("xca_weights", [node, *nodes[:first]], [x.nchw], heads=heads, head_dim=d, epsilon=eps)
     info["output"] = [n, heads, d, d]
-    attn = rw.emit_kernel(weights, [src, temps], (n, heads, d, d), op_info=info)
+    split = pool_strategy.attention_schedule(rw.profile, n * heads, h * w)
+    if split is None:
+        weights = kernel(attention.xca_weights, x.shape5, c, heads, d, 0, heads * d, eps, scope=scope)
+        attn = rw.emit_kernel(weights, [src, temps], (n, heads, d, d), op_info=info)
+    else:  # a wide GPU: partial sums over token slices (float32 whatever the storage), then the softmax
+        k = split["slices"]
+        partials = kernel(attention.xca_partials, x.shape5, c, heads, d, 0, heads * d, k, scope=scope).with_attr(FLOAT32_ATTR, (1,))
+        p = rw.emit_kernel(partials, [src], (n * heads, k, d, 2 * d + 1), dtype="float32", op_info={**info, "output": [n * heads, k, d, 2 * d + 1]})
+        finish = kernel(attention.xca_finish, n, heads, d, k, eps).with_attr(FLOAT32_ATTR, (0,))
+        attn = rw.emit_kernel(finish, [p, temps], (n, heads, d, d), op_info=info)
     out_nchw = (n, heads * d, h, w)
     out5 = blocked_shape(out_nchw)
     apply = kernel(attention.xca_apply, x.shape5, c, heads, d, 2 * heads * d, scope=scope)
@@ -255,7 +268,8 @@ def _match_linear(g: Graph, node: Node, channels: int, tokens: int):
 
 @rule("relax.reshape")
 def linear_attention(rw: Rewriter, node: Node):
-    """EfficientViT's ReLU linear attention on a map (the comment above): two kernels, else None."""
+    """EfficientViT's ReLU linear attention on a map (the comment above): two kernels (three on a
+    wide GPU), else None."""
     x = rw.values.get(node.args[0]) if isinstance(node.args[0], relax.Var) else None
     if x is None or x.layout != "NCHW" or not x.blocked:
         return None
@@ -270,10 +284,18 @@ def linear_attention(rw: Rewriter, node: Node):
         return None
     scope = rw.scope_for(x.shape5)
     src = rw.blocked(x, scope)
-    kv_func = kernel(attention.linear_kv, x.shape5, c, heads, d, d, 2 * d, 3 * d, scope=scope)
     info = elementwise_info("linear_kv", [node, *nodes[:first]], [x.nchw], heads=heads, head_dim=d)
     info["output"] = [n, heads, d, d + 1]
-    kv = rw.emit_kernel(kv_func, [src], (n, heads, d, d + 1), op_info=info)
+    split = pool_strategy.attention_schedule(rw.profile, n * heads, h * w)
+    if split is None:
+        kv = rw.emit_kernel(kernel(attention.linear_kv, x.shape5, c, heads, d, d, 2 * d, 3 * d, scope=scope), [src], (n, heads, d, d + 1),
+                            op_info=info)
+    else:  # a wide GPU: partial sums over token slices (float32 whatever the storage), then their sum
+        k = split["slices"]
+        partials = kernel(attention.linear_kv_partials, x.shape5, c, heads, d, d, 2 * d, k, 3 * d, scope=scope).with_attr(FLOAT32_ATTR, (1,))
+        p = rw.emit_kernel(partials, [src], (n * heads, k, d, d + 1), dtype="float32", op_info={**info, "output": [n * heads, k, d, d + 1]})
+        kv = rw.emit_kernel(kernel(attention.linear_kv_finish, n, heads, d, k).with_attr(FLOAT32_ATTR, (0,)), [p], (n, heads, d, d + 1),
+                            op_info=info)
     out5 = blocked_shape(out_nchw)
     apply = kernel(attention.linear_apply, x.shape5, c, heads, d, 0, 3 * d, eps, scope=scope)
     info = elementwise_info("linear_apply", nodes[first:], [x.nchw], heads=heads, head_dim=d, epsilon=eps)
