@@ -1,7 +1,7 @@
 """Two ways of compiling the same ONNX models, compared from one run: launches, kernel time (the
 median over profiled runs, the ways alternating) and each kernel family's launches and time, and
 how far the two ways' outputs differ. ``se_launches.py`` (fusion on / off) and
-``group_norm_split.py`` (one work group per sample or spread over a wide GPU) are its users.
+``wide_split.py`` (one work group per sample or spread over a wide GPU) are its users.
 
 Building (``build_ways``) needs TVM; measuring (``load_ways``, ``compare``) needs only pyopencl, so
 a model set is compiled here and run on a GPU machine without TVM.
@@ -71,7 +71,7 @@ def load_ways(source: Path, ways, device) -> dict[str, dict]:
     """Model stem -> way -> the model ``build_ways`` saved in ``source`` (no TVM)."""
     from tir_adreno import load_model
 
-    stems = sorted({p.name.rsplit("-", 1)[0] for p in source.iterdir() if p.is_dir() and p.name.rsplit("-", 1)[-1] in ways})
+    stems = sorted({p.name[: -len(w) - 1] for p in source.iterdir() if p.is_dir() for w in ways if p.name.endswith(f"-{w}")})
     return {s: {way: load_model(source / f"{s}-{way}", device) for way in ways} for s in stems}
 
 

@@ -6,9 +6,9 @@ over many work groups, then a kernel combining them: what the H200's profile pic
 target's profile with no more than ``ONE_GROUP_MAX_COMPUTE_UNITS`` compute units, "split" the
 profile itself; nothing else in these models depends on the compute units.
 
-    python benchmarks/group_norm_split.py --onnx mobilevitv2_050.onnx edgenext_xx_small.onnx efficientvit_b0.onnx \
+    python benchmarks/wide_split.py --onnx mobilevitv2_050.onnx edgenext_xx_small.onnx efficientvit_b0.onnx \
         --target nvidia-h200 --build-only DIR                                                               # here (TVM)
-    python benchmarks/group_norm_split.py --from DIR                                                         # on the GPU, no TVM
+    python benchmarks/wide_split.py --from DIR                                                         # on the GPU, no TVM
 
 Kernel time: the median over ``--repeat`` profiled runs (the two ways alternating) of the sum of
 OpenCL event times, per model and per kernel family (the table printed last but one); the outputs
@@ -34,7 +34,7 @@ def _profiles(target: str) -> dict:
 
     profile = get_profile(target)
     if not is_wide(profile):
-        raise SystemExit(f"group_norm_split: {target} is not wide ({profile.compute_units} compute units): it runs one kernel")
+        raise SystemExit(f"wide_split: {target} is not wide ({profile.compute_units} compute units): it runs one kernel")
     return {"one-kernel": replace(profile, compute_units=ONE_GROUP_MAX_COMPUTE_UNITS), "split": profile}
 
 
@@ -59,7 +59,7 @@ def main():
     results = compare(models, args.repeat, WAYS)
     precision = next(iter(next(iter(models.values())).values())).precision
     payload = {"repeat": args.repeat, "precision": precision, "models": results}
-    name = "group_norm_split" + ("" if precision == "float32" else f"-{precision}")
+    name = "wide_split" + ("" if precision == "float32" else f"-{precision}")
     log(f"wrote {write_json(name, device.name, payload, args.results_dir)}")
 
 
