@@ -1,7 +1,7 @@
-"""Two ways of compiling the same ONNX models, compared from one run: launches, kernel time (the
-median over profiled runs, the ways alternating) and each kernel family's launches and time, and
-how far the two ways' outputs differ. ``se_launches.py`` (fusion on / off) and
-``wide_split.py`` (one work group per sample or spread over a wide GPU) are its users.
+"""Two ways of compiling the same ONNX models, compared from one run: launches, kernel and wall time
+(medians, the ways alternating: ``se_launches._measure``) and each kernel family's launches and
+time, and how far the two ways' outputs differ; ``wide_split.py`` (one work group per sample or
+spread over a wide GPU) uses it.
 
 Building (``build_ways``) needs TVM; measuring (``load_ways``, ``compare``) needs only pyopencl, so
 a model set is compiled here and run on a GPU machine without TVM.
@@ -9,49 +9,12 @@ a model set is compiled here and run on a GPU machine without TVM.
 
 from __future__ import annotations
 
-import statistics
 from pathlib import Path
 
 import numpy as np
 
 from common import print_table
-
-
-def kernel_family(label: str) -> str:
-    """A call's kernel family: its label without the numbering of distinct kernels (``conv2d_nchw4c12``)."""
-    return label.rstrip("0123456789")
-
-
-def _by_family(cm) -> dict[str, float]:
-    """Kernel family -> the summed event ms of the last profiled run of ``cm``."""
-    out: dict[str, float] = {}
-    for row in cm.profile():
-        out[kernel_family(row["op"])] = out.get(kernel_family(row["op"]), 0.0) + row["time_ms"]
-    return out
-
-
-def measure(models: dict, repeat: int) -> dict:
-    """Way -> (median kernel ms, outputs, kernel family -> (launches, median ms)) of ``repeat``
-    profiled runs of each compiled model after a warm-up, the ways interleaved run by run (the
-    load of a shared machine hits both alike)."""
-    first = next(iter(models.values()))
-    x = {n: np.random.default_rng(i).standard_normal(first.plan.tensors[t].shape).astype("float32") for i, (n, t) in enumerate(first.plan.inputs)}
-    times, outputs, classes = {way: [] for way in models}, {}, {way: [] for way in models}
-    for cm in models.values():
-        cm.run(x)
-    for _ in range(repeat):
-        for way, cm in models.items():
-            outputs[way] = cm.run(x, profile=True)
-            times[way].append(cm.kernel_time_ms())
-            classes[way].append(_by_family(cm))
-    result = {}
-    for way, cm in models.items():
-        counts: dict[str, int] = {}
-        for c in cm.plan.calls:
-            counts[kernel_family(c.label)] = counts.get(kernel_family(c.label), 0) + 1
-        families = {k: (counts[k], statistics.median(run[k] for run in classes[way])) for k in counts}
-        result[way] = (statistics.median(times[way]), outputs[way], families)
-    return result
+from se_launches import _measure as measure  # kernel, wall, outputs, families per way; the ways interleaved
 
 
 def build_ways(paths, profiles: dict, precision: str, out: Path, log) -> None:
@@ -84,17 +47,19 @@ def compare(models_by_stem: dict, repeat: int, ways: tuple[str, str]) -> dict:
     results, rows, families = {}, [], []
     for stem, models in models_by_stem.items():
         measured = measure(models, repeat)
-        entry = {way: {"launches": len(cm.plan.calls), "kernel_ms": measured[way][0], "outputs": measured[way][1],
-                       "kernels": {k: {"launches": n, "ms": ms} for k, (n, ms) in sorted(measured[way][2].items())}}
+        entry = {way: {"launches": len(cm.plan.calls), "kernel_ms": measured[way][0], "wall_ms": measured[way][1], "outputs": measured[way][2],
+                       "kernels": {k: {"launches": n, "ms": ms} for k, (n, ms) in sorted(measured[way][3].items())}}
                  for way, cm in models.items()}
         b, a = (np.asarray(entry[w]["outputs"][0], np.float64) for w in (b_way, a_way))
         error = float(np.max(np.abs(b - a)) / max(np.max(np.abs(a)), 1e-30))
         results[stem] = {w: {k: v for k, v in e.items() if k != "outputs"} for w, e in entry.items()} | {"relative_difference": error}
         s, f = entry[a_way], entry[b_way]
-        rows.append([stem, s["launches"], f["launches"], f"{s['kernel_ms']:.3f}", f"{f['kernel_ms']:.3f}", f"{error:.1e}"])
+        rows.append([stem, s["launches"], f["launches"], f"{s['kernel_ms']:.3f}", f"{f['kernel_ms']:.3f}", f"{s['wall_ms']:.3f}", f"{f['wall_ms']:.3f}",
+                     f"{error:.1e}"])
         for k in sorted(set(s["kernels"]) | set(f["kernels"])):  # what each kernel family launches and costs
             cells = [(e["kernels"][k]["launches"], e["kernels"][k]["ms"]) if k in e["kernels"] else (0, 0.0) for e in (s, f)]
             families.append([f"{stem} {k}", cells[0][0], cells[1][0], f"{cells[0][1]:.3f}", f"{cells[1][1]:.3f}"])
     print_table(["model kernel family", f"launches {a_way}", f"launches {b_way}", f"median ms {a_way}", f"median ms {b_way}"], families)
-    print_table(["model", f"launches {a_way}", f"launches {b_way}", f"kernel ms {a_way}", f"kernel ms {b_way}", "rel. difference"], rows)
+    print_table(["model", f"launches {a_way}", f"launches {b_way}", f"kernel ms {a_way}", f"kernel ms {b_way}", f"wall ms {a_way}",
+                 f"wall ms {b_way}", "rel. difference"], rows)
     return results
