@@ -33,7 +33,6 @@ import importlib.util
 import json
 import os
 import shutil
-import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -133,20 +132,10 @@ def request_key(args) -> str:
 
 def _copy(src: Path, dst: Path) -> None:
     """``src`` copied to ``dst`` atomically: a private temporary file in ``dst``'s folder, synced, renamed."""
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=dst.parent, prefix=dst.name + ".", suffix=".tmp")
-    os.close(fd)
-    try:
+    with cache.replacing(dst) as tmp:
         shutil.copyfile(src, tmp)
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())
-        os.replace(tmp, dst)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
 
 
 def _entry(key: str) -> dict | None:

@@ -16,6 +16,7 @@ error: :func:`store` warns once per process and the caller goes on without it.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import mmap
 import os
@@ -87,23 +88,32 @@ def write_with(path: Path, fill, key: str = "") -> None:
     wrote, as ``zipfile`` does): streamed to a private temporary file, so a large payload
     (a model's weights) is never held in memory twice; the checksum is then read back from
     that file before it replaces ``path``."""
+    head = len(MAGIC) + _DIGEST
+    with replacing(path) as tmp, open(tmp, "w+b") as f:
+        f.write(MAGIC + bytes(_DIGEST) + _key_field(key))
+        fill(f)
+        f.flush()
+        f.seek(head)
+        h = hashlib.sha256()
+        while chunk := f.read(1 << 22):
+            h.update(chunk)
+        f.seek(len(MAGIC))
+        f.write(h.digest())
+        f.flush()
+        os.fsync(f.fileno())
+
+
+@contextlib.contextmanager
+def replacing(path: Path):
+    """The name of a private temporary file in ``path``'s folder for the block to write (and
+    sync): it replaces ``path`` when the block ends, and is removed if the block raises, so a
+    reader of ``path`` only ever sees a whole file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    head = len(MAGIC) + _DIGEST
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    os.close(fd)
     try:
-        with os.fdopen(fd, "w+b") as f:
-            f.write(MAGIC + bytes(_DIGEST) + _key_field(key))
-            fill(f)
-            f.flush()
-            f.seek(head)
-            h = hashlib.sha256()
-            while chunk := f.read(1 << 22):
-                h.update(chunk)
-            f.seek(len(MAGIC))
-            f.write(h.digest())
-            f.flush()
-            os.fsync(f.fileno())
+        yield tmp
         os.replace(tmp, path)
     except BaseException:
         try:
