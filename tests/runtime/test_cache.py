@@ -199,3 +199,17 @@ def test_a_saved_file_is_verified_once_per_identity(cache_dir, monkeypatch):
     path.write_bytes(bytes(data))
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
     assert cache.read_once_verified(path) is None, "a file changed after its first check was trusted"
+
+
+def test_a_failed_write_leaves_the_old_entry_and_no_temporary_file(tmp_path):
+    path = tmp_path / "entry.bin"
+    cache.write(path, b"old payload", "k")
+
+    def fill(f):
+        f.write(b"half of a new payl")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        cache.write_with(path, fill, "k")
+    assert cache.read(path, "k") == b"old payload"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["entry.bin"]
