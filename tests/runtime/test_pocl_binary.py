@@ -124,3 +124,17 @@ def test_keep_ir_caches_whole_binaries_under_another_key(pocl, tmp_path, monkeyp
     monkeypatch.setenv(pocl_binary.KEEP_IR_ENV, "yes")
     with pytest.raises(ValueError, match=pocl_binary.KEEP_IR_ENV):
         pocl_binary.for_cache(b"poclbin\0")
+
+
+def test_a_stripped_binary_pocl_refuses_is_cached_whole(pocl, tmp_path, monkeypatch):
+    """Should a PoCL refuse the binary without IR, the cold build caches the whole binary (the
+    next start then loads that) instead of failing."""
+    monkeypatch.setenv("TIR_ADRENO_CACHE_DIR", str(tmp_path))
+    from tir_adreno.runtime import programs
+
+    monkeypatch.setattr(pocl_binary, "without_ir", lambda b: b"poclbin\0" + b"\0" * 64)  # a binary PoCL refuses
+    key = pocl._binary_key(SOURCE, pocl.build_options)
+    how, _, _ = programs.build(pocl, SOURCE, pocl.build_options, key)
+    entry = cache.read(tmp_path / "programs" / f"{key}.bin", key)
+    assert how == "source" and pocl_binary.has_ir(entry)
+    assert programs.build(pocl, SOURCE, pocl.build_options, key)[0] == "binary"

@@ -111,5 +111,9 @@ def without_ir(binary: bytes) -> bytes | None:
 
 
 def has_ir(binary: bytes) -> bool:
-    """Whether PoCL binary ``binary`` carries its program's bitcode."""
-    return _file(bytes(binary), _HEADER.size)[0] == "/program.bc"
+    """Whether PoCL binary ``binary`` carries its program's bitcode (False for one too short or
+    malformed to tell)."""
+    try:
+        return _file(bytes(binary), _HEADER.size)[0] == "/program.bc"
+    except (struct.error, UnicodeDecodeError):
+        return False

@@ -59,7 +59,10 @@ def _build(device, source: str, options: str, key: str):
         cache.store(path, stored, key)
         if pocl_binary.is_pocl_binary(stored) and not pocl_binary.has_ir(stored):
             # PoCL unpacks a binary into its own cache when a program is made from it: now, not on the first warm start
-            cl._cl._Program(device.context, [device.cl_device], [stored])
+            try:
+                cl._cl._Program(device.context, [device.cl_device], [stored])
+            except cl.Error:  # this PoCL refuses it after all: cache the binary whole
+                cache.store(path, bytes(binary), key)
     return "source", cl.Program(prg)
 
 
