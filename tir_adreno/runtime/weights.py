@@ -85,14 +85,12 @@ def _header(payload, start: int, size: int):
     """(shape, fortran order, dtype, offset of the data) of the ``.npy`` member at ``start``,
     parsed by :data:`_NPY_HEADER`, else by numpy's reader; None for a version it does not read."""
     head = bytes(payload[start : start + min(size, _HEAD_GUESS)])  # np.save pads its header to 128 bytes
-    if len(head) >= 12 and head[:6] == b"\x93NUMPY":  # a longer header: read all of it (up to 64 KiB)
-        length = struct.unpack_from("<H", head, 8)[0] + 10 if head[6] == 1 else struct.unpack_from("<I", head, 8)[0] + 12
-        if length > len(head):
-            head = bytes(payload[start : start + min(size, length, 1 << 16)])
-    if head[:6] == b"\x93NUMPY" and head[6] in (1, 2):
-        length_at, length_fmt = (8, "<H") if head[6] == 1 else (8, "<I")
-        (length,) = struct.unpack_from(length_fmt, head, length_at)
-        begin = length_at + struct.calcsize(length_fmt)
+    if head[:6] == b"\x93NUMPY" and head[6:7] in (b"\x01", b"\x02"):
+        length_fmt = "<H" if head[6] == 1 else "<I"
+        begin = 8 + struct.calcsize(length_fmt)
+        (length,) = struct.unpack_from(length_fmt, head, 8)
+        if begin + length > len(head):  # a longer header: read all of it (up to 64 KiB)
+            head = bytes(payload[start : start + min(size, begin + length, 1 << 16)])
         match = _NPY_HEADER.match(head[begin : begin + length].decode("latin1"))
         if match:
             shape = tuple(int(d) for d in match[3].replace(" ", "").split(",") if d)
