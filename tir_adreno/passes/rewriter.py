@@ -17,7 +17,7 @@ from tir_adreno.passes.convs import conv_geometry, conv_operands
 from tir_adreno.passes import kernel_index
 from tir_adreno.passes.graph import Graph, Node, dtype, same, static_shape
 from tir_adreno.passes.kernel_index import KernelCall, kernel
-from tir_adreno.passes.op_info import layout_info
+from tir_adreno.passes.op_info import FLOAT32_ATTR, layout_info
 from tir_adreno.strategy import conv as strategy
 from tir_adreno.strategy.placement import activation_scope
 from tir_adreno.strategy.precision import kernel_dtype
@@ -91,6 +91,13 @@ class Rewriter:
         call becomes a stub (``kernel_index``): no TVMScript parsed when the kernel is indexed already."""
         out = relax.TensorType(list(out_shape), dtype or self.dtype)
         return self.bb.emit(relax.call_tir(self._kernel_gv(func, hint, op_info), args, out))
+
+    def emit_float32(self, func, args, out_shape, op_info: dict) -> relax.Var:
+        """:meth:`emit_kernel` of a kernel whose output stays float32 under half storage: statistics
+        one of our kernels passes to another (``FLOAT32_ATTR`` on its output; the readers of that
+        tensor then read float32 too, ``compiler._half_buffers``). ``op_info`` gets the output's shape."""
+        func = func.with_attr(FLOAT32_ATTR, (len(args),))
+        return self.emit_kernel(func, args, out_shape, dtype="float32", op_info={**op_info, "output": list(out_shape)})
 
     def emit_kernel_outputs(self, func, args, out_shapes, dtype=None, hint="k", op_info: dict | None = None) -> list:
         """:meth:`emit_kernel` of a kernel with several outputs (``out_shapes``): one launch, each

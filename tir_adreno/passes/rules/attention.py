@@ -25,7 +25,7 @@ from primfuncs import attention
 
 from tir_adreno.passes.graph import Graph, Node, const, ints_of, same, static_shape
 from tir_adreno.passes.kernel_index import kernel
-from tir_adreno.passes.op_info import FLOAT32_ATTR, elementwise_info
+from tir_adreno.passes.op_info import elementwise_info
 from tir_adreno.passes.rewriter import Rewriter, blocked_shape
 from tir_adreno.passes.rules.base import rule
 from tir_adreno.strategy import pool as pool_strategy
@@ -148,10 +148,9 @@ def cross_covariance_attention(rw: Rewriter, node: Node):
         attn = rw.emit_kernel(weights, [src, temps], (n, heads, d, d), op_info=info)
     else:  # a wide GPU: partial sums over token slices (float32 whatever the storage), then the softmax
         k = split["slices"]
-        partials = kernel(attention.xca_partials, x.shape5, c, heads, d, 0, heads * d, k, scope=scope).with_attr(FLOAT32_ATTR, (1,))
-        p = rw.emit_kernel(partials, [src], (n * heads, k, d, 2 * d + 1), dtype="float32", op_info={**info, "output": [n * heads, k, d, 2 * d + 1]})
-        finish = kernel(attention.xca_finish, n, heads, d, k, eps).with_attr(FLOAT32_ATTR, (0,))
-        attn = rw.emit_kernel(finish, [p, temps], (n, heads, d, d), op_info=info)
+        partials = kernel(attention.xca_partials, x.shape5, c, heads, d, 0, heads * d, k, scope=scope)
+        p = rw.emit_float32(partials, [src], (n * heads, k, d, 2 * d + 1), info)
+        attn = rw.emit_kernel(kernel(attention.xca_finish, n, heads, d, k, eps), [p, temps], (n, heads, d, d), op_info=info)
     out_nchw = (n, heads * d, h, w)
     out5 = blocked_shape(out_nchw)
     apply = kernel(attention.xca_apply, x.shape5, c, heads, d, 2 * heads * d, scope=scope)
@@ -292,10 +291,9 @@ def linear_attention(rw: Rewriter, node: Node):
                             op_info=info)
     else:  # a wide GPU: partial sums over token slices (float32 whatever the storage), then their sum
         k = split["slices"]
-        partials = kernel(attention.linear_kv_partials, x.shape5, c, heads, d, d, 2 * d, k, 3 * d, scope=scope).with_attr(FLOAT32_ATTR, (1,))
-        p = rw.emit_kernel(partials, [src], (n * heads, k, d, d + 1), dtype="float32", op_info={**info, "output": [n * heads, k, d, d + 1]})
-        kv = rw.emit_kernel(kernel(attention.linear_kv_finish, n, heads, d, k).with_attr(FLOAT32_ATTR, (0,)), [p], (n, heads, d, d + 1),
-                            op_info=info)
+        partials = kernel(attention.linear_kv_partials, x.shape5, c, heads, d, d, 2 * d, k, 3 * d, scope=scope)
+        p = rw.emit_float32(partials, [src], (n * heads, k, d, d + 1), info)
+        kv = rw.emit_kernel(kernel(attention.linear_kv_finish, n, heads, d, k), [p], (n, heads, d, d + 1), op_info=info)
     out5 = blocked_shape(out_nchw)
     apply = kernel(attention.linear_apply, x.shape5, c, heads, d, 0, 3 * d, eps, scope=scope)
     info = elementwise_info("linear_apply", nodes[first:], [x.nchw], heads=heads, head_dim=d, epsilon=eps)

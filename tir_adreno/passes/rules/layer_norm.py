@@ -13,7 +13,7 @@ from tir_adreno.passes.activations import clip_fields
 from tir_adreno.passes.affine import linear_step
 from tir_adreno.passes.graph import Node, const, same, static_shape
 from tir_adreno.passes.kernel_index import kernel
-from tir_adreno.passes.op_info import FLOAT32_ATTR, elementwise_info, node_info
+from tir_adreno.passes.op_info import elementwise_info, node_info
 from tir_adreno.passes.rewriter import Rewriter, Value
 from tir_adreno.passes.rules.base import rule
 from tir_adreno.passes.rules.elementwise import affine_chain
@@ -98,11 +98,10 @@ def _emit_group_norm(rw: Rewriter, x: Value, groups: int, eps: float, var, scale
         out = rw.emit_kernel(func, [src, *params], shape5, op_info=info)
     else:
         slices = split["slices"]
-        partials = kernel(layernorm.group_norm_partials, shape5, x.channels, groups, slices, scope=scope).with_attr(FLOAT32_ATTR, (1,))
-        stats = rw.emit_kernel(partials, [src], (shape5[0] * groups, slices, layernorm.PARTIAL_FIELDS), dtype="float32",
-                               op_info={**info, "output": [shape5[0] * groups, slices, layernorm.PARTIAL_FIELDS]})
+        partials = kernel(layernorm.group_norm_partials, shape5, x.channels, groups, slices, scope=scope)
+        stats = rw.emit_float32(partials, [src], (shape5[0] * groups, slices, layernorm.PARTIAL_FIELDS), info)
         func = kernel(layernorm.group_norm_apply, shape5, x.channels, groups, slices, eps, activation, scope=scope, **clip_fields(bounds))
-        out = rw.emit_kernel(func.with_attr(FLOAT32_ATTR, (1,)), [src, stats, *params], shape5, op_info=info)
+        out = rw.emit_kernel(func, [src, stats, *params], shape5, op_info=info)
     for m in nodes:
         m.fused = True
     rw.define(var, out, scope, x.nchw)
