@@ -149,9 +149,15 @@ def _group_norm_parts(n, c4, h, w, channels, groups, dtype, threads, per, epsilo
     def act(x):
         return activate(x, activation, f32, clip_min, clip_max)
 
+    def value(x, stats):
+        return x
+
+    def squared_deviation(x, stats):
+        return (x - stats[0]) * (x - stats[0])
+
     @T.macro
-    def slice_stats(X, sums, squares, stats, vb, first, finish):
-        # 1. item t sums the real lanes of its pixels of the slice
+    def slice_sums(X, partial, stats, vb, first, term):
+        # item t adds term(x, stats) over the real lanes x of its pixels of the slice into partial[t]
         for t in T.thread_binding(threads, thread="threadIdx.x"):
             with T.sblock("sum"):
                 px = T.sblock_alloc_buffer((4,), dtype, scope="local")
@@ -161,8 +167,13 @@ def _group_norm_parts(n, c4, h, w, channels, groups, dtype, threads, per, epsilo
                     if inside(first, r * threads + t):
                         load_pixel(px, X, *at(vb, first + r * threads + t))
                         for lane in T.unroll(4):
-                            acc[0] = acc[0] + T.Select(real(first + r * threads + t, vb, lane), T.Cast(f32, px[lane]), zero)
-                sums[t] = acc[0]
+                            acc[0] = acc[0] + T.Select(real(first + r * threads + t, vb, lane), term(T.Cast(f32, px[lane]), stats), zero)
+                partial[t] = acc[0]
+
+    @T.macro
+    def slice_stats(X, sums, squares, stats, vb, first, finish):
+        # 1. item t sums the real lanes of its pixels of the slice
+        slice_sums(X, sums, stats, vb, first, value)
         # 2. the slice's mean
         for t in T.thread_binding(threads, thread="threadIdx.x"):
             with T.sblock("mean"):
@@ -173,18 +184,7 @@ def _group_norm_parts(n, c4, h, w, channels, groups, dtype, threads, per, epsilo
                         total[0] = total[0] + sums[k]
                     stats[0] = total[0] / count(first)
         # 3. item t sums its squared deviations from that mean (two passes: no E[x^2] - E[x]^2)
-        for t in T.thread_binding(threads, thread="threadIdx.x"):
-            with T.sblock("squares"):
-                px = T.sblock_alloc_buffer((4,), dtype, scope="local")
-                acc = T.sblock_alloc_buffer((1,), f32, scope="local")
-                acc[0] = zero
-                for r in T.serial(rounds):
-                    if inside(first, r * threads + t):
-                        load_pixel(px, X, *at(vb, first + r * threads + t))
-                        for lane in T.unroll(4):
-                            acc[0] = acc[0] + T.Select(real(first + r * threads + t, vb, lane),
-                                                       (T.Cast(f32, px[lane]) - stats[0]) * (T.Cast(f32, px[lane]) - stats[0]), zero)
-                squares[t] = acc[0]
+        slice_sums(X, squares, stats, vb, first, squared_deviation)
         # 4. the slice's M2, handed to ``finish``
         for t in T.thread_binding(threads, thread="threadIdx.x"):
             with T.sblock("m2"):
