@@ -94,11 +94,9 @@ def write_with(path: Path, fill, key: str = "") -> None:
         fill(f)
         f.flush()
         f.seek(head)
-        h = hashlib.sha256()
-        while chunk := f.read(1 << 22):
-            h.update(chunk)
+        digest = _sha256_rest(f)
         f.seek(len(MAGIC))
-        f.write(h.digest())
+        f.write(digest)
         f.flush()
         os.fsync(f.fileno())
 
@@ -201,12 +199,18 @@ def file_digest(path) -> bytes:
     known = read(stamp, stamp_key)
     if known is not None and len(known) == _DIGEST:
         return known
-    h = hashlib.sha256()
     with open(path, "rb") as f:
-        while chunk := f.read(1 << 22):
-            h.update(chunk)
+        digest = _sha256_rest(f)
     if _stamp(path, os.stat(path), "digest")[1] == stamp_key:  # not changed while it was read
-        store(stamp, h.digest(), stamp_key)
+        store(stamp, digest, stamp_key)
+    return digest
+
+
+def _sha256_rest(f) -> bytes:
+    """SHA-256 of what is left to read of file ``f``, in 4 MiB chunks (a large file is never held whole)."""
+    h = hashlib.sha256()
+    while chunk := f.read(1 << 22):
+        h.update(chunk)
     return h.digest()
 
 
