@@ -2,9 +2,11 @@
 
 import contextlib
 import os
+from dataclasses import replace
 
 import numpy as np
 
+from primfuncs._common import TEXTURE
 from tir_adreno import ops
 from tir_adreno.strategy.packing import pack_nchw4c, pack_oihw4o, unpack_nchw4c  # noqa: F401 (re-exported for tests)
 from tir_adreno.reference import relative_error
@@ -36,11 +38,12 @@ def assert_close(actual, reference, rtol: float, scale=None):
     assert err <= rtol, f"relative error {err:.3g} > {rtol:g}"
 
 
-def run_kernel(device, func, *inputs, poison=None) -> np.ndarray:
+def run_kernel(device, func, *inputs, poison=None, storage=None) -> np.ndarray:
     """Run ``func`` on ``inputs`` (NumPy arrays in its parameters' scopes) and a poisoned output
-    (NaN, or the value ``poison``: tests of NaN outputs need a finite one)."""
+    (NaN, or the value ``poison``: tests of NaN outputs need a finite one); its texture
+    parameters stored in ``storage`` images (e.g. "float16"; None: their dtype)."""
     loaded, name = ops.compile(func, device)
-    specs = loaded[name].params
+    specs = [replace(spec, storage=storage) if storage and spec.scope == TEXTURE else spec for spec in loaded[name].params]
     tensors = [device.empty(spec).upload(value) for spec, value in zip(specs, inputs)]
     out = device.empty(specs[-1])
     out = out.poison() if poison is None else out.upload(np.full(out.spec.shape, poison, out.spec.dtype))

@@ -11,11 +11,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from onnx import helper
 
-from helpers.numeric import pack_nchw4c, unpack_nchw4c
+from helpers.numeric import pack_nchw4c, run_kernel, unpack_nchw4c
 from helpers.onnx_graphs import check_pattern, conv_node, pattern_graph
 from primfuncs import excite
 from primfuncs._common import TEXTURE
-from tir_adreno import ops, reference
+from tir_adreno import reference
 from tir_adreno.strategy.packing import pack_bias
 
 #: float32 dot products of <= 40 terms, then a sigmoid: measured <= 4e-7.
@@ -44,16 +44,6 @@ def _pooled_input(rng, n, channels, hw):
     return p, p5
 
 
-def _run(device, func, scope, storage, args):
-    """Runs ``func`` on ``args`` (the last parameter, its output, poisoned) and returns the output."""
-    loaded, name = ops.compile(func, device)
-    specs = [replace(spec, storage=storage) if spec.scope == TEXTURE else spec for spec in loaded[name].params]
-    tensors = [device.empty(spec).upload(a) for spec, a in zip(specs, args)]
-    out = device.empty(specs[-1]).poison()
-    loaded(name, *tensors, out)
-    return out.numpy()
-
-
 @given(n=st.integers(1, 2), channels=st.integers(1, 40), hw=st.sampled_from(MAPS), hidden=st.integers(1, 12),
        acts=st.sampled_from(GATES), threads=st.sampled_from(THREADS),
        scope=st.sampled_from([TEXTURE, "global"]), precision=st.sampled_from(["float32", "float16_acc32"]),
@@ -73,7 +63,7 @@ def test_excitation_kernel(device, n, channels, hw, hidden, acts, threads, scope
     storage = "float16" if precision == "float16_acc32" and scope == TEXTURE else None
     func = excite.excitation(p5.shape, channels, hidden, channels, activation=act, gate=gate, scope=scope, threads=threads)
     args = [p5, _padded(w1, hidden, 4 * c4), b1.astype(np.float32), _padded(w2.T, hidden, 4 * c4), pack_bias(b2.astype(np.float32))]
-    y = _run(device, func, scope, storage, args)
+    y = run_kernel(device, func, *args, storage=storage)
     p_in = p.astype(np.float16 if storage else np.float32).astype(np.float64).mean(axis=(2, 3))
     h = reference.activation(p_in @ w1.astype(np.float32).T + b1.astype(np.float32), act)
     ref = reference.activation(h @ w2.astype(np.float32).T + b2.astype(np.float32), gate)
@@ -96,7 +86,7 @@ def test_pooled_pointwise_kernel(device, n, channels, hw, out_channels, act, thr
     c4, o4 = p5.shape[1], -(-out_channels // 4)
     storage = "float16" if precision == "float16_acc32" and scope == TEXTURE else None
     func = excite.pooled_pointwise(p5.shape, channels, out_channels, activation=act, scope=scope, threads=threads, groups=groups)
-    y = _run(device, func, scope, storage, [p5, _padded(w, 4 * o4, 4 * c4), _padded(b[None], 1, 4 * o4)[0]])
+    y = run_kernel(device, func, p5, _padded(w, 4 * o4, 4 * c4), _padded(b[None], 1, 4 * o4)[0], storage=storage)
     p_in = p.astype(np.float16 if storage else np.float32).astype(np.float64).mean(axis=(2, 3))
     ref = reference.activation(p_in @ w.astype(np.float32).T + b.astype(np.float32), act)
     rtol = 2.0**-10 if storage else RTOL

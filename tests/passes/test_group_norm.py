@@ -13,12 +13,11 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 from onnx import helper
 
-from helpers.numeric import pack_nchw4c, rand, unpack_nchw4c
+from helpers.numeric import pack_nchw4c, rand, run_kernel, unpack_nchw4c
 from helpers.onnx_graphs import check_pattern, conv_node, pattern_graph
 from primfuncs import layernorm
 from primfuncs._common import TEXTURE, equal_slices
 from primfuncs.lanes import blocked
-from tir_adreno import ops
 from tir_adreno.strategy.packing import pack_bias
 from tir_adreno.strategy.pool import ONE_GROUP_MAX_COMPUTE_UNITS, group_norm_schedule
 from tir_adreno.strategy.profile import get_profile, resolve
@@ -46,17 +45,6 @@ def group_norm_cases(draw):
     return draw(st.integers(1, 2)), channels, groups, draw(st.integers(1, 9)), draw(st.integers(1, 11))
 
 
-def _run(device, func, inputs, storage=None):
-    """Launch ``func`` on ``inputs`` (texture parameters in ``storage`` images) and a poisoned
-    output; the output as NumPy."""
-    loaded, name = ops.compile(func, device)
-    specs = [replace(spec, storage=storage) if spec.scope == TEXTURE else spec for spec in loaded[name].params]
-    tensors = [device.empty(spec).upload(v) for spec, v in zip(specs, inputs)]
-    out = device.empty(specs[-1]).poison()
-    loaded(name, *tensors, out)
-    return out.numpy()
-
-
 def _group_norm(device, x, groups, gamma, beta, activation, scope, storage, slices=None):
     """Y (NCHW4c) of the one kernel (``slices`` None) or of the split form: the partials, then the
     normalizing kernel reading them; and the partials (None for the one kernel)."""
@@ -64,11 +52,12 @@ def _group_norm(device, x, groups, gamma, beta, activation, scope, storage, slic
     shape = (n, blocked(channels), h, w, 4)
     params = [pack_bias(gamma), pack_bias(beta)]
     if slices is None:
-        return _run(device, layernorm.group_norm(shape, channels, groups, 1e-5, activation, scope=scope), [pack_nchw4c(x), *params],
-                    storage=storage), None
-    partials = _run(device, layernorm.group_norm_partials(shape, channels, groups, slices, scope=scope), [pack_nchw4c(x)], storage=storage)
+        one = layernorm.group_norm(shape, channels, groups, 1e-5, activation, scope=scope)
+        return run_kernel(device, one, pack_nchw4c(x), *params, storage=storage), None
+    partials = run_kernel(device, layernorm.group_norm_partials(shape, channels, groups, slices, scope=scope), pack_nchw4c(x),
+                          storage=storage)
     apply = layernorm.group_norm_apply(shape, channels, groups, slices, 1e-5, activation, scope=scope)
-    return _run(device, apply, [pack_nchw4c(x), partials, *params], storage=storage), partials
+    return run_kernel(device, apply, pack_nchw4c(x), partials, *params, storage=storage), partials
 
 
 def _check_output(y, x_in, channels, groups, gamma, beta, activation, rtol):

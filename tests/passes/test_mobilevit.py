@@ -3,8 +3,6 @@ textures: the kernels (``patch_unfold``/``patch_fold``, softmax over W, ``broadc
 against float64 NumPy, and the exported pattern against onnxruntime with no layout transform
 inside."""
 
-from dataclasses import replace
-
 import numpy as np
 import pytest
 from hypothesis import given
@@ -34,20 +32,13 @@ def test_patch_unfold_and_fold_kernels(device, n, c, nh, nw, ph, pw, scope, half
     storage = "float16" if half and scope == TEXTURE else None
     expected = x.astype(np.float16 if storage else np.float32).astype(np.float64)
     image = pack_nchw4c(x).shape
-    unfolded = _run(device, patches.patch_unfold(image, ph, pw, scope=scope), pack_nchw4c(x), storage)
+    unfold = patches.patch_unfold(image, ph, pw, scope=scope)
+    unfolded = run_kernel(device, unfold, pack_nchw4c(x).astype(np.float32), storage=storage).astype(np.float64)
     np.testing.assert_array_equal(unpack_nchw4c(unfolded, c), reference.patch_unfold(expected, ph, pw))
     assert np.all(unfolded[:, -1, :, :, (c - 1) % 4 + 1 :] == 0), "padded lanes not zero"
-    folded = _run(device, patches.patch_fold(image, ph, pw, scope=scope), unfolded, storage)
+    fold = patches.patch_fold(image, ph, pw, scope=scope)
+    folded = run_kernel(device, fold, unfolded.astype(np.float32), storage=storage).astype(np.float64)
     np.testing.assert_array_equal(folded, pack_nchw4c(expected))
-
-
-def _run(device, func, x5, storage):
-    """One input, one (poisoned) output; texture tensors in ``storage`` (None: float32)."""
-    loaded, name = ops.compile(func, device)
-    specs = [replace(spec, storage=storage) if spec.scope == TEXTURE else spec for spec in loaded[name].params]
-    out = device.empty(specs[1]).poison()
-    loaded(name, device.empty(specs[0]).upload(x5.astype(np.float32)), out)
-    return out.numpy().astype(np.float64)
 
 
 def test_patch_unfold_refuses_bad_shapes():
