@@ -171,29 +171,31 @@ def _group_norm_parts(n, c4, h, w, channels, groups, dtype, threads, per, epsilo
                 partial[t] = acc[0]
 
     @T.macro
+    def add_up(partial, then):
+        # item 0 adds the items' partial sums in order and hands the total to ``then``
+        for t in T.thread_binding(threads, thread="threadIdx.x"):
+            with T.sblock("total"):
+                if t == 0:
+                    total = T.sblock_alloc_buffer((1,), f32, scope="local")
+                    total[0] = zero
+                    for k in range(threads):
+                        total[0] = total[0] + partial[k]
+                    then(total[0])
+
+    @T.macro
+    def set_mean(stats, total, first):
+        stats[0] = total / count(first)
+
+    @T.macro
     def slice_stats(X, sums, squares, stats, vb, first, finish):
         # 1. item t sums the real lanes of its pixels of the slice
         slice_sums(X, sums, stats, vb, first, value)
         # 2. the slice's mean
-        for t in T.thread_binding(threads, thread="threadIdx.x"):
-            with T.sblock("mean"):
-                if t == 0:
-                    total = T.sblock_alloc_buffer((1,), f32, scope="local")
-                    total[0] = zero
-                    for k in range(threads):
-                        total[0] = total[0] + sums[k]
-                    stats[0] = total[0] / count(first)
+        add_up(sums, lambda total: set_mean(stats, total, first))
         # 3. item t sums its squared deviations from that mean (two passes: no E[x^2] - E[x]^2)
         slice_sums(X, squares, stats, vb, first, squared_deviation)
         # 4. the slice's M2, handed to ``finish``
-        for t in T.thread_binding(threads, thread="threadIdx.x"):
-            with T.sblock("m2"):
-                if t == 0:
-                    total = T.sblock_alloc_buffer((1,), f32, scope="local")
-                    total[0] = zero
-                    for k in range(threads):
-                        total[0] = total[0] + squares[k]
-                    finish(stats, total[0])
+        add_up(squares, lambda total: finish(stats, total))
 
     @T.macro
     def normalize(X, Gamma, Beta, Y, stats, vb, first):
