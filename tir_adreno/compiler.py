@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from tir_adreno.frontend import onnx_import
 from tir_adreno.runtime import opencl as runtime
 from tir_adreno.runtime.bundle import KernelModule
 from tir_adreno.runtime.executor import Call, CompiledModel, Plan, TensorInfo
+from tir_adreno.runtime.texture import is_texture_scope
 from tir_adreno.strategy.profile import DeviceProfile, resolve, with_limits, with_placement, without_fusion
 from tir_adreno.strategy.records import open_records
 from tir_adreno.passes import CONFIG_ATTR, FLOAT32_ATTR, OURS_ATTR, SOURCE_ATTR, dispatch_to_textures, kernel_index
@@ -123,7 +125,7 @@ def check_runnable(mod: tvm.IRModule) -> None:
     for block in mod["main"].body.blocks:
         for b in block.bindings:
             value = b.value
-            if isinstance(value, relax.Call) and getattr(value.op, "name", "") != "relax.call_tir":
+            if isinstance(value, relax.Call) and getattr(value.op, "name", "") not in ("relax.call_tir", *VIEW_OPS):
                 left.setdefault(getattr(value.op, "name", type(value.op).__name__), []).append(value)
     if not left:
         return
@@ -163,11 +165,21 @@ def _is_ours(prim) -> bool:
     return prim.attrs is not None and bool(prim.attrs.get(OURS_ATTR, False))
 
 
+#: Calls the executor runs without a kernel: a buffer seen in another shape (``Rewriter.plain``
+#: writes a model's ``[N, C]`` output as a view of its ``[N, C/4, 1, 1, 4]`` buffer) and the
+#: null argument LegalizeOps gives that view.
+VIEW_OPS = ("relax.memory.view", "relax.null_value")
+
+
 def _bind_alias(env: dict, binding) -> bool:
-    """Bind ``binding.var`` in ``env`` (relax var -> tensor) when its value only renames, packs or
-    unpacks tensors; False for any other value."""
+    """Bind ``binding.var`` in ``env`` (relax var -> tensor) when its value only renames, packs,
+    unpacks or views tensors (the view's shape is the output's: :func:`_output_info`); False
+    for any other value."""
     value = binding.value
-    if isinstance(value, relax.Var):
+    op = getattr(getattr(value, "op", None), "name", "") if isinstance(value, relax.Call) else ""
+    if op in VIEW_OPS:
+        env[binding.var] = env[value.args[0]] if op == "relax.memory.view" else None
+    elif isinstance(value, relax.Var):
         env[binding.var] = env[value]
     elif isinstance(value, relax.TupleGetItem):
         env[binding.var] = env[value.tuple_value][int(value.index)]
@@ -287,14 +299,23 @@ def plan_module(mod: tvm.IRModule, input_names, progress=print, target=None, pri
     out = func.body.body
     out_ids = env[out] if isinstance(out, relax.Var) else [env[f] for f in out.fields]
     out_ids = out_ids if isinstance(out_ids, list) else [out_ids]
+    out_types = list(out.ty.fields) if hasattr(out.ty, "fields") else [out.ty]
     outputs = []
-    for t in out_ids:
-        info = tensors[t]
-        if info.kind == "input":  # an output that is an input needs its own copy: not supported
+    for t, ty in zip(out_ids, out_types, strict=True):
+        if tensors[t].kind == "input":  # an output that is an input needs its own copy: not supported
             raise NotImplementedError("a model output that is one of its inputs is not supported")
-        tensors[t] = TensorInfo(info.shape, info.dtype, info.scope, "output", f"output{len(outputs)}", info.storage)
+        tensors[t] = _output_info(tensors[t], ty, f"output{len(outputs)}")
         outputs.append(t)
     return Plan(tensors, calls, inputs, outputs), kernels, weights
+
+
+def _output_info(info: TensorInfo, ty, name: str) -> TensorInfo:
+    """``info`` as a model output of type ``ty``: in the output's shape, which differs only for a
+    view of a buffer holding the same elements in the same order (``VIEW_OPS``)."""
+    shape = tuple(int(d) for d in ty.shape.values)
+    if shape != info.shape and (math.prod(shape) != math.prod(info.shape) or is_texture_scope(info.scope)):
+        raise ValueError(f"output {name} {shape} is no view of its {info.scope} tensor {info.shape}")
+    return TensorInfo(shape, info.dtype, info.scope, "output", name, info.storage)
 
 
 def _check_arg(tensor: TensorInfo, spec, where: str):

@@ -184,6 +184,34 @@ def test_classifier_gemm_runs_as_convs(monkeypatch):
     assert seen[1:] == [(True, "relu"), (True, None)]
 
 
+@pytest.mark.parametrize("precision", ["float32", "float16_acc32"])
+def test_logits_are_a_view_of_the_last_conv(precision):
+    """A classifier whose logits' channels are a multiple of 4: the last conv writes a buffer that
+    holds ``[N, M]`` element for element, so the output is a view of it and no layout kernel runs
+    after it (issue 21's launches); the output stays float32 under half storage."""
+    from tir_adreno import compile_model
+    from tir_adreno.reference import reference_outputs, relative_error
+
+    rng = np.random.default_rng(4)
+    inits = {"w1": rng.standard_normal((12, 8)), "b1": rng.standard_normal(12)}
+    nodes = [
+        _conv(rng, inits, "x", "c", 8, 3),
+        helper.make_node("GlobalAveragePool", ["c"], ["p"]),
+        helper.make_node("Flatten", ["p"], ["f"]),
+        helper.make_node("Gemm", ["f", "w1", "b1"], ["y"], transB=1),
+    ]
+    model = _graph(nodes, inits)
+    compiled = compile_model(model, precision=precision, progress=lambda _: None)
+    x = rand(np.random.default_rng(12), (1, 3, 7, 7)) * 3
+    (out,) = compiled.run({"x": x})
+    assert out.shape == (1, 12) and out.dtype == np.float32
+    assert relative_error(out, reference_outputs(model, {"x": x})[0]) <= (PATTERN_RTOL if precision == "float32" else 1e-3)
+    ops = [p["op"].rstrip("0123456789") for p in compiled.profile()]
+    assert ops == ["nchw_to_nchw4c", "conv2d_nchw4c", "mean_hw", "conv2d_nchw4c"], ops
+    output = compiled.plan.tensors[compiled.plan.outputs[0]]
+    assert (output.shape, output.scope, output.storage) == ((1, 12), "global", None), output
+
+
 def test_global_mean_then_gemm():
     """ShuffleNet's classifier: x.mean([2, 3]) (keepdims 0) -> Gemm: reduce kernel, 1x1 conv."""
     rng = np.random.default_rng(8)

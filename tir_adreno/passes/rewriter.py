@@ -10,7 +10,7 @@ import tvm
 from tvm import relax
 
 from primfuncs import elementwise, layout
-from primfuncs._common import blocked
+from primfuncs._common import BUFFER, blocked
 from primfuncs.epilogue import Epilogue
 
 from tir_adreno.passes.convs import conv_geometry, conv_operands
@@ -160,11 +160,25 @@ class Rewriter:
         where its readers want it when they are dense convs that agree (:meth:`reader_scope`),
         else ``own`` (its placement) when only readers of either scope (:data:`ANY_SCOPE_READERS`)
         use it, else where the other ops want it (:meth:`scope_for`), so no copy kernel follows."""
+        if self.output_view(var, nchw):
+            return BUFFER
         users = self.graph.users(var)
         if all(u.op in ANY_SCOPE_READERS for u in users):
             wanted = {self.reader_scope(u, var, nchw) for u in users}
             return wanted.pop() if len(wanted) == 1 and None not in wanted else own
         return self.scope_for(shape5)
+
+    def output_view(self, var, nchw) -> bool:
+        """Whether ``var`` (NCHW ``nchw``) is read only as a model output that its NCHW4c buffer
+        already holds element for element (one pixel, channels a multiple of 4: a classifier's
+        logits ``[N, C/4, 1, 1, 4]`` are ``[N, C]``): written to a buffer, the output is a view
+        of it (:meth:`plain`) and no layout kernel runs. Not for half kernels (the output is float32)."""
+        n, c, h, w = nchw
+        if not self.allow_buffer or self.dtype != "float32" or h * w != 1 or c % 4:
+            return False
+        out = self.graph.output
+        fields = out.fields if isinstance(out, relax.Tuple) else [out]
+        return self.graph.uses.get(var, 0) == 1 and any(same(f, var) for f in fields)
 
     def reader_scope(self, node: Node, var, nchw) -> str | None:
         """The scope dense conv ``node`` places its input ``var`` in (its strategy plan's: a
@@ -262,6 +276,8 @@ class Rewriter:
 
     def plain(self, var) -> relax.Expr:
         v = self.values[var]
+        if v.plain is None and BUFFER in v.blocked and self.output_view(var, v.nchw):
+            v.plain = self.bb.emit(relax.op.memory.view(v.blocked[BUFFER], relax.ShapeExpr(list(static_shape(var)))))
         if v.plain is None:
             (scope, src), = list(v.blocked.items())[:1]
             n, c, h, w = v.nchw

@@ -275,7 +275,10 @@ class LoadedModule:
         if len(tensors) != len(plan.params):
             raise ValueError(f"{name} takes {len(plan.params)} tensors, got {len(tensors)}")
         for t, spec in zip(tensors, plan.params):
-            if t.spec.shape != spec.shape or t.spec.dtype != spec.dtype or t.spec.scope != spec.scope:
+            # A buffer is its elements in order: the same count is the same buffer (a model's [N, C]
+            # output viewing its [N, C/4, 1, 1, 4] logits); an image's shape is its extent.
+            same_shape = t.spec.shape == spec.shape or (not is_texture_scope(spec.scope) and math.prod(t.spec.shape) == math.prod(spec.shape))
+            if not same_shape or t.spec.dtype != spec.dtype or t.spec.scope != spec.scope:
                 raise ValueError(f"{name}: argument {spec.name} expects {spec}, got {t.spec}")
             if not is_texture_scope(spec.scope) and t.spec.storage_dtype != spec.storage_dtype:
                 # A buffer is read as the kernel was built for (vload_half or not); an image converts.
