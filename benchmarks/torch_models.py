@@ -11,6 +11,7 @@ import argparse
 import io
 import lzma
 import sys
+import zipfile
 from pathlib import Path
 
 import torch
@@ -80,7 +81,26 @@ def build_torch_model(name: str, torchscript_dir: Path | None = None, device: st
     path = torchscript_dir / f"{name}{TORCHSCRIPT_SUFFIX}" if torchscript_dir is not None else None
     if path is None or not path.exists():
         return None
-    return torch.jit.load(io.BytesIO(lzma.decompress(path.read_bytes())), map_location=device)
+    return torch.jit.load(io.BytesIO(_traced_on(lzma.decompress(path.read_bytes()), device)), map_location=device)
+
+
+def _traced_on(archive: bytes, device: str) -> bytes:
+    """A TorchScript archive whose code creates its tensors on ``device``: a trace records the
+    device of each tensor the model makes itself (EdgeNeXt's positional encoding: ``torch.zeros``
+    and ``torch.arange`` on "cpu"), which ``map_location`` does not move. Its code is text, so the
+    device constants are rewritten; the debug tables (source ranges of that text) are left out."""
+    if device == "cpu":
+        return archive
+    src, out = zipfile.ZipFile(io.BytesIO(archive)), io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as dst:
+        for info in src.infolist():
+            data = src.read(info)
+            if info.filename.endswith(".debug_pkl"):
+                continue
+            if "/code/" in info.filename and info.filename.endswith(".py"):
+                data = data.replace(b'torch.device("cpu")', f'torch.device("{device}")'.encode())
+            dst.writestr(info, data)
+    return out.getvalue()
 
 
 def export_timm(name: str, directory: Path, seed: int = 0) -> tuple[Path, Path]:

@@ -62,7 +62,7 @@ from .direct_body import (
     store_macro,
 )
 from .direct_tiling import DirectTiling
-from .geometry import ConvGeometry, conv2d_geometry
+from .geometry import ConvGeometry, InputLayout, conv2d_geometry
 from .tiled import conv2d_tiled_nchw4c
 
 
@@ -274,16 +274,21 @@ def _split_kernel(tiling: DirectTiling, accumulate_blocked, store_tile, name: st
 
 
 def _direct_conv(geom: ConvGeometry, mode: str, epilogue, dtype, config, scope, weight_scope, name, prologue=None,
-                 out_scope=None, residual_scope=None, acc_dtype=None, gate_scope=None):
+                 out_scope=None, residual_scope=None, acc_dtype=None, gate_scope=None, data_layout="NCHW4c"):
     """The shared skeleton: tiling, guards, accumulation body ``mode``, epilogue and stores.
     ``prologue`` (:class:`DepthwisePrologue`, a 1x1 conv only): X is the depthwise conv's input.
-    ``gate_scope``: X is read times the input gate ``Gate`` held in that scope."""
+    ``gate_scope``: X is read times the input gate ``Gate`` held in that scope. ``data_layout``
+    "NCHW": X is a plain buffer (the blocked path without prologue or gate only)."""
     if config is None:
         config = fallback_config(geom, depthwise=mode == "depthwise")
     scopes = check_conv_args(epilogue, dtype, config, scope, weight_scope, out_scope, residual_scope)
     if gate_scope is not None:
         check_scope(gate_scope)
-    tiling = DirectTiling(geom, mode, config, dtype, prologue, acc_dtype, gate_scope)
+    plain_refused = None if mode == "blocked" and prologue is None and gate_scope is None else (
+        f"only the blocked path (dense convs) without a prologue or input gate reads a plain input; this conv has the "
+        f"{mode} path{' with a prologue' if prologue is not None else ''}{' with a gate' if gate_scope is not None else ''}")
+    input_layout = InputLayout(geom, data_layout, scopes[0], plain_refused)
+    tiling = DirectTiling(geom, mode, config, dtype, prologue, acc_dtype, gate_scope, input_layout)
     conv_tile, accumulate_blocked, store_tile = _tile_macros(tiling, epilogue)
     # Parse only the kernel this config uses (TVMScript parsing is the factory's main cost).
     if tiling.split > 1:
@@ -314,6 +319,7 @@ def conv2d_nchw4c(
     residual_scope: str | None = None,
     acc_dtype: str | None = None,
     gate_scope: str | None = None,
+    data_layout: str = "NCHW4c",
 ):
     """Direct conv2d ``Y = act(conv(X, W) + bias + residual)`` on NCHW4c, any groups.
 
@@ -334,16 +340,21 @@ def conv2d_nchw4c(
     right after ``X``, in that scope. Each work item multiplies the input pixels it reads (one gate
     read per input block; the tiled kernel as it stages them); the blocked path only (dense convs,
     block-aligned groups) or tiled.
+
+    ``data_layout`` "NCHW" (dense convs, no gate): X is a plain ``[N, C, H, W]`` buffer (``scope``
+    "global"), each blocked input pixel read as four channels: a model's first conv reads the
+    input itself, with no layout kernel before it.
     """
     geom = conv2d_geometry(data_shape, weight_shape, strides, padding, dilation, groups)
+    plain = {} if data_layout == "NCHW4c" else {"data_layout": data_layout}  # blocked calls keep their arguments
     if config is not None and config.tiled:
         if geom.groups != 1:
             raise ValueError(f"config.tiled=True is for dense convs (groups=1), got groups={geom.groups}")
         return conv2d_tiled_nchw4c(data_shape, weight_shape, strides, padding, dilation, epilogue, dtype, config, scope,
-                                   weight_scope, out_scope, residual_scope, acc_dtype, gate_scope)
+                                   weight_scope, out_scope, residual_scope, acc_dtype, gate_scope, **plain)
     mode = "blocked" if blocked_path(geom) else "grouped"
     return _direct_conv(geom, mode, epilogue, dtype, config, scope, weight_scope, "conv2d_nchw4c", out_scope=out_scope,
-                        residual_scope=residual_scope, acc_dtype=acc_dtype, gate_scope=gate_scope)
+                        residual_scope=residual_scope, acc_dtype=acc_dtype, gate_scope=gate_scope, **plain)
 
 
 def blocked_path(geom: ConvGeometry) -> bool:

@@ -14,21 +14,26 @@ from tvm.script import tirx as T
 
 from .._common import convert_tile, load_pixel, multiply_add
 from ..epilogue import apply_epilogue, store_output_pixel
+from .geometry import all_of
 
 
 def input_macros(k):
     """``(load_pixel, load_input)``: one input pixel into a local pixel, 0 in the padding."""
-    win, zero = k.win, k.zero
+    win, zero, layout = k.win, k.zero, k.input
 
     @T.macro
     def load_pixel(X, xp, i, nn, cb, ih, iw):
         """``xp[i]`` = pixel ``(ih, iw)`` of input block ``cb``, 0 in the padding."""
         # Read at the clamped coordinate, then zero outside: branch-free. The select is
         # per lane: a vectorized T.Select on a scalar condition miscompiles (TVM 0.27).
-        for lane in T.vectorized(4):
-            xp[i, lane] = X[nn, cb, win.clamp_row(ih), win.clamp_col(iw), lane]
+        if layout.plain:  # four channels of a plain input: four reads
+            for lane in T.unroll(4):
+                xp[i, lane] = layout.lane(X, nn, cb, win.clamp_row(ih), win.clamp_col(iw), lane)
+        else:
+            for lane in T.vectorized(4):
+                xp[i, lane] = X[nn, cb, win.clamp_row(ih), win.clamp_col(iw), lane]
         for lane in T.unroll(4):
-            xp[i, lane] = T.Select(win.inside(ih, iw), xp[i, lane], zero)
+            xp[i, lane] = T.Select(all_of([win.inside(ih, iw), *layout.lane_guard(cb, lane)]), xp[i, lane], zero)
 
     @T.macro
     def load_input(X, xp, wi, nn, cb, r, x, k_h, k_w):

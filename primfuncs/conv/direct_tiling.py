@@ -9,7 +9,7 @@ from tvm.script import tirx as T
 
 from .._common import LANES, ceildiv, check_accumulator
 from .config import MAX_LOCAL_BYTES, ConvConfig, fit_work_group
-from .geometry import ConvGeometry, ConvWindow, all_of
+from .geometry import ConvGeometry, ConvWindow, InputLayout, all_of
 
 #: Kernel windows up to this many taps are fully unrolled (3x3: +30% on PoCL buffers).
 UNROLL_TAPS = 9
@@ -25,12 +25,13 @@ class DirectTiling:
     X is the depthwise conv's input, computed into the 1x1 conv's input pixels in registers.
     ``gate_scope`` (the blocked path only): the conv reads ``X[n, c, h, w] * Gate[n, c]``, the
     input gate ``Gate [N, C/4, 1, 1, 4]`` in that scope (a squeeze-excitation's multiply).
+    ``input_layout``: how X is read (default blocked).
     Raises ValueError for a config the conv cannot run (split_k off the blocked path, partial
     sums beyond local memory, register_window off multiplier-1 depthwise convs, a gate off the
     blocked path or with a prologue)."""
 
     def __init__(self, geom: ConvGeometry, mode: str, config: ConvConfig, dtype: str, prologue=None,
-                 acc_dtype: str | None = None, gate_scope: str | None = None):
+                 acc_dtype: str | None = None, gate_scope: str | None = None, input_layout: InputLayout | None = None):
         self.geom, self.mode, self.config, self.dtype, self.prologue = geom, mode, config, dtype, prologue
         self.gated, self.gate_scope = gate_scope is not None, gate_scope
         if self.gated and (mode != "blocked" or prologue is not None):
@@ -56,7 +57,8 @@ class DirectTiling:
         self.split = self._split()
         self.win = ConvWindow(prologue.geometry if prologue else geom, self.wt, wb)
         self.fused = prologue is not None
-        self.x_shape = (n, geom.c4, self.win.h, self.win.w, 4)
+        self.input = input_layout or InputLayout(geom, "NCHW4c", "global")
+        self.x_shape = self.input.shape(geom, self.win.h, self.win.w)
         self.dw_taps = self.win.kh * self.win.kw if prologue else 1
         self.dw_shape = (geom.c4, 1, self.win.kh, self.win.kw, 4)
         self.ob_overhang = geom.o4 % ocb != 0

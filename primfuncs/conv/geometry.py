@@ -1,7 +1,8 @@
 """A conv2d's sizes and where its taps read: the facts every conv kernel family shares.
 
-:class:`ConvGeometry` (validated logical NCHW / OIHW sizes, by :func:`conv2d_geometry`) and
-:class:`ConvWindow` (the input coordinates a tile's taps read and the guards they need).
+:class:`ConvGeometry` (validated logical NCHW / OIHW sizes, by :func:`conv2d_geometry`),
+:class:`ConvWindow` (the input coordinates a tile's taps read and the guards they need) and
+:class:`InputLayout` (how a kernel reads X: blocked, or a plain NCHW buffer).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from dataclasses import dataclass
 
 from tvm.script import tirx as T
 
-from ..lanes import blocked
+from ..lanes import LANES, blocked
 
 
 def _ints(value, name, what):
@@ -208,3 +209,37 @@ class ConvWindow:
     def raw_col(self, x, k):
         return x * self.sw - self.pl + k * self.dw
 
+
+
+#: How a conv kernel reads X: blocked ``[N, C/4, H, W, 4]``, or a plain ``[N, C, H, W]`` buffer
+#: (a model's input read by its first conv: no layout kernel before it).
+DATA_LAYOUTS = ("NCHW4c", "NCHW")
+
+
+class InputLayout:
+    """How the kernels of ``geom`` read input lane ``lane`` of block ``cb``: one vector read of a
+    blocked pixel, or (``data_layout`` "NCHW", a buffer) channel ``cb * 4 + lane`` of a plain input,
+    clamped to the last channel and zeroed past it (:meth:`lane_guard`). ``refused``: why the
+    kernel cannot read a plain input (None: it can)."""
+
+    def __init__(self, geom: ConvGeometry, data_layout: str, scope: str, refused: str | None = None):
+        if data_layout not in DATA_LAYOUTS:
+            raise ValueError(f"data_layout must be one of {DATA_LAYOUTS}, got {data_layout!r}")
+        self.plain, self.c = data_layout == "NCHW", geom.c
+        if self.plain and scope != "global":
+            raise ValueError(f"data_layout='NCHW' reads X from a buffer (scope 'global'), got scope={scope!r}")
+        if self.plain and refused:
+            raise ValueError(f"data_layout='NCHW': {refused}")
+
+    def shape(self, geom: ConvGeometry, h: int, w: int) -> tuple:
+        """X's shape for an input window of ``h`` x ``w`` pixels."""
+        return (geom.n, geom.c, h, w) if self.plain else (geom.n, geom.c4, h, w, LANES)
+
+    def lane(self, X, nn, cb, row, col, lane):
+        """The read of lane ``lane`` of input block ``cb`` at (``row``, ``col``)."""
+        return X[nn, T.min(cb * LANES + lane, self.c - 1), row, col] if self.plain else X[nn, cb, row, col, lane]
+
+    def lane_guard(self, cb, lane) -> list:
+        """The condition that the lane holds a channel, where one is needed (a plain input's last
+        block may hold fewer than 4): a list for :func:`all_of`."""
+        return [cb * LANES + lane < self.c] if self.plain and self.c % LANES else []

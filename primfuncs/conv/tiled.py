@@ -26,7 +26,7 @@ from tvm.script import tirx as T
 from .._common import BUFFER, LANES, ceildiv, check_accumulator, check_scope, convert_tile, load_pixel, multiply_add, select_params, whole
 from ..epilogue import Epilogue, store_output_pixel
 from .config import MAX_LOCAL_BYTES, ConvConfig, check_conv_args
-from .geometry import ConvWindow, all_of, conv2d_geometry
+from .geometry import ConvWindow, InputLayout, all_of, conv2d_geometry
 
 
 def _bytes(dtype: str) -> int:
@@ -58,11 +58,13 @@ def conv2d_tiled_nchw4c(
     residual_scope: str | None = None,
     acc_dtype: str | None = None,
     gate_scope: str | None = None,
+    data_layout: str = "NCHW4c",
 ):
     """Dense conv2d (``groups == 1``) as a tiled implicit GEMM; arguments as
     :func:`primfuncs.conv.direct.conv2d_nchw4c`, ``config.tiled`` must be set. With an input gate
     (``gate_scope``) each input pixel is multiplied by its block's gate pixel as it is staged in
-    local memory: once per work group, not per output channel tile."""
+    local memory: once per work group, not per output channel tile. ``data_layout`` "NCHW": X is
+    a plain buffer, each staged pixel read as four channels."""
     geom = conv2d_geometry(data_shape, weight_shape, strides, padding, dilation, 1)
     if config is None:
         config = ConvConfig(oc_block=2, w_block=4, work_group=(16, 8, 1), tiled=True)
@@ -73,6 +75,7 @@ def conv2d_tiled_nchw4c(
     gated = gate_scope is not None
     if gated:
         check_scope(gate_scope)
+    layout = InputLayout(geom, data_layout, scope, "a gated conv reads a blocked input" if gated else None)
     acc_dtype = check_accumulator(dtype, acc_dtype)
     converts = acc_dtype != dtype  # the tile is converted to dtype before its epilogue
     if tiled_local_bytes(config, dtype, acc_dtype) > MAX_LOCAL_BYTES:
@@ -108,6 +111,9 @@ def conv2d_tiled_nchw4c(
     def x_col(tile, step, e):
         return win.raw_col(T.min(tile * tm + e % tm, pixels - 1) % ow, (step * kc + e // tm % kc) % taps % kw)
 
+    def x_block(step, e):
+        return T.min((step * kc + e // tm % kc) // taps, c4 - 1)
+
     def x_valid(step, e, ih, iw):
         return all_of([guard(step * kc + e // tm % kc < k_blocks, k_tail), win.inside(ih, iw)])
 
@@ -125,19 +131,26 @@ def conv2d_tiled_nchw4c(
         (zeroed in registers, ``px``, then one vector store: no barrier between the lanes)."""
         for rnd in T.unroll(x_rounds):
             if guard(rnd * threads + item < kc * tm, (kc * tm) % threads != 0):
-                for lane in T.vectorized(4):
-                    px[lane] = X[
-                        nn, T.min((step * kc + (rnd * threads + item) // tm % kc) // taps, c4 - 1),
-                        win.clamp_row(x_row(tile, step, rnd * threads + item)),
-                        win.clamp_col(x_col(tile, step, rnd * threads + item)), lane,
-                    ]
+                if layout.plain:  # four channels of a plain input: four reads
+                    for lane in T.unroll(4):
+                        px[lane] = layout.lane(
+                            X, nn, x_block(step, rnd * threads + item), win.clamp_row(x_row(tile, step, rnd * threads + item)),
+                            win.clamp_col(x_col(tile, step, rnd * threads + item)), lane,
+                        )
+                else:
+                    for lane in T.vectorized(4):
+                        px[lane] = X[
+                            nn, x_block(step, rnd * threads + item), win.clamp_row(x_row(tile, step, rnd * threads + item)),
+                            win.clamp_col(x_col(tile, step, rnd * threads + item)), lane,
+                        ]
                 for lane in T.unroll(4):
                     px[lane] = T.Select(
-                        x_valid(step, rnd * threads + item, x_row(tile, step, rnd * threads + item),
-                                x_col(tile, step, rnd * threads + item)), px[lane], zero,
+                        all_of([x_valid(step, rnd * threads + item, x_row(tile, step, rnd * threads + item),
+                                        x_col(tile, step, rnd * threads + item)),
+                                *layout.lane_guard(x_block(step, rnd * threads + item), lane)]), px[lane], zero,
                     )
                 if gated:  # X * Gate[n, c] (0 stays 0 in the padding for any finite gate)
-                    load_pixel(gp, Gate, nn, T.min((step * kc + (rnd * threads + item) // tm % kc) // taps, c4 - 1), 0, 0)
+                    load_pixel(gp, Gate, nn, x_block(step, rnd * threads + item), 0, 0)
                     for lane in T.unroll(4):
                         px[lane] = px[lane] * gp[lane]
                 for lane in T.vectorized(4):
@@ -209,7 +222,7 @@ def conv2d_tiled_nchw4c(
     @T.prim_func(s_tir=True)
     def func(data: T.handle, gate: T.handle, weight: T.handle, bias: T.handle, residual: T.handle, out: T.handle):
         T.func_attr({"global_symbol": "conv2d_tiled_nchw4c", "tirx.noalias": True})
-        X = T.match_buffer(data, (n, c4, geom.h, geom.w, 4), dtype, scope=scope)
+        X = T.match_buffer(data, layout.shape(geom, geom.h, geom.w), dtype, scope=scope)
         Gate = T.match_buffer(gate, (n, c4, 1, 1, 4), dtype, scope=gate_scope or scope)
         W = T.match_buffer(weight, (o4, c, kh, kw, 4), dtype, scope=weight_scope)
         Bias = T.match_buffer(bias, (o4, 4), dtype, scope=BUFFER)

@@ -58,7 +58,7 @@ def dumped(models, tmp_path_factory):
     out = tmp_path_factory.mktemp("dump") / "kernels"
     res = cli("dump", str(models[0]), "-o", str(out))
     assert res.returncode == 0, res.stderr[-3000:]
-    assert f"wrote 7 kernels and manifest.json to {out}" in res.stdout
+    assert f"wrote 6 kernels and manifest.json to {out}" in res.stdout
     return out
 
 
@@ -85,7 +85,7 @@ WORK_GROUP_EDIT = {
 def test_dump_files_parse_to_the_kernels_the_model_builds(models, dumped):
     manifest = json.loads((dumped / "manifest.json").read_text())
     names = list(manifest["kernels"])
-    assert names == ["00_nchw_to_nchw4c", "01_conv2d_nchw4c", "02_max_pool2d", "03_conv2d_nchw4c", "04_mean_hw", "05_nchw4c_to_nchw", "06_transpose"]
+    assert names == ["00_conv2d_nchw4c", "01_max_pool2d", "02_conv2d_nchw4c", "03_mean_hw", "04_nchw4c_to_nchw", "05_transpose"]
     prims = {}
     compiler.compile_model(str(models[0]), runtime.get_device(), progress=lambda _: None, prims=prims)
     assert {e["key"] for e in manifest["kernels"].values()} == set(prims)
@@ -93,36 +93,38 @@ def test_dump_files_parse_to_the_kernels_the_model_builds(models, dumped):
         text = (dumped / entry["file"]).read_text()
         assert workbench.text_hash(text) == entry["sha256"]
         tvm.ir.assert_structural_equal(workbench.parse_kernel(dumped / entry["file"]), compiler.kernel_func(prims[entry["key"]]))
-    upstream = manifest["kernels"]["06_transpose"]
+    upstream = manifest["kernels"]["05_transpose"]
     assert not upstream["ours"] and upstream["op"] == {"op": "upstream", "label": "transpose"}
-    assert (dumped / "06_transpose.py").read_text().startswith("# tir-adreno kernel 06_transpose (upstream: legalized by TVM")
-    conv = manifest["kernels"]["03_conv2d_nchw4c"]
+    assert (dumped / "05_transpose.py").read_text().startswith("# tir-adreno kernel 05_transpose (upstream: legalized by TVM")
+    conv = manifest["kernels"]["02_conv2d_nchw4c"]
     assert conv["op"]["op"] == "nn.conv2d" and conv["op"]["epilogue"]["residual"] and conv["rows"] == [3]
     assert conv["op"]["inputs"] == [[1, 8, 4, 4]] and conv["op"]["weight"] == [8, 8, 3, 3]
-    header = (dumped / "03_conv2d_nchw4c.py").read_text().split("\n# from tvm.script")[0]
+    header = (dumped / "02_conv2d_nchw4c.py").read_text().split("\n# from tvm.script")[0]
     for expected in ("nn.conv2d, direct", "padding=[1, 1, 1, 1]", "residual=True", "input [1, 8, 4, 4], weight [8, 8, 3, 3] -> output [1, 8, 4, 4]",
                      "config: oc4 w4 wg8x4x1 k1 texture (from default", "X [1, 2, 4, 4, 4] float32 global.texture", "profile rows 3", "tir-adreno kernel ", "--kernels "):
         assert expected in header, (expected, header)
 
 
 def test_kernel_command_checks_times_and_shows(dumped):
-    res = cli("kernel", str(dumped / "03_conv2d_nchw4c.py"), "--check", "--time", "--show", "opencl")
+    res = cli("kernel", str(dumped / "02_conv2d_nchw4c.py"), "--check", "--time", "--show", "opencl")
     assert res.returncode == 0, res.stderr[-3000:]
     assert "__kernel void" in res.stdout and "read_imagef" in res.stdout
     assert re.search(r"check passed: relative error \S+ vs float64 NumPy \(tolerance 0.0001\)", res.stdout), res.stdout[-500:]
     assert re.search(r"time \d+\.\d+ (us|ms) \(median of 10 runs, OpenCL events\)", res.stdout)
-    res = cli("kernel", str(dumped / "00_nchw_to_nchw4c.py"), "--check", "--show", "lowered")
+    res = cli("kernel", str(dumped / "04_nchw4c_to_nchw.py"), "--check", "--show", "lowered")
     assert res.returncode == 0, res.stderr[-3000:]
     assert "check passed: relative error 0.00e+00" in res.stdout and "(tolerance 0)" in res.stdout
     assert "T.launch_thread" in res.stdout or "threadIdx" in res.stdout
-    res = cli("kernel", str(dumped / "02_max_pool2d.py"), "--check")  # exact: max picks one input
+    res = cli("kernel", str(dumped / "00_conv2d_nchw4c.py"), "--check")  # the first conv reads the plain NCHW input
+    assert res.returncode == 0 and "check passed" in res.stdout, res.stdout[-2000:] + res.stderr[-2000:]
+    res = cli("kernel", str(dumped / "01_max_pool2d.py"), "--check")  # exact: max picks one input
     assert res.returncode == 0 and "check passed: relative error 0.00e+00" in res.stdout, res.stdout[-2000:] + res.stderr[-2000:]
 
 
 def test_run_with_an_edited_work_group(models, dumped, tmp_path):
     directory = tmp_path / "edited"
     shutil.copytree(dumped, directory)
-    path = directory / "03_conv2d_nchw4c.py"
+    path = directory / "02_conv2d_nchw4c.py"
     text = path.read_text()
     for old, new in WORK_GROUP_EDIT.items():
         assert old in text
@@ -142,7 +144,7 @@ def test_dump_and_edit_in_half_storage(models, tmp_path):
     out = tmp_path / "half"
     res = cli("dump", str(models[0]), "-o", str(out), "--precision", "float16_acc32")
     assert res.returncode == 0, res.stderr[-3000:]
-    path = out / "03_conv2d_nchw4c.py"
+    path = out / "02_conv2d_nchw4c.py"
     text = path.read_text()
     for old, new in WORK_GROUP_EDIT.items():
         text = text.replace(old, new)
@@ -155,7 +157,7 @@ def test_edit_reading_out_of_bounds_is_named_by_the_sanitizer(models, dumped, tm
     # the column clamp of the input read removed: reads at x = -1 and x = W, which a clamp sampler
     # hides (it returns 0, like the padding); the bounds sanitizer names the kernel and parameter
     clamped = "T.min(T.max(vwt * 4 + wi - 1 + k_w, 0), 3), lane]"
-    directory, path = edited_copy(dumped, tmp_path, "03_conv2d_nchw4c", clamped, "vwt * 4 + wi - 1 + k_w, lane]")
+    directory, path = edited_copy(dumped, tmp_path, "02_conv2d_nchw4c", clamped, "vwt * 4 + wi - 1 + k_w, lane]")
     monkeypatch.setenv("TIR_ADRENO_CHECK_BOUNDS", "1")
     res = cli("run", str(models[0]), "--kernels", str(directory))
     assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stdout[-2000:] + res.stderr[-2000:]
@@ -164,7 +166,7 @@ def test_edit_reading_out_of_bounds_is_named_by_the_sanitizer(models, dumped, tm
 
 def test_wrong_edit_fails_the_checks(models, dumped, tmp_path):
     # subtracting the residual instead of adding it: builds and runs, numbers are wrong
-    directory, path = edited_copy(dumped, tmp_path, "03_conv2d_nchw4c", "acc[ob * 4 + wi, lane] + tmp[lane]", "acc[ob * 4 + wi, lane] - tmp[lane]")
+    directory, path = edited_copy(dumped, tmp_path, "02_conv2d_nchw4c", "acc[ob * 4 + wi, lane] + tmp[lane]", "acc[ob * 4 + wi, lane] - tmp[lane]")
     res = cli("kernel", str(path), "--check")
     assert res.returncode == 1 and "check FAILED" in res.stdout, res.stdout[-2000:] + res.stderr[-2000:]
     res = cli("run", str(models[0]), "--kernels", str(directory), "--check")
@@ -172,7 +174,7 @@ def test_wrong_edit_fails_the_checks(models, dumped, tmp_path):
 
 
 def test_file_that_does_not_parse(models, dumped, tmp_path):
-    directory, path = edited_copy(dumped, tmp_path, "01_conv2d_nchw4c", "acc[ob * 4 + wi, lane] + tmp[lane]", "acc[ob * 4 + wi, lane] + tmpx[lane]")
+    directory, path = edited_copy(dumped, tmp_path, "00_conv2d_nchw4c", "acc[ob * 4 + wi, lane] + tmp[lane]", "acc[ob * 4 + wi, lane] + tmpx[lane]")
     line = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if "tmpx" in text)
     assert_user_error(cli("run", str(models[0]), "--kernels", str(directory)), f"{path}:{line}: Undefined variable: tmpx")
     path.write_text(path.read_text().replace("+ tmpx[lane]", "+* tmp[lane]"))
@@ -188,17 +190,17 @@ def test_kernel_file_of_another_model(models, dumped, tmp_path):
     assert cli("dump", str(models[1]), "-o", str(other)).returncode == 0
     directory = tmp_path / "mixed"
     shutil.copytree(dumped, directory)
-    shutil.copy(other / "03_conv2d_nchw4c.py", directory / "03_conv2d_nchw4c.py")
+    shutil.copy(other / "02_conv2d_nchw4c.py", directory / "02_conv2d_nchw4c.py")
     res = cli("run", str(models[0]), "--kernels", str(directory))
     # the generated kernel it must match exists only once the model is compiled
-    assert_user_error(res, f"{directory / '03_conv2d_nchw4c.py'}: signature differs from the model's kernel: parameter X is [1, 3, 4, 4, 4]",
+    assert_user_error(res, f"{directory / '02_conv2d_nchw4c.py'}: signature differs from the model's kernel: parameter X is [1, 3, 4, 4, 4]",
                       before_compile=False)
 
 
 def test_bad_show_value_and_saved_model_dir(dumped, tmp_path):
-    assert_user_error(cli("kernel", str(dumped / "01_conv2d_nchw4c.py"), "--show", "cuda"), "--show must be one of tir, lowered, opencl, got 'cuda'")
+    assert_user_error(cli("kernel", str(dumped / "00_conv2d_nchw4c.py"), "--show", "cuda"), "--show must be one of tir, lowered, opencl, got 'cuda'")
     assert_user_error(cli("dump", str(tmp_path), "-o", str(tmp_path / "k")), "a saved model holds OpenCL C, not TVMScript")
-    assert_user_error(cli("kernel", str(dumped / "06_transpose.py"), "--check"), "an upstream kernel records no op, so it has no NumPy reference")
+    assert_user_error(cli("kernel", str(dumped / "05_transpose.py"), "--check"), "an upstream kernel records no op, so it has no NumPy reference")
 
 
 def test_winograd_stage_runs_between_the_other_two(models, tmp_path):
@@ -214,11 +216,11 @@ def test_winograd_stage_runs_between_the_other_two(models, tmp_path):
     res = cli("dump", str(models[0]), "--records", str(rec.save(tmp_path / "records.json")), "-o", str(tmp_path))
     assert res.returncode == 0, res.stderr[-3000:]
     names = sorted(p.stem for p in tmp_path.glob("*.py"))
-    assert names[3:6] == ["03_winograd4x4_input_transform", "04_winograd4x4_batched_gemm", "05_winograd4x4_output_transform"]
-    res = cli("kernel", str(tmp_path / "04_winograd4x4_batched_gemm.py"), "--check")
+    assert names[2:5] == ["02_winograd4x4_input_transform", "03_winograd4x4_batched_gemm", "04_winograd4x4_output_transform"]
+    res = cli("kernel", str(tmp_path / "03_winograd4x4_batched_gemm.py"), "--check")
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     assert "batched_gemm, run between the other Winograd stages" in res.stdout and "(tolerance 0.001)" in res.stdout
-    path = tmp_path / "05_winograd4x4_output_transform.py"
+    path = tmp_path / "04_winograd4x4_output_transform.py"
     text = path.read_text()
     assert "y[i * 4 + j, lane] + tmp[lane]" in text
     path.write_text(text.replace("y[i * 4 + j, lane] + tmp[lane]", "y[i * 4 + j, lane] - tmp[lane]"))  # the residual subtracted

@@ -47,9 +47,11 @@ def from_nchw4c(y, channels):
 
 
 def run_conv_case(device, case, scope, rng):
-    """Run the conv kernel of ``case`` in ``scope`` on fresh inputs; returns (NCHW out, reference, blocked out)."""
+    """Run the conv kernel of ``case`` in ``scope`` on fresh inputs; returns (NCHW out, reference, blocked out).
+    ``case["data_layout"] == "NCHW"``: X is the plain NCHW array in a buffer, the rest in ``scope``."""
     case = dict(case)
     depthwise = case.pop("depthwise", False)
+    plain = case.get("data_layout") == "NCHW"
     x = rand(rng, case["data_shape"])
     w = rand(rng, case["weight_shape"])
     geom = conv.conv2d_geometry(x.shape, w.shape, case["strides"], case["padding"], case["dilation"], case["groups"])
@@ -61,7 +63,8 @@ def run_conv_case(device, case, scope, rng):
     )
 
     weight_scope = TEXTURE_WEIGHT if scope == TEXTURE else BUFFER
-    tensors = [device.array(to_nchw4c(x), scope, "X"), device.array(to_oihw4o(w), weight_scope, "W")]
+    x_arg = device.array(x, BUFFER, "X") if plain else device.array(to_nchw4c(x), scope, "X")
+    tensors = [x_arg, device.array(to_oihw4o(w), weight_scope, "W")]
     if bias is not None:
         tensors.append(device.array(to_nchw4c(bias.reshape(1, -1, 1, 1)).reshape(geom.o4, 4), BUFFER, "Bias"))
     if residual is not None:
@@ -72,6 +75,8 @@ def run_conv_case(device, case, scope, rng):
     if depthwise:
         case.pop("groups")
         func = conv.depthwise_conv2d_nchw4c(**case, scope=scope)
+    elif plain:
+        func = conv.conv2d_nchw4c(**case, scope=BUFFER, weight_scope=weight_scope, out_scope=scope)
     else:
         func = conv.conv2d_nchw4c(**case, scope=scope)
     ops.launch(func, tensors, device)

@@ -7,6 +7,7 @@ every output pixel of the blocked result must be written, padding lanes zero.
 import numpy as np
 import pytest
 from hypothesis import example, given
+from hypothesis import strategies as st
 
 from helpers.conv import CONV_RTOL as RTOL
 from helpers.conv import check_blocked_output, reference_conv2d, reference_epilogue, run_conv_case
@@ -57,6 +58,34 @@ def test_conv2d_tiled_matches_numpy(device, scope, case, config, seed):
         got, ref, blocked_out = run_conv_case(device, case, scope, np.random.default_rng(seed))
     check_blocked_output(blocked_out, ref.shape[1])
     assert_close(got, ref, RTOL)
+
+
+@pytest.mark.parametrize("scope", [TEXTURE, BUFFER])
+@given(case=conv_cases(), tiled=tiled_configs(), use_tiled=st.booleans(), seed=SEEDS)
+@example(case=TILED_STEM, tiled=TILED_STEM["config"], use_tiled=True, seed=0)
+@example(case=dict(TILED_STEM, config=conv.ConvConfig(4, 4, (8, 4, 1))), tiled=TILED_STEM["config"], use_tiled=False, seed=1)
+def test_conv2d_plain_input_matches_numpy(device, scope, case, tiled, use_tiled, seed):
+    """A model's first conv reading its plain NCHW input buffer (``data_layout="NCHW"``), direct or
+    tiled, writing ``scope``: C not a multiple of 4 reads a partial last block."""
+    o = case["weight_shape"][0] // case["groups"]
+    case = dict(case, groups=1, weight_shape=(o, *case["data_shape"][1:2], *case["weight_shape"][2:]), data_layout="NCHW")
+    if use_tiled:
+        case["config"] = tiled
+    with sanitized(seed):
+        got, ref, blocked_out = run_conv_case(device, case, scope, np.random.default_rng(seed))
+    check_blocked_output(blocked_out, ref.shape[1])
+    assert_close(got, ref, RTOL)
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: conv.conv2d_nchw4c((1, 3, 8, 8), (8, 3, 3, 3), data_layout="NCHW", scope=TEXTURE), "from a buffer"),
+    (lambda: conv.conv2d_nchw4c((1, 8, 8, 8), (8, 1, 3, 3), groups=8, data_layout="NCHW", scope=BUFFER), "blocked path"),
+    (lambda: conv.conv2d_nchw4c((1, 4, 8, 8), (8, 4, 1, 1), data_layout="NCHW", scope=BUFFER, gate_scope=BUFFER), "gate"),
+    (lambda: conv.conv2d_nchw4c((1, 4, 8, 8), (8, 4, 1, 1), data_layout="NHWC", scope=BUFFER), "data_layout must be"),
+])
+def test_conv2d_plain_input_errors(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
 
 
 def test_conv2d_tiled_rejects_bad_configs():

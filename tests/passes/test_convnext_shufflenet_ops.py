@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from onnx import helper, numpy_helper
 
 from helpers.numeric import rand, run_kernel
-from helpers.onnx_graphs import PATTERN_RTOL
+from helpers.onnx_graphs import PATTERN_RTOL, between_edges
 from helpers.onnx_graphs import check_pattern as check
 from helpers.onnx_graphs import conv_node as _conv
 from helpers.onnx_graphs import pattern_graph as _graph
@@ -156,11 +156,9 @@ def check_classifier(model, channels=3, size=7):
     (out,) = compiled.run({"x": x})
     assert relative_error(out, reference_outputs(model, {"x": x})[0]) <= PATTERN_RTOL
     ops = [(p["op"], p["ours"]) for p in compiled.profile()]
-    edges = [(op.rstrip("0123456789"), ours) for op, ours in (ops[0], ops[-1])]
-    assert edges == [("nchw_to_nchw4c", True), ("nchw4c_to_nchw", True)], ops
-    assert all(ours for _, ours in ops), ops
+    assert ops[-1][0].startswith("nchw4c_to_nchw") and all(ours for _, ours in ops), ops
     assert compiled.plan.tensors[compiled.plan.outputs[0]].shape == tuple(out.shape), "the transform writes [N, M]"
-    return [op for op, _ in ops[1:-1]]
+    return between_edges([op for op, _ in ops])
 
 
 def test_classifier_gemm_runs_as_convs(monkeypatch):
@@ -207,7 +205,7 @@ def test_logits_are_a_view_of_the_last_conv(precision):
     assert out.shape == (1, 12) and out.dtype == np.float32
     assert relative_error(out, reference_outputs(model, {"x": x})[0]) <= (PATTERN_RTOL if precision == "float32" else 1e-3)
     ops = [p["op"].rstrip("0123456789") for p in compiled.profile()]
-    assert ops == ["nchw_to_nchw4c", "conv2d_nchw4c", "mean_hw", "conv2d_nchw4c"], ops
+    assert ops == ["conv2d_nchw4c", "mean_hw", "conv2d_nchw4c"], ops  # the first conv reads the input itself
     output = compiled.plan.tensors[compiled.plan.outputs[0]]
     assert (output.shape, output.scope, output.storage) == ((1, 12), "global", None), output
 

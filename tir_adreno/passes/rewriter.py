@@ -174,11 +174,23 @@ class Rewriter:
         logits ``[N, C/4, 1, 1, 4]`` are ``[N, C]``): written to a buffer, the output is a view
         of it (:meth:`plain`) and no layout kernel runs. Not for half kernels (the output is float32)."""
         n, c, h, w = nchw
-        if not self.allow_buffer or self.dtype != "float32" or h * w != 1 or c % 4:
+        if not self.fuses or not self.allow_buffer or self.dtype != "float32" or h * w != 1 or c % 4:
             return False
         out = self.graph.output
         fields = out.fields if isinstance(out, relax.Tuple) else [out]
         return self.graph.uses.get(var, 0) == 1 and any(same(f, var) for f in fields)
+
+    def reads_plain(self, v: Value, node: Node) -> bool:
+        """Whether ``node`` (a conv) may read ``v`` as the plain NCHW buffer it is: ``v`` is not
+        blocked, ``node`` is its only reader (others would pack it anyway) and buffers are allowed."""
+        return (self.fuses and self.allow_buffer and not v.blocked and v.layout == "NCHW" and v.plain is not None
+                and self.graph.sole_user(node.args[0]) is node)
+
+    @property
+    def fuses(self) -> bool:
+        """Whether kernels take in their neighbours (``profile.launch_cost_macs`` > 0):
+        ``compile_model(fuse=False)`` keeps every op its own kernel, the edge layout transforms too."""
+        return self.profile.launch_cost_macs > 0
 
     def reader_scope(self, node: Node, var, nchw) -> str | None:
         """The scope dense conv ``node`` places its input ``var`` in (its strategy plan's: a

@@ -17,7 +17,7 @@ placement (``source="records"``). Nothing is measured here. Precisions:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -204,17 +204,32 @@ def accumulator_kwargs(precision: str, reduction_length: int) -> dict:
 def direct_conv2d(geometry: ConvGeometry, epilogue: Epilogue = Epilogue(), dtype: str = "float32",
                   config: ConvConfig | None = None, scope: str = TEXTURE, weight_scope: str | None = None,
                   out_scope: str | None = None, residual_scope: str | None = None, acc_dtype: str | None = None,
-                  gate_scope: str | None = None):
+                  gate_scope: str | None = None, data_layout: str = "NCHW4c"):
     """The direct conv PrimFunc of ``geometry``: the depthwise kernel for ``groups == C``, else the
     general one (the config sweep in ``benchmarks/conv_configs.py`` calls this with every config);
-    ``gate_scope``: with an input gate (``primfuncs.conv.conv2d_nchw4c``)."""
+    ``gate_scope``: with an input gate, ``data_layout`` "NCHW": X a plain buffer
+    (``primfuncs.conv.conv2d_nchw4c``)."""
     g = geometry
     attrs = dict(strides=g.strides, padding=g.padding, dilation=g.dilation, epilogue=epilogue, dtype=dtype,
                  config=config, scope=scope, weight_scope=weight_scope, out_scope=out_scope, residual_scope=residual_scope,
                  acc_dtype=acc_dtype)
-    if g.is_depthwise and gate_scope is None:
+    if g.is_depthwise and gate_scope is None and data_layout == "NCHW4c":
         return _conv.depthwise_conv2d_nchw4c((g.n, g.c, g.h, g.w), (g.o, g.cg, g.kh, g.kw), **attrs)
-    return _conv.conv2d_nchw4c((g.n, g.c, g.h, g.w), (g.o, g.cg, g.kh, g.kw), groups=g.groups, gate_scope=gate_scope, **attrs)
+    plain = {} if data_layout == "NCHW4c" else {"data_layout": data_layout}  # blocked calls keep their arguments
+    return _conv.conv2d_nchw4c((g.n, g.c, g.h, g.w), (g.o, g.cg, g.kh, g.kw), groups=g.groups, gate_scope=gate_scope,
+                               **attrs, **plain)
+
+
+def plain_input_plan(plan: ConvPlan) -> ConvPlan | None:
+    """``plan`` reading X as a plain NCHW buffer (a model's input read by its first conv: no layout
+    kernel before it), or None where its kernel reads blocked inputs only: Winograd, grouped and
+    depthwise convs, gated convs, half kernels (the plain input is float32)."""
+    (factory, kwargs), = plan.stages
+    g = plan.geometry
+    if plan.algorithm != "direct" or plan.dtype != "float32" or g.groups != 1 or "gate_scope" in kwargs:
+        return None
+    tensors = tuple(TensorPlan("X", (g.n, g.c, g.h, g.w), BUFFER) if t.name == "X" else t for t in plan.tensors)
+    return replace(plan, tensors=tensors, stages=((factory, {**kwargs, "scope": BUFFER, "data_layout": "NCHW"}),))
 
 
 def default_choice(geometry: ConvGeometry, profile: DeviceProfile) -> ConvChoice:

@@ -305,7 +305,8 @@ def reference_case(info: dict, rng: np.random.Generator, pack_weights=blocked.pa
         epilogue = info["epilogue"]
         b, r, extra = epilogue_inputs(epilogue, channels, y.shape)
         y = reference.conv2d_epilogue(y, b, r, epilogue["activation"], *epilogue.get("clip", (0.0, 6.0)))
-        return [pack(x), *(pack(g) for g in gate), pack_weights(w), *extra], y, channels
+        x_in = x if info.get("data_layout") == "NCHW" else pack(x)  # a first conv reads the plain input
+        return [x_in, *(pack(g) for g in gate), pack_weights(w), *extra], y, channels
     if op == "depthwise_pointwise":  # X, W_dw [Bias_dw], W [Bias] [Residual]
         dw, epilogue = info["depthwise"], info["epilogue"]
         w_dw, w = rand(dw["weight"]), rand(info["weight"])

@@ -148,7 +148,11 @@ def emit_conv2d(rw: Rewriter, node: Node, x: Value, gate: Value | None = None):
     gate_scope = rw.input_scope(gate, scope) if gate is not None else None
     plan = strategy.conv2d_plan(geom, epilogue, rw.precision, rw.profile, rw.records, allow_buffer=rw.allow_buffer,
                                 in_scope=scope, out_scope=out_scope, residual_scope=residual_scope, gate_scope=gate_scope)
-    inputs = [rw.blocked(x, scope)] + ([rw.blocked(gate, gate_scope)] if gate is not None else [])
+    plain = strategy.plain_input_plan(plan) if rw.reads_plain(x, node) else None
+    if plain is not None:  # a model's first conv reads its NCHW input: no layout kernel
+        plan, inputs = plain, [x.plain]
+    else:
+        inputs = [rw.blocked(x, scope)] + ([rw.blocked(gate, gate_scope)] if gate is not None else [])
     out = _emit_plan(rw, node, plan, inputs, tail)
     rw.define(tail.last.var, out, plan.tensor("Y").scope, geom.out_shape, data_layout)
     return out
