@@ -1,25 +1,32 @@
 """ConvNeXt-V2's global response norm (GRN) statistics on NCHW4c tensors.
 
 GRN is ``x + beta + gamma * x * Nx`` with ``Nx[n, c] = G[n, c] / (mean_c G[n, :] + eps)`` and
-``G[n, c] = ||x[n, c, :, :]||_2``. Exported models compute ``G`` as ``sqrt(sum_hw x * x)``; the
-square and the H, W sum run as the multiply and reduce kernels (float32 sums), the rest of GRN
-as per-channel kernels. :func:`grn_scale` is the step between them, from ``S = sum_hw x * x``
-(``[N, C, 1, 1]``) to ``Nx``: the mean over channels crosses every channel block, so one work
-item per output block walks all ``C/4`` blocks of ``S`` (a few hundred numbers) in float32
-registers. Padded lanes are left out of the mean and written as 0.
+``G[n, c] = ||x[n, c, :, :]||_2``. Exported models compute ``G`` as ``sqrt(sum_hw x * x)``.
+:func:`grn_scale` is the step from ``S = sum_hw x * x`` (``[N, C, 1, 1]``) to ``Nx``: the mean over
+channels crosses every channel block, so one work item per output block walks all ``C/4`` blocks
+of ``S`` (a few hundred numbers) in float32 registers. Padded lanes are left out of the mean and
+written as 0.
+
+With ``gamma`` it writes GRN's per-channel scale ``1 + gamma * Nx`` instead: GRN is then
+``x * (1 + gamma * Nx) + beta``, which the 1x1 conv after it reads as an input gate (``beta`` goes
+into that conv's bias), so GRN is two launches, ``sum_squares_hw`` (``primfuncs.reduce``) and this.
 """
 
 from __future__ import annotations
 
 from tvm.script import tirx as T
 
-from ._common import (LANES, TEXTURE, check_channels, check_dtype, check_epsilon, check_positive, check_scope, load_pixel, pixel_grid,
-                      pixel_launch, store_pixel)
+from ._common import (BUFFER, LANES, TEXTURE, check_channels, check_dtype, check_epsilon, check_positive, check_scope, load_pixel,
+                      pixel_grid, pixel_launch, store_pixel)
 
 
-def grn_scale(shape, channels: int, epsilon: float, dtype: str = "float32", scope: str = TEXTURE):
+def grn_scale(shape, channels: int, epsilon: float, dtype: str = "float32", scope: str = TEXTURE, gamma: bool = False):
     """``Y[n, c] = sqrt(S[n, c]) / (mean_c sqrt(S[n, :]) + epsilon)`` over the ``channels`` real
-    channels of NCHW4c ``shape`` ``(N, C/4, 1, 1, 4)`` (``S >= 0``: sums of squares), in float32."""
+    channels of NCHW4c ``shape`` ``(N, C/4, 1, 1, 4)`` (``S >= 0``: sums of squares), in float32.
+
+    ``gamma``: the kernel takes ``Gamma (C/4, 4)`` (a buffer, like a conv's bias) after ``S`` and
+    writes ``Y = 1 + Gamma[c] * Nx``, GRN's scale; ``S`` is then float32 whatever ``dtype`` is (the
+    sums of squares of a half tensor overflow half)."""
     shape = tuple(int(d) for d in shape)
     if len(shape) != 5 or shape[4] != LANES or shape[2:4] != (1, 1):
         raise ValueError(f"shape must be NCHW4c of [N, C, 1, 1] (N, C4, 1, 1, 4), got {shape}")
@@ -29,15 +36,19 @@ def grn_scale(shape, channels: int, epsilon: float, dtype: str = "float32", scop
     check_epsilon(epsilon)
     check_dtype(dtype)
     check_scope(scope)
+    if not isinstance(gamma, bool):
+        raise TypeError(f"gamma must be a bool, got {gamma!r}")
     g = pixel_grid(n * c4, 1, 1)
     zero = T.FloatImm("float32", 0.0)
+    one = T.FloatImm("float32", 1.0)
+    s_dtype = "float32" if gamma else dtype
 
     launch = pixel_launch()
 
     @T.macro
-    def per_block(S, Y, vz):
-        px = T.sblock_alloc_buffer((4,), dtype, scope="local")
-        out = T.sblock_alloc_buffer((4,), "float32", scope="local")
+    def normalized(S, out, vz):
+        """``out`` = Nx of block ``vz`` (float32; 0 in padded lanes)."""
+        px = T.sblock_alloc_buffer((4,), s_dtype, scope="local")
         mean = T.sblock_alloc_buffer((1,), "float32", scope="local")
         mean[0] = zero
         for cb in range(c4):
@@ -48,7 +59,31 @@ def grn_scale(shape, channels: int, epsilon: float, dtype: str = "float32", scop
         load_pixel(px, S, vz // c4, vz % c4, 0, 0)
         for lane in T.unroll(4):
             out[lane] = T.Select((vz % c4) * 4 + lane < channels, T.sqrt(T.Cast("float32", px[lane])) / mean[0], zero)
+
+    @T.macro
+    def per_block(S, Y, vz):
+        out = T.sblock_alloc_buffer((4,), "float32", scope="local")
+        normalized(S, out, vz)
         store_pixel(Y, vz // c4, vz % c4, 0, 0, out)
+
+    @T.macro
+    def scale_block(S, Gamma, Y, vz):
+        out = T.sblock_alloc_buffer((4,), "float32", scope="local")
+        normalized(S, out, vz)
+        for lane in T.unroll(4):  # padded lanes: Gamma is 0 there, so 1 (times an input lane of 0)
+            out[lane] = one + T.Cast("float32", Gamma[vz % c4, lane]) * out[lane]
+        store_pixel(Y, vz // c4, vz % c4, 0, 0, out)
+
+    if gamma:
+        @T.prim_func(s_tir=True)
+        def func_scale(s: T.handle, gm: T.handle, y: T.handle):
+            T.func_attr({"global_symbol": "grn_scale", "tirx.noalias": True})
+            S = T.match_buffer(s, (n, c4, 1, 1, 4), s_dtype, scope=scope)
+            Gamma = T.match_buffer(gm, (c4, 4), dtype, scope=BUFFER)
+            Y = T.match_buffer(y, (n, c4, 1, 1, 4), dtype, scope=scope)
+            launch(g, 1, 1, "block", lambda vz, vh, vw: scale_block(S, Gamma, Y, vz))
+
+        return func_scale
 
     @T.prim_func(s_tir=True)
     def func(s: T.handle, y: T.handle):

@@ -1,19 +1,25 @@
 """ConvNeXt-V2's global response norm (GRN, issue 21) as timm exports it, on our kernels: the
-``grn_scale`` kernel against float64 NumPy (fp32 and half images) and a GRN block graph against
-onnxruntime with no layout transform inside."""
+``grn_scale`` kernel (``Nx``, and GRN's scale ``1 + gamma * Nx``) against float64 NumPy (fp32 and
+half storage) and GRN block graphs against onnxruntime with no layout transform inside: GRN in two
+kernels and the 1x1 conv after it reading ``x * s`` (``beta`` in its bias), or apart where that conv
+cannot read it."""
 
 from dataclasses import replace
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from onnx import helper
 
-from helpers.numeric import pack_nchw4c, unpack_nchw4c
+from helpers.numeric import pack_nchw4c, run_kernel, unpack_nchw4c
 from helpers.onnx_graphs import check_pattern, conv_node, pattern_graph
+from helpers.strategies import SCOPES, SEEDS
 from primfuncs import grn
-from primfuncs._common import TEXTURE
+from primfuncs._common import BUFFER, TEXTURE
 from tir_adreno import ops
+from tir_adreno.strategy.packing import pack_bias
+from tir_adreno.strategy.profile import get_profile, resolve, without_fusion
 
 #: float32 statistics over <= 40 channels: measured <= 3e-7.
 RTOL = 2e-6
@@ -42,6 +48,28 @@ def test_grn_scale_kernel(device, n, channels, scope, precision, seed):
     assert np.all(y[:, -1, :, :, (channels - 1) % 4 + 1 :] == 0), "padded lanes not zero"
 
 
+@given(n=st.integers(1, 2), channels=st.integers(1, 40), scope=SCOPES, precision=st.sampled_from(["float32", "float16_acc32"]),
+       seed=SEEDS)
+def test_grn_scale_gamma_kernel(device, n, channels, scope, precision, seed):
+    """``1 + gamma * Nx`` from float32 sums of squares ``S`` (up to 1e6, beyond half: ``S`` stays
+    float32 under float16_acc32) and ``gamma`` (a buffer, half under float16_acc32, as a model's
+    constants); padded lanes written as 1 (a gate on the input's zero lanes)."""
+    rng = np.random.default_rng(seed)
+    s = 10.0 ** rng.uniform(-3, 6, (n, channels, 1, 1))
+    s[0, 0] = 0.0
+    gamma = rng.standard_normal(channels).astype(np.float32)
+    half = precision == "float16_acc32"
+    func = grn.grn_scale(pack_nchw4c(s).shape, channels, 1e-6, scope=scope, gamma=True)
+    y = run_kernel(device, func, pack_nchw4c(s).astype(np.float32), pack_bias(gamma), storage="float16" if half else None,
+                   pinned=(0,), half=({1, 2} if scope == BUFFER else {1}) if half else ())
+    g = np.sqrt(s.astype(np.float32).astype(np.float64))
+    term = gamma.astype(np.float16 if half else np.float32).astype(np.float64)[None, :, None, None] * g / (g.mean(axis=1, keepdims=True) + 1e-6)
+    rtol = 2.0**-11 if half else RTOL  # the half output's rounding
+    err = np.abs(unpack_nchw4c(y, channels) - (1 + term)) / (1 + np.abs(term))  # 1 + term may cancel: its terms' scale
+    assert np.all(err <= rtol), float(np.max(err))
+    assert np.all(y[:, -1, :, :, (channels - 1) % 4 + 1 :] == 1), "padded lanes not 1"
+
+
 def _grn_nodes(x, y, inits, channels, rng):
     """GRN as torch.onnx.export writes timm's GlobalResponseNorm (opset 17), then the residual:
     ``y = x + (bias + weight * (x * Nx) * 1)``."""
@@ -61,10 +89,27 @@ def _grn_nodes(x, y, inits, channels, rng):
     ]
 
 
-def test_grn_block_stays_on_textures():
-    """conv -> GRN (6 channels: a padded block) -> conv: the GRN statistics in one grn_scale kernel,
-    everything ours, no layout transform inside."""
+def _grn_block(rng, inits, k=1, channels=6):
+    """conv -> GRN (``channels``: 6 leaves a padded block) -> ``k`` x ``k`` conv (padded when k > 1)."""
+    return [conv_node(rng, inits, "x", "c", channels, 3), *_grn_nodes("c", "r", inits, channels, rng),
+            conv_node(rng, inits, "r", "y", 4, channels, k=k)]
+
+
+@pytest.mark.parametrize("target", [None, "nvidia-h200", "adreno"])
+def test_grn_block_stays_on_textures(target):
+    """conv -> GRN -> 1x1 conv on each profile: GRN in two kernels (the sum of squares over H, W
+    and ``grn_scale`` writing ``1 + gamma * Nx``), the 1x1 conv reading ``x * s`` with ``W . beta``
+    in its bias; no multiply, per-channel or add kernel, no layout transform inside."""
     rng, inits = np.random.default_rng(4), {}
-    nodes = [conv_node(rng, inits, "x", "c", 6, 3), *_grn_nodes("c", "r", inits, 6, rng), conv_node(rng, inits, "r", "y", 4, 6, k=1)]
-    names = check_pattern(pattern_graph(nodes, inits))
-    assert names.count("grn_scale") == 1, names
+    names = check_pattern(pattern_graph(_grn_block(rng, inits), inits), profile=target and get_profile(target))
+    assert names == ["conv2d_nchw4c", "sum_squares_hw", "grn_scale", "conv2d_nchw4c1"], names
+
+
+@pytest.mark.parametrize("case", ["fusion off", "padded conv"])
+def test_grn_apart_where_the_conv_cannot_read_it(device, case):
+    """Fusion off, or a padded 3x3 conv after GRN (``beta`` would not be 0 in its padding): GRN's
+    statistics in ``grn_scale`` (``Nx``) and its per-channel steps apart, still exact."""
+    rng, inits = np.random.default_rng(5), {}
+    profile = without_fusion(resolve(device)) if case == "fusion off" else None
+    names = check_pattern(pattern_graph(_grn_block(rng, inits, k=1 if case == "fusion off" else 3), inits), profile=profile)
+    assert names.count("grn_scale") == 1 and "sum_squares_hw" not in names and "multiply_channels" in names, names
