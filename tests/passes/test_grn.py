@@ -10,10 +10,9 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from onnx import helper
 
 from helpers.numeric import pack_nchw4c, run_kernel, unpack_nchw4c
-from helpers.onnx_graphs import check_pattern, conv_node, pattern_graph
+from helpers.onnx_graphs import check_pattern, grn_block, pattern_graph
 from helpers.strategies import SCOPES, SEEDS
 from primfuncs import grn
 from primfuncs._common import BUFFER, TEXTURE
@@ -70,38 +69,13 @@ def test_grn_scale_gamma_kernel(device, n, channels, scope, precision, seed):
     assert np.all(y[:, -1, :, :, (channels - 1) % 4 + 1 :] == 1), "padded lanes not 1"
 
 
-def _grn_nodes(x, y, inits, channels, rng):
-    """GRN as torch.onnx.export writes timm's GlobalResponseNorm (opset 17), then the residual:
-    ``y = x + (bias + weight * (x * Nx) * 1)``."""
-    inits.update(grn_w=rng.standard_normal((1, channels, 1, 1)), grn_b=rng.standard_normal((1, channels, 1, 1)),
-                 grn_eps=np.float32(1e-6), grn_one=np.ones(1, np.float32))
-    node = helper.make_node
-    return [
-        node("ReduceL2", [x], ["g"], axes=[2, 3], keepdims=1),
-        node("ReduceMean", ["g"], ["gm"], axes=[1], keepdims=1),
-        node("Add", ["gm", "grn_eps"], ["ge"]),
-        node("Div", ["g", "ge"], ["nx"]),
-        node("Mul", [x, "nx"], ["xn"]),
-        node("Mul", ["grn_w", "xn"], ["wx"]),
-        node("Mul", ["wx", "grn_one"], ["wx1"]),
-        node("Add", ["grn_b", "wx1"], ["t"]),
-        node("Add", [x, "t"], [y]),
-    ]
-
-
-def _grn_block(rng, inits, k=1, channels=6):
-    """conv -> GRN (``channels``: 6 leaves a padded block) -> ``k`` x ``k`` conv (padded when k > 1)."""
-    return [conv_node(rng, inits, "x", "c", channels, 3), *_grn_nodes("c", "r", inits, channels, rng),
-            conv_node(rng, inits, "r", "y", 4, channels, k=k)]
-
-
 @pytest.mark.parametrize("target", [None, "nvidia-h200", "adreno"])
 def test_grn_block_stays_on_textures(target):
     """conv -> GRN -> 1x1 conv on each profile: GRN in two kernels (the sum of squares over H, W
     and ``grn_scale`` writing ``1 + gamma * Nx``), the 1x1 conv reading ``x * s`` with ``W . beta``
     in its bias; no multiply, per-channel or add kernel, no layout transform inside."""
     rng, inits = np.random.default_rng(4), {}
-    names = check_pattern(pattern_graph(_grn_block(rng, inits), inits), profile=target and get_profile(target))
+    names = check_pattern(pattern_graph(grn_block(rng, inits), inits), profile=target and get_profile(target))
     assert names == ["conv2d_nchw4c", "sum_squares_hw", "grn_scale", "conv2d_nchw4c1"], names
 
 
@@ -111,5 +85,5 @@ def test_grn_apart_where_the_conv_cannot_read_it(device, case):
     statistics in ``grn_scale`` (``Nx``) and its per-channel steps apart, still exact."""
     rng, inits = np.random.default_rng(5), {}
     profile = without_fusion(resolve(device)) if case == "fusion off" else None
-    names = check_pattern(pattern_graph(_grn_block(rng, inits, k=1 if case == "fusion off" else 3), inits), profile=profile)
+    names = check_pattern(pattern_graph(grn_block(rng, inits, k=1 if case == "fusion off" else 3), inits), profile=profile)
     assert names.count("grn_scale") == 1 and "sum_squares_hw" not in names and "multiply_channels" in names, names
