@@ -24,9 +24,14 @@ from tir_adreno.strategy.profile import get_profile, resolve, without_fusion
 RTOL = 2e-6
 
 
+#: ``grn_scale``'s forms: one work item per block (None), one work group per sample of fewer
+#: items than blocks (several rounds each), of more (idle items).
+THREADS = st.sampled_from([None, 1, 4, 64])
+
+
 @given(n=st.integers(1, 2), channels=st.integers(1, 40), scope=st.sampled_from([TEXTURE, "global"]),
-       precision=st.sampled_from(["float32", "float16_acc32"]), seed=st.integers(0, 2**32 - 1))
-def test_grn_scale_kernel(device, n, channels, scope, precision, seed):
+       precision=st.sampled_from(["float32", "float16_acc32"]), threads=THREADS, seed=st.integers(0, 2**32 - 1))
+def test_grn_scale_kernel(device, n, channels, scope, precision, threads, seed):
     """``sqrt(S) / (mean_c sqrt(S) + eps)`` of sums of squares ``S`` (spread over 6 decades), the
     padded lanes left out of the mean and written as 0; in half images the kernel reads ``S``
     rounded to half and writes ``Nx`` rounded to half, its arithmetic float32."""
@@ -34,7 +39,7 @@ def test_grn_scale_kernel(device, n, channels, scope, precision, seed):
     s = 10.0 ** rng.uniform(-3, 3, (n, channels, 1, 1))
     s[0, 0] = 0.0  # a channel that is all zeros
     storage = "float16" if precision == "float16_acc32" and scope == TEXTURE else None
-    loaded, name = ops.compile(grn.grn_scale(pack_nchw4c(s).shape, channels, 1e-6, scope=scope), device)
+    loaded, name = ops.compile(grn.grn_scale(pack_nchw4c(s).shape, channels, 1e-6, scope=scope, threads=threads), device)
     specs = [replace(spec, storage=storage) if spec.scope == TEXTURE else spec for spec in loaded[name].params]
     out = device.empty(specs[1]).poison()
     loaded(name, device.empty(specs[0]).upload(pack_nchw4c(s).astype(np.float32)), out)
@@ -48,8 +53,8 @@ def test_grn_scale_kernel(device, n, channels, scope, precision, seed):
 
 
 @given(n=st.integers(1, 2), channels=st.integers(1, 40), scope=SCOPES, precision=st.sampled_from(["float32", "float16_acc32"]),
-       seed=SEEDS)
-def test_grn_scale_gamma_kernel(device, n, channels, scope, precision, seed):
+       threads=THREADS, seed=SEEDS)
+def test_grn_scale_gamma_kernel(device, n, channels, scope, precision, threads, seed):
     """``1 + gamma * Nx`` from float32 sums of squares ``S`` (up to 1e6, beyond half: ``S`` stays
     float32 under float16_acc32) and ``gamma`` (a buffer, half under float16_acc32, as a model's
     constants); padded lanes written as 1 (a gate on the input's zero lanes)."""
@@ -58,7 +63,7 @@ def test_grn_scale_gamma_kernel(device, n, channels, scope, precision, seed):
     s[0, 0] = 0.0
     gamma = rng.standard_normal(channels).astype(np.float32)
     half = precision == "float16_acc32"
-    func = grn.grn_scale(pack_nchw4c(s).shape, channels, 1e-6, scope=scope, gamma=True)
+    func = grn.grn_scale(pack_nchw4c(s).shape, channels, 1e-6, scope=scope, gamma=True, threads=threads)
     y = run_kernel(device, func, pack_nchw4c(s).astype(np.float32), pack_bias(gamma), storage="float16" if half else None,
                    pinned=(0,), half=({1, 2} if scope == BUFFER else {1}) if half else ())
     g = np.sqrt(s.astype(np.float32).astype(np.float64))

@@ -136,7 +136,8 @@ def grn_gated_conv2d(rw: Rewriter, node: Node):
     H, W -> ``sqrt`` -> Nx (:func:`_grn_statistics`) -> ``x * Nx`` -> ``gamma``, ``beta`` -> ``+ x``
     -> conv (:func:`_grn_tail`). GRN is ``x * s + beta`` with ``s = 1 + gamma * Nx``: two kernels,
     ``sum_squares_hw`` (float32 sums of squares, kept float32 under half storage) and ``grn_scale``
-    writing ``s``, then the conv reading ``x * s`` as its input gate with ``W . beta`` in its bias.
+    writing ``s`` (one work group per sample: ``strategy.pool.grn_threads``), then the conv reading
+    ``x * s`` as its input gate with ``W . beta`` in its bias.
     Else None: the multiply, the sum, :func:`grn_scale` and the per-channel kernels run apart."""
     a, b = node.args
     x = rw.activation(a) if same(a, b) else None
@@ -158,7 +159,8 @@ def grn_gated_conv2d(rw: Rewriter, node: Node):
                   square=True, out_dtype="float32")
     s = rw.emit_float32(sums, [rw.blocked(x, scope)], shape5, info)
     info = elementwise_info("grn_scale", [sqrt, mean, add, div, *nodes], [(n, c, 1, 1)], epsilon=eps, gamma=True)
-    scale = rw.emit_kernel(kernel(grn.grn_scale, shape5, c, eps, scope=scope, gamma=True),
+    threads = pool_strategy.grn_threads(rw.profile, shape5[1])
+    scale = rw.emit_kernel(kernel(grn.grn_scale, shape5, c, eps, scope=scope, gamma=True, threads=threads),
                            [s, relax.const(pack_bias(gamma.astype(rw.dtype)))], shape5, op_info=info)
     for m in (total, sqrt, mean, add, div, *nodes, conv):
         m.fused = True
