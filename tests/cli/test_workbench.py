@@ -299,9 +299,9 @@ def test_grn_kernels_dump_and_check(tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     manifest = json.loads((tmp_path / "k" / "manifest.json").read_text())
     assert list(manifest["kernels"]) == ["00_nchw_to_nchw4c", "01_conv2d_nchw4c", "02_sum_squares_hw", "03_grn_scale",
-                                         "04_conv2d_nchw4c1", "05_nchw4c_to_nchw"]
-    assert manifest["kernels"]["04_conv2d_nchw4c1"]["op"]["gate"] == [1, 6, 1, 1]
-    for name in ("02_sum_squares_hw", "04_conv2d_nchw4c1"):
+                                         "04_conv2d_nchw4c", "05_nchw4c_to_nchw"]
+    assert manifest["kernels"]["04_conv2d_nchw4c"]["op"]["gate"] == [1, 6, 1, 1]
+    for name in ("02_sum_squares_hw", "04_conv2d_nchw4c"):
         res = cli("kernel", str(tmp_path / "k" / f"{name}.py"), "--check")
         assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
         assert "check passed" in res.stdout

@@ -154,10 +154,9 @@ def grn_gated_conv2d(rw: Rewriter, node: Node):
     shape5 = blocked_shape((n, c, 1, 1))
     scope = rw.scope_for(x.shape5, shape5)
     info = elementwise_info("sum_squares", [node, total], [x.nchw], axis=(2, 3))
-    info["output"] = [n, c, 1, 1]
     sums = kernel(reduce.reduce, x.shape5, c, "sum", (2, 3), True, scope=scope, group_threshold=pool_strategy.group_threshold(rw.profile),
                   square=True, out_dtype="float32")
-    s = rw.emit_float32(sums, [rw.blocked(x, scope)], shape5, info)
+    s = rw.emit_float32(sums, [rw.blocked(x, scope)], shape5, info, nchw=(n, c, 1, 1))
     info = elementwise_info("grn_scale", [sqrt, mean, add, div, *nodes], [(n, c, 1, 1)], epsilon=eps, gamma=True)
     threads = pool_strategy.grn_threads(rw.profile, shape5[1])
     scale = rw.emit_kernel(kernel(grn.grn_scale, shape5, c, eps, scope=scope, gamma=True, threads=threads),
