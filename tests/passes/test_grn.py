@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from helpers.numeric import pack_nchw4c, run_kernel, unpack_nchw4c
-from helpers.onnx_graphs import check_pattern, grn_block, pattern_graph
+from helpers.onnx_graphs import check_pattern, conv_node, grn_block, pattern_graph
 from helpers.strategies import SCOPES, SEEDS
 from primfuncs import grn
 from primfuncs._common import BUFFER, TEXTURE
@@ -84,11 +84,15 @@ def test_grn_block_stays_on_textures(target):
     assert names == ["conv2d_nchw4c", "sum_squares_hw", "grn_scale", "conv2d_nchw4c1"], names
 
 
-@pytest.mark.parametrize("case", ["fusion off", "padded conv"])
+@pytest.mark.parametrize("case", ["fusion off", "padded conv", "grouped conv"])
 def test_grn_apart_where_the_conv_cannot_read_it(device, case):
-    """Fusion off, or a padded 3x3 conv after GRN (``beta`` would not be 0 in its padding): GRN's
+    """Fusion off, a padded 3x3 conv after GRN (``beta`` would not be 0 in its padding) or a grouped
+    1x1 conv (its input blocks whole, it reads a gate, but ``W . beta`` is the dense conv's): GRN's
     statistics in ``grn_scale`` (``Nx``) and its per-channel steps apart, still exact."""
     rng, inits = np.random.default_rng(5), {}
     profile = without_fusion(resolve(device)) if case == "fusion off" else None
-    names = check_pattern(pattern_graph(grn_block(rng, inits, k=1 if case == "fusion off" else 3), inits), profile=profile)
+    nodes = grn_block(rng, inits, k=3 if case == "padded conv" else 1, channels=8)
+    if case == "grouped conv":
+        nodes[-1] = conv_node(rng, inits, "r", "y", 8, 8, k=1, group=2)
+    names = check_pattern(pattern_graph(nodes, inits), profile=profile)
     assert names.count("grn_scale") == 1 and "sum_squares_hw" not in names and "multiply_channels" in names, names

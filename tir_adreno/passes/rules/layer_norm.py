@@ -103,9 +103,9 @@ def _sum_squares_hw(g, node: Node) -> Node | None:
 
 def _grn_tail(rw: Rewriter, x: Value, x_var, div: Node):
     """After ``Nx`` (``div``): ``x * Nx`` -> per-channel steps (``gamma * t``, ``t * 1``, ``beta + t``)
-    -> ``x + that`` -> the conv that is its only user and may read ``x * s`` itself (no padding, so
-    every tap reads a real pixel and the constant ``beta`` folds into the bias; the strategy's
-    :func:`strategy.conv.fuse_gate`): (nodes, gamma, beta, conv node), else None."""
+    -> ``x + that`` -> the conv that is its only user and may read ``x * s`` itself (dense and
+    unpadded, so every tap reads a real pixel and the constant ``beta`` folds into the bias; the
+    strategy's :func:`strategy.conv.fuse_gate`): (nodes, gamma, beta, conv node), else None."""
     g = rw.graph
     xn = g.sole_user(div.var)
     if xn is None or xn.op != "relax.multiply" or not any(same(a, x_var) for a in xn.args) or static_shape(xn.var) != x.nchw:
@@ -125,7 +125,7 @@ def _grn_tail(rw: Rewriter, x: Value, x_var, div: Node):
         geom = conv_geometry(conv, x.nchw, operands.weights.shape)
     except ValueError:  # a conv our kernels do not take: its own rule reports or leaves it
         return None
-    if any(geom.padding) or not conv_strategy.fuse_gate(geom, rw.precision, rw.profile, rw.records):
+    if any(geom.padding) or geom.groups != 1 or not conv_strategy.fuse_gate(geom, rw.precision, rw.profile, rw.records):
         return None
     return nodes + [residual], gamma, beta, conv
 
