@@ -273,6 +273,8 @@ def window_reduce(
     group_threshold: int | None = GROUP_THRESHOLD,
     group_size: int = GROUP_SIZE,
     acc_dtype: str | None = None,
+    square: bool = False,
+    out_dtype: str | None = None,
 ):
     """``Out[n, co, oh, ow] = reduce over the box of windows (c, h, w) of A``, lane by lane.
 
@@ -287,12 +289,18 @@ def window_reduce(
     blocked ``(N, C4o, OH, OW, 4)`` tensor in ``scope``.
     ``acc_dtype``: the accumulator's dtype (default ``dtype``); taps are converted to it when
     read, the result back to ``dtype`` when stored.
+    ``square``: each tap is squared (in ``acc_dtype``) before it is combined: with "sum", a sum of
+    squares without the squared tensor (GRN's statistics).
+    ``out_dtype``: the output's dtype (default ``dtype``): float32 keeps large sums (of squares) of
+    a half tensor finite.
     """
     n, c4, h, w, _ = _check_nchw4c(shape)
     check_dtype(dtype)
     check_scope(scope)
     if reducer not in REDUCERS:
         raise ValueError(f"reducer must be one of {sorted(REDUCERS)}, got {reducer!r}")
+    out_dtype = out_dtype or dtype
+    check_dtype(out_dtype)
     wc, wh, ww = windows
     if (wc.extent, wh.extent, ww.extent) != (c4, h, w):
         raise ValueError(f"windows cover {(wc.extent, wh.extent, ww.extent)}, the input has {(c4, h, w)}")
@@ -347,9 +355,12 @@ def window_reduce(
         if plain_axes is not None:  # real channels only, one scalar each
             for lane in T.unroll(store_lanes):
                 if co * 4 + lane < channels:
-                    Out[plain_index(vn, co, vh, vw, lane)] = T.Cast(dtype, acc[lane])
+                    Out[plain_index(vn, co, vh, vw, lane)] = T.Cast(out_dtype, acc[lane])
         else:
             store_pixel(Out, vn, co, vh, vw, acc)
+
+    def term(v):
+        return v * v if square else v
 
     @T.macro
     def accumulate(acc, x, A, vn, co, vh, vw, ic, ih, iw):
@@ -358,7 +369,7 @@ def window_reduce(
         # b, which is therefore a plain load, not a select).
         load_pixel(x, A, vn, wc.clamped(co, ic), wh.clamped(vh, ih), ww.clamped(vw, iw))
         for lane in T.unroll(4):
-            acc[lane] = T.if_then_else(usable(co, vh, vw, ic, ih, iw, lane), combine(acc[lane], T.Cast(acc_dtype, x[lane])), acc[lane])
+            acc[lane] = T.if_then_else(usable(co, vh, vw, ic, ih, iw, lane), combine(acc[lane], term(T.Cast(acc_dtype, x[lane]))), acc[lane])
 
     if strategy == "thread":
         g = pixel_grid(n * c4o, oh, ow)
@@ -382,7 +393,7 @@ def window_reduce(
         def func(a: T.handle, b: T.handle):
             T.func_attr({"global_symbol": name, "tirx.noalias": True})
             A = T.match_buffer(a, (n, c4, h, w, 4), dtype, scope=scope)
-            Out = T.match_buffer(b, out_shape, dtype, scope=out_scope)
+            Out = T.match_buffer(b, out_shape, out_dtype, scope=out_scope)
             launch(g, oh, ow, "window", lambda vz, vh, vw: per_pixel(A, Out, vz, vh, vw))
 
         return func
@@ -398,7 +409,7 @@ def window_reduce(
     def func(a: T.handle, b: T.handle):
         T.func_attr({"global_symbol": name, "tirx.noalias": True})
         A = T.match_buffer(a, (n, c4, h, w, 4), dtype, scope=scope)
-        Out = T.match_buffer(b, out_shape, dtype, scope=out_scope)
+        Out = T.match_buffer(b, out_shape, out_dtype, scope=out_scope)
         for z in T.thread_binding(n * c4o, thread="blockIdx.z"):
             for by in T.thread_binding(oh, thread="blockIdx.y"):
                 for bx in T.thread_binding(ow, thread="blockIdx.x"):

@@ -78,12 +78,19 @@ def reduce(
     strategy: str = "auto",
     group_threshold: int | None = GROUP_THRESHOLD,
     group_size: int = GROUP_SIZE,
+    square: bool = False,
+    out_dtype: str | None = None,
 ):
-    """``op`` (sum, mean, max, min) over NCHW ``axis`` of the NCHW4c ``shape`` holding ``channels``."""
+    """``op`` (sum, mean, max, min) over NCHW ``axis`` of the NCHW4c ``shape`` holding ``channels``.
+    ``square`` (sum only): the sum of the squares, each squared in the accumulator's dtype as it is
+    read (``sum_squares_hw``: GRN's ``sum_hw x * x`` in one launch); ``out_dtype``: the output's
+    dtype (default ``dtype``; float32 keeps a half tensor's sums of squares finite)."""
     n, c4, h, w, _ = _check_nchw4c(shape)
     _check_channels(shape, channels)
     if op not in REDUCE_OPS:
         raise ValueError(f"op must be one of {REDUCE_OPS}, got {op!r}")
+    if square and op != "sum":
+        raise ValueError(f"square=True takes op 'sum' (a sum of squares), got {op!r}")
     axes = normalize_axis(axis)
     windows = tuple(
         Window.whole(extent) if a in axes else Window.point(extent) for a, extent in zip((1, 2, 3), (c4, h, w))
@@ -93,7 +100,7 @@ def reduce(
         shape,
         windows,
         "sum" if op == "mean" else op,
-        name=f"{op}_{''.join('nchw'[a] for a in axes)}",
+        name=f"{op}{'_squares' if square else ''}_{''.join('nchw'[a] for a in axes)}",
         divisor=(lambda co, vh, vw: count) if op == "mean" else None,
         fold_lanes=1 in axes,
         channels=channels,
@@ -104,6 +111,8 @@ def reduce(
         strategy=strategy,
         group_threshold=group_threshold,
         group_size=group_size,
+        square=square,
+        out_dtype=out_dtype,
     )
 
 

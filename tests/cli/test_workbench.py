@@ -288,3 +288,22 @@ def test_gated_conv_kernel_dumps_and_checks(tmp_path):
     res = cli("kernel", str(tmp_path / "k" / "02_conv2d_nchw4c.py"), "--check")
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     assert "check passed" in res.stdout
+
+
+def test_grn_kernels_dump_and_check(tmp_path):
+    """ConvNeXt-V2's GRN before a 1x1 conv: the sum of squares, ``grn_scale`` and the conv reading
+    ``x * s``; ``kernel --check`` rebuilds the sum of squares and the gated conv as their references."""
+    from helpers.onnx_graphs import grn_block, pattern_graph
+
+    rng, inits = np.random.default_rng(7), {}
+    onnx.save(pattern_graph(grn_block(rng, inits), inits), str(tmp_path / "grn.onnx"))
+    res = cli("dump", str(tmp_path / "grn.onnx"), "-o", str(tmp_path / "k"))
+    assert res.returncode == 0, res.stderr[-3000:]
+    manifest = json.loads((tmp_path / "k" / "manifest.json").read_text())
+    assert list(manifest["kernels"]) == ["00_nchw_to_nchw4c", "01_conv2d_nchw4c", "02_sum_squares_hw", "03_grn_scale",
+                                         "04_conv2d_nchw4c", "05_nchw4c_to_nchw"]
+    assert manifest["kernels"]["04_conv2d_nchw4c"]["op"]["gate"] == [1, 6, 1, 1]
+    for name in ("02_sum_squares_hw", "04_conv2d_nchw4c"):
+        res = cli("kernel", str(tmp_path / "k" / f"{name}.py"), "--check")
+        assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+        assert "check passed" in res.stdout

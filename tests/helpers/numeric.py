@@ -38,12 +38,15 @@ def assert_close(actual, reference, rtol: float, scale=None):
     assert err <= rtol, f"relative error {err:.3g} > {rtol:g}"
 
 
-def run_kernel(device, func, *inputs, poison=None, storage=None) -> np.ndarray:
+def run_kernel(device, func, *inputs, poison=None, storage=None, pinned=(), half=frozenset()) -> np.ndarray:
     """Run ``func`` on ``inputs`` (NumPy arrays in its parameters' scopes) and a poisoned output
     (NaN, or the value ``poison``: tests of NaN outputs need a finite one); its texture
-    parameters stored in ``storage`` images (e.g. "float16"; None: their dtype)."""
-    loaded, name = ops.compile(func, device)
-    specs = [replace(spec, storage=storage) if storage and spec.scope == TEXTURE else spec for spec in loaded[name].params]
+    parameters stored in ``storage`` images (e.g. "float16"; None: their dtype) but those at the
+    positions ``pinned`` (a kernel's float32 statistics); its buffer parameters at the positions
+    ``half`` in half buffers (the kernel built for them, as float16_acc32 stores a model's)."""
+    loaded, name = ops.compile(func, device, half=frozenset(half))
+    specs = [replace(spec, storage=storage) if storage and spec.scope == TEXTURE and k not in pinned else spec
+             for k, spec in enumerate(loaded[name].params)]
     tensors = [device.empty(spec).upload(value) for spec, value in zip(specs, inputs)]
     out = device.empty(specs[-1])
     out = out.poison() if poison is None else out.upload(np.full(out.spec.shape, poison, out.spec.dtype))

@@ -119,6 +119,31 @@ def between_edges(names: list[str]) -> list[str]:
     return names[start:end]
 
 
+def grn_nodes(x, y, inits, channels, rng):
+    """GRN as torch.onnx.export writes timm's GlobalResponseNorm (opset 17), then the residual:
+    ``y = x + (bias + weight * (x * Nx) * 1)``."""
+    inits.update(grn_w=rng.standard_normal((1, channels, 1, 1)), grn_b=rng.standard_normal((1, channels, 1, 1)),
+                 grn_eps=np.float32(1e-6), grn_one=np.ones(1, np.float32))
+    node = helper.make_node
+    return [
+        node("ReduceL2", [x], ["g"], axes=[2, 3], keepdims=1),
+        node("ReduceMean", ["g"], ["gm"], axes=[1], keepdims=1),
+        node("Add", ["gm", "grn_eps"], ["ge"]),
+        node("Div", ["g", "ge"], ["nx"]),
+        node("Mul", [x, "nx"], ["xn"]),
+        node("Mul", ["grn_w", "xn"], ["wx"]),
+        node("Mul", ["wx", "grn_one"], ["wx1"]),
+        node("Add", ["grn_b", "wx1"], ["t"]),
+        node("Add", [x, "t"], [y]),
+    ]
+
+
+def grn_block(rng, inits, k=1, channels=6):
+    """conv -> GRN (``channels``: 6 leaves a padded block) -> ``k`` x ``k`` conv (padded when k > 1)."""
+    return [conv_node(rng, inits, "x", "c", channels, 3), *grn_nodes("c", "r", inits, channels, rng),
+            conv_node(rng, inits, "r", "y", 4, channels, k=k)]
+
+
 # -- the small models several test folders run --------------------------------------------------
 
 

@@ -8,9 +8,11 @@ and min inputs all positive, so padding counted as 0 would also show.
 import numpy as np
 import pytest
 from hypothesis import given
+from hypothesis import strategies as st
 
 from primfuncs import reduce
-from helpers.strategies import REDUCE_ARGS, SOFTMAX_ARGS, STRATEGIES
+from primfuncs._common import BUFFER
+from helpers.strategies import NCHW_SEEDS, REDUCE_ARGS, SCOPES, SOFTMAX_ARGS, STRATEGIES
 from tir_adreno import ops
 from tir_adreno.reference import reduce as reference
 from tir_adreno.reference import softmax as reference_softmax
@@ -42,6 +44,29 @@ def test_reduce(device, strategy, n, c, h, w, op, axis, negative_axes, keepdims,
         y = unpack_nchw4c(y, 1 if 1 in axis else c)
     magnitudes = reference(np.abs(x), op, axis, keepdims) if op in ("sum", "mean") else None
     assert_close(y, reference(x, op, axis, keepdims), RTOL, scale=magnitudes)
+
+
+@given(nchw_seed=NCHW_SEEDS, scope=SCOPES, strategy=st.sampled_from(STRATEGIES),
+       precision=st.sampled_from(["float32", "float16_acc32"]))
+def test_sum_squares(device, nchw_seed, scope, strategy, precision):
+    """``sum_hw x * x`` in one kernel (GRN's statistics), float32 out: under float16_acc32 the input
+    is stored in half (images, or half buffers) and the output stays float32, so sums of squares
+    beyond half's range (65504) stay finite."""
+    *nchw, seed = nchw_seed
+    x = rand(np.random.default_rng(seed), nchw) * 300
+    x[0, 0, 0, 0] = 300.0  # a sum of squares >= 90000: inf in half
+    half = precision == "float16_acc32"
+    func = reduce.reduce(pack_nchw4c(x).shape, nchw[1], "sum", (2, 3), True, scope=scope, strategy=strategy, square=True,
+                         out_dtype="float32")
+    y = run_kernel(device, func, pack_nchw4c(x, pad_value=np.nan), storage="float16" if half else None, pinned=(1,),
+                   half={0} if half and scope == BUFFER else ())
+    x_in = x.astype(np.float16) if half else x
+    assert_close(unpack_nchw4c(y, nchw[1]), reference(x_in.astype(np.float64) ** 2, "sum", (2, 3), True), RTOL)
+
+
+def test_sum_squares_takes_sum_only():
+    with pytest.raises(ValueError, match="square=True takes op 'sum'"):
+        reduce.reduce((1, 1, 2, 2, 4), 4, "mean", square=True)
 
 
 @given(**SOFTMAX_ARGS)

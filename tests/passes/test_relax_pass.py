@@ -154,14 +154,15 @@ def test_pool_strategy_follows_ops_rule():
 
 def test_rules_registry_order():
     """One ordered registry: an add/multiply of two activations is a binary kernel before it may be
-    an activation chain or an affine step, and a broadcast one last; a squeeze-excitation's gate
-    multiply is read by the conv after it before it may be a binary kernel; a squeeze-excitation
+    an activation chain or an affine step, and a broadcast one last; GRN from its ``x * x`` and a
+    squeeze-excitation's gate multiply are read by the conv after them before they may be binary
+    kernels; a squeeze-excitation
     before its pool or first conv; every rule says None when it does not apply."""
     from tir_adreno.passes.rules import RULES, by_op
 
     index = by_op(RULES)
     assert [r.name for r in index["relax.add"]] == ["binary", "elementwise", "broadcast_binary"]
-    assert [r.name for r in index["relax.multiply"]] == ["gated_conv2d", "binary", "elementwise", "broadcast_binary"]
+    assert [r.name for r in index["relax.multiply"]] == ["grn_gated_conv2d", "gated_conv2d", "binary", "elementwise", "broadcast_binary"]
     assert [r.name for r in index["relax.nn.conv2d"]] == ["excitation", "conv2d"]  # SE's two 1x1 convs before one conv
     assert [r.name for r in index["relax.mean"]] == ["pooled_excitation", "reduction"]
     assert len({r.name for r in RULES}) == len(RULES)

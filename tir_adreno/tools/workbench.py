@@ -330,6 +330,8 @@ def reference_case(info: dict, rng: np.random.Generator, pack_weights=blocked.pa
         y = np.concatenate(logical, axis=1)
     elif op in ("sum", "mean", "max", "min"):
         y = reference.reduce(x, op, tuple(attrs["axis"]), keepdims=True)
+    elif op == "sum_squares":  # GRN's statistics: sum x * x, each tap squared as read
+        y = reference.reduce(x * x, "sum", tuple(attrs["axis"]), keepdims=True)
     elif op == "nn.softmax":
         y = reference.softmax(x, axis=attrs.get("axis", 1))
     elif op == "patch_unfold":

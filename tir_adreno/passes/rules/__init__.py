@@ -2,7 +2,8 @@
 
 A rule returns None when it does not apply; for each node the first rule of its op that
 applies wins (``excitation``, a pool and two 1x1 convs, before ``pool`` and ``conv2d``;
-``gated_conv2d``, a squeeze-excitation multiply read by the conv after it, before ``binary``; ``binary``
+``grn_gated_conv2d``, ConvNeXt-V2's GRN from its ``x * x`` to the conv that reads it, and ``gated_conv2d``, a
+squeeze-excitation multiply read by the conv after it, before ``binary``; ``binary``
 before ``elementwise``: an add, subtract, multiply or divide of two activations is one binary kernel, else it may
 be an activation chain or a per-channel affine step), and
 an op no rule takes is left to upstream (``LegalizeOps`` and dlight)."""
@@ -15,6 +16,7 @@ RULES: tuple[Rule, ...] = (
     excite.excitation,
     conv.conv2d,
     matmul.matmul,
+    layer_norm.grn_gated_conv2d,
     excite.gated_conv2d,
     elementwise.binary,
     elementwise.elementwise,

@@ -55,6 +55,12 @@ class Tail:
         self.w = self.w * scale[:, None, None, None]
         self.bias = self.bias * scale + shift
 
+    def shift_input(self, shift):
+        """The conv reads ``x + shift`` (per input channel) of an unpadded ``x``: every tap reads a
+        real pixel, so the shift adds ``W . shift`` to each output (the folded weights: the steps
+        after the conv scale it as they scale the conv), into the bias. Dense convs only."""
+        self.bias = self.bias + self.w.sum(axis=(2, 3)) @ shift
+
 
 def _fold_batch_norm(rw: Rewriter, tail: Tail, user: Node, data_layout: str) -> Node | None:
     """Fold inference batch norm ``user`` of the tail's value into it: its output getter (the
@@ -128,11 +134,15 @@ def conv2d(rw: Rewriter, node: Node):
     return emit_conv2d(rw, node, x)
 
 
-def emit_conv2d(rw: Rewriter, node: Node, x: Value, gate: Value | None = None):
+def emit_conv2d(rw: Rewriter, node: Node, x: Value, gate: Value | None = None, input_shift=None):
     """Conv ``node`` on ``x`` with its tail; with ``gate`` (``[N, C, 1, 1]``, the caller asked
-    ``strategy.fuse_gate``) it reads ``x * gate`` (the squeeze-excitation rule's gated conv)."""
+    ``strategy.fuse_gate``) it reads ``x * gate`` (the squeeze-excitation rule's gated conv), with
+    ``input_shift`` (per input channel; the caller checked the conv is unpadded) ``x * gate + shift``
+    (GRN's ``beta``: :meth:`Tail.shift_input`)."""
     data_layout, w = conv_operands(node)
     tail = conv_tail(rw, node, w, data_layout)
+    if input_shift is not None:
+        tail.shift_input(input_shift)
     geom = conv_geometry(node, x.nchw, tail.w.shape)
     epilogue = tail.epilogue
     if geom.is_depthwise and tail.residual is None and gate is None:

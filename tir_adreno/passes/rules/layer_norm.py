@@ -1,22 +1,26 @@
 """Per-sample norms: layer norm over the channels of an activation, group norm over (C / groups,
-H, W) (timm's GroupNorm1 as exported, and ``relax.nn.group_norm``), and the statistics step of
-ConvNeXt-V2's global response norm (GRN)."""
+H, W) (timm's GroupNorm1 as exported, and ``relax.nn.group_norm``), and ConvNeXt-V2's global
+response norm (GRN): its statistics in two kernels and its application read by the conv after it,
+or (where that conv cannot read it) its statistics step alone."""
 
 from __future__ import annotations
 
 import numpy as np
 from tvm import relax
 
-from primfuncs import grn, layernorm
+from primfuncs import grn, layernorm, reduce
 
 from tir_adreno.passes.activations import clip_fields
 from tir_adreno.passes.affine import linear_step
+from tir_adreno.passes.convs import conv_geometry, conv_operands
 from tir_adreno.passes.graph import Node, const, same, static_shape
 from tir_adreno.passes.kernel_index import kernel
 from tir_adreno.passes.op_info import elementwise_info, node_info
-from tir_adreno.passes.rewriter import Rewriter, Value
+from tir_adreno.passes.rewriter import Rewriter, Value, blocked_shape
 from tir_adreno.passes.rules.base import rule
+from tir_adreno.passes.rules.conv import emit_conv2d
 from tir_adreno.passes.rules.elementwise import affine_chain
+from tir_adreno.strategy import conv as conv_strategy
 from tir_adreno.strategy import pool as pool_strategy
 from tir_adreno.strategy.packing import pack_bias
 
@@ -52,15 +56,11 @@ def _scalar(expr) -> float | None:
     return float(value.reshape(())) if value is not None and value.size == 1 else None
 
 
-@rule("relax.sqrt")
-def grn_scale(rw: Rewriter, node: Node):
-    """GRN's ``Nx = G / (mean_c G + eps)`` with ``G = sqrt(S)`` (``S = sum_hw x * x``, ``[N, C, 1, 1]``)
-    as exported: ``sqrt`` -> ``mean`` over C -> ``add`` eps -> ``divide(G, that)``: one ``grn_scale``
-    kernel (the square, the sum and GRN's per-channel tail run in their own kernels)."""
-    s = rw.activation(node.args[0])
-    g = rw.graph
-    users = g.users(node.var)
-    if s is None or s.nchw[2:] != (1, 1) or len(users) != 2 or same(g.output, node.var):
+def _grn_statistics(g, sqrt: Node):
+    """GRN's ``Nx = G / (mean_c G + eps)`` after ``sqrt`` (``G``) as exported: ``mean`` over C ->
+    ``add`` eps -> ``divide(G, that)``, ``G`` used by nothing else: (mean, add, divide, eps), else None."""
+    users = g.users(sqrt.var)
+    if len(users) != 2 or same(g.output, sqrt.var):
         return None
     mean = next((u for u in users if u.op == "relax.mean"), None)
     div = next((u for u in users if u.op == "relax.divide"), None)
@@ -69,8 +69,21 @@ def grn_scale(rw: Rewriter, node: Node):
         return None
     axes = tuple(int(a) % 4 for a in mean.attrs.axis or ())
     eps = _scalar(add.args[1] if same(add.args[0], mean.var) else add.args[0])
-    if axes != (1,) or not mean.attrs.keepdims or eps is None or not eps >= 0 or not same(div.args[0], node.var):
+    if axes != (1,) or not mean.attrs.keepdims or eps is None or not eps >= 0 or not same(div.args[0], sqrt.var):
         return None
+    return mean, add, div, eps
+
+
+@rule("relax.sqrt")
+def grn_scale(rw: Rewriter, node: Node):
+    """GRN's ``Nx = G / (mean_c G + eps)`` with ``G = sqrt(S)`` (``S = sum_hw x * x``, ``[N, C, 1, 1]``)
+    as exported (:func:`_grn_statistics`): one ``grn_scale`` kernel (the square, the sum and GRN's
+    per-channel tail run in their own kernels) where :func:`grn_gated_conv2d` did not take the whole GRN."""
+    s = rw.activation(node.args[0])
+    found = _grn_statistics(rw.graph, node) if s is not None and s.nchw[2:] == (1, 1) else None
+    if found is None:
+        return None
+    mean, add, div, eps = found
     shape5 = s.shape5
     scope = rw.scope_for(shape5)
     info = elementwise_info("grn_scale", [node, mean, add, div], [s.nchw], epsilon=eps)
@@ -78,6 +91,80 @@ def grn_scale(rw: Rewriter, node: Node):
     mean.fused = add.fused = div.fused = True
     rw.define(div.var, out, scope, s.nchw)
     return out
+
+
+def _sum_squares_hw(g, node: Node) -> Node | None:
+    """The ``sum`` over H, W (dims kept) that is the only user of ``node`` (``x * x``), else None."""
+    total = g.sole_user(node.var)
+    if total is None or total.op != "relax.sum" or not total.attrs.keepdims:
+        return None
+    return total if sorted(int(a) % 4 for a in total.attrs.axis or ()) == [2, 3] else None
+
+
+def _grn_tail(rw: Rewriter, x: Value, x_var, div: Node):
+    """After ``Nx`` (``div``): ``x * Nx`` -> per-channel steps (``gamma * t``, ``t * 1``, ``beta + t``)
+    -> ``x + that`` -> the conv that is its only user and may read ``x * s`` itself (dense and
+    unpadded, so every tap reads a real pixel and the constant ``beta`` folds into the bias; the
+    strategy's :func:`strategy.conv.fuse_gate`): (nodes, gamma, beta, conv node), else None."""
+    g = rw.graph
+    xn = g.sole_user(div.var)
+    if xn is None or xn.op != "relax.multiply" or not any(same(a, x_var) for a in xn.args) or static_shape(xn.var) != x.nchw:
+        return None
+    gamma, beta, nodes, var = np.ones(x.channels), np.zeros(x.channels), [xn], xn.var
+    while (user := g.sole_user(var)) is not None and (step := linear_step(user, var, x.channels)) is not None:
+        gamma, beta = gamma * step[0], beta * step[0] + step[1]
+        nodes, var = nodes + [user], user.var
+    residual = g.sole_user(var)
+    if residual is None or residual.op != "relax.add" or not any(same(a, x_var) for a in residual.args):
+        return None
+    conv = g.sole_user(residual.var)
+    operands = conv_operands(conv) if conv is not None and conv.op == "relax.nn.conv2d" and same(conv.args[0], residual.var) else None
+    if operands is None or operands.layout != "NCHW":
+        return None
+    try:
+        geom = conv_geometry(conv, x.nchw, operands.weights.shape)
+    except ValueError:  # a conv our kernels do not take: its own rule reports or leaves it
+        return None
+    if any(geom.padding) or geom.groups != 1 or not conv_strategy.fuse_gate(geom, rw.precision, rw.profile, rw.records):
+        return None
+    return nodes + [residual], gamma, beta, conv
+
+
+@rule("relax.multiply")
+def grn_gated_conv2d(rw: Rewriter, node: Node):
+    """ConvNeXt-V2's GRN and the conv after it, as exported: ``x * x`` (``node``) -> ``sum`` over
+    H, W -> ``sqrt`` -> Nx (:func:`_grn_statistics`) -> ``x * Nx`` -> ``gamma``, ``beta`` -> ``+ x``
+    -> conv (:func:`_grn_tail`). GRN is ``x * s + beta`` with ``s = 1 + gamma * Nx``: two kernels,
+    ``sum_squares_hw`` (float32 sums of squares, kept float32 under half storage) and ``grn_scale``
+    writing ``s`` (one work group per sample: ``strategy.pool.grn_threads``), then the conv reading
+    ``x * s`` as its input gate with ``W . beta`` in its bias.
+    Else None: the multiply, the sum, :func:`grn_scale` and the per-channel kernels run apart."""
+    a, b = node.args
+    x = rw.activation(a) if same(a, b) else None
+    g = rw.graph
+    total = _sum_squares_hw(g, node) if x is not None and x.layout == "NCHW" else None
+    sqrt = g.sole_user(total.var) if total is not None else None
+    found = _grn_statistics(g, sqrt) if sqrt is not None and sqrt.op == "relax.sqrt" else None
+    tail = _grn_tail(rw, x, a, found[2]) if found is not None else None
+    if tail is None:
+        return None
+    mean, add, div, eps = found
+    nodes, gamma, beta, conv = tail
+    n, c = x.nchw[:2]
+    shape5 = blocked_shape((n, c, 1, 1))
+    scope = rw.scope_for(x.shape5, shape5)
+    info = elementwise_info("sum_squares", [node, total], [x.nchw], axis=(2, 3))
+    sums = kernel(reduce.reduce, x.shape5, c, "sum", (2, 3), True, scope=scope, group_threshold=pool_strategy.group_threshold(rw.profile),
+                  square=True, out_dtype="float32")
+    s = rw.emit_float32(sums, [rw.blocked(x, scope)], shape5, info, nchw=(n, c, 1, 1))
+    info = elementwise_info("grn_scale", [sqrt, mean, add, div, *nodes], [(n, c, 1, 1)], epsilon=eps, gamma=True)
+    threads = pool_strategy.grn_threads(rw.profile, shape5[1])
+    scale = rw.emit_kernel(kernel(grn.grn_scale, shape5, c, eps, scope=scope, gamma=True, threads=threads),
+                           [s, relax.const(pack_bias(gamma.astype(rw.dtype)))], shape5, op_info=info)
+    for m in (total, sqrt, mean, add, div, *nodes, conv):
+        m.fused = True
+    gate = Value(blocked={scope: scale}, channels=c, nchw=(n, c, 1, 1))
+    return emit_conv2d(rw, conv, x, gate, input_shift=beta)
 
 
 def _emit_group_norm(rw: Rewriter, x: Value, groups: int, eps: float, var, scale, shift, nodes):
