@@ -44,7 +44,9 @@ def _branches_kept(way: str):
 
 def _check_onnx(models: dict, paths) -> dict:
     """Model stem -> way -> relative error of its output against onnxruntime's (one random input)."""
-    import onnx
+    if not paths:
+        return {}
+    import onnx  # only here: the GPU machine runs --from without it
 
     from tir_adreno.reference import reference_outputs, relative_error
 
