@@ -120,13 +120,14 @@ def _repmixer(g: Branches, x, out=None) -> str:
 @st.composite
 def branch_sums(draw):
     """(channels, output multiplier, size, stride, branches, signs, layer scale, residual): a random
-    sum of 2 to 4 branches of ``x`` (convs of 1, 3, 5 with any groups, a batch norm after some,
-    padded symmetrically or as TensorFlow's SAME, identity batch norms where the shape allows),
-    then maybe a layer scale and ``x +``."""
+    sum of 2 to 4 branches of ``x`` (convs of 1, 3, 5 with one groups, dense, grouped or depthwise,
+    a batch norm after some, padded symmetrically or as TensorFlow's SAME; identity batch norms,
+    regrouped into the convs, where the shape allows), then maybe a layer scale and ``x +``.
+    (Convs of different groups: ``test_mixed_groups_merge_to_their_gcd``.)"""
     c, mult, stride = draw(st.integers(1, 9)), draw(st.sampled_from([1, 2])), draw(st.sampled_from([1, 2]))
     keeps_shape = mult == 1 and stride == 1
-    divisors = [d for d in range(1, c + 1) if c % d == 0]  # dense, depthwise and grouped: merged to their gcd
-    conv = st.tuples(st.just("conv"), st.sampled_from([1, 3, 5]), st.sampled_from(divisors), st.booleans(), st.booleans(), st.booleans())
+    groups = draw(st.sampled_from([d for d in range(1, c + 1) if c % d == 0]))
+    conv = st.tuples(st.just("conv"), st.sampled_from([1, 3, 5]), st.just(groups), st.booleans(), st.booleans(), st.booleans())
     kinds = st.one_of(conv, st.just(("bn",))) if keeps_shape else conv
     branches = draw(st.lists(kinds, min_size=2, max_size=4))
     signs = draw(st.lists(st.sampled_from(["Add", "Sub"]), min_size=len(branches) - 1, max_size=len(branches) - 1))
@@ -178,6 +179,22 @@ def test_branch_sums_become_one_conv(case, seed):
     magnitude = conv2d_nchw(np.abs(g.v["x"]), np.abs(w), *geometry) + np.abs(bias)
     assert_close(merged, g.v["y"], MERGED_RTOL, scale=magnitude)
     (ref,) = reference_outputs(model, {"x": g.x})
+    assert relative_error(ref, g.v["y"]) <= PATTERN_RTOL
+
+
+def test_mixed_groups_merge_to_their_gcd():
+    """A dense 3x3, a depthwise 1x1 and a 2-group 3x3 branch (6 channels): one dense 3x3 conv
+    (no more multiply-adds than the three), matching the branches in float64 and onnxruntime."""
+    rng = np.random.default_rng(5)
+    g = Branches(rng, rng.standard_normal((1, 6, 7, 7)).astype(np.float32))
+    s = g.binary("Add", g.conv("x", 6, 3), g.conv("x", 6, 1, groups=6))
+    g.binary("Sub", s, g.conv("x", 6, 3, groups=2), out="y")
+    _, rewritten = _rewritten(g.model())
+    conv, add = _calls(rewritten)
+    assert conv.op.name == "relax.nn.conv2d" and int(conv.attrs.groups) == 1 and const(conv.args[1]).shape == (6, 6, 3, 3)
+    merged = conv2d_nchw(g.v["x"], const(conv.args[1]).astype(np.float64), (1, 1), ints(conv.attrs.padding)) + const(add.args[1])
+    assert relative_error(merged, g.v["y"]) <= MERGED_RTOL
+    (ref,) = reference_outputs(g.model(), {"x": g.x})
     assert relative_error(ref, g.v["y"]) <= PATTERN_RTOL
 
 
@@ -239,10 +256,12 @@ def _left_alone(case):
         g.binary("Add", g.binary("Add", a, g.conv("x", 5, 1)), g.relu(a), out="y")
     elif case == "one-branch":  # conv(x) + x: a residual, already one kernel
         g.binary("Add", g.conv("x", 5, 3), "x", out="y")
+    elif case == "costlier-merged":  # depthwise 7x7 + dense 1x1 would be a dense 7x7: 5 x 49 MACs a pixel > 49 + 5
+        g.binary("Add", g.conv("x", 5, 7, groups=5), g.conv("x", 5, 1), out="y")
     return g.model()
 
 
-@pytest.mark.parametrize("case", ["different-values", "dilated", "branch-read-elsewhere", "one-branch"])
+@pytest.mark.parametrize("case", ["different-values", "dilated", "branch-read-elsewhere", "one-branch", "costlier-merged"])
 def test_sums_that_are_not_one_conv_are_left_alone(case):
     folded, rewritten = _rewritten(_left_alone(case))
     assert rewritten.same_as(folded)

@@ -49,6 +49,7 @@ class Linear:
     origin: tuple[int, int]
     groups: int
     branches: int  # branches summed in that alone would be a kernel (the bare identity counts none)
+    macs: int  # multiply-adds per output pixel of those branches as they are
 
     def scaled(self, scale: np.ndarray, shift: np.ndarray) -> Linear:
         """``self * scale + shift`` per output channel."""
@@ -67,7 +68,7 @@ def identity(x) -> Linear | None:
     if shape is None:
         return None
     c = shape[1]
-    return Linear(x, np.ones((c, 1, 1, 1)), np.zeros(c), (1, 1), (0, 0), c, 0)
+    return Linear(x, np.ones((c, 1, 1, 1)), np.zeros(c), (1, 1), (0, 0), c, 0, 0)
 
 
 def conv_branch(node: Node) -> Linear | None:
@@ -79,7 +80,7 @@ def conv_branch(node: Node) -> Linear | None:
         return None
     top, left = ints(node.attrs.padding)[:2]
     return Linear(node.args[0], found.weights, np.zeros(found.weights.shape[0]), ints(node.attrs.strides),
-                  (-top, -left), int(node.attrs.groups), 1)
+                  (-top, -left), int(node.attrs.groups), 1, found.weights.size)
 
 
 def batch_norm_step(g: Graph, getter: Node) -> tuple | None:
@@ -138,15 +139,19 @@ def _placed(form: Linear, origin, size, groups: int) -> np.ndarray:
 
 
 def combine(a: Linear, b: Linear, sign: float, out_shape) -> Linear | None:
-    """``a + sign * b`` as one conv (same source and stride, the window their union), else None."""
+    """``a + sign * b`` as one conv (same source and stride, the window their union), else None;
+    also None when that conv would cost more multiply-adds than the branches (a depthwise 7x7
+    and a dense 1x1 would make a dense 7x7)."""
     if not same(a.source, b.source) or a.stride != b.stride or a.weight.shape[0] != b.weight.shape[0]:
         return None
     origin = tuple(min(a.origin[i], b.origin[i]) for i in range(2))
     end = [max(f.origin[i] + f.weight.shape[2 + i] for f in (a, b)) for i in range(2)]
     size = (end[0] - origin[0], end[1] - origin[1])
     groups = gcd(a.groups, b.groups)
+    if a.weight.shape[0] * (a.weight.shape[1] * a.groups // groups) * size[0] * size[1] > a.macs + b.macs:
+        return None
     weight = _placed(a, origin, size, groups) + sign * _placed(b, origin, size, groups)
-    merged = Linear(a.source, weight, a.bias + sign * b.bias, a.stride, origin, groups, a.branches + b.branches)
+    merged = Linear(a.source, weight, a.bias + sign * b.bias, a.stride, origin, groups, a.branches + b.branches, a.macs + b.macs)
     return merged if padding(merged, out_shape) is not None else None
 
 
@@ -204,7 +209,7 @@ class _Forms:
         if form is None:
             return None
         form = form.scaled(*step)
-        return (form if form.branches else replace(form, branches=1)), used
+        return (form if form.branches else replace(form, branches=1, macs=form.weight.size)), used
 
     def merged(self) -> dict:
         """var -> form of each sum of two or more branches that no reader took in."""
