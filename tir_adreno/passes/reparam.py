@@ -19,7 +19,8 @@ are 'same'); groups merge to their gcd (a depthwise branch inside a dense conv i
 diagonal); the identity is a 1x1 depthwise tap and per-channel steps scale a branch's output
 channels. Only sums of two or more branches that would each be a kernel (a conv; a batch norm or
 other per-channel step of ``x`` itself: an affine) are rewritten: a conv plus its input already
-is one kernel (a residual).
+is one kernel (a residual). Nor is a sum whose conv would cost more multiply-adds than its
+branches (a depthwise 7x7 plus a dense 1x1 would be a dense 7x7).
 """
 
 from __future__ import annotations
