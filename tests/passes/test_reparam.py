@@ -83,6 +83,14 @@ class Branches:
         self.nodes.append(helper.make_node("Mul", [src, self._param("ls", gamma)], [out]))
         return out
 
+    def divide(self, src, divisor, out=None) -> str:
+        """``src / divisor`` by a per-channel constant of shape (C, 1, 1)."""
+        d = np.asarray(divisor, np.float32).reshape(-1, 1, 1)
+        with np.errstate(divide="ignore", invalid="ignore"):  # a divisor 0 is a case
+            out = self._out(out, self.v[src] / d.astype(np.float64))
+        self.nodes.append(helper.make_node("Div", [src, self._param("d", d)], [out]))
+        return out
+
     def relu(self, src, out=None) -> str:
         out = self._out(out, np.maximum(self.v[src], 0.0))
         self.nodes.append(helper.make_node("Relu", [src], [out]))
@@ -256,12 +264,14 @@ def _left_alone(case):
         g.binary("Add", g.binary("Add", a, g.conv("x", 5, 1)), g.relu(a), out="y")
     elif case == "one-branch":  # conv(x) + x: a residual, already one kernel
         g.binary("Add", g.conv("x", 5, 3), "x", out="y")
+    elif case == "divided-by-zero":  # conv(x) + bn(x) / 0: +-inf, where merged weights would give NaN (inf * 0)
+        g.binary("Add", g.conv("x", 5, 3), g.divide(g.batch_norm("x"), np.zeros(5)), out="y")
     elif case == "costlier-merged":  # depthwise 7x7 + dense 1x1 would be a dense 7x7: 5 x 49 MACs a pixel > 49 + 5
         g.binary("Add", g.conv("x", 5, 7, groups=5), g.conv("x", 5, 1), out="y")
     return g.model()
 
 
-@pytest.mark.parametrize("case", ["different-values", "dilated", "branch-read-elsewhere", "one-branch", "costlier-merged"])
+@pytest.mark.parametrize("case", ["different-values", "dilated", "branch-read-elsewhere", "one-branch", "costlier-merged", "divided-by-zero"])
 def test_sums_that_are_not_one_conv_are_left_alone(case):
     folded, rewritten = _rewritten(_left_alone(case))
     assert rewritten.same_as(folded)

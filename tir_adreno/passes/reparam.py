@@ -145,6 +145,8 @@ def combine(a: Linear, b: Linear, sign: float, out_shape) -> Linear | None:
     and a dense 1x1 would make a dense 7x7)."""
     if not same(a.source, b.source) or a.stride != b.stride or a.weight.shape[0] != b.weight.shape[0]:
         return None
+    if not all(np.isfinite(f.weight).all() and np.isfinite(f.bias).all() for f in (a, b)):
+        return None  # a step x / 0: summed, inf * 0 taps would give NaN where the branches give inf
     origin = tuple(min(a.origin[i], b.origin[i]) for i in range(2))
     end = [max(f.origin[i] + f.weight.shape[2 + i] for f in (a, b)) for i in range(2)]
     size = (end[0] - origin[0], end[1] - origin[1])
