@@ -59,17 +59,19 @@ def _scaled(nodes, inits, x, y, channels, rng):
     nodes.append(helper.make_node("Mul", [x, f"{y}_ls"], [y]))
 
 
-def test_repmixer_subtract_stays_on_textures():
-    """FastViT's RepMixer at inference as exported: ``x + layer_scale * (mixer(x) - norm(x))``,
-    the norm a batch norm, the mixer a depthwise conv: the Sub of two activations is one
-    ``subtract`` kernel, everything ours, no layout transform inside."""
+def test_subtract_of_two_activations_stays_on_textures():
+    """``x + layer_scale * (relu(mixer(x)) - norm(x))``, the norm a batch norm, the mixer a
+    depthwise conv: the ReLU keeps the two sides from being linear branches of one value (without
+    it this is FastViT's RepMixer, one conv: tests/passes/test_reparam.py), so the Sub of two
+    activations is one ``subtract`` kernel, everything ours, no layout transform inside."""
     rng, inits = np.random.default_rng(3), {}
     node = helper.make_node
     inits.update(bn_s=rng.uniform(0.5, 1.5, 6), bn_b=rng.standard_normal(6), bn_m=rng.standard_normal(6) * 0.1, bn_v=rng.uniform(0.5, 1.5, 6))
     nodes = [conv_node(rng, inits, "x", "c", 6, 3),
              conv_node(rng, inits, "c", "mix", 6, 6, group=6),
+             node("Relu", ["mix"], ["act"]),
              node("BatchNormalization", ["c", "bn_s", "bn_b", "bn_m", "bn_v"], ["nrm"]),
-             node("Sub", ["mix", "nrm"], ["d"])]
+             node("Sub", ["act", "nrm"], ["d"])]
     _scaled(nodes, inits, "d", "ds", 6, rng)
     nodes += [node("Add", ["c", "ds"], ["r"]), conv_node(rng, inits, "r", "y", 4, 6, k=1)]
     names = check_pattern(pattern_graph(nodes, inits))

@@ -28,6 +28,9 @@
   (tuning records may set it) when only convs read it, else where the other ops
   want it, so a placement boundary costs no copy kernel.
 
+First, sums of parallel linear branches of one value (MobileOne / RepVGG blocks, FastViT's
+RepMixer, exported without their reparameterization) become one conv (``reparam``).
+
 Where to look: ``graph`` (the bindings of ``main``), ``rewriter`` (values, kernel
 emission, layouts, scopes), ``convs`` (which convs our kernels take), ``affine`` and
 ``activations`` (the patterns folded into kernels), ``op_info`` (what each kernel says
@@ -39,6 +42,7 @@ from __future__ import annotations
 
 import tvm
 
+from tir_adreno.passes.reparam import reparameterize
 from tir_adreno.passes.rewriter import Rewriter
 from tir_adreno.passes.rules import RULES, by_op
 from tir_adreno.strategy.profile import DeviceProfile, resolve
@@ -50,8 +54,9 @@ def dispatch_to_textures(mod: tvm.IRModule, profile: DeviceProfile, allow_buffer
     ``records`` (``tir_adreno.strategy.records.Records``) gives tuned conv choices for ``precision``
     ("float32", "float16_acc32": float32 kernels on half textures, or "float16": half kernels). ``lazy``: kernels the
     index knows are body-less stubs (``passes.kernel_index``) that only ``compiler.plan_module``
-    resolves; the default gives real PrimFuncs (``tvm.compile``, ``dump``)."""
-    return Rewriter(mod, profile, by_op(RULES), allow_buffer, records, precision, lazy).run()
+    resolves; the default gives real PrimFuncs (``tvm.compile``, ``dump``). Parallel linear branches
+    of one value are summed into one conv first (``passes.reparam``)."""
+    return Rewriter(reparameterize(mod), profile, by_op(RULES), allow_buffer, records, precision, lazy).run()
 
 
 def DispatchToTextures(profile: DeviceProfile | str = "adreno", allow_buffer: bool = True, records=None) -> tvm.transform.Pass:  # noqa: N802 (TVM pass naming)

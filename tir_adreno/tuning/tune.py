@@ -76,11 +76,12 @@ def model_layers(model) -> tuple[list, list]:
     from tir_adreno.passes.convs import conv_layer
     from tir_adreno.passes.graph import Graph, dtype, static_shape
     from tir_adreno.passes.host_fold import fold_constants
+    from tir_adreno.passes.reparam import reparameterize
     from tir_adreno.passes.rules.pool import POOL_OPS, pool_spec
 
     mod, _ = import_model(model)
     convs, pools = {}, {}
-    for node in Graph(fold_constants(mod)["main"]).nodes:  # as compiler.lower folds: the same convs
+    for node in Graph(reparameterize(fold_constants(mod))["main"]).nodes:  # as compiler.lower and the pass: the same convs
         data = static_shape(node.args[0]) if node.args else None
         if data is None or len(data) != 4 or dtype(node.args[0]) != "float32":
             continue

@@ -1,0 +1,103 @@
+"""Structural reparameterization (issue 21: FastViT's RepMixer and MobileOne blocks exported without
+``reparameterize()``): launches, kernel and wall time of ONNX models with their parallel linear
+branches run as they are ("branches": the Relax pass without ``passes.reparam``, what it did
+before) and summed into one conv each ("reparam"), from one run.
+
+    python benchmarks/reparam.py --onnx fastvit_t8.onnx --target nvidia-h200 --build-only DIR   # here (TVM)
+    python benchmarks/reparam.py --from DIR                                                   # on the GPU, no TVM
+    python benchmarks/reparam.py --onnx fastvit_t8.onnx --build-only DIR                     # this device's profile
+    python benchmarks/reparam.py --from DIR --check-onnx fastvit_t8.onnx                     # and against onnxruntime
+
+Kernel time: the median over ``--repeat`` profiled runs (the two ways alternating) of the sum of
+OpenCL event times, per model and per kernel family; the outputs of the two ways are compared with
+each other (``ways.py``), and with onnxruntime's for the models given to ``--check-onnx``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+from pathlib import Path
+
+import numpy as np
+
+from common import add_device_argument, log, print_table, write_json
+from tir_adreno import runtime
+from ways import build_ways, compare, load_ways
+
+WAYS = ("branches", "reparam")
+
+
+@contextlib.contextmanager
+def _branches_kept(way: str):
+    """The Relax pass without its reparameterization while compiling ``way`` "branches"."""
+    from tir_adreno.passes import dispatch
+
+    saved = dispatch.reparameterize
+    if way == "branches":
+        dispatch.reparameterize = lambda mod: mod
+    try:
+        yield
+    finally:
+        dispatch.reparameterize = saved
+
+
+def _check_onnx(models: dict, paths) -> dict:
+    """Model stem -> way -> relative error of its output against onnxruntime's (one random input)."""
+    if not paths:
+        return {}
+    import onnx  # only here: the GPU machine runs --from without it
+
+    from tir_adreno.reference import reference_outputs, relative_error
+
+    errors, rows = {}, []
+    for path in paths:
+        if path.stem not in models:
+            raise SystemExit(f"reparam: {path.stem} was not built into the --from folder")
+        ways = models[path.stem]
+        first = next(iter(ways.values()))
+        x = {n: np.random.default_rng(17).standard_normal(first.plan.tensors[t].shape).astype("float32") for n, t in first.plan.inputs}
+        (ref, *_) = reference_outputs(onnx.load(str(path)), x)
+        errors[path.stem] = {way: relative_error(cm.run(x)[0], ref) for way, cm in ways.items()}
+        rows.append([path.stem, *(f"{errors[path.stem][w]:.1e}" for w in WAYS)])
+    print_table(["model", *(f"vs onnxruntime {w}" for w in WAYS)], rows)
+    return errors
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--onnx", type=Path, nargs="+", default=[], metavar="FILE", help="ONNX models, named by stem")
+    parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--precision", default="float32")
+    parser.add_argument("--target", default=None, help="device profile of --build-only (default: this device's)")
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--build-only", type=Path, metavar="DIR", help="compile and save both ways into DIR (needs TVM)")
+    mode.add_argument("--from", dest="source", type=Path, metavar="DIR", help="run the models saved by --build-only (no TVM)")
+    parser.add_argument("--check-onnx", type=Path, nargs="*", default=[], metavar="FILE",
+                        help="with --from: compare each way of these models with onnxruntime (needs onnx)")
+    parser.add_argument("--results-dir", type=Path, default=None, help="default: benchmarks/results")
+    add_device_argument(parser)
+    args = parser.parse_args()
+    if args.build_only:
+        if not args.onnx:
+            parser.error("--build-only needs --onnx FILE...")
+        from tir_adreno.strategy.profile import resolve
+
+        profile = resolve(runtime.get_device(args.device) if args.target is None else None, args.target)
+        for way in WAYS:
+            with _branches_kept(way):
+                build_ways(args.onnx, {way: profile}, args.precision, args.build_only, log)
+        return None
+    device = runtime.get_device(args.device)
+    models = load_ways(args.source, WAYS, device)
+    results = compare(models, args.repeat, WAYS)
+    for stem, errors in _check_onnx(models, args.check_onnx).items():
+        results[stem]["vs_onnxruntime"] = errors
+    precision = next(iter(next(iter(models.values())).values())).precision
+    payload = {"repeat": args.repeat, "precision": precision, "models": results}
+    name = "reparam" + ("" if precision == "float32" else f"-{precision}")
+    log(f"wrote {write_json(name, device.name, payload, args.results_dir)}")
+
+
+if __name__ == "__main__":
+    main()
