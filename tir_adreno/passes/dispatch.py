@@ -28,6 +28,9 @@
   (tuning records may set it) when only convs read it, else where the other ops
   want it, so a placement boundary costs no copy kernel.
 
+Before the rules run, ``mixed_conv`` turns each mixed conv (MixNet: Split -> a conv per channel
+group -> Concat) into one conv where the strategy says so, so its tail fuses as any conv's.
+
 Where to look: ``graph`` (the bindings of ``main``), ``rewriter`` (values, kernel
 emission, layouts, scopes), ``convs`` (which convs our kernels take), ``affine`` and
 ``activations`` (the patterns folded into kernels), ``op_info`` (what each kernel says
@@ -39,6 +42,7 @@ from __future__ import annotations
 
 import tvm
 
+from tir_adreno.passes.mixed_conv import merge_mixed_convs
 from tir_adreno.passes.rewriter import Rewriter
 from tir_adreno.passes.rules import RULES, by_op
 from tir_adreno.strategy.profile import DeviceProfile, resolve
@@ -51,6 +55,7 @@ def dispatch_to_textures(mod: tvm.IRModule, profile: DeviceProfile, allow_buffer
     ("float32", "float16_acc32": float32 kernels on half textures, or "float16": half kernels). ``lazy``: kernels the
     index knows are body-less stubs (``passes.kernel_index``) that only ``compiler.plan_module``
     resolves; the default gives real PrimFuncs (``tvm.compile``, ``dump``)."""
+    mod = merge_mixed_convs(mod, profile)  # MixNet's split -> group convs -> concat as one conv
     return Rewriter(mod, profile, by_op(RULES), allow_buffer, records, precision, lazy).run()
 
 

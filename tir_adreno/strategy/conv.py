@@ -426,3 +426,17 @@ def fuse_depthwise_pointwise(dw: ConvGeometry, pw: ConvGeometry, profile: Device
     weight_scope = TEXTURE_WEIGHT if placed == {TEXTURE_WEIGHT} else BUFFER  # the kernel reads both alike
     placement = "texture" if scope == TEXTURE else "buffer"
     return FusedPlan(dw, pw, precision, config, placement, source, scope, weight_scope, recompute)
+
+
+def mixed_conv_form(forms: dict[str, int], pieces: int, profile: DeviceProfile) -> str | None:
+    """How a mixed conv (``passes.mixed_conv``: a conv per channel group between a split and a
+    concat) runs: the form of ``forms`` (form -> the multiply-adds its one conv adds over the
+    ``pieces`` group convs: kernels zero-padded to the largest, a dense form's off-diagonal blocks)
+    that adds the fewest, when with fusion on (``launch_cost_macs`` > 0) those cost less than the
+    launches it saves: the split, the concat and all group convs but one (the batch norm after
+    the concat, now a conv's, and a gate multiply before the split fuse as well); else None (as
+    exported: split, group convs, concat)."""
+    if not forms or profile.launch_cost_macs <= 0:
+        return None
+    form = min(forms, key=forms.get)  # dicts keep order: a tie goes to the first (grouped before dense)
+    return form if forms[form] <= (pieces + 1) * profile.launch_cost_macs else None
