@@ -401,8 +401,9 @@ def compile_model(
     ``placement``: "texture" or "buffer", the default scope of activations (default: the
     profile's ``activation_placement``; records still place each tuned conv).
     ``fuse=False`` keeps every depthwise conv apart from the 1x1 conv after it (where the profile
-    would fuse them: ``strategy.fuse_depthwise_pointwise``) and a squeeze-excitation's pool and two
-    1x1 convs apart (``strategy.pool.excitation_schedule``), for comparisons.
+    would fuse them: ``strategy.fuse_depthwise_pointwise``), a squeeze-excitation's pool and two
+    1x1 convs apart (``strategy.pool.excitation_schedule``) and a mixed conv's group convs between
+    their split and concat (``strategy.conv.mixed_conv_form``), for comparisons.
     """
     dev = runtime.get_device(device)
     target = without_fusion(with_limits(resolve(dev, profile), limits), not fuse)

@@ -144,6 +144,44 @@ def grn_block(rng, inits, k=1, channels=6):
             conv_node(rng, inits, "r", "y", 4, channels, k=k)]
 
 
+def _group_conv(rng, inits, x, y, o, c, k, group=1, bias=False, pads=None, stride=1, dilation=1):
+    """A Conv node as exporters write a MixedConv2d's group conv ('same' pads unless given): no bias
+    (a batch norm follows) unless asked."""
+    inits[f"{y}_w"] = rng.standard_normal((o, c // group, k, k)) / np.sqrt(c // group * k * k)
+    inputs = [x, f"{y}_w"]
+    if bias:
+        inits[f"{y}_b"] = rng.standard_normal(o) * 0.5
+        inputs.append(f"{y}_b")
+    pads = pads if pads is not None else [dilation * (k // 2)] * 4
+    return helper.make_node("Conv", inputs, [y], pads=pads, group=group, strides=[stride] * 2, dilations=[dilation] * 2)
+
+
+def mixed_conv_graph(sizes, kernels, outs=None, seed=0, bias=False, pads=None, stride=1, dilations=None, order=None,
+                     extra_reader=False, size=9):
+    """MixNet's MixedConv2d as exported, on a ``size`` x ``size`` map:
+    x -> Split(sizes) -> a conv per group (depthwise of kernel ``kernels[i]``, or with ``outs``
+    a dense conv to ``outs[i]`` channels) -> Concat (in ``order``) -> BatchNormalization -> Relu -> y.
+    ``extra_reader``: the first group's conv is also concatenated to y (a second reader)."""
+    rng, inits = np.random.default_rng(seed), {}
+    names = [f"g{i}" for i in range(len(sizes))]
+    nodes = [helper.make_node("Split", ["x", "sizes"], names, axis=1)]
+    for i, (name, c, k) in enumerate(zip(names, sizes, kernels)):
+        o, group = (outs[i], 1) if outs else (c, c)
+        nodes.append(_group_conv(rng, inits, name, f"{name}_c", o, c, k, group, bias, pads[i] if pads else None, stride,
+                                 dilations[i] if dilations else 1))
+    order = order or range(len(sizes))
+    channels = sum(outs) if outs else sum(sizes)
+    nodes += [helper.make_node("Concat", [f"{names[i]}_c" for i in order], ["cat"], axis=1),
+              helper.make_node("BatchNormalization", ["cat", "bn_scale", "bn_bias", "bn_mean", "bn_var"], ["bn"]),
+              helper.make_node("Relu", ["bn"], ["r" if extra_reader else "y"])]
+    if extra_reader:
+        nodes.append(helper.make_node("Concat", ["r", "g0_c"], ["y"], axis=1))
+    inits.update({t.name: numpy_helper.to_array(t) for t in batch_norm_inits("bn", channels, rng)})
+    model = pattern_graph(nodes, inits, channels=sum(sizes), size=size)
+    model.graph.initializer.append(numpy_helper.from_array(np.asarray(sizes, np.int64), "sizes"))
+    return model
+
+
 # -- the small models several test folders run --------------------------------------------------
 
 

@@ -15,6 +15,7 @@ from helpers.onnx_graphs import check_pattern, conv_node, pattern_graph
 from primfuncs import shuffle
 from primfuncs._common import TEXTURE
 from tir_adreno import ops
+from tir_adreno.strategy.profile import get_profile, without_fusion
 
 PRECISIONS = ("float32", "float16_acc32")  # float16_acc32: the same kernel on RGBA half images
 
@@ -74,15 +75,19 @@ def _split_graph(rng, inits, sizes, kernel_sizes):
     return model
 
 
+#: Fusion off: the mixed convs stay split (else each is one conv, tests/passes/test_mixed_conv.py).
+SPLIT = without_fusion(get_profile("pocl"))
+
+
 def test_mixed_depthwise_split_stays_on_textures():
     """Groups of 3, 5 and 6 channels (none on a block boundary after the first): one split kernel,
     the depthwise convs, one concat, no layout transform inside."""
-    names = check_pattern(_split_graph(np.random.default_rng(5), {}, [3, 5, 6], [3, 5, 7]))
+    names = check_pattern(_split_graph(np.random.default_rng(5), {}, [3, 5, 6], [3, 5, 7]), profile=SPLIT)
     assert names.count("split_channels") == 1 and names.count("concat_channels") == 1, names
     assert sum(n.startswith("depthwise_conv2d_nchw4c") for n in names) == 3, names
 
 
 def test_split_into_more_parts_than_one_launch_writes():
     """Five groups: one split kernel for four, a channel slice for the fifth."""
-    names = check_pattern(_split_graph(np.random.default_rng(6), {}, [2, 4, 1, 3, 2], [3, 3, 3, 3, 3]))
+    names = check_pattern(_split_graph(np.random.default_rng(6), {}, [2, 4, 1, 3, 2], [3, 3, 3, 3, 3]), profile=SPLIT)
     assert names.count("split_channels") == 1 and names.count("slice_channels") == 1, names

@@ -28,8 +28,10 @@
   (tuning records may set it) when only convs read it, else where the other ops
   want it, so a placement boundary costs no copy kernel.
 
-First, sums of parallel linear branches of one value (MobileOne / RepVGG blocks, FastViT's
-RepMixer, exported without their reparameterization) become one conv (``reparam``).
+First (:func:`merge_convs`), sums of parallel linear branches of one value (MobileOne / RepVGG
+blocks, FastViT's RepMixer, exported without their reparameterization) become one conv
+(``reparam``), and each mixed conv (MixNet: Split -> a conv per channel group -> Concat) one conv
+where the strategy says so (``mixed_conv``), so their tails fuse as any conv's.
 
 Where to look: ``graph`` (the bindings of ``main``), ``rewriter`` (values, kernel
 emission, layouts, scopes), ``convs`` (which convs our kernels take), ``affine`` and
@@ -42,6 +44,7 @@ from __future__ import annotations
 
 import tvm
 
+from tir_adreno.passes.mixed_conv import merge_mixed_convs
 from tir_adreno.passes.reparam import reparameterize
 from tir_adreno.passes.rewriter import Rewriter
 from tir_adreno.passes.rules import RULES, by_op
@@ -54,9 +57,15 @@ def dispatch_to_textures(mod: tvm.IRModule, profile: DeviceProfile, allow_buffer
     ``records`` (``tir_adreno.strategy.records.Records``) gives tuned conv choices for ``precision``
     ("float32", "float16_acc32": float32 kernels on half textures, or "float16": half kernels). ``lazy``: kernels the
     index knows are body-less stubs (``passes.kernel_index``) that only ``compiler.plan_module``
-    resolves; the default gives real PrimFuncs (``tvm.compile``, ``dump``). Parallel linear branches
-    of one value are summed into one conv first (``passes.reparam``)."""
-    return Rewriter(reparameterize(mod), profile, by_op(RULES), allow_buffer, records, precision, lazy).run()
+    resolves; the default gives real PrimFuncs (``tvm.compile``, ``dump``). Convs are merged first
+    (:func:`merge_convs`)."""
+    return Rewriter(merge_convs(mod, profile), profile, by_op(RULES), allow_buffer, records, precision, lazy).run()
+
+
+def merge_convs(mod: tvm.IRModule, profile: DeviceProfile) -> tvm.IRModule:
+    """The graph rewrites before the rules (the module docstring): parallel branches summed into one
+    conv, then mixed convs merged for ``profile``. ``tune`` lists a model's layers after them too."""
+    return merge_mixed_convs(reparameterize(mod), profile)
 
 
 def DispatchToTextures(profile: DeviceProfile | str = "adreno", allow_buffer: bool = True, records=None) -> tvm.transform.Pass:  # noqa: N802 (TVM pass naming)

@@ -67,6 +67,20 @@ def ints_of(expr) -> tuple[int, ...] | None:
         return None
 
 
+def split_parts(node: Node, nchw) -> list[int] | None:
+    """The channel counts of ``split`` ``node`` of an NCHW activation of shape ``nchw`` when it
+    splits along channels into NCHW parts, else None."""
+    if node.attrs.axis is None or int(node.attrs.axis) % 4 != 1:
+        return None
+    fields = getattr(node.var.ty, "fields", None) or []
+    shapes = [static_shape(relax.Var("part", ty)) for ty in fields]  # each part's type, read as a value's
+    n, _, h, w = nchw
+    if len(shapes) < 2 or any(s is None or len(s) != 4 or (s[0], *s[2:]) != (n, h, w) for s in shapes):
+        return None
+    sizes = [s[1] for s in shapes]
+    return sizes if sum(sizes) == nchw[1] and min(sizes) > 0 else None
+
+
 def reads(node: Node, var) -> bool:
     """Does ``node`` take ``var`` as an argument (directly or in a tuple)?"""
     return any(same(a, var) or (isinstance(a, relax.Tuple) and any(same(f, var) for f in a.fields)) for a in node.args)

@@ -32,6 +32,7 @@ from tir_adreno.runtime import texture
 from tir_adreno.strategy import defaults
 from tir_adreno.strategy.packing import pack_oihw4o
 from tir_adreno.strategy.placement import activation_scope, conv_placement
+from tir_adreno.strategy.pool import is_wide
 from tir_adreno.strategy.precision import check_precision, conv_accumulator_dtype, half_storage, kernel_dtype
 from tir_adreno.strategy.profile import DeviceProfile, check_placement
 
@@ -441,3 +442,22 @@ def fuse_depthwise_pointwise(dw: ConvGeometry, pw: ConvGeometry, profile: Device
     weight_scope = TEXTURE_WEIGHT if placed == {TEXTURE_WEIGHT} else BUFFER  # the kernel reads both alike
     placement = "texture" if scope == TEXTURE else "buffer"
     return FusedPlan(dw, pw, precision, config, placement, source, scope, weight_scope, recompute)
+
+
+def mixed_conv_form(forms: dict[str, int], pieces: int, profile: DeviceProfile) -> str | None:
+    """How a mixed conv (``passes.mixed_conv``: a conv per channel group between a split and a
+    concat) runs: the form of ``forms`` (form -> the multiply-adds its one conv adds over the
+    ``pieces`` group convs: kernels zero-padded to the largest, a dense form's off-diagonal blocks)
+    that adds the fewest, with fusion on (``launch_cost_macs`` > 0), when it adds none (MixNet's
+    equal 1x1 groups as one grouped conv) or, on a wide GPU (``pool.is_wide``), when what it adds
+    costs less than the launches it saves: the split, the concat and all group convs but one (the
+    batch norm after the concat, now a conv's, and a gate multiply before the split fuse as well);
+    else None (as exported: split, group convs, concat). On PoCL MixNet-S's depthwise groups
+    merged under ``launch_cost_macs`` made its depthwise kernels 50-64 ms slower in all, more than
+    the launches saved (``benchmarks/mixed_conv.py``, docs/kernels.md "Mixed convs")."""
+    if not forms or profile.launch_cost_macs <= 0:
+        return None
+    form = min(forms, key=forms.get)  # dicts keep order: a tie goes to the first (grouped before dense)
+    if forms[form] == 0 or (is_wide(profile) and forms[form] <= (pieces + 1) * profile.launch_cost_macs):
+        return form
+    return None

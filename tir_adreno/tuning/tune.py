@@ -66,22 +66,26 @@ class PoolLayer:
     out5: tuple
 
 
-def model_layers(model) -> tuple[list, list]:
+def model_layers(model, profile: DeviceProfile | None = None) -> tuple[list, list]:
     """The distinct convs (``ConvGeometry``) and pools (:class:`PoolLayer`) of ``model`` (ONNX or
     Relax) that the Relax pass runs on our kernels (``passes.convs.conv_layer``, ``pool_spec``),
-    in model order."""
+    in model order, after the pass's conv merges (``passes.dispatch.merge_convs``; without
+    ``profile`` the branch sums only)."""
     from primfuncs._common import blocked
 
     from tir_adreno.compiler import import_model
     from tir_adreno.passes.convs import conv_layer
     from tir_adreno.passes.graph import Graph, dtype, static_shape
     from tir_adreno.passes.host_fold import fold_constants
+    from tir_adreno.passes.dispatch import merge_convs
     from tir_adreno.passes.reparam import reparameterize
     from tir_adreno.passes.rules.pool import POOL_OPS, pool_spec
 
     mod, _ = import_model(model)
+    mod = fold_constants(mod)  # as compiler.lower folds, and the pass merges: the same convs
+    mod = merge_convs(mod, profile) if profile is not None else reparameterize(mod)
     convs, pools = {}, {}
-    for node in Graph(reparameterize(fold_constants(mod))["main"]).nodes:  # as compiler.lower and the pass: the same convs
+    for node in Graph(mod["main"]).nodes:
         data = static_shape(node.args[0]) if node.args else None
         if data is None or len(data) != 4 or dtype(node.args[0]) != "float32":
             continue
@@ -213,7 +217,7 @@ def tune(model, profile: DeviceProfile, records_path, measurer, budget_s: float 
     """
     check_precision(precision, profile)
     recs = _records.load(records_path, profile, precision)
-    convs, pools = model_layers(model)
+    convs, pools = model_layers(model, profile)
     layers = [(_records.conv2d_key(g, precision), g) for g in convs] + [(p.key, p) for p in pools]
     progress(f"{len(convs)} distinct conv layers, {len(pools)} pooling layers; records: {records_path} "
              f"({len(recs.layers)} recorded)")

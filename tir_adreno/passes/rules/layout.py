@@ -10,7 +10,7 @@ from tvm import relax
 
 from primfuncs import resize, shuffle
 
-from tir_adreno.passes.graph import Node, dtype, ints_of, static_shape
+from tir_adreno.passes.graph import Node, dtype, ints_of, split_parts, static_shape
 from tir_adreno.passes.kernel_index import kernel
 from tir_adreno.passes.op_info import elementwise_info, node_info
 from tir_adreno.passes.rewriter import Rewriter, Value, blocked_shape
@@ -110,25 +110,12 @@ def strided_slice(rw: Rewriter, node: Node):
     return out
 
 
-def _split_parts(node: Node, x: Value) -> list[int] | None:
-    """The channel counts of a ``split`` of ``x`` along channels into NCHW parts, else None."""
-    if node.attrs.axis is None or int(node.attrs.axis) % 4 != 1:
-        return None
-    fields = getattr(node.var.ty, "fields", None) or []
-    shapes = [static_shape(relax.Var("part", ty)) for ty in fields]  # each part's type, read as a value's
-    n, _, h, w = x.nchw
-    if len(shapes) < 2 or any(s is None or len(s) != 4 or (s[0], *s[2:]) != (n, h, w) for s in shapes):
-        return None
-    sizes = [s[1] for s in shapes]
-    return sizes if sum(sizes) == x.channels and min(sizes) > 0 else None
-
-
 @rule("relax.split")
 def split(rw: Rewriter, node: Node):
     """ONNX ``Split`` along channels, any group sizes: one ``split_channels`` launch per up to
     ``MAX_PARTS`` parts, each part an activation of its own (the ``TupleGetItem`` users fused)."""
     x = rw.activation(node.args[0])
-    sizes = _split_parts(node, x) if x is not None and x.layout == "NCHW" else None
+    sizes = split_parts(node, x.nchw) if x is not None and x.layout == "NCHW" else None
     users = rw.graph.users(node.var)
     if sizes is None or not users or any(u.op != "tuple_get_item" for u in users):
         return None

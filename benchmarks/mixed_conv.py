@@ -1,0 +1,82 @@
+"""Mixed convs as one conv (issue 21): launches and kernel time of ONNX models (MixNet) with each
+``MixedConv2d`` (Split -> a conv per channel group -> Concat) run as exported ("apart": split,
+group convs, concat) and as the strategy merges it ("merged": ``strategy.conv.mixed_conv_form``,
+``passes.mixed_conv``), from one run. ``--all`` adds "all" (every mixed conv merged in the form
+adding the fewest multiply-adds, whatever they cost), ``--dense`` adds "dense" (1x1 groups as one
+dense conv with block-diagonal weights rather than a grouped conv).
+
+    python benchmarks/mixed_conv.py --onnx mixnet_s.onnx --target pocl --build-only DIR [--all] [--dense]  # here (TVM)
+    python benchmarks/mixed_conv.py --from DIR                                                           # no TVM
+
+Kernel time: the median over ``--repeat`` profiled runs (the ways alternating) of the sum of
+OpenCL event times, per model and per kernel family; each way's outputs are compared with apart's
+(``ways.py``; a way saved without weights, to fit what the device tool carries, runs for timing only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+from pathlib import Path
+
+from common import add_device_argument, log, write_json
+from tir_adreno import runtime
+from ways import build_ways, compare, load_ways
+
+WAYS = ("apart", "merged", "all", "dense")
+
+
+@contextlib.contextmanager
+def _form(choose):
+    """``strategy.conv.mixed_conv_form`` replaced by ``choose(forms)`` while compiling."""
+    from tir_adreno.strategy import conv
+
+    saved = conv.mixed_conv_form
+    conv.mixed_conv_form = lambda forms, pieces, profile: choose(forms)
+    try:
+        yield
+    finally:
+        conv.mixed_conv_form = saved
+
+
+SETUPS = {
+    "apart": lambda: _form(lambda forms: None),
+    "all": lambda: _form(lambda forms: min(forms, key=forms.get) if forms else None),
+    "dense": lambda: _form(lambda forms: "dense" if "dense" in forms else min(forms, key=forms.get) if forms else None),
+}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--onnx", type=Path, nargs="+", default=[], metavar="FILE", help="ONNX models, named by stem")
+    parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--precision", default="float32")
+    parser.add_argument("--target", default="nvidia-h200", help="the device profile to build for (default nvidia-h200)")
+    parser.add_argument("--all", action="store_true", help="also every mixed conv merged, whatever it adds")
+    parser.add_argument("--dense", action="store_true", help="also 1x1 groups merged as block-diagonal dense convs")
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--build-only", type=Path, metavar="DIR", help="compile and save the ways into DIR (needs TVM)")
+    mode.add_argument("--from", dest="source", type=Path, metavar="DIR", help="run the models saved by --build-only (no TVM)")
+    parser.add_argument("--results-dir", type=Path, default=None, help="default: benchmarks/results")
+    add_device_argument(parser)
+    args = parser.parse_args()
+    if args.build_only:
+        if not args.onnx:
+            parser.error("--build-only needs --onnx FILE...")
+        from tir_adreno.strategy.profile import get_profile
+
+        ways = [w for w in WAYS if w in ("apart", "merged") or getattr(args, w)]
+        profile = get_profile(args.target)
+        return build_ways(args.onnx, {w: profile for w in ways}, args.precision, args.build_only, log, SETUPS)
+    device = runtime.get_device(args.device)
+    ways = tuple(w for w in WAYS if any(p.name.endswith(f"-{w}") for p in args.source.iterdir()))
+    models = load_ways(args.source, ways, device)
+    results = compare(models, args.repeat, ways, args.source)
+    precision = next(iter(next(iter(models.values())).values())).precision
+    payload = {"repeat": args.repeat, "precision": precision, "models": results}
+    name = "mixed_conv" + ("" if precision == "float32" else f"-{precision}")
+    log(f"wrote {write_json(name, device.name, payload, args.results_dir)}")
+
+
+if __name__ == "__main__":
+    main()
