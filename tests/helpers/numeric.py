@@ -10,6 +10,7 @@ from primfuncs._common import TEXTURE
 from tir_adreno import ops
 from tir_adreno.strategy.packing import pack_nchw4c, pack_oihw4o, unpack_nchw4c  # noqa: F401 (re-exported for tests)
 from tir_adreno.reference import relative_error
+from tir_adreno.codegen import build
 from tir_adreno.runtime import bounds
 
 
@@ -38,11 +39,13 @@ def assert_close(actual, reference, rtol: float, scale=None):
     assert err <= rtol, f"relative error {err:.3g} > {rtol:g}"
 
 
-def run_kernel(device, func, *inputs, poison=None, storage=None) -> np.ndarray:
+def run_kernel(device, func, *inputs, poison=None, storage=None, half_buffers=False) -> np.ndarray:
     """Run ``func`` on ``inputs`` (NumPy arrays in its parameters' scopes) and a poisoned output
     (NaN, or the value ``poison``: tests of NaN outputs need a finite one); its texture
-    parameters stored in ``storage`` images (e.g. "float16"; None: their dtype)."""
-    loaded, name = ops.compile(func, device)
+    parameters stored in ``storage`` images (e.g. "float16"; None: their dtype); ``half_buffers``:
+    its float32 buffer parameters in half buffers (``vload_half``), as a model in
+    "float16_acc32" stores them."""
+    loaded, name = ops.compile(func, device, half=build.ALL_BUFFERS if half_buffers else frozenset())
     specs = [replace(spec, storage=storage) if storage and spec.scope == TEXTURE else spec for spec in loaded[name].params]
     tensors = [device.empty(spec).upload(value) for spec, value in zip(specs, inputs)]
     out = device.empty(specs[-1])
