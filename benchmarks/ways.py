@@ -1,7 +1,7 @@
-"""Two ways of compiling the same ONNX models, compared from one run: launches, kernel and wall time
+"""Ways of compiling the same ONNX models, compared from one run: launches, kernel and wall time
 (medians, the ways alternating: ``se_launches._measure``) and each kernel family's launches and
-time, and how far the two ways' outputs differ; ``wide_split.py`` (one work group per sample or
-spread over a wide GPU) uses it.
+time, and how far each way's outputs differ from the first way's; ``wide_split.py`` (one work group
+per sample or spread over a wide GPU) and ``layer_norm_wide.py`` use it.
 
 Building (``build_ways``) needs TVM; measuring (``load_ways``, ``compare``) needs only pyopencl, so
 a model set is compiled here and run on a GPU machine without TVM.
@@ -9,24 +9,27 @@ a model set is compiled here and run on a GPU machine without TVM.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import numpy as np
 
 from common import print_table
-from se_launches import _measure as measure  # kernel, wall, outputs, families per way; the ways interleaved
+from se_launches import _measure as measure  # kernel, wall, outputs, families, calls per way; the ways interleaved
 
 
-def build_ways(paths, profiles: dict, precision: str, out: Path, log) -> None:
+def build_ways(paths, profiles: dict, precision: str, out: Path, log, settings: dict | None = None) -> None:
     """Compile (no device needed) each model for each way's profile (``{way: DeviceProfile}``) and
-    save it as ``out/<stem>-<way>``."""
+    save it as ``out/<stem>-<way>``; ``settings`` (``{way: context manager factory}``): what a way
+    changes besides its profile (a strategy constant), entered while compiling it."""
     from tir_adreno.compiler import compile_plan  # TVM: only when building
     from tir_adreno.runtime.executor import save_model
 
     for path in paths:
         for way, profile in profiles.items():
             log(f"{path.stem}: compile {way} for {profile.name} ({precision})")
-            plan, kernels, weights = compile_plan(str(path), profile, progress=lambda _: None, precision=precision)
+            with (settings or {}).get(way, contextlib.nullcontext)():
+                plan, kernels, weights = compile_plan(str(path), profile, progress=lambda _: None, precision=precision)
             save_model(out / f"{path.stem}-{way}", plan, kernels, weights, profile.name)
 
 
@@ -38,28 +41,40 @@ def load_ways(source: Path, ways, device) -> dict[str, dict]:
     return {s: {way: load_model(source / f"{s}-{way}", device) for way in ways} for s in stems}
 
 
-def compare(models_by_stem: dict, repeat: int, ways: tuple[str, str]) -> dict:
-    """Measure each model's two ``ways`` (``(baseline, other)``), print a table of the models and
-    one of their kernel families (the models' table last but one, the families' last), and
-    return the JSON results: per model and way launches, kernel ms and kernel families, and the
-    relative difference of the first outputs."""
-    a_way, b_way = ways
+def _launches(cm, per_call, prefixes) -> list[dict]:
+    """The calls of ``cm`` whose label starts with one of ``prefixes``: label, first argument's
+    shape, median us."""
+    return [{"op": c.label, "shape": list(cm.plan.tensors[c.args[0]].shape), "us": ms * 1e3}
+            for c, ms in zip(cm.plan.calls, per_call) if c.label.startswith(tuple(prefixes))]
+
+
+def compare(models_by_stem: dict, repeat: int, ways, detail=()) -> dict:
+    """Measure each model's ``ways`` (the first the baseline), print a table of the models and one
+    of their kernel families (the models' table last, the families' last but one), and return the
+    JSON results: per model and way launches, kernel and wall ms, kernel families, each later way's
+    relative difference of the first outputs from the baseline's (and the largest of them at the
+    model's level), and for the calls whose label starts with one of ``detail`` each one's shape
+    and median us."""
+    base = ways[0]
     results, rows, families = {}, [], []
     for stem, models in models_by_stem.items():
         measured = measure(models, repeat)
         entry = {way: {"launches": len(cm.plan.calls), "kernel_ms": measured[way][0], "wall_ms": measured[way][1], "outputs": measured[way][2],
                        "kernels": {k: {"launches": n, "ms": ms} for k, (n, ms) in sorted(measured[way][3].items())}}
+                 | ({"calls": _launches(cm, measured[way][4], detail)} if detail else {})
                  for way, cm in models.items()}
-        b, a = (np.asarray(entry[w]["outputs"][0], np.float64) for w in (b_way, a_way))
-        error = float(np.max(np.abs(b - a)) / max(np.max(np.abs(a)), 1e-30))
+        a = np.asarray(entry[base]["outputs"][0], np.float64)
+        for way in ways[1:]:
+            b = np.asarray(entry[way]["outputs"][0], np.float64)
+            entry[way]["relative_difference"] = float(np.max(np.abs(b - a)) / max(np.max(np.abs(a)), 1e-30))
+        error = max(entry[w]["relative_difference"] for w in ways[1:])
         results[stem] = {w: {k: v for k, v in e.items() if k != "outputs"} for w, e in entry.items()} | {"relative_difference": error}
-        s, f = entry[a_way], entry[b_way]
-        rows.append([stem, s["launches"], f["launches"], f"{s['kernel_ms']:.3f}", f"{f['kernel_ms']:.3f}", f"{s['wall_ms']:.3f}", f"{f['wall_ms']:.3f}",
-                     f"{error:.1e}"])
-        for k in sorted(set(s["kernels"]) | set(f["kernels"])):  # what each kernel family launches and costs
-            cells = [(e["kernels"][k]["launches"], e["kernels"][k]["ms"]) if k in e["kernels"] else (0, 0.0) for e in (s, f)]
-            families.append([f"{stem} {k}", cells[0][0], cells[1][0], f"{cells[0][1]:.3f}", f"{cells[1][1]:.3f}"])
-    print_table(["model kernel family", f"launches {a_way}", f"launches {b_way}", f"median ms {a_way}", f"median ms {b_way}"], families)
-    print_table(["model", f"launches {a_way}", f"launches {b_way}", f"kernel ms {a_way}", f"kernel ms {b_way}", f"wall ms {a_way}",
-                 f"wall ms {b_way}", "rel. difference"], rows)
+        rows.append([stem, *(entry[w]["launches"] for w in ways), *(f"{entry[w]['kernel_ms']:.3f}" for w in ways),
+                     *(f"{entry[w]['wall_ms']:.3f}" for w in ways), f"{error:.1e}"])
+        for k in sorted(set().union(*(e["kernels"] for e in entry.values()))):  # what each kernel family launches and costs
+            cells = [(entry[w]["kernels"][k]["launches"], entry[w]["kernels"][k]["ms"]) if k in entry[w]["kernels"] else (0, 0.0) for w in ways]
+            families.append([f"{stem} {k}", *(n for n, _ in cells), *(f"{ms:.3f}" for _, ms in cells)])
+    print_table(["model kernel family", *(f"launches {w}" for w in ways), *(f"median ms {w}" for w in ways)], families)
+    print_table(["model", *(f"launches {w}" for w in ways), *(f"kernel ms {w}" for w in ways), *(f"wall ms {w}" for w in ways),
+                 "rel. difference"], rows)
     return results
