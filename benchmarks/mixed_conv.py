@@ -39,7 +39,7 @@ def _form(choose):
         conv.mixed_conv_form = saved
 
 
-SETUPS = {
+SETTINGS = {
     "apart": lambda: _form(lambda forms: None),
     "all": lambda: _form(lambda forms: min(forms, key=forms.get) if forms else None),
     "dense": lambda: _form(lambda forms: "dense" if "dense" in forms else min(forms, key=forms.get) if forms else None),
@@ -67,7 +67,7 @@ def main():
 
         ways = [w for w in WAYS if w in ("apart", "merged") or getattr(args, w)]
         profile = get_profile(args.target)
-        return build_ways(args.onnx, {w: profile for w in ways}, args.precision, args.build_only, log, SETUPS)
+        return build_ways(args.onnx, {w: profile for w in ways}, args.precision, args.build_only, log, SETTINGS)
     device = runtime.get_device(args.device)
     ways = tuple(w for w in WAYS if any(p.name.endswith(f"-{w}") for p in args.source.iterdir()))
     models = load_ways(args.source, ways, device)

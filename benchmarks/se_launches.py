@@ -51,12 +51,13 @@ def _by_class(cm) -> dict[str, float]:
 
 
 def _measure(models: dict, repeat: int) -> dict:
-    """Way -> (median kernel ms, median wall ms, outputs, kernel family -> (launches, median ms))
-    of ``repeat`` profiled and ``repeat`` unprofiled runs of each compiled model after a warm-up,
-    the ways interleaved run by run (the load of a shared machine hits all alike)."""
+    """Way -> (median kernel ms, median wall ms, outputs, kernel family -> (launches, median ms),
+    median ms of each call in plan order) of ``repeat`` profiled and ``repeat`` unprofiled runs of
+    each compiled model after a warm-up, the ways interleaved run by run (the load of a shared
+    machine hits all alike)."""
     first = next(iter(models.values()))
     x = {n: np.random.default_rng(i).standard_normal(first.plan.tensors[t].shape).astype("float32") for i, (n, t) in enumerate(first.plan.inputs)}
-    times, walls, outputs, classes = ({way: [] for way in models} for _ in range(4))
+    times, walls, outputs, classes, calls = ({way: [] for way in models} for _ in range(5))
     for cm in models.values():
         cm.run(x)
     for _ in range(repeat):
@@ -64,6 +65,7 @@ def _measure(models: dict, repeat: int) -> dict:
             outputs[way] = cm.run(x, profile=True)
             times[way].append(cm.kernel_time_ms())
             classes[way].append(_by_class(cm))
+            calls[way].append([row["time_ms"] for row in cm.profile()])
         for way, cm in models.items():
             start = time.perf_counter()
             cm.run(x)
@@ -74,7 +76,8 @@ def _measure(models: dict, repeat: int) -> dict:
         for c in cm.plan.calls:
             counts[_kernel_class(c.label)] = counts.get(_kernel_class(c.label), 0) + 1
         families = {k: (counts[k], statistics.median(run[k] for run in classes[way])) for k in counts}
-        result[way] = (statistics.median(times[way]), statistics.median(walls[way]), outputs[way], families)
+        per_call = [statistics.median(run[i] for run in calls[way]) for i in range(len(cm.plan.calls))]
+        result[way] = (statistics.median(times[way]), statistics.median(walls[way]), outputs[way], families, per_call)
     return result
 
 

@@ -1,7 +1,8 @@
 """Ways of compiling the same ONNX models, compared from one run: launches, kernel and wall time
 (medians, the ways alternating: ``se_launches._measure``) and each kernel family's launches and
 time, and how far each way's outputs differ from the first's; ``wide_split.py`` (one work group per
-sample or spread over a wide GPU) and ``mixed_conv.py`` (mixed convs split or as one conv) use it.
+sample or spread over a wide GPU), ``mixed_conv.py`` (mixed convs split or as one conv),
+``layer_norm_wide.py``, ``grn_fusion.py`` and ``reparam.py`` use it.
 
 Building (``build_ways``) needs TVM; measuring (``load_ways``, ``compare``) needs only pyopencl, so
 a model set is compiled here and run on a GPU machine without TVM.
@@ -15,28 +16,27 @@ from pathlib import Path
 import numpy as np
 
 from common import print_table
-from se_launches import _measure as measure  # kernel, wall, outputs, families per way; the ways interleaved
+from se_launches import _measure as measure  # kernel, wall, outputs, families, calls per way; the ways interleaved
 
 
-def build_ways(paths, profiles: dict, precision: str, out: Path, log, setups: dict | None = None) -> None:
+def build_ways(paths, profiles: dict, precision: str, out: Path, log, settings: dict | None = None) -> None:
     """Compile (no device needed) each model for each way's profile (``{way: DeviceProfile}``) and
-    save it as ``out/<stem>-<way>``; ``setups``: way -> a context manager (a no-argument callable
-    giving one) that the way compiles under (a strategy decision set for the comparison)."""
+    save it as ``out/<stem>-<way>``; ``settings`` (``{way: context manager factory}``): what a way
+    changes besides its profile (a strategy decision set for the comparison), entered while compiling it."""
     from tir_adreno.compiler import compile_plan  # TVM: only when building
     from tir_adreno.runtime.executor import save_model
 
     for path in paths:
         for way, profile in profiles.items():
             log(f"{path.stem}: compile {way} for {profile.name} ({precision})")
-            with (setups or {}).get(way, contextlib.nullcontext)():
+            with (settings or {}).get(way, contextlib.nullcontext)():
                 plan, kernels, weights = compile_plan(str(path), profile, progress=lambda _: None, precision=precision)
             save_model(out / f"{path.stem}-{way}", plan, kernels, weights, profile.name)
 
 
 def load_ways(source: Path, ways, device) -> dict[str, dict]:
-    """Model stem -> way -> the model ``build_ways`` saved in ``source`` (no TVM). A way saved
-    without its weights (over what the device tool carries) runs with seeded random weights: for
-    timing only (:func:`timing_only`)."""
+    """Model stem -> way -> the model ``build_ways`` saved in ``source`` (no TVM); a way saved
+    without weights runs with random ones (timing only: :func:`timing_only`)."""
     from tir_adreno import load_model
 
     stems = sorted({p.name[: -len(w) - 1] for p in source.iterdir() if p.is_dir() for w in ways if p.name.endswith(f"-{w}")})
@@ -49,12 +49,20 @@ def timing_only(source: Path, stem: str, way: str) -> bool:
     return not (source / f"{stem}-{way}" / "weights.npz").exists()
 
 
-def compare(models_by_stem: dict, repeat: int, ways: tuple[str, ...], source: Path | None = None) -> dict:
-    """Measure each model's ``ways`` (the baseline first, then the others), print a table of the
-    models and one of their kernel families (the models' table last but one, the families' last),
-    and return the JSON results: per model and way launches, kernel ms and kernel families, and
-    the relative difference of each way's first output from the baseline's (``relative_difference``:
-    the largest; None for a way ``load_ways`` ran from ``source`` with random weights)."""
+def _launches(cm, per_call, prefixes) -> list[dict]:
+    """The calls of ``cm`` whose label starts with one of ``prefixes``: label, first argument's
+    shape, median us."""
+    return [{"op": c.label, "shape": list(cm.plan.tensors[c.args[0]].shape), "us": ms * 1e3}
+            for c, ms in zip(cm.plan.calls, per_call) if c.label.startswith(tuple(prefixes))]
+
+
+def compare(models_by_stem: dict, repeat: int, ways, source: Path | None = None, detail=()) -> dict:
+    """Measure each model's ``ways`` (the first the baseline), print a table of their kernel
+    families and one of the models (the models' table last), and return the JSON results: per
+    model and way launches, kernel and wall ms, kernel families, each later way's relative
+    difference of the first outputs from the baseline's (None for a way ``load_ways`` ran from
+    ``source`` with random weights; the largest at the model's level), and for the calls whose
+    label starts with one of ``detail`` each one's shape and median us."""
     base, others = ways[0], ways[1:]
     results, rows, families = {}, [], []
     for stem, models in models_by_stem.items():
@@ -62,6 +70,7 @@ def compare(models_by_stem: dict, repeat: int, ways: tuple[str, ...], source: Pa
         entry = {way: {"launches": len(models[way].plan.calls), "kernel_ms": measured[way][0], "wall_ms": measured[way][1],
                        "outputs": measured[way][2],
                        "kernels": {k: {"launches": n, "ms": ms} for k, (n, ms) in sorted(measured[way][3].items())}}
+                 | ({"calls": _launches(models[way], measured[way][4], detail)} if detail else {})
                  for way in ways}
         a = np.asarray(entry[base]["outputs"][0], np.float64)
         errors = {w: None if source is not None and timing_only(source, stem, w) else

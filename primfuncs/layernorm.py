@@ -5,7 +5,10 @@ Layer norm: one work item per pixel ``(n, h, w)`` walks its ``C/4`` channel bloc
 the mean, then the variance around it (two passes: no cancellation of
 ``E[x^2] - E[x]^2``), then ``(x - mean) / sqrt(var + eps) * gamma + beta``, all in
 float32 registers. Padded lanes (channels ``>= C``) are left out of the statistics
-and written as ``beta``'s zero padding (gamma and beta are zero-padded ``(C/4, 4)``).
+and written as ``beta``'s zero padding (gamma and beta are zero-padded ``(C/4, 4)``). On a wide GPU
+a small map leaves that kernel's few items walking hundreds of blocks in series:
+:func:`layer_norm_channels_wide` gives each pixel a work group instead, built from the group
+norm's macros (:func:`_slice_parts`).
 """
 
 from __future__ import annotations
@@ -17,9 +20,8 @@ from ._common import (BUFFER, LANES, TEXTURE, ceildiv, check_channels, check_dty
 from .epilogue import ACTIVATIONS, activate
 
 
-def layer_norm_channels(shape, channels: int, epsilon: float = 1e-5, dtype: str = "float32", scope: str = TEXTURE):
-    """``Y[n, :, h, w] = layer_norm(X[n, :, h, w]) * Gamma + Beta`` over the ``channels``
-    real channels of NCHW4c ``shape`` ``(N, C/4, H, W, 4)``; ``Gamma``/``Beta`` ``(C/4, 4)`` buffers."""
+def _check_layer_norm(shape, channels: int, epsilon: float, dtype: str, scope: str):
+    """(n, c4, h, w) of a layer norm's NCHW4c ``shape``; ValueError / TypeError naming a bad argument."""
     shape = tuple(int(d) for d in shape)
     if len(shape) != 5 or shape[4] != LANES:
         raise ValueError(f"shape must be NCHW4c (N, C4, H, W, 4), got {shape}")
@@ -29,6 +31,13 @@ def layer_norm_channels(shape, channels: int, epsilon: float = 1e-5, dtype: str 
     check_epsilon(epsilon)
     check_dtype(dtype)
     check_scope(scope)
+    return n, c4, h, w
+
+
+def layer_norm_channels(shape, channels: int, epsilon: float = 1e-5, dtype: str = "float32", scope: str = TEXTURE):
+    """``Y[n, :, h, w] = layer_norm(X[n, :, h, w]) * Gamma + Beta`` over the ``channels``
+    real channels of NCHW4c ``shape`` ``(N, C/4, H, W, 4)``; ``Gamma``/``Beta`` ``(C/4, 4)`` buffers."""
+    n, c4, h, w = _check_layer_norm(shape, channels, epsilon, dtype, scope)
     g = pixel_grid(n, h, w)
     zero, count = T.FloatImm(dtype, 0.0), T.FloatImm(dtype, float(channels))
 
@@ -74,6 +83,71 @@ def layer_norm_channels(shape, channels: int, epsilon: float = 1e-5, dtype: str 
     return func
 
 
+def layer_norm_channels_wide(shape, channels: int, epsilon: float = 1e-5, dtype: str = "float32", scope: str = TEXTURE,
+                            threads: int | None = None):
+    """:func:`layer_norm_channels`' ``Y`` with each pixel's channels spread over a work group: one
+    work group of ``threads`` items (default: :func:`layer_norm_threads`) per pixel ``(n, h, w)``,
+    item ``t`` taking channel blocks ``t, t + threads, ...``, built from the group norm's macros
+    (:func:`_slice_parts`: float32 partial sums in shared memory added by item 0 in item order,
+    the mean, then the squared deviations from it, then the normalized pixels). The same formula
+    as the one kernel (``(x - mean) / sqrt(M2 / C + eps) * gamma + beta``, two passes), float32
+    whatever ``dtype`` is; padded lanes are left out and written as 0. For a wide GPU, where one
+    work item per pixel walking all ``C/4`` blocks leaves most of it idle on a small map
+    (``strategy.pool.layer_norm_schedule`` picks the form)."""
+    n, c4, h, w = _check_layer_norm(shape, channels, epsilon, dtype, scope)
+    threads = layer_norm_threads(c4) if threads is None else threads
+    check_positive(threads=threads)
+    f32 = "float32"
+
+    def at(vb, p):
+        """(n, channel block, row, column) of block ``p`` of pixel ``vb`` (= (n * h + row) * w + column)."""
+        return vb // (h * w), p, vb // w % h, vb % w
+
+    def real(p, vb, lane):
+        return p * 4 + lane < channels
+
+    def inside(first, q):
+        return q < c4
+
+    def count(first):
+        return T.FloatImm(f32, float(channels))
+
+    slice_stats, normalize, set_rstd = _slice_parts(dtype, threads, ceildiv(c4, threads), at, real, inside, count, epsilon)
+
+    @T.prim_func(s_tir=True)
+    def func(x: T.handle, gamma: T.handle, beta: T.handle, y: T.handle):
+        T.func_attr({"global_symbol": "layer_norm_channels_wide", "tirx.noalias": True})
+        X = T.match_buffer(x, (n, c4, h, w, 4), dtype, scope=scope)
+        Gamma = T.match_buffer(gamma, (c4, 4), dtype, scope=BUFFER)
+        Beta = T.match_buffer(beta, (c4, 4), dtype, scope=BUFFER)
+        Y = T.match_buffer(y, (n, c4, h, w, 4), dtype, scope=scope)
+        for b in T.thread_binding(n * h * w, thread="blockIdx.x"):
+            with T.sblock("pixel"):
+                vb = T.axis.spatial(n * h * w, b)
+                sums = T.sblock_alloc_buffer((threads,), f32, scope="shared")
+                squares = T.sblock_alloc_buffer((threads,), f32, scope="shared")
+                stats = T.sblock_alloc_buffer((2,), f32, scope="shared")  # mean, 1 / sqrt(var + eps)
+                slice_stats(X, sums, squares, stats, vb, 0, set_rstd)
+                normalize(X, Gamma, Beta, Y, stats, vb, 0)
+
+    return func
+
+
+#: Most work items of a :func:`layer_norm_channels_wide` work group (a pixel's channel blocks
+#: beyond it take several rounds).
+LAYER_NORM_MAX_THREADS = 64
+
+
+def layer_norm_threads(c4: int) -> int:
+    """Work items of :func:`layer_norm_channels_wide` for ``c4`` channel blocks: the power of two
+    that covers them, at most :data:`LAYER_NORM_MAX_THREADS` (item 0's in-order sum of the
+    items' partials grows with it)."""
+    threads = 1
+    while threads < min(int(c4), LAYER_NORM_MAX_THREADS):
+        threads *= 2
+    return threads
+
+
 #: Work items of each work group of the group norm kernels (:func:`group_norm` and its split form).
 GROUP_NORM_THREADS = 64
 #: The statistics the split form passes between its kernels, per pixel slice: count, mean, M2.
@@ -116,35 +190,18 @@ def _imax(a, b):
     return max(a, b) if isinstance(a, int) and isinstance(b, int) else T.max(a, b)
 
 
-def _group_norm_parts(n, c4, h, w, channels, groups, dtype, threads, per, epsilon=0.0, activation=None, clip_min=0.0, clip_max=6.0):
-    """The index helpers and the two macros every group norm kernel is made of, for pixel slices of
-    ``per`` pixels (the whole group: ``per = pixels``): ``slice_stats`` (the mean and the sum of
-    squared deviations M2 of one slice, two passes, then ``finish(stats, m2)`` by item 0) and
-    ``normalize`` (the slice's pixels normalized with the mean and 1 / std in ``stats``). A fresh
-    pair per kernel (block names of a macro's second expansion get suffixes)."""
-    bpg = c4 // groups  # channel blocks per group
-    pixels = bpg * h * w
-    rounds = ceildiv(per, threads)
+def _slice_parts(dtype, threads, rounds, at, real, inside, count, epsilon=0.0, activation=None, clip_min=0.0, clip_max=6.0):
+    """The two macros every work-group norm kernel (the group norms, :func:`layer_norm_channels_wide`)
+    is made of, over a slice of a set ``vb`` of pixels: ``slice_stats`` (the mean and the sum of
+    squared deviations M2 of the slice, two passes, then ``finish(stats, m2)`` by item 0) and
+    ``normalize`` (the slice's pixels normalized with the mean and 1 / std in ``stats``); and
+    ``set_rstd`` (``stats[1]`` from the whole set's M2). Item ``t`` of the work group takes the
+    slice's pixels ``t, t + threads, ...`` (``rounds`` of them). ``at(vb, p)``: (n, channel block,
+    row, column) of pixel ``p`` of the set; ``real(p, vb, lane)``: that lane holds a channel;
+    ``inside(first, q)``: offset ``q`` lies in the slice from pixel ``first``; ``count(first)``: the
+    float32 count of the slice's real elements (``count(0)``: the set's). A fresh set per kernel
+    (block names of a macro's second expansion get suffixes)."""
     zero, f32 = T.FloatImm("float32", 0.0), "float32"
-    pad = 4 * c4 - channels  # padded lanes of the last channel block (groups = 1 only)
-
-    def at(vb, p):
-        """(n, channel block, row, column) of pixel ``p`` of group ``vb`` (= n * groups + g)."""
-        return vb // groups, vb % groups * bpg + p // (h * w), p // w % h, p % w
-
-    def real(p, vb, lane):
-        return (vb % groups * bpg + p // (h * w)) * 4 + lane < channels
-
-    def count(first):
-        """float32 count of the real elements of the slice from pixel ``first``: 4 per pixel but
-        the padded lanes of the last block's pixels (exact below 2^24)."""
-        end = _imin(first + per, pixels)
-        real_ = 4 * (end - first) - pad * _imax(0, end - _imax(first, (c4 - 1) * h * w))
-        return T.FloatImm(f32, float(real_)) if isinstance(real_, int) else T.Cast(f32, real_)
-
-    def inside(first, q):
-        """Item offset ``q`` lies in the slice from pixel ``first`` (only the last slice can be short)."""
-        return q < per if pixels % per == 0 else T.And(q < per, first + q < pixels)
 
     def act(x):
         return activate(x, activation, f32, clip_min, clip_max)
@@ -222,6 +279,38 @@ def _group_norm_parts(n, c4, h, w, channels, groups, dtype, threads, per, epsilo
     def set_rstd(stats, m2):
         stats[1] = T.FloatImm(f32, 1.0) / T.sqrt(m2 / count(0) + T.FloatImm(f32, float(epsilon)))
 
+    return slice_stats, normalize, set_rstd
+
+
+def _group_norm_parts(n, c4, h, w, channels, groups, dtype, threads, per, epsilon=0.0, activation=None, clip_min=0.0, clip_max=6.0):
+    """The group norm's pixel sets (one per (sample, group), cut into slices of ``per`` pixels; the
+    whole group: ``per = pixels``) and its :func:`_slice_parts` over them: (pixels, count,
+    slice_stats, normalize, set_rstd)."""
+    bpg = c4 // groups  # channel blocks per group
+    pixels = bpg * h * w
+    f32 = "float32"
+    pad = 4 * c4 - channels  # padded lanes of the last channel block (groups = 1 only)
+
+    def at(vb, p):
+        """(n, channel block, row, column) of pixel ``p`` of group ``vb`` (= n * groups + g)."""
+        return vb // groups, vb % groups * bpg + p // (h * w), p // w % h, p % w
+
+    def real(p, vb, lane):
+        return (vb % groups * bpg + p // (h * w)) * 4 + lane < channels
+
+    def count(first):
+        """float32 count of the real elements of the slice from pixel ``first``: 4 per pixel but
+        the padded lanes of the last block's pixels (exact below 2^24)."""
+        end = _imin(first + per, pixels)
+        real_ = 4 * (end - first) - pad * _imax(0, end - _imax(first, (c4 - 1) * h * w))
+        return T.FloatImm(f32, float(real_)) if isinstance(real_, int) else T.Cast(f32, real_)
+
+    def inside(first, q):
+        """Item offset ``q`` lies in the slice from pixel ``first`` (only the last slice can be short)."""
+        return q < per if pixels % per == 0 else T.And(q < per, first + q < pixels)
+
+    slice_stats, normalize, set_rstd = _slice_parts(dtype, threads, ceildiv(per, threads), at, real, inside, count, epsilon, activation,
+                                                    clip_min, clip_max)
     return pixels, count, slice_stats, normalize, set_rstd
 
 

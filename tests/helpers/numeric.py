@@ -10,6 +10,7 @@ from primfuncs._common import TEXTURE
 from tir_adreno import ops
 from tir_adreno.strategy.packing import pack_nchw4c, pack_oihw4o, unpack_nchw4c  # noqa: F401 (re-exported for tests)
 from tir_adreno.reference import relative_error
+from tir_adreno.codegen import build
 from tir_adreno.runtime import bounds
 
 
@@ -43,8 +44,9 @@ def run_kernel(device, func, *inputs, poison=None, storage=None, pinned=(), half
     (NaN, or the value ``poison``: tests of NaN outputs need a finite one); its texture
     parameters stored in ``storage`` images (e.g. "float16"; None: their dtype) but those at the
     positions ``pinned`` (a kernel's float32 statistics); its buffer parameters at the positions
-    ``half`` in half buffers (the kernel built for them, as float16_acc32 stores a model's)."""
-    loaded, name = ops.compile(func, device, half=frozenset(half))
+    ``half`` in half buffers (the kernel built for them, as float16_acc32 stores a model's;
+    ``build.ALL_BUFFERS``: every float32 buffer parameter)."""
+    loaded, name = ops.compile(func, device, half=half if half == build.ALL_BUFFERS else frozenset(half))
     specs = [replace(spec, storage=storage) if storage and spec.scope == TEXTURE and k not in pinned else spec
              for k, spec in enumerate(loaded[name].params)]
     tensors = [device.empty(spec).upload(value) for spec, value in zip(specs, inputs)]

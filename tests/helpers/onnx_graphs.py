@@ -96,6 +96,16 @@ def scalars(inits, **values):
         inits[k] = np.float32(v)  # 0-d initializers, as torch writes Clip's bounds
 
 
+def wide_profile():
+    """This device's profile as if it had the H200's compute units (``strategy.pool.is_wide``): the
+    forms for wide GPUs (split statistics, the wide layer norm) run on PoCL."""
+    from dataclasses import replace
+
+    from tir_adreno.strategy.profile import get_profile, resolve
+
+    return replace(resolve(), compute_units=get_profile("nvidia-h200").compute_units)
+
+
 def check_pattern(model, channels=3, size=7, profile=None):
     """Compile (for ``profile``, default the device's own), run against onnxruntime, return the
     plan's op names between the edge layout transforms."""

@@ -148,6 +148,7 @@ def layernorm_kernels(d, scope):
     eps, activation = d.draw(st.floats(0, 1e-3)), d.draw(st.sampled_from([None, "silu"]))
     slices = equal_slices(layernorm.group_norm_pixels(_blocked(nchw), groups), d.draw(st.integers(1, 80)))
     return [layernorm.layer_norm_channels(_blocked(nchw), nchw[1], scope=scope),
+            layernorm.layer_norm_channels_wide(_blocked(nchw), nchw[1], eps, scope=scope, threads=d.draw(st.sampled_from([None, 3]))),
             layernorm.group_norm(_blocked(nchw), c, groups, eps, activation, scope=scope),
             layernorm.group_norm_partials(_blocked(nchw), c, groups, slices, scope=scope),
             layernorm.group_norm_apply(_blocked(nchw), c, groups, slices, eps, activation, scope=scope)]

@@ -4,8 +4,6 @@ SDTA: tokens of a map, layer norm, Linear, XCA, Linear, residual, back to the ma
 LiteMLA) against onnxruntime with no layout transform inside; the split forms of ``xca_weights`` and
 ``linear_kv`` for wide GPUs (partial sums over token slices, then a finishing kernel) the same way."""
 
-from dataclasses import replace
-
 import numpy as np
 import pytest
 from hypothesis import example, given
@@ -13,12 +11,12 @@ from hypothesis import strategies as st
 from onnx import helper, numpy_helper
 
 from helpers.numeric import pack_nchw4c, run_kernel, sanitized, unpack_nchw4c
-from helpers.onnx_graphs import check_pattern, conv_node, pattern_graph
+from helpers.onnx_graphs import check_pattern, conv_node, pattern_graph, wide_profile
 from helpers.strategies import SCOPES, SEEDS
 from primfuncs import attention
 from primfuncs._common import TEXTURE, equal_slices
 from tir_adreno.strategy.pool import attention_schedule
-from tir_adreno.strategy.profile import get_profile, resolve
+from tir_adreno.strategy.profile import get_profile
 
 #: float32 dots over <= 64 tokens and a softmax over <= 13 numbers: measured <= 4e-7 (weights) and
 #: <= 5e-7 (apply, relative to max |y|).
@@ -171,18 +169,13 @@ def _sdta_model(channels, heads, pos_embedding, seed):
     return _model(nodes, inits)
 
 
-def _wide():
-    """This device's profile as if it had the H200's compute units: the split forms on PoCL."""
-    return replace(resolve(), compute_units=get_profile("nvidia-h200").compute_units)
-
-
 @pytest.mark.parametrize("wide", [False, True], ids=["one-kernel", "split"])
 @pytest.mark.parametrize("channels,heads,pos_embedding", [(24, 2, True), (20, 2, False)])
 def test_sdta_block_stays_on_textures(channels, heads, pos_embedding, wide):
     """conv -> SDTA (head size 12, 4-aligned, with the positional embedding; and 10, straddling
     pixels) -> conv: the attention in two kernels (on a wide profile the weights split: partials
     over 3 slices of the 49 tokens, then xca_finish), the tokens views of the map, no layout transform."""
-    names = check_pattern(_sdta_model(channels, heads, pos_embedding, seed=channels), profile=_wide() if wide else None)
+    names = check_pattern(_sdta_model(channels, heads, pos_embedding, seed=channels), profile=wide_profile() if wide else None)
     weights = ["xca_partials", "xca_finish"] if wide else ["xca_weights"]
     assert all(names.count(k) == 1 for k in weights + ["xca_apply"]) and len(names) == len(set(names)), names
     assert names.count("layer_norm_channels") == 1, names
@@ -297,7 +290,7 @@ def test_lite_mla_stays_on_textures(wide):
     rng, inits, heads, d = np.random.default_rng(5), {}, 2, 6
     nodes = [conv_node(rng, inits, "x", "c", 3 * heads * d, 3), *_lite_mla_nodes("c", "m", inits, heads, d, 7),
              conv_node(rng, inits, "m", "y", 4, heads * d, k=1)]
-    names = check_pattern(_model(nodes, inits), profile=_wide() if wide else None)
+    names = check_pattern(_model(nodes, inits), profile=wide_profile() if wide else None)
     kv = ["linear_kv_partials", "linear_kv_finish"] if wide else ["linear_kv"]
     assert names == ["conv2d_nchw4c", *kv, "linear_apply", "conv2d_nchw4c1"], names
 

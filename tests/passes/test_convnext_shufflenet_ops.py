@@ -14,10 +14,13 @@ from helpers.onnx_graphs import check_pattern as check
 from helpers.onnx_graphs import conv_node as _conv
 from helpers.onnx_graphs import pattern_graph as _graph
 from helpers.onnx_graphs import scalars as _scalars
+from helpers.onnx_graphs import wide_profile
 
-from primfuncs import elementwise, layernorm, resize, shuffle
+from primfuncs import elementwise, resize, shuffle
 from tir_adreno.strategy.packing import pack_nchw4c, unpack_nchw4c
-from tir_adreno.reference import gelu, layer_norm, resize2d_nchw
+from tir_adreno.reference import gelu, resize2d_nchw
+from tir_adreno.strategy.pool import layer_norm_schedule
+from tir_adreno.strategy.profile import get_profile
 
 # -- GELU ------------------------------------------------------------------------------------
 
@@ -255,39 +258,53 @@ def test_convnext_block_stays_on_textures():
 # -- layer norm --------------------------------------------------------------------------------
 
 
-def test_layer_norm_over_channels():
-    """ConvNeXt's LayerNorm: permute -> LayerNormalization(axis=-1) -> permute, one kernel."""
-    rng = np.random.default_rng(6)
-    inits = {"g": rng.standard_normal(6), "b": rng.standard_normal(6)}
-    nodes = [
-        _conv(rng, inits, "x", "c", 6, 3),
+def _layer_norm_nodes(rng, inits, channels):
+    """conv -> ConvNeXt's LayerNorm (permute -> LayerNormalization(axis=-1) -> permute) -> y."""
+    inits.update(g=rng.standard_normal(channels), b=rng.standard_normal(channels))
+    return [
+        _conv(rng, inits, "x", "c", channels, 3),
         helper.make_node("Transpose", ["c"], ["t"], perm=[0, 2, 3, 1]),
         helper.make_node("LayerNormalization", ["t", "g", "b"], ["l"], axis=-1, epsilon=1e-6),
         helper.make_node("Transpose", ["l"], ["y"], perm=[0, 3, 1, 2]),
     ]
-    assert check(_graph(nodes, inits)) == ["conv2d_nchw4c", "layer_norm_channels"]
 
 
-@given(blocked_shapes, st.integers(0, 3), scopes)
-def test_layer_norm_kernel(device, d, pad, scope):
-    *shape, seed = d
-    channels = max(1, 4 * shape[1] - pad)
-    rng = np.random.default_rng(seed)
-    x = rand(rng, (shape[0], channels, shape[2], shape[3])) * 3 + 5  # an offset: the mean matters
-    gamma, beta = rand(rng, (channels,)), rand(rng, (channels,))
-    from tir_adreno.strategy.packing import pack_bias
-
-    func = layernorm.layer_norm_channels((*shape, 4), channels, 1e-5, scope=scope)
-    y = run_kernel(device, func, pack_nchw4c(x), pack_bias(gamma), pack_bias(beta))
-    np.testing.assert_allclose(unpack_nchw4c(y, channels), layer_norm(x, gamma, beta, axis=1), rtol=1e-4, atol=1e-4)
-    assert np.all(y[:, -1, :, :, (channels - 1) % 4 + 1 :] == 0)  # padded lanes stay zero
+def test_layer_norm_over_channels():
+    """ConvNeXt's LayerNorm: permute -> LayerNormalization(axis=-1) -> permute, one kernel."""
+    rng, inits = np.random.default_rng(6), {}
+    assert check(_graph(_layer_norm_nodes(rng, inits, 6), inits)) == ["conv2d_nchw4c", "layer_norm_channels"]
 
 
-def test_layer_norm_bad_arguments():
-    with pytest.raises(ValueError, match="channels"):
-        layernorm.layer_norm_channels((1, 2, 2, 2, 4), 4)
-    with pytest.raises(ValueError, match="epsilon"):
-        layernorm.layer_norm_channels((1, 1, 2, 2, 4), 3, -1.0)
+@pytest.mark.parametrize("wide", [False, True], ids=["one-kernel", "wide"])
+def test_layer_norm_form_in_graph(wide):
+    """66 channels (17 blocks, the last padded) on a 7x7 map: the one kernel here, the wide form
+    (a work group per pixel) on a wide profile, the same outputs as onnxruntime either way."""
+    rng, inits = np.random.default_rng(9), {}
+    names = check(_graph(_layer_norm_nodes(rng, inits, 66), inits), profile=wide_profile() if wide else None)
+    assert names == ["conv2d_nchw4c", "layer_norm_channels_wide" if wide else "layer_norm_channels"], names
+
+
+def test_layer_norm_form_by_profile():
+    """The H200's profile (132 compute units) spreads a layer norm of at least 16 channel blocks
+    on a map of fewer than 64 pixels per compute unit over a work group per pixel (as many items
+    as cover the blocks, at most 64); fewer blocks or a larger map keep the one kernel, and so do
+    PoCL and Adreno for any shape; compiled plans (no device) say the same."""
+    from tir_adreno.compiler import compile_plan
+
+    h200 = get_profile("nvidia-h200")
+    assert layer_norm_schedule(h200, (1, 80, 1, 1, 4)) == {"threads": 64}  # EfficientViT-B0's head (320 blocks: 5 rounds)
+    assert layer_norm_schedule(h200, (1, 40, 14, 14, 4)) == {"threads": 64}
+    assert layer_norm_schedule(h200, (1, 20, 28, 28, 4)) == {"threads": 32}
+    assert layer_norm_schedule(h200, (1, 16, 91, 92, 4)) == {"threads": 16}  # 8372 pixels < 64 x 132
+    assert layer_norm_schedule(h200, (1, 16, 92, 92, 4)) is None  # 8464 pixels
+    assert layer_norm_schedule(h200, (1, 15, 7, 7, 4)) is None  # 15 blocks
+    for name in ("pocl", "adreno"):
+        assert layer_norm_schedule(get_profile(name), (1, 80, 1, 1, 4)) is None
+    rng, inits = np.random.default_rng(9), {}
+    model = _graph(_layer_norm_nodes(rng, inits, 66), inits)
+    for name, label in (("nvidia-h200", "layer_norm_channels_wide"), ("pocl", "layer_norm_channels"), ("adreno", "layer_norm_channels")):
+        plan, _, _ = compile_plan(model, get_profile(name), progress=lambda _: None)
+        assert [c.label for c in plan.calls if c.label.startswith("layer_norm")] == [label], name
 
 
 # -- ShuffleNet's channel split and shuffle ----------------------------------------------------

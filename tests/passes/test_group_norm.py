@@ -5,8 +5,6 @@ with the norm in one kernel (or the split pair) and no layout transform inside: 
 as ``torch.onnx.export`` writes it (``Reshape`` -> ``InstanceNormalization`` -> ``Reshape`` ->
 ``Mul`` -> ``Add``, 1 and 2 groups) and ONNX ``GroupNormalization`` (``relax.nn.group_norm``)."""
 
-from dataclasses import replace
-
 import numpy as np
 import pytest
 from hypothesis import example, given
@@ -14,13 +12,13 @@ from hypothesis import strategies as st
 from onnx import helper
 
 from helpers.numeric import pack_nchw4c, rand, run_kernel, unpack_nchw4c
-from helpers.onnx_graphs import check_pattern, conv_node, pattern_graph
+from helpers.onnx_graphs import check_pattern, conv_node, pattern_graph, wide_profile
 from primfuncs import layernorm
 from primfuncs._common import TEXTURE, equal_slices
 from primfuncs.lanes import blocked
 from tir_adreno.strategy.packing import pack_bias
 from tir_adreno.strategy.pool import ONE_GROUP_MAX_COMPUTE_UNITS, group_norm_schedule
-from tir_adreno.strategy.profile import get_profile, resolve
+from tir_adreno.strategy.profile import get_profile
 
 #: float32 statistics: the error grows with the mean in standard deviations (the float32 sums of
 #: values around the mean). Measured 7.6e-8 (mean 0) and 2.2e-6 (mean 30 sigma) relative to the
@@ -219,11 +217,6 @@ def test_group_norm_form_in_plan():
     assert plan.tensors[apply.args[-1]].storage_dtype == "float16"  # the norm's output: half
 
 
-def _wide():
-    """This device's profile as if it had the H200's compute units: the split form on PoCL."""
-    return replace(resolve(), compute_units=get_profile("nvidia-h200").compute_units)
-
-
 def _norm_kernels(wide):
     return ["group_norm_partials", "group_norm_apply"] if wide else ["group_norm"]
 
@@ -234,7 +227,7 @@ def test_exported_group_norm_stays_on_textures(channels, groups, wide):
     """conv -> GroupNorm (1 group over 6 channels: a padded block; 2 groups of 4) -> conv: one
     group_norm kernel (the split pair on a wide profile), everything ours, no layout transform
     inside, the same outputs as onnxruntime (MobileViT-v2's GroupNorm1 is the 1-group case)."""
-    names = check_pattern(_exported(channels, groups), size=11, profile=_wide() if wide else None)
+    names = check_pattern(_exported(channels, groups), size=11, profile=wide_profile() if wide else None)
     assert names[1:-1] == _norm_kernels(wide) and len(names) == 2 + (2 if wide else 1), names
 
 
@@ -247,5 +240,5 @@ def test_onnx_group_normalization_stays_on_textures(wide):
     nodes = [conv_node(rng, inits, "x", "c", 8, 3),
              helper.make_node("GroupNormalization", ["c", "g_s", "g_b"], ["n"], num_groups=2, epsilon=1e-5),
              helper.make_node("Relu", ["n"], ["r"]), conv_node(rng, inits, "r", "y", 4, 8, k=1)]
-    names = check_pattern(pattern_graph(nodes, inits, size=11, opset=21), size=11, profile=_wide() if wide else None)
+    names = check_pattern(pattern_graph(nodes, inits, size=11, opset=21), size=11, profile=wide_profile() if wide else None)
     assert names[1:-1] == _norm_kernels(wide) and len(names) == 2 + (2 if wide else 1), names  # the Relu fused

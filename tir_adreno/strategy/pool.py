@@ -120,6 +120,30 @@ def group_norm_schedule(profile: DeviceProfile, shape5, groups: int) -> dict | N
     return dict(slices=slices) if slices > 1 else None
 
 
+#: Channel blocks from which a wide GPU normalizes a layer norm's pixels with a work group each
+#: (``primfuncs.layernorm.layer_norm_channels_wide``): the one kernel's item walks a pixel's
+#: ``C/4`` blocks three times in series (~0.2 us a block on the H200), below this few enough
+#: that its launch costs about what the spread form's would.
+LAYER_NORM_WIDE_MIN_BLOCKS = 16
+#: One-kernel work items (pixels) per compute unit below which a wide GPU is left mostly idle by
+#: the layer norm's one kernel (its items then run their serial walks side by side, not in waves).
+LAYER_NORM_WIDE_MAX_PIXELS_PER_UNIT = 64
+
+
+def layer_norm_schedule(profile: DeviceProfile, shape5) -> dict | None:
+    """How the layer norm over the channels of NCHW4c ``shape5`` runs: None for the one kernel
+    (``primfuncs.layernorm.layer_norm_channels``: one work item per pixel walking all of its
+    channel blocks; CPU OpenCL and phone GPUs, and large maps), else on a wide GPU
+    (:func:`is_wide`) with at least :data:`LAYER_NORM_WIDE_MIN_BLOCKS` channel blocks and fewer
+    pixels than :data:`LAYER_NORM_WIDE_MAX_PIXELS_PER_UNIT` per compute unit, the spread form's
+    keywords (``layer_norm_channels_wide``: a work group per pixel, ``threads`` items over its
+    channel blocks)."""
+    n, c4, h, w = (int(d) for d in shape5[:4])
+    if not is_wide(profile) or c4 < LAYER_NORM_WIDE_MIN_BLOCKS or n * h * w >= LAYER_NORM_WIDE_MAX_PIXELS_PER_UNIT * profile.compute_units:
+        return None
+    return dict(threads=_layernorm.layer_norm_threads(c4))
+
+
 #: Tokens per slice at least in the split attention statistics (``xca_partials``,
 #: ``linear_kv_partials``): each work item's loop over its tokens stays long enough to pay for
 #: writing its partial sums.

@@ -213,6 +213,26 @@ def _group_norm(slices: int | None = None):
     return run
 
 
+def _layer_norm(wide: bool):
+    """Layer norm over the channels of each pixel, then the per-channel scale and shift: the one
+    kernel (a work item per pixel) or the wide form (a work group per pixel; the tour's 10
+    channels, a padded block, on a work group of 4)."""
+
+    def run(dev, rng, shape):
+        n, c, h, w = shape
+        x = rng.standard_normal(shape).astype("float32") + 3.0  # a mean off 0: the two passes matter
+        gamma, beta = (rng.standard_normal(c).astype("float32") for _ in range(2))
+        scope = ops.activation_scope(dev, shape)
+        tx = ops.upload_nchw4c(dev, x, scope)
+        params = [dev.array(pack_bias(v), BUFFER, name) for v, name in ((gamma, "gamma"), (beta, "beta"))]
+        out = ops.empty_nchw4c(dev, shape, "float32", scope)
+        factory = _layernorm.layer_norm_channels_wide if wide else _layernorm.layer_norm_channels
+        ops.launch(factory(tx.shape, c, 1e-5, scope=scope), [tx, *params, out], dev)
+        return ops.download_nchw(out, c), reference.layer_norm(x, gamma, beta, axis=1)
+
+    return run
+
+
 def _relu6(dev, rng, shape):
     x = (rng.standard_normal(shape) * 4).astype("float32")  # both clamps taken
     return ops.relu6(x, device=dev), np.clip(x.astype(np.float64), 0, 6)
@@ -251,6 +271,8 @@ CASES = (
     Case("divide", "elementwise", _binary("divide", np.divide), 1e-6),
     Case("group norm", "norm", _group_norm(), 1e-5),
     Case("group norm split (wide GPUs)", "norm", _group_norm(slices=5), 1e-5),
+    Case("layer norm over C", "norm", _layer_norm(wide=False), 1e-5),
+    Case("layer norm over C wide (wide GPUs)", "norm", _layer_norm(wide=True), 1e-5),
     Case("relu6", "elementwise", _relu6, 0.0),
     Case("bias_add", "elementwise", _bias_add, 1e-7),
     Case("multiply broadcast over C", "elementwise", _broadcast_multiply, 1e-7),

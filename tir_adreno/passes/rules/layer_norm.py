@@ -29,7 +29,9 @@ from tir_adreno.strategy.packing import pack_bias
 def layer_norm(rw: Rewriter, node: Node):
     """Layer norm over the channels: the last axis of an NHWC activation (ConvNeXt, between
     permutes) or of tokens ``[N, L, C]`` (a transformer block on a map's tokens), or axis 1 of an
-    NCHW one or of a classifier's ``[N, C]`` (EfficientViT's head), with constant gamma and beta."""
+    NCHW one or of a classifier's ``[N, C]`` (EfficientViT's head), with constant gamma and beta: one
+    ``layer_norm_channels`` kernel, or on a wide GPU for a small map of many channels
+    ``layer_norm_channels_wide`` (``strategy.pool.layer_norm_schedule``)."""
     x_var, gamma, beta = node.args
     shape = static_shape(x_var)
     axes = tuple(int(a) % len(shape) for a in node.attrs.axes) if shape is not None else None
@@ -44,7 +46,11 @@ def layer_norm(rw: Rewriter, node: Node):
         return None
     shape5 = x.shape5
     scope = rw.scope_for(shape5)
-    func = kernel(layernorm.layer_norm_channels, shape5, c, float(node.attrs.epsilon), scope=scope)
+    wide = pool_strategy.layer_norm_schedule(rw.profile, shape5)  # None: one work item per pixel
+    if wide is None:
+        func = kernel(layernorm.layer_norm_channels, shape5, c, float(node.attrs.epsilon), scope=scope)
+    else:
+        func = kernel(layernorm.layer_norm_channels_wide, shape5, c, float(node.attrs.epsilon), scope=scope, **wide)
     params = [relax.const(pack_bias(v.reshape(c).astype(rw.dtype))) for v in (g, b)]
     out = rw.emit_kernel(func, [rw.blocked(x, scope), *params], shape5, op_info=node_info(node, epsilon=float(node.attrs.epsilon)))
     rw.define(node.var, out, scope, x.nchw, x.layout)
