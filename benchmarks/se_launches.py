@@ -54,19 +54,24 @@ def _measure(models: dict, repeat: int) -> dict:
     """Way -> (median kernel ms, median wall ms, outputs, kernel family -> (launches, median ms),
     median ms of each call in plan order) of ``repeat`` profiled and ``repeat`` unprofiled runs of
     each compiled model after a warm-up, the ways interleaved run by run (the load of a shared
-    machine hits all alike)."""
+    machine hits all alike) and their order rotated each round: on PoCL the same kernels read
+    5-20% slower in one position of a round than in another, so a fixed order biases the ways."""
     first = next(iter(models.values()))
     x = {n: np.random.default_rng(i).standard_normal(first.plan.tensors[t].shape).astype("float32") for i, (n, t) in enumerate(first.plan.inputs)}
     times, walls, outputs, classes, calls = ({way: [] for way in models} for _ in range(5))
     for cm in models.values():
         cm.run(x)
-    for _ in range(repeat):
-        for way, cm in models.items():
+    ways = list(models)
+    for r in range(repeat):
+        order = ways[r % len(ways):] + ways[:r % len(ways)]
+        for way in order:
+            cm = models[way]
             outputs[way] = cm.run(x, profile=True)
             times[way].append(cm.kernel_time_ms())
             classes[way].append(_by_class(cm))
             calls[way].append([row["time_ms"] for row in cm.profile()])
-        for way, cm in models.items():
+        for way in order:
+            cm = models[way]
             start = time.perf_counter()
             cm.run(x)
             walls[way].append((time.perf_counter() - start) * 1e3)
