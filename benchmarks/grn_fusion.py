@@ -15,12 +15,10 @@ outputs of the two ways are compared with each other (``ways.py``).
 
 from __future__ import annotations
 
-import argparse
-from pathlib import Path
 
-from common import add_device_argument, log, write_json
+from common import log
 from tir_adreno import runtime
-from ways import build_ways, compare, load_ways
+from ways import arguments, build_ways, compare, load_ways, parse, save_results
 
 WAYS = ("apart", "fused")
 
@@ -33,28 +31,12 @@ def _profiles(target: str) -> dict:
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--onnx", type=Path, nargs="+", default=[], metavar="FILE", help="ONNX models, named by stem")
-    parser.add_argument("--repeat", type=int, default=20)
-    parser.add_argument("--precision", default="float32")
-    parser.add_argument("--target", default="nvidia-h200", help="the device profile of --build-only (default nvidia-h200)")
-    mode = parser.add_mutually_exclusive_group(required=True)
-    mode.add_argument("--build-only", type=Path, metavar="DIR", help="compile and save both ways into DIR (needs TVM)")
-    mode.add_argument("--from", dest="source", type=Path, metavar="DIR", help="run the models saved by --build-only (no TVM)")
-    parser.add_argument("--results-dir", type=Path, default=None, help="default: benchmarks/results")
-    add_device_argument(parser)
-    args = parser.parse_args()
+    args = parse(arguments(__doc__))
     if args.build_only:
-        if not args.onnx:
-            parser.error("--build-only needs --onnx FILE...")
         return build_ways(args.onnx, _profiles(args.target), args.precision, args.build_only, log)
     device = runtime.get_device(args.device)
     models = load_ways(args.source, WAYS, device)
-    results = compare(models, args.repeat, WAYS)
-    precision = next(iter(next(iter(models.values())).values())).precision
-    payload = {"repeat": args.repeat, "precision": precision, "models": results}
-    name = "grn_fusion" + ("" if precision == "float32" else f"-{precision}")
-    log(f"wrote {write_json(name, device.name, payload, args.results_dir)}")
+    save_results("grn_fusion", models, compare(models, args.repeat, WAYS), args, device)
 
 
 if __name__ == "__main__":

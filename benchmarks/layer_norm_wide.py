@@ -18,13 +18,11 @@ the one kernel's (``ways.py``).
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-from pathlib import Path
 
-from common import add_device_argument, log, write_json
+from common import log
 from tir_adreno import runtime
-from ways import build_ways, compare, load_ways
+from ways import arguments, build_ways, compare, load_ways, parse, save_results
 
 WAYS = ("one-kernel", "wide", "wide-all")
 
@@ -47,23 +45,11 @@ def _settings() -> dict:
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--onnx", type=Path, nargs="+", default=[], metavar="FILE", help="ONNX models, named by stem")
-    parser.add_argument("--repeat", type=int, default=20)
-    parser.add_argument("--precision", default="float32")
-    parser.add_argument("--target", default="nvidia-h200", help="a wide device profile (default nvidia-h200)")
-    mode = parser.add_mutually_exclusive_group(required=True)
-    mode.add_argument("--build-only", type=Path, metavar="DIR", help="compile and save the ways into DIR (needs TVM)")
-    mode.add_argument("--from", dest="source", type=Path, metavar="DIR", help="run the models saved by --build-only (no TVM)")
-    parser.add_argument("--results-dir", type=Path, default=None, help="default: benchmarks/results")
-    add_device_argument(parser)
-    args = parser.parse_args()
+    args = parse(arguments(__doc__, target_help="a wide device profile"))
     if args.build_only:
         from tir_adreno.strategy.pool import is_wide
         from tir_adreno.strategy.profile import get_profile
 
-        if not args.onnx:
-            parser.error("--build-only needs --onnx FILE...")
         profile = get_profile(args.target)
         if not is_wide(profile):
             raise SystemExit(f"layer_norm_wide: {args.target} is not wide ({profile.compute_units} compute units): it runs one kernel")
@@ -71,10 +57,7 @@ def main():
     device = runtime.get_device(args.device)
     models = load_ways(args.source, WAYS, device)
     results = compare(models, args.repeat, WAYS, detail=("layer_norm_channels", "grn_scale", "sum_hw", "mean_hw"))
-    precision = next(iter(next(iter(models.values())).values())).precision
-    payload = {"repeat": args.repeat, "precision": precision, "models": results}
-    name = "layer_norm_wide" + ("" if precision == "float32" else f"-{precision}")
-    log(f"wrote {write_json(name, device.name, payload, args.results_dir)}")
+    save_results("layer_norm_wide", models, results, args, device)
 
 
 if __name__ == "__main__":

@@ -15,13 +15,11 @@ OpenCL event times, per model and per kernel family; each way's outputs are comp
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-from pathlib import Path
 
-from common import add_device_argument, log, write_json
+from common import log
 from tir_adreno import runtime
-from ways import build_ways, compare, load_ways
+from ways import arguments, build_ways, compare, load_ways, parse, save_results
 
 WAYS = ("apart", "merged", "all", "dense")
 
@@ -47,22 +45,11 @@ SETTINGS = {
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--onnx", type=Path, nargs="+", default=[], metavar="FILE", help="ONNX models, named by stem")
-    parser.add_argument("--repeat", type=int, default=20)
-    parser.add_argument("--precision", default="float32")
-    parser.add_argument("--target", default="nvidia-h200", help="the device profile to build for (default nvidia-h200)")
+    parser = arguments(__doc__)
     parser.add_argument("--all", action="store_true", help="also every mixed conv merged, whatever it adds")
     parser.add_argument("--dense", action="store_true", help="also 1x1 groups merged as block-diagonal dense convs")
-    mode = parser.add_mutually_exclusive_group(required=True)
-    mode.add_argument("--build-only", type=Path, metavar="DIR", help="compile and save the ways into DIR (needs TVM)")
-    mode.add_argument("--from", dest="source", type=Path, metavar="DIR", help="run the models saved by --build-only (no TVM)")
-    parser.add_argument("--results-dir", type=Path, default=None, help="default: benchmarks/results")
-    add_device_argument(parser)
-    args = parser.parse_args()
+    args = parse(parser)
     if args.build_only:
-        if not args.onnx:
-            parser.error("--build-only needs --onnx FILE...")
         from tir_adreno.strategy.profile import get_profile
 
         ways = [w for w in WAYS if w in ("apart", "merged") or getattr(args, w)]
@@ -71,11 +58,7 @@ def main():
     device = runtime.get_device(args.device)
     ways = tuple(w for w in WAYS if any(p.name.endswith(f"-{w}") for p in args.source.iterdir()))
     models = load_ways(args.source, ways, device)
-    results = compare(models, args.repeat, ways, args.source)
-    precision = next(iter(next(iter(models.values())).values())).precision
-    payload = {"repeat": args.repeat, "precision": precision, "models": results}
-    name = "mixed_conv" + ("" if precision == "float32" else f"-{precision}")
-    log(f"wrote {write_json(name, device.name, payload, args.results_dir)}")
+    save_results("mixed_conv", models, compare(models, args.repeat, ways, args.source), args, device)
 
 
 if __name__ == "__main__":

@@ -15,15 +15,14 @@ each other (``ways.py``), and with onnxruntime's for the models given to ``--che
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 from pathlib import Path
 
 import numpy as np
 
-from common import add_device_argument, log, print_table, write_json
+from common import log, print_table
 from tir_adreno import runtime
-from ways import build_ways, compare, load_ways
+from ways import arguments, build_ways, compare, load_ways, parse, save_results
 
 WAYS = ("branches", "reparam")
 
@@ -65,22 +64,11 @@ def _check_onnx(models: dict, paths) -> dict:
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--onnx", type=Path, nargs="+", default=[], metavar="FILE", help="ONNX models, named by stem")
-    parser.add_argument("--repeat", type=int, default=20)
-    parser.add_argument("--precision", default="float32")
-    parser.add_argument("--target", default=None, help="device profile of --build-only (default: this device's)")
-    mode = parser.add_mutually_exclusive_group(required=True)
-    mode.add_argument("--build-only", type=Path, metavar="DIR", help="compile and save both ways into DIR (needs TVM)")
-    mode.add_argument("--from", dest="source", type=Path, metavar="DIR", help="run the models saved by --build-only (no TVM)")
+    parser = arguments(__doc__, target=None)
     parser.add_argument("--check-onnx", type=Path, nargs="*", default=[], metavar="FILE",
                         help="with --from: compare each way of these models with onnxruntime (needs onnx)")
-    parser.add_argument("--results-dir", type=Path, default=None, help="default: benchmarks/results")
-    add_device_argument(parser)
-    args = parser.parse_args()
+    args = parse(parser)
     if args.build_only:
-        if not args.onnx:
-            parser.error("--build-only needs --onnx FILE...")
         from tir_adreno.strategy.profile import resolve
 
         profile = resolve(runtime.get_device(args.device) if args.target is None else None, args.target)
@@ -93,10 +81,7 @@ def main():
     results = compare(models, args.repeat, WAYS)
     for stem, errors in _check_onnx(models, args.check_onnx).items():
         results[stem]["vs_onnxruntime"] = errors
-    precision = next(iter(next(iter(models.values())).values())).precision
-    payload = {"repeat": args.repeat, "precision": precision, "models": results}
-    name = "reparam" + ("" if precision == "float32" else f"-{precision}")
-    log(f"wrote {write_json(name, device.name, payload, args.results_dir)}")
+    save_results("reparam", models, results, args, device)
 
 
 if __name__ == "__main__":

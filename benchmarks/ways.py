@@ -10,13 +10,46 @@ a model set is compiled here and run on a GPU machine without TVM.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 from pathlib import Path
 
 import numpy as np
 
-from common import print_table
+from common import add_device_argument, log, print_table, write_json
 from se_launches import _measure as measure  # kernel, wall, outputs, families, calls per way; the ways interleaved
+
+
+def arguments(description: str, target: str | None = "nvidia-h200", target_help: str = "the device profile of --build-only") -> argparse.ArgumentParser:
+    """The arguments every ways script takes (``--onnx``, ``--repeat``, ``--precision``, ``--target``,
+    ``--build-only DIR`` here or ``--from DIR`` there, ``--results-dir``, the device); a script
+    adds its own before parsing."""
+    parser = argparse.ArgumentParser(description=description.splitlines()[0])
+    parser.add_argument("--onnx", type=Path, nargs="+", default=[], metavar="FILE", help="ONNX models, named by stem")
+    parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--precision", default="float32")
+    parser.add_argument("--target", default=target, help=f"{target_help} (default: {target or 'the device'})")
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--build-only", type=Path, metavar="DIR", help="compile and save the ways into DIR (needs TVM)")
+    mode.add_argument("--from", dest="source", type=Path, metavar="DIR", help="run the models saved by --build-only (no TVM)")
+    parser.add_argument("--results-dir", type=Path, default=None, help="default: benchmarks/results")
+    add_device_argument(parser)
+    return parser
+
+
+def parse(parser: argparse.ArgumentParser) -> argparse.Namespace:
+    """The arguments of :func:`arguments`, checked: ``--build-only`` needs ``--onnx``."""
+    args = parser.parse_args()
+    if args.build_only and not args.onnx:
+        parser.error("--build-only needs --onnx FILE...")
+    return args
+
+
+def save_results(name: str, models_by_stem: dict, results: dict, args, device) -> None:
+    """Write ``results`` as ``<name>[-<precision>]-<device>.json`` (``common.write_json``)."""
+    precision = next(iter(next(iter(models_by_stem.values())).values())).precision
+    payload = {"repeat": args.repeat, "precision": precision, "models": results}
+    log(f"wrote {write_json(name + ('' if precision == 'float32' else f'-{precision}'), device.name, payload, args.results_dir)}")
 
 
 def build_ways(paths, profiles: dict, precision: str, out: Path, log, settings: dict | None = None) -> None:

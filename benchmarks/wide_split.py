@@ -17,13 +17,11 @@ of the two ways are compared with each other (``ways.py``).
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import replace
-from pathlib import Path
 
-from common import add_device_argument, log, write_json
+from common import log
 from tir_adreno import runtime
-from ways import build_ways, compare, load_ways
+from ways import arguments, build_ways, compare, load_ways, parse, save_results
 
 WAYS = ("one-kernel", "split")
 
@@ -39,28 +37,12 @@ def _profiles(target: str) -> dict:
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--onnx", type=Path, nargs="+", default=[], metavar="FILE", help="ONNX models, named by stem")
-    parser.add_argument("--repeat", type=int, default=20)
-    parser.add_argument("--precision", default="float32")
-    parser.add_argument("--target", default="nvidia-h200", help="a wide device profile (default nvidia-h200)")
-    mode = parser.add_mutually_exclusive_group(required=True)
-    mode.add_argument("--build-only", type=Path, metavar="DIR", help="compile and save both ways into DIR (needs TVM)")
-    mode.add_argument("--from", dest="source", type=Path, metavar="DIR", help="run the models saved by --build-only (no TVM)")
-    parser.add_argument("--results-dir", type=Path, default=None, help="default: benchmarks/results")
-    add_device_argument(parser)
-    args = parser.parse_args()
+    args = parse(arguments(__doc__, target_help="a wide device profile"))
     if args.build_only:
-        if not args.onnx:
-            parser.error("--build-only needs --onnx FILE...")
         return build_ways(args.onnx, _profiles(args.target), args.precision, args.build_only, log)
     device = runtime.get_device(args.device)
     models = load_ways(args.source, WAYS, device)
-    results = compare(models, args.repeat, WAYS)
-    precision = next(iter(next(iter(models.values())).values())).precision
-    payload = {"repeat": args.repeat, "precision": precision, "models": results}
-    name = "wide_split" + ("" if precision == "float32" else f"-{precision}")
-    log(f"wrote {write_json(name, device.name, payload, args.results_dir)}")
+    save_results("wide_split", models, compare(models, args.repeat, WAYS), args, device)
 
 
 if __name__ == "__main__":
