@@ -10,7 +10,7 @@ from tvm import relax
 
 from primfuncs.conv import ConvGeometry, conv2d_geometry
 
-from tir_adreno.passes.graph import Node, const, dtype, ints, static_shape
+from tir_adreno.passes.graph import Graph, Node, const, dtype, ints, same, static_shape
 
 #: Activation layouts our convs read and write (the output in the input's layout).
 DATA_LAYOUTS = ("NCHW", "NHWC")
@@ -62,3 +62,17 @@ def conv_layer(node: Node) -> ConvGeometry | None:
     if shape is None or len(shape) != 4 or dtype(data) != "float32":
         return None
     return conv_geometry(node, input_nchw(shape, found[0]), found[1].shape)
+
+
+def sole_conv_reader(g: Graph, var, nchw) -> tuple[Node, ConvGeometry] | None:
+    """The NCHW conv our kernels take that is ``var``'s only user and reads it as its input (NCHW
+    ``nchw``), with its geometry; None otherwise (another user, another layout, or a conv its own
+    rule reports or leaves)."""
+    conv = g.sole_user(var)
+    operands = conv_operands(conv) if conv is not None and conv.op == "relax.nn.conv2d" and same(conv.args[0], var) else None
+    if operands is None or operands.layout != "NCHW":
+        return None
+    try:
+        return conv, conv_geometry(conv, nchw, operands.weights.shape)
+    except ValueError:
+        return None

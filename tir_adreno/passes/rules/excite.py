@@ -16,7 +16,7 @@ from tvm import relax
 from primfuncs import excite
 
 from tir_adreno.passes.activations import clip_fields
-from tir_adreno.passes.convs import conv_geometry, conv_operands
+from tir_adreno.passes.convs import conv_geometry, conv_operands, sole_conv_reader
 from tir_adreno.passes.graph import Node, dtype, same, static_shape
 from tir_adreno.passes.kernel_index import kernel
 from tir_adreno.passes.op_info import elementwise_info, epilogue_info
@@ -189,14 +189,10 @@ def gated_conv2d(rw: Rewriter, node: Node):
     if operands is None or not operands[2]:
         return None
     x, gate, _ = operands
-    conv = rw.graph.sole_user(node.var)
-    conv_args = conv_operands(conv) if conv is not None and conv.op == "relax.nn.conv2d" and same(conv.args[0], node.var) else None
-    if conv_args is None or conv_args.layout != "NCHW":
+    reader = sole_conv_reader(rw.graph, node.var, x.nchw)
+    if reader is None:
         return None
-    try:
-        geom = conv_geometry(conv, x.nchw, conv_args.weights.shape)
-    except ValueError:  # a conv our kernels do not take: its own rule reports or leaves it
-        return None
+    conv, geom = reader
     if not conv_strategy.fuse_gate(geom, rw.precision, rw.profile, rw.records):
         return None
     conv.fused = True

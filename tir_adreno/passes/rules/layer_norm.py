@@ -12,7 +12,7 @@ from primfuncs import grn, layernorm, reduce
 
 from tir_adreno.passes.activations import clip_fields
 from tir_adreno.passes.affine import linear_step
-from tir_adreno.passes.convs import conv_geometry, conv_operands
+from tir_adreno.passes.convs import sole_conv_reader
 from tir_adreno.passes.graph import Node, const, same, static_shape
 from tir_adreno.passes.kernel_index import kernel
 from tir_adreno.passes.op_info import elementwise_info, node_info
@@ -123,14 +123,10 @@ def _grn_tail(rw: Rewriter, x: Value, x_var, div: Node):
     residual = g.sole_user(var)
     if residual is None or residual.op != "relax.add" or not any(same(a, x_var) for a in residual.args):
         return None
-    conv = g.sole_user(residual.var)
-    operands = conv_operands(conv) if conv is not None and conv.op == "relax.nn.conv2d" and same(conv.args[0], residual.var) else None
-    if operands is None or operands.layout != "NCHW":
+    reader = sole_conv_reader(g, residual.var, x.nchw)
+    if reader is None:
         return None
-    try:
-        geom = conv_geometry(conv, x.nchw, operands.weights.shape)
-    except ValueError:  # a conv our kernels do not take: its own rule reports or leaves it
-        return None
+    conv, geom = reader
     if any(geom.padding) or geom.groups != 1 or not conv_strategy.fuse_gate(geom, rw.precision, rw.profile, rw.records):
         return None
     return nodes + [residual], gamma, beta, conv
