@@ -346,15 +346,14 @@ def conv2d_nchw4c(
     input itself, with no layout kernel before it.
     """
     geom = conv2d_geometry(data_shape, weight_shape, strides, padding, dilation, groups)
-    plain = {} if data_layout == "NCHW4c" else {"data_layout": data_layout}  # blocked calls keep their arguments
     if config is not None and config.tiled:
         if geom.groups != 1:
             raise ValueError(f"config.tiled=True is for dense convs (groups=1), got groups={geom.groups}")
         return conv2d_tiled_nchw4c(data_shape, weight_shape, strides, padding, dilation, epilogue, dtype, config, scope,
-                                   weight_scope, out_scope, residual_scope, acc_dtype, gate_scope, **plain)
+                                   weight_scope, out_scope, residual_scope, acc_dtype, gate_scope, data_layout)
     mode = "blocked" if blocked_path(geom) else "grouped"
     return _direct_conv(geom, mode, epilogue, dtype, config, scope, weight_scope, "conv2d_nchw4c", out_scope=out_scope,
-                        residual_scope=residual_scope, acc_dtype=acc_dtype, gate_scope=gate_scope, **plain)
+                        residual_scope=residual_scope, acc_dtype=acc_dtype, gate_scope=gate_scope, data_layout=data_layout)
 
 
 def blocked_path(geom: ConvGeometry) -> bool:

@@ -216,9 +216,8 @@ def direct_conv2d(geometry: ConvGeometry, epilogue: Epilogue = Epilogue(), dtype
                  acc_dtype=acc_dtype)
     if g.is_depthwise and gate_scope is None and data_layout == "NCHW4c":
         return _conv.depthwise_conv2d_nchw4c((g.n, g.c, g.h, g.w), (g.o, g.cg, g.kh, g.kw), **attrs)
-    plain = {} if data_layout == "NCHW4c" else {"data_layout": data_layout}  # blocked calls keep their arguments
     return _conv.conv2d_nchw4c((g.n, g.c, g.h, g.w), (g.o, g.cg, g.kh, g.kw), groups=g.groups, gate_scope=gate_scope,
-                               **attrs, **plain)
+                               data_layout=data_layout, **attrs)
 
 
 def plain_input_plan(plan: ConvPlan) -> ConvPlan | None:
