@@ -15,10 +15,7 @@ outputs of the two ways are compared with each other (``ways.py``).
 
 from __future__ import annotations
 
-
-from common import log
-from tir_adreno import runtime
-from ways import arguments, build_ways, compare, load_ways, parse, save_results
+from ways import main
 
 WAYS = ("apart", "fused")
 
@@ -30,14 +27,5 @@ def _profiles(target: str) -> dict:
     return {"apart": without_fusion(profile), "fused": profile}
 
 
-def main():
-    args = parse(arguments(__doc__))
-    if args.build_only:
-        return build_ways(args.onnx, _profiles(args.target), args.precision, args.build_only, log)
-    device = runtime.get_device(args.device)
-    models = load_ways(args.source, WAYS, device)
-    save_results("grn_fusion", models, compare(models, args.repeat, WAYS), args, device)
-
-
 if __name__ == "__main__":
-    main()
+    main(__doc__, "grn_fusion", WAYS, _profiles)

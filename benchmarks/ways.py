@@ -52,6 +52,20 @@ def save_results(name: str, models_by_stem: dict, results: dict, args, device) -
     log(f"wrote {write_json(name + ('' if precision == 'float32' else f'-{precision}'), device.name, payload, args.results_dir)}")
 
 
+def main(description: str, name: str, ways, profiles, target_help: str = "the device profile of --build-only") -> None:
+    """A ways script whose ways differ by profile only (``profiles(target)`` -> ``{way: DeviceProfile}``):
+    ``--build-only`` builds them, ``--from`` measures them and saves ``name``'s results."""
+    from tir_adreno import runtime
+
+    args = parse(arguments(description, target_help=target_help))
+    if args.build_only:
+        return build_ways(args.onnx, profiles(args.target), args.precision, args.build_only, log)
+    device = runtime.get_device(args.device)
+    models = load_ways(args.source, ways, device)
+    save_results(name, models, compare(models, args.repeat, ways), args, device)
+    return None
+
+
 def build_ways(paths, profiles: dict, precision: str, out: Path, log, settings: dict | None = None) -> None:
     """Compile (no device needed) each model for each way's profile (``{way: DeviceProfile}``) and
     save it as ``out/<stem>-<way>``; ``settings`` (``{way: context manager factory}``): what a way

@@ -19,9 +19,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from common import log
-from tir_adreno import runtime
-from ways import arguments, build_ways, compare, load_ways, parse, save_results
+from ways import main
 
 WAYS = ("one-kernel", "split")
 
@@ -36,14 +34,5 @@ def _profiles(target: str) -> dict:
     return {"one-kernel": replace(profile, compute_units=ONE_GROUP_MAX_COMPUTE_UNITS), "split": profile}
 
 
-def main():
-    args = parse(arguments(__doc__, target_help="a wide device profile"))
-    if args.build_only:
-        return build_ways(args.onnx, _profiles(args.target), args.precision, args.build_only, log)
-    device = runtime.get_device(args.device)
-    models = load_ways(args.source, WAYS, device)
-    save_results("wide_split", models, compare(models, args.repeat, WAYS), args, device)
-
-
 if __name__ == "__main__":
-    main()
+    main(__doc__, "wide_split", WAYS, _profiles, target_help="a wide device profile")
