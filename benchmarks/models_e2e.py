@@ -45,7 +45,7 @@ from pathlib import Path
 
 import numpy as np
 
-from common import add_device_argument, add_split_arguments, add_target_argument, fmt, log, print_table, target_profile, write_json
+from common import add_device_argument, add_split_arguments, add_target_argument, fmt, log, print_table, target_profile, wall_ms, write_json
 
 MODELS = ("resnet50", "mobilenet_v2")
 WAYS = ("ours", "upstream", "ours_nofuse", "tuned", "ours_texture", "ours_buffer", "ours_direct")  # "tuned" with --records, "ours_P" with --placement P
@@ -127,25 +127,22 @@ def _load(names, ways, directory: Path, device):
 
 def _measure(cm, repeat: int):
     """(kernel ms, wall ms, host {"bound", "unbound": launch us, "io_ms"}, outputs): kernel time = sum of OpenCL events of a
-    profiled run; wall = one fast run (upload, launches, download, one wait); launch =
+    profiled run; wall = one fast run (upload, launches, download, one wait; the input already in
+    pinned memory, as graph_wall_ms has it: ``common.wall_ms``); launch =
     host time per kernel enqueue the way the fast run does it (args bound at load,
     ``cm.launcher_kind``, queue without profiling; also the unbound path, set per launch
     with events on the profiling queue, as before). Medians over ``repeat``; outputs from
     a profiled run (poisoned first); io_ms: the fast run's uploads and downloads alone."""
     x = {n: np.random.default_rng(i).standard_normal(cm.plan.tensors[t].shape).astype("float32") for i, (n, t) in enumerate(cm.plan.inputs)}
     cm.run(x)  # warm-up: drivers finish compiling on first launch
-    wall_ms = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        cm.run(x)
-        wall_ms.append((time.perf_counter() - start) * 1e3)
+    walls = [wall_ms(cm, x) for _ in range(repeat)]
     kernel_ms = []
     for _ in range(repeat):
         outputs = cm.run(x, profile=True)
         kernel_ms.append(cm.kernel_time_ms())
     host = {"bound": cm.launch_time_us(repeat), "unbound": cm.launch_time_us(repeat, bound=False),
             "io_ms": cm.io_time_ms(x, repeat)}
-    return statistics.median(kernel_ms), statistics.median(wall_ms), host, outputs
+    return statistics.median(kernel_ms), statistics.median(walls), host, outputs
 
 
 def _cudnn(name: str, repeat: int, torchscript_dir: Path | None = None):

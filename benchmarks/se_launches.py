@@ -17,7 +17,7 @@ saved by other code, e.g. ``<stem>-before``, is measured alongside).
 
 Kernel time: the median over ``--repeat`` profiled runs (the ways alternating) of the sum of
 OpenCL event times; wall time: the median over as many unprofiled runs (``run``: uploads, every
-launch, downloads, waited for), alternating too. The outputs of each way are compared with apart's.
+launch, downloads, waited for; the input already in pinned memory: ``common.wall_ms``), alternating too. The outputs of each way are compared with apart's.
 """
 
 from __future__ import annotations
@@ -26,12 +26,11 @@ import argparse
 import contextlib
 import dataclasses
 import statistics
-import time
 from pathlib import Path
 
 import numpy as np
 
-from common import add_device_argument, log, print_table, write_json
+from common import add_device_argument, log, print_table, wall_ms, write_json
 from tir_adreno import compile_model, load_model, runtime
 from tir_adreno.runtime.executor import save_model
 from tir_adreno.strategy.profile import DeviceProfile, get_profile, without_fusion
@@ -71,10 +70,7 @@ def _measure(models: dict, repeat: int) -> dict:
             classes[way].append(_by_class(cm))
             calls[way].append([row["time_ms"] for row in cm.profile()])
         for way in order:
-            cm = models[way]
-            start = time.perf_counter()
-            cm.run(x)
-            walls[way].append((time.perf_counter() - start) * 1e3)
+            walls[way].append(wall_ms(models[way], x))
     result = {}
     for way, cm in models.items():
         counts: dict[str, int] = {}
