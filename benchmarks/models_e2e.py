@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import statistics
 import sys
 import time
@@ -125,6 +126,11 @@ def _load(names, ways, directory: Path, device):
     return compiled
 
 
+def _inputs(cm) -> dict:
+    """Seeded random inputs of compiled model ``cm``, by name."""
+    return {n: np.random.default_rng(i).standard_normal(cm.plan.tensors[t].shape).astype("float32") for i, (n, t) in enumerate(cm.plan.inputs)}
+
+
 def _measure(cm, repeat: int):
     """(kernel ms, wall ms, host {"bound", "unbound": launch us, "io_ms"}, outputs): kernel time = sum of OpenCL events of a
     profiled run; wall = one fast run (upload, launches, download, one wait; the input already in
@@ -133,7 +139,7 @@ def _measure(cm, repeat: int):
     ``cm.launcher_kind``, queue without profiling; also the unbound path, set per launch
     with events on the profiling queue, as before). Medians over ``repeat``; outputs from
     a profiled run (poisoned first); io_ms: the fast run's uploads and downloads alone."""
-    x = {n: np.random.default_rng(i).standard_normal(cm.plan.tensors[t].shape).astype("float32") for i, (n, t) in enumerate(cm.plan.inputs)}
+    x = _inputs(cm)
     cm.run(x)  # warm-up: drivers finish compiling on first launch
     walls = [wall_ms(cm, x) for _ in range(repeat)]
     kernel_ms = []
@@ -145,9 +151,11 @@ def _measure(cm, repeat: int):
     return statistics.median(kernel_ms), statistics.median(walls), host, outputs
 
 
-def _cudnn(name: str, repeat: int, torchscript_dir: Path | None = None):
+def _cudnn(name: str, repeat: int, torchscript_dir: Path | None = None, rival=None):
     """cuDNN fp32 (TF32 off) eager and CUDA-graph ms, or None without torch + CUDA or a PyTorch
-    model of ``name`` (a built-in, or a TorchScript export in ``torchscript_dir``)."""
+    model of ``name`` (a built-in, or a TorchScript export in ``torchscript_dir``). ``rival`` (a
+    callable: one run of ours, its wall ms) is timed run by run alternating with the graph's wall
+    time (``ours_wall_paired_ms``): a drift of the machine (clocks, the host) hits both alike."""
     try:
         import torch
     except ImportError:
@@ -193,16 +201,19 @@ def _cudnn(name: str, repeat: int, torchscript_dir: Path | None = None):
         # Host time of a whole run, as ours' wall: the input copied in from pinned memory, the
         # graph replayed, the output copied out, one wait (graph_ms leaves the copies out).
         host_x, host_y = torch.randn(tuple(x.shape)).pin_memory(), torch.empty(tuple(y.shape)).pin_memory()
-        walls = []
+        walls, rivals = [], []
         for _ in range(repeat):
+            if rival is not None:
+                rivals.append(rival())
             start = time.perf_counter()
             x.copy_(host_x, non_blocking=True)
             graph.replay()
             host_y.copy_(y, non_blocking=True)
             torch.cuda.synchronize()
             walls.append((time.perf_counter() - start) * 1e3)
-    return {"eager_ms": eager, "graph_ms": graphed, "graph_wall_ms": statistics.median(walls), "cudnn": torch.backends.cudnn.version(),
-            "torch": torch.__version__}
+    paired = {"ours_wall_paired_ms": statistics.median(rivals)} if rivals else {}
+    return {"eager_ms": eager, "graph_ms": graphed, "graph_wall_ms": statistics.median(walls), **paired,
+            "cudnn": torch.backends.cudnn.version(), "torch": torch.__version__}
 
 
 #: Where --build-only puts the TorchScript exports it carries.
@@ -313,7 +324,9 @@ def main():
         nvidia = device.cl_device.vendor.lower().startswith("nvidia")
         torchscript_dir = args.torchscript_dir or (args.from_dir / TORCHSCRIPT_FOLDER if args.from_dir else None)
         try:
-            entry["cudnn"] = _cudnn(name, args.repeat, torchscript_dir) if nvidia else None
+            ours = compiled.get((name, "ours"))
+            rival = None if ours is None or isinstance(ours, str) else functools.partial(wall_ms, ours, _inputs(ours))
+            entry["cudnn"] = _cudnn(name, args.repeat, torchscript_dir, rival) if nvidia else None
         except Exception as err:  # noqa: BLE001 (a TorchScript export this torch cannot run: say so, go on)
             entry["cudnn"] = {"error": f"{type(err).__name__}: {str(err).strip().splitlines()[-1]}"[:300]}
             log(f"  cuDNN baseline failed: {entry['cudnn']['error']}")
@@ -340,6 +353,7 @@ def main():
                 fmt(c.get("eager_ms")) if c else "-",
                 fmt(c.get("graph_ms")) if c else "-",
                 fmt(c.get("graph_wall_ms")) if c else "-",
+                f"{fmt(c['ours_wall_paired_ms'])} ({fmt(c['ours_wall_paired_ms'] / c['graph_wall_ms'], '.2f')}x)" if c and "ours_wall_paired_ms" in c else "-",
                 fmt(o["memory_pool"]["intermediates"] / 2**20, ".1f"),
                 fmt(o["memory_no_pool"]["intermediates"] / 2**20, ".1f"),
                 fmt(entry.get("max_rel_diff"), ".1e"),
@@ -352,7 +366,7 @@ def main():
         )
     path = write_json("models_e2e", device.name, {"repeat": args.repeat, "results": results}, args.results_dir)
     print_table(
-        ["model", "ours ms", "upstream ms", "speedup", "ours wall", "upstr wall", "wall/kernel", "launch us fast / unbound (launcher)", "cuDNN eager", "cuDNN graph", "graph wall", "act MiB pool", "act MiB no pool", "ours vs upstr",
+        ["model", "ours ms", "upstream ms", "speedup", "ours wall", "upstr wall", "wall/kernel", "launch us fast / unbound (launcher)", "cuDNN eager", "cuDNN graph", "graph wall", "ours wall paired (vs graph wall)", "act MiB pool", "act MiB no pool", "ours vs upstr",
          "tuned ms", "tuned gain", "nofuse ms kernel / wall", "fuse gain", "--placement / --direct kernel / wall ms"],
         rows,
         title=f"end to end on {device.name}: kernel time = sum of OpenCL events, wall = one run's host time "
