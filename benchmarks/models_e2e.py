@@ -297,11 +297,11 @@ def main():
                 entry[way] = {"failed": cm}
                 continue
             log(f"run {name} ({way}) ...")
-            kernel_ms, wall_ms, host, outputs[way] = _measure(cm, args.repeat)
+            kernel_ms, wall, host, outputs[way] = _measure(cm, args.repeat)
             pooled, unpooled = cm.plan.memory_bytes(pool=True), cm.plan.memory_bytes(pool=False)
             entry[way] = {
                 "kernel_ms": kernel_ms,
-                "wall_ms": wall_ms,
+                "wall_ms": wall,
                 "launch_us": host["bound"],
                 "launch_us_unbound": host["unbound"],
                 "launcher": cm.launcher_kind,
