@@ -30,6 +30,7 @@ RULES: tuple[Rule, ...] = (
     layout.resize2d,
     layout.permute,
     layout.strided_slice,
+    attention.separable_attention,
     layout.split,
     layer_norm.group_norm,
     attention.cross_covariance_attention,
