@@ -7,10 +7,9 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from onnx import helper
 
 from helpers.numeric import assert_close, pack_nchw4c, rand, run_kernel, unpack_nchw4c
-from helpers.onnx_graphs import check_pattern, conv_node, pattern_graph
+from helpers.onnx_graphs import check_pattern, mobilevit_graph
 from primfuncs import attention, elementwise, patches, reduce
 from primfuncs._common import TEXTURE
 from tir_adreno import ops, reference
@@ -108,61 +107,12 @@ def test_broadcast_binary_refuses_bad_arguments():
 
 # -- the exported pattern ----------------------------------------------------------------------------
 
-def _attention_nodes(rng, inits, x, y, d, tag, relu=True):
-    """timm's MobileViT-v2 LinearSelfAttention as exported (opset 17), then the residual:
-    qkv 1x1 conv -> Split [1, d, d] -> Softmax(axis=-1) of q -> k * scores (channel broadcast)
-    -> ReduceSum(axis=-1) -> relu(v) * Expand(context) (spatial broadcast) -> 1x1 conv -> + x.
-    ``relu=False``: v itself times the context (a spelling the one-kernel rule does not take)."""
-    node = helper.make_node
-    inits[f"{tag}_split"] = np.asarray([1, d, d], np.int64)
-    inits[f"{tag}_axes"] = np.asarray([-1], np.int64)
-    return [
-        conv_node(rng, inits, x, f"{tag}_qkv", 1 + 2 * d, d, k=1),
-        node("Split", [f"{tag}_qkv", f"{tag}_split"], [f"{tag}_q", f"{tag}_k", f"{tag}_v"], axis=1),
-        node("Softmax", [f"{tag}_q"], [f"{tag}_s"], axis=-1),
-        node("Mul", [f"{tag}_k", f"{tag}_s"], [f"{tag}_ks"]),
-        node("ReduceSum", [f"{tag}_ks", f"{tag}_axes"], [f"{tag}_ctx"], keepdims=1),
-        node("Relu" if relu else "Identity", [f"{tag}_v"], [f"{tag}_rv"]),
-        node("Shape", [f"{tag}_v"], [f"{tag}_shape"]),
-        node("Expand", [f"{tag}_ctx", f"{tag}_shape"], [f"{tag}_ectx"]),
-        node("Mul", [f"{tag}_rv", f"{tag}_ectx"], [f"{tag}_o"]),
-        conv_node(rng, inits, f"{tag}_o", f"{tag}_p", d, d, k=1),
-        node("Add", [x, f"{tag}_p"], [y]),
-    ]
-
-
-def _patch_nodes(inits, x, y, shape6, perm, shape4, tag):
-    """Reshape (6-d) -> Transpose -> Reshape (4-d), as MobileViT-v2 exports its unfold and fold."""
-    inits[f"{tag}_s6"], inits[f"{tag}_s4"] = np.asarray(shape6, np.int64), np.asarray(shape4, np.int64)
-    return [
-        helper.make_node("Reshape", [x, f"{tag}_s6"], [f"{tag}_6"]),
-        helper.make_node("Transpose", [f"{tag}_6"], [f"{tag}_t"], perm=list(perm)),
-        helper.make_node("Reshape", [f"{tag}_t", f"{tag}_s4"], [y]),
-    ]
-
-
-def _mobilevit_graph(d, size, ph, pw, layers=1, relu=True):
-    """conv -> unfold into ph x pw patches -> ``layers`` attention blocks -> fold -> conv."""
-    rng, inits = np.random.default_rng(7), {}
-    nh, nw = size // ph, size // pw
-    nodes = [conv_node(rng, inits, "x", "c", d, 3, k=1)]
-    nodes += _patch_nodes(inits, "c", "u0", (1, d, nh, ph, nw, pw), (0, 1, 3, 5, 2, 4), (1, d, ph * pw, nh * nw), "unfold")
-    for i in range(layers):
-        nodes += _attention_nodes(rng, inits, f"u{i}", f"u{i + 1}", d, f"a{i}", relu)
-    nodes += _patch_nodes(inits, f"u{layers}", "f", (1, d, ph, pw, nh, nw), (0, 1, 4, 2, 5, 3), (1, d, size, size), "fold")
-    nodes.append(conv_node(rng, inits, "f", "y", 4, d, k=3))
-    model = pattern_graph(nodes, {k: v for k, v in inits.items() if v.dtype != np.int64}, size=size)
-    model.graph.initializer.extend(
-        helper.make_tensor(k, 7, v.shape, v.ravel().tolist()) for k, v in inits.items() if v.dtype == np.int64)
-    return model
-
-
 @pytest.mark.parametrize("d, size, ph, pw, layers", [(6, 8, 2, 2, 2), (8, 6, 3, 2, 1)])
 def test_mobilevit_attention_stays_on_textures(d, size, ph, pw, layers):
     """Unfold, the attention blocks (d channels: a padded block at d = 6, keys and values off the
     pixel grid after the one query channel) and the fold: one kernel each for unfold and fold,
     the attention between its convs one ``separable_attention``, no layout transform inside."""
-    names = check_pattern(_mobilevit_graph(d, size, ph, pw, layers), size=size)
+    names = check_pattern(mobilevit_graph(d, size, ph, pw, layers), size=size)
     block = ["conv2d_nchw4c1", "separable_attention", "conv2d_nchw4c2"]
     assert names == ["conv2d_nchw4c", "patch_unfold", *block * layers, "patch_fold", "conv2d_nchw4c3"], names
 
@@ -170,7 +120,7 @@ def test_mobilevit_attention_stays_on_textures(d, size, ph, pw, layers):
 def test_mobilevit_attention_without_relu_keeps_the_broadcast_kernels():
     """``v * context`` (no relu) is not the separable attention: the split, softmax over W and
     broadcast kernels run it, still with no layout transform."""
-    names = check_pattern(_mobilevit_graph(6, 8, 2, 2, 1, relu=False), size=8)
+    names = check_pattern(mobilevit_graph(6, 8, 2, 2, 1, relu=False), size=8)
     assert "separable_attention" not in names, names
     assert all(names.count(k) == 1 for k in ("split_channels", "softmax_w", "sum_w", "multiply_broadcast_c", "multiply_broadcast_w")), names
 
