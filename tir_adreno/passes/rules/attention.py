@@ -1,5 +1,6 @@
-"""Attention on a map's tokens as exported: EdgeNeXt's transposed (cross-covariance) attention and
-EfficientViT's ReLU linear attention (:func:`linear_attention`, below).
+"""Attention on a map's tokens as exported: EdgeNeXt's transposed (cross-covariance) attention,
+EfficientViT's ReLU linear attention (:func:`linear_attention`, below) and MobileViT-v2's separable
+self-attention (:func:`separable_attention`, at the end).
 
 From the ``qkv`` Linear's output, tokens ``[B, L, 3 * heads * d]`` (NCHW4c of the map):
 
