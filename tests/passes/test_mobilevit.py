@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from helpers.numeric import assert_close, pack_nchw4c, rand, run_kernel, unpack_nchw4c
-from helpers.onnx_graphs import check_pattern, mobilevit_graph
+from helpers.onnx_graphs import check_pattern, mobilevit_graph, wide_profile
 from primfuncs import attention, elementwise, patches, reduce
 from primfuncs._common import TEXTURE
 from tir_adreno import ops, reference
@@ -115,6 +115,12 @@ def test_mobilevit_attention_stays_on_textures(d, size, ph, pw, layers):
     names = check_pattern(mobilevit_graph(d, size, ph, pw, layers), size=size)
     block = ["conv2d_nchw4c1", "separable_attention", "conv2d_nchw4c2"]
     assert names == ["conv2d_nchw4c", "patch_unfold", *block * layers, "patch_fold", "conv2d_nchw4c3"], names
+
+
+def test_mobilevit_attention_is_one_kernel_on_a_wide_gpu():
+    """The same plan for the H200's compute units (the rule asks nothing of the profile)."""
+    names = check_pattern(mobilevit_graph(6, 8, 2, 2, 1), size=8, profile=wide_profile())
+    assert names.count("separable_attention") == 1 and "split_channels" not in names and "softmax_w" not in names, names
 
 
 def test_mobilevit_attention_without_relu_keeps_the_broadcast_kernels():
