@@ -148,6 +148,21 @@ def store_pixel(dst, n, c, h, w, src):
     dst[n, c, h, w, T.Ramp(0, 1, 4)] = T.Cast(dst.dtype + "x4", src[T.Ramp(0, 1, 4)])
 
 
+@T.macro(hygienic=False)
+def load_channels(dst, px0, px1, src, n, offset, block, h, w, last_block):
+    """``dst[lane]`` = channel ``offset + 4 * block + lane`` of ``src`` at ``(n, h, w)``: a range
+    of channels that need not start on a pixel (a split's part, MobileViT-v2's keys and values
+    after its one query channel). Reads pixel ``offset // 4 + block`` and, only when the int
+    ``offset`` is not a multiple of 4 (a compile-time test), the next one (clamped to
+    ``last_block``) into ``px0``, ``px1``. Lanes past the tensor's channels hold what the last
+    pixel holds: mask them."""
+    load_pixel(px0, src, n, offset // 4 + block, h, w)
+    if offset % 4 != 0:
+        load_pixel(px1, src, n, T.min(offset // 4 + block + 1, last_block), h, w)
+    for lane in T.unroll(4):
+        dst[lane] = T.Select(offset % 4 + lane < 4, px0[T.min(offset % 4 + lane, 3)], px1[T.max(offset % 4 + lane - 4, 0)])
+
+
 def accumulator_dtype(dtype: str) -> str:
     """Accumulator dtype of reductions, average pooling and softmax over ``dtype`` values: half
     kernels accumulate in float32 (a half sum of k terms loses ~k u16: half has 11 bits)."""

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from tvm.script import tirx as T
 
-from ._common import (LANES, TEXTURE, blocked, check_channels, check_dtype, check_positive, check_scope, load_pixel, pixel_grid, pixel_launch,
-                      select_params, store_pixel, whole)
+from ._common import (LANES, TEXTURE, blocked, check_channels, check_dtype, check_positive, check_scope, load_channels, load_pixel, pixel_grid,
+                      pixel_launch, select_params, store_pixel, whole)
 
 #: Parts one ``split_channels`` launch writes (a split into more is several launches).
 MAX_PARTS = 4
@@ -78,15 +78,10 @@ def channel_shuffle(shape, channels: int, groups: int, dtype: str = "float32", s
 @T.macro(hygienic=False)
 def _split_part(X, Y, px0, px1, out, n, ob, h, w, offset, count, last_block):
     """Block ``ob`` of the part of channels ``[offset, offset + count)``: its lanes are input
-    channels ``offset + 4 ob + lane``, in input block ``offset // 4 + ob`` and the next one (read
-    only when ``offset`` is not a multiple of 4: a compile-time test). Lanes past ``count`` are 0."""
-    load_pixel(px0, X, n, offset // 4 + ob, h, w)
-    if offset % 4 != 0:
-        load_pixel(px1, X, n, T.min(offset // 4 + ob + 1, last_block), h, w)
+    channels ``offset + 4 ob + lane`` (:func:`load_channels`). Lanes past ``count`` are 0."""
+    load_channels(out, px0, px1, X, n, offset, ob, h, w, last_block)
     for lane in T.unroll(4):
-        out[lane] = T.Select(ob * 4 + lane < count,
-                             T.Select(offset % 4 + lane < 4, px0[T.min(offset % 4 + lane, 3)], px1[T.max(offset % 4 + lane - 4, 0)]),
-                             T.Cast(X.dtype, 0))
+        out[lane] = T.Select(ob * 4 + lane < count, out[lane], T.Cast(X.dtype, 0))
     store_pixel(Y, n, ob, h, w, out)
 
 

@@ -271,6 +271,18 @@ def softmax(x, axis=1) -> np.ndarray:
     return e / e.sum(axis=axis, keepdims=True)
 
 
+def separable_attention(x, d: int, magnitudes: bool = False) -> np.ndarray:
+    """float64 MobileViT-v2 separable self-attention of the qkv map ``x`` ``[N, 1 + 2 d, P, T]``
+    (timm's ``LinearSelfAttention`` between its convs): ``relu(v) * sum_T(k * softmax_T(q))``.
+    ``magnitudes``: the same with ``|k|``, ``|v|`` (the scale of its float32 sums' error)."""
+    x = np.asarray(x, np.float64)
+    q, k, v = x[:, :1], x[:, 1 : 1 + d], x[:, 1 + d : 1 + 2 * d]
+    if magnitudes:
+        k, v = np.abs(k), np.abs(v)
+    ctx = (k * softmax(q, axis=3)).sum(axis=3, keepdims=True)
+    return np.maximum(v, 0.0) * ctx
+
+
 def patch_unfold(x, ph: int, pw: int) -> np.ndarray:
     """MobileViT's unfold of NCHW ``x`` into ``[N, C, ph * pw, nh * nw]`` patches, as exported
     (reshape ``[N, C, nh, ph, nw, pw]``, transpose (0, 1, 3, 5, 2, 4), reshape)."""

@@ -75,7 +75,7 @@ def test_kernels_tours_every_family(run_cli, tmp_path, monkeypatch):
 
     from tir_adreno.tools import tour
 
-    assert set(tour.FAMILIES) == {"conv2d", "winograd", "pool", "reduce", "softmax", "concat", "layout", "elementwise", "norm"}
+    assert set(tour.FAMILIES) == {"conv2d", "winograd", "pool", "reduce", "softmax", "attention", "concat", "layout", "elementwise", "norm"}
     cases = [c for c in tour.CASES if c.name in ("conv2d winograd_4x4", "max_pool2d group")]
     monkeypatch.setattr(tour, "CASES", tuple(cases))
     res = run_cli("kernels", "--json", str(tmp_path / "tour.json"))

@@ -260,3 +260,53 @@ def two_convs_model():
         [helper.make_tensor_value_info("out", TensorProto.FLOAT, (1, 8, 2, 2))], [w1, w2],
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+# -- MobileViT-v2 (issue 21) -------------------------------------------------------------------
+
+def mobilevit_attention_nodes(rng, inits, x, y, d, tag, relu=True):
+    """timm's MobileViT-v2 LinearSelfAttention as exported (opset 17), then the residual:
+    qkv 1x1 conv -> Split [1, d, d] -> Softmax(axis=-1) of q -> k * scores (channel broadcast)
+    -> ReduceSum(axis=-1) -> relu(v) * Expand(context) (spatial broadcast) -> 1x1 conv -> + x.
+    ``relu=False``: v itself times the context (a spelling the one-kernel rule does not take)."""
+    inits[f"{tag}_split"] = np.asarray([1, d, d], np.int64)
+    inits[f"{tag}_axes"] = np.asarray([-1], np.int64)
+    return [
+        conv_node(rng, inits, x, f"{tag}_qkv", 1 + 2 * d, d, k=1),
+        node("Split", [f"{tag}_qkv", f"{tag}_split"], [f"{tag}_q", f"{tag}_k", f"{tag}_v"], axis=1),
+        node("Softmax", [f"{tag}_q"], [f"{tag}_s"], axis=-1),
+        node("Mul", [f"{tag}_k", f"{tag}_s"], [f"{tag}_ks"]),
+        node("ReduceSum", [f"{tag}_ks", f"{tag}_axes"], [f"{tag}_ctx"], keepdims=1),
+        node("Relu" if relu else "Identity", [f"{tag}_v"], [f"{tag}_rv"]),
+        node("Shape", [f"{tag}_v"], [f"{tag}_shape"]),
+        node("Expand", [f"{tag}_ctx", f"{tag}_shape"], [f"{tag}_ectx"]),
+        node("Mul", [f"{tag}_rv", f"{tag}_ectx"], [f"{tag}_o"]),
+        conv_node(rng, inits, f"{tag}_o", f"{tag}_p", d, d, k=1),
+        node("Add", [x, f"{tag}_p"], [y]),
+    ]
+
+
+def patch_nodes(inits, x, y, shape6, perm, shape4, tag):
+    """Reshape (6-d) -> Transpose -> Reshape (4-d), as MobileViT-v2 exports its unfold and fold."""
+    inits[f"{tag}_s6"], inits[f"{tag}_s4"] = np.asarray(shape6, np.int64), np.asarray(shape4, np.int64)
+    return [
+        node("Reshape", [x, f"{tag}_s6"], [f"{tag}_6"]),
+        node("Transpose", [f"{tag}_6"], [f"{tag}_t"], perm=list(perm)),
+        node("Reshape", [f"{tag}_t", f"{tag}_s4"], [y]),
+    ]
+
+
+def mobilevit_graph(d, size, ph, pw, layers=1, relu=True):
+    """conv -> unfold into ph x pw patches -> ``layers`` attention blocks -> fold -> conv."""
+    rng, inits = np.random.default_rng(7), {}
+    nh, nw = size // ph, size // pw
+    nodes = [conv_node(rng, inits, "x", "c", d, 3, k=1)]
+    nodes += patch_nodes(inits, "c", "u0", (1, d, nh, ph, nw, pw), (0, 1, 3, 5, 2, 4), (1, d, ph * pw, nh * nw), "unfold")
+    for i in range(layers):
+        nodes += mobilevit_attention_nodes(rng, inits, f"u{i}", f"u{i + 1}", d, f"a{i}", relu)
+    nodes += patch_nodes(inits, f"u{layers}", "f", (1, d, ph, pw, nh, nw), (0, 1, 4, 2, 5, 3), (1, d, size, size), "fold")
+    nodes.append(conv_node(rng, inits, "f", "y", 4, d, k=3))
+    model = pattern_graph(nodes, {k: v for k, v in inits.items() if v.dtype != np.int64}, size=size)
+    model.graph.initializer.extend(
+        helper.make_tensor(k, 7, v.shape, v.ravel().tolist()) for k, v in inits.items() if v.dtype == np.int64)
+    return model

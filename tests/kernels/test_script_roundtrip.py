@@ -174,6 +174,8 @@ def attention_kernels(d, scope):
         attention.linear_kv_partials(shape, channels, heads, dim, dim, 2 * dim, slices, 3 * dim, scope=scope),
         attention.linear_kv_finish(n, heads, dim, slices),
         attention.linear_apply(shape, channels, heads, dim, 0, 3 * dim, scope=scope),
+        attention.separable_attention(_blocked((n, 1 + 2 * dim, h, w)), 1 + 2 * dim, dim, threads=d.draw(st.sampled_from([None, 1, 4])),
+                                      scope=scope),
     ]
 
 

@@ -16,6 +16,7 @@ from typing import Callable
 
 import numpy as np
 
+from primfuncs import attention as _attention
 from primfuncs import concat as _concat
 from primfuncs import layernorm as _layernorm
 from primfuncs import conv
@@ -136,6 +137,16 @@ def _softmax_w(dev, rng, shape):
     x = (rng.standard_normal(shape) * 4).astype("float32")
     y = _kernel_case(lambda scope: _reduce_kernels.softmax(ops.blocked_shape(shape), shape[1], scope=scope, axis=-1), [x], shape, dev)
     return y, reference.softmax(x, axis=3)
+
+
+def _separable_attention(dev, rng, shape):
+    """MobileViT-v2's separable attention on a qkv map of ``1 + 2 C`` channels (keys and values
+    off the pixel grid), the query scaled by 4."""
+    n, d, h, w = shape
+    x = rng.standard_normal((n, 1 + 2 * d, h, w)).astype("float32")
+    x[:, 0] *= 4
+    y = _kernel_case(lambda scope: _attention.separable_attention(ops.blocked_shape(x.shape), 1 + 2 * d, d, scope=scope), [x], shape, dev)
+    return y, reference.separable_attention(x, d)
 
 
 def _patches_case(dev, rng, shape):
@@ -262,6 +273,7 @@ CASES = (
     Case("sum over C, H, W group", "reduce", _reduce("sum", (1, 2, 3), "group"), 1e-5),
     Case("softmax over C", "softmax", _softmax, 1e-5),
     Case("softmax over W", "softmax", _softmax_w, 1e-5),
+    Case("separable attention (MobileViT-v2)", "attention", _separable_attention, 1e-5),
     Case("concat channels", "concat", _concat_case, 0.0),
     Case("patch unfold, fold", "layout", _patches_case, 0.0),
     Case("NCHW <-> NCHW4c", "layout", _layout, 0.0),

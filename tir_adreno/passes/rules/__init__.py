@@ -5,7 +5,8 @@ applies wins (``excitation``, a pool and two 1x1 convs, before ``pool`` and ``co
 ``grn_gated_conv2d``, ConvNeXt-V2's GRN from its ``x * x`` to the conv that reads it, and ``gated_conv2d``, a
 squeeze-excitation multiply read by the conv after it, before ``binary``; ``binary``
 before ``elementwise``: an add, subtract, multiply or divide of two activations is one binary kernel, else it may
-be an activation chain or a per-channel affine step), and
+be an activation chain or a per-channel affine step; ``separable_attention``, MobileViT-v2's attention from its
+``Split`` to ``relu(v) * ctx``, before ``split``), and
 an op no rule takes is left to upstream (``LegalizeOps`` and dlight)."""
 
 from tir_adreno.passes.rules import attention, broadcast, concat, conv, elementwise, excite, layer_norm, layout, matmul, patches, pool
@@ -30,6 +31,7 @@ RULES: tuple[Rule, ...] = (
     layout.resize2d,
     layout.permute,
     layout.strided_slice,
+    attention.separable_attention,
     layout.split,
     layer_norm.group_norm,
     attention.cross_covariance_attention,

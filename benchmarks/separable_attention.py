@@ -1,0 +1,54 @@
+"""MobileViT-v2's separable self-attention in one kernel (issue 21): launches, kernel and wall time
+of ONNX models (MobileViT-v2) with the attention between its qkv and out convs as one
+``separable_attention`` kernel ("one_kernel": ``passes.rules.attention.separable_attention``) and as
+before it ("apart": that rule left out of the registry while compiling: ``split_channels``,
+``softmax_w``, ``multiply_broadcast_c``, ``sum_w``, ``relu``, ``multiply_broadcast_w``), from one run.
+
+    python benchmarks/separable_attention.py --onnx mobilevitv2_050.onnx --target nvidia-h200 --build-only DIR   # here (TVM)
+    python benchmarks/separable_attention.py --from DIR                                                        # on the GPU, no TVM
+
+Kernel time: the median over ``--repeat`` profiled runs (the two ways alternating) of the sum of
+OpenCL event times, per model and per kernel family; wall time likewise over unprofiled runs; the
+outputs of the two ways are compared with each other (``ways.py``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from common import log
+from tir_adreno import runtime
+from ways import arguments, build_ways, compare, load_ways, parse, save_results
+
+WAYS = ("apart", "one_kernel")
+
+
+@contextlib.contextmanager
+def _without_rule():
+    """The rewrite rules without ``separable_attention`` while compiling (the plan before it)."""
+    from tir_adreno.passes import dispatch
+    from tir_adreno.passes.rules import attention
+
+    saved = dispatch.RULES
+    dispatch.RULES = tuple(r for r in saved if r is not attention.separable_attention)
+    try:
+        yield
+    finally:
+        dispatch.RULES = saved
+
+
+def main():
+    args = parse(arguments(__doc__))
+    if args.build_only:
+        from tir_adreno.strategy.profile import get_profile
+
+        profile = get_profile(args.target)
+        return build_ways(args.onnx, {w: profile for w in WAYS}, args.precision, args.build_only, log, {"apart": _without_rule})
+    device = runtime.get_device(args.device)
+    models = load_ways(args.source, WAYS, device)
+    save_results("separable_attention", models, compare(models, args.repeat, WAYS, args.source), args, device)
+    return None
+
+
+if __name__ == "__main__":
+    main()
