@@ -121,13 +121,14 @@ def excitation_split(shape, channels: int, hidden: int, out_channels: int, activ
     but one idle). Work group ``s`` pools its ``channel_blocks`` channel blocks over its slice of
     the pixels (:func:`~primfuncs._common.equal_slices`) and writes its share of the first layer,
     ``W1[:, its channels] @ its pool`` (``hidden`` partial sums), to ``partials[n, s]``; then,
-    after a global memory fence, it takes a ticket (``atomic_inc(tickets[n])``). The work group
+    after a memory fence and a barrier, it takes a ticket (``atomic_inc(tickets[n])``). The work group
     that draws the last ticket, all others' partial sums being written, adds them (bias,
     activation) and computes the gate as :func:`excitation` does; it resets ``tickets[n]`` to 0
     for the next launch (CUDA's threadFenceReduction; no work group waits for another, so none
-    needs the others resident). Arguments ``X, W1, b1, W2, b2, partials, tickets, G``:
-    ``partials`` float32 ``(N, slices, hidden)`` scratch, ``tickets`` int32 ``(N,)``, zero before
-    the first launch."""
+    needs the others resident; the partial sums are taken with atomics: :data:`PARTIAL_SENTINEL`).
+    Arguments ``X, W1, b1, W2, b2, partials, tickets, G``: ``partials`` float32
+    ``(N, slices, hidden)`` filled with :data:`PARTIAL_SENTINEL`'s bits, ``tickets`` int32
+    ``(N,)`` zero, before the first launch; each launch leaves them so."""
     check_positive(hidden=hidden, out_channels=out_channels, channel_blocks=channel_blocks)
     _check_activation("gate", gate)
     n, c4, h, w = _check_nchw4c(shape)
@@ -144,9 +145,16 @@ def split_slices(c4: int, pixels: int, channel_blocks: int, pixel_slices: int) -
 
 
 #: ``mem_fence`` flags of the split excitation's partial sums: OpenCL's ``CLK_LOCAL_MEM_FENCE |
-#: CLK_GLOBAL_MEM_FENCE`` (1 | 2 in the Khronos headers; NVIDIA's ``__threadfence()``). TIR has no
-#: name for them, so the value.
+#: CLK_GLOBAL_MEM_FENCE`` (1 | 2 in the Khronos headers; TIR has no name for them). OpenCL 2.0
+#: defines ``mem_fence`` at work-group scope, and NVIDIA's compiler emits ``membar.cta`` for it
+#: (measured on the H200): no device-wide fence, hence :data:`PARTIAL_SENTINEL`.
 FENCE_FLAGS = 3
+#: Bits of the float32 NaN that marks a partial sum not written yet (not a NaN arithmetic makes):
+#: the last work group takes each partial sum with ``atomic_xchg(p, sentinel)`` (at the point of
+#: coherence, resetting it for the next launch) and takes it again while it reads the sentinel,
+#: so a store still on its way is waited for, never read stale; every other work group having
+#: stored its partial sums before its ticket, the wait ends whatever the scheduling.
+PARTIAL_SENTINEL = 0x7FC0DEAD
 
 
 def split_second(o4: int, hidden: int, threads: int) -> int:
@@ -194,6 +202,7 @@ def _pooled_mlp(shape, channels, hidden, out_channels, activation, gate, bounds,
     inv_pixels = T.FloatImm("float32", 1.0 / (h * w))
     is_split = split is not None
     last = slices - 1  # the ticket of the work group that finishes the excitation
+    sentinel = T.call_extern("float32", "as_float", T.int32(PARTIAL_SENTINEL))  # OpenCL's reinterpret
 
     def act(x):
         return activate(x, activation, "float32", *bounds)
@@ -436,15 +445,24 @@ def _pooled_mlp(shape, channels, hidden, out_channels, activation, gate, bounds,
                 for t in T.thread_binding(nt, thread="threadIdx.x"):
                     with T.sblock("gather"):
                         s = T.sblock_alloc_buffer((1,), "float32", scope="local")
+                        v = T.sblock_alloc_buffer((u,), "float32", scope="local")
                         go = T.sblock_alloc_buffer((1,), "int32", scope="local")
                         go[0] = ticket[0]
                         if go[0] == last:
                             for r in T.serial(-(-(hidden * kp) // nt)):
                                 if (r * nt + t) // kp < hidden:
                                     s[0] = zero
-                                    for m in T.serial(-(-slices // kp)):
-                                        if m * kp + (r * nt + t) % kp < slices:
-                                            s[0] = s[0] + Part[vb // slices, m * kp + (r * nt + t) % kp, (r * nt + t) // kp]
+                                    for q in T.serial(-(-slices // (kp * u))):
+                                        # taken from where atomics meet (NVIDIA: L2), the sentinel left, UNROLL in flight
+                                        for i in T.unroll(u):
+                                            if (q * u + i) * kp + (r * nt + t) % kp < slices:
+                                                v[i] = T.call_extern("float32", "atomic_xchg", T.address_of(Part[vb // slices, (q * u + i) * kp + (r * nt + t) % kp, (r * nt + t) // kp]), sentinel)
+                                        for i in T.unroll(u):
+                                            if (q * u + i) * kp + (r * nt + t) % kp < slices:
+                                                # a store still on its way: the sentinel, taken again till it lands
+                                                while T.call_extern("int32", "as_int", v[i]) == PARTIAL_SENTINEL:
+                                                    v[i] = T.call_extern("float32", "atomic_xchg", T.address_of(Part[vb // slices, (q * u + i) * kp + (r * nt + t) % kp, (r * nt + t) // kp]), sentinel)
+                                                s[0] = s[0] + v[i]
                                     H2[(r * nt + t) // kp, (r * nt + t) % kp] = s[0]
                 hidden_units(H2, H, B1, ticket, kp)
                 excite(W2, B2, H, Y2, G, ticket, vb // slices)
