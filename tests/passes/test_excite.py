@@ -299,6 +299,27 @@ def test_se_split_plan(act, gate):
     assert sum(n.startswith("excitation_split") for n in names) == 2, names
 
 
+def test_se_split_half_storage():
+    """The H200's float16_acc32 plan of an SE block (16 channels of 28 x 28) run here: the split
+    excitation's partial sums stay float32 (their sentinel's bits too) where the activations are
+    half, within half storage's error of onnxruntime."""
+    from tir_adreno.compiler import compile_model
+    from tir_adreno.reference import reference_outputs, relative_error
+    from tir_adreno.strategy.profile import get_profile
+
+    rng, inits = np.random.default_rng(22), {}
+    model = pattern_graph([conv_node(rng, inits, "x", "a", 16, 3), *_mbconv_se(rng, inits, "a", "y", 16, 4, "silu", "Sigmoid")],
+                          inits, size=28)
+    cm = compile_model(model, profile=get_profile("nvidia-h200"), precision="float16_acc32", progress=lambda _: None)
+    assert sum(c.label.startswith("excitation_split") for c in cm.plan.calls) == 1
+    (partials,) = [t for t in cm.plan.tensors if t.kind == "const" and t.shape == (1, 8, 4)]  # 4 blocks x 2 pixel slices, 4 hidden
+    assert partials.dtype == "float32" and partials.storage_dtype == "float32", partials
+    x = (np.random.default_rng(11).standard_normal((1, 3, 28, 28)) * 3).astype("float32")
+    (out,) = cm.run({"x": x})
+    (ref,) = reference_outputs(model, {"x": x})
+    assert relative_error(out, ref) <= 2e-3
+
+
 def _gated_block(rng, inits, conv_after, k=1):
     """conv -> SE (ReLU, sigmoid; 6 channels) -> ``conv_after`` of the gated map (a k x k conv to 5
     channels, bias, batch-norm-free) -> relu."""
