@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from tvm.script import tirx as T
 
-from ._common import LANES, TEXTURE, check_channels, check_dtype, check_positive, check_scope, load_pixel, store_pixel
+from ._common import LANES, TEXTURE, check_channels, check_dtype, check_positive, check_scope, check_slices, store_pixel
 from .epilogue import ACTIVATIONS, activate
 
 #: Work items of the one work group per sample (CPU OpenCL; the strategy picks more on GPUs).
@@ -112,8 +112,71 @@ def pooled_pointwise(shape, channels: int, out_channels: int, activation: str | 
     return _pooled_mlp(shape, channels, out_channels, None, activation, None, bounds, (0.0, 6.0), dtype, scope, threads, groups)
 
 
-def _pooled_mlp(shape, channels, hidden, out_channels, activation, gate, bounds, gate_bounds, dtype, scope, threads, groups):
-    """The kernel of :func:`excitation` (``out_channels`` given) or of :func:`pooled_pointwise`
+
+def excitation_split(shape, channels: int, hidden: int, out_channels: int, activation: str | None = "relu",
+                     gate: str | None = "sigmoid", bounds=(0.0, 6.0), gate_bounds=(0.0, 6.0), dtype: str = "float32",
+                     scope: str = TEXTURE, threads: int = THREADS, channel_blocks: int = 1, pixel_slices: int = 1):
+    """:func:`excitation` spread over ``ceil(C4 / channel_blocks) x pixel_slices`` work groups per
+    sample (one launch; for wide GPUs, where one work group per sample leaves all compute units
+    but one idle). Work group ``s`` pools its ``channel_blocks`` channel blocks over its slice of
+    the pixels (:func:`~primfuncs._common.equal_slices`) and writes its share of the first layer,
+    ``W1[:, its channels] @ its pool`` (``hidden`` partial sums), to ``partials[n, s]``; then,
+    after a memory fence and a barrier, it takes a ticket (``atomic_inc(tickets[n])``). The work group
+    that draws the last ticket, all others' partial sums being written, adds them (bias,
+    activation) and computes the gate as :func:`excitation` does; it resets ``tickets[n]`` to 0
+    for the next launch (CUDA's threadFenceReduction; no work group waits for another, so none
+    needs the others resident; the partial sums are taken with atomics: :data:`PARTIAL_SENTINEL`).
+    Arguments ``X, W1, b1, W2, b2, partials, tickets, G``: ``partials`` float32
+    ``(N, slices, hidden)`` filled with :data:`PARTIAL_SENTINEL`'s bits, ``tickets`` int32
+    ``(N,)`` zero, before the first launch; each launch leaves them so."""
+    check_positive(hidden=hidden, out_channels=out_channels, channel_blocks=channel_blocks)
+    _check_activation("gate", gate)
+    n, c4, h, w = _check_nchw4c(shape)
+    if channel_blocks > c4:
+        raise ValueError(f"channel_blocks={channel_blocks} exceeds the input's {c4} channel blocks")
+    check_slices(h * w, pixel_slices, "the pixels")
+    return _pooled_mlp(shape, channels, hidden, out_channels, activation, gate, bounds, gate_bounds, dtype, scope, threads, 1,
+                       (channel_blocks, pixel_slices))
+
+
+def split_slices(c4: int, pixels: int, channel_blocks: int, pixel_slices: int) -> int:
+    """Work groups per sample of :func:`excitation_split`."""
+    return -(-c4 // channel_blocks) * pixel_slices
+
+
+#: ``mem_fence`` flags of the split excitation's partial sums: OpenCL's ``CLK_LOCAL_MEM_FENCE |
+#: CLK_GLOBAL_MEM_FENCE`` (1 | 2 in the Khronos headers; TIR has no name for them). OpenCL 2.0
+#: defines ``mem_fence`` at work-group scope, and NVIDIA's compiler emits ``membar.cta`` for it
+#: (measured on the H200): no device-wide fence, hence :data:`PARTIAL_SENTINEL`.
+FENCE_FLAGS = 3
+#: Bits of the float32 NaN that marks a partial sum not written yet (not a NaN arithmetic makes):
+#: the last work group takes each partial sum with ``atomic_xchg(p, sentinel)`` (at the point of
+#: coherence, resetting it for the next launch) and takes it again while it reads the sentinel,
+#: so a store still on its way is waited for, never read stale; every other work group having
+#: stored its partial sums before its ticket, the wait ends whatever the scheduling.
+PARTIAL_SENTINEL = 0x7FC0DEAD
+
+
+def split_second(o4: int, hidden: int, threads: int) -> int:
+    """Items per output block of the split excitation's gate (each sums every ``k``-th hidden
+    unit): the work items over the blocks, at most ``hidden``, their partial sums in at most 16 KiB."""
+    return max(1, min(hidden, threads // o4, SHARED_PIXELS // o4))
+
+
+def split_shared_bytes(c4: int, pixels: int, hidden: int, out4: int, channel_blocks: int, pixel_slices: int,
+                       threads: int = THREADS) -> int:
+    """Shared (local) memory of a work group of :func:`excitation_split`."""
+    span = -(-pixels // pixel_slices)
+    slices = split_slices(c4, pixels, channel_blocks, pixel_slices)
+    kp = row_split(hidden, slices, threads)
+    k2 = split_second(out4, hidden, threads)
+    return shared_bytes(channel_blocks, span, hidden, threads) + 4 * (1 + hidden * (kp + 1) + (4 * k2 * out4 if k2 > 1 else 0))
+
+
+def _pooled_mlp(shape, channels, hidden, out_channels, activation, gate, bounds, gate_bounds, dtype, scope, threads, groups,
+                split=None):
+    """The kernel of :func:`excitation` (``out_channels`` given), of :func:`excitation_split`
+    (``split``: channel blocks and pixel slices per work group) or of :func:`pooled_pointwise`
     (``out_channels`` None: the first layer is the output, split over ``groups``)."""
     n, c4, h, w = _check_nchw4c(shape)
     check_positive(N=n, C4=c4, H=h, W=w, hidden=hidden, threads=threads, groups=groups)
@@ -126,12 +189,20 @@ def _pooled_mlp(shape, channels, hidden, out_channels, activation, gate, bounds,
     blocks = -(-o4 // groups)  # output blocks of a work group
     rows = hidden if second else 4 * blocks  # first-layer rows of a work group
     w1_rows = hidden if second else 4 * o4
-    ps, cs = pool_split(c4, h * w, threads)
-    ks = mean_split(c4, ps, threads)
-    k1 = row_split(rows, 4 * c4, threads)
+    cb, psl = split or (c4, 1)  # channel blocks and pixel slices of a work group
+    span = -(-(h * w) // psl)  # pixels of a work group
+    ps, cs = pool_split(cb, span, threads)
+    ks = mean_split(cb, ps, threads)
+    k1 = row_split(rows, 4 * cb, threads)
+    slices = split_slices(c4, h * w, cb, psl)
+    kp = row_split(hidden, slices, threads)  # items per hidden unit adding the work groups' partial sums
+    k2 = split_second(o4, hidden, threads) if split else 1
     nt, u = threads, UNROLL
     zero = T.FloatImm("float32", 0.0)
     inv_pixels = T.FloatImm("float32", 1.0 / (h * w))
+    is_split = split is not None
+    last = slices - 1  # the ticket of the work group that finishes the excitation
+    sentinel = T.call_extern("float32", "as_float", T.int32(PARTIAL_SENTINEL))  # OpenCL's reinterpret
 
     def act(x):
         return activate(x, activation, "float32", *bounds)
@@ -140,23 +211,23 @@ def _pooled_mlp(shape, channels, hidden, out_channels, activation, gate, bounds,
         return activate(x, gate, "float32", *gate_bounds)
 
     @T.macro
-    def pool(X, partial, part2, P, vn):
-        # 1. item t sums pixels t % ps, t % ps + ps, ... of channel blocks t // ps, + cs, ...
+    def pool(X, partial, part2, P, vn, c0, p0):
+        # 1. item t sums pixels p0 + t % ps, + ps, ... (span of them) of channel blocks c0 + t // ps, + cs, ...
         for t in T.thread_binding(nt, thread="threadIdx.x"):
             with T.sblock("pool"):
                 px = T.sblock_alloc_buffer((u, 4), dtype, scope="local")
                 acc = T.sblock_alloc_buffer((4,), "float32", scope="local")
-                for r in T.serial(-(-c4 // cs)):
-                    if t < ps * cs and r * cs + t // ps < c4:
+                for r in T.serial(-(-cb // cs)):
+                    if t < ps * cs and r * cs + t // ps < cb and c0 + r * cs + t // ps < c4:
                         for lane in T.unroll(4):
                             acc[lane] = zero
-                        for q in T.serial(-(-(h * w) // (ps * u))):
+                        for q in T.serial(-(-span // (ps * u))):
                             for i in T.unroll(u):  # the loads first, independent of the sums
-                                if (q * u + i) * ps + t % ps < h * w:
+                                if (q * u + i) * ps + t % ps < span and p0 + (q * u + i) * ps + t % ps < h * w:
                                     for lane in T.vectorized(4):
-                                        px[i, lane] = X[vn, r * cs + t // ps, ((q * u + i) * ps + t % ps) // w, ((q * u + i) * ps + t % ps) % w, lane]
+                                        px[i, lane] = X[vn, c0 + r * cs + t // ps, (p0 + (q * u + i) * ps + t % ps) // w, (p0 + (q * u + i) * ps + t % ps) % w, lane]
                             for i in T.unroll(u):
-                                if (q * u + i) * ps + t % ps < h * w:
+                                if (q * u + i) * ps + t % ps < span and p0 + (q * u + i) * ps + t % ps < h * w:
                                     for lane in T.unroll(4):
                                         acc[lane] = acc[lane] + T.Cast("float32", px[i, lane])
                         for lane in T.unroll(4):
@@ -165,8 +236,8 @@ def _pooled_mlp(shape, channels, hidden, out_channels, activation, gate, bounds,
         for t in T.thread_binding(nt, thread="threadIdx.x"):
             with T.sblock("slices"):
                 sums = T.sblock_alloc_buffer((4,), "float32", scope="local")
-                for r in T.serial(-(-(c4 * ks) // nt)):
-                    if (r * nt + t) // ks < c4:
+                for r in T.serial(-(-(cb * ks) // nt)):
+                    if (r * nt + t) // ks < cb and c0 + (r * nt + t) // ks < c4:
                         for lane in T.unroll(4):
                             sums[lane] = zero
                         for m in T.serial(-(-ps // ks)):
@@ -175,33 +246,97 @@ def _pooled_mlp(shape, channels, hidden, out_channels, activation, gate, bounds,
                                     sums[lane] = sums[lane] + partial[m * ks + (r * nt + t) % ks, (r * nt + t) // ks, lane]
                         for lane in T.unroll(4):
                             part2[(r * nt + t) % ks, (r * nt + t) // ks, lane] = sums[lane]
-        # 2b. the means of channel blocks t, t + nt, ... (padded lanes 0, as W1's columns)
+        # 2b. the means of channel blocks c0 + t, + nt, ... (padded lanes and blocks past C4 0, as W1's columns)
         for t in T.thread_binding(nt, thread="threadIdx.x"):
             with T.sblock("mean"):
                 sums = T.sblock_alloc_buffer((4,), "float32", scope="local")
-                for r in T.serial(-(-c4 // nt)):
-                    if r * nt + t < c4:
+                for r in T.serial(-(-cb // nt)):
+                    if r * nt + t < cb:
                         for lane in T.unroll(4):
                             sums[lane] = zero
-                        for k in range(ks):
-                            for lane in T.unroll(4):
-                                sums[lane] = sums[lane] + part2[k, r * nt + t, lane]
+                        if c0 + r * nt + t < c4:
+                            for k in range(ks):
+                                for lane in T.unroll(4):
+                                    sums[lane] = sums[lane] + part2[k, r * nt + t, lane]
                         for lane in T.unroll(4):
-                            P[(r * nt + t) * 4 + lane] = T.Select((r * nt + t) * 4 + lane < channels, sums[lane] * inv_pixels, zero)
+                            P[(r * nt + t) * 4 + lane] = T.Select((c0 + r * nt + t) * 4 + lane < channels, sums[lane] * inv_pixels, zero)
 
     @T.macro
-    def first_layer(W1, P, H1, row0):
-        # 3a. item (j, k) sums channels k, k + k1, ... of row row0 + j (neighbouring items, neighbouring weights)
+    def first_layer(W1, P, H1, row0, col0):
+        # 3a. item (j, k) sums the pooled channels k, k + k1, ... (W1's columns col0 + k, ...) of row row0 + j
         for t in T.thread_binding(nt, thread="threadIdx.x"):
             with T.sblock("squeeze"):
                 s = T.sblock_alloc_buffer((1,), "float32", scope="local")
                 for r in T.serial(-(-(rows * k1) // nt)):
                     if (r * nt + t) // k1 < rows and row0 + (r * nt + t) // k1 < w1_rows:
                         s[0] = zero
-                        for c in T.serial(-(-(c4 * 4) // k1)):
-                            if c * k1 + (r * nt + t) % k1 < c4 * 4:
-                                s[0] = s[0] + W1[row0 + (r * nt + t) // k1, c * k1 + (r * nt + t) % k1] * P[c * k1 + (r * nt + t) % k1]
+                        for c in T.serial(-(-(cb * 4) // k1)):
+                            if c * k1 + (r * nt + t) % k1 < cb * 4 and col0 + c * k1 + (r * nt + t) % k1 < c4 * 4:
+                                s[0] = s[0] + W1[row0 + (r * nt + t) // k1, col0 + c * k1 + (r * nt + t) % k1] * P[c * k1 + (r * nt + t) % k1]
                         H1[(r * nt + t) // k1, (r * nt + t) % k1] = s[0]
+
+    @T.macro
+    def hidden_units(H1, H, B1, ticket, split_k):
+        # the hidden units t, t + nt, ...: the split_k partial sums, bias, activation
+        for t in T.thread_binding(nt, thread="threadIdx.x"):
+            with T.sblock("hidden"):
+                s = T.sblock_alloc_buffer((1,), "float32", scope="local")
+                go = T.sblock_alloc_buffer((1,), "int32", scope="local")
+                go[0] = last
+                if is_split:
+                    go[0] = ticket[0]
+                if go[0] == last:
+                    for r in T.serial(-(-hidden // nt)):
+                        if r * nt + t < hidden:
+                            s[0] = B1[r * nt + t]
+                            for k in range(split_k):
+                                s[0] = s[0] + H1[r * nt + t, k]
+                            H[r * nt + t] = act(s[0])
+
+    @T.macro
+    def excite(W2, B2, H, Y2, G, ticket, vn):
+        # 4a. (k2 > 1) item (o, k) sums hidden units k, k + k2, ... of output block o
+        if k2 > 1:
+            for t in T.thread_binding(nt, thread="threadIdx.x"):
+                with T.sblock("excite_partial"):
+                    y = T.sblock_alloc_buffer((4,), "float32", scope="local")
+                    go = T.sblock_alloc_buffer((1,), "int32", scope="local")
+                    go[0] = ticket[0]
+                    if go[0] == last:
+                        for r in T.serial(-(-(o4 * k2) // nt)):
+                            if (r * nt + t) // k2 < o4:
+                                for lane in T.unroll(4):
+                                    y[lane] = zero
+                                for j in T.serial(-(-hidden // k2)):
+                                    if j * k2 + (r * nt + t) % k2 < hidden:
+                                        for lane in T.unroll(4):
+                                            y[lane] = y[lane] + W2[j * k2 + (r * nt + t) % k2, (r * nt + t) // k2 * 4 + lane] * H[j * k2 + (r * nt + t) % k2]
+                                for lane in T.unroll(4):
+                                    Y2[(r * nt + t) % k2, (r * nt + t) // k2, lane] = y[lane]
+        # 4b. the gate, output blocks t, t + nt, ...: bias, from all hidden units (k2 1) or their k2 partial sums
+        for t in T.thread_binding(nt, thread="threadIdx.x"):
+            with T.sblock("excite"):
+                y = T.sblock_alloc_buffer((4,), "float32", scope="local")
+                go = T.sblock_alloc_buffer((1,), "int32", scope="local")
+                go[0] = last
+                if is_split:
+                    go[0] = ticket[0]
+                if go[0] == last:
+                    for r in T.serial(-(-o4 // nt)):
+                        if r * nt + t < o4:
+                            for lane in T.unroll(4):
+                                y[lane] = B2[r * nt + t, lane]
+                            if k2 > 1:
+                                for k in range(k2):
+                                    for lane in T.unroll(4):
+                                        y[lane] = y[lane] + Y2[k, r * nt + t, lane]
+                            else:
+                                for j in range(hidden):
+                                    for lane in T.unroll(4):
+                                        y[lane] = y[lane] + W2[j, (r * nt + t) * 4 + lane] * H[j]
+                            for lane in T.unroll(4):
+                                y[lane] = T.Select((r * nt + t) * 4 + lane < out_channels, gated(y[lane]), zero)
+                            store_pixel(G, vn, r * nt + t, 0, 0, y)
 
     if not second:
         @T.prim_func(s_tir=True)
@@ -214,12 +349,12 @@ def _pooled_mlp(shape, channels, hidden, out_channels, activation, gate, bounds,
             for b in T.thread_binding(n * groups, thread="blockIdx.x"):
                 with T.sblock("sample"):
                     vb = T.axis.spatial(n * groups, b)
-                    partial = T.sblock_alloc_buffer((ps, c4, 4), "float32", scope="shared")
-                    part2 = T.sblock_alloc_buffer((ks, c4, 4), "float32", scope="shared")
-                    P = T.sblock_alloc_buffer((c4 * 4,), "float32", scope="shared")
+                    partial = T.sblock_alloc_buffer((ps, cb, 4), "float32", scope="shared")
+                    part2 = T.sblock_alloc_buffer((ks, cb, 4), "float32", scope="shared")
+                    P = T.sblock_alloc_buffer((cb * 4,), "float32", scope="shared")
                     H1 = T.sblock_alloc_buffer((rows, k1), "float32", scope="shared")
-                    pool(X, partial, part2, P, vb // groups)
-                    first_layer(W1, P, H1, (vb % groups) * rows)
+                    pool(X, partial, part2, P, vb // groups, 0, 0)
+                    first_layer(W1, P, H1, (vb % groups) * rows, 0)
                     # 3b. this group's output blocks t, t + nt, ...: the k1 partial sums, bias, activation
                     for t in T.thread_binding(nt, thread="threadIdx.x"):
                         with T.sblock("output"):
@@ -235,48 +370,101 @@ def _pooled_mlp(shape, channels, hidden, out_channels, activation, gate, bounds,
 
         return head
 
+    if not split:
+        @T.prim_func(s_tir=True)
+        def func(x: T.handle, w1: T.handle, b1: T.handle, w2: T.handle, b2: T.handle, g: T.handle):
+            T.func_attr({"global_symbol": "excitation", "tirx.noalias": True})
+            X = T.match_buffer(x, (n, c4, h, w, 4), dtype, scope=scope)
+            W1 = T.match_buffer(w1, (hidden, c4 * 4), "float32")
+            B1 = T.match_buffer(b1, (hidden,), "float32")
+            W2 = T.match_buffer(w2, (hidden, o4 * 4), "float32")
+            B2 = T.match_buffer(b2, (o4, 4), "float32")
+            G = T.match_buffer(g, (n, o4, 1, 1, 4), dtype, scope=scope)
+            for b in T.thread_binding(n, thread="blockIdx.x"):
+                with T.sblock("sample"):
+                    vn = T.axis.spatial(n, b)
+                    partial = T.sblock_alloc_buffer((ps, c4, 4), "float32", scope="shared")
+                    part2 = T.sblock_alloc_buffer((ks, c4, 4), "float32", scope="shared")
+                    P = T.sblock_alloc_buffer((c4 * 4,), "float32", scope="shared")
+                    H1 = T.sblock_alloc_buffer((rows, k1), "float32", scope="shared")
+                    H = T.sblock_alloc_buffer((hidden,), "float32", scope="shared")
+                    pool(X, partial, part2, P, vn, 0, 0)
+                    first_layer(W1, P, H1, 0, 0)
+                    hidden_units(H1, H, B1, H1, k1)  # 3b (H1 stands for the ticket no one-group kernel has)
+                    excite(W2, B2, H, H1, G, H1, vn)  # 4
+
+        return func
+
     @T.prim_func(s_tir=True)
-    def func(x: T.handle, w1: T.handle, b1: T.handle, w2: T.handle, b2: T.handle, g: T.handle):
-        T.func_attr({"global_symbol": "excitation", "tirx.noalias": True})
+    def spread(x: T.handle, w1: T.handle, b1: T.handle, w2: T.handle, b2: T.handle, part: T.handle, tick: T.handle, g: T.handle):
+        T.func_attr({"global_symbol": "excitation_split", "tirx.noalias": True})
         X = T.match_buffer(x, (n, c4, h, w, 4), dtype, scope=scope)
         W1 = T.match_buffer(w1, (hidden, c4 * 4), "float32")
         B1 = T.match_buffer(b1, (hidden,), "float32")
         W2 = T.match_buffer(w2, (hidden, o4 * 4), "float32")
         B2 = T.match_buffer(b2, (o4, 4), "float32")
+        Part = T.match_buffer(part, (n, slices, hidden), "float32")
+        Tickets = T.match_buffer(tick, (n,), "int32")
         G = T.match_buffer(g, (n, o4, 1, 1, 4), dtype, scope=scope)
-        for b in T.thread_binding(n, thread="blockIdx.x"):
-            with T.sblock("sample"):
-                vn = T.axis.spatial(n, b)
-                partial = T.sblock_alloc_buffer((ps, c4, 4), "float32", scope="shared")
-                part2 = T.sblock_alloc_buffer((ks, c4, 4), "float32", scope="shared")
-                P = T.sblock_alloc_buffer((c4 * 4,), "float32", scope="shared")
+        for b in T.thread_binding(n * slices, thread="blockIdx.x"):
+            with T.sblock("slice"):
+                vb = T.axis.spatial(n * slices, b)
+                partial = T.sblock_alloc_buffer((ps, cb, 4), "float32", scope="shared")
+                part2 = T.sblock_alloc_buffer((ks, cb, 4), "float32", scope="shared")
+                P = T.sblock_alloc_buffer((cb * 4,), "float32", scope="shared")
                 H1 = T.sblock_alloc_buffer((rows, k1), "float32", scope="shared")
+                ticket = T.sblock_alloc_buffer((1,), "int32", scope="shared")
+                H2 = T.sblock_alloc_buffer((hidden, kp), "float32", scope="shared")
                 H = T.sblock_alloc_buffer((hidden,), "float32", scope="shared")
-                pool(X, partial, part2, P, vn)
-                first_layer(W1, P, H1, 0)
-                # 3b. the hidden units t, t + nt, ...: the k1 partial sums, bias, activation
+                Y2 = T.sblock_alloc_buffer((k2, o4, 4), "float32", scope="shared")
+                # 1-3a. this work group's pool and its channels' share of the first layer
+                pool(X, partial, part2, P, vb // slices, (vb % slices) // psl * cb, (vb % slices) % psl * span)
+                first_layer(W1, P, H1, 0, (vb % slices) // psl * cb * 4)
+                # 3b. its partial sums to global memory, each item fencing its stores before the barrier
                 for t in T.thread_binding(nt, thread="threadIdx.x"):
-                    with T.sblock("hidden"):
+                    with T.sblock("partials"):
                         s = T.sblock_alloc_buffer((1,), "float32", scope="local")
                         for r in T.serial(-(-hidden // nt)):
                             if r * nt + t < hidden:
-                                s[0] = B1[r * nt + t]
+                                s[0] = zero
                                 for k in range(k1):
                                     s[0] = s[0] + H1[r * nt + t, k]
-                                H[r * nt + t] = act(s[0])
-                # 4. the gate, output blocks t, t + nt, ..., from all hidden units
+                                Part[vb // slices, vb % slices, r * nt + t] = s[0]
+                        T.evaluate(T.call_extern("void", "mem_fence", T.int32(FENCE_FLAGS)))
+                T.evaluate(T.tvm_storage_sync("shared"))
+                # its ticket: the last one to be drawn sees every other group's partial sums written
                 for t in T.thread_binding(nt, thread="threadIdx.x"):
-                    with T.sblock("excite"):
-                        y = T.sblock_alloc_buffer((4,), "float32", scope="local")
-                        for r in T.serial(-(-o4 // nt)):
-                            if r * nt + t < o4:
-                                for lane in T.unroll(4):
-                                    y[lane] = B2[r * nt + t, lane]
-                                for j in range(hidden):
-                                    for lane in T.unroll(4):
-                                        y[lane] = y[lane] + W2[j, (r * nt + t) * 4 + lane] * H[j]
-                                for lane in T.unroll(4):
-                                    y[lane] = T.Select((r * nt + t) * 4 + lane < out_channels, gated(y[lane]), zero)
-                                store_pixel(G, vn, r * nt + t, 0, 0, y)
+                    with T.sblock("ticket"):
+                        drawn = T.sblock_alloc_buffer((1,), "int32", scope="local")
+                        if t == 0:
+                            drawn[0] = T.call_extern("int32", "atomic_inc", T.address_of(Tickets[vb // slices]))
+                            ticket[0] = drawn[0]
+                            if drawn[0] == last:  # every ticket is drawn: the next launch starts from 0
+                                T.evaluate(T.call_extern("int32", "atomic_xchg", T.address_of(Tickets[vb // slices]), 0))
+                # 5. the last group: the slices' partial sums of hidden unit j, items k, k + kp, ...
+                for t in T.thread_binding(nt, thread="threadIdx.x"):
+                    with T.sblock("gather"):
+                        s = T.sblock_alloc_buffer((1,), "float32", scope="local")
+                        v = T.sblock_alloc_buffer((u,), "float32", scope="local")
+                        go = T.sblock_alloc_buffer((1,), "int32", scope="local")
+                        go[0] = ticket[0]
+                        if go[0] == last:
+                            for r in T.serial(-(-(hidden * kp) // nt)):
+                                if (r * nt + t) // kp < hidden:
+                                    s[0] = zero
+                                    for q in T.serial(-(-slices // (kp * u))):
+                                        # taken from where atomics meet (NVIDIA: L2), the sentinel left, UNROLL in flight
+                                        for i in T.unroll(u):
+                                            if (q * u + i) * kp + (r * nt + t) % kp < slices:
+                                                v[i] = T.call_extern("float32", "atomic_xchg", T.address_of(Part[vb // slices, (q * u + i) * kp + (r * nt + t) % kp, (r * nt + t) // kp]), sentinel)
+                                        for i in T.unroll(u):
+                                            if (q * u + i) * kp + (r * nt + t) % kp < slices:
+                                                # a store still on its way: the sentinel, taken again till it lands
+                                                while T.call_extern("int32", "as_int", v[i]) == PARTIAL_SENTINEL:
+                                                    v[i] = T.call_extern("float32", "atomic_xchg", T.address_of(Part[vb // slices, (q * u + i) * kp + (r * nt + t) % kp, (r * nt + t) // kp]), sentinel)
+                                                s[0] = s[0] + v[i]
+                                    H2[(r * nt + t) // kp, (r * nt + t) % kp] = s[0]
+                hidden_units(H2, H, B1, ticket, kp)
+                excite(W2, B2, H, Y2, G, ticket, vb // slices)
 
-    return func
+    return spread

@@ -185,7 +185,10 @@ def excite_kernels(d, scope):
     return [excite.excitation(_blocked(nchw), nchw[1], d.draw(st.integers(1, 8)), nchw[1], activation="silu",
                               gate="hardsigmoid", scope=scope, threads=threads),
             excite.pooled_pointwise(_blocked(nchw), nchw[1], d.draw(st.integers(1, 9)), activation="hardswish", scope=scope,
-                                    threads=threads, groups=d.draw(st.integers(1, 3)))]
+                                    threads=threads, groups=d.draw(st.integers(1, 3))),
+            excite.excitation_split(_blocked(nchw), nchw[1], d.draw(st.integers(1, 8)), nchw[1], activation="relu", scope=scope,
+                                    threads=threads, channel_blocks=d.draw(st.integers(1, -(-nchw[1] // 4))),
+                                    pixel_slices=equal_slices(nchw[2] * nchw[3], d.draw(st.integers(1, 4))))]
 
 
 def shuffle_kernels(d, scope):

@@ -14,7 +14,7 @@ from onnx import helper
 from helpers.numeric import pack_nchw4c, run_kernel, unpack_nchw4c
 from helpers.onnx_graphs import check_pattern, conv_node, pattern_graph
 from primfuncs import excite
-from primfuncs._common import TEXTURE
+from primfuncs._common import TEXTURE, equal_slices
 from tir_adreno import reference
 from tir_adreno.strategy.packing import pack_bias
 
@@ -73,6 +73,76 @@ def test_excitation_kernel(device, n, channels, hw, hidden, acts, threads, scope
     assert np.all(y[:, -1, :, :, (channels - 1) % 4 + 1:] == 0), "padded lanes not zero"
 
 
+def _run_twice(device, func, storage, *inputs):
+    """Two launches of a split excitation on the same tensors (its ``partials`` the sentinel, the
+    ``tickets`` zero, the output poisoned before each): the outputs of both, the partials' bits
+    and the tickets after."""
+    from dataclasses import replace as spec_with
+    from tir_adreno import ops
+
+    loaded, name = ops.compile(func, device)
+    specs = [spec_with(spec, storage=storage) if storage and spec.scope == TEXTURE else spec for spec in loaded[name].params]
+    tensors = [device.empty(spec).upload(value) for spec, value in zip(specs, inputs)]
+    partials, tickets = (device.empty(spec) for spec in specs[len(inputs):-1])
+    partials.upload(np.full(partials.spec.shape, excite.PARTIAL_SENTINEL, np.int32).view(np.float32))
+    tickets.upload(np.zeros(tickets.spec.shape, np.int32))
+    outs = []
+    for _ in range(2):
+        out = device.empty(specs[-1]).poison()
+        loaded(name, *tensors, partials, tickets, out)
+        outs.append(out.numpy())
+    return outs, partials.numpy().view(np.int32), tickets.numpy()
+
+
+@given(n=st.integers(1, 2), channels=st.integers(1, 40), hw=st.sampled_from(MAPS), hidden=st.integers(1, 12),
+       acts=st.sampled_from(GATES), threads=st.sampled_from(THREADS), blocks=st.integers(1, 10), pixel_slices=st.integers(1, 40),
+       scope=st.sampled_from([TEXTURE, "global"]), precision=st.sampled_from(["float32", "float16_acc32"]),
+       seed=st.integers(0, 2**32 - 1))
+@example(n=2, channels=40, hw=(40, 40), hidden=12, acts=("silu", "sigmoid"), threads=1024, blocks=3, pixel_slices=37,
+         scope="global", precision="float32", seed=1)  # many work groups per sample, a short last channel slice
+def test_excitation_split_kernel(device, n, channels, hw, hidden, acts, threads, blocks, pixel_slices, scope, precision, seed):
+    """``excitation_split`` (the excitation spread over work groups: channel slices x pixel slices
+    per sample, the last work group to draw its ticket finishing it) against float64 NumPy, as
+    :func:`test_excitation_kernel`: every slicing (the last channel slice short, more slices than
+    one item per pixel); two launches in a row on the same scratch give the same gate and leave
+    it as the next launch needs it: the tickets 0, every partial sum the sentinel again."""
+    rng = np.random.default_rng(seed)
+    act, gate = acts
+    p, p5 = _pooled_input(rng, n, channels, hw)
+    c4 = p5.shape[1]
+    blocks, pixel_slices = min(blocks, c4), equal_slices(hw[0] * hw[1], pixel_slices)
+    w1, b1 = rng.standard_normal((hidden, channels)) / np.sqrt(channels), rng.standard_normal(hidden)
+    w2, b2 = rng.standard_normal((channels, hidden)) / np.sqrt(hidden), rng.standard_normal(channels)
+    storage = "float16" if precision == "float16_acc32" and scope == TEXTURE else None
+    func = excite.excitation_split(p5.shape, channels, hidden, channels, activation=act, gate=gate, scope=scope,
+                                   threads=threads, channel_blocks=blocks, pixel_slices=pixel_slices)
+    args = [p5, _padded(w1, hidden, 4 * c4), b1.astype(np.float32), _padded(w2.T, hidden, 4 * c4), pack_bias(b2.astype(np.float32))]
+    (y, again), partials, tickets = _run_twice(device, func, storage, *args)
+    p_in = p.astype(np.float32).astype(np.float16 if storage else np.float32).astype(np.float64).mean(axis=(2, 3))
+    h = reference.activation(p_in @ w1.astype(np.float32).T + b1.astype(np.float32), act)
+    ref = reference.activation(h @ w2.astype(np.float32).T + b2.astype(np.float32), gate)
+    rtol = 2.0**-10 if storage else RTOL
+    np.testing.assert_allclose(unpack_nchw4c(y, channels)[:, :, 0, 0], ref, rtol=rtol, atol=1e-6)
+    assert np.all(y[:, -1, :, :, (channels - 1) % 4 + 1:] == 0), "padded lanes not zero"
+    np.testing.assert_array_equal(again, y)  # the second launch: its tickets were reset by the first
+    assert np.all(tickets == 0), tickets
+    assert np.all(partials == excite.PARTIAL_SENTINEL), "partial sums not taken (or not reset)"
+
+
+def test_excitation_split_arguments():
+    """Bad slicings and shapes name the argument."""
+    with pytest.raises(ValueError, match="channel_blocks"):
+        excite.excitation_split((1, 2, 3, 3, 4), 8, 2, 8, channel_blocks=3)
+    with pytest.raises(ValueError, match="slices"):
+        excite.excitation_split((1, 2, 3, 3, 4), 8, 2, 8, pixel_slices=10)
+    with pytest.raises(ValueError, match="slices"):
+        excite.excitation_split((1, 2, 7, 1, 4), 8, 2, 8, pixel_slices=5)  # 7 pixels: no 5 equal slices
+    with pytest.raises(ValueError, match="NCHW4c"):
+        excite.excitation_split((1, 2, 3, 3), 8, 2, 8)
+    with pytest.raises(ValueError, match="gate"):
+        excite.excitation_split((1, 2, 3, 3, 4), 8, 2, 8, gate="tanh")
+
+
 @given(n=st.integers(1, 2), channels=st.integers(1, 40), hw=st.sampled_from(MAPS), out_channels=st.integers(1, 70),
        act=st.sampled_from([None, "hardswish", "relu"]), threads=st.sampled_from(THREADS), groups=st.integers(1, 6),
        scope=st.sampled_from([TEXTURE, "global"]), precision=st.sampled_from(["float32", "float16_acc32"]),
@@ -98,20 +168,20 @@ def test_pooled_pointwise_kernel(device, n, channels, hw, out_channels, act, thr
     assert np.all(y[:, -1, :, :, (out_channels - 1) % 4 + 1:] == 0), "padded lanes not zero"
 
 
-def _se_nodes(x, y, inits, channels, hidden, rng, pool="ReduceMean", act="silu", gate="Sigmoid"):
+def _se_nodes(x, y, inits, channels, hidden, rng, pool="ReduceMean", act="silu", gate="Sigmoid", name="se"):
     """A squeeze-excitation block as torch.onnx.export writes timm's ``SqueezeExcite`` (opset 17):
-    pool -> 1x1 conv -> act -> 1x1 conv -> gate -> multiply with the feature map."""
+    pool -> 1x1 conv -> act -> 1x1 conv -> gate -> multiply with the feature map (values named ``name_*``)."""
     node = helper.make_node
-    pooled = node("ReduceMean", [x], ["se_p"], axes=[2, 3], keepdims=1) if pool == "ReduceMean" else node("GlobalAveragePool", [x], ["se_p"])
-    acts = ([node("Sigmoid", ["se_1"], ["se_1s"]), node("Mul", ["se_1", "se_1s"], ["se_a"])] if act == "silu"
-            else [node("Relu", ["se_1"], ["se_a"])])
+    pooled = node("ReduceMean", [x], [f"{name}_p"], axes=[2, 3], keepdims=1) if pool == "ReduceMean" else node("GlobalAveragePool", [x], [f"{name}_p"])
+    acts = ([node("Sigmoid", [f"{name}_1"], [f"{name}_1s"]), node("Mul", [f"{name}_1", f"{name}_1s"], [f"{name}_a"])] if act == "silu"
+            else [node("Relu", [f"{name}_1"], [f"{name}_a"])])
     return [
         pooled,
-        conv_node(rng, inits, "se_p", "se_1", hidden, channels, k=1),
+        conv_node(rng, inits, f"{name}_p", f"{name}_1", hidden, channels, k=1),
         *acts,
-        conv_node(rng, inits, "se_a", "se_2", channels, hidden, k=1),
-        node(gate, ["se_2"], ["se_g"]),
-        node("Mul", [x, "se_g"], [y]),
+        conv_node(rng, inits, f"{name}_a", f"{name}_2", channels, hidden, k=1),
+        node(gate, [f"{name}_2"], [f"{name}_g"]),
+        node("Mul", [x, f"{name}_g"], [y]),
     ]
 
 
@@ -172,16 +242,21 @@ def test_one_conv_on_a_big_pool_is_a_conv(device):
 
 def test_excitation_schedule():
     """Fused for an SE block's convs on every profile (64, 256, 1024 work items on PoCL, Adreno,
-    the H200); apart with fusion off, or for convs bigger than a launch is worth (a classifier
+    the H200; spread over work groups on the H200 where its map has more than one work group's
+    pixels: ``excitation_split_schedule``); apart with fusion off, or for convs bigger than a launch is worth (a classifier
     head's: its pool and first conv are a pooled_pointwise spread over work groups instead)."""
     from tir_adreno.strategy.pool import excitation_schedule, pooled_conv_schedule
     from tir_adreno.strategy.profile import resolve, without_fusion
 
     se = (2 * 1152 * 48, 1152, 49, 48)  # EfficientNet-B0's largest SE block: macs, channels, pixels, hidden
+    wide = {"nvidia-h200": ({"threads": 1024, "channel_blocks": 10, "pixel_slices": 1},  # 29 work groups of 10 x 49 pixels
+                            {"threads": 1024, "channel_blocks": 1, "pixel_slices": 24})}  # 8 x 24 work groups of 523 pixels
     for name, threads, groups in (("pocl", 64, 2), ("adreno", 256, 4), ("nvidia-h200", 1024, 33)):
         profile = resolve(profile=name)
-        assert excitation_schedule(profile, *se) == {"threads": threads}
-        assert excitation_schedule(profile, se[0], 32, 112 * 112, 8) == {"threads": threads}  # its first block
+        big, first = wide.get(name, ({}, {}))
+        assert excitation_schedule(profile, *se) == {"threads": threads} | big
+        assert excitation_schedule(profile, se[0], 32, 112 * 112, 8) == {"threads": threads} | first  # its first block
+        assert excitation_schedule(profile, se[0], 16, 5 * 5, 8) == {"threads": threads}  # one work group's worth
         assert excitation_schedule(without_fusion(profile), *se) is None
         assert excitation_schedule(profile, 10 * profile.launch_cost_macs, *se[1:]) is None
         # its partial sums and means (~23-26 KiB) on a device with 16 KiB of shared memory
@@ -192,6 +267,57 @@ def test_excitation_schedule():
         assert pooled_conv_schedule(without_fusion(profile), 576, 49, 1024) is None
         assert pooled_conv_schedule(profile, 576, 112 * 112, 1024) is None  # a big map, pooled per group
         assert pooled_conv_schedule(replace(profile, local_memory_bytes=4096), 576, 49, 1024) is None  # too little shared memory
+
+
+def _mbconv_se(rng, inits, x, y, channels, hidden, act, gate):
+    """An inverted residual's depthwise 3x3 conv -> SE (``act``, ``gate``) -> 1x1 projection, as
+    EfficientNet-B0 (SiLU, sigmoid) and MobileNetV3 (ReLU, hard-sigmoid) export them."""
+    return [conv_node(rng, inits, x, f"{y}_d", channels, channels, group=channels),
+            *_se_nodes(f"{y}_d", f"{y}_s", inits, channels, hidden, rng, act=act, gate=gate, name=f"{y}_se"),
+            conv_node(rng, inits, f"{y}_s", y, channels, channels, k=1)]
+
+
+@pytest.mark.parametrize("act, gate", [("silu", "Sigmoid"), ("relu", "HardSigmoid")])
+def test_se_split_plan(act, gate):
+    """Two SE blocks as EfficientNet-B0 and MobileNetV3 export them (a 28 x 28 map of 16 channels,
+    a 14 x 14 map of 24), compiled for the H200: each excitation is one ``excitation_split``
+    launch (over 8 and 6 work groups) where PoCL's plan has one ``excitation``, the same number of
+    launches; the H200's plan run here (PoCL) against onnxruntime."""
+    from tir_adreno.strategy.profile import get_profile
+
+    rng, inits = np.random.default_rng(21), {}
+    nodes = [conv_node(rng, inits, "x", "a", 16, 3),
+             *_mbconv_se(rng, inits, "a", "b", 16, 4, act, gate),
+             conv_node(rng, inits, "b", "c0", 24, 16, strides=[2, 2]),
+             *_mbconv_se(rng, inits, "c0", "y", 24, 6, act, gate)]
+    model = pattern_graph(nodes, inits, size=28)
+    wide, narrow = (_plan_kernels(model, get_profile(name)) for name in ("nvidia-h200", "pocl"))
+    assert wide.count("excitation_split") == 2 and "excitation" not in wide, wide
+    assert narrow.count("excitation") == 2 and "excitation_split" not in narrow, narrow
+    assert len(wide) - wide.count("nchw4c_to_nchw") == len(narrow) - narrow.count("nchw4c_to_nchw"), (wide, narrow)
+    names = check_pattern(model, size=28, profile=get_profile("nvidia-h200"))
+    assert sum(n.startswith("excitation_split") for n in names) == 2, names
+
+
+def test_se_split_half_storage():
+    """The H200's float16_acc32 plan of an SE block (16 channels of 28 x 28) run here: the split
+    excitation's partial sums stay float32 (their sentinel's bits too) where the activations are
+    half, within half storage's error of onnxruntime."""
+    from tir_adreno.compiler import compile_model
+    from tir_adreno.reference import reference_outputs, relative_error
+    from tir_adreno.strategy.profile import get_profile
+
+    rng, inits = np.random.default_rng(22), {}
+    model = pattern_graph([conv_node(rng, inits, "x", "a", 16, 3), *_mbconv_se(rng, inits, "a", "y", 16, 4, "silu", "Sigmoid")],
+                          inits, size=28)
+    cm = compile_model(model, profile=get_profile("nvidia-h200"), precision="float16_acc32", progress=lambda _: None)
+    assert sum(c.label.startswith("excitation_split") for c in cm.plan.calls) == 1
+    (partials,) = [t for t in cm.plan.tensors if t.kind == "const" and t.shape == (1, 8, 4)]  # 4 blocks x 2 pixel slices, 4 hidden
+    assert partials.dtype == "float32" and partials.storage_dtype == "float32", partials
+    x = (np.random.default_rng(11).standard_normal((1, 3, 28, 28)) * 3).astype("float32")
+    (out,) = cm.run({"x": x})
+    (ref,) = reference_outputs(model, {"x": x})
+    assert relative_error(out, ref) <= 2e-3
 
 
 def _gated_block(rng, inits, conv_after, k=1):

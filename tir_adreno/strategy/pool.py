@@ -40,17 +40,55 @@ def _fits(profile: DeviceProfile, channels: int, pixels: int, rows: int, threads
     return _excite.shared_bytes(-(-channels // 4), pixels, rows, threads) <= profile.local_memory_bytes
 
 
-def excitation_schedule(profile: DeviceProfile, macs: int, channels: int, pixels: int, hidden: int) -> dict | None:
+def excitation_schedule(profile: DeviceProfile, macs: int, channels: int, pixels: int, hidden: int,
+                        out_channels: int | None = None) -> dict | None:
     """Factory keywords of a squeeze-excitation kernel (``primfuncs.excite``: the pool of
     ``channels`` x ``pixels`` and the two 1x1 convs of ``macs`` multiply-adds, ``hidden`` units,
-    run in one work group per sample), or None to keep them apart: with kernel fusion off
-    (``launch_cost_macs`` 0, ``compile_model(fuse=False)``), when the convs are bigger than a
+    ``out_channels`` outputs, default ``channels``), or None to keep them apart: with kernel fusion
+    off (``launch_cost_macs`` 0, ``compile_model(fuse=False)``), when the convs are bigger than a
     launch is worth (a classifier head's 1x1 convs belong on the whole device), or when its shared
-    memory does not fit the device's. :data:`EXCITATION_THREADS` work items."""
+    memory does not fit the device's. :data:`EXCITATION_THREADS` work items: ``excitation``, one
+    work group per sample; on a wide GPU (:func:`is_wide`) ``excitation_split``'s keywords
+    (``channel_blocks``, ``pixel_slices``: :func:`excitation_split_schedule`) where it splits."""
     threads = _threads(profile)
     if not 0 < macs <= profile.launch_cost_macs or not _fits(profile, channels, pixels, hidden, threads):
         return None
-    return dict(threads=threads)
+    return dict(threads=threads) | excitation_split_schedule(profile, channels, pixels, hidden, out_channels or channels)
+
+
+#: Pixels (of four channels) a work group of the split excitation pools, about: on the H200 (132
+#: compute units) an SE block of EfficientNet-B0 then spreads over 17 (672 channels of 7 x 7) to
+#: 216 (144 channels of 56 x 56) work groups.
+#: None: never split (the one-work-group kernel everywhere).
+EXCITATION_SPLIT_PIXELS: int | None = 512
+#: Work items of a split excitation's work group (over its pool of about
+#: :data:`EXCITATION_SPLIT_PIXELS` pixels; the last one's over the partial sums and the gate's
+#: output blocks). Measured on the H200 (``benchmarks/excite_split.py``): EfficientNet-B0's 16
+#: excitations 0.214 ms with 1024, 0.230 ms with 256.
+EXCITATION_SPLIT_THREADS = 1024
+
+
+def excitation_split_schedule(profile: DeviceProfile, channels: int, pixels: int, hidden: int, out_channels: int) -> dict:
+    """On a wide GPU (:func:`is_wide`), where the one work group per sample of ``excitation``
+    keeps one compute unit busy (25 us for EfficientNet-B0's 1152 channels of 7 x 7 on the H200,
+    the pool and the two small matrix-vector products latency bound), the keywords of
+    ``primfuncs.excite.excitation_split`` (one launch still): ``threads``
+    (:data:`EXCITATION_SPLIT_THREADS`), ``channel_blocks`` and ``pixel_slices`` per work group, so
+    that each pools about :data:`EXCITATION_SPLIT_PIXELS` pixels of four channels; {} (the one
+    work group) on other devices, when that makes one work group, or when its shared memory does
+    not fit the device's."""
+    if not is_wide(profile) or EXCITATION_SPLIT_PIXELS is None:
+        return {}
+    c4, o4 = ceildiv(channels, 4), ceildiv(out_channels, 4)
+    threads = min(EXCITATION_SPLIT_THREADS, profile.max_work_group_size)
+    # a map of at least that many pixels: slices of it per channel block; else channel blocks of it all
+    blocks = max(1, min(c4, EXCITATION_SPLIT_PIXELS // pixels))
+    slices = equal_slices(pixels, round(pixels / EXCITATION_SPLIT_PIXELS)) if blocks == 1 else 1
+    if _excite.split_slices(c4, pixels, blocks, slices) < 2:
+        return {}
+    if _excite.split_shared_bytes(c4, pixels, hidden, o4, blocks, slices, threads) > profile.local_memory_bytes:
+        return {}
+    return dict(threads=threads, channel_blocks=blocks, pixel_slices=slices)
 
 
 def pooled_conv_schedule(profile: DeviceProfile, channels: int, pixels: int, out_channels: int) -> dict | None:

@@ -19,7 +19,7 @@ from tir_adreno.passes.activations import clip_fields
 from tir_adreno.passes.convs import conv_geometry, conv_operands, sole_conv_reader
 from tir_adreno.passes.graph import Node, dtype, same, static_shape
 from tir_adreno.passes.kernel_index import kernel
-from tir_adreno.passes.op_info import elementwise_info, epilogue_info
+from tir_adreno.passes.op_info import FLOAT32_ATTR, elementwise_info, epilogue_info
 from tir_adreno.passes.rewriter import Rewriter, Value, blocked_shape
 from tir_adreno.passes.rules.base import rule
 from tir_adreno.passes.rules.conv import Tail, conv_tail, emit_conv2d
@@ -54,6 +54,15 @@ def _constants(fc1: Tail, fc2: Tail, c4: int, o4: int) -> list:
     hidden = fc1.w.shape[0]
     return [relax.const(_padded(fc1.w[:, :, 0, 0], hidden, 4 * c4)), relax.const(fc1.bias.astype(np.float32)),
             relax.const(_padded(fc2.w[:, :, 0, 0].T, hidden, 4 * o4)), relax.const(pack_bias(fc2.bias.astype(np.float32)))]
+
+
+def _scratch(n: int, c4: int, pixels: int, hidden: int, schedule: dict) -> list:
+    """``excitation_split``'s scratch arguments, constants each call owns: the work groups'
+    partial sums (float32 even in half storage: pinned by ``FLOAT32_ATTR``), filled with
+    ``excite.PARTIAL_SENTINEL``, and the tickets, zero (each launch leaves them so for the next)."""
+    slices = excite.split_slices(c4, pixels, schedule["channel_blocks"], schedule["pixel_slices"])
+    unwritten = np.full((n, slices, hidden), excite.PARTIAL_SENTINEL, np.int32).view(np.float32)
+    return [relax.const(unwritten), relax.const(np.zeros((n,), np.int32))]
 
 
 @rule("relax.mean", "relax.nn.adaptive_avg_pool2d")
@@ -101,7 +110,7 @@ def _excite(rw: Rewriter, x: Value, fc1_node: Node | None, vector) -> relax.Var 
     fused_before = [m for m in rw.graph.nodes if m.fused]
     tails = _tails(rw, fc1_node, w1)
     n, c, h, w = x.nchw
-    schedule = (pool_strategy.excitation_schedule(rw.profile, _macs(tails), c, h * w, tails[0].w.shape[0])
+    schedule = (pool_strategy.excitation_schedule(rw.profile, _macs(tails), c, h * w, tails[0].w.shape[0], tails[1].w.shape[0])
                 if tails is not None else None)
     if schedule is None:  # the conv rule finds the tails again: un-fuse what the search took
         for m in rw.graph.nodes:
@@ -113,12 +122,16 @@ def _excite(rw: Rewriter, x: Value, fc1_node: Node | None, vector) -> relax.Var 
     out_channels = fc2.w.shape[0]
     out5 = blocked_shape((n, out_channels, 1, 1))
     scope = rw.scope_for(x.shape5, out5)
-    func = kernel(excite.excitation, x.shape5, c, fc1.w.shape[0], out_channels, activation=fc1.activation,
-                  gate=fc2.activation, scope=scope, **_bounds(fc1, fc2), **schedule)
+    split = "channel_blocks" in schedule  # a wide GPU's: spread over work groups, with scratch
+    func = kernel(excite.excitation_split if split else excite.excitation, x.shape5, c, fc1.w.shape[0], out_channels,
+                  activation=fc1.activation, gate=fc2.activation, scope=scope, **_bounds(fc1, fc2), **schedule)
     info = elementwise_info("excitation", [fc1_node, fc2.last], [x.nchw], hidden=int(fc1.w.shape[0]),
                             fc1=epilogue_info(fc1.epilogue), fc2=epilogue_info(fc2.epilogue))
     info["output"] = [n, int(out_channels), 1, 1]
-    out = rw.emit_kernel(func, [rw.blocked(x, scope), *_constants(fc1, fc2, x.shape5[1], out5[1])], out5, op_info=info)
+    consts = _constants(fc1, fc2, x.shape5[1], out5[1])
+    if split:
+        func, consts = func.with_attr(FLOAT32_ATTR, (len(consts) + 1,)), consts + _scratch(n, x.shape5[1], h * w, fc1.w.shape[0], schedule)
+    out = rw.emit_kernel(func, [rw.blocked(x, scope), *consts], out5, op_info=info)
     rw.define(fc2.last.var, out, scope, (n, out_channels, 1, 1))
     return out
 
