@@ -35,6 +35,12 @@ from .._common import LANES, clamp
 F32 = "float32"
 
 
+def norm_foldable(geom) -> bool:
+    """Whether a layer norm over the input channels folds into conv ``geom``: a dense 1x1 conv with
+    stride 1 and no padding (every output pixel reads exactly its own input pixel's channels)."""
+    return (geom.kh, geom.kw, geom.groups) == (1, 1, 1) and geom.strides == (1, 1) and not any(geom.padding)
+
+
 def check_norm(geom, norm_eps, acc_dtype: str, refusal: str | None = None) -> bool:
     """Whether a conv factory folds a layer norm (``norm_eps`` not None), checked: a dense 1x1 conv,
     stride 1, unpadded, float32 accumulators, ``refusal`` None (else the reason this kernel variant
@@ -45,7 +51,7 @@ def check_norm(geom, norm_eps, acc_dtype: str, refusal: str | None = None) -> bo
         raise ValueError(f"norm_eps must be a float >= 0 (a layer norm's epsilon), got {norm_eps!r}")
     if refusal is not None:
         raise ValueError(f"norm_eps: {refusal}")
-    if (geom.kh, geom.kw, geom.groups) != (1, 1, 1) or geom.strides != (1, 1) or any(geom.padding):
+    if not norm_foldable(geom):
         raise ValueError(f"norm_eps: a layer norm folds into a dense 1x1 conv with stride 1 and no padding, got kernel "
                          f"{geom.kh}x{geom.kw}, groups {geom.groups}, strides {geom.strides}, padding {geom.padding}")
     if acc_dtype != F32:
