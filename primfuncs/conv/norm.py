@@ -17,7 +17,8 @@ ways: ``S1 = sum d``, ``S2 = sum d^2`` and the products ``sum W'_oc d_c``. Then
 ``mu_p - K_p = S1 / C``, ``var_p = S2 / C - (S1 / C)^2`` and
 ``y_o = r_p (sum W' d - (S1 / C) s_o) + b'_o`` exactly as above. Without the shift both
 ``E[x^2] - E[x]^2`` and ``W' x - mu s`` cancel catastrophically when the mean is large against the
-spread (a pixel at 1000 +- 1 loses ~6 bits of 24 in each); with it every sum is over values of the
+spread (a pixel at 1000 +- 1 loses ~20 bits of 24 in the first; even a two-pass float32 mean is off
+by ~ulp(1000) = 6e-5 there, 6e-5 of the spread); with it every sum is over values of the
 size of the spread (``K_p`` is one of the pixel's own values, so ``|mu_p - K_p|`` is a few standard
 deviations at most: the textbook shifted-data variance), the subtraction ``x - K`` is exact for
 nearby values (Sterbenz), and the same shift serves all three sums, so the shifted statistics need
