@@ -174,12 +174,11 @@ def _sdta_model(channels, heads, pos_embedding, seed):
 def test_sdta_block_stays_on_textures(channels, heads, pos_embedding, wide):
     """conv -> SDTA (head size 12, 4-aligned, with the positional embedding; and 10, straddling
     pixels) -> conv: the attention in two kernels (on a wide profile the weights split: partials
-    over 3 slices of the 49 tokens, then xca_finish), the tokens views of the map, no layout transform;
-    the layer norm before the qkv Linear folded into it (``strategy.conv.fold_norm``: no kernel of its own)."""
+    over 3 slices of the 49 tokens, then xca_finish), the tokens views of the map, no layout transform."""
     names = check_pattern(_sdta_model(channels, heads, pos_embedding, seed=channels), profile=wide_profile() if wide else None)
     weights = ["xca_partials", "xca_finish"] if wide else ["xca_weights"]
     assert all(names.count(k) == 1 for k in weights + ["xca_apply"]) and len(names) == len(set(names)), names
-    assert not any(k.startswith("layer_norm") for k in names), names
+    assert names.count("layer_norm_channels") == 1, names
     assert names.count("add") == (1 if pos_embedding else 0), names  # the embedding; the residual is the proj conv's
 
 

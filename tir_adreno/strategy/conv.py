@@ -287,8 +287,12 @@ def fuse_gate(geometry: ConvGeometry, precision: str, profile: DeviceProfile, re
     return takes_gate(_choice(geometry, precision, profile, records)[0], geometry)
 
 
-#: Device classes whose 1x1 convs read a layer norm before them folded in (:func:`fold_norm`).
-FOLD_NORM_KINDS = ("gpu", "mobile", "cpu")
+#: Device classes whose 1x1 convs read a layer norm before them folded in (:func:`fold_norm`): wide
+#: GPUs, where a launch costs more than the statistics (H200: no slower tiled convs, 12-15 launches
+#: and 0.09 ms of kernel time less per model). Not PoCL: there ConvNeXt-V2's folded 40-channel
+#: pwconv1s ran 1.2-1.9x their time apart in two runs, more than the layer norm launches saved
+#: (``benchmarks/norm_fold.py``, docs/kernels.md); not Adreno, unmeasured and ALU-bound like it.
+FOLD_NORM_KINDS = ("gpu",)
 
 
 def fold_norm(geometry: ConvGeometry, precision: str, profile: DeviceProfile, records=None) -> bool:
