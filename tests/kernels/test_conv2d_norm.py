@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from helpers.conv import CONV_RTOL as RTOL
 from helpers.conv import check_blocked_output
+from helpers.nonfinite import assert_matches, nonfinite, run_finite_poison
 from helpers.numeric import assert_close, pack_nchw4c, pack_oihw4o, rand, sanitized, unpack_nchw4c
 from helpers.strategies import SCOPES, SEEDS, WORK_GROUPS
 
@@ -138,3 +139,26 @@ def test_norm_conv_bad_arguments():
         conv.conv2d_nchw4c(**one, config=ConvConfig(1, 1, (4, 4, 1), tiled=True), gate_scope=BUFFER, norm_eps=1e-6)
     with pytest.raises(ValueError, match="folded norm"):
         conv.conv2d_nchw4c(**one, scope=BUFFER, data_layout="NCHW", norm_eps=1e-6)
+
+
+@pytest.mark.parametrize("case", [NORM_DIRECT, NORM_TILED], ids=["direct", "tiled"])
+def test_norm_conv_nonfinite(device, case):
+    """NaN/+-Inf in a pixel's channels make every output of that pixel NaN, as the layer norm then
+    the conv do in NumPy (its mean is +-Inf or NaN, its deviations NaN); other pixels stay finite and
+    exact, the padding lanes 0."""
+    rng = np.random.default_rng(8)
+    n, c, h, w_ = case["data_shape"]
+    o = case["weight_shape"][0]
+    case = dict(case, epilogue=Epilogue(bias=True))
+    x = nonfinite(rng, (n, c, h, w_), 3)
+    w, bias = rand(rng, case["weight_shape"]), rand(rng, (o,))
+    gamma, beta = 1 + 0.5 * rand(rng, (c,)), 0.5 * rand(rng, (c,))
+    folded, wsum, folded_bias = fold_layer_norm(w, bias, gamma.astype(np.float64), beta.astype(np.float64))
+    w32 = folded.astype(np.float32)
+    out = run_finite_poison(device, conv.conv2d_nchw4c(**case, scope=BUFFER), pack_nchw4c(x), pack_oihw4o(w32),
+                            pack_bias(wsum.astype(np.float32)), pack_bias(folded_bias.astype(np.float32)))
+    with np.errstate(invalid="ignore"):
+        z = layer_norm(x, np.ones(c), np.zeros(c), axis=1, epsilon=case["norm_eps"])
+        ref = np.einsum("oc,nchw->nohw", w32[:, :, 0, 0].astype(np.float64), z) + folded_bias[None, :, None, None]
+    assert np.all(unpack_nchw4c(out, out.shape[1] * 4)[:, o:] == 0), "padding lanes not zero"
+    assert_matches(unpack_nchw4c(out, o), ref, rtol=RTOL)
