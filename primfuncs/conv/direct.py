@@ -363,7 +363,7 @@ def conv2d_nchw4c(
     "global"), each blocked input pixel read as four channels: a model's first conv reads the
     input itself, with no layout kernel before it.
 
-    ``norm_eps`` (a dense 1x1 conv, stride 1, unpadded; float32 accumulators): the conv reads the
+    ``norm_eps`` (a dense 1x1 conv, stride 1, unpadded; a float32 kernel): the conv reads the
     layer norm over the channels of X, with that epsilon, folded in (:mod:`primfuncs.conv.norm`):
     the caller folds its gamma into ``W`` and ``W . beta`` into the bias, and the kernel takes
     ``WeightSum (O/4, 4)`` (``sum_c W[o, c]``, in ``dtype``) right after ``W``; each work item sums

@@ -45,7 +45,7 @@ class DirectTiling:
         self.converts = self.acc_dtype != dtype  # the tile is converted to dtype before its epilogue
         refusal = None if mode == "blocked" and prologue is None and not self.gated else (
             "a layer norm folds into the blocked path without prologue or input gate")
-        self.normed = check_norm(geom, norm_eps, self.acc_dtype, refusal)
+        self.normed = check_norm(geom, norm_eps, dtype, self.acc_dtype, refusal)
         self.norm_eps = norm_eps
         n, c, o, og = geom.n, geom.c, geom.o, geom.og
         ocb, wb = config.oc_block, config.w_block

@@ -42,10 +42,10 @@ def norm_foldable(geom) -> bool:
     return (geom.kh, geom.kw, geom.groups) == (1, 1, 1) and geom.strides == (1, 1) and not any(geom.padding)
 
 
-def check_norm(geom, norm_eps, acc_dtype: str, refusal: str | None = None) -> bool:
+def check_norm(geom, norm_eps, dtype: str, acc_dtype: str, refusal: str | None = None) -> bool:
     """Whether a conv factory folds a layer norm (``norm_eps`` not None), checked: a dense 1x1 conv,
-    stride 1, unpadded, float32 accumulators, ``refusal`` None (else the reason this kernel variant
-    takes none); ValueError naming the culprit."""
+    stride 1, unpadded, a float32 kernel (half storage is the allocation's: float16_acc32), ``refusal``
+    None (else the reason this kernel variant takes none); ValueError naming the culprit."""
     if norm_eps is None:
         return False
     if isinstance(norm_eps, bool) or not isinstance(norm_eps, (int, float)) or not norm_eps >= 0:
@@ -55,8 +55,9 @@ def check_norm(geom, norm_eps, acc_dtype: str, refusal: str | None = None) -> bo
     if not norm_foldable(geom):
         raise ValueError(f"norm_eps: a layer norm folds into a dense 1x1 conv with stride 1 and no padding, got kernel "
                          f"{geom.kh}x{geom.kw}, groups {geom.groups}, strides {geom.strides}, padding {geom.padding}")
-    if acc_dtype != F32:
-        raise ValueError(f"norm_eps: the folded layer norm's statistics need float32 accumulators, got acc_dtype {acc_dtype!r}")
+    if (dtype, acc_dtype) != (F32, F32):
+        raise ValueError(f"norm_eps: the folded layer norm's shifts and statistics need a float32 kernel, got dtype {dtype!r}, "
+                         f"acc_dtype {acc_dtype!r}")
     return True
 
 

@@ -84,7 +84,7 @@ def conv2d_tiled_nchw4c(
     refused = "a gated conv reads a blocked input" if gated else "a folded norm reads a blocked input" if norm_eps is not None else None
     layout = InputLayout(geom, data_layout, scope, refused)
     acc_dtype = check_accumulator(dtype, acc_dtype)
-    normed = check_norm(geom, norm_eps, acc_dtype, "a layer norm and an input gate do not fold into one conv" if gated else None)
+    normed = check_norm(geom, norm_eps, dtype, acc_dtype, "a layer norm and an input gate do not fold into one conv" if gated else None)
     converts = acc_dtype != dtype  # the tile is converted to dtype before its epilogue
     if tiled_local_bytes(config, dtype, acc_dtype, normed) > MAX_LOCAL_BYTES:
         raise ValueError(f"config {config} needs {tiled_local_bytes(config, dtype, acc_dtype, normed)} bytes of local memory for its "

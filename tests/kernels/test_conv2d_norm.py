@@ -131,8 +131,10 @@ def test_norm_conv_bad_arguments():
         conv.conv2d_nchw4c(**one, strides=2, norm_eps=1e-6)
     with pytest.raises(ValueError, match="norm_eps must be"):
         conv.conv2d_nchw4c(**one, norm_eps=-1.0)
-    with pytest.raises(ValueError, match="float32 accumulators"):
+    with pytest.raises(ValueError, match="float32 kernel"):
         conv.conv2d_nchw4c(**one, dtype="float16", norm_eps=1e-6)
+    with pytest.raises(ValueError, match="float32 kernel"):
+        conv.conv2d_nchw4c(**one, dtype="float16", acc_dtype="float32", norm_eps=1e-6)
     with pytest.raises(ValueError, match="gate"):
         conv.conv2d_nchw4c(**one, gate_scope=TEXTURE, norm_eps=1e-6)
     with pytest.raises(ValueError, match="gate"):
