@@ -7,27 +7,12 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from helpers.onnx_graphs import check_pattern, conv_node, pattern_graph
+from helpers.onnx_graphs import check_pattern, conv_node, convnext_block, pattern_graph
 from tir_adreno import compile_model
 from tir_adreno.reference import layer_norm, relative_error
 from tir_adreno.strategy.profile import get_profile, without_fusion
 
 node = helper.make_node
-
-
-def convnext_block(rng, inits, channels=6, hidden=10, k=1, reader=None):
-    """3x3 depthwise conv -> permute -> LayerNormalization(axis=-1)
-    -> permute -> ``k`` x ``k`` conv to ``hidden`` channels -> y; ``reader`` "residual": the norm's
-    output is also added to the conv's input (a second reader)."""
-    inits.update(g=1 + 0.3 * rng.standard_normal(channels), b=0.3 * rng.standard_normal(channels))
-    nodes = [conv_node(rng, inits, "x", "d", channels, channels, group=channels)]
-    nodes += [node("Transpose", ["d"], ["t"], perm=[0, 2, 3, 1]),
-              node("LayerNormalization", ["t", "g", "b"], ["l"], axis=-1, epsilon=1e-6),
-              node("Transpose", ["l"], ["n"], perm=[0, 3, 1, 2])]
-    if reader == "residual":
-        nodes += [node("Add", ["n", "d"], ["r"])]
-    nodes += [conv_node(rng, inits, "r" if reader == "residual" else "n", "y", hidden, channels, k=k)]
-    return nodes
 
 
 def edgenext_block(rng, inits, channels=6, hidden=10):
