@@ -59,6 +59,7 @@ from .direct_body import (
     depthwise_register_macros,
     input_macros,
     lanes_macro,
+    load_shifts_macro,
     store_macro,
 )
 from .direct_tiling import DirectTiling
@@ -67,15 +68,16 @@ from .tiled import conv2d_tiled_nchw4c
 
 
 def _tile_macros(tiling: DirectTiling, epilogue: Epilogue):
-    """``(conv_tile, accumulate_blocked, store_tile)``: ``conv_tile`` is one work item's tile
-    (zeroed accumulators, the mode's accumulation body, the stores) in a block; the split_k
-    kernel uses the other two."""
+    """``(conv_tile, accumulate_blocked, store_tile, load_shifts)``: ``conv_tile`` is one work
+    item's tile (zeroed accumulators, the mode's accumulation body, the stores) in a block; the
+    split_k kernel uses the other three."""
     load_pixel, load_input = input_macros(tiling)
     accumulate_depthwise_registers, depthwise_prologue = depthwise_register_macros(tiling, load_pixel)
     accumulate_blocked = blocked_macro(tiling, load_input, depthwise_prologue)
     accumulate_lanes = lanes_macro(tiling, load_input)
     accumulate_depthwise = depthwise_macro(tiling, load_input)
     store_tile = store_macro(tiling, epilogue)
+    load_shifts = load_shifts_macro(tiling, load_input)
     g = tiling.geom
     n, oh, kh, kw = g.n, g.oh, g.kh, g.kw
     ot, wt, ocb, wb, span, dw_taps = tiling.ot, tiling.wt, tiling.ocb, tiling.wb, tiling.span, tiling.dw_taps
@@ -83,9 +85,10 @@ def _tile_macros(tiling: DirectTiling, epilogue: Epilogue):
     acc_dtype, acc_zero = tiling.acc_dtype, tiling.acc_zero
     multiplier, blocks_per_group, tail = tiling.multiplier, tiling.blocks_per_group, tiling.tail
     first_block, out_block = tiling.first_block, tiling.out_block
+    acc_rows, normed = tiling.acc_rows, tiling.normed
 
     @T.macro
-    def conv_tile(X, W_dw, Bias_dw, Gate, W, Bias, Residual, Y, t, r, i, valid):
+    def conv_tile(X, W_dw, Bias_dw, Gate, W, WeightSum, Bias, Residual, Y, t, r, i, valid):
         """The tile of channel tile ``t``, output row ``r`` and column tile ``i`` (image ``i // wt``)."""
         with T.sblock("conv2d"):
             # Tile: channel blocks vt*ocb.., output row voh, columns vwt*wb.. of image nn.
@@ -94,18 +97,23 @@ def _tile_macros(tiling: DirectTiling, epilogue: Epilogue):
             nn = T.axis.spatial(n, i // wt)
             vwt = T.axis.spatial(wt, i % wt)
             T.where(valid)
-            acc = T.sblock_alloc_buffer((ocb * wb, 4), acc_dtype, scope="local")
+            acc = T.sblock_alloc_buffer((acc_rows, 4), acc_dtype, scope="local")
             xp = T.sblock_alloc_buffer((wb, 4), dtype, scope="local")
             wp = T.sblock_alloc_buffer((ocb, 4, 4), dtype, scope="local")
             tmp = T.sblock_alloc_buffer((4,), dtype, scope="local")
             xs = T.sblock_alloc_buffer((span, 4), dtype, scope="local")
             wr = T.sblock_alloc_buffer((ocb, kh * kw if register_window else 1, 4), dtype, scope="local")
             wd = T.sblock_alloc_buffer((1, dw_taps, 4), dtype, scope="local")
-            gp = T.sblock_alloc_buffer((4,), dtype, scope="local")
+            gp = T.sblock_alloc_buffer((4,), dtype, scope="local")  # the gate pixel, or a folded norm's shifts
             for ob in T.unroll(ocb):
                 for wi in T.unroll(wb):
                     for lane in T.unroll(4):
                         acc[ob * wb + wi, lane] = acc_zero
+            if normed:  # the statistics rows, and the shifts
+                for wi in T.unroll(wb):
+                    for lane in T.unroll(4):
+                        acc[ocb * wb + wi, lane] = acc_zero
+                load_shifts(X, xp, gp, nn, voh, vwt * wb)
             if mode == "blocked":
                 for cb in T.serial(blocks_per_group):
                     accumulate_blocked(
@@ -123,9 +131,9 @@ def _tile_macros(tiling: DirectTiling, epilogue: Epilogue):
                 accumulate_depthwise(X, W, xp, wp, acc, nn, voh, vwt * wb, vt)
             else:
                 accumulate_lanes(X, W, xp, wp, acc, nn, voh, vwt * wb, vt)
-            store_tile(Y, Bias, Residual, acc, tmp, nn, voh, vwt * wb, vt)
+            store_tile(Y, Bias, Residual, acc, tmp, nn, voh, vwt * wb, vt, WeightSum)
 
-    return conv_tile, accumulate_blocked, store_tile
+    return conv_tile, accumulate_blocked, store_tile, load_shifts
 
 
 def _plain_kernel(tiling: DirectTiling, conv_tile, name: str, scopes):
@@ -140,8 +148,8 @@ def _plain_kernel(tiling: DirectTiling, conv_tile, name: str, scopes):
 
     @T.prim_func(s_tir=True)
     def func(
-        data: T.handle, dw_weight: T.handle, dw_bias: T.handle, gate: T.handle, weight: T.handle, bias: T.handle,
-        residual: T.handle, out: T.handle,
+        data: T.handle, dw_weight: T.handle, dw_bias: T.handle, gate: T.handle, weight: T.handle, weight_sum: T.handle,
+        bias: T.handle, residual: T.handle, out: T.handle,
     ):
         T.func_attr({"global_symbol": name, "tirx.noalias": True})
         X = T.match_buffer(data, x_shape, dtype, scope=scope)
@@ -149,6 +157,7 @@ def _plain_kernel(tiling: DirectTiling, conv_tile, name: str, scopes):
         Bias_dw = T.match_buffer(dw_bias, (c4, 4), dtype, scope=BUFFER)
         Gate = T.match_buffer(gate, (n, c4, 1, 1, 4), dtype, scope=gate_scope)
         W = T.match_buffer(weight, (o4, cg, kh, kw, 4), dtype, scope=weight_scope)
+        WeightSum = T.match_buffer(weight_sum, (o4, 4), dtype, scope=BUFFER)
         Bias = T.match_buffer(bias, (o4, 4), dtype, scope=BUFFER)
         Residual = T.match_buffer(residual, (n, o4, oh, ow, 4), dtype, scope=residual_scope)
         Y = T.match_buffer(out, (n, o4, oh, ow, 4), dtype, scope=out_scope)
@@ -156,7 +165,7 @@ def _plain_kernel(tiling: DirectTiling, conv_tile, name: str, scopes):
             for bx in T.thread_binding(ceildiv(tiles, gf), thread="blockIdx.x"):
                 for tx in T.thread_binding(gf, thread="threadIdx.x"):
                     conv_tile(
-                        X, W_dw, Bias_dw, Gate, W, Bias, Residual, Y, (bx * gf + tx) // (oh * wt) % ot, (bx * gf + tx) // wt % oh,
+                        X, W_dw, Bias_dw, Gate, W, WeightSum, Bias, Residual, Y, (bx * gf + tx) // (oh * wt) % ot, (bx * gf + tx) // wt % oh,
                         (bx * gf + tx) // (ot * oh * wt) * wt + (bx * gf + tx) % wt, bx * gf + tx < tiles,
                     )
         else:
@@ -167,25 +176,26 @@ def _plain_kernel(tiling: DirectTiling, conv_tile, name: str, scopes):
                             for ty in T.thread_binding(gy, thread="threadIdx.y"):
                                 for tx in T.thread_binding(gx, thread="threadIdx.x"):
                                     conv_tile(
-                                        X, W_dw, Bias_dw, Gate, W, Bias, Residual, Y, bz * gz + tz, by * gy + ty, bx * gx + tx,
+                                        X, W_dw, Bias_dw, Gate, W, WeightSum, Bias, Residual, Y, bz * gz + tz, by * gy + ty, bx * gx + tx,
                                         bz * gz + tz < ot and by * gy + ty < oh and bx * gx + tx < cols,
                                     )
 
     return func
 
 
-def _split_kernel(tiling: DirectTiling, accumulate_blocked, store_tile, name: str, scopes):
+def _split_kernel(tiling: DirectTiling, accumulate_blocked, store_tile, load_shifts, name: str, scopes):
     """The split_k kernel: the work group's z dim holds gz channel tiles x ``split`` slices of the
     input channel blocks (slice k walks blocks k, k + split, ...). Each item writes its partial
     tile to local memory (item index fastest: conflict-free); after the barrier the slice-0 item
-    of each tile sums the slices, applies the epilogue and stores."""
+    of each tile sums the slices, applies the epilogue and stores. A folded layer norm's statistics
+    rows (each slice's sums over its blocks, all with the same shifts) add up with the tile's."""
     scope, weight_scope, out_scope, residual_scope = scopes
     g = tiling.geom
     n, oh, ow, c4, o4, cg, kh, kw = g.n, g.oh, g.ow, g.c4, g.o4, g.cg, g.kh, g.kw
     x_shape, dw_shape, dtype, span, dw_taps = tiling.x_shape, tiling.dw_shape, tiling.dtype, tiling.span, tiling.dw_taps
     gate_scope = tiling.gate_scope or scope
     ot, wt, ocb, wb, cols = tiling.ot, tiling.wt, tiling.ocb, tiling.wb, tiling.cols
-    acc_dtype, acc_zero = tiling.acc_dtype, tiling.acc_zero
+    acc_dtype, acc_zero, acc_rows, normed = tiling.acc_dtype, tiling.acc_zero, tiling.acc_rows, tiling.normed
     gx, gy, gz, split = tiling.gx, tiling.gy, tiling.gz, tiling.split
     blocks_per_group, tail, first_block = tiling.blocks_per_group, tiling.tail, tiling.first_block
 
@@ -209,8 +219,8 @@ def _split_kernel(tiling: DirectTiling, accumulate_blocked, store_tile, name: st
 
     @T.prim_func(s_tir=True)
     def func_split(
-        data: T.handle, dw_weight: T.handle, dw_bias: T.handle, gate: T.handle, weight: T.handle, bias: T.handle,
-        residual: T.handle, out: T.handle,
+        data: T.handle, dw_weight: T.handle, dw_bias: T.handle, gate: T.handle, weight: T.handle, weight_sum: T.handle,
+        bias: T.handle, residual: T.handle, out: T.handle,
     ):
         T.func_attr({"global_symbol": name, "tirx.noalias": True})
         X = T.match_buffer(data, x_shape, dtype, scope=scope)
@@ -218,6 +228,7 @@ def _split_kernel(tiling: DirectTiling, accumulate_blocked, store_tile, name: st
         Bias_dw = T.match_buffer(dw_bias, (c4, 4), dtype, scope=BUFFER)
         Gate = T.match_buffer(gate, (n, c4, 1, 1, 4), dtype, scope=gate_scope)
         W = T.match_buffer(weight, (o4, cg, kh, kw, 4), dtype, scope=weight_scope)
+        WeightSum = T.match_buffer(weight_sum, (o4, 4), dtype, scope=BUFFER)
         Bias = T.match_buffer(bias, (o4, 4), dtype, scope=BUFFER)
         Residual = T.match_buffer(residual, (n, o4, oh, ow, 4), dtype, scope=residual_scope)
         Y = T.match_buffer(out, (n, o4, oh, ow, 4), dtype, scope=out_scope)
@@ -225,29 +236,31 @@ def _split_kernel(tiling: DirectTiling, accumulate_blocked, store_tile, name: st
             for by in T.thread_binding(ceildiv(oh, gy), thread="blockIdx.y"):
                 for bx in T.thread_binding(ceildiv(cols, gx), thread="blockIdx.x"):
                     with T.sblock("conv2d"):
-                        partial = T.sblock_alloc_buffer((split, ocb * wb, 4, items), acc_dtype, scope="shared")
+                        partial = T.sblock_alloc_buffer((split, acc_rows, 4, items), acc_dtype, scope="shared")
                         # 1. slice tk // gz of tile (channel tile bz*gz + tk%gz, row, column tile)
                         for tk in T.thread_binding(gz * split, thread="threadIdx.z"):
                             for ty in T.thread_binding(gy, thread="threadIdx.y"):
                                 for tx in T.thread_binding(gx, thread="threadIdx.x"):
                                     with T.sblock("partial_sums"):
-                                        acc = T.sblock_alloc_buffer((ocb * wb, 4), acc_dtype, scope="local")
+                                        acc = T.sblock_alloc_buffer((acc_rows, 4), acc_dtype, scope="local")
                                         xp = T.sblock_alloc_buffer((wb, 4), dtype, scope="local")
                                         wp = T.sblock_alloc_buffer((ocb, 4, 4), dtype, scope="local")
                                         xs = T.sblock_alloc_buffer((span, 4), dtype, scope="local")
                                         wd = T.sblock_alloc_buffer((1, dw_taps, 4), dtype, scope="local")
                                         tmp = T.sblock_alloc_buffer((4,), dtype, scope="local")
                                         gp = T.sblock_alloc_buffer((4,), dtype, scope="local")
-                                        for i in T.unroll(ocb * wb):
+                                        for i in T.unroll(acc_rows):
                                             for lane in T.unroll(4):
                                                 acc[i, lane] = acc_zero
                                         if bz * gz + tk % gz < ot and by * gy + ty < oh and bx * gx + tx < cols:
+                                            if normed:
+                                                load_shifts(X, xp, gp, (bx * gx + tx) // wt, by * gy + ty, (bx * gx + tx) % wt * wb)
                                             accumulate_slice(
                                                 X, W, xp, wp, acc, (bx * gx + tx) // wt, by * gy + ty,
                                                 (bx * gx + tx) % wt * wb, bz * gz + tk % gz, tk // gz,
                                                 W_dw, Bias_dw, xs, wd, tmp, Gate, gp,
                                             )
-                                        for i in T.unroll(ocb * wb):
+                                        for i in T.unroll(acc_rows):
                                             for lane in T.unroll(4):
                                                 partial[tk // gz, i, lane, ((tk % gz) * gy + ty) * gx + tx] = acc[i, lane]
                         # 2. slice 0 sums the slices and stores the tile
@@ -256,48 +269,52 @@ def _split_kernel(tiling: DirectTiling, accumulate_blocked, store_tile, name: st
                                 for tx in T.thread_binding(gx, thread="threadIdx.x"):
                                     with T.sblock("reduce_store"):
                                         if tk < gz and bz * gz + tk < ot and by * gy + ty < oh and bx * gx + tx < cols:
-                                            acc = T.sblock_alloc_buffer((ocb * wb, 4), acc_dtype, scope="local")
+                                            acc = T.sblock_alloc_buffer((acc_rows, 4), acc_dtype, scope="local")
                                             tmp = T.sblock_alloc_buffer((4,), dtype, scope="local")
-                                            for i in T.unroll(ocb * wb):
+                                            for i in T.unroll(acc_rows):
                                                 for lane in T.unroll(4):
                                                     acc[i, lane] = partial[0, i, lane, (tk * gy + ty) * gx + tx]
                                             for k in T.serial(1, split):  # rolled: the sum is cheap, unrolled it bloats the code
-                                                for i in T.unroll(ocb * wb):
+                                                for i in T.unroll(acc_rows):
                                                     for lane in T.unroll(4):
                                                         acc[i, lane] = acc[i, lane] + partial[k, i, lane, (tk * gy + ty) * gx + tx]
                                             store_tile(
                                                 Y, Bias, Residual, acc, tmp, (bx * gx + tx) // wt, by * gy + ty,
-                                                (bx * gx + tx) % wt * wb, bz * gz + tk,
+                                                (bx * gx + tx) % wt * wb, bz * gz + tk, WeightSum,
                                             )
 
     return func_split
 
 
 def _direct_conv(geom: ConvGeometry, mode: str, epilogue, dtype, config, scope, weight_scope, name, prologue=None,
-                 out_scope=None, residual_scope=None, acc_dtype=None, gate_scope=None, data_layout="NCHW4c"):
+                 out_scope=None, residual_scope=None, acc_dtype=None, gate_scope=None, data_layout="NCHW4c", norm_eps=None):
     """The shared skeleton: tiling, guards, accumulation body ``mode``, epilogue and stores.
     ``prologue`` (:class:`DepthwisePrologue`, a 1x1 conv only): X is the depthwise conv's input.
     ``gate_scope``: X is read times the input gate ``Gate`` held in that scope. ``data_layout``
-    "NCHW": X is a plain buffer (the blocked path without prologue or gate only)."""
+    "NCHW": X is a plain buffer (the blocked path without prologue or gate only). ``norm_eps``: X is read
+    through a layer norm over its channels (:mod:`primfuncs.conv.norm`)."""
     if config is None:
         config = fallback_config(geom, depthwise=mode == "depthwise")
     scopes = check_conv_args(epilogue, dtype, config, scope, weight_scope, out_scope, residual_scope)
     if gate_scope is not None:
         check_scope(gate_scope)
-    plain_refused = None if mode == "blocked" and prologue is None and gate_scope is None else (
-        f"only the blocked path (dense convs) without a prologue or input gate reads a plain input; this conv has the "
-        f"{mode} path{' with a prologue' if prologue is not None else ''}{' with a gate' if gate_scope is not None else ''}")
+    plain_refused = None if mode == "blocked" and prologue is None and gate_scope is None and norm_eps is None else (
+        f"only the blocked path (dense convs) without a prologue, input gate or folded norm reads a plain input; this conv "
+        f"has the {mode} path{' with a prologue' if prologue is not None else ''}{' with a gate' if gate_scope is not None else ''}"
+        f"{' with a folded norm' if norm_eps is not None else ''}")
     input_layout = InputLayout(geom, data_layout, scopes[0], plain_refused)
-    tiling = DirectTiling(geom, mode, config, dtype, prologue, acc_dtype, gate_scope, input_layout)
-    conv_tile, accumulate_blocked, store_tile = _tile_macros(tiling, epilogue)
+    tiling = DirectTiling(geom, mode, config, dtype, prologue, acc_dtype, gate_scope, input_layout, norm_eps)
+    conv_tile, accumulate_blocked, store_tile, load_shifts = _tile_macros(tiling, epilogue)
     # Parse only the kernel this config uses (TVMScript parsing is the factory's main cost).
     if tiling.split > 1:
-        kernel = _split_kernel(tiling, accumulate_blocked, store_tile, name, scopes)
+        kernel = _split_kernel(tiling, accumulate_blocked, store_tile, load_shifts, name, scopes)
     else:
         kernel = _plain_kernel(tiling, conv_tile, name, scopes)
     inputs = ["X", "W"] if prologue is None else ["X", "W_dw", *["Bias_dw"] * prologue.epilogue.bias, "W"]
     if gate_scope is not None:
         inputs.insert(1, "Gate")
+    if tiling.normed:
+        inputs.append("WeightSum")
     return select_params(kernel, epilogue.params(inputs, "Y"))
 
 
@@ -320,6 +337,7 @@ def conv2d_nchw4c(
     acc_dtype: str | None = None,
     gate_scope: str | None = None,
     data_layout: str = "NCHW4c",
+    norm_eps: float | None = None,
 ):
     """Direct conv2d ``Y = act(conv(X, W) + bias + residual)`` on NCHW4c, any groups.
 
@@ -344,16 +362,24 @@ def conv2d_nchw4c(
     ``data_layout`` "NCHW" (dense convs, no gate): X is a plain ``[N, C, H, W]`` buffer (``scope``
     "global"), each blocked input pixel read as four channels: a model's first conv reads the
     input itself, with no layout kernel before it.
+
+    ``norm_eps`` (a dense 1x1 conv, stride 1, unpadded; a float32 kernel): the conv reads the
+    layer norm over the channels of X, with that epsilon, folded in (:mod:`primfuncs.conv.norm`):
+    the caller folds its gamma into ``W`` and ``W . beta`` into the bias, and the kernel takes
+    ``WeightSum (O/4, 4)`` (``sum_c W[o, c]``, in ``dtype``) right after ``W``; each work item sums
+    its pixels' shifted channels next to its products and normalizes before the epilogue. Direct
+    (any config) or tiled.
     """
     geom = conv2d_geometry(data_shape, weight_shape, strides, padding, dilation, groups)
     if config is not None and config.tiled:
         if geom.groups != 1:
             raise ValueError(f"config.tiled=True is for dense convs (groups=1), got groups={geom.groups}")
         return conv2d_tiled_nchw4c(data_shape, weight_shape, strides, padding, dilation, epilogue, dtype, config, scope,
-                                   weight_scope, out_scope, residual_scope, acc_dtype, gate_scope, data_layout)
+                                   weight_scope, out_scope, residual_scope, acc_dtype, gate_scope, data_layout, norm_eps)
     mode = "blocked" if blocked_path(geom) else "grouped"
     return _direct_conv(geom, mode, epilogue, dtype, config, scope, weight_scope, "conv2d_nchw4c", out_scope=out_scope,
-                        residual_scope=residual_scope, acc_dtype=acc_dtype, gate_scope=gate_scope, data_layout=data_layout)
+                        residual_scope=residual_scope, acc_dtype=acc_dtype, gate_scope=gate_scope, data_layout=data_layout,
+                        norm_eps=norm_eps)
 
 
 def blocked_path(geom: ConvGeometry) -> bool:

@@ -15,6 +15,7 @@ from tvm.script import tirx as T
 from .._common import convert_tile, load_pixel, multiply_add
 from ..epilogue import apply_epilogue, store_output_pixel
 from .geometry import all_of
+from .norm import norm_macros
 
 
 def input_macros(k):
@@ -89,16 +90,39 @@ def depthwise_register_macros(k, load_pixel):
     return accumulate_depthwise_registers, depthwise_prologue
 
 
+def tile_norm_macros(k):
+    """A folded layer norm's ``(accumulate_statistics, normalize)`` for the direct tile
+    (:func:`primfuncs.conv.norm.norm_macros`; ``normalize(acc, WeightSum, t, 0)``)."""
+    return norm_macros(k.ocb, k.wb, k.geom.c, k.norm_eps or 0.0, lambda t, _, ob: k.out_block(t, ob))
+
+
+def load_shifts_macro(k, load_input):
+    """``load_shifts``: a folded layer norm's per-pixel shifts ``K`` (:mod:`primfuncs.conv.norm`)."""
+    wb = k.wb
+
+    @T.macro
+    def load_shifts(X, xp, gp, nn, r, x0):
+        """``gp[wi]`` = channel 0 of input pixel ``(r, x0 + wi)``: the shift of column ``wi``."""
+        for wi in T.unroll(wb):
+            load_input(X, xp, wi, nn, 0, r, x0 + wi, 0, 0)
+            gp[wi] = xp[wi, 0]
+
+    return load_shifts
+
+
 def blocked_macro(k, load_input, depthwise_prologue):
     """``accumulate_blocked``: one input channel block (4 lanes, or the last block's valid ones)."""
     kh, kw, wb, ocb, window, fused, gated = k.geom.kh, k.geom.kw, k.wb, k.ocb, k.window, k.fused, k.gated
-    out_block = k.out_block
+    out_block, normed = k.out_block, k.normed
+    accumulate_statistics = tile_norm_macros(k)[0]
 
     @T.macro
     def accumulate_blocked(X, W, xp, wp, acc, nn, r, x0, t, cin, cb, lanes, W_dw, Bias_dw, xs, wd, tmp, Gate, gp):
         """Input block ``cin`` (the ``cb``-th of its group), its first ``lanes`` channels, into the
         tile. With a depthwise ``prologue`` (a 1x1 conv) the input pixels are computed from X;
-        with an input gate each input pixel is multiplied by the block's gate pixel ``gp``."""
+        with an input gate each input pixel is multiplied by the block's gate pixel ``gp``; with a
+        folded layer norm ``gp[wi]`` is column ``wi``'s shift, subtracted from its input pixel, whose
+        sum and sum of squares go to the column's statistics row."""
         if gated:  # one gate read per input block, whatever the window
             load_pixel(gp, Gate, nn, cin, 0, 0)
         for k_h in window(kh):
@@ -109,6 +133,10 @@ def blocked_macro(k, load_input, depthwise_prologue):
                         if gated:  # X * Gate[n, c] (0 stays 0 in the padding for any finite gate)
                             for lane in T.unroll(4):
                                 xp[wi, lane] = xp[wi, lane] * gp[lane]
+                        if normed:  # x - K, and its S1, S2 (primfuncs.conv.norm)
+                            for lane in T.unroll(4):
+                                xp[wi, lane] = xp[wi, lane] - gp[wi]
+                            accumulate_statistics(acc, xp, wi, lanes)
                 else:
                     depthwise_prologue(X, W_dw, Bias_dw, xs, wd, xp, tmp, nn, cin, r, x0)
                 for ob in T.unroll(ocb):
@@ -185,7 +213,8 @@ def depthwise_macro(k, load_input):
 
 def store_macro(k, epilogue):
     """``store_tile``: the epilogue and store of a tile's pixels that lie inside the output."""
-    ocb, wb, o, store_ok, converts, dtype = k.ocb, k.wb, k.geom.o, k.store_ok, k.converts, k.dtype
+    ocb, wb, o, store_ok, converts, dtype, normed = k.ocb, k.wb, k.geom.o, k.store_ok, k.converts, k.dtype, k.normed
+    normalize = tile_norm_macros(k)[1]
 
     @T.macro
     def store_pixels(Y, Bias, Residual, acc, tmp, nn, r, x0, t):
@@ -197,13 +226,15 @@ def store_macro(k, epilogue):
                     )
 
     @T.macro
-    def store_tile(Y, Bias, Residual, acc, tmp, nn, r, x0, t):
-        """Epilogue and store of the tile's pixels that lie inside the output. A float32 ``acc``
-        of a half kernel is first converted (``res``): the epilogue and the store stay in the
-        kernel's dtype."""
+    def store_tile(Y, Bias, Residual, acc, tmp, nn, r, x0, t, WeightSum):
+        """Epilogue and store of the tile's pixels that lie inside the output. A folded layer norm
+        is applied first (float32); a float32 ``acc`` of a half kernel is then converted (``res``):
+        the epilogue and the store stay in the kernel's dtype."""
+        if normed:
+            normalize(acc, WeightSum, t, 0)
         if converts:
             res = T.sblock_alloc_buffer((ocb * wb, 4), dtype, scope="local")
-            convert_tile(res, acc)
+            convert_tile(res, acc)  # the tile's rows (res has no statistics rows)
             store_pixels(Y, Bias, Residual, res, tmp, nn, r, x0, t)
         else:
             store_pixels(Y, Bias, Residual, acc, tmp, nn, r, x0, t)

@@ -10,6 +10,7 @@ from tvm.script import tirx as T
 from .._common import LANES, ceildiv, check_accumulator
 from .config import MAX_LOCAL_BYTES, ConvConfig, fit_work_group
 from .geometry import ConvGeometry, ConvWindow, InputLayout, all_of
+from .norm import check_norm
 
 #: Kernel windows up to this many taps are fully unrolled (3x3: +30% on PoCL buffers).
 UNROLL_TAPS = 9
@@ -31,7 +32,8 @@ class DirectTiling:
     blocked path or with a prologue)."""
 
     def __init__(self, geom: ConvGeometry, mode: str, config: ConvConfig, dtype: str, prologue=None,
-                 acc_dtype: str | None = None, gate_scope: str | None = None, input_layout: InputLayout | None = None):
+                 acc_dtype: str | None = None, gate_scope: str | None = None, input_layout: InputLayout | None = None,
+                 norm_eps: float | None = None):
         self.geom, self.mode, self.config, self.dtype, self.prologue = geom, mode, config, dtype, prologue
         self.gated, self.gate_scope = gate_scope is not None, gate_scope
         if self.gated and (mode != "blocked" or prologue is not None):
@@ -41,6 +43,10 @@ class DirectTiling:
         # The tile's accumulators (and split_k partials); a depthwise prologue's stay in dtype.
         self.acc_dtype = check_accumulator(dtype, acc_dtype)
         self.converts = self.acc_dtype != dtype  # the tile is converted to dtype before its epilogue
+        refusal = None if mode == "blocked" and prologue is None and not self.gated else (
+            "a layer norm folds into the blocked path without prologue or input gate")
+        self.normed = check_norm(geom, norm_eps, dtype, self.acc_dtype, refusal)
+        self.norm_eps = norm_eps
         n, c, o, og = geom.n, geom.c, geom.o, geom.og
         ocb, wb = config.oc_block, config.w_block
         self.uses_lanes = mode == "grouped" or (mode == "depthwise" and o != c)
@@ -48,6 +54,7 @@ class DirectTiling:
             # A tile must not straddle two groups: it shares its input pixels.
             ocb = max(d for d in range(1, ocb + 1) if (og // LANES) % d == 0)
         self.ocb, self.wb = ocb, wb
+        self.acc_rows = ocb * wb + (wb if self.normed else 0)  # the tile, then a folded norm's statistics
         self.ot, self.wt = ceildiv(geom.o4, ocb), ceildiv(geom.ow, wb)
         self.cols = n * self.wt
         self.gx = fit_work_group(self.cols, config.work_group[0])
@@ -91,7 +98,7 @@ class DirectTiling:
             )
         split = max(1, min(split, self.blocks_per_group))
         items = self.gz * self.gy * self.gx
-        partial_bytes = split * self.ocb * self.wb * LANES * items * (2 if self.acc_dtype == "float16" else 4)
+        partial_bytes = split * self.acc_rows * LANES * items * (2 if self.acc_dtype == "float16" else 4)
         if split > 1 and partial_bytes > MAX_LOCAL_BYTES:
             raise ValueError(
                 f"config {config} needs {partial_bytes} bytes of local memory for the split_k partial sums, "

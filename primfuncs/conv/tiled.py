@@ -27,19 +27,21 @@ from .._common import BUFFER, LANES, ceildiv, check_accumulator, check_scope, co
 from ..epilogue import Epilogue, store_output_pixel
 from .config import MAX_LOCAL_BYTES, ConvConfig, check_conv_args
 from .geometry import ConvWindow, InputLayout, all_of, conv2d_geometry
+from .norm import check_norm, norm_macros
 
 
 def _bytes(dtype: str) -> int:
     return 2 if dtype == "float16" else 4
 
 
-def tiled_local_bytes(config: ConvConfig, dtype: str = "float32", acc_dtype: str | None = None) -> int:
+def tiled_local_bytes(config: ConvConfig, dtype: str = "float32", acc_dtype: str | None = None, normed: bool = False) -> int:
     """Local memory of ``config``: each K slice's input and weight tiles, and with
-    ``split_k`` > 1 the partial sums (in ``acc_dtype``) of all slices but the first."""
+    ``split_k`` > 1 the partial sums (in ``acc_dtype``) of all slices but the first (with a folded
+    norm, ``normed``, its statistics rows too)."""
     gx, gy, _ = config.work_group
     split = config.split_k
     tiles = split * config.k_chunk * (gx * config.w_block + LANES * gy * config.oc_block)
-    partials = (split - 1) * gx * gy * config.oc_block * config.w_block if split > 1 else 0
+    partials = (split - 1) * gx * gy * (config.oc_block + normed) * config.w_block if split > 1 else 0
     return LANES * (tiles * _bytes(dtype) + partials * _bytes(acc_dtype or dtype))
 
 
@@ -59,12 +61,16 @@ def conv2d_tiled_nchw4c(
     acc_dtype: str | None = None,
     gate_scope: str | None = None,
     data_layout: str = "NCHW4c",
+    norm_eps: float | None = None,
 ):
     """Dense conv2d (``groups == 1``) as a tiled implicit GEMM; arguments as
     :func:`primfuncs.conv.direct.conv2d_nchw4c`, ``config.tiled`` must be set. With an input gate
     (``gate_scope``) each input pixel is multiplied by its block's gate pixel as it is staged in
     local memory: once per work group, not per output channel tile. ``data_layout`` "NCHW": X is
-    a plain buffer, each staged pixel read as four channels."""
+    a plain buffer, each staged pixel read as four channels. ``norm_eps``: a layer norm over X's
+    channels folded in (:mod:`primfuncs.conv.norm`; ``WeightSum`` after ``W``): each staged pixel is
+    shifted by its pixel's channel 0 (padding channels zeroed), and each item sums its pixels'
+    staged values (S1, S2) as it multiplies them: statistics rows after its tile, split_k partials too."""
     geom = conv2d_geometry(data_shape, weight_shape, strides, padding, dilation, 1)
     if config is None:
         config = ConvConfig(oc_block=2, w_block=4, work_group=(16, 8, 1), tiled=True)
@@ -75,11 +81,13 @@ def conv2d_tiled_nchw4c(
     gated = gate_scope is not None
     if gated:
         check_scope(gate_scope)
-    layout = InputLayout(geom, data_layout, scope, "a gated conv reads a blocked input" if gated else None)
+    refused = "a gated conv reads a blocked input" if gated else "a folded norm reads a blocked input" if norm_eps is not None else None
+    layout = InputLayout(geom, data_layout, scope, refused)
     acc_dtype = check_accumulator(dtype, acc_dtype)
+    normed = check_norm(geom, norm_eps, dtype, acc_dtype, "a layer norm and an input gate do not fold into one conv" if gated else None)
     converts = acc_dtype != dtype  # the tile is converted to dtype before its epilogue
-    if tiled_local_bytes(config, dtype, acc_dtype) > MAX_LOCAL_BYTES:
-        raise ValueError(f"config {config} needs {tiled_local_bytes(config, dtype, acc_dtype)} bytes of local memory for its "
+    if tiled_local_bytes(config, dtype, acc_dtype, normed) > MAX_LOCAL_BYTES:
+        raise ValueError(f"config {config} needs {tiled_local_bytes(config, dtype, acc_dtype, normed)} bytes of local memory for its "
                          f"tiles, more than {MAX_LOCAL_BYTES}; use a smaller work group, tile or k_chunk")
 
     n, c, o, c4, o4 = geom.n, geom.c, geom.o, geom.c4, geom.o4
@@ -98,6 +106,9 @@ def conv2d_tiled_nchw4c(
     threads = gx * gy
     x_rounds, w_rounds = ceildiv(kc * tm, threads), ceildiv(kc * LANES * tn, threads)
     zero, acc_zero = T.Cast(dtype, 0), T.Cast(acc_dtype, 0)
+    acc_rows = (ocb + normed) * pb  # the item's tile, then a folded norm's statistics rows
+    accumulate_statistics, normalize = norm_macros(
+        ocb, pb, c, norm_eps or 0.0, lambda by, ty, q: T.min(by * tn + q * gy + ty, o4 - 1) if o4 % tn else by * tn + q * gy + ty)
 
     def guard(cond, needed):
         return cond if needed else T.bool(True)
@@ -143,11 +154,19 @@ def conv2d_tiled_nchw4c(
                             nn, x_block(step, rnd * threads + item), win.clamp_row(x_row(tile, step, rnd * threads + item)),
                             win.clamp_col(x_col(tile, step, rnd * threads + item)), lane,
                         ]
+                if normed:  # x - K, K = the pixel's channel 0 (read into gp: the gate is not read then)
+                    for lane in T.vectorized(4):
+                        gp[lane] = X[nn, 0, win.clamp_row(x_row(tile, step, rnd * threads + item)),
+                                     win.clamp_col(x_col(tile, step, rnd * threads + item)), lane]
+                    for lane in T.unroll(4):
+                        px[lane] = px[lane] - gp[0]
                 for lane in T.unroll(4):
                     px[lane] = T.Select(
                         all_of([x_valid(step, rnd * threads + item, x_row(tile, step, rnd * threads + item),
                                         x_col(tile, step, rnd * threads + item)),
-                                *layout.lane_guard(x_block(step, rnd * threads + item), lane)]), px[lane], zero,
+                                *layout.lane_guard(x_block(step, rnd * threads + item), lane),
+                                guard(x_block(step, rnd * threads + item) * LANES + lane < c, normed and c % LANES != 0)]),
+                        px[lane], zero,
                     )
                 if gated:  # X * Gate[n, c] (0 stays 0 in the padding for any finite gate)
                     load_pixel(gp, Gate, nn, x_block(step, rnd * threads + item), 0, 0)
@@ -181,6 +200,9 @@ def conv2d_tiled_nchw4c(
             for i in T.unroll(pb):
                 for lane in T.vectorized(4):
                     xr[i, lane] = xs[z, kk, i * gx + tx, lane]
+            if normed:  # the staged values are shifted, padding zero: S1, S2 of each pixel
+                for i in T.unroll(pb):
+                    accumulate_statistics(acc, xr, i, 4)
             for j in T.unroll(LANES):
                 for q in T.unroll(ocb):
                     for lane in T.vectorized(4):
@@ -203,9 +225,12 @@ def conv2d_tiled_nchw4c(
                     )
 
     @T.macro
-    def store_tile(Y, Bias, Residual, acc, tmp, bz, by, bx, ty, tx):
-        """Epilogue and store of the item's pixels inside the output; a float32 ``acc`` of a half
-        kernel converted first (``res``), so the epilogue and the store stay in ``dtype``."""
+    def store_tile(Y, WeightSum, Bias, Residual, acc, tmp, bz, by, bx, ty, tx):
+        """Epilogue and store of the item's pixels inside the output; a folded norm applied first,
+        then a float32 ``acc`` of a half kernel converted (``res``), so the epilogue and the store
+        stay in ``dtype``."""
+        if normed:
+            normalize(acc, WeightSum, by, ty)
         if converts:
             res = T.sblock_alloc_buffer((ocb * pb, 4), dtype, scope="local")
             convert_tile(res, acc)
@@ -216,15 +241,18 @@ def conv2d_tiled_nchw4c(
     # The blocks declare their regions (whole buffers): inferred ones, unions of clamped
     # indices, print as extents TVM 0.27 re-derives in another term order on parse (defect 16),
     # and a dumped kernel must parse back to exactly this PrimFunc.
-    def reads(X, Gate, W, Bias, Residual, *local):
-        return [whole(b) for b in (X, *[Gate] * gated, W, *[Bias] * epilogue.bias, *[Residual] * epilogue.residual, *local)]
+    def reads(X, Gate, W, WeightSum, Bias, Residual, *local):
+        return [whole(b) for b in (X, *[Gate] * gated, W, *[WeightSum] * normed, *[Bias] * epilogue.bias,
+                                   *[Residual] * epilogue.residual, *local)]
 
     @T.prim_func(s_tir=True)
-    def func(data: T.handle, gate: T.handle, weight: T.handle, bias: T.handle, residual: T.handle, out: T.handle):
+    def func(data: T.handle, gate: T.handle, weight: T.handle, weight_sum: T.handle, bias: T.handle, residual: T.handle,
+             out: T.handle):
         T.func_attr({"global_symbol": "conv2d_tiled_nchw4c", "tirx.noalias": True})
         X = T.match_buffer(data, layout.shape(geom, geom.h, geom.w), dtype, scope=scope)
         Gate = T.match_buffer(gate, (n, c4, 1, 1, 4), dtype, scope=gate_scope or scope)
         W = T.match_buffer(weight, (o4, c, kh, kw, 4), dtype, scope=weight_scope)
+        WeightSum = T.match_buffer(weight_sum, (o4, 4), dtype, scope=BUFFER)
         Bias = T.match_buffer(bias, (o4, 4), dtype, scope=BUFFER)
         Residual = T.match_buffer(residual, (n, o4, oh, ow, 4), dtype, scope=residual_scope)
         Y = T.match_buffer(out, (n, o4, oh, ow, 4), dtype, scope=out_scope)
@@ -232,24 +260,24 @@ def conv2d_tiled_nchw4c(
             for by in T.thread_binding(ceildiv(o4, tn), thread="blockIdx.y"):
                 for bx in T.thread_binding(ceildiv(pixels, tm), thread="blockIdx.x"):
                     with T.sblock("conv2d_tiled"):
-                        T.reads(*reads(X, Gate, W, Bias, Residual))
+                        T.reads(*reads(X, Gate, W, WeightSum, Bias, Residual))
                         T.writes(whole(Y))
                         xs = T.sblock_alloc_buffer((split, kc, tm, 4), dtype, scope="shared")
                         ws = T.sblock_alloc_buffer((split, kc, LANES, tn, 4), dtype, scope="shared")
-                        partial = T.sblock_alloc_buffer((max(split - 1, 1), ocb * pb, 4, threads), acc_dtype, scope="shared")
+                        partial = T.sblock_alloc_buffer((max(split - 1, 1), acc_rows, 4, threads), acc_dtype, scope="shared")
                         for tz in T.thread_binding(split, thread="threadIdx.z"):
                             for ty in T.thread_binding(gy, thread="threadIdx.y"):
                                 for tx in T.thread_binding(gx, thread="threadIdx.x"):
                                     with T.sblock("tile"):
-                                        T.reads(*reads(X, Gate, W, Bias, Residual, xs, ws, partial))
+                                        T.reads(*reads(X, Gate, W, WeightSum, Bias, Residual, xs, ws, partial))
                                         T.writes(whole(Y), whole(xs), whole(ws), whole(partial))
-                                        acc = T.sblock_alloc_buffer((ocb * pb, 4), acc_dtype, scope="local")
+                                        acc = T.sblock_alloc_buffer((acc_rows, 4), acc_dtype, scope="local")
                                         xr = T.sblock_alloc_buffer((pb, 4), dtype, scope="local")
                                         wr = T.sblock_alloc_buffer((ocb, 4), dtype, scope="local")
                                         tmp = T.sblock_alloc_buffer((4,), dtype, scope="local")
                                         px = T.sblock_alloc_buffer((4,), dtype, scope="local")
                                         gp = T.sblock_alloc_buffer((4,), dtype, scope="local")
-                                        for k in T.unroll(ocb * pb):
+                                        for k in T.unroll(acc_rows):
                                             for lane in T.unroll(4):
                                                 acc[k, lane] = acc_zero
                                         for r in T.serial(rounds):
@@ -258,15 +286,15 @@ def conv2d_tiled_nchw4c(
                                             multiply_tiles(xs, ws, xr, wr, acc, tx, ty, tz)
                                         if split > 1:  # slices 1.. hand their sums to slice 0
                                             if tz > 0:
-                                                for k in T.unroll(ocb * pb):
+                                                for k in T.unroll(acc_rows):
                                                     for lane in T.unroll(4):
                                                         partial[tz - 1, k, lane, ty * gx + tx] = acc[k, lane]
                                             if tz == 0:
                                                 for zz in T.serial(split - 1):
-                                                    for k in T.unroll(ocb * pb):
+                                                    for k in T.unroll(acc_rows):
                                                         for lane in T.unroll(4):
                                                             acc[k, lane] = acc[k, lane] + partial[zz, k, lane, ty * gx + tx]
                                         if tz == 0:
-                                            store_tile(Y, Bias, Residual, acc, tmp, bz, by, bx, ty, tx)
+                                            store_tile(Y, WeightSum, Bias, Residual, acc, tmp, bz, by, bx, ty, tx)
 
-    return select_params(func, epilogue.params(["X", *["Gate"] * gated, "W"], "Y"))
+    return select_params(func, epilogue.params(["X", *["Gate"] * gated, "W", *["WeightSum"] * normed], "Y"))

@@ -307,3 +307,21 @@ def test_grn_kernels_dump_and_check(tmp_path):
         res = cli("kernel", str(tmp_path / "k" / f"{name}.py"), "--check")
         assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
         assert "check passed" in res.stdout
+
+
+def test_folded_norm_conv_reference(device):
+    """A 1x1 conv with a layer norm folded in (``op`` info ``norm_epsilon``, what the H200's plan
+    records; ``dump`` plans for the live device, PoCL, which keeps the norm apart): ``kernel
+    --check``'s reference (``workbench.reference_case``) is ``conv(LN(X), W)`` and its inputs X, W,
+    WeightSum, Bias the kernel's."""
+    from helpers.numeric import run_kernel, unpack_nchw4c
+    from primfuncs import conv
+    from primfuncs.epilogue import Epilogue
+
+    info = {"op": "nn.conv2d", "inputs": [[1, 6, 3, 5]], "weight": [5, 6, 1, 1], "output": [1, 5, 3, 5], "norm_epsilon": 1e-6,
+            "attrs": {"strides": [1, 1], "padding": [0, 0, 0, 0], "dilation": [1, 1], "groups": 1},
+            "epilogue": {"bias": True, "activation": None, "residual": False}}
+    inputs, ref, channels = workbench.reference_case(info, np.random.default_rng(4))
+    func = conv.conv2d_nchw4c((1, 6, 3, 5), (5, 6, 1, 1), epilogue=Epilogue(bias=True), scope="global", norm_eps=1e-6)
+    out = run_kernel(device, func, *[np.asarray(a, np.float32) for a in inputs])
+    np.testing.assert_allclose(unpack_nchw4c(out, channels), ref, rtol=1e-4, atol=1e-4)

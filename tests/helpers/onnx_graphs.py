@@ -310,3 +310,18 @@ def mobilevit_graph(d, size, ph, pw, layers=1, relu=True):
     model.graph.initializer.extend(
         helper.make_tensor(k, 7, v.shape, v.ravel().tolist()) for k, v in inits.items() if v.dtype == np.int64)
     return model
+
+
+def convnext_block(rng, inits, channels=6, hidden=10, k=1, reader=None):
+    """ConvNeXt's block head (tests/passes/test_norm_fold.py): 3x3 depthwise conv -> permute ->
+    LayerNormalization(axis=-1) -> permute -> ``k`` x ``k`` conv to ``hidden`` channels -> y;
+    ``reader`` "residual": the norm's output is also added to the conv's input (a second reader)."""
+    inits.update(g=1 + 0.3 * rng.standard_normal(channels), b=0.3 * rng.standard_normal(channels))
+    nodes = [conv_node(rng, inits, "x", "d", channels, channels, group=channels)]
+    nodes += [helper.make_node("Transpose", ["d"], ["t"], perm=[0, 2, 3, 1]),
+              helper.make_node("LayerNormalization", ["t", "g", "b"], ["l"], axis=-1, epsilon=1e-6),
+              helper.make_node("Transpose", ["l"], ["n"], perm=[0, 3, 1, 2])]
+    if reader == "residual":
+        nodes += [helper.make_node("Add", ["n", "d"], ["r"])]
+    nodes += [conv_node(rng, inits, "r" if reader == "residual" else "n", "y", hidden, channels, k=k)]
+    return nodes

@@ -77,6 +77,7 @@ def conv2d_kernels(d, scope):
     mult = d.draw(st.integers(1, 2))
     return [
         conv.conv2d_nchw4c((n, c, max(h, k), max(w, k)), (o, c // groups, k, k), groups=groups, **common),
+        conv.conv2d_nchw4c((n, c, h, w), (o, c, 1, 1), **{**common, "strides": 1, "padding": 0}, norm_eps=1e-6),  # a folded layer norm
         conv.depthwise_conv2d_nchw4c((n, c, max(h, k), max(w, k)), (c * mult, 1, k, k), dilation=1, **{**common, "config": None}),
         conv.depthwise_pointwise_nchw4c((n, c, max(h, k), max(w, k)), (c, 1, k, k), (o, c, 1, 1),
                                           dw_epilogue=Epilogue(bias=d.draw(st.booleans()), activation="relu6"), **common),
@@ -93,7 +94,10 @@ def tiled_kernels(d, scope):
                         split_k=d.draw(st.integers(1, 3)), tiled=True, k_chunk=d.draw(st.integers(1, 4)))
     return [conv.conv2d_nchw4c((n, c, max(h, k), max(w, k)), (d.draw(st.integers(1, 9)), c, k, k),
                                  strides=d.draw(st.integers(1, 2)), padding=d.draw(st.integers(0, 1)), epilogue=_epilogue(d),
-                                 config=config, scope=scope)]
+                                 config=config, scope=scope),
+            # a layer norm folded in (primfuncs.conv.norm): a 1x1 conv, stride 1, unpadded
+            conv.conv2d_nchw4c((n, c, h, w), (d.draw(st.integers(1, 9)), c, 1, 1), epilogue=_epilogue(d), config=config,
+                               scope=scope, norm_eps=1e-6)]
 
 
 def winograd_kernels(d, scope):
@@ -239,7 +243,7 @@ def test_every_family_is_covered():
     families = {m.name.removeprefix("primfuncs.") for m in modules if not m.ispkg and not m.name.rpartition(".")[2].startswith("_")}
     # no kernels of their own (conv.direct_tiling / direct_body: the direct family's pieces)
     helpers = {"epilogue", "lanes", "conv.config", "conv.geometry", "conv.direct_tiling", "conv.direct_body",
-               "conv.winograd_math"}
+               "conv.winograd_math", "conv.norm"}
     assert families - helpers == set(FAMILIES)
 
 

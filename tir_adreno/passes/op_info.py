@@ -89,6 +89,9 @@ def conv_info(node: Node, plan, output: str) -> dict:
     )
     if any(t.name == "Gate" for t in plan.tensors):  # it reads X * Gate[n, c] (a fused squeeze-excitation multiply)
         info["gate"] = [geom.n, geom.c, 1, 1]
+    (_, kwargs), = plan.stages
+    if "norm_eps" in kwargs:  # it reads LN(X) over the channels, folded in (primfuncs.conv.norm; W' and WeightSum)
+        info["norm_epsilon"] = kwargs["norm_eps"]
     if len(plan.tensor("X").shape) == 4:  # it reads a plain NCHW input (strategy.plain_input_plan)
         info["data_layout"] = "NCHW"
     return info

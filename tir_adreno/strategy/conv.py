@@ -25,6 +25,9 @@ from primfuncs import conv as _conv
 from primfuncs._common import BUFFER, TEXTURE, TEXTURE_WEIGHT
 from primfuncs.conv import ConvConfig, ConvGeometry
 from primfuncs.conv import winograd as _winograd
+from primfuncs.conv import tiled as _tiled
+from primfuncs.conv.config import MAX_LOCAL_BYTES
+from primfuncs.conv.norm import norm_foldable
 from primfuncs.conv.winograd_math import winograd_weight_transform
 from primfuncs.epilogue import Epilogue
 
@@ -205,19 +208,20 @@ def accumulator_kwargs(precision: str, reduction_length: int) -> dict:
 def direct_conv2d(geometry: ConvGeometry, epilogue: Epilogue = Epilogue(), dtype: str = "float32",
                   config: ConvConfig | None = None, scope: str = TEXTURE, weight_scope: str | None = None,
                   out_scope: str | None = None, residual_scope: str | None = None, acc_dtype: str | None = None,
-                  gate_scope: str | None = None, data_layout: str = "NCHW4c"):
+                  gate_scope: str | None = None, data_layout: str = "NCHW4c", norm_eps: float | None = None):
     """The direct conv PrimFunc of ``geometry``: the depthwise kernel for ``groups == C``, else the
     general one (the config sweep in ``benchmarks/conv_configs.py`` calls this with every config);
-    ``gate_scope``: with an input gate, ``data_layout`` "NCHW": X a plain buffer
-    (``primfuncs.conv.conv2d_nchw4c``)."""
+    ``gate_scope``: with an input gate, ``data_layout`` "NCHW": X a plain buffer, ``norm_eps``: a
+    layer norm over X's channels folded in (``primfuncs.conv.conv2d_nchw4c``)."""
     g = geometry
     attrs = dict(strides=g.strides, padding=g.padding, dilation=g.dilation, epilogue=epilogue, dtype=dtype,
                  config=config, scope=scope, weight_scope=weight_scope, out_scope=out_scope, residual_scope=residual_scope,
                  acc_dtype=acc_dtype)
-    if g.is_depthwise and gate_scope is None and data_layout == "NCHW4c":
+    if g.is_depthwise and gate_scope is None and data_layout == "NCHW4c" and norm_eps is None:
         return _conv.depthwise_conv2d_nchw4c((g.n, g.c, g.h, g.w), (g.o, g.cg, g.kh, g.kw), **attrs)
+    norm = {} if norm_eps is None else {"norm_eps": norm_eps}  # plans without keep their keys
     return _conv.conv2d_nchw4c((g.n, g.c, g.h, g.w), (g.o, g.cg, g.kh, g.kw), groups=g.groups, gate_scope=gate_scope,
-                               data_layout=data_layout, **attrs)
+                               data_layout=data_layout, **norm, **attrs)
 
 
 def plain_input_plan(plan: ConvPlan) -> ConvPlan | None:
@@ -226,7 +230,7 @@ def plain_input_plan(plan: ConvPlan) -> ConvPlan | None:
     depthwise convs, gated convs, half kernels (the plain input is float32)."""
     (factory, kwargs), = plan.stages
     g = plan.geometry
-    if plan.algorithm != "direct" or plan.dtype != "float32" or g.groups != 1 or "gate_scope" in kwargs:
+    if plan.algorithm != "direct" or plan.dtype != "float32" or g.groups != 1 or "gate_scope" in kwargs or "norm_eps" in kwargs:
         return None
     tensors = tuple(TensorPlan("X", (g.n, g.c, g.h, g.w), BUFFER) if t.name == "X" else t for t in plan.tensors)
     return replace(plan, tensors=tensors, stages=((factory, {**kwargs, "scope": BUFFER, "data_layout": "NCHW"}),))
@@ -283,6 +287,37 @@ def fuse_gate(geometry: ConvGeometry, precision: str, profile: DeviceProfile, re
     return takes_gate(_choice(geometry, precision, profile, records)[0], geometry)
 
 
+#: Device classes whose 1x1 convs read a layer norm before them folded in (:func:`fold_norm`): wide
+#: GPUs, where a launch costs more than the statistics (H200: no slower tiled convs, 12-15 launches
+#: and 0.09 ms of kernel time less per model). Not PoCL: there ConvNeXt-V2's folded 40-channel
+#: pwconv1s ran 1.2-1.9x their time apart in two runs, more than the layer norm launches saved
+#: (``benchmarks/norm_fold.py``, docs/kernels.md); not Adreno, unmeasured and ALU-bound like it.
+FOLD_NORM_KINDS = ("gpu",)
+
+
+def fold_norm(geometry: ConvGeometry, precision: str, profile: DeviceProfile, records=None) -> bool:
+    """Whether conv ``geometry`` should read the layer norm over its input channels folded in
+    (``primfuncs.conv.norm``: the norm's kernel and one round trip of its output less) instead of
+    the layer norm kernel running before it: with kernel fusion on (``launch_cost_macs`` > 0) on a
+    device class of :data:`FOLD_NORM_KINDS`, for a dense 1x1 conv with stride 1 and no padding
+    whose plan's kernel folds it (the direct conv's blocked path or the tiled GEMM:
+    :func:`takes_gate`) in float32 arithmetic (float32, float16_acc32). The cost: one subtraction
+    and two multiply-adds per input lane read (the statistics; the direct kernel: ``3 / (16
+    oc_block)`` of its multiply-adds, the tiled one once per staged pixel and output channel tile
+    row), and a few operations per output pixel."""
+    if profile.launch_cost_macs <= 0 or profile.kind not in FOLD_NORM_KINDS or kernel_dtype(precision) != "float32":
+        return False
+    return norm_foldable(geometry) and takes_gate(_choice(geometry, precision, profile, records)[0], geometry)
+
+
+def _norm_config(config: ConvConfig, dtype: str, acc_dtype: str) -> ConvConfig:
+    """``config`` for a conv with a folded layer norm: a tiled config's ``split_k`` halved until its
+    partial sums, a statistics row per pixel more, fit in local memory."""
+    while config.tiled and config.split_k > 1 and _tiled.tiled_local_bytes(config, dtype, acc_dtype, True) > MAX_LOCAL_BYTES:
+        config = replace(config, split_k=config.split_k // 2)
+    return config
+
+
 def conv2d_plan(
     geometry: ConvGeometry,
     epilogue: Epilogue,
@@ -295,6 +330,7 @@ def conv2d_plan(
     out_scope: str | None = None,
     residual_scope: str | None = None,
     gate_scope: str | None = None,
+    norm_eps: float | None = None,
 ) -> ConvPlan:
     """The plan of one conv on ``profile``.
 
@@ -307,7 +343,9 @@ def conv2d_plan(
     ``out_scope``) read ``X`` / write ``Y`` / read ``Residual`` in another scope, so the
     Relax pass runs a conv at a placement boundary with no copy kernel. ``gate_scope``: the conv
     reads ``X * Gate[n, c]``, ``Gate`` (``[N, C/4, 1, 1, 4]``) in that scope; ValueError when the
-    choice's kernel takes no gate (:func:`takes_gate`; :func:`fuse_gate` asks first).
+    choice's kernel takes no gate (:func:`takes_gate`; :func:`fuse_gate` asks first). ``norm_eps``:
+    the conv reads the layer norm of X over its channels with that epsilon, folded in (its kernel
+    takes ``WeightSum`` after ``W``); ValueError where it cannot (:func:`fold_norm` asks first).
     """
     check_precision(precision, profile)
     dtype = kernel_dtype(precision)
@@ -316,6 +354,9 @@ def conv2d_plan(
     if gate_scope is not None and not takes_gate(choice, geometry):
         raise ValueError(f"gate_scope={gate_scope!r}: the {choice.name} kernel of this conv takes no input gate "
                          f"(the direct conv's blocked path and the tiled conv do)")
+    if norm_eps is not None and not (norm_foldable(geometry) and takes_gate(choice, geometry)):
+        raise ValueError(f"norm_eps={norm_eps!r}: a layer norm folds into a dense 1x1 conv (stride 1, no padding) run by "
+                         f"the direct or tiled kernel; this is {choice.name} of {geometry}")
     g = geometry
     scope = _activation_scope(g, profile, choice.placement, allow_buffer)
     in5, out5 = (g.n, g.c4, g.h, g.w, 4), (g.n, g.o4, g.oh, g.ow, 4)
@@ -328,14 +369,19 @@ def conv2d_plan(
     extra += [TensorPlan("Residual", out5, r_scope)] if epilogue.residual else []
     if choice.algorithm == "direct":
         config = choice.config or defaults.default_config(g, profile)
+        if norm_eps is not None:
+            config = _norm_config(config, dtype, conv_accumulator_dtype(precision, g.reduction_length))
         w5 = (g.o4, g.cg, g.kh, g.kw, 4)
         weight_scope = texture.place(w5, TEXTURE_WEIGHT, profile.limits, allow_buffer) if scope == TEXTURE else BUFFER
         tile_scope = scope
         gate = {} if gate_scope is None else {"gate_scope": gate_scope}  # ungated plans keep their arguments (and keys)
+        gate.update({} if norm_eps is None else {"norm_eps": float(norm_eps)})
         stages = ((direct_conv2d, dict(geometry=g, epilogue=epilogue, dtype=dtype, config=config, weight_scope=weight_scope,
                                        **io, **gate, **accumulator_kwargs(precision, g.reduction_length))),)
         gates = [TensorPlan("Gate", (g.n, g.c4, 1, 1, 4), gate_scope)] if gate_scope is not None else []
-        tensors = (TensorPlan("X", in5, x_scope), *gates, TensorPlan("W", w5, weight_scope), *extra, TensorPlan("Y", out5, y_scope))
+        sums = [TensorPlan("WeightSum", (g.o4, 4), BUFFER)] if norm_eps is not None else []
+        tensors = (TensorPlan("X", in5, x_scope), *gates, TensorPlan("W", w5, weight_scope), *sums, *extra,
+                   TensorPlan("Y", out5, y_scope))
     else:
         m = WINOGRAD_TILES[choice.algorithm]
         shapes = _winograd.winograd_shapes(g, m)

@@ -35,6 +35,7 @@ class Tail:
     activation: str | None = None
     clip_bounds: tuple | None = None
     last: Node | None = None
+    weight_sum: np.ndarray | None = None  # a folded layer norm's sum_c W[o, c] (:meth:`fold_norm`)
 
     @property
     def has_bias(self) -> bool:
@@ -46,9 +47,11 @@ class Tail:
                         **clip_fields(self.clip_bounds))
 
     def constants(self, pack_weights, dtype: str = "float32") -> list:
-        """The kernel arguments of the weights and the bias (when it has one) in ``dtype``."""
+        """The kernel arguments of the weights, a folded layer norm's weight sums and the bias (when
+        it has one) in ``dtype``."""
         bias = [relax.const(pack_bias(self.bias.astype(dtype)))] if self.has_bias else []
-        return [relax.const(pack_weights(self.w)), *bias]
+        sums = [relax.const(pack_bias(self.weight_sum.astype(dtype)))] if self.weight_sum is not None else []
+        return [relax.const(pack_weights(self.w)), *sums, *bias]
 
     def fold(self, scale, shift):
         """Fold ``y * scale + shift`` (per output channel) into the weights and the bias."""
@@ -60,6 +63,15 @@ class Tail:
         real pixel, so the shift adds ``W . shift`` to each output (the folded weights: the steps
         after the conv scale it as they scale the conv), into the bias. Dense convs only."""
         self.bias = self.bias + self.w.sum(axis=(2, 3)) @ shift
+
+    def fold_norm(self, gamma, beta):
+        """The conv reads ``LN(x) * gamma + beta`` (per input channel; a dense 1x1 conv): ``W beta``
+        into the bias, then ``W' = W diag(gamma)`` and its sums over the input channels ``s``, the
+        kernel's correction ``- mu s`` (``primfuncs.conv.norm``); all in float64, on the weights
+        with the steps after the conv already folded."""
+        self.shift_input(beta)
+        self.w = self.w * np.asarray(gamma, np.float64)[None, :, None, None]
+        self.weight_sum = self.w.sum(axis=(1, 2, 3))
 
 
 def _fold_batch_norm(rw: Rewriter, tail: Tail, user: Node, data_layout: str) -> Node | None:
@@ -134,15 +146,19 @@ def conv2d(rw: Rewriter, node: Node):
     return emit_conv2d(rw, node, x)
 
 
-def emit_conv2d(rw: Rewriter, node: Node, x: Value, gate: Value | None = None, input_shift=None):
+def emit_conv2d(rw: Rewriter, node: Node, x: Value, gate: Value | None = None, input_shift=None, norm=None):
     """Conv ``node`` on ``x`` with its tail; with ``gate`` (``[N, C, 1, 1]``, the caller asked
     ``strategy.fuse_gate``) it reads ``x * gate`` (the squeeze-excitation rule's gated conv), with
     ``input_shift`` (per input channel; the caller checked the conv is unpadded) ``x * gate + shift``
-    (GRN's ``beta``: :meth:`Tail.shift_input`)."""
+    (GRN's ``beta``: :meth:`Tail.shift_input`); with ``norm`` ``(epsilon, gamma, beta)`` (the caller
+    asked ``strategy.fold_norm``) ``LN(x) * gamma + beta``, the layer norm over x's channels
+    (:meth:`Tail.fold_norm`)."""
     data_layout, w = conv_operands(node)
     tail = conv_tail(rw, node, w, data_layout)
     if input_shift is not None:
         tail.shift_input(input_shift)
+    if norm is not None:
+        tail.fold_norm(norm[1], norm[2])
     geom = conv_geometry(node, x.nchw, tail.w.shape)
     epilogue = tail.epilogue
     if geom.is_depthwise and tail.residual is None and gate is None:
@@ -157,7 +173,8 @@ def emit_conv2d(rw: Rewriter, node: Node, x: Value, gate: Value | None = None, i
     residual_scope = rw.input_scope(tail.residual, out_scope) if tail.residual is not None else None
     gate_scope = rw.input_scope(gate, scope) if gate is not None else None
     plan = strategy.conv2d_plan(geom, epilogue, rw.precision, rw.profile, rw.records, allow_buffer=rw.allow_buffer,
-                                in_scope=scope, out_scope=out_scope, residual_scope=residual_scope, gate_scope=gate_scope)
+                                in_scope=scope, out_scope=out_scope, residual_scope=residual_scope, gate_scope=gate_scope,
+                                norm_eps=None if norm is None else norm[0])
     plain = strategy.plain_input_plan(plan) if rw.reads_plain(x, node) else None
     if plain is not None:  # a model's first conv reads its NCHW input: no layout kernel
         plan, inputs = plain, [x.plain]

@@ -12,7 +12,7 @@ from primfuncs import grn, layernorm, reduce
 
 from tir_adreno.passes.activations import clip_fields
 from tir_adreno.passes.affine import linear_step
-from tir_adreno.passes.convs import sole_conv_reader
+from tir_adreno.passes.convs import conv_geometry, conv_operands, sole_conv_reader
 from tir_adreno.passes.graph import Node, const, same, static_shape
 from tir_adreno.passes.kernel_index import kernel
 from tir_adreno.passes.op_info import elementwise_info, node_info
@@ -20,6 +20,8 @@ from tir_adreno.passes.rewriter import Rewriter, Value, blocked_shape
 from tir_adreno.passes.rules.base import rule
 from tir_adreno.passes.rules.conv import emit_conv2d
 from tir_adreno.passes.rules.elementwise import affine_chain
+from tir_adreno.passes.rules.layout import TO_NCHW
+from tir_adreno.passes.rules.matmul import _tokens_as_nhwc, as_conv_node
 from tir_adreno.strategy import conv as conv_strategy
 from tir_adreno.strategy import pool as pool_strategy
 from tir_adreno.strategy.packing import pack_bias
@@ -31,7 +33,10 @@ def layer_norm(rw: Rewriter, node: Node):
     permutes) or of tokens ``[N, L, C]`` (a transformer block on a map's tokens), or axis 1 of an
     NCHW one or of a classifier's ``[N, C]`` (EfficientViT's head), with constant gamma and beta: one
     ``layer_norm_channels`` kernel, or on a wide GPU for a small map of many channels
-    ``layer_norm_channels_wide`` (``strategy.pool.layer_norm_schedule``)."""
+    ``layer_norm_channels_wide`` (``strategy.pool.layer_norm_schedule``); or, where the norm's
+    output is read only by a dense 1x1 conv (ConvNeXt's and EdgeNeXt's pwconv1, a Linear over the
+    channels run as one) that folds it (``strategy.conv.fold_norm``), no kernel of its own: the conv
+    reads x and normalizes (:func:`_fold_into_conv`)."""
     x_var, gamma, beta = node.args
     shape = static_shape(x_var)
     axes = tuple(int(a) % len(shape) for a in node.attrs.axes) if shape is not None else None
@@ -44,6 +49,9 @@ def layer_norm(rw: Rewriter, node: Node):
     b = const(beta) if bool(node.attrs.center) else np.zeros(c, np.float32)
     if g is None or b is None or g.size != c or b.size != c:
         return None
+    folded = _fold_into_conv(rw, node, x, x_var, layout_, g, b)
+    if folded is not None:
+        return folded
     shape5 = x.shape5
     scope = rw.scope_for(shape5)
     wide = pool_strategy.layer_norm_schedule(rw.profile, shape5)  # None: one work item per pixel
@@ -55,6 +63,48 @@ def layer_norm(rw: Rewriter, node: Node):
     out = rw.emit_kernel(func, [rw.blocked(x, scope), *params], shape5, op_info=node_info(node, epsilon=float(node.attrs.epsilon)))
     rw.define(node.var, out, scope, x.nchw, x.layout)
     return out
+
+
+def _norm_reader(rw: Rewriter, node: Node, x: Value, x_var, layout_: str):
+    """The conv that alone reads layer norm ``node``'s output over the channels, as a conv node on
+    ``x`` (its input), and the graph nodes it replaces: a conv after a permute back to NCHW
+    (ConvNeXt), or on NCHW directly, or a Linear over the channels of NHWC or of tokens (a matmul
+    with a constant ``[C, M]``: EdgeNeXt's pwconv1 and attention input) run as :func:`matmul` runs
+    it; (conv node, replaced nodes), else None."""
+    g = rw.graph
+    user = g.sole_user(node.var)
+    if user is None:
+        return None
+    if layout_ == "NCHW" or (layout_ == "NHWC" and user.op == "relax.permute_dims"
+                             and tuple(int(a) for a in user.attrs.axes or ()) == TO_NCHW):
+        views = [] if layout_ == "NCHW" else [user]
+        found = sole_conv_reader(g, views[-1].var if views else node.var, x.nchw)
+        return (found[0], [*views, found[0]]) if found is not None else None
+    w = const(user.args[1]) if user.op == "relax.matmul" and same(user.args[0], node.var) else None
+    if layout_ not in ("NHWC", "NLC") or w is None or w.dtype != np.float32 or w.ndim != 2 or w.shape[0] != x.channels:
+        return None
+    source = x_var if layout_ == "NHWC" else _tokens_as_nhwc(rw, x)
+    return as_conv_node(user, source, "NHWC", w.T[:, :, None, None]), [user]
+
+
+def _fold_into_conv(rw: Rewriter, node: Node, x: Value, x_var, layout_: str, gamma, beta):
+    """Layer norm ``node`` of ``x`` folded into the 1x1 conv that alone reads it (:func:`_norm_reader`)
+    when ``strategy.conv.fold_norm`` says so: the conv's output, else None (the norm's kernel runs)."""
+    found = _norm_reader(rw, node, x, x_var, layout_)
+    operands = conv_operands(found[0]) if found is not None else None
+    if operands is None:
+        return None
+    conv, replaced = found
+    try:
+        geom = conv_geometry(conv, x.nchw, operands.weights.shape)
+    except ValueError:
+        return None
+    if not conv_strategy.fold_norm(geom, rw.precision, rw.profile, rw.records):
+        return None
+    for m in replaced:
+        m.fused = True
+    norm = (float(node.attrs.epsilon), np.asarray(gamma, np.float64).reshape(-1), np.asarray(beta, np.float64).reshape(-1))
+    return emit_conv2d(rw, conv, x, norm=norm)
 
 
 def _scalar(expr) -> float | None:

@@ -74,8 +74,13 @@ def matmul(rw: Rewriter, node: Node):
     found = _as_conv_operands(rw, node, w, a_shape)
     if found is None:
         return None
-    x_var, data_layout, weight = found
+    return conv.conv2d.apply(rw, as_conv_node(node, *found))
+
+
+def as_conv_node(node: Node, x_var, data_layout: str, weight: np.ndarray) -> Node:
+    """Matmul ``node`` as the conv node that computes it: ``x_var`` (``data_layout``) convolved with
+    OIHW ``weight`` (:func:`_as_conv_operands`), writing ``node``'s value."""
     weight = relax.const(np.ascontiguousarray(weight))
     dummy = relax.Var("x", relax.TensorType(list(static_shape(x_var)), "float32"))
     attrs = relax.op.nn.conv2d(dummy, weight, data_layout=data_layout, kernel_layout="OIHW").attrs
-    return conv.conv2d.apply(rw, Node(node.var, "relax.nn.conv2d", [x_var, weight], attrs, node.value))
+    return Node(node.var, "relax.nn.conv2d", [x_var, weight], attrs, node.value)

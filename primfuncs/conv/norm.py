@@ -1,0 +1,97 @@
+"""A layer norm over the channels folded into the 1x1 conv that reads it (ConvNeXt's and
+EdgeNeXt's ``dwconv -> LayerNorm(C) -> pwconv1``): the conv reads the raw ``X`` and normalizes in
+its epilogue, so the layer norm kernel and one tensor round trip disappear.
+
+For pixel ``p`` with ``mu_p``, ``r_p = 1 / sqrt(var_p + eps)`` over its ``C`` channels,
+``LN(x)_c = (x_c - mu_p) r_p gamma_c + beta_c``, and the unpadded 1x1 conv after it is
+
+    y_o = r_p (sum_c W'_oc x_c - mu_p s_o) + b'_o,   W' = W diag(gamma), s_o = sum_c W'_oc, b' = W beta + b
+
+(``W'``, ``s`` and ``b'`` folded by the caller, in float64). A 1x1 conv's work item reads every
+input channel of its pixels anyway: it accumulates the statistics next to its products and applies
+the correction before its epilogue (:func:`norm_macros`).
+
+Numerics (float32 statistics whatever the storage): every input value is read shifted by
+``K_p = x_p,0``, the pixel's first channel, and the work item sums ``d_c = x_c - K_p`` three
+ways: ``S1 = sum d``, ``S2 = sum d^2`` and the products ``sum W'_oc d_c``. Then
+``mu_p - K_p = S1 / C``, ``var_p = S2 / C - (S1 / C)^2`` and
+``y_o = r_p (sum W' d - (S1 / C) s_o) + b'_o`` exactly as above. Without the shift both
+``E[x^2] - E[x]^2`` and ``W' x - mu s`` cancel catastrophically when the mean is large against the
+spread (a pixel at 1000 +- 1 loses ~20 bits of 24 in the first; even a two-pass float32 mean is off
+by ~ulp(1000) = 6e-5 there, 6e-5 of the spread); with it every sum is over values of the
+size of the spread (``K_p`` is one of the pixel's own values, so ``|mu_p - K_p|`` is a few standard
+deviations at most: the textbook shifted-data variance), the subtraction ``x - K`` is exact for
+nearby values (Sterbenz), and the same shift serves all three sums, so the shifted statistics need
+one subtraction per input lane, no second pass and no Welford division per channel. The shift is
+per pixel, so split_k slices (and the tiled kernel's staging) all use the same one and their partial
+sums simply add (the statistics ride in extra accumulator rows through the split's reduction).
+"""
+
+from __future__ import annotations
+
+from tvm.script import tirx as T
+
+from .._common import LANES, clamp
+
+F32 = "float32"
+
+
+def norm_foldable(geom) -> bool:
+    """Whether a layer norm over the input channels folds into conv ``geom``: a dense 1x1 conv with
+    stride 1 and no padding (every output pixel reads exactly its own input pixel's channels)."""
+    return (geom.kh, geom.kw, geom.groups) == (1, 1, 1) and geom.strides == (1, 1) and not any(geom.padding)
+
+
+def check_norm(geom, norm_eps, dtype: str, acc_dtype: str, refusal: str | None = None) -> bool:
+    """Whether a conv factory folds a layer norm (``norm_eps`` not None), checked: a dense 1x1 conv,
+    stride 1, unpadded, a float32 kernel (half storage is the allocation's: float16_acc32), ``refusal``
+    None (else the reason this kernel variant takes none); ValueError naming the culprit."""
+    if norm_eps is None:
+        return False
+    if isinstance(norm_eps, bool) or not isinstance(norm_eps, (int, float)) or not norm_eps >= 0:
+        raise ValueError(f"norm_eps must be a float >= 0 (a layer norm's epsilon), got {norm_eps!r}")
+    if refusal is not None:
+        raise ValueError(f"norm_eps: {refusal}")
+    if not norm_foldable(geom):
+        raise ValueError(f"norm_eps: a layer norm folds into a dense 1x1 conv with stride 1 and no padding, got kernel "
+                         f"{geom.kh}x{geom.kw}, groups {geom.groups}, strides {geom.strides}, padding {geom.padding}")
+    if (dtype, acc_dtype) != (F32, F32):
+        raise ValueError(f"norm_eps: the folded layer norm's shifts and statistics need a float32 kernel, got dtype {dtype!r}, "
+                         f"acc_dtype {acc_dtype!r}")
+    return True
+
+
+def norm_macros(ocb: int, cols: int, channels: int, epsilon: float, out_block):
+    """``(accumulate_statistics, normalize)`` of a tile of ``ocb`` output blocks x ``cols`` pixels
+    whose accumulator ``acc`` has rows ``ob * cols + i`` (output block ``ob`` of pixel ``i``) and,
+    after them, one statistics row per pixel, ``ocb * cols + i`` = (S1, S2, 0, 0) of its shifted
+    inputs. ``out_block(a, b, ob)``: the (clamped) output block of the tile's ``ob``-th block."""
+    first = ocb * cols  # the first statistics row
+    inv_c = T.FloatImm(F32, 1.0 / channels)
+    eps, zero, one = T.FloatImm(F32, float(epsilon)), T.FloatImm(F32, 0.0), T.FloatImm(F32, 1.0)
+
+    @T.macro
+    def accumulate_statistics(acc, xs, i, lanes):
+        """S1 += x, S2 += x * x over the first ``lanes`` channels of pixel ``xs[i]`` (shifted inputs)."""
+        for j in T.unroll(lanes):
+            acc[first + i, 0] = acc[first + i, 0] + T.Cast(F32, xs[i, j])
+            acc[first + i, 1] = acc[first + i, 1] + T.Cast(F32, xs[i, j]) * T.Cast(F32, xs[i, j])
+
+    @T.macro
+    def normalize(acc, WeightSum, a, b):
+        """``acc[ob * cols + i] = r_i (acc - (mu_i - K_i) s)`` in place: the layer norm of the
+        tile's pixels applied to its products (``s = WeightSum[out_block]``)."""
+        st = T.sblock_alloc_buffer((cols, 2), F32, scope="local")  # mu - K, 1 / sqrt(var + eps)
+        ws = T.sblock_alloc_buffer((LANES,), WeightSum.dtype, scope="local")
+        for i in T.unroll(cols):
+            st[i, 0] = acc[first + i, 0] * inv_c
+            # var >= 0 up to rounding; clamp keeps NaN (a non-finite pixel stays NaN, as the layer norm's)
+            st[i, 1] = one / T.sqrt(clamp(acc[first + i, 1] * inv_c - st[i, 0] * st[i, 0], zero) + eps)
+        for ob in T.unroll(ocb):
+            for lane in T.vectorized(4):
+                ws[lane] = WeightSum[out_block(a, b, ob), lane]
+            for i in T.unroll(cols):
+                for lane in T.unroll(4):
+                    acc[ob * cols + i, lane] = (acc[ob * cols + i, lane] - st[i, 0] * T.Cast(F32, ws[lane])) * st[i, 1]
+
+    return accumulate_statistics, normalize
