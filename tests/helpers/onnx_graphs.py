@@ -325,3 +325,25 @@ def convnext_block(rng, inits, channels=6, hidden=10, k=1, reader=None):
         nodes += [helper.make_node("Add", ["n", "d"], ["r"])]
     nodes += [conv_node(rng, inits, "r" if reader == "residual" else "n", "y", hidden, channels, k=k)]
     return nodes
+
+
+def edgenext_block(rng, inits, channels=6, hidden=10, tail=False):
+    """EdgeNeXt's conv encoder (tests/passes/test_norm_fold.py, test_block_tail.py): 3x3 depthwise
+    conv -> permute -> LayerNormalization -> Linear (MatMul + Add, pwconv1) -> ReLU -> permute back
+    -> y; with ``tail`` the whole block: ... -> ReLU -> Linear (pwconv2) -> ``gamma *`` (layer scale)
+    -> permute back -> ``x +`` that -> y."""
+    node = helper.make_node
+    inits.update(g=1 + 0.3 * rng.standard_normal(channels), b=0.3 * rng.standard_normal(channels),
+                 w1=rng.standard_normal((channels, hidden)) / np.sqrt(channels), b1=0.5 * rng.standard_normal(hidden))
+    nodes = [conv_node(rng, inits, "x", "d", channels, channels, group=channels),
+             node("Transpose", ["d"], ["t"], perm=[0, 2, 3, 1]),
+             node("LayerNormalization", ["t", "g", "b"], ["l"], axis=-1, epsilon=1e-6),
+             node("MatMul", ["l", "w1"], ["m"]), node("Add", ["m", "b1"], ["a"]),
+             node("Relu", ["a"], ["e"])]
+    if not tail:
+        return nodes + [node("Transpose", ["e"], ["y"], perm=[0, 3, 1, 2])]
+    inits.update(w2=rng.standard_normal((hidden, channels)) / np.sqrt(hidden), b2=0.5 * rng.standard_normal(channels),
+                 gamma=1 + 0.5 * rng.standard_normal(channels))
+    return nodes + [node("MatMul", ["e", "w2"], ["m2"]), node("Add", ["b2", "m2"], ["a2"]),
+                    node("Mul", ["gamma", "a2"], ["s"]), node("Transpose", ["s"], ["p"], perm=[0, 3, 1, 2]),
+                    node("Add", ["x", "p"], ["y"])]

@@ -7,25 +7,12 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from helpers.onnx_graphs import check_pattern, conv_node, convnext_block, pattern_graph
+from helpers.onnx_graphs import check_pattern, conv_node, convnext_block, edgenext_block, pattern_graph
 from tir_adreno import compile_model
 from tir_adreno.reference import layer_norm, relative_error
 from tir_adreno.strategy.profile import get_profile, without_fusion
 
 node = helper.make_node
-
-
-def edgenext_block(rng, inits, channels=6, hidden=10):
-    """EdgeNeXt's conv encoder: 3x3 depthwise conv -> permute -> LayerNormalization -> Linear
-    (MatMul + Add, pwconv1) -> GELU -> permute back."""
-    inits.update(g=1 + 0.3 * rng.standard_normal(channels), b=0.3 * rng.standard_normal(channels),
-                 w1=rng.standard_normal((channels, hidden)) / np.sqrt(channels), b1=0.5 * rng.standard_normal(hidden))
-    return [conv_node(rng, inits, "x", "d", channels, channels, group=channels),
-            node("Transpose", ["d"], ["t"], perm=[0, 2, 3, 1]),
-            node("LayerNormalization", ["t", "g", "b"], ["l"], axis=-1, epsilon=1e-6),
-            node("MatMul", ["l", "w1"], ["m"]), node("Add", ["m", "b1"], ["a"]),
-            node("Relu", ["a"], ["e"]),
-            node("Transpose", ["e"], ["y"], perm=[0, 3, 1, 2])]
 
 
 @pytest.mark.parametrize("target", ["nvidia-h200", "pocl", "adreno"])

@@ -19,6 +19,7 @@ from tir_adreno.passes.graph import Node, same, static_shape
 from tir_adreno.passes.kernel_index import KernelCall
 from tir_adreno.passes.op_info import CONFIG_ATTR, CONV_STAGES, SOURCE_ATTR, conv_info, fused_info
 from tir_adreno.passes.rewriter import Rewriter, Value
+from tir_adreno.passes.rules.layout import TO_NCHW
 from tir_adreno.passes.rules.base import rule
 from tir_adreno.strategy import conv as strategy
 from tir_adreno.strategy.packing import pack_bias
@@ -36,6 +37,7 @@ class Tail:
     clip_bounds: tuple | None = None
     last: Node | None = None
     weight_sum: np.ndarray | None = None  # a folded layer norm's sum_c W[o, c] (:meth:`fold_norm`)
+    layout: str = "NCHW"  # the layout of ``last``'s value (NHWC -> NCHW after :func:`_permuted_residual`)
 
     @property
     def has_bias(self) -> bool:
@@ -101,26 +103,51 @@ def _residual(rw: Rewriter, tail: Tail, user: Node, data_layout: str) -> Value |
     return rw.view(other, data_layout)  # a Linear on tokens: the residual is tokens too
 
 
-def _tail_step(rw: Rewriter, tail: Tail, user: Node, data_layout: str) -> Node | None:
+def _permuted_residual(rw: Rewriter, tail: Tail, user: Node) -> Node | None:
+    """``user`` as the NHWC -> NCHW permute of the tail's NHWC value (a view of the same NCHW4c
+    tensor) read only by a residual add: ConvNeXt's and EdgeNeXt's block tail ``shortcut +
+    permute(gamma * fc2(...))``, fc2 a Linear on NHWC run as a 1x1 conv. The add is the conv's
+    residual in NCHW (the permute fused, the tail's layout NCHW from there): the add, else None."""
+    if tail.layout != "NHWC" or user.op != "relax.permute_dims" or tuple(int(a) for a in user.attrs.axes or ()) != TO_NCHW:
+        return None
+    add = rw.graph.sole_user(user.var)
+    if add is None or same(rw.graph.output, user.var):
+        return None
+    last = tail.last
+    tail.last = user
+    tail.residual = _residual(rw, tail, add, "NCHW")
+    if tail.residual is None:
+        tail.last = last
+        return None
+    user.fused = True
+    tail.layout = "NCHW"
+    return add
+
+
+def _tail_step(rw: Rewriter, tail: Tail, user: Node) -> Node | None:
     """Take ``user`` into the tail (a linear step or batch norm before the residual, or the
-    residual add): the node the tail now ends at, else None."""
+    residual add, also after a permute back to NCHW): the node the tail now ends at, else None."""
     if tail.residual is not None:  # bias and batch norm fold only before the residual
         return None
-    step = linear_step(user, tail.last.var, tail.w.shape[0], data_layout)
+    step = linear_step(user, tail.last.var, tail.w.shape[0], tail.layout)
     if step is not None:
         tail.fold(*step)
         return user
-    getter = _fold_batch_norm(rw, tail, user, data_layout)
+    getter = _fold_batch_norm(rw, tail, user, tail.layout)
     if getter is not None:
         return getter
-    tail.residual = _residual(rw, tail, user, data_layout)
+    permuted = _permuted_residual(rw, tail, user)
+    if permuted is not None:
+        return permuted
+    tail.residual = _residual(rw, tail, user, tail.layout)
     return user if tail.residual is not None else None
 
 
 def conv_tail(rw: Rewriter, node: Node, w: np.ndarray, data_layout: str) -> Tail:
-    """Fold the linear tail after conv ``node`` into weights and bias, then take the residual, then the
-    activation (each found node is marked fused)."""
-    tail = Tail(w, np.zeros(w.shape[0]), last=node)
+    """Fold the linear tail after conv ``node`` into weights and bias, then take the residual (also
+    through a permute back to NCHW: :func:`_permuted_residual`), then the activation (each found
+    node is marked fused)."""
+    tail = Tail(w, np.zeros(w.shape[0]), last=node, layout=data_layout)
     while True:
         matched = match_activation(rw.graph, tail.last.var)
         if matched is not None:  # the activation ends the epilogue
@@ -130,7 +157,7 @@ def conv_tail(rw: Rewriter, node: Node, w: np.ndarray, data_layout: str) -> Tail
             tail.last = nodes[-1]
             return tail
         user = rw.graph.sole_user(tail.last.var)
-        last = _tail_step(rw, tail, user, data_layout) if user is not None else None
+        last = _tail_step(rw, tail, user) if user is not None else None
         if last is None:
             return tail
         last.fused = True
@@ -181,7 +208,7 @@ def emit_conv2d(rw: Rewriter, node: Node, x: Value, gate: Value | None = None, i
     else:
         inputs = [rw.blocked(x, scope)] + ([rw.blocked(gate, gate_scope)] if gate is not None else [])
     out = _emit_plan(rw, node, plan, inputs, tail)
-    rw.define(tail.last.var, out, plan.tensor("Y").scope, geom.out_shape, data_layout)
+    rw.define(tail.last.var, out, plan.tensor("Y").scope, geom.out_shape, tail.layout)
     return out
 
 
@@ -237,5 +264,5 @@ def _fuse_pointwise(rw: Rewriter, x: Value, dw: ConvGeometry, dw_tail: Tail, dw_
         args.append(rw.blocked(tail.residual, residual_scope))
     info = fused_info(pw_node, plan, dw_epilogue, epilogue)
     out = rw.emit_kernel(func, args, plan.out_shape, hint="conv2d", op_info=info)
-    rw.define(tail.last.var, out, out_scope, pw.out_shape, data_layout)
+    rw.define(tail.last.var, out, out_scope, pw.out_shape, tail.layout)
     return out
