@@ -155,8 +155,13 @@ def load_channels(dst, px0, px1, src, n, offset, block, h, w, last_block):
     after its one query channel). Reads pixel ``offset // 4 + block`` and, only when the int
     ``offset`` is not a multiple of 4 (a compile-time test), the next one (clamped to
     ``last_block``) into ``px0``, ``px1``. Lanes past the tensor's channels hold what the last
-    pixel holds: mask them."""
-    load_pixel(px0, src, n, offset // 4 + block, h, w)
+    pixel holds: mask them. A negative ``offset`` reads channels shifted back (the hierarchical
+    depthwise conv's previous range): the first pixel is clamped to 0, and lanes before channel 0
+    hold what pixel 0 holds: mask them too."""
+    if offset < 0:
+        load_pixel(px0, src, n, T.max(offset // 4 + block, 0), h, w)
+    else:
+        load_pixel(px0, src, n, offset // 4 + block, h, w)
     if offset % 4 != 0:
         load_pixel(px1, src, n, T.min(offset // 4 + block + 1, last_block), h, w)
     for lane in T.unroll(4):

@@ -9,7 +9,7 @@ import tvm
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from primfuncs import attention, concat, conv, elementwise, excite, grn, layernorm, layout, patches, pool2d, reduce, resize, shuffle
+from primfuncs import attention, concat, conv, elementwise, excite, grn, hierarchical, layernorm, layout, patches, pool2d, reduce, resize, shuffle
 from primfuncs._common import BUFFER, TEXTURE, TEXTURE_WEIGHT, blocked, equal_slices
 from primfuncs.conv import ConvConfig
 from primfuncs.epilogue import ACTIVATIONS, Epilogue
@@ -211,6 +211,15 @@ def shuffle_kernels(d, scope):
     ]
 
 
+def hierarchical_kernels(d, scope):
+    n, c, h, w = _nchw(d)
+    width = d.draw(st.integers(1, c))
+    index = d.draw(st.integers(0, c // width - 1))
+    kh, kw = d.draw(st.integers(1, 3)), d.draw(st.integers(1, 3))
+    return [hierarchical.hierarchical_depthwise(_blocked((n, c, h, w)), c, index * width, width, (kh, kw), (kh // 2, kw // 2, (kh - 1) // 2, (kw - 1) // 2),
+                                                previous=index > 0, bias=d.draw(st.booleans()), scope=scope)]
+
+
 def patches_kernels(d, scope):
     ph, pw, nh, nw = (d.draw(st.integers(1, 3)) for _ in range(4))
     shape = _blocked((d.draw(st.integers(1, 2)), d.draw(st.integers(1, 9)), nh * ph, nw * pw))
@@ -232,6 +241,7 @@ FAMILIES = {
     "excite": excite_kernels,
     "attention": attention_kernels,
     "shuffle": shuffle_kernels,
+    "hierarchical": hierarchical_kernels,
     "patches": patches_kernels,
 }
 
