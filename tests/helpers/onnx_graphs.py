@@ -347,3 +347,33 @@ def edgenext_block(rng, inits, channels=6, hidden=10, tail=False):
     return nodes + [node("MatMul", ["e", "w2"], ["m2"]), node("Add", ["b2", "m2"], ["a2"]),
                     node("Mul", ["gamma", "a2"], ["s"]), node("Transpose", ["s"], ["p"], perm=[0, 3, 1, 2]),
                     node("Add", ["x", "p"], ["y"])]
+
+
+def split_block_graph(channels, convs, k=3, seed=0, size=7, reader=False):
+    """EdgeNeXt's hierarchical split depthwise convs as torch.onnx.export writes timm's
+    ``SplitTransposeBlock`` (tests/passes/test_hierarchical.py): ``x.chunk(convs + 1)`` as one
+    ``Slice`` per chunk, ``sp = conv_i(sp + chunk_i)`` (Add, then a ``k`` x ``k`` depthwise Conv
+    with bias), ``Concat(sp_0, ..., sp_{convs-1}, last chunk)`` -> y. ``reader``: the first conv's
+    output also added to the output (a second reader outside the block)."""
+    rng, inits, node = np.random.default_rng(seed), {}, helper.make_node
+    width = -(-channels // (convs + 1))
+    bounds = [(i * width, min((i + 1) * width, channels)) for i in range(convs + 1)]
+    nodes, ints = [], []
+    for i, (b, e) in enumerate(bounds):
+        ints += [numpy_helper.from_array(np.array([b], np.int64), f"b{i}"), numpy_helper.from_array(np.array([e], np.int64), f"e{i}")]
+        nodes.append(node("Slice", ["x", f"b{i}", f"e{i}", "axis1"], [f"s{i}"]))
+    ints.append(numpy_helper.from_array(np.array([1], np.int64), "axis1"))
+    sp = None
+    for i in range(convs):
+        if i > 0:
+            nodes.append(node("Add", [sp, f"s{i}"], [f"a{i}"]))
+        nodes.append(conv_node(rng, inits, f"a{i}" if i > 0 else "s0", f"c{i}", width, width, k=k, group=width))
+        sp = f"c{i}"
+    out = "cat" if reader else "y"
+    nodes.append(node("Concat", [f"c{i}" for i in range(convs)] + [f"s{convs}"], [out], axis=1))
+    if reader:
+        nodes += [node("Slice", ["cat", "b0", "e0", "axis1"], ["head"]), node("Add", ["head", "c0"], ["sum"]),
+                  node("Concat", ["sum", "cat"], ["y"], axis=1)]
+    model = pattern_graph(nodes, inits, channels=channels, size=size)
+    model.graph.initializer.extend(ints)
+    return model

@@ -42,12 +42,14 @@ from tir_adreno.strategy.profile import DeviceProfile
 
 
 @dataclass
-class _Piece:
-    """One group of a mixed conv: its conv's geometry and weights with its constant steps folded."""
+class ConvPiece:
+    """One group of a mixed conv (or one conv of a hierarchical split block,
+    ``passes.rules.hierarchical``): its conv's geometry and weights with its constant steps folded."""
 
     geom: ConvGeometry
     w: np.ndarray  # OIHW float64, the steps' scale folded in
     shift: np.ndarray  # per output channel, float64
+    nodes: list  # the conv and its steps, in order
 
 
 @dataclass(frozen=True)
@@ -70,7 +72,7 @@ def _depthwise(geom) -> bool:
     return geom.groups == geom.c == geom.o
 
 
-def _piece(g: Graph, getter: Node, nchw) -> tuple[_Piece, Node, Node | None] | None:
+def conv_piece(g: Graph, getter: Node, nchw) -> tuple[ConvPiece, Node, Node | None] | None:
     """The group conv reading ``getter`` (its sole reader) with the per-channel constant steps
     after it folded: (piece, its last node, the sole reader of that: the concat, checked by the
     caller), else None."""
@@ -89,7 +91,7 @@ def _piece(g: Graph, getter: Node, nchw) -> tuple[_Piece, Node, Node | None] | N
         return None
     if geom.padding != (d * (k // 2),) * 4:  # 'same': the padded kernel stays centered on the output
         return None
-    piece, last = _Piece(geom, operands.weights, np.zeros(geom.o)), conv
+    piece, last = ConvPiece(geom, operands.weights, np.zeros(geom.o), [conv]), conv
     while True:
         user = g.sole_user(last.var)
         step = linear_step(user, last.var, geom.o) if user is not None else None
@@ -98,6 +100,7 @@ def _piece(g: Graph, getter: Node, nchw) -> tuple[_Piece, Node, Node | None] | N
         scale, shift = step
         piece.w = piece.w * scale[:, None, None, None]
         piece.shift = piece.shift * scale + shift
+        piece.nodes.append(user)
         last = user
 
 
@@ -115,7 +118,7 @@ def _match(g: Graph, split: Node) -> MixedPattern | None:
     if [u.index for u in getters] != list(range(len(sizes))):
         return None  # a piece read twice or not at all
     n, _, h, w = shape
-    found = [_piece(g, u, (n, c, h, w)) for u, c in zip(getters, sizes)]
+    found = [conv_piece(g, u, (n, c, h, w)) for u, c in zip(getters, sizes)]
     if any(f is None for f in found):
         return None
     pieces = [p for p, _, _ in found]
@@ -132,7 +135,7 @@ def _match(g: Graph, split: Node) -> MixedPattern | None:
     return MixedPattern(concat, x, pieces) if _forms(pieces) else None
 
 
-def _forms(pieces: list[_Piece]) -> dict[str, int]:
+def _forms(pieces: list[ConvPiece]) -> dict[str, int]:
     """The forms ``pieces`` merge in (module docstring) -> the merged conv's ``groups``."""
     c = sum(p.geom.c for p in pieces)
     if all(_depthwise(p.geom) for p in pieces):

@@ -506,3 +506,13 @@ def mixed_conv_form(forms: dict[str, int], pieces: int, profile: DeviceProfile) 
     if forms[form] == 0 or (is_wide(profile) and forms[form] <= (pieces + 1) * profile.launch_cost_macs):
         return form
     return None
+
+
+def hierarchical_depthwise(profile: DeviceProfile) -> bool:
+    """Whether EdgeNeXt's hierarchical split depthwise convs (timm ``SplitTransposeBlock``: channel
+    slices, ``sp = conv_i(sp + chunk_i)``, concat; ``passes.rules.hierarchical``) run as one
+    ``hierarchical_depthwise`` launch per conv, each writing the whole map: with fusion on
+    (``launch_cost_macs`` > 0). It saves the slices, the adds and the concat (EdgeNeXt-XXS: 21
+    launches -> 6) for one copy of the map per conv (its small maps: 28 x 28 x 48 down to
+    7 x 7 x 168); else as exported."""
+    return profile.launch_cost_macs > 0

@@ -6,10 +6,11 @@ applies wins (``excitation``, a pool and two 1x1 convs, before ``pool`` and ``co
 squeeze-excitation multiply read by the conv after it, before ``binary``; ``binary``
 before ``elementwise``: an add, subtract, multiply or divide of two activations is one binary kernel, else it may
 be an activation chain or a per-channel affine step; ``separable_attention``, MobileViT-v2's attention from its
-``Split`` to ``relu(v) * ctx``, before ``split``), and
+``Split`` to ``relu(v) * ctx``, before ``split``; ``split_depthwise``, EdgeNeXt's hierarchical split depthwise
+convs from their channel slices to the concat, before ``strided_slice``), and
 an op no rule takes is left to upstream (``LegalizeOps`` and dlight)."""
 
-from tir_adreno.passes.rules import attention, broadcast, concat, conv, elementwise, excite, layer_norm, layout, matmul, patches, pool
+from tir_adreno.passes.rules import attention, broadcast, concat, conv, elementwise, excite, hierarchical, layer_norm, layout, matmul, patches, pool
 from tir_adreno.passes.rules.base import Rule, by_op, rule  # noqa: F401 (the rule contract)
 
 RULES: tuple[Rule, ...] = (
@@ -30,6 +31,7 @@ RULES: tuple[Rule, ...] = (
     concat.concat,
     layout.resize2d,
     layout.permute,
+    hierarchical.split_depthwise,
     layout.strided_slice,
     attention.separable_attention,
     layout.split,

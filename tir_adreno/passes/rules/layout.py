@@ -79,7 +79,7 @@ def _channel_shuffle(rw: Rewriter, node: Node, x: Value):
     return out
 
 
-def _channel_range(node: Node, channels: int) -> tuple[int, int] | None:
+def channel_range(node: Node, channels: int) -> tuple[int, int] | None:
     """[begin, end) of a ``strided_slice`` over axis 1 with stride 1, clamped to ``channels``, else None."""
     if len(node.args) < 4:
         return None
@@ -98,7 +98,7 @@ def strided_slice(rw: Rewriter, node: Node):
     x = rw.activation(node.args[0])
     if x is None or x.layout != "NCHW":
         return None
-    found = _channel_range(node, x.channels)
+    found = channel_range(node, x.channels)
     out_shape = static_shape(node.var)
     if found is None or out_shape != (x.nchw[0], found[1] - found[0], *x.nchw[2:]):
         return None

@@ -1,0 +1,141 @@
+"""EdgeNeXt's hierarchical split depthwise convs (timm ``SplitTransposeBlock``) as exported::
+
+    x -> Slice(chunk 0) -> Conv(depthwise) [-> bias Add] ------------------------------> Concat
+      -> Slice(chunk 1) -> Add(previous conv) -> Conv(depthwise) [-> bias Add] --------> Concat
+      ...
+      -> Slice(chunk k) (the last one, untouched) ---------------------------------------> Concat
+
+``k`` steps of ``primfuncs.hierarchical.hierarchical_depthwise``, each writing the whole map (the
+previous step's output read for the channels before its chunk and for the add), so the slices,
+the adds and the concat are planned away (``strategy.conv.hierarchical_depthwise`` decides).
+Matched from any of the slices (the first the rewriter meets): every slice of ``x`` over its
+channels, together tiling them in ``k + 1`` chunks, the first ``k`` of equal width; each
+depthwise conv (stride 1, no dilation, 'same' padding of an odd kernel, per-channel steps after
+it folded: ``passes.mixed_conv.conv_piece``) read by the next step's add and the concat only;
+the concat of the convs' outputs and the last slice in order. Anything else stays as it is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from tvm import relax
+
+from primfuncs import hierarchical as kernels
+
+from tir_adreno.passes.graph import Graph, Node, same
+from tir_adreno.passes.kernel_index import kernel
+from tir_adreno.passes.mixed_conv import ConvPiece, conv_piece
+from tir_adreno.passes.op_info import elementwise_info
+from tir_adreno.passes.rewriter import Rewriter
+from tir_adreno.passes.rules.base import rule
+from tir_adreno.passes.rules.layout import channel_range
+from tir_adreno.strategy import conv as strategy
+
+
+@dataclass(frozen=True)
+class SplitBlock:
+    """A matched block: its input, chunk width, the convs (in order), every node it replaces, the concat."""
+
+    x: relax.Var
+    width: int
+    pieces: list[ConvPiece]
+    nodes: list[Node]
+    concat: Node
+
+
+def _slices(g: Graph, x, channels: int) -> list[tuple[int, int, Node]] | None:
+    """The channel slices reading ``x`` as (begin, end, node), sorted, when they tile
+    ``[0, channels)`` in at least two chunks and each has one reader, else None."""
+    users = g.users(x)
+    found = sorted((*r, u) for u in users if u.op == "relax.strided_slice" and (r := channel_range(u, channels)) is not None)
+    if len(found) < 2 or found[0][0] != 0 or found[-1][1] != channels:
+        return None
+    if any(a[1] != b[0] for a, b in zip(found, found[1:])) or any(g.sole_user(s.var) is None for _, _, s in found):
+        return None
+    return found
+
+
+def _depthwise_piece(g: Graph, getter: Node, nchw) -> tuple[ConvPiece, Node] | None:
+    """The depthwise conv (multiplier 1, stride 1, no dilation) that alone reads ``getter`` with
+    its steps folded: (piece, its last node), else None."""
+    found = conv_piece(g, getter, nchw)
+    if found is None:
+        return None
+    piece, last, _ = found
+    geom = piece.geom
+    if not geom.groups == geom.c == geom.o or geom.strides != (1, 1) or geom.dilation != (1, 1):
+        return None
+    return piece, last
+
+
+def match_split_block(g: Graph, x, nchw) -> SplitBlock | None:
+    """The hierarchical split block reading NCHW activation ``x`` (module docstring), else None."""
+    n, channels, h, w = nchw
+    slices = _slices(g, x, channels)
+    if slices is None:
+        return None
+    width = slices[0][1]
+    k = len(slices) - 1
+    if any(e - b != width for b, e, _ in slices[:k]):
+        return None
+    pieces, nodes, lasts, getter = [], [s for _, _, s in slices], [], slices[0][2]
+    for i in range(k):
+        if i > 0:  # sp + chunk i, read by conv i alone
+            add = g.sole_user(slices[i][2].var)
+            if add is None or add.op != "relax.add" or len(add.args) != 2:
+                return None
+            pair = (lasts[-1].var, slices[i][2].var)
+            if not any(same(add.args[0], a) and same(add.args[1], b) for a, b in (pair, pair[::-1])):
+                return None
+            getter = add
+            nodes.append(add)
+        found = _depthwise_piece(g, getter, (n, width, h, w))
+        if found is None:
+            return None
+        pieces.append(found[0])
+        nodes += found[0].nodes
+        lasts.append(found[1])
+    concat = g.sole_user(lasts[-1].var)
+    if concat is None or concat.op != "relax.concat" or concat.attrs.axis is None or int(concat.attrs.axis) % 4 != 1:
+        return None
+    fields = concat.args[0].fields if isinstance(concat.args[0], relax.Tuple) else []
+    if len(fields) != k + 1 or not all(same(f, v) for f, v in zip(fields, [m.var for m in lasts] + [slices[k][2].var])):
+        return None
+    # Each conv's output is read by the next step's add and the concat only, and is no model output.
+    if any(g.uses.get(m.var, 0) != 2 or same(g.output, m.var) for m in lasts[:-1]):
+        return None
+    return SplitBlock(x, width, pieces, nodes + [concat], concat)
+
+
+@rule("relax.strided_slice")
+def split_depthwise(rw: Rewriter, node: Node):
+    """EdgeNeXt's hierarchical split depthwise convs from any of their slices
+    (:func:`match_split_block`): one ``hierarchical_depthwise`` launch per conv when the strategy
+    says so, the last one's map the concat; else None (each slice, add, conv and the concat apart)."""
+    v = rw.activation(node.args[0])
+    if v is None or v.layout != "NCHW" or not strategy.hierarchical_depthwise(rw.profile):
+        return None
+    block = match_split_block(rw.graph, node.args[0], v.nchw)
+    if block is None:
+        return None
+    scope = rw.scope_for(v.shape5)
+    x = rw.blocked(v, scope)
+    channels, width = v.channels, block.width
+    out = None
+    for i, piece in enumerate(block.pieces):
+        begin, geom = i * width, piece.geom
+        has_bias = bool(np.any(piece.shift != 0))
+        func = kernel(kernels.hierarchical_depthwise, v.shape5, channels, begin, width, (geom.kh, geom.kw), geom.padding,
+                      previous=i > 0, bias=has_bias, scope=scope)
+        consts = [relax.const(kernels.pack_weights(piece.w.astype(rw.dtype), channels, begin))]
+        if has_bias:
+            consts.append(relax.const(kernels.pack_bias(piece.shift.astype(rw.dtype), channels, begin)))
+        info = elementwise_info("hierarchical_depthwise", piece.nodes, [v.nchw], begin=begin, width=width,
+                                kernel=[geom.kh, geom.kw], padding=list(geom.padding))
+        out = rw.emit_kernel(func, [x, *([out] if out is not None else []), *consts], v.shape5, op_info=info)
+    for m in block.nodes:
+        m.fused = True
+    rw.define(block.concat.var, out, scope, v.nchw)
+    return out
