@@ -17,7 +17,8 @@ Chunk boundaries need not be multiples of 4 lanes (EdgeNeXt-XXS: 88 channels in 
 168 in chunks of 42): a lane's channel ``c - width`` of ``P`` is read from the one or two pixels
 holding it (:func:`load_channels` with a negative offset). One work item per output pixel; blocks
 with no lane in the conv's range only copy their centre pixel. Weights ``W (C/4, KH, KW, 4)`` and
-``Bias (C/4, 4)`` are buffers over the output's channel positions, zero outside the range.
+``Bias (C/4, 4)`` are buffers over the output's channel positions, zero outside the range
+(``tir_adreno.strategy.packing.pack_channel_range``).
 Stride 1, no dilation, the output as large as the input (``top + bottom = KH - 1``,
 ``left + right = KW - 1``): what the block's convs are.
 """
@@ -128,26 +129,3 @@ def hierarchical_depthwise(shape, channels: int, begin: int, width: int, kernel_
 
     return select_params(func, ["X", *(["P"] if previous else []), "W", *(["Bias"] if bias else []), "Y"])
 
-
-def pack_weights(weights, channels: int, begin: int):
-    """Depthwise weights ``(width, 1, KH, KW)`` (OIHW) of the conv over channels ``[begin, begin +
-    width)`` as :func:`hierarchical_depthwise`'s ``W (C/4, KH, KW, 4)``: channel ``c`` at
-    ``[c // 4, :, :, c % 4]``, zero outside the range."""
-    import numpy as np
-
-    width, _, kh, kw = weights.shape
-    c4 = -(-channels // LANES)
-    full = np.zeros((c4 * LANES, kh, kw), weights.dtype)
-    full[begin : begin + width] = weights[:, 0]
-    return np.ascontiguousarray(full.reshape(c4, LANES, kh, kw).transpose(0, 2, 3, 1))
-
-
-def pack_bias(bias, channels: int, begin: int):
-    """A per-channel bias ``(width,)`` of the conv over ``[begin, begin + width)`` as ``Bias (C/4, 4)``,
-    zero outside the range."""
-    import numpy as np
-
-    c4 = -(-channels // LANES)
-    full = np.zeros(c4 * LANES, bias.dtype)
-    full[begin : begin + len(bias)] = bias
-    return full.reshape(c4, LANES)

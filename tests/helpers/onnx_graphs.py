@@ -351,7 +351,7 @@ def edgenext_block(rng, inits, channels=6, hidden=10, tail=False):
 
 def split_block_graph(channels, convs, k=3, seed=0, size=7, reader=False):
     """EdgeNeXt's hierarchical split depthwise convs as torch.onnx.export writes timm's
-    ``SplitTransposeBlock`` (tests/passes/test_hierarchical.py): ``x.chunk(convs + 1)`` as one
+    ``SplitTransposeBlock`` (tests/passes/test_split_depthwise.py): ``x.chunk(convs + 1)`` as one
     ``Slice`` per chunk, ``sp = conv_i(sp + chunk_i)`` (Add, then a ``k`` x ``k`` depthwise Conv
     with bias), ``Concat(sp_0, ..., sp_{convs-1}, last chunk)`` -> y. ``reader``: the first conv's
     output also added to the output (a second reader outside the block)."""
@@ -360,9 +360,9 @@ def split_block_graph(channels, convs, k=3, seed=0, size=7, reader=False):
     bounds = [(i * width, min((i + 1) * width, channels)) for i in range(convs + 1)]
     nodes, ints = [], []
     for i, (b, e) in enumerate(bounds):
-        ints += [numpy_helper.from_array(np.array([b], np.int64), f"b{i}"), numpy_helper.from_array(np.array([e], np.int64), f"e{i}")]
-        nodes.append(node("Slice", ["x", f"b{i}", f"e{i}", "axis1"], [f"s{i}"]))
-    ints.append(numpy_helper.from_array(np.array([1], np.int64), "axis1"))
+        ints += [numpy_helper.from_array(np.array([b], np.int64), f"begin{i}"), numpy_helper.from_array(np.array([e], np.int64), f"end{i}")]
+        nodes.append(node("Slice", ["x", f"begin{i}", f"end{i}", "slice_axis"], [f"s{i}"]))
+    ints.append(numpy_helper.from_array(np.array([1], np.int64), "slice_axis"))
     sp = None
     for i in range(convs):
         if i > 0:
@@ -372,7 +372,7 @@ def split_block_graph(channels, convs, k=3, seed=0, size=7, reader=False):
     out = "cat" if reader else "y"
     nodes.append(node("Concat", [f"c{i}" for i in range(convs)] + [f"s{convs}"], [out], axis=1))
     if reader:
-        nodes += [node("Slice", ["cat", "b0", "e0", "axis1"], ["head"]), node("Add", ["head", "c0"], ["sum"]),
+        nodes += [node("Slice", ["cat", "begin0", "end0", "slice_axis"], ["head"]), node("Add", ["head", "c0"], ["sum"]),
                   node("Concat", ["sum", "cat"], ["y"], axis=1)]
     model = pattern_graph(nodes, inits, channels=channels, size=size)
     model.graph.initializer.extend(ints)

@@ -20,6 +20,7 @@ from primfuncs import hierarchical
 from primfuncs._common import BUFFER, TEXTURE
 from tir_adreno.codegen import build
 from tir_adreno.reference import conv2d_nchw
+from tir_adreno.strategy.packing import pack_channel_range
 
 #: float16_acc32: the output's half rounding (2^-11 of each element) dominates.
 HALF_RTOL = 2.0**-10
@@ -54,8 +55,8 @@ def run_step(device, case, x, p, w, b, scope, precision):
     n, channels, h, w_, begin, width, kernel, padding, previous = case
     func = hierarchical.hierarchical_depthwise((n, -(-channels // 4), h, w_, 4), channels, begin, width, kernel, padding, previous,
                                                scope=scope)
-    inputs = [pack_nchw4c(x), *([pack_nchw4c(p)] if previous else []), hierarchical.pack_weights(w, channels, begin),
-              hierarchical.pack_bias(b, channels, begin)]
+    inputs = [pack_nchw4c(x), *([pack_nchw4c(p)] if previous else []), pack_channel_range(w[:, 0], channels, begin),
+              pack_channel_range(b, channels, begin)]
     half = precision == "float16_acc32"
     y = run_kernel(device, func, *inputs, storage="float16" if half and scope == TEXTURE else None, half=build.ALL_BUFFERS if half else ())
     check_blocked_output(y, channels)

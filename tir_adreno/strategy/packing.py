@@ -41,3 +41,15 @@ def pack_bias(bias: np.ndarray) -> np.ndarray:
     out = np.zeros((blocked(bias.size) * LANES,), bias.dtype)
     out[: bias.size] = bias
     return out.reshape(-1, LANES)
+
+
+def pack_channel_range(values: np.ndarray, channels: int, begin: int) -> np.ndarray:
+    """Per-channel values ``(width, *rest)`` of channels ``[begin, begin + width)`` of a
+    ``channels``-channel map as ``(ceil(channels/4), *rest, 4)``: channel ``c`` at
+    ``[c // 4, ..., c % 4]``, zero outside the range (``primfuncs.hierarchical``'s ``W`` from
+    depthwise weights ``w[:, 0]`` and its ``Bias``)."""
+    width, rest = values.shape[0], values.shape[1:]
+    c4 = blocked(channels)
+    full = np.zeros((c4 * LANES, *rest), values.dtype)
+    full[begin : begin + width] = values
+    return np.ascontiguousarray(np.moveaxis(full.reshape(c4, LANES, *rest), 1, -1))

@@ -32,6 +32,7 @@ from tir_adreno.passes.rewriter import Rewriter
 from tir_adreno.passes.rules.base import rule
 from tir_adreno.passes.rules.layout import channel_range
 from tir_adreno.strategy import conv as strategy
+from tir_adreno.strategy.packing import pack_channel_range
 
 
 @dataclass(frozen=True)
@@ -129,9 +130,9 @@ def split_depthwise(rw: Rewriter, node: Node):
         has_bias = bool(np.any(piece.shift != 0))
         func = kernel(kernels.hierarchical_depthwise, v.shape5, channels, begin, width, (geom.kh, geom.kw), geom.padding,
                       previous=i > 0, bias=has_bias, scope=scope)
-        consts = [relax.const(kernels.pack_weights(piece.w.astype(rw.dtype), channels, begin))]
+        consts = [relax.const(pack_channel_range(piece.w[:, 0].astype(rw.dtype), channels, begin))]
         if has_bias:
-            consts.append(relax.const(kernels.pack_bias(piece.shift.astype(rw.dtype), channels, begin)))
+            consts.append(relax.const(pack_channel_range(piece.shift.astype(rw.dtype), channels, begin)))
         info = elementwise_info("hierarchical_depthwise", piece.nodes, [v.nchw], begin=begin, width=width,
                                 kernel=[geom.kh, geom.kw], padding=list(geom.padding))
         out = rw.emit_kernel(func, [x, *([out] if out is not None else []), *consts], v.shape5, op_info=info)
