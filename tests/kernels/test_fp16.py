@@ -31,7 +31,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from tvm import relax
 
-from primfuncs import concat, conv, elementwise, layout, pool2d, reduce
+from primfuncs import concat, conv, elementwise, hierarchical, layout, pool2d, reduce
 from primfuncs._common import BUFFER, TEXTURE
 from primfuncs.epilogue import Epilogue
 from tir_adreno import cli, compile_model, load_model, ops
@@ -401,6 +401,7 @@ def float16_sources() -> dict[str, str]:
         "conv2d": strategy.conv2d_plan(geom, Epilogue(bias=True), f16, get_profile("adreno")).primfuncs()[0],
         "conv2d tiled": strategy.conv2d_plan(tiled, Epilogue(), f16, get_profile("nvidia-h200")).primfuncs()[0],
         "depthwise": conv.depthwise_conv2d_nchw4c((1, 8, 6, 6), (8, 1, 3, 3), padding=1, dtype=f16),
+        "hierarchical": hierarchical.hierarchical_depthwise((1, 3, 6, 6, 4), 10, 3, 3, (3, 3), (1, 1, 1, 1), previous=True, dtype=f16),
         "conv2d short": strategy.conv2d_plan(short, Epilogue(bias=True), f16, get_profile("adreno")).primfuncs()[0],
         "conv2d split_k": conv.conv2d_nchw4c((1, 64, 4, 4), (8, 64, 3, 3), padding=1, epilogue=Epilogue(bias=True),
                                              dtype=f16, config=conv.ConvConfig(1, 2, (2, 2, 1), split_k=4), acc_dtype="float32"),
@@ -428,6 +429,7 @@ def test_float16_kernels_build_to_half_source():
             assert f"half {float_acc[name]}_ptr[" not in source, name
             assert "convert_half" in source, name  # the float result is converted back when stored
     assert "__global float* restrict B_ptr" in sources["layout boundary"]  # half in, float32 out
+    assert "float acc_ptr[" in sources["hierarchical"] and "half acc_ptr[" not in sources["hierarchical"]  # float32 taps sum
     # Convs accumulate in float32 where K = C/groups * kh * kw > 32 (strategy.precision): each half
     # product converted, the tile converted back (res) before the half epilogue; short K stays half.
     for name in ("conv2d", "conv2d tiled", "conv2d split_k", "winograd long gemm"):
