@@ -52,17 +52,20 @@ def _check(shape, channels, begin, width, kernel_size, padding, previous):
 
 
 def hierarchical_depthwise(shape, channels: int, begin: int, width: int, kernel_size, padding, previous: bool = False,
-                           bias: bool = True, dtype: str = "float32", scope: str = TEXTURE):
+                           bias: bool = True, addend: bool = False, dtype: str = "float32", scope: str = TEXTURE):
     """One step of the hierarchical split depthwise conv (module docstring) on NCHW4c ``shape``
     ``(N, C/4, H, W, 4)`` holding ``channels`` channels: parameters ``X``, ``P`` (with ``previous``),
-    ``W (C/4, KH, KW, 4)``, ``Bias (C/4, 4)`` (with ``bias``), ``Y`` (``shape``)::
+    ``W (C/4, KH, KW, 4)``, ``Bias (C/4, 4)`` (with ``bias``), ``A (C/4, H, W, 4)`` (with
+    ``addend``), ``Y`` (``shape``)::
 
         Y[c] = Bias[c] + sum_taps W[c, tap] * (X[c, tap] + P[c - width, tap])   begin <= c < begin + width
         Y[c] = P[c] (previous) or X[c]                                          c < begin
         Y[c] = X[c]                                                             c >= begin + width
 
-    (``P`` term only with ``previous``; zero padding; padded lanes 0). ``padding`` is
-    (top, left, bottom, right); ``kernel_size`` (KH, KW). ``dtype`` float16 accumulates in float32."""
+    (``P`` term only with ``previous``; zero padding; padded lanes 0), then with ``addend`` ``+ A``
+    at every channel (a constant map, the same for every sample: EdgeNeXt's positional encoding,
+    added to the block's output). ``padding`` is (top, left, bottom, right); ``kernel_size``
+    (KH, KW). ``dtype`` float16 accumulates in float32."""
     (n, c4, h, w, _), (kh, kw), (pt, pl, _, _) = _check(shape, channels, begin, width, kernel_size, padding, previous)
     check_dtype(dtype)
     check_scope(scope)
@@ -73,7 +76,7 @@ def hierarchical_depthwise(shape, channels: int, begin: int, width: int, kernel_
     launch = pixel_launch()
 
     @T.macro
-    def per_pixel(X, P, W, Bias, Y, vz, vh, vw):
+    def per_pixel(X, P, W, Bias, A, Y, vz, vh, vw):
         xp = T.sblock_alloc_buffer((4,), dtype, scope="local")  # X at a tap
         pp = T.sblock_alloc_buffer((4,), dtype, scope="local")  # P shifted by width at a tap
         px0 = T.sblock_alloc_buffer((4,), dtype, scope="local")
@@ -81,6 +84,7 @@ def hierarchical_depthwise(shape, channels: int, begin: int, width: int, kernel_
         wp = T.sblock_alloc_buffer((4,), dtype, scope="local")
         cx = T.sblock_alloc_buffer((4,), dtype, scope="local")  # X, P at the output pixel (the copied lanes)
         cp = T.sblock_alloc_buffer((4,), dtype, scope="local")
+        ap = T.sblock_alloc_buffer((4,), dtype, scope="local")  # the addend at the output pixel
         acc = T.sblock_alloc_buffer((4,), acc_dtype, scope="local")
         out = T.sblock_alloc_buffer((4,), dtype, scope="local")
         load_pixel(cx, X, vz // c4, vz % c4, vh, vw)
@@ -115,17 +119,23 @@ def hierarchical_depthwise(shape, channels: int, begin: int, width: int, kernel_
                 out[lane] = T.Select(
                     (vz % c4) * 4 + lane < begin, cx[lane],
                     T.Select((vz % c4) * 4 + lane < end, T.Cast(dtype, acc[lane]), T.Select((vz % c4) * 4 + lane < channels, cx[lane], zero)))
+        if addend:
+            for lane in T.vectorized(4):
+                ap[lane] = A[vz % c4, vh, vw, lane]
+            for lane in T.unroll(4):
+                out[lane] = out[lane] + ap[lane]
         store_pixel(Y, vz // c4, vz % c4, vh, vw, out)
 
     @T.prim_func(s_tir=True)
-    def func(x: T.handle, p: T.handle, wt: T.handle, b: T.handle, y: T.handle):
+    def func(x: T.handle, p: T.handle, wt: T.handle, b: T.handle, a: T.handle, y: T.handle):
         T.func_attr({"global_symbol": "hierarchical_depthwise", "tirx.noalias": True})
         X = T.match_buffer(x, (n, c4, h, w, 4), dtype, scope=scope)
         P = T.match_buffer(p, (n, c4, h, w, 4), dtype, scope=scope)
         W = T.match_buffer(wt, (c4, kh, kw, 4), dtype, scope=BUFFER)
         Bias = T.match_buffer(b, (c4, 4), dtype, scope=BUFFER)
+        A = T.match_buffer(a, (c4, h, w, 4), dtype, scope=BUFFER)
         Y = T.match_buffer(y, (n, c4, h, w, 4), dtype, scope=scope)
-        launch(g, h, w, "pixel", lambda vz, vh, vw: per_pixel(X, P, W, Bias, Y, vz, vh, vw))
+        launch(g, h, w, "pixel", lambda vz, vh, vw: per_pixel(X, P, W, Bias, A, Y, vz, vh, vw))
 
-    return select_params(func, ["X", *(["P"] if previous else []), "W", *(["Bias"] if bias else []), "Y"])
+    return select_params(func, ["X", *(["P"] if previous else []), "W", *(["Bias"] if bias else []), *(["A"] if addend else []), "Y"])
 

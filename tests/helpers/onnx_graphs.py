@@ -349,12 +349,14 @@ def edgenext_block(rng, inits, channels=6, hidden=10, tail=False):
                     node("Add", ["x", "p"], ["y"])]
 
 
-def split_block_graph(channels, convs, k=3, seed=0, size=7, reader=False):
+def split_block_graph(channels, convs, k=3, seed=0, size=7, reader=False, pos=False):
     """EdgeNeXt's hierarchical split depthwise convs as torch.onnx.export writes timm's
     ``SplitTransposeBlock`` (tests/passes/test_split_depthwise.py): ``x.chunk(convs + 1)`` as one
     ``Slice`` per chunk, ``sp = conv_i(sp + chunk_i)`` (Add, then a ``k`` x ``k`` depthwise Conv
     with bias), ``Concat(sp_0, ..., sp_{convs-1}, last chunk)`` -> y. ``reader``: the first conv's
-    output also added to the output (a second reader outside the block)."""
+    output also added to the output (a second reader outside the block). ``pos``: then, as the
+    block's positional encoding, ``Reshape [1, C, H * W]`` -> ``Transpose(0, 2, 1)`` -> ``Add`` of a
+    constant ``[1, H * W, C]``, and back to the map (``Transpose``, ``Reshape``) -> y."""
     rng, inits, node = np.random.default_rng(seed), {}, helper.make_node
     width = -(-channels // (convs + 1))
     bounds = [(i * width, min((i + 1) * width, channels)) for i in range(convs + 1)]
@@ -369,11 +371,18 @@ def split_block_graph(channels, convs, k=3, seed=0, size=7, reader=False):
             nodes.append(node("Add", [sp, f"s{i}"], [f"a{i}"]))
         nodes.append(conv_node(rng, inits, f"a{i}" if i > 0 else "s0", f"c{i}", width, width, k=k, group=width))
         sp = f"c{i}"
-    out = "cat" if reader else "y"
+    out = "cat" if reader or pos else "y"
     nodes.append(node("Concat", [f"c{i}" for i in range(convs)] + [f"s{convs}"], [out], axis=1))
     if reader:
         nodes += [node("Slice", ["cat", "begin0", "end0", "slice_axis"], ["head"]), node("Add", ["head", "c0"], ["sum"]),
                   node("Concat", ["sum", "cat"], ["y"], axis=1)]
+    if pos:
+        inits["pos"] = rng.standard_normal((1, size * size, channels))
+        ints += [numpy_helper.from_array(np.array([1, channels, size * size], np.int64), "tokens_shape"),
+                 numpy_helper.from_array(np.array([1, channels, size, size], np.int64), "map_shape")]
+        nodes += [node("Reshape", ["cat", "tokens_shape"], ["ncl"]), node("Transpose", ["ncl"], ["nlc"], perm=[0, 2, 1]),
+                  node("Add", ["nlc", "pos"], ["nlc_pos"]), node("Transpose", ["nlc_pos"], ["ncl_pos"], perm=[0, 2, 1]),
+                  node("Reshape", ["ncl_pos", "map_shape"], ["y"])]
     model = pattern_graph(nodes, inits, channels=channels, size=size)
     model.graph.initializer.extend(ints)
     return model

@@ -4,8 +4,8 @@
 ``P`` (or ``X`` at step 0), the rest from ``X``; a whole chain of steps against timm's block
 written in NumPy. Fresh random inputs, NaN-poisoned outputs (every pixel written, padded lanes
 0), both scopes, float32 and float16_acc32 (half images and buffers, float32 arithmetic), chunk
-boundaries inside 4-lane blocks, even and odd kernels, half of the examples under the texture
-bounds sanitizer."""
+boundaries inside 4-lane blocks, even and odd kernels, a constant map added or not, half of the
+examples under the texture bounds sanitizer."""
 
 import numpy as np
 import pytest
@@ -28,9 +28,10 @@ HALF_RTOL = 2.0**-10
 
 @st.composite
 def steps(draw):
-    """(n, channels, h, w, begin, width, kernel (kh, kw), padding, previous): chunks of 1..6
-    channels (boundaries anywhere in a block), the step's chunk at any position, channels after it
-    or not, 1x1 up to 5x5 kernels (even ones padded unevenly), maps down to 1x1."""
+    """(n, channels, h, w, begin, width, kernel (kh, kw), padding, previous, addend): chunks of
+    1..6 channels (boundaries anywhere in a block), the step's chunk at any position, channels after
+    it or not, 1x1 up to 5x5 kernels (even ones padded unevenly), maps down to 1x1, a constant map
+    added or not."""
     width, index = draw(st.integers(1, 6)), draw(st.integers(0, 3))
     previous = index > 0 and draw(st.booleans())
     begin = index * width
@@ -38,25 +39,26 @@ def steps(draw):
     kh, kw = draw(st.integers(1, 5)), draw(st.integers(1, 5))
     top, left = draw(st.integers(0, kh - 1)), draw(st.integers(0, kw - 1))
     return (draw(st.integers(1, 2)), channels, draw(st.integers(1, 6)), draw(st.integers(1, 7)), begin, width, (kh, kw),
-            (top, left, kh - 1 - top, kw - 1 - left), previous)
+            (top, left, kh - 1 - top, kw - 1 - left), previous, draw(st.booleans()))
 
 
-def reference_step(x, p, w, b, begin, padding, previous):
-    """One step in float64 (the module docstring's formula); ``p`` None without ``previous``."""
+def reference_step(x, p, w, b, a, begin, padding, previous):
+    """One step in float64 (the factory's formula); ``p`` None without ``previous``, ``a`` (C, H, W)
+    None without an addend."""
     width = w.shape[0]
     y = np.array(p if previous else x, np.float64)
     y[:, begin + width :] = x[:, begin + width :]
     z = x[:, begin : begin + width] + (p[:, begin - width : begin] if previous else 0)
     y[:, begin : begin + width] = conv2d_nchw(z, w, padding=padding, groups=width) + b[None, :, None, None]
-    return y
+    return y if a is None else y + a[None]
 
 
-def run_step(device, case, x, p, w, b, scope, precision):
-    n, channels, h, w_, begin, width, kernel, padding, previous = case
+def run_step(device, case, x, p, w, b, a, scope, precision):
+    n, channels, h, w_, begin, width, kernel, padding, previous, addend = case
     func = hierarchical.hierarchical_depthwise((n, -(-channels // 4), h, w_, 4), channels, begin, width, kernel, padding, previous,
-                                               scope=scope)
+                                               addend=addend, scope=scope)
     inputs = [pack_nchw4c(x), *([pack_nchw4c(p)] if previous else []), pack_channel_range(w[:, 0], channels, begin),
-              pack_channel_range(b, channels, begin)]
+              pack_channel_range(b, channels, begin), *([pack_channel_range(a, channels, 0)] if addend else [])]
     half = precision == "float16_acc32"
     y = run_kernel(device, func, *inputs, storage="float16" if half and scope == TEXTURE else None, half=build.ALL_BUFFERS if half else ())
     check_blocked_output(y, channels)
@@ -68,18 +70,18 @@ def _half(v, half):
 
 
 @given(case=steps(), scope=st.sampled_from([TEXTURE, BUFFER]), precision=st.sampled_from(["float32", "float16_acc32"]), seed=SEEDS)
-@example(case=(1, 88, 3, 4, 30, 30, (3, 3), (1, 1, 1, 1), True), scope=TEXTURE, precision="float32", seed=0)  # EdgeNeXt-XXS stage 3, step 1
-@example(case=(2, 11, 5, 3, 6, 3, (2, 4), (0, 2, 1, 1), True), scope=BUFFER, precision="float16_acc32", seed=1)
-@example(case=(1, 7, 1, 1, 0, 7, (3, 3), (1, 1, 1, 1), False), scope=TEXTURE, precision="float32", seed=2)  # every channel, 1x1 map
+@example(case=(1, 88, 3, 4, 30, 30, (3, 3), (1, 1, 1, 1), True, False), scope=TEXTURE, precision="float32", seed=0)  # EdgeNeXt-XXS stage 3, step 1
+@example(case=(2, 11, 5, 3, 6, 3, (2, 4), (0, 2, 1, 1), True, True), scope=BUFFER, precision="float16_acc32", seed=1)
+@example(case=(1, 7, 1, 1, 0, 7, (3, 3), (1, 1, 1, 1), False, True), scope=TEXTURE, precision="float32", seed=2)  # every channel, 1x1 map
 def test_step_matches_numpy(device, case, scope, precision, seed):
-    n, channels, h, w_, begin, width, kernel, padding, previous = case
+    n, channels, h, w_, begin, width, kernel, padding, previous, addend = case
     rng = np.random.default_rng(seed)
     x, p = rand(rng, (n, channels, h, w_)), rand(rng, (n, channels, h, w_))
-    w, b = rand(rng, (width, 1, *kernel)), rand(rng, (width,))
+    w, b, a = rand(rng, (width, 1, *kernel)), rand(rng, (width,)), rand(rng, (channels, h, w_))
     with sanitized(seed):
-        y = run_step(device, case, x, p, w, b, scope, precision)
+        y = run_step(device, case, x, p, w, b, a, scope, precision)
     half = precision == "float16_acc32"
-    ref = reference_step(*(_half(v, half) for v in (x, p, w, b)), begin, padding, previous)
+    ref = reference_step(*(_half(v, half) for v in (x, p, w, b)), _half(a, half) if addend else None, begin, padding, previous)
     assert_close(y, ref, HALF_RTOL if half else CONV_RTOL)
 
 
@@ -107,8 +109,8 @@ def test_chain_is_the_timm_block(device, channels, steps_):
     ws, bs = [rand(rng, (width, 1, 3, 3)) for _ in range(steps_)], [rand(rng, (width,)) for _ in range(steps_)]
     p = None
     for i in range(steps_):
-        case = (1, channels, 7, 6, i * width, width, (3, 3), (1, 1, 1, 1), i > 0)
-        p = run_step(device, case, x, p, ws[i], bs[i], TEXTURE, "float32")
+        case = (1, channels, 7, 6, i * width, width, (3, 3), (1, 1, 1, 1), i > 0, False)
+        p = run_step(device, case, x, p, ws[i], bs[i], None, TEXTURE, "float32")
     assert_close(p, timm_block(x.astype(np.float64), ws, bs, (1, 1, 1, 1)), CONV_RTOL)
 
 

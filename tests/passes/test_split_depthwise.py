@@ -22,6 +22,15 @@ def test_split_block_is_one_launch_per_conv(target, channels, convs, k):
     assert [n.rstrip("0123456789") for n in names] == ["hierarchical_depthwise"] * convs, names
 
 
+@pytest.mark.parametrize("target", ["nvidia-h200", "pocl"])
+def test_positional_encoding_added_by_the_last_step(target):
+    """EdgeNeXt's first SDTA block: a constant added to the block's output on its tokens (the
+    reshape and transposes views) is added by the last ``hierarchical_depthwise`` launch (no add
+    kernel); 10 channels in 4 + 4 + 2."""
+    names = check_pattern(split_block_graph(10, 2, pos=True), channels=10, profile=get_profile(target))
+    assert [n.rstrip("0123456789") for n in names] == ["hierarchical_depthwise"] * 2, names
+
+
 @pytest.mark.parametrize("case", ["fusion off", "second reader"])
 def test_split_block_left_apart(case):
     """Fusion off, or a conv's output read outside the block too: slices, adds, convs and the

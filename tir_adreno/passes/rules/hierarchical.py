@@ -12,7 +12,9 @@ Matched from any of the slices (the first the rewriter meets): every slice of ``
 channels, together tiling them in ``k + 1`` chunks, the first ``k`` of equal width; each
 depthwise conv (stride 1, no dilation, 'same' padding of an odd kernel, per-channel steps after
 it folded: ``passes.mixed_conv.conv_piece``) read by the next step's add and the concat only;
-the concat of the convs' outputs and the last slice in order. Anything else stays as it is.
+the concat of the convs' outputs and the last slice in order. Anything else stays as it is. A
+constant added to the concat's tokens (EdgeNeXt's positional encoding, :func:`token_addend`) is
+added by the last step too.
 """
 
 from __future__ import annotations
@@ -24,13 +26,14 @@ from tvm import relax
 
 from primfuncs import hierarchical as kernels
 
-from tir_adreno.passes.graph import Graph, Node, same
+from tir_adreno.passes.affine import other_operand
+from tir_adreno.passes.graph import Graph, Node, const, same, static_shape
 from tir_adreno.passes.kernel_index import kernel
 from tir_adreno.passes.mixed_conv import ConvPiece, conv_piece
 from tir_adreno.passes.op_info import elementwise_info
 from tir_adreno.passes.rewriter import Rewriter
 from tir_adreno.passes.rules.base import rule
-from tir_adreno.passes.rules.layout import channel_range
+from tir_adreno.passes.rules.layout import SWAP_TOKENS, channel_range
 from tir_adreno.strategy import conv as strategy
 from tir_adreno.strategy.packing import pack_channel_range
 
@@ -110,6 +113,24 @@ def match_split_block(g: Graph, x, nchw) -> SplitBlock | None:
     return SplitBlock(x, width, pieces, nodes + [concat], concat)
 
 
+def token_addend(g: Graph, concat: Node, nchw) -> tuple[list[Node], np.ndarray] | None:
+    """The constant added to the block's output on its tokens (EdgeNeXt's positional encoding:
+    ``reshape [N, C, H * W]`` -> ``permute (0, 2, 1)`` -> ``add`` of a constant ``[1, H * W, C]``,
+    each the only reader of the one before): (those nodes, the constant as ``(C, H, W)``), else None."""
+    n, c, h, w = nchw
+    reshape = g.sole_user(concat.var)
+    if reshape is None or reshape.op != "relax.reshape" or static_shape(reshape.var) != (n, c, h * w):
+        return None
+    permute = g.sole_user(reshape.var)
+    if permute is None or permute.op != "relax.permute_dims" or tuple(int(a) for a in permute.attrs.axes or ()) != SWAP_TOKENS:
+        return None
+    add = g.sole_user(permute.var)
+    value = const(other_operand(add, permute.var)) if add is not None and add.op == "relax.add" else None
+    if value is None or value.dtype != np.float32 or static_shape(add.var) != (n, h * w, c) or value.shape not in ((1, h * w, c), (h * w, c)):
+        return None
+    return [reshape, permute, add], value.reshape(h * w, c).T.reshape(c, h, w)
+
+
 @rule("relax.strided_slice")
 def split_depthwise(rw: Rewriter, node: Node):
     """EdgeNeXt's hierarchical split depthwise convs from any of their slices
@@ -121,22 +142,28 @@ def split_depthwise(rw: Rewriter, node: Node):
     block = match_split_block(rw.graph, node.args[0], v.nchw)
     if block is None:
         return None
+    addend = token_addend(rw.graph, block.concat, v.nchw)
     scope = rw.scope_for(v.shape5)
     x = rw.blocked(v, scope)
-    channels, width = v.channels, block.width
+    channels, width, k = v.channels, block.width, len(block.pieces)
     out = None
     for i, piece in enumerate(block.pieces):
         begin, geom = i * width, piece.geom
-        has_bias = bool(np.any(piece.shift != 0))
+        has_bias, adds = bool(np.any(piece.shift != 0)), addend is not None and i == k - 1
         func = kernel(kernels.hierarchical_depthwise, v.shape5, channels, begin, width, (geom.kh, geom.kw), geom.padding,
-                      previous=i > 0, bias=has_bias, scope=scope)
+                      previous=i > 0, bias=has_bias, addend=adds, scope=scope)
         consts = [relax.const(pack_channel_range(piece.w[:, 0].astype(rw.dtype), channels, begin))]
         if has_bias:
             consts.append(relax.const(pack_channel_range(piece.shift.astype(rw.dtype), channels, begin)))
-        info = elementwise_info("hierarchical_depthwise", piece.nodes, [v.nchw], begin=begin, width=width,
-                                kernel=[geom.kh, geom.kw], padding=list(geom.padding))
+        if adds:
+            consts.append(relax.const(pack_channel_range(addend[1].astype(rw.dtype), channels, 0)))
+        info = elementwise_info("hierarchical_depthwise", piece.nodes + (addend[0] if adds else []), [v.nchw], begin=begin,
+                                width=width, kernel=[geom.kh, geom.kw], padding=list(geom.padding), addend=adds)
         out = rw.emit_kernel(func, [x, *([out] if out is not None else []), *consts], v.shape5, op_info=info)
-    for m in block.nodes:
+    for m in block.nodes + (addend[0] if addend is not None else []):
         m.fused = True
-    rw.define(block.concat.var, out, scope, v.nchw)
+    if addend is None:
+        rw.define(block.concat.var, out, scope, v.nchw)
+    else:  # the tokens after the addend (NLC: a view of the same NCHW4c map)
+        rw.define(addend[0][-1].var, out, scope, v.nchw, "NHWC")
     return out
