@@ -22,37 +22,33 @@ weights (timing only), so the bundle fits the device machine's carry.
 
 from __future__ import annotations
 
-import contextlib
 import json
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 
 from common import log
-from tir_adreno import runtime
-from ways import arguments, build_ways, compare, load_ways, parse, save_results
+from ways import arguments, build, measure_ways, parse, save_results, wide_profile
 
 WAYS = ("one-group", "split", "split-p256", "split-p2048", "split-t256")
 #: The way whose weights are saved (where ``--weights`` names the model) and the one given them there.
 BASE, SHARED = "one-group", "split"
 
 
-@contextlib.contextmanager
 def _split_rule(pixels: int | None = None, threads: int | None = None, split: bool = True):
     """``strategy.pool``'s split excitation constants set while compiling (``split`` False: never split)."""
-    from tir_adreno.strategy import pool
+    def setting():  # strategy.pool (TVM) imported only when building
+        from tir_adreno.strategy import pool
 
-    saved = pool.EXCITATION_SPLIT_PIXELS, pool.EXCITATION_SPLIT_THREADS
-    pool.EXCITATION_SPLIT_PIXELS = None if not split else pixels or saved[0]
-    pool.EXCITATION_SPLIT_THREADS = threads or saved[1]
-    try:
-        yield
-    finally:
-        pool.EXCITATION_SPLIT_PIXELS, pool.EXCITATION_SPLIT_THREADS = saved
+        return mock.patch.multiple(pool, EXCITATION_SPLIT_PIXELS=None if not split else pixels or pool.EXCITATION_SPLIT_PIXELS,
+                                   EXCITATION_SPLIT_THREADS=threads or pool.EXCITATION_SPLIT_THREADS)
+
+    return setting
 
 
-SETTINGS = {"one-group": lambda: _split_rule(split=False), "split-p256": lambda: _split_rule(pixels=256),
-            "split-p2048": lambda: _split_rule(pixels=2048), "split-t256": lambda: _split_rule(threads=256)}
+SETTINGS = {"one-group": _split_rule(split=False), "split-p256": _split_rule(pixels=256),
+            "split-p2048": _split_rule(pixels=2048), "split-t256": _split_rule(threads=256)}
 
 
 def _plan(directory: Path):
@@ -91,13 +87,7 @@ def main():
                         help="models whose one-group and split ways keep their weights (outputs compared)")
     args = parse(parser)
     if args.build_only:
-        from tir_adreno.strategy.pool import is_wide
-        from tir_adreno.strategy.profile import get_profile
-
-        profile = get_profile(args.target)
-        if not is_wide(profile):
-            raise SystemExit(f"excite_split: {args.target} is not wide ({profile.compute_units} compute units): it runs one group")
-        build_ways(args.onnx, {way: profile for way in WAYS}, args.precision, args.build_only, log, SETTINGS)
+        build(args, WAYS, SETTINGS, profiles=lambda target: dict.fromkeys(WAYS, wide_profile(target, "excite_split")))
         for path in args.onnx:  # timing only, or shared there: the weights left out
             for way in WAYS:
                 if path.stem not in args.weights or way != BASE:
@@ -106,9 +96,7 @@ def main():
     for base in args.source.glob(f"*-{BASE}"):
         if (base / "weights.npz").exists() and not (args.source / base.name.replace(BASE, SHARED) / "weights.npz").exists():
             share_weights(base, args.source / base.name.replace(BASE, SHARED))
-    device = runtime.get_device(args.device)
-    models = load_ways(args.source, WAYS, device)
-    results = compare(models, args.repeat, WAYS, args.source, detail=("excitation",))
+    models, results, device = measure_ways(args, WAYS, detail=("excitation",))
     save_results("excite_split", models, results, args, device)
 
 

@@ -28,4 +28,4 @@ def _profiles(target: str) -> dict:
 
 
 if __name__ == "__main__":
-    main(__doc__, "grn_fusion", WAYS, _profiles)
+    main(__doc__, "grn_fusion", WAYS, profiles=_profiles)

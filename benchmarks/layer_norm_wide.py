@@ -18,47 +18,19 @@ the one kernel's (``ways.py``).
 
 from __future__ import annotations
 
-import contextlib
-
-from common import log
-from tir_adreno import runtime
-from ways import arguments, build_ways, compare, load_ways, parse, save_results
+from ways import main, patched, wide_profile
 
 WAYS = ("one-kernel", "wide", "wide-all")
 
 
-@contextlib.contextmanager
 def _layer_norm_rule(min_blocks: int, max_pixels_per_unit: int):
     """``strategy.pool.layer_norm_schedule``'s thresholds set while compiling."""
-    from tir_adreno.strategy import pool
-
-    saved = pool.LAYER_NORM_WIDE_MIN_BLOCKS, pool.LAYER_NORM_WIDE_MAX_PIXELS_PER_UNIT
-    pool.LAYER_NORM_WIDE_MIN_BLOCKS, pool.LAYER_NORM_WIDE_MAX_PIXELS_PER_UNIT = min_blocks, max_pixels_per_unit
-    try:
-        yield
-    finally:
-        pool.LAYER_NORM_WIDE_MIN_BLOCKS, pool.LAYER_NORM_WIDE_MAX_PIXELS_PER_UNIT = saved
+    return patched("tir_adreno.strategy.pool", LAYER_NORM_WIDE_MIN_BLOCKS=min_blocks, LAYER_NORM_WIDE_MAX_PIXELS_PER_UNIT=max_pixels_per_unit)
 
 
-def _settings() -> dict:
-    return {"one-kernel": lambda: _layer_norm_rule(2**31, 0), "wide-all": lambda: _layer_norm_rule(2, 2**31)}
-
-
-def main():
-    args = parse(arguments(__doc__, target_help="a wide device profile"))
-    if args.build_only:
-        from tir_adreno.strategy.pool import is_wide
-        from tir_adreno.strategy.profile import get_profile
-
-        profile = get_profile(args.target)
-        if not is_wide(profile):
-            raise SystemExit(f"layer_norm_wide: {args.target} is not wide ({profile.compute_units} compute units): it runs one kernel")
-        return build_ways(args.onnx, {way: profile for way in WAYS}, args.precision, args.build_only, log, _settings())
-    device = runtime.get_device(args.device)
-    models = load_ways(args.source, WAYS, device)
-    results = compare(models, args.repeat, WAYS, detail=("layer_norm_channels", "grn_scale", "sum_hw", "mean_hw"))
-    save_results("layer_norm_wide", models, results, args, device)
+SETTINGS = {"one-kernel": _layer_norm_rule(2**31, 0), "wide-all": _layer_norm_rule(2, 2**31)}
 
 
 if __name__ == "__main__":
-    main()
+    main(__doc__, "layer_norm_wide", WAYS, profiles=lambda target: dict.fromkeys(WAYS, wide_profile(target, "layer_norm_wide")),
+         settings=SETTINGS, detail=("layer_norm_channels", "grn_scale", "sum_hw", "mean_hw"), target_help="a wide device profile")

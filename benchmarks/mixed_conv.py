@@ -15,32 +15,20 @@ OpenCL event times, per model and per kernel family; each way's outputs are comp
 
 from __future__ import annotations
 
-import contextlib
-
-from common import log
-from tir_adreno import runtime
-from ways import arguments, build_ways, compare, load_ways, parse, save_results
+from ways import arguments, build, measure_ways, parse, patched, save_results
 
 WAYS = ("apart", "merged", "all", "dense")
 
 
-@contextlib.contextmanager
 def _form(choose):
     """``strategy.conv.mixed_conv_form`` replaced by ``choose(forms)`` while compiling."""
-    from tir_adreno.strategy import conv
-
-    saved = conv.mixed_conv_form
-    conv.mixed_conv_form = lambda forms, pieces, profile: choose(forms)
-    try:
-        yield
-    finally:
-        conv.mixed_conv_form = saved
+    return patched("tir_adreno.strategy.conv", mixed_conv_form=lambda forms, pieces, profile: choose(forms))
 
 
 SETTINGS = {
-    "apart": lambda: _form(lambda forms: None),
-    "all": lambda: _form(lambda forms: min(forms, key=forms.get) if forms else None),
-    "dense": lambda: _form(lambda forms: "dense" if "dense" in forms else min(forms, key=forms.get) if forms else None),
+    "apart": _form(lambda forms: None),
+    "all": _form(lambda forms: min(forms, key=forms.get) if forms else None),
+    "dense": _form(lambda forms: "dense" if "dense" in forms else min(forms, key=forms.get) if forms else None),
 }
 
 
@@ -50,15 +38,10 @@ def main():
     parser.add_argument("--dense", action="store_true", help="also 1x1 groups merged as block-diagonal dense convs")
     args = parse(parser)
     if args.build_only:
-        from tir_adreno.strategy.profile import get_profile
-
-        ways = [w for w in WAYS if w in ("apart", "merged") or getattr(args, w)]
-        profile = get_profile(args.target)
-        return build_ways(args.onnx, {w: profile for w in ways}, args.precision, args.build_only, log, SETTINGS)
-    device = runtime.get_device(args.device)
+        return build(args, [w for w in WAYS if w in ("apart", "merged") or getattr(args, w)], SETTINGS)
     ways = tuple(w for w in WAYS if any(p.name.endswith(f"-{w}") for p in args.source.iterdir()))
-    models = load_ways(args.source, ways, device)
-    save_results("mixed_conv", models, compare(models, args.repeat, ways, args.source), args, device)
+    models, results, device = measure_ways(args, ways)
+    return save_results("mixed_conv", models, results, args, device)
 
 
 if __name__ == "__main__":

@@ -15,40 +15,12 @@ of the two ways are compared with each other (``ways.py``).
 
 from __future__ import annotations
 
-import contextlib
-
-from common import log
-from tir_adreno import runtime
-from ways import arguments, build_ways, compare, load_ways, parse, save_results
+from ways import main, patched
 
 WAYS = ("apart", "folded")
-
-
-@contextlib.contextmanager
-def _no_fold():
-    """``strategy.conv.fold_norm`` off while compiling (no device class folds)."""
-    from tir_adreno.strategy import conv
-
-    saved = conv.FOLD_NORM_KINDS
-    conv.FOLD_NORM_KINDS = ()
-    try:
-        yield
-    finally:
-        conv.FOLD_NORM_KINDS = saved
-
-
-def main():
-    args = parse(arguments(__doc__))
-    if args.build_only:
-        from tir_adreno.strategy.profile import get_profile
-
-        profile = get_profile(args.target)
-        return build_ways(args.onnx, {way: profile for way in WAYS}, args.precision, args.build_only, log, {"apart": _no_fold})
-    device = runtime.get_device(args.device)
-    models = load_ways(args.source, WAYS, device)
-    results = compare(models, args.repeat, WAYS, source=args.source, detail=("layer_norm_channels", "conv2d"))
-    save_results("norm_fold", models, results, args, device)
+#: "apart": ``strategy.conv.fold_norm`` off while compiling (no device class folds).
+SETTINGS = {"apart": patched("tir_adreno.strategy.conv", FOLD_NORM_KINDS=())}
 
 
 if __name__ == "__main__":
-    main()
+    main(__doc__, "norm_fold", WAYS, settings=SETTINGS, detail=("layer_norm_channels", "conv2d"))

@@ -15,30 +15,18 @@ each other (``ways.py``), and with onnxruntime's for the models given to ``--che
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 
 import numpy as np
 
-from common import log, print_table
-from tir_adreno import runtime
-from ways import arguments, build_ways, compare, load_ways, parse, save_results
+from common import print_table
+from ways import arguments, build, measure_ways, parse, patched, save_results
 
 WAYS = ("branches", "reparam")
 
 
-@contextlib.contextmanager
-def _branches_kept(way: str):
-    """The Relax pass without its reparameterization while compiling ``way`` "branches"."""
-    from tir_adreno.passes import dispatch
-
-    saved = dispatch.reparameterize
-    if way == "branches":
-        dispatch.reparameterize = lambda mod: mod
-    try:
-        yield
-    finally:
-        dispatch.reparameterize = saved
+#: "branches": the Relax pass without its reparameterization while compiling.
+SETTINGS = {"branches": patched("tir_adreno.passes.dispatch", reparameterize=lambda mod: mod)}
 
 
 def _check_onnx(models: dict, paths) -> dict:
@@ -69,19 +57,11 @@ def main():
                         help="with --from: compare each way of these models with onnxruntime (needs onnx)")
     args = parse(parser)
     if args.build_only:
-        from tir_adreno.strategy.profile import resolve
-
-        profile = resolve(runtime.get_device(args.device) if args.target is None else None, args.target)
-        for way in WAYS:
-            with _branches_kept(way):
-                build_ways(args.onnx, {way: profile}, args.precision, args.build_only, log)
-        return None
-    device = runtime.get_device(args.device)
-    models = load_ways(args.source, WAYS, device)
-    results = compare(models, args.repeat, WAYS)
+        return build(args, WAYS, SETTINGS)
+    models, results, device = measure_ways(args, WAYS)
     for stem, errors in _check_onnx(models, args.check_onnx).items():
         results[stem]["vs_onnxruntime"] = errors
-    save_results("reparam", models, results, args, device)
+    return save_results("reparam", models, results, args, device)
 
 
 if __name__ == "__main__":

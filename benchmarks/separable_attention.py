@@ -14,41 +14,20 @@ outputs of the two ways are compared with each other (``ways.py``).
 
 from __future__ import annotations
 
-import contextlib
+from unittest import mock
 
-from common import log
-from tir_adreno import runtime
-from ways import arguments, build_ways, compare, load_ways, parse, save_results
+from ways import main
 
 WAYS = ("apart", "one_kernel")
 
 
-@contextlib.contextmanager
 def _without_rule():
     """The rewrite rules without ``separable_attention`` while compiling (the plan before it)."""
     from tir_adreno.passes import dispatch
     from tir_adreno.passes.rules import attention
 
-    saved = dispatch.RULES
-    dispatch.RULES = tuple(r for r in saved if r is not attention.separable_attention)
-    try:
-        yield
-    finally:
-        dispatch.RULES = saved
-
-
-def main():
-    args = parse(arguments(__doc__))
-    if args.build_only:
-        from tir_adreno.strategy.profile import get_profile
-
-        profile = get_profile(args.target)
-        return build_ways(args.onnx, {w: profile for w in WAYS}, args.precision, args.build_only, log, {"apart": _without_rule})
-    device = runtime.get_device(args.device)
-    models = load_ways(args.source, WAYS, device)
-    save_results("separable_attention", models, compare(models, args.repeat, WAYS, args.source), args, device)
-    return None
+    return mock.patch.object(dispatch, "RULES", tuple(r for r in dispatch.RULES if r is not attention.separable_attention))
 
 
 if __name__ == "__main__":
-    main()
+    main(__doc__, "separable_attention", WAYS, settings={"apart": _without_rule})

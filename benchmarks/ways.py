@@ -1,8 +1,8 @@
 """Ways of compiling the same ONNX models, compared from one run: launches, kernel and wall time
 (medians, the ways alternating: ``se_launches._measure``) and each kernel family's launches and
-time, and how far each way's outputs differ from the first's; ``wide_split.py`` (one work group per
-sample or spread over a wide GPU), ``mixed_conv.py`` (mixed convs split or as one conv),
-``layer_norm_wide.py``, ``grn_fusion.py`` and ``reparam.py`` use it.
+time, and how far each way's outputs differ from the first's; each script that compares one
+strategy decision made two or more ways (``norm_fold.py``, ``wide_split.py``, ...) is this
+module's ``main`` given the ways' profiles or ``settings``.
 
 Building (``build_ways``) needs TVM; measuring (``load_ways``, ``compare``) needs only pyopencl, so
 a model set is compiled here and run on a GPU machine without TVM.
@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 
@@ -52,18 +54,58 @@ def save_results(name: str, models_by_stem: dict, results: dict, args, device) -
     log(f"wrote {write_json(name + ('' if precision == 'float32' else f'-{precision}'), device.name, payload, args.results_dir)}")
 
 
-def main(description: str, name: str, ways, profiles, target_help: str = "the device profile of --build-only") -> None:
-    """A ways script whose ways differ by profile only (``profiles(target)`` -> ``{way: DeviceProfile}``):
-    ``--build-only`` builds them, ``--from`` measures them and saves ``name``'s results."""
+def patched(module: str, **values):
+    """A ``settings`` entry of :func:`build_ways`: ``module``'s attributes set to ``values`` while a
+    way compiles (the module imported then, so that TVM is needed only when building)."""
+    return lambda: mock.patch.multiple(importlib.import_module(module), **values)
+
+
+def wide_profile(target: str, name: str):
+    """``target``'s profile, which must be wide (``strategy.pool.is_wide``): a script comparing the
+    one-group and spread forms of a kernel stops with a clear message otherwise."""
+    from tir_adreno.strategy.pool import is_wide
+    from tir_adreno.strategy.profile import get_profile
+
+    profile = get_profile(target)
+    if not is_wide(profile):
+        raise SystemExit(f"{name}: {target} is not wide ({profile.compute_units} compute units): it runs one work group")
+    return profile
+
+
+def build(args, ways, settings: dict | None = None, profiles=None) -> None:
+    """``--build-only``: compile each of ``args.onnx`` each of ``ways`` into ``args.build_only``,
+    every way for ``--target``'s profile (the live device's where there is none) unless
+    ``profiles(target)`` gives ``{way: DeviceProfile}``; ``settings`` as :func:`build_ways` takes."""
+    from tir_adreno import runtime
+    from tir_adreno.strategy.profile import resolve
+
+    if profiles is None:
+        profile = resolve(runtime.get_device(args.device) if args.target is None else None, args.target)
+        chosen = {way: profile for way in ways}
+    else:
+        chosen = profiles(args.target)
+    build_ways(args.onnx, chosen, args.precision, args.build_only, log, settings)
+
+
+def measure_ways(args, ways, detail=()):
+    """``--from``: the models ``build`` saved, measured (:func:`compare`); returns the models, the
+    results and the device, for a script that adds to the results before :func:`save_results`."""
     from tir_adreno import runtime
 
-    args = parse(arguments(description, target_help=target_help))
-    if args.build_only:
-        return build_ways(args.onnx, profiles(args.target), args.precision, args.build_only, log)
     device = runtime.get_device(args.device)
     models = load_ways(args.source, ways, device)
-    save_results(name, models, compare(models, args.repeat, ways), args, device)
-    return None
+    return models, compare(models, args.repeat, ways, args.source, detail=detail), device
+
+
+def main(description: str, name: str, ways, profiles=None, settings: dict | None = None, detail=(),
+         target_help: str = "the device profile of --build-only") -> None:
+    """A whole ways script: ``--build-only`` builds (:func:`build`), ``--from`` measures and saves
+    ``name``'s results (``<name>[-<precision>]-<device>.json``)."""
+    args = parse(arguments(description, target_help=target_help))
+    if args.build_only:
+        return build(args, ways, settings, profiles)
+    models, results, device = measure_ways(args, ways, detail)
+    return save_results(name, models, results, args, device)
 
 
 def build_ways(paths, profiles: dict, precision: str, out: Path, log, settings: dict | None = None) -> None:

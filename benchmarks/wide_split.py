@@ -19,20 +19,17 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ways import main
+from ways import main, wide_profile
 
 WAYS = ("one-kernel", "split")
 
 
 def _profiles(target: str) -> dict:
-    from tir_adreno.strategy.pool import ONE_GROUP_MAX_COMPUTE_UNITS, is_wide
-    from tir_adreno.strategy.profile import get_profile
+    from tir_adreno.strategy.pool import ONE_GROUP_MAX_COMPUTE_UNITS
 
-    profile = get_profile(target)
-    if not is_wide(profile):
-        raise SystemExit(f"wide_split: {target} is not wide ({profile.compute_units} compute units): it runs one kernel")
+    profile = wide_profile(target, "wide_split")
     return {"one-kernel": replace(profile, compute_units=ONE_GROUP_MAX_COMPUTE_UNITS), "split": profile}
 
 
 if __name__ == "__main__":
-    main(__doc__, "wide_split", WAYS, _profiles, target_help="a wide device profile")
+    main(__doc__, "wide_split", WAYS, profiles=_profiles, target_help="a wide device profile")

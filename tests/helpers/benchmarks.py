@@ -35,3 +35,24 @@ def script(name, *args, no_tvm=False):
     proc = subprocess.run([*cmd, str(BENCHMARKS / name), *map(str, args)], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout
+
+
+def build_then_run(name, model, stem, tmp_path, ways, build_args=(), between=None) -> dict:
+    """benchmarks/``name`` (a ``ways.py`` script) split in two as on the H200: the ONNX ``model``
+    saved as ``<stem>.onnx`` and built ``--build-only`` here for the H200 profile (TVM), the saved
+    ways checked to be ``ways``, ``between(saved)`` called, then run ``--from`` with TVM
+    unimportable, its models' table printed last. Returns ``stem``'s results from the JSON."""
+    import json
+
+    import onnx
+
+    onnx.save(model, tmp_path / f"{stem}.onnx")
+    saved = tmp_path / "saved"
+    script(name, "--onnx", tmp_path / f"{stem}.onnx", "--target", "nvidia-h200", *build_args, "--build-only", saved)
+    assert sorted(p.name for p in saved.iterdir()) == sorted(f"{stem}-{w}" for w in ways)
+    if between is not None:
+        between(saved)
+    out = script(name, "--from", saved, "--repeat", "2", "--results-dir", tmp_path / "results", no_tvm=True)
+    assert out.strip().splitlines()[-1].startswith(f"{stem} ")  # the models' table comes last
+    (result,) = (tmp_path / "results").glob(f"{name.removesuffix('.py')}-*.json")
+    return json.loads(result.read_text())["models"][stem]
