@@ -4,8 +4,9 @@ compiled three ways from one run, every way the target's profile otherwise:
 - "apart": the plan before (each block tail's residual add after the permute back to NCHW its own
   ``add`` kernel; the hierarchical split depthwise convs as exported: slices, adds, convs, concat);
 - "tail": the residual add in fc2's conv epilogue (``passes.rules.conv._permuted_residual``);
-- "fused": that and each split block as one ``hierarchical_depthwise`` launch per conv
-  (``strategy.conv.hierarchical_depthwise``): the profile's own plan.
+- "fused": that and each split block as one ``hierarchical_depthwise`` launch per conv, the
+  positional encoding added by the last (``strategy.conv.hierarchical_depthwise``): the profile's
+  own plan.
 
     python benchmarks/edgenext_blocks.py --onnx edgenext_xx_small.onnx convnextv2_atto.onnx --target nvidia-h200 --build-only DIR  # here (TVM)
     python benchmarks/edgenext_blocks.py --from DIR                                                                               # on the GPU, no TVM
@@ -18,46 +19,14 @@ compared with the first way's (``ways.py``). Each add, slice, concat, depthwise 
 
 from __future__ import annotations
 
-import contextlib
-
-from common import log
-from tir_adreno import runtime
-from ways import arguments, build_ways, compare, load_ways, parse, save_results
+from ways import main, patched, together
 
 WAYS = ("apart", "tail", "fused")
-
-
-@contextlib.contextmanager
-def _without(tail: bool):
-    """``strategy.conv.hierarchical_depthwise`` off while compiling, and with ``tail`` the block
-    tail's permuted residual left to its own add kernel (the plan before)."""
-    from tir_adreno.passes.rules import conv as conv_rules
-    from tir_adreno.strategy import conv
-
-    saved = conv.hierarchical_depthwise, conv_rules._permuted_residual
-    conv.hierarchical_depthwise = lambda profile: False
-    if tail:
-        conv_rules._permuted_residual = lambda rw, tail_, user: None
-    try:
-        yield
-    finally:
-        conv.hierarchical_depthwise, conv_rules._permuted_residual = saved
-
-
-def main():
-    args = parse(arguments(__doc__))
-    if args.build_only:
-        from tir_adreno.strategy.profile import get_profile
-
-        profile = get_profile(args.target)
-        settings = {"apart": lambda: _without(tail=True), "tail": lambda: _without(tail=False)}
-        return build_ways(args.onnx, {way: profile for way in WAYS}, args.precision, args.build_only, log, settings)
-    device = runtime.get_device(args.device)
-    models = load_ways(args.source, WAYS, device)
-    detail = ("hierarchical_depthwise", "depthwise_conv2d_nchw4c", "slice_channels", "concat_channels", "add")
-    results = compare(models, args.repeat, WAYS, source=args.source, detail=detail)
-    save_results("edgenext_blocks", models, results, args, device)
+_SPLIT_APART = patched("tir_adreno.strategy.conv", hierarchical_depthwise=lambda profile: False)
+_TAIL_APART = patched("tir_adreno.passes.rules.conv", _permuted_residual=lambda rw, tail, user: None)
+SETTINGS = {"apart": together(_SPLIT_APART, _TAIL_APART), "tail": _SPLIT_APART}
+DETAIL = ("hierarchical_depthwise", "depthwise_conv2d_nchw4c", "slice_channels", "concat_channels", "add")
 
 
 if __name__ == "__main__":
-    main()
+    main(__doc__, "edgenext_blocks", WAYS, settings=SETTINGS, detail=DETAIL)

@@ -60,6 +60,20 @@ def patched(module: str, **values):
     return lambda: mock.patch.multiple(importlib.import_module(module), **values)
 
 
+def together(*settings):
+    """One ``settings`` entry of several (context manager factories such as :func:`patched`'s),
+    entered in order while a way compiles."""
+
+    @contextlib.contextmanager
+    def entered():
+        with contextlib.ExitStack() as stack:
+            for make in settings:
+                stack.enter_context(make())
+            yield
+
+    return entered
+
+
 def wide_profile(target: str, name: str):
     """``target``'s profile, which must be wide (``strategy.pool.is_wide``): a script comparing the
     one-group and spread forms of a kernel stops with a clear message otherwise."""

@@ -2,12 +2,9 @@
 ``--from`` without TVM on this device, on EdgeNeXt's conv encoder block (its tail) followed by a
 split depthwise block."""
 
-import json
-
 import numpy as np
-import onnx
 
-from helpers.benchmarks import script
+from helpers.benchmarks import build_then_run
 from helpers.onnx_graphs import edgenext_block, pattern_graph, split_block_graph
 
 
@@ -27,14 +24,7 @@ def _model():
 
 
 def test_edgenext_blocks_build_only_then_from_without_tvm(tmp_path):
-    onnx.save(_model(), tmp_path / "eb.onnx")
-    saved = tmp_path / "saved"
-    script("edgenext_blocks.py", "--onnx", tmp_path / "eb.onnx", "--target", "nvidia-h200", "--build-only", saved)
-    assert sorted(p.name for p in saved.iterdir()) == ["eb-apart", "eb-fused", "eb-tail"]
-    out = script("edgenext_blocks.py", "--from", saved, "--repeat", "2", "--results-dir", tmp_path / "results", no_tvm=True)
-    assert out.strip().splitlines()[-1].startswith("eb ")  # the models' table comes last
-    (result,) = (tmp_path / "results").glob("edgenext_blocks-*.json")
-    r = json.loads(result.read_text())["models"]["eb"]
+    r = build_then_run("edgenext_blocks.py", _model(), "eb", tmp_path, ["apart", "tail", "fused"])
     kernels = {way: r[way]["kernels"] for way in ("apart", "tail", "fused")}
     assert kernels["apart"]["add"]["launches"] == 2 and kernels["tail"]["add"]["launches"] == 1 and "add" not in kernels["fused"]
     assert kernels["fused"]["hierarchical_depthwise"]["launches"] == 2 and "concat_channels" not in kernels["fused"]
