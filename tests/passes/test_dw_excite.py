@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from onnx import helper
 
 from helpers.numeric import assert_close, pack_nchw4c, sanitized, unpack_nchw4c
-from helpers.onnx_graphs import check_pattern, conv_node, pattern_graph
+from helpers.onnx_graphs import check_pattern, conv_node, mbconv_se, pattern_graph, plan_kernels
 from primfuncs import excite
 from primfuncs._common import TEXTURE, equal_slices
 from primfuncs.epilogue import Epilogue
@@ -128,3 +128,81 @@ def test_depthwise_excitation_arguments():
         excite.depthwise_excitation((1, 8, 6, 6), (8, 1, 3, 3), 2, 8, padding=1, pixel_slices=7)  # 36 pixels
     with pytest.raises(ValueError, match="channel_blocks"):
         excite.depthwise_excitation((1, 8, 6, 6), (8, 1, 3, 3), 2, 8, channel_blocks=3)
+
+
+#: Two inverted residuals with SE blocks: (channels, hidden, k, stride, depthwise activation, SE
+#: activation, gate) of each, as EfficientNet-B0 (SiLU, sigmoid) and MobileNetV3 (ReLU or
+#: hard-swish, hard-sigmoid) export them; channels 6 and 10 fill no block of 4, 28 x 28 pixels.
+BLOCKS = {
+    "efficientnet": [(16, 4, 3, 1, "Relu", "silu", "Sigmoid"), (24, 6, 5, 2, "Relu", "silu", "Sigmoid")],
+    "mobilenetv3": [(6, 2, 5, 2, "HardSwish", "relu", "HardSigmoid"), (10, 3, 3, 1, None, "relu", "HardSigmoid")],
+}
+
+
+def _se_graph(blocks, size=28):
+    """conv -> (depthwise -> SE -> 1x1 conv) x len(blocks), a 3x3 stride-2 conv between them."""
+    rng, inits, nodes, x = np.random.default_rng(31), {}, [], "x"
+    c0 = blocks[0][0]
+    nodes.append(conv_node(rng, inits, "x", "a0", c0, 3))
+    for i, (c, hidden, k, stride, dw_act, act, gate) in enumerate(blocks):
+        x = f"a{i}"
+        if i:
+            nodes.append(conv_node(rng, inits, f"b{i - 1}", x, c, blocks[i - 1][0], strides=[2, 2]))
+        nodes += mbconv_se(rng, inits, x, "y" if i == len(blocks) - 1 else f"b{i}", c, hidden, act, gate, k=k, stride=stride, dw_act=dw_act)
+    return pattern_graph(nodes, inits, size=size)
+
+
+@pytest.mark.parametrize("form", sorted(BLOCKS))
+def test_depthwise_se_plan(form):
+    """Compiled for the H200, each depthwise conv and the SE block after it are one
+    ``depthwise_excitation`` launch (no ``excitation`` or depthwise launch of their own, the gate
+    read by the projection conv): two launches fewer than PoCL's plan, which is unchanged
+    (depthwise, excitation, gated 1x1 conv per block); the H200's plan run here (PoCL) against
+    onnxruntime."""
+    from tir_adreno.strategy.profile import get_profile
+
+    model = _se_graph(BLOCKS[form])
+    wide, narrow = (plan_kernels(model, get_profile(name)) for name in ("nvidia-h200", "pocl"))
+    assert wide.count("depthwise_excitation") == 2, wide
+    assert not any(k.startswith(("excitation", "depthwise_conv2d", "multiply")) for k in wide), wide
+    assert [k for k in narrow if not k.startswith("conv2d")] == ["depthwise_conv2d_nchw4c", "excitation"] * 2 + ["nchw4c_to_nchw"], narrow
+    assert len(wide) == len(narrow) - 2, (wide, narrow)
+    names = check_pattern(model, size=28, profile=get_profile("nvidia-h200"))
+    assert sum(n.startswith("depthwise_excitation") for n in names) == 2, names
+
+
+def test_depthwise_se_half_storage():
+    """The H200's float16_acc32 plan run here: the fused kernel's partial sums stay float32 (their
+    sentinel's bits too) where the activations are half, within half storage's error of onnxruntime."""
+    from tir_adreno.compiler import compile_model
+    from tir_adreno.reference import reference_outputs, relative_error
+    from tir_adreno.strategy.profile import get_profile
+
+    model = _se_graph(BLOCKS["efficientnet"][:1])
+    cm = compile_model(model, profile=get_profile("nvidia-h200"), precision="float16_acc32", progress=lambda _: None)
+    (call,) = [c for c in cm.plan.calls if c.label.startswith("depthwise_excitation")]
+    partials = cm.plan.tensors[call.args[7]]
+    assert partials.kind == "const" and partials.shape == (1, 12, 4), partials  # 4 blocks x 3 slices of 784 pixels, 4 hidden
+    assert partials.dtype == "float32" and partials.storage_dtype == "float32", partials
+    x = (np.random.default_rng(11).standard_normal((1, 3, 28, 28)) * 3).astype("float32")
+    (out,) = cm.run({"x": x})
+    (ref,) = reference_outputs(model, {"x": x})
+    assert relative_error(out, ref) <= 2e-3
+
+
+def test_depthwise_excitation_schedule():
+    """The H200 fuses, a work group per 256 output pixels of four channels (256 items); PoCL and
+    Adreno never (their plans unchanged); not with fusion off, for convs bigger than a launch is
+    worth, or where the shared memory does not fit."""
+    from tir_adreno.strategy.pool import depthwise_excitation_schedule
+    from tir_adreno.strategy.profile import get_profile, without_fusion
+
+    h200 = get_profile("nvidia-h200")
+    se = (2 * 16 * 8, 16, 56 * 56, 8)  # MobileNetV3-Small's first SE block: macs, channels, pixels, hidden
+    assert depthwise_excitation_schedule(h200, *se) == {"threads": 256, "channel_blocks": 1, "pixel_slices": 12}  # 4 x 12 groups
+    assert depthwise_excitation_schedule(h200, 2 * 576 * 144, 576, 7 * 7, 144) == {"threads": 256, "channel_blocks": 5, "pixel_slices": 1}
+    for name in ("pocl", "adreno"):
+        assert depthwise_excitation_schedule(get_profile(name), *se) is None
+    assert depthwise_excitation_schedule(without_fusion(h200), *se) is None
+    assert depthwise_excitation_schedule(h200, 10 * h200.launch_cost_macs, *se[1:]) is None
+    assert depthwise_excitation_schedule(replace(h200, local_memory_bytes=1024), *se) is None
