@@ -20,7 +20,7 @@ from tvm import relax
 from primfuncs import excite
 
 from tir_adreno.passes.activations import clip_fields
-from tir_adreno.passes.convs import conv_geometry, conv_operands, sole_conv_reader
+from tir_adreno.passes.convs import conv_geometry, conv_layer, conv_operands, sole_conv_reader
 from tir_adreno.passes.graph import Node, dtype, same, static_shape
 from tir_adreno.passes.kernel_index import kernel
 from tir_adreno.passes.op_info import FLOAT32_ATTR, elementwise_info, epilogue_info
@@ -102,15 +102,15 @@ def depthwise_excitation(rw: Rewriter, node: Node):
     float32 kernels: float32 and float16_acc32), else None with nothing fused (the conv rule's:
     the depthwise kernel, the pool rule's excitation after it). The gate multiply is left to
     :func:`gated_conv2d`, which finds both values defined."""
-    operands = conv_operands(node)
-    x = rw.activation(node.args[0]) if operands is not None and operands.layout == "NCHW" and rw.dtype == "float32" else None
-    if x is None or x.layout != "NCHW":
-        return None
     try:
-        geom = conv_geometry(node, x.nchw, operands.weights.shape)
+        geom = conv_layer(node) if rw.dtype == "float32" and str(node.attrs.data_layout) == "NCHW" else None
     except ValueError:  # a conv our kernels do not take: the conv rule reports or leaves it
         return None
-    if not geom.is_depthwise or geom.o != geom.c:
+    if geom is None or not geom.is_depthwise or geom.o != geom.c:
+        return None
+    operands = conv_operands(node)
+    x = rw.activation(node.args[0])
+    if x is None or x.layout != "NCHW":
         return None
     fused_before = {id(m) for m in rw.graph.nodes if m.fused}
     tail = conv_tail(rw, node, operands.weights, "NCHW")
