@@ -22,6 +22,11 @@ one work group of ``T`` items per sample, steps with a barrier between each:
 global pool, its output channels spread over ``groups`` work groups per sample, each pooling the
 (small) map itself.
 
+:func:`excitation_split` spreads the same steps over work groups for wide GPUs (one launch; the
+last work group to draw a ticket finishes), and :func:`depthwise_excitation` is that kernel with
+the depthwise conv whose output it pools: its work groups compute the depthwise output pixels of
+their slice (written to their own output too) where they would load them.
+
 A ``[N, C, 1, 1]`` input is a vector pooled already (the SE rule's form when the pool has other
 users). Weights and biases are float32 buffers (``W1: (S, C4 * 4)``, ``b1: (S,)``,
 ``W2: (S, O4 * 4)``, ``b2: (O4, 4)``, zero padded) and the arithmetic is float32 whatever the
