@@ -22,6 +22,11 @@ one work group of ``T`` items per sample, steps with a barrier between each:
 global pool, its output channels spread over ``groups`` work groups per sample, each pooling the
 (small) map itself.
 
+:func:`excitation_split` spreads the same steps over work groups for wide GPUs (one launch; the
+last work group to draw a ticket finishes), and :func:`depthwise_excitation` is that kernel with
+the depthwise conv whose output it pools: its work groups compute the depthwise output pixels of
+their slice (written to their own output too) where they would load them.
+
 A ``[N, C, 1, 1]`` input is a vector pooled already (the SE rule's form when the pool has other
 users). Weights and biases are float32 buffers (``W1: (S, C4 * 4)``, ``b1: (S,)``,
 ``W2: (S, O4 * 4)``, ``b2: (O4, 4)``, zero padded) and the arithmetic is float32 whatever the
@@ -30,10 +35,15 @@ activations' dtype. Padded input lanes never reach a sum; padded output lanes ar
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from types import SimpleNamespace
+
 from tvm.script import tirx as T
 
 from ._common import LANES, TEXTURE, check_channels, check_dtype, check_positive, check_scope, check_slices, store_pixel
-from .epilogue import ACTIVATIONS, activate
+from .conv.direct_body import input_macros
+from .conv.geometry import ConvGeometry, ConvWindow, InputLayout, conv2d_geometry
+from .epilogue import ACTIVATIONS, Epilogue, activate, store_output_pixel
 
 #: Work items of the one work group per sample (CPU OpenCL; the strategy picks more on GPUs).
 THREADS = 64
@@ -129,14 +139,85 @@ def excitation_split(shape, channels: int, hidden: int, out_channels: int, activ
     Arguments ``X, W1, b1, W2, b2, partials, tickets, G``: ``partials`` float32
     ``(N, slices, hidden)`` filled with :data:`PARTIAL_SENTINEL`'s bits, ``tickets`` int32
     ``(N,)`` zero, before the first launch; each launch leaves them so."""
+    _check_split(shape, hidden, out_channels, gate, channel_blocks, pixel_slices)
+    return _pooled_mlp(shape, channels, hidden, out_channels, activation, gate, bounds, gate_bounds, dtype, scope, threads, 1,
+                       (channel_blocks, pixel_slices))
+
+
+def _check_split(shape, hidden, out_channels, gate, channel_blocks, pixel_slices) -> None:
+    """The arguments of a split excitation of the NCHW4c map ``shape``, ValueError naming the culprit."""
     check_positive(hidden=hidden, out_channels=out_channels, channel_blocks=channel_blocks)
     _check_activation("gate", gate)
     n, c4, h, w = _check_nchw4c(shape)
     if channel_blocks > c4:
         raise ValueError(f"channel_blocks={channel_blocks} exceeds the input's {c4} channel blocks")
     check_slices(h * w, pixel_slices, "the pixels")
-    return _pooled_mlp(shape, channels, hidden, out_channels, activation, gate, bounds, gate_bounds, dtype, scope, threads, 1,
-                       (channel_blocks, pixel_slices))
+
+
+@dataclass(frozen=True)
+class _Depthwise:
+    """The depthwise conv (multiplier 1) of :func:`depthwise_excitation`: its geometry, its
+    epilogue (bias, activation) and the scope of its output ``D`` (and of the gate)."""
+
+    geometry: ConvGeometry
+    epilogue: Epilogue
+    out_scope: str
+
+    def pixel_macro(self, channels: int):
+        """``depthwise_pixel``: ``px[i]`` = output pixel ``(oh, ow)`` of channel block ``cb``, the
+        window tap by tap (each input pixel read as the direct conv reads it: clamped, 0 in the
+        padding), the epilogue applied, padded lanes 0, stored to ``D``."""
+        geom, epilogue, win = self.geometry, self.epilogue, ConvWindow(self.geometry, 1, 1)
+        load_pixel = input_macros(SimpleNamespace(win=win, zero=T.FloatImm("float32", 0.0),
+                                                  input=InputLayout(geom, "NCHW4c", TEXTURE)))[0]
+
+        @T.macro
+        def depthwise_pixel(X, Wdw, Bdw, D, px, i, xp, wp, tmp, vn, cb, oh, ow):
+            for lane in T.unroll(4):
+                px[i, lane] = T.float32(0)
+            for k_h in T.unroll(geom.kh):
+                for k_w in T.unroll(geom.kw):
+                    load_pixel(X, xp, 0, vn, cb, win.raw_row(oh, k_h), win.raw_col(ow, k_w))
+                    for lane in T.vectorized(4):
+                        wp[lane] = Wdw[cb, 0, k_h, k_w, lane]
+                    for lane in T.unroll(4):
+                        px[i, lane] = px[i, lane] + xp[0, lane] * wp[lane]
+            store_output_pixel(D, px, i, tmp, epilogue, Bdw, Bdw, vn, cb, oh, ow, channels)
+
+        return depthwise_pixel
+
+
+def depthwise_excitation(data_shape, weight_shape, hidden: int, out_channels: int, strides=1, padding=0, dilation=1,
+                         dw_epilogue: Epilogue = Epilogue(), activation: str | None = "relu", gate: str | None = "sigmoid",
+                         bounds=(0.0, 6.0), gate_bounds=(0.0, 6.0), dtype: str = "float32", scope: str = TEXTURE,
+                         out_scope: str | None = None, threads: int = THREADS, channel_blocks: int = 1, pixel_slices: int = 1):
+    """A depthwise conv (multiplier 1, NCHW ``data_shape``, weights ``(C, 1, KH, KW)``, its
+    ``dw_epilogue``: bias, activation) and the excitation of its output in one launch: the work
+    groups of :func:`excitation_split` (``channel_blocks`` x a slice of the output pixels each)
+    compute the depthwise output pixels they pool instead of loading them, write them to ``D``
+    (``[N, C/4, OH, OW, 4]``, padded lanes 0) and sum them; the rest is :func:`excitation_split`'s
+    (partial first-layer sums, the ticket, the last work group writes the gate ``G``).
+    Arguments ``X, W_dw, Bias_dw, W1, b1, W2, b2, partials, tickets, D, G``: ``W_dw``
+    ``(C/4, 1, KH, KW, 4)`` and ``Bias_dw`` ``(C/4, 4)`` float32 buffers (zero where there is no
+    bias), the rest as :func:`excitation_split` takes them. ``X`` in ``scope``, ``D`` and ``G`` in
+    ``out_scope`` (default ``scope``). Float32 arithmetic (half images of the float32 kernel,
+    float16_acc32: the pool sums the depthwise outputs before they are rounded to half)."""
+    data_shape = tuple(int(d) for d in data_shape)
+    if len(data_shape) != 4:
+        raise ValueError(f"data_shape must be NCHW (4-d), got {data_shape}")
+    geom = conv2d_geometry(data_shape, weight_shape, strides, padding, dilation, groups=data_shape[1])
+    if geom.o != geom.c:
+        raise ValueError(f"weight_shape {tuple(weight_shape)} must have O = C = {geom.c} (depthwise multiplier 1)")
+    if not isinstance(dw_epilogue, Epilogue) or dw_epilogue.residual:
+        raise ValueError(f"dw_epilogue must be an Epilogue without residual, got {dw_epilogue!r}")
+    if dtype != "float32":
+        raise TypeError(f"dtype must be float32 (half images of this float32 kernel: float16_acc32), got {dtype!r}")
+    check_scope(scope)
+    out_scope = check_scope(out_scope or scope)
+    shape = (geom.n, geom.c4, geom.oh, geom.ow, LANES)  # the pooled map: the depthwise output
+    _check_split(shape, hidden, out_channels, gate, channel_blocks, pixel_slices)
+    return _pooled_mlp(shape, geom.c, hidden, out_channels, activation, gate, bounds, gate_bounds, dtype, scope, threads, 1,
+                       (channel_blocks, pixel_slices), _Depthwise(geom, dw_epilogue, out_scope))
 
 
 def split_slices(c4: int, pixels: int, channel_blocks: int, pixel_slices: int) -> int:
@@ -174,10 +255,11 @@ def split_shared_bytes(c4: int, pixels: int, hidden: int, out4: int, channel_blo
 
 
 def _pooled_mlp(shape, channels, hidden, out_channels, activation, gate, bounds, gate_bounds, dtype, scope, threads, groups,
-                split=None):
+                split=None, dw: "_Depthwise | None" = None):
     """The kernel of :func:`excitation` (``out_channels`` given), of :func:`excitation_split`
-    (``split``: channel blocks and pixel slices per work group) or of :func:`pooled_pointwise`
-    (``out_channels`` None: the first layer is the output, split over ``groups``)."""
+    (``split``: channel blocks and pixel slices per work group), of :func:`depthwise_excitation`
+    (``split`` and ``dw``: the pooled map ``shape`` computed by that depthwise conv) or of
+    :func:`pooled_pointwise` (``out_channels`` None: the first layer is the output, split over ``groups``)."""
     n, c4, h, w = _check_nchw4c(shape)
     check_positive(N=n, C4=c4, H=h, W=w, hidden=hidden, threads=threads, groups=groups)
     check_channels(c4, channels)
@@ -197,7 +279,7 @@ def _pooled_mlp(shape, channels, hidden, out_channels, activation, gate, bounds,
     slices = split_slices(c4, h * w, cb, psl)
     kp = row_split(hidden, slices, threads)  # items per hidden unit adding the work groups' partial sums
     k2 = split_second(o4, hidden, threads) if split else 1
-    nt, u = threads, UNROLL
+    nt, u = threads, UNROLL if dw is None else 1  # a depthwise pixel's taps are its loads in flight
     zero = T.FloatImm("float32", 0.0)
     inv_pixels = T.FloatImm("float32", 1.0 / (h * w))
     is_split = split is not None
@@ -210,13 +292,20 @@ def _pooled_mlp(shape, channels, hidden, out_channels, activation, gate, bounds,
     def gated(x):
         return activate(x, gate, "float32", *gate_bounds)
 
+    depthwise_pixel = None if dw is None else dw.pixel_macro(channels)
+
     @T.macro
-    def pool(X, partial, part2, P, vn, c0, p0):
+    def pool(X, partial, part2, P, vn, c0, p0, Wdw, Bdw, D):
         # 1. item t sums pixels p0 + t % ps, + ps, ... (span of them) of channel blocks c0 + t // ps, + cs, ...
+        # (with a depthwise conv: computes them from X, writes them to D, then sums them)
         for t in T.thread_binding(nt, thread="threadIdx.x"):
             with T.sblock("pool"):
                 px = T.sblock_alloc_buffer((u, 4), dtype, scope="local")
                 acc = T.sblock_alloc_buffer((4,), "float32", scope="local")
+                if dw is not None:
+                    xp = T.sblock_alloc_buffer((1, 4), dtype, scope="local")
+                    wp = T.sblock_alloc_buffer((4,), "float32", scope="local")
+                    tmp = T.sblock_alloc_buffer((4,), "float32", scope="local")
                 for r in T.serial(-(-cb // cs)):
                     if t < ps * cs and r * cs + t // ps < cb and c0 + r * cs + t // ps < c4:
                         for lane in T.unroll(4):
@@ -224,8 +313,12 @@ def _pooled_mlp(shape, channels, hidden, out_channels, activation, gate, bounds,
                         for q in T.serial(-(-span // (ps * u))):
                             for i in T.unroll(u):  # the loads first, independent of the sums
                                 if (q * u + i) * ps + t % ps < span and p0 + (q * u + i) * ps + t % ps < h * w:
-                                    for lane in T.vectorized(4):
-                                        px[i, lane] = X[vn, c0 + r * cs + t // ps, (p0 + (q * u + i) * ps + t % ps) // w, (p0 + (q * u + i) * ps + t % ps) % w, lane]
+                                    if dw is None:
+                                        for lane in T.vectorized(4):
+                                            px[i, lane] = X[vn, c0 + r * cs + t // ps, (p0 + (q * u + i) * ps + t % ps) // w, (p0 + (q * u + i) * ps + t % ps) % w, lane]
+                                    else:
+                                        depthwise_pixel(X, Wdw, Bdw, D, px, i, xp, wp, tmp, vn, c0 + r * cs + t // ps,
+                                                        (p0 + (q * u + i) * ps + t % ps) // w, (p0 + (q * u + i) * ps + t % ps) % w)
                             for i in T.unroll(u):
                                 if (q * u + i) * ps + t % ps < span and p0 + (q * u + i) * ps + t % ps < h * w:
                                     for lane in T.unroll(4):
@@ -353,7 +446,7 @@ def _pooled_mlp(shape, channels, hidden, out_channels, activation, gate, bounds,
                     part2 = T.sblock_alloc_buffer((ks, cb, 4), "float32", scope="shared")
                     P = T.sblock_alloc_buffer((cb * 4,), "float32", scope="shared")
                     H1 = T.sblock_alloc_buffer((rows, k1), "float32", scope="shared")
-                    pool(X, partial, part2, P, vb // groups, 0, 0)
+                    pool(X, partial, part2, P, vb // groups, 0, 0, X, X, X)
                     first_layer(W1, P, H1, (vb % groups) * rows, 0)
                     # 3b. this group's output blocks t, t + nt, ...: the k1 partial sums, bias, activation
                     for t in T.thread_binding(nt, thread="threadIdx.x"):
@@ -388,24 +481,15 @@ def _pooled_mlp(shape, channels, hidden, out_channels, activation, gate, bounds,
                     P = T.sblock_alloc_buffer((c4 * 4,), "float32", scope="shared")
                     H1 = T.sblock_alloc_buffer((rows, k1), "float32", scope="shared")
                     H = T.sblock_alloc_buffer((hidden,), "float32", scope="shared")
-                    pool(X, partial, part2, P, vn, 0, 0)
+                    pool(X, partial, part2, P, vn, 0, 0, X, X, X)
                     first_layer(W1, P, H1, 0, 0)
                     hidden_units(H1, H, B1, H1, k1)  # 3b (H1 stands for the ticket no one-group kernel has)
                     excite(W2, B2, H, H1, G, H1, vn)  # 4
 
         return func
 
-    @T.prim_func(s_tir=True)
-    def spread(x: T.handle, w1: T.handle, b1: T.handle, w2: T.handle, b2: T.handle, part: T.handle, tick: T.handle, g: T.handle):
-        T.func_attr({"global_symbol": "excitation_split", "tirx.noalias": True})
-        X = T.match_buffer(x, (n, c4, h, w, 4), dtype, scope=scope)
-        W1 = T.match_buffer(w1, (hidden, c4 * 4), "float32")
-        B1 = T.match_buffer(b1, (hidden,), "float32")
-        W2 = T.match_buffer(w2, (hidden, o4 * 4), "float32")
-        B2 = T.match_buffer(b2, (o4, 4), "float32")
-        Part = T.match_buffer(part, (n, slices, hidden), "float32")
-        Tickets = T.match_buffer(tick, (n,), "int32")
-        G = T.match_buffer(g, (n, o4, 1, 1, 4), dtype, scope=scope)
+    @T.macro
+    def split_body(X, W1, B1, W2, B2, Part, Tickets, G, Wdw, Bdw, D):
         for b in T.thread_binding(n * slices, thread="blockIdx.x"):
             with T.sblock("slice"):
                 vb = T.axis.spatial(n * slices, b)
@@ -418,7 +502,7 @@ def _pooled_mlp(shape, channels, hidden, out_channels, activation, gate, bounds,
                 H = T.sblock_alloc_buffer((hidden,), "float32", scope="shared")
                 Y2 = T.sblock_alloc_buffer((k2, o4, 4), "float32", scope="shared")
                 # 1-3a. this work group's pool and its channels' share of the first layer
-                pool(X, partial, part2, P, vb // slices, (vb % slices) // psl * cb, (vb % slices) % psl * span)
+                pool(X, partial, part2, P, vb // slices, (vb % slices) // psl * cb, (vb % slices) % psl * span, Wdw, Bdw, D)
                 first_layer(W1, P, H1, 0, (vb % slices) // psl * cb * 4)
                 # 3b. its partial sums to global memory, each item fencing its stores before the barrier
                 for t in T.thread_binding(nt, thread="threadIdx.x"):
@@ -467,4 +551,39 @@ def _pooled_mlp(shape, channels, hidden, out_channels, activation, gate, bounds,
                 hidden_units(H2, H, B1, ticket, kp)
                 excite(W2, B2, H, Y2, G, ticket, vb // slices)
 
-    return spread
+    if dw is None:
+        @T.prim_func(s_tir=True)
+        def spread(x: T.handle, w1: T.handle, b1: T.handle, w2: T.handle, b2: T.handle, part: T.handle, tick: T.handle, g: T.handle):
+            T.func_attr({"global_symbol": "excitation_split", "tirx.noalias": True})
+            X = T.match_buffer(x, (n, c4, h, w, 4), dtype, scope=scope)
+            W1 = T.match_buffer(w1, (hidden, c4 * 4), "float32")
+            B1 = T.match_buffer(b1, (hidden,), "float32")
+            W2 = T.match_buffer(w2, (hidden, o4 * 4), "float32")
+            B2 = T.match_buffer(b2, (o4, 4), "float32")
+            Part = T.match_buffer(part, (n, slices, hidden), "float32")
+            Tickets = T.match_buffer(tick, (n,), "int32")
+            G = T.match_buffer(g, (n, o4, 1, 1, 4), dtype, scope=scope)
+            split_body(X, W1, B1, W2, B2, Part, Tickets, G, X, X, X)
+
+        return spread
+
+    geom = dw.geometry
+
+    @T.prim_func(s_tir=True)
+    def fused(x: T.handle, wdw: T.handle, bdw: T.handle, w1: T.handle, b1: T.handle, w2: T.handle, b2: T.handle, part: T.handle,
+              tick: T.handle, d: T.handle, g: T.handle):
+        T.func_attr({"global_symbol": "depthwise_excitation", "tirx.noalias": True})
+        X = T.match_buffer(x, (n, c4, geom.h, geom.w, 4), dtype, scope=scope)
+        Wdw = T.match_buffer(wdw, (c4, 1, geom.kh, geom.kw, 4), "float32")
+        Bdw = T.match_buffer(bdw, (c4, 4), "float32")
+        W1 = T.match_buffer(w1, (hidden, c4 * 4), "float32")
+        B1 = T.match_buffer(b1, (hidden,), "float32")
+        W2 = T.match_buffer(w2, (hidden, o4 * 4), "float32")
+        B2 = T.match_buffer(b2, (o4, 4), "float32")
+        Part = T.match_buffer(part, (n, slices, hidden), "float32")
+        Tickets = T.match_buffer(tick, (n,), "int32")
+        D = T.match_buffer(d, (n, c4, h, w, 4), dtype, scope=dw.out_scope)
+        G = T.match_buffer(g, (n, o4, 1, 1, 4), dtype, scope=dw.out_scope)
+        split_body(X, W1, B1, W2, B2, Part, Tickets, G, Wdw, Bdw, D)
+
+    return fused

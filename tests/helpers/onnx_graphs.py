@@ -386,3 +386,49 @@ def split_block_graph(channels, convs, k=3, seed=0, size=7, reader=False, pos=Fa
     model = pattern_graph(nodes, inits, channels=channels, size=size)
     model.graph.initializer.extend(ints)
     return model
+
+
+def se_nodes(x, y, inits, channels, hidden, rng, pool="ReduceMean", act="silu", gate="Sigmoid", name="se"):
+    """A squeeze-excitation block as torch.onnx.export writes timm's ``SqueezeExcite`` (opset 17):
+    pool -> 1x1 conv -> act -> 1x1 conv -> gate -> multiply with the feature map (values named ``name_*``)."""
+    node = helper.make_node
+    pooled = node("ReduceMean", [x], [f"{name}_p"], axes=[2, 3], keepdims=1) if pool == "ReduceMean" else node("GlobalAveragePool", [x], [f"{name}_p"])
+    acts = ([node("Sigmoid", [f"{name}_1"], [f"{name}_1s"]), node("Mul", [f"{name}_1", f"{name}_1s"], [f"{name}_a"])] if act == "silu"
+            else [node("Relu", [f"{name}_1"], [f"{name}_a"])])
+    return [
+        pooled,
+        conv_node(rng, inits, f"{name}_p", f"{name}_1", hidden, channels, k=1),
+        *acts,
+        conv_node(rng, inits, f"{name}_a", f"{name}_2", channels, hidden, k=1),
+        node(gate, [f"{name}_2"], [f"{name}_g"]),
+        node("Mul", [x, f"{name}_g"], [y]),
+    ]
+
+
+def mbconv_se(rng, inits, x, y, channels, hidden, act, gate, k=3, stride=1, dw_act=None):
+    """An inverted residual's depthwise ``k`` x ``k`` conv (``stride``; then ``dw_act``, an ONNX op
+    such as "HardSwish", or none) -> SE (``act``, ``gate``) -> 1x1 projection, as EfficientNet-B0
+    (SiLU, sigmoid) and MobileNetV3 (ReLU, hard-sigmoid) export them."""
+    d = f"{y}_d" if dw_act is None else f"{y}_d0"
+    dw = [conv_node(rng, inits, x, d, channels, channels, k=k, group=channels, strides=[stride, stride])]
+    if dw_act is not None:
+        dw.append(helper.make_node(dw_act, [d], [f"{y}_d"]))
+    return [*dw, *se_nodes(f"{y}_d", f"{y}_s", inits, channels, hidden, rng, act=act, gate=gate, name=f"{y}_se"),
+            conv_node(rng, inits, f"{y}_s", y, channels, channels, k=1)]
+
+
+def plan_kernels(model, profile) -> list[str]:
+    """The kernel families ``model`` launches on ``profile``, in order (lowered, nothing built)."""
+    from tvm import relax
+
+    from tir_adreno.compiler import import_model, lower
+
+    mod, _ = import_model(model)
+    names = []
+
+    def visit(e):
+        if isinstance(e, relax.Call) and getattr(e.op, "name", "") == "relax.call_tir":
+            names.append(e.args[0].name_hint.rstrip("0123456789"))
+
+    relax.analysis.post_order_visit(lower(mod, profile, lazy=True)["main"].body, visit)
+    return names

@@ -192,7 +192,10 @@ def excite_kernels(d, scope):
                                     threads=threads, groups=d.draw(st.integers(1, 3))),
             excite.excitation_split(_blocked(nchw), nchw[1], d.draw(st.integers(1, 8)), nchw[1], activation="relu", scope=scope,
                                     threads=threads, channel_blocks=d.draw(st.integers(1, -(-nchw[1] // 4))),
-                                    pixel_slices=equal_slices(nchw[2] * nchw[3], d.draw(st.integers(1, 4))))]
+                                    pixel_slices=equal_slices(nchw[2] * nchw[3], d.draw(st.integers(1, 4)))),
+            excite.depthwise_excitation(nchw, (nchw[1], 1, 3, 3), d.draw(st.integers(1, 8)), nchw[1], padding=1,
+                                        strides=d.draw(st.integers(1, 2)), dw_epilogue=Epilogue(bias=True, activation="relu6"),
+                                        scope=scope, out_scope=d.draw(st.sampled_from(SCOPES)), threads=threads)]
 
 
 def shuffle_kernels(d, scope):

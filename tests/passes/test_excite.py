@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from onnx import helper
 
 from helpers.numeric import pack_nchw4c, run_kernel, unpack_nchw4c
-from helpers.onnx_graphs import check_pattern, conv_node, pattern_graph
+from helpers.onnx_graphs import check_pattern, conv_node, mbconv_se, pattern_graph, plan_kernels, se_nodes
 from primfuncs import excite
 from primfuncs._common import TEXTURE, equal_slices
 from tir_adreno import reference
@@ -168,30 +168,13 @@ def test_pooled_pointwise_kernel(device, n, channels, hw, out_channels, act, thr
     assert np.all(y[:, -1, :, :, (out_channels - 1) % 4 + 1:] == 0), "padded lanes not zero"
 
 
-def _se_nodes(x, y, inits, channels, hidden, rng, pool="ReduceMean", act="silu", gate="Sigmoid", name="se"):
-    """A squeeze-excitation block as torch.onnx.export writes timm's ``SqueezeExcite`` (opset 17):
-    pool -> 1x1 conv -> act -> 1x1 conv -> gate -> multiply with the feature map (values named ``name_*``)."""
-    node = helper.make_node
-    pooled = node("ReduceMean", [x], [f"{name}_p"], axes=[2, 3], keepdims=1) if pool == "ReduceMean" else node("GlobalAveragePool", [x], [f"{name}_p"])
-    acts = ([node("Sigmoid", [f"{name}_1"], [f"{name}_1s"]), node("Mul", [f"{name}_1", f"{name}_1s"], [f"{name}_a"])] if act == "silu"
-            else [node("Relu", [f"{name}_1"], [f"{name}_a"])])
-    return [
-        pooled,
-        conv_node(rng, inits, f"{name}_p", f"{name}_1", hidden, channels, k=1),
-        *acts,
-        conv_node(rng, inits, f"{name}_a", f"{name}_2", channels, hidden, k=1),
-        node(gate, [f"{name}_2"], [f"{name}_g"]),
-        node("Mul", [x, f"{name}_g"], [y]),
-    ]
-
-
 @pytest.mark.parametrize("pool, act, gate", [("ReduceMean", "silu", "Sigmoid"), ("GlobalAveragePool", "relu", "HardSigmoid")])
 def test_se_block_plan(pool, act, gate):
     """conv -> SE (6 channels: a padded block; EfficientNet's and MobileNetV3's forms) -> 1x1 conv:
     the pool and the two 1x1 convs of the excitation are one kernel, the gate multiply is read by
     the projection conv, everything ours, no layout transform inside."""
     rng, inits = np.random.default_rng(5), {}
-    nodes = [conv_node(rng, inits, "x", "c", 6, 3), *_se_nodes("c", "s", inits, 6, 2, rng, pool, act, gate),
+    nodes = [conv_node(rng, inits, "x", "c", 6, 3), *se_nodes("c", "s", inits, 6, 2, rng, pool, act, gate),
              conv_node(rng, inits, "s", "y", 4, 6, k=1)]
     names = check_pattern(pattern_graph(nodes, inits))
     assert names == ["conv2d_nchw4c", "excitation", "conv2d_nchw4c1"], names  # conv, excitation, gated 1x1 conv
@@ -201,7 +184,7 @@ def test_se_pool_with_other_users():
     """The pooled vector also feeds the gate (``sigmoid(fc2) + mean``): the pool runs apart, the two
     1x1 convs still as one excitation kernel on the vector."""
     rng, inits = np.random.default_rng(6), {}
-    se = _se_nodes("c", "s", inits, 6, 3, rng, act="relu")
+    se = se_nodes("c", "s", inits, 6, 3, rng, act="relu")
     se[-1] = helper.make_node("Add", ["se_g", "se_p"], ["se_gp"])
     nodes = [conv_node(rng, inits, "x", "c", 6, 3), *se, helper.make_node("Mul", ["c", "se_gp"], ["s"]),
              conv_node(rng, inits, "s", "y", 4, 6, k=1)]
@@ -269,29 +252,30 @@ def test_excitation_schedule():
         assert pooled_conv_schedule(replace(profile, local_memory_bytes=4096), 576, 49, 1024) is None  # too little shared memory
 
 
-def _mbconv_se(rng, inits, x, y, channels, hidden, act, gate):
-    """An inverted residual's depthwise 3x3 conv -> SE (``act``, ``gate``) -> 1x1 projection, as
-    EfficientNet-B0 (SiLU, sigmoid) and MobileNetV3 (ReLU, hard-sigmoid) export them."""
-    return [conv_node(rng, inits, x, f"{y}_d", channels, channels, group=channels),
-            *_se_nodes(f"{y}_d", f"{y}_s", inits, channels, hidden, rng, act=act, gate=gate, name=f"{y}_se"),
-            conv_node(rng, inits, f"{y}_s", y, channels, channels, k=1)]
+@pytest.fixture
+def depthwise_apart(monkeypatch):
+    """The H200's plan with each depthwise conv apart from the excitation after it (the fused
+    kernel off: ``strategy.pool.DEPTHWISE_EXCITATION_PIXELS`` None; tests/passes/test_dw_excite.py)."""
+    from tir_adreno.strategy import pool
+
+    monkeypatch.setattr(pool, "DEPTHWISE_EXCITATION_PIXELS", None)
 
 
 @pytest.mark.parametrize("act, gate", [("silu", "Sigmoid"), ("relu", "HardSigmoid")])
-def test_se_split_plan(act, gate):
+def test_se_split_plan(act, gate, depthwise_apart):
     """Two SE blocks as EfficientNet-B0 and MobileNetV3 export them (a 28 x 28 map of 16 channels,
-    a 14 x 14 map of 24), compiled for the H200: each excitation is one ``excitation_split``
-    launch (over 8 and 6 work groups) where PoCL's plan has one ``excitation``, the same number of
-    launches; the H200's plan run here (PoCL) against onnxruntime."""
+    a 14 x 14 map of 24), compiled for the H200 with the depthwise conv apart: each excitation is
+    one ``excitation_split`` launch (over 8 and 6 work groups) where PoCL's plan has one
+    ``excitation``, the same number of launches; the H200's plan run here (PoCL) against onnxruntime."""
     from tir_adreno.strategy.profile import get_profile
 
     rng, inits = np.random.default_rng(21), {}
     nodes = [conv_node(rng, inits, "x", "a", 16, 3),
-             *_mbconv_se(rng, inits, "a", "b", 16, 4, act, gate),
+             *mbconv_se(rng, inits, "a", "b", 16, 4, act, gate),
              conv_node(rng, inits, "b", "c0", 24, 16, strides=[2, 2]),
-             *_mbconv_se(rng, inits, "c0", "y", 24, 6, act, gate)]
+             *mbconv_se(rng, inits, "c0", "y", 24, 6, act, gate)]
     model = pattern_graph(nodes, inits, size=28)
-    wide, narrow = (_plan_kernels(model, get_profile(name)) for name in ("nvidia-h200", "pocl"))
+    wide, narrow = (plan_kernels(model, get_profile(name)) for name in ("nvidia-h200", "pocl"))
     assert wide.count("excitation_split") == 2 and "excitation" not in wide, wide
     assert narrow.count("excitation") == 2 and "excitation_split" not in narrow, narrow
     assert len(wide) - wide.count("nchw4c_to_nchw") == len(narrow) - narrow.count("nchw4c_to_nchw"), (wide, narrow)
@@ -299,8 +283,9 @@ def test_se_split_plan(act, gate):
     assert sum(n.startswith("excitation_split") for n in names) == 2, names
 
 
-def test_se_split_half_storage():
-    """The H200's float16_acc32 plan of an SE block (16 channels of 28 x 28) run here: the split
+def test_se_split_half_storage(depthwise_apart):
+    """The H200's float16_acc32 plan of an SE block (16 channels of 28 x 28; the depthwise conv
+    apart) run here: the split
     excitation's partial sums stay float32 (their sentinel's bits too) where the activations are
     half, within half storage's error of onnxruntime."""
     from tir_adreno.compiler import compile_model
@@ -308,7 +293,7 @@ def test_se_split_half_storage():
     from tir_adreno.strategy.profile import get_profile
 
     rng, inits = np.random.default_rng(22), {}
-    model = pattern_graph([conv_node(rng, inits, "x", "a", 16, 3), *_mbconv_se(rng, inits, "a", "y", 16, 4, "silu", "Sigmoid")],
+    model = pattern_graph([conv_node(rng, inits, "x", "a", 16, 3), *mbconv_se(rng, inits, "a", "y", 16, 4, "silu", "Sigmoid")],
                           inits, size=28)
     cm = compile_model(model, profile=get_profile("nvidia-h200"), precision="float16_acc32", progress=lambda _: None)
     assert sum(c.label.startswith("excitation_split") for c in cm.plan.calls) == 1
@@ -323,7 +308,7 @@ def test_se_split_half_storage():
 def _gated_block(rng, inits, conv_after, k=1):
     """conv -> SE (ReLU, sigmoid; 6 channels) -> ``conv_after`` of the gated map (a k x k conv to 5
     channels, bias, batch-norm-free) -> relu."""
-    return [conv_node(rng, inits, "x", "c", 6, 3), *_se_nodes("c", "s", inits, 6, 3, rng, act="relu"),
+    return [conv_node(rng, inits, "x", "c", 6, 3), *se_nodes("c", "s", inits, 6, 3, rng, act="relu"),
             *conv_after]
 
 
@@ -371,26 +356,9 @@ def _se_classifier(rng, inits):
     a head: global pool -> 1x1 conv -> hard-swish -> flatten (MobileNetV3's has a second 1x1 conv,
     too big for one work group: the excitation rule would take a small one)."""
     node = helper.make_node
-    return [conv_node(rng, inits, "x", "c", 8, 3), *_se_nodes("c", "s", inits, 8, 2, rng, "GlobalAveragePool", "relu", "HardSigmoid"),
+    return [conv_node(rng, inits, "x", "c", 8, 3), *se_nodes("c", "s", inits, 8, 2, rng, "GlobalAveragePool", "relu", "HardSigmoid"),
             conv_node(rng, inits, "s", "p", 8, 8, k=1), node("GlobalAveragePool", ["p"], ["h0"]),
             conv_node(rng, inits, "h0", "h1", 16, 8, k=1), node("HardSwish", ["h1"], ["h2"]), node("Flatten", ["h2"], ["y"])]
-
-
-def _plan_kernels(model, profile) -> list[str]:
-    """The kernel families ``model`` launches on ``profile``, in order (lowered, nothing built)."""
-    from tvm import relax
-
-    from tir_adreno.compiler import import_model, lower
-
-    mod, _ = import_model(model)
-    names = []
-
-    def visit(e):
-        if isinstance(e, relax.Call) and getattr(e.op, "name", "") == "relax.call_tir":
-            names.append(e.args[0].name_hint.rstrip("0123456789"))
-
-    relax.analysis.post_order_visit(lower(mod, profile, lazy=True)["main"].body, visit)
-    return names
 
 
 @pytest.mark.parametrize("name", ["pocl", "adreno", "nvidia-h200"])
@@ -404,13 +372,13 @@ def test_se_classifier_launches(name):
 
     rng, inits = np.random.default_rng(12), {}
     model = pattern_graph(_se_classifier(rng, inits), inits, size=14)
-    fused = _plan_kernels(model, get_profile(name))
+    fused = plan_kernels(model, get_profile(name))
     conv = [k for k in fused if k.startswith("conv2d")]
     view = name == "nvidia-h200"
     assert [k if not k.startswith("conv2d") else "conv" for k in fused] == [
         "conv", "excitation", "conv", "pooled_pointwise", *["nchw4c_to_nchw"][:not view]], fused
     assert len(conv) == 2
-    apart = _plan_kernels(model, without_fusion(get_profile(name)))
+    apart = plan_kernels(model, without_fusion(get_profile(name)))
     assert len(apart) == 10 and apart.count("mean_hw") == 2 and "reshape" not in apart, apart
 
 

@@ -163,6 +163,7 @@ def test_rules_registry_order():
     index = by_op(RULES)
     assert [r.name for r in index["relax.add"]] == ["binary", "elementwise", "broadcast_binary"]
     assert [r.name for r in index["relax.multiply"]] == ["grn_gated_conv2d", "gated_conv2d", "binary", "elementwise", "broadcast_binary"]
-    assert [r.name for r in index["relax.nn.conv2d"]] == ["excitation", "conv2d"]  # SE's two 1x1 convs before one conv
+    # SE's two 1x1 convs, and a depthwise conv with the SE block pooling it, before one conv
+    assert [r.name for r in index["relax.nn.conv2d"]] == ["excitation", "depthwise_excitation", "conv2d"]
     assert [r.name for r in index["relax.mean"]] == ["pooled_excitation", "reduction"]
     assert len({r.name for r in RULES}) == len(RULES)

@@ -79,16 +79,51 @@ def excitation_split_schedule(profile: DeviceProfile, channels: int, pixels: int
     not fit the device's."""
     if not is_wide(profile) or EXCITATION_SPLIT_PIXELS is None:
         return {}
+    found = _split_schedule(profile, channels, pixels, hidden, out_channels, EXCITATION_SPLIT_PIXELS, EXCITATION_SPLIT_THREADS)
+    return found if found and _excite.split_slices(ceildiv(channels, 4), pixels, found["channel_blocks"], found["pixel_slices"]) > 1 else {}
+
+
+def _split_schedule(profile: DeviceProfile, channels: int, pixels: int, hidden: int, out_channels: int, group_pixels: int,
+                    threads: int) -> dict | None:
+    """``threads`` (at most the device's work group), ``channel_blocks`` and ``pixel_slices`` of a
+    split excitation whose work groups each pool about ``group_pixels`` pixels of four channels;
+    None when its shared memory does not fit the device's."""
     c4, o4 = ceildiv(channels, 4), ceildiv(out_channels, 4)
-    threads = min(EXCITATION_SPLIT_THREADS, profile.max_work_group_size)
+    threads = min(threads, profile.max_work_group_size)
     # a map of at least that many pixels: slices of it per channel block; else channel blocks of it all
-    blocks = max(1, min(c4, EXCITATION_SPLIT_PIXELS // pixels))
-    slices = equal_slices(pixels, round(pixels / EXCITATION_SPLIT_PIXELS)) if blocks == 1 else 1
-    if _excite.split_slices(c4, pixels, blocks, slices) < 2:
-        return {}
+    blocks = max(1, min(c4, group_pixels // pixels))
+    slices = equal_slices(pixels, round(pixels / group_pixels)) if blocks == 1 else 1
     if _excite.split_shared_bytes(c4, pixels, hidden, o4, blocks, slices, threads) > profile.local_memory_bytes:
-        return {}
+        return None
     return dict(threads=threads, channel_blocks=blocks, pixel_slices=slices)
+
+
+#: Output pixels (of four channels) a work group of the fused depthwise conv and excitation
+#: (``primfuncs.excite.depthwise_excitation``) computes and pools, about: one per work item
+#: (:data:`DEPTHWISE_EXCITATION_THREADS`), so that every item computes a depthwise pixel and the
+#: depthwise conv spreads over as many work groups as it can (MobileNetV3-Small's first SE block,
+#: 16 channels of 56 x 56: 49 work groups). None: never fused (the depthwise conv, then
+#: ``excitation_split``: two launches).
+DEPTHWISE_EXCITATION_PIXELS: int | None = 256
+#: Work items of a work group of the fused depthwise conv and excitation.
+DEPTHWISE_EXCITATION_THREADS = 256
+
+
+def depthwise_excitation_schedule(profile: DeviceProfile, macs: int, channels: int, pixels: int, hidden: int,
+                                  out_channels: int | None = None) -> dict | None:
+    """Factory keywords (``threads``, ``channel_blocks``, ``pixel_slices``) of
+    ``primfuncs.excite.depthwise_excitation``, the depthwise conv whose output of ``channels`` x
+    ``pixels`` an SE block pools and its excitation (two 1x1 convs of ``macs`` multiply-adds,
+    ``hidden`` units, ``out_channels`` outputs, default ``channels``) as one launch, or None to keep
+    them two launches: on a wide GPU (:func:`is_wide`: on the H200 a launch costs 7.7-11 us of host
+    time, more than either kernel), with fusion on and the convs worth fusing (as
+    :func:`excitation_schedule`), the work groups' shared memory within the device's. CPU OpenCL
+    and mobile GPUs keep their plans (the depthwise kernel, then ``excitation``): one work group
+    per sample there pools the map, which would leave the depthwise conv one work group."""
+    if not is_wide(profile) or DEPTHWISE_EXCITATION_PIXELS is None or not 0 < macs <= profile.launch_cost_macs:
+        return None
+    return _split_schedule(profile, channels, pixels, hidden, out_channels or channels, DEPTHWISE_EXCITATION_PIXELS,
+                           DEPTHWISE_EXCITATION_THREADS)
 
 
 def pooled_conv_schedule(profile: DeviceProfile, channels: int, pixels: int, out_channels: int) -> dict | None:

@@ -1,7 +1,8 @@
 """The rewrite rules, one module per op family, in ONE ordered registry (:data:`RULES`).
 
 A rule returns None when it does not apply; for each node the first rule of its op that
-applies wins (``excitation``, a pool and two 1x1 convs, before ``pool`` and ``conv2d``;
+applies wins (``excitation``, a pool and two 1x1 convs, before ``pool`` and ``conv2d``, and
+``depthwise_excitation``, a depthwise conv and the SE block pooling its output, before ``conv2d``;
 ``grn_gated_conv2d``, ConvNeXt-V2's GRN from its ``x * x`` to the conv that reads it, and ``gated_conv2d``, a
 squeeze-excitation multiply read by the conv after it, before ``binary``; ``binary``
 before ``elementwise``: an add, subtract, multiply or divide of two activations is one binary kernel, else it may
@@ -16,6 +17,7 @@ from tir_adreno.passes.rules.base import Rule, by_op, rule  # noqa: F401 (the ru
 RULES: tuple[Rule, ...] = (
     excite.pooled_excitation,
     excite.excitation,
+    excite.depthwise_excitation,
     conv.conv2d,
     matmul.matmul,
     layer_norm.grn_gated_conv2d,

@@ -6,9 +6,13 @@ of three launches. The pool is taken when the pooled vector's only user is the f
 is a 1x1 conv too big for one work group (a classifier head's) is one ``pooled_pointwise`` kernel
 with that conv, spread over work groups that each pool the small map. The gate multiply
 ``x * gate[n, c]`` goes into the conv that is its only user (:func:`gated_conv2d`: the projection
-conv reads its input times the gate), so an SE block adds one launch to the network."""
+conv reads its input times the gate), so an SE block adds one launch to the network. On a wide GPU
+the depthwise conv whose output the SE block pools computes it too (:func:`depthwise_excitation`:
+one launch writes the depthwise output and the gate), so the SE block adds none."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 from tvm import relax
@@ -16,7 +20,7 @@ from tvm import relax
 from primfuncs import excite
 
 from tir_adreno.passes.activations import clip_fields
-from tir_adreno.passes.convs import conv_geometry, conv_operands, sole_conv_reader
+from tir_adreno.passes.convs import conv_geometry, conv_layer, conv_operands, sole_conv_reader
 from tir_adreno.passes.graph import Node, dtype, same, static_shape
 from tir_adreno.passes.kernel_index import kernel
 from tir_adreno.passes.op_info import FLOAT32_ATTR, elementwise_info, epilogue_info
@@ -26,7 +30,7 @@ from tir_adreno.passes.rules.conv import Tail, conv_tail, emit_conv2d
 from tir_adreno.passes.rules.elementwise import binary_operands
 from tir_adreno.strategy import conv as conv_strategy
 from tir_adreno.strategy import pool as pool_strategy
-from tir_adreno.strategy.packing import pack_bias
+from tir_adreno.strategy.packing import pack_bias, pack_oihw4o
 
 
 def _vector_pointwise(node: Node | None, var) -> np.ndarray | None:
@@ -88,6 +92,68 @@ def excitation(rw: Rewriter, node: Node):
     if x is None or x.layout != "NCHW":
         return None
     return _excite(rw, x, node, node.args[0])
+
+
+@rule("relax.nn.conv2d")
+def depthwise_excitation(rw: Rewriter, node: Node):
+    """A depthwise conv (multiplier 1; its tail: bias, batch norm, activation) whose value a global
+    average pool reads that fc1 -> act -> fc2 -> gate follow: one kernel writing the depthwise
+    output and the gate where ``strategy.pool.depthwise_excitation_schedule`` says so (wide GPUs,
+    float32 kernels: float32 and float16_acc32), else None with nothing fused (the conv rule's:
+    the depthwise kernel, the pool rule's excitation after it). The gate multiply is left to
+    :func:`gated_conv2d`, which finds both values defined."""
+    try:
+        geom = conv_layer(node) if rw.dtype == "float32" and str(node.attrs.data_layout) == "NCHW" else None
+    except ValueError:  # a conv our kernels do not take: the conv rule reports or leaves it
+        return None
+    if geom is None or not geom.is_depthwise or geom.o != geom.c:
+        return None
+    operands = conv_operands(node)
+    x = rw.activation(node.args[0])
+    if x is None or x.layout != "NCHW":
+        return None
+    fused_before = {id(m) for m in rw.graph.nodes if m.fused}
+    tail = conv_tail(rw, node, operands.weights, "NCHW")
+    pool = _global_pool_of(rw, tail.last.var) if tail.residual is None else None
+    fc1 = rw.graph.sole_user(pool.var) if pool is not None else None
+    w1 = _vector_pointwise(fc1, pool.var) if fc1 is not None else None
+    tails = _tails(rw, fc1, w1) if w1 is not None else None
+    n, c, oh, ow = geom.out_shape
+    schedule = (pool_strategy.depthwise_excitation_schedule(rw.profile, _macs(tails), c, oh * ow, tails[0].w.shape[0], tails[1].w.shape[0])
+                if tails is not None else None)
+    if schedule is None:  # the conv rule finds the tail again
+        for m in rw.graph.nodes:
+            m.fused = id(m) in fused_before
+        return None
+    pool.fused = fc1.fused = True
+    fc1, fc2 = tails
+    hidden, out_channels = int(fc1.w.shape[0]), int(fc2.w.shape[0])
+    d5, g5 = blocked_shape(geom.out_shape), blocked_shape((n, out_channels, 1, 1))
+    out_scope = rw.scope_for(d5, g5)  # where the excitation kernel would read the map
+    scope = rw.input_scope(x, out_scope)
+    dw_epilogue = replace(tail.epilogue, bias=True)  # the kernel always adds its Bias_dw
+    func = kernel(excite.depthwise_excitation, x.nchw, tuple(tail.w.shape), hidden, out_channels, strides=geom.strides,
+                  padding=geom.padding, dilation=geom.dilation, dw_epilogue=dw_epilogue, activation=fc1.activation,
+                  gate=fc2.activation, scope=scope, out_scope=out_scope, **_bounds(fc1, fc2), **schedule)
+    consts = [relax.const(pack_oihw4o(tail.w.astype(np.float32))), relax.const(pack_bias(tail.bias.astype(np.float32))),
+              *_constants(fc1, fc2, d5[1], g5[1])]
+    func = func.with_attr(FLOAT32_ATTR, (len(consts) + 1,))  # the partial sums (after X and the constants)
+    consts += _scratch(n, d5[1], oh * ow, hidden, schedule)
+    info = elementwise_info("depthwise_excitation", [node, tail.last, fc2.last], [x.nchw], hidden=hidden,
+                            strides=geom.strides, padding=geom.padding, dilation=geom.dilation,
+                            depthwise={"weight": [c, 1, geom.kh, geom.kw], "epilogue": epilogue_info(dw_epilogue)},
+                            fc1=epilogue_info(fc1.epilogue), fc2=epilogue_info(fc2.epilogue))
+    info["output"] = [list(geom.out_shape), [n, out_channels, 1, 1]]
+    d, g = rw.emit_kernel_outputs(func, [rw.blocked(x, scope), *consts], [d5, g5], op_info=info)
+    rw.define(tail.last.var, d, out_scope, geom.out_shape)
+    rw.define(fc2.last.var, g, out_scope, (n, out_channels, 1, 1))
+    return d
+
+
+def _global_pool_of(rw: Rewriter, var) -> Node | None:
+    """The global average pool (:func:`_global_average`) among ``var``'s users, else None."""
+    return next((u for u in rw.graph.users(var) if u.op in ("relax.mean", "relax.nn.adaptive_avg_pool2d")
+                 and same(u.args[0], var) and _global_average(u)), None)
 
 
 def _global_average(node: Node) -> bool:
