@@ -16,6 +16,7 @@ from helpers.onnx_graphs import check_pattern, conv_node, group_norm_nodes, int_
 from primfuncs import layernorm
 from primfuncs._common import TEXTURE, equal_slices
 from primfuncs.lanes import blocked
+from tir_adreno import reference
 from tir_adreno.strategy.packing import pack_bias
 from tir_adreno.strategy.pool import ONE_GROUP_MAX_COMPUTE_UNITS, group_norm_schedule
 from tir_adreno.strategy.profile import get_profile
@@ -91,24 +92,6 @@ def test_group_norm_kernel(device, case, scope, precision, activation, offset, s
     _check_output(y, x_in, channels, groups, gamma, beta, activation, 2.0**-10 if storage else RTOL * (1.0 + offset))  # std 1
 
 
-def _reference_partials(x, groups, slices):
-    """float64 (count, mean, M2) of the real elements of each pixel slice of each (sample, group)."""
-    n, channels, h, w = x.shape
-    c4 = blocked(channels)
-    padded = np.full((n, 4 * c4, h, w), np.nan)
-    padded[:, :channels] = x
-    # pixel p of a group: its channel block p // (h w) (of the group's blocks), then row, column
-    pixels = padded.reshape(n, c4, 4, h, w).transpose(0, 1, 3, 4, 2).reshape(n, groups, -1, 4)
-    per = -(-pixels.shape[2] // slices)
-    out = np.empty((n * groups, slices, 3))
-    for b in range(n * groups):
-        for s in range(slices):
-            v = pixels[b // groups, b % groups, s * per : (s + 1) * per].ravel()
-            v = v[~np.isnan(v)]
-            out[b, s] = v.size, v.mean(), np.sum((v - v.mean()) ** 2)
-    return out
-
-
 @given(case=group_norm_cases(), wanted=st.integers(1, 200), scope=st.sampled_from([TEXTURE, "global"]),
        precision=st.sampled_from(["float32", "float16_acc32"]), activation=st.sampled_from([None, "relu"]),
        offset=st.sampled_from([0.0, 30.0]), seed=st.integers(0, 2**32 - 1))
@@ -125,7 +108,7 @@ def test_group_norm_split_kernels(device, case, wanted, scope, precision, activa
     slices = equal_slices(layernorm.group_norm_pixels((n, blocked(channels), h, w, 4), groups), wanted)
     x, gamma, beta, storage, x_in = _case_inputs(case, precision, scope, offset, seed)
     y, partials = _group_norm(device, x, groups, gamma, beta, activation, scope, storage, slices)
-    ref = _reference_partials(x_in.astype(np.float64), groups, slices)
+    ref = reference.group_norm_partials(x_in.astype(np.float64), groups, slices)
     assert partials.dtype == np.float32 and partials.shape == ref.shape
     assert np.array_equal(partials[..., 0], ref[..., 0]), "counts"
     # float32 sums of values around the mean: error ~ u (|mean| + std) per term (RTOL's measurement)
