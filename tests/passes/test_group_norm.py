@@ -246,3 +246,23 @@ def test_group_norm_kept_where_the_conv_cannot_fold_it(reader):
     (``group_norm_apply`` with the Relu fused), still exact against onnxruntime."""
     names = check_pattern(_folded_graph("timm", 8, 1, reader=reader), size=28, profile=get_profile("nvidia-h200"))
     assert names[1:3] == ["group_norm_partials", "group_norm_apply"], names
+
+
+def test_group_norm_fold_by_profile(monkeypatch):
+    """``strategy.conv.fold_group_norm``: MobileViT-v2's qkv projection (64 -> 129 channels on 4 x 196
+    patches, tiled on the H200) folds its GroupNorm1 there; not on PoCL or Adreno (no folds, and no
+    split norm to fold), not a direct plan's conv (a small map), not a 3x3 conv, not with
+    ``FOLD_NORM_KINDS`` empty (``benchmarks/norm_fold.py``'s "apart" way)."""
+    from primfuncs.conv import conv2d_geometry
+    from primfuncs.conv.norm import GroupNormFold
+    from tir_adreno.strategy import conv as strategy
+
+    h200 = get_profile("nvidia-h200")
+    qkv, fold = conv2d_geometry((1, 64, 4, 196), (129, 64, 1, 1)), GroupNormFold(1, 196, 1e-5)
+    assert strategy.fold_group_norm(qkv, fold, "float32", h200) and strategy.fold_group_norm(qkv, fold, "float16_acc32", h200)
+    assert not strategy.fold_group_norm(qkv, fold, "float16", h200)
+    assert not any(strategy.fold_group_norm(qkv, fold, "float32", get_profile(name)) for name in ("pocl", "adreno"))
+    assert not strategy.fold_group_norm(conv2d_geometry((1, 8, 4, 4), (8, 8, 1, 1)), GroupNormFold(1, 2, 1e-5), "float32", h200)
+    assert not strategy.fold_group_norm(conv2d_geometry((1, 64, 4, 196), (64, 64, 3, 3), padding=1), fold, "float32", h200)
+    monkeypatch.setattr(strategy, "FOLD_NORM_KINDS", ())
+    assert not strategy.fold_group_norm(qkv, fold, "float32", h200)
