@@ -6,7 +6,7 @@
 Fresh random inputs, poisoned outputs (every pixel written, padding lanes zero), both scopes,
 float32 and float16_acc32 (half images, float32 arithmetic), 1 group of C not a multiple of 4 or
 groups of whole blocks, slices from one to more than the work group's items, tiles that overhang,
-split_k, and inputs whose mean is large against their spread.
+split_k, inputs whose mean is large against their spread, and NaN/Inf in one sample.
 """
 
 import numpy as np
@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from helpers.conv import CONV_RTOL as RTOL
 from helpers.conv import check_blocked_output
+from helpers.nonfinite import assert_matches, nonfinite, run_finite_poison
 from helpers.numeric import assert_close, pack_nchw4c, pack_oihw4o, rand, run_kernel, sanitized, unpack_nchw4c
 from helpers.strategies import SCOPES, SEEDS
 
@@ -139,3 +140,28 @@ def test_group_norm_conv_bad_arguments():
         conv.conv2d_nchw4c(**one, norm_eps=1e-6, group_norm=fold)
     with pytest.raises(ValueError, match="GroupNormFold"):
         conv.conv2d_nchw4c(**one, group_norm=(1, 4, 1e-5))
+
+
+def test_group_norm_conv_nonfinite(device):
+    """NaN/+-Inf in a sample make its group's mean NaN or +-Inf and its normalized values NaN, so
+    every output of that sample is NaN, as the group norm then the conv give in NumPy; the other
+    sample stays finite and exact, the padding lanes 0."""
+    rng = np.random.default_rng(8)
+    case = dict(GN_GROUPS, epilogue=Epilogue(bias=True))
+    n, c, h, w_ = case["data_shape"]
+    o, fold = case["weight_shape"][0], case["group_norm"]
+    x = nonfinite(rng, (n, c, h, w_), 3)  # in the first half: sample 0
+    w, bias = rand(rng, case["weight_shape"]), rand(rng, (o,))
+    folded, folded_bias, _ = _reference(np.zeros_like(x), w, 1 + 0.5 * rand(rng, (c,)).astype(np.float64),
+                                        0.5 * rand(rng, (c,)).astype(np.float64), bias, fold.groups, fold.epsilon)
+    w32 = folded.astype(np.float32)
+    stats = run_kernel(device, layernorm.group_norm_partials((n, blocked(c), h, w_, 4), c, fold.groups, fold.slices, scope=BUFFER),
+                       pack_nchw4c(x))
+    out = run_finite_poison(device, conv.conv2d_nchw4c(**case, scope=BUFFER), pack_nchw4c(x), stats, pack_oihw4o(w32),
+                            pack_bias(folded_bias.astype(np.float32)))
+    with np.errstate(invalid="ignore"):
+        z = group_norm(x, fold.groups, fold.epsilon)
+        ref = np.einsum("oc,nchw->nohw", w32[:, :, 0, 0].astype(np.float64), z) + folded_bias[None, :, None, None]
+    assert np.all(unpack_nchw4c(out, out.shape[1] * 4)[:, o:] == 0), "padding lanes not zero"
+    assert np.isnan(ref[0]).all() and np.isfinite(ref[1]).all()
+    assert_matches(unpack_nchw4c(out, o), ref, rtol=RTOL)
