@@ -39,6 +39,7 @@ by the caller (in float64). The plan becomes ``partials -> conv`` instead of
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from tvm.script import tirx as T
@@ -83,6 +84,14 @@ class GroupNormFold:
     groups: int
     slices: int
     epsilon: float
+
+
+def fold_items(slices: int, items: int) -> int:
+    """Items of a work group of ``items`` that fold a folded group norm's ``slices`` partials:
+    ``ceil(sqrt(slices))`` at most, so each folds about as many partials as one item then folds
+    their results (``~2 sqrt(slices)`` serial Chan steps; the H200's 196 slices: 14 + 14, where all
+    of a 256-item work group would leave 196 steps to the one that combines)."""
+    return max(1, min(int(items), math.isqrt(int(slices) - 1) + 1))
 
 
 def group_norm_refusal(geom, fold: GroupNormFold) -> str | None:

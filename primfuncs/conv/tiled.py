@@ -28,7 +28,7 @@ from ..epilogue import Epilogue, store_output_pixel
 from .config import MAX_LOCAL_BYTES, ConvConfig, check_conv_args
 from .geometry import ConvWindow, InputLayout, all_of, conv2d_geometry
 from ..layernorm import PARTIAL_FIELDS, partials_fold_macros
-from .norm import GroupNormFold, check_group_norm, check_norm, norm_macros
+from .norm import GroupNormFold, check_group_norm, check_norm, fold_items, norm_macros
 
 
 def _bytes(dtype: str) -> int:
@@ -45,7 +45,7 @@ def tiled_local_bytes(config: ConvConfig, dtype: str = "float32", acc_dtype: str
     split = config.split_k
     tiles = split * config.k_chunk * (gx * config.w_block + LANES * gy * config.oc_block)
     partials = (split - 1) * gx * gy * (config.oc_block + normed) * config.w_block if split > 1 else 0
-    stats = 0 if group_norm is None else 4 * group_norm.groups * (PARTIAL_FIELDS * split * gx * gy + 2)
+    stats = 0 if group_norm is None else 4 * group_norm.groups * (PARTIAL_FIELDS * fold_items(group_norm.slices, split * gx * gy) + 2)
     return LANES * (tiles * _bytes(dtype) + partials * _bytes(acc_dtype or dtype)) + stats
 
 
@@ -128,7 +128,8 @@ def conv2d_tiled_nchw4c(
     ngroups, nslices = (group_norm.groups, group_norm.slices) if grouped else (1, 1)
     group_blocks = c4 // ngroups
     items = split * threads
-    fold_item, combine = partials_fold_macros(nslices, items, group_norm.epsilon if grouped else 0.0)
+    folders = fold_items(nslices, items)  # the items that fold the partials (the others wait at the barrier)
+    fold_item, combine = partials_fold_macros(nslices, folders, group_norm.epsilon if grouped else 0.0)
 
     def guard(cond, needed):
         return cond if needed else T.bool(True)
@@ -201,8 +202,8 @@ def conv2d_tiled_nchw4c(
 
     @T.macro
     def fold_statistics(Stats, folded, gs, bz):
-        """A folded group norm: the work group's items fold sample ``bz``'s partials of each group
-        (item ``(tz gy + ty) gx + tx`` takes partials of its index, its index + items, ...), then
+        """A folded group norm: ``folders`` items of the work group fold sample ``bz``'s partials of
+        each group (item ``(tz gy + ty) gx + tx`` takes partials of its index, its index + folders, ...), then
         items ``0 .. groups - 1`` combine them into ``gs[2 g] = mean``, ``gs[2 g + 1] = 1 / std``."""
         for tz in T.thread_binding(split, thread="threadIdx.z"):
             for ty in T.thread_binding(gy, thread="threadIdx.y"):
@@ -313,7 +314,7 @@ def conv2d_tiled_nchw4c(
                         xs = T.sblock_alloc_buffer((split, kc, tm, 4), dtype, scope="shared")
                         ws = T.sblock_alloc_buffer((split, kc, LANES, tn, 4), dtype, scope="shared")
                         partial = T.sblock_alloc_buffer((max(split - 1, 1), acc_rows, 4, threads), acc_dtype, scope="shared")
-                        folded = T.sblock_alloc_buffer((ngroups * PARTIAL_FIELDS, items if grouped else 1), "float32", scope="shared")
+                        folded = T.sblock_alloc_buffer((ngroups * PARTIAL_FIELDS, folders), "float32", scope="shared")
                         gs = T.sblock_alloc_buffer((ngroups * 2,), "float32", scope="shared")  # each group's mean, 1 / std
                         if grouped:
                             fold_statistics(Stats, folded, gs, bz)
