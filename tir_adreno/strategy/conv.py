@@ -291,7 +291,8 @@ def fuse_gate(geometry: ConvGeometry, precision: str, profile: DeviceProfile, re
 
 
 #: Device classes whose 1x1 convs read a layer norm before them folded in (:func:`fold_norm`), and
-#: a group norm's statistics (:func:`fold_group_norm`; measured on the H200 only): wide
+#: a split group norm's statistics (:func:`fold_group_norm`: only wide GPUs split a group norm, so
+#: PoCL and Adreno keep their one ``group_norm`` launch whatever this says): wide
 #: GPUs, where a launch costs more than the statistics (H200: no slower tiled convs, 12-15 launches
 #: and 0.09 ms of kernel time less per model). Not PoCL: there ConvNeXt-V2's folded 40-channel
 #: pwconv1s ran 1.2-1.9x their time apart in two runs, more than the layer norm launches saved
@@ -342,9 +343,9 @@ def fold_group_norm(geometry: ConvGeometry, fold: GroupNormFold, precision: str,
     choice = _choice(geometry, precision, profile, records)[0]
     if not _folds_group_norm(choice):
         return False
-    dtype = kernel_dtype(precision)
-    config = _norm_config(choice.config, dtype, conv_accumulator_dtype(precision, geometry.reduction_length), fold)
-    return _tiled.tiled_local_bytes(config, dtype, conv_accumulator_dtype(precision, geometry.reduction_length), False, fold) <= MAX_LOCAL_BYTES
+    dtype, acc_dtype = kernel_dtype(precision), conv_accumulator_dtype(precision, geometry.reduction_length)
+    config = _norm_config(choice.config, dtype, acc_dtype, fold)
+    return _tiled.tiled_local_bytes(config, dtype, acc_dtype, False, fold) <= MAX_LOCAL_BYTES
 
 
 def _norm_config(config: ConvConfig, dtype: str, acc_dtype: str, group_norm: GroupNormFold | None = None) -> ConvConfig:
