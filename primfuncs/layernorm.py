@@ -397,25 +397,20 @@ def group_norm_partials(shape, channels: int, groups: int, slices: int, dtype: s
     return func
 
 
-def group_norm_apply(shape, channels: int, groups: int, slices: int, epsilon: float = 1e-5, activation: str | None = None,
-                     dtype: str = "float32", scope: str = TEXTURE, threads: int = GROUP_NORM_THREADS, clip_min: float = 0.0,
-                     clip_max: float = 6.0):
-    """The normalizing kernel of the split group norm: :func:`group_norm`'s ``Y`` from ``X`` and the
-    partials ``P`` of :func:`group_norm_partials` (same ``slices``). One work group of ``threads``
-    items per (sample, group, slice): each combines all of its group's partials by Chan's parallel
-    formula (``n = na + nb``, ``d = mb - ma``, ``mean = ma + d nb / n``, ``M2 = M2a + M2b + d^2 na nb / n``;
-    float32, in a fixed order: item ``t`` folds partials ``t, t + threads, ...``, then item 0 folds
-    the items' results in item order, so every work group gets the same bits), then normalizes,
-    scales, shifts and activates its own slice's pixels."""
-    n, c4, h, w = _check_group_norm(shape, channels, groups, threads, epsilon, activation, dtype, scope, clip_min, clip_max)
-    pixels = group_norm_pixels(shape, groups)
-    check_slices(pixels, slices, "a group's pixels")
-    per = ceildiv(pixels, slices)
-    _, count, _, normalize, _ = _group_norm_parts(n, c4, h, w, channels, groups, dtype, threads, per, epsilon, activation,
-                                                  clip_min, clip_max)
+def partials_fold_macros(slices: int, items: int, epsilon: float):
+    """``(fold_item, combine)``: the statistics of a (sample, group) ``vb`` from its ``slices``
+    partials ``P[vb, s] = (count, mean, M2)`` (:func:`group_norm_partials`) over a work group of
+    ``items`` items, by Chan's parallel formula (``n = na + nb``, ``d = mb - ma``,
+    ``mean = ma + d nb / n``, ``M2 = M2a + M2b + d^2 na nb / n``; float32, in a fixed order):
+    ``fold_item(P, folded, vb, k, t)``: item ``t`` folds partials ``t, t + items, ...`` into
+    ``folded[3 k + f, t]`` (items past the partials do nothing); then, after a barrier,
+    ``combine(folded, k, stats, s)`` (one item) folds the items' results in item order into
+    ``stats[s] = mean`` and ``stats[s + 1] = 1 / sqrt(M2 / count + epsilon)``. Every work group
+    gets the same bits. Shared by :func:`group_norm_apply` and the 1x1 conv that reads a group
+    norm folded in (``primfuncs.conv.norm``)."""
     f32 = "float32"
-    used = min(threads, slices)  # items that fold at least one partial
-    folds = ceildiv(slices, threads)
+    used = min(items, slices)  # items that fold at least one partial
+    folds = ceildiv(slices, items)
     one, eps = T.FloatImm(f32, 1.0), T.FloatImm(f32, float(epsilon))
 
     @T.macro
@@ -426,6 +421,48 @@ def group_norm_apply(shape, channels: int, groups: int, slices: int, epsilon: fl
         acc[1] = acc[1] + acc[4] * (nb / acc[3])
         acc[2] = acc[2] + m2b + acc[4] * acc[4] * (acc[0] * nb / acc[3])
         acc[0] = acc[3]
+
+    @T.macro
+    def fold_item(P, folded, vb, k, t):
+        if t < used:
+            acc = T.sblock_alloc_buffer((5,), f32, scope="local")
+            for f in T.unroll(PARTIAL_FIELDS):
+                acc[f] = P[vb, t, f]
+            for j in T.serial(folds - 1):
+                if t + (j + 1) * items < slices:
+                    chan(acc, P[vb, t + (j + 1) * items, 0], P[vb, t + (j + 1) * items, 1], P[vb, t + (j + 1) * items, 2])
+            for f in T.unroll(PARTIAL_FIELDS):
+                folded[k * PARTIAL_FIELDS + f, t] = acc[f]
+
+    @T.macro
+    def combine(folded, k, stats, s):
+        acc = T.sblock_alloc_buffer((5,), f32, scope="local")
+        for f in T.unroll(PARTIAL_FIELDS):
+            acc[f] = folded[k * PARTIAL_FIELDS + f, 0]
+        for j in T.serial(used - 1):
+            chan(acc, folded[k * PARTIAL_FIELDS, j + 1], folded[k * PARTIAL_FIELDS + 1, j + 1], folded[k * PARTIAL_FIELDS + 2, j + 1])
+        stats[s] = acc[1]
+        stats[s + 1] = one / T.sqrt(acc[2] / acc[0] + eps)
+
+    return fold_item, combine
+
+
+def group_norm_apply(shape, channels: int, groups: int, slices: int, epsilon: float = 1e-5, activation: str | None = None,
+                     dtype: str = "float32", scope: str = TEXTURE, threads: int = GROUP_NORM_THREADS, clip_min: float = 0.0,
+                     clip_max: float = 6.0):
+    """The normalizing kernel of the split group norm: :func:`group_norm`'s ``Y`` from ``X`` and the
+    partials ``P`` of :func:`group_norm_partials` (same ``slices``). One work group of ``threads``
+    items per (sample, group, slice): each combines all of its group's partials
+    (:func:`partials_fold_macros`: Chan's parallel formula, so every work group gets the same bits), then normalizes,
+    scales, shifts and activates its own slice's pixels."""
+    n, c4, h, w = _check_group_norm(shape, channels, groups, threads, epsilon, activation, dtype, scope, clip_min, clip_max)
+    pixels = group_norm_pixels(shape, groups)
+    check_slices(pixels, slices, "a group's pixels")
+    per = ceildiv(pixels, slices)
+    _, count, _, normalize, _ = _group_norm_parts(n, c4, h, w, channels, groups, dtype, threads, per, epsilon, activation,
+                                                  clip_min, clip_max)
+    f32 = "float32"
+    fold_item, combine = partials_fold_macros(slices, threads, epsilon)
 
     @T.prim_func(s_tir=True)
     def func(x: T.handle, p: T.handle, gamma: T.handle, beta: T.handle, y: T.handle):
@@ -444,26 +481,12 @@ def group_norm_apply(shape, channels: int, groups: int, slices: int, epsilon: fl
                 # 1. item t folds partials t, t + threads, ...
                 for t in T.thread_binding(threads, thread="threadIdx.x"):
                     with T.sblock("fold"):
-                        if t < used:
-                            acc = T.sblock_alloc_buffer((5,), f32, scope="local")
-                            for f in T.unroll(PARTIAL_FIELDS):
-                                acc[f] = P[vb, t, f]
-                            for k in T.serial(folds - 1):
-                                if t + (k + 1) * threads < slices:
-                                    chan(acc, P[vb, t + (k + 1) * threads, 0], P[vb, t + (k + 1) * threads, 1], P[vb, t + (k + 1) * threads, 2])
-                            for f in T.unroll(PARTIAL_FIELDS):
-                                folded[f, t] = acc[f]
+                        fold_item(P, folded, vb, 0, t)
                 # 2. item 0 folds the items' results in order: the group's mean and 1 / std
                 for t in T.thread_binding(threads, thread="threadIdx.x"):
                     with T.sblock("combine"):
                         if t == 0:
-                            acc = T.sblock_alloc_buffer((5,), f32, scope="local")
-                            for f in T.unroll(PARTIAL_FIELDS):
-                                acc[f] = folded[f, 0]
-                            for k in T.serial(used - 1):
-                                chan(acc, folded[0, k + 1], folded[1, k + 1], folded[2, k + 1])
-                            stats[0] = acc[1]
-                            stats[1] = one / T.sqrt(acc[2] / acc[0] + eps)
+                            combine(folded, 0, stats, 0)
                 normalize(X, Gamma, Beta, Y, stats, vb, vs * per)
 
     return func

@@ -367,3 +367,30 @@ def layer_norm(x, gamma, beta, axis: int = -1, epsilon: float = 1e-5) -> np.ndar
     shape = [1] * x.ndim
     shape[axis] = -1
     return (x - mean) / np.sqrt(var + epsilon) * np.reshape(gamma, shape) + np.reshape(beta, shape)
+
+
+def group_norm(x, groups: int, epsilon: float = 1e-5) -> np.ndarray:
+    """float64 group norm of NCHW ``x`` over each (sample, group)'s (C / groups, H, W) elements
+    (population variance, as torch and ONNX), without gamma and beta."""
+    n, c, h, w = x.shape
+    xg = np.asarray(x, np.float64).reshape(n, groups, -1)
+    return ((xg - xg.mean(axis=2, keepdims=True)) / np.sqrt(xg.var(axis=2, keepdims=True) + epsilon)).reshape(n, c, h, w)
+
+
+def group_norm_partials(x, groups: int, slices: int) -> np.ndarray:
+    """float64 ``(count, mean, M2)`` of the real elements of each pixel slice of each (sample, group)
+    of NCHW ``x``, ``(N * groups, slices, 3)``: ``primfuncs.layernorm.group_norm_partials``' output
+    (a group's pixels in NCHW4c order, channel block, row, column; ``ceil(pixels / slices)`` each)."""
+    n, channels, h, w = x.shape
+    c4 = -(-channels // 4)
+    padded = np.full((n, 4 * c4, h, w), np.nan)
+    padded[:, :channels] = x
+    pixels = padded.reshape(n, c4, 4, h, w).transpose(0, 1, 3, 4, 2).reshape(n, groups, -1, 4)
+    per = -(-pixels.shape[2] // slices)
+    out = np.empty((n * groups, slices, 3))
+    for b in range(n * groups):
+        for s in range(slices):
+            v = pixels[b // groups, b % groups, s * per : (s + 1) * per].ravel()
+            v = v[~np.isnan(v)]
+            out[b, s] = v.size, v.mean(), np.sum((v - v.mean()) ** 2)
+    return out

@@ -338,6 +338,7 @@ def conv2d_nchw4c(
     gate_scope: str | None = None,
     data_layout: str = "NCHW4c",
     norm_eps: float | None = None,
+    group_norm=None,
 ):
     """Direct conv2d ``Y = act(conv(X, W) + bias + residual)`` on NCHW4c, any groups.
 
@@ -369,13 +370,19 @@ def conv2d_nchw4c(
     ``WeightSum (O/4, 4)`` (``sum_c W[o, c]``, in ``dtype``) right after ``W``; each work item sums
     its pixels' shifted channels next to its products and normalizes before the epilogue. Direct
     (any config) or tiled.
+
+    ``group_norm`` (a :class:`~primfuncs.conv.norm.GroupNormFold`; the tiled kernel only): the conv
+    reads a group norm of X folded in, its statistics from ``group_norm_partials``' output ``Stats``
+    (after ``X``) (:func:`~primfuncs.conv.tiled.conv2d_tiled_nchw4c`).
     """
     geom = conv2d_geometry(data_shape, weight_shape, strides, padding, dilation, groups)
     if config is not None and config.tiled:
         if geom.groups != 1:
             raise ValueError(f"config.tiled=True is for dense convs (groups=1), got groups={geom.groups}")
         return conv2d_tiled_nchw4c(data_shape, weight_shape, strides, padding, dilation, epilogue, dtype, config, scope,
-                                   weight_scope, out_scope, residual_scope, acc_dtype, gate_scope, data_layout, norm_eps)
+                                   weight_scope, out_scope, residual_scope, acc_dtype, gate_scope, data_layout, norm_eps, group_norm)
+    if group_norm is not None:  # its statistics are folded per work group, in shared memory: the tiled kernel's
+        raise ValueError(f"group_norm: a group norm folds into the tiled conv only (config.tiled=True), got config {config!r}")
     mode = "blocked" if blocked_path(geom) else "grouped"
     return _direct_conv(geom, mode, epilogue, dtype, config, scope, weight_scope, "conv2d_nchw4c", out_scope=out_scope,
                         residual_scope=residual_scope, acc_dtype=acc_dtype, gate_scope=gate_scope, data_layout=data_layout,

@@ -25,13 +25,27 @@ nearby values (Sterbenz), and the same shift serves all three sums, so the shift
 one subtraction per input lane, no second pass and no Welford division per channel. The shift is
 per pixel, so split_k slices (and the tiled kernel's staging) all use the same one and their partial
 sums simply add (the statistics ride in extra accumulator rows through the split's reduction).
+
+A group norm over ``(C / groups, H, W)`` (MobileViT-v2's GroupNorm1) folds into the tiled 1x1 conv
+that reads it differently (:class:`GroupNormFold`): its statistics span the whole map, so they come
+from the partials ``group_norm_partials`` wrote (``(count, mean, M2)`` per pixel slice), which each
+work group of the conv folds itself (``primfuncs.layernorm.partials_fold_macros``, the same step as
+``group_norm_apply``'s) into the mean and ``r = 1 / sqrt(var + eps)`` of each group of its sample;
+it then reads its input normalized, ``(x_c - mean_g) r_g`` per staged lane (no cancellation: the
+conv multiplies normalized values), with ``gamma`` folded into ``W`` and ``W beta`` into the bias
+by the caller (in float64). The plan becomes ``partials -> conv`` instead of
+``partials -> apply -> conv``.
 """
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
 from tvm.script import tirx as T
 
-from .._common import LANES, clamp
+from .._common import LANES, check_slices, clamp
+from ..layernorm import group_norm_pixels
 
 F32 = "float32"
 
@@ -57,6 +71,60 @@ def check_norm(geom, norm_eps, dtype: str, acc_dtype: str, refusal: str | None =
                          f"{geom.kh}x{geom.kw}, groups {geom.groups}, strides {geom.strides}, padding {geom.padding}")
     if (dtype, acc_dtype) != (F32, F32):
         raise ValueError(f"norm_eps: the folded layer norm's shifts and statistics need a float32 kernel, got dtype {dtype!r}, "
+                         f"acc_dtype {acc_dtype!r}")
+    return True
+
+
+@dataclass(frozen=True)
+class GroupNormFold:
+    """A group norm of the conv's input folded into it: ``groups`` groups over (C / groups, H, W)
+    (1, or whole 4-channel blocks each), its statistics from the ``slices`` partials per (sample,
+    group) of ``group_norm_partials`` (``Stats``, ``(N * groups, slices, 3)`` float32), ``epsilon``."""
+
+    groups: int
+    slices: int
+    epsilon: float
+
+
+def fold_items(slices: int, items: int) -> int:
+    """Items of a work group of ``items`` that fold a folded group norm's ``slices`` partials:
+    ``ceil(sqrt(slices))`` at most, so each folds about as many partials as one item then folds
+    their results (``~2 sqrt(slices)`` serial Chan steps; the H200's 196 slices: 14 + 14, where all
+    of a 256-item work group would leave 196 steps to the one that combines)."""
+    return max(1, min(int(items), math.isqrt(int(slices) - 1) + 1))
+
+
+def group_norm_refusal(geom, fold: GroupNormFold) -> str | None:
+    """Why a group norm ``fold`` of conv ``geom``'s input cannot fold into it (None: it can): a dense
+    1x1 conv, stride 1, unpadded (:func:`norm_foldable`), ``groups`` of whole 4-channel blocks (or
+    one), ``slices`` an ``equal_slices`` count of a group's pixels, ``epsilon`` >= 0."""
+    g = fold.groups
+    if not norm_foldable(geom):
+        return (f"a group norm folds into a dense 1x1 conv with stride 1 and no padding, got kernel {geom.kh}x{geom.kw}, "
+                f"groups {geom.groups}, strides {geom.strides}, padding {geom.padding}")
+    if not (isinstance(g, int) and g >= 1 and geom.c % g == 0 and (g == 1 or (geom.c // g) % LANES == 0)):
+        return f"groups={g!r} must be 1 or divide channels={geom.c} into groups of a multiple of {LANES} channels"
+    if isinstance(fold.epsilon, bool) or not isinstance(fold.epsilon, (int, float)) or not fold.epsilon >= 0:
+        return f"epsilon must be a float >= 0, got {fold.epsilon!r}"
+    try:
+        check_slices(group_norm_pixels((geom.n, geom.c4, geom.h, geom.w, LANES), g), fold.slices, "a group's pixels")
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+def check_group_norm(geom, fold, dtype: str, acc_dtype: str, refusal: str | None = None) -> bool:
+    """Whether a conv factory folds a group norm (``fold`` a :class:`GroupNormFold`, not None),
+    checked as :func:`check_norm` does (float32 kernel, ``refusal``) and :func:`group_norm_refusal`."""
+    if fold is None:
+        return False
+    if not isinstance(fold, GroupNormFold):
+        raise ValueError(f"group_norm must be a GroupNormFold, got {fold!r}")
+    reason = refusal or group_norm_refusal(geom, fold)
+    if reason is not None:
+        raise ValueError(f"group_norm: {reason}")
+    if (dtype, acc_dtype) != (F32, F32):
+        raise ValueError(f"group_norm: the folded group norm's statistics need a float32 kernel, got dtype {dtype!r}, "
                          f"acc_dtype {acc_dtype!r}")
     return True
 

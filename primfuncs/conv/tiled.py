@@ -27,22 +27,26 @@ from .._common import BUFFER, LANES, ceildiv, check_accumulator, check_scope, co
 from ..epilogue import Epilogue, store_output_pixel
 from .config import MAX_LOCAL_BYTES, ConvConfig, check_conv_args
 from .geometry import ConvWindow, InputLayout, all_of, conv2d_geometry
-from .norm import check_norm, norm_macros
+from ..layernorm import PARTIAL_FIELDS, partials_fold_macros
+from .norm import GroupNormFold, check_group_norm, check_norm, fold_items, norm_macros
 
 
 def _bytes(dtype: str) -> int:
     return 2 if dtype == "float16" else 4
 
 
-def tiled_local_bytes(config: ConvConfig, dtype: str = "float32", acc_dtype: str | None = None, normed: bool = False) -> int:
+def tiled_local_bytes(config: ConvConfig, dtype: str = "float32", acc_dtype: str | None = None, normed: bool = False,
+                      group_norm: GroupNormFold | None = None) -> int:
     """Local memory of ``config``: each K slice's input and weight tiles, and with
     ``split_k`` > 1 the partial sums (in ``acc_dtype``) of all slices but the first (with a folded
-    norm, ``normed``, its statistics rows too)."""
+    layer norm, ``normed``, its statistics rows too); with a folded ``group_norm`` its items' folded
+    partials and each group's mean and 1 / std (float32)."""
     gx, gy, _ = config.work_group
     split = config.split_k
     tiles = split * config.k_chunk * (gx * config.w_block + LANES * gy * config.oc_block)
     partials = (split - 1) * gx * gy * (config.oc_block + normed) * config.w_block if split > 1 else 0
-    return LANES * (tiles * _bytes(dtype) + partials * _bytes(acc_dtype or dtype))
+    stats = 0 if group_norm is None else 4 * group_norm.groups * (PARTIAL_FIELDS * fold_items(group_norm.slices, split * gx * gy) + 2)
+    return LANES * (tiles * _bytes(dtype) + partials * _bytes(acc_dtype or dtype)) + stats
 
 
 def conv2d_tiled_nchw4c(
@@ -62,6 +66,7 @@ def conv2d_tiled_nchw4c(
     gate_scope: str | None = None,
     data_layout: str = "NCHW4c",
     norm_eps: float | None = None,
+    group_norm: GroupNormFold | None = None,
 ):
     """Dense conv2d (``groups == 1``) as a tiled implicit GEMM; arguments as
     :func:`primfuncs.conv.direct.conv2d_nchw4c`, ``config.tiled`` must be set. With an input gate
@@ -70,7 +75,13 @@ def conv2d_tiled_nchw4c(
     a plain buffer, each staged pixel read as four channels. ``norm_eps``: a layer norm over X's
     channels folded in (:mod:`primfuncs.conv.norm`; ``WeightSum`` after ``W``): each staged pixel is
     shifted by its pixel's channel 0 (padding channels zeroed), and each item sums its pixels'
-    staged values (S1, S2) as it multiplies them: statistics rows after its tile, split_k partials too."""
+    staged values (S1, S2) as it multiplies them: statistics rows after its tile, split_k partials too.
+    ``group_norm`` (a :class:`~primfuncs.conv.norm.GroupNormFold`): a group norm of X folded in: the
+    kernel takes ``Stats`` (``group_norm_partials``' output) right after ``X``; each work group first
+    folds its sample's partials into each group's mean and 1 / std (shared memory, the step
+    ``group_norm_apply`` takes: ``primfuncs.layernorm.partials_fold_macros``), then stages every
+    input pixel normalized, ``(x - mean) / std`` (padding channels zeroed); the caller folds gamma
+    into ``W`` and ``W . beta`` into the bias."""
     geom = conv2d_geometry(data_shape, weight_shape, strides, padding, dilation, 1)
     if config is None:
         config = ConvConfig(oc_block=2, w_block=4, work_group=(16, 8, 1), tiled=True)
@@ -81,13 +92,17 @@ def conv2d_tiled_nchw4c(
     gated = gate_scope is not None
     if gated:
         check_scope(gate_scope)
-    refused = "a gated conv reads a blocked input" if gated else "a folded norm reads a blocked input" if norm_eps is not None else None
+    folds = norm_eps is not None or group_norm is not None
+    refused = "a gated conv reads a blocked input" if gated else "a folded norm reads a blocked input" if folds else None
     layout = InputLayout(geom, data_layout, scope, refused)
     acc_dtype = check_accumulator(dtype, acc_dtype)
     normed = check_norm(geom, norm_eps, dtype, acc_dtype, "a layer norm and an input gate do not fold into one conv" if gated else None)
+    grouped = check_group_norm(geom, group_norm, dtype, acc_dtype, "a group norm and an input gate do not fold into one conv" if gated
+                               else "a group norm and a layer norm do not fold into one conv" if normed else None)
     converts = acc_dtype != dtype  # the tile is converted to dtype before its epilogue
-    if tiled_local_bytes(config, dtype, acc_dtype, normed) > MAX_LOCAL_BYTES:
-        raise ValueError(f"config {config} needs {tiled_local_bytes(config, dtype, acc_dtype, normed)} bytes of local memory for its "
+    local_bytes = tiled_local_bytes(config, dtype, acc_dtype, normed, group_norm)
+    if local_bytes > MAX_LOCAL_BYTES:
+        raise ValueError(f"config {config} needs {local_bytes} bytes of local memory for its "
                          f"tiles, more than {MAX_LOCAL_BYTES}; use a smaller work group, tile or k_chunk")
 
     n, c, o, c4, o4 = geom.n, geom.c, geom.o, geom.c4, geom.o4
@@ -109,6 +124,12 @@ def conv2d_tiled_nchw4c(
     acc_rows = (ocb + normed) * pb  # the item's tile, then a folded norm's statistics rows
     accumulate_statistics, normalize = norm_macros(
         ocb, pb, c, norm_eps or 0.0, lambda by, ty, q: T.min(by * tn + q * gy + ty, o4 - 1) if o4 % tn else by * tn + q * gy + ty)
+    # a folded group norm: its groups, their channel blocks, its partials and the items that fold them
+    ngroups, nslices = (group_norm.groups, group_norm.slices) if grouped else (1, 1)
+    group_blocks = c4 // ngroups
+    items = split * threads
+    folders = fold_items(nslices, items)  # the items that fold the partials (the others wait at the barrier)
+    fold_item, combine = partials_fold_macros(nslices, folders, group_norm.epsilon if grouped else 0.0)
 
     def guard(cond, needed):
         return cond if needed else T.bool(True)
@@ -137,7 +158,7 @@ def conv2d_tiled_nchw4c(
                        guard(otile * tn + e // (LANES * kc) < o4, o4 % tn != 0)])
 
     @T.macro
-    def load_inputs(X, Gate, xs, px, gp, nn, tile, step, item, z):
+    def load_inputs(X, Gate, gs, xs, px, gp, nn, tile, step, item, z):
         """``xs[kk, p]`` = input pixel that output pixel ``p`` of the tile reads at K-block ``kk``
         (zeroed in registers, ``px``, then one vector store: no barrier between the lanes)."""
         for rnd in T.unroll(x_rounds):
@@ -160,12 +181,16 @@ def conv2d_tiled_nchw4c(
                                      win.clamp_col(x_col(tile, step, rnd * threads + item)), lane]
                     for lane in T.unroll(4):
                         px[lane] = px[lane] - gp[0]
+                if grouped:  # (x - mean) / std of the block's group (gs: the work group's folded statistics)
+                    for lane in T.unroll(4):
+                        px[lane] = (px[lane] - gs[x_block(step, rnd * threads + item) // group_blocks * 2]) * gs[
+                            x_block(step, rnd * threads + item) // group_blocks * 2 + 1]
                 for lane in T.unroll(4):
                     px[lane] = T.Select(
                         all_of([x_valid(step, rnd * threads + item, x_row(tile, step, rnd * threads + item),
                                         x_col(tile, step, rnd * threads + item)),
                                 *layout.lane_guard(x_block(step, rnd * threads + item), lane),
-                                guard(x_block(step, rnd * threads + item) * LANES + lane < c, normed and c % LANES != 0)]),
+                                guard(x_block(step, rnd * threads + item) * LANES + lane < c, (normed or grouped) and c % LANES != 0)]),
                         px[lane], zero,
                     )
                 if gated:  # X * Gate[n, c] (0 stays 0 in the padding for any finite gate)
@@ -174,6 +199,29 @@ def conv2d_tiled_nchw4c(
                         px[lane] = px[lane] * gp[lane]
                 for lane in T.vectorized(4):
                     xs[z, (rnd * threads + item) // tm % kc, (rnd * threads + item) % tm, lane] = px[lane]
+
+    @T.macro
+    def fold_statistics(Stats, folded, gs, bz):
+        """A folded group norm: ``folders`` items of the work group fold sample ``bz``'s partials of
+        each group (item ``(tz gy + ty) gx + tx`` takes partials of its index, its index + folders, ...), then
+        items ``0 .. groups - 1`` combine them into ``gs[2 g] = mean``, ``gs[2 g + 1] = 1 / std``."""
+        for tz in T.thread_binding(split, thread="threadIdx.z"):
+            for ty in T.thread_binding(gy, thread="threadIdx.y"):
+                for tx in T.thread_binding(gx, thread="threadIdx.x"):
+                    with T.sblock("fold"):
+                        T.reads(whole(Stats))
+                        T.writes(whole(folded))
+                        for g in T.serial(ngroups):
+                            fold_item(Stats, folded, bz * ngroups + g, g, (tz * gy + ty) * gx + tx)
+        for tz in T.thread_binding(split, thread="threadIdx.z"):
+            for ty in T.thread_binding(gy, thread="threadIdx.y"):
+                for tx in T.thread_binding(gx, thread="threadIdx.x"):
+                    with T.sblock("combine"):
+                        T.reads(whole(folded))
+                        T.writes(whole(gs))
+                        for r in T.serial(ceildiv(ngroups, items)):
+                            if r * items + (tz * gy + ty) * gx + tx < ngroups:
+                                combine(folded, r * items + (tz * gy + ty) * gx + tx, gs, (r * items + (tz * gy + ty) * gx + tx) * 2)
 
     @T.macro
     def load_weights(W, ws, px, otile, step, item, z):
@@ -246,11 +294,12 @@ def conv2d_tiled_nchw4c(
                                    *[Residual] * epilogue.residual, *local)]
 
     @T.prim_func(s_tir=True)
-    def func(data: T.handle, gate: T.handle, weight: T.handle, weight_sum: T.handle, bias: T.handle, residual: T.handle,
-             out: T.handle):
+    def func(data: T.handle, gate: T.handle, stats: T.handle, weight: T.handle, weight_sum: T.handle, bias: T.handle,
+             residual: T.handle, out: T.handle):
         T.func_attr({"global_symbol": "conv2d_tiled_nchw4c", "tirx.noalias": True})
         X = T.match_buffer(data, layout.shape(geom, geom.h, geom.w), dtype, scope=scope)
         Gate = T.match_buffer(gate, (n, c4, 1, 1, 4), dtype, scope=gate_scope or scope)
+        Stats = T.match_buffer(stats, (n * ngroups, nslices, PARTIAL_FIELDS), "float32", scope=BUFFER)
         W = T.match_buffer(weight, (o4, c, kh, kw, 4), dtype, scope=weight_scope)
         WeightSum = T.match_buffer(weight_sum, (o4, 4), dtype, scope=BUFFER)
         Bias = T.match_buffer(bias, (o4, 4), dtype, scope=BUFFER)
@@ -260,16 +309,20 @@ def conv2d_tiled_nchw4c(
             for by in T.thread_binding(ceildiv(o4, tn), thread="blockIdx.y"):
                 for bx in T.thread_binding(ceildiv(pixels, tm), thread="blockIdx.x"):
                     with T.sblock("conv2d_tiled"):
-                        T.reads(*reads(X, Gate, W, WeightSum, Bias, Residual))
+                        T.reads(*reads(X, Gate, W, WeightSum, Bias, Residual, *[Stats] * grouped))
                         T.writes(whole(Y))
                         xs = T.sblock_alloc_buffer((split, kc, tm, 4), dtype, scope="shared")
                         ws = T.sblock_alloc_buffer((split, kc, LANES, tn, 4), dtype, scope="shared")
                         partial = T.sblock_alloc_buffer((max(split - 1, 1), acc_rows, 4, threads), acc_dtype, scope="shared")
+                        folded = T.sblock_alloc_buffer((ngroups * PARTIAL_FIELDS, folders), "float32", scope="shared")
+                        gs = T.sblock_alloc_buffer((ngroups * 2,), "float32", scope="shared")  # each group's mean, 1 / std
+                        if grouped:
+                            fold_statistics(Stats, folded, gs, bz)
                         for tz in T.thread_binding(split, thread="threadIdx.z"):
                             for ty in T.thread_binding(gy, thread="threadIdx.y"):
                                 for tx in T.thread_binding(gx, thread="threadIdx.x"):
                                     with T.sblock("tile"):
-                                        T.reads(*reads(X, Gate, W, WeightSum, Bias, Residual, xs, ws, partial))
+                                        T.reads(*reads(X, Gate, W, WeightSum, Bias, Residual, xs, ws, partial, *[gs] * grouped))
                                         T.writes(whole(Y), whole(xs), whole(ws), whole(partial))
                                         acc = T.sblock_alloc_buffer((acc_rows, 4), acc_dtype, scope="local")
                                         xr = T.sblock_alloc_buffer((pb, 4), dtype, scope="local")
@@ -281,7 +334,7 @@ def conv2d_tiled_nchw4c(
                                             for lane in T.unroll(4):
                                                 acc[k, lane] = acc_zero
                                         for r in T.serial(rounds):
-                                            load_inputs(X, Gate, xs, px, gp, bz, bx, r * split + tz, ty * gx + tx, tz)
+                                            load_inputs(X, Gate, gs, xs, px, gp, bz, bx, r * split + tz, ty * gx + tx, tz)
                                             load_weights(W, ws, px, by, r * split + tz, ty * gx + tx, tz)
                                             multiply_tiles(xs, ws, xr, wr, acc, tx, ty, tz)
                                         if split > 1:  # slices 1.. hand their sums to slice 0
@@ -297,4 +350,4 @@ def conv2d_tiled_nchw4c(
                                         if tz == 0:
                                             store_tile(Y, WeightSum, Bias, Residual, acc, tmp, bz, by, bx, ty, tx)
 
-    return select_params(func, epilogue.params(["X", *["Gate"] * gated, "W", *["WeightSum"] * normed], "Y"))
+    return select_params(func, epilogue.params(["X", *["Gate"] * gated, *["Stats"] * grouped, "W", *["WeightSum"] * normed], "Y"))

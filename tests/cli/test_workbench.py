@@ -325,3 +325,24 @@ def test_folded_norm_conv_reference(device):
     func = conv.conv2d_nchw4c((1, 6, 3, 5), (5, 6, 1, 1), epilogue=Epilogue(bias=True), scope="global", norm_eps=1e-6)
     out = run_kernel(device, func, *[np.asarray(a, np.float32) for a in inputs])
     np.testing.assert_allclose(unpack_nchw4c(out, channels), ref, rtol=1e-4, atol=1e-4)
+
+
+def test_folded_group_norm_conv_reference(device):
+    """A tiled 1x1 conv with a group norm folded in (``op`` info ``group_norm``, what the H200's
+    plan records): ``kernel --check``'s reference is ``conv(GN(X), W)`` and its inputs X, the
+    partials ``Stats`` (float64 ``group_norm_partials``), W, Bias the kernel's."""
+    from helpers.numeric import run_kernel, unpack_nchw4c
+    from primfuncs import conv
+    from primfuncs.conv import ConvConfig
+    from primfuncs.conv.norm import GroupNormFold
+    from primfuncs.epilogue import Epilogue
+
+    info = {"op": "nn.conv2d", "inputs": [[1, 8, 3, 5]], "weight": [5, 8, 1, 1], "output": [1, 5, 3, 5],
+            "group_norm": {"groups": 2, "slices": 5, "epsilon": 1e-5},
+            "attrs": {"strides": [1, 1], "padding": [0, 0, 0, 0], "dilation": [1, 1], "groups": 1},
+            "epilogue": {"bias": True, "activation": None, "residual": False}}
+    inputs, ref, channels = workbench.reference_case(info, np.random.default_rng(5))
+    func = conv.conv2d_nchw4c((1, 8, 3, 5), (5, 8, 1, 1), epilogue=Epilogue(bias=True), scope="global",
+                              config=ConvConfig(1, 2, (4, 2, 1), tiled=True), group_norm=GroupNormFold(2, 5, 1e-5))
+    out = run_kernel(device, func, *[np.asarray(a, np.float32) for a in inputs])
+    np.testing.assert_allclose(unpack_nchw4c(out, channels), ref, rtol=1e-4, atol=1e-4)

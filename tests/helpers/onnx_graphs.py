@@ -84,6 +84,29 @@ def pattern_graph(nodes, inits, channels=3, size=7, opset=17):
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
 
 
+def int_pattern_graph(nodes, inits, channels=3, size=7, opset=17):
+    """:func:`pattern_graph` whose int64 initializers (reshape targets) stay int64."""
+    model = pattern_graph(nodes, {k: v for k, v in inits.items() if v.dtype != np.int64}, channels, size, opset)
+    model.graph.initializer.extend(
+        helper.make_tensor(k, TensorProto.INT64, v.shape, v.ravel().tolist()) for k, v in inits.items() if v.dtype == np.int64)
+    return model
+
+
+def group_norm_nodes(x, y, inits, channels, groups, rng):
+    """timm's GroupNorm (``GroupNorm1``: groups=1, MobileViT-v2's) as torch.onnx.export writes it
+    (opset 17): Reshape -> InstanceNormalization -> Reshape back -> Mul -> Add (for :func:`int_pattern_graph`)."""
+    inits.update(gn_shape=np.array([0, groups, -1], np.int64), gn_s=rng.uniform(0.5, 1.5, groups), gn_b=rng.standard_normal(groups),
+                 gn_w=rng.standard_normal((channels, 1, 1)), gn_bias=rng.standard_normal((channels, 1, 1)))
+    return [
+        node("Reshape", [x, "gn_shape"], ["gn_r"]),
+        node("InstanceNormalization", ["gn_r", "gn_s", "gn_b"], ["gn_i"], epsilon=1e-5),
+        node("Shape", [x], ["gn_xs"]),
+        node("Reshape", ["gn_i", "gn_xs"], ["gn_o"]),
+        node("Mul", ["gn_o", "gn_w"], ["gn_m"]),
+        node("Add", ["gn_m", "gn_bias"], [y]),
+    ]
+
+
 def conv_node(rng, inits, x, y, o, c, k=3, **attrs):
     """A Conv node with random weights and bias (added to ``inits``)."""
     inits[f"{y}_w"] = rng.standard_normal((o, c // attrs.get("group", 1), k, k)) / np.sqrt(c * k * k)

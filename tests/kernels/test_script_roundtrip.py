@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from primfuncs import attention, concat, conv, elementwise, excite, grn, hierarchical, layernorm, layout, patches, pool2d, reduce, resize, shuffle
 from primfuncs._common import BUFFER, TEXTURE, TEXTURE_WEIGHT, blocked, equal_slices
 from primfuncs.conv import ConvConfig
+from primfuncs.conv.norm import GroupNormFold
 from primfuncs.epilogue import ACTIVATIONS, Epilogue
 
 SCOPES = (TEXTURE, BUFFER)
@@ -97,7 +98,10 @@ def tiled_kernels(d, scope):
                                  config=config, scope=scope),
             # a layer norm folded in (primfuncs.conv.norm): a 1x1 conv, stride 1, unpadded
             conv.conv2d_nchw4c((n, c, h, w), (d.draw(st.integers(1, 9)), c, 1, 1), epilogue=_epilogue(d), config=config,
-                               scope=scope, norm_eps=1e-6)]
+                               scope=scope, norm_eps=1e-6),
+            # a group norm folded in, reading group_norm_partials' statistics (one group: any c)
+            conv.conv2d_nchw4c((n, c, h, w), (d.draw(st.integers(1, 9)), c, 1, 1), epilogue=_epilogue(d), config=config,
+                               scope=scope, group_norm=GroupNormFold(1, equal_slices(blocked(c) * h * w, d.draw(st.integers(1, 9))), 1e-5))]
 
 
 def winograd_kernels(d, scope):

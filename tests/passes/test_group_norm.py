@@ -12,10 +12,11 @@ from hypothesis import strategies as st
 from onnx import helper
 
 from helpers.numeric import pack_nchw4c, rand, run_kernel, unpack_nchw4c
-from helpers.onnx_graphs import check_pattern, conv_node, pattern_graph, wide_profile
+from helpers.onnx_graphs import check_pattern, conv_node, group_norm_nodes, int_pattern_graph, pattern_graph, wide_profile
 from primfuncs import layernorm
 from primfuncs._common import TEXTURE, equal_slices
 from primfuncs.lanes import blocked
+from tir_adreno import reference
 from tir_adreno.strategy.packing import pack_bias
 from tir_adreno.strategy.pool import ONE_GROUP_MAX_COMPUTE_UNITS, group_norm_schedule
 from tir_adreno.strategy.profile import get_profile
@@ -91,24 +92,6 @@ def test_group_norm_kernel(device, case, scope, precision, activation, offset, s
     _check_output(y, x_in, channels, groups, gamma, beta, activation, 2.0**-10 if storage else RTOL * (1.0 + offset))  # std 1
 
 
-def _reference_partials(x, groups, slices):
-    """float64 (count, mean, M2) of the real elements of each pixel slice of each (sample, group)."""
-    n, channels, h, w = x.shape
-    c4 = blocked(channels)
-    padded = np.full((n, 4 * c4, h, w), np.nan)
-    padded[:, :channels] = x
-    # pixel p of a group: its channel block p // (h w) (of the group's blocks), then row, column
-    pixels = padded.reshape(n, c4, 4, h, w).transpose(0, 1, 3, 4, 2).reshape(n, groups, -1, 4)
-    per = -(-pixels.shape[2] // slices)
-    out = np.empty((n * groups, slices, 3))
-    for b in range(n * groups):
-        for s in range(slices):
-            v = pixels[b // groups, b % groups, s * per : (s + 1) * per].ravel()
-            v = v[~np.isnan(v)]
-            out[b, s] = v.size, v.mean(), np.sum((v - v.mean()) ** 2)
-    return out
-
-
 @given(case=group_norm_cases(), wanted=st.integers(1, 200), scope=st.sampled_from([TEXTURE, "global"]),
        precision=st.sampled_from(["float32", "float16_acc32"]), activation=st.sampled_from([None, "relu"]),
        offset=st.sampled_from([0.0, 30.0]), seed=st.integers(0, 2**32 - 1))
@@ -125,7 +108,7 @@ def test_group_norm_split_kernels(device, case, wanted, scope, precision, activa
     slices = equal_slices(layernorm.group_norm_pixels((n, blocked(channels), h, w, 4), groups), wanted)
     x, gamma, beta, storage, x_in = _case_inputs(case, precision, scope, offset, seed)
     y, partials = _group_norm(device, x, groups, gamma, beta, activation, scope, storage, slices)
-    ref = _reference_partials(x_in.astype(np.float64), groups, slices)
+    ref = reference.group_norm_partials(x_in.astype(np.float64), groups, slices)
     assert partials.dtype == np.float32 and partials.shape == ref.shape
     assert np.array_equal(partials[..., 0], ref[..., 0]), "counts"
     # float32 sums of values around the mean: error ~ u (|mean| + std) per term (RTOL's measurement)
@@ -167,36 +150,13 @@ def test_group_norm_refuses_bad_groups():
         layernorm.group_norm((1, 1, 3, 3, 4), 4, 1, -1.0)
 
 
-def _group_norm_nodes(x, y, inits, channels, groups, rng):
-    """timm's GroupNorm (``GroupNorm1``: groups=1) as torch.onnx.export writes it (opset 17)."""
-    inits.update(gn_shape=np.array([0, groups, -1], np.int64), gn_s=rng.uniform(0.5, 1.5, groups), gn_b=rng.standard_normal(groups),
-                 gn_w=rng.standard_normal((channels, 1, 1)), gn_bias=rng.standard_normal((channels, 1, 1)))
-    node = helper.make_node
-    return [
-        node("Reshape", [x, "gn_shape"], ["gn_r"]),
-        node("InstanceNormalization", ["gn_r", "gn_s", "gn_b"], ["gn_i"], epsilon=1e-5),
-        node("Shape", [x], ["gn_xs"]),
-        node("Reshape", ["gn_i", "gn_xs"], ["gn_o"]),
-        node("Mul", ["gn_o", "gn_w"], ["gn_m"]),
-        node("Add", ["gn_m", "gn_bias"], [y]),
-    ]
-
-
-def _graph(nodes, inits, size=7):
-    model = pattern_graph(nodes, {k: v for k, v in inits.items() if v.dtype != np.int64}, size=size)
-    for k, v in inits.items():  # integer initializers (reshape targets) stay int64
-        if v.dtype == np.int64:
-            model.graph.initializer.append(helper.make_tensor(k, 7, v.shape, v.ravel().tolist()))
-    return model
-
-
 def _exported(channels, groups, size=11):
     """conv -> timm's GroupNorm -> 1x1 conv on a ``size`` x ``size`` map (11: more pixels per group
     than a work group has items, so a wide profile splits)."""
     rng, inits = np.random.default_rng(7), {}
-    nodes = [conv_node(rng, inits, "x", "c", channels, 3), *_group_norm_nodes("c", "n", inits, channels, groups, rng),
+    nodes = [conv_node(rng, inits, "x", "c", channels, 3), *group_norm_nodes("c", "n", inits, channels, groups, rng),
              conv_node(rng, inits, "n", "y", 4, channels, k=1)]
-    return _graph(nodes, inits, size)
+    return int_pattern_graph(nodes, inits, size=size)
 
 
 def test_group_norm_form_in_plan():
@@ -242,3 +202,67 @@ def test_onnx_group_normalization_stays_on_textures(wide):
              helper.make_node("Relu", ["n"], ["r"]), conv_node(rng, inits, "r", "y", 4, 8, k=1)]
     names = check_pattern(pattern_graph(nodes, inits, size=11, opset=21), size=11, profile=wide_profile() if wide else None)
     assert names[1:-1] == _norm_kernels(wide) and len(names) == 2 + (2 if wide else 1), names  # the Relu fused
+
+
+def _folded_graph(kind, channels, groups, size=28, reader="conv"):
+    """conv (3 -> ``channels``) -> group norm (timm's export, "timm", or ONNX GroupNormalization at
+    opset 21, "onnx") -> ``reader``: a 1x1 conv to 16 channels ("conv"; on a 28 x 28 map the H200's
+    plan runs it tiled: at least ``tiled_min_groups`` work groups), a Relu then that conv ("relu"), or
+    a 3x3 conv ("3x3")."""
+    rng, inits = np.random.default_rng(9), {}
+    first = conv_node(rng, inits, "x", "c", channels, 3)
+    tail = ([helper.make_node("Relu", ["n"], ["r"])] if reader == "relu" else []) + [
+        conv_node(rng, inits, "r" if reader == "relu" else "n", "y", 16, channels, k=3 if reader == "3x3" else 1)]
+    if kind == "timm":
+        return int_pattern_graph([first, *group_norm_nodes("c", "n", inits, channels, groups, rng), *tail], inits, size=size)
+    inits.update(g_s=rng.uniform(0.5, 1.5, channels), g_b=rng.standard_normal(channels))
+    norm = helper.make_node("GroupNormalization", ["c", "g_s", "g_b"], ["n"], num_groups=groups, epsilon=1e-5)
+    return pattern_graph([first, norm, *tail], inits, size=size, opset=21)
+
+
+@pytest.mark.parametrize("kind,channels,groups", [("timm", 6, 1), ("timm", 8, 2), ("onnx", 8, 1)])
+def test_group_norm_folds_into_pwconv(kind, channels, groups):
+    """conv -> GroupNorm (timm's GroupNorm1 over 6 channels: a padded block; 2 groups of 4; ONNX
+    GroupNormalization) -> 1x1 conv, compiled for the H200's profile and run here against
+    onnxruntime: the norm's statistics kernel, then the tiled conv reading them (the plan
+    ``group_norm_partials -> conv``, no ``group_norm_apply``); PoCL's own plan keeps its one
+    ``group_norm`` kernel (it never splits a group norm, so nothing folds)."""
+    from tir_adreno.compiler import compile_plan
+
+    model = _folded_graph(kind, channels, groups)
+    names = check_pattern(model, size=28, profile=get_profile("nvidia-h200"))
+    assert names[-2:] == ["group_norm_partials", "conv2d_tiled_nchw4c"] and "group_norm_apply" not in names, names
+    plan, _, _ = compile_plan(model, get_profile("nvidia-h200"), progress=lambda _: None)
+    partials = next(c for c in plan.calls if c.label.startswith("group_norm_partials"))
+    conv = next(c for c in plan.calls if partials.args[-1] in c.args[:-1])
+    assert conv.label.startswith("conv2d_tiled_nchw4c") and conv.args[1] == partials.args[-1], conv  # Stats right after X
+    names = check_pattern(model, size=28, profile=get_profile("pocl"))
+    assert [name.rstrip("0123456789") for name in names[-2:]] == ["group_norm", "conv2d_nchw4c"], names
+
+
+@pytest.mark.parametrize("reader", ["relu", "3x3"])
+def test_group_norm_kept_where_the_conv_cannot_fold_it(reader):
+    """On the H200's plan a Relu after the norm or a 3x3 conv reading it: the split pair runs
+    (``group_norm_apply`` with the Relu fused), still exact against onnxruntime."""
+    names = check_pattern(_folded_graph("timm", 8, 1, reader=reader), size=28, profile=get_profile("nvidia-h200"))
+    assert names[1:3] == ["group_norm_partials", "group_norm_apply"], names
+
+
+def test_group_norm_fold_by_profile(monkeypatch):
+    """``strategy.conv.fold_group_norm``: MobileViT-v2's qkv projection (64 -> 129 channels on 4 x 196
+    patches, tiled on the H200) folds its GroupNorm1 there; not on PoCL or Adreno (no folds, and no
+    split norm to fold), not a direct plan's conv (a small map), not a 3x3 conv, not with
+    ``FOLD_NORM_KINDS`` empty (``benchmarks/norm_fold.py``'s "apart" way)."""
+    from primfuncs.conv import conv2d_geometry
+    from primfuncs.conv.norm import GroupNormFold
+    from tir_adreno.strategy import conv as strategy
+
+    h200 = get_profile("nvidia-h200")
+    qkv, fold = conv2d_geometry((1, 64, 4, 196), (129, 64, 1, 1)), GroupNormFold(1, 196, 1e-5)
+    assert strategy.fold_group_norm(qkv, fold, "float32", h200) and strategy.fold_group_norm(qkv, fold, "float16_acc32", h200)
+    assert not strategy.fold_group_norm(qkv, fold, "float16", h200)
+    assert not any(strategy.fold_group_norm(qkv, fold, "float32", get_profile(name)) for name in ("pocl", "adreno"))
+    assert not strategy.fold_group_norm(conv2d_geometry((1, 8, 4, 4), (8, 8, 1, 1)), GroupNormFold(1, 2, 1e-5), "float32", h200)
+    assert not strategy.fold_group_norm(conv2d_geometry((1, 64, 4, 196), (64, 64, 3, 3), padding=1), fold, "float32", h200)
+    monkeypatch.setattr(strategy, "FOLD_NORM_KINDS", ())
+    assert not strategy.fold_group_norm(qkv, fold, "float32", h200)

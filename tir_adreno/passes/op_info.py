@@ -92,6 +92,9 @@ def conv_info(node: Node, plan, output: str) -> dict:
     (_, kwargs), = plan.stages
     if "norm_eps" in kwargs:  # it reads LN(X) over the channels, folded in (primfuncs.conv.norm; W' and WeightSum)
         info["norm_epsilon"] = kwargs["norm_eps"]
+    if "group_norm" in kwargs:  # it reads GN(X), the statistics from group_norm_partials' Stats (primfuncs.conv.norm; W')
+        fold = kwargs["group_norm"]
+        info["group_norm"] = {"groups": fold.groups, "slices": fold.slices, "epsilon": fold.epsilon}
     if len(plan.tensor("X").shape) == 4:  # it reads a plain NCHW input (strategy.plain_input_plan)
         info["data_layout"] = "NCHW"
     return info

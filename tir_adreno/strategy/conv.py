@@ -27,7 +27,7 @@ from primfuncs.conv import ConvConfig, ConvGeometry
 from primfuncs.conv import winograd as _winograd
 from primfuncs.conv import tiled as _tiled
 from primfuncs.conv.config import MAX_LOCAL_BYTES
-from primfuncs.conv.norm import norm_foldable
+from primfuncs.conv.norm import GroupNormFold, group_norm_refusal, norm_foldable
 from primfuncs.conv.winograd_math import winograd_weight_transform
 from primfuncs.epilogue import Epilogue
 
@@ -208,18 +208,21 @@ def accumulator_kwargs(precision: str, reduction_length: int) -> dict:
 def direct_conv2d(geometry: ConvGeometry, epilogue: Epilogue = Epilogue(), dtype: str = "float32",
                   config: ConvConfig | None = None, scope: str = TEXTURE, weight_scope: str | None = None,
                   out_scope: str | None = None, residual_scope: str | None = None, acc_dtype: str | None = None,
-                  gate_scope: str | None = None, data_layout: str = "NCHW4c", norm_eps: float | None = None):
+                  gate_scope: str | None = None, data_layout: str = "NCHW4c", norm_eps: float | None = None,
+                  group_norm: GroupNormFold | None = None):
     """The direct conv PrimFunc of ``geometry``: the depthwise kernel for ``groups == C``, else the
     general one (the config sweep in ``benchmarks/conv_configs.py`` calls this with every config);
     ``gate_scope``: with an input gate, ``data_layout`` "NCHW": X a plain buffer, ``norm_eps``: a
-    layer norm over X's channels folded in (``primfuncs.conv.conv2d_nchw4c``)."""
+    layer norm over X's channels folded in, ``group_norm``: a group norm of X folded in (the tiled
+    kernel; ``primfuncs.conv.conv2d_nchw4c``)."""
     g = geometry
     attrs = dict(strides=g.strides, padding=g.padding, dilation=g.dilation, epilogue=epilogue, dtype=dtype,
                  config=config, scope=scope, weight_scope=weight_scope, out_scope=out_scope, residual_scope=residual_scope,
                  acc_dtype=acc_dtype)
-    if g.is_depthwise and gate_scope is None and data_layout == "NCHW4c" and norm_eps is None:
+    if g.is_depthwise and gate_scope is None and data_layout == "NCHW4c" and norm_eps is None and group_norm is None:
         return _conv.depthwise_conv2d_nchw4c((g.n, g.c, g.h, g.w), (g.o, g.cg, g.kh, g.kw), **attrs)
     norm = {} if norm_eps is None else {"norm_eps": norm_eps}  # plans without keep their keys
+    norm.update({} if group_norm is None else {"group_norm": group_norm})
     return _conv.conv2d_nchw4c((g.n, g.c, g.h, g.w), (g.o, g.cg, g.kh, g.kw), groups=g.groups, gate_scope=gate_scope,
                                data_layout=data_layout, **norm, **attrs)
 
@@ -230,7 +233,7 @@ def plain_input_plan(plan: ConvPlan) -> ConvPlan | None:
     depthwise convs, gated convs, half kernels (the plain input is float32)."""
     (factory, kwargs), = plan.stages
     g = plan.geometry
-    if plan.algorithm != "direct" or plan.dtype != "float32" or g.groups != 1 or "gate_scope" in kwargs or "norm_eps" in kwargs:
+    if plan.algorithm != "direct" or plan.dtype != "float32" or g.groups != 1 or {"gate_scope", "norm_eps", "group_norm"} & set(kwargs):
         return None
     tensors = tuple(TensorPlan("X", (g.n, g.c, g.h, g.w), BUFFER) if t.name == "X" else t for t in plan.tensors)
     return replace(plan, tensors=tensors, stages=((factory, {**kwargs, "scope": BUFFER, "data_layout": "NCHW"}),))
@@ -287,7 +290,9 @@ def fuse_gate(geometry: ConvGeometry, precision: str, profile: DeviceProfile, re
     return takes_gate(_choice(geometry, precision, profile, records)[0], geometry)
 
 
-#: Device classes whose 1x1 convs read a layer norm before them folded in (:func:`fold_norm`): wide
+#: Device classes whose 1x1 convs read a layer norm before them folded in (:func:`fold_norm`), and
+#: a split group norm's statistics (:func:`fold_group_norm`: only wide GPUs split a group norm, so
+#: PoCL and Adreno keep their one ``group_norm`` launch whatever this says): wide
 #: GPUs, where a launch costs more than the statistics (H200: no slower tiled convs, 12-15 launches
 #: and 0.09 ms of kernel time less per model). Not PoCL: there ConvNeXt-V2's folded 40-channel
 #: pwconv1s ran 1.2-1.9x their time apart in two runs, more than the layer norm launches saved
@@ -305,15 +310,50 @@ def fold_norm(geometry: ConvGeometry, precision: str, profile: DeviceProfile, re
     and two multiply-adds per input lane read (the statistics; the direct kernel: ``3 / (16
     oc_block)`` of its multiply-adds, the tiled one once per staged pixel and output channel tile
     row), and a few operations per output pixel."""
-    if profile.launch_cost_macs <= 0 or profile.kind not in FOLD_NORM_KINDS or kernel_dtype(precision) != "float32":
+    if not _folds_norms(profile, precision):
         return False
     return norm_foldable(geometry) and takes_gate(_choice(geometry, precision, profile, records)[0], geometry)
 
 
-def _norm_config(config: ConvConfig, dtype: str, acc_dtype: str) -> ConvConfig:
-    """``config`` for a conv with a folded layer norm: a tiled config's ``split_k`` halved until its
-    partial sums, a statistics row per pixel more, fit in local memory."""
-    while config.tiled and config.split_k > 1 and _tiled.tiled_local_bytes(config, dtype, acc_dtype, True) > MAX_LOCAL_BYTES:
+def _folds_norms(profile: DeviceProfile, precision: str) -> bool:
+    """Whether ``profile`` folds norms into convs at all (:data:`FOLD_NORM_KINDS`, fusion on, float32 arithmetic)."""
+    return profile.launch_cost_macs > 0 and profile.kind in FOLD_NORM_KINDS and kernel_dtype(precision) == "float32"
+
+
+def _folds_group_norm(choice: ConvChoice) -> bool:
+    """Whether ``choice``'s kernel folds a group norm: the tiled GEMM (its work group folds the
+    statistics in shared memory once; the direct kernel's items would each fold all the partials)."""
+    return choice.algorithm == "direct" and choice.config is not None and choice.config.tiled
+
+
+def fold_group_norm(geometry: ConvGeometry, fold: GroupNormFold, precision: str, profile: DeviceProfile, records=None) -> bool:
+    """Whether conv ``geometry`` should read the group norm ``fold`` of its input folded in
+    (``primfuncs.conv.norm.GroupNormFold``: the plan ``group_norm_partials -> conv`` instead of
+    ``group_norm_partials -> group_norm_apply -> conv``, one launch and one round trip of the
+    norm's output less) where layer norms fold (:func:`fold_norm`: a device class of
+    :data:`FOLD_NORM_KINDS`, fusion on, float32 arithmetic), for a dense 1x1 conv, stride 1, no
+    padding, whose plan is the tiled kernel (:func:`_folds_group_norm`) and whose work group's
+    shared memory holds the fold's (:func:`_norm_config`). The split form (``group_norm_partials``)
+    exists on wide GPUs only (``strategy.pool.group_norm_schedule``), so only they ask. The cost: a
+    work group folds its sample's partials first (as each ``group_norm_apply`` work group does), and
+    one subtraction and one multiply per staged input lane. The H200's MobileViT-v2 1x1 convs all
+    run tiled (``profile.tiled_min_groups``)."""
+    if not _folds_norms(profile, precision) or group_norm_refusal(geometry, fold) is not None:
+        return False
+    choice = _choice(geometry, precision, profile, records)[0]
+    if not _folds_group_norm(choice):
+        return False
+    dtype, acc_dtype = kernel_dtype(precision), conv_accumulator_dtype(precision, geometry.reduction_length)
+    config = _norm_config(choice.config, dtype, acc_dtype, fold)
+    return _tiled.tiled_local_bytes(config, dtype, acc_dtype, False, fold) <= MAX_LOCAL_BYTES
+
+
+def _norm_config(config: ConvConfig, dtype: str, acc_dtype: str, group_norm: GroupNormFold | None = None) -> ConvConfig:
+    """``config`` for a conv with a folded norm: a tiled config's ``split_k`` halved until its
+    partial sums, a statistics row per pixel more (a layer norm), or the folded partials (a
+    ``group_norm``), fit in local memory."""
+    normed = group_norm is None
+    while config.tiled and config.split_k > 1 and _tiled.tiled_local_bytes(config, dtype, acc_dtype, normed, group_norm) > MAX_LOCAL_BYTES:
         config = replace(config, split_k=config.split_k // 2)
     return config
 
@@ -331,6 +371,7 @@ def conv2d_plan(
     residual_scope: str | None = None,
     gate_scope: str | None = None,
     norm_eps: float | None = None,
+    group_norm: GroupNormFold | None = None,
 ) -> ConvPlan:
     """The plan of one conv on ``profile``.
 
@@ -346,6 +387,9 @@ def conv2d_plan(
     choice's kernel takes no gate (:func:`takes_gate`; :func:`fuse_gate` asks first). ``norm_eps``:
     the conv reads the layer norm of X over its channels with that epsilon, folded in (its kernel
     takes ``WeightSum`` after ``W``); ValueError where it cannot (:func:`fold_norm` asks first).
+    ``group_norm`` (a ``GroupNormFold``): the conv reads the group norm of X folded in, its kernel
+    taking ``Stats`` (``group_norm_partials``' output) after ``X``; ValueError where it cannot
+    (:func:`fold_group_norm` asks first).
     """
     check_precision(precision, profile)
     dtype = kernel_dtype(precision)
@@ -357,6 +401,10 @@ def conv2d_plan(
     if norm_eps is not None and not (norm_foldable(geometry) and takes_gate(choice, geometry)):
         raise ValueError(f"norm_eps={norm_eps!r}: a layer norm folds into a dense 1x1 conv (stride 1, no padding) run by "
                          f"the direct or tiled kernel; this is {choice.name} of {geometry}")
+    refusal = None if group_norm is None else group_norm_refusal(geometry, group_norm) or (
+        None if _folds_group_norm(choice) else f"a group norm folds into the tiled kernel, this is {choice.name}")
+    if refusal is not None:
+        raise ValueError(f"group_norm={group_norm!r} of {geometry}: {refusal}")
     g = geometry
     scope = _activation_scope(g, profile, choice.placement, allow_buffer)
     in5, out5 = (g.n, g.c4, g.h, g.w, 4), (g.n, g.o4, g.oh, g.ow, 4)
@@ -369,16 +417,18 @@ def conv2d_plan(
     extra += [TensorPlan("Residual", out5, r_scope)] if epilogue.residual else []
     if choice.algorithm == "direct":
         config = choice.config or defaults.default_config(g, profile)
-        if norm_eps is not None:
-            config = _norm_config(config, dtype, conv_accumulator_dtype(precision, g.reduction_length))
+        if norm_eps is not None or group_norm is not None:
+            config = _norm_config(config, dtype, conv_accumulator_dtype(precision, g.reduction_length), group_norm)
         w5 = (g.o4, g.cg, g.kh, g.kw, 4)
         weight_scope = texture.place(w5, TEXTURE_WEIGHT, profile.limits, allow_buffer) if scope == TEXTURE else BUFFER
         tile_scope = scope
         gate = {} if gate_scope is None else {"gate_scope": gate_scope}  # ungated plans keep their arguments (and keys)
         gate.update({} if norm_eps is None else {"norm_eps": float(norm_eps)})
+        gate.update({} if group_norm is None else {"group_norm": group_norm})
         stages = ((direct_conv2d, dict(geometry=g, epilogue=epilogue, dtype=dtype, config=config, weight_scope=weight_scope,
                                        **io, **gate, **accumulator_kwargs(precision, g.reduction_length))),)
         gates = [TensorPlan("Gate", (g.n, g.c4, 1, 1, 4), gate_scope)] if gate_scope is not None else []
+        gates += [TensorPlan("Stats", (g.n * group_norm.groups, group_norm.slices, 3), BUFFER)] if group_norm is not None else []
         sums = [TensorPlan("WeightSum", (g.o4, 4), BUFFER)] if norm_eps is not None else []
         tensors = (TensorPlan("X", in5, x_scope), *gates, TensorPlan("W", w5, weight_scope), *sums, *extra,
                    TensorPlan("Y", out5, y_scope))

@@ -66,14 +66,15 @@ class Tail:
         after the conv scale it as they scale the conv), into the bias. Dense convs only."""
         self.bias = self.bias + self.w.sum(axis=(2, 3)) @ shift
 
-    def fold_norm(self, gamma, beta):
+    def fold_norm(self, gamma, beta, weight_sum: bool = True):
         """The conv reads ``LN(x) * gamma + beta`` (per input channel; a dense 1x1 conv): ``W beta``
         into the bias, then ``W' = W diag(gamma)`` and its sums over the input channels ``s``, the
-        kernel's correction ``- mu s`` (``primfuncs.conv.norm``); all in float64, on the weights
+        kernel's correction ``- mu s`` (``primfuncs.conv.norm``; not for a group norm, whose
+        kernel normalizes its inputs: ``weight_sum`` False); all in float64, on the weights
         with the steps after the conv already folded."""
         self.shift_input(beta)
         self.w = self.w * np.asarray(gamma, np.float64)[None, :, None, None]
-        self.weight_sum = self.w.sum(axis=(1, 2, 3))
+        self.weight_sum = self.w.sum(axis=(1, 2, 3)) if weight_sum else None
 
 
 def _fold_batch_norm(rw: Rewriter, tail: Tail, user: Node, data_layout: str) -> Node | None:
@@ -173,19 +174,21 @@ def conv2d(rw: Rewriter, node: Node):
     return emit_conv2d(rw, node, x)
 
 
-def emit_conv2d(rw: Rewriter, node: Node, x: Value, gate: Value | None = None, input_shift=None, norm=None):
+def emit_conv2d(rw: Rewriter, node: Node, x: Value, gate: Value | None = None, input_shift=None, norm=None, stats=None):
     """Conv ``node`` on ``x`` with its tail; with ``gate`` (``[N, C, 1, 1]``, the caller asked
     ``strategy.fuse_gate``) it reads ``x * gate`` (the squeeze-excitation rule's gated conv), with
     ``input_shift`` (per input channel; the caller checked the conv is unpadded) ``x * gate + shift``
     (GRN's ``beta``: :meth:`Tail.shift_input`); with ``norm`` ``(epsilon, gamma, beta)`` (the caller
     asked ``strategy.fold_norm``) ``LN(x) * gamma + beta``, the layer norm over x's channels
-    (:meth:`Tail.fold_norm`)."""
+    (:meth:`Tail.fold_norm`); with ``norm`` ``(GroupNormFold, gamma, beta)`` and ``stats`` (the
+    ``group_norm_partials`` output; the caller asked ``strategy.fold_group_norm``) the group norm of x."""
     data_layout, w = conv_operands(node)
     tail = conv_tail(rw, node, w, data_layout)
     if input_shift is not None:
         tail.shift_input(input_shift)
+    grouped = norm is not None and stats is not None
     if norm is not None:
-        tail.fold_norm(norm[1], norm[2])
+        tail.fold_norm(norm[1], norm[2], weight_sum=not grouped)
     geom = conv_geometry(node, x.nchw, tail.w.shape)
     epilogue = tail.epilogue
     if geom.is_depthwise and tail.residual is None and gate is None:
@@ -201,12 +204,12 @@ def emit_conv2d(rw: Rewriter, node: Node, x: Value, gate: Value | None = None, i
     gate_scope = rw.input_scope(gate, scope) if gate is not None else None
     plan = strategy.conv2d_plan(geom, epilogue, rw.precision, rw.profile, rw.records, allow_buffer=rw.allow_buffer,
                                 in_scope=scope, out_scope=out_scope, residual_scope=residual_scope, gate_scope=gate_scope,
-                                norm_eps=None if norm is None else norm[0])
+                                **({} if norm is None else {"group_norm" if grouped else "norm_eps": norm[0]}))
     plain = strategy.plain_input_plan(plan) if rw.reads_plain(x, node) else None
     if plain is not None:  # a model's first conv reads its NCHW input: no layout kernel
         plan, inputs = plain, [x.plain]
     else:
-        inputs = [rw.blocked(x, scope)] + ([rw.blocked(gate, gate_scope)] if gate is not None else [])
+        inputs = [rw.blocked(x, scope)] + ([rw.blocked(gate, gate_scope)] if gate is not None else []) + ([stats] if grouped else [])
     out = _emit_plan(rw, node, plan, inputs, tail)
     rw.define(tail.last.var, out, plan.tensor("Y").scope, geom.out_shape, tail.layout)
     return out

@@ -9,6 +9,7 @@ import numpy as np
 from tvm import relax
 
 from primfuncs import grn, layernorm, reduce
+from primfuncs.conv.norm import GroupNormFold
 
 from tir_adreno.passes.activations import clip_fields
 from tir_adreno.passes.affine import linear_step
@@ -224,7 +225,9 @@ def _emit_group_norm(rw: Rewriter, x: Value, groups: int, eps: float, var, scale
     ``scale`` plus ``shift``), extended by the per-channel steps and the activation that follow
     (:func:`affine_chain`): one ``group_norm`` kernel, or on a wide GPU its split form
     (``strategy.pool.group_norm_schedule``): ``group_norm_partials`` (float32 partial statistics
-    per pixel slice, kept float32 under half storage) then ``group_norm_apply``."""
+    per pixel slice, kept float32 under half storage) then ``group_norm_apply``, or where a dense
+    1x1 conv alone reads the norm and folds it (:func:`_group_norm_reader`) that conv reading the
+    partials: no ``group_norm_apply``."""
     scale, shift, nodes, var, activation, bounds = affine_chain(rw, x, var, scale, shift, nodes)
     shape5 = x.shape5
     scope = rw.scope_for(shape5)
@@ -237,14 +240,28 @@ def _emit_group_norm(rw: Rewriter, x: Value, groups: int, eps: float, var, scale
         out = rw.emit_kernel(func, [src, *params], shape5, op_info=info)
     else:
         slices = split["slices"]
+        reader = _group_norm_reader(rw, x, var, GroupNormFold(groups, slices, eps)) if activation is None else None
         partials = kernel(layernorm.group_norm_partials, shape5, x.channels, groups, slices, scope=scope)
         stats = rw.emit_float32(partials, [src], (shape5[0] * groups, slices, layernorm.PARTIAL_FIELDS), info)
+        if reader is not None:  # the conv reads x normalized with the partials' statistics
+            for m in (*nodes, reader[0]):
+                m.fused = True
+            return emit_conv2d(rw, reader[0], x, norm=(reader[1], scale, shift), stats=stats)
         func = kernel(layernorm.group_norm_apply, shape5, x.channels, groups, slices, eps, activation, scope=scope, **clip_fields(bounds))
         out = rw.emit_kernel(func, [src, stats, *params], shape5, op_info=info)
     for m in nodes:
         m.fused = True
     rw.define(var, out, scope, x.nchw)
     return out
+
+
+def _group_norm_reader(rw: Rewriter, x: Value, var, fold: GroupNormFold):
+    """The conv that alone reads the group norm's output ``var`` (of ``x``) as its input and folds
+    it (``strategy.conv.fold_group_norm``): (conv node, ``fold``), else None (``group_norm_apply`` runs)."""
+    found = sole_conv_reader(rw.graph, var, x.nchw)
+    if found is None or not conv_strategy.fold_group_norm(found[1], fold, rw.precision, rw.profile, rw.records):
+        return None
+    return found[0], fold
 
 
 def _group_norm_fits(x: Value | None, groups: int) -> bool:
