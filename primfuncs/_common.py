@@ -47,6 +47,14 @@ def check_positive(**dims):
             raise ValueError(f"{name} must be >= 1, got {value}")
 
 
+def nchw4c(shape) -> tuple[int, int, int, int, int]:
+    """``shape`` as a tuple of ints, which must be NCHW4c ``(N, C4, H, W, 4)``; ValueError otherwise."""
+    shape = tuple(int(d) for d in shape)
+    if len(shape) != 5 or shape[4] != LANES:
+        raise ValueError(f"shape must be NCHW4c (N, C4, H, W, 4), got {shape}")
+    return shape
+
+
 def check_channels(c4: int, channels: int, name: str = "channels") -> int:
     """``channels`` real channels held in ``c4`` blocks of 4 (only the last one padded)."""
     if not 4 * (c4 - 1) < channels <= 4 * c4:

@@ -28,13 +28,12 @@ from __future__ import annotations
 from tvm.script import tirx as T
 
 from ._common import (BUFFER, LANES, TEXTURE, accumulator_dtype, blocked, ceildiv, check_channels, check_dtype, check_epsilon,
-                      check_positive, check_scope, check_slices, load_channels, load_pixel, maximum, pixel_grid, pixel_launch, store_pixel)
+                      check_positive, check_scope, check_slices, load_channels, load_pixel, maximum, nchw4c, pixel_grid, pixel_launch,
+                      store_pixel)
 
 
 def _check_heads(shape, channels: int, heads: int, head_dim: int, offsets: dict, head_stride: int | None = None) -> tuple[int, int, int, int]:
-    shape = tuple(int(d) for d in shape)
-    if len(shape) != 5 or shape[4] != LANES:
-        raise ValueError(f"shape must be NCHW4c (N, C4, H, W, 4), got {shape}")
+    shape = nchw4c(shape)
     n, c4, h, w, _ = shape
     stride = head_dim if head_stride is None else head_stride
     check_positive(N=n, C4=c4, H=h, W=w, heads=heads, head_dim=head_dim)

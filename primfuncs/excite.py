@@ -40,7 +40,7 @@ from types import SimpleNamespace
 
 from tvm.script import tirx as T
 
-from ._common import LANES, TEXTURE, check_channels, check_dtype, check_positive, check_scope, check_slices, store_pixel
+from ._common import LANES, TEXTURE, check_channels, check_dtype, check_positive, check_scope, check_slices, nchw4c, store_pixel
 from .conv.direct_body import input_macros
 from .conv.geometry import ConvGeometry, ConvWindow, InputLayout, conv2d_geometry
 from .epilogue import ACTIVATIONS, Epilogue, activate, store_output_pixel
@@ -56,10 +56,7 @@ MAX_SPLIT = 32
 
 
 def _check_nchw4c(shape) -> tuple[int, int, int, int]:
-    shape = tuple(int(d) for d in shape)
-    if len(shape) != 5 or shape[4] != LANES:
-        raise ValueError(f"shape must be NCHW4c (N, C4, H, W, 4), got {shape}")
-    return shape[:4]
+    return nchw4c(shape)[:4]
 
 
 def pool_split(c4: int, pixels: int, threads: int = THREADS) -> tuple[int, int]:

@@ -28,13 +28,11 @@ from __future__ import annotations
 from tvm.script import tirx as T
 
 from ._common import (BUFFER, LANES, TEXTURE, accumulator_dtype, check_channels, check_dtype, check_positive, check_scope, load_channels,
-                      load_pixel, multiply_add, pixel_grid, pixel_launch, select_params, store_pixel)
+                      load_pixel, multiply_add, nchw4c, pixel_grid, pixel_launch, select_params, store_pixel)
 
 
 def _check(shape, channels, begin, width, kernel_size, padding, previous):
-    shape = tuple(int(d) for d in shape)
-    if len(shape) != 5 or shape[4] != LANES:
-        raise ValueError(f"shape must be NCHW4c (N, C4, H, W, 4), got {shape}")
+    shape = nchw4c(shape)
     n, c4, h, w, _ = shape
     check_positive(N=n, C4=c4, H=h, W=w, width=width)
     check_channels(c4, channels)

@@ -15,16 +15,14 @@ from __future__ import annotations
 
 from tvm.script import tirx as T
 
-from ._common import (BUFFER, LANES, TEXTURE, ceildiv, check_channels, check_dtype, check_epsilon, check_positive, check_scope, check_slices,
-                      load_pixel, pixel_grid, pixel_launch, store_pixel)
+from ._common import (BUFFER, LANES, TEXTURE, ceildiv, check_channels, check_dtype, check_epsilon, check_positive, check_scope,
+                      check_slices, load_pixel, nchw4c, pixel_grid, pixel_launch, store_pixel)
 from .epilogue import ACTIVATIONS, activate
 
 
 def _check_layer_norm(shape, channels: int, epsilon: float, dtype: str, scope: str):
     """(n, c4, h, w) of a layer norm's NCHW4c ``shape``; ValueError / TypeError naming a bad argument."""
-    shape = tuple(int(d) for d in shape)
-    if len(shape) != 5 or shape[4] != LANES:
-        raise ValueError(f"shape must be NCHW4c (N, C4, H, W, 4), got {shape}")
+    shape = nchw4c(shape)
     n, c4, h, w, _ = shape
     check_positive(N=n, C4=c4, H=h, W=w, channels=channels)
     check_channels(c4, channels)
@@ -157,9 +155,7 @@ PARTIAL_FIELDS = 3
 def _check_group_norm(shape, channels: int, groups: int, threads: int, epsilon: float = 0.0, activation: str | None = None,
                       dtype: str = "float32", scope: str = TEXTURE, clip_min: float = 0.0, clip_max: float = 6.0):
     """(n, c4, h, w) of a group norm's NCHW4c ``shape``; ValueError / TypeError naming a bad argument."""
-    shape = tuple(int(d) for d in shape)
-    if len(shape) != 5 or shape[4] != LANES:
-        raise ValueError(f"shape must be NCHW4c (N, C4, H, W, 4), got {shape}")
+    shape = nchw4c(shape)
     n, c4, h, w, _ = shape
     check_positive(N=n, C4=c4, H=h, W=w, channels=channels, groups=groups, threads=threads)
     check_channels(c4, channels)

@@ -16,14 +16,12 @@ from __future__ import annotations
 
 from tvm.script import tirx as T
 
-from ._common import LANES, TEXTURE, check_dtype, check_positive, check_scope, load_pixel, pixel_grid, pixel_launch, store_pixel
+from ._common import LANES, TEXTURE, check_dtype, check_positive, check_scope, load_pixel, nchw4c, pixel_grid, pixel_launch, store_pixel
 
 
 def patch_shapes(shape, ph: int, pw: int) -> tuple[tuple, tuple]:
     """(image, patches) NCHW4c shapes: ``[N, C4, H, W, 4]`` and ``[N, C4, ph * pw, nh * nw, 4]``."""
-    shape = tuple(int(d) for d in shape)
-    if len(shape) != 5 or shape[4] != LANES:
-        raise ValueError(f"shape must be NCHW4c (N, C4, H, W, 4), got {shape}")
+    shape = nchw4c(shape)
     n, c4, h, w, _ = shape
     check_positive(N=n, C4=c4, H=h, W=w, ph=ph, pw=pw)
     if h % ph or w % pw:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from tvm.script import tirx as T
 
-from ._common import LANES, TEXTURE, check_dtype, check_positive, check_scope, load_pixel, pixel_grid, pixel_launch, store_pixel
+from ._common import LANES, TEXTURE, check_dtype, check_positive, check_scope, load_pixel, nchw4c, pixel_grid, pixel_launch, store_pixel
 
 METHODS = ("nearest", "linear")
 COORDINATE_MODES = ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric")
@@ -61,9 +61,7 @@ def resize2d(
 
     ``method``: ``"nearest"`` (index rounded by ``rounding_method``, ONNX's ``nearest_mode``)
     or ``"linear"`` (bilinear); ``coordinate_transformation_mode`` as in ONNX."""
-    shape = tuple(int(d) for d in shape)
-    if len(shape) != 5 or shape[4] != LANES:
-        raise ValueError(f"shape must be NCHW4c (N, C4, H, W, 4), got {shape}")
+    shape = nchw4c(shape)
     n, c4, h, w, _ = shape
     check_positive(N=n, C4=c4, H=h, W=w)
     if len(size) != 2:

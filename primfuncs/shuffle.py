@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from tvm.script import tirx as T
 
-from ._common import (LANES, TEXTURE, blocked, check_channels, check_dtype, check_positive, check_scope, load_channels, load_pixel, pixel_grid,
-                      pixel_launch, select_params, store_pixel, whole)
+from ._common import (LANES, TEXTURE, blocked, check_channels, check_dtype, check_positive, check_scope, load_channels, load_pixel,
+                      nchw4c, pixel_grid, pixel_launch, select_params, store_pixel, whole)
 
 #: Parts one ``split_channels`` launch writes (a split into more is several launches).
 MAX_PARTS = 4
@@ -22,9 +22,7 @@ _PART_NAMES = ("Y0", "Y1", "Y2", "Y3")
 
 
 def _gather(shape, channels_in: int, channels_out: int, source, name: str, dtype: str, scope: str):
-    shape = tuple(int(d) for d in shape)
-    if len(shape) != 5 or shape[4] != LANES:
-        raise ValueError(f"shape must be NCHW4c (N, C4, H, W, 4), got {shape}")
+    shape = nchw4c(shape)
     n, c4, h, w, _ = shape
     check_positive(N=n, C4=c4, H=h, W=w, channels_out=channels_out)
     check_channels(c4, channels_in, "channels_in")
@@ -90,10 +88,8 @@ def split_channels(shape, channels_in: int, sizes, begin: int = 0, dtype: str = 
     ``len(sizes)`` (2..4) parts of ``sizes`` channels (any sizes), the first from channel
     ``begin`` (a split into more parts is several launches), parameters ``X, Y0, Y1, ...``,
     one launch."""
-    shape = tuple(int(d) for d in shape)
+    shape = nchw4c(shape)
     sizes = tuple(int(s) for s in sizes)
-    if len(shape) != 5 or shape[4] != LANES:
-        raise ValueError(f"shape must be NCHW4c (N, C4, H, W, 4), got {shape}")
     n, c4, h, w, _ = shape
     check_positive(N=n, C4=c4, H=h, W=w)
     check_channels(c4, channels_in, "channels_in")

@@ -39,6 +39,27 @@ def assert_close(actual, reference, rtol: float, scale=None):
     assert err <= rtol, f"relative error {err:.3g} > {rtol:g}"
 
 
+def run_split_twice(device, func, storage, inputs, outputs=1):
+    """Two launches of a kernel that finishes with a ticket (``excite.excitation_split`` and its
+    fused forms: ``inputs``, then partial sums and tickets, then ``outputs`` outputs) on the same
+    tensors: the partials set to the sentinel and the tickets to 0 once, the outputs poisoned before
+    each launch. Returns each launch's outputs (a tuple of arrays), the partials' bits and the tickets after."""
+    from primfuncs import excite
+
+    loaded, name = ops.compile(func, device)
+    specs = [replace(spec, storage=storage) if storage and spec.scope == TEXTURE else spec for spec in loaded[name].params]
+    tensors = [device.empty(spec).upload(value) for spec, value in zip(specs, inputs)]
+    partials, tickets = (device.empty(spec) for spec in specs[len(inputs):-outputs])
+    partials.upload(np.full(partials.spec.shape, excite.PARTIAL_SENTINEL, np.int32).view(np.float32))
+    tickets.upload(np.zeros(tickets.spec.shape, np.int32))
+    outs = []
+    for _ in range(2):
+        results = [device.empty(spec).poison() for spec in specs[-outputs:]]
+        loaded(name, *tensors, partials, tickets, *results)
+        outs.append(tuple(r.numpy() for r in results))
+    return outs, partials.numpy().view(np.int32), tickets.numpy()
+
+
 def run_kernel(device, func, *inputs, poison=None, storage=None, pinned=(), half=frozenset()) -> np.ndarray:
     """Run ``func`` on ``inputs`` (NumPy arrays in its parameters' scopes) and a poisoned output
     (NaN, or the value ``poison``: tests of NaN outputs need a finite one); its texture

@@ -10,9 +10,8 @@ import numpy as np
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
-from onnx import helper
 
-from helpers.numeric import assert_close, pack_nchw4c, sanitized, unpack_nchw4c
+from helpers.numeric import assert_close, pack_nchw4c, run_split_twice, sanitized, unpack_nchw4c
 from helpers.onnx_graphs import check_pattern, conv_node, mbconv_se, pattern_graph, plan_kernels
 from primfuncs import excite
 from primfuncs._common import TEXTURE, equal_slices
@@ -32,25 +31,6 @@ def _padded(w, rows, cols):
     out = np.zeros((rows, cols), np.float32)
     out[: w.shape[0], : w.shape[1]] = w
     return out
-
-
-def _run_twice(device, func, storage, inputs):
-    """Two launches of ``func`` on the same tensors (its partial sums the sentinel, its tickets 0,
-    both outputs poisoned before each): ``[(D, G)] * 2``, the partials' bits and the tickets after."""
-    from tir_adreno import ops
-
-    loaded, name = ops.compile(func, device)
-    specs = [replace(spec, storage=storage) if storage and spec.scope == TEXTURE else spec for spec in loaded[name].params]
-    tensors = [device.empty(spec).upload(value) for spec, value in zip(specs, inputs)]
-    partials, tickets = (device.empty(spec) for spec in specs[len(inputs):-2])
-    partials.upload(np.full(partials.spec.shape, excite.PARTIAL_SENTINEL, np.int32).view(np.float32))
-    tickets.upload(np.zeros(tickets.spec.shape, np.int32))
-    outs = []
-    for _ in range(2):
-        d, g = (device.empty(spec).poison() for spec in specs[-2:])
-        loaded(name, *tensors, partials, tickets, d, g)
-        outs.append((d.numpy(), g.numpy()))
-    return outs, partials.numpy().view(np.int32), tickets.numpy()
 
 
 @given(n=st.integers(1, 2), channels=st.integers(1, 24), hw=st.tuples(st.integers(1, 13), st.integers(1, 13)),
@@ -94,7 +74,7 @@ def test_depthwise_excitation_kernel(device, n, channels, hw, k, stride, dilatio
         inputs = [x5, pack_oihw4o(w_dw), pack_bias(b_dw), _padded(w1, hidden, 4 * c4), b1, _padded(w2.T, hidden, 4 * c4), pack_bias(b2)]
         half_in, half_out = (precision == "float16_acc32" and s == TEXTURE for s in (scope, out_scope))
         storage = "float16" if precision == "float16_acc32" else None
-        outs, partials, tickets = _run_twice(device, func, storage, inputs)
+        outs, partials, tickets = run_split_twice(device, func, storage, inputs, outputs=2)
     (d, g), again = outs
     x_in = x.astype(np.float16).astype(np.float64) if half_in else x.astype(np.float64)
     mid = reference.conv2d_epilogue(reference.conv2d_nchw(x_in, w_dw, (stride,) * 2, padding, (dilation,) * 2, groups=channels),

@@ -11,7 +11,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 from onnx import helper
 
-from helpers.numeric import pack_nchw4c, run_kernel, unpack_nchw4c
+from helpers.numeric import pack_nchw4c, run_kernel, run_split_twice, unpack_nchw4c
 from helpers.onnx_graphs import check_pattern, conv_node, mbconv_se, pattern_graph, plan_kernels, se_nodes
 from primfuncs import excite
 from primfuncs._common import TEXTURE, equal_slices
@@ -73,27 +73,6 @@ def test_excitation_kernel(device, n, channels, hw, hidden, acts, threads, scope
     assert np.all(y[:, -1, :, :, (channels - 1) % 4 + 1:] == 0), "padded lanes not zero"
 
 
-def _run_twice(device, func, storage, *inputs):
-    """Two launches of a split excitation on the same tensors (its ``partials`` the sentinel, the
-    ``tickets`` zero, the output poisoned before each): the outputs of both, the partials' bits
-    and the tickets after."""
-    from dataclasses import replace as spec_with
-    from tir_adreno import ops
-
-    loaded, name = ops.compile(func, device)
-    specs = [spec_with(spec, storage=storage) if storage and spec.scope == TEXTURE else spec for spec in loaded[name].params]
-    tensors = [device.empty(spec).upload(value) for spec, value in zip(specs, inputs)]
-    partials, tickets = (device.empty(spec) for spec in specs[len(inputs):-1])
-    partials.upload(np.full(partials.spec.shape, excite.PARTIAL_SENTINEL, np.int32).view(np.float32))
-    tickets.upload(np.zeros(tickets.spec.shape, np.int32))
-    outs = []
-    for _ in range(2):
-        out = device.empty(specs[-1]).poison()
-        loaded(name, *tensors, partials, tickets, out)
-        outs.append(out.numpy())
-    return outs, partials.numpy().view(np.int32), tickets.numpy()
-
-
 @given(n=st.integers(1, 2), channels=st.integers(1, 40), hw=st.sampled_from(MAPS), hidden=st.integers(1, 12),
        acts=st.sampled_from(GATES), threads=st.sampled_from(THREADS), blocks=st.integers(1, 10), pixel_slices=st.integers(1, 40),
        scope=st.sampled_from([TEXTURE, "global"]), precision=st.sampled_from(["float32", "float16_acc32"]),
@@ -117,7 +96,7 @@ def test_excitation_split_kernel(device, n, channels, hw, hidden, acts, threads,
     func = excite.excitation_split(p5.shape, channels, hidden, channels, activation=act, gate=gate, scope=scope,
                                    threads=threads, channel_blocks=blocks, pixel_slices=pixel_slices)
     args = [p5, _padded(w1, hidden, 4 * c4), b1.astype(np.float32), _padded(w2.T, hidden, 4 * c4), pack_bias(b2.astype(np.float32))]
-    (y, again), partials, tickets = _run_twice(device, func, storage, *args)
+    ((y,), (again,)), partials, tickets = run_split_twice(device, func, storage, args)
     p_in = p.astype(np.float32).astype(np.float16 if storage else np.float32).astype(np.float64).mean(axis=(2, 3))
     h = reference.activation(p_in @ w1.astype(np.float32).T + b1.astype(np.float32), act)
     ref = reference.activation(h @ w2.astype(np.float32).T + b2.astype(np.float32), gate)
