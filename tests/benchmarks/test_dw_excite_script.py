@@ -10,7 +10,7 @@ from helpers.onnx_graphs import conv_node, mbconv_se, pattern_graph
 def test_dw_excite_build_only_then_from_without_tvm(tmp_path):
     rng, inits = np.random.default_rng(4), {}
     nodes = [conv_node(rng, inits, "x", "a", 16, 3), *mbconv_se(rng, inits, "a", "y", 16, 4, "silu", "Sigmoid", dw_act="Relu")]
-    ways = ["apart", "fused", "fused-p512-t1024", "fused-p128-t128"]
+    ways = ["apart", "fused", "fused-p256-t256", "fused-p128-t128"]
     r = build_then_run("dw_excite.py", pattern_graph(nodes, inits, size=28), "se", tmp_path, ways)
     assert [c["op"] for c in r["apart"]["calls"]] == ["depthwise_conv2d_nchw4c", "excitation_split"], r["apart"]["calls"]
     for way in ways[1:]:  # one launch fewer: the depthwise conv writes its output and the gate

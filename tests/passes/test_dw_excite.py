@@ -171,7 +171,7 @@ def test_depthwise_se_half_storage():
 
 
 def test_depthwise_excitation_schedule():
-    """The H200 fuses, a work group per 256 output pixels of four channels (256 items); PoCL and
+    """The H200 fuses, a work group per 512 output pixels of four channels (1024 items); PoCL and
     Adreno never (their plans unchanged); not with fusion off, for convs bigger than a launch is
     worth, or where the shared memory does not fit."""
     from tir_adreno.strategy.pool import depthwise_excitation_schedule
@@ -179,8 +179,8 @@ def test_depthwise_excitation_schedule():
 
     h200 = get_profile("nvidia-h200")
     se = (2 * 16 * 8, 16, 56 * 56, 8)  # MobileNetV3-Small's first SE block: macs, channels, pixels, hidden
-    assert depthwise_excitation_schedule(h200, *se) == {"threads": 256, "channel_blocks": 1, "pixel_slices": 12}  # 4 x 12 groups
-    assert depthwise_excitation_schedule(h200, 2 * 576 * 144, 576, 7 * 7, 144) == {"threads": 256, "channel_blocks": 5, "pixel_slices": 1}
+    assert depthwise_excitation_schedule(h200, *se) == {"threads": 1024, "channel_blocks": 1, "pixel_slices": 6}  # 4 x 6 groups
+    assert depthwise_excitation_schedule(h200, 2 * 576 * 144, 576, 7 * 7, 144) == {"threads": 1024, "channel_blocks": 10, "pixel_slices": 1}
     for name in ("pocl", "adreno"):
         assert depthwise_excitation_schedule(get_profile(name), *se) is None
     assert depthwise_excitation_schedule(without_fusion(h200), *se) is None

@@ -100,13 +100,14 @@ def _split_schedule(profile: DeviceProfile, channels: int, pixels: int, hidden: 
 
 #: Output pixels (of four channels) a work group of the fused depthwise conv and excitation
 #: (``primfuncs.excite.depthwise_excitation``) computes and pools, about: one per work item
-#: (:data:`DEPTHWISE_EXCITATION_THREADS`), so that every item computes a depthwise pixel and the
-#: depthwise conv spreads over as many work groups as it can (MobileNetV3-Small's first SE block,
-#: 16 channels of 56 x 56: 49 work groups). None: never fused (the depthwise conv, then
-#: ``excitation_split``: two launches).
-DEPTHWISE_EXCITATION_PIXELS: int | None = 256
+#: (:data:`DEPTHWISE_EXCITATION_THREADS`), so that every item computes a depthwise pixel. 512
+#: pixels and 1024 items measured best of 128/128, 256/256 and 512/1024 on the H200 for
+#: MobileNetV3-Small, EfficientNet-B0 and MixNet-S in one run (``benchmarks/dw_excite.py``:
+#: kernel 3-14% less than 256/256, 26-28% less than 128/128). None: never fused (the depthwise
+#: conv, then ``excitation_split``: two launches).
+DEPTHWISE_EXCITATION_PIXELS: int | None = 512
 #: Work items of a work group of the fused depthwise conv and excitation.
-DEPTHWISE_EXCITATION_THREADS = 256
+DEPTHWISE_EXCITATION_THREADS = 1024
 
 
 def depthwise_excitation_schedule(profile: DeviceProfile, macs: int, channels: int, pixels: int, hidden: int,
