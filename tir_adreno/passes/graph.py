@@ -191,6 +191,16 @@ class Graph:
             return relax.Tuple([self._arg(f) for f in expr.fields])
         return expr
 
+    def fused_marks(self) -> frozenset[int]:
+        """Which nodes are marked fused now: a rule that searches a pattern (marking what it takes)
+        and then backs out gives these to :meth:`restore_fused`."""
+        return frozenset(id(node) for node in self.nodes if node.fused)
+
+    def restore_fused(self, marks: frozenset[int]) -> None:
+        """Every node's fused mark as :meth:`fused_marks` took it."""
+        for node in self.nodes:
+            node.fused = id(node) in marks
+
     def sole_user(self, var) -> Node | None:
         """The node that is ``var``'s only use (not the function output), if any."""
         if self.uses.get(var, 0) != 1 or same(self.output, var):

@@ -112,7 +112,7 @@ def depthwise_excitation(rw: Rewriter, node: Node):
     x = rw.activation(node.args[0])
     if x is None or x.layout != "NCHW":
         return None
-    fused_before = {id(m) for m in rw.graph.nodes if m.fused}
+    fused_before = rw.graph.fused_marks()
     tail = conv_tail(rw, node, operands.weights, "NCHW")
     pool = _global_pool_of(rw, tail.last.var) if tail.residual is None else None
     fc1 = rw.graph.sole_user(pool.var) if pool is not None else None
@@ -122,8 +122,7 @@ def depthwise_excitation(rw: Rewriter, node: Node):
     schedule = (pool_strategy.depthwise_excitation_schedule(rw.profile, _macs(tails), c, oh * ow, tails[0].w.shape[0], tails[1].w.shape[0])
                 if tails is not None else None)
     if schedule is None:  # the conv rule finds the tail again
-        for m in rw.graph.nodes:
-            m.fused = id(m) in fused_before
+        rw.graph.restore_fused(fused_before)
         return None
     pool.fused = fc1.fused = True
     fc1, fc2 = tails
@@ -173,16 +172,13 @@ def _excite(rw: Rewriter, x: Value, fc1_node: Node | None, vector) -> relax.Var 
     w1 = _vector_pointwise(fc1_node, vector)
     if w1 is None:
         return None
-    fused_before = [m for m in rw.graph.nodes if m.fused]
+    fused_before = rw.graph.fused_marks()
     tails = _tails(rw, fc1_node, w1)
     n, c, h, w = x.nchw
     schedule = (pool_strategy.excitation_schedule(rw.profile, _macs(tails), c, h * w, tails[0].w.shape[0], tails[1].w.shape[0])
                 if tails is not None else None)
     if schedule is None:  # the conv rule finds the tails again: un-fuse what the search took
-        for m in rw.graph.nodes:
-            m.fused = False
-        for m in fused_before:
-            m.fused = True
+        rw.graph.restore_fused(fused_before)
         return None
     fc1, fc2 = tails
     out_channels = fc2.w.shape[0]
@@ -209,14 +205,13 @@ def _pooled_pointwise(rw: Rewriter, x: Value, conv: Node | None, vector) -> rela
     w = _vector_pointwise(conv, vector)
     if w is None or x.nchw[2:] == (1, 1):
         return None
-    fused_before = {id(m) for m in rw.graph.nodes if m.fused}
+    fused_before = rw.graph.fused_marks()
     tail = conv_tail(rw, conv, w, "NCHW")
     n, c, h, wd = x.nchw
     out_channels = int(w.shape[0])
     schedule = pool_strategy.pooled_conv_schedule(rw.profile, c, h * wd, out_channels) if tail.residual is None else None
     if schedule is None:  # the conv rule finds the tail again
-        for m in rw.graph.nodes:
-            m.fused = id(m) in fused_before
+        rw.graph.restore_fused(fused_before)
         return None
     out5 = blocked_shape((n, out_channels, 1, 1))
     scope = rw.scope_for(x.shape5, out5)
