@@ -5,13 +5,14 @@ conv runs tiled on the H200 (a 40 x 40 map: 100 work groups), so the "folded" wa
 import numpy as np
 
 from helpers.benchmarks import build_then_run
-from helpers.onnx_graphs import grn_block, pattern_graph
+from helpers.onnx_graphs import conv_node, grn_block, pattern_graph
 
 
 def test_grn_fusion_build_only_then_from_without_tvm(tmp_path):
     rng, inits = np.random.default_rng(6), {}
-    r = build_then_run("grn_fusion.py", pattern_graph(grn_block(rng, inits, channels=8), inits, size=40), "grn", tmp_path,
-                       ["apart", "fused", "folded"])
+    nodes = grn_block(rng, inits, channels=8)
+    nodes[-1] = conv_node(rng, inits, "r", "y", 64, 8, k=1)
+    r = build_then_run("grn_fusion.py", pattern_graph(nodes, inits, size=14), "grn", tmp_path, ["apart", "fused", "folded"])
     apart, fused, folded = r["apart"], r["fused"], r["folded"]
     # GRN's 6 kernels become 2, and the first conv reads the input itself (apart: no fusion at all)
     assert fused["launches"] == apart["launches"] - 5, (apart["launches"], fused["launches"])

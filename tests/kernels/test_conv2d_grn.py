@@ -46,8 +46,6 @@ def grn_fold_cases(draw):
 
 GRN_WIDE = dict(data_shape=(1, 70, 3, 5), weight_shape=(9, 70, 1, 1), epilogue=Epilogue(bias=True, residual=True),
                 config=ConvConfig(2, 2, (2, 2, 1), split_k=2, tiled=True, k_chunk=3), grn_eps=1e-6)  # 18 blocks, 8 items
-GRN_NARROW = dict(data_shape=(2, 6, 5, 7), weight_shape=(5, 6, 1, 1), epilogue=Epilogue(bias=True, activation="relu"),
-                  config=ConvConfig(1, 4, (8, 1, 1), tiled=True, k_chunk=2), grn_eps=1e-6)
 
 
 def run_grn_case(device, case, scope, precision, seed, magnitude=1.0):
@@ -81,11 +79,11 @@ def run_grn_case(device, case, scope, precision, seed, magnitude=1.0):
     return unpack_nchw4c(y, o), ref, half
 
 
-@settings(max_examples=max(2, settings().max_examples // 2))  # each example builds two kernels: 4 in CI
+@settings(max_examples=max(2, settings().max_examples // 4))  # each example builds two kernels: 2 in CI
 @given(case=grn_fold_cases(), scope=SCOPES, precision=st.sampled_from(["float32", "float16_acc32"]),
        magnitude=st.sampled_from([1e-3, 1.0, 1e3]), seed=SEEDS)
 @example(case=GRN_WIDE, scope=TEXTURE, precision="float32", magnitude=1.0, seed=0)
-@example(case=GRN_NARROW, scope=BUFFER, precision="float32", magnitude=1e3, seed=1)
+@example(case=dict(GRN_WIDE, data_shape=(2, 70, 3, 5)), scope=BUFFER, precision="float32", magnitude=1e3, seed=1)
 @example(case=GRN_WIDE, scope=TEXTURE, precision="float16_acc32", magnitude=1e-3, seed=2)
 def test_grn_conv_matches_numpy(device, case, scope, precision, magnitude, seed):
     """``act(conv(x * s + beta) + bias + residual)`` against float64 NumPy, the output poisoned
