@@ -103,17 +103,58 @@ def grn_scale(shape, channels: int, epsilon: float, dtype: str = "float32", scop
     return func
 
 
-def _grn_group(n: int, c4: int, channels: int, epsilon: float, dtype: str, scope: str, gamma: bool, threads: int):
-    """:func:`grn_scale` with one work group per sample: item ``t`` sums ``sqrt(S)`` of the real
-    lanes of blocks ``t, t + threads, ...``; item 0 adds the items' sums in order (the mean); then
-    item ``t`` writes those blocks (``Nx``, or ``1 + Gamma * Nx``; padded lanes 0, or 1)."""
+def grn_macros(c4: int, channels: int, epsilon: float, s_dtype: str, gamma: bool):
+    """``(sum_roots, mean_of, scale_pixel)``: GRN's scale from the sums of squares ``S`` of one
+    sample (``(N, C/4, 1, 1, 4)``, any scope), ``C`` = ``channels`` real lanes of ``c4`` blocks,
+    float32: ``sum_roots(S, acc, px, vn, cb)`` adds ``sqrt(S)`` of block ``cb``'s real lanes to
+    ``acc[0]``; ``mean_of(partial, count, mean)`` (one item) adds ``partial[0 .. count)`` in order
+    into ``mean[0] = mean_c sqrt(S) + epsilon``; ``scale_pixel(S, Gamma, mean, px, out, vn, cb)``
+    writes block ``cb``'s ``Nx`` (0 in padded lanes) into ``out``, or with ``gamma`` ``1 + Gamma *
+    Nx`` (1 there). Shared by :func:`grn_scale`'s work group form and the tiled conv that reads GRN
+    folded in (``primfuncs.conv.tiled``: each work group computes its input's scale itself); a
+    fixed order, so every work group gets the same bits."""
     f32 = "float32"
     zero, one = T.FloatImm(f32, 0.0), T.FloatImm(f32, 1.0)
-    s_dtype = f32 if gamma else dtype
-    rounds = (c4 + threads - 1) // threads
 
     def real(cb, lane):
         return cb * 4 + lane < channels
+
+    @T.macro
+    def sum_roots(S, acc, px, vn, cb):
+        load_pixel(px, S, vn, cb, 0, 0)
+        for lane in T.unroll(4):
+            acc[0] = acc[0] + T.Select(real(cb, lane), T.sqrt(T.Cast(f32, px[lane])), zero)
+
+    @T.macro
+    def mean_of(partial, count, mean):
+        total = T.sblock_alloc_buffer((1,), f32, scope="local")
+        total[0] = zero
+        for k in range(count):
+            total[0] = total[0] + partial[k]
+        mean[0] = total[0] / T.FloatImm(f32, float(channels)) + T.FloatImm(f32, float(epsilon))
+
+    @T.macro
+    def scale_pixel(S, Gamma, mean, px, out, vn, cb):
+        load_pixel(px, S, vn, cb, 0, 0)
+        for lane in T.unroll(4):
+            out[lane] = T.Select(real(cb, lane), T.sqrt(T.Cast(f32, px[lane])) / mean[0], zero)
+        if gamma:  # padded lanes: Gamma is 0 there, so 1 (times an input lane of 0)
+            for lane in T.unroll(4):
+                out[lane] = one + T.Cast(f32, Gamma[cb, lane]) * out[lane]
+
+    return sum_roots, mean_of, scale_pixel
+
+
+def _grn_group(n: int, c4: int, channels: int, epsilon: float, dtype: str, scope: str, gamma: bool, threads: int):
+    """:func:`grn_scale` with one work group per sample: item ``t`` sums ``sqrt(S)`` of the real
+    lanes of blocks ``t, t + threads, ...``; item 0 adds the items' sums in order (the mean); then
+    item ``t`` writes those blocks (``Nx``, or ``1 + Gamma * Nx``; padded lanes 0, or 1)
+    (:func:`grn_macros`)."""
+    f32 = "float32"
+    zero = T.FloatImm(f32, 0.0)
+    s_dtype = f32 if gamma else dtype
+    rounds = (c4 + threads - 1) // threads
+    sum_roots, mean_of, scale_pixel = grn_macros(c4, channels, epsilon, s_dtype, gamma)
 
     @T.macro
     def body(S, Gamma, Y, vn):
@@ -127,19 +168,13 @@ def _grn_group(n: int, c4: int, channels: int, epsilon: float, dtype: str, scope
                 acc[0] = zero
                 for r in T.serial(rounds):
                     if r * threads + t < c4:
-                        load_pixel(px, S, vn, r * threads + t, 0, 0)
-                        for lane in T.unroll(4):
-                            acc[0] = acc[0] + T.Select(real(r * threads + t, lane), T.sqrt(T.Cast(f32, px[lane])), zero)
+                        sum_roots(S, acc, px, vn, r * threads + t)
                 partial[t] = acc[0]
         # 2. item 0: the mean over the channels, plus epsilon
         for t in T.thread_binding(threads, thread="threadIdx.x"):
             with T.sblock("mean"):
                 if t == 0:
-                    total = T.sblock_alloc_buffer((1,), f32, scope="local")
-                    total[0] = zero
-                    for k in range(threads):
-                        total[0] = total[0] + partial[k]
-                    mean[0] = total[0] / T.FloatImm(f32, float(channels)) + T.FloatImm(f32, float(epsilon))
+                    mean_of(partial, threads, mean)
         # 3. item t writes its blocks
         for t in T.thread_binding(threads, thread="threadIdx.x"):
             with T.sblock("scale"):
@@ -147,12 +182,7 @@ def _grn_group(n: int, c4: int, channels: int, epsilon: float, dtype: str, scope
                 out = T.sblock_alloc_buffer((4,), f32, scope="local")
                 for r in T.serial(rounds):
                     if r * threads + t < c4:
-                        load_pixel(px, S, vn, r * threads + t, 0, 0)
-                        for lane in T.unroll(4):
-                            out[lane] = T.Select(real(r * threads + t, lane), T.sqrt(T.Cast(f32, px[lane])) / mean[0], zero)
-                        if gamma:  # padded lanes: Gamma is 0 there, so 1 (times an input lane of 0)
-                            for lane in T.unroll(4):
-                                out[lane] = one + T.Cast(f32, Gamma[r * threads + t, lane]) * out[lane]
+                        scale_pixel(S, Gamma, mean, px, out, vn, r * threads + t)
                         store_pixel(Y, vn, r * threads + t, 0, 0, out)
 
     if gamma:

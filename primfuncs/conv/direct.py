@@ -339,6 +339,7 @@ def conv2d_nchw4c(
     data_layout: str = "NCHW4c",
     norm_eps: float | None = None,
     group_norm=None,
+    grn_eps: float | None = None,
 ):
     """Direct conv2d ``Y = act(conv(X, W) + bias + residual)`` on NCHW4c, any groups.
 
@@ -374,13 +375,20 @@ def conv2d_nchw4c(
     ``group_norm`` (a :class:`~primfuncs.conv.norm.GroupNormFold`; the tiled kernel only): the conv
     reads a group norm of X folded in, its statistics from ``group_norm_partials``' output ``Stats``
     (after ``X``) (:func:`~primfuncs.conv.tiled.conv2d_tiled_nchw4c`).
+
+    ``grn_eps`` (with ``gate_scope``; the tiled kernel only): the conv reads ConvNeXt-V2's GRN scale
+    folded in: its Gate is GRN's float32 sums of squares over H, W, ``Gamma (C/4, 4)`` follows, and
+    each work group computes the scale ``1 + Gamma * Nx`` itself (:func:`~primfuncs.conv.tiled.conv2d_tiled_nchw4c`).
     """
     geom = conv2d_geometry(data_shape, weight_shape, strides, padding, dilation, groups)
     if config is not None and config.tiled:
         if geom.groups != 1:
             raise ValueError(f"config.tiled=True is for dense convs (groups=1), got groups={geom.groups}")
         return conv2d_tiled_nchw4c(data_shape, weight_shape, strides, padding, dilation, epilogue, dtype, config, scope,
-                                   weight_scope, out_scope, residual_scope, acc_dtype, gate_scope, data_layout, norm_eps, group_norm)
+                                   weight_scope, out_scope, residual_scope, acc_dtype, gate_scope, data_layout, norm_eps, group_norm,
+                                   grn_eps)
+    if grn_eps is not None:  # each work group computes the scale in shared memory: the tiled kernel's
+        raise ValueError(f"grn_eps: GRN's scale folds into the tiled conv only (config.tiled=True), got config {config!r}")
     if group_norm is not None:  # its statistics are folded per work group, in shared memory: the tiled kernel's
         raise ValueError(f"group_norm: a group norm folds into the tiled conv only (config.tiled=True), got config {config!r}")
     mode = "blocked" if blocked_path(geom) else "grouped"

@@ -35,6 +35,15 @@ it then reads its input normalized, ``(x_c - mean_g) r_g`` per staged lane (no c
 conv multiplies normalized values), with ``gamma`` folded into ``W`` and ``W beta`` into the bias
 by the caller (in float64). The plan becomes ``partials -> conv`` instead of
 ``partials -> apply -> conv``.
+
+ConvNeXt-V2's global response norm (GRN) before a conv, ``x * s + beta`` with the per-channel
+scale ``s = 1 + gamma sqrt(S) / (mean_c sqrt(S) + eps)`` from the sums of squares ``S`` over H, W,
+folds into the tiled conv the same way (:func:`check_grn`): the conv takes ``S`` (float32, from
+``sum_squares_hw``) where a gated conv takes its gate, and ``Gamma`` after it; each work group
+computes ``s`` of every input channel in shared memory (``primfuncs.grn.grn_macros``, the steps
+``grn_scale`` takes) and multiplies the staged input by it as by a gate (``W beta`` in the bias,
+by the caller). The plan becomes ``sum_squares_hw -> conv`` instead of
+``sum_squares_hw -> grn_scale -> conv``.
 """
 
 from __future__ import annotations
@@ -126,6 +135,21 @@ def check_group_norm(geom, fold, dtype: str, acc_dtype: str, refusal: str | None
     if (dtype, acc_dtype) != (F32, F32):
         raise ValueError(f"group_norm: the folded group norm's statistics need a float32 kernel, got dtype {dtype!r}, "
                          f"acc_dtype {acc_dtype!r}")
+    return True
+
+
+def check_grn(grn_eps, gated: bool, dtype: str, acc_dtype: str) -> bool:
+    """Whether a conv factory reads GRN's scale folded in (``grn_eps``, GRN's epsilon, not None),
+    checked: its sums of squares come where the input gate does (``gated``), a float32 kernel (half
+    storage is the allocation's: float16_acc32); ValueError naming the culprit."""
+    if grn_eps is None:
+        return False
+    if isinstance(grn_eps, bool) or not isinstance(grn_eps, (int, float)) or not grn_eps >= 0:
+        raise ValueError(f"grn_eps must be a float >= 0 (GRN's epsilon), got {grn_eps!r}")
+    if not gated:
+        raise ValueError("grn_eps: GRN's sums of squares are read in the input gate's place: give gate_scope")
+    if (dtype, acc_dtype) != (F32, F32):
+        raise ValueError(f"grn_eps: GRN's scale needs a float32 kernel, got dtype {dtype!r}, acc_dtype {acc_dtype!r}")
     return True
 
 

@@ -27,8 +27,9 @@ from .._common import BUFFER, LANES, ceildiv, check_accumulator, check_scope, co
 from ..epilogue import Epilogue, store_output_pixel
 from .config import MAX_LOCAL_BYTES, ConvConfig, check_conv_args
 from .geometry import ConvWindow, InputLayout, all_of, conv2d_geometry
+from ..grn import grn_macros
 from ..layernorm import PARTIAL_FIELDS, partials_fold_macros
-from .norm import GroupNormFold, check_group_norm, check_norm, fold_items, norm_macros
+from .norm import GroupNormFold, check_grn, check_group_norm, check_norm, fold_items, norm_macros
 
 
 def _bytes(dtype: str) -> int:
@@ -36,16 +37,19 @@ def _bytes(dtype: str) -> int:
 
 
 def tiled_local_bytes(config: ConvConfig, dtype: str = "float32", acc_dtype: str | None = None, normed: bool = False,
-                      group_norm: GroupNormFold | None = None) -> int:
+                      group_norm: GroupNormFold | None = None, grn_blocks: int = 0) -> int:
     """Local memory of ``config``: each K slice's input and weight tiles, and with
     ``split_k`` > 1 the partial sums (in ``acc_dtype``) of all slices but the first (with a folded
     layer norm, ``normed``, its statistics rows too); with a folded ``group_norm`` its items' folded
-    partials and each group's mean and 1 / std (float32)."""
+    partials and each group's mean and 1 / std (float32); with GRN's scale folded in (``grn_blocks``
+    input channel blocks) the scale of every input channel, the items' partial sums and the mean (float32)."""
     gx, gy, _ = config.work_group
     split = config.split_k
     tiles = split * config.k_chunk * (gx * config.w_block + LANES * gy * config.oc_block)
     partials = (split - 1) * gx * gy * (config.oc_block + normed) * config.w_block if split > 1 else 0
     stats = 0 if group_norm is None else 4 * group_norm.groups * (PARTIAL_FIELDS * fold_items(group_norm.slices, split * gx * gy) + 2)
+    if grn_blocks:
+        stats += 4 * (LANES * grn_blocks + fold_items(grn_blocks, split * gx * gy) + 1)
     return LANES * (tiles * _bytes(dtype) + partials * _bytes(acc_dtype or dtype)) + stats
 
 
@@ -67,6 +71,7 @@ def conv2d_tiled_nchw4c(
     data_layout: str = "NCHW4c",
     norm_eps: float | None = None,
     group_norm: GroupNormFold | None = None,
+    grn_eps: float | None = None,
 ):
     """Dense conv2d (``groups == 1``) as a tiled implicit GEMM; arguments as
     :func:`primfuncs.conv.direct.conv2d_nchw4c`, ``config.tiled`` must be set. With an input gate
@@ -81,7 +86,13 @@ def conv2d_tiled_nchw4c(
     folds its sample's partials into each group's mean and 1 / std (shared memory, the step
     ``group_norm_apply`` takes: ``primfuncs.layernorm.partials_fold_macros``), then stages every
     input pixel normalized, ``(x - mean) / std`` (padding channels zeroed); the caller folds gamma
-    into ``W`` and ``W . beta`` into the bias."""
+    into ``W`` and ``W . beta`` into the bias. ``grn_eps`` (ConvNeXt-V2's GRN, with a gate): the Gate
+    is GRN's float32 sums of squares ``S`` over H, W (``sum_squares_hw``' output), followed by
+    ``Gamma (C/4, 4)``; each work group first computes the scale ``1 + Gamma sqrt(S) / (mean_c
+    sqrt(S) + grn_eps)`` of every input channel into shared memory (``primfuncs.grn.grn_macros``:
+    ``fold_items(C/4, items)`` items sum the square roots, one adds their sums in order) and
+    stages each input pixel times its block's scale, as a gate; the caller puts ``W . beta`` into
+    the bias."""
     geom = conv2d_geometry(data_shape, weight_shape, strides, padding, dilation, 1)
     if config is None:
         config = ConvConfig(oc_block=2, w_block=4, work_group=(16, 8, 1), tiled=True)
@@ -99,8 +110,9 @@ def conv2d_tiled_nchw4c(
     normed = check_norm(geom, norm_eps, dtype, acc_dtype, "a layer norm and an input gate do not fold into one conv" if gated else None)
     grouped = check_group_norm(geom, group_norm, dtype, acc_dtype, "a group norm and an input gate do not fold into one conv" if gated
                                else "a group norm and a layer norm do not fold into one conv" if normed else None)
+    grn = check_grn(grn_eps, gated, dtype, acc_dtype)
     converts = acc_dtype != dtype  # the tile is converted to dtype before its epilogue
-    local_bytes = tiled_local_bytes(config, dtype, acc_dtype, normed, group_norm)
+    local_bytes = tiled_local_bytes(config, dtype, acc_dtype, normed, group_norm, geom.c4 if grn else 0)
     if local_bytes > MAX_LOCAL_BYTES:
         raise ValueError(f"config {config} needs {local_bytes} bytes of local memory for its "
                          f"tiles, more than {MAX_LOCAL_BYTES}; use a smaller work group, tile or k_chunk")
@@ -130,6 +142,10 @@ def conv2d_tiled_nchw4c(
     items = split * threads
     folders = fold_items(nslices, items)  # the items that fold the partials (the others wait at the barrier)
     fold_item, combine = partials_fold_macros(nslices, folders, group_norm.epsilon if grouped else 0.0)
+    # GRN's scale folded in: the items that sum the square roots, the macros grn_scale runs
+    grn_folders = fold_items(c4, items)
+    grn_rounds, grn_sum_rounds = ceildiv(c4, items), ceildiv(c4, grn_folders)
+    sum_roots, mean_of, scale_pixel = grn_macros(c4, c, grn_eps or 0.0, "float32", True)
 
     def guard(cond, needed):
         return cond if needed else T.bool(True)
@@ -158,7 +174,7 @@ def conv2d_tiled_nchw4c(
                        guard(otile * tn + e // (LANES * kc) < o4, o4 % tn != 0)])
 
     @T.macro
-    def load_inputs(X, Gate, gs, xs, px, gp, nn, tile, step, item, z):
+    def load_inputs(X, Gate, gs, scales, xs, px, gp, nn, tile, step, item, z):
         """``xs[kk, p]`` = input pixel that output pixel ``p`` of the tile reads at K-block ``kk``
         (zeroed in registers, ``px``, then one vector store: no barrier between the lanes)."""
         for rnd in T.unroll(x_rounds):
@@ -193,8 +209,12 @@ def conv2d_tiled_nchw4c(
                                 guard(x_block(step, rnd * threads + item) * LANES + lane < c, (normed or grouped) and c % LANES != 0)]),
                         px[lane], zero,
                     )
-                if gated:  # X * Gate[n, c] (0 stays 0 in the padding for any finite gate)
-                    load_pixel(gp, Gate, nn, x_block(step, rnd * threads + item), 0, 0)
+                if gated:  # X * Gate[n, c] (0 stays 0 in the padding for any finite gate), or GRN's scale
+                    if grn:
+                        for lane in T.vectorized(4):
+                            gp[lane] = scales[x_block(step, rnd * threads + item), lane]
+                    else:
+                        load_pixel(gp, Gate, nn, x_block(step, rnd * threads + item), 0, 0)
                     for lane in T.unroll(4):
                         px[lane] = px[lane] * gp[lane]
                 for lane in T.vectorized(4):
@@ -222,6 +242,47 @@ def conv2d_tiled_nchw4c(
                         for r in T.serial(ceildiv(ngroups, items)):
                             if r * items + (tz * gy + ty) * gx + tx < ngroups:
                                 combine(folded, r * items + (tz * gy + ty) * gx + tx, gs, (r * items + (tz * gy + ty) * gx + tx) * 2)
+
+    @T.macro
+    def grn_scales(Sums, Gamma, roots, mean, scales, bz):
+        """GRN folded in: items ``0 .. grn_folders - 1`` sum the square roots of sample ``bz``'s
+        ``Sums`` of blocks ``t, t + grn_folders, ...`` into ``roots[t]``, item 0 adds them in order
+        (``mean``), then item ``t`` writes the scale of blocks ``t, t + items, ...`` into ``scales``."""
+        for tz in T.thread_binding(split, thread="threadIdx.z"):
+            for ty in T.thread_binding(gy, thread="threadIdx.y"):
+                for tx in T.thread_binding(gx, thread="threadIdx.x"):
+                    with T.sblock("grn_roots"):
+                        T.reads(whole(Sums))
+                        T.writes(whole(roots))
+                        if (tz * gy + ty) * gx + tx < grn_folders:
+                            px = T.sblock_alloc_buffer((4,), "float32", scope="local")
+                            acc = T.sblock_alloc_buffer((1,), "float32", scope="local")
+                            acc[0] = T.float32(0)
+                            for r in T.serial(grn_sum_rounds):
+                                if r * grn_folders + (tz * gy + ty) * gx + tx < c4:
+                                    sum_roots(Sums, acc, px, bz, r * grn_folders + (tz * gy + ty) * gx + tx)
+                            roots[(tz * gy + ty) * gx + tx] = acc[0]
+        for tz in T.thread_binding(split, thread="threadIdx.z"):
+            for ty in T.thread_binding(gy, thread="threadIdx.y"):
+                for tx in T.thread_binding(gx, thread="threadIdx.x"):
+                    with T.sblock("grn_mean"):
+                        T.reads(whole(roots))
+                        T.writes(whole(mean))
+                        if (tz * gy + ty) * gx + tx == 0:
+                            mean_of(roots, grn_folders, mean)
+        for tz in T.thread_binding(split, thread="threadIdx.z"):
+            for ty in T.thread_binding(gy, thread="threadIdx.y"):
+                for tx in T.thread_binding(gx, thread="threadIdx.x"):
+                    with T.sblock("grn_scale"):
+                        T.reads(whole(Sums), whole(Gamma), whole(mean))
+                        T.writes(whole(scales))
+                        px = T.sblock_alloc_buffer((4,), "float32", scope="local")
+                        out = T.sblock_alloc_buffer((4,), "float32", scope="local")
+                        for r in T.serial(grn_rounds):
+                            if r * items + (tz * gy + ty) * gx + tx < c4:
+                                scale_pixel(Sums, Gamma, mean, px, out, bz, r * items + (tz * gy + ty) * gx + tx)
+                                for lane in T.vectorized(4):
+                                    scales[r * items + (tz * gy + ty) * gx + tx, lane] = out[lane]
 
     @T.macro
     def load_weights(W, ws, px, otile, step, item, z):
@@ -290,15 +351,16 @@ def conv2d_tiled_nchw4c(
     # indices, print as extents TVM 0.27 re-derives in another term order on parse (defect 16),
     # and a dumped kernel must parse back to exactly this PrimFunc.
     def reads(X, Gate, W, WeightSum, Bias, Residual, *local):
-        return [whole(b) for b in (X, *[Gate] * gated, W, *[WeightSum] * normed, *[Bias] * epilogue.bias,
+        return [whole(b) for b in (X, *[Gate] * (gated and not grn), W, *[WeightSum] * normed, *[Bias] * epilogue.bias,
                                    *[Residual] * epilogue.residual, *local)]
 
     @T.prim_func(s_tir=True)
-    def func(data: T.handle, gate: T.handle, stats: T.handle, weight: T.handle, weight_sum: T.handle, bias: T.handle,
+    def func(data: T.handle, gate: T.handle, gamma: T.handle, stats: T.handle, weight: T.handle, weight_sum: T.handle, bias: T.handle,
              residual: T.handle, out: T.handle):
         T.func_attr({"global_symbol": "conv2d_tiled_nchw4c", "tirx.noalias": True})
         X = T.match_buffer(data, layout.shape(geom, geom.h, geom.w), dtype, scope=scope)
         Gate = T.match_buffer(gate, (n, c4, 1, 1, 4), dtype, scope=gate_scope or scope)
+        Gamma = T.match_buffer(gamma, (c4, 4), dtype, scope=BUFFER)
         Stats = T.match_buffer(stats, (n * ngroups, nslices, PARTIAL_FIELDS), "float32", scope=BUFFER)
         W = T.match_buffer(weight, (o4, c, kh, kw, 4), dtype, scope=weight_scope)
         WeightSum = T.match_buffer(weight_sum, (o4, 4), dtype, scope=BUFFER)
@@ -309,20 +371,26 @@ def conv2d_tiled_nchw4c(
             for by in T.thread_binding(ceildiv(o4, tn), thread="blockIdx.y"):
                 for bx in T.thread_binding(ceildiv(pixels, tm), thread="blockIdx.x"):
                     with T.sblock("conv2d_tiled"):
-                        T.reads(*reads(X, Gate, W, WeightSum, Bias, Residual, *[Stats] * grouped))
+                        T.reads(*reads(X, Gate, W, WeightSum, Bias, Residual, *[Stats] * grouped, *[Gate, Gamma] * grn))
                         T.writes(whole(Y))
                         xs = T.sblock_alloc_buffer((split, kc, tm, 4), dtype, scope="shared")
                         ws = T.sblock_alloc_buffer((split, kc, LANES, tn, 4), dtype, scope="shared")
                         partial = T.sblock_alloc_buffer((max(split - 1, 1), acc_rows, 4, threads), acc_dtype, scope="shared")
                         folded = T.sblock_alloc_buffer((ngroups * PARTIAL_FIELDS, folders), "float32", scope="shared")
                         gs = T.sblock_alloc_buffer((ngroups * 2,), "float32", scope="shared")  # each group's mean, 1 / std
+                        roots = T.sblock_alloc_buffer((grn_folders,), "float32", scope="shared")  # GRN: the items' sums of sqrt(S)
+                        mean = T.sblock_alloc_buffer((1,), "float32", scope="shared")  # GRN: mean_c sqrt(S) + eps
+                        scales = T.sblock_alloc_buffer((c4 if grn else 1, 4), "float32", scope="shared")  # GRN: each channel's scale
                         if grouped:
                             fold_statistics(Stats, folded, gs, bz)
+                        if grn:
+                            grn_scales(Gate, Gamma, roots, mean, scales, bz)
                         for tz in T.thread_binding(split, thread="threadIdx.z"):
                             for ty in T.thread_binding(gy, thread="threadIdx.y"):
                                 for tx in T.thread_binding(gx, thread="threadIdx.x"):
                                     with T.sblock("tile"):
-                                        T.reads(*reads(X, Gate, W, WeightSum, Bias, Residual, xs, ws, partial, *[gs] * grouped))
+                                        T.reads(*reads(X, Gate, W, WeightSum, Bias, Residual, xs, ws, partial, *[gs] * grouped,
+                                                        *[scales] * grn))
                                         T.writes(whole(Y), whole(xs), whole(ws), whole(partial))
                                         acc = T.sblock_alloc_buffer((acc_rows, 4), acc_dtype, scope="local")
                                         xr = T.sblock_alloc_buffer((pb, 4), dtype, scope="local")
@@ -334,7 +402,7 @@ def conv2d_tiled_nchw4c(
                                             for lane in T.unroll(4):
                                                 acc[k, lane] = acc_zero
                                         for r in T.serial(rounds):
-                                            load_inputs(X, Gate, gs, xs, px, gp, bz, bx, r * split + tz, ty * gx + tx, tz)
+                                            load_inputs(X, Gate, gs, scales, xs, px, gp, bz, bx, r * split + tz, ty * gx + tx, tz)
                                             load_weights(W, ws, px, by, r * split + tz, ty * gx + tx, tz)
                                             multiply_tiles(xs, ws, xr, wr, acc, tx, ty, tz)
                                         if split > 1:  # slices 1.. hand their sums to slice 0
@@ -350,4 +418,4 @@ def conv2d_tiled_nchw4c(
                                         if tz == 0:
                                             store_tile(Y, WeightSum, Bias, Residual, acc, tmp, bz, by, bx, ty, tx)
 
-    return select_params(func, epilogue.params(["X", *["Gate"] * gated, *["Stats"] * grouped, "W", *["WeightSum"] * normed], "Y"))
+    return select_params(func, epilogue.params(["X", *["Gate"] * gated, *["Gamma"] * grn, *["Stats"] * grouped, "W", *["WeightSum"] * normed], "Y"))

@@ -346,3 +346,23 @@ def test_folded_group_norm_conv_reference(device):
                               config=ConvConfig(1, 2, (4, 2, 1), tiled=True), group_norm=GroupNormFold(2, 5, 1e-5))
     out = run_kernel(device, func, *[np.asarray(a, np.float32) for a in inputs])
     np.testing.assert_allclose(unpack_nchw4c(out, channels), ref, rtol=1e-4, atol=1e-4)
+
+
+def test_folded_grn_conv_reference(device):
+    """A tiled conv with GRN's scale folded in (``op`` info ``gate`` and ``grn_epsilon``, what the
+    H200's plan records for ConvNeXt-V2's pwconv2): ``kernel --check``'s inputs are X, its sums of
+    squares over H, W (the Gate), Gamma, W, Bias, and its reference ``conv(X * (1 + gamma * Nx), W)``."""
+    from helpers.numeric import run_kernel, unpack_nchw4c
+    from primfuncs import conv
+    from primfuncs.conv import ConvConfig
+    from primfuncs.epilogue import Epilogue
+
+    info = {"op": "nn.conv2d", "inputs": [[1, 10, 3, 5]], "weight": [5, 10, 1, 1], "output": [1, 5, 3, 5],
+            "gate": [1, 10, 1, 1], "grn_epsilon": 1e-6,
+            "attrs": {"strides": [1, 1], "padding": [0, 0, 0, 0], "dilation": [1, 1], "groups": 1},
+            "epilogue": {"bias": True, "activation": None, "residual": False}}
+    inputs, ref, channels = workbench.reference_case(info, np.random.default_rng(5))
+    func = conv.conv2d_nchw4c((1, 10, 3, 5), (5, 10, 1, 1), epilogue=Epilogue(bias=True), scope="global", gate_scope="global",
+                              config=ConvConfig(1, 2, (4, 2, 1), tiled=True), grn_eps=1e-6)
+    out = run_kernel(device, func, *[np.asarray(a, np.float32) for a in inputs])
+    np.testing.assert_allclose(unpack_nchw4c(out, channels), ref, rtol=1e-4, atol=1e-4)

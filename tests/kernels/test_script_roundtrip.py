@@ -101,7 +101,10 @@ def tiled_kernels(d, scope):
                                scope=scope, norm_eps=1e-6),
             # a group norm folded in, reading group_norm_partials' statistics (one group: any c)
             conv.conv2d_nchw4c((n, c, h, w), (d.draw(st.integers(1, 9)), c, 1, 1), epilogue=_epilogue(d), config=config,
-                               scope=scope, group_norm=GroupNormFold(1, equal_slices(blocked(c) * h * w, d.draw(st.integers(1, 9))), 1e-5))]
+                               scope=scope, group_norm=GroupNormFold(1, equal_slices(blocked(c) * h * w, d.draw(st.integers(1, 9))), 1e-5)),
+            # GRN's scale computed from its sums of squares (read where the gate is)
+            conv.conv2d_nchw4c((n, c, h, w), (d.draw(st.integers(1, 9)), c, 1, 1), epilogue=_epilogue(d), config=config,
+                               scope=scope, gate_scope=scope, grn_eps=1e-6)]
 
 
 def winograd_kernels(d, scope):

@@ -84,6 +84,17 @@ def test_grn_block_stays_on_textures(target):
     assert names == ["conv2d_nchw4c", "sum_squares_hw", "grn_scale", "conv2d_nchw4c1"], names
 
 
+def test_grn_scale_folded_into_the_tiled_conv():
+    """On a wide profile whose 1x1 conv after GRN runs tiled (the H200's, tiled from one work group
+    up): no ``grn_scale`` launch, the conv computes GRN's scale from the float32 sums of squares
+    itself (``strategy.conv.fold_grn``); 38 channels (10 blocks, the last padded; more than the
+    items that sum the square roots), exact against onnxruntime, no layout transform inside."""
+    rng, inits = np.random.default_rng(7), {}
+    wide = replace(get_profile("nvidia-h200"), tiled_min_groups=1)
+    names = check_pattern(pattern_graph(grn_block(rng, inits, channels=38), inits, size=9), size=9, profile=wide)
+    assert names == ["conv2d_tiled_nchw4c", "sum_squares_hw", "conv2d_tiled_nchw4c1"], names
+
+
 @pytest.mark.parametrize("case", ["fusion off", "padded conv", "grouped conv"])
 def test_grn_apart_where_the_conv_cannot_read_it(device, case):
     """Fusion off, a padded 3x3 conv after GRN (``beta`` would not be 0 in its padding) or a grouped

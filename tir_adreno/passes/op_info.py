@@ -95,6 +95,8 @@ def conv_info(node: Node, plan, output: str) -> dict:
     if "group_norm" in kwargs:  # it reads GN(X), the statistics from group_norm_partials' Stats (primfuncs.conv.norm; W')
         fold = kwargs["group_norm"]
         info["group_norm"] = {"groups": fold.groups, "slices": fold.slices, "epsilon": fold.epsilon}
+    if "grn_eps" in kwargs:  # its Gate is GRN's sums of squares, Gamma after it: it reads X * (1 + gamma * Nx) (primfuncs.conv.tiled)
+        info["grn_epsilon"] = kwargs["grn_eps"]
     if len(plan.tensor("X").shape) == 4:  # it reads a plain NCHW input (strategy.plain_input_plan)
         info["data_layout"] = "NCHW"
     return info

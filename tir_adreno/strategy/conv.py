@@ -209,12 +209,12 @@ def direct_conv2d(geometry: ConvGeometry, epilogue: Epilogue = Epilogue(), dtype
                   config: ConvConfig | None = None, scope: str = TEXTURE, weight_scope: str | None = None,
                   out_scope: str | None = None, residual_scope: str | None = None, acc_dtype: str | None = None,
                   gate_scope: str | None = None, data_layout: str = "NCHW4c", norm_eps: float | None = None,
-                  group_norm: GroupNormFold | None = None):
+                  group_norm: GroupNormFold | None = None, grn_eps: float | None = None):
     """The direct conv PrimFunc of ``geometry``: the depthwise kernel for ``groups == C``, else the
     general one (the config sweep in ``benchmarks/conv_configs.py`` calls this with every config);
     ``gate_scope``: with an input gate, ``data_layout`` "NCHW": X a plain buffer, ``norm_eps``: a
     layer norm over X's channels folded in, ``group_norm``: a group norm of X folded in (the tiled
-    kernel; ``primfuncs.conv.conv2d_nchw4c``)."""
+    kernel; ``primfuncs.conv.conv2d_nchw4c``), ``grn_eps``: GRN's scale folded in, its sums in the gate's place."""
     g = geometry
     attrs = dict(strides=g.strides, padding=g.padding, dilation=g.dilation, epilogue=epilogue, dtype=dtype,
                  config=config, scope=scope, weight_scope=weight_scope, out_scope=out_scope, residual_scope=residual_scope,
@@ -223,6 +223,7 @@ def direct_conv2d(geometry: ConvGeometry, epilogue: Epilogue = Epilogue(), dtype
         return _conv.depthwise_conv2d_nchw4c((g.n, g.c, g.h, g.w), (g.o, g.cg, g.kh, g.kw), **attrs)
     norm = {} if norm_eps is None else {"norm_eps": norm_eps}  # plans without keep their keys
     norm.update({} if group_norm is None else {"group_norm": group_norm})
+    norm.update({} if grn_eps is None else {"grn_eps": grn_eps})
     return _conv.conv2d_nchw4c((g.n, g.c, g.h, g.w), (g.o, g.cg, g.kh, g.kw), groups=g.groups, gate_scope=gate_scope,
                                data_layout=data_layout, **norm, **attrs)
 
@@ -233,7 +234,7 @@ def plain_input_plan(plan: ConvPlan) -> ConvPlan | None:
     depthwise convs, gated convs, half kernels (the plain input is float32)."""
     (factory, kwargs), = plan.stages
     g = plan.geometry
-    if plan.algorithm != "direct" or plan.dtype != "float32" or g.groups != 1 or {"gate_scope", "norm_eps", "group_norm"} & set(kwargs):
+    if plan.algorithm != "direct" or plan.dtype != "float32" or g.groups != 1 or {"gate_scope", "norm_eps", "group_norm", "grn_eps"} & set(kwargs):
         return None
     tensors = tuple(TensorPlan("X", (g.n, g.c, g.h, g.w), BUFFER) if t.name == "X" else t for t in plan.tensors)
     return replace(plan, tensors=tensors, stages=((factory, {**kwargs, "scope": BUFFER, "data_layout": "NCHW"}),))
@@ -348,12 +349,36 @@ def fold_group_norm(geometry: ConvGeometry, fold: GroupNormFold, precision: str,
     return _tiled.tiled_local_bytes(config, dtype, acc_dtype, False, fold) <= MAX_LOCAL_BYTES
 
 
-def _norm_config(config: ConvConfig, dtype: str, acc_dtype: str, group_norm: GroupNormFold | None = None) -> ConvConfig:
+def fold_grn(geometry: ConvGeometry, precision: str, profile: DeviceProfile, records=None) -> bool:
+    """Whether the gated conv ``geometry`` after ConvNeXt-V2's GRN (:func:`fuse_gate` said yes)
+    should compute GRN's scale itself from the sums of squares (``grn_eps``: the plan
+    ``sum_squares_hw -> conv`` instead of ``sum_squares_hw -> grn_scale -> conv``, one launch less)
+    where norms fold (:func:`fold_norm`: a device class of :data:`FOLD_NORM_KINDS`, fusion on,
+    float32 arithmetic), for a dense conv whose plan is the tiled kernel (:func:`_folds_group_norm`:
+    its work group computes the C scales once, in shared memory; the direct kernel's items would each
+    take all C square roots) and whose shared memory holds them (:func:`_norm_config`). The cost: C
+    square roots and ``~2 sqrt(C / 4)`` serial additions per work group before its tile."""
+    if not _folds_norms(profile, precision) or geometry.groups != 1:
+        return False
+    choice = _choice(geometry, precision, profile, records)[0]
+    if not _folds_group_norm(choice):
+        return False
+    dtype, acc_dtype = kernel_dtype(precision), conv_accumulator_dtype(precision, geometry.reduction_length)
+    config = _norm_config(choice.config, dtype, acc_dtype, grn_blocks=geometry.c4)
+    return _tiled.tiled_local_bytes(config, dtype, acc_dtype, grn_blocks=geometry.c4) <= MAX_LOCAL_BYTES
+
+
+def _norm_config(config: ConvConfig, dtype: str, acc_dtype: str, group_norm: GroupNormFold | None = None,
+                 grn_blocks: int = 0) -> ConvConfig:
     """``config`` for a conv with a folded norm: a tiled config's ``split_k`` halved until its
-    partial sums, a statistics row per pixel more (a layer norm), or the folded partials (a
-    ``group_norm``), fit in local memory."""
-    normed = group_norm is None
-    while config.tiled and config.split_k > 1 and _tiled.tiled_local_bytes(config, dtype, acc_dtype, normed, group_norm) > MAX_LOCAL_BYTES:
+    partial sums, a statistics row per pixel more (a layer norm), the folded partials (a
+    ``group_norm``), or GRN's ``grn_blocks`` scales, fit in local memory."""
+    normed = group_norm is None and not grn_blocks
+
+    def local_bytes(c):
+        return _tiled.tiled_local_bytes(c, dtype, acc_dtype, normed, group_norm, grn_blocks)
+
+    while config.tiled and config.split_k > 1 and local_bytes(config) > MAX_LOCAL_BYTES:
         config = replace(config, split_k=config.split_k // 2)
     return config
 
@@ -372,6 +397,7 @@ def conv2d_plan(
     gate_scope: str | None = None,
     norm_eps: float | None = None,
     group_norm: GroupNormFold | None = None,
+    grn_eps: float | None = None,
 ) -> ConvPlan:
     """The plan of one conv on ``profile``.
 
@@ -389,7 +415,9 @@ def conv2d_plan(
     takes ``WeightSum`` after ``W``); ValueError where it cannot (:func:`fold_norm` asks first).
     ``group_norm`` (a ``GroupNormFold``): the conv reads the group norm of X folded in, its kernel
     taking ``Stats`` (``group_norm_partials``' output) after ``X``; ValueError where it cannot
-    (:func:`fold_group_norm` asks first).
+    (:func:`fold_group_norm` asks first). ``grn_eps`` (with ``gate_scope``): the Gate is GRN's float32
+    sums of squares and the kernel takes ``Gamma`` after it, computing GRN's scale itself (the tiled
+    kernel; :func:`fold_grn` asks first).
     """
     check_precision(precision, profile)
     dtype = kernel_dtype(precision)
@@ -405,6 +433,9 @@ def conv2d_plan(
         None if _folds_group_norm(choice) else f"a group norm folds into the tiled kernel, this is {choice.name}")
     if refusal is not None:
         raise ValueError(f"group_norm={group_norm!r} of {geometry}: {refusal}")
+    if grn_eps is not None and (gate_scope is None or not _folds_group_norm(choice)):
+        raise ValueError(f"grn_eps={grn_eps!r}: GRN's scale folds into a gated conv run by the tiled kernel; this is "
+                         f"{choice.name} of {geometry}, gate_scope {gate_scope!r}")
     g = geometry
     scope = _activation_scope(g, profile, choice.placement, allow_buffer)
     in5, out5 = (g.n, g.c4, g.h, g.w, 4), (g.n, g.o4, g.oh, g.ow, 4)
@@ -417,17 +448,20 @@ def conv2d_plan(
     extra += [TensorPlan("Residual", out5, r_scope)] if epilogue.residual else []
     if choice.algorithm == "direct":
         config = choice.config or defaults.default_config(g, profile)
-        if norm_eps is not None or group_norm is not None:
-            config = _norm_config(config, dtype, conv_accumulator_dtype(precision, g.reduction_length), group_norm)
+        if norm_eps is not None or group_norm is not None or grn_eps is not None:
+            config = _norm_config(config, dtype, conv_accumulator_dtype(precision, g.reduction_length), group_norm,
+                                  g.c4 if grn_eps is not None else 0)
         w5 = (g.o4, g.cg, g.kh, g.kw, 4)
         weight_scope = texture.place(w5, TEXTURE_WEIGHT, profile.limits, allow_buffer) if scope == TEXTURE else BUFFER
         tile_scope = scope
         gate = {} if gate_scope is None else {"gate_scope": gate_scope}  # ungated plans keep their arguments (and keys)
         gate.update({} if norm_eps is None else {"norm_eps": float(norm_eps)})
         gate.update({} if group_norm is None else {"group_norm": group_norm})
+        gate.update({} if grn_eps is None else {"grn_eps": float(grn_eps)})
         stages = ((direct_conv2d, dict(geometry=g, epilogue=epilogue, dtype=dtype, config=config, weight_scope=weight_scope,
                                        **io, **gate, **accumulator_kwargs(precision, g.reduction_length))),)
         gates = [TensorPlan("Gate", (g.n, g.c4, 1, 1, 4), gate_scope)] if gate_scope is not None else []
+        gates += [TensorPlan("Gamma", (g.c4, 4), BUFFER)] if grn_eps is not None else []
         gates += [TensorPlan("Stats", (g.n * group_norm.groups, group_norm.slices, 3), BUFFER)] if group_norm is not None else []
         sums = [TensorPlan("WeightSum", (g.o4, 4), BUFFER)] if norm_eps is not None else []
         tensors = (TensorPlan("X", in5, x_scope), *gates, TensorPlan("W", w5, weight_scope), *sums, *extra,

@@ -297,9 +297,14 @@ def reference_case(info: dict, rng: np.random.Generator, pack_weights=blocked.pa
         r = rand(shape) if epilogue.get("residual") else None
         return b, r, ([] if b is None else [blocked.pack_bias(b)]) + ([] if r is None else [pack(r)])
 
-    if op == "nn.conv2d":  # X [Gate | Stats] W [WeightSum] [Bias] [Residual]
+    if op == "nn.conv2d":  # X [Gate [Gamma] | Stats] W [WeightSum] [Bias] [Residual]
         w = rand(info["weight"])
         gate = [rand(info["gate"])] if info.get("gate") else []  # it reads X * Gate[n, c] (a fused SE multiply)
+        grn = info.get("grn_epsilon")  # the Gate is GRN's sums of squares S of X, Gamma after it: X * (1 + gamma * Nx)
+        if grn is not None:
+            squares, gamma = (x * x).sum(axis=(2, 3), keepdims=True), rand(x.shape[1])
+            g = np.sqrt(squares)
+            gate = [1 + gamma[None, :, None, None] * g / (g.mean(axis=1, keepdims=True) + grn)]
         eps = info.get("norm_epsilon")  # it reads LN(X) over the channels (W: gamma folded in; WeightSum: sum_c W)
         z = x if eps is None else reference.layer_norm(x, np.ones(x.shape[1]), np.zeros(x.shape[1]), axis=1, epsilon=eps)
         gn = info.get("group_norm")  # it reads GN(X), its statistics the partials of group_norm_partials (Stats)
@@ -312,7 +317,8 @@ def reference_case(info: dict, rng: np.random.Generator, pack_weights=blocked.pa
         y = reference.conv2d_epilogue(y, b, r, epilogue["activation"], *epilogue.get("clip", (0.0, 6.0)))
         x_in = x if info.get("data_layout") == "NCHW" else pack(x)  # a first conv reads the plain input
         sums = [] if eps is None else [blocked.pack_bias(w.sum(axis=(1, 2, 3)))]
-        return [x_in, *(pack(g) for g in gate), *stats, pack_weights(w), *sums, *extra], y, channels
+        gated = [pack(squares), blocked.pack_bias(gamma)] if grn is not None else [pack(g) for g in gate]
+        return [x_in, *gated, *stats, pack_weights(w), *sums, *extra], y, channels
     if op == "depthwise_pointwise":  # X, W_dw [Bias_dw], W [Bias] [Residual]
         dw, epilogue = info["depthwise"], info["epilogue"]
         w_dw, w = rand(dw["weight"]), rand(info["weight"])

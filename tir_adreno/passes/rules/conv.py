@@ -174,14 +174,16 @@ def conv2d(rw: Rewriter, node: Node):
     return emit_conv2d(rw, node, x)
 
 
-def emit_conv2d(rw: Rewriter, node: Node, x: Value, gate: Value | None = None, input_shift=None, norm=None, stats=None):
+def emit_conv2d(rw: Rewriter, node: Node, x: Value, gate: Value | None = None, input_shift=None, norm=None, stats=None, grn=None):
     """Conv ``node`` on ``x`` with its tail; with ``gate`` (``[N, C, 1, 1]``, the caller asked
     ``strategy.fuse_gate``) it reads ``x * gate`` (the squeeze-excitation rule's gated conv), with
     ``input_shift`` (per input channel; the caller checked the conv is unpadded) ``x * gate + shift``
     (GRN's ``beta``: :meth:`Tail.shift_input`); with ``norm`` ``(epsilon, gamma, beta)`` (the caller
     asked ``strategy.fold_norm``) ``LN(x) * gamma + beta``, the layer norm over x's channels
     (:meth:`Tail.fold_norm`); with ``norm`` ``(GroupNormFold, gamma, beta)`` and ``stats`` (the
-    ``group_norm_partials`` output; the caller asked ``strategy.fold_group_norm``) the group norm of x."""
+    ``group_norm_partials`` output; the caller asked ``strategy.fold_group_norm``) the group norm of x;
+    with ``grn`` ``(epsilon, gamma)`` (the caller asked ``strategy.fold_grn``) ``gate`` is GRN's sums of
+    squares and the conv reads ``x * (1 + gamma * Nx)`` computing ``Nx`` itself."""
     data_layout, w = conv_operands(node)
     tail = conv_tail(rw, node, w, data_layout)
     if input_shift is not None:
@@ -204,12 +206,14 @@ def emit_conv2d(rw: Rewriter, node: Node, x: Value, gate: Value | None = None, i
     gate_scope = rw.input_scope(gate, scope) if gate is not None else None
     plan = strategy.conv2d_plan(geom, epilogue, rw.precision, rw.profile, rw.records, allow_buffer=rw.allow_buffer,
                                 in_scope=scope, out_scope=out_scope, residual_scope=residual_scope, gate_scope=gate_scope,
-                                **({} if norm is None else {"group_norm" if grouped else "norm_eps": norm[0]}))
+                                **({} if norm is None else {"group_norm" if grouped else "norm_eps": norm[0]}),
+                                **({} if grn is None else {"grn_eps": grn[0]}))
     plain = strategy.plain_input_plan(plan) if rw.reads_plain(x, node) else None
     if plain is not None:  # a model's first conv reads its NCHW input: no layout kernel
         plan, inputs = plain, [x.plain]
     else:
         inputs = [rw.blocked(x, scope)] + ([rw.blocked(gate, gate_scope)] if gate is not None else []) + ([stats] if grouped else [])
+        inputs += [relax.const(pack_bias(np.asarray(grn[1]).astype(rw.dtype)))] if grn is not None else []
     out = _emit_plan(rw, node, plan, inputs, tail)
     rw.define(tail.last.var, out, plan.tensor("Y").scope, geom.out_shape, tail.layout)
     return out

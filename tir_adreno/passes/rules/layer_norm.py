@@ -162,7 +162,7 @@ def _grn_tail(rw: Rewriter, x: Value, x_var, div: Node):
     """After ``Nx`` (``div``): ``x * Nx`` -> per-channel steps (``gamma * t``, ``t * 1``, ``beta + t``)
     -> ``x + that`` -> the conv that is its only user and may read ``x * s`` itself (dense and
     unpadded, so every tap reads a real pixel and the constant ``beta`` folds into the bias; the
-    strategy's :func:`strategy.conv.fuse_gate`): (nodes, gamma, beta, conv node), else None."""
+    strategy's :func:`strategy.conv.fuse_gate`): (nodes, gamma, beta, conv node, its geometry), else None."""
     g = rw.graph
     xn = g.sole_user(div.var)
     if xn is None or xn.op != "relax.multiply" or not any(same(a, x_var) for a in xn.args) or static_shape(xn.var) != x.nchw:
@@ -180,7 +180,7 @@ def _grn_tail(rw: Rewriter, x: Value, x_var, div: Node):
     conv, geom = reader
     if any(geom.padding) or geom.groups != 1 or not conv_strategy.fuse_gate(geom, rw.precision, rw.profile, rw.records):
         return None
-    return nodes + [residual], gamma, beta, conv
+    return nodes + [residual], gamma, beta, conv, geom
 
 
 @rule("relax.multiply")
@@ -190,7 +190,9 @@ def grn_gated_conv2d(rw: Rewriter, node: Node):
     -> conv (:func:`_grn_tail`). GRN is ``x * s + beta`` with ``s = 1 + gamma * Nx``: two kernels,
     ``sum_squares_hw`` (float32 sums of squares, kept float32 under half storage) and ``grn_scale``
     writing ``s`` (one work group per sample: ``strategy.pool.grn_threads``), then the conv reading
-    ``x * s`` as its input gate with ``W . beta`` in its bias.
+    ``x * s`` as its input gate with ``W . beta`` in its bias; or where that conv computes ``s``
+    itself (``strategy.conv.fold_grn``: the tiled kernel, where norms fold) no ``grn_scale``: the
+    conv reads the sums of squares and ``gamma`` (``primfuncs.conv.tiled``, ``grn_eps``).
     Else None: the multiply, the sum, :func:`grn_scale` and the per-channel kernels run apart."""
     a, b = node.args
     x = rw.activation(a) if same(a, b) else None
@@ -202,7 +204,7 @@ def grn_gated_conv2d(rw: Rewriter, node: Node):
     if tail is None:
         return None
     mean, add, div, eps = found
-    nodes, gamma, beta, conv = tail
+    nodes, gamma, beta, conv, geom = tail
     n, c = x.nchw[:2]
     shape5 = blocked_shape((n, c, 1, 1))
     scope = rw.scope_for(x.shape5, shape5)
@@ -210,12 +212,14 @@ def grn_gated_conv2d(rw: Rewriter, node: Node):
     sums = kernel(reduce.reduce, x.shape5, c, "sum", (2, 3), True, scope=scope, group_threshold=pool_strategy.group_threshold(rw.profile),
                   square=True, out_dtype="float32")
     s = rw.emit_float32(sums, [rw.blocked(x, scope)], shape5, info, nchw=(n, c, 1, 1))
+    for m in (total, sqrt, mean, add, div, *nodes, conv):
+        m.fused = True
+    if conv_strategy.fold_grn(geom, rw.precision, rw.profile, rw.records):  # the conv computes s from the sums
+        return emit_conv2d(rw, conv, x, Value(blocked={scope: s}, channels=c, nchw=(n, c, 1, 1)), input_shift=beta, grn=(eps, gamma))
     info = elementwise_info("grn_scale", [sqrt, mean, add, div, *nodes], [(n, c, 1, 1)], epsilon=eps, gamma=True)
     threads = pool_strategy.grn_threads(rw.profile, shape5[1])
     scale = rw.emit_kernel(kernel(grn.grn_scale, shape5, c, eps, scope=scope, gamma=True, threads=threads),
                            [s, relax.const(pack_bias(gamma.astype(rw.dtype)))], shape5, op_info=info)
-    for m in (total, sqrt, mean, add, div, *nodes, conv):
-        m.fused = True
     gate = Value(blocked={scope: scale}, channels=c, nchw=(n, c, 1, 1))
     return emit_conv2d(rw, conv, x, gate, input_shift=beta)
 
