@@ -247,6 +247,60 @@ def test_linear_attention_bad_arguments():
         attention.linear_kv((1, 3, 2, 2, 4), 12, 2, 3, 0, 7, head_stride=3)
 
 
+#: float16_acc32 (half inputs, the reference on the same rounded values; float32 sums; one rounding
+#: of the output to half, 4.9e-4 of |Y| <= its magnitude).
+HALF_RTOL = 1e-3
+
+
+@st.composite
+def one_kernel_cases(draw):
+    """(n, heads per map, d, channels per map, offsets (q, k, v), head stride, h, w, threads) of
+    :func:`attention.linear_attention`: 1 or 2 maps, d a multiple of 4, heads interleaved (LiteMLA's
+    stride 3 d) or not, unaligned offsets, fewer items than (row, slice) pairs or than output pixels."""
+    d = 4 * draw(st.integers(1, 4))
+    stride = draw(st.sampled_from([d, 3 * d, d + 1]))
+    heads = [draw(st.integers(1, 3)) for _ in range(draw(st.integers(1, 2)))]
+    spans = [(t - 1) * stride + d for t in heads]
+    channels = [span + 2 * d + draw(st.integers(0, 5)) for span in spans]
+    offsets = tuple(draw(st.integers(0, min(c - span for c, span in zip(channels, spans)))) for _ in range(3))
+    threads = draw(st.sampled_from([d, 2 * d + 3, 64, attention.LINEAR_ATTENTION_THREADS]))
+    return draw(st.integers(1, 2)), heads, d, channels, offsets, stride, draw(st.integers(1, 8)), draw(st.integers(1, 8)), threads
+
+
+@given(one_kernel_cases(), SCOPES, st.booleans(), SEEDS)
+@example((1, [4, 4], 16, [192, 192], (0, 16, 32), 48, 5, 6, 256), TEXTURE, False, 2)  # EfficientViT-B0 stage 3's two maps; sanitized
+@example((2, [1, 2], 4, [13, 25], (1, 6, 0), 5, 3, 7, 4), "global", True, 3)  # one slice: every item walks all tokens; half buffers
+def test_linear_attention_one_kernel(device, case, scope, half, seed):
+    """``linear_attention`` (sums, KV and output in one work group per (sample, head), the heads read
+    from two maps) against float64 per map, the maps' outputs concatenated as the module's concat
+    would; poisoned output. ``half``: float16_acc32 storage (half images or buffers, float32 math)."""
+    n, heads, d, channels, (qo, ko, vo), stride, h, w, threads = case
+    rng = np.random.default_rng(seed)
+    xs = [rng.standard_normal((n, c, h, w)).astype(np.float16 if half else np.float32).astype(np.float32) for c in channels]
+    xs[0][0, ko] = -np.abs(xs[0][0, ko])  # relu(k_0) = 0: its KV row is 0
+    refs = [linear_reference(x, t, d, (qo, ko, vo), stride) for x, t in zip(xs, heads)]
+    y_ref, magnitude = np.concatenate([r[1] for r in refs], 1), max(float(np.max(r[2])) for r in refs)
+    func = attention.linear_attention([pack_nchw4c(x).shape for x in xs], channels, heads, d, qo, ko, vo, stride, threads=threads, scope=scope)
+    with sanitized(seed):
+        y = run_kernel(device, func, *[pack_nchw4c(x) for x in xs], storage="float16" if half and scope == TEXTURE else None,
+                       half=set(range(len(xs) + 1)) if half and scope != TEXTURE else frozenset())
+    assert y.shape == (n, sum(heads) * d // 4, h, w, 4)
+    assert np.max(np.abs(y.transpose(0, 1, 4, 2, 3).reshape(n, -1, h, w) - y_ref)) <= (HALF_RTOL if half else RTOL) * magnitude
+
+
+def test_linear_attention_one_kernel_bad_arguments():
+    with pytest.raises(ValueError, match="multiple of 4"):
+        attention.linear_attention([(1, 5, 2, 2, 4)], [18], [2], 3, 0, 3, 6, 9)
+    with pytest.raises(ValueError, match="1..2 maps"):
+        attention.linear_attention([(1, 12, 2, 2, 4)] * 3, [48] * 3, [1] * 3, 16, 0, 16, 32, 48)
+    with pytest.raises(ValueError, match="share N, H, W"):
+        attention.linear_attention([(1, 12, 2, 2, 4), (1, 12, 2, 3, 4)], [48, 48], [1, 1], 16, 0, 16, 32, 48)
+    with pytest.raises(ValueError, match="threads=8"):
+        attention.linear_attention([(1, 12, 2, 2, 4)], [48], [1], 16, 0, 16, 32, 48, threads=8)
+    with pytest.raises(ValueError, match="v_offset"):
+        attention.linear_attention([(1, 12, 2, 2, 4), (1, 8, 2, 2, 4)], [48, 32], [1, 1], 16, 0, 16, 32, 48)
+
+
 def _lite_mla_nodes(x, y, inits, heads, d, size):
     """timm's EfficientViT LiteMLA attention between the qkv convs and the projection, as torch
     exports it (opset 17): Reshape, Transpose, three Slices, ReLU, Pad with ones, Casts, two MatMuls,
