@@ -15,7 +15,7 @@ from helpers.onnx_graphs import check_pattern, conv_node, pattern_graph, wide_pr
 from helpers.strategies import SCOPES, SEEDS
 from primfuncs import attention
 from primfuncs._common import TEXTURE, equal_slices
-from tir_adreno.strategy.pool import attention_schedule
+from tir_adreno.strategy.pool import attention_schedule, linear_attention_schedule
 from tir_adreno.strategy.profile import get_profile
 
 #: float32 dots over <= 64 tokens and a softmax over <= 13 numbers: measured <= 4e-7 (weights) and
@@ -336,17 +336,37 @@ def _lite_mla_nodes(x, y, inits, heads, d, size):
     ]
 
 
-@pytest.mark.parametrize("wide", [False, True], ids=["one-kernel", "split"])
-def test_lite_mla_stays_on_textures(wide):
-    """conv (qkv, 2 heads of d = 6: heads straddle pixels) -> LiteMLA -> conv: two kernels (on a wide
-    profile KV split: partials over 3 slices of the 49 tokens, then linear_kv_finish), the reshapes,
-    slices, pad and transposes planned away, no layout transform."""
-    rng, inits, heads, d = np.random.default_rng(5), {}, 2, 6
+@pytest.mark.parametrize("d", [6, 8])
+@pytest.mark.parametrize("wide", [False, True], ids=["narrow", "wide"])
+def test_lite_mla_stays_on_textures(wide, d):
+    """conv (qkv, 2 heads) -> LiteMLA -> conv, the reshapes, slices, pad and transposes planned away,
+    no layout transform: two kernels; on a wide profile one ``linear_attention`` where d = 8, and
+    where d = 6 (heads straddle pixels: no one-launch form) KV split: partials over 3 slices of the
+    49 tokens, then linear_kv_finish."""
+    rng, inits, heads = np.random.default_rng(5), {}, 2
     nodes = [conv_node(rng, inits, "x", "c", 3 * heads * d, 3), *_lite_mla_nodes("c", "m", inits, heads, d, 7),
              conv_node(rng, inits, "m", "y", 4, heads * d, k=1)]
     names = check_pattern(_model(nodes, inits), profile=wide_profile() if wide else None)
-    kv = ["linear_kv_partials", "linear_kv_finish"] if wide else ["linear_kv"]
-    assert names == ["conv2d_nchw4c", *kv, "linear_apply", "conv2d_nchw4c1"], names
+    attn = {(False, 6): ["linear_kv", "linear_apply"], (False, 8): ["linear_kv", "linear_apply"],
+            (True, 6): ["linear_kv_partials", "linear_kv_finish", "linear_apply"], (True, 8): ["linear_attention"]}[wide, d]
+    assert names == ["conv2d_nchw4c", *attn, "conv2d_nchw4c1"], names
+
+
+@pytest.mark.parametrize("wide", [False, True], ids=["narrow", "wide"])
+def test_lite_mla_reads_the_concat_maps(wide):
+    """EfficientViT's LiteMLA as exported: the qkv conv (2 heads of d = 8), its multi-scale
+    aggregation (depthwise 5x5, grouped 1x1: 2 more heads), their channel concat, the attention, the
+    projection. On a wide profile one ``linear_attention`` reads both maps (no ``concat_channels``);
+    elsewhere the concat, ``linear_kv`` and ``linear_apply`` as before."""
+    rng, inits, heads, d = np.random.default_rng(7), {}, 2, 8
+    c = 3 * heads * d
+    nodes = [conv_node(rng, inits, "x", "c", c, 3), conv_node(rng, inits, "c", "a0", c, c, k=5, group=c),
+             conv_node(rng, inits, "a0", "a", c, c, k=1, group=3 * heads), helper.make_node("Concat", ["c", "a"], ["cat"], axis=1),
+             *_lite_mla_nodes("cat", "m", inits, 2 * heads, d, 7), conv_node(rng, inits, "m", "y", 4, 2 * heads * d, k=1)]
+    names = check_pattern(_model(nodes, inits), profile=wide_profile() if wide else None)
+    attn = ["linear_attention"] if wide else ["concat_channels", "linear_kv", "linear_apply"]
+    assert names[-1 - len(attn):] == [*attn, names[-1]] and len(names) == 4 + len(attn), names
+    assert not any(k.startswith(("linear_kv", "concat")) for k in names) if wide else True, names
 
 
 def test_attention_form_by_profile():
@@ -360,3 +380,19 @@ def test_attention_form_by_profile():
     assert attention_schedule(h200, 4, 31) is None
     for name in ("pocl", "adreno"):
         assert attention_schedule(get_profile(name), 4, 28 * 28) is None
+
+
+def test_linear_attention_form_by_profile():
+    """The H200 runs EfficientViT-B0's linear attention (d = 16; 196 and 49 tokens) in one launch of
+    256 items (18.1 KiB of its 48 KiB local memory); not for a head size off the pixel grid, a head
+    size whose 4 slices do not fit local memory (d = 64), or more than 64 tokens a slice. PoCL and
+    Adreno keep their kernels."""
+    h200 = get_profile("nvidia-h200")
+    assert linear_attention_schedule(h200, 16, 196) == linear_attention_schedule(h200, 16, 49) == {"threads": 256}
+    assert attention.linear_attention_shared_bytes(16, 256) == 18496 <= h200.local_memory_bytes
+    assert linear_attention_schedule(h200, 48, 196) == {"threads": 192}  # 4 slices: 45.9 KiB
+    assert linear_attention_schedule(h200, 6, 196) is None
+    assert linear_attention_schedule(h200, 64, 196) is None
+    assert linear_attention_schedule(h200, 16, 16 * 64) is not None and linear_attention_schedule(h200, 16, 16 * 64 + 1) is None
+    for name in ("pocl", "adreno"):
+        assert linear_attention_schedule(get_profile(name), 16, 196) is None
