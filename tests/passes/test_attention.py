@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from onnx import helper, numpy_helper
 
 from helpers.numeric import pack_nchw4c, run_kernel, sanitized, unpack_nchw4c
-from helpers.onnx_graphs import check_pattern, conv_node, pattern_graph, wide_profile
+from helpers.onnx_graphs import check_pattern, conv_node, lite_mla_graph, pattern_graph, wide_profile
 from helpers.strategies import SCOPES, SEEDS
 from primfuncs import attention
 from primfuncs._common import TEXTURE, equal_slices
@@ -301,41 +301,6 @@ def test_linear_attention_one_kernel_bad_arguments():
         attention.linear_attention([(1, 12, 2, 2, 4), (1, 8, 2, 2, 4)], [48, 32], [1, 1], 16, 0, 16, 32, 48)
 
 
-def _lite_mla_nodes(x, y, inits, heads, d, size):
-    """timm's EfficientViT LiteMLA attention between the qkv convs and the projection, as torch
-    exports it (opset 17): Reshape, Transpose, three Slices, ReLU, Pad with ones, Casts, two MatMuls,
-    the normalizing Div, Transpose, Reshape."""
-    node = helper.make_node
-    tokens = size * size
-    ints = dict(shape_heads=[1, heads, 3 * d, tokens], shape_map=[1, heads * d, size, size], axis3=[3], zero=[0], d1=[d], d2=[2 * d],
-                d3=[3 * d], minus1=[-1], end=[9223372036854775807], pads=[0, 0, 0, 0, 0, 0, 0, 1])
-    inits.update({k: np.array(v, np.int64) for k, v in ints.items()})
-    inits.update(one=np.float32(1.0), eps=np.float32(1e-5))
-    return [
-        node("Reshape", [x, "shape_heads"], ["r"]),
-        node("Transpose", ["r"], ["t"], perm=[0, 1, 3, 2]),
-        node("Slice", ["t", "zero", "d1", "axis3"], ["q0"]),
-        node("Slice", ["t", "d1", "d2", "axis3"], ["k0"]),
-        node("Slice", ["t", "d2", "d3", "axis3"], ["v0"]),
-        node("Relu", ["q0"], ["q1"]),
-        node("Relu", ["k0"], ["k1"]),
-        node("Pad", ["v0", "pads", "one"], ["v1"], mode="constant"),
-        node("Cast", ["q1"], ["q"], to=1),
-        node("Cast", ["k1"], ["k"], to=1),
-        node("Cast", ["v1"], ["v"], to=1),
-        node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
-        node("MatMul", ["kt", "v"], ["kv"]),
-        node("MatMul", ["q", "kv"], ["o"]),
-        node("Slice", ["o", "zero", "minus1", "axis3"], ["num"]),
-        node("Slice", ["o", "minus1", "end", "axis3"], ["den0"]),
-        node("Add", ["den0", "eps"], ["den"]),
-        node("Div", ["num", "den"], ["div"]),
-        node("Cast", ["div"], ["divc"], to=1),
-        node("Transpose", ["divc"], ["back"], perm=[0, 1, 3, 2]),
-        node("Reshape", ["back", "shape_map"], [y]),
-    ]
-
-
 @pytest.mark.parametrize("d", [6, 8])
 @pytest.mark.parametrize("wide", [False, True], ids=["narrow", "wide"])
 def test_lite_mla_stays_on_textures(wide, d):
@@ -343,10 +308,7 @@ def test_lite_mla_stays_on_textures(wide, d):
     no layout transform: two kernels; on a wide profile one ``linear_attention`` where d = 8, and
     where d = 6 (heads straddle pixels: no one-launch form) KV split: partials over 3 slices of the
     49 tokens, then linear_kv_finish."""
-    rng, inits, heads = np.random.default_rng(5), {}, 2
-    nodes = [conv_node(rng, inits, "x", "c", 3 * heads * d, 3), *_lite_mla_nodes("c", "m", inits, heads, d, 7),
-             conv_node(rng, inits, "m", "y", 4, heads * d, k=1)]
-    names = check_pattern(_model(nodes, inits), profile=wide_profile() if wide else None)
+    names = check_pattern(lite_mla_graph(2, d), profile=wide_profile() if wide else None)
     attn = {(False, 6): ["linear_kv", "linear_apply"], (False, 8): ["linear_kv", "linear_apply"],
             (True, 6): ["linear_kv_partials", "linear_kv_finish", "linear_apply"], (True, 8): ["linear_attention"]}[wide, d]
     assert names == ["conv2d_nchw4c", *attn, "conv2d_nchw4c1"], names
@@ -358,15 +320,9 @@ def test_lite_mla_reads_the_concat_maps(wide):
     aggregation (depthwise 5x5, grouped 1x1: 2 more heads), their channel concat, the attention, the
     projection. On a wide profile one ``linear_attention`` reads both maps (no ``concat_channels``);
     elsewhere the concat, ``linear_kv`` and ``linear_apply`` as before."""
-    rng, inits, heads, d = np.random.default_rng(7), {}, 2, 8
-    c = 3 * heads * d
-    nodes = [conv_node(rng, inits, "x", "c", c, 3), conv_node(rng, inits, "c", "a0", c, c, k=5, group=c),
-             conv_node(rng, inits, "a0", "a", c, c, k=1, group=3 * heads), helper.make_node("Concat", ["c", "a"], ["cat"], axis=1),
-             *_lite_mla_nodes("cat", "m", inits, 2 * heads, d, 7), conv_node(rng, inits, "m", "y", 4, 2 * heads * d, k=1)]
-    names = check_pattern(_model(nodes, inits), profile=wide_profile() if wide else None)
+    names = check_pattern(lite_mla_graph(2, 8, multi_scale=True), profile=wide_profile() if wide else None)
     attn = ["linear_attention"] if wide else ["concat_channels", "linear_kv", "linear_apply"]
     assert names[-1 - len(attn):] == [*attn, names[-1]] and len(names) == 4 + len(attn), names
-    assert not any(k.startswith(("linear_kv", "concat")) for k in names) if wide else True, names
 
 
 def test_attention_form_by_profile():
