@@ -29,7 +29,7 @@ from tvm.script import tirx as T
 
 from ._common import (BUFFER, LANES, TEXTURE, accumulator_dtype, blocked, ceildiv, check_channels, check_dtype, check_epsilon,
                       check_positive, check_scope, check_slices, load_channels, load_pixel, maximum, nchw4c, pixel_grid, pixel_launch,
-                      select_params, store_pixel)
+                      select_params, store_pixel, whole)
 
 
 def _check_heads(shape, channels: int, heads: int, head_dim: int, offsets: dict, head_stride: int | None = None) -> tuple[int, int, int, int]:
@@ -582,6 +582,11 @@ def linear_attention(shapes, channels, heads, head_dim: int, q_offset: int, k_of
     first_b = heads[0]  # Y's first head of map B
     dummy = (n, 1, h, w, 4)  # map B's buffer when there is one map: dropped below
 
+    # The whole regions of the maps (and ``more``), declared: the inferred ones do not survive a
+    # print -> parse round trip (tests/upstream defect 16).
+    def read_maps(A, B, *more):
+        return [whole(A), whole(B)][:maps] + [whole(m) for m in more]
+
     @T.macro
     def on_map(t, on_a, on_b):  # on_a() where head t of Y is map A's, else on_b() (no B: parse-time)
         if maps == 1:
@@ -598,6 +603,7 @@ def linear_attention(shapes, channels, heads, head_dim: int, q_offset: int, k_of
         # 1. item (s, i) = (e // d, e % d): relu(k_i) * [v; 1] over tokens s, s + slices, ...
         for e in T.thread_binding(items, thread="threadIdx.x"):
             with T.sblock("sums"):
+                T.reads(read_maps(A, B))
                 px = T.sblock_alloc_buffer((4,), dtype, scope="local")
                 k = T.sblock_alloc_buffer((1,), acc, scope="local")
                 row = T.sblock_alloc_buffer((d + 1,), acc, scope="local")
@@ -622,6 +628,7 @@ def linear_attention(shapes, channels, heads, head_dim: int, q_offset: int, k_of
         # 3. item e: the output pixels (block, token) = (p // tokens, p % tokens), p = e, e + items, ...
         for e in T.thread_binding(items, thread="threadIdx.x"):
             with T.sblock("apply"):
+                T.reads(read_maps(A, B, kv))
                 px = T.sblock_alloc_buffer((4,), dtype, scope="local")
                 num = T.sblock_alloc_buffer((4,), acc, scope="local")
                 den = T.sblock_alloc_buffer((4,), acc, scope="local")
@@ -642,6 +649,7 @@ def linear_attention(shapes, channels, heads, head_dim: int, q_offset: int, k_of
         for z in T.thread_binding(n * total, thread="blockIdx.x"):
             with T.sblock("head"):
                 vz = T.axis.spatial(n * total, z)
+                T.reads(read_maps(A, B))
                 body(A, B, Y, vz // total, vz % total)
 
     return select_params(func, [*_MAP_NAMES[:maps], "Y"])
