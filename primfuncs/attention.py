@@ -575,10 +575,11 @@ def linear_attention(shapes, channels, heads, head_dim: int, q_offset: int, k_of
     tokens, total = h * w, sum(heads)
     slices = linear_attention_slices(d, threads)
     items, pairs, blocks = slices * d, d * (d + 1), d // LANES  # items; entries of KV; output pixels of a head
-    kv_tokens = [_linear_kv_parts(s, c, t, d, k_offset, v_offset, stride, dtype)[2] for s, c, t in zip(shapes, channels, heads)]
-    acc, zero = accumulator_dtype(dtype), T.FloatImm(accumulator_dtype(dtype), 0.0)
+    # each map's per-token macro of linear_kv and per-pixel macro of linear_apply
+    kv_parts = [_linear_kv_parts(s, c, t, d, k_offset, v_offset, stride, dtype) for s, c, t in zip(shapes, channels, heads)]
     pixels = [_linear_apply_parts(s, c, t, d, q_offset, stride, epsilon, dtype)[1] for s, c, t in zip(shapes, channels, heads)]
-    token_a, pixel_a, token_b, pixel_b = kv_tokens[0], pixels[0], kv_tokens[-1], pixels[-1]
+    acc, zero = kv_parts[0][:2]
+    token_a, pixel_a, token_b, pixel_b = kv_parts[0][2], pixels[0], kv_parts[-1][2], pixels[-1]
     first_b = heads[0]  # Y's first head of map B
     dummy = (n, 1, h, w, 4)  # map B's buffer when there is one map: dropped below
 
@@ -586,6 +587,12 @@ def linear_attention(shapes, channels, heads, head_dim: int, q_offset: int, k_of
     # print -> parse round trip (tests/upstream defect 16).
     def read_maps(A, B, *more):
         return [whole(A), whole(B)][:maps] + [whole(m) for m in more]
+
+    def token(r, e):  # phase 1: the token of item e in round r
+        return r * slices + e // d
+
+    def pair(r, e):  # phase 3: the (output pixel of the head, token) pair of item e in round r, as one index
+        return r * items + e
 
     @T.macro
     def on_map(t, on_a, on_b):  # on_a() where head t of Y is map A's, else on_b() (no B: parse-time)
@@ -610,9 +617,9 @@ def linear_attention(shapes, channels, heads, head_dim: int, q_offset: int, k_of
                 for jj in T.unroll(d + 1):
                     row[jj] = zero
                 for r in T.serial(ceildiv(tokens, slices)):
-                    if r * slices + e // d < tokens:
-                        on_map(t, lambda: token_a(A, px, k, row, b * heads[0] + t, e % d, (r * slices + e // d) // w, (r * slices + e // d) % w),
-                               lambda: token_b(B, px, k, row, b * heads[-1] + t - first_b, e % d, (r * slices + e // d) // w, (r * slices + e // d) % w))
+                    if token(r, e) < tokens:
+                        on_map(t, lambda: token_a(A, px, k, row, b * heads[0] + t, e % d, token(r, e) // w, token(r, e) % w),
+                               lambda: token_b(B, px, k, row, b * heads[-1] + t - first_b, e % d, token(r, e) // w, token(r, e) % w))
                 for jj in T.unroll(d + 1):
                     sums[e // d, e % d, jj] = row[jj]
         # 2. KV: each entry the slices' sums added in slice order
@@ -633,12 +640,13 @@ def linear_attention(shapes, channels, heads, head_dim: int, q_offset: int, k_of
                 num = T.sblock_alloc_buffer((4,), acc, scope="local")
                 den = T.sblock_alloc_buffer((4,), acc, scope="local")
                 for r in T.serial(ceildiv(blocks * tokens, items)):
-                    if r * items + e < blocks * tokens:
-                        on_map(t, lambda: pixel_a(A, lambda bb, tt, i, j: kv[i, j], px, num, den, b, t * blocks + (r * items + e) // tokens,
-                                                  (r * items + e) % tokens // w, (r * items + e) % tokens % w),
-                               lambda: pixel_b(B, lambda bb, tt, i, j: kv[i, j], px, num, den, b, (t - first_b) * blocks + (r * items + e) // tokens,
-                                               (r * items + e) % tokens // w, (r * items + e) % tokens % w))
-                        store_pixel(Y, b, t * blocks + (r * items + e) // tokens, (r * items + e) % tokens // w, (r * items + e) % tokens % w, num)
+                    if pair(r, e) < blocks * tokens:
+                        # KV of any (sample, head) the macro asks for: this work group's, in local memory
+                        on_map(t, lambda: pixel_a(A, lambda bb, tt, i, j: kv[i, j], px, num, den, b, t * blocks + pair(r, e) // tokens,
+                                                  pair(r, e) % tokens // w, pair(r, e) % tokens % w),
+                               lambda: pixel_b(B, lambda bb, tt, i, j: kv[i, j], px, num, den, b, (t - first_b) * blocks + pair(r, e) // tokens,
+                                               pair(r, e) % tokens // w, pair(r, e) % tokens % w))
+                        store_pixel(Y, b, t * blocks + pair(r, e) // tokens, pair(r, e) % tokens // w, pair(r, e) % tokens % w, num)
 
     @T.prim_func(s_tir=True)
     def func(a: T.handle, b_: T.handle, y: T.handle):
