@@ -440,6 +440,55 @@ def mbconv_se(rng, inits, x, y, channels, hidden, act, gate, k=3, stride=1, dw_a
             conv_node(rng, inits, f"{y}_s", y, channels, channels, k=1)]
 
 
+def lite_mla_nodes(x, y, inits, heads, d, size):
+    """timm's EfficientViT LiteMLA attention between the qkv convs and the projection, as torch
+    exports it (opset 17): Reshape, Transpose, three Slices, ReLU, Pad with ones, Casts, two MatMuls,
+    the normalizing Div, Transpose, Reshape."""
+    node = helper.make_node
+    tokens = size * size
+    ints = dict(shape_heads=[1, heads, 3 * d, tokens], shape_map=[1, heads * d, size, size], axis3=[3], zero=[0], d1=[d], d2=[2 * d],
+                d3=[3 * d], minus1=[-1], end=[9223372036854775807], pads=[0, 0, 0, 0, 0, 0, 0, 1])
+    inits.update({k: np.array(v, np.int64) for k, v in ints.items()})
+    inits.update(one=np.float32(1.0), eps=np.float32(1e-5))
+    return [
+        node("Reshape", [x, "shape_heads"], ["r"]),
+        node("Transpose", ["r"], ["t"], perm=[0, 1, 3, 2]),
+        node("Slice", ["t", "zero", "d1", "axis3"], ["q0"]),
+        node("Slice", ["t", "d1", "d2", "axis3"], ["k0"]),
+        node("Slice", ["t", "d2", "d3", "axis3"], ["v0"]),
+        node("Relu", ["q0"], ["q1"]),
+        node("Relu", ["k0"], ["k1"]),
+        node("Pad", ["v0", "pads", "one"], ["v1"], mode="constant"),
+        node("Cast", ["q1"], ["q"], to=1),
+        node("Cast", ["k1"], ["k"], to=1),
+        node("Cast", ["v1"], ["v"], to=1),
+        node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+        node("MatMul", ["kt", "v"], ["kv"]),
+        node("MatMul", ["q", "kv"], ["o"]),
+        node("Slice", ["o", "zero", "minus1", "axis3"], ["num"]),
+        node("Slice", ["o", "minus1", "end", "axis3"], ["den0"]),
+        node("Add", ["den0", "eps"], ["den"]),
+        node("Div", ["num", "den"], ["div"]),
+        node("Cast", ["div"], ["divc"], to=1),
+        node("Transpose", ["divc"], ["back"], perm=[0, 1, 3, 2]),
+        node("Reshape", ["back", "shape_map"], [y]),
+    ]
+
+
+def lite_mla_graph(heads, d, size=7, multi_scale=False, seed=5):
+    """conv (qkv: ``heads`` heads of ``d``) -> EfficientViT's LiteMLA -> 1x1 conv (4 channels), input
+    ``[1, 3, size, size]``. ``multi_scale``: as timm's EfficientViT, the qkv map and its aggregation
+    (depthwise 5x5, grouped 1x1: ``heads`` more heads) concatenated along channels first."""
+    rng, inits, c = np.random.default_rng(seed), {}, 3 * heads * d
+    nodes, x, total = [conv_node(rng, inits, "x", "c", c, 3)], "c", heads
+    if multi_scale:
+        nodes += [conv_node(rng, inits, "c", "a0", c, c, k=5, group=c), conv_node(rng, inits, "a0", "a", c, c, k=1, group=3 * heads),
+                  helper.make_node("Concat", ["c", "a"], ["cat"], axis=1)]
+        x, total = "cat", 2 * heads
+    nodes += [*lite_mla_nodes(x, "m", inits, total, d, size), conv_node(rng, inits, "m", "y", 4, total * d, k=1)]
+    return int_pattern_graph(nodes, inits, size=size)
+
+
 def plan_kernels(model, profile) -> list[str]:
     """The kernel families ``model`` launches on ``profile``, in order (lowered, nothing built)."""
     from tvm import relax

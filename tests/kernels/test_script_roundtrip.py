@@ -187,6 +187,9 @@ def attention_kernels(d, scope):
         attention.linear_apply(shape, channels, heads, dim, 0, 3 * dim, scope=scope),
         attention.separable_attention(_blocked((n, 1 + 2 * dim, h, w)), 1 + 2 * dim, dim, threads=d.draw(st.sampled_from([None, 1, 4])),
                                       scope=scope),
+        *[attention.linear_attention([_blocked((n, 3 * heads * d4, h, w))] * maps, [3 * heads * d4] * maps, [heads] * maps, d4, 0, d4,
+                                     2 * d4, 3 * d4, threads=d.draw(st.sampled_from([d4, 64])), scope=scope)
+          for d4, maps in [(4 * d.draw(st.integers(1, 2)), d.draw(st.integers(1, 2)))]],
     ]
 
 

@@ -6,16 +6,16 @@ LiteMLA) against onnxruntime with no layout transform inside; the split forms of
 
 import numpy as np
 import pytest
-from hypothesis import example, given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from onnx import helper, numpy_helper
 
 from helpers.numeric import pack_nchw4c, run_kernel, sanitized, unpack_nchw4c
-from helpers.onnx_graphs import check_pattern, conv_node, pattern_graph, wide_profile
+from helpers.onnx_graphs import check_pattern, conv_node, lite_mla_graph, pattern_graph, wide_profile
 from helpers.strategies import SCOPES, SEEDS
 from primfuncs import attention
 from primfuncs._common import TEXTURE, equal_slices
-from tir_adreno.strategy.pool import attention_schedule
+from tir_adreno.strategy.pool import attention_schedule, linear_attention_schedule
 from tir_adreno.strategy.profile import get_profile
 
 #: float32 dots over <= 64 tokens and a softmax over <= 13 numbers: measured <= 4e-7 (weights) and
@@ -247,52 +247,83 @@ def test_linear_attention_bad_arguments():
         attention.linear_kv((1, 3, 2, 2, 4), 12, 2, 3, 0, 7, head_stride=3)
 
 
-def _lite_mla_nodes(x, y, inits, heads, d, size):
-    """timm's EfficientViT LiteMLA attention between the qkv convs and the projection, as torch
-    exports it (opset 17): Reshape, Transpose, three Slices, ReLU, Pad with ones, Casts, two MatMuls,
-    the normalizing Div, Transpose, Reshape."""
-    node = helper.make_node
-    tokens = size * size
-    ints = dict(shape_heads=[1, heads, 3 * d, tokens], shape_map=[1, heads * d, size, size], axis3=[3], zero=[0], d1=[d], d2=[2 * d],
-                d3=[3 * d], minus1=[-1], end=[9223372036854775807], pads=[0, 0, 0, 0, 0, 0, 0, 1])
-    inits.update({k: np.array(v, np.int64) for k, v in ints.items()})
-    inits.update(one=np.float32(1.0), eps=np.float32(1e-5))
-    return [
-        node("Reshape", [x, "shape_heads"], ["r"]),
-        node("Transpose", ["r"], ["t"], perm=[0, 1, 3, 2]),
-        node("Slice", ["t", "zero", "d1", "axis3"], ["q0"]),
-        node("Slice", ["t", "d1", "d2", "axis3"], ["k0"]),
-        node("Slice", ["t", "d2", "d3", "axis3"], ["v0"]),
-        node("Relu", ["q0"], ["q1"]),
-        node("Relu", ["k0"], ["k1"]),
-        node("Pad", ["v0", "pads", "one"], ["v1"], mode="constant"),
-        node("Cast", ["q1"], ["q"], to=1),
-        node("Cast", ["k1"], ["k"], to=1),
-        node("Cast", ["v1"], ["v"], to=1),
-        node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
-        node("MatMul", ["kt", "v"], ["kv"]),
-        node("MatMul", ["q", "kv"], ["o"]),
-        node("Slice", ["o", "zero", "minus1", "axis3"], ["num"]),
-        node("Slice", ["o", "minus1", "end", "axis3"], ["den0"]),
-        node("Add", ["den0", "eps"], ["den"]),
-        node("Div", ["num", "den"], ["div"]),
-        node("Cast", ["div"], ["divc"], to=1),
-        node("Transpose", ["divc"], ["back"], perm=[0, 1, 3, 2]),
-        node("Reshape", ["back", "shape_map"], [y]),
-    ]
+#: float16_acc32 (half inputs, the reference on the same rounded values; float32 sums; one rounding
+#: of the output to half, 4.9e-4 of |Y| <= its magnitude).
+HALF_RTOL = 1e-3
 
 
-@pytest.mark.parametrize("wide", [False, True], ids=["one-kernel", "split"])
-def test_lite_mla_stays_on_textures(wide):
-    """conv (qkv, 2 heads of d = 6: heads straddle pixels) -> LiteMLA -> conv: two kernels (on a wide
-    profile KV split: partials over 3 slices of the 49 tokens, then linear_kv_finish), the reshapes,
-    slices, pad and transposes planned away, no layout transform."""
-    rng, inits, heads, d = np.random.default_rng(5), {}, 2, 6
-    nodes = [conv_node(rng, inits, "x", "c", 3 * heads * d, 3), *_lite_mla_nodes("c", "m", inits, heads, d, 7),
-             conv_node(rng, inits, "m", "y", 4, heads * d, k=1)]
-    names = check_pattern(_model(nodes, inits), profile=wide_profile() if wide else None)
-    kv = ["linear_kv_partials", "linear_kv_finish"] if wide else ["linear_kv"]
-    assert names == ["conv2d_nchw4c", *kv, "linear_apply", "conv2d_nchw4c1"], names
+@st.composite
+def one_kernel_cases(draw):
+    """(n, heads per map, d, channels per map, offsets (q, k, v), head stride, h, w, threads) of
+    :func:`attention.linear_attention`: 1 or 2 maps, d a multiple of 4, heads interleaved (LiteMLA's
+    stride 3 d) or not, unaligned offsets, fewer items than (row, slice) pairs or than output pixels."""
+    d = 4 * draw(st.integers(1, 4))
+    stride = draw(st.sampled_from([d, 3 * d, d + 1]))
+    heads = [draw(st.integers(1, 3)) for _ in range(draw(st.integers(1, 2)))]
+    spans = [(t - 1) * stride + d for t in heads]
+    channels = [span + 2 * d + draw(st.integers(0, 5)) for span in spans]
+    offsets = tuple(draw(st.integers(0, min(c - span for c, span in zip(channels, spans)))) for _ in range(3))
+    threads = draw(st.sampled_from([d, 2 * d + 3, 64, attention.LINEAR_ATTENTION_THREADS]))
+    return draw(st.integers(1, 2)), heads, d, channels, offsets, stride, draw(st.integers(1, 8)), draw(st.integers(1, 8)), threads
+
+
+@settings(max_examples=max(2, settings().max_examples // 2))  # 4 in CI besides the examples: each builds a kernel
+@given(one_kernel_cases(), SCOPES, st.booleans(), SEEDS)
+@example((1, [4, 4], 16, [192, 192], (0, 16, 32), 48, 5, 6, 256), TEXTURE, False, 2)  # EfficientViT-B0 stage 3's two maps; sanitized
+@example((2, [1, 2], 4, [13, 25], (1, 6, 0), 5, 3, 7, 4), "global", True, 3)  # one slice: every item walks all tokens; half buffers
+def test_linear_attention_one_kernel(device, case, scope, half, seed):
+    """``linear_attention`` (sums, KV and output in one work group per (sample, head), the heads read
+    from two maps) against float64 per map, the maps' outputs concatenated as the module's concat
+    would; poisoned output. ``half``: float16_acc32 storage (half images or buffers, float32 math)."""
+    n, heads, d, channels, (qo, ko, vo), stride, h, w, threads = case
+    rng = np.random.default_rng(seed)
+    xs = [rng.standard_normal((n, c, h, w)).astype(np.float16 if half else np.float32).astype(np.float32) for c in channels]
+    xs[0][0, ko] = -np.abs(xs[0][0, ko])  # relu(k_0) = 0: its KV row is 0
+    refs = [linear_reference(x, t, d, (qo, ko, vo), stride) for x, t in zip(xs, heads)]
+    y_ref, magnitude = np.concatenate([r[1] for r in refs], 1), max(float(np.max(r[2])) for r in refs)
+    func = attention.linear_attention([pack_nchw4c(x).shape for x in xs], channels, heads, d, qo, ko, vo, stride, threads=threads, scope=scope)
+    with sanitized(seed):
+        y = run_kernel(device, func, *[pack_nchw4c(x) for x in xs], storage="float16" if half and scope == TEXTURE else None,
+                       half=set(range(len(xs) + 1)) if half and scope != TEXTURE else frozenset())
+    assert y.shape == (n, sum(heads) * d // 4, h, w, 4)
+    assert np.max(np.abs(y.transpose(0, 1, 4, 2, 3).reshape(n, -1, h, w) - y_ref)) <= (HALF_RTOL if half else RTOL) * magnitude
+
+
+def test_linear_attention_one_kernel_bad_arguments():
+    with pytest.raises(ValueError, match="multiple of 4"):
+        attention.linear_attention([(1, 5, 2, 2, 4)], [18], [2], 3, 0, 3, 6, 9)
+    with pytest.raises(ValueError, match="1..2 maps"):
+        attention.linear_attention([(1, 12, 2, 2, 4)] * 3, [48] * 3, [1] * 3, 16, 0, 16, 32, 48)
+    with pytest.raises(ValueError, match="share N, H, W"):
+        attention.linear_attention([(1, 12, 2, 2, 4), (1, 12, 2, 3, 4)], [48, 48], [1, 1], 16, 0, 16, 32, 48)
+    with pytest.raises(ValueError, match="threads=8"):
+        attention.linear_attention([(1, 12, 2, 2, 4)], [48], [1], 16, 0, 16, 32, 48, threads=8)
+    with pytest.raises(ValueError, match="v_offset"):
+        attention.linear_attention([(1, 12, 2, 2, 4), (1, 8, 2, 2, 4)], [48, 32], [1, 1], 16, 0, 16, 32, 48)
+
+
+@pytest.mark.parametrize("d", [6, 8])
+@pytest.mark.parametrize("wide", [False, True], ids=["narrow", "wide"])
+def test_lite_mla_stays_on_textures(wide, d):
+    """conv (qkv, 2 heads) -> LiteMLA -> conv, the reshapes, slices, pad and transposes planned away,
+    no layout transform: two kernels; on a wide profile one ``linear_attention`` where d = 8, and
+    where d = 6 (heads straddle pixels: no one-launch form) KV split: partials over 3 slices of the
+    49 tokens, then linear_kv_finish."""
+    names = check_pattern(lite_mla_graph(2, d), profile=wide_profile() if wide else None)
+    attn = {(False, 6): ["linear_kv", "linear_apply"], (False, 8): ["linear_kv", "linear_apply"],
+            (True, 6): ["linear_kv_partials", "linear_kv_finish", "linear_apply"], (True, 8): ["linear_attention"]}[wide, d]
+    assert names == ["conv2d_nchw4c", *attn, "conv2d_nchw4c1"], names
+
+
+@pytest.mark.parametrize("wide", [False, True], ids=["narrow", "wide"])
+def test_lite_mla_reads_the_concat_maps(wide):
+    """EfficientViT's LiteMLA as exported: the qkv conv (2 heads of d = 8), its multi-scale
+    aggregation (depthwise 5x5, grouped 1x1: 2 more heads), their channel concat, the attention, the
+    projection. On a wide profile one ``linear_attention`` reads both maps (no ``concat_channels``);
+    elsewhere the concat, ``linear_kv`` and ``linear_apply`` as before."""
+    names = check_pattern(lite_mla_graph(2, 8, multi_scale=True), profile=wide_profile() if wide else None)
+    attn = ["linear_attention"] if wide else ["concat_channels", "linear_kv", "linear_apply"]
+    assert names[-1 - len(attn):] == [*attn, names[-1]] and len(names) == 4 + len(attn), names
 
 
 def test_attention_form_by_profile():
@@ -306,3 +337,19 @@ def test_attention_form_by_profile():
     assert attention_schedule(h200, 4, 31) is None
     for name in ("pocl", "adreno"):
         assert attention_schedule(get_profile(name), 4, 28 * 28) is None
+
+
+def test_linear_attention_form_by_profile():
+    """The H200 runs EfficientViT-B0's linear attention (d = 16; 196 and 49 tokens) in one launch of
+    256 items (18.1 KiB of its 48 KiB local memory); not for a head size off the pixel grid, a head
+    size whose 4 slices do not fit local memory (d = 64), or more than 64 tokens a slice. PoCL and
+    Adreno keep their kernels."""
+    h200 = get_profile("nvidia-h200")
+    assert linear_attention_schedule(h200, 16, 196) == linear_attention_schedule(h200, 16, 49) == {"threads": 256}
+    assert attention.linear_attention_shared_bytes(16, 256) == 18496 <= h200.local_memory_bytes
+    assert linear_attention_schedule(h200, 48, 196) == {"threads": 192}  # 4 slices: 45.9 KiB
+    assert linear_attention_schedule(h200, 6, 196) is None
+    assert linear_attention_schedule(h200, 64, 196) is None
+    assert linear_attention_schedule(h200, 16, 16 * 64) is not None and linear_attention_schedule(h200, 16, 16 * 64 + 1) is None
+    for name in ("pocl", "adreno"):
+        assert linear_attention_schedule(get_profile(name), 16, 196) is None

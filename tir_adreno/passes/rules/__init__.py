@@ -8,7 +8,8 @@ squeeze-excitation multiply read by the conv after it, before ``binary``; ``bina
 before ``elementwise``: an add, subtract, multiply or divide of two activations is one binary kernel, else it may
 be an activation chain or a per-channel affine step; ``separable_attention``, MobileViT-v2's attention from its
 ``Split`` to ``relu(v) * ctx``, before ``split``; ``split_depthwise``, EdgeNeXt's hierarchical split depthwise
-convs from their channel slices to the concat, before ``strided_slice``), and
+convs from their channel slices to the concat, before ``strided_slice``; ``concat_linear_attention``, on a
+wide GPU EfficientViT's concat of the maps its linear attention reads, before ``concat``), and
 an op no rule takes is left to upstream (``LegalizeOps`` and dlight)."""
 
 from tir_adreno.passes.rules import attention, broadcast, concat, conv, elementwise, excite, hierarchical, layer_norm, layout, matmul, patches, pool
@@ -30,6 +31,7 @@ RULES: tuple[Rule, ...] = (
     pool.pool,
     pool.reduction,
     pool.softmax,
+    attention.concat_linear_attention,
     concat.concat,
     layout.resize2d,
     layout.permute,

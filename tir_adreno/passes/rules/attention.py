@@ -173,7 +173,9 @@ def cross_covariance_attention(rw: Rewriter, node: Node):
 #     kv = permute(k, (0, 1, 3, 2)) @ v;  out = q @ kv;  out[..., :d] / (out[..., d:] + eps)
 #     -> astype -> permute_dims (0, 1, 3, 2) -> reshape [B, G * d, H, W]
 #
-# runs as ``linear_kv`` + ``linear_apply`` on the map (head_stride = 3 * d).
+# runs as ``linear_kv`` + ``linear_apply`` on the map (head_stride = 3 * d); on a wide GPU as one
+# ``linear_attention`` (``strategy.pool.linear_attention_schedule``), which also reads the two maps
+# of the channel concat before it (the qkv conv's and the multi-scale aggregation's) itself.
 
 
 def _last_axis_range(node: Node | None, size: int) -> tuple[int, int] | None:
@@ -266,10 +268,55 @@ def _match_linear(g: Graph, node: Node, channels: int, tokens: int):
     return heads, d, eps, nodes + [back, flat], first
 
 
+def _one_launch(rw: Rewriter, maps: list, heads: int, d: int, eps: float, nodes: list, threads: int):
+    """``linear_attention`` on ``maps`` (NCHW :class:`Value` objects, whole heads each, in order)
+    standing for ``nodes`` (the last the output)."""
+    n, _, h, w = maps[0].nchw
+    out_nchw = (n, heads * d, h, w)
+    out5 = blocked_shape(out_nchw)
+    scope = rw.scope_for(*[m.shape5 for m in maps], out5)
+    func = kernel(attention.linear_attention, tuple(m.shape5 for m in maps), tuple(m.channels for m in maps),
+                  tuple(m.channels // (3 * d) for m in maps), d, 0, d, 2 * d, 3 * d, eps, threads=threads, scope=scope)
+    info = elementwise_info("linear_attention", nodes, [m.nchw for m in maps], heads=heads, head_dim=d, epsilon=eps)
+    info["output"] = list(out_nchw)
+    out = rw.emit_kernel(func, [rw.blocked(m, scope) for m in maps], out5, op_info=info)
+    for m in nodes:
+        m.fused = True
+    rw.define(nodes[-1].var, out, scope, out_nchw)
+    return out
+
+
+@rule("relax.concat")
+def concat_linear_attention(rw: Rewriter, node: Node):
+    """On a wide GPU (``strategy.pool.linear_attention_schedule``), EfficientViT's channel concat of
+    the qkv conv's map and the multi-scale aggregation's whose only reader is ReLU linear attention
+    (the comment above), each map holding whole heads: one ``linear_attention`` reading the maps
+    (no concat launch), else None."""
+    parts = node.args[0]
+    if not isinstance(parts, relax.Tuple) or node.attrs.axis is None or int(node.attrs.axis) % 4 != 1:
+        return None
+    maps = [rw.activation(f) for f in parts.fields]
+    if not 1 <= len(maps) <= attention.LINEAR_ATTENTION_MAX_MAPS or any(m is None or m.layout != "NCHW" for m in maps):
+        return None
+    n, _, h, w = maps[0].nchw
+    channels = sum(m.channels for m in maps)
+    reshape = rw.graph.sole_user(node.var)
+    if any((m.nchw[0], *m.nchw[2:]) != (n, h, w) for m in maps) or reshape is None or reshape.op != "relax.reshape":
+        return None
+    found = _match_linear(rw.graph, reshape, channels, h * w)
+    if found is None:
+        return None
+    heads, d, eps, nodes, _ = found
+    one = pool_strategy.linear_attention_schedule(rw.profile, d, h * w)
+    if one is None or any(m.channels % (3 * d) for m in maps) or static_shape(nodes[-1].var) != (n, heads * d, h, w):
+        return None
+    return _one_launch(rw, maps, heads, d, eps, [node, reshape, *nodes], one["threads"])
+
+
 @rule("relax.reshape")
 def linear_attention(rw: Rewriter, node: Node):
     """EfficientViT's ReLU linear attention on a map (the comment above): two kernels (three on a
-    wide GPU), else None."""
+    wide GPU, one where ``strategy.pool.linear_attention_schedule`` allows), else None."""
     x = rw.values.get(node.args[0]) if isinstance(node.args[0], relax.Var) else None
     if x is None or x.layout != "NCHW" or not x.blocked:
         return None
@@ -282,6 +329,9 @@ def linear_attention(rw: Rewriter, node: Node):
     out_nchw = (n, heads * d, h, w)
     if static_shape(last.var) != out_nchw:
         return None
+    one = pool_strategy.linear_attention_schedule(rw.profile, d, h * w)
+    if one is not None:
+        return _one_launch(rw, [x], heads, d, eps, [node, *nodes], one["threads"])
     scope = rw.scope_for(x.shape5)
     src = rw.blocked(x, scope)
     info = elementwise_info("linear_kv", [node, *nodes[:first]], [x.nchw], heads=heads, head_dim=d)
