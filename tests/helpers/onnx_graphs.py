@@ -111,7 +111,8 @@ def conv_node(rng, inits, x, y, o, c, k=3, **attrs):
     """A Conv node with random weights and bias (added to ``inits``)."""
     inits[f"{y}_w"] = rng.standard_normal((o, c // attrs.get("group", 1), k, k)) / np.sqrt(c * k * k)
     inits[f"{y}_b"] = rng.standard_normal(o) * 0.5
-    return helper.make_node("Conv", [x, f"{y}_w", f"{y}_b"], [y], pads=[k // 2] * 4, **attrs)
+    attrs.setdefault("pads", [k // 2] * 4)
+    return helper.make_node("Conv", [x, f"{y}_w", f"{y}_b"], [y], **attrs)
 
 
 def scalars(inits, **values):

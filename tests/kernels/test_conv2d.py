@@ -43,12 +43,16 @@ TILED_STEM = conv_case((1, 3, 19, 17), (10, 3, 7, 7), strides=(2, 2), padding=(3
                        config=conv.ConvConfig(1, 4, (16, 8, 1), tiled=True, k_chunk=4))
 TILED_1X1 = conv_case((2, 13, 7, 5), (18, 13, 1, 1), padding=(0, 0, 0, 0),
                       config=conv.ConvConfig(2, 3, (4, 2, 1), tiled=True, k_chunk=3))
+#: A patchify conv (2x2 stride 2, no padding: ConvNeXt's downsample, tiled on wide GPUs) with C and O tails.
+TILED_PATCHIFY = conv_case((1, 10, 8, 6), (14, 10, 2, 2), strides=(2, 2), padding=(0, 0, 0, 0),
+                           config=conv.ConvConfig(2, 2, (16, 4, 1), 4, tiled=True, k_chunk=4))
 
 
 @pytest.mark.parametrize("scope", [TEXTURE, BUFFER])
 @given(case=conv_cases(), config=tiled_configs(), seed=SEEDS)
 @example(case=TILED_STEM, config=TILED_STEM["config"], seed=0)
 @example(case=TILED_1X1, config=TILED_1X1["config"], seed=1)
+@example(case=TILED_PATCHIFY, config=TILED_PATCHIFY["config"], seed=2)
 def test_conv2d_tiled_matches_numpy(device, scope, case, config, seed):
     """The local-memory tiled implicit GEMM (``ConvConfig.tiled``), any dense conv: partial
     tiles of pixels, channel blocks and K chunks, padding read through the im2col copies."""

@@ -278,7 +278,7 @@ def test_fusion_needs_a_multiplier_1_depthwise_and_a_plain_1x1():
 
 
 def test_h200_runs_big_1x1_and_stem_convs_tiled_on_buffers():
-    """``DeviceProfile.tiled_min_groups``: on the H200 a 1x1 or stem conv that launches enough
+    """``DeviceProfile.tiled_min_groups``: on the H200 a 1x1, stem or patchify conv that launches enough
     work groups of the tiled kernel runs it on buffers; a deep 3x3 conv, a small 1x1 conv and
     every conv on Adreno / PoCL keep the direct kernel; a fused depthwise -> 1x1 pair keeps its
     prologue kernel."""
@@ -287,6 +287,8 @@ def test_h200_runs_big_1x1_and_stem_convs_tiled_on_buffers():
     stem = conv2d_geometry((1, 3, 224, 224), (64, 3, 7, 7), 2, 3)
     deep = conv2d_geometry((1, 64, 56, 56), (64, 64, 3, 3), padding=1)
     small = conv2d_geometry((1, 8, 6, 6), (8, 8, 1, 1))
+    patchify = conv2d_geometry((1, 40, 56, 56), (80, 40, 2, 2), 2)  # ConvNeXt's downsample
+    overlapping = conv2d_geometry((1, 40, 56, 56), (80, 40, 3, 3), 2, 1)
 
     def plan(geom, profile=h200):
         return strategy.conv2d_plan(geom, Epilogue(), "float32", profile)
@@ -295,8 +297,9 @@ def test_h200_runs_big_1x1_and_stem_convs_tiled_on_buffers():
     assert (plan(stem).config.tiled, plan(stem).config.split_k, plan(stem).placement) == (True, 1, "buffer")
     assert not plan(deep).config.tiled and plan(deep).placement == "texture"
     assert not plan(small).config.tiled
+    assert plan(patchify).config.tiled and not plan(overlapping).config.tiled
     for name in ("adreno", "pocl"):
-        assert not any(plan(g, get_profile(name)).config.tiled for g in (pointwise, stem))
+        assert not any(plan(g, get_profile(name)).config.tiled for g in (pointwise, stem, patchify))
     assert not plan(pointwise, dataclasses.replace(h200, tiled_min_groups=0)).config.tiled
     assert "tiled c4" in plan(pointwise).config_string
     with pytest.raises(ValueError, match="tiled_min_groups must be an int >= 0"):

@@ -186,16 +186,27 @@ def depthwise_config(geom: ConvGeometry, entry: dict) -> ConvConfig:
 #: of the best tiled config on each 1x1 layer, and 1.3-2.0x the direct kernel where it ran before.
 TILED_CONFIGS = ((2, 2, (16, 4, 1), 4, 4), (1, 2, (16, 4, 1), 4, 4), (1, 1, (16, 2, 1), 4, 8))
 TILED_STEM = (1, 4, (16, 8, 1), 4, 1)
+#: Whether patchify convs (kernel = stride, no padding, no dilation: ConvNeXt's and EdgeNeXt's 2x2
+#: stride-2 downsamples) run tiled like 1x1 convs: their taps never overlap, so the implicit GEMM
+#: reads each input pixel once, as a 1x1 conv's does (``benchmarks/patchify_tiled.py``).
+TILED_PATCHIFY = True
+
+
+def is_patchify(geom: ConvGeometry) -> bool:
+    """Whether ``geom``'s taps tile its input without overlap or padding (kernel = stride > 1)."""
+    return ((geom.kh, geom.kw) == geom.strides and geom.kh * geom.kw > 1 and geom.dilation == (1, 1)
+            and not any(geom.padding))
 
 
 def tiled_default(geom: ConvGeometry, profile: DeviceProfile) -> ConvConfig | None:
     """The tiled config of dense conv ``geom`` that launches at least ``profile.tiled_min_groups``
-    work groups (0: never), or None (the direct kernel). Only 1x1 convs and stem convs qualify:
-    on ResNet-50's 3x3 convs the tiled kernel won only on the 56x56 maps (3% and 10%) and lost
-    by up to 3.6x on the smaller ones."""
+    work groups (0: never), or None (the direct kernel). Only 1x1 convs, stem convs and patchify
+    convs (:data:`TILED_PATCHIFY`) qualify: on ResNet-50's 3x3 convs the tiled kernel won only on
+    the 56x56 maps (3% and 10%) and lost by up to 3.6x on the smaller ones."""
     min_groups = profile.tiled_min_groups
     stem = geom.c4 == 1 and geom.kh * geom.kw > 1
-    if min_groups <= 0 or geom.groups != 1 or not (geom.kh * geom.kw == 1 or stem):
+    pointwise = geom.kh * geom.kw == 1 or (TILED_PATCHIFY and is_patchify(geom))
+    if min_groups <= 0 or geom.groups != 1 or not (pointwise or stem):
         return None
     for ocb, wb, work_group, k_chunk, split in (TILED_STEM,) if stem else TILED_CONFIGS:
         groups = geom.n * ceildiv(geom.oh * geom.ow, work_group[0] * wb) * ceildiv(geom.o4, work_group[1] * ocb)
