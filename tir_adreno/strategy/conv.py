@@ -525,8 +525,8 @@ class FusedPlan:
         d, p = self.depthwise, self.pointwise
         return _conv.depthwise_pointwise_nchw4c, dict(
             data_shape=(d.n, d.c, d.h, d.w), dw_weight_shape=(d.o, 1, d.kh, d.kw), pw_weight_shape=(p.o, p.cg, 1, 1),
-            strides=d.strides, padding=d.padding, dilation=d.dilation, groups=p.groups, dw_epilogue=dw_epilogue, epilogue=epilogue,
-            dtype=kernel_dtype(self.precision), config=self.config, scope=self.in_scope or self.scope,
+            strides=d.strides, padding=d.padding, dilation=d.dilation, groups=p.groups, dw_epilogue=dw_epilogue,
+            epilogue=epilogue, dtype=kernel_dtype(self.precision), config=self.config, scope=self.in_scope or self.scope,
             weight_scope=self.weight_scope, out_scope=self.out_scope, residual_scope=self.residual_scope,
             **accumulator_kwargs(self.precision, p.reduction_length))
 
@@ -551,8 +551,9 @@ def fuse_depthwise_pointwise(dw: ConvGeometry, pw: ConvGeometry, profile: Device
     profile's default) gets ``dw`` as a prologue. Each of its ``ceil(O/4 / oc_block)``
     output channel tiles recomputes the depthwise conv (a grouped 1x1's tile, in one group, its
     group's channels only), so the fused kernel does ``(tiles / groups - 1) x`` the depthwise
-    MACs on top; fuse when that is below what one launch is worth on the device (``profile.launch_cost_macs``, 0: never): the launch and the
-    intermediate's round trip through memory are saved.
+    MACs on top; fuse when that is below what one launch is worth on the device
+    (``profile.launch_cost_macs``, 0: never): the launch and the intermediate's round trip
+    through memory are saved.
     """
     check_precision(precision, profile)
     if not fusable(dw, pw):
