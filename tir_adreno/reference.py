@@ -194,12 +194,12 @@ def conv2d_epilogue(y, bias=None, residual=None, activation_name=None, clip_min=
 
 def depthwise_pointwise(x, w_dw, w_pw, strides=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1), dw_bias=None,
                         dw_activation=None, bias=None, residual=None, activation_name=None, dw_clip=(0.0, 6.0),
-                        clip=(0.0, 6.0)) -> np.ndarray:
+                        clip=(0.0, 6.0), groups=1) -> np.ndarray:
     """float64 depthwise conv (``w_dw`` ``(C, 1, KH, KW)``) + bias + activation, then a 1x1 conv
-    ``w_pw`` with :func:`conv2d_epilogue`: what the fused depthwise-pointwise kernel computes."""
+    ``w_pw`` (``groups``) with :func:`conv2d_epilogue`: what the fused depthwise-pointwise kernel computes."""
     mid = conv2d_nchw(x, w_dw, strides, padding, dilation, groups=np.shape(x)[1])
     mid = conv2d_epilogue(mid, dw_bias, None, dw_activation, *dw_clip)
-    return conv2d_epilogue(conv2d_nchw(mid, w_pw), bias, residual, activation_name, *clip)
+    return conv2d_epilogue(conv2d_nchw(mid, w_pw, groups=groups), bias, residual, activation_name, *clip)
 
 
 def _taps(start, size, dilation):

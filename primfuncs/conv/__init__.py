@@ -29,6 +29,7 @@ _EXPORTS = {
     "depthwise_pointwise_geometry": "direct",
     "DepthwisePrologue": "direct",
     "blocked_path": "direct",
+    "blocked_oc_block": "direct_tiling",
     "conv2d_tiled_nchw4c": "tiled",
     "conv2d_winograd_nchw4c": "winograd",
 }

@@ -444,9 +444,11 @@ class DepthwisePrologue:
     epilogue: Epilogue = Epilogue()
 
 
-def depthwise_pointwise_geometry(data_shape, dw_weight_shape, pw_weight_shape, strides=1, padding=0, dilation=1):
+def depthwise_pointwise_geometry(data_shape, dw_weight_shape, pw_weight_shape, strides=1, padding=0, dilation=1,
+                                 groups: int = 1):
     """(depthwise geometry, 1x1 conv geometry) of a fusable pair, validated: depthwise weights
-    ``(C, 1, KH, KW)`` (multiplier 1), 1x1 weights ``(O, C, 1, 1)``; ValueError naming the culprit."""
+    ``(C, 1, KH, KW)`` (multiplier 1), 1x1 weights ``(O, C/groups, 1, 1)``, its ``groups``
+    block-aligned (:func:`blocked_path`: the fused kernel is the blocked body); ValueError naming the culprit."""
     data_shape = tuple(int(d) for d in data_shape)
     if len(data_shape) != 4:
         raise ValueError(f"data_shape must be NCHW (4-d), got {data_shape}")
@@ -456,13 +458,16 @@ def depthwise_pointwise_geometry(data_shape, dw_weight_shape, pw_weight_shape, s
         raise ValueError(f"dw_weight_shape {tuple(dw_weight_shape)} must have O = C = {dw.c} (depthwise multiplier 1)")
     pw_weight_shape = tuple(int(d) for d in pw_weight_shape)
     if len(pw_weight_shape) != 4 or pw_weight_shape[2:] != (1, 1):
-        raise ValueError(f"pw_weight_shape must be (O, {dw.c}, 1, 1) (a 1x1 conv), got {pw_weight_shape}")
-    pw = conv2d_geometry(dw.out_shape, pw_weight_shape, names=("depthwise output", "pw_weight_shape"))
+        raise ValueError(f"pw_weight_shape must be (O, {dw.c} / groups, 1, 1) (a 1x1 conv), got {pw_weight_shape}")
+    pw = conv2d_geometry(dw.out_shape, pw_weight_shape, groups=groups, names=("depthwise output", "pw_weight_shape"))
+    if not blocked_path(pw):
+        raise ValueError(f"groups={groups}: a depthwise prologue feeds a dense 1x1 conv or one whose groups fill whole "
+                         f"channel blocks (C/groups = {pw.cg} and O/groups = {pw.og} multiples of {LANES})")
     return dw, pw
 
 
 def depthwise_pointwise_nchw4c(data_shape, dw_weight_shape, pw_weight_shape, strides=1, padding=0, dilation=1,
-                               dw_epilogue: Epilogue = Epilogue(), epilogue: Epilogue = Epilogue(), dtype: str = "float32",
+                               groups: int = 1, dw_epilogue: Epilogue = Epilogue(), epilogue: Epilogue = Epilogue(), dtype: str = "float32",
                                config: ConvConfig | None = None, scope: str = TEXTURE, weight_scope: str | None = None,
                                out_scope: str | None = None, residual_scope: str | None = None,
                                acc_dtype: str | None = None):
@@ -476,15 +481,18 @@ def depthwise_pointwise_nchw4c(data_shape, dw_weight_shape, pw_weight_shape, str
     the depthwise conv: the price of one launch and one activation round trip less.
 
     Kernel parameters: ``X [N, C/4, H, W, 4]``, ``W_dw [C/4, 1, KH, KW, 4]``, ``Bias_dw (C/4, 4)``
-    when ``dw_epilogue.bias``, ``W [O/4, C, 1, 1, 4]``, then ``epilogue``'s Bias / Residual, ``Y``.
-    ``strides``/``padding``/``dilation`` are the depthwise conv's (the 1x1 has none). ``X`` is
+    when ``dw_epilogue.bias``, ``W [O/4, C/groups, 1, 1, 4]``, then ``epilogue``'s Bias / Residual, ``Y``.
+    ``strides``/``padding``/``dilation`` are the depthwise conv's (the 1x1 has none); ``groups`` the
+    1x1 conv's, block-aligned (each group's C/groups and O/groups multiples of 4: EfficientViT's
+    multi-scale aggregation): a tile lies in one group and computes the depthwise output of that
+    group's input blocks only. ``X`` is
     read in ``scope``, ``Y`` written in ``out_scope`` and ``Residual`` read in ``residual_scope``
     (defaults as in :func:`conv2d_nchw4c`). ``acc_dtype`` is the 1x1 conv's accumulators'
     (:func:`conv2d_nchw4c`); the depthwise prologue's stay in ``dtype``.
     """
     if not isinstance(dw_epilogue, Epilogue) or dw_epilogue.residual:
         raise ValueError(f"dw_epilogue must be an Epilogue without residual, got {dw_epilogue!r}")
-    dw, pw = depthwise_pointwise_geometry(data_shape, dw_weight_shape, pw_weight_shape, strides, padding, dilation)
+    dw, pw = depthwise_pointwise_geometry(data_shape, dw_weight_shape, pw_weight_shape, strides, padding, dilation, groups)
     return _direct_conv(pw, "blocked", epilogue, dtype, config, scope, weight_scope, "depthwise_pointwise_nchw4c",
                         DepthwisePrologue(dw, dw_epilogue), out_scope=out_scope, residual_scope=residual_scope,
                         acc_dtype=acc_dtype)

@@ -19,6 +19,15 @@ UNROLL_TAPS = 9
 MODES = ("blocked", "grouped", "depthwise")
 
 
+def blocked_oc_block(geom: ConvGeometry, oc_block: int) -> int:
+    """The output blocks a blocked-path tile of ``geom`` holds for ``config.oc_block``: with groups,
+    the largest divisor of a group's output blocks up to it (a tile must not straddle two groups:
+    it shares its input pixels)."""
+    if geom.groups == 1:
+        return oc_block
+    return max(d for d in range(1, oc_block + 1) if (geom.og // LANES) % d == 0)
+
+
 class DirectTiling:
     """The sizes and index helpers of one direct conv kernel.
 
@@ -50,9 +59,8 @@ class DirectTiling:
         n, c, o, og = geom.n, geom.c, geom.o, geom.og
         ocb, wb = config.oc_block, config.w_block
         self.uses_lanes = mode == "grouped" or (mode == "depthwise" and o != c)
-        if mode == "blocked" and geom.groups > 1:
-            # A tile must not straddle two groups: it shares its input pixels.
-            ocb = max(d for d in range(1, ocb + 1) if (og // LANES) % d == 0)
+        if mode == "blocked":
+            ocb = blocked_oc_block(geom, ocb)
         self.ocb, self.wb = ocb, wb
         self.acc_rows = ocb * wb + (wb if self.normed else 0)  # the tile, then a folded norm's statistics
         self.ot, self.wt = ceildiv(geom.o4, ocb), ceildiv(geom.ow, wb)

@@ -94,14 +94,14 @@ def check_blocked_output(blocked_out, o):
 def fused_inputs(rng, case, make=rand):
     """(kernel inputs in their blocked layouts, float64 reference output) of a fused depthwise -> 1x1 ``case``."""
     dw, pw = conv.depthwise_pointwise_geometry(case["data_shape"], case["dw_weight_shape"], case["pw_weight_shape"],
-                                               case["strides"], case["padding"])
+                                               case["strides"], case["padding"], groups=case.get("groups", 1))
     dw_epi, epi = case["dw_epilogue"], case["epilogue"]
     x, w_dw, w_pw = make(rng, case["data_shape"]), rand(rng, case["dw_weight_shape"]), rand(rng, case["pw_weight_shape"])
     dw_bias = rand(rng, (dw.c,)) if dw_epi.bias else None
     bias = rand(rng, (pw.o,)) if epi.bias else None
     residual = rand(rng, pw.out_shape) if epi.residual else None
     ref = reference.depthwise_pointwise(x, w_dw, w_pw, dw.strides, dw.padding, dw.dilation, dw_bias, dw_epi.activation,
-                                        bias, residual, epi.activation)
+                                        bias, residual, epi.activation, groups=pw.groups)
     inputs = [pack_nchw4c(x), pack_oihw4o(w_dw), *([] if dw_bias is None else [pack_bias(dw_bias)]), pack_oihw4o(w_pw),
               *([] if bias is None else [pack_bias(bias)]), *([] if residual is None else [pack_nchw4c(residual)])]
     return inputs, ref

@@ -35,11 +35,23 @@ pytestmark = pytest.mark.filterwarnings("ignore:invalid value encountered:Runtim
 STRIDE2 = dict(data_shape=(2, 8, 9, 8), dw_weight_shape=(8, 1, 3, 3), pw_weight_shape=(5, 8, 1, 1), strides=2,
                padding=(1, 1, 0, 0), dw_epilogue=Epilogue(bias=True, activation="relu6"),
                epilogue=Epilogue(bias=True), config=ConvConfig(4, 2, (2, 2, 2), split_k=2))
+# A grouped 1x1 with block-aligned groups (EfficientViT's multi-scale aggregation: a 5x5 depthwise,
+# then groups of 16 channels): each tile computes its group's input blocks only. 3 groups of 8 -> 8
+# channels (the 4-block tile shrinks to the group's 2, split_k over its 2 input blocks); 2 groups of
+# 12 -> 4 channels, with both biases and the residual.
+GROUPED_SPLIT = dict(data_shape=(1, 24, 7, 6), dw_weight_shape=(24, 1, 5, 5), pw_weight_shape=(24, 8, 1, 1), groups=3,
+                     strides=1, padding=2, dw_epilogue=Epilogue(), epilogue=Epilogue(),
+                     config=ConvConfig(4, 2, (2, 2, 2), split_k=2))
+GROUPED_RESIDUAL = dict(data_shape=(2, 24, 5, 7), dw_weight_shape=(24, 1, 3, 3), pw_weight_shape=(8, 12, 1, 1), groups=2,
+                        strides=1, padding=1, dw_epilogue=Epilogue(bias=True, activation="relu6"),
+                        epilogue=Epilogue(bias=True, residual=True), config=ConvConfig(2, 3, (4, 2, 1)))
 
 
 @given(case=fused_cases(), scope=SCOPES, seed=SEEDS)
 @example(case=STRIDE1_RESIDUAL, scope=TEXTURE, seed=0)
 @example(case=STRIDE2, scope=BUFFER, seed=1)
+@example(case=GROUPED_SPLIT, scope=BUFFER, seed=2)
+@example(case=GROUPED_RESIDUAL, scope=TEXTURE, seed=3)
 def test_depthwise_pointwise_matches_numpy(device, case, scope, seed):
     inputs, ref = fused_inputs(np.random.default_rng(seed), case)
     with sanitized(seed):
@@ -66,6 +78,9 @@ def test_depthwise_pointwise_nonfinite(device, scope):
         (dict(pw_weight_shape=(9, 6, 3, 3)), "pw_weight_shape"),
         (dict(pw_weight_shape=(9, 5, 1, 1)), "pw_weight_shape"),
         (dict(dw_epilogue=Epilogue(residual=True)), "dw_epilogue"),
+        (dict(pw_weight_shape=(8, 3, 1, 1), groups=2), "groups=2: .* multiples of 4"),  # 3 input channels a group
+        (dict(data_shape=(1, 16, 7, 9), dw_weight_shape=(16, 1, 3, 3), pw_weight_shape=(12, 8, 1, 1), groups=2),
+         "groups=2: .* multiples of 4"),  # 6 output channels a group
     ],
 )
 def test_depthwise_pointwise_bad_arguments(kwargs, message):

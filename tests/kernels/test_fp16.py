@@ -312,19 +312,22 @@ def test_tiled_conv_on_half_buffers(device, c, o, hw, stem, bias, residual, seed
 @given(
     c=st.sampled_from([1, 6, 9]), o=st.sampled_from([2, 5]), hw=st.sampled_from([5, 7]), stride=st.integers(1, 2),
     dw_bias=st.booleans(), bias=st.booleans(), residual=st.booleans(), seed=st.integers(0, 2**32 - 1),
-    scope=st.sampled_from([TEXTURE, BUFFER]),
+    scope=st.sampled_from([TEXTURE, BUFFER]), groups=st.just(1),
 )
-@example(c=6, o=5, hw=5, stride=1, dw_bias=True, bias=True, residual=True, seed=0, scope=BUFFER)
-def test_depthwise_pointwise(device, c, o, hw, stride, dw_bias, bias, residual, seed, scope):
+@example(c=6, o=5, hw=5, stride=1, dw_bias=True, bias=True, residual=True, seed=0, scope=BUFFER, groups=1)
+@example(c=16, o=8, hw=5, stride=1, dw_bias=True, bias=False, residual=True, seed=1, scope=TEXTURE, groups=2)
+def test_depthwise_pointwise(device, c, o, hw, stride, dw_bias, bias, residual, seed, scope, groups):
     """The fused depthwise -> 1x1 kernel with every texture (X, both weights, Residual, Y) in a
     half image, or every tensor (the biases too) in a half buffer: within the bound, its
-    depthwise output kept in float32 registers (s = 0)."""
+    depthwise output kept in float32 registers (s = 0). ``groups``: a grouped 1x1 with
+    block-aligned groups (an example)."""
     rng = np.random.default_rng(seed)
     residual = residual and stride == 1
-    case = dict(data_shape=(1, c, hw, hw), dw_weight_shape=(c, 1, 3, 3), pw_weight_shape=(o, c, 1, 1), strides=stride,
-                padding=1, dw_epilogue=Epilogue(bias=dw_bias, activation="relu6"),
+    case = dict(data_shape=(1, c, hw, hw), dw_weight_shape=(c, 1, 3, 3), pw_weight_shape=(o, c // groups, 1, 1), strides=stride,
+                padding=1, groups=groups, dw_epilogue=Epilogue(bias=dw_bias, activation="relu6"),
                 epilogue=Epilogue(bias=bias, residual=residual, activation="relu"), config=conv.ConvConfig(2, 2, (4, 2, 1)))
-    dw, pw = conv.depthwise_pointwise_geometry(case["data_shape"], case["dw_weight_shape"], case["pw_weight_shape"], stride, 1)
+    dw, pw = conv.depthwise_pointwise_geometry(case["data_shape"], case["dw_weight_shape"], case["pw_weight_shape"], stride, 1,
+                                               groups=groups)
     x, w_dw, w_pw = rand(rng, case["data_shape"]), rand(rng, case["dw_weight_shape"]), rand(rng, case["pw_weight_shape"])
     b_dw, b = (rand(rng, (c,)) if dw_bias else None), (rand(rng, (o,)) if bias else None)
     r = rand(rng, pw.out_shape) if residual else None
@@ -343,12 +346,12 @@ def test_depthwise_pointwise(device, c, o, hw, stride, dw_bias, bias, residual, 
     y = unpack_nchw4c(out.numpy(), o)
 
     def fused(x, w_dw, w_pw, b_dw, b, r, act, pw_act):
-        return depthwise_pointwise(x, w_dw, w_pw, dw.strides, dw.padding, dw.dilation, b_dw, act, b, r, pw_act)
+        return depthwise_pointwise(x, w_dw, w_pw, dw.strides, dw.padding, dw.dilation, b_dw, act, b, r, pw_act, groups=groups)
 
     ref = fused(half(x), half(w_dw), half(w_pw), b_dw, b, None if r is None else half(r), "relu6", "relu")
     s = fused(*(abs(v) if v is not None else None for v in (half(x), half(w_dw), half(w_pw), b_dw, b)),
               None if r is None else abs(half(r)), None, None)
-    assert_within(y, ref, s, 9 + c + 3)
+    assert_within(y, ref, s, 9 + c // groups + 3)
 
 
 def test_winograd_f4_breaks_the_fp16_bound_and_is_never_picked(device, monkeypatch):

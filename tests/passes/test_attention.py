@@ -320,10 +320,24 @@ def test_lite_mla_reads_the_concat_maps(wide):
     """EfficientViT's LiteMLA as exported: the qkv conv (2 heads of d = 8), its multi-scale
     aggregation (depthwise 5x5, grouped 1x1: 2 more heads), their channel concat, the attention, the
     projection. On a wide profile one ``linear_attention`` reads both maps (no ``concat_channels``);
-    elsewhere the concat, ``linear_kv`` and ``linear_apply`` as before."""
+    elsewhere the concat, ``linear_kv`` and ``linear_apply`` as before. The aggregation is one
+    ``depthwise_pointwise`` launch (its groups of 8 channels fill whole blocks)."""
     names = check_pattern(lite_mla_graph(2, 8, multi_scale=True), profile=wide_profile() if wide else None)
     attn = ["linear_attention"] if wide else ["concat_channels", "linear_kv", "linear_apply"]
-    assert names[-1 - len(attn):] == [*attn, names[-1]] and len(names) == 4 + len(attn), names
+    assert names[1] == "depthwise_pointwise_nchw4c", names
+    assert names[-1 - len(attn):] == [*attn, names[-1]] and len(names) == 3 + len(attn), names
+
+
+def test_multi_scale_aggregation_is_one_launch():
+    """EfficientViT's multi-scale aggregation as exported: a depthwise 5x5 (padding 2), then a grouped
+    1x1 without bias, 16 channels a group (3 groups of 48): on the H200's plan one
+    ``depthwise_pointwise`` launch, each tile computing its group's depthwise channels only."""
+    rng, inits, c = np.random.default_rng(41), {}, 48
+    inits["g_w"] = rng.standard_normal((c, 16, 1, 1)) / 4
+    nodes = [conv_node(rng, inits, "x", "d", c, c, k=5, group=c), helper.make_node("Conv", ["d", "g_w"], ["y"], group=c // 16)]
+    names = check_pattern(pattern_graph(nodes, inits, channels=c, size=14), channels=c, size=14,
+                          profile=get_profile("nvidia-h200"))
+    assert names == ["depthwise_pointwise_nchw4c"], names
 
 
 def test_attention_form_by_profile():

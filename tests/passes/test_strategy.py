@@ -262,12 +262,17 @@ def test_fusion_decision_per_profile(name, fused):
     assert all(strategy.fuse_depthwise_pointwise(*_tail(*t), off) is None for t in MOBILENET_V2_TAILS)
 
 
-def test_fusion_needs_a_multiplier_1_depthwise_and_a_plain_1x1():
+def test_fusion_needs_a_multiplier_1_depthwise_and_a_blocked_1x1():
+    """A dense 1x1, or a grouped one whose groups fill whole channel blocks (EfficientViT's
+    aggregation; each tile recomputes its group's depthwise channels only: nothing extra)."""
     h200 = get_profile("nvidia-h200")
     dw, pw = _tail(16, 8, 1, 8)
     assert strategy.fuse_depthwise_pointwise(dw, pw, h200) is not None
+    aligned_1x1 = conv2d_geometry((1, 16, 8, 8), (16, 4, 1, 1), groups=4)
+    fused = strategy.fuse_depthwise_pointwise(dw, aligned_1x1, h200)
+    assert fused is not None and fused.recompute_macs == 0, fused
     multiplier2 = conv2d_geometry((1, 16, 8, 8), (32, 1, 3, 3), padding=1, groups=16)
-    grouped_1x1 = conv2d_geometry((1, 16, 8, 8), (8, 4, 1, 1), groups=4)
+    grouped_1x1 = conv2d_geometry((1, 16, 8, 8), (8, 4, 1, 1), groups=4)  # 2 output channels a group
     strided_1x1 = conv2d_geometry((1, 16, 8, 8), (8, 16, 1, 1), strides=2)
     dense_3x3 = conv2d_geometry((1, 16, 8, 8), (16, 16, 3, 3), padding=1)
     for a, b in ((multiplier2, conv2d_geometry((1, 32, 8, 8), (8, 32, 1, 1))), (dw, grouped_1x1), (dw, strided_1x1),

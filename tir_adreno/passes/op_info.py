@@ -106,12 +106,12 @@ def fused_info(pw_node: Node, plan, dw_epilogue: Epilogue, epilogue: Epilogue) -
     """The fused depthwise -> 1x1 kernel (``plan``: strategy.FusedPlan): both convs. ``attrs``,
     ``weight`` and ``epilogue`` are the 1x1 conv's (as for a conv); ``depthwise`` the other's."""
     dw, pw = plan.depthwise, plan.pointwise
-    info = node_info(pw_node, strides=dw.strides, padding=dw.padding, dilation=dw.dilation)
+    info = node_info(pw_node, strides=dw.strides, padding=dw.padding, dilation=dw.dilation, groups=pw.groups)
     info.update(
         op="depthwise_pointwise",
         inputs=[[dw.n, dw.c, dw.h, dw.w]],
         depthwise={"weight": [dw.o, 1, dw.kh, dw.kw], "epilogue": epilogue_info(dw_epilogue)},
-        weight=[pw.o, pw.c, 1, 1],
+        weight=[pw.o, pw.cg, 1, 1],
         output=list(pw.out_shape),
         epilogue=epilogue_info(epilogue),
         algorithm="direct",

@@ -524,9 +524,9 @@ class FusedPlan:
         """The fused kernel as (factory, kwargs), like :attr:`ConvPlan.stages`."""
         d, p = self.depthwise, self.pointwise
         return _conv.depthwise_pointwise_nchw4c, dict(
-            data_shape=(d.n, d.c, d.h, d.w), dw_weight_shape=(d.o, 1, d.kh, d.kw), pw_weight_shape=(p.o, p.c, 1, 1),
-            strides=d.strides, padding=d.padding, dilation=d.dilation, dw_epilogue=dw_epilogue, epilogue=epilogue,
-            dtype=kernel_dtype(self.precision), config=self.config, scope=self.in_scope or self.scope,
+            data_shape=(d.n, d.c, d.h, d.w), dw_weight_shape=(d.o, 1, d.kh, d.kw), pw_weight_shape=(p.o, p.cg, 1, 1),
+            strides=d.strides, padding=d.padding, dilation=d.dilation, groups=p.groups, dw_epilogue=dw_epilogue,
+            epilogue=epilogue, dtype=kernel_dtype(self.precision), config=self.config, scope=self.in_scope or self.scope,
             weight_scope=self.weight_scope, out_scope=self.out_scope, residual_scope=self.residual_scope,
             **accumulator_kwargs(self.precision, p.reduction_length))
 
@@ -537,9 +537,10 @@ class FusedPlan:
 
 def fusable(dw: ConvGeometry, pw: ConvGeometry) -> bool:
     """Can ``pw`` (reading ``dw``'s output) take ``dw`` as its prologue? A depthwise conv with
-    multiplier 1, then a 1x1 conv with stride 1, no padding, groups 1."""
-    return (dw.is_depthwise and dw.o == dw.c and (pw.kh, pw.kw, pw.groups) == (1, 1, 1) and pw.strides == (1, 1)
-            and pw.padding == (0, 0, 0, 0) and (pw.n, pw.c, pw.h, pw.w) == dw.out_shape)
+    multiplier 1, then a 1x1 conv with stride 1, no padding, dense or with block-aligned groups
+    (``_conv.blocked_path``: EfficientViT's multi-scale aggregation)."""
+    return (dw.is_depthwise and dw.o == dw.c and (pw.kh, pw.kw) == (1, 1) and _conv.blocked_path(pw)
+            and pw.strides == (1, 1) and pw.padding == (0, 0, 0, 0) and (pw.n, pw.c, pw.h, pw.w) == dw.out_shape)
 
 
 def fuse_depthwise_pointwise(dw: ConvGeometry, pw: ConvGeometry, profile: DeviceProfile, records=None,
@@ -548,10 +549,11 @@ def fuse_depthwise_pointwise(dw: ConvGeometry, pw: ConvGeometry, profile: Device
 
     The 1x1 conv's tile (its tuned record's direct config and placement, else the
     profile's default) gets ``dw`` as a prologue. Each of its ``ceil(O/4 / oc_block)``
-    output channel tiles recomputes the depthwise conv, so the fused kernel does
-    ``(tiles - 1) x`` the depthwise MACs on top; fuse when that is below what one launch is
-    worth on the device (``profile.launch_cost_macs``, 0: never): the launch and the
-    intermediate's round trip through memory are saved.
+    output channel tiles recomputes the depthwise conv (a grouped 1x1's tile, in one group, its
+    group's channels only), so the fused kernel does ``(tiles / groups - 1) x`` the depthwise
+    MACs on top; fuse when that is below what one launch is worth on the device
+    (``profile.launch_cost_macs``, 0: never): the launch and the intermediate's round trip
+    through memory are saved.
     """
     check_precision(precision, profile)
     if not fusable(dw, pw):
@@ -562,11 +564,12 @@ def fuse_depthwise_pointwise(dw: ConvGeometry, pw: ConvGeometry, profile: Device
         choice = ConvChoice(placement=(choice or default_choice(pw, profile)).placement)
     tiled = choice.config is not None and choice.config.tiled  # a record's: its prologue variant is the direct one
     config = choice.config if choice.config and not tiled else defaults.default_config(pw, profile, prologue=True)
-    recompute = (-(-pw.o4 // config.oc_block) - 1) * (dw.flops // 2)
+    dw_macs = dw.flops // 2
+    recompute = -(-pw.o4 // _conv.blocked_oc_block(pw, config.oc_block)) * dw_macs // pw.groups - dw_macs
     if recompute >= profile.launch_cost_macs:
         return None
     scope = _activation_scope(dw, profile, choice.placement, allow_buffer, out=pw)
-    weights = [(dw.o4, 1, dw.kh, dw.kw, 4), (pw.o4, pw.c, 1, 1, 4)]
+    weights = [(dw.o4, 1, dw.kh, dw.kw, 4), (pw.o4, pw.cg, 1, 1, 4)]
     placed = {texture.place(w, TEXTURE_WEIGHT, profile.limits, allow_buffer) for w in weights} if scope == TEXTURE else {BUFFER}
     weight_scope = TEXTURE_WEIGHT if placed == {TEXTURE_WEIGHT} else BUFFER  # the kernel reads both alike
     placement = "texture" if scope == TEXTURE else "buffer"

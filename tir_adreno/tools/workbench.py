@@ -326,7 +326,8 @@ def reference_case(info: dict, rng: np.random.Generator, pack_weights=blocked.pa
         b, r, extra = epilogue_inputs(epilogue, channels, info["output"])
         y = reference.depthwise_pointwise(
             x, w_dw, w, attrs["strides"], attrs["padding"], attrs["dilation"], b_dw, dw["epilogue"]["activation"], b, r,
-            epilogue["activation"], dw["epilogue"].get("clip", (0.0, 6.0)), epilogue.get("clip", (0.0, 6.0)))
+            epilogue["activation"], dw["epilogue"].get("clip", (0.0, 6.0)), epilogue.get("clip", (0.0, 6.0)),
+            attrs.get("groups", 1))
         return [pack(x), pack_weights(w_dw), *dw_extra, pack_weights(w), *extra], y, channels
     inputs = [pack(a) for a in logical]
     bounds = attrs.get("bounds") or (0.0, 6.0)
