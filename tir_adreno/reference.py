@@ -369,6 +369,13 @@ def layer_norm(x, gamma, beta, axis: int = -1, epsilon: float = 1e-5) -> np.ndar
     return (x - mean) / np.sqrt(var + epsilon) * np.reshape(gamma, shape) + np.reshape(beta, shape)
 
 
+def grn_nx(sums, epsilon: float) -> np.ndarray:
+    """float64 ``Nx`` of ConvNeXt-V2's GRN from ``sums`` ``(N, C, 1, 1)``, each channel's sum of
+    squares over H, W: ``sqrt(S) / (mean_c sqrt(S) + epsilon)``."""
+    g = np.sqrt(np.asarray(sums, np.float64))
+    return g / (g.mean(axis=1, keepdims=True) + epsilon)
+
+
 def group_norm(x, groups: int, epsilon: float = 1e-5) -> np.ndarray:
     """float64 group norm of NCHW ``x`` over each (sample, group)'s (C / groups, H, W) elements
     (population variance, as torch and ONNX), without gamma and beta."""

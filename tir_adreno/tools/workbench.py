@@ -303,8 +303,7 @@ def reference_case(info: dict, rng: np.random.Generator, pack_weights=blocked.pa
         grn = info.get("grn_epsilon")  # the Gate is GRN's sums of squares S of X, Gamma after it: X * (1 + gamma * Nx)
         if grn is not None:
             squares, gamma = (x * x).sum(axis=(2, 3), keepdims=True), rand(x.shape[1])
-            g = np.sqrt(squares)
-            gate = [1 + gamma[None, :, None, None] * g / (g.mean(axis=1, keepdims=True) + grn)]
+            gate = [1 + gamma[None, :, None, None] * reference.grn_nx(squares, grn)]
         eps = info.get("norm_epsilon")  # it reads LN(X) over the channels (W: gamma folded in; WeightSum: sum_c W)
         z = x if eps is None else reference.layer_norm(x, np.ones(x.shape[1]), np.zeros(x.shape[1]), axis=1, epsilon=eps)
         gn = info.get("group_norm")  # it reads GN(X), its statistics the partials of group_norm_partials (Stats)
