@@ -103,7 +103,7 @@ def grn_scale(shape, channels: int, epsilon: float, dtype: str = "float32", scop
     return func
 
 
-def grn_macros(c4: int, channels: int, epsilon: float, s_dtype: str, gamma: bool):
+def grn_macros(c4: int, channels: int, epsilon: float, gamma: bool):
     """``(sum_roots, mean_of, scale_pixel)``: GRN's scale from the sums of squares ``S`` of one
     sample (``(N, C/4, 1, 1, 4)``, any scope), ``C`` = ``channels`` real lanes of ``c4`` blocks,
     float32: ``sum_roots(S, acc, px, vn, cb)`` adds ``sqrt(S)`` of block ``cb``'s real lanes to
@@ -154,7 +154,7 @@ def _grn_group(n: int, c4: int, channels: int, epsilon: float, dtype: str, scope
     zero = T.FloatImm(f32, 0.0)
     s_dtype = f32 if gamma else dtype
     rounds = (c4 + threads - 1) // threads
-    sum_roots, mean_of, scale_pixel = grn_macros(c4, channels, epsilon, s_dtype, gamma)
+    sum_roots, mean_of, scale_pixel = grn_macros(c4, channels, epsilon, gamma)
 
     @T.macro
     def body(S, Gamma, Y, vn):

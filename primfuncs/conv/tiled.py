@@ -145,7 +145,7 @@ def conv2d_tiled_nchw4c(
     # GRN's scale folded in: the items that sum the square roots, the macros grn_scale runs
     grn_folders = fold_items(c4, items)
     grn_rounds, grn_sum_rounds = ceildiv(c4, items), ceildiv(c4, grn_folders)
-    sum_roots, mean_of, scale_pixel = grn_macros(c4, c, grn_eps or 0.0, "float32", True)
+    sum_roots, mean_of, scale_pixel = grn_macros(c4, c, grn_eps or 0.0, True)
 
     def guard(cond, needed):
         return cond if needed else T.bool(True)

@@ -341,12 +341,20 @@ def fold_group_norm(geometry: ConvGeometry, fold: GroupNormFold, precision: str,
     run tiled (``profile.tiled_min_groups``)."""
     if not _folds_norms(profile, precision) or group_norm_refusal(geometry, fold) is not None:
         return False
+    return _tiled_fold_fits(geometry, precision, profile, records, group_norm=fold)
+
+
+def _tiled_fold_fits(geometry: ConvGeometry, precision: str, profile: DeviceProfile, records=None,
+                     group_norm: GroupNormFold | None = None, grn_blocks: int = 0) -> bool:
+    """Whether conv ``geometry``'s plan is the tiled kernel (:func:`_folds_group_norm`) and its work
+    group's shared memory holds a folded ``group_norm`` or GRN's ``grn_blocks`` scales once
+    :func:`_norm_config` has shrunk its ``split_k``."""
     choice = _choice(geometry, precision, profile, records)[0]
     if not _folds_group_norm(choice):
         return False
     dtype, acc_dtype = kernel_dtype(precision), conv_accumulator_dtype(precision, geometry.reduction_length)
-    config = _norm_config(choice.config, dtype, acc_dtype, fold)
-    return _tiled.tiled_local_bytes(config, dtype, acc_dtype, False, fold) <= MAX_LOCAL_BYTES
+    config = _norm_config(choice.config, dtype, acc_dtype, group_norm, grn_blocks)
+    return _tiled.tiled_local_bytes(config, dtype, acc_dtype, False, group_norm, grn_blocks) <= MAX_LOCAL_BYTES
 
 
 def fold_grn(geometry: ConvGeometry, precision: str, profile: DeviceProfile, records=None) -> bool:
@@ -360,12 +368,7 @@ def fold_grn(geometry: ConvGeometry, precision: str, profile: DeviceProfile, rec
     square roots and ``~2 sqrt(C / 4)`` serial additions per work group before its tile."""
     if not _folds_norms(profile, precision) or geometry.groups != 1:
         return False
-    choice = _choice(geometry, precision, profile, records)[0]
-    if not _folds_group_norm(choice):
-        return False
-    dtype, acc_dtype = kernel_dtype(precision), conv_accumulator_dtype(precision, geometry.reduction_length)
-    config = _norm_config(choice.config, dtype, acc_dtype, grn_blocks=geometry.c4)
-    return _tiled.tiled_local_bytes(config, dtype, acc_dtype, grn_blocks=geometry.c4) <= MAX_LOCAL_BYTES
+    return _tiled_fold_fits(geometry, precision, profile, records, grn_blocks=geometry.c4)
 
 
 def _norm_config(config: ConvConfig, dtype: str, acc_dtype: str, group_norm: GroupNormFold | None = None,
