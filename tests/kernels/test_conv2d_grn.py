@@ -24,7 +24,7 @@ from primfuncs._common import BUFFER, TEXTURE
 from primfuncs.conv import ConvConfig
 from primfuncs.epilogue import Epilogue
 from primfuncs.lanes import blocked
-from tir_adreno.reference import conv2d_epilogue, conv2d_nchw
+from tir_adreno.reference import conv2d_epilogue, conv2d_nchw, grn_nx
 from tir_adreno.strategy.packing import pack_bias
 
 #: float16_acc32: the output's half rounding (2^-11 of each element) dominates (as for the norm folds).
@@ -44,6 +44,9 @@ def grn_fold_cases(draw):
                 grn_eps=draw(st.sampled_from([1e-6, 1e-5])))
 
 
+#: A 3x3 conv over 15 channels: at magnitude 1e3 its outputs would pass half's 65504 with unit weights.
+GRN_HALF_3X3 = dict(data_shape=(1, 15, 6, 6), weight_shape=(4, 15, 3, 3), epilogue=Epilogue(bias=True),
+                    config=ConvConfig(1, 1, (4, 2, 1), tiled=True, k_chunk=1), grn_eps=1e-6)
 GRN_WIDE = dict(data_shape=(1, 70, 3, 5), weight_shape=(9, 70, 1, 1), epilogue=Epilogue(bias=True, residual=True),
                 config=ConvConfig(2, 2, (2, 2, 1), split_k=2, tiled=True, k_chunk=3), grn_eps=1e-6)  # 18 blocks, 8 items
 
@@ -55,11 +58,13 @@ def run_grn_case(device, case, scope, precision, seed, magnitude=1.0):
     n, c, h, w_ = case["data_shape"]
     o, k = case["weight_shape"][0], case["weight_shape"][2]
     epi = case["epilogue"]
+    half = precision == "float16_acc32" and scope == TEXTURE  # half images and a half Gamma; the sums stay float32
     x = (rand(rng, (n, c, h, w_)) * np.float32(magnitude)).astype(np.float32)
-    w, bias = rand(rng, case["weight_shape"]), rand(rng, (o,))
+    # Large inputs keep their sums of squares beyond half (float32 there); the weights shrink with
+    # them under half storage so that the output stays within half's 65504 (an overflow is inf).
+    w, bias = rand(rng, case["weight_shape"]) / np.float32(max(magnitude, 1.0) if half else 1.0), rand(rng, (o,))
     gamma, beta = rand(rng, (c,)), 0.5 * rand(rng, (c,))
     residual = rand(rng, (n, o, h - k + 1, w_ - k + 1)) if epi.residual else None
-    half = precision == "float16_acc32" and scope == TEXTURE  # half images and a half Gamma; the sums stay float32
     r16 = (lambda v: v.astype(np.float16).astype(np.float64)) if half else (lambda v: np.asarray(v, np.float64))
     folded_bias = w.astype(np.float64).sum(axis=(2, 3)) @ beta.astype(np.float64) + bias  # W . beta, the rule's fold
     shape5 = (n, blocked(c), h, w_, 4)
@@ -71,8 +76,7 @@ def run_grn_case(device, case, scope, precision, seed, magnitude=1.0):
                        *([pack_nchw4c(residual)] if epi.residual else []), storage="float16" if half else None, pinned=(1,),
                        half={2} if half else ())
     xr = r16(x)
-    g = np.sqrt((xr * xr).sum(axis=(2, 3), keepdims=True))
-    s = 1 + r16(gamma)[None, :, None, None] * g / (g.mean(axis=1, keepdims=True) + case["grn_eps"])
+    s = 1 + r16(gamma)[None, :, None, None] * grn_nx((xr * xr).sum(axis=(2, 3), keepdims=True), case["grn_eps"])
     ref = conv2d_nchw(xr * s, w.astype(np.float64)) + folded_bias.astype(np.float32)[None, :, None, None]
     ref = conv2d_epilogue(ref, None, None if residual is None else r16(residual), epi.activation)
     check_blocked_output(y, o)
@@ -85,6 +89,7 @@ def run_grn_case(device, case, scope, precision, seed, magnitude=1.0):
 @example(case=GRN_WIDE, scope=TEXTURE, precision="float32", magnitude=1.0, seed=0)
 @example(case=dict(GRN_WIDE, data_shape=(2, 70, 3, 5)), scope=BUFFER, precision="float32", magnitude=1e3, seed=1)
 @example(case=GRN_WIDE, scope=TEXTURE, precision="float16_acc32", magnitude=1e-3, seed=2)
+@example(case=GRN_HALF_3X3, scope=TEXTURE, precision="float16_acc32", magnitude=1e3, seed=0)  # sums beyond half
 def test_grn_conv_matches_numpy(device, case, scope, precision, magnitude, seed):
     """``act(conv(x * s + beta) + bias + residual)`` against float64 NumPy, the output poisoned
     (every pixel written, padding lanes 0)."""
