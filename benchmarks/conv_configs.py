@@ -398,8 +398,11 @@ def fused_geometry(layer):
                                              tuple(k["padding"]), tuple(k["dilation"]), k["groups"])
 
 
-#: (oc_block, w_block) of the fused grid's split_k configs; the first three also with half the work items.
-FUSED_SPLIT_TILES = ((4, 1), (4, 2), (2, 2), (2, 1), (1, 1), (1, 2), (1, 4))
+#: (oc_block, w_block) of the fused grid's configs without split_k: each in work groups of 64 items,
+#: the first five also of 128, the first two also of 256, the first also of 32.
+FUSED_TILES = ((4, 1), (2, 2), (4, 2), (2, 4), (1, 4), (2, 1), (1, 2), (1, 1), (4, 4))
+#: (oc_block, w_block) of the fused grid's split_k configs; the first also with half the work items.
+FUSED_SPLIT_TILES = ((4, 1), (4, 2), (2, 2), (2, 1), (1, 2))
 #: The 1x1 conv's split_k values the fused grid tries (each at most the channel blocks of a group).
 FUSED_SPLITS = (2, 4, 8, 16, 32)
 
@@ -407,13 +410,12 @@ FUSED_SPLITS = (2, 4, 8, 16, 32)
 def fused_grid(layer, profile):
     """(kind, ConvConfig) pairs of fused ``layer``: "default" (``defaults.default_config(pw,
     profile, prologue=True)``: what ``strategy.fuse_depthwise_pointwise`` plans without a
-    record), "plan" (the plan's config), then "sweep": the 1x1 conv's tiles {1, 2, 4}^2 without
-    split_k in work groups of 64 and 128 items (and 256 for the tiles 2x2, 2x4, 4x1, 4x2; 32 for
-    4x1, 4x2); split_k :data:`FUSED_SPLITS` up to the channel blocks of a group for the tiles
-    :data:`FUSED_SPLIT_TILES`, ``per_slice`` items as the "gpu" rule (``min(64, 256 / split)``,
-    partial sums within 32 KiB), the first three also with half that. Work groups from
-    ``fill_work_group`` (x first, at most 16 along x, 64 / split along z). ~25-75 configs a
-    layer (fewer for few channel blocks)."""
+    record), "plan" (the plan's config), then "sweep": the 1x1 conv's tiles :data:`FUSED_TILES`
+    without split_k; split_k :data:`FUSED_SPLITS` up to the channel blocks of a group for the
+    tiles :data:`FUSED_SPLIT_TILES`, ``per_slice`` items as the "gpu" rule (``min(64, 256 /
+    split)``, partial sums within 32 KiB). Work groups from ``fill_work_group`` (x first, at most
+    16 along x, 64 / split along z). 17 configs without split_k, 6 per split_k: 47 at most (~40
+    a layer; sized for the H200's compile: ~0.1-0.25 s a kernel)."""
     from primfuncs import conv
     from primfuncs.conv.config import MAX_LOCAL_BYTES
     from primfuncs.lanes import LANES, ceildiv
@@ -422,30 +424,22 @@ def fused_grid(layer, profile):
     _, pw = fused_geometry(layer)
     out = [("default", defaults.default_config(pw, profile, prologue=True)), ("plan", conv_config(layer.config))]
 
-    def extents(ocb, wb):
-        return pw.n * ceildiv(pw.ow, wb), pw.oh, ceildiv(pw.o4, ocb)
-
     def add(ocb, wb, threads, split=1):
         if threads >= 1:
-            wg = conv.fill_work_group(extents(ocb, wb), threads, max_x=16, max_z=64 // split)
+            extents = (pw.n * ceildiv(pw.ow, wb), pw.oh, ceildiv(pw.o4, ocb))
+            wg = conv.fill_work_group(extents, threads, max_x=16, max_z=64 // split)
             out.append(("sweep", conv.ConvConfig(ocb, wb, wg, split)))
 
-    for ocb in (1, 2, 4):
-        for wb in (1, 2, 4):
-            for threads in (64, 128):
+    for i, (ocb, wb) in enumerate(FUSED_TILES):
+        for threads, first in ((64, 9), (128, 5), (256, 2), (32, 1)):
+            if i < first:
                 add(ocb, wb, threads)
-            if (ocb, wb) in ((2, 2), (2, 4), (4, 1), (4, 2)):
-                add(ocb, wb, 256)
-            if ocb == 4 and wb <= 2:
-                add(ocb, wb, 32)
-    blocks = pw.cg // LANES  # channel blocks of a group (fusable: block-aligned groups)
-    for split in FUSED_SPLITS:
-        if split > blocks:
-            continue
+    blocks = pw.cg // LANES  # input channel blocks of a group (fusable: block-aligned groups)
+    for split in (s for s in FUSED_SPLITS if s <= blocks):
         for i, (ocb, wb) in enumerate(FUSED_SPLIT_TILES):
             per_slice = min(64, 256 // split, MAX_LOCAL_BYTES // (LANES * 4 * ocb * wb * split))
             add(ocb, wb, per_slice, split)
-            if i < 3:
+            if i == 0:
                 add(ocb, wb, per_slice // 2, split)
     return out
 
