@@ -880,7 +880,8 @@ def main(argv=None) -> int:
     else:
         meta, modules = build_all(args.selected, args.grid, None, args.placement, profile)
     if args.jobs > 1:  # compile the OpenCL programs in parallel first (binaries land in the disk cache)
-        precompile(dev, {m.source for m in modules.values()}, args.jobs)
+        keys = {layer.key for layer in args.selected}  # the selected layers' kernels only (--layers of a bundle)
+        precompile(dev, {modules[c["kernel"]].source for c in meta["cases"] if c["layer"] in keys and "kernel" in c}, args.jobs)
     build_s = time.perf_counter() - started
     deadline = started + args.time_limit if args.time_limit else float("inf")
     cl = dev.cl_device
