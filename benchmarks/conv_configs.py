@@ -24,11 +24,27 @@ default (tiles x split_k halved / doubled), and that default with buffer
 weights ("wbuf") and on buffers ("buf"). Identical configs are built and run
 once. Results go to ``conv_configs[_<grid>]-<device>.json``, rewritten after
 every layer (a run cut short keeps what it measured).
+
+``--grid fused`` sweeps the fused depthwise -> 1x1 kernel
+(``primfuncs.conv.depthwise_pointwise_nchw4c``) instead: its layers are the fused
+kernels of the ``--target`` profile's plans of ONNX exports (``--onnx-dir``,
+``--models``; :data:`FUSED_MODELS`), each as planned (shapes, epilogues, scopes,
+dtype), deduplicated over the models (``count``: launches). Per layer the default
+(``strategy.defaults.default_config(pw, profile, prologue=True)``, what
+``strategy.fuse_depthwise_pointwise`` plans without a record), the plan's own
+config, and :func:`fused_grid`; checked against the float64 NumPy reference of the
+plan's op info (``tools.workbench.reference_case``). Prints per layer the best
+config, the default's time and the ratio, then a table for deriving a rule;
+writes ``conv_configs_fused-<device>.json``::
+
+    python benchmarks/conv_configs.py --grid fused --target nvidia-h200 --onnx-dir /work/exports --build-only DIR
+    python benchmarks/conv_configs.py --from DIR --jobs 16      # on the device (numpy + pyopencl)
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gzip
 import hashlib
 import json
@@ -47,6 +63,7 @@ from tir_adreno.strategy.packing import pack_nchw4c, pack_oihw4o, unpack_nchw4c
 from tir_adreno.runtime.bundle import KernelModule
 from tir_adreno.reference import relative_error
 from tir_adreno.runtime.texture import is_texture_scope
+from tir_adreno.tools.workbench import reference_case
 
 NAME = "conv_configs"
 RTOL = 1e-4
@@ -77,6 +94,11 @@ SWEEP_LAYERS = (
 #: Device classes whose default config is part of every layer's cases (``defaults.kind_profile(kind)``'s).
 DEFAULT_KINDS = ("gpu", "cpu", "mobile")
 
+#: The exports (``<name>.onnx`` in ``--onnx-dir``) whose plans give ``--grid fused`` its layers
+#: (issue 21's models; those whose plan has no fused depthwise -> 1x1 kernel add none).
+FUSED_MODELS = ("efficientvit_b0", "edgenext_xx_small", "fastvit_t8", "mobilevitv2_050", "mixnet_s",
+                "efficientnet_b0", "mobilenetv3_small_100", "convnextv2_atto")
+
 
 # ---------------------------------------------------------------------------------------------
 # the grid (needs TVM: primfuncs)
@@ -99,12 +121,15 @@ def old_default(geom, depthwise: bool):
     return ConvConfig(ocb, wb, (8, 4, 1))
 
 
-def candidates(layer, grid: str, placement: str = "texture"):
-    """(kind, ConvConfig) pairs to build for ``layer``: kind "sweep", "old_default" or "default_<class>"."""
+def candidates(layer, grid: str, placement: str = "texture", profile=None):
+    """(kind, ConvConfig) pairs to build for ``layer``: kind "sweep", "old_default" or "default_<class>"
+    (``grid`` "fused": :func:`fused_grid` for ``profile``)."""
     from primfuncs import conv
     from tir_adreno.strategy import defaults
     from primfuncs._common import ceildiv
 
+    if grid == "fused":
+        return fused_grid(layer, profile)
     geom = conv.conv2d_geometry(
         layer.data_shape, layer.weight_shape, layer.strides, layer.padding, layer.dilation, layer.groups
     )
@@ -268,6 +293,157 @@ def refine(geom, depthwise: bool):
     return out + variants
 
 
+# -- fused depthwise -> 1x1 layers (--grid fused) ----------------------------------------------
+def _plain(value):
+    """Factory arguments as JSON: dataclasses (epilogues, configs) as dicts, tuples as lists."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (tuple, list)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def plan_fused_layers(model, name: str, profile) -> list:
+    """The fused depthwise -> 1x1 kernels of ``model``'s plan (ONNX path or model) on ``profile``
+    (float32, no records), one :class:`layers.FusedLayer` per distinct kernel in launch order,
+    named ``<name>.dwpw<i>``, ``count`` its launches: the factory call the pass made, read from
+    its stub (``passes.kernel_index``), nothing built."""
+    from tvm import relax
+
+    from primfuncs import conv
+    from tir_adreno.compiler import import_model, lower
+    from tir_adreno.passes import OP_ATTR, SOURCE_ATTR, kernel_index
+
+    mod, _ = import_model(model)
+    mod = lower(mod, profile, lazy=True)
+    launches: dict[str, int] = {}  # kernel name -> launches, in launch order
+    for block in mod["main"].body.blocks:
+        for binding in block.bindings:
+            value = binding.value
+            if isinstance(value, relax.Call) and getattr(value.op, "name", "") == "relax.call_tir":
+                gname = value.args[0].name_hint
+                launches[gname] = launches.get(gname, 0) + 1
+    out = []
+    for gname, count in launches.items():
+        func = mod[gname]
+        info = json.loads(str(func.attrs[OP_ATTR])) if func.attrs is not None and OP_ATTR in func.attrs else {}
+        if info.get("op") != "depthwise_pointwise":
+            continue
+        if not kernel_index.is_stub(func):
+            raise RuntimeError(f"{name}: fused kernel {gname} has no kernel-index stub (unkeyed factory arguments)")
+        call = kernel_index.call_of(func)
+        if call.factory is not conv.depthwise_pointwise_nchw4c or call.args or call.stage is not None:
+            raise RuntimeError(f"{name}: {gname} is not a depthwise_pointwise_nchw4c(**kwargs) call: {call}")
+        kwargs = dict(call.kwargs)
+        config = _plain(kwargs.pop("config"))
+        source = str(dict(call.attrs).get(SOURCE_ATTR, "default"))
+        info.pop("node", None)  # the graph's variable name: differs between equal layers
+        out.append(layer_lists.FusedLayer(name, f"dwpw{len(out)}", _plain(kwargs), info, config, source, count, (name,)))
+    return out
+
+
+def fused_layers(models, onnx_dir: Path, profile) -> list:
+    """:func:`plan_fused_layers` of each model's ``<name>.onnx`` in ``onnx_dir``, deduplicated:
+    a kernel equal to an earlier one (all factory arguments but the config) adds its launches and
+    model to that one's ``count`` and ``models``. Missing exports are logged and skipped."""
+    seen: dict[str, layer_lists.FusedLayer] = {}
+    for name in models:
+        path = Path(onnx_dir) / f"{name}.onnx"
+        if not path.exists():
+            common.log(f"skip {name}: no {path}")
+            continue
+        t0 = time.perf_counter()
+        found = plan_fused_layers(path, name, profile)
+        new = 0
+        for layer in found:
+            key = json.dumps(layer.kernel, sort_keys=True)
+            if key in seen:
+                first = seen[key]
+                first.count += layer.count
+                first.models = first.models + tuple(m for m in layer.models if m not in first.models)
+            else:
+                seen[key], new = layer, new + 1
+        common.log(f"{name} on {profile.name}: {sum(lay.count for lay in found)} fused launches, {len(found)} kernels "
+                   f"({new} new) in {time.perf_counter() - t0:.0f} s")
+    return list(seen.values())
+
+
+def fused_kwargs(layer, config) -> dict:
+    """The factory arguments of fused ``layer`` (``primfuncs.conv.depthwise_pointwise_nchw4c``)
+    with ``config``: as planned (scopes included), epilogues and shapes rebuilt from the JSON."""
+    from primfuncs.epilogue import Epilogue
+
+    kwargs = {k: tuple(v) if isinstance(v, list) else v for k, v in layer.kernel.items()}
+    for name in ("dw_epilogue", "epilogue"):
+        kwargs[name] = Epilogue(**kwargs[name])
+    return {**kwargs, "config": config}
+
+
+def conv_config(cfg: dict):
+    """A ``ConvConfig`` from its JSON (``_plain``'s or ``config_dict``'s; other keys ignored)."""
+    from primfuncs.conv import ConvConfig
+
+    names = {f.name for f in dataclasses.fields(ConvConfig)}
+    return ConvConfig(**{k: tuple(v) if k == "work_group" else v for k, v in cfg.items() if k in names})
+
+
+def fused_geometry(layer):
+    """(depthwise, 1x1) ``ConvGeometry`` of fused ``layer``."""
+    from primfuncs import conv
+
+    k = layer.kernel
+    return conv.depthwise_pointwise_geometry(k["data_shape"], k["dw_weight_shape"], k["pw_weight_shape"], tuple(k["strides"]),
+                                             tuple(k["padding"]), tuple(k["dilation"]), k["groups"])
+
+
+#: (oc_block, w_block) of the fused grid's configs without split_k: each in work groups of 64 items,
+#: the first five also of 128, the first two also of 256, the first also of 32.
+FUSED_TILES = ((4, 1), (2, 2), (4, 2), (2, 4), (1, 4), (2, 1), (1, 2), (1, 1), (4, 4))
+#: (oc_block, w_block) of the fused grid's split_k configs; the first also with half the work items.
+FUSED_SPLIT_TILES = ((4, 1), (4, 2), (2, 2), (2, 1), (1, 2))
+#: The 1x1 conv's split_k values the fused grid tries (each at most the channel blocks of a group).
+FUSED_SPLITS = (2, 4, 8, 16, 32)
+
+
+def fused_grid(layer, profile):
+    """(kind, ConvConfig) pairs of fused ``layer``: "default" (``defaults.default_config(pw,
+    profile, prologue=True)``: what ``strategy.fuse_depthwise_pointwise`` plans without a
+    record), "plan" (the plan's config), then "sweep": the 1x1 conv's tiles :data:`FUSED_TILES`
+    without split_k; split_k :data:`FUSED_SPLITS` up to the channel blocks of a group for the
+    tiles :data:`FUSED_SPLIT_TILES`, ``per_slice`` items as the "gpu" rule (``min(64, 256 /
+    split)``, partial sums within 32 KiB). Work groups from ``fill_work_group`` (x first, at most
+    16 along x, 64 / split along z). 17 configs without split_k, 6 per split_k: 47 at most (~40
+    a layer; sized for the H200's compile: ~0.1-0.25 s a kernel)."""
+    from primfuncs import conv
+    from primfuncs.conv.config import MAX_LOCAL_BYTES
+    from primfuncs.lanes import LANES, ceildiv
+    from tir_adreno.strategy import defaults
+
+    _, pw = fused_geometry(layer)
+    out = [("default", defaults.default_config(pw, profile, prologue=True)), ("plan", conv_config(layer.config))]
+
+    def add(ocb, wb, threads, split=1):
+        if threads >= 1:
+            extents = (pw.n * ceildiv(pw.ow, wb), pw.oh, ceildiv(pw.o4, ocb))
+            wg = conv.fill_work_group(extents, threads, max_x=16, max_z=64 // split)
+            out.append(("sweep", conv.ConvConfig(ocb, wb, wg, split)))
+
+    for i, (ocb, wb) in enumerate(FUSED_TILES):
+        for threads, first in ((64, 9), (128, 5), (256, 2), (32, 1)):
+            if i < first:
+                add(ocb, wb, threads)
+    blocks = pw.cg // LANES  # input channel blocks of a group (fusable: block-aligned groups)
+    for split in (s for s in FUSED_SPLITS if s <= blocks):
+        for i, (ocb, wb) in enumerate(FUSED_SPLIT_TILES):
+            per_slice = min(64, 256 // split, MAX_LOCAL_BYTES // (LANES * 4 * ocb * wb * split))
+            add(ocb, wb, per_slice, split)
+            if i == 0:
+                add(ocb, wb, per_slice // 2, split)
+    return out
+
+
 def config_dict(config, placement: str) -> dict:
     """The JSON of a case's config: ``placement`` "texture" or "buffer" (activations and weights)."""
     return {
@@ -292,23 +468,37 @@ def label(cfg: dict) -> str:
     return f"{cfg['oc_block']}x{cfg['w_block']} wg{wg}{split}{flat}{where}"
 
 
-def build_all(selected, grid: str, out_dir: Path | None, placement: str = "texture"):
+def case_primfunc(layer, config, scope: str, weight_scope):
+    """The PrimFunc of one case: a conv layer's direct conv in ``scope`` / ``weight_scope``, a
+    fused layer's kernel as planned (its own scopes)."""
+    from primfuncs import conv
+    from tir_adreno.strategy import conv as strategy
+
+    if isinstance(layer, layer_lists.FusedLayer):
+        return conv.depthwise_pointwise_nchw4c(**fused_kwargs(layer, config))
+    geom = conv.conv2d_geometry(layer.data_shape, layer.weight_shape, layer.strides, layer.padding,
+                                layer.dilation, layer.groups)
+    return strategy.direct_conv2d(geom, config=config, scope=scope, weight_scope=weight_scope)
+
+
+def build_all(selected, grid: str, out_dir: Path | None, placement: str = "texture", profile=None):
     """Build every (layer, config) kernel, tensors placed by ``placement`` ("texture": NCHW4c
     images, OIHW4o weight images; "buffer": both in buffers) unless a named kind says
-    otherwise; returns (meta, {kernel id: KernelModule})."""
+    otherwise (fused layers: as planned); ``profile``: the fused grid's device profile;
+    returns (meta, {kernel id: KernelModule})."""
     import tvm
 
-    from primfuncs import conv
     from primfuncs._common import BUFFER, TEXTURE
     from tir_adreno.codegen import build
-    from tir_adreno.strategy import conv as strategy
 
     cases, modules, by_source = [], {}, {}
     for layer in selected:
         t0 = time.perf_counter()
         seen = {}
-        for kind, config in candidates(layer, grid, placement):
+        for kind, config in candidates(layer, grid, placement, profile):
             where = {"variant_buf": "buffer", "texture_default_gpu": "texture", "texture_tiled": "texture"}.get(kind, placement)
+            if grid == "fused":
+                where = layer.placement
             cfg = config_dict(config, where)
             scope, weight_scope = (BUFFER, BUFFER) if where == "buffer" else (TEXTURE, None)
             if kind == "variant_wbuf":  # texture activations, weights in a buffer
@@ -320,10 +510,7 @@ def build_all(selected, grid: str, out_dir: Path | None, placement: str = "textu
             case = {"layer": layer.key, "kinds": [kind], "config": cfg, "label": label(cfg)}
             seen[key] = case
             try:
-                geom = conv.conv2d_geometry(layer.data_shape, layer.weight_shape, layer.strides, layer.padding,
-                                              layer.dilation, layer.groups)
-                func = strategy.direct_conv2d(geom, config=config, scope=scope, weight_scope=weight_scope)
-                module = build.build_cached(func)
+                module = build.build_cached(case_primfunc(layer, config, scope, weight_scope))
                 text = module.to_json()
                 kid = hashlib.sha1(text.encode()).hexdigest()[:16]
                 by_source.setdefault(kid, text)
@@ -338,10 +525,12 @@ def build_all(selected, grid: str, out_dir: Path | None, placement: str = "textu
     meta = {
         "tvm": tvm.__version__,
         "grid": grid,
-        "placement": placement,
+        "placement": "plan" if grid == "fused" else placement,  # fused: each layer's (layers[i].kernel)
         "layers": [layer.to_dict() for layer in selected],
         "cases": cases,
     }
+    if grid == "fused":
+        meta["target"] = profile.name
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
         with gzip.open(out_dir / KERNELS_FILE, "wt") as f:
@@ -359,15 +548,25 @@ def load_cases(src: Path):
 
 # ---------------------------------------------------------------------------------------------
 # run (no TVM)
-def run_layer(dev, layer, cases, modules, budget_s: float, seed: int, deadline: float, verbose=False) -> list[dict]:
-    rng = np.random.default_rng(seed)
-    inputs = [
+def layer_inputs(layer, rng) -> tuple[list, np.ndarray, int]:
+    """(two sets of the kernels' inputs, blocked as they read them, in parameter order; the float64
+    reference output of the first, NCHW; its channels). A conv layer: X and W; a fused layer: the
+    inputs ``tools.workbench.reference_case`` makes of the plan's op info (X, W_dw [Bias_dw] W
+    [Bias] [Residual])."""
+    if isinstance(layer, layer_lists.FusedLayer):
+        sets = [reference_case(layer.info, rng) for _ in range(2)]
+        return [inputs for inputs, _, _ in sets], sets[0][1], sets[0][2]
+    raw = [
         (rng.standard_normal(layer.data_shape).astype(np.float32), rng.standard_normal(layer.weight_shape).astype(np.float32))
         for _ in range(2)
     ]
-    ref = reference_conv2d(*inputs[0], layer)
-    channels = layer.out_shape[1]
-    uploaded = {}  # (data spec, weight spec) -> input sets, shared by the layer's kernels
+    return [[pack_nchw4c(x), pack_oihw4o(w)] for x, w in raw], reference_conv2d(*raw[0], layer), layer.out_shape[1]
+
+
+def run_layer(dev, layer, cases, modules, budget_s: float, seed: int, deadline: float, verbose=False) -> list[dict]:
+    rng = np.random.default_rng(seed)
+    inputs, ref, channels = layer_inputs(layer, rng)
+    uploaded = {}  # input specs -> input sets, shared by the layer's kernels
     outs = {}
     results = []
     for case in cases:
@@ -383,24 +582,21 @@ def run_layer(dev, layer, cases, modules, budget_s: float, seed: int, deadline: 
             module = modules[case["kernel"]]
             function = case["function"]
             specs = module[function].params
-            if len(specs) != 3:
-                raise RuntimeError(f"expected (data, weight, output) parameters, got {[p.name for p in specs]}")
+            if len(specs) != len(inputs[0]) + 1:
+                raise RuntimeError(f"expected {len(inputs[0])} inputs and the output, got {[p.name for p in specs]}")
             for spec in specs:
                 if is_texture_scope(spec.scope) and not dev.limits.fits(spec.shape, spec.scope):
                     raise RuntimeError(f"{spec.name} {spec.shape} does not fit {dev.name}'s images")
-            key = (specs[0], specs[1])
+            key = tuple(specs[:-1])
             if key not in uploaded:
-                sets = []
-                for x, w in inputs:
-                    data, weight = dev.empty(specs[0]), dev.empty(specs[1])
-                    data.upload(pack_nchw4c(x))
-                    weight.upload(pack_oihw4o(w))
-                    sets.append((data, weight))
-                uploaded[key] = sets
+                uploaded[key] = [
+                    [dev.empty(spec).upload(np.ascontiguousarray(a, spec.dtype)) for spec, a in zip(key, arrays)]
+                    for arrays in inputs
+                ]
             sets = uploaded[key]
-            if specs[2] not in outs:
-                outs[specs[2]] = dev.empty(specs[2])
-            out = outs[specs[2]].poison()
+            if specs[-1] not in outs:
+                outs[specs[-1]] = dev.empty(specs[-1])
+            out = outs[specs[-1]].poison()
             t_load = time.perf_counter()
             loaded = dev.load(module)
             res["compile_s"] = round(time.perf_counter() - t_load, 3)
@@ -465,7 +661,84 @@ def layer_summary(row) -> dict:
         for kind in r["kinds"]:
             if kind != "sweep":
                 s[kind] = {"label": r["label"], "gflops": r.get("gflops"), "time_s": r.get("time_s"), "ok": r.get("ok")}
+                if kind in ("default", "plan"):  # the fused grid's: the rule table needs their configs
+                    s[kind]["config"] = r["config"]
+    if good and s.get("default", {}).get("time_s"):
+        s["default_over_best"] = s["default"]["time_s"] / s["best"]["time_s"]
     return s
+
+
+def print_tops(rows, top: int, value) -> None:
+    """Each layer's ``top`` configs (``value(result)`` after the label), then the wrong or failed kernels."""
+    for row in rows:
+        good = sorted((r for r in row["results"] if _good(r)), key=lambda r: r["time_s"])
+        top_s = ", ".join(f"{r['label']} {value(r)}" for r in good[:top])
+        print(f"{row['key']:34s} top: {top_s}")
+    bad = [(row["key"], lab) for row in rows for lab in row["summary"]["wrong"] + row["summary"]["errors"]]
+    if bad:
+        print(f"\n{len(bad)} wrong or failed kernels:")
+        for key, lab in bad:
+            print(f"  {key}: {lab}")
+
+
+def _us(seconds) -> str:
+    return common.fmt(seconds and seconds * 1e6, ".1f")
+
+
+#: A config "near the best" of its layer (the rule table's count): within this factor of its time.
+NEAR_BEST = 1.05
+
+
+def print_fused_report(rows, device_name, top: int = 3) -> dict:
+    """``--grid fused``: per layer the best config, the default's time and default / best; the top
+    configs and failures; the geomean of default / best (weighted by launches) and the time the
+    best configs would save per inference; printed last, the rule table: each layer's shape
+    (channels, groups, channel blocks per group, output map, window, work items of the default
+    4x1 tile without split_k), the default and the best config, the best of the default's tile
+    (what work group and split_k alone give), how many configs lie within :data:`NEAR_BEST`."""
+    headers = ["layer", "fused convs", "launches", "ok", "best config", "best us", "default config", "default us",
+               "default/best"]
+    table, pairs, saved = [], [], 0.0
+    for row in rows:
+        s, layer = row["summary"], layer_lists.layer_from_dict(row["layer"])
+        best, default = s.get("best"), s.get("default", {})
+        ratio = best and default.get("time_s") and default["time_s"] / best["time_s"]
+        if ratio:
+            pairs.append((ratio, layer.count))
+            saved += layer.count * (default["time_s"] - best["time_s"])
+        table.append([row["key"], layer.description, layer.count, f"{s['ok']}/{s['kernels']}", best["label"] if best else "-",
+                      _us(best and best["time_s"]), default.get("label", "-") + ("" if default.get("ok") in (None, True) else "!"),
+                      _us(default.get("time_s")), common.fmt(ratio)])
+    print()
+    common.print_table(headers, table, title=f"fused depthwise -> 1x1 config sweep on {device_name} (fp32; ! = wrong)")
+    print()
+    print_tops(rows, top, lambda r: _us(r["time_s"]) + " us")
+    geo = common.weighted_geomean(pairs)
+    print(f"\ngeomean default/best (weighted by launches): {common.fmt(geo)}; best configs save "
+          f"{saved * 1e6:.1f} us of fused-kernel time per inference over all launches")
+    headers = ["layer", "C", "O", "g", "blk/g", "map", "k/s", "items 4x1", "default", "best", "def/best",
+               "best at def tile", "def/that", f"<= {NEAR_BEST}x best"]
+    table = []
+    for row in rows:
+        s, layer = row["summary"], layer_lists.layer_from_dict(row["layer"])
+        (n, c, _, _), (o, cg, _, _) = layer.info["inputs"][0], layer.info["weight"]
+        _, _, kh, _ = layer.info["depthwise"]["weight"]
+        _, _, oh, ow = layer.out_shape
+        default, best = s.get("default", {}), s.get("best")
+        good = [r for r in row["results"] if _good(r)]
+        dcfg = default.get("config") or {}
+        same_tile = [r for r in good if dcfg and (r["config"]["oc_block"], r["config"]["w_block"]) == (dcfg["oc_block"], dcfg["w_block"])]
+        tile_best = min(same_tile, key=lambda r: r["time_s"]) if same_tile else None
+        near = sum(r["time_s"] <= NEAR_BEST * best["time_s"] for r in good) if best else 0
+        dt = default.get("time_s")
+        table.append([row["key"], c, o, layer.info["attrs"].get("groups", 1), cg // 4, f"{oh}x{ow}",
+                      f"{kh}/{layer.info['attrs']['strides'][0]}", n * oh * ow * -(-(o // 4) // 4),
+                      default.get("label", "-"), best["label"] if best else "-", common.fmt(best and dt and dt / best["time_s"]),
+                      tile_best["label"] if tile_best else "-", common.fmt(tile_best and dt and dt / tile_best["time_s"]), near])
+    print()
+    common.print_table(headers, table, title="for a rule: layer shape, default vs best (blk/g: input channel blocks per "
+                       "1x1 group; items 4x1: work items of the 4x1 tile without split_k)")
+    return {"default_over_best": geo, "saved_us": saved * 1e6}
 
 
 def print_report(rows, device_name, placement: str = "texture", top: int = 3):
@@ -494,15 +767,7 @@ def print_report(rows, device_name, placement: str = "texture", top: int = 3):
     print()
     common.print_table(headers, table, title=f"conv config sweep on {device_name} ({placement} kernels, fp32; ! = wrong)")
     print()
-    for row in rows:
-        good = sorted((r for r in row["results"] if _good(r)), key=lambda r: r["time_s"])
-        top_s = ", ".join(f"{r['label']} {r['gflops']:.0f}" for r in good[:top])
-        print(f"{row['key']:34s} top: {top_s}")
-    bad = [(row["key"], lab) for row in rows for lab in row["summary"]["wrong"] + row["summary"]["errors"]]
-    if bad:
-        print(f"\n{len(bad)} wrong or failed kernels:")
-        for key, lab in bad:
-            print(f"  {key}: {lab}")
+    print_tops(rows, top, lambda r: f"{r['gflops']:.0f}")
     geo = {}
     for k in ["best", *kinds]:
         pairs = [
@@ -526,9 +791,14 @@ def parse_args(argv=None):
     common.add_device_argument(p)
     common.add_split_arguments(p)
     p.add_argument(
-        "--grid", choices=("gpu", "cpu", "defaults", "refine", "tiled"), default="gpu",
-        help="config grid (default gpu; defaults: old and gpu default; refine: around the gpu default)",
+        "--grid", choices=("gpu", "cpu", "defaults", "refine", "tiled", "fused"), default="gpu",
+        help="config grid (default gpu; defaults: old and gpu default; refine: around the gpu default; "
+        "fused: the fused depthwise -> 1x1 kernels of the --target plans of --models)",
     )
+    common.add_target_argument(p)
+    p.add_argument("--onnx-dir", type=Path, default=None, help="--grid fused: folder of the <model>.onnx exports")
+    p.add_argument("--models", default=",".join(FUSED_MODELS),
+                   help=f"--grid fused: comma-separated exports whose plans give the layers (default {','.join(FUSED_MODELS)})")
     p.add_argument(
         "--placement", choices=("texture", "buffer"), default="texture",
         help="where the swept kernels keep activations and weights (default texture; buffer: both in buffers, "
@@ -537,7 +807,7 @@ def parse_args(argv=None):
     p.add_argument(
         "--layers", default=None,
         help="comma-separated layer keys, all, or pointwise (the non-depthwise 1x1 stride-1 convs); "
-        "default: the sweep's subset",
+        "default: the sweep's subset (--grid fused: all its layers, keys <model>.dwpw<i>; --from: all built)",
     )
     p.add_argument("--budget", type=float, default=0.05, help="seconds of timing per kernel (default 0.05)")
     p.add_argument("--time-limit", type=float, default=None, help="stop starting kernels after this many seconds")
@@ -545,17 +815,26 @@ def parse_args(argv=None):
     p.add_argument("--verbose", action="store_true", help="log every kernel (compile and wall time)")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
-    known = {layer.key: layer for layer in layer_lists.layers()}
-    keys = SWEEP_LAYERS if args.layers is None else tuple(k.strip() for k in args.layers.split(",") if k.strip())
-    if keys == ("all",):
-        keys = tuple(known)
-    elif keys == ("pointwise",):
-        keys = tuple(k for k, layer in known.items() if is_pointwise(layer))
-    bad = [k for k in keys if k not in known]
-    if bad:
-        p.error(f"--layers: unknown layer key(s) {bad}")
-    args.selected = [known[k] for k in keys]
+    args.keys = None if args.layers is None else tuple(k.strip() for k in args.layers.split(",") if k.strip())
+    args.selected = None  # --grid fused and --from: chosen in main (from the plans, from the build)
+    if args.grid == "fused" and not args.src and args.onnx_dir is None:
+        p.error("--grid fused needs --onnx-dir (the exports whose plans give the layers)")
+    if args.grid != "fused" and not args.src:
+        known = {layer.key: layer for layer in layer_lists.layers()}
+        args.selected, bad = select_layers(known, args.keys or SWEEP_LAYERS)
+        if bad:
+            p.error(f"--layers: unknown layer key(s) {bad}")
     return args
+
+
+def select_layers(available: dict, keys) -> tuple[list, list]:
+    """(the layers of ``available`` (key -> layer) that ``keys`` names, the keys it lacks): keys
+    ``("all",)``, ``("pointwise",)`` (its 1x1 stride-1 conv layers) or layer keys."""
+    if keys == ("all",):
+        return list(available.values()), []
+    if keys == ("pointwise",):
+        return [lay for lay in available.values() if isinstance(lay, layer_lists.ConvLayer) and is_pointwise(lay)], []
+    return [available[k] for k in keys if k in available], [k for k in keys if k not in available]
 
 
 def result_name(meta) -> str:
@@ -569,8 +848,18 @@ def result_name(meta) -> str:
 def main(argv=None) -> int:
     args = parse_args(argv)
     started = time.perf_counter()
+    profile = None
+    if args.grid == "fused" and not args.src:  # the layers: the plans' fused kernels
+        profile = common.target_profile(args, build_only=bool(args.build_only))
+        found = fused_layers([m.strip() for m in args.models.split(",") if m.strip()], args.onnx_dir, profile)
+        args.selected, bad = select_layers({layer.key: layer for layer in found}, args.keys or ("all",))
+        if bad:
+            common.log(f"--layers: not fused in the plans: {bad} (there: {[layer.key for layer in found]})")
+            return 2
+        common.log(f"{len(args.selected)} fused layers ({sum(lay.count for lay in args.selected)} launches) "
+                   f"on {profile.name}")
     if args.build_only:
-        meta, _ = build_all(args.selected, args.grid, args.build_only, args.placement)
+        meta, _ = build_all(args.selected, args.grid, args.build_only, args.placement, profile)
         failed = [c for c in meta["cases"] if "error" in c]
         common.log(
             f"wrote {len(meta['cases']) - len(failed)} kernels to {args.build_only} "
@@ -584,17 +873,15 @@ def main(argv=None) -> int:
     common.log(f"device: {dev.name}")
     if args.src:
         meta, modules = load_cases(args.src)
-        built = {lay["model"] + "." + lay["name"] for lay in meta["layers"]}
-        if args.layers is None:
-            args.selected = [layer_lists.ConvLayer.from_dict(d) for d in meta["layers"]]
-        missing = [layer.key for layer in args.selected if layer.key not in built]
+        built = {layer.key: layer for layer in map(layer_lists.layer_from_dict, meta["layers"])}
+        args.selected, missing = select_layers(built, args.keys or ("all",))
         if missing:
             common.log(f"not in {args.src}: {missing} (rebuild with --build-only)")
-        args.selected = [layer for layer in args.selected if layer.key in built]
     else:
-        meta, modules = build_all(args.selected, args.grid, None, args.placement)
+        meta, modules = build_all(args.selected, args.grid, None, args.placement, profile)
     if args.jobs > 1:  # compile the OpenCL programs in parallel first (binaries land in the disk cache)
-        precompile(dev, {m.source for m in modules.values()}, args.jobs)
+        keys = {layer.key for layer in args.selected}  # the selected layers' kernels only (--layers of a bundle)
+        precompile(dev, {modules[c["kernel"]].source for c in meta["cases"] if c["layer"] in keys and "kernel" in c}, args.jobs)
     build_s = time.perf_counter() - started
     deadline = started + args.time_limit if args.time_limit else float("inf")
     cl = dev.cl_device
@@ -604,6 +891,7 @@ def main(argv=None) -> int:
         "tvm": meta.get("tvm"),
         "grid": meta.get("grid"),
         "placement": meta.get("placement", "texture"),
+        "target": meta.get("target"),
         "device_info": {
             "name": dev.name,
             "version": cl.version.strip(),
@@ -632,8 +920,11 @@ def main(argv=None) -> int:
         payload["run_s"] = round(time.perf_counter() - started - build_s, 1)
         path = common.write_json(result_name(meta), dev.name, payload, args.results_dir)  # after every layer: partial results survive
     placement = payload["placement"]
-    base = "default_gpu" if placement == "buffer" else "old_default"
-    payload[f"geomean_speedup_over_{base}"] = print_report(rows, dev.name, placement)
+    if payload["grid"] == "fused":
+        payload["fused"] = print_fused_report(rows, dev.name)
+    else:
+        base = "default_gpu" if placement == "buffer" else "old_default"
+        payload[f"geomean_speedup_over_{base}"] = print_report(rows, dev.name, placement)
     path = common.write_json(result_name(meta), dev.name, payload, args.results_dir)
     common.log(f"build {build_s:.0f} s, run {payload.get('run_s', 0):.0f} s; wrote {path}")
     bad = [1 for row in rows for r in row["results"] if "error" in r or not r.get("ok", False)]

@@ -83,6 +83,71 @@ class ConvLayer:
         )
 
 
+@dataclass
+class FusedLayer:
+    """A depthwise conv and the 1x1 conv reading it, run as one kernel
+    (``primfuncs.conv.depthwise_pointwise_nchw4c``) as a model's plan has it (taken from the plan by
+    ``benchmarks/conv_configs.py --grid fused``). ``kernel``: the factory's keyword arguments but
+    ``config``, as JSON (epilogues as dicts; shapes, scopes, dtype as planned); ``info``: the plan's
+    op info of the kernel (what ``tir_adreno.tools.workbench.reference_case`` builds the float64
+    reference from); ``config``: the planned ``ConvConfig`` as a dict and its ``source``
+    ("default" or "records"); ``count`` launches over ``models``."""
+
+    model: str
+    name: str
+    kernel: dict
+    info: dict
+    config: dict
+    source: str = "default"
+    count: int = 1
+    models: tuple = ()
+
+    @property
+    def key(self) -> str:
+        return f"{self.model}.{self.name}"
+
+    @property
+    def out_shape(self) -> tuple[int, int, int, int]:
+        return tuple(self.info["output"])
+
+    @property
+    def placement(self) -> str:
+        """Where its activations live: "texture" or "buffer" (the plan's input scope)."""
+        return "buffer" if self.kernel["scope"] == "global" else "texture"
+
+    @property
+    def flops(self) -> int:
+        """2 x the multiply-adds of the two convs (without the depthwise work a tile recomputes)."""
+        (n, c, _, _), (o, cg, _, _) = self.info["inputs"][0], self.info["weight"]
+        _, _, kh, kw = self.info["depthwise"]["weight"]
+        _, _, oh, ow = self.out_shape
+        return 2 * n * oh * ow * (c * kh * kw + o * cg)
+
+    @property
+    def description(self) -> str:
+        """"dw3x3/2 32@112x112 hardswish -> 16 g1 +res buf" (the 1x1's bias and activation after its width)."""
+        (_, c, h, w), (o, _, _, _) = self.info["inputs"][0], self.info["weight"]
+        _, _, kh, kw = self.info["depthwise"]["weight"]
+        attrs, dw_epi, epi = self.info["attrs"], self.info["depthwise"]["epilogue"], self.info["epilogue"]
+        act = f" {epi['activation']}" if epi["activation"] else ""
+        res = " +res" if epi["residual"] else ""
+        return (f"dw{kh}x{kw}/{attrs['strides'][0]} {c}@{h}x{w} {dw_epi['activation'] or 'linear'} -> {o} "
+                f"g{attrs.get('groups', 1)}{act}{res} {self.placement[:3]}")
+
+    def to_dict(self) -> dict:
+        return {"kind": "fused", "model": self.model, "name": self.name, "kernel": self.kernel, "info": self.info,
+                "config": self.config, "source": self.source, "count": self.count, "models": list(self.models)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "FusedLayer":
+        return cls(d["model"], d["name"], d["kernel"], d["info"], d["config"], d["source"], d["count"], tuple(d["models"]))
+
+
+def layer_from_dict(d: dict):
+    """A :class:`ConvLayer` or a :class:`FusedLayer` (``"kind": "fused"``) from its ``to_dict``."""
+    return FusedLayer.from_dict(d) if d.get("kind") == "fused" else ConvLayer.from_dict(d)
+
+
 def _conv(model, name, c, hw, o, k, stride=1, groups=1, count=1):
     """A square conv of a square input: ``c`` -> ``o`` channels, ``k`` x ``k``, padding k // 2."""
     return ConvLayer(

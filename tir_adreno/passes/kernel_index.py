@@ -181,9 +181,14 @@ def entry_of(func) -> dict:
     return _entries[str(func.attrs[CALL_ATTR])]
 
 
+def call_of(stub_func) -> KernelCall:
+    """The :class:`KernelCall` a stub stands for (in the process that made the stub)."""
+    return _calls[str(stub_func.attrs[CALL_ATTR])]
+
+
 def materialize(stub_func) -> tirx.PrimFunc:
     """The kernel a stub stands for, as it gets built (:func:`kernel_func`): the factory is called."""
-    return kernel_func(emitted(_calls[str(stub_func.attrs[CALL_ATTR])].primfunc()))
+    return kernel_func(emitted(call_of(stub_func).primfunc()))
 
 
 def kernel(factory, *args, **kwargs) -> KernelCall:
