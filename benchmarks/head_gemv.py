@@ -12,6 +12,10 @@ is in the JSON.
     python benchmarks/head_gemv.py --onnx /work/exports/efficientvit_b0.onnx ... --target nvidia-h200 --build-only DIR  # here (TVM)
     python benchmarks/head_gemv.py --from DIR                                                                           # on the GPU, no TVM
 
+``--ways before after`` builds only those (``ways.py``: ``--from`` runs the ways DIR holds), e.g.
+the eight issue-21 models in two ways to keep the bundle small, ``--ways apart after`` for the
+pool question on a few.
+
 Kernel time: the median over ``--repeat`` profiled runs (the ways alternating) of the sum of OpenCL
 event times, per model and per kernel family; wall time likewise over unprofiled runs; the outputs
 of the ways are compared with the first's (``ways.py``).
