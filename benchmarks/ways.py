@@ -35,6 +35,8 @@ def arguments(description: str, target: str | None = "nvidia-h200", target_help:
     mode.add_argument("--build-only", type=Path, metavar="DIR", help="compile and save the ways into DIR (needs TVM)")
     mode.add_argument("--from", dest="source", type=Path, metavar="DIR", help="run the models saved by --build-only (no TVM)")
     parser.add_argument("--results-dir", type=Path, default=None, help="default: benchmarks/results")
+    parser.add_argument("--ways", nargs="+", default=None, metavar="WAY",
+                        help="--build-only: only these of the script's ways (default: all); --from runs the ways DIR holds")
     add_device_argument(parser)
     return parser
 
@@ -86,6 +88,19 @@ def wide_profile(target: str, name: str):
     return profile
 
 
+def chosen_ways(args, ways) -> tuple:
+    """The script's ``ways`` (in its order, the first the baseline) that this run takes: with
+    ``--build-only`` those of ``--ways`` (SystemExit naming an unknown one), with ``--from`` those
+    the directory holds."""
+    if args.build_only:
+        unknown = sorted(set(args.ways or ()) - set(ways))
+        if unknown:
+            raise SystemExit(f"--ways: unknown {unknown}; this script's ways: {list(ways)}")
+        return tuple(w for w in ways if args.ways is None or w in args.ways)
+    held = {p.name for p in args.source.iterdir() if p.is_dir()} if args.source.is_dir() else set()
+    return tuple(w for w in ways if any(name.endswith(f"-{w}") for name in held)) or tuple(ways)
+
+
 def build(args, ways, settings: dict | None = None, profiles=None) -> None:
     """``--build-only``: compile each of ``args.onnx`` each of ``ways`` into ``args.build_only``,
     every way for ``--target``'s profile (the live device's where there is none) unless
@@ -116,6 +131,7 @@ def main(description: str, name: str, ways, profiles=None, settings: dict | None
     """A whole ways script: ``--build-only`` builds (:func:`build`), ``--from`` measures and saves
     ``name``'s results (``<name>[-<precision>]-<device>.json``)."""
     args = parse(arguments(description, target_help=target_help))
+    ways = chosen_ways(args, ways)
     if args.build_only:
         return build(args, ways, settings, profiles)
     models, results, device = measure_ways(args, ways, detail)

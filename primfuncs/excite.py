@@ -110,14 +110,47 @@ def excitation(shape, channels: int, hidden: int, out_channels: int, activation:
     return _pooled_mlp(shape, channels, hidden, out_channels, activation, gate, bounds, gate_bounds, dtype, scope, threads, 1)
 
 
+@dataclass(frozen=True)
+class VectorNorm:
+    """The layer norm over the channels of :func:`pooled_pointwise`'s vector before its 1x1 conv
+    (EfficientViT's LayerNorm -> Hardswish -> Linear, ConvNeXt's pool -> LayerNorm -> Linear):
+    ``activation((P - mean) / sqrt(var + epsilon) * Gamma + Beta)`` (``Gamma``/``Beta`` with any
+    per-channel steps after the norm folded in; ``bounds``: the clip bounds of a ``"clip"``)."""
+
+    epsilon: float
+    activation: str | None = None
+    bounds: tuple = (0.0, 6.0)
+
+
+#: Work items of :func:`pooled_pointwise`'s layer norm statistics (:class:`VectorNorm`): each sums
+#: every ``NORM_ITEMS``-th channel, then one item adds their sums in order.
+NORM_ITEMS = 32
+
+
 def pooled_pointwise(shape, channels: int, out_channels: int, activation: str | None = None, bounds=(0.0, 6.0),
-                     dtype: str = "float32", scope: str = TEXTURE, threads: int = THREADS, groups: int = 1):
+                     dtype: str = "float32", scope: str = TEXTURE, threads: int = THREADS, groups: int = 1,
+                     unroll: int = 1, norm: VectorNorm | None = None):
     """``Y = activation(W @ mean_hw(X) + b)`` per sample of the NCHW4c feature map ``shape`` holding
     ``channels``: a 1x1 conv of ``out_channels`` on the global average pool (NCHW4c
     ``[N, out_channels, 1, 1]``; ``W: (O4 * 4, C4 * 4)``, ``b: (O4 * 4,)``), its output blocks
-    split over ``groups`` work groups per sample, each pooling the whole map."""
-    return _pooled_mlp(shape, channels, out_channels, None, activation, None, bounds, (0.0, 6.0), dtype, scope, threads, groups)
+    split over ``groups`` work groups per sample, each pooling the whole map. A ``[N, C, 1, 1]``
+    ``shape`` is the vector itself: a matrix-vector product (a classifier's Linear).
 
+    ``unroll`` > 1 (the wide GPUs' head GEMV): the conv's items read four neighbouring weights
+    (one float4) per step, ``unroll`` such loads in flight before they are added; 1: one weight
+    per step (the form CPU OpenCL and mobile GPUs run). ``norm`` (:class:`VectorNorm`): the pooled
+    vector is layer normalized over its channels first (float32 statistics, two passes, every
+    work group computing them itself), scaled and shifted by ``Gamma``/``Beta`` (float32
+    ``(C4 * 4,)`` buffers, zero padded; arguments ``X, Gamma, Beta, W, b, Y``) and activated."""
+    check_positive(unroll=unroll)
+    if norm is not None:
+        if not isinstance(norm, VectorNorm):
+            raise ValueError(f"norm must be a VectorNorm, got {norm!r}")
+        _check_activation("norm activation", norm.activation)
+        if not norm.epsilon >= 0:
+            raise ValueError(f"norm epsilon must be >= 0, got {norm.epsilon}")
+    return _pooled_mlp(shape, channels, out_channels, None, activation, None, bounds, (0.0, 6.0), dtype, scope, threads, groups,
+                       head=(unroll, norm))
 
 
 def excitation_split(shape, channels: int, hidden: int, out_channels: int, activation: str | None = "relu",
@@ -252,11 +285,12 @@ def split_shared_bytes(c4: int, pixels: int, hidden: int, out4: int, channel_blo
 
 
 def _pooled_mlp(shape, channels, hidden, out_channels, activation, gate, bounds, gate_bounds, dtype, scope, threads, groups,
-                split=None, dw: "_Depthwise | None" = None):
+                split=None, dw: "_Depthwise | None" = None, head=(1, None)):
     """The kernel of :func:`excitation` (``out_channels`` given), of :func:`excitation_split`
     (``split``: channel blocks and pixel slices per work group), of :func:`depthwise_excitation`
     (``split`` and ``dw``: the pooled map ``shape`` computed by that depthwise conv) or of
-    :func:`pooled_pointwise` (``out_channels`` None: the first layer is the output, split over ``groups``)."""
+    :func:`pooled_pointwise` (``out_channels`` None: the first layer is the output, split over
+    ``groups``; ``head``: its ``unroll`` and ``norm``)."""
     n, c4, h, w = _check_nchw4c(shape)
     check_positive(N=n, C4=c4, H=h, W=w, hidden=hidden, threads=threads, groups=groups)
     check_channels(c4, channels)
@@ -282,6 +316,10 @@ def _pooled_mlp(shape, channels, hidden, out_channels, activation, gate, bounds,
     is_split = split is not None
     last = slices - 1  # the ticket of the work group that finishes the excitation
     sentinel = T.call_extern("float32", "as_float", T.int32(PARTIAL_SENTINEL))  # OpenCL's reinterpret
+
+    unroll1, norm = head  # the head's float4 weight loads in flight (1: one weight a step), its layer norm
+    ns = min(nt, NORM_ITEMS)  # items of the norm's statistics
+    count = T.FloatImm("float32", float(channels))
 
     def act(x):
         return activate(x, activation, "float32", *bounds)
@@ -352,7 +390,7 @@ def _pooled_mlp(shape, channels, hidden, out_channels, activation, gate, bounds,
                             P[(r * nt + t) * 4 + lane] = T.Select((c0 + r * nt + t) * 4 + lane < channels, sums[lane] * inv_pixels, zero)
 
     @T.macro
-    def first_layer(W1, P, H1, row0, col0):
+    def scalar_layer(W1, P, H1, row0, col0):
         # 3a. item (j, k) sums the pooled channels k, k + k1, ... (W1's columns col0 + k, ...) of row row0 + j
         for t in T.thread_binding(nt, thread="threadIdx.x"):
             with T.sblock("squeeze"):
@@ -364,6 +402,71 @@ def _pooled_mlp(shape, channels, hidden, out_channels, activation, gate, bounds,
                             if c * k1 + (r * nt + t) % k1 < cb * 4 and col0 + c * k1 + (r * nt + t) % k1 < c4 * 4:
                                 s[0] = s[0] + W1[row0 + (r * nt + t) // k1, col0 + c * k1 + (r * nt + t) % k1] * P[c * k1 + (r * nt + t) % k1]
                         H1[(r * nt + t) // k1, (r * nt + t) % k1] = s[0]
+
+    @T.macro
+    def float4_layer(W1, P, H1, row0, col0):
+        # 3a. item (j, k) sums the pooled channel blocks k, k + k1, ... of row row0 + j: one float4 of
+        # W1 a block (neighbouring items read neighbouring float4s), unroll1 of them loaded first
+        for t in T.thread_binding(nt, thread="threadIdx.x"):
+            with T.sblock("gemv"):
+                s = T.sblock_alloc_buffer((4,), "float32", scope="local")
+                wv = T.sblock_alloc_buffer((unroll1, 4), "float32", scope="local")
+                for r in T.serial(-(-(rows * k1) // nt)):
+                    if (r * nt + t) // k1 < rows and row0 + (r * nt + t) // k1 < w1_rows:
+                        for lane in T.unroll(4):
+                            s[lane] = zero
+                        for q in T.serial(-(-cb // (k1 * unroll1))):
+                            for i in T.unroll(unroll1):
+                                if (q * unroll1 + i) * k1 + (r * nt + t) % k1 < cb:
+                                    for lane in T.vectorized(4):
+                                        wv[i, lane] = W1[row0 + (r * nt + t) // k1, col0 + ((q * unroll1 + i) * k1 + (r * nt + t) % k1) * 4 + lane]
+                            for i in T.unroll(unroll1):
+                                if (q * unroll1 + i) * k1 + (r * nt + t) % k1 < cb:
+                                    for lane in T.unroll(4):
+                                        s[lane] = s[lane] + wv[i, lane] * P[((q * unroll1 + i) * k1 + (r * nt + t) % k1) * 4 + lane]
+                        H1[(r * nt + t) // k1, (r * nt + t) % k1] = s[0] + s[1] + s[2] + s[3]
+
+    first_layer = scalar_layer if unroll1 == 1 else float4_layer
+
+    @T.macro
+    def norm_sums(P, S, stats, deviations):
+        # items t < ns sum channels t, t + ns, ... of P (or their squared deviations from the mean)
+        for t in T.thread_binding(nt, thread="threadIdx.x"):
+            with T.sblock("norm_sums"):
+                acc = T.sblock_alloc_buffer((1,), "float32", scope="local")
+                if t < ns:
+                    acc[0] = zero
+                    for c in T.serial(-(-channels // ns)):
+                        if c * ns + t < channels:
+                            if deviations:
+                                acc[0] = acc[0] + (P[c * ns + t] - stats[0]) * (P[c * ns + t] - stats[0])
+                            else:
+                                acc[0] = acc[0] + P[c * ns + t]
+                    S[t] = acc[0]
+        # item 0 adds them in order: the mean, then 1 / sqrt(variance + epsilon)
+        for t in T.thread_binding(nt, thread="threadIdx.x"):
+            with T.sblock("norm_total"):
+                total = T.sblock_alloc_buffer((1,), "float32", scope="local")
+                if t == 0:
+                    total[0] = zero
+                    for k in range(ns):
+                        total[0] = total[0] + S[k]
+                    if deviations:
+                        stats[1] = T.FloatImm("float32", 1.0) / T.sqrt(total[0] / count + T.FloatImm("float32", float(norm.epsilon)))
+                    else:
+                        stats[0] = total[0] / count
+
+    @T.macro
+    def normalize(P, Gamma, Beta, S, stats):
+        # the layer norm of the pooled vector P over its channels, in place (padded lanes stay 0)
+        norm_sums(P, S, stats, False)
+        norm_sums(P, S, stats, True)
+        for t in T.thread_binding(nt, thread="threadIdx.x"):
+            with T.sblock("norm"):
+                for r in T.serial(-(-(cb * 4) // nt)):
+                    if r * nt + t < channels:
+                        P[r * nt + t] = activate((P[r * nt + t] - stats[0]) * stats[1] * Gamma[r * nt + t] + Beta[r * nt + t],
+                                                 norm.activation, "float32", *norm.bounds)
 
     @T.macro
     def hidden_units(H1, H, B1, ticket, split_k):
@@ -428,6 +531,48 @@ def _pooled_mlp(shape, channels, hidden, out_channels, activation, gate, bounds,
                                 y[lane] = T.Select((r * nt + t) * 4 + lane < out_channels, gated(y[lane]), zero)
                             store_pixel(G, vn, r * nt + t, 0, 0, y)
 
+    @T.macro
+    def head_body(X, Gamma, Beta, W1, B1, Y):
+        for b in T.thread_binding(n * groups, thread="blockIdx.x"):
+            with T.sblock("sample"):
+                vb = T.axis.spatial(n * groups, b)
+                partial = T.sblock_alloc_buffer((ps, cb, 4), "float32", scope="shared")
+                part2 = T.sblock_alloc_buffer((ks, cb, 4), "float32", scope="shared")
+                P = T.sblock_alloc_buffer((cb * 4,), "float32", scope="shared")
+                H1 = T.sblock_alloc_buffer((rows, k1), "float32", scope="shared")
+                pool(X, partial, part2, P, vb // groups, 0, 0, X, X, X)
+                if norm is not None:
+                    S = T.sblock_alloc_buffer((ns,), "float32", scope="shared")
+                    stats = T.sblock_alloc_buffer((2,), "float32", scope="shared")  # mean, 1 / sqrt(var + eps)
+                    normalize(P, Gamma, Beta, S, stats)
+                first_layer(W1, P, H1, (vb % groups) * rows, 0)
+                # 3b. this group's output blocks t, t + nt, ...: the k1 partial sums, bias, activation
+                for t in T.thread_binding(nt, thread="threadIdx.x"):
+                    with T.sblock("output"):
+                        yv = T.sblock_alloc_buffer((4,), "float32", scope="local")
+                        for r in T.serial(-(-blocks // nt)):
+                            if r * nt + t < blocks and (vb % groups) * blocks + r * nt + t < o4:
+                                for lane in T.unroll(4):
+                                    yv[lane] = B1[((vb % groups) * blocks + r * nt + t) * 4 + lane]
+                                    for k in range(k1):
+                                        yv[lane] = yv[lane] + H1[(r * nt + t) * 4 + lane, k]
+                                    yv[lane] = T.Select(((vb % groups) * blocks + r * nt + t) * 4 + lane < hidden, act(yv[lane]), zero)
+                                store_pixel(Y, vb // groups, (vb % groups) * blocks + r * nt + t, 0, 0, yv)
+
+    if not second and norm is not None:
+        @T.prim_func(s_tir=True)
+        def normed_head(x: T.handle, gamma: T.handle, beta: T.handle, w1: T.handle, b1: T.handle, y: T.handle):
+            T.func_attr({"global_symbol": "pooled_pointwise", "tirx.noalias": True})
+            X = T.match_buffer(x, (n, c4, h, w, 4), dtype, scope=scope)
+            Gamma = T.match_buffer(gamma, (c4 * 4,), "float32")
+            Beta = T.match_buffer(beta, (c4 * 4,), "float32")
+            W1 = T.match_buffer(w1, (w1_rows, c4 * 4), "float32")
+            B1 = T.match_buffer(b1, (w1_rows,), "float32")
+            Y = T.match_buffer(y, (n, o4, 1, 1, 4), dtype, scope=scope)
+            head_body(X, Gamma, Beta, W1, B1, Y)
+
+        return normed_head
+
     if not second:
         @T.prim_func(s_tir=True)
         def head(x: T.handle, w1: T.handle, b1: T.handle, y: T.handle):
@@ -436,27 +581,7 @@ def _pooled_mlp(shape, channels, hidden, out_channels, activation, gate, bounds,
             W1 = T.match_buffer(w1, (w1_rows, c4 * 4), "float32")
             B1 = T.match_buffer(b1, (w1_rows,), "float32")
             Y = T.match_buffer(y, (n, o4, 1, 1, 4), dtype, scope=scope)
-            for b in T.thread_binding(n * groups, thread="blockIdx.x"):
-                with T.sblock("sample"):
-                    vb = T.axis.spatial(n * groups, b)
-                    partial = T.sblock_alloc_buffer((ps, cb, 4), "float32", scope="shared")
-                    part2 = T.sblock_alloc_buffer((ks, cb, 4), "float32", scope="shared")
-                    P = T.sblock_alloc_buffer((cb * 4,), "float32", scope="shared")
-                    H1 = T.sblock_alloc_buffer((rows, k1), "float32", scope="shared")
-                    pool(X, partial, part2, P, vb // groups, 0, 0, X, X, X)
-                    first_layer(W1, P, H1, (vb % groups) * rows, 0)
-                    # 3b. this group's output blocks t, t + nt, ...: the k1 partial sums, bias, activation
-                    for t in T.thread_binding(nt, thread="threadIdx.x"):
-                        with T.sblock("output"):
-                            yv = T.sblock_alloc_buffer((4,), "float32", scope="local")
-                            for r in T.serial(-(-blocks // nt)):
-                                if r * nt + t < blocks and (vb % groups) * blocks + r * nt + t < o4:
-                                    for lane in T.unroll(4):
-                                        yv[lane] = B1[((vb % groups) * blocks + r * nt + t) * 4 + lane]
-                                        for k in range(k1):
-                                            yv[lane] = yv[lane] + H1[(r * nt + t) * 4 + lane, k]
-                                        yv[lane] = T.Select(((vb % groups) * blocks + r * nt + t) * 4 + lane < hidden, act(yv[lane]), zero)
-                                    store_pixel(Y, vb // groups, (vb % groups) * blocks + r * nt + t, 0, 0, yv)
+            head_body(X, X, X, W1, B1, Y)
 
         return head
 

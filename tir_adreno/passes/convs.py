@@ -76,3 +76,12 @@ def sole_conv_reader(g: Graph, var, nchw) -> tuple[Node, ConvGeometry] | None:
         return conv, conv_geometry(conv, nchw, operands.weights.shape)
     except ValueError:
         return None
+
+
+def as_conv_node(node: Node, x_var, data_layout: str, weight: np.ndarray) -> Node:
+    """Matmul ``node`` as the conv node that computes it: ``x_var`` (``data_layout``) convolved with
+    OIHW ``weight`` (``rules.matmul``), writing ``node``'s value."""
+    weight = relax.const(np.ascontiguousarray(weight))
+    dummy = relax.Var("x", relax.TensorType(list(static_shape(x_var)), "float32"))
+    attrs = relax.op.nn.conv2d(dummy, weight, data_layout=data_layout, kernel_layout="OIHW").attrs
+    return Node(node.var, "relax.nn.conv2d", [x_var, weight], attrs, node.value)

@@ -146,6 +146,50 @@ def pooled_conv_schedule(profile: DeviceProfile, channels: int, pixels: int, out
     return dict(threads=threads, groups=groups)
 
 
+#: Output blocks (of four channels) per work group of a wide GPU's classifier-head GEMV
+#: (``pooled_pointwise`` on a ``[N, C, 1, 1]`` vector or a small map): about one work group per
+#: compute unit for a 1000-class head (250 blocks: 125 groups on the H200's 132 units).
+#: None: heads keep the plans before (the tiled conv on the vector, the pool apart).
+HEAD_GEMV_BLOCKS: int | None = 2
+#: Work items of such a work group: ``4 x HEAD_GEMV_BLOCKS`` rows x ``primfuncs.excite.MAX_SPLIT``
+#: items per row, every item busy in the matrix-vector product.
+HEAD_GEMV_THREADS = 256
+#: Float4 weight loads each item has in flight (``pooled_pointwise``'s ``unroll``).
+HEAD_GEMV_UNROLL = 4
+#: Whether a wide GPU's head GEMV pools the map itself (the pool's launch saved, every work group
+#: summing the whole map) when that repeated pooling is within ``launch_cost_macs`` adds; False:
+#: the mean always runs apart (``mean_hw``), the GEMV on its vector.
+HEAD_GEMV_POOL = True
+
+
+def head_gemv_schedule(profile: DeviceProfile, channels: int, pixels: int, out_channels: int) -> dict | None:
+    """Factory keywords (``threads``, ``groups``, ``unroll``) of ``primfuncs.excite.pooled_pointwise``
+    as a wide GPU's (:func:`is_wide`) classifier-head GEMV: a 1x1 conv of ``channels`` ->
+    ``out_channels`` on a vector (``pixels`` 1) or on the mean of a map of ``pixels`` pixels; None
+    elsewhere (CPU OpenCL, mobile GPUs: their plans stay), with fusion off (``launch_cost_macs``
+    0), or when the work group's shared memory does not fit the device's. :data:`HEAD_GEMV_BLOCKS`
+    output blocks per work group; pooling a map, each work group sums all of it, so it is taken
+    (:data:`HEAD_GEMV_POOL`) only when ``groups x channels x pixels`` adds cost at most
+    ``launch_cost_macs`` (the repeated pool costs less than a launch: the rule
+    ``pooled_conv_schedule`` applies), with more blocks per group down to one group per compute
+    unit; past that, None (the pool runs apart, then the GEMV on its vector)."""
+    if not is_wide(profile) or HEAD_GEMV_BLOCKS is None or profile.launch_cost_macs <= 0:
+        return None
+    if pixels > 1 and not HEAD_GEMV_POOL:
+        return None
+    o4 = ceildiv(out_channels, 4)
+    groups = ceildiv(o4, HEAD_GEMV_BLOCKS)
+    if pixels > 1:  # fewer groups (more blocks each) while the repeated pooling costs more than a launch
+        fewer = min(groups, profile.launch_cost_macs // (channels * pixels))
+        if fewer < min(profile.compute_units, groups):
+            return None
+        groups = ceildiv(o4, ceildiv(o4, fewer))  # no group without blocks
+    threads = min(HEAD_GEMV_THREADS, profile.max_work_group_size)
+    if not _fits(profile, channels, pixels, 4 * ceildiv(o4, groups), threads):
+        return None
+    return dict(threads=threads, groups=groups, unroll=HEAD_GEMV_UNROLL)
+
+
 #: Most work items of ``grn_scale``'s work group per sample.
 GRN_THREADS = 256
 

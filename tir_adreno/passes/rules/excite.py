@@ -19,9 +19,10 @@ from tvm import relax
 
 from primfuncs import excite
 
-from tir_adreno.passes.activations import clip_fields
-from tir_adreno.passes.convs import conv_geometry, conv_layer, conv_operands, sole_conv_reader
-from tir_adreno.passes.graph import Node, dtype, same, static_shape
+from tir_adreno.passes.activations import clip_fields, match_activation
+from tir_adreno.passes.affine import linear_step
+from tir_adreno.passes.convs import as_conv_node, conv_geometry, conv_layer, conv_operands, sole_conv_reader
+from tir_adreno.passes.graph import Node, const, dtype, same, static_shape
 from tir_adreno.passes.kernel_index import kernel
 from tir_adreno.passes.op_info import FLOAT32_ATTR, elementwise_info, epilogue_info
 from tir_adreno.passes.rewriter import Rewriter, Value, blocked_shape
@@ -77,6 +78,8 @@ def pooled_excitation(rw: Rewriter, node: Node):
         return None
     fc1 = rw.graph.sole_user(node.var)
     out = _excite(rw, x, fc1, node.var)
+    if out is None and pool_strategy.is_wide(rw.profile):  # a classifier head: its GEMV pools the map
+        out = head_gemv(rw, x, node.var, [node])
     if out is None:
         out = _pooled_pointwise(rw, x, fc1, node.var)
     if out is not None:
@@ -91,7 +94,10 @@ def excitation(rw: Rewriter, node: Node):
     x = rw.activation(node.args[0]) if _vector_pointwise(node, node.args[0]) is not None else None
     if x is None or x.layout != "NCHW":
         return None
-    return _excite(rw, x, node, node.args[0])
+    out = _excite(rw, x, node, node.args[0])
+    if out is None and pool_strategy.is_wide(rw.profile):  # a classifier's conv on the vector: the head GEMV
+        out = head_gemv(rw, x, node.args[0], [])
+    return out
 
 
 @rule("relax.nn.conv2d")
@@ -224,6 +230,98 @@ def _pooled_pointwise(rw: Rewriter, x: Value, conv: Node | None, vector) -> rela
               relax.const(_padded(tail.bias.astype(np.float32)[None], 1, 4 * out5[1])[0])]
     out = rw.emit_kernel(func, [rw.blocked(x, scope), *consts], out5, op_info=info)
     rw.define(tail.last.var, out, scope, (n, out_channels, 1, 1))
+    return out
+
+
+def _vector_form(shape, n: int, c: int) -> int | None:
+    """The channel axis of ``shape`` when it is the ``[N, C]`` vector as ``[N, C, 1, 1]``,
+    ``[N, C]`` or ``[N, 1, 1, C]`` (the same NCHW4c tensor), else None."""
+    return {(n, c, 1, 1): 1, (n, c): 1, (n, 1, 1, c): 3}.get(tuple(shape or ()))
+
+
+def _head_chain(rw: Rewriter, var, n: int, c: int):
+    """What follows the ``[N, C]`` vector ``var`` up to the classifier's 1x1 conv or Linear that
+    reads it, through views (reshape, permute) of the vector, at most one layer norm over its
+    channels (constant gamma and beta) with the per-channel steps and the activation after it:
+    (nodes taken, ``(epsilon, scale, shift, activation, bounds)`` or None, the consumer as a 1x1
+    conv node on an ``[N, C, 1, 1]`` stand-in var, its OIHW weights), else None."""
+    g, nodes, norm = rw.graph, [], None
+    while (user := g.sole_user(var)) is not None:
+        axis = _vector_form(static_shape(var), n, c)
+        if axis is None or dtype(var) != "float32":
+            return None
+        if user.op in ("relax.reshape", "relax.permute_dims") and _vector_form(static_shape(user.var), n, c) is not None:
+            nodes, var = nodes + [user], user.var
+            continue
+        if user.op == "relax.nn.layer_norm" and norm is None and same(user.args[0], var):
+            rank = len(static_shape(var))
+            gamma = const(user.args[1]) if bool(user.attrs.scale) else np.ones(c)
+            beta = const(user.args[2]) if bool(user.attrs.center) else np.zeros(c)
+            if (tuple(int(a) % rank for a in user.attrs.axes) != (axis,) or gamma is None or beta is None
+                    or gamma.size != c or beta.size != c):
+                return None
+            scale, shift, taken, last = np.asarray(gamma, np.float64).reshape(c), np.asarray(beta, np.float64).reshape(c), [user], user.var
+            while (step_node := g.sole_user(last)) is not None and (step := linear_step(step_node, last, c, "NC" if rank == 2 else "NCHW")) is not None:
+                scale, shift, taken, last = scale * step[0], shift * step[0] + step[1], taken + [step_node], step_node.var
+            matched = match_activation(g, last)
+            activation, bounds = (matched[0], matched[1]) if matched is not None else (None, None)
+            taken += matched[2] if matched is not None else []
+            norm = (float(user.attrs.epsilon), scale, shift, activation, bounds)
+            nodes, var = nodes + taken, taken[-1].var
+            continue
+        stand_in = relax.Var("head_vector", relax.TensorType([n, c, 1, 1], "float32"))
+        if user.op == "relax.matmul" and same(user.args[0], var) and axis == 1 and len(static_shape(var)) == 2:
+            w = const(user.args[1])
+            if w is None or w.dtype != np.float32 or w.ndim != 2 or w.shape[0] != c:
+                return None
+            conv_node = as_conv_node(user, stand_in, "NCHW", w.T[:, :, None, None])
+            return nodes + [user], norm, conv_node, np.ascontiguousarray(w.T[:, :, None, None])
+        w = _vector_pointwise(user, var)
+        if w is None:
+            return None
+        return nodes + [user], norm, user, w
+    return None
+
+
+def head_gemv(rw: Rewriter, x: Value, var, taken: list) -> relax.Var | None:
+    """A wide GPU's classifier head as one ``pooled_pointwise`` kernel (``strategy.pool.head_gemv_schedule``):
+    ``var`` (the mean of the map ``x``, or ``x``'s own ``[N, C]`` vector) through the chain of
+    :func:`_head_chain` (views, a layer norm with its activation) to the 1x1 conv or Linear that
+    reads it, with that conv's tail (bias, activation); ``taken``: the nodes ``var`` came from
+    (the pool), marked fused with the rest. Else None with nothing fused."""
+    n, c, h, wd = x.nchw
+    found = _head_chain(rw, var, n, c)
+    if found is None:
+        return None
+    nodes, norm, conv, w = found
+    fused_before = rw.graph.fused_marks()
+    tail = conv_tail(rw, conv, w, "NCHW")
+    out_channels = int(w.shape[0])
+    schedule = pool_strategy.head_gemv_schedule(rw.profile, c, h * wd, out_channels) if tail.residual is None else None
+    if schedule is None:
+        rw.graph.restore_fused(fused_before)
+        return None
+    for m in (*taken, *nodes):
+        m.fused = True
+    out5 = blocked_shape((n, out_channels, 1, 1))
+    scope = rw.scope_for(x.shape5, out5)
+    one = clip_fields(tail.clip_bounds)
+    vnorm = None
+    consts = []
+    if norm is not None:
+        eps, scale, shift, activation, bounds = norm
+        b = clip_fields(bounds)
+        vnorm = excite.VectorNorm(eps, activation, (b.get("clip_min", 0.0), b.get("clip_max", 6.0)))
+        consts = [relax.const(_padded(v.astype(np.float32)[None], 1, 4 * x.shape5[1])[0]) for v in (scale, shift)]
+    func = kernel(excite.pooled_pointwise, x.shape5, c, out_channels, activation=tail.activation, scope=scope,
+                  bounds=(one.get("clip_min", 0.0), one.get("clip_max", 6.0)), norm=vnorm, **schedule)
+    info = elementwise_info("pooled_pointwise", [*taken, *nodes, tail.last], [x.nchw], fc=epilogue_info(tail.epilogue),
+                            **({} if vnorm is None else {"norm": {"epsilon": vnorm.epsilon, "activation": vnorm.activation}}))
+    info["output"] = [n, out_channels, 1, 1]
+    consts += [relax.const(_padded(tail.w[:, :, 0, 0], 4 * out5[1], 4 * x.shape5[1])),
+               relax.const(_padded(tail.bias.astype(np.float32)[None], 1, 4 * out5[1])[0])]
+    out = rw.emit_kernel(func, [rw.blocked(x, scope), *consts], out5, op_info=info)
+    rw.define(tail.last.var, out, scope, (n, out_channels, 1, 1), tail.layout)
     return out
 
 

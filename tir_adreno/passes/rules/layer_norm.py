@@ -21,6 +21,7 @@ from tir_adreno.passes.rewriter import Rewriter, Value, blocked_shape
 from tir_adreno.passes.rules.base import rule
 from tir_adreno.passes.rules.conv import emit_conv2d
 from tir_adreno.passes.rules.elementwise import affine_chain
+from tir_adreno.passes.rules.excite import head_gemv
 from tir_adreno.passes.rules.layout import TO_NCHW
 from tir_adreno.passes.rules.matmul import _tokens_as_nhwc, as_conv_node
 from tir_adreno.strategy import conv as conv_strategy
@@ -50,6 +51,10 @@ def layer_norm(rw: Rewriter, node: Node):
     b = const(beta) if bool(node.attrs.center) else np.zeros(c, np.float32)
     if g is None or b is None or g.size != c or b.size != c:
         return None
+    if x.nchw[2:] == (1, 1) and pool_strategy.is_wide(rw.profile):  # a classifier's norm: in its head GEMV
+        out = head_gemv(rw, x, x_var, [])
+        if out is not None:
+            return out
     folded = _fold_into_conv(rw, node, x, x_var, layout_, g, b)
     if folded is not None:
         return folded

@@ -5,10 +5,12 @@ from __future__ import annotations
 import numpy as np
 from tvm import relax
 
+from tir_adreno.passes.convs import as_conv_node
 from tir_adreno.passes.graph import Node, const, dtype, static_shape
 from tir_adreno.passes.rewriter import Rewriter, Value, blocked_shape
-from tir_adreno.passes.rules import conv
+from tir_adreno.passes.rules import conv, excite
 from tir_adreno.passes.rules.base import rule
+from tir_adreno.strategy import pool as pool_strategy
 
 
 def _nc_value(rw: Rewriter, var) -> Value | None:
@@ -71,16 +73,11 @@ def matmul(rw: Rewriter, node: Node):
     a_shape = static_shape(a)
     if w is None or w.dtype != np.float32 or w.ndim != 2 or a_shape is None or dtype(a) != "float32":
         return None
+    vector = _nc_value(rw, a) if len(a_shape) == 2 and pool_strategy.is_wide(rw.profile) else None
+    out = excite.head_gemv(rw, vector, a, []) if vector is not None else None  # a wide GPU's classifier GEMV
+    if out is not None:
+        return out
     found = _as_conv_operands(rw, node, w, a_shape)
     if found is None:
         return None
     return conv.conv2d.apply(rw, as_conv_node(node, *found))
-
-
-def as_conv_node(node: Node, x_var, data_layout: str, weight: np.ndarray) -> Node:
-    """Matmul ``node`` as the conv node that computes it: ``x_var`` (``data_layout``) convolved with
-    OIHW ``weight`` (:func:`_as_conv_operands`), writing ``node``'s value."""
-    weight = relax.const(np.ascontiguousarray(weight))
-    dummy = relax.Var("x", relax.TensorType(list(static_shape(x_var)), "float32"))
-    attrs = relax.op.nn.conv2d(dummy, weight, data_layout=data_layout, kernel_layout="OIHW").attrs
-    return Node(node.var, "relax.nn.conv2d", [x_var, weight], attrs, node.value)
