@@ -640,10 +640,10 @@ def load_cases(src: Path):
 # run (no TVM)
 def layer_inputs(layer, rng) -> tuple[list, np.ndarray, int]:
     """(two sets of the kernels' inputs, blocked as they read them, in parameter order; the float64
-    reference output of the first, NCHW; its channels). A conv layer: X and W; a fused layer: the
-    inputs ``tools.workbench.reference_case`` makes of the plan's op info (X, W_dw [Bias_dw] W
-    [Bias] [Residual])."""
-    if isinstance(layer, layer_lists.FusedLayer):
+    reference output of the first, NCHW; its channels). A conv layer: X and W; a plan layer: the
+    inputs ``tools.workbench.reference_case`` makes of the plan's op info (fused: X, W_dw [Bias_dw]
+    W [Bias] [Residual]; stem: X as planned (plain NCHW), W [Bias])."""
+    if isinstance(layer, layer_lists.PlanLayer):
         sets = [reference_case(layer.info, rng) for _ in range(2)]
         return [inputs for inputs, _, _ in sets], sets[0][1], sets[0][2]
     raw = [
