@@ -123,7 +123,7 @@ def test_stem_layer_rebuilds_the_plans_kernel(onnx_dir):
     assert grid[:2] == [("default", stem), ("plan", stem)] and grid[2][0] == "gpu_default" and not grid[2][1].tiled
     geom = conv_configs.plan_kwargs(layer, None)["geometry"]
     sweep = [c for kind, c in grid if kind == "sweep"]
-    assert len(sweep) >= 8 and len(grid) <= 40
+    assert len(sweep) >= 4 and len(grid) <= 40  # 80 x 80 outputs: few configs give 132 work groups
     for c in sweep:
         gx, gy, _ = c.work_group
         assert c.tiled and c.split_k == 1 and gy <= -(-geom.o4 // c.oc_block) and 32 <= gx * gy <= 256
