@@ -28,7 +28,7 @@ every layer (a run cut short keeps what it measured).
 ``--grid fused`` sweeps the fused depthwise -> 1x1 kernel
 (``primfuncs.conv.depthwise_pointwise_nchw4c``) instead: its layers are the fused
 kernels of the ``--target`` profile's plans of ONNX exports (``--onnx-dir``,
-``--models``; :data:`FUSED_MODELS`), each as planned (shapes, epilogues, scopes,
+``--models``; :data:`PLAN_MODELS`), each as planned (shapes, epilogues, scopes,
 dtype), deduplicated over the models (``count``: launches). Per layer the default
 (``strategy.defaults.default_config(pw, profile, prologue=True)``, what
 ``strategy.fuse_depthwise_pointwise`` plans without a record), the plan's own
@@ -39,6 +39,13 @@ writes ``conv_configs_fused-<device>.json``::
 
     python benchmarks/conv_configs.py --grid fused --target nvidia-h200 --onnx-dir /work/exports --build-only DIR
     python benchmarks/conv_configs.py --from DIR --jobs 16      # on the device (numpy + pyopencl)
+
+``--grid stem`` takes, the same way (``plan_layers``), each model's first dense conv (its stem: 3
+input channels, the plain NCHW input read directly) with its epilogue and placement as planned
+(keys ``<model>.stem``) and sweeps :func:`stem_grid`: the default (today ``defaults.TILED_STEM``),
+the plan's config, the direct kernel (the profile's direct rule and a few tiles), and the tiled
+kernel's work groups gx x gy (gy fitted to the output blocks, 32-256 items, at least one work group
+per compute unit); ``conv_configs_stem-<device>.json``, its rule table with each config's work groups.
 """
 
 from __future__ import annotations
@@ -47,6 +54,7 @@ import argparse
 import dataclasses
 import gzip
 import hashlib
+import importlib
 import json
 import sys
 import time
@@ -94,9 +102,9 @@ SWEEP_LAYERS = (
 #: Device classes whose default config is part of every layer's cases (``defaults.kind_profile(kind)``'s).
 DEFAULT_KINDS = ("gpu", "cpu", "mobile")
 
-#: The exports (``<name>.onnx`` in ``--onnx-dir``) whose plans give ``--grid fused`` its layers
-#: (issue 21's models; those whose plan has no fused depthwise -> 1x1 kernel add none).
-FUSED_MODELS = ("efficientvit_b0", "edgenext_xx_small", "fastvit_t8", "mobilevitv2_050", "mixnet_s",
+#: The exports (``<name>.onnx`` in ``--onnx-dir``) whose plans give ``--grid fused`` and ``--grid stem``
+#: their layers (issue 21's models; those whose plan has no fused depthwise -> 1x1 kernel add none to the first).
+PLAN_MODELS = ("efficientvit_b0", "edgenext_xx_small", "fastvit_t8", "mobilevitv2_050", "mixnet_s",
                 "efficientnet_b0", "mobilenetv3_small_100", "convnextv2_atto")
 
 
@@ -123,13 +131,15 @@ def old_default(geom, depthwise: bool):
 
 def candidates(layer, grid: str, placement: str = "texture", profile=None):
     """(kind, ConvConfig) pairs to build for ``layer``: kind "sweep", "old_default" or "default_<class>"
-    (``grid`` "fused": :func:`fused_grid` for ``profile``)."""
+    (``grid`` "fused" / "stem": :func:`fused_grid` / :func:`stem_grid` for ``profile``)."""
     from primfuncs import conv
     from tir_adreno.strategy import defaults
     from primfuncs._common import ceildiv
 
     if grid == "fused":
         return fused_grid(layer, profile)
+    if grid == "stem":
+        return stem_grid(layer, profile)
     geom = conv.conv2d_geometry(
         layer.data_shape, layer.weight_shape, layer.strides, layer.padding, layer.dilation, layer.groups
     )
@@ -305,17 +315,25 @@ def _plain(value):
     return value
 
 
-def plan_fused_layers(model, name: str, profile) -> list:
-    """The fused depthwise -> 1x1 kernels of ``model``'s plan (ONNX path or model) on ``profile``
-    (float32, no records), one :class:`layers.FusedLayer` per distinct kernel in launch order,
-    named ``<name>.dwpw<i>``, ``count`` its launches: the factory call the pass made, read from
-    its stub (``passes.kernel_index``), nothing built."""
+def plan_factory(layer_cls):
+    """The kernel factory of a :class:`layers.PlanLayer` class (its ``FACTORY``, "module:function")."""
+    module, function = layer_cls.FACTORY.split(":")
+    return getattr(importlib.import_module(module), function)
+
+
+def plan_layers(model, name: str, profile, grid: str) -> list:
+    """The kernels of ``model``'s plan (ONNX path or model) on ``profile`` (float32, no records)
+    that ``grid`` sweeps, one :class:`layers.PlanLayer` of :data:`layers.PLAN_LAYERS` ``[grid]``
+    per distinct kernel in launch order, ``count`` its launches: "fused", the fused depthwise ->
+    1x1 kernels (``<name>.dwpw<i>``); "stem", the first dense conv (``<name>.stem``). Each is the
+    factory call the pass made, read from its stub (``passes.kernel_index``), nothing built."""
     from tvm import relax
 
-    from primfuncs import conv
     from tir_adreno.compiler import import_model, lower
     from tir_adreno.passes import OP_ATTR, SOURCE_ATTR, kernel_index
 
+    cls = layer_lists.PLAN_LAYERS[grid]
+    factory = plan_factory(cls)
     mod, _ = import_model(model)
     mod = lower(mod, profile, lazy=True)
     launches: dict[str, int] = {}  # kernel name -> launches, in launch order
@@ -329,33 +347,37 @@ def plan_fused_layers(model, name: str, profile) -> list:
     for gname, count in launches.items():
         func = mod[gname]
         info = json.loads(str(func.attrs[OP_ATTR])) if func.attrs is not None and OP_ATTR in func.attrs else {}
-        if info.get("op") != "depthwise_pointwise":
+        if info.get("op") != cls.OP or (grid == "stem" and info["attrs"].get("groups", 1) != 1):
             continue
         if not kernel_index.is_stub(func):
-            raise RuntimeError(f"{name}: fused kernel {gname} has no kernel-index stub (unkeyed factory arguments)")
+            raise RuntimeError(f"{name}: {cls.OP} kernel {gname} has no kernel-index stub (unkeyed factory arguments)")
         call = kernel_index.call_of(func)
-        if call.factory is not conv.depthwise_pointwise_nchw4c or call.args or call.stage is not None:
-            raise RuntimeError(f"{name}: {gname} is not a depthwise_pointwise_nchw4c(**kwargs) call: {call}")
+        if call.factory is not factory or call.args or call.stage is not None:
+            raise RuntimeError(f"{name}: {gname} is not a {factory.__name__}(**kwargs) call: {call}")
         kwargs = dict(call.kwargs)
         config = _plain(kwargs.pop("config"))
         source = str(dict(call.attrs).get(SOURCE_ATTR, "default"))
         info.pop("node", None)  # the graph's variable name: differs between equal layers
-        out.append(layer_lists.FusedLayer(name, f"dwpw{len(out)}", _plain(kwargs), info, config, source, count, (name,)))
+        info.pop("choice", None)  # the strategy's choice: its config is the layer's
+        label = "stem" if grid == "stem" else f"dwpw{len(out)}"
+        out.append(cls(name, label, _plain(kwargs), info, config, source, count, (name,)))
+        if grid == "stem":  # the first dense conv only
+            break
     return out
 
 
-def fused_layers(models, onnx_dir: Path, profile) -> list:
-    """:func:`plan_fused_layers` of each model's ``<name>.onnx`` in ``onnx_dir``, deduplicated:
+def plans_layers(models, onnx_dir: Path, profile, grid: str = "fused") -> list:
+    """:func:`plan_layers` of each model's ``<name>.onnx`` in ``onnx_dir``, deduplicated:
     a kernel equal to an earlier one (all factory arguments but the config) adds its launches and
     model to that one's ``count`` and ``models``. Missing exports are logged and skipped."""
-    seen: dict[str, layer_lists.FusedLayer] = {}
+    seen: dict[str, layer_lists.PlanLayer] = {}
     for name in models:
         path = Path(onnx_dir) / f"{name}.onnx"
         if not path.exists():
             common.log(f"skip {name}: no {path}")
             continue
         t0 = time.perf_counter()
-        found = plan_fused_layers(path, name, profile)
+        found = plan_layers(path, name, profile, grid)
         new = 0
         for layer in found:
             key = json.dumps(layer.kernel, sort_keys=True)
@@ -365,19 +387,26 @@ def fused_layers(models, onnx_dir: Path, profile) -> list:
                 first.models = first.models + tuple(m for m in layer.models if m not in first.models)
             else:
                 seen[key], new = layer, new + 1
-        common.log(f"{name} on {profile.name}: {sum(lay.count for lay in found)} fused launches, {len(found)} kernels "
+        common.log(f"{name} on {profile.name}: {sum(lay.count for lay in found)} {grid} launches, {len(found)} kernels "
                    f"({new} new) in {time.perf_counter() - t0:.0f} s")
     return list(seen.values())
 
 
-def fused_kwargs(layer, config) -> dict:
-    """The factory arguments of fused ``layer`` (``primfuncs.conv.depthwise_pointwise_nchw4c``)
-    with ``config``: as planned (scopes included), epilogues and shapes rebuilt from the JSON."""
+def plan_kwargs(layer, config) -> dict:
+    """The factory arguments of plan ``layer`` (its ``FACTORY``) with ``config``: as planned (scopes
+    included), epilogues, the geometry and shapes rebuilt from the JSON."""
+    from primfuncs.conv.geometry import ConvGeometry
     from primfuncs.epilogue import Epilogue
 
-    kwargs = {k: tuple(v) if isinstance(v, list) else v for k, v in layer.kernel.items()}
+    def tuples(value):
+        return tuple(value) if isinstance(value, list) else value
+
+    kwargs = {k: tuples(v) for k, v in layer.kernel.items()}
     for name in ("dw_epilogue", "epilogue"):
-        kwargs[name] = Epilogue(**kwargs[name])
+        if name in kwargs:
+            kwargs[name] = Epilogue(**kwargs[name])
+    if "geometry" in kwargs:
+        kwargs["geometry"] = ConvGeometry(**{k: tuples(v) for k, v in kwargs["geometry"].items()})
     return {**kwargs, "config": config}
 
 
@@ -444,6 +473,67 @@ def fused_grid(layer, profile):
     return out
 
 
+# -- stem convs (--grid stem) -------------------------------------------------------------------
+#: Register tiles (oc_block, w_block) of the stem grid's tiled configs (at most 4 outputs an item:
+#: a stem's K is its 9 or 16 taps, so a big tile only cuts the work items).
+STEM_TILES = ((1, 1), (1, 2), (1, 4), (2, 1), (2, 2), (4, 1))
+#: Work-group rows (gy: channel-block rows) of the stem grid, each at most the output blocks of its tile.
+STEM_ROWS = (1, 2, 4, 8)
+#: Work-group sizes (gx x gy items) of the stem grid; 32 only where one group's rows hold every output block.
+STEM_ITEMS = (32, 64, 128, 256)
+#: Register tiles of the stem grid's direct-kernel configs (64-item groups), besides the profile's direct rule.
+STEM_DIRECT_TILES = ((1, 1), (1, 2), (2, 2), (1, 4))
+
+
+def stem_k_chunk(geom, oc_block: int, w_block: int, work_group) -> int:
+    """The tiled kernel's ``k_chunk`` for a stem config: the fewest K steps (K = input channel
+    blocks x taps) whose chunks fit local memory (``tiled_local_bytes``, at most 16), split evenly."""
+    from primfuncs.conv import ConvConfig
+    from primfuncs.conv.config import MAX_LOCAL_BYTES
+    from primfuncs.conv.tiled import tiled_local_bytes
+    from primfuncs.lanes import ceildiv
+
+    k_blocks = geom.c4 * geom.kh * geom.kw
+    fits = [kc for kc in range(1, 17) if tiled_local_bytes(ConvConfig(oc_block, w_block, work_group, tiled=True, k_chunk=kc))
+            <= MAX_LOCAL_BYTES]
+    return ceildiv(k_blocks, ceildiv(k_blocks, max(fits)))
+
+
+def stem_grid(layer, profile):
+    """(kind, ConvConfig) pairs of stem ``layer`` (its kernel as planned: epilogue, plain input,
+    placement): "default" (``defaults.default_config(geom, profile)``: what the strategy plans
+    without a record; today ``defaults.TILED_STEM`` where it launches ``profile.tiled_min_groups``
+    work groups, else the direct rule), "plan" (the plan's config), "<kind>_default" (the profile
+    class's direct rule: ``gpu_default`` on the H200), "direct" (:data:`STEM_DIRECT_TILES` in
+    64-item groups), then "sweep": the tiled kernel with tiles :data:`STEM_TILES` (oc_block up to
+    the output blocks), gy in :data:`STEM_ROWS` up to the output blocks of the tile, groups of
+    :data:`STEM_ITEMS` items, k_chunk :func:`stem_k_chunk`, split_k 1, each launching at least one
+    work group per compute unit (``profile.compute_units``). ~30-60 configs a layer (8 output
+    channels: ~20)."""
+    from primfuncs import conv
+    from primfuncs.lanes import ceildiv
+    from tir_adreno.strategy import defaults
+
+    geom = plan_kwargs(layer, None)["geometry"]
+    out = [("default", defaults.default_config(geom, profile)), ("plan", conv_config(layer.config)),
+           (f"{profile.kind}_default", defaults.DIRECT_DEFAULTS[profile.kind](geom))]
+    for ocb, wb in STEM_DIRECT_TILES:
+        extents = (geom.n * ceildiv(geom.ow, wb), geom.oh, ceildiv(geom.o4, ocb))
+        out.append(("direct", conv.ConvConfig(ocb, wb, conv.fill_work_group(extents, 64, max_x=16))))
+    for ocb, wb in STEM_TILES:
+        if ocb > geom.o4:
+            continue
+        for gy in (g for g in STEM_ROWS if g <= ceildiv(geom.o4, ocb)):
+            for items in STEM_ITEMS:
+                if items == 32 and gy * ocb < geom.o4:
+                    continue
+                wg = (items // gy, gy, 1)
+                if defaults.tiled_work_groups(geom, ocb, wb, wg) >= profile.compute_units:
+                    kc = stem_k_chunk(geom, ocb, wb, wg)
+                    out.append(("sweep", conv.ConvConfig(ocb, wb, wg, tiled=True, k_chunk=kc)))
+    return out
+
+
 def config_dict(config, placement: str) -> dict:
     """The JSON of a case's config: ``placement`` "texture" or "buffer" (activations and weights)."""
     return {
@@ -470,12 +560,12 @@ def label(cfg: dict) -> str:
 
 def case_primfunc(layer, config, scope: str, weight_scope):
     """The PrimFunc of one case: a conv layer's direct conv in ``scope`` / ``weight_scope``, a
-    fused layer's kernel as planned (its own scopes)."""
+    plan layer's kernel as planned (its factory, its own scopes)."""
     from primfuncs import conv
     from tir_adreno.strategy import conv as strategy
 
-    if isinstance(layer, layer_lists.FusedLayer):
-        return conv.depthwise_pointwise_nchw4c(**fused_kwargs(layer, config))
+    if isinstance(layer, layer_lists.PlanLayer):
+        return plan_factory(type(layer))(**plan_kwargs(layer, config))
     geom = conv.conv2d_geometry(layer.data_shape, layer.weight_shape, layer.strides, layer.padding,
                                 layer.dilation, layer.groups)
     return strategy.direct_conv2d(geom, config=config, scope=scope, weight_scope=weight_scope)
@@ -497,7 +587,7 @@ def build_all(selected, grid: str, out_dir: Path | None, placement: str = "textu
         seen = {}
         for kind, config in candidates(layer, grid, placement, profile):
             where = {"variant_buf": "buffer", "texture_default_gpu": "texture", "texture_tiled": "texture"}.get(kind, placement)
-            if grid == "fused":
+            if grid in layer_lists.PLAN_LAYERS:
                 where = layer.placement
             cfg = config_dict(config, where)
             scope, weight_scope = (BUFFER, BUFFER) if where == "buffer" else (TEXTURE, None)
@@ -525,11 +615,11 @@ def build_all(selected, grid: str, out_dir: Path | None, placement: str = "textu
     meta = {
         "tvm": tvm.__version__,
         "grid": grid,
-        "placement": "plan" if grid == "fused" else placement,  # fused: each layer's (layers[i].kernel)
+        "placement": "plan" if grid in layer_lists.PLAN_LAYERS else placement,  # fused, stem: each layer's (layers[i].kernel)
         "layers": [layer.to_dict() for layer in selected],
         "cases": cases,
     }
-    if grid == "fused":
+    if grid in layer_lists.PLAN_LAYERS:
         meta["target"] = profile.name
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -550,10 +640,10 @@ def load_cases(src: Path):
 # run (no TVM)
 def layer_inputs(layer, rng) -> tuple[list, np.ndarray, int]:
     """(two sets of the kernels' inputs, blocked as they read them, in parameter order; the float64
-    reference output of the first, NCHW; its channels). A conv layer: X and W; a fused layer: the
-    inputs ``tools.workbench.reference_case`` makes of the plan's op info (X, W_dw [Bias_dw] W
-    [Bias] [Residual])."""
-    if isinstance(layer, layer_lists.FusedLayer):
+    reference output of the first, NCHW; its channels). A conv layer: X and W; a plan layer: the
+    inputs ``tools.workbench.reference_case`` makes of the plan's op info (fused: X, W_dw [Bias_dw]
+    W [Bias] [Residual]; stem: X as planned (plain NCHW), W [Bias])."""
+    if isinstance(layer, layer_lists.PlanLayer):
         sets = [reference_case(layer.info, rng) for _ in range(2)]
         return [inputs for inputs, _, _ in sets], sets[0][1], sets[0][2]
     raw = [
@@ -689,15 +779,17 @@ def _us(seconds) -> str:
 NEAR_BEST = 1.05
 
 
-def print_fused_report(rows, device_name, top: int = 3) -> dict:
-    """``--grid fused``: per layer the best config, the default's time and default / best; the top
-    configs and failures; the geomean of default / best (weighted by launches) and the time the
-    best configs would save per inference; printed last, the rule table: each layer's shape
-    (channels, groups, channel blocks per group, output map, window, work items of the default
-    4x1 tile without split_k), the default and the best config, the best of the default's tile
-    (what work group and split_k alone give), how many configs lie within :data:`NEAR_BEST`."""
-    headers = ["layer", "fused convs", "launches", "ok", "best config", "best us", "default config", "default us",
-               "default/best"]
+#: Per plan grid: the report's title, the layer column and what the saved time is of.
+PLAN_REPORTS = {"fused": ("fused depthwise -> 1x1", "fused convs", "fused-kernel"), "stem": ("stem conv", "conv", "stem")}
+
+
+def print_plan_report(rows, device_name, grid: str, top: int = 3) -> dict:
+    """``--grid fused|stem``: per layer the best config, the default's time and default / best; the
+    top configs and failures; the geomean of default / best (weighted by launches) and the time the
+    best configs would save per inference; printed last, the grid's table for deriving a rule
+    (:func:`fused_rule_table`, :func:`stem_rule_table`)."""
+    title, what, saved_of = PLAN_REPORTS[grid]
+    headers = ["layer", what, "launches", "ok", "best config", "best us", "default config", "default us", "default/best"]
     table, pairs, saved = [], [], 0.0
     for row in rows:
         s, layer = row["summary"], layer_lists.layer_from_dict(row["layer"])
@@ -710,12 +802,23 @@ def print_fused_report(rows, device_name, top: int = 3) -> dict:
                       _us(best and best["time_s"]), default.get("label", "-") + ("" if default.get("ok") in (None, True) else "!"),
                       _us(default.get("time_s")), common.fmt(ratio)])
     print()
-    common.print_table(headers, table, title=f"fused depthwise -> 1x1 config sweep on {device_name} (fp32; ! = wrong)")
+    common.print_table(headers, table, title=f"{title} config sweep on {device_name} (fp32; ! = wrong)")
     print()
     print_tops(rows, top, lambda r: _us(r["time_s"]) + " us")
     geo = common.weighted_geomean(pairs)
     print(f"\ngeomean default/best (weighted by launches): {common.fmt(geo)}; best configs save "
-          f"{saved * 1e6:.1f} us of fused-kernel time per inference over all launches")
+          f"{saved * 1e6:.1f} us of {saved_of} time per inference over all launches")
+    headers, table, title = (fused_rule_table if grid == "fused" else stem_rule_table)(rows)
+    print()
+    common.print_table(headers, table, title=title)
+    return {"default_over_best": geo, "saved_us": saved * 1e6}
+
+
+def fused_rule_table(rows):
+    """(headers, rows, title) of the fused grid's rule table: each layer's shape (channels, groups,
+    channel blocks per group, output map, window, work items of the default 4x1 tile without
+    split_k), the default and the best config, the best of the default's tile (what work group and
+    split_k alone give), how many configs lie within :data:`NEAR_BEST`."""
     headers = ["layer", "C", "O", "g", "blk/g", "map", "k/s", "items 4x1", "default", "best", "def/best",
                "best at def tile", "def/that", f"<= {NEAR_BEST}x best"]
     table = []
@@ -735,10 +838,49 @@ def print_fused_report(rows, device_name, top: int = 3) -> dict:
                       f"{kh}/{layer.info['attrs']['strides'][0]}", n * oh * ow * -(-(o // 4) // 4),
                       default.get("label", "-"), best["label"] if best else "-", common.fmt(best and dt and dt / best["time_s"]),
                       tile_best["label"] if tile_best else "-", common.fmt(tile_best and dt and dt / tile_best["time_s"]), near])
-    print()
-    common.print_table(headers, table, title="for a rule: layer shape, default vs best (blk/g: input channel blocks per "
-                       "1x1 group; items 4x1: work items of the 4x1 tile without split_k)")
-    return {"default_over_best": geo, "saved_us": saved * 1e6}
+    return headers, table, ("for a rule: layer shape, default vs best (blk/g: input channel blocks per 1x1 group; "
+                            "items 4x1: work items of the 4x1 tile without split_k)")
+
+
+def work_groups(cfg: dict, n: int, o4: int, oh: int, ow: int) -> int:
+    """Work groups a config (its JSON) launches for an output of ``o4`` channel blocks x ``oh`` x
+    ``ow`` (batch ``n``): the tiled kernel's (``defaults.tiled_work_groups``' count), the flat
+    grid's, or the direct kernel's (each group extent shrunk to the grid); split_k not counted."""
+    ocb, wb, (gx, gy, gz) = cfg["oc_block"], cfg["w_block"], cfg["work_group"]
+    if cfg.get("tiled"):
+        return n * -(-oh * ow // (gx * wb)) * -(-o4 // (gy * ocb))
+    extents = (n * -(-ow // wb), oh, -(-o4 // ocb))
+    if cfg.get("flat"):
+        return -(-extents[0] * extents[1] * extents[2] // gx)
+    return int(np.prod([-(-e // min(g, e)) for e, g in zip(extents, (gx, gy, gz))]))
+
+
+def stem_rule_table(rows):
+    """(headers, rows, title) of the stem grid's rule table: each layer's shape (output channels and
+    blocks, output map, window / stride), the default, the best, the best tiled and the best direct
+    config, each with the work groups it launches, and how many configs lie within :data:`NEAR_BEST`."""
+    headers = ["layer", "O", "blk", "map", "k/s", "default", "wgs", "best", "wgs", "def/best", "best tiled", "wgs",
+               "best direct", "wgs", "def/direct", f"<= {NEAR_BEST}x best"]
+    table = []
+    for row in rows:
+        s, layer = row["summary"], layer_lists.layer_from_dict(row["layer"])
+        (n, o, oh, ow), (_, _, kh, _) = layer.out_shape, layer.info["weight"]
+        o4 = -(-o // 4)
+        default, best = s.get("default", {}), s.get("best")
+        good = sorted((r for r in row["results"] if _good(r)), key=lambda r: r["time_s"])
+        tiled = next((r for r in good if r["config"].get("tiled")), None)
+        direct = next((r for r in good if not r["config"].get("tiled")), None)
+        near = sum(r["time_s"] <= NEAR_BEST * best["time_s"] for r in good) if best else 0
+        dt = default.get("time_s")
+
+        def groups(r):
+            return work_groups(r["config"], n, o4, oh, ow) if r and r.get("config") else "-"
+
+        table.append([row["key"], o, o4, f"{oh}x{ow}", f"{kh}/{layer.info['attrs']['strides'][0]}",
+                      default.get("label", "-"), groups(default), best["label"] if best else "-", groups(best),
+                      common.fmt(best and dt and dt / best["time_s"]), tiled["label"] if tiled else "-", groups(tiled),
+                      direct["label"] if direct else "-", groups(direct), common.fmt(direct and dt and dt / direct["time_s"]), near])
+    return headers, table, "for a rule: stem shape, default vs best (wgs: work groups launched; blk: output channel blocks)"
 
 
 def print_report(rows, device_name, placement: str = "texture", top: int = 3):
@@ -791,14 +933,14 @@ def parse_args(argv=None):
     common.add_device_argument(p)
     common.add_split_arguments(p)
     p.add_argument(
-        "--grid", choices=("gpu", "cpu", "defaults", "refine", "tiled", "fused"), default="gpu",
+        "--grid", choices=("gpu", "cpu", "defaults", "refine", "tiled", *layer_lists.PLAN_LAYERS), default="gpu",
         help="config grid (default gpu; defaults: old and gpu default; refine: around the gpu default; "
-        "fused: the fused depthwise -> 1x1 kernels of the --target plans of --models)",
+        "fused: the fused depthwise -> 1x1 kernels of the --target plans of --models; stem: their first dense convs)",
     )
     common.add_target_argument(p)
-    p.add_argument("--onnx-dir", type=Path, default=None, help="--grid fused: folder of the <model>.onnx exports")
-    p.add_argument("--models", default=",".join(FUSED_MODELS),
-                   help=f"--grid fused: comma-separated exports whose plans give the layers (default {','.join(FUSED_MODELS)})")
+    p.add_argument("--onnx-dir", type=Path, default=None, help="--grid fused|stem: folder of the <model>.onnx exports")
+    p.add_argument("--models", default=",".join(PLAN_MODELS),
+                   help=f"--grid fused|stem: comma-separated exports whose plans give the layers (default {','.join(PLAN_MODELS)})")
     p.add_argument(
         "--placement", choices=("texture", "buffer"), default="texture",
         help="where the swept kernels keep activations and weights (default texture; buffer: both in buffers, "
@@ -807,7 +949,7 @@ def parse_args(argv=None):
     p.add_argument(
         "--layers", default=None,
         help="comma-separated layer keys, all, or pointwise (the non-depthwise 1x1 stride-1 convs); "
-        "default: the sweep's subset (--grid fused: all its layers, keys <model>.dwpw<i>; --from: all built)",
+        "default: the sweep's subset (--grid fused|stem: all its layers, keys <model>.dwpw<i> | <model>.stem; --from: all built)",
     )
     p.add_argument("--budget", type=float, default=0.05, help="seconds of timing per kernel (default 0.05)")
     p.add_argument("--time-limit", type=float, default=None, help="stop starting kernels after this many seconds")
@@ -816,10 +958,11 @@ def parse_args(argv=None):
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     args.keys = None if args.layers is None else tuple(k.strip() for k in args.layers.split(",") if k.strip())
-    args.selected = None  # --grid fused and --from: chosen in main (from the plans, from the build)
-    if args.grid == "fused" and not args.src and args.onnx_dir is None:
-        p.error("--grid fused needs --onnx-dir (the exports whose plans give the layers)")
-    if args.grid != "fused" and not args.src:
+    args.selected = None  # --grid fused|stem and --from: chosen in main (from the plans, from the build)
+    planned = args.grid in layer_lists.PLAN_LAYERS
+    if planned and not args.src and args.onnx_dir is None:
+        p.error(f"--grid {args.grid} needs --onnx-dir (the exports whose plans give the layers)")
+    if not planned and not args.src:
         known = {layer.key: layer for layer in layer_lists.layers()}
         args.selected, bad = select_layers(known, args.keys or SWEEP_LAYERS)
         if bad:
@@ -849,14 +992,14 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     started = time.perf_counter()
     profile = None
-    if args.grid == "fused" and not args.src:  # the layers: the plans' fused kernels
+    if args.grid in layer_lists.PLAN_LAYERS and not args.src:  # the layers: the plans' kernels
         profile = common.target_profile(args, build_only=bool(args.build_only))
-        found = fused_layers([m.strip() for m in args.models.split(",") if m.strip()], args.onnx_dir, profile)
+        found = plans_layers([m.strip() for m in args.models.split(",") if m.strip()], args.onnx_dir, profile, args.grid)
         args.selected, bad = select_layers({layer.key: layer for layer in found}, args.keys or ("all",))
         if bad:
-            common.log(f"--layers: not fused in the plans: {bad} (there: {[layer.key for layer in found]})")
+            common.log(f"--layers: no {args.grid} layer of the plans: {bad} (there: {[layer.key for layer in found]})")
             return 2
-        common.log(f"{len(args.selected)} fused layers ({sum(lay.count for lay in args.selected)} launches) "
+        common.log(f"{len(args.selected)} {args.grid} layers ({sum(lay.count for lay in args.selected)} launches) "
                    f"on {profile.name}")
     if args.build_only:
         meta, _ = build_all(args.selected, args.grid, args.build_only, args.placement, profile)
@@ -920,8 +1063,8 @@ def main(argv=None) -> int:
         payload["run_s"] = round(time.perf_counter() - started - build_s, 1)
         path = common.write_json(result_name(meta), dev.name, payload, args.results_dir)  # after every layer: partial results survive
     placement = payload["placement"]
-    if payload["grid"] == "fused":
-        payload["fused"] = print_fused_report(rows, dev.name)
+    if payload["grid"] in layer_lists.PLAN_LAYERS:
+        payload[payload["grid"]] = print_plan_report(rows, dev.name, payload["grid"])
     else:
         base = "default_gpu" if placement == "buffer" else "old_default"
         payload[f"geomean_speedup_over_{base}"] = print_report(rows, dev.name, placement)

@@ -84,14 +84,19 @@ class ConvLayer:
 
 
 @dataclass
-class FusedLayer:
-    """A depthwise conv and the 1x1 conv reading it, run as one kernel
-    (``primfuncs.conv.depthwise_pointwise_nchw4c``) as a model's plan has it (taken from the plan by
-    ``benchmarks/conv_configs.py --grid fused``). ``kernel``: the factory's keyword arguments but
-    ``config``, as JSON (epilogues as dicts; shapes, scopes, dtype as planned); ``info``: the plan's
-    op info of the kernel (what ``tir_adreno.tools.workbench.reference_case`` builds the float64
-    reference from); ``config``: the planned ``ConvConfig`` as a dict and its ``source``
-    ("default" or "records"); ``count`` launches over ``models``."""
+class PlanLayer:
+    """A kernel as a model's plan calls it (taken from the plan by ``benchmarks/conv_configs.py
+    --grid fused|stem``): ``kernel``: the keyword arguments of the factory :attr:`FACTORY` but
+    ``config``, as JSON (dataclasses as dicts; shapes, scopes, dtype as planned); ``info``: the
+    plan's op info of the kernel (what ``tir_adreno.tools.workbench.reference_case`` builds the
+    float64 reference from); ``config``: the planned ``ConvConfig`` as a dict and its ``source``
+    ("default" or "records"); ``count`` launches over ``models``. Subclasses name the op
+    (:attr:`OP`, the op info's "op"), the factory and the ``kind`` of their JSON (:attr:`KIND`,
+    also the sweep's ``--grid``)."""
+
+    KIND = ""
+    OP = ""
+    FACTORY = ""  # "module:function"
 
     model: str
     name: str
@@ -115,6 +120,23 @@ class FusedLayer:
         """Where its activations live: "texture" or "buffer" (the plan's input scope)."""
         return "buffer" if self.kernel["scope"] == "global" else "texture"
 
+    def to_dict(self) -> dict:
+        return {"kind": self.KIND, "model": self.model, "name": self.name, "kernel": self.kernel, "info": self.info,
+                "config": self.config, "source": self.source, "count": self.count, "models": list(self.models)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "PlanLayer":
+        return cls(d["model"], d["name"], d["kernel"], d["info"], d["config"], d["source"], d["count"], tuple(d["models"]))
+
+
+class FusedLayer(PlanLayer):
+    """A depthwise conv and the 1x1 conv reading it, run as one kernel
+    (``primfuncs.conv.depthwise_pointwise_nchw4c``) as a model's plan has it (``--grid fused``)."""
+
+    KIND = "fused"
+    OP = "depthwise_pointwise"
+    FACTORY = "primfuncs.conv:depthwise_pointwise_nchw4c"
+
     @property
     def flops(self) -> int:
         """2 x the multiply-adds of the two convs (without the depthwise work a tile recomputes)."""
@@ -134,18 +156,39 @@ class FusedLayer:
         return (f"dw{kh}x{kw}/{attrs['strides'][0]} {c}@{h}x{w} {dw_epi['activation'] or 'linear'} -> {o} "
                 f"g{attrs.get('groups', 1)}{act}{res} {self.placement[:3]}")
 
-    def to_dict(self) -> dict:
-        return {"kind": "fused", "model": self.model, "name": self.name, "kernel": self.kernel, "info": self.info,
-                "config": self.config, "source": self.source, "count": self.count, "models": list(self.models)}
 
-    @classmethod
-    def from_dict(cls, d: dict) -> "FusedLayer":
-        return cls(d["model"], d["name"], d["kernel"], d["info"], d["config"], d["source"], d["count"], tuple(d["models"]))
+class StemLayer(PlanLayer):
+    """A model's first dense conv (its stem: 3 input channels) as the plan runs it
+    (``tir_adreno.strategy.conv.direct_conv2d``: the direct or the tiled kernel, the plain NCHW
+    input read directly; ``--grid stem``)."""
+
+    KIND = "stem"
+    OP = "nn.conv2d"
+    FACTORY = "tir_adreno.strategy.conv:direct_conv2d"
+
+    @property
+    def flops(self) -> int:
+        """2 x N x O x Hout x Wout x C x KH x KW."""
+        (n, c, _, _), (o, _, kh, kw) = self.info["inputs"][0], self.info["weight"]
+        _, _, oh, ow = self.out_shape
+        return 2 * n * o * oh * ow * c * kh * kw
+
+    @property
+    def description(self) -> str:
+        """"3->8 3x3/2 @224x224 hardswish buf"."""
+        (_, c, h, w), (o, _, kh, kw) = self.info["inputs"][0], self.info["weight"]
+        act = self.info["epilogue"]["activation"] or ("bias" if self.info["epilogue"]["bias"] else "linear")
+        return f"{c}->{o} {kh}x{kw}/{self.info['attrs']['strides'][0]} @{h}x{w} {act} {self.placement[:3]}"
+
+
+#: The :class:`PlanLayer` classes by their ``kind``.
+PLAN_LAYERS = {cls.KIND: cls for cls in (FusedLayer, StemLayer)}
 
 
 def layer_from_dict(d: dict):
-    """A :class:`ConvLayer` or a :class:`FusedLayer` (``"kind": "fused"``) from its ``to_dict``."""
-    return FusedLayer.from_dict(d) if d.get("kind") == "fused" else ConvLayer.from_dict(d)
+    """A :class:`ConvLayer` or a :class:`PlanLayer` (``"kind"``: :data:`PLAN_LAYERS`) from its ``to_dict``."""
+    cls = PLAN_LAYERS.get(d.get("kind"))
+    return cls.from_dict(d) if cls else ConvLayer.from_dict(d)
 
 
 def _conv(model, name, c, hw, o, k, stride=1, groups=1, count=1):

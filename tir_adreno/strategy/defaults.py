@@ -198,6 +198,13 @@ def is_patchify(geom: ConvGeometry) -> bool:
             and not any(geom.padding))
 
 
+def tiled_work_groups(geom: ConvGeometry, oc_block: int, w_block: int, work_group) -> int:
+    """Work groups (without split_k) the tiled kernel launches for conv ``geom``: a group of
+    ``gx x gy`` items owns ``gx * w_block`` output pixels x ``gy * oc_block`` channel blocks."""
+    gx, gy, _ = work_group
+    return geom.n * ceildiv(geom.oh * geom.ow, gx * w_block) * ceildiv(geom.o4, gy * oc_block)
+
+
 def tiled_default(geom: ConvGeometry, profile: DeviceProfile) -> ConvConfig | None:
     """The tiled config of dense conv ``geom`` that launches at least ``profile.tiled_min_groups``
     work groups (0: never), or None (the direct kernel). Only 1x1 convs, stem convs and patchify
@@ -209,7 +216,6 @@ def tiled_default(geom: ConvGeometry, profile: DeviceProfile) -> ConvConfig | No
     if min_groups <= 0 or geom.groups != 1 or not (pointwise or stem):
         return None
     for ocb, wb, work_group, k_chunk, split in (TILED_STEM,) if stem else TILED_CONFIGS:
-        groups = geom.n * ceildiv(geom.oh * geom.ow, work_group[0] * wb) * ceildiv(geom.o4, work_group[1] * ocb)
-        if groups >= min_groups:
+        if tiled_work_groups(geom, ocb, wb, work_group) >= min_groups:
             return ConvConfig(ocb, wb, work_group, split, tiled=True, k_chunk=k_chunk)
     return None
