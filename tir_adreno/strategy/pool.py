@@ -87,8 +87,9 @@ def excitation_split_schedule(profile: DeviceProfile, channels: int, pixels: int
 def _split_schedule(profile: DeviceProfile, channels: int, pixels: int, hidden: int, out_channels: int, group_pixels: int,
                     threads: int) -> dict | None:
     """``threads`` (at most the device's work group), ``channel_blocks`` and ``pixel_slices`` of a
-    split excitation whose work groups each pool about ``group_pixels`` pixels of four channels;
-    None when its shared memory does not fit the device's."""
+    split excitation whose work groups each pool about ``group_pixels`` pixels of four channels,
+    and its ``loads`` in flight per item (``primfuncs.excite.SPLIT_LOADS``, passed so that the
+    kernel's key says it); None when its shared memory does not fit the device's."""
     c4, o4 = ceildiv(channels, 4), ceildiv(out_channels, 4)
     threads = min(threads, profile.max_work_group_size)
     # a map of at least that many pixels: slices of it per channel block; else channel blocks of it all
@@ -96,7 +97,7 @@ def _split_schedule(profile: DeviceProfile, channels: int, pixels: int, hidden: 
     slices = equal_slices(pixels, round(pixels / group_pixels)) if blocks == 1 else 1
     if _excite.split_shared_bytes(c4, pixels, hidden, o4, blocks, slices, threads) > profile.local_memory_bytes:
         return None
-    return dict(threads=threads, channel_blocks=blocks, pixel_slices=slices)
+    return dict(threads=threads, channel_blocks=blocks, pixel_slices=slices, loads=_excite.SPLIT_LOADS)
 
 
 #: Output pixels (of four channels) a work group of the fused depthwise conv and excitation
