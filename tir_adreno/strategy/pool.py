@@ -50,7 +50,7 @@ def excitation_schedule(profile: DeviceProfile, macs: int, channels: int, pixels
     launch is worth (a classifier head's 1x1 convs belong on the whole device), or when its shared
     memory does not fit the device's. :data:`EXCITATION_THREADS` work items: ``excitation``, one
     work group per sample; on a wide GPU (:func:`is_wide`) ``excitation_split``'s keywords
-    (``channel_blocks``, ``pixel_slices``: :func:`excitation_split_schedule`) where it splits."""
+    (``channel_blocks``, ``pixel_slices``, ``loads``: :func:`excitation_split_schedule`) where it splits."""
     threads = _threads(profile)
     if not 0 < macs <= profile.launch_cost_macs or not _fits(profile, channels, pixels, hidden, threads):
         return None
@@ -110,11 +110,16 @@ def _split_schedule(profile: DeviceProfile, channels: int, pixels: int, hidden: 
 DEPTHWISE_EXCITATION_PIXELS: int | None = 512
 #: Work items of a work group of the fused depthwise conv and excitation.
 DEPTHWISE_EXCITATION_THREADS = 1024
+#: Work groups per sample the fused kernel spreads a small map over at least, about (fewer pixels
+#: per work group than :data:`DEPTHWISE_EXCITATION_PIXELS` where that gives fewer: 15 work groups
+#: for 576 channels of 7 x 7 on a 132-unit H200); None: the pixel target alone. A setting to
+#: measure (``benchmarks/excite_tail.py``), not a default yet.
+DEPTHWISE_EXCITATION_MIN_GROUPS: int | None = None
 
 
 def depthwise_excitation_schedule(profile: DeviceProfile, macs: int, channels: int, pixels: int, hidden: int,
                                   out_channels: int | None = None) -> dict | None:
-    """Factory keywords (``threads``, ``channel_blocks``, ``pixel_slices``) of
+    """Factory keywords (``threads``, ``channel_blocks``, ``pixel_slices``, ``loads``) of
     ``primfuncs.excite.depthwise_excitation``, the depthwise conv whose output of ``channels`` x
     ``pixels`` an SE block pools and its excitation (two 1x1 convs of ``macs`` multiply-adds,
     ``hidden`` units, ``out_channels`` outputs, default ``channels``) as one launch, or None to keep
@@ -125,8 +130,10 @@ def depthwise_excitation_schedule(profile: DeviceProfile, macs: int, channels: i
     per sample there pools the map, which would leave the depthwise conv one work group."""
     if not is_wide(profile) or DEPTHWISE_EXCITATION_PIXELS is None or not 0 < macs <= profile.launch_cost_macs:
         return None
-    return _split_schedule(profile, channels, pixels, hidden, out_channels or channels, DEPTHWISE_EXCITATION_PIXELS,
-                           DEPTHWISE_EXCITATION_THREADS)
+    group_pixels = DEPTHWISE_EXCITATION_PIXELS
+    if DEPTHWISE_EXCITATION_MIN_GROUPS:  # a small map: fewer pixels per work group, more work groups
+        group_pixels = max(1, min(group_pixels, ceildiv(channels, 4) * pixels // DEPTHWISE_EXCITATION_MIN_GROUPS))
+    return _split_schedule(profile, channels, pixels, hidden, out_channels or channels, group_pixels, DEPTHWISE_EXCITATION_THREADS)
 
 
 def pooled_conv_schedule(profile: DeviceProfile, channels: int, pixels: int, out_channels: int) -> dict | None:
