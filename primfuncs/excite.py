@@ -53,6 +53,14 @@ SHARED_PIXELS = 1024
 UNROLL = 4
 #: At most this many items share one unit's sum (a warp's reads of one weight row).
 MAX_SPLIT = 32
+#: Global loads each item of a split excitation (:func:`excitation_split`,
+#: :func:`depthwise_excitation`) issues before it adds them, where a loop of dependent adds would
+#: otherwise wait for one load at a time: its share of the first layer (``W1``), the last work
+#: group's gather of the partial sums and its second layer (``W2``, read by that one work group).
+#: 1: one load in flight per item (the kernel before issue 21's tail change; the one-work-group
+#: kernels keep that form: their OpenCL is unchanged). The factories' ``loads`` default (None) is
+#: this value when called; ``strategy.pool`` passes it explicitly (kernels are keyed by their arguments).
+SPLIT_LOADS = 4
 
 
 def _check_nchw4c(shape) -> tuple[int, int, int, int]:
@@ -155,7 +163,8 @@ def pooled_pointwise(shape, channels: int, out_channels: int, activation: str | 
 
 def excitation_split(shape, channels: int, hidden: int, out_channels: int, activation: str | None = "relu",
                      gate: str | None = "sigmoid", bounds=(0.0, 6.0), gate_bounds=(0.0, 6.0), dtype: str = "float32",
-                     scope: str = TEXTURE, threads: int = THREADS, channel_blocks: int = 1, pixel_slices: int = 1):
+                     scope: str = TEXTURE, threads: int = THREADS, channel_blocks: int = 1, pixel_slices: int = 1,
+                     loads: int | None = None):
     """:func:`excitation` spread over ``ceil(C4 / channel_blocks) x pixel_slices`` work groups per
     sample (one launch; for wide GPUs, where one work group per sample leaves all compute units
     but one idle). Work group ``s`` pools its ``channel_blocks`` channel blocks over its slice of
@@ -168,10 +177,17 @@ def excitation_split(shape, channels: int, hidden: int, out_channels: int, activ
     needs the others resident; the partial sums are taken with atomics: :data:`PARTIAL_SENTINEL`).
     Arguments ``X, W1, b1, W2, b2, partials, tickets, G``: ``partials`` float32
     ``(N, slices, hidden)`` filled with :data:`PARTIAL_SENTINEL`'s bits, ``tickets`` int32
-    ``(N,)`` zero, before the first launch; each launch leaves them so."""
+    ``(N,)`` zero, before the first launch; each launch leaves them so. ``loads``: global loads in
+    flight per item where an item's sums would wait on one at a time (default :data:`SPLIT_LOADS`)."""
     _check_split(shape, hidden, out_channels, gate, channel_blocks, pixel_slices)
     return _pooled_mlp(shape, channels, hidden, out_channels, activation, gate, bounds, gate_bounds, dtype, scope, threads, 1,
-                       (channel_blocks, pixel_slices))
+                       (channel_blocks, pixel_slices, _split_loads(loads)))
+
+
+def _split_loads(loads: int | None) -> int:
+    loads = SPLIT_LOADS if loads is None else loads
+    check_positive(loads=loads)
+    return loads
 
 
 def _check_split(shape, hidden, out_channels, gate, channel_blocks, pixel_slices) -> None:
@@ -220,13 +236,14 @@ class _Depthwise:
 def depthwise_excitation(data_shape, weight_shape, hidden: int, out_channels: int, strides=1, padding=0, dilation=1,
                          dw_epilogue: Epilogue = Epilogue(), activation: str | None = "relu", gate: str | None = "sigmoid",
                          bounds=(0.0, 6.0), gate_bounds=(0.0, 6.0), dtype: str = "float32", scope: str = TEXTURE,
-                         out_scope: str | None = None, threads: int = THREADS, channel_blocks: int = 1, pixel_slices: int = 1):
+                         out_scope: str | None = None, threads: int = THREADS, channel_blocks: int = 1, pixel_slices: int = 1,
+                         loads: int | None = None):
     """A depthwise conv (multiplier 1, NCHW ``data_shape``, weights ``(C, 1, KH, KW)``, its
     ``dw_epilogue``: bias, activation) and the excitation of its output in one launch: the work
     groups of :func:`excitation_split` (``channel_blocks`` x a slice of the output pixels each)
     compute the depthwise output pixels they pool instead of loading them, write them to ``D``
     (``[N, C/4, OH, OW, 4]``, padded lanes 0) and sum them; the rest is :func:`excitation_split`'s
-    (partial first-layer sums, the ticket, the last work group writes the gate ``G``).
+    (partial first-layer sums, the ticket, the last work group writes the gate ``G``; ``loads`` as there).
     Arguments ``X, W_dw, Bias_dw, W1, b1, W2, b2, partials, tickets, D, G``: ``W_dw``
     ``(C/4, 1, KH, KW, 4)`` and ``Bias_dw`` ``(C/4, 4)`` float32 buffers (zero where there is no
     bias), the rest as :func:`excitation_split` takes them. ``X`` in ``scope``, ``D`` and ``G`` in
@@ -247,7 +264,7 @@ def depthwise_excitation(data_shape, weight_shape, hidden: int, out_channels: in
     shape = (geom.n, geom.c4, geom.oh, geom.ow, LANES)  # the pooled map: the depthwise output
     _check_split(shape, hidden, out_channels, gate, channel_blocks, pixel_slices)
     return _pooled_mlp(shape, geom.c, hidden, out_channels, activation, gate, bounds, gate_bounds, dtype, scope, threads, 1,
-                       (channel_blocks, pixel_slices), _Depthwise(geom, dw_epilogue, out_scope))
+                       (channel_blocks, pixel_slices, _split_loads(loads)), _Depthwise(geom, dw_epilogue, out_scope))
 
 
 def split_slices(c4: int, pixels: int, channel_blocks: int, pixel_slices: int) -> int:
@@ -287,7 +304,7 @@ def split_shared_bytes(c4: int, pixels: int, hidden: int, out4: int, channel_blo
 def _pooled_mlp(shape, channels, hidden, out_channels, activation, gate, bounds, gate_bounds, dtype, scope, threads, groups,
                 split=None, dw: "_Depthwise | None" = None, head=(1, None)):
     """The kernel of :func:`excitation` (``out_channels`` given), of :func:`excitation_split`
-    (``split``: channel blocks and pixel slices per work group), of :func:`depthwise_excitation`
+    (``split``: channel blocks and pixel slices per work group, loads in flight), of :func:`depthwise_excitation`
     (``split`` and ``dw``: the pooled map ``shape`` computed by that depthwise conv) or of
     :func:`pooled_pointwise` (``out_channels`` None: the first layer is the output, split over
     ``groups``; ``head``: its ``unroll`` and ``norm``)."""
@@ -302,7 +319,7 @@ def _pooled_mlp(shape, channels, hidden, out_channels, activation, gate, bounds,
     blocks = -(-o4 // groups)  # output blocks of a work group
     rows = hidden if second else 4 * blocks  # first-layer rows of a work group
     w1_rows = hidden if second else 4 * o4
-    cb, psl = split or (c4, 1)  # channel blocks and pixel slices of a work group
+    cb, psl, lu = split or (c4, 1, 1)  # channel blocks and pixel slices of a work group; W1's, W2's loads in flight per item
     span = -(-(h * w) // psl)  # pixels of a work group
     ps, cs = pool_split(cb, span, threads)
     ks = mean_split(cb, ps, threads)
@@ -311,6 +328,7 @@ def _pooled_mlp(shape, channels, hidden, out_channels, activation, gate, bounds,
     kp = row_split(hidden, slices, threads)  # items per hidden unit adding the work groups' partial sums
     k2 = split_second(o4, hidden, threads) if split else 1
     nt, u = threads, UNROLL if dw is None else 1  # a depthwise pixel's taps are its loads in flight
+    ug = max(u, lu)  # the gather's partial sums in flight per item
     zero = T.FloatImm("float32", 0.0)
     inv_pixels = T.FloatImm("float32", 1.0 / (h * w))
     is_split = split is not None
@@ -395,12 +413,23 @@ def _pooled_mlp(shape, channels, hidden, out_channels, activation, gate, bounds,
         for t in T.thread_binding(nt, thread="threadIdx.x"):
             with T.sblock("squeeze"):
                 s = T.sblock_alloc_buffer((1,), "float32", scope="local")
+                if lu > 1:
+                    wv = T.sblock_alloc_buffer((lu,), "float32", scope="local")
                 for r in T.serial(-(-(rows * k1) // nt)):
                     if (r * nt + t) // k1 < rows and row0 + (r * nt + t) // k1 < w1_rows:
                         s[0] = zero
-                        for c in T.serial(-(-(cb * 4) // k1)):
-                            if c * k1 + (r * nt + t) % k1 < cb * 4 and col0 + c * k1 + (r * nt + t) % k1 < c4 * 4:
-                                s[0] = s[0] + W1[row0 + (r * nt + t) // k1, col0 + c * k1 + (r * nt + t) % k1] * P[c * k1 + (r * nt + t) % k1]
+                        if lu == 1:
+                            for c in T.serial(-(-(cb * 4) // k1)):
+                                if c * k1 + (r * nt + t) % k1 < cb * 4 and col0 + c * k1 + (r * nt + t) % k1 < c4 * 4:
+                                    s[0] = s[0] + W1[row0 + (r * nt + t) // k1, col0 + c * k1 + (r * nt + t) % k1] * P[c * k1 + (r * nt + t) % k1]
+                        else:  # the same sums in the same order, lu loads of W1 first
+                            for c in T.serial(-(-(cb * 4) // (k1 * lu))):
+                                for i in T.unroll(lu):
+                                    if (c * lu + i) * k1 + (r * nt + t) % k1 < cb * 4 and col0 + (c * lu + i) * k1 + (r * nt + t) % k1 < c4 * 4:
+                                        wv[i] = W1[row0 + (r * nt + t) // k1, col0 + (c * lu + i) * k1 + (r * nt + t) % k1]
+                                for i in T.unroll(lu):
+                                    if (c * lu + i) * k1 + (r * nt + t) % k1 < cb * 4 and col0 + (c * lu + i) * k1 + (r * nt + t) % k1 < c4 * 4:
+                                        s[0] = s[0] + wv[i] * P[(c * lu + i) * k1 + (r * nt + t) % k1]
                         H1[(r * nt + t) // k1, (r * nt + t) % k1] = s[0]
 
     @T.macro
@@ -493,6 +522,7 @@ def _pooled_mlp(shape, channels, hidden, out_channels, activation, gate, bounds,
             for t in T.thread_binding(nt, thread="threadIdx.x"):
                 with T.sblock("excite_partial"):
                     y = T.sblock_alloc_buffer((4,), "float32", scope="local")
+                    wv = T.sblock_alloc_buffer((lu, 4), "float32", scope="local")
                     go = T.sblock_alloc_buffer((1,), "int32", scope="local")
                     go[0] = ticket[0]
                     if go[0] == last:
@@ -500,10 +530,15 @@ def _pooled_mlp(shape, channels, hidden, out_channels, activation, gate, bounds,
                             if (r * nt + t) // k2 < o4:
                                 for lane in T.unroll(4):
                                     y[lane] = zero
-                                for j in T.serial(-(-hidden // k2)):
-                                    if j * k2 + (r * nt + t) % k2 < hidden:
-                                        for lane in T.unroll(4):
-                                            y[lane] = y[lane] + W2[j * k2 + (r * nt + t) % k2, (r * nt + t) // k2 * 4 + lane] * H[j * k2 + (r * nt + t) % k2]
+                                for j in T.serial(-(-hidden // (k2 * lu))):
+                                    for i in T.unroll(lu):  # lu rows of W2 first, then their sums in order
+                                        if (j * lu + i) * k2 + (r * nt + t) % k2 < hidden:
+                                            for lane in T.unroll(4):
+                                                wv[i, lane] = W2[(j * lu + i) * k2 + (r * nt + t) % k2, (r * nt + t) // k2 * 4 + lane]
+                                    for i in T.unroll(lu):
+                                        if (j * lu + i) * k2 + (r * nt + t) % k2 < hidden:
+                                            for lane in T.unroll(4):
+                                                y[lane] = y[lane] + wv[i, lane] * H[(j * lu + i) * k2 + (r * nt + t) % k2]
                                 for lane in T.unroll(4):
                                     Y2[(r * nt + t) % k2, (r * nt + t) // k2, lane] = y[lane]
         # 4b. the gate, output blocks t, t + nt, ...: bias, from all hidden units (k2 1) or their k2 partial sums
@@ -651,23 +686,23 @@ def _pooled_mlp(shape, channels, hidden, out_channels, activation, gate, bounds,
                 for t in T.thread_binding(nt, thread="threadIdx.x"):
                     with T.sblock("gather"):
                         s = T.sblock_alloc_buffer((1,), "float32", scope="local")
-                        v = T.sblock_alloc_buffer((u,), "float32", scope="local")
+                        v = T.sblock_alloc_buffer((ug,), "float32", scope="local")
                         go = T.sblock_alloc_buffer((1,), "int32", scope="local")
                         go[0] = ticket[0]
                         if go[0] == last:
                             for r in T.serial(-(-(hidden * kp) // nt)):
                                 if (r * nt + t) // kp < hidden:
                                     s[0] = zero
-                                    for q in T.serial(-(-slices // (kp * u))):
-                                        # taken from where atomics meet (NVIDIA: L2), the sentinel left, UNROLL in flight
-                                        for i in T.unroll(u):
-                                            if (q * u + i) * kp + (r * nt + t) % kp < slices:
-                                                v[i] = T.call_extern("float32", "atomic_xchg", T.address_of(Part[vb // slices, (q * u + i) * kp + (r * nt + t) % kp, (r * nt + t) // kp]), sentinel)
-                                        for i in T.unroll(u):
-                                            if (q * u + i) * kp + (r * nt + t) % kp < slices:
+                                    for q in T.serial(-(-slices // (kp * ug))):
+                                        # taken from where atomics meet (NVIDIA: L2), the sentinel left, ug in flight
+                                        for i in T.unroll(ug):
+                                            if (q * ug + i) * kp + (r * nt + t) % kp < slices:
+                                                v[i] = T.call_extern("float32", "atomic_xchg", T.address_of(Part[vb // slices, (q * ug + i) * kp + (r * nt + t) % kp, (r * nt + t) // kp]), sentinel)
+                                        for i in T.unroll(ug):
+                                            if (q * ug + i) * kp + (r * nt + t) % kp < slices:
                                                 # a store still on its way: the sentinel, taken again till it lands
                                                 while T.call_extern("int32", "as_int", v[i]) == PARTIAL_SENTINEL:
-                                                    v[i] = T.call_extern("float32", "atomic_xchg", T.address_of(Part[vb // slices, (q * u + i) * kp + (r * nt + t) % kp, (r * nt + t) // kp]), sentinel)
+                                                    v[i] = T.call_extern("float32", "atomic_xchg", T.address_of(Part[vb // slices, (q * ug + i) * kp + (r * nt + t) % kp, (r * nt + t) // kp]), sentinel)
                                                 s[0] = s[0] + v[i]
                                     H2[(r * nt + t) // kp, (r * nt + t) % kp] = s[0]
                 hidden_units(H2, H, B1, ticket, kp)

@@ -43,14 +43,16 @@ def _padded(w, rows, cols):
          threads=64, blocks=2, pixel_slices=7, scope=TEXTURE, out_scope="global", precision="float32", seed=3)  # 143 pixels in 7 slices of 21
 @example(n=1, channels=6, hw=(7, 7), k=3, stride=2, dilation=1, pad="asym", dw_act="sigmoid", hidden=2, acts=("silu", "sigmoid"),
          threads=256, blocks=1, pixel_slices=3, scope=TEXTURE, out_scope=TEXTURE, precision="float16_acc32", seed=4)
+@pytest.mark.parametrize("loads", [1, excite.SPLIT_LOADS])
 def test_depthwise_excitation_kernel(device, n, channels, hw, k, stride, dilation, pad, dw_act, hidden, acts, threads, blocks,
-                                     pixel_slices, scope, out_scope, precision, seed):
+                                     pixel_slices, scope, out_scope, precision, seed, loads):
     """``D = act_dw(dwconv(X) + b)`` and ``G = gate(W2 @ act(W1 @ mean_hw(D) + b1) + b2)`` against
     float64 NumPy: every D pixel written once (poisoned), its padded lanes 0 (whatever ``act_dw(0)``),
     the gate as ``excitation_split``'s; pixel counts that the slices do not divide, channels not
     a multiple of 4, strides, dilation and asymmetric padding; the second launch on the same
     scratch gives the same outputs and leaves it reset. In half images X and D are rounded to
-    half, the pool sums D before its rounding (float32)."""
+    half, the pool sums D before its rounding (float32). With one load in flight per item and
+    with ``excite.SPLIT_LOADS``."""
     rng = np.random.default_rng(seed)
     act, gate = acts
     padding = {"same": (k // 2,) * 4, "none": (0,) * 4, "asym": (k // 2, 0, k - 1, k // 2 + 1)}[pad]
@@ -68,7 +70,7 @@ def test_depthwise_excitation_kernel(device, n, channels, hw, k, stride, dilatio
         func = excite.depthwise_excitation(
             (n, channels, h, w), w_dw.shape, hidden, channels, strides=stride, padding=padding, dilation=dilation,
             dw_epilogue=Epilogue(bias=True, activation=dw_act), activation=act, gate=gate, scope=scope, out_scope=out_scope,
-            threads=threads, channel_blocks=blocks, pixel_slices=pixel_slices)
+            threads=threads, channel_blocks=blocks, pixel_slices=pixel_slices, loads=loads)
         x5 = pack_nchw4c(x).astype(np.float32)
         x5[:, -1, :, :, (channels - 1) % 4 + 1:] = np.nan  # padded input lanes: never read into a sum
         inputs = [x5, pack_oihw4o(w_dw), pack_bias(b_dw), _padded(w1, hidden, 4 * c4), b1, _padded(w2.T, hidden, 4 * c4), pack_bias(b2)]
@@ -179,8 +181,10 @@ def test_depthwise_excitation_schedule():
 
     h200 = get_profile("nvidia-h200")
     se = (2 * 16 * 8, 16, 56 * 56, 8)  # MobileNetV3-Small's first SE block: macs, channels, pixels, hidden
-    assert depthwise_excitation_schedule(h200, *se) == {"threads": 1024, "channel_blocks": 1, "pixel_slices": 6}  # 4 x 6 groups
-    assert depthwise_excitation_schedule(h200, 2 * 576 * 144, 576, 7 * 7, 144) == {"threads": 1024, "channel_blocks": 10, "pixel_slices": 1}
+    loads = excite.SPLIT_LOADS
+    assert depthwise_excitation_schedule(h200, *se) == {"threads": 1024, "channel_blocks": 1, "pixel_slices": 6, "loads": loads}  # 4 x 6 groups
+    assert depthwise_excitation_schedule(h200, 2 * 576 * 144, 576, 7 * 7, 144) == {"threads": 1024, "channel_blocks": 10, "pixel_slices": 1,
+                                                                                    "loads": loads}
     for name in ("pocl", "adreno"):
         assert depthwise_excitation_schedule(get_profile(name), *se) is None
     assert depthwise_excitation_schedule(without_fusion(h200), *se) is None

@@ -79,12 +79,14 @@ def test_excitation_kernel(device, n, channels, hw, hidden, acts, threads, scope
        seed=st.integers(0, 2**32 - 1))
 @example(n=2, channels=40, hw=(40, 40), hidden=12, acts=("silu", "sigmoid"), threads=1024, blocks=3, pixel_slices=37,
          scope="global", precision="float32", seed=1)  # many work groups per sample, a short last channel slice
-def test_excitation_split_kernel(device, n, channels, hw, hidden, acts, threads, blocks, pixel_slices, scope, precision, seed):
+@pytest.mark.parametrize("loads", [1, excite.SPLIT_LOADS])
+def test_excitation_split_kernel(device, n, channels, hw, hidden, acts, threads, blocks, pixel_slices, scope, precision, seed, loads):
     """``excitation_split`` (the excitation spread over work groups: channel slices x pixel slices
     per sample, the last work group to draw its ticket finishing it) against float64 NumPy, as
     :func:`test_excitation_kernel`: every slicing (the last channel slice short, more slices than
     one item per pixel); two launches in a row on the same scratch give the same gate and leave
-    it as the next launch needs it: the tickets 0, every partial sum the sentinel again."""
+    it as the next launch needs it: the tickets 0, every partial sum the sentinel again. With one
+    load in flight per item and with ``excite.SPLIT_LOADS`` (the same sums, loads first)."""
     rng = np.random.default_rng(seed)
     act, gate = acts
     p, p5 = _pooled_input(rng, n, channels, hw)
@@ -94,7 +96,7 @@ def test_excitation_split_kernel(device, n, channels, hw, hidden, acts, threads,
     w2, b2 = rng.standard_normal((channels, hidden)) / np.sqrt(hidden), rng.standard_normal(channels)
     storage = "float16" if precision == "float16_acc32" and scope == TEXTURE else None
     func = excite.excitation_split(p5.shape, channels, hidden, channels, activation=act, gate=gate, scope=scope,
-                                   threads=threads, channel_blocks=blocks, pixel_slices=pixel_slices)
+                                   threads=threads, channel_blocks=blocks, pixel_slices=pixel_slices, loads=loads)
     args = [p5, _padded(w1, hidden, 4 * c4), b1.astype(np.float32), _padded(w2.T, hidden, 4 * c4), pack_bias(b2.astype(np.float32))]
     ((y,), (again,)), partials, tickets = run_split_twice(device, func, storage, args)
     p_in = p.astype(np.float32).astype(np.float16 if storage else np.float32).astype(np.float64).mean(axis=(2, 3))
@@ -211,8 +213,9 @@ def test_excitation_schedule():
     from tir_adreno.strategy.profile import resolve, without_fusion
 
     se = (2 * 1152 * 48, 1152, 49, 48)  # EfficientNet-B0's largest SE block: macs, channels, pixels, hidden
-    wide = {"nvidia-h200": ({"threads": 1024, "channel_blocks": 10, "pixel_slices": 1},  # 29 work groups of 10 x 49 pixels
-                            {"threads": 1024, "channel_blocks": 1, "pixel_slices": 24})}  # 8 x 24 work groups of 523 pixels
+    loads = excite.SPLIT_LOADS
+    wide = {"nvidia-h200": ({"threads": 1024, "channel_blocks": 10, "pixel_slices": 1, "loads": loads},  # 29 work groups of 10 x 49 pixels
+                            {"threads": 1024, "channel_blocks": 1, "pixel_slices": 24, "loads": loads})}  # 8 x 24 work groups of 523 pixels
     for name, threads, groups in (("pocl", 64, 2), ("adreno", 256, 4), ("nvidia-h200", 1024, 33)):
         profile = resolve(profile=name)
         big, first = wide.get(name, ({}, {}))

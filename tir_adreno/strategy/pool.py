@@ -50,7 +50,7 @@ def excitation_schedule(profile: DeviceProfile, macs: int, channels: int, pixels
     launch is worth (a classifier head's 1x1 convs belong on the whole device), or when its shared
     memory does not fit the device's. :data:`EXCITATION_THREADS` work items: ``excitation``, one
     work group per sample; on a wide GPU (:func:`is_wide`) ``excitation_split``'s keywords
-    (``channel_blocks``, ``pixel_slices``: :func:`excitation_split_schedule`) where it splits."""
+    (``channel_blocks``, ``pixel_slices``, ``loads``: :func:`excitation_split_schedule`) where it splits."""
     threads = _threads(profile)
     if not 0 < macs <= profile.launch_cost_macs or not _fits(profile, channels, pixels, hidden, threads):
         return None
@@ -87,8 +87,9 @@ def excitation_split_schedule(profile: DeviceProfile, channels: int, pixels: int
 def _split_schedule(profile: DeviceProfile, channels: int, pixels: int, hidden: int, out_channels: int, group_pixels: int,
                     threads: int) -> dict | None:
     """``threads`` (at most the device's work group), ``channel_blocks`` and ``pixel_slices`` of a
-    split excitation whose work groups each pool about ``group_pixels`` pixels of four channels;
-    None when its shared memory does not fit the device's."""
+    split excitation whose work groups each pool about ``group_pixels`` pixels of four channels,
+    and its ``loads`` in flight per item (``primfuncs.excite.SPLIT_LOADS``, passed so that the
+    kernel's key says it); None when its shared memory does not fit the device's."""
     c4, o4 = ceildiv(channels, 4), ceildiv(out_channels, 4)
     threads = min(threads, profile.max_work_group_size)
     # a map of at least that many pixels: slices of it per channel block; else channel blocks of it all
@@ -96,7 +97,7 @@ def _split_schedule(profile: DeviceProfile, channels: int, pixels: int, hidden: 
     slices = equal_slices(pixels, round(pixels / group_pixels)) if blocks == 1 else 1
     if _excite.split_shared_bytes(c4, pixels, hidden, o4, blocks, slices, threads) > profile.local_memory_bytes:
         return None
-    return dict(threads=threads, channel_blocks=blocks, pixel_slices=slices)
+    return dict(threads=threads, channel_blocks=blocks, pixel_slices=slices, loads=_excite.SPLIT_LOADS)
 
 
 #: Output pixels (of four channels) a work group of the fused depthwise conv and excitation
@@ -109,11 +110,16 @@ def _split_schedule(profile: DeviceProfile, channels: int, pixels: int, hidden: 
 DEPTHWISE_EXCITATION_PIXELS: int | None = 512
 #: Work items of a work group of the fused depthwise conv and excitation.
 DEPTHWISE_EXCITATION_THREADS = 1024
+#: Work groups per sample the fused kernel spreads a small map over at least, about (fewer pixels
+#: per work group than :data:`DEPTHWISE_EXCITATION_PIXELS` where that gives fewer: 15 work groups
+#: for 576 channels of 7 x 7 on a 132-unit H200); None: the pixel target alone. A setting to
+#: measure (``benchmarks/excite_tail.py``), not a default yet.
+DEPTHWISE_EXCITATION_MIN_GROUPS: int | None = None
 
 
 def depthwise_excitation_schedule(profile: DeviceProfile, macs: int, channels: int, pixels: int, hidden: int,
                                   out_channels: int | None = None) -> dict | None:
-    """Factory keywords (``threads``, ``channel_blocks``, ``pixel_slices``) of
+    """Factory keywords (``threads``, ``channel_blocks``, ``pixel_slices``, ``loads``) of
     ``primfuncs.excite.depthwise_excitation``, the depthwise conv whose output of ``channels`` x
     ``pixels`` an SE block pools and its excitation (two 1x1 convs of ``macs`` multiply-adds,
     ``hidden`` units, ``out_channels`` outputs, default ``channels``) as one launch, or None to keep
@@ -124,8 +130,10 @@ def depthwise_excitation_schedule(profile: DeviceProfile, macs: int, channels: i
     per sample there pools the map, which would leave the depthwise conv one work group."""
     if not is_wide(profile) or DEPTHWISE_EXCITATION_PIXELS is None or not 0 < macs <= profile.launch_cost_macs:
         return None
-    return _split_schedule(profile, channels, pixels, hidden, out_channels or channels, DEPTHWISE_EXCITATION_PIXELS,
-                           DEPTHWISE_EXCITATION_THREADS)
+    group_pixels = DEPTHWISE_EXCITATION_PIXELS
+    if DEPTHWISE_EXCITATION_MIN_GROUPS:  # a small map: fewer pixels per work group, more work groups
+        group_pixels = max(1, min(group_pixels, ceildiv(channels, 4) * pixels // DEPTHWISE_EXCITATION_MIN_GROUPS))
+    return _split_schedule(profile, channels, pixels, hidden, out_channels or channels, group_pixels, DEPTHWISE_EXCITATION_THREADS)
 
 
 def pooled_conv_schedule(profile: DeviceProfile, channels: int, pixels: int, out_channels: int) -> dict | None:
