@@ -485,29 +485,15 @@ STEM_ITEMS = (32, 64, 128, 256)
 STEM_DIRECT_TILES = ((1, 1), (1, 2), (2, 2), (1, 4))
 
 
-def stem_k_chunk(geom, oc_block: int, w_block: int, work_group) -> int:
-    """The tiled kernel's ``k_chunk`` for a stem config: the fewest K steps (K = input channel
-    blocks x taps) whose chunks fit local memory (``tiled_local_bytes``, at most 16), split evenly."""
-    from primfuncs.conv import ConvConfig
-    from primfuncs.conv.config import MAX_LOCAL_BYTES
-    from primfuncs.conv.tiled import tiled_local_bytes
-    from primfuncs.lanes import ceildiv
-
-    k_blocks = geom.c4 * geom.kh * geom.kw
-    fits = [kc for kc in range(1, 17) if tiled_local_bytes(ConvConfig(oc_block, w_block, work_group, tiled=True, k_chunk=kc))
-            <= MAX_LOCAL_BYTES]
-    return ceildiv(k_blocks, ceildiv(k_blocks, max(fits)))
-
-
 def stem_grid(layer, profile):
     """(kind, ConvConfig) pairs of stem ``layer`` (its kernel as planned: epilogue, plain input,
     placement): "default" (``defaults.default_config(geom, profile)``: what the strategy plans
-    without a record; today ``defaults.TILED_STEM`` where it launches ``profile.tiled_min_groups``
+    without a record; ``defaults.TILED_STEM`` where it launches ``profile.tiled_min_groups``
     work groups, else the direct rule), "plan" (the plan's config), "<kind>_default" (the profile
     class's direct rule: ``gpu_default`` on the H200), "direct" (:data:`STEM_DIRECT_TILES` in
     64-item groups), then "sweep": the tiled kernel with tiles :data:`STEM_TILES` (oc_block up to
     the output blocks), gy in :data:`STEM_ROWS` up to the output blocks of the tile, groups of
-    :data:`STEM_ITEMS` items, k_chunk :func:`stem_k_chunk`, split_k 1, each launching at least one
+    :data:`STEM_ITEMS` items, k_chunk ``defaults.stem_k_chunk``, split_k 1, each launching at least one
     work group per compute unit (``profile.compute_units``). ~30-60 configs a layer (8 output
     channels: ~20)."""
     from primfuncs import conv
@@ -529,7 +515,7 @@ def stem_grid(layer, profile):
                     continue
                 wg = (items // gy, gy, 1)
                 if defaults.tiled_work_groups(geom, ocb, wb, wg) >= profile.compute_units:
-                    kc = stem_k_chunk(geom, ocb, wb, wg)
+                    kc = defaults.stem_k_chunk(geom, ocb, wb, wg)
                     out.append(("sweep", conv.ConvConfig(ocb, wb, wg, tiled=True, k_chunk=kc)))
     return out
 

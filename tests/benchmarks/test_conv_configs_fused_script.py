@@ -101,7 +101,6 @@ def test_stem_layer_rebuilds_the_plans_kernel(onnx_dir):
     all fused, adds none); through its JSON, rebuilt with the planned config (``TILED_STEM``), it
     gives the plan's OpenCL. Its grid: the default and the plan's config first, the direct rule,
     the tiled configs with gy at most the output blocks of the tile and a work group per SM."""
-    from primfuncs.conv import ConvConfig
     from tir_adreno.strategy import defaults
     from tir_adreno.strategy.profile import get_profile
 
@@ -117,11 +116,11 @@ def test_stem_layer_rebuilds_the_plans_kernel(onnx_dir):
     assert layer.description == "3->8 3x3/2 @160x160 hardswish buf" and layer.flops == 2 * 8 * 80 * 80 * 27
     assert rebuilt_sources(conv_configs, layers, [layer]) == [kernels[first["kernel"]].source]
 
-    ocb, wb, wg, kc, split = defaults.TILED_STEM
-    stem = ConvConfig(ocb, wb, wg, split, tiled=True, k_chunk=kc)
+    geom = conv_configs.plan_kwargs(layer, None)["geometry"]
+    stem = defaults.tiled_config(geom, defaults.TILED_STEM)
+    assert stem.k_chunk == 9  # the 3x3 window in one K step
     grid = conv_configs.stem_grid(layer, h200)
     assert grid[:2] == [("default", stem), ("plan", stem)] and grid[2][0] == "gpu_default" and not grid[2][1].tiled
-    geom = conv_configs.plan_kwargs(layer, None)["geometry"]
     sweep = [c for kind, c in grid if kind == "sweep"]
     assert len(sweep) >= 4 and len(grid) <= 40  # 80 x 80 outputs: few configs give 132 work groups
     for c in sweep:

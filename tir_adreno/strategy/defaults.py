@@ -22,6 +22,7 @@ from primfuncs.conv.config import (
     shrink_tile,
 )
 from primfuncs.conv.geometry import ConvGeometry
+from primfuncs.conv.tiled import tiled_local_bytes
 from primfuncs.lanes import LANES, ceildiv
 
 from tir_adreno.strategy.profile import PROFILES, DeviceProfile
@@ -78,8 +79,12 @@ def gpu_default(geom: ConvGeometry, prologue: bool = False) -> ConvConfig:
     that cannot split (C < 8, per-lane groups) shrink the 4 x 4 tile until ``GPU_WORK_ITEMS / 2``
     items. Measured on all 53 ResNet-50 / MobileNetV2 layers: 1.1-8.5x the mobile rule on each
     non-depthwise one (ResNet-50's convs 6.9 -> 1.5 ms), within ~15% of the best swept config.
-    ``prologue``: 4 output blocks per item (4 x 2, else 4 x 1), so fewer tiles recompute the
-    depthwise conv; split_k fills the GPU."""
+    ``prologue``: a 4 x 1 tile (4 output blocks per item, so fewer tiles recompute the depthwise
+    conv) and ``split_k`` up to one channel block a slice. From ``conv_configs.py --grid fused`` on
+    the 25 fused layers of the issue-21 models' H200 plans (benchmarks/results/
+    conv_configs_fused-nvidia-h200.json): 377 us over their launches against 408 us for the rule
+    before (4 x 2 tried first, each slice >= 2 blocks; the 4 x 2 tile lost on all MobileViT-v2's
+    layers, two-block slices on EfficientViT's grouped ones by up to 1.5x); the best configs: 359 us."""
 
     def items(ocb, wb):
         return direct_work_items(geom, ocb, wb)
@@ -92,9 +97,9 @@ def gpu_default(geom: ConvGeometry, prologue: bool = False) -> ConvConfig:
     if not aligned or blocks < 2:
         ocb, wb = shrink_tile(items, GPU_WORK_ITEMS // 2)
         return ConvConfig(ocb, wb, fill_work_group(extents(ocb, wb), 64, max_x=16))
-    max_split = min(MAX_SPLIT, blocks // 2)
+    max_split = min(MAX_SPLIT, blocks if prologue else blocks // 2)
     best = None
-    tiles = ((4, 2), (4, 1)) if prologue else ((2, 4) if geom.kh * geom.kw > 1 else (2, 2), (1, 4))
+    tiles = ((4, 1),) if prologue else ((2, 4) if geom.kh * geom.kw > 1 else (2, 2), (1, 4))
     for ocb, wb in tiles:
         split = 1
         while items(ocb, wb) * split < GPU_WORK_ITEMS and split * 2 <= max_split:
@@ -185,7 +190,13 @@ def depthwise_config(geom: ConvGeometry, entry: dict) -> ConvConfig:
 #: (benchmarks/results/conv_configs_tiled_buffer-nvidia-h200.json, 27 tiled configs): within 20%
 #: of the best tiled config on each 1x1 layer, and 1.3-2.0x the direct kernel where it ran before.
 TILED_CONFIGS = ((2, 2, (16, 4, 1), 4, 4), (1, 2, (16, 4, 1), 4, 4), (1, 1, (16, 2, 1), 4, 8))
-TILED_STEM = (1, 4, (16, 8, 1), 4, 1)
+#: The stem's: two output blocks by one pixel per item, 64-item rows, all taps in one K step
+#: where they fit (k_chunk None: :func:`stem_k_chunk`). From ``conv_configs.py --grid stem`` on the
+#: eight issue-21 models' stems on the H200 (benchmarks/results/conv_configs_stem-nvidia-h200.json,
+#: 8-16 output channels up to 48, 3x3/2 and 4x4/4): within 8% of each stem's best of 16-66
+#: configs, 62.6 us over the eight against 80.6 for the (1, 4, (16, 8, 1), 4, 1) before it, whose
+#: eight rows of output blocks were mostly empty on 2-4 blocks.
+TILED_STEM = (2, 1, (64, 1, 1), None, 1)
 #: Whether patchify convs (kernel = stride, no padding, no dilation: ConvNeXt's and EdgeNeXt's 2x2
 #: stride-2 downsamples) run tiled like 1x1 convs: their taps never overlap, so the implicit GEMM
 #: reads each input pixel once, as a 1x1 conv's does (``benchmarks/patchify_tiled.py``).
@@ -215,7 +226,23 @@ def tiled_default(geom: ConvGeometry, profile: DeviceProfile) -> ConvConfig | No
     pointwise = geom.kh * geom.kw == 1 or (TILED_PATCHIFY and is_patchify(geom))
     if min_groups <= 0 or geom.groups != 1 or not (pointwise or stem):
         return None
-    for ocb, wb, work_group, k_chunk, split in (TILED_STEM,) if stem else TILED_CONFIGS:
-        if tiled_work_groups(geom, ocb, wb, work_group) >= min_groups:
-            return ConvConfig(ocb, wb, work_group, split, tiled=True, k_chunk=k_chunk)
+    for entry in (TILED_STEM,) if stem else TILED_CONFIGS:
+        if tiled_work_groups(geom, *entry[:3]) >= min_groups:
+            return tiled_config(geom, entry)
     return None
+
+
+def tiled_config(geom: ConvGeometry, entry) -> ConvConfig:
+    """The tiled ConvConfig of a :data:`TILED_CONFIGS` / :data:`TILED_STEM` entry for conv ``geom``."""
+    ocb, wb, work_group, k_chunk, split = entry
+    return ConvConfig(ocb, wb, work_group, split, tiled=True, k_chunk=k_chunk or stem_k_chunk(geom, ocb, wb, work_group))
+
+
+def stem_k_chunk(geom: ConvGeometry, oc_block: int, w_block: int, work_group) -> int:
+    """The tiled kernel's ``k_chunk`` for conv ``geom``: the fewest K steps (K = input channel
+    blocks x taps) whose chunks fit local memory (float32 tiles, at most 16 K-blocks a chunk),
+    the K-blocks split evenly over them (a 3x3 stem: one step of 9)."""
+    fits = [kc for kc in range(1, 17)
+            if tiled_local_bytes(ConvConfig(oc_block, w_block, work_group, tiled=True, k_chunk=kc)) <= MAX_LOCAL_BYTES]
+    k_blocks = geom.c4 * geom.kh * geom.kw
+    return ceildiv(k_blocks, ceildiv(k_blocks, max(fits)))
