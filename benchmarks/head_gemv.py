@@ -1,7 +1,7 @@
 """Classifier heads on wide GPUs (issue 21): launches, kernel and wall time of ONNX models with the
 heads before ("before": ``strategy.pool.HEAD_GEMV_BLOCKS`` None while compiling: the tiled conv
 on the vector, ``mean_hw``, ``layer_norm_channels_wide`` and ``hardswish`` apart), with the head
-GEMV but every pool apart ("apart": ``HEAD_GEMV_POOL`` False: ``mean_hw``, then
+GEMV but every pool apart ("apart": ``HEAD_GEMV_POOL_ADDS`` None: ``mean_hw``, then
 ``pooled_pointwise`` on its vector) and as the profile plans them ("after": the GEMV pooling a
 small map itself, a layer norm and its activation its prologue); from one run, every way the
 target's profile otherwise. "apart" against "after" measures whether many work groups each
@@ -30,7 +30,7 @@ SETTINGS = {
     # the heads as before this change
     "before": patched("tir_adreno.strategy.pool", HEAD_GEMV_BLOCKS=None),
     # the head GEMV, every global pool its own mean_hw launch
-    "apart": patched("tir_adreno.strategy.pool", HEAD_GEMV_POOL=False),
+    "apart": patched("tir_adreno.strategy.pool", HEAD_GEMV_POOL_ADDS=None),
 }
 
 

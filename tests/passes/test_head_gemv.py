@@ -80,10 +80,11 @@ def test_head_gemv_arguments():
 
 def test_head_gemv_schedule():
     """Wide GPUs only: two output blocks per work group (125 for 1000 classes on the H200), 256
-    items, four float4 loads in flight; a map pooled by every group while that repeated pool is
-    within ``launch_cost_macs`` (fewer groups, down to one per compute unit, else apart); PoCL and
-    Adreno keep their plans; fusion off keeps the heads as before."""
+    items, four float4 loads in flight; a map of at most ``HEAD_GEMV_POOL_ADDS`` pooled by every
+    group while that repeated pool is within ``launch_cost_macs`` (fewer groups, down to one per
+    compute unit, else apart); PoCL and Adreno keep their plans; fusion off keeps the heads as before."""
     from dataclasses import replace
+    from unittest.mock import patch
 
     from tir_adreno.strategy.pool import head_gemv_schedule
     from tir_adreno.strategy.profile import get_profile, without_fusion
@@ -91,10 +92,13 @@ def test_head_gemv_schedule():
     h200 = get_profile("nvidia-h200")
     gemv = {"threads": 256, "unroll": 4}
     assert head_gemv_schedule(h200, 2560, 1, 1000) == gemv | {"groups": 125}  # EfficientViT-B0's last Linear
-    assert head_gemv_schedule(h200, 1280, 49, 1000) == gemv | {"groups": 125}  # EfficientNet-B0: 7.8e6 adds pooled
-    assert head_gemv_schedule(h200, 1280, 49, 2000) == gemv | {"groups": 125}  # 1e7 / 62720: 159 groups -> 125 of 4 blocks
-    assert head_gemv_schedule(h200, 2048, 49, 1000) is None  # 1e7 / 100352: 99 groups < 125: the pool apart
-    assert head_gemv_schedule(h200, 2048, 1, 1000) == gemv | {"groups": 125}  # then the GEMV on its vector
+    assert head_gemv_schedule(h200, 256, 64, 1000) == gemv | {"groups": 125}  # MobileViT-v2: 16 K adds a group, pooled
+    assert head_gemv_schedule(h200, 512, 64, 2000) == gemv | {"groups": 250}  # 32 K adds: 1e7 / 32768 = 305 groups, 250 needed
+    assert head_gemv_schedule(h200, 1280, 49, 1000) is None  # EfficientNet-B0: 63 K adds a group, the pool apart
+    assert head_gemv_schedule(h200, 1280, 1, 1000) == gemv | {"groups": 125}  # then the GEMV on its vector
+    with patch("tir_adreno.strategy.pool.HEAD_GEMV_POOL_ADDS", 1 << 20):  # the launch_cost_macs bound alone
+        assert head_gemv_schedule(h200, 1280, 49, 2000) == gemv | {"groups": 125}  # 1e7 / 62720: 159 groups -> 125 of 4 blocks
+        assert head_gemv_schedule(h200, 2048, 49, 1000) is None  # 1e7 / 100352: 99 groups < 125: the pool apart
     assert head_gemv_schedule(without_fusion(h200), 2560, 1, 1000) is None
     assert head_gemv_schedule(replace(h200, local_memory_bytes=4096), 2560, 1, 1000) is None
     for name in ("pocl", "adreno"):

@@ -164,10 +164,13 @@ HEAD_GEMV_BLOCKS: int | None = 2
 HEAD_GEMV_THREADS = 256
 #: Float4 weight loads each item has in flight (``pooled_pointwise``'s ``unroll``).
 HEAD_GEMV_UNROLL = 4
-#: Whether a wide GPU's head GEMV pools the map itself (the pool's launch saved, every work group
-#: summing the whole map) when that repeated pooling is within ``launch_cost_macs`` adds; False:
-#: the mean always runs apart (``mean_hw``), the GEMV on its vector.
-HEAD_GEMV_POOL = True
+#: Most adds (channels x pixels) of the map a wide GPU's head GEMV pools itself (the pool's launch
+#: saved, every work group summing the whole map); a bigger map's mean runs apart (``mean_hw``), the
+#: GEMV on its vector; None: always apart. On the H200 (``benchmarks/head_gemv.py``, one run) the
+#: fused pool and GEMV took 9.3 us on MobileViT-v2's 256 x 8 x 8 map (16 K adds; ~11 apart) but
+#: 13.5-21.6 us on FastViT's, EfficientViT's, EfficientNet's and MixNet's (38-75 K adds), where
+#: ``mean_hw`` (3.8-6.7 us) and the GEMV on the vector (5.6-7.6 us) took 10-14 us.
+HEAD_GEMV_POOL_ADDS: int | None = 32768
 
 
 def head_gemv_schedule(profile: DeviceProfile, channels: int, pixels: int, out_channels: int) -> dict | None:
@@ -177,13 +180,13 @@ def head_gemv_schedule(profile: DeviceProfile, channels: int, pixels: int, out_c
     elsewhere (CPU OpenCL, mobile GPUs: their plans stay), with fusion off (``launch_cost_macs``
     0), or when the work group's shared memory does not fit the device's. :data:`HEAD_GEMV_BLOCKS`
     output blocks per work group; pooling a map, each work group sums all of it, so it is taken
-    (:data:`HEAD_GEMV_POOL`) only when ``groups x channels x pixels`` adds cost at most
+    only for a map of at most :data:`HEAD_GEMV_POOL_ADDS` and when ``groups x channels x pixels`` adds cost at most
     ``launch_cost_macs`` (the repeated pool costs less than a launch: the rule
     ``pooled_conv_schedule`` applies), with more blocks per group down to one group per compute
     unit; past that, None (the pool runs apart, then the GEMV on its vector)."""
     if not is_wide(profile) or HEAD_GEMV_BLOCKS is None or profile.launch_cost_macs <= 0:
         return None
-    if pixels > 1 and not HEAD_GEMV_POOL:
+    if pixels > 1 and (HEAD_GEMV_POOL_ADDS is None or channels * pixels > HEAD_GEMV_POOL_ADDS):
         return None
     o4 = ceildiv(out_channels, 4)
     groups = ceildiv(o4, HEAD_GEMV_BLOCKS)
