@@ -317,6 +317,28 @@ def test_h200_runs_big_1x1_and_stem_convs_tiled_on_buffers():
     assert fused is not None and not fused.config.tiled
 
 
+def test_h200_stem_and_fused_configs():
+    """The H200's swept rules (``conv_configs.py --grid stem`` / ``--grid fused``): a stem of few
+    output blocks takes ``TILED_STEM`` with its whole window in one K step, ResNet's 64-channel
+    stem ``TILED_STEM_WIDE`` (49 taps in four steps of 13 that fit local memory); a fused
+    depthwise -> 1x1 conv a 4 x 1 tile whose ``split_k`` goes down to one channel block a slice
+    (EfficientViT's grouped aggregation: 4 blocks a group, 4 slices)."""
+    from primfuncs.conv import depthwise_pointwise_geometry
+    from tir_adreno.strategy import defaults
+
+    h200 = get_profile("nvidia-h200")
+    small = defaults.default_config(conv2d_geometry((1, 3, 224, 224), (8, 3, 3, 3), 2, 1), h200)
+    wide = defaults.default_config(conv2d_geometry((1, 3, 224, 224), (64, 3, 7, 7), 2, 3), h200)
+    assert (small.tiled, small.oc_block, small.w_block, small.work_group, small.k_chunk) == (True, 2, 1, (64, 1, 1), 9)
+    assert (wide.tiled, wide.oc_block, wide.w_block, wide.work_group, wide.k_chunk) == (True, 1, 4, (16, 8, 1), 13)
+    dw, pw = depthwise_pointwise_geometry((1, 384, 7, 7), (384, 1, 5, 5), (384, 16, 1, 1), 1, 2, groups=24)
+    grouped = strategy.fuse_depthwise_pointwise(dw, pw, h200).config
+    assert (grouped.oc_block, grouped.w_block, grouped.split_k) == (4, 1, 4)
+    dw, pw = depthwise_pointwise_geometry((1, 512, 7, 7), (512, 1, 3, 3), (128, 512, 1, 1), 1, 1)
+    dense = strategy.fuse_depthwise_pointwise(dw, pw, h200).config
+    assert (dense.oc_block, dense.w_block, dense.split_k) == (4, 1, 32)
+
+
 def test_tiled_choice_survives_records(tmp_path):
     """A tiled config round-trips through records (tune writes them; compile reads them)."""
     choice = strategy.ConvChoice("direct", ConvConfig(2, 2, (16, 4, 1), 4, tiled=True, k_chunk=4), "buffer")

@@ -185,18 +185,25 @@ def depthwise_config(geom: ConvGeometry, entry: dict) -> ConvConfig:
 #: Configs of the local-memory tiled kernel (``ConvConfig.tiled``) a conv gets by default
 #: (:func:`tiled_default`): (oc_block, w_block, work group, k_chunk, split_k). 1x1 convs take the
 #: first of :data:`TILED_CONFIGS` that launches enough work groups (smaller tiles, more K slices
-#: for the small maps), stem convs (one input channel block: K is the taps) :data:`TILED_STEM`.
+#: for the small maps), stem convs (one input channel block: K is the taps) :data:`TILED_STEM` or
+#: :data:`TILED_STEM_WIDE`.
 #: From ``benchmarks/conv_configs.py --grid tiled`` on ResNet-50's 23 layers on the H200
 #: (benchmarks/results/conv_configs_tiled_buffer-nvidia-h200.json, 27 tiled configs): within 20%
 #: of the best tiled config on each 1x1 layer, and 1.3-2.0x the direct kernel where it ran before.
 TILED_CONFIGS = ((2, 2, (16, 4, 1), 4, 4), (1, 2, (16, 4, 1), 4, 4), (1, 1, (16, 2, 1), 4, 8))
-#: The stem's: two output blocks by one pixel per item, 64-item rows, all taps in one K step
-#: where they fit (k_chunk None: :func:`stem_k_chunk`). From ``conv_configs.py --grid stem`` on the
-#: eight issue-21 models' stems on the H200 (benchmarks/results/conv_configs_stem-nvidia-h200.json,
-#: 8-16 output channels up to 48, 3x3/2 and 4x4/4): within 8% of each stem's best of 16-66
-#: configs, 62.6 us over the eight against 80.6 for the (1, 4, (16, 8, 1), 4, 1) before it, whose
-#: eight rows of output blocks were mostly empty on 2-4 blocks.
+#: A stem's of fewer than :data:`WIDE_STEM_BLOCKS` output channel blocks: two output blocks by one
+#: pixel per item, 64-item rows, all taps in one K step where they fit (k_chunk None:
+#: :func:`stem_k_chunk`). From ``conv_configs.py --grid stem`` on the eight issue-21 models' stems
+#: on the H200 (benchmarks/results/conv_configs_stem-nvidia-h200.json: 8-48 output channels, 3x3/2
+#: and 4x4/4): within 8% of each stem's best of 16-66 configs, 62.6 us over the eight against 80.6
+#: for :data:`TILED_STEM_WIDE`, whose eight rows of output blocks were mostly empty on 2-4 blocks.
 TILED_STEM = (2, 1, (64, 1, 1), None, 1)
+#: A stem's of at least :data:`WIDE_STEM_BLOCKS` output blocks (ResNet's 7x7/2 to 64 channels):
+#: 1 x 4 tiles, 16 x 8 items (the stem config before :data:`TILED_STEM`), the taps in the fewest K
+#: steps. On ResNet-50's stem (conv_configs_stem-torchvision-nvidia-h200.json) :data:`TILED_STEM`
+#: took 33.2 us, this one 25.2 us (49 taps: k_chunk 13), the best of 69 configs 23.3 us.
+TILED_STEM_WIDE = (1, 4, (16, 8, 1), None, 1)
+WIDE_STEM_BLOCKS = 16
 #: Whether patchify convs (kernel = stride, no padding, no dilation: ConvNeXt's and EdgeNeXt's 2x2
 #: stride-2 downsamples) run tiled like 1x1 convs: their taps never overlap, so the implicit GEMM
 #: reads each input pixel once, as a 1x1 conv's does (``benchmarks/patchify_tiled.py``).
@@ -226,7 +233,7 @@ def tiled_default(geom: ConvGeometry, profile: DeviceProfile) -> ConvConfig | No
     pointwise = geom.kh * geom.kw == 1 or (TILED_PATCHIFY and is_patchify(geom))
     if min_groups <= 0 or geom.groups != 1 or not (pointwise or stem):
         return None
-    for entry in (TILED_STEM,) if stem else TILED_CONFIGS:
+    for entry in ((TILED_STEM_WIDE if geom.o4 >= WIDE_STEM_BLOCKS else TILED_STEM),) if stem else TILED_CONFIGS:
         if tiled_work_groups(geom, *entry[:3]) >= min_groups:
             return tiled_config(geom, entry)
     return None

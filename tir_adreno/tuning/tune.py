@@ -136,7 +136,7 @@ def _tiled_candidates(geom, profile: DeviceProfile, first, direct_default) -> li
     """Big GPUs, dense convs: the tiled kernel's default configs on buffers, and when the default
     is tiled, the direct kernel where the profile would place it without the tiled rule."""
     out = [strategy.ConvChoice("direct", defaults.tiled_config(geom, entry), "buffer")
-           for entry in (*defaults.TILED_CONFIGS, defaults.TILED_STEM)]
+           for entry in (*defaults.TILED_CONFIGS, defaults.TILED_STEM, defaults.TILED_STEM_WIDE)]
     if first.config is not None and first.config.tiled:
         untiled = strategy.default_choice(geom, _untiled(profile))
         out.append(strategy.ConvChoice("direct", direct_default, untiled.placement))
