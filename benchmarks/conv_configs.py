@@ -112,15 +112,15 @@ PLAN_MODELS = ("efficientvit_b0", "edgenext_xx_small", "fastvit_t8", "mobilevitv
 # the grid (needs TVM: primfuncs)
 def old_default(geom, depthwise: bool):
     """``default_config`` before this sweep: 4x4 tile shrunk until 1024 work items, work group (8, 4, 1)."""
+    from primfuncs import conv
     from primfuncs.conv import ConvConfig
-    from primfuncs._common import ceildiv
 
     if depthwise:
         return ConvConfig(1, 4, (8, 4, 1))
     ocb, wb = 4, 4
 
     def items(ocb, wb):
-        return ceildiv(geom.o4, ocb) * geom.oh * geom.n * ceildiv(geom.ow, wb)
+        return conv.direct_work_items(geom, ocb, wb)
 
     while ocb > 1 and items(ocb, wb) < 1024:
         ocb //= 2
@@ -134,7 +134,6 @@ def candidates(layer, grid: str, placement: str = "texture", profile=None):
     (``grid`` "fused" / "stem": :func:`fused_grid` / :func:`stem_grid` for ``profile``)."""
     from primfuncs import conv
     from tir_adreno.strategy import defaults
-    from primfuncs._common import ceildiv
 
     if grid == "fused":
         return fused_grid(layer, profile)
@@ -157,7 +156,7 @@ def candidates(layer, grid: str, placement: str = "texture", profile=None):
         out.append((f"default_{kind}", defaults.default_config(geom, defaults.kind_profile(kind))))
 
     def extents(ocb, wb):
-        return geom.n * ceildiv(geom.ow, wb), geom.oh, ceildiv(geom.o4, ocb)
+        return conv.direct_extents(geom, ocb, wb)
 
     def add(ocb, wb, wg, split=1):
         out.append(("sweep", conv.ConvConfig(ocb, wb, tuple(wg), split)))
@@ -184,9 +183,7 @@ def candidates(layer, grid: str, placement: str = "texture", profile=None):
             if split == 16 and (blocks < 128 or ocb * wb > 4):
                 continue
             # Partial sums in local memory: split x items x tile x 16 bytes <= 32 KiB, items <= 256 / split.
-            items = min(64, 256 // split, 2048 // (ocb * wb * split))
-            gx, gy, gz = conv.fill_work_group(extents(ocb, wb), items, max_x=16, max_z=64 // split)
-            add(ocb, wb, (gx, gy, gz), split)
+            out.append(("sweep", defaults.split_config(geom, ocb, wb, split)))
     return out
 
 
@@ -201,12 +198,11 @@ def buffer_grid(geom, depthwise: bool):
     the "gpu" default on buffers ("default_gpu") and on textures ("texture_default_gpu", the
     placement today's strategy runs); tiles {1, 2, 4}^2 in 2-D groups of 128 items, the 1-D
     grid in output order (``flat``) in groups of 128, both also at 64 and 256 for the tiles
-    2x2 and 2x4; split_k 2-16 for 2x2 and 2x4 (``split_config``). Configs with fewer than
+    2x2 and 2x4; split_k 2-16 for 2x2 and 2x4 (``defaults.split_config``). Configs with fewer than
     :data:`BUFFER_MIN_ITEMS` work items are left out (the named ones never). ~810 kernels on
     the 31 pointwise layers (``--layers pointwise``)."""
     from primfuncs import conv
     from tir_adreno.strategy import defaults
-    from primfuncs._common import ceildiv
 
     gpu = defaults.default_config(geom, defaults.kind_profile("gpu"))
     out = [("default_gpu", gpu), ("texture_default_gpu", gpu)]
@@ -214,7 +210,7 @@ def buffer_grid(geom, depthwise: bool):
         return out  # depthwise: benchmarks/depthwise.py sweeps them on buffers
 
     def items(ocb, wb):
-        return geom.n * ceildiv(geom.ow, wb) * geom.oh * ceildiv(geom.o4, ocb)
+        return conv.direct_work_items(geom, ocb, wb)
 
     least = min(BUFFER_MIN_ITEMS, items(1, 1) // 2)  # small layers: keep their few smallest tiles
 
@@ -225,7 +221,7 @@ def buffer_grid(geom, depthwise: bool):
     for ocb in (1, 2, 4):
         for wb in (1, 2, 4):
             for threads in (64, 128, 256) if (ocb, wb) in ((2, 2), (2, 4)) else (128,):
-                extents = (geom.n * ceildiv(geom.ow, wb), geom.oh, ceildiv(geom.o4, ocb))
+                extents = conv.direct_extents(geom, ocb, wb)
                 add(ocb, wb, conv.ConvConfig(ocb, wb, conv.fill_work_group(extents, threads, max_x=16)))
                 add(ocb, wb, conv.ConvConfig(ocb, wb, (threads, 1, 1), flat=True))
     blocks = geom.cg // 4 if geom.groups > 1 else geom.c // 4
@@ -233,7 +229,7 @@ def buffer_grid(geom, depthwise: bool):
     for split in (2, 4, 8, 16):
         if aligned and split * 2 <= blocks:  # each slice keeps >= 2 channel blocks, as default_config
             for ocb, wb in ((2, 2), (2, 4)):
-                add(ocb, wb, split_config(geom, ocb, wb, split))
+                add(ocb, wb, defaults.split_config(geom, ocb, wb, split))
     return out
 
 
@@ -268,15 +264,6 @@ def tiled_grid(geom, depthwise: bool):
     return out
 
 
-def split_config(geom, ocb: int, wb: int, split: int):
-    """The ``split_k`` config of tile ``ocb`` x ``wb``: ~256 work items, partial sums <= 32 KiB."""
-    from primfuncs import conv
-    from primfuncs._common import ceildiv
-
-    per_slice = min(64, 256 // split, 2048 // (ocb * wb * split))
-    extents = (geom.n * ceildiv(geom.ow, wb), geom.oh, ceildiv(geom.o4, ocb))
-    wg = conv.fill_work_group(extents, per_slice, max_x=16, max_z=64 // split)
-    return conv.ConvConfig(ocb, wb, wg, split)
 
 
 def refine(geom, depthwise: bool):
@@ -299,7 +286,7 @@ def refine(geom, depthwise: bool):
                     extents = (geom.n * -(-geom.ow // wb), geom.oh, -(-geom.o4 // ocb))
                     out.append(("sweep", conv.ConvConfig(ocb, wb, conv.fill_work_group(extents, 64, max_x=16))))
                 else:
-                    out.append(("sweep", split_config(geom, ocb, wb, split)))
+                    out.append(("sweep", defaults.split_config(geom, ocb, wb, split)))
     return out + variants
 
 
@@ -445,9 +432,7 @@ def fused_grid(layer, profile):
     split)``, partial sums within 32 KiB). Work groups from ``fill_work_group`` (x first, at most
     16 along x, 64 / split along z). 17 configs without split_k, 6 per split_k: 47 at most (~40
     a layer; sized for the H200's compile: ~0.1-0.25 s a kernel)."""
-    from primfuncs import conv
-    from primfuncs.conv.config import MAX_LOCAL_BYTES
-    from primfuncs.lanes import LANES, ceildiv
+    from primfuncs.lanes import LANES
     from tir_adreno.strategy import defaults
 
     _, pw = fused_geometry(layer)
@@ -455,9 +440,7 @@ def fused_grid(layer, profile):
 
     def add(ocb, wb, threads, split=1):
         if threads >= 1:
-            extents = (pw.n * ceildiv(pw.ow, wb), pw.oh, ceildiv(pw.o4, ocb))
-            wg = conv.fill_work_group(extents, threads, max_x=16, max_z=64 // split)
-            out.append(("sweep", conv.ConvConfig(ocb, wb, wg, split)))
+            out.append(("sweep", defaults.split_config(pw, ocb, wb, split, threads)))
 
     for i, (ocb, wb) in enumerate(FUSED_TILES):
         for threads, first in ((64, 9), (128, 5), (256, 2), (32, 1)):
@@ -466,7 +449,7 @@ def fused_grid(layer, profile):
     blocks = pw.cg // LANES  # input channel blocks of a group (fusable: block-aligned groups)
     for split in (s for s in FUSED_SPLITS if s <= blocks):
         for i, (ocb, wb) in enumerate(FUSED_SPLIT_TILES):
-            per_slice = min(64, 256 // split, MAX_LOCAL_BYTES // (LANES * 4 * ocb * wb * split))
+            per_slice = defaults.split_items(ocb, wb, split)
             add(ocb, wb, per_slice, split)
             if i == 0:
                 add(ocb, wb, per_slice // 2, split)
@@ -504,7 +487,7 @@ def stem_grid(layer, profile):
     out = [("default", defaults.default_config(geom, profile)), ("plan", conv_config(layer.config)),
            (f"{profile.kind}_default", defaults.DIRECT_DEFAULTS[profile.kind](geom))]
     for ocb, wb in STEM_DIRECT_TILES:
-        extents = (geom.n * ceildiv(geom.ow, wb), geom.oh, ceildiv(geom.o4, ocb))
+        extents = conv.direct_extents(geom, ocb, wb)
         out.append(("direct", conv.ConvConfig(ocb, wb, conv.fill_work_group(extents, 64, max_x=16))))
     for ocb, wb in STEM_TILES:
         if ocb > geom.o4:

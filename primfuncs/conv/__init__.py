@@ -23,6 +23,8 @@ _EXPORTS = {
     "conv2d_geometry": "geometry",
     "ConvConfig": "config",
     "fill_work_group": "config",
+    "direct_extents": "config",
+    "direct_work_items": "config",
     "conv2d_nchw4c": "direct",
     "depthwise_conv2d_nchw4c": "direct",
     "depthwise_pointwise_nchw4c": "direct",

@@ -117,6 +117,12 @@ def direct_work_items(geom, oc_block: int, w_block: int) -> int:
     return ceildiv(geom.o4, oc_block) * geom.oh * geom.n * ceildiv(geom.ow, w_block)
 
 
+def direct_extents(geom, oc_block: int, w_block: int) -> tuple[int, int, int]:
+    """The direct kernel's grid extents (columns, rows, channel tiles; without split_k) for an
+    ``oc_block`` x ``w_block`` tile: what ``fill_work_group`` shapes a work group over."""
+    return geom.n * ceildiv(geom.ow, w_block), geom.oh, ceildiv(geom.o4, oc_block)
+
+
 def shrink_tile(items, min_items: int) -> tuple[int, int]:
     """The 4 x 4 register tile (oc_block, w_block), halved (channel blocks first) while the grid
     has fewer than ``min_items`` work items (``items(oc_block, w_block)``)."""

@@ -16,6 +16,7 @@ import dataclasses
 from primfuncs.conv.config import (
     MAX_LOCAL_BYTES,
     ConvConfig,
+    direct_extents,
     direct_work_items,
     fallback_config,
     fill_work_group,
@@ -89,14 +90,11 @@ def gpu_default(geom: ConvGeometry, prologue: bool = False) -> ConvConfig:
     def items(ocb, wb):
         return direct_work_items(geom, ocb, wb)
 
-    def extents(ocb, wb):
-        return geom.n * ceildiv(geom.ow, wb), geom.oh, ceildiv(geom.o4, ocb)
-
     blocks = (geom.cg if geom.groups > 1 else geom.c) // LANES
     aligned = geom.groups == 1 or (geom.cg % LANES == 0 and geom.og % LANES == 0)
     if not aligned or blocks < 2:
         ocb, wb = shrink_tile(items, GPU_WORK_ITEMS // 2)
-        return ConvConfig(ocb, wb, fill_work_group(extents(ocb, wb), 64, max_x=16))
+        return ConvConfig(ocb, wb, fill_work_group(direct_extents(geom, ocb, wb), 64, max_x=16))
     max_split = min(MAX_SPLIT, blocks if prologue else blocks // 2)
     best = None
     tiles = ((4, 1),) if prologue else ((2, 4) if geom.kh * geom.kw > 1 else (2, 2), (1, 4))
@@ -109,8 +107,21 @@ def gpu_default(geom: ConvGeometry, prologue: bool = False) -> ConvConfig:
         if items(ocb, wb) * split >= GPU_WORK_ITEMS:
             break
     _, ocb, wb, split = best
-    per_slice = min(64, 256 // split, MAX_LOCAL_BYTES // (LANES * 4 * ocb * wb * split))
-    return ConvConfig(ocb, wb, fill_work_group(extents(ocb, wb), per_slice, max_x=16, max_z=64 // split), split)
+    return split_config(geom, ocb, wb, split)
+
+
+def split_items(oc_block: int, w_block: int, split: int) -> int:
+    """Work items per K slice of the "gpu" rule's ``split_k`` configs: ~256 in all, at most 64 a
+    slice, the partial sums (``split`` x items x tile x 16 bytes) within local memory."""
+    return min(64, 256 // split, MAX_LOCAL_BYTES // (LANES * 4 * oc_block * w_block * split))
+
+
+def split_config(geom: ConvGeometry, oc_block: int, w_block: int, split: int, items: int | None = None) -> ConvConfig:
+    """The direct kernel's ``split_k`` config of tile ``oc_block`` x ``w_block``: ``items`` per
+    slice (default :func:`split_items`) in a work group filled along x (at most 16), z <= 64 / split."""
+    items = split_items(oc_block, w_block, split) if items is None else items
+    wg = fill_work_group(direct_extents(geom, oc_block, w_block), items, max_x=16, max_z=64 // split)
+    return ConvConfig(oc_block, w_block, wg, split)
 
 
 #: The direct kernel's default rule per device class (``DeviceProfile.kind``).
