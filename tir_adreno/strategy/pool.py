@@ -112,8 +112,9 @@ DEPTHWISE_EXCITATION_PIXELS: int | None = 512
 DEPTHWISE_EXCITATION_THREADS = 1024
 #: Work groups per sample the fused kernel spreads a small map over at least, about (fewer pixels
 #: per work group than :data:`DEPTHWISE_EXCITATION_PIXELS` where that gives fewer: 15 work groups
-#: for 576 channels of 7 x 7 on a 132-unit H200); None: the pixel target alone. A setting to
-#: measure (``benchmarks/excite_tail.py``), not a default yet.
+#: for 576 channels of 7 x 7 on a 132-unit H200); None: the pixel target alone. Off: 32 or 64
+#: moved the fused kernels by -4% to +1% on the H200 (``benchmarks/excite_tail.py``, one run), the
+#: model kernel times within 1% (kept as that script's ways).
 DEPTHWISE_EXCITATION_MIN_GROUPS: int | None = None
 
 
