@@ -30,7 +30,12 @@ def _sha(data: bytes) -> str:
 
 
 def load_reference_model(name: str):
-    """A built-in Relax model, or ``onnx:<light model>`` with seeded random weights."""
+    """A built-in Relax model, ``onnx:<light model>`` with seeded random weights, or a path to an
+    ``.onnx`` export (a timm model from ``torch_models.py --timm``) as it was exported."""
+    if name.endswith(".onnx"):
+        import onnx
+
+        return onnx.load(name)
     if name.startswith("onnx:"):
         import onnx
 
