@@ -170,27 +170,42 @@ def grn_kernels(d, scope):
     return [grn.grn_scale(_blocked((n, c, 1, 1)), c, d.draw(st.floats(0, 1e-3)), scope=scope)]
 
 
-def attention_kernels(d, scope):
+def _attention_map(d):
     n, _, h, w = _nchw(d)
     heads, dim = d.draw(st.integers(1, 3)), d.draw(st.integers(1, 6))
     channels = 3 * heads * dim + d.draw(st.integers(0, 3))
+    return n, h, w, heads, dim, channels, equal_slices(h * w, d.draw(st.integers(1, 20)))
+
+
+def xca_kernels(d, scope):
+    n, h, w, heads, dim, channels, slices = _attention_map(d)
     shape = _blocked((n, channels, h, w))
-    slices = equal_slices(h * w, d.draw(st.integers(1, 20)))
     return [
         attention.xca_weights(shape, channels, heads, dim, 0, heads * dim, scope=scope),
         attention.xca_partials(shape, channels, heads, dim, 0, heads * dim, slices, scope=scope),
         attention.xca_finish(n, heads, dim, slices),
         attention.xca_apply(shape, channels, heads, dim, 2 * heads * dim, scope=scope),
+    ]
+
+
+def linear_attention_kernels(d, scope):
+    n, h, w, heads, dim, channels, slices = _attention_map(d)
+    shape = _blocked((n, channels, h, w))
+    return [
         attention.linear_kv(shape, channels, heads, dim, dim, 2 * dim, 3 * dim, scope=scope),
         attention.linear_kv_partials(shape, channels, heads, dim, dim, 2 * dim, slices, 3 * dim, scope=scope),
         attention.linear_kv_finish(n, heads, dim, slices),
         attention.linear_apply(shape, channels, heads, dim, 0, 3 * dim, scope=scope),
-        attention.separable_attention(_blocked((n, 1 + 2 * dim, h, w)), 1 + 2 * dim, dim, threads=d.draw(st.sampled_from([None, 1, 4])),
-                                      scope=scope),
         *[attention.linear_attention([_blocked((n, 3 * heads * d4, h, w))] * maps, [3 * heads * d4] * maps, [heads] * maps, d4, 0, d4,
                                      2 * d4, 3 * d4, threads=d.draw(st.sampled_from([d4, 64])), scope=scope)
           for d4, maps in [(4 * d.draw(st.integers(1, 2)), d.draw(st.integers(1, 2)))]],
     ]
+
+
+def separable_attention_kernels(d, scope):
+    n, h, w, _, dim, _, _ = _attention_map(d)
+    return [attention.separable_attention(_blocked((n, 1 + 2 * dim, h, w)), 1 + 2 * dim, dim,
+                                          threads=d.draw(st.sampled_from([None, 1, 4])), scope=scope)]
 
 
 def excite_kernels(d, scope):
@@ -252,7 +267,9 @@ FAMILIES = {
     "layernorm": layernorm_kernels,
     "grn": grn_kernels,
     "excite": excite_kernels,
-    "attention": attention_kernels,
+    "attention.xca": xca_kernels,
+    "attention.linear": linear_attention_kernels,
+    "attention.separable": separable_attention_kernels,
     "shuffle": shuffle_kernels,
     "hierarchical": hierarchical_kernels,
     "patches": patches_kernels,
@@ -266,7 +283,7 @@ def test_every_family_is_covered():
     families = {m.name.removeprefix("primfuncs.") for m in modules if not m.ispkg and not m.name.rpartition(".")[2].startswith("_")}
     # no kernels of their own (conv.direct_tiling / direct_body: the direct family's pieces)
     helpers = {"epilogue", "lanes", "conv.config", "conv.geometry", "conv.direct_tiling", "conv.direct_body",
-               "conv.winograd_math", "conv.norm"}
+               "conv.winograd_math", "conv.norm", "excite_body", "attention.heads"}
     assert families - helpers == set(FAMILIES)
 
 

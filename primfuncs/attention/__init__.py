@@ -1,0 +1,22 @@
+"""Attention on an NCHW4c feature map's tokens, one module per kernel family:
+
+- :mod:`.xca`: EdgeNeXt's transposed ("cross-covariance") attention (XCA);
+- :mod:`.linear`: EfficientViT's ReLU linear attention (LiteMLA);
+- :mod:`.separable`: MobileViT-v2's separable self-attention;
+- :mod:`.heads`: the heads' channel ranges, checked, shared by all three.
+
+The tokens of a ``[B, N, C]`` sequence with ``N = H * W`` are the pixels of the NCHW4c map of
+``[B, C, H, W]`` (the token layout, docs/kernels.md). The factories are re-exported here, so
+``primfuncs.attention.linear_kv`` and the like keep their names.
+"""
+
+from .linear import (LINEAR_ATTENTION_MAX_MAPS, LINEAR_ATTENTION_THREADS, linear_apply, linear_attention,
+                     linear_attention_shared_bytes, linear_attention_slices, linear_kv, linear_kv_finish, linear_kv_partials)
+from .separable import SEPARABLE_THREADS, separable_attention
+from .xca import xca_apply, xca_finish, xca_partials, xca_weights
+
+__all__ = [
+    "LINEAR_ATTENTION_MAX_MAPS", "LINEAR_ATTENTION_THREADS", "SEPARABLE_THREADS", "linear_apply", "linear_attention",
+    "linear_attention_shared_bytes", "linear_attention_slices", "linear_kv", "linear_kv_finish", "linear_kv_partials",
+    "separable_attention", "xca_apply", "xca_finish", "xca_partials", "xca_weights",
+]
