@@ -19,13 +19,13 @@ from dataclasses import dataclass
 from tvm.script import tirx as T
 
 from ._common import clamp, load_pixel
+from .activation_table import NAMES, activation as _table_entry
 
-#: Supported activations (names as in PyTorch / Relax). ``"clip"`` clamps to the
-#: :class:`Epilogue`'s ``clip_min``/``clip_max``; ``hardsigmoid`` is PyTorch's
-#: ``relu6(x + 3) / 6``, ``hardswish`` ``x * hardsigmoid(x)``, ``silu`` ``x * sigmoid(x)``;
-#: ``gelu`` is the erf form ``x * 0.5 * (1 + erf(x / sqrt 2))``, ``gelu_tanh`` PyTorch's
-#: ``approximate="tanh"`` (``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``).
-ACTIVATIONS = (None, "relu", "relu6", "clip", "sigmoid", "silu", "hardsigmoid", "hardswish", "gelu", "gelu_tanh")
+#: Supported activations (:data:`primfuncs.activation_table.NAMES`: each defined once there, for the
+#: kernels, the float64 reference and the recognizer). ``"clip"`` clamps to the :class:`Epilogue`'s
+#: ``clip_min``/``clip_max``; other parameters (LeakyReLU's ``alpha``, HardSigmoid's ``alpha``/``beta``)
+#: come as the Epilogue's ``activation_params``.
+ACTIVATIONS = NAMES
 #: Buffer names the conv factories give the optional epilogue inputs.
 BIAS = "Bias"
 RESIDUAL = "Residual"
@@ -40,10 +40,13 @@ class Epilogue:
     residual: bool = False
     clip_min: float = 0.0  # bounds of activation="clip"
     clip_max: float = 6.0
+    activation_params: tuple = ()  # the activation's other parameters, ((name, value), ...): ``(("alpha", 0.2),)``
 
     def __post_init__(self):
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {ACTIVATIONS}, got {self.activation!r}")
+        if self.activation_params:
+            _table_entry(self.activation).check_params(dict(self.activation_params))
         if not self.clip_min <= self.clip_max:
             raise ValueError(f"clip needs clip_min <= clip_max, got {self.clip_min} > {self.clip_max}")
 
@@ -54,34 +57,31 @@ class Epilogue:
         return [*inputs, *extra, output]
 
 
-def activate(x, activation, dtype, clip_min: float = 0.0, clip_max: float = 6.0):
-    """``activation`` (an entry of :data:`ACTIVATIONS`) of the ``dtype`` TIR expression ``x``."""
+class TirOps:
+    """The ops namespace (:mod:`primfuncs.activation_table`) of TIR expressions of one ``dtype``."""
 
-    def const(v):
-        return T.FloatImm(dtype, float(v))
+    def __init__(self, dtype: str):
+        self.dtype = dtype
 
+    def const(self, v):
+        return T.FloatImm(self.dtype, float(v))
+
+    @staticmethod
+    def clip(x, lo, hi):
+        return clamp(x, lo, hi)  # keeps NaN (np.maximum/np.clip semantics), unlike OpenCL's fmax/fmin
+
+    select = staticmethod(T.Select)
+    exp = staticmethod(T.exp)
+    erf = staticmethod(T.erf)
+
+
+def activate(x, activation, dtype, clip_min: float = 0.0, clip_max: float = 6.0, params: tuple = ()):
+    """``activation`` (an entry of :data:`ACTIVATIONS`) of the ``dtype`` TIR expression ``x``:
+    the table's formula; ``clip_min``/``clip_max`` are clip's bounds, ``params`` any other parameters."""
     if activation is None:
         return x
-    # clamp keeps NaN (np.maximum/np.clip semantics), unlike OpenCL's fmax/fmin.
-    if activation == "relu":
-        return clamp(x, const(0), None)
-    if activation == "relu6":
-        return clamp(x, const(0), const(6))
-    if activation == "clip":
-        return clamp(x, const(clip_min), const(clip_max))
-    if activation == "sigmoid":
-        return const(1) / (const(1) + T.exp(-x))  # exp overflow gives 0, as NumPy
-    if activation == "hardsigmoid":
-        return clamp(x + const(3), const(0), const(6)) / const(6)
-    # GELU as written (not fused into x * Phi(x)), so -inf gives NaN like the NumPy formula.
-    if activation == "gelu":
-        return x * const(0.5) * (const(1) + T.erf(x * const(0.5**0.5)))
-    if activation == "gelu_tanh":  # 0.5 (1 + tanh(u)) = 1 / (1 + exp(-2u)): TVM's OpenCL tanh is approximate
-        u = const(2 * (2 / 3.141592653589793) ** 0.5) * (x + const(0.044715) * x * x * x)
-        return x / (const(1) + T.exp(-u))
-    if activation in ("silu", "hardswish"):  # the gated forms: x * gate(x)
-        return x * activate(x, "sigmoid" if activation == "silu" else "hardsigmoid", dtype)
-    raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
+    bounds = {"lo": clip_min, "hi": clip_max} if activation == "clip" else {}
+    return _table_entry(activation)(TirOps(dtype), x, **bounds, **dict(params))
 
 
 @T.macro
@@ -99,7 +99,8 @@ def apply_epilogue(acc, k, tmp, epilogue, Bias, Residual, n, c, h, w):
             acc[k, lane] = acc[k, lane] + tmp[lane]
     if epilogue.activation is not None:
         for lane in T.unroll(4):
-            acc[k, lane] = activate(acc[k, lane], epilogue.activation, acc.dtype, epilogue.clip_min, epilogue.clip_max)
+            acc[k, lane] = activate(acc[k, lane], epilogue.activation, acc.dtype, epilogue.clip_min, epilogue.clip_max,
+                                     epilogue.activation_params)
 
 
 @T.macro

@@ -15,6 +15,8 @@ import functools
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from primfuncs.activation_table import numpy_activation
+
 
 class ReferenceUnavailable(ValueError):
     """The CPU reference cannot run this model (onnxruntime refuses it)."""
@@ -156,30 +158,12 @@ def conv2d_nchw(x, w, strides=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1), gro
     return np.ascontiguousarray(out.reshape(groups, n, oh, ow, og).transpose(1, 0, 4, 2, 3).reshape(n, o, oh, ow))
 
 
-def activation(y, name, clip_min: float = 0.0, clip_max: float = 6.0) -> np.ndarray:
-    """float64 ``name`` of ``primfuncs.epilogue.ACTIVATIONS`` (None: identity); NaN propagates."""
-    y = np.asarray(y, np.float64)
-    if name is None:
-        return y
-    if name in ("relu", "relu6", "clip"):
-        lo, hi = {"relu": (0, None), "relu6": (0, 6), "clip": (clip_min, clip_max)}[name]
-        y = np.maximum(y, lo)
-        return y if hi is None else np.minimum(y, hi)
-    with np.errstate(over="ignore"):  # exp(-x) overflows to inf: sigmoid 0, as the kernels
-        if name == "sigmoid":
-            return 1 / (1 + np.exp(-y))
-        if name == "silu":
-            return y / (1 + np.exp(-y))
-    if name in ("gelu", "gelu_tanh"):
-        return gelu(y, "tanh" if name == "gelu_tanh" else "none")
-    hard = np.minimum(np.maximum(y + 3, 0), 6) / 6
-    if name == "hardsigmoid":
-        return hard
-    if name == "hardswish":
-        return y * hard
-    if name in ("gelu", "gelu_tanh"):
-        return gelu(y, "tanh" if name == "gelu_tanh" else "none")
-    raise ValueError(f"unknown activation {name!r}")
+def activation(y, name, clip_min: float = 0.0, clip_max: float = 6.0, **params) -> np.ndarray:
+    """float64 ``name`` of ``primfuncs.activation_table.NAMES`` (None: identity): the table's formula
+    over NumPy (one definition for kernels and references); NaN propagates. ``clip_min``/``clip_max``:
+    clip's bounds; ``params``: any other parameters (``alpha=`` of leaky_relu)."""
+    bounds = {"lo": clip_min, "hi": clip_max} if name == "clip" else {}
+    return numpy_activation(y, name, **bounds, **params)
 
 
 def conv2d_epilogue(y, bias=None, residual=None, activation_name=None, clip_min=0.0, clip_max=6.0) -> np.ndarray:

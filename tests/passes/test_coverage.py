@@ -187,26 +187,18 @@ def test_importer_made_kernels_are_not_ours():
 from hypothesis import given  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
+import functools  # noqa: E402
+
 from primfuncs import elementwise  # noqa: E402
+from primfuncs.activation_table import NAMES  # noqa: E402
+from tir_adreno.reference import activation as reference_activation  # noqa: E402
 from helpers.numeric import rand, run_kernel  # noqa: E402
 
 
-def _sigmoid(x):
-    return 1.0 / (1.0 + np.exp(-x))
-
-
-def _hardsigmoid(x):
-    return np.clip(x + 3.0, 0.0, 6.0) / 6.0
-
-
-ACTIVATIONS = {
-    "sigmoid": _sigmoid,
-    "silu": lambda x: x * _sigmoid(x),
-    "hardsigmoid": _hardsigmoid,
-    "hardswish": lambda x: x * _hardsigmoid(x),
-    "relu": lambda x: np.maximum(x, 0.0),
-    "relu6": lambda x: np.clip(x, 0.0, 6.0),
-}
+#: Every activation an activation kernel takes (clip has its own kernel), its float64 reference
+#: from the one table the kernels' formulas come from (tests/kernels/test_activation_table.py checks
+#: that table against the textbook definitions).
+ACTIVATIONS = {name: functools.partial(reference_activation, name=name) for name in NAMES if name not in (None, "clip")}
 blocked_shapes = st.tuples(st.integers(1, 2), st.integers(1, 3), st.integers(1, 6), st.integers(1, 7), st.integers(0, 2**32 - 1))
 scopes = st.sampled_from(["global.texture", "global"])
 

@@ -5,22 +5,21 @@ named by comparing its values with each activation's on dense samples (ReLU6 as
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 
+from primfuncs.activation_table import TABLE, numpy_activation
+
 from tir_adreno.passes.affine import linear_step, other_operand
 from tir_adreno.passes.graph import Graph, Node, const, same, static_shape
 
-#: The named activations as float64 NumPy functions, to recognize the importer's forms of them.
-ACTIVATION_FUNCTIONS = {
-    "relu": lambda x: np.maximum(x, 0.0),
-    "relu6": lambda x: np.clip(x, 0.0, 6.0),
-    "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
-    "hardsigmoid": lambda x: np.clip(x + 3.0, 0.0, 6.0) / 6.0,
-}
+#: The activations named by their values alone, as float64 NumPy functions (the table's formulas,
+#: parameters at their defaults), to recognize the importer's forms of them.
+ACTIVATION_FUNCTIONS = {name: functools.partial(numpy_activation, name=name) for name, a in TABLE.items() if a.sampled}
 #: The gated activations ``x * gate(x)`` by the name of their gate.
-GATED = {"sigmoid": "silu", "hardsigmoid": "hardswish"}
+GATED = {a.gate: name for name, a in TABLE.items() if a.gate}
 erf = np.vectorize(math.erf, otypes=[np.float64])
 
 # Dense over the breakpoints of the piecewise-linear forms, plus far values (saturation, slope).
