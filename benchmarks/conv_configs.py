@@ -383,15 +383,20 @@ def plan_kwargs(layer, config) -> dict:
     """The factory arguments of plan ``layer`` (its ``FACTORY``) with ``config``: as planned (scopes
     included), epilogues, the geometry and shapes rebuilt from the JSON."""
     from primfuncs.conv.geometry import ConvGeometry
+    from primfuncs.conv.prologue import Prologue
     from primfuncs.epilogue import Epilogue
 
     def tuples(value):
         return tuple(value) if isinstance(value, list) else value
 
+    def epilogue(value):
+        return Epilogue(**{k: tuples(v) for k, v in value.items()})
+
     kwargs = {k: tuples(v) for k, v in layer.kernel.items()}
-    for name in ("dw_epilogue", "epilogue"):
-        if name in kwargs:
-            kwargs[name] = Epilogue(**kwargs[name])
+    if "epilogue" in kwargs:
+        kwargs["epilogue"] = epilogue(kwargs["epilogue"])
+    if "prologue" in kwargs:  # the fused kernel's: its depthwise conv's epilogue inside
+        kwargs["prologue"] = Prologue(**{**kwargs["prologue"], "depthwise": epilogue(kwargs["prologue"]["depthwise"])})
     if "geometry" in kwargs:
         kwargs["geometry"] = ConvGeometry(**{k: tuples(v) for k, v in kwargs["geometry"].items()})
     return {**kwargs, "config": config}

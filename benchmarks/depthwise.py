@@ -111,7 +111,7 @@ def build_all(selected, out_dir: Path | None):
                 else:
                     func = conv.depthwise_conv2d_nchw4c(
                         layer.data_shape, layer.weight_shape, strides=layer.strides, padding=layer.padding,
-                        dilation=layer.dilation, config=cfg, scope=scope, weight_scope=wscope,
+                        dilation=layer.dilation, config=cfg, scope=scope, prologue=conv.Prologue(weight_scope=wscope),
                     )
                     module = build.build_cached(func)
                     (function,) = module.functions

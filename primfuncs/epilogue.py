@@ -41,6 +41,8 @@ class Epilogue:
     clip_min: float = 0.0  # bounds of activation="clip"
     clip_max: float = 6.0
     activation_params: tuple = ()  # the activation's other parameters, ((name, value), ...): ``(("alpha", 0.2),)``
+    out_scope: str | None = None  # the conv factories: Y's scope (None: X's), so a boundary needs no copy
+    residual_scope: str | None = None  # and Residual's (None: Y's)
 
     def __post_init__(self):
         if self.activation not in ACTIVATIONS:

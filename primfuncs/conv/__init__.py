@@ -4,6 +4,7 @@
   conv (tiling in :mod:`.direct_tiling`, macros in :mod:`.direct_body`);
 - :mod:`.tiled`: dense convs as a local-memory tiled implicit GEMM (``ConvConfig.tiled``);
 - :mod:`.winograd`: Winograd F(2x2, 3x3) / F(4x4, 3x3) (host-side math in :mod:`.winograd_math`);
+- :mod:`.prologue`: the input side every factory takes as one ``Prologue`` (gate, folded norms, layout, scopes);
 
 on the shared :mod:`.geometry` (sizes, window guards) and :mod:`.config` (``ConvConfig``,
 argument checks, work-group helpers). Which config a device gets is not decided here
@@ -30,6 +31,7 @@ _EXPORTS = {
     "depthwise_pointwise_nchw4c": "direct",
     "depthwise_pointwise_geometry": "direct",
     "DepthwisePrologue": "direct",
+    "Prologue": "prologue",
     "blocked_path": "direct",
     "blocked_oc_block": "direct_tiling",
     "conv2d_tiled_nchw4c": "tiled",

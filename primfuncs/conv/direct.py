@@ -64,6 +64,7 @@ from .direct_body import (
 )
 from .direct_tiling import DirectTiling
 from .geometry import ConvGeometry, InputLayout, conv2d_geometry
+from .prologue import DEPTHWISE, DIRECT, FUSED, Prologue, check_prologue
 from .tiled import conv2d_tiled_nchw4c
 
 
@@ -328,28 +329,21 @@ def conv2d_nchw4c(
     dilation=1,
     groups: int = 1,
     epilogue: Epilogue = Epilogue(),
+    prologue: Prologue = Prologue(),
     dtype: str = "float32",
     config: ConvConfig | None = None,
     scope: str = TEXTURE,
-    weight_scope: str | None = None,
-    out_scope: str | None = None,
-    residual_scope: str | None = None,
-    acc_dtype: str | None = None,
-    gate_scope: str | None = None,
-    data_layout: str = "NCHW4c",
-    norm_eps: float | None = None,
-    group_norm=None,
-    grn_eps: float | None = None,
 ):
     """Direct conv2d ``Y = act(conv(X, W) + bias + residual)`` on NCHW4c, any groups.
 
     ``data_shape`` (N, C, H, W) and ``weight_shape`` (O, C/groups, KH, KW) are the
     logical shapes; the kernel takes ``X [N, C/4, H, W, 4]`` in ``scope``,
-    ``W [O/4, C/groups, KH, KW, 4]`` in ``weight_scope`` (default: the weight
+    ``W [O/4, C/groups, KH, KW, 4]`` in ``prologue.weight_scope`` (default: the weight
     texture for a texture ``scope``, else a buffer), then ``Bias (O/4, 4)`` and
-    ``Residual [N, O/4, OH, OW, 4]`` (in ``residual_scope``, default ``out_scope``) when
-    ``epilogue`` asks for them, and writes ``Y [N, O/4, OH, OW, 4]`` in ``out_scope``
-    (default ``scope``): a conv at a texture/buffer boundary needs no copy kernel. ``acc_dtype``
+    ``Residual [N, O/4, OH, OW, 4]`` (in ``epilogue.residual_scope``, default ``out_scope``) when
+    ``epilogue`` asks for them, and writes ``Y [N, O/4, OH, OW, 4]`` in ``epilogue.out_scope``
+    (default ``scope``): a conv at a texture/buffer boundary needs no copy kernel. The
+    :class:`~primfuncs.conv.prologue.Prologue`'s fields below are the input side. ``acc_dtype``
     (default ``dtype``; "float32" for a float16 kernel) is the accumulators' dtype: each half
     product is converted and added in float32, the tile converted back before the epilogue. ``padding`` is an int, (pad_h, pad_w) or
     (top, left, bottom, right). ``config`` None: :func:`~primfuncs.conv.config.fallback_config`
@@ -384,17 +378,17 @@ def conv2d_nchw4c(
     if config is not None and config.tiled:
         if geom.groups != 1:
             raise ValueError(f"config.tiled=True is for dense convs (groups=1), got groups={geom.groups}")
-        return conv2d_tiled_nchw4c(data_shape, weight_shape, strides, padding, dilation, epilogue, dtype, config, scope,
-                                   weight_scope, out_scope, residual_scope, acc_dtype, gate_scope, data_layout, norm_eps, group_norm,
-                                   grn_eps)
+        return conv2d_tiled_nchw4c(data_shape, weight_shape, strides, padding, dilation, epilogue, prologue, dtype, config, scope)
+    check_prologue(prologue, "conv2d_nchw4c", DIRECT)
+    grn_eps, group_norm = prologue.grn_eps, prologue.group_norm
     if grn_eps is not None:  # each work group computes the scale in shared memory: the tiled kernel's
         raise ValueError(f"grn_eps: GRN's scale folds into the tiled conv only (config.tiled=True), got config {config!r}")
     if group_norm is not None:  # its statistics are folded per work group, in shared memory: the tiled kernel's
         raise ValueError(f"group_norm: a group norm folds into the tiled conv only (config.tiled=True), got config {config!r}")
     mode = "blocked" if blocked_path(geom) else "grouped"
-    return _direct_conv(geom, mode, epilogue, dtype, config, scope, weight_scope, "conv2d_nchw4c", out_scope=out_scope,
-                        residual_scope=residual_scope, acc_dtype=acc_dtype, gate_scope=gate_scope, data_layout=data_layout,
-                        norm_eps=norm_eps)
+    return _direct_conv(geom, mode, epilogue, dtype, config, scope, prologue.weight_scope, "conv2d_nchw4c",
+                        out_scope=epilogue.out_scope, residual_scope=epilogue.residual_scope, acc_dtype=prologue.acc_dtype,
+                        gate_scope=prologue.gate_scope, data_layout=prologue.data_layout, norm_eps=prologue.norm_eps)
 
 
 def blocked_path(geom: ConvGeometry) -> bool:
@@ -410,28 +404,27 @@ def depthwise_conv2d_nchw4c(
     padding=0,
     dilation=1,
     epilogue: Epilogue = Epilogue(),
+    prologue: Prologue = Prologue(),
     dtype: str = "float32",
     config: ConvConfig | None = None,
     scope: str = TEXTURE,
-    weight_scope: str | None = None,
-    out_scope: str | None = None,
-    residual_scope: str | None = None,
-    acc_dtype: str | None = None,
 ):
     """Depthwise conv2d (``groups == C``), weight ``(C * multiplier, 1, KH, KW)``.
 
     Output channel ``o`` reads input channel ``o // multiplier``. With multiplier 1
     a work item multiplies input and weight pixels lane by lane; otherwise each
     output lane picks its input channel from the pixel holding it. Tensors and
-    epilogue and ``config`` as in :func:`conv2d_nchw4c`.
+    epilogue and ``config`` as in :func:`conv2d_nchw4c`; the prologue's ``weight_scope`` and
+    ``acc_dtype`` only.
     """
+    check_prologue(prologue, "depthwise_conv2d_nchw4c", DEPTHWISE)
     data_shape = tuple(int(d) for d in data_shape)
     if len(data_shape) != 4:
         raise ValueError(f"data_shape must be NCHW (4-d), got {data_shape}")
     geom = conv2d_geometry(data_shape, weight_shape, strides, padding, dilation, groups=data_shape[1])
     return _direct_conv(
-        geom, "depthwise", epilogue, dtype, config, scope, weight_scope, "depthwise_conv2d_nchw4c", out_scope=out_scope,
-        residual_scope=residual_scope, acc_dtype=acc_dtype,
+        geom, "depthwise", epilogue, dtype, config, scope, prologue.weight_scope, "depthwise_conv2d_nchw4c",
+        out_scope=epilogue.out_scope, residual_scope=epilogue.residual_scope, acc_dtype=prologue.acc_dtype,
     )
 
 
@@ -467,10 +460,8 @@ def depthwise_pointwise_geometry(data_shape, dw_weight_shape, pw_weight_shape, s
 
 
 def depthwise_pointwise_nchw4c(data_shape, dw_weight_shape, pw_weight_shape, strides=1, padding=0, dilation=1,
-                               groups: int = 1, dw_epilogue: Epilogue = Epilogue(), epilogue: Epilogue = Epilogue(), dtype: str = "float32",
-                               config: ConvConfig | None = None, scope: str = TEXTURE, weight_scope: str | None = None,
-                               out_scope: str | None = None, residual_scope: str | None = None,
-                               acc_dtype: str | None = None):
+                               groups: int = 1, epilogue: Epilogue = Epilogue(), prologue: Prologue = Prologue(),
+                               dtype: str = "float32", config: ConvConfig | None = None, scope: str = TEXTURE):
     """Depthwise conv then 1x1 conv in one kernel: ``Y = act(conv1x1(act_dw(dwconv(X) + Bias_dw),
     W) + Bias + Residual)`` (MobileNet's inverted-residual tail).
 
@@ -490,9 +481,11 @@ def depthwise_pointwise_nchw4c(data_shape, dw_weight_shape, pw_weight_shape, str
     (defaults as in :func:`conv2d_nchw4c`). ``acc_dtype`` is the 1x1 conv's accumulators'
     (:func:`conv2d_nchw4c`); the depthwise prologue's stay in ``dtype``.
     """
+    check_prologue(prologue, "depthwise_pointwise_nchw4c", FUSED)
+    dw_epilogue = prologue.depthwise
     if not isinstance(dw_epilogue, Epilogue) or dw_epilogue.residual:
-        raise ValueError(f"dw_epilogue must be an Epilogue without residual, got {dw_epilogue!r}")
+        raise ValueError(f"prologue.depthwise must be an Epilogue without residual, got {dw_epilogue!r}")
     dw, pw = depthwise_pointwise_geometry(data_shape, dw_weight_shape, pw_weight_shape, strides, padding, dilation, groups)
-    return _direct_conv(pw, "blocked", epilogue, dtype, config, scope, weight_scope, "depthwise_pointwise_nchw4c",
-                        DepthwisePrologue(dw, dw_epilogue), out_scope=out_scope, residual_scope=residual_scope,
-                        acc_dtype=acc_dtype)
+    return _direct_conv(pw, "blocked", epilogue, dtype, config, scope, prologue.weight_scope, "depthwise_pointwise_nchw4c",
+                        DepthwisePrologue(dw, dw_epilogue), out_scope=epilogue.out_scope, residual_scope=epilogue.residual_scope,
+                        acc_dtype=prologue.acc_dtype)

@@ -30,6 +30,7 @@ from .geometry import ConvWindow, InputLayout, all_of, conv2d_geometry
 from ..grn import grn_macros
 from ..layernorm import PARTIAL_FIELDS, partials_fold_macros
 from .norm import GroupNormFold, check_grn, check_group_norm, check_norm, fold_items, norm_macros
+from .prologue import DIRECT, Prologue, check_prologue
 
 
 def _bytes(dtype: str) -> int:
@@ -60,21 +61,14 @@ def conv2d_tiled_nchw4c(
     padding=0,
     dilation=1,
     epilogue: Epilogue = Epilogue(),
+    prologue: Prologue = Prologue(),
     dtype: str = "float32",
     config: ConvConfig | None = None,
     scope: str = BUFFER,
-    weight_scope: str | None = None,
-    out_scope: str | None = None,
-    residual_scope: str | None = None,
-    acc_dtype: str | None = None,
-    gate_scope: str | None = None,
-    data_layout: str = "NCHW4c",
-    norm_eps: float | None = None,
-    group_norm: GroupNormFold | None = None,
-    grn_eps: float | None = None,
 ):
     """Dense conv2d (``groups == 1``) as a tiled implicit GEMM; arguments as
-    :func:`primfuncs.conv.direct.conv2d_nchw4c`, ``config.tiled`` must be set. With an input gate
+    :func:`primfuncs.conv.direct.conv2d_nchw4c`, ``config.tiled`` must be set; below, the
+    :class:`~primfuncs.conv.prologue.Prologue`'s fields. With an input gate
     (``gate_scope``) each input pixel is multiplied by its block's gate pixel as it is staged in
     local memory: once per work group, not per output channel tile. ``data_layout`` "NCHW": X is
     a plain buffer, each staged pixel read as four channels. ``norm_eps``: a layer norm over X's
@@ -93,6 +87,10 @@ def conv2d_tiled_nchw4c(
     ``fold_items(C/4, items)`` items sum the square roots, one adds their sums in order) and
     stages each input pixel times its block's scale, as a gate; the caller puts ``W . beta`` into
     the bias."""
+    check_prologue(prologue, "conv2d_tiled_nchw4c", DIRECT)
+    weight_scope, acc_dtype, gate_scope, data_layout = prologue.weight_scope, prologue.acc_dtype, prologue.gate_scope, prologue.data_layout
+    norm_eps, group_norm, grn_eps = prologue.norm_eps, prologue.group_norm, prologue.grn_eps
+    out_scope, residual_scope = epilogue.out_scope, epilogue.residual_scope
     geom = conv2d_geometry(data_shape, weight_shape, strides, padding, dilation, 1)
     if config is None:
         config = ConvConfig(oc_block=2, w_block=4, work_group=(16, 8, 1), tiled=True)

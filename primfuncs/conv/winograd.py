@@ -74,6 +74,7 @@ from .._common import (
 from ..epilogue import Epilogue, store_output_pixel
 from .config import MIN_WORK_ITEMS, ConvConfig, fit_work_group, shrink_tile
 from .geometry import ConvGeometry, all_of, conv2d_geometry
+from .prologue import WINOGRAD, Prologue, check_prologue
 from .winograd_math import TILE_SIZES, check_tile, winograd_matrices, winograd_weight_transform  # noqa: F401 (re-exported)
 
 def winograd_ineligibility(geom: ConvGeometry) -> str | None:
@@ -487,28 +488,27 @@ def conv2d_winograd_nchw4c(
     groups: int = 1,
     m: int = 2,
     epilogue: Epilogue = Epilogue(),
+    prologue: Prologue = Prologue(),
     dtype: str = "float32",
     config: ConvConfig | None = None,
     scope: str = TEXTURE,
-    weight_scope: str | None = None,
-    tile_scope: str | None = None,
-    out_scope: str | None = None,
-    residual_scope: str | None = None,
-    acc_dtype: str | None = None,
 ) -> WinogradKernels:
     """Winograd F(m x m, 3 x 3) conv2d ``Y = act(conv(X, W) + bias + residual)`` on NCHW4c.
 
     Shapes and attributes as :func:`primfuncs.conv.direct.conv2d_nchw4c` (``strides``,
     ``dilation`` and ``groups`` must be 1 and the kernel 3x3: ValueError otherwise).
     ``m`` is 2 or 4; ``config`` is the GEMM's register tile (``w_block`` = tiles per
-    work item; None: :func:`default_config`). ``weight_scope`` (default: the weight
+    work item; None: :func:`default_config`). ``prologue.weight_scope`` (default: the weight
     texture for a texture ``scope``, else a buffer) holds ``U`` from
-    :func:`winograd_weight_transform`; ``tile_scope`` (default ``scope``) holds the
-    intermediates ``V`` and ``M``. ``X`` is read in ``scope``, ``Y`` written in ``out_scope``
-    (default ``scope``), ``Residual`` read in ``residual_scope`` (default ``out_scope``), so a
-    conv at a texture/buffer boundary needs no copy. ``acc_dtype``: the GEMM's accumulators
+    :func:`winograd_weight_transform`; ``prologue.tile_scope`` (default ``scope``) holds the
+    intermediates ``V`` and ``M``. ``X`` is read in ``scope``, ``Y`` written in ``epilogue.out_scope``
+    (default ``scope``), ``Residual`` read in ``epilogue.residual_scope`` (default ``out_scope``), so a
+    conv at a texture/buffer boundary needs no copy. ``prologue.acc_dtype``: the GEMM's accumulators
     (:func:`winograd_batched_gemm`; the transforms stay in ``dtype``). Returns the three stage PrimFuncs with the shapes.
     """
+    check_prologue(prologue, "conv2d_winograd_nchw4c", WINOGRAD)
+    weight_scope, tile_scope, acc_dtype = prologue.weight_scope, prologue.tile_scope, prologue.acc_dtype
+    out_scope, residual_scope = epilogue.out_scope, epilogue.residual_scope
     geom = check_winograd(conv2d_geometry(data_shape, weight_shape, strides, padding, dilation, groups))
     m = check_tile(m)
     scope, weight_scope, tile_scope = _scopes(scope, weight_scope, tile_scope)

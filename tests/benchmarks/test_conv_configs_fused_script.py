@@ -84,8 +84,11 @@ def test_fused_layers_rebuild_the_plans_kernels(onnx_dir):
 
     found = conv_configs.plans_layers(["dwpw", "absent"], onnx_dir, h200, "fused")
     assert [(lay.key, lay.count, lay.models) for lay in found] == [("dwpw.dwpw0", 2, ("dwpw",)), ("dwpw.dwpw1", 1, ("dwpw",))]
-    assert found[0].kernel["epilogue"] == {"bias": True, "activation": None, "residual": True, "clip_min": 0.0, "clip_max": 6.0}
-    assert found[1].kernel["dw_epilogue"] == {"bias": True, "activation": "clip", "residual": False, "clip_min": -1.0, "clip_max": 3.0}
+    unset = {"activation_params": [], "out_scope": None, "residual_scope": None}
+    assert found[0].kernel["epilogue"] == {"bias": True, "activation": None, "residual": True, "clip_min": 0.0, "clip_max": 6.0,
+                                           **unset, "out_scope": "global", "residual_scope": "global"}
+    assert found[1].kernel["prologue"]["depthwise"] == {"bias": True, "activation": "clip", "residual": False, "clip_min": -1.0,
+                                                        "clip_max": 3.0, **unset}
     assert found[1].kernel["groups"] == 2
     assert found[1].info["attrs"]["strides"] == [2, 2] and found[1].placement == "buffer"  # the H200 plans buffers
     for layer in found:

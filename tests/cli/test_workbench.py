@@ -316,13 +316,14 @@ def test_folded_norm_conv_reference(device):
     WeightSum, Bias the kernel's."""
     from helpers.numeric import run_kernel, unpack_nchw4c
     from primfuncs import conv
+    from primfuncs.conv.prologue import Prologue
     from primfuncs.epilogue import Epilogue
 
     info = {"op": "nn.conv2d", "inputs": [[1, 6, 3, 5]], "weight": [5, 6, 1, 1], "output": [1, 5, 3, 5], "norm_epsilon": 1e-6,
             "attrs": {"strides": [1, 1], "padding": [0, 0, 0, 0], "dilation": [1, 1], "groups": 1},
             "epilogue": {"bias": True, "activation": None, "residual": False}}
     inputs, ref, channels = workbench.reference_case(info, np.random.default_rng(4))
-    func = conv.conv2d_nchw4c((1, 6, 3, 5), (5, 6, 1, 1), epilogue=Epilogue(bias=True), scope="global", norm_eps=1e-6)
+    func = conv.conv2d_nchw4c((1, 6, 3, 5), (5, 6, 1, 1), epilogue=Epilogue(bias=True), scope="global", prologue=Prologue(norm_eps=1e-6))
     out = run_kernel(device, func, *[np.asarray(a, np.float32) for a in inputs])
     np.testing.assert_allclose(unpack_nchw4c(out, channels), ref, rtol=1e-4, atol=1e-4)
 
@@ -335,6 +336,7 @@ def test_folded_group_norm_conv_reference(device):
     from primfuncs import conv
     from primfuncs.conv import ConvConfig
     from primfuncs.conv.norm import GroupNormFold
+    from primfuncs.conv.prologue import Prologue
     from primfuncs.epilogue import Epilogue
 
     info = {"op": "nn.conv2d", "inputs": [[1, 8, 3, 5]], "weight": [5, 8, 1, 1], "output": [1, 5, 3, 5],
@@ -343,7 +345,7 @@ def test_folded_group_norm_conv_reference(device):
             "epilogue": {"bias": True, "activation": None, "residual": False}}
     inputs, ref, channels = workbench.reference_case(info, np.random.default_rng(5))
     func = conv.conv2d_nchw4c((1, 8, 3, 5), (5, 8, 1, 1), epilogue=Epilogue(bias=True), scope="global",
-                              config=ConvConfig(1, 2, (4, 2, 1), tiled=True), group_norm=GroupNormFold(2, 5, 1e-5))
+                              config=ConvConfig(1, 2, (4, 2, 1), tiled=True), prologue=Prologue(group_norm=GroupNormFold(2, 5, 1e-5)))
     out = run_kernel(device, func, *[np.asarray(a, np.float32) for a in inputs])
     np.testing.assert_allclose(unpack_nchw4c(out, channels), ref, rtol=1e-4, atol=1e-4)
 
@@ -355,6 +357,7 @@ def test_folded_grn_conv_reference(device):
     from helpers.numeric import run_kernel, unpack_nchw4c
     from primfuncs import conv
     from primfuncs.conv import ConvConfig
+    from primfuncs.conv.prologue import Prologue
     from primfuncs.epilogue import Epilogue
 
     info = {"op": "nn.conv2d", "inputs": [[1, 10, 3, 5]], "weight": [5, 10, 1, 1], "output": [1, 5, 3, 5],
@@ -362,7 +365,7 @@ def test_folded_grn_conv_reference(device):
             "attrs": {"strides": [1, 1], "padding": [0, 0, 0, 0], "dilation": [1, 1], "groups": 1},
             "epilogue": {"bias": True, "activation": None, "residual": False}}
     inputs, ref, channels = workbench.reference_case(info, np.random.default_rng(5))
-    func = conv.conv2d_nchw4c((1, 10, 3, 5), (5, 10, 1, 1), epilogue=Epilogue(bias=True), scope="global", gate_scope="global",
-                              config=ConvConfig(1, 2, (4, 2, 1), tiled=True), grn_eps=1e-6)
+    func = conv.conv2d_nchw4c((1, 10, 3, 5), (5, 10, 1, 1), epilogue=Epilogue(bias=True), scope="global", prologue=Prologue(gate_scope="global", grn_eps=1e-6),
+                              config=ConvConfig(1, 2, (4, 2, 1), tiled=True))
     out = run_kernel(device, func, *[np.asarray(a, np.float32) for a in inputs])
     np.testing.assert_allclose(unpack_nchw4c(out, channels), ref, rtol=1e-4, atol=1e-4)

@@ -4,11 +4,14 @@ The host-side blocked layouts here are written independently of tir_adreno.strat
 on purpose: a conv test must not share a lane-order mistake with the code it checks.
 """
 
+from dataclasses import replace
+
 import numpy as np
 
 from helpers.numeric import rand
 from primfuncs import conv
 from primfuncs._common import BUFFER, TEXTURE, TEXTURE_WEIGHT, blocked
+from primfuncs.conv.prologue import Prologue
 from tir_adreno import ops, reference
 from tir_adreno.reference import conv2d_epilogue as reference_epilogue  # noqa: F401 (re-exported for tests)
 from tir_adreno.reference import conv2d_nchw
@@ -48,10 +51,10 @@ def from_nchw4c(y, channels):
 
 def run_conv_case(device, case, scope, rng):
     """Run the conv kernel of ``case`` in ``scope`` on fresh inputs; returns (NCHW out, reference, blocked out).
-    ``case["data_layout"] == "NCHW"``: X is the plain NCHW array in a buffer, the rest in ``scope``."""
+    ``case["prologue"].data_layout == "NCHW"``: X is the plain NCHW array in a buffer, the rest in ``scope``."""
     case = dict(case)
     depthwise = case.pop("depthwise", False)
-    plain = case.get("data_layout") == "NCHW"
+    plain = case.get("prologue", Prologue()).data_layout == "NCHW"
     x = rand(rng, case["data_shape"])
     w = rand(rng, case["weight_shape"])
     geom = conv.conv2d_geometry(x.shape, w.shape, case["strides"], case["padding"], case["dilation"], case["groups"])
@@ -76,7 +79,8 @@ def run_conv_case(device, case, scope, rng):
         case.pop("groups")
         func = conv.depthwise_conv2d_nchw4c(**case, scope=scope)
     elif plain:
-        func = conv.conv2d_nchw4c(**case, scope=BUFFER, weight_scope=weight_scope, out_scope=scope)
+        func = conv.conv2d_nchw4c(**{**case, "prologue": replace(case["prologue"], weight_scope=weight_scope),
+                                     "epilogue": replace(epi, out_scope=scope)}, scope=BUFFER)
     else:
         func = conv.conv2d_nchw4c(**case, scope=scope)
     ops.launch(func, tensors, device)
@@ -95,7 +99,7 @@ def fused_inputs(rng, case, make=rand):
     """(kernel inputs in their blocked layouts, float64 reference output) of a fused depthwise -> 1x1 ``case``."""
     dw, pw = conv.depthwise_pointwise_geometry(case["data_shape"], case["dw_weight_shape"], case["pw_weight_shape"],
                                                case["strides"], case["padding"], groups=case.get("groups", 1))
-    dw_epi, epi = case["dw_epilogue"], case["epilogue"]
+    dw_epi, epi = case["prologue"].depthwise, case["epilogue"]
     x, w_dw, w_pw = make(rng, case["data_shape"]), rand(rng, case["dw_weight_shape"]), rand(rng, case["pw_weight_shape"])
     dw_bias = rand(rng, (dw.c,)) if dw_epi.bias else None
     bias = rand(rng, (pw.o,)) if epi.bias else None

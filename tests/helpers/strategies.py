@@ -15,6 +15,7 @@ from primfuncs.conv import winograd as wg
 from primfuncs._common import BUFFER, TEXTURE
 from primfuncs.conv import ConvConfig
 from primfuncs.conv.config import MAX_LOCAL_BYTES
+from primfuncs.conv.prologue import Prologue
 from primfuncs.conv.tiled import tiled_local_bytes
 from primfuncs.epilogue import ACTIVATIONS, Epilogue
 from tir_adreno.reference import REDUCTIONS
@@ -243,10 +244,10 @@ def fused_cases(draw):
     config = ConvConfig(draw(st.integers(1, 4)), draw(st.integers(1, 4)), work_group, split_k=2 if grid == "split" else 1,
                         flat=grid == "flat")
     return dict(data_shape=(n, c, h, w), dw_weight_shape=(c, 1, k, k), pw_weight_shape=(o, c, 1, 1), strides=stride,
-                padding=padding, dw_epilogue=dw_epilogue, epilogue=epilogue, config=config)
+                padding=padding, prologue=Prologue(depthwise=dw_epilogue), epilogue=epilogue, config=config)
 
 
 # MobileNetV2's block tails: stride 1 with the residual add, stride 2 without (C and O tails).
 STRIDE1_RESIDUAL = dict(data_shape=(1, 6, 7, 9), dw_weight_shape=(6, 1, 3, 3), pw_weight_shape=(9, 6, 1, 1), strides=1,
-                        padding=1, dw_epilogue=Epilogue(bias=True, activation="relu6"),
+                        padding=1, prologue=Prologue(depthwise=Epilogue(bias=True, activation="relu6")),
                         epilogue=Epilogue(bias=True, residual=True), config=ConvConfig(2, 3, (4, 2, 1)))

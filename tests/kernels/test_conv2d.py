@@ -20,6 +20,7 @@ from helpers.strategies import (
 from primfuncs import conv
 from primfuncs._common import BUFFER, TEXTURE
 from primfuncs.epilogue import Epilogue
+from primfuncs.conv.prologue import Prologue
 from tir_adreno import ops
 from tir_adreno.codegen import build
 from tir_adreno.runtime.texture import TextureLimitError
@@ -72,7 +73,7 @@ def test_conv2d_plain_input_matches_numpy(device, scope, case, tiled, use_tiled,
     """A model's first conv reading its plain NCHW input buffer (``data_layout="NCHW"``), direct or
     tiled, writing ``scope``: C not a multiple of 4 reads a partial last block."""
     o = case["weight_shape"][0] // case["groups"]
-    case = dict(case, groups=1, weight_shape=(o, *case["data_shape"][1:2], *case["weight_shape"][2:]), data_layout="NCHW")
+    case = dict(case, groups=1, weight_shape=(o, *case["data_shape"][1:2], *case["weight_shape"][2:]), prologue=Prologue(data_layout="NCHW"))
     if use_tiled:
         case["config"] = tiled
     with sanitized(seed):
@@ -82,10 +83,10 @@ def test_conv2d_plain_input_matches_numpy(device, scope, case, tiled, use_tiled,
 
 
 @pytest.mark.parametrize("call, match", [
-    (lambda: conv.conv2d_nchw4c((1, 3, 8, 8), (8, 3, 3, 3), data_layout="NCHW", scope=TEXTURE), "from a buffer"),
-    (lambda: conv.conv2d_nchw4c((1, 8, 8, 8), (8, 1, 3, 3), groups=8, data_layout="NCHW", scope=BUFFER), "blocked path"),
-    (lambda: conv.conv2d_nchw4c((1, 4, 8, 8), (8, 4, 1, 1), data_layout="NCHW", scope=BUFFER, gate_scope=BUFFER), "gate"),
-    (lambda: conv.conv2d_nchw4c((1, 4, 8, 8), (8, 4, 1, 1), data_layout="NHWC", scope=BUFFER), "data_layout must be"),
+    (lambda: conv.conv2d_nchw4c((1, 3, 8, 8), (8, 3, 3, 3), prologue=Prologue(data_layout="NCHW"), scope=TEXTURE), "from a buffer"),
+    (lambda: conv.conv2d_nchw4c((1, 8, 8, 8), (8, 1, 3, 3), groups=8, prologue=Prologue(data_layout="NCHW"), scope=BUFFER), "blocked path"),
+    (lambda: conv.conv2d_nchw4c((1, 4, 8, 8), (8, 4, 1, 1), prologue=Prologue(data_layout="NCHW", gate_scope=BUFFER), scope=BUFFER), "gate"),
+    (lambda: conv.conv2d_nchw4c((1, 4, 8, 8), (8, 4, 1, 1), prologue=Prologue(data_layout="NHWC"), scope=BUFFER), "data_layout must be"),
 ])
 def test_conv2d_plain_input_errors(call, match):
     with pytest.raises(ValueError, match=match):

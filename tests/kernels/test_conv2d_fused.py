@@ -24,6 +24,7 @@ from primfuncs import conv
 from primfuncs._common import BUFFER, TEXTURE
 from primfuncs.conv import ConvConfig
 from primfuncs.epilogue import Epilogue
+from primfuncs.conv.prologue import Prologue
 from tir_adreno import ops
 from tir_adreno.reference import conv2d_nchw
 from tir_adreno.strategy.packing import pack_bias
@@ -33,17 +34,17 @@ pytestmark = pytest.mark.filterwarnings("ignore:invalid value encountered:Runtim
 
 
 STRIDE2 = dict(data_shape=(2, 8, 9, 8), dw_weight_shape=(8, 1, 3, 3), pw_weight_shape=(5, 8, 1, 1), strides=2,
-               padding=(1, 1, 0, 0), dw_epilogue=Epilogue(bias=True, activation="relu6"),
+               padding=(1, 1, 0, 0), prologue=Prologue(depthwise=Epilogue(bias=True, activation="relu6")),
                epilogue=Epilogue(bias=True), config=ConvConfig(4, 2, (2, 2, 2), split_k=2))
 # A grouped 1x1 with block-aligned groups (EfficientViT's multi-scale aggregation: a 5x5 depthwise,
 # then groups of 16 channels): each tile computes its group's input blocks only. 3 groups of 8 -> 8
 # channels (the 4-block tile shrinks to the group's 2, split_k over its 2 input blocks); 2 groups of
 # 12 -> 4 channels, with both biases and the residual.
 GROUPED_SPLIT = dict(data_shape=(1, 24, 7, 6), dw_weight_shape=(24, 1, 5, 5), pw_weight_shape=(24, 8, 1, 1), groups=3,
-                     strides=1, padding=2, dw_epilogue=Epilogue(), epilogue=Epilogue(),
+                     strides=1, padding=2, prologue=Prologue(depthwise=Epilogue()), epilogue=Epilogue(),
                      config=ConvConfig(4, 2, (2, 2, 2), split_k=2))
 GROUPED_RESIDUAL = dict(data_shape=(2, 24, 5, 7), dw_weight_shape=(24, 1, 3, 3), pw_weight_shape=(8, 12, 1, 1), groups=2,
-                        strides=1, padding=1, dw_epilogue=Epilogue(bias=True, activation="relu6"),
+                        strides=1, padding=1, prologue=Prologue(depthwise=Epilogue(bias=True, activation="relu6")),
                         epilogue=Epilogue(bias=True, residual=True), config=ConvConfig(2, 3, (4, 2, 1)))
 
 
@@ -77,7 +78,7 @@ def test_depthwise_pointwise_nonfinite(device, scope):
         (dict(dw_weight_shape=(12, 1, 3, 3)), "multiplier 1"),
         (dict(pw_weight_shape=(9, 6, 3, 3)), "pw_weight_shape"),
         (dict(pw_weight_shape=(9, 5, 1, 1)), "pw_weight_shape"),
-        (dict(dw_epilogue=Epilogue(residual=True)), "dw_epilogue"),
+        (dict(prologue=Prologue(depthwise=Epilogue(residual=True))), "prologue.depthwise"),
         (dict(pw_weight_shape=(8, 3, 1, 1), groups=2), "groups=2: .* multiples of 4"),  # 3 input channels a group
         (dict(data_shape=(1, 16, 7, 9), dw_weight_shape=(16, 1, 3, 3), pw_weight_shape=(12, 8, 1, 1), groups=2),
          "groups=2: .* multiples of 4"),  # 6 output channels a group
@@ -141,7 +142,7 @@ def test_gated_conv_matches_numpy(device, case, scope, gate_scope, precision, se
     bias = rand(rng, (geom.o,)) if epi.bias else None
     residual = rand(rng, geom.out_shape) if epi.residual else None
     with sanitized(seed):
-        loaded, name = ops.compile(conv.conv2d_nchw4c(**case, scope=scope, gate_scope=gate_scope), device)
+        loaded, name = ops.compile(conv.conv2d_nchw4c(**case, scope=scope, prologue=Prologue(gate_scope=gate_scope)), device)
     half = precision == "float16_acc32"
     specs = [replace(s, storage="float16") if half and s.scope != BUFFER else s for s in loaded[name].params]
     rounded = {s.name: s.storage == "float16" for s in specs}
@@ -165,8 +166,8 @@ def test_gated_conv_bad_arguments():
     depthwise); its scope is checked like any other."""
     dense = dict(data_shape=(1, 8, 4, 4), weight_shape=(8, 8, 1, 1))
     with pytest.raises(ValueError, match="scope"):
-        conv.conv2d_nchw4c(**dense, config=ConvConfig(1, 1, (4, 4, 1), tiled=True), gate_scope="local")
+        conv.conv2d_nchw4c(**dense, config=ConvConfig(1, 1, (4, 4, 1), tiled=True), prologue=Prologue(gate_scope="local"))
     with pytest.raises(ValueError, match="grouped path"):
-        conv.conv2d_nchw4c((1, 6, 4, 4), (6, 2, 3, 3), groups=3, gate_scope=TEXTURE)
+        conv.conv2d_nchw4c((1, 6, 4, 4), (6, 2, 3, 3), groups=3, prologue=Prologue(gate_scope=TEXTURE))
     with pytest.raises(ValueError, match="scope"):
-        conv.conv2d_nchw4c(**dense, gate_scope="local")
+        conv.conv2d_nchw4c(**dense, prologue=Prologue(gate_scope="local"))

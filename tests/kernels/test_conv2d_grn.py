@@ -9,6 +9,8 @@ half ``Gamma``, float32 sums and arithmetic), C not a multiple of 4, more input 
 work group's items (several rounds) and fewer, tiles that overhang, split_k, 1x1 and 3x3 kernels.
 """
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from hypothesis import example, given, settings
@@ -24,6 +26,7 @@ from primfuncs._common import BUFFER, TEXTURE
 from primfuncs.conv import ConvConfig
 from primfuncs.epilogue import Epilogue
 from primfuncs.lanes import blocked
+from primfuncs.conv.prologue import Prologue
 from tir_adreno.reference import conv2d_epilogue, conv2d_nchw, grn_nx
 from tir_adreno.strategy.packing import pack_bias
 
@@ -41,14 +44,14 @@ def grn_fold_cases(draw):
                         split_k=draw(st.integers(1, 2)), tiled=True, k_chunk=draw(st.integers(1, 4)))
     epilogue = Epilogue(bias=True, activation=draw(st.sampled_from([None, "relu"])), residual=draw(st.booleans()))
     return dict(data_shape=(n, c, h, w), weight_shape=(o, c, k, k), epilogue=epilogue, config=config,
-                grn_eps=draw(st.sampled_from([1e-6, 1e-5])))
+                prologue=Prologue(grn_eps=draw(st.sampled_from([1e-6, 1e-5]))))
 
 
 #: A 3x3 conv over 15 channels: at magnitude 1e3 its outputs would pass half's 65504 with unit weights.
 GRN_HALF_3X3 = dict(data_shape=(1, 15, 6, 6), weight_shape=(4, 15, 3, 3), epilogue=Epilogue(bias=True),
-                    config=ConvConfig(1, 1, (4, 2, 1), tiled=True, k_chunk=1), grn_eps=1e-6)
+                    config=ConvConfig(1, 1, (4, 2, 1), tiled=True, k_chunk=1), prologue=Prologue(grn_eps=1e-6))
 GRN_WIDE = dict(data_shape=(1, 70, 3, 5), weight_shape=(9, 70, 1, 1), epilogue=Epilogue(bias=True, residual=True),
-                config=ConvConfig(2, 2, (2, 2, 1), split_k=2, tiled=True, k_chunk=3), grn_eps=1e-6)  # 18 blocks, 8 items
+                config=ConvConfig(2, 2, (2, 2, 1), split_k=2, tiled=True, k_chunk=3), prologue=Prologue(grn_eps=1e-6))  # 18 blocks, 8 items
 
 
 def run_grn_case(device, case, scope, precision, seed, magnitude=1.0):
@@ -71,12 +74,12 @@ def run_grn_case(device, case, scope, precision, seed, magnitude=1.0):
     with sanitized(seed):
         sums = run_kernel(device, reduce.reduce(shape5, c, "sum", (2, 3), True, scope=scope, square=True, out_dtype="float32"),
                           pack_nchw4c(x), storage="float16" if half else None, pinned=(1,))
-        func = conv.conv2d_nchw4c(**case, scope=scope, gate_scope=scope)
+        func = conv.conv2d_nchw4c(**{**case, "prologue": replace(case["prologue"], gate_scope=scope)}, scope=scope)
         y = run_kernel(device, func, pack_nchw4c(x), sums, pack_bias(gamma), pack_oihw4o(w), pack_bias(folded_bias.astype(np.float32)),
                        *([pack_nchw4c(residual)] if epi.residual else []), storage="float16" if half else None, pinned=(1,),
                        half={2} if half else ())
     xr = r16(x)
-    s = 1 + r16(gamma)[None, :, None, None] * grn_nx((xr * xr).sum(axis=(2, 3), keepdims=True), case["grn_eps"])
+    s = 1 + r16(gamma)[None, :, None, None] * grn_nx((xr * xr).sum(axis=(2, 3), keepdims=True), case["prologue"].grn_eps)
     ref = conv2d_nchw(xr * s, w.astype(np.float64)) + folded_bias.astype(np.float32)[None, :, None, None]
     ref = conv2d_epilogue(ref, None, None if residual is None else r16(residual), epi.activation)
     check_blocked_output(y, o)
@@ -101,12 +104,12 @@ def test_grn_conv_bad_arguments():
     """GRN's scale folds into the tiled conv with a gate (its sums), float32, no other norm."""
     one = dict(data_shape=(1, 8, 4, 4), weight_shape=(8, 8, 1, 1), config=ConvConfig(1, 1, (4, 4, 1), tiled=True), scope=BUFFER)
     with pytest.raises(ValueError, match="tiled conv only"):
-        conv.conv2d_nchw4c(**dict(one, config=ConvConfig(1, 1, (4, 4, 1))), gate_scope=BUFFER, grn_eps=1e-6)
+        conv.conv2d_nchw4c(**dict(one, config=ConvConfig(1, 1, (4, 4, 1))), prologue=Prologue(gate_scope=BUFFER, grn_eps=1e-6))
     with pytest.raises(ValueError, match="gate_scope"):
-        conv.conv2d_nchw4c(**one, grn_eps=1e-6)
+        conv.conv2d_nchw4c(**one, prologue=Prologue(grn_eps=1e-6))
     with pytest.raises(ValueError, match="epsilon"):
-        conv.conv2d_nchw4c(**one, gate_scope=BUFFER, grn_eps=-1.0)
+        conv.conv2d_nchw4c(**one, prologue=Prologue(gate_scope=BUFFER, grn_eps=-1.0))
     with pytest.raises(ValueError, match="float32 kernel"):
-        conv.conv2d_nchw4c(**one, gate_scope=BUFFER, dtype="float16", acc_dtype="float32", grn_eps=1e-6)
+        conv.conv2d_nchw4c(**one, prologue=Prologue(gate_scope=BUFFER, acc_dtype="float32", grn_eps=1e-6), dtype="float16")
     with pytest.raises(ValueError, match="layer norm"):
-        conv.conv2d_nchw4c(**one, gate_scope=BUFFER, norm_eps=1e-6, grn_eps=1e-6)
+        conv.conv2d_nchw4c(**one, prologue=Prologue(gate_scope=BUFFER, norm_eps=1e-6, grn_eps=1e-6))

@@ -26,6 +26,7 @@ from primfuncs.conv import ConvConfig
 from primfuncs.conv.norm import GroupNormFold
 from primfuncs.epilogue import Epilogue
 from primfuncs.lanes import blocked
+from primfuncs.conv.prologue import Prologue
 from tir_adreno.reference import conv2d_epilogue, group_norm
 from tir_adreno.strategy.packing import pack_bias
 
@@ -51,13 +52,13 @@ def group_norm_fold_cases(draw):
     # relu, not gelu: a gelu tail of a lone output (1e-6 of its input) is off by 1e-2 relative in any conv
     epilogue = Epilogue(bias=True, activation=draw(st.sampled_from([None, "relu"])), residual=draw(st.booleans()))
     return dict(data_shape=(n, c, h, w), weight_shape=(o, c, 1, 1), epilogue=epilogue, config=config,
-                group_norm=GroupNormFold(groups, slices, draw(st.sampled_from([1e-6, 1e-5]))))
+                prologue=Prologue(group_norm=GroupNormFold(groups, slices, draw(st.sampled_from([1e-6, 1e-5])))))
 
 
 GN_ONE = dict(data_shape=(1, 6, 5, 7), weight_shape=(5, 6, 1, 1), epilogue=Epilogue(bias=True, residual=True),
-              config=ConvConfig(2, 2, (4, 2, 1), split_k=2, tiled=True, k_chunk=3), group_norm=GroupNormFold(1, 18, 1e-5))
+              config=ConvConfig(2, 2, (4, 2, 1), split_k=2, tiled=True, k_chunk=3), prologue=Prologue(group_norm=GroupNormFold(1, 18, 1e-5)))
 GN_GROUPS = dict(data_shape=(2, 16, 3, 5), weight_shape=(7, 16, 1, 1), epilogue=Epilogue(bias=True, activation="gelu"),
-                 config=ConvConfig(1, 4, (8, 1, 1), tiled=True, k_chunk=2), group_norm=GroupNormFold(2, 3, 1e-6))
+                 config=ConvConfig(1, 4, (8, 1, 1), tiled=True, k_chunk=2), prologue=Prologue(group_norm=GroupNormFold(2, 3, 1e-6)))
 
 
 def _reference(x, w, gamma, beta, bias, groups, eps):
@@ -72,7 +73,7 @@ def run_group_norm_case(device, case, scope, precision, seed, mean=0.0):
     rng = np.random.default_rng(seed)
     n, c, h, w_ = case["data_shape"]
     o = case["weight_shape"][0]
-    epi, fold = case["epilogue"], case["group_norm"]
+    epi, fold = case["epilogue"], case["prologue"].group_norm
     x = (rand(rng, (n, c, h, w_)) + np.float32(mean)).astype(np.float32)
     w, bias = rand(rng, case["weight_shape"]), rand(rng, (o,))
     gamma, beta = 1 + 0.5 * rand(rng, (c,)), 0.5 * rand(rng, (c,))
@@ -123,23 +124,23 @@ def test_group_norm_conv_bad_arguments():
     one = dict(data_shape=(1, 8, 4, 4), weight_shape=(8, 8, 1, 1), config=ConvConfig(1, 1, (4, 4, 1), tiled=True))
     fold = GroupNormFold(1, 4, 1e-5)
     with pytest.raises(ValueError, match="tiled conv only"):
-        conv.conv2d_nchw4c(**dict(one, config=ConvConfig(1, 1, (4, 4, 1))), group_norm=fold)
+        conv.conv2d_nchw4c(**dict(one, config=ConvConfig(1, 1, (4, 4, 1))), prologue=Prologue(group_norm=fold))
     with pytest.raises(ValueError, match="1x1"):
-        conv.conv2d_nchw4c((1, 8, 4, 4), (8, 8, 3, 3), padding=1, config=one["config"], group_norm=fold)
+        conv.conv2d_nchw4c((1, 8, 4, 4), (8, 8, 3, 3), padding=1, config=one["config"], prologue=Prologue(group_norm=fold))
     with pytest.raises(ValueError, match="multiple of 4"):
-        conv.conv2d_nchw4c(**one, group_norm=GroupNormFold(4, 4, 1e-5))  # 2 channels a group
+        conv.conv2d_nchw4c(**one, prologue=Prologue(group_norm=GroupNormFold(4, 4, 1e-5)))  # 2 channels a group
     with pytest.raises(ValueError, match="equal non-empty slices"):
-        conv.conv2d_nchw4c(**one, group_norm=GroupNormFold(1, 9, 1e-5))  # 32 pixels: 9 slices of 4 leave one empty
+        conv.conv2d_nchw4c(**one, prologue=Prologue(group_norm=GroupNormFold(1, 9, 1e-5)))  # 32 pixels: 9 slices of 4 leave one empty
     with pytest.raises(ValueError, match="epsilon"):
-        conv.conv2d_nchw4c(**one, group_norm=GroupNormFold(1, 4, -1.0))
+        conv.conv2d_nchw4c(**one, prologue=Prologue(group_norm=GroupNormFold(1, 4, -1.0)))
     with pytest.raises(ValueError, match="float32 kernel"):
-        conv.conv2d_nchw4c(**one, dtype="float16", acc_dtype="float32", group_norm=fold)
+        conv.conv2d_nchw4c(**one, dtype="float16", prologue=Prologue(acc_dtype="float32", group_norm=fold))
     with pytest.raises(ValueError, match="gate"):
-        conv.conv2d_nchw4c(**one, scope=BUFFER, gate_scope=BUFFER, group_norm=fold)
+        conv.conv2d_nchw4c(**one, scope=BUFFER, prologue=Prologue(gate_scope=BUFFER, group_norm=fold))
     with pytest.raises(ValueError, match="layer norm"):
-        conv.conv2d_nchw4c(**one, norm_eps=1e-6, group_norm=fold)
+        conv.conv2d_nchw4c(**one, prologue=Prologue(norm_eps=1e-6, group_norm=fold))
     with pytest.raises(ValueError, match="GroupNormFold"):
-        conv.conv2d_nchw4c(**one, group_norm=(1, 4, 1e-5))
+        conv.conv2d_nchw4c(**one, prologue=Prologue(group_norm=(1, 4, 1e-5)))
 
 
 def test_group_norm_conv_nonfinite(device):
@@ -149,7 +150,7 @@ def test_group_norm_conv_nonfinite(device):
     rng = np.random.default_rng(8)
     case = dict(GN_GROUPS, epilogue=Epilogue(bias=True))
     n, c, h, w_ = case["data_shape"]
-    o, fold = case["weight_shape"][0], case["group_norm"]
+    o, fold = case["weight_shape"][0], case["prologue"].group_norm
     x = nonfinite(rng, (n, c, h, w_), 3)  # in the first half: sample 0
     w, bias = rand(rng, case["weight_shape"]), rand(rng, (o,))
     folded, folded_bias, _ = _reference(np.zeros_like(x), w, 1 + 0.5 * rand(rng, (c,)).astype(np.float64),

@@ -26,6 +26,7 @@ from primfuncs import conv
 from primfuncs._common import BUFFER, TEXTURE
 from primfuncs.conv import ConvConfig
 from primfuncs.epilogue import Epilogue
+from primfuncs.conv.prologue import Prologue
 from tir_adreno import ops
 from tir_adreno.reference import conv2d_epilogue, layer_norm
 from tir_adreno.strategy.packing import pack_bias
@@ -58,13 +59,13 @@ def norm_cases(draw):
                             split_k=2 if grid == "split" else 1)
     epilogue = Epilogue(bias=True, activation=draw(st.sampled_from([None, "gelu"])), residual=draw(st.booleans()))
     return dict(data_shape=(n, c, draw(st.integers(1, 7)), draw(st.integers(1, 9))), weight_shape=(o, c, 1, 1),
-                epilogue=epilogue, config=config, norm_eps=draw(st.sampled_from([1e-6, 1e-5])))
+                epilogue=epilogue, config=config, prologue=Prologue(norm_eps=draw(st.sampled_from([1e-6, 1e-5]))))
 
 
 NORM_DIRECT = dict(data_shape=(2, 6, 3, 7), weight_shape=(5, 6, 1, 1), epilogue=Epilogue(bias=True, residual=True),
-                   config=ConvConfig(2, 4, (4, 2, 1), split_k=2), norm_eps=1e-6)
+                   config=ConvConfig(2, 4, (4, 2, 1), split_k=2), prologue=Prologue(norm_eps=1e-6))
 NORM_TILED = dict(data_shape=(1, 9, 5, 6), weight_shape=(7, 9, 1, 1), epilogue=Epilogue(bias=True, activation="gelu"),
-                  config=ConvConfig(2, 2, (4, 2, 1), split_k=2, tiled=True, k_chunk=3), norm_eps=1e-6)
+                  config=ConvConfig(2, 2, (4, 2, 1), split_k=2, tiled=True, k_chunk=3), prologue=Prologue(norm_eps=1e-6))
 
 
 def run_norm_case(device, case, scope, precision, seed, mean=0.0):
@@ -94,7 +95,7 @@ def run_norm_case(device, case, scope, precision, seed, mean=0.0):
     loaded(name, *tensors, out)
     # float64: the layer norm's z = (x - mu) / sqrt(var + eps) of the inputs the kernel saw (half-rounded
     # where stored half), then the 1x1 conv of z * gamma + beta as folded (W' as the kernel read it)
-    z = layer_norm(r16(x, "X"), np.ones(c), np.zeros(c), axis=1, epsilon=case["norm_eps"])
+    z = layer_norm(r16(x, "X"), np.ones(c), np.zeros(c), axis=1, epsilon=case["prologue"].norm_eps)
     ref = np.einsum("oc,nchw->nohw", r16(w32, "W")[:, :, 0, 0], z) + folded_bias[None, :, None, None]
     ref = conv2d_epilogue(ref, None, None if residual is None else r16(residual, "Residual"), epi.activation)
     y = out.numpy()
@@ -126,21 +127,21 @@ def test_norm_conv_bad_arguments():
     """A layer norm folds into a dense 1x1 conv, stride 1, unpadded, float32 accumulators, no gate."""
     one = dict(data_shape=(1, 8, 4, 4), weight_shape=(8, 8, 1, 1))
     with pytest.raises(ValueError, match="1x1"):
-        conv.conv2d_nchw4c((1, 8, 4, 4), (8, 8, 3, 3), padding=1, norm_eps=1e-6)
+        conv.conv2d_nchw4c((1, 8, 4, 4), (8, 8, 3, 3), padding=1, prologue=Prologue(norm_eps=1e-6))
     with pytest.raises(ValueError, match="stride"):
-        conv.conv2d_nchw4c(**one, strides=2, norm_eps=1e-6)
+        conv.conv2d_nchw4c(**one, strides=2, prologue=Prologue(norm_eps=1e-6))
     with pytest.raises(ValueError, match="norm_eps must be"):
-        conv.conv2d_nchw4c(**one, norm_eps=-1.0)
+        conv.conv2d_nchw4c(**one, prologue=Prologue(norm_eps=-1.0))
     with pytest.raises(ValueError, match="float32 kernel"):
-        conv.conv2d_nchw4c(**one, dtype="float16", norm_eps=1e-6)
+        conv.conv2d_nchw4c(**one, dtype="float16", prologue=Prologue(norm_eps=1e-6))
     with pytest.raises(ValueError, match="float32 kernel"):
-        conv.conv2d_nchw4c(**one, dtype="float16", acc_dtype="float32", norm_eps=1e-6)
+        conv.conv2d_nchw4c(**one, dtype="float16", prologue=Prologue(acc_dtype="float32", norm_eps=1e-6))
     with pytest.raises(ValueError, match="gate"):
-        conv.conv2d_nchw4c(**one, gate_scope=TEXTURE, norm_eps=1e-6)
+        conv.conv2d_nchw4c(**one, prologue=Prologue(gate_scope=TEXTURE, norm_eps=1e-6))
     with pytest.raises(ValueError, match="gate"):
-        conv.conv2d_nchw4c(**one, config=ConvConfig(1, 1, (4, 4, 1), tiled=True), gate_scope=BUFFER, norm_eps=1e-6)
+        conv.conv2d_nchw4c(**one, config=ConvConfig(1, 1, (4, 4, 1), tiled=True), prologue=Prologue(gate_scope=BUFFER, norm_eps=1e-6))
     with pytest.raises(ValueError, match="folded norm"):
-        conv.conv2d_nchw4c(**one, scope=BUFFER, data_layout="NCHW", norm_eps=1e-6)
+        conv.conv2d_nchw4c(**one, scope=BUFFER, prologue=Prologue(data_layout="NCHW", norm_eps=1e-6))
 
 
 @pytest.mark.parametrize("case", [NORM_DIRECT, NORM_TILED], ids=["direct", "tiled"])
@@ -160,7 +161,7 @@ def test_norm_conv_nonfinite(device, case):
     out = run_finite_poison(device, conv.conv2d_nchw4c(**case, scope=BUFFER), pack_nchw4c(x), pack_oihw4o(w32),
                             pack_bias(wsum.astype(np.float32)), pack_bias(folded_bias.astype(np.float32)))
     with np.errstate(invalid="ignore"):
-        z = layer_norm(x, np.ones(c), np.zeros(c), axis=1, epsilon=case["norm_eps"])
+        z = layer_norm(x, np.ones(c), np.zeros(c), axis=1, epsilon=case["prologue"].norm_eps)
         ref = np.einsum("oc,nchw->nohw", w32[:, :, 0, 0].astype(np.float64), z) + folded_bias[None, :, None, None]
     assert np.all(unpack_nchw4c(out, out.shape[1] * 4)[:, o:] == 0), "padding lanes not zero"
     assert_matches(unpack_nchw4c(out, o), ref, rtol=RTOL)

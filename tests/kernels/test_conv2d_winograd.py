@@ -20,6 +20,7 @@ from primfuncs.conv import winograd as wg
 from primfuncs._common import BUFFER, TEXTURE
 from primfuncs.conv import ConvConfig
 from primfuncs.epilogue import Epilogue
+from primfuncs.conv.prologue import Prologue
 from tir_adreno import ops
 from tir_adreno.codegen import build
 from tir_adreno.strategy.packing import pack_bias
@@ -178,7 +179,7 @@ def test_factory_errors():
     with pytest.raises(TypeError, match="epilogue must be an Epilogue"):
         wg.conv2d_winograd_nchw4c((1, 4, 8, 8), (4, 4, 3, 3), epilogue="relu")
     with pytest.raises(ValueError, match="scope must be one of"):
-        wg.conv2d_winograd_nchw4c((1, 4, 8, 8), (4, 4, 3, 3), tile_scope="local")
+        wg.conv2d_winograd_nchw4c((1, 4, 8, 8), (4, 4, 3, 3), prologue=Prologue(tile_scope="local"))
 
 
 def test_winograd_float16_builds_to_source(device):

@@ -34,6 +34,7 @@ from tvm import relax
 from primfuncs import concat, conv, elementwise, hierarchical, layout, pool2d, reduce
 from primfuncs._common import BUFFER, TEXTURE
 from primfuncs.epilogue import Epilogue
+from primfuncs.conv.prologue import Prologue
 from tir_adreno import cli, compile_model, load_model, ops
 from tir_adreno.codegen import build
 from tir_adreno.runtime import cache, half_compat, link, opencl as runtime
@@ -324,7 +325,7 @@ def test_depthwise_pointwise(device, c, o, hw, stride, dw_bias, bias, residual, 
     rng = np.random.default_rng(seed)
     residual = residual and stride == 1
     case = dict(data_shape=(1, c, hw, hw), dw_weight_shape=(c, 1, 3, 3), pw_weight_shape=(o, c // groups, 1, 1), strides=stride,
-                padding=1, groups=groups, dw_epilogue=Epilogue(bias=dw_bias, activation="relu6"),
+                padding=1, groups=groups, prologue=Prologue(depthwise=Epilogue(bias=dw_bias, activation="relu6")),
                 epilogue=Epilogue(bias=bias, residual=residual, activation="relu"), config=conv.ConvConfig(2, 2, (4, 2, 1)))
     dw, pw = conv.depthwise_pointwise_geometry(case["data_shape"], case["dw_weight_shape"], case["pw_weight_shape"], stride, 1,
                                                groups=groups)
@@ -407,7 +408,7 @@ def float16_sources() -> dict[str, str]:
         "hierarchical": hierarchical.hierarchical_depthwise((1, 3, 6, 6, 4), 10, 3, 3, (3, 3), (1, 1, 1, 1), previous=True, dtype=f16),
         "conv2d short": strategy.conv2d_plan(short, Epilogue(bias=True), f16, get_profile("adreno")).primfuncs()[0],
         "conv2d split_k": conv.conv2d_nchw4c((1, 64, 4, 4), (8, 64, 3, 3), padding=1, epilogue=Epilogue(bias=True),
-                                             dtype=f16, config=conv.ConvConfig(1, 2, (2, 2, 1), split_k=4), acc_dtype="float32"),
+                                             dtype=f16, config=conv.ConvConfig(1, 2, (2, 2, 1), split_k=4), prologue=Prologue(acc_dtype="float32")),
     }
     long_winograd = strategy.conv2d_plan(conv.conv2d_geometry((1, 64, 6, 6), (8, 64, 3, 3), padding=1), Epilogue(), f16,
                                          get_profile("adreno"), choice=strategy.ConvChoice("winograd_2x2"))

@@ -6,6 +6,7 @@ import pytest
 from primfuncs import conv
 from primfuncs._common import TEXTURE, TEXTURE_WEIGHT
 from primfuncs.epilogue import Epilogue
+from primfuncs.conv.prologue import Prologue
 from tir_adreno.strategy import conv as strategy
 from tir_adreno.strategy.precision import FLOAT_ACCUMULATION_MIN_K, conv_accumulator_dtype
 from tir_adreno.strategy.profile import get_profile
@@ -50,6 +51,6 @@ def test_the_fused_kernel_accumulates_its_1x1_conv_by_its_channels():
 
 def test_acc_dtype_is_float32_or_the_kernel_dtype():
     with pytest.raises(TypeError, match="acc_dtype"):
-        conv.conv2d_nchw4c((1, 8, 4, 4), (8, 8, 1, 1), dtype="float32", acc_dtype="float16")
+        conv.conv2d_nchw4c((1, 8, 4, 4), (8, 8, 1, 1), dtype="float32", prologue=Prologue(acc_dtype="float16"))
     with pytest.raises(TypeError, match="acc_dtype"):
-        conv.depthwise_conv2d_nchw4c((1, 8, 4, 4), (8, 1, 3, 3), dtype="float16", acc_dtype="int32")
+        conv.depthwise_conv2d_nchw4c((1, 8, 4, 4), (8, 1, 3, 3), dtype="float16", prologue=Prologue(acc_dtype="int32"))

@@ -14,6 +14,7 @@ from primfuncs._common import BUFFER, TEXTURE, TEXTURE_WEIGHT, blocked, equal_sl
 from primfuncs.conv import ConvConfig
 from primfuncs.conv.norm import GroupNormFold
 from primfuncs.epilogue import ACTIVATIONS, Epilogue
+from primfuncs.conv.prologue import Prologue
 
 SCOPES = (TEXTURE, BUFFER)
 
@@ -78,10 +79,10 @@ def conv2d_kernels(d, scope):
     mult = d.draw(st.integers(1, 2))
     return [
         conv.conv2d_nchw4c((n, c, max(h, k), max(w, k)), (o, c // groups, k, k), groups=groups, **common),
-        conv.conv2d_nchw4c((n, c, h, w), (o, c, 1, 1), **{**common, "strides": 1, "padding": 0}, norm_eps=1e-6),  # a folded layer norm
+        conv.conv2d_nchw4c((n, c, h, w), (o, c, 1, 1), **{**common, "strides": 1, "padding": 0}, prologue=Prologue(norm_eps=1e-6)),  # a folded layer norm
         conv.depthwise_conv2d_nchw4c((n, c, max(h, k), max(w, k)), (c * mult, 1, k, k), dilation=1, **{**common, "config": None}),
         conv.depthwise_pointwise_nchw4c((n, c, max(h, k), max(w, k)), (c, 1, k, k), (o, c, 1, 1),
-                                          dw_epilogue=Epilogue(bias=d.draw(st.booleans()), activation="relu6"), **common),
+                                          prologue=Prologue(depthwise=Epilogue(bias=d.draw(st.booleans()), activation="relu6")), **common),
     ]
 
 
@@ -98,13 +99,13 @@ def tiled_kernels(d, scope):
                                  config=config, scope=scope),
             # a layer norm folded in (primfuncs.conv.norm): a 1x1 conv, stride 1, unpadded
             conv.conv2d_nchw4c((n, c, h, w), (d.draw(st.integers(1, 9)), c, 1, 1), epilogue=_epilogue(d), config=config,
-                               scope=scope, norm_eps=1e-6),
+                               scope=scope, prologue=Prologue(norm_eps=1e-6)),
             # a group norm folded in, reading group_norm_partials' statistics (one group: any c)
             conv.conv2d_nchw4c((n, c, h, w), (d.draw(st.integers(1, 9)), c, 1, 1), epilogue=_epilogue(d), config=config,
-                               scope=scope, group_norm=GroupNormFold(1, equal_slices(blocked(c) * h * w, d.draw(st.integers(1, 9))), 1e-5)),
+                               scope=scope, prologue=Prologue(group_norm=GroupNormFold(1, equal_slices(blocked(c) * h * w, d.draw(st.integers(1, 9))), 1e-5))),
             # GRN's scale computed from its sums of squares (read where the gate is)
             conv.conv2d_nchw4c((n, c, h, w), (d.draw(st.integers(1, 9)), c, 1, 1), epilogue=_epilogue(d), config=config,
-                               scope=scope, gate_scope=scope, grn_eps=1e-6)]
+                               scope=scope, prologue=Prologue(gate_scope=scope, grn_eps=1e-6))]
 
 
 def winograd_kernels(d, scope):

@@ -8,6 +8,8 @@ poisoned output, and a whole model whose records alternate placements runs with 
 import dataclasses
 import json
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from hypothesis import example, given
@@ -86,7 +88,8 @@ def test_mixed_scope_fused(device, case, scopes, seed):
     """The fused depthwise -> 1x1 kernel reads X and Residual and writes Y in either scope too."""
     inputs, ref = fused_inputs(np.random.default_rng(seed), case)
     in_scope, out_scope, residual_scope = scopes
-    func = conv.depthwise_pointwise_nchw4c(**case, scope=in_scope, out_scope=out_scope, residual_scope=residual_scope)
+    epilogue = replace(case["epilogue"], out_scope=out_scope, residual_scope=residual_scope)
+    func = conv.depthwise_pointwise_nchw4c(**{**case, "epilogue": epilogue}, scope=in_scope)
     with sanitized(seed):
         loaded, name = ops.compile(func, device)
         assert (loaded[name].params[0].scope, loaded[name].params[-1].scope) == (in_scope, out_scope)

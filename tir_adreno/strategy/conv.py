@@ -28,6 +28,7 @@ from primfuncs.conv import winograd as _winograd
 from primfuncs.conv import tiled as _tiled
 from primfuncs.conv.config import MAX_LOCAL_BYTES
 from primfuncs.conv.norm import GroupNormFold, group_norm_refusal, norm_foldable
+from primfuncs.conv.prologue import Prologue
 from primfuncs.conv.winograd_math import winograd_weight_transform
 from primfuncs.epilogue import Epilogue
 
@@ -216,16 +217,13 @@ def direct_conv2d(geometry: ConvGeometry, epilogue: Epilogue = Epilogue(), dtype
     layer norm over X's channels folded in, ``group_norm``: a group norm of X folded in (the tiled
     kernel; ``primfuncs.conv.conv2d_nchw4c``), ``grn_eps``: GRN's scale folded in, its sums in the gate's place."""
     g = geometry
-    attrs = dict(strides=g.strides, padding=g.padding, dilation=g.dilation, epilogue=epilogue, dtype=dtype,
-                 config=config, scope=scope, weight_scope=weight_scope, out_scope=out_scope, residual_scope=residual_scope,
-                 acc_dtype=acc_dtype)
+    attrs = dict(strides=g.strides, padding=g.padding, dilation=g.dilation, dtype=dtype, config=config, scope=scope,
+                 epilogue=replace(epilogue, out_scope=out_scope, residual_scope=residual_scope))
     if g.is_depthwise and gate_scope is None and data_layout == "NCHW4c" and norm_eps is None and group_norm is None:
-        return _conv.depthwise_conv2d_nchw4c((g.n, g.c, g.h, g.w), (g.o, g.cg, g.kh, g.kw), **attrs)
-    norm = {} if norm_eps is None else {"norm_eps": norm_eps}  # plans without keep their keys
-    norm.update({} if group_norm is None else {"group_norm": group_norm})
-    norm.update({} if grn_eps is None else {"grn_eps": grn_eps})
-    return _conv.conv2d_nchw4c((g.n, g.c, g.h, g.w), (g.o, g.cg, g.kh, g.kw), groups=g.groups, gate_scope=gate_scope,
-                               data_layout=data_layout, **norm, **attrs)
+        return _conv.depthwise_conv2d_nchw4c((g.n, g.c, g.h, g.w), (g.o, g.cg, g.kh, g.kw), **attrs,
+                                             prologue=Prologue(weight_scope=weight_scope, acc_dtype=acc_dtype))
+    prologue = Prologue(weight_scope, data_layout, gate_scope, norm_eps, group_norm, grn_eps, acc_dtype)
+    return _conv.conv2d_nchw4c((g.n, g.c, g.h, g.w), (g.o, g.cg, g.kh, g.kw), groups=g.groups, prologue=prologue, **attrs)
 
 
 def plain_input_plan(plan: ConvPlan) -> ConvPlan | None:
@@ -479,9 +477,10 @@ def conv2d_plan(
         tile_scope = scope if scope == TEXTURE and fits else BUFFER
         stages = ((_winograd.conv2d_winograd_nchw4c,
                    dict(data_shape=(g.n, g.c, g.h, g.w), weight_shape=(g.o, g.cg, g.kh, g.kw), padding=g.padding,
-                        epilogue=epilogue, dtype=dtype, m=m, config=config,
-                        weight_scope=weight_scope, tile_scope=tile_scope, **io,
-                        **accumulator_kwargs(precision, g.cg))),)  # the GEMM sums over the input channels
+                        epilogue=replace(epilogue, out_scope=io["out_scope"], residual_scope=io["residual_scope"]),
+                        dtype=dtype, m=m, config=config, scope=io["scope"],
+                        prologue=Prologue(weight_scope=weight_scope, tile_scope=tile_scope,  # the GEMM sums over the input channels
+                                          **accumulator_kwargs(precision, g.cg)))),)
         tensors = (TensorPlan("X", in5, x_scope), TensorPlan("V", shapes.tile, tile_scope),
                    TensorPlan("U", shapes.weight, weight_scope), TensorPlan("M", shapes.product, tile_scope),
                    *extra, TensorPlan("Y", out5, y_scope))
@@ -528,10 +527,11 @@ class FusedPlan:
         d, p = self.depthwise, self.pointwise
         return _conv.depthwise_pointwise_nchw4c, dict(
             data_shape=(d.n, d.c, d.h, d.w), dw_weight_shape=(d.o, 1, d.kh, d.kw), pw_weight_shape=(p.o, p.cg, 1, 1),
-            strides=d.strides, padding=d.padding, dilation=d.dilation, groups=p.groups, dw_epilogue=dw_epilogue,
-            epilogue=epilogue, dtype=kernel_dtype(self.precision), config=self.config, scope=self.in_scope or self.scope,
-            weight_scope=self.weight_scope, out_scope=self.out_scope, residual_scope=self.residual_scope,
-            **accumulator_kwargs(self.precision, p.reduction_length))
+            strides=d.strides, padding=d.padding, dilation=d.dilation, groups=p.groups,
+            epilogue=replace(epilogue, out_scope=self.out_scope, residual_scope=self.residual_scope),
+            prologue=Prologue(weight_scope=self.weight_scope, depthwise=dw_epilogue,
+                              **accumulator_kwargs(self.precision, p.reduction_length)),
+            dtype=kernel_dtype(self.precision), config=self.config, scope=self.in_scope or self.scope)
 
     def pack_weights(self, w_oihw: np.ndarray) -> np.ndarray:
         """Either conv's OIHW weights as the fused kernel reads them (OIHW4o)."""

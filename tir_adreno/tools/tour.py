@@ -72,7 +72,7 @@ def _depthwise_pointwise(dev, rng, shape):
     b_dw, b, r = (rng.standard_normal(s).astype("float32") for s in (c, o, (n, o, h, w)))
     scope = ops.activation_scope(dev, shape)
     weight_scope = TEXTURE_WEIGHT if scope == TEXTURE else BUFFER
-    func = conv.depthwise_pointwise_nchw4c(shape, w_dw.shape, w_pw.shape, 1, 1, dw_epilogue=Epilogue(True, "relu6"),
+    func = conv.depthwise_pointwise_nchw4c(shape, w_dw.shape, w_pw.shape, 1, 1, prologue=conv.Prologue(depthwise=Epilogue(True, "relu6")),
                                              epilogue=Epilogue(bias=True, residual=True), scope=scope)
     out = ops.empty_nchw4c(dev, (n, o, h, w), "float32", scope)
     ops.launch(func, [ops.upload_nchw4c(dev, x, scope), dev.array(pack_oihw4o(w_dw), weight_scope, "w_dw"),
