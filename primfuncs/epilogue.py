@@ -59,6 +59,13 @@ class Epilogue:
         return [*inputs, *extra, output]
 
 
+def check_epilogue(epilogue) -> Epilogue:
+    """``epilogue``, TypeError when it is not an :class:`Epilogue`."""
+    if not isinstance(epilogue, Epilogue):
+        raise TypeError(f"epilogue must be an Epilogue, got {type(epilogue).__name__}")
+    return epilogue
+
+
 class TirOps:
     """The ops namespace (:mod:`primfuncs.activation_table`) of TIR expressions of one ``dtype``."""
 

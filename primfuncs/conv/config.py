@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .._common import BUFFER, TEXTURE, TEXTURE_WEIGHT, ceildiv, check_dtype, check_io_scopes, check_scope
-from ..epilogue import Epilogue
+from ..epilogue import check_epilogue
 
 #: Local memory a kernel may use: the OpenCL minimum for GPUs (NVIDIA gives 48 KiB, Adreno 32 KiB).
 MAX_LOCAL_BYTES = 32 * 1024
@@ -148,8 +148,7 @@ def fallback_config(geom, depthwise: bool = False) -> ConvConfig:
 def check_conv_args(epilogue, dtype, config, scope, weight_scope, out_scope, residual_scope):
     """The checks the direct and tiled conv factories make; returns (scope, weight_scope, out_scope,
     residual_scope) with the defaults filled in (weights: the weight texture next to a texture X)."""
-    if not isinstance(epilogue, Epilogue):
-        raise TypeError(f"epilogue must be an Epilogue, got {type(epilogue).__name__}")
+    check_epilogue(epilogue)
     if not isinstance(config, ConvConfig):
         raise TypeError(f"config must be a ConvConfig, got {type(config).__name__}")
     check_dtype(dtype)

@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from tvm.script import tirx as T
 
 from .._common import BUFFER, LANES, TEXTURE, ceildiv, check_scope, select_params
-from ..epilogue import Epilogue
+from ..epilogue import Epilogue, check_epilogue
 from .config import ConvConfig, check_conv_args, fallback_config
 from .direct_body import (
     blocked_macro,
@@ -374,6 +374,7 @@ def conv2d_nchw4c(
     folded in: its Gate is GRN's float32 sums of squares over H, W, ``Gamma (C/4, 4)`` follows, and
     each work group computes the scale ``1 + Gamma * Nx`` itself (:func:`~primfuncs.conv.tiled.conv2d_tiled_nchw4c`).
     """
+    check_epilogue(epilogue)
     geom = conv2d_geometry(data_shape, weight_shape, strides, padding, dilation, groups)
     if config is not None and config.tiled:
         if geom.groups != 1:
@@ -418,6 +419,7 @@ def depthwise_conv2d_nchw4c(
     ``acc_dtype`` only.
     """
     check_prologue(prologue, "depthwise_conv2d_nchw4c", DEPTHWISE)
+    check_epilogue(epilogue)
     data_shape = tuple(int(d) for d in data_shape)
     if len(data_shape) != 4:
         raise ValueError(f"data_shape must be NCHW (4-d), got {data_shape}")
@@ -482,6 +484,7 @@ def depthwise_pointwise_nchw4c(data_shape, dw_weight_shape, pw_weight_shape, str
     (:func:`conv2d_nchw4c`); the depthwise prologue's stay in ``dtype``.
     """
     check_prologue(prologue, "depthwise_pointwise_nchw4c", FUSED)
+    check_epilogue(epilogue)
     dw_epilogue = prologue.depthwise
     if not isinstance(dw_epilogue, Epilogue) or dw_epilogue.residual:
         raise ValueError(f"prologue.depthwise must be an Epilogue without residual, got {dw_epilogue!r}")

@@ -24,7 +24,7 @@ from __future__ import annotations
 from tvm.script import tirx as T
 
 from .._common import BUFFER, LANES, ceildiv, check_accumulator, check_scope, convert_tile, load_pixel, multiply_add, select_params, whole
-from ..epilogue import Epilogue, store_output_pixel
+from ..epilogue import Epilogue, check_epilogue, store_output_pixel
 from .config import MAX_LOCAL_BYTES, ConvConfig, check_conv_args
 from .geometry import ConvWindow, InputLayout, all_of, conv2d_geometry
 from ..grn import grn_macros
@@ -88,6 +88,7 @@ def conv2d_tiled_nchw4c(
     stages each input pixel times its block's scale, as a gate; the caller puts ``W . beta`` into
     the bias."""
     check_prologue(prologue, "conv2d_tiled_nchw4c", DIRECT)
+    check_epilogue(epilogue)
     weight_scope, acc_dtype, gate_scope, data_layout = prologue.weight_scope, prologue.acc_dtype, prologue.gate_scope, prologue.data_layout
     norm_eps, group_norm, grn_eps = prologue.norm_eps, prologue.group_norm, prologue.grn_eps
     out_scope, residual_scope = epilogue.out_scope, epilogue.residual_scope

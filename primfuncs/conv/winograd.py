@@ -71,7 +71,7 @@ from .._common import (
     pixel_grid,
     select_params,
 )
-from ..epilogue import Epilogue, store_output_pixel
+from ..epilogue import Epilogue, check_epilogue, store_output_pixel
 from .config import MIN_WORK_ITEMS, ConvConfig, fit_work_group, shrink_tile
 from .geometry import ConvGeometry, all_of, conv2d_geometry
 from .prologue import WINOGRAD, Prologue, check_prologue
@@ -392,8 +392,7 @@ def winograd_output_transform(
     """
     check_winograd(geom)
     check_dtype(dtype)
-    if not isinstance(epilogue, Epilogue):
-        raise TypeError(f"epilogue must be an Epilogue, got {type(epilogue).__name__}")
+    check_epilogue(epilogue)
     scope, _, tile_scope = _scopes(scope, None, tile_scope)
     _, scope, residual_scope = check_io_scopes(scope, scope, residual_scope)
     s = winograd_shapes(geom, m)
@@ -507,6 +506,7 @@ def conv2d_winograd_nchw4c(
     (:func:`winograd_batched_gemm`; the transforms stay in ``dtype``). Returns the three stage PrimFuncs with the shapes.
     """
     check_prologue(prologue, "conv2d_winograd_nchw4c", WINOGRAD)
+    check_epilogue(epilogue)
     weight_scope, tile_scope, acc_dtype = prologue.weight_scope, prologue.tile_scope, prologue.acc_dtype
     out_scope, residual_scope = epilogue.out_scope, epilogue.residual_scope
     geom = check_winograd(conv2d_geometry(data_shape, weight_shape, strides, padding, dilation, groups))
