@@ -100,7 +100,7 @@ def run_group_norm_case(device, case, scope, precision, seed, mean=0.0):
 @given(case=group_norm_fold_cases(), scope=SCOPES, precision=st.sampled_from(["float32", "float16_acc32"]), seed=SEEDS)
 @example(case=GN_ONE, scope=TEXTURE, precision="float32", seed=0)
 @example(case=GN_GROUPS, scope=BUFFER, precision="float32", seed=1)
-@example(case=dict(GN_ONE, group_norm=GroupNormFold(1, 35, 1e-5)), scope=BUFFER, precision="float16_acc32", seed=2)  # 35 slices, 8 items
+@example(case=dict(GN_ONE, prologue=Prologue(group_norm=GroupNormFold(1, 35, 1e-5))), scope=BUFFER, precision="float16_acc32", seed=2)  # 35 slices, 8 items
 def test_group_norm_conv_matches_numpy(device, case, scope, precision, seed):
     """``act(conv(GN(X)) + bias + residual)`` against float64 NumPy, the output poisoned (every
     pixel written, padding lanes 0)."""

@@ -1,6 +1,8 @@
 """Which float16 convs accumulate in float32 (``strategy.precision.conv_accumulator_dtype``) and
 how the strategy hands that to the factories; the sources are checked in test_fp16.py."""
 
+from dataclasses import fields
+
 import pytest
 
 from primfuncs import conv
@@ -25,7 +27,14 @@ def _kwargs(geom, precision, algorithm="direct"):
     plan = strategy.conv2d_plan(geom, Epilogue(bias=True), precision, get_profile("adreno"),
                                 choice=strategy.ConvChoice(algorithm))
     (_, kwargs), = plan.stages
-    return kwargs
+    return _arguments(kwargs)
+
+
+def _arguments(kwargs):
+    """The stage's arguments with the prologue's set fields among them (a Winograd or fused stage
+    calls the factory, which takes them as a ``Prologue``; a direct stage the strategy's wrapper)."""
+    prologue = kwargs.get("prologue", Prologue())
+    return {**kwargs, **{f.name: getattr(prologue, f.name) for f in fields(prologue) if getattr(prologue, f.name) != f.default}}
 
 
 @pytest.mark.parametrize("algorithm", ["direct", "winograd_2x2"])
@@ -46,7 +55,7 @@ def test_the_fused_kernel_accumulates_its_1x1_conv_by_its_channels():
     for precision, acc in (("float16", "float32"), ("float32", None)):
         plan = strategy.FusedPlan(dw, pw, precision, conv.ConvConfig(), "texture", "default", TEXTURE, TEXTURE_WEIGHT, 0)
         _, kwargs = plan.stage(Epilogue(), Epilogue())
-        assert kwargs.get("acc_dtype") == acc
+        assert _arguments(kwargs).get("acc_dtype") == acc
 
 
 def test_acc_dtype_is_float32_or_the_kernel_dtype():
