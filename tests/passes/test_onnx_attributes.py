@@ -240,14 +240,6 @@ ATTRIBUTES_EXERCISED = {
 }
 
 
-@pytest.fixture(scope="module")
-def misses():
-    """Reads of attribute names the op's attrs type lacks, over every compile of this module."""
-    pytest.importorskip("tvm")
-    with unknown_attribute_reads() as found:
-        yield found
-
-
 #: Cases TVM's ONNX importer gets wrong (upstream's build gives the same wrong numbers): strict, so
 #: they turn red the day upstream fixes them.
 IMPORTER_DEFECTS = {
@@ -258,10 +250,12 @@ IMPORTER_DEFECTS = {
 
 @pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.xfail(strict=True, reason=IMPORTER_DEFECTS[c])) if c in IMPORTER_DEFECTS
                                   else c for c in CASES])
-def test_attribute_matches_onnxruntime(case, misses):
+def test_attribute_matches_onnxruntime(case):
     nodes, inits, shape, opset, kernel = CASES[case]
     model = _graph(nodes, inits, list(shape), opset)
-    compiled = compile_model(model, progress=lambda _: None)
+    pytest.importorskip("tvm")
+    with unknown_attribute_reads() as misses:
+        compiled = compile_model(model, progress=lambda _: None)
     x = (np.random.default_rng(sum(map(ord, case))).standard_normal(shape) * 2).astype("float32")
     (out,) = compiled.run({"x": x})
     (ref,) = reference_outputs(model, {"x": x})
