@@ -1,0 +1,59 @@
+"""benchmarks/mutants.py without running a mutant (each runs the suite): every mutant still finds
+its code, the command is the README's, the copy leaves the working tree alone, the table is
+Markdown."""
+
+import pytest
+
+from helpers import ROOT
+from helpers.benchmarks import benchmark
+
+mutants = benchmark("mutants")
+
+
+@pytest.mark.parametrize("mutant", mutants.MUTANTS, ids=lambda m: m.name)
+def test_every_mutant_finds_its_code_once_and_changes_it(mutant):
+    """A snippet that moved or changed fails here, in the suite, not when the mutants next run."""
+    for old, new in mutant.edits:
+        assert old != new
+        path = mutants.locate(ROOT, old)
+        assert path.read_text().count(old) == 1
+    for test in mutant.tests:
+        assert (ROOT / test.split("::")[0]).is_file(), test
+
+
+def test_mutant_names_are_unique():
+    names = [m.name for m in mutants.MUTANTS]
+    assert len(names) == len(set(names))
+
+
+def test_the_command_is_the_readme_test_command_stopping_at_the_first_failure():
+    readme = (ROOT / "README.md").read_text().split("```")[1].strip().splitlines()[1]
+    command = mutants.pytest_command(ROOT, None, 7)
+    assert " ".join(["python3", *command[1:-4]]) == readme.split("&&")[-1].strip()
+    assert command[-4:] == ["-x", "-p", "no:cacheprovider", "--hypothesis-seed=7"]
+    quick = mutants.pytest_command(ROOT, ["tests/a.py::t"], 3)
+    assert quick[3:] == ["-q", "-n", "0", "tests/a.py::t", "-x", "-p", "no:cacheprovider", "--hypothesis-seed=3"]
+
+
+def test_a_mutant_edits_a_copy_not_the_tree(tmp_path):
+    m = next(m for m in mutants.MUTANTS if m.name == "pool_count_include_pad_misread")
+    (old, new), = m.edits
+    path = mutants.locate(ROOT, old)
+    before = path.read_text()
+    copy = tmp_path / "copy"
+    for top in mutants.SEARCHED:  # the searched folders are enough for apply()
+        (copy / top).mkdir(parents=True)
+    (copy / path.relative_to(ROOT)).parent.mkdir(parents=True, exist_ok=True)
+    (copy / path.relative_to(ROOT)).write_text(before)
+    where = mutants.apply(m, copy)
+    assert where == [f"{path.relative_to(ROOT)}:{before[: before.index(old)].count(chr(10)) + 1}"]
+    assert new in (copy / path.relative_to(ROOT)).read_text() and old not in (copy / path.relative_to(ROOT)).read_text()
+    assert path.read_text() == before
+
+
+def test_the_kill_table_counts_kills_per_run():
+    m = mutants.MUTANTS[0]
+    runs = [mutants.Run(0, "killed", 12.4, "kernels/test_x.py::t: AssertionError: a|b"), mutants.Run(1, "SURVIVED", 600, "")]
+    lines = mutants.table([(m, ["a.py:3"], runs)], 2).splitlines()
+    assert lines[0].startswith("| mutant |") and set(lines[1]) <= set("|-")
+    assert lines[2] == f"| `{m.name}`: {m.what} | a.py:3 | 1/2 | 12, survived | kernels/test_x.py::t: AssertionError: a/b |"
