@@ -178,6 +178,25 @@ MUTANTS = (
         (("return clamp(x + const(3), const(0), const(6)) / const(6)", "return clamp(x + const(2.5), const(0), const(6)) / const(6)"),),
         ("tests/kernels/test_elementwise.py", "tests/passes/test_coverage.py"),
     ),
+    Mutant(
+        "grn_mean_over_padded_channels",
+        "GRN's mean of the channel norms divides by the padded channel count (C rounded up to 4)",
+        (('mean[0] = mean[0] / T.FloatImm("float32", float(channels))', 'mean[0] = mean[0] / T.FloatImm("float32", float(c4 * 4))'),),
+        ("tests/kernels/test_conv2d_grn.py", "tests/passes/test_grn.py"),
+    ),
+    Mutant(
+        "softmax_padded_lanes_counted",
+        "the channel softmax adds exp of the padded lanes to its sum",
+        (("s[0] = s[0] + T.if_then_else(real(cb, lane), T.exp(T.Cast(acc_dtype, x[lane]) - m[0]), zero)",
+          "s[0] = s[0] + T.exp(T.Cast(acc_dtype, x[lane]) - m[0])"),),
+        ("tests/kernels/test_reduce.py",),
+    ),
+    Mutant(
+        "excite_split_mean_off",
+        "the split excitation's pooled mean divides by H*W + 1",
+        (('inv_pixels = T.FloatImm("float32", 1.0 / (h * w))', 'inv_pixels = T.FloatImm("float32", 1.0 / (h * w + 1))'),),
+        ("tests/passes/test_excite.py::test_excitation_split_kernel",),
+    ),
 )
 
 
