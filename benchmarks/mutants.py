@@ -273,9 +273,12 @@ def first_failure(output: str) -> str:
     return f"{test.replace('tests/', '', 1)}: {error[:90]}" if test else ""
 
 
-def verdict(code: int) -> str:
-    # pytest: 0 all passed, 1 some failed; anything else (interrupted, collection error, no tests) is not a kill
-    return {0: "SURVIVED", 1: "killed"}.get(code, f"error (pytest exit {code})")
+def verdict(code: int, output: str) -> str:
+    """pytest: 0 all passed, 1 some failed; 2 is "interrupted", which is also how xdist's ``-x``
+    ends after a failure (a test named FAILED/ERROR: a kill); anything else is not a kill."""
+    if code == 1 or (code == 2 and first_failure(output)):
+        return "killed"
+    return "SURVIVED" if code == 0 else f"error (pytest exit {code})"
 
 
 def test_env(tmp: Path) -> dict:
@@ -303,9 +306,9 @@ def run_mutant(m: Mutant, pristine: Path, work: Path, env, args) -> tuple[list[s
     runs = []
     for seed in range(args.seed, args.seed + args.runs):
         code, seconds, out = run_tests(tree, pytest_command(tree, tests, seed), env)
-        runs.append(Run(seed, verdict(code), seconds, first_failure(out)))
-        print(f"{m.name} (seed {seed}): {verdict(code)} in {seconds:.0f} s ({', '.join(where)}) {first_failure(out)}", flush=True)
-        if code not in (0, 1):
+        runs.append(Run(seed, verdict(code, out), seconds, first_failure(out)))
+        print(f"{m.name} (seed {seed}): {runs[-1].result} in {seconds:.0f} s ({', '.join(where)}) {first_failure(out)}", flush=True)
+        if runs[-1].result.startswith("error"):
             print(out[-3000:])
     if not args.keep:
         shutil.rmtree(tree)

@@ -57,3 +57,21 @@ def test_the_kill_table_counts_kills_per_run():
     lines = mutants.table([(m, ["a.py:3"], runs)], 2).splitlines()
     assert lines[0].startswith("| mutant |") and set(lines[1]) <= set("|-")
     assert lines[2] == f"| `{m.name}`: {m.what} | a.py:3 | 1/2 | 12, survived | kernels/test_x.py::t: AssertionError: a/b |"
+
+
+XDIST_STOPPED = """\
+=========================== short test summary info ============================
+FAILED tests/kernels/test_b.py::test_bad[3] - AssertionError: 0.5
+!!!!!!!!!!!! xdist.dsession.Interrupted: stopping after 1 failures !!!!!!!!!!!!!
+E       AssertionError: 0.5
+1 failed, 1 passed in 16.36s
+"""
+
+
+def test_a_failure_is_a_kill_also_when_xdist_stops_the_run():
+    """``-n 2 -x`` ends with exit code 2 (interrupted) after the first failure: still a kill."""
+    assert mutants.first_failure(XDIST_STOPPED) == "kernels/test_b.py::test_bad[3]: AssertionError: 0.5"
+    assert mutants.verdict(2, XDIST_STOPPED) == mutants.verdict(1, XDIST_STOPPED) == "killed"
+    assert mutants.verdict(0, "5 passed") == "SURVIVED"
+    assert mutants.verdict(2, "Interrupted: 1 error during collection") == "error (pytest exit 2)"
+    assert mutants.verdict(-15, "") == "error (pytest exit -15)"
