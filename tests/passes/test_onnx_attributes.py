@@ -139,6 +139,12 @@ def _norm_cases(rng):
         "layer_norm_axis_last_epsilon": ([node("Transpose", ["x"], ["t"], perm=[0, 2, 3, 1]),
                                           node("LayerNormalization", ["t", "g", "b"], ["l"], axis=-1, epsilon=0.25),
                                           node("Transpose", ["l"], ["y"], perm=[0, 3, 1, 2])], ln, (1, c, 6, 7), 17, "layer_norm"),
+        # axis 1 of NCHW normalizes over C, H and W together; axis -1 of NCHW over W alone: neither is
+        # the channel layer norm, whatever runs them
+        "layer_norm_axis_1_of_nchw": ([node("LayerNormalization", ["x", "gc", "bc"], ["y"], axis=1, epsilon=1e-3)],
+                                      {"gc": rng.uniform(0.5, 1.5, (c, 6, 7)), "bc": rng.standard_normal((c, 6, 7))}, (1, c, 6, 7), 17, None),
+        "layer_norm_axis_last_of_nchw": ([node("LayerNormalization", ["x", "gw", "bw"], ["y"], axis=-1, epsilon=1e-3)],
+                                         {"gw": rng.uniform(0.5, 1.5, 7), "bw": rng.standard_normal(7)}, (1, c, 6, 7), 17, None),
         "batch_norm_epsilon": ([node("BatchNormalization", ["x", "s", "bb", "m", "v"], ["y"], epsilon=0.02)], bn, (1, c, 6, 7), 15, "affine"),
         "group_norm_groups_epsilon": ([node("GroupNormalization", ["x", "gs", "gb"], ["y"], num_groups=2, epsilon=0.3)], gn, (1, 8, 5, 7),
                                       21, "group_norm"),
@@ -216,7 +222,8 @@ ATTRIBUTES_EXERCISED = {
     "groups": ["conv_group", "conv_depthwise"],
     "axis": ["softmax_axis_last", "softmax_axis_1", "softmax_axis_2", "softmax_axis_1_opset_11", "concat_axis_negative",
              "split_uneven_axis_1", "reduce_max_w_keepdims"],
-    "axes": ["reduce_mean_hw_no_keepdims", "reduce_sum_channels_keepdims", "reduce_min_h_keepdims", "layer_norm_axis_last_epsilon"],
+    "axes": ["reduce_mean_hw_no_keepdims", "reduce_sum_channels_keepdims", "reduce_min_h_keepdims", "layer_norm_axis_last_epsilon",
+             "layer_norm_axis_1_of_nchw", "layer_norm_axis_last_of_nchw"],
     "keepdims": ["reduce_mean_hw_no_keepdims", "reduce_sum_channels_keepdims"],
     "epsilon": ["layer_norm_axis_last_epsilon", "batch_norm_epsilon", "group_norm_groups_epsilon"],
     "num_groups": ["group_norm_groups_epsilon", "group_norm_groups_of_2"],
