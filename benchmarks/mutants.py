@@ -243,7 +243,7 @@ def apply(mutant: Mutant, tree: Path) -> list[str]:
 def ci_command(root: Path) -> list[str]:
     """The README's test command, as .ci/run takes it (the second line of its first code block,
     the pytest part after ``&&``), with this interpreter."""
-    lines = root.joinpath("README.md").read_text().split("```")[1].strip().splitlines()
+    lines = root.joinpath("README.md").read_text().split("```")[1].split("\n")[1:]  # after the fence and its language
     command = shlex.split(lines[1].split("&&")[-1])
     if command[:3] != ["python3", "-m", "pytest"]:
         raise SystemExit(f"README's test command is not 'python3 -m pytest ...': {lines[1]!r}")
