@@ -24,8 +24,9 @@ no TVM checkout).
 A diff's header (the text before its first ``diff --git``, which ``git apply`` ignores) says
 what it needs, one ``Key: value`` per line:
 
-    Repro: tests/upstream/test_tvm_defect7_adreno_tir_pipeline_unusable.py [more files]
+    Repro: tests/upstream/test_tvm_defect7_adreno_tir_pipeline_unusable.py [more files or ::tests]
     TVM-tests: tests/python/tirx-base/test_tir_texture_scope.py [more files]
+    Wheel: no. (the wheel does not run the patched Python: not checked on it)
 """
 
 from __future__ import annotations
@@ -66,7 +67,9 @@ class Diff:
 
     @property
     def is_python(self) -> bool:
-        return bool(self.part("python/tvm/"))
+        """Changes TVM's Python and can be checked on the wheel (a ``Wheel: no ...`` header
+        line says the wheel does not run the patched code)."""
+        return bool(self.part("python/tvm/")) and self.header.get("Wheel", ["yes"])[0].rstrip(".") != "no"
 
 
 def read_diff(path: Path) -> Diff:
@@ -75,7 +78,7 @@ def read_diff(path: Path) -> Diff:
     header: dict[str, list[str]] = {}
     for line in head.splitlines():
         key, sep, value = line.partition(":")
-        if sep and key.strip() in ("Repro", "TVM-tests"):
+        if sep and key.strip() in ("Repro", "TVM-tests", "Wheel"):
             header[key.strip()] = value.split()
     sections = []
     for chunk in re.split(r"(?m)^(?=diff --git )", text[len(head) :]):
@@ -274,6 +277,17 @@ def table(results: list[dict]) -> str:
     return "\n".join(rows)
 
 
+def applies_to_checkout(tvm_checkout: Path) -> str:
+    """A table: does every diff (C++ ones too) still apply to the checkout (git apply --check)?"""
+    rows = ["| diff | changes | applies to the TVM checkout |", "|---|---|---|"]
+    for diff in map(read_diff, sorted(PATCHES.glob("*.diff"))):
+        done = subprocess.run(["git", "apply", "--check", str(diff.path)], cwd=tvm_checkout, capture_output=True, text=True)
+        files = ", ".join(path for path, _ in diff.sections)
+        verdict = "yes" if done.returncode == 0 else "NO: " + done.stderr.strip().splitlines()[0]
+        rows.append(f"| {diff.name} | {files} | {verdict} |")
+    return "\n".join(rows)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tvm", type=Path, help="apache/tvm source checkout (its tests/python is used)")
@@ -287,6 +301,9 @@ def main(argv=None) -> int:
     diffs = [d for d in python_diffs() if only is None or d.defect in only]
     results = [check(d, args.tvm, args.timeout) for d in diffs]
     print(table(results))
+    if args.tvm:
+        print()
+        print(applies_to_checkout(args.tvm))
     bad = [r for r in results if r["applies"] is not True or repro_cell(r["repro"]).startswith(("NOT", "ERROR"))]
     bad += [r for r in results if any(t.new_failures or t.unpatched.error or t.patched.error for t in r["tvm"])]
     return 1 if bad else 0
