@@ -288,16 +288,23 @@ def applies_to_checkout(tvm_checkout: Path) -> str:
     return "\n".join(rows)
 
 
+def _defect_numbers(text: str) -> set[int]:
+    try:
+        return {int(n) for n in text.split(",")}
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of defect numbers: {text!r}") from None
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tvm", type=Path, help="apache/tvm source checkout (its tests/python is used)")
-    parser.add_argument("--only", help="comma-separated defect numbers")
+    parser.add_argument("--only", type=_defect_numbers, help="comma-separated defect numbers, e.g. 7,12")
     parser.add_argument("--timeout", type=float, default=900, help="seconds per TVM test file run")
     args = parser.parse_args(argv)
     if args.tvm and not (args.tvm / "tests" / "python").is_dir():
         print(f"error: {args.tvm} has no tests/python (an apache/tvm checkout?)", file=sys.stderr)
         return 2
-    only = {int(n) for n in args.only.split(",")} if args.only else None
+    only = args.only
     diffs = [d for d in python_diffs() if only is None or d.defect in only]
     results = [check(d, args.tvm, args.timeout) for d in diffs]
     print(table(results))
