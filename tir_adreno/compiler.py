@@ -53,10 +53,14 @@ def load_onnx(model):
         path = Path(model)
         if not path.exists():
             raise ModelError(f"{path}: no such file")
+        if path.stat().st_size == 0:
+            raise ModelError(f"{path}: empty file, not an ONNX model")
         try:
             model = onnx.load(str(path))
         except Exception as err:  # onnx raises DecodeError and others
-            raise ModelError(f"{path}: not a readable ONNX model ({type(err).__name__}: {err})") from None
+            raise ModelError(f"{path}: not an ONNX model ({type(err).__name__}: {err})") from None
+        if not model.ir_version or not model.HasField("graph"):  # bytes protobuf happens to parse, e.g. a text file
+            raise ModelError(f"{path}: not an ONNX model (no IR version or graph in it)")
     if not isinstance(model, onnx.ModelProto):
         raise ModelError(f"expected an ONNX ModelProto, a path or a Relax IRModule, got {type(model).__name__}")
     return model

@@ -43,7 +43,7 @@ def test_wrong_input_shape_and_dtype(run_cli, tiny_onnx, tmp_path):
 def test_unparsable_onnx(run_cli, tmp_path):
     bad = tmp_path / "bad.onnx"
     bad.write_bytes(b"\x00not a protobuf at all\xff" * 10)
-    assert_user_error(run_cli("run", str(bad)), "not a readable ONNX model")
+    assert_user_error(run_cli("run", str(bad)), "not an ONNX model")
     assert_user_error(run_cli("run", str(tmp_path / "absent.onnx")), "no such file")
 
 
@@ -105,6 +105,19 @@ def test_help_documents_exit_codes(run_cli):
         assert res.returncode == 0
         for line in ("0  ok", "1  --check failed", "2  user error", "other  an internal error"):
             assert line in res.stdout, res.stdout
+
+
+def test_help_lists_every_command_in_plain_text(run_cli):
+    """``tir-adreno --help`` names every command main runs, and no help shows RST markup."""
+    from tir_adreno.cli import COMMANDS
+
+    res = run_cli("--help")
+    assert res.returncode == 0
+    listed = [line.split()[0] for line in res.stdout.split("COMMAND\n", 1)[1].split("\noptions:")[0].splitlines() if line.startswith("    ") and line[4] != " "]
+    assert listed == list(COMMANDS), res.stdout
+    for command in ("", *COMMANDS):
+        res = run_cli(*([command] if command else []), "--help")
+        assert res.returncode == 0 and "``" not in res.stdout, res.stdout
 
 
 @pytest.mark.parametrize("command", ["run", "kernels"])

@@ -97,7 +97,7 @@ def test_compile_for_adreno_here_and_run(two_convs, tmp_path):
 
 def test_unknown_profile_is_a_user_error(two_convs, tmp_path):
     res = cli("compile", str(two_convs), "-o", str(tmp_path / "m"), "--target", "tpu")
-    assert_user_error(res, "unknown device profile 'tpu'; known profiles: adreno, nvidia-h200, pocl")
+    assert_user_error(res, "compile: argument --target: invalid choice: 'tpu' (choose from 'adreno', 'nvidia-h200', 'pocl')")
 
 
 def test_records_of_another_device_warn_and_are_ignored(tuned, two_convs, tmp_path):

@@ -1,4 +1,5 @@
-"""``tir-adreno`` command line: ``devices``, ``run`` (the main job), ``compile``, ``tune``, ``kernels``, ``serve``."""
+"""tir-adreno: compile CNNs onto OpenCL texture kernels (Adreno-style GPUs; PoCL on any CPU), run,
+check, time, tune and edit them. run is the main job; tir-adreno COMMAND --help shows a command's options."""
 
 from __future__ import annotations
 

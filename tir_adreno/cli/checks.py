@@ -117,6 +117,9 @@ def _check_input(path: str, arg: PathArg) -> None:
             open(path, "rb").close()
         except OSError as err:
             raise UserError(f"{name}: cannot read ({err.strerror or err})") from None
+        if os.path.getsize(path) == 0:
+            expected = ", not an ONNX model" if arg.role == MODEL else f", expected a {arg.what}" if arg.what != "file" else " (0 bytes)"
+            raise UserError(f"{name}: empty file{expected}")
 
 
 def check_path(path: str, arg: PathArg) -> None:
@@ -168,16 +171,6 @@ def read_inputs(path: str | None) -> dict[str, np.ndarray] | None:
         return {k: npz[k] for k in npz.files}
 
 
-def profile_named(name: str):
-    """The named device profile, or a user error listing the known ones."""
-    from tir_adreno.strategy.profile import get_profile
-
-    try:
-        return get_profile(name)
-    except ValueError as err:
-        raise UserError(str(err)) from None
-
-
 def is_saved_model(path) -> bool:
     """Whether the MODEL argument is a saved model (a folder) rather than an ONNX file."""
     return path is not None and Path(path).is_dir()
@@ -198,18 +191,12 @@ def _check_run(args) -> None:
                 raise UserError(f"--{flag.replace('_', '-')} needs a model file; {args.model} is compiled already")
         if args.check and args.inputs:
             raise UserError(f"--check on a saved model runs the inputs saved with its reference; leave out --inputs {args.inputs}")
-    if args.target:
-        profile_named(args.target)
     args.given_inputs = read_inputs(args.inputs)
 
 
 def _check_dump(args) -> None:
     if is_saved_model(args.model):
         raise UserError(f"{args.model}: a saved model holds OpenCL C, not TVMScript; dump the ONNX file or --builtin model it was compiled from")
-
-
-def _check_compile(args) -> None:
-    profile_named(args.target)
 
 
 def _check_tune(args) -> None:
@@ -223,13 +210,12 @@ def _check_tune(args) -> None:
         raise UserError("--rpc-tracker needs --target PROFILE (the runners' device)")
     if args.target and not (args.export or args.rpc_tracker):
         raise UserError("--target is for --export / --rpc-tracker; a local tune uses --device")
-    if args.target:
-        profile_named(args.target)
     if args.records is None:  # records-<profile>.json (and its plot) in the working folder
         check_writable(os.path.join(os.getcwd(), "records.json"), "--records (default records-<profile>.json)")
 
 
-_COMMAND_CHECKS = {"run": _check_run, "dump": _check_dump, "compile": _check_compile, "tune": _check_tune}
+# --target and --precision are choices of the parser (the library's names): argparse refuses others.
+_COMMAND_CHECKS = {"run": _check_run, "dump": _check_dump, "tune": _check_tune}
 
 
 def check_arguments(args) -> None:

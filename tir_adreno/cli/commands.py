@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import json
 
-from tir_adreno.cli.checks import UserError, profile_named, warn
+from tir_adreno.cli.checks import UserError, warn
 from tir_adreno.cli.model import model_and_inputs
+from tir_adreno.strategy.profile import get_profile
 
 
 def devices(args) -> int:
@@ -60,7 +61,7 @@ def compile(args) -> int:  # noqa: A001 (the command's name)
     from tir_adreno.cli import compile_cache
     from tir_adreno.strategy.profile import with_placement
 
-    target = with_placement(profile_named(args.target), args.placement)
+    target = with_placement(get_profile(args.target), args.placement)
     header = f"model: {args.model or args.builtin}\ntarget: {target.name} ({target.kind}), activations in {target.activation_placement}s"
     key = None if args.no_cache else compile_cache.request_key(args)
     entry = compile_cache.lookup(key, args.output) if key is not None else None

@@ -7,8 +7,9 @@ import time
 
 import numpy as np
 
-from tir_adreno.cli.checks import UserError, is_saved_model, profile_named, warn
+from tir_adreno.cli.checks import UserError, is_saved_model, warn
 from tir_adreno.cli.model import model_and_inputs, seeded_inputs
+from tir_adreno.strategy.profile import get_profile
 
 #: --check tolerance on outputs (relative to the largest reference magnitude).
 CHECK_RTOL = {"float32": 1e-3, "float16_acc32": 1e-2, "float16": 2e-2}
@@ -87,7 +88,7 @@ def _compile(args, dev, prims):
     from tir_adreno.runtime.executor import TargetMismatchError
     from tir_adreno.strategy.precision import PrecisionError
 
-    target = profile_named(args.target) if args.target else None
+    target = get_profile(args.target) if args.target else None
     model, specs = model_and_inputs(args)
     inputs = _inputs(args.given_inputs, specs, args.inputs)
     reference = None

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tir_adreno.cli.checks import UserError, profile_named
+from tir_adreno.cli.checks import UserError
+from tir_adreno.strategy.profile import get_profile
 
 
 def tune(args) -> int:
@@ -65,10 +66,10 @@ def _target_and_measurer(args):
     from tir_adreno.tuning import measure, tune as tuning
 
     if args.export:
-        return profile_named(args.target or "adreno"), tuning.ExportMeasurer(args.export)
+        return get_profile(args.target or "adreno"), tuning.ExportMeasurer(args.export)
     if args.rpc_tracker:
         try:
-            return profile_named(args.target), measure.RPCMeasurer(args.rpc_tracker, args.rpc_key)
+            return get_profile(args.target), measure.RPCMeasurer(args.rpc_tracker, args.rpc_key)
         except measure.TrackerError as err:
             raise UserError(str(err)) from None
     return DeviceProfile.from_device(args.device), tuning.LocalMeasurer(args.device)
