@@ -9,6 +9,7 @@ costs no model import and no compile.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import tempfile
@@ -25,6 +26,32 @@ class UserError(Exception):
 
 def warn(message: str) -> None:
     print(f"tir-adreno: warning: {message}", file=sys.stderr, flush=True)
+
+
+def progress_printer(args, indent: str = "  "):
+    """How a command shows its progress lines (stdout): printed, or dropped under ``--quiet``."""
+    if getattr(args, "quiet", False):
+        return lambda _message: None
+    return lambda message: print(f"{indent}{message}", flush=True)
+
+
+class _Notices(logging.Handler):
+    """The library's notices of long steps (``logging`` at INFO under ``tir_adreno``, e.g. a
+    program built from source) as ``tir-adreno: ...`` lines on the stderr of the moment."""
+
+    def emit(self, record) -> None:
+        print(f"tir-adreno: {record.getMessage()}", file=sys.stderr, flush=True)
+
+
+_NOTICES = _Notices()
+
+
+def show_notices(args) -> None:
+    """Long steps say what they do and about how long on stderr, unless ``--quiet``."""
+    logger = logging.getLogger("tir_adreno")
+    if _NOTICES not in logger.handlers:
+        logger.addHandler(_NOTICES)
+    logger.setLevel(logging.WARNING if getattr(args, "quiet", False) else logging.INFO)
 
 
 def check_environment() -> None:

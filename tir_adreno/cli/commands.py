@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from tir_adreno.cli.checks import UserError, warn
+from tir_adreno.cli.checks import UserError, progress_printer, warn
 from tir_adreno.cli.model import model_and_inputs
 from tir_adreno.strategy.profile import get_profile
 
@@ -46,15 +46,25 @@ def kernels(args) -> int:
     print(f"device: {dev.name}", flush=True)
     rows = kernel_tour(dev, progress=lambda msg: print(msg, flush=True))
     print()
-    print(f"{'kernel':<22} {'shape':<22} {'placement':<22} {'time (us)':>10} {'check':>8}")
-    for r in rows:
-        print(f"{r['kernel']:<22} {r['shape']:<22} {r['placement']:<22} {r['time_us']:>10.1f} {r['check']:>8}")
+    print(table(rows, {"kernel": "<", "shape": "<", "placement": "<", "time_us": ">.1f", "check": ">"},
+                {"time_us": "time (us)"}))
     failed = [r for r in rows if r["check"] != "ok"]
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": dev.name, "kernels": rows}, f, indent=2)
     print(f"\n{len(rows) - len(failed)}/{len(rows)} kernels match NumPy on {dev.name}")
     return 1 if failed else 0
+
+
+def table(rows: list[dict], columns: dict[str, str], titles: dict[str, str] | None = None) -> str:
+    """``rows`` as a text table, each column as wide as its widest cell; ``columns``: key ->
+    alignment ("<" or ">") and format (".1f"); ``titles``: a header other than the key."""
+    titles = {key: (titles or {}).get(key, key) for key in columns}
+    cells = [[format(r[key], spec[1:]) for key, spec in columns.items()] for r in rows]
+    widths = [max([len(titles[key])] + [len(c[i]) for c in cells]) for i, key in enumerate(columns)]
+    aligns = [spec[0] for spec in columns.values()]
+    lines = [[titles[key] for key in columns], *cells]
+    return "\n".join("  ".join(f"{c:{a}{w}}" for c, a, w in zip(line, aligns, widths)).rstrip() for line in lines)
 
 
 def compile(args) -> int:  # noqa: A001 (the command's name)
@@ -91,7 +101,7 @@ def _compile(args, target, header: str) -> tuple[str, list[str]]:
     print(header, flush=True)
     try:
         plan, kernels, weights = compile_plan(
-            model, without_fusion(target, args.no_fuse), args.records, progress=lambda msg: print(f"  {msg}", flush=True),
+            model, without_fusion(target, args.no_fuse), args.records, progress=progress_printer(args),
             input_shapes=args.input_shapes, precision=args.precision,
         )
     except (ModelError, FileNotFoundError, PrecisionError) as err:
@@ -133,7 +143,7 @@ def dump(args) -> int:
     try:
         compiled = compile_model(
             model, dev, records=args.records, input_shapes=args.input_shapes, precision=args.precision, placement=args.placement,
-            progress=lambda msg: print(f"  {msg}", flush=True), prims=prims,
+            progress=progress_printer(args), prims=prims,
         )
     except (ModelError, FileNotFoundError, PrecisionError) as err:
         raise UserError(str(err)) from None

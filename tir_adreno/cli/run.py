@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 
-from tir_adreno.cli.checks import UserError, is_saved_model, warn
+from tir_adreno.cli.checks import UserError, is_saved_model, progress_printer, warn
 from tir_adreno.cli.model import model_and_inputs, seeded_inputs
 from tir_adreno.strategy.profile import get_profile
 
@@ -104,7 +104,7 @@ def _compile(args, dev, prims):
     start = time.perf_counter()
     try:
         compiled = compile_model(
-            model, dev, target, args.records, input_shapes=args.input_shapes, progress=lambda msg: print(f"  {msg}", flush=True),
+            model, dev, target, args.records, input_shapes=args.input_shapes, progress=progress_printer(args),
             prims=prims, precision=args.precision or "float32", placement=args.placement, fuse=not args.no_fuse,
         )
     except (ModelError, FileNotFoundError, TargetMismatchError, PrecisionError) as err:
@@ -123,8 +123,17 @@ def _print_profile(compiled, profile, edited, wall: float, kernel_ms: float, mem
     ours = sum(p["time_ms"] for p in profile if p["ours"])
     print(f"\nkernel time {kernel_ms:.2f} ms ({ours / max(kernel_ms, 1e-12):.0%} in tir-adreno kernels), wall {wall * 1e3:.1f} ms "
           f"({compiled.launcher_kind} launcher)")
-    print(f"precision: {compiled.precision}; device memory: {mem['total'] / 2**20:.1f} MiB "
-          f"({mem['weights'] / 2**20:.1f} MiB weights, {mem['intermediates'] / 2**20:.1f} MiB activations with the image pool)")
+    print(f"precision: {compiled.precision}; device memory: {size(mem['total'])} "
+          f"({size(mem['weights'])} weights, {size(mem['intermediates'])} activations with the image pool)")
+
+
+def size(nbytes: float) -> str:
+    """``nbytes`` in the unit that shows it (``512 B``, ``3.4 KiB``, ``52.5 MiB``): a small model is not "0.0 MiB"."""
+    for unit in ("B", "KiB", "MiB"):
+        if nbytes < 1024:
+            return f"{nbytes:.0f} B" if unit == "B" else f"{nbytes:.1f} {unit}"
+        nbytes /= 1024
+    return f"{nbytes:.1f} GiB"
 
 
 def _inputs(given, specs, path) -> dict[str, np.ndarray]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tir_adreno.cli.checks import UserError
+from tir_adreno.cli.checks import UserError, progress_printer
 from tir_adreno.strategy.profile import get_profile
 
 
@@ -26,7 +26,7 @@ def tune(args) -> int:
     print(f"model: {args.model or args.builtin}\ndevice profile: {target.key}; precision: {args.precision}; "
           f"activations in {target.activation_placement}s", flush=True)
     try:
-        results = tuning.tune(model, target, records, measurer, args.budget_s, progress=lambda m: print(m, flush=True),
+        results = tuning.tune(model, target, records, measurer, args.budget_s, progress=progress_printer(args, ""),
                             precision=args.precision)
     except (ModelError, PrecisionError) as err:
         raise UserError(str(err)) from None
