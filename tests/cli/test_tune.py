@@ -5,6 +5,7 @@ handful of candidates each) and a max pool keeps this to a minute or two.
 """
 
 import json
+import re
 
 import numpy as np
 import onnxruntime
@@ -30,6 +31,9 @@ def tuned(two_convs, tmp_path_factory):
     assert len(doc["layers"]) == 1 and "2 layers left for the next run" in first.stdout
     second = cli("tune", str(two_convs), "--records", str(records))
     assert second.returncode == 0, second.stderr[-2000:]
+    # what is left and about how long, on stderr after each layer (the last one: nothing left)
+    assert re.fullmatch(r"tir-adreno: tune: 1 layer left, about \d+ s at \d+ s a layer \(then the whole model is timed; "
+                        r"--budget-s stops earlier, the next run resumes\)\n", second.stderr), second.stderr
     return records, first.stdout, second.stdout
 
 
