@@ -12,6 +12,7 @@ import onnxruntime
 import pytest
 
 from helpers.cli import assert_user_error, cli
+from helpers.docs import matches, output_block
 
 from tir_adreno.reference import relative_error
 from tir_adreno.runtime import cache
@@ -79,6 +80,16 @@ def test_tune_writes_and_resumes_records(tuned):
     else:  # tuned, default placement
         convs = [e for k, e in doc["layers"].items() if k.startswith("conv2d ") and e["choice"]]
         assert all(e["choice"]["placement"] == context["placement"] for e in convs)
+
+
+def test_docs_show_the_whole_model_line_tune_prints(tuned):
+    """docs/tuning-and-deployment.md's sample line is what tune prints now, numbers aside."""
+    _, _, second = tuned
+    block = output_block("tune-context")
+    (line,) = [line for line in second.splitlines() if line.startswith("whole model")]
+    (shown, shown_kept), (printed, kept) = block.text.strip().split("; kept: "), line.split("; kept: ")
+    assert matches(shown, printed), f"{block.name} shows {block.text!r}; tune prints {line!r}"
+    assert {shown_kept, kept} <= set(tune.CONTEXT_VARIANTS)  # which one is kept depends on the timings
 
 
 def test_compile_with_records_and_run_the_saved_model(tuned, two_convs, tmp_path):

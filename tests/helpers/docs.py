@@ -118,3 +118,9 @@ def matches(shown: str, produced: str) -> bool:
         else:
             parts.append(".*?".join(re.escape(piece) for piece in line.rstrip().split("...")) + r"[ \t]*\n")
     return re.fullmatch("".join(parts), shape_of(produced).rstrip("\n") + "\n") is not None
+
+
+def output_block(name: str) -> Block:
+    """The one ``text output:NAME`` block of the docs."""
+    (block,) = [b for b in all_blocks() if b.role == "output" and b.arg == name]
+    return block
