@@ -88,6 +88,22 @@ def test_block_runs(block, folder, namespaces, monkeypatch):
     namespaces[block.doc] = namespace
 
 
+@pytest.mark.parametrize("block", [b for b in BLOCKS if b.role == "sketch"], ids=lambda b: b.name)
+def test_sketches_name_what_exists(block):
+    """A ``python sketch`` cannot run here (a tracker, a built module), but it compiles, its
+    imports import and every ``module.name`` it uses of an imported module exists."""
+    import ast
+
+    tree = ast.parse(block.text, str(block.doc))
+    namespace: dict = {}
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            exec(compile(ast.Module([node], []), str(block.doc), "exec"), namespace)
+    missing = [f"{n.value.id}.{n.attr}" for n in ast.walk(tree) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
+               and type(namespace.get(n.value.id)).__name__ == "module" and not hasattr(namespace[n.value.id], n.attr)]
+    assert not missing, f"{block.name} uses what does not exist: {missing}"
+
+
 @pytest.mark.parametrize("block", SH, ids=lambda b: b.name)
 def test_command_lines_parse(block):
     """Each ``tir-adreno`` line names a command, flags and choices the CLI has."""

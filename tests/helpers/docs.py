@@ -12,7 +12,8 @@ Every block says what it is in its info string (the word after the opening fence
   replaced by examples and ``[optional parts]`` dropped.
 - ``text``: not run (a diagram, a formula, a sample); ``text output:NAME``: output that
   ``tests/docs/test_code_blocks.py`` compares with what producer NAME prints now, numbers aside.
-- ``python sketch``: Python that needs what a test cannot have (a tracker, a phone); not run.
+- ``python sketch``: Python that needs what a test cannot have (a tracker, a phone): not run,
+  but its imports import and the ``module.name`` it uses exist.
 """
 
 from __future__ import annotations
