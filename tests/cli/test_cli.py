@@ -315,8 +315,8 @@ def test_a_long_first_build_says_so_and_quiet_hides_it(run_cli, tiny_saved, tmp_
 def test_tables_fit_names_of_any_length_and_small_sizes_show():
     """The ``kernels`` table widens to its longest cell (names past 22 characters stayed aligned
     nowhere); memory sizes take the unit that shows them, not "0.0 MiB"."""
-    from tir_adreno.cli.commands import table
-    from tir_adreno.cli.run import size
+    from tir_adreno.cli.output import table
+    from tir_adreno.cli.output import size
 
     rows = [{"kernel": "conv2d depthwise_pointwise fused excitation", "time_us": 12.3, "check": "ok"},
             {"kernel": "relu", "time_us": 1234.56, "check": "FAILED"}]

@@ -9,6 +9,7 @@ import json
 
 from tir_adreno.cli.checks import UserError, progress_printer, warn
 from tir_adreno.cli.model import model_and_inputs
+from tir_adreno.cli.output import table
 from tir_adreno.strategy.profile import get_profile
 
 
@@ -54,17 +55,6 @@ def kernels(args) -> int:
             json.dump({"device": dev.name, "kernels": rows}, f, indent=2)
     print(f"\n{len(rows) - len(failed)}/{len(rows)} kernels match NumPy on {dev.name}")
     return 1 if failed else 0
-
-
-def table(rows: list[dict], columns: dict[str, str], titles: dict[str, str] | None = None) -> str:
-    """``rows`` as a text table, each column as wide as its widest cell; ``columns``: key ->
-    alignment ("<" or ">") and format (".1f"); ``titles``: a header other than the key."""
-    titles = {key: (titles or {}).get(key, key) for key in columns}
-    cells = [[format(r[key], spec[1:]) for key, spec in columns.items()] for r in rows]
-    widths = [max([len(titles[key])] + [len(c[i]) for c in cells]) for i, key in enumerate(columns)]
-    aligns = [spec[0] for spec in columns.values()]
-    lines = [[titles[key] for key in columns], *cells]
-    return "\n".join("  ".join(f"{c:{a}{w}}" for c, a, w in zip(line, aligns, widths)).rstrip() for line in lines)
 
 
 def compile(args) -> int:  # noqa: A001 (the command's name)

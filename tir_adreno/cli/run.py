@@ -9,6 +9,7 @@ import numpy as np
 
 from tir_adreno.cli.checks import UserError, is_saved_model, progress_printer, warn
 from tir_adreno.cli.model import model_and_inputs, seeded_inputs
+from tir_adreno.cli.output import size, table
 from tir_adreno.strategy.profile import get_profile
 
 #: --check tolerance on outputs (relative to the largest reference magnitude).
@@ -114,26 +115,20 @@ def _compile(args, dev, prims):
 
 
 def _print_profile(compiled, profile, edited, wall: float, kernel_ms: float, mem: dict) -> None:
-    print(f"\n{'#':>3}  {'op':<28} {'kernel':<10} {'placement':<9} {'time (ms)':>10}  config (source)")
+    rows = []
     for i, p in enumerate(profile):
-        config = f"  {p['config']} ({p['source']})" if "config" in p else ""
+        config = f"{p['config']} ({p['source']})" if "config" in p else ""
         if i in edited:
-            config += f"  EDITED {edited[i][0]:.3f} -> {edited[i][1]:.3f} ms (generated -> edited, median of 3)"
-        print(f"{i:>3}  {p['op']:<28} {'ours' if p['ours'] else 'upstream':<10} {p['placement']:<9} {p['time_ms']:>10.3f}{config}")
+            config = f"{config}  EDITED {edited[i][0]:.3f} -> {edited[i][1]:.3f} ms (generated -> edited, median of 3)".strip()
+        rows.append({"#": i, "op": p["op"], "kernel": "ours" if p["ours"] else "upstream", "placement": p["placement"],
+                     "time (ms)": p["time_ms"], "config (source)": config})
+    print()
+    print(table(rows, {"#": ">", "op": "<", "kernel": "<", "placement": "<", "time (ms)": ">.3f", "config (source)": "<"}))
     ours = sum(p["time_ms"] for p in profile if p["ours"])
     print(f"\nkernel time {kernel_ms:.2f} ms ({ours / max(kernel_ms, 1e-12):.0%} in tir-adreno kernels), wall {wall * 1e3:.1f} ms "
           f"({compiled.launcher_kind} launcher)")
     print(f"precision: {compiled.precision}; device memory: {size(mem['total'])} "
           f"({size(mem['weights'])} weights, {size(mem['intermediates'])} activations with the image pool)")
-
-
-def size(nbytes: float) -> str:
-    """``nbytes`` in the unit that shows it (``512 B``, ``3.4 KiB``, ``52.5 MiB``): a small model is not "0.0 MiB"."""
-    for unit in ("B", "KiB", "MiB"):
-        if nbytes < 1024:
-            return f"{nbytes:.0f} B" if unit == "B" else f"{nbytes:.1f} {unit}"
-        nbytes /= 1024
-    return f"{nbytes:.1f} GiB"
 
 
 def _inputs(given, specs, path) -> dict[str, np.ndarray]:
