@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tir_adreno.cli.checks import UserError, profile_named
+from tir_adreno.cli.checks import UserError, progress_printer
+from tir_adreno.strategy.profile import get_profile
 
 
 def tune(args) -> int:
@@ -25,7 +26,7 @@ def tune(args) -> int:
     print(f"model: {args.model or args.builtin}\ndevice profile: {target.key}; precision: {args.precision}; "
           f"activations in {target.activation_placement}s", flush=True)
     try:
-        results = tuning.tune(model, target, records, measurer, args.budget_s, progress=lambda m: print(m, flush=True),
+        results = tuning.tune(model, target, records, measurer, args.budget_s, progress=progress_printer(args, ""),
                             precision=args.precision)
     except (ModelError, PrecisionError) as err:
         raise UserError(str(err)) from None
@@ -65,10 +66,10 @@ def _target_and_measurer(args):
     from tir_adreno.tuning import measure, tune as tuning
 
     if args.export:
-        return profile_named(args.target or "adreno"), tuning.ExportMeasurer(args.export)
+        return get_profile(args.target or "adreno"), tuning.ExportMeasurer(args.export)
     if args.rpc_tracker:
         try:
-            return profile_named(args.target), measure.RPCMeasurer(args.rpc_tracker, args.rpc_key)
+            return get_profile(args.target), measure.RPCMeasurer(args.rpc_tracker, args.rpc_key)
         except measure.TrackerError as err:
             raise UserError(str(err)) from None
     return DeviceProfile.from_device(args.device), tuning.LocalMeasurer(args.device)
