@@ -35,7 +35,7 @@ def _registered_names() -> set[str]:
 def _names_tvm_tree(doc: Path, path: str) -> bool:
     """The upstream write-ups name files of TVM's own tree (``tests/python/...``), which this
     repository does not have: ``docs/upstream/check_patches.py --tvm`` checks those."""
-    return doc.is_relative_to(ROOT / "docs" / "upstream") and path.startswith("tests/python/")
+    return doc.is_relative_to(ROOT / "docs" / "upstream") and (path + "/").startswith("tests/python/")
 
 
 def _resolves(dotted: str) -> bool:
