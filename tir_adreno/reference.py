@@ -15,8 +15,10 @@ import functools
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from tir_adreno.runtime.errors import UserError
 
-class ReferenceUnavailable(ValueError):
+
+class ReferenceUnavailable(UserError, ValueError):
     """The CPU reference cannot run this model (onnxruntime refuses it)."""
 
 

@@ -22,11 +22,12 @@ MODEL_PRECISIONS = ("float32", "float16_acc32", "float16")
 PRECISION_HELP = "float32, float16_acc32 (half storage, float math) or float16 (half math, where the device runs it)"
 
 EXIT_CODES = """exit codes:
-  0  ok
-  1  --check failed (outputs differ from the CPU reference)
-  2  user error: one line on stderr naming the culprit, no traceback
-     (reported before compiling whenever it can be known)
-  other  an internal error (a bug: please report it with the traceback)"""
+  0    ok
+  1    --check failed (outputs differ from the CPU reference)
+  2    user error: one line on stderr naming the culprit, no traceback
+       (reported before compiling whenever it can be known)
+  3    internal error: a bug; the traceback and a line asking to report it
+  130  interrupted (Ctrl-C): one line"""
 
 # What a path argument must be (checked by tir_adreno.cli.checks before any work).
 MODEL = "model"  # an ONNX file, or the folder of a saved model
@@ -152,6 +153,8 @@ def _add_compile(sub) -> None:
     p.add_argument("--no-cache", action="store_true",
                    help="compile even when the compile cache holds this request (same code, TVM, model, options), "
                    "and store nothing there")
+    p.add_argument("--force", action="store_true",
+                   help="write the model's files into a folder that holds files tir-adreno did not write (its other files are kept)")
 
 
 def _add_tune(sub) -> None:

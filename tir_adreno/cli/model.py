@@ -38,11 +38,8 @@ def model_inputs(model, input_shapes) -> list[tuple[str, tuple[int, ...], str]]:
 
 def model_and_inputs(args):
     """The model (the ONNX file loaded, or the built-in) and its inputs' (name, shape, dtype), before any compile."""
-    from tir_adreno.compiler import ModelError, load_onnx
+    from tir_adreno.compiler import load_onnx
     from tir_adreno.frontend import models
 
-    try:
-        model = load_onnx(args.model) if args.model else models.get_model(args.builtin)
-    except ModelError as err:
-        raise UserError(str(err)) from None
+    model = load_onnx(args.model) if args.model else models.get_model(args.builtin)
     return model, model_inputs(model, args.input_shapes)

@@ -33,8 +33,15 @@ import numpy as np
 
 from tir_adreno.runtime import cache, opencl as runtime
 from tir_adreno.runtime.bundle import KernelModule
+from tir_adreno.runtime.errors import UserError
 
 FORMAT = 1
+
+
+class FolderError(UserError, ValueError):
+    """A file of an exported folder (jobs, results) is missing, corrupt or of another version."""
+
+
 JOBS_FILE = "jobs.json"
 RESULTS_FILE = "results.json"
 BUNDLES_DIR = "bundles"
@@ -160,21 +167,21 @@ def _unpack(entries, load, where: str) -> list[MeasureJob]:
     try:
         return [MeasureJob(e["key"], tuple((bundle(b), str(f)) for b, f in e["stages"])) for e in entries]
     except (KeyError, TypeError, ValueError) as err:
-        raise ValueError(f"{where}: malformed jobs ({_one_line(err)})") from None
+        raise FolderError(f"{where}: malformed jobs ({_one_line(err)})") from None
 
 
 def _read_doc(path: Path, what: str, hint: str) -> tuple[dict, bytes]:
     """The JSON document of an atomic checked file (``cache.write``) and its payload; ValueError naming ``path``."""
     payload = cache.read(path)
     if payload is None:
-        raise ValueError(f"{path}: missing, truncated or corrupt {what} file ({hint})")
+        raise FolderError(f"{path}: missing, truncated or corrupt {what} file ({hint})")
     try:
         doc = json.loads(payload.decode())
         fmt = doc.get("format")
     except (ValueError, AttributeError) as err:
-        raise ValueError(f"{path}: unreadable {what} file ({_one_line(err)})") from None
+        raise FolderError(f"{path}: unreadable {what} file ({_one_line(err)})") from None
     if fmt != FORMAT:
-        raise ValueError(f"{path}: {what} format {fmt} != {FORMAT} ({hint})")
+        raise FolderError(f"{path}: {what} format {fmt} != {FORMAT} ({hint})")
     return doc, payload
 
 
@@ -211,9 +218,9 @@ def _read_results(directory: Path, digest: str | None) -> tuple[dict[str, Measur
     try:
         results = {k: MeasureResult(k, r["seconds"], r["error"]) for k, r in doc["results"].items()}
     except (KeyError, TypeError, AttributeError) as err:
-        raise ValueError(f"{path}: unreadable results file ({_one_line(err)})") from None
+        raise FolderError(f"{path}: unreadable results file ({_one_line(err)})") from None
     if digest is not None and doc.get("jobs") != digest:
-        raise ValueError(f"{path}: measured for other jobs than {directory / JOBS_FILE} (measure again)")
+        raise FolderError(f"{path}: measured for other jobs than {directory / JOBS_FILE} (measure again)")
     return results, doc.get("device") or {}
 
 
@@ -309,15 +316,15 @@ def has_context(directory) -> bool:
 # Over TVM's RPC tracker
 
 
-class TrackerError(ConnectionError):
+class TrackerError(UserError, ConnectionError):
     """The RPC tracker does not answer, or no runner is registered under the key."""
 
 
 def parse_address(text: str, what: str = "tracker") -> tuple[str, int]:
-    """``"HOST:PORT"`` -> (host, port); ValueError naming ``what`` otherwise."""
+    """``"HOST:PORT"`` -> (host, port); TrackerError naming ``what`` otherwise."""
     host, sep, port = str(text).rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"{what} must be HOST:PORT, got {text!r}")
+        raise TrackerError(f"{what} must be HOST:PORT, got {text!r}")
     return host, int(port)
 
 
@@ -361,10 +368,7 @@ class RPCMeasurer:
 
     def __init__(self, tracker: str, key: str, timeout_s: float = 600.0, warmup: int = 2, repeat: int = 10,
                  max_attempts: int = 3, request_timeout_s: float = 60.0):
-        try:
-            self.address = parse_address(tracker)
-        except ValueError as err:
-            raise TrackerError(str(err)) from None
+        self.address = parse_address(tracker)
         if not key:
             raise TrackerError("the RPC key must not be empty")
         self.key, self.timeout_s, self.warmup, self.repeat = key, timeout_s, warmup, repeat
