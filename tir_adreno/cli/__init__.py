@@ -47,6 +47,8 @@ def main(argv=None) -> int:
                 return _internal_error()
             where = f" writing {err.filename}" if err.filename else ""
             return _error(f"{err.strerror or 'no space left on device'}{where}; free some space and run it again")
+        except MemoryError:
+            return _error("out of memory: the model, its inputs or its weights need more than this machine holds")
         except KeyboardInterrupt:
             print("\ntir-adreno: interrupted", file=sys.stderr, flush=True)
             return EXIT_INTERRUPTED

@@ -24,6 +24,7 @@ import collections
 import itertools
 import json
 import socket
+import struct
 import threading
 import time
 from dataclasses import dataclass
@@ -328,13 +329,59 @@ def parse_address(text: str, what: str = "tracker") -> tuple[str, int]:
     return host, int(port)
 
 
-def check_tracker(address: tuple[str, int], timeout_s: float = 5.0) -> None:
-    """TrackerError unless something accepts connections at ``address`` (TVM's client would retry for 60 s)."""
+#: Seconds a tracker has to answer: the connection, its handshake and each reply (README, docs).
+TRACKER_TIMEOUT_S = 10.0
+
+
+def check_tracker(address: tuple[str, int], timeout_s: float = TRACKER_TIMEOUT_S) -> dict:
+    """The summary of the TVM RPC tracker at ``address``; TrackerError unless it answers as one
+    within ``timeout_s`` (TVM's own client retries for 60 s and then waits on a silent peer forever)."""
+    where = f"{address[0]}:{address[1]}"
     try:
-        socket.create_connection(address, timeout=timeout_s).close()
-    except OSError as err:
-        reason = err.strerror or type(err).__name__
-        raise TrackerError(f"no RPC tracker answers at {address[0]}:{address[1]} ({reason})") from None
+        with tracker_socket(address, timeout_s) as sock:
+            from tvm.rpc import base
+
+            base.sendjson(sock, [base.TrackerCode.SUMMARY])
+            value = base.recvjson(sock)
+    except TimeoutError:
+        raise TrackerError(f"the RPC tracker at {where} does not answer (nothing within {timeout_s:g} s)") from None
+    except (ConnectionRefusedError, socket.gaierror) as err:
+        raise TrackerError(f"no RPC tracker answers at {where} ({err.strerror or type(err).__name__})") from None
+    except (OSError, ValueError, struct.error, UnicodeDecodeError) as err:
+        if isinstance(err, TrackerError):
+            raise
+        raise TrackerError(f"{where} is not a TVM RPC tracker ({_one_line(err)})") from None
+    if not (isinstance(value, list) and len(value) == 2 and isinstance(value[1], dict)):
+        raise TrackerError(f"{where} is not a TVM RPC tracker (it answered {str(value)[:60]})")
+    return value[1]
+
+
+def tracker_socket(address: tuple[str, int], timeout_s: float) -> socket.socket:
+    """A socket to the tracker at ``address`` past TVM's tracker handshake, every operation bounded
+    by ``timeout_s`` (TimeoutError); TrackerError when the peer answers the handshake wrongly."""
+    from tvm.rpc import base
+
+    sock = socket.create_connection(address, timeout=timeout_s)
+    try:
+        sock.sendall(struct.pack("<i", base.RPC_TRACKER_MAGIC))
+        (magic,) = struct.unpack("<i", base.recvall(sock, 4))
+        if magic != base.RPC_TRACKER_MAGIC:
+            raise TrackerError(f"{address[0]}:{address[1]} is not a TVM RPC tracker (wrong handshake)")
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def _timed_tracker(address: tuple[str, int], timeout_s: float):
+    """TVM's tracker client (``rpc.connect_tracker``) whose socket waits ``timeout_s`` at most."""
+    from tvm.rpc.client import TrackerSession
+
+    class TimedTrackerSession(TrackerSession):
+        def _connect(self):
+            self._sock = tracker_socket(self._addr, timeout_s)
+
+    return TimedTrackerSession(address)
 
 
 def encode_request(jobs, warmup: int, repeat: int) -> str:
@@ -378,15 +425,7 @@ class RPCMeasurer:
 
     def runners(self) -> int:
         """How many runners of the key are registered, busy or free (TrackerError when none)."""
-        check_tracker(self.address)
-        from tvm import rpc
-
-        try:
-            tracker = rpc.connect_tracker(*self.address)
-            summary = tracker.summary()
-            tracker.close()
-        except (OSError, RuntimeError) as err:
-            raise TrackerError(f"{self.address[0]}:{self.address[1]} is not a TVM RPC tracker ({_one_line(err)})") from None
+        summary = check_tracker(self.address)
         servers = [s["key"].split(":", 1)[-1] for s in summary.get("server_info", [])]
         if self.key not in servers:
             known = ", ".join(sorted(set(servers))) or "none"
@@ -412,10 +451,7 @@ class RPCMeasurer:
         reference cycles that keep their callers' frames, and with them any session they
         hold, alive until the garbage collector runs (the runner stays busy meanwhile).
         """
-        from tvm import rpc
-
-        tracker = rpc.connect_tracker(*self.address)
-        tracker._sock.settimeout(2.0)
+        tracker = _timed_tracker(self.address, 2.0)
         try:
             session = tracker.request(self.key, session_timeout=self.timeout_s, max_retry=1)
         finally:
