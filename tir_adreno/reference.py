@@ -15,10 +15,8 @@ import functools
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from tir_adreno.runtime.errors import UserError
 
-
-class ReferenceUnavailable(UserError, ValueError):
+class ReferenceUnavailable(ValueError):
     """The CPU reference cannot run this model (onnxruntime refuses it)."""
 
 

@@ -172,7 +172,7 @@ def read_inputs(path: str | None) -> dict[str, np.ndarray] | None:
     except OSError as err:
         raise UserError(f"--inputs {path}: cannot read inputs ({err.strerror or err})") from None
     except (ValueError, EOFError, zipfile.BadZipFile) as err:  # not an archive, truncated, damaged
-        raise UserError(f"--inputs {path}: not a readable NumPy .npz archive ({_first_line(err)}; {hint})") from None
+        raise UserError(f"--inputs {path}: not a NumPy .npz archive, or a damaged one ({_first_line(err)}; {hint})") from None
 
 
 def _input_array(npz, name: str, path: str) -> np.ndarray:

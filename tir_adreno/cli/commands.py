@@ -107,12 +107,11 @@ def _compile(args, target, header: str, staging) -> tuple[str, list[str]]:
 
 def _reference(model, specs) -> tuple[dict, list]:
     """``run``'s seeded inputs and the CPU reference's outputs for them, saved for ``run DIR --check``."""
-    from tir_adreno.cli.model import seeded_inputs
-    from tir_adreno.reference import reference_runner
+    from tir_adreno.cli.model import reference_for, seeded_inputs
 
     inputs = seeded_inputs(specs)
     print("computing the CPU reference for `run --check` ...", flush=True)
-    return inputs, reference_runner(model)(inputs)
+    return inputs, reference_for(model)(inputs)
 
 
 def dump(args) -> int:

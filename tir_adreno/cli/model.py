@@ -69,6 +69,29 @@ def check_compilable(model, specs) -> None:
                             "values, which a compiled plan cannot hold")
 
 
+def reference_for(model):
+    """The CPU reference of ``model`` (``reference.reference_runner``) for ``--check``. The one
+    place a library error becomes a UserError here: ``tir_adreno.reference`` sits beside the
+    runtime, below the error's module, so its ReferenceUnavailable cannot derive from it."""
+    from tir_adreno.reference import ReferenceUnavailable, reference_runner
+
+    def unavailable(err):
+        return UserError(f"--check: the CPU reference: {err}")
+
+    try:
+        run = reference_runner(model)
+    except ReferenceUnavailable as err:
+        raise unavailable(err) from None
+
+    def reference(inputs):
+        try:
+            return run(inputs)
+        except ReferenceUnavailable as err:
+            raise unavailable(err) from None
+
+    return reference
+
+
 def model_and_inputs(args):
     """The model (the ONNX file loaded, or the built-in) and its inputs' (name, shape, dtype), before any compile."""
     from tir_adreno.compiler import load_onnx

@@ -8,7 +8,7 @@ import time
 import numpy as np
 
 from tir_adreno.cli.checks import UserError, is_saved_model, profile_named, warn
-from tir_adreno.cli.model import model_and_inputs, seeded_inputs
+from tir_adreno.cli.model import model_and_inputs, reference_for, seeded_inputs
 from tir_adreno.runtime.saved import write_whole
 
 #: --check tolerance on outputs (relative to the largest reference magnitude).
@@ -85,9 +85,7 @@ def _compile(args, dev, prims):
     inputs = _inputs(args.given_inputs, specs, args.inputs)
     reference = None
     if args.check:
-        from tir_adreno.reference import reference_runner
-
-        reference = reference_runner(model)
+        reference = reference_for(model)
     label = args.model or f"built-in {args.builtin} (seeded random weights)"
     print(f"model: {label}\ndevice: {dev.name}", flush=True)
     start = time.perf_counter()
