@@ -29,15 +29,14 @@ EXIT_CODES = """exit codes:
   3    internal error: a bug; the traceback and a line asking to report it
   130  interrupted (Ctrl-C): one line"""
 
-#: ``serve``'s trust model (``tir_adreno.tuning.serve.TRUST`` says the same; spelled out here so
-#: the CLI parses without TVM).
+#: ``serve``'s trust model (also in the README and docs/tuning-and-deployment.md).
 SERVE_TRUST = """Register a measurement runner for `tune --rpc-tracker` with a TVM RPC tracker.
 
 Trust model: TVM RPC has no authentication. Whoever reaches a runner's port (the
 tracker lists them) can upload a shared library and run it as the runner's user.
 So the runner listens on 127.0.0.1 unless --host says otherwise. To span machines,
-use a private network you trust or an SSH tunnel (ssh -R 9090:127.0.0.1:9090 HOST),
-never a port open to others."""
+use a private network you trust or an SSH tunnel (docs/tuning-and-deployment.md,
+"Trust model"), never a port open to others."""
 
 # What a path argument must be (checked by tir_adreno.cli.checks before any work).
 MODEL = "model"  # an ONNX file, or the folder of a saved model

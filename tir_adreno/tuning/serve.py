@@ -6,8 +6,8 @@ the process that serves it, so it is registered by the server's init callback
 (inherited by every session). It is :data:`measure.REMOTE_FUNCTION`: JSON jobs in
 (kernels inline), JSON results out, one ``measured ...`` line printed per job.
 
-Trust (:data:`TRUST`): TVM RPC has no authentication, so the runner listens on 127.0.0.1 unless
-told otherwise. The server's worker process stops when ``serve`` is gone (killed included): it
+Trust (``serve --help``, docs/tuning-and-deployment.md): TVM RPC has no authentication, so the
+runner listens on 127.0.0.1 unless told otherwise. The server's worker process stops when ``serve`` is gone (killed included): it
 watches its parent (:func:`_stop_with_parent`).
 """
 
@@ -24,11 +24,6 @@ from tir_adreno.tuning import measure
 from tir_adreno.runtime import opencl as runtime
 
 
-#: The trust model, in ``serve --help``, the README and docs/tuning-and-deployment.md.
-TRUST = ("TVM RPC has no authentication: whoever reaches a runner's port (the tracker lists them) can upload a "
-         "shared library and run it as the runner's user. So the runner listens on 127.0.0.1 unless --host says "
-         "otherwise; to span machines, use a private network you trust or an SSH tunnel "
-         "(ssh -R 9090:127.0.0.1:9090 HOST), never an open port.")
 #: Seconds the tracker has to list the runner once it started (then "registered" is printed).
 REGISTER_TIMEOUT_S = 20.0
 
