@@ -145,7 +145,7 @@ def test_full_disk_at_every_write_step_of_a_compile(models, run_cli, monkeypatch
         if res.returncode == 0:  # a step of a cache (programs, stamps): one warning, the model written
             assert state == "new", at
             continue
-        assert_user_error(res, "No space left on device", before_compile=False)
+        assert_user_error(res, f"-o {out}: No space left on device while writing the saved model", before_compile=False)
         assert state == "old", (at, sorted(os.listdir(out)))
         assert sorted(os.listdir(tmp_path)) == ["out"], at  # the temporary sibling folder is gone
         failed += 1

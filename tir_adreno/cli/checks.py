@@ -30,12 +30,9 @@ def check_environment() -> None:
     """Settings read from the environment, validated before any work."""
     from tir_adreno.runtime import bounds, launcher, opencl as runtime
 
-    try:
-        bounds.enabled()
-        launcher.requested()
-        runtime.pinned_requested()
-    except ValueError as err:
-        raise UserError(str(err)) from None
+    bounds.enabled()  # each raises a SettingError (a UserError) for a value it cannot take
+    launcher.requested()
+    runtime.pinned_requested()
 
 
 # ---------------------------------------------------------------------------------------------

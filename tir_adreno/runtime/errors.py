@@ -9,3 +9,7 @@ error into another on the way up.
 
 class UserError(Exception):
     """A mistake in what the user asked for: its message names the culprit, in one line."""
+
+
+class SettingError(UserError, ValueError):
+    """A ``TIR_ADRENO_*`` environment setting holds a value it cannot take."""

@@ -45,6 +45,10 @@ OWN_FILES = (MODEL_FILE, WEIGHTS_FILE, REFERENCE_FILE)
 FILES_KEY = "files"
 
 
+#: A full disk or quota: the user's to free (one line naming the folder), not a bug.
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
 class SavedModelError(UserError, ValueError):
     """A folder that is not a whole saved model, or that we will not overwrite."""
 
@@ -115,6 +119,11 @@ def replacing_folder(directory, force: bool = False, flag: str = "-o"):
             _replace_files(staging, directory)
         else:
             _swap_in(staging, directory)
+    except OSError as err:
+        if err.errno not in _DISK_FULL:
+            raise
+        raise SavedModelError(f"{flag} {directory}: {err.strerror} while writing the saved model; free some space and "
+                              "write it again") from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)  # now the old model, or what a failed write left
 
