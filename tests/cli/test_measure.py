@@ -2,18 +2,16 @@
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
 import threading
-import time
-from pathlib import Path
 
 import pytest
 
 from helpers import ROOT
 from helpers.cli import assert_user_error
+from helpers.rpc import free_port, start, stop, wait_for
 
 from primfuncs import conv, elementwise
 from tir_adreno.codegen import build
@@ -180,36 +178,6 @@ def test_rpc_requeue_lost_and_hung_jobs(modules, monkeypatch):
 # RPC: a tracker and two runners on localhost
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _start(args, log: Path):
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
-    with open(log, "wb") as f:  # a file, not a pipe: the server's worker processes outlive their parent
-        return subprocess.Popen([sys.executable, *args], stdout=f, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True)
-
-
-def _stop(proc):
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)  # its own session: the server's worker and session processes too
-    except ProcessLookupError:
-        pass
-    proc.wait(timeout=10)
-
-
-def _wait_for(predicate, timeout_s, what):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def _runners(port, key):
     try:
         return measure.RPCMeasurer(f"127.0.0.1:{port}", key).runners()
@@ -224,21 +192,21 @@ def _cli(*args, timeout_s=240):
 
 def test_rpc_two_runners_one_killed_then_tune(modules, two_convs, tmp_path):
     jobs = _jobs(modules, copies=2)
-    port, key = _free_port(), "measure-test"
+    port, key = free_port(), "measure-test"
     procs, logs = [], [tmp_path / "runner0.log", tmp_path / "runner1.log"]
     try:
-        procs.append(_start(["-m", "tvm.exec.rpc_tracker", "--host", "127.0.0.1", "--port", str(port),
+        procs.append(start(["-m", "tvm.exec.rpc_tracker", "--host", "127.0.0.1", "--port", str(port),
                              "--port-end", str(port + 1)], tmp_path / "tracker.log"))
-        _wait_for(lambda: _port_open(port), 30, "the tracker")
+        wait_for(lambda: _port_open(port), 30, "the tracker")
         for i, log in enumerate(logs):
-            procs.append(_start(["-m", "tir_adreno.cli", "serve", "--tracker", f"127.0.0.1:{port}", "--key", key,
-                                 "--host", "127.0.0.1", "--port", str(_free_port())], log))
-        _wait_for(lambda: _runners(port, key) == 2, 40, "two runners")
+            procs.append(start(["-m", "tir_adreno.cli", "serve", "--tracker", f"127.0.0.1:{port}", "--key", key,
+                                 "--host", "127.0.0.1", "--port", str(free_port())], log))
+        wait_for(lambda: _runners(port, key) == 2, 40, "two runners")
         victim = procs[1]  # runner 0
 
         def kill_holding_a_session():
-            _wait_for(lambda: _free(port, key) == 0, 30, "both runners in a session")
-            _stop(victim)
+            wait_for(lambda: _free(port, key) == 0, 30, "both runners in a session")
+            stop(victim)
 
         measurer = measure.RPCMeasurer(f"127.0.0.1:{port}", key, timeout_s=60, warmup=1, repeat=3, request_timeout_s=10)
         # No race: the first result's progress call (it runs under the measurer's lock, so no job
@@ -252,7 +220,7 @@ def test_rpc_two_runners_one_killed_then_tune(modules, two_convs, tmp_path):
         assert {line.split(":")[0][len("measured "):] for line in lines} >= {j.key for j in jobs} - {
             k for k in results if "runner lost" in (results[k].error or "")}
         # the measurer closed its sessions: the runner left is free for the next client at once
-        _wait_for(lambda: _free(port, key) == 1, 5, "runner 1 free again")
+        wait_for(lambda: _free(port, key) == 1, 5, "runner 1 free again")
         # `tune --rpc-tracker` on the runner left: builds here, measures there, records the layer it
         # tuned (budget 0: one layer; tests/cli/test_tune.py tunes the whole model locally)
         records = tmp_path / "records.json"
@@ -267,7 +235,7 @@ def test_rpc_two_runners_one_killed_then_tune(modules, two_convs, tmp_path):
         assert logs[1].read_text().count("measured ") - before == sum(len(e["times_s"]) for e in layers.values())
     finally:
         for proc in procs:
-            _stop(proc)
+            stop(proc)
 
 
 def _free(port, key) -> int:
@@ -295,7 +263,7 @@ def test_rpc_no_tracker(two_convs, monkeypatch):
         raise AssertionError("TVM's tracker client was called")
 
     monkeypatch.setattr(rpc, "connect_tracker", retrying_client)
-    port = _free_port()
+    port = free_port()
     with pytest.raises(measure.TrackerError, match=f"no RPC tracker answers at 127.0.0.1:{port}"):
         measure.RPCMeasurer(f"127.0.0.1:{port}", "k")
     with pytest.raises(measure.TrackerError, match="HOST:PORT"):

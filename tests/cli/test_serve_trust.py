@@ -3,7 +3,6 @@ says why in --help; it stops when `serve` is killed; a tracker that accepts and 
 `tune` and `serve` with one line and exit 2 within the documented timeout. Everything on 127.0.0.1."""
 
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -14,6 +13,7 @@ import pytest
 
 from helpers import ROOT
 from helpers.cli import assert_user_error
+from helpers.rpc import free_port, start, stop, wait_for
 from tir_adreno.cli.args import build_parser
 from tir_adreno.tuning.measure import TRACKER_TIMEOUT_S
 
@@ -27,12 +27,6 @@ def test_serve_defaults_to_loopback_and_states_the_trust_model(run_cli):
     for words in ("TVM RPC has no authentication", "run it as the runner's user", "listens on 127.0.0.1 unless --host",
                   "SSH tunnel", "default 127.0.0.1"):
         assert words in text, words
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _listening(port: int) -> list[str]:
@@ -49,45 +43,27 @@ def _listening(port: int) -> list[str]:
     return found
 
 
-def _start(argv, log):
-    with open(log, "wb") as f:  # a file, not a pipe: the processes outlive a reader
-        return subprocess.Popen([sys.executable, *argv], cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
-
-
-def _wait(condition, seconds: float, what: str):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"no {what} within {seconds} s")
-
-
 @pytest.mark.skipif(not os.path.exists("/proc/net/tcp"), reason="reads the listening sockets from /proc (Linux)")
 def test_serve_listens_on_loopback_and_stops_with_its_parent(tmp_path):
-    tracker_port, runner_port = _free_port(), _free_port()
-    tracker = _start(["-m", "tvm.exec.rpc_tracker", "--host", "127.0.0.1", "--port", str(tracker_port),
+    tracker_port, runner_port = free_port(), free_port()
+    tracker = start(["-m", "tvm.exec.rpc_tracker", "--host", "127.0.0.1", "--port", str(tracker_port),
                       "--port-end", str(tracker_port + 1)], tmp_path / "tracker.log")
     serve = None
     try:
-        _wait(lambda: _listening(tracker_port), 60, "tracker")
-        serve = _start(["-m", "tir_adreno.cli", "serve", "--tracker", f"127.0.0.1:{tracker_port}", "--key", "loopback",
+        wait_for(lambda: _listening(tracker_port), 60, "tracker")
+        serve = start(["-m", "tir_adreno.cli", "serve", "--tracker", f"127.0.0.1:{tracker_port}", "--key", "loopback",
                         "--port", str(runner_port), "--port-end", str(runner_port + 1)], tmp_path / "serve.log")
-        _wait(lambda: "registered" in (tmp_path / "serve.log").read_text() or serve.poll() is not None, 120, "registration")
+        wait_for(lambda: "registered" in (tmp_path / "serve.log").read_text() or serve.poll() is not None, 120, "registration")
         line = (tmp_path / "serve.log").read_text()
         assert f"on 127.0.0.1:{runner_port}, registered with tracker" in line, line
         assert _listening(runner_port) == ["0100007F"], _listening(runner_port)  # 127.0.0.1 only, not 0.0.0.0
         serve.kill()  # SIGKILL: no clean-up of its own; its server process must notice
         serve.wait(10)
-        _wait(lambda: not _listening(runner_port), 15, "stop of the runner's server process")
+        wait_for(lambda: not _listening(runner_port), 15, "stop of the runner's server process")
     finally:
         for proc in (serve, tracker):
             if proc is not None:
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)  # its own session: its worker processes too
-                except ProcessLookupError:
-                    pass
-                proc.wait(10)
+                stop(proc)  # its session: the tracker's popen_worker, and a server process that outlived serve
 
 
 class _SilentTracker:

@@ -7,6 +7,8 @@
 - ``onnx_graphs``: small ONNX graphs built with onnx.helper, and the pattern check.
 - ``cli``: the command in a fresh process (also one that cannot import TVM), the user-error check.
 - ``benchmarks``: the benchmark scripts, imported one way.
+- ``saved_models``: tiny ONNX files and what a saved-model folder holds (whole, mixed), for the fault tests.
+- ``rpc``: free ports, processes in their own session, waiting with a deadline (all on 127.0.0.1).
 Fixtures shared across folders (``device``, ``run_cli``, ``tiny_onnx``, ``two_convs``, ...) live in tests/conftest.py.
 """
 
