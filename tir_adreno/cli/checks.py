@@ -248,7 +248,6 @@ def check_outputs_spare_inputs(args) -> None:
 
 
 def _check_run(args) -> None:
-    check_outputs_spare_inputs(args)
     if is_saved_model(args.model):
         for flag in COMPILE_FLAGS:
             if getattr(args, flag):
@@ -301,6 +300,7 @@ def check_arguments(args) -> None:
         path = getattr(args, arg.dest)
         if path is not None:
             check_path(path, arg)
+    check_outputs_spare_inputs(args)
     if hasattr(args, "input_shape"):
         args.input_shapes = parse_input_shapes(args.input_shape)
         if args.input_shapes and not args.model:
