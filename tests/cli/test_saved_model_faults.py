@@ -203,3 +203,24 @@ def test_tune_keeps_records_it_would_ignore_byte_for_byte(run_cli, two_convs, tm
         assert "building candidates" not in res.stdout
         assert path.read_bytes() == before
     assert cache.read(tmp_path / "half.json") is not None
+
+
+def test_without_an_atomic_exchange_two_renames_swap_the_model_in(models, run_cli, monkeypatch, tmp_path):
+    """Where renameat2 is missing (another OS, a file system without it): the old folder is moved
+    aside whole, the new one moved in, the old one removed; nothing is left beside the folder."""
+    out = tmp_path / "out"
+    _restore_old(out, models)
+    monkeypatch.setattr(saved, "_exchange", lambda a, b: False)
+    res = run_cli("compile", str(models["b"]), "-o", str(out), "--target", "pocl")
+    assert res.returncode == 0 and _state(out, models) == "new", res.stderr
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]
+
+
+def test_a_link_to_a_folder_replaces_the_folder_it_names(models, run_cli, tmp_path):
+    real, link = tmp_path / "real", tmp_path / "link"
+    _restore_old(real, models)
+    link.symlink_to(real)
+    res = run_cli("compile", str(models["b"]), "-o", str(link), "--target", "pocl")
+    assert res.returncode == 0, res.stderr
+    assert link.is_symlink() and _state(real, models) == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "real"]

@@ -93,7 +93,8 @@ def _framed(path) -> bool:
 
 def check_replaceable(directory, force: bool, flag: str = "-o") -> None:
     """SavedModelError when ``directory`` holds files we did not write and ``force`` is false."""
-    directory = Path(directory)
+    directory = Path(os.path.realpath(directory))
+    _check_parent_writable(directory, flag)
     if not directory.is_dir():
         return
     foreign = foreign_files(directory)
@@ -103,12 +104,24 @@ def check_replaceable(directory, force: bool, flag: str = "-o") -> None:
                               "folder, or --force to write the model's files there anyway (its other files are kept)")
 
 
+def _check_parent_writable(directory: Path, flag: str) -> None:
+    """The folder beside which the temporary folder is made can take one (tried and removed)."""
+    parent = directory.parent
+    while not parent.exists():
+        parent = parent.parent
+    try:
+        os.rmdir(tempfile.mkdtemp(dir=parent, prefix=f".{directory.name}.", suffix=".tmp"))
+    except OSError as err:
+        raise SavedModelError(f"{flag} {directory}: a saved model is written beside its folder and renamed into place, "
+                              f"and {parent} is not writable ({err.strerror or err})") from None
+
+
 @contextlib.contextmanager
 def replacing_folder(directory, force: bool = False, flag: str = "-o"):
     """A temporary sibling folder for the block to write a whole saved model into; when the block
     ends it takes ``directory``'s place (see the module's docstring). Raises SavedModelError before
     anything is written when ``directory`` holds files we did not write, unless ``force``."""
-    directory = Path(os.path.abspath(directory))
+    directory = Path(os.path.realpath(directory))  # a link to a folder: the folder it names is replaced
     check_replaceable(directory, force, flag)
     directory.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}.", suffix=".tmp"))
