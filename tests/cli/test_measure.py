@@ -6,6 +6,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -172,6 +173,34 @@ def test_rpc_requeue_lost_and_hung_jobs(modules, monkeypatch):
     assert results["always-dies"].seconds is None
     assert results["always-dies"].error == "runner lost 3 times: ConnectionError: runner gone"
     assert measurer.requeued == 1 + 2 + 3
+
+
+class StuckRequest(FakeRunners):
+    """Two runners; the first request for a session never returns (TVM's C++ connect to a runner
+    that accepts and never answers has no timeout)."""
+
+    def _session(self, wanted):
+        with self.lock:
+            first, self.asked = not self.asked, True
+        if first:
+            self.release.wait(30)
+            return None
+        return super()._session(wanted)
+
+
+def test_rpc_a_request_stuck_in_tvm_is_given_up_on(modules, monkeypatch):
+    monkeypatch.setattr(measure, "HANG_GRACE_S", 0.0)
+    release = threading.Event()
+    jobs = [measure.MeasureJob(k, ((modules["relu"], "relu"),)) for k in ("ok1", "ok2", "ok3")]
+    measurer = StuckRequest(release, timeout_s=5.0, request_timeout_s=0.5)
+    measurer.lock, measurer.asked = threading.Lock(), False
+    start = time.monotonic()
+    try:
+        results = measurer.measure(jobs)
+    finally:
+        release.set()
+    assert time.monotonic() - start < 10  # not the 30 s the stuck request waits
+    assert {k: r.seconds for k, r in results.items()} == {"ok1": 1e-6, "ok2": 1e-6, "ok3": 1e-6}  # the other runner took them
 
 
 # ---------------------------------------------------------------------------------------------

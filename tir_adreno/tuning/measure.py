@@ -21,6 +21,7 @@ This module imports no TVM; :class:`RPCMeasurer` imports ``tvm.rpc`` when used.
 from __future__ import annotations
 
 import collections
+import contextlib
 import itertools
 import json
 import socket
@@ -472,8 +473,9 @@ class RPCMeasurer:
                    for _ in range(min(self.runners(), len(jobs)))]
         for t in threads:
             t.start()
-        # the runner kills a session at timeout_s and the error comes back; this is for when even that is lost
-        work.supervise(threads, self.timeout_s + HANG_GRACE_S)
+        # the runner kills a session at timeout_s and the error comes back; this is for when even that is lost,
+        # and for a request stuck where TVM does not time out (its C++ connect to the runner handed out)
+        work.supervise(threads, self.timeout_s + HANG_GRACE_S, self.request_timeout_s + HANG_GRACE_S)
         self.requeued += work.requeued
         for job, _ in work.queue:  # every runner was lost
             work.finish(MeasureResult(job.key, None, f"no runner with key {self.key!r} left to measure it"))
@@ -486,7 +488,8 @@ class RPCMeasurer:
             while True:
                 if session is None or time.monotonic() - opened > self.timeout_s / 2:
                     session = None  # end the old session first: its runner becomes free for our request
-                    session, opened = self._session(work.pending), time.monotonic()
+                    with work.requesting():
+                        session, opened = self._session(work.pending), time.monotonic()
                     if session is None:
                         return
                 item = work.take()
@@ -516,7 +519,8 @@ class _WorkQueue:
     def __init__(self, jobs, max_attempts: int, progress):
         self.queue = collections.deque((job, 0) for job in jobs)
         self.flight = {}  # token -> (job, attempts, started, thread)
-        self.given_up = set()  # threads whose job was taken from them
+        self.given_up = set()  # threads whose job was taken from them, or that never got a session
+        self.requests = {}  # thread -> when it started asking the tracker for a session
         self.results: dict[str, MeasureResult] = {}
         self.requeued = 0
         self.max_attempts, self.progress = max_attempts, progress
@@ -527,9 +531,22 @@ class _WorkQueue:
         with self.cond:
             return bool(self.queue or self.flight)
 
-    def take(self):
-        """(token, job) to measure, or None when no work is left."""
+    @contextlib.contextmanager
+    def requesting(self):
+        """The calling thread asks for a session meanwhile (watched by :meth:`supervise`)."""
         with self.cond:
+            self.requests[threading.current_thread()] = time.monotonic()
+        try:
+            yield
+        finally:
+            with self.cond:
+                self.requests.pop(threading.current_thread(), None)
+
+    def take(self):
+        """(token, job) to measure, or None when no work is left (or this thread was given up on)."""
+        with self.cond:
+            if threading.current_thread() in self.given_up:
+                return None
             while not self.queue and self.flight:
                 self.cond.wait()  # a job in flight elsewhere may come back
             if not self.queue:
@@ -566,8 +583,9 @@ class _WorkQueue:
                 self.cond.notify_all()
             return True
 
-    def supervise(self, threads, hang_s: float) -> None:
-        """Wait for ``threads``; a job without an answer after ``hang_s`` is re-queued and its thread left behind."""
+    def supervise(self, threads, hang_s: float, request_s: float = float("inf")) -> None:
+        """Wait for ``threads``; a job without an answer after ``hang_s`` is re-queued and its thread
+        left behind, and so is a thread that asked for a session for more than ``request_s``."""
         while True:
             with self.cond:
                 now = time.monotonic()
@@ -575,6 +593,7 @@ class _WorkQueue:
                     if now - started > hang_s:
                         self.given_up.add(thread)
                         self._lose(token, f"no answer in {hang_s:.0f} s")
+                self.given_up.update(t for t, since in self.requests.items() if now - since > request_s)
                 if not any(t.is_alive() and t not in self.given_up for t in threads):
                     return
                 self.cond.wait(0.5)
