@@ -1,4 +1,5 @@
-"""``tir-adreno`` command line: ``devices``, ``run`` (the main job), ``compile``, ``tune``, ``kernels``, ``serve``."""
+"""tir-adreno: compile CNNs onto OpenCL texture kernels (Adreno-style GPUs; PoCL on any CPU), run,
+check, time, tune and edit them. run is the main job; tir-adreno COMMAND --help shows a command's options."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import warnings
 
 from tir_adreno.cli import commands
 from tir_adreno.cli.args import BUILTIN_MODELS, build_parser  # noqa: F401 (BUILTIN_MODELS: the CLI's list, tested against the models')
-from tir_adreno.cli.checks import UserError, check_arguments, warn
+from tir_adreno.cli.checks import UserError, check_arguments, show_notices, warn
 from tir_adreno.cli.run import run
 from tir_adreno.cli.tune import tune
 
@@ -34,6 +35,7 @@ _DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 def main(argv=None) -> int:
     args = build_parser(__doc__).parse_args(argv)
+    show_notices(args)  # long steps (a program built from source) on stderr, unless --quiet
     with warnings.catch_warnings():
         # A warning (records of another device, an unusable cache folder) is one line, not a source excerpt.
         warnings.showwarning = lambda message, *_args, **_kw: warn(str(message))

@@ -9,6 +9,7 @@ costs no model import and no compile.
 
 from __future__ import annotations
 
+import logging
 import os
 import stat
 import sys
@@ -24,6 +25,32 @@ from tir_adreno.runtime.errors import UserError  # the one base class of user er
 
 def warn(message: str) -> None:
     print(f"tir-adreno: warning: {message}", file=sys.stderr, flush=True)
+
+
+def progress_printer(args, indent: str = "  "):
+    """How a command shows its progress lines (stdout): printed, or dropped under ``--quiet``."""
+    if getattr(args, "quiet", False):
+        return lambda _message: None
+    return lambda message: print(f"{indent}{message}", flush=True)
+
+
+class _Notices(logging.Handler):
+    """The library's notices of long steps (``logging`` at INFO under ``tir_adreno``, e.g. a
+    program built from source) as ``tir-adreno: ...`` lines on the stderr of the moment."""
+
+    def emit(self, record) -> None:
+        print(f"tir-adreno: {record.getMessage()}", file=sys.stderr, flush=True)
+
+
+_NOTICES = _Notices()
+
+
+def show_notices(args) -> None:
+    """Long steps say what they do and about how long on stderr, unless ``--quiet``."""
+    logger = logging.getLogger("tir_adreno")
+    if _NOTICES not in logger.handlers:
+        logger.addHandler(_NOTICES)
+    logger.setLevel(logging.WARNING if getattr(args, "quiet", False) else logging.INFO)
 
 
 def check_environment() -> None:
@@ -121,6 +148,9 @@ def _check_input(path: str, arg: PathArg) -> None:
             open(path, "rb").close()
         except OSError as err:
             raise UserError(f"{name}: cannot read ({err.strerror or err})") from None
+        if os.path.getsize(path) == 0:
+            expected = ", not an ONNX model" if arg.role == MODEL else f", expected a {arg.what}" if arg.what != "file" else " (0 bytes)"
+            raise UserError(f"{name}: empty file{expected}")
 
 
 def check_path(path: str, arg: PathArg) -> None:
@@ -190,16 +220,6 @@ def _first_line(err: BaseException) -> str:
     return text.splitlines()[0] if text else type(err).__name__
 
 
-def profile_named(name: str):
-    """The named device profile, or a user error listing the known ones."""
-    from tir_adreno.strategy.profile import get_profile
-
-    try:
-        return get_profile(name)
-    except ValueError as err:
-        raise UserError(str(err)) from None
-
-
 def is_saved_model(path) -> bool:
     """Whether the MODEL argument is a saved model (a folder) rather than an ONNX file."""
     return path is not None and Path(path).is_dir()
@@ -254,8 +274,6 @@ def _check_run(args) -> None:
                 raise UserError(f"--{flag.replace('_', '-')} needs a model file; {args.model} is compiled already")
         if args.check and args.inputs:
             raise UserError(f"--check on a saved model runs the inputs saved with its reference; leave out --inputs {args.inputs}")
-    if args.target:
-        profile_named(args.target)
     args.given_inputs = read_inputs(args.inputs)
 
 
@@ -267,7 +285,6 @@ def _check_dump(args) -> None:
 def _check_compile(args) -> None:
     from tir_adreno.runtime.saved import check_replaceable
 
-    profile_named(args.target)
     check_replaceable(args.output, args.force)  # a folder of the user's own files is not overwritten
 
 
@@ -282,12 +299,11 @@ def _check_tune(args) -> None:
         raise UserError("--rpc-tracker needs --target PROFILE (the runners' device)")
     if args.target and not (args.export or args.rpc_tracker):
         raise UserError("--target is for --export / --rpc-tracker; a local tune uses --device")
-    if args.target:
-        profile_named(args.target)
     if args.records is None:  # records-<profile>.json (and its plot) in the working folder
         check_writable(os.path.join(os.getcwd(), "records.json"), "--records (default records-<profile>.json)")
 
 
+# --target and --precision are choices of the parser (the library's names): argparse refuses others.
 _COMMAND_CHECKS = {"run": _check_run, "dump": _check_dump, "compile": _check_compile, "tune": _check_tune}
 
 

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 
-from tir_adreno.cli.checks import profile_named, warn
+from tir_adreno.cli.checks import progress_printer, warn
 from tir_adreno.cli.model import model_and_inputs
+from tir_adreno.cli.output import table
+from tir_adreno.strategy.profile import get_profile
 
 
 def devices(args) -> int:
@@ -45,9 +47,8 @@ def kernels(args) -> int:
     print(f"device: {dev.name}", flush=True)
     rows = kernel_tour(dev, progress=lambda msg: print(msg, flush=True))
     print()
-    print(f"{'kernel':<22} {'shape':<22} {'placement':<22} {'time (us)':>10} {'check':>8}")
-    for r in rows:
-        print(f"{r['kernel']:<22} {r['shape']:<22} {r['placement']:<22} {r['time_us']:>10.1f} {r['check']:>8}")
+    print(table(rows, {"kernel": "<", "shape": "<", "placement": "<", "time_us": ">.1f", "check": ">"},
+                {"time_us": "time (us)"}))
     failed = [r for r in rows if r["check"] != "ok"]
     if args.json:
         with open(args.json, "w") as f:
@@ -61,7 +62,7 @@ def compile(args) -> int:  # noqa: A001 (the command's name)
     from tir_adreno.runtime import saved
     from tir_adreno.strategy.profile import with_placement
 
-    target = with_placement(profile_named(args.target), args.placement)
+    target = with_placement(get_profile(args.target), args.placement)
     header = f"model: {args.model or args.builtin}\ntarget: {target.name} ({target.kind}), activations in {target.activation_placement}s"
     key = None if args.no_cache else compile_cache.request_key(args)
     # every file into a new sibling folder that replaces the output folder at the end: whole or not at all
@@ -93,7 +94,7 @@ def _compile(args, target, header: str, staging) -> tuple[str, list[str]]:
     model, specs = model_and_inputs(args)
     print(header, flush=True)
     plan, kernels, weights = compile_plan(
-        model, without_fusion(target, args.no_fuse), args.records, progress=lambda msg: print(f"  {msg}", flush=True),
+        model, without_fusion(target, args.no_fuse), args.records, progress=progress_printer(args),
         input_shapes=args.input_shapes, precision=args.precision,
     )
     reference = _reference(model, specs) if args.check else None
@@ -124,7 +125,7 @@ def dump(args) -> int:
     prims: dict = {}
     compiled = compile_model(
         model, dev, records=args.records, input_shapes=args.input_shapes, precision=args.precision, placement=args.placement,
-        progress=lambda msg: print(f"  {msg}", flush=True), prims=prims,
+        progress=progress_printer(args), prims=prims,
     )
     files = workbench.dump(compiled, prims, args.output, args.model or f"--builtin {args.builtin}")
     print(f"wrote {len(files)} kernels and {workbench.MANIFEST} to {args.output} ({dev.name})")

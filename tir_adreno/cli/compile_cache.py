@@ -55,7 +55,7 @@ RUNTIME_ENV = (
 )
 #: Parsed arguments that do not change what is written (``input_shape``: its parsed form,
 #: ``input_shapes``, is in the key; ``model`` and ``records`` go in as their files' digests).
-NOT_IN_KEY = ("output", "paths", "no_cache", "force", "input_shape", "model", "records", "builtin")
+NOT_IN_KEY = ("output", "paths", "no_cache", "quiet", "force", "input_shape", "model", "records", "builtin")
 #: A stored file no entry names is removed only this much later (a concurrent store writes its
 #: files before its manifest).
 ORPHAN_GRACE_S = 300

@@ -7,9 +7,11 @@ import time
 
 import numpy as np
 
-from tir_adreno.cli.checks import UserError, is_saved_model, profile_named, warn
+from tir_adreno.cli.checks import UserError, is_saved_model, progress_printer, warn
 from tir_adreno.cli.model import model_and_inputs, reference_for, seeded_inputs
+from tir_adreno.cli.output import size, table
 from tir_adreno.runtime.saved import write_whole
+from tir_adreno.strategy.profile import get_profile
 
 #: --check tolerance on outputs (relative to the largest reference magnitude).
 CHECK_RTOL = {"float32": 1e-3, "float16_acc32": 1e-2, "float16": 2e-2}
@@ -80,7 +82,7 @@ def _compile(args, dev, prims):
     """The model compiled for ``dev``, its inputs, its label and the ``--check`` reference (None without)."""
     from tir_adreno.compiler import compile_model
 
-    target = profile_named(args.target) if args.target else None
+    target = get_profile(args.target) if args.target else None
     model, specs = model_and_inputs(args)
     inputs = _inputs(args.given_inputs, specs, args.inputs)
     reference = None
@@ -90,7 +92,7 @@ def _compile(args, dev, prims):
     print(f"model: {label}\ndevice: {dev.name}", flush=True)
     start = time.perf_counter()
     compiled = compile_model(
-        model, dev, target, args.records, input_shapes=args.input_shapes, progress=lambda msg: print(f"  {msg}", flush=True),
+        model, dev, target, args.records, input_shapes=args.input_shapes, progress=progress_printer(args),
         prims=prims, precision=args.precision or "float32", placement=args.placement, fuse=not args.no_fuse,
     )
     print(f"compiled in {time.perf_counter() - start:.1f} s", flush=True)
@@ -98,17 +100,20 @@ def _compile(args, dev, prims):
 
 
 def _print_profile(compiled, profile, edited, wall: float, kernel_ms: float, mem: dict) -> None:
-    print(f"\n{'#':>3}  {'op':<28} {'kernel':<10} {'placement':<9} {'time (ms)':>10}  config (source)")
+    rows = []
     for i, p in enumerate(profile):
-        config = f"  {p['config']} ({p['source']})" if "config" in p else ""
+        config = f"{p['config']} ({p['source']})" if "config" in p else ""
         if i in edited:
-            config += f"  EDITED {edited[i][0]:.3f} -> {edited[i][1]:.3f} ms (generated -> edited, median of 3)"
-        print(f"{i:>3}  {p['op']:<28} {'ours' if p['ours'] else 'upstream':<10} {p['placement']:<9} {p['time_ms']:>10.3f}{config}")
+            config = f"{config}  EDITED {edited[i][0]:.3f} -> {edited[i][1]:.3f} ms (generated -> edited, median of 3)".strip()
+        rows.append({"#": i, "op": p["op"], "kernel": "ours" if p["ours"] else "upstream", "placement": p["placement"],
+                     "time (ms)": p["time_ms"], "config (source)": config})
+    print()
+    print(table(rows, {"#": ">", "op": "<", "kernel": "<", "placement": "<", "time (ms)": ">.3f", "config (source)": "<"}))
     ours = sum(p["time_ms"] for p in profile if p["ours"])
     print(f"\nkernel time {kernel_ms:.2f} ms ({ours / max(kernel_ms, 1e-12):.0%} in tir-adreno kernels), wall {wall * 1e3:.1f} ms "
           f"({compiled.launcher_kind} launcher)")
-    print(f"precision: {compiled.precision}; device memory: {mem['total'] / 2**20:.1f} MiB "
-          f"({mem['weights'] / 2**20:.1f} MiB weights, {mem['intermediates'] / 2**20:.1f} MiB activations with the image pool)")
+    print(f"precision: {compiled.precision}; device memory: {size(mem['total'])} "
+          f"({size(mem['weights'])} weights, {size(mem['intermediates'])} activations with the image pool)")
 
 
 def _inputs(given, specs, path) -> dict[str, np.ndarray]:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tir_adreno.cli.checks import profile_named
+from tir_adreno.cli.checks import progress_printer
+from tir_adreno.strategy.profile import get_profile
 
 
 def tune(args) -> int:
@@ -22,7 +23,7 @@ def tune(args) -> int:
     model = args.model if args.model else models.get_model(args.builtin)
     print(f"model: {args.model or args.builtin}\ndevice profile: {target.key}; precision: {args.precision}; "
           f"activations in {target.activation_placement}s", flush=True)
-    results = tuning.tune(model, target, records, measurer, args.budget_s, progress=lambda m: print(m, flush=True),
+    results = tuning.tune(model, target, records, measurer, args.budget_s, progress=progress_printer(args, ""),
                           precision=args.precision)
     if args.export:
         count = measurer.finish()
@@ -57,7 +58,7 @@ def _target_and_measurer(args):
     from tir_adreno.tuning import measure, tune as tuning
 
     if args.export:
-        return profile_named(args.target or "adreno"), tuning.ExportMeasurer(args.export)
+        return get_profile(args.target or "adreno"), tuning.ExportMeasurer(args.export)
     if args.rpc_tracker:
-        return profile_named(args.target), measure.RPCMeasurer(args.rpc_tracker, args.rpc_key)
+        return get_profile(args.target), measure.RPCMeasurer(args.rpc_tracker, args.rpc_key)
     return DeviceProfile.from_device(args.device), tuning.LocalMeasurer(args.device)

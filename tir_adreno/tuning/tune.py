@@ -24,6 +24,7 @@ keeps the fastest of the three in the records.
 from __future__ import annotations
 
 import dataclasses
+import logging
 
 import time
 import warnings
@@ -43,6 +44,9 @@ from tir_adreno.tuning import programs as tuning
 from tir_adreno.strategy.placement import activation_scope
 from tir_adreno.strategy.profile import DeviceProfile
 from tir_adreno.tuning.measure import LocalMeasurer, MeasureJob, export_jobs, load_results, time_model  # noqa: F401 (LocalMeasurer: the default measurer)
+
+#: How long a tune has left, said after each layer (``logging``: the CLI shows it on stderr, ``--quiet`` hides it).
+log = logging.getLogger("tir_adreno.tune")
 
 #: Register tiles (oc_block, w_block) and work groups tried besides the default.
 TILES = ((1, 4), (2, 4), (4, 4), (2, 2))
@@ -276,6 +280,7 @@ def tune(model, profile: DeviceProfile, records_path, measurer, budget_s: float 
         gain = f" ({default_s / ok[winner_name]:.2f}x the default)" if default_s else ""
         progress(f"    winner: {winner_name}{gain}")
         results.append(LayerResult(key, default_s, ok[winner_name], winner_name))
+        _say_time_left(layers[i + 1:], recs, tuned, time.perf_counter() - start)
     if len(results) < len(layers) or not results:
         return results
     if isinstance(measurer, LocalMeasurer):
@@ -285,6 +290,15 @@ def tune(model, profile: DeviceProfile, records_path, measurer, budget_s: float 
     else:
         progress("whole-model timing (placement in context) needs the device here or --export: skipped")
     return results
+
+
+def _say_time_left(rest: list, recs, tuned: int, elapsed_s: float) -> None:
+    """Log about how long the layers not yet recorded take, at the pace of those tuned so far."""
+    left = sum(key not in recs for key, _ in rest)
+    if left:
+        pace = elapsed_s / tuned
+        log.info(f"tune: {left} layer{'s' if left != 1 else ''} left, about {left * pace:.0f} s at {pace:.0f} s a layer "
+                 "(then the whole model is timed; --budget-s stops earlier, the next run resumes)")
 
 
 #: Whole-model variants :func:`in_context` times, preferred in this order on a near tie
