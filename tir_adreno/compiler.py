@@ -27,9 +27,10 @@ from tir_adreno.passes import CONFIG_ATTR, FLOAT32_ATTR, OURS_ATTR, SOURCE_ATTR,
 from tir_adreno.passes.host_fold import fold_constants
 from tir_adreno.passes.kernel_index import kernel_func
 from tir_adreno.strategy.precision import check_precision, half_storage
+from tir_adreno.runtime.errors import UserError
 
 
-class ModelError(ValueError):
+class ModelError(UserError, ValueError):
     """The model cannot be read or imported."""
 
 

@@ -104,7 +104,7 @@ def test_help_documents_exit_codes(run_cli):
     for args in (["--help"], ["run", "--help"]):
         res = run_cli(*args)
         assert res.returncode == 0
-        for line in ("0  ok", "1  --check failed", "2  user error", "other  an internal error"):
+        for line in ("0    ok", "1    --check failed", "2    user error", "3    internal error", "130  interrupted"):
             assert line in res.stdout, res.stdout
 
 
@@ -196,7 +196,7 @@ def test_check_on_model_onnxruntime_cannot_run(run_cli, tmp_path):
     """Valid ONNX that onnxruntime refuses (Relu has no int8 kernel): reported before compiling."""
     io = [helper.make_tensor_value_info(n, TensorProto.INT8, (1, 4, 3, 3)) for n in ("x", "y")]
     path = save_model(tmp_path / "int8.onnx", [helper.make_node("Relu", ["x"], ["y"])], io[:1], io[1:])
-    assert_user_error(run_cli("run", path, "--check"), "--check: onnxruntime cannot run this model", "Relu")
+    assert_user_error(run_cli("run", path, "--check"), "--check: the CPU reference: onnxruntime cannot run this model", "Relu")
 
 
 def test_check_warns_on_constant_reference(run_cli, tmp_path):

@@ -25,11 +25,21 @@ PROFILE_HELP = f"device profile: {', '.join(PROFILE_NAMES)}"
 PRECISION_HELP = "float32, float16_acc32 (half storage, float math) or float16 (half math, where the device runs it)"
 
 EXIT_CODES = """exit codes:
-  0  ok
-  1  --check failed (outputs differ from the CPU reference)
-  2  user error: one line on stderr naming the culprit, no traceback
-     (reported before compiling whenever it can be known)
-  other  an internal error (a bug: please report it with the traceback)"""
+  0    ok
+  1    --check failed (outputs differ from the CPU reference)
+  2    user error: one line on stderr naming the culprit, no traceback
+       (reported before compiling whenever it can be known)
+  3    internal error: a bug; the traceback and a line asking to report it
+  130  interrupted (Ctrl-C): one line"""
+
+#: ``serve``'s trust model (also in the README and docs/tuning-and-deployment.md).
+SERVE_TRUST = """Register a measurement runner for `tune --rpc-tracker` with a TVM RPC tracker.
+
+Trust model: TVM RPC has no authentication. Whoever reaches a runner's port (the
+tracker lists them) can upload a shared library and run it as the runner's user.
+So the runner listens on 127.0.0.1 unless --host says otherwise. To span machines,
+use a private network you trust or an SSH tunnel (docs/tuning-and-deployment.md,
+"Trust model"), never a port open to others."""
 
 # What a path argument must be (checked by tir_adreno.cli.checks before any work).
 MODEL = "model"  # an ONNX file, or the folder of a saved model
@@ -162,6 +172,8 @@ def _add_compile(sub) -> None:
     p.add_argument("--no-cache", action="store_true",
                    help="compile even when the compile cache holds this request (same code, TVM, model, options), "
                    "and store nothing there")
+    p.add_argument("--force", action="store_true",
+                   help="write the model's files into a folder that holds files tir-adreno did not write (its other files are kept)")
     _add_quiet(p)
 
 
@@ -197,11 +209,13 @@ def _add_kernels(sub) -> None:
 
 
 def _add_serve(sub) -> None:
-    p = sub.add_parser("serve", help="register a measurement runner for `tune --rpc-tracker` with a TVM RPC tracker")
+    p = sub.add_parser("serve", help="register a measurement runner for `tune --rpc-tracker` with a TVM RPC tracker",
+                       description=SERVE_TRUST, epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tracker", required=True, metavar="HOST:PORT", help="tracker started by `python -m tvm.exec.rpc_tracker`")
     p.add_argument("--key", required=True, help="device key clients request (e.g. adreno-740)")
     p.add_argument("--device", help=DEVICE_HELP)
-    p.add_argument("--host", default="0.0.0.0", help="address the runner listens on (default 0.0.0.0)")
+    p.add_argument("--host", default="127.0.0.1", help="address the runner listens on (default 127.0.0.1: this machine only; "
+                   "see the trust model above before widening it)")
     p.add_argument("--port", type=int, default=9090, help="first port to try (default 9090)")
     p.add_argument("--port-end", type=int, help="end of the port range (default max(9199, port + 100))")
     p.add_argument("--custom-addr", help="address reported to the tracker (default: as the tracker sees this host)")

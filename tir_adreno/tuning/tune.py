@@ -27,12 +27,14 @@ import dataclasses
 import logging
 
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 from primfuncs.conv import ConvConfig
 from primfuncs.epilogue import Epilogue
 
+from tir_adreno.runtime.errors import UserError
 from tir_adreno.strategy import records as _records
 from tir_adreno.strategy import conv as strategy
 from tir_adreno.strategy import defaults
@@ -208,6 +210,28 @@ class LayerResult:
     skipped: bool = False
 
 
+class RecordsInTheWay(UserError, ValueError):
+    """The records file to write holds records this tune would ignore (and so overwrite)."""
+
+
+def records_to_update(records_path, profile: DeviceProfile, precision: str = "float32"):
+    """The records at ``records_path`` that ``tune`` adds to; :class:`RecordsInTheWay` when the
+    file holds records it would ignore (another device, driver, precision or kernel version, or
+    not a records file): hours of measurements are never overwritten."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", _records.RecordsWarning)
+        recs = _records.load(records_path, profile, precision)
+    ignored = [w for w in caught if issubclass(w.category, _records.RecordsWarning)]
+    for w in caught:
+        if w not in ignored:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    if ignored:
+        reason = str(ignored[0].message).split("records ignored: ", 1)[-1]
+        raise RecordsInTheWay(f"--records {records_path}: holds records tune would ignore ({reason}) and overwrite; "
+                              "give another --records file (this one stays as it is)")
+    return recs
+
+
 def tune(model, profile: DeviceProfile, records_path, measurer, budget_s: float | None = None, progress=print,
          precision: str = "float32") -> list:
     """Tune every conv layer of ``model`` not yet in the records at ``records_path``.
@@ -220,7 +244,7 @@ def tune(model, profile: DeviceProfile, records_path, measurer, budget_s: float 
     the fastest variant in the records.
     """
     check_precision(precision, profile)
-    recs = _records.load(records_path, profile, precision)
+    recs = records_to_update(records_path, profile, precision)
     convs, pools = model_layers(model, profile)
     layers = [(_records.conv2d_key(g, precision), g) for g in convs] + [(p.key, p) for p in pools]
     progress(f"{len(convs)} distinct conv layers, {len(pools)} pooling layers; records: {records_path} "
