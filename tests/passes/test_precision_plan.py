@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from helpers.onnx_graphs import conv_node, grn_block, group_norm_nodes, int_pattern_graph, lite_mla_graph, mbconv_se, pattern_graph
-from test_attention import _sdta_model
+from helpers.xca_graphs import sdta_model
 from tir_adreno import compile_model
 from tir_adreno.compiler import compile_plan
 from tir_adreno.reference import conv2d_nchw, reference_outputs, relative_error
@@ -51,19 +51,21 @@ def _grn(size=9, channels=8):
 def _group_norm():
     """conv -> GroupNorm (2 groups of 4) -> 1x1 conv on 11 x 11 (a wide profile splits it)."""
     rng, inits = np.random.default_rng(7), {}
-    nodes = [conv_node(rng, inits, "x", "c", 8, 3), *group_norm_nodes("c", "n", inits, 8, 2, rng), conv_node(rng, inits, "n", "y", 4, 8, k=1)]
+    nodes = [conv_node(rng, inits, "x", "c", 8, 3), *group_norm_nodes("c", "n", inits, 8, 2, rng),
+             conv_node(rng, inits, "n", "y", 4, 8, k=1)]
     return int_pattern_graph(nodes, inits, size=11)
 
 
 def _se():
     rng, inits = np.random.default_rng(22), {}
-    return pattern_graph([conv_node(rng, inits, "x", "a", 16, 3), *mbconv_se(rng, inits, "a", "y", 16, 4, "silu", "Sigmoid")], inits, size=28)
+    nodes = [conv_node(rng, inits, "x", "a", 16, 3), *mbconv_se(rng, inits, "a", "y", 16, 4, "silu", "Sigmoid")]
+    return pattern_graph(nodes, inits, size=28)
 
 
 #: Graphs whose plans hold every pinned family on some profile: GRN, group norm (split on the
 #: H200), EdgeNeXt's XCA (split on the H200), LiteMLA with heads straddling pixels (KV split on
 #: the H200), an SE block (the depthwise conv fused with it on the H200, and apart).
-GRAPHS = {"grn": _grn, "group_norm": _group_norm, "xca": lambda: _sdta_model(24, 2, False, seed=1),
+GRAPHS = {"grn": _grn, "group_norm": _group_norm, "xca": lambda: sdta_model(24, 2, False, seed=1),
           "lite_mla": lambda: lite_mla_graph(2, 6), "se": _se}
 
 
@@ -137,7 +139,8 @@ def test_only_the_pinned_tensors_stay_float32_in_float16_acc32(plans):
         upstream = {t for c in plan.calls if not c.ours for t in c.args}
         full = {i for i, t in enumerate(plan.tensors)
                 if t.kind in ("temp", "const") and t.dtype == "float32" and t.storage is None and i not in upstream}
-        assert full == pinned, f"{name}/{profile}: float32 tensors not pinned {sorted(full - pinned)}, pinned ones not float32 {sorted(pinned - full)}"
+        assert full == pinned, (f"{name}/{profile}: float32 tensors not pinned {sorted(full - pinned)}, "
+                                f"pinned ones not float32 {sorted(pinned - full)}")
         assert any(t.storage == "float16" for t in plan.tensors), (name, profile)
 
 
