@@ -280,7 +280,8 @@ def plan_module(mod: tvm.IRModule, input_names, progress=print, target=None, pri
                 prims[key] = prim
             if key not in built:
                 progress(f"[{len(built) + 1}/{distinct}] build {gv.name_hint}")
-                kernels[key] = _kernel_module(prim, target, half).with_storage(storage if ours else None)
+                # images too keep float32 where the call's tensor is pinned (_half_buffers: statistics)
+                kernels[key] = _kernel_module(prim, target, half).with_storage(storage if ours else None, half)
                 built[key] = gv.name_hint
             module = kernels[key]
             (fname,) = module.functions
