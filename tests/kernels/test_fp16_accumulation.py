@@ -112,12 +112,7 @@ STATISTICS_KERNELS = {
 HALF_OPERANDS = {"px", "x", "gb", "xp", "wp", "wd", "xs", "out", "res"}
 
 
-@pytest.mark.parametrize("name", [
-    *(n for n in STATISTICS_KERNELS if n != "layer_norm_channels"),
-    pytest.param("layer_norm_channels", marks=pytest.mark.xfail(
-        strict=True, reason="issue 38 finding: layer_norm_channels keeps its mean and variance over the channels in half "
-                            "(stats) in float16 although docs/coverage.md says float32 statistics")),
-])
+@pytest.mark.parametrize("name", sorted(STATISTICS_KERNELS))
 def test_float16_statistics_accumulate_in_float32(name):
     """(The norm folds into convs are float32 kernels only: tests/kernels/test_conv2d_*norm.py, _grn.py.)"""
     make, sums = STATISTICS_KERNELS[name]
