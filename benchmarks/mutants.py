@@ -1,18 +1,22 @@
 """Mutation check of the test suite: named mutants, each applied to a temporary copy of the
-repository, each run against the tests that should catch it; prints the kill table (``first failure``: what caught it).
+repository and run against the README's test command (CI's, with ``-x``); prints the kill table.
 
 A mutant is a small, plausible bug (batch norm's epsilon dropped, a conv's coordinate clamp
-removed, a Winograd constant off by 0.5%, ...). It is "killed" when its tests fail, and
-"survived" when they pass: then the suite cannot tell the bug from the code. Every mutant
-must be killed. Not part of CI (minutes per mutant on PoCL): run it before a release and
-after changing tests (docs/testing.md has the last table).
+removed, an attribute read under a misspelled name, a float16 sum run in half, ...). It is
+"killed" when the tests fail, and "survived" when they pass: then the suite cannot tell the bug
+from the code. Every mutant must be killed, in every run: ``--runs N`` repeats each with N
+hypothesis seeds (random draws vary from run to run, as in CI). A new kernel family, rule or
+precision path lands with a mutant its tests kill. Not part of CI (the whole suite per mutant
+and run): run it before a release and after changing tests; docs/testing.md has the last table.
 
 Mutants are located by exact code snippets searched over the tree (``primfuncs/``,
 ``tir_adreno/``), not by file path, so moving code between modules does not break them; a
-snippet found other than exactly once stops the run with an error naming it.
+snippet found other than exactly once stops the run with an error naming it. The copy holds the
+files a fresh clone has plus new ones not yet committed; the working tree is never touched.
 
-    python benchmarks/mutants.py                 # every mutant
-    python benchmarks/mutants.py --only bn_eps_dropped,conv_clamp_removed --baseline
+    python benchmarks/mutants.py --runs 5               # every mutant x 5 seeds, the whole suite (the table)
+    python benchmarks/mutants.py --quick                # each mutant against its own tests (minutes)
+    python benchmarks/mutants.py --only hardsigmoid_offset --tests tests/kernels/test_elementwise.py
     python benchmarks/mutants.py --list
 """
 
@@ -21,6 +25,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -91,6 +96,107 @@ MUTANTS = (
         (('"max": (maximum, lambda dtype: _inf(dtype, -1.0))', '"max": (T.max, lambda dtype: _inf(dtype, -1.0))'),),
         ("tests/kernels/test_nonfinite.py::test_max_pool2d",),
     ),
+    # -- issue 38: a mutant per kernel family and precision path; the first three survived the whole suite there
+    Mutant(
+        "pool_count_include_pad_misread",
+        "the pooling rule reads count_include_pad under a misspelled name with a default, so count_include_pad=1 averages as 0",
+        (('count_include_pad=bool(getattr(a, "count_include_pad", False))', 'count_include_pad=bool(getattr(a, "count_include_pads", False))'),),
+        ("tests/passes/test_onnx_attributes.py",),
+    ),
+    Mutant(
+        "fused_dw_pw_half_accumulator",
+        "float16: the fused depthwise -> 1x1 kernel loses its accumulator dtype, so 1x1 sums over K > 32 run in half",
+        (("            **accumulator_kwargs(self.precision, p.reduction_length))\n", "            )\n"),),
+        ("tests/kernels/test_fp16_accumulation.py", "tests/kernels/test_fp16.py"),
+    ),
+    Mutant(
+        "xca_partials_model_dtype",
+        "float16_acc32: the split cross-covariance attention's partial sums are stored like any tensor of ours (half), not pinned to float32",
+        (("p = rw.emit_float32(partials, [src], (n * heads, k, d, 2 * d + 1), info)",
+          "p = rw.emit_kernel(partials, [src], (n * heads, k, d, 2 * d + 1), op_info=info)"),),
+        ("tests/passes/test_attention.py",),
+    ),
+    Mutant(
+        "pool_ceil_overhang_counted",
+        "average pooling with count_include_pad counts a ceil_mode window's overhang past the padding",
+        (("            return T.min(self.taps, (self.extent + self.pad_after - s + d - 1) // d)\n", "            return self.taps\n"),),
+        ("tests/kernels/test_pool2d.py", "tests/passes/test_onnx_attributes.py"),
+    ),
+    Mutant(
+        "dw_window_top_pad_for_columns",
+        "the depthwise register window offsets its columns by the top padding instead of the left",
+        (("x0 * win.sw - win.pl + j)", "x0 * win.sw - win.pt + j)"),),
+        ("tests/kernels/test_conv2d.py::test_conv2d_matches_numpy", "tests/kernels/test_conv2d_fused.py"),
+    ),
+    Mutant(
+        "conv_norm_fold_eps_dropped",
+        "a layer norm folded into a 1x1 conv loses its epsilon",
+        (("st[i, 0] * st[i, 0], zero) + eps)", "st[i, 0] * st[i, 0], zero))"),),
+        ("tests/kernels/test_conv2d_norm.py", "tests/passes/test_norm_fold.py"),
+    ),
+    Mutant(
+        "float16_accumulation_threshold_raised",
+        "float16: convs accumulate in float32 only above K = 4096 instead of K = 32 (docs/precision.md's rule)",
+        (("FLOAT_ACCUMULATION_MIN_K = 32\n", "FLOAT_ACCUMULATION_MIN_K = 4096\n"),),
+        ("tests/kernels/test_fp16_accumulation.py", "tests/passes/test_strategy.py"),
+    ),
+    Mutant(
+        "resize_half_pixel_as_asymmetric",
+        "resize's half_pixel coordinates lose their half-pixel shift (computed as asymmetric)",
+        (("        return (2 * i + 1) * size_in - size_out, 2 * size_out\n", "        return 2 * i * size_in, 2 * size_out\n"),),
+        ("tests/passes/test_convnext_shufflenet_ops.py", "tests/passes/test_onnx_attributes.py"),
+    ),
+    Mutant(
+        "reduce_mean_padded_channels",
+        "a mean over the channels divides by the padded channel count (C rounded up to 4)",
+        (("    count = (channels if 1 in axes else 1)", "    count = (c4 * 4 if 1 in axes else 1)"),),
+        ("tests/kernels/test_reduce.py",),
+    ),
+    Mutant(
+        "layer_norm_eps_dropped",
+        "the channel layer norm kernel loses its epsilon",
+        (("stats[1] = T.FloatImm(dtype, 1.0) / T.sqrt(stats[1] / count + T.FloatImm(dtype, float(epsilon)))",
+          "stats[1] = T.FloatImm(dtype, 1.0) / T.sqrt(stats[1] / count)"),),
+        ("tests/kernels/test_layer_norm.py", "tests/passes/test_convnext_shufflenet_ops.py"),
+    ),
+    Mutant(
+        "sliced_norm_eps_dropped",
+        "the sliced statistics (group norm, the wide layer norm) lose their epsilon",
+        (("stats[1] = T.FloatImm(f32, 1.0) / T.sqrt(m2 / count(0) + T.FloatImm(f32, float(epsilon)))",
+          "stats[1] = T.FloatImm(f32, 1.0) / T.sqrt(m2 / count(0))"),),
+        ("tests/kernels/test_layer_norm.py", "tests/passes/test_group_norm.py"),
+    ),
+    Mutant(
+        "concat_lane_shift",
+        "concat reads each output lane from the next lane of its input's pixel",
+        (("px[lane] = src[(cb * 4 + lane - offset) % 4]", "px[lane] = src[(cb * 4 + lane - offset + 1) % 4]"),),
+        ("tests/passes/test_coverage.py::test_concat_of_six_inputs", "tests/passes/test_relax_pass.py::test_pool_reduce_softmax_concat"),
+    ),
+    Mutant(
+        "hardsigmoid_offset",
+        "the hardsigmoid epilogue (and hardswish through it) shifts by 2.5 instead of 3",
+        (("return clamp(x + const(3), const(0), const(6)) / const(6)", "return clamp(x + const(2.5), const(0), const(6)) / const(6)"),),
+        ("tests/kernels/test_elementwise.py", "tests/passes/test_coverage.py"),
+    ),
+    Mutant(
+        "grn_mean_over_padded_channels",
+        "GRN's mean of the channel norms divides by the padded channel count (C rounded up to 4)",
+        (('mean[0] = mean[0] / T.FloatImm("float32", float(channels))', 'mean[0] = mean[0] / T.FloatImm("float32", float(c4 * 4))'),),
+        ("tests/kernels/test_conv2d_grn.py", "tests/passes/test_grn.py"),
+    ),
+    Mutant(
+        "softmax_padded_lanes_counted",
+        "the channel softmax adds exp of the padded lanes to its sum",
+        (("s[0] = s[0] + T.if_then_else(real(cb, lane), T.exp(T.Cast(acc_dtype, x[lane]) - m[0]), zero)",
+          "s[0] = s[0] + T.exp(T.Cast(acc_dtype, x[lane]) - m[0])"),),
+        ("tests/kernels/test_reduce.py",),
+    ),
+    Mutant(
+        "excite_split_mean_off",
+        "the split excitation's pooled mean divides by H*W + 1",
+        (('inv_pixels = T.FloatImm("float32", 1.0 / (h * w))', 'inv_pixels = T.FloatImm("float32", 1.0 / (h * w + 1))'),),
+        ("tests/passes/test_excite.py::test_excitation_split_kernel",),
+    ),
 )
 
 
@@ -134,24 +240,45 @@ def apply(mutant: Mutant, tree: Path) -> list[str]:
     return where
 
 
-def run_tests(tree: Path, tests, env) -> tuple[int, float, str]:
+def ci_command(root: Path) -> list[str]:
+    """The README's test command, as .ci/run takes it (the second line of its first code block,
+    the pytest part after ``&&``), with this interpreter."""
+    lines = root.joinpath("README.md").read_text().split("```")[1].split("\n")[1:]  # after the fence and its language
+    command = shlex.split(lines[1].split("&&")[-1])
+    if command[:3] != ["python3", "-m", "pytest"]:
+        raise SystemExit(f"README's test command is not 'python3 -m pytest ...': {lines[1]!r}")
+    return [sys.executable, *command[1:]]
+
+
+def pytest_command(root: Path, tests, seed: int) -> list[str]:
+    """CI's command stopping at the first failure (``-x``) with hypothesis seed ``seed``; with
+    ``tests`` (a selection for quick iteration) those, in one process, instead of the suite."""
+    base = ci_command(root) if not tests else [sys.executable, "-m", "pytest", "-q", "-n", "0", *tests]
+    return [*base, "-x", "-p", "no:cacheprovider", f"--hypothesis-seed={seed}"]
+
+
+def run_tests(tree: Path, command, env) -> tuple[int, float, str]:
+    """(pytest's exit code, seconds until it stopped, its output): with ``-x`` it stops at the
+    first failure, so the seconds are the time to the first failure (plus worker shutdown)."""
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests], cwd=tree,
-                          capture_output=True, text=True, env=env)
+    proc = subprocess.run(command, cwd=tree, capture_output=True, text=True, env={**env, "PYTHONPATH": str(tree)})
     return proc.returncode, time.perf_counter() - start, proc.stdout + proc.stderr
 
 
 def first_failure(output: str) -> str:
-    """The failing test (pytest's first ``FAILED`` line) and the first exception it raised, shortened."""
+    """The failing test (pytest's first ``FAILED``/``ERROR`` line) and the first exception it raised, shortened."""
     lines = output.splitlines()
-    test = next((ln[len("FAILED "):].split(" - ")[0] for ln in lines if ln.startswith("FAILED ")), "")
+    test = next((ln.split(" ", 1)[1].split(" - ")[0] for ln in lines if ln.startswith(("FAILED ", "ERROR "))), "")
     error = next((ln[1:].strip() for ln in lines if ln.startswith("E ") and ("Error" in ln or "assert" in ln)), "")
     return f"{test.replace('tests/', '', 1)}: {error[:90]}" if test else ""
 
 
-def verdict(code: int) -> str:
-    # pytest: 0 all passed, 1 some failed; anything else (interrupted, collection error, no tests) is not a kill
-    return {0: "SURVIVED", 1: "killed"}.get(code, f"error (pytest exit {code})")
+def verdict(code: int, output: str) -> str:
+    """pytest: 0 all passed, 1 some failed; 2 is "interrupted", which is also how xdist's ``-x``
+    ends after a failure (a test named FAILED/ERROR: a kill); anything else is not a kill."""
+    if code == 1 or (code == 2 and first_failure(output)):
+        return "killed"
+    return "SURVIVED" if code == 0 else f"error (pytest exit {code})"
 
 
 def test_env(tmp: Path) -> dict:
@@ -162,13 +289,62 @@ def test_env(tmp: Path) -> dict:
     return env
 
 
+@dataclasses.dataclass
+class Run:
+    seed: int
+    result: str
+    seconds: float
+    failure: str
+
+
+def run_mutant(m: Mutant, pristine: Path, work: Path, env, args) -> tuple[list[str], list[Run]]:
+    """``m`` applied to a fresh copy of ``pristine``, its tests run once per seed."""
+    tree = work / m.name
+    shutil.copytree(pristine, tree)
+    where = apply(m, tree)
+    tests = args.tests or (m.tests if args.quick else None)
+    runs = []
+    for seed in range(args.seed, args.seed + args.runs):
+        code, seconds, out = run_tests(tree, pytest_command(tree, tests, seed), env)
+        runs.append(Run(seed, verdict(code, out), seconds, first_failure(out)))
+        print(f"{m.name} (seed {seed}): {runs[-1].result} in {seconds:.0f} s ({', '.join(where)}) {first_failure(out)}", flush=True)
+        if runs[-1].result.startswith("error"):
+            print(out[-3000:])
+    if not args.keep:
+        shutil.rmtree(tree)
+    return where, runs
+
+
+def table(rows, runs: int) -> str:
+    """The kill table in Markdown (docs/testing.md)."""
+    out = ["| mutant | where | killed | s to first failure | killing test (first run that killed) |", "|---|---|---|---|---|"]
+    for m, where, results in rows:
+        killed = [r for r in results if r.result == "killed"]
+        times = ", ".join(f"{r.seconds:.0f}" if r.result == "killed" else r.result.split(" ")[0].lower() for r in results)
+        failure = killed[0].failure.replace("|", "/") if killed else "-"
+        out.append(f"| `{m.name}`: {m.what} | {', '.join(where)} | {len(killed)}/{runs} | {times} | {failure} |")
+    return "\n".join(out)
+
+
+def selection(args) -> str:
+    if args.tests:
+        return " ".join(args.tests)
+    return "each mutant's tests" if args.quick else "the README's test command"
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", help="comma-separated mutant names (default: all)")
     parser.add_argument("--list", action="store_true", help="list the mutants and exit")
-    parser.add_argument("--baseline", action="store_true", help="first run every mutant's tests on the unmutated copy")
+    parser.add_argument("--runs", type=int, default=1, help="runs per mutant, hypothesis seeds --seed, --seed + 1, ... (default 1)")
+    parser.add_argument("--seed", type=int, default=0, help="the first run's hypothesis seed (default 0)")
+    parser.add_argument("--quick", action="store_true", help="each mutant against its own tests (Mutant.tests), not the whole suite")
+    parser.add_argument("--tests", nargs="+", metavar="TEST", help="every mutant against these tests (files or node ids), not the whole suite")
+    parser.add_argument("--baseline", action="store_true", help="first run the tests on the unmutated copy (they must pass)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary copies (their paths are printed)")
     args = parser.parse_args(argv)
+    if args.runs < 1:
+        parser.error("--runs must be at least 1")
 
     mutants = MUTANTS
     if args.only:
@@ -179,47 +355,39 @@ def main(argv=None) -> int:
         mutants = tuple(m for m in MUTANTS if m.name in names)
     if args.list:
         for m in mutants:
-            print(f"{m.name:<24} {m.what}\n{'':<24} tests: {' '.join(m.tests)}")
+            print(f"{m.name:<24} {m.what}\n{'':<24} tests (--quick): {' '.join(m.tests)}")
         return 0
 
     start = time.perf_counter()
     work = Path(tempfile.mkdtemp(prefix="tir-adreno-mutants-"))
-    env = test_env(work)
-    pristine = copy_tree(ROOT, work / "pristine")
-    for m in mutants:  # every snippet first: a moved one fails the run before any test runs
-        for old, _ in m.edits:
-            locate(pristine, old)
-    if args.baseline:
-        tests = list(dict.fromkeys(t for m in mutants for t in m.tests))
-        code, seconds, out = run_tests(pristine, tests, env)
-        print(f"baseline (unmutated): pytest exit {code} in {seconds:.0f} s", flush=True)
-        if code != 0:
-            print(out[-3000:])
-            return 2
-    rows = []
-    for m in mutants:
-        tree = work / m.name
-        shutil.copytree(pristine, tree)
-        where = apply(m, tree)
-        code, seconds, out = run_tests(tree, m.tests, env)
-        rows.append((m, where, verdict(code), seconds, first_failure(out)))
-        print(f"{m.name}: {verdict(code)} in {seconds:.0f} s ({', '.join(where)}) {first_failure(out)}", flush=True)
-        if code not in (0, 1):
-            print(out[-3000:])
+    try:
+        env = test_env(work)
+        pristine = copy_tree(ROOT, work / "pristine")
+        for m in mutants:  # every snippet first: a moved one fails the run before any test runs
+            for old, _ in m.edits:
+                locate(pristine, old)
+        shown = args.tests or (["<each mutant's tests>"] if args.quick else None)
+        print(f"command: {' '.join(pytest_command(pristine, shown, args.seed))} (HYPOTHESIS_PROFILE={env['HYPOTHESIS_PROFILE']})", flush=True)
+        if args.baseline:
+            tests = args.tests or (list(dict.fromkeys(t for m in mutants for t in m.tests)) if args.quick else None)
+            code, seconds, out = run_tests(pristine, pytest_command(pristine, tests, args.seed), env)
+            print(f"baseline (unmutated): pytest exit {code} in {seconds:.0f} s", flush=True)
+            if code != 0:
+                print(out[-3000:])
+                return 2
+        rows = [(m, *run_mutant(m, pristine, work, env, args)) for m in mutants]
+    finally:
         if not args.keep:
-            shutil.rmtree(tree)
+            shutil.rmtree(work, ignore_errors=True)
     total = time.perf_counter() - start
-
-    print("\n| mutant | where | result | s | first failure |\n|---|---|---|---|---|")
-    for m, where, result, seconds, failure in rows:
-        print(f"| `{m.name}`: {m.what} | {', '.join(where)} | {result} | {seconds:.0f} | {failure.replace('|', '/')} |")
-    killed = sum(r[2] == "killed" for r in rows)
-    print(f"\n{killed}/{len(rows)} mutants killed in {total / 60:.1f} min ({sys.executable}, HYPOTHESIS_PROFILE={env['HYPOTHESIS_PROFILE']})")
+    print("\n" + table(rows, args.runs))
+    always = sum(all(r.result == "killed" for r in runs) for _, _, runs in rows)
+    print(f"\n{always}/{len(rows)} mutants killed in every one of {args.runs} run(s), {total / 60:.1f} min "
+          f"({sys.executable}, HYPOTHESIS_PROFILE={env['HYPOTHESIS_PROFILE']}, "
+          f"{selection(args)})")
     if args.keep:
         print(f"copies kept under {work}")
-    else:
-        shutil.rmtree(work)
-    return 0 if killed == len(rows) else 1
+    return 0 if always == len(rows) else 1
 
 
 if __name__ == "__main__":

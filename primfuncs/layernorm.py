@@ -37,7 +37,15 @@ def layer_norm_channels(shape, channels: int, epsilon: float = 1e-5, dtype: str 
     real channels of NCHW4c ``shape`` ``(N, C/4, H, W, 4)``; ``Gamma``/``Beta`` ``(C/4, 4)`` buffers."""
     n, c4, h, w = _check_layer_norm(shape, channels, epsilon, dtype, scope)
     g = pixel_grid(n, h, w)
-    zero, count = T.FloatImm(dtype, 0.0), T.FloatImm(dtype, float(channels))
+    # The mean and variance are float32 whatever the storage (docs/precision.md: statistics stay float32).
+    acc = "float32"
+    zero, count = T.FloatImm(acc, 0.0), T.FloatImm(acc, float(channels))
+
+    def wide(v):  # a stored value in the statistics' dtype (no cast where they agree: float32 source unchanged)
+        return v if dtype == acc else T.Cast(acc, v)
+
+    def narrow(v):
+        return v if dtype == acc else T.Cast(dtype, v)
 
     launch = pixel_launch()
 
@@ -46,19 +54,19 @@ def layer_norm_channels(shape, channels: int, epsilon: float = 1e-5, dtype: str 
         px = T.sblock_alloc_buffer((4,), dtype, scope="local")
         out = T.sblock_alloc_buffer((4,), dtype, scope="local")
         gb = T.sblock_alloc_buffer((2, 4), dtype, scope="local")
-        stats = T.sblock_alloc_buffer((2,), dtype, scope="local")  # mean, variance
+        stats = T.sblock_alloc_buffer((2,), acc, scope="local")  # mean, variance
         stats[0] = zero
         for cb in range(c4):
             load_pixel(px, X, vn, cb, vh, vw)
             for lane in T.unroll(4):
-                stats[0] = stats[0] + T.Select(cb * 4 + lane < channels, px[lane], zero)
+                stats[0] = stats[0] + T.Select(cb * 4 + lane < channels, wide(px[lane]), zero)
         stats[0] = stats[0] / count
         stats[1] = zero
         for cb in range(c4):
             load_pixel(px, X, vn, cb, vh, vw)
             for lane in T.unroll(4):
-                stats[1] = stats[1] + T.Select(cb * 4 + lane < channels, (px[lane] - stats[0]) * (px[lane] - stats[0]), zero)
-        stats[1] = T.FloatImm(dtype, 1.0) / T.sqrt(stats[1] / count + T.FloatImm(dtype, float(epsilon)))
+                stats[1] = stats[1] + T.Select(cb * 4 + lane < channels, (wide(px[lane]) - stats[0]) * (wide(px[lane]) - stats[0]), zero)
+        stats[1] = T.FloatImm(acc, 1.0) / T.sqrt(stats[1] / count + T.FloatImm(acc, float(epsilon)))
         for cb in range(c4):
             load_pixel(px, X, vn, cb, vh, vw)
             for lane in T.vectorized(4):
@@ -66,7 +74,7 @@ def layer_norm_channels(shape, channels: int, epsilon: float = 1e-5, dtype: str 
             for lane in T.vectorized(4):
                 gb[1, lane] = Beta[cb, lane]
             for lane in T.unroll(4):
-                out[lane] = (px[lane] - stats[0]) * stats[1] * gb[0, lane] + gb[1, lane]
+                out[lane] = narrow((wide(px[lane]) - stats[0]) * stats[1]) * gb[0, lane] + gb[1, lane]
             store_pixel(Y, vn, cb, vh, vw, out)
 
     @T.prim_func(s_tir=True)

@@ -224,16 +224,27 @@ def normalize_padding(padding):
     return padding
 
 
+def padding_past_half_window(pool_size, padding, dilation=1) -> str | None:
+    """Which side pads more than half its window span (the kernels' limit, PyTorch's rule; ONNX
+    allows up to the window size - 1, so a rule leaves such a pool upstream), else None."""
+    (kh, kw), (dh, dw) = _pair(pool_size, "pool_size"), _pair(dilation, "dilation")
+    top, left, bottom, right = normalize_padding(padding)
+    for side, pad, k, d in (("top", top, kh, dh), ("bottom", bottom, kh, dh), ("left", left, kw, dw), ("right", right, kw, dw)):
+        span = (k - 1) * d + 1
+        if 2 * pad > span:
+            return f"padding {side}={pad} is more than half of the window span {span}"
+    return None
+
+
 def pool_windows(shape, pool_size, strides=1, padding=0, dilation=1, ceil_mode=False):
     """Validated (rows, columns) :class:`Window` pair of a pool2d on the NCHW4c ``shape``."""
     _, _, h, w, _ = _check_nchw4c(shape)
     (kh, kw), (sh, sw), (dh, dw) = _pair(pool_size, "pool_size"), _pair(strides, "strides"), _pair(dilation, "dilation")
     check_positive(pool_size_h=kh, pool_size_w=kw, strides_h=sh, strides_w=sw, dilation_h=dh, dilation_w=dw)
     top, left, bottom, right = normalize_padding(padding)
-    for side, pad, k, d in (("top", top, kh, dh), ("bottom", bottom, kh, dh), ("left", left, kw, dw), ("right", right, kw, dw)):
-        span = (k - 1) * d + 1
-        if 2 * pad > span:  # PyTorch's rule; a window entirely in padding would be meaningless
-            raise ValueError(f"padding {side}={pad} is more than half of the window span {span}")
+    wide = padding_past_half_window(pool_size, padding, dilation)
+    if wide is not None:  # PyTorch's rule; a window entirely in padding would be meaningless
+        raise ValueError(wide)
     return (
         Window.sliding(h, kh, sh, top, bottom, dh, ceil_mode),
         Window.sliding(w, kw, sw, left, right, dw, ceil_mode),

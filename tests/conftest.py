@@ -2,14 +2,16 @@
 fixtures several test folders use (helpers live in tests/helpers/, never in a test module)."""
 
 import os
+import shutil
 import subprocess
+import sys
 import tempfile
 
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 
-# CI: few examples per property (the suite must stay under 15 minutes on 2 cores);
-# compiled programs are cached for the whole run, so repeated shapes cost nothing.
+# CI: few examples per property (the suite's time: docs/testing.md); compiled programs are
+# cached for the whole run, so repeated shapes cost nothing.
 settings.register_profile(
     "ci", max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=False
 )
@@ -22,8 +24,31 @@ settings.register_profile(
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
 
+#: The kernel cache this run made (TIR_ADRENO_CACHE_DIR not given): removed when the run ends. The
+#: xdist workers inherit the variable, so only the process that made the folder removes it.
+RUN_CACHE = None
 if "TIR_ADRENO_CACHE_DIR" not in os.environ:
-    os.environ["TIR_ADRENO_CACHE_DIR"] = tempfile.mkdtemp(prefix="tir-adreno-test-cache-")
+    RUN_CACHE = os.environ["TIR_ADRENO_CACHE_DIR"] = tempfile.mkdtemp(prefix="tir-adreno-test-cache-")
+
+
+def pytest_unconfigure(config):
+    if RUN_CACHE is not None:
+        shutil.rmtree(RUN_CACHE, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def attribute_names_checked():
+    """Every test that compiles with TVM already imported (all but a process's first) fails when
+    tir_adreno's code reads an attribute name an op's attributes type lacks: a misspelled name read
+    with a default would silently take the default (helpers.attributes)."""
+    if "tvm.ir.attrs" not in sys.modules:  # never import TVM for a test that does not
+        yield
+        return
+    from helpers.attributes import unknown_attribute_reads
+
+    with unknown_attribute_reads() as misses:
+        yield
+    assert not misses, f"attribute names the op's attributes type does not have were read: {misses}"
 
 
 @pytest.fixture(scope="session")

@@ -27,9 +27,10 @@ from tir_adreno.passes import CONFIG_ATTR, FLOAT32_ATTR, OURS_ATTR, SOURCE_ATTR,
 from tir_adreno.passes.host_fold import fold_constants
 from tir_adreno.passes.kernel_index import kernel_func
 from tir_adreno.strategy.precision import check_precision, half_storage
+from tir_adreno.runtime.errors import UserError
 
 
-class ModelError(ValueError):
+class ModelError(UserError, ValueError):
     """The model cannot be read or imported."""
 
 
@@ -53,10 +54,14 @@ def load_onnx(model):
         path = Path(model)
         if not path.exists():
             raise ModelError(f"{path}: no such file")
+        if path.stat().st_size == 0:
+            raise ModelError(f"{path}: empty file, not an ONNX model")
         try:
             model = onnx.load(str(path))
         except Exception as err:  # onnx raises DecodeError and others
-            raise ModelError(f"{path}: not a readable ONNX model ({type(err).__name__}: {err})") from None
+            raise ModelError(f"{path}: not an ONNX model ({type(err).__name__}: {err})") from None
+        if not model.ir_version or not model.HasField("graph"):  # bytes protobuf happens to parse, e.g. a text file
+            raise ModelError(f"{path}: not an ONNX model (no IR version or graph in it)")
     if not isinstance(model, onnx.ModelProto):
         raise ModelError(f"expected an ONNX ModelProto, a path or a Relax IRModule, got {type(model).__name__}")
     return model
@@ -253,6 +258,13 @@ def plan_module(mod: tvm.IRModule, input_names, progress=print, target=None, pri
     call_bindings = [b for b in bindings if isinstance(b.value, relax.Call) and getattr(b.value.op, "name", "") == "relax.call_tir"]
     built: dict[str, str] = {}
     halves = _half_buffers(mod, bindings) if storage else {}
+    # Each call's kernel key, known first so that the progress counts the distinct kernels built
+    # ([4/21] then [5/21]), not the calls (a kernel shared by calls is built once).
+    keys = {}
+    for b in call_bindings:
+        prim = mod[b.value.args[0]]
+        keys[b.var] = _kernel_key(prim, target, halves.get(b.var, frozenset()) if _is_ours(prim) else frozenset())
+    distinct = len(set(keys.values()))
     for binding in bindings:
         value = binding.value
         if _bind_alias(env, binding):
@@ -263,12 +275,13 @@ def plan_module(mod: tvm.IRModule, input_names, progress=print, target=None, pri
             meta = {k: str(prim.attrs[a]) for k, a in (("config", CONFIG_ATTR), ("source", SOURCE_ATTR)) if a in prim.attrs}
             ours = _is_ours(prim)
             half = halves.get(binding.var, frozenset()) if ours else frozenset()
-            key = _kernel_key(prim, target, half)  # same kernel, same cache entry
+            key = keys[binding.var]  # same kernel, same cache entry
             if prims is not None:
                 prims[key] = prim
             if key not in built:
-                progress(f"[{len(calls) + 1}/{len(call_bindings)}] build {gv.name_hint}")
-                kernels[key] = _kernel_module(prim, target, half).with_storage(storage if ours else None)
+                progress(f"[{len(built) + 1}/{distinct}] build {gv.name_hint}")
+                # images too keep float32 where the call's tensor is pinned (_half_buffers: statistics)
+                kernels[key] = _kernel_module(prim, target, half).with_storage(storage if ours else None, half)
                 built[key] = gv.name_hint
             module = kernels[key]
             (fname,) = module.functions

@@ -1,6 +1,7 @@
 """The command line: user errors are one line on stderr with exit code 2, no traceback."""
 
 import os
+import re
 import subprocess
 import sys
 
@@ -43,7 +44,7 @@ def test_wrong_input_shape_and_dtype(run_cli, tiny_onnx, tmp_path):
 def test_unparsable_onnx(run_cli, tmp_path):
     bad = tmp_path / "bad.onnx"
     bad.write_bytes(b"\x00not a protobuf at all\xff" * 10)
-    assert_user_error(run_cli("run", str(bad)), "not a readable ONNX model")
+    assert_user_error(run_cli("run", str(bad)), "not an ONNX model")
     assert_user_error(run_cli("run", str(tmp_path / "absent.onnx")), "no such file")
 
 
@@ -103,8 +104,21 @@ def test_help_documents_exit_codes(run_cli):
     for args in (["--help"], ["run", "--help"]):
         res = run_cli(*args)
         assert res.returncode == 0
-        for line in ("0  ok", "1  --check failed", "2  user error", "other  an internal error"):
+        for line in ("0    ok", "1    --check failed", "2    user error", "3    internal error", "130  interrupted"):
             assert line in res.stdout, res.stdout
+
+
+def test_help_lists_every_command_in_plain_text(run_cli):
+    """``tir-adreno --help`` names every command main runs, and no help shows RST markup."""
+    from tir_adreno.cli import COMMANDS
+
+    res = run_cli("--help")
+    assert res.returncode == 0
+    listed = [line.split()[0] for line in res.stdout.split("COMMAND\n", 1)[1].split("\noptions:")[0].splitlines() if line.startswith("    ") and line[4] != " "]
+    assert listed == list(COMMANDS), res.stdout
+    for command in ("", *COMMANDS):
+        res = run_cli(*([command] if command else []), "--help")
+        assert res.returncode == 0 and "``" not in res.stdout, res.stdout
 
 
 @pytest.mark.parametrize("command", ["run", "kernels"])
@@ -182,7 +196,7 @@ def test_check_on_model_onnxruntime_cannot_run(run_cli, tmp_path):
     """Valid ONNX that onnxruntime refuses (Relu has no int8 kernel): reported before compiling."""
     io = [helper.make_tensor_value_info(n, TensorProto.INT8, (1, 4, 3, 3)) for n in ("x", "y")]
     path = save_model(tmp_path / "int8.onnx", [helper.make_node("Relu", ["x"], ["y"])], io[:1], io[1:])
-    assert_user_error(run_cli("run", path, "--check"), "--check: onnxruntime cannot run this model", "Relu")
+    assert_user_error(run_cli("run", path, "--check"), "--check: the CPU reference: onnxruntime cannot run this model", "Relu")
 
 
 def test_check_warns_on_constant_reference(run_cli, tmp_path):
@@ -276,3 +290,38 @@ def test_saved_model_checks_against_the_reference_compile_saved(run_cli, tiny_on
     assert_user_error(run_cli("run", str(checked), "--check", "--inputs", str(tmp_path / "in.npz")), "leave out --inputs")
     (checked / REFERENCE_FILE).write_bytes((checked / REFERENCE_FILE).read_bytes()[:-9])
     assert_user_error(run_cli("run", str(checked), "--check"), REFERENCE_FILE, "corrupt")
+
+
+def test_a_long_first_build_says_so_and_quiet_hides_it(run_cli, tiny_saved, tmp_path, monkeypatch):
+    """The first run of a saved model builds its program from source (ResNet-18 on PoCL: 22 s):
+    one stderr line says so and about how long; ``--quiet`` shows nothing there."""
+    from tir_adreno.runtime import opencl, programs
+
+    monkeypatch.setattr(programs, "ANNOUNCE_MIN_S", 0.0)  # the tiny model's build is short: announce it anyway
+    device = opencl.get_device()
+    monkeypatch.setattr(device, "_programs", {})  # nothing built in this process yet
+    res = run_cli("run", str(tiny_saved), env={"TIR_ADRENO_CACHE_DIR": str(tmp_path / "cold")})
+    assert res.returncode == 0, res.stderr
+    assert re.fullmatch(r"tir-adreno: building the OpenCL program of \d+ kernels? from source on .+, about \d+ s "
+                        r"\(once: later runs load its binary from the cache\)\n", res.stderr), res.stderr
+    monkeypatch.setattr(device, "_programs", {})
+    res = run_cli("run", str(tiny_saved), "--quiet", env={"TIR_ADRENO_CACHE_DIR": str(tmp_path / "cold-quiet")})
+    assert res.returncode == 0 and res.stderr == "", res.stderr
+    monkeypatch.setattr(device, "_programs", {})
+    res = run_cli("run", str(tiny_saved), env={"TIR_ADRENO_CACHE_DIR": str(tmp_path / "cold")})  # its binary cached now
+    assert res.returncode == 0 and res.stderr == "", res.stderr
+
+
+def test_tables_fit_names_of_any_length_and_small_sizes_show():
+    """The ``kernels`` table widens to its longest cell (names past 22 characters stayed aligned
+    nowhere); memory sizes take the unit that shows them, not "0.0 MiB"."""
+    from tir_adreno.cli.output import table
+    from tir_adreno.cli.output import size
+
+    rows = [{"kernel": "conv2d depthwise_pointwise fused excitation", "time_us": 12.3, "check": "ok"},
+            {"kernel": "relu", "time_us": 1234.56, "check": "FAILED"}]
+    lines = table(rows, {"kernel": "<", "time_us": ">.1f", "check": ">"}, {"time_us": "time (us)"}).splitlines()
+    assert lines[1].startswith("conv2d depthwise_pointwise fused excitation  ") and lines[2].startswith("relu ")
+    assert len({len(line) for line in lines}) == 1, lines  # every row ends where the header ends
+    assert [line.index("us)") for line in lines[:1]] == [lines[2].index("1234.6") + 3]
+    assert [size(n) for n in (0, 700, 1536, 52.5 * 2**20, 3 * 2**30)] == ["0 B", "700 B", "1.5 KiB", "52.5 MiB", "3.0 GiB"]

@@ -51,12 +51,44 @@ def _cases(model: str, tmp: Path) -> dict:
     }
 
 
+def _mistakes(model: str, tmp: Path) -> dict:
+    """What argparse refuses and empty files: name -> (argv, the message's parts)."""
+    empty = str(tmp / "empty")
+    return {
+        "no command": ([], ["no command given; one of: devices, run, dump, kernel, compile, tune, kernels, serve"]),
+        "unknown command": (["frob"], ["unknown command 'frob'; one of: devices, run,"]),
+        "unknown option": (["run", model, "--frobnicate"], ["unrecognized arguments: --frobnicate"]),
+        "bad precision": (["run", model, "--precision", "float64"],
+                          ["run: argument --precision: invalid choice: 'float64' (choose from 'float32', 'float16_acc32', 'float16')"]),
+        "bad builtin": (["run", "--builtin", "resnet99"],
+                        ["run: argument --builtin: invalid choice: 'resnet99' (choose from 'resnet18', 'resnet50', 'mobilenet_v2')"]),
+        "bad target": (["compile", model, "-o", str(tmp / "m"), "--target", "tpu"],
+                       ["compile: argument --target: invalid choice: 'tpu' (choose from 'adreno', 'nvidia-h200', 'pocl')"]),
+        "bad tune target": (["tune", model, "--export", str(tmp / "j"), "--target", "tpu"], ["tune: argument --target: invalid choice: 'tpu'"]),
+        "bad placement": (["dump", model, "-o", str(tmp / "k"), "--placement", "disk"], ["dump: argument --placement: invalid choice: 'disk'"]),
+        "missing -o": (["compile", model], ["compile: the following arguments are required: -o/--output"]),
+        "missing flag value": (["run", model, "--inputs"], ["run: argument --inputs: expected one argument"]),
+        "missing serve key": (["serve", "--tracker", "h:9190"], ["serve: the following arguments are required: --key"]),
+        "bad number": (["tune", model, "--budget-s", "soon"], ["tune: argument --budget-s: invalid float value: 'soon'"]),
+        "exclusive flags": (["tune", model, "--export", str(tmp / "j"), "--rpc-tracker", "h:9190"],
+                            ["argument --rpc-tracker: not allowed with argument --export"]),
+        "empty model run": (["run", empty], [f"{empty}: empty file, not an ONNX model"]),
+        "empty model compile": (["compile", empty, "-o", str(tmp / "m")], ["empty file, not an ONNX model"]),
+        "empty model dump": (["dump", empty, "-o", str(tmp / "k")], ["empty file, not an ONNX model"]),
+        "empty model tune": (["tune", empty], ["empty file, not an ONNX model"]),
+        "empty records": (["run", model, "--records", empty], ["--records", "empty file, expected a records file"]),
+        "empty inputs": (["run", model, "--inputs", empty], ["--inputs", "empty file"]),
+        "empty kernel file": (["kernel", empty], ["empty file, expected a kernel file"]),
+    }
+
+
 @pytest.fixture(scope="module")
 def results(tiny_onnx, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("paths")
     (tmp / "a_file").write_text("")
     (tmp / "a_folder").mkdir()
-    cases = _cases(str(tiny_onnx), tmp)
+    (tmp / "empty").write_bytes(b"")
+    cases = {**_cases(str(tiny_onnx), tmp), **_mistakes(str(tiny_onnx), tmp)}
     argv = {name: {"argv": args} for name, (args, _) in cases.items()}
     argv["tune default records"] = {"argv": ["tune", str(tiny_onnx)], "cwd": UNWRITABLE}  # records-<profile>.json would go here
     return cli_without_tvm(argv, tmp), {name: parts for name, (_, parts) in cases.items()}
@@ -68,6 +100,15 @@ CASES = list(_cases("model.onnx", Path("/tmp")))
 @pytest.mark.parametrize("case", CASES)
 def test_bad_path_is_reported_before_the_model_is_imported(results, case):
     got, messages = results
+    assert_user_error(got[case], *messages[case])
+
+
+@pytest.mark.parametrize("case", list(_mistakes("model.onnx", Path("/tmp"))))
+def test_argparse_mistakes_and_empty_files_are_one_line(results, case):
+    """argparse's own refusals (choices from the library, unknown options, missing values) and
+    empty files: one line naming the culprit, exit 2, no usage dump, before the model is imported."""
+    got, messages = results
+    assert "usage:" not in got[case].stderr
     assert_user_error(got[case], *messages[case])
 
 

@@ -66,6 +66,7 @@ def test_every_part_of_the_request_is_in_the_key(tiny_onnx, two_convs, tmp_path,
     assert key() == first
     # what does not change the files: the output folder, the model file's path, run-time settings
     assert compile_cache.request_key(_args(str(tiny_onnx), *base[:1], str(tmp_path / "other"), *base[2:])) == first
+    assert key("--quiet") == first  # what is printed, not what is written
     monkeypatch.setenv("TIR_ADRENO_DEVICE", "NVIDIA")
     monkeypatch.setenv("TIR_ADRENO_LAUNCHER", "pyopencl")
     assert key() == first

@@ -5,12 +5,14 @@ handful of candidates each) and a max pool keeps this to a minute or two.
 """
 
 import json
+import re
 
 import numpy as np
 import onnxruntime
 import pytest
 
 from helpers.cli import assert_user_error, cli
+from helpers.docs import matches, output_block
 
 from tir_adreno.reference import relative_error
 from tir_adreno.runtime import cache
@@ -30,6 +32,9 @@ def tuned(two_convs, tmp_path_factory):
     assert len(doc["layers"]) == 1 and "2 layers left for the next run" in first.stdout
     second = cli("tune", str(two_convs), "--records", str(records))
     assert second.returncode == 0, second.stderr[-2000:]
+    # what is left and about how long, on stderr after each layer (the last one: nothing left)
+    assert re.fullmatch(r"tir-adreno: tune: 1 layer left, about \d+ s at \d+ s a layer \(then the whole model is timed; "
+                        r"--budget-s stops earlier, the next run resumes\)\n", second.stderr), second.stderr
     return records, first.stdout, second.stdout
 
 
@@ -77,6 +82,16 @@ def test_tune_writes_and_resumes_records(tuned):
         assert all(e["choice"]["placement"] == context["placement"] for e in convs)
 
 
+def test_docs_show_the_whole_model_line_tune_prints(tuned):
+    """docs/tuning-and-deployment.md's sample line is what tune prints now, numbers aside."""
+    _, _, second = tuned
+    block = output_block("tune-context")
+    (line,) = [line for line in second.splitlines() if line.startswith("whole model")]
+    (shown, shown_kept), (printed, kept) = block.text.strip().split("; kept: "), line.split("; kept: ")
+    assert matches(shown, printed), f"{block.name} shows {block.text!r}; tune prints {line!r}"
+    assert {shown_kept, kept} <= set(tune.CONTEXT_VARIANTS)  # which one is kept depends on the timings
+
+
 def test_compile_with_records_and_run_the_saved_model(tuned, two_convs, tmp_path):
     records, _, _ = tuned
     out = tmp_path / "model"
@@ -97,7 +112,7 @@ def test_compile_for_adreno_here_and_run(two_convs, tmp_path):
 
 def test_unknown_profile_is_a_user_error(two_convs, tmp_path):
     res = cli("compile", str(two_convs), "-o", str(tmp_path / "m"), "--target", "tpu")
-    assert_user_error(res, "unknown device profile 'tpu'; known profiles: adreno, nvidia-h200, pocl")
+    assert_user_error(res, "compile: argument --target: invalid choice: 'tpu' (choose from 'adreno', 'nvidia-h200', 'pocl')")
 
 
 def test_records_of_another_device_warn_and_are_ignored(tuned, two_convs, tmp_path):

@@ -5,8 +5,12 @@
 - ``conv``: the float64 conv references, the conv-case runner, blocked-output checks.
 - ``nonfinite``: NaN/Inf inputs and NaN-aware comparisons.
 - ``onnx_graphs``: small ONNX graphs built with onnx.helper, and the pattern check.
+- ``attributes``: the attribute names tir_adreno reads on TVM op attributes, and reads of names they lack.
 - ``cli``: the command in a fresh process (also one that cannot import TVM), the user-error check.
 - ``benchmarks``: the benchmark scripts, imported one way.
+- ``saved_models``: tiny ONNX files and what a saved-model folder holds (whole, mixed), for the fault tests.
+- ``rpc``: free ports, processes in their own session, waiting with a deadline (all on 127.0.0.1).
+- ``docs``: the fenced blocks of README.md and docs/*.md and what their info strings mean.
 Fixtures shared across folders (``device``, ``run_cli``, ``tiny_onnx``, ``two_convs``, ...) live in tests/conftest.py.
 """
 

@@ -7,14 +7,20 @@ import warnings
 
 import numpy as np
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 
-from primfuncs import elementwise
+from primfuncs import attention, elementwise, excite, grn, layernorm, resize
+from primfuncs._common import TEXTURE
 from primfuncs.conv import ConvConfig, conv2d_nchw4c, depthwise_conv2d_nchw4c
 from tir_adreno.runtime import bounds
 from tir_adreno.codegen import build
 from tir_adreno.tools import tour
 from tir_adreno.runtime import opencl as runtime
 from tir_adreno.runtime.opencl import BoundsError
+from tir_adreno.reference import resize2d_nchw
+
+from helpers.numeric import pack_nchw4c, rand, run_kernel, sanitized, unpack_nchw4c
 
 #: Batch 2 (several array layers), C not a multiple of 4, odd H and W: every family pads somewhere.
 SHAPE = (2, 5, 9, 7)
@@ -141,3 +147,55 @@ def test_model_under_the_sanitizer(check_bounds):
     (out,) = compiled.run({"input": x})
     (ref,) = reference_outputs(mod, {"input": x})
     assert relative_error(out, ref) <= 1e-4
+
+
+# -- families whose properties live elsewhere, under the sanitizer on their corners ----------------
+
+
+@given(size=st.tuples(st.integers(1, 2), st.integers(1, 6), st.integers(1, 7), st.integers(1, 7), st.integers(1, 9), st.integers(1, 9)),
+       method=st.sampled_from(["nearest", "linear"]), mode=st.sampled_from(resize.COORDINATE_MODES),
+       rounding=st.sampled_from(resize.ROUNDING_METHODS), seed=st.integers(0, 2**32 - 1))
+# a 1 x 1 map blown up (align_corners divides by size - 1 = 0), a map shrunk to one pixel, a
+# ratio that is no integer, rounding up at the last column
+@example(size=(1, 3, 1, 1, 5, 4), method="linear", mode="align_corners", rounding="floor", seed=0)
+@example(size=(2, 5, 7, 6, 1, 1), method="linear", mode="half_pixel", rounding="floor", seed=2)
+@example(size=(1, 6, 5, 7, 9, 3), method="nearest", mode="asymmetric", rounding="ceil", seed=4)
+@example(size=(1, 2, 4, 3, 7, 8), method="nearest", mode="half_pixel", rounding="round_prefer_ceil", seed=6)
+def test_resize_is_in_bounds(device, size, method, mode, rounding, seed):
+    """resize2d on images, under the sanitizer for even seeds (the examples): every read in range
+    (a source index rounded past the edge reads the clamp sampler's 0 there, which an output
+    check may miss), and its numbers."""
+    n, c, h, w, oh, ow = size
+    x = rand(np.random.default_rng(seed), (n, c, h, w))
+    with sanitized(seed):
+        func = resize.resize2d(pack_nchw4c(x).shape, (oh, ow), method, mode, rounding, scope=TEXTURE)
+        y = unpack_nchw4c(run_kernel(device, func, pack_nchw4c(x)), c)
+    ref = resize2d_nchw(x, (oh, ow), method, mode, rounding)
+    np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5)
+
+
+#: Statistics and attention kernels (numerics: tests/passes/test_grn.py, test_excite.py,
+#: test_group_norm.py, test_attention.py) on batch 2, channels that leave a padded block, odd maps.
+IMAGE_STATISTICS = {
+    "grn_scale": lambda: grn.grn_scale((2, 2, 1, 1, 4), 7, 1e-6, scope=TEXTURE, gamma=True, threads=4),
+    "excitation": lambda: excite.excitation((2, 2, 5, 3, 4), 7, 3, 7, scope=TEXTURE, threads=8),
+    "group_norm": lambda: layernorm.group_norm((2, 2, 5, 7, 4), 6, 1, 1e-5, scope=TEXTURE),
+    "group_norm_partials": lambda: layernorm.group_norm_partials((2, 2, 5, 7, 4), 8, 2, 5, scope=TEXTURE),
+    "group_norm_apply": lambda: layernorm.group_norm_apply((2, 2, 5, 7, 4), 8, 2, 5, scope=TEXTURE),
+    "layer_norm_channels_wide": lambda: layernorm.layer_norm_channels_wide((2, 2, 3, 5, 4), 7, scope=TEXTURE, threads=4),
+    "xca_weights": lambda: attention.xca_weights((2, 5, 3, 5, 4), 18, 2, 3, 0, 6, scope=TEXTURE),
+    "xca_partials": lambda: attention.xca_partials((2, 5, 3, 5, 4), 18, 2, 3, 0, 6, 4, scope=TEXTURE),
+    "xca_apply": lambda: attention.xca_apply((2, 5, 3, 5, 4), 18, 2, 3, 12, scope=TEXTURE),
+    "linear_kv": lambda: attention.linear_kv((2, 5, 3, 5, 4), 18, 2, 3, 6, 12, scope=TEXTURE),
+    "linear_apply": lambda: attention.linear_apply((2, 5, 3, 5, 4), 18, 2, 3, 0, scope=TEXTURE),
+}
+
+
+@pytest.mark.parametrize("name", sorted(IMAGE_STATISTICS))
+def test_statistics_and_attention_kernels_are_in_bounds(device, name):
+    """Each kernel sanitized, on random inputs: every image read and write in range (BoundsError
+    otherwise; the instrumented source does check its images)."""
+    module = bounds.instrument(build.build(IMAGE_STATISTICS[name](), check_bounds=False))
+    (fname,) = module.functions
+    assert module.check_bounds and "TIR_ADRENO_READ(" in module.source
+    _run(device, module, fname, np.random.default_rng(5))

@@ -317,6 +317,10 @@ def test_tiled_conv_on_half_buffers(device, c, o, hw, stem, bias, residual, seed
 )
 @example(c=6, o=5, hw=5, stride=1, dw_bias=True, bias=True, residual=True, seed=0, scope=BUFFER, groups=1)
 @example(c=16, o=8, hw=5, stride=1, dw_bias=True, bias=False, residual=True, seed=1, scope=TEXTURE, groups=2)
+# A 1x1 sum of K = 128 products, in half images and in half buffers: long enough that a half
+# accumulator breaks the bound (test_a_half_accumulator_breaks_the_bound_at_that_length).
+@example(c=128, o=5, hw=5, stride=1, dw_bias=True, bias=True, residual=False, seed=2, scope=TEXTURE, groups=1)
+@example(c=128, o=5, hw=5, stride=1, dw_bias=False, bias=True, residual=True, seed=3, scope=BUFFER, groups=1)
 def test_depthwise_pointwise(device, c, o, hw, stride, dw_bias, bias, residual, seed, scope, groups):
     """The fused depthwise -> 1x1 kernel with every texture (X, both weights, Residual, Y) in a
     half image, or every tensor (the biases too) in a half buffer: within the bound, its
@@ -353,6 +357,25 @@ def test_depthwise_pointwise(device, c, o, hw, stride, dw_bias, bias, residual, 
     s = fused(*(abs(v) if v is not None else None for v in (half(x), half(w_dw), half(w_pw), b_dw, b)),
               None if r is None else abs(half(r)), None, None)
     assert_within(y, ref, s, 9 + c // groups + 3)
+
+
+def test_a_half_accumulator_breaks_the_bound_at_that_length():
+    """Why the K = 128 examples above check the accumulator: on operands like theirs (the 1x1's
+    inputs, ReLU6'd depthwise outputs in float32 registers, times half weights) a sum of K = 128
+    products kept in a half accumulator (each step rounded to half) is outside the fp16 bound,
+    and the same sum in float32, rounded to half once, is inside it."""
+    rng = np.random.default_rng(0)
+    k, outputs = 128, 4000
+    d = np.clip(rng.standard_normal((outputs, k)) * 2, 0, 6)
+    products = d * half(rng.standard_normal((outputs, k)))
+    ref, s = products.sum(axis=1), np.abs(products).sum(axis=1)
+    acc16, acc32 = np.zeros(outputs, np.float16), np.zeros(outputs, np.float32)
+    for i in range(k):
+        acc16 = (acc16 + products[:, i].astype(np.float16)).astype(np.float16)
+        acc32 = acc32 + products[:, i].astype(np.float32)
+    bound = fp16_bound(ref, s, k + 3)  # as the examples: K + 3 (the biases, the residual)
+    assert (np.abs(acc16.astype(np.float64) - ref) - bound).max() > 0, "a half sum this long must break the bound"
+    assert (np.abs(half(acc32) - ref) - bound).max() <= 0
 
 
 def test_winograd_f4_breaks_the_fp16_bound_and_is_never_picked(device, monkeypatch):

@@ -72,7 +72,12 @@ def test_default_model_matches_llvm_and_runs_saved_without_tvm(tmp_path):
 
 
 def test_run_rejects_bad_inputs():
-    compiled = compile_model(models.resnet18(image_size=32, num_classes=10), progress=lambda _: None)
+    said = []
+    compiled = compile_model(models.resnet18(image_size=32, num_classes=10), progress=said.append)
+    # the build counter counts distinct kernels, one by one to the total (calls share kernels)
+    counts = [line.split("]")[0][1:].split("/") for line in said if line.startswith("[")]
+    assert [int(i) for i, _ in counts] == list(range(1, len(counts) + 1)) and {int(n) for _, n in counts} == {len(counts)}, said
+    assert len(counts) == len(compiled.kernels) < len(compiled.plan.calls), said
     x = np.zeros((1, 3, 32, 32), "float32")
     with pytest.raises(ValueError, match="missing input 'input'"):
         compiled.run({})

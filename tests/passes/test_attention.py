@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from onnx import helper, numpy_helper
+from onnx import helper
 
 from helpers.numeric import pack_nchw4c, run_kernel, sanitized, unpack_nchw4c
 from helpers.onnx_graphs import check_pattern, conv_node, lite_mla_graph, pattern_graph, wide_profile
+from helpers.xca_graphs import sdta_model
 from helpers.strategies import SCOPES, SEEDS
 from primfuncs import attention
 from primfuncs._common import TEXTURE, equal_slices
@@ -107,75 +108,13 @@ def test_xca_bad_arguments():
         attention.xca_weights((1, 3, 2, 2, 4), 12, 2, 2, 0, 4, epsilon=-1.0)
 
 
-def _sdta_nodes(x, y, inits, channels, heads, size, rng, pos_embedding):
-    """timm's EdgeNeXt SplitTransposeBlock after its conv branch, as torch.onnx.export writes it
-    (opset 17): tokens, (positional embedding,) LayerNorm, qkv Linear, XCA, proj Linear, gamma,
-    residual, then back to the map through LayerNorm's NHWC view."""
-    c, d, tokens = channels, channels // heads, size * size
-    node = helper.make_node
-    inits.update(
-        shape_tokens=np.array([1, c, tokens], np.int64), shape_qkv=np.array([1, tokens, 3, heads, -1], np.int64),
-        shape_out=np.array([1, tokens, c], np.int64), shape_map=np.array([1, size, size, c], np.int64),
-        ones=np.array([1, 1, 1], np.int64), zero=np.array([0], np.int64), eps=np.float32(1e-12),
-        ln_g=rng.standard_normal(c), ln_b=rng.standard_normal(c), qkv_w=rng.standard_normal((c, 3 * c)) / np.sqrt(c),
-        qkv_b=rng.standard_normal(3 * c) * 0.1, temperature=rng.uniform(0.5, 2.0, (heads, 1, 1)),
-        proj_w=rng.standard_normal((c, c)) / np.sqrt(c), proj_b=rng.standard_normal(c) * 0.1, gamma=rng.uniform(0.5, 1.5, c),
-        pos=rng.standard_normal((1, tokens, c)),
-    )
-    first = [node("Reshape", [x, "shape_tokens"], ["flat"]), node("Transpose", ["flat"], ["t0" if pos_embedding else "t"], perm=[0, 2, 1])]
-    if pos_embedding:
-        first.append(node("Add", ["t0", "pos"], ["t"]))
-    normalize = []
-    for i in (0, 1):
-        normalize += [node("ReduceL2", [f"s{i}"], [f"l2_{i}"], axes=[-1], keepdims=1), node("Clip", [f"l2_{i}", "eps", ""], [f"cl{i}"]),
-                      node("Shape", [f"s{i}"], [f"sh{i}"]), node("Expand", [f"cl{i}", f"sh{i}"], [f"ex{i}"]),
-                      node("Div", [f"s{i}", f"ex{i}"], [f"n{i}"])]
-    return first + [
-        node("LayerNormalization", ["t", "ln_g", "ln_b"], ["ln"], axis=-1, epsilon=1e-6),
-        node("MatMul", ["ln", "qkv_w"], ["qkv0"]),
-        node("Add", ["qkv_b", "qkv0"], ["qkv"]),
-        node("Reshape", ["qkv", "shape_qkv"], ["qkv5"]),
-        node("Transpose", ["qkv5"], ["qkvt"], perm=[2, 0, 3, 4, 1]),
-        node("Split", ["qkvt", "ones"], ["p0", "p1", "p2"], axis=0),
-        *[node("Squeeze", [f"p{i}", "zero"], [f"s{i}"]) for i in range(3)],
-        *normalize,
-        node("Transpose", ["n1"], ["kt"], perm=[0, 1, 3, 2]),
-        node("MatMul", ["n0", "kt"], ["scores"]),
-        node("Mul", ["scores", "temperature"], ["scaled"]),
-        node("Softmax", ["scaled"], ["attn"], axis=-1),
-        node("MatMul", ["attn", "s2"], ["mixed"]),
-        node("Transpose", ["mixed"], ["mixed_t"], perm=[0, 3, 1, 2]),
-        node("Reshape", ["mixed_t", "shape_out"], ["heads_out"]),
-        node("MatMul", ["heads_out", "proj_w"], ["proj0"]),
-        node("Add", ["proj_b", "proj0"], ["proj"]),
-        node("Mul", ["gamma", "proj"], ["scaled_proj"]),
-        node("Add", ["t", "scaled_proj"], ["res"]),
-        node("Reshape", ["res", "shape_map"], ["nhwc"]),
-        node("Transpose", ["nhwc"], [y], perm=[0, 3, 1, 2]),
-    ]
-
-
-def _model(nodes, inits):
-    """``pattern_graph`` of ``nodes``, its int64 initializers (shapes, axes, pads) kept int64."""
-    model = pattern_graph(nodes, {k: v for k, v in inits.items() if v.dtype != np.int64})
-    model.graph.initializer.extend(numpy_helper.from_array(v, k) for k, v in inits.items() if v.dtype == np.int64)
-    return model
-
-
-def _sdta_model(channels, heads, pos_embedding, seed):
-    rng, inits, size = np.random.default_rng(seed), {}, 7
-    nodes = [conv_node(rng, inits, "x", "c", channels, 3), *_sdta_nodes("c", "m", inits, channels, heads, size, rng, pos_embedding),
-             conv_node(rng, inits, "m", "y", 4, channels, k=1)]
-    return _model(nodes, inits)
-
-
 @pytest.mark.parametrize("wide", [False, True], ids=["one-kernel", "split"])
 @pytest.mark.parametrize("channels,heads,pos_embedding", [(24, 2, True), (20, 2, False)])
 def test_sdta_block_stays_on_textures(channels, heads, pos_embedding, wide):
     """conv -> SDTA (head size 12, 4-aligned, with the positional embedding; and 10, straddling
     pixels) -> conv: the attention in two kernels (on a wide profile the weights split: partials
     over 3 slices of the 49 tokens, then xca_finish), the tokens views of the map, no layout transform."""
-    names = check_pattern(_sdta_model(channels, heads, pos_embedding, seed=channels), profile=wide_profile() if wide else None)
+    names = check_pattern(sdta_model(channels, heads, pos_embedding, seed=channels), profile=wide_profile() if wide else None)
     weights = ["xca_partials", "xca_finish"] if wide else ["xca_weights"]
     assert all(names.count(k) == 1 for k in weights + ["xca_apply"]) and len(names) == len(set(names)), names
     assert names.count("layer_norm_channels") == 1, names

@@ -73,30 +73,6 @@ def test_sblock_bound_scalar_index_parses():
         assert isinstance(copy, tvm.tirx.PrimFunc)
 
 
-def test_patch_fixes_defect11(monkeypatch):
-    """The proposed parser fix (docs/upstream/patches/defect11-*.diff), applied in memory:
-    the repro parses, the inferred signature is A[vi * 2], and a reassigned scalar stays
-    a mutable local scalar."""
-    import patches
-
-    patches.install_11(monkeypatch)
-    test_sblock_bound_scalar_index_parses()
-
-    copy = parse_copy()
-    assert "T.reads(A[vi * 2])" in copy.script(), copy.script()
-    tvm.ir.assert_structural_equal(tvm.script.from_source(copy.script()), copy)
-
-    @T.prim_func(s_tir=True)
-    def total(a: T.handle, b: T.handle):
-        A = T.match_buffer(a, (4,), "float32")
-        B = T.match_buffer(b, (1,), "float32")
-        s = T.float32(0)
-        for k in range(4):
-            s = s + A[k]
-        B[0] = s
-
-    assert "s: T.float32 = T.float32(0.0)" in total.script(), total.script()
-
 
 if __name__ == "__main__":
     import sys

@@ -71,25 +71,6 @@ def test_dlight_default_gpu_rules_schedule_unit_reduction_grouped_conv():
         assert func.attrs["tirx.is_scheduled"]
 
 
-def test_patch_fixes_defect12(monkeypatch):
-    """The proposed fix (docs/upstream/patches/defect12-*.diff), applied to the wheel in
-    memory: the repro passes, and the scheduled grouped conv builds for OpenCL."""
-    import patches
-
-    patches.install_12(monkeypatch)
-    test_dlight_default_gpu_rules_schedule_unit_reduction_grouped_conv()
-    mod = _legalized_grouped_conv((1, 2, 1, 2), (2, 1, 1, 1), groups=2)
-    rules = dl.ApplyDefaultSchedule(
-        dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(), dl.gpu.Fallback()
-    )
-    with tvm.target.Target({"kind": "opencl"}):
-        mod = rules(mod)
-    (func,) = [f for f in mod.functions.values() if isinstance(f, tvm.tirx.PrimFunc)]
-    func = func.with_attr("global_symbol", "main")  # LegalizeOps makes it private
-    lib = tvm.tirx.build(func, tvm.target.Target({"kind": "opencl"}, host={"kind": "llvm"}))
-    (dev,) = [m for m in lib.imports if m.kind == "opencl"]
-    assert "__kernel" in dev.inspect_source()
-
 
 if __name__ == "__main__":
     import sys

@@ -78,25 +78,15 @@ def test_dlight_gemv_writes_only_its_output(device):
     assert past.size == 0, f"{past.size} floats written past the {m * n}-float output"
 
 
-def test_patch_defect15_python_half_guards_the_store(monkeypatch):
-    """The Python half of the proposed fix (docs/upstream/patches/defect15-dlight-gemv.diff),
-    applied in memory: the store block now runs under the same 64-thread loop as the rest
-    of the kernel, guarded by `< 10`. It is not enough on this wheel: LowerCrossThreadReduction
-    (C++) drops that one-clause guard from the write-back block (the C++ half,
-    docs/upstream/patches/defect15-lower-cross-thread-reduction.diff, untested), so the
-    repro above still fails with the Python half alone; this test pins both facts."""
-    import patches
-
-    patches.install_15(monkeypatch)
-    func = _scheduled_matmul(1, 512, 10)
-    script = func.script()
-    store = script[script.index('T.sblock("matmul")') :]
-    assert "T.where(" in store and "< T.int64(10))" in store.split("\n")[3], store[:600]
-    lowered = tvm.s_tir.transform.LowerCrossThreadReduction()(tvm.IRModule({"main": func}))
-    text = lowered["main"].script()
-    write_back = text[text.index('T.sblock("matmul_write_back")') :].split("\n")[:4]
-    guard = [line for line in write_back if "T.where(" in line]
-    assert guard and "< T.int64(10)" not in guard[0], write_back  # the C++ half is still needed
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="TVM 0.27: dlight GEMV binds the 10-output store loop to 64 threads unguarded")
+def test_dlight_gemv_store_block_is_guarded():
+    """The dlight half alone (docs/upstream/patches/defect15-dlight-gemv-small-output.diff fixes
+    it): the store block runs under a loop of the launch's 64 threads in x, guarded by `< 10`.
+    With that fixed, the kernel above still writes past its output until the C++ half
+    (LowerCrossThreadReduction keeps the one-clause guard on the write-back) is in too."""
+    script = _scheduled_matmul(1, 512, 10).script()
+    store = script[script.index('T.sblock("matmul")') :].split("T.reads")[0]
+    assert "T.where(" in store and "< T.int64(10)" in store, f"store block unguarded:\n{store}"
 
 
 if __name__ == "__main__":

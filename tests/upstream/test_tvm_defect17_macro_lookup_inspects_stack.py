@@ -105,21 +105,6 @@ def test_macro_lookup_cost_does_not_grow_with_stack_depth():
         )
 
 
-def test_patch_fixes_defect17(monkeypatch):
-    """The proposed fix (docs/upstream/patches/defect17-macro-lookup-frame-walk.diff), applied
-    in memory: no FrameInfo is built at any depth, the macro expands to the same PrimFunc, and
-    a macro called outside a parse raises the same RuntimeError."""
-    import patches
-
-    expected = parse_with_macro()
-    patches.install_17(monkeypatch)
-    test_macro_lookup_cost_does_not_grow_with_stack_depth()
-    assert frame_infos_per_expansion(monkeypatch, 0) == 0
-    assert frame_infos_per_expansion(monkeypatch, EXTRA_DEPTH) == 0
-    tvm.ir.assert_structural_equal(at_depth(EXTRA_DEPTH, parse_with_macro), expected)
-    with pytest.raises(RuntimeError, match="__current_script_parser__ not available"):
-        add_one(None, 0)
-
 
 if __name__ == "__main__":
     import sys

@@ -136,15 +136,6 @@ def test_adreno_relax_pipeline_nchw4c_conv2d_reads_image_with_read_imagef():
         _build_on_opencl(src)
 
 
-def test_patch_fixes_defect2(monkeypatch):
-    """Defect 7's fix (the build resolves "default" per target, the Adreno pipeline returns
-    the triple) makes both repros above pass, the generated kernels build on OpenCL."""
-    import patches
-
-    patches.install_7(monkeypatch)
-    test_compile_texture_primfunc_reads_image_with_read_imagef()
-    test_adreno_relax_pipeline_nchw4c_conv2d_reads_image_with_read_imagef()
-
 
 if __name__ == "__main__":
     import sys

@@ -66,18 +66,6 @@ def test_tirx_build_with_adreno_pipeline(pipeline):
         assert not re.search(r"vload\d*\s*\([^,]+,\s*A_ptr\b", src), src
 
 
-@pytest.mark.parametrize(
-    "pipeline", ["adreno", None, "pass-object"], ids=["adreno", "target-default", "pass-object"]
-)
-def test_patch_fixes_defect7(pipeline, monkeypatch):
-    """The proposed fix (docs/upstream/patches/defect07-*.diff), applied to the wheel in
-    memory: the repro above passes."""
-    import patches
-
-    patches.install_7(monkeypatch)
-    test_tirx_build_with_adreno_pipeline(pipeline)
-
-
 if __name__ == "__main__":
     import sys
 

@@ -1,13 +1,16 @@
-"""``tir-adreno`` command line: ``devices``, ``run`` (the main job), ``compile``, ``tune``, ``kernels``, ``serve``."""
+"""tir-adreno: compile CNNs onto OpenCL texture kernels (Adreno-style GPUs; PoCL on any CPU), run,
+check, time, tune and edit them. run is the main job; tir-adreno COMMAND --help shows a command's options."""
 
 from __future__ import annotations
 
+import errno
 import sys
+import traceback
 import warnings
 
 from tir_adreno.cli import commands
 from tir_adreno.cli.args import BUILTIN_MODELS, build_parser  # noqa: F401 (BUILTIN_MODELS: the CLI's list, tested against the models')
-from tir_adreno.cli.checks import UserError, check_arguments, warn
+from tir_adreno.cli.checks import UserError, check_arguments, show_notices, warn
 from tir_adreno.cli.run import run
 from tir_adreno.cli.tune import tune
 
@@ -24,18 +27,47 @@ COMMANDS = {
 }
 
 
+#: Exit codes (README "Exit codes", ``--help``): 1 is only ever a failed ``--check``.
+EXIT_OK, EXIT_CHECK_FAILED, EXIT_USER_ERROR, EXIT_INTERNAL_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+#: A full disk or quota is the user's to free, not a bug: one line, exit 2.
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
 def main(argv=None) -> int:
     args = build_parser(__doc__).parse_args(argv)
-    from tir_adreno.runtime.opencl import DeviceNotFoundError
-    from tir_adreno.tools.workbench import WorkbenchError
-    from tir_adreno.tuning.measure import TrackerError
-
+    show_notices(args)  # long steps (a program built from source) on stderr, unless --quiet
     with warnings.catch_warnings():
         # A warning (records of another device, an unusable cache folder) is one line, not a source excerpt.
         warnings.showwarning = lambda message, *_args, **_kw: warn(str(message))
         try:
             check_arguments(args)  # every path and flag, before the command does anything
             return COMMANDS[args.command](args)
-        except (DeviceNotFoundError, TrackerError, UserError, WorkbenchError) as err:
-            print(f"tir-adreno: error: {err}", file=sys.stderr)
-            return 2
+        except UserError as err:  # every layer's user errors derive from it (tir_adreno.runtime.errors)
+            return _error(str(err))
+        except OSError as err:
+            if err.errno not in _DISK_FULL:
+                return _internal_error()
+            where = f" writing {err.filename}" if err.filename else ""
+            return _error(f"{err.strerror or 'no space left on device'}{where}; free some space and run it again")
+        except MemoryError:
+            return _error("out of memory: the model, its inputs or its weights need more than this machine holds")
+        except KeyboardInterrupt:
+            print("\ntir-adreno: interrupted", file=sys.stderr, flush=True)
+            return EXIT_INTERRUPTED
+        except Exception:
+            return _internal_error()
+
+
+def _error(message: str) -> int:
+    """A user error: one line on stderr (the first line of ``message``), exit code 2."""
+    line = message.strip().splitlines()[0] if message.strip() else "error"
+    print(f"tir-adreno: error: {line}", file=sys.stderr, flush=True)
+    return EXIT_USER_ERROR
+
+
+def _internal_error() -> int:
+    """A bug of ours: the traceback, a line asking to report it, exit code 3 (not 1: that is --check's)."""
+    traceback.print_exc()
+    print("tir-adreno: internal error: this is a bug in tir-adreno; please report it with the traceback above "
+          "and the command that gave it", file=sys.stderr, flush=True)
+    return EXIT_INTERNAL_ERROR

@@ -2,6 +2,10 @@
 
 import sys
 
-from tir_adreno.cli import main
+try:
+    from tir_adreno.cli import main
+except KeyboardInterrupt:  # Ctrl-C while the package imports: the same one line and exit code as later
+    print("\ntir-adreno: interrupted", file=sys.stderr)
+    sys.exit(130)
 
 sys.exit(main())

@@ -10,23 +10,36 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-from tir_adreno.strategy.profile import PLACEMENTS  # numpy only: the CLI still parses without TVM
+from tir_adreno.strategy.precision import PRECISIONS  # numpy only: the CLI still parses without TVM
+from tir_adreno.strategy.profile import PLACEMENTS, PROFILES
 
 #: Built-in models (``tir_adreno.frontend.models.MODELS``; spelled out here so the CLI parses without TVM).
 BUILTIN_MODELS = ("resnet18", "resnet50", "mobilenet_v2")
 DEVICE_HELP = "substring of the OpenCL platform or device name"
 
-#: ``--precision`` choices ("float16", half math: refused with exit 2 where the probe fails,
-#: natively or with the half prelude: docs/precision.md).
-MODEL_PRECISIONS = ("float32", "float16_acc32", "float16")
+#: ``--target`` choices: the named device profiles (``strategy.profile.PROFILES``).
+PROFILE_NAMES = tuple(sorted(PROFILES))
+PROFILE_HELP = f"device profile: {', '.join(PROFILE_NAMES)}"
+#: ``--precision`` choices, ``strategy.precision.PRECISIONS`` ("float16", half math: refused
+#: with exit 2 where the probe fails, natively or with the half prelude: docs/precision.md).
 PRECISION_HELP = "float32, float16_acc32 (half storage, float math) or float16 (half math, where the device runs it)"
 
 EXIT_CODES = """exit codes:
-  0  ok
-  1  --check failed (outputs differ from the CPU reference)
-  2  user error: one line on stderr naming the culprit, no traceback
-     (reported before compiling whenever it can be known)
-  other  an internal error (a bug: please report it with the traceback)"""
+  0    ok
+  1    --check failed (outputs differ from the CPU reference)
+  2    user error: one line on stderr naming the culprit, no traceback
+       (reported before compiling whenever it can be known)
+  3    internal error: a bug; the traceback and a line asking to report it
+  130  interrupted (Ctrl-C): one line"""
+
+#: ``serve``'s trust model (also in the README and docs/tuning-and-deployment.md).
+SERVE_TRUST = """Register a measurement runner for `tune --rpc-tracker` with a TVM RPC tracker.
+
+Trust model: TVM RPC has no authentication. Whoever reaches a runner's port (the
+tracker lists them) can upload a shared library and run it as the runner's user.
+So the runner listens on 127.0.0.1 unless --host says otherwise. To span machines,
+use a private network you trust or an SSH tunnel (docs/tuning-and-deployment.md,
+"Trust model"), never a port open to others."""
 
 # What a path argument must be (checked by tir_adreno.cli.checks before any work).
 MODEL = "model"  # an ONNX file, or the folder of a saved model
@@ -88,6 +101,11 @@ def _add_input_shape(parser) -> None:
     )
 
 
+def _add_quiet(parser) -> None:
+    parser.add_argument("-q", "--quiet", action="store_true",
+                        help="no progress lines (what is being built, how long a long step takes); results only")
+
+
 def _add_devices(sub) -> None:
     p = sub.add_parser("devices", help="list OpenCL devices, image support and texture limits")
     p.add_argument("--json", action="store_true", help="print JSON")
@@ -108,12 +126,13 @@ def _add_run(sub) -> None:
                    "(1e-2 in float16_acc32, 2e-2 in float16); a saved model compares with the reference "
                    "`compile --check` saved in it")
     _add_records(p, "tuning records from `tir-adreno tune` (conv algorithm, config, placement)")
-    p.add_argument("--target", metavar="PROFILE", help="plan the kernels for this device profile (adreno, nvidia-h200, pocl)")
-    p.add_argument("--precision", choices=MODEL_PRECISIONS, help=PRECISION_HELP + " (default float32)")
+    p.add_argument("--target", choices=PROFILE_NAMES, metavar="PROFILE", help=f"plan the kernels for this {PROFILE_HELP}")
+    p.add_argument("--precision", choices=PRECISIONS, help=PRECISION_HELP + " (default float32)")
     add_path(p, "--kernels", role=INPUT_FOLDER, what="folder", hint=DUMP_HINT, metavar="DIR",
              help="use the kernel files of `tir-adreno dump` that were edited")
     _add_placement(p)
     _add_no_fuse(p)
+    _add_quiet(p)
 
 
 def _add_dump(sub) -> None:
@@ -122,10 +141,11 @@ def _add_dump(sub) -> None:
     add_path(p, "-o", "--output", role=OUTPUT_FOLDER, required=True, metavar="DIR", help="directory to write")
     p.add_argument("--device", help=DEVICE_HELP)
     _add_records(p, "tuning records from `tir-adreno tune`: dump the kernels the tuned model runs")
-    p.add_argument("--precision", default="float32", choices=MODEL_PRECISIONS,
+    p.add_argument("--precision", default="float32", choices=PRECISIONS,
                    help=PRECISION_HELP + "; run the edited files with the same --precision")
     _add_input_shape(p)
     _add_placement(p)
+    _add_quiet(p)
 
 
 def _add_kernel(sub) -> None:
@@ -141,10 +161,10 @@ def _add_compile(sub) -> None:
     p = sub.add_parser("compile", help="compile a model for a device profile into a saved model (no device needed)")
     _add_model(p)
     add_path(p, "-o", "--output", role=OUTPUT_FOLDER, required=True, metavar="DIR", help="where to write the saved model")
-    p.add_argument("--target", default="adreno", metavar="PROFILE", help="device profile: adreno (default), nvidia-h200, pocl")
+    p.add_argument("--target", default="adreno", choices=PROFILE_NAMES, metavar="PROFILE", help=f"{PROFILE_HELP} (default adreno)")
     _add_records(p, "tuning records for that device")
     _add_input_shape(p)
-    p.add_argument("--precision", default="float32", choices=MODEL_PRECISIONS, help=PRECISION_HELP)
+    p.add_argument("--precision", default="float32", choices=PRECISIONS, help=PRECISION_HELP)
     p.add_argument("--check", action="store_true", help="also save the CPU reference's outputs for seeded inputs "
                    "(reference.npz), so `tir-adreno run DIR --check` reports the error on a machine without TVM")
     _add_placement(p)
@@ -152,6 +172,9 @@ def _add_compile(sub) -> None:
     p.add_argument("--no-cache", action="store_true",
                    help="compile even when the compile cache holds this request (same code, TVM, model, options), "
                    "and store nothing there")
+    p.add_argument("--force", action="store_true",
+                   help="write the model's files into a folder that holds files tir-adreno did not write (its other files are kept)")
+    _add_quiet(p)
 
 
 def _add_tune(sub) -> None:
@@ -161,7 +184,8 @@ def _add_tune(sub) -> None:
     # Written after every layer and resumed: a file to create, read back when it exists.
     add_path(p, "--records", role=OUTPUT_FILE, metavar="FILE", help="records file to write / resume (default records-<profile>.json)")
     p.add_argument("--budget-s", type=float, default=None, help="start no new layer after this many seconds")
-    p.add_argument("--target", metavar="PROFILE", help="device profile of the remote device (--export, --rpc-tracker)")
+    p.add_argument("--target", choices=PROFILE_NAMES, metavar="PROFILE",
+                   help=f"{PROFILE_HELP}: the remote device's (--export, --rpc-tracker)")
     way = p.add_mutually_exclusive_group()
     add_path(way, "--export", role=OUTPUT_FOLDER, metavar="DIR", help="build the candidates into DIR for `tune --measure DIR` "
              "elsewhere; run again once DIR holds the results to write the records")
@@ -169,8 +193,9 @@ def _add_tune(sub) -> None:
              metavar="DIR", help="time the candidates in DIR on this machine (no TVM needed)")
     way.add_argument("--rpc-tracker", metavar="HOST:PORT", help="measure on the runners registered with this TVM RPC tracker")
     p.add_argument("--rpc-key", default="tir-adreno", help="runner key at the tracker (default tir-adreno)")
-    p.add_argument("--precision", default="float32", choices=MODEL_PRECISIONS, help=PRECISION_HELP + "; records are per precision")
+    p.add_argument("--precision", default="float32", choices=PRECISIONS, help=PRECISION_HELP + "; records are per precision")
     _add_placement(p)
+    _add_quiet(p)
 
 
 def _add_kernels(sub) -> None:
@@ -184,23 +209,49 @@ def _add_kernels(sub) -> None:
 
 
 def _add_serve(sub) -> None:
-    p = sub.add_parser("serve", help="register a measurement runner for `tune --rpc-tracker` with a TVM RPC tracker")
+    p = sub.add_parser("serve", help="register a measurement runner for `tune --rpc-tracker` with a TVM RPC tracker",
+                       description=SERVE_TRUST, epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tracker", required=True, metavar="HOST:PORT", help="tracker started by `python -m tvm.exec.rpc_tracker`")
     p.add_argument("--key", required=True, help="device key clients request (e.g. adreno-740)")
     p.add_argument("--device", help=DEVICE_HELP)
-    p.add_argument("--host", default="0.0.0.0", help="address the runner listens on (default 0.0.0.0)")
+    p.add_argument("--host", default="127.0.0.1", help="address the runner listens on (default 127.0.0.1: this machine only; "
+                   "see the trust model above before widening it)")
     p.add_argument("--port", type=int, default=9090, help="first port to try (default 9090)")
     p.add_argument("--port-end", type=int, help="end of the port range (default max(9199, port + 100))")
     p.add_argument("--custom-addr", help="address reported to the tracker (default: as the tracker sees this host)")
 
 
-def build_parser(description: str) -> argparse.ArgumentParser:
+class Parser(argparse.ArgumentParser):
+    """An ``argparse`` parser whose mistakes keep the CLI contract: one line on stderr naming the
+    culprit (the command, the flag, the value), exit code 2, no usage dump."""
+
+    def error(self, message: str):
+        command = self.prog.removeprefix("tir-adreno").strip()
+        if message.endswith("arguments are required: COMMAND"):
+            message = f"no command given; one of: {', '.join(_commands(self))} (tir-adreno --help)"
+        elif message.startswith("argument COMMAND: invalid choice"):
+            message = f"unknown command {message.split(': ')[2].split()[0]}; one of: {', '.join(_commands(self))}"
+        elif command:
+            message = f"{command}: {message} (tir-adreno {command} --help)"
+        self.exit(2, f"tir-adreno: error: {message}\n")
+
+
+def _commands(parser: argparse.ArgumentParser) -> list[str]:
+    """The subcommands of ``parser``, in the order they were added."""
+    return [name for action in parser._actions if isinstance(action, argparse._SubParsersAction) for name in action.choices]
+
+
+#: Each command's parser, in the order ``tir-adreno --help`` lists them.
+_ADDERS = (_add_devices, _add_run, _add_dump, _add_kernel, _add_compile, _add_tune, _add_kernels, _add_serve)
+
+
+def build_parser(description: str = "") -> argparse.ArgumentParser:
     """The parser of every command; ``args.command`` names the one given, ``args.paths`` its
-    file and folder arguments (:class:`PathArg`)."""
-    parser = argparse.ArgumentParser(prog="tir-adreno", description=description, epilog=EXIT_CODES,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    file and folder arguments (:class:`PathArg`). ``--help`` lists every command with its help line."""
+    parser = Parser(prog="tir-adreno", description=description, epilog=EXIT_CODES,
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.set_defaults(paths=())
-    sub = parser.add_subparsers(dest="command", required=True)
-    for add in (_add_devices, _add_run, _add_dump, _add_kernel, _add_compile, _add_tune, _add_kernels, _add_serve):
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add in _ADDERS:
         add(sub)
     return parser

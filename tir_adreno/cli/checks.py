@@ -9,34 +9,57 @@ costs no model import and no compile.
 
 from __future__ import annotations
 
+import logging
 import os
+import stat
 import sys
 import tempfile
+import zipfile
 from pathlib import Path
 
 import numpy as np
 
 from tir_adreno.cli.args import INPUT_FILE, INPUT_FOLDER, MODEL, OUTPUT_FILE, OUTPUT_FOLDER, UPDATED_FOLDER, PathArg
-
-
-class UserError(Exception):
-    """A mistake in what the user asked for: one line, exit code 2."""
+from tir_adreno.runtime.errors import UserError  # the one base class of user errors (exit 2); re-exported
 
 
 def warn(message: str) -> None:
     print(f"tir-adreno: warning: {message}", file=sys.stderr, flush=True)
 
 
+def progress_printer(args, indent: str = "  "):
+    """How a command shows its progress lines (stdout): printed, or dropped under ``--quiet``."""
+    if getattr(args, "quiet", False):
+        return lambda _message: None
+    return lambda message: print(f"{indent}{message}", flush=True)
+
+
+class _Notices(logging.Handler):
+    """The library's notices of long steps (``logging`` at INFO under ``tir_adreno``, e.g. a
+    program built from source) as ``tir-adreno: ...`` lines on the stderr of the moment."""
+
+    def emit(self, record) -> None:
+        print(f"tir-adreno: {record.getMessage()}", file=sys.stderr, flush=True)
+
+
+_NOTICES = _Notices()
+
+
+def show_notices(args) -> None:
+    """Long steps say what they do and about how long on stderr, unless ``--quiet``."""
+    logger = logging.getLogger("tir_adreno")
+    if _NOTICES not in logger.handlers:
+        logger.addHandler(_NOTICES)
+    logger.setLevel(logging.WARNING if getattr(args, "quiet", False) else logging.INFO)
+
+
 def check_environment() -> None:
     """Settings read from the environment, validated before any work."""
     from tir_adreno.runtime import bounds, launcher, opencl as runtime
 
-    try:
-        bounds.enabled()
-        launcher.requested()
-        runtime.pinned_requested()
-    except ValueError as err:
-        raise UserError(str(err)) from None
+    bounds.enabled()  # each raises a SettingError (a UserError) for a value it cannot take
+    launcher.requested()
+    runtime.pinned_requested()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -73,6 +96,7 @@ def check_writable(path: str, flag: str) -> None:
     if reason is not None:
         raise UserError(f"{flag} {path}: folder {folder} is not writable ({reason})")
     if os.path.exists(path):
+        _check_regular(path, f"{flag} {path}")
         try:
             open(path, "ab").close()  # appends nothing: the file stays as it is
         except OSError as err:
@@ -98,6 +122,12 @@ def check_creatable_folder(path: str, flag: str) -> None:
         raise UserError(f"{flag} {path}: the folder cannot be made in {parent} ({reason})")
 
 
+def _check_regular(path: str, name: str) -> None:
+    """A file argument is a regular file: a FIFO would block the command (a device, a socket: not a file to read or replace)."""
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        raise UserError(f"{name}: not a regular file (a FIFO, a device or a socket)")
+
+
 def _check_input(path: str, arg: PathArg) -> None:
     """An input exists and can be read; a folder where the role takes one."""
     name = f"{arg.flag} {path}" if arg.flag else path
@@ -113,10 +143,14 @@ def _check_input(path: str, arg: PathArg) -> None:
         if reason is not None:
             raise UserError(f"{name}: folder is not writable ({reason})")
     if not folder:
+        _check_regular(path, name)
         try:
             open(path, "rb").close()
         except OSError as err:
             raise UserError(f"{name}: cannot read ({err.strerror or err})") from None
+        if os.path.getsize(path) == 0:
+            expected = ", not an ONNX model" if arg.role == MODEL else f", expected a {arg.what}" if arg.what != "file" else " (0 bytes)"
+            raise UserError(f"{name}: empty file{expected}")
 
 
 def check_path(path: str, arg: PathArg) -> None:
@@ -156,26 +190,34 @@ def read_inputs(path: str | None) -> dict[str, np.ndarray] | None:
     """The arrays of an ``--inputs`` .npz file (read before compiling), or None without one."""
     if path is None:
         return None
+    hint = "write one with numpy.savez(path, name=array)"
     try:
-        loaded = np.load(path, allow_pickle=False)
+        with np.load(path, allow_pickle=False) as loaded:
+            if not isinstance(loaded, np.lib.npyio.NpzFile):
+                raise UserError(f"--inputs {path}: not a NumPy .npz archive ({hint})")
+            return {k: _input_array(loaded, k, path) for k in loaded.files}
     except OSError as err:
         raise UserError(f"--inputs {path}: cannot read inputs ({err.strerror or err})") from None
-    except ValueError:
-        loaded = None
-    if not isinstance(loaded, np.lib.npyio.NpzFile):
-        raise UserError(f"--inputs {path}: not a NumPy .npz archive (write one with numpy.savez(path, name=array))")
-    with loaded as npz:
-        return {k: npz[k] for k in npz.files}
+    except (ValueError, EOFError, zipfile.BadZipFile) as err:  # not an archive, truncated, damaged
+        raise UserError(f"--inputs {path}: not a NumPy .npz archive, or a damaged one ({_first_line(err)}; {hint})") from None
 
 
-def profile_named(name: str):
-    """The named device profile, or a user error listing the known ones."""
-    from tir_adreno.strategy.profile import get_profile
-
+def _input_array(npz, name: str, path: str) -> np.ndarray:
+    """One array of an ``--inputs`` archive: numbers (an object array would need pickle: refused)."""
     try:
-        return get_profile(name)
-    except ValueError as err:
-        raise UserError(str(err)) from None
+        array = npz[name]
+    except ValueError as err:  # numpy refuses pickled (object) arrays without allow_pickle
+        if "allow_pickle" not in str(err):
+            raise  # damaged: read_inputs says so
+        raise UserError(f"--inputs {path}: {name!r} is an object array; inputs are arrays of numbers") from None
+    if array.dtype.kind not in "biuf":
+        raise UserError(f"--inputs {path}: {name!r} has dtype {array.dtype}; inputs are arrays of numbers")
+    return array
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
 
 
 def is_saved_model(path) -> bool:
@@ -191,6 +233,40 @@ def is_saved_model(path) -> bool:
 COMPILE_FLAGS = ("records", "target", "input_shape", "kernels", "precision", "placement")
 
 
+def _protected_files(args) -> list[str]:
+    """The files a command reads (the model, its saved files, --inputs, --records, the kernel
+    files): none of them may be an output of the same command."""
+    from tir_adreno.runtime.saved import OWN_FILES
+
+    files = [getattr(args, arg.dest) for arg in args.paths if arg.role in (MODEL, INPUT_FILE) and getattr(args, arg.dest)]
+    for arg in args.paths:
+        folder = getattr(args, arg.dest)
+        if arg.role in (MODEL, INPUT_FOLDER) and folder and os.path.isdir(folder):
+            files += [os.path.join(folder, name) for name in (OWN_FILES if arg.role == MODEL else os.listdir(folder))]
+    return files
+
+
+def _same_file(a: str, b: str) -> bool:
+    """Whether the paths name one file (a link, a hard link, ``./x`` and ``x``), existing or not."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.realpath(a) == os.path.realpath(b)
+
+
+def check_outputs_spare_inputs(args) -> None:
+    """No output file of the command would overwrite a file it reads, nor another output."""
+    outputs = [(arg.flag, getattr(args, arg.dest)) for arg in args.paths if arg.role == OUTPUT_FILE and getattr(args, arg.dest)]
+    protected = _protected_files(args)
+    for i, (flag, path) in enumerate(outputs):
+        for other in protected:
+            if _same_file(path, other):
+                raise UserError(f"{flag} {path}: would overwrite {other}, which this command reads; write it elsewhere")
+        for other_flag, other in outputs[:i]:
+            if _same_file(path, other):
+                raise UserError(f"{flag} {path}: is also {other_flag}; give each output its own file")
+
+
 def _check_run(args) -> None:
     if is_saved_model(args.model):
         for flag in COMPILE_FLAGS:
@@ -198,8 +274,6 @@ def _check_run(args) -> None:
                 raise UserError(f"--{flag.replace('_', '-')} needs a model file; {args.model} is compiled already")
         if args.check and args.inputs:
             raise UserError(f"--check on a saved model runs the inputs saved with its reference; leave out --inputs {args.inputs}")
-    if args.target:
-        profile_named(args.target)
     args.given_inputs = read_inputs(args.inputs)
 
 
@@ -209,7 +283,9 @@ def _check_dump(args) -> None:
 
 
 def _check_compile(args) -> None:
-    profile_named(args.target)
+    from tir_adreno.runtime.saved import check_replaceable
+
+    check_replaceable(args.output, args.force)  # a folder of the user's own files is not overwritten
 
 
 def _check_tune(args) -> None:
@@ -223,12 +299,11 @@ def _check_tune(args) -> None:
         raise UserError("--rpc-tracker needs --target PROFILE (the runners' device)")
     if args.target and not (args.export or args.rpc_tracker):
         raise UserError("--target is for --export / --rpc-tracker; a local tune uses --device")
-    if args.target:
-        profile_named(args.target)
     if args.records is None:  # records-<profile>.json (and its plot) in the working folder
         check_writable(os.path.join(os.getcwd(), "records.json"), "--records (default records-<profile>.json)")
 
 
+# --target and --precision are choices of the parser (the library's names): argparse refuses others.
 _COMMAND_CHECKS = {"run": _check_run, "dump": _check_dump, "compile": _check_compile, "tune": _check_tune}
 
 
@@ -241,6 +316,7 @@ def check_arguments(args) -> None:
         path = getattr(args, arg.dest)
         if path is not None:
             check_path(path, arg)
+    check_outputs_spare_inputs(args)
     if hasattr(args, "input_shape"):
         args.input_shapes = parse_input_shapes(args.input_shape)
         if args.input_shapes and not args.model:

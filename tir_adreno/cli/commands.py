@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 
-from tir_adreno.cli.checks import UserError, profile_named, warn
+from tir_adreno.cli.checks import progress_printer, warn
 from tir_adreno.cli.model import model_and_inputs
+from tir_adreno.cli.output import table
+from tir_adreno.strategy.profile import get_profile
 
 
 def devices(args) -> int:
@@ -45,9 +47,8 @@ def kernels(args) -> int:
     print(f"device: {dev.name}", flush=True)
     rows = kernel_tour(dev, progress=lambda msg: print(msg, flush=True))
     print()
-    print(f"{'kernel':<22} {'shape':<22} {'placement':<22} {'time (us)':>10} {'check':>8}")
-    for r in rows:
-        print(f"{r['kernel']:<22} {r['shape']:<22} {r['placement']:<22} {r['time_us']:>10.1f} {r['check']:>8}")
+    print(table(rows, {"kernel": "<", "shape": "<", "placement": "<", "time_us": ">.1f", "check": ">"},
+                {"time_us": "time (us)"}))
     failed = [r for r in rows if r["check"] != "ok"]
     if args.json:
         with open(args.json, "w") as f:
@@ -58,84 +59,74 @@ def kernels(args) -> int:
 
 def compile(args) -> int:  # noqa: A001 (the command's name)
     from tir_adreno.cli import compile_cache
+    from tir_adreno.runtime import saved
     from tir_adreno.strategy.profile import with_placement
 
-    target = with_placement(profile_named(args.target), args.placement)
+    target = with_placement(get_profile(args.target), args.placement)
     header = f"model: {args.model or args.builtin}\ntarget: {target.name} ({target.kind}), activations in {target.activation_placement}s"
     key = None if args.no_cache else compile_cache.request_key(args)
-    entry = compile_cache.lookup(key, args.output) if key is not None else None
-    if entry is not None:  # no TVM imported: the files of the same request compiled before
-        print(f"{header}\n  from the compile cache (--no-cache compiles)", flush=True)
-        for message in entry["warnings"]:
-            warn(message)
-        summary = entry["summary"]
-    else:
-        with compile_cache.Recorder() as warned:
-            summary, files = _compile(args, target, header)
-        if key is not None:
-            compile_cache.store(key, args.output, files, summary, warned.messages)
+    # every file into a new sibling folder that replaces the output folder at the end: whole or not at all
+    with saved.replacing_folder(args.output, args.force) as staging:
+        entry = compile_cache.lookup(key, staging) if key is not None else None
+        if entry is not None:  # no TVM imported: the files of the same request compiled before
+            print(f"{header}\n  from the compile cache (--no-cache compiles)", flush=True)
+            for message in entry["warnings"]:
+                warn(message)
+            summary = entry["summary"]
+        else:
+            with compile_cache.Recorder() as warned:
+                summary, files = _compile(args, target, header, staging)
+            if key is not None:
+                compile_cache.store(key, staging, files, summary, warned.messages)
     print(f"wrote {args.output}: {summary}")
     print(f"run it with: tir-adreno run {args.output}")
     return 0
 
 
-def _compile(args, target, header: str) -> tuple[str, list[str]]:
-    """Compile and save the model as ``args`` ask: (the summary line, the names of the files written)."""
-    from tir_adreno.compiler import ModelError, compile_plan
-    from tir_adreno.runtime.executor import REFERENCE_FILE, save_model
-    from tir_adreno.strategy.precision import PrecisionError
+def _compile(args, target, header: str, staging) -> tuple[str, list[str]]:
+    """Compile the model as ``args`` ask and write its files into ``staging``: (the summary line,
+    the names of the files written)."""
+    from tir_adreno.compiler import compile_plan
+    from tir_adreno.runtime import saved
+    from tir_adreno.runtime.executor import model_doc
     from tir_adreno.strategy.profile import without_fusion
 
     model, specs = model_and_inputs(args)
     print(header, flush=True)
-    try:
-        plan, kernels, weights = compile_plan(
-            model, without_fusion(target, args.no_fuse), args.records, progress=lambda msg: print(f"  {msg}", flush=True),
-            input_shapes=args.input_shapes, precision=args.precision,
-        )
-    except (ModelError, FileNotFoundError, PrecisionError) as err:
-        raise UserError(str(err)) from None
-    save_model(args.output, plan, kernels, weights, target.name)
-    files = ["model.json", "weights.npz"]
-    if args.check:
-        _save_reference(args.output, model, specs)
-        files.append(REFERENCE_FILE)
+    plan, kernels, weights = compile_plan(
+        model, without_fusion(target, args.no_fuse), args.records, progress=progress_printer(args),
+        input_shapes=args.input_shapes, precision=args.precision,
+    )
+    reference = _reference(model, specs) if args.check else None
+    files = saved.write_model_files(staging, model_doc(plan, kernels, target.name), weights, reference)
+    if reference is not None:
+        print(f"wrote the reference for `run {args.output} --check` ({saved.REFERENCE_FILE})")
     convs = [c for c in plan.calls if c.config is not None]
     tuned = sum(c.source == "records" for c in convs)
     return f"{len(plan.calls)} kernel calls, {len(convs)} conv kernels ({tuned} from records)", files
 
 
-def _save_reference(directory, model, specs) -> None:
-    """The CPU reference's outputs for ``run``'s seeded inputs, saved for ``run DIR --check``."""
-    from tir_adreno.cli.model import seeded_inputs
-    from tir_adreno.reference import ReferenceUnavailable, reference_runner
-    from tir_adreno.runtime.executor import save_reference
+def _reference(model, specs) -> tuple[dict, list]:
+    """``run``'s seeded inputs and the CPU reference's outputs for them, saved for ``run DIR --check``."""
+    from tir_adreno.cli.model import reference_for, seeded_inputs
 
     inputs = seeded_inputs(specs)
     print("computing the CPU reference for `run --check` ...", flush=True)
-    try:
-        outputs = reference_runner(model)(inputs)
-    except ReferenceUnavailable as err:
-        raise UserError(f"--check: {err}") from None
-    print(f"wrote {save_reference(directory, inputs, outputs)}")
+    return inputs, reference_for(model)(inputs)
 
 
 def dump(args) -> int:
-    from tir_adreno.compiler import ModelError, compile_model
+    from tir_adreno.compiler import compile_model
     from tir_adreno.runtime import opencl as runtime
-    from tir_adreno.strategy.precision import PrecisionError
     from tir_adreno.tools import workbench
 
     model, _ = model_and_inputs(args)
     dev = runtime.get_device(args.device)
     prims: dict = {}
-    try:
-        compiled = compile_model(
-            model, dev, records=args.records, input_shapes=args.input_shapes, precision=args.precision, placement=args.placement,
-            progress=lambda msg: print(f"  {msg}", flush=True), prims=prims,
-        )
-    except (ModelError, FileNotFoundError, PrecisionError) as err:
-        raise UserError(str(err)) from None
+    compiled = compile_model(
+        model, dev, records=args.records, input_shapes=args.input_shapes, precision=args.precision, placement=args.placement,
+        progress=progress_printer(args), prims=prims,
+    )
     files = workbench.dump(compiled, prims, args.output, args.model or f"--builtin {args.builtin}")
     print(f"wrote {len(files)} kernels and {workbench.MANIFEST} to {args.output} ({dev.name})")
     return 0
@@ -150,7 +141,4 @@ def kernel(args) -> int:
 def serve(args) -> int:
     from tir_adreno.tuning.serve import serve
 
-    try:
-        return serve(args.tracker, args.key, args.device, args.host, args.port, args.port_end, args.custom_addr)
-    except ValueError as err:
-        raise UserError(str(err)) from None
+    return serve(args.tracker, args.key, args.device, args.host, args.port, args.port_end, args.custom_addr)

@@ -17,9 +17,9 @@ written under its key: a corrupt, truncated or foreign one is a miss) naming eac
 SHA-256, and ``files/<sha256>.bin``, the file itself. A saved model's files are ``runtime.cache``
 entries themselves, so a stored file is checked by its own frame (``cache.read_once_verified``:
 once per file identity) and against the digest its manifest names; any mismatch is a miss, and
-the compile that follows rewrites the entry. A hit copies the files into the output folder, each
-written to a temporary file and renamed, as ``save`` does; nothing is written before every file
-of the entry checked out.
+the compile that follows rewrites the entry. A hit copies the files into the temporary sibling
+folder that ``compile`` then swaps into place (``runtime.saved.replacing_folder``), as a compile's
+own files are; nothing is written before every file of the entry checked out.
 
 Bounded: after each store the least recently used entries (a hit touches its manifest) beyond
 :data:`MAX_BYTES` or :data:`MAX_ENTRIES` are removed, then every stored file no entry names.
@@ -55,7 +55,7 @@ RUNTIME_ENV = (
 )
 #: Parsed arguments that do not change what is written (``input_shape``: its parsed form,
 #: ``input_shapes``, is in the key; ``model`` and ``records`` go in as their files' digests).
-NOT_IN_KEY = ("output", "paths", "no_cache", "input_shape", "model", "records", "builtin")
+NOT_IN_KEY = ("output", "paths", "no_cache", "quiet", "force", "input_shape", "model", "records", "builtin")
 #: A stored file no entry names is removed only this much later (a concurrent store writes its
 #: files before its manifest).
 ORPHAN_GRACE_S = 300

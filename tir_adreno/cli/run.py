@@ -7,8 +7,11 @@ import time
 
 import numpy as np
 
-from tir_adreno.cli.checks import UserError, is_saved_model, profile_named, warn
-from tir_adreno.cli.model import model_and_inputs, seeded_inputs
+from tir_adreno.cli.checks import UserError, is_saved_model, progress_printer, warn
+from tir_adreno.cli.model import model_and_inputs, reference_for, seeded_inputs
+from tir_adreno.cli.output import size, table
+from tir_adreno.runtime.saved import write_whole
+from tir_adreno.strategy.profile import get_profile
 
 #: --check tolerance on outputs (relative to the largest reference magnitude).
 CHECK_RTOL = {"float32": 1e-3, "float16_acc32": 1e-2, "float16": 2e-2}
@@ -17,7 +20,6 @@ CHECK_RTOL = {"float32": 1e-3, "float16_acc32": 1e-2, "float16": 2e-2}
 def run(args) -> int:
     from tir_adreno.runtime import opencl as runtime
     from tir_adreno.runtime.bounds import BoundsError
-    from tir_adreno.runtime.executor import ModelInputError
     from tir_adreno.tools import workbench
 
     dev = runtime.get_device(args.device)
@@ -37,8 +39,6 @@ def run(args) -> int:
         wall = time.perf_counter() - start
         # Outputs and per-op times from a profiled run (outputs poisoned first, events recorded).
         outputs = compiled.run(inputs, profile=True)
-    except ModelInputError as err:
-        raise UserError(str(err)) from None
     except BoundsError as err:
         if not edits:
             raise  # one of our generated kernels: an internal error
@@ -46,8 +46,8 @@ def run(args) -> int:
     profile, kernel_ms, mem = compiled.profile(), compiled.kernel_time_ms(), compiled.memory_bytes()
     _print_profile(compiled, profile, edited, wall, kernel_ms, mem)
     names = [f"output{i}" for i in range(len(outputs))]
-    if args.outputs:
-        np.savez(args.outputs, **dict(zip(names, outputs)))
+    if args.outputs:  # exactly the name given (numpy.savez would add .npz to a name without it), replaced whole
+        write_whole(args.outputs, lambda f: np.savez(f, **dict(zip(names, outputs))))
     report = {"model": label, "device": dev.name, "precision": compiled.precision, "kernel_ms": kernel_ms,
               "wall_ms": wall * 1e3, "launcher": compiled.launcher_kind, "memory": mem, "startup": compiled.startup.to_dict(), "profile": profile,
               "edited": edited}
@@ -55,9 +55,9 @@ def run(args) -> int:
     if reference is not None:
         status = _check(outputs, reference, inputs, report, CHECK_RTOL[compiled.precision])
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(report, f, indent=2)
+        write_whole(args.json, lambda f: f.write(json.dumps(report, indent=2).encode()))
     return status
+
 
 
 def _load_saved(args, dev):
@@ -67,11 +67,8 @@ def _load_saved(args, dev):
 
     label = args.model
     print(f"model: {label} (saved)\ndevice: {dev.name}", flush=True)
-    try:
-        compiled = load_model(args.model, dev)
-        saved = load_reference(args.model) if args.check else None
-    except ValueError as err:  # not a saved model, or planned for larger images, or a corrupt reference
-        raise UserError(str(err)) from None
+    compiled = load_model(args.model, dev)
+    saved = load_reference(args.model) if args.check else None
     specs = [(name, compiled.plan.tensors[i].shape, compiled.plan.tensors[i].dtype) for name, i in compiled.plan.inputs]
     if not args.check:
         return compiled, _inputs(args.given_inputs, specs, args.inputs), label, None
@@ -83,47 +80,40 @@ def _load_saved(args, dev):
 
 def _compile(args, dev, prims):
     """The model compiled for ``dev``, its inputs, its label and the ``--check`` reference (None without)."""
-    from tir_adreno.compiler import ModelError, compile_model
-    from tir_adreno.runtime.executor import TargetMismatchError
-    from tir_adreno.strategy.precision import PrecisionError
+    from tir_adreno.compiler import compile_model
 
-    target = profile_named(args.target) if args.target else None
+    target = get_profile(args.target) if args.target else None
     model, specs = model_and_inputs(args)
     inputs = _inputs(args.given_inputs, specs, args.inputs)
     reference = None
     if args.check:
-        from tir_adreno.reference import ReferenceUnavailable, reference_runner
-
-        try:
-            reference = reference_runner(model)
-        except ReferenceUnavailable as err:
-            raise UserError(f"--check: {err}") from None
+        reference = reference_for(model)
     label = args.model or f"built-in {args.builtin} (seeded random weights)"
     print(f"model: {label}\ndevice: {dev.name}", flush=True)
     start = time.perf_counter()
-    try:
-        compiled = compile_model(
-            model, dev, target, args.records, input_shapes=args.input_shapes, progress=lambda msg: print(f"  {msg}", flush=True),
-            prims=prims, precision=args.precision or "float32", placement=args.placement, fuse=not args.no_fuse,
-        )
-    except (ModelError, FileNotFoundError, TargetMismatchError, PrecisionError) as err:
-        raise UserError(str(err)) from None
+    compiled = compile_model(
+        model, dev, target, args.records, input_shapes=args.input_shapes, progress=progress_printer(args),
+        prims=prims, precision=args.precision or "float32", placement=args.placement, fuse=not args.no_fuse,
+    )
     print(f"compiled in {time.perf_counter() - start:.1f} s", flush=True)
     return compiled, inputs, label, reference
 
 
 def _print_profile(compiled, profile, edited, wall: float, kernel_ms: float, mem: dict) -> None:
-    print(f"\n{'#':>3}  {'op':<28} {'kernel':<10} {'placement':<9} {'time (ms)':>10}  config (source)")
+    rows = []
     for i, p in enumerate(profile):
-        config = f"  {p['config']} ({p['source']})" if "config" in p else ""
+        config = f"{p['config']} ({p['source']})" if "config" in p else ""
         if i in edited:
-            config += f"  EDITED {edited[i][0]:.3f} -> {edited[i][1]:.3f} ms (generated -> edited, median of 3)"
-        print(f"{i:>3}  {p['op']:<28} {'ours' if p['ours'] else 'upstream':<10} {p['placement']:<9} {p['time_ms']:>10.3f}{config}")
+            config = f"{config}  EDITED {edited[i][0]:.3f} -> {edited[i][1]:.3f} ms (generated -> edited, median of 3)".strip()
+        rows.append({"#": i, "op": p["op"], "kernel": "ours" if p["ours"] else "upstream", "placement": p["placement"],
+                     "time (ms)": p["time_ms"], "config (source)": config})
+    print()
+    print(table(rows, {"#": ">", "op": "<", "kernel": "<", "placement": "<", "time (ms)": ">.3f", "config (source)": "<"}))
     ours = sum(p["time_ms"] for p in profile if p["ours"])
     print(f"\nkernel time {kernel_ms:.2f} ms ({ours / max(kernel_ms, 1e-12):.0%} in tir-adreno kernels), wall {wall * 1e3:.1f} ms "
           f"({compiled.launcher_kind} launcher)")
-    print(f"precision: {compiled.precision}; device memory: {mem['total'] / 2**20:.1f} MiB "
-          f"({mem['weights'] / 2**20:.1f} MiB weights, {mem['intermediates'] / 2**20:.1f} MiB activations with the image pool)")
+    print(f"precision: {compiled.precision}; device memory: {size(mem['total'])} "
+          f"({size(mem['weights'])} weights, {size(mem['intermediates'])} activations with the image pool)")
 
 
 def _inputs(given, specs, path) -> dict[str, np.ndarray]:
@@ -140,13 +130,10 @@ def _inputs(given, specs, path) -> dict[str, np.ndarray]:
 
 def _check(outputs, reference, inputs, report, rtol: float) -> int:
     """Compare with the CPU reference; 0 when within ``rtol`` (:data:`CHECK_RTOL` of the precision), else 1."""
-    from tir_adreno.reference import ReferenceUnavailable, nearly_constant, relative_error
+    from tir_adreno.reference import nearly_constant, relative_error
 
     print("checking against the CPU reference ...", flush=True)
-    try:
-        refs = reference(inputs)
-    except ReferenceUnavailable as err:
-        raise UserError(f"--check: {err}") from None
+    refs = reference(inputs)
     errors = [relative_error(o, r) for o, r in zip(outputs, refs)]
     report["check"] = {"relative_errors": errors, "rtol": rtol}
     constant = [f"output{i}" for i, r in enumerate(refs) if nearly_constant(r)]

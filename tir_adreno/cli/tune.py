@@ -5,15 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tir_adreno.cli.checks import UserError, profile_named
+from tir_adreno.cli.checks import progress_printer
+from tir_adreno.strategy.profile import get_profile
 
 
 def tune(args) -> int:
     if args.measure:
         return _measure(args)
-    from tir_adreno.compiler import ModelError
     from tir_adreno.frontend import models
-    from tir_adreno.strategy.precision import PrecisionError
     from tir_adreno.strategy.profile import with_placement
     from tir_adreno.tuning import tune as tuning
 
@@ -24,11 +23,8 @@ def tune(args) -> int:
     model = args.model if args.model else models.get_model(args.builtin)
     print(f"model: {args.model or args.builtin}\ndevice profile: {target.key}; precision: {args.precision}; "
           f"activations in {target.activation_placement}s", flush=True)
-    try:
-        results = tuning.tune(model, target, records, measurer, args.budget_s, progress=lambda m: print(m, flush=True),
-                            precision=args.precision)
-    except (ModelError, PrecisionError) as err:
-        raise UserError(str(err)) from None
+    results = tuning.tune(model, target, records, measurer, args.budget_s, progress=progress_printer(args, ""),
+                          precision=args.precision)
     if args.export:
         count = measurer.finish()
         if count:
@@ -49,12 +45,9 @@ def _measure(args) -> int:
     """The TVM-free side of ``--export``: numpy + pyopencl only."""
     from tir_adreno.tuning import measure
 
-    try:
-        if (Path(args.measure) / measure.JOBS_FILE).exists() or not measure.has_context(args.measure):
-            measure.measure_directory(args.measure, args.device, progress=lambda r: print(r, flush=True))
-        measure.measure_context(args.measure, args.device, progress=lambda line: print(line, flush=True))
-    except ValueError as err:
-        raise UserError(str(err)) from None
+    if (Path(args.measure) / measure.JOBS_FILE).exists() or not measure.has_context(args.measure):
+        measure.measure_directory(args.measure, args.device, progress=lambda r: print(r, flush=True))
+    measure.measure_context(args.measure, args.device, progress=lambda line: print(line, flush=True))
     print(f"results written to {args.measure}; bring the folder back and run tune MODEL --export {args.measure} again")
     return 0
 
@@ -65,10 +58,7 @@ def _target_and_measurer(args):
     from tir_adreno.tuning import measure, tune as tuning
 
     if args.export:
-        return profile_named(args.target or "adreno"), tuning.ExportMeasurer(args.export)
+        return get_profile(args.target or "adreno"), tuning.ExportMeasurer(args.export)
     if args.rpc_tracker:
-        try:
-            return profile_named(args.target), measure.RPCMeasurer(args.rpc_tracker, args.rpc_key)
-        except measure.TrackerError as err:
-            raise UserError(str(err)) from None
+        return get_profile(args.target), measure.RPCMeasurer(args.rpc_tracker, args.rpc_key)
     return DeviceProfile.from_device(args.device), tuning.LocalMeasurer(args.device)

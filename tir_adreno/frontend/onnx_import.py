@@ -11,12 +11,13 @@ initializer, so TVM's importer only ever sees constant shapes.
 from __future__ import annotations
 
 import numpy as np
+from tir_adreno.runtime.errors import UserError
 
 #: How ``input_shapes`` is spelled in messages (the CLI replaces it with its flag).
 INPUT_SHAPES_HINT = "compile_model(..., input_shapes={{{name!r}: {example}}})"
 
 
-class SymbolicShapeError(ValueError):
+class SymbolicShapeError(UserError, ValueError):
     """A graph input has a dimension without a value and no shape was given for it."""
 
     def __init__(self, name: str, dim: str, shape: list, hint: str = INPUT_SHAPES_HINT):

@@ -17,6 +17,7 @@ import os
 import re
 
 from tir_adreno.runtime.bundle import KernelArg, KernelModule
+from tir_adreno.runtime.errors import SettingError
 
 #: Environment switch, read here only (``build.build``'s ``check_bounds=None`` asks :func:`enabled`).
 ENV = "TIR_ADRENO_CHECK_BOUNDS"
@@ -60,7 +61,7 @@ def enabled() -> bool:
         return False
     if value in ("1", "true", "on", "yes"):
         return True
-    raise ValueError(f"${ENV} must be 0 or 1, got {value!r}")
+    raise SettingError(f"${ENV} must be 0 or 1, got {value!r}")
 
 
 def kernel_names(source: str) -> list[str]:

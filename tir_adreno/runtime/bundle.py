@@ -109,18 +109,20 @@ class KernelModule:
         except KeyError:
             raise KeyError(f"no function {name!r}; module has {sorted(self.functions)}") from None
 
-    def with_storage(self, storage: str | None) -> "KernelModule":
+    def with_storage(self, storage: str | None, positions: frozenset | None = None) -> "KernelModule":
         """This module with its texture parameters stored as ``storage`` ("float16": half
         images for float32 kernels, precision "float16_acc32"); the same source, so the
-        same program. Itself for None."""
+        same program. Itself for None. ``positions``: the parameters that may be stored so
+        (default: all); a texture parameter not among them stays a float32 image (statistics
+        a kernel passes to another, pinned to float32)."""
         if storage is None:
             return self
 
-        def store(spec: TensorSpec) -> TensorSpec:
-            keep = not is_texture_scope(spec.scope) or spec.dtype == storage
+        def store(i: int, spec: TensorSpec) -> TensorSpec:
+            keep = not is_texture_scope(spec.scope) or spec.dtype == storage or (positions is not None and i not in positions)
             return spec if keep else replace(spec, storage=storage)
 
-        funcs = {k: replace(f, params=tuple(store(p) for p in f.params)) for k, f in self.functions.items()}
+        funcs = {k: replace(f, params=tuple(store(i, p) for i, p in enumerate(f.params))) for k, f in self.functions.items()}
         return KernelModule(self.source, funcs, self.target, self.check_bounds)
 
     def to_json(self) -> str:

@@ -18,19 +18,22 @@ from pathlib import Path
 
 import numpy as np
 
-from tir_adreno.runtime import cache, launcher, opencl as runtime, weights as saved_weights
+from tir_adreno.runtime import cache, launcher, opencl as runtime, saved, weights as saved_weights
 from tir_adreno.runtime.bundle import KernelModule, TensorSpec
 from tir_adreno.runtime.startup import StartupReport, import_ms, mark_imported
 from tir_adreno.runtime.texture import image_format, is_texture_scope, texture_extent
+from tir_adreno.runtime.errors import UserError
+from tir_adreno.runtime.programs import BuildError
 
-MODEL_FORMAT = 1
+#: 2: ``model.json`` names the digests of the other files (``files``).
+MODEL_FORMAT = 2
 
 
-class TargetMismatchError(ValueError):
+class TargetMismatchError(UserError, ValueError):
     """A model compiled for another device profile does not fit this device."""
 
 
-class ModelInputError(ValueError):
+class ModelInputError(UserError, ValueError):
     """The inputs given to :meth:`CompiledModel.run` do not match the model."""
 
 
@@ -476,56 +479,42 @@ class CompiledModel:
         return save_model(directory, self.plan, self.kernels, self.weights if include_weights else None)
 
 
-def save_model(directory, plan: Plan, kernels: dict[str, KernelModule], weights: dict[int, np.ndarray] | None, target: str = "") -> Path:
-    """Write a saved model (``model.json``: plan + kernels; ``weights.npz`` unless ``weights`` is None).
-    ``target`` names the device profile it was compiled for."""
+def save_model(directory, plan: Plan, kernels: dict[str, KernelModule], weights: dict[int, np.ndarray] | None, target: str = "",
+               reference=None, force: bool = True) -> Path:
+    """Write a saved model, whole or not at all (:func:`saved.replacing_folder`): ``model.json``
+    (plan + kernels, and the digests of the other files), ``weights.npz`` unless ``weights`` is
+    None, ``reference.npz`` when ``reference`` is (inputs, outputs) (:func:`write_reference`).
+    ``target`` names the device profile it was compiled for. ``force=False`` refuses a folder
+    holding files we did not write (:class:`saved.SavedModelError`)."""
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    doc = {
-        "format": MODEL_FORMAT,
-        "target": target,
-        "plan": plan.to_dict(),
-        "kernels": {k: json.loads(m.to_json()) for k, m in kernels.items()},
-    }
-    cache.write(directory / "model.json", json.dumps(doc).encode())
-    if weights is None:
-        return directory
-    _write_npz(directory / "weights.npz", {str(i): w for i, w in weights.items()})
+    with saved.replacing_folder(directory, force) as staging:
+        saved.write_model_files(staging, model_doc(plan, kernels, target), weights, reference)
     return directory
 
 
-def _write_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    """``arrays`` as an uncompressed ``.npz``, written atomically with a checksum (``cache.write_with``:
-    streamed to the file, not built in memory first)."""
-    cache.write_with(path, lambda f: np.savez(f, **arrays))
+def model_doc(plan: Plan, kernels: dict[str, KernelModule], target: str) -> dict:
+    """``model.json``'s document but for the digests of the other files."""
+    return {"format": MODEL_FORMAT, "target": target, "plan": plan.to_dict(),
+            "kernels": {k: json.loads(m.to_json()) for k, m in kernels.items()}}
 
 
-#: A saved model's reference (``compile --check``): seeded inputs and the CPU reference's outputs.
-REFERENCE_FILE = "reference.npz"
+#: Re-exported: the saved model's functions live in :mod:`tir_adreno.runtime.saved`.
+REFERENCE_FILE, save_reference, load_reference = saved.REFERENCE_FILE, saved.save_reference, saved.load_reference
 
 
-def save_reference(directory, inputs: dict[str, np.ndarray], outputs) -> Path:
-    """Write ``reference.npz`` (``input:NAME`` and ``output0``, ``output1``, ...) atomically with a
-    checksum, so ``run DIR --check`` compares with float32 CPU outputs on a machine without TVM."""
-    arrays = {f"input:{n}": np.asarray(v) for n, v in inputs.items()}
-    arrays.update({f"output{i}": np.asarray(o) for i, o in enumerate(outputs)})
-    path = Path(directory) / REFERENCE_FILE
-    _write_npz(path, arrays)
-    return path
-
-
-def load_reference(directory) -> tuple[dict[str, np.ndarray], list[np.ndarray]] | None:
-    """(inputs, outputs) of ``reference.npz``; None when absent; ValueError when corrupt."""
-    path = Path(directory) / REFERENCE_FILE
-    if not path.exists():
-        return None
-    data = cache.read(path)
-    if data is None:
-        raise ValueError(f"{path}: truncated or corrupt (checksum mismatch)")
-    with np.load(io.BytesIO(data)) as npz:
-        inputs = {k.split(":", 1)[1]: npz[k] for k in npz.files if k.startswith("input:")}
-        outputs = [npz[f"output{i}"] for i in range(sum(k.startswith("output") for k in npz.files))]
-    return inputs, outputs
+def _kernels_and_plan(directory: Path, doc: dict) -> tuple[dict[str, KernelModule], "Plan"]:
+    """The kernel bundles and the plan of a checked ``model.json`` document; SavedModelError
+    naming the file when a part is missing or malformed (a document edited and re-checksummed)."""
+    try:
+        kernels = {k: KernelModule.from_dict(v) for k, v in doc["kernels"].items()}
+        plan = Plan.from_dict(doc["plan"])
+        for call in plan.calls:  # every call's kernel and tensors are in the file
+            kernels[call.kernel][call.function]
+            [plan.tensors[i] for i in call.args]
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as err:
+        what = f"no {err}" if isinstance(err, KeyError) else str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise saved.SavedModelError(f"{directory / saved.MODEL_FILE}: malformed saved model ({what}); compile the model again") from None
+    return kernels, plan
 
 
 def load_model(directory, device=None, pool: bool = True, random_weights: int | None = None) -> CompiledModel:
@@ -540,33 +529,46 @@ def load_model(directory, device=None, pool: bool = True, random_weights: int | 
     start = time.perf_counter()
     report = StartupReport(import_ms=import_ms())
     directory = Path(directory)
-    not_saved = ValueError(f"{directory}: not a saved tir-adreno model (missing, truncated or corrupt model.json/weights.npz)")
-    saved = _checked(directory / "model.json", report)
-    if saved is None:
-        raise not_saved
+    doc, doc_digest = saved.read_doc(directory, lambda path: _checked(path, report), with_digest=True)
+    if doc["format"] != MODEL_FORMAT:
+        raise saved.SavedModelError(f"{directory}: model format {doc['format']} != {MODEL_FORMAT} (compile the model again)")
     with report.phase("read_ms"):
-        doc = json.loads(bytes(saved[0]))
-        if doc.get("format") != MODEL_FORMAT:
-            raise ValueError(f"{directory}: model format {doc.get('format')} != {MODEL_FORMAT}")
-        kernels = {k: KernelModule.from_dict(v) for k, v in doc["kernels"].items()}
+        kernels, plan = _kernels_and_plan(directory, doc)
     with report.phase("device_ms"):
         device = runtime.get_device(device)
-    if doc["plan"].get("precision") == "float16" and not runtime.half_math(device):
+    if plan.precision == "float16" and not runtime.half_math(device):
         raise TargetMismatchError(f"{directory}: compiled in precision 'float16' (half math), which {device.name} does not "
                                   "run (probe kernel); compile it in 'float16_acc32' (half storage, float math)")
+    weights_path = directory / saved.WEIGHTS_FILE
+    saved.check_regular(weights_path)
     # built while the weights are read; model.json's checksum stands for the sources in the key
-    programs = device.load_all(kernels, counts=report.programs, source_id=saved[1].hex())
-    weights_file = _checked(directory / "weights.npz", report)
-    if weights_file is None and random_weights is not None and not (directory / "weights.npz").exists():
-        weights_file = (b"", b"")
+    programs = _built_or_refused(device.load_all(kernels, counts=report.programs, source_id=doc_digest.hex()), directory, device)
+    weights_file = _checked(weights_path, report)
+    if weights_file is None and random_weights is not None and not weights_path.exists():
+        weights_file = (b"", None)
     if weights_file is None:
         programs()  # let the builds finish (and fill the cache) before saying so
-        raise not_saved
+        raise saved.SavedModelError(f"{directory}: missing, truncated or corrupt {saved.WEIGHTS_FILE}")
+    if weights_file[1] is not None or saved.WEIGHTS_FILE in doc[saved.FILES_KEY]:
+        saved.check_bound(directory, doc, saved.WEIGHTS_FILE, weights_file[1])
     with report.phase("read_ms"):
-        plan = Plan.from_dict(doc["plan"])
         weights = _weights(weights_file[0], plan, random_weights)
     report.total_ms = (time.perf_counter() - start) * 1e3  # the constructor adds its own time
     return CompiledModel(plan, kernels, weights, device, pool, startup=report, programs=programs)
+
+
+def _built_or_refused(wait, directory: Path, device):
+    """``wait`` (``Device.load_all``'s) whose build failure is the saved model's: a SavedModelError
+    naming its model.json (its OpenCL was edited, or this driver refuses it)."""
+
+    def programs():
+        try:
+            return wait()
+        except BuildError as err:
+            first = str(err).strip().splitlines()[0] if str(err).strip() else "build failed"
+            raise saved.SavedModelError(f"{directory / saved.MODEL_FILE}: its OpenCL does not build on {device.name} ({first})") from None
+
+    return programs
 
 
 def _checked(path: Path, report: StartupReport) -> tuple[memoryview, bytes] | None:
@@ -581,7 +583,11 @@ def _weights(weight_bytes, plan: Plan, random_weights: int | None) -> dict[int, 
     """The saved weights by tensor index, or seeded random ones (``random_weights``) for a
     model saved without them (``weight_bytes`` empty)."""
     if len(weight_bytes):  # views into the verified bytes: no copy, no second checksum
-        return {int(k): w for k, w in saved_weights.arrays(weight_bytes).items()}
+        found = {int(k): w for k, w in saved_weights.arrays(weight_bytes).items()}
+        for i, t in enumerate(plan.tensors):
+            if t.kind == "const" and (i not in found or found[i].shape != tuple(t.shape)):
+                raise saved.SavedModelError(f"weights.npz: no weight {i} of shape {tuple(t.shape)} (the weights of another model)")
+        return found
     rng = np.random.default_rng(random_weights)
     return {i: (rng.standard_normal(t.shape) * 0.05).astype(t.storage_dtype) for i, t in enumerate(plan.tensors) if t.kind == "const"}
 

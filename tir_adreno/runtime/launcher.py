@@ -24,6 +24,7 @@ import glob
 import os
 
 import pyopencl as cl
+from tir_adreno.runtime.errors import SettingError
 
 ENV = "TIR_ADRENO_LAUNCHER"
 CHOICES = ("auto", "ctypes", "pyopencl")
@@ -46,7 +47,7 @@ def requested() -> str:
     """``$TIR_ADRENO_LAUNCHER`` (default auto); ValueError naming the variable for any other value."""
     value = os.environ.get(ENV, "").strip().lower() or "auto"
     if value not in CHOICES:
-        raise ValueError(f"${ENV} must be one of {', '.join(CHOICES)}, got {value!r}")
+        raise SettingError(f"${ENV} must be one of {', '.join(CHOICES)}, got {value!r}")
     return value
 
 

@@ -21,6 +21,7 @@ from tir_adreno.runtime.bounds import BoundsError  # noqa: F401 (raised by Loade
 from tir_adreno.runtime.bundle import FunctionPlan, KernelModule, TensorSpec
 from tir_adreno.runtime.startup import ProgramCounts
 from tir_adreno.runtime.texture import DeviceLimits, image_format, is_texture_scope, texture_extent
+from tir_adreno.runtime.errors import SettingError, UserError
 
 #: Poison written into outputs before a run, so an element a kernel never wrote shows up.
 POISON = {"float32": np.float32(np.nan), "float16": np.float16(np.nan)}
@@ -33,7 +34,7 @@ BUILD_OPTIONS = ""
 CL12_OPTIONS = "-cl-std=CL1.2 -DCL_VERSION_2_0=200000 -DCL_VERSION_3_0=300000"
 
 
-class DeviceNotFoundError(LookupError):
+class DeviceNotFoundError(UserError, LookupError):
     """No OpenCL device matches the requested name."""
 
 
@@ -169,7 +170,7 @@ def pinned_requested() -> bool:
     """``$TIR_ADRENO_PINNED`` (0 or 1, default 1); ValueError naming the variable otherwise."""
     value = os.environ.get(PINNED_ENV, "").strip() or "1"
     if value not in ("0", "1"):
-        raise ValueError(f"${PINNED_ENV} must be 0 or 1, got {value!r}")
+        raise SettingError(f"${PINNED_ENV} must be 0 or 1, got {value!r}")
     return value == "1"
 
 

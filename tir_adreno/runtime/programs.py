@@ -10,7 +10,9 @@ thread-safe), so the caller can read and upload weights meanwhile.
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 import time
 import warnings
 from collections.abc import Callable
@@ -22,6 +24,15 @@ from tir_adreno.runtime import cache, link, pocl_binary
 
 #: Most programs built at once (each build of a big kernel from source holds its compiler's memory).
 MAX_WORKERS = 8
+
+#: Where a long build from source is announced (``logging``: the CLI shows it on stderr, ``--quiet`` hides it).
+log = logging.getLogger("tir_adreno.programs")
+#: Rough seconds an OpenCL compiler spends per kernel of a program built from source: PoCL (CPU)
+#: built ResNet-18's 21 kernels in 22 s (issue 39); GPU drivers are several times faster
+#: (NVIDIA: a cold MobileNetV2 start of 7.6 s, docs/startup.md).
+SECONDS_PER_KERNEL = {"cpu": 1.0, "gpu": 0.15}
+#: Builds estimated shorter than this are not announced (a single kernel, the kernel tour).
+ANNOUNCE_MIN_S = 5.0
 
 
 class BuildError(RuntimeError):
@@ -47,6 +58,7 @@ def _build(device, source: str, options: str, key: str):
         except cl.Error:
             pass  # stale or foreign binary: rebuild from source below
     text = source if isinstance(source, str) else source()
+    _announce(device, text)
     prg = cl._cl._Program(device.context, device.program_source(text))  # the half prelude where the device needs it
     try:
         prg.build(options.encode(), [device.cl_device])
@@ -64,6 +76,17 @@ def _build(device, source: str, options: str, key: str):
             except cl.Error:  # this PoCL refuses it after all: cache the binary whole
                 cache.store(path, bytes(binary), key)
     return "source", cl.Program(prg)
+
+
+def _announce(device, text: str) -> None:
+    """Log what a long build from source is and about how long it takes (users wait on it once:
+    the binary is cached)."""
+    kernels = len(set(re.findall(r"__kernel\s+void\s+(\w+)", text)))  # a kernel may be written twice (#if branches)
+    kind = "cpu" if device.cl_device.type & cl.device_type.CPU else "gpu"
+    estimate = kernels * SECONDS_PER_KERNEL[kind]
+    if estimate >= ANNOUNCE_MIN_S:
+        log.info(f"building the OpenCL program of {kernels} kernel{'s' if kernels != 1 else ''} from source on {device.name}, about {estimate:.0f} s "
+                 f"(once: later runs load its binary from the cache)")
 
 
 def start(device, sources: dict, options: str, built: dict, counters, background: bool = True, after=None):

@@ -31,8 +31,10 @@ def pack_oihw4o(w: np.ndarray) -> np.ndarray:
     """OIHW -> ``(ceil(O/4), I, KH, KW, 4)``: a pixel holds 4 output channels; padding zero."""
     o, i, kh, kw = w.shape
     o4 = blocked(o)
-    padded = np.zeros((o4 * LANES, i, kh, kw), w.dtype)
-    padded[:o] = w
+    padded = w
+    if o4 * LANES != o:  # a padded copy only when O is not whole pixels (a classifier's weights are large)
+        padded = np.zeros((o4 * LANES, i, kh, kw), w.dtype)
+        padded[:o] = w
     return np.ascontiguousarray(padded.reshape(o4, LANES, i, kh, kw).transpose(0, 2, 3, 4, 1))
 
 

@@ -7,6 +7,7 @@ which dtype the kernels are built for (:func:`kernel_dtype`), how float32 textur
 
 from __future__ import annotations
 
+from tir_adreno.runtime.errors import UserError
 from tir_adreno.strategy.profile import DeviceProfile
 
 #: Precisions as TVM's Adreno flow names them: "float32"; "float16_acc32" (every tensor of our
@@ -17,7 +18,7 @@ from tir_adreno.strategy.profile import DeviceProfile
 PRECISIONS = ("float32", "float16_acc32", "float16")
 
 
-class PrecisionError(ValueError):
+class PrecisionError(UserError, ValueError):
     """The device cannot run the requested precision."""
 
 

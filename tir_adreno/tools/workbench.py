@@ -24,6 +24,7 @@ import numpy as np
 from tir_adreno import reference
 from tir_adreno.strategy import packing as blocked
 from tir_adreno.runtime.bundle import TensorSpec
+from tir_adreno.runtime.errors import UserError
 
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = 1
@@ -32,7 +33,7 @@ OP_LINE = "# op: "
 SHOW = ("tir", "lowered", "opencl")
 
 
-class WorkbenchError(ValueError):
+class WorkbenchError(UserError, ValueError):
     """A bad kernel file, manifest or request: one line for the user (CLI exit 2)."""
 
 

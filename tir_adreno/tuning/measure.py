@@ -21,9 +21,11 @@ This module imports no TVM; :class:`RPCMeasurer` imports ``tvm.rpc`` when used.
 from __future__ import annotations
 
 import collections
+import contextlib
 import itertools
 import json
 import socket
+import struct
 import threading
 import time
 from dataclasses import dataclass
@@ -33,8 +35,15 @@ import numpy as np
 
 from tir_adreno.runtime import cache, opencl as runtime
 from tir_adreno.runtime.bundle import KernelModule
+from tir_adreno.runtime.errors import UserError
 
 FORMAT = 1
+
+
+class FolderError(UserError, ValueError):
+    """A file of an exported folder (jobs, results) is missing, corrupt or of another version."""
+
+
 JOBS_FILE = "jobs.json"
 RESULTS_FILE = "results.json"
 BUNDLES_DIR = "bundles"
@@ -160,21 +169,21 @@ def _unpack(entries, load, where: str) -> list[MeasureJob]:
     try:
         return [MeasureJob(e["key"], tuple((bundle(b), str(f)) for b, f in e["stages"])) for e in entries]
     except (KeyError, TypeError, ValueError) as err:
-        raise ValueError(f"{where}: malformed jobs ({_one_line(err)})") from None
+        raise FolderError(f"{where}: malformed jobs ({_one_line(err)})") from None
 
 
 def _read_doc(path: Path, what: str, hint: str) -> tuple[dict, bytes]:
     """The JSON document of an atomic checked file (``cache.write``) and its payload; ValueError naming ``path``."""
     payload = cache.read(path)
     if payload is None:
-        raise ValueError(f"{path}: missing, truncated or corrupt {what} file ({hint})")
+        raise FolderError(f"{path}: missing, truncated or corrupt {what} file ({hint})")
     try:
         doc = json.loads(payload.decode())
         fmt = doc.get("format")
     except (ValueError, AttributeError) as err:
-        raise ValueError(f"{path}: unreadable {what} file ({_one_line(err)})") from None
+        raise FolderError(f"{path}: unreadable {what} file ({_one_line(err)})") from None
     if fmt != FORMAT:
-        raise ValueError(f"{path}: {what} format {fmt} != {FORMAT} ({hint})")
+        raise FolderError(f"{path}: {what} format {fmt} != {FORMAT} ({hint})")
     return doc, payload
 
 
@@ -211,9 +220,9 @@ def _read_results(directory: Path, digest: str | None) -> tuple[dict[str, Measur
     try:
         results = {k: MeasureResult(k, r["seconds"], r["error"]) for k, r in doc["results"].items()}
     except (KeyError, TypeError, AttributeError) as err:
-        raise ValueError(f"{path}: unreadable results file ({_one_line(err)})") from None
+        raise FolderError(f"{path}: unreadable results file ({_one_line(err)})") from None
     if digest is not None and doc.get("jobs") != digest:
-        raise ValueError(f"{path}: measured for other jobs than {directory / JOBS_FILE} (measure again)")
+        raise FolderError(f"{path}: measured for other jobs than {directory / JOBS_FILE} (measure again)")
     return results, doc.get("device") or {}
 
 
@@ -309,25 +318,71 @@ def has_context(directory) -> bool:
 # Over TVM's RPC tracker
 
 
-class TrackerError(ConnectionError):
+class TrackerError(UserError, ConnectionError):
     """The RPC tracker does not answer, or no runner is registered under the key."""
 
 
 def parse_address(text: str, what: str = "tracker") -> tuple[str, int]:
-    """``"HOST:PORT"`` -> (host, port); ValueError naming ``what`` otherwise."""
+    """``"HOST:PORT"`` -> (host, port); TrackerError naming ``what`` otherwise."""
     host, sep, port = str(text).rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"{what} must be HOST:PORT, got {text!r}")
+        raise TrackerError(f"{what} must be HOST:PORT, got {text!r}")
     return host, int(port)
 
 
-def check_tracker(address: tuple[str, int], timeout_s: float = 5.0) -> None:
-    """TrackerError unless something accepts connections at ``address`` (TVM's client would retry for 60 s)."""
+#: Seconds a tracker has to answer: the connection, its handshake and each reply (README, docs).
+TRACKER_TIMEOUT_S = 10.0
+
+
+def check_tracker(address: tuple[str, int], timeout_s: float = TRACKER_TIMEOUT_S) -> dict:
+    """The summary of the TVM RPC tracker at ``address``; TrackerError unless it answers as one
+    within ``timeout_s`` (TVM's own client retries for 60 s and then waits on a silent peer forever)."""
+    where = f"{address[0]}:{address[1]}"
     try:
-        socket.create_connection(address, timeout=timeout_s).close()
-    except OSError as err:
-        reason = err.strerror or type(err).__name__
-        raise TrackerError(f"no RPC tracker answers at {address[0]}:{address[1]} ({reason})") from None
+        with tracker_socket(address, timeout_s) as sock:
+            from tvm.rpc import base
+
+            base.sendjson(sock, [base.TrackerCode.SUMMARY])
+            value = base.recvjson(sock)
+    except TimeoutError:
+        raise TrackerError(f"the RPC tracker at {where} does not answer (nothing within {timeout_s:g} s)") from None
+    except (ConnectionRefusedError, socket.gaierror) as err:
+        raise TrackerError(f"no RPC tracker answers at {where} ({err.strerror or type(err).__name__})") from None
+    except (OSError, ValueError, struct.error, UnicodeDecodeError) as err:
+        if isinstance(err, TrackerError):
+            raise
+        raise TrackerError(f"{where} is not a TVM RPC tracker ({_one_line(err)})") from None
+    if not (isinstance(value, list) and len(value) == 2 and isinstance(value[1], dict)):
+        raise TrackerError(f"{where} is not a TVM RPC tracker (it answered {str(value)[:60]})")
+    return value[1]
+
+
+def tracker_socket(address: tuple[str, int], timeout_s: float) -> socket.socket:
+    """A socket to the tracker at ``address`` past TVM's tracker handshake, every operation bounded
+    by ``timeout_s`` (TimeoutError); TrackerError when the peer answers the handshake wrongly."""
+    from tvm.rpc import base
+
+    sock = socket.create_connection(address, timeout=timeout_s)
+    try:
+        sock.sendall(struct.pack("<i", base.RPC_TRACKER_MAGIC))
+        (magic,) = struct.unpack("<i", base.recvall(sock, 4))
+        if magic != base.RPC_TRACKER_MAGIC:
+            raise TrackerError(f"{address[0]}:{address[1]} is not a TVM RPC tracker (wrong handshake)")
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def _timed_tracker(address: tuple[str, int], timeout_s: float):
+    """TVM's tracker client (``rpc.connect_tracker``) whose socket waits ``timeout_s`` at most."""
+    from tvm.rpc.client import TrackerSession
+
+    class TimedTrackerSession(TrackerSession):
+        def _connect(self):
+            self._sock = tracker_socket(self._addr, timeout_s)
+
+    return TimedTrackerSession(address)
 
 
 def encode_request(jobs, warmup: int, repeat: int) -> str:
@@ -361,10 +416,7 @@ class RPCMeasurer:
 
     def __init__(self, tracker: str, key: str, timeout_s: float = 600.0, warmup: int = 2, repeat: int = 10,
                  max_attempts: int = 3, request_timeout_s: float = 60.0):
-        try:
-            self.address = parse_address(tracker)
-        except ValueError as err:
-            raise TrackerError(str(err)) from None
+        self.address = parse_address(tracker)
         if not key:
             raise TrackerError("the RPC key must not be empty")
         self.key, self.timeout_s, self.warmup, self.repeat = key, timeout_s, warmup, repeat
@@ -374,15 +426,7 @@ class RPCMeasurer:
 
     def runners(self) -> int:
         """How many runners of the key are registered, busy or free (TrackerError when none)."""
-        check_tracker(self.address)
-        from tvm import rpc
-
-        try:
-            tracker = rpc.connect_tracker(*self.address)
-            summary = tracker.summary()
-            tracker.close()
-        except (OSError, RuntimeError) as err:
-            raise TrackerError(f"{self.address[0]}:{self.address[1]} is not a TVM RPC tracker ({_one_line(err)})") from None
+        summary = check_tracker(self.address)
         servers = [s["key"].split(":", 1)[-1] for s in summary.get("server_info", [])]
         if self.key not in servers:
             known = ", ".join(sorted(set(servers))) or "none"
@@ -408,10 +452,7 @@ class RPCMeasurer:
         reference cycles that keep their callers' frames, and with them any session they
         hold, alive until the garbage collector runs (the runner stays busy meanwhile).
         """
-        from tvm import rpc
-
-        tracker = rpc.connect_tracker(*self.address)
-        tracker._sock.settimeout(2.0)
+        tracker = _timed_tracker(self.address, 2.0)
         try:
             session = tracker.request(self.key, session_timeout=self.timeout_s, max_retry=1)
         finally:
@@ -432,8 +473,9 @@ class RPCMeasurer:
                    for _ in range(min(self.runners(), len(jobs)))]
         for t in threads:
             t.start()
-        # the runner kills a session at timeout_s and the error comes back; this is for when even that is lost
-        work.supervise(threads, self.timeout_s + HANG_GRACE_S)
+        # the runner kills a session at timeout_s and the error comes back; this is for when even that is lost,
+        # and for a request stuck where TVM does not time out (its C++ connect to the runner handed out)
+        work.supervise(threads, self.timeout_s + HANG_GRACE_S, self.request_timeout_s + HANG_GRACE_S)
         self.requeued += work.requeued
         for job, _ in work.queue:  # every runner was lost
             work.finish(MeasureResult(job.key, None, f"no runner with key {self.key!r} left to measure it"))
@@ -446,7 +488,8 @@ class RPCMeasurer:
             while True:
                 if session is None or time.monotonic() - opened > self.timeout_s / 2:
                     session = None  # end the old session first: its runner becomes free for our request
-                    session, opened = self._session(work.pending), time.monotonic()
+                    with work.requesting():
+                        session, opened = self._session(work.pending), time.monotonic()
                     if session is None:
                         return
                 item = work.take()
@@ -476,7 +519,8 @@ class _WorkQueue:
     def __init__(self, jobs, max_attempts: int, progress):
         self.queue = collections.deque((job, 0) for job in jobs)
         self.flight = {}  # token -> (job, attempts, started, thread)
-        self.given_up = set()  # threads whose job was taken from them
+        self.given_up = set()  # threads whose job was taken from them, or that never got a session
+        self.requests = {}  # thread -> when it started asking the tracker for a session
         self.results: dict[str, MeasureResult] = {}
         self.requeued = 0
         self.max_attempts, self.progress = max_attempts, progress
@@ -487,9 +531,22 @@ class _WorkQueue:
         with self.cond:
             return bool(self.queue or self.flight)
 
-    def take(self):
-        """(token, job) to measure, or None when no work is left."""
+    @contextlib.contextmanager
+    def requesting(self):
+        """The calling thread asks for a session meanwhile (watched by :meth:`supervise`)."""
         with self.cond:
+            self.requests[threading.current_thread()] = time.monotonic()
+        try:
+            yield
+        finally:
+            with self.cond:
+                self.requests.pop(threading.current_thread(), None)
+
+    def take(self):
+        """(token, job) to measure, or None when no work is left (or this thread was given up on)."""
+        with self.cond:
+            if threading.current_thread() in self.given_up:
+                return None
             while not self.queue and self.flight:
                 self.cond.wait()  # a job in flight elsewhere may come back
             if not self.queue:
@@ -526,8 +583,9 @@ class _WorkQueue:
                 self.cond.notify_all()
             return True
 
-    def supervise(self, threads, hang_s: float) -> None:
-        """Wait for ``threads``; a job without an answer after ``hang_s`` is re-queued and its thread left behind."""
+    def supervise(self, threads, hang_s: float, request_s: float = float("inf")) -> None:
+        """Wait for ``threads``; a job without an answer after ``hang_s`` is re-queued and its thread
+        left behind, and so is a thread that asked for a session for more than ``request_s``."""
         while True:
             with self.cond:
                 now = time.monotonic()
@@ -535,6 +593,7 @@ class _WorkQueue:
                     if now - started > hang_s:
                         self.given_up.add(thread)
                         self._lose(token, f"no answer in {hang_s:.0f} s")
+                self.given_up.update(t for t, since in self.requests.items() if now - since > request_s)
                 if not any(t.is_alive() and t not in self.given_up for t in threads):
                     return
                 self.cond.wait(0.5)

@@ -24,14 +24,17 @@ keeps the fastest of the three in the records.
 from __future__ import annotations
 
 import dataclasses
+import logging
 
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 from primfuncs.conv import ConvConfig
 from primfuncs.epilogue import Epilogue
 
+from tir_adreno.runtime.errors import UserError
 from tir_adreno.strategy import records as _records
 from tir_adreno.strategy import conv as strategy
 from tir_adreno.strategy import defaults
@@ -41,6 +44,9 @@ from tir_adreno.tuning import programs as tuning
 from tir_adreno.strategy.placement import activation_scope
 from tir_adreno.strategy.profile import DeviceProfile
 from tir_adreno.tuning.measure import LocalMeasurer, MeasureJob, export_jobs, load_results, time_model  # noqa: F401 (LocalMeasurer: the default measurer)
+
+#: How long a tune has left, said after each layer (``logging``: the CLI shows it on stderr, ``--quiet`` hides it).
+log = logging.getLogger("tir_adreno.tune")
 
 #: Register tiles (oc_block, w_block) and work groups tried besides the default.
 TILES = ((1, 4), (2, 4), (4, 4), (2, 2))
@@ -204,6 +210,28 @@ class LayerResult:
     skipped: bool = False
 
 
+class RecordsInTheWay(UserError, ValueError):
+    """The records file to write holds records this tune would ignore (and so overwrite)."""
+
+
+def records_to_update(records_path, profile: DeviceProfile, precision: str = "float32"):
+    """The records at ``records_path`` that ``tune`` adds to; :class:`RecordsInTheWay` when the
+    file holds records it would ignore (another device, driver, precision or kernel version, or
+    not a records file): hours of measurements are never overwritten."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", _records.RecordsWarning)
+        recs = _records.load(records_path, profile, precision)
+    ignored = [w for w in caught if issubclass(w.category, _records.RecordsWarning)]
+    for w in caught:
+        if w not in ignored:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    if ignored:
+        reason = str(ignored[0].message).split("records ignored: ", 1)[-1]
+        raise RecordsInTheWay(f"--records {records_path}: holds records tune would ignore ({reason}) and overwrite; "
+                              "give another --records file (this one stays as it is)")
+    return recs
+
+
 def tune(model, profile: DeviceProfile, records_path, measurer, budget_s: float | None = None, progress=print,
          precision: str = "float32") -> list:
     """Tune every conv layer of ``model`` not yet in the records at ``records_path``.
@@ -216,7 +244,7 @@ def tune(model, profile: DeviceProfile, records_path, measurer, budget_s: float 
     the fastest variant in the records.
     """
     check_precision(precision, profile)
-    recs = _records.load(records_path, profile, precision)
+    recs = records_to_update(records_path, profile, precision)
     convs, pools = model_layers(model, profile)
     layers = [(_records.conv2d_key(g, precision), g) for g in convs] + [(p.key, p) for p in pools]
     progress(f"{len(convs)} distinct conv layers, {len(pools)} pooling layers; records: {records_path} "
@@ -252,6 +280,7 @@ def tune(model, profile: DeviceProfile, records_path, measurer, budget_s: float 
         gain = f" ({default_s / ok[winner_name]:.2f}x the default)" if default_s else ""
         progress(f"    winner: {winner_name}{gain}")
         results.append(LayerResult(key, default_s, ok[winner_name], winner_name))
+        _say_time_left(layers[i + 1:], recs, tuned, time.perf_counter() - start)
     if len(results) < len(layers) or not results:
         return results
     if isinstance(measurer, LocalMeasurer):
@@ -261,6 +290,15 @@ def tune(model, profile: DeviceProfile, records_path, measurer, budget_s: float 
     else:
         progress("whole-model timing (placement in context) needs the device here or --export: skipped")
     return results
+
+
+def _say_time_left(rest: list, recs, tuned: int, elapsed_s: float) -> None:
+    """Log about how long the layers not yet recorded take, at the pace of those tuned so far."""
+    left = sum(key not in recs for key, _ in rest)
+    if left:
+        pace = elapsed_s / tuned
+        log.info(f"tune: {left} layer{'s' if left != 1 else ''} left, about {left * pace:.0f} s at {pace:.0f} s a layer "
+                 "(then the whole model is timed; --budget-s stops earlier, the next run resumes)")
 
 
 #: Whole-model variants :func:`in_context` times, preferred in this order on a near tie

@@ -168,7 +168,9 @@ def conv_tail(rw: Rewriter, node: Node, w: np.ndarray, data_layout: str) -> Tail
 @rule("relax.nn.conv2d")
 def conv2d(rw: Rewriter, node: Node):
     operands = conv_operands(node)
-    x = rw.activation(node.args[0], operands.layout) if operands is not None else None
+    layout = operands.layout if operands is not None else None
+    del operands  # its float64 weights: emit_conv2d reads its own (VGG-19's first classifier layer: 800 MB)
+    x = rw.activation(node.args[0], layout) if layout is not None else None
     if x is None:
         return None
     return emit_conv2d(rw, node, x)
@@ -186,6 +188,7 @@ def emit_conv2d(rw: Rewriter, node: Node, x: Value, gate: Value | None = None, i
     squares and the conv reads ``x * (1 + gamma * Nx)`` computing ``Nx`` itself."""
     data_layout, w = conv_operands(node)
     tail = conv_tail(rw, node, w, data_layout)
+    del w  # the tail holds the weights; a fold replaces them, and the old ones go now, not at return
     if input_shift is not None:
         tail.shift_input(input_shift)
     grouped = norm is not None and stats is not None

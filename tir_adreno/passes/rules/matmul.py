@@ -80,4 +80,6 @@ def matmul(rw: Rewriter, node: Node):
     found = _as_conv_operands(rw, node, w, a_shape)
     if found is None:
         return None
-    return conv.conv2d.apply(rw, as_conv_node(node, *found))
+    conv_node = as_conv_node(node, *found)
+    del w, found  # the conv node holds the weights; these copies go before the conv packs its own (VGG-19: 400 MB each)
+    return conv.conv2d.apply(rw, conv_node)

@@ -24,6 +24,8 @@ def pool_spec(node: Node):
         return None
     if node.op == "relax.nn.adaptive_avg_pool2d":
         return "adaptive_avg", pool2d.adaptive_avg_pool2d, dict(output_size=tuple(out_shape[2:])), out_shape[2:]
+    if pool2d.padding_past_half_window(ints(a.pool_size), ints(a.padding), ints(a.dilation)) is not None:
+        return None  # valid ONNX (pads up to the window size - 1) our kernels do not take: upstream's
     kind = "max" if node.op.endswith("max_pool2d") else "avg"
     attrs = dict(pool_type=kind, pool_size=ints(a.pool_size), strides=ints(a.strides), padding=ints(a.padding),
                  dilation=ints(a.dilation), ceil_mode=bool(a.ceil_mode),

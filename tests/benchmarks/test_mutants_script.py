@@ -1,0 +1,79 @@
+"""benchmarks/mutants.py without running a mutant (each runs the suite): every mutant still finds
+its code, the command is the README's, the copy leaves the working tree alone, the table is
+Markdown."""
+
+import pytest
+
+from helpers import ROOT
+from helpers.benchmarks import benchmark
+
+mutants = benchmark("mutants")
+
+
+@pytest.mark.parametrize("mutant", mutants.MUTANTS, ids=lambda m: m.name)
+def test_every_mutant_finds_its_code_once_and_changes_it(mutant):
+    """A snippet that moved or changed fails here, in the suite, not when the mutants next run."""
+    for old, new in mutant.edits:
+        assert old != new
+        path = mutants.locate(ROOT, old)
+        assert path.read_text().count(old) == 1
+    for test in mutant.tests:
+        assert (ROOT / test.split("::")[0]).is_file(), test
+
+
+def test_mutant_names_are_unique():
+    names = [m.name for m in mutants.MUTANTS]
+    assert len(names) == len(set(names))
+
+
+def test_the_command_is_the_readme_test_command_stopping_at_the_first_failure():
+    lines = (ROOT / "README.md").read_text().splitlines()
+    fence = next(i for i, line in enumerate(lines) if line.startswith("```"))
+    readme = lines[fence + 2]  # the first code block's second line, as .ci/run reads it
+    command = mutants.pytest_command(ROOT, None, 7)
+    assert " ".join(["python3", *command[1:-4]]) == readme.split("&&")[-1].strip()
+    assert command[-4:] == ["-x", "-p", "no:cacheprovider", "--hypothesis-seed=7"]
+    quick = mutants.pytest_command(ROOT, ["tests/a.py::t"], 3)
+    assert quick[3:] == ["-q", "-n", "0", "tests/a.py::t", "-x", "-p", "no:cacheprovider", "--hypothesis-seed=3"]
+
+
+def test_a_mutant_edits_a_copy_not_the_tree(tmp_path):
+    m = next(m for m in mutants.MUTANTS if m.name == "pool_count_include_pad_misread")
+    (old, new), = m.edits
+    path = mutants.locate(ROOT, old)
+    before = path.read_text()
+    copy = tmp_path / "copy"
+    for top in mutants.SEARCHED:  # the searched folders are enough for apply()
+        (copy / top).mkdir(parents=True)
+    (copy / path.relative_to(ROOT)).parent.mkdir(parents=True, exist_ok=True)
+    (copy / path.relative_to(ROOT)).write_text(before)
+    where = mutants.apply(m, copy)
+    assert where == [f"{path.relative_to(ROOT)}:{before[: before.index(old)].count(chr(10)) + 1}"]
+    assert new in (copy / path.relative_to(ROOT)).read_text() and old not in (copy / path.relative_to(ROOT)).read_text()
+    assert path.read_text() == before
+
+
+def test_the_kill_table_counts_kills_per_run():
+    m = mutants.MUTANTS[0]
+    runs = [mutants.Run(0, "killed", 12.4, "kernels/test_x.py::t: AssertionError: a|b"), mutants.Run(1, "SURVIVED", 600, "")]
+    lines = mutants.table([(m, ["a.py:3"], runs)], 2).splitlines()
+    assert lines[0].startswith("| mutant |") and set(lines[1]) <= set("|-")
+    assert lines[2] == f"| `{m.name}`: {m.what} | a.py:3 | 1/2 | 12, survived | kernels/test_x.py::t: AssertionError: a/b |"
+
+
+XDIST_STOPPED = """\
+=========================== short test summary info ============================
+FAILED tests/kernels/test_b.py::test_bad[3] - AssertionError: 0.5
+!!!!!!!!!!!! xdist.dsession.Interrupted: stopping after 1 failures !!!!!!!!!!!!!
+E       AssertionError: 0.5
+1 failed, 1 passed in 16.36s
+"""
+
+
+def test_a_failure_is_a_kill_also_when_xdist_stops_the_run():
+    """``-n 2 -x`` ends with exit code 2 (interrupted) after the first failure: still a kill."""
+    assert mutants.first_failure(XDIST_STOPPED) == "kernels/test_b.py::test_bad[3]: AssertionError: 0.5"
+    assert mutants.verdict(2, XDIST_STOPPED) == mutants.verdict(1, XDIST_STOPPED) == "killed"
+    assert mutants.verdict(0, "5 passed") == "SURVIVED"
+    assert mutants.verdict(2, "Interrupted: 1 error during collection") == "error (pytest exit 2)"
+    assert mutants.verdict(-15, "") == "error (pytest exit -15)"
