@@ -155,8 +155,8 @@ MUTANTS = (
     Mutant(
         "layer_norm_eps_dropped",
         "the channel layer norm kernel loses its epsilon",
-        (("stats[1] = T.FloatImm(dtype, 1.0) / T.sqrt(stats[1] / count + T.FloatImm(dtype, float(epsilon)))",
-          "stats[1] = T.FloatImm(dtype, 1.0) / T.sqrt(stats[1] / count)"),),
+        (("stats[1] = T.FloatImm(acc, 1.0) / T.sqrt(stats[1] / count + T.FloatImm(acc, float(epsilon)))",
+          "stats[1] = T.FloatImm(acc, 1.0) / T.sqrt(stats[1] / count)"),),
         ("tests/kernels/test_layer_norm.py", "tests/passes/test_convnext_shufflenet_ops.py"),
     ),
     Mutant(
