@@ -6,7 +6,7 @@ import pytest
 from primfuncs import conv
 from primfuncs._common import TEXTURE, TEXTURE_WEIGHT
 from primfuncs.epilogue import Epilogue
-from tir_adreno.strategy import conv as strategy
+from tir_adreno.strategy import conv as strategy, fusion
 from tir_adreno.strategy.precision import FLOAT_ACCUMULATION_MIN_K, conv_accumulator_dtype
 from tir_adreno.strategy.profile import get_profile
 
@@ -43,7 +43,7 @@ def test_the_fused_kernel_accumulates_its_1x1_conv_by_its_channels():
     dw = conv.conv2d_geometry((1, 64, 8, 8), (64, 1, 3, 3), padding=1, groups=64)
     pw = conv.conv2d_geometry((1, 64, 8, 8), (32, 64, 1, 1))
     for precision, acc in (("float16", "float32"), ("float32", None)):
-        plan = strategy.FusedPlan(dw, pw, precision, conv.ConvConfig(), "texture", "default", TEXTURE, TEXTURE_WEIGHT, 0)
+        plan = fusion.FusedPlan(dw, pw, precision, conv.ConvConfig(), "texture", "default", TEXTURE, TEXTURE_WEIGHT, 0)
         _, kwargs = plan.stage(Epilogue(), Epilogue())
         assert kwargs.get("acc_dtype") == acc
 

@@ -47,6 +47,7 @@ import tvm
 from tir_adreno.passes.mixed_conv import merge_mixed_convs
 from tir_adreno.passes.reparam import reparameterize
 from tir_adreno.passes.rewriter import Rewriter
+from tir_adreno.passes.patterns import PATTERNS
 from tir_adreno.passes.rules import RULES, by_op
 from tir_adreno.strategy.profile import DeviceProfile, resolve
 
@@ -59,7 +60,7 @@ def dispatch_to_textures(mod: tvm.IRModule, profile: DeviceProfile, allow_buffer
     index knows are body-less stubs (``passes.kernel_index``) that only ``compiler.plan_module``
     resolves; the default gives real PrimFuncs (``tvm.compile``, ``dump``). Convs are merged first
     (:func:`merge_convs`)."""
-    return Rewriter(merge_convs(mod, profile), profile, by_op(RULES), allow_buffer, records, precision, lazy).run()
+    return Rewriter(merge_convs(mod, profile), profile, by_op((*PATTERNS, *RULES)), allow_buffer, records, precision, lazy).run()
 
 
 def merge_convs(mod: tvm.IRModule, profile: DeviceProfile) -> tvm.IRModule:
