@@ -16,8 +16,8 @@ from tir_adreno.strategy.fusion import fuses
 def _match(g, node: Node) -> Match | None:
     """A grouped conv our kernels may take (whether it is depthwise, and its 1x1 reader, are found
     after its tail)."""
-    operands = conv_operands(node)
-    if operands is None or int(node.attrs.groups) == 1:
+    operands = conv_operands(node) if int(node.attrs.groups) > 1 else None
+    if operands is None:
         return None
     return Match(node, {"operands": operands})
 

@@ -19,9 +19,12 @@ from tir_adreno.strategy.packing import pack_bias
 def vector_pointwise(node: Node | None, var) -> np.ndarray | None:
     """The OIHW weights of ``node`` when it is a plain 1x1 conv (no groups, and no padding) on
     ``var``, an NCHW ``[N, C, 1, 1]`` float32 tensor; else None."""
-    operands = conv_operands(node) if node is not None and node.op == "relax.nn.conv2d" else None
-    shape = static_shape(var) if operands is not None and operands.layout == "NCHW" and same(node.args[0], var) else None
-    if shape is None or len(shape) != 4 or dtype(var) != "float32":
+    # the shape first: every conv is asked, and its operands are a float64 copy of its weights
+    shape = static_shape(var) if node is not None and node.op == "relax.nn.conv2d" and same(node.args[0], var) else None
+    if shape is None or len(shape) != 4 or shape[2:] != (1, 1) or dtype(var) != "float32":
+        return None
+    operands = conv_operands(node)
+    if operands is None or operands.layout != "NCHW":
         return None
     g = conv_geometry(node, shape, operands.weights.shape)
     if (g.h, g.w, g.kh, g.kw, g.groups, g.oh, g.ow) != (1, 1, 1, 1, 1, 1, 1):
