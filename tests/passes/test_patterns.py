@@ -110,3 +110,58 @@ def test_can_fuse_is_the_one_question():
     with pytest.raises(ValueError, match="unknown fusion kind"):
         fusion.can_fuse("winograd", pointwise, pocl)
     assert set(fusion.FUSION_KINDS) == {"gate", "layer_norm", "group_norm", "grn", "depthwise_pointwise", "split_depthwise"}
+
+
+def _se_graph():
+    """A squeeze-excitation block on a 7 x 7 map of 16 channels (timm's export)."""
+    import numpy as np
+
+    from helpers.onnx_graphs import pattern_graph, se_nodes
+
+    rng, inits = np.random.default_rng(4), {}
+    return pattern_graph(se_nodes("x", "y", inits, 16, 4, rng), inits, channels=16)
+
+
+def _group_norm_conv_graph():
+    """GroupNorm1 over 8 channels as exported, read by a 1x1 conv to 16 channels on a 28 x 28 map
+    (the H200 runs that conv tiled: the group norm folds into it)."""
+    import numpy as np
+
+    from helpers.onnx_graphs import conv_node, group_norm_nodes, int_pattern_graph
+
+    rng, inits = np.random.default_rng(9), {}
+    nodes = [conv_node(rng, inits, "x", "c", 8, 3), *group_norm_nodes("c", "n", inits, 8, 1, rng), conv_node(rng, inits, "n", "y", 16, 8, k=1)]
+    return int_pattern_graph(nodes, inits, size=28)
+
+
+def _profile(name):
+    from helpers.onnx_graphs import wide_profile
+
+    return wide_profile() if name == "wide" else get_profile(name)
+
+
+#: (earlier, later, graph, profile, a kernel of the earlier's plan, a kernel only the later's plan has)
+IN_A_PLAN = [
+    ("pooled_excitation", "pooled_pointwise", _se_graph, "pocl", "excitation", "pooled_pointwise"),
+    ("pooled_excitation", "head_gemv", _se_graph, "wide", "excitation", "pooled_pointwise"),
+    ("group_norm_conv", "group_norm", _group_norm_conv_graph, "nvidia-h200", "conv2d_tiled_nchw4c", "group_norm_apply"),
+]
+
+
+@pytest.mark.parametrize("earlier, later, graph, profile, first_kernel, second_kernel", IN_A_PLAN,
+                         ids=[f"{a}>{b}" for a, b, *_ in IN_A_PLAN])
+def test_precedence_decides_the_plan(monkeypatch, earlier, later, graph, profile, first_kernel, second_kernel):
+    """A graph both patterns match: the registry's order gives the earlier one's kernels; with the
+    two swapped, the later one's (so the declared order is what decides)."""
+    from helpers.onnx_graphs import plan_kernels
+    from tir_adreno.passes import dispatch
+
+    model, target = graph(), _profile(profile)
+    names = plan_kernels(model, target)
+    assert first_kernel in names and second_kernel not in names, names
+    order = list(dispatch.PATTERNS)
+    i, j = (next(k for k, p in enumerate(order) if p.name == n) for n in (earlier, later))
+    order[i], order[j] = order[j], order[i]
+    monkeypatch.setattr(dispatch, "PATTERNS", tuple(order))
+    swapped = plan_kernels(model, target)
+    assert second_kernel in swapped and swapped != names, swapped

@@ -12,7 +12,8 @@ Without a record the plan is the direct conv with the profile's default config
 (textures where they fit, or buffers), depthwise convs where their defaults place them
 (:func:`default_choice`; ``source="default"``); with one it is the record's algorithm, config and
 placement (``source="records"``). Nothing is measured here. Precisions:
-``tir_adreno.strategy.precision``; pooling schedules: ``tir_adreno.strategy.pool``.
+``tir_adreno.strategy.precision``; whether a conv takes a fused op in (a gate, a folded norm, its
+depthwise producer): ``tir_adreno.strategy.fusion.can_fuse``; pooling schedules: ``tir_adreno.strategy.pool``.
 """
 
 from __future__ import annotations
