@@ -34,10 +34,12 @@ blocks, FastViT's RepMixer, exported without their reparameterization) become on
 where the strategy says so (``mixed_conv``), so their tails fuse as any conv's.
 
 Where to look: ``graph`` (the bindings of ``main``), ``rewriter`` (values, kernel
-emission, layouts, scopes), ``convs`` (which convs our kernels take), ``affine`` and
-``activations`` (the patterns folded into kernels), ``op_info`` (what each kernel says
-about itself), ``rules/`` (one module per op family, registered in order in
-``rules.RULES``). Ops no rule takes are left as they are, for ``LegalizeOps`` and dlight.
+emission, layouts, scopes), ``convs`` (which convs our kernels take), ``conv_emit`` (a conv
+with its tail, gate or folded norm), ``affine`` and ``activations`` (the patterns folded into
+kernels), ``op_info`` (what each kernel says about itself), ``patterns/`` (the fusion stage:
+one module per fused pattern, registered in order in ``patterns.PATTERNS``, tried first),
+``rules/`` (one module per single-op family, registered in order in ``rules.RULES``). Ops no
+pattern or rule takes are left as they are, for ``LegalizeOps`` and dlight.
 """
 
 from __future__ import annotations
