@@ -31,7 +31,7 @@ kernels of the ``--target`` profile's plans of ONNX exports (``--onnx-dir``,
 ``--models``; :data:`PLAN_MODELS`), each as planned (shapes, epilogues, scopes,
 dtype), deduplicated over the models (``count``: launches). Per layer the default
 (``strategy.defaults.default_config(pw, profile, prologue=True)``, what
-``strategy.fuse_depthwise_pointwise`` plans without a record), the plan's own
+``strategy.fusion.fuse_depthwise_pointwise`` plans without a record), the plan's own
 config, and :func:`fused_grid`; checked against the float64 NumPy reference of the
 plan's op info (``tools.workbench.reference_case``). Prints per layer the best
 config, the default's time and the ratio, then a table for deriving a rule;
@@ -430,7 +430,7 @@ FUSED_SPLITS = (2, 4, 8, 16, 32)
 
 def fused_grid(layer, profile):
     """(kind, ConvConfig) pairs of fused ``layer``: "default" (``defaults.default_config(pw,
-    profile, prologue=True)``: what ``strategy.fuse_depthwise_pointwise`` plans without a
+    profile, prologue=True)``: what ``strategy.fusion.fuse_depthwise_pointwise`` plans without a
     record), "plan" (the plan's config), then "sweep": the 1x1 conv's tiles :data:`FUSED_TILES`
     without split_k; split_k :data:`FUSED_SPLITS` up to the channel blocks of a group for the
     tiles :data:`FUSED_SPLIT_TILES`, ``per_slice`` items as the "gpu" rule (``min(64, 256 /

@@ -20,7 +20,7 @@ OpenCL event time after warm-up, input sets rotated):
   TF32 off, CUDA events.
 
 A depthwise conv that a model compiled for ``--target`` runs fused into the 1x1 conv
-reading it (``strategy.fuse_depthwise_pointwise``, kernel
+reading it (``strategy.fusion.fuse_depthwise_pointwise``, kernel
 ``primfuncs.conv.depthwise_pointwise_nchw4c``) also gets a row ``<dw key>+<1x1 name>``
 (count = blocks with that pair; ``layers.pairs``): ``ours`` = the fused kernel, the other
 ways = their depthwise time + their 1x1 time. The summary is printed twice: per conv
@@ -123,13 +123,13 @@ def geometry(layer: layer_lists.ConvLayer):
 
 def build_fused(pair: layer_lists.ConvPair, profile, records=None) -> tuple[KernelModule, dict] | None:
     """The fused depthwise -> 1x1 kernel of ``pair`` as a model compiled for ``profile`` runs it
-    (``strategy.fuse_depthwise_pointwise`` with ``records``, the plan's PrimFunc, no epilogues
+    (``strategy.fusion.fuse_depthwise_pointwise`` with ``records``, the plan's PrimFunc, no epilogues
     like the other ways), or None when the strategy runs the two convs apart there."""
     from primfuncs.epilogue import Epilogue
     from tir_adreno.codegen import build
-    from tir_adreno.strategy import conv as strategy
+    from tir_adreno.strategy import fusion
 
-    plan = strategy.fuse_depthwise_pointwise(geometry(pair.depthwise), geometry(pair.pointwise), profile, records)
+    plan = fusion.fuse_depthwise_pointwise(geometry(pair.depthwise), geometry(pair.pointwise), profile, records)
     if plan is None:
         return None
     module = build.build_cached(plan.primfunc(Epilogue(), Epilogue()))

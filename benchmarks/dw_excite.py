@@ -1,10 +1,10 @@
 """A depthwise conv and the squeeze-excitation pooling its output in one launch on a wide GPU
 (issue 21): launches, kernel and wall time of ONNX models with the two apart ("apart": the
-depthwise kernel, then ``excitation_split``; ``strategy.pool.DEPTHWISE_EXCITATION_PIXELS`` None
+depthwise kernel, then ``excitation_split``; ``strategy.excite.DEPTHWISE_EXCITATION_PIXELS`` None
 while compiling, the plan before the fusion) and fused ("fused": ``excite.depthwise_excitation``,
 the target's profile's plan), from one run; "fused-p256-t256" and "fused-p128-t128" give each
 work group of the fused kernel about 256 output pixels and 256 items / 128 and 128 instead of
-:data:`~tir_adreno.strategy.pool.DEPTHWISE_EXCITATION_PIXELS` and ``_THREADS``. Every way is the
+:data:`~tir_adreno.strategy.excite.DEPTHWISE_EXCITATION_PIXELS` and ``_THREADS``. Every way is the
 target's profile otherwise. Each depthwise, excitation and fused launch (shape, median us) is in
 the JSON.
 
@@ -22,10 +22,10 @@ from __future__ import annotations
 from ways import main, patched
 
 WAYS = ("apart", "fused", "fused-p256-t256", "fused-p128-t128")
-POOL = "tir_adreno.strategy.pool"
-SETTINGS = {"apart": patched(POOL, DEPTHWISE_EXCITATION_PIXELS=None),
-            "fused-p256-t256": patched(POOL, DEPTHWISE_EXCITATION_PIXELS=256, DEPTHWISE_EXCITATION_THREADS=256),
-            "fused-p128-t128": patched(POOL, DEPTHWISE_EXCITATION_PIXELS=128, DEPTHWISE_EXCITATION_THREADS=128)}
+EXCITE = "tir_adreno.strategy.excite"
+SETTINGS = {"apart": patched(EXCITE, DEPTHWISE_EXCITATION_PIXELS=None),
+            "fused-p256-t256": patched(EXCITE, DEPTHWISE_EXCITATION_PIXELS=256, DEPTHWISE_EXCITATION_THREADS=256),
+            "fused-p128-t128": patched(EXCITE, DEPTHWISE_EXCITATION_PIXELS=128, DEPTHWISE_EXCITATION_THREADS=128)}
 
 
 if __name__ == "__main__":

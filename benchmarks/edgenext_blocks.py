@@ -3,9 +3,9 @@ compiled three ways from one run, every way the target's profile otherwise:
 
 - "apart": the plan before (each block tail's residual add after the permute back to NCHW its own
   ``add`` kernel; the hierarchical split depthwise convs as exported: slices, adds, convs, concat);
-- "tail": the residual add in fc2's conv epilogue (``passes.rules.conv._permuted_residual``);
+- "tail": the residual add in fc2's conv epilogue (``passes.conv_emit._permuted_residual``);
 - "fused": that and each split block as one ``hierarchical_depthwise`` launch per conv, the
-  positional encoding added by the last (``strategy.conv.hierarchical_depthwise``): the profile's
+  positional encoding added by the last (``strategy.fusion.hierarchical_depthwise``): the profile's
   own plan.
 
     python benchmarks/edgenext_blocks.py --onnx edgenext_xx_small.onnx convnextv2_atto.onnx --target nvidia-h200 --build-only DIR  # here (TVM)
@@ -23,7 +23,7 @@ from ways import main, patched, together
 
 WAYS = ("apart", "tail", "fused")
 _SPLIT_APART = patched("tir_adreno.strategy.conv", hierarchical_depthwise=lambda profile: False)
-_TAIL_APART = patched("tir_adreno.passes.rules.conv", _permuted_residual=lambda rw, tail, user: None)
+_TAIL_APART = patched("tir_adreno.passes.conv_emit", _permuted_residual=lambda rw, tail, user: None)
 SETTINGS = {"apart": together(_SPLIT_APART, _TAIL_APART), "tail": _SPLIT_APART}
 DETAIL = ("hierarchical_depthwise", "depthwise_conv2d_nchw4c", "slice_channels", "concat_channels", "add")
 

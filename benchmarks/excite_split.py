@@ -1,10 +1,10 @@
 """The squeeze-excitation on a wide GPU (issue 21): launches, kernel and wall time of ONNX models
 with each excitation in one work group per sample ("one-group": ``excite.excitation``, what PoCL
 and Adreno run) and spread over work groups in the same one launch ("split":
-``excite.excitation_split``, what ``strategy.pool.excitation_split_schedule`` gives the H200),
+``excite.excitation_split``, what ``strategy.excite.excitation_split_schedule`` gives the H200),
 from one run; "split-p256" / "split-p2048" pool about 256 / 2048 pixels per work group instead of
-:data:`~tir_adreno.strategy.pool.EXCITATION_SPLIT_PIXELS`, "split-t256" runs 256 work items
-per work group instead of :data:`~tir_adreno.strategy.pool.EXCITATION_SPLIT_THREADS`. Every way
+:data:`~tir_adreno.strategy.excite.EXCITATION_SPLIT_PIXELS`, "split-t256" runs 256 work items
+per work group instead of :data:`~tir_adreno.strategy.excite.EXCITATION_SPLIT_THREADS`. Every way
 is the target's profile otherwise. Each excitation launch's shape and median time per way are in
 the JSON.
 
@@ -37,9 +37,9 @@ BASE, SHARED = "one-group", "split"
 
 
 def _split_rule(pixels: int | None = None, threads: int | None = None, split: bool = True):
-    """``strategy.pool``'s split excitation constants set while compiling (``split`` False: never split)."""
-    def setting():  # strategy.pool (TVM) imported only when building
-        from tir_adreno.strategy import pool
+    """``strategy.excite``'s split excitation constants set while compiling (``split`` False: never split)."""
+    def setting():  # strategy.excite (TVM) imported only when building
+        from tir_adreno.strategy import excite as pool
 
         return mock.patch.multiple(pool, EXCITATION_SPLIT_PIXELS=None if not split else pixels or pool.EXCITATION_SPLIT_PIXELS,
                                    EXCITATION_SPLIT_THREADS=threads or pool.EXCITATION_SPLIT_THREADS)

@@ -4,7 +4,7 @@ at a time in the split kernels' dependent sums (``primfuncs.excite.SPLIT_LOADS``
 before the change), "after" :data:`~primfuncs.excite.SPLIT_LOADS` loads first, then their sums
 in the same order (the first layer's ``W1``, the last work group's gather of the partial sums and
 its second layer's ``W2``); "after-g32" and "after-g64" also spread a small map over about 32 / 64
-work groups per sample (``strategy.pool.DEPTHWISE_EXCITATION_MIN_GROUPS``: 36 / 72 instead of
+work groups per sample (``strategy.excite.DEPTHWISE_EXCITATION_MIN_GROUPS``: 36 / 72 instead of
 15 for 576 channels of 7 x 7). Every way is the target's profile otherwise; each fused
 (``depthwise_excitation``) and ``excitation_split`` launch (shape, median us) is in the JSON.
 
@@ -23,10 +23,10 @@ from __future__ import annotations
 from ways import main, patched
 
 WAYS = ("before", "after", "after-g32", "after-g64")
-POOL = "tir_adreno.strategy.pool"
+EXCITE = "tir_adreno.strategy.excite"
 SETTINGS = {"before": patched("primfuncs.excite", SPLIT_LOADS=1),
-            "after-g32": patched(POOL, DEPTHWISE_EXCITATION_MIN_GROUPS=32),
-            "after-g64": patched(POOL, DEPTHWISE_EXCITATION_MIN_GROUPS=64)}
+            "after-g32": patched(EXCITE, DEPTHWISE_EXCITATION_MIN_GROUPS=32),
+            "after-g64": patched(EXCITE, DEPTHWISE_EXCITATION_MIN_GROUPS=64)}
 
 
 if __name__ == "__main__":

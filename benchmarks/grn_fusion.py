@@ -3,7 +3,7 @@ the profile with fusion off, ``launch_cost_macs`` 0: ``multiply``, ``sum_hw``, `
 ``multiply_channels``, ``affine``, ``add`` before the conv, the plan before the fusion; nothing
 else in ConvNeXt-V2 fuses), in two kernels read by the 1x1 conv after it ("fused":
 ``sum_squares_hw``, ``grn_scale`` writing ``1 + gamma * Nx``, the conv reading ``x * s`` with
-``W . beta`` in its bias; ``strategy.conv.fold_grn`` off while compiling) and in one kernel and that
+``W . beta`` in its bias; ``strategy.fusion.fold_grn`` off while compiling) and in one kernel and that
 conv ("folded": the profile's own plan: where the conv runs tiled it computes ``s`` from the sums
 of squares itself, no ``grn_scale``), from one run.
 
@@ -21,7 +21,7 @@ from ways import main, patched
 
 WAYS = ("apart", "fused", "folded")
 #: "fused": GRN's scale in its own ``grn_scale`` kernel (the conv never computes it).
-SETTINGS = {"fused": patched("tir_adreno.strategy.conv", fold_grn=lambda *args, **kwargs: False)}
+SETTINGS = {"fused": patched("tir_adreno.strategy.fusion", fold_grn=lambda *args, **kwargs: False)}
 
 
 def _profiles(target: str) -> dict:

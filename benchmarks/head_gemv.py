@@ -1,5 +1,5 @@
 """Classifier heads on wide GPUs (issue 21): launches, kernel and wall time of ONNX models with the
-heads before ("before": ``strategy.pool.HEAD_GEMV_BLOCKS`` None while compiling: the tiled conv
+heads before ("before": ``strategy.excite.HEAD_GEMV_BLOCKS`` None while compiling: the tiled conv
 on the vector, ``mean_hw``, ``layer_norm_channels_wide`` and ``hardswish`` apart), with the head
 GEMV but every pool apart ("apart": ``HEAD_GEMV_POOL_ADDS`` None: ``mean_hw``, then
 ``pooled_pointwise`` on its vector) and as the profile plans them ("after": the GEMV pooling a
@@ -28,9 +28,9 @@ from ways import main, patched
 WAYS = ("before", "apart", "after")
 SETTINGS = {
     # the heads as before this change
-    "before": patched("tir_adreno.strategy.pool", HEAD_GEMV_BLOCKS=None),
+    "before": patched("tir_adreno.strategy.excite", HEAD_GEMV_BLOCKS=None),
     # the head GEMV, every global pool its own mean_hw launch
-    "apart": patched("tir_adreno.strategy.pool", HEAD_GEMV_POOL_ADDS=None),
+    "apart": patched("tir_adreno.strategy.excite", HEAD_GEMV_POOL_ADDS=None),
 }
 
 

@@ -1,7 +1,7 @@
 """Layer norm over the channels on a wide GPU (issue 21): kernel time of ONNX models with each layer
 norm in the one kernel (a work item per pixel walking all of its channel blocks: what PoCL and
 Adreno run) and in the wide form (``layernorm.layer_norm_channels_wide``: a work group per pixel
-over its channel blocks, where ``strategy.pool.layer_norm_schedule`` takes it), from one run; every
+over its channel blocks, where ``strategy.norm.layer_norm_schedule`` takes it), from one run; every
 way is the target's profile otherwise (the group norm and attention splits alike). "wide-all"
 spreads every layer norm of at least 2 channel blocks whatever its map (where the rule's
 thresholds stand). Each layer norm launch's shape and median time per way are in the JSON (and
@@ -24,8 +24,8 @@ WAYS = ("one-kernel", "wide", "wide-all")
 
 
 def _layer_norm_rule(min_blocks: int, max_pixels_per_unit: int):
-    """``strategy.pool.layer_norm_schedule``'s thresholds set while compiling."""
-    return patched("tir_adreno.strategy.pool", LAYER_NORM_WIDE_MIN_BLOCKS=min_blocks, LAYER_NORM_WIDE_MAX_PIXELS_PER_UNIT=max_pixels_per_unit)
+    """``strategy.norm.layer_norm_schedule``'s thresholds set while compiling."""
+    return patched("tir_adreno.strategy.norm", LAYER_NORM_WIDE_MIN_BLOCKS=min_blocks, LAYER_NORM_WIDE_MAX_PIXELS_PER_UNIT=max_pixels_per_unit)
 
 
 SETTINGS = {"one-kernel": _layer_norm_rule(2**31, 0), "wide-all": _layer_norm_rule(2, 2**31)}

@@ -328,7 +328,7 @@ CHAINS = {"mobilenetv2": _mobilenetv2_blocks}
 @dataclass(frozen=True)
 class ConvPair:
     """A depthwise conv row and the 1x1 conv row reading its output, in ``count`` blocks of the model
-    (what ``strategy.fuse_depthwise_pointwise`` may run as one kernel)."""
+    (what ``strategy.fusion.fuse_depthwise_pointwise`` may run as one kernel)."""
 
     depthwise: ConvLayer
     pointwise: ConvLayer

@@ -1,6 +1,6 @@
 """EfficientViT's ReLU linear attention in one launch on a wide GPU (issue 21): launches, kernel and
 wall time of ONNX models (EfficientViT) with each LiteMLA attention as the split form ("split": the
-plan before, ``strategy.pool.linear_attention_schedule`` off while compiling: ``concat_channels``,
+plan before, ``strategy.attention.linear_attention_schedule`` off while compiling: ``concat_channels``,
 ``linear_kv_partials``, ``linear_kv_finish``, ``linear_apply``) and as one ``linear_attention``
 reading the concat's two maps itself ("one_kernel": the profile's own plan), from one run; every way
 is the target's profile otherwise.
@@ -19,7 +19,7 @@ from ways import main, patched
 
 WAYS = ("split", "one_kernel")
 #: "split": no one-launch form on any profile while compiling.
-SETTINGS = {"split": patched("tir_adreno.strategy.pool", linear_attention_schedule=lambda *args: None)}
+SETTINGS = {"split": patched("tir_adreno.strategy.attention", linear_attention_schedule=lambda *args: None)}
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """A layer norm over the channels, or a group norm's apply, folded into the 1x1 conv that reads it
 (issue 21): launches, kernel and wall time of ONNX models with each ``dwconv -> LayerNorm -> pwconv1``
 norm in its own kernel and each split group norm's ``group_norm_apply`` before its 1x1 conv
-("apart": ``strategy.conv.FOLD_NORM_KINDS`` empty while compiling, the plan before the folds) and
+("apart": ``strategy.fusion.FOLD_NORM_KINDS`` empty while compiling, the plan before the folds) and
 read by the conv ("folded": the profile's own plan, ``primfuncs.conv.norm``: the conv reads the
 layer norm's input, or ``group_norm_partials``' statistics), from one run; every way is the target's
 profile otherwise. Each layer norm's, group norm kernel's and 1x1 conv's launch (shape, median us)
@@ -20,8 +20,8 @@ from __future__ import annotations
 from ways import main, patched
 
 WAYS = ("apart", "folded")
-#: "apart": ``strategy.conv.fold_norm`` off while compiling (no device class folds).
-SETTINGS = {"apart": patched("tir_adreno.strategy.conv", FOLD_NORM_KINDS=())}
+#: "apart": ``strategy.fusion.fold_norm`` off while compiling (no device class folds).
+SETTINGS = {"apart": patched("tir_adreno.strategy.fusion", FOLD_NORM_KINDS=())}
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ depthwise conv computed in the 1x1 conv after it. "apart" is no fusion at all
     python benchmarks/se_launches.py --from DIR                                       # on the GPU, no TVM
 
 ``--se-threads 256 ...`` adds a fused way per work-group size of the excitation kernels
-(``fused-t256``: ``strategy.pool.EXCITATION_THREADS`` of the profile's class set to it while
+(``fused-t256``: ``strategy.excite.EXCITATION_THREADS`` of the profile's class set to it while
 compiling), ``--launch-cost 650000 ...`` one per ``launch_cost_macs`` of the profile
 (``fused-cost650000``: what fuses where a launch is worth that many multiply-adds), to compare them
 in the same run. ``--from DIR`` runs every saved way of each model (``<stem>-<way>``; a model
@@ -100,7 +100,7 @@ def _profile(profile, fuse: bool, launch_cost: int | None):
 @contextlib.contextmanager
 def _excitation_threads(profile, threads: int | None):
     """The excitation kernels of ``profile``'s class get ``threads`` work items while compiling."""
-    from tir_adreno.strategy import pool
+    from tir_adreno.strategy import excite as pool
 
     saved = dict(pool.EXCITATION_THREADS)
     if threads is not None:

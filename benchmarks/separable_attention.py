@@ -1,6 +1,6 @@
 """MobileViT-v2's separable self-attention in one kernel (issue 21): launches, kernel and wall time
 of ONNX models (MobileViT-v2) with the attention between its qkv and out convs as one
-``separable_attention`` kernel ("one_kernel": ``passes.rules.attention.separable_attention``) and as
+``separable_attention`` kernel ("one_kernel": ``passes.patterns.separable_attention``) and as
 before it ("apart": that rule left out of the registry while compiling: ``split_channels``,
 ``softmax_w``, ``multiply_broadcast_c``, ``sum_w``, ``relu``, ``multiply_broadcast_w``), from one run.
 
@@ -22,11 +22,11 @@ WAYS = ("apart", "one_kernel")
 
 
 def _without_rule():
-    """The rewrite rules without ``separable_attention`` while compiling (the plan before it)."""
+    """The fusion patterns without ``separable_attention`` while compiling (the plan before it)."""
     from tir_adreno.passes import dispatch
-    from tir_adreno.passes.rules import attention
+    from tir_adreno.passes.patterns import separable_attention
 
-    return mock.patch.object(dispatch, "RULES", tuple(r for r in dispatch.RULES if r is not attention.separable_attention))
+    return mock.patch.object(dispatch, "PATTERNS", tuple(p for p in dispatch.PATTERNS if p is not separable_attention.separable_attention))
 
 
 if __name__ == "__main__":

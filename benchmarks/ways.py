@@ -77,9 +77,9 @@ def together(*settings):
 
 
 def wide_profile(target: str, name: str):
-    """``target``'s profile, which must be wide (``strategy.pool.is_wide``): a script comparing the
+    """``target``'s profile, which must be wide (``strategy.width.is_wide``): a script comparing the
     one-group and spread forms of a kernel stops with a clear message otherwise."""
-    from tir_adreno.strategy.pool import is_wide
+    from tir_adreno.strategy.width import is_wide
     from tir_adreno.strategy.profile import get_profile
 
     profile = get_profile(target)

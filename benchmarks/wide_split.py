@@ -2,7 +2,7 @@
 the attention statistics (XCA's weights, linear attention's KV) in one kernel (one work group per
 (sample, group or head): what PoCL and Adreno run) and in their split forms (partial statistics
 over many work groups, then a kernel combining them: what the H200's profile picks,
-``strategy.pool.group_norm_schedule`` / ``attention_schedule``), from one run. "one-kernel" is the
+``strategy.norm.group_norm_schedule`` / ``attention_schedule``), from one run. "one-kernel" is the
 target's profile with no more than ``ONE_GROUP_MAX_COMPUTE_UNITS`` compute units, "split" the
 profile itself; nothing else in these models depends on the compute units.
 
@@ -25,7 +25,7 @@ WAYS = ("one-kernel", "split")
 
 
 def _profiles(target: str) -> dict:
-    from tir_adreno.strategy.pool import ONE_GROUP_MAX_COMPUTE_UNITS
+    from tir_adreno.strategy.width import ONE_GROUP_MAX_COMPUTE_UNITS
 
     profile = wide_profile(target, "wide_split")
     return {"one-kernel": replace(profile, compute_units=ONE_GROUP_MAX_COMPUTE_UNITS), "split": profile}

@@ -99,7 +99,7 @@ def layer_norm_channels_wide(shape, channels: int, epsilon: float = 1e-5, dtype:
     as the one kernel (``(x - mean) / sqrt(M2 / C + eps) * gamma + beta``, two passes), float32
     whatever ``dtype`` is; padded lanes are left out and written as 0. For a wide GPU, where one
     work item per pixel walking all ``C/4`` blocks leaves most of it idle on a small map
-    (``strategy.pool.layer_norm_schedule`` picks the form)."""
+    (``strategy.norm.layer_norm_schedule`` picks the form)."""
     n, c4, h, w = _check_layer_norm(shape, channels, epsilon, dtype, scope)
     threads = layer_norm_threads(c4) if threads is None else threads
     check_positive(threads=threads)
@@ -337,7 +337,7 @@ def group_norm(shape, channels: int, groups: int, epsilon: float = 1e-5, activat
 
     On a wide GPU one work group per (sample, group) leaves most of it idle: the split form
     (:func:`group_norm_partials` then :func:`group_norm_apply`) spreads the same work over
-    many work groups (``strategy.pool.group_norm_schedule`` picks the form)."""
+    many work groups (``strategy.norm.group_norm_schedule`` picks the form)."""
     n, c4, h, w = _check_group_norm(shape, channels, groups, threads, epsilon, activation, dtype, scope, clip_min, clip_max)
     pixels = group_norm_pixels(shape, groups)
     _, _, slice_stats, normalize, set_rstd = _group_norm_parts(n, c4, h, w, channels, groups, dtype, threads, pixels, epsilon,

@@ -1,6 +1,8 @@
 """The layer contracts of pyproject.toml ([tool.importlinter]) hold: primfuncs never imports
 tir_adreno, the runtime imports neither TVM nor the layers above it, and every import goes
-downwards (cli > tools > ops > tuning > compiler > passes > strategy > codegen | frontend > runtime)."""
+downwards (cli > tools > ops > tuning > compiler > passes > strategy > codegen | frontend > runtime),
+primfuncs below tir_adreno; inside passes the fusion patterns above the single-op rules, above conv
+emission and the rewriter, and neither two rule modules nor two pattern modules import each other."""
 
 import subprocess
 import sys

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -23,9 +24,10 @@ from tir_adreno.runtime.executor import Call, CompiledModel, Plan, TensorInfo
 from tir_adreno.runtime.texture import is_texture_scope
 from tir_adreno.strategy.profile import DeviceProfile, resolve, with_limits, with_placement, without_fusion
 from tir_adreno.strategy.records import open_records
-from tir_adreno.passes import CONFIG_ATTR, FLOAT32_ATTR, OURS_ATTR, SOURCE_ATTR, dispatch_to_textures, kernel_index
+from tir_adreno.passes import CONFIG_ATTR, SOURCE_ATTR, dispatch_to_textures, kernel_index
 from tir_adreno.passes.host_fold import fold_constants
 from tir_adreno.passes.kernel_index import kernel_func
+from tir_adreno.storage import VIEW_OPS, bind_alias, half_buffers, is_ours
 from tir_adreno.strategy.precision import check_precision, half_storage
 from tir_adreno.runtime.errors import UserError
 
@@ -101,18 +103,65 @@ def _target(ours: bool):
     return build.TEXTURE_TARGET if ours else build.OPENCL_TARGET
 
 
+@dataclass(frozen=True)
+class LowerContext:
+    """What the lowering phases read: the device profile, whether buffers may hold what does not fit
+    the images, whether our pass runs (False: the upstream baseline), the tuning records, the
+    precision and whether indexed kernels become stubs (``passes.kernel_index``)."""
+
+    profile: DeviceProfile
+    allow_buffer: bool = True
+    ours: bool = True
+    records: object = None
+    precision: str = "float32"
+    lazy: bool = False
+
+
+def _fold_constants(mod: tvm.IRModule, ctx: LowerContext) -> tvm.IRModule:
+    """FoldConstant, plus the constant ops it cannot fold evaluated on the host."""
+    return fold_constants(mod)
+
+
+def _dispatch(mod: tvm.IRModule, ctx: LowerContext) -> tvm.IRModule:
+    """Our pass (fusion patterns, then single-op rules): ops -> our texture kernels."""
+    return dispatch_to_textures(mod, ctx.profile, ctx.allow_buffer, ctx.records, ctx.precision, ctx.lazy) if ctx.ours else mod
+
+
+def _legalize(mod: tvm.IRModule, ctx: LowerContext) -> tvm.IRModule:
+    """TVM's LegalizeOps for the ops our pass left."""
+    return relax.transform.LegalizeOps()(mod)
+
+
+def _schedule_upstream(mod: tvm.IRModule, ctx: LowerContext) -> tvm.IRModule:
+    """dlight's default GPU schedules for the legalized PrimFuncs."""
+    with build.as_target(_target(ctx.ours)):
+        return _upstream_rules()(mod)
+
+
+def _eliminate_dead_code(mod: tvm.IRModule, ctx: LowerContext) -> tvm.IRModule:
+    return relax.transform.DeadCodeElimination()(mod)
+
+
+#: The lowering, as named phases in order (the shape of TVM's ``relax/backend/adreno/pipeline.py``):
+#: each ``phase(mod, ctx) -> mod``.
+LOWER_PHASES = (
+    ("fold_constants", _fold_constants),
+    ("dispatch", _dispatch),
+    ("legalize", _legalize),
+    ("schedule_upstream", _schedule_upstream),
+    ("eliminate_dead_code", _eliminate_dead_code),
+)
+
+
 def lower(mod: tvm.IRModule, profile: DeviceProfile, allow_buffer: bool = True, ours: bool = True, records=None,
           precision: str = "float32", lazy: bool = False) -> tvm.IRModule:
     """Our pass for ``profile`` (unless ``ours`` is False: the upstream baseline), then LegalizeOps
-    and dlight for the rest. ``records``: tuned conv choices (``records.Records``). ``lazy``: stubs
-    for indexed kernels (``passes.kernel_index``), for :func:`plan_module` only."""
-    mod = fold_constants(mod)  # FoldConstant, plus the constant ops it cannot fold evaluated on the host
-    if ours:
-        mod = dispatch_to_textures(mod, profile, allow_buffer, records, precision, lazy)
-    mod = relax.transform.LegalizeOps()(mod)
-    with build.as_target(_target(ours)):
-        mod = _upstream_rules()(mod)
-    mod = relax.transform.DeadCodeElimination()(mod)
+    and dlight for the rest: the phases of :data:`LOWER_PHASES`. ``records``: tuned conv choices
+    (``records.Records``). ``lazy``: stubs for indexed kernels (``passes.kernel_index``), for
+    :func:`plan_module` only."""
+    ctx = LowerContext(profile, allow_buffer, ours, records, precision, lazy)
+    for _name, phase in LOWER_PHASES:
+        mod = phase(mod, ctx)
     return mod
 
 
@@ -165,72 +214,13 @@ def _kernel_module(prim, target, half=frozenset()) -> KernelModule:
     return build.build_cached(kernel_func(prim), target, half=half)
 
 
-def _is_ours(prim) -> bool:
-    """Whether our pass emitted ``prim`` (importer-made PrimFuncs, e.g. from emit_te, are upstream's)."""
-    return prim.attrs is not None and bool(prim.attrs.get(OURS_ATTR, False))
-
-
-#: Calls the executor runs without a kernel: a buffer seen in another shape (``Rewriter.plain``
-#: writes a model's ``[N, C]`` output as a view of its ``[N, C/4, 1, 1, 4]`` buffer) and the
-#: null argument LegalizeOps gives that view.
-VIEW_OPS = ("relax.memory.view", "relax.null_value")
-
-
-def _bind_alias(env: dict, binding) -> bool:
-    """Bind ``binding.var`` in ``env`` (relax var -> tensor) when its value only renames, packs,
-    unpacks or views tensors (the view's shape is the output's: :func:`_output_info`); False
-    for any other value."""
-    value = binding.value
-    op = getattr(getattr(value, "op", None), "name", "") if isinstance(value, relax.Call) else ""
-    if op in VIEW_OPS:
-        env[binding.var] = env[value.args[0]] if op == "relax.memory.view" else None
-    elif isinstance(value, relax.Var):
-        env[binding.var] = env[value]
-    elif isinstance(value, relax.TupleGetItem):
-        env[binding.var] = env[value.tuple_value][int(value.index)]
-    elif isinstance(value, relax.Tuple):
-        env[binding.var] = [env[f] for f in value.fields]
-    else:
-        return False
-    return True
-
-
-def _half_buffers(mod: tvm.IRModule, bindings) -> dict:
-    """Per call of our kernels (its bound var): the positions of its arguments (outputs after the
-    inputs) that may be stored in half, i.e. tensors that only our kernels touch. The model's
-    inputs and outputs and every tensor an upstream kernel reads or writes stay float32: at that
-    boundary our kernel reads or writes float32, converting itself (``build(half=...)``). So do the
-    parameters a kernel call marks with ``FLOAT32_ATTR`` (statistics passed between two kernels)."""
-    func = mod["main"]
-    env = {p: ("input", i) for i, p in enumerate(func.params)}
-    pinned, calls = set(env.values()), []
-    for b in bindings:
-        v = b.value
-        if _bind_alias(env, b):
-            continue
-        if isinstance(v, relax.Call) and getattr(v.op, "name", "") == "relax.call_tir":
-            fields = getattr(b.var.ty, "fields", None)
-            outs = [(b.var, k) for k in range(len(fields) if fields is not None else 1)]
-            env[b.var] = outs if fields is not None else outs[0]
-            ids = [("const", a) if isinstance(a, tvm.ir.expr.GenericConst) else env[a] for a in v.args[1].fields] + outs
-            prim = mod[v.args[0]]
-            if not _is_ours(prim):
-                pinned.update(ids)
-            elif prim.attrs is not None and FLOAT32_ATTR in prim.attrs:  # our kernel's float32 intermediates
-                pinned.update(ids[int(k)] for k in prim.attrs[FLOAT32_ATTR])
-            calls.append((b.var, ids))
-    out = env[func.body.body] if isinstance(func.body.body, relax.Var) else [env[f] for f in func.body.body.fields]
-    pinned.update(out if isinstance(out, list) else [out])
-    return {var: frozenset(k for k, t in enumerate(ids) if t not in pinned) for var, ids in calls}
-
-
 def plan_module(mod: tvm.IRModule, input_names, progress=print, target=None, prims: dict | None = None,
                 storage: str | None = None):
     """Build every PrimFunc ``main`` calls and lay out the calls; returns (plan, kernels, weights).
     ``prims``, when given, receives kernel key -> the PrimFunc with its attributes (``tir-adreno dump``).
     ``storage="float16"`` keeps the texture tensors of our kernels in half images
     (``strategy.precision.half_storage``) and their buffers in half wherever no upstream kernel
-    or the model's caller sees them (:func:`_half_buffers`); their weights are kept as float16
+    or the model's caller sees them (``storage.half_buffers``); their weights are kept as float16
     arrays (saved in half)."""
     check_runnable(mod)
     func = mod["main"]
@@ -257,23 +247,23 @@ def plan_module(mod: tvm.IRModule, input_names, progress=print, target=None, pri
     bindings = [b for block in func.body.blocks for b in block.bindings]
     call_bindings = [b for b in bindings if isinstance(b.value, relax.Call) and getattr(b.value.op, "name", "") == "relax.call_tir"]
     built: dict[str, str] = {}
-    halves = _half_buffers(mod, bindings) if storage else {}
+    halves = half_buffers(mod, bindings) if storage else {}
     # Each call's kernel key, known first so that the progress counts the distinct kernels built
     # ([4/21] then [5/21]), not the calls (a kernel shared by calls is built once).
     keys = {}
     for b in call_bindings:
         prim = mod[b.value.args[0]]
-        keys[b.var] = _kernel_key(prim, target, halves.get(b.var, frozenset()) if _is_ours(prim) else frozenset())
+        keys[b.var] = _kernel_key(prim, target, halves.get(b.var, frozenset()) if is_ours(prim) else frozenset())
     distinct = len(set(keys.values()))
     for binding in bindings:
         value = binding.value
-        if _bind_alias(env, binding):
+        if bind_alias(env, binding):
             continue
         if isinstance(value, relax.Call) and getattr(value.op, "name", "") == "relax.call_tir":
             gv, args = value.args[0], value.args[1]
             prim = mod[gv]
             meta = {k: str(prim.attrs[a]) for k, a in (("config", CONFIG_ATTR), ("source", SOURCE_ATTR)) if a in prim.attrs}
-            ours = _is_ours(prim)
+            ours = is_ours(prim)
             half = halves.get(binding.var, frozenset()) if ours else frozenset()
             key = keys[binding.var]  # same kernel, same cache entry
             if prims is not None:
@@ -414,8 +404,8 @@ def compile_model(
     ``placement``: "texture" or "buffer", the default scope of activations (default: the
     profile's ``activation_placement``; records still place each tuned conv).
     ``fuse=False`` keeps every depthwise conv apart from the 1x1 conv after it (where the profile
-    would fuse them: ``strategy.fuse_depthwise_pointwise``), a squeeze-excitation's pool and two
-    1x1 convs apart (``strategy.pool.excitation_schedule``) and a mixed conv's group convs between
+    would fuse them: ``strategy.fusion.fuse_depthwise_pointwise``), a squeeze-excitation's pool and two
+    1x1 convs apart (``strategy.excite.excitation_schedule``) and a mixed conv's group convs between
     their split and concat (``strategy.conv.mixed_conv_form``), for comparisons.
     """
     dev = runtime.get_device(device)

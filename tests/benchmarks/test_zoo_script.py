@@ -161,12 +161,12 @@ def test_conv_layers_fused_pair_as_the_model_runs(tmp_path):
     "as the model runs" counts the pair instead of the depthwise row."""
     conv_layers, layers = benchmark("conv_layers"), benchmark("layers")
 
-    from tir_adreno.strategy import conv as strategy
+    from tir_adreno.strategy import fusion
     from tir_adreno.strategy.profile import get_profile
 
     stem, dw, pw = layers.layers(["mobilenetv2"], 3)
     key = f"{dw.key}+{pw.name}"
-    plan = strategy.fuse_depthwise_pointwise(conv_layers.geometry(dw), conv_layers.geometry(pw), get_profile("nvidia-h200"))
+    plan = fusion.fuse_depthwise_pointwise(conv_layers.geometry(dw), conv_layers.geometry(pw), get_profile("nvidia-h200"))
     saved = tmp_path / "saved"
     script("conv_layers.py", "--models", "mobilenetv2", "--limit", "3", "--only", "ours,upstream",
            "--build-only", saved, "--target", "nvidia-h200")

@@ -121,7 +121,7 @@ def scalars(inits, **values):
 
 
 def wide_profile():
-    """This device's profile as if it had the H200's compute units (``strategy.pool.is_wide``): the
+    """This device's profile as if it had the H200's compute units (``strategy.width.is_wide``): the
     forms for wide GPUs (split statistics, the wide layer norm) run on PoCL."""
     from dataclasses import replace
 

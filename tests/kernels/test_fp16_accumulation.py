@@ -11,7 +11,7 @@ from primfuncs._common import TEXTURE, TEXTURE_WEIGHT
 from primfuncs.epilogue import Epilogue
 from primfuncs.conv.prologue import Prologue
 from tir_adreno.codegen import build
-from tir_adreno.strategy import conv as strategy
+from tir_adreno.strategy import conv as strategy, fusion
 from tir_adreno.strategy.precision import FLOAT_ACCUMULATION_MIN_K, conv_accumulator_dtype
 from tir_adreno.strategy.profile import get_profile
 
@@ -57,7 +57,7 @@ def test_the_fused_kernel_accumulates_its_1x1_conv_by_its_channels():
     dw = conv.conv2d_geometry((1, 64, 8, 8), (64, 1, 3, 3), padding=1, groups=64)
     pw = conv.conv2d_geometry((1, 64, 8, 8), (32, 64, 1, 1))
     for precision, acc in (("float16", "float32"), ("float32", None)):
-        plan = strategy.FusedPlan(dw, pw, precision, conv.ConvConfig(), "texture", "default", TEXTURE, TEXTURE_WEIGHT, 0)
+        plan = fusion.FusedPlan(dw, pw, precision, conv.ConvConfig(), "texture", "default", TEXTURE, TEXTURE_WEIGHT, 0)
         _, kwargs = plan.stage(Epilogue(), Epilogue())
         assert _arguments(kwargs).get("acc_dtype") == acc
 
@@ -87,7 +87,7 @@ def _fused_source(channels: int) -> str:
     """The float16 fused depthwise -> 1x1 kernel as the strategy plans it (K of its 1x1 = ``channels``)."""
     dw = conv.conv2d_geometry((1, channels, 6, 6), (channels, 1, 3, 3), padding=1, groups=channels)
     pw = conv.conv2d_geometry((1, channels, 6, 6), (8, channels, 1, 1))
-    plan = strategy.FusedPlan(dw, pw, "float16", conv.ConvConfig(), "texture", "default", TEXTURE, TEXTURE_WEIGHT, 0)
+    plan = fusion.FusedPlan(dw, pw, "float16", conv.ConvConfig(), "texture", "default", TEXTURE, TEXTURE_WEIGHT, 0)
     factory, kwargs = plan.stage(Epilogue(bias=True), Epilogue(bias=True))
     return build.build(factory(**kwargs)).source
 

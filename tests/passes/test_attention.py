@@ -16,7 +16,7 @@ from helpers.xca_graphs import sdta_model
 from helpers.strategies import SCOPES, SEEDS
 from primfuncs import attention
 from primfuncs._common import TEXTURE, equal_slices
-from tir_adreno.strategy.pool import attention_schedule, linear_attention_schedule
+from tir_adreno.strategy.attention import attention_schedule, linear_attention_schedule
 from tir_adreno.strategy.profile import get_profile
 
 #: float32 dots over <= 64 tokens and a softmax over <= 13 numbers: measured <= 4e-7 (weights) and

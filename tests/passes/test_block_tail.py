@@ -1,7 +1,7 @@
 """The block tail ``x = shortcut + permute(gamma * fc2(...))`` of EdgeNeXt (its conv encoder and
 SDTA blocks) and ConvNeXt: fc2 a Linear on NHWC run as a 1x1 conv, the layer scale ``gamma`` and
 fc2's bias folded into its weights and bias, the permute back to NCHW a view, and the residual add
-in the conv's epilogue (``passes.rules.conv._permuted_residual``): onnx.helper graphs against
+in the conv's epilogue (``passes.conv_emit._permuted_residual``): onnx.helper graphs against
 onnxruntime, asserting the plan (no add kernel), and the add kept where the conv cannot take it."""
 
 import numpy as np

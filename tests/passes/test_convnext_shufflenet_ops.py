@@ -19,7 +19,7 @@ from helpers.onnx_graphs import wide_profile
 from primfuncs import elementwise, resize, shuffle
 from tir_adreno.strategy.packing import pack_nchw4c, unpack_nchw4c
 from tir_adreno.reference import gelu, resize2d_nchw
-from tir_adreno.strategy.pool import layer_norm_schedule
+from tir_adreno.strategy.norm import layer_norm_schedule
 from tir_adreno.strategy.profile import get_profile
 
 # -- GELU ------------------------------------------------------------------------------------
@@ -40,7 +40,7 @@ GELU_SCALARS = dict(sqrt2=np.sqrt(2.0), one=1.0, half=0.5)
 
 
 def test_gelu_fuses_into_conv(monkeypatch):
-    from tir_adreno.passes.rules import conv as relax_pass
+    from tir_adreno.passes import conv_emit as relax_pass
 
     seen = []
     real = relax_pass.Epilogue
@@ -166,7 +166,7 @@ def check_classifier(model, channels=3, size=7):
 
 def test_classifier_gemm_runs_as_convs(monkeypatch):
     """pool -> Flatten -> Gemm -> Relu -> Gemm (MobileNet, ResNet, ...): 1x1 convs, relu fused."""
-    from tir_adreno.passes.rules import conv as relax_pass
+    from tir_adreno.passes import conv_emit as relax_pass
 
     seen = []
     real = relax_pass.Epilogue

@@ -53,7 +53,7 @@ def test_activation_fuses_into_conv(name, monkeypatch):
     tail, scalars, expected = ACT_TAILS[name]
     inits = {}
     _scalars(inits, **scalars)
-    from tir_adreno.passes.rules import conv as relax_pass
+    from tir_adreno.passes import conv_emit as relax_pass
 
     seen = []
     real = relax_pass.Epilogue

@@ -176,7 +176,7 @@ def test_depthwise_excitation_schedule():
     """The H200 fuses, a work group per 512 output pixels of four channels (1024 items); PoCL and
     Adreno never (their plans unchanged); not with fusion off, for convs bigger than a launch is
     worth, or where the shared memory does not fit."""
-    from tir_adreno.strategy.pool import depthwise_excitation_schedule
+    from tir_adreno.strategy.excite import depthwise_excitation_schedule
     from tir_adreno.strategy.profile import get_profile, without_fusion
 
     h200 = get_profile("nvidia-h200")

@@ -29,7 +29,7 @@ def _padded(w, rows, cols):
     return out
 
 
-#: The CPU, mobile and wide-GPU work-group sizes of ``strategy.pool.excitation_schedule``.
+#: The CPU, mobile and wide-GPU work-group sizes of ``strategy.excite.excitation_schedule``.
 THREADS = [excite.THREADS, 4 * excite.THREADS, 16 * excite.THREADS]
 #: Maps: an already pooled vector, a few pixels, more pixels than slices (several loads per item),
 #: and 40 x 40 (more pixels than the shared partial sums: the pool's items loop).
@@ -193,7 +193,7 @@ def test_one_conv_on_a_big_pool_is_a_conv(device):
     """The same on a map too big to pool once per work group (``pooled_conv_schedule`` declines):
     no excitation and no pooled_pointwise kernel, and the relu the searches looked at is still
     the conv's epilogue (nothing left fused by the failed matches)."""
-    from tir_adreno.strategy.pool import pooled_conv_schedule
+    from tir_adreno.strategy.excite import pooled_conv_schedule
     from tir_adreno.strategy.profile import DeviceProfile
 
     profile = DeviceProfile.from_device(device)
@@ -209,7 +209,7 @@ def test_excitation_schedule():
     the H200; spread over work groups on the H200 where its map has more than one work group's
     pixels: ``excitation_split_schedule``); apart with fusion off, or for convs bigger than a launch is worth (a classifier
     head's: its pool and first conv are a pooled_pointwise spread over work groups instead)."""
-    from tir_adreno.strategy.pool import excitation_schedule, pooled_conv_schedule
+    from tir_adreno.strategy.excite import excitation_schedule, pooled_conv_schedule
     from tir_adreno.strategy.profile import resolve, without_fusion
 
     se = (2 * 1152 * 48, 1152, 49, 48)  # EfficientNet-B0's largest SE block: macs, channels, pixels, hidden
@@ -237,10 +237,10 @@ def test_excitation_schedule():
 @pytest.fixture
 def depthwise_apart(monkeypatch):
     """The H200's plan with each depthwise conv apart from the excitation after it (the fused
-    kernel off: ``strategy.pool.DEPTHWISE_EXCITATION_PIXELS`` None; tests/passes/test_dw_excite.py)."""
-    from tir_adreno.strategy import pool
+    kernel off: ``strategy.excite.DEPTHWISE_EXCITATION_PIXELS`` None; tests/passes/test_dw_excite.py)."""
+    from tir_adreno.strategy import excite
 
-    monkeypatch.setattr(pool, "DEPTHWISE_EXCITATION_PIXELS", None)
+    monkeypatch.setattr(excite, "DEPTHWISE_EXCITATION_PIXELS", None)
 
 
 @pytest.mark.parametrize("act, gate", [("silu", "Sigmoid"), ("relu", "HardSigmoid")])
@@ -319,7 +319,8 @@ def test_fuse_gate():
     with fusion on (the H200's projection convs are tiled); not with fusion off, not into a
     Winograd, depthwise or generally grouped plan."""
     from primfuncs.conv import ConvConfig, conv2d_geometry
-    from tir_adreno.strategy.conv import ConvChoice, fuse_gate, takes_gate
+    from tir_adreno.strategy.conv import ConvChoice, takes_gate
+    from tir_adreno.strategy.fusion import fuse_gate
     from tir_adreno.strategy.profile import resolve, without_fusion
 
     pointwise = conv2d_geometry((1, 96, 14, 14), (40, 96, 1, 1))

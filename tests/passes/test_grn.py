@@ -86,7 +86,7 @@ def test_grn_block_stays_on_textures(target):
 def test_grn_scale_folded_into_the_tiled_conv():
     """On a wide profile whose 1x1 conv after GRN runs tiled (the H200's, tiled from one work group
     up): no ``grn_scale`` launch, the conv computes GRN's scale from the float32 sums of squares
-    itself (``strategy.conv.fold_grn``); 38 channels (10 blocks, the last padded; more than the
+    itself (``strategy.fusion.fold_grn``); 38 channels (10 blocks, the last padded; more than the
     items that sum the square roots), exact against onnxruntime, no layout transform inside."""
     rng, inits = np.random.default_rng(7), {}
     wide = replace(get_profile("nvidia-h200"), tiled_min_groups=1)

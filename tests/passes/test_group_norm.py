@@ -18,7 +18,8 @@ from primfuncs._common import TEXTURE, equal_slices
 from primfuncs.lanes import blocked
 from tir_adreno import reference
 from tir_adreno.strategy.packing import pack_bias
-from tir_adreno.strategy.pool import ONE_GROUP_MAX_COMPUTE_UNITS, group_norm_schedule
+from tir_adreno.strategy.width import ONE_GROUP_MAX_COMPUTE_UNITS
+from tir_adreno.strategy.norm import group_norm_schedule
 from tir_adreno.strategy.profile import get_profile
 
 #: float32 statistics: the error grows with the mean in standard deviations (the float32 sums of
@@ -249,13 +250,13 @@ def test_group_norm_kept_where_the_conv_cannot_fold_it(reader):
 
 
 def test_group_norm_fold_by_profile(monkeypatch):
-    """``strategy.conv.fold_group_norm``: MobileViT-v2's qkv projection (64 -> 129 channels on 4 x 196
+    """``strategy.fusion.fold_group_norm``: MobileViT-v2's qkv projection (64 -> 129 channels on 4 x 196
     patches, tiled on the H200) folds its GroupNorm1 there; not on PoCL or Adreno (no folds, and no
     split norm to fold), not a direct plan's conv (a small map), not a 3x3 conv, not with
     ``FOLD_NORM_KINDS`` empty (``benchmarks/norm_fold.py``'s "apart" way)."""
     from primfuncs.conv import conv2d_geometry
     from primfuncs.conv.norm import GroupNormFold
-    from tir_adreno.strategy import conv as strategy
+    from tir_adreno.strategy import fusion as strategy
 
     h200 = get_profile("nvidia-h200")
     qkv, fold = conv2d_geometry((1, 64, 4, 196), (129, 64, 1, 1)), GroupNormFold(1, 196, 1e-5)

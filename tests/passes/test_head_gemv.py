@@ -92,7 +92,7 @@ def test_head_gemv_schedule():
     from dataclasses import replace
     from unittest.mock import patch
 
-    from tir_adreno.strategy.pool import head_gemv_schedule
+    from tir_adreno.strategy.excite import head_gemv_schedule
     from tir_adreno.strategy.profile import get_profile, without_fusion
 
     h200 = get_profile("nvidia-h200")
@@ -102,7 +102,7 @@ def test_head_gemv_schedule():
     assert head_gemv_schedule(h200, 512, 64, 2000) == gemv | {"groups": 250}  # 32 K adds: 1e7 / 32768 = 305 groups, 250 needed
     assert head_gemv_schedule(h200, 1280, 49, 1000) is None  # EfficientNet-B0: 63 K adds a group, the pool apart
     assert head_gemv_schedule(h200, 1280, 1, 1000) == gemv | {"groups": 125}  # then the GEMV on its vector
-    with patch("tir_adreno.strategy.pool.HEAD_GEMV_POOL_ADDS", 1 << 20):  # the launch_cost_macs bound alone
+    with patch("tir_adreno.strategy.excite.HEAD_GEMV_POOL_ADDS", 1 << 20):  # the launch_cost_macs bound alone
         assert head_gemv_schedule(h200, 1280, 49, 2000) == gemv | {"groups": 125}  # 1e7 / 62720: 159 groups -> 125 of 4 blocks
         assert head_gemv_schedule(h200, 2048, 49, 1000) is None  # 1e7 / 100352: 99 groups < 125: the pool apart
     assert head_gemv_schedule(without_fusion(h200), 2560, 1, 1000) is None

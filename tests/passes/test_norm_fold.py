@@ -1,5 +1,5 @@
 """A layer norm over the channels folded into the 1x1 conv that alone reads it (ConvNeXt's and
-EdgeNeXt's ``dwconv -> LayerNorm -> pwconv1``; ``layer_norm`` rule, ``strategy.conv.fold_norm``,
+EdgeNeXt's ``dwconv -> LayerNorm -> pwconv1``; ``layer_norm`` rule, ``strategy.fusion.fold_norm``,
 ``primfuncs.conv.norm``): onnx.helper graphs as torch.onnx.export writes them, against onnxruntime,
 asserting the plan (no layer norm kernel), and the layer norm kept where the conv cannot fold it."""
 
@@ -19,7 +19,7 @@ node = helper.make_node
 def test_convnext_norm_folds_into_pwconv(target):
     """ConvNeXt's block: the depthwise conv, then on a wide GPU's plan the 1x1 conv reading the
     layer norm folded in (6 channels: a padded block); PoCL's and Adreno's plans keep the layer norm
-    kernel (``strategy.conv.FOLD_NORM_KINDS``). Each plan runs here."""
+    kernel (``strategy.fusion.FOLD_NORM_KINDS``). Each plan runs here."""
     rng, inits = np.random.default_rng(21), {}
     names = check_pattern(pattern_graph(convnext_block(rng, inits), inits, channels=6), channels=6, profile=get_profile(target))
     folded = ["depthwise_conv2d_nchw4c", "conv2d_nchw4c"]

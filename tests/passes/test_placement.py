@@ -264,3 +264,23 @@ def test_tune_lists_the_convs_the_pass_takes(tmp_path):
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(tmp_path / "m.onnx"))
     convs, _ = model_layers(str(tmp_path / "m.onnx"))
     assert [(g.c, g.o, g.kh) for g in convs] == [(4, 8, 3)]
+
+
+def test_weight_scope_is_one_rule():
+    """``strategy.placement.weight_scope``, the one rule every conv plan asks: packed weights in the
+    weight texture beside texture activations where every one fits the images (a kernel reads its
+    weights alike), else buffers; with ``allow_buffer=False`` one that does not fit raises."""
+    from primfuncs._common import TEXTURE_WEIGHT
+    from tir_adreno.runtime.texture import TextureLimitError
+    from tir_adreno.strategy.placement import weight_scope
+
+    adreno = get_profile("adreno")  # images 16384 pixels wide
+    fits, too_wide = (4, 64, 3, 3, 4), (4, 20000, 1, 1, 4)  # one row per 4 outputs, I x KH x KW pixels
+    assert weight_scope([fits], TEXTURE, adreno) == TEXTURE_WEIGHT
+    assert weight_scope([fits], BUFFER, adreno) == BUFFER
+    assert weight_scope([too_wide], TEXTURE, adreno) == BUFFER
+    assert weight_scope([fits, too_wide], TEXTURE, adreno) == BUFFER
+    with pytest.raises(TextureLimitError):
+        weight_scope([too_wide], TEXTURE, adreno, allow_buffer=False)
+    plan = strategy.conv2d_plan(conv2d_geometry((1, 64, 8, 8), (16, 64, 3, 3), padding=1), Epilogue(), "float32", adreno)
+    assert (plan.scope, plan.weight_scope) == (TEXTURE, weight_scope([(4, 64, 3, 3, 4)], TEXTURE, adreno)) == (TEXTURE, TEXTURE_WEIGHT)

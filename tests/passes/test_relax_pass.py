@@ -153,17 +153,19 @@ def test_pool_strategy_follows_ops_rule():
 
 
 def test_rules_registry_order():
-    """One ordered registry: an add/multiply of two activations is a binary kernel before it may be
-    an activation chain or an affine step, and a broadcast one last; GRN from its ``x * x`` and a
-    squeeze-excitation's gate multiply are read by the conv after them before they may be binary
-    kernels; a squeeze-excitation
-    before its pool or first conv; every rule says None when it does not apply."""
+    """The fusion patterns, then the single-op rules, per op: an add/multiply of two activations is a
+    binary kernel before it may be an activation chain or an affine step, and a broadcast one last;
+    GRN from its ``x * x`` and a squeeze-excitation's gate multiply are read by the conv after them
+    before they may be binary kernels; a squeeze-excitation and a wide GPU's classifier head before
+    its pool or first conv; every pattern and rule says None when it does not apply
+    (tests/passes/test_patterns.py: the precedence of every pair of patterns)."""
+    from tir_adreno.passes.patterns import PATTERNS
     from tir_adreno.passes.rules import RULES, by_op
 
-    index = by_op(RULES)
+    index = by_op((*PATTERNS, *RULES))
     assert [r.name for r in index["relax.add"]] == ["binary", "elementwise", "broadcast_binary"]
     assert [r.name for r in index["relax.multiply"]] == ["grn_gated_conv2d", "gated_conv2d", "binary", "elementwise", "broadcast_binary"]
-    # SE's two 1x1 convs, and a depthwise conv with the SE block pooling it, before one conv
-    assert [r.name for r in index["relax.nn.conv2d"]] == ["excitation", "depthwise_excitation", "conv2d"]
-    assert [r.name for r in index["relax.mean"]] == ["pooled_excitation", "reduction"]
-    assert len({r.name for r in RULES}) == len(RULES)
+    # SE's two 1x1 convs, a head's GEMV, a depthwise conv with the SE block pooling it or its 1x1 reader, before one conv
+    assert [r.name for r in index["relax.nn.conv2d"]] == ["excitation", "head_gemv", "depthwise_excitation", "depthwise_pointwise", "conv2d"]
+    assert [r.name for r in index["relax.mean"]] == ["pooled_excitation", "head_gemv", "pooled_pointwise", "reduction"]
+    assert len({r.name for r in (*PATTERNS, *RULES)}) == len(PATTERNS) + len(RULES)

@@ -1,6 +1,6 @@
 """EdgeNeXt's hierarchical split depthwise convs (timm ``SplitTransposeBlock``: channel slices,
 ``sp = conv_i(sp + chunk_i)``, concat) as ``hierarchical_depthwise`` launches, one per conv
-(``passes.rules.hierarchical``, ``strategy.conv.hierarchical_depthwise``): onnx.helper graphs
+(``passes.patterns.split_depthwise``, ``strategy.fusion.hierarchical_depthwise``): onnx.helper graphs
 as torch.onnx.export writes them, against onnxruntime, asserting the plan (no slice, add or
 concat kernel), and the block left apart where it does not match."""
 

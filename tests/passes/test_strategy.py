@@ -19,7 +19,7 @@ from primfuncs.conv import ConvConfig, conv2d_geometry
 from primfuncs.epilogue import Epilogue
 from tir_adreno import compile_model, ops
 from tir_adreno.runtime import cache, texture
-from tir_adreno.strategy import defaults, records, conv as strategy
+from tir_adreno.strategy import defaults, fusion, records, conv as strategy
 from tir_adreno.strategy.pool import group_threshold
 from tir_adreno.strategy.precision import PrecisionError
 from tir_adreno.tuning import programs as tuning
@@ -253,13 +253,13 @@ def test_fusion_decision_per_profile(name, fused):
     """Launch-bound H200: every MobileNetV2 tail fuses; Adreno and PoCL only the first, whose 1x1
     conv has one channel tile (nothing recomputed). No launch cost: nothing fuses."""
     profile = get_profile(name)
-    plans = [strategy.fuse_depthwise_pointwise(*_tail(*t), profile) for t in MOBILENET_V2_TAILS]
+    plans = [fusion.fuse_depthwise_pointwise(*_tail(*t), profile) for t in MOBILENET_V2_TAILS]
     assert sum(p is not None for p in plans) == fused
     first = plans[0]
     assert first is not None and first.recompute_macs == 0 and first.config_string.startswith("fused oc4")
     assert all(p.recompute_macs < profile.launch_cost_macs for p in plans if p is not None)
     off = dataclasses.replace(profile, launch_cost_macs=0)
-    assert all(strategy.fuse_depthwise_pointwise(*_tail(*t), off) is None for t in MOBILENET_V2_TAILS)
+    assert all(fusion.fuse_depthwise_pointwise(*_tail(*t), off) is None for t in MOBILENET_V2_TAILS)
 
 
 def test_fusion_needs_a_multiplier_1_depthwise_and_a_blocked_1x1():
@@ -267,9 +267,9 @@ def test_fusion_needs_a_multiplier_1_depthwise_and_a_blocked_1x1():
     aggregation; each tile recomputes its group's depthwise channels only: nothing extra)."""
     h200 = get_profile("nvidia-h200")
     dw, pw = _tail(16, 8, 1, 8)
-    assert strategy.fuse_depthwise_pointwise(dw, pw, h200) is not None
+    assert fusion.fuse_depthwise_pointwise(dw, pw, h200) is not None
     aligned_1x1 = conv2d_geometry((1, 16, 8, 8), (16, 4, 1, 1), groups=4)
-    fused = strategy.fuse_depthwise_pointwise(dw, aligned_1x1, h200)
+    fused = fusion.fuse_depthwise_pointwise(dw, aligned_1x1, h200)
     assert fused is not None and fused.recompute_macs == 0, fused
     multiplier2 = conv2d_geometry((1, 16, 8, 8), (32, 1, 3, 3), padding=1, groups=16)
     grouped_1x1 = conv2d_geometry((1, 16, 8, 8), (8, 4, 1, 1), groups=4)  # 2 output channels a group
@@ -277,7 +277,7 @@ def test_fusion_needs_a_multiplier_1_depthwise_and_a_blocked_1x1():
     dense_3x3 = conv2d_geometry((1, 16, 8, 8), (16, 16, 3, 3), padding=1)
     for a, b in ((multiplier2, conv2d_geometry((1, 32, 8, 8), (8, 32, 1, 1))), (dw, grouped_1x1), (dw, strided_1x1),
                  (dense_3x3, pw)):
-        assert strategy.fuse_depthwise_pointwise(a, b, h200) is None
+        assert fusion.fuse_depthwise_pointwise(a, b, h200) is None
     with pytest.raises(ValueError, match="launch_cost_macs"):
         dataclasses.replace(h200, launch_cost_macs=-1)
 
@@ -313,7 +313,7 @@ def test_h200_runs_big_1x1_and_stem_convs_tiled_on_buffers():
 
     dw, pw = depthwise_pointwise_geometry((1, 144, 56, 56), (144, 1, 3, 3), (24, 144, 1, 1), 1, 1)
     assert plan(pw).config.tiled
-    fused = strategy.fuse_depthwise_pointwise(dw, pw, h200)
+    fused = fusion.fuse_depthwise_pointwise(dw, pw, h200)
     assert fused is not None and not fused.config.tiled
 
 
@@ -332,10 +332,10 @@ def test_h200_stem_and_fused_configs():
     assert (small.tiled, small.oc_block, small.w_block, small.work_group, small.k_chunk) == (True, 2, 1, (64, 1, 1), 9)
     assert (wide.tiled, wide.oc_block, wide.w_block, wide.work_group, wide.k_chunk) == (True, 1, 4, (16, 8, 1), 13)
     dw, pw = depthwise_pointwise_geometry((1, 384, 7, 7), (384, 1, 5, 5), (384, 16, 1, 1), 1, 2, groups=24)
-    grouped = strategy.fuse_depthwise_pointwise(dw, pw, h200).config
+    grouped = fusion.fuse_depthwise_pointwise(dw, pw, h200).config
     assert (grouped.oc_block, grouped.w_block, grouped.split_k) == (4, 1, 4)
     dw, pw = depthwise_pointwise_geometry((1, 512, 7, 7), (512, 1, 3, 3), (128, 512, 1, 1), 1, 1)
-    dense = strategy.fuse_depthwise_pointwise(dw, pw, h200).config
+    dense = fusion.fuse_depthwise_pointwise(dw, pw, h200).config
     assert (dense.oc_block, dense.w_block, dense.split_k) == (4, 1, 32)
 
 

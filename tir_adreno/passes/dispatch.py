@@ -34,10 +34,12 @@ blocks, FastViT's RepMixer, exported without their reparameterization) become on
 where the strategy says so (``mixed_conv``), so their tails fuse as any conv's.
 
 Where to look: ``graph`` (the bindings of ``main``), ``rewriter`` (values, kernel
-emission, layouts, scopes), ``convs`` (which convs our kernels take), ``affine`` and
-``activations`` (the patterns folded into kernels), ``op_info`` (what each kernel says
-about itself), ``rules/`` (one module per op family, registered in order in
-``rules.RULES``). Ops no rule takes are left as they are, for ``LegalizeOps`` and dlight.
+emission, layouts, scopes), ``convs`` (which convs our kernels take), ``conv_emit`` (a conv
+with its tail, gate or folded norm), ``affine`` and ``activations`` (the patterns folded into
+kernels), ``op_info`` (what each kernel says about itself), ``patterns/`` (the fusion stage:
+one module per fused pattern, registered in order in ``patterns.PATTERNS``, tried first),
+``rules/`` (one module per single-op family, registered in order in ``rules.RULES``). Ops no
+pattern or rule takes are left as they are, for ``LegalizeOps`` and dlight.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ import tvm
 from tir_adreno.passes.mixed_conv import merge_mixed_convs
 from tir_adreno.passes.reparam import reparameterize
 from tir_adreno.passes.rewriter import Rewriter
+from tir_adreno.passes.patterns import PATTERNS
 from tir_adreno.passes.rules import RULES, by_op
 from tir_adreno.strategy.profile import DeviceProfile, resolve
 
@@ -59,7 +62,7 @@ def dispatch_to_textures(mod: tvm.IRModule, profile: DeviceProfile, allow_buffer
     index knows are body-less stubs (``passes.kernel_index``) that only ``compiler.plan_module``
     resolves; the default gives real PrimFuncs (``tvm.compile``, ``dump``). Convs are merged first
     (:func:`merge_convs`)."""
-    return Rewriter(merge_convs(mod, profile), profile, by_op(RULES), allow_buffer, records, precision, lazy).run()
+    return Rewriter(merge_convs(mod, profile), profile, by_op((*PATTERNS, *RULES)), allow_buffer, records, precision, lazy).run()
 
 
 def merge_convs(mod: tvm.IRModule, profile: DeviceProfile) -> tvm.IRModule:

@@ -54,6 +54,25 @@ def const(expr):
     return expr.value.numpy() if isinstance(expr, tvm.ir.expr.GenericConst) else None
 
 
+def scalar(expr) -> float | None:
+    """The value of a one-element constant ``expr`` (an epsilon, a scale) as a float, else None."""
+    value = const(expr)
+    return float(value.reshape(())) if value is not None and value.size == 1 else None
+
+
+def permute_axes(node: Node | None, op: str = "relax.permute_dims") -> tuple[int, ...] | None:
+    """The axes of ``node`` when it is ``op`` (a ``permute_dims``) with explicit axes, else None."""
+    if node is None or node.op != op or node.attrs.axes is None:
+        return None
+    return tuple(int(a) for a in node.attrs.axes)
+
+
+def reduce_axes(node: Node) -> tuple[int, ...] | None:
+    """The non-negative axes of a reduction or squeeze ``node`` (``attrs.axis``), else None."""
+    rank = len(static_shape(node.args[0]) or ())
+    return tuple(int(a) % rank for a in node.attrs.axis) if node.attrs.axis is not None and rank else None
+
+
 def ints(values) -> tuple[int, ...]:
     return tuple(int(v) for v in values)
 
@@ -79,6 +98,25 @@ def split_parts(node: Node, nchw) -> list[int] | None:
         return None
     sizes = [s[1] for s in shapes]
     return sizes if sum(sizes) == nchw[1] and min(sizes) > 0 else None
+
+
+def channel_range(node: Node, channels: int) -> tuple[int, int] | None:
+    """[begin, end) of a ``strided_slice`` over axis 1 with stride 1, clamped to ``channels``, else None."""
+    if len(node.args) < 4:
+        return None
+    axes, begin, end = (ints_of(a) for a in node.args[1:4])
+    strides = ints_of(node.args[4]) if len(node.args) > 4 else (1,)
+    if axes != (1,) or strides != (1,) or begin is None or end is None:
+        return None
+    b = begin[0] + channels if begin[0] < 0 else begin[0]
+    e = min(end[0] + channels if end[0] < 0 else end[0], channels)
+    return (b, e) if 0 <= b < e else None
+
+
+#: ``permute_dims`` axes between NCHW and NHWC (ConvNeXt's Permute around LayerNorm and Linear).
+TO_NHWC, TO_NCHW = (0, 2, 3, 1), (0, 3, 1, 2)
+#: ``permute_dims`` axes between the token layouts ``[N, C, L]`` and ``[N, L, C]``.
+SWAP_TOKENS = (0, 2, 1)
 
 
 def reads(node: Node, var) -> bool:

@@ -44,7 +44,7 @@ from tir_adreno.strategy.profile import DeviceProfile
 @dataclass
 class ConvPiece:
     """One group of a mixed conv (or one conv of a hierarchical split block,
-    ``passes.rules.hierarchical``): its conv's geometry and weights with its constant steps folded."""
+    ``passes.patterns.split_depthwise``): its conv's geometry and weights with its constant steps folded."""
 
     geom: ConvGeometry
     w: np.ndarray  # OIHW float64, the steps' scale folded in

@@ -21,7 +21,7 @@ OURS_ATTR = "tir_adreno.kernel"
 
 #: Attribute of a kernel call (``KernelCall.with_attr``; ``Rewriter.emit_float32`` sets it on the
 #: output): positions of its parameters (outputs after inputs) that stay float32 under half
-#: storage (``compiler._half_buffers``: so does every other reader of those tensors), e.g. the
+#: storage (``storage.half_buffers``: so does every other reader of those tensors), e.g. the
 #: split group norm's partial statistics (a count and a mean rounded to half lose the norm).
 FLOAT32_ATTR = "tir_adreno.float32_params"
 

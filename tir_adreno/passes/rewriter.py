@@ -95,7 +95,7 @@ class Rewriter:
     def emit_float32(self, func, args, out_shape, op_info: dict, nchw=None) -> relax.Var:
         """:meth:`emit_kernel` of a kernel whose output stays float32 under half storage: statistics
         one of our kernels passes to another (``FLOAT32_ATTR`` on its output; the readers of that
-        tensor then read float32 too, ``compiler._half_buffers``). ``op_info`` gets the output's
+        tensor then read float32 too, ``storage.half_buffers``). ``op_info`` gets the output's
         shape: ``nchw`` for a blocked output (its logical NCHW shape), else ``out_shape``."""
         func = func.with_attr(FLOAT32_ATTR, (len(args),))
         return self.emit_kernel(func, args, out_shape, dtype="float32", op_info={**op_info, "output": list(nchw or out_shape)})

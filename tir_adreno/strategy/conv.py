@@ -12,7 +12,8 @@ Without a record the plan is the direct conv with the profile's default config
 (textures where they fit, or buffers), depthwise convs where their defaults place them
 (:func:`default_choice`; ``source="default"``); with one it is the record's algorithm, config and
 placement (``source="records"``). Nothing is measured here. Precisions:
-``tir_adreno.strategy.precision``; pooling schedules: ``tir_adreno.strategy.pool``.
+``tir_adreno.strategy.precision``; whether a conv takes a fused op in (a gate, a folded norm, its
+depthwise producer): ``tir_adreno.strategy.fusion.can_fuse``; pooling schedules: ``tir_adreno.strategy.pool``.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from primfuncs import conv as _conv
-from primfuncs._common import BUFFER, TEXTURE, TEXTURE_WEIGHT
+from primfuncs._common import BUFFER, TEXTURE
 from primfuncs.conv import ConvConfig, ConvGeometry
 from primfuncs.conv import winograd as _winograd
 from primfuncs.conv import tiled as _tiled
@@ -36,7 +37,8 @@ from tir_adreno.runtime import texture
 from tir_adreno.strategy import defaults
 from tir_adreno.strategy.packing import pack_oihw4o
 from tir_adreno.strategy.placement import activation_scope, conv_placement
-from tir_adreno.strategy.pool import is_wide
+from tir_adreno.strategy.placement import weight_scope as weight_scope_of
+from tir_adreno.strategy.width import is_wide
 from tir_adreno.strategy.precision import check_precision, conv_accumulator_dtype, half_storage, kernel_dtype
 from tir_adreno.strategy.profile import DeviceProfile, check_placement
 
@@ -253,7 +255,7 @@ def default_choice(geometry: ConvGeometry, profile: DeviceProfile) -> ConvChoice
     return ConvChoice(placement=placement)
 
 
-def _activation_scope(geom: ConvGeometry, profile: DeviceProfile, placement: str, allow_buffer: bool,
+def conv_activation_scope(geom: ConvGeometry, profile: DeviceProfile, placement: str, allow_buffer: bool,
                       out: ConvGeometry | None = None) -> str:
     """Where a conv's input and output (``out``'s output: a fused pair's) live."""
     out = out or geom
@@ -261,7 +263,7 @@ def _activation_scope(geom: ConvGeometry, profile: DeviceProfile, placement: str
     return activation_scope(shapes, profile, placement, allow_buffer)
 
 
-def _choice(geometry: ConvGeometry, precision: str, profile: DeviceProfile, records=None,
+def resolve_choice(geometry: ConvGeometry, precision: str, profile: DeviceProfile, records=None,
             choice: ConvChoice | None = None) -> tuple[ConvChoice, str]:
     """(the choice, its source): ``choice`` ("explicit"), else the records' ("records"), else the default."""
     if choice is not None:
@@ -276,100 +278,13 @@ def takes_gate(choice: ConvChoice, geometry: ConvGeometry) -> bool:
     return choice.algorithm == "direct" and _conv.blocked_path(geometry)
 
 
-def fuse_gate(geometry: ConvGeometry, precision: str, profile: DeviceProfile, records=None) -> bool:
-    """Whether conv ``geometry`` should read ``x * gate[n, c]`` itself (a squeeze-excitation's gate
-    multiply, one launch less) instead of the multiply running apart: with kernel fusion on
-    (``launch_cost_macs`` > 0) when its plan's kernel takes a gate (:func:`takes_gate`). The cost
-    is one multiply per input lane read (the direct kernel: ``1 / (4 oc_block)`` of the conv's
-    multiply-adds; the tiled one multiplies as it stages the input, once per work group) and one
-    gate pixel read per input block; Winograd plans decline (their input transform is a kernel
-    of its own), so the multiply stays apart there."""
-    if profile.launch_cost_macs <= 0:
-        return False
-    return takes_gate(_choice(geometry, precision, profile, records)[0], geometry)
-
-
-#: Device classes whose 1x1 convs read a layer norm before them folded in (:func:`fold_norm`), and
-#: a split group norm's statistics (:func:`fold_group_norm`: only wide GPUs split a group norm, so
-#: PoCL and Adreno keep their one ``group_norm`` launch whatever this says): wide
-#: GPUs, where a launch costs more than the statistics (H200: no slower tiled convs, 12-15 launches
-#: and 0.09 ms of kernel time less per model). Not PoCL: there ConvNeXt-V2's folded 40-channel
-#: pwconv1s ran 1.2-1.9x their time apart in two runs, more than the layer norm launches saved
-#: (``benchmarks/norm_fold.py``, docs/kernels.md); not Adreno, unmeasured and ALU-bound like it.
-FOLD_NORM_KINDS = ("gpu",)
-
-
-def fold_norm(geometry: ConvGeometry, precision: str, profile: DeviceProfile, records=None) -> bool:
-    """Whether conv ``geometry`` should read the layer norm over its input channels folded in
-    (``primfuncs.conv.norm``: the norm's kernel and one round trip of its output less) instead of
-    the layer norm kernel running before it: with kernel fusion on (``launch_cost_macs`` > 0) on a
-    device class of :data:`FOLD_NORM_KINDS`, for a dense 1x1 conv with stride 1 and no padding
-    whose plan's kernel folds it (the direct conv's blocked path or the tiled GEMM:
-    :func:`takes_gate`) in float32 arithmetic (float32, float16_acc32). The cost: one subtraction
-    and two multiply-adds per input lane read (the statistics; the direct kernel: ``3 / (16
-    oc_block)`` of its multiply-adds, the tiled one once per staged pixel and output channel tile
-    row), and a few operations per output pixel."""
-    if not _folds_norms(profile, precision):
-        return False
-    return norm_foldable(geometry) and takes_gate(_choice(geometry, precision, profile, records)[0], geometry)
-
-
-def _folds_norms(profile: DeviceProfile, precision: str) -> bool:
-    """Whether ``profile`` folds norms into convs at all (:data:`FOLD_NORM_KINDS`, fusion on, float32 arithmetic)."""
-    return profile.launch_cost_macs > 0 and profile.kind in FOLD_NORM_KINDS and kernel_dtype(precision) == "float32"
-
-
-def _folds_group_norm(choice: ConvChoice) -> bool:
+def folds_group_norm(choice: ConvChoice) -> bool:
     """Whether ``choice``'s kernel folds a group norm: the tiled GEMM (its work group folds the
     statistics in shared memory once; the direct kernel's items would each fold all the partials)."""
     return choice.algorithm == "direct" and choice.config is not None and choice.config.tiled
 
 
-def fold_group_norm(geometry: ConvGeometry, fold: GroupNormFold, precision: str, profile: DeviceProfile, records=None) -> bool:
-    """Whether conv ``geometry`` should read the group norm ``fold`` of its input folded in
-    (``primfuncs.conv.norm.GroupNormFold``: the plan ``group_norm_partials -> conv`` instead of
-    ``group_norm_partials -> group_norm_apply -> conv``, one launch and one round trip of the
-    norm's output less) where layer norms fold (:func:`fold_norm`: a device class of
-    :data:`FOLD_NORM_KINDS`, fusion on, float32 arithmetic), for a dense 1x1 conv, stride 1, no
-    padding, whose plan is the tiled kernel (:func:`_folds_group_norm`) and whose work group's
-    shared memory holds the fold's (:func:`_norm_config`). The split form (``group_norm_partials``)
-    exists on wide GPUs only (``strategy.pool.group_norm_schedule``), so only they ask. The cost: a
-    work group folds its sample's partials first (as each ``group_norm_apply`` work group does), and
-    one subtraction and one multiply per staged input lane. The H200's MobileViT-v2 1x1 convs all
-    run tiled (``profile.tiled_min_groups``)."""
-    if not _folds_norms(profile, precision) or group_norm_refusal(geometry, fold) is not None:
-        return False
-    return _tiled_fold_fits(geometry, precision, profile, records, group_norm=fold)
-
-
-def _tiled_fold_fits(geometry: ConvGeometry, precision: str, profile: DeviceProfile, records=None,
-                     group_norm: GroupNormFold | None = None, grn_blocks: int = 0) -> bool:
-    """Whether conv ``geometry``'s plan is the tiled kernel (:func:`_folds_group_norm`) and its work
-    group's shared memory holds a folded ``group_norm`` or GRN's ``grn_blocks`` scales once
-    :func:`_norm_config` has shrunk its ``split_k``."""
-    choice = _choice(geometry, precision, profile, records)[0]
-    if not _folds_group_norm(choice):
-        return False
-    dtype, acc_dtype = kernel_dtype(precision), conv_accumulator_dtype(precision, geometry.reduction_length)
-    config = _norm_config(choice.config, dtype, acc_dtype, group_norm, grn_blocks)
-    return _tiled.tiled_local_bytes(config, dtype, acc_dtype, False, group_norm, grn_blocks) <= MAX_LOCAL_BYTES
-
-
-def fold_grn(geometry: ConvGeometry, precision: str, profile: DeviceProfile, records=None) -> bool:
-    """Whether the gated conv ``geometry`` after ConvNeXt-V2's GRN (:func:`fuse_gate` said yes)
-    should compute GRN's scale itself from the sums of squares (``grn_eps``: the plan
-    ``sum_squares_hw -> conv`` instead of ``sum_squares_hw -> grn_scale -> conv``, one launch less)
-    where norms fold (:func:`fold_norm`: a device class of :data:`FOLD_NORM_KINDS`, fusion on,
-    float32 arithmetic), for a dense conv whose plan is the tiled kernel (:func:`_folds_group_norm`:
-    its work group computes the C scales once, in shared memory; the direct kernel's items would each
-    take all C square roots) and whose shared memory holds them (:func:`_norm_config`). The cost: C
-    square roots and ``~2 sqrt(C / 4)`` serial additions per work group before its tile."""
-    if not _folds_norms(profile, precision) or geometry.groups != 1:
-        return False
-    return _tiled_fold_fits(geometry, precision, profile, records, grn_blocks=geometry.c4)
-
-
-def _norm_config(config: ConvConfig, dtype: str, acc_dtype: str, group_norm: GroupNormFold | None = None,
+def norm_config(config: ConvConfig, dtype: str, acc_dtype: str, group_norm: GroupNormFold | None = None,
                  grn_blocks: int = 0) -> ConvConfig:
     """``config`` for a conv with a folded norm: a tiled config's ``split_k`` halved until its
     partial sums, a statistics row per pixel more (a layer norm), the folded partials (a
@@ -422,7 +337,7 @@ def conv2d_plan(
     """
     check_precision(precision, profile)
     dtype = kernel_dtype(precision)
-    choice, source = _choice(geometry, precision, profile, records, choice)
+    choice, source = resolve_choice(geometry, precision, profile, records, choice)
     check_algorithm(geometry, choice.algorithm, precision=precision)
     if gate_scope is not None and not takes_gate(choice, geometry):
         raise ValueError(f"gate_scope={gate_scope!r}: the {choice.name} kernel of this conv takes no input gate "
@@ -431,14 +346,14 @@ def conv2d_plan(
         raise ValueError(f"norm_eps={norm_eps!r}: a layer norm folds into a dense 1x1 conv (stride 1, no padding) run by "
                          f"the direct or tiled kernel; this is {choice.name} of {geometry}")
     refusal = None if group_norm is None else group_norm_refusal(geometry, group_norm) or (
-        None if _folds_group_norm(choice) else f"a group norm folds into the tiled kernel, this is {choice.name}")
+        None if folds_group_norm(choice) else f"a group norm folds into the tiled kernel, this is {choice.name}")
     if refusal is not None:
         raise ValueError(f"group_norm={group_norm!r} of {geometry}: {refusal}")
-    if grn_eps is not None and (gate_scope is None or not _folds_group_norm(choice)):
+    if grn_eps is not None and (gate_scope is None or not folds_group_norm(choice)):
         raise ValueError(f"grn_eps={grn_eps!r}: GRN's scale folds into a gated conv run by the tiled kernel; this is "
                          f"{choice.name} of {geometry}, gate_scope {gate_scope!r}")
     g = geometry
-    scope = _activation_scope(g, profile, choice.placement, allow_buffer)
+    scope = conv_activation_scope(g, profile, choice.placement, allow_buffer)
     in5, out5 = (g.n, g.c4, g.h, g.w, 4), (g.n, g.o4, g.oh, g.ow, 4)
     x_scope, y_scope = in_scope or scope, out_scope or scope
     r_scope = residual_scope or y_scope
@@ -450,10 +365,10 @@ def conv2d_plan(
     if choice.algorithm == "direct":
         config = choice.config or defaults.default_config(g, profile)
         if norm_eps is not None or group_norm is not None or grn_eps is not None:
-            config = _norm_config(config, dtype, conv_accumulator_dtype(precision, g.reduction_length), group_norm,
+            config = norm_config(config, dtype, conv_accumulator_dtype(precision, g.reduction_length), group_norm,
                                   g.c4 if grn_eps is not None else 0)
         w5 = (g.o4, g.cg, g.kh, g.kw, 4)
-        weight_scope = texture.place(w5, TEXTURE_WEIGHT, profile.limits, allow_buffer) if scope == TEXTURE else BUFFER
+        weight_scope = weight_scope_of([w5], scope, profile, allow_buffer)
         tile_scope = scope
         gate = {} if gate_scope is None else {"gate_scope": gate_scope}  # ungated plans keep their arguments (and keys)
         gate.update({} if norm_eps is None else {"norm_eps": float(norm_eps)})
@@ -471,7 +386,7 @@ def conv2d_plan(
         m = WINOGRAD_TILES[choice.algorithm]
         shapes = _winograd.winograd_shapes(g, m)
         config = choice.config or _winograd.default_config(g, m)
-        weight_scope = texture.place(shapes.weight, TEXTURE_WEIGHT, profile.limits, allow_buffer) if scope == TEXTURE else BUFFER
+        weight_scope = weight_scope_of([shapes.weight], scope, profile, allow_buffer)
         # V and M are internal: buffers when too large, whatever allow_buffer says.
         fits = all(profile.limits.fits(s, TEXTURE) for s in (shapes.tile, shapes.product))
         tile_scope = scope if scope == TEXTURE and fits else BUFFER
@@ -487,96 +402,6 @@ def conv2d_plan(
     placement = "texture" if scope == TEXTURE else "buffer"
     return ConvPlan(g, epilogue, precision, choice.algorithm, config, placement, source, scope, weight_scope,
                     tile_scope, tensors, stages)
-
-
-@dataclass(frozen=True)
-class FusedPlan:
-    """A depthwise conv and the 1x1 conv that reads it, run as one kernel
-    (``primfuncs.conv.depthwise_pointwise_nchw4c``): :func:`fuse_depthwise_pointwise`."""
-
-    depthwise: ConvGeometry
-    pointwise: ConvGeometry
-    precision: str
-    config: ConvConfig
-    placement: str
-    source: str
-    scope: str
-    weight_scope: str
-    recompute_macs: int  # depthwise multiply-adds the fused kernel does beyond the depthwise conv's own
-    #: X / Y / Residual in another scope than ``scope`` (a placement boundary; None: ``scope``)
-    in_scope: str | None = None
-    out_scope: str | None = None
-    residual_scope: str | None = None
-
-    @property
-    def config_string(self) -> str:
-        return f"fused {config_string(self.config)} {self.placement}"
-
-    @property
-    def out_shape(self) -> tuple[int, ...]:
-        p = self.pointwise
-        return (p.n, p.o4, p.oh, p.ow, 4)
-
-    def primfunc(self, dw_epilogue: Epilogue, epilogue: Epilogue):
-        """The fused PrimFunc (needs TVM)."""
-        factory, kwargs = self.stage(dw_epilogue, epilogue)
-        return factory(**kwargs)
-
-    def stage(self, dw_epilogue: Epilogue, epilogue: Epilogue) -> tuple:
-        """The fused kernel as (factory, kwargs), like :attr:`ConvPlan.stages`."""
-        d, p = self.depthwise, self.pointwise
-        return _conv.depthwise_pointwise_nchw4c, dict(
-            data_shape=(d.n, d.c, d.h, d.w), dw_weight_shape=(d.o, 1, d.kh, d.kw), pw_weight_shape=(p.o, p.cg, 1, 1),
-            strides=d.strides, padding=d.padding, dilation=d.dilation, groups=p.groups,
-            epilogue=replace(epilogue, out_scope=self.out_scope, residual_scope=self.residual_scope),
-            prologue=Prologue(weight_scope=self.weight_scope, depthwise=dw_epilogue,
-                              **accumulator_kwargs(self.precision, p.reduction_length)),
-            dtype=kernel_dtype(self.precision), config=self.config, scope=self.in_scope or self.scope)
-
-    def pack_weights(self, w_oihw: np.ndarray) -> np.ndarray:
-        """Either conv's OIHW weights as the fused kernel reads them (OIHW4o)."""
-        return pack_oihw4o(np.asarray(w_oihw).astype(kernel_dtype(self.precision)))
-
-
-def fusable(dw: ConvGeometry, pw: ConvGeometry) -> bool:
-    """Can ``pw`` (reading ``dw``'s output) take ``dw`` as its prologue? A depthwise conv with
-    multiplier 1, then a 1x1 conv with stride 1, no padding, dense or with block-aligned groups
-    (``_conv.blocked_path``: EfficientViT's multi-scale aggregation)."""
-    return (dw.is_depthwise and dw.o == dw.c and (pw.kh, pw.kw) == (1, 1) and _conv.blocked_path(pw)
-            and pw.strides == (1, 1) and pw.padding == (0, 0, 0, 0) and (pw.n, pw.c, pw.h, pw.w) == dw.out_shape)
-
-
-def fuse_depthwise_pointwise(dw: ConvGeometry, pw: ConvGeometry, profile: DeviceProfile, records=None,
-                             precision: str = "float32", allow_buffer: bool = True) -> FusedPlan | None:
-    """The fused kernel's plan when ``pw`` should compute ``dw`` on the fly, else None.
-
-    The 1x1 conv's tile (its tuned record's direct config and placement, else the
-    profile's default) gets ``dw`` as a prologue. Each of its ``ceil(O/4 / oc_block)``
-    output channel tiles recomputes the depthwise conv (a grouped 1x1's tile, in one group, its
-    group's channels only), so the fused kernel does ``(tiles / groups - 1) x`` the depthwise
-    MACs on top; fuse when that is below what one launch is worth on the device
-    (``profile.launch_cost_macs``, 0: never): the launch and the intermediate's round trip
-    through memory are saved.
-    """
-    check_precision(precision, profile)
-    if not fusable(dw, pw):
-        return None
-    choice = records.lookup(pw, precision) if records is not None else None
-    source = "records" if choice is not None and choice.algorithm == "direct" else "default"
-    if source == "default":  # the placement only: a default tiled config has no prologue
-        choice = ConvChoice(placement=(choice or default_choice(pw, profile)).placement)
-    tiled = choice.config is not None and choice.config.tiled  # a record's: its prologue variant is the direct one
-    config = choice.config if choice.config and not tiled else defaults.default_config(pw, profile, prologue=True)
-    dw_macs = dw.flops // 2
-    recompute = -(-pw.o4 // _conv.blocked_oc_block(pw, config.oc_block)) * dw_macs // pw.groups - dw_macs
-    if recompute >= profile.launch_cost_macs:
-        return None
-    scope = _activation_scope(dw, profile, choice.placement, allow_buffer, out=pw)
-    weights = [(dw.o4, 1, dw.kh, dw.kw, 4), (pw.o4, pw.cg, 1, 1, 4)]
-    placed = {texture.place(w, TEXTURE_WEIGHT, profile.limits, allow_buffer) for w in weights} if scope == TEXTURE else {BUFFER}
-    weight_scope = TEXTURE_WEIGHT if placed == {TEXTURE_WEIGHT} else BUFFER  # the kernel reads both alike
-    placement = "texture" if scope == TEXTURE else "buffer"
-    return FusedPlan(dw, pw, precision, config, placement, source, scope, weight_scope, recompute)
 
 
 def mixed_conv_form(forms: dict[str, int], pieces: int, profile: DeviceProfile) -> str | None:
@@ -596,13 +421,3 @@ def mixed_conv_form(forms: dict[str, int], pieces: int, profile: DeviceProfile) 
     if forms[form] == 0 or (is_wide(profile) and forms[form] <= (pieces + 1) * profile.launch_cost_macs):
         return form
     return None
-
-
-def hierarchical_depthwise(profile: DeviceProfile) -> bool:
-    """Whether EdgeNeXt's hierarchical split depthwise convs (timm ``SplitTransposeBlock``: channel
-    slices, ``sp = conv_i(sp + chunk_i)``, concat; ``passes.rules.hierarchical``) run as one
-    ``hierarchical_depthwise`` launch per conv, each writing the whole map: with fusion on
-    (``launch_cost_macs`` > 0). It saves the slices, the adds and the concat (EdgeNeXt-XXS: 21
-    launches -> 6) for one copy of the map per conv (its small maps: 28 x 28 x 48 down to
-    7 x 7 x 168); else as exported."""
-    return profile.launch_cost_macs > 0

@@ -29,7 +29,7 @@ Named profiles (:data:`PROFILES`):
   8192 x 8192 x 2048 on this host, work groups of 4096, 1 MiB "local" memory).
 
 ``launch_cost_macs``: the multiply-adds one kernel launch is worth on the device, what
-the strategy lets a fusion recompute to save a launch (``strategy.fuse_depthwise_pointwise``);
+the strategy lets a fusion recompute to save a launch (``strategy.fusion.fuse_depthwise_pointwise``);
 0 turns fusion off. Defaults per class (:data:`LAUNCH_COST_MACS`):
 
 - "gpu" (H200): 1e7. A kernel costs at least ~5-6 us (buffers) to ~11-13 us (textures) of

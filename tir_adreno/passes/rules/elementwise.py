@@ -20,6 +20,7 @@ from tir_adreno.passes.rewriter import MAP_LAYOUTS, Rewriter, Value
 #: ``[N, C]`` and tokens. (NHWC maps are the conv rule's: their per-channel constants fold there.)
 POINTWISE_LAYOUTS = ("NCHW", "NC", "NLC", "NCL")
 from tir_adreno.passes.rules.base import rule
+from tir_adreno.passes.rules.common import COMMUTATIVE, affine_chain, binary_operands, operand_value
 from tir_adreno.strategy.packing import pack_bias, pack_nchw4c
 
 
@@ -39,24 +40,6 @@ def _emit_activation(rw: Rewriter, x: Value, matched):
         m.fused = True
     rw.define(nodes[-1].var, out, scope, x.nchw, x.layout)
     return out
-
-
-def affine_chain(rw: Rewriter, x: Value, var, scale, shift, nodes):
-    """Extend the affine chain ``nodes`` (folded into ``scale``/``shift``, ending at ``var``) by
-    further per-channel steps and an activation: (scale, shift, nodes, last var, activation, bounds)."""
-    g = rw.graph
-    while True:
-        user = g.sole_user(var)
-        step = linear_step(user, var, x.channels, MAP_LAYOUTS.get(x.layout, x.layout)) if user is not None else None
-        if step is None:
-            break
-        scale, shift = scale * step[0], shift * step[0] + step[1]
-        nodes, var = nodes + [user], user.var
-    matched = match_activation(g, var)
-    if matched is None:
-        return scale, shift, nodes, var, None, None
-    activation, bounds, tail = matched
-    return scale, shift, nodes + tail, tail[-1].var, activation, bounds
 
 
 def _emit_affine(rw: Rewriter, x: Value, var, scale, shift, nodes):
@@ -81,7 +64,7 @@ def elementwise(rw: Rewriter, node: Node):
     ``x * gate(x)``), else a per-channel affine chain (``x * scale + shift``, then an
     activation), on an activation that no conv epilogue took."""
     for var in node.args[:2]:
-        x = _value(rw, var) if isinstance(var, relax.Var) else None
+        x = operand_value(rw, var) if isinstance(var, relax.Var) else None
         if x is None or x.layout not in POINTWISE_LAYOUTS:
             continue
         matched = match_activation(rw.graph, var, first=node)
@@ -108,35 +91,6 @@ def batch_norm(rw: Rewriter, node: Node):
 
 #: Binary ops of two activations with a kernel; the commutative ones take a broadcast operand first too.
 BINARY_OPS = ("relax.add", "relax.subtract", "relax.multiply", "relax.divide")
-COMMUTATIVE = ("relax.add", "relax.multiply")
-
-
-def _value(rw: Rewriter, var) -> Value | None:
-    """The :class:`Value` of ``var`` in whatever layout it has (a new one: NCHW), else None."""
-    return rw.values.get(var) if isinstance(var, relax.Var) and var in rw.values else rw.activation(var)
-
-
-def binary_operands(rw: Rewriter, node: Node):
-    """(a, b, b is a per-channel vector ``[N, C, 1, 1]`` broadcast over H, W) of a binary op of two
-    activations of one layout and shape (any layout, tokens too), or of an NCHW one and such a
-    vector, else None. ``a op b`` must be the node's value: a broadcast operand comes first only
-    in a commutative op (``gate - x`` stays upstream)."""
-    out_shape = static_shape(node.var)
-    if len(node.args) != 2 or out_shape is None:
-        return None
-    first, second = node.args
-    if static_shape(first) == static_shape(second) == out_shape:
-        a, b, broadcast = _value(rw, first), _value(rw, second), False
-    else:
-        vector = (*out_shape[:2], 1, 1) if len(out_shape) == 4 else None
-        pairs = [(first, second)] + ([(second, first)] if node.op in COMMUTATIVE else [])
-        found = next(((x, v) for x, v in pairs if static_shape(x) == out_shape and static_shape(v) == vector), None)
-        if found is None:
-            return None
-        a, b, broadcast = rw.activation(found[0]), rw.activation(found[1]), True
-    if a is None or b is None or a.layout != b.layout or (broadcast and a.layout != "NCHW") or (not broadcast and a.nchw != b.nchw):
-        return None
-    return a, b, broadcast
 
 
 def _constant_operand(rw: Rewriter, node: Node):

@@ -10,16 +10,12 @@ from tvm import relax
 
 from primfuncs import resize, shuffle
 
-from tir_adreno.passes.graph import Node, dtype, ints_of, split_parts, static_shape
+from tir_adreno.passes.graph import SWAP_TOKENS, TO_NCHW, TO_NHWC, Node, channel_range, dtype, split_parts, static_shape
 from tir_adreno.passes.kernel_index import kernel
 from tir_adreno.passes.op_info import elementwise_info, node_info
 from tir_adreno.passes.rewriter import Rewriter, Value, blocked_shape
 from tir_adreno.passes.rules.base import rule
 
-#: ``permute_dims`` axes between NCHW and NHWC (ConvNeXt's Permute around LayerNorm and Linear).
-TO_NHWC, TO_NCHW = (0, 2, 3, 1), (0, 3, 1, 2)
-#: ``permute_dims`` axes between the token layouts ``[N, C, L]`` and ``[N, L, C]``.
-SWAP_TOKENS = (0, 2, 1)
 
 
 @rule("relax.image.resize2d")
@@ -77,19 +73,6 @@ def _channel_shuffle(rw: Rewriter, node: Node, x: Value):
     perm.fused = back.fused = True
     rw.define(back.var, out, scope, x.nchw)
     return out
-
-
-def channel_range(node: Node, channels: int) -> tuple[int, int] | None:
-    """[begin, end) of a ``strided_slice`` over axis 1 with stride 1, clamped to ``channels``, else None."""
-    if len(node.args) < 4:
-        return None
-    axes, begin, end = (ints_of(a) for a in node.args[1:4])
-    strides = ints_of(node.args[4]) if len(node.args) > 4 else (1,)
-    if axes != (1,) or strides != (1,) or begin is None or end is None:
-        return None
-    b = begin[0] + channels if begin[0] < 0 else begin[0]
-    e = min(end[0] + channels if end[0] < 0 else end[0], channels)
-    return (b, e) if 0 <= b < e else None
 
 
 @rule("relax.strided_slice")

@@ -7,7 +7,7 @@
 
 ``k`` steps of ``primfuncs.hierarchical.hierarchical_depthwise``, each writing the whole map (the
 previous step's output read for the channels before its chunk and for the add), so the slices,
-the adds and the concat are planned away (``strategy.conv.hierarchical_depthwise`` decides).
+the adds and the concat are planned away (``strategy.fusion.can_fuse("split_depthwise", ...)`` decides).
 Matched from any of the slices (the first the rewriter meets): every slice of ``x`` over its
 channels, together tiling them in ``k + 1`` chunks, the first ``k`` of equal width; each
 depthwise conv (stride 1, no dilation, 'same' padding of an odd kernel, per-channel steps after
@@ -27,14 +27,13 @@ from tvm import relax
 from primfuncs import hierarchical as kernels
 
 from tir_adreno.passes.affine import other_operand
-from tir_adreno.passes.graph import Graph, Node, const, same, static_shape
+from tir_adreno.passes.graph import SWAP_TOKENS, Graph, Node, channel_range, const, same, static_shape
 from tir_adreno.passes.kernel_index import kernel
 from tir_adreno.passes.mixed_conv import ConvPiece, conv_piece
 from tir_adreno.passes.op_info import elementwise_info
+from tir_adreno.passes.patterns.base import Match, Plan, pattern
 from tir_adreno.passes.rewriter import Rewriter
-from tir_adreno.passes.rules.base import rule
-from tir_adreno.passes.rules.layout import SWAP_TOKENS, channel_range
-from tir_adreno.strategy import conv as strategy
+from tir_adreno.strategy.fusion import can_fuse
 from tir_adreno.strategy.packing import pack_channel_range
 
 
@@ -131,16 +130,26 @@ def token_addend(g: Graph, concat: Node, nchw) -> tuple[list[Node], np.ndarray] 
     return [reshape, permute, add], value.reshape(h * w, c).T.reshape(c, h, w)
 
 
-@rule("relax.strided_slice")
-def split_depthwise(rw: Rewriter, node: Node):
+def _match(g, node: Node) -> Match | None:
+    """The block (:func:`match_split_block`) reading the static NCHW map that slice ``node`` reads."""
+    nchw = static_shape(node.args[0])
+    block = match_split_block(g, node.args[0], nchw) if nchw is not None and len(nchw) == 4 else None
+    return Match(node, {"block": block}) if block is not None else None
+
+
+def _plan(match: Match, profile, records, precision) -> Plan | None:
+    fusion = can_fuse("split_depthwise", None, profile, precision, records)
+    return Plan(match, fusion) if fusion is not None else None
+
+
+@pattern("relax.strided_slice", match=_match, plan=_plan, before=("strided_slice",))
+def split_depthwise(rw: Rewriter, plan: Plan):
     """EdgeNeXt's hierarchical split depthwise convs from any of their slices
     (:func:`match_split_block`): one ``hierarchical_depthwise`` launch per conv when the strategy
     says so, the last one's map the concat; else None (each slice, add, conv and the concat apart)."""
+    node, block = plan.match.anchor, plan.match.block
     v = rw.activation(node.args[0])
-    if v is None or v.layout != "NCHW" or not strategy.hierarchical_depthwise(rw.profile):
-        return None
-    block = match_split_block(rw.graph, node.args[0], v.nchw)
-    if block is None:
+    if v is None or v.layout != "NCHW":
         return None
     addend = token_addend(rw.graph, block.concat, v.nchw)
     scope = rw.scope_for(v.shape5)

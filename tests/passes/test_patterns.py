@@ -1,0 +1,167 @@
+"""The fusion stage's registry (``tir_adreno.passes.patterns``): every pattern tried before the
+single-op rules, every declared precedence kept by the registry's order, and the precedence of every
+pair of patterns that share an anchor op named here, with why (a new overlap fails
+:func:`test_every_overlap_is_named` until it is); ``strategy.fusion.can_fuse``, the one question the
+patterns ask about a fused conv."""
+
+import itertools
+
+import pytest
+
+from primfuncs.conv import conv2d_geometry
+from primfuncs.conv.norm import GroupNormFold
+from tir_adreno.passes.patterns import PATTERNS
+from tir_adreno.passes.patterns.base import Pattern, always, ordered
+from tir_adreno.passes.rules import RULES, by_op
+from tir_adreno.strategy import fusion
+from tir_adreno.strategy.profile import get_profile, without_fusion
+
+#: (earlier, later): the patterns that share an anchor op, and why the earlier one goes first.
+OVERLAPS = {
+    ("pooled_excitation", "head_gemv"): "a pool read by an SE block is the excitation's; a head's 1x1 conv has no gate after it",
+    ("pooled_excitation", "pooled_pointwise"): "the pool with both SE convs is one launch; with one conv only where no SE follows",
+    ("excitation", "head_gemv"): "a 1x1 conv on a vector followed by an SE gate is fc1, not a classifier",
+    ("excitation", "depthwise_excitation"): "disjoint anchors (a dense 1x1 conv on a vector, a depthwise conv); the SE block first",
+    ("excitation", "depthwise_pointwise"): "disjoint anchors (a dense 1x1 conv on a vector, a grouped conv); the SE block first",
+    ("head_gemv", "pooled_pointwise"): "a wide GPU's head spreads its GEMV over work groups; pooled_pointwise is the narrow devices'",
+    ("head_gemv", "depthwise_excitation"): "disjoint anchors (a dense 1x1 conv on a vector, a depthwise conv); the head first",
+    ("head_gemv", "depthwise_pointwise"): "disjoint anchors (a dense 1x1 conv on a vector, a grouped conv); the head first",
+    ("head_gemv", "layer_norm_conv"): "a classifier's norm of a vector folds into its head GEMV, not into a conv",
+    ("depthwise_excitation", "depthwise_pointwise"): "a depthwise conv pooled by an SE block has two readers: the SE block's",
+    ("grn_gated_conv2d", "gated_conv2d"): "GRN's x * x starts the whole GRN; a plain gate multiply is its own pattern",
+    ("group_norm_conv", "group_norm"): "a group norm a conv folds needs no kernel of its own",
+    ("group_norm_conv", "cross_covariance_attention"): "group norm's reshape to [N, G, K] before attention's reshapes",
+    ("group_norm_conv", "linear_attention"): "group norm's reshape to [N, G, K] before attention's reshapes",
+    ("group_norm", "cross_covariance_attention"): "group norm's reshape to [N, G, K] before attention's reshapes",
+    ("group_norm", "linear_attention"): "group norm's reshape to [N, G, K] before attention's reshapes",
+    ("cross_covariance_attention", "linear_attention"): "XCA's reshape of tokens to 5-d, LiteMLA's of a map to 4-d: XCA first",
+}
+
+
+def _index(name: str) -> int:
+    return next(i for i, p in enumerate(PATTERNS) if p.name == name)
+
+
+def test_every_overlap_is_named():
+    """Each pair of patterns with a common anchor op is in :data:`OVERLAPS`, and each named pair overlaps."""
+    overlapping = {frozenset((a.name, b.name)) for a, b in itertools.combinations(PATTERNS, 2) if set(a.ops) & set(b.ops)}
+    assert overlapping == {frozenset(pair) for pair in OVERLAPS}
+
+
+@pytest.mark.parametrize("earlier, later", sorted(OVERLAPS), ids=[f"{a}>{b}" for a, b in sorted(OVERLAPS)])
+def test_overlapping_pair_precedence(earlier, later):
+    """``earlier`` declares its precedence over ``later`` (data: ``before``) and is tried first on every op they share."""
+    first, second = PATTERNS[_index(earlier)], PATTERNS[_index(later)]
+    assert later in first.before and earlier not in second.before
+    index = by_op((*PATTERNS, *RULES))
+    for op in set(first.ops) & set(second.ops):
+        names = [r.name for r in index[op]]
+        assert names.index(earlier) < names.index(later), op
+
+
+def test_patterns_run_before_the_rules():
+    """On every op, the patterns that look at it come before its single-op rules."""
+    patterns = {p.name for p in PATTERNS}
+    for op, entries in by_op((*PATTERNS, *RULES)).items():
+        kinds = [e.name in patterns for e in entries]
+        assert kinds == sorted(kinds, reverse=True), op
+    assert all(isinstance(p, Pattern) for p in PATTERNS) and not patterns & {r.name for r in RULES}
+
+
+def test_every_declared_precedence_names_a_pattern_or_rule_after_it():
+    rules = {r.name for r in RULES}
+    for i, p in enumerate(PATTERNS):
+        for later in p.before:
+            assert later in rules or _index(later) > i, (p.name, later)
+
+
+def _fake(name, before=()):
+    return Pattern(name, ("relax.add",), lambda g, n: None, always, lambda rw, plan: None, before)
+
+
+def test_the_registry_refuses_a_broken_order():
+    assert [p.name for p in ordered([_fake("a", ("b",)), _fake("b")], set())] == ["a", "b"]
+    with pytest.raises(ValueError, match="'b' must come before 'a'"):
+        ordered([_fake("a"), _fake("b", ("a",))], set())
+    with pytest.raises(ValueError, match="no pattern or rule"):
+        ordered([_fake("a", ("nothing",))], {"binary"})
+    with pytest.raises(ValueError, match="share a name"):
+        ordered([_fake("a"), _fake("a")], set())
+
+
+def test_can_fuse_is_the_one_question():
+    """Each kind answers as its predicate does, a Fusion (or the FusedPlan) or None; fusion off: None."""
+    h200, pocl = get_profile("nvidia-h200"), get_profile("pocl")
+    pointwise = conv2d_geometry((1, 96, 14, 14), (40, 96, 1, 1))
+    yes = fusion.can_fuse("gate", pointwise, pocl)
+    assert yes == fusion.Fusion("gate", pointwise)
+    assert fusion.can_fuse("gate", pointwise, without_fusion(pocl)) is None
+    assert fusion.can_fuse("layer_norm", pointwise, h200) is not None and fusion.can_fuse("layer_norm", pointwise, pocl) is None
+    qkv, fold = conv2d_geometry((1, 64, 4, 196), (129, 64, 1, 1)), GroupNormFold(1, 196, 1e-5)
+    assert fusion.can_fuse("group_norm", qkv, h200, fold=fold) is not None
+    assert fusion.can_fuse("group_norm", qkv, h200, "float16", fold=fold) is None
+    assert (fusion.can_fuse("grn", qkv, h200) is None) == (not fusion.fold_grn(qkv, "float32", h200))
+    dw = conv2d_geometry((1, 32, 28, 28), (32, 1, 3, 3), padding=1, groups=32)
+    pw = conv2d_geometry((1, 32, 28, 28), (16, 32, 1, 1))
+    assert fusion.can_fuse("depthwise_pointwise", dw, h200, pointwise=pw) == fusion.fuse_depthwise_pointwise(dw, pw, h200)
+    assert fusion.can_fuse("depthwise_pointwise", dw, without_fusion(h200), pointwise=pw) is None
+    assert fusion.can_fuse("split_depthwise", None, pocl) is not None
+    assert fusion.can_fuse("split_depthwise", None, without_fusion(pocl)) is None
+    with pytest.raises(ValueError, match="unknown fusion kind"):
+        fusion.can_fuse("winograd", pointwise, pocl)
+    assert set(fusion.FUSION_KINDS) == {"gate", "layer_norm", "group_norm", "grn", "depthwise_pointwise", "split_depthwise"}
+
+
+def _se_graph():
+    """A squeeze-excitation block on a 7 x 7 map of 16 channels (timm's export)."""
+    import numpy as np
+
+    from helpers.onnx_graphs import pattern_graph, se_nodes
+
+    rng, inits = np.random.default_rng(4), {}
+    return pattern_graph(se_nodes("x", "y", inits, 16, 4, rng), inits, channels=16)
+
+
+def _group_norm_conv_graph():
+    """GroupNorm1 over 8 channels as exported, read by a 1x1 conv to 16 channels on a 28 x 28 map
+    (the H200 runs that conv tiled: the group norm folds into it)."""
+    import numpy as np
+
+    from helpers.onnx_graphs import conv_node, group_norm_nodes, int_pattern_graph
+
+    rng, inits = np.random.default_rng(9), {}
+    nodes = [conv_node(rng, inits, "x", "c", 8, 3), *group_norm_nodes("c", "n", inits, 8, 1, rng), conv_node(rng, inits, "n", "y", 16, 8, k=1)]
+    return int_pattern_graph(nodes, inits, size=28)
+
+
+def _profile(name):
+    from helpers.onnx_graphs import wide_profile
+
+    return wide_profile() if name == "wide" else get_profile(name)
+
+
+#: (earlier, later, graph, profile, a kernel of the earlier's plan, a kernel only the later's plan has)
+IN_A_PLAN = [
+    ("pooled_excitation", "pooled_pointwise", _se_graph, "pocl", "excitation", "pooled_pointwise"),
+    ("pooled_excitation", "head_gemv", _se_graph, "wide", "excitation", "pooled_pointwise"),
+    ("group_norm_conv", "group_norm", _group_norm_conv_graph, "nvidia-h200", "conv2d_tiled_nchw4c", "group_norm_apply"),
+]
+
+
+@pytest.mark.parametrize("earlier, later, graph, profile, first_kernel, second_kernel", IN_A_PLAN,
+                         ids=[f"{a}>{b}" for a, b, *_ in IN_A_PLAN])
+def test_precedence_decides_the_plan(monkeypatch, earlier, later, graph, profile, first_kernel, second_kernel):
+    """A graph both patterns match: the registry's order gives the earlier one's kernels; with the
+    two swapped, the later one's (so the declared order is what decides)."""
+    from helpers.onnx_graphs import plan_kernels
+    from tir_adreno.passes import dispatch
+
+    model, target = graph(), _profile(profile)
+    names = plan_kernels(model, target)
+    assert first_kernel in names and second_kernel not in names, names
+    order = list(dispatch.PATTERNS)
+    i, j = (next(k for k, p in enumerate(order) if p.name == n) for n in (earlier, later))
+    order[i], order[j] = order[j], order[i]
+    monkeypatch.setattr(dispatch, "PATTERNS", tuple(order))
+    swapped = plan_kernels(model, target)
+    assert second_kernel in swapped and swapped != names, swapped
