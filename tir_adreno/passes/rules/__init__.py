@@ -12,7 +12,7 @@ convs from their channel slices to the concat, before ``strided_slice``; ``conca
 wide GPU EfficientViT's concat of the maps its linear attention reads, before ``concat``), and
 an op no rule takes is left to upstream (``LegalizeOps`` and dlight)."""
 
-from tir_adreno.passes.rules import attention, broadcast, concat, conv, elementwise, excite, hierarchical, layer_norm, layout, matmul, patches, pool
+from tir_adreno.passes.rules import attention, broadcast, concat, conv, elementwise, excite, gemm, hierarchical, layer_norm, layout, matmul, patches, pool
 from tir_adreno.passes.rules.base import Rule, by_op, rule  # noqa: F401 (the rule contract)
 
 RULES: tuple[Rule, ...] = (
@@ -21,6 +21,7 @@ RULES: tuple[Rule, ...] = (
     excite.depthwise_excitation,
     conv.conv2d,
     matmul.matmul,
+    gemm.gemm,
     layer_norm.grn_gated_conv2d,
     excite.gated_conv2d,
     elementwise.binary,

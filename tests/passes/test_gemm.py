@@ -1,0 +1,109 @@
+"""The ``gemm`` rule: matmuls on plain tensors as exporters write them (a Linear on tokens with
+its bias and activation, a Linear on a channels-last map, Q Kᵀ through a Transpose, attention x V,
+Kᵀ V with heads, a residual add) run as our GEMM kernel, against onnxruntime; the plan has no
+upstream matmul and no layout transform."""
+
+import numpy as np
+import pytest
+
+from helpers.onnx_graphs import PATTERN_RTOL, f32, make, node, tensor
+from tir_adreno import compile_model
+from tir_adreno.reference import reference_outputs, relative_error
+
+LAYOUT_KERNELS = ("nchw_to_nchw4c", "nhwc_to_nchw4c", "nchw4c_to_nchw", "nchw4c_to_nhwc", "copy")
+
+
+def _run(model, inputs: dict, gemms: int):
+    """Compile ``model`` for this device, check it against onnxruntime, and check its plan: ``gemms``
+    launches of our GEMM, no upstream matmul, no layout transform. Returns the plan's rows."""
+    compiled = compile_model(model, progress=lambda _: None)
+    outs = compiled.run(inputs)
+    refs = reference_outputs(model, inputs)
+    for out, ref in zip(outs, refs):
+        assert relative_error(out, ref) <= PATTERN_RTOL, relative_error(out, ref)
+    rows = compiled.profile()
+    ours = [r for r in rows if r["ours"] and r["op"].startswith("gemm")]
+    assert len(ours) == gemms, rows
+    assert not [r for r in rows if not r["ours"] and "matmul" in (r["op"] + r["kernel"]).lower()], rows
+    assert not [r for r in rows if r["op"].startswith(LAYOUT_KERNELS)], rows
+    return rows
+
+
+def _inputs(rng, **shapes) -> dict:
+    return {name: rng.standard_normal(shape).astype(np.float32) for name, shape in shapes.items()}
+
+
+def test_linear_on_tokens_with_bias_and_activation():
+    """``relu(x @ W + b)`` then ``@ W2 + b2 + x``: a transformer MLP on tokens ``[N, L, C]``, bias,
+    activation and residual in the two kernels' epilogues (two launches, nothing else)."""
+    nodes = [node("MatMul", ["x", "w1"], ["h"]), node("Add", ["h", "b1"], ["hb"]), node("Relu", ["hb"], ["r"]),
+             node("MatMul", ["r", "w2"], ["o"]), node("Add", ["o", "b2"], ["ob"]), node("Add", ["ob", "x"], ["y"])]
+    inits = [f32("w1", (12, 20)), f32("b1", (20,)), f32("w2", (20, 12)), f32("b2", (12,))]
+    model = make(nodes, [tensor("x", [2, 7, 12])], [tensor("y", [2, 7, 12])], inits, opset=17)
+    rows = _run(model, _inputs(np.random.default_rng(1), x=(2, 7, 12)), gemms=2)
+    assert len(rows) == 2, rows
+
+
+def test_gemm_op_on_flattened_tokens():
+    """ONNX ``Gemm`` with ``transB`` (a Linear as older exporters write it) after a Reshape of
+    tokens to rows: the constant transpose folds, the kernel takes the bias."""
+    nodes = [node("Reshape", ["x", "shape"], ["rows"]), node("Gemm", ["rows", "w", "b"], ["y"], transB=1)]
+    inits = [f32("w", (9, 6)), f32("b", (9,)), np.array([-1, 6], np.int64)]
+    from onnx import numpy_helper
+
+    inits[-1] = numpy_helper.from_array(inits[-1], "shape")
+    model = make(nodes, [tensor("x", [2, 5, 6])], [tensor("y", [10, 9])], inits, opset=17)
+    compiled = compile_model(model, progress=lambda _: None)
+    x = _inputs(np.random.default_rng(2), x=(2, 5, 6))
+    (out,) = compiled.run(x)
+    (ref,) = reference_outputs(model, x)
+    assert relative_error(out, ref) <= PATTERN_RTOL
+    assert not [r for r in compiled.profile() if not r["ours"] and "matmul" in (r["op"] + r["kernel"]).lower()]
+
+
+def test_linear_on_channels_last_map():
+    """A Linear on an NHWC map ``[N, H, W, C]`` (a gated MLP on channels-last maps): rows are N*H*W."""
+    nodes = [node("MatMul", ["x", "w"], ["h"]), node("Add", ["h", "b"], ["y"])]
+    model = make(nodes, [tensor("x", [1, 5, 3, 8])], [tensor("y", [1, 5, 3, 11])], [f32("w", (8, 11)), f32("b", (11,))], opset=17)
+    _run(model, _inputs(np.random.default_rng(3), x=(1, 5, 3, 8)), gemms=1)
+
+
+def test_attention_scores_and_values():
+    """``softmax(q Kᵀ) V`` on ``[N * heads, L, d]``: Q Kᵀ reads K through its Transpose (no transpose
+    kernel), attention x V is a batched GEMM; the softmax between them is upstream's (a token-layout
+    softmax is not ours yet), on the same plain buffers."""
+    nodes = [node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]), node("MatMul", ["q", "kt"], ["s"]),
+             node("Softmax", ["s"], ["p"], axis=-1), node("MatMul", ["p", "v"], ["y"])]
+    shapes = {"q": (3, 10, 5), "k": (3, 10, 5), "v": (3, 10, 7)}
+    model = make(nodes, [tensor(n, list(s)) for n, s in shapes.items()], [tensor("y", [3, 10, 7])], [], opset=17)
+    rows = _run(model, _inputs(np.random.default_rng(4), **shapes), gemms=2)
+    assert not [r for r in rows if "transpose" in r["op"].lower()], rows
+
+
+def test_scores_with_heads():
+    """Q Kᵀ with heads ``[N, heads, L, d]`` (K transposed in its read) and a bias over the keys."""
+    nodes = [node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]), node("MatMul", ["q", "kt"], ["s"]), node("Add", ["s", "b"], ["y"])]
+    shapes = {"q": (2, 3, 10, 5), "k": (2, 3, 11, 5)}
+    model = make(nodes, [tensor(n, list(s)) for n, s in shapes.items()], [tensor("y", [2, 3, 10, 11])], [f32("b", (11,))], opset=17)
+    assert len(_run(model, _inputs(np.random.default_rng(6), **shapes), gemms=1)) == 1
+
+
+def test_linear_attention_context_with_heads():
+    """``Kᵀ V`` (EfficientViT-style linear attention's context, ``[N, heads, L, d]``): the first
+    operand read transposed; then ``Q ctx`` plus a bias over the last axis."""
+    nodes = [node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]), node("MatMul", ["kt", "v"], ["ctx"]),
+             node("MatMul", ["q", "ctx"], ["o"]), node("Add", ["o", "b"], ["y"])]
+    shapes = {"q": (2, 2, 9, 6), "k": (2, 2, 9, 6), "v": (2, 2, 9, 5)}
+    model = make(nodes, [tensor(n, list(s)) for n, s in shapes.items()], [tensor("y", [2, 2, 9, 5])], [f32("b", (5,))], opset=17)
+    _run(model, _inputs(np.random.default_rng(5), **shapes), gemms=2)
+
+
+@pytest.mark.parametrize("profile", ["adreno", "nvidia-h200"])
+def test_plan_for_other_devices(profile):
+    """The rule plans the same on every profile (configs differ): compiled without a device."""
+    from helpers.onnx_graphs import plan_kernels
+    from tir_adreno.strategy.profile import get_profile
+
+    nodes = [node("MatMul", ["x", "w"], ["h"]), node("Add", ["h", "b"], ["y"])]
+    model = make(nodes, [tensor("x", [1, 49, 16])], [tensor("y", [1, 49, 24])], [f32("w", (16, 24)), f32("b", (24,))], opset=17)
+    assert plan_kernels(model, get_profile(profile)) == ["gemm"]

@@ -1,0 +1,188 @@
+"""``matmul`` on plain tensors (tokens, channels-last maps, heads) as our tiled GEMM
+(``primfuncs.gemm``), in buffer placement: no layout transform on either side.
+
+Registered after ``rules.matmul`` (the classifier GEMV and the Linear run as a 1x1 conv on
+blocked activations keep the nodes they took before); this rule takes the rest: a Linear by a
+constant ``[K, N]`` (as the importer writes ``MatMul``, ``Gemm`` and ``Linear``: the constant
+already transposed by constant folding) on ``[..., M, K]`` of any rank, with the linear steps
+after it (bias add, per-column scale) folded into the weight and bias; and the batched product
+of two activations ``[B..., M, K] x [B..., K, N]`` with a transpose of the last two axes of
+either operand (``permute_dims``) folded into the kernel's read (Q Kᵀ, attention x V, Kᵀ V).
+Then a residual add of an activation already computed, and a named activation
+(``passes.activations``), go into the kernel's epilogue. Every operand is read in its plain
+float32 form (upstream's tensors are float32 under every precision; under float16_acc32 the
+buffers between two of our kernels are half, ``compiler._half_buffers``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from tvm import relax
+
+from primfuncs import gemm as gemm_kernels
+from primfuncs.epilogue import Epilogue
+
+from tir_adreno.passes.activations import clip_fields, match_activation
+from tir_adreno.passes.affine import linear_step, other_operand
+from tir_adreno.passes.graph import Node, const, dtype, same, static_shape
+from tir_adreno.passes.kernel_index import kernel
+from tir_adreno.passes.op_info import epilogue_info, node_info
+from tir_adreno.passes.rewriter import Rewriter
+from tir_adreno.passes.rules.base import rule
+from tir_adreno.strategy import gemm as strategy
+from tir_adreno.strategy.packing import pack_bias
+
+
+@dataclass
+class Operand:
+    """A GEMM operand: what the kernel reads (``expr``, stored ``shape``), transposed or not."""
+
+    expr: relax.Expr
+    shape: tuple
+    transposed: bool = False
+
+
+@dataclass
+class GemmTail:
+    """What follows the product in the graph and goes into the kernel: the weight (a Linear's, with
+    the linear steps after it folded in), the bias, a residual, an activation, the last node."""
+
+    last: Node
+    weight: np.ndarray | None = None  # float64 [K, N]
+    bias: np.ndarray | None = None  # float64 [N]
+    residual: relax.Expr | None = None
+    activation: str | None = None
+    clip_bounds: tuple | None = None
+
+    @property
+    def epilogue(self) -> Epilogue:
+        return Epilogue(bias=self.bias is not None and bool(np.any(self.bias != 0)), activation=self.activation,
+                        residual=self.residual is not None, **clip_fields(self.clip_bounds))
+
+
+def _swaps_last_two(node: Node) -> bool:
+    """``node`` is a ``permute_dims`` that swaps the last two axes and keeps the others in place."""
+    axes = node.attrs.axes if node.op == "relax.permute_dims" else None
+    if axes is None:
+        return False
+    axes = [int(a) for a in axes]
+    n = len(axes)
+    return n >= 2 and axes == [*range(n - 2), n - 1, n - 2]
+
+
+def _operand(rw: Rewriter, var, fold_transpose: bool = True) -> Operand | None:
+    """The plain float32 activation ``var`` (rank >= 2, static) as an operand; a transpose of its
+    last two axes is folded into the read (the transpose node, left without readers, is dropped
+    by dead-code elimination)."""
+    if not isinstance(var, relax.Var) or (var not in rw.values and var not in rw.exprs):
+        return None
+    shape = static_shape(var)
+    if shape is None or len(shape) < 2 or dtype(var) != "float32":
+        return None
+    src = rw.graph.by_var.get(var)
+    if fold_transpose and src is not None and _swaps_last_two(src) and rw.graph.uses.get(var, 0) == 1:
+        inner = _operand(rw, src.args[0], fold_transpose=False)
+        if inner is not None:
+            return Operand(inner.expr, inner.shape, True)
+    return Operand(rw.expr(var), shape)
+
+
+def _weight(expr, k: int) -> np.ndarray | None:
+    """A float32 constant ``[K, N]`` (leading dims of size 1 dropped) as float64, else None."""
+    w = const(expr)
+    if w is None or w.dtype != np.float32 or w.ndim < 2 or any(d != 1 for d in w.shape[:-2]) or w.shape[-2] != k:
+        return None
+    return w.reshape(w.shape[-2:]).astype(np.float64)
+
+
+def _residual(rw: Rewriter, user: Node, var) -> relax.Expr | None:
+    """The other operand of ``add`` ``user`` when it is an activation of the output's shape that
+    exists already (in its plain form, or packed: then unpacked once), else None."""
+    other = other_operand(user, var) if user.op == "relax.add" else None
+    if not isinstance(other, relax.Var) or (other not in rw.values and other not in rw.exprs):
+        return None
+    if static_shape(other) != static_shape(var) or dtype(other) != "float32":
+        return None
+    return rw.expr(other)
+
+
+def _step(rw: Rewriter, tail: GemmTail, user: Node, n: int) -> bool:
+    """Take ``user`` into the tail: a per-column linear step (a Linear's only: folded into its
+    weight and bias; a batched product takes a shift, a bias add), before the residual; or the
+    residual add. True when taken."""
+    if tail.residual is None:
+        step = linear_step(user, tail.last.var, n, "NHWC")
+        if step is not None and (tail.weight is not None or np.all(step[0] == 1.0)):
+            scale, shift = step
+            if tail.weight is not None:
+                tail.weight = tail.weight * scale[None, :]
+            tail.bias = (np.zeros(n) if tail.bias is None else tail.bias) * scale + shift
+            return True
+        tail.residual = _residual(rw, user, tail.last.var)
+        return tail.residual is not None
+    return False
+
+
+def gemm_tail(rw: Rewriter, node: Node, weight: np.ndarray | None, n: int) -> GemmTail:
+    """The steps after ``node`` that the kernel takes (each marked fused): linear steps, then a
+    residual add, then an activation (which ends it)."""
+    tail = GemmTail(node, weight)
+    while True:
+        matched = match_activation(rw.graph, tail.last.var)
+        if matched is not None:
+            tail.activation, tail.clip_bounds, nodes = matched
+            for m in nodes:
+                m.fused = True
+            tail.last = nodes[-1]
+            return tail
+        user = rw.graph.sole_user(tail.last.var)
+        if user is None or static_shape(user.var) != static_shape(node.var) or not _step(rw, tail, user, n):
+            return tail
+        user.fused = True
+        tail.last = user
+
+
+@rule("relax.matmul")
+def gemm(rw: Rewriter, node: Node):
+    """``A @ B`` of plain float32 tensors (B a constant or an activation of A's batch dims) as our GEMM."""
+    if dtype(node.var) != "float32" or static_shape(node.var) is None:
+        return None
+    a = _operand(rw, node.args[0])
+    if a is None:
+        return None
+    k = a.shape[-2] if a.transposed else a.shape[-1]
+    weight = _weight(node.args[1], k)
+    b = None if weight is not None else _operand(rw, node.args[1])
+    if weight is None and b is None:
+        return None
+    b_shape = weight.shape if weight is not None else b.shape
+    try:
+        geom = gemm_kernels.gemm_geometry(a.shape, b_shape, a.transposed, b is not None and b.transposed)
+    except ValueError:  # a broadcast of batch dims our kernel does not take: left to upstream
+        return None
+    if geom.out_shape != static_shape(node.var):
+        return None
+    return _emit(rw, node, a, b, geom, gemm_tail(rw, node, weight, geom.n))
+
+
+def _emit(rw: Rewriter, node: Node, a: Operand, b: Operand | None, geom, tail: GemmTail):
+    epilogue = tail.epilogue
+    # Plain tensors are float32 under every precision (upstream's side): the kernel is float32.
+    kwargs = strategy.gemm_kwargs(geom, "float32", rw.profile)
+    if rw.dtype != "float32":
+        kwargs["dtype"] = "float32"
+    func = kernel(gemm_kernels.gemm, geom.a_shape, geom.b_shape, trans_a=geom.trans_a, trans_b=geom.trans_b, epilogue=epilogue, **kwargs)
+    b_arg = relax.const(np.ascontiguousarray(tail.weight.astype(np.float32))) if tail.weight is not None else b.expr
+    args = [a.expr, b_arg]
+    if epilogue.bias:
+        args.append(relax.const(pack_bias(tail.bias.astype(np.float32))))
+    if epilogue.residual:
+        args.append(tail.residual)
+    info = node_info(node, trans_a=geom.trans_a, trans_b=geom.trans_b, config=str(kwargs["config"]))
+    info["attrs"]["epilogue"] = epilogue_info(epilogue)
+    out = rw.emit_kernel(func, args, geom.out_shape, dtype="float32", hint="gemm", op_info=info)
+    if not same(tail.last.var, node.var):
+        rw.exprs[tail.last.var] = out
+    return out
