@@ -24,7 +24,7 @@ from tvm import relax
 from primfuncs import gemm as gemm_kernels
 from primfuncs.epilogue import Epilogue
 
-from tir_adreno.passes.activations import clip_fields, match_activation
+from tir_adreno.passes.activations import clip_fields, fuse_activation
 from tir_adreno.passes.affine import linear_step, other_operand
 from tir_adreno.passes.graph import Node, const, dtype, same, static_shape
 from tir_adreno.passes.kernel_index import kernel
@@ -130,12 +130,9 @@ def gemm_tail(rw: Rewriter, node: Node, weight: np.ndarray | None, n: int) -> Ge
     residual add, then an activation (which ends it)."""
     tail = GemmTail(node, weight)
     while True:
-        matched = match_activation(rw.graph, tail.last.var)
-        if matched is not None:
-            tail.activation, tail.clip_bounds, nodes = matched
-            for m in nodes:
-                m.fused = True
-            tail.last = nodes[-1]
+        fused = fuse_activation(rw.graph, tail.last.var)
+        if fused is not None:  # the activation ends the epilogue
+            tail.activation, tail.clip_bounds, tail.last = fused
             return tail
         user = rw.graph.sole_user(tail.last.var)
         if user is None or static_shape(user.var) != static_shape(node.var) or not _step(rw, tail, user, n):
