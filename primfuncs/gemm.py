@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from tvm.script import tirx as T
 
-from ._common import BUFFER, LANES, PixelGrid, ceildiv, check_accumulator, check_dtype, check_scope, multiply_add, pixel_launch, select_params
+from ._common import BUFFER, LANES, TEXTURE, PixelGrid, ceildiv, check_accumulator, check_dtype, check_scope, multiply_add, pixel_launch, select_params
 from .epilogue import BIAS, RESIDUAL, Epilogue, activate
 
 #: Largest register tile: rows x pixels of 4 columns (the accumulators are rows x 4 pixels floats).
@@ -114,6 +114,12 @@ def gemm_grid(geom: GemmGeometry, config: GemmConfig) -> PixelGrid:
     return PixelGrid(geom.batch, ceildiv(geom.m, config.rows), ceildiv(ceildiv(geom.n, LANES), config.cols), config.ty, config.tx)
 
 
+def pixel_shape(shape) -> tuple:
+    """``shape`` with its last axis as RGBA pixels, ``(..., ceil(L/4), 4)``: a tensor in texture
+    placement (padding lanes 0)."""
+    return (*shape[:-1], ceildiv(shape[-1], LANES), LANES)
+
+
 def _unravel(index, dims) -> tuple:
     """Row-major indices into ``dims`` of flat ``index`` (a dim of size 1 indexes 0)."""
     if not dims:
@@ -152,7 +158,9 @@ def _check_gemm(geom: GemmGeometry, config, epilogue, dtype, acc_dtype, scope):
     if not isinstance(epilogue, Epilogue):
         raise TypeError(f"epilogue must be an Epilogue, got {type(epilogue).__name__}")
     check_dtype(dtype)
-    check_scope(scope, (BUFFER,))
+    check_scope(scope)
+    if scope == TEXTURE and (geom.trans_a or geom.trans_b):
+        raise ValueError("gemm in texture placement reads its operands as stored: trans_a and trans_b need buffers")
     return check_accumulator(dtype, acc_dtype)
 
 
@@ -171,66 +179,117 @@ def gemm(a_shape, b_shape, trans_a: bool = False, trans_b: bool = False, config:
     tm, tn = config.rows, config.cols
     at_a, at_b, at_y = _indexers(geom)
     zero, acc_zero = T.FloatImm(dtype, 0.0), T.FloatImm(acc_dtype, 0.0)
-    # Vector loads where the 4 elements are contiguous and never run past the axis.
+    texture = scope == TEXTURE
+
+    def stored(shape):
+        return pixel_shape(shape) if texture else tuple(shape)
+
+    def lane_of(index, lane):
+        return (*index, lane)
+    # Buffers: vector loads where the 4 elements are contiguous and never run past the axis.
     a_vector = not geom.trans_a and k % LANES == 0
     b_vector = n % LANES == 0 if not geom.trans_b else k % LANES == 0
     y_vector = n % LANES == 0
     launch = pixel_launch()
 
+    def a_at(vb, r, kb, kk):
+        """``A``'s element (texture: pixel and lane) for row ``r`` (clamped), reduction index ``4 kb + kk``."""
+        if texture:
+            return lane_of(at_a(vb, T.min(r, m - 1), kb), kk)
+        return at_a(vb, T.min(r, m - 1), kb * 4 + kk if a_vector else T.min(kb * 4 + kk, k - 1))
+
+    @T.macro
+    def zero_past_k(px, kb, rows, cols, by_row):
+        # px[r, c] = 0 where its reduction index 4 kb + (c or r) is past K (a partial last step)
+        if k % LANES != 0:
+            for r in T.unroll(rows):
+                for c in T.unroll(cols):
+                    px[r, c] = T.Select(kb * 4 + (r if by_row else c) < k, px[r, c], zero)
+
     @T.macro
     def load_a(a_px, A, vb, r0, kb):
         # a_px[i, kk] = op(A)[vb, row i of the tile (clamped), 4 kb + kk] (0 past K)
         for i in T.unroll(tm):
-            if a_vector:
+            if texture or a_vector:
                 for kk in T.vectorized(4):
-                    a_px[i, kk] = A[at_a(vb, T.min(r0 + i, m - 1), kb * 4 + kk)]
+                    a_px[i, kk] = A[a_at(vb, r0 + i, kb, kk)]
             else:
                 for kk in T.unroll(4):
-                    a_px[i, kk] = T.if_then_else(kb * 4 + kk < k, A[at_a(vb, T.min(r0 + i, m - 1), T.min(kb * 4 + kk, k - 1))], zero)
+                    a_px[i, kk] = A[a_at(vb, r0 + i, kb, kk)]
+        zero_past_k(a_px, kb, tm, 4, False)
 
     @T.macro
     def load_b(b_px, B, vb, c0, kb):
         # b_px[kk, 4 j + lane] = op(B)[vb, 4 kb + kk, 4 (pixel j of the tile, clamped) + lane] (0 outside)
         for j in T.unroll(tn):
             for kk in T.unroll(4):
-                if b_vector and not geom.trans_b:
+                if texture:
                     for lane in T.vectorized(4):
-                        b_px[kk, j * 4 + lane] = T.if_then_else(kb * 4 + kk < k, B[at_b(vb, T.min(kb * 4 + kk, k - 1), T.min(c0 + j, n4 - 1) * 4 + lane)], zero)
+                        b_px[kk, j * 4 + lane] = B[lane_of(at_b(vb, T.min(kb * 4 + kk, k - 1), T.min(c0 + j, n4 - 1)), lane)]
+                elif b_vector and not geom.trans_b:
+                    for lane in T.vectorized(4):
+                        b_px[kk, j * 4 + lane] = B[at_b(vb, T.min(kb * 4 + kk, k - 1), T.min(c0 + j, n4 - 1) * 4 + lane)]
                 else:
                     for lane in T.unroll(4):
                         b_px[kk, j * 4 + lane] = T.if_then_else(
-                            T.And(kb * 4 + kk < k, T.min(c0 + j, n4 - 1) * 4 + lane < n),
+                            T.min(c0 + j, n4 - 1) * 4 + lane < n,
                             B[at_b(vb, T.min(kb * 4 + kk, k - 1), T.min(T.min(c0 + j, n4 - 1) * 4 + lane, n - 1))], zero)
+        zero_past_k(b_px, kb, 4, tn * 4, True)
 
     @T.macro
-    def store_tile(Y, Bias, Residual, acc, out, bias_px, vb, r0, c0):
+    def load_residual(px, Residual, vb, r, c):
+        # px[1] = Residual's pixel c of output row r (lanes past N: 0)
+        if texture:
+            for lane in T.vectorized(4):
+                px[1, lane] = Residual[lane_of(at_y(vb, r, c), lane)]
+        elif y_vector:
+            for lane in T.vectorized(4):
+                px[1, lane] = Residual[at_y(vb, r, c * 4 + lane)]
+        else:
+            for lane in T.unroll(4):
+                px[1, lane] = T.if_then_else(c * 4 + lane < n, Residual[at_y(vb, r, T.min(c * 4 + lane, n - 1))], zero)
+
+    @T.macro
+    def store_pixel_of(Y, acc, i, j, vb, r, c):
+        # Y's pixel c of output row r = acc[i, 4 j : 4 j + 4] converted (one vector store; buffers: a
+        # scalar per column when N % 4 != 0). Stored from its own accumulators, never through a
+        # scratch pixel: TVM compacts a scratch buffer whose rows do not overlap in time and then
+        # reuses its first vector load as every later texture store's value (all pixels the first).
+        if texture:
+            Y[lane_of(at_y(vb, r, c), T.Ramp(0, 1, 4))] = T.Cast(dtype + "x4", acc[i, T.Ramp(j * 4, 1, 4)])
+        elif y_vector:
+            Y[at_y(vb, r, T.Ramp(c * 4, 1, 4))] = T.Cast(dtype + "x4", acc[i, T.Ramp(j * 4, 1, 4)])
+        else:
+            for lane in T.unroll(4):
+                if c * 4 + lane < n:
+                    Y[at_y(vb, r, c * 4 + lane)] = T.Cast(dtype, acc[i, j * 4 + lane])
+
+    @T.macro
+    def store_tile(Y, Bias, Residual, acc, px, vb, r0, c0):
+        # px[0]: the bias pixel, px[1]: the residual pixel
         for i in T.unroll(tm):
             for j in T.unroll(tn):
                 if r0 + i < m and c0 + j < n4:
                     if epilogue.bias:
                         for lane in T.vectorized(4):
-                            bias_px[lane] = Bias[c0 + j, lane]
+                            px[0, lane] = Bias[c0 + j, lane]
+                    if epilogue.residual:
+                        load_residual(px, Residual, vb, r0 + i, c0 + j)
                     for lane in T.unroll(4):
-                        out[i * tn + j, lane] = T.Cast(dtype, activate(
+                        # padded lanes of a texture's last pixel stay 0 (the next kernel reads them)
+                        acc[i, j * 4 + lane] = T.Select((c0 + j) * 4 + lane < n, activate(
                             acc[i, j * 4 + lane]
-                            + (T.Cast(acc_dtype, bias_px[lane]) if epilogue.bias else acc_zero)
-                            + (T.Cast(acc_dtype, T.if_then_else((c0 + j) * 4 + lane < n, Residual[at_y(vb, r0 + i, T.min((c0 + j) * 4 + lane, n - 1))], zero))
-                               if epilogue.residual else acc_zero),
-                            epilogue.activation, acc_dtype, epilogue.clip_min, epilogue.clip_max))
-                    if y_vector:
-                        Y[at_y(vb, r0 + i, T.Ramp((c0 + j) * 4, 1, 4))] = out[i * tn + j, T.Ramp(0, 1, 4)]
-                    else:
-                        for lane in T.unroll(4):
-                            if (c0 + j) * 4 + lane < n:
-                                Y[at_y(vb, r0 + i, (c0 + j) * 4 + lane)] = out[i * tn + j, lane]
+                            + (T.Cast(acc_dtype, px[0, lane]) if epilogue.bias else acc_zero)
+                            + (T.Cast(acc_dtype, px[1, lane]) if epilogue.residual else acc_zero),
+                            epilogue.activation, acc_dtype, epilogue.clip_min, epilogue.clip_max), acc_zero)
+                    store_pixel_of(Y, acc, i, j, vb, r0 + i, c0 + j)
 
     @T.macro
     def tile(A, B, Bias, Residual, Y, vb, vr, vc):
         acc = T.sblock_alloc_buffer((tm, tn * 4), acc_dtype, scope="local")
         a_px = T.sblock_alloc_buffer((tm, 4), dtype, scope="local")
         b_px = T.sblock_alloc_buffer((4, tn * 4), dtype, scope="local")
-        out = T.sblock_alloc_buffer((tm * tn, 4), dtype, scope="local")
-        bias_px = T.sblock_alloc_buffer((4,), dtype, scope="local")
+        px = T.sblock_alloc_buffer((2, 4), dtype, scope="local")
         for i in T.unroll(tm):
             for c in T.unroll(tn * 4):
                 acc[i, c] = acc_zero
@@ -241,16 +300,16 @@ def gemm(a_shape, b_shape, trans_a: bool = False, trans_b: bool = False, config:
                 for i in T.unroll(tm):
                     for c in T.unroll(tn * 4):
                         acc[i, c] = multiply_add(acc[i, c], a_px[i, kk], b_px[kk, c])
-        store_tile(Y, Bias, Residual, acc, out, bias_px, vb, vr * tm, vc * tn)
+        store_tile(Y, Bias, Residual, acc, px, vb, vr * tm, vc * tn)
 
     @T.prim_func(s_tir=True)
     def func(a: T.handle, b: T.handle, bias: T.handle, residual: T.handle, y: T.handle):
         T.func_attr({"global_symbol": "gemm", "tirx.noalias": True})
-        A = T.match_buffer(a, geom.a_shape, dtype, scope=scope)
-        B = T.match_buffer(b, geom.b_shape, dtype, scope=scope)
+        A = T.match_buffer(a, stored(geom.a_shape), dtype, scope=scope)
+        B = T.match_buffer(b, stored(geom.b_shape), dtype, scope=scope)
         Bias = T.match_buffer(bias, (n4, 4), dtype, scope=BUFFER)
-        Residual = T.match_buffer(residual, geom.out_shape, dtype, scope=scope)
-        Y = T.match_buffer(y, geom.out_shape, dtype, scope=scope)
+        Residual = T.match_buffer(residual, stored(geom.out_shape), dtype, scope=scope)
+        Y = T.match_buffer(y, stored(geom.out_shape), dtype, scope=scope)
         launch(grid, grid.rows, grid.cols, "tile", lambda vz, vh, vw: tile(A, B, Bias, Residual, Y, vz, vh, vw))
 
     return select_params(func, epilogue.params(["A", "B"], "Y"))

@@ -1,15 +1,17 @@
 """The tiled GEMM (``primfuncs.gemm``) against float64 NumPy: Linear at any rank (rows folded),
-batched activation x activation with either operand transposed in its read, random register
-tiles and work groups, every epilogue part; float32 and float16_acc32 (half buffers, bias too),
-on NaN-poisoned outputs."""
+batched activation x activation with either operand transposed in its read (buffers), random
+register tiles and work groups, every epilogue part; buffers and textures (the last axis as RGBA
+pixels, padding lanes written 0, half of the examples under the bounds sanitizer); float32 and
+float16_acc32 (half buffers and half images), on NaN-poisoned outputs."""
 
 import numpy as np
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from helpers.numeric import rand, run_kernel
+from helpers.numeric import rand, run_kernel, sanitized
 from primfuncs import gemm
+from primfuncs._common import BUFFER, TEXTURE
 from primfuncs.epilogue import Epilogue
 from tir_adreno.codegen import build
 from tir_adreno.reference import activation
@@ -22,20 +24,29 @@ HALF_RTOL = 2.0**-11
 
 @st.composite
 def cases(draw):
-    """(a_shape, b_shape, trans_a, trans_b): a Linear (B 2-d, A of rank 2-4) or a batched product
+    """(a_shape, b_shape, trans_a, trans_b, scope): a Linear (B 2-d, A of rank 2-4) or a batched product
     with 1-2 batch dims (heads), K and N not multiples of 4 as often as multiples."""
     m, k, n = draw(st.integers(1, 19)), draw(st.sampled_from([1, 3, 4, 7, 8, 13, 32, 37])), draw(st.integers(1, 21))
-    trans_b = draw(st.booleans())
+    scope = draw(st.sampled_from([BUFFER, TEXTURE]))
+    trans_b = draw(st.booleans()) and scope == BUFFER  # textures are read as stored
     if draw(st.booleans()):  # activation x constant weight: leading dims fold into rows
         lead = tuple(draw(st.lists(st.integers(1, 3), max_size=2)))
-        return (*lead, m, k), ((n, k) if trans_b else (k, n)), False, trans_b
+        return (*lead, m, k), ((n, k) if trans_b else (k, n)), False, trans_b, scope
     lead = tuple(draw(st.lists(st.integers(1, 3), min_size=1, max_size=2)))
-    trans_a = draw(st.booleans())
-    return (*lead, *((k, m) if trans_a else (m, k))), (*lead, *((n, k) if trans_b else (k, n))), trans_a, trans_b
+    trans_a = draw(st.booleans()) and scope == BUFFER
+    return (*lead, *((k, m) if trans_a else (m, k))), (*lead, *((n, k) if trans_b else (k, n))), trans_a, trans_b, scope
 
 
 CONFIGS = st.builds(gemm.GemmConfig, st.integers(1, 8), st.integers(1, 4), st.sampled_from([1, 2, 8]), st.sampled_from([1, 4, 16]))
 EPILOGUES = st.builds(Epilogue, bias=st.booleans(), activation=st.sampled_from([None, "relu", "gelu", "hardswish"]), residual=st.booleans())
+
+
+def _pixels(x):
+    """``x`` with its last axis as zero-padded RGBA pixels (texture placement)."""
+    width = x.shape[-1]
+    out = np.zeros((*x.shape[:-1], -(-width // 4) * 4), np.float32)
+    out[..., :width] = x
+    return out.reshape(*x.shape[:-1], -1, 4)
 
 
 def _reference(a, b, trans_a, trans_b, bias, residual, epilogue):
@@ -53,26 +64,37 @@ def _reference(a, b, trans_a, trans_b, bias, residual, epilogue):
 
 @given(case=cases(), config=CONFIGS, epilogue=EPILOGUES, precision=st.sampled_from(["float32", "float16_acc32"]),
        seed=st.integers(0, 2**32 - 1))
-@example(case=((2, 49, 64), (64, 96), False, False), config=gemm.GemmConfig(4, 1, 8, 8), epilogue=Epilogue(bias=True, activation="gelu"),
+@example(case=((2, 49, 64), (64, 96), False, False, BUFFER), config=gemm.GemmConfig(4, 1, 8, 8), epilogue=Epilogue(bias=True, activation="gelu"),
          precision="float32", seed=1)  # a transformer's Linear on tokens: every load a vector
-@example(case=((1, 2, 5, 7), (1, 2, 9, 7), False, True), config=gemm.GemmConfig(3, 2, 2, 4), epilogue=Epilogue(),
+@example(case=((1, 2, 5, 7), (1, 2, 9, 7), False, True, BUFFER), config=gemm.GemmConfig(3, 2, 2, 4), epilogue=Epilogue(),
          precision="float16_acc32", seed=2)  # Q Kᵀ with heads: K read transposed, odd d
-@example(case=((2, 3, 6, 5), (2, 3, 6, 10), True, False), config=gemm.GemmConfig(2, 1, 1, 1), epilogue=Epilogue(residual=True),
+@example(case=((2, 3, 6, 5), (2, 3, 6, 10), True, False, BUFFER), config=gemm.GemmConfig(2, 1, 1, 1), epilogue=Epilogue(residual=True),
          precision="float32", seed=3)  # Kᵀ V of linear attention: A read transposed
+@example(case=((1, 3, 10, 7), (1, 3, 7, 9), False, False, TEXTURE), config=gemm.GemmConfig(2, 2, 2, 2),
+         epilogue=Epilogue(bias=True, residual=True, activation="relu"), precision="float16_acc32", seed=4)  # half images, K and N padded
+@example(case=((1, 1, 7, 1), (1, 5), False, False, TEXTURE), config=gemm.GemmConfig(1, 2, 1, 1), epilogue=Epilogue(),
+         precision="float32", seed=0)  # two pixels per item (found by hypothesis: stored through one scratch pixel, both got the first)
 def test_gemm_kernel(device, case, config, epilogue, precision, seed):
     """Every output element equals float64 ``act(op(A) op(B) + bias + residual)`` within float32
     summation's error bound (``(K + 4) u`` of the magnitudes' product, x2 for the activation's
     slope), plus half's rounding of the output under float16_acc32; none is left NaN."""
-    a_shape, b_shape, trans_a, trans_b = case
+    a_shape, b_shape, trans_a, trans_b, scope = case
     geom = gemm.gemm_geometry(a_shape, b_shape, trans_a, trans_b)
     rng = np.random.default_rng(seed)
     a, b = rand(rng, a_shape), rand(rng, b_shape)
     bias = rand(rng, (geom.n,)) if epilogue.bias else None
     residual = rand(rng, geom.out_shape) if epilogue.residual else None
     half = precision == "float16_acc32"
-    func = gemm.gemm(a_shape, b_shape, trans_a, trans_b, config=config, epilogue=epilogue)
-    inputs = [a, b] + ([pack_bias(bias)] if bias is not None else []) + ([residual] if residual is not None else [])
-    got = run_kernel(device, func, *inputs, half=build.ALL_BUFFERS if half else ())
+    func = gemm.gemm(a_shape, b_shape, trans_a, trans_b, config=config, epilogue=epilogue, scope=scope)
+    placed = _pixels if scope == TEXTURE else np.asarray
+    inputs = [placed(a), placed(b)] + ([pack_bias(bias)] if bias is not None else []) + ([placed(residual)] if residual is not None else [])
+    with sanitized(seed):
+        got = run_kernel(device, func, *inputs, storage="float16" if half and scope == TEXTURE else None,
+                         half=build.ALL_BUFFERS if half else ())
+    if scope == TEXTURE:
+        got = got.reshape(*got.shape[:-2], -1)
+        assert np.all(got[..., geom.n:] == 0), "padding lanes not written 0"
+        got = got[..., : geom.n]
     if half:
         a, b, bias, residual = (None if v is None else v.astype(np.float16).astype(np.float32) for v in (a, b, bias, residual))
     ref, scale = _reference(a, b, trans_a, trans_b, bias, residual, epilogue)
@@ -107,7 +129,9 @@ def test_gemm_bad_arguments():
     with pytest.raises(TypeError, match="dtype"):
         gemm.gemm((2, 3), (3, 5), dtype="int8")
     with pytest.raises(ValueError, match="scope"):
-        gemm.gemm((2, 3), (3, 5), scope="global.texture")
+        gemm.gemm((2, 3), (3, 5), scope="global.texture-weight")
+    with pytest.raises(ValueError, match="trans"):
+        gemm.gemm((2, 3), (5, 3), trans_b=True, scope=TEXTURE)
 
 
 def test_gemm_float16_builds_with_float32_accumulators():
