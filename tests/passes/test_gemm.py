@@ -107,3 +107,33 @@ def test_plan_for_other_devices(profile):
     nodes = [node("MatMul", ["x", "w"], ["h"]), node("Add", ["h", "b"], ["y"])]
     model = make(nodes, [tensor("x", [1, 49, 16])], [tensor("y", [1, 49, 24])], [f32("w", (16, 24)), f32("b", (24,))], opset=17)
     assert plan_kernels(model, get_profile(profile)) == ["gemm"]
+
+
+def test_token_mlp_in_half_storage():
+    """float16_acc32: the GEMMs' buffers between two of our kernels are half (the model's input and
+    output stay float32); within half's rounding of onnxruntime."""
+    nodes = [node("MatMul", ["x", "w1"], ["h"]), node("Add", ["h", "b1"], ["hb"]), node("Relu", ["hb"], ["r"]),
+             node("MatMul", ["r", "w2"], ["y"])]
+    inits = [f32("w1", (12, 20)), f32("b1", (20,)), f32("w2", (20, 12))]
+    model = make(nodes, [tensor("x", [2, 7, 12])], [tensor("y", [2, 7, 12])], inits, opset=17)
+    compiled = compile_model(model, progress=lambda _: None, precision="float16_acc32")
+    x = _inputs(np.random.default_rng(7), x=(2, 7, 12))
+    (out,), (ref,) = compiled.run(x), reference_outputs(model, x)
+    assert relative_error(out, ref) <= 1e-2
+    assert [r["op"][:4] for r in compiled.profile()] == ["gemm", "gemm"]
+    storage = {t["kind"]: t["storage"] for t in compiled.plan.to_dict()["tensors"] if t["kind"] != "const"}
+    assert storage == {"input": None, "temp": "float16", "output": None}, storage
+
+
+def test_float16_plan_keeps_plain_tensors_float32():
+    """precision float16 (planned for Adreno, no device): the GEMM on plain tensors is built float32,
+    the dtype of the tensors upstream ops hand it."""
+    from tir_adreno.compiler import compile_plan
+    from tir_adreno.strategy.profile import get_profile
+
+    nodes = [node("MatMul", ["x", "w"], ["y"])]
+    model = make(nodes, [tensor("x", [1, 9, 8])], [tensor("y", [1, 9, 6])], [f32("w", (8, 6))], opset=17)
+    plan, kernels, _ = compile_plan(model, get_profile("adreno"), progress=lambda _: None, precision="float16")
+    tensors = plan.to_dict()["tensors"]
+    assert [c["label"][:4] for c in plan.to_dict()["calls"]] == ["gemm"]
+    assert {t["dtype"] for t in tensors} == {"float32"}, tensors
