@@ -137,3 +137,26 @@ def test_float16_plan_keeps_plain_tensors_float32():
     tensors = plan.to_dict()["tensors"]
     assert [c["label"][:4] for c in plan.to_dict()["calls"]] == ["gemm"]
     assert {t["dtype"] for t in tensors} == {"float32"}, tensors
+
+
+def test_gemm_configs_per_device_class():
+    """Each class's tile, its work group cut to the grid and within the device's limit; the H200
+    shrinks the tile row-wise on a small product (more work items), not on a large one."""
+    from primfuncs.gemm import gemm_geometry, gemm_grid
+    from tir_adreno.strategy import gemm as strategy
+    from tir_adreno.strategy.profile import get_profile
+
+    small, large = gemm_geometry((1, 49, 64), (64, 64)), gemm_geometry((8, 3136, 64), (64, 256))
+    for name in ("adreno", "pocl", "nvidia-h200"):
+        profile = get_profile(name)
+        for geom in (small, large):
+            config = strategy.gemm_config(geom, profile)
+            grid = gemm_grid(geom, config)
+            assert config.ty * config.tx <= profile.max_work_group_size
+            assert config.ty <= max(1, 2 * grid.rows) and config.tx <= max(1, 2 * grid.cols), (name, config, grid)
+    h200 = get_profile("nvidia-h200")
+    assert strategy.gemm_config(small, h200).rows == 1 and strategy.gemm_config(large, h200).rows == 4
+    assert strategy.gemm_config(large, get_profile("pocl")).cols == 2
+    half = strategy.gemm_kwargs(large, "float16", h200)
+    assert (half["dtype"], half["acc_dtype"]) == ("float16", "float32")
+    assert "dtype" not in strategy.gemm_kwargs(large, "float16_acc32", h200)
