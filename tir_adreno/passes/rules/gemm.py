@@ -37,9 +37,9 @@ from tir_adreno.strategy.packing import pack_bias
 
 @dataclass
 class Operand:
-    """A GEMM operand: what the kernel reads (``expr``, stored ``shape``), transposed or not."""
+    """A GEMM operand: the activation the kernel reads (``var``, stored ``shape``), transposed or not."""
 
-    expr: relax.Expr
+    var: relax.Var
     shape: tuple
     transposed: bool = False
 
@@ -52,7 +52,7 @@ class GemmTail:
     last: Node
     weight: np.ndarray | None = None  # float64 [K, N]
     bias: np.ndarray | None = None  # float64 [N]
-    residual: relax.Expr | None = None
+    residual: relax.Var | None = None
     activation: str | None = None
     clip_bounds: tuple | None = None
 
@@ -73,9 +73,9 @@ def _swaps_last_two(node: Node) -> bool:
 
 
 def _operand(rw: Rewriter, var, fold_transpose: bool = True) -> Operand | None:
-    """The plain float32 activation ``var`` (rank >= 2, static) as an operand; a transpose of its
-    last two axes is folded into the read (the transpose node, left without readers, is dropped
-    by dead-code elimination)."""
+    """The float32 activation ``var`` (rank >= 2, static) as an operand; a transpose of its last two
+    axes is folded into the read (the transpose node, left without readers, is dropped by dead-code
+    elimination). Nothing is emitted here (the rule may still back out)."""
     if not isinstance(var, relax.Var) or (var not in rw.values and var not in rw.exprs):
         return None
     shape = static_shape(var)
@@ -85,8 +85,8 @@ def _operand(rw: Rewriter, var, fold_transpose: bool = True) -> Operand | None:
     if fold_transpose and src is not None and _swaps_last_two(src) and rw.graph.uses.get(var, 0) == 1:
         inner = _operand(rw, src.args[0], fold_transpose=False)
         if inner is not None:
-            return Operand(inner.expr, inner.shape, True)
-    return Operand(rw.expr(var), shape)
+            return Operand(inner.var, inner.shape, True)
+    return Operand(var, shape)
 
 
 def _weight(expr, k: int) -> np.ndarray | None:
@@ -99,13 +99,13 @@ def _weight(expr, k: int) -> np.ndarray | None:
 
 def _residual(rw: Rewriter, user: Node, var) -> relax.Expr | None:
     """The other operand of ``add`` ``user`` when it is an activation of the output's shape that
-    exists already (in its plain form, or packed: then unpacked once), else None."""
+    exists already (in its plain form, or packed: unpacked once when the kernel is emitted), else None."""
     other = other_operand(user, var) if user.op == "relax.add" else None
     if not isinstance(other, relax.Var) or (other not in rw.values and other not in rw.exprs):
         return None
     if static_shape(other) != static_shape(var) or dtype(other) != "float32":
         return None
-    return rw.expr(other)
+    return other
 
 
 def _step(rw: Rewriter, tail: GemmTail, user: Node, n: int) -> bool:
@@ -171,12 +171,12 @@ def _emit(rw: Rewriter, node: Node, a: Operand, b: Operand | None, geom, tail: G
     if rw.dtype != "float32":
         kwargs["dtype"] = "float32"
     func = kernel(gemm_kernels.gemm, geom.a_shape, geom.b_shape, trans_a=geom.trans_a, trans_b=geom.trans_b, epilogue=epilogue, **kwargs)
-    b_arg = relax.const(np.ascontiguousarray(tail.weight.astype(np.float32))) if tail.weight is not None else b.expr
-    args = [a.expr, b_arg]
+    b_arg = relax.const(np.ascontiguousarray(tail.weight.astype(np.float32))) if tail.weight is not None else rw.expr(b.var)
+    args = [rw.expr(a.var), b_arg]
     if epilogue.bias:
         args.append(relax.const(pack_bias(tail.bias.astype(np.float32))))
     if epilogue.residual:
-        args.append(tail.residual)
+        args.append(rw.expr(tail.residual))
     info = node_info(node, trans_a=geom.trans_a, trans_b=geom.trans_b, config=str(kwargs["config"]))
     info["attrs"]["epilogue"] = epilogue_info(epilogue)
     out = rw.emit_kernel(func, args, geom.out_shape, dtype="float32", hint="gemm", op_info=info)
