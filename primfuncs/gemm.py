@@ -11,7 +11,9 @@ One factory, :func:`gemm`, covers the matmul family as the ONNX importer writes 
   reads K as stored), so no transpose kernel runs before it.
 
 Tensors are the plain buffers upstream ops read and write (the token layout of
-docs/design.md): no layout transform on either side. Each work item owns a register tile of
+docs/design.md): no layout transform on either side. With ``scope=TEXTURE`` the operands and
+the output are textures with their last axis as RGBA pixels (:func:`pixel_shape`, padding lanes
+0), read as stored (no transposes). Each work item owns a register tile of
 ``config.rows`` output rows x ``config.cols`` pixels of 4 adjacent columns; its loop walks K in
 steps of 4, reading a 4-wide strip of A per row and 4 rows of B per pixel, and does 16 FMAs per
 (row, pixel) pair from registers (the conv kernels' design, docs/design.md). A work group is
@@ -167,7 +169,8 @@ def _check_gemm(geom: GemmGeometry, config, epilogue, dtype, acc_dtype, scope):
 def gemm(a_shape, b_shape, trans_a: bool = False, trans_b: bool = False, config: GemmConfig = GemmConfig(),
          epilogue: Epilogue = Epilogue(), dtype: str = "float32", acc_dtype: str | None = None, scope: str = BUFFER):
     """``Y = act(op(A) @ op(B) + Bias + Residual)`` (:func:`gemm_geometry` for the shapes; ``Y``
-    of shape ``A``'s leading dims + ``(M, N)``), plain row-major buffers. ``Bias``: ``(ceil(N/4), 4)``
+    of shape ``A``'s leading dims + ``(M, N)``), plain row-major buffers, or with ``scope=TEXTURE``
+    textures of the :func:`pixel_shape` of each (``trans_a``, ``trans_b`` False). ``Bias``: ``(ceil(N/4), 4)``
     zero-padded (``strategy.packing.pack_bias``), ``Residual``: ``Y``'s shape; parameters
     ``A, B, [Bias], [Residual], Y`` as ``epilogue`` says. ``acc_dtype``: the accumulators'
     (float32 for a float16 kernel's long reductions; default ``dtype``)."""
