@@ -191,7 +191,7 @@ def gemm(a_shape, b_shape, trans_a: bool = False, trans_b: bool = False, config:
         return (*index, lane)
     # Buffers: vector loads where the 4 elements are contiguous and never run past the axis.
     a_vector = not geom.trans_a and k % LANES == 0
-    b_vector = n % LANES == 0 if not geom.trans_b else k % LANES == 0
+    b_vector = not geom.trans_b and n % LANES == 0
     y_vector = n % LANES == 0
     launch = pixel_launch()
 
@@ -229,7 +229,7 @@ def gemm(a_shape, b_shape, trans_a: bool = False, trans_b: bool = False, config:
                 if texture:
                     for lane in T.vectorized(4):
                         b_px[kk, j * 4 + lane] = B[lane_of(at_b(vb, T.min(kb * 4 + kk, k - 1), T.min(c0 + j, n4 - 1)), lane)]
-                elif b_vector and not geom.trans_b:
+                elif b_vector:
                     for lane in T.vectorized(4):
                         b_px[kk, j * 4 + lane] = B[at_b(vb, T.min(kb * 4 + kk, k - 1), T.min(c0 + j, n4 - 1) * 4 + lane)]
                 else:
