@@ -160,3 +160,34 @@ def test_gemm_configs_per_device_class():
     half = strategy.gemm_kwargs(large, "float16", h200)
     assert (half["dtype"], half["acc_dtype"]) == ("float16", "float32")
     assert "dtype" not in strategy.gemm_kwargs(large, "float16_acc32", h200)
+
+
+def test_vit_attention_block_as_exported():
+    """timm's ``Attention`` as ``torch.onnx.export`` writes it (opset 17): the qkv Linear, Reshape to
+    ``[N, L, 3, heads, d]``, Transpose to ``[3, N, heads, L, d]``, Gather of q, k, v, ``q * scale``,
+    Q Kᵀ through a Transpose, Softmax, attention x V, Transpose and Reshape back, the proj Linear:
+    the four matmuls run as our GEMM (K's transpose folded), the rest where it runs."""
+    from onnx import numpy_helper
+
+    n, length, heads, d = 1, 12, 2, 4
+    c = heads * d
+    ints = lambda name, v: numpy_helper.from_array(np.array(v, np.int64), name)  # noqa: E731
+    inits = [f32("wqkv", (c, 3 * c)), f32("bqkv", (3 * c,)), f32("wproj", (c, c)), f32("bproj", (c,)),
+             ints("shape5", [n, length, 3, heads, d]), ints("shape3", [n, length, c]), ints("i0", 0), ints("i1", 1), ints("i2", 2),
+             numpy_helper.from_array(np.array(d**-0.5, np.float32), "scale")]
+    nodes = [node("MatMul", ["x", "wqkv"], ["qkv0"]), node("Add", ["qkv0", "bqkv"], ["qkv1"]),
+             node("Reshape", ["qkv1", "shape5"], ["qkv2"]), node("Transpose", ["qkv2"], ["qkv"], perm=[2, 0, 3, 1, 4]),
+             node("Gather", ["qkv", "i0"], ["q0"], axis=0), node("Gather", ["qkv", "i1"], ["k"], axis=0),
+             node("Gather", ["qkv", "i2"], ["v"], axis=0), node("Mul", ["q0", "scale"], ["q"]),
+             node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]), node("MatMul", ["q", "kt"], ["s"]),
+             node("Softmax", ["s"], ["p"], axis=-1), node("MatMul", ["p", "v"], ["o"]),
+             node("Transpose", ["o"], ["ot"], perm=[0, 2, 1, 3]), node("Reshape", ["ot", "shape3"], ["o3"]),
+             node("MatMul", ["o3", "wproj"], ["y0"]), node("Add", ["y0", "bproj"], ["y"])]
+    model = make(nodes, [tensor("x", [n, length, c])], [tensor("y", [n, length, c])], inits, opset=17)
+    compiled = compile_model(model, progress=lambda _: None)
+    x = _inputs(np.random.default_rng(8), x=(n, length, c))
+    (out,), (ref,) = compiled.run(x), reference_outputs(model, x)
+    assert relative_error(out, ref) <= PATTERN_RTOL
+    rows = compiled.profile()
+    assert sum(r["ours"] and r["op"].startswith("gemm") for r in rows) == 4, rows
+    assert not [r for r in rows if not r["ours"] and "matmul" in (r["op"] + r["kernel"]).lower()], rows
