@@ -1,4 +1,4 @@
-"""Tiled GEMM on plain row-major tensors: ``Y = act(op(A) @ op(B) + Bias + Residual)``.
+"""Tiled GEMM on plain row-major tensors: ``Y = act(alpha op(A) @ op(B) + Bias + Residual)``.
 
 One factory, :func:`gemm`, covers the matmul family as the ONNX importer writes it:
 
@@ -167,15 +167,19 @@ def _check_gemm(geom: GemmGeometry, config, epilogue, dtype, acc_dtype, scope):
 
 
 def gemm(a_shape, b_shape, trans_a: bool = False, trans_b: bool = False, config: GemmConfig = GemmConfig(),
-         epilogue: Epilogue = Epilogue(), dtype: str = "float32", acc_dtype: str | None = None, scope: str = BUFFER):
+         epilogue: Epilogue = Epilogue(), dtype: str = "float32", acc_dtype: str | None = None, scope: str = BUFFER,
+         alpha: float = 1.0):
     """``Y = act(op(A) @ op(B) + Bias + Residual)`` (:func:`gemm_geometry` for the shapes; ``Y``
     of shape ``A``'s leading dims + ``(M, N)``), plain row-major buffers, or with ``scope=TEXTURE``
     textures of the :func:`pixel_shape` of each (``trans_a``, ``trans_b`` False). ``Bias``: ``(ceil(N/4), 4)``
     zero-padded (``strategy.packing.pack_bias``), ``Residual``: ``Y``'s shape; parameters
     ``A, B, [Bias], [Residual], Y`` as ``epilogue`` says. ``acc_dtype``: the accumulators'
-    (float32 for a float16 kernel's long reductions; default ``dtype``)."""
+    (float32 for a float16 kernel's long reductions; default ``dtype``). ``alpha``: a constant the
+    product is scaled by before the epilogue (attention's ``q * scale`` read through)."""
     geom = gemm_geometry(a_shape, b_shape, trans_a, trans_b)
     acc_dtype = _check_gemm(geom, config, epilogue, dtype, acc_dtype, scope)
+    if not math.isfinite(alpha):
+        raise ValueError(f"alpha must be finite, got {alpha}")
     grid = gemm_grid(geom, config)
     m, k, n = geom.m, geom.k, geom.n
     n4, k4 = ceildiv(n, LANES), ceildiv(k, LANES)
@@ -281,7 +285,7 @@ def gemm(a_shape, b_shape, trans_a: bool = False, trans_b: bool = False, config:
                     for lane in T.unroll(4):
                         # padded lanes of a texture's last pixel stay 0 (the next kernel reads them)
                         acc[i, j * 4 + lane] = T.Select((c0 + j) * 4 + lane < n, activate(
-                            acc[i, j * 4 + lane]
+                            (acc[i, j * 4 + lane] if alpha == 1.0 else acc[i, j * 4 + lane] * T.FloatImm(acc_dtype, float(alpha)))
                             + (T.Cast(acc_dtype, px[0, lane]) if epilogue.bias else acc_zero)
                             + (T.Cast(acc_dtype, px[1, lane]) if epilogue.residual else acc_zero),
                             epilogue.activation, acc_dtype, epilogue.clip_min, epilogue.clip_max), acc_zero)

@@ -49,13 +49,13 @@ def _pixels(x):
     return out.reshape(*x.shape[:-1], -1, 4)
 
 
-def _reference(a, b, trans_a, trans_b, bias, residual, epilogue):
-    """float64 (y, scale): y the product and epilogue, scale ``|op(a)| @ |op(b)| + |bias| + |residual|``
+def _reference(a, b, trans_a, trans_b, bias, residual, epilogue, alpha):
+    """float64 (y, scale): y the scaled product and epilogue, scale ``|alpha op(a)| @ |op(b)| + |bias| + |residual|``
     (what float32 summation's error is relative to)."""
     a, b = (np.asarray(v, np.float64) for v in (a, b))
     a = np.swapaxes(a, -1, -2) if trans_a else a
     b = np.swapaxes(b, -1, -2) if trans_b else b
-    y, scale = a @ b, np.abs(a) @ np.abs(b)
+    y, scale = alpha * (a @ b), abs(alpha) * (np.abs(a) @ np.abs(b))
     for extra in (bias, residual):
         if extra is not None:
             y, scale = y + extra, scale + np.abs(extra)
@@ -63,19 +63,19 @@ def _reference(a, b, trans_a, trans_b, bias, residual, epilogue):
 
 
 @given(case=cases(), config=CONFIGS, epilogue=EPILOGUES, precision=st.sampled_from(["float32", "float16_acc32"]),
-       seed=st.integers(0, 2**32 - 1))
+       seed=st.integers(0, 2**32 - 1), alpha=st.sampled_from([1.0, 0.125, -3.0]))
 @example(case=((2, 49, 64), (64, 96), False, False, BUFFER), config=gemm.GemmConfig(4, 1, 8, 8), epilogue=Epilogue(bias=True, activation="gelu"),
-         precision="float32", seed=1)  # a transformer's Linear on tokens: every load a vector
+         precision="float32", seed=1, alpha=1.0)  # a transformer's Linear on tokens: every load a vector
 @example(case=((1, 2, 5, 7), (1, 2, 9, 7), False, True, BUFFER), config=gemm.GemmConfig(3, 2, 2, 4), epilogue=Epilogue(),
-         precision="float16_acc32", seed=2)  # Q Kᵀ with heads: K read transposed, odd d
+         precision="float16_acc32", seed=2, alpha=0.125)  # Q Kᵀ with heads: K read transposed, odd d
 @example(case=((2, 3, 6, 5), (2, 3, 6, 10), True, False, BUFFER), config=gemm.GemmConfig(2, 1, 1, 1), epilogue=Epilogue(residual=True),
-         precision="float32", seed=3)  # Kᵀ V of linear attention: A read transposed
+         precision="float32", seed=3, alpha=1.0)  # Kᵀ V of linear attention: A read transposed
 @example(case=((1, 3, 10, 7), (1, 3, 7, 9), False, False, TEXTURE), config=gemm.GemmConfig(2, 2, 2, 2),
-         epilogue=Epilogue(bias=True, residual=True, activation="relu"), precision="float16_acc32", seed=4)  # half images, K and N padded
+         epilogue=Epilogue(bias=True, residual=True, activation="relu"), precision="float16_acc32", seed=4, alpha=1.0)  # half images, K and N padded
 @example(case=((1, 1, 7, 1), (1, 5), False, False, TEXTURE), config=gemm.GemmConfig(1, 2, 1, 1), epilogue=Epilogue(),
-         precision="float32", seed=0)  # two pixels per item (found by hypothesis: stored through one scratch pixel, both got the first)
-def test_gemm_kernel(device, case, config, epilogue, precision, seed):
-    """Every output element equals float64 ``act(op(A) op(B) + bias + residual)`` within float32
+         precision="float32", seed=0, alpha=1.0)  # two pixels per item (found by hypothesis: stored through one scratch pixel, both got the first)
+def test_gemm_kernel(device, case, config, epilogue, precision, seed, alpha):
+    """Every output element equals float64 ``act(alpha op(A) op(B) + bias + residual)`` within float32
     summation's error bound (``(K + 4) u`` of the magnitudes' product, x2 for the activation's
     slope), plus half's rounding of the output under float16_acc32; none is left NaN."""
     a_shape, b_shape, trans_a, trans_b, scope = case
@@ -85,7 +85,7 @@ def test_gemm_kernel(device, case, config, epilogue, precision, seed):
     bias = rand(rng, (geom.n,)) if epilogue.bias else None
     residual = rand(rng, geom.out_shape) if epilogue.residual else None
     half = precision == "float16_acc32"
-    func = gemm.gemm(a_shape, b_shape, trans_a, trans_b, config=config, epilogue=epilogue, scope=scope)
+    func = gemm.gemm(a_shape, b_shape, trans_a, trans_b, config=config, epilogue=epilogue, scope=scope, alpha=alpha)
     placed = _pixels if scope == TEXTURE else np.asarray
     inputs = [placed(a), placed(b)] + ([pack_bias(bias)] if bias is not None else []) + ([placed(residual)] if residual is not None else [])
     with sanitized(seed):
@@ -97,7 +97,7 @@ def test_gemm_kernel(device, case, config, epilogue, precision, seed):
         got = got[..., : geom.n]
     if half:
         a, b, bias, residual = (None if v is None else v.astype(np.float16).astype(np.float32) for v in (a, b, bias, residual))
-    ref, scale = _reference(a, b, trans_a, trans_b, bias, residual, epilogue)
+    ref, scale = _reference(a, b, trans_a, trans_b, bias, residual, epilogue, alpha)
     assert got.shape == geom.out_shape
     assert np.all(np.isfinite(got)), "an output element was not written (poison survived)"
     bound = 2 * (geom.k + 4) * U32 * scale + 4 * U32 * np.abs(ref) + (HALF_RTOL * np.abs(ref) if half else 0.0)

@@ -81,10 +81,15 @@ def test_attention_scores_and_values():
 
 
 def test_scores_with_heads():
-    """Q Kᵀ with heads ``[N, heads, L, d]`` (K transposed in its read) and a bias over the keys."""
-    nodes = [node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]), node("MatMul", ["q", "kt"], ["s"]), node("Add", ["s", "b"], ["y"])]
+    """Q Kᵀ with heads ``[N, heads, L, d]`` (K transposed in its read), then a scalar scale and a
+    bias over the keys (alpha and the bias of the one kernel)."""
+    from onnx import numpy_helper
+
+    nodes = [node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]), node("MatMul", ["q", "kt"], ["s"]),
+             node("Mul", ["s", "scale"], ["ss"]), node("Add", ["ss", "b"], ["y"])]
     shapes = {"q": (2, 3, 10, 5), "k": (2, 3, 11, 5)}
-    model = make(nodes, [tensor(n, list(s)) for n, s in shapes.items()], [tensor("y", [2, 3, 10, 11])], [f32("b", (11,))], opset=17)
+    inits = [f32("b", (11,)), numpy_helper.from_array(np.array(0.3, np.float32), "scale")]
+    model = make(nodes, [tensor(n, list(s)) for n, s in shapes.items()], [tensor("y", [2, 3, 10, 11])], inits, opset=17)
     assert len(_run(model, _inputs(np.random.default_rng(6), **shapes), gemms=1)) == 1
 
 
@@ -166,7 +171,8 @@ def test_vit_attention_block_as_exported():
     """timm's ``Attention`` as ``torch.onnx.export`` writes it (opset 17): the qkv Linear, Reshape to
     ``[N, L, 3, heads, d]``, Transpose to ``[3, N, heads, L, d]``, Gather of q, k, v, ``q * scale``,
     Q Kᵀ through a Transpose, Softmax, attention x V, Transpose and Reshape back, the proj Linear:
-    the four matmuls run as our GEMM (K's transpose folded), the rest where it runs."""
+    the four matmuls run as our GEMM (K's transpose and q's scale folded into Q Kᵀ), the rest
+    where it runs."""
     from onnx import numpy_helper
 
     n, length, heads, d = 1, 12, 2, 4
@@ -191,3 +197,4 @@ def test_vit_attention_block_as_exported():
     rows = compiled.profile()
     assert sum(r["ours"] and r["op"].startswith("gemm") for r in rows) == 4, rows
     assert not [r for r in rows if not r["ours"] and "matmul" in (r["op"] + r["kernel"]).lower()], rows
+    assert not [r for r in rows if r["op"].startswith(("affine", "multiply"))], rows  # q * scale read through by Q Kᵀ

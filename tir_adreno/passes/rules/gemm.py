@@ -42,6 +42,7 @@ class Operand:
     var: relax.Var
     shape: tuple
     transposed: bool = False
+    scale: float = 1.0  # a scalar multiply read through (attention's ``q * scale``)
 
 
 @dataclass
@@ -51,6 +52,7 @@ class GemmTail:
 
     last: Node
     weight: np.ndarray | None = None  # float64 [K, N]
+    alpha: float = 1.0  # a product's uniform scale (a batched product's: its weight is no constant)
     bias: np.ndarray | None = None  # float64 [N]
     residual: relax.Var | None = None
     activation: str | None = None
@@ -72,20 +74,40 @@ def _swaps_last_two(node: Node) -> bool:
     return n >= 2 and axes == [*range(n - 2), n - 1, n - 2]
 
 
+def _scalar_factor(rw: Rewriter, var):
+    """(x, s) when ``var`` is ``x * s`` (either order) with ``s`` a float32 scalar constant and
+    ``var`` read once, else None."""
+    src = rw.graph.by_var.get(var)
+    if src is None or src.op != "relax.multiply" or rw.graph.uses.get(var, 0) != 1:
+        return None
+    for x, c in (src.args, src.args[::-1]):
+        s = const(c)
+        if isinstance(x, relax.Var) and s is not None and s.dtype == np.float32 and s.size == 1 and np.isfinite(s).all():
+            if static_shape(x) == static_shape(var):
+                return x, float(s.reshape(()))
+    return None
+
+
 def _operand(rw: Rewriter, var, fold_transpose: bool = True) -> Operand | None:
-    """The float32 activation ``var`` (rank >= 2, static) as an operand; a transpose of its last two
-    axes is folded into the read (the transpose node, left without readers, is dropped by dead-code
-    elimination). Nothing is emitted here (the rule may still back out)."""
+    """The float32 activation ``var`` (rank >= 2, static) as an operand; a scalar multiply and a
+    transpose of its last two axes (in either order, each read once) are folded into the read
+    (the nodes, left without readers, are dropped by dead-code elimination). Nothing is emitted
+    here (the rule may still back out)."""
     if not isinstance(var, relax.Var) or (var not in rw.values and var not in rw.exprs):
         return None
     shape = static_shape(var)
     if shape is None or len(shape) < 2 or dtype(var) != "float32":
         return None
+    scaled = _scalar_factor(rw, var)
+    if scaled is not None:
+        inner = _operand(rw, scaled[0], fold_transpose)
+        if inner is not None:
+            return Operand(inner.var, inner.shape, inner.transposed, inner.scale * scaled[1])
     src = rw.graph.by_var.get(var)
     if fold_transpose and src is not None and _swaps_last_two(src) and rw.graph.uses.get(var, 0) == 1:
         inner = _operand(rw, src.args[0], fold_transpose=False)
         if inner is not None:
-            return Operand(inner.var, inner.shape, True)
+            return Operand(inner.var, inner.shape, not inner.transposed, inner.scale)
     return Operand(var, shape)
 
 
@@ -109,15 +131,17 @@ def _residual(rw: Rewriter, user: Node, var) -> relax.Expr | None:
 
 
 def _step(rw: Rewriter, tail: GemmTail, user: Node, n: int) -> bool:
-    """Take ``user`` into the tail: a per-column linear step (a Linear's only: folded into its
-    weight and bias; a batched product takes a shift, a bias add), before the residual; or the
-    residual add. True when taken."""
+    """Take ``user`` into the tail: a per-column linear step (a Linear's: folded into its weight and
+    bias; a batched product's when its scale is uniform: into alpha and the bias), before the
+    residual; or the residual add. True when taken."""
     if tail.residual is None:
         step = linear_step(user, tail.last.var, n, "NHWC")
-        if step is not None and (tail.weight is not None or np.all(step[0] == 1.0)):
+        if step is not None and (tail.weight is not None or np.all(step[0] == step[0][0])):
             scale, shift = step
             if tail.weight is not None:
                 tail.weight = tail.weight * scale[None, :]
+            else:
+                tail.alpha *= float(scale[0])
             tail.bias = (np.zeros(n) if tail.bias is None else tail.bias) * scale + shift
             return True
         tail.residual = _residual(rw, user, tail.last.var)
@@ -170,6 +194,9 @@ def _emit(rw: Rewriter, node: Node, a: Operand, b: Operand | None, geom, tail: G
     kwargs = strategy.gemm_kwargs(geom, "float32", rw.profile)
     if rw.dtype != "float32":
         kwargs["dtype"] = "float32"
+    alpha = a.scale * (b.scale if b is not None else 1.0) * tail.alpha
+    if alpha != 1.0:
+        kwargs["alpha"] = alpha
     func = kernel(gemm_kernels.gemm, geom.a_shape, geom.b_shape, trans_a=geom.trans_a, trans_b=geom.trans_b, epilogue=epilogue, **kwargs)
     b_arg = relax.const(np.ascontiguousarray(tail.weight.astype(np.float32))) if tail.weight is not None else rw.expr(b.var)
     args = [rw.expr(a.var), b_arg]
@@ -177,7 +204,7 @@ def _emit(rw: Rewriter, node: Node, a: Operand, b: Operand | None, geom, tail: G
         args.append(relax.const(pack_bias(tail.bias.astype(np.float32))))
     if epilogue.residual:
         args.append(rw.expr(tail.residual))
-    info = node_info(node, trans_a=geom.trans_a, trans_b=geom.trans_b, config=str(kwargs["config"]))
+    info = node_info(node, trans_a=geom.trans_a, trans_b=geom.trans_b, alpha=alpha, config=str(kwargs["config"]))
     info["attrs"]["epilogue"] = epilogue_info(epilogue)
     out = rw.emit_kernel(func, args, geom.out_shape, dtype="float32", hint="gemm", op_info=info)
     if not same(tail.last.var, node.var):
