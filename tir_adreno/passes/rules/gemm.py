@@ -7,8 +7,9 @@ constant ``[K, N]`` (as the importer writes ``MatMul``, ``Gemm`` and ``Linear``:
 already transposed by constant folding) on ``[..., M, K]`` of any rank, with the linear steps
 after it (bias add, per-column scale) folded into the weight and bias; and the batched product
 of two activations ``[B..., M, K] x [B..., K, N]`` with a transpose of the last two axes of
-either operand (``permute_dims``) folded into the kernel's read (Q Kᵀ, attention x V, Kᵀ V).
-Then a residual add of an activation already computed, and a named activation
+either operand (``permute_dims``) folded into the kernel's read (Q Kᵀ, attention x V, Kᵀ V), and
+a scalar multiply of an operand (attention's ``q * scale``) or a uniform scale after a batched
+product folded into the kernel's ``alpha``. Then a residual add of an activation already computed, and a named activation
 (``passes.activations``), go into the kernel's epilogue. Every operand is read in its plain
 float32 form (upstream's tensors are float32 under every precision; under float16_acc32 the
 buffers between two of our kernels are half, ``compiler._half_buffers``).
