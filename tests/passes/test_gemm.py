@@ -198,3 +198,22 @@ def test_vit_attention_block_as_exported():
     assert sum(r["ours"] and r["op"].startswith("gemm") for r in rows) == 4, rows
     assert not [r for r in rows if not r["ours"] and "matmul" in (r["op"] + r["kernel"]).lower()], rows
     assert not [r for r in rows if r["op"].startswith(("affine", "multiply"))], rows  # q * scale read through by Q Kᵀ
+
+
+def test_workbench_reference_of_a_gemm(device):
+    """``tir-adreno kernel --check``'s reference for our GEMM (``workbench.reference_case`` on the op
+    info the rule records: operands as stored, transposes, alpha, epilogue) is what the kernel computes."""
+    from helpers.numeric import run_kernel
+    from primfuncs import gemm
+    from primfuncs.epilogue import Epilogue
+    from tir_adreno.tools import workbench
+
+    info = {"op": "matmul", "inputs": [[2, 4, 3]], "output": [2, 3, 6], "gemm": {"a_shape": [2, 4, 3], "b_shape": [2, 6, 4],
+            "trans_a": True, "trans_b": True, "alpha": 0.5},
+            "attrs": {"epilogue": {"bias": True, "activation": "relu", "residual": True}}}
+    inputs, ref, channels = workbench.reference_case(info, np.random.default_rng(9))
+    func = gemm.gemm((2, 4, 3), (2, 6, 4), trans_a=True, trans_b=True, alpha=0.5,
+                     epilogue=Epilogue(bias=True, activation="relu", residual=True))
+    out = run_kernel(device, func, *[np.asarray(a, np.float32) for a in inputs])
+    assert channels is None and out.shape == ref.shape
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)

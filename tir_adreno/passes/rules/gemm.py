@@ -207,6 +207,9 @@ def _emit(rw: Rewriter, node: Node, a: Operand, b: Operand | None, geom, tail: G
         args.append(rw.expr(tail.residual))
     info = node_info(node, trans_a=geom.trans_a, trans_b=geom.trans_b, alpha=alpha, config=str(kwargs["config"]))
     info["attrs"]["epilogue"] = epilogue_info(epilogue)
+    # the operands as stored, for ``tir-adreno kernel --check``'s reference (tools.workbench)
+    info["gemm"] = {"a_shape": list(geom.a_shape), "b_shape": list(geom.b_shape), "trans_a": geom.trans_a,
+                    "trans_b": geom.trans_b, "alpha": alpha}
     out = rw.emit_kernel(func, args, geom.out_shape, dtype="float32", hint="gemm", op_info=info)
     if not same(tail.last.var, node.var):
         rw.exprs[tail.last.var] = out
