@@ -163,3 +163,34 @@ def test_chunk_with_computed_sizes(halving, split):
     model = make(nodes, [tensor("x", ("N", 8, 5, 5))], [tensor("y", ("N", 4, 5, 5))], inits)
     x = RNG.standard_normal((2, 8, 5, 5)).astype("float32")
     check(model, {"x": x}, input_shapes={"x": (2, 8, 5, 5)})
+
+
+def _same_pad_nodes(x, y, tag, inits, k=3, stride=2):
+    """timm's pad-same as a traced export writes it: ``Shape -> Gather -> Cast -> Div -> Ceil ->
+    Cast -> Sub -> Mul -> Add -> Sub -> Clip(min 0) -> Div / Sub -> Unsqueeze -> Concat -> Pad``
+    over H and W (TVM's importer: "Dynamic pads are not supported yet" unless it is folded)."""
+    t = lambda s: f"{tag}_{s}"  # noqa: E731
+    inits += [i64(t("i2"), 2), i_f32(t("sf"), float(stride)), i64(t("one"), 1), i64(t("s"), stride), i64(t("k"), k),
+              i64(t("zero"), 0), i64(t("two"), 2), i64(t("ax"), [0]), i64(t("z2"), [0, 0])]
+    chain = [("Shape", [x], "shape", {}), ("Gather", [t("shape"), t("i2")], "h", {"axis": 0}),
+             ("Cast", [t("h")], "hf", {"to": TensorProto.FLOAT}), ("Div", [t("hf"), t("sf")], "q", {}), ("Ceil", [t("q")], "c", {}),
+             ("Cast", [t("c")], "ci", {"to": TensorProto.INT64}), ("Sub", [t("ci"), t("one")], "m", {}), ("Mul", [t("m"), t("s")], "ms", {}),
+             ("Add", [t("ms"), t("k")], "t", {}), ("Sub", [t("t"), t("h")], "p", {}), ("Clip", [t("p"), t("zero")], "pad", {}),
+             ("Div", [t("pad"), t("two")], "lo", {}), ("Sub", [t("pad"), t("lo")], "hi", {}),
+             ("Unsqueeze", [t("lo"), t("ax")], "lo1", {}), ("Unsqueeze", [t("hi"), t("ax")], "hi1", {})]
+    nodes = [node(op, ins, [t(out)], **attrs) for op, ins, out, attrs in chain]
+    nodes.append(node("Concat", [t("z2"), t("lo1"), t("lo1"), t("z2"), t("hi1"), t("hi1")], [t("pads")], axis=0))
+    return nodes + [node("Pad", [x, t("pads")], [y])]
+
+
+def test_pads_from_a_shape_chain_are_folded():
+    """Two same-padded strided convs with a symbolic batch, the second Pad's amounts computed from
+    the Shape of the first conv's output: folded before TVM's importer, matching onnxruntime."""
+    inits = [f32("w1", (4, 3, 3, 3)), f32("w2", (5, 4, 3, 3))]
+    nodes = _same_pad_nodes("x", "p1", "a", inits) + [node("Conv", ["p1", "w1"], ["c1"], strides=[2, 2])]
+    nodes += _same_pad_nodes("c1", "p2", "b", inits) + [node("Conv", ["p2", "w2"], ["y"], strides=[2, 2])]
+    model = make(nodes, [tensor("x", ("N", 3, 9, 9))], [tensor("y", ("N", 5, 4, 4))], inits, opset=17)
+    static = make_static(model, {"x": (2, 3, 9, 9)})
+    assert [n.op_type for n in static.graph.node] == ["Pad", "Conv", "Pad", "Conv"]
+    x = RNG.standard_normal((2, 3, 9, 9)).astype("float32")
+    check(model, {"x": x}, input_shapes={"x": (2, 3, 9, 9)})

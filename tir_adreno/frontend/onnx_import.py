@@ -75,6 +75,10 @@ _FOLDABLE = {
     "Gather", "Div", "Mul", "Add", "Sub", "Slice", "Concat", "Unsqueeze", "Squeeze", "Cast", "Reshape",
     "Floor", "Ceil", "Equal", "Where", "ConstantOfShape", "Range", "Min", "Max", "Neg", "Abs", "Mod",
     "ReduceProd", "Expand", "Identity", "Constant", "Transpose",
+    # comparisons, clamps and roots of shape values (a Pad's amounts clamped with Clip, torch's
+    # pad-same arithmetic): without them TVM's importer stops at "Dynamic pads are not supported yet"
+    "Clip", "Relu", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "Not", "And", "Or", "Sqrt", "Pow",
+    "Sign", "Round", "ReduceSum", "ReduceMax", "ReduceMin", "Tile",
 }
 
 

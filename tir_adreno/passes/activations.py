@@ -175,3 +175,15 @@ def match_activation(g: Graph, var, first: Node | None = None):
         cur = user.var
         user = g.sole_user(cur)
     return found
+
+
+def fuse_activation(g: Graph, var):
+    """:func:`match_activation` from ``var``, its nodes marked fused: (name, clip bounds, the last
+    node), else None (nothing marked)."""
+    matched = match_activation(g, var)
+    if matched is None:
+        return None
+    name, bounds, nodes = matched
+    for m in nodes:
+        m.fused = True
+    return name, bounds, nodes[-1]

@@ -329,6 +329,8 @@ def reference_case(info: dict, rng: np.random.Generator, pack_weights=blocked.pa
             epilogue["activation"], dw["epilogue"].get("clip", (0.0, 6.0)), epilogue.get("clip", (0.0, 6.0)),
             attrs.get("groups", 1))
         return [pack(x), pack_weights(w_dw), *dw_extra, pack_weights(w), *extra], y, channels
+    if op == "matmul":
+        return _gemm_case(info, rand)
     inputs = [pack(a) for a in logical]
     bounds = attrs.get("bounds") or (0.0, 6.0)
     if op == "activation":
@@ -358,6 +360,22 @@ def reference_case(info: dict, rng: np.random.Generator, pack_weights=blocked.pa
     else:
         raise WorkbenchError(f"no NumPy reference for op {op!r}; check it in its model: tir-adreno run MODEL --kernels DIR --check")
     return inputs, y, channels
+
+
+def _gemm_case(info: dict, rand):
+    """(inputs, reference, None) of our GEMM kernel (``info["gemm"]``: A and B as stored, transposes,
+    alpha): ``act(alpha op(A) op(B) + bias + residual)``, every tensor plain (bias packed)."""
+    g, epilogue = info["gemm"], info["attrs"]["epilogue"]
+    a, b = rand(g["a_shape"]), rand(g["b_shape"])
+    y = g["alpha"] * ((np.swapaxes(a, -1, -2) if g["trans_a"] else a) @ (np.swapaxes(b, -1, -2) if g["trans_b"] else b))
+    extra = []
+    if epilogue["bias"]:
+        bias = rand(y.shape[-1])
+        y, extra = y + bias, [*extra, blocked.pack_bias(bias)]
+    if epilogue.get("residual"):
+        residual = rand(y.shape)
+        y, extra = y + residual, [*extra, residual]
+    return [a, b, *extra], reference.activation(y, epilogue["activation"], *epilogue.get("clip", (0.0, 6.0))), None
 
 
 def _duration(seconds: float) -> str:

@@ -8,12 +8,13 @@ activation chain or a per-channel affine step), and an op no rule takes is left 
 (``LegalizeOps`` and dlight). Rule modules never import each other (an import-linter contract):
 what several share lives in ``rules.common`` and ``passes.conv_emit``."""
 
-from tir_adreno.passes.rules import broadcast, concat, conv, elementwise, layer_norm, layout, matmul, patches, pool
+from tir_adreno.passes.rules import broadcast, concat, conv, elementwise, gemm, layer_norm, layout, matmul, patches, pool
 from tir_adreno.passes.rules.base import Rule, by_op, rule  # noqa: F401 (the rule contract)
 
 RULES: tuple[Rule, ...] = (
     conv.conv2d,
     matmul.matmul,
+    gemm.gemm,
     elementwise.binary,
     elementwise.elementwise,
     broadcast.broadcast_binary,

@@ -1,0 +1,325 @@
+"""Tiled GEMM on plain row-major tensors: ``Y = act(alpha op(A) @ op(B) + Bias + Residual)``.
+
+One factory, :func:`gemm`, covers the matmul family as the ONNX importer writes it:
+
+- activation x constant weight (a Linear): ``A [..., M, K]`` of any rank (tokens ``[N, L, C]``,
+  channels-last maps ``[N, H, W, C]``) times ``B [K, N]``; every leading dim of ``A`` is folded
+  into the rows, so the whole product is one ``[rows, K] x [K, N]`` GEMM;
+- batched activation x activation: ``A [B..., M, K]`` times ``B [B..., K, N]`` with the same
+  batch dims (any count: ``[N, heads, L, d]``), flattened into one batch axis; either operand may
+  be stored transposed (``trans_a``: ``A [B..., K, M]``, ``trans_b``: ``B [B..., N, K]``: Q Kᵀ
+  reads K as stored), so no transpose kernel runs before it.
+
+Tensors are the plain buffers upstream ops read and write (the token layout of
+docs/design.md): no layout transform on either side. With ``scope=TEXTURE`` the operands and
+the output are textures with their last axis as RGBA pixels (:func:`pixel_shape`, padding lanes
+0), read as stored (no transposes). Each work item owns a register tile of
+``config.rows`` output rows x ``config.cols`` pixels of 4 adjacent columns; its loop walks K in
+steps of 4, reading a 4-wide strip of A per row and 4 rows of B per pixel, and does 16 FMAs per
+(row, pixel) pair from registers (the conv kernels' design, docs/design.md). A work group is
+``config.ty`` x ``config.tx`` items (columns fastest, so neighbours read neighbouring pixels of B
+and the same rows of A). Loads along a contiguous axis whose length is a multiple of 4 are one
+vector load; the rest are scalar loads guarded at the edges (zeros past K, so a NaN in a clamped
+element never leaks into a product). The epilogue (:class:`primfuncs.epilogue.Epilogue`: bias,
+residual, activation) runs on the accumulators before the store.
+
+dtypes: ``float32`` (also float16_acc32: the same kernel on half buffers,
+``codegen.half_buffers``), ``float16`` with ``acc_dtype="float32"`` (the strategy picks it for
+long reductions, docs/precision.md).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from tvm.script import tirx as T
+
+from ._common import BUFFER, LANES, TEXTURE, PixelGrid, ceildiv, check_accumulator, check_dtype, check_scope, multiply_add, pixel_launch, select_params
+from .epilogue import BIAS, RESIDUAL, Epilogue, activate
+
+#: Largest register tile: rows x pixels of 4 columns (the accumulators are rows x 4 pixels floats).
+MAX_TILE_ROWS, MAX_TILE_COLS = 8, 4
+#: Most work items per work group (OpenCL's smallest CL_DEVICE_MAX_WORK_GROUP_SIZE on our devices).
+MAX_WORK_GROUP = 256
+
+
+@dataclass(frozen=True)
+class GemmConfig:
+    """A GEMM kernel's schedule: each work item ``rows`` x ``cols`` pixels (4 columns each) of the
+    output; work groups of ``ty`` x ``tx`` items (rows x columns)."""
+
+    rows: int = 4
+    cols: int = 1
+    ty: int = 8
+    tx: int = 8
+
+    def __post_init__(self):
+        for name in ("rows", "cols", "ty", "tx"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ValueError(f"GemmConfig.{name} must be an int >= 1, got {getattr(self, name)!r}")
+        if self.rows > MAX_TILE_ROWS or self.cols > MAX_TILE_COLS:
+            raise ValueError(f"GemmConfig tile {self.rows} x {self.cols} exceeds {MAX_TILE_ROWS} rows x {MAX_TILE_COLS} pixels")
+        if self.ty * self.tx > MAX_WORK_GROUP:
+            raise ValueError(f"GemmConfig work group {self.ty} x {self.tx} exceeds {MAX_WORK_GROUP} items")
+
+    def __str__(self) -> str:
+        return f"gemm r{self.rows}c{self.cols} wg{self.ty}x{self.tx}"
+
+
+@dataclass(frozen=True)
+class GemmGeometry:
+    """A GEMM as its kernel sees it: ``batch`` products of ``[m, k] x [k, n]``. ``rows_folded``:
+    ``A``'s leading dims are folded into ``m`` (a Linear: ``B`` has no batch dims)."""
+
+    a_shape: tuple
+    b_shape: tuple
+    trans_a: bool
+    trans_b: bool
+    batch: int
+    m: int
+    k: int
+    n: int
+    out_shape: tuple
+    rows_folded: bool
+
+    @property
+    def macs(self) -> int:
+        return self.batch * self.m * self.k * self.n
+
+
+def gemm_geometry(a_shape, b_shape, trans_a: bool = False, trans_b: bool = False) -> GemmGeometry:
+    """The :class:`GemmGeometry` of ``op(A) @ op(B)`` for stored shapes ``a_shape``, ``b_shape``
+    (rank >= 2; ``B`` of rank 2 is shared by every batch, else both have the same batch dims);
+    ValueError naming what does not fit."""
+    a_shape, b_shape = tuple(int(d) for d in a_shape), tuple(int(d) for d in b_shape)
+    if len(a_shape) < 2 or len(b_shape) < 2:
+        raise ValueError(f"gemm operands need rank >= 2, got A {a_shape} and B {b_shape}")
+    if min(a_shape + b_shape) < 1:
+        raise ValueError(f"gemm operands need dims >= 1, got A {a_shape} and B {b_shape}")
+    m, k = a_shape[-2:][::-1] if trans_a else a_shape[-2:]
+    kb, n = b_shape[-2:][::-1] if trans_b else b_shape[-2:]
+    if k != kb:
+        raise ValueError(f"gemm reduction lengths differ: A {a_shape} (trans_a={trans_a}) has K={k}, "
+                         f"B {b_shape} (trans_b={trans_b}) has K={kb}")
+    if len(b_shape) > 2 and a_shape[:-2] != b_shape[:-2]:
+        raise ValueError(f"gemm batch dims differ: A {a_shape[:-2]}, B {b_shape[:-2]} (B must have A's or none)")
+    folded = len(b_shape) == 2 and not trans_a
+    out_shape = (*a_shape[:-2], m, n)
+    if folded:
+        return GemmGeometry(a_shape, b_shape, trans_a, trans_b, 1, math.prod(a_shape[:-1]), k, n, out_shape, True)
+    return GemmGeometry(a_shape, b_shape, trans_a, trans_b, math.prod(a_shape[:-2]), m, k, n, out_shape, False)
+
+
+def gemm_grid(geom: GemmGeometry, config: GemmConfig) -> PixelGrid:
+    """The launch: one work item per (batch, tile of rows, tile of pixels)."""
+    return PixelGrid(geom.batch, ceildiv(geom.m, config.rows), ceildiv(ceildiv(geom.n, LANES), config.cols), config.ty, config.tx)
+
+
+def pixel_shape(shape) -> tuple:
+    """``shape`` with its last axis as RGBA pixels, ``(..., ceil(L/4), 4)``: a tensor in texture
+    placement (padding lanes 0)."""
+    return (*shape[:-1], ceildiv(shape[-1], LANES), LANES)
+
+
+def _unravel(index, dims) -> tuple:
+    """Row-major indices into ``dims`` of flat ``index`` (a dim of size 1 indexes 0)."""
+    if not dims:
+        return ()
+    out = []
+    for d in reversed(dims[1:]):
+        out.append(0 if d == 1 else index % d)
+        index = index if d == 1 else index // d
+    return (0 if dims[0] == 1 else index, *reversed(out))
+
+
+def _indexers(geom: GemmGeometry):
+    """(at_a, at_b, at_y): the stored index of element ``(b, row, col)`` of op(A), op(B) and Y."""
+    a, b, y = geom.a_shape, geom.b_shape, geom.out_shape
+
+    def at_a(vb, row, col):
+        if geom.rows_folded:
+            return (*_unravel(row, a[:-1]), col)
+        return (*_unravel(vb, a[:-2]), *((col, row) if geom.trans_a else (row, col)))
+
+    def at_b(vb, row, col):
+        lead = () if len(b) == 2 else _unravel(vb, b[:-2])
+        return (*lead, *((col, row) if geom.trans_b else (row, col)))
+
+    def at_y(vb, row, col):
+        if geom.rows_folded:
+            return (*_unravel(row, y[:-1]), col)
+        return (*_unravel(vb, y[:-2]), row, col)
+
+    return at_a, at_b, at_y
+
+
+def _check_gemm(geom: GemmGeometry, config, epilogue, dtype, acc_dtype, scope):
+    if not isinstance(config, GemmConfig):
+        raise TypeError(f"config must be a GemmConfig, got {type(config).__name__}")
+    if not isinstance(epilogue, Epilogue):
+        raise TypeError(f"epilogue must be an Epilogue, got {type(epilogue).__name__}")
+    check_dtype(dtype)
+    check_scope(scope)
+    if scope == TEXTURE and (geom.trans_a or geom.trans_b):
+        raise ValueError("gemm in texture placement reads its operands as stored: trans_a and trans_b need buffers")
+    return check_accumulator(dtype, acc_dtype)
+
+
+def gemm(a_shape, b_shape, trans_a: bool = False, trans_b: bool = False, config: GemmConfig = GemmConfig(),
+         epilogue: Epilogue = Epilogue(), dtype: str = "float32", acc_dtype: str | None = None, scope: str = BUFFER,
+         alpha: float = 1.0):
+    """``Y = act(op(A) @ op(B) + Bias + Residual)`` (:func:`gemm_geometry` for the shapes; ``Y``
+    of shape ``A``'s leading dims + ``(M, N)``), plain row-major buffers, or with ``scope=TEXTURE``
+    textures of the :func:`pixel_shape` of each (``trans_a``, ``trans_b`` False). ``Bias``: ``(ceil(N/4), 4)``
+    zero-padded (``strategy.packing.pack_bias``), ``Residual``: ``Y``'s shape; parameters
+    ``A, B, [Bias], [Residual], Y`` as ``epilogue`` says. ``acc_dtype``: the accumulators'
+    (float32 for a float16 kernel's long reductions; default ``dtype``). ``alpha``: a constant the
+    product is scaled by before the epilogue (attention's ``q * scale`` read through)."""
+    geom = gemm_geometry(a_shape, b_shape, trans_a, trans_b)
+    acc_dtype = _check_gemm(geom, config, epilogue, dtype, acc_dtype, scope)
+    if not math.isfinite(alpha):
+        raise ValueError(f"alpha must be finite, got {alpha}")
+    grid = gemm_grid(geom, config)
+    m, k, n = geom.m, geom.k, geom.n
+    n4, k4 = ceildiv(n, LANES), ceildiv(k, LANES)
+    tm, tn = config.rows, config.cols
+    at_a, at_b, at_y = _indexers(geom)
+    zero, acc_zero = T.FloatImm(dtype, 0.0), T.FloatImm(acc_dtype, 0.0)
+    texture = scope == TEXTURE
+
+    def stored(shape):
+        return pixel_shape(shape) if texture else tuple(shape)
+
+    def lane_of(index, lane):
+        return (*index, lane)
+    # Buffers: vector loads where the 4 elements are contiguous and never run past the axis.
+    a_vector = not geom.trans_a and k % LANES == 0
+    b_vector = not geom.trans_b and n % LANES == 0
+    y_vector = n % LANES == 0
+    launch = pixel_launch()
+
+    def a_at(vb, r, kb, kk):
+        """``A``'s element (texture: pixel and lane) for row ``r`` (clamped), reduction index ``4 kb + kk``."""
+        if texture:
+            return lane_of(at_a(vb, T.min(r, m - 1), kb), kk)
+        return at_a(vb, T.min(r, m - 1), kb * 4 + kk if a_vector else T.min(kb * 4 + kk, k - 1))
+
+    @T.macro
+    def zero_past_k(px, kb, rows, cols, by_row):
+        # px[r, c] = 0 where its reduction index 4 kb + (c or r) is past K (a partial last step)
+        if k % LANES != 0:
+            for r in T.unroll(rows):
+                for c in T.unroll(cols):
+                    px[r, c] = T.Select(kb * 4 + (r if by_row else c) < k, px[r, c], zero)
+
+    @T.macro
+    def load_a(a_px, A, vb, r0, kb):
+        # a_px[i, kk] = op(A)[vb, row i of the tile (clamped), 4 kb + kk] (0 past K)
+        for i in T.unroll(tm):
+            if texture or a_vector:
+                for kk in T.vectorized(4):
+                    a_px[i, kk] = A[a_at(vb, r0 + i, kb, kk)]
+            else:
+                for kk in T.unroll(4):
+                    a_px[i, kk] = A[a_at(vb, r0 + i, kb, kk)]
+        zero_past_k(a_px, kb, tm, 4, False)
+
+    @T.macro
+    def load_b(b_px, B, vb, c0, kb):
+        # b_px[kk, 4 j + lane] = op(B)[vb, 4 kb + kk, 4 (pixel j of the tile, clamped) + lane] (0 outside)
+        for j in T.unroll(tn):
+            for kk in T.unroll(4):
+                if texture:
+                    for lane in T.vectorized(4):
+                        b_px[kk, j * 4 + lane] = B[lane_of(at_b(vb, T.min(kb * 4 + kk, k - 1), T.min(c0 + j, n4 - 1)), lane)]
+                elif b_vector:
+                    for lane in T.vectorized(4):
+                        b_px[kk, j * 4 + lane] = B[at_b(vb, T.min(kb * 4 + kk, k - 1), T.min(c0 + j, n4 - 1) * 4 + lane)]
+                else:
+                    for lane in T.unroll(4):
+                        b_px[kk, j * 4 + lane] = T.if_then_else(
+                            T.min(c0 + j, n4 - 1) * 4 + lane < n,
+                            B[at_b(vb, T.min(kb * 4 + kk, k - 1), T.min(T.min(c0 + j, n4 - 1) * 4 + lane, n - 1))], zero)
+        zero_past_k(b_px, kb, 4, tn * 4, True)
+
+    @T.macro
+    def load_residual(px, Residual, vb, r, c):
+        # px[1] = Residual's pixel c of output row r (lanes past N: 0)
+        if texture:
+            for lane in T.vectorized(4):
+                px[1, lane] = Residual[lane_of(at_y(vb, r, c), lane)]
+        elif y_vector:
+            for lane in T.vectorized(4):
+                px[1, lane] = Residual[at_y(vb, r, c * 4 + lane)]
+        else:
+            for lane in T.unroll(4):
+                px[1, lane] = T.if_then_else(c * 4 + lane < n, Residual[at_y(vb, r, T.min(c * 4 + lane, n - 1))], zero)
+
+    @T.macro
+    def store_pixel_of(Y, acc, i, j, vb, r, c):
+        # Y's pixel c of output row r = acc[i, 4 j : 4 j + 4] converted (one vector store; buffers: a
+        # scalar per column when N % 4 != 0). Stored from its own accumulators, never through a
+        # scratch pixel: TVM compacts a scratch buffer whose rows do not overlap in time and then
+        # reuses its first vector load as every later texture store's value (all pixels the first).
+        if texture:
+            Y[lane_of(at_y(vb, r, c), T.Ramp(0, 1, 4))] = T.Cast(dtype + "x4", acc[i, T.Ramp(j * 4, 1, 4)])
+        elif y_vector:
+            Y[at_y(vb, r, T.Ramp(c * 4, 1, 4))] = T.Cast(dtype + "x4", acc[i, T.Ramp(j * 4, 1, 4)])
+        else:
+            for lane in T.unroll(4):
+                if c * 4 + lane < n:
+                    Y[at_y(vb, r, c * 4 + lane)] = T.Cast(dtype, acc[i, j * 4 + lane])
+
+    @T.macro
+    def store_tile(Y, Bias, Residual, acc, px, vb, r0, c0):
+        # px[0]: the bias pixel, px[1]: the residual pixel
+        for i in T.unroll(tm):
+            for j in T.unroll(tn):
+                if r0 + i < m and c0 + j < n4:
+                    if epilogue.bias:
+                        for lane in T.vectorized(4):
+                            px[0, lane] = Bias[c0 + j, lane]
+                    if epilogue.residual:
+                        load_residual(px, Residual, vb, r0 + i, c0 + j)
+                    for lane in T.unroll(4):
+                        # padded lanes of a texture's last pixel stay 0 (the next kernel reads them)
+                        acc[i, j * 4 + lane] = T.Select((c0 + j) * 4 + lane < n, activate(
+                            (acc[i, j * 4 + lane] if alpha == 1.0 else acc[i, j * 4 + lane] * T.FloatImm(acc_dtype, float(alpha)))
+                            + (T.Cast(acc_dtype, px[0, lane]) if epilogue.bias else acc_zero)
+                            + (T.Cast(acc_dtype, px[1, lane]) if epilogue.residual else acc_zero),
+                            epilogue.activation, acc_dtype, epilogue.clip_min, epilogue.clip_max), acc_zero)
+                    store_pixel_of(Y, acc, i, j, vb, r0 + i, c0 + j)
+
+    @T.macro
+    def tile(A, B, Bias, Residual, Y, vb, vr, vc):
+        acc = T.sblock_alloc_buffer((tm, tn * 4), acc_dtype, scope="local")
+        a_px = T.sblock_alloc_buffer((tm, 4), dtype, scope="local")
+        b_px = T.sblock_alloc_buffer((4, tn * 4), dtype, scope="local")
+        px = T.sblock_alloc_buffer((2, 4), dtype, scope="local")
+        for i in T.unroll(tm):
+            for c in T.unroll(tn * 4):
+                acc[i, c] = acc_zero
+        for kb in T.serial(k4):
+            load_a(a_px, A, vb, vr * tm, kb)
+            load_b(b_px, B, vb, vc * tn, kb)
+            for kk in T.unroll(4):
+                for i in T.unroll(tm):
+                    for c in T.unroll(tn * 4):
+                        acc[i, c] = multiply_add(acc[i, c], a_px[i, kk], b_px[kk, c])
+        store_tile(Y, Bias, Residual, acc, px, vb, vr * tm, vc * tn)
+
+    @T.prim_func(s_tir=True)
+    def func(a: T.handle, b: T.handle, bias: T.handle, residual: T.handle, y: T.handle):
+        T.func_attr({"global_symbol": "gemm", "tirx.noalias": True})
+        A = T.match_buffer(a, stored(geom.a_shape), dtype, scope=scope)
+        B = T.match_buffer(b, stored(geom.b_shape), dtype, scope=scope)
+        Bias = T.match_buffer(bias, (n4, 4), dtype, scope=BUFFER)
+        Residual = T.match_buffer(residual, stored(geom.out_shape), dtype, scope=scope)
+        Y = T.match_buffer(y, stored(geom.out_shape), dtype, scope=scope)
+        launch(grid, grid.rows, grid.cols, "tile", lambda vz, vh, vw: tile(A, B, Bias, Residual, Y, vz, vh, vw))
+
+    return select_params(func, epilogue.params(["A", "B"], "Y"))
+
+
+__all__ = ["GemmConfig", "GemmGeometry", "gemm", "gemm_geometry", "gemm_grid", "BIAS", "RESIDUAL"]

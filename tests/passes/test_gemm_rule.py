@@ -1,0 +1,219 @@
+"""The ``gemm`` rule: matmuls on plain tensors as exporters write them (a Linear on tokens with
+its bias and activation, a Linear on a channels-last map, Q Kᵀ through a Transpose, attention x V,
+Kᵀ V with heads, a residual add) run as our GEMM kernel, against onnxruntime; the plan has no
+upstream matmul and no layout transform."""
+
+import numpy as np
+import pytest
+
+from helpers.onnx_graphs import PATTERN_RTOL, f32, make, node, tensor
+from tir_adreno import compile_model
+from tir_adreno.reference import reference_outputs, relative_error
+
+LAYOUT_KERNELS = ("nchw_to_nchw4c", "nhwc_to_nchw4c", "nchw4c_to_nchw", "nchw4c_to_nhwc", "copy")
+
+
+def _run(model, inputs: dict, gemms: int):
+    """Compile ``model`` for this device, check it against onnxruntime, and check its plan: ``gemms``
+    launches of our GEMM, no upstream matmul, no layout transform. Returns the plan's rows."""
+    compiled = compile_model(model, progress=lambda _: None)
+    outs = compiled.run(inputs)
+    refs = reference_outputs(model, inputs)
+    for out, ref in zip(outs, refs):
+        assert relative_error(out, ref) <= PATTERN_RTOL, relative_error(out, ref)
+    rows = compiled.profile()
+    ours = [r for r in rows if r["ours"] and r["op"].startswith("gemm")]
+    assert len(ours) == gemms, rows
+    assert not [r for r in rows if not r["ours"] and "matmul" in (r["op"] + r["kernel"]).lower()], rows
+    assert not [r for r in rows if r["op"].startswith(LAYOUT_KERNELS)], rows
+    return rows
+
+
+def _inputs(rng, **shapes) -> dict:
+    return {name: rng.standard_normal(shape).astype(np.float32) for name, shape in shapes.items()}
+
+
+def test_linear_on_tokens_with_bias_and_activation():
+    """``relu(x @ W + b)`` then ``@ W2 + b2 + x``: a transformer MLP on tokens ``[N, L, C]``, bias,
+    activation and residual in the two kernels' epilogues (two launches, nothing else)."""
+    nodes = [node("MatMul", ["x", "w1"], ["h"]), node("Add", ["h", "b1"], ["hb"]), node("Relu", ["hb"], ["r"]),
+             node("MatMul", ["r", "w2"], ["o"]), node("Add", ["o", "b2"], ["ob"]), node("Add", ["ob", "x"], ["y"])]
+    inits = [f32("w1", (12, 20)), f32("b1", (20,)), f32("w2", (20, 12)), f32("b2", (12,))]
+    model = make(nodes, [tensor("x", [2, 7, 12])], [tensor("y", [2, 7, 12])], inits, opset=17)
+    rows = _run(model, _inputs(np.random.default_rng(1), x=(2, 7, 12)), gemms=2)
+    assert len(rows) == 2, rows
+
+
+def test_gemm_op_on_flattened_tokens():
+    """ONNX ``Gemm`` with ``transB`` (a Linear as older exporters write it) after a Reshape of
+    tokens to rows: the constant transpose folds, the kernel takes the bias."""
+    nodes = [node("Reshape", ["x", "shape"], ["rows"]), node("Gemm", ["rows", "w", "b"], ["y"], transB=1)]
+    inits = [f32("w", (9, 6)), f32("b", (9,)), np.array([-1, 6], np.int64)]
+    from onnx import numpy_helper
+
+    inits[-1] = numpy_helper.from_array(inits[-1], "shape")
+    model = make(nodes, [tensor("x", [2, 5, 6])], [tensor("y", [10, 9])], inits, opset=17)
+    compiled = compile_model(model, progress=lambda _: None)
+    x = _inputs(np.random.default_rng(2), x=(2, 5, 6))
+    (out,) = compiled.run(x)
+    (ref,) = reference_outputs(model, x)
+    assert relative_error(out, ref) <= PATTERN_RTOL
+    assert not [r for r in compiled.profile() if not r["ours"] and "matmul" in (r["op"] + r["kernel"]).lower()]
+
+
+def test_linear_on_channels_last_map():
+    """A Linear on an NHWC map ``[N, H, W, C]`` (a gated MLP on channels-last maps): rows are N*H*W."""
+    nodes = [node("MatMul", ["x", "w"], ["h"]), node("Add", ["h", "b"], ["y"])]
+    model = make(nodes, [tensor("x", [1, 5, 3, 8])], [tensor("y", [1, 5, 3, 11])], [f32("w", (8, 11)), f32("b", (11,))], opset=17)
+    _run(model, _inputs(np.random.default_rng(3), x=(1, 5, 3, 8)), gemms=1)
+
+
+def test_attention_scores_and_values():
+    """``softmax(q Kᵀ) V`` on ``[N * heads, L, d]``: Q Kᵀ reads K through its Transpose (no transpose
+    kernel), attention x V is a batched GEMM; the softmax between them is upstream's (a token-layout
+    softmax is not ours yet), on the same plain buffers."""
+    nodes = [node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]), node("MatMul", ["q", "kt"], ["s"]),
+             node("Softmax", ["s"], ["p"], axis=-1), node("MatMul", ["p", "v"], ["y"])]
+    shapes = {"q": (3, 10, 5), "k": (3, 10, 5), "v": (3, 10, 7)}
+    model = make(nodes, [tensor(n, list(s)) for n, s in shapes.items()], [tensor("y", [3, 10, 7])], [], opset=17)
+    rows = _run(model, _inputs(np.random.default_rng(4), **shapes), gemms=2)
+    assert not [r for r in rows if "transpose" in r["op"].lower()], rows
+
+
+def test_scores_with_heads():
+    """Q Kᵀ with heads ``[N, heads, L, d]`` (K transposed in its read), then a scalar scale and a
+    bias over the keys (alpha and the bias of the one kernel)."""
+    from onnx import numpy_helper
+
+    nodes = [node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]), node("MatMul", ["q", "kt"], ["s"]),
+             node("Mul", ["s", "scale"], ["ss"]), node("Add", ["ss", "b"], ["y"])]
+    shapes = {"q": (2, 3, 10, 5), "k": (2, 3, 11, 5)}
+    inits = [f32("b", (11,)), numpy_helper.from_array(np.array(0.3, np.float32), "scale")]
+    model = make(nodes, [tensor(n, list(s)) for n, s in shapes.items()], [tensor("y", [2, 3, 10, 11])], inits, opset=17)
+    assert len(_run(model, _inputs(np.random.default_rng(6), **shapes), gemms=1)) == 1
+
+
+def test_linear_attention_context_with_heads():
+    """``Kᵀ V`` (EfficientViT-style linear attention's context, ``[N, heads, L, d]``): the first
+    operand read transposed; then ``Q ctx`` plus a bias over the last axis."""
+    nodes = [node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]), node("MatMul", ["kt", "v"], ["ctx"]),
+             node("MatMul", ["q", "ctx"], ["o"]), node("Add", ["o", "b"], ["y"])]
+    shapes = {"q": (2, 2, 9, 6), "k": (2, 2, 9, 6), "v": (2, 2, 9, 5)}
+    model = make(nodes, [tensor(n, list(s)) for n, s in shapes.items()], [tensor("y", [2, 2, 9, 5])], [f32("b", (5,))], opset=17)
+    _run(model, _inputs(np.random.default_rng(5), **shapes), gemms=2)
+
+
+@pytest.mark.parametrize("profile", ["adreno", "nvidia-h200"])
+def test_plan_for_other_devices(profile):
+    """The rule plans the same on every profile (configs differ): compiled without a device."""
+    from helpers.onnx_graphs import plan_kernels
+    from tir_adreno.strategy.profile import get_profile
+
+    nodes = [node("MatMul", ["x", "w"], ["h"]), node("Add", ["h", "b"], ["y"])]
+    model = make(nodes, [tensor("x", [1, 49, 16])], [tensor("y", [1, 49, 24])], [f32("w", (16, 24)), f32("b", (24,))], opset=17)
+    assert plan_kernels(model, get_profile(profile)) == ["gemm"]
+
+
+def test_token_mlp_in_half_storage():
+    """float16_acc32: the GEMMs' buffers between two of our kernels are half (the model's input and
+    output stay float32); within half's rounding of onnxruntime."""
+    nodes = [node("MatMul", ["x", "w1"], ["h"]), node("Add", ["h", "b1"], ["hb"]), node("Relu", ["hb"], ["r"]),
+             node("MatMul", ["r", "w2"], ["y"])]
+    inits = [f32("w1", (12, 20)), f32("b1", (20,)), f32("w2", (20, 12))]
+    model = make(nodes, [tensor("x", [2, 7, 12])], [tensor("y", [2, 7, 12])], inits, opset=17)
+    compiled = compile_model(model, progress=lambda _: None, precision="float16_acc32")
+    x = _inputs(np.random.default_rng(7), x=(2, 7, 12))
+    (out,), (ref,) = compiled.run(x), reference_outputs(model, x)
+    assert relative_error(out, ref) <= 1e-2
+    assert [r["op"][:4] for r in compiled.profile()] == ["gemm", "gemm"]
+    storage = {t["kind"]: t["storage"] for t in compiled.plan.to_dict()["tensors"] if t["kind"] != "const"}
+    assert storage == {"input": None, "temp": "float16", "output": None}, storage
+
+
+def test_float16_plan_keeps_plain_tensors_float32():
+    """precision float16 (planned for Adreno, no device): the GEMM on plain tensors is built float32,
+    the dtype of the tensors upstream ops hand it."""
+    from tir_adreno.compiler import compile_plan
+    from tir_adreno.strategy.profile import get_profile
+
+    nodes = [node("MatMul", ["x", "w"], ["y"])]
+    model = make(nodes, [tensor("x", [1, 9, 8])], [tensor("y", [1, 9, 6])], [f32("w", (8, 6))], opset=17)
+    plan, kernels, _ = compile_plan(model, get_profile("adreno"), progress=lambda _: None, precision="float16")
+    tensors = plan.to_dict()["tensors"]
+    assert [c["label"][:4] for c in plan.to_dict()["calls"]] == ["gemm"]
+    assert {t["dtype"] for t in tensors} == {"float32"}, tensors
+
+
+def test_gemm_configs_per_device_class():
+    """Each class's tile, its work group cut to the grid and within the device's limit; the H200
+    shrinks the tile row-wise on a small product (more work items), not on a large one."""
+    from primfuncs.gemm import gemm_geometry, gemm_grid
+    from tir_adreno.strategy import gemm as strategy
+    from tir_adreno.strategy.profile import get_profile
+
+    small, large = gemm_geometry((1, 49, 64), (64, 64)), gemm_geometry((8, 3136, 64), (64, 256))
+    for name in ("adreno", "pocl", "nvidia-h200"):
+        profile = get_profile(name)
+        for geom in (small, large):
+            config = strategy.gemm_config(geom, profile)
+            grid = gemm_grid(geom, config)
+            assert config.ty * config.tx <= profile.max_work_group_size
+            assert config.ty <= max(1, 2 * grid.rows) and config.tx <= max(1, 2 * grid.cols), (name, config, grid)
+    h200 = get_profile("nvidia-h200")
+    assert strategy.gemm_config(small, h200).rows == 1 and strategy.gemm_config(large, h200).rows == 4
+    assert strategy.gemm_config(large, get_profile("pocl")).cols == 2
+    half = strategy.gemm_kwargs(large, "float16", h200)
+    assert (half["dtype"], half["acc_dtype"]) == ("float16", "float32")
+    assert "dtype" not in strategy.gemm_kwargs(large, "float16_acc32", h200)
+
+
+def test_vit_attention_block_as_exported():
+    """timm's ``Attention`` as ``torch.onnx.export`` writes it (opset 17): the qkv Linear, Reshape to
+    ``[N, L, 3, heads, d]``, Transpose to ``[3, N, heads, L, d]``, Gather of q, k, v, ``q * scale``,
+    Q Kᵀ through a Transpose, Softmax, attention x V, Transpose and Reshape back, the proj Linear:
+    the four matmuls run as our GEMM (K's transpose and q's scale folded into Q Kᵀ), the rest
+    where it runs."""
+    from onnx import numpy_helper
+
+    n, length, heads, d = 1, 12, 2, 4
+    c = heads * d
+    ints = lambda name, v: numpy_helper.from_array(np.array(v, np.int64), name)  # noqa: E731
+    inits = [f32("wqkv", (c, 3 * c)), f32("bqkv", (3 * c,)), f32("wproj", (c, c)), f32("bproj", (c,)),
+             ints("shape5", [n, length, 3, heads, d]), ints("shape3", [n, length, c]), ints("i0", 0), ints("i1", 1), ints("i2", 2),
+             numpy_helper.from_array(np.array(d**-0.5, np.float32), "scale")]
+    nodes = [node("MatMul", ["x", "wqkv"], ["qkv0"]), node("Add", ["qkv0", "bqkv"], ["qkv1"]),
+             node("Reshape", ["qkv1", "shape5"], ["qkv2"]), node("Transpose", ["qkv2"], ["qkv"], perm=[2, 0, 3, 1, 4]),
+             node("Gather", ["qkv", "i0"], ["q0"], axis=0), node("Gather", ["qkv", "i1"], ["k"], axis=0),
+             node("Gather", ["qkv", "i2"], ["v"], axis=0), node("Mul", ["q0", "scale"], ["q"]),
+             node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]), node("MatMul", ["q", "kt"], ["s"]),
+             node("Softmax", ["s"], ["p"], axis=-1), node("MatMul", ["p", "v"], ["o"]),
+             node("Transpose", ["o"], ["ot"], perm=[0, 2, 1, 3]), node("Reshape", ["ot", "shape3"], ["o3"]),
+             node("MatMul", ["o3", "wproj"], ["y0"]), node("Add", ["y0", "bproj"], ["y"])]
+    model = make(nodes, [tensor("x", [n, length, c])], [tensor("y", [n, length, c])], inits, opset=17)
+    compiled = compile_model(model, progress=lambda _: None)
+    x = _inputs(np.random.default_rng(8), x=(n, length, c))
+    (out,), (ref,) = compiled.run(x), reference_outputs(model, x)
+    assert relative_error(out, ref) <= PATTERN_RTOL
+    rows = compiled.profile()
+    assert sum(r["ours"] and r["op"].startswith("gemm") for r in rows) == 4, rows
+    assert not [r for r in rows if not r["ours"] and "matmul" in (r["op"] + r["kernel"]).lower()], rows
+    assert not [r for r in rows if r["op"].startswith(("affine", "multiply"))], rows  # q * scale read through by Q Kᵀ
+
+
+def test_workbench_reference_of_a_gemm(device):
+    """``tir-adreno kernel --check``'s reference for our GEMM (``workbench.reference_case`` on the op
+    info the rule records: operands as stored, transposes, alpha, epilogue) is what the kernel computes."""
+    from helpers.numeric import run_kernel
+    from primfuncs import gemm
+    from primfuncs.epilogue import Epilogue
+    from tir_adreno.tools import workbench
+
+    info = {"op": "matmul", "inputs": [[2, 4, 3]], "output": [2, 3, 6], "gemm": {"a_shape": [2, 4, 3], "b_shape": [2, 6, 4],
+            "trans_a": True, "trans_b": True, "alpha": 0.5},
+            "attrs": {"epilogue": {"bias": True, "activation": "relu", "residual": True}}}
+    inputs, ref, channels = workbench.reference_case(info, np.random.default_rng(9))
+    func = gemm.gemm((2, 4, 3), (2, 6, 4), trans_a=True, trans_b=True, alpha=0.5,
+                     epilogue=Epilogue(bias=True, activation="relu", residual=True))
+    out = run_kernel(device, func, *[np.asarray(a, np.float32) for a in inputs])
+    assert channels is None and out.shape == ref.shape
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)

@@ -1,0 +1,216 @@
+"""``matmul`` on plain tensors (tokens, channels-last maps, heads) as our tiled GEMM
+(``primfuncs.gemm``), in buffer placement: no layout transform on either side.
+
+Registered after ``rules.matmul`` (the classifier GEMV and the Linear run as a 1x1 conv on
+blocked activations keep the nodes they took before); this rule takes the rest: a Linear by a
+constant ``[K, N]`` (as the importer writes ``MatMul``, ``Gemm`` and ``Linear``: the constant
+already transposed by constant folding) on ``[..., M, K]`` of any rank, with the linear steps
+after it (bias add, per-column scale) folded into the weight and bias; and the batched product
+of two activations ``[B..., M, K] x [B..., K, N]`` with a transpose of the last two axes of
+either operand (``permute_dims``) folded into the kernel's read (Q Kᵀ, attention x V, Kᵀ V), and
+a scalar multiply of an operand (attention's ``q * scale``) or a uniform scale after a batched
+product folded into the kernel's ``alpha``. Then a residual add of an activation already computed, and a named activation
+(``passes.activations``), go into the kernel's epilogue. Every operand is read in its plain
+float32 form (upstream's tensors are float32 under every precision; under float16_acc32 the
+buffers between two of our kernels are half, ``compiler._half_buffers``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from tvm import relax
+
+from primfuncs import gemm as gemm_kernels
+from primfuncs.epilogue import Epilogue
+
+from tir_adreno.passes.activations import clip_fields, fuse_activation
+from tir_adreno.passes.affine import linear_step, other_operand
+from tir_adreno.passes.graph import Node, const, dtype, same, static_shape
+from tir_adreno.passes.kernel_index import kernel
+from tir_adreno.passes.op_info import epilogue_info, node_info
+from tir_adreno.passes.rewriter import Rewriter
+from tir_adreno.passes.rules.base import rule
+from tir_adreno.strategy import gemm as strategy
+from tir_adreno.strategy.packing import pack_bias
+
+
+@dataclass
+class Operand:
+    """A GEMM operand: the activation the kernel reads (``var``, stored ``shape``), transposed or not."""
+
+    var: relax.Var
+    shape: tuple
+    transposed: bool = False
+    scale: float = 1.0  # a scalar multiply read through (attention's ``q * scale``)
+
+
+@dataclass
+class GemmTail:
+    """What follows the product in the graph and goes into the kernel: the weight (a Linear's, with
+    the linear steps after it folded in), the bias, a residual, an activation, the last node."""
+
+    last: Node
+    weight: np.ndarray | None = None  # float64 [K, N]
+    alpha: float = 1.0  # a product's uniform scale (a batched product's: its weight is no constant)
+    bias: np.ndarray | None = None  # float64 [N]
+    residual: relax.Var | None = None
+    activation: str | None = None
+    clip_bounds: tuple | None = None
+
+    @property
+    def epilogue(self) -> Epilogue:
+        return Epilogue(bias=self.bias is not None and bool(np.any(self.bias != 0)), activation=self.activation,
+                        residual=self.residual is not None, **clip_fields(self.clip_bounds))
+
+
+def _swaps_last_two(node: Node) -> bool:
+    """``node`` is a ``permute_dims`` that swaps the last two axes and keeps the others in place."""
+    axes = node.attrs.axes if node.op == "relax.permute_dims" else None
+    if axes is None:
+        return False
+    axes = [int(a) for a in axes]
+    n = len(axes)
+    return n >= 2 and axes == [*range(n - 2), n - 1, n - 2]
+
+
+def _scalar_factor(rw: Rewriter, var):
+    """(x, s) when ``var`` is ``x * s`` (either order) with ``s`` a float32 scalar constant and
+    ``var`` read once, else None."""
+    src = rw.graph.by_var.get(var)
+    if src is None or src.op != "relax.multiply" or rw.graph.uses.get(var, 0) != 1:
+        return None
+    for x, c in (src.args, src.args[::-1]):
+        s = const(c)
+        if isinstance(x, relax.Var) and s is not None and s.dtype == np.float32 and s.size == 1 and np.isfinite(s).all():
+            if static_shape(x) == static_shape(var):
+                return x, float(s.reshape(()))
+    return None
+
+
+def _operand(rw: Rewriter, var, fold_transpose: bool = True) -> Operand | None:
+    """The float32 activation ``var`` (rank >= 2, static) as an operand; a scalar multiply and a
+    transpose of its last two axes (in either order, each read once) are folded into the read
+    (the nodes, left without readers, are dropped by dead-code elimination). Nothing is emitted
+    here (the rule may still back out)."""
+    if not isinstance(var, relax.Var) or (var not in rw.values and var not in rw.exprs):
+        return None
+    shape = static_shape(var)
+    if shape is None or len(shape) < 2 or dtype(var) != "float32":
+        return None
+    scaled = _scalar_factor(rw, var)
+    if scaled is not None:
+        inner = _operand(rw, scaled[0], fold_transpose)
+        if inner is not None:
+            return Operand(inner.var, inner.shape, inner.transposed, inner.scale * scaled[1])
+    src = rw.graph.by_var.get(var)
+    if fold_transpose and src is not None and _swaps_last_two(src) and rw.graph.uses.get(var, 0) == 1:
+        inner = _operand(rw, src.args[0], fold_transpose=False)
+        if inner is not None:
+            return Operand(inner.var, inner.shape, not inner.transposed, inner.scale)
+    return Operand(var, shape)
+
+
+def _weight(expr, k: int) -> np.ndarray | None:
+    """A float32 constant ``[K, N]`` (leading dims of size 1 dropped) as float64, else None."""
+    w = const(expr)
+    if w is None or w.dtype != np.float32 or w.ndim < 2 or any(d != 1 for d in w.shape[:-2]) or w.shape[-2] != k:
+        return None
+    return w.reshape(w.shape[-2:]).astype(np.float64)
+
+
+def _residual(rw: Rewriter, user: Node, var) -> relax.Expr | None:
+    """The other operand of ``add`` ``user`` when it is an activation of the output's shape that
+    exists already (in its plain form, or packed: unpacked once when the kernel is emitted), else None."""
+    other = other_operand(user, var) if user.op == "relax.add" else None
+    if not isinstance(other, relax.Var) or (other not in rw.values and other not in rw.exprs):
+        return None
+    if static_shape(other) != static_shape(var) or dtype(other) != "float32":
+        return None
+    return other
+
+
+def _step(rw: Rewriter, tail: GemmTail, user: Node, n: int) -> bool:
+    """Take ``user`` into the tail: a per-column linear step (a Linear's: folded into its weight and
+    bias; a batched product's when its scale is uniform: into alpha and the bias), before the
+    residual; or the residual add. True when taken."""
+    if tail.residual is None:
+        step = linear_step(user, tail.last.var, n, "NHWC")
+        if step is not None and (tail.weight is not None or np.all(step[0] == step[0][0])):
+            scale, shift = step
+            if tail.weight is not None:
+                tail.weight = tail.weight * scale[None, :]
+            else:
+                tail.alpha *= float(scale[0])
+            tail.bias = (np.zeros(n) if tail.bias is None else tail.bias) * scale + shift
+            return True
+        tail.residual = _residual(rw, user, tail.last.var)
+        return tail.residual is not None
+    return False
+
+
+def gemm_tail(rw: Rewriter, node: Node, weight: np.ndarray | None, n: int) -> GemmTail:
+    """The steps after ``node`` that the kernel takes (each marked fused): linear steps, then a
+    residual add, then an activation (which ends it)."""
+    tail = GemmTail(node, weight)
+    while True:
+        fused = fuse_activation(rw.graph, tail.last.var)
+        if fused is not None:  # the activation ends the epilogue
+            tail.activation, tail.clip_bounds, tail.last = fused
+            return tail
+        user = rw.graph.sole_user(tail.last.var)
+        if user is None or static_shape(user.var) != static_shape(node.var) or not _step(rw, tail, user, n):
+            return tail
+        user.fused = True
+        tail.last = user
+
+
+@rule("relax.matmul")
+def gemm(rw: Rewriter, node: Node):
+    """``A @ B`` of plain float32 tensors (B a constant or an activation of A's batch dims) as our GEMM."""
+    if dtype(node.var) != "float32" or static_shape(node.var) is None:
+        return None
+    a = _operand(rw, node.args[0])
+    if a is None:
+        return None
+    k = a.shape[-2] if a.transposed else a.shape[-1]
+    weight = _weight(node.args[1], k)
+    b = None if weight is not None else _operand(rw, node.args[1])
+    if weight is None and b is None:
+        return None
+    b_shape = weight.shape if weight is not None else b.shape
+    try:
+        geom = gemm_kernels.gemm_geometry(a.shape, b_shape, a.transposed, b is not None and b.transposed)
+    except ValueError:  # a broadcast of batch dims our kernel does not take: left to upstream
+        return None
+    if geom.out_shape != static_shape(node.var):
+        return None
+    return _emit(rw, node, a, b, geom, gemm_tail(rw, node, weight, geom.n))
+
+
+def _emit(rw: Rewriter, node: Node, a: Operand, b: Operand | None, geom, tail: GemmTail):
+    epilogue = tail.epilogue
+    # Plain tensors are float32 under every precision (upstream's side): the kernel is float32.
+    kwargs = strategy.gemm_kwargs(geom, "float32", rw.profile)
+    if rw.dtype != "float32":
+        kwargs["dtype"] = "float32"
+    alpha = a.scale * (b.scale if b is not None else 1.0) * tail.alpha
+    if alpha != 1.0:
+        kwargs["alpha"] = alpha
+    func = kernel(gemm_kernels.gemm, geom.a_shape, geom.b_shape, trans_a=geom.trans_a, trans_b=geom.trans_b, epilogue=epilogue, **kwargs)
+    b_arg = relax.const(np.ascontiguousarray(tail.weight.astype(np.float32))) if tail.weight is not None else rw.expr(b.var)
+    args = [rw.expr(a.var), b_arg]
+    if epilogue.bias:
+        args.append(relax.const(pack_bias(tail.bias.astype(np.float32))))
+    if epilogue.residual:
+        args.append(rw.expr(tail.residual))
+    info = node_info(node, trans_a=geom.trans_a, trans_b=geom.trans_b, alpha=alpha, config=str(kwargs["config"]))
+    info["attrs"]["epilogue"] = epilogue_info(epilogue)
+    # the operands as stored, for ``tir-adreno kernel --check``'s reference (tools.workbench)
+    info["gemm"] = {"a_shape": list(geom.a_shape), "b_shape": list(geom.b_shape), "trans_a": geom.trans_a,
+                    "trans_b": geom.trans_b, "alpha": alpha}
+    out = rw.emit_kernel(func, args, geom.out_shape, dtype="float32", hint="gemm", op_info=info)
+    if not same(tail.last.var, node.var):
+        rw.exprs[tail.last.var] = out
+    return out
