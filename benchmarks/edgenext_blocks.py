@@ -22,7 +22,7 @@ from __future__ import annotations
 from ways import main, patched, together
 
 WAYS = ("apart", "tail", "fused")
-_SPLIT_APART = patched("tir_adreno.strategy.conv", hierarchical_depthwise=lambda profile: False)
+_SPLIT_APART = patched("tir_adreno.strategy.fusion", hierarchical_depthwise=lambda profile: False)
 _TAIL_APART = patched("tir_adreno.passes.conv_emit", _permuted_residual=lambda rw, tail, user: None)
 SETTINGS = {"apart": together(_SPLIT_APART, _TAIL_APART), "tail": _SPLIT_APART}
 DETAIL = ("hierarchical_depthwise", "depthwise_conv2d_nchw4c", "slice_channels", "concat_channels", "add")

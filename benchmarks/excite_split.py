@@ -63,7 +63,7 @@ def share_weights(base: Path, way: Path) -> None:
     ``base``'s, with zeros (each split excitation's partial sums and tickets) where the next of
     ``base``'s does not match in shape and dtype. A wrong match shows in the compared outputs."""
     from tir_adreno.runtime import cache, weights
-    from tir_adreno.runtime.executor import _write_npz
+    from tir_adreno.runtime.saved import replace_weights
 
     given = weights.arrays(cache.read(base / "weights.npz"))
     theirs = [(i, t) for i, t in enumerate(_plan(base).tensors) if t.kind == "const"]
@@ -77,7 +77,7 @@ def share_weights(base: Path, way: Path) -> None:
             out[str(i)] = np.zeros(t.shape, t.storage_dtype)
     if k != len(theirs):
         raise SystemExit(f"excite_split: {way.name} takes {k} of {base.name}'s {len(theirs)} constants")
-    _write_npz(way / "weights.npz", out)
+    replace_weights(way, out)
     log(f"{way.name}: {k} weights of {base.name}, {len(out) - k} scratch")
 
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 from tvm.script import tirx as T
 
-from ._common import BUFFER, LANES, TEXTURE, PixelGrid, ceildiv, check_accumulator, check_dtype, check_scope, multiply_add, pixel_launch, select_params
+from ._common import BUFFER, LANES, TEXTURE, PixelGrid, ceildiv, check_accumulator, check_dtype, check_scope, multiply_add, pixel_launch, select_params, whole
 from .epilogue import BIAS, RESIDUAL, Epilogue, activate
 
 #: Largest register tile: rows x pixels of 4 columns (the accumulators are rows x 4 pixels floats).
@@ -293,6 +293,8 @@ def gemm(a_shape, b_shape, trans_a: bool = False, trans_b: bool = False, config:
 
     @T.macro
     def tile(A, B, Bias, Residual, Y, vb, vr, vc):
+        # whole operands: an inferred region prints as TVMScript that parses back reordered (upstream defect 16)
+        T.reads(whole(A), whole(B))
         acc = T.sblock_alloc_buffer((tm, tn * 4), acc_dtype, scope="local")
         a_px = T.sblock_alloc_buffer((tm, 4), dtype, scope="local")
         b_px = T.sblock_alloc_buffer((4, tn * 4), dtype, scope="local")

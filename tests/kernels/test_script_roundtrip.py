@@ -9,7 +9,7 @@ import tvm
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from primfuncs import attention, concat, conv, elementwise, excite, grn, hierarchical, layernorm, layout, patches, pool2d, reduce, resize, shuffle
+from primfuncs import attention, concat, conv, elementwise, excite, gemm, grn, hierarchical, layernorm, layout, patches, pool2d, reduce, resize, shuffle
 from primfuncs._common import BUFFER, TEXTURE, TEXTURE_WEIGHT, blocked, equal_slices
 from primfuncs.conv import ConvConfig
 from primfuncs.conv.norm import GroupNormFold
@@ -255,7 +255,21 @@ def patches_kernels(d, scope):
     return [patches.patch_unfold(shape, ph, pw, scope=scope), patches.patch_fold(shape, ph, pw, scope=scope)]
 
 
+def gemm_kernels(d, scope):
+    m, k, n = (d.draw(st.integers(1, 9)) for _ in range(3))
+    batch = tuple(d.draw(st.lists(st.integers(1, 3), max_size=2)))
+    config = gemm.GemmConfig(d.draw(st.integers(1, 4)), d.draw(st.integers(1, 2)), 2, 2)
+    epilogue = Epilogue(bias=d.draw(st.booleans()), residual=d.draw(st.booleans()), activation=d.draw(st.sampled_from(ACTIVATIONS)))
+    if scope != BUFFER:  # textures: no transposes, the last axis as pixels
+        return [gemm.gemm((*batch, m, k), (k, n), config=config, epilogue=epilogue, scope=scope)]
+    trans_a, trans_b = d.draw(st.booleans()), d.draw(st.booleans())
+    a = (*batch, k, m) if trans_a else (*batch, m, k)
+    b = (*batch, n, k) if trans_b else (*batch, k, n)
+    return [gemm.gemm(a, b, trans_a, trans_b, config=config, epilogue=epilogue, scope=scope, alpha=0.5)]
+
+
 FAMILIES = {
+    "gemm": gemm_kernels,
     "layout": layout_kernels,
     "elementwise": elementwise_kernels,
     "conv.direct": conv2d_kernels,
@@ -284,7 +298,8 @@ def test_every_family_is_covered():
     families = {m.name.removeprefix("primfuncs.") for m in modules if not m.ispkg and not m.name.rpartition(".")[2].startswith("_")}
     # no kernels of their own (conv.direct_tiling / direct_body: the direct family's pieces)
     helpers = {"epilogue", "lanes", "conv.config", "conv.geometry", "conv.direct_tiling", "conv.direct_body",
-               "conv.winograd_math", "conv.norm", "excite_body", "attention.heads"}
+               "conv.winograd_math", "conv.norm", "conv.prologue", "excite_body", "attention.heads",
+               "activation_table"}
     assert families - helpers == set(FAMILIES)
 
 

@@ -16,7 +16,7 @@ from helpers.xca_graphs import sdta_model
 from tir_adreno import compile_model
 from tir_adreno.compiler import compile_plan
 from tir_adreno.reference import conv2d_nchw, reference_outputs, relative_error
-from tir_adreno.strategy import pool as pool_strategy
+from tir_adreno.strategy import excite as excite_strategy
 from tir_adreno.strategy.precision import PRECISIONS, PrecisionError
 from tir_adreno.strategy.profile import get_profile
 
@@ -97,7 +97,7 @@ def plans():
     with pytest.MonkeyPatch.context() as mp:
         for name, profile, precision in cases():
             if name == "se apart":
-                mp.setattr(pool_strategy, "DEPTHWISE_EXCITATION_PIXELS", None)
+                mp.setattr(excite_strategy, "DEPTHWISE_EXCITATION_PIXELS", None)
             model = models.setdefault(name, GRAPHS[name.split()[0]]())
             try:
                 plan, kernels, _ = compile_plan(model, get_profile(profile), progress=lambda _: None, precision=precision)

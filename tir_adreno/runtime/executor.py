@@ -549,7 +549,8 @@ def load_model(directory, device=None, pool: bool = True, random_weights: int | 
     if weights_file is None:
         programs()  # let the builds finish (and fill the cache) before saying so
         raise saved.SavedModelError(f"{directory}: missing, truncated or corrupt {saved.WEIGHTS_FILE}")
-    if weights_file[1] is not None or saved.WEIGHTS_FILE in doc[saved.FILES_KEY]:
+    # weights asked to be random where none are saved (a timing-only copy): nothing to bind
+    if weights_file[1] is not None or (saved.WEIGHTS_FILE in doc[saved.FILES_KEY] and random_weights is None):
         saved.check_bound(directory, doc, saved.WEIGHTS_FILE, weights_file[1])
     with report.phase("read_ms"):
         weights = _weights(weights_file[0], plan, random_weights)

@@ -296,6 +296,17 @@ def write_model_files(directory, doc: dict, weights: dict | None, reference=None
     return [*files, MODEL_FILE]
 
 
+def replace_weights(directory, weights: dict) -> None:
+    """The saved model in ``directory`` with its weights replaced by ``weights`` ({tensor index:
+    array}), whole or not at all: its plan and kernels kept, the new weights bound by digest, its
+    reference dropped (it was the old weights'). For a benchmark way that runs another build's
+    weights; a user compiles instead."""
+    directory = Path(directory)
+    doc = {k: v for k, v in read_doc(directory).items() if k != FILES_KEY}
+    with replacing_folder(directory) as staging:
+        write_model_files(staging, doc, weights)
+
+
 def _write_npz(directory, name: str, arrays: dict[str, np.ndarray]) -> str:
     """``arrays`` as an uncompressed ``.npz``, written atomically with a checksum (``cache.write_with``:
     streamed to the file, not built in memory first); its digest."""

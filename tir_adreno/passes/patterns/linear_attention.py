@@ -13,7 +13,8 @@ from tir_adreno.passes.kernel_index import kernel
 from tir_adreno.passes.op_info import elementwise_info
 from tir_adreno.passes.patterns.base import Match, Plan, pattern
 from tir_adreno.passes.rewriter import Rewriter, blocked_shape
-from tir_adreno.strategy.attention import attention_schedule, linear_attention_schedule
+from tir_adreno.strategy import attention as attention_strategy  # read at call time: benchmarks switch it
+from tir_adreno.strategy.attention import attention_schedule
 
 # -- ReLU linear attention (EfficientViT's LiteMLA) ----------------------------------------------
 #
@@ -136,7 +137,7 @@ def _linear_plan(match: Match, profile, records, precision) -> Plan:
     token slices on a wide GPU (``attention_schedule``) or not."""
     n, _, h, w = static_shape(match.anchor.args[0])
     heads, d = match.found[:2]
-    return Plan(match, {"one": linear_attention_schedule(profile, d, h * w), "split": attention_schedule(profile, n * heads, h * w)})
+    return Plan(match, {"one": attention_strategy.linear_attention_schedule(profile, d, h * w), "split": attention_schedule(profile, n * heads, h * w)})
 
 
 def _concat_match(g: Graph, node: Node) -> Match | None:
@@ -164,7 +165,7 @@ def _concat_match(g: Graph, node: Node) -> Match | None:
 
 def _concat_plan(match: Match, profile, records, precision) -> Plan | None:
     """The one-launch kernel (``strategy.attention.linear_attention_schedule``), else None."""
-    one = linear_attention_schedule(profile, match.found[1][1], match.tokens)
+    one = attention_strategy.linear_attention_schedule(profile, match.found[1][1], match.tokens)
     return Plan(match, one) if one is not None else None
 
 
