@@ -104,9 +104,13 @@ def _commands(block: Block) -> list[list[str]]:
 _NUMBER = re.compile(r"(?<![\w.])[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?(?![\w])")
 
 
+_TIME_UNIT = re.compile(r"\bN (?:ms|us|µs|s)\b")
+
+
 def shape_of(text: str) -> str:
-    """``text`` with every number written as N (times, errors and sizes change run to run)."""
-    return _NUMBER.sub("N", text)
+    """``text`` with every number written as N (times, errors and sizes change run to run), and a
+    time's unit as T (a kernel prints microseconds on a fast device, milliseconds on a slow one)."""
+    return _TIME_UNIT.sub("N T", _NUMBER.sub("N", text))
 
 
 def matches(shown: str, produced: str) -> bool:
