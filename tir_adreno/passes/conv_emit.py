@@ -15,7 +15,7 @@ from tvm import relax
 from primfuncs.conv import ConvGeometry
 from primfuncs.epilogue import Epilogue
 
-from tir_adreno.passes.activations import clip_fields, match_activation
+from tir_adreno.passes.activations import clip_fields, fuse_activation
 from tir_adreno.passes.affine import batch_norm_affine, batch_norm_output, linear_step, other_operand
 from tir_adreno.passes.convs import conv_geometry, conv_operands
 from tir_adreno.passes.graph import TO_NCHW, Node, dtype, same, static_shape
@@ -152,12 +152,9 @@ def conv_tail(rw: Rewriter, node: Node, w: np.ndarray, data_layout: str) -> Tail
     node is marked fused)."""
     tail = Tail(w, np.zeros(w.shape[0]), last=node, layout=data_layout)
     while True:
-        matched = match_activation(rw.graph, tail.last.var)
-        if matched is not None:  # the activation ends the epilogue
-            tail.activation, tail.clip_bounds, nodes = matched
-            for m in nodes:
-                m.fused = True
-            tail.last = nodes[-1]
+        fused = fuse_activation(rw.graph, tail.last.var)
+        if fused is not None:  # the activation ends the epilogue
+            tail.activation, tail.clip_bounds, tail.last = fused
             return tail
         user = rw.graph.sole_user(tail.last.var)
         last = _tail_step(rw, tail, user) if user is not None else None
