@@ -2,7 +2,7 @@
 
     python benchmarks/plots.py [benchmarks/results/*.json]
 
-Writes a PNG next to each JSON it knows (conv_layers, models_e2e, winograd).
+Writes a PNG next to each JSON it knows (conv_layers, models_e2e, catalogue).
 """
 
 from __future__ import annotations
@@ -104,7 +104,30 @@ def plot_models_e2e(doc, out: Path):
     plt.close(fig)
 
 
-PLOTTERS = {"conv_layers": plot_conv_layers, "models_e2e": plot_models_e2e}
+def plot_catalogue(doc, out: Path):
+    """Per catalogue model: our share of kernel time (bars) and layout transforms (dots), with the issue's bars."""
+    results = {name: r for name, r in doc["results"].items() if "failure" not in r}
+    labels = list(results)
+    fig, share = plt.subplots(figsize=(max(8, 0.45 * len(labels)), 5))
+    share.bar(range(len(labels)), [100 * r["ours_share"] for r in results.values()], color="tab:blue", label="ours, % of kernel time")
+    share.axhline(100 * doc["min_ours_share"], color="tab:blue", ls="--", lw=1)
+    share.set_ylabel("% of kernel time in our kernels")
+    share.set_ylim(0, 100)
+    share.set_xticks(range(len(labels)))
+    share.set_xticklabels(labels, rotation=90, fontsize=7)
+    transforms = share.twinx()
+    transforms.plot(range(len(labels)), [r["layout_transforms"] for r in results.values()], "o", color="tab:red", label="layout transforms")
+    transforms.axhline(doc["max_transforms"], color="tab:red", ls="--", lw=1)
+    transforms.set_ylabel("layout transforms (blocked <-> plain)")
+    transforms.set_yscale("symlog")
+    share.set_title(f"catalogue coverage on {doc['device']} (dashed: the issue's bars)")
+    fig.legend(loc="lower left", fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
+PLOTTERS = {"conv_layers": plot_conv_layers, "models_e2e": plot_models_e2e, "catalogue": plot_catalogue}
 
 
 def main(argv):

@@ -1,0 +1,58 @@
+"""benchmarks/catalogue.py: the catalogue as data, and its coverage run (compile, run, check
+against onnxruntime at every optimization level, coverage from the profile) on a tiny
+exported-style ONNX model, resumed and forced as a long run is."""
+
+import json
+
+import pytest
+
+from helpers.benchmarks import benchmark, script
+from test_zoo_script import tiny_model
+
+catalogue = benchmark("catalogue")
+
+
+def test_the_catalogue_meets_the_issue():
+    names = [m.name for m in catalogue.CATALOGUE]
+    last_wave = {m.name for m in catalogue.LAST_WAVE}
+    assert len(set(names)) == len(names) >= 20 and not set(names) & last_wave and len(last_wave) == 8
+    mixers = [m for m in catalogue.CATALOGUE if m.family in ("attention", "token mixer")]
+    assert len({m.design for m in mixers}) == len(mixers) >= 12  # each a design of its own
+    assert {m.family for m in catalogue.CATALOGUE} == {"attention", "token mixer", "CNN"}
+    assert all(m.input_size == 224 for m in catalogue.CATALOGUE)  # torch_models.py exports at 224
+
+
+@pytest.mark.parametrize("op, transform", [("nchw_to_nchw4c", True), ("nchw4c_to_tokens3", True), ("layout_transform2", True),
+                                           ("conv2d_nchw4c", False), ("fused_matmul3_add2", False), ("softmax_tokens", False)])
+def test_layout_transforms_are_the_blocked_plain_converters(op, transform):
+    assert catalogue.is_layout_transform(op) is transform
+
+
+def test_judge_leaves_the_error_out_where_onnxruntime_disagrees_with_itself():
+    stats = {"ours_share": 0.98, "layout_transforms": 4}
+    assert catalogue.judge(5e-5, 1e-6, stats) == {"error_ok": True, "ort_agrees": True, "share_ok": True, "transforms_ok": True}
+    assert catalogue.judge(2e-4, 1e-6, stats)["error_ok"] is False
+    assert catalogue.judge(0.5, 0.3, {"ours_share": 0.5, "layout_transforms": 5}) == {
+        "error_ok": None, "ort_agrees": False, "share_ok": False, "transforms_ok": False}
+
+
+def test_coverage_run_checks_counts_and_resumes(tmp_path):
+    onnx_dir = tmp_path / "onnx"
+    onnx_dir.mkdir()
+    tiny_model(onnx_dir / "tiny.onnx")
+    args = ("--onnx-dir", onnx_dir, "--models", "tiny", "--results-dir", tmp_path)
+    out = script("catalogue.py", *args)
+    assert out.strip().splitlines()[-1].startswith("tiny ")  # the table comes last
+    (path,) = tmp_path.glob("catalogue-*.json")
+    r = json.loads(path.read_text())["results"]["tiny"]
+    assert r["relative_error"] <= catalogue.RTOL and r["ort_spread"] <= catalogue.RTOL and r["error_ok"] is True
+    assert set(r["ort_level_errors"]) == set(catalogue.ORT_LEVELS[:-1])
+    assert r["launches"] >= 2 and r["kernel_ms"] > 0 and 0.99 < r["ours_share"] <= 1.0 and r["upstream_kernels"] == {}
+    assert r["layout_transforms"] == len(r["transform_ops"]) == 1 and r["transform_ops"][0].startswith("nchw4c_to_nchw")
+    assert path.with_suffix(".png").stat().st_size > 0
+    first = path.read_text()
+    script("catalogue.py", *args)  # resumed: nothing to run, the results untouched
+    assert json.loads(path.read_text())["results"] == json.loads(first)["results"]
+    script("catalogue.py", *args, "--force")  # forced: run again
+    assert json.loads(path.read_text())["date"] >= json.loads(first)["date"]
+    assert json.loads(path.read_text())["results"]["tiny"]["compile_s"] != r["compile_s"]
