@@ -156,64 +156,18 @@ def _cudnn(name: str, repeat: int, torchscript_dir: Path | None = None, rival=No
     model of ``name`` (a built-in, or a TorchScript export in ``torchscript_dir``). ``rival`` (a
     callable: one run of ours, its wall ms) is timed run by run alternating with the graph's wall
     time (``ours_wall_paired_ms``): a drift of the machine (clocks, the host) hits both alike."""
-    try:
-        import torch
-    except ImportError:
-        return None
-    if not torch.cuda.is_available():
+    from torch_baselines import cuda_available, graph_timings, versions
+
+    if not cuda_available():
         return None
     from torch_models import build_torch_model
 
     model = build_torch_model(name, torchscript_dir, "cuda")
     if model is None:
         return None
-    torch.backends.cudnn.allow_tf32 = False
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.benchmark = True
-    model = model.eval()
-    x = torch.randn(1, 3, 224, 224, device="cuda")
-
-    def timed(fn):
-        times = []
-        for _ in range(repeat):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            torch.cuda.synchronize()
-            times.append(start.elapsed_time(end))
-        return statistics.median(times)
-
-    with torch.no_grad():
-        for _ in range(5):
-            model(x)
-        eager = timed(lambda: model(x))
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            for _ in range(3):
-                model(x)
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            y = model(x)
-        graphed = timed(graph.replay)
-        # Host time of a whole run, as ours' wall: the input copied in from pinned memory, the
-        # graph replayed, the output copied out, one wait (graph_ms leaves the copies out).
-        host_x, host_y = torch.randn(tuple(x.shape)).pin_memory(), torch.empty(tuple(y.shape)).pin_memory()
-        walls, rivals = [], []
-        for _ in range(repeat):
-            if rival is not None:
-                rivals.append(rival())
-            start = time.perf_counter()
-            x.copy_(host_x, non_blocking=True)
-            graph.replay()
-            host_y.copy_(y, non_blocking=True)
-            torch.cuda.synchronize()
-            walls.append((time.perf_counter() - start) * 1e3)
-    paired = {"ours_wall_paired_ms": statistics.median(rivals)} if rivals else {}
-    return {"eager_ms": eager, "graph_ms": graphed, "graph_wall_ms": statistics.median(walls), **paired,
-            "cudnn": torch.backends.cudnn.version(), "torch": torch.__version__}
+    timings = graph_timings(model.eval(), (1, 3, 224, 224), repeat, rival)
+    timings.pop("output")
+    return {**timings, **versions()}
 
 
 #: Where --build-only puts the TorchScript exports it carries.

@@ -1,6 +1,7 @@
 """PyTorch models for the cuDNN baseline: ResNet-50 and MobileNetV2 in plain PyTorch (torchvision's
-architectures), and any other model as a TorchScript file exported here (``export_timm``: timm
-is not on the GPU machine). Random weights: only timing is compared.
+architectures), any other model as a TorchScript trace exported here (``export_timm``), and, where
+timm is installed (the GPU machine has it), the same timm model eager with the trace's weights
+(``timm_eager``). Random weights: only timing is compared.
 
     python benchmarks/torch_models.py --timm efficientvit_b0,fastvit_t8 --out DIR   # DIR/<name>.onnx + .pt.xz
 """
@@ -103,6 +104,38 @@ def _traced_on(archive: bytes, device: str) -> bytes:
     return out.getvalue()
 
 
+def pattern_weights(net: nn.Module, seed: int = 0) -> nn.Module:
+    """Every floating parameter and buffer of ``net`` set from a repeating N(0, 0.02)-like pattern
+    (seeded): timing is value-independent away from denormals, and a trace of it compresses to
+    ~1%. The same ``seed`` gives the same weights to the same architecture, so an eager timm model
+    built on the GPU machine (:func:`timm_eager`) computes what the trace exported here does."""
+    pattern = torch.randn(4096, generator=torch.Generator().manual_seed(seed))
+    with torch.no_grad():
+        for pname, t in [*net.named_parameters(), *((n, b) for n, b in net.named_buffers() if b.is_floating_point())]:
+            tiled = pattern.repeat(t.numel() // pattern.numel() + 1)[: t.numel()].view_as(t)
+            if t.dim() >= 2:  # He-scaled, so activations keep their size through depth (no denormals)
+                t.copy_(tiled * (2.0 / max(1, t[0].numel())) ** 0.5)
+            elif pname.endswith("running_var"):
+                t.copy_(1.0 + 0.5 * tiled.abs())
+            elif pname.endswith("weight") or pname.endswith("gamma"):
+                t.copy_(1.0 + 0.1 * tiled)
+            else:
+                t.copy_(0.1 * tiled)
+    return net
+
+
+def timm_eager(name: str, device: str = "cpu", seed: int = 0) -> nn.Module | None:
+    """``timm.create_model(name)`` with :func:`pattern_weights` (the weights of its TorchScript
+    export), in eval mode on ``device``; None where timm is missing or does not know ``name``."""
+    try:
+        import timm
+    except ImportError:
+        return None
+    if name not in timm.list_models():
+        return None
+    return pattern_weights(timm.create_model(name, pretrained=False).eval(), seed).to(device)
+
+
 def export_timm(name: str, directory: Path, seed: int = 0) -> tuple[Path, Path]:
     """``timm.create_model(name)`` (random weights, batch-norm statistics re-drawn as in zoo.py) as
     ``<name>.onnx`` (opset 17, TorchScript exporter) and, for the cuDNN baseline on a machine without
@@ -124,18 +157,7 @@ def export_timm(name: str, directory: Path, seed: int = 0) -> tuple[Path, Path]:
     x = torch.randn(1, 3, 224, 224)
     onnx_path, ts_path = directory / f"{name}.onnx", directory / f"{name}{TORCHSCRIPT_SUFFIX}"
     torch.onnx.export(net, x, str(onnx_path), dynamo=False, opset_version=17, input_names=["input"])
-    pattern = torch.randn(4096, generator=torch.Generator().manual_seed(seed))
-    with torch.no_grad():
-        for pname, t in [*net.named_parameters(), *((n, b) for n, b in net.named_buffers() if b.is_floating_point())]:
-            tiled = pattern.repeat(t.numel() // pattern.numel() + 1)[: t.numel()].view_as(t)
-            if t.dim() >= 2:  # He-scaled, so activations keep their size through depth (no denormals)
-                t.copy_(tiled * (2.0 / max(1, t[0].numel())) ** 0.5)
-            elif pname.endswith("running_var"):
-                t.copy_(1.0 + 0.5 * tiled.abs())
-            elif pname.endswith("weight") or pname.endswith("gamma"):
-                t.copy_(1.0 + 0.1 * tiled)
-            else:
-                t.copy_(0.1 * tiled)
+    pattern_weights(net, seed)
     buf = io.BytesIO()
     torch.jit.save(torch.jit.trace(net, x), buf)
     ts_path.write_bytes(lzma.compress(buf.getvalue(), preset=6))

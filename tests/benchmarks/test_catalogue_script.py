@@ -56,3 +56,41 @@ def test_coverage_run_checks_counts_and_resumes(tmp_path):
     script("catalogue.py", *args, "--force")  # forced: run again
     assert json.loads(path.read_text())["date"] >= json.loads(first)["date"]
     assert json.loads(path.read_text())["results"]["tiny"]["compile_s"] != r["compile_s"]
+
+
+catalogue_e2e = benchmark("catalogue_e2e")
+
+
+def test_parts_cover_every_model_once():
+    names = [f"m{i}" for i in range(35)]
+    parts = [catalogue_e2e._part(names, f"{k}/2") for k in (1, 2)]
+    assert sorted(parts[0] + parts[1]) == sorted(names) and abs(len(parts[0]) - len(parts[1])) <= 1
+    assert catalogue_e2e._part(names, None) == names
+
+
+def test_the_ratio_is_against_the_faster_graph():
+    entry = {"eager": {"graph_wall_ms": 1.2, "ours_wall_paired_ms": 1.0}, "trace": {"graph_wall_ms": 0.8, "ours_wall_paired_ms": 0.9},
+             "ours": {}}
+    assert catalogue_e2e.summarize(entry) == {"faster_graph": "trace", "ratio": 0.9 / 0.8}
+    assert catalogue_e2e.summarize({"ours": {}, "eager": {"error": "x"}, "trace": {"error": "y"}}) == {}
+
+
+def test_h200_script_builds_here_and_runs_each_model_in_its_own_process(tmp_path):
+    onnx_dir = tmp_path / "onnx"
+    onnx_dir.mkdir()
+    for stem in ("tiny", "broken"):
+        tiny_model(onnx_dir / f"{stem}.onnx")
+        (onnx_dir / f"{stem}.pt.xz").write_bytes(b"not a trace")
+    saved = tmp_path / "saved"
+    script("catalogue_e2e.py", "--build-only", saved, "--target", "pocl", "--onnx-dir", onnx_dir, "--models", "tiny,broken")
+    assert (saved / "torchscript" / "tiny.pt.xz").exists() and not (saved / "tiny" / "weights.npz").exists()
+    (saved / "broken" / "model.json").write_text("{")  # its process fails; the other model is measured all the same
+    out = script("catalogue_e2e.py", "--from", saved, "--repeat", "2", "--results-dir", tmp_path, no_tvm=True)
+    assert out.strip().splitlines()[-1].startswith("ours paired wall / the faster graph's wall: geomean")
+    (path,) = tmp_path.glob("catalogue_e2e-*.json")
+    results = json.loads(path.read_text())["results"]
+    assert results["broken"]["failure"].startswith("exit ") and "ratio" not in results["broken"]
+    tiny = results["tiny"]
+    assert tiny["ours"]["kernel_ms"] > 0 and tiny["ours"]["wall_ms"] > 0 and tiny["ours"]["launches"] >= 2
+    assert tiny["ours"]["layout_transforms"] == 1 and tiny["ours"]["ours_share"] > 0.99
+    assert all("error" in tiny[w] for w in catalogue_e2e.BASELINES)  # no CUDA here: said per baseline, not raised

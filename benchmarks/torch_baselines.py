@@ -1,0 +1,95 @@
+"""PyTorch baselines on an NVIDIA GPU: eager and CUDA-graph times of one model, fp32, TF32 off.
+
+``graph_timings(model, shape, repeat, rival)`` times a ``torch.nn.Module`` (eager timm, a
+TorchScript trace, a built-in): eager ms (CUDA events around one call), the captured CUDA graph's
+replay ms, and its wall time measured the way ours is (``common.wall_ms``): the input copied in
+from pinned memory, the graph replayed, the output copied out, one wait. ``rival`` (a callable:
+one run of ours, its wall ms) is timed run by run alternating with the graph's wall, so a drift
+of the machine hits both alike. torch is imported only when called.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+
+def cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+def fp32_without_tf32() -> None:
+    """cuDNN and cuBLAS in true fp32 (no TF32), cuDNN's algorithm search on."""
+    import torch
+
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.benchmark = True
+
+
+def _timed(fn, repeat: int) -> float:
+    """Median ms of ``fn()`` by CUDA events."""
+    import torch
+
+    times = []
+    for _ in range(repeat):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def _first_tensor(y):
+    """A model's output tensor (timm returns one; a trace of a dict/tuple model its first)."""
+    return y if hasattr(y, "shape") else next(iter(y.values() if isinstance(y, dict) else y))
+
+
+def graph_timings(model, shape, repeat: int, rival=None, warmup: int = 5) -> dict:
+    """{"eager_ms", "graph_ms", "graph_wall_ms"[, "ours_wall_paired_ms"]} of ``model`` on a random
+    input of ``shape`` on the current CUDA device (see the module doc), plus "output": the eager
+    output on the CPU (to compare two baselines of one model)."""
+    import torch
+
+    fp32_without_tf32()
+    x = torch.randn(*shape, device="cuda")
+    with torch.no_grad():
+        for _ in range(warmup):  # cuDNN's search; a trace's profiling runs and fusion
+            model(x)
+        eager = _timed(lambda: model(x), repeat)
+        output = _first_tensor(model(x)).float().cpu()
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(3):
+                model(x)
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            y = _first_tensor(model(x))
+        replay = _timed(graph.replay, repeat)
+        host_x, host_y = torch.randn(*shape).pin_memory(), torch.empty(tuple(y.shape), dtype=y.dtype).pin_memory()
+        walls, rivals = [], []
+        for _ in range(repeat):
+            if rival is not None:
+                rivals.append(rival())
+            start = time.perf_counter()
+            x.copy_(host_x, non_blocking=True)
+            graph.replay()
+            host_y.copy_(y, non_blocking=True)
+            torch.cuda.synchronize()
+            walls.append((time.perf_counter() - start) * 1e3)
+    paired = {"ours_wall_paired_ms": statistics.median(rivals)} if rivals else {}
+    return {"eager_ms": eager, "graph_ms": replay, "graph_wall_ms": statistics.median(walls), **paired, "output": output}
+
+
+def versions() -> dict:
+    import torch
+
+    return {"torch": torch.__version__, "cudnn": torch.backends.cudnn.version()}
