@@ -187,6 +187,26 @@ def rows(results: dict) -> list[list]:
 HEADERS = ["model", "family", "error vs ort", "ort levels", "ours", "transforms", "launches", "kernel ms", "upstream (by time)"]
 
 
+def markdown(results: dict) -> str:
+    """The results as docs/coverage.md's table (with each model's design), and the tally against the issue's bars."""
+    lines = ["| model | family: attention / token mixer | error vs onnxruntime (its levels) | ours | layout transforms | launches | upstream ops (by time) |",
+             "|---|---|---|---|---|---|---|"]
+    for row in rows(results):
+        name, r = row[0], results[row[0]]
+        design = f"{BY_NAME[name].family}: {BY_NAME[name].design}" if name in BY_NAME else "-"
+        if "failure" in r:
+            lines.append(f"| {name} | {design} | fails: {r['failure']} | | | | |")
+            continue
+        lines.append(f"| {name} | {design} | {row[2]} ({row[3]}) | {row[4]} | {row[5]} | {row[6]} | {row[8]} |")
+    done = [r for r in results.values() if "failure" not in r]
+    meets = sum(r["error_ok"] is not False and r["share_ok"] and r["transforms_ok"] for r in done)
+    lines.append(f"\n{len(done)} of {len(results)} run; {sum(r['error_ok'] is True for r in done)} within {RTOL:g} of onnxruntime "
+                 f"({sum(r['error_ok'] is None for r in done)} where its levels disagree), {sum(r['share_ok'] for r in done)} with >= "
+                 f"{MIN_OURS_SHARE:.0%} of kernel time in ours, {sum(r['transforms_ok'] for r in done)} with <= {MAX_TRANSFORMS} layout "
+                 f"transforms; {meets} meet all three.")
+    return "\n".join(lines)
+
+
 def _order(name: str) -> int:
     names = [m.name for m in (*CATALOGUE, *LAST_WAVE)]
     return names.index(name) if name in names else len(names)
@@ -214,6 +234,7 @@ def main(argv=None) -> int:
     parser.add_argument("--force", action="store_true", help="run models already in the results again")
     parser.add_argument("--results-dir", type=Path, default=None, help="where the JSON goes (default benchmarks/results)")
     parser.add_argument("--list", action="store_true", help="print the catalogue and stop")
+    parser.add_argument("--markdown", action="store_true", help="print the table as Markdown (docs/coverage.md's)")
     args = parser.parse_args(argv)
     if args.list:
         _catalogue_table()
@@ -248,6 +269,9 @@ def main(argv=None) -> int:
         path = write_json("catalogue", device.name, {**payload, "results": results}, args.results_dir)
     if todo:
         _plot(path)
+    if args.markdown:
+        print(markdown(results))
+        return 0 if all("failure" not in r for r in results.values()) else 1
     print_table(HEADERS, rows(results), title=f"issue 35 catalogue on {device.name}: error vs onnxruntime (fp32, its "
                 f"default level; judged where its levels agree within {RTOL:g}), share of kernel time in ours, layout "
                 f"transforms, launches (JSON: {path})")

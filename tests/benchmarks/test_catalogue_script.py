@@ -51,8 +51,9 @@ def test_coverage_run_checks_counts_and_resumes(tmp_path):
     assert r["layout_transforms"] == len(r["transform_ops"]) == 1 and r["transform_ops"][0].startswith("nchw4c_to_nchw")
     assert path.with_suffix(".png").stat().st_size > 0
     first = path.read_text()
-    script("catalogue.py", *args)  # resumed: nothing to run, the results untouched
+    shown = script("catalogue.py", *args, "--markdown")  # resumed: nothing to run, the results untouched
     assert json.loads(path.read_text())["results"] == json.loads(first)["results"]
+    assert "| tiny | - | " in shown and shown.strip().endswith("1 meet all three.")
     script("catalogue.py", *args, "--force")  # forced: run again
     assert json.loads(path.read_text())["date"] >= json.loads(first)["date"]
     assert json.loads(path.read_text())["results"]["tiny"]["compile_s"] != r["compile_s"]
