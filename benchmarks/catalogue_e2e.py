@@ -14,7 +14,10 @@ failed is retried alone in a fresh process). Results merge by model into
     python benchmarks/catalogue_e2e.py --build-only DIR --target nvidia-h200 --onnx-dir /work/catalogue --onnx-dir /work/exports
     python benchmarks/catalogue_e2e.py --from DIR --repeat 20          # there: no TVM; torch, timm
     python benchmarks/catalogue_e2e.py --from DIR --part 1/2           # half of the models (a second call: 2/2)
+    python benchmarks/catalogue_e2e.py --from DIR --stop-after 420     # as many as fit a call; again to resume
 
+Before timing, ``--prebuild N`` loads every model once, N processes at a time, so the driver's
+compile of each model's OpenCL program (seconds on NVIDIA) is done and cached in parallel.
 ``--build-only`` saves each model timing-only (no weights: seeded random weights there) with its
 ``.pt.xz`` (found beside the ONNX file) under ``DIR/torchscript``, and says the folder's size
 (the device tool carries 64 MiB with the tree). ``--part K/N`` takes every N-th model from the
@@ -96,6 +99,8 @@ def measure_one(name: str, from_dir: Path, device_name, repeat: int, baselines) 
     from zoo import random_inputs
 
     cm = load_model(from_dir / name, runtime.get_device(device_name), random_weights=0)
+    if not baselines and repeat == 0:  # --prebuild: the program built and cached, nothing timed
+        return {}
     x = random_inputs(cm)
     cm.run(x)  # warm-up: drivers finish compiling on first launch
     walls = [wall_ms(cm, x) for _ in range(repeat)]
@@ -166,6 +171,28 @@ def _child(name: str, args, baselines) -> dict:
         return json.loads(out.read_text())
 
 
+def prebuild(names, args) -> None:
+    """Each model loaded once, ``args.prebuild`` processes at a time, so its OpenCL program is
+    built (the driver's compile, seconds per model) and cached before anything is timed."""
+    import concurrent.futures
+
+    def load(name):
+        with tempfile.TemporaryDirectory() as tmp:
+            cmd = [sys.executable, str(Path(__file__).resolve()), "--from", str(args.from_dir), "--one", name, "--baselines", "",
+                   "--repeat", "0", "--result-file", str(Path(tmp) / "result.json")] + (["--device", args.device] if args.device else [])
+            try:
+                return subprocess.run(cmd, capture_output=True, timeout=args.model_timeout).returncode
+            except subprocess.TimeoutExpired:
+                return "timeout"
+
+    start = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(args.prebuild) as pool:
+        codes = dict(zip(names, pool.map(load, names)))
+    failed = {n: c for n, c in codes.items() if c != 0}
+    log(f"programs of {len(names)} models built in {time.perf_counter() - start:.0f} s ({args.prebuild} at a time)"
+        + (f"; failed: {failed}" if failed else ""))
+
+
 def summarize(entry: dict) -> dict:
     """The faster graph (by wall) and ours' paired wall over it."""
     graphs = {w: entry[w] for w in BASELINES if "graph_wall_ms" in entry.get(w, {})}
@@ -219,6 +246,10 @@ def _arguments():
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--force", action="store_true", help="build or run models already done again")
     parser.add_argument("--model-timeout", type=int, default=MODEL_TIMEOUT_S, help="seconds per model's process")
+    parser.add_argument("--prebuild", type=int, default=8, metavar="N",
+                        help="build and cache the models' OpenCL programs first, N processes at a time (0: not)")
+    parser.add_argument("--stop-after", type=float, default=None, metavar="S",
+                        help="start no model after S seconds (a call with a time limit ends cleanly; the next resumes)")
     parser.add_argument("--one", default=None, help=argparse.SUPPRESS)  # the per-model subprocess
     parser.add_argument("--baselines", default=",".join(BASELINES), help=argparse.SUPPRESS)
     parser.add_argument("--result-file", type=Path, default=None, help=argparse.SUPPRESS)
@@ -232,7 +263,7 @@ def main(argv=None) -> int:
                           and 1 <= int(args.part.split("/")[0]) <= int(args.part.split("/")[1])):
         parser.error(f"--part {args.part}: give K/N with 1 <= K <= N")
     if args.one:
-        entry = measure_one(args.one, args.from_dir, args.device, args.repeat, args.baselines.split(","))
+        entry = measure_one(args.one, args.from_dir, args.device, args.repeat, [b for b in args.baselines.split(",") if b])
         args.result_file.write_text(json.dumps(entry, default=float))
         return 0
     order = [m.name for m in (*CATALOGUE, *LAST_WAVE)]
@@ -254,7 +285,13 @@ def main(argv=None) -> int:
     results = json.loads(path.read_text())["results"] if path.exists() else {}
     todo = [n for n in names if args.force or n not in results]
     log(f"{len(todo)} of {len(names)} models to run ({len(names) - len(todo)} already in {path})")
+    began = time.perf_counter()
+    if args.prebuild and todo:
+        prebuild([n for n in todo if "failure" not in built.get(n, {"failure": ""})], args)
     for i, name in enumerate(todo, 1):
+        if args.stop_after is not None and time.perf_counter() - began > args.stop_after:
+            log(f"--stop-after {args.stop_after:g} s: {len(todo) - i + 1} models left for the next call")
+            break
         log(f"[{i}/{len(todo)}] {name} ...")
         start = time.perf_counter()
         saved = built.get(name, {"failure": "not in the --from folder"})
