@@ -132,7 +132,7 @@ def _torch_baselines(name, torchscript_dir: Path, shape, repeat: int, rival, bas
         try:
             model = timm_eager(name, "cuda") if way == "eager" else build_torch_model(name, torchscript_dir, "cuda")
             if model is None:
-                entry[way] = {"error": "timm here does not know it" if way == "eager" else f"no {name}.pt.xz"}
+                entry[way] = {"error": "timm here does not know it" if way == "eager" else f"no {name}.pt.xz", "missing": True}
                 continue
             timings = graph_timings(model, shape, repeat, rival)
             outputs[way] = timings.pop("output").numpy()
@@ -148,7 +148,8 @@ def run_model(name: str, args) -> dict:
     """``name`` measured in a subprocess; each baseline that failed retried alone in a fresh one."""
     entry = _child(name, args, BASELINES)
     for way in BASELINES:
-        if "error" in entry.get(way, {}) and "ours" in entry and not entry.get("torch_unavailable"):
+        failed = entry.get(way, {})
+        if "error" in failed and not failed.get("missing") and "ours" in entry and not entry.get("torch_unavailable"):
             retry = _child(name, args, (way,))
             if way in retry and "error" not in retry[way]:
                 entry[way] = {**retry[way], "retried_alone": True, "first_error": entry[way]["error"]}
