@@ -136,16 +136,17 @@ def onnxruntime_outputs(model, inputs: dict) -> dict:
     return outputs
 
 
-def judge(error: float, ort_spread: float, stats: dict) -> dict:
-    """The issue's bar for one model: error judged only where onnxruntime agrees with itself."""
+def judge(error: float, ort_spread: float, stats: dict, constant: bool = False) -> dict:
+    """The issue's bar for one model: error judged only where onnxruntime agrees with itself and
+    its output is not (nearly) constant (a zero-initialized classifier: the check sees nothing)."""
     agrees = ort_spread <= RTOL
-    return {"error_ok": bool(error <= RTOL) if agrees else None, "ort_agrees": agrees,
+    return {"error_ok": bool(error <= RTOL) if agrees and not constant else None, "ort_agrees": agrees, "constant_reference": constant,
             "share_ok": stats["ours_share"] >= MIN_OURS_SHARE, "transforms_ok": stats["layout_transforms"] <= MAX_TRANSFORMS}
 
 
 def run_model(path: Path, device, seed: int = 0) -> dict:
     """Compile, run and check one ONNX model: its row of the results."""
-    from tir_adreno.reference import relative_error
+    from tir_adreno.reference import nearly_constant, relative_error
     from zoo import compile_onnx, random_inputs
 
     compiled, model, compile_s = compile_onnx(path, device)
@@ -166,7 +167,7 @@ def run_model(path: Path, device, seed: int = 0) -> dict:
     spread = {level: worst(refs[level], reference) for level in ORT_LEVELS[:-1] if level in refs}
     ort_spread = max(spread.values(), default=0.0)
     return {"relative_error": error, "ort_spread": ort_spread, "ort_level_errors": spread, **stats,
-            **judge(error, ort_spread, stats), "wall_ms": wall_ms, "compile_s": compile_s}
+            **judge(error, ort_spread, stats, any(nearly_constant(r) for r in reference)), "wall_ms": wall_ms, "compile_s": compile_s}
 
 
 def _failure(err: Exception) -> str:
@@ -181,7 +182,8 @@ def rows(results: dict) -> list[list]:
         if "failure" in r:
             out.append([name, design, "FAIL", "-", "-", "-", "-", "-", r["failure"][:100]])
             continue
-        verdict = "n/a (ort disagrees)" if r["error_ok"] is None else "ok" if r["error_ok"] else "WRONG"
+        verdict = ("n/a (constant output)" if r.get("constant_reference") else "n/a (ort disagrees)") if r["error_ok"] is None \
+            else "ok" if r["error_ok"] else "WRONG"
         top = sorted(r["upstream_ms"].items(), key=lambda kv: -kv[1])[:5]
         out.append([name, design, f"{fmt(r['relative_error'], '.1e')} {verdict}", fmt(r["ort_spread"], ".1e"),
                     fmt(100 * r["ours_share"], ".1f") + "%", r["layout_transforms"], r["launches"], fmt(r["kernel_ms"], ".0f"),
@@ -206,7 +208,7 @@ def markdown(results: dict) -> str:
     done = [r for r in results.values() if "failure" not in r]
     meets = sum(r["error_ok"] is not False and r["share_ok"] and r["transforms_ok"] for r in done)
     lines.append(f"\n{len(done)} of {len(results)} run; {sum(r['error_ok'] is True for r in done)} within {RTOL:g} of onnxruntime "
-                 f"({sum(r['error_ok'] is None for r in done)} where its levels disagree), {sum(r['share_ok'] for r in done)} with >= "
+                 f"({sum(r['error_ok'] is None for r in done)} not judged: its levels disagree or the output is constant), {sum(r['share_ok'] for r in done)} with >= "
                  f"{MIN_OURS_SHARE:.0%} of kernel time in ours, {sum(r['transforms_ok'] for r in done)} with <= {MAX_TRANSFORMS} layout "
                  f"transforms; {meets} meet all three.")
     return "\n".join(lines)

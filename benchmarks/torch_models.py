@@ -136,8 +136,26 @@ def timm_eager(name: str, device: str = "cpu", seed: int = 0) -> nn.Module | Non
     return pattern_weights(timm.create_model(name, pretrained=False).eval(), seed).to(device)
 
 
+def _nontrivial(net: nn.Module) -> nn.Module:
+    """Random weights that exercise every path: batch-norm statistics and gains re-drawn (1-D and
+    2-D: timm zero-inits the last norm of a residual branch, e.g. LeViT's BatchNorm1d, which would
+    silence the branch), and a matrix timm zero-inits (MLP-Mixer's and gMLP's classifier: a constant
+    output, checking nothing) drawn N(0, 0.02)."""
+    with torch.no_grad():
+        for m in net.modules():
+            if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats and m.affine:
+                m.running_mean.normal_(0.0, 0.1)
+                m.running_var.uniform_(0.5, 1.5)
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.normal_(0.0, 0.1)
+        for p in net.parameters():
+            if p.dim() >= 2 and not p.any():
+                p.normal_(0.0, 0.02)
+    return net
+
+
 def export_timm(name: str, directory: Path, seed: int = 0) -> tuple[Path, Path]:
-    """``timm.create_model(name)`` (random weights, batch-norm statistics re-drawn as in zoo.py) as
+    """``timm.create_model(name)`` (random weights made nontrivial: :func:`_nontrivial`) as
     ``<name>.onnx`` (opset 17, TorchScript exporter) and, for the cuDNN baseline on a machine without
     timm, ``<name>.pt.xz``: a TorchScript trace whose parameters are a repeating N(0, 0.02) pattern
     (timing is value-independent away from denormals, and the pattern compresses to ~1% so it fits
@@ -145,14 +163,7 @@ def export_timm(name: str, directory: Path, seed: int = 0) -> tuple[Path, Path]:
     import timm
 
     torch.manual_seed(seed)
-    net = timm.create_model(name, pretrained=False).eval()
-    for m in net.modules():
-        if isinstance(m, nn.BatchNorm2d):
-            with torch.no_grad():
-                m.running_mean.normal_(0.0, 0.1)
-                m.running_var.uniform_(0.5, 1.5)
-                m.weight.uniform_(0.5, 1.5)
-                m.bias.normal_(0.0, 0.1)
+    net = _nontrivial(timm.create_model(name, pretrained=False).eval())
     directory.mkdir(parents=True, exist_ok=True)
     x = torch.randn(1, 3, 224, 224)
     onnx_path, ts_path = directory / f"{name}.onnx", directory / f"{name}{TORCHSCRIPT_SUFFIX}"

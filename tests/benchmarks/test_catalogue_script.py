@@ -28,12 +28,14 @@ def test_layout_transforms_are_the_blocked_plain_converters(op, transform):
     assert catalogue.is_layout_transform(op) is transform
 
 
-def test_judge_leaves_the_error_out_where_onnxruntime_disagrees_with_itself():
+def test_judge_leaves_the_error_out_where_onnxruntime_disagrees_with_itself_or_the_output_is_constant():
     stats = {"ours_share": 0.98, "layout_transforms": 4}
-    assert catalogue.judge(5e-5, 1e-6, stats) == {"error_ok": True, "ort_agrees": True, "share_ok": True, "transforms_ok": True}
+    assert catalogue.judge(5e-5, 1e-6, stats) == {"error_ok": True, "ort_agrees": True, "constant_reference": False,
+                                                  "share_ok": True, "transforms_ok": True}
     assert catalogue.judge(2e-4, 1e-6, stats)["error_ok"] is False
+    assert catalogue.judge(0.0, 0.0, stats, constant=True)["error_ok"] is None  # a constant output checks nothing
     assert catalogue.judge(0.5, 0.3, {"ours_share": 0.5, "layout_transforms": 5}) == {
-        "error_ok": None, "ort_agrees": False, "share_ok": False, "transforms_ok": False}
+        "error_ok": None, "ort_agrees": False, "constant_reference": False, "share_ok": False, "transforms_ok": False}
 
 
 def test_coverage_run_checks_counts_and_resumes(tmp_path):
@@ -46,6 +48,7 @@ def test_coverage_run_checks_counts_and_resumes(tmp_path):
     (path,) = tmp_path.glob("catalogue-*.json")
     r = json.loads(path.read_text())["results"]["tiny"]
     assert r["relative_error"] <= catalogue.RTOL and r["ort_spread"] <= catalogue.RTOL and r["error_ok"] is True
+    assert r["constant_reference"] is False
     assert set(r["ort_level_errors"]) == set(catalogue.ORT_LEVELS[:-1])
     assert r["launches"] >= 2 and r["kernel_ms"] > 0 and 0.99 < r["ours_share"] <= 1.0 and r["upstream_kernels"] == {}
     assert r["layout_transforms"] == len(r["transform_ops"]) == 1 and r["transform_ops"][0].startswith("nchw4c_to_nchw")
