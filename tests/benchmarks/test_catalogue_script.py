@@ -56,7 +56,8 @@ def test_coverage_run_checks_counts_and_resumes(tmp_path):
     first = path.read_text()
     shown = script("catalogue.py", *args, "--markdown")  # resumed: nothing to run, the results untouched
     assert json.loads(path.read_text())["results"] == json.loads(first)["results"]
-    assert "| tiny | - | " in shown and shown.strip().endswith("1 meet all three.")
+    assert "| tiny | - | " in shown and "other models: 1 of 1 run; 1 within 0.0001 of onnxruntime (0 not judged" in shown
+    assert shown.strip().endswith("1 with <= 4 layout transforms; 1 meet all three.")
     script("catalogue.py", *args, "--force")  # forced: run again
     assert json.loads(path.read_text())["date"] >= json.loads(first)["date"]
     assert json.loads(path.read_text())["results"]["tiny"]["compile_s"] != r["compile_s"]
