@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 from tvm.script import tirx as T
 
-from ._common import BUFFER, LANES, TEXTURE, PixelGrid, ceildiv, check_accumulator, check_dtype, check_scope, multiply_add, pixel_launch, select_params, whole
+from ._common import BUFFER, LANES, TEXTURE, PixelGrid, ceildiv, check_accumulator, check_dtype, check_scope, multiply_add, pixel_launch, select_params, unravel, whole
 from .epilogue import BIAS, RESIDUAL, Epilogue, activate
 
 #: Largest register tile: rows x pixels of 4 columns (the accumulators are rows x 4 pixels floats).
@@ -122,34 +122,23 @@ def pixel_shape(shape) -> tuple:
     return (*shape[:-1], ceildiv(shape[-1], LANES), LANES)
 
 
-def _unravel(index, dims) -> tuple:
-    """Row-major indices into ``dims`` of flat ``index`` (a dim of size 1 indexes 0)."""
-    if not dims:
-        return ()
-    out = []
-    for d in reversed(dims[1:]):
-        out.append(0 if d == 1 else index % d)
-        index = index if d == 1 else index // d
-    return (0 if dims[0] == 1 else index, *reversed(out))
-
-
 def _indexers(geom: GemmGeometry):
     """(at_a, at_b, at_y): the stored index of element ``(b, row, col)`` of op(A), op(B) and Y."""
     a, b, y = geom.a_shape, geom.b_shape, geom.out_shape
 
     def at_a(vb, row, col):
         if geom.rows_folded:
-            return (*_unravel(row, a[:-1]), col)
-        return (*_unravel(vb, a[:-2]), *((col, row) if geom.trans_a else (row, col)))
+            return (*unravel(row, a[:-1]), col)
+        return (*unravel(vb, a[:-2]), *((col, row) if geom.trans_a else (row, col)))
 
     def at_b(vb, row, col):
-        lead = () if len(b) == 2 else _unravel(vb, b[:-2])
+        lead = () if len(b) == 2 else unravel(vb, b[:-2])
         return (*lead, *((col, row) if geom.trans_b else (row, col)))
 
     def at_y(vb, row, col):
         if geom.rows_folded:
-            return (*_unravel(row, y[:-1]), col)
-        return (*_unravel(vb, y[:-2]), row, col)
+            return (*unravel(row, y[:-1]), col)
+        return (*unravel(vb, y[:-2]), row, col)
 
     return at_a, at_b, at_y
 

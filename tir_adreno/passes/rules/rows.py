@@ -1,0 +1,128 @@
+"""Softmax, layer norm, batch norm and reductions of PLAIN tensors (the token layout: tokens
+``[N, L, C]``, heads ``[B, heads, L, d]``, channels-last maps, ``[N, C]``) as our row kernels
+(``primfuncs.rows``), read and written as the plain row-major buffers they are: no layout
+transform on either side.
+
+Each rule takes its op only when the input has no blocked form in the rewriter (an upstream op's
+output, a GEMM's, a model input): an op on a blocked map stays with the map rules registered
+after these (``pool.softmax``, ``pool.reduction``, ``layer_norm.layer_norm``,
+``elementwise.batch_norm``), which read it where it is. The kernels are float32 under every
+precision (plain tensors are float32, as the GEMM rule's; under float16_acc32 the buffers
+between two of our kernels are half, ``storage.half_buffers``, and the statistics stay float32).
+A batch norm right after a Linear is folded into the Linear's weight before the rules
+(``passes.linear_norm``); the one left here is a per-channel affine kernel.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from tvm import relax
+
+from primfuncs import rows as kernels
+
+from tir_adreno.passes.affine import batch_norm_affine, batch_norm_output
+from tir_adreno.passes.graph import Node, const, dtype, static_shape
+from tir_adreno.passes.kernel_index import kernel
+from tir_adreno.passes.op_info import node_info
+from tir_adreno.passes.rewriter import Rewriter
+from tir_adreno.passes.rules.base import rule
+from tir_adreno.strategy.norm import row_threads
+
+
+def plain_input(rw: Rewriter, var) -> tuple | None:
+    """The static shape of ``var`` when it is a float32 tensor the rewriter holds only in its plain
+    form (no blocked NCHW4c form exists: that one is the map rules'), else None."""
+    if not isinstance(var, relax.Var) or (var not in rw.values and var not in rw.exprs):
+        return None
+    value = rw.values.get(var)
+    if value is not None and value.blocked:
+        return None
+    shape = static_shape(var)
+    if shape is None or not shape or min(shape) < 1 or dtype(var) != "float32":
+        return None
+    return shape
+
+
+def _axes(attr, rank: int) -> tuple | None:
+    """Sorted non-negative axes of an ``axis``/``axes`` attribute (None: every axis) when they are
+    consecutive, else None."""
+    axes = sorted(range(rank)) if attr is None else sorted(int(a) % rank for a in attr)
+    return tuple(axes) if axes and axes == list(range(axes[0], axes[0] + len(axes))) else None
+
+
+def _emit(rw: Rewriter, node: Node, func, args, out_shape, hint: str, **attrs):
+    return rw.emit_kernel(func, args, out_shape, dtype="float32", hint=hint, op_info=node_info(node, **attrs))
+
+
+@rule("relax.nn.softmax")
+def softmax(rw: Rewriter, node: Node):
+    """Softmax over any axis of a plain tensor: one ``softmax_rows`` kernel (a work group per row)."""
+    shape = plain_input(rw, node.args[0])
+    if shape is None:
+        return None
+    axis = int(node.attrs.axis) % len(shape)
+    threads = row_threads(rw.profile, shape[axis])
+    func = kernel(kernels.softmax, shape, axis, threads=threads)
+    return _emit(rw, node, func, [rw.expr(node.args[0])], shape, "softmax_rows", axis=axis)
+
+
+@rule("relax.nn.layer_norm")
+def layer_norm(rw: Rewriter, node: Node):
+    """Layer norm over the trailing axes of a plain tensor (ONNX ``LayerNormalization``'s
+    ``axis``: a transformer's norm on tokens) with constant gamma and beta: one ``layer_norm_rows``
+    kernel."""
+    x_var, gamma, beta = node.args
+    shape = plain_input(rw, x_var)
+    axes = _axes(node.attrs.axes, len(shape)) if shape is not None else None
+    if axes is None or axes[-1] != len(shape) - 1:
+        return None
+    normalized = shape[axes[0]:]
+    size = math.prod(normalized)
+    g = const(gamma) if bool(node.attrs.scale) else np.ones(size, np.float32)
+    b = const(beta) if bool(node.attrs.center) else np.zeros(size, np.float32)
+    if g is None or b is None or g.size != size or b.size != size:
+        return None
+    eps = float(node.attrs.epsilon)
+    func = kernel(kernels.layer_norm, shape, axes[0], eps, threads=row_threads(rw.profile, size))
+    params = [relax.const(v.reshape(normalized).astype(np.float32)) for v in (g, b)]
+    return _emit(rw, node, func, [rw.expr(x_var), *params], shape, "layer_norm_rows", axis=axes[0], epsilon=eps)
+
+
+@rule("relax.mean", "relax.sum", "relax.max", "relax.min")
+def reduction(rw: Rewriter, node: Node):
+    """A reduction over consecutive axes of a plain tensor (a token mean, a channels-last map's
+    global pool): one ``<op>_rows`` kernel, one value per row."""
+    shape = plain_input(rw, node.args[0])
+    axes = _axes(node.attrs.axis, len(shape)) if shape is not None else None
+    out_shape = static_shape(node.var)
+    if axes is None or out_shape is None:
+        return None
+    op, keepdims = node.op.split(".")[-1], bool(node.attrs.keepdims)
+    length = math.prod(shape[a] for a in axes)
+    func = kernel(kernels.reduce, shape, axes, op, keepdims, threads=row_threads(rw.profile, length))
+    if kernels.rows_of(shape, axes).reduced_shape(keepdims) != out_shape:
+        return None
+    return _emit(rw, node, func, [rw.expr(node.args[0])], out_shape, f"{op}_rows", axis=axes, keepdims=keepdims)
+
+
+@rule("relax.nn.batch_norm")
+def batch_norm(rw: Rewriter, node: Node):
+    """Inference batch norm on a plain tensor along any axis (BatchNorm1d on tokens ``[L, C]`` or
+    ``[N, C, L]``) that no Linear took (``passes.linear_norm``): one ``channel_affine`` kernel."""
+    shape = plain_input(rw, node.args[0])
+    getter = batch_norm_output(rw.graph, node)
+    if shape is None or getter is None or bool(node.attrs.training):
+        return None
+    folded = batch_norm_affine(node)
+    axis = int(node.attrs.axis) % len(shape)
+    if folded is None or any(np.size(v) != shape[axis] for v in folded):
+        return None
+    scale, shift = (relax.const(np.ascontiguousarray(v, np.float32).reshape(-1)) for v in folded)
+    func = kernel(kernels.channel_affine, shape, axis)
+    out = _emit(rw, node, func, [rw.expr(node.args[0]), scale, shift], shape, "channel_affine", axis=axis,
+                epsilon=float(node.attrs.epsilon))
+    getter.fused = True
+    rw.exprs[getter.var] = out
+    return out
