@@ -47,6 +47,7 @@ def _fold(g: Graph, node: Node):
     return getter.var, matmul, (shape if reshape is not None else None), weight.astype(np.float64) * scale[None, :], shift
 
 
+@relax.expr_functor.mutator
 class _Emitter(relax.PyExprMutator):
     """Rebinds each folded norm's output to the scaled Linear plus its shift."""
 
