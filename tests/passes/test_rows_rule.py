@@ -141,3 +141,20 @@ def test_map_softmax_stays_blocked():
     w = np.random.default_rng(9).standard_normal((3, 3, 1, 1)).astype(np.float32)
     model = pattern_graph([node("Conv", ["x", "w"], ["c"]), node("Softmax", ["c"], ["y"], axis=1)], {"w": w})
     assert "softmax_c" in plan_kernels(model, get_profile("pocl"))
+
+
+@pytest.mark.parametrize("scaled", [True, False])
+def test_rms_norm_as_exported(scaled):
+    """An RMS norm as torch exports it (``Pow -> ReduceMean -> Add eps -> Sqrt -> Div``, then
+    ``Mul gamma``) on a Linear's tokens: one ``rms_norm_rows`` kernel, no upstream op left."""
+    scalars = [numpy_helper.from_array(np.array(v, np.float32), k) for k, v in (("two", 2.0), ("eps", 1e-5))]
+    nodes = [node("MatMul", ["x", "w"], ["h"]), node("Pow", ["h", "two"], ["sq"]), node("ReduceMean", ["sq"], ["ms"], axes=[-1], keepdims=1),
+             node("Add", ["ms", "eps"], ["mse"]), node("Sqrt", ["mse"], ["rms"]), node("Div", ["h", "rms"], ["n" if scaled else "y"])]
+    nodes += [node("Mul", ["n", "g"], ["y"])] if scaled else []
+    inits = [f32("w", (12, 10)), *scalars] + ([f32("g", (10,))] if scaled else [])
+    model = make(nodes, [tensor("x", [2, 7, 12])], [tensor("y", [2, 7, 10])], inits, opset=17)
+    compiled = compile_model(model, progress=lambda _: None)
+    x = _inputs(np.random.default_rng(10), x=(2, 7, 12))
+    (out,), (ref,) = compiled.run(x, profile=True), reference_outputs(model, x)
+    assert relative_error(out, ref) <= PATTERN_RTOL
+    assert [(r["op"], r["ours"]) for r in compiled.profile()] == [("gemm", True), ("rms_norm_rows", True)]

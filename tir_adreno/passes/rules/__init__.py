@@ -35,6 +35,7 @@ RULES: tuple[Rule, ...] = (
     layout.reshape,
     patches.patch_unfold,
     rows.layer_norm,
+    rows.rms_norm,
     layer_norm.layer_norm,
     layer_norm.group_norm_op,
 )

@@ -1,4 +1,4 @@
-"""Softmax, layer norm, batch norm and reductions of PLAIN tensors (the token layout: tokens
+"""Softmax, layer norm, RMS norm, batch norm and reductions of PLAIN tensors (the token layout: tokens
 ``[N, L, C]``, heads ``[B, heads, L, d]``, channels-last maps, ``[N, C]``) as our row kernels
 (``primfuncs.rows``), read and written as the plain row-major buffers they are: no layout
 transform on either side.
@@ -23,7 +23,7 @@ from tvm import relax
 from primfuncs import rows as kernels
 
 from tir_adreno.passes.affine import batch_norm_affine, batch_norm_output
-from tir_adreno.passes.graph import Node, const, dtype, static_shape
+from tir_adreno.passes.graph import Node, const, dtype, same, scalar, static_shape
 from tir_adreno.passes.kernel_index import kernel
 from tir_adreno.passes.op_info import node_info
 from tir_adreno.passes.rewriter import Rewriter
@@ -88,6 +88,58 @@ def layer_norm(rw: Rewriter, node: Node):
     func = kernel(kernels.layer_norm, shape, axes[0], eps, threads=row_threads(rw.profile, size))
     params = [relax.const(v.reshape(normalized).astype(np.float32)) for v in (g, b)]
     return _emit(rw, node, func, [rw.expr(x_var), *params], shape, "layer_norm_rows", axis=axes[0], epsilon=eps)
+
+
+def _next(rw: Rewriter, var, op: str) -> Node | None:
+    """The sole reader of ``var`` when it is ``op``, else None."""
+    user = rw.graph.sole_user(var)
+    return user if user is not None and user.op == op else None
+
+
+def _other(node: Node, var):
+    """The operand of binary ``node`` that is not ``var`` (None when neither or both are)."""
+    a, b = node.args
+    return b if same(a, var) and not same(b, var) else a if same(b, var) and not same(a, var) else None
+
+
+def _rms_chain(rw: Rewriter, node: Node, shape):
+    """(nodes, first normalized axis, epsilon, gamma) of the RMS norm that squaring ``node`` starts,
+    as torch exports it and TVM's importer writes it: ``x ** 2 -> mean over trailing axes (kept)
+    -> + eps -> sqrt -> x / that`` then optionally ``* gamma`` (a constant of the normalized axes'
+    shape, either operand order); else None."""
+    x = node.args[0]
+    mean = _next(rw, node.var, "relax.mean")
+    axes = _axes(mean.attrs.axis, len(shape)) if mean is not None and bool(mean.attrs.keepdims) else None
+    add = _next(rw, mean.var, "relax.add") if axes is not None and axes[-1] == len(shape) - 1 else None
+    eps = scalar(_other(add, mean.var)) if add is not None else None
+    root = _next(rw, add.var, "relax.sqrt") if eps is not None and eps >= 0 else None
+    div = _next(rw, root.var, "relax.divide") if root is not None else None
+    if div is None or not same(div.args[0], x) or not same(div.args[1], root.var):
+        return None
+    nodes, normalized = [node, mean, add, root, div], shape[axes[0]:]
+    gamma = np.ones(normalized, np.float32)
+    mul = _next(rw, div.var, "relax.multiply")
+    g = const(_other(mul, div.var)) if mul is not None and static_shape(mul.var) == shape else None
+    if g is not None and g.dtype == np.float32 and g.size == math.prod(normalized) and g.shape[-len(normalized):] == normalized:
+        nodes, gamma = nodes + [mul], g.reshape(normalized)
+    return nodes, axes[0], eps, gamma
+
+
+@rule("relax.power")
+def rms_norm(rw: Rewriter, node: Node):
+    """An RMS norm (``x / sqrt(mean(x ** 2) + eps) * gamma`` over trailing axes of a plain tensor, as
+    exported) as one ``rms_norm_rows`` kernel; the chain's nodes are taken with it."""
+    shape = plain_input(rw, node.args[0])
+    chain = _rms_chain(rw, node, shape) if shape is not None and scalar(node.args[1]) == 2.0 else None
+    if chain is None:
+        return None
+    nodes, axis, eps, gamma = chain
+    func = kernel(kernels.layer_norm, shape, axis, eps, threads=row_threads(rw.profile, math.prod(shape[axis:])), rms=True)
+    out = _emit(rw, node, func, [rw.expr(node.args[0]), relax.const(gamma)], shape, "rms_norm_rows", axis=axis, epsilon=eps)
+    for m in nodes[1:]:
+        m.fused = True
+    rw.exprs[nodes[-1].var] = out
+    return out
 
 
 @rule("relax.mean", "relax.sum", "relax.max", "relax.min")
