@@ -144,6 +144,8 @@ def test_sum_of_a_long_half_row_is_float32(device):
 
 
 @given(case=shapes_and_axis(max_rank=3), precision=PRECISIONS, seed=st.integers(0, 2**32 - 1))
+@example(case=((2, 5, 9), 1), precision="float32", seed=1)  # BatchNorm1d on [N, C, L]
+@example(case=((196, 128), 1), precision="float16_acc32", seed=2)  # LeViT's [L, C]
 def test_channel_affine(device, case, precision, seed):
     """``x * scale[c] + shift[c]`` along any axis (a batch norm on tokens)."""
     shape, axis = case
