@@ -70,8 +70,8 @@ def test_linear_on_channels_last_map():
 
 def test_attention_scores_and_values():
     """``softmax(q Kᵀ) V`` on ``[N * heads, L, d]``: Q Kᵀ reads K through its Transpose (no transpose
-    kernel), attention x V is a batched GEMM; the softmax between them is upstream's (a token-layout
-    softmax is not ours yet), on the same plain buffers."""
+    kernel), attention x V is a batched GEMM; the softmax between them runs on the same plain
+    buffers (``rules.rows``)."""
     nodes = [node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]), node("MatMul", ["q", "kt"], ["s"]),
              node("Softmax", ["s"], ["p"], axis=-1), node("MatMul", ["p", "v"], ["y"])]
     shapes = {"q": (3, 10, 5), "k": (3, 10, 5), "v": (3, 10, 7)}
