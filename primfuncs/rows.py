@@ -103,26 +103,31 @@ def check_threads(threads: int) -> int:
 
 
 class _Tree:
-    """The work group's macros over one row (a fresh set per kernel: block names of a macro's
-    second expansion get suffixes): ``taps`` (item partials into local memory) and ``chunks``
-    (the first tree level); ``total`` combines the chunks' results in an item's registers."""
+    """A row kernel's work group over one row of ``rows``: ``rounds`` elements per item, the
+    two-level combine's ``chunk`` (``sqrt(threads)`` rounded up to a power of two) and
+    ``n_chunks``, and its macros (a fresh set per kernel: block names of a macro's second expansion
+    get suffixes): ``each_row`` (a work group per row with its local memory), ``taps`` (item
+    partials into local memory), ``chunks`` (the first level), ``total`` (the chunks' results
+    combined in an item's registers), ``nothing`` (no step)."""
 
-    def __init__(self, rows: Rows, threads: int):
-        self.threads = threads
-        self.chunk = 1 << ceildiv(threads.bit_length() - 1, 2)  # sqrt(threads), rounded up to a power of two
+    def __init__(self, rows: Rows, threads: int, dtype: str):
+        check_threads(threads)
+        check_dtype(dtype)
+        self.rows, self.threads = rows, threads
+        self.chunk = 1 << ceildiv(threads.bit_length() - 1, 2)
         self.n_chunks = threads // self.chunk
         self.rounds = ceildiv(rows.length, threads)
-        self.rows = rows
+        self.dtype = dtype
+        self.total, self.taps, self.chunks, self.nothing, self.each_row = _tree_macros(self)
 
-
-def _tree_macros(rows: Rows, threads: int, dtype: str):
-    tree = _Tree(rows, threads)
-    th, chunk, n_chunks, rounds, length = threads, tree.chunk, tree.n_chunks, tree.rounds, rows.length
-
-    def read(X, vr, r, t):
+    def read(self, X, vr, r, t):
         """Element ``r * threads + t`` of row ``vr`` in float32 (clamped inside the row: callers guard)."""
-        x = X[rows.at(vr, T.min(r * th + t, length - 1))]
-        return x if dtype == F32 else T.Cast(F32, x)
+        x = X[self.rows.at(vr, T.min(r * self.threads + t, self.rows.length - 1))]
+        return x if self.dtype == F32 else T.Cast(F32, x)
+
+
+def _tree_macros(tree: _Tree):
+    th, chunk, n_chunks, rounds, length = tree.threads, tree.chunk, tree.n_chunks, tree.rounds, tree.rows.length
 
     @T.macro
     def total(st, slot, chunked, combine):
@@ -142,7 +147,7 @@ def _tree_macros(rows: Rows, threads: int, dtype: str):
                 acc[0] = init
                 for r in T.serial(rounds):
                     if r * th + t < length:
-                        acc[0] = combine(acc[0], term(read(X, vr, r, t), st))
+                        acc[0] = combine(acc[0], term(tree.read(X, vr, r, t), st))
                 partial[t] = acc[0]
 
     @T.macro
@@ -157,16 +162,28 @@ def _tree_macros(rows: Rows, threads: int, dtype: str):
                         acc[0] = combine(acc[0], partial[t * chunk + k])
                     chunked[t] = acc[0]
 
-    return tree, read, total, taps, chunks
+    @T.macro
+    def nothing(st):
+        T.evaluate(0)
+
+    @T.macro
+    def each_row(body):
+        # a work group per row vr: body(vr, partials, chunks' results, partials, chunks' results),
+        # two statistics' local memory (a statistic read after the next is combined keeps its own)
+        for b in T.thread_binding(tree.rows.count, thread="blockIdx.x"):
+            with T.sblock("row"):
+                vr = T.axis.spatial(tree.rows.count, b)
+                partial_a = T.sblock_alloc_buffer((th,), F32, scope="shared")
+                chunked_a = T.sblock_alloc_buffer((n_chunks,), F32, scope="shared")
+                partial_b = T.sblock_alloc_buffer((th,), F32, scope="shared")
+                chunked_b = T.sblock_alloc_buffer((n_chunks,), F32, scope="shared")
+                body(vr, partial_a, chunked_a, partial_b, chunked_b)
+
+    return total, taps, chunks, nothing, each_row
 
 
 def _add(a, b):
     return a + b
-
-
-def _check(rows: Rows, threads: int, dtype: str):
-    check_threads(threads)
-    check_dtype(dtype)
 
 
 def _narrow(v, dtype):
@@ -177,13 +194,9 @@ def softmax(shape, axis: int = -1, threads: int = 64, dtype: str = "float32"):
     """``Y = exp(X - max) / sum(exp(X - max))`` over ``axis`` of the plain tensor ``shape``
     (``relax.nn.softmax``); ``threads`` items per row (a power of two)."""
     rows = rows_of(shape, axis)
-    _check(rows, threads, dtype)
-    tree, read, total, taps, chunks = _tree_macros(rows, threads, dtype)
+    tree = _Tree(rows, threads, dtype)
+    read, total, taps, chunks, nothing = tree.read, tree.total, tree.taps, tree.chunks, tree.nothing
     lowest, zero = T.FloatImm(F32, -math.inf), T.FloatImm(F32, 0.0)
-
-    @T.macro
-    def nothing(st):
-        T.evaluate(0)
 
     @T.macro
     def the_max(st, chunked_max):
@@ -201,26 +214,23 @@ def softmax(shape, axis: int = -1, threads: int = 64, dtype: str = "float32"):
                     if r * threads + t < rows.length:
                         Y[rows.at(vr, r * threads + t)] = _narrow(T.exp(read(X, vr, r, t) - st[0]) / st[1], dtype)
 
+    @T.macro
+    def row(X, Y, vr, partial_max, chunked_max, partial_sum, chunked_sum):
+        # 1. the row's max
+        taps(X, partial_max, vr, lowest, maximum, lambda v, st: v, nothing)
+        chunks(partial_max, chunked_max, maximum)
+        # 2. the sum of exp(x - max)
+        taps(X, partial_sum, vr, zero, _add, lambda v, st: T.exp(v - st[0]), lambda st: the_max(st, chunked_max))
+        chunks(partial_sum, chunked_sum, _add)
+        # 3. the normalized row
+        write(X, Y, chunked_max, chunked_sum, vr)
+
     @T.prim_func(s_tir=True)
     def func(x: T.handle, y: T.handle):
         T.func_attr({"global_symbol": "softmax_rows", "tirx.noalias": True})
         X = T.match_buffer(x, rows.shape, dtype)
         Y = T.match_buffer(y, rows.shape, dtype)
-        for b in T.thread_binding(rows.count, thread="blockIdx.x"):
-            with T.sblock("row"):
-                vr = T.axis.spatial(rows.count, b)
-                partial_max = T.sblock_alloc_buffer((threads,), F32, scope="shared")
-                chunked_max = T.sblock_alloc_buffer((tree.n_chunks,), F32, scope="shared")
-                partial_sum = T.sblock_alloc_buffer((threads,), F32, scope="shared")
-                chunked_sum = T.sblock_alloc_buffer((tree.n_chunks,), F32, scope="shared")
-                # 1. the row's max
-                taps(X, partial_max, vr, lowest, maximum, lambda v, st: v, nothing)
-                chunks(partial_max, chunked_max, maximum)
-                # 2. the sum of exp(x - max)
-                taps(X, partial_sum, vr, zero, _add, lambda v, st: T.exp(v - st[0]), lambda st: the_max(st, chunked_max))
-                chunks(partial_sum, chunked_sum, _add)
-                # 3. the normalized row
-                write(X, Y, chunked_max, chunked_sum, vr)
+        tree.each_row(lambda vr, partial_max, chunked_max, partial_sum, chunked_sum: row(X, Y, vr, partial_max, chunked_max, partial_sum, chunked_sum))
 
     return func
 
@@ -234,9 +244,9 @@ def layer_norm(shape, axis: int = -1, epsilon: float = 1e-5, threads: int = 64, 
     if not isinstance(axis, int) or not -rank <= axis < rank:
         raise ValueError(f"axis {axis!r} is not an axis of a rank-{rank} tensor")
     rows = rows_of(shape, tuple(range(axis % rank, rank)))
-    _check(rows, threads, dtype)
     check_epsilon(epsilon)
-    tree, read, total, taps, chunks = _tree_macros(rows, threads, dtype)
+    tree = _Tree(rows, threads, dtype)
+    read, total, taps, chunks, nothing = tree.read, tree.total, tree.taps, tree.chunks, tree.nothing
     zero, one = T.FloatImm(F32, 0.0), T.FloatImm(F32, 1.0)
     count, eps = T.FloatImm(F32, float(rows.length)), T.FloatImm(F32, float(epsilon))
     param_shape = rows.shape[rows.first:]
@@ -244,10 +254,6 @@ def layer_norm(shape, axis: int = -1, epsilon: float = 1e-5, threads: int = 64, 
     def param(P, element):
         v = P[unravel(element, param_shape)]
         return v if dtype == F32 else T.Cast(F32, v)
-
-    @T.macro
-    def nothing(st):
-        T.evaluate(0)
 
     @T.macro
     def the_mean(st, chunked_sum):
@@ -273,26 +279,23 @@ def layer_norm(shape, axis: int = -1, epsilon: float = 1e-5, threads: int = 64, 
                             + (zero if rms else param(Beta, r * threads + t)), dtype)
 
     @T.macro
+    def row(X, Gamma, Beta, Y, vr, partial_sum, chunked_sum, partial_sq, chunked_sq):
+        if rms:
+            # the sum of squares
+            taps(X, partial_sq, vr, zero, _add, lambda v, st: v * v, nothing)
+            chunks(partial_sq, chunked_sq, _add)
+        else:
+            # 1. the mean
+            taps(X, partial_sum, vr, zero, _add, lambda v, st: v, nothing)
+            chunks(partial_sum, chunked_sum, _add)
+            # 2. the squared deviations from it
+            taps(X, partial_sq, vr, zero, _add, lambda v, st: (v - st[0]) * (v - st[0]), lambda st: the_mean(st, chunked_sum))
+            chunks(partial_sq, chunked_sq, _add)
+        write(X, Gamma, Beta, Y, chunked_sum, chunked_sq, vr)
+
+    @T.macro
     def body(X, Gamma, Beta, Y):
-        for b in T.thread_binding(rows.count, thread="blockIdx.x"):
-            with T.sblock("row"):
-                vr = T.axis.spatial(rows.count, b)
-                partial_sum = T.sblock_alloc_buffer((threads,), F32, scope="shared")
-                chunked_sum = T.sblock_alloc_buffer((tree.n_chunks,), F32, scope="shared")
-                partial_sq = T.sblock_alloc_buffer((threads,), F32, scope="shared")
-                chunked_sq = T.sblock_alloc_buffer((tree.n_chunks,), F32, scope="shared")
-                if rms:
-                    # the sum of squares
-                    taps(X, partial_sq, vr, zero, _add, lambda v, st: v * v, nothing)
-                    chunks(partial_sq, chunked_sq, _add)
-                else:
-                    # 1. the mean
-                    taps(X, partial_sum, vr, zero, _add, lambda v, st: v, nothing)
-                    chunks(partial_sum, chunked_sum, _add)
-                    # 2. the squared deviations from it
-                    taps(X, partial_sq, vr, zero, _add, lambda v, st: (v - st[0]) * (v - st[0]), lambda st: the_mean(st, chunked_sum))
-                    chunks(partial_sq, chunked_sq, _add)
-                write(X, Gamma, Beta, Y, chunked_sum, chunked_sq, vr)
+        tree.each_row(lambda vr, partial_sum, chunked_sum, partial_sq, chunked_sq: row(X, Gamma, Beta, Y, vr, partial_sum, chunked_sum, partial_sq, chunked_sq))
 
     if rms:
         @T.prim_func(s_tir=True)
@@ -320,18 +323,14 @@ def reduce(shape, axes, op: str, keepdims: bool = True, threads: int = 64, dtype
     ``Y`` of :meth:`Rows.reduced_shape` (``relax.sum`` / ``mean`` / ``max`` / ``min``); max and min
     propagate NaN as NumPy does."""
     rows = rows_of(shape, axes)
-    _check(rows, threads, dtype)
     if op not in ROW_OPS:
         raise ValueError(f"op must be one of {ROW_OPS}, got {op!r}")
-    tree, read, total, taps, chunks = _tree_macros(rows, threads, dtype)
+    tree = _Tree(rows, threads, dtype)
+    total, taps, chunks, nothing = tree.total, tree.taps, tree.chunks, tree.nothing
     combine = {"max": maximum, "min": minimum}.get(op, _add)
     init = T.FloatImm(F32, {"max": -math.inf, "min": math.inf}.get(op, 0.0))
     out_shape = rows.reduced_shape(keepdims)
     count = T.FloatImm(F32, float(rows.length))
-
-    @T.macro
-    def nothing(st):
-        T.evaluate(0)
 
     @T.macro
     def write(Y, chunked, vr):
@@ -342,19 +341,18 @@ def reduce(shape, axes, op: str, keepdims: bool = True, threads: int = 64, dtype
                     total(st, 0, chunked, combine)
                     Y[rows.at_reduced(vr, keepdims)] = _narrow(st[0] / count if op == "mean" else st[0], dtype)
 
+    @T.macro
+    def row(X, Y, vr, partial, chunked):
+        taps(X, partial, vr, init, combine, lambda v, st: v, nothing)
+        chunks(partial, chunked, combine)
+        write(Y, chunked, vr)
+
     @T.prim_func(s_tir=True)
     def func(x: T.handle, y: T.handle):
         T.func_attr({"global_symbol": f"{op}_rows", "tirx.noalias": True})
         X = T.match_buffer(x, rows.shape, dtype)
         Y = T.match_buffer(y, out_shape, dtype)
-        for b in T.thread_binding(rows.count, thread="blockIdx.x"):
-            with T.sblock("row"):
-                vr = T.axis.spatial(rows.count, b)
-                partial = T.sblock_alloc_buffer((threads,), F32, scope="shared")
-                chunked = T.sblock_alloc_buffer((tree.n_chunks,), F32, scope="shared")
-                taps(X, partial, vr, init, combine, lambda v, st: v, nothing)
-                chunks(partial, chunked, combine)
-                write(Y, chunked, vr)
+        tree.each_row(lambda vr, partial, chunked, _partial, _chunked: row(X, Y, vr, partial, chunked))
 
     return func
 
