@@ -158,3 +158,16 @@ def test_rms_norm_as_exported(scaled):
     (out,), (ref,) = compiled.run(x, profile=True), reference_outputs(model, x)
     assert relative_error(out, ref) <= PATTERN_RTOL
     assert [(r["op"], r["ours"]) for r in compiled.profile()] == [("gemm", True), ("rms_norm_rows", True)]
+
+
+def test_float16_plan_keeps_plain_tensors_float32():
+    """precision float16 (planned for Adreno, no device): the row kernels on plain tensors are built
+    float32, the dtype of the tensors upstream ops and the GEMM hand them."""
+    from tir_adreno.compiler import compile_plan
+    from tir_adreno.strategy.profile import get_profile
+
+    for model, kernels in ((_token_block(), ["gemm", "layer_norm_rows", "gemm", "mean_rows"]),
+                           (_heads_attention()[0], ["gemm", "softmax_rows", "gemm"])):
+        plan, _, _ = compile_plan(model, get_profile("adreno"), progress=lambda _: None, precision="float16")
+        assert [c["label"].rstrip("0123456789") for c in plan.to_dict()["calls"]] == kernels
+        assert {t["dtype"] for t in plan.to_dict()["tensors"]} == {"float32"}

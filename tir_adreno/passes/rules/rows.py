@@ -52,6 +52,12 @@ def _axes(attr, rank: int) -> tuple | None:
     return tuple(axes) if axes and axes == list(range(axes[0], axes[0] + len(axes))) else None
 
 
+def _float32(rw: Rewriter) -> dict:
+    """The factory keyword that builds a kernel float32 under a half precision (the emitter gives a
+    call naming no dtype the precision's; float32 calls stay as written)."""
+    return {} if rw.dtype == "float32" else {"dtype": "float32"}
+
+
 def _emit(rw: Rewriter, node: Node, func, args, out_shape, hint: str, **attrs):
     return rw.emit_kernel(func, args, out_shape, dtype="float32", hint=hint, op_info=node_info(node, **attrs))
 
@@ -64,7 +70,7 @@ def softmax(rw: Rewriter, node: Node):
         return None
     axis = int(node.attrs.axis) % len(shape)
     threads = row_threads(rw.profile, shape[axis])
-    func = kernel(kernels.softmax, shape, axis, threads=threads)
+    func = kernel(kernels.softmax, shape, axis, threads=threads, **_float32(rw))
     return _emit(rw, node, func, [rw.expr(node.args[0])], shape, "softmax_rows", axis=axis)
 
 
@@ -85,7 +91,7 @@ def layer_norm(rw: Rewriter, node: Node):
     if g is None or b is None or g.size != size or b.size != size:
         return None
     eps = float(node.attrs.epsilon)
-    func = kernel(kernels.layer_norm, shape, axes[0], eps, threads=row_threads(rw.profile, size))
+    func = kernel(kernels.layer_norm, shape, axes[0], eps, threads=row_threads(rw.profile, size), **_float32(rw))
     params = [relax.const(v.reshape(normalized).astype(np.float32)) for v in (g, b)]
     return _emit(rw, node, func, [rw.expr(x_var), *params], shape, "layer_norm_rows", axis=axes[0], epsilon=eps)
 
@@ -134,7 +140,8 @@ def rms_norm(rw: Rewriter, node: Node):
     if chain is None:
         return None
     nodes, axis, eps, gamma = chain
-    func = kernel(kernels.layer_norm, shape, axis, eps, threads=row_threads(rw.profile, math.prod(shape[axis:])), rms=True)
+    func = kernel(kernels.layer_norm, shape, axis, eps, threads=row_threads(rw.profile, math.prod(shape[axis:])), rms=True,
+                  **_float32(rw))
     out = _emit(rw, node, func, [rw.expr(node.args[0]), relax.const(gamma)], shape, "rms_norm_rows", axis=axis, epsilon=eps)
     for m in nodes[1:]:
         m.fused = True
@@ -153,7 +160,7 @@ def reduction(rw: Rewriter, node: Node):
         return None
     op, keepdims = node.op.split(".")[-1], bool(node.attrs.keepdims)
     length = math.prod(shape[a] for a in axes)
-    func = kernel(kernels.reduce, shape, axes, op, keepdims, threads=row_threads(rw.profile, length))
+    func = kernel(kernels.reduce, shape, axes, op, keepdims, threads=row_threads(rw.profile, length), **_float32(rw))
     if kernels.rows_of(shape, axes).reduced_shape(keepdims) != out_shape:
         return None
     return _emit(rw, node, func, [rw.expr(node.args[0])], out_shape, f"{op}_rows", axis=axes, keepdims=keepdims)
@@ -172,7 +179,7 @@ def batch_norm(rw: Rewriter, node: Node):
     if folded is None or any(np.size(v) != shape[axis] for v in folded):
         return None
     scale, shift = (relax.const(np.ascontiguousarray(v, np.float32).reshape(-1)) for v in folded)
-    func = kernel(kernels.channel_affine, shape, axis)
+    func = kernel(kernels.channel_affine, shape, axis, **_float32(rw))
     out = _emit(rw, node, func, [rw.expr(node.args[0]), scale, shift], shape, "channel_affine", axis=axis,
                 epsilon=float(node.attrs.epsilon))
     getter.fused = True
