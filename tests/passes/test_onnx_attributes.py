@@ -179,10 +179,10 @@ OTHER_CASES = {
     # before opset 13, axis=1 means the softmax of the flattened C*H*W: not a channel softmax
     "softmax_axis_1_opset_11": (*_softmax(1, 11), (1, 5, 6, 7), 11, None),
     "softmax_axis_2": (*_softmax(2, 13), (1, 5, 6, 7), 13, None),
-    "reduce_mean_hw_no_keepdims": (*_reduce("ReduceMean", [2, 3], 0), (1, 5, 6, 7), 13, "mean_hw"),
-    "reduce_sum_channels_keepdims": (*_reduce("ReduceSum", [1], 1), (1, 5, 6, 7), 13, "sum_c"),
-    "reduce_max_w_keepdims": (*_reduce("ReduceMax", [-1], 1), (1, 5, 6, 7), 13, "max_w"),
-    "reduce_min_h_keepdims": (*_reduce("ReduceMin", [2], 1, opset=18), (1, 5, 6, 7), 18, "min_h"),
+    "reduce_mean_hw_no_keepdims": (*_reduce("ReduceMean", [2, 3], 0), (1, 5, 6, 7), 13, "mean_rows"),  # on the model's plain input: the rows rule
+    "reduce_sum_channels_keepdims": (*_reduce("ReduceSum", [1], 1), (1, 5, 6, 7), 13, "sum_rows"),
+    "reduce_max_w_keepdims": (*_reduce("ReduceMax", [-1], 1), (1, 5, 6, 7), 13, "max_rows"),
+    "reduce_min_h_keepdims": (*_reduce("ReduceMin", [2], 1, opset=18), (1, 5, 6, 7), 18, "min_rows"),
     "concat_axis_negative": ([node("Relu", ["x"], ["r"]), node("Sigmoid", ["x"], ["s"]), node("Concat", ["r", "s", "x"], ["y"], axis=-3)],
                              {}, (1, 5, 6, 7), 13, "concat"),
     "split_uneven_axis_1": ([node("Split", ["x", "sizes"], ["a", "b"], axis=1), node("Relu", ["a"], ["ra"]), node("Sigmoid", ["b"], ["sb"]),

@@ -167,5 +167,7 @@ def test_rules_registry_order():
     assert [r.name for r in index["relax.multiply"]] == ["grn_gated_conv2d", "gated_conv2d", "binary", "elementwise", "broadcast_binary"]
     # SE's two 1x1 convs, a head's GEMV, a depthwise conv with the SE block pooling it or its 1x1 reader, before one conv
     assert [r.name for r in index["relax.nn.conv2d"]] == ["excitation", "head_gemv", "depthwise_excitation", "depthwise_pointwise", "conv2d"]
-    assert [r.name for r in index["relax.mean"]] == ["pooled_excitation", "head_gemv", "pooled_pointwise", "reduction"]
+    assert [r.name for r in index["relax.mean"]] == ["pooled_excitation", "head_gemv", "pooled_pointwise", "reduction_rows", "reduction"]
+    # an op on a plain tensor is the rows rules' (they decline a blocked map), before the map rules
+    assert [r.name for r in index["relax.nn.softmax"]] == ["softmax_rows", "softmax"]
     assert len({r.name for r in (*PATTERNS, *RULES)}) == len(PATTERNS) + len(RULES)

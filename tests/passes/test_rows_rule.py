@@ -171,3 +171,14 @@ def test_float16_plan_keeps_plain_tensors_float32():
         plan, _, _ = compile_plan(model, get_profile("adreno"), progress=lambda _: None, precision="float16")
         assert [c["label"].rstrip("0123456789") for c in plan.to_dict()["calls"]] == kernels
         assert {t["dtype"] for t in plan.to_dict()["tensors"]} == {"float32"}
+
+
+def test_reduction_to_a_scalar_stays_upstream():
+    """A reduction over every axis without keepdims (a 0-d result) is left to upstream, correctly."""
+    nodes = [node("MatMul", ["x", "w"], ["h"]), node("ReduceMax", ["h"], ["y"], keepdims=0)]
+    model = make(nodes, [tensor("x", [2, 7, 12])], [tensor("y", [])], [f32("w", (12, 5))], opset=17)
+    compiled = compile_model(model, progress=lambda _: None)
+    x = _inputs(np.random.default_rng(11), x=(2, 7, 12))
+    (out,), (ref,) = compiled.run(x, profile=True), reference_outputs(model, x)
+    assert out.shape == () and relative_error(out, ref) <= PATTERN_RTOL
+    assert "max_rows" not in [r["op"] for r in compiled.profile()]

@@ -63,7 +63,7 @@ def _emit(rw: Rewriter, node: Node, func, args, out_shape, hint: str, **attrs):
 
 
 @rule("relax.nn.softmax")
-def softmax(rw: Rewriter, node: Node):
+def softmax_rows(rw: Rewriter, node: Node):
     """Softmax over any axis of a plain tensor: one ``softmax_rows`` kernel (a work group per row)."""
     shape = plain_input(rw, node.args[0])
     if shape is None:
@@ -75,7 +75,7 @@ def softmax(rw: Rewriter, node: Node):
 
 
 @rule("relax.nn.layer_norm")
-def layer_norm(rw: Rewriter, node: Node):
+def layer_norm_rows(rw: Rewriter, node: Node):
     """Layer norm over the trailing axes of a plain tensor (ONNX ``LayerNormalization``'s
     ``axis``: a transformer's norm on tokens) with constant gamma and beta: one ``layer_norm_rows``
     kernel."""
@@ -132,7 +132,7 @@ def _rms_chain(rw: Rewriter, node: Node, shape):
 
 
 @rule("relax.power")
-def rms_norm(rw: Rewriter, node: Node):
+def rms_norm_rows(rw: Rewriter, node: Node):
     """An RMS norm (``x / sqrt(mean(x ** 2) + eps) * gamma`` over trailing axes of a plain tensor, as
     exported) as one ``rms_norm_rows`` kernel; the chain's nodes are taken with it."""
     shape = plain_input(rw, node.args[0])
@@ -150,24 +150,22 @@ def rms_norm(rw: Rewriter, node: Node):
 
 
 @rule("relax.mean", "relax.sum", "relax.max", "relax.min")
-def reduction(rw: Rewriter, node: Node):
+def reduction_rows(rw: Rewriter, node: Node):
     """A reduction over consecutive axes of a plain tensor (a token mean, a channels-last map's
     global pool): one ``<op>_rows`` kernel, one value per row."""
     shape = plain_input(rw, node.args[0])
     axes = _axes(node.attrs.axis, len(shape)) if shape is not None else None
     out_shape = static_shape(node.var)
-    if axes is None or out_shape is None:
-        return None
-    op, keepdims = node.op.split(".")[-1], bool(node.attrs.keepdims)
-    length = math.prod(shape[a] for a in axes)
+    keepdims = bool(node.attrs.keepdims)
+    if axes is None or not out_shape or kernels.rows_of(shape, axes).reduced_shape(keepdims) != out_shape:
+        return None  # a 0-d result (every axis dropped) stays upstream's
+    op, length = node.op.split(".")[-1], math.prod(shape[a] for a in axes)
     func = kernel(kernels.reduce, shape, axes, op, keepdims, threads=row_threads(rw.profile, length), **_float32(rw))
-    if kernels.rows_of(shape, axes).reduced_shape(keepdims) != out_shape:
-        return None
     return _emit(rw, node, func, [rw.expr(node.args[0])], out_shape, f"{op}_rows", axis=axes, keepdims=keepdims)
 
 
 @rule("relax.nn.batch_norm")
-def batch_norm(rw: Rewriter, node: Node):
+def batch_norm_rows(rw: Rewriter, node: Node):
     """Inference batch norm on a plain tensor along any axis (BatchNorm1d on tokens ``[L, C]`` or
     ``[N, C, L]``) that no Linear took (``passes.linear_norm``): one ``channel_affine`` kernel."""
     shape = plain_input(rw, node.args[0])
