@@ -182,3 +182,17 @@ def test_reduction_to_a_scalar_stays_upstream():
     (out,), (ref,) = compiled.run(x, profile=True), reference_outputs(model, x)
     assert out.shape == () and relative_error(out, ref) <= PATTERN_RTOL
     assert "max_rows" not in [r["op"] for r in compiled.profile()]
+
+
+def test_row_threads_per_device():
+    """A row kernel's work group: the power of two covering the row, at most 64 and the device's limit."""
+    from tir_adreno.strategy.norm import ROW_MAX_THREADS, row_threads
+    from tir_adreno.strategy.profile import get_profile
+
+    for name in ("adreno", "pocl", "nvidia-h200"):
+        profile = get_profile(name)
+        for length in (1, 3, 17, 64, 197, 4096):
+            threads = row_threads(profile, length)
+            assert threads & (threads - 1) == 0 and threads <= min(ROW_MAX_THREADS, profile.max_work_group_size)
+            assert threads >= min(length, ROW_MAX_THREADS, profile.max_work_group_size)
+            assert threads < 2 * length or threads == 1
