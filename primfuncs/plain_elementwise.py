@@ -6,8 +6,8 @@ tensors with NumPy broadcasting, so a chain of unary and binary ops on one tenso
 the exporter writes it: ``x + 3``, ``clip``, ``/ 6``, ``* x``; a residual add then a scale) is one
 kernel. The expression is plain data (nested tuples, a stable kernel key):
 
-- ``("in", i)``: input ``i`` (its shape broadcasts to the output's: same rank, each dim 1 or the
-  output's);
+- ``("in", i)``: input ``i`` (its shape broadcasts to the output's by NumPy's rules: aligned at
+  the last axis, each dim 1 or the output's);
 - ``("const", v)``: a scalar constant;
 - ``(op, a, b)`` with ``op`` in :data:`BINARY` (add, subtract, multiply, divide, maximum, minimum,
   power: NumPy's semantics, NaN kept by maximum/minimum);
@@ -139,8 +139,8 @@ def _check_shapes(out_shape, input_shapes):
     if not 1 <= len(shapes) <= MAX_INPUTS:
         raise ValueError(f"fused_elementwise takes 1 to {MAX_INPUTS} inputs, got {len(shapes)}")
     for s in shapes:
-        if len(s) != len(out_shape) or any(d not in (1, o) for d, o in zip(s, out_shape)):
-            raise ValueError(f"input shape {s} does not broadcast to {out_shape} (same rank, each dim 1 or the output's)")
+        if not s or len(s) > len(out_shape) or any(d not in (1, o) for d, o in zip(s[::-1], out_shape[::-1])):
+            raise ValueError(f"input shape {s} does not broadcast to {out_shape} (NumPy's rules: aligned at the last axis)")
     return out_shape, shapes
 
 
@@ -155,11 +155,13 @@ def fused_elementwise(out_shape, input_shapes, expr, dtype: str = "float32"):
     items = math.prod(out_shape[:-1]) * (last // v)
     # row-major strides of the output's leading axes, in work items
     strides = [math.prod(out_shape[k + 1:-1]) * (last // v) for k in range(rank - 1)]
-    padded = list(shapes) + [(1,) * rank] * (MAX_INPUTS - len(shapes))
+    padded = list(shapes) + [(1,)] * (MAX_INPUTS - len(shapes))
     blocks = ceildiv(items, THREADS)
 
     def index(shape, item, lane):
-        lead = [(item // strides[k]) % out_shape[k] if shape[k] != 1 else 0 for k in range(rank - 1)]
+        # ``shape`` aligned with the output's trailing axes; an axis of extent 1 is read at 0
+        pad = rank - len(shape)
+        lead = [(item // strides[k]) % out_shape[k] if shape[k - pad] != 1 else 0 for k in range(pad, rank - 1)]
         col = (item % (last // v)) * v + lane if shape[-1] != 1 else 0
         return (*lead, col)
 
