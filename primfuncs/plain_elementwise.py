@@ -38,7 +38,8 @@ THREADS = 64
 
 
 def _power(a, b, dtype):
-    """``a ** b``; a constant exponent of a common value as multiplications or sqrt (exact as NumPy's)."""
+    """``a ** b``; a constant exponent of 1, 2, 3 or -1 as multiplications or a division (not 0.5 as
+    sqrt: ``pow(-inf, 0.5)`` is inf, ``sqrt(-inf)`` NaN)."""
     exponent = float(b.value) if isinstance(b, tirx.FloatImm) else None
     if exponent == 1.0:
         return a
@@ -46,8 +47,6 @@ def _power(a, b, dtype):
         return a * a
     if exponent == 3.0:
         return a * a * a
-    if exponent == 0.5:
-        return T.sqrt(a)
     if exponent == -1.0:
         return T.FloatImm(dtype, 1.0) / a
     return T.pow(a, b)
