@@ -97,7 +97,7 @@ def test_unsupported_op_falls_back_with_transforms_only_around_it():
         return m.conv_bn(y, 5, 3)
 
     ops, compiled = run_and_check(body)
-    # each conv reads its plain input (the model's, upstream's tanh's) itself
+    # each conv reads its plain input (the model's, upstream's cos's) itself
     assert ops == ["conv2d_nchw4c", "nchw4c_to_nchw", "tir_cos", "conv2d_nchw4c1", "nchw4c_to_nchw1"]
     assert [p["ours"] for p in compiled.profile()] == [True, True, False, True, True]
 
