@@ -244,6 +244,18 @@ MUTANTS = (
         (("    if value is not None and value.blocked:\n        return None\n", ""),),
         ("tests/passes/test_rows_rule.py::test_map_softmax_stays_blocked",),
     ),
+    Mutant(
+        "plain_elementwise_last_axis_broadcast",
+        "the plain elementwise kernel reads a broadcast last axis (extent 1) at the output's column",
+        (("col = (item % (last // v)) * v + lane if shape[-1] != 1 else 0", "col = (item % (last // v)) * v + lane"),),
+        ("tests/kernels/test_plain_elementwise.py",),
+    ),
+    Mutant(
+        "layout_plan_ignores_readers",
+        "the layout planner charges running plain one transform for the result whatever its readers want",
+        (("cost_plain = blocked_now + (BLOCKED in wants)", "cost_plain = blocked_now + 1"),),
+        ("tests/passes/test_layout_plan.py",),
+    ),
 )
 
 
