@@ -199,6 +199,63 @@ MUTANTS = (
         (('inv_pixels = T.FloatImm("float32", 1.0 / (h * w))', 'inv_pixels = T.FloatImm("float32", 1.0 / (h * w + 1))'),),
         ("tests/passes/test_excite.py::test_excitation_split_kernel",),
     ),
+    Mutant(
+        "rows_softmax_max_dropped",
+        "the row softmax exponentiates x without subtracting the row's max (overflows past 88)",
+        (("taps(X, partial_sum, vr, zero, _add, lambda v, st: T.exp(v - st[0]),", "taps(X, partial_sum, vr, zero, _add, lambda v, st: T.exp(v),"),
+         ("_narrow(T.exp(read(X, vr, r, t) - st[0]) / st[1], dtype)", "_narrow(T.exp(read(X, vr, r, t)) / st[1], dtype)")),
+        ("tests/kernels/test_rows.py::test_softmax_rows",),
+    ),
+    Mutant(
+        "rows_norm_eps_dropped",
+        "the row layer norm / RMS norm loses its epsilon",
+        (("st[1] = one / T.sqrt(st[1] / count + eps)", "st[1] = one / T.sqrt(st[1] / count)"),),
+        ("tests/kernels/test_rows.py::test_layer_norm_rows",),
+    ),
+    Mutant(
+        "rows_chunk_short",
+        "the row kernels' first combine level skips the last partial of each chunk",
+        (("for k in T.unroll(1, chunk):\n                        acc[0] = combine(acc[0], partial[t * chunk + k])",
+          "for k in T.unroll(1, chunk - 1):\n                        acc[0] = combine(acc[0], partial[t * chunk + k])"),),
+        ("tests/kernels/test_rows.py::test_reduce_rows",),
+    ),
+    Mutant(
+        "rows_mean_divisor",
+        "the row mean divides by the row's length + 1",
+        (("count = T.FloatImm(F32, float(rows.length))", "count = T.FloatImm(F32, float(rows.length + 1))"),),
+        ("tests/kernels/test_rows.py::test_reduce_rows",),
+    ),
+    Mutant(
+        "channel_affine_axis",
+        "the per-channel affine on plain tensors indexes its channel as if the axis were the last",
+        (("Scale[v // inner % channels] + Shift[v // inner % channels]", "Scale[v % channels] + Shift[v % channels]"),),
+        ("tests/kernels/test_rows.py::test_channel_affine",),
+    ),
+    Mutant(
+        "linear_norm_shift_dropped",
+        "a batch norm folded into its Linear loses its shift",
+        (("value = relax.op.add(product, relax.const(shift.astype(np.float32)))",
+          "value = relax.op.add(product, relax.const((0 * shift).astype(np.float32)))"),),
+        ("tests/passes/test_rows_rule.py::test_linear_batch_norm_folds_into_the_gemm",),
+    ),
+    Mutant(
+        "rows_rule_takes_blocked",
+        "the plain-tensor rules take an op on a blocked map too (unpacking it)",
+        (("    if value is not None and value.blocked:\n        return None\n", ""),),
+        ("tests/passes/test_rows_rule.py::test_map_softmax_stays_blocked",),
+    ),
+    Mutant(
+        "plain_elementwise_last_axis_broadcast",
+        "the plain elementwise kernel reads a broadcast last axis (extent 1) at the output's column",
+        (("col = (item % (last // v)) * v + lane if shape[-1] != 1 else 0", "col = (item % (last // v)) * v + lane"),),
+        ("tests/kernels/test_plain_elementwise.py",),
+    ),
+    Mutant(
+        "layout_plan_ignores_readers",
+        "the layout planner charges running plain one transform for the result whatever its readers want",
+        (("cost_plain = blocked_now + (BLOCKED in wants)", "cost_plain = blocked_now + 1"),),
+        ("tests/passes/test_layout_plan.py",),
+    ),
 )
 
 

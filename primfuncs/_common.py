@@ -248,6 +248,18 @@ def clamp(x, lo=None, hi=None):
     return y if lo is None else T.Select(x < lo, lo, y)
 
 
+def unravel(index, dims) -> tuple:
+    """Row-major indices into ``dims`` of flat ``index`` (a TIR or int expression; a dim of size 1
+    indexes 0): a kernel indexing a plain tensor of any rank by a flat offset."""
+    if not dims:
+        return ()
+    out = []
+    for d in reversed(dims[1:]):
+        out.append(0 if d == 1 else index % d)
+        index = index if d == 1 else index // d
+    return (0 if dims[0] == 1 else index, *reversed(out))
+
+
 def whole(buf):
     """The region of all of ``buf`` (a block's declared reads or writes)."""
     return buf[tuple(slice(0, d) for d in buf.shape)]

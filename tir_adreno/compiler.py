@@ -18,6 +18,7 @@ from tvm import relax
 
 from tir_adreno.codegen import build
 from tir_adreno.frontend import onnx_import
+from tir_adreno.frontend.importer_defects import avoid_importer_defects
 from tir_adreno.runtime import opencl as runtime
 from tir_adreno.runtime.bundle import KernelModule
 from tir_adreno.runtime.executor import Call, CompiledModel, Plan, TensorInfo
@@ -89,7 +90,7 @@ def import_model(model, input_shapes: dict | None = None, shapes_hint: str = onn
         shapes = onnx_import.input_shapes_of(model, input_shapes, shapes_hint)
     except ValueError as err:
         raise ModelError(str(err)) from None
-    model = onnx_import.make_static(model, shapes)
+    model = avoid_importer_defects(onnx_import.make_static(model, shapes))
     names = list(shapes)
     try:
         mod = from_onnx(model, shape_dict={n: list(s) for n, s in shapes.items()}, keep_params_in_input=False)

@@ -70,8 +70,8 @@ def test_linear_on_channels_last_map():
 
 def test_attention_scores_and_values():
     """``softmax(q Kᵀ) V`` on ``[N * heads, L, d]``: Q Kᵀ reads K through its Transpose (no transpose
-    kernel), attention x V is a batched GEMM; the softmax between them is upstream's (a token-layout
-    softmax is not ours yet), on the same plain buffers."""
+    kernel), attention x V is a batched GEMM; the softmax between them runs on the same plain
+    buffers (``rules.rows``)."""
     nodes = [node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]), node("MatMul", ["q", "kt"], ["s"]),
              node("Softmax", ["s"], ["p"], axis=-1), node("MatMul", ["p", "v"], ["y"])]
     shapes = {"q": (3, 10, 5), "k": (3, 10, 5), "v": (3, 10, 7)}
@@ -91,6 +91,17 @@ def test_scores_with_heads():
     inits = [f32("b", (11,)), numpy_helper.from_array(np.array(0.3, np.float32), "scale")]
     model = make(nodes, [tensor(n, list(s)) for n, s in shapes.items()], [tensor("y", [2, 3, 10, 11])], inits, opset=17)
     assert len(_run(model, _inputs(np.random.default_rng(6), **shapes), gemms=1)) == 1
+
+
+def test_multi_query_attention():
+    """Multi-query attention as timm's MobileNetV4 exports it: one K and V ``[N, 1, L, d]`` for
+    every head of Q ``[N, heads, L, d]`` (the MatMul broadcasts the head axis): both products our
+    GEMM, K and V read once per head, nothing expanded."""
+    nodes = [node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]), node("MatMul", ["q", "kt"], ["s"]),
+             node("MatMul", ["s", "v"], ["y"])]
+    shapes = {"q": (1, 4, 12, 8), "k": (1, 1, 7, 8), "v": (1, 1, 7, 8)}
+    model = make(nodes, [tensor(n, list(s)) for n, s in shapes.items()], [tensor("y", [1, 4, 12, 8])], [], opset=17)
+    _run(model, _inputs(np.random.default_rng(8), **shapes), gemms=2)
 
 
 def test_linear_attention_context_with_heads():

@@ -75,6 +75,9 @@ POOL_CASES = {
     "max_dilations": (*_pool("MaxPool", kernel_shape=[3, 2], dilations=[1, 2], pads=[1, 1, 1, 0]), (1, 5, 9, 9), 12, "max_pool2d"),
     "max_auto_pad_same_upper": (*_pool("MaxPool", kernel_shape=[3, 3], strides=[2, 2], auto_pad="SAME_UPPER"), (1, 5, 8, 8), 12, "max_pool2d"),
     "max_auto_pad_same_lower": (*_pool("MaxPool", kernel_shape=[2, 2], strides=[2, 2], auto_pad="SAME_LOWER"), (1, 5, 7, 7), 12, "max_pool2d"),
+    # TVM's importer pads SAME_LOWER negatively (docs/upstream defect 18): spelled as pads before it imports
+    "max_auto_pad_same_lower_strides": (*_pool("MaxPool", kernel_shape=[3, 2], strides=[3, 2], auto_pad="SAME_LOWER"), (1, 5, 8, 9), 12,
+                                        "max_pool2d"),
     "max_auto_pad_same_lower_even": (*_pool("MaxPool", kernel_shape=[3, 3], strides=[1, 1], auto_pad="SAME_LOWER"), (1, 5, 6, 6), 12, "max_pool2d"),
 }
 
@@ -179,10 +182,10 @@ OTHER_CASES = {
     # before opset 13, axis=1 means the softmax of the flattened C*H*W: not a channel softmax
     "softmax_axis_1_opset_11": (*_softmax(1, 11), (1, 5, 6, 7), 11, None),
     "softmax_axis_2": (*_softmax(2, 13), (1, 5, 6, 7), 13, None),
-    "reduce_mean_hw_no_keepdims": (*_reduce("ReduceMean", [2, 3], 0), (1, 5, 6, 7), 13, "mean_hw"),
-    "reduce_sum_channels_keepdims": (*_reduce("ReduceSum", [1], 1), (1, 5, 6, 7), 13, "sum_c"),
-    "reduce_max_w_keepdims": (*_reduce("ReduceMax", [-1], 1), (1, 5, 6, 7), 13, "max_w"),
-    "reduce_min_h_keepdims": (*_reduce("ReduceMin", [2], 1, opset=18), (1, 5, 6, 7), 18, "min_h"),
+    "reduce_mean_hw_no_keepdims": (*_reduce("ReduceMean", [2, 3], 0), (1, 5, 6, 7), 13, "mean_rows"),  # on the model's plain input: the rows rule
+    "reduce_sum_channels_keepdims": (*_reduce("ReduceSum", [1], 1), (1, 5, 6, 7), 13, "sum_rows"),
+    "reduce_max_w_keepdims": (*_reduce("ReduceMax", [-1], 1), (1, 5, 6, 7), 13, "max_rows"),
+    "reduce_min_h_keepdims": (*_reduce("ReduceMin", [2], 1, opset=18), (1, 5, 6, 7), 18, "min_rows"),
     "concat_axis_negative": ([node("Relu", ["x"], ["r"]), node("Sigmoid", ["x"], ["s"]), node("Concat", ["r", "s", "x"], ["y"], axis=-3)],
                              {}, (1, 5, 6, 7), 13, "concat"),
     "split_uneven_axis_1": ([node("Split", ["x", "sizes"], ["a", "b"], axis=1), node("Relu", ["a"], ["ra"]), node("Sigmoid", ["b"], ["sb"]),
@@ -193,7 +196,6 @@ OTHER_CASES = {
     "resize_linear_align_corners": (*_resize("linear", "align_corners"), (1, 5, 6, 4), 13, "resize2d"),
     "resize_linear_asymmetric": (*_resize("linear", "asymmetric"), (1, 5, 6, 4), 13, "resize2d"),
     "resize_linear_pytorch_half_pixel": (*_resize("linear", "pytorch_half_pixel", scales=(1, 1, 2, 1.5)), (1, 5, 6, 4), 13, "resize2d"),
-    "resize_nearest_inexact_scales": (*_resize("nearest", "asymmetric", "floor", scales=(1, 1, 1.75, 2.6)), (1, 5, 6, 4), 13, "resize2d"),
     "hardsigmoid_alpha_beta": ([node("HardSigmoid", ["x"], ["y"], alpha=0.3, beta=0.4)], {}, (1, 5, 6, 7), 13, None),
     "leaky_relu_alpha": ([node("LeakyRelu", ["x"], ["y"], alpha=0.3)], {}, (1, 5, 6, 7), 13, None),
     "clip_bounds": ([node("Clip", ["x", "lo", "hi"], ["y"])], {"lo": np.float32(-0.75), "hi": np.float32(1.25)}, (1, 5, 6, 7), 13, "clip"),
@@ -249,14 +251,7 @@ ATTRIBUTES_EXERCISED = {
 
 #: Cases TVM's ONNX importer gets wrong (upstream's build gives the same wrong numbers): strict, so
 #: they turn red the day upstream fixes them.
-IMPORTER_DEFECTS = {
-    "max_auto_pad_same_lower": "TVM's importer writes MaxPool auto_pad=SAME_LOWER as padding [0, 0, -1, -1] (AveragePool's is right)",
-    "resize_nearest_inexact_scales": "TVM's importer keeps Resize's output size only: coordinates use in/out, not ONNX's 1/scale",
-}
-
-
-@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.xfail(strict=True, reason=IMPORTER_DEFECTS[c])) if c in IMPORTER_DEFECTS
-                                  else c for c in CASES])
+@pytest.mark.parametrize("case", CASES)
 def test_attribute_matches_onnxruntime(case):
     nodes, inits, shape, opset, kernel = CASES[case]
     model = _graph(nodes, inits, list(shape), opset)
@@ -272,6 +267,19 @@ def test_attribute_matches_onnxruntime(case):
     if kernel is not None:  # the rule took the op: our kernel ran, not upstream's
         assert any(kernel in op and ours for op, ours in ops), f"{case}: no kernel of ours named *{kernel}*: {ops}"
     assert not misses, f"attribute names the op does not have were read: {misses}"
+
+
+@pytest.mark.parametrize("scales, mode", [((1, 1, 1.75, 2.6), "asymmetric"), ((1, 1, 1.5, 1.3), "half_pixel")])
+def test_resize_with_inexact_scales_is_refused_in_one_line(scales, mode):
+    """Resize whose scales give no whole output size (6 x 1.75, 4 x 2.6) in a mode that divides by
+    the scale: TVM's importer would sample with in/out instead of 1/scale (docs/upstream defect 19),
+    so it is refused before import, naming the node, not run into wrong numbers."""
+    from tir_adreno.frontend.importer_defects import ImporterDefectError
+
+    nodes, inits = _resize("nearest", mode, "floor", scales=scales)
+    with pytest.raises(ImporterDefectError, match=r"^Resize node 'y': scales \[1\.0, 1\.0, 1\.\d+, .*defect 19") as err:
+        compile_model(_graph(nodes, inits, [1, 5, 6, 4], 13), progress=lambda _: None)
+    assert "\n" not in str(err.value)
 
 
 def test_every_attribute_read_is_a_field_of_some_attrs_type():

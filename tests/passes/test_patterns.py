@@ -11,7 +11,7 @@ import pytest
 from primfuncs.conv import conv2d_geometry
 from primfuncs.conv.norm import GroupNormFold
 from tir_adreno.passes.patterns import PATTERNS
-from tir_adreno.passes.patterns.base import Pattern, always, ordered
+from tir_adreno.passes.patterns.base import Pattern, no_question, ordered
 from tir_adreno.passes.rules import RULES, by_op
 from tir_adreno.strategy import fusion
 from tir_adreno.strategy.profile import get_profile, without_fusion
@@ -76,7 +76,7 @@ def test_every_declared_precedence_names_a_pattern_or_rule_after_it():
 
 
 def _fake(name, before=()):
-    return Pattern(name, ("relax.add",), lambda g, n: None, always, lambda rw, plan: None, before)
+    return Pattern(name, ("relax.add",), lambda g, n: None, no_question, lambda rw, plan: None, before)
 
 
 def test_the_registry_refuses_a_broken_order():
@@ -165,3 +165,38 @@ def test_precedence_decides_the_plan(monkeypatch, earlier, later, graph, profile
     monkeypatch.setattr(dispatch, "PATTERNS", tuple(order))
     swapped = plan_kernels(model, target)
     assert second_kernel in swapped and swapped != names, swapped
+
+
+#: Patterns whose kernel has no schedule, config or fusion decision of its own (``base.no_question``).
+ASKS_NOTHING = {"grn_scale", "separable_attention"}
+
+
+def _reached(func, seen) -> list:
+    """The global objects ``func`` names, and those of the pattern-stage functions it names, transitively."""
+    import inspect
+
+    found = []
+    for value in inspect.getclosurevars(func).globals.values():
+        found.append(value)
+        inner = getattr(value, "__wrapped__", value)
+        if inspect.isfunction(inner) and inner.__module__.startswith("tir_adreno.passes.patterns") and inner not in seen:
+            seen.add(inner)
+            found += _reached(inner, seen)
+    return found
+
+
+@pytest.mark.parametrize("pattern", PATTERNS, ids=[p.name for p in PATTERNS])
+def test_plan_decides_and_emit_only_emits(pattern):
+    """Every device question is the pattern's ``plan``'s: its ``emit``, and the helpers of the fusion
+    stage it calls, name nothing of ``tir_adreno.strategy`` but the host packing functions
+    (``strategy.packing``: NumPy layouts, no device in them); and only the patterns of
+    :data:`ASKS_NOTHING` plan without asking."""
+    import types
+
+    names = []
+    for value in _reached(pattern.emit, set()):
+        module = value.__name__ if isinstance(value, types.ModuleType) else getattr(value, "__module__", "") or ""
+        if module.startswith("tir_adreno.strategy") and module != "tir_adreno.strategy.packing":
+            names.append(f"{module}.{getattr(value, '__name__', value)}")
+    assert names == [], f"{pattern.name}'s emit asks the strategy: {names}"
+    assert (pattern.plan is no_question) == (pattern.name in ASKS_NOTHING)

@@ -93,12 +93,12 @@ def test_pool_reduce_softmax_concat():
 def test_unsupported_op_falls_back_with_transforms_only_around_it():
     def body(m, x):
         x = m.conv_bn(x, 7, 3)
-        y = m.bb.emit(relax.op.tanh(x))  # not ours: upstream TVM on buffers
+        y = m.bb.emit(relax.op.cos(x))  # not ours: upstream TVM on buffers
         return m.conv_bn(y, 5, 3)
 
     ops, compiled = run_and_check(body)
-    # each conv reads its plain input (the model's, upstream's tanh's) itself
-    assert ops == ["conv2d_nchw4c", "nchw4c_to_nchw", "tir_tanh", "conv2d_nchw4c1", "nchw4c_to_nchw1"]
+    # each conv reads its plain input (the model's, upstream's cos's) itself
+    assert ops == ["conv2d_nchw4c", "nchw4c_to_nchw", "tir_cos", "conv2d_nchw4c1", "nchw4c_to_nchw1"]
     assert [p["ours"] for p in compiled.profile()] == [True, True, False, True, True]
 
 
@@ -154,7 +154,8 @@ def test_pool_strategy_follows_ops_rule():
 
 def test_rules_registry_order():
     """The fusion patterns, then the single-op rules, per op: an add/multiply of two activations is a
-    binary kernel before it may be an activation chain or an affine step, and a broadcast one last;
+    binary kernel before it may be an activation chain or an affine step, then a broadcast one, and on
+    plain tensors a chain of ours last;
     GRN from its ``x * x`` and a squeeze-excitation's gate multiply are read by the conv after them
     before they may be binary kernels; a squeeze-excitation and a wide GPU's classifier head before
     its pool or first conv; every pattern and rule says None when it does not apply
@@ -163,9 +164,12 @@ def test_rules_registry_order():
     from tir_adreno.passes.rules import RULES, by_op
 
     index = by_op((*PATTERNS, *RULES))
-    assert [r.name for r in index["relax.add"]] == ["binary", "elementwise", "broadcast_binary"]
-    assert [r.name for r in index["relax.multiply"]] == ["grn_gated_conv2d", "gated_conv2d", "binary", "elementwise", "broadcast_binary"]
+    assert [r.name for r in index["relax.add"]] == ["binary", "elementwise", "broadcast_binary", "token_elementwise"]
+    assert [r.name for r in index["relax.multiply"]] == ["grn_gated_conv2d", "gated_conv2d", "binary", "elementwise", "broadcast_binary",
+                                                         "token_elementwise"]
     # SE's two 1x1 convs, a head's GEMV, a depthwise conv with the SE block pooling it or its 1x1 reader, before one conv
     assert [r.name for r in index["relax.nn.conv2d"]] == ["excitation", "head_gemv", "depthwise_excitation", "depthwise_pointwise", "conv2d"]
-    assert [r.name for r in index["relax.mean"]] == ["pooled_excitation", "head_gemv", "pooled_pointwise", "reduction"]
+    assert [r.name for r in index["relax.mean"]] == ["pooled_excitation", "head_gemv", "pooled_pointwise", "reduction_rows", "reduction"]
+    # an op on a plain tensor is the rows rules' (they decline a blocked map), before the map rules
+    assert [r.name for r in index["relax.nn.softmax"]] == ["softmax_rows", "softmax"]
     assert len({r.name for r in (*PATTERNS, *RULES)}) == len(PATTERNS) + len(RULES)

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import tvm
 
+from tir_adreno.passes.linear_norm import fold_linear_norms
 from tir_adreno.passes.mixed_conv import merge_mixed_convs
 from tir_adreno.passes.reparam import reparameterize
 from tir_adreno.passes.rewriter import Rewriter
@@ -67,8 +68,9 @@ def dispatch_to_textures(mod: tvm.IRModule, profile: DeviceProfile, allow_buffer
 
 def merge_convs(mod: tvm.IRModule, profile: DeviceProfile) -> tvm.IRModule:
     """The graph rewrites before the rules (the module docstring): parallel branches summed into one
-    conv, then mixed convs merged for ``profile``. ``tune`` lists a model's layers after them too."""
-    return merge_mixed_convs(reparameterize(mod), profile)
+    conv, then mixed convs merged for ``profile``, then batch norms on a Linear's outputs folded into
+    it (``linear_norm``). ``tune`` lists a model's layers after them too."""
+    return fold_linear_norms(merge_mixed_convs(reparameterize(mod), profile))
 
 
 def DispatchToTextures(profile: DeviceProfile | str = "adreno", allow_buffer: bool = True, records=None) -> tvm.transform.Pass:  # noqa: N802 (TVM pass naming)

@@ -146,6 +146,17 @@ class Graph:
             for arg in node.args:
                 self._count(arg)
         self._count(self.output)
+        self._drop_stacks()
+
+    def _drop_stacks(self):
+        """Drop each ``stack`` that only a stacked binary op read (:meth:`_stacked_add` reads its
+        parts directly): nothing runs it, and its parts' use counts no longer count it."""
+        for node in [n for n in self.nodes if n.op == "relax.stack" and self.uses.get(n.var, 0) == 0]:
+            self.nodes.remove(node)
+            del self.by_var[node.var]
+            for part in node.args[0].fields if isinstance(node.args[0], relax.Tuple) else []:
+                if isinstance(part, relax.Var):
+                    self.uses[part] -= 1
 
     def resolve(self, expr):
         while isinstance(expr, relax.Var) and expr in self.alias:
@@ -181,8 +192,10 @@ class Graph:
         return Node(var, "other", [], None, value)
 
     def _stacked_add(self, var, value, args) -> Node | None:
-        """ONNX Sum of two tensors imports as sum(stack([a, b]), axis=0): an add."""
-        if value.op.name != "relax.sum" or not isinstance(args[0], relax.Var) or args[0] not in self.by_var:
+        """ONNX Sum (Max, Min) of two tensors imports as sum(stack([a, b]), axis=0) (max, min): an
+        add (maximum, minimum)."""
+        op = {"relax.sum": "relax.add", "relax.max": "relax.maximum", "relax.min": "relax.minimum"}.get(value.op.name)
+        if op is None or not isinstance(args[0], relax.Var) or args[0] not in self.by_var:
             return None
         stacked = self.by_var[args[0]]
         axis = [int(a) for a in value.attrs.axis] if value.attrs.axis is not None else None
@@ -191,7 +204,9 @@ class Graph:
         parts = stacked.args[0]
         if not isinstance(parts, relax.Tuple) or len(parts.fields) != 2:
             return None
-        return Node(var, "relax.add", list(parts.fields), None, value)
+        # the value as the binary op itself, so an op no rule takes goes upstream as that op
+        binary = {"relax.add": relax.op.add, "relax.maximum": relax.op.maximum, "relax.minimum": relax.op.minimum}[op]
+        return Node(var, op, list(parts.fields), None, binary(*parts.fields))
 
     def _as_relax_op(self, value):
         """TVM's ONNX importer writes ``Clip`` as ``emit_te(topi.maximum/minimum, x, bound)``:

@@ -17,6 +17,7 @@ from tir_adreno.passes.convs import conv_geometry, conv_operands
 from tir_adreno.passes import kernel_index
 from tir_adreno.passes.graph import Graph, Node, dtype, same, static_shape
 from tir_adreno.passes.kernel_index import KernelCall, kernel
+from tir_adreno.passes.layout_plan import LayoutPlan
 from tir_adreno.passes.op_info import FLOAT32_ATTR, layout_info
 from tir_adreno.strategy import conv as strategy
 from tir_adreno.strategy.placement import activation_scope
@@ -82,6 +83,7 @@ class Rewriter:
         self._funcs: dict[str, relax.GlobalVar] = {}
         self._conv_scopes: dict = {}  # ConvGeometry -> the scope its plan places it in
         self.graph: Graph | None = None
+        self.plan: LayoutPlan | None = None  # built by run(), before the first rule
 
     # -- emission ------------------------------------------------------------------------
     def emit_kernel(self, func, args, out_shape, dtype=None, hint="k", op_info: dict | None = None) -> relax.Var:
@@ -284,6 +286,7 @@ class Rewriter:
             plain = self.bb.emit(relax.op.reshape(v.plain, plain_shape)) if v.layout in ("NC", "NLC", "NCL") else v.plain
             out = self.emit_kernel(kernel(factory, plain_shape, scope=scope, **self.plain_dtype()), [plain], shape5,
                                    op_info=layout_info(factory.__name__, v.nchw))
+            self._count_transform()
         v.blocked[scope] = out
         return out
 
@@ -301,12 +304,23 @@ class Rewriter:
             extra = {"out_shape": flat} if flat is not None else {}
             func = kernel(factory, shape, scope=scope, **self.plain_dtype(), **extra)
             v.plain = self.emit_kernel(func, [src], flat or shape, dtype="float32", op_info=layout_info(factory.__name__, v.nchw))
+            self._count_transform()
         return v.plain
+
+    def _count_transform(self):
+        if self.plan is not None:
+            self.plan.transforms += 1
+
+    def runs_plain(self, node: Node) -> bool:
+        """Whether the layout planner runs flexible ``node`` plain (``passes.layout_plan``): the
+        blocked pixelwise rules then leave it to ``token_elementwise``."""
+        return self.plan is not None and self.plan.runs_plain(self, node)
 
     # -- driver ---------------------------------------------------------------------------
     def run(self) -> tvm.IRModule:
         func = self.mod["main"]
         self.graph = g = Graph(func, self.mod)
+        self.plan = LayoutPlan.build(g)
         params = list(func.params)
         attrs = {k: v for k, v in func.attrs.items() if k != "global_symbol"} if func.attrs else None
         with self.bb.function("main", params, attrs=attrs):

@@ -1,6 +1,6 @@
 """Norm schedules: GRN's scale (``primfuncs.grn``), group norm in one kernel or split over work
-groups, and layer norm over the channels in one work item or one work group per pixel
-(``primfuncs.layernorm``)."""
+groups, layer norm over the channels in one work item or one work group per pixel
+(``primfuncs.layernorm``), and the work groups of the row kernels on plain tensors (``primfuncs.rows``)."""
 
 from __future__ import annotations
 
@@ -64,3 +64,20 @@ def layer_norm_schedule(profile: DeviceProfile, shape5) -> dict | None:
     if not is_wide(profile) or c4 < LAYER_NORM_WIDE_MIN_BLOCKS or n * h * w >= LAYER_NORM_WIDE_MAX_PIXELS_PER_UNIT * profile.compute_units:
         return None
     return dict(threads=_layernorm.layer_norm_threads(c4))
+
+
+#: Most work items per row of the row kernels (``primfuncs.rows``: softmax, norms and reductions
+#: of plain tensors): a token row of 64-768 elements takes 1-12 rounds per item; more items only
+#: add levels to the work group's combine.
+ROW_MAX_THREADS = 64
+
+
+def row_threads(profile: DeviceProfile, length: int) -> int:
+    """Work items of a row kernel's work group (``primfuncs.rows``, ``threads``) over rows of
+    ``length`` elements: the power of two covering them, at most :data:`ROW_MAX_THREADS` and the
+    device's work group (one row per work group whatever the device: the rows of a model's tokens
+    outnumber the compute units on every device we plan for)."""
+    threads = 1
+    while threads < min(int(length), ROW_MAX_THREADS, profile.max_work_group_size):
+        threads *= 2
+    return threads

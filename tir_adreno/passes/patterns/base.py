@@ -5,9 +5,14 @@ strategy whether its fused plan runs, and emits it, in three steps:
   attributes, static shapes, constants, who reads what); no rewriter state, nothing marked;
 - ``plan(match, profile, records, precision) -> Plan | None``: the device's answer, asked of
   ``strategy/`` (``strategy.fusion.can_fuse`` for a fused conv, or the fused kernel's schedule);
-- ``emit(rewriter, plan) -> relax.Expr | None``: the kernels, the nodes taken marked fused. It
-  may still decline (None, nothing emitted and every fused mark as it was) where what it needs
-  depends on the rewrite so far (a value in another layout, a folded tail with a residual).
+- ``emit(rewriter, plan) -> relax.Expr | None``: the kernels, the nodes taken marked fused, with
+  the plan's decisions (it asks the strategy nothing). It may still decline (None, nothing
+  emitted and every fused mark as it was) where what it needs depends on the rewrite so far (a
+  value in another layout, a folded tail with a residual).
+
+Where a decision needs a part that ``match`` finds only by walking what ``emit`` will walk (a conv's
+folded tail, a norm's per-channel chain), ``match`` walks it on the graph alone (:func:`graph_only`:
+no values, so no residual, every fused mark restored) and ``emit`` checks that it met the same.
 
 ``before`` declares the pattern's precedence as data: the patterns (and single-op rules) it must
 be tried before on a node both look at. The registry (``patterns.PATTERNS``) holds them in an
@@ -38,8 +43,8 @@ class Match:
 @dataclass(frozen=True)
 class Plan:
     """What ``plan`` decided: the match and the strategy's answer (a schedule's keywords, a
-    ``strategy.fusion.Fusion`` or ``FusedPlan``, or True where the strategy's question needs the
-    emitted state and ``emit`` asks it)."""
+    ``strategy.fusion.Fusion`` or ``FusedPlan``, a pattern's own frozen decision; True where the
+    pattern asks nothing, :func:`no_question`). ``emit`` only emits: it asks the strategy nothing."""
 
     match: Match
     decision: object = True
@@ -70,9 +75,31 @@ def pattern(*ops: str, match: Callable, plan: Callable, before: tuple[str, ...] 
     return make
 
 
-def always(match: Match, profile, records, precision) -> Plan:
-    """A ``plan`` for a pattern whose strategy question needs the emitted state (``emit`` asks it)."""
+def no_question(match: Match, profile, records, precision) -> Plan:
+    """The ``plan`` of a pattern that asks the strategy nothing: its kernel has no schedule, config
+    or fusion decision of its own, so it runs on every device and in every precision."""
     return Plan(match)
+
+
+@dataclass(frozen=True)
+class GraphOnly:
+    """What the rewriter's tail and chain walks (``conv_emit.conv_tail``, ``rules.common.affine_chain``)
+    read of it, for ``match``: the graph, and no values, so no residual is taken. A tail with a
+    residual makes ``emit`` decline; without one, the walk is the one ``emit`` makes (same steps,
+    same fused marks), so ``plan`` asks the strategy about the sizes ``emit`` will find."""
+
+    graph: object  # passes.graph.Graph
+    values: dict = field(default_factory=dict)
+    exprs: dict = field(default_factory=dict)
+
+
+def graph_only(g, search, *args):
+    """``search(GraphOnly(g), *args)``, every fused mark left as it was (``match`` marks nothing)."""
+    marks = g.fused_marks()
+    try:
+        return search(GraphOnly(g), *args)
+    finally:
+        g.restore_fused(marks)
 
 
 def ordered(patterns, rule_names) -> tuple[Pattern, ...]:

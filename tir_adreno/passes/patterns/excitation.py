@@ -17,11 +17,11 @@ from primfuncs import excite
 
 from tir_adreno.passes.activations import clip_fields
 from tir_adreno.passes.conv_emit import conv_tail
-from tir_adreno.passes.graph import Node
+from tir_adreno.passes.graph import Node, static_shape
 from tir_adreno.passes.kernel_index import kernel
 from tir_adreno.passes.op_info import FLOAT32_ATTR, elementwise_info, epilogue_info
-from tir_adreno.passes.patterns.base import Match, Plan, pattern
-from tir_adreno.passes.patterns.excite_parts import (clip_bounds, excite_constants, excite_macs, excite_tails, global_average,
+from tir_adreno.passes.patterns.base import Match, Plan, graph_only, pattern
+from tir_adreno.passes.patterns.excite_parts import (Sizes, clip_bounds, excite_constants, excite_tails, global_average,
                                                      padded, split_scratch, vector_pointwise)
 from tir_adreno.passes.rewriter import Rewriter, Value, blocked_shape
 from tir_adreno.strategy import excite as excite_strategy
@@ -29,42 +29,68 @@ from tir_adreno.strategy.fusion import fuses
 
 
 def _pooled_conv(g, node: Node) -> Match | None:
-    """A global average pool whose only user is a plain 1x1 conv on the pooled vector (``fc1``)."""
-    if not global_average(node):
+    """A global average pool of a static map (``nchw``) whose only user is a plain 1x1 conv on the
+    pooled vector (``fc1``, its ``weights``)."""
+    nchw = static_shape(node.args[0]) if global_average(node) else None
+    fc1 = g.sole_user(node.var) if nchw is not None and len(nchw) == 4 else None
+    w1 = vector_pointwise(fc1, node.var) if fc1 is not None else None
+    return Match(node, {"fc1": fc1, "weights": w1, "nchw": nchw}) if w1 is not None else None
+
+
+def _with_sizes(g, match: Match | None) -> Match | None:
+    """``match`` with the ``sizes`` of the excitation from its ``fc1`` (:func:`excite_tails`, from the graph), else None."""
+    tails = graph_only(g, excite_tails, match.fc1, match.weights) if match is not None else None
+    return Match(match.anchor, match.parts | {"sizes": Sizes.of(match.nchw, tails)}) if tails is not None else None
+
+
+def _pooled_excitation(g, node: Node) -> Match | None:
+    """The pool (:func:`_pooled_conv`) and fc1 -> act -> fc2 after it."""
+    return _with_sizes(g, _pooled_conv(g, node))
+
+
+def _vector_excitation(g, node: Node) -> Match | None:
+    """fc1 -> act -> fc2 from a plain 1x1 conv on an NCHW ``[N, C, 1, 1]`` vector (the anchor)."""
+    w1 = vector_pointwise(node, node.args[0])
+    return _with_sizes(g, Match(node, {"fc1": node, "weights": w1, "nchw": static_shape(node.args[0])}) if w1 is not None else None)
+
+
+def _excitation_plan(match: Match, profile, records, precision) -> Plan | None:
+    """The excitation kernel's keywords (``strategy.excite.excitation_schedule``) with kernel
+    fusion on (``strategy.fusion.fuses``), else None."""
+    s = match.sizes
+    schedule = excite_strategy.excitation_schedule(profile, s.macs, s.channels, s.pixels, s.hidden, s.out_channels) if fuses(profile) else None
+    return Plan(match, schedule) if schedule is not None else None
+
+
+def _pooled_pointwise_plan(match: Match, profile, records, precision) -> Plan | None:
+    """``pooled_pointwise``'s keywords (``strategy.excite.pooled_conv_schedule``) for a pool of a
+    map (not of a vector) with kernel fusion on, else None."""
+    n, c, h, w = match.nchw
+    if (h, w) == (1, 1) or not fuses(profile):
         return None
-    fc1 = g.sole_user(node.var)
-    return Match(node, {"fc1": fc1}) if vector_pointwise(fc1, node.var) is not None else None
-
-
-def _vector_conv(g, node: Node) -> Match | None:
-    """A plain 1x1 conv on an NCHW ``[N, C, 1, 1]`` vector (the excitation's fc1)."""
-    return Match(node) if vector_pointwise(node, node.args[0]) is not None else None
-
-
-def _fusing(match: Match, profile, records, precision) -> Plan | None:
-    """Kernel fusion on (``strategy.fusion.fuses``); the schedule needs the folded tails: ``emit`` asks it."""
-    return Plan(match) if fuses(profile) else None
+    schedule = excite_strategy.pooled_conv_schedule(profile, c, h * w, int(match.weights.shape[0]))
+    return Plan(match, schedule) if schedule is not None else None
 
 
 def _emit_pooled(rw: Rewriter, plan: Plan, emit):
-    """``emit(rw, x, conv, vector)`` of the NCHW map ``x`` the matched pool reads, its mean
+    """``emit(rw, x, conv, vector, schedule)`` of the NCHW map ``x`` the matched pool reads, its mean
     ``vector`` and the conv that reads it, that conv marked fused when it emits; else None."""
     node, conv = plan.match.anchor, plan.match.fc1
     x = rw.activation(node.args[0])
-    out = emit(rw, x, conv, node.var) if x is not None and x.layout == "NCHW" else None
+    out = emit(rw, x, conv, node.var, plan.decision) if x is not None and x.layout == "NCHW" else None
     if out is not None:
         conv.fused = True
     return out
 
 
-@pattern("relax.mean", "relax.nn.adaptive_avg_pool2d", match=_pooled_conv, plan=_fusing,
+@pattern("relax.mean", "relax.nn.adaptive_avg_pool2d", match=_pooled_excitation, plan=_excitation_plan,
          before=("head_gemv", "pooled_pointwise", "pool", "reduction"))
 def pooled_excitation(rw: Rewriter, plan: Plan):
     """A global average pool whose only user is fc1 -> act -> fc2 -> gate: one kernel, else None."""
     return _emit_pooled(rw, plan, emit_excitation)
 
 
-@pattern("relax.nn.conv2d", match=_vector_conv, plan=_fusing, before=("head_gemv", "depthwise_excitation", "depthwise_pointwise", "conv2d"))
+@pattern("relax.nn.conv2d", match=_vector_excitation, plan=_excitation_plan, before=("head_gemv", "depthwise_excitation", "depthwise_pointwise", "conv2d"))
 def excitation(rw: Rewriter, plan: Plan):
     """fc1 (the anchor) -> act -> fc2 -> gate on a pooled vector: one kernel, else None (the conv rule's)."""
     node = plan.match.anchor
@@ -72,28 +98,27 @@ def excitation(rw: Rewriter, plan: Plan):
     x = rw.activation(node.args[0])
     if x is None or x.layout != "NCHW":
         return None
-    return emit_excitation(rw, x, node, node.args[0])
+    return emit_excitation(rw, x, node, node.args[0], plan.decision)
 
 
-@pattern("relax.mean", "relax.nn.adaptive_avg_pool2d", match=_pooled_conv, plan=_fusing, before=("pool", "reduction"))
+@pattern("relax.mean", "relax.nn.adaptive_avg_pool2d", match=_pooled_conv, plan=_pooled_pointwise_plan, before=("pool", "reduction"))
 def pooled_pointwise(rw: Rewriter, plan: Plan):
     """A global average pool whose only user is a 1x1 conv (no excitation after it): one
-    ``pooled_pointwise`` kernel where ``strategy.excite.pooled_conv_schedule`` says so, else None."""
+    ``pooled_pointwise`` kernel where ``strategy.excite.pooled_conv_schedule`` said so, else None."""
     return _emit_pooled(rw, plan, emit_pooled_pointwise)
 
 
-def emit_excitation(rw: Rewriter, x: Value, fc1_node: Node | None, vector) -> relax.Var | None:
+def emit_excitation(rw: Rewriter, x: Value, fc1_node: Node | None, vector, schedule: dict) -> relax.Var | None:
     """The excitation kernel on ``x`` (a feature map, or the ``[N, C, 1, 1]`` vector itself) of the
-    convs from ``fc1_node`` on ``vector`` (the mean of ``x``), else None with nothing fused."""
+    convs from ``fc1_node`` on ``vector`` (the mean of ``x``) with the plan's ``schedule``, else
+    None with nothing fused (a tail with a residual)."""
     w1 = vector_pointwise(fc1_node, vector)
     if w1 is None:
         return None
     fused_before = rw.graph.fused_marks()
     tails = excite_tails(rw, fc1_node, w1)
     n, c, h, w = x.nchw
-    schedule = (excite_strategy.excitation_schedule(rw.profile, excite_macs(tails), c, h * w, tails[0].w.shape[0], tails[1].w.shape[0])
-                if tails is not None else None)
-    if schedule is None:  # the conv rule finds the tails again: un-fuse what the search took
+    if tails is None:  # the conv rule finds the tails again: un-fuse what the search took
         rw.graph.restore_fused(fused_before)
         return None
     fc1, fc2 = tails
@@ -114,19 +139,17 @@ def emit_excitation(rw: Rewriter, x: Value, fc1_node: Node | None, vector) -> re
     return out
 
 
-def emit_pooled_pointwise(rw: Rewriter, x: Value, conv: Node | None, vector) -> relax.Var | None:
-    """The ``pooled_pointwise`` kernel: the pool of the map ``x`` and ``conv`` (a 1x1 conv on its
-    mean ``vector``, with its tail, no residual) where ``strategy.excite.pooled_conv_schedule`` says
-    so; else None with nothing fused."""
+def emit_pooled_pointwise(rw: Rewriter, x: Value, conv: Node | None, vector, schedule: dict) -> relax.Var | None:
+    """The ``pooled_pointwise`` kernel with the plan's ``schedule``: the pool of the map ``x`` and
+    ``conv`` (a 1x1 conv on its mean ``vector``, with its tail, no residual); else None with nothing fused."""
     w = vector_pointwise(conv, vector)
-    if w is None or x.nchw[2:] == (1, 1):
+    if w is None:
         return None
     fused_before = rw.graph.fused_marks()
     tail = conv_tail(rw, conv, w, "NCHW")
     n, c, h, wd = x.nchw
     out_channels = int(w.shape[0])
-    schedule = excite_strategy.pooled_conv_schedule(rw.profile, c, h * wd, out_channels) if tail.residual is None else None
-    if schedule is None:  # the conv rule finds the tail again
+    if tail.residual is not None:  # the conv rule finds the tail again
         rw.graph.restore_fused(fused_before)
         return None
     out5 = blocked_shape((n, out_channels, 1, 1))

@@ -1,7 +1,11 @@
 """Helpers the squeeze-excitation patterns share (not a pattern): the plain 1x1 conv on a pooled
-vector, the global average pool, the two convs' tails and the excitation kernels' constants."""
+vector, the global average pool, the two convs' tails and the excitation kernels' constants, and
+:class:`Sizes`, what the excitation schedules (``strategy.excite``) are asked about, found by ``match``
+from the graph alone (``base.graph_only``)."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 from tvm import relax
@@ -89,3 +93,21 @@ def clip_bounds(fc1: Tail, fc2: Tail) -> dict:
     one, two = (clip_fields(t.clip_bounds) for t in (fc1, fc2))
     return dict(bounds=(one.get("clip_min", 0.0), one.get("clip_max", 6.0)),
                 gate_bounds=(two.get("clip_min", 0.0), two.get("clip_max", 6.0)))
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """An excitation as its schedule sees it: the pooled map's ``channels`` x ``pixels``, the two
+    1x1 convs' ``macs`` per sample, ``hidden`` units and ``out_channels``."""
+
+    macs: int
+    channels: int
+    pixels: int
+    hidden: int
+    out_channels: int
+
+    @classmethod
+    def of(cls, nchw, tails: tuple[Tail, Tail]) -> Sizes:
+        """The sizes of the excitation of ``tails`` (:func:`excite_tails`) on a map of ``nchw``."""
+        n, c, h, w = nchw
+        return cls(excite_macs(tails), c, h * w, tails[0].w.shape[0], tails[1].w.shape[0])

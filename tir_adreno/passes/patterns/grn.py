@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 from tvm import relax
 
@@ -14,7 +16,7 @@ from tir_adreno.passes.convs import sole_conv_reader
 from tir_adreno.passes.graph import Node, same, scalar, static_shape
 from tir_adreno.passes.kernel_index import kernel
 from tir_adreno.passes.op_info import elementwise_info
-from tir_adreno.passes.patterns.base import Match, Plan, always, pattern
+from tir_adreno.passes.patterns.base import Match, Plan, no_question, pattern
 from tir_adreno.passes.rewriter import Rewriter, Value, blocked_shape
 from tir_adreno.strategy.fusion import can_fuse
 from tir_adreno.strategy.norm import grn_threads
@@ -33,13 +35,25 @@ def _grn_match(g, node: Node) -> Match | None:
     return Match(node, {"found": (total, sqrt, found, tail)}) if tail is not None else None
 
 
+@dataclass(frozen=True)
+class GrnPlan:
+    """The device's answers for a GRN and its conv: whether the conv computes GRN's scale itself
+    (``can_fuse("grn", ...)``), else the ``grn_scale`` kernel's work items (``strategy.norm.grn_threads``);
+    the sums of squares' window grouping (``strategy.pool.group_threshold``)."""
+
+    conv_computes_scale: bool
+    scale_threads: int
+    sums_threshold: int | None
+
+
 def _grn_plan(match: Match, profile, records, precision) -> Plan | None:
     """The conv reads GRN's scale as its input gate (``can_fuse("gate", ...)``), and computes that
-    scale itself where ``can_fuse("grn", ...)`` says so."""
+    scale itself where ``can_fuse("grn", ...)`` says so (:class:`GrnPlan`)."""
     geom = match.parts["found"][3][4]
     if can_fuse("gate", geom, profile, precision, records) is None:
         return None
-    return Plan(match, {"grn": can_fuse("grn", geom, profile, precision, records)})
+    return Plan(match, GrnPlan(can_fuse("grn", geom, profile, precision, records) is not None, grn_threads(profile, geom.c4),
+                               group_threshold(profile)))
 
 
 def _scale_match(g, node: Node) -> Match | None:
@@ -70,22 +84,22 @@ def grn_gated_conv2d(rw: Rewriter, plan: Plan):
     shape5 = blocked_shape((n, c, 1, 1))
     scope = rw.scope_for(x.shape5, shape5)
     info = elementwise_info("sum_squares", [node, total], [x.nchw], axis=(2, 3))
-    sums = kernel(reduce.reduce, x.shape5, c, "sum", (2, 3), True, scope=scope, group_threshold=group_threshold(rw.profile),
+    decided = plan.decision
+    sums = kernel(reduce.reduce, x.shape5, c, "sum", (2, 3), True, scope=scope, group_threshold=decided.sums_threshold,
                   square=True, out_dtype="float32")
     s = rw.emit_float32(sums, [rw.blocked(x, scope)], shape5, info, nchw=(n, c, 1, 1))
     for m in (total, sqrt, mean, add, div, *nodes, conv):
         m.fused = True
-    if plan.decision["grn"] is not None:  # the conv computes s from the sums
+    if decided.conv_computes_scale:  # the conv computes s from the sums
         return emit_conv2d(rw, conv, x, Value(blocked={scope: s}, channels=c, nchw=(n, c, 1, 1)), input_shift=beta, grn=(eps, gamma))
     info = elementwise_info("grn_scale", [sqrt, mean, add, div, *nodes], [(n, c, 1, 1)], epsilon=eps, gamma=True)
-    threads = grn_threads(rw.profile, shape5[1])
-    scale = rw.emit_kernel(kernel(grn.grn_scale, shape5, c, eps, scope=scope, gamma=True, threads=threads),
+    scale = rw.emit_kernel(kernel(grn.grn_scale, shape5, c, eps, scope=scope, gamma=True, threads=decided.scale_threads),
                            [s, relax.const(pack_bias(gamma.astype(rw.dtype)))], shape5, op_info=info)
     gate = Value(blocked={scope: scale}, channels=c, nchw=(n, c, 1, 1))
     return emit_conv2d(rw, conv, x, gate, input_shift=beta)
 
 
-@pattern("relax.sqrt", match=_scale_match, plan=always)
+@pattern("relax.sqrt", match=_scale_match, plan=no_question)
 def grn_scale(rw: Rewriter, plan: Plan):
     """GRN's ``Nx = G / (mean_c G + eps)`` with ``G = sqrt(S)`` (``S = sum_hw x * x``, ``[N, C, 1, 1]``)
     as exported (:func:`_grn_statistics`): one ``grn_scale`` kernel (the square, the sum and GRN's

@@ -17,8 +17,8 @@ from tir_adreno.passes.convs import sole_conv_reader
 from tir_adreno.passes.graph import Node, same, scalar, static_shape
 from tir_adreno.passes.kernel_index import kernel
 from tir_adreno.passes.op_info import elementwise_info
-from tir_adreno.passes.patterns.base import Match, Plan, always, pattern
-from tir_adreno.passes.rewriter import Rewriter, Value
+from tir_adreno.passes.patterns.base import GraphOnly, Match, Plan, pattern
+from tir_adreno.passes.rewriter import Rewriter, Value, blocked_shape
 from tir_adreno.passes.rules.common import affine_chain, emit_group_norm, group_norm_fits, group_norm_op_parts
 from tir_adreno.strategy.fusion import can_fuse, folds_norms
 from tir_adreno.strategy.norm import group_norm_schedule
@@ -26,90 +26,106 @@ from tir_adreno.strategy.width import is_wide
 
 
 def _match(g, node: Node) -> Match | None:
-    """``relax.nn.group_norm``, or a reshape to ``[N, G, K]`` that an instance norm over ``K`` reads
-    (:func:`_instance_norm`; the rest of the exported form is checked in ``emit``)."""
+    """``relax.nn.group_norm`` or the exported form (:func:`_exported_form`) of a static 4-d map
+    (``nchw``): its ``groups``, ``eps`` and ``var`` (the norm's output, the per-group steps taken)."""
+    nchw = static_shape(node.args[0])
+    if nchw is None or len(nchw) != 4:
+        return None
     if node.op == "relax.nn.group_norm":
-        return Match(node)
-    shape = static_shape(node.var)
-    return Match(node) if shape is not None and len(shape) == 3 and _instance_norm(g, node.var) is not None else None
+        return Match(node, {"nchw": nchw, "groups": int(node.attrs.num_groups), "eps": float(node.attrs.epsilon), "var": node.var})
+    form = _exported_form(g, node, nchw)
+    return Match(node, {"nchw": nchw, "groups": form[0], "eps": form[1], "var": form[2]}) if form is not None else None
+
+
+def _fold_match(g, node: Node) -> Match | None:
+    """A group norm (:func:`_match`) whose per-channel steps (no activation) the dense 1x1 conv
+    ``reader`` alone reads (:func:`_norm_reader`, from the graph)."""
+    found = _match(g, node)
+    reader = _norm_reader(GraphOnly(g), found.nchw, found.var) if found is not None else None
+    return Match(node, found.parts | {"reader": reader}) if reader is not None else None
 
 
 def _fold_plan(match: Match, profile, records, precision) -> Plan | None:
-    """Wide GPUs (only they split a group norm) where norms fold (``strategy.fusion.folds_norms``); the
-    split and the conv's answer need the shapes: ``emit`` asks them."""
-    return Plan(match) if is_wide(profile) and folds_norms(profile, precision) else None
+    """On a wide GPU where norms fold (``strategy.fusion.folds_norms``), the group norm split
+    (``strategy.norm.group_norm_schedule``) and its reader folding it (``strategy.fusion.can_fuse("group_norm", ...)``):
+    the ``GroupNormFold``, else None."""
+    if not (is_wide(profile) and folds_norms(profile, precision)):
+        return None
+    split = group_norm_schedule(profile, blocked_shape(match.nchw), match.groups)
+    fold = GroupNormFold(match.groups, split["slices"], match.eps) if split is not None else None
+    if fold is None or can_fuse("group_norm", match.reader[1], profile, precision, records, fold=fold) is None:
+        return None
+    return Plan(match, fold)
+
+
+def _split_plan(match: Match, profile, records, precision) -> Plan:
+    """The group norm's split on a wide GPU (``strategy.norm.group_norm_schedule``), or None: the one kernel."""
+    return Plan(match, group_norm_schedule(profile, blocked_shape(match.nchw), match.groups))
 
 
 def _parts(rw: Rewriter, node: Node):
     return group_norm_op_parts(rw, node) if node.op == "relax.nn.group_norm" else _exported_parts(rw, node)
 
 
-@pattern("relax.reshape", "relax.nn.group_norm", match=_match, plan=_fold_plan,
+@pattern("relax.reshape", "relax.nn.group_norm", match=_fold_match, plan=_fold_plan,
          before=("group_norm", "cross_covariance_attention", "linear_attention", "reshape", "group_norm_op"))
 def group_norm_conv(rw: Rewriter, plan: Plan):
     """A group norm folded into the conv that alone reads it (the module docstring), else None."""
     parts = _parts(rw, plan.match.anchor)
-    return _fold_into_conv(rw, *parts) if parts is not None else None
+    return _fold_into_conv(rw, plan.decision, plan.match.reader[0], *parts) if parts is not None else None
 
 
-@pattern("relax.reshape", match=_match, plan=always, before=("cross_covariance_attention", "linear_attention", "reshape"))
+@pattern("relax.reshape", match=_match, plan=_split_plan, before=("cross_covariance_attention", "linear_attention", "reshape"))
 def group_norm(rw: Rewriter, plan: Plan):
     """The exported group norm (the module docstring) and what per-channel steps or activation
     follow: one ``group_norm`` kernel (split on a wide GPU), else None."""
     parts = _exported_parts(rw, plan.match.anchor)
-    return emit_group_norm(rw, *parts) if parts is not None else None
+    return emit_group_norm(rw, *parts, split=plan.decision) if parts is not None else None
 
 
-def _fold_into_conv(rw: Rewriter, x: Value, groups: int, eps: float, var, scale, shift, nodes):
+def _norm_reader(rw, nchw, var):
+    """The dense 1x1 conv that alone reads group norm output ``var`` (of a map of ``nchw``) after
+    the per-channel steps (:func:`affine_chain`; no activation): (conv node, its geometry), else None."""
+    c = nchw[1]
+    *_, end, activation, _ = affine_chain(rw, Value(layout="NCHW", channels=c, nchw=nchw), var, np.ones(c), np.zeros(c), [])
+    return sole_conv_reader(rw.graph, end, nchw) if activation is None else None
+
+
+def _fold_into_conv(rw: Rewriter, fold: GroupNormFold, conv: Node, x: Value, groups: int, eps: float, var, scale, shift, nodes):
     """The group norm of ``nodes`` (ending at ``var``, the normalized ``x`` times per-channel ``scale``
     plus ``shift``; the per-channel steps after it taken, :func:`affine_chain`, and no activation)
-    split on a wide GPU (``strategy.norm.group_norm_schedule``), its ``group_norm_partials`` read by
-    the dense 1x1 conv that alone reads the norm and folds it (:func:`_group_norm_reader`): no
-    ``group_norm_apply``. Else None, nothing emitted (the group norm's own kernels run)."""
+    split as the plan's ``fold`` says, its ``group_norm_partials`` read by ``conv``, the dense 1x1
+    conv that alone reads the norm and folds it: no ``group_norm_apply``. Else None, nothing
+    emitted (the group norm's own kernels run)."""
     scale, shift, nodes, var, activation, bounds = affine_chain(rw, x, var, scale, shift, nodes)
+    reader = sole_conv_reader(rw.graph, var, x.nchw) if activation is None else None
+    if reader is None or reader[0] is not conv:  # not the planned reader
+        return None
     shape5 = x.shape5
-    split = group_norm_schedule(rw.profile, shape5, groups)
-    if split is None or activation is not None:
-        return None
-    slices = split["slices"]
-    reader = _group_norm_reader(rw, x, var, GroupNormFold(groups, slices, eps))
-    if reader is None:
-        return None
     scope = rw.scope_for(shape5)
     src = rw.blocked(x, scope)
     info = elementwise_info("group_norm", nodes, [x.nchw], groups=groups, epsilon=eps, activation=activation, bounds=bounds)
-    partials = kernel(layernorm.group_norm_partials, shape5, x.channels, groups, slices, scope=scope)
-    stats = rw.emit_float32(partials, [src], (shape5[0] * groups, slices, layernorm.PARTIAL_FIELDS), info)
+    partials = kernel(layernorm.group_norm_partials, shape5, x.channels, groups, fold.slices, scope=scope)
+    stats = rw.emit_float32(partials, [src], (shape5[0] * groups, fold.slices, layernorm.PARTIAL_FIELDS), info)
     # the conv reads x normalized with the partials' statistics
-    for m in (*nodes, reader[0]):
+    for m in (*nodes, conv):
         m.fused = True
-    return emit_conv2d(rw, reader[0], x, norm=(reader[1], scale, shift), stats=stats)
+    return emit_conv2d(rw, conv, x, norm=(fold, scale, shift), stats=stats)
 
 
-def _group_norm_reader(rw: Rewriter, x: Value, var, fold: GroupNormFold):
-    """The conv that alone reads the group norm's output ``var`` (of ``x``) as its input and folds
-    it (``strategy.fusion.can_fuse("group_norm", ...)``): (conv node, ``fold``), else None (``group_norm_apply`` runs)."""
-    found = sole_conv_reader(rw.graph, var, x.nchw)
-    if found is None or can_fuse("group_norm", found[1], rw.profile, rw.precision, rw.records, fold=fold) is None:
-        return None
-    return found[0], fold
-
-
-def _exported_parts(rw: Rewriter, node: Node):
-    """timm's GroupNorm1 (and any ``GroupNorm``) as ``torch.onnx.export`` writes it: ``Reshape`` to
-    ``[N, G, C*H*W/G]`` -> ``InstanceNormalization`` (mean, subtract, variance, add eps, sqrt,
-    divide, then its per-group scale and bias) -> ``Reshape`` back -> per-channel ``Mul``/``Add``
-    (and what per-channel steps or activation follow): (x, groups, epsilon, the output var,
-    per-channel scale and shift, the nodes), else None."""
-    x = rw.activation(node.args[0])
+def _exported_form(g, node: Node, nchw):
+    """timm's GroupNorm1 (and any ``GroupNorm``) as ``torch.onnx.export`` writes it, from ``Reshape``
+    ``node`` of a map of ``nchw`` to ``[N, G, C*H*W/G]``: ``InstanceNormalization`` (mean,
+    subtract, variance, add eps, sqrt, divide, then its per-group scale and bias) -> ``Reshape``
+    back -> per-channel ``Mul``/``Add``: (groups, epsilon, the output var, per-channel scale and
+    shift, the nodes), else None."""
     r_shape = static_shape(node.var)
-    if x is None or r_shape is None or len(r_shape) != 3:
+    if r_shape is None or len(r_shape) != 3:
         return None
-    n, c, h, w = x.nchw
+    n, c, h, w = nchw
     groups = r_shape[1]
-    if r_shape != (n, groups, c * h * w // groups) or not group_norm_fits(x, groups):
+    if r_shape != (n, groups, c * h * w // groups):
         return None
-    g = rw.graph
     found = _instance_norm(g, node.var)
     if found is None:
         return None
@@ -119,10 +135,19 @@ def _exported_parts(rw: Rewriter, node: Node):
         scale, shift = scale * step[0], shift * step[0] + step[1]
         nodes, var = nodes + [user], user.var
     back = g.sole_user(var)
-    if back is None or back.op != "relax.reshape" or static_shape(back.var) != x.nchw:
+    if back is None or back.op != "relax.reshape" or static_shape(back.var) != tuple(nchw):
         return None
     per_group = c // groups
-    return x, groups, eps, back.var, np.repeat(scale, per_group), np.repeat(shift, per_group), [node, *nodes, back]
+    return groups, eps, back.var, np.repeat(scale, per_group), np.repeat(shift, per_group), [node, *nodes, back]
+
+
+def _exported_parts(rw: Rewriter, node: Node):
+    """The exported group norm (:func:`_exported_form`) of an NCHW activation our kernel takes
+    (``group_norm_fits``): (x, groups, epsilon, the output var, per-channel scale and shift, the
+    nodes), else None."""
+    x = rw.activation(node.args[0])
+    form = _exported_form(rw.graph, node, x.nchw) if x is not None else None
+    return (x, *form) if form is not None and group_norm_fits(x, form[0]) else None
 
 
 def _reduces_last(node: Node | None, op: str, source) -> bool:

@@ -17,7 +17,7 @@ from tir_adreno.passes.activations import clip_fields, match_activation
 from tir_adreno.passes.affine import linear_step
 from tir_adreno.passes.conv_emit import conv_tail, nc_value
 from tir_adreno.passes.convs import as_conv_node
-from tir_adreno.passes.graph import Node, const, dtype, same, static_shape
+from tir_adreno.passes.graph import Graph, Node, const, dtype, same, static_shape
 from tir_adreno.passes.kernel_index import kernel
 from tir_adreno.passes.op_info import elementwise_info, epilogue_info
 from tir_adreno.passes.patterns.base import Match, Plan, pattern
@@ -25,7 +25,6 @@ from tir_adreno.passes.patterns.excite_parts import global_average, padded, vect
 from tir_adreno.passes.rewriter import Rewriter, Value, blocked_shape
 from tir_adreno.passes.rules.common import layer_norm_operands
 from tir_adreno.strategy import excite as excite_strategy
-from tir_adreno.strategy.width import is_wide
 
 
 def _matmul_vector(node: Node) -> bool:
@@ -38,22 +37,41 @@ def _matmul_vector(node: Node) -> bool:
     return len(a_shape) == 2
 
 
-def _match(g, node: Node) -> Match | None:
-    """The anchor of a head: a global average pool, a plain 1x1 conv on a vector, an ``[N, K]``
-    matmul with constant weights, or a layer norm (its operands are checked in ``emit``)."""
+def _vector_source(node: Node):
+    """(the ``[N, C]`` vector's var, ``(N, C, H, W)`` of the map or vector the kernel reads) of head
+    anchor ``node`` from the graph: a global average pool, a plain 1x1 conv on a vector, an
+    ``[N, K]`` matmul with constant weights, or a layer norm over a vector's channels; else None."""
     if node.op in ("relax.mean", "relax.nn.adaptive_avg_pool2d"):
-        return Match(node) if global_average(node) else None
+        shape = static_shape(node.args[0]) if global_average(node) else None
+        return (node.var, shape) if shape is not None and len(shape) == 4 else None
     if node.op == "relax.nn.conv2d":
-        return Match(node) if vector_pointwise(node, node.args[0]) is not None else None
+        return (node.args[0], static_shape(node.args[0])) if vector_pointwise(node, node.args[0]) is not None else None
     if node.op == "relax.matmul":
-        return Match(node) if _matmul_vector(node) else None
-    return Match(node) if node.op == "relax.nn.layer_norm" else None
+        return (node.args[0], (*static_shape(node.args[0]), 1, 1)) if _matmul_vector(node) else None
+    shape = static_shape(node.args[0])  # a layer norm over the channels (layer_norm_operands' NC, NCHW, NHWC)
+    if shape is None:
+        return None
+    form = (len(shape), tuple(int(a) % len(shape) for a in node.attrs.axes))
+    nchw = {(2, (1,)): (*shape, 1, 1), (4, (1,)): shape, (4, (3,)): (shape[0], shape[-1], *shape[1:3])}.get(form)
+    return (node.args[0], nchw) if nchw is not None and nchw[2:] == (1, 1) else None
+
+
+def _match(g, node: Node) -> Match | None:
+    """A head (:func:`head_chain`) from its anchor (:func:`_vector_source`): the ``chain``, the
+    ``nchw`` the kernel reads."""
+    source = _vector_source(node)
+    if source is None:
+        return None
+    var, nchw = source
+    chain = head_chain(g, var, *nchw[:2])
+    return Match(node, {"chain": chain, "nchw": nchw}) if chain is not None else None
 
 
 def _plan(match: Match, profile, records, precision) -> Plan | None:
-    """Wide GPUs (``head_gemv_schedule`` is None elsewhere); the schedule itself needs the chain's
-    channels and map: ``head_gemv`` asks it."""
-    return Plan(match) if is_wide(profile) else None
+    """The kernel's keywords (``strategy.excite.head_gemv_schedule``: wide GPUs only), else None."""
+    n, c, h, w = match.nchw
+    schedule = excite_strategy.head_gemv_schedule(profile, c, h * w, int(match.chain[3].shape[0]))
+    return Plan(match, schedule) if schedule is not None else None
 
 
 def _source(rw: Rewriter, node: Node):
@@ -79,7 +97,9 @@ def _source(rw: Rewriter, node: Node):
                              "reduction"), name="head_gemv")
 def emit_head_gemv(rw: Rewriter, plan: Plan):
     found = _source(rw, plan.match.anchor)
-    return head_gemv(rw, *found) if found is not None else None
+    if found is None or found[0].nchw != tuple(plan.match.nchw):  # the planned shape, else no plan for it
+        return None
+    return head_gemv(rw, *found, plan.match.chain, plan.decision)
 
 
 def vector_form(shape, n: int, c: int) -> int | None:
@@ -88,13 +108,13 @@ def vector_form(shape, n: int, c: int) -> int | None:
     return {(n, c, 1, 1): 1, (n, c): 1, (n, 1, 1, c): 3}.get(tuple(shape or ()))
 
 
-def head_chain(rw: Rewriter, var, n: int, c: int):
+def head_chain(g: Graph, var, n: int, c: int):
     """What follows the ``[N, C]`` vector ``var`` up to the classifier's 1x1 conv or Linear that
     reads it, through views (reshape, permute) of the vector, at most one layer norm over its
     channels (constant gamma and beta) with the per-channel steps and the activation after it:
     (nodes taken, ``(epsilon, scale, shift, activation, bounds)`` or None, the consumer as a 1x1
     conv node on an ``[N, C, 1, 1]`` stand-in var, its OIHW weights), else None."""
-    g, nodes, norm = rw.graph, [], None
+    nodes, norm = [], None
     while (user := g.sole_user(var)) is not None:
         axis = vector_form(static_shape(var), n, c)
         if axis is None or dtype(var) != "float32":
@@ -132,22 +152,19 @@ def head_chain(rw: Rewriter, var, n: int, c: int):
     return None
 
 
-def head_gemv(rw: Rewriter, x: Value, var, taken: list) -> relax.Var | None:
-    """A wide GPU's classifier head as one ``pooled_pointwise`` kernel (``strategy.excite.head_gemv_schedule``):
-    ``var`` (the mean of the map ``x``, or ``x``'s own ``[N, C]`` vector) through the chain of
-    :func:`head_chain` (views, a layer norm with its activation) to the 1x1 conv or Linear that
-    reads it, with that conv's tail (bias, activation); ``taken``: the nodes ``var`` came from
-    (the pool), marked fused with the rest. Else None with nothing fused."""
+def head_gemv(rw: Rewriter, x: Value, var, taken: list, chain, schedule: dict) -> relax.Var | None:
+    """A wide GPU's classifier head as one ``pooled_pointwise`` kernel with the plan's ``schedule``
+    (``strategy.excite.head_gemv_schedule``): ``var`` (the mean of the map ``x``, or ``x``'s own
+    ``[N, C]`` vector) through ``chain`` (:func:`head_chain`: views, a layer norm with its
+    activation) to the 1x1 conv or Linear that reads it, with that conv's tail (bias, activation);
+    ``taken``: the nodes ``var`` came from (the pool), marked fused with the rest. Else None with
+    nothing fused (a residual)."""
     n, c, h, wd = x.nchw
-    found = head_chain(rw, var, n, c)
-    if found is None:
-        return None
-    nodes, norm, conv, w = found
+    nodes, norm, conv, w = chain
     fused_before = rw.graph.fused_marks()
     tail = conv_tail(rw, conv, w, "NCHW")
     out_channels = int(w.shape[0])
-    schedule = excite_strategy.head_gemv_schedule(rw.profile, c, h * wd, out_channels) if tail.residual is None else None
-    if schedule is None:
+    if tail.residual is not None:
         rw.graph.restore_fused(fused_before)
         return None
     for m in (*taken, *nodes):

@@ -8,7 +8,7 @@ from primfuncs import attention
 from tir_adreno.passes.graph import Graph, Node, reduce_axes, same, split_parts, static_shape
 from tir_adreno.passes.kernel_index import kernel
 from tir_adreno.passes.op_info import elementwise_info
-from tir_adreno.passes.patterns.base import Match, Plan, always, pattern
+from tir_adreno.passes.patterns.base import Match, Plan, no_question, pattern
 from tir_adreno.passes.rewriter import Rewriter, blocked_shape
 
 # -- separable self-attention (MobileViT-v2's LinearSelfAttention) ---------------------------------
@@ -78,7 +78,7 @@ def _match(g: Graph, node: Node) -> Match | None:
     return Match(node, {"found": found}) if found is not None else None
 
 
-@pattern("relax.split", match=_match, plan=always, before=("split",))
+@pattern("relax.split", match=_match, plan=no_question, before=("split",))
 def separable_attention(rw: Rewriter, plan: Plan):
     """MobileViT-v2's separable self-attention after its qkv conv (the comment above): one
     kernel, else None."""

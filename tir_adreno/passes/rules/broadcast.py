@@ -61,8 +61,9 @@ def _operands(rw: Rewriter, node: Node, full_var, small_var, small_shape):
 
 @rule(*BINARY_OPS)
 def broadcast_binary(rw: Rewriter, node: Node):
-    """``a op b`` of two NCHW activations, one of them broadcast over some of C, H, W."""
-    if len(node.args) != 2 or not all(isinstance(v, relax.Var) for v in node.args):
+    """``a op b`` of two NCHW activations, one of them broadcast over some of C, H, W (not where the
+    layout planner runs it plain)."""
+    if rw.runs_plain(node) or len(node.args) != 2 or not all(isinstance(v, relax.Var) for v in node.args):
         return None
     first, second = node.args
     for full, small in ((first, second), (second, first)):
@@ -77,7 +78,7 @@ def broadcast_to(rw: Rewriter, node: Node):
     """``broadcast_to`` of an activation whose only user is a binary op with an activation of the
     broadcast shape: that op as one ``broadcast_binary`` kernel reading the source in place."""
     user = rw.graph.sole_user(node.var)
-    if user is None or user.op not in BINARY_OPS or len(user.args) != 2:
+    if user is None or user.op not in BINARY_OPS or len(user.args) != 2 or rw.runs_plain(user):
         return None
     other = user.args[1] if same(user.args[0], node.var) else user.args[0]
     if same(other, node.var) or not _available(rw, other):

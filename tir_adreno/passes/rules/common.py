@@ -15,7 +15,6 @@ from tir_adreno.passes.graph import Node, const, static_shape
 from tir_adreno.passes.kernel_index import kernel
 from tir_adreno.passes.op_info import elementwise_info
 from tir_adreno.passes.rewriter import MAP_LAYOUTS, Rewriter, Value
-from tir_adreno.strategy.norm import group_norm_schedule
 from tir_adreno.strategy.packing import pack_bias
 
 #: Binary ops whose operands may come in either order (a broadcast operand first too).
@@ -114,11 +113,11 @@ def group_norm_op_parts(rw: Rewriter, node: Node):
 
 
 
-def emit_group_norm(rw: Rewriter, x: Value, groups: int, eps: float, var, scale, shift, nodes):
+def emit_group_norm(rw: Rewriter, x: Value, groups: int, eps: float, var, scale, shift, nodes, split: dict | None):
     """The group norm of ``nodes`` (ending at ``var``, the normalized ``x`` times per-channel
     ``scale`` plus ``shift``), extended by the per-channel steps and the activation that follow
-    (:func:`affine_chain`): one ``group_norm`` kernel, or on a wide GPU its split form
-    (``strategy.norm.group_norm_schedule``): ``group_norm_partials`` (float32 partial statistics
+    (:func:`affine_chain`): one ``group_norm`` kernel (``split`` None), or on a wide GPU its split form
+    (``split``: ``strategy.norm.group_norm_schedule``'s, asked by the caller): ``group_norm_partials`` (float32 partial statistics
     per pixel slice, kept float32 under half storage) then ``group_norm_apply`` (where a dense
     1x1 conv alone reads the norm and folds it, the ``group_norm_conv`` pattern's, tried first:
     that conv reading the partials, no ``group_norm_apply``)."""
@@ -128,7 +127,6 @@ def emit_group_norm(rw: Rewriter, x: Value, groups: int, eps: float, var, scale,
     src = rw.blocked(x, scope)
     params = [relax.const(pack_bias(v.astype(rw.dtype))) for v in (scale, shift)]
     info = elementwise_info("group_norm", nodes, [x.nchw], groups=groups, epsilon=eps, activation=activation, bounds=bounds)
-    split = group_norm_schedule(rw.profile, shape5, groups)
     if split is None:
         func = kernel(layernorm.group_norm, shape5, x.channels, groups, eps, activation, scope=scope, **clip_fields(bounds))
         out = rw.emit_kernel(func, [src, *params], shape5, op_info=info)

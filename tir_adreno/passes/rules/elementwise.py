@@ -62,7 +62,9 @@ def _emit_affine(rw: Rewriter, x: Value, var, scale, shift, nodes):
 def elementwise(rw: Rewriter, node: Node):
     """An activation however the importer writes it (a chain of scalar ops, or the gated
     ``x * gate(x)``), else a per-channel affine chain (``x * scale + shift``, then an
-    activation), on an activation that no conv epilogue took."""
+    activation), on an activation that no conv epilogue took. Not where the layout planner runs it plain."""
+    if rw.runs_plain(node):
+        return None
     for var in node.args[:2]:
         x = operand_value(rw, var) if isinstance(var, relax.Var) else None
         if x is None or x.layout not in POINTWISE_LAYOUTS:
@@ -117,7 +119,9 @@ def binary(rw: Rewriter, node: Node):
     """Two activations of one shape and layout; or one and a per-channel vector ``[N, C, 1, 1]``
     broadcast over H, W (a squeeze-excitation gate), either operand order where the op commutes;
     or an activation and a constant of its shape (packed NCHW4c at compile time). Per-channel
-    constant forms are the elementwise rule's."""
+    constant forms are the elementwise rule's. Not where the layout planner runs it plain."""
+    if rw.runs_plain(node):
+        return None
     operands = binary_operands(rw, node)
     op = node.op.split(".")[-1]
     if operands is None:

@@ -14,7 +14,7 @@ from tir_adreno.passes.op_info import node_info
 from tir_adreno.passes.rewriter import Rewriter
 from tir_adreno.passes.rules.base import rule
 from tir_adreno.passes.rules.common import emit_group_norm, group_norm_op_parts, layer_norm_operands
-from tir_adreno.strategy.norm import layer_norm_schedule
+from tir_adreno.strategy.norm import group_norm_schedule, layer_norm_schedule
 from tir_adreno.strategy.packing import pack_bias
 
 
@@ -48,6 +48,7 @@ def layer_norm(rw: Rewriter, node: Node):
 @rule("relax.nn.group_norm")
 def group_norm_op(rw: Rewriter, node: Node):
     """``relax.nn.group_norm`` over H, W of an NCHW activation (ONNX ``GroupNormalization``) with
-    constant per-channel gamma and beta: one ``group_norm`` kernel (and what follows)."""
+    constant per-channel gamma and beta: one ``group_norm`` kernel, split on a wide GPU
+    (``strategy.norm.group_norm_schedule``), and what follows."""
     parts = group_norm_op_parts(rw, node)
-    return emit_group_norm(rw, *parts) if parts is not None else None
+    return emit_group_norm(rw, *parts, split=group_norm_schedule(rw.profile, parts[0].shape5, parts[1])) if parts is not None else None

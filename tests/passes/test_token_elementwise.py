@@ -1,0 +1,93 @@
+"""The ``token_elementwise`` rule: unary and binary ops on plain tensors (tokens, heads,
+channels-last maps) as exporters write them run as ONE kernel of ours per chain, against
+onnxruntime; the plan has no upstream elementwise op and no layout transform."""
+
+import numpy as np
+import pytest
+
+from helpers.onnx_graphs import PATTERN_RTOL, f32, i_f32, make, node, tensor
+from tir_adreno import compile_model
+from tir_adreno.reference import reference_outputs, relative_error
+
+LAYOUT_KERNELS = ("nchw_to_nchw4c", "nhwc_to_nchw4c", "nchw4c_to_nchw", "nchw4c_to_nhwc", "copy")
+
+
+#: float16_acc32: the buffers between our kernels are half (the CLI's tolerance for it).
+HALF_RTOL = 1e-2
+
+
+def _run(model, shapes: dict, seed: int, precision: str = "float32"):
+    """Compile ``model``, check it against onnxruntime on random inputs; the plan's rows."""
+    rng = np.random.default_rng(seed)
+    inputs = {name: (rng.standard_normal(s) * 2).astype(np.float32) for name, s in shapes.items()}
+    compiled = compile_model(model, progress=lambda _: None, precision=precision)
+    outs = compiled.run(inputs)
+    rtol = PATTERN_RTOL if precision == "float32" else HALF_RTOL
+    for out, ref in zip(outs, reference_outputs(model, inputs)):
+        assert relative_error(out, ref) <= rtol, relative_error(out, ref)
+    rows = compiled.profile()
+    assert not [r for r in rows if not r["ours"]], rows  # nothing upstream
+    assert not [r for r in rows if r["op"].startswith(LAYOUT_KERNELS)], rows  # no layout transform
+    return rows
+
+
+def _elementwise(rows):
+    return [r for r in rows if r["op"].startswith("elementwise_plain")]
+
+
+@pytest.mark.parametrize("precision", ["float32", "float16_acc32"])
+def test_hardswish_on_tokens_is_one_kernel(precision):
+    """LeViT's HardSwish on tokens as exported (``x * clip(x + 3, 0, 6) / 6``) then a residual add
+    and a scale by a per-channel constant: one kernel (also on half buffers)."""
+    nodes = [node("Add", ["x", "three"], ["a"]), node("Clip", ["a", "lo", "hi"], ["c"]), node("Div", ["c", "six"], ["d"]),
+             node("Mul", ["x", "d"], ["h"]), node("Add", ["h", "r"], ["s"]), node("Mul", ["s", "gamma"], ["y"])]
+    inits = [i_f32("three", 3.0), i_f32("lo", 0.0), i_f32("hi", 6.0), i_f32("six", 6.0), f32("gamma", (16,))]
+    model = make(nodes, [tensor("x", [2, 7, 16]), tensor("r", [2, 7, 16])], [tensor("y", [2, 7, 16])], inits, opset=17)
+    rows = _run(model, {"x": (2, 7, 16), "r": (2, 7, 16)}, seed=1, precision=precision)
+    assert len(rows) == 1 and len(_elementwise(rows)) == 1, rows
+
+
+def test_attention_bias_broadcast_add_then_softmax_input():
+    """Q Kᵀ scores ``[N, heads, L, L]`` plus a constant bias ``[heads, L, L]`` (broadcast over N),
+    then a per-head divide by ``[heads, 1, 1]``: one kernel, two constant buffers."""
+    nodes = [node("Add", ["s", "bias"], ["b"]), node("Div", ["b", "t"], ["y"])]
+    inits = [f32("bias", (3, 5, 5)), f32("t", (3, 1, 1), low=1.0)]
+    model = make(nodes, [tensor("s", [2, 3, 5, 5])], [tensor("y", [2, 3, 5, 5])], inits, opset=17)
+    rows = _run(model, {"s": (2, 3, 5, 5)}, seed=2)
+    assert len(_elementwise(rows)) == 1, rows
+
+
+@pytest.mark.parametrize("op", ["Sqrt", "Exp", "Neg", "Abs", "Reciprocal", "Erf", "Tanh", "Sigmoid", "Relu"])
+def test_unary_then_pow_and_max(op):
+    """A unary op, then ``Pow`` by 2, then ``Max`` with another tensor broadcast along the tokens:
+    one kernel (NaN where the unary op makes one, as onnxruntime)."""
+    nodes = [node(op, ["x"], ["u"]), node("Pow", ["u", "two"], ["p"]), node("Max", ["p", "m"], ["y"])]
+    model = make(nodes, [tensor("x", [1, 6, 8]), tensor("m", [1, 1, 8])], [tensor("y", [1, 6, 8])], [i_f32("two", 2.0)], opset=17)
+    x = np.random.default_rng(3).uniform(0.1, 3.0, (1, 6, 8)).astype(np.float32)  # sqrt and reciprocal defined
+    m = np.random.default_rng(4).standard_normal((1, 1, 8)).astype(np.float32)
+    compiled = compile_model(model, progress=lambda _: None)
+    (out,) = compiled.run({"x": x, "m": m})
+    (ref,) = reference_outputs(model, {"x": x, "m": m})
+    assert relative_error(out, ref) <= PATTERN_RTOL
+    rows = compiled.profile()
+    assert len(rows) == 1 and len(_elementwise(rows)) == 1, rows
+
+
+def test_gelu_on_channels_last_map_and_gate():
+    """A gated MLP on a channels-last map ``[N, H, W, C]`` (MambaOut's): erf-GELU of one tensor
+    times another, each half a model input: one kernel, no layout transform (NHWC is plain)."""
+    nodes = [node("Div", ["a", "sqrt2"], ["d"]), node("Erf", ["d"], ["e"]), node("Add", ["e", "one"], ["e1"]),
+             node("Mul", ["a", "e1"], ["g"]), node("Mul", ["g", "half"], ["gelu"]), node("Mul", ["gelu", "b"], ["y"])]
+    inits = [i_f32("sqrt2", 2.0**0.5), i_f32("one", 1.0), i_f32("half", 0.5)]
+    model = make(nodes, [tensor("a", [1, 4, 5, 12]), tensor("b", [1, 4, 5, 12])], [tensor("y", [1, 4, 5, 12])], inits, opset=17)
+    rows = _run(model, {"a": (1, 4, 5, 12), "b": (1, 4, 5, 12)}, seed=5)
+    assert len(rows) == 1 and len(_elementwise(rows)) == 1, rows
+
+
+def test_add_of_two_plain_gemm_outputs_runs_plain():
+    """Two Linears on a channels-last map added: the add reads both plain GEMM outputs (no pack)."""
+    nodes = [node("MatMul", ["x", "w1"], ["p"]), node("MatMul", ["x", "w2"], ["q"]), node("Sub", ["p", "q"], ["y"])]
+    inits = [f32("w1", (8, 12)), f32("w2", (8, 12))]
+    model = make(nodes, [tensor("x", [1, 3, 5, 8])], [tensor("y", [1, 3, 5, 12])], inits, opset=17)
+    rows = _run(model, {"x": (1, 3, 5, 8)}, seed=6)
+    assert len(_elementwise(rows)) == 1 and len(rows) == 3, rows
