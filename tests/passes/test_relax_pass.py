@@ -172,4 +172,6 @@ def test_rules_registry_order():
     assert [r.name for r in index["relax.mean"]] == ["pooled_excitation", "head_gemv", "pooled_pointwise", "reduction_rows", "reduction"]
     # an op on a plain tensor is the rows rules' (they decline a blocked map), before the map rules
     assert [r.name for r in index["relax.nn.softmax"]] == ["softmax_rows", "softmax"]
+    # an RMS norm as exported starts with Pow: the whole norm before a plain elementwise chain
+    assert [r.name for r in index["relax.power"]][-2:] == ["rms_norm_rows", "token_elementwise"]
     assert len({r.name for r in (*PATTERNS, *RULES)}) == len(PATTERNS) + len(RULES)

@@ -20,6 +20,7 @@ RULES: tuple[Rule, ...] = (
     elementwise.elementwise,
     broadcast.broadcast_binary,
     broadcast.broadcast_to,
+    rows.rms_norm_rows,  # an RMS norm's Pow before a chain of plain elementwise ops
     token_elementwise.token_elementwise,
     rows.batch_norm_rows,
     elementwise.batch_norm,
@@ -36,7 +37,6 @@ RULES: tuple[Rule, ...] = (
     layout.reshape,
     patches.patch_unfold,
     rows.layer_norm_rows,
-    rows.rms_norm_rows,
     layer_norm.layer_norm,
     layer_norm.group_norm_op,
 )
