@@ -322,7 +322,10 @@ def _output_info(info: TensorInfo, ty, name: str) -> TensorInfo:
 
 
 def _check_arg(tensor: TensorInfo, spec, where: str):
-    if (tensor.shape, tensor.dtype, tensor.scope, tensor.storage) != (spec.shape, spec.dtype, spec.scope, spec.storage):
+    # a buffer is its elements in row-major order: a view (``relax.memory.view``: a reshape of a plain
+    # tensor, rules.token_layout) passes the same buffer in another shape of as many elements
+    viewed = not is_texture_scope(spec.scope) and math.prod(tensor.shape) == math.prod(spec.shape)
+    if (tensor.shape if not viewed else spec.shape, tensor.dtype, tensor.scope, tensor.storage) != (spec.shape, spec.dtype, spec.scope, spec.storage):
         raise RuntimeError(f"{where}: argument {spec.name} expects {spec.shape} {spec.dtype} {spec.scope}, gets {tensor}")
 
 

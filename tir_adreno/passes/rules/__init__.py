@@ -8,7 +8,7 @@ activation chain or a per-channel affine step), and an op no rule takes is left 
 (``LegalizeOps`` and dlight). Rule modules never import each other (an import-linter contract):
 what several share lives in ``rules.common`` and ``passes.conv_emit``."""
 
-from tir_adreno.passes.rules import broadcast, concat, conv, elementwise, gemm, layer_norm, layout, matmul, patches, pool
+from tir_adreno.passes.rules import broadcast, concat, conv, elementwise, gemm, layer_norm, layout, matmul, patches, pool, token_layout
 from tir_adreno.passes.rules.base import Rule, by_op, rule  # noqa: F401 (the rule contract)
 
 RULES: tuple[Rule, ...] = (
@@ -32,4 +32,8 @@ RULES: tuple[Rule, ...] = (
     patches.patch_unfold,
     layer_norm.layer_norm,
     layer_norm.group_norm_op,
+    token_layout.view,
+    token_layout.move,
+    token_layout.split,
+    token_layout.concat,
 )
