@@ -6,7 +6,8 @@ channels-last maps, anything that is no blocked map) as views or ONE gather kern
   order, so the output is the input's storage seen in another shape (``relax.memory.view``, no
   kernel; the planner binds the view to the same tensor, ``storage.bind_alias``).
 - A gather: ``permute_dims``, ``strided_slice``, ``split``, ``take`` (constant indices in an
-  arithmetic run), ``tile``, ``broadcast_to``, constant ``nn.pad`` and ``concat`` (up to
+  arithmetic run), ``tile``, ``broadcast_to``, constant ``nn.pad`` (also ONNX's ``Pad`` and
+  ``Tile``, which the importer writes as ``call_tir`` of topi's kernels) and ``concat`` (up to
   ``gather.MAX_INPUTS`` tensors, any axis). Each reads back through the movement ops before it
   that nothing else reads (views included: ``transpose -> reshape -> transpose -> split`` part is
   one launch reading the first transpose's input); those ops' own kernels are then unused and
@@ -18,7 +19,8 @@ float16_acc32 the buffers between two of our kernels are half, ``storage.half_bu
 
 from __future__ import annotations
 
-from tvm import relax
+import tvm
+from tvm import relax, tirx
 
 from primfuncs import gather
 
@@ -86,6 +88,43 @@ def _broadcast_steps(before, after):
     return steps + ([gather.Reshape(tuple(before))] if lifted != tuple(before) else [])
 
 
+def _store_of(prim):
+    """The one ``BufferStore`` of an importer-made elementwise PrimFunc (a loop nest around one
+    block), else None."""
+    stmt = prim.body
+    while not isinstance(stmt, tirx.BufferStore):
+        inner = getattr(stmt, "block", None) or getattr(stmt, "body", None)
+        if inner is None or isinstance(stmt, tirx.SeqStmt):
+            return None
+        stmt = inner
+    return stmt
+
+
+def _te_steps(rw: Rewriter, node: Node, before, after):
+    """ONNX ``Pad`` (constant) and ``Tile``, which TVM's importer writes as ``call_tir`` of topi's
+    ``pad``/``tile``: (steps, pad value or None) read off the PrimFunc's one store (pad: ``x[v -
+    b]`` or the pad value; tile: ``x[v % d]``), else None."""
+    name = node.args[0].name_hint.rstrip("0123456789_") if isinstance(node.args[0], relax.GlobalVar) else ""
+    prim = rw.graph.mod[node.args[0]] if name in ("pad", "tile") and rw.graph.mod is not None else None
+    store = _store_of(prim) if isinstance(prim, tirx.PrimFunc) else None
+    if store is None or len(before) != len(after):
+        return None
+    value = store.value
+    if name == "tile":
+        ok = isinstance(value, tvm.ir.expr.TensorLoad) and all(
+            isinstance(i, tirx.FloorMod) and int(i.b) == d or d == a for i, d, a in zip(value.indices, before, after))
+        return ([gather.Tile(before)], None) if ok else None
+    if not (isinstance(value, tvm.ir.expr.Call) and str(value.op.name).endswith("if_then_else") and isinstance(value.args[1], tvm.ir.expr.TensorLoad)
+            and isinstance(value.args[2], tirx.FloatImm)):
+        return None
+    begins = []
+    for i in value.args[1].indices:  # v - b, or v (nothing padded before)
+        begins.append(-int(i.b) if isinstance(i, tirx.Sub) and isinstance(i.b, tirx.IntImm) else 0 if isinstance(i, tirx.Var) else None)
+    if None in begins:
+        return None
+    return [gather.Affine(before, tuple(begins), (1,) * len(before))], float(value.args[2].value)
+
+
 def _op_steps(node: Node, before, after):
     """(steps from ``node``'s output index to its input's, pad value or None), else None."""
     op = node.op
@@ -121,11 +160,14 @@ def _link(rw: Rewriter, node: Node):
             return None
         axis %= len(before)
         return [_affine(before, axis, sum(f[axis] for f in fields[: node.index]))], None, src
-    if node.op not in VIEW_OPS + GATHER_OPS:
+    te = node.op == "relax.call_tir" and isinstance(node.args[1], relax.Tuple) and len(node.args[1].fields) == 1
+    if node.op not in VIEW_OPS + GATHER_OPS and not te:
         return None
-    src = node.args[0]
+    src = node.args[1].fields[0] if te else node.args[0]
     before, after = _plain(src), _plain(node.var)
-    found = _op_steps(node, before, after) if before is not None and after is not None else None
+    if before is None or after is None:
+        return None
+    found = _te_steps(rw, node, before, after) if te else _op_steps(node, before, after)
     return None if found is None else (*found, src)
 
 
@@ -171,7 +213,7 @@ def view(rw: Rewriter, node: Node):
     return rw.bb.emit(relax.op.memory.view(rw.expr(src), relax.ShapeExpr(list(static_shape(node.var)))))
 
 
-@rule(*GATHER_OPS)
+@rule(*GATHER_OPS, "relax.call_tir")
 def move(rw: Rewriter, node: Node):
     """A movement op of a plain float32 tensor, with the movement ops before it: one gather."""
     link = _link(rw, node)
