@@ -65,14 +65,14 @@ def test_views_cost_no_launch():
 
 
 def test_cls_token_concat_take_pad_tile():
-    """The class token concatenated before the patch tokens, a Gather of token 0 (a scalar index:
+    """The class token (an input, and a constant as timm exports it) concatenated before the patch tokens, a Gather of token 0 (a scalar index:
     the axis dropped), a Slice with a step, a Pad and a Tile on tokens: one gather each, all exact."""
-    nodes = [node("Concat", ["cls", "x"], ["xc"], axis=1), node("Gather", ["xc", "i0"], ["first"], axis=1),
+    nodes = [node("Concat", ["cls", "x"], ["xc"], axis=1), node("Concat", ["tok", "x"], ["xt"], axis=1), node("Gather", ["xc", "i0"], ["first"], axis=1),
              node("Slice", ["xc", "st", "en", "axs", "sts"], ["sl"]), node("Pad", ["x", "pads", "pv"], ["pd"], mode="constant"),
              node("Tile", ["x", "reps"], ["tl"])]
-    inits = [i64("i0", np.array(0)), i64("st", [1, 2]), i64("en", [6, 20]), i64("axs", [1, 2]), i64("sts", [2, 3]),
+    inits = [f32("tok", (2, 1, 8)), i64("i0", np.array(0)), i64("st", [1, 2]), i64("en", [6, 20]), i64("axs", [1, 2]), i64("sts", [2, 3]),
              i64("pads", [0, 1, 0, 0, 2, 3]), i_f32("pv", 0.5), i64("reps", [1, 2, 1])]
-    outs = [tensor("first", [2, 8]), tensor("sl", [2, 3, 6]), tensor("pd", [2, 9, 11]), tensor("tl", [2, 12, 8])]
+    outs = [tensor("xt", [2, 7, 8]), tensor("first", [2, 8]), tensor("sl", [2, 3, 6]), tensor("pd", [2, 9, 11]), tensor("tl", [2, 12, 8])]
     model = make(nodes, [tensor("cls", [2, 1, 8]), tensor("x", [2, 6, 8])], outs, inits, opset=17)
     rows = _run(model, {"cls": (2, 1, 8), "x": (2, 6, 8)}, seed=3)
-    assert _ops(rows).count("gather") == 5, _ops(rows)
+    assert _ops(rows).count("gather") == 6, _ops(rows)

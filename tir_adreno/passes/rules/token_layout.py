@@ -37,8 +37,9 @@ GATHER_OPS = ("relax.permute_dims", "relax.strided_slice", "relax.take", "relax.
 
 
 def _plain(var) -> tuple | None:
-    """The static shape of float32 tensor ``var`` (rank >= 1), else None."""
-    shape = static_shape(var) if isinstance(var, relax.Var) else None
+    """The static shape of float32 tensor ``var`` (rank >= 1; a constant too: the class token a
+    ViT concatenates before its patch tokens), else None."""
+    shape = static_shape(var) if isinstance(var, (relax.Var, tvm.ir.expr.GenericConst)) else None
     return shape if shape and dtype(var) == "float32" else None
 
 
