@@ -133,8 +133,20 @@ def _unravel(index, dims) -> tuple:
     return (0 if dims[0] == 1 else index, *reversed(out))
 
 
-def _indexers(geom: GemmGeometry):
-    """(at_a, at_b, at_y): the stored index of element ``(b, row, col)`` of op(A), op(B) and Y."""
+def stored_out_shape(geom: GemmGeometry, out_perm=None) -> tuple:
+    """The shape ``Y`` is stored in: the product's, its axes permuted by ``out_perm`` (stored axis
+    ``i`` is the product's axis ``out_perm[i]``; the last stays last)."""
+    if out_perm is None:
+        return geom.out_shape
+    out_perm, rank = tuple(int(a) for a in out_perm), len(geom.out_shape)
+    if sorted(out_perm) != list(range(rank)) or out_perm[-1] != rank - 1:
+        raise ValueError(f"out_perm {out_perm} must permute the {rank} output axes and keep the last one last")
+    return tuple(geom.out_shape[a] for a in out_perm)
+
+
+def _indexers(geom: GemmGeometry, out_perm=None):
+    """(at_a, at_b, at_y): the stored index of element ``(b, row, col)`` of op(A), op(B) and Y
+    (Y's axes permuted by ``out_perm``: :func:`stored_out_shape`)."""
     a, b, y = geom.a_shape, geom.b_shape, geom.out_shape
 
     def at_a(vb, row, col):
@@ -147,9 +159,8 @@ def _indexers(geom: GemmGeometry):
         return (*lead, *((col, row) if geom.trans_b else (row, col)))
 
     def at_y(vb, row, col):
-        if geom.rows_folded:
-            return (*_unravel(row, y[:-1]), col)
-        return (*_unravel(vb, y[:-2]), row, col)
+        index = (*_unravel(row, y[:-1]), col) if geom.rows_folded else (*_unravel(vb, y[:-2]), row, col)
+        return index if out_perm is None else tuple(index[a] for a in out_perm)
 
     return at_a, at_b, at_y
 
@@ -168,14 +179,16 @@ def _check_gemm(geom: GemmGeometry, config, epilogue, dtype, acc_dtype, scope):
 
 def gemm(a_shape, b_shape, trans_a: bool = False, trans_b: bool = False, config: GemmConfig = GemmConfig(),
          epilogue: Epilogue = Epilogue(), dtype: str = "float32", acc_dtype: str | None = None, scope: str = BUFFER,
-         alpha: float = 1.0):
+         alpha: float = 1.0, out_perm=None):
     """``Y = act(op(A) @ op(B) + Bias + Residual)`` (:func:`gemm_geometry` for the shapes; ``Y``
     of shape ``A``'s leading dims + ``(M, N)``), plain row-major buffers, or with ``scope=TEXTURE``
     textures of the :func:`pixel_shape` of each (``trans_a``, ``trans_b`` False). ``Bias``: ``(ceil(N/4), 4)``
     zero-padded (``strategy.packing.pack_bias``), ``Residual``: ``Y``'s shape; parameters
     ``A, B, [Bias], [Residual], Y`` as ``epilogue`` says. ``acc_dtype``: the accumulators'
     (float32 for a float16 kernel's long reductions; default ``dtype``). ``alpha``: a constant the
-    product is scaled by before the epilogue (attention's ``q * scale`` read through)."""
+    product is scaled by before the epilogue (attention's ``q * scale`` read through). ``out_perm``:
+    ``Y`` (and ``Residual``) stored with the product's axes permuted (:func:`stored_out_shape`:
+    attention x V ``[N, heads, L, d]`` written as ``[N, L, heads, d]``, so no transpose runs after it)."""
     geom = gemm_geometry(a_shape, b_shape, trans_a, trans_b)
     acc_dtype = _check_gemm(geom, config, epilogue, dtype, acc_dtype, scope)
     if not math.isfinite(alpha):
@@ -184,7 +197,8 @@ def gemm(a_shape, b_shape, trans_a: bool = False, trans_b: bool = False, config:
     m, k, n = geom.m, geom.k, geom.n
     n4, k4 = ceildiv(n, LANES), ceildiv(k, LANES)
     tm, tn = config.rows, config.cols
-    at_a, at_b, at_y = _indexers(geom)
+    y_shape = stored_out_shape(geom, out_perm)
+    at_a, at_b, at_y = _indexers(geom, out_perm)
     zero, acc_zero = T.FloatImm(dtype, 0.0), T.FloatImm(acc_dtype, 0.0)
     texture = scope == TEXTURE
 
@@ -317,11 +331,11 @@ def gemm(a_shape, b_shape, trans_a: bool = False, trans_b: bool = False, config:
         A = T.match_buffer(a, stored(geom.a_shape), dtype, scope=scope)
         B = T.match_buffer(b, stored(geom.b_shape), dtype, scope=scope)
         Bias = T.match_buffer(bias, (n4, 4), dtype, scope=BUFFER)
-        Residual = T.match_buffer(residual, stored(geom.out_shape), dtype, scope=scope)
-        Y = T.match_buffer(y, stored(geom.out_shape), dtype, scope=scope)
+        Residual = T.match_buffer(residual, stored(y_shape), dtype, scope=scope)
+        Y = T.match_buffer(y, stored(y_shape), dtype, scope=scope)
         launch(grid, grid.rows, grid.cols, "tile", lambda vz, vh, vw: tile(A, B, Bias, Residual, Y, vz, vh, vw))
 
     return select_params(func, epilogue.params(["A", "B"], "Y"))
 
 
-__all__ = ["GemmConfig", "GemmGeometry", "gemm", "gemm_geometry", "gemm_grid", "BIAS", "RESIDUAL"]
+__all__ = ["GemmConfig", "GemmGeometry", "gemm", "gemm_geometry", "gemm_grid", "stored_out_shape", "BIAS", "RESIDUAL"]

@@ -368,6 +368,8 @@ def _gemm_case(info: dict, rand):
     g, epilogue = info["gemm"], info["attrs"]["epilogue"]
     a, b = rand(g["a_shape"]), rand(g["b_shape"])
     y = g["alpha"] * ((np.swapaxes(a, -1, -2) if g["trans_a"] else a) @ (np.swapaxes(b, -1, -2) if g["trans_b"] else b))
+    if g.get("out_perm"):  # Y stored with its axes permuted (a transpose after the product folded into the store)
+        y = np.ascontiguousarray(np.transpose(y, g["out_perm"]))
     extra = []
     if epilogue["bias"]:
         bias = rand(y.shape[-1])

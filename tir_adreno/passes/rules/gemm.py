@@ -27,7 +27,7 @@ from primfuncs.epilogue import Epilogue
 
 from tir_adreno.passes.activations import clip_fields, fuse_activation
 from tir_adreno.passes.affine import linear_step, other_operand
-from tir_adreno.passes.graph import Node, const, dtype, same, static_shape
+from tir_adreno.passes.graph import Node, const, dtype, permute_axes, same, static_shape
 from tir_adreno.passes.kernel_index import kernel
 from tir_adreno.passes.op_info import epilogue_info, node_info
 from tir_adreno.passes.rewriter import Rewriter
@@ -186,10 +186,22 @@ def gemm(rw: Rewriter, node: Node):
         return None
     if geom.out_shape != static_shape(node.var):
         return None
-    return _emit(rw, node, a, b, geom, gemm_tail(rw, node, weight, geom.n))
+    tail = gemm_tail(rw, node, weight, geom.n)
+    return _emit(rw, node, a, b, geom, tail, _output_permute(rw, tail))
 
 
-def _emit(rw: Rewriter, node: Node, a: Operand, b: Operand | None, geom, tail: GemmTail):
+def _output_permute(rw: Rewriter, tail: GemmTail) -> Node | None:
+    """The ``permute_dims`` that is the only reader of the product (and its epilogue) and keeps the
+    last axis last (attention x V ``[N, heads, L, d]`` -> ``[N, L, heads, d]``): the kernel stores
+    in its order, no transpose kernel after it. None with a residual (read in the product's order)."""
+    user = rw.graph.sole_user(tail.last.var)
+    axes = permute_axes(user)
+    if axes is None or tail.residual is not None or axes[-1] != len(axes) - 1 or axes == tuple(range(len(axes))):
+        return None
+    return user
+
+
+def _emit(rw: Rewriter, node: Node, a: Operand, b: Operand | None, geom, tail: GemmTail, permute: Node | None = None):
     epilogue = tail.epilogue
     # Plain tensors are float32 under every precision (upstream's side): the kernel is float32.
     kwargs = strategy.gemm_kwargs(geom, "float32", rw.profile)
@@ -198,6 +210,8 @@ def _emit(rw: Rewriter, node: Node, a: Operand, b: Operand | None, geom, tail: G
     alpha = a.scale * (b.scale if b is not None else 1.0) * tail.alpha
     if alpha != 1.0:
         kwargs["alpha"] = alpha
+    if permute is not None:
+        kwargs["out_perm"] = permute_axes(permute)
     func = kernel(gemm_kernels.gemm, geom.a_shape, geom.b_shape, trans_a=geom.trans_a, trans_b=geom.trans_b, epilogue=epilogue, **kwargs)
     b_arg = relax.const(np.ascontiguousarray(tail.weight.astype(np.float32))) if tail.weight is not None else rw.expr(b.var)
     args = [rw.expr(a.var), b_arg]
@@ -209,8 +223,12 @@ def _emit(rw: Rewriter, node: Node, a: Operand, b: Operand | None, geom, tail: G
     info["attrs"]["epilogue"] = epilogue_info(epilogue)
     # the operands as stored, for ``tir-adreno kernel --check``'s reference (tools.workbench)
     info["gemm"] = {"a_shape": list(geom.a_shape), "b_shape": list(geom.b_shape), "trans_a": geom.trans_a,
-                    "trans_b": geom.trans_b, "alpha": alpha}
-    out = rw.emit_kernel(func, args, geom.out_shape, dtype="float32", hint="gemm", op_info=info)
-    if not same(tail.last.var, node.var):
+                    "trans_b": geom.trans_b, "alpha": alpha, **({"out_perm": list(kwargs["out_perm"])} if permute is not None else {})}
+    out_shape = gemm_kernels.stored_out_shape(geom, kwargs.get("out_perm"))
+    out = rw.emit_kernel(func, args, out_shape, dtype="float32", hint="gemm", op_info=info)
+    if permute is not None:
+        permute.fused = True
+        rw.exprs[permute.var] = out
+    elif not same(tail.last.var, node.var):
         rw.exprs[tail.last.var] = out
     return out
