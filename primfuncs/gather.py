@@ -149,7 +149,7 @@ def _unravel(flat, shape) -> tuple:
     return (0 if shape[0] == 1 else flat, *reversed(out))
 
 
-def _index_map(source: Source, out_shape, index):
+def index_map(source: Source, out_shape, index):
     """(input index, condition or None) of output element ``index`` through ``source``'s steps."""
     shape, cond = _ints(out_shape), None
     for step in source.steps:
@@ -211,7 +211,7 @@ def gather(in_shapes, out_shape, sources, pad_value: float = 0.0, dtype: str = "
         index = (*_unravel(row, out_shape[:-1]), col)
         value = pad if lanes == 1 else T.Broadcast(pad, lanes)
         for s in reversed(sources):  # the first source that covers the element wins
-            at, cond = _index_map(s, out_shape, index)
+            at, cond = index_map(s, out_shape, index)
             if lanes > 1:
                 at = (*at[:-1], T.Ramp(at[-1], 1, lanes))
             load = bufs[s.input][at]

@@ -19,172 +19,16 @@ float16_acc32 the buffers between two of our kernels are half, ``storage.half_bu
 
 from __future__ import annotations
 
-import tvm
-from tvm import relax, tirx
+from tvm import relax
 
 from primfuncs import gather
 
-from tir_adreno.passes.graph import Node, const, dtype, ints, ints_of, same, static_shape
+from tir_adreno.passes.graph import Node, same, static_shape
 from tir_adreno.passes.kernel_index import kernel
+from tir_adreno.passes.movement import GATHER_OPS, VIEW_OPS, affine, chain, link, plain_shape
 from tir_adreno.passes.op_info import node_info
 from tir_adreno.passes.rewriter import Rewriter
 from tir_adreno.passes.rules.base import rule
-
-#: Ops whose output is the input's buffer in another shape.
-VIEW_OPS = ("relax.reshape", "relax.squeeze", "relax.expand_dims", "relax.flatten")
-#: Ops that are one gather step (:func:`_link`).
-GATHER_OPS = ("relax.permute_dims", "relax.strided_slice", "relax.take", "relax.tile", "relax.broadcast_to", "relax.nn.pad")
-
-
-def _plain(var) -> tuple | None:
-    """The static shape of float32 tensor ``var`` (rank >= 1; a constant too: the class token a
-    ViT concatenates before its patch tokens), else None."""
-    shape = static_shape(var) if isinstance(var, (relax.Var, tvm.ir.expr.GenericConst)) else None
-    return shape if shape and dtype(var) == "float32" else None
-
-
-def _affine(before, axis: int, begin: int, step: int = 1) -> gather.Affine:
-    """The map of one axis ``before = begin + step * after``, the others as they are."""
-    rank = len(before)
-    return gather.Affine(before, tuple(begin if a == axis else 0 for a in range(rank)), tuple(step if a == axis else 1 for a in range(rank)))
-
-
-def _slice_steps(node: Node, before, after):
-    """A ``strided_slice``'s map (Python slice semantics per axis), else None."""
-    axes, begin, end = (ints_of(a) for a in node.args[1:4])
-    strides = ints_of(node.args[4]) if len(node.args) > 4 else tuple(1 for _ in axes or ())
-    if None in (axes, begin, end, strides) or len(before) != len(after):
-        return None
-    begins, steps = [0] * len(before), [1] * len(before)
-    for a, b, e, s in zip(axes, begin, end, strides):
-        a %= len(before)
-        start, _, step = slice(b, e, s).indices(before[a])
-        if len(range(*slice(b, e, s).indices(before[a]))) != after[a]:
-            return None
-        begins[a], steps[a] = start, step
-    return [gather.Affine(before, tuple(begins), tuple(steps))]
-
-
-def _take_steps(node: Node, before, after):
-    """``take`` by constant indices: one index (the axis dropped) or an arithmetic run, else None."""
-    idx = const(node.args[1])
-    axis = int(node.attrs.axis) % len(before) if node.attrs.axis is not None else None
-    if idx is None or axis is None or idx.ndim > 1 or idx.size == 0:
-        return None
-    flat = [int(i) % before[axis] for i in idx.reshape(-1)]
-    step = flat[1] - flat[0] if len(flat) > 1 else 1
-    if any(b - a != step for a, b in zip(flat, flat[1:])):
-        return None
-    kept = (*before[:axis], len(flat), *before[axis + 1:])
-    lift = [gather.Reshape(kept)] if idx.ndim == 0 else []  # a scalar index drops the axis
-    return [*lift, _affine(before, axis, flat[0], step)]
-
-
-def _broadcast_steps(before, after):
-    """``broadcast_to``: dims of 1 read index 0 (missing leading dims added first), else None."""
-    lifted = (1,) * (len(after) - len(before)) + tuple(before)
-    if len(lifted) != len(after) or any(b not in (1, a) for b, a in zip(lifted, after)):
-        return None
-    steps = [gather.Affine(lifted, (0,) * len(after), tuple(0 if b == 1 else 1 for b in lifted))]
-    return steps + ([gather.Reshape(tuple(before))] if lifted != tuple(before) else [])
-
-
-def _store_of(prim):
-    """The one ``BufferStore`` of an importer-made elementwise PrimFunc (a loop nest around one
-    block), else None."""
-    stmt = prim.body
-    while not isinstance(stmt, tirx.BufferStore):
-        inner = getattr(stmt, "block", None) or getattr(stmt, "body", None)
-        if inner is None or isinstance(stmt, tirx.SeqStmt):
-            return None
-        stmt = inner
-    return stmt
-
-
-def _te_steps(rw: Rewriter, node: Node, before, after):
-    """ONNX ``Pad`` (constant) and ``Tile``, which TVM's importer writes as ``call_tir`` of topi's
-    ``pad``/``tile``: (steps, pad value or None) read off the PrimFunc's one store (pad: ``x[v -
-    b]`` or the pad value; tile: ``x[v % d]``), else None."""
-    name = node.args[0].name_hint.rstrip("0123456789_") if isinstance(node.args[0], relax.GlobalVar) else ""
-    prim = rw.graph.mod[node.args[0]] if name in ("pad", "tile") and rw.graph.mod is not None else None
-    store = _store_of(prim) if isinstance(prim, tirx.PrimFunc) else None
-    if store is None or len(before) != len(after):
-        return None
-    value = store.value
-    if name == "tile":
-        ok = isinstance(value, tvm.ir.expr.TensorLoad) and all(
-            isinstance(i, tirx.FloorMod) and int(i.b) == d or d == a for i, d, a in zip(value.indices, before, after))
-        return ([gather.Tile(before)], None) if ok else None
-    if not (isinstance(value, tvm.ir.expr.Call) and str(value.op.name).endswith("if_then_else") and isinstance(value.args[1], tvm.ir.expr.TensorLoad)
-            and isinstance(value.args[2], tirx.FloatImm)):
-        return None
-    begins = []
-    for i in value.args[1].indices:  # v - b, or v (nothing padded before)
-        begins.append(-int(i.b) if isinstance(i, tirx.Sub) and isinstance(i.b, tirx.IntImm) else 0 if isinstance(i, tirx.Var) else None)
-    if None in begins:
-        return None
-    return [gather.Affine(before, tuple(begins), (1,) * len(before))], float(value.args[2].value)
-
-
-def _op_steps(node: Node, before, after):
-    """(steps from ``node``'s output index to its input's, pad value or None), else None."""
-    op = node.op
-    if op in VIEW_OPS:
-        return [gather.Reshape(before)], None
-    if op == "relax.permute_dims":
-        axes = ints(node.attrs.axes) if node.attrs.axes is not None else tuple(reversed(range(len(before))))
-        return [gather.Permute(axes)], None
-    if op == "relax.tile":
-        reps = ints(node.attrs.repeats)
-        return ([gather.Tile(before)], None) if len(reps) == len(before) else None
-    if op == "relax.nn.pad":
-        if str(node.attrs.pad_mode) != "constant":
-            return None
-        widths = ints(node.attrs.pad_width)
-        return [gather.Affine(before, tuple(-w for w in widths[::2]), (1,) * len(before))], float(node.attrs.pad_value)
-    found = {"relax.strided_slice": lambda: _slice_steps(node, before, after), "relax.take": lambda: _take_steps(node, before, after),
-             "relax.broadcast_to": lambda: _broadcast_steps(before, after)}.get(op, lambda: None)()
-    return (found, None) if found is not None else None
-
-
-def _link(rw: Rewriter, node: Node):
-    """(steps, pad value or None, the tensor read) of one movement op ``node`` on a plain float32
-    tensor: an op of :data:`VIEW_OPS` or :data:`GATHER_OPS`, or a part of a ``split``; else None."""
-    if node.op == "tuple_get_item":
-        split = rw.graph.by_var.get(node.args[0])
-        if split is None or split.op != "relax.split" or split.fused:
-            return None
-        src, axis = split.args[0], int(split.attrs.axis)
-        fields = [static_shape(relax.Var("part", ty)) for ty in split.var.ty.fields]
-        before, after = _plain(src), static_shape(node.var)
-        if before is None or after is None or None in fields:
-            return None
-        axis %= len(before)
-        return [_affine(before, axis, sum(f[axis] for f in fields[: node.index]))], None, src
-    te = node.op == "relax.call_tir" and isinstance(node.args[1], relax.Tuple) and len(node.args[1].fields) == 1
-    if node.op not in VIEW_OPS + GATHER_OPS and not te:
-        return None
-    src = node.args[1].fields[0] if te else node.args[0]
-    before, after = _plain(src), _plain(node.var)
-    if before is None or after is None:
-        return None
-    found = _te_steps(rw, node, before, after) if te else _op_steps(node, before, after)
-    return None if found is None else (*found, src)
-
-
-def _chain(rw: Rewriter, var, steps: list, pad):
-    """(root tensor, steps, pad) reading ``var`` through ``steps`` and back through the movement ops
-    before it that only this reads, not fused into anything, and not blocked maps."""
-    while True:
-        node = rw.graph.by_var.get(var)
-        if node is None or node.fused or var in rw.values or rw.graph.uses.get(var, 0) != 1 or same(rw.graph.output, var):
-            return var, steps, pad
-        link = _link(rw, node)
-        if link is None or (link[1] is not None and pad is not None and link[1] != pad):
-            return var, steps, pad
-        more, more_pad, src = link
-        steps, pad, var = [*steps, *more], pad if more_pad is None else more_pad, src
-
 
 def _emit_gather(rw: Rewriter, node: Node, roots: list, sources: list, pad) -> relax.Expr:
     out_shape = static_shape(node.var)
@@ -205,22 +49,22 @@ def _reads_input_as_output(rw: Rewriter, node: Node, root) -> bool:
 @rule(*VIEW_OPS)
 def view(rw: Rewriter, node: Node):
     """A reshape-like op of a plain float32 tensor: a view of its buffer, no kernel."""
-    link = _link(rw, node)
-    if link is None:
+    found = link(rw, node)
+    if found is None:
         return None
-    src = link[2]
+    src = found[2]
     if _reads_input_as_output(rw, node, src):
-        return _emit_gather(rw, node, [src], [gather.Source(0, tuple(link[0]))], None)
+        return _emit_gather(rw, node, [src], [gather.Source(0, tuple(found[0]))], None)
     return rw.bb.emit(relax.op.memory.view(rw.expr(src), relax.ShapeExpr(list(static_shape(node.var)))))
 
 
 @rule(*GATHER_OPS, "relax.call_tir")
 def move(rw: Rewriter, node: Node):
     """A movement op of a plain float32 tensor, with the movement ops before it: one gather."""
-    link = _link(rw, node)
-    if link is None:
+    found = link(rw, node)
+    if found is None:
         return None
-    root, steps, pad = _chain(rw, link[2], list(link[0]), link[1])
+    root, steps, pad = chain(rw, found[2], list(found[0]), found[1])
     return _emit_gather(rw, node, [root], [gather.Source(0, tuple(steps))], pad)
 
 
@@ -228,15 +72,15 @@ def move(rw: Rewriter, node: Node):
 def split(rw: Rewriter, node: Node):
     """A split of a plain float32 tensor: one gather per part (each its ``TupleGetItem``'s value;
     a part read only by more movement ops is read through by theirs, and its own kernel dropped)."""
-    if _plain(node.args[0]) is None or not all(u.op == "tuple_get_item" for u in rw.graph.users(node.var)):
+    if plain_shape(node.args[0]) is None or not all(u.op == "tuple_get_item" for u in rw.graph.users(node.var)):
         return None
     parts = []
     for index, ty in enumerate(node.var.ty.fields):
         part = Node(relax.Var(f"{node.var.name}_{index}", ty), "tuple_get_item", [node.var], None, None, index=index)
-        link = _link(rw, part)
-        if link is None or static_shape(part.var) is None:
+        found = link(rw, part)
+        if found is None or static_shape(part.var) is None:
             return None
-        root, steps, pad = _chain(rw, link[2], list(link[0]), link[1])
+        root, steps, pad = chain(rw, found[2], list(found[0]), found[1])
         parts.append(_emit_gather(rw, part, [root], [gather.Source(0, tuple(steps))], pad))
     return rw.bb.emit(relax.Tuple(parts))
 
@@ -246,13 +90,13 @@ def concat(rw: Rewriter, node: Node):
     """A concat of up to ``gather.MAX_INPUTS`` distinct plain float32 tensors along any axis: one
     gather, each input read through the movement ops before it."""
     fields = node.args[0].fields if isinstance(node.args[0], relax.Tuple) else None
-    out_shape = _plain(node.var)
-    if not fields or out_shape is None or any(_plain(f) is None for f in fields):
+    out_shape = plain_shape(node.var)
+    if not fields or out_shape is None or any(plain_shape(f) is None for f in fields):
         return None
     axis, roots, sources, pad, offset = int(node.attrs.axis) % len(out_shape), [], [], None, 0
     for f in fields:
         shape = static_shape(f)
-        root, steps, part_pad = _chain(rw, f, [_affine(shape, axis, -offset)], pad)
+        root, steps, part_pad = chain(rw, f, [affine(shape, axis, -offset)], pad)
         pad = part_pad if part_pad is not None else pad
         at = next((i for i, r in enumerate(roots) if same(r, root)), None)
         if at is None:
