@@ -149,13 +149,36 @@ def _unravel(flat, shape) -> tuple:
     return (0 if shape[0] == 1 else flat, *reversed(out))
 
 
+def _reshaped(index, after, before) -> tuple:
+    """The index into ``before`` of ``index`` into ``after`` (same elements, row-major): dims of 1
+    inserted or dropped only (squeeze, expand_dims) move the other indices, no division."""
+    kept = [i for i, d in zip(index, after) if d != 1]
+    if [d for d in after if d != 1] != [d for d in before if d != 1]:
+        return _unravel(_ravel(index, after), before)
+    return tuple(0 if d == 1 else kept.pop(0) for d in before)
+
+
+def covers_all(source: Source, out_shape) -> bool:
+    """Whether ``source`` reads an input element for every output element (no index leaves a
+    tensor: no pad, no concat offset)."""
+    shape = _ints(out_shape)
+    for step in source.steps:
+        before = step_before(step, shape)
+        if isinstance(step, Affine):
+            for after, b, s, d in zip(shape, _ints(step.begin), _ints(step.step), before):
+                if min(b, b + s * (after - 1)) < 0 or max(b, b + s * (after - 1)) >= d:
+                    return False
+        shape = before
+    return True
+
+
 def index_map(source: Source, out_shape, index):
     """(input index, condition or None) of output element ``index`` through ``source``'s steps."""
     shape, cond = _ints(out_shape), None
     for step in source.steps:
         before = step_before(step, shape)
         if isinstance(step, Reshape):
-            index = _unravel(_ravel(index, shape), before) if before != shape else index
+            index = _reshaped(index, shape, before)
         elif isinstance(step, Permute):
             moved = [None] * len(index)
             for a, src in enumerate(_ints(step.axes)):
@@ -250,4 +273,4 @@ def gather(in_shapes, out_shape, sources, pad_value: float = 0.0, dtype: str = "
     return select_params(func, [*_NAMES[: len(in_shapes)], "Y"])
 
 
-__all__ = ["MAX_INPUTS", "Affine", "Permute", "Reshape", "Source", "Tile", "contiguous_last_axis", "gather", "source_shape"]
+__all__ = ["MAX_INPUTS", "Affine", "Permute", "Reshape", "Source", "Tile", "contiguous_last_axis", "covers_all", "gather", "index_map", "source_shape"]

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from tvm.script import tirx as T
 
 from ._common import BUFFER, LANES, TEXTURE, PixelGrid, ceildiv, check_accumulator, check_dtype, check_scope, multiply_add, pixel_launch, select_params, whole
+from . import gather
 from .epilogue import BIAS, RESIDUAL, Epilogue, activate
 
 #: Largest register tile: rows x pixels of 4 columns (the accumulators are rows x 4 pixels floats).
@@ -144,25 +145,61 @@ def stored_out_shape(geom: GemmGeometry, out_perm=None) -> tuple:
     return tuple(geom.out_shape[a] for a in out_perm)
 
 
-def _indexers(geom: GemmGeometry, out_perm=None):
+def view_buffer(shape, view) -> tuple:
+    """(steps, buffer shape) of an operand of stored shape ``shape`` read through ``view`` (gather
+    steps, ``primfuncs.gather``); trailing reshapes are dropped: a buffer is the same in any shape."""
+    steps = tuple(view or ())
+    while steps and isinstance(steps[-1], gather.Reshape):
+        steps = steps[:-1]
+    return steps, gather.source_shape(gather.Source(0, steps), shape)
+
+
+def _through(view, shape, index, lane):
+    """``index`` into ``shape`` read through ``view`` (None: as stored), plus ``lane`` on the last
+    axis (None: nothing added). A vector's lanes are added after the map: a view that keeps the
+    last axis contiguous (``gather.contiguous_last_axis``) moves 4 aligned elements together."""
+    if view:
+        index = gather.index_map(gather.Source(0, view), shape, index)[0]
+    return index if lane is None else (*index[:-1], index[-1] + lane)
+
+
+def _indexers(geom: GemmGeometry, out_perm=None, a_view=(), b_view=()):
     """(at_a, at_b, at_y): the stored index of element ``(b, row, col)`` of op(A), op(B) and Y
-    (Y's axes permuted by ``out_perm``: :func:`stored_out_shape`)."""
+    (Y's axes permuted by ``out_perm``: :func:`stored_out_shape`; A and B read through their views,
+    :func:`view_buffer`); ``lane``: added to the last axis after the view."""
     a, b, y = geom.a_shape, geom.b_shape, geom.out_shape
 
-    def at_a(vb, row, col):
+    def at_a(vb, row, col, lane=None):
         if geom.rows_folded:
-            return (*_unravel(row, a[:-1]), col)
-        return (*_unravel(vb, a[:-2]), *((col, row) if geom.trans_a else (row, col)))
+            return _through(a_view, a, (*_unravel(row, a[:-1]), col), lane)
+        return _through(a_view, a, (*_unravel(vb, a[:-2]), *((col, row) if geom.trans_a else (row, col))), lane)
 
-    def at_b(vb, row, col):
+    def at_b(vb, row, col, lane=None):
         lead = () if len(b) == 2 else _unravel(vb, b[:-2])
-        return (*lead, *((col, row) if geom.trans_b else (row, col)))
+        return _through(b_view, b, (*lead, *((col, row) if geom.trans_b else (row, col))), lane)
 
     def at_y(vb, row, col):
         index = (*_unravel(row, y[:-1]), col) if geom.rows_folded else (*_unravel(vb, y[:-2]), row, col)
         return index if out_perm is None else tuple(index[a] for a in out_perm)
 
     return at_a, at_b, at_y
+
+
+def _contiguous(view, shape) -> bool:
+    return not view or gather.contiguous_last_axis(gather.Source(0, view), shape)
+
+
+def _views(geom: GemmGeometry, a_view, b_view, scope):
+    """((steps, buffer shape) of A, of B): :func:`view_buffer`; ValueError for a view that leaves
+    elements unread or a texture operand (its pixels are read as stored)."""
+    out = []
+    for name, shape, view in (("a_view", geom.a_shape, a_view), ("b_view", geom.b_shape, b_view)):
+        if view and scope == TEXTURE:
+            raise ValueError(f"gemm in texture placement reads its operands as stored: {name} needs buffers")
+        if view and not gather.covers_all(gather.Source(0, tuple(view)), shape):
+            raise ValueError(f"gemm {name} {view} leaves elements of the operand {shape} unread")
+        out.append(view_buffer(shape, view))
+    return out
 
 
 def _check_gemm(geom: GemmGeometry, config, epilogue, dtype, acc_dtype, scope):
@@ -179,7 +216,7 @@ def _check_gemm(geom: GemmGeometry, config, epilogue, dtype, acc_dtype, scope):
 
 def gemm(a_shape, b_shape, trans_a: bool = False, trans_b: bool = False, config: GemmConfig = GemmConfig(),
          epilogue: Epilogue = Epilogue(), dtype: str = "float32", acc_dtype: str | None = None, scope: str = BUFFER,
-         alpha: float = 1.0, out_perm=None):
+         alpha: float = 1.0, out_perm=None, a_view=None, b_view=None):
     """``Y = act(op(A) @ op(B) + Bias + Residual)`` (:func:`gemm_geometry` for the shapes; ``Y``
     of shape ``A``'s leading dims + ``(M, N)``), plain row-major buffers, or with ``scope=TEXTURE``
     textures of the :func:`pixel_shape` of each (``trans_a``, ``trans_b`` False). ``Bias``: ``(ceil(N/4), 4)``
@@ -188,7 +225,10 @@ def gemm(a_shape, b_shape, trans_a: bool = False, trans_b: bool = False, config:
     (float32 for a float16 kernel's long reductions; default ``dtype``). ``alpha``: a constant the
     product is scaled by before the epilogue (attention's ``q * scale`` read through). ``out_perm``:
     ``Y`` (and ``Residual``) stored with the product's axes permuted (:func:`stored_out_shape`:
-    attention x V ``[N, heads, L, d]`` written as ``[N, L, heads, d]``, so no transpose runs after it)."""
+    attention x V ``[N, heads, L, d]`` written as ``[N, L, heads, d]``, so no transpose runs after it).
+    ``a_view``, ``b_view``: gather steps (``primfuncs.gather``) from the operand's stored shape to
+    the buffer it is read from (q, k and v of attention read in the qkv Linear's output: no gather
+    kernel before the product); each must read an element for every index (``gather.covers_all``)."""
     geom = gemm_geometry(a_shape, b_shape, trans_a, trans_b)
     acc_dtype = _check_gemm(geom, config, epilogue, dtype, acc_dtype, scope)
     if not math.isfinite(alpha):
@@ -198,7 +238,8 @@ def gemm(a_shape, b_shape, trans_a: bool = False, trans_b: bool = False, config:
     n4, k4 = ceildiv(n, LANES), ceildiv(k, LANES)
     tm, tn = config.rows, config.cols
     y_shape = stored_out_shape(geom, out_perm)
-    at_a, at_b, at_y = _indexers(geom, out_perm)
+    (a_view, a_buffer), (b_view, b_buffer) = _views(geom, a_view, b_view, scope)
+    at_a, at_b, at_y = _indexers(geom, out_perm, a_view, b_view)
     zero, acc_zero = T.FloatImm(dtype, 0.0), T.FloatImm(acc_dtype, 0.0)
     texture = scope == TEXTURE
 
@@ -208,8 +249,8 @@ def gemm(a_shape, b_shape, trans_a: bool = False, trans_b: bool = False, config:
     def lane_of(index, lane):
         return (*index, lane)
     # Buffers: vector loads where the 4 elements are contiguous and never run past the axis.
-    a_vector = not geom.trans_a and k % LANES == 0
-    b_vector = not geom.trans_b and n % LANES == 0
+    a_vector = not geom.trans_a and k % LANES == 0 and _contiguous(a_view, geom.a_shape)
+    b_vector = not geom.trans_b and n % LANES == 0 and _contiguous(b_view, geom.b_shape)
     y_vector = n % LANES == 0
     launch = pixel_launch()
 
@@ -217,7 +258,9 @@ def gemm(a_shape, b_shape, trans_a: bool = False, trans_b: bool = False, config:
         """``A``'s element (texture: pixel and lane) for row ``r`` (clamped), reduction index ``4 kb + kk``."""
         if texture:
             return lane_of(at_a(vb, T.min(r, m - 1), kb), kk)
-        return at_a(vb, T.min(r, m - 1), kb * 4 + kk if a_vector else T.min(kb * 4 + kk, k - 1))
+        if a_vector:
+            return at_a(vb, T.min(r, m - 1), kb * 4, kk)
+        return at_a(vb, T.min(r, m - 1), T.min(kb * 4 + kk, k - 1))
 
     @T.macro
     def zero_past_k(px, kb, rows, cols, by_row):
@@ -249,7 +292,7 @@ def gemm(a_shape, b_shape, trans_a: bool = False, trans_b: bool = False, config:
                         b_px[kk, j * 4 + lane] = B[lane_of(at_b(vb, T.min(kb * 4 + kk, k - 1), T.min(c0 + j, n4 - 1)), lane)]
                 elif b_vector:
                     for lane in T.vectorized(4):
-                        b_px[kk, j * 4 + lane] = B[at_b(vb, T.min(kb * 4 + kk, k - 1), T.min(c0 + j, n4 - 1) * 4 + lane)]
+                        b_px[kk, j * 4 + lane] = B[at_b(vb, T.min(kb * 4 + kk, k - 1), T.min(c0 + j, n4 - 1) * 4, lane)]
                 else:
                     for lane in T.unroll(4):
                         b_px[kk, j * 4 + lane] = T.if_then_else(
@@ -328,8 +371,8 @@ def gemm(a_shape, b_shape, trans_a: bool = False, trans_b: bool = False, config:
     @T.prim_func(s_tir=True)
     def func(a: T.handle, b: T.handle, bias: T.handle, residual: T.handle, y: T.handle):
         T.func_attr({"global_symbol": "gemm", "tirx.noalias": True})
-        A = T.match_buffer(a, stored(geom.a_shape), dtype, scope=scope)
-        B = T.match_buffer(b, stored(geom.b_shape), dtype, scope=scope)
+        A = T.match_buffer(a, stored(a_buffer), dtype, scope=scope)
+        B = T.match_buffer(b, stored(b_buffer), dtype, scope=scope)
         Bias = T.match_buffer(bias, (n4, 4), dtype, scope=BUFFER)
         Residual = T.match_buffer(residual, stored(y_shape), dtype, scope=scope)
         Y = T.match_buffer(y, stored(y_shape), dtype, scope=scope)
@@ -338,4 +381,4 @@ def gemm(a_shape, b_shape, trans_a: bool = False, trans_b: bool = False, config:
     return select_params(func, epilogue.params(["A", "B"], "Y"))
 
 
-__all__ = ["GemmConfig", "GemmGeometry", "gemm", "gemm_geometry", "gemm_grid", "stored_out_shape", "BIAS", "RESIDUAL"]
+__all__ = ["GemmConfig", "GemmGeometry", "gemm", "gemm_geometry", "gemm_grid", "stored_out_shape", "view_buffer", "BIAS", "RESIDUAL"]
