@@ -33,7 +33,7 @@ def _ops(rows) -> list[str]:
 
 def test_attention_heads_split_and_merge():
     """A DeiT attention block as timm exports it: qkv Linear -> Reshape [N, L, 3, h, d] ->
-    Transpose(2, 0, 3, 1, 4) -> Split -> Squeeze x3, (q kᵀ) v (the softmax between is another rule's), Transpose(0, 2, 1, 3) ->
+    Transpose(2, 0, 3, 1, 4) -> Split -> Squeeze x3, (q kᵀ) v (the softmax between is another rule's; q and kᵀ scaled as torch's SDPA exports it), Transpose(0, 2, 1, 3) ->
     Reshape [N, L, C] -> proj Linear: four GEMM launches and nothing else. The reshapes and
     squeezes are views; Q Kᵀ and attention x V read q, k and v in the qkv GEMM's output through
     the split, the transpose and the reshape; attention x V stores its output in the transposed
@@ -43,12 +43,13 @@ def test_attention_heads_split_and_merge():
     nodes = [node("MatMul", ["x", "wqkv"], ["qkv"]), node("Reshape", ["qkv", "s5"], ["q5"]),
              node("Transpose", ["q5"], ["t5"], perm=[2, 0, 3, 1, 4]), node("Split", ["t5", "sp"], ["qs", "ks", "vs"], axis=0),
              node("Squeeze", ["qs", "ax0"], ["q"]), node("Squeeze", ["ks", "ax0"], ["k"]), node("Squeeze", ["vs", "ax0"], ["v"]),
-             node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]), node("MatMul", ["q", "kt"], ["s"]),
+             node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]), node("Mul", ["q", "sc"], ["qs2"]), node("Mul", ["kt", "sc"], ["kts"]),
+             node("MatMul", ["qs2", "kts"], ["s"]),
              node("MatMul", ["s", "v"], ["o"]),
              node("Transpose", ["o"], ["ot"], perm=[0, 2, 1, 3]), node("Reshape", ["ot", "s3"], ["o3"]),
              node("MatMul", ["o3", "wp"], ["y"])]
     inits = [f32("wqkv", (c, 3 * c)), f32("wp", (c, c)), i64("s5", [n, l, 3, h, d]), i64("sp", [1, 1, 1]), i64("ax0", [0]),
-             i64("s3", [n, l, c])]
+             i64("s3", [n, l, c]), i_f32("sc", 0.5)]
     model = make(nodes, [tensor("x", [n, l, c])], [tensor("y", [n, l, c])], inits, opset=17)
     rows = _run(model, {"x": (n, l, c)}, seed=1)
     ops = _ops(rows)

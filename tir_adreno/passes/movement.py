@@ -162,7 +162,9 @@ def chain(rw: Rewriter, var, steps: list, pad):
     before it that only this reads, not fused into anything, and not blocked maps."""
     while True:
         node = rw.graph.by_var.get(var)
-        if node is None or node.fused or var in rw.values or rw.graph.uses.get(var, 0) != 1 or same(rw.graph.output, var):
+        # a value a rule defined blocked (no plain form) is no longer what its op computes here
+        redefined = var in rw.values and rw.values[var].plain is None
+        if node is None or node.fused or redefined or rw.graph.uses.get(var, 0) != 1 or same(rw.graph.output, var):
             return var, steps, pad
         found = link(rw, node)
         if found is None or (found[1] is not None and pad is not None and found[1] != pad):
