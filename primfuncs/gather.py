@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 from tvm.script import tirx as T
 
-from ._common import BUFFER, LANES, PixelGrid, ceildiv, check_dtype, select_params, whole
+from ._common import BUFFER, LANES, PixelGrid, ceildiv, check_dtype, pixel_launch, select_params, unravel, whole
 
 #: Inputs one gather launch reads (a concat of more is left to the rule's caller).
 MAX_INPUTS = 4
@@ -139,22 +139,12 @@ def _ravel(index, shape):
     return flat
 
 
-def _unravel(flat, shape) -> tuple:
-    if not shape:
-        return ()
-    out = []
-    for d in reversed(shape[1:]):
-        out.append(0 if d == 1 else flat % d)
-        flat = flat if d == 1 else flat // d
-    return (0 if shape[0] == 1 else flat, *reversed(out))
-
-
 def _reshaped(index, after, before) -> tuple:
     """The index into ``before`` of ``index`` into ``after`` (same elements, row-major): dims of 1
     inserted or dropped only (squeeze, expand_dims) move the other indices, no division."""
     kept = [i for i, d in zip(index, after) if d != 1]
     if [d for d in after if d != 1] != [d for d in before if d != 1]:
-        return _unravel(_ravel(index, after), before)
+        return unravel(_ravel(index, after), before)
     return tuple(0 if d == 1 else kept.pop(0) for d in before)
 
 
@@ -228,10 +218,11 @@ def gather(in_shapes, out_shape, sources, pad_value: float = 0.0, dtype: str = "
     grid = PixelGrid(1, rows, pixels, max(1, min(_GROUP // tx, 1 << (rows - 1).bit_length())), tx)
     shapes = list(in_shapes) + [(1,)] * (MAX_INPUTS - len(in_shapes))  # unused inputs: dropped below
     pad = T.FloatImm(dtype, float(pad_value))
+    launch = pixel_launch()
 
     def element(bufs, row, col, lanes: int = 1):
         """The output element ``(row, col)`` (``lanes`` 4: the vector of 4 from ``col``)."""
-        index = (*_unravel(row, out_shape[:-1]), col)
+        index = (*unravel(row, out_shape[:-1]), col)
         value = pad if lanes == 1 else T.Broadcast(pad, lanes)
         for s in reversed(sources):  # the first source that covers the element wins
             at, cond = index_map(s, out_shape, index)
@@ -246,11 +237,11 @@ def gather(in_shapes, out_shape, sources, pad_value: float = 0.0, dtype: str = "
         # whole inputs: an inferred region prints as TVMScript that parses back reordered (upstream defect 16)
         T.reads([whole(x) for x in (A, B, C, D)[: len(in_shapes)]])
         if vector:
-            Y[(*_unravel(vr, out_shape[:-1]), T.Ramp(vc * 4, 1, 4))] = element((A, B, C, D), vr, vc * 4, 4)
+            Y[(*unravel(vr, out_shape[:-1]), T.Ramp(vc * 4, 1, 4))] = element((A, B, C, D), vr, vc * 4, 4)
         else:
             for lane in T.unroll(4):
                 if vc * 4 + lane < width:
-                    Y[(*_unravel(vr, out_shape[:-1]), vc * 4 + lane)] = element((A, B, C, D), vr, vc * 4 + lane)
+                    Y[(*unravel(vr, out_shape[:-1]), vc * 4 + lane)] = element((A, B, C, D), vr, vc * 4 + lane)
 
     @T.prim_func(s_tir=True)
     def func(a: T.handle, b: T.handle, c: T.handle, d: T.handle, y: T.handle):
@@ -260,15 +251,7 @@ def gather(in_shapes, out_shape, sources, pad_value: float = 0.0, dtype: str = "
         C = T.match_buffer(c, shapes[2], dtype, scope=BUFFER)
         D = T.match_buffer(d, shapes[3], dtype, scope=BUFFER)
         Y = T.match_buffer(y, out_shape, dtype, scope=BUFFER)
-        for by in T.thread_binding(grid.by, thread="blockIdx.y"):
-            for bx in T.thread_binding(grid.bx, thread="blockIdx.x"):
-                for ty in T.thread_binding(grid.ty, thread="threadIdx.y"):
-                    for tx in T.thread_binding(grid.tx, thread="threadIdx.x"):
-                        with T.sblock("gather"):
-                            vr = T.axis.spatial(rows, by * grid.ty + ty)
-                            vc = T.axis.spatial(pixels, bx * grid.tx + tx)
-                            T.where(by * grid.ty + ty < rows and bx * grid.tx + tx < pixels)
-                            copy(A, B, C, D, Y, vr, vc)
+        launch(grid, rows, pixels, "gather", lambda vz, vr, vc: copy(A, B, C, D, Y, vr, vc))
 
     return select_params(func, [*_NAMES[: len(in_shapes)], "Y"])
 

@@ -35,7 +35,8 @@ from dataclasses import dataclass
 
 from tvm.script import tirx as T
 
-from ._common import BUFFER, LANES, TEXTURE, PixelGrid, ceildiv, check_accumulator, check_dtype, check_scope, multiply_add, pixel_launch, select_params, whole
+from ._common import (BUFFER, LANES, TEXTURE, PixelGrid, ceildiv, check_accumulator, check_dtype, check_scope, multiply_add, pixel_launch,
+                      select_params, unravel, whole)
 from . import gather
 from .epilogue import BIAS, RESIDUAL, Epilogue, activate
 
@@ -123,17 +124,6 @@ def pixel_shape(shape) -> tuple:
     return (*shape[:-1], ceildiv(shape[-1], LANES), LANES)
 
 
-def _unravel(index, dims) -> tuple:
-    """Row-major indices into ``dims`` of flat ``index`` (a dim of size 1 indexes 0)."""
-    if not dims:
-        return ()
-    out = []
-    for d in reversed(dims[1:]):
-        out.append(0 if d == 1 else index % d)
-        index = index if d == 1 else index // d
-    return (0 if dims[0] == 1 else index, *reversed(out))
-
-
 def stored_out_shape(geom: GemmGeometry, out_perm=None) -> tuple:
     """The shape ``Y`` is stored in: the product's, its axes permuted by ``out_perm`` (stored axis
     ``i`` is the product's axis ``out_perm[i]``; the last stays last)."""
@@ -171,15 +161,15 @@ def _indexers(geom: GemmGeometry, out_perm=None, a_view=(), b_view=()):
 
     def at_a(vb, row, col, lane=None):
         if geom.rows_folded:
-            return _through(a_view, a, (*_unravel(row, a[:-1]), col), lane)
-        return _through(a_view, a, (*_unravel(vb, a[:-2]), *((col, row) if geom.trans_a else (row, col))), lane)
+            return _through(a_view, a, (*unravel(row, a[:-1]), col), lane)
+        return _through(a_view, a, (*unravel(vb, a[:-2]), *((col, row) if geom.trans_a else (row, col))), lane)
 
     def at_b(vb, row, col, lane=None):
-        lead = () if len(b) == 2 else _unravel(vb, b[:-2])
+        lead = () if len(b) == 2 else unravel(vb, b[:-2])
         return _through(b_view, b, (*lead, *((col, row) if geom.trans_b else (row, col))), lane)
 
     def at_y(vb, row, col):
-        index = (*_unravel(row, y[:-1]), col) if geom.rows_folded else (*_unravel(vb, y[:-2]), row, col)
+        index = (*unravel(row, y[:-1]), col) if geom.rows_folded else (*unravel(vb, y[:-2]), row, col)
         return index if out_perm is None else tuple(index[a] for a in out_perm)
 
     return at_a, at_b, at_y
