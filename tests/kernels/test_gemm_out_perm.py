@@ -1,6 +1,7 @@
-"""The GEMM's permuted store (``primfuncs.gemm``'s ``out_perm``): ``Y`` written with the product's
-axes permuted (attention x V ``[N, heads, L, d]`` stored as ``[N, L, heads, d]``), against float64
-NumPy, on NaN-poisoned outputs, with and without a bias and an activation."""
+"""The GEMM's permuted store (``primfuncs.gemm``'s ``out_perm``: ``Y`` written with the product's
+axes permuted, attention x V ``[N, heads, L, d]`` stored as ``[N, L, heads, d]``) and its operand
+views (``a_view``/``b_view``: q, k, v read in the qkv Linear's buffer), against float64 NumPy, on
+NaN-poisoned outputs."""
 
 import numpy as np
 import pytest
