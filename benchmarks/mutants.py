@@ -256,6 +256,16 @@ MUTANTS = (
         (("cost_plain = blocked_now + (BLOCKED in wants)", "cost_plain = blocked_now + 1"),),
         ("tests/passes/test_layout_plan.py",),
     ),
+    Mutant(
+        "gather_permute_inverted", "the gather reads a transpose through the inverse permutation",
+        (("                moved[src] = index[a]\n", "                moved[a] = index[src]\n"),),
+        ("tests/kernels/test_gather.py::test_gather_matches_numpy",),
+    ),
+    Mutant(
+        "split_part_offset", "a split part read at the previous part's offset",
+        (("sum(f[axis] for f in fields[: node.index])", "sum(f[axis] for f in fields[: max(0, node.index - 1)])"),),
+        ("tests/passes/test_token_layout.py::test_attention_heads_split_and_merge",),
+    ),
 )
 
 

@@ -36,7 +36,9 @@ from dataclasses import dataclass
 
 from tvm.script import tirx as T
 
-from ._common import BUFFER, LANES, TEXTURE, PixelGrid, ceildiv, check_accumulator, check_dtype, check_scope, multiply_add, pixel_launch, select_params, unravel, whole
+from ._common import (BUFFER, LANES, TEXTURE, PixelGrid, ceildiv, check_accumulator, check_dtype, check_scope, multiply_add, pixel_launch,
+                      select_params, unravel, whole)
+from . import gather
 from .epilogue import BIAS, RESIDUAL, Epilogue, activate
 
 #: Largest register tile: rows x pixels of 4 columns (the accumulators are rows x 4 pixels floats).
@@ -132,8 +134,39 @@ def pixel_shape(shape) -> tuple:
     return (*shape[:-1], ceildiv(shape[-1], LANES), LANES)
 
 
-def _indexers(geom: GemmGeometry):
-    """(at_a, at_b, at_y): the stored index of element ``(b, row, col)`` of op(A), op(B) and Y."""
+def stored_out_shape(geom: GemmGeometry, out_perm=None) -> tuple:
+    """The shape ``Y`` is stored in: the product's, its axes permuted by ``out_perm`` (stored axis
+    ``i`` is the product's axis ``out_perm[i]``; the last stays last)."""
+    if out_perm is None:
+        return geom.out_shape
+    out_perm, rank = tuple(int(a) for a in out_perm), len(geom.out_shape)
+    if sorted(out_perm) != list(range(rank)) or out_perm[-1] != rank - 1:
+        raise ValueError(f"out_perm {out_perm} must permute the {rank} output axes and keep the last one last")
+    return tuple(geom.out_shape[a] for a in out_perm)
+
+
+def view_buffer(shape, view) -> tuple:
+    """(steps, buffer shape) of an operand of stored shape ``shape`` read through ``view`` (gather
+    steps, ``primfuncs.gather``); trailing reshapes are dropped: a buffer is the same in any shape."""
+    steps = tuple(view or ())
+    while steps and isinstance(steps[-1], gather.Reshape):
+        steps = steps[:-1]
+    return steps, gather.source_shape(gather.Source(0, steps), shape)
+
+
+def _through(view, shape, index, lane):
+    """``index`` into ``shape`` read through ``view`` (None: as stored), plus ``lane`` on the last
+    axis (None: nothing added). A vector's lanes are added after the map: a view that keeps the
+    last axis contiguous (``gather.contiguous_last_axis``) moves 4 aligned elements together."""
+    if view:
+        index = gather.index_map(gather.Source(0, view), shape, index)[0]
+    return index if lane is None else (*index[:-1], index[-1] + lane)
+
+
+def _indexers(geom: GemmGeometry, out_perm=None, a_view=(), b_view=()):
+    """(at_a, at_b, at_y): the stored index of element ``(b, row, col)`` of op(A), op(B) and Y
+    (Y's axes permuted by ``out_perm``: :func:`stored_out_shape`; A and B read through their views,
+    :func:`view_buffer`); ``lane``: added to the last axis after the view."""
     a, b, y = geom.a_shape, geom.b_shape, geom.out_shape
 
     def batch_index(vb, own):
@@ -142,21 +175,37 @@ def _indexers(geom: GemmGeometry):
             return unravel(vb, own)
         return tuple(0 if d == 1 else i for i, d in zip(unravel(vb, y[:-2]), own))
 
-    def at_a(vb, row, col):
+    def at_a(vb, row, col, lane=None):
         if geom.rows_folded:
-            return (*unravel(row, a[:-1]), col)
-        return (*batch_index(vb, a[:-2]), *((col, row) if geom.trans_a else (row, col)))
+            return _through(a_view, a, (*unravel(row, a[:-1]), col), lane)
+        return _through(a_view, a, (*batch_index(vb, a[:-2]), *((col, row) if geom.trans_a else (row, col))), lane)
 
-    def at_b(vb, row, col):
+    def at_b(vb, row, col, lane=None):
         lead = () if len(b) == 2 else batch_index(vb, b[:-2])
-        return (*lead, *((col, row) if geom.trans_b else (row, col)))
+        return _through(b_view, b, (*lead, *((col, row) if geom.trans_b else (row, col))), lane)
 
     def at_y(vb, row, col):
-        if geom.rows_folded:
-            return (*unravel(row, y[:-1]), col)
-        return (*unravel(vb, y[:-2]), row, col)
+        index = (*unravel(row, y[:-1]), col) if geom.rows_folded else (*unravel(vb, y[:-2]), row, col)
+        return index if out_perm is None else tuple(index[a] for a in out_perm)
 
     return at_a, at_b, at_y
+
+
+def _contiguous(view, shape) -> bool:
+    return not view or gather.contiguous_last_axis(gather.Source(0, view), shape)
+
+
+def _views(geom: GemmGeometry, a_view, b_view, scope):
+    """((steps, buffer shape) of A, of B): :func:`view_buffer`; ValueError for a view that leaves
+    elements unread or a texture operand (its pixels are read as stored)."""
+    out = []
+    for name, shape, view in (("a_view", geom.a_shape, a_view), ("b_view", geom.b_shape, b_view)):
+        if view and scope == TEXTURE:
+            raise ValueError(f"gemm in texture placement reads its operands as stored: {name} needs buffers")
+        if view and not gather.covers_all(gather.Source(0, tuple(view)), shape):
+            raise ValueError(f"gemm {name} {view} leaves elements of the operand {shape} unread")
+        out.append(view_buffer(shape, view))
+    return out
 
 
 def _check_gemm(geom: GemmGeometry, config, epilogue, dtype, acc_dtype, scope):
@@ -173,14 +222,19 @@ def _check_gemm(geom: GemmGeometry, config, epilogue, dtype, acc_dtype, scope):
 
 def gemm(a_shape, b_shape, trans_a: bool = False, trans_b: bool = False, config: GemmConfig = GemmConfig(),
          epilogue: Epilogue = Epilogue(), dtype: str = "float32", acc_dtype: str | None = None, scope: str = BUFFER,
-         alpha: float = 1.0):
+         alpha: float = 1.0, out_perm=None, a_view=None, b_view=None):
     """``Y = act(op(A) @ op(B) + Bias + Residual)`` (:func:`gemm_geometry` for the shapes; ``Y``
     of shape ``A``'s leading dims + ``(M, N)``), plain row-major buffers, or with ``scope=TEXTURE``
     textures of the :func:`pixel_shape` of each (``trans_a``, ``trans_b`` False). ``Bias``: ``(ceil(N/4), 4)``
     zero-padded (``strategy.packing.pack_bias``), ``Residual``: ``Y``'s shape; parameters
     ``A, B, [Bias], [Residual], Y`` as ``epilogue`` says. ``acc_dtype``: the accumulators'
     (float32 for a float16 kernel's long reductions; default ``dtype``). ``alpha``: a constant the
-    product is scaled by before the epilogue (attention's ``q * scale`` read through)."""
+    product is scaled by before the epilogue (attention's ``q * scale`` read through). ``out_perm``:
+    ``Y`` (and ``Residual``) stored with the product's axes permuted (:func:`stored_out_shape`:
+    attention x V ``[N, heads, L, d]`` written as ``[N, L, heads, d]``, so no transpose runs after it).
+    ``a_view``, ``b_view``: gather steps (``primfuncs.gather``) from the operand's stored shape to
+    the buffer it is read from (q, k and v of attention read in the qkv Linear's output: no gather
+    kernel before the product); each must read an element for every index (``gather.covers_all``)."""
     geom = gemm_geometry(a_shape, b_shape, trans_a, trans_b)
     acc_dtype = _check_gemm(geom, config, epilogue, dtype, acc_dtype, scope)
     if not math.isfinite(alpha):
@@ -189,7 +243,9 @@ def gemm(a_shape, b_shape, trans_a: bool = False, trans_b: bool = False, config:
     m, k, n = geom.m, geom.k, geom.n
     n4, k4 = ceildiv(n, LANES), ceildiv(k, LANES)
     tm, tn = config.rows, config.cols
-    at_a, at_b, at_y = _indexers(geom)
+    y_shape = stored_out_shape(geom, out_perm)
+    (a_view, a_buffer), (b_view, b_buffer) = _views(geom, a_view, b_view, scope)
+    at_a, at_b, at_y = _indexers(geom, out_perm, a_view, b_view)
     zero, acc_zero = T.FloatImm(dtype, 0.0), T.FloatImm(acc_dtype, 0.0)
     texture = scope == TEXTURE
 
@@ -199,8 +255,8 @@ def gemm(a_shape, b_shape, trans_a: bool = False, trans_b: bool = False, config:
     def lane_of(index, lane):
         return (*index, lane)
     # Buffers: vector loads where the 4 elements are contiguous and never run past the axis.
-    a_vector = not geom.trans_a and k % LANES == 0
-    b_vector = not geom.trans_b and n % LANES == 0
+    a_vector = not geom.trans_a and k % LANES == 0 and _contiguous(a_view, geom.a_shape)
+    b_vector = not geom.trans_b and n % LANES == 0 and _contiguous(b_view, geom.b_shape)
     y_vector = n % LANES == 0
     launch = pixel_launch()
 
@@ -208,7 +264,9 @@ def gemm(a_shape, b_shape, trans_a: bool = False, trans_b: bool = False, config:
         """``A``'s element (texture: pixel and lane) for row ``r`` (clamped), reduction index ``4 kb + kk``."""
         if texture:
             return lane_of(at_a(vb, T.min(r, m - 1), kb), kk)
-        return at_a(vb, T.min(r, m - 1), kb * 4 + kk if a_vector else T.min(kb * 4 + kk, k - 1))
+        if a_vector:
+            return at_a(vb, T.min(r, m - 1), kb * 4, kk)
+        return at_a(vb, T.min(r, m - 1), T.min(kb * 4 + kk, k - 1))
 
     @T.macro
     def zero_past_k(px, kb, rows, cols, by_row):
@@ -240,7 +298,7 @@ def gemm(a_shape, b_shape, trans_a: bool = False, trans_b: bool = False, config:
                         b_px[kk, j * 4 + lane] = B[lane_of(at_b(vb, T.min(kb * 4 + kk, k - 1), T.min(c0 + j, n4 - 1)), lane)]
                 elif b_vector:
                     for lane in T.vectorized(4):
-                        b_px[kk, j * 4 + lane] = B[at_b(vb, T.min(kb * 4 + kk, k - 1), T.min(c0 + j, n4 - 1) * 4 + lane)]
+                        b_px[kk, j * 4 + lane] = B[at_b(vb, T.min(kb * 4 + kk, k - 1), T.min(c0 + j, n4 - 1) * 4, lane)]
                 else:
                     for lane in T.unroll(4):
                         b_px[kk, j * 4 + lane] = T.if_then_else(
@@ -319,14 +377,14 @@ def gemm(a_shape, b_shape, trans_a: bool = False, trans_b: bool = False, config:
     @T.prim_func(s_tir=True)
     def func(a: T.handle, b: T.handle, bias: T.handle, residual: T.handle, y: T.handle):
         T.func_attr({"global_symbol": "gemm", "tirx.noalias": True})
-        A = T.match_buffer(a, stored(geom.a_shape), dtype, scope=scope)
-        B = T.match_buffer(b, stored(geom.b_shape), dtype, scope=scope)
+        A = T.match_buffer(a, stored(a_buffer), dtype, scope=scope)
+        B = T.match_buffer(b, stored(b_buffer), dtype, scope=scope)
         Bias = T.match_buffer(bias, (n4, 4), dtype, scope=BUFFER)
-        Residual = T.match_buffer(residual, stored(geom.out_shape), dtype, scope=scope)
-        Y = T.match_buffer(y, stored(geom.out_shape), dtype, scope=scope)
+        Residual = T.match_buffer(residual, stored(y_shape), dtype, scope=scope)
+        Y = T.match_buffer(y, stored(y_shape), dtype, scope=scope)
         launch(grid, grid.rows, grid.cols, "tile", lambda vz, vh, vw: tile(A, B, Bias, Residual, Y, vz, vh, vw))
 
     return select_params(func, epilogue.params(["A", "B"], "Y"))
 
 
-__all__ = ["GemmConfig", "GemmGeometry", "gemm", "gemm_geometry", "gemm_grid", "BIAS", "RESIDUAL"]
+__all__ = ["GemmConfig", "GemmGeometry", "gemm", "gemm_geometry", "gemm_grid", "stored_out_shape", "view_buffer", "BIAS", "RESIDUAL"]

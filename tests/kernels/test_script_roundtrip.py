@@ -9,7 +9,7 @@ import tvm
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from primfuncs import attention, concat, conv, elementwise, excite, gemm, grn, hierarchical, layernorm, layout, patches, pool2d, reduce, resize, shuffle
+from primfuncs import attention, concat, conv, elementwise, excite, gather, gemm, grn, hierarchical, layernorm, layout, patches, pool2d, reduce, resize, shuffle
 from primfuncs._common import BUFFER, TEXTURE, TEXTURE_WEIGHT, blocked, equal_slices
 from primfuncs.conv import ConvConfig
 from primfuncs.conv.norm import GroupNormFold
@@ -265,11 +265,28 @@ def gemm_kernels(d, scope):
     trans_a, trans_b = d.draw(st.booleans()), d.draw(st.booleans())
     a = (*batch, k, m) if trans_a else (*batch, m, k)
     b = (*batch, n, k) if trans_b else (*batch, k, n)
-    return [gemm.gemm(a, b, trans_a, trans_b, config=config, epilogue=epilogue, scope=scope, alpha=0.5)]
+    # attention x V reading v in the qkv buffer, stored [N, L, h, d] (views and a permuted store)
+    h, d_ = d.draw(st.integers(1, 3)), d.draw(st.sampled_from([3, 4]))
+    v_view = (gather.Reshape((1, 1, h, m, d_)), gather.Affine((3, 1, h, m, d_), (2, 0, 0, 0, 0), (1,) * 5),
+              gather.Permute((2, 0, 3, 1, 4)), gather.Reshape((1, m, 3 * h * d_)))
+    return [gemm.gemm(a, b, trans_a, trans_b, config=config, epilogue=epilogue, scope=scope, alpha=0.5),
+            gemm.gemm((1, h, m, m), (1, h, m, d_), config=config, b_view=v_view, out_perm=(0, 2, 1, 3))]
+
+
+def gather_kernels(d, scope):
+    if scope != BUFFER:  # plain buffers only
+        return []
+    rows, width = d.draw(st.integers(1, 5)), d.draw(st.sampled_from([3, 4, 8]))
+    transpose = gather.gather([(rows, width)], (width, rows), [gather.Source(0, (gather.Permute((1, 0)),))])
+    concat_pad = gather.gather([(rows, width), (2, width)], (rows + 3, width), [
+        gather.Source(0, (gather.Affine((rows, width), (0, 0), (1, 1)),)),
+        gather.Source(1, (gather.Affine((2, width), (-rows, 0), (1, 1)),))], pad_value=-1.5)
+    return [transpose, concat_pad]
 
 
 FAMILIES = {
     "gemm": gemm_kernels,
+    "gather": gather_kernels,
     "layout": layout_kernels,
     "elementwise": elementwise_kernels,
     "conv.direct": conv2d_kernels,

@@ -283,7 +283,9 @@ class Rewriter:
             nhwc = v.layout in ("NHWC", "NLC")
             factory = layout.nhwc_to_nchw4c if nhwc else layout.nchw_to_nchw4c
             plain_shape = (n, h, w, c) if nhwc else (n, c, h, w)
-            plain = self.bb.emit(relax.op.reshape(v.plain, plain_shape)) if v.layout in ("NC", "NLC", "NCL") else v.plain
+            # a flat layout's plain buffer seen as the 4-d map it packs: a view, no kernel (rules.token_layout)
+            flat = v.layout in ("NC", "NLC", "NCL")
+            plain = self.bb.emit(relax.op.memory.view(v.plain, relax.ShapeExpr(list(plain_shape)))) if flat else v.plain
             out = self.emit_kernel(kernel(factory, plain_shape, scope=scope, **self.plain_dtype()), [plain], shape5,
                                    op_info=layout_info(factory.__name__, v.nchw))
             self._count_transform()

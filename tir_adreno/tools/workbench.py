@@ -366,8 +366,13 @@ def _gemm_case(info: dict, rand):
     """(inputs, reference, None) of our GEMM kernel (``info["gemm"]``: A and B as stored, transposes,
     alpha): ``act(alpha op(A) op(B) + bias + residual)``, every tensor plain (bias packed)."""
     g, epilogue = info["gemm"], info["attrs"]["epilogue"]
+    if g.get("views"):  # an operand read through movement ops in another tensor's buffer
+        raise WorkbenchError("no NumPy reference for a GEMM reading its operands through views; check it in its model: "
+                             "tir-adreno run MODEL --kernels DIR --check")
     a, b = rand(g["a_shape"]), rand(g["b_shape"])
     y = g["alpha"] * ((np.swapaxes(a, -1, -2) if g["trans_a"] else a) @ (np.swapaxes(b, -1, -2) if g["trans_b"] else b))
+    if g.get("out_perm"):  # Y stored with its axes permuted (a transpose after the product folded into the store)
+        y = np.ascontiguousarray(np.transpose(y, g["out_perm"]))
     extra = []
     if epilogue["bias"]:
         bias = rand(y.shape[-1])

@@ -9,7 +9,7 @@ activation chain or a per-channel affine step; on plain tensors ``token_elementw
 their ops and decline a blocked input. Rule modules never import each other (an import-linter contract):
 what several share lives in ``rules.common`` and ``passes.conv_emit``."""
 
-from tir_adreno.passes.rules import broadcast, concat, conv, elementwise, gemm, layer_norm, layout, matmul, patches, pool, rows, token_elementwise
+from tir_adreno.passes.rules import broadcast, concat, conv, elementwise, gemm, layer_norm, layout, matmul, patches, pool, rows, token_elementwise, token_layout
 from tir_adreno.passes.rules.base import Rule, by_op, rule  # noqa: F401 (the rule contract)
 
 RULES: tuple[Rule, ...] = (
@@ -39,4 +39,8 @@ RULES: tuple[Rule, ...] = (
     rows.layer_norm_rows,
     layer_norm.layer_norm,
     layer_norm.group_norm_op,
+    token_layout.view,
+    token_layout.move,
+    token_layout.split,
+    token_layout.concat,
 )

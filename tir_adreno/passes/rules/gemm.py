@@ -22,12 +22,14 @@ from dataclasses import dataclass
 import numpy as np
 from tvm import relax
 
+from primfuncs import gather
 from primfuncs import gemm as gemm_kernels
 from primfuncs.epilogue import Epilogue
 
+from tir_adreno.passes import movement
 from tir_adreno.passes.activations import clip_fields, fuse_activation
 from tir_adreno.passes.affine import linear_step, other_operand
-from tir_adreno.passes.graph import Node, const, dtype, same, static_shape
+from tir_adreno.passes.graph import Node, const, dtype, permute_axes, same, static_shape
 from tir_adreno.passes.kernel_index import kernel
 from tir_adreno.passes.op_info import epilogue_info, node_info
 from tir_adreno.passes.rewriter import Rewriter
@@ -44,6 +46,7 @@ class Operand:
     shape: tuple
     transposed: bool = False
     scale: float = 1.0  # a scalar multiply read through (attention's ``q * scale``)
+    view: tuple = ()  # gather steps from ``shape`` to ``var``'s buffer (movement ops read through)
 
 
 @dataclass
@@ -103,13 +106,23 @@ def _operand(rw: Rewriter, var, fold_transpose: bool = True) -> Operand | None:
     if scaled is not None:
         inner = _operand(rw, scaled[0], fold_transpose)
         if inner is not None:
-            return Operand(inner.var, inner.shape, inner.transposed, inner.scale * scaled[1])
+            return Operand(inner.var, inner.shape, inner.transposed, inner.scale * scaled[1], inner.view)
     src = rw.graph.by_var.get(var)
     if fold_transpose and src is not None and _swaps_last_two(src) and rw.graph.uses.get(var, 0) == 1:
         inner = _operand(rw, src.args[0], fold_transpose=False)
         if inner is not None:
-            return Operand(inner.var, inner.shape, not inner.transposed, inner.scale)
-    return Operand(var, shape)
+            return Operand(inner.var, inner.shape, not inner.transposed, inner.scale, inner.view)
+    return _viewed(rw, var, shape)
+
+
+def _viewed(rw: Rewriter, var, shape) -> Operand:
+    """``var`` read through the movement ops before it that only it reads (the q, k, v of attention:
+    squeeze <- split <- transpose <- reshape of the qkv Linear's output), when they read every
+    element once found (no pad); else ``var`` as it is."""
+    root, steps, pad = movement.chain(rw, var, [], None)
+    if same(root, var) or pad is not None or not gather.covers_all(gather.Source(0, tuple(steps)), shape):
+        return Operand(var, shape)
+    return Operand(root, shape, view=gemm_kernels.view_buffer(shape, steps)[0])
 
 
 def _weight(expr, k: int) -> np.ndarray | None:
@@ -186,10 +199,22 @@ def gemm(rw: Rewriter, node: Node):
         return None
     if geom.out_shape != static_shape(node.var):
         return None
-    return _emit(rw, node, a, b, geom, gemm_tail(rw, node, weight, geom.n))
+    tail = gemm_tail(rw, node, weight, geom.n)
+    return _emit(rw, node, a, b, geom, tail, _output_permute(rw, tail))
 
 
-def _emit(rw: Rewriter, node: Node, a: Operand, b: Operand | None, geom, tail: GemmTail):
+def _output_permute(rw: Rewriter, tail: GemmTail) -> Node | None:
+    """The ``permute_dims`` that is the only reader of the product (and its epilogue) and keeps the
+    last axis last (attention x V ``[N, heads, L, d]`` -> ``[N, L, heads, d]``): the kernel stores
+    in its order, no transpose kernel after it. None with a residual (read in the product's order)."""
+    user = rw.graph.sole_user(tail.last.var)
+    axes = permute_axes(user)
+    if axes is None or tail.residual is not None or axes[-1] != len(axes) - 1 or axes == tuple(range(len(axes))):
+        return None
+    return user
+
+
+def _emit(rw: Rewriter, node: Node, a: Operand, b: Operand | None, geom, tail: GemmTail, permute: Node | None = None):
     epilogue = tail.epilogue
     # Plain tensors are float32 under every precision (upstream's side): the kernel is float32.
     kwargs = strategy.gemm_kwargs(geom, "float32", rw.profile)
@@ -198,6 +223,11 @@ def _emit(rw: Rewriter, node: Node, a: Operand, b: Operand | None, geom, tail: G
     alpha = a.scale * (b.scale if b is not None else 1.0) * tail.alpha
     if alpha != 1.0:
         kwargs["alpha"] = alpha
+    if permute is not None:
+        kwargs["out_perm"] = permute_axes(permute)
+    for name, operand in (("a_view", a), ("b_view", b)):
+        if operand is not None and operand.view:
+            kwargs[name] = operand.view
     func = kernel(gemm_kernels.gemm, geom.a_shape, geom.b_shape, trans_a=geom.trans_a, trans_b=geom.trans_b, epilogue=epilogue, **kwargs)
     b_arg = relax.const(np.ascontiguousarray(tail.weight.astype(np.float32))) if tail.weight is not None else rw.expr(b.var)
     args = [rw.expr(a.var), b_arg]
@@ -209,8 +239,13 @@ def _emit(rw: Rewriter, node: Node, a: Operand, b: Operand | None, geom, tail: G
     info["attrs"]["epilogue"] = epilogue_info(epilogue)
     # the operands as stored, for ``tir-adreno kernel --check``'s reference (tools.workbench)
     info["gemm"] = {"a_shape": list(geom.a_shape), "b_shape": list(geom.b_shape), "trans_a": geom.trans_a,
-                    "trans_b": geom.trans_b, "alpha": alpha}
-    out = rw.emit_kernel(func, args, geom.out_shape, dtype="float32", hint="gemm", op_info=info)
-    if not same(tail.last.var, node.var):
+                    "trans_b": geom.trans_b, "alpha": alpha, **({"out_perm": list(kwargs["out_perm"])} if permute is not None else {}),
+                    **({"views": True} if "a_view" in kwargs or "b_view" in kwargs else {})}
+    out_shape = gemm_kernels.stored_out_shape(geom, kwargs.get("out_perm"))
+    out = rw.emit_kernel(func, args, out_shape, dtype="float32", hint="gemm", op_info=info)
+    if permute is not None:
+        permute.fused = True
+        rw.exprs[permute.var] = out
+    elif not same(tail.last.var, node.var):
         rw.exprs[tail.last.var] = out
     return out
