@@ -97,8 +97,10 @@ def _leaf(rw, anchor: Anchor, chain: Chain, other, out_shape):
             return None
         chain.channels.append(vector)
         return ex.Channel(len(chain.channels) - 1)
-    if not isinstance(other, relax.Var) or chain.operand is not None or dtype(other) != "float32":
+    if not isinstance(other, relax.Var) or dtype(other) != "float32":
         return None
+    if chain.operand is not None:  # one operand a kernel: read again, or refused
+        return ex.Operand(anchor.kind_of(out_shape, static_shape(other))) if same(other, chain.operand) else None
     if other not in rw.values and other not in rw.exprs:
         return None  # computed later (a branch emitted after this one): that branch may take this value
     kind = anchor.kind_of(out_shape, static_shape(other))
