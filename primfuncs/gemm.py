@@ -5,8 +5,9 @@ One factory, :func:`gemm`, covers the matmul family as the ONNX importer writes 
 - activation x constant weight (a Linear): ``A [..., M, K]`` of any rank (tokens ``[N, L, C]``,
   channels-last maps ``[N, H, W, C]``) times ``B [K, N]``; every leading dim of ``A`` is folded
   into the rows, so the whole product is one ``[rows, K] x [K, N]`` GEMM;
-- batched activation x activation: ``A [B..., M, K]`` times ``B [B..., K, N]`` with the same
-  batch dims (any count: ``[N, heads, L, d]``), flattened into one batch axis; either operand may
+- batched activation x activation: ``A [B..., M, K]`` times ``B [B..., K, N]`` with batch dims
+  that broadcast (any count: ``[N, heads, L, d]``; a size-1 dim of either is shared, as
+  multi-query attention's K and V), flattened into one batch axis; either operand may
   be stored transposed (``trans_a``: ``A [B..., K, M]``, ``trans_b``: ``B [B..., N, K]``: Q Kᵀ
   reads K as stored), so no transpose kernel runs before it.
 
@@ -90,7 +91,8 @@ class GemmGeometry:
 
 def gemm_geometry(a_shape, b_shape, trans_a: bool = False, trans_b: bool = False) -> GemmGeometry:
     """The :class:`GemmGeometry` of ``op(A) @ op(B)`` for stored shapes ``a_shape``, ``b_shape``
-    (rank >= 2; ``B`` of rank 2 is shared by every batch, else both have the same batch dims);
+    (rank >= 2; ``B`` of rank 2 is shared by every batch, else both have batch dims of one rank that
+    broadcast: each pair equal or one of them 1);
     ValueError naming what does not fit."""
     a_shape, b_shape = tuple(int(d) for d in a_shape), tuple(int(d) for d in b_shape)
     if len(a_shape) < 2 or len(b_shape) < 2:
@@ -102,13 +104,21 @@ def gemm_geometry(a_shape, b_shape, trans_a: bool = False, trans_b: bool = False
     if k != kb:
         raise ValueError(f"gemm reduction lengths differ: A {a_shape} (trans_a={trans_a}) has K={k}, "
                          f"B {b_shape} (trans_b={trans_b}) has K={kb}")
-    if len(b_shape) > 2 and a_shape[:-2] != b_shape[:-2]:
-        raise ValueError(f"gemm batch dims differ: A {a_shape[:-2]}, B {b_shape[:-2]} (B must have A's or none)")
+    batch = _broadcast_batch(a_shape[:-2], b_shape[:-2]) if len(b_shape) > 2 else a_shape[:-2]
     folded = len(b_shape) == 2 and not trans_a
-    out_shape = (*a_shape[:-2], m, n)
+    out_shape = (*batch, m, n)
     if folded:
         return GemmGeometry(a_shape, b_shape, trans_a, trans_b, 1, math.prod(a_shape[:-1]), k, n, out_shape, True)
-    return GemmGeometry(a_shape, b_shape, trans_a, trans_b, math.prod(a_shape[:-2]), m, k, n, out_shape, False)
+    return GemmGeometry(a_shape, b_shape, trans_a, trans_b, math.prod(batch), m, k, n, out_shape, False)
+
+
+def _broadcast_batch(a_batch, b_batch) -> tuple:
+    """The batch dims of a product whose operands have batch dims ``a_batch`` and ``b_batch`` of one
+    rank, each pair equal or one of them 1 (NumPy broadcasting: multi-query attention's shared K and
+    V ``[N, 1, L, d]`` against queries ``[N, heads, L, d]``); ValueError otherwise."""
+    if len(a_batch) != len(b_batch) or any(x != y and 1 not in (x, y) for x, y in zip(a_batch, b_batch)):
+        raise ValueError(f"gemm batch dims differ: A {a_batch}, B {b_batch} (B must have A's rank, each dim equal or 1, or none)")
+    return tuple(max(x, y) for x, y in zip(a_batch, b_batch))
 
 
 def gemm_grid(geom: GemmGeometry, config: GemmConfig) -> PixelGrid:
@@ -137,13 +147,19 @@ def _indexers(geom: GemmGeometry):
     """(at_a, at_b, at_y): the stored index of element ``(b, row, col)`` of op(A), op(B) and Y."""
     a, b, y = geom.a_shape, geom.b_shape, geom.out_shape
 
+    def batch_index(vb, own):
+        # the operand's batch index of product ``vb``: a broadcast (size-1) dim reads its index 0
+        if own == y[:-2]:
+            return _unravel(vb, own)
+        return tuple(0 if d == 1 else i for i, d in zip(_unravel(vb, y[:-2]), own))
+
     def at_a(vb, row, col):
         if geom.rows_folded:
             return (*_unravel(row, a[:-1]), col)
-        return (*_unravel(vb, a[:-2]), *((col, row) if geom.trans_a else (row, col)))
+        return (*batch_index(vb, a[:-2]), *((col, row) if geom.trans_a else (row, col)))
 
     def at_b(vb, row, col):
-        lead = () if len(b) == 2 else _unravel(vb, b[:-2])
+        lead = () if len(b) == 2 else batch_index(vb, b[:-2])
         return (*lead, *((col, row) if geom.trans_b else (row, col)))
 
     def at_y(vb, row, col):

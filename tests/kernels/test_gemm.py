@@ -25,7 +25,7 @@ HALF_RTOL = 2.0**-11
 @st.composite
 def cases(draw):
     """(a_shape, b_shape, trans_a, trans_b, scope): a Linear (B 2-d, A of rank 2-4) or a batched product
-    with 1-2 batch dims (heads), K and N not multiples of 4 as often as multiples."""
+    with 1-2 batch dims (heads; either operand's broadcast: size 1), K and N not multiples of 4 as often as multiples."""
     m, k, n = draw(st.integers(1, 19)), draw(st.sampled_from([1, 3, 4, 7, 8, 13, 32, 37])), draw(st.integers(1, 21))
     scope = draw(st.sampled_from([BUFFER, TEXTURE]))
     trans_b = draw(st.booleans()) and scope == BUFFER  # textures are read as stored
@@ -33,8 +33,11 @@ def cases(draw):
         lead = tuple(draw(st.lists(st.integers(1, 3), max_size=2)))
         return (*lead, m, k), ((n, k) if trans_b else (k, n)), False, trans_b, scope
     lead = tuple(draw(st.lists(st.integers(1, 3), min_size=1, max_size=2)))
+    # either operand may broadcast some batch dims (multi-query attention's shared K and V)
+    a_lead, b_lead = (tuple(d if draw(st.booleans()) else 1 for d in lead) for _ in range(2))
+    a_lead, b_lead = (lead, b_lead) if draw(st.booleans()) else (a_lead, lead)
     trans_a = draw(st.booleans()) and scope == BUFFER
-    return (*lead, *((k, m) if trans_a else (m, k))), (*lead, *((n, k) if trans_b else (k, n))), trans_a, trans_b, scope
+    return (*a_lead, *((k, m) if trans_a else (m, k))), (*b_lead, *((n, k) if trans_b else (k, n))), trans_a, trans_b, scope
 
 
 CONFIGS = st.builds(gemm.GemmConfig, st.integers(1, 8), st.integers(1, 4), st.sampled_from([1, 2, 8]), st.sampled_from([1, 4, 16]))
@@ -70,6 +73,8 @@ def _reference(a, b, trans_a, trans_b, bias, residual, epilogue, alpha):
          precision="float16_acc32", seed=2, alpha=0.125)  # Q Kᵀ with heads: K read transposed, odd d
 @example(case=((2, 3, 6, 5), (2, 3, 6, 10), True, False, BUFFER), config=gemm.GemmConfig(2, 1, 1, 1), epilogue=Epilogue(residual=True),
          precision="float32", seed=3, alpha=1.0)  # Kᵀ V of linear attention: A read transposed
+@example(case=((2, 4, 6, 5), (2, 1, 7, 5), False, True, BUFFER), config=gemm.GemmConfig(2, 1, 2, 2), epilogue=Epilogue(),
+         precision="float32", seed=7, alpha=0.5)  # multi-query attention: one K for every head
 @example(case=((1, 3, 10, 7), (1, 3, 7, 9), False, False, TEXTURE), config=gemm.GemmConfig(2, 2, 2, 2),
          epilogue=Epilogue(bias=True, residual=True, activation="relu"), precision="float16_acc32", seed=4, alpha=1.0)  # half images, K and N padded
 @example(case=((1, 1, 7, 1), (1, 5), False, False, TEXTURE), config=gemm.GemmConfig(1, 2, 1, 1), epilogue=Epilogue(),
@@ -113,6 +118,9 @@ def test_gemm_geometry_folds_rows_of_a_linear():
     assert (qk.batch, qk.m, qk.k, qk.n, qk.out_shape) == (4, 49, 16, 49, (1, 4, 49, 49))
     ktv = gemm.gemm_geometry((2, 3, 10, 5), (2, 3, 10, 6), trans_a=True)
     assert (ktv.batch, ktv.m, ktv.k, ktv.n) == (6, 5, 10, 6)
+    mqa = gemm.gemm_geometry((1, 4, 196, 64), (1, 1, 64, 49))  # K shared by the heads (broadcast)
+    assert (mqa.batch, mqa.m, mqa.k, mqa.n, mqa.out_shape) == (4, 196, 64, 49, (1, 4, 196, 49))
+    assert gemm.gemm_geometry((3, 1, 5, 2), (1, 4, 2, 6)).out_shape == (3, 4, 5, 6)
 
 
 def test_gemm_bad_arguments():
@@ -120,6 +128,8 @@ def test_gemm_bad_arguments():
         gemm.gemm((2, 3), (4, 5))
     with pytest.raises(ValueError, match="batch dims"):
         gemm.gemm((2, 3, 4), (3, 4, 5))
+    with pytest.raises(ValueError, match="batch dims"):
+        gemm.gemm((1, 2, 3, 4), (3, 4, 5))  # ranks differ
     with pytest.raises(ValueError, match="rank"):
         gemm.gemm((3,), (3, 5))
     with pytest.raises(ValueError, match="tile"):

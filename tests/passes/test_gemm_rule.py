@@ -93,6 +93,17 @@ def test_scores_with_heads():
     assert len(_run(model, _inputs(np.random.default_rng(6), **shapes), gemms=1)) == 1
 
 
+def test_multi_query_attention():
+    """Multi-query attention as timm's MobileNetV4 exports it: one K and V ``[N, 1, L, d]`` for
+    every head of Q ``[N, heads, L, d]`` (the MatMul broadcasts the head axis): both products our
+    GEMM, K and V read once per head, nothing expanded."""
+    nodes = [node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]), node("MatMul", ["q", "kt"], ["s"]),
+             node("MatMul", ["s", "v"], ["y"])]
+    shapes = {"q": (1, 4, 12, 8), "k": (1, 1, 7, 8), "v": (1, 1, 7, 8)}
+    model = make(nodes, [tensor(n, list(s)) for n, s in shapes.items()], [tensor("y", [1, 4, 12, 8])], [], opset=17)
+    _run(model, _inputs(np.random.default_rng(8), **shapes), gemms=2)
+
+
 def test_linear_attention_context_with_heads():
     """``Kᵀ V`` (EfficientViT-style linear attention's context, ``[N, heads, L, d]``): the first
     operand read transposed; then ``Q ctx`` plus a bias over the last axis."""

@@ -184,7 +184,7 @@ def gemm_tail(rw: Rewriter, node: Node, weight: np.ndarray | None, n: int) -> Ge
 
 @rule("relax.matmul")
 def gemm(rw: Rewriter, node: Node):
-    """``A @ B`` of plain float32 tensors (B a constant or an activation of A's batch dims) as our GEMM."""
+    """``A @ B`` of plain float32 tensors (B a constant, or an activation whose batch dims broadcast with A's) as our GEMM."""
     if dtype(node.var) != "float32" or static_shape(node.var) is None:
         return None
     a = _operand(rw, node.args[0])
