@@ -98,7 +98,7 @@ UNARY_STEPS = {
 BINARY_STEPS = ("Add", "Sub", "Mul", "Div", "Pow")
 #: what the other operand of a binary step is, per anchor (the GEMM reads operands of its output's shape)
 LEAVES = {"conv": ("scalar", "channel", "full", "per_channel", "per_pixel"), "depthwise": ("scalar", "channel", "full", "per_pixel"),
-          "matmul": ("scalar", "channel", "full")}
+          "matmul": ("scalar", "channel", "tensor", "full")}  # tensor: a constant of [L, N] (attention biases)
 
 
 @st.composite
@@ -131,10 +131,15 @@ class GraphBuilder:
         return name
 
     def leaf(self, kind, positive):
-        """The other operand's name: a constant, or a second graph input (one per graph, reused)."""
+        """The other operand's name: a constant, or a second graph input (one per graph, reused). A
+        kernel reads one operand: a constant tensor is one, so after it any other becomes a scalar."""
         n, c, h, w = 1, self.c, self.size, self.size
-        if kind in ("scalar", "channel"):
-            shape = () if kind == "scalar" else ((c,) if self.anchor == "matmul" else (1, c, 1, 1))
+        if kind in ("tensor", "full", "per_channel", "per_pixel") and self.operand is not None:
+            kind = "scalar" if self.operand != "g" else kind
+        if kind == "tensor":
+            self.operand = "tensor"
+        if kind in ("scalar", "channel", "tensor"):
+            shape = {"scalar": (), "channel": (c,) if self.anchor == "matmul" else (1, c, 1, 1), "tensor": self.out_shape[1:]}[kind]
             name = f"k{len(self.inits)}"
             value = self.rng.uniform(0.5, 2.0, shape) * self.rng.choice([-1, 1], shape) if positive else self.rng.standard_normal(shape)
             self.inits[name] = np.asarray(value, np.float32)

@@ -38,12 +38,13 @@ BINARY_OPS = {"relax.add": "add", "relax.subtract": "subtract", "relax.multiply"
 @dataclass
 class Chain:
     """An anchor's elementwise chain: the expression, its per-channel constants (float64 vectors in
-    :class:`~primfuncs.epilogue_expr.Channel` order), the operand's variable, the last node."""
+    :class:`~primfuncs.epilogue_expr.Channel` order), the operand (a variable, or a constant's values
+    broadcast to the output: :attr:`Anchor.constant_operand`), the last node."""
 
     expr: object
     last: Node
     channels: list = field(default_factory=list)
-    operand: relax.Var | None = None
+    operand: relax.Var | np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,7 @@ class Anchor:
     channels: int
     layout: str = "NCHW"
     operand_kinds: tuple = ex.OPERAND_KINDS
+    constant_operand: bool = False  # a constant tensor (broadcast to the output) may be the operand (plain buffers)
 
     def kind_of(self, out_shape, shape) -> str | None:
         """How an activation of ``shape`` broadcasts onto the output, None when the kernel cannot read it."""
@@ -83,6 +85,18 @@ def _unary(node: Node, var):
     return None
 
 
+def _constant_operand(anchor: Anchor, chain: Chain, data: np.ndarray, out_shape):
+    """A constant tensor that broadcasts to the output (LeViT's attention biases after ``q kᵀ``) as
+    the operand, its values broadcast to the output's shape; None where the anchor takes none."""
+    if not anchor.constant_operand or chain.operand is not None or "full" not in anchor.operand_kinds:
+        return None
+    try:
+        chain.operand = np.broadcast_to(data, out_shape)
+    except ValueError:
+        return None
+    return ex.Operand("full")
+
+
 def _leaf(rw, anchor: Anchor, chain: Chain, other, out_shape):
     """The other operand of a binary op as a leaf (a scalar, a per-channel constant, the operand),
     recording per-channel values and the operand on ``chain``; None when the kernel cannot read it."""
@@ -94,13 +108,14 @@ def _leaf(rw, anchor: Anchor, chain: Chain, other, out_shape):
             return ex.Const(float(data.reshape(())))
         vector = channel_vector(other, anchor.channels, anchor.layout)
         if vector is None:
-            return None
+            return _constant_operand(anchor, chain, data, out_shape)
         chain.channels.append(vector)
         return ex.Channel(len(chain.channels) - 1)
     if not isinstance(other, relax.Var) or dtype(other) != "float32":
         return None
     if chain.operand is not None:  # one operand a kernel: read again, or refused
-        return ex.Operand(anchor.kind_of(out_shape, static_shape(other))) if same(other, chain.operand) else None
+        again = isinstance(chain.operand, relax.Var) and same(other, chain.operand)
+        return ex.Operand(anchor.kind_of(out_shape, static_shape(other))) if again else None
     if other not in rw.values and other not in rw.exprs:
         return None  # computed later (a branch emitted after this one): that branch may take this value
     kind = anchor.kind_of(out_shape, static_shape(other))

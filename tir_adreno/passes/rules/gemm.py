@@ -50,7 +50,8 @@ class Operand:
 @dataclass
 class GemmTail:
     """What follows the product in the graph and goes into the kernel: the weight (a Linear's, with
-    the linear steps after it folded in), the bias, a residual, an activation, the last node."""
+    the linear steps after it folded in), the bias, a residual, an activation, the elementwise chain
+    after them (also reading a constant tensor: attention biases), the last node."""
 
     last: Node
     weight: np.ndarray | None = None  # float64 [K, N]
@@ -161,7 +162,8 @@ def _chain(rw: Rewriter, tail: GemmTail, n: int) -> GemmTail:
     """The elementwise chain after the tail into it, where kernels fuse (an operand of the output's
     shape only, none after a residual; per-column constants beside the bias)."""
     if rw.fuses:
-        tail.chain = match_chain(rw, tail.last, Anchor(n, "NHWC", () if tail.residual is not None else ("full",)))
+        kinds = () if tail.residual is not None else ("full",)
+        tail.chain = match_chain(rw, tail.last, Anchor(n, "NHWC", kinds, constant_operand=True))
         tail.last = tail.last if tail.chain is None else tail.chain.last
     return tail
 
@@ -221,7 +223,8 @@ def _emit(rw: Rewriter, node: Node, a: Operand, b: Operand | None, geom, tail: G
     if rows is not None:
         args.append(relax.const(rows))
     if epilogue.reads_residual:
-        args.append(rw.expr(tail.extra_input))
+        extra = tail.extra_input  # a constant operand comes as its values (broadcast to Y's shape)
+        args.append(relax.const(np.ascontiguousarray(extra, np.float32)) if isinstance(extra, np.ndarray) else rw.expr(extra))
     info = node_info(node, trans_a=geom.trans_a, trans_b=geom.trans_b, alpha=alpha, config=str(kwargs["config"]))
     info["attrs"]["epilogue"] = epilogue_info(epilogue)
     # the operands as stored, for ``tir-adreno kernel --check``'s reference (tools.workbench)
