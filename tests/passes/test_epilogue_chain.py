@@ -224,3 +224,40 @@ def test_a_deep_chain_with_every_leaf_kind(anchor):
     steps = [("unary", "Sigmoid"), ("binary", "Mul", "channel", True), ("binary", "Add", operand, False),
              ("binary", "Pow", "scalar", False), ("binary", "Sub", "scalar", True), ("unary", "Tanh")]
     check_chain(anchor, steps, channels=6, size=5, seed=3)
+
+
+# -- the Winograd conv's output transform with an expression (no model draws Winograd this small) --
+
+@pytest.mark.parametrize("m, scope", [(2, "global.texture"), (4, "global")])
+def test_winograd_output_transform_evaluates_the_expression(device, m, scope):
+    """sigmoid(conv + bias) * c0 - operand[pixel] (0 -> 0.5 on padded lanes: they must stay 0), poisoned Y."""
+    from helpers.conv import check_blocked_output, reference_conv2d
+    from helpers.numeric import assert_close, pack_nchw4c, rand, unpack_nchw4c
+    from primfuncs.conv import ConvConfig, winograd as wg
+    from tir_adreno import ops
+    from tir_adreno.codegen import build
+    from tir_adreno.strategy.packing import pack_bias
+    from tir_adreno.tuning.programs import ConvProgram
+
+    rng = np.random.default_rng(m)
+    n, c, h, w, o = 1, 5, 7, 6, 6
+    expr = ex.Binary("subtract", ex.Binary("multiply", ex.X(), ex.Channel(0)), ex.Operand("pixel"))
+    epi = Epilogue(bias=True, activation="sigmoid", expr=expr)
+    kernels = wg.conv2d_winograd_nchw4c((n, c, h, w), (o, c, 3, 3), padding=(1, 1, 1, 1), m=m, epilogue=epi,
+                                        config=ConvConfig(2, 2, (4, 2, 1)), scope=scope)
+    x, wt, bias, c0, operand = rand(rng, (n, c, h, w)), rand(rng, (o, c, 3, 3)), rand(rng, (o,)), rand(rng, (o,)), rand(rng, (n, 1, h, w))
+    y = reference_conv2d(x, wt, (1, 1), (1, 1, 1, 1), (1, 1), 1) + bias.reshape(1, o, 1, 1)
+    ref = ex.numpy_evaluate(expr, numpy_activation(y, "sigmoid"), operand=operand, channels=[c0])
+    program = ConvProgram(f"winograd_{m}x{m}", build.build_cached(kernels.module()), kernels.names)
+    assert program.inputs == ("X", "U", "Bias", "Residual")
+    tensors = {
+        "X": device.array(pack_nchw4c(x), scope, "X"),
+        "U": device.array(wg.winograd_weight_transform(wt, m), kernels.weight_scope, "U"),
+        "Bias": device.array(np.concatenate([pack_bias(bias), pack_bias(c0)], axis=1), "global", "Bias"),
+        "Residual": device.array(pack_nchw4c(operand), scope, "Residual"),
+        "Y": ops.empty_nchw4c(device, (n, o, h, w), "float32", scope, "Y"),  # poisoned
+    }
+    program.run(device, tensors)
+    blocked = tensors["Y"].numpy()
+    check_blocked_output(blocked, o)
+    assert_close(unpack_nchw4c(blocked, o), ref, 1e-4)
