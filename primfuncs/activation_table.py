@@ -9,7 +9,8 @@ parametrized or not, is one entry of :data:`TABLE`.
 
 An ops namespace has ``const(v)`` (a constant of the arithmetic's type), ``clip(x, lo, hi)``
 (``np.clip`` with constant bounds, None for no bound; NaN stays NaN), ``select(cond, a, b)``,
-``exp``, ``erf``; ``+ - * /``, unary ``-`` and ``<`` are the values' own operators.
+``exp``, ``erf`` (and for ``primfuncs.epilogue_expr``: ``abs``, ``sqrt``, ``tanh``, ``maximum``,
+``minimum``, ``power``); ``+ - * /``, unary ``-`` and ``<`` are the values' own operators.
 
 This module imports nothing of the project and no TVM (the layer contracts let
 ``tir_adreno.reference`` read it although it lives among the kernels: it is their definition).
@@ -114,6 +115,13 @@ class NumpyOps:
     select = staticmethod(np.where)
     exp = staticmethod(np.exp)
     erf = staticmethod(np.vectorize(math.erf, otypes=[np.float64]))
+    # the expression epilogue's other ops (primfuncs.epilogue_expr)
+    abs = staticmethod(np.abs)
+    sqrt = staticmethod(np.sqrt)
+    tanh = staticmethod(np.tanh)
+    maximum = staticmethod(np.maximum)
+    minimum = staticmethod(np.minimum)
+    power = staticmethod(np.power)
 
 
 NUMPY = NumpyOps()

@@ -18,8 +18,9 @@ from dataclasses import dataclass
 
 from tvm.script import tirx as T
 
-from ._common import clamp, load_pixel
+from ._common import clamp, load_pixel, maximum, minimum
 from .activation_table import NAMES, activation as _table_entry
+from .epilogue_expr import channel_count, evaluate, operand_kind
 
 #: Supported activations (:data:`primfuncs.activation_table.NAMES`: each defined once there, for the
 #: kernels, the float64 reference and the recognizer). ``"clip"`` clamps to the :class:`Epilogue`'s
@@ -43,6 +44,7 @@ class Epilogue:
     activation_params: tuple = ()  # the activation's other parameters, ((name, value), ...): ``(("alpha", 0.2),)``
     out_scope: str | None = None  # the conv factories: Y's scope (None: X's), so a boundary needs no copy
     residual_scope: str | None = None  # and Residual's (None: Y's)
+    expr: object = None  # an elementwise chain after all that (primfuncs.epilogue_expr), None: none
 
     def __post_init__(self):
         if self.activation not in ACTIVATIONS:
@@ -51,11 +53,41 @@ class Epilogue:
             _table_entry(self.activation).check_params(dict(self.activation_params))
         if not self.clip_min <= self.clip_max:
             raise ValueError(f"clip needs clip_min <= clip_max, got {self.clip_min} > {self.clip_max}")
+        if self.residual and self.operand_kind is not None:
+            raise ValueError("an epilogue with a residual add reads no expression operand (one Residual buffer)")
+
+    @property
+    def operand_kind(self) -> str | None:
+        """How the expression's operand broadcasts (``epilogue_expr.OPERAND_KINDS``), None without one."""
+        return None if self.expr is None else operand_kind(self.expr)
+
+    @property
+    def channel_rows(self) -> int:
+        """How many per-channel constants the expression reads (rows of ``Bias`` after the bias)."""
+        return 0 if self.expr is None else channel_count(self.expr)
+
+    @property
+    def reads_bias(self) -> bool:
+        return self.bias or self.channel_rows > 0
+
+    @property
+    def reads_residual(self) -> bool:
+        return self.residual or self.operand_kind is not None
+
+    def bias_shape(self, blocks: int) -> tuple:
+        """``Bias``'s shape for ``blocks`` blocks of 4 channels: ``(blocks, 4)`` a row, the bias first."""
+        return (blocks, 4 * (int(self.bias) + self.channel_rows))
+
+    def residual_shape(self, out5) -> tuple:
+        """``Residual``'s NCHW4c shape for output ``out5``: the output's, or the operand's broadcast."""
+        n, c4, h, w, lanes = out5
+        kind = self.operand_kind
+        return {"channel": (n, c4, 1, 1, lanes), "pixel": (n, 1, h, w, lanes)}.get(kind, tuple(out5))
 
     def params(self, inputs, output) -> list[str]:
         """Parameter names of a kernel with this epilogue: ``inputs``, the
         epilogue's own inputs, then ``output`` (the order ``select_params`` keeps)."""
-        extra = [BIAS] * self.bias + [RESIDUAL] * self.residual
+        extra = [BIAS] * self.reads_bias + [RESIDUAL] * self.reads_residual
         return [*inputs, *extra, output]
 
 
@@ -82,6 +114,12 @@ class TirOps:
     select = staticmethod(T.Select)
     exp = staticmethod(T.exp)
     erf = staticmethod(T.erf)
+    abs = staticmethod(T.abs)
+    sqrt = staticmethod(T.sqrt)
+    tanh = staticmethod(T.tanh)
+    power = staticmethod(T.pow)
+    maximum = staticmethod(maximum)  # NaN-safe, as NumPy
+    minimum = staticmethod(minimum)
 
 
 def activate(x, activation, dtype, clip_min: float = 0.0, clip_max: float = 6.0, params: tuple = ()):
@@ -93,9 +131,33 @@ def activate(x, activation, dtype, clip_min: float = 0.0, clip_max: float = 6.0,
     return _table_entry(activation)(TirOps(dtype), x, **bounds, **dict(params))
 
 
+def expression(epilogue, x, operand, channel_at, dtype):
+    """The epilogue's expression of one lane: ``x`` and ``operand`` that lane's values, ``channel_at(i)``
+    the lane's per-channel constant ``i`` (``x`` itself without an expression)."""
+    if epilogue.expr is None:
+        return x
+    return evaluate(epilogue.expr, TirOps(dtype), x, operand, channel_at)
+
+
+@T.macro
+def load_operand(tmp, epilogue, Residual, n, c, h, w):
+    """``tmp[0:4]`` = the expression operand's pixel for output pixel ``(n, c, h, w)``."""
+    if epilogue.operand_kind == "channel":
+        load_pixel(tmp, Residual, n, c, 0, 0)
+    elif epilogue.operand_kind == "pixel":
+        load_pixel(tmp, Residual, n, 0, h, w)
+    elif epilogue.operand_kind == "full":
+        load_pixel(tmp, Residual, n, c, h, w)
+
+
+def _lane_operand(epilogue, tmp, lane):
+    # a per-pixel operand is one channel: lane 0 of its pixel, for every lane
+    return tmp[0] if epilogue.operand_kind == "pixel" else tmp[lane]
+
+
 @T.macro
 def apply_epilogue(acc, k, tmp, epilogue, Bias, Residual, n, c, h, w):
-    """``acc[k] = act(acc[k] + Bias[c] + Residual[n, c, h, w])`` in place (``tmp``: a scratch
+    """``acc[k] = expr(act(acc[k] + Bias[c] + Residual[n, c, h, w]))`` in place (``tmp``: a scratch
     local pixel). ``acc[k, 0:4]`` holds channels ``4c..4c+3`` of pixel ``(n, h, w)``."""
     if epilogue.bias:
         for lane in T.vectorized(4):
@@ -110,6 +172,11 @@ def apply_epilogue(acc, k, tmp, epilogue, Bias, Residual, n, c, h, w):
         for lane in T.unroll(4):
             acc[k, lane] = activate(acc[k, lane], epilogue.activation, acc.dtype, epilogue.clip_min, epilogue.clip_max,
                                      epilogue.activation_params)
+    if epilogue.expr is not None:
+        load_operand(tmp, epilogue, Residual, n, c, h, w)
+        for lane in T.unroll(4):
+            acc[k, lane] = expression(epilogue, acc[k, lane], _lane_operand(epilogue, tmp, lane),
+                                      lambda i: Bias[c, (int(epilogue.bias) + i) * 4 + lane], acc.dtype)
 
 
 @T.macro

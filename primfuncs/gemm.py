@@ -39,7 +39,7 @@ from tvm.script import tirx as T
 from ._common import (BUFFER, LANES, TEXTURE, PixelGrid, ceildiv, check_accumulator, check_dtype, check_scope, multiply_add, pixel_launch,
                       select_params, unravel, whole)
 from . import gather
-from .epilogue import BIAS, RESIDUAL, Epilogue, activate
+from .epilogue import BIAS, RESIDUAL, Epilogue, activate, expression
 
 #: Largest register tile: rows x pixels of 4 columns (the accumulators are rows x 4 pixels floats).
 MAX_TILE_ROWS, MAX_TILE_COLS = 8, 4
@@ -213,6 +213,8 @@ def _check_gemm(geom: GemmGeometry, config, epilogue, dtype, acc_dtype, scope):
         raise TypeError(f"config must be a GemmConfig, got {type(config).__name__}")
     if not isinstance(epilogue, Epilogue):
         raise TypeError(f"epilogue must be an Epilogue, got {type(epilogue).__name__}")
+    if epilogue.operand_kind not in (None, "full"):
+        raise ValueError(f"gemm's expression epilogue reads an operand of the output's shape, got kind {epilogue.operand_kind!r}")
     check_dtype(dtype)
     check_scope(scope)
     if scope == TEXTURE and (geom.trans_a or geom.trans_b):
@@ -343,15 +345,17 @@ def gemm(a_shape, b_shape, trans_a: bool = False, trans_b: bool = False, config:
                     if epilogue.bias:
                         for lane in T.vectorized(4):
                             px[0, lane] = Bias[c0 + j, lane]
-                    if epilogue.residual:
+                    if epilogue.reads_residual:  # the residual, or the expression's operand
                         load_residual(px, Residual, vb, r0 + i, c0 + j)
                     for lane in T.unroll(4):
                         # padded lanes of a texture's last pixel stay 0 (the next kernel reads them)
-                        acc[i, j * 4 + lane] = T.Select((c0 + j) * 4 + lane < n, activate(
+                        acc[i, j * 4 + lane] = T.Select((c0 + j) * 4 + lane < n, expression(epilogue, activate(
                             (acc[i, j * 4 + lane] if alpha == 1.0 else acc[i, j * 4 + lane] * T.FloatImm(acc_dtype, float(alpha)))
                             + (T.Cast(acc_dtype, px[0, lane]) if epilogue.bias else acc_zero)
                             + (T.Cast(acc_dtype, px[1, lane]) if epilogue.residual else acc_zero),
-                            epilogue.activation, acc_dtype, epilogue.clip_min, epilogue.clip_max), acc_zero)
+                            epilogue.activation, acc_dtype, epilogue.clip_min, epilogue.clip_max),
+                            T.Cast(acc_dtype, px[1, lane]),
+                            lambda e: T.Cast(acc_dtype, Bias[c0 + j, (int(epilogue.bias) + e) * 4 + lane]), acc_dtype), acc_zero)
                     store_pixel_of(Y, acc, i, j, vb, r0 + i, c0 + j)
 
     @T.macro
@@ -379,7 +383,7 @@ def gemm(a_shape, b_shape, trans_a: bool = False, trans_b: bool = False, config:
         T.func_attr({"global_symbol": "gemm", "tirx.noalias": True})
         A = T.match_buffer(a, stored(a_buffer), dtype, scope=scope)
         B = T.match_buffer(b, stored(b_buffer), dtype, scope=scope)
-        Bias = T.match_buffer(bias, (n4, 4), dtype, scope=BUFFER)
+        Bias = T.match_buffer(bias, epilogue.bias_shape(n4), dtype, scope=BUFFER)
         Residual = T.match_buffer(residual, stored(y_shape), dtype, scope=scope)
         Y = T.match_buffer(y, stored(y_shape), dtype, scope=scope)
         launch(grid, grid.rows, grid.cols, "tile", lambda vz, vh, vw: tile(A, B, Bias, Residual, Y, vz, vh, vw))

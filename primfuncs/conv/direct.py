@@ -137,7 +137,7 @@ def _tile_macros(tiling: DirectTiling, epilogue: Epilogue):
     return conv_tile, accumulate_blocked, store_tile, load_shifts
 
 
-def _plain_kernel(tiling: DirectTiling, conv_tile, name: str, scopes):
+def _plain_kernel(tiling: DirectTiling, conv_tile, name: str, scopes, epilogue: Epilogue):
     """The kernel without split_k: one tile per work item, on a 3-D grid or (``config.flat``) a 1-D one."""
     scope, weight_scope, out_scope, residual_scope = scopes
     g = tiling.geom
@@ -159,8 +159,8 @@ def _plain_kernel(tiling: DirectTiling, conv_tile, name: str, scopes):
         Gate = T.match_buffer(gate, (n, c4, 1, 1, 4), dtype, scope=gate_scope)
         W = T.match_buffer(weight, (o4, cg, kh, kw, 4), dtype, scope=weight_scope)
         WeightSum = T.match_buffer(weight_sum, (o4, 4), dtype, scope=BUFFER)
-        Bias = T.match_buffer(bias, (o4, 4), dtype, scope=BUFFER)
-        Residual = T.match_buffer(residual, (n, o4, oh, ow, 4), dtype, scope=residual_scope)
+        Bias = T.match_buffer(bias, epilogue.bias_shape(o4), dtype, scope=BUFFER)
+        Residual = T.match_buffer(residual, epilogue.residual_shape((n, o4, oh, ow, 4)), dtype, scope=residual_scope)
         Y = T.match_buffer(out, (n, o4, oh, ow, 4), dtype, scope=out_scope)
         if config.flat:
             for bx in T.thread_binding(ceildiv(tiles, gf), thread="blockIdx.x"):
@@ -184,7 +184,7 @@ def _plain_kernel(tiling: DirectTiling, conv_tile, name: str, scopes):
     return func
 
 
-def _split_kernel(tiling: DirectTiling, accumulate_blocked, store_tile, load_shifts, name: str, scopes):
+def _split_kernel(tiling: DirectTiling, accumulate_blocked, store_tile, load_shifts, name: str, scopes, epilogue: Epilogue):
     """The split_k kernel: the work group's z dim holds gz channel tiles x ``split`` slices of the
     input channel blocks (slice k walks blocks k, k + split, ...). Each item writes its partial
     tile to local memory (item index fastest: conflict-free); after the barrier the slice-0 item
@@ -230,8 +230,8 @@ def _split_kernel(tiling: DirectTiling, accumulate_blocked, store_tile, load_shi
         Gate = T.match_buffer(gate, (n, c4, 1, 1, 4), dtype, scope=gate_scope)
         W = T.match_buffer(weight, (o4, cg, kh, kw, 4), dtype, scope=weight_scope)
         WeightSum = T.match_buffer(weight_sum, (o4, 4), dtype, scope=BUFFER)
-        Bias = T.match_buffer(bias, (o4, 4), dtype, scope=BUFFER)
-        Residual = T.match_buffer(residual, (n, o4, oh, ow, 4), dtype, scope=residual_scope)
+        Bias = T.match_buffer(bias, epilogue.bias_shape(o4), dtype, scope=BUFFER)
+        Residual = T.match_buffer(residual, epilogue.residual_shape((n, o4, oh, ow, 4)), dtype, scope=residual_scope)
         Y = T.match_buffer(out, (n, o4, oh, ow, 4), dtype, scope=out_scope)
         for bz in T.thread_binding(ceildiv(ot, gz), thread="blockIdx.z"):
             for by in T.thread_binding(ceildiv(oh, gy), thread="blockIdx.y"):
@@ -308,9 +308,9 @@ def _direct_conv(geom: ConvGeometry, mode: str, epilogue, dtype, config, scope, 
     conv_tile, accumulate_blocked, store_tile, load_shifts = _tile_macros(tiling, epilogue)
     # Parse only the kernel this config uses (TVMScript parsing is the factory's main cost).
     if tiling.split > 1:
-        kernel = _split_kernel(tiling, accumulate_blocked, store_tile, load_shifts, name, scopes)
+        kernel = _split_kernel(tiling, accumulate_blocked, store_tile, load_shifts, name, scopes, epilogue)
     else:
-        kernel = _plain_kernel(tiling, conv_tile, name, scopes)
+        kernel = _plain_kernel(tiling, conv_tile, name, scopes, epilogue)
     inputs = ["X", "W"] if prologue is None else ["X", "W_dw", *["Bias_dw"] * prologue.epilogue.bias, "W"]
     if gate_scope is not None:
         inputs.insert(1, "Gate")

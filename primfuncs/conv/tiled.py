@@ -350,8 +350,8 @@ def conv2d_tiled_nchw4c(
     # indices, print as extents TVM 0.27 re-derives in another term order on parse (defect 16),
     # and a dumped kernel must parse back to exactly this PrimFunc.
     def reads(X, Gate, W, WeightSum, Bias, Residual, *local):
-        return [whole(b) for b in (X, *[Gate] * (gated and not grn), W, *[WeightSum] * normed, *[Bias] * epilogue.bias,
-                                   *[Residual] * epilogue.residual, *local)]
+        return [whole(b) for b in (X, *[Gate] * (gated and not grn), W, *[WeightSum] * normed, *[Bias] * epilogue.reads_bias,
+                                   *[Residual] * epilogue.reads_residual, *local)]
 
     @T.prim_func(s_tir=True)
     def func(data: T.handle, gate: T.handle, gamma: T.handle, stats: T.handle, weight: T.handle, weight_sum: T.handle, bias: T.handle,
@@ -363,8 +363,8 @@ def conv2d_tiled_nchw4c(
         Stats = T.match_buffer(stats, (n * ngroups, nslices, PARTIAL_FIELDS), "float32", scope=BUFFER)
         W = T.match_buffer(weight, (o4, c, kh, kw, 4), dtype, scope=weight_scope)
         WeightSum = T.match_buffer(weight_sum, (o4, 4), dtype, scope=BUFFER)
-        Bias = T.match_buffer(bias, (o4, 4), dtype, scope=BUFFER)
-        Residual = T.match_buffer(residual, (n, o4, oh, ow, 4), dtype, scope=residual_scope)
+        Bias = T.match_buffer(bias, epilogue.bias_shape(o4), dtype, scope=BUFFER)
+        Residual = T.match_buffer(residual, epilogue.residual_shape((n, o4, oh, ow, 4)), dtype, scope=residual_scope)
         Y = T.match_buffer(out, (n, o4, oh, ow, 4), dtype, scope=out_scope)
         for bz in T.thread_binding(n, thread="blockIdx.z"):
             for by in T.thread_binding(ceildiv(o4, tn), thread="blockIdx.y"):

@@ -417,8 +417,8 @@ def winograd_output_transform(
     def func(products: T.handle, bias: T.handle, residual: T.handle, out: T.handle):
         T.func_attr({"global_symbol": f"winograd{m}x{m}_output_transform", "tirx.noalias": True})
         M = T.match_buffer(products, s.product, dtype, scope=tile_scope)
-        Bias = T.match_buffer(bias, (o4, 4), dtype, scope=BUFFER)
-        Residual = T.match_buffer(residual, s.out, dtype, scope=residual_scope)
+        Bias = T.match_buffer(bias, epilogue.bias_shape(o4), dtype, scope=BUFFER)
+        Residual = T.match_buffer(residual, epilogue.residual_shape(s.out), dtype, scope=residual_scope)
         Y = T.match_buffer(out, s.out, dtype, scope=scope)
         for by in T.thread_binding(g.by, thread="blockIdx.y"):
             for bx in T.thread_binding(g.bx, thread="blockIdx.x"):

@@ -13,6 +13,7 @@ from primfuncs import attention, concat, conv, elementwise, excite, gather, gemm
 from primfuncs._common import BUFFER, TEXTURE, TEXTURE_WEIGHT, blocked, equal_slices
 from primfuncs.conv import ConvConfig
 from primfuncs.conv.norm import GroupNormFold
+from primfuncs import epilogue_expr as ex
 from primfuncs.epilogue import ACTIVATIONS, Epilogue
 from primfuncs.conv.prologue import Prologue
 
@@ -28,8 +29,19 @@ def _blocked(nchw):
     return (n, blocked(c), h, w, 4)
 
 
+#: expression epilogues (primfuncs.epilogue_expr): per-channel rows, and an operand where no residual is
+EXPRS = (ex.Binary("add", ex.Unary("tanh", ex.Binary("multiply", ex.X(), ex.Channel(0))), ex.Const(0.5)),)
+OPERAND_EXPRS = {kind: ex.Binary("pow", ex.Binary("subtract", ex.Operand(kind), ex.X()), ex.Const(2.0)) for kind in ex.OPERAND_KINDS}
+
+
+def _expr(d, residual: bool, kinds=ex.OPERAND_KINDS):
+    return d.draw(st.sampled_from([None, *EXPRS, *([] if residual else [OPERAND_EXPRS[k] for k in kinds])]))
+
+
 def _epilogue(d):
-    return Epilogue(bias=d.draw(st.booleans()), activation=d.draw(st.sampled_from([None, "relu", "relu6"])), residual=d.draw(st.booleans()))
+    residual = d.draw(st.booleans())
+    return Epilogue(bias=d.draw(st.booleans()), activation=d.draw(st.sampled_from([None, "relu", "relu6"])), residual=residual,
+                    expr=_expr(d, residual))
 
 
 def layout_kernels(d, scope):
@@ -259,7 +271,9 @@ def gemm_kernels(d, scope):
     m, k, n = (d.draw(st.integers(1, 9)) for _ in range(3))
     batch = tuple(d.draw(st.lists(st.integers(1, 3), max_size=2)))
     config = gemm.GemmConfig(d.draw(st.integers(1, 4)), d.draw(st.integers(1, 2)), 2, 2)
-    epilogue = Epilogue(bias=d.draw(st.booleans()), residual=d.draw(st.booleans()), activation=d.draw(st.sampled_from(ACTIVATIONS)))
+    residual = d.draw(st.booleans())
+    epilogue = Epilogue(bias=d.draw(st.booleans()), residual=residual, activation=d.draw(st.sampled_from(ACTIVATIONS)),
+                        expr=_expr(d, residual, ("full",)))
     if scope != BUFFER:  # textures: no transposes, the last axis as pixels
         return [gemm.gemm((*batch, m, k), (k, n), config=config, epilogue=epilogue, scope=scope)]
     trans_a, trans_b = d.draw(st.booleans()), d.draw(st.booleans())
@@ -316,7 +330,7 @@ def test_every_family_is_covered():
     # no kernels of their own (conv.direct_tiling / direct_body: the direct family's pieces)
     helpers = {"epilogue", "lanes", "conv.config", "conv.geometry", "conv.direct_tiling", "conv.direct_body",
                "conv.winograd_math", "conv.norm", "conv.prologue", "excite_body", "attention.heads",
-               "activation_table"}
+               "activation_table", "epilogue_expr"}
     assert families - helpers == set(FAMILIES)
 
 

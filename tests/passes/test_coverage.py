@@ -53,13 +53,13 @@ def test_activation_fuses_into_conv(name, monkeypatch):
     tail, scalars, expected = ACT_TAILS[name]
     inits = {}
     _scalars(inits, **scalars)
-    from tir_adreno.passes import conv_emit as relax_pass
+    from tir_adreno.passes import epilogue_chain as relax_pass  # where a tail's Epilogue is made
 
     seen = []
     real = relax_pass.Epilogue
-    monkeypatch.setattr(relax_pass, "Epilogue", lambda **kw: seen.append(kw["activation"]) or real(**kw))
+    monkeypatch.setattr(relax_pass, "Epilogue", lambda **kw: seen.append((kw["activation"], kw.get("expr"))) or real(**kw))
     assert check(_conv_then(tail, inits)) == ["conv2d_nchw4c"]
-    assert seen == [expected]
+    assert seen == [(expected, None)]  # named, not an expression
 
 
 def _standalone(tail, inits):

@@ -15,9 +15,10 @@ from tvm import relax
 from primfuncs.conv import ConvGeometry
 from primfuncs.epilogue import Epilogue
 
-from tir_adreno.passes.activations import clip_fields, fuse_activation
+from tir_adreno.passes.activations import fuse_activation
 from tir_adreno.passes.affine import batch_norm_affine, batch_norm_output, linear_step, other_operand
 from tir_adreno.passes.convs import conv_geometry, conv_operands
+from tir_adreno.passes.epilogue_chain import OPERAND_KINDS, Anchor, Chain, chain_epilogue, match_chain, pack_rows
 from tir_adreno.passes.graph import TO_NCHW, Node, dtype, same, static_shape
 from tir_adreno.passes.kernel_index import KernelCall
 from tir_adreno.passes.op_info import CONFIG_ATTR, CONV_STAGES, SOURCE_ATTR, conv_info, fused_info
@@ -40,6 +41,8 @@ class Tail:
     last: Node | None = None
     weight_sum: np.ndarray | None = None  # a folded layer norm's sum_c W[o, c] (:meth:`fold_norm`)
     layout: str = "NCHW"  # the layout of ``last``'s value (NHWC -> NCHW after :func:`_permuted_residual`)
+    chain: Chain | None = None  # the elementwise chain after all that (:func:`chain_tail`)
+    operand: Value | None = None  # the chain's operand (none with a residual)
 
     @property
     def has_bias(self) -> bool:
@@ -47,13 +50,18 @@ class Tail:
 
     @property
     def epilogue(self) -> Epilogue:
-        return Epilogue(bias=self.has_bias, activation=self.activation, residual=self.residual is not None,
-                        **clip_fields(self.clip_bounds))
+        return chain_epilogue(self.has_bias, self.activation, self.clip_bounds, self.residual is not None, self.chain)
+
+    @property
+    def extra_input(self) -> Value | None:
+        """The activation the kernel reads beside its input: the residual or the chain's operand."""
+        return self.residual if self.residual is not None else self.operand
 
     def constants(self, pack_weights, dtype: str = "float32") -> list:
         """The kernel arguments of the weights, a folded layer norm's weight sums and the bias (when
-        it has one) in ``dtype``."""
-        bias = [relax.const(pack_bias(self.bias.astype(dtype)))] if self.has_bias else []
+        it has one) with the chain's per-channel constants beside it, in ``dtype``."""
+        rows = pack_rows(self.bias if self.has_bias else None, self.chain, lambda r: pack_bias(r.astype(dtype)))
+        bias = [relax.const(rows)] if rows is not None else []
         sums = [relax.const(pack_bias(self.weight_sum.astype(dtype)))] if self.weight_sum is not None else []
         return [relax.const(pack_weights(self.w)), *sums, *bias]
 
@@ -164,6 +172,28 @@ def conv_tail(rw: Rewriter, node: Node, w: np.ndarray, data_layout: str) -> Tail
         tail.last = last
 
 
+def chain_tail(rw: Rewriter, tail: Tail) -> Tail:
+    """The elementwise chain after the tail into it (``passes.epilogue_chain``), where kernels fuse:
+    its expression, per-channel constants and operand (in full or broadcast; none after a residual)."""
+    if not rw.fuses:
+        return tail
+    nchw = tail.layout == "NCHW"
+    anchor = Anchor(tail.w.shape[0], tail.layout, () if tail.residual is not None else OPERAND_KINDS if nchw else ("full",))
+    marks = rw.graph.fused_marks()
+    chain = match_chain(rw, tail.last, anchor)
+    if chain is None:
+        return tail
+    operand = None
+    if chain.operand is not None:
+        full = static_shape(chain.operand) == static_shape(chain.last.var)
+        operand = rw.view(chain.operand, tail.layout) if full else rw.activation(chain.operand, "NCHW")
+        if operand is None:  # an operand our kernels do not hold in a layout the conv reads
+            rw.graph.restore_fused(marks)
+            return tail
+    tail.chain, tail.last, tail.operand = chain, chain.last, operand
+    return tail
+
+
 def emit_conv2d(rw: Rewriter, node: Node, x: Value, gate: Value | None = None, input_shift=None, norm=None, stats=None, grn=None):
     """Conv ``node`` on ``x`` with its tail (a depthwise conv's 1x1 reader is the
     ``depthwise_pointwise`` pattern's); with ``gate`` (``[N, C, 1, 1]``, the caller asked
@@ -176,7 +206,7 @@ def emit_conv2d(rw: Rewriter, node: Node, x: Value, gate: Value | None = None, i
     with ``grn`` ``(epsilon, gamma)`` (the caller asked ``can_fuse("grn", ...)``) ``gate`` is GRN's sums of
     squares and the conv reads ``x * (1 + gamma * Nx)`` computing ``Nx`` itself."""
     data_layout, w = conv_operands(node)
-    tail = conv_tail(rw, node, w, data_layout)
+    tail = chain_tail(rw, conv_tail(rw, node, w, data_layout))
     del w  # the tail holds the weights; a fold replaces them, and the old ones go now, not at return
     if input_shift is not None:
         tail.shift_input(input_shift)
@@ -190,7 +220,7 @@ def emit_conv2d(rw: Rewriter, node: Node, x: Value, gate: Value | None = None, i
     own = rw.conv_scope(geom)
     scope = rw.input_scope(x, own)
     out_scope = rw.output_scope(tail.last.var, own, (geom.n, geom.o4, geom.oh, geom.ow, 4), geom.out_shape)
-    residual_scope = rw.input_scope(tail.residual, out_scope) if tail.residual is not None else None
+    residual_scope = rw.input_scope(tail.extra_input, out_scope) if tail.extra_input is not None else None
     gate_scope = rw.input_scope(gate, scope) if gate is not None else None
     plan = strategy.conv2d_plan(geom, epilogue, rw.precision, rw.profile, rw.records, allow_buffer=rw.allow_buffer,
                                 in_scope=scope, out_scope=out_scope, residual_scope=residual_scope, gate_scope=gate_scope,
@@ -227,8 +257,8 @@ def _emit_plan(rw: Rewriter, node: Node, plan, inputs: list, tail: Tail):
         if name == "V":
             args.append(relax.const(plan.pack_weights(tail.w)))
     args += tail.constants(plan.pack_weights, plan.dtype)[len(stages) > 1:]  # Winograd's U went in with V
-    if tail.residual is not None:
-        args.append(rw.blocked(tail.residual, plan.tensor("Residual").scope))
+    if tail.extra_input is not None:
+        args.append(rw.blocked(tail.extra_input, plan.tensor("Residual").scope))
     return rw.emit_kernel(stages[-1], args, plan.tensor("Y").shape, hint="conv2d", op_info=conv_info(node, plan, "Y"))
 
 

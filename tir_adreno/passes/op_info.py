@@ -6,6 +6,7 @@ from __future__ import annotations
 from tvm import relax
 
 from primfuncs.epilogue import Epilogue
+from primfuncs.epilogue_expr import describe
 
 from tir_adreno.passes.graph import Node, static_shape
 
@@ -69,7 +70,8 @@ def concat_info(chans, n, h, w) -> dict:
 
 def epilogue_info(epilogue: Epilogue) -> dict:
     return {"bias": epilogue.bias, "activation": epilogue.activation, "residual": epilogue.residual,
-            **({"clip": [epilogue.clip_min, epilogue.clip_max]} if epilogue.activation == "clip" else {})}
+            **({"clip": [epilogue.clip_min, epilogue.clip_max]} if epilogue.activation == "clip" else {}),
+            **({"expr": describe(epilogue.expr)} if epilogue.expr is not None else {})}
 
 
 def conv_info(node: Node, plan, output: str) -> dict:

@@ -360,8 +360,8 @@ def conv2d_plan(
     for shape, s in ((in5, x_scope), (out5, y_scope), (out5, r_scope)):
         texture.place(shape, s, profile.limits, allow_buffer=False)  # a texture override must fit: raises, naming the limit
     io = dict(scope=x_scope, out_scope=y_scope, residual_scope=r_scope)
-    extra = [TensorPlan("Bias", (g.o4, 4), BUFFER)] if epilogue.bias else []
-    extra += [TensorPlan("Residual", out5, r_scope)] if epilogue.residual else []
+    extra = [TensorPlan("Bias", epilogue.bias_shape(g.o4), BUFFER)] if epilogue.reads_bias else []
+    extra += [TensorPlan("Residual", epilogue.residual_shape(out5), r_scope)] if epilogue.reads_residual else []
     if choice.algorithm == "direct":
         config = choice.config or defaults.default_config(g, profile)
         if norm_eps is not None or group_norm is not None or grn_eps is not None:

@@ -294,6 +294,7 @@ def reference_case(info: dict, rng: np.random.Generator, pack_weights=blocked.pa
 
     def epilogue_inputs(epilogue, channels, shape):
         """(bias, residual, their kernel inputs) of a conv epilogue the info records."""
+        _refuse_expression(epilogue)
         b = rand(channels) if epilogue["bias"] else None
         r = rand(shape) if epilogue.get("residual") else None
         return b, r, ([] if b is None else [blocked.pack_bias(b)]) + ([] if r is None else [pack(r)])
@@ -362,10 +363,19 @@ def reference_case(info: dict, rng: np.random.Generator, pack_weights=blocked.pa
     return inputs, y, channels
 
 
+def _refuse_expression(epilogue: dict) -> None:
+    """An epilogue with an elementwise chain (``primfuncs.epilogue_expr``): the info records it as
+    text only, so there is no reference here (WorkbenchError saying where to check it)."""
+    if epilogue.get("expr"):
+        raise WorkbenchError(f"no NumPy reference for an epilogue expression ({epilogue['expr']}); check it in its model: "
+                             "tir-adreno run MODEL --kernels DIR --check")
+
+
 def _gemm_case(info: dict, rand):
     """(inputs, reference, None) of our GEMM kernel (``info["gemm"]``: A and B as stored, transposes,
     alpha): ``act(alpha op(A) op(B) + bias + residual)``, every tensor plain (bias packed)."""
     g, epilogue = info["gemm"], info["attrs"]["epilogue"]
+    _refuse_expression(epilogue)
     if g.get("views"):  # an operand read through movement ops in another tensor's buffer
         raise WorkbenchError("no NumPy reference for a GEMM reading its operands through views; check it in its model: "
                              "tir-adreno run MODEL --kernels DIR --check")
@@ -398,6 +408,7 @@ def _winograd_stages(path, func, info: dict, dev):
     from tir_adreno.passes import CONV_STAGES
 
     a, e = info["attrs"], info["epilogue"]
+    _refuse_expression(e)
     geom = conv2d_geometry(info["inputs"][0], info["weight"], a["strides"], a["padding"], a["dilation"], a["groups"])
     clip = e.get("clip", (0.0, 6.0))
     epilogue = Epilogue(e["bias"], e["activation"], e["residual"], clip[0], clip[1])

@@ -27,8 +27,9 @@ from primfuncs import gemm as gemm_kernels
 from primfuncs.epilogue import Epilogue
 
 from tir_adreno.passes import movement
-from tir_adreno.passes.activations import clip_fields, fuse_activation
+from tir_adreno.passes.activations import fuse_activation
 from tir_adreno.passes.affine import linear_step, other_operand
+from tir_adreno.passes.epilogue_chain import Anchor, Chain, chain_epilogue, match_chain, pack_rows
 from tir_adreno.passes.graph import Node, const, dtype, permute_axes, same, static_shape
 from tir_adreno.passes.kernel_index import kernel
 from tir_adreno.passes.op_info import epilogue_info, node_info
@@ -52,7 +53,8 @@ class Operand:
 @dataclass
 class GemmTail:
     """What follows the product in the graph and goes into the kernel: the weight (a Linear's, with
-    the linear steps after it folded in), the bias, a residual, an activation, the last node."""
+    the linear steps after it folded in), the bias, a residual, an activation, the elementwise chain
+    after them (also reading a constant tensor: attention biases), the last node."""
 
     last: Node
     weight: np.ndarray | None = None  # float64 [K, N]
@@ -61,11 +63,17 @@ class GemmTail:
     residual: relax.Var | None = None
     activation: str | None = None
     clip_bounds: tuple | None = None
+    chain: Chain | None = None  # the elementwise chain after all that (``passes.epilogue_chain``)
 
     @property
     def epilogue(self) -> Epilogue:
-        return Epilogue(bias=self.bias is not None and bool(np.any(self.bias != 0)), activation=self.activation,
-                        residual=self.residual is not None, **clip_fields(self.clip_bounds))
+        return chain_epilogue(self.bias is not None and bool(np.any(self.bias != 0)), self.activation, self.clip_bounds,
+                              self.residual is not None, self.chain)
+
+    @property
+    def extra_input(self):
+        """The activation the kernel reads beside its operands: the residual or the chain's operand."""
+        return self.residual if self.residual is not None or self.chain is None else self.chain.operand
 
 
 def _swaps_last_two(node: Node) -> bool:
@@ -163,18 +171,28 @@ def _step(rw: Rewriter, tail: GemmTail, user: Node, n: int) -> bool:
     return False
 
 
+def _chain(rw: Rewriter, tail: GemmTail, n: int) -> GemmTail:
+    """The elementwise chain after the tail into it, where kernels fuse (an operand of the output's
+    shape only, none after a residual; per-column constants beside the bias)."""
+    if rw.fuses:
+        kinds = () if tail.residual is not None else ("full",)
+        tail.chain = match_chain(rw, tail.last, Anchor(n, "NHWC", kinds, constant_operand=True))
+        tail.last = tail.last if tail.chain is None else tail.chain.last
+    return tail
+
+
 def gemm_tail(rw: Rewriter, node: Node, weight: np.ndarray | None, n: int) -> GemmTail:
     """The steps after ``node`` that the kernel takes (each marked fused): linear steps, then a
-    residual add, then an activation (which ends it)."""
+    residual add, then an activation, then any elementwise chain (:func:`_chain`)."""
     tail = GemmTail(node, weight)
     while True:
         fused = fuse_activation(rw.graph, tail.last.var)
-        if fused is not None:  # the activation ends the epilogue
+        if fused is not None:  # the activation ends the linear part
             tail.activation, tail.clip_bounds, tail.last = fused
-            return tail
+            return _chain(rw, tail, n)
         user = rw.graph.sole_user(tail.last.var)
         if user is None or static_shape(user.var) != static_shape(node.var) or not _step(rw, tail, user, n):
-            return tail
+            return _chain(rw, tail, n)
         user.fused = True
         tail.last = user
 
@@ -206,10 +224,10 @@ def gemm(rw: Rewriter, node: Node):
 def _output_permute(rw: Rewriter, tail: GemmTail) -> Node | None:
     """The ``permute_dims`` that is the only reader of the product (and its epilogue) and keeps the
     last axis last (attention x V ``[N, heads, L, d]`` -> ``[N, L, heads, d]``): the kernel stores
-    in its order, no transpose kernel after it. None with a residual (read in the product's order)."""
+    in its order, no transpose kernel after it. None with a residual or a chain's operand (read in the product's order)."""
     user = rw.graph.sole_user(tail.last.var)
     axes = permute_axes(user)
-    if axes is None or tail.residual is not None or axes[-1] != len(axes) - 1 or axes == tuple(range(len(axes))):
+    if axes is None or tail.extra_input is not None or axes[-1] != len(axes) - 1 or axes == tuple(range(len(axes))):
         return None
     return user
 
@@ -231,10 +249,12 @@ def _emit(rw: Rewriter, node: Node, a: Operand, b: Operand | None, geom, tail: G
     func = kernel(gemm_kernels.gemm, geom.a_shape, geom.b_shape, trans_a=geom.trans_a, trans_b=geom.trans_b, epilogue=epilogue, **kwargs)
     b_arg = relax.const(np.ascontiguousarray(tail.weight.astype(np.float32))) if tail.weight is not None else rw.expr(b.var)
     args = [rw.expr(a.var), b_arg]
-    if epilogue.bias:
-        args.append(relax.const(pack_bias(tail.bias.astype(np.float32))))
-    if epilogue.residual:
-        args.append(rw.expr(tail.residual))
+    rows = pack_rows(tail.bias if epilogue.bias else None, tail.chain, lambda r: pack_bias(r.astype(np.float32)))
+    if rows is not None:
+        args.append(relax.const(rows))
+    if epilogue.reads_residual:
+        extra = tail.extra_input  # a constant operand comes as its values (broadcast to Y's shape)
+        args.append(relax.const(np.ascontiguousarray(extra, np.float32)) if isinstance(extra, np.ndarray) else rw.expr(extra))
     info = node_info(node, trans_a=geom.trans_a, trans_b=geom.trans_b, alpha=alpha, config=str(kwargs["config"]))
     info["attrs"]["epilogue"] = epilogue_info(epilogue)
     # the operands as stored, for ``tir-adreno kernel --check``'s reference (tools.workbench)

@@ -1,0 +1,263 @@
+"""Elementwise chains after an anchor kernel fuse into its expression epilogue (issue 34).
+
+Hypothesis draws a chain (unary ops, binary ops with a scalar, a per-channel constant or another
+activation in full or broadcast, depth 1-4) after a conv, a depthwise conv or a MatMul on tokens,
+builds one ONNX graph, compiles it onto PoCL, compares with onnxruntime and asserts the anchor and
+its chain are ONE launch (plus the model's layout transforms). The expression evaluator itself is
+checked against NumPy written out op by op.
+"""
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+from onnx import TensorProto, helper
+
+from helpers.onnx_graphs import PATTERN_RTOL
+from primfuncs import epilogue_expr as ex
+from primfuncs.activation_table import TABLE, numpy_activation
+from primfuncs.epilogue import Epilogue
+
+# -- the evaluator against NumPy, op by op ------------------------------------------------------
+
+NUMPY_UNARY = {"neg": np.negative, "abs": np.abs, "exp": np.exp, "sqrt": np.sqrt, "tanh": np.tanh,
+               "erf": np.vectorize(math.erf, otypes=[np.float64]), "reciprocal": lambda v: 1.0 / v}
+NUMPY_BINARY = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": np.divide,
+                "maximum": np.maximum, "minimum": np.minimum, "pow": np.power}
+
+
+def _sample(rng, shape):
+    x = rng.standard_normal(shape) * 3
+    x.flat[:4] = [np.nan, np.inf, -np.inf, 0.0]  # NaN and Inf as NumPy has them
+    return x
+
+
+def test_every_unary_op_is_numpys():
+    rng = np.random.default_rng(0)
+    x = _sample(rng, (2, 5, 3, 3))
+    with np.errstate(all="ignore"):
+        for op, fn in NUMPY_UNARY.items():
+            np.testing.assert_array_equal(ex.numpy_evaluate(ex.Unary(op, ex.X()), x), fn(x), err_msg=op)
+        for name in TABLE:
+            np.testing.assert_array_equal(ex.numpy_evaluate(ex.Unary(name, ex.X()), x), numpy_activation(x, name), err_msg=name)
+    got = ex.numpy_evaluate(ex.Unary("leaky_relu", ex.X(), (("alpha", 0.3),)), x)
+    np.testing.assert_array_equal(got, numpy_activation(x, "leaky_relu", alpha=0.3))
+
+
+def test_binary_ops_broadcast_their_leaves():
+    rng = np.random.default_rng(1)
+    x = _sample(rng, (2, 5, 3, 4))
+    c = rng.standard_normal(5)
+    operands = {"full": rng.standard_normal(x.shape), "channel": rng.standard_normal((2, 5, 1, 1)),
+                "pixel": rng.standard_normal((2, 1, 3, 4))}
+    with np.errstate(all="ignore"):
+        for op, fn in NUMPY_BINARY.items():
+            if op == "pow":
+                np.testing.assert_array_equal(ex.numpy_evaluate(ex.Binary(op, ex.X(), ex.Const(3.0)), x), x ** 3.0)
+                continue
+            got = ex.numpy_evaluate(ex.Binary(op, ex.Channel(0), ex.X()), x, channels=[c])
+            np.testing.assert_array_equal(got, fn(c.reshape(1, 5, 1, 1), x), err_msg=op)
+            for kind, operand in operands.items():
+                got = ex.numpy_evaluate(ex.Binary(op, ex.X(), ex.Operand(kind)), x, operand=operand)
+                np.testing.assert_array_equal(got, fn(x, operand), err_msg=f"{op} {kind}")
+    # tokens: the channel axis last
+    t = rng.standard_normal((3, 7, 5))
+    got = ex.numpy_evaluate(ex.Binary("multiply", ex.X(), ex.Channel(0)), t, channels=[c], channel_axis=-1)
+    np.testing.assert_array_equal(got, t * c)
+
+
+def test_expressions_are_keys_and_checked():
+    e = ex.Binary("add", ex.Unary("clip", ex.X(), (("lo", -1.0), ("hi", 2.0))), ex.Channel(1))
+    assert e == ex.Binary("add", ex.Unary("clip", ex.X(), (("lo", -1.0), ("hi", 2.0))), ex.Channel(1))
+    assert hash(Epilogue(expr=e)) == hash(Epilogue(expr=e))
+    assert ex.channel_count(e) == 2 and ex.operand_kind(e) is None
+    assert Epilogue(bias=True, expr=e).bias_shape(3) == (3, 12)
+    assert Epilogue(expr=ex.Binary("add", ex.X(), ex.Operand("pixel"))).residual_shape((1, 3, 5, 6, 4)) == (1, 1, 5, 6, 4)
+    assert Epilogue().params(["X"], "Y") == ["X", "Y"]
+    with pytest.raises(ValueError, match="unary op"):
+        ex.Unary("cube", ex.X())
+    with pytest.raises(ValueError, match="constant exponent"):
+        ex.Binary("pow", ex.X(), ex.X())
+    with pytest.raises(ValueError, match="residual"):
+        Epilogue(residual=True, expr=ex.Binary("add", ex.X(), ex.Operand()))
+    with pytest.raises(ValueError, match="one operand"):
+        ex.operand_kind(ex.Binary("add", ex.Operand("full"), ex.Operand("pixel")))
+
+
+# -- random chains after each anchor, compiled and run -------------------------------------------
+
+#: unary steps as ONNX nodes (a Tanh before Exp keeps exp finite; Sqrt reads an Abs)
+UNARY_STEPS = {
+    "Relu": [("Relu", {})], "Sigmoid": [("Sigmoid", {})], "Tanh": [("Tanh", {})], "Neg": [("Neg", {})],
+    "Abs": [("Abs", {})], "Erf": [("Erf", {})], "LeakyRelu": [("LeakyRelu", {"alpha": 0.2})],
+    "Exp": [("Tanh", {}), ("Exp", {})], "Sqrt": [("Abs", {}), ("Sqrt", {})], "HardSigmoid": [("HardSigmoid", {})],
+}
+#: (ONNX Max/Min import as max/min over a stack of broadcasts, which no chain reads: not drawn; the
+#: evaluator's maximum/minimum are Relax's, e.g. a Clip the importer wrote as call_tir)
+BINARY_STEPS = ("Add", "Sub", "Mul", "Div", "Pow")
+#: what the other operand of a binary step is, per anchor (the GEMM reads operands of its output's shape)
+LEAVES = {"conv": ("scalar", "channel", "full", "per_channel", "per_pixel"), "depthwise": ("scalar", "channel", "full", "per_pixel"),
+          "matmul": ("scalar", "channel", "tensor", "full")}  # tensor: a constant of [L, N] (attention biases)
+
+
+@st.composite
+def chains(draw, anchor):
+    steps = []
+    for _ in range(draw(st.integers(1, 4))):
+        if draw(st.booleans()):
+            steps.append(("unary", draw(st.sampled_from(sorted(UNARY_STEPS)))))
+        else:
+            op = draw(st.sampled_from(BINARY_STEPS))
+            leaf = "scalar" if op == "Pow" else draw(st.sampled_from(LEAVES[anchor]))
+            steps.append(("binary", op, leaf, draw(st.booleans()) and op not in ("Div", "Pow")))  # x on the right
+    return steps
+
+
+class GraphBuilder:
+    def __init__(self, rng, anchor, channels, size):
+        self.rng, self.anchor, self.c, self.size = rng, anchor, channels, size
+        self.nodes, self.inits, self.inputs, self.feeds = [], {}, [], {}
+        self.operand = None
+
+    @property
+    def out_shape(self):
+        return (1, self.size * self.size, self.c) if self.anchor == "matmul" else (1, self.c, self.size, self.size)
+
+    def add_input(self, name, shape, positive=False):
+        data = self.rng.uniform(0.5, 2.0, shape) * self.rng.choice([-1, 1]) if positive else self.rng.standard_normal(shape)
+        self.inputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, list(shape)))
+        self.feeds[name] = data.astype(np.float32)
+        return name
+
+    def leaf(self, kind, positive):
+        """The other operand's name: a constant, or a second graph input (one per graph, reused). A
+        kernel reads one operand: a constant tensor is one, so after it any other becomes a scalar."""
+        n, c, h, w = 1, self.c, self.size, self.size
+        if kind in ("tensor", "full", "per_channel", "per_pixel") and self.operand is not None:
+            kind = "scalar" if self.operand != "g" else kind
+        if kind == "tensor":
+            self.operand = "tensor"
+        if kind in ("scalar", "channel", "tensor"):
+            shape = {"scalar": (), "channel": (c,) if self.anchor == "matmul" else (1, c, 1, 1), "tensor": self.out_shape[1:]}[kind]
+            name = f"k{len(self.inits)}"
+            value = self.rng.uniform(0.5, 2.0, shape) * self.rng.choice([-1, 1], shape) if positive else self.rng.standard_normal(shape)
+            self.inits[name] = np.asarray(value, np.float32)
+            return name
+        if self.operand is None:
+            shape = {"full": self.out_shape, "per_channel": (n, c, 1, 1), "per_pixel": (n, 1, h, w)}[kind]
+            self.operand = self.add_input("g", shape, positive=True)  # away from 0: Div reads it too
+        return self.operand
+
+    def anchor_nodes(self):
+        rng, c = self.rng, self.c
+        if self.anchor == "matmul":
+            self.add_input("x", (1, self.size * self.size, c + 3))
+            self.inits["w"] = (rng.standard_normal((c + 3, c)) / math.sqrt(c + 3)).astype(np.float32)
+            self.nodes.append(helper.make_node("MatMul", ["x", "w"], ["v0"]))
+            return "v0"
+        self.add_input("x", (1, c, self.size, self.size))
+        group = c if self.anchor == "depthwise" else 1
+        self.inits["w"] = (rng.standard_normal((c, c // group, 3, 3)) / math.sqrt(9 * c // group)).astype(np.float32)
+        self.inits["b"] = (rng.standard_normal(c) * 0.5).astype(np.float32)
+        self.nodes.append(helper.make_node("Conv", ["x", "w", "b"], ["v0"], pads=[1] * 4, group=group))
+        return "v0"
+
+    def build(self, steps):
+        v = self.anchor_nodes()
+        for i, step in enumerate(steps):
+            if step[0] == "unary":
+                for j, (op, attrs) in enumerate(UNARY_STEPS[step[1]]):
+                    self.nodes.append(helper.make_node(op, [v], [f"u{i}_{j}"], **attrs))
+                    v = f"u{i}_{j}"
+                continue
+            _, op, kind, swapped = step
+            if op == "Pow":
+                self.inits[f"p{i}"] = np.float32(self.rng.choice([2.0, 3.0]))
+                other = f"p{i}"
+            else:
+                other = self.leaf(kind, positive=op == "Div")
+            args = [other, v] if swapped else [v, other]
+            self.nodes.append(helper.make_node(op, args, [f"b{i}"]))
+            v = f"b{i}"
+        self.nodes.append(helper.make_node("Identity", [v], ["y"]))
+        graph = helper.make_graph(self.nodes, "chain", self.inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                                  [helper.make_tensor(k, TensorProto.FLOAT, a.shape, a.ravel().tolist()) for k, a in self.inits.items()])
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _is_layout_transform(op: str) -> bool:
+    return "_to_" in op or op.startswith("layout_transform")
+
+
+def check_chain(anchor, steps, channels, size, seed):
+    from tir_adreno import compile_model
+    from tir_adreno.reference import reference_outputs, relative_error
+
+    builder = GraphBuilder(np.random.default_rng(seed), anchor, channels, size)
+    model = builder.build(steps)
+    compiled = compile_model(model, progress=lambda _: None)
+    (out,) = compiled.run(builder.feeds, profile=True)  # outputs poisoned first
+    (ref,) = reference_outputs(model, builder.feeds)
+    err = relative_error(out, ref)
+    assert err <= PATTERN_RTOL, (err, steps)
+    rows = compiled.profile()
+    assert all(r["ours"] for r in rows), rows
+    kernels = [r["op"] for r in rows if not _is_layout_transform(r["op"])]
+    assert len(kernels) == 1, (kernels, steps)
+
+
+@pytest.mark.parametrize("anchor", sorted(LEAVES))
+@settings(max_examples=max(2, settings().max_examples // 4), deadline=None)  # each example compiles a model (~20 s)
+@given(data=st.data())
+def test_random_chain_fuses_into_the_anchor(anchor, data):
+    steps = data.draw(chains(anchor), label="steps")
+    channels = data.draw(st.sampled_from([4, 6, 8]), label="channels")  # 6: a padded last block
+    size = data.draw(st.integers(3, 6), label="size")
+    check_chain(anchor, steps, channels, size, seed=data.draw(st.integers(0, 2**16), label="seed"))
+
+
+@pytest.mark.parametrize("anchor", sorted(LEAVES))
+def test_a_deep_chain_with_every_leaf_kind(anchor):
+    """One fixed chain per anchor that reads a scalar, a per-channel constant and an operand."""
+    operand = LEAVES[anchor][-1]
+    steps = [("unary", "Sigmoid"), ("binary", "Mul", "channel", True), ("binary", "Add", operand, False),
+             ("binary", "Pow", "scalar", False), ("binary", "Sub", "scalar", True), ("unary", "Tanh")]
+    check_chain(anchor, steps, channels=6, size=5, seed=3)
+
+
+# -- the Winograd conv's output transform with an expression (no model draws Winograd this small) --
+
+@pytest.mark.parametrize("m, scope", [(2, "global.texture"), (4, "global")])
+def test_winograd_output_transform_evaluates_the_expression(device, m, scope):
+    """sigmoid(conv + bias) * c0 - operand[pixel] (0 -> 0.5 on padded lanes: they must stay 0), poisoned Y."""
+    from helpers.conv import check_blocked_output, reference_conv2d
+    from helpers.numeric import assert_close, pack_nchw4c, rand, unpack_nchw4c
+    from primfuncs.conv import ConvConfig, winograd as wg
+    from tir_adreno import ops
+    from tir_adreno.codegen import build
+    from tir_adreno.strategy.packing import pack_bias
+    from tir_adreno.tuning.programs import ConvProgram
+
+    rng = np.random.default_rng(m)
+    n, c, h, w, o = 1, 5, 7, 6, 6
+    expr = ex.Binary("subtract", ex.Binary("multiply", ex.X(), ex.Channel(0)), ex.Operand("pixel"))
+    epi = Epilogue(bias=True, activation="sigmoid", expr=expr)
+    kernels = wg.conv2d_winograd_nchw4c((n, c, h, w), (o, c, 3, 3), padding=(1, 1, 1, 1), m=m, epilogue=epi,
+                                        config=ConvConfig(2, 2, (4, 2, 1)), scope=scope)
+    x, wt, bias, c0, operand = rand(rng, (n, c, h, w)), rand(rng, (o, c, 3, 3)), rand(rng, (o,)), rand(rng, (o,)), rand(rng, (n, 1, h, w))
+    y = reference_conv2d(x, wt, (1, 1), (1, 1, 1, 1), (1, 1), 1) + bias.reshape(1, o, 1, 1)
+    ref = ex.numpy_evaluate(expr, numpy_activation(y, "sigmoid"), operand=operand, channels=[c0])
+    program = ConvProgram(f"winograd_{m}x{m}", build.build_cached(kernels.module()), kernels.names)
+    assert program.inputs == ("X", "U", "Bias", "Residual")
+    tensors = {
+        "X": device.array(pack_nchw4c(x), scope, "X"),
+        "U": device.array(wg.winograd_weight_transform(wt, m), kernels.weight_scope, "U"),
+        "Bias": device.array(np.concatenate([pack_bias(bias), pack_bias(c0)], axis=1), "global", "Bias"),
+        "Residual": device.array(pack_nchw4c(operand), scope, "Residual"),
+        "Y": ops.empty_nchw4c(device, (n, o, h, w), "float32", scope, "Y"),  # poisoned
+    }
+    program.run(device, tensors)
+    blocked = tensors["Y"].numpy()
+    check_blocked_output(blocked, o)
+    assert_close(unpack_nchw4c(blocked, o), ref, 1e-4)

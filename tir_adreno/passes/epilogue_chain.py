@@ -1,0 +1,188 @@
+"""The elementwise chain after an anchor kernel, as the kernel's expression epilogue.
+
+After a conv's or a GEMM's tail (folded linear steps, a residual add, a named activation:
+``conv_emit.conv_tail``, ``rules.gemm.gemm_tail``) come, in many exports, more elementwise ops
+that used to run as kernels of their own: a layer scale after the residual, ``x * 0.5``, a
+``tanh``, a second add. :func:`match_chain` walks them while each is the only reader of the value
+before it and keeps the anchor's shape, and builds a :mod:`primfuncs.epilogue_expr` tree: scalar
+constants inline, per-channel constants as rows packed beside the bias, at most one other
+activation (already computed, or a graph input) read as the kernel's operand, in full or broadcast
+per channel / per pixel where the anchor's kernel reads those. Every node it takes is marked fused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from tvm import relax
+
+from primfuncs import epilogue_expr as ex
+from primfuncs.epilogue import Epilogue
+
+from tir_adreno.passes.activations import clip_fields, fuse_activation
+from tir_adreno.passes.affine import channel_vector
+from tir_adreno.passes.graph import Node, const, dtype, same, static_shape
+
+OPERAND_KINDS = ex.OPERAND_KINDS
+
+#: Relax unary ops and their expression op (the activations' names are the table's).
+UNARY_OPS = {"relax.negative": "neg", "relax.abs": "abs", "relax.exp": "exp", "relax.sqrt": "sqrt", "relax.tanh": "tanh",
+             "relax.erf": "erf", "relax.sigmoid": "sigmoid", "relax.nn.relu": "relu", "relax.nn.silu": "silu",
+             "relax.nn.gelu": "gelu", "relax.nn.gelu_tanh": "gelu_tanh"}
+#: Relax binary ops and their expression op.
+BINARY_OPS = {"relax.add": "add", "relax.subtract": "subtract", "relax.multiply": "multiply", "relax.divide": "divide",
+              "relax.maximum": "maximum", "relax.minimum": "minimum", "relax.power": "pow"}
+
+
+@dataclass
+class Chain:
+    """An anchor's elementwise chain: the expression, its per-channel constants (float64 vectors in
+    :class:`~primfuncs.epilogue_expr.Channel` order), the operand (a variable, or a constant's values
+    broadcast to the output: :attr:`Anchor.constant_operand`), the last node."""
+
+    expr: object
+    last: Node
+    channels: list = field(default_factory=list)
+    operand: relax.Var | np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class Anchor:
+    """What the anchor's kernel takes: its output's channel count and layout ("NCHW": the channel
+    axis 1, else the last), whether it reads another operand (none after a residual add), and how
+    that operand may broadcast (``epilogue_expr.OPERAND_KINDS``)."""
+
+    channels: int
+    layout: str = "NCHW"
+    operand_kinds: tuple = ex.OPERAND_KINDS
+    constant_operand: bool = False  # a constant tensor (broadcast to the output) may be the operand (plain buffers)
+
+    def kind_of(self, out_shape, shape) -> str | None:
+        """How an activation of ``shape`` broadcasts onto the output, None when the kernel cannot read it."""
+        if shape == out_shape:
+            kind = "full"
+        elif self.layout == "NCHW" and len(out_shape) == 4 and len(shape) == 4 and shape[0] == out_shape[0]:
+            kind = {(out_shape[1], 1, 1): "channel", (1, *out_shape[2:]): "pixel"}.get(tuple(shape[1:]))
+        else:
+            kind = None
+        return kind if kind in self.operand_kinds else None
+
+
+def _unary(node: Node, var):
+    """``node`` as a unary expression op on ``var``: (op, params), else None."""
+    if not node.args or not same(node.args[0], var):
+        return None
+    if node.op in UNARY_OPS:
+        return UNARY_OPS[node.op], ()
+    if node.op == "relax.nn.leakyrelu":
+        return "leaky_relu", (("alpha", float(node.attrs.alpha)),)
+    if node.op == "relax.clip":
+        try:
+            return "clip", (("lo", float(node.args[1].value)), ("hi", float(node.args[2].value)))
+        except AttributeError:
+            return None
+    return None
+
+
+def _constant_operand(anchor: Anchor, chain: Chain, data: np.ndarray, out_shape):
+    """A constant tensor that broadcasts to the output (LeViT's attention biases after ``q kᵀ``) as
+    the operand, its values broadcast to the output's shape; None where the anchor takes none."""
+    if not anchor.constant_operand or chain.operand is not None or "full" not in anchor.operand_kinds:
+        return None
+    try:
+        chain.operand = np.broadcast_to(data, out_shape)
+    except ValueError:
+        return None
+    return ex.Operand("full")
+
+
+def _leaf(rw, anchor: Anchor, chain: Chain, other, out_shape):
+    """The other operand of a binary op as a leaf (a scalar, a per-channel constant, the operand),
+    recording per-channel values and the operand on ``chain``; None when the kernel cannot read it."""
+    data = const(other)
+    if data is not None:
+        if data.dtype != np.float32:
+            return None
+        if data.size == 1 and data.ndim <= len(out_shape):
+            return ex.Const(float(data.reshape(())))
+        vector = channel_vector(other, anchor.channels, anchor.layout)
+        if vector is None:
+            return _constant_operand(anchor, chain, data, out_shape)
+        chain.channels.append(vector)
+        return ex.Channel(len(chain.channels) - 1)
+    if not isinstance(other, relax.Var) or dtype(other) != "float32":
+        return None
+    if chain.operand is not None:  # one operand a kernel: read again, or refused
+        again = isinstance(chain.operand, relax.Var) and same(other, chain.operand)
+        return ex.Operand(anchor.kind_of(out_shape, static_shape(other))) if again else None
+    if other not in rw.values and other not in rw.exprs:
+        return None  # computed later (a branch emitted after this one): that branch may take this value
+    kind = anchor.kind_of(out_shape, static_shape(other))
+    if kind is None:
+        return None
+    chain.operand = other
+    return ex.Operand(kind)
+
+
+def _binary(rw, anchor: Anchor, chain: Chain, node: Node, var, expr, out_shape):
+    """``node`` as a binary op of ``expr`` (the value ``var``) and a leaf, else None."""
+    if len(node.args) != 2 or all(same(a, var) for a in node.args):
+        return None
+    first = same(node.args[0], var)
+    operand, channels = chain.operand, len(chain.channels)
+    leaf = _leaf(rw, anchor, chain, node.args[1] if first else node.args[0], out_shape)
+    op = BINARY_OPS[node.op]
+    if leaf is None or (op == "pow" and not (first and isinstance(leaf, ex.Const))):
+        chain.operand, chain.channels[channels:] = operand, []  # nothing recorded for a refused step
+        return None
+    return ex.Binary(op, expr, leaf) if first else ex.Binary(op, leaf, expr)
+
+
+def _step(rw, anchor: Anchor, chain: Chain, out_shape):
+    """The chain one node (or one named activation) further: True when it grew."""
+    g, var = rw.graph, chain.last.var
+    fused = fuse_activation(g, var)
+    if fused is not None:
+        name, bounds, last = fused
+        params = () if bounds is None else (("lo", float(bounds[0])), ("hi", float(bounds[1])))
+        chain.expr, chain.last = ex.Unary(name, chain.expr, params), last
+        return True
+    user = g.sole_user(var)
+    if user is None or static_shape(user.var) != out_shape or dtype(user.var) != "float32":
+        return False
+    unary = _unary(user, var)
+    expr = ex.Unary(unary[0], chain.expr, unary[1]) if unary is not None else None
+    if expr is None and user.op in BINARY_OPS:
+        expr = _binary(rw, anchor, chain, user, var, chain.expr, out_shape)
+    if expr is None:
+        return False
+    user.fused = True
+    chain.expr, chain.last = expr, user
+    return True
+
+
+def match_chain(rw, last: Node, anchor: Anchor) -> Chain | None:
+    """The elementwise chain after ``last`` (the node whose value the anchor's kernel writes), its
+    nodes marked fused, else None (nothing marked)."""
+    out_shape = static_shape(last.var)
+    if out_shape is None:
+        return None
+    chain = Chain(ex.X(), last)
+    while _step(rw, anchor, chain, out_shape):
+        pass
+    return None if chain.last is last else chain
+
+
+def pack_rows(bias, chain: Chain | None, pack) -> np.ndarray | None:
+    """The kernel's ``Bias`` buffer: the bias (when given) then the chain's per-channel constants,
+    each packed by ``pack`` (``(C/4, 4)``), side by side (``Epilogue.bias_shape``); None when empty."""
+    rows = ([] if bias is None else [bias]) + ([] if chain is None else chain.channels)
+    return np.concatenate([pack(r) for r in rows], axis=1) if rows else None
+
+
+def chain_epilogue(has_bias: bool, activation, clip_bounds, residual: bool, chain: Chain | None) -> Epilogue:
+    """The kernel's :class:`Epilogue` of a tail (the conv's ``conv_emit.Tail``, the GEMM's
+    ``rules.gemm.GemmTail``): bias, residual, named activation, then the chain's expression."""
+    return Epilogue(bias=has_bias, activation=activation, residual=residual, **clip_fields(clip_bounds),
+                    **({} if chain is None else {"expr": chain.expr}))
