@@ -41,6 +41,6 @@ RULES: tuple[Rule, ...] = (
     layer_norm.group_norm_op,
     token_layout.view,
     token_layout.move,
-    token_layout.split,
-    token_layout.concat,
+    token_layout.split_plain,
+    token_layout.concat_plain,
 )

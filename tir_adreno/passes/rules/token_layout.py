@@ -71,7 +71,7 @@ def move(rw: Rewriter, node: Node):
 
 
 @rule("relax.split")
-def split(rw: Rewriter, node: Node):
+def split_plain(rw: Rewriter, node: Node):
     """A split of a plain float32 tensor: one gather per part (each its ``TupleGetItem``'s value;
     a part read only by more movement ops is read through by theirs, and its own kernel dropped)."""
     if plain_shape(node.args[0]) is None or not all(u.op == "tuple_get_item" for u in rw.graph.users(node.var)):
@@ -88,7 +88,7 @@ def split(rw: Rewriter, node: Node):
 
 
 @rule("relax.concat")
-def concat(rw: Rewriter, node: Node):
+def concat_plain(rw: Rewriter, node: Node):
     """A concat of up to ``gather.MAX_INPUTS`` distinct plain float32 tensors along any axis: one
     gather, each input read through the movement ops before it."""
     fields = node.args[0].fields if isinstance(node.args[0], relax.Tuple) else None
