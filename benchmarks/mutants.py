@@ -199,6 +199,18 @@ MUTANTS = (
         (('inv_pixels = T.FloatImm("float32", 1.0 / (h * w))', 'inv_pixels = T.FloatImm("float32", 1.0 / (h * w + 1))'),),
         ("tests/passes/test_excite.py::test_excitation_split_kernel",),
     ),
+    Mutant(
+        "plain_output_lanes_reversed",
+        "a conv writing plain tokens (NHWC) stores the four channels of each block in reverse order",
+        (("Y[n, h, w, c * 4 + lane] = acc[k, lane]", "Y[n, h, w, c * 4 + 3 - lane] = acc[k, lane]"),),
+        ("tests/kernels/test_conv2d_plain_io.py",),
+    ),
+    Mutant(
+        "token_view_as_channel_rows",
+        "a conv's tokens [N, H * W, C] are handed on as a view in channel-row order [N, C, H * W]",
+        (("return \"NHWC\", ((user, None), (swap, (n, h * w, c))))", "return \"NHWC\", ((user, None), (swap, (n, c, h * w))))"),),
+        ("tests/passes/test_map_boundary.py",),
+    ),
 )
 
 
