@@ -91,3 +91,25 @@ def test_map_read_by_a_conv_too_stays_blocked():
     ops = [r["op"] for r in _run(model)]
     assert not any(op.startswith("gemm") for op in ops) and sum(op.startswith("conv2d") for op in ops) == 4, ops
     assert [op for op in ops if op.startswith(LAYOUT_KERNELS)] == ["nchw4c_to_nchw"], ops
+
+
+def test_map_read_by_a_matmul_itself():
+    """EfficientFormerV2's talking head: a conv's map ``[N, C, H, W]`` read directly by a MatMul
+    (``map @ [W, W]``, a GEMM over the last axis): the conv writes plain NCHW, the GEMM reads it, and
+    the next conv reads the GEMM's plain NCHW output in place."""
+    nodes = [node("Conv", ["x", "w1", "b1"], ["map1"], pads=[1, 1, 1, 1]), node("MatMul", ["map1", "m"], ["map2"]), DENSE]
+    inits = [f32("w1", (D, C, 3, 3)), f32("b1", (D,)), f32("m", (W, W)), f32("w2", (5, D, 3, 3))]
+    model = make(nodes, [tensor("x", [N, C, H, W])], [tensor("y", [N, 5, H, W])], inits, opset=17)
+    _check_boundaries(_run(model), convs=2)
+
+
+def test_linear_on_tokens_writes_plain_tokens():
+    """A Linear on blocked tokens (run as a 1x1 conv: the matmul rule) whose output only a reshape
+    to heads ``[N, L, 2, 5]`` (upstream's, plain) reads: the conv writes the plain tokens, no
+    ``nchw4c_to_nhwc`` after it."""
+    nodes = [node("Conv", ["x", "w1", "b1"], ["map1"], pads=[1, 1, 1, 1]), *FLATTEN, node("Relu", ["tok"], ["act"]),
+             node("MatMul", ["act", "m"], ["qkv"]), node("Reshape", ["qkv", "heads"], ["y"])]
+    inits = [f32("w1", (D, C, 3, 3)), f32("b1", (D,)), f32("m", (D, D)), SHAPES[0], i64("heads", [N, H * W, 2, 1, 5])]
+    model = make(nodes, [tensor("x", [N, C, H, W])], [tensor("y", [N, H * W, 2, 1, 5])], inits, opset=17)
+    ops = [r["op"] for r in _run(model)]
+    assert not any(op.startswith(LAYOUT_KERNELS) for op in ops), ops

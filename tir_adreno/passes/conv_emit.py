@@ -200,7 +200,7 @@ def emit_conv2d(rw: Rewriter, node: Node, x: Value, gate: Value | None = None, i
     # At the boundary with plain tensors (a model's input, tokens) the conv reads and writes them in
     # place: no layout kernel (passes.map_boundary decides from the graph, the strategy whether it can).
     plain_in = plain_input(rw, node) if x.layout == "NCHW" else None
-    plain_out = token_output(rw, tail.last.var, geom.out_shape) if tail.layout == "NCHW" else None
+    plain_out = token_output(rw, tail.last.var, geom.out_shape, tail.layout)
     plain, plain_in, plain_out = _plain_plan(plan, plain_in, plain_out)
     if plain is not None:
         plan = plain

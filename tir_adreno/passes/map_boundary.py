@@ -27,12 +27,14 @@ from tir_adreno.passes.rewriter import Rewriter, Value
 
 @dataclass(frozen=True)
 class PlainOutput:
-    """How a conv writes a value its token readers take plain: ``layout`` ("NHWC" or "NCHW") and
-    the view nodes ``(node, shape)`` whose value is a view of that buffer (``shape`` None: a node
-    only another view reads, never materialized)."""
+    """How a conv writes a value its token readers take plain: ``layout`` ("NHWC" or "NCHW"), the
+    view nodes ``(node, shape)`` whose value is a view of that buffer (``shape`` None: a node only
+    another view reads, never materialized), and ``read_as``: the shape plain readers read the
+    conv's value itself in (tokens ``[N, L, C]`` of a Linear run as a 1x1 conv), else None."""
 
     layout: str
     views: tuple
+    read_as: tuple | None = None
 
 
 def _swaps_last_two(node: Node | None) -> bool:
@@ -48,6 +50,8 @@ def reads_plain(rw: Rewriter, node: Node) -> bool:
         return node.op not in ("tuple", "tuple_get_item", "other")
     if node.op == "relax.concat":
         return len(static_shape(node.var) or ()) != 4
+    if node.op == "relax.reshape":  # to 5 or more dims: no view of a map our rules keep blocked
+        return len(static_shape(node.var) or ()) >= 5
     if _swaps_last_two(node):
         users = rw.graph.users(node.var)
         return bool(users) and rw.graph.uses.get(node.var, 0) == 1 and all(u.op == "relax.matmul" for u in users)
@@ -75,17 +79,32 @@ def _view(rw: Rewriter, user: Node, nchw) -> tuple[str, tuple] | None:
     return ("NCHW", ((user, shape),)) if _read_plain_only(rw, user.var) else None
 
 
-def token_output(rw: Rewriter, var, nchw) -> PlainOutput | None:
-    """The plain layout a conv writes its value ``var`` (NCHW ``nchw``) in, with the views that
-    become free, when every reader takes it through a token view read by plain readers and the
-    views agree on one layout; else None (the conv writes NCHW4c). The layout planner's question
-    for a conv's output (docs/kernels.md, the token layout)."""
-    if not (rw.fuses and rw.allow_buffer) or rw.dtype != "float32" or static_shape(var) != tuple(nchw):
+def _reader(rw: Rewriter, user: Node, nchw) -> tuple[str, tuple] | None:
+    """(layout, views) for conv value reader ``user``: a token view (:func:`_view`), or a plain
+    reader of the map itself (a MatMul on ``[N, C, H, W]``: EfficientFormerV2's talking head), "NCHW"."""
+    if user.op == "relax.reshape" or permute_axes(user) == TO_NHWC:
+        return _view(rw, user, nchw)
+    return ("NCHW", ()) if reads_plain(rw, user) else None
+
+
+def token_output(rw: Rewriter, var, nchw, layout: str = "NCHW") -> PlainOutput | None:
+    """The plain layout a conv writes its value ``var`` (NCHW ``nchw``; ``layout``: the value's, "NHWC"
+    for a Linear on tokens or channels-last maps run as a 1x1 conv) in, with the views that become
+    free, when every reader takes it through a token view read by plain readers (or reads it plain
+    itself) and they agree on one layout; else None (the conv writes NCHW4c). The layout planner's
+    question for a conv's output (docs/kernels.md, convs at the boundary with tokens)."""
+    n, c, h, w = nchw
+    shape = static_shape(var)
+    if not (rw.fuses and rw.allow_buffer) or rw.dtype != "float32" or same(rw.graph.output, var):
+        return None
+    if layout == "NHWC":  # tokens [N, L, C] or the map [N, H, W, C]: read as they are, plain
+        if shape in ((n, h * w, c), (n, h, w, c)) and _read_plain_only(rw, var):
+            return PlainOutput("NHWC", (), read_as=shape)
         return None
     users = rw.graph.users(var)
-    if not users or len(users) != rw.graph.uses.get(var, 0) or same(rw.graph.output, var):
+    if shape != tuple(nchw) or not users or len(users) != rw.graph.uses.get(var, 0):
         return None
-    found = [_view(rw, u, nchw) for u in users]
+    found = [_reader(rw, u, nchw) for u in users]
     layouts = {f[0] for f in found if f is not None}
     if None in found or len(layouts) != 1:
         return None
@@ -95,7 +114,9 @@ def token_output(rw: Rewriter, var, nchw) -> PlainOutput | None:
 def define_plain_output(rw: Rewriter, var, out, nchw, plain: PlainOutput) -> None:
     """``out`` (the conv's plain buffer in ``plain.layout``) as ``var``'s value and each view's:
     the views are marked fused, their values ``memory.view`` s of ``out`` (no kernel)."""
-    if plain.layout == "NCHW":
+    if plain.read_as is not None:
+        rw.exprs[var] = rw.bb.emit(relax.op.memory.view(out, relax.ShapeExpr(list(plain.read_as))))
+    elif plain.layout == "NCHW":
         rw.values[var] = Value(plain=out, layout="NCHW", channels=nchw[1], nchw=tuple(nchw))
     for node, shape in plain.views:
         node.fused = True
