@@ -206,9 +206,9 @@ MUTANTS = (
         ("tests/kernels/test_conv2d_plain_io.py",),
     ),
     Mutant(
-        "token_view_as_channel_rows",
-        "a conv's tokens [N, H * W, C] are handed on as a view in channel-row order [N, C, H * W]",
-        (("return \"NHWC\", ((user, None), (swap, (n, h * w, c))))", "return \"NHWC\", ((user, None), (swap, (n, c, h * w))))"),),
+        "channels_last_view_written_nchw",
+        "a conv whose map is read through a permute to channels-last writes its plain buffer in NCHW order",
+        (("return \"NHWC\", ((user, (n, h, w, c)),)", "return \"NCHW\", ((user, (n, h, w, c)),)"),),
         ("tests/passes/test_map_boundary.py",),
     ),
 )
