@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from tvm import relax
 
-from tir_adreno.passes.graph import SWAP_TOKENS, TO_NCHW, TO_NHWC, Node, dtype, permute_axes, same, static_shape
+from tir_adreno.passes.graph import SWAP_TOKENS, TO_NCHW, TO_NHWC, Node, const, dtype, permute_axes, same, static_shape
 from tir_adreno.passes.rewriter import Rewriter, Value
 
 
@@ -58,11 +58,18 @@ def reads_plain(rw: Rewriter, node: Node) -> bool:
     return False
 
 
-def _read_plain_only(rw: Rewriter, var) -> bool:
-    """``var`` has readers, all of them plain readers (:func:`reads_plain`), and is no model output."""
+def _by_constant(node: Node) -> bool:
+    """``node`` is a matmul by a constant (a Linear: the matmul rule runs it as a 1x1 conv on blocked tokens)."""
+    return node.op == "relax.matmul" and const(node.args[1]) is not None
+
+
+def _read_plain_only(rw: Rewriter, var, linear_reads_plain: bool = True) -> bool:
+    """``var`` has readers, all of them plain readers (:func:`reads_plain`), and is no model output.
+    ``linear_reads_plain`` False: a Linear reader does not count (tokens a Linear reads blocked stay
+    blocked, so the chain of Linears and norms after them does not move to plain buffers)."""
     users = rw.graph.users(var)
     return bool(users) and len(users) == rw.graph.uses.get(var, 0) and not same(rw.graph.output, var) and all(
-        reads_plain(rw, u) for u in users)
+        reads_plain(rw, u) and (linear_reads_plain or not _by_constant(u)) for u in users)
 
 
 def _view(rw: Rewriter, user: Node, nchw) -> tuple[str, tuple] | None:
@@ -98,7 +105,7 @@ def token_output(rw: Rewriter, var, nchw, layout: str = "NCHW") -> PlainOutput |
     if not (rw.fuses and rw.allow_buffer) or rw.dtype != "float32" or same(rw.graph.output, var):
         return None
     if layout == "NHWC":  # tokens [N, L, C] or the map [N, H, W, C]: read as they are, plain
-        if shape in ((n, h * w, c), (n, h, w, c)) and _read_plain_only(rw, var):
+        if shape in ((n, h * w, c), (n, h, w, c)) and _read_plain_only(rw, var, linear_reads_plain=False):
             return PlainOutput("NHWC", (), read_as=shape)
         return None
     users = rw.graph.users(var)
