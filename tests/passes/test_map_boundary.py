@@ -102,14 +102,3 @@ def test_map_read_by_a_matmul_itself():
     model = make(nodes, [tensor("x", [N, C, H, W])], [tensor("y", [N, 5, H, W])], inits, opset=17)
     _check_boundaries(_run(model), convs=2)
 
-
-def test_linear_on_tokens_writes_plain_tokens():
-    """A Linear on blocked tokens (run as a 1x1 conv: the matmul rule) whose output only a reshape
-    to heads ``[N, L, 2, 5]`` (upstream's, plain) reads: the conv writes the plain tokens, no
-    ``nchw4c_to_nhwc`` after it."""
-    nodes = [node("Conv", ["x", "w1", "b1"], ["map1"], pads=[1, 1, 1, 1]), *FLATTEN, node("Relu", ["tok"], ["act"]),
-             node("MatMul", ["act", "m"], ["qkv"]), node("Reshape", ["qkv", "heads"], ["y"])]
-    inits = [f32("w1", (D, C, 3, 3)), f32("b1", (D,)), f32("m", (D, D)), SHAPES[0], i64("heads", [N, H * W, 2, 1, 5])]
-    model = make(nodes, [tensor("x", [N, C, H, W])], [tensor("y", [N, H * W, 2, 1, 5])], inits, opset=17)
-    ops = [r["op"] for r in _run(model)]
-    assert not any(op.startswith(LAYOUT_KERNELS) for op in ops), ops

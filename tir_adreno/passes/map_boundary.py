@@ -21,20 +21,18 @@ from dataclasses import dataclass
 
 from tvm import relax
 
-from tir_adreno.passes.graph import SWAP_TOKENS, TO_NCHW, TO_NHWC, Node, const, dtype, permute_axes, same, static_shape
+from tir_adreno.passes.graph import SWAP_TOKENS, TO_NCHW, TO_NHWC, Node, dtype, permute_axes, same, static_shape
 from tir_adreno.passes.rewriter import Rewriter, Value
 
 
 @dataclass(frozen=True)
 class PlainOutput:
-    """How a conv writes a value its token readers take plain: ``layout`` ("NHWC" or "NCHW"), the
-    view nodes ``(node, shape)`` whose value is a view of that buffer (``shape`` None: a node only
-    another view reads, never materialized), and ``read_as``: the shape plain readers read the
-    conv's value itself in (tokens ``[N, L, C]`` of a Linear run as a 1x1 conv), else None."""
+    """How a conv writes a value its token readers take plain: ``layout`` ("NHWC" or "NCHW") and
+    the view nodes ``(node, shape)`` whose value is a view of that buffer (``shape`` None: a node
+    only another view reads, never materialized)."""
 
     layout: str
     views: tuple
-    read_as: tuple | None = None
 
 
 def _swaps_last_two(node: Node | None) -> bool:
@@ -50,26 +48,17 @@ def reads_plain(rw: Rewriter, node: Node) -> bool:
         return node.op not in ("tuple", "tuple_get_item", "other")
     if node.op == "relax.concat":
         return len(static_shape(node.var) or ()) != 4
-    if node.op == "relax.reshape":  # to 5 or more dims: no view of a map our rules keep blocked
-        return len(static_shape(node.var) or ()) >= 5
     if _swaps_last_two(node):
         users = rw.graph.users(node.var)
         return bool(users) and rw.graph.uses.get(node.var, 0) == 1 and all(u.op == "relax.matmul" for u in users)
     return False
 
 
-def _by_constant(node: Node) -> bool:
-    """``node`` is a matmul by a constant (a Linear: the matmul rule runs it as a 1x1 conv on blocked tokens)."""
-    return node.op == "relax.matmul" and const(node.args[1]) is not None
-
-
-def _read_plain_only(rw: Rewriter, var, linear_reads_plain: bool = True) -> bool:
-    """``var`` has readers, all of them plain readers (:func:`reads_plain`), and is no model output.
-    ``linear_reads_plain`` False: a Linear reader does not count (tokens a Linear reads blocked stay
-    blocked, so the chain of Linears and norms after them does not move to plain buffers)."""
+def _read_plain_only(rw: Rewriter, var) -> bool:
+    """``var`` has readers, all of them plain readers (:func:`reads_plain`), and is no model output."""
     users = rw.graph.users(var)
     return bool(users) and len(users) == rw.graph.uses.get(var, 0) and not same(rw.graph.output, var) and all(
-        reads_plain(rw, u) and (linear_reads_plain or not _by_constant(u)) for u in users)
+        reads_plain(rw, u) for u in users)
 
 
 def _view(rw: Rewriter, user: Node, nchw) -> tuple[str, tuple] | None:
@@ -95,18 +84,14 @@ def _reader(rw: Rewriter, user: Node, nchw) -> tuple[str, tuple] | None:
 
 
 def token_output(rw: Rewriter, var, nchw, layout: str = "NCHW") -> PlainOutput | None:
-    """The plain layout a conv writes its value ``var`` (NCHW ``nchw``; ``layout``: the value's, "NHWC"
-    for a Linear on tokens or channels-last maps run as a 1x1 conv) in, with the views that become
+    """The plain layout a conv writes its value ``var`` (NCHW ``nchw``; ``layout``: the value's, only
+    "NCHW" is taken: a Linear run as a 1x1 conv on blocked tokens keeps them blocked) in, with the views that become
     free, when every reader takes it through a token view read by plain readers (or reads it plain
     itself) and they agree on one layout; else None (the conv writes NCHW4c). The layout planner's
     question for a conv's output (docs/kernels.md, convs at the boundary with tokens)."""
     n, c, h, w = nchw
     shape = static_shape(var)
-    if not (rw.fuses and rw.allow_buffer) or rw.dtype != "float32" or same(rw.graph.output, var):
-        return None
-    if layout == "NHWC":  # tokens [N, L, C] or the map [N, H, W, C]: read as they are, plain
-        if shape in ((n, h * w, c), (n, h, w, c)) and _read_plain_only(rw, var, linear_reads_plain=False):
-            return PlainOutput("NHWC", (), read_as=shape)
+    if not (rw.fuses and rw.allow_buffer) or rw.dtype != "float32" or same(rw.graph.output, var) or layout != "NCHW":
         return None
     users = rw.graph.users(var)
     if shape != tuple(nchw) or not users or len(users) != rw.graph.uses.get(var, 0):
@@ -121,9 +106,7 @@ def token_output(rw: Rewriter, var, nchw, layout: str = "NCHW") -> PlainOutput |
 def define_plain_output(rw: Rewriter, var, out, nchw, plain: PlainOutput) -> None:
     """``out`` (the conv's plain buffer in ``plain.layout``) as ``var``'s value and each view's:
     the views are marked fused, their values ``memory.view`` s of ``out`` (no kernel)."""
-    if plain.read_as is not None:
-        rw.exprs[var] = rw.bb.emit(relax.op.memory.view(out, relax.ShapeExpr(list(plain.read_as))))
-    elif plain.layout == "NCHW":
+    if plain.layout == "NCHW":
         rw.values[var] = Value(plain=out, layout="NCHW", channels=nchw[1], nchw=tuple(nchw))
     for node, shape in plain.views:
         node.fused = True
