@@ -266,6 +266,18 @@ MUTANTS = (
         (("sum(f[axis] for f in fields[: node.index])", "sum(f[axis] for f in fields[: max(0, node.index - 1)])"),),
         ("tests/passes/test_token_layout.py::test_attention_heads_split_and_merge",),
     ),
+    Mutant(
+        "plain_output_lanes_reversed",
+        "a conv writing plain tokens (NHWC) stores the four channels of each block in reverse order",
+        (("Y[n, h, w, c * 4 + lane] = acc[k, lane]", "Y[n, h, w, c * 4 + 3 - lane] = acc[k, lane]"),),
+        ("tests/kernels/test_conv2d_plain_io.py",),
+    ),
+    Mutant(
+        "channels_last_view_written_nchw",
+        "a conv whose map is read through a permute to channels-last writes its plain buffer in NCHW order",
+        (("return \"NHWC\", ((user, (n, h, w, c)),)", "return \"NCHW\", ((user, (n, h, w, c)),)"),),
+        ("tests/passes/test_map_boundary.py",),
+    ),
 )
 
 

@@ -30,6 +30,9 @@ ACTIVATIONS = NAMES
 #: Buffer names the conv factories give the optional epilogue inputs.
 BIAS = "Bias"
 RESIDUAL = "Residual"
+#: How a conv writes Y: blocked ``[N, O/4, OH, OW, 4]``, or a plain buffer, channels-last
+#: ``[N, OH, OW, O]`` (= tokens ``[N, OH * OW, O]``) or ``[N, O, OH, OW]``: no layout kernel after it.
+OUT_LAYOUTS = ("NCHW4c", "NHWC", "NCHW")
 
 
 @dataclass(frozen=True)
@@ -45,12 +48,15 @@ class Epilogue:
     out_scope: str | None = None  # the conv factories: Y's scope (None: X's), so a boundary needs no copy
     residual_scope: str | None = None  # and Residual's (None: Y's)
     expr: object = None  # an elementwise chain after all that (primfuncs.epilogue_expr), None: none
+    out_layout: str = "NCHW4c"  # the conv factories: Y blocked, or a plain buffer "NHWC" (tokens) / "NCHW"
 
     def __post_init__(self):
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {ACTIVATIONS}, got {self.activation!r}")
         if self.activation_params:
             _table_entry(self.activation).check_params(dict(self.activation_params))
+        if self.out_layout not in OUT_LAYOUTS:
+            raise ValueError(f"out_layout must be one of {OUT_LAYOUTS}, got {self.out_layout!r}")
         if not self.clip_min <= self.clip_max:
             raise ValueError(f"clip needs clip_min <= clip_max, got {self.clip_min} > {self.clip_max}")
         if self.residual and self.operand_kind is not None:
@@ -89,6 +95,10 @@ class Epilogue:
         epilogue's own inputs, then ``output`` (the order ``select_params`` keeps)."""
         extra = [BIAS] * self.reads_bias + [RESIDUAL] * self.reads_residual
         return [*inputs, *extra, output]
+
+    def out_shape(self, n: int, o: int, oh: int, ow: int) -> tuple:
+        """Y's shape in :attr:`out_layout` for ``o`` output channels of ``oh`` x ``ow`` pixels."""
+        return {"NHWC": (n, oh, ow, o), "NCHW": (n, o, oh, ow)}.get(self.out_layout, (n, (o + 3) // 4, oh, ow, 4))
 
 
 def check_epilogue(epilogue) -> Epilogue:
@@ -189,11 +199,22 @@ def store_output_pixel(Y, acc, k, tmp, epilogue, Bias, Residual, n, c, h, w, out
     OpenCL codegen reuses a textually identical vector load of a local buffer
     as a texture store's value across writes to that buffer (so storing two
     pixels through one ``px`` buffer writes the first pixel twice).
+
+    A plain Y (``epilogue.out_layout`` "NHWC" or "NCHW", a buffer) gets the pixel's channels below
+    ``out_channels`` one store each.
     """
     apply_epilogue(acc, k, tmp, epilogue, Bias, Residual, n, c, h, w)
-    if out_channels is not None and out_channels % 4 != 0:
+    if epilogue.out_layout != "NCHW4c":  # a plain Y: one store per channel, none past the last
+        for lane in T.unroll(4):
+            if out_channels % 4 == 0 or c * 4 + lane < out_channels:  # (a Python True: no guard)
+                if epilogue.out_layout == "NHWC":
+                    Y[n, h, w, c * 4 + lane] = acc[k, lane]
+                else:
+                    Y[n, c * 4 + lane, h, w] = acc[k, lane]
+    elif out_channels is not None and out_channels % 4 != 0:
         # The padding lanes of the last block must stay 0 (the next conv and Winograd's GEMM read
         # them): act(0) = 0.5 for sigmoid, and a NaN/Inf input window makes them NaN (NaN * 0 weights).
         for lane in T.unroll(4):
             acc[k, lane] = T.if_then_else(c * 4 + lane < out_channels, acc[k, lane], T.Cast(acc.dtype, 0))
-    Y[n, c, h, w, T.Ramp(0, 1, 4)] = acc[k, T.Ramp(0, 1, 4)]
+    if epilogue.out_layout == "NCHW4c":
+        Y[n, c, h, w, T.Ramp(0, 1, 4)] = acc[k, T.Ramp(0, 1, 4)]

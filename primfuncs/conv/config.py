@@ -153,6 +153,8 @@ def check_conv_args(epilogue, dtype, config, scope, weight_scope, out_scope, res
         raise TypeError(f"config must be a ConvConfig, got {type(config).__name__}")
     check_dtype(dtype)
     scope, out_scope, residual_scope = check_io_scopes(scope, out_scope, residual_scope)
+    if epilogue.out_layout != "NCHW4c" and out_scope != BUFFER:
+        raise ValueError(f"epilogue.out_layout={epilogue.out_layout!r} writes Y to a buffer (out_scope 'global'), got {out_scope!r}")
     if weight_scope is None:
         weight_scope = TEXTURE_WEIGHT if scope == TEXTURE else BUFFER
     check_scope(weight_scope, (TEXTURE_WEIGHT, BUFFER))

@@ -137,8 +137,9 @@ def _tile_macros(tiling: DirectTiling, epilogue: Epilogue):
     return conv_tile, accumulate_blocked, store_tile, load_shifts
 
 
-def _plain_kernel(tiling: DirectTiling, conv_tile, name: str, scopes, epilogue: Epilogue):
-    """The kernel without split_k: one tile per work item, on a 3-D grid or (``config.flat``) a 1-D one."""
+def _plain_kernel(tiling: DirectTiling, conv_tile, name: str, scopes, epilogue: Epilogue, y_shape):
+    """The kernel without split_k: one tile per work item, on a 3-D grid or (``config.flat``) a 1-D one;
+    Y of ``y_shape`` (its epilogue's ``out_layout``)."""
     scope, weight_scope, out_scope, residual_scope = scopes
     g = tiling.geom
     n, oh, ow, c4, o4, cg, kh, kw = g.n, g.oh, g.ow, g.c4, g.o4, g.cg, g.kh, g.kw
@@ -161,7 +162,7 @@ def _plain_kernel(tiling: DirectTiling, conv_tile, name: str, scopes, epilogue: 
         WeightSum = T.match_buffer(weight_sum, (o4, 4), dtype, scope=BUFFER)
         Bias = T.match_buffer(bias, epilogue.bias_shape(o4), dtype, scope=BUFFER)
         Residual = T.match_buffer(residual, epilogue.residual_shape((n, o4, oh, ow, 4)), dtype, scope=residual_scope)
-        Y = T.match_buffer(out, (n, o4, oh, ow, 4), dtype, scope=out_scope)
+        Y = T.match_buffer(out, y_shape, dtype, scope=out_scope)
         if config.flat:
             for bx in T.thread_binding(ceildiv(tiles, gf), thread="blockIdx.x"):
                 for tx in T.thread_binding(gf, thread="threadIdx.x"):
@@ -184,7 +185,7 @@ def _plain_kernel(tiling: DirectTiling, conv_tile, name: str, scopes, epilogue: 
     return func
 
 
-def _split_kernel(tiling: DirectTiling, accumulate_blocked, store_tile, load_shifts, name: str, scopes, epilogue: Epilogue):
+def _split_kernel(tiling: DirectTiling, accumulate_blocked, store_tile, load_shifts, name: str, scopes, epilogue: Epilogue, y_shape):
     """The split_k kernel: the work group's z dim holds gz channel tiles x ``split`` slices of the
     input channel blocks (slice k walks blocks k, k + split, ...). Each item writes its partial
     tile to local memory (item index fastest: conflict-free); after the barrier the slice-0 item
@@ -232,7 +233,7 @@ def _split_kernel(tiling: DirectTiling, accumulate_blocked, store_tile, load_shi
         WeightSum = T.match_buffer(weight_sum, (o4, 4), dtype, scope=BUFFER)
         Bias = T.match_buffer(bias, epilogue.bias_shape(o4), dtype, scope=BUFFER)
         Residual = T.match_buffer(residual, epilogue.residual_shape((n, o4, oh, ow, 4)), dtype, scope=residual_scope)
-        Y = T.match_buffer(out, (n, o4, oh, ow, 4), dtype, scope=out_scope)
+        Y = T.match_buffer(out, y_shape, dtype, scope=out_scope)
         for bz in T.thread_binding(ceildiv(ot, gz), thread="blockIdx.z"):
             for by in T.thread_binding(ceildiv(oh, gy), thread="blockIdx.y"):
                 for bx in T.thread_binding(ceildiv(cols, gx), thread="blockIdx.x"):
@@ -299,18 +300,19 @@ def _direct_conv(geom: ConvGeometry, mode: str, epilogue, dtype, config, scope, 
     scopes = check_conv_args(epilogue, dtype, config, scope, weight_scope, out_scope, residual_scope)
     if gate_scope is not None:
         check_scope(gate_scope)
-    plain_refused = None if mode == "blocked" and prologue is None and gate_scope is None and norm_eps is None else (
-        f"only the blocked path (dense convs) without a prologue, input gate or folded norm reads a plain input; this conv "
+    plain_refused = None if mode != "grouped" and prologue is None and gate_scope is None and norm_eps is None else (
+        f"only the blocked path (dense convs) and depthwise convs without a prologue, input gate or folded norm read a plain input; this conv "
         f"has the {mode} path{' with a prologue' if prologue is not None else ''}{' with a gate' if gate_scope is not None else ''}"
         f"{' with a folded norm' if norm_eps is not None else ''}")
     input_layout = InputLayout(geom, data_layout, scopes[0], plain_refused)
     tiling = DirectTiling(geom, mode, config, dtype, prologue, acc_dtype, gate_scope, input_layout, norm_eps)
     conv_tile, accumulate_blocked, store_tile, load_shifts = _tile_macros(tiling, epilogue)
+    y_shape = epilogue.out_shape(geom.n, geom.o, geom.oh, geom.ow)
     # Parse only the kernel this config uses (TVMScript parsing is the factory's main cost).
     if tiling.split > 1:
-        kernel = _split_kernel(tiling, accumulate_blocked, store_tile, load_shifts, name, scopes, epilogue)
+        kernel = _split_kernel(tiling, accumulate_blocked, store_tile, load_shifts, name, scopes, epilogue, y_shape)
     else:
-        kernel = _plain_kernel(tiling, conv_tile, name, scopes, epilogue)
+        kernel = _plain_kernel(tiling, conv_tile, name, scopes, epilogue, y_shape)
     inputs = ["X", "W"] if prologue is None else ["X", "W_dw", *["Bias_dw"] * prologue.epilogue.bias, "W"]
     if gate_scope is not None:
         inputs.insert(1, "Gate")
@@ -355,9 +357,11 @@ def conv2d_nchw4c(
     read per input block; the tiled kernel as it stages them); the blocked path only (dense convs,
     block-aligned groups) or tiled.
 
-    ``data_layout`` "NCHW" (dense convs, no gate): X is a plain ``[N, C, H, W]`` buffer (``scope``
-    "global"), each blocked input pixel read as four channels: a model's first conv reads the
-    input itself, with no layout kernel before it.
+    ``data_layout`` "NCHW" or "NHWC" (dense convs, no gate): X is a plain ``[N, C, H, W]`` or
+    channels-last ``[N, H, W, C]`` buffer (``scope`` "global"), each blocked input pixel read as four
+    channels: a model's first conv reads the input itself, a conv after tokens (``[N, H * W, C]``)
+    reads them in place, with no layout kernel before it. ``epilogue.out_layout`` "NHWC" or "NCHW"
+    (``out_scope`` "global"): Y is that plain buffer instead (tokens for a GEMM or upstream op).
 
     ``norm_eps`` (a dense 1x1 conv, stride 1, unpadded; a float32 kernel): the conv reads the
     layer norm over the channels of X, with that epsilon, folded in (:mod:`primfuncs.conv.norm`):
@@ -415,8 +419,8 @@ def depthwise_conv2d_nchw4c(
     Output channel ``o`` reads input channel ``o // multiplier``. With multiplier 1
     a work item multiplies input and weight pixels lane by lane; otherwise each
     output lane picks its input channel from the pixel holding it. Tensors and
-    epilogue and ``config`` as in :func:`conv2d_nchw4c`; the prologue's ``weight_scope`` and
-    ``acc_dtype`` only.
+    epilogue and ``config`` as in :func:`conv2d_nchw4c`; the prologue's ``weight_scope``,
+    ``acc_dtype`` and ``data_layout`` only.
     """
     check_prologue(prologue, "depthwise_conv2d_nchw4c", DEPTHWISE)
     check_epilogue(epilogue)
@@ -427,6 +431,7 @@ def depthwise_conv2d_nchw4c(
     return _direct_conv(
         geom, "depthwise", epilogue, dtype, config, scope, prologue.weight_scope, "depthwise_conv2d_nchw4c",
         out_scope=epilogue.out_scope, residual_scope=epilogue.residual_scope, acc_dtype=prologue.acc_dtype,
+        data_layout=prologue.data_layout,
     )
 
 

@@ -2,7 +2,7 @@
 
 :class:`ConvGeometry` (validated logical NCHW / OIHW sizes, by :func:`conv2d_geometry`),
 :class:`ConvWindow` (the input coordinates a tile's taps read and the guards they need) and
-:class:`InputLayout` (how a kernel reads X: blocked, or a plain NCHW buffer).
+:class:`InputLayout` (how a kernel reads X: blocked, or a plain NCHW or NHWC buffer).
 """
 
 from __future__ import annotations
@@ -211,32 +211,37 @@ class ConvWindow:
 
 
 
-#: How a conv kernel reads X: blocked ``[N, C/4, H, W, 4]``, or a plain ``[N, C, H, W]`` buffer
-#: (a model's input read by its first conv: no layout kernel before it).
-DATA_LAYOUTS = ("NCHW4c", "NCHW")
+#: How a conv kernel reads X: blocked ``[N, C/4, H, W, 4]``, or a plain buffer: ``[N, C, H, W]`` (a
+#: model's input read by its first conv) or channels-last ``[N, H, W, C]`` (tokens ``[N, H * W, C]``
+#: read as their map): no layout kernel before it.
+DATA_LAYOUTS = ("NCHW4c", "NCHW", "NHWC")
 
 
 class InputLayout:
     """How the kernels of ``geom`` read input lane ``lane`` of block ``cb``: one vector read of a
-    blocked pixel, or (``data_layout`` "NCHW", a buffer) channel ``cb * 4 + lane`` of a plain input,
-    clamped to the last channel and zeroed past it (:meth:`lane_guard`). ``refused``: why the
-    kernel cannot read a plain input (None: it can)."""
+    blocked pixel, or (``data_layout`` "NCHW" or "NHWC", a buffer) channel ``cb * 4 + lane`` of a
+    plain input, clamped to the last channel and zeroed past it (:meth:`lane_guard`). ``refused``:
+    why the kernel cannot read a plain input (None: it can)."""
 
     def __init__(self, geom: ConvGeometry, data_layout: str, scope: str, refused: str | None = None):
         if data_layout not in DATA_LAYOUTS:
             raise ValueError(f"data_layout must be one of {DATA_LAYOUTS}, got {data_layout!r}")
-        self.plain, self.c = data_layout == "NCHW", geom.c
+        self.plain, self.nhwc, self.c = data_layout != "NCHW4c", data_layout == "NHWC", geom.c
         if self.plain and scope != "global":
-            raise ValueError(f"data_layout='NCHW' reads X from a buffer (scope 'global'), got scope={scope!r}")
+            raise ValueError(f"data_layout={data_layout!r} reads X from a buffer (scope 'global'), got scope={scope!r}")
         if self.plain and refused:
-            raise ValueError(f"data_layout='NCHW': {refused}")
+            raise ValueError(f"data_layout={data_layout!r}: {refused}")
 
     def shape(self, geom: ConvGeometry, h: int, w: int) -> tuple:
         """X's shape for an input window of ``h`` x ``w`` pixels."""
+        if self.nhwc:
+            return (geom.n, h, w, geom.c)
         return (geom.n, geom.c, h, w) if self.plain else (geom.n, geom.c4, h, w, LANES)
 
     def lane(self, X, nn, cb, row, col, lane):
         """The read of lane ``lane`` of input block ``cb`` at (``row``, ``col``)."""
+        if self.nhwc:
+            return X[nn, row, col, T.min(cb * LANES + lane, self.c - 1)]
         return X[nn, T.min(cb * LANES + lane, self.c - 1), row, col] if self.plain else X[nn, cb, row, col, lane]
 
     def lane_guard(self, cb, lane) -> list:

@@ -22,7 +22,7 @@ class Prologue:
     factories' docstrings)."""
 
     weight_scope: str | None = None  # W's scope; None: the weight texture for a texture scope, else a buffer
-    data_layout: str = "NCHW4c"  # "NCHW": X a plain buffer (a model's first conv)
+    data_layout: str = "NCHW4c"  # "NCHW": X a plain buffer (a model's first conv); "NHWC": channels-last (tokens)
     gate_scope: str | None = None  # X is read times the input gate ``Gate`` held in this scope
     norm_eps: float | None = None  # X is read through a layer norm over its channels (primfuncs.conv.norm)
     group_norm: object | None = None  # a primfuncs.conv.norm.GroupNormFold: a group norm of X folded in
@@ -34,7 +34,7 @@ class Prologue:
 
 #: The fields each factory reads (any other set field is refused: it would be ignored).
 DIRECT = ("weight_scope", "data_layout", "gate_scope", "norm_eps", "group_norm", "grn_eps", "acc_dtype")
-DEPTHWISE = ("weight_scope", "acc_dtype")
+DEPTHWISE = ("weight_scope", "data_layout", "acc_dtype")
 FUSED = ("weight_scope", "acc_dtype", "depthwise")
 WINOGRAD = ("weight_scope", "acc_dtype", "tile_scope")
 

@@ -70,8 +70,8 @@ def conv2d_tiled_nchw4c(
     :func:`primfuncs.conv.direct.conv2d_nchw4c`, ``config.tiled`` must be set; below, the
     :class:`~primfuncs.conv.prologue.Prologue`'s fields. With an input gate
     (``gate_scope``) each input pixel is multiplied by its block's gate pixel as it is staged in
-    local memory: once per work group, not per output channel tile. ``data_layout`` "NCHW": X is
-    a plain buffer, each staged pixel read as four channels. ``norm_eps``: a layer norm over X's
+    local memory: once per work group, not per output channel tile. ``data_layout`` "NCHW" / "NHWC": X is
+    a plain buffer, each staged pixel read as four channels (``epilogue.out_layout``: Y plain too). ``norm_eps``: a layer norm over X's
     channels folded in (:mod:`primfuncs.conv.norm`; ``WeightSum`` after ``W``): each staged pixel is
     shifted by its pixel's channel 0 (padding channels zeroed), and each item sums its pixels'
     staged values (S1, S2) as it multiplies them: statistics rows after its tile, split_k partials too.
@@ -365,7 +365,7 @@ def conv2d_tiled_nchw4c(
         WeightSum = T.match_buffer(weight_sum, (o4, 4), dtype, scope=BUFFER)
         Bias = T.match_buffer(bias, epilogue.bias_shape(o4), dtype, scope=BUFFER)
         Residual = T.match_buffer(residual, epilogue.residual_shape((n, o4, oh, ow, 4)), dtype, scope=residual_scope)
-        Y = T.match_buffer(out, (n, o4, oh, ow, 4), dtype, scope=out_scope)
+        Y = T.match_buffer(out, epilogue.out_shape(n, o, oh, ow), dtype, scope=out_scope)
         for bz in T.thread_binding(n, thread="blockIdx.z"):
             for by in T.thread_binding(ceildiv(o4, tn), thread="blockIdx.y"):
                 for bx in T.thread_binding(ceildiv(pixels, tm), thread="blockIdx.x"):

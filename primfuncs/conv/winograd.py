@@ -507,6 +507,8 @@ def conv2d_winograd_nchw4c(
     """
     check_prologue(prologue, "conv2d_winograd_nchw4c", WINOGRAD)
     check_epilogue(epilogue)
+    if epilogue.out_layout != "NCHW4c":
+        raise ValueError(f"epilogue.out_layout={epilogue.out_layout!r}: the Winograd conv writes a blocked Y only")
     weight_scope, tile_scope, acc_dtype = prologue.weight_scope, prologue.tile_scope, prologue.acc_dtype
     out_scope, residual_scope = epilogue.out_scope, epilogue.residual_scope
     geom = check_winograd(conv2d_geometry(data_shape, weight_shape, strides, padding, dilation, groups))

@@ -86,7 +86,7 @@ def test_conv2d_plain_input_matches_numpy(device, scope, case, tiled, use_tiled,
     (lambda: conv.conv2d_nchw4c((1, 3, 8, 8), (8, 3, 3, 3), prologue=Prologue(data_layout="NCHW"), scope=TEXTURE), "from a buffer"),
     (lambda: conv.conv2d_nchw4c((1, 8, 8, 8), (8, 1, 3, 3), groups=8, prologue=Prologue(data_layout="NCHW"), scope=BUFFER), "blocked path"),
     (lambda: conv.conv2d_nchw4c((1, 4, 8, 8), (8, 4, 1, 1), prologue=Prologue(data_layout="NCHW", gate_scope=BUFFER), scope=BUFFER), "gate"),
-    (lambda: conv.conv2d_nchw4c((1, 4, 8, 8), (8, 4, 1, 1), prologue=Prologue(data_layout="NHWC"), scope=BUFFER), "data_layout must be"),
+    (lambda: conv.conv2d_nchw4c((1, 4, 8, 8), (8, 4, 1, 1), prologue=Prologue(data_layout="NWHC"), scope=BUFFER), "data_layout must be"),
 ])
 def test_conv2d_plain_input_errors(call, match):
     with pytest.raises(ValueError, match=match):

@@ -21,6 +21,7 @@ from tir_adreno.passes.convs import conv_geometry, conv_operands
 from tir_adreno.passes.epilogue_chain import OPERAND_KINDS, Anchor, Chain, chain_epilogue, match_chain, pack_rows
 from tir_adreno.passes.graph import TO_NCHW, Node, dtype, same, static_shape
 from tir_adreno.passes.kernel_index import KernelCall
+from tir_adreno.passes.map_boundary import define_plain_output, plain_input, plain_input_expr, token_output
 from tir_adreno.passes.op_info import CONFIG_ATTR, CONV_STAGES, SOURCE_ATTR, conv_info, fused_info
 from tir_adreno.passes.rewriter import Rewriter, Value, blocked_shape
 from tir_adreno.strategy import conv as strategy
@@ -226,15 +227,36 @@ def emit_conv2d(rw: Rewriter, node: Node, x: Value, gate: Value | None = None, i
                                 in_scope=scope, out_scope=out_scope, residual_scope=residual_scope, gate_scope=gate_scope,
                                 **({} if norm is None else {"group_norm" if grouped else "norm_eps": norm[0]}),
                                 **({} if grn is None else {"grn_eps": grn[0]}))
-    plain = strategy.plain_input_plan(plan) if rw.reads_plain(x, node) else None
-    if plain is not None:  # a model's first conv reads its NCHW input: no layout kernel
-        plan, inputs = plain, [x.plain]
+    # At the boundary with plain tensors (a model's input, tokens) the conv reads and writes them in
+    # place: no layout kernel (passes.map_boundary decides from the graph, the strategy whether it can).
+    plain_in = plain_input(rw, node) if x.layout == "NCHW" else None
+    plain_out = token_output(rw, tail.last.var, geom.out_shape, tail.layout)
+    plain, plain_in, plain_out = _plain_plan(plan, plain_in, plain_out)
+    if plain is not None:
+        plan = plain
+    if plain is not None and plain_in is not None:
+        inputs = [plain_input_expr(rw, plain_in)]
     else:
         inputs = [rw.blocked(x, scope)] + ([rw.blocked(gate, gate_scope)] if gate is not None else []) + ([stats] if grouped else [])
         inputs += [relax.const(pack_bias(np.asarray(grn[1]).astype(rw.dtype)))] if grn is not None else []
     out = _emit_plan(rw, node, plan, inputs, tail)
-    rw.define(tail.last.var, out, plan.tensor("Y").scope, geom.out_shape, tail.layout)
+    if plain is not None and plain_out is not None:
+        define_plain_output(rw, tail.last.var, out, geom.out_shape, plain_out)
+    else:
+        rw.define(tail.last.var, out, plan.tensor("Y").scope, geom.out_shape, tail.layout)
     return out
+
+
+def _plain_plan(plan, plain_in, plain_out):
+    """(plan, plain_in, plain_out): ``plan`` reading ``plain_in`` (a ``map_boundary.plain_input``) and
+    writing ``plain_out`` (a ``map_boundary.token_output``) plain where its kernel can, both sides
+    or else one (``strategy.conv.plain_io_plan``); (None, None, None) where neither."""
+    for data, out in ((plain_in, plain_out), (plain_in, None), (None, plain_out)):
+        if data is not None or out is not None:
+            found = strategy.plain_io_plan(plan, data and data[0], out and out.layout)
+            if found is not None:
+                return found, data, out
+    return None, None, None
 
 
 def _stage_calls(plan) -> tuple:

@@ -99,8 +99,10 @@ def conv_info(node: Node, plan, output: str) -> dict:
         info["group_norm"] = {"groups": fold.groups, "slices": fold.slices, "epsilon": fold.epsilon}
     if "grn_eps" in kwargs:  # its Gate is GRN's sums of squares, Gamma after it: it reads X * (1 + gamma * Nx) (primfuncs.conv.tiled)
         info["grn_epsilon"] = kwargs["grn_eps"]
-    if len(plan.tensor("X").shape) == 4:  # it reads a plain NCHW input (strategy.plain_input_plan)
-        info["data_layout"] = "NCHW"
+    if len(plan.tensor("X").shape) == 4:  # it reads a plain NCHW or NHWC input (strategy.plain_io_plan)
+        info["data_layout"] = kwargs.get("data_layout", "NCHW")
+    if plan.epilogue.out_layout != "NCHW4c":  # it writes a plain Y (tokens: strategy.plain_io_plan)
+        info["out_layout"] = plan.epilogue.out_layout
     return info
 
 

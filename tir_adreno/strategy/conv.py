@@ -215,29 +215,42 @@ def direct_conv2d(geometry: ConvGeometry, epilogue: Epilogue = Epilogue(), dtype
                   group_norm: GroupNormFold | None = None, grn_eps: float | None = None):
     """The direct conv PrimFunc of ``geometry``: the depthwise kernel for ``groups == C``, else the
     general one (the config sweep in ``benchmarks/conv_configs.py`` calls this with every config);
-    ``gate_scope``: with an input gate, ``data_layout`` "NCHW": X a plain buffer, ``norm_eps``: a
+    ``gate_scope``: with an input gate, ``data_layout`` "NCHW" / "NHWC": X a plain buffer, ``norm_eps``: a
     layer norm over X's channels folded in, ``group_norm``: a group norm of X folded in (the tiled
     kernel; ``primfuncs.conv.conv2d_nchw4c``), ``grn_eps``: GRN's scale folded in, its sums in the gate's place."""
     g = geometry
     attrs = dict(strides=g.strides, padding=g.padding, dilation=g.dilation, dtype=dtype, config=config, scope=scope,
                  epilogue=replace(epilogue, out_scope=out_scope, residual_scope=residual_scope))
-    if g.is_depthwise and gate_scope is None and data_layout == "NCHW4c" and norm_eps is None and group_norm is None:
+    if g.is_depthwise and gate_scope is None and norm_eps is None and group_norm is None:
         return _conv.depthwise_conv2d_nchw4c((g.n, g.c, g.h, g.w), (g.o, g.cg, g.kh, g.kw), **attrs,
-                                             prologue=Prologue(weight_scope=weight_scope, acc_dtype=acc_dtype))
+                                             prologue=Prologue(weight_scope=weight_scope, acc_dtype=acc_dtype,
+                                                               data_layout=data_layout))
     prologue = Prologue(weight_scope, data_layout, gate_scope, norm_eps, group_norm, grn_eps, acc_dtype)
     return _conv.conv2d_nchw4c((g.n, g.c, g.h, g.w), (g.o, g.cg, g.kh, g.kw), groups=g.groups, prologue=prologue, **attrs)
 
 
-def plain_input_plan(plan: ConvPlan) -> ConvPlan | None:
-    """``plan`` reading X as a plain NCHW buffer (a model's input read by its first conv: no layout
-    kernel before it), or None where its kernel reads blocked inputs only: Winograd, grouped and
-    depthwise convs, gated convs, half kernels (the plain input is float32)."""
+def plain_io_plan(plan: ConvPlan, data_layout: str | None = None, out_layout: str | None = None) -> ConvPlan | None:
+    """``plan`` reading X as a plain buffer in ``data_layout`` ("NCHW": a model's input read by its
+    first conv; "NHWC": tokens ``[N, H * W, C]`` read as their map) and/or writing Y as a plain
+    buffer in ``out_layout`` ("NHWC": tokens; "NCHW"), so no layout kernel runs on that side (None:
+    that side stays blocked); None where its kernel cannot: Winograd, grouped convs that are not
+    depthwise (a depthwise conv reads and writes plain too, a dense one in any config), gated or
+    norm-folding convs, half kernels (a plain tensor is float32)."""
     (factory, kwargs), = plan.stages
     g = plan.geometry
-    if plan.algorithm != "direct" or plan.dtype != "float32" or g.groups != 1 or {"gate_scope", "norm_eps", "group_norm", "grn_eps"} & set(kwargs):
+    if plan.algorithm != "direct" or plan.dtype != "float32" or {"gate_scope", "norm_eps", "group_norm", "grn_eps"} & set(kwargs):
         return None
-    tensors = tuple(TensorPlan("X", (g.n, g.c, g.h, g.w), BUFFER) if t.name == "X" else t for t in plan.tensors)
-    return replace(plan, tensors=tensors, stages=((factory, {**kwargs, "scope": BUFFER, "data_layout": "NCHW"}),))
+    if g.groups != 1 and not (g.is_depthwise and data_layout != "NCHW"):  # (a model's input meets dense convs)
+        return None
+    tensors, kwargs, epilogue = dict((t.name, t) for t in plan.tensors), dict(kwargs), plan.epilogue
+    if data_layout is not None:
+        tensors["X"] = TensorPlan("X", (g.n, g.h, g.w, g.c) if data_layout == "NHWC" else (g.n, g.c, g.h, g.w), BUFFER)
+        kwargs.update(scope=BUFFER, data_layout=data_layout)
+    if out_layout is not None:
+        epilogue = replace(epilogue, out_layout=out_layout)
+        tensors["Y"] = TensorPlan("Y", epilogue.out_shape(g.n, g.o, g.oh, g.ow), BUFFER)
+        kwargs.update(epilogue=epilogue, out_scope=BUFFER)
+    return replace(plan, epilogue=epilogue, tensors=tuple(tensors.values()), stages=((factory, kwargs),))
 
 
 def default_choice(geometry: ConvGeometry, profile: DeviceProfile) -> ConvChoice:

@@ -316,10 +316,14 @@ def reference_case(info: dict, rng: np.random.Generator, pack_weights=blocked.pa
         epilogue = info["epilogue"]
         b, r, extra = epilogue_inputs(epilogue, channels, y.shape)
         y = reference.conv2d_epilogue(y, b, r, epilogue["activation"], *epilogue.get("clip", (0.0, 6.0)))
-        x_in = x if info.get("data_layout") == "NCHW" else pack(x)  # a first conv reads the plain input
+        # a first conv reads the plain input, a conv after tokens reads them channels-last
+        x_in = {"NCHW": x, "NHWC": np.ascontiguousarray(x.transpose(0, 2, 3, 1))}.get(info.get("data_layout"), pack(x))
         sums = [] if eps is None else [blocked.pack_bias(w.sum(axis=(1, 2, 3)))]
         gated = [pack(squares), blocked.pack_bias(gamma)] if grn is not None else [pack(g) for g in gate]
-        return [x_in, *gated, *stats, pack_weights(w), *sums, *extra], y, channels
+        inputs = [x_in, *gated, *stats, pack_weights(w), *sums, *extra]
+        if info.get("out_layout") in ("NHWC", "NCHW"):  # a plain Y, compared as stored (tokens for a GEMM)
+            return inputs, (y.transpose(0, 2, 3, 1) if info["out_layout"] == "NHWC" else y), None
+        return inputs, y, channels
     if op == "depthwise_pointwise":  # X, W_dw [Bias_dw], W [Bias] [Residual]
         dw, epilogue = info["depthwise"], info["epilogue"]
         w_dw, w = rand(dw["weight"]), rand(info["weight"])
