@@ -106,17 +106,6 @@ class PixelGrid:
         return ceildiv(self.cols, self.tx)
 
 
-def unravel(index, dims) -> tuple:
-    """Row-major indices into ``dims`` of flat ``index`` (a dim of size 1 indexes 0)."""
-    if not dims:
-        return ()
-    out = []
-    for d in reversed(dims[1:]):
-        out.append(0 if d == 1 else index % d)
-        index = index if d == 1 else index // d
-    return (0 if dims[0] == 1 else index, *reversed(out))
-
-
 def pixel_grid(layers: int, rows: int, cols: int, max_threads: int = 64) -> PixelGrid:
     """Work-group shape for one work item per pixel: wide along columns (image
     rows are contiguous in the texture cache), then rows."""

@@ -19,7 +19,7 @@ from tir_adreno.tools import workbench
 
 def tiny_model(path, channels: int, seed: int):
     """conv+bias -> relu -> max pool -> conv (+ residual) -> relu -> global average pool -> flatten ->
-    transpose to ``[C, 1]`` (upstream's)."""
+    cos (upstream's)."""
     rng = np.random.default_rng(seed)
 
     def weight(name, shape):
@@ -34,13 +34,13 @@ def tiny_model(path, channels: int, seed: int):
         helper.make_node("Relu", ["a2"], ["r2"]),
         helper.make_node("GlobalAveragePool", ["r2"], ["g"]),
         helper.make_node("Flatten", ["g"], ["f"]),
-        helper.make_node("Transpose", ["f"], ["out"], perm=[1, 0]),
+        helper.make_node("Cos", ["f"], ["out"]),
     ]
     graph = helper.make_graph(
         nodes,
         "tiny",
         [helper.make_tensor_value_info("image", TensorProto.FLOAT, (1, 3, 8, 8))],
-        [helper.make_tensor_value_info("out", TensorProto.FLOAT, (channels, 1))],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, (1, channels))],
         [weight("w1", (channels, 3, 3, 3)), weight("b1", (channels,)), weight("w2", (channels, channels, 3, 3))],
     )
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
@@ -85,7 +85,7 @@ WORK_GROUP_EDIT = {
 def test_dump_files_parse_to_the_kernels_the_model_builds(models, dumped):
     manifest = json.loads((dumped / "manifest.json").read_text())
     names = list(manifest["kernels"])
-    assert names == ["00_conv2d_nchw4c", "01_max_pool2d", "02_conv2d_nchw4c", "03_mean_hw", "04_nchw4c_to_nchw", "05_transpose"]
+    assert names == ["00_conv2d_nchw4c", "01_max_pool2d", "02_conv2d_nchw4c", "03_mean_hw", "04_nchw4c_to_nchw", "05_tir_cos"]
     prims = {}
     compiler.compile_model(str(models[0]), runtime.get_device(), progress=lambda _: None, prims=prims)
     assert {e["key"] for e in manifest["kernels"].values()} == set(prims)
@@ -93,9 +93,9 @@ def test_dump_files_parse_to_the_kernels_the_model_builds(models, dumped):
         text = (dumped / entry["file"]).read_text()
         assert workbench.text_hash(text) == entry["sha256"]
         tvm.ir.assert_structural_equal(workbench.parse_kernel(dumped / entry["file"]), compiler.kernel_func(prims[entry["key"]]))
-    upstream = manifest["kernels"]["05_transpose"]
-    assert not upstream["ours"] and upstream["op"] == {"op": "upstream", "label": "transpose"}
-    assert (dumped / "05_transpose.py").read_text().startswith("# tir-adreno kernel 05_transpose (upstream: legalized by TVM")
+    upstream = manifest["kernels"]["05_tir_cos"]
+    assert not upstream["ours"] and upstream["op"] == {"op": "upstream", "label": "tir_cos"}
+    assert (dumped / "05_tir_cos.py").read_text().startswith("# tir-adreno kernel 05_tir_cos (upstream: legalized by TVM")
     conv = manifest["kernels"]["02_conv2d_nchw4c"]
     assert conv["op"]["op"] == "nn.conv2d" and conv["op"]["epilogue"]["residual"] and conv["rows"] == [2]
     assert conv["op"]["inputs"] == [[1, 8, 4, 4]] and conv["op"]["weight"] == [8, 8, 3, 3]
@@ -200,7 +200,7 @@ def test_kernel_file_of_another_model(models, dumped, tmp_path):
 def test_bad_show_value_and_saved_model_dir(dumped, tmp_path):
     assert_user_error(cli("kernel", str(dumped / "00_conv2d_nchw4c.py"), "--show", "cuda"), "--show must be one of tir, lowered, opencl, got 'cuda'")
     assert_user_error(cli("dump", str(tmp_path), "-o", str(tmp_path / "k")), "a saved model holds OpenCL C, not TVMScript")
-    assert_user_error(cli("kernel", str(dumped / "05_transpose.py"), "--check"), "an upstream kernel records no op, so it has no NumPy reference")
+    assert_user_error(cli("kernel", str(dumped / "05_tir_cos.py"), "--check"), "an upstream kernel records no op, so it has no NumPy reference")
 
 
 def test_winograd_stage_runs_between_the_other_two(models, tmp_path):

@@ -9,7 +9,8 @@ import tvm
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from primfuncs import attention, concat, conv, elementwise, excite, gather, gemm, grn, hierarchical, layernorm, layout, patches, pool2d, reduce, resize, shuffle
+from primfuncs import (attention, concat, conv, elementwise, excite, gather, gemm, grn, hierarchical, layernorm, layout, patches, plain_elementwise, pool2d,
+                       reduce, resize, rows, shuffle)
 from primfuncs._common import BUFFER, TEXTURE, TEXTURE_WEIGHT, blocked, equal_slices
 from primfuncs.conv import ConvConfig
 from primfuncs.conv.norm import GroupNormFold
@@ -298,7 +299,27 @@ def gather_kernels(d, scope):
     return [transpose, concat_pad]
 
 
+def rows_kernels(d, scope):
+    if scope != BUFFER:  # plain buffers only
+        return []
+    shape = tuple(d.draw(st.lists(st.integers(1, 9), min_size=2, max_size=3)))
+    axis, threads = d.draw(st.integers(-len(shape), len(shape) - 1)), d.draw(st.sampled_from([1, 4, 64]))
+    return [rows.softmax(shape, axis, threads=threads), rows.layer_norm(shape, -1, 1e-5, threads=threads, rms=d.draw(st.booleans())),
+            rows.reduce(shape, (len(shape) - 1,), d.draw(st.sampled_from(["sum", "mean", "max", "min"])), threads=threads),
+            rows.channel_affine(shape, axis)]
+
+
+def plain_elementwise_kernels(d, scope):
+    if scope != BUFFER:  # plain buffers only
+        return []
+    shape = (d.draw(st.integers(1, 3)), d.draw(st.sampled_from([3, 4, 8])))
+    expr = ("act", "hardswish", (), ("add", ("in", 0), ("multiply", ("in", 1), ("const", 0.5))))
+    return [plain_elementwise.fused_elementwise(shape, (shape, (1, shape[1])), expr)]
+
+
 FAMILIES = {
+    "rows": rows_kernels,
+    "plain_elementwise": plain_elementwise_kernels,
     "gemm": gemm_kernels,
     "gather": gather_kernels,
     "layout": layout_kernels,

@@ -40,7 +40,7 @@ GELU_SCALARS = dict(sqrt2=np.sqrt(2.0), one=1.0, half=0.5)
 
 
 def test_gelu_fuses_into_conv(monkeypatch):
-    from tir_adreno.passes import conv_emit as relax_pass
+    from tir_adreno.passes import epilogue_chain as relax_pass  # where a tail's Epilogue is made
 
     seen = []
     real = relax_pass.Epilogue
@@ -166,7 +166,7 @@ def check_classifier(model, channels=3, size=7):
 
 def test_classifier_gemm_runs_as_convs(monkeypatch):
     """pool -> Flatten -> Gemm -> Relu -> Gemm (MobileNet, ResNet, ...): 1x1 convs, relu fused."""
-    from tir_adreno.passes import conv_emit as relax_pass
+    from tir_adreno.passes import epilogue_chain as relax_pass  # where a tail's Epilogue is made
 
     seen = []
     real = relax_pass.Epilogue

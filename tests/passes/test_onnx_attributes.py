@@ -198,7 +198,11 @@ OTHER_CASES = {
     "resize_linear_pytorch_half_pixel": (*_resize("linear", "pytorch_half_pixel", scales=(1, 1, 2, 1.5)), (1, 5, 6, 4), 13, "resize2d"),
     "hardsigmoid_alpha_beta": ([node("HardSigmoid", ["x"], ["y"], alpha=0.3, beta=0.4)], {}, (1, 5, 6, 7), 13, None),
     "leaky_relu_alpha": ([node("LeakyRelu", ["x"], ["y"], alpha=0.3)], {}, (1, 5, 6, 7), 13, None),
-    "clip_bounds": ([node("Clip", ["x", "lo", "hi"], ["y"])], {"lo": np.float32(-0.75), "hi": np.float32(1.25)}, (1, 5, 6, 7), 13, "clip"),
+    "tile_repeats": ([node("Tile", ["x", "repeats"], ["y"])], {"repeats": np.array([1, 2, 1, 3], np.int64)}, (1, 5, 6, 7), 13, "gather"),
+    "pad_constant_value_per_side": ([node("Pad", ["x", "pads", "value"], ["y"], mode="constant")],
+                                    {"pads": np.array([0, 1, 2, 0, 0, 0, 1, 3], np.int64), "value": np.float32(0.5)}, (1, 5, 6, 7), 13, "gather"),
+    "clip_bounds": ([node("Clip", ["x", "lo", "hi"], ["y"])], {"lo": np.float32(-0.75), "hi": np.float32(1.25)}, (1, 5, 6, 7), 13,
+                    "elementwise_plain"),  # on the plain model input: runs plain (the layout planner)
 }
 
 
@@ -230,6 +234,11 @@ ATTRIBUTES_EXERCISED = {
     "epsilon": ["layer_norm_axis_last_epsilon", "batch_norm_epsilon", "group_norm_groups_epsilon"],
     "num_groups": ["group_norm_groups_epsilon", "group_norm_groups_of_2"],
     "method": ["resize_nearest_asymmetric_floor", "resize_linear_align_corners"],
+    "alpha": ["leaky_relu_alpha", "hardsigmoid_alpha_beta"],
+    "repeats": ["tile_repeats"],
+    "pad_width": ["pad_constant_value_per_side"],
+    "pad_mode": ["pad_constant_value_per_side"],
+    "pad_value": ["pad_constant_value_per_side"],
     "coordinate_transformation_mode": ["resize_nearest_asymmetric_floor", "resize_nearest_half_pixel_ceil", "resize_linear_align_corners",
                                        "resize_linear_asymmetric", "resize_linear_pytorch_half_pixel"],
     "rounding_method": ["resize_nearest_asymmetric_floor", "resize_nearest_half_pixel_ceil", "resize_nearest_align_corners_prefer_ceil"],

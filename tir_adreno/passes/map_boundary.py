@@ -72,7 +72,8 @@ def _view(rw: Rewriter, user: Node, nchw) -> tuple[str, tuple] | None:
     swap = rw.graph.sole_user(user.var) if shape == (n, c, h * w) else None
     if swap is not None and permute_axes(swap) == SWAP_TOKENS and _read_plain_only(rw, swap.var):
         return "NHWC", ((user, None), (swap, (n, h * w, c)))
-    return ("NCHW", ((user, shape),)) if _read_plain_only(rw, user.var) else None
+    # a flatten to [N, C*H*W] is a classifier's: the matmul rule runs its Gemm as an HxW conv on the map
+    return ("NCHW", ((user, shape),)) if len(shape) > 2 and _read_plain_only(rw, user.var) else None
 
 
 def _reader(rw: Rewriter, user: Node, nchw) -> tuple[str, tuple] | None:
