@@ -363,16 +363,20 @@ def reference_case(info: dict, rng: np.random.Generator, pack_weights=blocked.pa
     elif op == "nn.adaptive_avg_pool2d":
         y = reference.adaptive_pool2d(x, "avg", attrs["output_size"])
     else:
-        raise WorkbenchError(f"no NumPy reference for op {op!r}; check it in its model: tir-adreno run MODEL --kernels DIR --check")
+        raise _no_reference(f"op {op!r}")
     return inputs, y, channels
+
+
+def _no_reference(what: str) -> WorkbenchError:
+    """The error for a kernel ``kernel --check`` has no NumPy reference for: where to check it instead."""
+    return WorkbenchError(f"no NumPy reference for {what}; check it in its model: tir-adreno run MODEL --kernels DIR --check")
 
 
 def _refuse_expression(epilogue: dict) -> None:
     """An epilogue with an elementwise chain (``primfuncs.epilogue_expr``): the info records it as
     text only, so there is no reference here (WorkbenchError saying where to check it)."""
     if epilogue.get("expr"):
-        raise WorkbenchError(f"no NumPy reference for an epilogue expression ({epilogue['expr']}); check it in its model: "
-                             "tir-adreno run MODEL --kernels DIR --check")
+        raise _no_reference(f"an epilogue expression ({epilogue['expr']})")
 
 
 def _gemm_case(info: dict, rand):
@@ -381,8 +385,7 @@ def _gemm_case(info: dict, rand):
     g, epilogue = info["gemm"], info["attrs"]["epilogue"]
     _refuse_expression(epilogue)
     if g.get("views"):  # an operand read through movement ops in another tensor's buffer
-        raise WorkbenchError("no NumPy reference for a GEMM reading its operands through views; check it in its model: "
-                             "tir-adreno run MODEL --kernels DIR --check")
+        raise _no_reference("a GEMM reading its operands through views")
     a, b = rand(g["a_shape"]), rand(g["b_shape"])
     y = g["alpha"] * ((np.swapaxes(a, -1, -2) if g["trans_a"] else a) @ (np.swapaxes(b, -1, -2) if g["trans_b"] else b))
     if g.get("out_perm"):  # Y stored with its axes permuted (a transpose after the product folded into the store)
