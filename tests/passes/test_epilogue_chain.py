@@ -135,7 +135,8 @@ class GraphBuilder:
         kernel reads one operand: a constant tensor is one, so after it any other becomes a scalar."""
         n, c, h, w = 1, self.c, self.size, self.size
         if kind in ("tensor", "full", "per_channel", "per_pixel") and self.operand is not None:
-            kind = "scalar" if self.operand != "g" else kind
+            # the graph input "g" is read again; a constant tensor after it would be a second operand
+            kind = "scalar" if self.operand != "g" or kind == "tensor" else kind
         if kind == "tensor":
             self.operand = "tensor"
         if kind in ("scalar", "channel", "tensor"):
