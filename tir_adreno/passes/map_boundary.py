@@ -21,8 +21,13 @@ from dataclasses import dataclass
 
 from tvm import relax
 
-from tir_adreno.passes.graph import SWAP_TOKENS, TO_NCHW, TO_NHWC, Node, dtype, permute_axes, same, static_shape
+from primfuncs.epilogue import Epilogue
+
+from tir_adreno.passes.convs import conv_geometry, conv_operands
+from tir_adreno.passes.graph import SWAP_TOKENS, TO_NCHW, TO_NHWC, Node, const, dtype, ints_of, permute_axes, same, static_shape
+from tir_adreno.passes.layout_plan import FLEXIBLE
 from tir_adreno.passes.rewriter import Rewriter, Value
+from tir_adreno.strategy import conv as strategy
 
 
 @dataclass(frozen=True)
@@ -43,22 +48,132 @@ def _swaps_last_two(node: Node | None) -> bool:
 def reads_plain(rw: Rewriter, node: Node) -> bool:
     """Whether ``node`` reads its (non-map) operand in plain form: a ``matmul`` (the gemm rule), a
     transpose of the last two axes that only matmuls read (folded into the GEMM's read), a concat
-    of tokens (our concat takes channels of maps) or an op no pattern or rule of ours takes."""
+    of tokens or of channels-last maps (our map concat takes channels: axis 1 of a 4-d tensor) or
+    an op no pattern or rule of ours takes."""
     if node.op == "relax.matmul" or node.op not in rw.rules:
         return node.op not in ("tuple", "tuple_get_item", "other")
     if node.op == "relax.concat":
-        return len(static_shape(node.var) or ()) != 4
+        return not _on_channels(node)
     if _swaps_last_two(node):
         users = rw.graph.users(node.var)
         return bool(users) and rw.graph.uses.get(node.var, 0) == 1 and all(u.op == "relax.matmul" for u in users)
     return False
 
 
+def _on_channels(node: Node) -> bool:
+    """Whether ``node`` (a concat, split or slice) works on axis 1 of a 4-d tensor (a map's channels)."""
+    rank = len(static_shape(node.var if node.op == "relax.concat" else node.args[0]) or ())
+    if node.op == "relax.strided_slice":
+        axis = (ints_of(node.args[1]) or (None,))[0] if len(node.args) > 1 else None
+    else:
+        axis = node.attrs.axis
+    return rank == 4 and axis is not None and int(axis) % 4 == 1
+
+
+#: Pixelwise ops: a kernel on either form (the blocked elementwise rules; ``token_elementwise``).
+PIXELWISE = FLEXIBLE | {f"relax.{op}" for op in ("power", "sqrt", "exp", "log", "negative", "abs", "erf", "tanh", "rsqrt",
+                                                  "nn.gelu", "nn.gelu_tanh", "nn.silu", "nn.leakyrelu")}
+#: How many readers :func:`token_region` looks at before it stops (what lies further decides there).
+REGION_BUDGET = 256
+PLAIN, BLOCKED, FOLLOW = "plain", "blocked", "follow"
+
+
+def _blocked_view(node: Node) -> bool:
+    """Whether view ``node`` (a permute or reshape) is a view of a blocked value too (NCHW <-> NHWC,
+    tokens <-> their map, the token swap): then its readers decide; else only the plain form has it."""
+    if node.op == "relax.permute_dims":
+        return permute_axes(node) in (TO_NHWC, TO_NCHW, SWAP_TOKENS)
+    src, dst = static_shape(node.args[0]), static_shape(node.var)
+    return src is not None and dst is not None and {len(src), len(dst)} <= {3, 4} and src[0] == dst[0]
+
+
+def _reads_in_place(rw: Rewriter, conv: Node, var) -> bool:
+    """Whether ``conv`` reads ``var`` (its input: a permute or reshape of plain tokens, which
+    :func:`plain_input` reads through) as the plain buffer in place (``strategy.conv.plain_io_plan``)."""
+    operands = conv_operands(conv) if same(conv.args[0], var) else None
+    nchw = static_shape(var)
+    if operands is None or operands.layout != "NCHW" or rw.graph.sole_user(var) is not conv or nchw is None:
+        return False
+    src = rw.graph.by_var.get(var)
+    if permute_axes(src) != TO_NCHW and (src is None or src.op != "relax.reshape"):
+        return False
+    try:
+        geom = conv_geometry(conv, nchw, operands.weights.shape)
+    except ValueError:
+        return False
+    plan = strategy.conv2d_plan(geom, Epilogue(), rw.precision, rw.profile, rw.records, allow_buffer=rw.allow_buffer)
+    return strategy.plain_io_plan(plan, "NHWC") is not None
+
+
+def _form_now(rw: Rewriter, var) -> str | None:
+    """The one form the rewriter holds ``var`` in now (PLAIN, BLOCKED), or None (both, or not computed yet)."""
+    v = rw.values.get(var)
+    if v is None:
+        return PLAIN if var in rw.exprs else None
+    return None if v.blocked and v.plain is not None else BLOCKED if v.blocked else PLAIN
+
+
+def _reader_want(rw: Rewriter, var, node: Node) -> str | None:
+    """What reader ``node`` of ``var`` wants: PLAIN, BLOCKED, None (either, at no cost) or FOLLOW (an
+    op with a kernel on either form, whose own readers decide: a pixelwise op, a layer norm over
+    the last axis, a Linear by a constant, a view the blocked form has too)."""
+    op, rank = node.op, len(static_shape(var) or ())
+    if op in PIXELWISE:  # an operand computed already in one form only: the other form costs its transform
+        forms = {_form_now(rw, a) for a in node.args if isinstance(a, relax.Var) and not same(a, var)} - {None}
+        return BLOCKED if BLOCKED in forms else PLAIN if forms else FOLLOW
+    if op == "relax.nn.layer_norm":
+        return FOLLOW if [int(a) % rank for a in node.attrs.axes] == [rank - 1] and rank > 2 else BLOCKED
+    if op == "relax.matmul":
+        weight = const(node.args[1]) if same(node.args[0], var) else None
+        return FOLLOW if weight is not None and weight.ndim == 2 else PLAIN
+    if op in ("relax.permute_dims", "relax.reshape"):
+        return FOLLOW if _blocked_view(node) else PLAIN
+    if op in ("relax.concat", "relax.split", "relax.strided_slice"):
+        return BLOCKED if _on_channels(node) else PLAIN
+    if op == "relax.nn.conv2d":
+        return None if _reads_in_place(rw, node, var) else BLOCKED
+    if op in ("relax.nn.softmax", "relax.mean", "relax.sum", "relax.max", "relax.min", "relax.broadcast_to"):
+        return FOLLOW if rank == 4 else PLAIN  # the plain form's kernels take any rank, the blocked one's maps
+    if op == "relax.nn.batch_norm":
+        return BLOCKED if rank == 4 and int(node.attrs.axis) % 4 == 1 else PLAIN
+    if op in ("relax.squeeze", "relax.expand_dims", "relax.flatten"):
+        return PLAIN
+    return PLAIN if reads_plain(rw, node) else BLOCKED
+
+
+def token_region(rw: Rewriter, var) -> dict:
+    """How many values ``var``'s readers, followed through the ops that run in either form
+    (:func:`_reader_want`), want PLAIN and how many BLOCKED (each such value would cost a layout
+    transform in the other form), up to :data:`REGION_BUDGET` readers; a model output wants PLAIN."""
+    wanted, todo, seen = {PLAIN: set(), BLOCKED: set()}, [var], 0
+    outputs = rw.graph.output.fields if isinstance(rw.graph.output, relax.Tuple) else [rw.graph.output]
+    while todo and seen < REGION_BUDGET:
+        v = todo.pop()
+        readers = rw.plan.readers(v)
+        seen += len(readers)
+        wants = [_reader_want(rw, v, reader) for reader in readers]
+        if any(same(o, v) for o in outputs):
+            wants.append(PLAIN)
+        if BLOCKED in wants:  # the region leaves the plain form here (one transform); what lies on is decided there
+            wanted[BLOCKED].add(v)
+            continue
+        if PLAIN in wants:
+            wanted[PLAIN].add(v)
+        todo += [reader.var for reader, want in zip(readers, wants) if want == FOLLOW]
+    return {form: len(values) for form, values in wanted.items()}
+
+
 def _read_plain_only(rw: Rewriter, var) -> bool:
-    """``var`` has readers, all of them plain readers (:func:`reads_plain`), and is no model output."""
+    """``var`` has readers and is no model output, and they all read plain (:func:`reads_plain`), or
+    the ops reading it, followed through those that run in either form (:func:`token_region`),
+    want it plain more often than blocked (fewer layout transforms when the conv writes it plain)."""
     users = rw.graph.users(var)
-    return bool(users) and len(users) == rw.graph.uses.get(var, 0) and not same(rw.graph.output, var) and all(
-        reads_plain(rw, u) for u in users)
+    if not users or len(users) != rw.graph.uses.get(var, 0) or same(rw.graph.output, var):
+        return False
+    if all(reads_plain(rw, u) for u in users):
+        return True
+    wanted = token_region(rw, var)
+    return wanted[PLAIN] > wanted[BLOCKED]
 
 
 def _view(rw: Rewriter, user: Node, nchw) -> tuple[str, tuple] | None:
