@@ -176,6 +176,21 @@ def _read_plain_only(rw: Rewriter, var) -> bool:
     return wanted[PLAIN] > wanted[BLOCKED]
 
 
+def linear_reads_plain(rw: Rewriter, node: Node) -> bool:
+    """Whether Linear ``node`` (``x @ W``, a constant ``W``) on tokens or a channels-last map held
+    blocked reads their plain form (one layout transform, once per value) and runs as the GEMM,
+    not as a 1x1 conv on the blocked form: when the ops reading its output, followed through those
+    that run in either form (:func:`token_region`), want it plain more often than blocked (as
+    often, when another reader unpacked the tokens already)."""
+    x = rw.values.get(node.args[0]) if isinstance(node.args[0], relax.Var) else None
+    if x is None or not x.blocked or x.layout not in ("NHWC", "NLC") or not rw.fuses:
+        return False
+    wanted = token_region(rw, node.var)
+    if x.plain is not None:  # unpacked already (for another reader): a tie goes to the GEMM, no transform before it
+        return wanted[PLAIN] >= max(wanted[BLOCKED], 1)
+    return wanted[PLAIN] > wanted[BLOCKED]
+
+
 def _view(rw: Rewriter, user: Node, nchw) -> tuple[str, tuple] | None:
     """(layout, views) when conv value reader ``user`` is a token view that plain readers read."""
     n, c, h, w = nchw
