@@ -278,6 +278,12 @@ MUTANTS = (
         (("return \"NHWC\", ((user, (n, h, w, c)),)", "return \"NCHW\", ((user, (n, h, w, c)),)"),),
         ("tests/passes/test_map_boundary.py",),
     ),
+    Mutant(
+        "token_region_not_followed",
+        "a conv's token region stops at the ops that run in either form (a layer norm, a Linear, pixelwise ops) instead of following their readers",
+        (("        todo += [reader.var for reader, want in zip(readers, wants) if want == FOLLOW]\n", "        todo += []\n"),),
+        ("tests/passes/test_map_boundary.py::test_layer_norm_and_linear_followed_to_heads",),
+    ),
 )
 
 

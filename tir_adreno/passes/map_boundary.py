@@ -183,7 +183,9 @@ def linear_reads_plain(rw: Rewriter, node: Node) -> bool:
     that run in either form (:func:`token_region`), want it plain more often than blocked (as
     often, when another reader unpacked the tokens already)."""
     x = rw.values.get(node.args[0]) if isinstance(node.args[0], relax.Var) else None
-    if x is None or not x.blocked or x.layout not in ("NHWC", "NLC") or not rw.fuses:
+    if x is None or not x.blocked or x.layout not in ("NHWC", "NLC"):
+        return False
+    if not (rw.fuses and rw.allow_buffer) or rw.dtype != "float32":
         return False
     wanted = token_region(rw, node.var)
     if x.plain is not None:  # unpacked already (for another reader): a tie goes to the GEMM, no transform before it
