@@ -149,21 +149,3 @@ def test_gated_conv_concat_on_channels_last():
     assert _transforms(rows) == [], [r["op"] for r in rows]
     assert sum(r["op"].startswith(("conv2d", "depthwise")) for r in rows) == 2, rows
 
-
-def test_linear_on_blocked_tokens_reads_them_plain_once():
-    """SwiftFormer's form: a conv's map read by another conv (so it stays blocked) and as tokens by
-    two Linears whose outputs a row reduction reads (``ReduceSum`` over the channels, plain only):
-    both Linears run as GEMMs on the tokens unpacked once (one layout kernel), not as 1x1 convs
-    whose outputs are each unpacked."""
-    nodes = [node("Conv", ["x", "w1", "b1"], ["map1"], pads=[1, 1, 1, 1]), *FLATTEN,
-             node("MatMul", ["tok", "mq"], ["q"]), node("MatMul", ["tok", "mk"], ["k"]),
-             node("Mul", ["q", "q"], ["qq"]), node("ReduceSum", ["qq", "last"], ["qs"], keepdims=1),
-             node("Mul", ["k", "k"], ["kk"]), node("ReduceSum", ["kk", "last"], ["ks"], keepdims=1),
-             node("Add", ["qs", "ks"], ["s"]), node("Transpose", ["s"], ["s_t"], perm=[0, 2, 1]),
-             node("Reshape", ["s_t", "one_map"], ["s_map"]),
-             node("Conv", ["map1", "w3"], ["side"], pads=[1, 1, 1, 1]), node("Mul", ["side", "s_map"], ["y"])]
-    inits = [f32("mq", (D, D)), f32("mk", (D, D)), i64("last", [-1]), *SHAPES, i64("one_map", [N, 1, H, W]), f32("w3", (D, D, 3, 3))]
-    rows = _run(_tokens_out_graph(nodes, inits, [N, D, H, W]))
-    assert all(r["ours"] for r in rows), [r["op"] for r in rows if not r["ours"]]
-    assert sum(r["op"].startswith("gemm") for r in rows) == 2, [r["op"] for r in rows]
-    assert _transforms(rows).count("nchw4c_to_nhwc") == 1, _transforms(rows)

@@ -163,33 +163,19 @@ def token_region(rw: Rewriter, var) -> dict:
     return {form: len(values) for form, values in wanted.items()}
 
 
-def _read_plain_only(rw: Rewriter, var) -> bool:
+def _read_plain_only(rw: Rewriter, var, region: bool = True) -> bool:
     """``var`` has readers and is no model output, and they all read plain (:func:`reads_plain`), or
-    the ops reading it, followed through those that run in either form (:func:`token_region`),
-    want it plain more often than blocked (fewer layout transforms when the conv writes it plain)."""
+    (``region``: ``var`` is the tokens or channels-last view of a conv's map) the ops reading it,
+    followed through those that run in either form (:func:`token_region`), want it plain more
+    often than blocked (fewer layout transforms when the conv writes it plain)."""
     users = rw.graph.users(var)
     if not users or len(users) != rw.graph.uses.get(var, 0) or same(rw.graph.output, var):
         return False
     if all(reads_plain(rw, u) for u in users):
         return True
+    if not region:
+        return False
     wanted = token_region(rw, var)
-    return wanted[PLAIN] > wanted[BLOCKED]
-
-
-def linear_reads_plain(rw: Rewriter, node: Node) -> bool:
-    """Whether Linear ``node`` (``x @ W``, a constant ``W``) on tokens or a channels-last map held
-    blocked reads their plain form (one layout transform, once per value) and runs as the GEMM,
-    not as a 1x1 conv on the blocked form: when the ops reading its output, followed through those
-    that run in either form (:func:`token_region`), want it plain more often than blocked (as
-    often, when another reader unpacked the tokens already)."""
-    x = rw.values.get(node.args[0]) if isinstance(node.args[0], relax.Var) else None
-    if x is None or not x.blocked or x.layout not in ("NHWC", "NLC"):
-        return False
-    if not (rw.fuses and rw.allow_buffer) or rw.dtype != "float32":
-        return False
-    wanted = token_region(rw, node.var)
-    if x.plain is not None:  # unpacked already (for another reader): a tie goes to the GEMM, no transform before it
-        return wanted[PLAIN] >= max(wanted[BLOCKED], 1)
     return wanted[PLAIN] > wanted[BLOCKED]
 
 
@@ -205,7 +191,9 @@ def _view(rw: Rewriter, user: Node, nchw) -> tuple[str, tuple] | None:
     if swap is not None and permute_axes(swap) == SWAP_TOKENS and _read_plain_only(rw, swap.var):
         return "NHWC", ((user, None), (swap, (n, h * w, c)))
     # a flatten to [N, C*H*W] is a classifier's: the matmul rule runs its Gemm as an HxW conv on the map
-    return ("NCHW", ((user, shape),)) if len(shape) > 2 and _read_plain_only(rw, user.var) else None
+    # any other reshape of the map: its readers decide alone (patches, a group norm as exported and a
+    # channel shuffle start so, and their patterns and rules take the blocked map)
+    return ("NCHW", ((user, shape),)) if len(shape) > 2 and _read_plain_only(rw, user.var, region=False) else None
 
 
 def _reader(rw: Rewriter, user: Node, nchw) -> tuple[str, tuple] | None:

@@ -7,7 +7,6 @@ import numpy as np
 from tir_adreno.passes.conv_emit import as_conv_operands, lower_conv2d
 from tir_adreno.passes.convs import as_conv_node
 from tir_adreno.passes.graph import Node, const, dtype, static_shape
-from tir_adreno.passes.map_boundary import linear_reads_plain
 from tir_adreno.passes.rewriter import Rewriter
 from tir_adreno.passes.rules.base import rule
 
@@ -24,8 +23,6 @@ def matmul(rw: Rewriter, node: Node):
     w = const(w_expr)
     a_shape = static_shape(a)
     if w is None or w.dtype != np.float32 or w.ndim != 2 or a_shape is None or dtype(a) != "float32":
-        return None
-    if linear_reads_plain(rw, node):  # its readers want plain tokens: the gemm rule's, on the tokens' plain form
         return None
     found = as_conv_operands(rw, node, w, a_shape)
     if found is None:
