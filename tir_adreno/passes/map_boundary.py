@@ -5,7 +5,10 @@ from plain tokens, so no layout kernel runs at the boundary between maps and tok
 - :func:`token_output`: a conv's value read only through token views (``reshape`` to
   ``[N, C, H * W]`` + ``permute(0, 2, 1)``, or ``permute(0, 2, 3, 1)``: channels-last, "NHWC"; any
   other ``reshape``: its own NCHW order, "NCHW") by ops that read plain tensors (our GEMM, ops left
-  to upstream): the conv writes that plain buffer and each view is a ``memory.view`` of it.
+  to upstream), or whose token region wants it plain (:func:`token_region`: the tokens' readers
+  followed through the ops with a kernel in either form, a layer norm, a Linear, pixelwise ops, to
+  the ops that want one form): the conv writes that plain buffer and each view is a
+  ``memory.view`` of it.
 - :func:`plain_input`: a conv's input that is plain tokens seen as a map (``permute(0, 2, 1)`` +
   ``reshape`` to ``[N, C, H, W]``, or ``permute(0, 3, 1, 2)`` of ``[N, H, W, C]``: read "NHWC"), a
   reshape of a plain tensor, or a plain NCHW tensor (a model's input: read "NCHW"): the conv reads
