@@ -31,6 +31,7 @@ from tir_adreno.passes.graph import SWAP_TOKENS, TO_NCHW, TO_NHWC, Node, const, 
 from tir_adreno.passes.layout_plan import FLEXIBLE
 from tir_adreno.passes.rewriter import Rewriter, Value
 from tir_adreno.strategy import conv as strategy
+from tir_adreno.strategy.fusion import folds_norms
 
 
 @dataclass(frozen=True)
@@ -108,6 +109,30 @@ def _reads_in_place(rw: Rewriter, conv: Node, var) -> bool:
     return strategy.plain_io_plan(plan, "NHWC") is not None
 
 
+def _permute_want(rw: Rewriter, node: Node) -> str | None:
+    """What a permute in the region wants: one only the plain form has, or one the GEMM folds into
+    its read, PLAIN; one a conv after it reads through in place (alone, or with the reshape back to
+    the map), neither; any other NCHW <-> NHWC or token swap BLOCKED (a view of the blocked form,
+    a gather kernel on the plain one)."""
+    if not _blocked_view(node) or reads_plain(rw, node):
+        return PLAIN
+    reader = rw.graph.sole_user(node.var)
+    if reader is not None and reader.op == "relax.reshape":
+        reader = rw.graph.sole_user(reader.var)
+    if reader is not None and reader.op == "relax.nn.conv2d" and _reads_in_place(rw, reader, reader.args[0]):
+        return None
+    return BLOCKED
+
+
+def _folds_into_linear(rw: Rewriter, node: Node) -> bool:
+    """Whether layer norm ``node`` is read alone by a Linear by a constant on a profile that folds
+    norms into the conv after them (``strategy.fusion.folds_norms``): the ``layer_norm_conv``
+    pattern then reads the blocked map."""
+    reader = rw.graph.sole_user(node.var)
+    return (folds_norms(rw.profile, rw.precision) and reader is not None and reader.op == "relax.matmul"
+            and const(reader.args[1]) is not None)
+
+
 def _form_now(rw: Rewriter, var) -> str | None:
     """The one form the rewriter holds ``var`` in now (PLAIN, BLOCKED), or None (both, or not computed yet)."""
     v = rw.values.get(var)
@@ -125,12 +150,15 @@ def _reader_want(rw: Rewriter, var, node: Node) -> str | None:
         forms = {_form_now(rw, a) for a in node.args if isinstance(a, relax.Var) and not same(a, var)} - {None}
         return BLOCKED if BLOCKED in forms else PLAIN if forms else FOLLOW
     if op == "relax.nn.layer_norm":
-        return FOLLOW if [int(a) % rank for a in node.attrs.axes] == [rank - 1] and rank > 2 else BLOCKED
+        over_last = [int(a) % rank for a in node.attrs.axes] == [rank - 1] and rank > 2
+        return FOLLOW if over_last and not _folds_into_linear(rw, node) else BLOCKED
     if op == "relax.matmul":
         weight = const(node.args[1]) if same(node.args[0], var) else None
         return FOLLOW if weight is not None and weight.ndim == 2 else PLAIN
-    if op in ("relax.permute_dims", "relax.reshape"):
+    if op == "relax.reshape":
         return FOLLOW if _blocked_view(node) else PLAIN
+    if op == "relax.permute_dims":
+        return _permute_want(rw, node)
     if op in ("relax.concat", "relax.split", "relax.strided_slice"):
         return BLOCKED if _on_channels(node) else PLAIN
     if op == "relax.nn.conv2d":
