@@ -31,7 +31,6 @@ from tir_adreno.passes.graph import SWAP_TOKENS, TO_NCHW, TO_NHWC, Node, const, 
 from tir_adreno.passes.layout_plan import FLEXIBLE
 from tir_adreno.passes.rewriter import Rewriter, Value
 from tir_adreno.strategy import conv as strategy
-from tir_adreno.strategy.fusion import folds_norms
 
 
 @dataclass(frozen=True)
@@ -124,13 +123,15 @@ def _permute_want(rw: Rewriter, node: Node) -> str | None:
     return BLOCKED
 
 
-def _folds_into_linear(rw: Rewriter, node: Node) -> bool:
-    """Whether layer norm ``node`` is read alone by a Linear by a constant on a profile that folds
-    norms into the conv after them (``strategy.fusion.folds_norms``): the ``layer_norm_conv``
-    pattern then reads the blocked map."""
-    reader = rw.graph.sole_user(node.var)
-    return (folds_norms(rw.profile, rw.precision) and reader is not None and reader.op == "relax.matmul"
-            and const(reader.args[1]) is not None)
+def _pattern_reads_blocked(rw: Rewriter, node: Node) -> bool:
+    """Whether a fusion pattern (``passes.patterns``: its kernels read NCHW4c maps) takes ``node``
+    as its anchor on this device: its ``match`` (from the graph alone) and ``plan`` both answer."""
+    for candidate in rw.rules.get(node.op, ()):
+        match = getattr(candidate, "match", None)  # patterns have one, single-op rules not
+        found = match(rw.graph, node) if match is not None else None
+        if found is not None and candidate.plan(found, rw.profile, rw.records, rw.precision) is not None:
+            return True
+    return False
 
 
 def _form_now(rw: Rewriter, var) -> str | None:
@@ -146,12 +147,13 @@ def _reader_want(rw: Rewriter, var, node: Node) -> str | None:
     op with a kernel on either form, whose own readers decide: a pixelwise op, a layer norm over
     the last axis, a Linear by a constant, a view the blocked form has too)."""
     op, rank = node.op, len(static_shape(var) or ())
+    if _pattern_reads_blocked(rw, node):
+        return BLOCKED
     if op in PIXELWISE:  # an operand computed already in one form only: the other form costs its transform
         forms = {_form_now(rw, a) for a in node.args if isinstance(a, relax.Var) and not same(a, var)} - {None}
         return BLOCKED if BLOCKED in forms else PLAIN if forms else FOLLOW
     if op == "relax.nn.layer_norm":
-        over_last = [int(a) % rank for a in node.attrs.axes] == [rank - 1] and rank > 2
-        return FOLLOW if over_last and not _folds_into_linear(rw, node) else BLOCKED
+        return FOLLOW if [int(a) % rank for a in node.attrs.axes] == [rank - 1] and rank > 2 else BLOCKED
     if op == "relax.matmul":
         weight = const(node.args[1]) if same(node.args[0], var) else None
         return FOLLOW if weight is not None and weight.ndim == 2 else PLAIN
