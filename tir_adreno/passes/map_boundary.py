@@ -23,6 +23,7 @@ from tvm import relax
 
 from tir_adreno.passes.graph import SWAP_TOKENS, TO_NCHW, TO_NHWC, Node, dtype, permute_axes, same, static_shape
 from tir_adreno.passes.rewriter import Rewriter, Value
+from tir_adreno.passes.token_chain import ends_plain
 
 
 @dataclass(frozen=True)
@@ -72,8 +73,10 @@ def _view(rw: Rewriter, user: Node, nchw) -> tuple[str, tuple] | None:
     swap = rw.graph.sole_user(user.var) if shape == (n, c, h * w) else None
     if swap is not None and permute_axes(swap) == SWAP_TOKENS and _read_plain_only(rw, swap.var):
         return "NHWC", ((user, None), (swap, (n, h * w, c)))
-    # a flatten to [N, C*H*W] is a classifier's: the matmul rule runs its Gemm as an HxW conv on the map
-    return ("NCHW", ((user, shape),)) if len(shape) > 2 and _read_plain_only(rw, user.var) else None
+    # a flatten to [N, C*H*W] is a classifier's: the matmul rule runs its Gemm as an HxW conv on the map;
+    # a reshape into heads that token ops move before a matmul reads it is plain too (passes.token_chain)
+    plain = _read_plain_only(rw, user.var) or ends_plain(rw, user.var, reads_plain)
+    return ("NCHW", ((user, shape),)) if len(shape) > 2 and plain else None
 
 
 def _reader(rw: Rewriter, user: Node, nchw) -> tuple[str, tuple] | None:
