@@ -278,6 +278,18 @@ MUTANTS = (
         (("return \"NHWC\", ((user, (n, h, w, c)),)", "return \"NCHW\", ((user, (n, h, w, c)),)"),),
         ("tests/passes/test_map_boundary.py",),
     ),
+    Mutant(
+        "token_chain_any_op",
+        "a conv's value followed to plain readers through any op, not only movement ops and constant scalings",
+        (("if user.op not in MOVEMENT and not _scales_by_constants(user, var):", "if False:"),),
+        ("tests/passes/test_token_chain.py",),
+    ),
+    Mutant(
+        "depthwise_pointwise_fused_before_tokens",
+        "a depthwise + 1x1 conv pair fused although the 1x1 conv alone would write its token readers' plain buffer",
+        (("    if _writes_plain_alone(rw, pw_node, pw, data_layout):\n        return None\n", ""),),
+        ("tests/passes/test_token_chain.py",),
+    ),
 )
 
 
