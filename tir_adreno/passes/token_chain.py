@@ -16,7 +16,7 @@ from __future__ import annotations
 from tvm import relax
 
 from tir_adreno.passes.graph import const, same
-from tir_adreno.passes.layout_plan import FLEXIBLE
+from tir_adreno.passes.layout_plan import BLOCKED, FLEXIBLE
 
 #: Ops that only move a plain tensor's elements (views, or one gather kernel of ours on tokens).
 MOVEMENT = frozenset({"relax.reshape", "relax.permute_dims", "relax.expand_dims", "relax.squeeze", "relax.split",
@@ -32,6 +32,17 @@ def _scales_by_constants(node, var) -> bool:
                                        for a in node.args)
 
 
+def _runs_plain_anyway(rw, node, var) -> bool:
+    """``node`` is a pixelwise op with a second activation operand that no reader wants blocked
+    (``LayoutPlan.wants``: a residual add of tokens read by norms and GEMMs): the planner runs it
+    plain whatever ``var``'s layout (plain costs at most the other operand's unpacking, blocked
+    that plus the result's), so ``var`` plain never costs a transform more and saves its unpacking
+    when the other operand is plain."""
+    plan = rw.plan
+    return (plan is not None and node.op in FLEXIBLE and not _scales_by_constants(node, var)
+            and BLOCKED not in plan.wants(node.var))
+
+
 def ends_plain(rw, var, reads_plain, depth: int = 0) -> bool:
     """Whether ``var`` has readers and every one, followed through :data:`MOVEMENT` ops and constant
     scalings (:func:`_scales_by_constants`), ends in a reader ``reads_plain(rw, node)`` accepts; no
@@ -42,7 +53,7 @@ def ends_plain(rw, var, reads_plain, depth: int = 0) -> bool:
     if depth > MAX_DEPTH or not users or len(users) != graph.uses.get(var, 0) or same(graph.output, var):
         return False
     for user in users:
-        if reads_plain(rw, user):
+        if reads_plain(rw, user) or _runs_plain_anyway(rw, user, var):
             continue
         if user.op not in MOVEMENT and not _scales_by_constants(user, var):
             return False
