@@ -285,6 +285,12 @@ MUTANTS = (
         ("tests/passes/test_token_chain.py",),
     ),
     Mutant(
+        "token_chain_residual_ignored",
+        "token chains stop at a pixelwise op with a second activation even where no reader wants its result blocked",
+        (("    return (plan is not None and node.op in FLEXIBLE", "    return (False and plan is not None and node.op in FLEXIBLE"),),
+        ("tests/passes/test_token_chain.py::test_tokens_with_a_residual_add_are_written_plain",),
+    ),
+    Mutant(
         "depthwise_pointwise_fused_before_tokens",
         "a depthwise + 1x1 conv pair fused although the 1x1 conv alone would write its token readers' plain buffer",
         (("    if _writes_plain_alone(rw, pw_node, pw, data_layout):\n        return None\n", ""),),

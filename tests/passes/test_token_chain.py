@@ -123,3 +123,19 @@ def test_chain_rule_from_the_graph():
         found[scale] = [token_chain.ends_plain(rw, n.var, reads_plain) for n in reshapes]
     assert found["Mul"] == [True, True, True], found
     assert found["Softmax"] == [False, True, True], found
+
+
+def test_tokens_with_a_residual_add_are_written_plain():
+    """LeViT's stem: a conv's map flattened and transposed to tokens, read by a Linear (MatMul by a
+    constant) and by the residual add of its result, read by another Linear: no reader wants the
+    tokens blocked, so the conv writes them plain and the model (plain input read in place, plain
+    output) runs without any layout transform."""
+    e = 3
+    nodes = [node("Conv", ["x", "w1", "b1"], ["map1"], pads=[1, 1, 1, 1]), node("Reshape", ["map1", "ncl"], ["rows"]),
+             node("Transpose", ["rows"], ["tok"], perm=[0, 2, 1]), node("MatMul", ["tok", "m"], ["h"]),
+             node("Add", ["tok", "h"], ["r"]), node("MatMul", ["r", "m2"], ["y"])]
+    inits = [f32("w1", (D, C, 3, 3)), f32("b1", (D,)), i64("ncl", [N, D, H * W]), f32("m", (D, D)), f32("m2", (D, e))]
+    model = make(nodes, [tensor("x", [N, C, H, W])], [tensor("y", [N, H * W, e])], inits, opset=17)
+    rows = _profile(model)
+    assert all(r["ours"] for r in rows), [r["op"] for r in rows if not r["ours"]]
+    assert _transforms(rows) == [], [r["op"] for r in rows]

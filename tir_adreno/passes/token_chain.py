@@ -34,10 +34,10 @@ def _scales_by_constants(node, var) -> bool:
 
 def _runs_plain_anyway(rw, node, var) -> bool:
     """``node`` is a pixelwise op with a second activation operand that no reader wants blocked
-    (``LayoutPlan.wants``: a residual add of tokens read by norms and GEMMs): the planner runs it
-    plain whatever ``var``'s layout (plain costs at most the other operand's unpacking, blocked
-    that plus the result's), so ``var`` plain never costs a transform more and saves its unpacking
-    when the other operand is plain."""
+    (``LayoutPlan.wants``: a residual add of tokens read by norms and GEMMs). With ``var`` plain the
+    planner runs it plain at the cost of at most the other operand's unpacking; with ``var`` blocked
+    it costs that one transform or more (``var``'s unpacking, or the result's for its plain readers).
+    So ``var`` plain never costs a transform more, and saves one when the other operand is plain."""
     plan = rw.plan
     return (plan is not None and node.op in FLEXIBLE and not _scales_by_constants(node, var)
             and BLOCKED not in plan.wants(node.var))
