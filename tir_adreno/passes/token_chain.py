@@ -1,7 +1,8 @@
 """Values that only token ops read (issue 35, the layout planner: transforms only where the graph's
 fixed layouts meet): a map reshaped into heads or tokens and then moved around (``permute_dims``,
 ``expand_dims``, ``squeeze``, ``split``, more reshapes) and scaled by constants before every path
-ends in an op that reads plain tensors (a matmul, an op no rule of ours takes). MobileNetV4's
+ends in an op that reads plain tensors (a matmul, an op no rule of ours takes), or in a pixelwise
+op with a second activation that no reader wants blocked (a residual add of tokens). MobileNetV4's
 mobile MQA (a conv's ``[N, C, H, W]`` reshaped to ``[N, heads, d, H * W]``, transposed, scaled,
 into Q·Kᵀ), Visformer's attention (reshape to ``[N, 3, heads, d, L]``, permute, split, squeeze)
 and EfficientFormerV2's attention read their q/k/v convs this way.
