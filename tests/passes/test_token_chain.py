@@ -3,11 +3,12 @@ moved (Transpose, Unsqueeze, Split, Squeeze) and scaled by constants on its way 
 written plain by its conv, so no ``nchw4c_to_nchw`` runs inside the model. Graphs in the forms of
 MobileNetV4's mobile MQA (q from a conv, k and v from a strided depthwise + 1x1 conv) and
 Visformer's attention (one conv for q, k, v: reshape to 5-d, permute, split, squeeze), against
-onnxruntime (random input and weights; channels and maps not multiples of 4)."""
+onnxruntime (random input and weights, scaled as a trained attention's so that the softmax is not
+saturated: 1/sqrt(d) on the logits; channels and maps not multiples of 4)."""
 
 import numpy as np
 
-from helpers.onnx_graphs import PATTERN_RTOL, f32, i64, make, node, tensor
+from helpers.onnx_graphs import PATTERN_RTOL, f32, i64, i_f32, make, node, tensor
 from tir_adreno import compile_model
 from tir_adreno.compiler import import_model
 from tir_adreno.passes import token_chain
@@ -48,7 +49,7 @@ def _down(tag: str) -> tuple[list, list]:
              node("Conv", [f"{tag}_d", f"{tag}_pw"], [f"{tag}_map"]), node("Reshape", [f"{tag}_map", "ndl"], [f"{tag}_rows"]),
              node("Transpose", [f"{tag}_rows"], [f"{tag}_tok"], perm=[0, 2, 1]),
              node("Unsqueeze", [f"{tag}_tok", "axis1"], [f"{tag}_head"])]
-    return nodes, [f32(f"{tag}_dw", (C, 1, 3, 3)), f32(f"{tag}_pw", (D, C, 1, 1))]
+    return nodes, [f32(f"{tag}_dw", (C, 1, 3, 3)), f32(f"{tag}_pw", (D, C, 1, 1), scale=0.5)]
 
 
 def _mqa_model(scale_q: str = "Mul"):
@@ -64,7 +65,7 @@ def _mqa_model(scale_q: str = "Mul"):
              node("MatMul", ["attn", "v_head"], ["o"]), node("Transpose", ["o"], ["o_t"], perm=[0, 2, 1, 3]),
              node("Reshape", ["o_t", "nhwc"], ["o_nhwc"]), node("Transpose", ["o_nhwc"], ["o_map"], perm=[0, 3, 1, 2]),
              node("Conv", ["o_map", "wo"], ["y"])]
-    inits = [f32("wq", (HEADS * D, C, 3, 3)), i64("heads", [N, HEADS, D, H * W]), f32("scale", (1,)), i64("ndl", [N, D, KH * KW]),
+    inits = [f32("wq", (HEADS * D, C, 3, 3), scale=0.3), i64("heads", [N, HEADS, D, H * W]), i_f32("scale", [D ** -0.5]), i64("ndl", [N, D, KH * KW]),
              i64("axis1", [1]), *k_inits, *v_inits, i64("nhwc", [N, H, W, HEADS * D]), f32("wo", (OUT, HEADS * D, 1, 1))]
     return make(nodes, [tensor("x", [N, C, H, W])], [tensor("y", [N, OUT, H, W])], inits, opset=17)
 
@@ -101,8 +102,8 @@ def test_visformer_attention_has_no_inner_transform():
              node("Mul", ["logits", "scale"], ["scaled"]), node("Softmax", ["scaled"], ["attn"], axis=-1),
              node("MatMul", ["attn", "v"], ["o"]), node("Transpose", ["o"], ["o_t"], perm=[0, 1, 3, 2]),
              node("Reshape", ["o_t", "nchw"], ["o_map"]), node("Conv", ["o_map", "wo"], ["y"])]
-    inits = [f32("wqkv", (3 * HEADS * D, C, 1, 1)), i64("five", [N, 3, HEADS, D, H * W]), i64("ones", [1, 1, 1]),
-             i64("axis0", [0]), f32("scale", (1,)), i64("nchw", [N, HEADS * D, H, W]), f32("wo", (OUT, HEADS * D, 1, 1))]
+    inits = [f32("wqkv", (3 * HEADS * D, C, 1, 1), scale=0.5), i64("five", [N, 3, HEADS, D, H * W]), i64("ones", [1, 1, 1]),
+             i64("axis0", [0]), i_f32("scale", [D ** -0.5]), i64("nchw", [N, HEADS * D, H, W]), f32("wo", (OUT, HEADS * D, 1, 1))]
     model = make(nodes, [tensor("x", [N, C, H, W])], [tensor("y", [N, OUT, H, W])], inits, opset=17)
     rows = _profile(model)
     assert all(r["ours"] for r in rows), [r["op"] for r in rows if not r["ours"]]
