@@ -30,7 +30,8 @@ from dataclasses import dataclass
 
 from tvm.script import tirx as T
 
-from ._common import ceildiv, check_dtype, check_epsilon, maximum, minimum, unravel
+from ._common import ceildiv, check_dtype, check_epsilon, maximum, minimum, select_params, unravel
+from .epilogue import Epilogue, expression
 
 #: Reductions :func:`reduce` computes.
 ROW_OPS = ("sum", "mean", "max", "min")
@@ -190,6 +191,35 @@ def _narrow(v, dtype):
     return v if dtype == F32 else T.Cast(dtype, v)
 
 
+def check_row_epilogue(epilogue, shape) -> Epilogue | None:
+    """``epilogue`` when a row kernel of ``shape`` evaluates it: None, or an :class:`Epilogue` with
+    only an expression (its per-channel constants along the last axis, its operand of the output's
+    shape); ValueError for anything else."""
+    if epilogue is None:
+        return None
+    if not isinstance(epilogue, Epilogue):
+        raise TypeError(f"epilogue must be an Epilogue, got {type(epilogue).__name__}")
+    if epilogue.expr is None or epilogue != Epilogue(expr=epilogue.expr):
+        raise ValueError(f"a row kernel's epilogue is an expression alone (no bias, residual, activation or layout), got {epilogue!r}")
+    if epilogue.operand_kind not in (None, "full"):
+        raise ValueError(f"a row kernel's expression reads an operand of the output's shape, got kind {epilogue.operand_kind!r}")
+    return epilogue
+
+
+def _row_epilogue(epilogue, v, Bias, Residual, index, channel, dtype):
+    """``v`` (float32, the kernel's value of element ``index`` of Y, ``channel`` its index along the
+    last axis) through ``epilogue``'s expression: per-channel constant ``i`` is ``Bias``'s row ``i``
+    (packed ``(C/4, 4)`` a row, ``strategy.packing.pack_bias``), the operand ``Residual[index]``."""
+    if epilogue is None:
+        return v
+    operand = _wide(Residual[index], dtype) if epilogue.operand_kind is not None else None
+    return expression(epilogue, v, operand, lambda i: _wide(Bias[channel // 4, i * 4 + channel % 4], dtype), F32)
+
+
+def _wide(v, dtype):
+    return v if dtype == F32 else T.Cast(F32, v)
+
+
 def softmax(shape, axis: int = -1, threads: int = 64, dtype: str = "float32"):
     """``Y = exp(X - max) / sum(exp(X - max))`` over ``axis`` of the plain tensor ``shape``
     (``relax.nn.softmax``); ``threads`` items per row (a power of two)."""
@@ -235,16 +265,20 @@ def softmax(shape, axis: int = -1, threads: int = 64, dtype: str = "float32"):
     return func
 
 
-def layer_norm(shape, axis: int = -1, epsilon: float = 1e-5, threads: int = 64, dtype: str = "float32", rms: bool = False):
+def layer_norm(shape, axis: int = -1, epsilon: float = 1e-5, threads: int = 64, dtype: str = "float32", rms: bool = False,
+               epilogue: Epilogue | None = None):
     """``Y = (X - mean) / sqrt(var + epsilon) * Gamma + Beta`` over the axes from ``axis`` to the last
     of the plain tensor ``shape`` (ONNX ``LayerNormalization``'s ``axis``), ``Gamma``/``Beta`` of the
     normalized axes' shape; ``rms=True``: ``Y = X / sqrt(mean(X^2) + epsilon) * Gamma`` (no Beta
-    parameter). Parameters ``X, Gamma, [Beta], Y``."""
+    parameter). Parameters ``X, Gamma, [Beta], Y``. ``epilogue``: an elementwise chain after the
+    norm (:func:`check_row_epilogue`), evaluated in float32 on each value before it is stored; its
+    ``Bias`` (per-channel constants along the last axis) and ``Residual`` (the operand) come before ``Y``."""
     rank = len(tuple(shape))
     if not isinstance(axis, int) or not -rank <= axis < rank:
         raise ValueError(f"axis {axis!r} is not an axis of a rank-{rank} tensor")
     rows = rows_of(shape, tuple(range(axis % rank, rank)))
     check_epsilon(epsilon)
+    epilogue = check_row_epilogue(epilogue, rows.shape)
     tree = _Tree(rows, threads, dtype)
     read, total, taps, chunks, nothing = tree.read, tree.total, tree.taps, tree.chunks, tree.nothing
     zero, one = T.FloatImm(F32, 0.0), T.FloatImm(F32, 1.0)
@@ -261,7 +295,7 @@ def layer_norm(shape, axis: int = -1, epsilon: float = 1e-5, threads: int = 64, 
         st[0] = st[0] / count
 
     @T.macro
-    def write(X, Gamma, Beta, Y, chunked_sum, chunked_sq, vr):
+    def write(X, Gamma, Beta, Bias, Residual, Y, chunked_sum, chunked_sq, vr):
         # item t writes its elements normalized (st: mean, then 1 / sqrt(var + eps))
         for t in T.thread_binding(threads, thread="threadIdx.x"):
             with T.sblock("write"):
@@ -274,12 +308,13 @@ def layer_norm(shape, axis: int = -1, epsilon: float = 1e-5, threads: int = 64, 
                 st[1] = one / T.sqrt(st[1] / count + eps)
                 for r in T.serial(tree.rounds):
                     if r * threads + t < rows.length:
-                        Y[rows.at(vr, r * threads + t)] = _narrow(
-                            (read(X, vr, r, t) - st[0]) * st[1] * param(Gamma, r * threads + t)
-                            + (zero if rms else param(Beta, r * threads + t)), dtype)
+                        Y[rows.at(vr, r * threads + t)] = _narrow(_row_epilogue(
+                            epilogue, (read(X, vr, r, t) - st[0]) * st[1] * param(Gamma, r * threads + t)
+                            + (zero if rms else param(Beta, r * threads + t)), Bias, Residual, rows.at(vr, r * threads + t),
+                            (r * threads + t) % rows.shape[-1], dtype), dtype)
 
     @T.macro
-    def row(X, Gamma, Beta, Y, vr, partial_sum, chunked_sum, partial_sq, chunked_sq):
+    def row(X, Gamma, Beta, Bias, Residual, Y, vr, partial_sum, chunked_sum, partial_sq, chunked_sq):
         if rms:
             # the sum of squares
             taps(X, partial_sq, vr, zero, _add, lambda v, st: v * v, nothing)
@@ -291,12 +326,15 @@ def layer_norm(shape, axis: int = -1, epsilon: float = 1e-5, threads: int = 64, 
             # 2. the squared deviations from it
             taps(X, partial_sq, vr, zero, _add, lambda v, st: (v - st[0]) * (v - st[0]), lambda st: the_mean(st, chunked_sum))
             chunks(partial_sq, chunked_sq, _add)
-        write(X, Gamma, Beta, Y, chunked_sum, chunked_sq, vr)
+        write(X, Gamma, Beta, Bias, Residual, Y, chunked_sum, chunked_sq, vr)
 
     @T.macro
-    def body(X, Gamma, Beta, Y):
-        tree.each_row(lambda vr, partial_sum, chunked_sum, partial_sq, chunked_sq: row(X, Gamma, Beta, Y, vr, partial_sum, chunked_sum, partial_sq, chunked_sq))
+    def body(X, Gamma, Beta, Bias, Residual, Y):
+        tree.each_row(lambda vr, partial_sum, chunked_sum, partial_sq, chunked_sq: row(
+            X, Gamma, Beta, Bias, Residual, Y, vr, partial_sum, chunked_sum, partial_sq, chunked_sq))
 
+    if epilogue is not None:
+        return _layer_norm_with_epilogue(rows, param_shape, epilogue, dtype, rms, body)
     if rms:
         @T.prim_func(s_tir=True)
         def func(x: T.handle, gamma: T.handle, y: T.handle):
@@ -304,7 +342,7 @@ def layer_norm(shape, axis: int = -1, epsilon: float = 1e-5, threads: int = 64, 
             X = T.match_buffer(x, rows.shape, dtype)
             Gamma = T.match_buffer(gamma, param_shape, dtype)
             Y = T.match_buffer(y, rows.shape, dtype)
-            body(X, Gamma, Gamma, Y)
+            body(X, Gamma, Gamma, Gamma, Gamma, Y)
     else:
         @T.prim_func(s_tir=True)
         def func(x: T.handle, gamma: T.handle, beta: T.handle, y: T.handle):
@@ -313,9 +351,29 @@ def layer_norm(shape, axis: int = -1, epsilon: float = 1e-5, threads: int = 64, 
             Gamma = T.match_buffer(gamma, param_shape, dtype)
             Beta = T.match_buffer(beta, param_shape, dtype)
             Y = T.match_buffer(y, rows.shape, dtype)
-            body(X, Gamma, Beta, Y)
+            body(X, Gamma, Beta, Gamma, Gamma, Y)
 
     return func
+
+
+def _layer_norm_with_epilogue(rows: Rows, param_shape, epilogue: Epilogue, dtype: str, rms: bool, body):
+    """:func:`layer_norm`'s kernel with an expression epilogue: every optional buffer declared, the
+    unread ones dropped (``select_params``); the kernel without one keeps its own functions above."""
+    name = "rms_norm_rows" if rms else "layer_norm_rows"
+    channels = rows.shape[-1]
+
+    @T.prim_func(s_tir=True)
+    def func(x: T.handle, gamma: T.handle, beta: T.handle, bias: T.handle, residual: T.handle, y: T.handle):
+        T.func_attr({"global_symbol": name, "tirx.noalias": True})
+        X = T.match_buffer(x, rows.shape, dtype)
+        Gamma = T.match_buffer(gamma, param_shape, dtype)
+        Beta = T.match_buffer(beta, param_shape, dtype)
+        Bias = T.match_buffer(bias, epilogue.bias_shape(ceildiv(channels, 4)), dtype)
+        Residual = T.match_buffer(residual, rows.shape, dtype)
+        Y = T.match_buffer(y, rows.shape, dtype)
+        body(X, Gamma, Beta, Bias, Residual, Y)
+
+    return select_params(func, epilogue.params(["X", "Gamma"] + ([] if rms else ["Beta"]), "Y"))
 
 
 def reduce(shape, axes, op: str, keepdims: bool = True, threads: int = 64, dtype: str = "float32"):

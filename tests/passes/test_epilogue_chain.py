@@ -98,7 +98,10 @@ UNARY_STEPS = {
 BINARY_STEPS = ("Add", "Sub", "Mul", "Div", "Pow")
 #: what the other operand of a binary step is, per anchor (the GEMM reads operands of its output's shape)
 LEAVES = {"conv": ("scalar", "channel", "full", "per_channel", "per_pixel"), "depthwise": ("scalar", "channel", "full", "per_pixel"),
-          "matmul": ("scalar", "channel", "tensor", "full")}  # tensor: a constant of [L, N] (attention biases)
+          "matmul": ("scalar", "channel", "tensor", "full"),  # tensor: a constant of [L, N] (attention biases)
+          "layer_norm": ("scalar", "channel", "tensor", "full"), "rms_norm": ("scalar", "channel", "tensor", "full")}
+#: anchors on tokens [1, L, C] (the others on maps [1, C, H, W])
+TOKEN_ANCHORS = ("matmul", "layer_norm", "rms_norm")
 
 
 @st.composite
@@ -122,7 +125,7 @@ class GraphBuilder:
 
     @property
     def out_shape(self):
-        return (1, self.size * self.size, self.c) if self.anchor == "matmul" else (1, self.c, self.size, self.size)
+        return (1, self.size * self.size, self.c) if self.anchor in TOKEN_ANCHORS else (1, self.c, self.size, self.size)
 
     def add_input(self, name, shape, positive=False):
         data = self.rng.uniform(0.5, 2.0, shape) * self.rng.choice([-1, 1]) if positive else self.rng.standard_normal(shape)
@@ -140,7 +143,7 @@ class GraphBuilder:
         if kind == "tensor":
             self.operand = "tensor"
         if kind in ("scalar", "channel", "tensor"):
-            shape = {"scalar": (), "channel": (c,) if self.anchor == "matmul" else (1, c, 1, 1), "tensor": self.out_shape[1:]}[kind]
+            shape = {"scalar": (), "channel": (c,) if self.anchor in TOKEN_ANCHORS else (1, c, 1, 1), "tensor": self.out_shape[1:]}[kind]
             name = f"k{len(self.inits)}"
             value = self.rng.uniform(0.5, 2.0, shape) * self.rng.choice([-1, 1], shape) if positive else self.rng.standard_normal(shape)
             self.inits[name] = np.asarray(value, np.float32)
@@ -150,8 +153,26 @@ class GraphBuilder:
             self.operand = self.add_input("g", shape, positive=True)  # away from 0: Div reads it too
         return self.operand
 
+    def norm_nodes(self):
+        """A layer norm over the channels of tokens (ONNX LayerNormalization, random gamma and beta),
+        or an RMS norm as torch exports it (``x / sqrt(mean(x ** 2) + eps) * gamma``)."""
+        rng, c = self.rng, self.c
+        self.add_input("x", self.out_shape)
+        self.inits["gamma"] = (rng.standard_normal(c) * 0.5 + 1).astype(np.float32)
+        if self.anchor == "layer_norm":
+            self.inits["beta"] = (rng.standard_normal(c) * 0.5).astype(np.float32)
+            self.nodes.append(helper.make_node("LayerNormalization", ["x", "gamma", "beta"], ["v0"], axis=-1, epsilon=1e-5))
+            return "v0"
+        self.inits["two"], self.inits["eps"] = np.float32(2.0), np.float32(1e-6)
+        self.nodes += [helper.make_node("Pow", ["x", "two"], ["sq"]), helper.make_node("ReduceMean", ["sq"], ["ms"], axes=[-1]),
+                       helper.make_node("Add", ["ms", "eps"], ["mse"]), helper.make_node("Sqrt", ["mse"], ["rms"]),
+                       helper.make_node("Div", ["x", "rms"], ["xn"]), helper.make_node("Mul", ["xn", "gamma"], ["v0"])]
+        return "v0"
+
     def anchor_nodes(self):
         rng, c = self.rng, self.c
+        if self.anchor in ("layer_norm", "rms_norm"):
+            return self.norm_nodes()
         if self.anchor == "matmul":
             self.add_input("x", (1, self.size * self.size, c + 3))
             self.inits["w"] = (rng.standard_normal((c + 3, c)) / math.sqrt(c + 3)).astype(np.float32)
