@@ -206,12 +206,13 @@ def check_row_epilogue(epilogue, shape) -> Epilogue | None:
     return epilogue
 
 
-def _row_epilogue(epilogue, v, Bias, Residual, index, channel, dtype):
-    """``v`` (float32, the kernel's value of element ``index`` of Y, ``channel`` its index along the
-    last axis) through ``epilogue``'s expression: per-channel constant ``i`` is ``Bias``'s row ``i``
-    (packed ``(C/4, 4)`` a row, ``strategy.packing.pack_bias``), the operand ``Residual[index]``."""
+def _row_epilogue(epilogue, v, Bias, Residual, index, dtype):
+    """``v`` (float32, the kernel's value of element ``index`` of Y) through ``epilogue``'s
+    expression: per-channel constant ``i`` is ``Bias``'s row ``i`` at ``index``'s last axis (packed
+    ``(C/4, 4)`` a row, ``strategy.packing.pack_bias``), the operand ``Residual[index]``."""
     if epilogue is None:
         return v
+    channel = index[-1]
     operand = _wide(Residual[index], dtype) if epilogue.operand_kind is not None else None
     return expression(epilogue, v, operand, lambda i: _wide(Bias[channel // 4, i * 4 + channel % 4], dtype), F32)
 
@@ -220,10 +221,12 @@ def _wide(v, dtype):
     return v if dtype == F32 else T.Cast(F32, v)
 
 
-def softmax(shape, axis: int = -1, threads: int = 64, dtype: str = "float32"):
+def softmax(shape, axis: int = -1, threads: int = 64, dtype: str = "float32", epilogue: Epilogue | None = None):
     """``Y = exp(X - max) / sum(exp(X - max))`` over ``axis`` of the plain tensor ``shape``
-    (``relax.nn.softmax``); ``threads`` items per row (a power of two)."""
+    (``relax.nn.softmax``); ``threads`` items per row (a power of two). ``epilogue``: an elementwise
+    chain after it (:func:`check_row_epilogue`; parameters ``X, [Bias], [Residual], Y``)."""
     rows = rows_of(shape, axis)
+    epilogue = check_row_epilogue(epilogue, rows.shape)
     tree = _Tree(rows, threads, dtype)
     read, total, taps, chunks, nothing = tree.read, tree.total, tree.taps, tree.chunks, tree.nothing
     lowest, zero = T.FloatImm(F32, -math.inf), T.FloatImm(F32, 0.0)
@@ -233,7 +236,7 @@ def softmax(shape, axis: int = -1, threads: int = 64, dtype: str = "float32"):
         total(st, 0, chunked_max, maximum)
 
     @T.macro
-    def write(X, Y, chunked_max, chunked_sum, vr):
+    def write(X, Bias, Residual, Y, chunked_max, chunked_sum, vr):
         # item t writes exp(x - max) / sum of its elements
         for t in T.thread_binding(threads, thread="threadIdx.x"):
             with T.sblock("write"):
@@ -242,10 +245,11 @@ def softmax(shape, axis: int = -1, threads: int = 64, dtype: str = "float32"):
                 total(st, 1, chunked_sum, _add)
                 for r in T.serial(tree.rounds):
                     if r * threads + t < rows.length:
-                        Y[rows.at(vr, r * threads + t)] = _narrow(T.exp(read(X, vr, r, t) - st[0]) / st[1], dtype)
+                        Y[rows.at(vr, r * threads + t)] = _narrow(_row_epilogue(
+                            epilogue, T.exp(read(X, vr, r, t) - st[0]) / st[1], Bias, Residual, rows.at(vr, r * threads + t), dtype), dtype)
 
     @T.macro
-    def row(X, Y, vr, partial_max, chunked_max, partial_sum, chunked_sum):
+    def row(X, Bias, Residual, Y, vr, partial_max, chunked_max, partial_sum, chunked_sum):
         # 1. the row's max
         taps(X, partial_max, vr, lowest, maximum, lambda v, st: v, nothing)
         chunks(partial_max, chunked_max, maximum)
@@ -253,14 +257,23 @@ def softmax(shape, axis: int = -1, threads: int = 64, dtype: str = "float32"):
         taps(X, partial_sum, vr, zero, _add, lambda v, st: T.exp(v - st[0]), lambda st: the_max(st, chunked_max))
         chunks(partial_sum, chunked_sum, _add)
         # 3. the normalized row
-        write(X, Y, chunked_max, chunked_sum, vr)
+        write(X, Bias, Residual, Y, chunked_max, chunked_sum, vr)
+
+    @T.macro
+    def body(X, Bias, Residual, Y):
+        tree.each_row(lambda vr, partial_max, chunked_max, partial_sum, chunked_sum: row(
+            X, Bias, Residual, Y, vr, partial_max, chunked_max, partial_sum, chunked_sum))
+
+    if epilogue is not None:
+        return _with_epilogue("softmax_rows", rows.shape, (1,), epilogue, dtype,
+                              lambda X, Gamma, Beta, Bias, Residual, Y: body(X, Bias, Residual, Y))
 
     @T.prim_func(s_tir=True)
     def func(x: T.handle, y: T.handle):
         T.func_attr({"global_symbol": "softmax_rows", "tirx.noalias": True})
         X = T.match_buffer(x, rows.shape, dtype)
         Y = T.match_buffer(y, rows.shape, dtype)
-        tree.each_row(lambda vr, partial_max, chunked_max, partial_sum, chunked_sum: row(X, Y, vr, partial_max, chunked_max, partial_sum, chunked_sum))
+        body(X, X, X, Y)
 
     return func
 
@@ -310,8 +323,7 @@ def layer_norm(shape, axis: int = -1, epsilon: float = 1e-5, threads: int = 64, 
                     if r * threads + t < rows.length:
                         Y[rows.at(vr, r * threads + t)] = _narrow(_row_epilogue(
                             epilogue, (read(X, vr, r, t) - st[0]) * st[1] * param(Gamma, r * threads + t)
-                            + (zero if rms else param(Beta, r * threads + t)), Bias, Residual, rows.at(vr, r * threads + t),
-                            (r * threads + t) % rows.shape[-1], dtype), dtype)
+                            + (zero if rms else param(Beta, r * threads + t)), Bias, Residual, rows.at(vr, r * threads + t), dtype), dtype)
 
     @T.macro
     def row(X, Gamma, Beta, Bias, Residual, Y, vr, partial_sum, chunked_sum, partial_sq, chunked_sq):
@@ -334,7 +346,9 @@ def layer_norm(shape, axis: int = -1, epsilon: float = 1e-5, threads: int = 64, 
             X, Gamma, Beta, Bias, Residual, Y, vr, partial_sum, chunked_sum, partial_sq, chunked_sq))
 
     if epilogue is not None:
-        return _layer_norm_with_epilogue(rows, param_shape, epilogue, dtype, rms, body)
+        return _with_epilogue("rms_norm_rows" if rms else "layer_norm_rows", rows.shape, param_shape, epilogue, dtype,
+                              lambda X, Gamma, Beta, Bias, Residual, Y: body(X, Gamma, Gamma if rms else Beta, Bias, Residual, Y),
+                              1 if rms else 2)
     if rms:
         @T.prim_func(s_tir=True)
         def func(x: T.handle, gamma: T.handle, y: T.handle):
@@ -356,24 +370,27 @@ def layer_norm(shape, axis: int = -1, epsilon: float = 1e-5, threads: int = 64, 
     return func
 
 
-def _layer_norm_with_epilogue(rows: Rows, param_shape, epilogue: Epilogue, dtype: str, rms: bool, body):
-    """:func:`layer_norm`'s kernel with an expression epilogue: every optional buffer declared, the
-    unread ones dropped (``select_params``); the kernel without one keeps its own functions above."""
-    name = "rms_norm_rows" if rms else "layer_norm_rows"
-    channels = rows.shape[-1]
+def _with_epilogue(name: str, shape, param_shape, epilogue: Epilogue, dtype: str, body, params: int = 0):
+    """The row kernel ``name`` with an expression epilogue: ``body(X, Gamma, Beta, Bias, Residual, Y)``
+    over every buffer it may read (``Gamma``/``Beta``: the kernel's own affine parameters of
+    ``param_shape``, float32 ``(C,)`` where ``param_shape`` is an int C), the unread ones dropped
+    (``select_params``) but the first ``params`` of Gamma, Beta. A kernel without an epilogue keeps
+    its own function (its source unchanged)."""
+    channels = shape[-1]
+    p_shape, p_dtype = ((param_shape,), F32) if isinstance(param_shape, int) else (param_shape, dtype)
 
     @T.prim_func(s_tir=True)
     def func(x: T.handle, gamma: T.handle, beta: T.handle, bias: T.handle, residual: T.handle, y: T.handle):
         T.func_attr({"global_symbol": name, "tirx.noalias": True})
-        X = T.match_buffer(x, rows.shape, dtype)
-        Gamma = T.match_buffer(gamma, param_shape, dtype)
-        Beta = T.match_buffer(beta, param_shape, dtype)
+        X = T.match_buffer(x, shape, dtype)
+        Gamma = T.match_buffer(gamma, p_shape, p_dtype)
+        Beta = T.match_buffer(beta, p_shape, p_dtype)
         Bias = T.match_buffer(bias, epilogue.bias_shape(ceildiv(channels, 4)), dtype)
-        Residual = T.match_buffer(residual, rows.shape, dtype)
-        Y = T.match_buffer(y, rows.shape, dtype)
+        Residual = T.match_buffer(residual, shape, dtype)
+        Y = T.match_buffer(y, shape, dtype)
         body(X, Gamma, Beta, Bias, Residual, Y)
 
-    return select_params(func, epilogue.params(["X", "Gamma"] + ([] if rms else ["Beta"]), "Y"))
+    return select_params(func, epilogue.params(["X", *("Gamma", "Beta")[:params]], "Y"))
 
 
 def reduce(shape, axes, op: str, keepdims: bool = True, threads: int = 64, dtype: str = "float32"):
@@ -419,18 +436,35 @@ def reduce(shape, axes, op: str, keepdims: bool = True, threads: int = 64, dtype
 AFFINE_GROUP = 64
 
 
-def channel_affine(shape, axis: int, dtype: str = "float32"):
+def channel_affine(shape, axis: int, dtype: str = "float32", epilogue: Epilogue | None = None):
     """``Y = X * Scale[c] + Shift[c]`` with ``c`` the index along ``axis`` of the plain tensor
     ``shape`` (a batch norm on tokens: ``[L, C]`` axis 1, ``[N, C, L]`` axis 1); ``Scale``/``Shift``
-    of ``(shape[axis],)``, float32 (``x * scale`` in float32). One work item per element."""
+    of ``(shape[axis],)``, float32 (``x * scale`` in float32). One work item per element.
+    ``epilogue``: an elementwise chain after it (:func:`check_row_epilogue`; parameters
+    ``X, Gamma, Beta, [Bias], [Residual], Y``, Gamma and Beta the scale and shift)."""
     rows = rows_of(shape, axis)
     check_dtype(dtype)
+    epilogue = check_row_epilogue(epilogue, rows.shape)
     total_ = math.prod(rows.shape)
     channels, inner = rows.shape[rows.first], rows.inner
     groups = ceildiv(total_, AFFINE_GROUP)
 
     def wide(v):
         return v if dtype == F32 else T.Cast(F32, v)
+
+    @T.macro
+    def body(X, Scale, Shift, Bias, Residual, Y):
+        for b in T.thread_binding(groups, thread="blockIdx.x"):
+            for t in T.thread_binding(AFFINE_GROUP, thread="threadIdx.x"):
+                with T.sblock("element"):
+                    v = T.axis.spatial(groups * AFFINE_GROUP, b * AFFINE_GROUP + t)
+                    T.where(b * AFFINE_GROUP + t < total_)
+                    Y[unravel(v, rows.shape)] = _narrow(_row_epilogue(
+                        epilogue, wide(X[unravel(v, rows.shape)]) * Scale[v // inner % channels] + Shift[v // inner % channels],
+                        Bias, Residual, unravel(v, rows.shape), dtype), dtype)
+
+    if epilogue is not None:
+        return _with_epilogue("channel_affine", rows.shape, channels, epilogue, dtype, body, 2)
 
     @T.prim_func(s_tir=True)
     def func(x: T.handle, scale: T.handle, shift: T.handle, y: T.handle):
@@ -439,13 +473,7 @@ def channel_affine(shape, axis: int, dtype: str = "float32"):
         Scale = T.match_buffer(scale, (channels,), F32)
         Shift = T.match_buffer(shift, (channels,), F32)
         Y = T.match_buffer(y, rows.shape, dtype)
-        for b in T.thread_binding(groups, thread="blockIdx.x"):
-            for t in T.thread_binding(AFFINE_GROUP, thread="threadIdx.x"):
-                with T.sblock("element"):
-                    v = T.axis.spatial(groups * AFFINE_GROUP, b * AFFINE_GROUP + t)
-                    T.where(b * AFFINE_GROUP + t < total_)
-                    Y[unravel(v, rows.shape)] = _narrow(
-                        wide(X[unravel(v, rows.shape)]) * Scale[v // inner % channels] + Shift[v // inner % channels], dtype)
+        body(X, Scale, Shift, X, X, Y)
 
     return func
 

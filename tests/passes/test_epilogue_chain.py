@@ -1,7 +1,8 @@
 """Elementwise chains after an anchor kernel fuse into its expression epilogue (issue 34).
 
 Hypothesis draws a chain (unary ops, binary ops with a scalar, a per-channel constant or another
-activation in full or broadcast, depth 1-4) after a conv, a depthwise conv or a MatMul on tokens,
+activation in full or broadcast, depth 1-4) after a conv, a depthwise conv, a MatMul on tokens or a
+row kernel on tokens (layer norm, RMS norm, softmax, batch norm: ``primfuncs.rows``),
 builds one ONNX graph, compiles it onto PoCL, compares with onnxruntime and asserts the anchor and
 its chain are ONE launch (plus the model's layout transforms). The expression evaluator itself is
 checked against NumPy written out op by op.
@@ -99,9 +100,9 @@ BINARY_STEPS = ("Add", "Sub", "Mul", "Div", "Pow")
 #: what the other operand of a binary step is, per anchor (the GEMM reads operands of its output's shape)
 LEAVES = {"conv": ("scalar", "channel", "full", "per_channel", "per_pixel"), "depthwise": ("scalar", "channel", "full", "per_pixel"),
           "matmul": ("scalar", "channel", "tensor", "full"),  # tensor: a constant of [L, N] (attention biases)
-          "layer_norm": ("scalar", "channel", "tensor", "full"), "rms_norm": ("scalar", "channel", "tensor", "full")}
-#: anchors on tokens [1, L, C] (the others on maps [1, C, H, W])
-TOKEN_ANCHORS = ("matmul", "layer_norm", "rms_norm")
+          **{norm: ("scalar", "channel", "tensor", "full") for norm in ("layer_norm", "rms_norm", "softmax", "batch_norm")}}
+#: anchors on tokens [1, L, C] (the others on maps [1, C, H, W]): the row kernels (primfuncs.rows) and the GEMM
+TOKEN_ANCHORS = ("matmul", "layer_norm", "rms_norm", "softmax", "batch_norm")
 
 
 @st.composite
@@ -154,10 +155,21 @@ class GraphBuilder:
         return self.operand
 
     def norm_nodes(self):
-        """A layer norm over the channels of tokens (ONNX LayerNormalization, random gamma and beta),
-        or an RMS norm as torch exports it (``x / sqrt(mean(x ** 2) + eps) * gamma``)."""
+        """A row kernel's op on tokens: a layer norm over the channels (ONNX LayerNormalization,
+        random gamma and beta), an RMS norm as torch exports it (``x / sqrt(mean(x ** 2) + eps) *
+        gamma``), a softmax over the channels, or a batch norm (over axis 1, the tokens)."""
         rng, c = self.rng, self.c
         self.add_input("x", self.out_shape)
+        if self.anchor == "softmax":
+            self.nodes.append(helper.make_node("Softmax", ["x"], ["v0"], axis=-1))
+            return "v0"
+        if self.anchor == "batch_norm":
+            tokens = self.out_shape[1]
+            for name, value in (("scale", rng.standard_normal(tokens)), ("shift", rng.standard_normal(tokens)),
+                                ("mean", rng.standard_normal(tokens)), ("var", rng.uniform(0.5, 2.0, tokens))):
+                self.inits[name] = value.astype(np.float32)
+            self.nodes.append(helper.make_node("BatchNormalization", ["x", "scale", "shift", "mean", "var"], ["v0"], epsilon=1e-5))
+            return "v0"
         self.inits["gamma"] = (rng.standard_normal(c) * 0.5 + 1).astype(np.float32)
         if self.anchor == "layer_norm":
             self.inits["beta"] = (rng.standard_normal(c) * 0.5).astype(np.float32)
@@ -171,7 +183,7 @@ class GraphBuilder:
 
     def anchor_nodes(self):
         rng, c = self.rng, self.c
-        if self.anchor in ("layer_norm", "rms_norm"):
+        if self.anchor not in ("conv", "depthwise", "matmul"):
             return self.norm_nodes()
         if self.anchor == "matmul":
             self.add_input("x", (1, self.size * self.size, c + 3))

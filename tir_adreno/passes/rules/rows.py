@@ -104,14 +104,15 @@ def _emit_norm(rw: Rewriter, node: Node, last: Node, func_of, args, shape, hint:
 
 @rule("relax.nn.softmax")
 def softmax_rows(rw: Rewriter, node: Node):
-    """Softmax over any axis of a plain tensor: one ``softmax_rows`` kernel (a work group per row)."""
+    """Softmax over any axis of a plain tensor: one ``softmax_rows`` kernel (a work group per row),
+    the elementwise chain after it in its epilogue."""
     shape = plain_input(rw, node.args[0])
     if shape is None:
         return None
     axis = int(node.attrs.axis) % len(shape)
     threads = row_threads(rw.profile, shape[axis])
-    func = kernel(kernels.softmax, shape, axis, threads=threads, **_float32(rw))
-    return _emit(rw, node, func, [rw.expr(node.args[0])], shape, "softmax_rows", axis=axis)
+    return _emit_norm(rw, node, node, lambda **epilogue: kernel(kernels.softmax, shape, axis, threads=threads, **epilogue, **_float32(rw)),
+                      [rw.expr(node.args[0])], shape, "softmax_rows", axis=axis)
 
 
 @rule("relax.nn.layer_norm")
@@ -217,9 +218,6 @@ def batch_norm_rows(rw: Rewriter, node: Node):
     if folded is None or any(np.size(v) != shape[axis] for v in folded):
         return None
     scale, shift = (relax.const(np.ascontiguousarray(v, np.float32).reshape(-1)) for v in folded)
-    func = kernel(kernels.channel_affine, shape, axis, **_float32(rw))
-    out = _emit(rw, node, func, [rw.expr(node.args[0]), scale, shift], shape, "channel_affine", axis=axis,
-                epsilon=float(node.attrs.epsilon))
     getter.fused = True
-    rw.exprs[getter.var] = out
-    return out
+    return _emit_norm(rw, node, getter, lambda **epilogue: kernel(kernels.channel_affine, shape, axis, **epilogue, **_float32(rw)),
+                      [rw.expr(node.args[0]), scale, shift], shape, "channel_affine", axis=axis, epsilon=float(node.attrs.epsilon))
