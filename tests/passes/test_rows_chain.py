@@ -67,12 +67,19 @@ def test_without_a_chain_the_norm_is_unchanged():
     assert plan_kernels(_token_block(np.random.default_rng(2)), get_profile("pocl")) == ["gemm", "layer_norm_rows", "gemm"]
 
 
-def test_precedence_gemm_operand_scale_after_a_norm_is_the_chains():
-    """LayerNorm -> ``* 0.5`` -> MatMul: the GEMM's scalar operand fold (``rules.gemm._scalar_factor``,
-    attention's ``q * scale``) and the norm's chain both could take the multiply; the norm is
-    lowered first, so its epilogue has it: two launches as before, the GEMM's alpha 1."""
+@pytest.mark.parametrize("anchor", ["LayerNormalization", "MatMul"])
+def test_precedence_gemm_operand_scale_after_a_norm_is_the_chains(anchor):
+    """``anchor`` -> ``* 0.5`` -> MatMul: the GEMM's scalar operand fold (``rules.gemm._scalar_factor``,
+    attention's ``q * scale``) and the anchor's chain both could take the multiply; the anchor is
+    lowered first, so its epilogue has it, and the GEMM reads the product as it is (alpha 1): before
+    this check a GEMM anchor's chain and the fold both applied it (the output off by 2x)."""
     model = _token_block(np.random.default_rng(3), chain=(node("Mul", ["l", "half"], ["c"]),))
-    assert _run(model, {"x": (1, 10, 12)}) == ["gemm", "layer_norm_rows", "gemm1"]
+    if anchor == "MatMul":  # the norm replaced by a second Linear
+        nodes = [n if n.op_type != "LayerNormalization" else node("MatMul", ["m0", "w0"], ["l"]) for n in model.graph.node]
+        model.graph.ClearField("node")
+        model.graph.node.extend(nodes)
+    families = [op.rstrip("0123456789") for op in _run(model, {"x": (1, 10, 12)})]
+    assert families == ["gemm", "layer_norm_rows" if anchor == "LayerNormalization" else "gemm", "gemm"], families
 
 
 def test_precedence_a_broadcast_activation_ends_the_chain():

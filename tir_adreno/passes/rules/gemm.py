@@ -88,9 +88,10 @@ def _swaps_last_two(node: Node) -> bool:
 
 def _scalar_factor(rw: Rewriter, var):
     """(x, s) when ``var`` is ``x * s`` (either order) with ``s`` a float32 scalar constant and
-    ``var`` read once, else None."""
+    ``var`` read once, else None; None too when the multiply is already in the kernel before it
+    (the elementwise chain of the anchor computing ``x`` took it: ``x``'s value holds the product)."""
     src = rw.graph.by_var.get(var)
-    if src is None or src.op != "relax.multiply" or rw.graph.uses.get(var, 0) != 1:
+    if src is None or src.fused or src.op != "relax.multiply" or rw.graph.uses.get(var, 0) != 1:
         return None
     for x, c in (src.args, src.args[::-1]):
         s = const(c)
