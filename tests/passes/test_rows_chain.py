@@ -122,3 +122,14 @@ def test_precedence_layer_norm_conv_before_the_rows_rule():
     for profile in ("pocl", "nvidia-h200"):
         names = plan_kernels(_map_token_block(True), get_profile(profile))
         assert "layer_norm_channels" in names and "layer_norm_rows" not in names, names
+
+
+def test_kernel_check_refuses_a_row_kernels_expression():
+    """``tir-adreno kernel --check`` has no NumPy reference for a row kernel's chain (its info
+    records the expression as text): one clear error naming it, not a wrong comparison."""
+    from tir_adreno.tools.workbench import WorkbenchError, reference_case
+
+    info = {"op": "nn.softmax", "inputs": [[1, 10, 12]], "output": [1, 10, 12],
+            "attrs": {"axis": 2, "epilogue": {"bias": False, "activation": None, "expr": "multiply(x, 0.5)"}}}
+    with pytest.raises(WorkbenchError, match=r"no NumPy reference for an epilogue expression \(multiply\(x, 0.5\)\)"):
+        reference_case(info, np.random.default_rng(0))

@@ -11,6 +11,11 @@ precision (plain tensors are float32, as the GEMM rule's; under float16_acc32 th
 between two of our kernels are half, ``storage.half_buffers``, and the statistics stay float32).
 A batch norm right after a Linear is folded into the Linear's weight before the rules
 (``passes.linear_norm``); the one left here is a per-channel affine kernel.
+
+The elementwise chain after a softmax, layer norm, RMS norm or batch norm (an affine, a layer
+scale, an activation, a residual add) goes into its kernel's expression epilogue
+(``passes.epilogue_chain``; :func:`_emit_norm`): one launch for both. A norm without a chain
+keeps the kernel and arguments it had before.
 """
 
 from __future__ import annotations
