@@ -250,6 +250,12 @@ MUTANTS = (
         ("tests/passes/test_rows_chain.py",),
     ),
     Mutant(
+        "gemm_scale_folded_twice",
+        "the GEMM folds a scalar multiply its operand's kernel already applied (an anchor's chain took it)",
+        (("if static_shape(x) == static_shape(var) and not _holds_product(rw, x, var):", "if static_shape(x) == static_shape(var):"),),
+        ("tests/passes/test_rows_chain.py::test_precedence_gemm_operand_scale_after_a_norm_is_the_chains",),
+    ),
+    Mutant(
         "linear_norm_shift_dropped",
         "a batch norm folded into its Linear loses its shift",
         (("value = relax.op.add(product, relax.const(shift.astype(np.float32)))",

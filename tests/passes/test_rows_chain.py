@@ -54,7 +54,7 @@ AFFINE_ERF = (node("Mul", ["l", "s2"], ["m"]), node("Add", ["t2", "m"], ["a"]), 
 
 
 @pytest.mark.parametrize("precision", ["float32", "float16_acc32"])
-def test_an_affine_and_gelu_after_a_token_norm_are_its_epilogue(precision):
+def test_an_affine_and_erf_after_a_token_norm_are_its_epilogue(precision):
     """LayerNorm -> ``* s2 + t2`` (per-channel) -> Erf on tokens: one ``layer_norm_rows`` launch
     between the two GEMMs, no elementwise kernel; float16_acc32 within half's error."""
     ops = _run(_token_block(np.random.default_rng(1), chain=AFFINE_ERF), {"x": (1, 10, 12)}, precision)
