@@ -42,9 +42,10 @@ from tvm.script import tirx as T
 
 from ._common import (
     BUFFER, TEXTURE, accumulator_dtype, ceildiv, check_dtype, check_positive, check_scope, load_pixel, maximum,
-    minimum, pixel_grid, pixel_launch, store_pixel,
+    minimum, pixel_grid, pixel_launch, select_params, store_pixel,
 )
 from .elementwise import _check_nchw4c
+from .epilogue import Epilogue, check_epilogue, store_output_pixel
 
 #: Window taps from which ``strategy="auto"`` uses a work group per output pixel (GPUs).
 #: Measured with ``benchmarks/pooling.py --threshold-sweep`` (benchmarks/results/pooling-*.json).
@@ -286,6 +287,7 @@ def window_reduce(
     acc_dtype: str | None = None,
     square: bool = False,
     out_dtype: str | None = None,
+    epilogue=None,
 ):
     """``Out[n, co, oh, ow] = reduce over the box of windows (c, h, w) of A``, lane by lane.
 
@@ -304,6 +306,9 @@ def window_reduce(
     squares without the squared tensor (GRN's statistics).
     ``out_dtype``: the output's dtype (default ``dtype``): float32 keeps large sums (of squares) of
     a half tensor finite.
+    ``epilogue``: a :class:`~primfuncs.epilogue.Epilogue` applied to each result pixel as the convs
+    apply theirs (its ``Bias`` and ``Residual`` parameters between ``A`` and ``Out``; padding lanes
+    past ``channels`` kept 0); blocked outputs only.
     """
     n, c4, h, w, _ = _check_nchw4c(shape)
     check_dtype(dtype)
@@ -315,11 +320,13 @@ def window_reduce(
     wc, wh, ww = windows
     if (wc.extent, wh.extent, ww.extent) != (c4, h, w):
         raise ValueError(f"windows cover {(wc.extent, wh.extent, ww.extent)}, the input has {(c4, h, w)}")
-    if (fold_lanes or plain_axes is not None) and (channels is None or not 4 * (c4 - 1) < channels <= 4 * c4):
+    needs_channels = fold_lanes or plain_axes is not None or (epilogue is not None and channels is not None)
+    if needs_channels and (channels is None or not 4 * (c4 - 1) < channels <= 4 * c4):
         raise ValueError(f"channels={channels} does not fill the input's {c4} channel blocks")
     if fold_lanes and wc.out != 1:
         raise ValueError("fold_lanes needs the channel window to reduce all blocks to one")
     c4o, oh, ow = wc.out, wh.out, ww.out
+    _check_pool_epilogue(epilogue, fold_lanes or plain_axes is not None)
     taps = wc.taps * wh.taps * ww.taps
     strategy = _pick_strategy(strategy, taps, group_threshold)
     combine, identity_of = REDUCERS[reducer]
@@ -335,6 +342,13 @@ def window_reduce(
     else:
         out_shape, out_scope = (n, c4o, oh, ow, 4), scope
     store_lanes = 1 if fold_lanes else 4
+    # the epilogue's inputs (declared always; ``_params`` keeps those it reads)
+    spec = epilogue if epilogue is not None else Epilogue()
+    bias_shape, residual_shape = spec.bias_shape(c4o), spec.residual_shape((n, c4o, oh, ow, 4))
+    residual_scope = spec.residual_scope or out_scope
+
+    def _params(func):
+        return select_params(func, spec.params(["A"], "Out"))
 
     def usable(co, vh, vw, ic, ih, iw, lane):
         """The tap is a real input element (not padding) and the lane a real channel."""
@@ -352,7 +366,7 @@ def window_reduce(
         return T.FloatImm(acc_dtype, float(d)) if isinstance(d, int) else T.Cast(acc_dtype, d)
 
     @T.macro
-    def finish(acc, Out, vn, co, vh, vw):
+    def finish(acc, Out, vn, co, vh, vw, Bias, Residual):
         # acc holds 4 per-lane results: fold the lanes (channel reduction), divide, store.
         if fold_lanes:  # (a0 + a1) + (a2 + a3), each combine of two plain loads
             acc[0] = combine(acc[0], acc[1])
@@ -367,6 +381,12 @@ def window_reduce(
             for lane in T.unroll(store_lanes):
                 if co * 4 + lane < channels:
                     Out[plain_index(vn, co, vh, vw, lane)] = T.Cast(out_dtype, acc[lane])
+        elif epilogue is not None:  # the convs' epilogue on a (1, 4) pixel of the output's dtype
+            px = T.sblock_alloc_buffer((1, 4), out_dtype, scope="local")
+            tmp = T.sblock_alloc_buffer((4,), out_dtype, scope="local")
+            for lane in T.unroll(4):
+                px[0, lane] = T.Cast(out_dtype, acc[lane])
+            store_output_pixel(Out, px, 0, tmp, epilogue, Bias, Residual, vn, co, vh, vw, channels)
         else:
             store_pixel(Out, vn, co, vh, vw, acc)
 
@@ -389,7 +409,7 @@ def window_reduce(
         launch = pixel_launch()
 
         @T.macro
-        def per_pixel(A, Out, vz, vh, vw):
+        def per_pixel(A, Out, Bias, Residual, vz, vh, vw):
             acc = T.sblock_alloc_buffer((4,), acc_dtype, scope="local")
             x = T.sblock_alloc_buffer((4,), dtype, scope="local")
             for lane in T.unroll(4):
@@ -398,16 +418,18 @@ def window_reduce(
                 for ih in loop(wh.taps):
                     for iw in loop(ww.taps):
                         accumulate(acc, x, A, vz // c4o, vz % c4o, vh, vw, ic, ih, iw)
-            finish(acc, Out, vz // c4o, vz % c4o, vh, vw)
+            finish(acc, Out, vz // c4o, vz % c4o, vh, vw, Bias, Residual)
 
         @T.prim_func(s_tir=True)
-        def func(a: T.handle, b: T.handle):
+        def func(a: T.handle, bias: T.handle, residual: T.handle, b: T.handle):
             T.func_attr({"global_symbol": name, "tirx.noalias": True})
             A = T.match_buffer(a, (n, c4, h, w, 4), dtype, scope=scope)
+            Bias = T.match_buffer(bias, bias_shape, dtype, scope=BUFFER)
+            Residual = T.match_buffer(residual, residual_shape, dtype, scope=residual_scope)
             Out = T.match_buffer(b, out_shape, out_dtype, scope=out_scope)
-            launch(g, oh, ow, "window", lambda vz, vh, vw: per_pixel(A, Out, vz, vh, vw))
+            launch(g, oh, ow, "window", lambda vz, vh, vw: per_pixel(A, Out, Bias, Residual, vz, vh, vw))
 
-        return func
+        return _params(func)
 
     gs = _group_threads(taps, group_size)
     log2_gs = gs.bit_length() - 1
@@ -417,9 +439,11 @@ def window_reduce(
     th, tw = wh.taps, ww.taps
 
     @T.prim_func(s_tir=True)
-    def func(a: T.handle, b: T.handle):
+    def func(a: T.handle, bias: T.handle, residual: T.handle, b: T.handle):
         T.func_attr({"global_symbol": name, "tirx.noalias": True})
         A = T.match_buffer(a, (n, c4, h, w, 4), dtype, scope=scope)
+        Bias = T.match_buffer(bias, bias_shape, dtype, scope=BUFFER)
+        Residual = T.match_buffer(residual, residual_shape, dtype, scope=residual_scope)
         Out = T.match_buffer(b, out_shape, out_dtype, scope=out_scope)
         for z in T.thread_binding(n * c4o, thread="blockIdx.z"):
             for by in T.thread_binding(oh, thread="blockIdx.y"):
@@ -465,9 +489,19 @@ def window_reduce(
                                     for k in T.unroll(1, chunks):
                                         for lane in T.unroll(4):
                                             res[lane] = combine(res[lane], chunk_result[k, lane])
-                                    finish(res, Out, vz // c4o, vz % c4o, vh, vw)
+                                    finish(res, Out, vz // c4o, vz % c4o, vh, vw, Bias, Residual)
 
-    return func
+    return _params(func)
+
+
+def _check_pool_epilogue(epilogue, reduces_to_plain: bool) -> None:
+    """An epilogue a window reduction takes: blocked output in the input's scope, no lane fold."""
+    if epilogue is None:
+        return
+    check_epilogue(epilogue)
+    if reduces_to_plain or epilogue.out_layout != "NCHW4c" or epilogue.out_scope is not None:
+        raise ValueError("a pooling epilogue writes the blocked output in the input's scope (no out_layout, out_scope, "
+                         "lane fold or plain output)")
 
 
 def all_of(conds):
@@ -504,6 +538,8 @@ def pool2d(
     strategy: str = "auto",
     group_threshold: int | None = GROUP_THRESHOLD,
     group_size: int = GROUP_SIZE,
+    epilogue=None,
+    channels: int | None = None,
 ):
     """Max or average pool2d of the NCHW4c ``shape`` (attributes as ``relax.op.nn.max_pool2d``).
 
@@ -511,6 +547,9 @@ def pool2d(
     half the window span. Average pooling divides by the taps inside the input, or with
     ``count_include_pad`` by those inside the padded input (PyTorch).
     Output: ``(N, C4, OH, OW, 4)`` in ``scope``; see :func:`pool2d_output_shape`.
+    ``epilogue``: an :class:`~primfuncs.epilogue.Epilogue` (an elementwise chain's expression, a bias,
+    an activation) on each output pixel, as the convs take it; ``channels`` the real channel count
+    (its padding lanes stay 0).
     """
     _check_pool_type(pool_type)
     wh, ww = pool_windows(shape, pool_size, strides, padding, dilation, ceil_mode)
@@ -532,6 +571,8 @@ def pool2d(
         strategy=strategy,
         group_threshold=group_threshold,
         group_size=group_size,
+        epilogue=epilogue,
+        channels=channels,
     )
 
 
@@ -558,9 +599,12 @@ def adaptive_pool2d(
     strategy: str = "auto",
     group_threshold: int | None = GROUP_THRESHOLD,
     group_size: int = GROUP_SIZE,
+    epilogue=None,
+    channels: int | None = None,
 ):
     """Adaptive max/avg pool2d to ``output_size`` (int or (OH, OW); any size >= 1, also larger
-    than the input): output ``i`` pools ``[floor(i*H/OH), ceil((i+1)*H/OH))`` (PyTorch)."""
+    than the input): output ``i`` pools ``[floor(i*H/OH), ceil((i+1)*H/OH))`` (PyTorch);
+    ``epilogue`` and ``channels`` as :func:`pool2d` takes them."""
     _check_pool_type(pool_type)
     _, c4, h, w, _ = _check_nchw4c(shape)
     oh, ow = _pair(output_size, "output_size")
@@ -583,6 +627,8 @@ def adaptive_pool2d(
         strategy=strategy,
         group_threshold=group_threshold,
         group_size=group_size,
+        epilogue=epilogue,
+        channels=channels,
     )
 
 
