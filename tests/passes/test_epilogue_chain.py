@@ -1,7 +1,8 @@
 """Elementwise chains after an anchor kernel fuse into its expression epilogue (issue 34).
 
 Hypothesis draws a chain (unary ops, binary ops with a scalar, a per-channel constant or another
-activation in full or broadcast, depth 1-4) after a conv, a depthwise conv or a MatMul on tokens,
+activation in full or broadcast, depth 1-4) after a conv, a depthwise conv, a MatMul on tokens or a
+pool (MaxPool, AveragePool, GlobalAveragePool),
 builds one ONNX graph, compiles it onto PoCL, compares with onnxruntime and asserts the anchor and
 its chain are ONE launch (plus the model's layout transforms). The expression evaluator itself is
 checked against NumPy written out op by op.
@@ -98,7 +99,17 @@ UNARY_STEPS = {
 BINARY_STEPS = ("Add", "Sub", "Mul", "Div", "Pow")
 #: what the other operand of a binary step is, per anchor (the GEMM reads operands of its output's shape)
 LEAVES = {"conv": ("scalar", "channel", "full", "per_channel", "per_pixel"), "depthwise": ("scalar", "channel", "full", "per_pixel"),
-          "matmul": ("scalar", "channel", "tensor", "full")}  # tensor: a constant of [L, N] (attention biases)
+          "matmul": ("scalar", "channel", "tensor", "full"),  # tensor: a constant of [L, N] (attention biases)
+          "maxpool": ("scalar", "channel", "full", "per_channel", "per_pixel"),
+          "avgpool": ("scalar", "channel", "full", "per_channel", "per_pixel"),
+          "globalavgpool": ("scalar", "channel", "full", "per_pixel")}  # [N, C, 1, 1]: full is per channel
+#: the pool anchors: ONNX node and attributes, and the input's size for an output of ``size`` x ``size``
+POOLS = {"maxpool": ("MaxPool", dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]), lambda s: 2 * s),
+         "avgpool": ("AveragePool", dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], count_include_pad=1), lambda s: s),
+         "globalavgpool": ("GlobalAveragePool", {}, lambda s: s)}
+#: anchors that read a conv's map (a global pool of a graph input is a plain mean of rows, the token
+#: path's): that conv is one more kernel of the graph, its own (a map has two readers: no chain)
+AFTER_A_CONV = {"globalavgpool"}
 
 
 @st.composite
@@ -122,7 +133,9 @@ class GraphBuilder:
 
     @property
     def out_shape(self):
-        return (1, self.size * self.size, self.c) if self.anchor == "matmul" else (1, self.c, self.size, self.size)
+        if self.anchor == "matmul":
+            return (1, self.size * self.size, self.c)
+        return (1, self.c, 1, 1) if self.anchor == "globalavgpool" else (1, self.c, self.size, self.size)
 
     def add_input(self, name, shape, positive=False):
         data = self.rng.uniform(0.5, 2.0, shape) * self.rng.choice([-1, 1]) if positive else self.rng.standard_normal(shape)
@@ -133,7 +146,7 @@ class GraphBuilder:
     def leaf(self, kind, positive):
         """The other operand's name: a constant, or a second graph input (one per graph, reused). A
         kernel reads one operand: a constant tensor is one, so after it any other becomes a scalar."""
-        n, c, h, w = 1, self.c, self.size, self.size
+        n, c, h, w = self.out_shape if len(self.out_shape) == 4 else (1, self.c, self.size, self.size)
         if kind in ("tensor", "full", "per_channel", "per_pixel") and self.operand is not None:
             # the graph input "g" is read again; a constant tensor after it would be a second operand
             kind = "scalar" if self.operand != "g" or kind == "tensor" else kind
@@ -156,6 +169,16 @@ class GraphBuilder:
             self.add_input("x", (1, self.size * self.size, c + 3))
             self.inits["w"] = (rng.standard_normal((c + 3, c)) / math.sqrt(c + 3)).astype(np.float32)
             self.nodes.append(helper.make_node("MatMul", ["x", "w"], ["v0"]))
+            return "v0"
+        if self.anchor in POOLS:
+            op, attrs, extent = POOLS[self.anchor]
+            self.add_input("x", (1, c, extent(self.size), extent(self.size)))
+            x = "x"
+            if self.anchor in AFTER_A_CONV:
+                self.inits["w"] = (rng.standard_normal((c, c, 3, 3)) / math.sqrt(9 * c)).astype(np.float32)
+                self.nodes.append(helper.make_node("Conv", ["x", "w"], ["m"], pads=[1] * 4))
+                x = "m"
+            self.nodes.append(helper.make_node(op, [x], ["v0"], **attrs))
             return "v0"
         self.add_input("x", (1, c, self.size, self.size))
         group = c if self.anchor == "depthwise" else 1
@@ -205,7 +228,7 @@ def check_chain(anchor, steps, channels, size, seed):
     rows = compiled.profile()
     assert all(r["ours"] for r in rows), rows
     kernels = [r["op"] for r in rows if not _is_layout_transform(r["op"])]
-    assert len(kernels) == 1, (kernels, steps)
+    assert len(kernels) == 1 + (anchor in AFTER_A_CONV), (kernels, steps)
 
 
 @pytest.mark.parametrize("anchor", sorted(LEAVES))
