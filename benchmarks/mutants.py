@@ -278,6 +278,13 @@ MUTANTS = (
         (("return \"NHWC\", ((user, (n, h, w, c)),)", "return \"NCHW\", ((user, (n, h, w, c)),)"),),
         ("tests/passes/test_map_boundary.py",),
     ),
+    Mutant(
+        "pool_epilogue_padding_lanes",
+        "a pool with an expression epilogue writes the expression of 0 into the padding lanes of its last channel block",
+        (("store_output_pixel(Out, px, 0, tmp, epilogue, Bias, Residual, vn, co, vh, vw, channels)",
+          "store_output_pixel(Out, px, 0, tmp, epilogue, Bias, Residual, vn, co, vh, vw, None)"),),
+        ("tests/kernels/test_pool2d_epilogue.py",),
+    ),
 )
 
 
