@@ -157,3 +157,19 @@ def test_bad_epilogues_are_refused():
         pool2d.max_pool2d(shape, 2, epilogue=Epilogue(expr=ex.Unary("tanh", X), out_layout="NHWC"))
     with pytest.raises(ValueError, match="channels=9 does not fill"):
         pool2d.max_pool2d(shape, 2, epilogue=Epilogue(expr=ex.Unary("tanh", X)), channels=9)
+
+
+@pytest.mark.parametrize("scope, operand_scope", [(TEXTURE, BUFFER), (BUFFER, TEXTURE)])
+def test_the_operand_is_read_where_it_lives(device, scope, operand_scope):
+    """At a placement boundary the rule passes the operand's own scope (``residual_scope``): a texture
+    pool reading a buffer operand and the other way round, no copy kernel."""
+    from dataclasses import replace
+
+    rng = np.random.default_rng(12)
+    epilogue = replace(EPILOGUES["relu_plus_full"], residual_scope=operand_scope)
+    x, c = rand(rng, (1, 7, 9, 8)), 7
+    func = pool2d.max_pool2d(pack_nchw4c(x).shape, 3, 2, 1, scope=scope, epilogue=epilogue, channels=c)
+    assert [b.scope() for b in func.params] == [scope, operand_scope, scope]  # A, Residual, Out
+    y, seen = run_pool_epilogue(device, func, x, epilogue, c, (5, 4), rng, scope, None)
+    pooled = reference.pool2d(seen["x"], "max", (3, 3), (2, 2), (1, 1, 1, 1))
+    check(y, epilogue_reference(pooled, epilogue, seen), c, None)
