@@ -157,7 +157,7 @@ def window_reduce(
     if fold_lanes and wc.out != 1:
         raise ValueError("fold_lanes needs the channel window to reduce all blocks to one")
     c4o, oh, ow = wc.out, wh.out, ww.out
-    _check_pool_epilogue(epilogue, fold_lanes or plain_axes is not None)
+    _check_pool_epilogue(epilogue, fold_lanes or plain_axes is not None or out_dtype != dtype)
     taps = wc.taps * wh.taps * ww.taps
     strategy = _pick_strategy(strategy, taps, group_threshold)
     combine, identity_of = REDUCERS[reducer]
@@ -325,14 +325,15 @@ def window_reduce(
     return _params(func)
 
 
-def _check_pool_epilogue(epilogue, reduces_to_plain: bool) -> None:
-    """An epilogue a window reduction takes: blocked output in the input's scope, no lane fold."""
+def _check_pool_epilogue(epilogue, other_output: bool) -> None:
+    """An epilogue a window reduction takes: the blocked output in the input's scope and dtype
+    (``other_output``: a lane fold, a plain output or another dtype, none of which it takes)."""
     if epilogue is None:
         return
     check_epilogue(epilogue)
-    if reduces_to_plain or epilogue.out_layout != "NCHW4c" or epilogue.out_scope is not None:
-        raise ValueError("a pooling epilogue writes the blocked output in the input's scope (no out_layout, out_scope, "
-                         "lane fold or plain output)")
+    if other_output or epilogue.out_layout != "NCHW4c" or epilogue.out_scope is not None:
+        raise ValueError("a pooling epilogue writes the blocked output in the input's scope and dtype (no out_layout, "
+                         "out_scope, out_dtype, lane fold or plain output)")
 
 
 def all_of(conds):

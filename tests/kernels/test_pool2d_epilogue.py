@@ -15,7 +15,7 @@ from helpers.conv import check_blocked_output
 from helpers.numeric import assert_close, pack_nchw4c, rand, run_kernel, sanitized, unpack_nchw4c
 from helpers.strategies import SEEDS, STRATEGIES
 from primfuncs import epilogue_expr as ex
-from primfuncs import pool2d
+from primfuncs import pool2d, reduce
 from primfuncs._common import BUFFER, TEXTURE
 from primfuncs.activation_table import numpy_activation
 from primfuncs.epilogue import Epilogue
@@ -157,6 +157,10 @@ def test_bad_epilogues_are_refused():
         pool2d.max_pool2d(shape, 2, epilogue=Epilogue(expr=ex.Unary("tanh", X), out_layout="NHWC"))
     with pytest.raises(ValueError, match="channels=9 does not fill"):
         pool2d.max_pool2d(shape, 2, epilogue=Epilogue(expr=ex.Unary("tanh", X)), channels=9)
+    with pytest.raises(ValueError, match="pooling epilogue writes the blocked output"):  # a float32 sum of a half map
+        reduce.reduce(shape, 7, "sum", (2, 3), dtype="float16", out_dtype="float32", epilogue=Epilogue(expr=ex.Unary("tanh", X)))
+    with pytest.raises(ValueError, match="pooling epilogue writes the blocked output"):  # a mean over C folds the lanes
+        reduce.reduce(shape, 7, "mean", (1,), epilogue=Epilogue(expr=ex.Unary("tanh", X)))
 
 
 @pytest.mark.parametrize("scope, operand_scope", [(TEXTURE, BUFFER), (BUFFER, TEXTURE)])
