@@ -98,10 +98,12 @@ UNARY_STEPS = {
 #: (ONNX Max/Min import as max/min over a stack of broadcasts, which no chain reads: not drawn; the
 #: evaluator's maximum/minimum are Relax's, e.g. a Clip the importer wrote as call_tir)
 BINARY_STEPS = ("Add", "Sub", "Mul", "Div", "Pow")
+#: the row kernels on tokens (primfuncs.rows) as anchors
+NORMS = ("layer_norm", "rms_norm", "softmax", "batch_norm")
 #: what the other operand of a binary step is, per anchor (the GEMM reads operands of its output's shape)
 LEAVES = {"conv": ("scalar", "channel", "full", "per_channel", "per_pixel"), "depthwise": ("scalar", "channel", "full", "per_pixel"),
           "matmul": ("scalar", "channel", "tensor", "full"),  # tensor: a constant of [L, N] (attention biases)
-          **{norm: ("scalar", "channel", "tensor", "full") for norm in ("layer_norm", "rms_norm", "softmax", "batch_norm")},
+          **{norm: ("scalar", "channel", "tensor", "full") for norm in NORMS},
           "maxpool": ("scalar", "channel", "full", "per_channel", "per_pixel"),
           "avgpool": ("scalar", "channel", "full", "per_channel", "per_pixel"),
           "globalavgpool": ("scalar", "channel", "full", "per_pixel")}  # [N, C, 1, 1]: full is per channel
@@ -113,7 +115,7 @@ POOLS = {"maxpool": ("MaxPool", dict(kernel_shape=[3, 3], strides=[2, 2], pads=[
 #: path's): that conv is one more kernel of the graph, its own (a map has two readers: no chain)
 AFTER_A_CONV = {"globalavgpool"}
 #: anchors on tokens [1, L, C] (the others on maps [1, C, H, W]): the row kernels (primfuncs.rows) and the GEMM
-TOKEN_ANCHORS = ("matmul", "layer_norm", "rms_norm", "softmax", "batch_norm")
+TOKEN_ANCHORS = ("matmul", *NORMS)
 
 
 @st.composite
@@ -196,7 +198,7 @@ class GraphBuilder:
 
     def anchor_nodes(self):
         rng, c = self.rng, self.c
-        if self.anchor not in ("conv", "depthwise", "matmul"):
+        if self.anchor in NORMS:
             return self.norm_nodes()
         if self.anchor == "matmul":
             self.add_input("x", (1, self.size * self.size, c + 3))
