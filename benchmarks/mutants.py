@@ -278,6 +278,30 @@ MUTANTS = (
         (("return \"NHWC\", ((user, (n, h, w, c)),)", "return \"NCHW\", ((user, (n, h, w, c)),)"),),
         ("tests/passes/test_map_boundary.py",),
     ),
+    Mutant(
+        "import_fold_skipped",
+        "ONNX import hands TVM's importer the graph with its constant subgraphs unfolded (a Pad's amounts from Constants)",
+        (("    return fold_constants(model)", "    return model"),),
+        ("tests/models/test_onnx_import.py::test_pads_built_from_constants_are_folded",),
+    ),
+    Mutant(
+        "import_fold_slim_shapes",
+        "import folding takes onnxslim's own symbolic shape inference (it floors a float Div of shape values)",
+        (("onnxslim.slim(model, no_shape_infer=True,", "onnxslim.slim(model, no_shape_infer=False,"),),
+        ("tests/models/test_onnx_import.py::test_pads_from_a_shape_chain_are_folded",),
+    ),
+    Mutant(
+        "tile_unit_axis_refused",
+        "topi tile's constant index 0 on a repeated axis of 1 is not read as a Tile step (the Tile stays upstream's)",
+        (("return size == 1 and isinstance(index, tirx.IntImm) and int(index.value) == 0", "return False"),),
+        ("tests/passes/test_token_layout.py::test_tile_of_an_unsqueezed_axis",),
+    ),
+    Mutant(
+        "token_reduction_axis_L_as_H",
+        "a reduction over the tokens of a blocked map [N, L, C] reduces only the map's rows (H), not H and W",
+        (('_MAP_AXES = {"N": (0,), "C": (1,), "L": (2, 3)}', '_MAP_AXES = {"N": (0,), "C": (1,), "L": (2,)}'),),
+        ("tests/passes/test_view_reductions.py",),
+    ),
 )
 
 

@@ -195,3 +195,34 @@ def test_pads_from_a_shape_chain_are_folded():
     assert [n.op_type for n in static.graph.node] == ["Pad", "Conv", "Pad", "Conv"]
     x = RNG.standard_normal((2, 3, 9, 9)).astype("float32")
     check(model, {"x": x}, input_shapes={"x": (2, 3, 9, 9)})
+
+
+def _torch_pad_nodes(x, y, pads, tag):
+    """``F.pad(x, pads)`` as torch exports it (HGNetV2's stem): the amounts built from Constants with
+    no Shape at all, ``Concat(pads, ConstantOfShape(4)) -> Reshape [-1, 2] -> Slice reversed ->
+    Transpose -> Reshape [-1] -> Cast -> Pad``."""
+    t = lambda s: f"{tag}_{s}"  # noqa: E731
+    consts = [("four", [4]), ("pads", pads), ("pairs", [-1, 2]), ("ax", [0]), ("rev_start", [-1]), ("rev_end", [-(2**63) + 1]),
+              ("rev_step", [-1]), ("flat", [-1])]
+    nodes = [node("Constant", [], [t(k)], value=i64(t(k), v)) for k, v in consts]
+    nodes += [node("ConstantOfShape", [t("four")], [t("zeros")], value=i64(t("zero"), [0])),
+              node("Concat", [t("pads"), t("zeros")], [t("all")], axis=0), node("Reshape", [t("all"), t("pairs")], [t("p2")]),
+              node("Slice", [t("p2"), t("rev_start"), t("rev_end"), t("ax"), t("rev_step")], [t("rv")]),
+              node("Transpose", [t("rv")], [t("tr")], perm=[1, 0]), node("Reshape", [t("tr"), t("flat")], [t("f")]),
+              node("Cast", [t("f")], [t("amounts")], to=TensorProto.INT64), node("Pad", [x, t("amounts")], [y], mode="constant")]
+    return nodes
+
+
+def test_pads_built_from_constants_are_folded():
+    """HGNetV2's stem: two ``F.pad(x, [0, 1, 0, 1])`` (right and bottom) whose amounts no Shape
+    starts (TVM's importer alone: "Dynamic pads are not supported yet"): folded to a constant Pad,
+    our kernels run it, matching onnxruntime."""
+    inits = [f32("w1", (4, 3, 2, 2)), f32("w2", (5, 4, 2, 2))]
+    nodes = _torch_pad_nodes("x", "p1", [0, 1, 0, 1], "a") + [node("Conv", ["p1", "w1"], ["c1"])]
+    nodes += _torch_pad_nodes("c1", "p2", [1, 2, 0, 1], "b") + [node("Conv", ["p2", "w2"], ["y"])]
+    model = make(nodes, [tensor("x", (1, 3, 7, 9))], [tensor("y", (1, 5, 7, 11))], inits, opset=17)
+    static = make_static(model, {"x": (1, 3, 7, 9)})
+    assert [n.op_type for n in static.graph.node] == ["Pad", "Conv", "Pad", "Conv"]
+    x = RNG.standard_normal((1, 3, 7, 9)).astype("float32")
+    compiled = check(model, {"x": x})
+    assert all(r["ours"] for r in compiled.profile())
