@@ -291,6 +291,18 @@ MUTANTS = (
         ("tests/models/test_onnx_import.py::test_pads_from_a_shape_chain_are_folded",),
     ),
     Mutant(
+        "import_fold_reorders",
+        "import folding keeps onnxslim's node order (by depth) instead of the exported one",
+        (("    return _in_exported_order(model, exported)", "    return model"),),
+        ("tests/models/test_onnx_import.py::test_folding_keeps_the_exported_node_order",),
+    ),
+    Mutant(
+        "import_fold_size_unbounded",
+        "import folding folds constant subgraphs of any size (weights computed by onnxruntime instead of TVM)",
+        (("FOLDED_BYTES = 256", "FOLDED_BYTES = 1 << 30"),),
+        ("tests/models/test_onnx_import.py::test_large_constant_subgraphs_stay_for_tvm",),
+    ),
+    Mutant(
         "tile_unit_axis_refused",
         "topi tile's constant index 0 on a repeated axis of 1 is not read as a Tile step (the Tile stays upstream's)",
         (("return size == 1 and isinstance(index, tirx.IntImm) and int(index.value) == 0", "return False"),),

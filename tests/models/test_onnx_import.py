@@ -226,3 +226,31 @@ def test_pads_built_from_constants_are_folded():
     x = RNG.standard_normal((1, 3, 7, 9)).astype("float32")
     compiled = check(model, {"x": x})
     assert all(r["ours"] for r in compiled.profile())
+
+
+def test_folding_keeps_the_exported_node_order():
+    """onnxslim sorts nodes by their depth from the inputs; the import keeps the exported order
+    (TVM's importer then writes the module it wrote before folding moved to onnxslim, and plans
+    list their kernels as before): a Relu chain written before a shallower Sigmoid branch stays so."""
+    nodes = [node("Relu", ["x"], ["r1"]), node("Relu", ["r1"], ["r2"]), node("Relu", ["r2"], ["r3"]), node("Sigmoid", ["x"], ["s"]),
+             node("Shape", ["s"], ["shape"]), node("Reshape", ["s", "shape"], ["s2"]), node("Add", ["r3", "s2"], ["y"])]
+    model = make(nodes, [tensor("x", ("N", 3, 4, 5))], [tensor("y", ("N", 3, 4, 5))], [], opset=17)
+    static = make_static(model, {"x": (2, 3, 4, 5)})
+    assert [n.op_type for n in static.graph.node] == ["Relu", "Relu", "Relu", "Sigmoid", "Reshape", "Add"]
+
+
+def test_large_constant_subgraphs_stay_for_tvm():
+    """Constant subgraphs larger than ``FOLDED_BYTES`` are data (EdgeNeXt's positional encoding):
+    left to TVM's FoldConstant, as before onnxslim, so the weights TVM computes stay bitwise its own;
+    a small one (a Pad's amounts) folds. Both run against onnxruntime."""
+    from tir_adreno.frontend.onnx_import import FOLDED_BYTES
+
+    big = FOLDED_BYTES // 4 + 1  # float32 values: one more than folds
+    nodes = [node("Cos", ["table"], ["enc"]), node("Reshape", ["enc", "s"], ["enc4"]), node("Add", ["x", "enc4"], ["a"]),
+             node("Add", ["pads0", "one"], ["pads"]), node("Pad", ["a", "pads"], ["y"], mode="constant")]
+    inits = [f32("table", (big,)), i64("s", [1, 1, 1, big]), i64("pads0", [0, 0, 0, 0, 0, 0, 0, 0]), i64("one", 1)]
+    model = make(nodes, [tensor("x", (1, 2, 3, big))], [tensor("y", (3, 4, 5, big + 2))], inits, opset=17)
+    static = make_static(model, {"x": (1, 2, 3, big)})
+    assert [n.op_type for n in static.graph.node] == ["Cos", "Reshape", "Add", "Pad"]
+    x = RNG.standard_normal((1, 2, 3, big)).astype("float32")
+    check(model, {"x": x})

@@ -78,6 +78,13 @@ def input_shapes_of(model, input_shapes: dict | None = None, hint: str = INPUT_S
 _SLIM_SKIPPED = ["graph_fusion", "dead_node_elimination", "subexpression_elimination", "weight_tying"]
 
 
+#: The largest constant folded here, in bytes (64 float32 values: shape arithmetic, a Pad's amounts).
+#: Larger constant subgraphs are data (EdgeNeXt's positional encoding, weights behind Identity):
+#: TVM's FoldConstant and ``passes.host_fold`` compute those after import, as they did before
+#: onnxslim, so a model's weights are bitwise what they were.
+FOLDED_BYTES = 256
+
+
 def fold_constants(model):
     """``model`` with every constant subgraph folded into initializers (shape arithmetic from
     ``Shape``/``Size`` of static tensors included), by onnxslim's constant folding (it evaluates the
@@ -88,15 +95,27 @@ def fold_constants(model):
     import onnx
     import onnxslim
 
+    exported = model
     for _ in range(len(model.graph.node) + 1):  # each round folds what the last one's shapes made constant
         before = len(model.graph.node)
         try:
-            model = onnx.shape_inference.infer_shapes(model)
+            model = onnx.shape_inference.infer_shapes(model, data_prop=True)
         except Exception:  # onnx cannot infer this graph: fold what needs no shapes, let TVM judge the rest
             pass
-        model = onnxslim.slim(model, no_shape_infer=True, skip_optimizations=list(_SLIM_SKIPPED))
+        model = onnxslim.slim(model, no_shape_infer=True, skip_optimizations=list(_SLIM_SKIPPED), size_threshold=FOLDED_BYTES)
         if len(model.graph.node) == before:
-            return model
+            break
+    return _in_exported_order(model, exported)
+
+
+def _in_exported_order(model, exported):
+    """``model`` with its nodes in ``exported``'s order (onnxslim sorts them topologically its own
+    way, which would reorder independent branches: TVM's importer would write another but equal
+    module, and our plans would list their kernels in another order)."""
+    position = {out: i for i, node in enumerate(exported.graph.node) for out in node.output}
+    nodes = sorted(model.graph.node, key=lambda n: min((position.get(o, len(position)) for o in n.output), default=len(position)))
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
     return model
 
 
