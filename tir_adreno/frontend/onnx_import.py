@@ -86,12 +86,13 @@ FOLDED_BYTES = 256
 
 
 def fold_constants(model):
-    """``model`` with every constant subgraph folded into initializers (shape arithmetic from
-    ``Shape``/``Size`` of static tensors included), by onnxslim's constant folding (it evaluates the
-    subgraphs with onnxruntime, offline). Shapes come from onnx's own inference between rounds, not
-    onnxslim's symbolic one: that one stores the values of shape arithmetic it computed itself, and
-    computes a float ``Div`` as a floor division (``Cast -> Div(2.0) -> Ceil`` of 5 gives 2, not 3:
-    wrong ``Pad`` amounts; tests/upstream/test_onnxslim_defects.py)."""
+    """``model`` with every constant subgraph of up to :data:`FOLDED_BYTES` folded into initializers
+    (shape arithmetic from ``Shape``/``Size`` of static tensors included), by onnxslim's constant
+    folding (it evaluates the subgraphs with onnxruntime, offline). Shapes come from onnx's own
+    inference (with its propagation of shape values) between rounds, not onnxslim's symbolic one:
+    that one stores the values of shape arithmetic it computed itself, and computes a float ``Div``
+    as a floor division (``Cast -> Div(2.0) -> Ceil`` of 5 gives 2, not 3: wrong ``Pad`` amounts;
+    tests/upstream/test_onnxslim_defect1_float_div_in_shape_data.py)."""
     import onnx
     import onnxslim
 
