@@ -136,9 +136,12 @@ def _token_view(node: Node, x: Value) -> str | None:
 
 @rule("relax.reshape")
 def reshape(rw: Rewriter, node: Node):
-    """Flatten of ``[N, C, 1, 1]`` (after a global pool) to ``[N, C]``, and a map to its tokens or
-    back: a change of view; a channel shuffle (reshape -> permute -> reshape): one kernel."""
+    """Flatten of ``[N, C, 1, 1]`` (after a global pool) to ``[N, C]``, a map to its tokens or
+    back, and a reshape of a blocked tensor to its own shape (EfficientViT's ``view(B, -1, H, W)``):
+    a change of view; a channel shuffle (reshape -> permute -> reshape): one kernel."""
     v = rw.values.get(node.args[0])
+    if v is not None and v.blocked and static_shape(node.var) == static_shape(node.args[0]):
+        return rw.alias(node.var, v, v.layout, v.nchw)  # a reshape to its own shape: the tensor itself
     view = _token_view(node, v) if v is not None else None
     if view is not None:
         return rw.alias(node.var, v, view, v.nchw)
