@@ -97,6 +97,8 @@ def strided_slice(rw: Rewriter, node: Node):
 def split(rw: Rewriter, node: Node):
     """ONNX ``Split`` along channels, any group sizes: one ``split_channels`` launch per up to
     ``MAX_PARTS`` parts, each part an activation of its own (the ``TupleGetItem`` users fused)."""
+    if rw.plan is not None and rw.plan.split_plain(rw, node):
+        return None  # the layout planner runs it on the plain tensor (rules.token_layout)
     x = rw.activation(node.args[0])
     sizes = split_parts(node, x.nchw) if x is not None and x.layout == "NCHW" else None
     users = rw.graph.users(node.var)
