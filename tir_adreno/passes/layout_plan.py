@@ -46,6 +46,12 @@ BLOCKED, PLAIN = "blocked", "plain"
 VIEWS = frozenset({"relax.reshape", "relax.permute_dims"})
 
 
+def _pattern_takes(rw, node) -> bool:
+    """Whether a fusion pattern anchored on ``node`` matches it (``patterns.base.Pattern.match``:
+    graph only, marks nothing); rules have no ``match``."""
+    return any(getattr(r, "match", None) is not None and r.match(rw.graph, node) is not None for r in rw.rules.get(node.op, ()))
+
+
 class LayoutPlan:
     """The readers' wants of every value of ``graph`` (module docstring), and the decision for a
     flexible op given its operands' layouts."""
@@ -131,6 +137,8 @@ class LayoutPlan:
         if not parts or any(p.op != "tuple_get_item" for p in parts) or not (rw.fuses and rw.allow_buffer):
             return False
         if rw.dtype != "float32" or shape is None or len(shape) != 4 or split_parts(node, shape) is None:
+            return False
+        if _pattern_takes(rw, node):  # a fused kernel reads the blocked map (MobileViT-v2's separable attention)
             return False
         wants = [self.view_wants(p.var) for p in parts]
         blocked_now, plain_now = self._held(rw, node.args[0])
