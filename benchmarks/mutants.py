@@ -263,6 +263,12 @@ MUTANTS = (
         ("tests/passes/test_layout_plan_split.py::test_cascaded_attention_has_no_layout_kernel",),
     ),
     Mutant(
+        "split_plan_ignores_patterns",
+        "the layout planner runs a split plain even where a fused pattern reads it blocked",
+        (("        if _pattern_takes(rw, node):", "        if False:"),),
+        ("tests/passes/test_mobilevit.py::test_mobilevit_attention_stays_on_textures",),
+    ),
+    Mutant(
         "input_norm_shift_dropped",
         "a batch norm folded into the Linear that reads it loses its shift",
         (("return matmul.var, node.args[0], None, scale[:, None] * w, shift @ w",
