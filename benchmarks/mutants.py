@@ -269,6 +269,12 @@ MUTANTS = (
         ("tests/passes/test_mobilevit.py::test_mobilevit_attention_stays_on_textures",),
     ),
     Mutant(
+        "split_plan_map_readers_plain",
+        "the layout planner takes a softmax or a reduction over a split's 4-d part as a plain reader",
+        (("return {BLOCKED} if len(static_shape(var) or ()) == 4 else self._reader_wants(user)", "return self._reader_wants(user)"),),
+        ("tests/passes/test_mobilevit.py::test_mobilevit_attention_without_relu_keeps_the_broadcast_kernels",),
+    ),
+    Mutant(
         "input_norm_shift_dropped",
         "a batch norm folded into the Linear that reads it loses its shift",
         (("return matmul.var, node.args[0], None, scale[:, None] * w, shift @ w",

@@ -91,15 +91,24 @@ class LayoutPlan:
         return any(same(f, var) for f in (out.fields if isinstance(out, relax.Tuple) else [out]))
 
     def view_wants(self, var) -> frozenset:
-        """:meth:`wants` with views (:data:`VIEWS`) and flexible ops followed to their readers."""
+        """:meth:`wants` with views (:data:`VIEWS`) and flexible ops followed to their readers, and
+        a map's other readers taken as blocked (:meth:`_map_reader_wants`)."""
         if var not in self._view_wants:
             self._view_wants[var] = frozenset()
             found = {PLAIN} if self._is_output(var) else set()
             for user in self._readers.get(var, ()):
                 follow = user.op in VIEWS or user.op in FLEXIBLE
-                found |= set(self.view_wants(user.var)) if follow else self._reader_wants(user)
+                found |= set(self.view_wants(user.var)) if follow else self._map_reader_wants(var, user)
             self._view_wants[var] = frozenset(found)
         return self._view_wants[var]
+
+    def _map_reader_wants(self, var, user) -> set:
+        """What ``user`` (no view, no flexible op) wants ``var`` in, for :meth:`view_wants`: a GEMM
+        plain; any other reader of a 4-d map blocked (softmax, reductions and norms over a map
+        have blocked kernels: MobileViT-v2's attention without its relu); else :meth:`_reader_wants`."""
+        if user.op == "relax.matmul":
+            return {PLAIN}
+        return {BLOCKED} if len(static_shape(var) or ()) == 4 else self._reader_wants(user)
 
     def _reader_wants(self, user) -> set:
         if user.op in FLEXIBLE:
