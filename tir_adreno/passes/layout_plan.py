@@ -22,7 +22,7 @@ The blocked pixelwise rules ask :meth:`runs_plain` first and leave an op planned
 A channel split of a map is flexible too (``rules.layout.split`` on NCHW4c, ``rules.token_layout``'s
 gathers on the plain tensor): :meth:`split_plain` weighs it the same way, its parts' wants read
 through views (:meth:`view_wants`: a part flattened to the tokens a GEMM reads wants plain, one a
-conv reads wants blocked). Asked before the split's input exists (by the conv writing it,
+conv or another op on a 4-d map reads wants blocked; a split a fusion pattern takes stays blocked). Asked before the split's input exists (by the conv writing it,
 ``map_boundary.reads_plain``), the input costs nothing either way: the conv then writes it plain.
 """
 
