@@ -287,12 +287,6 @@ MUTANTS = (
         ("tests/passes/test_layout_plan_split.py::test_cascaded_attention_has_no_layout_kernel",),
     ),
     Mutant(
-        "split_plan_ignores_patterns",
-        "the layout planner runs a split plain even where a fused pattern reads it blocked",
-        (("        if _pattern_takes(rw, node):", "        if False:"),),
-        ("tests/passes/test_mobilevit.py::test_mobilevit_attention_stays_on_textures",),
-    ),
-    Mutant(
         "split_plan_map_readers_plain",
         "the layout planner takes a softmax or a reduction over a split's 4-d part as a plain reader",
         (("return {BLOCKED} if len(static_shape(var) or ()) == 4 else self._reader_wants(user)", "return self._reader_wants(user)"),),

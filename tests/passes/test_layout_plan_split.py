@@ -8,9 +8,7 @@ norm); the classifier head's
 by zero amounts is a gather. Against onnxruntime."""
 
 import numpy as np
-import onnx
 import pytest
-from onnx import TensorProto, helper
 
 from helpers.onnx_graphs import PATTERN_RTOL, batch_norm_inits, f32, i64, i_f32, make, node, plan_kernels, tensor
 from tir_adreno import compile_model
@@ -81,7 +79,8 @@ def test_cascaded_attention_has_no_layout_kernel(query_conv):
 def test_head_norm_folds_into_the_linear():
     """``BatchNormalization -> MatMul`` on [N, C]: no norm kernel, the same launches as without it."""
     profile = resolve(profile="pocl")
-    with_norm, without = plan_kernels(_attention_head(head_norm=True), profile), plan_kernels(_attention_head(head_norm=False), profile)
+    with_norm = plan_kernels(_attention_head(head_norm=True), profile)
+    without = plan_kernels(_attention_head(head_norm=False), profile)
     assert not [k for k in with_norm if "norm" in k or "affine" in k], with_norm
     assert len(with_norm) == len(without), (with_norm, without)
 

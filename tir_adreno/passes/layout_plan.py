@@ -22,8 +22,9 @@ The blocked pixelwise rules ask :meth:`runs_plain` first and leave an op planned
 A channel split of a map is flexible too (``rules.layout.split`` on NCHW4c, ``rules.token_layout``'s
 gathers on the plain tensor): :meth:`split_plain` weighs it the same way, its parts' wants read
 through views (:meth:`view_wants`: a part flattened to the tokens a GEMM reads wants plain, one a
-conv or another op on a 4-d map reads wants blocked; a split a fusion pattern takes stays blocked). Asked before the split's input exists (by the conv writing it,
-``map_boundary.reads_plain``), the input costs nothing either way: the conv then writes it plain.
+conv or another op on a 4-d map reads wants blocked: MobileViT-v2's split stays blocked). Asked
+before the split's input exists (by the conv writing it, ``map_boundary.reads_plain``), the input
+costs nothing either way: the conv then writes it plain.
 """
 
 from __future__ import annotations
@@ -44,12 +45,6 @@ BLOCKED, PLAIN = "blocked", "plain"
 #: of its NCHW4c tensor, a plain tensor's a ``memory.view``): :meth:`LayoutPlan.view_wants` reads
 #: through them to their readers.
 VIEWS = frozenset({"relax.reshape", "relax.permute_dims"})
-
-
-def _pattern_takes(rw, node) -> bool:
-    """Whether a fusion pattern anchored on ``node`` matches it (``patterns.base.Pattern.match``:
-    graph only, marks nothing); rules have no ``match``."""
-    return any(getattr(r, "match", None) is not None and r.match(rw.graph, node) is not None for r in rw.rules.get(node.op, ()))
 
 
 class LayoutPlan:
@@ -146,8 +141,6 @@ class LayoutPlan:
         if not parts or any(p.op != "tuple_get_item" for p in parts) or not (rw.fuses and rw.allow_buffer):
             return False
         if rw.dtype != "float32" or shape is None or len(shape) != 4 or split_parts(node, shape) is None:
-            return False
-        if _pattern_takes(rw, node):  # a fused kernel reads the blocked map (MobileViT-v2's separable attention)
             return False
         wants = [self.view_wants(p.var) for p in parts]
         blocked_now, plain_now = self._held(rw, node.args[0])
