@@ -18,7 +18,7 @@ from primfuncs.epilogue import Epilogue
 from tir_adreno.passes.activations import fuse_activation
 from tir_adreno.passes.affine import batch_norm_affine, batch_norm_output, linear_step, other_operand
 from tir_adreno.passes.convs import conv_geometry, conv_operands
-from tir_adreno.passes.epilogue_chain import OPERAND_KINDS, Anchor, Chain, chain_epilogue, match_chain, pack_rows
+from tir_adreno.passes.epilogue_chain import OPERAND_KINDS, Anchor, Chain, chain_epilogue, chain_with_operand, pack_rows
 from tir_adreno.passes.graph import TO_NCHW, Node, dtype, same, static_shape
 from tir_adreno.passes.kernel_index import KernelCall
 from tir_adreno.passes.map_boundary import define_plain_output, plain_input, plain_input_expr, token_output
@@ -180,18 +180,10 @@ def chain_tail(rw: Rewriter, tail: Tail) -> Tail:
         return tail
     nchw = tail.layout == "NCHW"
     anchor = Anchor(tail.w.shape[0], tail.layout, () if tail.residual is not None else OPERAND_KINDS if nchw else ("full",))
-    marks = rw.graph.fused_marks()
-    chain = match_chain(rw, tail.last, anchor)
-    if chain is None:
-        return tail
-    operand = None
-    if chain.operand is not None:
-        full = static_shape(chain.operand) == static_shape(chain.last.var)
-        operand = rw.view(chain.operand, tail.layout) if full else rw.activation(chain.operand, "NCHW")
-        if operand is None:  # an operand our kernels do not hold in a layout the conv reads
-            rw.graph.restore_fused(marks)
-            return tail
-    tail.chain, tail.last, tail.operand = chain, chain.last, operand
+    found = chain_with_operand(rw, tail.last, anchor, tail.layout)
+    if found is not None:
+        tail.chain, tail.operand = found
+        tail.last = tail.chain.last
     return tail
 
 
@@ -295,6 +287,8 @@ def emit_depthwise_pointwise(rw: Rewriter, x: Value, dw: ConvGeometry, dw_tail: 
     if operands is None or operands.layout != data_layout:
         return None
     pw = conv_geometry(pw_node, dw.out_shape, operands.weights.shape)
+    if _writes_plain_alone(rw, pw_node, pw, data_layout):
+        return None
     plan = can_fuse("depthwise_pointwise", dw, rw.profile, rw.precision, rw.records, pointwise=pw, allow_buffer=rw.allow_buffer)
     if plan is None:
         return None
@@ -313,6 +307,18 @@ def emit_depthwise_pointwise(rw: Rewriter, x: Value, dw: ConvGeometry, dw_tail: 
     out = rw.emit_kernel(func, args, plan.out_shape, hint="conv2d", op_info=info)
     rw.define(tail.last.var, out, out_scope, pw.out_shape, tail.layout)
     return out
+
+
+def _writes_plain_alone(rw: Rewriter, pw_node: Node, pw: ConvGeometry, data_layout: str) -> bool:
+    """Whether 1x1 conv ``pw_node`` alone writes its value as the plain buffer its token readers
+    take (``map_boundary.token_output``, and its strategy plan can: ``plain_io_plan``). The fused
+    depthwise + pointwise kernel writes NCHW4c only, so fusing would cost a layout kernel after it:
+    the pair stays two kernels (as many launches, no layout transform)."""
+    plain_out = token_output(rw, pw_node.var, pw.out_shape, data_layout)
+    if plain_out is None:
+        return False
+    plan = strategy.conv2d_plan(pw, Epilogue(), rw.precision, rw.profile, rw.records, allow_buffer=rw.allow_buffer)
+    return strategy.plain_io_plan(plan, None, plain_out.layout) is not None
 
 
 def lower_conv2d(rw: Rewriter, node: Node):

@@ -30,6 +30,7 @@ from tir_adreno.passes.convs import conv_geometry, conv_operands
 from tir_adreno.passes.graph import SWAP_TOKENS, TO_NCHW, TO_NHWC, Node, const, dtype, ints_of, permute_axes, same, static_shape
 from tir_adreno.passes.layout_plan import FLEXIBLE
 from tir_adreno.passes.rewriter import Rewriter, Value
+from tir_adreno.passes.token_chain import ends_plain
 from tir_adreno.strategy import conv as strategy
 
 
@@ -51,12 +52,17 @@ def _swaps_last_two(node: Node | None) -> bool:
 def reads_plain(rw: Rewriter, node: Node) -> bool:
     """Whether ``node`` reads its (non-map) operand in plain form: a ``matmul`` (the gemm rule), a
     transpose of the last two axes that only matmuls read (folded into the GEMM's read), a concat
-    of tokens or of channels-last maps (our map concat takes channels: axis 1 of a 4-d tensor) or
-    an op no pattern or rule of ours takes."""
+    of tokens or of channels-last maps (our map concat takes channels: axis 1 of a 4-d tensor), a
+    split or a pixelwise op by constants the layout planner runs plain (``LayoutPlan.split_plain``,
+    ``flexible_plain``) or an op no pattern or rule of ours takes."""
     if node.op == "relax.matmul" or node.op not in rw.rules:
         return node.op not in ("tuple", "tuple_get_item", "other")
     if node.op == "relax.concat":
         return not _on_channels(node)
+    if node.op == "relax.split":  # the layout planner's choices (passes.layout_plan)
+        return rw.plan is not None and rw.plan.split_plain(rw, node)
+    if node.op in FLEXIBLE:
+        return rw.plan is not None and rw.plan.flexible_plain(node)
     if _swaps_last_two(node):
         users = rw.graph.users(node.var)
         return bool(users) and rw.graph.uses.get(node.var, 0) == 1 and all(u.op == "relax.matmul" for u in users)
@@ -212,21 +218,28 @@ def _read_plain_only(rw: Rewriter, var, region: bool = True) -> bool:
     return wanted[PLAIN] > wanted[BLOCKED]
 
 
+def _ends_plain(rw: Rewriter, var, region: bool = True) -> bool:
+    """``var`` is read only by plain readers, or its token region wants it plain
+    (:func:`_read_plain_only`), or it reaches plain readers through token chains (``passes.token_chain``)."""
+    return _read_plain_only(rw, var, region) or ends_plain(rw, var, reads_plain)
+
+
 def _view(rw: Rewriter, user: Node, nchw) -> tuple[str, tuple] | None:
     """(layout, views) when conv value reader ``user`` is a token view that plain readers read."""
     n, c, h, w = nchw
-    if permute_axes(user) == TO_NHWC and _read_plain_only(rw, user.var):
+    if permute_axes(user) == TO_NHWC and _ends_plain(rw, user.var):
         return "NHWC", ((user, (n, h, w, c)),)
     if user.op != "relax.reshape" or static_shape(user.var) is None:
         return None
     shape = static_shape(user.var)
     swap = rw.graph.sole_user(user.var) if shape == (n, c, h * w) else None
-    if swap is not None and permute_axes(swap) == SWAP_TOKENS and _read_plain_only(rw, swap.var):
+    if swap is not None and permute_axes(swap) == SWAP_TOKENS and _ends_plain(rw, swap.var):
         return "NHWC", ((user, None), (swap, (n, h * w, c)))
-    # a flatten to [N, C*H*W] is a classifier's: the matmul rule runs its Gemm as an HxW conv on the map
-    # any other reshape of the map: its readers decide alone (patches, a group norm as exported and a
+    # a flatten to [N, C*H*W] is a classifier's: the matmul rule runs its Gemm as an HxW conv on the map;
+    # a reshape into heads that token ops move before a matmul reads it is plain too (passes.token_chain);
+    # any other reshape of the map gets no token region (patches, a group norm as exported and a
     # channel shuffle start so, and their patterns and rules take the blocked map)
-    return ("NCHW", ((user, shape),)) if len(shape) > 2 and _read_plain_only(rw, user.var, region=False) else None
+    return ("NCHW", ((user, shape),)) if len(shape) > 2 and _ends_plain(rw, user.var, region=False) else None
 
 
 def _reader(rw: Rewriter, user: Node, nchw) -> tuple[str, tuple] | None:
