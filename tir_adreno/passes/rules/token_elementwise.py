@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 from tvm import relax
 
+from primfuncs import epilogue_expr as ex
 from primfuncs import plain_elementwise as kernels
 
 from tir_adreno.passes.activations import clip_range, match_activation
@@ -30,8 +31,9 @@ from tir_adreno.passes.op_info import node_info
 from tir_adreno.passes.rewriter import Rewriter
 from tir_adreno.passes.rules.base import rule
 
-BINARY = {f"relax.{op}": op for op in ("add", "subtract", "multiply", "divide", "maximum", "minimum", "power")}
-UNARY = {f"relax.{op}": op for op in ("sqrt", "exp", "log", "negative", "abs", "erf", "tanh")}
+#: Relax ops -> the expression's op (``primfuncs.epilogue_expr``).
+BINARY = {**{f"relax.{op}": op for op in ("add", "subtract", "multiply", "divide", "maximum", "minimum")}, "relax.power": "pow"}
+UNARY = {**{f"relax.{op}": op for op in ("sqrt", "exp", "log", "abs", "erf", "tanh")}, "relax.negative": "neg"}
 #: Relax activation ops -> the table's name.
 ACTIVATION_OPS = {"relax.sigmoid": "sigmoid", "relax.nn.relu": "relu", "relax.nn.gelu": "gelu", "relax.nn.gelu_tanh": "gelu_tanh",
                   "relax.nn.silu": "silu", "relax.nn.leakyrelu": "leaky_relu"}
@@ -39,7 +41,7 @@ OPS = (*BINARY, *UNARY, *ACTIVATION_OPS, "relax.clip", "relax.rsqrt")
 
 
 class _Chain:
-    """The kernel being assembled: its tensor inputs (vars or constants), the expression, the nodes."""
+    """The kernel being assembled: its tensor inputs (vars or constants), the nodes it computes."""
 
     def __init__(self, rw: Rewriter):
         self.rw = rw
@@ -54,10 +56,10 @@ class _Chain:
             if data.dtype != np.float32 or data.ndim > out_rank:
                 return None
             if data.size == 1 or np.all(data == data.reshape(-1)[0]):
-                return ("const", float(data.reshape(-1)[0]))
+                return ex.Const(float(data.reshape(-1)[0]))
             for k, x in enumerate(self.inputs):
                 if isinstance(x, np.ndarray) and x.shape == data.shape and np.array_equal(x, data):
-                    return ("in", k)
+                    return ex.Input(k)
             return self._add(data)
         arg = self._through_broadcast(arg)
         if not isinstance(arg, relax.Var) or (arg not in self.rw.values and arg not in self.rw.exprs):
@@ -67,7 +69,7 @@ class _Chain:
             return None
         for k, x in enumerate(self.inputs):
             if isinstance(x, relax.Var) and same(x, arg):
-                return ("in", k)
+                return ex.Input(k)
         return self._add(arg)
 
     def _through_broadcast(self, arg):
@@ -82,7 +84,7 @@ class _Chain:
         if len(self.inputs) == kernels.MAX_INPUTS:
             return None
         self.inputs.append(x)
-        return ("in", len(self.inputs) - 1)
+        return ex.Input(len(self.inputs) - 1)
 
     def shapes(self):
         return tuple(tuple(x.shape) if isinstance(x, np.ndarray) else static_shape(x) for x in self.inputs)
@@ -106,24 +108,27 @@ def _expression(node: Node, leaf):
     op = node.op
     if op in BINARY and len(node.args) == 2:
         a, b = (leaf(x) for x in node.args)
-        return None if a is None or b is None else (BINARY[op], a, b)
+        return None if a is None or b is None else ex.Binary(BINARY[op], a, b)
     x = leaf(node.args[0]) if node.args else None
     if x is None:
         return None
     if op in UNARY:
-        return (UNARY[op], x)
+        return ex.Unary(UNARY[op], x)
     if op == "relax.rsqrt":
-        return ("reciprocal", ("sqrt", x))
+        return ex.Unary("reciprocal", ex.Unary("sqrt", x))
     if op == "relax.clip":
         bounds = clip_range(node)
-        if bounds is None:
+        if bounds is None or not bounds[0] <= bounds[1]:
             return None
-        lo, hi = (None if not np.isfinite(b) else b for b in bounds)
-        return ("clip", lo, hi, x)
+        return _clip(x, *(None if not np.isfinite(b) else b for b in bounds))  # an infinite bound: none
     if op in ACTIVATION_OPS:
         params = (("alpha", float(node.attrs.alpha)),) if op == "relax.nn.leakyrelu" else ()
-        return ("act", ACTIVATION_OPS[op], params, x)
+        return ex.Unary(ACTIVATION_OPS[op], x, params)
     return None
+
+
+def _clip(x, lo, hi):
+    return ex.Unary("clip", x, (("lo", lo), ("hi", hi)))
 
 
 def _activation(chain: _Chain, g, var, expr, first: Node | None, out_rank: int):
@@ -136,7 +141,7 @@ def _activation(chain: _Chain, g, var, expr, first: Node | None, out_rank: int):
     x = expr if expr is not None else chain.operand(var, out_rank)
     if x is None:
         return None
-    act = ("clip", *bounds, x) if name == "clip" else ("act", name, (), x)
+    act = _clip(x, *bounds) if name == "clip" else ex.Unary(name, x)
     chain.nodes += nodes
     return act, nodes[-1]
 
@@ -189,7 +194,7 @@ def token_elementwise(rw: Rewriter, node: Node):
     # float32 under every precision, like the GEMM's: plain tensors are upstream's side
     func = kernel(kernels.fused_elementwise, out_shape, chain.shapes(), expr, dtype="float32")
     args = [relax.const(np.ascontiguousarray(x)) if isinstance(x, np.ndarray) else rw.expr(x) for x in chain.inputs]
-    info = node_info(last, expression=repr(expr), nodes=",".join(m.var.name for m in chain.nodes))
+    info = node_info(last, expression=ex.describe(expr), nodes=",".join(m.var.name for m in chain.nodes))
     out = rw.emit_kernel(func, args, out_shape, dtype="float32", hint="elementwise_plain", op_info=info)
     for m in chain.nodes:
         m.fused = True
