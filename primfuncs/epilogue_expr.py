@@ -129,9 +129,14 @@ class Binary:
     def __post_init__(self):
         if self.op not in BINARY:
             raise ValueError(f"binary op must be one of {sorted(BINARY)}, got {self.op!r}")
-        # (a per-lane epilogue's exponent is a constant; a plain kernel's may read its inputs)
-        if self.op == "pow" and not all(isinstance(leaf, PLAIN_LEAVES) for leaf in leaves(self.b)):
+        if self.op == "pow" and not exponent_allowed(self.b):
             raise ValueError(f"pow takes a constant exponent (or a plain kernel's inputs), got {self.b!r}")
+
+
+def exponent_allowed(e) -> bool:
+    """Whether ``e`` may be ``pow``'s exponent: a constant, or in a plain kernel an expression of its
+    inputs (a per-lane epilogue raises only to constant powers)."""
+    return all(isinstance(leaf, PLAIN_LEAVES) for leaf in leaves(e))
 
 
 def leaves(e):
