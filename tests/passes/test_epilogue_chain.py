@@ -92,6 +92,7 @@ UNARY_STEPS = {
     "Relu": [("Relu", {})], "Sigmoid": [("Sigmoid", {})], "Tanh": [("Tanh", {})], "Neg": [("Neg", {})],
     "Abs": [("Abs", {})], "Erf": [("Erf", {})], "LeakyRelu": [("LeakyRelu", {"alpha": 0.2})],
     "Exp": [("Tanh", {}), ("Exp", {})], "Sqrt": [("Abs", {}), ("Sqrt", {})], "HardSigmoid": [("HardSigmoid", {})],
+    "Log": [("Abs", {}), ("Log", {})],
 }
 #: (ONNX Max/Min import as max/min over a stack of broadcasts, which no chain reads: not drawn; the
 #: evaluator's maximum/minimum are Relax's, e.g. a Clip the importer wrote as call_tir)
@@ -225,6 +226,14 @@ def test_a_deep_chain_with_every_leaf_kind(anchor):
     steps = [("unary", "Sigmoid"), ("binary", "Mul", "channel", True), ("binary", "Add", operand, False),
              ("binary", "Pow", "scalar", False), ("binary", "Sub", "scalar", True), ("unary", "Tanh")]
     check_chain(anchor, steps, channels=6, size=5, seed=3)
+
+
+@pytest.mark.parametrize("anchor", sorted(LEAVES))
+def test_log_fuses_like_on_plain_tensors(anchor):
+    """``log`` (which the plain-tensor chains took first: one walk, ``passes.elementwise_chain``,
+    serves both) in an anchor's chain, between a scale and a per-channel add."""
+    steps = [("binary", "Mul", "scalar", False), ("unary", "Log"), ("binary", "Add", "channel", False)]
+    check_chain(anchor, steps, channels=6, size=4, seed=5)
 
 
 # -- the Winograd conv's output transform with an expression (no model draws Winograd this small) --
