@@ -203,7 +203,7 @@ MUTANTS = (
         "rows_softmax_max_dropped",
         "the row softmax exponentiates x without subtracting the row's max (overflows past 88)",
         (("taps(X, partial_sum, vr, zero, _add, lambda v, st: T.exp(v - st[0]),", "taps(X, partial_sum, vr, zero, _add, lambda v, st: T.exp(v),"),
-         ("_narrow(T.exp(read(X, vr, r, t) - st[0]) / st[1], dtype)", "_narrow(T.exp(read(X, vr, r, t)) / st[1], dtype)")),
+         ("epilogue, T.exp(read(X, vr, r, t) - st[0]) / st[1], Bias", "epilogue, T.exp(read(X, vr, r, t)) / st[1], Bias")),
         ("tests/kernels/test_rows.py::test_softmax_rows",),
     ),
     Mutant(
@@ -230,6 +230,30 @@ MUTANTS = (
         "the per-channel affine on plain tensors indexes its channel as if the axis were the last",
         (("Scale[v // inner % channels] + Shift[v // inner % channels]", "Scale[v % channels] + Shift[v % channels]"),),
         ("tests/kernels/test_rows.py::test_channel_affine",),
+    ),
+    Mutant(
+        "row_epilogue_channel_axis",
+        "a row kernel's expression epilogue reads its per-channel constants along the first axis, not the last",
+        (("    channel = index[-1]\n", "    channel = index[0]\n"),),
+        ("tests/kernels/test_rows_epilogue.py::test_row_kernel_expression_epilogue",),
+    ),
+    Mutant(
+        "rows_chain_operand_first",
+        "the rows rule passes a chain's operand before its per-channel constants",
+        (("        args.append(rw.expr(chain.operand))", "        args.insert(0, rw.expr(chain.operand))"),),
+        ("tests/passes/test_epilogue_chain.py::test_a_deep_chain_with_every_leaf_kind",),
+    ),
+    Mutant(
+        "rows_chain_channels_axis",
+        "the rows rule looks for a chain's per-channel constants along the first axis (so none fuse)",
+        (('Anchor(shape[-1], "NHWC", ("full",), constant_operand=True)', 'Anchor(shape[0], "NHWC", ("full",), constant_operand=True)'),),
+        ("tests/passes/test_rows_chain.py",),
+    ),
+    Mutant(
+        "gemm_scale_folded_twice",
+        "the GEMM folds a scalar multiply its operand's kernel already applied (an anchor's chain took it)",
+        (("if static_shape(x) == static_shape(var) and not _holds_product(rw, x, var):", "if static_shape(x) == static_shape(var):"),),
+        ("tests/passes/test_rows_chain.py::test_precedence_gemm_operand_scale_after_a_norm_is_the_chains",),
     ),
     Mutant(
         "linear_norm_shift_dropped",
@@ -283,6 +307,24 @@ MUTANTS = (
         "a conv whose map is read through a permute to channels-last writes its plain buffer in NCHW order",
         (("return \"NHWC\", ((user, (n, h, w, c)),)", "return \"NCHW\", ((user, (n, h, w, c)),)"),),
         ("tests/passes/test_map_boundary.py",),
+    ),
+    Mutant(
+        "token_chain_any_op",
+        "a conv's value followed to plain readers through any op, not only movement ops and constant scalings",
+        (("if user.op not in MOVEMENT and not _scales_by_constants(user, var):", "if False:"),),
+        ("tests/passes/test_token_chain.py",),
+    ),
+    Mutant(
+        "token_chain_residual_ignored",
+        "token chains stop at a pixelwise op with a second activation even where no reader wants its result blocked",
+        (("    return (plan is not None and node.op in FLEXIBLE", "    return (False and plan is not None and node.op in FLEXIBLE"),),
+        ("tests/passes/test_token_chain.py::test_tokens_with_a_residual_add_are_written_plain",),
+    ),
+    Mutant(
+        "depthwise_pointwise_fused_before_tokens",
+        "a depthwise + 1x1 conv pair fused although the 1x1 conv alone would write its token readers' plain buffer",
+        (("    if _writes_plain_alone(rw, pw_node, pw, data_layout):\n        return None\n", ""),),
+        ("tests/passes/test_token_chain.py",),
     ),
 )
 

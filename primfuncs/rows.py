@@ -30,7 +30,8 @@ from dataclasses import dataclass
 
 from tvm.script import tirx as T
 
-from ._common import ceildiv, check_dtype, check_epsilon, maximum, minimum, unravel
+from ._common import ceildiv, check_dtype, check_epsilon, maximum, minimum, select_params, unravel
+from .epilogue import Epilogue, expression
 
 #: Reductions :func:`reduce` computes.
 ROW_OPS = ("sum", "mean", "max", "min")
@@ -190,10 +191,42 @@ def _narrow(v, dtype):
     return v if dtype == F32 else T.Cast(dtype, v)
 
 
-def softmax(shape, axis: int = -1, threads: int = 64, dtype: str = "float32"):
+def check_row_epilogue(epilogue, shape) -> Epilogue | None:
+    """``epilogue`` when a row kernel of ``shape`` evaluates it: None, or an :class:`Epilogue` with
+    only an expression (its per-channel constants along the last axis, its operand of the output's
+    shape); ValueError for anything else."""
+    if epilogue is None:
+        return None
+    if not isinstance(epilogue, Epilogue):
+        raise TypeError(f"epilogue must be an Epilogue, got {type(epilogue).__name__}")
+    if epilogue.expr is None or epilogue != Epilogue(expr=epilogue.expr):
+        raise ValueError(f"a row kernel's epilogue is an expression alone (no bias, residual, activation or layout), got {epilogue!r}")
+    if epilogue.operand_kind not in (None, "full"):
+        raise ValueError(f"a row kernel's expression reads an operand of the output's shape, got kind {epilogue.operand_kind!r}")
+    return epilogue
+
+
+def _row_epilogue(epilogue, v, Bias, Residual, index, dtype):
+    """``v`` (float32, the kernel's value of element ``index`` of Y) through ``epilogue``'s
+    expression: per-channel constant ``i`` is ``Bias``'s row ``i`` at ``index``'s last axis (packed
+    ``(C/4, 4)`` a row, ``strategy.packing.pack_bias``), the operand ``Residual[index]``."""
+    if epilogue is None:
+        return v
+    channel = index[-1]
+    operand = _wide(Residual[index], dtype) if epilogue.operand_kind is not None else None
+    return expression(epilogue, v, operand, lambda i: _wide(Bias[channel // 4, i * 4 + channel % 4], dtype), F32)
+
+
+def _wide(v, dtype):
+    return v if dtype == F32 else T.Cast(F32, v)
+
+
+def softmax(shape, axis: int = -1, threads: int = 64, dtype: str = "float32", epilogue: Epilogue | None = None):
     """``Y = exp(X - max) / sum(exp(X - max))`` over ``axis`` of the plain tensor ``shape``
-    (``relax.nn.softmax``); ``threads`` items per row (a power of two)."""
+    (``relax.nn.softmax``); ``threads`` items per row (a power of two). ``epilogue``: an elementwise
+    chain after it (:func:`check_row_epilogue`; parameters ``X, [Bias], [Residual], Y``)."""
     rows = rows_of(shape, axis)
+    epilogue = check_row_epilogue(epilogue, rows.shape)
     tree = _Tree(rows, threads, dtype)
     read, total, taps, chunks, nothing = tree.read, tree.total, tree.taps, tree.chunks, tree.nothing
     lowest, zero = T.FloatImm(F32, -math.inf), T.FloatImm(F32, 0.0)
@@ -203,7 +236,7 @@ def softmax(shape, axis: int = -1, threads: int = 64, dtype: str = "float32"):
         total(st, 0, chunked_max, maximum)
 
     @T.macro
-    def write(X, Y, chunked_max, chunked_sum, vr):
+    def write(X, Bias, Residual, Y, chunked_max, chunked_sum, vr):
         # item t writes exp(x - max) / sum of its elements
         for t in T.thread_binding(threads, thread="threadIdx.x"):
             with T.sblock("write"):
@@ -212,10 +245,11 @@ def softmax(shape, axis: int = -1, threads: int = 64, dtype: str = "float32"):
                 total(st, 1, chunked_sum, _add)
                 for r in T.serial(tree.rounds):
                     if r * threads + t < rows.length:
-                        Y[rows.at(vr, r * threads + t)] = _narrow(T.exp(read(X, vr, r, t) - st[0]) / st[1], dtype)
+                        Y[rows.at(vr, r * threads + t)] = _narrow(_row_epilogue(
+                            epilogue, T.exp(read(X, vr, r, t) - st[0]) / st[1], Bias, Residual, rows.at(vr, r * threads + t), dtype), dtype)
 
     @T.macro
-    def row(X, Y, vr, partial_max, chunked_max, partial_sum, chunked_sum):
+    def row(X, Bias, Residual, Y, vr, partial_max, chunked_max, partial_sum, chunked_sum):
         # 1. the row's max
         taps(X, partial_max, vr, lowest, maximum, lambda v, st: v, nothing)
         chunks(partial_max, chunked_max, maximum)
@@ -223,28 +257,41 @@ def softmax(shape, axis: int = -1, threads: int = 64, dtype: str = "float32"):
         taps(X, partial_sum, vr, zero, _add, lambda v, st: T.exp(v - st[0]), lambda st: the_max(st, chunked_max))
         chunks(partial_sum, chunked_sum, _add)
         # 3. the normalized row
-        write(X, Y, chunked_max, chunked_sum, vr)
+        write(X, Bias, Residual, Y, chunked_max, chunked_sum, vr)
+
+    @T.macro
+    def body(X, Bias, Residual, Y):
+        tree.each_row(lambda vr, partial_max, chunked_max, partial_sum, chunked_sum: row(
+            X, Bias, Residual, Y, vr, partial_max, chunked_max, partial_sum, chunked_sum))
+
+    if epilogue is not None:
+        return _with_epilogue("softmax_rows", rows.shape, (1,), epilogue, dtype,
+                              lambda X, Gamma, Beta, Bias, Residual, Y: body(X, Bias, Residual, Y))
 
     @T.prim_func(s_tir=True)
     def func(x: T.handle, y: T.handle):
         T.func_attr({"global_symbol": "softmax_rows", "tirx.noalias": True})
         X = T.match_buffer(x, rows.shape, dtype)
         Y = T.match_buffer(y, rows.shape, dtype)
-        tree.each_row(lambda vr, partial_max, chunked_max, partial_sum, chunked_sum: row(X, Y, vr, partial_max, chunked_max, partial_sum, chunked_sum))
+        body(X, X, X, Y)
 
     return func
 
 
-def layer_norm(shape, axis: int = -1, epsilon: float = 1e-5, threads: int = 64, dtype: str = "float32", rms: bool = False):
+def layer_norm(shape, axis: int = -1, epsilon: float = 1e-5, threads: int = 64, dtype: str = "float32", rms: bool = False,
+               epilogue: Epilogue | None = None):
     """``Y = (X - mean) / sqrt(var + epsilon) * Gamma + Beta`` over the axes from ``axis`` to the last
     of the plain tensor ``shape`` (ONNX ``LayerNormalization``'s ``axis``), ``Gamma``/``Beta`` of the
     normalized axes' shape; ``rms=True``: ``Y = X / sqrt(mean(X^2) + epsilon) * Gamma`` (no Beta
-    parameter). Parameters ``X, Gamma, [Beta], Y``."""
+    parameter). Parameters ``X, Gamma, [Beta], Y``. ``epilogue``: an elementwise chain after the
+    norm (:func:`check_row_epilogue`), evaluated in float32 on each value before it is stored; its
+    ``Bias`` (per-channel constants along the last axis) and ``Residual`` (the operand) come before ``Y``."""
     rank = len(tuple(shape))
     if not isinstance(axis, int) or not -rank <= axis < rank:
         raise ValueError(f"axis {axis!r} is not an axis of a rank-{rank} tensor")
     rows = rows_of(shape, tuple(range(axis % rank, rank)))
     check_epsilon(epsilon)
+    epilogue = check_row_epilogue(epilogue, rows.shape)
     tree = _Tree(rows, threads, dtype)
     read, total, taps, chunks, nothing = tree.read, tree.total, tree.taps, tree.chunks, tree.nothing
     zero, one = T.FloatImm(F32, 0.0), T.FloatImm(F32, 1.0)
@@ -261,7 +308,7 @@ def layer_norm(shape, axis: int = -1, epsilon: float = 1e-5, threads: int = 64, 
         st[0] = st[0] / count
 
     @T.macro
-    def write(X, Gamma, Beta, Y, chunked_sum, chunked_sq, vr):
+    def write(X, Gamma, Beta, Bias, Residual, Y, chunked_sum, chunked_sq, vr):
         # item t writes its elements normalized (st: mean, then 1 / sqrt(var + eps))
         for t in T.thread_binding(threads, thread="threadIdx.x"):
             with T.sblock("write"):
@@ -274,12 +321,12 @@ def layer_norm(shape, axis: int = -1, epsilon: float = 1e-5, threads: int = 64, 
                 st[1] = one / T.sqrt(st[1] / count + eps)
                 for r in T.serial(tree.rounds):
                     if r * threads + t < rows.length:
-                        Y[rows.at(vr, r * threads + t)] = _narrow(
-                            (read(X, vr, r, t) - st[0]) * st[1] * param(Gamma, r * threads + t)
-                            + (zero if rms else param(Beta, r * threads + t)), dtype)
+                        Y[rows.at(vr, r * threads + t)] = _narrow(_row_epilogue(
+                            epilogue, (read(X, vr, r, t) - st[0]) * st[1] * param(Gamma, r * threads + t)
+                            + (zero if rms else param(Beta, r * threads + t)), Bias, Residual, rows.at(vr, r * threads + t), dtype), dtype)
 
     @T.macro
-    def row(X, Gamma, Beta, Y, vr, partial_sum, chunked_sum, partial_sq, chunked_sq):
+    def row(X, Gamma, Beta, Bias, Residual, Y, vr, partial_sum, chunked_sum, partial_sq, chunked_sq):
         if rms:
             # the sum of squares
             taps(X, partial_sq, vr, zero, _add, lambda v, st: v * v, nothing)
@@ -291,12 +338,17 @@ def layer_norm(shape, axis: int = -1, epsilon: float = 1e-5, threads: int = 64, 
             # 2. the squared deviations from it
             taps(X, partial_sq, vr, zero, _add, lambda v, st: (v - st[0]) * (v - st[0]), lambda st: the_mean(st, chunked_sum))
             chunks(partial_sq, chunked_sq, _add)
-        write(X, Gamma, Beta, Y, chunked_sum, chunked_sq, vr)
+        write(X, Gamma, Beta, Bias, Residual, Y, chunked_sum, chunked_sq, vr)
 
     @T.macro
-    def body(X, Gamma, Beta, Y):
-        tree.each_row(lambda vr, partial_sum, chunked_sum, partial_sq, chunked_sq: row(X, Gamma, Beta, Y, vr, partial_sum, chunked_sum, partial_sq, chunked_sq))
+    def body(X, Gamma, Beta, Bias, Residual, Y):
+        tree.each_row(lambda vr, partial_sum, chunked_sum, partial_sq, chunked_sq: row(
+            X, Gamma, Beta, Bias, Residual, Y, vr, partial_sum, chunked_sum, partial_sq, chunked_sq))
 
+    if epilogue is not None:
+        return _with_epilogue("rms_norm_rows" if rms else "layer_norm_rows", rows.shape, param_shape, epilogue, dtype,
+                              lambda X, Gamma, Beta, Bias, Residual, Y: body(X, Gamma, Gamma if rms else Beta, Bias, Residual, Y),
+                              1 if rms else 2)
     if rms:
         @T.prim_func(s_tir=True)
         def func(x: T.handle, gamma: T.handle, y: T.handle):
@@ -304,7 +356,7 @@ def layer_norm(shape, axis: int = -1, epsilon: float = 1e-5, threads: int = 64, 
             X = T.match_buffer(x, rows.shape, dtype)
             Gamma = T.match_buffer(gamma, param_shape, dtype)
             Y = T.match_buffer(y, rows.shape, dtype)
-            body(X, Gamma, Gamma, Y)
+            body(X, Gamma, Gamma, Gamma, Gamma, Y)
     else:
         @T.prim_func(s_tir=True)
         def func(x: T.handle, gamma: T.handle, beta: T.handle, y: T.handle):
@@ -313,9 +365,32 @@ def layer_norm(shape, axis: int = -1, epsilon: float = 1e-5, threads: int = 64, 
             Gamma = T.match_buffer(gamma, param_shape, dtype)
             Beta = T.match_buffer(beta, param_shape, dtype)
             Y = T.match_buffer(y, rows.shape, dtype)
-            body(X, Gamma, Beta, Y)
+            body(X, Gamma, Beta, Gamma, Gamma, Y)
 
     return func
+
+
+def _with_epilogue(name: str, shape, param_shape, epilogue: Epilogue, dtype: str, body, params: int = 0):
+    """The row kernel ``name`` with an expression epilogue: ``body(X, Gamma, Beta, Bias, Residual, Y)``
+    over every buffer it may read (``Gamma``/``Beta``: the kernel's own affine parameters of
+    ``param_shape``, float32 ``(C,)`` where ``param_shape`` is an int C), the unread ones dropped
+    (``select_params``) but the first ``params`` of Gamma, Beta. A kernel without an epilogue keeps
+    its own function (its source unchanged)."""
+    channels = shape[-1]
+    p_shape, p_dtype = ((param_shape,), F32) if isinstance(param_shape, int) else (param_shape, dtype)
+
+    @T.prim_func(s_tir=True)
+    def func(x: T.handle, gamma: T.handle, beta: T.handle, bias: T.handle, residual: T.handle, y: T.handle):
+        T.func_attr({"global_symbol": name, "tirx.noalias": True})
+        X = T.match_buffer(x, shape, dtype)
+        Gamma = T.match_buffer(gamma, p_shape, p_dtype)
+        Beta = T.match_buffer(beta, p_shape, p_dtype)
+        Bias = T.match_buffer(bias, epilogue.bias_shape(ceildiv(channels, 4)), dtype)
+        Residual = T.match_buffer(residual, shape, dtype)
+        Y = T.match_buffer(y, shape, dtype)
+        body(X, Gamma, Beta, Bias, Residual, Y)
+
+    return select_params(func, epilogue.params(["X", *("Gamma", "Beta")[:params]], "Y"))
 
 
 def reduce(shape, axes, op: str, keepdims: bool = True, threads: int = 64, dtype: str = "float32"):
@@ -361,18 +436,35 @@ def reduce(shape, axes, op: str, keepdims: bool = True, threads: int = 64, dtype
 AFFINE_GROUP = 64
 
 
-def channel_affine(shape, axis: int, dtype: str = "float32"):
+def channel_affine(shape, axis: int, dtype: str = "float32", epilogue: Epilogue | None = None):
     """``Y = X * Scale[c] + Shift[c]`` with ``c`` the index along ``axis`` of the plain tensor
     ``shape`` (a batch norm on tokens: ``[L, C]`` axis 1, ``[N, C, L]`` axis 1); ``Scale``/``Shift``
-    of ``(shape[axis],)``, float32 (``x * scale`` in float32). One work item per element."""
+    of ``(shape[axis],)``, float32 (``x * scale`` in float32). One work item per element.
+    ``epilogue``: an elementwise chain after it (:func:`check_row_epilogue`; parameters
+    ``X, Gamma, Beta, [Bias], [Residual], Y``, Gamma and Beta the scale and shift)."""
     rows = rows_of(shape, axis)
     check_dtype(dtype)
+    epilogue = check_row_epilogue(epilogue, rows.shape)
     total_ = math.prod(rows.shape)
     channels, inner = rows.shape[rows.first], rows.inner
     groups = ceildiv(total_, AFFINE_GROUP)
 
     def wide(v):
         return v if dtype == F32 else T.Cast(F32, v)
+
+    @T.macro
+    def body(X, Scale, Shift, Bias, Residual, Y):
+        for b in T.thread_binding(groups, thread="blockIdx.x"):
+            for t in T.thread_binding(AFFINE_GROUP, thread="threadIdx.x"):
+                with T.sblock("element"):
+                    v = T.axis.spatial(groups * AFFINE_GROUP, b * AFFINE_GROUP + t)
+                    T.where(b * AFFINE_GROUP + t < total_)
+                    Y[unravel(v, rows.shape)] = _narrow(_row_epilogue(
+                        epilogue, wide(X[unravel(v, rows.shape)]) * Scale[v // inner % channels] + Shift[v // inner % channels],
+                        Bias, Residual, unravel(v, rows.shape), dtype), dtype)
+
+    if epilogue is not None:
+        return _with_epilogue("channel_affine", rows.shape, channels, epilogue, dtype, body, 2)
 
     @T.prim_func(s_tir=True)
     def func(x: T.handle, scale: T.handle, shift: T.handle, y: T.handle):
@@ -381,13 +473,7 @@ def channel_affine(shape, axis: int, dtype: str = "float32"):
         Scale = T.match_buffer(scale, (channels,), F32)
         Shift = T.match_buffer(shift, (channels,), F32)
         Y = T.match_buffer(y, rows.shape, dtype)
-        for b in T.thread_binding(groups, thread="blockIdx.x"):
-            for t in T.thread_binding(AFFINE_GROUP, thread="threadIdx.x"):
-                with T.sblock("element"):
-                    v = T.axis.spatial(groups * AFFINE_GROUP, b * AFFINE_GROUP + t)
-                    T.where(b * AFFINE_GROUP + t < total_)
-                    Y[unravel(v, rows.shape)] = _narrow(
-                        wide(X[unravel(v, rows.shape)]) * Scale[v // inner % channels] + Shift[v // inner % channels], dtype)
+        body(X, Scale, Shift, X, X, Y)
 
     return func
 

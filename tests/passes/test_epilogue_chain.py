@@ -1,7 +1,8 @@
 """Elementwise chains after an anchor kernel fuse into its expression epilogue (issue 34).
 
 Hypothesis draws a chain (unary ops, binary ops with a scalar, a per-channel constant or another
-activation in full or broadcast, depth 1-4) after a conv, a depthwise conv or a MatMul on tokens,
+activation in full or broadcast, depth 1-4) after a conv, a depthwise conv, a MatMul on tokens or a
+row kernel on tokens (layer norm, RMS norm, softmax, batch norm: ``primfuncs.rows``),
 builds one ONNX graph, compiles it onto PoCL, compares with onnxruntime and asserts the anchor and
 its chain are ONE launch (plus the model's layout transforms). The expression evaluator itself is
 checked against NumPy written out op by op.
@@ -99,7 +100,10 @@ UNARY_STEPS = {
 BINARY_STEPS = ("Add", "Sub", "Mul", "Div", "Pow")
 #: what the other operand of a binary step is, per anchor (the GEMM reads operands of its output's shape)
 LEAVES = {"conv": ("scalar", "channel", "full", "per_channel", "per_pixel"), "depthwise": ("scalar", "channel", "full", "per_pixel"),
-          "matmul": ("scalar", "channel", "tensor", "full")}  # tensor: a constant of [L, N] (attention biases)
+          "matmul": ("scalar", "channel", "tensor", "full"),  # tensor: a constant of [L, N] (attention biases)
+          **{norm: ("scalar", "channel", "tensor", "full") for norm in ("layer_norm", "rms_norm", "softmax", "batch_norm")}}
+#: anchors on tokens [1, L, C] (the others on maps [1, C, H, W]): the row kernels (primfuncs.rows) and the GEMM
+TOKEN_ANCHORS = ("matmul", "layer_norm", "rms_norm", "softmax", "batch_norm")
 
 
 @st.composite
@@ -123,7 +127,7 @@ class GraphBuilder:
 
     @property
     def out_shape(self):
-        return (1, self.size * self.size, self.c) if self.anchor == "matmul" else (1, self.c, self.size, self.size)
+        return (1, self.size * self.size, self.c) if self.anchor in TOKEN_ANCHORS else (1, self.c, self.size, self.size)
 
     def add_input(self, name, shape, positive=False):
         data = self.rng.uniform(0.5, 2.0, shape) * self.rng.choice([-1, 1]) if positive else self.rng.standard_normal(shape)
@@ -141,7 +145,7 @@ class GraphBuilder:
         if kind == "tensor":
             self.operand = "tensor"
         if kind in ("scalar", "channel", "tensor"):
-            shape = {"scalar": (), "channel": (c,) if self.anchor == "matmul" else (1, c, 1, 1), "tensor": self.out_shape[1:]}[kind]
+            shape = {"scalar": (), "channel": (c,) if self.anchor in TOKEN_ANCHORS else (1, c, 1, 1), "tensor": self.out_shape[1:]}[kind]
             name = f"k{len(self.inits)}"
             value = self.rng.uniform(0.5, 2.0, shape) * self.rng.choice([-1, 1], shape) if positive else self.rng.standard_normal(shape)
             self.inits[name] = np.asarray(value, np.float32)
@@ -151,8 +155,37 @@ class GraphBuilder:
             self.operand = self.add_input("g", shape, positive=True)  # away from 0: Div reads it too
         return self.operand
 
+    def norm_nodes(self):
+        """A row kernel's op on tokens: a layer norm over the channels (ONNX LayerNormalization,
+        random gamma and beta), an RMS norm as torch exports it (``x / sqrt(mean(x ** 2) + eps) *
+        gamma``), a softmax over the channels, or a batch norm (over axis 1, the tokens)."""
+        rng, c = self.rng, self.c
+        self.add_input("x", self.out_shape)
+        if self.anchor == "softmax":
+            self.nodes.append(helper.make_node("Softmax", ["x"], ["v0"], axis=-1))
+            return "v0"
+        if self.anchor == "batch_norm":
+            tokens = self.out_shape[1]
+            for name, value in (("scale", rng.standard_normal(tokens)), ("shift", rng.standard_normal(tokens)),
+                                ("mean", rng.standard_normal(tokens)), ("var", rng.uniform(0.5, 2.0, tokens))):
+                self.inits[name] = value.astype(np.float32)
+            self.nodes.append(helper.make_node("BatchNormalization", ["x", "scale", "shift", "mean", "var"], ["v0"], epsilon=1e-5))
+            return "v0"
+        self.inits["gamma"] = (rng.standard_normal(c) * 0.5 + 1).astype(np.float32)
+        if self.anchor == "layer_norm":
+            self.inits["beta"] = (rng.standard_normal(c) * 0.5).astype(np.float32)
+            self.nodes.append(helper.make_node("LayerNormalization", ["x", "gamma", "beta"], ["v0"], axis=-1, epsilon=1e-5))
+            return "v0"
+        self.inits["two"], self.inits["eps"] = np.float32(2.0), np.float32(1e-6)
+        self.nodes += [helper.make_node("Pow", ["x", "two"], ["sq"]), helper.make_node("ReduceMean", ["sq"], ["ms"], axes=[-1]),
+                       helper.make_node("Add", ["ms", "eps"], ["mse"]), helper.make_node("Sqrt", ["mse"], ["rms"]),
+                       helper.make_node("Div", ["x", "rms"], ["xn"]), helper.make_node("Mul", ["xn", "gamma"], ["v0"])]
+        return "v0"
+
     def anchor_nodes(self):
         rng, c = self.rng, self.c
+        if self.anchor not in ("conv", "depthwise", "matmul"):
+            return self.norm_nodes()
         if self.anchor == "matmul":
             self.add_input("x", (1, self.size * self.size, c + 3))
             self.inits["w"] = (rng.standard_normal((c + 3, c)) / math.sqrt(c + 3)).astype(np.float32)

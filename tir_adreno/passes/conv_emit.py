@@ -295,6 +295,8 @@ def emit_depthwise_pointwise(rw: Rewriter, x: Value, dw: ConvGeometry, dw_tail: 
     if operands is None or operands.layout != data_layout:
         return None
     pw = conv_geometry(pw_node, dw.out_shape, operands.weights.shape)
+    if _writes_plain_alone(rw, pw_node, pw, data_layout):
+        return None
     plan = can_fuse("depthwise_pointwise", dw, rw.profile, rw.precision, rw.records, pointwise=pw, allow_buffer=rw.allow_buffer)
     if plan is None:
         return None
@@ -313,6 +315,18 @@ def emit_depthwise_pointwise(rw: Rewriter, x: Value, dw: ConvGeometry, dw_tail: 
     out = rw.emit_kernel(func, args, plan.out_shape, hint="conv2d", op_info=info)
     rw.define(tail.last.var, out, out_scope, pw.out_shape, tail.layout)
     return out
+
+
+def _writes_plain_alone(rw: Rewriter, pw_node: Node, pw: ConvGeometry, data_layout: str) -> bool:
+    """Whether 1x1 conv ``pw_node`` alone writes its value as the plain buffer its token readers
+    take (``map_boundary.token_output``, and its strategy plan can: ``plain_io_plan``). The fused
+    depthwise + pointwise kernel writes NCHW4c only, so fusing would cost a layout kernel after it:
+    the pair stays two kernels (as many launches, no layout transform)."""
+    plain_out = token_output(rw, pw_node.var, pw.out_shape, data_layout)
+    if plain_out is None:
+        return False
+    plan = strategy.conv2d_plan(pw, Epilogue(), rw.precision, rw.profile, rw.records, allow_buffer=rw.allow_buffer)
+    return strategy.plain_io_plan(plan, None, plain_out.layout) is not None
 
 
 def lower_conv2d(rw: Rewriter, node: Node):

@@ -23,6 +23,7 @@ from tvm import relax
 
 from tir_adreno.passes.graph import SWAP_TOKENS, TO_NCHW, TO_NHWC, Node, dtype, permute_axes, same, static_shape
 from tir_adreno.passes.rewriter import Rewriter, Value
+from tir_adreno.passes.token_chain import ends_plain
 
 
 @dataclass(frozen=True)
@@ -61,19 +62,26 @@ def _read_plain_only(rw: Rewriter, var) -> bool:
         reads_plain(rw, u) for u in users)
 
 
+def _ends_plain(rw: Rewriter, var) -> bool:
+    """``var`` is read only by plain readers (:func:`_read_plain_only`), or through token chains
+    that end in them (``passes.token_chain``)."""
+    return _read_plain_only(rw, var) or ends_plain(rw, var, reads_plain)
+
+
 def _view(rw: Rewriter, user: Node, nchw) -> tuple[str, tuple] | None:
     """(layout, views) when conv value reader ``user`` is a token view that plain readers read."""
     n, c, h, w = nchw
-    if permute_axes(user) == TO_NHWC and _read_plain_only(rw, user.var):
+    if permute_axes(user) == TO_NHWC and _ends_plain(rw, user.var):
         return "NHWC", ((user, (n, h, w, c)),)
     if user.op != "relax.reshape" or static_shape(user.var) is None:
         return None
     shape = static_shape(user.var)
     swap = rw.graph.sole_user(user.var) if shape == (n, c, h * w) else None
-    if swap is not None and permute_axes(swap) == SWAP_TOKENS and _read_plain_only(rw, swap.var):
+    if swap is not None and permute_axes(swap) == SWAP_TOKENS and _ends_plain(rw, swap.var):
         return "NHWC", ((user, None), (swap, (n, h * w, c)))
-    # a flatten to [N, C*H*W] is a classifier's: the matmul rule runs its Gemm as an HxW conv on the map
-    return ("NCHW", ((user, shape),)) if len(shape) > 2 and _read_plain_only(rw, user.var) else None
+    # a flatten to [N, C*H*W] is a classifier's: the matmul rule runs its Gemm as an HxW conv on the map;
+    # a reshape into heads that token ops move before a matmul reads it is plain too (passes.token_chain)
+    return ("NCHW", ((user, shape),)) if len(shape) > 2 and _ends_plain(rw, user.var) else None
 
 
 def _reader(rw: Rewriter, user: Node, nchw) -> tuple[str, tuple] | None:

@@ -336,6 +336,7 @@ def reference_case(info: dict, rng: np.random.Generator, pack_weights=blocked.pa
         return [pack(x), pack_weights(w_dw), *dw_extra, pack_weights(w), *extra], y, channels
     if op == "matmul":
         return _gemm_case(info, rand)
+    _refuse_expression(attrs.get("epilogue") or {})  # a row kernel's chain (rules.rows)
     inputs = [pack(a) for a in logical]
     bounds = attrs.get("bounds") or (0.0, 6.0)
     if op == "activation":

@@ -88,16 +88,24 @@ def _swaps_last_two(node: Node) -> bool:
 
 def _scalar_factor(rw: Rewriter, var):
     """(x, s) when ``var`` is ``x * s`` (either order) with ``s`` a float32 scalar constant and
-    ``var`` read once, else None."""
+    ``var`` read once, else None; None too when the multiply is already in the kernel computing
+    ``x`` (that anchor's elementwise chain took it: ``x``'s value is the product's, :func:`_holds_product`)."""
     src = rw.graph.by_var.get(var)
     if src is None or src.op != "relax.multiply" or rw.graph.uses.get(var, 0) != 1:
         return None
     for x, c in (src.args, src.args[::-1]):
         s = const(c)
         if isinstance(x, relax.Var) and s is not None and s.dtype == np.float32 and s.size == 1 and np.isfinite(s).all():
-            if static_shape(x) == static_shape(var):
+            if static_shape(x) == static_shape(var) and not _holds_product(rw, x, var):
                 return x, float(s.reshape(()))
     return None
+
+
+def _holds_product(rw: Rewriter, x, var) -> bool:
+    """Whether ``x`` and the product ``var`` are one kernel's output (the kernel computing ``x``
+    took the multiply into its epilogue): folding the scale again would apply it twice."""
+    x_expr, var_expr = rw.exprs.get(x), rw.exprs.get(var)
+    return x_expr is not None and var_expr is not None and x_expr.same_as(var_expr)
 
 
 def _operand(rw: Rewriter, var, fold_transpose: bool = True) -> Operand | None:

@@ -11,6 +11,11 @@ precision (plain tensors are float32, as the GEMM rule's; under float16_acc32 th
 between two of our kernels are half, ``storage.half_buffers``, and the statistics stay float32).
 A batch norm right after a Linear is folded into the Linear's weight before the rules
 (``passes.linear_norm``); the one left here is a per-channel affine kernel.
+
+The elementwise chain after a softmax, layer norm, RMS norm or batch norm (an affine, a layer
+scale, an activation, a residual add) goes into its kernel's expression epilogue
+(``passes.epilogue_chain``; :func:`_emit_norm`): one launch for both. A norm without a chain
+keeps the kernel and arguments it had before.
 """
 
 from __future__ import annotations
@@ -23,12 +28,14 @@ from tvm import relax
 from primfuncs import rows as kernels
 
 from tir_adreno.passes.affine import batch_norm_affine, batch_norm_output
+from tir_adreno.passes.epilogue_chain import Anchor, Chain, chain_epilogue, match_chain, pack_rows
 from tir_adreno.passes.graph import Node, const, dtype, same, scalar, static_shape
 from tir_adreno.passes.kernel_index import kernel
-from tir_adreno.passes.op_info import node_info
+from tir_adreno.passes.op_info import epilogue_info, node_info
 from tir_adreno.passes.rewriter import Rewriter
 from tir_adreno.passes.rules.base import rule
 from tir_adreno.strategy.norm import row_threads
+from tir_adreno.strategy.packing import pack_bias
 
 
 def plain_input(rw: Rewriter, var) -> tuple | None:
@@ -62,16 +69,55 @@ def _emit(rw: Rewriter, node: Node, func, args, out_shape, hint: str, **attrs):
     return rw.emit_kernel(func, args, out_shape, dtype="float32", hint=hint, op_info=node_info(node, **attrs))
 
 
+def _norm_chain(rw: Rewriter, last: Node, shape) -> Chain | None:
+    """The elementwise chain after a norm whose value ``last`` holds (``passes.epilogue_chain``: an
+    affine, a layer scale, a residual add, an activation ...), its nodes marked fused, where kernels
+    fuse: per-channel constants along the last axis, an operand of the output's shape (an activation,
+    or a constant tensor broadcast to it)."""
+    if not rw.fuses:
+        return None
+    return match_chain(rw, last, Anchor(shape[-1], "NHWC", ("full",), constant_operand=True))
+
+
+def _norm_epilogue(rw: Rewriter, chain: Chain | None) -> tuple[dict, list]:
+    """(the factory's ``epilogue`` keyword, the kernel's extra arguments) of ``chain``: nothing
+    without one, so a norm without a chain keeps its kernel and arguments."""
+    if chain is None:
+        return {}, []
+    args = [relax.const(pack_rows(None, chain, lambda r: pack_bias(r.astype(np.float32))))] if chain.channels else []
+    if isinstance(chain.operand, np.ndarray):  # a constant operand comes as its values (broadcast to Y's shape)
+        args.append(relax.const(np.ascontiguousarray(chain.operand, np.float32)))
+    elif chain.operand is not None:
+        args.append(rw.expr(chain.operand))
+    return {"epilogue": chain_epilogue(False, None, None, False, chain)}, args
+
+
+def _emit_norm(rw: Rewriter, node: Node, last: Node, func_of, args, shape, hint: str, **attrs):
+    """The norm kernel ``func_of(**epilogue keyword)`` of ``node`` (its value ``last``'s) with the
+    elementwise chain after it (:func:`_norm_chain`) in its epilogue: one launch for both."""
+    chain = _norm_chain(rw, last, shape)
+    epilogue, extra = _norm_epilogue(rw, chain)
+    info = node_info(node, **attrs)
+    if epilogue:
+        info["attrs"]["epilogue"] = epilogue_info(epilogue["epilogue"])
+    out = rw.emit_kernel(func_of(**epilogue), args + extra, shape, dtype="float32", hint=hint, op_info=info)
+    end = last if chain is None else chain.last
+    if not same(end.var, node.var):
+        rw.exprs[end.var] = out
+    return out
+
+
 @rule("relax.nn.softmax")
 def softmax_rows(rw: Rewriter, node: Node):
-    """Softmax over any axis of a plain tensor: one ``softmax_rows`` kernel (a work group per row)."""
+    """Softmax over any axis of a plain tensor: one ``softmax_rows`` kernel (a work group per row),
+    the elementwise chain after it in its epilogue."""
     shape = plain_input(rw, node.args[0])
     if shape is None:
         return None
     axis = int(node.attrs.axis) % len(shape)
     threads = row_threads(rw.profile, shape[axis])
-    func = kernel(kernels.softmax, shape, axis, threads=threads, **_float32(rw))
-    return _emit(rw, node, func, [rw.expr(node.args[0])], shape, "softmax_rows", axis=axis)
+    return _emit_norm(rw, node, node, lambda **epilogue: kernel(kernels.softmax, shape, axis, threads=threads, **epilogue, **_float32(rw)),
+                      [rw.expr(node.args[0])], shape, "softmax_rows", axis=axis)
 
 
 @rule("relax.nn.layer_norm")
@@ -91,9 +137,10 @@ def layer_norm_rows(rw: Rewriter, node: Node):
     if g is None or b is None or g.size != size or b.size != size:
         return None
     eps = float(node.attrs.epsilon)
-    func = kernel(kernels.layer_norm, shape, axes[0], eps, threads=row_threads(rw.profile, size), **_float32(rw))
     params = [relax.const(v.reshape(normalized).astype(np.float32)) for v in (g, b)]
-    return _emit(rw, node, func, [rw.expr(x_var), *params], shape, "layer_norm_rows", axis=axes[0], epsilon=eps)
+    return _emit_norm(rw, node, node, lambda **epilogue: kernel(kernels.layer_norm, shape, axes[0], eps, threads=row_threads(rw.profile, size),
+                                                                **epilogue, **_float32(rw)),
+                      [rw.expr(x_var), *params], shape, "layer_norm_rows", axis=axes[0], epsilon=eps)
 
 
 def _next(rw: Rewriter, var, op: str) -> Node | None:
@@ -140,13 +187,12 @@ def rms_norm_rows(rw: Rewriter, node: Node):
     if chain is None:
         return None
     nodes, axis, eps, gamma = chain
-    func = kernel(kernels.layer_norm, shape, axis, eps, threads=row_threads(rw.profile, math.prod(shape[axis:])), rms=True,
-                  **_float32(rw))
-    out = _emit(rw, node, func, [rw.expr(node.args[0]), relax.const(gamma)], shape, "rms_norm_rows", axis=axis, epsilon=eps)
     for m in nodes[1:]:
         m.fused = True
-    rw.exprs[nodes[-1].var] = out
-    return out
+    threads = row_threads(rw.profile, math.prod(shape[axis:]))
+    return _emit_norm(rw, node, nodes[-1], lambda **epilogue: kernel(kernels.layer_norm, shape, axis, eps, threads=threads, rms=True,
+                                                                     **epilogue, **_float32(rw)),
+                      [rw.expr(node.args[0]), relax.const(gamma)], shape, "rms_norm_rows", axis=axis, epsilon=eps)
 
 
 @rule("relax.mean", "relax.sum", "relax.max", "relax.min")
@@ -177,9 +223,6 @@ def batch_norm_rows(rw: Rewriter, node: Node):
     if folded is None or any(np.size(v) != shape[axis] for v in folded):
         return None
     scale, shift = (relax.const(np.ascontiguousarray(v, np.float32).reshape(-1)) for v in folded)
-    func = kernel(kernels.channel_affine, shape, axis, **_float32(rw))
-    out = _emit(rw, node, func, [rw.expr(node.args[0]), scale, shift], shape, "channel_affine", axis=axis,
-                epsilon=float(node.attrs.epsilon))
     getter.fused = True
-    rw.exprs[getter.var] = out
-    return out
+    return _emit_norm(rw, node, getter, lambda **epilogue: kernel(kernels.channel_affine, shape, axis, **epilogue, **_float32(rw)),
+                      [rw.expr(node.args[0]), scale, shift], shape, "channel_affine", axis=axis, epsilon=float(node.attrs.epsilon))
