@@ -18,7 +18,7 @@ from primfuncs.epilogue import Epilogue
 from tir_adreno.passes.activations import fuse_activation
 from tir_adreno.passes.affine import batch_norm_affine, batch_norm_output, linear_step, other_operand
 from tir_adreno.passes.convs import conv_geometry, conv_operands
-from tir_adreno.passes.epilogue_chain import OPERAND_KINDS, Anchor, Chain, chain_epilogue, match_chain, pack_rows
+from tir_adreno.passes.epilogue_chain import OPERAND_KINDS, Anchor, Chain, chain_epilogue, chain_with_operand, pack_rows
 from tir_adreno.passes.graph import TO_NCHW, Node, dtype, same, static_shape
 from tir_adreno.passes.kernel_index import KernelCall
 from tir_adreno.passes.map_boundary import define_plain_output, plain_input, plain_input_expr, token_output
@@ -180,18 +180,10 @@ def chain_tail(rw: Rewriter, tail: Tail) -> Tail:
         return tail
     nchw = tail.layout == "NCHW"
     anchor = Anchor(tail.w.shape[0], tail.layout, () if tail.residual is not None else OPERAND_KINDS if nchw else ("full",))
-    marks = rw.graph.fused_marks()
-    chain = match_chain(rw, tail.last, anchor)
-    if chain is None:
-        return tail
-    operand = None
-    if chain.operand is not None:
-        full = static_shape(chain.operand) == static_shape(chain.last.var)
-        operand = rw.view(chain.operand, tail.layout) if full else rw.activation(chain.operand, "NCHW")
-        if operand is None:  # an operand our kernels do not hold in a layout the conv reads
-            rw.graph.restore_fused(marks)
-            return tail
-    tail.chain, tail.last, tail.operand = chain, chain.last, operand
+    found = chain_with_operand(rw, tail.last, anchor, tail.layout)
+    if found is not None:
+        tail.chain, tail.operand = found
+        tail.last = tail.chain.last
     return tail
 
 

@@ -9,6 +9,8 @@ the only reader of the value before it and keeps the anchor's shape, and builds 
 constants inline, per-channel constants as rows packed beside the bias, at most one other
 activation (already computed, or a graph input) read as the kernel's operand, in full or broadcast
 per channel / per pixel where the anchor's kernel reads those. Every node it takes is marked fused.
+A pool (max/avg pool2d, adaptive and global average pooling) anchors a chain the same way
+(:func:`pool_chain`: the pooled map is an NCHW anchor of its channel count).
 """
 
 from __future__ import annotations
@@ -148,3 +150,28 @@ def chain_epilogue(has_bias: bool, activation, clip_bounds, residual: bool, chai
     ``rules.gemm.GemmTail``): bias, residual, named activation, then the chain's expression."""
     return Epilogue(bias=has_bias, activation=activation, residual=residual, **clip_fields(clip_bounds),
                     **({} if chain is None else {"expr": chain.expr}))
+
+
+def chain_with_operand(rw, last: Node, anchor: Anchor, layout: str = "NCHW"):
+    """``(chain, operand)``: the chain after ``last`` (:func:`match_chain`) and its operand as the
+    rewriter's Value (in full: seen in ``layout``; broadcast: an NCHW activation; None without one),
+    else None with every fused mark as it was (no chain, or an operand our kernels do not hold in a
+    layout the anchor's kernel reads)."""
+    marks = rw.graph.fused_marks()
+    chain = match_chain(rw, last, anchor)
+    if chain is None:
+        return None
+    operand = None
+    if chain.operand is not None:
+        full = static_shape(chain.operand) == static_shape(chain.last.var)
+        operand = rw.view(chain.operand, layout) if full else rw.activation(chain.operand, "NCHW")
+        if operand is None:
+            rw.graph.restore_fused(marks)
+            return None
+    return chain, operand
+
+
+def pool_chain(rw, node: Node, channels: int):
+    """The pool anchor: the chain after pool ``node`` (an NCHW map of ``channels``) with its operand
+    (:func:`chain_with_operand`: any operand kind, constants per channel), where kernels fuse; else None."""
+    return chain_with_operand(rw, node, Anchor(channels)) if rw.fuses else None
