@@ -94,15 +94,17 @@ UNARY_STEPS = {
     "Relu": [("Relu", {})], "Sigmoid": [("Sigmoid", {})], "Tanh": [("Tanh", {})], "Neg": [("Neg", {})],
     "Abs": [("Abs", {})], "Erf": [("Erf", {})], "LeakyRelu": [("LeakyRelu", {"alpha": 0.2})],
     "Exp": [("Tanh", {}), ("Exp", {})], "Sqrt": [("Abs", {}), ("Sqrt", {})], "HardSigmoid": [("HardSigmoid", {})],
-    "Log": [("Abs", {}), ("Log", {})],
+    "Log": [("Tanh", {}), ("Exp", {}), ("Log", {})],  # of exp(tanh x): never 0
 }
 #: (ONNX Max/Min import as max/min over a stack of broadcasts, which no chain reads: not drawn; the
 #: evaluator's maximum/minimum are Relax's, e.g. a Clip the importer wrote as call_tir)
 BINARY_STEPS = ("Add", "Sub", "Mul", "Div", "Pow")
+#: the row kernels on tokens (primfuncs.rows) as anchors
+NORMS = ("layer_norm", "rms_norm", "softmax", "batch_norm")
 #: what the other operand of a binary step is, per anchor (the GEMM reads operands of its output's shape)
 LEAVES = {"conv": ("scalar", "channel", "full", "per_channel", "per_pixel"), "depthwise": ("scalar", "channel", "full", "per_pixel"),
           "matmul": ("scalar", "channel", "tensor", "full"),  # tensor: a constant of [L, N] (attention biases)
-          **{norm: ("scalar", "channel", "tensor", "full") for norm in ("layer_norm", "rms_norm", "softmax", "batch_norm")},
+          **{norm: ("scalar", "channel", "tensor", "full") for norm in NORMS},
           "maxpool": ("scalar", "channel", "full", "per_channel", "per_pixel"),
           "avgpool": ("scalar", "channel", "full", "per_channel", "per_pixel"),
           "globalavgpool": ("scalar", "channel", "full", "per_pixel")}  # [N, C, 1, 1]: full is per channel
@@ -114,7 +116,7 @@ POOLS = {"maxpool": ("MaxPool", dict(kernel_shape=[3, 3], strides=[2, 2], pads=[
 #: path's): that conv is one more kernel of the graph, its own (a map has two readers: no chain)
 AFTER_A_CONV = {"globalavgpool"}
 #: anchors on tokens [1, L, C] (the others on maps [1, C, H, W]): the row kernels (primfuncs.rows) and the GEMM
-TOKEN_ANCHORS = ("matmul", "layer_norm", "rms_norm", "softmax", "batch_norm")
+TOKEN_ANCHORS = ("matmul", *NORMS)
 
 
 @st.composite
@@ -197,7 +199,7 @@ class GraphBuilder:
 
     def anchor_nodes(self):
         rng, c = self.rng, self.c
-        if self.anchor not in ("conv", "depthwise", "matmul"):
+        if self.anchor in NORMS:
             return self.norm_nodes()
         if self.anchor == "matmul":
             self.add_input("x", (1, self.size * self.size, c + 3))
@@ -368,10 +370,10 @@ CHAIN_OVERLAPS = {
 
 
 def test_every_pattern_a_chain_can_reach_is_named():
-    from tir_adreno.passes import epilogue_chain
+    from tir_adreno.passes import elementwise_chain
     from tir_adreno.passes.patterns import PATTERNS
 
-    chain_ops = {*epilogue_chain.UNARY_OPS, *epilogue_chain.BINARY_OPS, "relax.nn.leakyrelu", "relax.clip"}
+    chain_ops = set(elementwise_chain.OPS)
     assert {p.name for p in PATTERNS if set(p.ops) & chain_ops} == set(CHAIN_OVERLAPS)
 
 
