@@ -275,6 +275,12 @@ MUTANTS = (
         ("tests/kernels/test_plain_elementwise.py",),
     ),
     Mutant(
+        "chain_walk_keeps_refused_leaves",
+        "the elementwise-chain walk keeps the leaves a refused step recorded (a per-channel row its epilogue never reads)",
+        (("        leaves.restore(state)\n", "        pass\n"),),
+        ("tests/passes/test_epilogue_chain.py::test_a_refused_step_records_no_leaf",),
+    ),
+    Mutant(
         "layout_plan_ignores_readers",
         "the layout planner charges running plain one transform for the result whatever its readers want",
         (("cost_plain = blocked_now + (BLOCKED in wants)", "cost_plain = blocked_now + 1"),),
