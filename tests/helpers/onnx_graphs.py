@@ -84,6 +84,19 @@ def pattern_graph(nodes, inits, channels=3, size=7, opset=17):
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
 
 
+#: The first kernel of :func:`standalone_graph`: a nearest 2x upsampling, a kernel of ours that takes no
+#: elementwise chain (a pool or a conv would take the tail as its epilogue).
+STANDALONE_PRODUCER = "resize2d_nearest"
+
+
+def standalone_graph(tail, inits, channels=6):
+    """``tail`` (ONNX nodes from ``c`` to ``y``) after a kernel that fuses nothing, so the tail's ops
+    run as kernels of their own: :data:`STANDALONE_PRODUCER`, ``c`` = x upsampled 2x."""
+    inits = dict(inits, standalone_scales=np.array([1, 1, 2, 2], np.float32))
+    resize = helper.make_node("Resize", ["x", "", "standalone_scales"], ["c"], mode="nearest")
+    return pattern_graph([resize, *tail], inits, channels)
+
+
 def int_pattern_graph(nodes, inits, channels=3, size=7, opset=17):
     """:func:`pattern_graph` whose int64 initializers (reshape targets) stay int64."""
     model = pattern_graph(nodes, {k: v for k, v in inits.items() if v.dtype != np.int64}, channels, size, opset)

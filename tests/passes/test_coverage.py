@@ -15,6 +15,7 @@ from helpers.onnx_graphs import check_pattern as check
 from helpers.onnx_graphs import conv_node as _conv
 from helpers.onnx_graphs import pattern_graph as _graph
 from helpers.onnx_graphs import scalars as _scalars
+from helpers.onnx_graphs import STANDALONE_PRODUCER, standalone_graph
 from tir_adreno import compile_model
 from tir_adreno.frontend.onnx_models import batch_norm_scale, batch_norm_variance
 from tir_adreno.reference import reference_outputs, relative_error
@@ -65,16 +66,10 @@ def test_activation_fuses_into_conv(name, monkeypatch):
     assert seen == [(expected, None)]  # named, not an expression
 
 
-def _standalone(tail, inits):
-    """The activation after a max pool (no conv to fuse into)."""
-    nodes = [helper.make_node("MaxPool", ["x"], ["c"], kernel_shape=[2, 2])] + tail
-    return _graph(nodes, inits, channels=6)
-
-
 def test_onnx_default_hardsigmoid_is_one_kernel():
     """HardSigmoid with ONNX's default alpha=0.2: an affine step, then a clamp to [0, 1]."""
     tail = [helper.make_node("HardSigmoid", ["c"], ["y"])]
-    assert check(_standalone(tail, {}), channels=6) == ["max_pool2d", "affine_clip"]
+    assert check(standalone_graph(tail, {}), channels=6) == [STANDALONE_PRODUCER, "affine_clip"]
     assert check(_conv_then(tail)) == ["conv2d_nchw4c"]
 
 
@@ -83,8 +78,8 @@ def test_activation_standalone_kernel(name, kernel):
     tail, scalars, _ = ACT_TAILS[name]
     inits = {}
     _scalars(inits, **scalars)
-    ops = check(_standalone(tail, inits), channels=6)
-    assert ops == ["max_pool2d", kernel], ops
+    ops = check(standalone_graph(tail, inits), channels=6)
+    assert ops == [STANDALONE_PRODUCER, kernel], ops
 
 
 SE_ACTIVATIONS = {

@@ -115,13 +115,14 @@ def _map_token_block(chain: bool, c=8, size=4):
 def test_precedence_layer_norm_conv_before_the_rows_rule():
     """Tokens made from a map, LayerNorm read alone by a Linear: on the H200 the ``layer_norm_conv``
     pattern (tried before every rule) folds the norm into the Linear's 1x1 conv, no norm kernel; on
-    PoCL (no fold) the blocked norm's rule (``layer_norm``) takes it. The rows rule, for plain
-    tokens only, never does; neither does it with a chain after the norm (a blocked norm's chain
-    stays kernels of their own: ``layer_norm_channels`` takes no expression)."""
+    PoCL (no fold) the token region (``map_boundary``) has the conv write the plain tokens and the
+    rows rule takes the norm. With a chain after the norm the pattern applies on no profile: the
+    norm and its chain are one row kernel between the conv and the GEMM, with no layout transform."""
+    tokens_plain = ["conv2d_nchw4c", "layer_norm_rows", "gemm"]
     assert plan_kernels(_map_token_block(False), get_profile("nvidia-h200"))[:2] == ["conv2d_nchw4c", "conv2d_nchw4c"]
+    assert plan_kernels(_map_token_block(False), get_profile("pocl")) == tokens_plain
     for profile in ("pocl", "nvidia-h200"):
-        names = plan_kernels(_map_token_block(True), get_profile(profile))
-        assert "layer_norm_channels" in names and "layer_norm_rows" not in names, names
+        assert plan_kernels(_map_token_block(True), get_profile(profile)) == tokens_plain
 
 
 def test_kernel_check_refuses_a_row_kernels_expression():
