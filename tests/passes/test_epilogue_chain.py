@@ -60,7 +60,7 @@ def test_binary_ops_broadcast_their_leaves():
             got = ex.numpy_evaluate(ex.Binary(op, ex.Channel(0), ex.X()), x, channels=[c])
             np.testing.assert_array_equal(got, fn(c.reshape(1, 5, 1, 1), x), err_msg=op)
             for kind, operand in operands.items():
-                got = ex.numpy_evaluate(ex.Binary(op, ex.X(), ex.Operand(kind)), x, operand=operand)
+                got = ex.numpy_evaluate(ex.Binary(op, ex.X(), ex.Operand(kind)), x, operands=[operand])
                 np.testing.assert_array_equal(got, fn(x, operand), err_msg=f"{op} {kind}")
     # tokens: the channel axis last
     t = rng.standard_normal((3, 7, 5))
@@ -72,7 +72,7 @@ def test_expressions_are_keys_and_checked():
     e = ex.Binary("add", ex.Unary("clip", ex.X(), (("lo", -1.0), ("hi", 2.0))), ex.Channel(1))
     assert e == ex.Binary("add", ex.Unary("clip", ex.X(), (("lo", -1.0), ("hi", 2.0))), ex.Channel(1))
     assert hash(Epilogue(expr=e)) == hash(Epilogue(expr=e))
-    assert ex.channel_count(e) == 2 and ex.operand_kind(e) is None
+    assert ex.channel_count(e) == 2 and ex.operand_kinds(e) == ()
     assert Epilogue(bias=True, expr=e).bias_shape(3) == (3, 12)
     assert Epilogue(expr=ex.Binary("add", ex.X(), ex.Operand("pixel"))).residual_shape((1, 3, 5, 6, 4)) == (1, 1, 5, 6, 4)
     assert Epilogue().params(["X"], "Y") == ["X", "Y"]
@@ -80,10 +80,19 @@ def test_expressions_are_keys_and_checked():
         ex.Unary("cube", ex.X())
     with pytest.raises(ValueError, match="constant exponent"):
         ex.Binary("pow", ex.X(), ex.X())
-    with pytest.raises(ValueError, match="residual"):
-        Epilogue(residual=True, expr=ex.Binary("add", ex.X(), ex.Operand()))
-    with pytest.raises(ValueError, match="one operand"):
-        ex.operand_kind(ex.Binary("add", ex.Operand("full"), ex.Operand("pixel")))
+    two = ex.Binary("multiply", ex.Binary("add", ex.X(), ex.Operand("pixel")), ex.Operand("channel", 1))
+    assert ex.operand_kinds(two) == ("pixel", "channel") and ex.describe(two) == "multiply(add(x, operand[pixel]), operand1[channel])"
+    assert Epilogue(residual=True, expr=ex.Binary("add", ex.X(), ex.Operand("pixel"))).extra_kinds == ("full", "pixel")
+    assert Epilogue(expr=two).residual_shape((1, 3, 5, 6, 4), 1) == (1, 3, 1, 1, 4)
+    assert Epilogue(expr=two).params(["X"], "Y") == ["X", "Residual", "Residual2", "Y"]
+    with pytest.raises(ValueError, match="at most 2 other activations"):
+        Epilogue(residual=True, expr=two)
+    with pytest.raises(ValueError, match="kinds 'full' and 'pixel'"):
+        ex.operand_kinds(ex.Binary("add", ex.Operand("full"), ex.Operand("pixel")))
+    with pytest.raises(ValueError, match="without gaps"):
+        ex.operand_kinds(ex.Binary("add", ex.X(), ex.Operand("full", 1)))
+    with pytest.raises(ValueError, match="index must be below 2"):
+        ex.Operand("full", 2)
 
 
 # -- random chains after each anchor, compiled and run -------------------------------------------
@@ -281,7 +290,7 @@ def test_winograd_output_transform_evaluates_the_expression(device, m, scope):
                                         config=ConvConfig(2, 2, (4, 2, 1)), scope=scope)
     x, wt, bias, c0, operand = rand(rng, (n, c, h, w)), rand(rng, (o, c, 3, 3)), rand(rng, (o,)), rand(rng, (o,)), rand(rng, (n, 1, h, w))
     y = reference_conv2d(x, wt, (1, 1), (1, 1, 1, 1), (1, 1), 1) + bias.reshape(1, o, 1, 1)
-    ref = ex.numpy_evaluate(expr, numpy_activation(y, "sigmoid"), operand=operand, channels=[c0])
+    ref = ex.numpy_evaluate(expr, numpy_activation(y, "sigmoid"), operands=[operand], channels=[c0])
     program = ConvProgram(f"winograd_{m}x{m}", build.build_cached(kernels.module()), kernels.names)
     assert program.inputs == ("X", "U", "Bias", "Residual")
     tensors = {

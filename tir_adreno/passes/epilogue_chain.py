@@ -5,9 +5,11 @@ After a conv's or a GEMM's tail (folded linear steps, a residual add, a named ac
 that used to run as kernels of their own: a layer scale after the residual, ``x * 0.5``, a
 ``tanh``, a second add. :func:`match_chain` walks them while each is the only reader of the value
 before it and keeps the anchor's shape, and builds a :mod:`primfuncs.epilogue_expr` tree: scalar
-constants inline, per-channel constants as rows packed beside the bias, at most one other
-activation (already computed, or a graph input) read as the kernel's operand, in full or broadcast
-per channel / per pixel where the anchor's kernel reads those. Every node it takes is marked fused.
+constants inline, per-channel constants as rows packed beside the bias, other activations (already
+computed, or graph inputs) read as the kernel's operands, in full or broadcast per channel / per
+pixel where the anchor's kernel reads those: as many as :attr:`Anchor.operands` (two for the conv's
+direct kernel and the GEMM, one for the others; one less after a residual add). A step that would
+need one more ends the chain before it. Every node it takes is marked fused.
 """
 
 from __future__ import annotations
@@ -38,25 +40,32 @@ BINARY_OPS = {"relax.add": "add", "relax.subtract": "subtract", "relax.multiply"
 @dataclass
 class Chain:
     """An anchor's elementwise chain: the expression, its per-channel constants (float64 vectors in
-    :class:`~primfuncs.epilogue_expr.Channel` order), the operand (a variable, or a constant's values
+    :class:`~primfuncs.epilogue_expr.Channel` order), the operands in
+    :class:`~primfuncs.epilogue_expr.Operand` index order (each a variable, or a constant's values
     broadcast to the output: :attr:`Anchor.constant_operand`), the last node."""
 
     expr: object
     last: Node
     channels: list = field(default_factory=list)
-    operand: relax.Var | np.ndarray | None = None
+    operands: list = field(default_factory=list)
+
+    @property
+    def operand(self):
+        """The first operand (the anchors that read one), None without one."""
+        return self.operands[0] if self.operands else None
 
 
 @dataclass(frozen=True)
 class Anchor:
     """What the anchor's kernel takes: its output's channel count and layout ("NCHW": the channel
-    axis 1, else the last), whether it reads another operand (none after a residual add), and how
-    that operand may broadcast (``epilogue_expr.OPERAND_KINDS``)."""
+    axis 1, else the last), how other operands may broadcast (``epilogue_expr.OPERAND_KINDS``) and
+    how many it reads (``operands``: one less after a residual add, which the kernel reads too)."""
 
     channels: int
     layout: str = "NCHW"
     operand_kinds: tuple = ex.OPERAND_KINDS
-    constant_operand: bool = False  # a constant tensor (broadcast to the output) may be the operand (plain buffers)
+    constant_operand: bool = False  # a constant tensor (broadcast to the output) may be an operand (plain buffers)
+    operands: int = 1
 
     def kind_of(self, out_shape, shape) -> str | None:
         """How an activation of ``shape`` broadcasts onto the output, None when the kernel cannot read it."""
@@ -88,13 +97,13 @@ def _unary(node: Node, var):
 def _constant_operand(anchor: Anchor, chain: Chain, data: np.ndarray, out_shape):
     """A constant tensor that broadcasts to the output (LeViT's attention biases after ``q kᵀ``) as
     the operand, its values broadcast to the output's shape; None where the anchor takes none."""
-    if not anchor.constant_operand or chain.operand is not None or "full" not in anchor.operand_kinds:
+    if not anchor.constant_operand or len(chain.operands) >= anchor.operands or "full" not in anchor.operand_kinds:
         return None
     try:
-        chain.operand = np.broadcast_to(data, out_shape)
+        chain.operands.append(np.broadcast_to(data, out_shape))
     except ValueError:
         return None
-    return ex.Operand("full")
+    return ex.Operand("full", len(chain.operands) - 1)
 
 
 def _leaf(rw, anchor: Anchor, chain: Chain, other, out_shape):
@@ -113,16 +122,18 @@ def _leaf(rw, anchor: Anchor, chain: Chain, other, out_shape):
         return ex.Channel(len(chain.channels) - 1)
     if not isinstance(other, relax.Var) or dtype(other) != "float32":
         return None
-    if chain.operand is not None:  # one operand a kernel: read again, or refused
-        again = isinstance(chain.operand, relax.Var) and same(other, chain.operand)
-        return ex.Operand(anchor.kind_of(out_shape, static_shape(other))) if again else None
-    if other not in rw.values and other not in rw.exprs:
-        return None  # computed later (a branch emitted after this one): that branch may take this value
     kind = anchor.kind_of(out_shape, static_shape(other))
     if kind is None:
         return None
-    chain.operand = other
-    return ex.Operand(kind)
+    for index, operand in enumerate(chain.operands):  # an operand read again
+        if isinstance(operand, relax.Var) and same(other, operand):
+            return ex.Operand(kind, index)
+    if len(chain.operands) >= anchor.operands:  # the kernel reads no more: the chain ends before this step
+        return None
+    if other not in rw.values and other not in rw.exprs:
+        return None  # computed later (a branch emitted after this one): that branch may take this value
+    chain.operands.append(other)
+    return ex.Operand(kind, len(chain.operands) - 1)
 
 
 def _binary(rw, anchor: Anchor, chain: Chain, node: Node, var, expr, out_shape):
@@ -130,11 +141,11 @@ def _binary(rw, anchor: Anchor, chain: Chain, node: Node, var, expr, out_shape):
     if len(node.args) != 2 or all(same(a, var) for a in node.args):
         return None
     first = same(node.args[0], var)
-    operand, channels = chain.operand, len(chain.channels)
+    operands, channels = len(chain.operands), len(chain.channels)
     leaf = _leaf(rw, anchor, chain, node.args[1] if first else node.args[0], out_shape)
     op = BINARY_OPS[node.op]
     if leaf is None or (op == "pow" and not (first and isinstance(leaf, ex.Const))):
-        chain.operand, chain.channels[channels:] = operand, []  # nothing recorded for a refused step
+        chain.operands[operands:], chain.channels[channels:] = [], []  # nothing recorded for a refused step
         return None
     return ex.Binary(op, expr, leaf) if first else ex.Binary(op, leaf, expr)
 
