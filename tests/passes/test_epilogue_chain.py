@@ -1,7 +1,8 @@
 """Elementwise chains after an anchor kernel fuse into its expression epilogue (issue 34).
 
 Hypothesis draws a chain (unary ops, binary ops with a scalar, a per-channel constant or another
-activation in full or broadcast, depth 1-4) after a conv, a depthwise conv, a MatMul on tokens or a
+activation in full or broadcast, depth 1-4; after a conv or a MatMul a second other activation, their
+kernels reading two) after a conv, a depthwise conv, a MatMul on tokens or a
 row kernel on tokens (layer norm, RMS norm, softmax, batch norm: ``primfuncs.rows``),
 builds one ONNX graph, compiles it onto PoCL, compares with onnxruntime and asserts the anchor and
 its chain are ONE launch (plus the model's layout transforms). The expression evaluator itself is
@@ -110,6 +111,9 @@ BINARY_STEPS = ("Add", "Sub", "Mul", "Div", "Pow")
 LEAVES = {"conv": ("scalar", "channel", "full", "per_channel", "per_pixel"), "depthwise": ("scalar", "channel", "full", "per_pixel"),
           "matmul": ("scalar", "channel", "tensor", "full"),  # tensor: a constant of [L, N] (attention biases)
           **{norm: ("scalar", "channel", "tensor", "full") for norm in ("layer_norm", "rms_norm", "softmax", "batch_norm")}}
+#: anchors whose kernels read two activations (the conv's direct kernel, the GEMM): a chain after them
+#: draws a second graph input
+TWO_OPERANDS = ("conv", "depthwise", "matmul")
 #: anchors on tokens [1, L, C] (the others on maps [1, C, H, W]): the row kernels (primfuncs.rows) and the GEMM
 TOKEN_ANCHORS = ("matmul", "layer_norm", "rms_norm", "softmax", "batch_norm")
 
@@ -123,7 +127,8 @@ def chains(draw, anchor):
         else:
             op = draw(st.sampled_from(BINARY_STEPS))
             leaf = "scalar" if op == "Pow" else draw(st.sampled_from(LEAVES[anchor]))
-            steps.append(("binary", op, leaf, draw(st.booleans()) and op not in ("Div", "Pow")))  # x on the right
+            # x on the right; the leaf read again (an activation) or a new one (after conv and MatMul: a second)
+            steps.append(("binary", op, leaf, draw(st.booleans()) and op not in ("Div", "Pow"), draw(st.booleans())))
     return steps
 
 
@@ -132,6 +137,7 @@ class GraphBuilder:
         self.rng, self.anchor, self.c, self.size = rng, anchor, channels, size
         self.nodes, self.inits, self.inputs, self.feeds = [], {}, [], {}
         self.operand = None
+        self.reads = {}  # graph input -> times read
 
     @property
     def out_shape(self):
@@ -143,10 +149,13 @@ class GraphBuilder:
         self.feeds[name] = data.astype(np.float32)
         return name
 
-    def leaf(self, kind, positive):
-        """The other operand's name: a constant, or a second graph input (one per graph, reused). A
-        kernel reads one operand: a constant tensor is one, so after it any other becomes a scalar."""
+    def leaf(self, kind, positive, again=True):
+        """The other operand's name: a constant, or a graph input ("g", reused; and after a conv or a
+        MatMul, whose kernels read two activations, a second one "g2" when ``again`` is False). A
+        constant tensor is an operand too: after it any other becomes a scalar, and it comes first."""
         n, c, h, w = 1, self.c, self.size, self.size
+        if self.anchor in TWO_OPERANDS and kind in ("full", "per_channel", "per_pixel") and self.operand == "g":
+            return self.second_input(kind, positive, again)
         if kind in ("tensor", "full", "per_channel", "per_pixel") and self.operand is not None:
             # the graph input "g" is read again; a constant tensor after it would be a second operand
             kind = "scalar" if self.operand != "g" or kind == "tensor" else kind
@@ -159,9 +168,29 @@ class GraphBuilder:
             self.inits[name] = np.asarray(value, np.float32)
             return name
         if self.operand is None:
-            shape = {"full": self.out_shape, "per_channel": (n, c, 1, 1), "per_pixel": (n, 1, h, w)}[kind]
-            self.operand = self.add_input("g", shape, positive=True)  # away from 0: Div reads it too
+            self.operand = self.add_input("g", self.operand_shape(kind), positive=True)  # away from 0: Div reads it too
+        self.reads["g"] = self.reads.get("g", 0) + 1
         return self.operand
+
+    def operand_shape(self, kind):
+        n, c, h, w = 1, self.c, self.size, self.size
+        return {"full": self.out_shape, "per_channel": (n, c, 1, 1), "per_pixel": (n, 1, h, w)}[kind]
+
+    def second_input(self, kind, positive, again):
+        """After "g": "g" again, or a second graph input "g2" (in ``kind``'s shape) or "g2" again. The
+        kernel reads two activations: when "g" was the conv's or the GEMM's residual (the first Add),
+        reading it again in the chain takes the second; so "g2" only while "g" was read once, and "g"
+        no more once "g2" is read (a scalar instead)."""
+        if "g2" in self.reads:
+            name = "g2" if again else None
+        elif again or self.reads["g"] > 1:
+            name = "g"
+        else:
+            name = self.add_input("g2", self.operand_shape(kind), positive=True)
+        if name is None:
+            return self.leaf("scalar", positive)
+        self.reads[name] = self.reads.get(name, 0) + 1
+        return name
 
     def norm_nodes(self):
         """A row kernel's op on tokens: a layer norm over the channels (ONNX LayerNormalization,
@@ -214,12 +243,12 @@ class GraphBuilder:
                     self.nodes.append(helper.make_node(op, [v], [f"u{i}_{j}"], **attrs))
                     v = f"u{i}_{j}"
                 continue
-            _, op, kind, swapped = step
+            _, op, kind, swapped, *again = step
             if op == "Pow":
                 self.inits[f"p{i}"] = np.float32(self.rng.choice([2.0, 3.0]))
                 other = f"p{i}"
             else:
-                other = self.leaf(kind, positive=op == "Div")
+                other = self.leaf(kind, positive=op == "Div", again=again[0] if again else True)
             args = [other, v] if swapped else [v, other]
             self.nodes.append(helper.make_node(op, args, [f"b{i}"]))
             v = f"b{i}"
@@ -267,6 +296,18 @@ def test_a_deep_chain_with_every_leaf_kind(anchor):
     steps = [("unary", "Sigmoid"), ("binary", "Mul", "channel", True), ("binary", "Add", operand, False),
              ("binary", "Pow", "scalar", False), ("binary", "Sub", "scalar", True), ("unary", "Tanh")]
     check_chain(anchor, steps, channels=6, size=5, seed=3)
+
+
+@pytest.mark.parametrize("anchor", TWO_OPERANDS)
+@pytest.mark.parametrize("residual", [True, False])
+def test_a_chain_reading_two_activations(anchor, residual):
+    """A residual add then a second activation (read twice), or two activations in the chain (one
+    broadcast after a conv): the kernel reads both, one launch."""
+    wide = "full" if anchor == "matmul" else "per_pixel"
+    first = ("binary", "Add", "full", False, True) if residual else ("binary", "Mul", wide, True, True)
+    steps = [first, ("unary", "Sigmoid"), ("binary", "Mul", "full" if anchor == "matmul" else "per_channel", True, False),
+             ("binary", "Sub", "full", False, True), ("unary", "Tanh")]
+    check_chain(anchor, steps, channels=6, size=5, seed=11)
 
 
 # -- the Winograd conv's output transform with an expression (no model draws Winograd this small) --
