@@ -334,6 +334,13 @@ MUTANTS = (
         (("    if _writes_plain_alone(rw, pw_node, pw, data_layout):\n        return None\n", ""),),
         ("tests/passes/test_token_chain.py",),
     ),
+    Mutant(
+        "pool_epilogue_padding_lanes",
+        "a pool with an expression epilogue writes the expression of 0 into the padding lanes of its last channel block",
+        (("store_output_pixel(Out, px, 0, tmp, epilogue, Bias, Residual, vn, co, vh, vw, channels)",
+          "store_output_pixel(Out, px, 0, tmp, epilogue, Bias, Residual, vn, co, vh, vw, None)"),),
+        ("tests/kernels/test_pool2d_epilogue.py",),
+    ),
 )
 
 

@@ -10,6 +10,9 @@ parameters with ``select_params(func, epilogue.params(inputs, output))``.
 The order is the one ResNet-style blocks need: bias, then the residual (the
 skip connection), then the activation (``relu(conv + bias + identity)``); with
 ``activation=None`` it is MobileNetV2's linear bottleneck add.
+
+The pooling kernels (``primfuncs.pool2d.window_reduce``: pool2d, adaptive and global pooling)
+store their pixels with :func:`store_output_pixel` too, so a pool takes the same Epilogue.
 """
 
 from __future__ import annotations

@@ -27,6 +27,10 @@ the tap is skipped, as if the reducer's identity were combined (-inf for max,
 so an all-negative window next to padding still gives its true maximum, never
 0; padding is never NaN).
 
+An ``epilogue`` (:class:`~primfuncs.epilogue.Epilogue`, the convs': an elementwise chain's
+expression with its per-channel constants and one operand) is applied to each result pixel before
+it is stored (blocked outputs), so a pool and the chain after it are one launch.
+
 NaN and Inf behave as in NumPy in both schedules: max/min propagate a NaN from
 any tap (``np.max``; OpenCL's fmax would drop it), sums and averages propagate
 NaN and +-Inf arithmetically (``inf + -inf`` is NaN).
@@ -35,16 +39,18 @@ NaN and +-Inf arithmetically (``inf + -inf`` is NaN).
 from __future__ import annotations
 
 import math
-import numbers
-from dataclasses import dataclass
 
 from tvm.script import tirx as T
 
 from ._common import (
     BUFFER, TEXTURE, accumulator_dtype, ceildiv, check_dtype, check_positive, check_scope, load_pixel, maximum,
-    minimum, pixel_grid, pixel_launch, store_pixel,
+    minimum, pixel_grid, pixel_launch, select_params, store_pixel,
 )
 from .elementwise import _check_nchw4c
+from .epilogue import Epilogue, check_epilogue, store_output_pixel
+from .pool_windows import (  # noqa: F401 (pool2d's names: the rules, tune and tests read them here)
+    Window, _pair, normalize_padding, padding_past_half_window, pool_windows, sliding_output_size,
+)
 
 #: Window taps from which ``strategy="auto"`` uses a work group per output pixel (GPUs).
 #: Measured with ``benchmarks/pooling.py --threshold-sweep`` (benchmarks/results/pooling-*.json).
@@ -75,180 +81,6 @@ REDUCERS = {
     "max": (maximum, lambda dtype: _inf(dtype, -1.0)),  # NaN wins, as np.max (fmax would drop it)
     "min": (minimum, lambda dtype: _inf(dtype, 1.0)),
 }
-
-
-@dataclass(frozen=True)
-class Window:
-    """The input positions that output index ``o`` reduces along one axis.
-
-    Sliding: tap ``i`` (``0 <= i < taps``) is at ``o*stride - pad_before + i*dilation``;
-    taps outside ``[0, extent)`` are padding. Adaptive (PyTorch): the window is
-    ``[floor(o*extent/out), ceil((o+1)*extent/out))``, ``taps`` its largest size.
-    """
-
-    extent: int
-    out: int
-    taps: int
-    stride: int = 1
-    pad_before: int = 0
-    pad_after: int = 0
-    dilation: int = 1
-    adaptive: bool = False
-
-    @classmethod
-    def point(cls, extent: int) -> "Window":
-        """No reduction: output index ``o`` reads input index ``o``."""
-        return cls(extent, extent, 1)
-
-    @classmethod
-    def whole(cls, extent: int) -> "Window":
-        """The whole axis reduces to one output."""
-        return cls(extent, 1, extent, adaptive=True)
-
-    @classmethod
-    def adaptive_window(cls, extent: int, out: int) -> "Window":
-        taps = max(ceildiv((o + 1) * extent, out) - (o * extent) // out for o in range(out))
-        return cls(extent, out, taps, adaptive=True)
-
-    @classmethod
-    def sliding(cls, extent, size, stride, pad_before, pad_after, dilation, ceil_mode) -> "Window":
-        return cls(
-            extent,
-            sliding_output_size(extent, size, stride, pad_before, pad_after, dilation, ceil_mode),
-            size,
-            stride,
-            pad_before,
-            pad_after,
-            dilation,
-        )
-
-    # -- TIR expressions of an output index ``o`` and a tap ``i`` -----------------------------
-    def start(self, o):
-        if self.adaptive:
-            return (o * self.extent) // self.out
-        return o * self.stride - self.pad_before
-
-    def end(self, o):
-        """One past the last position of an adaptive window."""
-        return (o * self.extent + self.extent + self.out - 1) // self.out
-
-    def position(self, o, i):
-        if self.taps == 1:  # i is 0; saying so spares the group schedule's tap decomposition
-            return self.start(o)
-        return self.start(o) + i * self.dilation
-
-    def _may_leave(self) -> bool:
-        """Whether some tap can fall outside the input (padding, ceil_mode, ragged adaptive)."""
-        if self.adaptive:
-            return any(
-                ceildiv((o + 1) * self.extent, self.out) - (o * self.extent) // self.out != self.taps
-                for o in range(self.out)
-            )
-        last = (self.out - 1) * self.stride - self.pad_before + (self.taps - 1) * self.dilation
-        return self.pad_before > 0 or last >= self.extent
-
-    def inside(self, o, i):
-        """Tap ``i`` of output ``o`` is a real input element (not padding)."""
-        if not self._may_leave():
-            return True
-        if self.adaptive:
-            return i < self.end(o) - self.start(o)
-        p = self.position(o, i)
-        return T.And(p >= 0, p < self.extent)
-
-    def clamped(self, o, i):
-        """The tap's position clamped into the input (a texture read is never out of range)."""
-        if not self._may_leave():
-            return self.position(o, i)
-        return T.min(T.max(self.position(o, i), 0), self.extent - 1)
-
-    def count(self, o, include_pad: bool = False):
-        """Taps of output ``o`` that are real inputs; with ``include_pad`` also the padding
-        taps inside ``[-pad_before, extent + pad_after)`` (PyTorch's ``count_include_pad``)."""
-        if not self._may_leave():
-            return self.taps
-        if self.adaptive:
-            return self.end(o) - self.start(o)
-        s, d = self.start(o), self.dilation
-        if include_pad:  # the window starts at or after -pad_before; it may run past the padding (ceil_mode)
-            return T.min(self.taps, (self.extent + self.pad_after - s + d - 1) // d)
-        first = T.max((d - 1 - s) // d, 0)
-        last = T.min((self.extent - s + d - 1) // d, self.taps)
-        return T.max(last - first, 0)
-
-
-def sliding_output_size(extent, size, stride, pad_before, pad_after, dilation, ceil_mode) -> int:
-    """Output length of a sliding window (PyTorch/Relax rule; with ``ceil_mode`` the last
-    window must start inside the input or the left padding)."""
-    span = (size - 1) * dilation + 1
-    room = extent + pad_before + pad_after - span
-    if room < 0:
-        raise ValueError(
-            f"the pooling window (size {size}, dilation {dilation}, span {span}) is larger than the "
-            f"padded input ({extent} + {pad_before} + {pad_after})"
-        )
-    out = (ceildiv(room, stride) if ceil_mode else room // stride) + 1
-    if ceil_mode and (out - 1) * stride >= extent + pad_before:
-        out -= 1
-    return out
-
-
-def _ints(value, name) -> tuple[int, ...]:
-    """``value`` (an int or a sequence of ints) as a tuple of ints."""
-    if isinstance(value, numbers.Integral):
-        return (int(value),)
-    if isinstance(value, (tuple, list)) and all(isinstance(v, numbers.Integral) for v in value):
-        return tuple(int(v) for v in value)
-    raise TypeError(f"{name} must be an int or a tuple of ints, got {value!r}")
-
-
-def _pair(value, name):
-    value = _ints(value, name)
-    value = value * 2 if len(value) == 1 else value
-    if len(value) != 2:
-        raise ValueError(f"{name} must be an int or a pair, got {value}")
-    return value
-
-
-def normalize_padding(padding):
-    """Relax's padding: an int, (pad_h, pad_w) or (top, left, bottom, right)."""
-    padding = _ints(padding, "padding")
-    if len(padding) == 1:
-        padding = padding * 4
-    elif len(padding) == 2:
-        padding = padding + padding
-    elif len(padding) != 4:
-        raise ValueError(f"padding must be an int, a pair or (top, left, bottom, right), got {padding}")
-    if min(padding) < 0:
-        raise ValueError(f"padding must be >= 0, got {padding}")
-    return padding
-
-
-def padding_past_half_window(pool_size, padding, dilation=1) -> str | None:
-    """Which side pads more than half its window span (the kernels' limit, PyTorch's rule; ONNX
-    allows up to the window size - 1, so a rule leaves such a pool upstream), else None."""
-    (kh, kw), (dh, dw) = _pair(pool_size, "pool_size"), _pair(dilation, "dilation")
-    top, left, bottom, right = normalize_padding(padding)
-    for side, pad, k, d in (("top", top, kh, dh), ("bottom", bottom, kh, dh), ("left", left, kw, dw), ("right", right, kw, dw)):
-        span = (k - 1) * d + 1
-        if 2 * pad > span:
-            return f"padding {side}={pad} is more than half of the window span {span}"
-    return None
-
-
-def pool_windows(shape, pool_size, strides=1, padding=0, dilation=1, ceil_mode=False):
-    """Validated (rows, columns) :class:`Window` pair of a pool2d on the NCHW4c ``shape``."""
-    _, _, h, w, _ = _check_nchw4c(shape)
-    (kh, kw), (sh, sw), (dh, dw) = _pair(pool_size, "pool_size"), _pair(strides, "strides"), _pair(dilation, "dilation")
-    check_positive(pool_size_h=kh, pool_size_w=kw, strides_h=sh, strides_w=sw, dilation_h=dh, dilation_w=dw)
-    top, left, bottom, right = normalize_padding(padding)
-    wide = padding_past_half_window(pool_size, padding, dilation)
-    if wide is not None:  # PyTorch's rule; a window entirely in padding would be meaningless
-        raise ValueError(wide)
-    return (
-        Window.sliding(h, kh, sh, top, bottom, dh, ceil_mode),
-        Window.sliding(w, kw, sw, left, right, dw, ceil_mode),
-    )
 
 
 def _pick_strategy(strategy: str, taps: int, group_threshold: int) -> str:
@@ -286,6 +118,7 @@ def window_reduce(
     acc_dtype: str | None = None,
     square: bool = False,
     out_dtype: str | None = None,
+    epilogue=None,
 ):
     """``Out[n, co, oh, ow] = reduce over the box of windows (c, h, w) of A``, lane by lane.
 
@@ -304,6 +137,9 @@ def window_reduce(
     squares without the squared tensor (GRN's statistics).
     ``out_dtype``: the output's dtype (default ``dtype``): float32 keeps large sums (of squares) of
     a half tensor finite.
+    ``epilogue``: a :class:`~primfuncs.epilogue.Epilogue` applied to each result pixel as the convs
+    apply theirs (its ``Bias`` and ``Residual`` parameters between ``A`` and ``Out``; padding lanes
+    past ``channels`` kept 0); blocked outputs only.
     """
     n, c4, h, w, _ = _check_nchw4c(shape)
     check_dtype(dtype)
@@ -315,11 +151,13 @@ def window_reduce(
     wc, wh, ww = windows
     if (wc.extent, wh.extent, ww.extent) != (c4, h, w):
         raise ValueError(f"windows cover {(wc.extent, wh.extent, ww.extent)}, the input has {(c4, h, w)}")
-    if (fold_lanes or plain_axes is not None) and (channels is None or not 4 * (c4 - 1) < channels <= 4 * c4):
+    needs_channels = fold_lanes or plain_axes is not None or (epilogue is not None and channels is not None)
+    if needs_channels and (channels is None or not 4 * (c4 - 1) < channels <= 4 * c4):
         raise ValueError(f"channels={channels} does not fill the input's {c4} channel blocks")
     if fold_lanes and wc.out != 1:
         raise ValueError("fold_lanes needs the channel window to reduce all blocks to one")
     c4o, oh, ow = wc.out, wh.out, ww.out
+    _check_pool_epilogue(epilogue, fold_lanes or plain_axes is not None or out_dtype != dtype)
     taps = wc.taps * wh.taps * ww.taps
     strategy = _pick_strategy(strategy, taps, group_threshold)
     combine, identity_of = REDUCERS[reducer]
@@ -335,6 +173,13 @@ def window_reduce(
     else:
         out_shape, out_scope = (n, c4o, oh, ow, 4), scope
     store_lanes = 1 if fold_lanes else 4
+    # the epilogue's inputs (declared always; ``_params`` keeps those it reads)
+    spec = epilogue if epilogue is not None else Epilogue()
+    bias_shape, residual_shape = spec.bias_shape(c4o), spec.residual_shape((n, c4o, oh, ow, 4))
+    residual_scope = spec.residual_scope or out_scope
+
+    def _params(func):
+        return select_params(func, spec.params(["A"], "Out"))
 
     def usable(co, vh, vw, ic, ih, iw, lane):
         """The tap is a real input element (not padding) and the lane a real channel."""
@@ -352,7 +197,7 @@ def window_reduce(
         return T.FloatImm(acc_dtype, float(d)) if isinstance(d, int) else T.Cast(acc_dtype, d)
 
     @T.macro
-    def finish(acc, Out, vn, co, vh, vw):
+    def finish(acc, Out, vn, co, vh, vw, Bias, Residual):
         # acc holds 4 per-lane results: fold the lanes (channel reduction), divide, store.
         if fold_lanes:  # (a0 + a1) + (a2 + a3), each combine of two plain loads
             acc[0] = combine(acc[0], acc[1])
@@ -367,6 +212,12 @@ def window_reduce(
             for lane in T.unroll(store_lanes):
                 if co * 4 + lane < channels:
                     Out[plain_index(vn, co, vh, vw, lane)] = T.Cast(out_dtype, acc[lane])
+        elif epilogue is not None:  # the convs' epilogue on a (1, 4) pixel of the output's dtype
+            px = T.sblock_alloc_buffer((1, 4), out_dtype, scope="local")
+            tmp = T.sblock_alloc_buffer((4,), out_dtype, scope="local")
+            for lane in T.unroll(4):
+                px[0, lane] = T.Cast(out_dtype, acc[lane])
+            store_output_pixel(Out, px, 0, tmp, epilogue, Bias, Residual, vn, co, vh, vw, channels)
         else:
             store_pixel(Out, vn, co, vh, vw, acc)
 
@@ -389,7 +240,7 @@ def window_reduce(
         launch = pixel_launch()
 
         @T.macro
-        def per_pixel(A, Out, vz, vh, vw):
+        def per_pixel(A, Out, Bias, Residual, vz, vh, vw):
             acc = T.sblock_alloc_buffer((4,), acc_dtype, scope="local")
             x = T.sblock_alloc_buffer((4,), dtype, scope="local")
             for lane in T.unroll(4):
@@ -398,16 +249,18 @@ def window_reduce(
                 for ih in loop(wh.taps):
                     for iw in loop(ww.taps):
                         accumulate(acc, x, A, vz // c4o, vz % c4o, vh, vw, ic, ih, iw)
-            finish(acc, Out, vz // c4o, vz % c4o, vh, vw)
+            finish(acc, Out, vz // c4o, vz % c4o, vh, vw, Bias, Residual)
 
         @T.prim_func(s_tir=True)
-        def func(a: T.handle, b: T.handle):
+        def func(a: T.handle, bias: T.handle, residual: T.handle, b: T.handle):
             T.func_attr({"global_symbol": name, "tirx.noalias": True})
             A = T.match_buffer(a, (n, c4, h, w, 4), dtype, scope=scope)
+            Bias = T.match_buffer(bias, bias_shape, dtype, scope=BUFFER)
+            Residual = T.match_buffer(residual, residual_shape, dtype, scope=residual_scope)
             Out = T.match_buffer(b, out_shape, out_dtype, scope=out_scope)
-            launch(g, oh, ow, "window", lambda vz, vh, vw: per_pixel(A, Out, vz, vh, vw))
+            launch(g, oh, ow, "window", lambda vz, vh, vw: per_pixel(A, Out, Bias, Residual, vz, vh, vw))
 
-        return func
+        return _params(func)
 
     gs = _group_threads(taps, group_size)
     log2_gs = gs.bit_length() - 1
@@ -417,9 +270,11 @@ def window_reduce(
     th, tw = wh.taps, ww.taps
 
     @T.prim_func(s_tir=True)
-    def func(a: T.handle, b: T.handle):
+    def func(a: T.handle, bias: T.handle, residual: T.handle, b: T.handle):
         T.func_attr({"global_symbol": name, "tirx.noalias": True})
         A = T.match_buffer(a, (n, c4, h, w, 4), dtype, scope=scope)
+        Bias = T.match_buffer(bias, bias_shape, dtype, scope=BUFFER)
+        Residual = T.match_buffer(residual, residual_shape, dtype, scope=residual_scope)
         Out = T.match_buffer(b, out_shape, out_dtype, scope=out_scope)
         for z in T.thread_binding(n * c4o, thread="blockIdx.z"):
             for by in T.thread_binding(oh, thread="blockIdx.y"):
@@ -465,9 +320,20 @@ def window_reduce(
                                     for k in T.unroll(1, chunks):
                                         for lane in T.unroll(4):
                                             res[lane] = combine(res[lane], chunk_result[k, lane])
-                                    finish(res, Out, vz // c4o, vz % c4o, vh, vw)
+                                    finish(res, Out, vz // c4o, vz % c4o, vh, vw, Bias, Residual)
 
-    return func
+    return _params(func)
+
+
+def _check_pool_epilogue(epilogue, other_output: bool) -> None:
+    """An epilogue a window reduction takes: the blocked output in the input's scope and dtype
+    (``other_output``: a lane fold, a plain output or another dtype, none of which it takes)."""
+    if epilogue is None:
+        return
+    check_epilogue(epilogue)
+    if other_output or epilogue.out_layout != "NCHW4c" or epilogue.out_scope is not None:
+        raise ValueError("a pooling epilogue writes the blocked output in the input's scope and dtype (no out_layout, "
+                         "out_scope, out_dtype, lane fold or plain output)")
 
 
 def all_of(conds):
@@ -504,6 +370,8 @@ def pool2d(
     strategy: str = "auto",
     group_threshold: int | None = GROUP_THRESHOLD,
     group_size: int = GROUP_SIZE,
+    epilogue=None,
+    channels: int | None = None,
 ):
     """Max or average pool2d of the NCHW4c ``shape`` (attributes as ``relax.op.nn.max_pool2d``).
 
@@ -511,6 +379,9 @@ def pool2d(
     half the window span. Average pooling divides by the taps inside the input, or with
     ``count_include_pad`` by those inside the padded input (PyTorch).
     Output: ``(N, C4, OH, OW, 4)`` in ``scope``; see :func:`pool2d_output_shape`.
+    ``epilogue``: an :class:`~primfuncs.epilogue.Epilogue` (an elementwise chain's expression, a bias,
+    an activation) on each output pixel, as the convs take it; ``channels`` the real channel count
+    (its padding lanes stay 0).
     """
     _check_pool_type(pool_type)
     wh, ww = pool_windows(shape, pool_size, strides, padding, dilation, ceil_mode)
@@ -532,6 +403,8 @@ def pool2d(
         strategy=strategy,
         group_threshold=group_threshold,
         group_size=group_size,
+        epilogue=epilogue,
+        channels=channels,
     )
 
 
@@ -558,9 +431,12 @@ def adaptive_pool2d(
     strategy: str = "auto",
     group_threshold: int | None = GROUP_THRESHOLD,
     group_size: int = GROUP_SIZE,
+    epilogue=None,
+    channels: int | None = None,
 ):
     """Adaptive max/avg pool2d to ``output_size`` (int or (OH, OW); any size >= 1, also larger
-    than the input): output ``i`` pools ``[floor(i*H/OH), ceil((i+1)*H/OH))`` (PyTorch)."""
+    than the input): output ``i`` pools ``[floor(i*H/OH), ceil((i+1)*H/OH))`` (PyTorch);
+    ``epilogue`` and ``channels`` as :func:`pool2d` takes them."""
     _check_pool_type(pool_type)
     _, c4, h, w, _ = _check_nchw4c(shape)
     oh, ow = _pair(output_size, "output_size")
@@ -583,6 +459,8 @@ def adaptive_pool2d(
         strategy=strategy,
         group_threshold=group_threshold,
         group_size=group_size,
+        epilogue=epilogue,
+        channels=channels,
     )
 
 

@@ -80,11 +80,13 @@ def reduce(
     group_size: int = GROUP_SIZE,
     square: bool = False,
     out_dtype: str | None = None,
+    epilogue=None,
 ):
     """``op`` (sum, mean, max, min) over NCHW ``axis`` of the NCHW4c ``shape`` holding ``channels``.
     ``square`` (sum only): the sum of the squares, each squared in the accumulator's dtype as it is
     read (``sum_squares_hw``: GRN's ``sum_hw x * x`` in one launch); ``out_dtype``: the output's
-    dtype (default ``dtype``; float32 keeps a half tensor's sums of squares finite)."""
+    dtype (default ``dtype``; float32 keeps a half tensor's sums of squares finite). ``epilogue``: as
+    :func:`primfuncs.pool2d.window_reduce` takes it (a reduction over H and W kept blocked: a global pool)."""
     n, c4, h, w, _ = _check_nchw4c(shape)
     _check_channels(shape, channels)
     if op not in REDUCE_OPS:
@@ -113,6 +115,7 @@ def reduce(
         group_size=group_size,
         square=square,
         out_dtype=out_dtype,
+        epilogue=epilogue,
     )
 
 

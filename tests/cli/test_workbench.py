@@ -369,3 +369,28 @@ def test_folded_grn_conv_reference(device):
                               config=ConvConfig(1, 2, (4, 2, 1), tiled=True))
     out = run_kernel(device, func, *[np.asarray(a, np.float32) for a in inputs])
     np.testing.assert_allclose(unpack_nchw4c(out, channels), ref, rtol=1e-4, atol=1e-4)
+
+
+def test_pool_with_a_chain_dumps_and_names_where_to_check_it(tmp_path):
+    """A max pool with its elementwise chain is one kernel whose info records the expression; ``kernel
+    --check`` has no reference for it and says so in one line (not a wrong reference of the bare pool),
+    while ``run --check`` of the model checks it."""
+    rng = np.random.default_rng(3)
+    nodes = [helper.make_node("Conv", ["image", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("MaxPool", ["c"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("Tanh", ["p"], ["t"]), helper.make_node("Mul", ["t", "k"], ["out"])]
+    graph = helper.make_graph(nodes, "pool_chain", [helper.make_tensor_value_info("image", TensorProto.FLOAT, (1, 3, 8, 8))],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, (1, 6, 4, 4))],
+                              [helper.make_tensor("w", TensorProto.FLOAT, (6, 3, 3, 3), rng.standard_normal(162).astype("float32")),
+                               helper.make_tensor("k", TensorProto.FLOAT, (), [0.5])])
+    model = tmp_path / "pool_chain.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(model))
+    res = cli("dump", str(model), "-o", str(tmp_path / "k"))
+    assert res.returncode == 0, res.stderr[-3000:]
+    manifest = json.loads((tmp_path / "k" / "manifest.json").read_text())
+    name = next(k for k in manifest["kernels"] if "max_pool2d" in k)
+    assert manifest["kernels"][name]["op"]["epilogue"]["expr"] == "multiply(tanh(x), 0.5)"
+    assert_user_error(cli("kernel", str(tmp_path / "k" / f"{name}.py"), "--check"),
+                      "no NumPy reference for an epilogue expression (multiply(tanh(x), 0.5))")
+    res = cli("run", str(model), "--kernels", str(tmp_path / "k"), "--check")
+    assert res.returncode == 0 and "check passed" in res.stdout, res.stdout[-2000:] + res.stderr[-2000:]

@@ -3,7 +3,8 @@
 Hypothesis draws a chain (unary ops, binary ops with a scalar, a per-channel constant or another
 activation in full or broadcast, depth 1-4; after a conv or a MatMul a second other activation, their
 kernels reading two) after a conv, a depthwise conv, a MatMul on tokens or a
-row kernel on tokens (layer norm, RMS norm, softmax, batch norm: ``primfuncs.rows``),
+row kernel on tokens (layer norm, RMS norm, softmax, batch norm: ``primfuncs.rows``) or a
+pool (MaxPool, AveragePool, GlobalAveragePool),
 builds one ONNX graph, compiles it onto PoCL, compares with onnxruntime and asserts the anchor and
 its chain are ONE launch (plus the model's layout transforms). The expression evaluator itself is
 checked against NumPy written out op by op.
@@ -107,15 +108,27 @@ UNARY_STEPS = {
 #: (ONNX Max/Min import as max/min over a stack of broadcasts, which no chain reads: not drawn; the
 #: evaluator's maximum/minimum are Relax's, e.g. a Clip the importer wrote as call_tir)
 BINARY_STEPS = ("Add", "Sub", "Mul", "Div", "Pow")
+#: the row kernels on tokens (primfuncs.rows) as anchors
+NORMS = ("layer_norm", "rms_norm", "softmax", "batch_norm")
 #: what the other operand of a binary step is, per anchor (the GEMM reads operands of its output's shape)
 LEAVES = {"conv": ("scalar", "channel", "full", "per_channel", "per_pixel"), "depthwise": ("scalar", "channel", "full", "per_pixel"),
           "matmul": ("scalar", "channel", "tensor", "full"),  # tensor: a constant of [L, N] (attention biases)
-          **{norm: ("scalar", "channel", "tensor", "full") for norm in ("layer_norm", "rms_norm", "softmax", "batch_norm")}}
+          **{norm: ("scalar", "channel", "tensor", "full") for norm in NORMS},
+          "maxpool": ("scalar", "channel", "full", "per_channel", "per_pixel"),
+          "avgpool": ("scalar", "channel", "full", "per_channel", "per_pixel"),
+          "globalavgpool": ("scalar", "channel", "full", "per_pixel")}  # [N, C, 1, 1]: full is per channel
+#: the pool anchors: ONNX node and attributes, and the input's size for an output of ``size`` x ``size``
+POOLS = {"maxpool": ("MaxPool", dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]), lambda s: 2 * s),
+         "avgpool": ("AveragePool", dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], count_include_pad=1), lambda s: s),
+         "globalavgpool": ("GlobalAveragePool", {}, lambda s: s)}
+#: anchors that read a conv's map (a global pool of a graph input is a plain mean of rows, the token
+#: path's): that conv is one more kernel of the graph, its own (a map has two readers: no chain)
+AFTER_A_CONV = {"globalavgpool"}
 #: anchors whose kernels read two activations (the conv's direct kernel, the GEMM): a chain after them
 #: draws a second graph input
 TWO_OPERANDS = ("conv", "depthwise", "matmul")
 #: anchors on tokens [1, L, C] (the others on maps [1, C, H, W]): the row kernels (primfuncs.rows) and the GEMM
-TOKEN_ANCHORS = ("matmul", "layer_norm", "rms_norm", "softmax", "batch_norm")
+TOKEN_ANCHORS = ("matmul", *NORMS)
 
 
 @st.composite
@@ -141,7 +154,9 @@ class GraphBuilder:
 
     @property
     def out_shape(self):
-        return (1, self.size * self.size, self.c) if self.anchor in TOKEN_ANCHORS else (1, self.c, self.size, self.size)
+        if self.anchor in TOKEN_ANCHORS:
+            return (1, self.size * self.size, self.c)
+        return (1, self.c, 1, 1) if self.anchor == "globalavgpool" else (1, self.c, self.size, self.size)
 
     def add_input(self, name, shape, positive=False):
         data = self.rng.uniform(0.5, 2.0, shape) * self.rng.choice([-1, 1]) if positive else self.rng.standard_normal(shape)
@@ -153,7 +168,7 @@ class GraphBuilder:
         """The other operand's name: a constant, or a graph input ("g", reused; and after a conv or a
         MatMul, whose kernels read two activations, a second one "g2" when ``again`` is False). A
         constant tensor is an operand too: after it any other becomes a scalar, and it comes first."""
-        n, c, h, w = 1, self.c, self.size, self.size
+        c = self.c
         if self.anchor in TWO_OPERANDS and kind in ("full", "per_channel", "per_pixel") and self.operand == "g":
             return self.second_input(kind, positive, again)
         if kind in ("tensor", "full", "per_channel", "per_pixel") and self.operand is not None:
@@ -173,7 +188,7 @@ class GraphBuilder:
         return self.operand
 
     def operand_shape(self, kind):
-        n, c, h, w = 1, self.c, self.size, self.size
+        n, c, h, w = self.out_shape if len(self.out_shape) == 4 else (1, self.c, self.size, self.size)
         return {"full": self.out_shape, "per_channel": (n, c, 1, 1), "per_pixel": (n, 1, h, w)}[kind]
 
     def second_input(self, kind, positive, again):
@@ -221,12 +236,22 @@ class GraphBuilder:
 
     def anchor_nodes(self):
         rng, c = self.rng, self.c
-        if self.anchor not in ("conv", "depthwise", "matmul"):
+        if self.anchor in NORMS:
             return self.norm_nodes()
         if self.anchor == "matmul":
             self.add_input("x", (1, self.size * self.size, c + 3))
             self.inits["w"] = (rng.standard_normal((c + 3, c)) / math.sqrt(c + 3)).astype(np.float32)
             self.nodes.append(helper.make_node("MatMul", ["x", "w"], ["v0"]))
+            return "v0"
+        if self.anchor in POOLS:
+            op, attrs, extent = POOLS[self.anchor]
+            self.add_input("x", (1, c, extent(self.size), extent(self.size)))
+            x = "x"
+            if self.anchor in AFTER_A_CONV:
+                self.inits["w"] = (rng.standard_normal((c, c, 3, 3)) / math.sqrt(9 * c)).astype(np.float32)
+                self.nodes.append(helper.make_node("Conv", ["x", "w"], ["m"], pads=[1] * 4))
+                x = "m"
+            self.nodes.append(helper.make_node(op, [x], ["v0"], **attrs))
             return "v0"
         self.add_input("x", (1, c, self.size, self.size))
         group = c if self.anchor == "depthwise" else 1
@@ -276,7 +301,7 @@ def check_chain(anchor, steps, channels, size, seed):
     rows = compiled.profile()
     assert all(r["ours"] for r in rows), rows
     kernels = [r["op"] for r in rows if not _is_layout_transform(r["op"])]
-    assert len(kernels) == 1, (kernels, steps)
+    assert len(kernels) == 1 + (anchor in AFTER_A_CONV), (kernels, steps)
 
 
 @pytest.mark.parametrize("anchor", sorted(LEAVES))
@@ -345,3 +370,79 @@ def test_winograd_output_transform_evaluates_the_expression(device, m, scope):
     blocked = tensors["Y"].numpy()
     check_blocked_output(blocked, o)
     assert_close(unpack_nchw4c(blocked, o), ref, 1e-4)
+
+
+# -- precedence: the pool's chain and the patterns anchored on an op it can take -------------------
+
+#: Every fusion pattern anchored on an op a chain can take, and how a pool's chain and it meet. The
+#: patterns anchored on the pool ops themselves (pooled_excitation, head_gemv, pooled_pointwise: a
+#: global pool read by a 1x1 conv or a classifier) are tried before the pool rule by the registry
+#: (``before``: pool, reduction) and need a conv, not an elementwise op, after the pool: disjoint.
+CHAIN_OVERLAPS = {
+    "gated_conv2d": "the chain first: a pool's gate multiply is its epilogue, once per pooled pixel, not once per conv tap",
+    "grn_gated_conv2d": "disjoint: GRN's x * x reads one value twice, a step no chain takes",
+    "grn_scale": "disjoint: its sqrt reads a sum of squares (a sum over H, W), no pool anchor (a mean over H, W is one)",
+}
+
+
+def test_every_pattern_a_chain_can_reach_is_named():
+    from tir_adreno.passes import epilogue_chain
+    from tir_adreno.passes.patterns import PATTERNS
+
+    chain_ops = {*epilogue_chain.UNARY_OPS, *epilogue_chain.BINARY_OPS, "relax.nn.leakyrelu", "relax.clip"}
+    assert {p.name for p in PATTERNS if set(p.ops) & chain_ops} == set(CHAIN_OVERLAPS)
+
+
+def _gated_after_pool(rng):
+    """MaxPool 2x2 of a 16-channel map, times a per-channel gate (a graph input), read by a 1x1 conv."""
+    from helpers.onnx_graphs import conv_node
+
+    inits = {}
+    nodes = [helper.make_node("MaxPool", ["x"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("Mul", ["p", "g"], ["m"]), conv_node(rng, inits, "m", "y", 8, 16, k=1)]
+    graph = helper.make_graph(nodes, "gated", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 16, 16]),
+                                               helper.make_tensor_value_info("g", TensorProto.FLOAT, [1, 16, 1, 1])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [helper.make_tensor(k, TensorProto.FLOAT, v.shape, np.asarray(v, np.float32).ravel().tolist()) for k, v in inits.items()])
+    feeds = {"x": rng.standard_normal((1, 16, 16, 16)).astype(np.float32), "g": rng.uniform(0.5, 2.0, (1, 16, 1, 1)).astype(np.float32)}
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), feeds
+
+
+def _arities(model, profile) -> dict:
+    """Kernel family -> the argument counts of its calls in the lowered plan."""
+    from tvm import relax
+
+    from tir_adreno.compiler import import_model, lower
+
+    found = {}
+
+    def visit(e):
+        if isinstance(e, relax.Call) and getattr(e.op, "name", "") == "relax.call_tir":
+            found.setdefault(e.args[0].name_hint.rstrip("0123456789"), []).append(len(e.args[1].fields))
+
+    relax.analysis.post_order_visit(lower(import_model(model)[0], profile, lazy=True)["main"].body, visit)
+    return found
+
+
+def test_the_pool_chain_goes_before_gated_conv2d(monkeypatch):
+    """``pool_chain > gated_conv2d``: the gate multiply after a pool is the pool's epilogue (the pool
+    reads the gate: 2 arguments; the conv reads its input alone), one launch each, within tolerance
+    of onnxruntime; with the pool's chain off, ``gated_conv2d`` takes the multiply (the conv reads the
+    gate), so the overlap is real and the chain's order decides it."""
+    from tir_adreno import compile_model
+    from tir_adreno.passes.rules import pool as pool_rule
+    from tir_adreno.reference import reference_outputs, relative_error
+    from tir_adreno.strategy.profile import get_profile
+
+    model, feeds = _gated_after_pool(np.random.default_rng(5))
+    profile = get_profile("pocl")
+    chained = _arities(model, profile)
+    assert chained["max_pool2d"] == [2] and "multiply" not in chained, chained
+    conv = next(name for name in chained if name.startswith("conv2d"))
+    compiled = compile_model(model, profile=profile, progress=lambda _: None)
+    (out,) = compiled.run(feeds)
+    assert relative_error(out, reference_outputs(model, feeds)[0]) <= PATTERN_RTOL
+    monkeypatch.setattr(pool_rule, "pool_chain", lambda rw, node, channels: None)
+    gated = _arities(model, profile)
+    assert gated["max_pool2d"] == [1] and "multiply" not in gated, gated
+    assert gated[conv][0] == chained[conv][0] + 1, (gated, chained)  # the conv reads the gate

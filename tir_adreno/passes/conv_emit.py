@@ -18,7 +18,7 @@ from primfuncs.epilogue import EXTRA_BUFFERS, Epilogue
 from tir_adreno.passes.activations import fuse_activation
 from tir_adreno.passes.affine import batch_norm_affine, batch_norm_output, linear_step, other_operand
 from tir_adreno.passes.convs import conv_geometry, conv_operands
-from tir_adreno.passes.epilogue_chain import OPERAND_KINDS, Anchor, Chain, chain_epilogue, match_chain, pack_rows
+from tir_adreno.passes.epilogue_chain import OPERAND_KINDS, Anchor, Chain, chain_epilogue, chain_with_operands, pack_rows
 from tir_adreno.passes.graph import TO_NCHW, Node, dtype, same, static_shape
 from tir_adreno.passes.kernel_index import KernelCall
 from tir_adreno.passes.map_boundary import define_plain_output, plain_input, plain_input_expr, token_output
@@ -182,21 +182,12 @@ def chain_tail(rw: Rewriter, tail: Tail, activations: int = 2) -> Tail:
     if not rw.fuses:
         return tail
     nchw = tail.layout == "NCHW"
-    operands = activations - (tail.residual is not None)
-    anchor = Anchor(tail.w.shape[0], tail.layout, OPERAND_KINDS if nchw else ("full",), operands=operands)
-    marks = rw.graph.fused_marks()
-    chain = match_chain(rw, tail.last, anchor)
-    if chain is None:
-        return tail
-    values = []
-    for var in chain.operands:
-        full = static_shape(var) == static_shape(chain.last.var)
-        value = rw.view(var, tail.layout) if full else rw.activation(var, "NCHW")
-        if value is None:  # an operand our kernels do not hold in a layout the conv reads
-            rw.graph.restore_fused(marks)
-            return tail
-        values.append(value)
-    tail.chain, tail.last, tail.operands = chain, chain.last, tuple(values)
+    anchor = Anchor(tail.w.shape[0], tail.layout, OPERAND_KINDS if nchw else ("full",),
+                    operands=activations - (tail.residual is not None))
+    found = chain_with_operands(rw, tail.last, anchor, tail.layout)
+    if found is not None:
+        tail.chain, tail.operands = found
+        tail.last = tail.chain.last
     return tail
 
 

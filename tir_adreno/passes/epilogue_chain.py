@@ -10,6 +10,8 @@ computed, or graph inputs) read as the kernel's operands, in full or broadcast p
 pixel where the anchor's kernel reads those: as many as :attr:`Anchor.operands` (two for the conv's
 direct kernel and the GEMM, one for the others; one less after a residual add). A step that would
 need one more ends the chain before it. Every node it takes is marked fused.
+A pool (max/avg pool2d, adaptive and global average pooling) anchors a chain the same way
+(:func:`pool_chain`: the pooled map is an NCHW anchor of its channel count, one operand).
 """
 
 from __future__ import annotations
@@ -197,3 +199,29 @@ def chain_epilogue(has_bias: bool, activation, clip_bounds, residual: bool, chai
     ``rules.gemm.GemmTail``): bias, residual, named activation, then the chain's expression."""
     return Epilogue(bias=has_bias, activation=activation, residual=residual, **clip_fields(clip_bounds),
                     **({} if chain is None else {"expr": chain.expr}))
+
+
+def chain_with_operands(rw, last: Node, anchor: Anchor, layout: str = "NCHW"):
+    """``(chain, operands)``: the chain after ``last`` (:func:`match_chain`) and its operands as the
+    rewriter's Values, in index order (in full: seen in ``layout``; broadcast: an NCHW activation),
+    else None with every fused mark as it was (no chain, or an operand our kernels do not hold in a
+    layout the anchor's kernel reads)."""
+    marks = rw.graph.fused_marks()
+    chain = match_chain(rw, last, anchor)
+    if chain is None:
+        return None
+    values = []
+    for var in chain.operands:
+        full = static_shape(var) == static_shape(chain.last.var)
+        value = rw.view(var, layout) if full else rw.activation(var, "NCHW")
+        if value is None:
+            rw.graph.restore_fused(marks)
+            return None
+        values.append(value)
+    return chain, tuple(values)
+
+
+def pool_chain(rw, node: Node, channels: int):
+    """The pool anchor: the chain after pool ``node`` (an NCHW map of ``channels``) with its operand
+    (:func:`chain_with_operands`: one, any kind; constants per channel), where kernels fuse; else None."""
+    return chain_with_operands(rw, node, Anchor(channels)) if rw.fuses else None

@@ -337,6 +337,7 @@ def reference_case(info: dict, rng: np.random.Generator, pack_weights=blocked.pa
     if op == "matmul":
         return _gemm_case(info, rand)
     _refuse_expression(attrs.get("epilogue") or {})  # a row kernel's chain (rules.rows)
+    _refuse_expression(info.get("epilogue") or {})  # a pool with its chain (``rules.pool``)
     inputs = [pack(a) for a in logical]
     bounds = attrs.get("bounds") or (0.0, 6.0)
     if op == "activation":

@@ -1,15 +1,24 @@
-"""Pooling, reductions over C/H/W and the channel softmax of an NCHW activation."""
+"""Pooling, reductions over C/H/W and the channel softmax of an NCHW activation. A pool (and the
+global average pool, a mean over H and W) takes the elementwise chain after it as its epilogue
+(``passes.epilogue_chain.pool_chain``): one launch for the pool and its chain."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import numpy as np
+from tvm import relax
+
 from primfuncs import pool2d, reduce
 
+from tir_adreno.passes.epilogue_chain import chain_epilogue, pack_rows, pool_chain
 from tir_adreno.passes.graph import Node, ints, static_shape
 from tir_adreno.passes.kernel_index import kernel
-from tir_adreno.passes.op_info import node_info
+from tir_adreno.passes.op_info import epilogue_info, node_info
 from tir_adreno.passes.rewriter import Rewriter, blocked_shape
 from tir_adreno.passes.rules.base import rule
 from tir_adreno.strategy import pool as pool_strategy
+from tir_adreno.strategy.packing import pack_bias
 from tir_adreno.strategy.records import pool_key
 
 POOL_OPS = ("relax.nn.max_pool2d", "relax.nn.avg_pool2d", "relax.nn.adaptive_avg_pool2d")
@@ -44,8 +53,33 @@ def pool(rw: Rewriter, node: Node):
     in5, out5 = x.shape5, blocked_shape((n, c, oh, ow))
     scope = rw.scope_for(in5, out5)
     schedule = pool_strategy.pool_schedule(pool_key(op, x.nchw, attrs), rw.profile, rw.records)
-    out = rw.emit_kernel(kernel(factory, in5, scope=scope, **schedule, **attrs), [rw.blocked(x, scope)], out5, op_info=node_info(node, **attrs))
-    rw.define(node.var, out, scope, (n, c, oh, ow))
+    return _emit_pooled(rw, node, lambda **fused: kernel(factory, in5, scope=scope, **schedule, **attrs, **fused), out5, scope,
+                        (n, c, oh, ow), [rw.blocked(x, scope)], node_info(node, **attrs))
+
+
+def _emit_pooled(rw: Rewriter, node: Node, make, out5, scope: str, nchw, inputs: list, info: dict):
+    """``make(**fused)`` (the pool's kernel; ``fused``: its ``epilogue`` and ``channels``, none without
+    a chain) on ``inputs`` writing ``node``'s value, with the elementwise chain after ``node`` as its
+    epilogue where one fuses (its per-channel constants and operand the kernel's ``Bias`` and
+    ``Residual``; the operand read where it already is)."""
+    found = pool_chain(rw, node, nchw[1])
+    fused = {}
+    last = node
+    if found is not None:
+        chain, operands = found
+        operand = operands[0] if operands else None  # a pool reads one (its anchor's)
+        epilogue = chain_epilogue(False, None, None, False, chain)
+        rows = pack_rows(None, chain, lambda r: pack_bias(r.astype(np.float32)))
+        inputs = inputs + ([relax.const(rows)] if rows is not None else [])
+        if operand is not None:
+            operand_scope = rw.input_scope(operand, scope)
+            epilogue = replace(epilogue, residual_scope=None if operand_scope == scope else operand_scope)
+            inputs.append(rw.blocked(operand, operand_scope))
+        fused = dict(epilogue=epilogue, channels=nchw[1])
+        info = dict(info, epilogue=epilogue_info(epilogue))
+        last = chain.last
+    out = rw.emit_kernel(make(**fused), inputs, out5, op_info=info)
+    rw.define(last.var, out, scope, nchw)
     return out
 
 
@@ -63,8 +97,14 @@ def reduction(rw: Rewriter, node: Node):
     shape5, _ = reduce.reduce_output(in5, x.channels, axes, keepdims=True)
     scope = rw.scope_for(in5, shape5)
     op = node.op.split(".")[-1]
-    func = kernel(reduce.reduce, in5, x.channels, op, axes, True, scope=scope, group_threshold=pool_strategy.group_threshold(rw.profile))
-    out = rw.emit_kernel(func, [rw.blocked(x, scope)], shape5, op_info=node_info(node, axis=axes, keepdims=True))
+    info = node_info(node, axis=axes, keepdims=True)
+    threshold = pool_strategy.group_threshold(rw.profile)
+    if op == "mean" and axes == (2, 3) and keepdims:  # a global average pool: a pool's anchor
+        return _emit_pooled(rw, node, lambda channels=None, **fused: kernel(reduce.reduce, in5, x.channels, op, axes, True, scope=scope,
+                                                                            group_threshold=threshold, **fused), shape5, scope, out_shape,
+                            [rw.blocked(x, scope)], info)
+    func = kernel(reduce.reduce, in5, x.channels, op, axes, True, scope=scope, group_threshold=threshold)
+    out = rw.emit_kernel(func, [rw.blocked(x, scope)], shape5, op_info=info)
     rw.define(node.var, out, scope, out_shape if keepdims else (*out_shape, 1, 1))
     return out
 

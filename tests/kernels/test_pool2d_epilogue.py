@@ -1,0 +1,180 @@
+"""Pooling kernels with an expression epilogue (issue 34: pools are anchors like the convs) against
+float64 NumPy: max/avg pool2d and adaptive/global average pooling, both schedules, textures and
+buffers, float32 and float16_acc32 storage (half images or half buffers, float32 arithmetic).
+
+The epilogue is the convs' (``primfuncs.epilogue.store_output_pixel``): per-channel constants packed
+beside a bias, one other activation in full or broadcast per channel / per pixel, the padding lanes
+of the last channel block kept 0 (sigmoid(0) = 0.5 would leak into them). Outputs are poisoned.
+"""
+
+import numpy as np
+import pytest
+from hypothesis import example, given, strategies as st
+
+from helpers.conv import check_blocked_output
+from helpers.numeric import assert_close, pack_nchw4c, rand, run_kernel, sanitized, unpack_nchw4c
+from helpers.strategies import SEEDS, STRATEGIES
+from primfuncs import epilogue_expr as ex
+from primfuncs import pool2d, reduce
+from primfuncs._common import BUFFER, TEXTURE
+from primfuncs.activation_table import numpy_activation
+from primfuncs.epilogue import Epilogue
+from tir_adreno import reference
+from tir_adreno.codegen import build
+from tir_adreno.strategy.packing import pack_bias
+
+X = ex.X()
+#: name -> (epilogue, number of per-channel constants after the bias, operand kind or None)
+EPILOGUES = {
+    "sigmoid_scale_minus_pixel": Epilogue(expr=ex.Binary("subtract", ex.Binary("multiply", ex.Unary("sigmoid", X), ex.Channel(0)),
+                                                         ex.Operand("pixel"))),
+    "relu_plus_full": Epilogue(expr=ex.Unary("relu", ex.Binary("add", X, ex.Operand("full")))),
+    "tanh_times_channel_operand": Epilogue(expr=ex.Binary("add", ex.Unary("tanh", ex.Binary("multiply", ex.Operand("channel"), X)),
+                                                          ex.Const(0.5))),
+    "square_over_abs": Epilogue(expr=ex.Binary("divide", ex.Binary("pow", X, ex.Const(2.0)),
+                                               ex.Binary("add", ex.Unary("abs", X), ex.Channel(0)))),
+    "bias_leaky_then_expr": Epilogue(bias=True, activation="leaky_relu", activation_params=(("alpha", 0.2),),
+                                     expr=ex.Binary("multiply", ex.Unary("gelu", X), ex.Channel(0))),
+}
+#: float16_acc32 against the reference of the half-rounded inputs: the output's rounding to half
+#: (2^-11 relative) and float32 arithmetic, normwise
+HALF_RTOL = 2e-3
+RTOL = 1e-5
+
+
+def _operand_shape(kind, n, c, oh, ow):
+    return {"full": (n, c, oh, ow), "channel": (n, c, 1, 1), "pixel": (n, 1, oh, ow)}[kind]
+
+
+def half(x):
+    return np.asarray(x, np.float32).astype(np.float16).astype(np.float64)
+
+
+def run_pool_epilogue(device, func, x, epilogue, c, out_hw, rng, scope, storage):
+    """(blocked output, float64 reference of the epilogue on ``pooled``-to-be): the kernel run on ``x``
+    with fresh random constants and operand; ``storage`` "float16": half images (textures) or half
+    buffers (buffers), else float32. Returns (blocked output, the inputs as the kernel saw them)."""
+    n = x.shape[0]
+    oh, ow = out_hw
+    bias = rand(rng, (c,)) if epilogue.bias else None
+    channels = [rng.uniform(0.5, 2.0, c).astype(np.float32) for _ in range(epilogue.channel_rows)]  # > 0: divides
+    kind = epilogue.operand_kinds[0] if epilogue.operand_kinds else None  # a pool reads one
+    operand = rand(rng, _operand_shape(kind, n, c, oh, ow)) if kind is not None else None
+    inputs = [pack_nchw4c(x)]
+    rows = ([bias] if bias is not None else []) + channels
+    if rows:
+        inputs.append(np.concatenate([pack_bias(r) for r in rows], axis=1))
+    if operand is not None:
+        inputs.append(pack_nchw4c(operand))
+    on_half_buffers = storage == "float16" and scope == BUFFER
+    y = run_kernel(device, func, *inputs, storage=storage if scope == TEXTURE else None,
+                   half=build.ALL_BUFFERS if on_half_buffers else frozenset())
+    rounded = half if storage == "float16" else (lambda v: np.asarray(v, np.float64))
+    seen = dict(x=rounded(x), bias=None if bias is None else (rounded(bias) if on_half_buffers else bias),
+                channels=[rounded(r) if on_half_buffers else r for r in channels],
+                operand=None if operand is None else rounded(operand))
+    return y, seen
+
+
+def epilogue_reference(pooled, epilogue, seen):
+    y = pooled if seen["bias"] is None else pooled + np.asarray(seen["bias"], np.float64).reshape(1, -1, 1, 1)
+    if epilogue.activation is not None:
+        y = numpy_activation(y, epilogue.activation, **dict(epilogue.activation_params))
+    return ex.numpy_evaluate(epilogue.expr, y, operands=[] if seen["operand"] is None else [seen["operand"]],
+                             channels=seen["channels"])
+
+
+def check(y, ref, c, storage):
+    check_blocked_output(y, c)  # every pixel written, padding lanes 0
+    got = unpack_nchw4c(y, c)
+    if storage == "float16":
+        assert np.array_equal(got, got.astype(np.float16).astype(np.float32)), "not stored in half"
+    assert_close(got, ref, HALF_RTOL if storage == "float16" else RTOL)
+
+
+@st.composite
+def windows(draw):
+    """A sliding window (dilation 1, padding up to half the window: every window holds an input)."""
+    kh, kw = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    pads = tuple(draw(st.integers(0, k // 2)) for k in (kh, kw, kh, kw))
+    return dict(pool_size=(kh, kw), strides=(draw(st.integers(1, 2)), draw(st.integers(1, 2))), padding=pads,
+                ceil_mode=draw(st.booleans()), count_include_pad=draw(st.booleans()))
+
+
+STORAGES = st.sampled_from([None, "float16"])
+
+
+@example(pool_type="avg", window=dict(pool_size=(3, 3), strides=(2, 2), padding=(1, 1, 1, 1), ceil_mode=True, count_include_pad=False),
+         name="sigmoid_scale_minus_pixel", c=6, h=7, w=6, scope=TEXTURE, strategy="group", storage="float16", seed=0)
+@example(pool_type="max", window=dict(pool_size=(2, 2), strides=(2, 2), padding=(0, 0, 0, 0), ceil_mode=False, count_include_pad=False),
+         name="bias_leaky_then_expr", c=5, h=6, w=6, scope=BUFFER, strategy="thread", storage="float16", seed=2)
+@given(pool_type=st.sampled_from(["max", "avg"]), window=windows(), name=st.sampled_from(sorted(EPILOGUES)),
+       c=st.integers(1, 9), h=st.integers(3, 8), w=st.integers(3, 8), scope=st.sampled_from([TEXTURE, BUFFER]),
+       strategy=st.sampled_from(STRATEGIES), storage=STORAGES, seed=SEEDS)
+def test_pool2d_with_an_expression_epilogue(device, pool_type, window, name, c, h, w, scope, strategy, storage, seed):
+    rng = np.random.default_rng(seed)
+    epilogue = EPILOGUES[name]
+    x = rand(rng, (1, c, h, w))
+    with sanitized(seed):
+        func = pool2d.pool2d(pack_nchw4c(x).shape, pool_type, **window, scope=scope, strategy=strategy, group_size=4,
+                             epilogue=epilogue, channels=c)
+        out5 = pool2d.pool2d_output_shape(pack_nchw4c(x).shape, window["pool_size"], window["strides"], window["padding"],
+                                          ceil_mode=window["ceil_mode"])
+        y, seen = run_pool_epilogue(device, func, x, epilogue, c, out5[2:4], rng, scope, storage)
+    pooled = reference.pool2d(seen["x"], pool_type, window["pool_size"], window["strides"], window["padding"], (1, 1),
+                              window["ceil_mode"], window["count_include_pad"])
+    check(y, epilogue_reference(pooled, epilogue, seen), c, storage)
+
+
+@given(name=st.sampled_from(sorted(EPILOGUES)), n=st.integers(1, 2), c=st.integers(1, 9), h=st.integers(1, 9),
+       w=st.integers(1, 9), out=st.sampled_from([(1, 1), (2, 3)]), scope=st.sampled_from([TEXTURE, BUFFER]),
+       strategy=st.sampled_from(STRATEGIES), storage=STORAGES, seed=SEEDS)
+def test_adaptive_and_global_average_pool_with_an_expression_epilogue(device, name, n, c, h, w, out, scope, strategy, storage, seed):
+    """``out`` (1, 1): the global average pool of a classifier head or an SE block."""
+    rng = np.random.default_rng(seed)
+    epilogue = EPILOGUES[name]
+    x = rand(rng, (n, c, h, w))
+    with sanitized(seed):
+        func = pool2d.adaptive_avg_pool2d(pack_nchw4c(x).shape, out, scope=scope, strategy=strategy, group_size=8,
+                                          epilogue=epilogue, channels=c)
+        y, seen = run_pool_epilogue(device, func, x, epilogue, c, out, rng, scope, storage)
+    check(y, epilogue_reference(reference.adaptive_pool2d(seen["x"], "avg", out), epilogue, seen), c, storage)
+
+
+def test_the_epilogue_adds_only_the_inputs_it_reads():
+    shape = (1, 2, 6, 6, 4)
+    names = lambda f: [p.name for p in f.params]  # noqa: E731
+    assert len(names(pool2d.max_pool2d(shape, 2))) == 2
+    assert len(names(pool2d.max_pool2d(shape, 2, epilogue=Epilogue(expr=ex.Unary("tanh", X)), channels=7))) == 2
+    assert len(names(pool2d.max_pool2d(shape, 2, epilogue=EPILOGUES["relu_plus_full"], channels=7))) == 3
+    assert len(names(pool2d.max_pool2d(shape, 2, epilogue=EPILOGUES["sigmoid_scale_minus_pixel"], channels=7))) == 4
+
+
+def test_bad_epilogues_are_refused():
+    shape = (1, 2, 6, 6, 4)
+    with pytest.raises(TypeError, match="epilogue must be an Epilogue"):
+        pool2d.max_pool2d(shape, 2, epilogue="relu")
+    with pytest.raises(ValueError, match="pooling epilogue writes the blocked output"):
+        pool2d.max_pool2d(shape, 2, epilogue=Epilogue(expr=ex.Unary("tanh", X), out_layout="NHWC"))
+    with pytest.raises(ValueError, match="channels=9 does not fill"):
+        pool2d.max_pool2d(shape, 2, epilogue=Epilogue(expr=ex.Unary("tanh", X)), channels=9)
+    with pytest.raises(ValueError, match="pooling epilogue writes the blocked output"):  # a float32 sum of a half map
+        reduce.reduce(shape, 7, "sum", (2, 3), dtype="float16", out_dtype="float32", epilogue=Epilogue(expr=ex.Unary("tanh", X)))
+    with pytest.raises(ValueError, match="pooling epilogue writes the blocked output"):  # a mean over C folds the lanes
+        reduce.reduce(shape, 7, "mean", (1,), epilogue=Epilogue(expr=ex.Unary("tanh", X)))
+
+
+@pytest.mark.parametrize("scope, operand_scope", [(TEXTURE, BUFFER), (BUFFER, TEXTURE)])
+def test_the_operand_is_read_where_it_lives(device, scope, operand_scope):
+    """At a placement boundary the rule passes the operand's own scope (``residual_scope``): a texture
+    pool reading a buffer operand and the other way round, no copy kernel."""
+    from dataclasses import replace
+
+    rng = np.random.default_rng(12)
+    epilogue = replace(EPILOGUES["relu_plus_full"], residual_scope=operand_scope)
+    x, c = rand(rng, (1, 7, 9, 8)), 7
+    func = pool2d.max_pool2d(pack_nchw4c(x).shape, 3, 2, 1, scope=scope, epilogue=epilogue, channels=c)
+    assert [b.scope() for b in func.params] == [scope, operand_scope, scope]  # A, Residual, Out
+    y, seen = run_pool_epilogue(device, func, x, epilogue, c, (5, 4), rng, scope, None)
+    pooled = reference.pool2d(seen["x"], "max", (3, 3), (2, 2), (1, 1, 1, 1))
+    check(y, epilogue_reference(pooled, epilogue, seen), c, None)
