@@ -317,6 +317,42 @@ MUTANTS = (
         ("tests/passes/test_map_boundary.py",),
     ),
     Mutant(
+        "import_fold_skipped",
+        "ONNX import hands TVM's importer the graph with its constant subgraphs unfolded (a Pad's amounts from Constants)",
+        (("    return fold_constants(model)", "    return model"),),
+        ("tests/models/test_onnx_import.py::test_pads_built_from_constants_are_folded",),
+    ),
+    Mutant(
+        "import_fold_slim_shapes",
+        "import folding takes onnxslim's own symbolic shape inference (it floors a float Div of shape values)",
+        (("onnxslim.slim(model, no_shape_infer=True,", "onnxslim.slim(model, no_shape_infer=False,"),),
+        ("tests/models/test_onnx_import.py::test_pads_from_a_shape_chain_are_folded",),
+    ),
+    Mutant(
+        "import_fold_reorders",
+        "import folding keeps onnxslim's node order (by depth) instead of the exported one",
+        (("    return _in_exported_order(model, exported)", "    return model"),),
+        ("tests/models/test_onnx_import.py::test_folding_keeps_the_exported_node_order",),
+    ),
+    Mutant(
+        "import_fold_size_unbounded",
+        "import folding folds constant subgraphs of any size (weights computed by onnxruntime instead of TVM)",
+        (("FOLDED_BYTES = 256", "FOLDED_BYTES = 1 << 30"),),
+        ("tests/models/test_onnx_import.py::test_large_constant_subgraphs_stay_for_tvm",),
+    ),
+    Mutant(
+        "tile_unit_axis_refused",
+        "topi tile's constant index 0 on a repeated axis of 1 is not read as a Tile step (the Tile stays upstream's)",
+        (("return size == 1 and isinstance(index, tirx.IntImm) and int(index.value) == 0", "return False"),),
+        ("tests/passes/test_token_layout.py::test_tile_of_an_unsqueezed_axis",),
+    ),
+    Mutant(
+        "token_reduction_axis_L_as_H",
+        "a reduction over the tokens of a blocked map [N, L, C] reduces only the map's rows (H), not H and W",
+        (('_MAP_AXES = {"N": (0,), "C": (1,), "L": (2, 3)}', '_MAP_AXES = {"N": (0,), "C": (1,), "L": (2,)}'),),
+        ("tests/passes/test_view_reductions.py",),
+    ),
+    Mutant(
         "token_chain_any_op",
         "a conv's value followed to plain readers through any op, not only movement ops and constant scalings",
         (("if user.op not in MOVEMENT and not _scales_by_constants(user, var):", "if False:"),),

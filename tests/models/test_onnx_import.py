@@ -120,7 +120,8 @@ def test_shape_arithmetic_is_folded():
     assert dim_values == [3, 8, 5, 5]
 
 
-@pytest.mark.parametrize("start, end, expected", [(None, None, [3, 8, 5, 5]), (1, None, [8, 5, 5]), (-2, None, [5, 5]), (0, -1, [3, 8, 5]), (2, 0, [])])
+# (an empty slice, start 2 end 0, is left to TVM's importer: onnxslim folds no zero-size value)
+@pytest.mark.parametrize("start, end, expected", [(None, None, [3, 8, 5, 5]), (1, None, [8, 5, 5]), (-2, None, [5, 5]), (0, -1, [3, 8, 5])])
 def test_shape_with_start_end_folds_like_onnxruntime(start, end, expected):
     attrs = {k: v for k, v in (("start", start), ("end", end)) if v is not None}
     model = make(
@@ -194,3 +195,60 @@ def test_pads_from_a_shape_chain_are_folded():
     assert [n.op_type for n in static.graph.node] == ["Pad", "Conv", "Pad", "Conv"]
     x = RNG.standard_normal((2, 3, 9, 9)).astype("float32")
     check(model, {"x": x}, input_shapes={"x": (2, 3, 9, 9)})
+
+
+def _torch_pad_nodes(x, y, pads, tag):
+    """``F.pad(x, pads)`` as torch exports it (HGNetV2's stem): the amounts built from Constants with
+    no Shape at all, ``Concat(pads, ConstantOfShape(4)) -> Reshape [-1, 2] -> Slice reversed ->
+    Transpose -> Reshape [-1] -> Cast -> Pad``."""
+    t = lambda s: f"{tag}_{s}"  # noqa: E731
+    consts = [("four", [4]), ("pads", pads), ("pairs", [-1, 2]), ("ax", [0]), ("rev_start", [-1]), ("rev_end", [-(2**63) + 1]),
+              ("rev_step", [-1]), ("flat", [-1])]
+    nodes = [node("Constant", [], [t(k)], value=i64(t(k), v)) for k, v in consts]
+    nodes += [node("ConstantOfShape", [t("four")], [t("zeros")], value=i64(t("zero"), [0])),
+              node("Concat", [t("pads"), t("zeros")], [t("all")], axis=0), node("Reshape", [t("all"), t("pairs")], [t("p2")]),
+              node("Slice", [t("p2"), t("rev_start"), t("rev_end"), t("ax"), t("rev_step")], [t("rv")]),
+              node("Transpose", [t("rv")], [t("tr")], perm=[1, 0]), node("Reshape", [t("tr"), t("flat")], [t("f")]),
+              node("Cast", [t("f")], [t("amounts")], to=TensorProto.INT64), node("Pad", [x, t("amounts")], [y], mode="constant")]
+    return nodes
+
+
+def test_pads_built_from_constants_are_folded():
+    """HGNetV2's stem: two ``F.pad(x, [0, 1, 0, 1])`` (right and bottom) whose amounts no Shape
+    starts (TVM's importer alone: "Dynamic pads are not supported yet"): folded to a constant Pad,
+    our kernels run it, matching onnxruntime."""
+    inits = [f32("w1", (4, 3, 2, 2)), f32("w2", (5, 4, 2, 2))]
+    nodes = _torch_pad_nodes("x", "p1", [0, 1, 0, 1], "a") + [node("Conv", ["p1", "w1"], ["c1"])]
+    nodes += _torch_pad_nodes("c1", "p2", [1, 2, 0, 1], "b") + [node("Conv", ["p2", "w2"], ["y"])]
+    model = make(nodes, [tensor("x", (1, 3, 7, 9))], [tensor("y", (1, 5, 7, 11))], inits, opset=17)
+    static = make_static(model, {"x": (1, 3, 7, 9)})
+    assert [n.op_type for n in static.graph.node] == ["Pad", "Conv", "Pad", "Conv"]
+    x = RNG.standard_normal((1, 3, 7, 9)).astype("float32")
+    compiled = check(model, {"x": x})
+    assert all(r["ours"] for r in compiled.profile())
+
+
+def test_folding_keeps_the_exported_node_order():
+    """onnxslim sorts nodes by their depth from the inputs; the import keeps the exported order
+    (TVM's importer then writes the module it wrote before folding moved to onnxslim, and plans
+    list their kernels as before): a Relu chain written before a shallower Sigmoid branch stays so."""
+    nodes = [node("Relu", ["x"], ["r1"]), node("Relu", ["r1"], ["r2"]), node("Relu", ["r2"], ["r3"]), node("Sigmoid", ["x"], ["s"]),
+             node("Shape", ["s"], ["shape"]), node("Reshape", ["s", "shape"], ["s2"]), node("Add", ["r3", "s2"], ["y"])]
+    model = make(nodes, [tensor("x", ("N", 3, 4, 5))], [tensor("y", ("N", 3, 4, 5))], [], opset=17)
+    static = make_static(model, {"x": (2, 3, 4, 5)})
+    assert [n.op_type for n in static.graph.node] == ["Relu", "Relu", "Relu", "Sigmoid", "Reshape", "Add"]
+
+
+def test_large_constant_subgraphs_stay_for_tvm():
+    """Constant subgraphs larger than ``FOLDED_BYTES`` are data (EdgeNeXt's positional encoding):
+    left to TVM's FoldConstant, as before onnxslim, so the weights TVM computes stay bitwise its own;
+    a small one (a Pad's amounts) folds. Both run against onnxruntime."""
+    big = 65  # float32 values: one more than FOLDED_BYTES (256) holds
+    nodes = [node("Cos", ["table"], ["enc"]), node("Reshape", ["enc", "s"], ["enc4"]), node("Add", ["x", "enc4"], ["a"]),
+             node("Add", ["pads0", "one"], ["pads"]), node("Pad", ["a", "pads"], ["y"], mode="constant")]
+    inits = [f32("table", (big,)), i64("s", [1, 1, 1, big]), i64("pads0", [0, 0, 0, 0, 0, 0, 0, 0]), i64("one", 1)]
+    model = make(nodes, [tensor("x", (1, 2, 3, big))], [tensor("y", (3, 4, 5, big + 2))], inits, opset=17)
+    static = make_static(model, {"x": (1, 2, 3, big)})
+    assert [n.op_type for n in static.graph.node] == ["Cos", "Reshape", "Add", "Pad"]
+    x = RNG.standard_normal((1, 2, 3, big)).astype("float32")
+    check(model, {"x": x})

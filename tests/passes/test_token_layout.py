@@ -86,3 +86,16 @@ def test_cls_token_concat_take_pad_tile(precision):
     model = make(nodes, [tensor("cls", [2, 1, 8]), tensor("x", [2, 6, 8])], outs, inits, opset=17)
     rows = _run(model, {"cls": (2, 1, 8), "x": (2, 6, 8)}, seed=3, precision=precision)
     assert _ops(rows).count("gather") == 6, _ops(rows)
+
+
+@pytest.mark.parametrize("reps", [[1, 4, 1, 1, 1], [2, 3, 1, 2, 1]])
+def test_tile_of_an_unsqueezed_axis(reps):
+    """GCViT's global query: ``Unsqueeze(axis 1) -> Tile`` repeating the new axis of 1 over the
+    windows (topi's ``tile`` reads that axis at a constant 0, the modulo simplified away), then a
+    MatMul: one gather of ours, exact, nothing upstream (the Tile was upstream's before)."""
+    nodes = [node("MatMul", ["x", "w"], ["q"]), node("Unsqueeze", ["q", "ax"], ["u"]), node("Tile", ["u", "reps"], ["t"]),
+             node("Add", ["t", "t"], ["y"])]
+    out = [a * b for a, b in zip([1, 1, 3, 5, 6], reps)]
+    model = make(nodes, [tensor("x", [1, 3, 5, 4])], [tensor("y", out)], [f32("w", (4, 6)), i64("ax", [1]), i64("reps", reps)], opset=17)
+    rows = _run(model, {"x": (1, 3, 5, 4)}, seed=7)
+    assert "gather" in _ops(rows), _ops(rows)

@@ -4,13 +4,15 @@ Exported models name their batch (``[N, 3, H, W]``) and compute reshape
 targets and split points at run time (``Shape -> Gather -> Div -> Mul ->
 Slice``, torch's channel split and shuffle). Our kernels need static shapes,
 so :func:`make_static` sets the user's shapes on the graph inputs and folds
-every integer computation that those shapes make constant into an
-initializer, so TVM's importer only ever sees constant shapes.
+every computation that those shapes make constant (shape arithmetic, a
+``Pad``'s amounts built from ``Constant``/``ConstantOfShape``/``Slice``, weights
+behind ``Identity``) into an initializer with onnxslim's constant folding, so
+TVM's importer only ever sees constant shapes. onnxslim's other passes
+(pattern fusion, subexpression merging, weight tying) are skipped.
 """
 
 from __future__ import annotations
 
-import numpy as np
 from tir_adreno.runtime.errors import UserError
 
 #: How ``input_shapes`` is spelled in messages (the CLI replaces it with its flag).
@@ -70,84 +72,52 @@ def input_shapes_of(model, input_shapes: dict | None = None, hint: str = INPUT_S
     return shapes
 
 
-#: Ops whose integer results are folded when their inputs are constant (shape arithmetic).
-_FOLDABLE = {
-    "Gather", "Div", "Mul", "Add", "Sub", "Slice", "Concat", "Unsqueeze", "Squeeze", "Cast", "Reshape",
-    "Floor", "Ceil", "Equal", "Where", "ConstantOfShape", "Range", "Min", "Max", "Neg", "Abs", "Mod",
-    "ReduceProd", "Expand", "Identity", "Constant", "Transpose",
-    # comparisons, clamps and roots of shape values (a Pad's amounts clamped with Clip, torch's
-    # pad-same arithmetic): without them TVM's importer stops at "Dynamic pads are not supported yet"
-    "Clip", "Relu", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "Not", "And", "Or", "Sqrt", "Pow",
-    "Sign", "Round", "ReduceSum", "ReduceMax", "ReduceMin", "Tile",
-}
+#: onnxslim's passes that rewrite a graph beyond folding (fusing patterns into other ops, merging
+#: equal subexpressions and tied weights, dropping nodes it judges dead): skipped, so TVM's importer
+#: meets the graph as exported less its constant subgraphs, and our rules keep the patterns they match.
+_SLIM_SKIPPED = ["graph_fusion", "dead_node_elimination", "subexpression_elimination", "weight_tying"]
 
 
-#: Float constants up to this many elements count as shape arithmetic, larger ones as data (weights).
-_SMALL = 64
+#: The largest constant folded here, in bytes (64 float32 values: shape arithmetic, a Pad's amounts).
+#: Larger constant subgraphs are data (EdgeNeXt's positional encoding, weights behind Identity):
+#: TVM's FoldConstant and ``passes.host_fold`` compute those after import, as they did before
+#: onnxslim, so a model's weights are bitwise what they were.
+FOLDED_BYTES = 256
 
 
-def _is_data(value: np.ndarray) -> bool:
-    return value.dtype.kind not in "iub" and value.size > _SMALL
-
-
-def _static_shape(value_info):
-    dims = _dims(value_info)
-    return dims if all(isinstance(d, int) for d in dims) and value_info.type.tensor_type.HasField("shape") else None
-
-
-def _fold_once(model) -> bool:
-    """Replace constant shape nodes by initializers; True if anything was folded."""
+def fold_constants(model):
+    """``model`` with every constant subgraph of up to :data:`FOLDED_BYTES` folded into initializers
+    (shape arithmetic from ``Shape``/``Size`` of static tensors included), by onnxslim's constant
+    folding (it evaluates the subgraphs with onnxruntime, offline). Shapes come from onnx's own
+    inference (with its propagation of shape values) between rounds, not onnxslim's symbolic one:
+    that one stores the values of shape arithmetic it computed itself, and computes a float ``Div``
+    as a floor division (``Cast -> Div(2.0) -> Ceil`` of 5 gives 2, not 3: wrong ``Pad`` amounts;
+    tests/upstream/test_onnxslim_defect1_float_div_in_shape_data.py)."""
     import onnx
-    from onnx import numpy_helper
-    from onnx.reference import ReferenceEvaluator
+    import onnxslim
 
-    graph = model.graph
-    try:
-        inferred = onnx.shape_inference.infer_shapes(model)
-    except Exception:  # onnx cannot infer this graph: fold what needs no shapes, let TVM judge the rest
-        inferred = model
-    shapes = {}
-    for vi in list(inferred.graph.value_info) + list(inferred.graph.input) + list(inferred.graph.output):
-        s = _static_shape(vi)
-        if s is not None:
-            shapes[vi.name] = s
-    consts = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
-    opsets = {o.domain or "": o.version for o in model.opset_import}
-    outputs = {o.name for o in graph.output}
-    keep, folded = [], {}
-    for node in graph.node:
-        if node.domain not in ("", "ai.onnx") or any(o in outputs for o in node.output):
-            keep.append(node)
-            continue
-        values = None
-        if node.op_type in ("Shape", "Size") and node.input[0] in shapes:
-            shape = np.array(shapes[node.input[0]], np.int64)
-            if node.op_type == "Size":
-                values = [np.array(shape.prod(), np.int64)]
-            else:
-                attrs = {a.name: a.i for a in node.attribute}  # opset 15 start/end: Python slice semantics
-                values = [shape[attrs.get("start", 0) : attrs.get("end")]]
-        elif node.op_type in _FOLDABLE and all(i == "" or i in consts for i in node.input):
-            feeds = {i: consts[i] for i in node.input if i}
-            # shape arithmetic: integers, or a few floats (torch's Cast -> Div -> Floor of a channel count)
-            if all(a.dtype.kind in "iub" for a in feeds.values()) or sum(a.size for a in feeds.values()) <= _SMALL:
-                try:
-                    values = ReferenceEvaluator(node, opsets=opsets).run(None, feeds)
-                except Exception:  # an op or version onnx's reference cannot run: TVM's importer gets it as is
-                    values = None
-                if values is not None and node.op_type != "Constant" and any(_is_data(np.asarray(v)) for v in values):
-                    values = None  # e.g. ConstantOfShape of a float tensor: left to TVM's FoldConstant
-        if values is None:
-            keep.append(node)
-            continue
-        for name, value in zip(node.output, values):
-            consts[name] = folded[name] = np.asarray(value)
-    if not folded:
-        return False
-    del graph.node[:]
-    graph.node.extend(keep)
-    graph.initializer.extend(numpy_helper.from_array(v, k) for k, v in folded.items())
-    return True
+    exported = model
+    for _ in range(len(model.graph.node) + 1):  # each round folds what the last one's shapes made constant
+        before = len(model.graph.node)
+        try:
+            model = onnx.shape_inference.infer_shapes(model, data_prop=True)
+        except Exception:  # onnx cannot infer this graph: fold what needs no shapes, let TVM judge the rest
+            pass
+        model = onnxslim.slim(model, no_shape_infer=True, skip_optimizations=list(_SLIM_SKIPPED), size_threshold=FOLDED_BYTES)
+        if len(model.graph.node) == before:
+            break
+    return _in_exported_order(model, exported)
+
+
+def _in_exported_order(model, exported):
+    """``model`` with its nodes in ``exported``'s order (onnxslim sorts them topologically its own
+    way, which would reorder independent branches: TVM's importer would write another but equal
+    module, and our plans would list their kernels in another order)."""
+    position = {out: i for i, node in enumerate(exported.graph.node) for out in node.output}
+    nodes = sorted(model.graph.node, key=lambda n: min((position.get(o, len(position)) for o in n.output), default=len(position)))
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    return model
 
 
 def make_static(model, shapes: dict[str, tuple[int, ...]]):
@@ -160,11 +130,6 @@ def make_static(model, shapes: dict[str, tuple[int, ...]]):
         for d, value in zip(dims, shapes[info.name]):
             d.Clear()
             d.dim_value = value
-    if not any(n.op_type in ("Shape", "Size") for n in model.graph.node):
-        return model  # shape arithmetic starts at Shape/Size: nothing to fold (and inference costs ~1 s on ResNet-50)
     if model.ir_version < 4:  # below IR 4 every initializer must also be a graph input
         model.ir_version = 4
-    for _ in range(len(model.graph.node)):
-        if not _fold_once(model):
-            break
-    return model
+    return fold_constants(model)

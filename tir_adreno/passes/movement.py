@@ -86,6 +86,17 @@ def _store_of(prim):
     return stmt
 
 
+def _tiles(index, size: int, out_size: int) -> bool:
+    """Whether topi's ``tile`` reads input axis ``size`` at ``index``: ``v % size``, or ``0`` where it
+    repeats an axis of 1 (the modulo simplified away: gcvit's ``Unsqueeze -> Tile`` of its global
+    query over the windows), or anything on an axis it does not repeat."""
+    if size == out_size:
+        return True
+    if isinstance(index, tirx.FloorMod):
+        return int(index.b) == size
+    return size == 1 and isinstance(index, tirx.IntImm) and int(index.value) == 0
+
+
 def _te_steps(rw: Rewriter, node: Node, before, after):
     """ONNX ``Pad`` (constant) and ``Tile``, which TVM's importer writes as ``call_tir`` of topi's
     ``pad``/``tile``: (steps, pad value or None) read off the PrimFunc's one store (pad: ``x[v -
@@ -97,8 +108,7 @@ def _te_steps(rw: Rewriter, node: Node, before, after):
         return None
     value = store.value
     if name == "tile":
-        ok = isinstance(value, tvm.ir.expr.TensorLoad) and all(
-            isinstance(i, tirx.FloorMod) and int(i.b) == d or d == a for i, d, a in zip(value.indices, before, after))
+        ok = isinstance(value, tvm.ir.expr.TensorLoad) and all(_tiles(i, d, a) for i, d, a in zip(value.indices, before, after))
         return ([gather.Tile(before)], None) if ok else None
     if not (isinstance(value, tvm.ir.expr.Call) and str(value.op.name).endswith("if_then_else") and isinstance(value.args[1], tvm.ir.expr.TensorLoad)
             and isinstance(value.args[2], tirx.FloatImm)):

@@ -83,29 +83,55 @@ def _emit_pooled(rw: Rewriter, node: Node, make, out5, scope: str, nchw, inputs:
     return out
 
 
+#: The NCHW axes each axis of tokens ``[N, L, C]`` stands for (L: the map's H and W flattened).
+_MAP_AXES = {"N": (0,), "C": (1,), "L": (2, 3)}
+
+
 @rule("relax.mean", "relax.sum", "relax.max", "relax.min")
 def reduction(rw: Rewriter, node: Node):
     x = rw.activation(node.args[0])
     out_shape = static_shape(node.var)
     if x is None or x.layout != "NCHW" or node.attrs.axis is None or out_shape is None:
-        return None
+        return _view_reduction(rw, node)
     axes = tuple(sorted(int(a) % 4 for a in node.attrs.axis))
     keepdims = bool(node.attrs.keepdims)
     if 0 in axes or (not keepdims and axes != (2, 3)):
         return None  # plain-layout results are left to upstream; [N, C] (a global pool) is "NC"
+    return _emit_reduce(rw, node, x, axes, out_shape if keepdims else (*out_shape, 1, 1), "NCHW")
+
+
+def _view_reduction(rw: Rewriter, node: Node):
+    """A reduction, dims kept, of a blocked map seen as tokens ``[N, L, C]`` (a Linear on the map's
+    tokens ran as a 1x1 conv): the same NCHW4c reduction on the map, its result seen as tokens
+    (SwiftFormer's sum over the channels: ``[N, L, 1]``; over the tokens: ``[N, 1, C]``); else None.
+    (A map seen as ``[N, C, L]`` reaches the row rules: the importer's Reshape makes it plain.)"""
+    x = rw.values.get(node.args[0]) if isinstance(node.args[0], relax.Var) else None
+    if x is None or not x.blocked or x.layout != "NLC" or node.attrs.axis is None or not bool(node.attrs.keepdims):
+        return None
+    axes = tuple(sorted({m for a in node.attrs.axis for m in _MAP_AXES["NLC"[int(a) % 3]]}))
+    if 0 in axes:
+        return None
+    out_nchw = tuple(1 if i in axes else d for i, d in enumerate(x.nchw))
+    return _emit_reduce(rw, node, x, axes, out_nchw, "NHWC")  # defined at rank 3: tokens NLC
+
+
+def _emit_reduce(rw: Rewriter, node: Node, x, axes, out_nchw, layout: str):
+    """One ``reduce`` kernel over NCHW ``axes`` of map ``x`` (dims kept), defining ``node``'s value as
+    the map ``out_nchw`` seen in ``layout``."""
     in5 = x.shape5
     shape5, _ = reduce.reduce_output(in5, x.channels, axes, keepdims=True)
     scope = rw.scope_for(in5, shape5)
     op = node.op.split(".")[-1]
     info = node_info(node, axis=axes, keepdims=True)
     threshold = pool_strategy.group_threshold(rw.profile)
-    if op == "mean" and axes == (2, 3) and keepdims:  # a global average pool: a pool's anchor
-        return _emit_pooled(rw, node, lambda channels=None, **fused: kernel(reduce.reduce, in5, x.channels, op, axes, True, scope=scope,
-                                                                            group_threshold=threshold, **fused), shape5, scope, out_shape,
-                            [rw.blocked(x, scope)], info)
-    func = kernel(reduce.reduce, in5, x.channels, op, axes, True, scope=scope, group_threshold=threshold)
-    out = rw.emit_kernel(func, [rw.blocked(x, scope)], shape5, op_info=info)
-    rw.define(node.var, out, scope, out_shape if keepdims else (*out_shape, 1, 1))
+
+    def make(channels=None, **fused):
+        return kernel(reduce.reduce, in5, x.channels, op, axes, True, scope=scope, group_threshold=threshold, **fused)
+
+    if op == "mean" and axes == (2, 3) and layout == "NCHW" and bool(node.attrs.keepdims):  # a global average pool: a pool's anchor
+        return _emit_pooled(rw, node, make, shape5, scope, out_nchw, [rw.blocked(x, scope)], info)
+    out = rw.emit_kernel(make(), [rw.blocked(x, scope)], shape5, op_info=info)
+    rw.define(node.var, out, scope, out_nchw, layout)
     return out
 
 
