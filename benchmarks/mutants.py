@@ -289,10 +289,35 @@ MUTANTS = (
         ("tests/kernels/test_plain_elementwise.py",),
     ),
     Mutant(
+        "chain_walk_keeps_refused_leaves",
+        "the elementwise-chain walk keeps the leaves a refused step recorded (a per-channel row its epilogue never reads)",
+        (("        leaves.restore(state)\n", "        pass\n"),),
+        ("tests/passes/test_epilogue_chain.py::test_a_refused_step_records_no_leaf",),
+    ),
+    Mutant(
         "layout_plan_ignores_readers",
         "the layout planner charges running plain one transform for the result whatever its readers want",
         (("cost_plain = blocked_now + (BLOCKED in wants)", "cost_plain = blocked_now + 1"),),
         ("tests/passes/test_layout_plan.py",),
+    ),
+    Mutant(
+        "split_plan_ignores_parts",
+        "the layout planner never charges a blocked split for the parts its readers want plain",
+        (("cost_blocked = sum(PLAIN in w for w in wants) + plain_now", "cost_blocked = plain_now"),),
+        ("tests/passes/test_layout_plan_split.py::test_cascaded_attention_has_no_layout_kernel",),
+    ),
+    Mutant(
+        "split_plan_map_readers_plain",
+        "the layout planner takes a softmax or a reduction over a split's 4-d part as a plain reader",
+        (("return {BLOCKED} if len(static_shape(var) or ()) == 4 else self._reader_wants(user)", "return self._reader_wants(user)"),),
+        ("tests/passes/test_mobilevit.py::test_mobilevit_attention_without_relu_keeps_the_broadcast_kernels",),
+    ),
+    Mutant(
+        "input_norm_shift_dropped",
+        "a batch norm folded into the Linear that reads it loses its shift",
+        (("return matmul.var, node.args[0], None, scale[:, None] * w, shift @ w",
+          "return matmul.var, node.args[0], None, scale[:, None] * w, 0 * (shift @ w)"),),
+        ("tests/passes/test_layout_plan_split.py::test_cascaded_attention_has_no_layout_kernel",),
     ),
     Mutant(
         "gather_permute_inverted", "the gather reads a transpose through the inverse permutation",

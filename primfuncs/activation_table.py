@@ -9,8 +9,8 @@ parametrized or not, is one entry of :data:`TABLE`.
 
 An ops namespace has ``const(v)`` (a constant of the arithmetic's type), ``clip(x, lo, hi)``
 (``np.clip`` with constant bounds, None for no bound; NaN stays NaN), ``select(cond, a, b)``,
-``exp``, ``erf`` (and for ``primfuncs.epilogue_expr``: ``abs``, ``sqrt``, ``tanh``, ``maximum``,
-``minimum``, ``power``); ``+ - * /``, unary ``-`` and ``<`` are the values' own operators.
+``exp``, ``erf`` (and for ``primfuncs.epilogue_expr``: ``abs``, ``sqrt``, ``log``, ``tanh``,
+``maximum``, ``minimum``, ``power``); ``+ - * /``, unary ``-`` and ``<`` are the values' own operators.
 
 This module imports nothing of the project and no TVM (the layer contracts let
 ``tir_adreno.reference`` read it although it lives among the kernels: it is their definition).
@@ -70,6 +70,10 @@ def _gelu_tanh(o, x):
     return x / (o.const(1) + o.exp(-u))
 
 
+def _bound(o, v):
+    return None if v is None else o.const(v)  # clip's None: no bound (np.clip's)
+
+
 def _leaky_relu(o, x, alpha):
     return o.select(x < o.const(0), x * o.const(alpha), x)  # NaN: the comparison is false, x stays
 
@@ -80,7 +84,7 @@ def _leaky_relu(o, x, alpha):
 TABLE = {a.name: a for a in (
     Activation("relu", lambda o, x: o.clip(x, o.const(0), None), sampled=True),
     Activation("relu6", lambda o, x: o.clip(x, o.const(0), o.const(6)), sampled=True),
-    Activation("clip", lambda o, x, lo, hi: o.clip(x, o.const(lo), o.const(hi)), {"lo": 0.0, "hi": 6.0}),
+    Activation("clip", lambda o, x, lo, hi: o.clip(x, _bound(o, lo), _bound(o, hi)), {"lo": 0.0, "hi": 6.0}),
     Activation("sigmoid", _sigmoid, sampled=True),
     Activation("silu", lambda o, x: x * _sigmoid(o, x), gate="sigmoid"),
     Activation("hardsigmoid", _hardsigmoid, {"alpha": 1.0 / 6.0, "beta": 0.5}, sampled=True),
@@ -118,6 +122,7 @@ class NumpyOps:
     # the expression epilogue's other ops (primfuncs.epilogue_expr)
     abs = staticmethod(np.abs)
     sqrt = staticmethod(np.sqrt)
+    log = staticmethod(np.log)
     tanh = staticmethod(np.tanh)
     maximum = staticmethod(np.maximum)
     minimum = staticmethod(np.minimum)

@@ -19,11 +19,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tvm import tirx
 from tvm.script import tirx as T
 
 from ._common import clamp, load_pixel, maximum, minimum
 from .activation_table import NAMES, activation as _table_entry
-from .epilogue_expr import MAX_OPERANDS, channel_count, evaluate, operand_kinds
+from .epilogue_expr import LANE_LEAVES, MAX_OPERANDS, channel_count, check_leaves, evaluate, operand_kinds
 
 #: Supported activations (:data:`primfuncs.activation_table.NAMES`: each defined once there, for the
 #: kernels, the float64 reference and the recognizer). ``"clip"`` clamps to the :class:`Epilogue`'s
@@ -66,6 +67,8 @@ class Epilogue:
             raise ValueError(f"out_layout must be one of {OUT_LAYOUTS}, got {self.out_layout!r}")
         if not self.clip_min <= self.clip_max:
             raise ValueError(f"clip needs clip_min <= clip_max, got {self.clip_min} > {self.clip_max}")
+        if self.expr is not None:
+            check_leaves(self.expr, LANE_LEAVES)
         if len(self.extra_kinds) > MAX_OPERANDS:
             raise ValueError(f"an epilogue reads at most {MAX_OPERANDS} other activations (the residual and the "
                              f"expression's operands), got {len(self.extra_kinds)}")
@@ -148,12 +151,29 @@ class TirOps:
     select = staticmethod(T.Select)
     exp = staticmethod(T.exp)
     erf = staticmethod(T.erf)
-    abs = staticmethod(T.abs)
+    abs = staticmethod(T.fabs)
     sqrt = staticmethod(T.sqrt)
-    tanh = staticmethod(T.tanh)
-    power = staticmethod(T.pow)
+    log = staticmethod(T.log)
     maximum = staticmethod(maximum)  # NaN-safe, as NumPy
     minimum = staticmethod(minimum)
+
+    def tanh(self, x):
+        # 1 - 2 / (exp(2x) + 1): exact at +-inf and NaN-preserving (TVM's OpenCL tanh is approximate)
+        return self.const(1) - self.const(2) / (T.exp(x * self.const(2)) + self.const(1))
+
+    def power(self, a, b):
+        """``a ** b``; a constant exponent of 1, 2, 3 or -1 as multiplications or a division (not 0.5
+        as sqrt: ``pow(-inf, 0.5)`` is inf, ``sqrt(-inf)`` NaN)."""
+        exponent = float(b.value) if isinstance(b, tirx.FloatImm) else None
+        if exponent == 1.0:
+            return a
+        if exponent == 2.0:
+            return a * a
+        if exponent == 3.0:
+            return a * a * a
+        if exponent == -1.0:
+            return self.const(1) / a
+        return T.pow(a, b)
 
 
 def activate(x, activation, dtype, clip_min: float = 0.0, clip_max: float = 6.0, params: tuple = ()):

@@ -4,17 +4,11 @@
 One factory, :func:`fused_elementwise`, computes one expression of up to :data:`MAX_INPUTS`
 tensors with NumPy broadcasting, so a chain of unary and binary ops on one tensor (HardSwish as
 the exporter writes it: ``x + 3``, ``clip``, ``/ 6``, ``* x``; a residual add then a scale) is one
-kernel. The expression is plain data (nested tuples, a stable kernel key):
-
-- ``("in", i)``: input ``i`` (its shape broadcasts to the output's by NumPy's rules: aligned at
-  the last axis, each dim 1 or the output's);
-- ``("const", v)``: a scalar constant;
-- ``(op, a, b)`` with ``op`` in :data:`BINARY` (add, subtract, multiply, divide, maximum, minimum,
-  power: NumPy's semantics, NaN kept by maximum/minimum);
-- ``(op, a)`` with ``op`` in :data:`UNARY` (sqrt, exp, log, negative, abs, reciprocal, erf, tanh);
-- ``("clip", lo, hi, a)`` (``np.clip``, None for no bound);
-- ``("act", name, params, a)``: an entry of ``primfuncs.activation_table`` with its parameters
-  (``params`` a tuple of (name, value) pairs; clip's are ``lo``, ``hi``).
+kernel. The expression is a :mod:`primfuncs.epilogue_expr` tree (the anchors' epilogue
+expressions, evaluated by the same formulas) whose leaves are :class:`~primfuncs.epilogue_expr.Input`
+``i`` (input ``i``: its shape broadcasts to the output's by NumPy's rules, aligned at the last axis,
+each dim 1 or the output's) and scalar :class:`~primfuncs.epilogue_expr.Const` s; its ops have
+NumPy's semantics (NaN kept by maximum, minimum and clip; a clip bound None is no bound).
 
 One work item owns ``v`` adjacent outputs along the last axis: ``v = 4`` when the last axis is
 a multiple of 4 (every load along it, and the store, one vector access), else 1.
@@ -24,12 +18,11 @@ from __future__ import annotations
 
 import math
 
-from tvm import tirx
 from tvm.script import tirx as T
 
-from ._common import ceildiv, check_dtype, clamp, maximum, minimum, select_params
-from .activation_table import TABLE
-from .epilogue import activate
+from . import epilogue_expr as ex
+from ._common import ceildiv, check_dtype, select_params
+from .epilogue import TirOps
 
 #: The most tensor inputs one kernel reads (a longer chain is split by the rule).
 MAX_INPUTS = 4
@@ -37,97 +30,14 @@ MAX_INPUTS = 4
 THREADS = 64
 
 
-def _power(a, b, dtype):
-    """``a ** b``; a constant exponent of 1, 2, 3 or -1 as multiplications or a division (not 0.5 as
-    sqrt: ``pow(-inf, 0.5)`` is inf, ``sqrt(-inf)`` NaN)."""
-    exponent = float(b.value) if isinstance(b, tirx.FloatImm) else None
-    if exponent == 1.0:
-        return a
-    if exponent == 2.0:
-        return a * a
-    if exponent == 3.0:
-        return a * a * a
-    if exponent == -1.0:
-        return T.FloatImm(dtype, 1.0) / a
-    return T.pow(a, b)
-
-
-def _tanh(x, dtype):
-    # 1 - 2 / (exp(2x) + 1): exact at +-inf and NaN-preserving (TVM's OpenCL tanh is approximate)
-    one = T.FloatImm(dtype, 1.0)
-    return one - T.FloatImm(dtype, 2.0) / (T.exp(x * T.FloatImm(dtype, 2.0)) + one)
-
-
-BINARY = {
-    "add": lambda a, b, d: a + b,
-    "subtract": lambda a, b, d: a - b,
-    "multiply": lambda a, b, d: a * b,
-    "divide": lambda a, b, d: a / b,  # IEEE: x / 0 is +-inf, 0 / 0 NaN, as in NumPy
-    "maximum": lambda a, b, d: maximum(a, b),
-    "minimum": lambda a, b, d: minimum(a, b),
-    "power": _power,
-}
-UNARY = {
-    "sqrt": lambda x, d: T.sqrt(x),
-    "exp": lambda x, d: T.exp(x),
-    "log": lambda x, d: T.log(x),
-    "negative": lambda x, d: -x,
-    "abs": lambda x, d: T.fabs(x),
-    "reciprocal": lambda x, d: T.FloatImm(d, 1.0) / x,
-    "erf": lambda x, d: T.erf(x),
-    "tanh": _tanh,
-}
-
-
-def check_expr(expr, inputs: int) -> set:
-    """ValueError naming the first malformed part of ``expr``; the input indices it reads."""
-    if not isinstance(expr, tuple) or not expr:
-        raise ValueError(f"expression must be a non-empty tuple, got {expr!r}")
-    op, *rest = expr
-    if op == "in":
-        if len(rest) != 1 or not isinstance(rest[0], int) or not 0 <= rest[0] < inputs:
-            raise ValueError(f"('in', i) needs 0 <= i < {inputs}, got {expr!r}")
-        return {rest[0]}
-    if op == "const":
-        if len(rest) != 1 or not isinstance(rest[0], (int, float)):
-            raise ValueError(f"('const', v) needs a number, got {expr!r}")
-        return set()
-    if op in BINARY and len(rest) == 2:
-        return check_expr(rest[0], inputs) | check_expr(rest[1], inputs)
-    if op in UNARY and len(rest) == 1:
-        return check_expr(rest[0], inputs)
-    if op == "clip" and len(rest) == 3:
-        lo, hi = rest[0], rest[1]
-        if lo is not None and hi is not None and not lo <= hi:
-            raise ValueError(f"clip needs lo <= hi, got {expr!r}")
-        return check_expr(rest[2], inputs)
-    if op == "act" and len(rest) == 3:
-        name, params = rest[0], rest[1]
-        if name not in TABLE:
-            raise ValueError(f"unknown activation {name!r}; expected one of {sorted(TABLE)}")
-        TABLE[name].check_params(dict(params))
-        return check_expr(rest[2], inputs)
-    raise ValueError(f"unknown or malformed expression node {expr!r}")
-
-
-def _evaluate(expr, loads, dtype):
-    """The TIR expression of ``expr``, ``loads[i]`` the value of input ``i``."""
-    op, *rest = expr
-    if op == "in":
-        return loads[rest[0]]
-    if op == "const":
-        return T.FloatImm(dtype, float(rest[0]))
-    if op in BINARY:
-        return BINARY[op](_evaluate(rest[0], loads, dtype), _evaluate(rest[1], loads, dtype), dtype)
-    if op in UNARY:
-        return UNARY[op](_evaluate(rest[0], loads, dtype), dtype)
-    if op == "clip":
-        lo, hi, x = rest
-        return clamp(_evaluate(x, loads, dtype), *(None if b is None else T.FloatImm(dtype, float(b)) for b in (lo, hi)))
-    name, params, x = rest
-    params = dict(params)
-    bounds = {"clip_min": params.pop("lo", 0.0), "clip_max": params.pop("hi", 6.0)} if name == "clip" else {}
-    return activate(_evaluate(x, loads, dtype), name, dtype, params=tuple(params.items()), **bounds)
+def check_expr(expr, inputs: int) -> None:
+    """ValueError naming what is wrong with ``expr`` as the body of a kernel of ``inputs`` inputs:
+    a leaf other than inputs and constants, or not reading exactly inputs ``0..inputs-1``."""
+    ex.check_leaves(expr, ex.PLAIN_LEAVES)
+    read = ex.inputs_read(expr)
+    if read != set(range(inputs)):
+        raise ValueError(f"expression {ex.describe(expr)} must read every one of its {inputs} inputs "
+                         f"(and no other), it reads {sorted(read)}")
 
 
 def _check_shapes(out_shape, input_shapes):
@@ -147,8 +57,7 @@ def fused_elementwise(out_shape, input_shapes, expr, dtype: str = "float32"):
     """``Y = expr(inputs)`` on plain buffers, inputs broadcast to ``out_shape`` (module docstring)."""
     out_shape, shapes = _check_shapes(out_shape, input_shapes)
     check_dtype(dtype)
-    if check_expr(expr, len(shapes)) != set(range(len(shapes))):
-        raise ValueError(f"expression {expr!r} must read every one of its {len(shapes)} inputs")
+    check_expr(expr, len(shapes))
     rank, last = len(out_shape), out_shape[-1]
     v = 4 if last % 4 == 0 else 1
     items = math.prod(out_shape[:-1]) * (last // v)
@@ -194,6 +103,6 @@ def fused_elementwise(out_shape, input_shapes, expr, dtype: str = "float32"):
                     if n_in > 3:
                         load(X, 3, A3, vi)
                     for lane in T.vectorized(v):
-                        Y[index(out_shape, vi, lane)] = _evaluate(expr, [X[k, lane] for k in range(n_in)], dtype)
+                        Y[index(out_shape, vi, lane)] = ex.evaluate(expr, TirOps(dtype), inputs=[X[k, lane] for k in range(n_in)])
 
     return select_params(func, [f"A{i}" for i in range(len(shapes))] + ["Y"])

@@ -103,10 +103,13 @@ def test_dense_conv_plain_io_matches_numpy(device, scope, case, in_layout, out_l
 
 
 @pytest.mark.parametrize("scope", [TEXTURE, BUFFER])
-@given(case=conv_cases(depthwise=True), in_layout=st.sampled_from(IN_LAYOUTS), out_layout=st.sampled_from(OUT_LAYOUTS), seed=SEEDS)
+@given(case=conv_cases(depthwise=True), in_layout=st.sampled_from((*IN_LAYOUTS, "NCHW")), out_layout=st.sampled_from(OUT_LAYOUTS),
+       seed=SEEDS)
 @example(case=conv_case((1, 7, 6, 5), (7, 1, 3, 3), groups=7), in_layout="NHWC", out_layout="NHWC", seed=0)
+@example(case=conv_case((3, 7, 7, 6), (7, 1, 5, 5), padding=(2, 2, 2, 2), groups=7), in_layout="NCHW", out_layout="NCHW", seed=1)
 def test_depthwise_conv_plain_io_matches_numpy(device, scope, case, in_layout, out_layout, seed):
-    """Depthwise convs (any multiplier; the window in registers too) reading tokens and writing them."""
+    """Depthwise convs (any multiplier; the window in registers too) reading tokens or a plain NCHW
+    map (a query split off a plain map: EfficientViT) and writing them."""
     with sanitized(seed):
         got, ref, _ = run_plain_io(device, case, "depthwise", scope, in_layout, out_layout, np.random.default_rng(seed))
     assert_close(got, ref, RTOL)

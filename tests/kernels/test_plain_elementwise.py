@@ -11,51 +11,55 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from helpers.numeric import run_kernel
+from primfuncs import epilogue_expr as ex
 from primfuncs import plain_elementwise as pe
 from primfuncs.activation_table import TABLE, numpy_activation
 from tir_adreno.codegen import build
 
 #: float64 NumPy of each op (NaN and Inf as NumPy has them).
 NUMPY_BINARY = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": np.divide,
-                "maximum": np.maximum, "minimum": np.minimum, "power": np.power}
-NUMPY_UNARY = {"sqrt": np.sqrt, "exp": np.exp, "log": np.log, "negative": np.negative, "abs": np.abs,
+                "maximum": np.maximum, "minimum": np.minimum, "pow": np.power}
+NUMPY_UNARY = {"sqrt": np.sqrt, "exp": np.exp, "log": np.log, "neg": np.negative, "abs": np.abs,
                "reciprocal": lambda x: 1.0 / x, "erf": np.vectorize(math.erf, otypes=[np.float64]), "tanh": np.tanh}
 #: Parameters drawn for the parametrized activations.
 ACT_PARAMS = {"clip": (("lo", -0.5), ("hi", 2.0)), "leaky_relu": (("alpha", 0.2),), "hardsigmoid": (("alpha", 0.25), ("beta", 0.4))}
 
 
 def reference(expr, xs):
-    op, *rest = expr
-    if op == "in":
-        return xs[rest[0]]
-    if op == "const":
-        return np.float64(rest[0])
-    if op in NUMPY_BINARY:
-        return NUMPY_BINARY[op](reference(rest[0], xs), reference(rest[1], xs))
-    if op in NUMPY_UNARY:
-        return NUMPY_UNARY[op](reference(rest[0], xs))
-    if op == "clip":
-        y = reference(rest[2], xs)
-        y = y if rest[0] is None else np.maximum(y, rest[0])
-        return y if rest[1] is None else np.minimum(y, rest[1])
-    name, params, x = rest
-    return numpy_activation(reference(x, xs), name, **dict(params))
+    if isinstance(expr, ex.Input):
+        return xs[expr.index]
+    if isinstance(expr, ex.Const):
+        return np.float64(expr.value)
+    if isinstance(expr, ex.Binary):
+        return NUMPY_BINARY[expr.op](reference(expr.a, xs), reference(expr.b, xs))
+    if expr.op in NUMPY_UNARY:
+        return NUMPY_UNARY[expr.op](reference(expr.arg, xs))
+    params = dict(expr.params)
+    if expr.op == "clip":
+        y = reference(expr.arg, xs)
+        y = y if params["lo"] is None else np.maximum(y, params["lo"])
+        return y if params["hi"] is None else np.minimum(y, params["hi"])
+    return numpy_activation(reference(expr.arg, xs), expr.op, **params)
+
+
+def clip(lo, hi, x):
+    return ex.Unary("clip", x, (("lo", lo), ("hi", hi)))
 
 
 def exprs(inputs: int):
     """Random expressions reading inputs ``0..inputs-1`` (each at least once: the leaves cycle)."""
-    leaf = st.one_of(st.builds(lambda i: ("in", i), st.integers(0, inputs - 1)),
-                     st.builds(lambda v: ("const", v), st.sampled_from([2.0, 3.0, 0.5, -1.0, 1.5, 6.0])))
+    leaf = st.one_of(st.builds(ex.Input, st.integers(0, inputs - 1)),
+                     st.builds(ex.Const, st.sampled_from([2.0, 3.0, 0.5, -1.0, 1.5, 6.0])))
     acts = st.sampled_from(sorted(TABLE)).map(lambda n: (n, ACT_PARAMS.get(n, ())))
 
     def extend(child):
-        return st.one_of(st.tuples(st.sampled_from(sorted(NUMPY_BINARY)), child, child),
-                         st.tuples(st.sampled_from(sorted(NUMPY_UNARY)), child),
-                         st.tuples(st.just("clip"), st.sampled_from([None, -1.0]), st.sampled_from([None, 1.0]), child),
-                         acts.flatmap(lambda a: st.tuples(st.just("act"), st.just(a[0]), st.just(a[1]), child)))
+        return st.one_of(st.builds(ex.Binary, st.sampled_from(sorted(NUMPY_BINARY)), child, child),
+                         st.builds(ex.Unary, st.sampled_from(sorted(NUMPY_UNARY)), child),
+                         st.builds(clip, st.sampled_from([None, -1.0]), st.sampled_from([None, 1.0]), child),
+                         acts.flatmap(lambda a: st.builds(ex.Unary, st.just(a[0]), child, st.just(a[1]))))
 
     def reads_all(e):
-        return pe.check_expr(e, inputs) == set(range(inputs))
+        return ex.inputs_read(e) == set(range(inputs))
 
     tree = st.recursive(leaf, extend, max_leaves=6)
     return tree.map(lambda e: e if reads_all(e) else _with_inputs(e, inputs)).filter(reads_all)
@@ -63,7 +67,7 @@ def exprs(inputs: int):
 
 def _with_inputs(e, inputs):
     for i in range(inputs):
-        e = ("add", e, ("in", i))
+        e = ex.Binary("add", e, ex.Input(i))
     return e
 
 
@@ -93,9 +97,9 @@ def _inputs(rng, shapes, specials):
 
 @settings(deadline=None, max_examples=25)
 @given(case=cases(), seed=st.integers(0, 2**32 - 1), specials=st.booleans(), half=st.booleans())
-@example(case=((2, 7, 16), ((2, 7, 16),), ("multiply", ("in", 0), ("divide", ("clip", 0.0, 6.0, ("add", ("in", 0), ("const", 3.0))), ("const", 6.0)))),
+@example(case=((2, 7, 16), ((2, 7, 16),), ex.Binary("multiply", ex.Input(0), ex.Binary("divide", clip(0.0, 6.0, ex.Binary("add", ex.Input(0), ex.Const(3.0))), ex.Const(6.0)))),
          seed=1, specials=True, half=False)  # LeViT's HardSwish on tokens, as exported
-@example(case=((1, 3, 5, 5), ((1, 3, 5, 5), (5, 5), (3, 1, 1)), ("add", ("multiply", ("in", 0), ("in", 1)), ("in", 2))),
+@example(case=((1, 3, 5, 5), ((1, 3, 5, 5), (5, 5), (3, 1, 1)), ex.Binary("add", ex.Binary("multiply", ex.Input(0), ex.Input(1)), ex.Input(2))),
          seed=2, specials=False, half=True)  # lower ranks broadcast over leading and last axes, scalar loads
 def test_fused_elementwise_matches_numpy(device, case, seed, specials, half):
     """Every output element equals float64 NumPy's within float32 rounding (a few ulps per op of the
@@ -125,18 +129,20 @@ def test_fused_elementwise_matches_numpy(device, case, seed, specials, half):
 
 def test_fused_elementwise_bad_arguments():
     with pytest.raises(ValueError, match="broadcast"):
-        pe.fused_elementwise((2, 3), ((2, 4),), ("in", 0))
+        pe.fused_elementwise((2, 3), ((2, 4),), ex.Input(0))
     with pytest.raises(ValueError, match="broadcast"):
-        pe.fused_elementwise((2, 3), ((1, 2, 3),), ("in", 0))
+        pe.fused_elementwise((2, 3), ((1, 2, 3),), ex.Input(0))
     with pytest.raises(ValueError, match="inputs"):
-        pe.fused_elementwise((2, 3), ((2, 3),) * 5, ("in", 0))
+        pe.fused_elementwise((2, 3), ((2, 3),) * 5, ex.Input(0))
     with pytest.raises(ValueError, match="every one"):
-        pe.fused_elementwise((2, 3), ((2, 3), (2, 3)), ("exp", ("in", 0)))
+        pe.fused_elementwise((2, 3), ((2, 3), (2, 3)), ex.Unary("exp", ex.Input(0)))
     with pytest.raises(ValueError, match="unknown activation"):
-        pe.fused_elementwise((2, 3), ((2, 3),), ("act", "swoosh", (), ("in", 0)))
+        pe.fused_elementwise((2, 3), ((2, 3),), ex.Unary("swoosh", ex.Input(0)))
     with pytest.raises(ValueError, match="malformed"):
-        pe.fused_elementwise((2, 3), ((2, 3),), ("add", ("in", 0)))
+        pe.fused_elementwise((2, 3), ((2, 3),), ex.Binary("add", ex.Input(0), ("in", 0)))
+    with pytest.raises(ValueError, match="does not read"):  # an anchor epilogue's leaf
+        pe.fused_elementwise((2, 3), ((2, 3),), ex.Binary("add", ex.Input(0), ex.X()))
     with pytest.raises(ValueError, match="lo <= hi"):
-        pe.fused_elementwise((2, 3), ((2, 3),), ("clip", 2.0, 1.0, ("in", 0)))
+        pe.fused_elementwise((2, 3), ((2, 3),), clip(2.0, 1.0, ex.Input(0)))
     with pytest.raises(TypeError, match="dtype"):
-        pe.fused_elementwise((2, 3), ((2, 3),), ("in", 0), dtype="int8")
+        pe.fused_elementwise((2, 3), ((2, 3),), ex.Input(0), dtype="int8")

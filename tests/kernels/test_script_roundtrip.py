@@ -313,7 +313,7 @@ def plain_elementwise_kernels(d, scope):
     if scope != BUFFER:  # plain buffers only
         return []
     shape = (d.draw(st.integers(1, 3)), d.draw(st.sampled_from([3, 4, 8])))
-    expr = ("act", "hardswish", (), ("add", ("in", 0), ("multiply", ("in", 1), ("const", 0.5))))
+    expr = ex.Unary("hardswish", ex.Binary("add", ex.Input(0), ex.Binary("multiply", ex.Input(1), ex.Const(0.5))))
     return [plain_elementwise.fused_elementwise(shape, (shape, (1, shape[1])), expr)]
 
 

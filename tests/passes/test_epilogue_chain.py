@@ -104,6 +104,7 @@ UNARY_STEPS = {
     "Relu": [("Relu", {})], "Sigmoid": [("Sigmoid", {})], "Tanh": [("Tanh", {})], "Neg": [("Neg", {})],
     "Abs": [("Abs", {})], "Erf": [("Erf", {})], "LeakyRelu": [("LeakyRelu", {"alpha": 0.2})],
     "Exp": [("Tanh", {}), ("Exp", {})], "Sqrt": [("Abs", {}), ("Sqrt", {})], "HardSigmoid": [("HardSigmoid", {})],
+    "Log": [("Tanh", {}), ("Exp", {}), ("Log", {})],  # of exp(tanh x): never 0
 }
 #: (ONNX Max/Min import as max/min over a stack of broadcasts, which no chain reads: not drawn; the
 #: evaluator's maximum/minimum are Relax's, e.g. a Clip the importer wrote as call_tir)
@@ -323,6 +324,39 @@ def test_a_deep_chain_with_every_leaf_kind(anchor):
     check_chain(anchor, steps, channels=6, size=5, seed=3)
 
 
+@pytest.mark.parametrize("anchor", sorted(LEAVES))
+def test_log_fuses_like_on_plain_tensors(anchor):
+    """``log`` (which the plain-tensor chains took first: one walk, ``passes.elementwise_chain``,
+    serves both) in an anchor's chain, between a scale and a per-channel add."""
+    steps = [("binary", "Mul", "scalar", False), ("unary", "Log"), ("binary", "Add", "channel", False)]
+    check_chain(anchor, steps, channels=6, size=4, seed=5)
+
+
+def test_a_refused_step_records_no_leaf():
+    """``tanh(conv) ** c[C]``: the walk reads the per-channel exponent as a leaf, then refuses
+    the step (a per-lane epilogue raises to constant powers only) and must forget that leaf, or the
+    conv's ``Bias`` would carry a row its epilogue does not read. The chain before it still fuses."""
+    from tir_adreno import compile_model
+    from tir_adreno.reference import reference_outputs, relative_error
+
+    rng = np.random.default_rng(7)
+    inits = {"w": (rng.standard_normal((8, 4, 3, 3)) / 6).astype(np.float32), "b": rng.standard_normal(8).astype(np.float32),
+             "e": rng.choice([1.0, 2.0, 3.0], (1, 8, 1, 1)).astype(np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["v"], pads=[1] * 4), helper.make_node("Tanh", ["v"], ["m"]),
+             helper.make_node("Pow", ["m", "e"], ["y"])]
+    graph = helper.make_graph(nodes, "refused", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 5, 5])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [helper.make_tensor(k, TensorProto.FLOAT, np.shape(a), np.ravel(a).tolist()) for k, a in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    feeds = {"x": rng.standard_normal((1, 4, 5, 5)).astype(np.float32)}
+    compiled = compile_model(model, progress=lambda _: None)
+    (out,) = compiled.run(feeds)
+    (ref,) = reference_outputs(model, feeds)
+    assert relative_error(out, ref) <= PATTERN_RTOL
+    convs = [r for r in compiled.profile() if r["op"].startswith("conv")]
+    assert len(convs) == 1 and len(compiled.profile()) > 1, convs  # the conv with tanh; the Pow a kernel of its own
+
+
 @pytest.mark.parametrize("anchor", TWO_OPERANDS)
 @pytest.mark.parametrize("residual", [True, False])
 def test_a_chain_reading_two_activations(anchor, residual):
@@ -386,10 +420,10 @@ CHAIN_OVERLAPS = {
 
 
 def test_every_pattern_a_chain_can_reach_is_named():
-    from tir_adreno.passes import epilogue_chain
+    from tir_adreno.passes import elementwise_chain
     from tir_adreno.passes.patterns import PATTERNS
 
-    chain_ops = {*epilogue_chain.UNARY_OPS, *epilogue_chain.BINARY_OPS, "relax.nn.leakyrelu", "relax.clip"}
+    chain_ops = set(elementwise_chain.OPS)
     assert {p.name for p in PATTERNS if set(p.ops) & chain_ops} == set(CHAIN_OVERLAPS)
 
 

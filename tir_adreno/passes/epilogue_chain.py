@@ -3,15 +3,16 @@
 After a conv's or a GEMM's tail (folded linear steps, a residual add, a named activation:
 ``conv_emit.conv_tail``, ``rules.gemm.gemm_tail``) come, in many exports, more elementwise ops
 that used to run as kernels of their own: a layer scale after the residual, ``x * 0.5``, a
-``tanh``, a second add. :func:`match_chain` walks them while each is the only reader of the value
-before it and keeps the anchor's shape, and builds a :mod:`primfuncs.epilogue_expr` tree: scalar
+``tanh``, a second add. :func:`match_chain` walks them (``passes.elementwise_chain``) while each is
+the only reader of the value before it and keeps the anchor's shape, and builds a
+:mod:`primfuncs.epilogue_expr` tree: scalar
 constants inline, per-channel constants as rows packed beside the bias, other activations (already
 computed, or graph inputs) read as the kernel's operands, in full or broadcast per channel / per
 pixel where the anchor's kernel reads those: as many as :attr:`Anchor.operands` (two for the conv's
 direct kernel and the GEMM, one for the others; one less after a residual add). A step that would
 need one more ends the chain before it. Every node it takes is marked fused.
 A pool (max/avg pool2d, adaptive and global average pooling) anchors a chain the same way
-(:func:`pool_chain`: the pooled map is an NCHW anchor of its channel count, one operand).
+(:func:`pool_chain`: the pooled map is an NCHW anchor of its channel count).
 """
 
 from __future__ import annotations
@@ -24,19 +25,12 @@ from tvm import relax
 from primfuncs import epilogue_expr as ex
 from primfuncs.epilogue import Epilogue
 
-from tir_adreno.passes.activations import clip_fields, fuse_activation
+from tir_adreno.passes.activations import clip_fields
 from tir_adreno.passes.affine import channel_vector
+from tir_adreno.passes.elementwise_chain import walk
 from tir_adreno.passes.graph import Node, const, dtype, same, static_shape
 
 OPERAND_KINDS = ex.OPERAND_KINDS
-
-#: Relax unary ops and their expression op (the activations' names are the table's).
-UNARY_OPS = {"relax.negative": "neg", "relax.abs": "abs", "relax.exp": "exp", "relax.sqrt": "sqrt", "relax.tanh": "tanh",
-             "relax.erf": "erf", "relax.sigmoid": "sigmoid", "relax.nn.relu": "relu", "relax.nn.silu": "silu",
-             "relax.nn.gelu": "gelu", "relax.nn.gelu_tanh": "gelu_tanh"}
-#: Relax binary ops and their expression op.
-BINARY_OPS = {"relax.add": "add", "relax.subtract": "subtract", "relax.multiply": "multiply", "relax.divide": "divide",
-              "relax.maximum": "maximum", "relax.minimum": "minimum", "relax.power": "pow"}
 
 
 @dataclass
@@ -78,22 +72,6 @@ class Anchor:
         else:
             kind = None
         return kind if kind in self.operand_kinds else None
-
-
-def _unary(node: Node, var):
-    """``node`` as a unary expression op on ``var``: (op, params), else None."""
-    if not node.args or not same(node.args[0], var):
-        return None
-    if node.op in UNARY_OPS:
-        return UNARY_OPS[node.op], ()
-    if node.op == "relax.nn.leakyrelu":
-        return "leaky_relu", (("alpha", float(node.attrs.alpha)),)
-    if node.op == "relax.clip":
-        try:
-            return "clip", (("lo", float(node.args[1].value)), ("hi", float(node.args[2].value)))
-        except AttributeError:
-            return None
-    return None
 
 
 def _constant_operand(anchor: Anchor, chain: Chain, data: np.ndarray, out_shape):
@@ -138,41 +116,24 @@ def _leaf(rw, anchor: Anchor, chain: Chain, other, out_shape):
     return ex.Operand(kind, len(chain.operands) - 1)
 
 
-def _binary(rw, anchor: Anchor, chain: Chain, node: Node, var, expr, out_shape):
-    """``node`` as a binary op of ``expr`` (the value ``var``) and a leaf, else None."""
-    if len(node.args) != 2 or all(same(a, var) for a in node.args):
-        return None
-    first = same(node.args[0], var)
-    operands, channels = len(chain.operands), len(chain.channels)
-    leaf = _leaf(rw, anchor, chain, node.args[1] if first else node.args[0], out_shape)
-    op = BINARY_OPS[node.op]
-    if leaf is None or (op == "pow" and not (first and isinstance(leaf, ex.Const))):
-        chain.operands[operands:], chain.channels[channels:] = [], []  # nothing recorded for a refused step
-        return None
-    return ex.Binary(op, expr, leaf) if first else ex.Binary(op, leaf, expr)
+class _Leaves:
+    """The walk's leaf policy (``elementwise_chain.Leaves``) of ``anchor``'s kernel, recording on ``chain``."""
 
+    def __init__(self, rw, anchor: Anchor, chain: Chain, out_shape):
+        self.rw, self.anchor, self.chain, self.out_shape = rw, anchor, chain, out_shape
 
-def _step(rw, anchor: Anchor, chain: Chain, out_shape):
-    """The chain one node (or one named activation) further: True when it grew."""
-    g, var = rw.graph, chain.last.var
-    fused = fuse_activation(g, var)
-    if fused is not None:
-        name, bounds, last = fused
-        params = () if bounds is None else (("lo", float(bounds[0])), ("hi", float(bounds[1])))
-        chain.expr, chain.last = ex.Unary(name, chain.expr, params), last
-        return True
-    user = g.sole_user(var)
-    if user is None or static_shape(user.var) != out_shape or dtype(user.var) != "float32":
-        return False
-    unary = _unary(user, var)
-    expr = ex.Unary(unary[0], chain.expr, unary[1]) if unary is not None else None
-    if expr is None and user.op in BINARY_OPS:
-        expr = _binary(rw, anchor, chain, user, var, chain.expr, out_shape)
-    if expr is None:
-        return False
-    user.fused = True
-    chain.expr, chain.last = expr, user
-    return True
+    def follows(self, node: Node) -> bool:
+        return static_shape(node.var) == self.out_shape and dtype(node.var) == "float32"
+
+    def leaf(self, arg):
+        return _leaf(self.rw, self.anchor, self.chain, arg, self.out_shape)
+
+    def save(self):
+        return len(self.chain.operands), len(self.chain.channels)
+
+    def restore(self, state) -> None:
+        operands, channels = state
+        self.chain.operands[operands:], self.chain.channels[channels:] = [], []  # nothing recorded for a refused step
 
 
 def match_chain(rw, last: Node, anchor: Anchor) -> Chain | None:
@@ -182,9 +143,10 @@ def match_chain(rw, last: Node, anchor: Anchor) -> Chain | None:
     if out_shape is None:
         return None
     chain = Chain(ex.X(), last)
-    while _step(rw, anchor, chain, out_shape):
-        pass
-    return None if chain.last is last else chain
+    chain.expr, chain.last, nodes = walk(rw.graph, chain.expr, last, _Leaves(rw, anchor, chain, out_shape))
+    for m in nodes:
+        m.fused = True
+    return chain if nodes else None
 
 
 def pack_rows(bias, chain: Chain | None, pack) -> np.ndarray | None:

@@ -18,13 +18,20 @@ ops ran in before the planner, so a plan changes only where a transform disappea
 
 The blocked pixelwise rules ask :meth:`runs_plain` first and leave an op planned plain to the
 ``token_elementwise`` rule. The rewriter counts the transforms it emits (:attr:`transforms`).
+
+A channel split of a map is flexible too (``rules.layout.split`` on NCHW4c, ``rules.token_layout``'s
+gathers on the plain tensor): :meth:`split_plain` weighs it the same way, its parts' wants read
+through views (:meth:`view_wants`: a part flattened to the tokens a GEMM reads wants plain, one a
+conv or another op on a 4-d map reads wants blocked: MobileViT-v2's split stays blocked). Asked
+before the split's input exists (by the conv writing it, ``map_boundary.reads_plain``), the input
+costs nothing either way: the conv then writes it plain.
 """
 
 from __future__ import annotations
 
 from tvm import relax
 
-from tir_adreno.passes.graph import Graph, const, same
+from tir_adreno.passes.graph import Graph, const, same, split_parts, static_shape
 
 #: The pixelwise ops with a blocked kernel (rules ``elementwise``, ``binary``, ``broadcast``) and
 #: a plain one (``token_elementwise``).
@@ -34,6 +41,10 @@ FLEXIBLE = frozenset({"relax.add", "relax.subtract", "relax.multiply", "relax.di
 BLOCKED_READERS = frozenset({"relax.nn.conv2d", "relax.nn.max_pool2d", "relax.nn.avg_pool2d", "relax.nn.adaptive_avg_pool2d",
                              "relax.image.resize2d", "relax.nn.group_norm", "relax.nn.batch_norm", "relax.concat"})
 BLOCKED, PLAIN = "blocked", "plain"
+#: Ops that show a value in another shape in either layout (a blocked map's token view is an alias
+#: of its NCHW4c tensor, a plain tensor's a ``memory.view``): :meth:`LayoutPlan.view_wants` reads
+#: through them to their readers.
+VIEWS = frozenset({"relax.reshape", "relax.permute_dims"})
 
 
 class LayoutPlan:
@@ -43,6 +54,7 @@ class LayoutPlan:
     def __init__(self, graph: Graph):
         self.graph = graph
         self._wants: dict = {}
+        self._view_wants: dict = {}
         self._readers: dict = {}  # var -> the nodes reading it
         for node in graph.nodes:
             for a in node.args:
@@ -63,15 +75,35 @@ class LayoutPlan:
         key = var
         if key not in self._wants:
             self._wants[key] = frozenset()  # a DAG: no cycle, but be safe while computing
-            found = set()
-            out = self.graph.output
-            fields = out.fields if isinstance(out, relax.Tuple) else [out]
-            if any(same(f, var) for f in fields):
-                found.add(PLAIN)
+            found = {PLAIN} if self._is_output(var) else set()
             for user in self._readers.get(var, ()):
                 found |= self._reader_wants(user)
             self._wants[key] = frozenset(found)
         return self._wants[key]
+
+    def _is_output(self, var) -> bool:
+        out = self.graph.output
+        return any(same(f, var) for f in (out.fields if isinstance(out, relax.Tuple) else [out]))
+
+    def view_wants(self, var) -> frozenset:
+        """:meth:`wants` with views (:data:`VIEWS`) and flexible ops followed to their readers, and
+        a map's other readers taken as blocked (:meth:`_map_reader_wants`)."""
+        if var not in self._view_wants:
+            self._view_wants[var] = frozenset()
+            found = {PLAIN} if self._is_output(var) else set()
+            for user in self._readers.get(var, ()):
+                follow = user.op in VIEWS or user.op in FLEXIBLE
+                found |= set(self.view_wants(user.var)) if follow else self._map_reader_wants(var, user)
+            self._view_wants[var] = frozenset(found)
+        return self._view_wants[var]
+
+    def _map_reader_wants(self, var, user) -> set:
+        """What ``user`` (no view, no flexible op) wants ``var`` in, for :meth:`view_wants`: a GEMM
+        plain; any other reader of a 4-d map blocked (softmax, reductions and norms over a map
+        have blocked kernels: MobileViT-v2's attention without its relu); else :meth:`_reader_wants`."""
+        if user.op == "relax.matmul":
+            return {PLAIN}
+        return {BLOCKED} if len(static_shape(var) or ()) == 4 else self._reader_wants(user)
 
     def _reader_wants(self, user) -> set:
         if user.op in FLEXIBLE:
@@ -98,3 +130,38 @@ class LayoutPlan:
         cost_plain = blocked_now + (BLOCKED in wants)
         cost_blocked = plain_now + (PLAIN in wants)
         return cost_plain < cost_blocked
+
+    def split_plain(self, rw, node) -> bool:
+        """Whether channel split ``node`` of a float32 map runs on its plain tensor: fewer transforms
+        than blocked (a tie: blocked; module docstring). Plain costs one per part a reader wants
+        blocked plus one when the input is only blocked now; blocked one per part a reader wants
+        plain plus one when the input is only plain now; an input not rewritten yet costs nothing."""
+        parts = self.graph.users(node.var) if node.op == "relax.split" else []
+        shape = static_shape(node.args[0])
+        if not parts or any(p.op != "tuple_get_item" for p in parts) or not (rw.fuses and rw.allow_buffer):
+            return False
+        if rw.dtype != "float32" or shape is None or len(shape) != 4 or split_parts(node, shape) is None:
+            return False
+        wants = [self.view_wants(p.var) for p in parts]
+        blocked_now, plain_now = self._held(rw, node.args[0])
+        cost_plain = sum(BLOCKED in w for w in wants) + blocked_now
+        cost_blocked = sum(PLAIN in w for w in wants) + plain_now
+        return cost_plain < cost_blocked
+
+    @staticmethod
+    def _held(rw, var) -> tuple[bool, bool]:
+        """(only blocked, only plain): how the rewriter holds ``var`` now; (False, False) before it
+        is rewritten or when it has both forms."""
+        if var not in rw.values and var not in rw.exprs:
+            return False, False
+        v = rw.values.get(var)
+        has_blocked = v is not None and bool(v.blocked)
+        has_plain = v is None or v.plain is not None
+        return has_blocked and not has_plain, has_plain and not has_blocked
+
+    def flexible_plain(self, node) -> bool:
+        """Whether flexible ``node`` (its other operands constants) is a plain reader for the
+        writer of its operand: only plain readers want its value, views followed
+        (:meth:`view_wants`), so it runs plain once that operand is (:meth:`runs_plain`)."""
+        consts = sum(const(a) is not None for a in node.args)
+        return node.op in FLEXIBLE and consts == len(node.args) - 1 and self.view_wants(node.var) == {PLAIN}

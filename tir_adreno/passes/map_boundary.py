@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from tvm import relax
 
 from tir_adreno.passes.graph import SWAP_TOKENS, TO_NCHW, TO_NHWC, Node, dtype, permute_axes, same, static_shape
+from tir_adreno.passes.layout_plan import FLEXIBLE
 from tir_adreno.passes.rewriter import Rewriter, Value
 from tir_adreno.passes.token_chain import ends_plain
 
@@ -44,11 +45,17 @@ def _swaps_last_two(node: Node | None) -> bool:
 def reads_plain(rw: Rewriter, node: Node) -> bool:
     """Whether ``node`` reads its (non-map) operand in plain form: a ``matmul`` (the gemm rule), a
     transpose of the last two axes that only matmuls read (folded into the GEMM's read), a concat
-    of tokens (our concat takes channels of maps) or an op no pattern or rule of ours takes."""
+    of tokens (our concat takes channels of maps), a split or a pixelwise op by constants the
+    layout planner runs plain (``LayoutPlan.split_plain``, ``flexible_plain``) or an op no pattern
+    or rule of ours takes."""
     if node.op == "relax.matmul" or node.op not in rw.rules:
         return node.op not in ("tuple", "tuple_get_item", "other")
     if node.op == "relax.concat":
         return len(static_shape(node.var) or ()) != 4
+    if node.op == "relax.split":  # the layout planner's choices (passes.layout_plan)
+        return rw.plan is not None and rw.plan.split_plain(rw, node)
+    if node.op in FLEXIBLE:
+        return rw.plan is not None and rw.plan.flexible_plain(node)
     if _swaps_last_two(node):
         users = rw.graph.users(node.var)
         return bool(users) and rw.graph.uses.get(node.var, 0) == 1 and all(u.op == "relax.matmul" for u in users)

@@ -100,7 +100,8 @@ def _tiles(index, size: int, out_size: int) -> bool:
 def _te_steps(rw: Rewriter, node: Node, before, after):
     """ONNX ``Pad`` (constant) and ``Tile``, which TVM's importer writes as ``call_tir`` of topi's
     ``pad``/``tile``: (steps, pad value or None) read off the PrimFunc's one store (pad: ``x[v -
-    b]`` or the pad value; tile: ``x[v % d]``), else None."""
+    b]`` or the pad value, or ``x[v]`` when every amount is 0: EfficientViT's window padding of a
+    map the windows divide; tile: ``x[v % d]``), else None."""
     name = node.args[0].name_hint.rstrip("0123456789_") if isinstance(node.args[0], relax.GlobalVar) else ""
     prim = rw.graph.mod[node.args[0]] if name in ("pad", "tile") and rw.graph.mod is not None else None
     store = _store_of(prim) if isinstance(prim, tirx.PrimFunc) else None
@@ -110,6 +111,8 @@ def _te_steps(rw: Rewriter, node: Node, before, after):
     if name == "tile":
         ok = isinstance(value, tvm.ir.expr.TensorLoad) and all(_tiles(i, d, a) for i, d, a in zip(value.indices, before, after))
         return ([gather.Tile(before)], None) if ok else None
+    if isinstance(value, tvm.ir.expr.TensorLoad) and all(isinstance(i, tirx.Var) for i in value.indices) and before == after:
+        return [gather.Affine(before, (0,) * len(before), (1,) * len(before))], None  # a pad by zero amounts: a copy
     if not (isinstance(value, tvm.ir.expr.Call) and str(value.op.name).endswith("if_then_else") and isinstance(value.args[1], tvm.ir.expr.TensorLoad)
             and isinstance(value.args[2], tirx.FloatImm)):
         return None

@@ -234,13 +234,14 @@ def plain_io_plan(plan: ConvPlan, data_layout: str | None = None, out_layout: st
     first conv; "NHWC": tokens ``[N, H * W, C]`` read as their map) and/or writing Y as a plain
     buffer in ``out_layout`` ("NHWC": tokens; "NCHW"), so no layout kernel runs on that side (None:
     that side stays blocked); None where its kernel cannot: Winograd, grouped convs that are not
-    depthwise (a depthwise conv reads and writes plain too, a dense one in any config), gated or
+    depthwise (a depthwise conv reads and writes plain too, in either layout: EfficientViT's query
+    split off a plain qkv map; a dense one in any config), gated or
     norm-folding convs, half kernels (a plain tensor is float32)."""
     (factory, kwargs), = plan.stages
     g = plan.geometry
     if plan.algorithm != "direct" or plan.dtype != "float32" or {"gate_scope", "norm_eps", "group_norm", "grn_eps"} & set(kwargs):
         return None
-    if g.groups != 1 and not (g.is_depthwise and data_layout != "NCHW"):  # (a model's input meets dense convs)
+    if g.groups != 1 and not g.is_depthwise:
         return None
     tensors, kwargs, epilogue = dict((t.name, t) for t in plan.tensors), dict(kwargs), plan.epilogue
     if data_layout is not None:

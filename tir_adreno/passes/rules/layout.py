@@ -97,6 +97,8 @@ def strided_slice(rw: Rewriter, node: Node):
 def split(rw: Rewriter, node: Node):
     """ONNX ``Split`` along channels, any group sizes: one ``split_channels`` launch per up to
     ``MAX_PARTS`` parts, each part an activation of its own (the ``TupleGetItem`` users fused)."""
+    if rw.plan is not None and rw.plan.split_plain(rw, node):
+        return None  # the layout planner runs it on the plain tensor (rules.token_layout)
     x = rw.activation(node.args[0])
     sizes = split_parts(node, x.nchw) if x is not None and x.layout == "NCHW" else None
     users = rw.graph.users(node.var)
@@ -136,9 +138,12 @@ def _token_view(node: Node, x: Value) -> str | None:
 
 @rule("relax.reshape")
 def reshape(rw: Rewriter, node: Node):
-    """Flatten of ``[N, C, 1, 1]`` (after a global pool) to ``[N, C]``, and a map to its tokens or
-    back: a change of view; a channel shuffle (reshape -> permute -> reshape): one kernel."""
+    """Flatten of ``[N, C, 1, 1]`` (after a global pool) to ``[N, C]``, a map to its tokens or
+    back, and a reshape of a blocked tensor to its own shape (EfficientViT's ``view(B, -1, H, W)``):
+    a change of view; a channel shuffle (reshape -> permute -> reshape): one kernel."""
     v = rw.values.get(node.args[0])
+    if v is not None and v.blocked and static_shape(node.var) == static_shape(node.args[0]):
+        return rw.alias(node.var, v, v.layout, v.nchw)  # a reshape to its own shape: the tensor itself
     view = _token_view(node, v) if v is not None else None
     if view is not None:
         return rw.alias(node.var, v, view, v.nchw)
