@@ -342,6 +342,12 @@ MUTANTS = (
         ("tests/passes/test_map_boundary.py",),
     ),
     Mutant(
+        "token_region_not_followed",
+        "a conv's token region stops at the ops that run in either form (a layer norm, a Linear, pixelwise ops) instead of following their readers",
+        (("        todo += [reader.var for reader, want in zip(readers, wants) if want == FOLLOW]\n", "        todo += []\n"),),
+        ("tests/passes/test_map_boundary.py::test_layer_norm_and_linear_followed_to_heads",),
+    ),
+    Mutant(
         "import_fold_skipped",
         "ONNX import hands TVM's importer the graph with its constant subgraphs unfolded (a Pad's amounts from Constants)",
         (("    return fold_constants(model)", "    return model"),),

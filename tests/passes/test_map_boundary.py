@@ -102,3 +102,50 @@ def test_map_read_by_a_matmul_itself():
     model = make(nodes, [tensor("x", [N, C, H, W])], [tensor("y", [N, 5, H, W])], inits, opset=17)
     _check_boundaries(_run(model), convs=2)
 
+
+
+# The token region (``map_boundary.token_region``): the ops after a conv's token view that run in
+# either form (a layer norm over the last axis, a Linear, pixelwise ops) are followed to the ops
+# that want one form, so a conv writes plain when its tokens reach plain-only readers through them.
+
+LN_INITS = (f32("g", (D,)), f32("be", (D,)))
+
+
+def _transforms(rows) -> list[str]:
+    return [r["op"] for r in rows if r["op"].startswith(LAYOUT_KERNELS)]
+
+
+def _tokens_out_graph(nodes, inits, out_shape):
+    return make(nodes, [tensor("x", [N, C, H, W])], [tensor("y", out_shape)], [f32("w1", (D, C, 3, 3)), f32("b1", (D,)), *inits], opset=17)
+
+
+def test_layer_norm_and_linear_followed_to_heads():
+    """PVT's and TinyViT's form: conv -> tokens -> LayerNorm -> MatMul -> reshape to heads (a view
+    only the plain form has) and a residual add of the tokens: the conv writes the plain tokens, the
+    norm and the Linear run on them (row kernel, GEMM), and no layout kernel runs at all."""
+    nodes = [node("Conv", ["x", "w1", "b1"], ["map1"], pads=[1, 1, 1, 1]), *FLATTEN,
+             node("LayerNormalization", ["tok", "g", "be"], ["ln"], axis=-1, epsilon=1e-5), node("MatMul", ["ln", "m"], ["lin"]),
+             node("Add", ["lin", "tok"], ["res"]), node("Reshape", ["res", "heads"], ["y"])]
+    inits = [*LN_INITS, f32("m", (D, D)), *SHAPES, i64("heads", [N, H * W, 2, D // 2])]
+    rows = _run(_tokens_out_graph(nodes, inits, [N, H * W, 2, D // 2]))
+    assert all(r["ours"] for r in rows), [r["op"] for r in rows if not r["ours"]]
+    assert _transforms(rows) == [], [r["op"] for r in rows]
+    assert any(r["op"].startswith("gemm") for r in rows) and any(r["op"].startswith("layer_norm_rows") for r in rows), rows
+
+
+def test_gated_conv_concat_on_channels_last():
+    """MambaOut's gated conv: a Linear on a channels-last map, Split on the last axis, one part through
+    a depthwise conv (read in place through the permute) and back to channels-last, Concat on the
+    last axis: the depthwise conv writes channels-last plain (a concat of channels-last maps reads
+    plain), no layout kernel runs."""
+    nodes = [node("Conv", ["x", "w1", "b1"], ["map1"], pads=[1, 1, 1, 1]), node("Transpose", ["map1"], ["nhwc"], perm=[0, 2, 3, 1]),
+             node("LayerNormalization", ["nhwc", "g", "be"], ["ln"], axis=-1, epsilon=1e-5), node("MatMul", ["ln", "m"], ["fc1"]),
+             node("Split", ["fc1", "parts"], ["keep", "conv_in"], axis=-1), node("Transpose", ["conv_in"], ["map2"], perm=[0, 3, 1, 2]),
+             node("Conv", ["map2", "wd"], ["map3"], pads=[1, 1, 1, 1], group=4), node("Transpose", ["map3"], ["nhwc3"], perm=[0, 2, 3, 1]),
+             node("Concat", ["keep", "nhwc3"], ["y"], axis=-1)]
+    inits = [*LN_INITS, f32("m", (D, 2 * D)), i64("parts", [2 * D - 4, 4]), f32("wd", (4, 1, 3, 3))]
+    rows = _run(_tokens_out_graph(nodes, inits, [N, H, W, 2 * D]))
+    assert all(r["ours"] for r in rows), [r["op"] for r in rows if not r["ours"]]
+    assert _transforms(rows) == [], [r["op"] for r in rows]
+    assert sum(r["op"].startswith(("conv2d", "depthwise")) for r in rows) == 2, rows
+

@@ -70,6 +70,11 @@ class LayoutPlan:
             plan.wants(node.var)
         return plan
 
+    def readers(self, var) -> list:
+        """The nodes that read ``var`` and are not fused yet (once per node), from the index built once."""
+        unique = {id(node): node for node in self._readers.get(var, ())}
+        return [node for node in unique.values() if not node.fused]
+
     def wants(self, var) -> frozenset:
         """The layouts ``var``'s readers want (empty: no reader wants either, e.g. none at all)."""
         key = var

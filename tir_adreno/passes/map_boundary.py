@@ -5,7 +5,10 @@ from plain tokens, so no layout kernel runs at the boundary between maps and tok
 - :func:`token_output`: a conv's value read only through token views (``reshape`` to
   ``[N, C, H * W]`` + ``permute(0, 2, 1)``, or ``permute(0, 2, 3, 1)``: channels-last, "NHWC"; any
   other ``reshape``: its own NCHW order, "NCHW") by ops that read plain tensors (our GEMM, ops left
-  to upstream): the conv writes that plain buffer and each view is a ``memory.view`` of it.
+  to upstream), or whose token region wants it plain (:func:`token_region`: the tokens' readers
+  followed through the ops with a kernel in either form, a layer norm, a Linear, pixelwise ops, to
+  the ops that want one form): the conv writes that plain buffer and each view is a
+  ``memory.view`` of it.
 - :func:`plain_input`: a conv's input that is plain tokens seen as a map (``permute(0, 2, 1)`` +
   ``reshape`` to ``[N, C, H, W]``, or ``permute(0, 3, 1, 2)`` of ``[N, H, W, C]``: read "NHWC"), a
   reshape of a plain tensor, or a plain NCHW tensor (a model's input: read "NCHW"): the conv reads
@@ -21,10 +24,14 @@ from dataclasses import dataclass
 
 from tvm import relax
 
-from tir_adreno.passes.graph import SWAP_TOKENS, TO_NCHW, TO_NHWC, Node, dtype, permute_axes, same, static_shape
+from primfuncs.epilogue import Epilogue
+
+from tir_adreno.passes.convs import conv_geometry, conv_operands
+from tir_adreno.passes.graph import SWAP_TOKENS, TO_NCHW, TO_NHWC, Node, const, dtype, ints_of, permute_axes, same, static_shape
 from tir_adreno.passes.layout_plan import FLEXIBLE
 from tir_adreno.passes.rewriter import Rewriter, Value
 from tir_adreno.passes.token_chain import ends_plain
+from tir_adreno.strategy import conv as strategy
 
 
 @dataclass(frozen=True)
@@ -45,13 +52,13 @@ def _swaps_last_two(node: Node | None) -> bool:
 def reads_plain(rw: Rewriter, node: Node) -> bool:
     """Whether ``node`` reads its (non-map) operand in plain form: a ``matmul`` (the gemm rule), a
     transpose of the last two axes that only matmuls read (folded into the GEMM's read), a concat
-    of tokens (our concat takes channels of maps), a split or a pixelwise op by constants the
-    layout planner runs plain (``LayoutPlan.split_plain``, ``flexible_plain``) or an op no pattern
-    or rule of ours takes."""
+    of tokens or of channels-last maps (our map concat takes channels: axis 1 of a 4-d tensor), a
+    split or a pixelwise op by constants the layout planner runs plain (``LayoutPlan.split_plain``,
+    ``flexible_plain``) or an op no pattern or rule of ours takes."""
     if node.op == "relax.matmul" or node.op not in rw.rules:
         return node.op not in ("tuple", "tuple_get_item", "other")
     if node.op == "relax.concat":
-        return len(static_shape(node.var) or ()) != 4
+        return not _on_channels(node)
     if node.op == "relax.split":  # the layout planner's choices (passes.layout_plan)
         return rw.plan is not None and rw.plan.split_plain(rw, node)
     if node.op in FLEXIBLE:
@@ -62,17 +69,159 @@ def reads_plain(rw: Rewriter, node: Node) -> bool:
     return False
 
 
-def _read_plain_only(rw: Rewriter, var) -> bool:
-    """``var`` has readers, all of them plain readers (:func:`reads_plain`), and is no model output."""
+def _on_channels(node: Node) -> bool:
+    """Whether ``node`` (a concat, split or slice) works on axis 1 of a 4-d tensor (a map's channels)."""
+    rank = len(static_shape(node.var if node.op == "relax.concat" else node.args[0]) or ())
+    if node.op == "relax.strided_slice":
+        axis = (ints_of(node.args[1]) or (None,))[0] if len(node.args) > 1 else None
+    else:
+        axis = node.attrs.axis
+    return rank == 4 and axis is not None and int(axis) % 4 == 1
+
+
+#: Pixelwise ops: a kernel on either form (the blocked elementwise rules; ``token_elementwise``).
+PIXELWISE = FLEXIBLE | {f"relax.{op}" for op in ("power", "sqrt", "exp", "log", "negative", "abs", "erf", "tanh", "rsqrt",
+                                                  "nn.gelu", "nn.gelu_tanh", "nn.silu", "nn.leakyrelu")}
+#: How many readers :func:`token_region` looks at before it stops (what lies further decides there).
+REGION_BUDGET = 256
+PLAIN, BLOCKED, FOLLOW = "plain", "blocked", "follow"
+
+
+def _blocked_view(node: Node) -> bool:
+    """Whether view ``node`` (a permute or reshape) is a view of a blocked value too (NCHW <-> NHWC,
+    tokens <-> their map, the token swap): then its readers decide; else only the plain form has it."""
+    if node.op == "relax.permute_dims":
+        return permute_axes(node) in (TO_NHWC, TO_NCHW, SWAP_TOKENS)
+    src, dst = static_shape(node.args[0]), static_shape(node.var)
+    return src is not None and dst is not None and {len(src), len(dst)} <= {3, 4} and src[0] == dst[0]
+
+
+def _reads_in_place(rw: Rewriter, conv: Node, var) -> bool:
+    """Whether ``conv`` reads ``var`` (its input: a permute or reshape of plain tokens, which
+    :func:`plain_input` reads through) as the plain buffer in place (``strategy.conv.plain_io_plan``)."""
+    operands = conv_operands(conv) if same(conv.args[0], var) else None
+    nchw = static_shape(var)
+    if operands is None or operands.layout != "NCHW" or rw.graph.sole_user(var) is not conv or nchw is None:
+        return False
+    src = rw.graph.by_var.get(var)
+    if permute_axes(src) != TO_NCHW and (src is None or src.op != "relax.reshape"):
+        return False
+    try:
+        geom = conv_geometry(conv, nchw, operands.weights.shape)
+    except ValueError:
+        return False
+    plan = strategy.conv2d_plan(geom, Epilogue(), rw.precision, rw.profile, rw.records, allow_buffer=rw.allow_buffer)
+    return strategy.plain_io_plan(plan, "NHWC") is not None
+
+
+def _permute_want(rw: Rewriter, node: Node) -> str | None:
+    """What a permute in the region wants: one only the plain form has, or one the GEMM folds into
+    its read, PLAIN; one a conv after it reads through in place (alone, or with the reshape back to
+    the map), neither; any other NCHW <-> NHWC or token swap BLOCKED (a view of the blocked form,
+    a gather kernel on the plain one)."""
+    if not _blocked_view(node) or reads_plain(rw, node):
+        return PLAIN
+    reader = rw.graph.sole_user(node.var)
+    if reader is not None and reader.op == "relax.reshape":
+        reader = rw.graph.sole_user(reader.var)
+    if reader is not None and reader.op == "relax.nn.conv2d" and _reads_in_place(rw, reader, reader.args[0]):
+        return None
+    return BLOCKED
+
+
+def _pattern_reads_blocked(rw: Rewriter, node: Node) -> bool:
+    """Whether a fusion pattern (``passes.patterns``: its kernels read NCHW4c maps) takes ``node``
+    as its anchor on this device: its ``match`` (from the graph alone) and ``plan`` both answer."""
+    for candidate in rw.rules.get(node.op, ()):
+        match = getattr(candidate, "match", None)  # patterns have one, single-op rules not
+        found = match(rw.graph, node) if match is not None else None
+        if found is not None and candidate.plan(found, rw.profile, rw.records, rw.precision) is not None:
+            return True
+    return False
+
+
+def _form_now(rw: Rewriter, var) -> str | None:
+    """The one form the rewriter holds ``var`` in now (PLAIN, BLOCKED), or None (both, or not computed yet)."""
+    v = rw.values.get(var)
+    if v is None:
+        return PLAIN if var in rw.exprs else None
+    return None if v.blocked and v.plain is not None else BLOCKED if v.blocked else PLAIN
+
+
+def _reader_want(rw: Rewriter, var, node: Node) -> str | None:
+    """What reader ``node`` of ``var`` wants: PLAIN, BLOCKED, None (either, at no cost) or FOLLOW (an
+    op with a kernel on either form, whose own readers decide: a pixelwise op, a layer norm over
+    the last axis, a Linear by a constant, a view the blocked form has too)."""
+    op, rank = node.op, len(static_shape(var) or ())
+    if _pattern_reads_blocked(rw, node):
+        return BLOCKED
+    if op in PIXELWISE:  # an operand computed already in one form only: the other form costs its transform
+        forms = {_form_now(rw, a) for a in node.args if isinstance(a, relax.Var) and not same(a, var)} - {None}
+        return BLOCKED if BLOCKED in forms else PLAIN if forms else FOLLOW
+    if op == "relax.nn.layer_norm":
+        return FOLLOW if [int(a) % rank for a in node.attrs.axes] == [rank - 1] and rank > 2 else BLOCKED
+    if op == "relax.matmul":
+        weight = const(node.args[1]) if same(node.args[0], var) else None
+        return FOLLOW if weight is not None and weight.ndim == 2 else PLAIN
+    if op == "relax.reshape":
+        return FOLLOW if _blocked_view(node) else PLAIN
+    if op == "relax.permute_dims":
+        return _permute_want(rw, node)
+    if op in ("relax.concat", "relax.split", "relax.strided_slice"):
+        return BLOCKED if _on_channels(node) else PLAIN
+    if op == "relax.nn.conv2d":
+        return None if _reads_in_place(rw, node, var) else BLOCKED
+    if op in ("relax.nn.softmax", "relax.mean", "relax.sum", "relax.max", "relax.min", "relax.broadcast_to"):
+        return FOLLOW if rank == 4 else PLAIN  # the plain form's kernels take any rank, the blocked one's maps
+    if op == "relax.nn.batch_norm":
+        return BLOCKED if rank == 4 and int(node.attrs.axis) % 4 == 1 else PLAIN
+    if op in ("relax.squeeze", "relax.expand_dims", "relax.flatten"):
+        return PLAIN
+    return PLAIN if reads_plain(rw, node) else BLOCKED
+
+
+def token_region(rw: Rewriter, var) -> dict:
+    """How many values ``var``'s readers, followed through the ops that run in either form
+    (:func:`_reader_want`), want PLAIN and how many BLOCKED (each such value would cost a layout
+    transform in the other form), up to :data:`REGION_BUDGET` readers; a model output wants PLAIN."""
+    wanted, todo, seen = {PLAIN: set(), BLOCKED: set()}, [var], 0
+    outputs = rw.graph.output.fields if isinstance(rw.graph.output, relax.Tuple) else [rw.graph.output]
+    while todo and seen < REGION_BUDGET:
+        v = todo.pop()
+        readers = rw.plan.readers(v)
+        seen += len(readers)
+        wants = [_reader_want(rw, v, reader) for reader in readers]
+        if any(same(o, v) for o in outputs):
+            wants.append(PLAIN)
+        if BLOCKED in wants:  # the region leaves the plain form here (one transform); what lies on is decided there
+            wanted[BLOCKED].add(v)
+            continue
+        if PLAIN in wants:
+            wanted[PLAIN].add(v)
+        todo += [reader.var for reader, want in zip(readers, wants) if want == FOLLOW]
+    return {form: len(values) for form, values in wanted.items()}
+
+
+def _read_plain_only(rw: Rewriter, var, region: bool = True) -> bool:
+    """``var`` has readers and is no model output, and they all read plain (:func:`reads_plain`), or
+    (``region``: ``var`` is the tokens or channels-last view of a conv's map) the ops reading it,
+    followed through those that run in either form (:func:`token_region`), want it plain more
+    often than blocked (fewer layout transforms when the conv writes it plain)."""
     users = rw.graph.users(var)
-    return bool(users) and len(users) == rw.graph.uses.get(var, 0) and not same(rw.graph.output, var) and all(
-        reads_plain(rw, u) for u in users)
+    if not users or len(users) != rw.graph.uses.get(var, 0) or same(rw.graph.output, var):
+        return False
+    if all(reads_plain(rw, u) for u in users):
+        return True
+    if not region:
+        return False
+    wanted = token_region(rw, var)
+    return wanted[PLAIN] > wanted[BLOCKED]
 
 
-def _ends_plain(rw: Rewriter, var) -> bool:
-    """``var`` is read only by plain readers (:func:`_read_plain_only`), or through token chains
-    that end in them (``passes.token_chain``)."""
-    return _read_plain_only(rw, var) or ends_plain(rw, var, reads_plain)
+def _ends_plain(rw: Rewriter, var, region: bool = True) -> bool:
+    """``var`` is read only by plain readers, or its token region wants it plain
+    (:func:`_read_plain_only`), or it reaches plain readers through token chains (``passes.token_chain``)."""
+    return _read_plain_only(rw, var, region) or ends_plain(rw, var, reads_plain)
 
 
 def _view(rw: Rewriter, user: Node, nchw) -> tuple[str, tuple] | None:
@@ -87,8 +236,10 @@ def _view(rw: Rewriter, user: Node, nchw) -> tuple[str, tuple] | None:
     if swap is not None and permute_axes(swap) == SWAP_TOKENS and _ends_plain(rw, swap.var):
         return "NHWC", ((user, None), (swap, (n, h * w, c)))
     # a flatten to [N, C*H*W] is a classifier's: the matmul rule runs its Gemm as an HxW conv on the map;
-    # a reshape into heads that token ops move before a matmul reads it is plain too (passes.token_chain)
-    return ("NCHW", ((user, shape),)) if len(shape) > 2 and _ends_plain(rw, user.var) else None
+    # a reshape into heads that token ops move before a matmul reads it is plain too (passes.token_chain);
+    # any other reshape of the map gets no token region (patches, a group norm as exported and a
+    # channel shuffle start so, and their patterns and rules take the blocked map)
+    return ("NCHW", ((user, shape),)) if len(shape) > 2 and _ends_plain(rw, user.var, region=False) else None
 
 
 def _reader(rw: Rewriter, user: Node, nchw) -> tuple[str, tuple] | None:
