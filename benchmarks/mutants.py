@@ -250,6 +250,20 @@ MUTANTS = (
         ("tests/passes/test_rows_chain.py",),
     ),
     Mutant(
+        "second_operand_from_first",
+        "the conv epilogue reads its second activation (Residual2) from the first's buffer (Residual)",
+        (("        load_operand(second, _operand_kind(epilogue, 1), Second, n, c, h, w)",
+          "        load_operand(second, _operand_kind(epilogue, 1), Residual, n, c, h, w)"),),
+        ("tests/kernels/test_two_operands.py::test_direct_conv_reads_two_activations",),
+    ),
+    Mutant(
+        "gemm_second_operand_row",
+        "the GEMM's expression reads its second operand from the first operand's scratch row",
+        (("        return tuple(T.Cast(acc_dtype, px[1 + i, lane]) for i in range(extras))",
+          "        return tuple(T.Cast(acc_dtype, px[1, lane]) for i in range(extras))"),),
+        ("tests/kernels/test_two_operands.py::test_gemm_reads_two_activations",),
+    ),
+    Mutant(
         "gemm_scale_folded_twice",
         "the GEMM folds a scalar multiply its operand's kernel already applied (an anchor's chain took it)",
         (("if static_shape(x) == static_shape(var) and not _holds_product(rw, x, var):", "if static_shape(x) == static_shape(var):"),),

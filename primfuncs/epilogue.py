@@ -24,7 +24,7 @@ from tvm.script import tirx as T
 
 from ._common import clamp, load_pixel, maximum, minimum
 from .activation_table import NAMES, activation as _table_entry
-from .epilogue_expr import LANE_LEAVES, channel_count, check_leaves, evaluate, operand_kind
+from .epilogue_expr import LANE_LEAVES, MAX_OPERANDS, channel_count, check_leaves, evaluate, operand_kinds
 
 #: Supported activations (:data:`primfuncs.activation_table.NAMES`: each defined once there, for the
 #: kernels, the float64 reference and the recognizer). ``"clip"`` clamps to the :class:`Epilogue`'s
@@ -34,6 +34,10 @@ ACTIVATIONS = NAMES
 #: Buffer names the conv factories give the optional epilogue inputs.
 BIAS = "Bias"
 RESIDUAL = "Residual"
+#: The second activation a kernel reads (the conv's direct kernel, the GEMM): after ``Residual``.
+SECOND = "Residual2"
+#: The activation buffers in order: the residual (when added) then the expression's operands.
+EXTRA_BUFFERS = (RESIDUAL, SECOND)
 #: How a conv writes Y: blocked ``[N, O/4, OH, OW, 4]``, or a plain buffer, channels-last
 #: ``[N, OH, OW, O]`` (= tokens ``[N, OH * OW, O]``) or ``[N, O, OH, OW]``: no layout kernel after it.
 OUT_LAYOUTS = ("NCHW4c", "NHWC", "NCHW")
@@ -65,13 +69,19 @@ class Epilogue:
             raise ValueError(f"clip needs clip_min <= clip_max, got {self.clip_min} > {self.clip_max}")
         if self.expr is not None:
             check_leaves(self.expr, LANE_LEAVES)
-        if self.residual and self.operand_kind is not None:
-            raise ValueError("an epilogue with a residual add reads no expression operand (one Residual buffer)")
+        if len(self.extra_kinds) > MAX_OPERANDS:
+            raise ValueError(f"an epilogue reads at most {MAX_OPERANDS} other activations (the residual and the "
+                             f"expression's operands), got {len(self.extra_kinds)}")
 
     @property
-    def operand_kind(self) -> str | None:
-        """How the expression's operand broadcasts (``epilogue_expr.OPERAND_KINDS``), None without one."""
-        return None if self.expr is None else operand_kind(self.expr)
+    def operand_kinds(self) -> tuple:
+        """How the expression's operands broadcast (``epilogue_expr.OPERAND_KINDS``), by index."""
+        return () if self.expr is None else operand_kinds(self.expr)
+
+    @property
+    def extra_kinds(self) -> tuple:
+        """The kinds of the activation buffers (:data:`EXTRA_BUFFERS`): the residual's (full), then the operands'."""
+        return ("full",) * self.residual + self.operand_kinds
 
     @property
     def channel_rows(self) -> int:
@@ -84,22 +94,29 @@ class Epilogue:
 
     @property
     def reads_residual(self) -> bool:
-        return self.residual or self.operand_kind is not None
+        """Whether the kernel reads ``Residual`` (the residual, or the expression's first operand)."""
+        return len(self.extra_kinds) > 0
+
+    @property
+    def reads_second(self) -> bool:
+        """Whether the kernel reads :data:`SECOND` (a residual and an operand, or two operands)."""
+        return len(self.extra_kinds) > 1
 
     def bias_shape(self, blocks: int) -> tuple:
         """``Bias``'s shape for ``blocks`` blocks of 4 channels: ``(blocks, 4)`` a row, the bias first."""
         return (blocks, 4 * (int(self.bias) + self.channel_rows))
 
-    def residual_shape(self, out5) -> tuple:
-        """``Residual``'s NCHW4c shape for output ``out5``: the output's, or the operand's broadcast."""
+    def residual_shape(self, out5, index: int = 0) -> tuple:
+        """NCHW4c shape of activation buffer ``index`` (:data:`EXTRA_BUFFERS`) for output ``out5``:
+        the output's, or the operand's broadcast."""
         n, c4, h, w, lanes = out5
-        kind = self.operand_kind
+        kind = self.extra_kinds[index] if index < len(self.extra_kinds) else None
         return {"channel": (n, c4, 1, 1, lanes), "pixel": (n, 1, h, w, lanes)}.get(kind, tuple(out5))
 
     def params(self, inputs, output) -> list[str]:
         """Parameter names of a kernel with this epilogue: ``inputs``, the
         epilogue's own inputs, then ``output`` (the order ``select_params`` keeps)."""
-        extra = [BIAS] * self.reads_bias + [RESIDUAL] * self.reads_residual
+        extra = [BIAS] * self.reads_bias + list(EXTRA_BUFFERS[:len(self.extra_kinds)])
         return [*inputs, *extra, output]
 
     def out_shape(self, n: int, o: int, oh: int, ow: int) -> tuple:
@@ -107,10 +124,14 @@ class Epilogue:
         return {"NHWC": (n, oh, ow, o), "NCHW": (n, o, oh, ow)}.get(self.out_layout, (n, (o + 3) // 4, oh, ow, 4))
 
 
-def check_epilogue(epilogue) -> Epilogue:
-    """``epilogue``, TypeError when it is not an :class:`Epilogue`."""
+def check_epilogue(epilogue, reads_second: bool = False) -> Epilogue:
+    """``epilogue``, TypeError when it is not an :class:`Epilogue`; ValueError when it reads a second
+    activation (:data:`SECOND`) and the kernel does not (``reads_second``: the direct conv's, the GEMM's)."""
     if not isinstance(epilogue, Epilogue):
         raise TypeError(f"epilogue must be an Epilogue, got {type(epilogue).__name__}")
+    if epilogue.reads_second and not reads_second:
+        raise ValueError(f"this kernel reads one activation beside its inputs ({RESIDUAL}), the epilogue two "
+                         f"(kinds {epilogue.extra_kinds}): the direct conv and the GEMM read a second")
     return epilogue
 
 
@@ -164,34 +185,44 @@ def activate(x, activation, dtype, clip_min: float = 0.0, clip_max: float = 6.0,
     return _table_entry(activation)(TirOps(dtype), x, **bounds, **dict(params))
 
 
-def expression(epilogue, x, operand, channel_at, dtype):
-    """The epilogue's expression of one lane: ``x`` and ``operand`` that lane's values, ``channel_at(i)``
-    the lane's per-channel constant ``i`` (``x`` itself without an expression)."""
+def expression(epilogue, x, operands, channel_at, dtype):
+    """The epilogue's expression of one lane: ``x`` and ``operands`` (by index) that lane's values,
+    ``channel_at(i)`` the lane's per-channel constant ``i`` (``x`` itself without an expression)."""
     if epilogue.expr is None:
         return x
-    return evaluate(epilogue.expr, TirOps(dtype), x, operand, channel_at)
+    return evaluate(epilogue.expr, TirOps(dtype), x, operands, channel_at)
+
+
+def _operand_kind(epilogue, index):
+    # the kind of activation buffer ``index`` when the expression reads it (not the residual), else None
+    kinds = epilogue.extra_kinds
+    return kinds[index] if int(epilogue.residual) <= index < len(kinds) else None
 
 
 @T.macro
-def load_operand(tmp, epilogue, Residual, n, c, h, w):
-    """``tmp[0:4]`` = the expression operand's pixel for output pixel ``(n, c, h, w)``."""
-    if epilogue.operand_kind == "channel":
+def load_operand(tmp, kind, Residual, n, c, h, w):
+    """``tmp[0:4]`` = the pixel of an operand of ``kind`` (None: nothing) for output pixel ``(n, c, h, w)``."""
+    if kind == "channel":
         load_pixel(tmp, Residual, n, c, 0, 0)
-    elif epilogue.operand_kind == "pixel":
+    elif kind == "pixel":
         load_pixel(tmp, Residual, n, 0, h, w)
-    elif epilogue.operand_kind == "full":
+    elif kind == "full":
         load_pixel(tmp, Residual, n, c, h, w)
 
 
-def _lane_operand(epilogue, tmp, lane):
-    # a per-pixel operand is one channel: lane 0 of its pixel, for every lane
-    return tmp[0] if epilogue.operand_kind == "pixel" else tmp[lane]
+def _lane_operands(epilogue, lane, *pixels):
+    # the expression's operands in ``lane``: ``pixels`` hold activation buffers 0, 1, ... (the
+    # residual's is skipped); a per-pixel operand is one channel: lane 0 of its pixel, for every lane
+    kinds = epilogue.extra_kinds
+    lanes = tuple(px[0] if kind == "pixel" else px[lane] for kind, px in zip(kinds, pixels))
+    return lanes[int(epilogue.residual):]
 
 
 @T.macro
-def apply_epilogue(acc, k, tmp, epilogue, Bias, Residual, n, c, h, w):
+def apply_epilogue(acc, k, tmp, epilogue, Bias, Residual, n, c, h, w, Second=None):
     """``acc[k] = expr(act(acc[k] + Bias[c] + Residual[n, c, h, w]))`` in place (``tmp``: a scratch
-    local pixel). ``acc[k, 0:4]`` holds channels ``4c..4c+3`` of pixel ``(n, h, w)``."""
+    local pixel). ``acc[k, 0:4]`` holds channels ``4c..4c+3`` of pixel ``(n, h, w)``. ``Second``:
+    the :data:`SECOND` buffer (``epilogue.reads_second``: the kernels that read one pass it)."""
     if epilogue.bias:
         for lane in T.vectorized(4):
             tmp[lane] = Bias[c, lane]
@@ -205,15 +236,22 @@ def apply_epilogue(acc, k, tmp, epilogue, Bias, Residual, n, c, h, w):
         for lane in T.unroll(4):
             acc[k, lane] = activate(acc[k, lane], epilogue.activation, acc.dtype, epilogue.clip_min, epilogue.clip_max,
                                      epilogue.activation_params)
-    if epilogue.expr is not None:
-        load_operand(tmp, epilogue, Residual, n, c, h, w)
+    if epilogue.expr is not None and epilogue.reads_second:
+        second = T.sblock_alloc_buffer((4,), tmp.dtype, scope="local")
+        load_operand(tmp, _operand_kind(epilogue, 0), Residual, n, c, h, w)
+        load_operand(second, _operand_kind(epilogue, 1), Second, n, c, h, w)
         for lane in T.unroll(4):
-            acc[k, lane] = expression(epilogue, acc[k, lane], _lane_operand(epilogue, tmp, lane),
+            acc[k, lane] = expression(epilogue, acc[k, lane], _lane_operands(epilogue, lane, tmp, second),
+                                      lambda i: Bias[c, (int(epilogue.bias) + i) * 4 + lane], acc.dtype)
+    elif epilogue.expr is not None:
+        load_operand(tmp, _operand_kind(epilogue, 0), Residual, n, c, h, w)
+        for lane in T.unroll(4):
+            acc[k, lane] = expression(epilogue, acc[k, lane], _lane_operands(epilogue, lane, tmp),
                                       lambda i: Bias[c, (int(epilogue.bias) + i) * 4 + lane], acc.dtype)
 
 
 @T.macro
-def store_output_pixel(Y, acc, k, tmp, epilogue, Bias, Residual, n, c, h, w, out_channels=None):
+def store_output_pixel(Y, acc, k, tmp, epilogue, Bias, Residual, n, c, h, w, out_channels=None, Second=None):
     """``Y[n, c, h, w] = act(acc[k] + Bias[c] + Residual[n, c, h, w])``, one vector store.
 
     ``acc[k, 0:4]`` (a row of a 2-D local buffer) holds output channels
@@ -226,7 +264,7 @@ def store_output_pixel(Y, acc, k, tmp, epilogue, Bias, Residual, n, c, h, w, out
     A plain Y (``epilogue.out_layout`` "NHWC" or "NCHW", a buffer) gets the pixel's channels below
     ``out_channels`` one store each.
     """
-    apply_epilogue(acc, k, tmp, epilogue, Bias, Residual, n, c, h, w)
+    apply_epilogue(acc, k, tmp, epilogue, Bias, Residual, n, c, h, w, Second)
     if epilogue.out_layout != "NCHW4c":  # a plain Y: one store per channel, none past the last
         for lane in T.unroll(4):
             if out_channels % 4 == 0 or c * 4 + lane < out_channels:  # (a Python True: no guard)

@@ -9,8 +9,9 @@ the kernel that reads the tree:
 
 - an anchor's epilogue (:data:`LANE_LEAVES`, evaluated per lane): the kernel's value :class:`X`,
   per-output-channel constants :class:`Channel` (their values live outside the tree: the kernel
-  reads row ``index`` of its packed constants) and one other activation :class:`Operand` (same
-  shape as the output, or broadcast per channel ``[N, C, 1, 1]`` or per pixel ``[N, 1, H, W]``);
+  reads row ``index`` of its packed constants) and up to :data:`MAX_OPERANDS` other activations
+  :class:`Operand` (number ``index``; each the output's shape, or broadcast per channel
+  ``[N, C, 1, 1]`` or per pixel ``[N, 1, H, W]``);
   ``pow``'s exponent is a constant there;
 - a plain elementwise kernel (:data:`PLAIN_LEAVES`): its tensor inputs :class:`Input`, each
   broadcast to the output by NumPy's rules.
@@ -53,6 +54,9 @@ BINARY = {
 }
 #: How an :class:`Operand` broadcasts onto the output ``[N, C, H, W]``.
 OPERAND_KINDS = ("full", "channel", "pixel")
+#: How many other activations an expression reads at most (the conv's direct kernel and the GEMM
+#: read two; the other anchors one: ``Epilogue.extra_kinds`` and the factories' checks).
+MAX_OPERANDS = 2
 
 
 @dataclass(frozen=True)
@@ -78,13 +82,17 @@ class Channel:
 
 @dataclass(frozen=True)
 class Operand:
-    """The other activation the kernel reads (its ``Residual`` buffer), broadcast as ``kind`` says."""
+    """Other activation number ``index`` the kernel reads (a buffer after its residual:
+    ``Epilogue.extra_kinds``), broadcast as ``kind`` says."""
 
     kind: str = "full"
+    index: int = 0
 
     def __post_init__(self):
         if self.kind not in OPERAND_KINDS:
             raise ValueError(f"operand kind must be one of {OPERAND_KINDS}, got {self.kind!r}")
+        if self.index not in range(MAX_OPERANDS):
+            raise ValueError(f"operand index must be below {MAX_OPERANDS}, got {self.index!r}")
 
 
 @dataclass(frozen=True)
@@ -163,12 +171,15 @@ def inputs_read(e) -> set:
     return {leaf.index for leaf in leaves(e) if isinstance(leaf, Input)}
 
 
-def operand_kind(e) -> str | None:
-    """The kind of ``e``'s :class:`Operand` (one at most), None without one."""
-    kinds = {leaf.kind for leaf in leaves(e) if isinstance(leaf, Operand)}
-    if len(kinds) > 1:
-        raise ValueError(f"an expression epilogue reads one operand, got kinds {sorted(kinds)}")
-    return next(iter(kinds), None)
+def operand_kinds(e) -> tuple:
+    """The kinds of ``e``'s operands by index (``()`` without one): indices 0..n-1, one kind each."""
+    found = {}
+    for leaf in leaves(e):
+        if isinstance(leaf, Operand) and found.setdefault(leaf.index, leaf.kind) != leaf.kind:
+            raise ValueError(f"operand {leaf.index} is read with kinds {found[leaf.index]!r} and {leaf.kind!r}")
+    if sorted(found) != list(range(len(found))):
+        raise ValueError(f"an expression's operands are numbered from 0 without gaps, got {sorted(found)}")
+    return tuple(found[i] for i in range(len(found)))
 
 
 def channel_count(e) -> int:
@@ -176,8 +187,8 @@ def channel_count(e) -> int:
     return max((leaf.index + 1 for leaf in leaves(e) if isinstance(leaf, Channel)), default=0)
 
 
-def evaluate(e, ops, x=None, operand=None, channel=None, inputs=()):
-    """``e`` over the ops namespace ``ops``: ``x`` the kernel's value, ``operand`` the operand's,
+def evaluate(e, ops, x=None, operands=(), channel=None, inputs=()):
+    """``e`` over the ops namespace ``ops``: ``x`` the kernel's value, ``operands[i]`` operand ``i``'s,
     ``channel(i)`` per-channel constant ``i``, ``inputs[i]`` a plain kernel's input ``i`` (all
     already broadcast to the element or lane being computed)."""
 
@@ -194,7 +205,7 @@ def evaluate(e, ops, x=None, operand=None, channel=None, inputs=()):
         if isinstance(node, Channel):
             return channel(node.index)
         if isinstance(node, Operand):
-            return operand
+            return operands[node.index]
         if isinstance(node, Input):
             return inputs[node.index]
         raise TypeError(f"not an expression node: {node!r}")
@@ -202,8 +213,8 @@ def evaluate(e, ops, x=None, operand=None, channel=None, inputs=()):
     return walk(e)
 
 
-def numpy_evaluate(e, x, operand=None, channels=(), channel_axis: int = 1) -> np.ndarray:
-    """float64 ``e`` of NCHW (or any rank) ``x``: ``operand`` broadcast by NumPy's rules,
+def numpy_evaluate(e, x, operands=(), channels=(), channel_axis: int = 1) -> np.ndarray:
+    """float64 ``e`` of NCHW (or any rank) ``x``: ``operands`` (by index) broadcast by NumPy's rules,
     ``channels`` one vector per :class:`Channel` along ``channel_axis`` of ``x``."""
     x = np.asarray(x, np.float64)
     axis = channel_axis % x.ndim
@@ -213,9 +224,9 @@ def numpy_evaluate(e, x, operand=None, channels=(), channel_axis: int = 1) -> np
         shape[axis] = -1
         return np.asarray(channels[i], np.float64).reshape(shape)
 
-    op = None if operand is None else np.asarray(operand, np.float64)
+    ops = [np.asarray(op, np.float64) for op in operands]
     with np.errstate(all="ignore"):
-        return np.asarray(np.broadcast_to(evaluate(e, NUMPY, x, op, channel), x.shape), np.float64)
+        return np.asarray(np.broadcast_to(evaluate(e, NUMPY, x, ops, channel), x.shape), np.float64)
 
 
 def describe(e) -> str:
@@ -227,7 +238,8 @@ def describe(e) -> str:
     if isinstance(e, Channel):
         return f"c{e.index}"
     if isinstance(e, Operand):
-        return "operand" if e.kind == "full" else f"operand[{e.kind}]"
+        name = "operand" if e.index == 0 else f"operand{e.index}"
+        return name if e.kind == "full" else f"{name}[{e.kind}]"
     if isinstance(e, Input):
         return f"in{e.index}"
     if isinstance(e, Unary):

@@ -39,7 +39,7 @@ from tvm.script import tirx as T
 from ._common import (BUFFER, LANES, TEXTURE, PixelGrid, ceildiv, check_accumulator, check_dtype, check_scope, multiply_add, pixel_launch,
                       select_params, unravel, whole)
 from . import gather
-from .epilogue import BIAS, RESIDUAL, Epilogue, activate, expression
+from .epilogue import BIAS, RESIDUAL, SECOND, Epilogue, activate, check_epilogue, expression
 
 #: Largest register tile: rows x pixels of 4 columns (the accumulators are rows x 4 pixels floats).
 MAX_TILE_ROWS, MAX_TILE_COLS = 8, 4
@@ -211,10 +211,9 @@ def _views(geom: GemmGeometry, a_view, b_view, scope):
 def _check_gemm(geom: GemmGeometry, config, epilogue, dtype, acc_dtype, scope):
     if not isinstance(config, GemmConfig):
         raise TypeError(f"config must be a GemmConfig, got {type(config).__name__}")
-    if not isinstance(epilogue, Epilogue):
-        raise TypeError(f"epilogue must be an Epilogue, got {type(epilogue).__name__}")
-    if epilogue.operand_kind not in (None, "full"):
-        raise ValueError(f"gemm's expression epilogue reads an operand of the output's shape, got kind {epilogue.operand_kind!r}")
+    check_epilogue(epilogue, reads_second=True)
+    if any(kind != "full" for kind in epilogue.operand_kinds):
+        raise ValueError(f"gemm's expression epilogue reads operands of the output's shape, got kinds {epilogue.operand_kinds!r}")
     check_dtype(dtype)
     check_scope(scope)
     if scope == TEXTURE and (geom.trans_a or geom.trans_b):
@@ -228,8 +227,8 @@ def gemm(a_shape, b_shape, trans_a: bool = False, trans_b: bool = False, config:
     """``Y = act(op(A) @ op(B) + Bias + Residual)`` (:func:`gemm_geometry` for the shapes; ``Y``
     of shape ``A``'s leading dims + ``(M, N)``), plain row-major buffers, or with ``scope=TEXTURE``
     textures of the :func:`pixel_shape` of each (``trans_a``, ``trans_b`` False). ``Bias``: ``(ceil(N/4), 4)``
-    zero-padded (``strategy.packing.pack_bias``), ``Residual``: ``Y``'s shape; parameters
-    ``A, B, [Bias], [Residual], Y`` as ``epilogue`` says. ``acc_dtype``: the accumulators'
+    zero-padded (``strategy.packing.pack_bias``), ``Residual`` (and ``Residual2``, an expression's
+    second operand): ``Y``'s shape; parameters ``A, B, [Bias], [Residual], [Residual2], Y`` as ``epilogue`` says. ``acc_dtype``: the accumulators'
     (float32 for a float16 kernel's long reductions; default ``dtype``). ``alpha``: a constant the
     product is scaled by before the epilogue (attention's ``q * scale`` read through). ``out_perm``:
     ``Y`` (and ``Residual``) stored with the product's axes permuted (:func:`stored_out_shape`:
@@ -309,17 +308,23 @@ def gemm(a_shape, b_shape, trans_a: bool = False, trans_b: bool = False, config:
         zero_past_k(b_px, kb, 4, tn * 4, True)
 
     @T.macro
-    def load_residual(px, Residual, vb, r, c):
-        # px[1] = Residual's pixel c of output row r (lanes past N: 0)
+    def load_residual(px, row, Residual, vb, r, c):
+        # px[row] = Residual's pixel c of output row r (lanes past N: 0)
         if texture:
             for lane in T.vectorized(4):
-                px[1, lane] = Residual[lane_of(at_y(vb, r, c), lane)]
+                px[row, lane] = Residual[lane_of(at_y(vb, r, c), lane)]
         elif y_vector:
             for lane in T.vectorized(4):
-                px[1, lane] = Residual[at_y(vb, r, c * 4 + lane)]
+                px[row, lane] = Residual[at_y(vb, r, c * 4 + lane)]
         else:
             for lane in T.unroll(4):
-                px[1, lane] = T.if_then_else(c * 4 + lane < n, Residual[at_y(vb, r, T.min(c * 4 + lane, n - 1))], zero)
+                px[row, lane] = T.if_then_else(c * 4 + lane < n, Residual[at_y(vb, r, T.min(c * 4 + lane, n - 1))], zero)
+
+    def operands(px, lane):
+        # the expression's operands in ``lane``: px rows 1, 2 hold Residual's and Residual2's pixels
+        # (a residual's is added before the activation: no operand)
+        extras = max(len(epilogue.extra_kinds), 1)
+        return tuple(T.Cast(acc_dtype, px[1 + i, lane]) for i in range(extras))[int(epilogue.residual):]
 
     @T.macro
     def store_pixel_of(Y, acc, i, j, vb, r, c):
@@ -337,8 +342,8 @@ def gemm(a_shape, b_shape, trans_a: bool = False, trans_b: bool = False, config:
                     Y[at_y(vb, r, c * 4 + lane)] = T.Cast(dtype, acc[i, j * 4 + lane])
 
     @T.macro
-    def store_tile(Y, Bias, Residual, acc, px, vb, r0, c0):
-        # px[0]: the bias pixel, px[1]: the residual pixel
+    def store_tile(Y, Bias, Residual, Residual2, acc, px, vb, r0, c0):
+        # px[0]: the bias pixel, px[1]: the residual pixel (px[2]: Residual2's)
         for i in T.unroll(tm):
             for j in T.unroll(tn):
                 if r0 + i < m and c0 + j < n4:
@@ -346,7 +351,9 @@ def gemm(a_shape, b_shape, trans_a: bool = False, trans_b: bool = False, config:
                         for lane in T.vectorized(4):
                             px[0, lane] = Bias[c0 + j, lane]
                     if epilogue.reads_residual:  # the residual, or the expression's operand
-                        load_residual(px, Residual, vb, r0 + i, c0 + j)
+                        load_residual(px, 1, Residual, vb, r0 + i, c0 + j)
+                    if epilogue.reads_second:
+                        load_residual(px, 2, Residual2, vb, r0 + i, c0 + j)
                     for lane in T.unroll(4):
                         # padded lanes of a texture's last pixel stay 0 (the next kernel reads them)
                         acc[i, j * 4 + lane] = T.Select((c0 + j) * 4 + lane < n, expression(epilogue, activate(
@@ -354,18 +361,18 @@ def gemm(a_shape, b_shape, trans_a: bool = False, trans_b: bool = False, config:
                             + (T.Cast(acc_dtype, px[0, lane]) if epilogue.bias else acc_zero)
                             + (T.Cast(acc_dtype, px[1, lane]) if epilogue.residual else acc_zero),
                             epilogue.activation, acc_dtype, epilogue.clip_min, epilogue.clip_max),
-                            T.Cast(acc_dtype, px[1, lane]),
+                            operands(px, lane),
                             lambda e: T.Cast(acc_dtype, Bias[c0 + j, (int(epilogue.bias) + e) * 4 + lane]), acc_dtype), acc_zero)
                     store_pixel_of(Y, acc, i, j, vb, r0 + i, c0 + j)
 
     @T.macro
-    def tile(A, B, Bias, Residual, Y, vb, vr, vc):
+    def tile(A, B, Bias, Residual, Residual2, Y, vb, vr, vc):
         # whole operands: an inferred region prints as TVMScript that parses back reordered (upstream defect 16)
         T.reads(whole(A), whole(B))
         acc = T.sblock_alloc_buffer((tm, tn * 4), acc_dtype, scope="local")
         a_px = T.sblock_alloc_buffer((tm, 4), dtype, scope="local")
         b_px = T.sblock_alloc_buffer((4, tn * 4), dtype, scope="local")
-        px = T.sblock_alloc_buffer((2, 4), dtype, scope="local")
+        px = T.sblock_alloc_buffer((2 + epilogue.reads_second, 4), dtype, scope="local")
         for i in T.unroll(tm):
             for c in T.unroll(tn * 4):
                 acc[i, c] = acc_zero
@@ -376,19 +383,20 @@ def gemm(a_shape, b_shape, trans_a: bool = False, trans_b: bool = False, config:
                 for i in T.unroll(tm):
                     for c in T.unroll(tn * 4):
                         acc[i, c] = multiply_add(acc[i, c], a_px[i, kk], b_px[kk, c])
-        store_tile(Y, Bias, Residual, acc, px, vb, vr * tm, vc * tn)
+        store_tile(Y, Bias, Residual, Residual2, acc, px, vb, vr * tm, vc * tn)
 
     @T.prim_func(s_tir=True)
-    def func(a: T.handle, b: T.handle, bias: T.handle, residual: T.handle, y: T.handle):
+    def func(a: T.handle, b: T.handle, bias: T.handle, residual: T.handle, residual2: T.handle, y: T.handle):
         T.func_attr({"global_symbol": "gemm", "tirx.noalias": True})
         A = T.match_buffer(a, stored(a_buffer), dtype, scope=scope)
         B = T.match_buffer(b, stored(b_buffer), dtype, scope=scope)
         Bias = T.match_buffer(bias, epilogue.bias_shape(n4), dtype, scope=BUFFER)
         Residual = T.match_buffer(residual, stored(y_shape), dtype, scope=scope)
+        Residual2 = T.match_buffer(residual2, stored(y_shape), dtype, scope=scope)
         Y = T.match_buffer(y, stored(y_shape), dtype, scope=scope)
-        launch(grid, grid.rows, grid.cols, "tile", lambda vz, vh, vw: tile(A, B, Bias, Residual, Y, vz, vh, vw))
+        launch(grid, grid.rows, grid.cols, "tile", lambda vz, vh, vw: tile(A, B, Bias, Residual, Residual2, Y, vz, vh, vw))
 
     return select_params(func, epilogue.params(["A", "B"], "Y"))
 
 
-__all__ = ["GemmConfig", "GemmGeometry", "gemm", "gemm_geometry", "gemm_grid", "stored_out_shape", "view_buffer", "BIAS", "RESIDUAL"]
+__all__ = ["GemmConfig", "GemmGeometry", "gemm", "gemm_geometry", "gemm_grid", "stored_out_shape", "view_buffer", "BIAS", "RESIDUAL", "SECOND"]

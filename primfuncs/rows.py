@@ -201,8 +201,8 @@ def check_row_epilogue(epilogue, shape) -> Epilogue | None:
         raise TypeError(f"epilogue must be an Epilogue, got {type(epilogue).__name__}")
     if epilogue.expr is None or epilogue != Epilogue(expr=epilogue.expr):
         raise ValueError(f"a row kernel's epilogue is an expression alone (no bias, residual, activation or layout), got {epilogue!r}")
-    if epilogue.operand_kind not in (None, "full"):
-        raise ValueError(f"a row kernel's expression reads an operand of the output's shape, got kind {epilogue.operand_kind!r}")
+    if epilogue.operand_kinds not in ((), ("full",)):
+        raise ValueError(f"a row kernel's expression reads one operand of the output's shape, got kinds {epilogue.operand_kinds!r}")
     return epilogue
 
 
@@ -213,8 +213,8 @@ def _row_epilogue(epilogue, v, Bias, Residual, index, dtype):
     if epilogue is None:
         return v
     channel = index[-1]
-    operand = _wide(Residual[index], dtype) if epilogue.operand_kind is not None else None
-    return expression(epilogue, v, operand, lambda i: _wide(Bias[channel // 4, i * 4 + channel % 4], dtype), F32)
+    operands = (_wide(Residual[index], dtype),) if epilogue.operand_kinds else ()
+    return expression(epilogue, v, operands, lambda i: _wide(Bias[channel // 4, i * 4 + channel % 4], dtype), F32)
 
 
 def _wide(v, dtype):

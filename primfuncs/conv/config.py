@@ -147,8 +147,9 @@ def fallback_config(geom, depthwise: bool = False) -> ConvConfig:
 
 def check_conv_args(epilogue, dtype, config, scope, weight_scope, out_scope, residual_scope):
     """The checks the direct and tiled conv factories make; returns (scope, weight_scope, out_scope,
-    residual_scope) with the defaults filled in (weights: the weight texture next to a texture X)."""
-    check_epilogue(epilogue)
+    residual_scope) with the defaults filled in (weights: the weight texture next to a texture X).
+    The tiled factory refuses a second activation itself (``check_epilogue``)."""
+    check_epilogue(epilogue, reads_second=True)
     if not isinstance(config, ConvConfig):
         raise TypeError(f"config must be a ConvConfig, got {type(config).__name__}")
     check_dtype(dtype)

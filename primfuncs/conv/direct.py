@@ -89,7 +89,7 @@ def _tile_macros(tiling: DirectTiling, epilogue: Epilogue):
     acc_rows, normed = tiling.acc_rows, tiling.normed
 
     @T.macro
-    def conv_tile(X, W_dw, Bias_dw, Gate, W, WeightSum, Bias, Residual, Y, t, r, i, valid):
+    def conv_tile(X, W_dw, Bias_dw, Gate, W, WeightSum, Bias, Residual, Residual2, Y, t, r, i, valid):
         """The tile of channel tile ``t``, output row ``r`` and column tile ``i`` (image ``i // wt``)."""
         with T.sblock("conv2d"):
             # Tile: channel blocks vt*ocb.., output row voh, columns vwt*wb.. of image nn.
@@ -132,7 +132,7 @@ def _tile_macros(tiling: DirectTiling, epilogue: Epilogue):
                 accumulate_depthwise(X, W, xp, wp, acc, nn, voh, vwt * wb, vt)
             else:
                 accumulate_lanes(X, W, xp, wp, acc, nn, voh, vwt * wb, vt)
-            store_tile(Y, Bias, Residual, acc, tmp, nn, voh, vwt * wb, vt, WeightSum)
+            store_tile(Y, Bias, Residual, Residual2, acc, tmp, nn, voh, vwt * wb, vt, WeightSum)
 
     return conv_tile, accumulate_blocked, store_tile, load_shifts
 
@@ -151,7 +151,7 @@ def _plain_kernel(tiling: DirectTiling, conv_tile, name: str, scopes, epilogue: 
     @T.prim_func(s_tir=True)
     def func(
         data: T.handle, dw_weight: T.handle, dw_bias: T.handle, gate: T.handle, weight: T.handle, weight_sum: T.handle,
-        bias: T.handle, residual: T.handle, out: T.handle,
+        bias: T.handle, residual: T.handle, residual2: T.handle, out: T.handle,
     ):
         T.func_attr({"global_symbol": name, "tirx.noalias": True})
         X = T.match_buffer(data, x_shape, dtype, scope=scope)
@@ -162,12 +162,13 @@ def _plain_kernel(tiling: DirectTiling, conv_tile, name: str, scopes, epilogue: 
         WeightSum = T.match_buffer(weight_sum, (o4, 4), dtype, scope=BUFFER)
         Bias = T.match_buffer(bias, epilogue.bias_shape(o4), dtype, scope=BUFFER)
         Residual = T.match_buffer(residual, epilogue.residual_shape((n, o4, oh, ow, 4)), dtype, scope=residual_scope)
+        Residual2 = T.match_buffer(residual2, epilogue.residual_shape((n, o4, oh, ow, 4), 1), dtype, scope=residual_scope)
         Y = T.match_buffer(out, y_shape, dtype, scope=out_scope)
         if config.flat:
             for bx in T.thread_binding(ceildiv(tiles, gf), thread="blockIdx.x"):
                 for tx in T.thread_binding(gf, thread="threadIdx.x"):
                     conv_tile(
-                        X, W_dw, Bias_dw, Gate, W, WeightSum, Bias, Residual, Y, (bx * gf + tx) // (oh * wt) % ot, (bx * gf + tx) // wt % oh,
+                        X, W_dw, Bias_dw, Gate, W, WeightSum, Bias, Residual, Residual2, Y, (bx * gf + tx) // (oh * wt) % ot, (bx * gf + tx) // wt % oh,
                         (bx * gf + tx) // (ot * oh * wt) * wt + (bx * gf + tx) % wt, bx * gf + tx < tiles,
                     )
         else:
@@ -178,7 +179,7 @@ def _plain_kernel(tiling: DirectTiling, conv_tile, name: str, scopes, epilogue: 
                             for ty in T.thread_binding(gy, thread="threadIdx.y"):
                                 for tx in T.thread_binding(gx, thread="threadIdx.x"):
                                     conv_tile(
-                                        X, W_dw, Bias_dw, Gate, W, WeightSum, Bias, Residual, Y, bz * gz + tz, by * gy + ty, bx * gx + tx,
+                                        X, W_dw, Bias_dw, Gate, W, WeightSum, Bias, Residual, Residual2, Y, bz * gz + tz, by * gy + ty, bx * gx + tx,
                                         bz * gz + tz < ot and by * gy + ty < oh and bx * gx + tx < cols,
                                     )
 
@@ -222,7 +223,7 @@ def _split_kernel(tiling: DirectTiling, accumulate_blocked, store_tile, load_shi
     @T.prim_func(s_tir=True)
     def func_split(
         data: T.handle, dw_weight: T.handle, dw_bias: T.handle, gate: T.handle, weight: T.handle, weight_sum: T.handle,
-        bias: T.handle, residual: T.handle, out: T.handle,
+        bias: T.handle, residual: T.handle, residual2: T.handle, out: T.handle,
     ):
         T.func_attr({"global_symbol": name, "tirx.noalias": True})
         X = T.match_buffer(data, x_shape, dtype, scope=scope)
@@ -233,6 +234,7 @@ def _split_kernel(tiling: DirectTiling, accumulate_blocked, store_tile, load_shi
         WeightSum = T.match_buffer(weight_sum, (o4, 4), dtype, scope=BUFFER)
         Bias = T.match_buffer(bias, epilogue.bias_shape(o4), dtype, scope=BUFFER)
         Residual = T.match_buffer(residual, epilogue.residual_shape((n, o4, oh, ow, 4)), dtype, scope=residual_scope)
+        Residual2 = T.match_buffer(residual2, epilogue.residual_shape((n, o4, oh, ow, 4), 1), dtype, scope=residual_scope)
         Y = T.match_buffer(out, y_shape, dtype, scope=out_scope)
         for bz in T.thread_binding(ceildiv(ot, gz), thread="blockIdx.z"):
             for by in T.thread_binding(ceildiv(oh, gy), thread="blockIdx.y"):
@@ -281,7 +283,7 @@ def _split_kernel(tiling: DirectTiling, accumulate_blocked, store_tile, load_shi
                                                     for lane in T.unroll(4):
                                                         acc[i, lane] = acc[i, lane] + partial[k, i, lane, (tk * gy + ty) * gx + tx]
                                             store_tile(
-                                                Y, Bias, Residual, acc, tmp, (bx * gx + tx) // wt, by * gy + ty,
+                                                Y, Bias, Residual, Residual2, acc, tmp, (bx * gx + tx) // wt, by * gy + ty,
                                                 (bx * gx + tx) % wt * wb, bz * gz + tk, WeightSum,
                                             )
 
@@ -378,7 +380,7 @@ def conv2d_nchw4c(
     folded in: its Gate is GRN's float32 sums of squares over H, W, ``Gamma (C/4, 4)`` follows, and
     each work group computes the scale ``1 + Gamma * Nx`` itself (:func:`~primfuncs.conv.tiled.conv2d_tiled_nchw4c`).
     """
-    check_epilogue(epilogue)
+    check_epilogue(epilogue, reads_second=True)
     geom = conv2d_geometry(data_shape, weight_shape, strides, padding, dilation, groups)
     if config is not None and config.tiled:
         if geom.groups != 1:
@@ -423,7 +425,7 @@ def depthwise_conv2d_nchw4c(
     ``acc_dtype`` and ``data_layout`` only.
     """
     check_prologue(prologue, "depthwise_conv2d_nchw4c", DEPTHWISE)
-    check_epilogue(epilogue)
+    check_epilogue(epilogue, reads_second=True)
     data_shape = tuple(int(d) for d in data_shape)
     if len(data_shape) != 4:
         raise ValueError(f"data_shape must be NCHW (4-d), got {data_shape}")
@@ -489,7 +491,7 @@ def depthwise_pointwise_nchw4c(data_shape, dw_weight_shape, pw_weight_shape, str
     (:func:`conv2d_nchw4c`); the depthwise prologue's stay in ``dtype``.
     """
     check_prologue(prologue, "depthwise_pointwise_nchw4c", FUSED)
-    check_epilogue(epilogue)
+    check_epilogue(epilogue, reads_second=True)
     dw_epilogue = prologue.depthwise
     if not isinstance(dw_epilogue, Epilogue) or dw_epilogue.residual:
         raise ValueError(f"prologue.depthwise must be an Epilogue without residual, got {dw_epilogue!r}")

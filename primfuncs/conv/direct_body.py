@@ -217,16 +217,16 @@ def store_macro(k, epilogue):
     normalize = tile_norm_macros(k)[1]
 
     @T.macro
-    def store_pixels(Y, Bias, Residual, acc, tmp, nn, r, x0, t):
+    def store_pixels(Y, Bias, Residual, Residual2, acc, tmp, nn, r, x0, t):
         for ob in T.unroll(ocb):
             for wi in T.unroll(wb):
                 if store_ok(t, ob, x0 + wi):
                     store_output_pixel(
-                        Y, acc, ob * wb + wi, tmp, epilogue, Bias, Residual, nn, t * ocb + ob, r, x0 + wi, o
+                        Y, acc, ob * wb + wi, tmp, epilogue, Bias, Residual, nn, t * ocb + ob, r, x0 + wi, o, Residual2
                     )
 
     @T.macro
-    def store_tile(Y, Bias, Residual, acc, tmp, nn, r, x0, t, WeightSum):
+    def store_tile(Y, Bias, Residual, Residual2, acc, tmp, nn, r, x0, t, WeightSum):
         """Epilogue and store of the tile's pixels that lie inside the output. A folded layer norm
         is applied first (float32); a float32 ``acc`` of a half kernel is then converted (``res``):
         the epilogue and the store stay in the kernel's dtype."""
@@ -235,8 +235,8 @@ def store_macro(k, epilogue):
         if converts:
             res = T.sblock_alloc_buffer((ocb * wb, 4), dtype, scope="local")
             convert_tile(res, acc)  # the tile's rows (res has no statistics rows)
-            store_pixels(Y, Bias, Residual, res, tmp, nn, r, x0, t)
+            store_pixels(Y, Bias, Residual, Residual2, res, tmp, nn, r, x0, t)
         else:
-            store_pixels(Y, Bias, Residual, acc, tmp, nn, r, x0, t)
+            store_pixels(Y, Bias, Residual, Residual2, acc, tmp, nn, r, x0, t)
 
     return store_tile

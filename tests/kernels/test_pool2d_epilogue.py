@@ -58,7 +58,7 @@ def run_pool_epilogue(device, func, x, epilogue, c, out_hw, rng, scope, storage)
     oh, ow = out_hw
     bias = rand(rng, (c,)) if epilogue.bias else None
     channels = [rng.uniform(0.5, 2.0, c).astype(np.float32) for _ in range(epilogue.channel_rows)]  # > 0: divides
-    kind = epilogue.operand_kind
+    kind = epilogue.operand_kinds[0] if epilogue.operand_kinds else None  # a pool reads one
     operand = rand(rng, _operand_shape(kind, n, c, oh, ow)) if kind is not None else None
     inputs = [pack_nchw4c(x)]
     rows = ([bias] if bias is not None else []) + channels
@@ -80,7 +80,8 @@ def epilogue_reference(pooled, epilogue, seen):
     y = pooled if seen["bias"] is None else pooled + np.asarray(seen["bias"], np.float64).reshape(1, -1, 1, 1)
     if epilogue.activation is not None:
         y = numpy_activation(y, epilogue.activation, **dict(epilogue.activation_params))
-    return ex.numpy_evaluate(epilogue.expr, y, operand=seen["operand"], channels=seen["channels"])
+    return ex.numpy_evaluate(epilogue.expr, y, operands=[] if seen["operand"] is None else [seen["operand"]],
+                             channels=seen["channels"])
 
 
 def check(y, ref, c, storage):

@@ -116,12 +116,12 @@ def test_row_kernel_expression_epilogue(device, case, expr, kernel, threads, pre
     inputs = [x, *params]
     if channels:
         inputs.append(np.concatenate([pack_bias(c) for c in channels], axis=1))
-    if epilogue.operand_kind is not None:
+    if epilogue.operand_kinds:
         inputs.append(operand)
     got = run_kernel(device, func, *inputs, half=build.ALL_BUFFERS if half else ())
     assert np.all(np.isfinite(got)), "an output element was not written (poison survived)"
     value = reference(_stored(x, half), [_stored(p, half) for p in params])
-    ref = ex.numpy_evaluate(expr, value, operand=_stored(operand, half), channels=[_stored(c, half) for c in channels], channel_axis=-1)
+    ref = ex.numpy_evaluate(expr, value, operands=[_stored(operand, half)], channels=[_stored(c, half) for c in channels], channel_axis=-1)
     length = int(np.prod(shape[axis:])) if kernel != "softmax" else shape[axis]
     scale = max(float(np.max(np.abs(ref))), 1.0)
     bound = ((length + 16) * 4 * U32 + (2 * HALF_RTOL if half else 0.0)) * scale

@@ -1,7 +1,8 @@
 """Elementwise chains after an anchor kernel fuse into its expression epilogue (issue 34).
 
 Hypothesis draws a chain (unary ops, binary ops with a scalar, a per-channel constant or another
-activation in full or broadcast, depth 1-4) after a conv, a depthwise conv, a MatMul on tokens or a
+activation in full or broadcast, depth 1-4; after a conv or a MatMul a second other activation, their
+kernels reading two) after a conv, a depthwise conv, a MatMul on tokens or a
 row kernel on tokens (layer norm, RMS norm, softmax, batch norm: ``primfuncs.rows``) or a
 pool (MaxPool, AveragePool, GlobalAveragePool),
 builds one ONNX graph, compiles it onto PoCL, compares with onnxruntime and asserts the anchor and
@@ -61,7 +62,7 @@ def test_binary_ops_broadcast_their_leaves():
             got = ex.numpy_evaluate(ex.Binary(op, ex.Channel(0), ex.X()), x, channels=[c])
             np.testing.assert_array_equal(got, fn(c.reshape(1, 5, 1, 1), x), err_msg=op)
             for kind, operand in operands.items():
-                got = ex.numpy_evaluate(ex.Binary(op, ex.X(), ex.Operand(kind)), x, operand=operand)
+                got = ex.numpy_evaluate(ex.Binary(op, ex.X(), ex.Operand(kind)), x, operands=[operand])
                 np.testing.assert_array_equal(got, fn(x, operand), err_msg=f"{op} {kind}")
     # tokens: the channel axis last
     t = rng.standard_normal((3, 7, 5))
@@ -73,7 +74,7 @@ def test_expressions_are_keys_and_checked():
     e = ex.Binary("add", ex.Unary("clip", ex.X(), (("lo", -1.0), ("hi", 2.0))), ex.Channel(1))
     assert e == ex.Binary("add", ex.Unary("clip", ex.X(), (("lo", -1.0), ("hi", 2.0))), ex.Channel(1))
     assert hash(Epilogue(expr=e)) == hash(Epilogue(expr=e))
-    assert ex.channel_count(e) == 2 and ex.operand_kind(e) is None
+    assert ex.channel_count(e) == 2 and ex.operand_kinds(e) == ()
     assert Epilogue(bias=True, expr=e).bias_shape(3) == (3, 12)
     assert Epilogue(expr=ex.Binary("add", ex.X(), ex.Operand("pixel"))).residual_shape((1, 3, 5, 6, 4)) == (1, 1, 5, 6, 4)
     assert Epilogue().params(["X"], "Y") == ["X", "Y"]
@@ -81,10 +82,19 @@ def test_expressions_are_keys_and_checked():
         ex.Unary("cube", ex.X())
     with pytest.raises(ValueError, match="constant exponent"):
         ex.Binary("pow", ex.X(), ex.X())
-    with pytest.raises(ValueError, match="residual"):
-        Epilogue(residual=True, expr=ex.Binary("add", ex.X(), ex.Operand()))
-    with pytest.raises(ValueError, match="one operand"):
-        ex.operand_kind(ex.Binary("add", ex.Operand("full"), ex.Operand("pixel")))
+    two = ex.Binary("multiply", ex.Binary("add", ex.X(), ex.Operand("pixel")), ex.Operand("channel", 1))
+    assert ex.operand_kinds(two) == ("pixel", "channel") and ex.describe(two) == "multiply(add(x, operand[pixel]), operand1[channel])"
+    assert Epilogue(residual=True, expr=ex.Binary("add", ex.X(), ex.Operand("pixel"))).extra_kinds == ("full", "pixel")
+    assert Epilogue(expr=two).residual_shape((1, 3, 5, 6, 4), 1) == (1, 3, 1, 1, 4)
+    assert Epilogue(expr=two).params(["X"], "Y") == ["X", "Residual", "Residual2", "Y"]
+    with pytest.raises(ValueError, match="at most 2 other activations"):
+        Epilogue(residual=True, expr=two)
+    with pytest.raises(ValueError, match="kinds 'full' and 'pixel'"):
+        ex.operand_kinds(ex.Binary("add", ex.Operand("full"), ex.Operand("pixel")))
+    with pytest.raises(ValueError, match="without gaps"):
+        ex.operand_kinds(ex.Binary("add", ex.X(), ex.Operand("full", 1)))
+    with pytest.raises(ValueError, match="index must be below 2"):
+        ex.Operand("full", 2)
 
 
 # -- random chains after each anchor, compiled and run -------------------------------------------
@@ -115,6 +125,9 @@ POOLS = {"maxpool": ("MaxPool", dict(kernel_shape=[3, 3], strides=[2, 2], pads=[
 #: anchors that read a conv's map (a global pool of a graph input is a plain mean of rows, the token
 #: path's): that conv is one more kernel of the graph, its own (a map has two readers: no chain)
 AFTER_A_CONV = {"globalavgpool"}
+#: anchors whose kernels read two activations (the conv's direct kernel, the GEMM): a chain after them
+#: draws a second graph input
+TWO_OPERANDS = ("conv", "depthwise", "matmul")
 #: anchors on tokens [1, L, C] (the others on maps [1, C, H, W]): the row kernels (primfuncs.rows) and the GEMM
 TOKEN_ANCHORS = ("matmul", *NORMS)
 
@@ -122,13 +135,18 @@ TOKEN_ANCHORS = ("matmul", *NORMS)
 @st.composite
 def chains(draw, anchor):
     steps = []
+    # binary steps more often after the two-activation anchors: a second activation in 1 of 5-7 chains
+    # after a conv (measured over 200 draws), 1 of 30 after a MatMul (its leaves mostly constants)
+    two = anchor in TWO_OPERANDS
     for _ in range(draw(st.integers(1, 4))):
-        if draw(st.booleans()):
+        if draw(st.sampled_from([True, False, False] if two else [True, False])):
             steps.append(("unary", draw(st.sampled_from(sorted(UNARY_STEPS)))))
         else:
             op = draw(st.sampled_from(BINARY_STEPS))
             leaf = "scalar" if op == "Pow" else draw(st.sampled_from(LEAVES[anchor]))
-            steps.append(("binary", op, leaf, draw(st.booleans()) and op not in ("Div", "Pow")))  # x on the right
+            # x on the right; the leaf read again (an activation) or a new one (after conv and MatMul: a second)
+            steps.append(("binary", op, leaf, draw(st.booleans()) and op not in ("Div", "Pow"),
+                          draw(st.sampled_from([True, False, False] if two else [True]))))
     return steps
 
 
@@ -137,6 +155,7 @@ class GraphBuilder:
         self.rng, self.anchor, self.c, self.size = rng, anchor, channels, size
         self.nodes, self.inits, self.inputs, self.feeds = [], {}, [], {}
         self.operand = None
+        self.reads = {}  # graph input -> times read
 
     @property
     def out_shape(self):
@@ -150,10 +169,13 @@ class GraphBuilder:
         self.feeds[name] = data.astype(np.float32)
         return name
 
-    def leaf(self, kind, positive):
-        """The other operand's name: a constant, or a second graph input (one per graph, reused). A
-        kernel reads one operand: a constant tensor is one, so after it any other becomes a scalar."""
-        n, c, h, w = self.out_shape if len(self.out_shape) == 4 else (1, self.c, self.size, self.size)
+    def leaf(self, kind, positive, again=True):
+        """The other operand's name: a constant, or a graph input ("g", reused; and after a conv or a
+        MatMul, whose kernels read two activations, a second one "g2" when ``again`` is False). A
+        constant tensor is an operand too: after it any other becomes a scalar, and it comes first."""
+        c = self.c
+        if self.anchor in TWO_OPERANDS and kind in ("full", "per_channel", "per_pixel") and self.operand == "g":
+            return self.second_input(kind, positive, again)
         if kind in ("tensor", "full", "per_channel", "per_pixel") and self.operand is not None:
             # the graph input "g" is read again; a constant tensor after it would be a second operand
             kind = "scalar" if self.operand != "g" or kind == "tensor" else kind
@@ -166,9 +188,29 @@ class GraphBuilder:
             self.inits[name] = np.asarray(value, np.float32)
             return name
         if self.operand is None:
-            shape = {"full": self.out_shape, "per_channel": (n, c, 1, 1), "per_pixel": (n, 1, h, w)}[kind]
-            self.operand = self.add_input("g", shape, positive=True)  # away from 0: Div reads it too
+            self.operand = self.add_input("g", self.operand_shape(kind), positive=True)  # away from 0: Div reads it too
+        self.reads["g"] = self.reads.get("g", 0) + 1
         return self.operand
+
+    def operand_shape(self, kind):
+        n, c, h, w = self.out_shape if len(self.out_shape) == 4 else (1, self.c, self.size, self.size)
+        return {"full": self.out_shape, "per_channel": (n, c, 1, 1), "per_pixel": (n, 1, h, w)}[kind]
+
+    def second_input(self, kind, positive, again):
+        """After "g": "g" again, or a second graph input "g2" (in ``kind``'s shape) or "g2" again. The
+        kernel reads two activations: when "g" was the conv's or the GEMM's residual (the first Add),
+        reading it again in the chain takes the second; so "g2" only while "g" was read once, and "g"
+        no more once "g2" is read (a scalar instead)."""
+        if "g2" in self.reads:
+            name = "g2" if again else None
+        elif again or self.reads["g"] > 1:
+            name = "g"
+        else:
+            name = self.add_input("g2", self.operand_shape(kind), positive=True)
+        if name is None:
+            return self.leaf("scalar", positive)
+        self.reads[name] = self.reads.get(name, 0) + 1
+        return name
 
     def norm_nodes(self):
         """A row kernel's op on tokens: a layer norm over the channels (ONNX LayerNormalization,
@@ -231,12 +273,12 @@ class GraphBuilder:
                     self.nodes.append(helper.make_node(op, [v], [f"u{i}_{j}"], **attrs))
                     v = f"u{i}_{j}"
                 continue
-            _, op, kind, swapped = step
+            _, op, kind, swapped, *again = step
             if op == "Pow":
                 self.inits[f"p{i}"] = np.float32(self.rng.choice([2.0, 3.0]))
                 other = f"p{i}"
             else:
-                other = self.leaf(kind, positive=op == "Div")
+                other = self.leaf(kind, positive=op == "Div", again=again[0] if again else True)
             args = [other, v] if swapped else [v, other]
             self.nodes.append(helper.make_node(op, args, [f"b{i}"]))
             v = f"b{i}"
@@ -319,6 +361,18 @@ def test_a_refused_step_records_no_leaf():
     assert len(convs) == 1 and len(compiled.profile()) > 1, convs  # the conv with tanh; the Pow a kernel of its own
 
 
+@pytest.mark.parametrize("anchor", TWO_OPERANDS)
+@pytest.mark.parametrize("residual", [True, False])
+def test_a_chain_reading_two_activations(anchor, residual):
+    """A residual add then a second activation (read twice), or two activations in the chain (one
+    broadcast after a conv): the kernel reads both, one launch."""
+    wide = "full" if anchor == "matmul" else "per_pixel"
+    first = ("binary", "Add", "full", False, True) if residual else ("binary", "Mul", wide, True, True)
+    steps = [first, ("unary", "Sigmoid"), ("binary", "Mul", "full" if anchor == "matmul" else "per_channel", True, False),
+             ("binary", "Sub", "full", False, True), ("unary", "Tanh")]
+    check_chain(anchor, steps, channels=6, size=5, seed=11)
+
+
 # -- the Winograd conv's output transform with an expression (no model draws Winograd this small) --
 
 @pytest.mark.parametrize("m, scope", [(2, "global.texture"), (4, "global")])
@@ -340,7 +394,7 @@ def test_winograd_output_transform_evaluates_the_expression(device, m, scope):
                                         config=ConvConfig(2, 2, (4, 2, 1)), scope=scope)
     x, wt, bias, c0, operand = rand(rng, (n, c, h, w)), rand(rng, (o, c, 3, 3)), rand(rng, (o,)), rand(rng, (o,)), rand(rng, (n, 1, h, w))
     y = reference_conv2d(x, wt, (1, 1), (1, 1, 1, 1), (1, 1), 1) + bias.reshape(1, o, 1, 1)
-    ref = ex.numpy_evaluate(expr, numpy_activation(y, "sigmoid"), operand=operand, channels=[c0])
+    ref = ex.numpy_evaluate(expr, numpy_activation(y, "sigmoid"), operands=[operand], channels=[c0])
     program = ConvProgram(f"winograd_{m}x{m}", build.build_cached(kernels.module()), kernels.names)
     assert program.inputs == ("X", "U", "Bias", "Residual")
     tensors = {

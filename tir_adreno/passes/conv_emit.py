@@ -13,12 +13,12 @@ import numpy as np
 from tvm import relax
 
 from primfuncs.conv import ConvGeometry
-from primfuncs.epilogue import Epilogue
+from primfuncs.epilogue import EXTRA_BUFFERS, Epilogue
 
 from tir_adreno.passes.activations import fuse_activation
 from tir_adreno.passes.affine import batch_norm_affine, batch_norm_output, linear_step, other_operand
 from tir_adreno.passes.convs import conv_geometry, conv_operands
-from tir_adreno.passes.epilogue_chain import OPERAND_KINDS, Anchor, Chain, chain_epilogue, chain_with_operand, pack_rows
+from tir_adreno.passes.epilogue_chain import OPERAND_KINDS, Anchor, Chain, chain_epilogue, chain_with_operands, pack_rows
 from tir_adreno.passes.graph import TO_NCHW, Node, dtype, same, static_shape
 from tir_adreno.passes.kernel_index import KernelCall
 from tir_adreno.passes.map_boundary import define_plain_output, plain_input, plain_input_expr, token_output
@@ -43,7 +43,7 @@ class Tail:
     weight_sum: np.ndarray | None = None  # a folded layer norm's sum_c W[o, c] (:meth:`fold_norm`)
     layout: str = "NCHW"  # the layout of ``last``'s value (NHWC -> NCHW after :func:`_permuted_residual`)
     chain: Chain | None = None  # the elementwise chain after all that (:func:`chain_tail`)
-    operand: Value | None = None  # the chain's operand (none with a residual)
+    operands: tuple = ()  # the chain's operands (Values; one at most after a residual)
 
     @property
     def has_bias(self) -> bool:
@@ -54,9 +54,10 @@ class Tail:
         return chain_epilogue(self.has_bias, self.activation, self.clip_bounds, self.residual is not None, self.chain)
 
     @property
-    def extra_input(self) -> Value | None:
-        """The activation the kernel reads beside its input: the residual or the chain's operand."""
-        return self.residual if self.residual is not None else self.operand
+    def extra_inputs(self) -> list:
+        """The activations the kernel reads beside its input (``Epilogue.extra_kinds``' order): the
+        residual, then the chain's operands."""
+        return ([] if self.residual is None else [self.residual]) + list(self.operands)
 
     def constants(self, pack_weights, dtype: str = "float32") -> list:
         """The kernel arguments of the weights, a folded layer norm's weight sums and the bias (when
@@ -173,16 +174,19 @@ def conv_tail(rw: Rewriter, node: Node, w: np.ndarray, data_layout: str) -> Tail
         tail.last = last
 
 
-def chain_tail(rw: Rewriter, tail: Tail) -> Tail:
+def chain_tail(rw: Rewriter, tail: Tail, activations: int = 2) -> Tail:
     """The elementwise chain after the tail into it (``passes.epilogue_chain``), where kernels fuse:
-    its expression, per-channel constants and operand (in full or broadcast; none after a residual)."""
+    its expression, per-channel constants and operands (in full or broadcast), the kernel reading
+    ``activations`` beside its input at most, the residual among them (2: the direct kernel, which
+    the strategy then runs; 1: a conv only the tiled kernel runs, a folded group norm or GRN)."""
     if not rw.fuses:
         return tail
     nchw = tail.layout == "NCHW"
-    anchor = Anchor(tail.w.shape[0], tail.layout, () if tail.residual is not None else OPERAND_KINDS if nchw else ("full",))
-    found = chain_with_operand(rw, tail.last, anchor, tail.layout)
+    anchor = Anchor(tail.w.shape[0], tail.layout, OPERAND_KINDS if nchw else ("full",),
+                    operands=activations - (tail.residual is not None))
+    found = chain_with_operands(rw, tail.last, anchor, tail.layout)
     if found is not None:
-        tail.chain, tail.operand = found
+        tail.chain, tail.operands = found
         tail.last = tail.chain.last
     return tail
 
@@ -199,7 +203,7 @@ def emit_conv2d(rw: Rewriter, node: Node, x: Value, gate: Value | None = None, i
     with ``grn`` ``(epsilon, gamma)`` (the caller asked ``can_fuse("grn", ...)``) ``gate`` is GRN's sums of
     squares and the conv reads ``x * (1 + gamma * Nx)`` computing ``Nx`` itself."""
     data_layout, w = conv_operands(node)
-    tail = chain_tail(rw, conv_tail(rw, node, w, data_layout))
+    tail = chain_tail(rw, conv_tail(rw, node, w, data_layout), 1 if stats is not None or grn is not None else 2)
     del w  # the tail holds the weights; a fold replaces them, and the old ones go now, not at return
     if input_shift is not None:
         tail.shift_input(input_shift)
@@ -213,7 +217,7 @@ def emit_conv2d(rw: Rewriter, node: Node, x: Value, gate: Value | None = None, i
     own = rw.conv_scope(geom)
     scope = rw.input_scope(x, own)
     out_scope = rw.output_scope(tail.last.var, own, (geom.n, geom.o4, geom.oh, geom.ow, 4), geom.out_shape)
-    residual_scope = rw.input_scope(tail.extra_input, out_scope) if tail.extra_input is not None else None
+    residual_scope = rw.input_scope(tail.extra_inputs[0], out_scope) if tail.extra_inputs else None
     gate_scope = rw.input_scope(gate, scope) if gate is not None else None
     plan = strategy.conv2d_plan(geom, epilogue, rw.precision, rw.profile, rw.records, allow_buffer=rw.allow_buffer,
                                 in_scope=scope, out_scope=out_scope, residual_scope=residual_scope, gate_scope=gate_scope,
@@ -271,8 +275,8 @@ def _emit_plan(rw: Rewriter, node: Node, plan, inputs: list, tail: Tail):
         if name == "V":
             args.append(relax.const(plan.pack_weights(tail.w)))
     args += tail.constants(plan.pack_weights, plan.dtype)[len(stages) > 1:]  # Winograd's U went in with V
-    if tail.extra_input is not None:
-        args.append(rw.blocked(tail.extra_input, plan.tensor("Residual").scope))
+    for value, name in zip(tail.extra_inputs, EXTRA_BUFFERS):  # the second read in the first's scope
+        args.append(rw.blocked(value, plan.tensor(name).scope))
     return rw.emit_kernel(stages[-1], args, plan.tensor("Y").shape, hint="conv2d", op_info=conv_info(node, plan, "Y"))
 
 

@@ -6,9 +6,11 @@ that used to run as kernels of their own: a layer scale after the residual, ``x 
 ``tanh``, a second add. :func:`match_chain` walks them (``passes.elementwise_chain``) while each is
 the only reader of the value before it and keeps the anchor's shape, and builds a
 :mod:`primfuncs.epilogue_expr` tree: scalar
-constants inline, per-channel constants as rows packed beside the bias, at most one other
-activation (already computed, or a graph input) read as the kernel's operand, in full or broadcast
-per channel / per pixel where the anchor's kernel reads those. Every node it takes is marked fused.
+constants inline, per-channel constants as rows packed beside the bias, other activations (already
+computed, or graph inputs) read as the kernel's operands, in full or broadcast per channel / per
+pixel where the anchor's kernel reads those: as many as :attr:`Anchor.operands` (two for the conv's
+direct kernel and the GEMM, one for the others; one less after a residual add). A step that would
+need one more ends the chain before it. Every node it takes is marked fused.
 A pool (max/avg pool2d, adaptive and global average pooling) anchors a chain the same way
 (:func:`pool_chain`: the pooled map is an NCHW anchor of its channel count).
 """
@@ -34,25 +36,32 @@ OPERAND_KINDS = ex.OPERAND_KINDS
 @dataclass
 class Chain:
     """An anchor's elementwise chain: the expression, its per-channel constants (float64 vectors in
-    :class:`~primfuncs.epilogue_expr.Channel` order), the operand (a variable, or a constant's values
+    :class:`~primfuncs.epilogue_expr.Channel` order), the operands in
+    :class:`~primfuncs.epilogue_expr.Operand` index order (each a variable, or a constant's values
     broadcast to the output: :attr:`Anchor.constant_operand`), the last node."""
 
     expr: object
     last: Node
     channels: list = field(default_factory=list)
-    operand: relax.Var | np.ndarray | None = None
+    operands: list = field(default_factory=list)
+
+    @property
+    def operand(self):
+        """The first operand (the anchors that read one), None without one."""
+        return self.operands[0] if self.operands else None
 
 
 @dataclass(frozen=True)
 class Anchor:
     """What the anchor's kernel takes: its output's channel count and layout ("NCHW": the channel
-    axis 1, else the last), whether it reads another operand (none after a residual add), and how
-    that operand may broadcast (``epilogue_expr.OPERAND_KINDS``)."""
+    axis 1, else the last), how other operands may broadcast (``epilogue_expr.OPERAND_KINDS``) and
+    how many it reads (``operands``: one less after a residual add, which the kernel reads too)."""
 
     channels: int
     layout: str = "NCHW"
     operand_kinds: tuple = ex.OPERAND_KINDS
-    constant_operand: bool = False  # a constant tensor (broadcast to the output) may be the operand (plain buffers)
+    constant_operand: bool = False  # a constant tensor (broadcast to the output) may be an operand (plain buffers)
+    operands: int = 1
 
     def kind_of(self, out_shape, shape) -> str | None:
         """How an activation of ``shape`` broadcasts onto the output, None when the kernel cannot read it."""
@@ -68,13 +77,13 @@ class Anchor:
 def _constant_operand(anchor: Anchor, chain: Chain, data: np.ndarray, out_shape):
     """A constant tensor that broadcasts to the output (LeViT's attention biases after ``q kᵀ``) as
     the operand, its values broadcast to the output's shape; None where the anchor takes none."""
-    if not anchor.constant_operand or chain.operand is not None or "full" not in anchor.operand_kinds:
+    if not anchor.constant_operand or len(chain.operands) >= anchor.operands or "full" not in anchor.operand_kinds:
         return None
     try:
-        chain.operand = np.broadcast_to(data, out_shape)
+        chain.operands.append(np.broadcast_to(data, out_shape))
     except ValueError:
         return None
-    return ex.Operand("full")
+    return ex.Operand("full", len(chain.operands) - 1)
 
 
 def _leaf(rw, anchor: Anchor, chain: Chain, other, out_shape):
@@ -93,16 +102,18 @@ def _leaf(rw, anchor: Anchor, chain: Chain, other, out_shape):
         return ex.Channel(len(chain.channels) - 1)
     if not isinstance(other, relax.Var) or dtype(other) != "float32":
         return None
-    if chain.operand is not None:  # one operand a kernel: read again, or refused
-        again = isinstance(chain.operand, relax.Var) and same(other, chain.operand)
-        return ex.Operand(anchor.kind_of(out_shape, static_shape(other))) if again else None
-    if other not in rw.values and other not in rw.exprs:
-        return None  # computed later (a branch emitted after this one): that branch may take this value
     kind = anchor.kind_of(out_shape, static_shape(other))
     if kind is None:
         return None
-    chain.operand = other
-    return ex.Operand(kind)
+    for index, operand in enumerate(chain.operands):  # an operand read again
+        if isinstance(operand, relax.Var) and same(other, operand):
+            return ex.Operand(kind, index)
+    if len(chain.operands) >= anchor.operands:  # the kernel reads no more: the chain ends before this step
+        return None
+    if other not in rw.values and other not in rw.exprs:
+        return None  # computed later (a branch emitted after this one): that branch may take this value
+    chain.operands.append(other)
+    return ex.Operand(kind, len(chain.operands) - 1)
 
 
 class _Leaves:
@@ -118,11 +129,11 @@ class _Leaves:
         return _leaf(self.rw, self.anchor, self.chain, arg, self.out_shape)
 
     def save(self):
-        return self.chain.operand, len(self.chain.channels)
+        return len(self.chain.operands), len(self.chain.channels)
 
     def restore(self, state) -> None:
-        self.chain.operand, channels = state
-        self.chain.channels[channels:] = []  # nothing recorded for a refused step
+        operands, channels = state
+        self.chain.operands[operands:], self.chain.channels[channels:] = [], []  # nothing recorded for a refused step
 
 
 def match_chain(rw, last: Node, anchor: Anchor) -> Chain | None:
@@ -152,26 +163,27 @@ def chain_epilogue(has_bias: bool, activation, clip_bounds, residual: bool, chai
                     **({} if chain is None else {"expr": chain.expr}))
 
 
-def chain_with_operand(rw, last: Node, anchor: Anchor, layout: str = "NCHW"):
-    """``(chain, operand)``: the chain after ``last`` (:func:`match_chain`) and its operand as the
-    rewriter's Value (in full: seen in ``layout``; broadcast: an NCHW activation; None without one),
+def chain_with_operands(rw, last: Node, anchor: Anchor, layout: str = "NCHW"):
+    """``(chain, operands)``: the chain after ``last`` (:func:`match_chain`) and its operands as the
+    rewriter's Values, in index order (in full: seen in ``layout``; broadcast: an NCHW activation),
     else None with every fused mark as it was (no chain, or an operand our kernels do not hold in a
     layout the anchor's kernel reads)."""
     marks = rw.graph.fused_marks()
     chain = match_chain(rw, last, anchor)
     if chain is None:
         return None
-    operand = None
-    if chain.operand is not None:
-        full = static_shape(chain.operand) == static_shape(chain.last.var)
-        operand = rw.view(chain.operand, layout) if full else rw.activation(chain.operand, "NCHW")
-        if operand is None:
+    values = []
+    for var in chain.operands:
+        full = static_shape(var) == static_shape(chain.last.var)
+        value = rw.view(var, layout) if full else rw.activation(var, "NCHW")
+        if value is None:
             rw.graph.restore_fused(marks)
             return None
-    return chain, operand
+        values.append(value)
+    return chain, tuple(values)
 
 
 def pool_chain(rw, node: Node, channels: int):
     """The pool anchor: the chain after pool ``node`` (an NCHW map of ``channels``) with its operand
-    (:func:`chain_with_operand`: any operand kind, constants per channel), where kernels fuse; else None."""
-    return chain_with_operand(rw, node, Anchor(channels)) if rw.fuses else None
+    (:func:`chain_with_operands`: one, any kind; constants per channel), where kernels fuse; else None."""
+    return chain_with_operands(rw, node, Anchor(channels)) if rw.fuses else None

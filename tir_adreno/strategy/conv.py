@@ -292,6 +292,20 @@ def takes_gate(choice: ConvChoice, geometry: ConvGeometry) -> bool:
     return choice.algorithm == "direct" and _conv.blocked_path(geometry)
 
 
+def reads_second(choice: ConvChoice) -> bool:
+    """Whether ``choice``'s kernel reads a second activation in its epilogue (``Epilogue.reads_second``:
+    a residual and a fused chain's operand, or two operands): the direct kernel, not the tiled GEMM nor Winograd."""
+    return choice.algorithm == "direct" and not (choice.config is not None and choice.config.tiled)
+
+
+def second_operand_choice(choice: ConvChoice, geometry: ConvGeometry, profile: DeviceProfile) -> ConvChoice:
+    """``choice``, or where its kernel reads no second activation the direct kernel in its placement
+    (its untiled config): a chain fused with its second operand saves a launch, the choice's kernel less."""
+    if reads_second(choice):
+        return choice
+    return ConvChoice("direct", defaults.default_config(geometry, profile, prologue=True), choice.placement)
+
+
 def folds_group_norm(choice: ConvChoice) -> bool:
     """Whether ``choice``'s kernel folds a group norm: the tiled GEMM (its work group folds the
     statistics in shared memory once; the direct kernel's items would each fold all the partials)."""
@@ -352,6 +366,8 @@ def conv2d_plan(
     check_precision(precision, profile)
     dtype = kernel_dtype(precision)
     choice, source = resolve_choice(geometry, precision, profile, records, choice)
+    if epilogue.reads_second:
+        choice = second_operand_choice(choice, geometry, profile)
     check_algorithm(geometry, choice.algorithm, precision=precision)
     if gate_scope is not None and not takes_gate(choice, geometry):
         raise ValueError(f"gate_scope={gate_scope!r}: the {choice.name} kernel of this conv takes no input gate "
@@ -376,6 +392,7 @@ def conv2d_plan(
     io = dict(scope=x_scope, out_scope=y_scope, residual_scope=r_scope)
     extra = [TensorPlan("Bias", epilogue.bias_shape(g.o4), BUFFER)] if epilogue.reads_bias else []
     extra += [TensorPlan("Residual", epilogue.residual_shape(out5), r_scope)] if epilogue.reads_residual else []
+    extra += [TensorPlan("Residual2", epilogue.residual_shape(out5, 1), r_scope)] if epilogue.reads_second else []
     if choice.algorithm == "direct":
         config = choice.config or defaults.default_config(g, profile)
         if norm_eps is not None or group_norm is not None or grn_eps is not None:

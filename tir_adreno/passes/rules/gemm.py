@@ -71,9 +71,10 @@ class GemmTail:
                               self.residual is not None, self.chain)
 
     @property
-    def extra_input(self):
-        """The activation the kernel reads beside its operands: the residual or the chain's operand."""
-        return self.residual if self.residual is not None or self.chain is None else self.chain.operand
+    def extra_inputs(self) -> list:
+        """The activations the kernel reads beside its operands (``Epilogue.extra_kinds``' order): the
+        residual, then the chain's operands (a constant's as its values, broadcast to Y's shape)."""
+        return ([] if self.residual is None else [self.residual]) + ([] if self.chain is None else list(self.chain.operands))
 
 
 def _swaps_last_two(node: Node) -> bool:
@@ -180,11 +181,11 @@ def _step(rw: Rewriter, tail: GemmTail, user: Node, n: int) -> bool:
 
 
 def _chain(rw: Rewriter, tail: GemmTail, n: int) -> GemmTail:
-    """The elementwise chain after the tail into it, where kernels fuse (an operand of the output's
-    shape only, none after a residual; per-column constants beside the bias)."""
+    """The elementwise chain after the tail into it, where kernels fuse (operands of the output's
+    shape only, two with the residual at most; per-column constants beside the bias)."""
     if rw.fuses:
-        kinds = () if tail.residual is not None else ("full",)
-        tail.chain = match_chain(rw, tail.last, Anchor(n, "NHWC", kinds, constant_operand=True))
+        operands = 2 - (tail.residual is not None)
+        tail.chain = match_chain(rw, tail.last, Anchor(n, "NHWC", ("full",), constant_operand=True, operands=operands))
         tail.last = tail.last if tail.chain is None else tail.chain.last
     return tail
 
@@ -235,7 +236,7 @@ def _output_permute(rw: Rewriter, tail: GemmTail) -> Node | None:
     in its order, no transpose kernel after it. None with a residual or a chain's operand (read in the product's order)."""
     user = rw.graph.sole_user(tail.last.var)
     axes = permute_axes(user)
-    if axes is None or tail.extra_input is not None or axes[-1] != len(axes) - 1 or axes == tuple(range(len(axes))):
+    if axes is None or tail.extra_inputs or axes[-1] != len(axes) - 1 or axes == tuple(range(len(axes))):
         return None
     return user
 
@@ -260,8 +261,7 @@ def _emit(rw: Rewriter, node: Node, a: Operand, b: Operand | None, geom, tail: G
     rows = pack_rows(tail.bias if epilogue.bias else None, tail.chain, lambda r: pack_bias(r.astype(np.float32)))
     if rows is not None:
         args.append(relax.const(rows))
-    if epilogue.reads_residual:
-        extra = tail.extra_input  # a constant operand comes as its values (broadcast to Y's shape)
+    for extra in tail.extra_inputs:  # a constant operand comes as its values (broadcast to Y's shape)
         args.append(relax.const(np.ascontiguousarray(extra, np.float32)) if isinstance(extra, np.ndarray) else rw.expr(extra))
     info = node_info(node, trans_a=geom.trans_a, trans_b=geom.trans_b, alpha=alpha, config=str(kwargs["config"]))
     info["attrs"]["epilogue"] = epilogue_info(epilogue)

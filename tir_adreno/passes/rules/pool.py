@@ -66,7 +66,8 @@ def _emit_pooled(rw: Rewriter, node: Node, make, out5, scope: str, nchw, inputs:
     fused = {}
     last = node
     if found is not None:
-        chain, operand = found
+        chain, operands = found
+        operand = operands[0] if operands else None  # a pool reads one (its anchor's)
         epilogue = chain_epilogue(False, None, None, False, chain)
         rows = pack_rows(None, chain, lambda r: pack_bias(r.astype(np.float32)))
         inputs = inputs + ([relax.const(rows)] if rows is not None else [])
