@@ -31,8 +31,8 @@ def _mixed_model():
 def test_transforms_only_at_inputs_and_outputs():
     """Transforms only at the model's inputs and outputs: the conv reads its input x as it is and
     adds the input z in its epilogue (an expression operand: z packed where it enters, the sum
-    unpacked where it leaves); the MLP's multiply, add and HardSwish run plain on the GEMM's output
-    as one kernel (no transform at all)."""
+    unpacked where it leaves); the MLP's gate multiply, residual add and HardSwish are the GEMM's
+    epilogue on its plain output (two operands, b and a: no transform and no kernel of their own)."""
     model = _mixed_model()
     rng = np.random.default_rng(7)
     inputs = {"x": (1, 8, 4, 6), "z": (1, 8, 4, 6), "a": (1, 4, 6, 8), "b": (1, 4, 6, 8)}
@@ -45,8 +45,8 @@ def test_transforms_only_at_inputs_and_outputs():
     assert not [r for r in rows if not r["ours"]], rows
     transforms = sorted(r["op"].rstrip("0123456789") for r in rows if r["op"].startswith(LAYOUT_KERNELS))
     assert transforms == ["nchw4c_to_nchw", "nchw_to_nchw4c"], transforms  # y1 out, z in
-    assert len([r for r in rows if r["op"].startswith("elementwise_plain")]) == 1, rows  # the MLP's chain
-    assert len(rows) == 5, rows  # pack z, conv (+ relu + z), unpack y1; the GEMM; the MLP's chain
+    assert [r["op"] for r in rows if not r["op"].startswith(LAYOUT_KERNELS)] == ["conv2d_nchw4c", "gemm"], rows
+    assert len(rows) == 4, rows  # pack z, conv (+ relu + z), unpack y1; the GEMM (+ * b + a, HardSwish)
 
 
 def test_wants_follow_flexible_readers():
