@@ -80,13 +80,14 @@ class LayoutPlan:
         key = var
         if key not in self._wants:
             self._wants[key] = frozenset()  # a DAG: no cycle, but be safe while computing
-            found = {PLAIN} if self._is_output(var) else set()
+            found = {PLAIN} if self.is_output(var) else set()
             for user in self._readers.get(var, ()):
                 found |= self._reader_wants(user)
             self._wants[key] = frozenset(found)
         return self._wants[key]
 
-    def _is_output(self, var) -> bool:
+    def is_output(self, var) -> bool:
+        """Whether ``var`` is (a field of) the graph's output."""
         out = self.graph.output
         return any(same(f, var) for f in (out.fields if isinstance(out, relax.Tuple) else [out]))
 
@@ -95,7 +96,7 @@ class LayoutPlan:
         a map's other readers taken as blocked (:meth:`_map_reader_wants`)."""
         if var not in self._view_wants:
             self._view_wants[var] = frozenset()
-            found = {PLAIN} if self._is_output(var) else set()
+            found = {PLAIN} if self.is_output(var) else set()
             for user in self._readers.get(var, ()):
                 follow = user.op in VIEWS or user.op in FLEXIBLE
                 found |= set(self.view_wants(user.var)) if follow else self._map_reader_wants(var, user)
@@ -126,11 +127,9 @@ class LayoutPlan:
         for arg in node.args:
             if not isinstance(arg, relax.Var) or const(arg) is not None:
                 continue
-            v = rw.values.get(arg)
-            has_blocked = v is not None and bool(v.blocked)
-            has_plain = v is None or v.plain is not None
-            blocked_now += has_blocked and not has_plain
-            plain_now += has_plain and not has_blocked
+            only_blocked, only_plain = self._held_value(rw.values.get(arg))
+            blocked_now += only_blocked
+            plain_now += only_plain
         wants = self.wants(node.var)
         cost_plain = blocked_now + (BLOCKED in wants)
         cost_blocked = plain_now + (PLAIN in wants)
@@ -159,7 +158,11 @@ class LayoutPlan:
         is rewritten or when it has both forms."""
         if var not in rw.values and var not in rw.exprs:
             return False, False
-        v = rw.values.get(var)
+        return LayoutPlan._held_value(rw.values.get(var))
+
+    @staticmethod
+    def _held_value(v) -> tuple[bool, bool]:
+        """(only blocked, only plain) of the rewriter's value ``v`` (None: a plain expression)."""
         has_blocked = v is not None and bool(v.blocked)
         has_plain = v is None or v.plain is not None
         return has_blocked and not has_plain, has_plain and not has_blocked

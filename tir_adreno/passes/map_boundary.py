@@ -185,13 +185,12 @@ def token_region(rw: Rewriter, var) -> dict:
     (:func:`_reader_want`), want PLAIN and how many BLOCKED (each such value would cost a layout
     transform in the other form), up to :data:`REGION_BUDGET` readers; a model output wants PLAIN."""
     wanted, todo, seen = {PLAIN: set(), BLOCKED: set()}, [var], 0
-    outputs = rw.graph.output.fields if isinstance(rw.graph.output, relax.Tuple) else [rw.graph.output]
     while todo and seen < REGION_BUDGET:
         v = todo.pop()
         readers = rw.plan.readers(v)
         seen += len(readers)
         wants = [_reader_want(rw, v, reader) for reader in readers]
-        if any(same(o, v) for o in outputs):
+        if rw.plan.is_output(v):
             wants.append(PLAIN)
         if BLOCKED in wants:  # the region leaves the plain form here (one transform); what lies on is decided there
             wanted[BLOCKED].add(v)
