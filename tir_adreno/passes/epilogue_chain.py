@@ -29,6 +29,7 @@ from tir_adreno.passes.activations import clip_fields
 from tir_adreno.passes.affine import channel_vector
 from tir_adreno.passes.elementwise_chain import walk
 from tir_adreno.passes.graph import Node, const, dtype, same, static_shape
+from tir_adreno.strategy.packing import pack_bias
 
 OPERAND_KINDS = ex.OPERAND_KINDS
 
@@ -161,6 +162,14 @@ def chain_epilogue(has_bias: bool, activation, clip_bounds, residual: bool, chai
     ``rules.gemm.GemmTail``): bias, residual, named activation, then the chain's expression."""
     return Epilogue(bias=has_bias, activation=activation, residual=residual, **clip_fields(clip_bounds),
                     **({} if chain is None else {"expr": chain.expr}))
+
+
+def chain_only(chain: Chain) -> tuple[Epilogue, np.ndarray | None]:
+    """The :class:`Epilogue` of a kernel whose epilogue is ``chain`` alone (no bias, residual or named
+    activation: a pool's, a row kernel's) and its ``Bias`` rows: the chain's per-channel constants,
+    float32, packed like a conv bias (None without any)."""
+    return (chain_epilogue(False, None, None, False, chain),
+            pack_rows(None, chain, lambda r: pack_bias(r.astype(np.float32))))
 
 
 def chain_with_operands(rw, last: Node, anchor: Anchor, layout: str = "NCHW"):

@@ -6,19 +6,17 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import numpy as np
 from tvm import relax
 
 from primfuncs import pool2d, reduce
 
-from tir_adreno.passes.epilogue_chain import chain_epilogue, pack_rows, pool_chain
+from tir_adreno.passes.epilogue_chain import chain_only, pool_chain
 from tir_adreno.passes.graph import Node, ints, static_shape
 from tir_adreno.passes.kernel_index import kernel
 from tir_adreno.passes.op_info import epilogue_info, node_info
 from tir_adreno.passes.rewriter import Rewriter, blocked_shape
 from tir_adreno.passes.rules.base import rule
 from tir_adreno.strategy import pool as pool_strategy
-from tir_adreno.strategy.packing import pack_bias
 from tir_adreno.strategy.records import pool_key
 
 POOL_OPS = ("relax.nn.max_pool2d", "relax.nn.avg_pool2d", "relax.nn.adaptive_avg_pool2d")
@@ -68,8 +66,7 @@ def _emit_pooled(rw: Rewriter, node: Node, make, out5, scope: str, nchw, inputs:
     if found is not None:
         chain, operands = found
         operand = operands[0] if operands else None  # a pool reads one (its anchor's)
-        epilogue = chain_epilogue(False, None, None, False, chain)
-        rows = pack_rows(None, chain, lambda r: pack_bias(r.astype(np.float32)))
+        epilogue, rows = chain_only(chain)
         inputs = inputs + ([relax.const(rows)] if rows is not None else [])
         if operand is not None:
             operand_scope = rw.input_scope(operand, scope)

@@ -28,14 +28,13 @@ from tvm import relax
 from primfuncs import rows as kernels
 
 from tir_adreno.passes.affine import batch_norm_affine, batch_norm_output
-from tir_adreno.passes.epilogue_chain import Anchor, Chain, chain_epilogue, match_chain, pack_rows
+from tir_adreno.passes.epilogue_chain import Anchor, Chain, chain_only, match_chain
 from tir_adreno.passes.graph import Node, const, dtype, same, scalar, static_shape
 from tir_adreno.passes.kernel_index import kernel
 from tir_adreno.passes.op_info import epilogue_info, node_info
 from tir_adreno.passes.rewriter import Rewriter
 from tir_adreno.passes.rules.base import rule
 from tir_adreno.strategy.norm import row_threads
-from tir_adreno.strategy.packing import pack_bias
 
 
 def plain_input(rw: Rewriter, var) -> tuple | None:
@@ -84,12 +83,13 @@ def _norm_epilogue(rw: Rewriter, chain: Chain | None) -> tuple[dict, list]:
     without one, so a norm without a chain keeps its kernel and arguments."""
     if chain is None:
         return {}, []
-    args = [relax.const(pack_rows(None, chain, lambda r: pack_bias(r.astype(np.float32))))] if chain.channels else []
+    epilogue, rows = chain_only(chain)
+    args = [relax.const(rows)] if rows is not None else []
     if isinstance(chain.operand, np.ndarray):  # a constant operand comes as its values (broadcast to Y's shape)
         args.append(relax.const(np.ascontiguousarray(chain.operand, np.float32)))
     elif chain.operand is not None:
         args.append(rw.expr(chain.operand))
-    return {"epilogue": chain_epilogue(False, None, None, False, chain)}, args
+    return {"epilogue": epilogue}, args
 
 
 def _emit_norm(rw: Rewriter, node: Node, last: Node, func_of, args, shape, hint: str, **attrs):
