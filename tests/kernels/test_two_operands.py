@@ -6,6 +6,8 @@ the inputs are made half-exact, so the output's one rounding to half is the only
 
 import numpy as np
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from helpers.conv import CONV_RTOL, check_blocked_output, from_nchw4c, reference_conv2d, to_nchw4c, to_oihw4o
 from helpers.numeric import rand, run_kernel
@@ -53,11 +55,16 @@ CONV_CASES = [  # (first kind, second kind, residual, scope, depthwise)
 
 @pytest.mark.parametrize("precision", PRECISIONS)
 @pytest.mark.parametrize("first, second, residual, scope, depthwise", CONV_CASES)
-def test_direct_conv_reads_two_activations(device, first, second, residual, scope, depthwise, precision):
+@settings(max_examples=max(2, settings().max_examples // 4), deadline=None)  # each example builds a kernel
+@given(c=st.sampled_from([4, 6, 9]), o=st.sampled_from([4, 6, 8]), h=st.integers(3, 6), w=st.integers(3, 8),
+       seed=st.integers(0, 2**32 - 1))
+@example(c=6, o=6, h=5, w=7, seed=0)  # 6 channels: a padded last block (its lanes must stay 0)
+def test_direct_conv_reads_two_activations(device, first, second, residual, scope, depthwise, precision, c, o, h, w, seed):
     half = precision == "float16_acc32"
-    rng = np.random.default_rng(abs(hash((first, second, residual, scope, depthwise, precision))) % 2**32)
-    n, c, h, w, o = 1, 6, 5, 7, 6  # 6 channels: a padded last block (its lanes must stay 0)
+    rng = np.random.default_rng(seed)
+    n = 1
     groups = c if depthwise else 1
+    o = c if depthwise else o
     if residual:
         expr = ex.Binary("add", ex.Binary("multiply", ex.Unary("tanh", ex.X()), ex.Operand(second, 0)), ex.Channel(0))
         kinds = [("full", RESIDUAL), (second, SECOND)]
@@ -90,11 +97,14 @@ def _pixels(x):
 
 
 @pytest.mark.parametrize("precision", PRECISIONS)
-@pytest.mark.parametrize("residual, scope, n", [(False, BUFFER, 12), (False, TEXTURE, 10), (True, BUFFER, 7), (True, TEXTURE, 9)])
-def test_gemm_reads_two_activations(device, residual, scope, n, precision):
+@pytest.mark.parametrize("residual, scope", [(False, BUFFER), (False, TEXTURE), (True, BUFFER), (True, TEXTURE)])
+@settings(max_examples=max(2, settings().max_examples // 4), deadline=None)  # each example builds a kernel
+@given(n=st.integers(1, 13), m=st.integers(1, 7), k=st.integers(1, 17), seed=st.integers(0, 2**32 - 1))
+@example(n=9, m=5, k=13, seed=0)  # a padded last block of 4 lanes
+def test_gemm_reads_two_activations(device, residual, scope, precision, n, m, k, seed):
     half = precision == "float16_acc32"
-    rng = np.random.default_rng(n + 17 * residual + 5 * half)
-    a_shape, b_shape, out_shape = (2, 5, 13), (13, n), (2, 5, n)
+    rng = np.random.default_rng(seed)
+    a_shape, b_shape, out_shape = (2, m, k), (k, n), (2, m, n)
     expr = (ex.Binary("add", ex.Binary("multiply", ex.X(), ex.Operand("full", 0)), ex.Unary("sigmoid", ex.Channel(0)))
             if residual else ex.Binary("multiply", ex.Channel(0), ex.Binary("divide", ex.Binary("add", ex.X(), ex.Operand("full", 0)),
                                                                    ex.Binary("add", ex.Unary("abs", ex.Operand("full", 1)), ex.Const(0.5)))))
