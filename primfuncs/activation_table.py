@@ -127,6 +127,7 @@ class NumpyOps:
     maximum = staticmethod(np.maximum)
     minimum = staticmethod(np.minimum)
     power = staticmethod(np.power)
+    divide = staticmethod(np.divide)
 
 
 NUMPY = NumpyOps()

@@ -17,9 +17,10 @@ store their pixels with :func:`store_output_pixel` too, so a pool takes the same
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
-from tvm import tirx
+from tvm import sym, tirx
 from tvm.script import tirx as T
 
 from ._common import clamp, load_pixel, maximum, minimum
@@ -41,6 +42,8 @@ EXTRA_BUFFERS = (RESIDUAL, SECOND)
 #: How a conv writes Y: blocked ``[N, O/4, OH, OW, 4]``, or a plain buffer, channels-last
 #: ``[N, OH, OW, O]`` (= tokens ``[N, OH * OW, O]``) or ``[N, O, OH, OW]``: no layout kernel after it.
 OUT_LAYOUTS = ("NCHW4c", "NHWC", "NCHW")
+
+_ANALYZER = sym.Analyzer()
 
 
 @dataclass(frozen=True)
@@ -157,6 +160,16 @@ class TirOps:
     maximum = staticmethod(maximum)  # NaN-safe, as NumPy
     minimum = staticmethod(minimum)
 
+    def divide(self, a, b):
+        """``a / b``. A divisor TVM simplifies to zero (``x / 0``, or ``x / (y - y)``: TVM's simplifier
+        folds float algebra as fast-math does) stops its constant folder with an internal error, so
+        IEEE's answer is written out: +-inf by the signs, NaN for 0 / 0 and NaN / 0."""
+        zero = _ANALYZER.simplify(b)
+        if not (isinstance(zero, tirx.FloatImm) and float(zero.value) == 0.0):
+            return a / b
+        inf = self.const(math.copysign(math.inf, float(zero.value)))
+        return T.Select(a > self.const(0), inf, T.Select(a < self.const(0), -inf, self.const(math.nan)))
+
     def tanh(self, x):
         # 1 - 2 / (exp(2x) + 1): exact at +-inf and NaN-preserving (TVM's OpenCL tanh is approximate)
         return self.const(1) - self.const(2) / (T.exp(x * self.const(2)) + self.const(1))
@@ -172,7 +185,7 @@ class TirOps:
         if exponent == 3.0:
             return a * a * a
         if exponent == -1.0:
-            return self.const(1) / a
+            return self.divide(self.const(1), a)
         return T.pow(a, b)
 
 

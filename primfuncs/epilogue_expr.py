@@ -40,14 +40,14 @@ UNARY = {
     "log": lambda o, x: o.log(x),
     "tanh": lambda o, x: o.tanh(x),
     "erf": lambda o, x: o.erf(x),
-    "reciprocal": lambda o, x: o.const(1) / x,
+    "reciprocal": lambda o, x: o.divide(o.const(1), x),
 }
 #: Binary ops (``pow``: the exponent is a :class:`Const`, or in a plain kernel any expression of its inputs).
 BINARY = {
     "add": lambda o, a, b: a + b,
     "subtract": lambda o, a, b: a - b,
     "multiply": lambda o, a, b: a * b,
-    "divide": lambda o, a, b: a / b,
+    "divide": lambda o, a, b: o.divide(a, b),
     "maximum": lambda o, a, b: o.maximum(a, b),
     "minimum": lambda o, a, b: o.minimum(a, b),
     "pow": lambda o, a, b: o.power(a, b),
