@@ -31,8 +31,9 @@ def test_the_command_is_the_readme_test_command_stopping_at_the_first_failure():
     fence = next(i for i, line in enumerate(lines) if line.startswith("```"))
     readme = lines[fence + 2]  # the first code block's second line, as .ci/run reads it
     command = mutants.pytest_command(ROOT, None, 7)
-    assert " ".join(["python3", *command[1:-4]]) == readme.split("&&")[-1].strip()
-    assert command[-4:] == ["-x", "-p", "no:cacheprovider", "--hypothesis-seed=7"]
+    assert " ".join(["python3", *command[1:-5]]) == readme.split("&&")[-1].strip()
+    assert command[-5:] == [f"--ignore={mutants.SNIPPET_CHECK}", "-x", "-p", "no:cacheprovider", "--hypothesis-seed=7"]
+    assert (ROOT / mutants.SNIPPET_CHECK).samefile(__file__)  # the test ignored is this one
     quick = mutants.pytest_command(ROOT, ["tests/a.py::t"], 3)
     assert quick[3:] == ["-q", "-n", "0", "tests/a.py::t", "-x", "-p", "no:cacheprovider", "--hypothesis-seed=3"]
 

@@ -332,6 +332,28 @@ def test_channel_split_and_shuffle_stay_on_textures():
     assert sorted(ops) == sorted(["conv2d_nchw4c", "slice_channels", "slice_channels1", "conv2d_nchw4c1", "concat_channels", "channel_shuffle"]), ops
 
 
+def test_slice_of_every_channel_is_the_tensor_itself():
+    """GhostNet's ghost module as timm exports it: ``cat([conv(x), dw(conv(x))])[:, :C]``, the two
+    halves filling C, so the Slice keeps every channel: no ``slice_channels`` kernel runs; a Slice
+    that drops a channel (C odd: the halves hold C + 1) still does."""
+    for channels, slices in ((10, 0), (9, 1)):
+        rng, inits = np.random.default_rng(channels), {}
+        half = (channels + 1) // 2
+        nodes = [
+            _conv(rng, inits, "x", "p", half, 3),
+            _conv(rng, inits, "p", "q", half, half, group=half),
+            helper.make_node("Concat", ["p", "q"], ["cat"], axis=1),
+            helper.make_node("Slice", ["cat", "zero", "end", "one"], ["s"]),
+            _conv(rng, inits, "s", "y", 4, channels),
+        ]
+        model = _graph(nodes, inits)
+        for name, v in (("zero", [0]), ("end", [channels]), ("one", [1])):
+            model.graph.initializer.append(numpy_helper.from_array(np.asarray(v, np.int64), name))
+        ops = check(model)
+        assert sum(op.startswith("slice_channels") for op in ops) == slices, ops
+        assert sum(op.startswith("concat_channels") for op in ops) == 1, ops
+
+
 @given(blocked_shapes, st.integers(0, 3), st.data(), scopes)
 def test_channel_gather_kernels(device, d, pad, data, scope):
     *shape, seed = d
