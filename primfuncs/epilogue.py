@@ -127,6 +127,18 @@ class Epilogue:
         return {"NHWC": (n, oh, ow, o), "NCHW": (n, o, oh, ow)}.get(self.out_layout, (n, (o + 3) // 4, oh, ow, 4))
 
 
+def check_map_epilogue(epilogue, kernel: str, other_output: bool = False) -> None:
+    """An epilogue a map kernel without channels of its own takes (a pool, a resize): the blocked
+    output in the input's scope and dtype (``other_output``: a lane fold, a plain output or another
+    dtype, none of which it takes); None passes."""
+    if epilogue is None:
+        return
+    check_epilogue(epilogue)
+    if other_output or epilogue.out_layout != "NCHW4c" or epilogue.out_scope is not None:
+        raise ValueError(f"a {kernel} epilogue writes the blocked output in the input's scope and dtype (no out_layout, "
+                         "out_scope, out_dtype, lane fold or plain output)")
+
+
 def check_epilogue(epilogue, reads_second: bool = False) -> Epilogue:
     """``epilogue``, TypeError when it is not an :class:`Epilogue`; ValueError when it reads a second
     activation (:data:`SECOND`) and the kernel does not (``reads_second``: the direct conv's, the GEMM's)."""

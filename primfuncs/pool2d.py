@@ -47,7 +47,7 @@ from ._common import (
     minimum, pixel_grid, pixel_launch, select_params, store_pixel,
 )
 from .elementwise import _check_nchw4c
-from .epilogue import Epilogue, check_epilogue, store_output_pixel
+from .epilogue import Epilogue, check_map_epilogue, store_output_pixel
 from .pool_windows import (  # noqa: F401 (pool2d's names: the rules, tune and tests read them here)
     Window, _pair, normalize_padding, padding_past_half_window, pool_windows, sliding_output_size,
 )
@@ -157,7 +157,7 @@ def window_reduce(
     if fold_lanes and wc.out != 1:
         raise ValueError("fold_lanes needs the channel window to reduce all blocks to one")
     c4o, oh, ow = wc.out, wh.out, ww.out
-    _check_pool_epilogue(epilogue, fold_lanes or plain_axes is not None or out_dtype != dtype)
+    check_map_epilogue(epilogue, "pooling", fold_lanes or plain_axes is not None or out_dtype != dtype)
     taps = wc.taps * wh.taps * ww.taps
     strategy = _pick_strategy(strategy, taps, group_threshold)
     combine, identity_of = REDUCERS[reducer]
@@ -323,17 +323,6 @@ def window_reduce(
                                     finish(res, Out, vz // c4o, vz % c4o, vh, vw, Bias, Residual)
 
     return _params(func)
-
-
-def _check_pool_epilogue(epilogue, other_output: bool) -> None:
-    """An epilogue a window reduction takes: the blocked output in the input's scope and dtype
-    (``other_output``: a lane fold, a plain output or another dtype, none of which it takes)."""
-    if epilogue is None:
-        return
-    check_epilogue(epilogue)
-    if other_output or epilogue.out_layout != "NCHW4c" or epilogue.out_scope is not None:
-        raise ValueError("a pooling epilogue writes the blocked output in the input's scope and dtype (no out_layout, "
-                         "out_scope, out_dtype, lane fold or plain output)")
 
 
 def all_of(conds):

@@ -12,7 +12,11 @@ from __future__ import annotations
 
 from tvm.script import tirx as T
 
-from ._common import LANES, TEXTURE, check_dtype, check_positive, check_scope, load_pixel, nchw4c, pixel_grid, pixel_launch, store_pixel
+from ._common import (
+    BUFFER, LANES, TEXTURE, check_dtype, check_positive, check_scope, load_pixel, nchw4c, pixel_grid, pixel_launch, select_params,
+    store_pixel,
+)
+from .epilogue import Epilogue, check_map_epilogue, store_output_pixel
 
 METHODS = ("nearest", "linear")
 COORDINATE_MODES = ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric")
@@ -56,11 +60,15 @@ def _linear(mode: str, i, size_in: int, size_out: int, dtype: str, part: str):
 def resize2d(
     shape, size, method: str = "nearest", coordinate_transformation_mode: str = "half_pixel",
     rounding_method: str = "round_prefer_floor", dtype: str = "float32", scope: str = TEXTURE,
+    epilogue=None, channels: int | None = None,
 ):
     """``Y = resize(X)`` from NCHW4c ``shape`` ``(N, C/4, H, W, 4)`` to ``(N, C/4, size[0], size[1], 4)``.
 
     ``method``: ``"nearest"`` (index rounded by ``rounding_method``, ONNX's ``nearest_mode``)
-    or ``"linear"`` (bilinear); ``coordinate_transformation_mode`` as in ONNX."""
+    or ``"linear"`` (bilinear); ``coordinate_transformation_mode`` as in ONNX. ``epilogue``: an
+    :class:`~primfuncs.epilogue.Epilogue` applied to each output pixel as the convs apply theirs
+    (an elementwise chain after the resize: FPN's ``upsample(p) + lateral``, a gate's
+    ``x * upsample(g)``), ``channels`` the real channel count it keeps the padded lanes of."""
     shape = nchw4c(shape)
     n, c4, h, w, _ = shape
     check_positive(N=n, C4=c4, H=h, W=w)
@@ -76,6 +84,11 @@ def resize2d(
         raise ValueError(f"rounding_method must be one of {ROUNDING_METHODS}, got {rounding_method!r}")
     check_dtype(dtype)
     check_scope(scope)
+    check_map_epilogue(epilogue, "resize")
+    # the epilogue's inputs (declared always; select_params keeps those it reads)
+    spec = epilogue if epilogue is not None else Epilogue()
+    bias_shape, residual_shape = spec.bias_shape(c4), spec.residual_shape((n, c4, oh, ow, 4))
+    residual_scope = spec.residual_scope or scope
     g = pixel_grid(n * c4, oh, ow)
     mode = coordinate_transformation_mode
     one = T.FloatImm(dtype, 1.0)
@@ -83,7 +96,7 @@ def resize2d(
     launch = pixel_launch()
 
     @T.macro
-    def per_pixel(X, Y, vz, vh, vw):
+    def per_pixel(X, Y, Bias, Residual, vz, vh, vw):
         out = T.sblock_alloc_buffer((4,), dtype, scope="local")
         p00 = T.sblock_alloc_buffer((4,), dtype, scope="local")
         p01 = T.sblock_alloc_buffer((4,), dtype, scope="local")
@@ -102,13 +115,22 @@ def resize2d(
                 ) + (p10[lane] * (one - _linear(mode, vw, w, ow, dtype, "weight")) + p11[lane] * _linear(mode, vw, w, ow, dtype, "weight")) * _linear(
                     mode, vh, h, oh, dtype, "weight"
                 )
-        store_pixel(Y, vz // c4, vz % c4, vh, vw, out)
+        if epilogue is None:
+            store_pixel(Y, vz // c4, vz % c4, vh, vw, out)
+        else:
+            px = T.sblock_alloc_buffer((1, 4), dtype, scope="local")
+            tmp = T.sblock_alloc_buffer((4,), dtype, scope="local")
+            for lane in T.unroll(4):
+                px[0, lane] = out[lane]
+            store_output_pixel(Y, px, 0, tmp, epilogue, Bias, Residual, vz // c4, vz % c4, vh, vw, channels)
 
     @T.prim_func(s_tir=True)
-    def func(x: T.handle, y: T.handle):
+    def func(x: T.handle, bias: T.handle, residual: T.handle, y: T.handle):
         T.func_attr({"global_symbol": f"resize2d_{method}", "tirx.noalias": True})
         X = T.match_buffer(x, (n, c4, h, w, 4), dtype, scope=scope)
+        Bias = T.match_buffer(bias, bias_shape, dtype, scope=BUFFER)
+        Residual = T.match_buffer(residual, residual_shape, dtype, scope=residual_scope)
         Y = T.match_buffer(y, (n, c4, oh, ow, 4), dtype, scope=scope)
-        launch(g, oh, ow, "pixel", lambda vz, vh, vw: per_pixel(X, Y, vz, vh, vw))
+        launch(g, oh, ow, "pixel", lambda vz, vh, vw: per_pixel(X, Y, Bias, Residual, vz, vh, vw))
 
-    return func
+    return select_params(func, spec.params(["X"], "Y"))

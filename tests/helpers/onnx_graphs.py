@@ -84,17 +84,23 @@ def pattern_graph(nodes, inits, channels=3, size=7, opset=17):
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
 
 
-#: The first kernel of :func:`standalone_graph`: a nearest 2x upsampling, a kernel of ours that takes no
-#: elementwise chain (a pool or a conv would take the tail as its epilogue).
-STANDALONE_PRODUCER = "resize2d_nearest"
+#: The first kernel of :func:`standalone_graph`: a channel shuffle, a kernel of ours that takes no
+#: elementwise chain (a pool, a resize or a conv would take the tail as its epilogue).
+STANDALONE_PRODUCER = "channel_shuffle"
 
 
-def standalone_graph(tail, inits, channels=6):
+def standalone_graph(tail, inits, channels=6, size=7):
     """``tail`` (ONNX nodes from ``c`` to ``y``) after a kernel that fuses nothing, so the tail's ops
-    run as kernels of their own: :data:`STANDALONE_PRODUCER`, ``c`` = x upsampled 2x."""
-    inits = dict(inits, standalone_scales=np.array([1, 1, 2, 2], np.float32))
-    resize = helper.make_node("Resize", ["x", "", "standalone_scales"], ["c"], mode="nearest")
-    return pattern_graph([resize, *tail], inits, channels)
+    run as kernels of their own: :data:`STANDALONE_PRODUCER`, ``c`` = x's channels shuffled in two groups."""
+    if channels % 2:
+        raise ValueError(f"the shuffle takes an even channel count, got {channels}")
+    nodes = [helper.make_node("Reshape", ["x", "standalone_groups"], ["standalone_r"]),
+             helper.make_node("Transpose", ["standalone_r"], ["standalone_t"], perm=[0, 2, 1, 3, 4]),
+             helper.make_node("Reshape", ["standalone_t", "standalone_map"], ["c"])]
+    model = pattern_graph([*nodes, *tail], inits, channels, size)
+    for name, v in (("standalone_groups", [1, 2, channels // 2, size, size]), ("standalone_map", [1, channels, size, size])):
+        model.graph.initializer.append(numpy_helper.from_array(np.asarray(v, np.int64), name))
+    return model
 
 
 def int_pattern_graph(nodes, inits, channels=3, size=7, opset=17):

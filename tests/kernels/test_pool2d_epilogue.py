@@ -1,6 +1,7 @@
-"""Pooling kernels with an expression epilogue (issue 34: pools are anchors like the convs) against
-float64 NumPy: max/avg pool2d and adaptive/global average pooling, both schedules, textures and
-buffers, float32 and float16_acc32 storage (half images or half buffers, float32 arithmetic).
+"""Pooling and resize kernels with an expression epilogue (issue 34: map kernels are anchors like
+the convs) against float64 NumPy: max/avg pool2d, adaptive/global average pooling (both schedules)
+and nearest/bilinear resize, textures and buffers, float32 and float16_acc32 storage (half images
+or half buffers, float32 arithmetic).
 
 The epilogue is the convs' (``primfuncs.epilogue.store_output_pixel``): per-channel constants packed
 beside a bias, one other activation in full or broadcast per channel / per pixel, the padding lanes
@@ -15,7 +16,7 @@ from helpers.conv import check_blocked_output
 from helpers.numeric import assert_close, pack_nchw4c, rand, run_kernel, sanitized, unpack_nchw4c
 from helpers.strategies import SEEDS, STRATEGIES
 from primfuncs import epilogue_expr as ex
-from primfuncs import pool2d, reduce
+from primfuncs import pool2d, reduce, resize
 from primfuncs._common import BUFFER, TEXTURE
 from primfuncs.activation_table import numpy_activation
 from primfuncs.epilogue import Epilogue
@@ -141,6 +142,22 @@ def test_adaptive_and_global_average_pool_with_an_expression_epilogue(device, na
     check(y, epilogue_reference(reference.adaptive_pool2d(seen["x"], "avg", out), epilogue, seen), c, storage)
 
 
+@example(method="nearest", mode="asymmetric", name="relu_plus_full", c=6, size=(4, 3), out=(8, 6), scope=TEXTURE, storage=None, seed=0)
+@given(method=st.sampled_from(resize.METHODS), mode=st.sampled_from(resize.COORDINATE_MODES), name=st.sampled_from(sorted(EPILOGUES)),
+       c=st.integers(1, 9), size=st.tuples(st.integers(1, 6), st.integers(1, 6)), out=st.tuples(st.integers(1, 9), st.integers(1, 9)),
+       scope=st.sampled_from([TEXTURE, BUFFER]), storage=STORAGES, seed=SEEDS)
+def test_resize_with_an_expression_epilogue(device, method, mode, name, c, size, out, scope, storage, seed):
+    """The example: GhostNet-v2's gate ``x * upsample(g)`` and FPN's ``upsample(p) + lateral`` read a
+    full-size operand beside the upsampled value."""
+    rng = np.random.default_rng(seed)
+    epilogue = EPILOGUES[name]
+    x = rand(rng, (1, c, *size))
+    with sanitized(seed):
+        func = resize.resize2d(pack_nchw4c(x).shape, out, method, mode, scope=scope, epilogue=epilogue, channels=c)
+        y, seen = run_pool_epilogue(device, func, x, epilogue, c, out, rng, scope, storage)
+    check(y, epilogue_reference(reference.resize2d_nchw(seen["x"], out, method, mode), epilogue, seen), c, storage)
+
+
 def test_the_epilogue_adds_only_the_inputs_it_reads():
     shape = (1, 2, 6, 6, 4)
     names = lambda f: [p.name for p in f.params]  # noqa: E731
@@ -148,6 +165,10 @@ def test_the_epilogue_adds_only_the_inputs_it_reads():
     assert len(names(pool2d.max_pool2d(shape, 2, epilogue=Epilogue(expr=ex.Unary("tanh", X)), channels=7))) == 2
     assert len(names(pool2d.max_pool2d(shape, 2, epilogue=EPILOGUES["relu_plus_full"], channels=7))) == 3
     assert len(names(pool2d.max_pool2d(shape, 2, epilogue=EPILOGUES["sigmoid_scale_minus_pixel"], channels=7))) == 4
+    assert len(names(resize.resize2d(shape, (12, 12)))) == 2
+    assert len(names(resize.resize2d(shape, (12, 12), epilogue=EPILOGUES["relu_plus_full"], channels=7))) == 3
+    with pytest.raises(ValueError, match="resize epilogue writes the blocked output"):
+        resize.resize2d(shape, (12, 12), epilogue=Epilogue(out_layout="NHWC"), channels=7)
 
 
 def test_bad_epilogues_are_refused():

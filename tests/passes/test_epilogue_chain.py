@@ -4,7 +4,7 @@ Hypothesis draws a chain (unary ops, binary ops with a scalar, a per-channel con
 activation in full or broadcast, depth 1-4; after a conv or a MatMul a second other activation, their
 kernels reading two) after a conv, a depthwise conv, a MatMul on tokens or a
 row kernel on tokens (layer norm, RMS norm, softmax, batch norm: ``primfuncs.rows``) or a
-pool (MaxPool, AveragePool, GlobalAveragePool),
+pool (MaxPool, AveragePool, GlobalAveragePool) or a nearest resize,
 builds one ONNX graph, compiles it onto PoCL, compares with onnxruntime and asserts the anchor and
 its chain are ONE launch (plus the model's layout transforms). The expression evaluator itself is
 checked against NumPy written out op by op.
@@ -117,7 +117,8 @@ LEAVES = {"conv": ("scalar", "channel", "full", "per_channel", "per_pixel"), "de
           **{norm: ("scalar", "channel", "tensor", "full") for norm in NORMS},
           "maxpool": ("scalar", "channel", "full", "per_channel", "per_pixel"),
           "avgpool": ("scalar", "channel", "full", "per_channel", "per_pixel"),
-          "globalavgpool": ("scalar", "channel", "full", "per_pixel")}  # [N, C, 1, 1]: full is per channel
+          "globalavgpool": ("scalar", "channel", "full", "per_pixel"),  # [N, C, 1, 1]: full is per channel
+          "resize": ("scalar", "channel", "full", "per_channel", "per_pixel")}
 #: the pool anchors: ONNX node and attributes, and the input's size for an output of ``size`` x ``size``
 POOLS = {"maxpool": ("MaxPool", dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]), lambda s: 2 * s),
          "avgpool": ("AveragePool", dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], count_include_pad=1), lambda s: s),
@@ -248,6 +249,11 @@ class GraphBuilder:
             self.inits["w"] = (rng.standard_normal((c + 3, c)) / math.sqrt(c + 3)).astype(np.float32)
             self.nodes.append(helper.make_node("MatMul", ["x", "w"], ["v0"]))
             return "v0"
+        if self.anchor == "resize":  # a nearest 2x upsampling (the size is even)
+            self.add_input("x", (1, c, self.size // 2, self.size // 2))
+            self.inits["scales"] = np.array([1, 1, 2, 2], np.float32)
+            self.nodes.append(helper.make_node("Resize", ["x", "", "scales"], ["v0"], mode="nearest"))
+            return "v0"
         if self.anchor in POOLS:
             op, attrs, extent = POOLS[self.anchor]
             self.add_input("x", (1, c, extent(self.size), extent(self.size)))
@@ -296,6 +302,7 @@ def check_chain(anchor, steps, channels, size, seed):
     from tir_adreno import compile_model
     from tir_adreno.reference import reference_outputs, relative_error
 
+    size += size % 2 if anchor == "resize" else 0  # its input is half the size
     builder = GraphBuilder(np.random.default_rng(seed), anchor, channels, size)
     model = builder.build(steps)
     compiled = compile_model(model, progress=lambda _: None)
@@ -468,7 +475,7 @@ def test_the_pool_chain_goes_before_gated_conv2d(monkeypatch):
     of onnxruntime; with the pool's chain off, ``gated_conv2d`` takes the multiply (the conv reads the
     gate), so the overlap is real and the chain's order decides it."""
     from tir_adreno import compile_model
-    from tir_adreno.passes.rules import pool as pool_rule
+    from tir_adreno.passes.rules import common as map_anchors
     from tir_adreno.reference import reference_outputs, relative_error
     from tir_adreno.strategy.profile import get_profile
 
@@ -480,7 +487,7 @@ def test_the_pool_chain_goes_before_gated_conv2d(monkeypatch):
     compiled = compile_model(model, profile=profile, progress=lambda _: None)
     (out,) = compiled.run(feeds)
     assert relative_error(out, reference_outputs(model, feeds)[0]) <= PATTERN_RTOL
-    monkeypatch.setattr(pool_rule, "pool_chain", lambda rw, node, channels: None)
+    monkeypatch.setattr(map_anchors, "pool_chain", lambda rw, node, channels: None)
     gated = _arities(model, profile)
     assert gated["max_pool2d"] == [1] and "multiply" not in gated, gated
     assert gated[conv][0] == chained[conv][0] + 1, (gated, chained)  # the conv reads the gate

@@ -1,8 +1,11 @@
 """Helpers several rule and pattern modules share (not a rule: rule modules never import each other):
 the operands of a binary op of two activations, a per-channel affine chain with its activation, the
-operands of a layer norm over the channels, and the group norm kernels."""
+operands of a layer norm over the channels, the group norm kernels, and a map anchor's chain (a pool's,
+a resize's)."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 from tvm import relax
@@ -11,9 +14,10 @@ from primfuncs import layernorm
 
 from tir_adreno.passes.activations import clip_fields, match_activation
 from tir_adreno.passes.affine import linear_step
+from tir_adreno.passes.epilogue_chain import chain_only, pool_chain
 from tir_adreno.passes.graph import Node, const, static_shape
 from tir_adreno.passes.kernel_index import kernel
-from tir_adreno.passes.op_info import elementwise_info
+from tir_adreno.passes.op_info import elementwise_info, epilogue_info
 from tir_adreno.passes.rewriter import MAP_LAYOUTS, Rewriter, Value
 from tir_adreno.strategy.packing import pack_bias
 
@@ -139,4 +143,29 @@ def emit_group_norm(rw: Rewriter, x: Value, groups: int, eps: float, var, scale,
     for m in nodes:
         m.fused = True
     rw.define(var, out, scope, x.nchw)
+    return out
+
+
+def emit_with_chain(rw: Rewriter, node: Node, make, out5, scope: str, nchw, inputs: list, info: dict):
+    """``make(**fused)`` (the kernel of an NCHW map anchor, a pool or a resize; ``fused``: its
+    ``epilogue`` and ``channels``, none without a chain) on ``inputs`` writing ``node``'s value, with
+    the elementwise chain after ``node`` as its epilogue where one fuses (its per-channel constants and operand the kernel's ``Bias`` and
+    ``Residual``; the operand read where it already is)."""
+    found = pool_chain(rw, node, nchw[1])
+    fused = {}
+    last = node
+    if found is not None:
+        chain, operands = found
+        operand = operands[0] if operands else None  # a pool reads one (its anchor's)
+        epilogue, rows = chain_only(chain)
+        inputs = inputs + ([relax.const(rows)] if rows is not None else [])
+        if operand is not None:
+            operand_scope = rw.input_scope(operand, scope)
+            epilogue = replace(epilogue, residual_scope=None if operand_scope == scope else operand_scope)
+            inputs.append(rw.blocked(operand, operand_scope))
+        fused = dict(epilogue=epilogue, channels=nchw[1])
+        info = dict(info, epilogue=epilogue_info(epilogue))
+        last = chain.last
+    out = rw.emit_kernel(make(**fused), inputs, out5, op_info=info)
+    rw.define(last.var, out, scope, nchw)
     return out

@@ -15,13 +15,16 @@ from tir_adreno.passes.kernel_index import kernel
 from tir_adreno.passes.op_info import elementwise_info, node_info
 from tir_adreno.passes.rewriter import Rewriter, Value, blocked_shape
 from tir_adreno.passes.rules.base import rule
+from tir_adreno.passes.rules.common import emit_with_chain
 
 
 
 @rule("relax.image.resize2d")
 def resize2d(rw: Rewriter, node: Node):
     """ONNX ``Resize``/``Upsample``, nearest (ONNX's nearest modes) or bilinear, in the
-    coordinate modes of :mod:`primfuncs.resize`; other attributes stay upstream."""
+    coordinate modes of :mod:`primfuncs.resize`, with the elementwise chain after it as its
+    epilogue (FPN's ``upsample(p) + lateral``, GhostNet-v2's ``x * upsample(gate)``); other
+    attributes stay upstream."""
     a = node.attrs
     method = {"nearest_neighbor": "nearest", "linear": "linear"}.get(str(a.method))
     mode, rounding = str(a.coordinate_transformation_mode), str(a.rounding_method)
@@ -33,10 +36,9 @@ def resize2d(rw: Rewriter, node: Node):
         return None
     in5, out5 = x.shape5, blocked_shape(out_shape)
     scope = rw.scope_for(in5, out5)
-    func = kernel(resize.resize2d, in5, out_shape[2:], method, mode, rounding, scope=scope)
-    out = rw.emit_kernel(func, [rw.blocked(x, scope)], out5, op_info=node_info(node, method=method, coordinate_transformation_mode=mode, rounding_method=rounding))
-    rw.define(node.var, out, scope, out_shape)
-    return out
+    info = node_info(node, method=method, coordinate_transformation_mode=mode, rounding_method=rounding)
+    return emit_with_chain(rw, node, lambda **fused: kernel(resize.resize2d, in5, out_shape[2:], method, mode, rounding, scope=scope, **fused),
+                           out5, scope, out_shape, [rw.blocked(x, scope)], info)
 
 
 @rule("relax.permute_dims")

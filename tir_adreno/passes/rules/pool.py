@@ -4,18 +4,16 @@ global average pool, a mean over H and W) takes the elementwise chain after it a
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from tvm import relax
 
 from primfuncs import pool2d, reduce
 
-from tir_adreno.passes.epilogue_chain import chain_only, pool_chain
 from tir_adreno.passes.graph import Node, ints, static_shape
 from tir_adreno.passes.kernel_index import kernel
-from tir_adreno.passes.op_info import epilogue_info, node_info
+from tir_adreno.passes.op_info import node_info
 from tir_adreno.passes.rewriter import Rewriter, blocked_shape
 from tir_adreno.passes.rules.base import rule
+from tir_adreno.passes.rules.common import emit_with_chain
 from tir_adreno.strategy import pool as pool_strategy
 from tir_adreno.strategy.records import pool_key
 
@@ -51,33 +49,8 @@ def pool(rw: Rewriter, node: Node):
     in5, out5 = x.shape5, blocked_shape((n, c, oh, ow))
     scope = rw.scope_for(in5, out5)
     schedule = pool_strategy.pool_schedule(pool_key(op, x.nchw, attrs), rw.profile, rw.records)
-    return _emit_pooled(rw, node, lambda **fused: kernel(factory, in5, scope=scope, **schedule, **attrs, **fused), out5, scope,
+    return emit_with_chain(rw, node, lambda **fused: kernel(factory, in5, scope=scope, **schedule, **attrs, **fused), out5, scope,
                         (n, c, oh, ow), [rw.blocked(x, scope)], node_info(node, **attrs))
-
-
-def _emit_pooled(rw: Rewriter, node: Node, make, out5, scope: str, nchw, inputs: list, info: dict):
-    """``make(**fused)`` (the pool's kernel; ``fused``: its ``epilogue`` and ``channels``, none without
-    a chain) on ``inputs`` writing ``node``'s value, with the elementwise chain after ``node`` as its
-    epilogue where one fuses (its per-channel constants and operand the kernel's ``Bias`` and
-    ``Residual``; the operand read where it already is)."""
-    found = pool_chain(rw, node, nchw[1])
-    fused = {}
-    last = node
-    if found is not None:
-        chain, operands = found
-        operand = operands[0] if operands else None  # a pool reads one (its anchor's)
-        epilogue, rows = chain_only(chain)
-        inputs = inputs + ([relax.const(rows)] if rows is not None else [])
-        if operand is not None:
-            operand_scope = rw.input_scope(operand, scope)
-            epilogue = replace(epilogue, residual_scope=None if operand_scope == scope else operand_scope)
-            inputs.append(rw.blocked(operand, operand_scope))
-        fused = dict(epilogue=epilogue, channels=nchw[1])
-        info = dict(info, epilogue=epilogue_info(epilogue))
-        last = chain.last
-    out = rw.emit_kernel(make(**fused), inputs, out5, op_info=info)
-    rw.define(last.var, out, scope, nchw)
-    return out
 
 
 #: The NCHW axes each axis of tokens ``[N, L, C]`` stands for (L: the map's H and W flattened).
@@ -126,7 +99,7 @@ def _emit_reduce(rw: Rewriter, node: Node, x, axes, out_nchw, layout: str):
         return kernel(reduce.reduce, in5, x.channels, op, axes, True, scope=scope, group_threshold=threshold, **fused)
 
     if op == "mean" and axes == (2, 3) and layout == "NCHW" and bool(node.attrs.keepdims):  # a global average pool: a pool's anchor
-        return _emit_pooled(rw, node, make, shape5, scope, out_nchw, [rw.blocked(x, scope)], info)
+        return emit_with_chain(rw, node, make, shape5, scope, out_nchw, [rw.blocked(x, scope)], info)
     out = rw.emit_kernel(make(), [rw.blocked(x, scope)], shape5, op_info=info)
     rw.define(node.var, out, scope, out_nchw, layout)
     return out
