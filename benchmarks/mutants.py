@@ -277,6 +277,26 @@ MUTANTS = (
          "tests/passes/test_convnext_shufflenet_ops.py::test_channel_split_and_shuffle_stay_on_textures"),
     ),
     Mutant(
+        "chain_through_any_slice",
+        "an elementwise chain steps through a slice that drops channels as if it kept them all",
+        (("    if shape is None or shape != static_shape(node.args[0]):\n        return False\n    strides", "    if shape is None:\n        return False\n    strides"),),
+        ("tests/passes/test_epilogue_chain.py::test_the_chain_steps_through_a_slice_of_every_channel",),
+    ),
+    Mutant(
+        "concat_epilogue_padded_lanes",
+        "the concat's epilogue leaves the padded lanes of the last block as the expression made them (sigmoid(0) = 0.5)",
+        (("store_output_pixel(Y, acc, 0, src, epilogue, Bias, Residual, vz // c4, vz % c4, vh, vw, total)",
+          "store_output_pixel(Y, acc, 0, src, epilogue, Bias, Residual, vz // c4, vz % c4, vh, vw, None)"),),
+        ("tests/kernels/test_pool2d_epilogue.py::test_concat_with_an_expression_epilogue",),
+    ),
+    Mutant(
+        "resize_epilogue_dropped",
+        "the resize kernel stores the resized pixel without its epilogue (the chain after it is lost)",
+        (("            store_output_pixel(Y, px, 0, tmp, epilogue, Bias, Residual, vz // c4, vz % c4, vh, vw, channels)",
+          "            store_pixel(Y, vz // c4, vz % c4, vh, vw, out)"),),
+        ("tests/kernels/test_pool2d_epilogue.py::test_resize_with_an_expression_epilogue",),
+    ),
+    Mutant(
         "linear_norm_shift_dropped",
         "a batch norm folded into its Linear loses its shift",
         (("value = relax.op.add(product, relax.const(shift.astype(np.float32)))",

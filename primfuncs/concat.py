@@ -10,7 +10,10 @@ from __future__ import annotations
 
 from tvm.script import tirx as T
 
-from ._common import LANES, TEXTURE, blocked, check_dtype, check_scope, load_pixel, pixel_grid, pixel_launch, select_params, store_pixel
+from ._common import (
+    BUFFER, LANES, TEXTURE, blocked, check_dtype, check_scope, load_pixel, pixel_grid, pixel_launch, select_params, store_pixel,
+)
+from .epilogue import Epilogue, check_map_epilogue, store_output_pixel
 
 MAX_INPUTS = 4
 _NAMES = ("A", "B", "C", "D")
@@ -26,13 +29,16 @@ def pick_lanes(px, src, X, n, cb, h, w, offset, count):
             px[lane] = src[(cb * 4 + lane - offset) % 4]
 
 
-def concat_channels(n: int, channels, h: int, w: int, dtype: str = "float32", scope: str = TEXTURE):
-    """Concatenate ``len(channels)`` (2..4) NCHW4c tensors ``(n, ceil(c_i/4), h, w, 4)``."""
+def concat_channels(n: int, channels, h: int, w: int, dtype: str = "float32", scope: str = TEXTURE, epilogue=None):
+    """Concatenate ``len(channels)`` (2..4) NCHW4c tensors ``(n, ceil(c_i/4), h, w, 4)``; ``epilogue``
+    (an :class:`~primfuncs.epilogue.Epilogue`, as the convs apply theirs) on each output pixel: the
+    elementwise chain after the concat (GhostNet's ``cat([a, b]) + shortcut``)."""
     channels = tuple(int(c) for c in channels)
     if not 2 <= len(channels) <= MAX_INPUTS or min(channels) < 1:
         raise ValueError(f"concat takes 2..{MAX_INPUTS} inputs with >= 1 channel each, got channels={channels}")
     check_dtype(dtype)
     check_scope(scope)
+    check_map_epilogue(epilogue, "concat")
     k = len(channels)
     offsets = [sum(channels[:i]) for i in range(k)]
     blocks = [blocked(c) for c in channels] + [1] * (MAX_INPUTS - k)  # unused inputs: dummies, dropped below
@@ -40,12 +46,16 @@ def concat_channels(n: int, channels, h: int, w: int, dtype: str = "float32", sc
     c4 = blocked(total)
     aligned = all(c % LANES == 0 for c in channels[:-1])
     first_block = [o // LANES for o in offsets] + [c4] * (MAX_INPUTS - k)
+    # the epilogue's inputs (declared always; select_params keeps those it reads)
+    spec = epilogue if epilogue is not None else Epilogue()
+    bias_shape, residual_shape = spec.bias_shape(c4), spec.residual_shape((n, c4, h, w, 4))
+    residual_scope = spec.residual_scope or scope
     g = pixel_grid(n * c4, h, w)
 
     launch = pixel_launch()
 
     @T.macro
-    def per_pixel(A, B, C, D, Y, vz, vh, vw):
+    def per_pixel(A, B, C, D, Y, Bias, Residual, vz, vh, vw):
         px = T.sblock_alloc_buffer((4,), dtype, scope="local")
         src = T.sblock_alloc_buffer((4,), dtype, scope="local")
         if aligned:
@@ -73,17 +83,25 @@ def concat_channels(n: int, channels, h: int, w: int, dtype: str = "float32", sc
                 pick_lanes(px, src, C, vz // c4, vz % c4, vh, vw, offsets[2], channels[2])
             if k > 3:
                 pick_lanes(px, src, D, vz // c4, vz % c4, vh, vw, offsets[3], channels[3])
-        store_pixel(Y, vz // c4, vz % c4, vh, vw, px)
+        if epilogue is None:
+            store_pixel(Y, vz // c4, vz % c4, vh, vw, px)
+        else:
+            acc = T.sblock_alloc_buffer((1, 4), dtype, scope="local")
+            for lane in T.unroll(4):
+                acc[0, lane] = px[lane]
+            store_output_pixel(Y, acc, 0, src, epilogue, Bias, Residual, vz // c4, vz % c4, vh, vw, total)
 
     @T.prim_func(s_tir=True)
-    def func(a: T.handle, b: T.handle, c: T.handle, d: T.handle, out: T.handle):
+    def func(a: T.handle, b: T.handle, c: T.handle, d: T.handle, bias: T.handle, residual: T.handle, out: T.handle):
         T.func_attr({"global_symbol": "concat_channels", "tirx.noalias": True})
         A = T.match_buffer(a, (n, blocks[0], h, w, 4), dtype, scope=scope)
         B = T.match_buffer(b, (n, blocks[1], h, w, 4), dtype, scope=scope)
         C = T.match_buffer(c, (n, blocks[2], h, w, 4), dtype, scope=scope)
         D = T.match_buffer(d, (n, blocks[3], h, w, 4), dtype, scope=scope)
+        Bias = T.match_buffer(bias, bias_shape, dtype, scope=BUFFER)
+        Residual = T.match_buffer(residual, residual_shape, dtype, scope=residual_scope)
         Y = T.match_buffer(out, (n, c4, h, w, 4), dtype, scope=scope)
-        launch(g, h, w, "concat", lambda vz, vh, vw: per_pixel(A, B, C, D, Y, vz, vh, vw))
+        launch(g, h, w, "concat", lambda vz, vh, vw: per_pixel(A, B, C, D, Y, Bias, Residual, vz, vh, vw))
 
-    return select_params(func, [*_NAMES[:k], "Y"])
+    return select_params(func, spec.params(list(_NAMES[:k]), "Y"))
 

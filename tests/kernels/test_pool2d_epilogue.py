@@ -1,6 +1,6 @@
-"""Pooling and resize kernels with an expression epilogue (issue 34: map kernels are anchors like
-the convs) against float64 NumPy: max/avg pool2d, adaptive/global average pooling (both schedules)
-and nearest/bilinear resize, textures and buffers, float32 and float16_acc32 storage (half images
+"""Pooling, resize and concat kernels with an expression epilogue (issue 34: map kernels are anchors
+like the convs) against float64 NumPy: max/avg pool2d, adaptive/global average pooling (both
+schedules), nearest/bilinear resize and channel concat, textures and buffers, float32 and float16_acc32 storage (half images
 or half buffers, float32 arithmetic).
 
 The epilogue is the convs' (``primfuncs.epilogue.store_output_pixel``): per-channel constants packed
@@ -16,7 +16,7 @@ from helpers.conv import check_blocked_output
 from helpers.numeric import assert_close, pack_nchw4c, rand, run_kernel, sanitized, unpack_nchw4c
 from helpers.strategies import SEEDS, STRATEGIES
 from primfuncs import epilogue_expr as ex
-from primfuncs import pool2d, reduce, resize
+from primfuncs import concat, pool2d, reduce, resize
 from primfuncs._common import BUFFER, TEXTURE
 from primfuncs.activation_table import numpy_activation
 from primfuncs.epilogue import Epilogue
@@ -53,15 +53,17 @@ def half(x):
 
 def run_pool_epilogue(device, func, x, epilogue, c, out_hw, rng, scope, storage):
     """(blocked output, float64 reference of the epilogue on ``pooled``-to-be): the kernel run on ``x``
-    with fresh random constants and operand; ``storage`` "float16": half images (textures) or half
-    buffers (buffers), else float32. Returns (blocked output, the inputs as the kernel saw them)."""
-    n = x.shape[0]
+    (a map, or a list of maps: a concat's) with fresh random constants and operand; ``storage``
+    "float16": half images (textures) or half buffers (buffers), else float32. Returns (blocked
+    output, the inputs as the kernel saw them)."""
+    maps = x if isinstance(x, list) else [x]
+    n = maps[0].shape[0]
     oh, ow = out_hw
     bias = rand(rng, (c,)) if epilogue.bias else None
     channels = [rng.uniform(0.5, 2.0, c).astype(np.float32) for _ in range(epilogue.channel_rows)]  # > 0: divides
     kind = epilogue.operand_kinds[0] if epilogue.operand_kinds else None  # a pool reads one
     operand = rand(rng, _operand_shape(kind, n, c, oh, ow)) if kind is not None else None
-    inputs = [pack_nchw4c(x)]
+    inputs = [pack_nchw4c(m) for m in maps]
     rows = ([bias] if bias is not None else []) + channels
     if rows:
         inputs.append(np.concatenate([pack_bias(r) for r in rows], axis=1))
@@ -71,7 +73,7 @@ def run_pool_epilogue(device, func, x, epilogue, c, out_hw, rng, scope, storage)
     y = run_kernel(device, func, *inputs, storage=storage if scope == TEXTURE else None,
                    half=build.ALL_BUFFERS if on_half_buffers else frozenset())
     rounded = half if storage == "float16" else (lambda v: np.asarray(v, np.float64))
-    seen = dict(x=rounded(x), bias=None if bias is None else (rounded(bias) if on_half_buffers else bias),
+    seen = dict(x=[rounded(m) for m in maps] if isinstance(x, list) else rounded(x), bias=None if bias is None else (rounded(bias) if on_half_buffers else bias),
                 channels=[rounded(r) if on_half_buffers else r for r in channels],
                 operand=None if operand is None else rounded(operand))
     return y, seen
@@ -156,6 +158,21 @@ def test_resize_with_an_expression_epilogue(device, method, mode, name, c, size,
         func = resize.resize2d(pack_nchw4c(x).shape, out, method, mode, scope=scope, epilogue=epilogue, channels=c)
         y, seen = run_pool_epilogue(device, func, x, epilogue, c, out, rng, scope, storage)
     check(y, epilogue_reference(reference.resize2d_nchw(seen["x"], out, method, mode), epilogue, seen), c, storage)
+
+
+@example(name="relu_plus_full", chans=(4, 8), h=3, w=4, scope=TEXTURE, storage=None, seed=0)  # GhostNet's cat + shortcut
+@given(name=st.sampled_from(sorted(EPILOGUES)), chans=st.lists(st.integers(1, 9), min_size=2, max_size=concat.MAX_INPUTS).map(tuple),
+       h=st.integers(1, 6), w=st.integers(1, 6), scope=st.sampled_from([TEXTURE, BUFFER]), storage=STORAGES, seed=SEEDS)
+def test_concat_with_an_expression_epilogue(device, name, chans, h, w, scope, storage, seed):
+    """Aligned parts (each a multiple of 4 channels: one block read per output block) and parts whose
+    lanes straddle blocks; the padded lanes of the last block stay 0."""
+    rng = np.random.default_rng(seed)
+    epilogue = EPILOGUES[name]
+    maps = [rand(rng, (1, c, h, w)) for c in chans]
+    with sanitized(seed):
+        func = concat.concat_channels(1, chans, h, w, scope=scope, epilogue=epilogue)
+        y, seen = run_pool_epilogue(device, func, maps, epilogue, sum(chans), (h, w), rng, scope, storage)
+    check(y, epilogue_reference(np.concatenate(seen["x"], axis=1), epilogue, seen), sum(chans), storage)
 
 
 def test_the_epilogue_adds_only_the_inputs_it_reads():

@@ -4,7 +4,7 @@ Hypothesis draws a chain (unary ops, binary ops with a scalar, a per-channel con
 activation in full or broadcast, depth 1-4; after a conv or a MatMul a second other activation, their
 kernels reading two) after a conv, a depthwise conv, a MatMul on tokens or a
 row kernel on tokens (layer norm, RMS norm, softmax, batch norm: ``primfuncs.rows``) or a
-pool (MaxPool, AveragePool, GlobalAveragePool) or a nearest resize,
+pool (MaxPool, AveragePool, GlobalAveragePool), a nearest resize or a channel concat,
 builds one ONNX graph, compiles it onto PoCL, compares with onnxruntime and asserts the anchor and
 its chain are ONE launch (plus the model's layout transforms). The expression evaluator itself is
 checked against NumPy written out op by op.
@@ -15,7 +15,7 @@ import math
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from helpers.onnx_graphs import PATTERN_RTOL
 from primfuncs import epilogue_expr as ex
@@ -118,7 +118,8 @@ LEAVES = {"conv": ("scalar", "channel", "full", "per_channel", "per_pixel"), "de
           "maxpool": ("scalar", "channel", "full", "per_channel", "per_pixel"),
           "avgpool": ("scalar", "channel", "full", "per_channel", "per_pixel"),
           "globalavgpool": ("scalar", "channel", "full", "per_pixel"),  # [N, C, 1, 1]: full is per channel
-          "resize": ("scalar", "channel", "full", "per_channel", "per_pixel")}
+          "resize": ("scalar", "channel", "full", "per_channel", "per_pixel"),
+          "concat": ("scalar", "channel", "full", "per_channel", "per_pixel")}
 #: the pool anchors: ONNX node and attributes, and the input's size for an output of ``size`` x ``size``
 POOLS = {"maxpool": ("MaxPool", dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]), lambda s: 2 * s),
          "avgpool": ("AveragePool", dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], count_include_pad=1), lambda s: s),
@@ -248,6 +249,10 @@ class GraphBuilder:
             self.add_input("x", (1, self.size * self.size, c + 3))
             self.inits["w"] = (rng.standard_normal((c + 3, c)) / math.sqrt(c + 3)).astype(np.float32)
             self.nodes.append(helper.make_node("MatMul", ["x", "w"], ["v0"]))
+            return "v0"
+        if self.anchor == "concat":  # of two maps along the channels (6: 3 + 3, lanes straddling blocks)
+            halves = [self.add_input(name, (1, part, self.size, self.size)) for name, part in (("x", c // 2), ("xb", c - c // 2))]
+            self.nodes.append(helper.make_node("Concat", halves, ["v0"], axis=1))
             return "v0"
         if self.anchor == "resize":  # a nearest 2x upsampling (the size is even)
             self.add_input("x", (1, c, self.size // 2, self.size // 2))
@@ -415,6 +420,31 @@ def test_winograd_output_transform_evaluates_the_expression(device, m, scope):
     blocked = tensors["Y"].numpy()
     check_blocked_output(blocked, o)
     assert_close(unpack_nchw4c(blocked, o), ref, 1e-4)
+
+
+def test_the_chain_steps_through_a_slice_of_every_channel():
+    """GhostNet's ghost module and shortcut: ``cat([a, b])[:, :C] + shortcut``, the Slice keeping every
+    channel: the concat, the Slice and the Add are one launch, within tolerance of onnxruntime; a
+    Slice that drops a channel ends the chain: concat, slice and add are three launches."""
+    from tir_adreno import compile_model
+    from tir_adreno.reference import reference_outputs, relative_error
+
+    rng = np.random.default_rng(4)
+    # (a slice to one channel broadcast over the next op's six would fit the chain's shape: not the value)
+    for keep, alone in ((6, ["concat_channels"]), (5, ["concat_channels", "slice_channels", "add"]), (1, ["concat_channels", "slice_channels", "add"])):
+        nodes = [helper.make_node("Concat", ["x", "xb"], ["cat"], axis=1),
+                 helper.make_node("Slice", ["cat", "zero", "end", "one"], ["s"]), helper.make_node("Add", ["s", "g"], ["y"])]
+        inits = [numpy_helper.from_array(np.asarray(v, np.int64), name) for name, v in (("zero", [0]), ("end", [keep]), ("one", [1]))]
+        shapes = {"x": (1, 3, 5, 5), "xb": (1, 3, 5, 5), "g": (1, 6 if keep == 1 else keep, 5, 5)}
+        graph = helper.make_graph(nodes, "ghost", [helper.make_tensor_value_info(k, TensorProto.FLOAT, list(v)) for k, v in shapes.items()],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        feeds = {k: rng.standard_normal(v).astype(np.float32) for k, v in shapes.items()}
+        compiled = compile_model(model, progress=lambda _: None)
+        (out,) = compiled.run(feeds)
+        assert relative_error(out, reference_outputs(model, feeds)[0]) <= PATTERN_RTOL
+        kernels = [r["op"] for r in compiled.profile() if not _is_layout_transform(r["op"])]
+        assert len(kernels) == len(alone) and kernels[:2] == alone[:2], kernels  # (the add's kernel: the planner's form)
 
 
 # -- precedence: the pool's chain and the patterns anchored on an op it can take -------------------

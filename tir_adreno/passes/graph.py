@@ -113,6 +113,18 @@ def channel_range(node: Node, channels: int) -> tuple[int, int] | None:
     return (b, e) if 0 <= b < e else None
 
 
+def is_identity_view(node: Node) -> bool:
+    """A ``strided_slice`` (stride 1) or ``reshape`` whose output is its input, element for element
+    (GhostNet's ``cat([a, b])[:, :C]`` when the halves fill C): the value itself."""
+    if node.op not in ("relax.strided_slice", "relax.reshape") or not node.args:
+        return False
+    shape = static_shape(node.var)
+    if shape is None or shape != static_shape(node.args[0]):
+        return False
+    strides = ints_of(node.args[4]) if node.op == "relax.strided_slice" and len(node.args) > 4 else ()
+    return strides is not None and all(s == 1 for s in strides)
+
+
 #: ``permute_dims`` axes between NCHW and NHWC (ConvNeXt's Permute around LayerNorm and Linear).
 TO_NHWC, TO_NCHW = (0, 2, 3, 1), (0, 3, 1, 2)
 #: ``permute_dims`` axes between the token layouts ``[N, C, L]`` and ``[N, L, C]``.
