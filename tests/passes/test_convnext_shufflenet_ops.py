@@ -334,8 +334,9 @@ def test_channel_split_and_shuffle_stay_on_textures():
 
 def test_slice_of_every_channel_is_the_tensor_itself():
     """GhostNet's ghost module as timm exports it: ``cat([conv(x), dw(conv(x))])[:, :C]``, the two
-    halves filling C, so the Slice keeps every channel: no ``slice_channels`` kernel runs; a Slice
-    that drops a channel (C odd: the halves hold C + 1) still does."""
+    halves filling C, so the Slice keeps every channel: it is no node (``graph.is_identity_slice``),
+    no ``slice_channels`` kernel runs; a Slice that drops a channel (C odd: the halves hold C + 1)
+    still does."""
     for channels, slices in ((10, 0), (9, 1)):
         rng, inits = np.random.default_rng(channels), {}
         half = (channels + 1) // 2
@@ -352,6 +353,12 @@ def test_slice_of_every_channel_is_the_tensor_itself():
         ops = check(model)
         assert sum(op.startswith("slice_channels") for op in ops) == slices, ops
         assert sum(op.startswith("concat_channels") for op in ops) == 1, ops
+    # a slice of every channel of the model's input, written as its output: a kernel (an output that
+    # is an input would need a copy of its own)
+    model = _graph([helper.make_node("Slice", ["x", "zero", "end", "one"], ["y"])], {})
+    for name, v in (("zero", [0]), ("end", [3]), ("one", [1])):
+        model.graph.initializer.append(numpy_helper.from_array(np.asarray(v, np.int64), name))
+    assert check(model) == ["slice_channels"]
 
 
 @given(blocked_shapes, st.integers(0, 3), st.data(), scopes)

@@ -21,7 +21,7 @@ import numpy as np
 from primfuncs import epilogue_expr as ex
 
 from tir_adreno.passes.activations import clip_range, match_activation
-from tir_adreno.passes.graph import Graph, Node, is_identity_view, same
+from tir_adreno.passes.graph import Graph, Node, same
 
 #: Relax unary ops and their expression op (the activations' names are the table's).
 UNARY_OPS = {"relax.negative": "neg", "relax.abs": "abs", "relax.exp": "exp", "relax.sqrt": "sqrt", "relax.log": "log",
@@ -100,29 +100,16 @@ def activation(g: Graph, var, x, first: Node | None = None):
 
 def walk(g: Graph, expr, last: Node, leaves: Leaves):
     """The chain past ``last`` (whose value is ``expr``) while each next node is the sole reader of
-    the last one's value and a step, stepping through views that are the value itself (a slice of
-    every channel) on the way to a step: (tree, last node, the nodes taken)."""
+    the last one's value and a step: (tree, last node, the nodes taken)."""
     nodes = []
     while True:
-        views = _identity_views(g, last)  # taken only with the step after them
-        head = views[-1] if views else last
-        found = activation(g, head.var, expr)
+        found = activation(g, last.var, expr)
         if found is None:
-            user = g.sole_user(head.var)
-            step = node_expression(user, head.var, expr, leaves) if user is not None and leaves.follows(user) else None
+            user = g.sole_user(last.var)
+            step = node_expression(user, last.var, expr, leaves) if user is not None and leaves.follows(user) else None
             if step is None:
                 return expr, last, nodes
             found = step, [user]
         expr, taken = found
-        nodes += views + taken
+        nodes += taken
         last = taken[-1]
-
-
-def _identity_views(g: Graph, last: Node) -> list[Node]:
-    """The run of sole readers after ``last`` that are its value itself (:func:`is_identity_view`)."""
-    views = []
-    user = g.sole_user(last.var)
-    while user is not None and is_identity_view(user):
-        views.append(user)
-        user = g.sole_user(user.var)
-    return views

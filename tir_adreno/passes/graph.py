@@ -113,15 +113,16 @@ def channel_range(node: Node, channels: int) -> tuple[int, int] | None:
     return (b, e) if 0 <= b < e else None
 
 
-def is_identity_view(node: Node) -> bool:
-    """A ``strided_slice`` (stride 1) or ``reshape`` whose output is its input, element for element
-    (GhostNet's ``cat([a, b])[:, :C]`` when the halves fill C): the value itself."""
-    if node.op not in ("relax.strided_slice", "relax.reshape") or not node.args:
+def is_identity_slice(value) -> bool:
+    """A ``strided_slice`` call (stride 1) whose output is its input, element for element
+    (GhostNet's ``cat([a, b])[:, :C]`` when the halves fill C): the value itself. (A reshape to its
+    own shape is the reshape rules': a view of a graph input written as the output is a copy.)"""
+    if not is_op(value, "relax.strided_slice") or not value.args:
         return False
-    shape = static_shape(node.var)
-    if shape is None or shape != static_shape(node.args[0]):
+    shape = static_shape(value)
+    if shape is None or shape != static_shape(value.args[0]):
         return False
-    strides = ints_of(node.args[4]) if node.op == "relax.strided_slice" and len(node.args) > 4 else ()
+    strides = ints_of(value.args[4]) if len(value.args) > 4 else ()
     return strides is not None and all(s == 1 for s in strides)
 
 
@@ -188,6 +189,9 @@ class Graph:
             return
         if is_op(value, "relax.broadcast_to") and static_shape(value.args[0]) == static_shape(value):
             self.alias[var] = self.resolve(value.args[0])  # a no-op broadcast
+            return
+        if is_identity_slice(value) and self.resolve(value.args[0]) not in self.func.params:
+            self.alias[var] = self.resolve(value.args[0])  # (of an input: a kernel, the output may be it)
             return
         node = self._node(var, self._as_relax_op(value))
         self.nodes.append(node)

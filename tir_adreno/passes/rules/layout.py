@@ -79,8 +79,8 @@ def _channel_shuffle(rw: Rewriter, node: Node, x: Value):
 
 @rule("relax.strided_slice")
 def strided_slice(rw: Rewriter, node: Node):
-    """A slice of channels (ShuffleNet's split): one ``slice_channels`` kernel; a slice of every
-    channel (GhostNet's ``cat([a, b])[:, :C]`` when the halves fill C) is the tensor itself."""
+    """A slice of channels (ShuffleNet's split): one ``slice_channels`` kernel (a slice of every
+    channel is no node: ``graph.is_identity_slice``)."""
     x = rw.activation(node.args[0])
     if x is None or x.layout != "NCHW":
         return None
@@ -89,8 +89,6 @@ def strided_slice(rw: Rewriter, node: Node):
     if found is None or out_shape != (x.nchw[0], found[1] - found[0], *x.nchw[2:]):
         return None
     b, e = found
-    if (b, e) == (0, x.channels):
-        return rw.alias(node.var, x, "NCHW", x.nchw)
     in5, out5 = x.shape5, blocked_shape(out_shape)
     scope = rw.scope_for(in5, out5)
     out = rw.emit_kernel(kernel(shuffle.slice_channels, in5, x.channels, b, e, scope=scope), [rw.blocked(x, scope)], out5, op_info=node_info(node, axis=1, begin=b, end=e))
