@@ -1,4 +1,9 @@
-"""Channel concat of any number of NCHW activations."""
+"""Channel concat of any number of NCHW activations.
+
+An input held only as a plain NCHW buffer (a GEMM's result seen as a map: each attention head's
+output in EfficientViT's cascaded group attention, SHViT's single head) is read by the concat
+kernel from that buffer (``concat_channels(plain=...)``) instead of being packed to NCHW4c first:
+the concat takes either form, so no layout kernel runs before it (:func:`_read_plain`)."""
 
 from __future__ import annotations
 
@@ -6,7 +11,7 @@ from tvm import relax
 
 from primfuncs import concat as kernels
 
-from tir_adreno.passes.graph import Node
+from tir_adreno.passes.graph import Node, dtype, static_shape
 from tir_adreno.passes.kernel_index import kernel
 from tir_adreno.passes.op_info import concat_info
 from tir_adreno.passes.rewriter import Rewriter, blocked_shape
@@ -26,19 +31,32 @@ def concat(rw: Rewriter, node: Node):
     n, _, h, w = values[0].nchw
     chans = [v.channels for v in values]
     scope = rw.scope_for(*[v.shape5 for v in values], blocked_shape((n, sum(chans), h, w)))
-    parts = [(rw.blocked(v, scope), v.channels) for v in values]
+    parts = [(v.plain, v.channels, True) if _read_plain(rw, v) else (rw.blocked(v, scope), v.channels, False)
+             for v in values]
     # More inputs than one kernel takes (DenseNet concatenates up to ~50): a tree of
     # concats of up to MAX_INPUTS each, so every channel is copied log4(inputs) times.
+    # (a plain input left alone in a last group of one is read plain by the next level's concat)
     while len(parts) > 1:
         groups = [parts[i : i + kernels.MAX_INPUTS] for i in range(0, len(parts), kernels.MAX_INPUTS)]
         parts = [_emit_concat(rw, group, n, h, w, scope) if len(group) > 1 else group[0] for group in groups]
-    (out, channels), = parts
+    (out, channels, _), = parts
     rw.define(node.var, out, scope, (n, channels, h, w))
     return out
 
 
+def _read_plain(rw: Rewriter, v) -> bool:
+    """Whether the concat reads ``v`` from its plain NCHW buffer: ``v`` is held plain only (a
+    blocked copy, when there is one, is read as before) and float32 (the kernel's plain inputs are of
+    its own dtype), buffers are allowed and kernels fuse."""
+    shape = static_shape(v.plain) if v.plain is not None else None
+    return (rw.fuses and rw.allow_buffer and rw.dtype == "float32" and not v.blocked and v.layout == "NCHW"
+            and shape == tuple(v.nchw) and dtype(v.plain) == "float32")
+
+
 def _emit_concat(rw: Rewriter, parts, n, h, w, scope):
-    chans = [c for _, c in parts]
+    chans = [c for _, c, _ in parts]
+    plain = tuple(i for i, (_, _, is_plain) in enumerate(parts) if is_plain)
     out5 = blocked_shape((n, sum(chans), h, w))
-    func = kernel(kernels.concat_channels, n, chans, h, w, scope=scope)
-    return rw.emit_kernel(func, [e for e, _ in parts], out5, op_info=concat_info(chans, n, h, w)), sum(chans)
+    options = {"plain": plain} if plain else {}  # no plain input: the kernel (and its cache key) as before
+    func = kernel(kernels.concat_channels, n, chans, h, w, scope=scope, **options)
+    return rw.emit_kernel(func, [e for e, _, _ in parts], out5, op_info=concat_info(chans, n, h, w)), sum(chans), False
