@@ -277,6 +277,20 @@ MUTANTS = (
          "tests/passes/test_convnext_shufflenet_ops.py::test_channel_split_and_shuffle_stay_on_textures"),
     ),
     Mutant(
+        "concat_plain_input_packed",
+        "a channel concat packs an input it holds only plain instead of reading the buffer (the either-form rule misses)",
+        (("    return (rw.fuses and rw.allow_buffer and rw.dtype == \"float32\" and not v.blocked and v.layout == \"NCHW\"",
+          "    return (False and rw.allow_buffer and rw.dtype == \"float32\" and not v.blocked and v.layout == \"NCHW\""),),
+        ("tests/passes/test_concat_plain_inputs.py",),
+    ),
+    Mutant(
+        "concat_plain_offset_dropped",
+        "a plain input of a channel concat is read at the output's channel, not its own",
+        (("px[lane] = X[n, T.min(T.max(cb * 4 + lane - offset, 0), count - 1), h, w]",
+          "px[lane] = X[n, T.min(T.max(cb * 4 + lane, 0), count - 1), h, w]"),),
+        ("tests/passes/test_concat_plain_inputs.py",),
+    ),
+    Mutant(
         "linear_norm_shift_dropped",
         "a batch norm folded into its Linear loses its shift",
         (("value = relax.op.add(product, relax.const(shift.astype(np.float32)))",
