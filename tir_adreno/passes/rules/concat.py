@@ -3,7 +3,7 @@
 An input held only as a plain NCHW buffer (a GEMM's result seen as a map: each attention head's
 output in EfficientViT's cascaded group attention, SHViT's single head) is read by the concat
 kernel from that buffer (``concat_channels(plain=...)``) instead of being packed to NCHW4c first:
-the concat takes either form, so no layout kernel runs before it (:func:`_read_plain`)."""
+the concat takes either form, so no layout kernel runs before it (``rules.common.read_in_place``)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,12 @@ from tvm import relax
 
 from primfuncs import concat as kernels
 
-from tir_adreno.passes.graph import Node, dtype, static_shape
+from tir_adreno.passes.graph import Node
 from tir_adreno.passes.kernel_index import kernel
 from tir_adreno.passes.op_info import concat_info
 from tir_adreno.passes.rewriter import Rewriter, blocked_shape
 from tir_adreno.passes.rules.base import rule
+from tir_adreno.passes.rules.common import read_in_place
 
 
 @rule("relax.concat")
@@ -31,7 +32,7 @@ def concat(rw: Rewriter, node: Node):
     n, _, h, w = values[0].nchw
     chans = [v.channels for v in values]
     scope = rw.scope_for(*[v.shape5 for v in values], blocked_shape((n, sum(chans), h, w)))
-    parts = [(v.plain, v.channels, True) if _read_plain(rw, v) else (rw.blocked(v, scope), v.channels, False)
+    parts = [(v.plain, v.channels, True) if read_in_place(rw, v) else (rw.blocked(v, scope), v.channels, False)
              for v in values]
     # More inputs than one kernel takes (DenseNet concatenates up to ~50): a tree of
     # concats of up to MAX_INPUTS each, so every channel is copied log4(inputs) times.
@@ -42,15 +43,6 @@ def concat(rw: Rewriter, node: Node):
     (out, channels, _), = parts
     rw.define(node.var, out, scope, (n, channels, h, w))
     return out
-
-
-def _read_plain(rw: Rewriter, v) -> bool:
-    """Whether the concat reads ``v`` from its plain NCHW buffer: ``v`` is held plain only (a
-    blocked copy, when there is one, is read as before) and float32 (the kernel's plain inputs are of
-    its own dtype), buffers are allowed and kernels fuse."""
-    shape = static_shape(v.plain) if v.plain is not None else None
-    return (rw.fuses and rw.allow_buffer and rw.dtype == "float32" and not v.blocked and v.layout == "NCHW"
-            and shape == tuple(v.nchw) and dtype(v.plain) == "float32")
 
 
 def _emit_concat(rw: Rewriter, parts, n, h, w, scope):
