@@ -291,6 +291,13 @@ MUTANTS = (
         ("tests/passes/test_plain_operands.py",),
     ),
     Mutant(
+        "channel_concat_wants_blocked",
+        "the layout planner counts a channel concat as a reader that wants its inputs blocked",
+        (("        if user.op == \"relax.concat\" and _on_channels(user):  # reads either form (rules.concat)\n            return set()",
+          "        if user.op == \"relax.concat\" and _on_channels(user):  # reads either form (rules.concat)\n            return {BLOCKED}"),),
+        ("tests/passes/test_plain_operands.py::test_channel_concat_wants_either_form",),
+    ),
+    Mutant(
         "binary_plain_lane_dropped",
         "a binary op's plain operand is read at its block's first channel for every lane",
         (("B[vz // c4, T.min((vz % c4) * 4 + lane, channels - 1), vh, vw], zero)",

@@ -10,6 +10,9 @@ import pytest
 
 from helpers.onnx_graphs import PATTERN_RTOL, f32, i64, make, node, tensor
 from tir_adreno import compile_model
+from tir_adreno.compiler import import_model
+from tir_adreno.passes.graph import Graph
+from tir_adreno.passes.layout_plan import BLOCKED, LayoutPlan
 from tir_adreno.reference import reference_outputs, relative_error
 
 LAYOUT_KERNELS = ("nchw_to_nchw4c", "nhwc_to_nchw4c", "nchw4c_to_nchw", "nchw4c_to_nhwc")
@@ -95,3 +98,14 @@ def test_plain_head_read_by_the_binary_op(op, head_first, channels, packs):
     assert len([o for o in ops if o.endswith("_plain")]) == 1 - packs, ops
     # the map's conv, the GEMM and its transpose, the binary op, the output conv and its unpack
     assert len(rows) == 6 + packs, ops
+
+
+def test_channel_concat_wants_either_form():
+    """``LayoutPlan.wants``: a channel concat takes either form of its inputs (no want: the plain heads
+    are not counted as wanted blocked), its result what its readers want (the relu's conv: blocked)."""
+    mod, _ = import_model(_heads_concat("map_first", 3, (4, 5)))
+    g = Graph(mod["main"], mod)
+    plan = LayoutPlan.build(g)
+    (cat,) = [n for n in g.nodes if n.op == "relax.concat"]
+    assert [plan.wants(f) for f in cat.args[0].fields] == [frozenset()] * 3
+    assert plan.wants(cat.var) == {BLOCKED}
