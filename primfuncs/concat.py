@@ -29,22 +29,38 @@ def pick_lanes(px, src, X, n, cb, h, w, offset, count):
             px[lane] = src[(cb * 4 + lane - offset) % 4]
 
 
-def concat_channels(n: int, channels, h: int, w: int, dtype: str = "float32", scope: str = TEXTURE, epilogue=None):
-    """Concatenate ``len(channels)`` (2..4) NCHW4c tensors ``(n, ceil(c_i/4), h, w, 4)``; ``epilogue``
-    (an :class:`~primfuncs.epilogue.Epilogue`, as the convs apply theirs) on each output pixel: the
-    elementwise chain after the concat (GhostNet's ``cat([a, b]) + shortcut``)."""
+@T.macro(hygienic=False)
+def pick_plain_lanes(px, X, n, cb, h, w, offset, count):
+    """Lanes of output block ``cb`` whose channel lies in plain input ``X`` (``[N, count, H, W]``,
+    channels ``[offset, offset + count)`` of the output) read it from the buffer."""
+    for lane in T.unroll(4):
+        if offset <= cb * 4 + lane and cb * 4 + lane < offset + count:
+            px[lane] = X[n, T.min(T.max(cb * 4 + lane - offset, 0), count - 1), h, w]
+
+
+def concat_channels(n: int, channels, h: int, w: int, dtype: str = "float32", scope: str = TEXTURE, plain=(), epilogue=None):
+    """Concatenate ``len(channels)`` (2..4) NCHW4c tensors ``(n, ceil(c_i/4), h, w, 4)``; the
+    inputs whose index is in ``plain`` are plain ``(n, c_i, h, w)`` buffers of ``dtype`` instead.
+    ``epilogue`` (an :class:`~primfuncs.epilogue.Epilogue`, as the convs apply theirs) on each output
+    pixel: the elementwise chain after the concat (GhostNet's ``cat([a, b]) + shortcut``)."""
     channels = tuple(int(c) for c in channels)
     if not 2 <= len(channels) <= MAX_INPUTS or min(channels) < 1:
         raise ValueError(f"concat takes 2..{MAX_INPUTS} inputs with >= 1 channel each, got channels={channels}")
+    plain = frozenset(int(i) for i in plain)
+    if not plain <= set(range(len(channels))):
+        raise ValueError(f"plain inputs {sorted(plain)} are not among the {len(channels)} inputs")
     check_dtype(dtype)
     check_scope(scope)
     check_map_epilogue(epilogue, "concat")
     k = len(channels)
     offsets = [sum(channels[:i]) for i in range(k)]
     blocks = [blocked(c) for c in channels] + [1] * (MAX_INPUTS - k)  # unused inputs: dummies, dropped below
+    shapes = [(n, channels[i], h, w) if i in plain else (n, blocks[i], h, w, 4) for i in range(k)]
+    shapes += [(n, 1, h, w, 4)] * (MAX_INPUTS - k)
+    scopes = [BUFFER if i in plain else scope for i in range(MAX_INPUTS)]
     total = sum(channels)
     c4 = blocked(total)
-    aligned = all(c % LANES == 0 for c in channels[:-1])
+    aligned = all(c % LANES == 0 for c in channels[:-1]) and not plain
     first_block = [o // LANES for o in offsets] + [c4] * (MAX_INPUTS - k)
     # the epilogue's inputs (declared always; select_params keeps those it reads)
     spec = epilogue if epilogue is not None else Epilogue()
@@ -77,11 +93,22 @@ def concat_channels(n: int, channels, h: int, w: int, dtype: str = "float32", sc
         else:
             for lane in T.unroll(4):
                 px[lane] = T.Cast(dtype, 0)
-            pick_lanes(px, src, A, vz // c4, vz % c4, vh, vw, offsets[0], channels[0])
-            pick_lanes(px, src, B, vz // c4, vz % c4, vh, vw, offsets[1], channels[1])
-            if k > 2:
+            # the `in plain` and `k >` tests run at parse time, as above
+            if 0 in plain:
+                pick_plain_lanes(px, A, vz // c4, vz % c4, vh, vw, offsets[0], channels[0])
+            else:
+                pick_lanes(px, src, A, vz // c4, vz % c4, vh, vw, offsets[0], channels[0])
+            if 1 in plain:
+                pick_plain_lanes(px, B, vz // c4, vz % c4, vh, vw, offsets[1], channels[1])
+            else:
+                pick_lanes(px, src, B, vz // c4, vz % c4, vh, vw, offsets[1], channels[1])
+            if k > 2 and 2 in plain:
+                pick_plain_lanes(px, C, vz // c4, vz % c4, vh, vw, offsets[2], channels[2])
+            elif k > 2:
                 pick_lanes(px, src, C, vz // c4, vz % c4, vh, vw, offsets[2], channels[2])
-            if k > 3:
+            if k > 3 and 3 in plain:
+                pick_plain_lanes(px, D, vz // c4, vz % c4, vh, vw, offsets[3], channels[3])
+            elif k > 3:
                 pick_lanes(px, src, D, vz // c4, vz % c4, vh, vw, offsets[3], channels[3])
         if epilogue is None:
             store_pixel(Y, vz // c4, vz % c4, vh, vw, px)
@@ -94,10 +121,10 @@ def concat_channels(n: int, channels, h: int, w: int, dtype: str = "float32", sc
     @T.prim_func(s_tir=True)
     def func(a: T.handle, b: T.handle, c: T.handle, d: T.handle, bias: T.handle, residual: T.handle, out: T.handle):
         T.func_attr({"global_symbol": "concat_channels", "tirx.noalias": True})
-        A = T.match_buffer(a, (n, blocks[0], h, w, 4), dtype, scope=scope)
-        B = T.match_buffer(b, (n, blocks[1], h, w, 4), dtype, scope=scope)
-        C = T.match_buffer(c, (n, blocks[2], h, w, 4), dtype, scope=scope)
-        D = T.match_buffer(d, (n, blocks[3], h, w, 4), dtype, scope=scope)
+        A = T.match_buffer(a, shapes[0], dtype, scope=scopes[0])
+        B = T.match_buffer(b, shapes[1], dtype, scope=scopes[1])
+        C = T.match_buffer(c, shapes[2], dtype, scope=scopes[2])
+        D = T.match_buffer(d, shapes[3], dtype, scope=scopes[3])
         Bias = T.match_buffer(bias, bias_shape, dtype, scope=BUFFER)
         Residual = T.match_buffer(residual, residual_shape, dtype, scope=residual_scope)
         Y = T.match_buffer(out, (n, c4, h, w, 4), dtype, scope=scope)

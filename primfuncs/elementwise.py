@@ -39,8 +39,10 @@ def _pixelwise(shape, name: str, fn, second, dtype: str, scope: str, out_scope: 
     ``second`` picks the other inputs: None (unary), ``"tensor"`` (``B`` an NCHW4c
     tensor like ``A``), ``"channel"`` (``B`` of shape ``(N, C/4, 1, 1, 4)``, one
     pixel per channel block broadcast over H and W: a squeeze-excitation gate),
-    ``"bias"`` (``Bias`` a ``(C4, 4)`` buffer indexed by channel block) or
-    ``"affine"`` (``Scale`` and ``Bias``, both ``(C4, 4)``). One body serves all;
+    ``"bias"`` (``Bias`` a ``(C4, 4)`` buffer indexed by channel block),
+    ``"affine"`` (``Scale`` and ``Bias``, both ``(C4, 4)``) or ``"plain"`` (``B`` the plain
+    ``(N, channels, H, W)`` buffer of a tensor like ``A``, read lane by lane; its padded lanes 0).
+    One body serves all;
     :func:`select_params` drops the inputs a variant never reads.
     ``C`` lives in ``out_scope`` (default: ``scope``). ``channels``: write the padded lanes of
     the last block (channels ``>= channels``) as 0 whatever ``fn`` gives there (``0 / 0``).
@@ -57,6 +59,7 @@ def _pixelwise(shape, name: str, fn, second, dtype: str, scope: str, out_scope: 
         return (vz % c4) * 4 + lane < channels
     g = pixel_grid(n * c4, h, w)
     bh, bw = (1, 1) if second == "channel" else (h, w)
+    b_shape, b_scope = ((n, channels, h, w), BUFFER) if second == "plain" else ((n, c4, bh, bw, 4), scope)
 
     launch = pixel_launch()
 
@@ -70,6 +73,9 @@ def _pixelwise(shape, name: str, fn, second, dtype: str, scope: str, out_scope: 
             load_pixel(y, B, vz // c4, vz % c4, vh, vw)
         if second == "channel":
             load_pixel(y, B, vz // c4, vz % c4, 0, 0)
+        if second == "plain":
+            for lane in T.unroll(4):
+                y[lane] = T.if_then_else(real(vz, lane), B[vz // c4, T.min((vz % c4) * 4 + lane, channels - 1), vh, vw], zero)
         if second == "affine":
             for lane in T.vectorized(4):
                 s[lane] = Scale[vz % c4, lane]
@@ -91,13 +97,14 @@ def _pixelwise(shape, name: str, fn, second, dtype: str, scope: str, out_scope: 
     def func(a: T.handle, b: T.handle, scale: T.handle, bias: T.handle, c: T.handle):
         T.func_attr({"global_symbol": name, "tirx.noalias": True})
         A = T.match_buffer(a, (n, c4, h, w, 4), dtype, scope=scope)
-        B = T.match_buffer(b, (n, c4, bh, bw, 4), dtype, scope=scope)
+        B = T.match_buffer(b, b_shape, dtype, scope=b_scope)
         Scale = T.match_buffer(scale, (c4, 4), dtype, scope=BUFFER)
         Bias = T.match_buffer(bias, (c4, 4), dtype, scope=BUFFER)
         C = T.match_buffer(c, (n, c4, h, w, 4), dtype, scope=out_scope)
         launch(g, h, w, "pixel", lambda vz, vh, vw: per_pixel(A, B, Scale, Bias, C, vz, vh, vw))
 
-    inputs = {None: ["A"], "tensor": ["A", "B"], "channel": ["A", "B"], "bias": ["A", "Bias"], "affine": ["A", "Scale", "Bias"]}[second]
+    inputs = {None: ["A"], "tensor": ["A", "B"], "channel": ["A", "B"], "plain": ["A", "B"], "bias": ["A", "Bias"],
+              "affine": ["A", "Scale", "Bias"]}[second]
     return select_params(func, [*inputs, "C"])
 
 
@@ -129,7 +136,7 @@ def relu6(shape, dtype: str = "float32", scope: str = TEXTURE):
 
 
 def binary(shape, op: str, dtype: str = "float32", scope: str = TEXTURE, broadcast_channels: bool = False,
-           channels: int | None = None):
+           channels: int | None = None, plain_b: bool = False):
     """``C = A op B`` for two NCHW4c tensors of the same shape; ``op`` in :data:`BINARY_OPS`.
 
     ``broadcast_channels``: ``B`` is ``(N, C/4, 1, 1, 4)``, one value per channel
@@ -137,11 +144,18 @@ def binary(shape, op: str, dtype: str = "float32", scope: str = TEXTURE, broadca
     channel vector subtracted from or dividing a feature map).
     ``channels`` (the real channel count; required by ``divide``, whose padded lanes would be
     ``0 / 0 = NaN``, and a NaN there would reach every conv that reads them): padded lanes are
-    written as 0."""
+    written as 0.
+    ``plain_b``: ``B`` is the plain ``(N, channels, H, W)`` buffer of such a tensor (a GEMM's result
+    seen as a map, EfficientViT's head output added to the next head's input): read in place, so
+    no layout kernel packs it first; needs ``channels``."""
     if op not in BINARY_OPS:
         raise ValueError(f"unknown binary op {op!r}; expected one of {sorted(BINARY_OPS)}")
-    if op == "divide" and channels is None:
-        raise ValueError("binary 'divide' needs channels (the padded lanes are written as 0, not 0 / 0)")
+    if (op == "divide" or plain_b) and channels is None:
+        raise ValueError(f"binary {op!r} needs channels (the padded lanes are written as 0, not 0 / 0; a plain B's extent)")
+    if plain_b and broadcast_channels:
+        raise ValueError("a plain B is a whole tensor, not a per-channel vector")
+    if plain_b:
+        return _pixelwise(shape, f"{op}_plain", BINARY_OPS[op], "plain", dtype, scope, channels=channels)
     if broadcast_channels:
         return _pixelwise(shape, f"{op}_channels", BINARY_OPS[op], "channel", dtype, scope, channels=channels)
     return _pixelwise(shape, op, BINARY_OPS[op], "tensor", dtype, scope, channels=channels)

@@ -163,7 +163,8 @@ def resize_kernels(d, scope):
 def concat_kernels(d, scope):
     n, _, h, w = _nchw(d)
     chans = d.draw(st.lists(st.integers(1, 9), min_size=2, max_size=concat.MAX_INPUTS))
-    return [concat.concat_channels(n, chans, h, w, scope=scope)]
+    plain = d.draw(st.sets(st.integers(0, len(chans) - 1)))  # inputs read from plain NCHW buffers
+    return [concat.concat_channels(n, chans, h, w, scope=scope, plain=tuple(plain))]
 
 
 def layernorm_kernels(d, scope):

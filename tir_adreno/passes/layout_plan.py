@@ -4,8 +4,9 @@ wherever a value's producer and reader happen to differ (docs/design.md, "The la
 
 Built once per rewrite, before the first rule runs (:meth:`LayoutPlan.build`), from the graph
 alone: for every value, the layouts its readers want (:meth:`LayoutPlan.wants`): a conv, a pool,
-a norm over a map's channels, a channel concat or a resize wants it blocked; the model's output,
-an op no rule of ours takes, a GEMM on plain tensors and the view ops of tokens want it plain;
+a norm over a map's channels or a resize wants it blocked; a channel concat either (its kernel
+reads a plain input in place), any other concat blocked too; the model's output, an op no rule of
+ours takes, a GEMM on plain tensors and the view ops of tokens want it plain;
 a *flexible* reader (an op with both a blocked and a plain kernel: the pixelwise unary and binary
 ops, :data:`FLEXIBLE`) wants what its own readers want (followed through chains of them).
 
@@ -39,12 +40,24 @@ FLEXIBLE = frozenset({"relax.add", "relax.subtract", "relax.multiply", "relax.di
                       "relax.nn.relu", "relax.clip", "relax.sigmoid"})
 #: Readers that want their input blocked (their kernels read NCHW4c).
 BLOCKED_READERS = frozenset({"relax.nn.conv2d", "relax.nn.max_pool2d", "relax.nn.avg_pool2d", "relax.nn.adaptive_avg_pool2d",
-                             "relax.image.resize2d", "relax.nn.group_norm", "relax.nn.batch_norm", "relax.concat"})
+                             "relax.image.resize2d", "relax.nn.group_norm", "relax.nn.batch_norm",
+                             # any other concat (tokens, a class token) is a gather on plain tensors, but
+                             # wanting it plain runs XCiT's whole token path plain: fewer transforms (6 -> 5)
+                             # for far more launches (219 -> 350), which this cost does not count
+                             "relax.concat"})
 BLOCKED, PLAIN = "blocked", "plain"
 #: Ops that show a value in another shape in either layout (a blocked map's token view is an alias
 #: of its NCHW4c tensor, a plain tensor's a ``memory.view``): :meth:`LayoutPlan.view_wants` reads
 #: through them to their readers.
 VIEWS = frozenset({"relax.reshape", "relax.permute_dims"})
+
+
+def _on_channels(concat) -> bool:
+    """Whether ``concat`` joins 4-d maps on their channels (axis 1): ``rules.concat``'s kernel, which
+    reads each input in the form it is held (NCHW4c, or a float32 plain NCHW buffer) and writes
+    NCHW4c."""
+    axis = concat.attrs.axis
+    return len(static_shape(concat.var) or ()) == 4 and axis is not None and int(axis) % 4 == 1
 
 
 class LayoutPlan:
@@ -114,6 +127,8 @@ class LayoutPlan:
     def _reader_wants(self, user) -> set:
         if user.op in FLEXIBLE:
             return set(self.wants(user.var))
+        if user.op == "relax.concat" and _on_channels(user):  # reads either form (rules.concat)
+            return set()
         if user.op in BLOCKED_READERS:
             return {BLOCKED}
         return {PLAIN}

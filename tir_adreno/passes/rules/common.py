@@ -1,7 +1,7 @@
 """Helpers several rule and pattern modules share (not a rule: rule modules never import each other):
-the operands of a binary op of two activations, a per-channel affine chain with its activation, the
-operands of a layer norm over the channels, the group norm kernels, and a map anchor's chain (a pool's,
-a resize's)."""
+the operands of a binary op of two activations, which operand a blocked kernel reads from its plain
+buffer, a per-channel affine chain with its activation, the operands of a layer norm over the
+channels, the group norm kernels, and a map anchor's chain (a pool's, a resize's, a concat's)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from primfuncs import layernorm
 from tir_adreno.passes.activations import clip_fields, match_activation
 from tir_adreno.passes.affine import linear_step
 from tir_adreno.passes.epilogue_chain import chain_only, pool_chain
-from tir_adreno.passes.graph import Node, const, static_shape
+from tir_adreno.passes.graph import Node, const, dtype, static_shape
 from tir_adreno.passes.kernel_index import kernel
 from tir_adreno.passes.op_info import elementwise_info, epilogue_info
 from tir_adreno.passes.rewriter import MAP_LAYOUTS, Rewriter, Value
@@ -23,6 +23,16 @@ from tir_adreno.strategy.packing import pack_bias
 
 #: Binary ops whose operands may come in either order (a broadcast operand first too).
 COMMUTATIVE = ("relax.add", "relax.multiply")
+
+
+def read_in_place(rw: Rewriter, v: Value) -> bool:
+    """Whether a blocked kernel that takes either form of an operand (the channel concat, a binary op
+    of two maps) reads ``v`` from its plain NCHW buffer instead of packing it: ``v`` is held plain only
+    (a GEMM's result seen as a map; a blocked copy, when there is one, is read as before), float32
+    like the kernel, buffers are allowed and kernels fuse."""
+    shape = static_shape(v.plain) if v.plain is not None else None
+    return (rw.fuses and rw.allow_buffer and rw.dtype == "float32" and not v.blocked and v.layout == "NCHW"
+            and shape == tuple(v.nchw) and dtype(v.plain) == "float32")
 
 
 def operand_value(rw: Rewriter, var) -> Value | None:

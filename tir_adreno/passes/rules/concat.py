@@ -1,5 +1,10 @@
 """Channel concat of any number of NCHW activations, with the elementwise chain after it as the last
-concat's epilogue."""
+concat's epilogue.
+
+An input held only as a plain NCHW buffer (a GEMM's result seen as a map: each attention head's
+output in EfficientViT's cascaded group attention, SHViT's single head) is read by the concat
+kernel from that buffer (``concat_channels(plain=...)``) instead of being packed to NCHW4c first:
+the concat takes either form, so no layout kernel runs before it (``rules.common.read_in_place``)."""
 
 from __future__ import annotations
 
@@ -12,7 +17,7 @@ from tir_adreno.passes.kernel_index import kernel
 from tir_adreno.passes.op_info import concat_info
 from tir_adreno.passes.rewriter import Rewriter, blocked_shape
 from tir_adreno.passes.rules.base import rule
-from tir_adreno.passes.rules.common import emit_with_chain
+from tir_adreno.passes.rules.common import emit_with_chain, read_in_place
 
 
 @rule("relax.concat")
@@ -28,25 +33,33 @@ def concat(rw: Rewriter, node: Node):
     n, _, h, w = values[0].nchw
     chans = [v.channels for v in values]
     scope = rw.scope_for(*[v.shape5 for v in values], blocked_shape((n, sum(chans), h, w)))
-    parts = [(rw.blocked(v, scope), v.channels) for v in values]
+    parts = [(v.plain, v.channels, True) if read_in_place(rw, v) else (rw.blocked(v, scope), v.channels, False)
+             for v in values]
     # More inputs than one kernel takes (DenseNet concatenates up to ~50): a tree of
     # concats of up to MAX_INPUTS each, so every channel is copied log4(inputs) times.
+    # (a plain input left alone in a last group of one is read plain by the next level's concat)
     while len(parts) > kernels.MAX_INPUTS:
         groups = [parts[i : i + kernels.MAX_INPUTS] for i in range(0, len(parts), kernels.MAX_INPUTS)]
         parts = [_emit_concat(rw, group, n, h, w, scope) if len(group) > 1 else group[0] for group in groups]
     # the last concat takes the elementwise chain after it as its epilogue (GhostNet's cat + shortcut)
-    chans = [c for _, c in parts]
+    chans = [c for _, c, _ in parts]
     out_nchw = (n, sum(chans), h, w)
-    return emit_with_chain(rw, node, lambda **fused: _concat_kernel(chans, n, h, w, scope, **fused), blocked_shape(out_nchw), scope,
-                           out_nchw, [e for e, _ in parts], concat_info(chans, n, h, w))
+    return emit_with_chain(rw, node, lambda **fused: _concat_kernel(parts, n, h, w, scope, **fused), blocked_shape(out_nchw), scope,
+                           out_nchw, [e for e, _, _ in parts], concat_info(chans, n, h, w))
 
 
-def _concat_kernel(chans, n, h, w, scope, epilogue=None, channels=None):
-    # (``channels``, which emit_with_chain passes with an epilogue, is the sum of ``chans``)
-    return kernel(kernels.concat_channels, n, chans, h, w, scope=scope, **({"epilogue": epilogue} if epilogue is not None else {}))
+def _concat_kernel(parts, n, h, w, scope, epilogue=None, channels=None):
+    """The concat kernel of ``parts`` ((expr, channels, plain) each); ``channels`` (what
+    emit_with_chain passes with an epilogue) is their sum. Without a plain input or an epilogue the
+    kernel (and its cache key) is as before either existed."""
+    chans = [c for _, c, _ in parts]
+    plain = tuple(i for i, (_, _, is_plain) in enumerate(parts) if is_plain)
+    options = {"plain": plain} if plain else {}
+    options.update({"epilogue": epilogue} if epilogue is not None else {})
+    return kernel(kernels.concat_channels, n, chans, h, w, scope=scope, **options)
 
 
 def _emit_concat(rw: Rewriter, parts, n, h, w, scope):
-    chans = [c for _, c in parts]
+    chans = [c for _, c, _ in parts]
     out5 = blocked_shape((n, sum(chans), h, w))
-    return rw.emit_kernel(_concat_kernel(chans, n, h, w, scope), [e for e, _ in parts], out5, op_info=concat_info(chans, n, h, w)), sum(chans)
+    return rw.emit_kernel(_concat_kernel(parts, n, h, w, scope), [e for e, _, _ in parts], out5, op_info=concat_info(chans, n, h, w)), sum(chans), False

@@ -20,7 +20,7 @@ from tir_adreno.passes.rewriter import MAP_LAYOUTS, Rewriter, Value
 #: ``[N, C]`` and tokens. (NHWC maps are the conv rule's: their per-channel constants fold there.)
 POINTWISE_LAYOUTS = ("NCHW", "NC", "NLC", "NCL")
 from tir_adreno.passes.rules.base import rule
-from tir_adreno.passes.rules.common import COMMUTATIVE, affine_chain, binary_operands, operand_value
+from tir_adreno.passes.rules.common import COMMUTATIVE, affine_chain, binary_operands, operand_value, read_in_place
 from tir_adreno.strategy.packing import pack_bias, pack_nchw4c
 
 
@@ -138,10 +138,16 @@ def binary(rw: Rewriter, node: Node):
         rw.define(node.var, out, scope, a.nchw, a.layout)
         return out
     a, b, broadcast = operands
+    # an operand held only plain (rules.common.read_in_place) is read in place as B; as A, swapped where the op commutes
+    plain_b = not broadcast and read_in_place(rw, b)
+    if not broadcast and not plain_b and node.op in COMMUTATIVE and read_in_place(rw, a):
+        a, b, plain_b = b, a, True
     shape5 = a.shape5
     scope = rw.scope_for(shape5, b.shape5)
-    channels = {"channels": a.channels} if op == "divide" else {}  # its padded lanes are 0 / 0
-    func = kernel(kernels.binary, shape5, op, scope=scope, broadcast_channels=broadcast, **channels)
-    out = rw.emit_kernel(func, [rw.blocked(a, scope), rw.blocked(b, scope)], shape5, op_info=elementwise_info(op, [node], [a.nchw, b.nchw]))
+    channels = {"channels": a.channels} if op == "divide" or plain_b else {}  # its padded lanes are 0 / 0
+    options = {"plain_b": True} if plain_b else {}  # none: the kernel (and its cache key) as before
+    func = kernel(kernels.binary, shape5, op, scope=scope, broadcast_channels=broadcast, **channels, **options)
+    second = b.plain if plain_b else rw.blocked(b, scope)
+    out = rw.emit_kernel(func, [rw.blocked(a, scope), second], shape5, op_info=elementwise_info(op, [node], [a.nchw, b.nchw]))
     rw.define(node.var, out, scope, a.nchw, a.layout)
     return out
