@@ -192,11 +192,11 @@ def token_region(rw: Rewriter, var) -> dict:
         wants = [_reader_want(rw, v, reader) for reader in readers]
         if rw.plan.is_output(v):
             wants.append(PLAIN)
-        if BLOCKED in wants:  # the region leaves the plain form here (one transform); what lies on is decided there
-            wanted[BLOCKED].add(v)
-            continue
-        if PLAIN in wants:
-            wanted[PLAIN].add(v)
+        # a value some reader wants blocked costs one transform if the region is plain (its packing),
+        # and its readers that run in either form are followed on: their plain readers count too
+        for form in (BLOCKED, PLAIN):
+            if form in wants:
+                wanted[form].add(v)
         todo += [reader.var for reader, want in zip(readers, wants) if want == FOLLOW]
     return {form: len(values) for form, values in wanted.items()}
 
@@ -257,7 +257,11 @@ def token_output(rw: Rewriter, var, nchw, layout: str = "NCHW") -> PlainOutput |
     question for a conv's output (docs/kernels.md, convs at the boundary with tokens)."""
     n, c, h, w = nchw
     shape = static_shape(var)
-    if not (rw.fuses and rw.allow_buffer) or rw.dtype != "float32" or same(rw.graph.output, var) or layout != "NCHW":
+    if not (rw.fuses and rw.allow_buffer) or rw.dtype != "float32" or same(rw.graph.output, var):
+        return None
+    if layout == "NHWC":
+        return _linear_output(rw, var, nchw)
+    if layout != "NCHW":
         return None
     users = rw.graph.users(var)
     if shape != tuple(nchw) or not users or len(users) != rw.graph.uses.get(var, 0):
@@ -269,11 +273,27 @@ def token_output(rw: Rewriter, var, nchw, layout: str = "NCHW") -> PlainOutput |
     return PlainOutput(layouts.pop(), tuple(v for f in found for v in f[1]))
 
 
+def _linear_output(rw: Rewriter, var, nchw) -> PlainOutput | None:
+    """A Linear run as a 1x1 conv on blocked tokens ``[N, L, C]`` or a channels-last map (its value
+    ``var``: ``[N, L, M]`` or ``[N, H, W, M]``) writes that value plain ("NHWC", no view) when its
+    readers want it plain (:func:`_ends_plain`: its token region, followed through the ops that run
+    in either form, wants it plain more often than blocked): the conv reads either form, so the side
+    that costs fewer transforms pays (else it stays blocked and each plain reader unpacks it)."""
+    n, m, h, w = nchw
+    if static_shape(var) not in ((n, h * w, m), (n, h, w, m)) or not _ends_plain(rw, var):
+        return None
+    return PlainOutput("NHWC", ())
+
+
 def define_plain_output(rw: Rewriter, var, out, nchw, plain: PlainOutput) -> None:
     """``out`` (the conv's plain buffer in ``plain.layout``) as ``var``'s value and each view's:
     the views are marked fused, their values ``memory.view`` s of ``out`` (no kernel)."""
     if plain.layout == "NCHW":
         rw.values[var] = Value(plain=out, layout="NCHW", channels=nchw[1], nchw=tuple(nchw))
+    elif not plain.views:  # a Linear's tokens or channels-last map (_linear_output), seen in their own shape
+        shape = static_shape(var)
+        view = rw.bb.emit(relax.op.memory.view(out, relax.ShapeExpr(list(shape)))) if len(shape) == 3 else out
+        rw.values[var] = Value(plain=view, layout="NLC" if len(shape) == 3 else "NHWC", channels=nchw[1], nchw=tuple(nchw))
     for node, shape in plain.views:
         node.fused = True
         if shape is not None:
