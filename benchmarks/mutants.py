@@ -348,6 +348,12 @@ MUTANTS = (
         ("tests/passes/test_map_boundary.py::test_layer_norm_and_linear_followed_to_heads",),
     ),
     Mutant(
+        "linear_output_kept_blocked",
+        "a Linear run as a 1x1 conv on blocked tokens writes its value blocked even when its token region wants it plain",
+        (("        return _linear_output(rw, var, nchw)\n", "        return None\n"),),
+        ("tests/passes/test_map_boundary_linear.py",),
+    ),
+    Mutant(
         "import_fold_skipped",
         "ONNX import hands TVM's importer the graph with its constant subgraphs unfolded (a Pad's amounts from Constants)",
         (("    return fold_constants(model)", "    return model"),),
