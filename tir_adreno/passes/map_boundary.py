@@ -99,19 +99,28 @@ def _blocked_view(node: Node) -> bool:
 def _reads_in_place(rw: Rewriter, conv: Node, var) -> bool:
     """Whether ``conv`` reads ``var`` (its input: a permute or reshape of plain tokens, which
     :func:`plain_input` reads through) as the plain buffer in place (``strategy.conv.plain_io_plan``)."""
-    operands = conv_operands(conv) if same(conv.args[0], var) else None
-    nchw = static_shape(var)
-    if operands is None or operands.layout != "NCHW" or rw.graph.sole_user(var) is not conv or nchw is None:
+    if rw.graph.sole_user(var) is not conv:
         return False
     src = rw.graph.by_var.get(var)
     if permute_axes(src) != TO_NCHW and (src is None or src.op != "relax.reshape"):
+        return False
+    return _plan_reads_plain(rw, conv, var, "NHWC")
+
+
+def _plan_reads_plain(rw: Rewriter, conv: Node, var, layout: str) -> bool:
+    """Whether ``conv`` (NCHW) has ``var`` as its input and its strategy plan can read it as a plain
+    buffer in ``layout`` ("NHWC", "NCHW": ``strategy.conv.plain_io_plan``): a dense or depthwise
+    direct conv in float32."""
+    operands = conv_operands(conv) if conv.op == "relax.nn.conv2d" and same(conv.args[0], var) else None
+    nchw = static_shape(var)
+    if operands is None or operands.layout != "NCHW" or nchw is None:
         return False
     try:
         geom = conv_geometry(conv, nchw, operands.weights.shape)
     except ValueError:
         return False
     plan = strategy.conv2d_plan(geom, Epilogue(), rw.precision, rw.profile, rw.records, allow_buffer=rw.allow_buffer)
-    return strategy.plain_io_plan(plan, "NHWC") is not None
+    return strategy.plain_io_plan(plan, layout) is not None
 
 
 def _permute_want(rw: Rewriter, node: Node) -> str | None:
@@ -266,9 +275,10 @@ def token_output(rw: Rewriter, var, nchw, layout: str = "NCHW") -> PlainOutput |
     users = rw.graph.users(var)
     if shape != tuple(nchw) or not users or len(users) != rw.graph.uses.get(var, 0):
         return None
-    found = [_reader(rw, u, nchw) for u in users]
+    # a conv that reads the plain NCHW buffer in place takes either form: the other readers decide
+    found = [_reader(rw, u, nchw) for u in users if not _plan_reads_plain(rw, u, var, "NCHW")]
     layouts = {f[0] for f in found if f is not None}
-    if None in found or len(layouts) != 1:
+    if None in found or len(layouts) != 1 or (len(found) < len(users) and layouts != {"NCHW"}):
         return None
     return PlainOutput(layouts.pop(), tuple(v for f in found for v in f[1]))
 
@@ -320,11 +330,13 @@ def plain_input(rw: Rewriter, node: Node) -> tuple[str, relax.Expr, tuple | None
     (:func:`plain_input_expr` does, once the strategy agrees)."""
     var = node.args[0]
     nchw = static_shape(var)
-    if not (rw.fuses and rw.allow_buffer) or nchw is None or len(nchw) != 4 or rw.graph.sole_user(var) is not node:
+    if not (rw.fuses and rw.allow_buffer) or nchw is None or len(nchw) != 4:
         return None
     v = rw.values.get(var)
     if v is not None and v.blocked:
         return None
+    if rw.graph.sole_user(var) is not node:
+        return _shared_input(rw, node, v)
     n, c, h, w = nchw
     src = rw.graph.by_var.get(var)
     if permute_axes(src) == TO_NCHW and _plain_expr(rw, src.args[0]) is not None:
@@ -337,6 +349,23 @@ def plain_input(rw: Rewriter, node: Node) -> tuple[str, relax.Expr, tuple | None
         return "NCHW", _plain_expr(rw, src.args[0]), (n, c, h, w)
     x = rw.activation(var)
     return ("NCHW", x.plain, None) if x is not None and rw.reads_plain(x, node) else None
+
+
+def _shared_input(rw: Rewriter, node: Node, v: Value | None) -> tuple | None:
+    """("NCHW", plain buffer, None) when conv ``node`` reads its input ``v`` in place beside other
+    readers: ``v`` is a plain NCHW value its writer wrote plain for them (:func:`token_output`:
+    every other reader reads it plain or through a token view, and one at least is such a reader,
+    a view it fused or one still to come: not a model input only convs read), and the conv's plan
+    can; else None."""
+    var = node.args[0]
+    if v is None or v.layout != "NCHW" or v.plain is None or not _plan_reads_plain(rw, node, var, "NCHW"):
+        return None
+    users = rw.graph.users(var)
+    others = [u for u in users if u is not node and not _plan_reads_plain(rw, u, var, "NCHW")]
+    viewed = rw.graph.uses.get(var, 0) > len(users)  # a token view fused into the writer read it
+    if not (others or viewed) or any(_reader(rw, u, v.nchw) is None for u in others):
+        return None
+    return "NCHW", v.plain, None
 
 
 def plain_input_expr(rw: Rewriter, found: tuple) -> relax.Expr:
