@@ -354,6 +354,19 @@ MUTANTS = (
         ("tests/passes/test_map_boundary_linear.py",),
     ),
     Mutant(
+        "conv_reader_not_either",
+        "a conv that reads a plain NCHW value in place still counts as a blocked reader (its writer keeps the value blocked)",
+        (("    found = [_reader(rw, u, nchw) for u in users if not _plan_reads_plain(rw, u, var, \"NCHW\")]\n",
+          "    found = [_reader(rw, u, nchw) for u in users]\n"),),
+        ("tests/passes/test_map_boundary_either.py",),
+    ),
+    Mutant(
+        "shared_input_packed",
+        "a conv reading a plain NCHW value beside the token views it was written for packs it instead of reading it in place",
+        (("        return _shared_input(rw, node, v)\n", "        return None\n"),),
+        ("tests/passes/test_map_boundary_either.py",),
+    ),
+    Mutant(
         "import_fold_skipped",
         "ONNX import hands TVM's importer the graph with its constant subgraphs unfolded (a Pad's amounts from Constants)",
         (("    return fold_constants(model)", "    return model"),),
