@@ -367,6 +367,14 @@ MUTANTS = (
         ("tests/passes/test_map_boundary_either.py",),
     ),
     Mutant(
+        "token_region_stops_at_blocked",
+        "a token region stops at a value some reader wants blocked, so the plain readers beyond it are not counted",
+        (("        for form in (BLOCKED, PLAIN):\n            if form in wants:\n                wanted[form].add(v)\n",
+          "        if BLOCKED in wants:\n            wanted[BLOCKED].add(v)\n            continue\n"
+          "        if PLAIN in wants:\n            wanted[PLAIN].add(v)\n"),),
+        ("tests/passes/test_map_boundary_both.py",),
+    ),
+    Mutant(
         "import_fold_skipped",
         "ONNX import hands TVM's importer the graph with its constant subgraphs unfolded (a Pad's amounts from Constants)",
         (("    return fold_constants(model)", "    return model"),),
