@@ -8,7 +8,10 @@ from plain tokens, so no layout kernel runs at the boundary between maps and tok
   to upstream), or whose token region wants it plain (:func:`token_region`: the tokens' readers
   followed through the ops with a kernel in either form, a layer norm, a Linear, pixelwise ops, to
   the ops that want one form): the conv writes that plain buffer and each view is a
-  ``memory.view`` of it.
+  ``memory.view`` of it. A dense or depthwise conv that reads the plain NCHW buffer in place is a
+  reader of either form (the other readers decide; :func:`_shared_input` reads it), and a Linear
+  run as a 1x1 conv on blocked tokens writes its value plain when its region wants it
+  (:func:`_linear_output`).
 - :func:`plain_input`: a conv's input that is plain tokens seen as a map (``permute(0, 2, 1)`` +
   ``reshape`` to ``[N, C, H, W]``, or ``permute(0, 3, 1, 2)`` of ``[N, H, W, C]``: read "NHWC"), a
   reshape of a plain tensor, or a plain NCHW tensor (a model's input: read "NCHW"): the conv reads
@@ -326,7 +329,8 @@ def plain_input(rw: Rewriter, node: Node) -> tuple[str, relax.Expr, tuple | None
     read its input in place: tokens ``[N, H * W, C]`` through ``permute(0, 2, 1)`` + ``reshape`` (or
     channels-last ``[N, H, W, C]`` through ``permute(0, 3, 1, 2)``): "NHWC"; a reshape of any plain
     tensor, or a plain NCHW tensor (a model's input): "NCHW". The conv must be the views' only
-    reader (others would pack the map anyway); else None. Nothing is emitted here
+    reader (others would pack the map anyway), or read a plain NCHW value beside the plain readers
+    it was written for (:func:`_shared_input`); else None. Nothing is emitted here
     (:func:`plain_input_expr` does, once the strategy agrees)."""
     var = node.args[0]
     nchw = static_shape(var)
