@@ -293,13 +293,16 @@ def token_output(rw: Rewriter, var, nchw, layout: str = "NCHW") -> PlainOutput |
 def _linear_output(rw: Rewriter, var, nchw) -> PlainOutput | None:
     """A Linear run as a 1x1 conv on blocked tokens ``[N, L, C]`` or a channels-last map (its value
     ``var``: ``[N, L, M]`` or ``[N, H, W, M]``) writes that value plain ("NHWC", no view) when its
-    readers want it plain (:func:`_ends_plain`: its token region, followed through the ops that run
-    in either form, wants it plain more often than blocked): the conv reads either form, so the side
-    that costs fewer transforms pays (else it stays blocked and each plain reader unpacks it)."""
+    token region (:func:`token_region`, followed through the ops that run in either form) wants it
+    plain more often than blocked: the conv reads either form, so the side that costs fewer
+    transforms pays (else it stays blocked and each plain reader unpacks it). Only the region
+    decides: a Linear reading the value (another 1x1 conv) takes either form, not plain only."""
     n, m, h, w = nchw
-    if static_shape(var) not in ((n, h * w, m), (n, h, w, m)) or not _ends_plain(rw, var):
+    users = rw.graph.users(var)
+    if static_shape(var) not in ((n, h * w, m), (n, h, w, m)) or not users or len(users) != rw.graph.uses.get(var, 0):
         return None
-    return PlainOutput("NHWC", ())
+    wanted = token_region(rw, var)
+    return PlainOutput("NHWC", ()) if wanted[PLAIN] > wanted[BLOCKED] else None
 
 
 def define_plain_output(rw: Rewriter, var, out, nchw, plain: PlainOutput) -> None:
