@@ -375,6 +375,12 @@ MUTANTS = (
         ("tests/passes/test_map_boundary_both.py",),
     ),
     Mutant(
+        "plain_view_operand_unknown",
+        "a pixelwise reader's other operand not computed yet counts as unknown even when it is a view only the plain form has",
+        (("        return PLAIN if var in rw.exprs or plain_view else None\n", "        return PLAIN if var in rw.exprs else None\n"),),
+        ("tests/passes/test_map_boundary_plain_view.py",),
+    ),
+    Mutant(
         "import_fold_skipped",
         "ONNX import hands TVM's importer the graph with its constant subgraphs unfolded (a Pad's amounts from Constants)",
         (("    return fold_constants(model)", "    return model"),),
