@@ -5,13 +5,8 @@ too; the conv writes the plain form when more values want it. A conv's tokens re
 and a sum of scaled squares (plain) and, back as a map, by a max pool (blocked), against
 onnxruntime (random input and weights; channels not multiples of 4)."""
 
-import numpy as np
+from helpers.onnx_graphs import f32, i64, i_f32, make, node, run_all_ours, tensor
 
-from helpers.onnx_graphs import PATTERN_RTOL, f32, i64, i_f32, make, node, tensor
-from tir_adreno import compile_model
-from tir_adreno.reference import reference_outputs, relative_error
-
-LAYOUT_KERNELS = ("nchw_to_nchw4c", "nhwc_to_nchw4c", "nchw4c_to_nchw", "nchw4c_to_nhwc", "copy")
 N, C, H, W, D = 2, 5, 4, 6, 7
 
 
@@ -35,14 +30,6 @@ def test_tokens_read_blocked_too_are_written_plain():
     as our row kernels. Transforms: the tokens packed for the pool, the pool's output unpacked for
     the add, in 11 launches, every kernel ours (before this rule: the conv wrote them blocked, 3
     transforms in 11 launches, and the softmax on blocked tokens was left to upstream)."""
-    model = _tokens_and_pool_model()
-    compiled = compile_model(model, progress=lambda _: None)
-    x = {"x": np.random.default_rng(9).standard_normal((N, C, H, W)).astype(np.float32)}
-    (out,) = compiled.run(x, profile=True)
-    (ref,) = reference_outputs(model, x)
-    assert relative_error(out, ref) <= PATTERN_RTOL, relative_error(out, ref)
-    rows = compiled.profile()
-    assert all(r["ours"] for r in rows), [r["op"] for r in rows if not r["ours"]]
-    transforms = [r["op"] for r in rows if r["op"].startswith(LAYOUT_KERNELS)]
-    assert transforms == ["nchw_to_nchw4c", "nchw4c_to_nhwc"], [r["op"] for r in rows]
-    assert len(rows) == 11, [r["op"] for r in rows]
+    ops, transforms = run_all_ours(_tokens_and_pool_model(), 9, (N, C, H, W))
+    assert transforms == ["nchw_to_nchw4c", "nchw4c_to_nhwc"], ops
+    assert len(ops) == 11, ops

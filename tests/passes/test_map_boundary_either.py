@@ -6,14 +6,10 @@ being unpacked for the heads. EfficientFormerV2's attention in small: V from a 1
 the heads and by a local 3x3 depthwise conv (or a 1x1 conv), against onnxruntime (random input and
 weights, the logits scaled by 1/sqrt(d); channels not multiples of 4)."""
 
-import numpy as np
 import pytest
 
-from helpers.onnx_graphs import PATTERN_RTOL, f32, i64, i_f32, make, node, tensor
-from tir_adreno import compile_model
-from tir_adreno.reference import reference_outputs, relative_error
+from helpers.onnx_graphs import f32, i64, i_f32, make, node, run_all_ours, tensor
 
-LAYOUT_KERNELS = ("nchw_to_nchw4c", "nhwc_to_nchw4c", "nchw4c_to_nchw", "nchw4c_to_nhwc", "copy")
 N, C, H, W = 2, 5, 4, 6
 HEADS, D = 2, 3  # heads of D channels
 V = HEADS * D
@@ -46,14 +42,6 @@ def test_value_read_by_heads_and_a_conv_is_written_plain(local):
     place: transforms are the input's packing (three convs read it), the packing of the heads'
     output (the add runs as the local conv's residual epilogue) and the output's unpacking, in 12
     launches (before this rule: v also unpacked for the heads, 4 transforms in 13 launches)."""
-    model = _attention_model(local)
-    compiled = compile_model(model, progress=lambda _: None)
-    x = {"x": np.random.default_rng(7).standard_normal((N, C, H, W)).astype(np.float32)}
-    (out,) = compiled.run(x, profile=True)
-    (ref,) = reference_outputs(model, x)
-    assert relative_error(out, ref) <= PATTERN_RTOL, relative_error(out, ref)
-    rows = compiled.profile()
-    assert all(r["ours"] for r in rows), [r["op"] for r in rows if not r["ours"]]
-    transforms = [r["op"] for r in rows if r["op"].startswith(LAYOUT_KERNELS)]
-    assert transforms == ["nchw_to_nchw4c", "nchw_to_nchw4c1", "nchw4c_to_nchw"], [r["op"] for r in rows]
-    assert len(rows) == 12, [r["op"] for r in rows]
+    ops, transforms = run_all_ours(_attention_model(local), 7, (N, C, H, W))
+    assert transforms == ["nchw_to_nchw4c", "nchw_to_nchw4c1", "nchw4c_to_nchw"], ops
+    assert len(ops) == 12, ops

@@ -6,13 +6,8 @@ plain reader to unpack. SwiftFormer's additive attention in small: a residual ma
 (``q / sqrt(sum(q * q))``) and read by a second Linear, plus the conv's tokens, against onnxruntime (random input and
 weights; channels not multiples of 4)."""
 
-import numpy as np
+from helpers.onnx_graphs import f32, i64, make, node, run_all_ours, tensor
 
-from helpers.onnx_graphs import PATTERN_RTOL, f32, i64, make, node, tensor
-from tir_adreno import compile_model
-from tir_adreno.reference import reference_outputs, relative_error
-
-LAYOUT_KERNELS = ("nchw_to_nchw4c", "nhwc_to_nchw4c", "nchw4c_to_nchw", "nchw4c_to_nhwc", "copy")
 N, C, H, W, D = 2, 6, 5, 7, 10
 
 
@@ -37,15 +32,6 @@ def test_linear_on_blocked_tokens_writes_them_plain():
     as a 1x1 conv and writes q plain: the squares, the sum, the norm and the second Linear (our
     GEMM) run on plain tokens. One transform, the input's packing, in 8 launches (before this rule:
     3 transforms in 10 launches, q and its sum of squares each unpacked)."""
-    model = _additive_model()
-    compiled = compile_model(model, progress=lambda _: None)
-    x = {"x": np.random.default_rng(3).standard_normal((N, C, H, W)).astype(np.float32)}
-    outs = compiled.run(x, profile=True)
-    refs = reference_outputs(model, x)
-    for out, ref in zip(outs, refs, strict=True):
-        assert relative_error(out, ref) <= PATTERN_RTOL, relative_error(out, ref)
-    rows = compiled.profile()
-    assert all(r["ours"] for r in rows), [r["op"] for r in rows if not r["ours"]]
-    transforms = [r["op"] for r in rows if r["op"].startswith(LAYOUT_KERNELS)]
-    assert transforms == ["nchw_to_nchw4c"], [r["op"] for r in rows]
-    assert len(rows) == 8, [r["op"] for r in rows]
+    ops, transforms = run_all_ours(_additive_model(), 3, (N, C, H, W))
+    assert transforms == ["nchw_to_nchw4c"], ops
+    assert len(ops) == 8, ops

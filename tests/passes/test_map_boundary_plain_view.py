@@ -6,13 +6,8 @@ residual add after the window reverse. A conv's channels-last map, layer-normed,
 whose sum a second max pool reads, against onnxruntime (random input and weights; channels not
 multiples of 4)."""
 
-import numpy as np
+from helpers.onnx_graphs import f32, i64, make, node, run_all_ours, tensor
 
-from helpers.onnx_graphs import PATTERN_RTOL, f32, i64, make, node, tensor
-from tir_adreno import compile_model
-from tir_adreno.reference import reference_outputs, relative_error
-
-LAYOUT_KERNELS = ("nchw_to_nchw4c", "nhwc_to_nchw4c", "nchw4c_to_nchw", "nchw4c_to_nhwc", "copy")
 N, C, H, W, D = 2, 5, 4, 6, 7
 
 
@@ -38,14 +33,6 @@ def test_add_with_a_window_reverse_wants_plain():
     channels-last map plain and the norm runs on rows: 3 transforms (the norm packed for each pool,
     the output unpacked) in 14 launches, every kernel ours (before this rule the add was followed on
     to the second pool, a tie: the map stayed blocked and the softmax on it went upstream)."""
-    model = _windows_model()
-    compiled = compile_model(model, progress=lambda _: None)
-    x = {"x": np.random.default_rng(4).standard_normal((N, C, H, W)).astype(np.float32)}
-    (out,) = compiled.run(x, profile=True)
-    (ref,) = reference_outputs(model, x)
-    assert relative_error(out, ref) <= PATTERN_RTOL, relative_error(out, ref)
-    rows = compiled.profile()
-    assert all(r["ours"] for r in rows), [r["op"] for r in rows if not r["ours"]]
-    transforms = [r["op"] for r in rows if r["op"].startswith(LAYOUT_KERNELS)]
-    assert transforms == ["nchw_to_nchw4c", "nchw_to_nchw4c", "nchw4c_to_nchw"], [r["op"] for r in rows]
-    assert len(rows) == 14, [r["op"] for r in rows]
+    ops, transforms = run_all_ours(_windows_model(), 4, (N, C, H, W))
+    assert transforms == ["nchw_to_nchw4c", "nchw_to_nchw4c", "nchw4c_to_nchw"], ops
+    assert len(ops) == 14, ops
