@@ -403,6 +403,39 @@ MUTANTS = (
         ("tests/passes/test_map_boundary.py::test_layer_norm_and_linear_followed_to_heads",),
     ),
     Mutant(
+        "linear_output_kept_blocked",
+        "a Linear run as a 1x1 conv on blocked tokens writes its value blocked even when its token region wants it plain",
+        (("        return _linear_output(rw, var, nchw)\n", "        return None\n"),),
+        ("tests/passes/test_map_boundary_linear.py",),
+    ),
+    Mutant(
+        "conv_reader_not_either",
+        "a conv that reads a plain NCHW value in place still counts as a blocked reader (its writer keeps the value blocked)",
+        (("    found = [_reader(rw, u, nchw) for u in users if not _plan_reads_plain(rw, u, var, \"NCHW\")]\n",
+          "    found = [_reader(rw, u, nchw) for u in users]\n"),),
+        ("tests/passes/test_map_boundary_either.py",),
+    ),
+    Mutant(
+        "shared_input_packed",
+        "a conv reading a plain NCHW value beside the token views it was written for packs it instead of reading it in place",
+        (("        return _shared_input(rw, node, v)\n", "        return None\n"),),
+        ("tests/passes/test_map_boundary_either.py",),
+    ),
+    Mutant(
+        "token_region_stops_at_blocked",
+        "a token region stops at a value some reader wants blocked, so the plain readers beyond it are not counted",
+        (("        for form in (BLOCKED, PLAIN):\n            if form in wants:\n                wanted[form].add(v)\n",
+          "        if BLOCKED in wants:\n            wanted[BLOCKED].add(v)\n            continue\n"
+          "        if PLAIN in wants:\n            wanted[PLAIN].add(v)\n"),),
+        ("tests/passes/test_map_boundary_both.py",),
+    ),
+    Mutant(
+        "plain_view_operand_unknown",
+        "a pixelwise reader's other operand not computed yet counts as unknown even when it is a view only the plain form has",
+        (("        return PLAIN if var in rw.exprs or plain_view else None\n", "        return PLAIN if var in rw.exprs else None\n"),),
+        ("tests/passes/test_map_boundary_plain_view.py",),
+    ),
+    Mutant(
         "import_fold_skipped",
         "ONNX import hands TVM's importer the graph with its constant subgraphs unfolded (a Pad's amounts from Constants)",
         (("    return fold_constants(model)", "    return model"),),

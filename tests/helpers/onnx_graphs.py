@@ -524,3 +524,21 @@ def plan_kernels(model, profile) -> list[str]:
 
     relax.analysis.post_order_visit(lower(mod, profile, lazy=True)["main"].body, visit)
     return names
+
+
+#: The profile's layout transform kernels (docs/coverage.md counts these).
+LAYOUT_KERNELS = ("nchw_to_nchw4c", "nhwc_to_nchw4c", "nchw4c_to_nchw", "nchw4c_to_nhwc", "copy")
+
+
+def run_all_ours(model, seed: int, shape) -> tuple[list[str], list[str]]:
+    """Compile ``model``, run it on a random input ``x`` of ``shape`` against onnxruntime (every
+    output within :data:`PATTERN_RTOL`, every kernel ours): (its launches' op names, its layout transforms)."""
+    compiled = compile_model(model, progress=lambda _: None)
+    x = {"x": np.random.default_rng(seed).standard_normal(shape).astype(np.float32)}
+    outs = compiled.run(x, profile=True)
+    for out, ref in zip(outs, reference_outputs(model, x), strict=True):
+        assert relative_error(out, ref) <= PATTERN_RTOL, relative_error(out, ref)
+    rows = compiled.profile()
+    assert all(r["ours"] for r in rows), [r["op"] for r in rows if not r["ours"]]
+    ops = [r["op"] for r in rows]
+    return ops, [op for op in ops if op.startswith(LAYOUT_KERNELS)]

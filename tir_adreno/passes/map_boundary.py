@@ -8,7 +8,10 @@ from plain tokens, so no layout kernel runs at the boundary between maps and tok
   to upstream), or whose token region wants it plain (:func:`token_region`: the tokens' readers
   followed through the ops with a kernel in either form, a layer norm, a Linear, pixelwise ops, to
   the ops that want one form): the conv writes that plain buffer and each view is a
-  ``memory.view`` of it.
+  ``memory.view`` of it. A dense or depthwise conv that reads the plain NCHW buffer in place is a
+  reader of either form (the other readers decide; :func:`_shared_input` reads it), and a Linear
+  run as a 1x1 conv on blocked tokens writes its value plain when its region wants it
+  (:func:`_linear_output`).
 - :func:`plain_input`: a conv's input that is plain tokens seen as a map (``permute(0, 2, 1)`` +
   ``reshape`` to ``[N, C, H, W]``, or ``permute(0, 3, 1, 2)`` of ``[N, H, W, C]``: read "NHWC"), a
   reshape of a plain tensor, or a plain NCHW tensor (a model's input: read "NCHW"): the conv reads
@@ -99,19 +102,28 @@ def _blocked_view(node: Node) -> bool:
 def _reads_in_place(rw: Rewriter, conv: Node, var) -> bool:
     """Whether ``conv`` reads ``var`` (its input: a permute or reshape of plain tokens, which
     :func:`plain_input` reads through) as the plain buffer in place (``strategy.conv.plain_io_plan``)."""
-    operands = conv_operands(conv) if same(conv.args[0], var) else None
-    nchw = static_shape(var)
-    if operands is None or operands.layout != "NCHW" or rw.graph.sole_user(var) is not conv or nchw is None:
+    if rw.graph.sole_user(var) is not conv:
         return False
     src = rw.graph.by_var.get(var)
     if permute_axes(src) != TO_NCHW and (src is None or src.op != "relax.reshape"):
+        return False
+    return _plan_reads_plain(rw, conv, var, "NHWC")
+
+
+def _plan_reads_plain(rw: Rewriter, conv: Node, var, layout: str) -> bool:
+    """Whether ``conv`` (NCHW) has ``var`` as its input and its strategy plan can read it as a plain
+    buffer in ``layout`` ("NHWC", "NCHW": ``strategy.conv.plain_io_plan``): a dense or depthwise
+    direct conv in float32."""
+    operands = conv_operands(conv) if conv.op == "relax.nn.conv2d" and same(conv.args[0], var) else None
+    nchw = static_shape(var)
+    if operands is None or operands.layout != "NCHW" or nchw is None:
         return False
     try:
         geom = conv_geometry(conv, nchw, operands.weights.shape)
     except ValueError:
         return False
     plan = strategy.conv2d_plan(geom, Epilogue(), rw.precision, rw.profile, rw.records, allow_buffer=rw.allow_buffer)
-    return strategy.plain_io_plan(plan, "NHWC") is not None
+    return strategy.plain_io_plan(plan, layout) is not None
 
 
 def _permute_want(rw: Rewriter, node: Node) -> str | None:
@@ -141,10 +153,14 @@ def _pattern_reads_blocked(rw: Rewriter, node: Node) -> bool:
 
 
 def _form_now(rw: Rewriter, var) -> str | None:
-    """The one form the rewriter holds ``var`` in now (PLAIN, BLOCKED), or None (both, or not computed yet)."""
+    """The one form the rewriter holds ``var`` in now (PLAIN, BLOCKED), or None (both, or not
+    computed yet); not computed yet but a view only the plain form has (:func:`_blocked_view`: a
+    window reverse, a reshape out of heads), PLAIN: it will exist only plain."""
     v = rw.values.get(var)
     if v is None:
-        return PLAIN if var in rw.exprs else None
+        src = rw.graph.by_var.get(var)
+        plain_view = src is not None and src.op in ("relax.reshape", "relax.permute_dims") and not _blocked_view(src)
+        return PLAIN if var in rw.exprs or plain_view else None
     return None if v.blocked and v.plain is not None else BLOCKED if v.blocked else PLAIN
 
 
@@ -192,11 +208,11 @@ def token_region(rw: Rewriter, var) -> dict:
         wants = [_reader_want(rw, v, reader) for reader in readers]
         if rw.plan.is_output(v):
             wants.append(PLAIN)
-        if BLOCKED in wants:  # the region leaves the plain form here (one transform); what lies on is decided there
-            wanted[BLOCKED].add(v)
-            continue
-        if PLAIN in wants:
-            wanted[PLAIN].add(v)
+        # a value some reader wants blocked costs one transform if the region is plain (its packing),
+        # and its readers that run in either form are followed on: their plain readers count too
+        for form in (BLOCKED, PLAIN):
+            if form in wants:
+                wanted[form].add(v)
         todo += [reader.var for reader, want in zip(readers, wants) if want == FOLLOW]
     return {form: len(values) for form, values in wanted.items()}
 
@@ -257,16 +273,36 @@ def token_output(rw: Rewriter, var, nchw, layout: str = "NCHW") -> PlainOutput |
     question for a conv's output (docs/kernels.md, convs at the boundary with tokens)."""
     n, c, h, w = nchw
     shape = static_shape(var)
-    if not (rw.fuses and rw.allow_buffer) or rw.dtype != "float32" or same(rw.graph.output, var) or layout != "NCHW":
+    if not (rw.fuses and rw.allow_buffer) or rw.dtype != "float32" or same(rw.graph.output, var):
+        return None
+    if layout == "NHWC":
+        return _linear_output(rw, var, nchw)
+    if layout != "NCHW":
         return None
     users = rw.graph.users(var)
     if shape != tuple(nchw) or not users or len(users) != rw.graph.uses.get(var, 0):
         return None
-    found = [_reader(rw, u, nchw) for u in users]
+    # a conv that reads the plain NCHW buffer in place takes either form: the other readers decide
+    found = [_reader(rw, u, nchw) for u in users if not _plan_reads_plain(rw, u, var, "NCHW")]
     layouts = {f[0] for f in found if f is not None}
-    if None in found or len(layouts) != 1:
+    if None in found or len(layouts) != 1 or (len(found) < len(users) and layouts != {"NCHW"}):
         return None
     return PlainOutput(layouts.pop(), tuple(v for f in found for v in f[1]))
+
+
+def _linear_output(rw: Rewriter, var, nchw) -> PlainOutput | None:
+    """A Linear run as a 1x1 conv on blocked tokens ``[N, L, C]`` or a channels-last map (its value
+    ``var``: ``[N, L, M]`` or ``[N, H, W, M]``) writes that value plain ("NHWC", no view) when its
+    token region (:func:`token_region`, followed through the ops that run in either form) wants it
+    plain more often than blocked: the conv reads either form, so the side that costs fewer
+    transforms pays (else it stays blocked and each plain reader unpacks it). Only the region
+    decides: a Linear reading the value (another 1x1 conv) takes either form, not plain only."""
+    n, m, h, w = nchw
+    users = rw.graph.users(var)
+    if static_shape(var) not in ((n, h * w, m), (n, h, w, m)) or not users or len(users) != rw.graph.uses.get(var, 0):
+        return None
+    wanted = token_region(rw, var)
+    return PlainOutput("NHWC", ()) if wanted[PLAIN] > wanted[BLOCKED] else None
 
 
 def define_plain_output(rw: Rewriter, var, out, nchw, plain: PlainOutput) -> None:
@@ -274,6 +310,10 @@ def define_plain_output(rw: Rewriter, var, out, nchw, plain: PlainOutput) -> Non
     the views are marked fused, their values ``memory.view`` s of ``out`` (no kernel)."""
     if plain.layout == "NCHW":
         rw.values[var] = Value(plain=out, layout="NCHW", channels=nchw[1], nchw=tuple(nchw))
+    elif not plain.views:  # a Linear's tokens or channels-last map (_linear_output), seen in their own shape
+        shape = static_shape(var)
+        view = rw.bb.emit(relax.op.memory.view(out, relax.ShapeExpr(list(shape)))) if len(shape) == 3 else out
+        rw.values[var] = Value(plain=view, layout="NLC" if len(shape) == 3 else "NHWC", channels=nchw[1], nchw=tuple(nchw))
     for node, shape in plain.views:
         node.fused = True
         if shape is not None:
@@ -296,15 +336,18 @@ def plain_input(rw: Rewriter, node: Node) -> tuple[str, relax.Expr, tuple | None
     read its input in place: tokens ``[N, H * W, C]`` through ``permute(0, 2, 1)`` + ``reshape`` (or
     channels-last ``[N, H, W, C]`` through ``permute(0, 3, 1, 2)``): "NHWC"; a reshape of any plain
     tensor, or a plain NCHW tensor (a model's input): "NCHW". The conv must be the views' only
-    reader (others would pack the map anyway); else None. Nothing is emitted here
+    reader (others would pack the map anyway), or read a plain NCHW value beside the plain readers
+    it was written for (:func:`_shared_input`); else None. Nothing is emitted here
     (:func:`plain_input_expr` does, once the strategy agrees)."""
     var = node.args[0]
     nchw = static_shape(var)
-    if not (rw.fuses and rw.allow_buffer) or nchw is None or len(nchw) != 4 or rw.graph.sole_user(var) is not node:
+    if not (rw.fuses and rw.allow_buffer) or nchw is None or len(nchw) != 4:
         return None
     v = rw.values.get(var)
     if v is not None and v.blocked:
         return None
+    if rw.graph.sole_user(var) is not node:
+        return _shared_input(rw, node, v)
     n, c, h, w = nchw
     src = rw.graph.by_var.get(var)
     if permute_axes(src) == TO_NCHW and _plain_expr(rw, src.args[0]) is not None:
@@ -317,6 +360,23 @@ def plain_input(rw: Rewriter, node: Node) -> tuple[str, relax.Expr, tuple | None
         return "NCHW", _plain_expr(rw, src.args[0]), (n, c, h, w)
     x = rw.activation(var)
     return ("NCHW", x.plain, None) if x is not None and rw.reads_plain(x, node) else None
+
+
+def _shared_input(rw: Rewriter, node: Node, v: Value | None) -> tuple | None:
+    """("NCHW", plain buffer, None) when conv ``node`` reads its input ``v`` in place beside other
+    readers: ``v`` is a plain NCHW value its writer wrote plain for them (:func:`token_output`:
+    every other reader reads it plain or through a token view, and one at least is such a reader,
+    a view it fused or one still to come: not a model input only convs read), and the conv's plan
+    can; else None."""
+    var = node.args[0]
+    if v is None or v.layout != "NCHW" or v.plain is None or not _plan_reads_plain(rw, node, var, "NCHW"):
+        return None
+    users = rw.graph.users(var)
+    others = [u for u in users if u is not node and not _plan_reads_plain(rw, u, var, "NCHW")]
+    viewed = rw.graph.uses.get(var, 0) > len(users)  # a token view fused into the writer read it
+    if not (others or viewed) or any(_reader(rw, u, v.nchw) is None for u in others):
+        return None
+    return "NCHW", v.plain, None
 
 
 def plain_input_expr(rw: Rewriter, found: tuple) -> relax.Expr:
