@@ -70,7 +70,7 @@ NORM_TILED = dict(data_shape=(1, 9, 5, 6), weight_shape=(7, 9, 1, 1), epilogue=E
 
 def run_norm_case(device, case, scope, precision, seed, mean=0.0):
     """Run ``case`` on inputs ``mean + N(0, 1)`` (per pixel means spread around ``mean``);
-    (output, float64 reference, whether Y is half)."""
+    (output, float64 reference, whether Y is half, the reference's terms' magnitudes)."""
     rng = np.random.default_rng(seed)
     n, c, h, w_ = case["data_shape"]
     o = case["weight_shape"][0]
@@ -98,19 +98,26 @@ def run_norm_case(device, case, scope, precision, seed, mean=0.0):
     z = layer_norm(r16(x, "X"), np.ones(c), np.zeros(c), axis=1, epsilon=case["prologue"].norm_eps)
     ref = np.einsum("oc,nchw->nohw", r16(w32, "W")[:, :, 0, 0], z) + folded_bias[None, :, None, None]
     ref = conv2d_epilogue(ref, None, None if residual is None else r16(residual, "Residual"), epi.activation)
+    # the same sums of magnitudes (GELU's slope is at most 1.13): a few output pixels can cancel
+    # to near 0, where float32's error is relative to the terms, not to the sum
+    scale = np.einsum("oc,nchw->nohw", np.abs(r16(w32, "W")[:, :, 0, 0]), np.abs(z)) + np.abs(folded_bias)[None, :, None, None]
+    scale = 1.13 * (scale + (0 if residual is None else np.abs(residual)))
     y = out.numpy()
     check_blocked_output(y, o)
-    return unpack_nchw4c(y, o), ref, rounded["Y"]
+    return unpack_nchw4c(y, o), ref, rounded["Y"], scale
 
 
 @given(case=norm_cases(), scope=SCOPES, precision=st.sampled_from(["float32", "float16_acc32"]), seed=SEEDS)
 @example(case=NORM_DIRECT, scope=TEXTURE, precision="float32", seed=0)
 @example(case=NORM_TILED, scope=BUFFER, precision="float16_acc32", seed=1)
+@example(case=dict(data_shape=(1, 3, 1, 1), weight_shape=(1, 3, 1, 1), epilogue=Epilogue(bias=True, activation="gelu"),
+                   config=ConvConfig(1, 1, (1, 1, 1)), prologue=Prologue(norm_eps=1e-6)),
+         scope=TEXTURE, precision="float32", seed=2_227_242_142)  # one output pixel whose sum cancels (CI, stop 43)
 def test_norm_conv_matches_numpy(device, case, scope, precision, seed):
     """``act(conv(LN(X)) + bias + residual)`` against float64 NumPy, the output poisoned (every
     pixel written, padding lanes 0)."""
-    y, ref, half = run_norm_case(device, case, scope, precision, seed)
-    assert_close(y, ref, HALF_RTOL if half else RTOL)
+    y, ref, half, scale = run_norm_case(device, case, scope, precision, seed)
+    assert_close(y, ref, HALF_RTOL if half else RTOL, scale=scale)
 
 
 @pytest.mark.parametrize("case", [NORM_DIRECT, NORM_TILED], ids=["direct", "tiled"])
@@ -119,7 +126,7 @@ def test_norm_conv_large_mean(device, case, mean):
     """Pixels at ``mean`` +- 1 (float32 x keeps ~2^-24 |mean| of each value): the shifted
     statistics and products stay within the float32 tolerance of the float64 layer norm of the
     same float32 inputs; unshifted sums would lose ~|mean|^2 / var of their bits."""
-    y, ref, _ = run_norm_case(device, dict(case, epilogue=Epilogue(bias=True)), BUFFER, "float32", 3, mean=mean)
+    y, ref, _, _ = run_norm_case(device, dict(case, epilogue=Epilogue(bias=True)), BUFFER, "float32", 3, mean=mean)
     assert_close(y, ref, RTOL)
 
 
