@@ -13,7 +13,7 @@ from tvm.script import tirx as T
 from ._common import (
     BUFFER, LANES, TEXTURE, blocked, check_dtype, check_scope, load_pixel, pixel_grid, pixel_launch, select_params, store_pixel,
 )
-from .epilogue import Epilogue, check_map_epilogue, store_output_pixel
+from .epilogue import check_map_epilogue, map_epilogue_inputs, store_output_pixel
 
 MAX_INPUTS = 4
 _NAMES = ("A", "B", "C", "D")
@@ -62,10 +62,7 @@ def concat_channels(n: int, channels, h: int, w: int, dtype: str = "float32", sc
     c4 = blocked(total)
     aligned = all(c % LANES == 0 for c in channels[:-1]) and not plain
     first_block = [o // LANES for o in offsets] + [c4] * (MAX_INPUTS - k)
-    # the epilogue's inputs (declared always; select_params keeps those it reads)
-    spec = epilogue if epilogue is not None else Epilogue()
-    bias_shape, residual_shape = spec.bias_shape(c4), spec.residual_shape((n, c4, h, w, 4))
-    residual_scope = spec.residual_scope or scope
+    spec, bias_shape, residual_shape, residual_scope = map_epilogue_inputs(epilogue, (n, c4, h, w, 4), scope)
     g = pixel_grid(n * c4, h, w)
 
     launch = pixel_launch()

@@ -139,6 +139,14 @@ def check_map_epilogue(epilogue, kernel: str, other_output: bool = False) -> Non
                          "out_scope, out_dtype, lane fold or plain output)")
 
 
+def map_epilogue_inputs(epilogue, out5, scope: str):
+    """(spec, Bias shape, Residual shape, Residual scope) of a map kernel's optional epilogue inputs,
+    declared always (``select_params`` keeps those ``spec`` reads; no epilogue: an empty Epilogue)
+    for its blocked output ``out5`` ``(N, C/4, H, W, 4)`` in ``scope``."""
+    spec = epilogue if epilogue is not None else Epilogue()
+    return spec, spec.bias_shape(out5[1]), spec.residual_shape(tuple(out5)), spec.residual_scope or scope
+
+
 def check_epilogue(epilogue, reads_second: bool = False) -> Epilogue:
     """``epilogue``, TypeError when it is not an :class:`Epilogue`; ValueError when it reads a second
     activation (:data:`SECOND`) and the kernel does not (``reads_second``: the direct conv's, the GEMM's)."""

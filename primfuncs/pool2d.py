@@ -47,7 +47,7 @@ from ._common import (
     minimum, pixel_grid, pixel_launch, select_params, store_pixel,
 )
 from .elementwise import _check_nchw4c
-from .epilogue import Epilogue, check_map_epilogue, store_output_pixel
+from .epilogue import check_map_epilogue, map_epilogue_inputs, store_output_pixel
 from .pool_windows import (  # noqa: F401 (pool2d's names: the rules, tune and tests read them here)
     Window, _pair, normalize_padding, padding_past_half_window, pool_windows, sliding_output_size,
 )
@@ -174,9 +174,7 @@ def window_reduce(
         out_shape, out_scope = (n, c4o, oh, ow, 4), scope
     store_lanes = 1 if fold_lanes else 4
     # the epilogue's inputs (declared always; ``_params`` keeps those it reads)
-    spec = epilogue if epilogue is not None else Epilogue()
-    bias_shape, residual_shape = spec.bias_shape(c4o), spec.residual_shape((n, c4o, oh, ow, 4))
-    residual_scope = spec.residual_scope or out_scope
+    spec, bias_shape, residual_shape, residual_scope = map_epilogue_inputs(epilogue, (n, c4o, oh, ow, 4), out_scope)
 
     def _params(func):
         return select_params(func, spec.params(["A"], "Out"))

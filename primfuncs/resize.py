@@ -16,7 +16,7 @@ from ._common import (
     BUFFER, LANES, TEXTURE, check_dtype, check_positive, check_scope, load_pixel, nchw4c, pixel_grid, pixel_launch, select_params,
     store_pixel,
 )
-from .epilogue import Epilogue, check_map_epilogue, store_output_pixel
+from .epilogue import check_map_epilogue, map_epilogue_inputs, store_output_pixel
 
 METHODS = ("nearest", "linear")
 COORDINATE_MODES = ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric")
@@ -85,10 +85,7 @@ def resize2d(
     check_dtype(dtype)
     check_scope(scope)
     check_map_epilogue(epilogue, "resize")
-    # the epilogue's inputs (declared always; select_params keeps those it reads)
-    spec = epilogue if epilogue is not None else Epilogue()
-    bias_shape, residual_shape = spec.bias_shape(c4), spec.residual_shape((n, c4, oh, ow, 4))
-    residual_scope = spec.residual_scope or scope
+    spec, bias_shape, residual_shape, residual_scope = map_epilogue_inputs(epilogue, (n, c4, oh, ow, 4), scope)
     g = pixel_grid(n * c4, oh, ow)
     mode = coordinate_transformation_mode
     one = T.FloatImm(dtype, 1.0)

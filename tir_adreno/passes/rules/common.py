@@ -157,10 +157,10 @@ def emit_group_norm(rw: Rewriter, x: Value, groups: int, eps: float, var, scale,
 
 
 def emit_with_chain(rw: Rewriter, node: Node, make, out5, scope: str, nchw, inputs: list, info: dict):
-    """``make(**fused)`` (the kernel of an NCHW map anchor, a pool or a resize; ``fused``: its
+    """``make(**fused)`` (the kernel of an NCHW map anchor: a pool, a resize, a concat; ``fused``: its
     ``epilogue`` and ``channels``, none without a chain) on ``inputs`` writing ``node``'s value, with
-    the elementwise chain after ``node`` as its epilogue where one fuses (its per-channel constants and operand the kernel's ``Bias`` and
-    ``Residual``; the operand read where it already is)."""
+    the elementwise chain after ``node`` as its epilogue where one fuses (its per-channel constants
+    and operand the kernel's ``Bias`` and ``Residual``; the operand read where it already is)."""
     found = pool_chain(rw, node, nchw[1])
     fused = {}
     last = node
