@@ -68,9 +68,11 @@ NORM_TILED = dict(data_shape=(1, 9, 5, 6), weight_shape=(7, 9, 1, 1), epilogue=E
                   config=ConvConfig(2, 2, (4, 2, 1), split_k=2, tiled=True, k_chunk=3), prologue=Prologue(norm_eps=1e-6))
 
 
-def run_norm_case(device, case, scope, precision, seed, mean=0.0):
-    """Run ``case`` on inputs ``mean + N(0, 1)`` (per pixel means spread around ``mean``);
-    (output, float64 reference, whether Y is half, the reference's terms' magnitudes)."""
+def run_norm_case(device, case, scope, precision, seed, mean=0.0, out_layout="NCHW4c"):
+    """Run ``case`` on inputs ``mean + N(0, 1)`` (per pixel means spread around ``mean``), Y stored
+    in ``out_layout`` (a plain one in a float32 buffer: the tokens a folded norm's conv writes for
+    token readers, ``strategy.conv.plain_io_plan``); (NCHW output, float64 reference, whether Y is
+    half, the reference's terms' magnitudes)."""
     rng = np.random.default_rng(seed)
     n, c, h, w_ = case["data_shape"]
     o = case["weight_shape"][0]
@@ -80,10 +82,13 @@ def run_norm_case(device, case, scope, precision, seed, mean=0.0):
     gamma, beta = 1 + 0.5 * rand(rng, (c,)), 0.5 * rand(rng, (c,))
     residual = rand(rng, (n, o, h, w_)) if epi.residual else None
     folded, wsum, folded_bias = fold_layer_norm(w, bias, gamma.astype(np.float64), beta.astype(np.float64))
+    if out_layout != "NCHW4c":
+        case = dict(case, epilogue=replace(epi, out_layout=out_layout, out_scope=BUFFER))
     with sanitized(seed):
         loaded, name = ops.compile(conv.conv2d_nchw4c(**case, scope=scope), device)
     half = precision == "float16_acc32"
-    specs = [replace(s, storage="float16") if half and s.scope != BUFFER else s for s in loaded[name].params]
+    plain_y = lambda s: out_layout != "NCHW4c" and s.name == "Y"  # noqa: E731  (a plain tensor is float32)
+    specs = [replace(s, storage="float16") if half and s.scope != BUFFER and not plain_y(s) else s for s in loaded[name].params]
     assert [s.name for s in specs[:-1]] == ["X", "W", "WeightSum", "Bias", *["Residual"] * epi.residual]
     rounded = {s.name: s.storage == "float16" for s in specs}
     r16 = lambda v, name: v.astype(np.float16).astype(np.float64) if rounded[name] else np.asarray(v, np.float64)  # noqa: E731
@@ -103,6 +108,10 @@ def run_norm_case(device, case, scope, precision, seed, mean=0.0):
     scale = np.einsum("oc,nchw->nohw", np.abs(r16(w32, "W")[:, :, 0, 0]), np.abs(z)) + np.abs(folded_bias)[None, :, None, None]
     scale = 1.13 * (scale + (0 if residual is None else np.abs(residual)))
     y = out.numpy()
+    if out_layout == "NHWC":
+        return y.transpose(0, 3, 1, 2), ref, rounded["Y"], scale
+    if out_layout == "NCHW":
+        return y, ref, rounded["Y"], scale
     check_blocked_output(y, o)
     return unpack_nchw4c(y, o), ref, rounded["Y"], scale
 
@@ -118,6 +127,17 @@ def test_norm_conv_matches_numpy(device, case, scope, precision, seed):
     pixel written, padding lanes 0)."""
     y, ref, half, scale = run_norm_case(device, case, scope, precision, seed)
     assert_close(y, ref, HALF_RTOL if half else RTOL, scale=scale)
+
+
+@given(case=norm_cases(), scope=SCOPES, out_layout=st.sampled_from(["NHWC", "NCHW"]), seed=SEEDS)
+@example(case=NORM_TILED, scope=TEXTURE, out_layout="NHWC", seed=0)
+@example(case=NORM_DIRECT, scope=BUFFER, out_layout="NHWC", seed=1)
+def test_norm_conv_plain_output_matches_numpy(device, case, scope, out_layout, seed):
+    """The folded norm's conv writing Y as a plain float32 buffer (tokens ``[N, H * W, O]``: "NHWC",
+    or "NCHW"), X blocked in ``scope``: every element written (poisoned), as the blocked store."""
+    y, ref, half, scale = run_norm_case(device, case, scope, "float32", seed, out_layout=out_layout)
+    assert not half and np.all(np.isfinite(y)), "output element not written (poison survived)"
+    assert_close(y, ref, RTOL, scale=scale)
 
 
 @pytest.mark.parametrize("case", [NORM_DIRECT, NORM_TILED], ids=["direct", "tiled"])

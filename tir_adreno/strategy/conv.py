@@ -236,10 +236,12 @@ def plain_io_plan(plan: ConvPlan, data_layout: str | None = None, out_layout: st
     that side stays blocked); None where its kernel cannot: Winograd, grouped convs that are not
     depthwise (a depthwise conv reads and writes plain too, in either layout: EfficientViT's query
     split off a plain qkv map; a dense one in any config), gated or
-    norm-folding convs, half kernels (a plain tensor is float32)."""
+    norm-folding convs (a folded layer norm reads X blocked only, but writes Y plain: TinyViT's
+    qkv Linear for its attention's GEMMs), half kernels (a plain tensor is float32)."""
     (factory, kwargs), = plan.stages
     g = plan.geometry
-    if plan.algorithm != "direct" or plan.dtype != "float32" or {"gate_scope", "norm_eps", "group_norm", "grn_eps"} & set(kwargs):
+    refused = {"gate_scope", "group_norm", "grn_eps"} | ({"norm_eps"} if data_layout is not None else set())
+    if plan.algorithm != "direct" or plan.dtype != "float32" or refused & set(kwargs):
         return None
     if g.groups != 1 and not g.is_depthwise:
         return None
