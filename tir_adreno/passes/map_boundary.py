@@ -169,13 +169,18 @@ def _reader_want(rw: Rewriter, var, node: Node) -> str | None:
     op with a kernel on either form, whose own readers decide: a pixelwise op, a layer norm over
     the last axis, a Linear by a constant, a view the blocked form has too)."""
     op, rank = node.op, len(static_shape(var) or ())
+    if op == "relax.nn.layer_norm" and _over_last_axis(node, rank):
+        # its kernel runs on either form: on plain tokens the row kernel, then the Linear after it
+        # reads them plain, as many launches as the conv folding it (``layer_norm_conv``: blocked
+        # input only) and no layout kernel
+        return FOLLOW
     if _pattern_reads_blocked(rw, node):
         return BLOCKED
     if op in PIXELWISE:  # an operand computed already in one form only: the other form costs its transform
         forms = {_form_now(rw, a) for a in node.args if isinstance(a, relax.Var) and not same(a, var)} - {None}
         return BLOCKED if BLOCKED in forms else PLAIN if forms else FOLLOW
     if op == "relax.nn.layer_norm":
-        return FOLLOW if [int(a) % rank for a in node.attrs.axes] == [rank - 1] and rank > 2 else BLOCKED
+        return BLOCKED
     if op == "relax.matmul":
         weight = const(node.args[1]) if same(node.args[0], var) else None
         return FOLLOW if weight is not None and weight.ndim == 2 else PLAIN
@@ -194,6 +199,11 @@ def _reader_want(rw: Rewriter, var, node: Node) -> str | None:
     if op in ("relax.squeeze", "relax.expand_dims", "relax.flatten"):
         return PLAIN
     return PLAIN if reads_plain(rw, node) else BLOCKED
+
+
+def _over_last_axis(node: Node, rank: int) -> bool:
+    """Whether layer norm ``node`` of a rank ``rank`` tensor normalizes its last axis only (tokens, channels-last maps)."""
+    return rank > 2 and [int(a) % rank for a in node.attrs.axes] == [rank - 1]
 
 
 def token_region(rw: Rewriter, var) -> dict:
