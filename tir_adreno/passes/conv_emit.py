@@ -317,12 +317,23 @@ def _writes_plain_alone(rw: Rewriter, pw_node: Node, pw: ConvGeometry, data_layo
     """Whether 1x1 conv ``pw_node`` alone writes its value as the plain buffer its token readers
     take (``map_boundary.token_output``, and its strategy plan can: ``plain_io_plan``). The fused
     depthwise + pointwise kernel writes NCHW4c only, so fusing would cost a layout kernel after it:
-    the pair stays two kernels (as many launches, no layout transform)."""
-    plain_out = token_output(rw, pw_node.var, pw.out_shape, data_layout)
+    the pair stays two kernels (as many launches, no layout transform). Its value is asked after the
+    linear steps its tail folds (its bias add: TinyViT's patch merging ``conv3 -> + bias -> tokens``)."""
+    plain_out = token_output(rw, _after_linear_steps(rw, pw_node.var, pw.o, data_layout), pw.out_shape, data_layout)
     if plain_out is None:
         return False
     plan = strategy.conv2d_plan(pw, Epilogue(), rw.precision, rw.profile, rw.records, allow_buffer=rw.allow_buffer)
     return strategy.plain_io_plan(plan, None, plain_out.layout) is not None
+
+
+def _after_linear_steps(rw: Rewriter, var, channels: int, layout: str):
+    """The value after the chain of linear steps (``affine.linear_step``: a bias add, a per-channel
+    scale) that alone read conv value ``var`` one after another, as :func:`conv_tail` folds them
+    (nothing marked fused here)."""
+    user = rw.graph.sole_user(var)
+    while user is not None and linear_step(user, var, channels, layout) is not None:
+        var, user = user.var, rw.graph.sole_user(user.var)
+    return var
 
 
 def lower_conv2d(rw: Rewriter, node: Node):
