@@ -436,6 +436,24 @@ MUTANTS = (
         ("tests/passes/test_map_boundary_plain_view.py",),
     ),
     Mutant(
+        "plain_operand_to_come_unknown",
+        "a token region's pixelwise reader whose other operand is still to come, from plain values only, counts as either form",
+        (("        memo[var] = bool(operands) and all(", "        memo[var] = False and all("),),
+        ("tests/passes/test_layout_plan_ahead.py::test_key_read_with_the_plain_query_side_is_written_plain",),
+    ),
+    Mutant(
+        "in_place_reader_wants_blocked",
+        "the layout planner counts a binary op of two maps that reads a plain operand in place as a blocked reader of it",
+        (("            if not self._reads_in_place(rw, user, node.var):", "            if True:"),),
+        ("tests/passes/test_layout_plan_ahead.py::test_scaled_tokens_added_to_a_blocked_map_in_place",),
+    ),
+    Mutant(
+        "plain_class_token_packed",
+        "a Linear on [N, K] held only plain runs as a 1x1 conv on its packed form instead of the GEMM",
+        (("and not _plain_only(rw, a) and", "and"),),
+        ("tests/passes/test_layout_plan_ahead.py::test_linear_on_a_plain_class_token_is_a_gemm",),
+    ),
+    Mutant(
         "import_fold_skipped",
         "ONNX import hands TVM's importer the graph with its constant subgraphs unfolded (a Pad's amounts from Constants)",
         (("    return fold_constants(model)", "    return model"),),
