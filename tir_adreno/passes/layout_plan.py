@@ -17,6 +17,12 @@ one when a reader wants it plain. The operands' layouts are read when the op is 
 producers have run: no guess about which rule took them). A tie stays blocked, the layout these
 ops ran in before the planner, so a plan changes only where a transform disappears.
 
+A binary op of two maps whose other operand is held only blocked reads a plain operand in place
+(``rules.common.read_in_place``): as a reader of a flexible op's value it wants neither form
+(:meth:`_result_wants`), and a plain chain stops before it (:meth:`ends_plain_chain`). A value not
+computed yet that is no map and comes from plain values only will be plain (:meth:`plain_to_come`,
+``map_boundary._form_now`` asks it for a token region's pixelwise readers).
+
 The blocked pixelwise rules ask :meth:`runs_plain` first and leave an op planned plain to the
 ``token_elementwise`` rule. The rewriter counts the transforms it emits (:attr:`transforms`).
 
@@ -51,7 +57,7 @@ BLOCKED, PLAIN = "blocked", "plain"
 #: through them to their readers.
 VIEWS = frozenset({"relax.reshape", "relax.permute_dims"})
 #: Binary ops whose blocked kernel (``rules.elementwise.binary``) reads an operand held only plain
-#: in place; :data:`COMMUTATIVE` ones read it as either operand.
+#: in place; :data:`COMMUTATIVE` ones read it as either operand (and take a broadcast operand first too).
 IN_PLACE_BINARY = frozenset({"relax.add", "relax.subtract", "relax.multiply", "relax.divide"})
 COMMUTATIVE = frozenset({"relax.add", "relax.multiply"})
 #: How many producers back :meth:`LayoutPlan.plain_to_come` looks (an attention's other side is
