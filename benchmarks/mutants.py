@@ -448,6 +448,13 @@ MUTANTS = (
         ("tests/passes/test_layout_plan_ahead.py::test_scaled_tokens_added_to_a_blocked_map_in_place",),
     ),
     Mutant(
+        "plain_chain_takes_in_place_add",
+        "a plain elementwise chain takes the add that would read its value in place beside a blocked map (unpacking the map)",
+        (("        return any(isinstance(a, relax.Var) and a not in rw.values and a not in rw.exprs\n",
+          "        return False and any(isinstance(a, relax.Var) and a not in rw.values and a not in rw.exprs\n"),),
+        ("tests/passes/test_layout_plan_ahead.py::test_scaled_tokens_added_to_a_blocked_map_in_place",),
+    ),
+    Mutant(
         "plain_class_token_packed",
         "a Linear on [N, K] held only plain runs as a 1x1 conv on its packed form instead of the GEMM",
         (("and not _plain_only(rw, a) and", "and"),),
