@@ -432,7 +432,8 @@ MUTANTS = (
     Mutant(
         "plain_view_operand_unknown",
         "a pixelwise reader's other operand not computed yet counts as unknown even when it is a view only the plain form has",
-        (("        return PLAIN if var in rw.exprs or plain_view else None\n", "        return PLAIN if var in rw.exprs else None\n"),),
+        (("        return PLAIN if var in rw.exprs or plain_view or rw.plan.plain_to_come(rw, var) else None\n",
+          "        return PLAIN if var in rw.exprs or rw.plan.plain_to_come(rw, var) else None\n"),),
         ("tests/passes/test_map_boundary_plain_view.py",),
     ),
     Mutant(
