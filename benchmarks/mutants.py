@@ -440,8 +440,34 @@ MUTANTS = (
     Mutant(
         "plain_view_operand_unknown",
         "a pixelwise reader's other operand not computed yet counts as unknown even when it is a view only the plain form has",
-        (("        return PLAIN if var in rw.exprs or plain_view else None\n", "        return PLAIN if var in rw.exprs else None\n"),),
+        (("        return PLAIN if var in rw.exprs or plain_view or rw.plan.plain_to_come(rw, var) else None\n",
+          "        return PLAIN if var in rw.exprs or rw.plan.plain_to_come(rw, var) else None\n"),),
         ("tests/passes/test_map_boundary_plain_view.py",),
+    ),
+    Mutant(
+        "plain_operand_to_come_unknown",
+        "a token region's pixelwise reader whose other operand is still to come, from plain values only, counts as either form",
+        (("        memo[var] = bool(operands) and all(", "        memo[var] = False and all("),),
+        ("tests/passes/test_layout_plan_ahead.py::test_key_read_with_the_plain_query_side_is_written_plain",),
+    ),
+    Mutant(
+        "in_place_reader_wants_blocked",
+        "the layout planner counts a binary op of two maps that reads a plain operand in place as a blocked reader of it",
+        (("            if not self._reads_in_place(rw, user, node.var):", "            if True:"),),
+        ("tests/passes/test_layout_plan_ahead.py::test_scaled_tokens_added_to_a_blocked_map_in_place",),
+    ),
+    Mutant(
+        "plain_chain_takes_in_place_add",
+        "a plain elementwise chain takes the add that would read its value in place beside a blocked map (unpacking the map)",
+        (("        return any(isinstance(a, relax.Var) and a not in rw.values and a not in rw.exprs\n",
+          "        return False and any(isinstance(a, relax.Var) and a not in rw.values and a not in rw.exprs\n"),),
+        ("tests/passes/test_layout_plan_ahead.py::test_scaled_tokens_added_to_a_blocked_map_in_place",),
+    ),
+    Mutant(
+        "plain_class_token_packed",
+        "a Linear on [N, K] held only plain runs as a 1x1 conv on its packed form instead of the GEMM",
+        (("and not _plain_only(rw, a) and", "and"),),
+        ("tests/passes/test_layout_plan_ahead.py::test_linear_on_a_plain_class_token_is_a_gemm",),
     ),
     Mutant(
         "import_fold_skipped",

@@ -17,12 +17,10 @@ from tir_adreno.passes.affine import linear_step
 from tir_adreno.passes.epilogue_chain import chain_only, pool_chain
 from tir_adreno.passes.graph import Node, const, dtype, static_shape
 from tir_adreno.passes.kernel_index import kernel
+from tir_adreno.passes.layout_plan import COMMUTATIVE
 from tir_adreno.passes.op_info import elementwise_info, epilogue_info
 from tir_adreno.passes.rewriter import MAP_LAYOUTS, Rewriter, Value
 from tir_adreno.strategy.packing import pack_bias
-
-#: Binary ops whose operands may come in either order (a broadcast operand first too).
-COMMUTATIVE = ("relax.add", "relax.multiply")
 
 
 def read_in_place(rw: Rewriter, v: Value) -> bool:
