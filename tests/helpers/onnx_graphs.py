@@ -530,10 +530,11 @@ def plan_kernels(model, profile) -> list[str]:
 LAYOUT_KERNELS = ("nchw_to_nchw4c", "nhwc_to_nchw4c", "nchw4c_to_nchw", "nchw4c_to_nhwc", "copy")
 
 
-def run_all_ours(model, seed: int, shape) -> tuple[list[str], list[str]]:
-    """Compile ``model``, run it on a random input ``x`` of ``shape`` against onnxruntime (every
-    output within :data:`PATTERN_RTOL`, every kernel ours): (its launches' op names, its layout transforms)."""
-    compiled = compile_model(model, progress=lambda _: None)
+def run_all_ours(model, seed: int, shape, profile=None) -> tuple[list[str], list[str]]:
+    """Compile ``model`` (for ``profile``: default the device's own), run it on a random input ``x``
+    of ``shape`` against onnxruntime (every output within :data:`PATTERN_RTOL`, every kernel ours):
+    (its launches' op names, its layout transforms)."""
+    compiled = compile_model(model, profile=profile, progress=lambda _: None)
     x = {"x": np.random.default_rng(seed).standard_normal(shape).astype(np.float32)}
     outs = compiled.run(x, profile=True)
     for out, ref in zip(outs, reference_outputs(model, x), strict=True):
