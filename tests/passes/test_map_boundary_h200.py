@@ -1,0 +1,97 @@
+"""Where maps meet tokens on a profile that folds layer norms into convs (``nvidia-h200``: the GPU
+classes of ``strategy.fusion.FOLD_NORM_KINDS``), compiled for that profile and run here against
+onnxruntime (random input and weights; channels not multiples of 4):
+
+- a conv with a layer norm folded in reads X blocked only but writes Y plain
+  (``strategy.conv.plain_io_plan``): the qkv Linear of TinyViT's attention writes the tokens its
+  GEMMs read;
+- a layer norm over the last axis reads either form in the token region
+  (``passes.map_boundary._reader_want``), and ``layer_norm_conv`` folds it only into a conv whose
+  tokens are held blocked: plain tokens keep the norm's row kernel, the Linear reads its plain
+  output (TinyViT's MLP after its plain residual add);
+- a depthwise conv's 1x1 reader that alone writes the plain tokens its readers want stays its own
+  kernel, also behind a bias add (``passes.conv_emit._writes_plain_alone``: TinyViT's patch merging).
+"""
+
+from helpers.onnx_graphs import f32, i64, make, node, run_all_ours, tensor
+
+N, C, H, W, D = 1, 6, 5, 7, 10
+PROFILE = "nvidia-h200"
+
+
+def _tokens(src, name, c=C):
+    """``src`` [N, c, H, W] as tokens [N, H * W, c] (flatten then transpose)."""
+    return [node("Reshape", [src, f"ncl{c}"], [f"{name}_rows"]), node("Transpose", [f"{name}_rows"], [name], perm=[0, 2, 1])]
+
+
+def _norm(x, y, tag, c=C):
+    return node("LayerNormalization", [x, f"g_{tag}", f"b_{tag}"], [y], axis=-1, epsilon=1e-5), [f32(f"g_{tag}", (c,)), f32(f"b_{tag}", (c,))]
+
+
+def _folded_qkv_model():
+    """A map read by a 1x1 conv (so it stays blocked) and, as tokens, by LN -> Linear -> q q^T."""
+    ln, ln_inits = _norm("t", "ln", "n")
+    nodes = [node("Conv", ["x", "w3"], ["m"], pads=[1, 1, 1, 1]), node("Conv", ["m", "w1"], ["side"]),
+             *_tokens("m", "t"), ln, node("MatMul", ["ln", "wq"], ["q"]),
+             node("Transpose", ["q"], ["qt"], perm=[0, 2, 1]), node("MatMul", ["q", "qt"], ["s"])]
+    inits = [f32("w3", (C, C, 3, 3), scale=0.3), f32("w1", (C, C, 1, 1)), i64(f"ncl{C}", [N, C, H * W]), f32("wq", (C, D)),
+             *ln_inits]
+    return make(nodes, [tensor("x", [N, C, H, W])], [tensor("s", [N, H * W, H * W]), tensor("side", [N, C, H, W])], inits,
+                opset=17)
+
+
+def test_folded_norm_conv_writes_plain_tokens():
+    """The norm folds into the Linear's 1x1 conv (its tokens are blocked: the map's other reader is
+    a conv), which writes q plain for the GEMM: the side output's unpacking is the one transform
+    (the first conv reads the plain input; before: q unpacked too, nchw4c_to_nhwc)."""
+    ops, transforms = run_all_ours(_folded_qkv_model(), 3, (N, C, H, W), profile=PROFILE)
+    assert transforms == ["nchw4c_to_nchw"], ops
+    assert len(ops) == 5, ops
+    assert not any(op.startswith("layer_norm") for op in ops), ops  # folded into the conv
+
+
+def _plain_norm_model():
+    """Tokens of a conv map, an attention-like GEMM pair and a residual add (plain tokens r), then
+    LN(r) -> Linear -> ReLU -> Linear plus r: the norm's input is plain only."""
+    ln, ln_inits = _norm("r", "ln", "n")
+    nodes = [node("Conv", ["x", "w3"], ["m"], pads=[1, 1, 1, 1]), *_tokens("m", "t"),
+             node("Transpose", ["t"], ["tt"], perm=[0, 2, 1]), node("MatMul", ["t", "tt"], ["s"]), node("MatMul", ["s", "t"], ["a"]),
+             node("Add", ["t", "a"], ["r"]), ln, node("MatMul", ["ln", "w1"], ["h0"]), node("Relu", ["h0"], ["h"]),
+             node("MatMul", ["h", "w2"], ["f"]), node("Add", ["r", "f"], ["y"])]
+    inits = [f32("w3", (C, C, 3, 3), scale=0.3), i64(f"ncl{C}", [N, C, H * W]), f32("w1", (C, D)), f32("w2", (D, C)), *ln_inits]
+    return make(nodes, [tensor("x", [N, C, H, W])], [tensor("y", [N, H * W, C])], inits, opset=17)
+
+
+def test_norm_of_plain_tokens_runs_as_rows():
+    """r is plain (the GEMM's residual add): the norm runs as the row kernel on it and the Linear
+    reads its plain output (our GEMM): no transform, the conv reads the plain input and writes the
+    tokens, in 6 launches (before: the norm folded into the Linear's conv, r packed for it)."""
+    ops, transforms = run_all_ours(_plain_norm_model(), 4, (N, C, H, W), profile=PROFILE)
+    assert transforms == [], ops
+    assert len(ops) == 6, ops
+    assert any(op.startswith("layer_norm_rows") for op in ops), ops
+
+
+def _patch_merging_model():
+    """1x1 -> ReLU -> 3x3 depthwise stride 2 -> 1x1 with a bias (imported as conv2d + add) -> tokens
+    read by GEMMs and by a residual add of their output (TinyViT's patch merging, then its attention)."""
+    o, oh, ow = 9, (H + 1) // 2, (W + 1) // 2
+    nodes = [node("Conv", ["x", "wa"], ["a0"]), node("Relu", ["a0"], ["a"]),
+             node("Conv", ["a", "wd"], ["d"], pads=[1, 1, 1, 1], strides=[2, 2], group=C),
+             node("Conv", ["d", "wp", "bp"], ["p"]),
+             node("Reshape", ["p", "rows"], ["p_rows"]), node("Transpose", ["p_rows"], ["t"], perm=[0, 2, 1]),
+             node("Transpose", ["t"], ["tt"], perm=[0, 2, 1]), node("MatMul", ["t", "tt"], ["s"]), node("MatMul", ["s", "t"], ["att"]),
+             node("Add", ["t", "att"], ["y"])]
+    inits = [f32("wa", (C, C, 1, 1)), f32("wd", (C, 1, 3, 3), scale=0.5), f32("wp", (o, C, 1, 1)), f32("bp", (o,)),
+             i64("rows", [N, o, oh * ow])]
+    return make(nodes, [tensor("x", [N, C, H, W])], [tensor("y", [N, oh * ow, o])], inits, opset=17)
+
+
+def test_pointwise_behind_bias_writes_plain_tokens():
+    """The 1x1 (its bias add folded) writes the tokens plain for the GEMM, so the depthwise conv
+    stays its own kernel: no transform (the first conv reads the plain input), 4 launches (before:
+    the fused depthwise_pointwise kernel, then nchw4c_to_nhwc: as many launches)."""
+    ops, transforms = run_all_ours(_patch_merging_model(), 5, (N, C, H, W), profile=PROFILE)
+    assert transforms == [], ops
+    assert len(ops) == 4, ops
+    assert not any(op.startswith("depthwise_pointwise") for op in ops), ops
