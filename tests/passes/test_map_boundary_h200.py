@@ -72,26 +72,33 @@ def test_norm_of_plain_tokens_runs_as_rows():
     assert any(op.startswith("layer_norm_rows") for op in ops), ops
 
 
-def _patch_merging_model():
-    """1x1 -> ReLU -> 3x3 depthwise stride 2 -> 1x1 with a bias (imported as conv2d + add) -> tokens
-    read by GEMMs and by a residual add of their output (TinyViT's patch merging, then its attention)."""
-    o, oh, ow = 9, (H + 1) // 2, (W + 1) // 2
+def _window_model():
+    """TinyViT's patch merging then its window attention in small: 1x1 -> ReLU -> 3x3 depthwise
+    stride 2 (8x8 -> 4x4) -> 1x1 with a bias (imported as conv2d + add) -> channels-last map, split
+    into 2x2 windows -> LN -> Linear -> q q^T q, the windows merged back and added to the map, read
+    as NCHW by a 3x3 depthwise conv (TinyViT's local conv)."""
+    o, hh = 9, 4
+    ln, ln_inits = _norm("w", "ln", "n", c=o)
     nodes = [node("Conv", ["x", "wa"], ["a0"]), node("Relu", ["a0"], ["a"]),
              node("Conv", ["a", "wd"], ["d"], pads=[1, 1, 1, 1], strides=[2, 2], group=C),
-             node("Conv", ["d", "wp", "bp"], ["p"]),
-             node("Reshape", ["p", "rows"], ["p_rows"]), node("Transpose", ["p_rows"], ["t"], perm=[0, 2, 1]),
-             node("Transpose", ["t"], ["tt"], perm=[0, 2, 1]), node("MatMul", ["t", "tt"], ["s"]), node("MatMul", ["s", "t"], ["att"]),
-             node("Add", ["t", "att"], ["y"])]
+             node("Conv", ["d", "wp", "bp"], ["p"]), node("Transpose", ["p"], ["m"], perm=[0, 2, 3, 1]),
+             node("Reshape", ["m", "win6"], ["m6"]), node("Transpose", ["m6"], ["m6p"], perm=[0, 1, 3, 2, 4, 5]),
+             node("Reshape", ["m6p", "win3"], ["w"]), ln, node("MatMul", ["ln", "wq"], ["q"]),
+             node("Transpose", ["q"], ["qt"], perm=[0, 2, 1]), node("MatMul", ["q", "qt"], ["s"]), node("MatMul", ["s", "q"], ["att"]),
+             node("Reshape", ["att", "win6"], ["a6"]), node("Transpose", ["a6"], ["a6p"], perm=[0, 1, 3, 2, 4, 5]),
+             node("Reshape", ["a6p", "map"], ["back"]), node("Add", ["m", "back"], ["r"]),
+             node("Transpose", ["r"], ["rm"], perm=[0, 3, 1, 2]), node("Conv", ["rm", "wl"], ["y"], pads=[1, 1, 1, 1], group=o)]
     inits = [f32("wa", (C, C, 1, 1)), f32("wd", (C, 1, 3, 3), scale=0.5), f32("wp", (o, C, 1, 1)), f32("bp", (o,)),
-             i64("rows", [N, o, oh * ow])]
-    return make(nodes, [tensor("x", [N, C, H, W])], [tensor("y", [N, oh * ow, o])], inits, opset=17)
+             i64("win6", [N, 2, 2, 2, 2, o]), i64("win3", [4, 4, o]), i64("map", [N, hh, hh, o]), f32("wq", (o, o)), f32("wl", (o, 1, 3, 3), scale=0.5), *ln_inits]
+    return make(nodes, [tensor("x", [N, C, 8, 8])], [tensor("y", [N, o, hh, hh])], inits, opset=17)
 
 
 def test_pointwise_behind_bias_writes_plain_tokens():
-    """The 1x1 (its bias add folded) writes the tokens plain for the GEMM, so the depthwise conv
-    stays its own kernel: no transform (the first conv reads the plain input), 4 launches (before:
-    the fused depthwise_pointwise kernel, then nchw4c_to_nhwc: as many launches)."""
-    ops, transforms = run_all_ours(_patch_merging_model(), 5, (N, C, H, W), profile=PROFILE)
-    assert transforms == [], ops
-    assert len(ops) == 4, ops
+    """The 1x1 (its bias add folded) writes the channels-last map plain for the windows and the
+    residual add, so the depthwise conv before it stays its own kernel: the output's unpacking is the
+    one transform, in 12 launches (before: the fused depthwise_pointwise kernel, then
+    nchw4c_to_nhwc: as many launches, one more transform)."""
+    ops, transforms = run_all_ours(_window_model(), 5, (N, C, 8, 8), profile=PROFILE)
+    assert transforms == ["nchw4c_to_nchw"], ops
     assert not any(op.startswith("depthwise_pointwise") for op in ops), ops
+    assert len(ops) == 12, ops

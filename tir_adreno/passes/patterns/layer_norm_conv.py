@@ -98,16 +98,17 @@ def _norm_reader(g, node: Node, nchw, source, layout_: str):
 def _fold_into_conv(rw: Rewriter, node: Node, x: Value, x_var, layout_: str, gamma, beta, folding: frozenset):
     """Layer norm ``node`` of ``x`` folded into the 1x1 conv that alone reads it (:func:`_norm_reader`)
     when ``x``'s map is one the plan found it folds on (``folding``): the conv's output, else None
-    (the norm's kernel runs). Tokens ``x`` held plain only (their token region wanted them plain:
-    ``map_boundary.token_region``) keep the norm's row kernel and the conv reads its plain output:
-    folding would cost a layout kernel for the same launches."""
-    if layout_ != "NCHW" and not x.blocked:
-        return None
+    (the norm's kernel runs). Tokens or a channels-last map ``x`` held plain only (their token
+    region wanted them plain: ``map_boundary.token_region``) read by a Linear keep the norm's row
+    kernel, and the Linear reads its plain output: folding would cost a layout kernel for the same
+    launches (a conv after a permute back to NCHW still folds: unfolded, the permute would be a gather)."""
     found = _norm_reader(rw.graph, node, x.nchw, lambda: x_var if layout_ == "NHWC" else tokens_as_nhwc(rw, x), layout_)
     operands = conv_operands(found[0]) if found is not None else None
     if operands is None or tuple(x.nchw) not in folding:
         return None
     conv, replaced = found
+    if not x.blocked and replaced[0].op == "relax.matmul":
+        return None
     for m in replaced:
         m.fused = True
     norm = (float(node.attrs.epsilon), np.asarray(gamma, np.float64).reshape(-1), np.asarray(beta, np.float64).reshape(-1))
