@@ -11,7 +11,7 @@ folder (``TryConstFold<Div>``) raises an internal error on a float division by a
 which IEEE defines (+-inf, NaN for 0 / 0): a kernel whose divisor simplifies to zero,
 ``x / (y - y)``, cannot be simplified, so cannot be built.
 
-The repros call the simplifier on ``float32`` TIR nodes. The control: the same identities on
+The repros call the simplifier on ``float32`` TIR nodes, and build one kernel for LLVM. The control: the same identities on
 ``int32`` (exact there), a float ``x - y`` left alone, and a float division by a nonzero
 constant folded.
 """
@@ -22,6 +22,7 @@ import pytest
 import tvm
 from tvm import sym
 from tvm import tirx as tir
+from tvm.script import tirx as T
 
 from defect import KnownDefect, pinned
 
@@ -78,6 +79,20 @@ def test_division_by_a_folded_zero_simplifies():
     x = tir.Var("x", "float32")
     with pinned(DIVIDE_BY_ZERO, tvm.error.InternalError):
         simplify(tir.Div(x, tir.Sub(x, x)))
+
+
+@T.prim_func
+def divide_by_self_difference(A: T.Buffer((4,), "float32"), B: T.Buffer((4,), "float32")):
+    for i in range(4):
+        B[i] = A[i] / (A[i] - A[i])
+
+
+@pytest.mark.xfail(strict=True, raises=KnownDefect,
+                   reason="TVM 0.27: a kernel whose float divisor simplifies to 0 cannot be built ('Divide by zero')")
+def test_kernel_dividing_by_a_folded_zero_builds():
+    """The same through ``tvm.compile`` (LLVM): the build pipeline simplifies, so the kernel cannot be built."""
+    with pinned(DIVIDE_BY_ZERO, tvm.error.InternalError):
+        tvm.compile(divide_by_self_difference, target="llvm")
 
 
 @pytest.mark.xfail(strict=True, raises=KnownDefect,
