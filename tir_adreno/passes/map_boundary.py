@@ -352,19 +352,33 @@ def plain_input(rw: Rewriter, node: Node) -> tuple[str, relax.Expr, tuple | None
 
 def _shared_input(rw: Rewriter, node: Node, v: Value | None) -> tuple | None:
     """("NCHW", plain buffer, None) when conv ``node`` reads its input ``v`` in place beside other
-    readers: ``v`` is a plain NCHW value its writer wrote plain for them (:func:`token_output`:
-    every other reader reads it plain or through a token view, and one at least is such a reader,
-    a view it fused or one still to come: not a model input only convs read), and the conv's plan
-    can; else None."""
+    readers: ``v`` is a plain NCHW value (or a plain expression: a gather's map) its writer wrote
+    plain for them (:func:`token_output`: every other reader reads it plain or through a token view,
+    or adds it to a map of its shape (:func:`_adds_to_map`: read in place too), and one at least is
+    such a reader, a view it fused or one still to come: not a model input only convs read), and the
+    conv's plan can; else None."""
     var = node.args[0]
+    if v is None and var in rw.exprs and dtype(var) == "float32":  # a plain expression, a Value once the conv reads it
+        v = Value(plain=rw.exprs[var], layout="NCHW", channels=static_shape(var)[1], nchw=static_shape(var))
     if v is None or v.layout != "NCHW" or v.plain is None or not _plan_reads_plain(rw, node, var, "NCHW"):
         return None
     users = rw.graph.users(var)
     others = [u for u in users if u is not node and not _plan_reads_plain(rw, u, var, "NCHW")]
     viewed = rw.graph.uses.get(var, 0) > len(users)  # a token view fused into the writer read it
-    if not (others or viewed) or any(_reader(rw, u, v.nchw) is None for u in others):
+    if not (others or viewed) or any(_reader(rw, u, v.nchw) is None for u in others if not _adds_to_map(u, var)):
         return None
+    if var not in rw.values:
+        rw.values[var] = v
     return "NCHW", v.plain, None
+
+
+def _adds_to_map(node: Node, var) -> bool:
+    """``node`` adds ``var`` to another activation of its shape: a conv's residual or a binary op
+    of two maps, both of which read a plain NCHW operand in place (``Epilogue.residual_layout``,
+    ``binary(plain_b=True)``)."""
+    shape = static_shape(var)
+    return (node.op == "relax.add" and len(node.args) == 2 and all(isinstance(a, relax.Var) for a in node.args)
+            and all(static_shape(a) == shape for a in node.args))
 
 
 def plain_input_expr(rw: Rewriter, found: tuple) -> relax.Expr:

@@ -239,12 +239,14 @@ def plain_io_plan(plan: ConvPlan, data_layout: str | None = None, out_layout: st
     split off a plain qkv map; a dense one in any config), gated or
     norm-folding convs, half kernels (a plain tensor is float32). ``residual_layout`` ("NHWC",
     "NCHW"): the residual read from a plain buffer in that layout (``Epilogue.residual_layout``: a
-    map held plain added where it is; the untiled kernel, O a multiple of 4)."""
+    map held plain added where it is; the untiled kernel, gated or norm-folding too, O a multiple of 4)."""
     (factory, kwargs), = plan.stages
     g = plan.geometry
-    if plan.algorithm != "direct" or plan.dtype != "float32" or {"gate_scope", "norm_eps", "group_norm", "grn_eps"} & set(kwargs):
+    if plan.algorithm != "direct" or plan.dtype != "float32" or (g.groups != 1 and not g.is_depthwise):
         return None
-    if g.groups != 1 and not g.is_depthwise:
+    # the input side's kernels read a gate or fold a norm from blocked pixels only; the epilogue is shared
+    folds = {"gate_scope", "norm_eps", "group_norm", "grn_eps"} & set(kwargs)
+    if folds and (data_layout is not None or out_layout is not None):
         return None
     tensors, kwargs, epilogue = dict((t.name, t) for t in plan.tensors), dict(kwargs), plan.epilogue
     if data_layout is not None:
