@@ -237,16 +237,17 @@ def plain_io_plan(plan: ConvPlan, data_layout: str | None = None, out_layout: st
     that side stays blocked); None where its kernel cannot: Winograd, grouped convs that are not
     depthwise (a depthwise conv reads and writes plain too, in either layout: EfficientViT's query
     split off a plain qkv map; a dense one in any config), gated or
-    norm-folding convs, half kernels (a plain tensor is float32). ``residual_layout`` ("NHWC",
+    norm-folding convs reading X plain (a gated one writes Y plain), half kernels (a plain tensor is float32). ``residual_layout`` ("NHWC",
     "NCHW"): the residual read from a plain buffer in that layout (``Epilogue.residual_layout``: a
     map held plain added where it is; the untiled kernel, gated or norm-folding too, O a multiple of 4)."""
     (factory, kwargs), = plan.stages
     g = plan.geometry
     if plan.algorithm != "direct" or plan.dtype != "float32" or (g.groups != 1 and not g.is_depthwise):
         return None
-    # the input side's kernels read a gate or fold a norm from blocked pixels only; the epilogue is shared
+    # the input side's kernels read a gate or fold a norm from blocked pixels only; the epilogue is
+    # shared (a gated conv writes Y or reads the residual plain as any direct conv does)
     folds = {"gate_scope", "norm_eps", "group_norm", "grn_eps"} & set(kwargs)
-    if folds and (data_layout is not None or out_layout is not None):
+    if (folds and data_layout is not None) or (folds - {"gate_scope"} and out_layout is not None):
         return None
     tensors, kwargs, epilogue = dict((t.name, t) for t in plan.tensors), dict(kwargs), plan.epilogue
     if data_layout is not None:
