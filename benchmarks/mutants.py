@@ -496,6 +496,18 @@ MUTANTS = (
           "store_output_pixel(Out, px, 0, tmp, epilogue, Bias, Residual, vn, co, vh, vw, None)"),),
         ("tests/kernels/test_pool2d_epilogue.py",),
     ),
+    Mutant(
+        "plain_residual_lanes_reversed",
+        "a conv's residual read from a plain NHWC buffer takes its four channels in reverse order",
+        (("            tmp[lane] = Residual[n, h, w, c * 4 + lane]", "            tmp[lane] = Residual[n, h, w, c * 4 + 3 - lane]"),),
+        ("tests/kernels/test_plain_residual_pool.py::test_conv_reads_plain_residual",),
+    ),
+    Mutant(
+        "channel_group_concat_blocked",
+        "a channel group's concat runs blocked although its inputs are plain and its readers want it plain",
+        (("    return value_wants(rw, node.var) == {PLAIN}", "    return False"),),
+        ("tests/passes/test_channel_groups.py",),
+    ),
 )
 
 
