@@ -9,7 +9,8 @@ runs, where packing it for the blocked split, convs and concat costs one transfo
 and one on the way out.
 
 - :func:`concat_plain`: a channel concat runs as the gather on plain inputs when its value's
-  readers want it plain only (:func:`value_wants`) and no input is held blocked only; a conv writing
+  readers want it plain only (:func:`value_wants`), no input is held blocked only and no
+  elementwise chain fuses into the blocked concat (that one launch stays); a conv writing
   one of its inputs then writes it plain (``map_boundary.reads_plain``).
 - :func:`split_plain`: a channel split runs plain when the planner's cost says so
   (``LayoutPlan.split_plain``) with each part's wants read through the convs that read it plain in
@@ -27,6 +28,7 @@ from primfuncs import gather
 from primfuncs.epilogue import Epilogue
 
 from tir_adreno.passes.convs import conv_geometry, conv_operands
+from tir_adreno.passes.epilogue_chain import chain_fuses
 from tir_adreno.passes.graph import const, dtype, same, static_shape
 from tir_adreno.passes.layout_plan import BLOCKED, FLEXIBLE, PLAIN, VIEWS, LayoutPlan, on_channels
 from tir_adreno.strategy import conv as strategy
@@ -115,14 +117,15 @@ def _plain_capable(rw) -> bool:
 
 def concat_plain(rw, node) -> bool:
     """Whether channel concat ``node`` of float32 maps runs as the gather on its plain inputs (module
-    docstring): up to ``gather.MAX_INPUTS`` inputs, none held blocked only now, and its value's
-    readers want it plain only (:func:`value_wants`)."""
+    docstring): up to ``gather.MAX_INPUTS`` inputs, none held blocked only now, its value's readers
+    want it plain only (:func:`value_wants`) and no chain fuses into it (``epilogue_chain.chain_fuses``)."""
     fields = node.args[0].fields if isinstance(node.args[0], relax.Tuple) else None
     if not _plain_capable(rw) or not on_channels(node) or not fields or len(fields) > gather.MAX_INPUTS:
         return False
     if any(not isinstance(f, relax.Var) or dtype(f) != "float32" or LayoutPlan.held(rw, f)[0] for f in fields):
         return False
-    return value_wants(rw, node.var) == {PLAIN}
+    shape = static_shape(node.var)  # a chain that fuses into the blocked concat keeps it (one launch)
+    return value_wants(rw, node.var) == {PLAIN} and not chain_fuses(rw, node, shape[1])
 
 
 def split_plain(rw, node) -> bool:

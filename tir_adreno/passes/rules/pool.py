@@ -2,7 +2,8 @@
 global average pool, a mean over H and W) takes the elementwise chain after it as its epilogue
 (``passes.epilogue_chain.pool_chain``): one launch for the pool and its chain. A pool whose readers take
 plain tensors only (``map_boundary.token_output``: GCViT's global query, a pooled map permuted and
-tiled into attention heads) writes that plain buffer itself (``pool2d(plain_axes=...)``)."""
+tiled into attention heads) and no chain fuses into writes that plain buffer itself
+(``pool2d(plain_axes=...)``)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from tvm import relax
 
 from primfuncs import pool2d, reduce
 
+from tir_adreno.passes.epilogue_chain import chain_fuses
 from tir_adreno.passes.graph import Node, ints, static_shape
 from tir_adreno.passes.kernel_index import kernel
 from tir_adreno.passes.map_boundary import define_plain_output, token_output
@@ -52,7 +54,7 @@ def pool(rw: Rewriter, node: Node):
     in5, out5 = x.shape5, blocked_shape((n, c, oh, ow))
     scope = rw.scope_for(in5, out5)
     schedule = pool_strategy.pool_schedule(pool_key(op, x.nchw, attrs), rw.profile, rw.records)
-    plain = token_output(rw, node.var, (n, c, oh, ow)) if factory is pool2d.pool2d else None
+    plain = token_output(rw, node.var, (n, c, oh, ow)) if factory is pool2d.pool2d and not chain_fuses(rw, node, c) else None
     if plain is not None:  # its readers take plain tensors (a token view, a GEMM): the pool writes that buffer
         nhwc = plain.layout == "NHWC"
         func = kernel(factory, in5, scope=scope, **schedule, **attrs, channels=c, plain_axes=tuple("hwc" if nhwc else "chw"))
