@@ -18,6 +18,12 @@ files a fresh clone has plus new ones not yet committed; the working tree is nev
     python benchmarks/mutants.py --quick                # each mutant against its own tests (minutes)
     python benchmarks/mutants.py --only hardsigmoid_offset --tests tests/kernels/test_elementwise.py
     python benchmarks/mutants.py --list
+    python benchmarks/mutants.py --runs 5 --own-first   # the whole suite, each mutant's own test files first
+
+``--own-first`` runs the same command, the same tests, but orders each mutant's own test files
+(``Mutant.tests``) first (the pytest plugin ``benchmarks/files_first.py`` reorders the collected
+items): a mutant its own tests kill stops in about a minute instead of
+whenever the suite reaches them, and one they miss is still run against every other test.
 """
 
 from __future__ import annotations
@@ -32,6 +38,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from files_first import FILES_FIRST
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Where mutants' snippets are searched.
@@ -432,8 +440,34 @@ MUTANTS = (
     Mutant(
         "plain_view_operand_unknown",
         "a pixelwise reader's other operand not computed yet counts as unknown even when it is a view only the plain form has",
-        (("        return PLAIN if var in rw.exprs or plain_view else None\n", "        return PLAIN if var in rw.exprs else None\n"),),
+        (("        return PLAIN if var in rw.exprs or plain_view or rw.plan.plain_to_come(rw, var) else None\n",
+          "        return PLAIN if var in rw.exprs or rw.plan.plain_to_come(rw, var) else None\n"),),
         ("tests/passes/test_map_boundary_plain_view.py",),
+    ),
+    Mutant(
+        "plain_operand_to_come_unknown",
+        "a token region's pixelwise reader whose other operand is still to come, from plain values only, counts as either form",
+        (("        memo[var] = bool(operands) and all(", "        memo[var] = False and all("),),
+        ("tests/passes/test_layout_plan_ahead.py::test_key_read_with_the_plain_query_side_is_written_plain",),
+    ),
+    Mutant(
+        "in_place_reader_wants_blocked",
+        "the layout planner counts a binary op of two maps that reads a plain operand in place as a blocked reader of it",
+        (("            if not self._reads_in_place(rw, user, node.var):", "            if True:"),),
+        ("tests/passes/test_layout_plan_ahead.py::test_scaled_tokens_added_to_a_blocked_map_in_place",),
+    ),
+    Mutant(
+        "plain_chain_takes_in_place_add",
+        "a plain elementwise chain takes the add that would read its value in place beside a blocked map (unpacking the map)",
+        (("        return any(isinstance(a, relax.Var) and a not in rw.values and a not in rw.exprs\n",
+          "        return False and any(isinstance(a, relax.Var) and a not in rw.values and a not in rw.exprs\n"),),
+        ("tests/passes/test_layout_plan_ahead.py::test_scaled_tokens_added_to_a_blocked_map_in_place",),
+    ),
+    Mutant(
+        "plain_class_token_packed",
+        "a Linear on [N, K] held only plain runs as a 1x1 conv on its packed form instead of the GEMM",
+        (("and not _plain_only(rw, a) and", "and"),),
+        ("tests/passes/test_layout_plan_ahead.py::test_linear_on_a_plain_class_token_is_a_gemm",),
     ),
     Mutant(
         "import_fold_skipped",
@@ -565,20 +599,23 @@ def ci_command(root: Path) -> list[str]:
     return [sys.executable, *command[1:]]
 
 
-def pytest_command(root: Path, tests, seed: int) -> list[str]:
+def pytest_command(root: Path, tests, seed: int, own_first: bool = False) -> list[str]:
     """CI's command stopping at the first failure (``-x``) with hypothesis seed ``seed``; with
-    ``tests`` (a selection for quick iteration) those, in one process, instead of the suite."""
+    ``tests`` (a selection for quick iteration) those, in one process, instead of the suite;
+    ``own_first``: the suite with the plugin that runs the files of ``FILES_FIRST`` first."""
     base = ci_command(root) if not tests else [sys.executable, "-m", "pytest", "-q", "-n", "0", *tests]
     # the snippet check fails under every mutant (its snippet is gone from the copy): not a kill
     ignore = [f"--ignore={SNIPPET_CHECK}"] if not tests else []
-    return [*base, *ignore, "-x", "-p", "no:cacheprovider", f"--hypothesis-seed={seed}"]
+    order = ["-p", "files_first"] if own_first and not tests else []
+    return [*base, *ignore, *order, "-x", "-p", "no:cacheprovider", f"--hypothesis-seed={seed}"]
 
 
 def run_tests(tree: Path, command, env) -> tuple[int, float, str]:
     """(pytest's exit code, seconds until it stopped, its output): with ``-x`` it stops at the
     first failure, so the seconds are the time to the first failure (plus worker shutdown)."""
     start = time.perf_counter()
-    proc = subprocess.run(command, cwd=tree, capture_output=True, text=True, env={**env, "PYTHONPATH": str(tree)})
+    path = os.pathsep.join([str(tree), str(tree / "benchmarks")])  # for ``-p files_first``
+    proc = subprocess.run(command, cwd=tree, capture_output=True, text=True, env={**env, "PYTHONPATH": path})
     return proc.returncode, time.perf_counter() - start, proc.stdout + proc.stderr
 
 
@@ -620,9 +657,10 @@ def run_mutant(m: Mutant, pristine: Path, work: Path, env, args) -> tuple[list[s
     shutil.copytree(pristine, tree)
     where = apply(m, tree)
     tests = args.tests or (m.tests if args.quick else None)
+    env = {**env, FILES_FIRST: os.pathsep.join(dict.fromkeys(t.split("::")[0] for t in m.tests))}
     runs = []
     for seed in range(args.seed, args.seed + args.runs):
-        code, seconds, out = run_tests(tree, pytest_command(tree, tests, seed), env)
+        code, seconds, out = run_tests(tree, pytest_command(tree, tests, seed, args.own_first), env)
         runs.append(Run(seed, verdict(code, out), seconds, first_failure(out)))
         print(f"{m.name} (seed {seed}): {runs[-1].result} in {seconds:.0f} s ({', '.join(where)}) {first_failure(out)}", flush=True)
         if runs[-1].result.startswith("error"):
@@ -646,7 +684,9 @@ def table(rows, runs: int) -> str:
 def selection(args) -> str:
     if args.tests:
         return " ".join(args.tests)
-    return "each mutant's tests" if args.quick else "the README's test command"
+    if args.quick:
+        return "each mutant's tests"
+    return "the README's test command, each mutant's test files first" if args.own_first else "the README's test command"
 
 
 def main(argv=None) -> int:
@@ -657,11 +697,15 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="the first run's hypothesis seed (default 0)")
     parser.add_argument("--quick", action="store_true", help="each mutant against its own tests (Mutant.tests), not the whole suite")
     parser.add_argument("--tests", nargs="+", metavar="TEST", help="every mutant against these tests (files or node ids), not the whole suite")
+    parser.add_argument("--own-first", action="store_true",
+                        help="the whole suite with each mutant's own test files first (not with --quick or --tests)")
     parser.add_argument("--baseline", action="store_true", help="first run the tests on the unmutated copy (they must pass)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary copies (their paths are printed)")
     args = parser.parse_args(argv)
     if args.runs < 1:
         parser.error("--runs must be at least 1")
+    if args.own_first and (args.quick or args.tests):
+        parser.error("--own-first orders the whole suite: not with --quick or --tests")
 
     mutants = MUTANTS
     if args.only:
@@ -684,7 +728,7 @@ def main(argv=None) -> int:
             for old, _ in m.edits:
                 locate(pristine, old)
         shown = args.tests or (["<each mutant's tests>"] if args.quick else None)
-        print(f"command: {' '.join(pytest_command(pristine, shown, args.seed))} (HYPOTHESIS_PROFILE={env['HYPOTHESIS_PROFILE']})", flush=True)
+        print(f"command: {' '.join(pytest_command(pristine, shown, args.seed, args.own_first))} (HYPOTHESIS_PROFILE={env['HYPOTHESIS_PROFILE']})", flush=True)
         if args.baseline:
             tests = args.tests or (list(dict.fromkeys(t for m in mutants for t in m.tests)) if args.quick else None)
             code, seconds, out = run_tests(pristine, pytest_command(pristine, tests, args.seed), env)

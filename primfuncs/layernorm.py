@@ -9,6 +9,10 @@ and written as ``beta``'s zero padding (gamma and beta are zero-padded ``(C/4, 4
 a small map leaves that kernel's few items walking hundreds of blocks in series:
 :func:`layer_norm_channels_wide` gives each pixel a work group instead, built from the group
 norm's macros (:func:`_slice_parts`).
+
+Every norm here takes an ``epilogue`` (:class:`~primfuncs.epilogue.Epilogue`, the convs' and the
+pools': an elementwise chain's expression over the normalized pixel, per-channel constants in
+``Bias`` and one other activation in ``Residual``), applied to each output pixel before its store.
 """
 
 from __future__ import annotations
@@ -16,8 +20,8 @@ from __future__ import annotations
 from tvm.script import tirx as T
 
 from ._common import (BUFFER, LANES, TEXTURE, ceildiv, check_channels, check_dtype, check_epsilon, check_positive, check_scope,
-                      check_slices, load_pixel, nchw4c, pixel_grid, pixel_launch, store_pixel)
-from .epilogue import ACTIVATIONS, activate
+                      check_slices, load_pixel, nchw4c, pixel_grid, pixel_launch, select_params, store_pixel)
+from .epilogue import ACTIVATIONS, activate, check_map_epilogue, map_epilogue_inputs, store_output_pixel
 
 
 def _check_layer_norm(shape, channels: int, epsilon: float, dtype: str, scope: str):
@@ -32,10 +36,13 @@ def _check_layer_norm(shape, channels: int, epsilon: float, dtype: str, scope: s
     return n, c4, h, w
 
 
-def layer_norm_channels(shape, channels: int, epsilon: float = 1e-5, dtype: str = "float32", scope: str = TEXTURE):
-    """``Y[n, :, h, w] = layer_norm(X[n, :, h, w]) * Gamma + Beta`` over the ``channels``
-    real channels of NCHW4c ``shape`` ``(N, C/4, H, W, 4)``; ``Gamma``/``Beta`` ``(C/4, 4)`` buffers."""
+def layer_norm_channels(shape, channels: int, epsilon: float = 1e-5, dtype: str = "float32", scope: str = TEXTURE, epilogue=None):
+    """``Y[n, :, h, w] = epilogue(layer_norm(X[n, :, h, w]) * Gamma + Beta)`` over the ``channels``
+    real channels of NCHW4c ``shape`` ``(N, C/4, H, W, 4)``; ``Gamma``/``Beta`` ``(C/4, 4)`` buffers;
+    ``epilogue`` (None: none) reads ``Bias``/``Residual`` as the pools' does (module doc)."""
     n, c4, h, w = _check_layer_norm(shape, channels, epsilon, dtype, scope)
+    check_map_epilogue(epilogue, "layer norm")
+    spec, bias_shape, residual_shape, residual_scope = map_epilogue_inputs(epilogue, (n, c4, h, w, 4), scope)
     g = pixel_grid(n, h, w)
     # The mean and variance are float32 whatever the storage (docs/precision.md: statistics stay float32).
     acc = "float32"
@@ -50,7 +57,7 @@ def layer_norm_channels(shape, channels: int, epsilon: float = 1e-5, dtype: str 
     launch = pixel_launch()
 
     @T.macro
-    def per_pixel(X, Gamma, Beta, Y, vn, vh, vw):
+    def per_pixel(X, Gamma, Beta, Bias, Residual, Y, vn, vh, vw):
         px = T.sblock_alloc_buffer((4,), dtype, scope="local")
         out = T.sblock_alloc_buffer((4,), dtype, scope="local")
         gb = T.sblock_alloc_buffer((2, 4), dtype, scope="local")
@@ -75,22 +82,43 @@ def layer_norm_channels(shape, channels: int, epsilon: float = 1e-5, dtype: str 
                 gb[1, lane] = Beta[cb, lane]
             for lane in T.unroll(4):
                 out[lane] = narrow((wide(px[lane]) - stats[0]) * stats[1]) * gb[0, lane] + gb[1, lane]
-            store_pixel(Y, vn, cb, vh, vw, out)
+            store_normalized(Y, out, epilogue, Bias, Residual, vn, cb, vh, vw, channels)
 
     @T.prim_func(s_tir=True)
-    def func(x: T.handle, gamma: T.handle, beta: T.handle, y: T.handle):
+    def func(x: T.handle, gamma: T.handle, beta: T.handle, bias: T.handle, residual: T.handle, y: T.handle):
         T.func_attr({"global_symbol": "layer_norm_channels", "tirx.noalias": True})
         X = T.match_buffer(x, (n, c4, h, w, 4), dtype, scope=scope)
         Gamma = T.match_buffer(gamma, (c4, 4), dtype, scope=BUFFER)
         Beta = T.match_buffer(beta, (c4, 4), dtype, scope=BUFFER)
+        Bias = T.match_buffer(bias, bias_shape, dtype, scope=BUFFER)
+        Residual = T.match_buffer(residual, residual_shape, dtype, scope=residual_scope)
         Y = T.match_buffer(y, (n, c4, h, w, 4), dtype, scope=scope)
-        launch(g, h, w, "pixel", lambda vz, vh, vw: per_pixel(X, Gamma, Beta, Y, vz, vh, vw))
+        launch(g, h, w, "pixel", lambda vz, vh, vw: per_pixel(X, Gamma, Beta, Bias, Residual, Y, vz, vh, vw))
 
-    return func
+    return _norm_params(func, spec)
+
+
+@T.macro
+def store_normalized(Y, out, epilogue, Bias, Residual, n, c, h, w, channels):
+    # the pixel as it is, or through the epilogue (a (1, 4) row of Y's dtype, as the convs' store takes it)
+    if epilogue is None:
+        store_pixel(Y, n, c, h, w, out)
+    else:
+        px = T.sblock_alloc_buffer((1, 4), Y.dtype, scope="local")
+        tmp = T.sblock_alloc_buffer((4,), Y.dtype, scope="local")
+        for lane in T.unroll(4):
+            px[0, lane] = T.Cast(Y.dtype, out[lane])
+        store_output_pixel(Y, px, 0, tmp, epilogue, Bias, Residual, n, c, h, w, channels)
+
+
+def _norm_params(func, spec):
+    """``func``'s parameters: the norm's own, the epilogue's inputs ``spec`` reads (none without one), ``Y``."""
+    own = [p.name for p in func.params if p.name not in ("Bias", "Residual", "Y")]
+    return select_params(func, spec.params(own, "Y"))
 
 
 def layer_norm_channels_wide(shape, channels: int, epsilon: float = 1e-5, dtype: str = "float32", scope: str = TEXTURE,
-                            threads: int | None = None):
+                            threads: int | None = None, epilogue=None):
     """:func:`layer_norm_channels`' ``Y`` with each pixel's channels spread over a work group: one
     work group of ``threads`` items (default: :func:`layer_norm_threads`) per pixel ``(n, h, w)``,
     item ``t`` taking channel blocks ``t, t + threads, ...``, built from the group norm's macros
@@ -99,8 +127,10 @@ def layer_norm_channels_wide(shape, channels: int, epsilon: float = 1e-5, dtype:
     as the one kernel (``(x - mean) / sqrt(M2 / C + eps) * gamma + beta``, two passes), float32
     whatever ``dtype`` is; padded lanes are left out and written as 0. For a wide GPU, where one
     work item per pixel walking all ``C/4`` blocks leaves most of it idle on a small map
-    (``strategy.norm.layer_norm_schedule`` picks the form)."""
+    (``strategy.norm.layer_norm_schedule`` picks the form). ``epilogue`` as :func:`layer_norm_channels` takes it."""
     n, c4, h, w = _check_layer_norm(shape, channels, epsilon, dtype, scope)
+    check_map_epilogue(epilogue, "layer norm")
+    spec, bias_shape, residual_shape, residual_scope = map_epilogue_inputs(epilogue, (n, c4, h, w, 4), scope)
     threads = layer_norm_threads(c4) if threads is None else threads
     check_positive(threads=threads)
     f32 = "float32"
@@ -118,14 +148,17 @@ def layer_norm_channels_wide(shape, channels: int, epsilon: float = 1e-5, dtype:
     def count(first):
         return T.FloatImm(f32, float(channels))
 
-    slice_stats, normalize, set_rstd = _slice_parts(dtype, threads, ceildiv(c4, threads), at, real, inside, count, epsilon)
+    slice_stats, normalize, set_rstd = _slice_parts(dtype, threads, ceildiv(c4, threads), at, real, inside, count, epsilon,
+                                                    epilogue=epilogue, channels=channels)
 
     @T.prim_func(s_tir=True)
-    def func(x: T.handle, gamma: T.handle, beta: T.handle, y: T.handle):
+    def func(x: T.handle, gamma: T.handle, beta: T.handle, bias: T.handle, residual: T.handle, y: T.handle):
         T.func_attr({"global_symbol": "layer_norm_channels_wide", "tirx.noalias": True})
         X = T.match_buffer(x, (n, c4, h, w, 4), dtype, scope=scope)
         Gamma = T.match_buffer(gamma, (c4, 4), dtype, scope=BUFFER)
         Beta = T.match_buffer(beta, (c4, 4), dtype, scope=BUFFER)
+        Bias = T.match_buffer(bias, bias_shape, dtype, scope=BUFFER)
+        Residual = T.match_buffer(residual, residual_shape, dtype, scope=residual_scope)
         Y = T.match_buffer(y, (n, c4, h, w, 4), dtype, scope=scope)
         for b in T.thread_binding(n * h * w, thread="blockIdx.x"):
             with T.sblock("pixel"):
@@ -134,9 +167,9 @@ def layer_norm_channels_wide(shape, channels: int, epsilon: float = 1e-5, dtype:
                 squares = T.sblock_alloc_buffer((threads,), f32, scope="shared")
                 stats = T.sblock_alloc_buffer((2,), f32, scope="shared")  # mean, 1 / sqrt(var + eps)
                 slice_stats(X, sums, squares, stats, vb, 0, set_rstd)
-                normalize(X, Gamma, Beta, Y, stats, vb, 0)
+                normalize(X, Gamma, Beta, Bias, Residual, Y, stats, vb, 0)
 
-    return func
+    return _norm_params(func, spec)
 
 
 #: Most work items of a :func:`layer_norm_channels_wide` work group (a pixel's channel blocks
@@ -194,7 +227,8 @@ def _imax(a, b):
     return max(a, b) if isinstance(a, int) and isinstance(b, int) else T.max(a, b)
 
 
-def _slice_parts(dtype, threads, rounds, at, real, inside, count, epsilon=0.0, activation=None, clip_min=0.0, clip_max=6.0):
+def _slice_parts(dtype, threads, rounds, at, real, inside, count, epsilon=0.0, activation=None, clip_min=0.0, clip_max=6.0,
+                 epilogue=None, channels=None):
     """The two macros every work-group norm kernel (the group norms, :func:`layer_norm_channels_wide`)
     is made of, over a slice of a set ``vb`` of pixels: ``slice_stats`` (the mean and the sum of
     squared deviations M2 of the slice, two passes, then ``finish(stats, m2)`` by item 0) and
@@ -203,8 +237,9 @@ def _slice_parts(dtype, threads, rounds, at, real, inside, count, epsilon=0.0, a
     slice's pixels ``t, t + threads, ...`` (``rounds`` of them). ``at(vb, p)``: (n, channel block,
     row, column) of pixel ``p`` of the set; ``real(p, vb, lane)``: that lane holds a channel;
     ``inside(first, q)``: offset ``q`` lies in the slice from pixel ``first``; ``count(first)``: the
-    float32 count of the slice's real elements (``count(0)``: the set's). A fresh set per kernel
-    (block names of a macro's second expansion get suffixes)."""
+    float32 count of the slice's real elements (``count(0)``: the set's). ``epilogue`` (None: none)
+    on each normalized pixel of the ``channels`` real ones (:func:`store_normalized`). A fresh set per
+    kernel (block names of a macro's second expansion get suffixes)."""
     zero, f32 = T.FloatImm("float32", 0.0), "float32"
 
     def act(x):
@@ -259,7 +294,7 @@ def _slice_parts(dtype, threads, rounds, at, real, inside, count, epsilon=0.0, a
         add_up(squares, lambda total: finish(stats, total))
 
     @T.macro
-    def normalize(X, Gamma, Beta, Y, stats, vb, first):
+    def normalize(X, Gamma, Beta, Bias, Residual, Y, stats, vb, first):
         # item t normalizes, scales and shifts its pixels of the slice (stats: mean, 1 / std)
         for t in T.thread_binding(threads, thread="threadIdx.x"):
             with T.sblock("normalize"):
@@ -277,7 +312,7 @@ def _slice_parts(dtype, threads, rounds, at, real, inside, count, epsilon=0.0, a
                             out[lane] = T.Select(real(first + r * threads + t, vb, lane),
                                                  act((T.Cast(f32, px[lane]) - stats[0]) * stats[1] * T.Cast(f32, gb[0, lane]) + T.Cast(f32, gb[1, lane])),
                                                  zero)
-                        store_pixel(Y, *at(vb, first + r * threads + t), out)
+                        store_normalized(Y, out, epilogue, Bias, Residual, *at(vb, first + r * threads + t), channels)
 
     @T.macro
     def set_rstd(stats, m2):
@@ -286,7 +321,8 @@ def _slice_parts(dtype, threads, rounds, at, real, inside, count, epsilon=0.0, a
     return slice_stats, normalize, set_rstd
 
 
-def _group_norm_parts(n, c4, h, w, channels, groups, dtype, threads, per, epsilon=0.0, activation=None, clip_min=0.0, clip_max=6.0):
+def _group_norm_parts(n, c4, h, w, channels, groups, dtype, threads, per, epsilon=0.0, activation=None, clip_min=0.0, clip_max=6.0,
+                      epilogue=None):
     """The group norm's pixel sets (one per (sample, group), cut into slices of ``per`` pixels; the
     whole group: ``per = pixels``) and its :func:`_slice_parts` over them: (pixels, count,
     slice_stats, normalize, set_rstd)."""
@@ -314,12 +350,12 @@ def _group_norm_parts(n, c4, h, w, channels, groups, dtype, threads, per, epsilo
         return q < per if pixels % per == 0 else T.And(q < per, first + q < pixels)
 
     slice_stats, normalize, set_rstd = _slice_parts(dtype, threads, ceildiv(per, threads), at, real, inside, count, epsilon, activation,
-                                                    clip_min, clip_max)
+                                                    clip_min, clip_max, epilogue, channels)
     return pixels, count, slice_stats, normalize, set_rstd
 
 
 def group_norm(shape, channels: int, groups: int, epsilon: float = 1e-5, activation: str | None = None, dtype: str = "float32",
-               scope: str = TEXTURE, threads: int = GROUP_NORM_THREADS, clip_min: float = 0.0, clip_max: float = 6.0):
+               scope: str = TEXTURE, threads: int = GROUP_NORM_THREADS, clip_min: float = 0.0, clip_max: float = 6.0, epilogue=None):
     """``Y = act((X - mean) / sqrt(var + epsilon) * Gamma[c] + Beta[c])`` with ``mean``, ``var``
     over the ``(C / groups, H, W)`` elements of each (sample, group) of NCHW4c ``shape``
     ``(N, C/4, H, W, 4)`` holding ``channels`` (``groups = 1``: a layer norm over C, H, W, timm's
@@ -337,19 +373,24 @@ def group_norm(shape, channels: int, groups: int, epsilon: float = 1e-5, activat
 
     On a wide GPU one work group per (sample, group) leaves most of it idle: the split form
     (:func:`group_norm_partials` then :func:`group_norm_apply`) spreads the same work over
-    many work groups (``strategy.norm.group_norm_schedule`` picks the form)."""
+    many work groups (``strategy.norm.group_norm_schedule`` picks the form). ``epilogue`` after the
+    activation, as :func:`layer_norm_channels` takes it."""
     n, c4, h, w = _check_group_norm(shape, channels, groups, threads, epsilon, activation, dtype, scope, clip_min, clip_max)
+    check_map_epilogue(epilogue, "group norm")
+    spec, bias_shape, residual_shape, residual_scope = map_epilogue_inputs(epilogue, (n, c4, h, w, 4), scope)
     pixels = group_norm_pixels(shape, groups)
     _, _, slice_stats, normalize, set_rstd = _group_norm_parts(n, c4, h, w, channels, groups, dtype, threads, pixels, epsilon,
-                                                               activation, clip_min, clip_max)
+                                                               activation, clip_min, clip_max, epilogue)
     f32 = "float32"
 
     @T.prim_func(s_tir=True)
-    def func(x: T.handle, gamma: T.handle, beta: T.handle, y: T.handle):
+    def func(x: T.handle, gamma: T.handle, beta: T.handle, bias: T.handle, residual: T.handle, y: T.handle):
         T.func_attr({"global_symbol": "group_norm", "tirx.noalias": True})
         X = T.match_buffer(x, (n, c4, h, w, 4), dtype, scope=scope)
         Gamma = T.match_buffer(gamma, (c4, 4), dtype, scope=BUFFER)
         Beta = T.match_buffer(beta, (c4, 4), dtype, scope=BUFFER)
+        Bias = T.match_buffer(bias, bias_shape, dtype, scope=BUFFER)
+        Residual = T.match_buffer(residual, residual_shape, dtype, scope=residual_scope)
         Y = T.match_buffer(y, (n, c4, h, w, 4), dtype, scope=scope)
         for b in T.thread_binding(n * groups, thread="blockIdx.x"):
             with T.sblock("group"):
@@ -358,9 +399,9 @@ def group_norm(shape, channels: int, groups: int, epsilon: float = 1e-5, activat
                 squares = T.sblock_alloc_buffer((threads,), f32, scope="shared")
                 stats = T.sblock_alloc_buffer((2,), f32, scope="shared")  # mean, 1 / sqrt(var + eps)
                 slice_stats(X, sums, squares, stats, vb, 0, set_rstd)
-                normalize(X, Gamma, Beta, Y, stats, vb, 0)
+                normalize(X, Gamma, Beta, Bias, Residual, Y, stats, vb, 0)
 
-    return func
+    return _norm_params(func, spec)
 
 
 def group_norm_partials(shape, channels: int, groups: int, slices: int, dtype: str = "float32", scope: str = TEXTURE,
@@ -453,28 +494,32 @@ def partials_fold_macros(slices: int, items: int, epsilon: float):
 
 def group_norm_apply(shape, channels: int, groups: int, slices: int, epsilon: float = 1e-5, activation: str | None = None,
                      dtype: str = "float32", scope: str = TEXTURE, threads: int = GROUP_NORM_THREADS, clip_min: float = 0.0,
-                     clip_max: float = 6.0):
+                     clip_max: float = 6.0, epilogue=None):
     """The normalizing kernel of the split group norm: :func:`group_norm`'s ``Y`` from ``X`` and the
     partials ``P`` of :func:`group_norm_partials` (same ``slices``). One work group of ``threads``
     items per (sample, group, slice): each combines all of its group's partials
     (:func:`partials_fold_macros`: Chan's parallel formula, so every work group gets the same bits), then normalizes,
-    scales, shifts and activates its own slice's pixels."""
+    scales, shifts and activates its own slice's pixels (then ``epilogue``, as :func:`group_norm`'s)."""
     n, c4, h, w = _check_group_norm(shape, channels, groups, threads, epsilon, activation, dtype, scope, clip_min, clip_max)
+    check_map_epilogue(epilogue, "group norm")
+    spec, bias_shape, residual_shape, residual_scope = map_epilogue_inputs(epilogue, (n, c4, h, w, 4), scope)
     pixels = group_norm_pixels(shape, groups)
     check_slices(pixels, slices, "a group's pixels")
     per = ceildiv(pixels, slices)
     _, count, _, normalize, _ = _group_norm_parts(n, c4, h, w, channels, groups, dtype, threads, per, epsilon, activation,
-                                                  clip_min, clip_max)
+                                                  clip_min, clip_max, epilogue)
     f32 = "float32"
     fold_item, combine = partials_fold_macros(slices, threads, epsilon)
 
     @T.prim_func(s_tir=True)
-    def func(x: T.handle, p: T.handle, gamma: T.handle, beta: T.handle, y: T.handle):
+    def func(x: T.handle, p: T.handle, gamma: T.handle, beta: T.handle, bias: T.handle, residual: T.handle, y: T.handle):
         T.func_attr({"global_symbol": "group_norm_apply", "tirx.noalias": True})
         X = T.match_buffer(x, (n, c4, h, w, 4), dtype, scope=scope)
         P = T.match_buffer(p, (n * groups, slices, PARTIAL_FIELDS), f32, scope=BUFFER)
         Gamma = T.match_buffer(gamma, (c4, 4), dtype, scope=BUFFER)
         Beta = T.match_buffer(beta, (c4, 4), dtype, scope=BUFFER)
+        Bias = T.match_buffer(bias, bias_shape, dtype, scope=BUFFER)
+        Residual = T.match_buffer(residual, residual_shape, dtype, scope=residual_scope)
         Y = T.match_buffer(y, (n, c4, h, w, 4), dtype, scope=scope)
         for b in T.thread_binding(n * groups * slices, thread="blockIdx.x"):
             with T.sblock("slice"):
@@ -491,6 +536,6 @@ def group_norm_apply(shape, channels: int, groups: int, slices: int, epsilon: fl
                     with T.sblock("combine"):
                         if t == 0:
                             combine(folded, 0, stats, 0)
-                normalize(X, Gamma, Beta, Y, stats, vb, vs * per)
+                normalize(X, Gamma, Beta, Bias, Residual, Y, stats, vb, vs * per)
 
-    return func
+    return _norm_params(func, spec)

@@ -2,6 +2,8 @@
 its code, the command is the README's, the copy leaves the working tree alone, the table is
 Markdown."""
 
+import os
+
 import pytest
 
 from helpers import ROOT
@@ -34,7 +36,9 @@ def test_the_command_is_the_readme_test_command_stopping_at_the_first_failure():
     assert " ".join(["python3", *command[1:-5]]) == readme.split("&&")[-1].strip()
     assert command[-5:] == [f"--ignore={mutants.SNIPPET_CHECK}", "-x", "-p", "no:cacheprovider", "--hypothesis-seed=7"]
     assert (ROOT / mutants.SNIPPET_CHECK).samefile(__file__)  # the test ignored is this one
-    quick = mutants.pytest_command(ROOT, ["tests/a.py::t"], 3)
+    own_first = mutants.pytest_command(ROOT, None, 7, own_first=True)
+    assert own_first == [*command[:-4], "-p", "files_first", *command[-4:]]
+    quick = mutants.pytest_command(ROOT, ["tests/a.py::t"], 3, own_first=True)
     assert quick[3:] == ["-q", "-n", "0", "tests/a.py::t", "-x", "-p", "no:cacheprovider", "--hypothesis-seed=3"]
 
 
@@ -78,3 +82,18 @@ def test_a_failure_is_a_kill_also_when_xdist_stops_the_run():
     assert mutants.verdict(0, "5 passed") == "SURVIVED"
     assert mutants.verdict(2, "Interrupted: 1 error during collection") == "error (pytest exit 2)"
     assert mutants.verdict(-15, "") == "error (pytest exit -15)"
+
+
+def test_own_first_orders_the_mutants_files_first_and_keeps_every_test(monkeypatch):
+    """``--own-first`` reorders the suite (its files first, in order; the rest as collected), never drops a test."""
+    files_first = benchmark("files_first")
+    item = type("Item", (), {"__init__": lambda self, nodeid: setattr(self, "nodeid", nodeid)})
+    ids = ["tests/a.py::t1", "tests/b.py::t1", "tests/c.py::t[1]", "tests/b.py::t2", "tests/d.py::t", "tests/c.py::t[2]"]
+    items = [item(n) for n in ids]
+    monkeypatch.setenv(files_first.FILES_FIRST, os.pathsep.join(["tests/c.py", "tests/b.py"]))
+    files_first.pytest_collection_modifyitems(items)
+    assert [i.nodeid for i in items] == ["tests/c.py::t[1]", "tests/c.py::t[2]", "tests/b.py::t1", "tests/b.py::t2",
+                                         "tests/a.py::t1", "tests/d.py::t"]
+    monkeypatch.delenv(files_first.FILES_FIRST)
+    files_first.pytest_collection_modifyitems(items)
+    assert [i.nodeid for i in items][:2] == ["tests/c.py::t[1]", "tests/c.py::t[2]"]  # no files named: order kept

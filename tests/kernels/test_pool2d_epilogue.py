@@ -1,7 +1,8 @@
-"""Pooling, resize and concat kernels with an expression epilogue (issue 34: map kernels are anchors
-like the convs) against float64 NumPy: max/avg pool2d, adaptive/global average pooling (both
-schedules), nearest/bilinear resize and channel concat, textures and buffers, float32 and float16_acc32 storage (half images
-or half buffers, float32 arithmetic).
+"""Pooling, resize, concat and norm kernels with an expression epilogue (issue 34: map kernels are
+anchors like the convs) against float64 NumPy: max/avg pool2d, adaptive/global average pooling (both
+schedules), nearest/bilinear resize, channel concat, the layer norm over channels (both forms) and the
+group norm (one kernel and the split form's apply), textures and buffers, float32 and float16_acc32
+storage (half images or half buffers, float32 arithmetic).
 
 The epilogue is the convs' (``primfuncs.epilogue.store_output_pixel``): per-channel constants packed
 beside a bias, one other activation in full or broadcast per channel / per pixel, the padding lanes
@@ -16,7 +17,7 @@ from helpers.conv import check_blocked_output
 from helpers.numeric import assert_close, pack_nchw4c, rand, run_kernel, sanitized, unpack_nchw4c
 from helpers.strategies import SEEDS, STRATEGIES
 from primfuncs import epilogue_expr as ex
-from primfuncs import concat, pool2d, reduce, resize
+from primfuncs import concat, layernorm, pool2d, reduce, resize
 from primfuncs._common import BUFFER, TEXTURE
 from primfuncs.activation_table import numpy_activation
 from primfuncs.epilogue import Epilogue
@@ -51,9 +52,10 @@ def half(x):
     return np.asarray(x, np.float32).astype(np.float16).astype(np.float64)
 
 
-def run_pool_epilogue(device, func, x, epilogue, c, out_hw, rng, scope, storage):
+def run_pool_epilogue(device, func, x, epilogue, c, out_hw, rng, scope, storage, params=()):
     """(blocked output, float64 reference of the epilogue on ``pooled``-to-be): the kernel run on ``x``
-    (a map, or a list of maps: a concat's) with fresh random constants and operand; ``storage``
+    (a map, or a list of maps: a concat's), then ``params`` (a norm's: arrays as the kernel takes
+    them), with fresh random constants and operand; ``storage``
     "float16": half images (textures) or half buffers (buffers), else float32. Returns (blocked
     output, the inputs as the kernel saw them)."""
     maps = x if isinstance(x, list) else [x]
@@ -63,7 +65,7 @@ def run_pool_epilogue(device, func, x, epilogue, c, out_hw, rng, scope, storage)
     channels = [rng.uniform(0.5, 2.0, c).astype(np.float32) for _ in range(epilogue.channel_rows)]  # > 0: divides
     kind = epilogue.operand_kinds[0] if epilogue.operand_kinds else None  # a pool reads one
     operand = rand(rng, _operand_shape(kind, n, c, oh, ow)) if kind is not None else None
-    inputs = [pack_nchw4c(m) for m in maps]
+    inputs = [pack_nchw4c(m) for m in maps] + list(params)
     rows = ([bias] if bias is not None else []) + channels
     if rows:
         inputs.append(np.concatenate([pack_bias(r) for r in rows], axis=1))
@@ -216,3 +218,55 @@ def test_the_operand_is_read_where_it_lives(device, scope, operand_scope):
     y, seen = run_pool_epilogue(device, func, x, epilogue, c, (5, 4), rng, scope, None)
     pooled = reference.pool2d(seen["x"], "max", (3, 3), (2, 2), (1, 1, 1, 1))
     check(y, epilogue_reference(pooled, epilogue, seen), c, None)
+
+
+NORM_FORMS = ("layer_norm", "layer_norm_wide", "group_norm", "group_norm_apply")
+
+
+@example(form="group_norm_apply", name="relu_plus_full", groups=2, c=8, h=3, w=5, scope=TEXTURE, storage="float16", seed=0)
+@example(form="layer_norm", name="sigmoid_scale_minus_pixel", groups=1, c=7, h=2, w=3, scope=BUFFER, storage="float16", seed=1)
+@given(form=st.sampled_from(NORM_FORMS), name=st.sampled_from(sorted(EPILOGUES)), groups=st.sampled_from([1, 2]),
+       c=st.integers(2, 12), h=st.integers(1, 5), w=st.integers(1, 5), scope=st.sampled_from([TEXTURE, BUFFER]),
+       storage=STORAGES, seed=SEEDS)
+def test_norms_with_an_expression_epilogue(device, form, name, groups, c, h, w, scope, storage, seed):
+    """The norm of each pixel's channels (layer norm) or of each (sample, group) (group norm: ``c`` a
+    multiple of 4 per group), times gamma plus beta, then the epilogue. Gamma and beta are multiples
+    of 1/4 (exact in half buffers); the split form's apply reads float32 partials computed here."""
+    rng = np.random.default_rng(seed)
+    epilogue = EPILOGUES[name]
+    groups = 1 if form.startswith("layer") else groups
+    c = 4 * groups * max(1, c // (4 * groups)) if groups > 1 else c
+    x = rand(rng, (1, c, h, w))
+    gamma, beta = (rng.integers(-8, 9, c) / 4.0 for _ in range(2))
+    shape, eps = pack_nchw4c(x).shape, 1e-5
+    slices = min(2, (shape[1] // groups) * h * w)
+    with sanitized(seed):
+        if form == "layer_norm":
+            func = layernorm.layer_norm_channels(shape, c, eps, scope=scope, epilogue=epilogue)
+        elif form == "layer_norm_wide":
+            func = layernorm.layer_norm_channels_wide(shape, c, eps, scope=scope, threads=2, epilogue=epilogue)
+        elif form == "group_norm":
+            func = layernorm.group_norm(shape, c, groups, eps, scope=scope, threads=4, epilogue=epilogue)
+        else:
+            func = layernorm.group_norm_apply(shape, c, groups, slices, eps, scope=scope, threads=4, epilogue=epilogue)
+        rounded = half(x) if storage == "float16" and scope == TEXTURE else x  # the split form's partials: of x as stored
+        partials = [reference.group_norm_partials(rounded, groups, slices).astype(np.float32)] if form == "group_norm_apply" else []
+        params = [*partials, pack_bias(gamma.astype(np.float32)), pack_bias(beta.astype(np.float32))]
+        y, seen = run_pool_epilogue(device, func, x, epilogue, c, (h, w), rng, scope, storage, params)
+    if groups == 1 and form.startswith("layer"):
+        normalized = reference.layer_norm(seen["x"], np.ones(c), np.zeros(c), axis=1, epsilon=eps)
+    else:
+        normalized = reference.group_norm(seen["x"], groups, eps)
+    check(y, epilogue_reference(normalized * gamma.reshape(1, -1, 1, 1) + beta.reshape(1, -1, 1, 1), epilogue, seen), c, storage)
+
+
+def test_a_norm_takes_the_epilogue_inputs_it_reads():
+    shape = (1, 2, 3, 3, 4)
+    names = lambda f: [p.name for p in f.params]  # noqa: E731
+    assert names(layernorm.layer_norm_channels(shape, 7)) == ["X", "Gamma", "Beta", "Y"]
+    assert names(layernorm.layer_norm_channels(shape, 7, epilogue=EPILOGUES["sigmoid_scale_minus_pixel"])) == \
+        ["X", "Gamma", "Beta", "Bias", "Residual", "Y"]
+    assert names(layernorm.group_norm_apply(shape, 8, 2, 2, epilogue=EPILOGUES["relu_plus_full"])) == \
+        ["X", "P", "Gamma", "Beta", "Residual", "Y"]
+    with pytest.raises(ValueError, match="group norm epilogue writes the blocked output"):
+        layernorm.group_norm(shape, 8, 2, epilogue=Epilogue(expr=ex.Unary("tanh", X), out_layout="NHWC"))

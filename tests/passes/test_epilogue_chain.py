@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
-from helpers.onnx_graphs import PATTERN_RTOL
+from helpers.onnx_graphs import PATTERN_RTOL, group_norm_nodes
 from primfuncs import epilogue_expr as ex
 from primfuncs.activation_table import TABLE, numpy_activation
 from primfuncs.epilogue import Epilogue
@@ -119,7 +119,8 @@ LEAVES = {"conv": ("scalar", "channel", "full", "per_channel", "per_pixel"), "de
           "avgpool": ("scalar", "channel", "full", "per_channel", "per_pixel"),
           "globalavgpool": ("scalar", "channel", "full", "per_pixel"),  # [N, C, 1, 1]: full is per channel
           "resize": ("scalar", "channel", "full", "per_channel", "per_pixel"),
-          "concat": ("scalar", "channel", "full", "per_channel", "per_pixel")}
+          "concat": ("scalar", "channel", "full", "per_channel", "per_pixel"),
+          "group_norm": ("scalar", "channel", "full", "per_channel", "per_pixel")}  # a map's norm (timm's GroupNorm as exported)
 #: the pool anchors: ONNX node and attributes, and the input's size for an output of ``size`` x ``size``
 POOLS = {"maxpool": ("MaxPool", dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]), lambda s: 2 * s),
          "avgpool": ("AveragePool", dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], count_include_pad=1), lambda s: s),
@@ -259,6 +260,12 @@ class GraphBuilder:
             self.inits["scales"] = np.array([1, 1, 2, 2], np.float32)
             self.nodes.append(helper.make_node("Resize", ["x", "", "scales"], ["v0"], mode="nearest"))
             return "v0"
+        if self.anchor == "group_norm":  # its affine steps and an activation after it are the kernel's own; the rest its epilogue
+            self.add_input("x", (1, c, self.size, self.size))
+            inits = {}
+            self.nodes += group_norm_nodes("x", "v0", inits, c, 2 if c % 8 == 0 else 1, rng)
+            self.inits.update({k: v if v.dtype == np.int64 else v.astype(np.float32) for k, v in inits.items()})
+            return "v0"
         if self.anchor in POOLS:
             op, attrs, extent = POOLS[self.anchor]
             self.add_input("x", (1, c, extent(self.size), extent(self.size)))
@@ -295,7 +302,7 @@ class GraphBuilder:
             v = f"b{i}"
         self.nodes.append(helper.make_node("Identity", [v], ["y"]))
         graph = helper.make_graph(self.nodes, "chain", self.inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-                                  [helper.make_tensor(k, TensorProto.FLOAT, a.shape, a.ravel().tolist()) for k, a in self.inits.items()])
+                                  [numpy_helper.from_array(np.asarray(a), k) for k, a in self.inits.items()])
         return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 

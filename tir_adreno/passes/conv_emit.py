@@ -398,6 +398,14 @@ def as_conv_operands(rw: Rewriter, node: Node, w: np.ndarray, a_shape):
         return tokens_as_nhwc(rw, tokens), "NHWC", w.T[:, :, None, None]
     if flat is not None and flat.layout == "NCHW" and a_shape == (flat.nchw[0], k) and int(np.prod(flat.nchw[1:])) == k and flat.nchw[2:] != (1, 1):
         return src.args[0], "NCHW", w.T.reshape(m, *flat.nchw[1:])
-    if len(a_shape) == 2 and a_shape[1] == k and nc_value(rw, a) is not None:
+    # [N, K] held only plain (a class token gathered from plain tokens) is the GEMM's (rules.gemm):
+    # as a 1x1 conv it is packed first, one transform and one launch more
+    if len(a_shape) == 2 and a_shape[1] == k and not _plain_only(rw, a) and nc_value(rw, a) is not None:
         return nc_as_nchw(rw, nc_value(rw, a), a_shape), "NCHW", w.T[:, :, None, None]
     return None
+
+
+def _plain_only(rw: Rewriter, var) -> bool:
+    """Whether the rewriter holds ``var`` in its plain form only (no blocked tensor of it)."""
+    v = rw.values.get(var)
+    return not v.blocked if v is not None else var in rw.exprs

@@ -17,6 +17,12 @@ one when a reader wants it plain. The operands' layouts are read when the op is 
 producers have run: no guess about which rule took them). A tie stays blocked, the layout these
 ops ran in before the planner, so a plan changes only where a transform disappears.
 
+A binary op of two maps whose other operand is held only blocked reads a plain operand in place
+(``rules.common.read_in_place``): as a reader of a flexible op's value it wants neither form
+(:meth:`_result_wants`), and a plain chain stops before it (:meth:`ends_plain_chain`). A value not
+computed yet that is no map and comes from plain values only will be plain (:meth:`plain_to_come`,
+``map_boundary._form_now`` asks it for a token region's pixelwise readers).
+
 The blocked pixelwise rules ask :meth:`runs_plain` first and leave an op planned plain to the
 ``token_elementwise`` rule. The rewriter counts the transforms it emits (:attr:`transforms`).
 
@@ -50,6 +56,13 @@ BLOCKED, PLAIN = "blocked", "plain"
 #: of its NCHW4c tensor, a plain tensor's a ``memory.view``): :meth:`LayoutPlan.view_wants` reads
 #: through them to their readers.
 VIEWS = frozenset({"relax.reshape", "relax.permute_dims"})
+#: Binary ops whose blocked kernel (``rules.elementwise.binary``) reads an operand held only plain
+#: in place; :data:`COMMUTATIVE` ones read it as either operand (and take a broadcast operand first too).
+IN_PLACE_BINARY = frozenset({"relax.add", "relax.subtract", "relax.multiply", "relax.divide"})
+COMMUTATIVE = frozenset({"relax.add", "relax.multiply"})
+#: How many producers back :meth:`LayoutPlan.plain_to_come` looks (an attention's other side is
+#: under a dozen ops).
+MAX_AHEAD = 16
 
 
 def on_channels(concat) -> bool:
@@ -149,10 +162,69 @@ class LayoutPlan:
             only_blocked, only_plain = self._held_value(rw.values.get(arg))
             blocked_now += only_blocked
             plain_now += only_plain
-        wants = self.wants(node.var)
+        wants = self._result_wants(rw, node)
         cost_plain = blocked_now + (BLOCKED in wants)
         cost_blocked = plain_now + (PLAIN in wants)
         return cost_plain < cost_blocked
+
+    def _result_wants(self, rw, node) -> set:
+        """:meth:`wants` of flexible ``node``'s value, but a binary op of two maps whose other
+        operand is held only blocked now wants neither (``rules.common.read_in_place``: its blocked
+        kernel reads an operand held only plain from the float32 NCHW buffer, so running ``node``
+        plain costs that reader no transform; it reads it as B, or as A where the op commutes)."""
+        found = {PLAIN} if self.is_output(node.var) else set()
+        for user in self.readers(node.var):
+            if not self._reads_in_place(rw, user, node.var):
+                found |= self._reader_wants(user)
+        return found
+
+    @staticmethod
+    def _reads_in_place(rw, user, var) -> bool:
+        shape = static_shape(var)
+        if user.op not in IN_PLACE_BINARY or len(user.args) != 2 or shape is None or len(shape) != 4:
+            return False
+        if not (rw.fuses and rw.allow_buffer and rw.dtype == "float32"):
+            return False
+        a, b = user.args
+        other = a if same(b, var) else b
+        as_b = same(b, var) or user.op in COMMUTATIVE
+        return (as_b and not same(a, b) and isinstance(other, relax.Var) and const(other) is None
+                and static_shape(other) == shape == static_shape(user.var) and LayoutPlan.held(rw, other) == (True, False))
+
+    def ends_plain_chain(self, rw, node) -> bool:
+        """Whether flexible ``node`` runs blocked (:meth:`runs_plain`) beside a plain chain that
+        computes one of its operands: the other is held only blocked and its kernel reads the
+        chain's value in place (:meth:`_reads_in_place`), so the chain (``rules.token_elementwise``)
+        stops before it instead of taking it and unpacking the blocked operand."""
+        if node.op not in IN_PLACE_BINARY or len(node.args) != 2 or self.runs_plain(rw, node):
+            return False
+        return any(isinstance(a, relax.Var) and a not in rw.values and a not in rw.exprs
+                   and self._reads_in_place(rw, node, a) for a in node.args)
+
+    def plain_to_come(self, rw, var, memo: dict | None = None, depth: int = 0) -> bool:
+        """Whether ``var``, not computed yet, will exist only plain: it is no map (rank other than
+        4: tokens, heads, rows, which only the plain kernels take when their input is plain) and
+        every activation it is computed from is held only plain now or is such a value itself,
+        followed up to :data:`MAX_AHEAD` producers back (a row sum of the plain query side of an
+        additive attention, read by a pixelwise op of the key side). A flexible op on the way
+        must have no reader wanting it blocked (it could tie and run blocked)."""
+        memo = {} if memo is None else memo
+        if var in memo:
+            return memo[var]
+        memo[var] = False  # a DAG, but be safe while computing
+        node = self.graph.by_var.get(var)
+        rank = len(static_shape(var) or (0,) * 4)
+        if node is None or rank == 4 or depth > MAX_AHEAD or (node.op in FLEXIBLE and BLOCKED in self.wants(var)):
+            return False
+        operands = [f for a in node.args for f in (a.fields if isinstance(a, relax.Tuple) else [a])
+                    if isinstance(f, relax.Var) and const(f) is None]
+        memo[var] = bool(operands) and all(self._plain_now_or_to_come(rw, a, memo, depth) for a in operands)
+        return memo[var]
+
+    def _plain_now_or_to_come(self, rw, var, memo, depth) -> bool:
+        if var in rw.values or var in rw.exprs:
+            return self.held(rw, var) == (False, True)
+        return self.plain_to_come(rw, var, memo, depth + 1)
 
     def split_plain(self, rw, node, part_wants=None) -> bool:
         """Whether channel split ``node`` of a float32 map runs on its plain tensor: fewer transforms

@@ -143,12 +143,13 @@ def _pattern_reads_blocked(rw: Rewriter, node: Node) -> bool:
 def _form_now(rw: Rewriter, var) -> str | None:
     """The one form the rewriter holds ``var`` in now (PLAIN, BLOCKED), or None (both, or not
     computed yet); not computed yet but a view only the plain form has (:func:`_blocked_view`: a
-    window reverse, a reshape out of heads), PLAIN: it will exist only plain."""
+    window reverse, a reshape out of heads) or computed from plain values only
+    (``LayoutPlan.plain_to_come``), PLAIN: it will exist only plain."""
     v = rw.values.get(var)
     if v is None:
         src = rw.graph.by_var.get(var)
         plain_view = src is not None and src.op in ("relax.reshape", "relax.permute_dims") and not _blocked_view(src)
-        return PLAIN if var in rw.exprs or plain_view else None
+        return PLAIN if var in rw.exprs or plain_view or rw.plan.plain_to_come(rw, var) else None
     return None if v.blocked and v.plain is not None else BLOCKED if v.blocked else PLAIN
 
 

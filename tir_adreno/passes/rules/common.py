@@ -17,12 +17,10 @@ from tir_adreno.passes.affine import linear_step
 from tir_adreno.passes.epilogue_chain import chain_only, pool_chain
 from tir_adreno.passes.graph import Node, const, dtype, static_shape
 from tir_adreno.passes.kernel_index import kernel
+from tir_adreno.passes.layout_plan import COMMUTATIVE
 from tir_adreno.passes.op_info import elementwise_info, epilogue_info
 from tir_adreno.passes.rewriter import MAP_LAYOUTS, Rewriter, Value
 from tir_adreno.strategy.packing import pack_bias
-
-#: Binary ops whose operands may come in either order (a broadcast operand first too).
-COMMUTATIVE = ("relax.add", "relax.multiply")
 
 
 def read_in_place(rw: Rewriter, v: Value) -> bool:
@@ -134,7 +132,8 @@ def emit_group_norm(rw: Rewriter, x: Value, groups: int, eps: float, var, scale,
     (``split``: ``strategy.norm.group_norm_schedule``'s, asked by the caller): ``group_norm_partials`` (float32 partial statistics
     per pixel slice, kept float32 under half storage) then ``group_norm_apply`` (where a dense
     1x1 conv alone reads the norm and folds it, the ``group_norm_conv`` pattern's, tried first:
-    that conv reading the partials, no ``group_norm_apply``)."""
+    that conv reading the partials, no ``group_norm_apply``). The elementwise chain after an NCHW
+    map's norm is its epilogue (:func:`emit_with_chain`)."""
     scale, shift, nodes, var, activation, bounds = affine_chain(rw, x, var, scale, shift, nodes)
     shape5 = x.shape5
     scope = rw.scope_for(shape5)
@@ -142,26 +141,37 @@ def emit_group_norm(rw: Rewriter, x: Value, groups: int, eps: float, var, scale,
     params = [relax.const(pack_bias(v.astype(rw.dtype))) for v in (scale, shift)]
     info = elementwise_info("group_norm", nodes, [x.nchw], groups=groups, epsilon=eps, activation=activation, bounds=bounds)
     if split is None:
-        func = kernel(layernorm.group_norm, shape5, x.channels, groups, eps, activation, scope=scope, **clip_fields(bounds))
-        out = rw.emit_kernel(func, [src, *params], shape5, op_info=info)
+        args, inputs = (layernorm.group_norm, shape5, x.channels, groups, eps, activation), [src, *params]
     else:
         slices = split["slices"]
         partials = kernel(layernorm.group_norm_partials, shape5, x.channels, groups, slices, scope=scope)
         stats = rw.emit_float32(partials, [src], (shape5[0] * groups, slices, layernorm.PARTIAL_FIELDS), info)
-        func = kernel(layernorm.group_norm_apply, shape5, x.channels, groups, slices, eps, activation, scope=scope, **clip_fields(bounds))
-        out = rw.emit_kernel(func, [src, stats, *params], shape5, op_info=info)
+        args, inputs = (layernorm.group_norm_apply, shape5, x.channels, groups, slices, eps, activation), [src, stats, *params]
     for m in nodes:
         m.fused = True
-    rw.define(var, out, scope, x.nchw)
-    return out
+    return emit_with_chain(rw, rw.graph.by_var[var], with_epilogue(*args, scope=scope, **clip_fields(bounds)), shape5, scope,
+                           x.nchw, inputs, info, fuse_chain=is_nchw_map(var, x))
 
 
-def emit_with_chain(rw: Rewriter, node: Node, make, out5, scope: str, nchw, inputs: list, info: dict):
-    """``make(**fused)`` (the kernel of an NCHW map anchor: a pool, a resize, a concat; ``fused``: its
-    ``epilogue`` and ``channels``, none without a chain) on ``inputs`` writing ``node``'s value, with
-    the elementwise chain after ``node`` as its epilogue where one fuses (its per-channel constants
-    and operand the kernel's ``Bias`` and ``Residual``; the operand read where it already is)."""
-    found = pool_chain(rw, node, nchw[1])
+def with_epilogue(factory, *args, **kwargs):
+    """``make(**fused)`` for :func:`emit_with_chain` of a kernel whose factory takes its channel
+    count already (a norm's): ``kernel(factory, *args, **kwargs)``, with the chain's epilogue when one fuses."""
+    return lambda epilogue=None, channels=None: kernel(factory, *args, **kwargs, **({} if epilogue is None else {"epilogue": epilogue}))
+
+
+def is_nchw_map(var, x: Value) -> bool:
+    """``var`` is an NCHW map of ``x``'s layout (where a map anchor's chain may follow: its constants
+    and operands broadcast as NCHW)."""
+    return x.layout == "NCHW" and len(static_shape(var) or ()) == 4
+
+
+def emit_with_chain(rw: Rewriter, node: Node, make, out5, scope: str, nchw, inputs: list, info: dict, fuse_chain: bool = True):
+    """``make(**fused)`` (the kernel of an NCHW map anchor: a pool, a resize, a concat, a norm;
+    ``fused``: its ``epilogue`` and ``channels``, none without a chain) on ``inputs`` writing
+    ``node``'s value, with the elementwise chain after ``node`` as its epilogue where one fuses
+    (``fuse_chain``; its per-channel constants and operand the kernel's ``Bias`` and ``Residual``;
+    the operand read where it already is)."""
+    found = pool_chain(rw, node, nchw[1]) if fuse_chain else None
     fused = {}
     last = node
     if found is not None:

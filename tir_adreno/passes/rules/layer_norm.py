@@ -13,7 +13,8 @@ from tir_adreno.passes.kernel_index import kernel
 from tir_adreno.passes.op_info import node_info
 from tir_adreno.passes.rewriter import Rewriter
 from tir_adreno.passes.rules.base import rule
-from tir_adreno.passes.rules.common import emit_group_norm, group_norm_op_parts, layer_norm_operands
+from tir_adreno.passes.rules.common import (emit_group_norm, emit_with_chain, group_norm_op_parts, is_nchw_map, layer_norm_operands,
+                                            with_epilogue)
 from tir_adreno.strategy.norm import group_norm_schedule, layer_norm_schedule
 from tir_adreno.strategy.packing import pack_bias
 
@@ -35,12 +36,18 @@ def layer_norm(rw: Rewriter, node: Node):
     shape5 = x.shape5
     scope = rw.scope_for(shape5)
     wide = layer_norm_schedule(rw.profile, shape5)  # None: one work item per pixel
-    if wide is None:
-        func = kernel(layernorm.layer_norm_channels, shape5, c, float(node.attrs.epsilon), scope=scope)
-    else:
-        func = kernel(layernorm.layer_norm_channels_wide, shape5, c, float(node.attrs.epsilon), scope=scope, **wide)
+    eps = float(node.attrs.epsilon)
     params = [relax.const(pack_bias(v.reshape(c).astype(rw.dtype))) for v in (g, b)]
-    out = rw.emit_kernel(func, [rw.blocked(x, scope), *params], shape5, op_info=node_info(node, epsilon=float(node.attrs.epsilon)))
+    inputs, info = [rw.blocked(x, scope), *params], node_info(node, epsilon=eps)
+    if is_nchw_map(node.var, x):  # the elementwise chain after a map's norm is its epilogue
+        make = (with_epilogue(layernorm.layer_norm_channels, shape5, c, eps, scope=scope) if wide is None else
+                with_epilogue(layernorm.layer_norm_channels_wide, shape5, c, eps, scope=scope, **wide))
+        return emit_with_chain(rw, node, make, shape5, scope, x.nchw, inputs, info)
+    if wide is None:
+        func = kernel(layernorm.layer_norm_channels, shape5, c, eps, scope=scope)
+    else:
+        func = kernel(layernorm.layer_norm_channels_wide, shape5, c, eps, scope=scope, **wide)
+    out = rw.emit_kernel(func, inputs, shape5, op_info=info)
     rw.define(node.var, out, scope, x.nchw, x.layout)
     return out
 

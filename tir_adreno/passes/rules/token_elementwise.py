@@ -44,6 +44,8 @@ class _Chain:
 
     def follows(self, node: Node) -> bool:
         shape = static_shape(node.var)
+        if self.rw.plan is not None and self.rw.plan.ends_plain_chain(self.rw, node):
+            return False  # a blocked binary op that reads the chain's value in place (passes.layout_plan)
         return shape is not None and len(shape) == self.out_rank and dtype(node.var) == "float32"
 
     def save(self):
