@@ -83,9 +83,9 @@ MUTANTS = (
     ),
     Mutant(
         "residual_twice", "the conv epilogue adds the residual twice",
-        (("        load_pixel(tmp, Residual, n, c, h, w)\n        for lane in T.unroll(4):\n"
+        (("        load_residual(tmp, epilogue.residual_layout, Residual, n, c, h, w)\n        for lane in T.unroll(4):\n"
           "            acc[k, lane] = acc[k, lane] + tmp[lane]\n",
-          "        load_pixel(tmp, Residual, n, c, h, w)\n        for lane in T.unroll(4):\n"
+          "        load_residual(tmp, epilogue.residual_layout, Residual, n, c, h, w)\n        for lane in T.unroll(4):\n"
           "            acc[k, lane] = acc[k, lane] + tmp[lane] + tmp[lane]\n"),),
         ("tests/kernels/test_conv2d.py::test_conv2d_group_paths",),
     ),
@@ -314,8 +314,8 @@ MUTANTS = (
     Mutant(
         "channel_concat_wants_blocked",
         "the layout planner counts a channel concat as a reader that wants its inputs blocked",
-        (("        if user.op == \"relax.concat\" and _on_channels(user):  # reads either form (rules.concat)\n            return set()",
-          "        if user.op == \"relax.concat\" and _on_channels(user):  # reads either form (rules.concat)\n            return {BLOCKED}"),),
+        (("        if user.op == \"relax.concat\" and on_channels(user):  # reads either form (rules.concat)\n            return set()",
+          "        if user.op == \"relax.concat\" and on_channels(user):  # reads either form (rules.concat)\n            return {BLOCKED}"),),
         ("tests/passes/test_plain_operands.py::test_channel_concat_wants_either_form",),
     ),
     Mutant(
@@ -529,6 +529,18 @@ MUTANTS = (
         (("store_output_pixel(Out, px, 0, tmp, epilogue, Bias, Residual, vn, co, vh, vw, channels)",
           "store_output_pixel(Out, px, 0, tmp, epilogue, Bias, Residual, vn, co, vh, vw, None)"),),
         ("tests/kernels/test_pool2d_epilogue.py",),
+    ),
+    Mutant(
+        "plain_residual_lanes_reversed",
+        "a conv's residual read from a plain NHWC buffer takes its four channels in reverse order",
+        (("            tmp[lane] = Residual[n, h, w, c * 4 + lane]", "            tmp[lane] = Residual[n, h, w, c * 4 + 3 - lane]"),),
+        ("tests/kernels/test_plain_residual_pool.py::test_conv_reads_plain_residual",),
+    ),
+    Mutant(
+        "channel_group_concat_blocked",
+        "a channel group's concat runs blocked although its inputs are plain and its readers want it plain",
+        (("    return value_wants(rw, node.var) == {PLAIN}", "    return False"),),
+        ("tests/passes/test_channel_groups.py",),
     ),
 )
 

@@ -60,6 +60,7 @@ class Epilogue:
     residual_scope: str | None = None  # and Residual's (None: Y's)
     expr: object = None  # an elementwise chain after all that (primfuncs.epilogue_expr), None: none
     out_layout: str = "NCHW4c"  # the conv factories: Y blocked, or a plain buffer "NHWC" (tokens) / "NCHW"
+    residual_layout: str = "NCHW4c"  # the residual blocked, or a plain buffer "NHWC" / "NCHW" (channels a multiple of 4)
 
     def __post_init__(self):
         if self.activation not in ACTIVATIONS:
@@ -68,6 +69,9 @@ class Epilogue:
             _table_entry(self.activation).check_params(dict(self.activation_params))
         if self.out_layout not in OUT_LAYOUTS:
             raise ValueError(f"out_layout must be one of {OUT_LAYOUTS}, got {self.out_layout!r}")
+        if self.residual_layout not in OUT_LAYOUTS or (self.residual_layout != "NCHW4c" and not self.residual):
+            raise ValueError(f"residual_layout must be one of {OUT_LAYOUTS} (a plain one with a residual), "
+                             f"got {self.residual_layout!r}")
         if not self.clip_min <= self.clip_max:
             raise ValueError(f"clip needs clip_min <= clip_max, got {self.clip_min} > {self.clip_max}")
         if self.expr is not None:
@@ -111,9 +115,12 @@ class Epilogue:
 
     def residual_shape(self, out5, index: int = 0) -> tuple:
         """NCHW4c shape of activation buffer ``index`` (:data:`EXTRA_BUFFERS`) for output ``out5``:
-        the output's, or the operand's broadcast."""
+        the output's, or the operand's broadcast; a plain residual's (:attr:`residual_layout`) in its
+        layout, ``4 * O/4`` channels."""
         n, c4, h, w, lanes = out5
         kind = self.extra_kinds[index] if index < len(self.extra_kinds) else None
+        if index == 0 and self.residual_layout != "NCHW4c":  # the residual as a plain buffer of 4 c4 channels
+            return {"NHWC": (n, h, w, c4 * lanes), "NCHW": (n, c4 * lanes, h, w)}[self.residual_layout]
         return {"channel": (n, c4, 1, 1, lanes), "pixel": (n, 1, h, w, lanes)}.get(kind, tuple(out5))
 
     def params(self, inputs, output) -> list[str]:
@@ -147,11 +154,16 @@ def map_epilogue_inputs(epilogue, out5, scope: str):
     return spec, spec.bias_shape(out5[1]), spec.residual_shape(tuple(out5)), spec.residual_scope or scope
 
 
-def check_epilogue(epilogue, reads_second: bool = False) -> Epilogue:
+def check_epilogue(epilogue, reads_second: bool = False, plain_residual: bool = False) -> Epilogue:
     """``epilogue``, TypeError when it is not an :class:`Epilogue`; ValueError when it reads a second
-    activation (:data:`SECOND`) and the kernel does not (``reads_second``: the direct conv's, the GEMM's)."""
+    activation (:data:`SECOND`) and the kernel does not (``reads_second``: the direct conv's, the GEMM's),
+    or a plain residual (:attr:`Epilogue.residual_layout`) and the kernel does not (``plain_residual``:
+    the direct and depthwise convs')."""
     if not isinstance(epilogue, Epilogue):
         raise TypeError(f"epilogue must be an Epilogue, got {type(epilogue).__name__}")
+    if epilogue.residual_layout != "NCHW4c" and not plain_residual:
+        raise ValueError(f"residual_layout={epilogue.residual_layout!r}: this kernel reads a blocked residual only "
+                         "(the direct and depthwise convs read a plain one)")
     if epilogue.reads_second and not reads_second:
         raise ValueError(f"this kernel reads one activation beside its inputs ({RESIDUAL}), the epilogue two "
                          f"(kinds {epilogue.extra_kinds}): the direct conv and the GEMM read a second")
@@ -243,6 +255,20 @@ def load_operand(tmp, kind, Residual, n, c, h, w):
         load_pixel(tmp, Residual, n, c, h, w)
 
 
+@T.macro
+def load_residual(tmp, layout, Residual, n, c, h, w):
+    """``tmp[0:4]`` = channels ``4c..4c+3`` of the residual at ``(n, h, w)``: one pixel of a blocked
+    one, four loads of a plain one in ``layout`` ("NHWC", "NCHW")."""
+    if layout == "NHWC":
+        for lane in T.unroll(4):
+            tmp[lane] = Residual[n, h, w, c * 4 + lane]
+    elif layout == "NCHW":
+        for lane in T.unroll(4):
+            tmp[lane] = Residual[n, c * 4 + lane, h, w]
+    else:
+        load_pixel(tmp, Residual, n, c, h, w)
+
+
 def _lane_operands(epilogue, lane, *pixels):
     # the expression's operands in ``lane``: ``pixels`` hold activation buffers 0, 1, ... (the
     # residual's is skipped); a per-pixel operand is one channel: lane 0 of its pixel, for every lane
@@ -262,7 +288,7 @@ def apply_epilogue(acc, k, tmp, epilogue, Bias, Residual, n, c, h, w, Second=Non
         for lane in T.unroll(4):
             acc[k, lane] = acc[k, lane] + tmp[lane]
     if epilogue.residual:
-        load_pixel(tmp, Residual, n, c, h, w)
+        load_residual(tmp, epilogue.residual_layout, Residual, n, c, h, w)
         for lane in T.unroll(4):
             acc[k, lane] = acc[k, lane] + tmp[lane]
     if epilogue.activation is not None:

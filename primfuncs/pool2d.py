@@ -359,6 +359,7 @@ def pool2d(
     group_size: int = GROUP_SIZE,
     epilogue=None,
     channels: int | None = None,
+    plain_axes: tuple[str, ...] | None = None,
 ):
     """Max or average pool2d of the NCHW4c ``shape`` (attributes as ``relax.op.nn.max_pool2d``).
 
@@ -368,7 +369,9 @@ def pool2d(
     Output: ``(N, C4, OH, OW, 4)`` in ``scope``; see :func:`pool2d_output_shape`.
     ``epilogue``: an :class:`~primfuncs.epilogue.Epilogue` (an elementwise chain's expression, a bias,
     an activation) on each output pixel, as the convs take it; ``channels`` the real channel count
-    (its padding lanes stay 0).
+    (its padding lanes stay 0). ``plain_axes`` (with ``channels``, no epilogue): the output as a plain
+    buffer in that axis order, ``("c", "h", "w")`` NCHW or ``("h", "w", "c")`` NHWC
+    (:func:`window_reduce`): a pool whose readers take plain tensors, with no layout kernel after it.
     """
     _check_pool_type(pool_type)
     wh, ww = pool_windows(shape, pool_size, strides, padding, dilation, ceil_mode)
@@ -392,6 +395,7 @@ def pool2d(
         group_size=group_size,
         epilogue=epilogue,
         channels=channels,
+        **({} if plain_axes is None else {"plain_axes": tuple(plain_axes)}),
     )
 
 

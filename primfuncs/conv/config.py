@@ -149,13 +149,16 @@ def check_conv_args(epilogue, dtype, config, scope, weight_scope, out_scope, res
     """The checks the direct and tiled conv factories make; returns (scope, weight_scope, out_scope,
     residual_scope) with the defaults filled in (weights: the weight texture next to a texture X).
     The tiled factory refuses a second activation itself (``check_epilogue``)."""
-    check_epilogue(epilogue, reads_second=True)
+    check_epilogue(epilogue, reads_second=True, plain_residual=True)
     if not isinstance(config, ConvConfig):
         raise TypeError(f"config must be a ConvConfig, got {type(config).__name__}")
     check_dtype(dtype)
     scope, out_scope, residual_scope = check_io_scopes(scope, out_scope, residual_scope)
     if epilogue.out_layout != "NCHW4c" and out_scope != BUFFER:
         raise ValueError(f"epilogue.out_layout={epilogue.out_layout!r} writes Y to a buffer (out_scope 'global'), got {out_scope!r}")
+    if epilogue.residual_layout != "NCHW4c" and residual_scope != BUFFER:
+        raise ValueError(f"epilogue.residual_layout={epilogue.residual_layout!r} reads a plain buffer (residual_scope "
+                         f"'global'), got {residual_scope!r}")
     if weight_scope is None:
         weight_scope = TEXTURE_WEIGHT if scope == TEXTURE else BUFFER
     check_scope(weight_scope, (TEXTURE_WEIGHT, BUFFER))

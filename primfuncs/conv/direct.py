@@ -364,6 +364,8 @@ def conv2d_nchw4c(
     channels: a model's first conv reads the input itself, a conv after tokens (``[N, H * W, C]``)
     reads them in place, with no layout kernel before it. ``epilogue.out_layout`` "NHWC" or "NCHW"
     (``out_scope`` "global"): Y is that plain buffer instead (tokens for a GEMM or upstream op).
+    ``epilogue.residual_layout`` "NHWC" or "NCHW" (``residual_scope`` "global", O a multiple of 4):
+    Residual is that plain buffer (a map held plain, added where it is: no packing kernel before it).
 
     ``norm_eps`` (a dense 1x1 conv, stride 1, unpadded; a float32 kernel): the conv reads the
     layer norm over the channels of X, with that epsilon, folded in (:mod:`primfuncs.conv.norm`):
@@ -380,7 +382,7 @@ def conv2d_nchw4c(
     folded in: its Gate is GRN's float32 sums of squares over H, W, ``Gamma (C/4, 4)`` follows, and
     each work group computes the scale ``1 + Gamma * Nx`` itself (:func:`~primfuncs.conv.tiled.conv2d_tiled_nchw4c`).
     """
-    check_epilogue(epilogue, reads_second=True)
+    check_epilogue(epilogue, reads_second=True, plain_residual=True)
     geom = conv2d_geometry(data_shape, weight_shape, strides, padding, dilation, groups)
     if config is not None and config.tiled:
         if geom.groups != 1:
@@ -425,7 +427,7 @@ def depthwise_conv2d_nchw4c(
     ``acc_dtype`` and ``data_layout`` only.
     """
     check_prologue(prologue, "depthwise_conv2d_nchw4c", DEPTHWISE)
-    check_epilogue(epilogue, reads_second=True)
+    check_epilogue(epilogue, reads_second=True, plain_residual=True)
     data_shape = tuple(int(d) for d in data_shape)
     if len(data_shape) != 4:
         raise ValueError(f"data_shape must be NCHW (4-d), got {data_shape}")

@@ -230,6 +230,7 @@ def emit_conv2d(rw: Rewriter, node: Node, x: Value, gate: Value | None = None, i
     plain, plain_in, plain_out = _plain_plan(plan, plain_in, plain_out)
     if plain is not None:
         plan = plain
+    plan = _plain_residual_plan(rw, plan, tail)
     if plain is not None and plain_in is not None:
         inputs = [plain_input_expr(rw, plain_in)]
     else:
@@ -255,6 +256,21 @@ def _plain_plan(plan, plain_in, plain_out):
     return None, None, None
 
 
+def _plain_residual_plan(rw: Rewriter, plan, tail: Tail):
+    """``plan`` reading its residual in place from the plain buffer it is held in, when it is held
+    plain only (a map seen from tokens, a conv's plain output: CoaT's ``x + dwconv(x)`` position
+    encoding on its own input) and the kernel can (``strategy.conv.plain_io_plan``); else ``plan``
+    (the residual is packed as before)."""
+    v = tail.residual
+    if v is None or v.blocked or v.plain is None or not (rw.fuses and rw.allow_buffer) or dtype(v.plain) != "float32":
+        return plan
+    n, c, h, w = v.nchw
+    layout = {(n, c, h, w): "NCHW", (n, h, w, c): "NHWC"}.get(static_shape(v.plain)) if v.layout in ("NCHW", "NHWC") else None
+    if layout is None or layout != v.layout:
+        return plan
+    return strategy.plain_io_plan(plan, residual_layout=layout) or plan
+
+
 def _stage_calls(plan) -> tuple:
     """The plan's kernels as factory calls (``passes.kernel_index``), in launch order: a direct
     conv's one, Winograd's three stages of one factory (``plan.primfuncs()`` without parsing)."""
@@ -276,7 +292,8 @@ def _emit_plan(rw: Rewriter, node: Node, plan, inputs: list, tail: Tail):
             args.append(relax.const(plan.pack_weights(tail.w)))
     args += tail.constants(plan.pack_weights, plan.dtype)[len(stages) > 1:]  # Winograd's U went in with V
     for value, name in zip(tail.extra_inputs, EXTRA_BUFFERS):  # the second read in the first's scope
-        args.append(rw.blocked(value, plan.tensor(name).scope))
+        plain = name == EXTRA_BUFFERS[0] and plan.epilogue.residual_layout != "NCHW4c"  # _plain_residual_plan's
+        args.append(value.plain if plain else rw.blocked(value, plan.tensor(name).scope))
     return rw.emit_kernel(stages[-1], args, plan.tensor("Y").shape, hint="conv2d", op_info=conv_info(node, plan, "Y"))
 
 

@@ -196,3 +196,12 @@ def pool_chain(rw, node: Node, channels: int):
     """The pool anchor: the chain after pool ``node`` (an NCHW map of ``channels``) with its operand
     (:func:`chain_with_operands`: one, any kind; constants per channel), where kernels fuse; else None."""
     return chain_with_operands(rw, node, Anchor(channels)) if rw.fuses else None
+
+
+def chain_fuses(rw, node: Node, channels: int) -> bool:
+    """Whether a chain fuses into map anchor ``node`` (:func:`pool_chain`; the fused marks it sets
+    are restored): an anchor that could write its value plain keeps its chain and writes blocked."""
+    marks = rw.graph.fused_marks()
+    found = pool_chain(rw, node, channels) is not None
+    rw.graph.restore_fused(marks)
+    return found

@@ -65,7 +65,7 @@ COMMUTATIVE = frozenset({"relax.add", "relax.multiply"})
 MAX_AHEAD = 16
 
 
-def _on_channels(concat) -> bool:
+def on_channels(concat) -> bool:
     """Whether ``concat`` joins 4-d maps on their channels (axis 1): ``rules.concat``'s kernel, which
     reads each input in the form it is held (NCHW4c, or a float32 plain NCHW buffer) and writes
     NCHW4c."""
@@ -100,6 +100,10 @@ class LayoutPlan:
         """The nodes that read ``var`` and are not fused yet (once per node), from the index built once."""
         unique = {id(node): node for node in self._readers.get(var, ())}
         return [node for node in unique.values() if not node.fused]
+
+    def all_readers(self, var) -> list:
+        """The nodes that read ``var``, fused ones too (once per node): what the graph has."""
+        return list({id(node): node for node in self._readers.get(var, ())}.values())
 
     def wants(self, var) -> frozenset:
         """The layouts ``var``'s readers want (empty: no reader wants either, e.g. none at all)."""
@@ -140,7 +144,7 @@ class LayoutPlan:
     def _reader_wants(self, user) -> set:
         if user.op in FLEXIBLE:
             return set(self.wants(user.var))
-        if user.op == "relax.concat" and _on_channels(user):  # reads either form (rules.concat)
+        if user.op == "relax.concat" and on_channels(user):  # reads either form (rules.concat)
             return set()
         if user.op in BLOCKED_READERS:
             return {BLOCKED}
@@ -185,7 +189,7 @@ class LayoutPlan:
         other = a if same(b, var) else b
         as_b = same(b, var) or user.op in COMMUTATIVE
         return (as_b and not same(a, b) and isinstance(other, relax.Var) and const(other) is None
-                and static_shape(other) == shape == static_shape(user.var) and LayoutPlan._held(rw, other) == (True, False))
+                and static_shape(other) == shape == static_shape(user.var) and LayoutPlan.held(rw, other) == (True, False))
 
     def ends_plain_chain(self, rw, node) -> bool:
         """Whether flexible ``node`` runs blocked (:meth:`runs_plain`) beside a plain chain that
@@ -219,28 +223,30 @@ class LayoutPlan:
 
     def _plain_now_or_to_come(self, rw, var, memo, depth) -> bool:
         if var in rw.values or var in rw.exprs:
-            return self._held(rw, var) == (False, True)
+            return self.held(rw, var) == (False, True)
         return self.plain_to_come(rw, var, memo, depth + 1)
 
-    def split_plain(self, rw, node) -> bool:
+    def split_plain(self, rw, node, part_wants=None) -> bool:
         """Whether channel split ``node`` of a float32 map runs on its plain tensor: fewer transforms
         than blocked (a tie: blocked; module docstring). Plain costs one per part a reader wants
         blocked plus one when the input is only blocked now; blocked one per part a reader wants
-        plain plus one when the input is only plain now; an input not rewritten yet costs nothing."""
+        plain plus one when the input is only plain now; an input not rewritten yet costs nothing.
+        ``part_wants(var)``: a part's wants (default :meth:`view_wants`; ``passes.channel_groups``
+        reads them through the convs of a channel group)."""
         parts = self.graph.users(node.var) if node.op == "relax.split" else []
         shape = static_shape(node.args[0])
         if not parts or any(p.op != "tuple_get_item" for p in parts) or not (rw.fuses and rw.allow_buffer):
             return False
         if rw.dtype != "float32" or shape is None or len(shape) != 4 or split_parts(node, shape) is None:
             return False
-        wants = [self.view_wants(p.var) for p in parts]
-        blocked_now, plain_now = self._held(rw, node.args[0])
+        wants = [(part_wants or self.view_wants)(p.var) for p in parts]
+        blocked_now, plain_now = self.held(rw, node.args[0])
         cost_plain = sum(BLOCKED in w for w in wants) + blocked_now
         cost_blocked = sum(PLAIN in w for w in wants) + plain_now
         return cost_plain < cost_blocked
 
     @staticmethod
-    def _held(rw, var) -> tuple[bool, bool]:
+    def held(rw, var) -> tuple[bool, bool]:
         """(only blocked, only plain): how the rewriter holds ``var`` now; (False, False) before it
         is rewritten or when it has both forms."""
         if var not in rw.values and var not in rw.exprs:

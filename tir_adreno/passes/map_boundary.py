@@ -27,14 +27,11 @@ from dataclasses import dataclass
 
 from tvm import relax
 
-from primfuncs.epilogue import Epilogue
-
-from tir_adreno.passes.convs import conv_geometry, conv_operands
+from tir_adreno.passes import channel_groups
 from tir_adreno.passes.graph import SWAP_TOKENS, TO_NCHW, TO_NHWC, Node, const, dtype, ints_of, permute_axes, same, static_shape
 from tir_adreno.passes.layout_plan import FLEXIBLE
 from tir_adreno.passes.rewriter import Rewriter, Value
 from tir_adreno.passes.token_chain import ends_plain
-from tir_adreno.strategy import conv as strategy
 
 
 @dataclass(frozen=True)
@@ -55,15 +52,15 @@ def _swaps_last_two(node: Node | None) -> bool:
 def reads_plain(rw: Rewriter, node: Node) -> bool:
     """Whether ``node`` reads its (non-map) operand in plain form: a ``matmul`` (the gemm rule), a
     transpose of the last two axes that only matmuls read (folded into the GEMM's read), a concat
-    of tokens or of channels-last maps (our map concat takes channels: axis 1 of a 4-d tensor), a
-    split or a pixelwise op by constants the layout planner runs plain (``LayoutPlan.split_plain``,
+    of tokens or of channels-last maps (our map concat takes channels: axis 1 of a 4-d tensor; one
+    of a channel group, ``channel_groups.concat_plain``, runs plain), a split or a pixelwise op by constants the layout planner runs plain (``LayoutPlan.split_plain``,
     ``flexible_plain``) or an op no pattern or rule of ours takes."""
     if node.op == "relax.matmul" or node.op not in rw.rules:
         return node.op not in ("tuple", "tuple_get_item", "other")
-    if node.op == "relax.concat":
-        return not _on_channels(node)
-    if node.op == "relax.split":  # the layout planner's choices (passes.layout_plan)
-        return rw.plan is not None and rw.plan.split_plain(rw, node)
+    if node.op == "relax.concat":  # a channel concat runs plain in a channel group (passes.channel_groups)
+        return not _on_channels(node) or channel_groups.concat_plain(rw, node)
+    if node.op == "relax.split":  # the layout planner's choices (passes.layout_plan, passes.channel_groups)
+        return channel_groups.split_plain(rw, node)
     if node.op in FLEXIBLE:
         return rw.plan is not None and rw.plan.flexible_plain(node)
     if _swaps_last_two(node):
@@ -114,16 +111,7 @@ def _plan_reads_plain(rw: Rewriter, conv: Node, var, layout: str) -> bool:
     """Whether ``conv`` (NCHW) has ``var`` as its input and its strategy plan can read it as a plain
     buffer in ``layout`` ("NHWC", "NCHW": ``strategy.conv.plain_io_plan``): a dense or depthwise
     direct conv in float32."""
-    operands = conv_operands(conv) if conv.op == "relax.nn.conv2d" and same(conv.args[0], var) else None
-    nchw = static_shape(var)
-    if operands is None or operands.layout != "NCHW" or nchw is None:
-        return False
-    try:
-        geom = conv_geometry(conv, nchw, operands.weights.shape)
-    except ValueError:
-        return False
-    plan = strategy.conv2d_plan(geom, Epilogue(), rw.precision, rw.profile, rw.records, allow_buffer=rw.allow_buffer)
-    return strategy.plain_io_plan(plan, layout) is not None
+    return channel_groups.conv_plain_plan(rw, conv, var, layout)
 
 
 def _permute_want(rw: Rewriter, node: Node) -> str | None:
@@ -375,19 +363,33 @@ def plain_input(rw: Rewriter, node: Node) -> tuple[str, relax.Expr, tuple | None
 
 def _shared_input(rw: Rewriter, node: Node, v: Value | None) -> tuple | None:
     """("NCHW", plain buffer, None) when conv ``node`` reads its input ``v`` in place beside other
-    readers: ``v`` is a plain NCHW value its writer wrote plain for them (:func:`token_output`:
-    every other reader reads it plain or through a token view, and one at least is such a reader,
-    a view it fused or one still to come: not a model input only convs read), and the conv's plan
-    can; else None."""
+    readers: ``v`` is a plain NCHW value (or a plain expression: a gather's map) its writer wrote
+    plain for them (:func:`token_output`: every other reader reads it plain or through a token view,
+    or adds it to a map of its shape (:func:`_adds_to_map`: read in place too), and one at least is
+    such a reader, a view it fused or one still to come: not a model input only convs read), and the
+    conv's plan can; else None."""
     var = node.args[0]
+    if v is None and var in rw.exprs and dtype(var) == "float32":  # a plain expression, a Value once the conv reads it
+        v = Value(plain=rw.exprs[var], layout="NCHW", channels=static_shape(var)[1], nchw=static_shape(var))
     if v is None or v.layout != "NCHW" or v.plain is None or not _plan_reads_plain(rw, node, var, "NCHW"):
         return None
     users = rw.graph.users(var)
     others = [u for u in users if u is not node and not _plan_reads_plain(rw, u, var, "NCHW")]
     viewed = rw.graph.uses.get(var, 0) > len(users)  # a token view fused into the writer read it
-    if not (others or viewed) or any(_reader(rw, u, v.nchw) is None for u in others):
+    if not (others or viewed) or any(_reader(rw, u, v.nchw) is None for u in others if not _adds_to_map(u, var)):
         return None
+    if var not in rw.values:
+        rw.values[var] = v
     return "NCHW", v.plain, None
+
+
+def _adds_to_map(node: Node, var) -> bool:
+    """``node`` adds ``var`` to another activation of its shape: a conv's residual or a binary op
+    of two maps, both of which read a plain NCHW operand in place (``Epilogue.residual_layout``,
+    ``binary(plain_b=True)``)."""
+    shape = static_shape(var)
+    return (node.op == "relax.add" and len(node.args) == 2 and all(isinstance(a, relax.Var) for a in node.args)
+            and all(static_shape(a) == shape for a in node.args))
 
 
 def plain_input_expr(rw: Rewriter, found: tuple) -> relax.Expr:

@@ -229,21 +229,26 @@ def direct_conv2d(geometry: ConvGeometry, epilogue: Epilogue = Epilogue(), dtype
     return _conv.conv2d_nchw4c((g.n, g.c, g.h, g.w), (g.o, g.cg, g.kh, g.kw), groups=g.groups, prologue=prologue, **attrs)
 
 
-def plain_io_plan(plan: ConvPlan, data_layout: str | None = None, out_layout: str | None = None) -> ConvPlan | None:
+def plain_io_plan(plan: ConvPlan, data_layout: str | None = None, out_layout: str | None = None,
+                  residual_layout: str | None = None) -> ConvPlan | None:
     """``plan`` reading X as a plain buffer in ``data_layout`` ("NCHW": a model's input read by its
     first conv; "NHWC": tokens ``[N, H * W, C]`` read as their map) and/or writing Y as a plain
     buffer in ``out_layout`` ("NHWC": tokens; "NCHW"), so no layout kernel runs on that side (None:
     that side stays blocked); None where its kernel cannot: Winograd, grouped convs that are not
     depthwise (a depthwise conv reads and writes plain too, in either layout: EfficientViT's query
     split off a plain qkv map; a dense one in any config), gated or
-    norm-folding convs (a folded layer norm reads X blocked only, but writes Y plain: TinyViT's
-    qkv Linear for its attention's GEMMs), half kernels (a plain tensor is float32)."""
+    norm-folding convs reading X plain (a gated one or one folding a layer norm writes Y plain:
+    TinyViT's qkv Linear for its attention's GEMMs), half kernels (a plain tensor is float32). ``residual_layout`` ("NHWC",
+    "NCHW"): the residual read from a plain buffer in that layout (``Epilogue.residual_layout``: a
+    map held plain added where it is; the untiled kernel, gated or norm-folding too, O a multiple of 4)."""
     (factory, kwargs), = plan.stages
     g = plan.geometry
-    refused = {"gate_scope", "group_norm", "grn_eps"} | ({"norm_eps"} if data_layout is not None else set())
-    if plan.algorithm != "direct" or plan.dtype != "float32" or refused & set(kwargs):
+    if plan.algorithm != "direct" or plan.dtype != "float32" or (g.groups != 1 and not g.is_depthwise):
         return None
-    if g.groups != 1 and not g.is_depthwise:
+    # the input side's kernels read a gate or fold a norm from blocked pixels only; the epilogue is
+    # shared (a gated conv or a folded layer norm's writes Y or reads the residual plain as any direct conv does)
+    folds = {"gate_scope", "norm_eps", "group_norm", "grn_eps"} & set(kwargs)
+    if (folds and data_layout is not None) or (folds - {"gate_scope", "norm_eps"} and out_layout is not None):
         return None
     tensors, kwargs, epilogue = dict((t.name, t) for t in plan.tensors), dict(kwargs), plan.epilogue
     if data_layout is not None:
@@ -253,6 +258,12 @@ def plain_io_plan(plan: ConvPlan, data_layout: str | None = None, out_layout: st
         epilogue = replace(epilogue, out_layout=out_layout)
         tensors["Y"] = TensorPlan("Y", epilogue.out_shape(g.n, g.o, g.oh, g.ow), BUFFER)
         kwargs.update(epilogue=epilogue, out_scope=BUFFER)
+    if residual_layout is not None:
+        if not epilogue.residual or plan.config.tiled or g.o % 4:
+            return None
+        epilogue = replace(epilogue, residual_layout=residual_layout)
+        tensors["Residual"] = TensorPlan("Residual", epilogue.residual_shape((g.n, g.o4, g.oh, g.ow, 4)), BUFFER)
+        kwargs.update(epilogue=epilogue, residual_scope=BUFFER)
     return replace(plan, epilogue=epilogue, tensors=tuple(tensors.values()), stages=((factory, kwargs),))
 
 

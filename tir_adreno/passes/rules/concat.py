@@ -4,7 +4,9 @@ concat's epilogue.
 An input held only as a plain NCHW buffer (a GEMM's result seen as a map: each attention head's
 output in EfficientViT's cascaded group attention, SHViT's single head) is read by the concat
 kernel from that buffer (``concat_channels(plain=...)``) instead of being packed to NCHW4c first:
-the concat takes either form, so no layout kernel runs before it (``rules.common.read_in_place``)."""
+the concat takes either form, so no layout kernel runs before it (``rules.common.read_in_place``).
+A concat whose inputs are plain and whose readers want it plain (a channel group's,
+``passes.channel_groups``) is left to the gather on the plain tensors (``rules.token_layout``)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from tvm import relax
 
 from primfuncs import concat as kernels
 
+from tir_adreno.passes import channel_groups
 from tir_adreno.passes.graph import Node
 from tir_adreno.passes.kernel_index import kernel
 from tir_adreno.passes.op_info import concat_info
@@ -25,6 +28,8 @@ def concat(rw: Rewriter, node: Node):
     parts = node.args[0]
     if not isinstance(parts, relax.Tuple) or node.attrs.axis is None or int(node.attrs.axis) % 4 != 1:
         return None
+    if channel_groups.concat_plain(rw, node):
+        return None  # a channel group's concat: the gather on its plain inputs (rules.token_layout)
     values = [rw.activation(f) for f in parts.fields]
     if any(v is None or v.layout != "NCHW" for v in values):
         return None

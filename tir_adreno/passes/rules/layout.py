@@ -10,6 +10,7 @@ from tvm import relax
 
 from primfuncs import resize, shuffle
 
+from tir_adreno.passes import channel_groups
 from tir_adreno.passes.graph import SWAP_TOKENS, TO_NCHW, TO_NHWC, Node, channel_range, dtype, split_parts, static_shape
 from tir_adreno.passes.kernel_index import kernel
 from tir_adreno.passes.op_info import elementwise_info, node_info
@@ -100,7 +101,7 @@ def strided_slice(rw: Rewriter, node: Node):
 def split(rw: Rewriter, node: Node):
     """ONNX ``Split`` along channels, any group sizes: one ``split_channels`` launch per up to
     ``MAX_PARTS`` parts, each part an activation of its own (the ``TupleGetItem`` users fused)."""
-    if rw.plan is not None and rw.plan.split_plain(rw, node):
+    if channel_groups.split_plain(rw, node):
         return None  # the layout planner runs it on the plain tensor (rules.token_layout)
     x = rw.activation(node.args[0])
     sizes = split_parts(node, x.nchw) if x is not None and x.layout == "NCHW" else None

@@ -1,6 +1,9 @@
 """Pooling, reductions over C/H/W and the channel softmax of an NCHW activation. A pool (and the
 global average pool, a mean over H and W) takes the elementwise chain after it as its epilogue
-(``passes.epilogue_chain.pool_chain``): one launch for the pool and its chain."""
+(``passes.epilogue_chain.pool_chain``): one launch for the pool and its chain. A pool whose readers take
+plain tensors only (``map_boundary.token_output``: GCViT's global query, a pooled map permuted and
+tiled into attention heads) and no chain fuses into writes that plain buffer itself
+(``pool2d(plain_axes=...)``)."""
 
 from __future__ import annotations
 
@@ -8,8 +11,10 @@ from tvm import relax
 
 from primfuncs import pool2d, reduce
 
+from tir_adreno.passes.epilogue_chain import chain_fuses
 from tir_adreno.passes.graph import Node, ints, static_shape
 from tir_adreno.passes.kernel_index import kernel
+from tir_adreno.passes.map_boundary import define_plain_output, token_output
 from tir_adreno.passes.op_info import node_info
 from tir_adreno.passes.rewriter import Rewriter, blocked_shape
 from tir_adreno.passes.rules.base import rule
@@ -49,6 +54,14 @@ def pool(rw: Rewriter, node: Node):
     in5, out5 = x.shape5, blocked_shape((n, c, oh, ow))
     scope = rw.scope_for(in5, out5)
     schedule = pool_strategy.pool_schedule(pool_key(op, x.nchw, attrs), rw.profile, rw.records)
+    plain = token_output(rw, node.var, (n, c, oh, ow)) if factory is pool2d.pool2d and not chain_fuses(rw, node, c) else None
+    if plain is not None:  # its readers take plain tensors (a token view, a GEMM): the pool writes that buffer
+        nhwc = plain.layout == "NHWC"
+        func = kernel(factory, in5, scope=scope, **schedule, **attrs, channels=c, plain_axes=tuple("hwc" if nhwc else "chw"))
+        out = rw.emit_kernel(func, [rw.blocked(x, scope)], (n, oh, ow, c) if nhwc else (n, c, oh, ow), dtype="float32",
+                             op_info=node_info(node, **attrs))
+        define_plain_output(rw, node.var, out, (n, c, oh, ow), plain)
+        return out
     return emit_with_chain(rw, node, lambda **fused: kernel(factory, in5, scope=scope, **schedule, **attrs, **fused), out5, scope,
                         (n, c, oh, ow), [rw.blocked(x, scope)], node_info(node, **attrs))
 
