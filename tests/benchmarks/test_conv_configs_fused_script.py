@@ -84,7 +84,8 @@ def test_fused_layers_rebuild_the_plans_kernels(onnx_dir):
 
     found = conv_configs.plans_layers(["dwpw", "absent"], onnx_dir, h200, "fused")
     assert [(lay.key, lay.count, lay.models) for lay in found] == [("dwpw.dwpw0", 2, ("dwpw",)), ("dwpw.dwpw1", 1, ("dwpw",))]
-    unset = {"activation_params": [], "out_scope": None, "residual_scope": None, "expr": None, "out_layout": "NCHW4c"}
+    unset = {"activation_params": [], "out_scope": None, "residual_scope": None, "expr": None, "out_layout": "NCHW4c",
+             "residual_layout": "NCHW4c"}
     assert found[0].kernel["epilogue"] == {"bias": True, "activation": None, "residual": True, "clip_min": 0.0, "clip_max": 6.0,
                                            **unset, "out_scope": "global", "residual_scope": "global"}
     assert found[1].kernel["prologue"]["depthwise"] == {"bias": True, "activation": "clip", "residual": False, "clip_min": -1.0,

@@ -376,7 +376,10 @@ def _shared_input(rw: Rewriter, node: Node, v: Value | None) -> tuple | None:
     users = rw.graph.users(var)
     others = [u for u in users if u is not node and not _plan_reads_plain(rw, u, var, "NCHW")]
     viewed = rw.graph.uses.get(var, 0) > len(users)  # a token view fused into the writer read it
-    if not (others or viewed) or any(_reader(rw, u, v.nchw) is None for u in others if not _adds_to_map(u, var)):
+    # a model input's add is left to the planner (packed once at the input, the add blocked): read
+    # in place, the add of it and a blocked map ran plain between an unpack and a pack
+    in_place_adds = not any(same(var, p) for p in rw.graph.func.params)
+    if not (others or viewed) or any(_reader(rw, u, v.nchw) is None for u in others if not (in_place_adds and _adds_to_map(u, var))):
         return None
     if var not in rw.values:
         rw.values[var] = v
