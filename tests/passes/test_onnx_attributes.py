@@ -117,8 +117,9 @@ def _gemm_cases(rng):
     return {
         "gemm_trans_b": (*_gemm(rng, 1), (1, 5, 2, 2), 13, "conv2d"),
         "gemm_no_trans_b": (*_gemm(rng, 0), (1, 5, 2, 2), 13, "conv2d"),
-        "gemm_alpha_beta": (*_gemm(rng, 1, alpha=0.375, beta=-1.5), (1, 5, 2, 2), 13, "conv2d"),
-        "gemm_alpha_beta_broadcast_c": (*_gemm(rng, 0, alpha=2.5, beta=0.25, bias_shape=(1, 7)), (1, 5, 2, 2), 13, "conv2d"),
+        # with alpha the [N, K] is computed plain (scaled), so our GEMM reads it: one launch, no layout kernel
+        "gemm_alpha_beta": (*_gemm(rng, 1, alpha=0.375, beta=-1.5), (1, 5, 2, 2), 13, "gemm"),
+        "gemm_alpha_beta_broadcast_c": (*_gemm(rng, 0, alpha=2.5, beta=0.25, bias_shape=(1, 7)), (1, 5, 2, 2), 13, "gemm"),
     }
 
 

@@ -17,11 +17,11 @@ node = helper.make_node
 HALF_RTOL = 1e-2
 
 
-def _model(nodes, inits, inputs, opset=17):
+def _model(nodes, inits, inputs, opset=17, outputs=("y",)):
     tensors = [helper.make_tensor(k, TensorProto.INT64 if a.dtype == np.int64 else TensorProto.FLOAT, a.shape, a.ravel().tolist())
                for k, a in inits.items()]
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(k, TensorProto.FLOAT, list(s)) for k, s in inputs.items()],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], tensors)
+                              [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs], tensors)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
 
 
@@ -97,9 +97,10 @@ def test_precedence_a_broadcast_activation_ends_the_chain():
     assert "layer_norm_rows" in ops and len(ops) == 5, ops  # gemm, norm(+add), mean, gemm, multiply
 
 
-def _map_token_block(chain: bool, c=8, size=4):
+def _map_token_block(chain: bool, c=8, size=4, side=False):
     """x [1, C, H, W] -> 1x1 conv -> tokens [1, HW, C] -> LayerNorm -> (``* s2 + t2``) -> Linear -> y:
-    tokens made from a map, which the rewriter holds blocked."""
+    tokens made from a map (``side``: the map also read by a 1x1 conv, a second output, so it is
+    held blocked)."""
     rng, inits = np.random.default_rng(5), {}
     inits.update(g=1 + 0.3 * rng.standard_normal(c), b=0.3 * rng.standard_normal(c), w1=rng.standard_normal((c, 12)) / np.sqrt(c),
                  b1=rng.standard_normal(12), s2=rng.standard_normal(c), t2=rng.standard_normal(c))
@@ -108,21 +109,25 @@ def _map_token_block(chain: bool, c=8, size=4):
     if chain:
         nodes += [node("Mul", ["l", "s2"], ["m"]), node("Add", ["m", "t2"], ["a"])]
     nodes += [node("MatMul", ["a" if chain else "l", "w1"], ["mm"]), node("Add", ["mm", "b1"], ["y"])]
+    if side:
+        nodes.append(conv_node(rng, inits, "d", "side", c, c, k=1))
     inits = {k: np.asarray(v, np.float32) for k, v in inits.items()} | {"shape": np.array([1, c, size * size], np.int64)}
-    return _model(nodes, inits, {"x": (1, c, size, size)})
+    return _model(nodes, inits, {"x": (1, c, size, size)}, outputs=("y", "side") if side else ("y",))
 
 
 def test_precedence_layer_norm_conv_before_the_rows_rule():
-    """Tokens made from a map, LayerNorm read alone by a Linear: on the H200 the ``layer_norm_conv``
-    pattern (tried before every rule) folds the norm into the Linear's 1x1 conv, no norm kernel; on
-    PoCL (no fold) the token region (``map_boundary``) has the conv write the plain tokens and the
-    rows rule takes the norm. With a chain after the norm the pattern applies on no profile: the
-    norm and its chain are one row kernel between the conv and the GEMM, with no layout transform."""
-    tokens_plain = ["conv2d_nchw4c", "layer_norm_rows", "gemm"]
-    assert plan_kernels(_map_token_block(False), get_profile("nvidia-h200"))[:2] == ["conv2d_nchw4c", "conv2d_nchw4c"]
-    assert plan_kernels(_map_token_block(False), get_profile("pocl")) == tokens_plain
+    """Tokens of a map held blocked (the map's other reader is a conv), LayerNorm read alone by a
+    Linear: on the H200 the ``layer_norm_conv`` pattern (tried before every rule) folds the norm into
+    the Linear's 1x1 conv, no norm kernel; PoCL (no fold) runs the norm. Tokens only the norm reads
+    are written plain by the conv on both profiles (a last-axis norm reads either form:
+    ``map_boundary``), and the rows rule takes the norm, with a chain after it too: one row kernel
+    between the conv and the GEMM, with no layout transform."""
+    folded = plan_kernels(_map_token_block(False, side=True), get_profile("nvidia-h200"))
+    assert folded[:3] == ["conv2d_nchw4c"] * 3 and not any(k.startswith("layer_norm") for k in folded), folded
+    assert "layer_norm_channels" in plan_kernels(_map_token_block(False, side=True), get_profile("pocl"))
     for profile in ("pocl", "nvidia-h200"):
-        assert plan_kernels(_map_token_block(True), get_profile(profile)) == tokens_plain
+        for chain in (False, True):
+            assert plan_kernels(_map_token_block(chain), get_profile(profile)) == ["conv2d_nchw4c", "layer_norm_rows", "gemm"]
 
 
 def test_kernel_check_refuses_a_row_kernels_expression():
