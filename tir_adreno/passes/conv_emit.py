@@ -21,6 +21,7 @@ from tir_adreno.passes.convs import conv_geometry, conv_operands
 from tir_adreno.passes.epilogue_chain import OPERAND_KINDS, Anchor, Chain, chain_epilogue, chain_with_operands, pack_rows
 from tir_adreno.passes.graph import TO_NCHW, Node, dtype, same, static_shape
 from tir_adreno.passes.kernel_index import KernelCall
+from tir_adreno.passes.layout_plan import LayoutPlan
 from tir_adreno.passes.map_boundary import define_plain_output, plain_input, plain_input_expr, token_output
 from tir_adreno.passes.op_info import CONFIG_ATTR, CONV_STAGES, SOURCE_ATTR, conv_info, fused_info
 from tir_adreno.passes.rewriter import Rewriter, Value, blocked_shape
@@ -411,12 +412,7 @@ def as_conv_operands(rw: Rewriter, node: Node, w: np.ndarray, a_shape):
         return src.args[0], "NCHW", w.T.reshape(m, *flat.nchw[1:])
     # [N, K] held only plain (a class token gathered from plain tokens) is the GEMM's (rules.gemm):
     # as a 1x1 conv it is packed first, one transform and one launch more
-    if len(a_shape) == 2 and a_shape[1] == k and not _plain_only(rw, a) and nc_value(rw, a) is not None:
+    if len(a_shape) == 2 and a_shape[1] == k and not LayoutPlan.held(rw, a)[1] and nc_value(rw, a) is not None:
         return nc_as_nchw(rw, nc_value(rw, a), a_shape), "NCHW", w.T[:, :, None, None]
     return None
 
-
-def _plain_only(rw: Rewriter, var) -> bool:
-    """Whether the rewriter holds ``var`` in its plain form only (no blocked tensor of it)."""
-    v = rw.values.get(var)
-    return not v.blocked if v is not None else var in rw.exprs

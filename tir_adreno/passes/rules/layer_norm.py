@@ -9,7 +9,6 @@ from tvm import relax
 from primfuncs import layernorm
 
 from tir_adreno.passes.graph import Node
-from tir_adreno.passes.kernel_index import kernel
 from tir_adreno.passes.op_info import node_info
 from tir_adreno.passes.rewriter import Rewriter
 from tir_adreno.passes.rules.base import rule
@@ -39,15 +38,11 @@ def layer_norm(rw: Rewriter, node: Node):
     eps = float(node.attrs.epsilon)
     params = [relax.const(pack_bias(v.reshape(c).astype(rw.dtype))) for v in (g, b)]
     inputs, info = [rw.blocked(x, scope), *params], node_info(node, epsilon=eps)
+    make = (with_epilogue(layernorm.layer_norm_channels, shape5, c, eps, scope=scope) if wide is None else
+            with_epilogue(layernorm.layer_norm_channels_wide, shape5, c, eps, scope=scope, **wide))
     if is_nchw_map(node.var, x):  # the elementwise chain after a map's norm is its epilogue
-        make = (with_epilogue(layernorm.layer_norm_channels, shape5, c, eps, scope=scope) if wide is None else
-                with_epilogue(layernorm.layer_norm_channels_wide, shape5, c, eps, scope=scope, **wide))
         return emit_with_chain(rw, node, make, shape5, scope, x.nchw, inputs, info)
-    if wide is None:
-        func = kernel(layernorm.layer_norm_channels, shape5, c, eps, scope=scope)
-    else:
-        func = kernel(layernorm.layer_norm_channels_wide, shape5, c, eps, scope=scope, **wide)
-    out = rw.emit_kernel(func, inputs, shape5, op_info=info)
+    out = rw.emit_kernel(make(), inputs, shape5, op_info=info)
     rw.define(node.var, out, scope, x.nchw, x.layout)
     return out
 
