@@ -466,7 +466,7 @@ MUTANTS = (
     Mutant(
         "plain_class_token_packed",
         "a Linear on [N, K] held only plain runs as a 1x1 conv on its packed form instead of the GEMM",
-        (("and not _plain_only(rw, a) and", "and"),),
+        (("and not LayoutPlan.held(rw, a)[1] and", "and"),),
         ("tests/passes/test_layout_plan_ahead.py::test_linear_on_a_plain_class_token_is_a_gemm",),
     ),
     Mutant(
