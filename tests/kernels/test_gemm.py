@@ -23,11 +23,11 @@ HALF_RTOL = 2.0**-11
 
 
 @st.composite
-def cases(draw):
+def cases(draw, scopes=(BUFFER, TEXTURE)):
     """(a_shape, b_shape, trans_a, trans_b, scope): a Linear (B 2-d, A of rank 2-4) or a batched product
     with 1-2 batch dims (heads; either operand's broadcast: size 1), K and N not multiples of 4 as often as multiples."""
     m, k, n = draw(st.integers(1, 19)), draw(st.sampled_from([1, 3, 4, 7, 8, 13, 32, 37])), draw(st.integers(1, 21))
-    scope = draw(st.sampled_from([BUFFER, TEXTURE]))
+    scope = draw(st.sampled_from(scopes))
     trans_b = draw(st.booleans()) and scope == BUFFER  # textures are read as stored
     if draw(st.booleans()):  # activation x constant weight: leading dims fold into rows
         lead = tuple(draw(st.lists(st.integers(1, 3), max_size=2)))
@@ -80,9 +80,13 @@ def _reference(a, b, trans_a, trans_b, bias, residual, epilogue, alpha):
 @example(case=((1, 1, 7, 1), (1, 5), False, False, TEXTURE), config=gemm.GemmConfig(1, 2, 1, 1), epilogue=Epilogue(),
          precision="float32", seed=0, alpha=1.0)  # two pixels per item (found by hypothesis: stored through one scratch pixel, both got the first)
 def test_gemm_kernel(device, case, config, epilogue, precision, seed, alpha):
+    check_product(device, case, config, epilogue, precision, seed, alpha)
+
+
+def check_product(device, case, config, epilogue, precision, seed, alpha):
     """Every output element equals float64 ``act(alpha op(A) op(B) + bias + residual)`` within float32
     summation's error bound (``(K + 4) u`` of the magnitudes' product, x2 for the activation's
-    slope), plus half's rounding of the output under float16_acc32; none is left NaN."""
+    slope), plus half's rounding of the output under float16_acc32; none is left NaN (test_gemm_tiled's too)."""
     a_shape, b_shape, trans_a, trans_b, scope = case
     geom = gemm.gemm_geometry(a_shape, b_shape, trans_a, trans_b)
     rng = np.random.default_rng(seed)
