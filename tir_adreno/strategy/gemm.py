@@ -47,7 +47,7 @@ def _covering(extent: int, most: int) -> int:
     return size
 
 
-def _fit_work_group(geom: GemmGeometry, rows: int, cols: int, ty: int, tx: int) -> GemmConfig:
+def fit_work_group(geom: GemmGeometry, rows: int, cols: int, ty: int, tx: int) -> GemmConfig:
     grid = gemm_grid(geom, GemmConfig(rows, cols, 1, 1))
     return GemmConfig(rows, cols, _covering(grid.rows, ty), _covering(grid.cols, tx))
 
@@ -59,7 +59,7 @@ def tiled_gemm_config(geom: GemmGeometry, profile: DeviceProfile) -> GemmConfig 
     if profile.tiled_min_groups <= 0:
         return None
     for rows, cols, ty, tx, k_chunk in TILED_GEMM_CONFIGS:
-        fit = _fit_work_group(geom, rows, cols, ty, tx)
+        fit = fit_work_group(geom, rows, cols, ty, tx)
         config = GemmConfig(rows, cols, fit.ty, fit.tx, tiled=True, k_chunk=k_chunk)
         if tiled_work_groups(geom, config) >= profile.tiled_min_groups:
             return config
@@ -76,7 +76,7 @@ def gemm_config(geom: GemmGeometry, profile: DeviceProfile) -> GemmConfig:
     if profile.kind == "gpu":
         while rows > 1 and _items(geom, rows, cols) < GPU_MIN_WORK_ITEMS:
             rows //= 2
-    config = _fit_work_group(geom, rows, cols, ty, tx)
+    config = fit_work_group(geom, rows, cols, ty, tx)
     if config.ty * config.tx > profile.max_work_group_size:
         config = GemmConfig(rows, cols, 1, _covering(gemm_grid(geom, config).cols, profile.max_work_group_size))
     return config
