@@ -28,18 +28,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import gzip
-import hashlib
-import json
 import sys
-import time
 import traceback
 from pathlib import Path
 
 import numpy as np
 
 import common  # noqa: E402  (puts the repository root on sys.path)
-from conv_configs import KERNELS_FILE, load_cases
+from conv_configs import build_case, load_cases, save_kernels
 
 NAME = "gemm_configs"
 U32 = 2.0**-24
@@ -90,7 +86,6 @@ def build_all(names, profile, out_dir: Path):
     import tvm
 
     from primfuncs import gemm
-    from tir_adreno.codegen import build
 
     cases, by_source = [], {}
     for name in names:
@@ -101,22 +96,10 @@ def build_all(names, profile, out_dir: Path):
                 seen[str(config)]["kinds"].append(kind)
                 continue
             case = seen[str(config)] = {"shape": name, "kinds": [kind], "label": str(config), "config": dataclasses.asdict(config)}
-            try:
-                module = build.build_cached(gemm.gemm(a, b, trans_a, trans_b, config=config))
-                text = module.to_json()
-                kid = hashlib.sha1(text.encode()).hexdigest()[:16]
-                by_source.setdefault(kid, text)
-                (function,) = module.functions
-                case.update(kernel=kid, function=function)
-            except Exception as err:  # recorded and reported; never dropped silently
-                case["error"] = f"build: {type(err).__name__}: {err}"
-                common.log(f"  build failed {name} {case['label']}: {case['error']}")
+            build_case(case, lambda: gemm.gemm(a, b, trans_a, trans_b, config=config), by_source, {}, name)
             cases.append(case)
         common.log(f"built {name}: {len(seen)} configs")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with gzip.open(out_dir / KERNELS_FILE, "wt") as f:
-        json.dump(by_source, f)
-    common.write_cases(out_dir, {"tvm": tvm.__version__, "target": profile.name, "shapes": list(names), "cases": cases})
+    save_kernels(out_dir, by_source, {"tvm": tvm.__version__, "target": profile.name, "shapes": list(names), "cases": cases})
     return cases
 
 
@@ -133,31 +116,35 @@ def operands(name: str, rng) -> tuple[list, np.ndarray, np.ndarray, int]:
 
 
 def run_shape(dev, name: str, cases, modules, budget_s: float, seed: int) -> list[dict]:
+    """Each case of shape ``name`` run, checked and timed (:func:`run_case`)."""
     sets, ref, bound, _ = operands(name, np.random.default_rng(seed))
-    results = []
-    for case in cases:
-        res = {k: case[k] for k in ("kinds", "label", "config")}
-        if "error" in case:
-            results.append({**res, "error": case["error"]})
-            continue
-        try:
-            module, function = modules[case["kernel"]], case["function"]
-            specs = module[function].params
-            tensors = [[dev.empty(spec).upload(np.ascontiguousarray(x, spec.dtype)) for spec, x in zip(specs, s)] for s in sets]
-            out = dev.empty(specs[-1]).poison()
-            loaded = dev.load(module)
-            loaded(function, *tensors[0], out)
-            got = out.numpy().reshape(ref.shape)
-            excess = np.abs(got - ref) - bound
-            median, samples = common.median_time(lambda s: loaded(function, *s, out), tensors, budget_s=budget_s)
-            res.update(time_s=median, samples=len(samples), ok=bool(np.all(excess <= 0)), max_excess=float(np.nanmax(excess)))
-        except Exception as err:
-            res["error"] = f"run: {type(err).__name__}: {err}"
-            common.log(traceback.format_exc())
-        results.append(res)
+    results = [run_case(dev, case, modules, sets, ref, bound, budget_s) for case in cases]
+    for res in results:
         common.log(f"  {name} {res['label']:28s} {res['kinds']}: " + (f"{res['time_s'] * 1e6:.1f} us ok={res['ok']}" if "time_s" in res
                                                                       else res.get("error", "?")[:100]))
     return results
+
+
+def run_case(dev, case: dict, modules, sets, ref, bound, budget_s: float) -> dict:
+    """One kernel on a NaN-poisoned output: ``ok`` when every element is within ``bound`` of the
+    float64 ``ref``, its median event time; a build or run failure as ``error``."""
+    res = {k: case[k] for k in ("kinds", "label", "config")}
+    if "error" in case:  # the build failed: shown in the table, never dropped
+        return {**res, "error": case["error"]}
+    try:
+        module, function = modules[case["kernel"]], case["function"]
+        specs = module[function].params
+        tensors = [[dev.empty(spec).upload(np.ascontiguousarray(x, spec.dtype)) for spec, x in zip(specs, s)] for s in sets]
+        out = dev.empty(specs[-1]).poison()
+        loaded = dev.load(module)
+        loaded(function, *tensors[0], out)
+        excess = np.abs(out.numpy().reshape(ref.shape) - ref) - bound  # NaN (poison left) fails the check
+        median, samples = common.median_time(lambda s: loaded(function, *s, out), tensors, budget_s=budget_s)
+        res.update(time_s=median, samples=len(samples), ok=bool(np.all(excess <= 0)), max_excess=float(np.nanmax(excess)))
+    except Exception as err:
+        res["error"] = f"run: {type(err).__name__}: {err}"
+        common.log(traceback.format_exc())
+    return res
 
 
 def cublas_time(name: str, seed: int, repeat: int = 50) -> float | None:

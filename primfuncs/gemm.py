@@ -24,6 +24,10 @@ vector load; the rest are scalar loads guarded at the edges (zeros past K, so a 
 element never leaks into a product). The epilogue (:class:`primfuncs.epilogue.Epilogue`: bias,
 residual, activation) runs on the accumulators before the store.
 
+``GemmConfig(tiled=True)`` builds the local-memory tiled kernel instead (:mod:`primfuncs.gemm_tiled`,
+buffers, big GPUs); both take their geometry, indexers, checks and epilogue store from
+:mod:`primfuncs.gemm_parts`.
+
 dtypes: ``float32`` (also float16_acc32: the same kernel on half buffers,
 ``codegen.half_buffers``), ``float16`` with ``acc_dtype="float32"`` (the strategy picks it for
 long reductions, docs/precision.md).

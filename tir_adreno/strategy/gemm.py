@@ -32,7 +32,7 @@ CLASS_TILES = {"mobile": (4, 1, 8, 8), "cpu": (4, 2, 4, 8), "gpu": (4, 1, 8, 16)
 #: a GEMM item's K loop has no texture round trip per step).
 GPU_MIN_WORK_ITEMS = 8192
 #: The tiled kernel's configs, (rows, pixels, ty, tx, k_chunk), biggest tile first: 16 x 16 items
-#: staging 8-16 reduction indices a step, tiles of 64 x 128 down to 16 x 64 outputs (6-8 KiB of
+#: staging 8-16 reduction indices a step, tiles of 64 x 128 down to 16 x 64 outputs (5-6 KiB of
 #: local memory), then 8 x 8 items of 8 x 32 outputs (the tiled conv's 64-item groups) for a
 #: transformer's small products (197 tokens). A product takes the first that launches
 #: ``tiled_min_groups`` work groups (the tiled conv's rule). Not swept: ``benchmarks/gemm_configs.py``.
