@@ -31,6 +31,8 @@ def tiled(rows, cols, ty, tx, k_chunk):
 
 @given(case=cases(scopes=(BUFFER,)), config=TILED, epilogue=EPILOGUES, precision=st.sampled_from(["float32", "float16_acc32"]),
        seed=st.integers(0, 2**32 - 1), alpha=st.sampled_from([1.0, 0.125, -3.0]))
+@example(case=((1, 1, 1), (1, 1, 1), False, False, BUFFER), config=tiled(1, 1, 1, 1, 1), epilogue=Epilogue(),
+         precision="float16_acc32", seed=71069, alpha=1.0)  # a product of -1.24e-5 stored as a half subnormal (found by hypothesis)
 @example(case=((2, 49, 64), (64, 96), False, False, BUFFER), config=tiled(4, 2, 8, 8, 2), epilogue=Epilogue(bias=True, activation="gelu"),
          precision="float32", seed=1, alpha=1.0)  # a transformer's Linear on tokens: vector copies of A and B, rows and columns past the tile
 @example(case=((37, 36), (36, 24), False, False, BUFFER), config=tiled(2, 1, 4, 4, 2), epilogue=Epilogue(residual=True),
