@@ -230,17 +230,18 @@ def store_macros(geom: GemmGeometry, epilogue: Epilogue, at_y, dtype: str, acc_d
         return c0 + j if col_step == 1 else c0 + j * col_step
 
     @T.macro
-    def load_residual(px, row, Residual, vb, r, c):
-        # px[row] = Residual's pixel c of output row r (lanes past N: 0)
+    def load_y_pixel(px, row, Operand, vb, r, c):
+        # px[row] = pixel c of output row r of Operand, a tensor of Y's shape: the residual or an
+        # expression's operand (lanes past N: 0)
         if texture:
             for lane in T.vectorized(4):
-                px[row, lane] = Residual[lane_of(at_y(vb, r, c), lane)]
+                px[row, lane] = Operand[lane_of(at_y(vb, r, c), lane)]
         elif y_vector:
             for lane in T.vectorized(4):
-                px[row, lane] = Residual[at_y(vb, r, c * 4 + lane)]
+                px[row, lane] = Operand[at_y(vb, r, c * 4 + lane)]
         else:
             for lane in T.unroll(4):
-                px[row, lane] = T.if_then_else(c * 4 + lane < n, Residual[at_y(vb, r, T.min(c * 4 + lane, n - 1))], zero)
+                px[row, lane] = T.if_then_else(c * 4 + lane < n, Operand[at_y(vb, r, T.min(c * 4 + lane, n - 1))], zero)
 
     def operands(px, lane):
         # the expression's operands in ``lane``: px rows 1, 2 hold Residual's and Residual2's pixels
@@ -273,9 +274,9 @@ def store_macros(geom: GemmGeometry, epilogue: Epilogue, at_y, dtype: str, acc_d
                         for lane in T.vectorized(4):
                             px[0, lane] = Bias[pixel_at(c0, j), lane]
                     if epilogue.reads_residual:  # the residual, or the expression's operand
-                        load_residual(px, 1, Residual, vb, row_at(r0, i), pixel_at(c0, j))
+                        load_y_pixel(px, 1, Residual, vb, row_at(r0, i), pixel_at(c0, j))
                     if epilogue.reads_second:
-                        load_residual(px, 2, Residual2, vb, row_at(r0, i), pixel_at(c0, j))
+                        load_y_pixel(px, 2, Residual2, vb, row_at(r0, i), pixel_at(c0, j))
                     for lane in T.unroll(4):
                         # padded lanes of a texture's last pixel stay 0 (the next kernel reads them)
                         acc[i, j * 4 + lane] = T.Select((pixel_at(c0, j)) * 4 + lane < n, expression(epilogue, activate(
