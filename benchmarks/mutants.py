@@ -1,5 +1,6 @@
 """Mutation check of the test suite: named mutants, each applied to a temporary copy of the
-repository and run against the README's test command (CI's, with ``-x``); prints the kill table.
+repository and run against the README's test command (CI's, with ``-x``; the run is ended at the
+first failed test, ``benchmarks/first_failure.py``, not when xdist's workers drain); prints the kill table.
 
 A mutant is a small, plausible bug (batch norm's epsilon dropped, a conv's coordinate clamp
 removed, an attribute read under a misspelled name, a float16 sum run in half, ...). It is
@@ -33,6 +34,7 @@ import dataclasses
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -40,6 +42,7 @@ import time
 from pathlib import Path
 
 from files_first import FILES_FIRST
+from first_failure import FIRST_FAILURE
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Where mutants' snippets are searched.
@@ -614,16 +617,47 @@ def pytest_command(root: Path, tests, seed: int, own_first: bool = False) -> lis
     # the snippet check fails under every mutant (its snippet is gone from the copy): not a kill
     ignore = [f"--ignore={SNIPPET_CHECK}"] if not tests else []
     order = ["-p", "files_first"] if own_first and not tests else []
-    return [*base, *ignore, *order, "-x", "-p", "no:cacheprovider", f"--hypothesis-seed={seed}"]
+    return [*base, *ignore, *order, "-x", "-p", "first_failure", "-p", "no:cacheprovider", f"--hypothesis-seed={seed}"]
 
 
 def run_tests(tree: Path, command, env) -> tuple[int, float, str]:
-    """(pytest's exit code, seconds until it stopped, its output): with ``-x`` it stops at the
-    first failure, so the seconds are the time to the first failure (plus worker shutdown)."""
+    """(pytest's exit code, seconds until the first failure or the end, its output). The plugin
+    ``first_failure`` names the first failed test in a file; the run is stopped there (its whole
+    process group: xdist's workers and the programs they started), since ``-x`` under xdist lets
+    each worker finish the files it holds. A stopped run returns exit code 1 and pytest's
+    ``FAILED <test> - <error>`` line for :func:`first_failure`."""
     start = time.perf_counter()
-    path = os.pathsep.join([str(tree), str(tree / "benchmarks")])  # for ``-p files_first``
-    proc = subprocess.run(command, cwd=tree, capture_output=True, text=True, env={**env, "PYTHONPATH": path})
-    return proc.returncode, time.perf_counter() - start, proc.stdout + proc.stderr
+    path = os.pathsep.join([str(tree), str(tree / "benchmarks")])  # for ``-p files_first``, ``-p first_failure``
+    marker = tree / ".first-failure"
+    marker.unlink(missing_ok=True)
+    with tempfile.TemporaryFile("w+") as log:
+        proc = subprocess.Popen(command, cwd=tree, stdout=log, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                                env={**env, "PYTHONPATH": path, FIRST_FAILURE: str(marker)})
+        while proc.poll() is None and not marker.exists():
+            time.sleep(0.5)
+        seconds = time.perf_counter() - start
+        code = proc.poll()
+        if code is None:  # stopped at the first failure
+            _stop_group(proc)
+            test, error = (marker.read_text().splitlines() + ["", ""])[:2]
+            code, tail = 1, f"\nFAILED {test} - stopped at this first failure\n{error}\n"
+        else:
+            tail = ""
+        log.seek(0)
+        return code, seconds, log.read() + tail
+
+
+def _stop_group(proc) -> None:
+    """SIGTERM to ``proc``'s process group, SIGKILL after 20 s."""
+    for sig, wait in ((signal.SIGTERM, 20), (signal.SIGKILL, 60)):
+        try:
+            os.killpg(proc.pid, sig)
+            proc.wait(timeout=wait)
+            return
+        except ProcessLookupError:
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def first_failure(output: str) -> str:

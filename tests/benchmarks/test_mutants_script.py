@@ -33,13 +33,31 @@ def test_the_command_is_the_readme_test_command_stopping_at_the_first_failure():
     fence = next(i for i, line in enumerate(lines) if line.startswith("```"))
     readme = lines[fence + 2]  # the first code block's second line, as .ci/run reads it
     command = mutants.pytest_command(ROOT, None, 7)
-    assert " ".join(["python3", *command[1:-5]]) == readme.split("&&")[-1].strip()
-    assert command[-5:] == [f"--ignore={mutants.SNIPPET_CHECK}", "-x", "-p", "no:cacheprovider", "--hypothesis-seed=7"]
+    stop = ["-x", "-p", "first_failure", "-p", "no:cacheprovider"]
+    assert " ".join(["python3", *command[1:-7]]) == readme.split("&&")[-1].strip()
+    assert command[-7:] == [f"--ignore={mutants.SNIPPET_CHECK}", *stop, "--hypothesis-seed=7"]
     assert (ROOT / mutants.SNIPPET_CHECK).samefile(__file__)  # the test ignored is this one
     own_first = mutants.pytest_command(ROOT, None, 7, own_first=True)
-    assert own_first == [*command[:-4], "-p", "files_first", *command[-4:]]
+    assert own_first == [*command[:-6], "-p", "files_first", *command[-6:]]
     quick = mutants.pytest_command(ROOT, ["tests/a.py::t"], 3, own_first=True)
-    assert quick[3:] == ["-q", "-n", "0", "tests/a.py::t", "-x", "-p", "no:cacheprovider", "--hypothesis-seed=3"]
+    assert quick[3:] == ["-q", "-n", "0", "tests/a.py::t", *stop, "--hypothesis-seed=3"]
+
+
+def test_a_run_stops_at_its_first_failure_not_when_the_workers_drain(tmp_path):
+    """Under xdist, ``-x`` lets the other worker finish its file; the runner stops the whole
+    process group when the plugin names the first failed test (the slow file never finishes)."""
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks" / "first_failure.py").write_text((ROOT / "benchmarks" / "first_failure.py").read_text())
+    finished = tmp_path / "slow-finished"
+    (tmp_path / "test_slow.py").write_text(
+        f"import pathlib, time\n\ndef test_slow():\n    time.sleep(120)\n    pathlib.Path({str(finished)!r}).touch()\n")
+    (tmp_path / "test_wrong.py").write_text("def test_wrong():\n    assert 1 + 1 == 3, 'arithmetic'\n")
+    command = [mutants.sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadfile", "-x", "-p", "first_failure",
+               "-p", "no:cacheprovider", "test_slow.py", "test_wrong.py"]
+    code, _, out = mutants.run_tests(tmp_path, command, dict(os.environ))
+    assert mutants.verdict(code, out) == "killed"
+    assert mutants.first_failure(out).startswith("test_wrong.py::test_wrong: AssertionError: arithmetic")
+    assert not finished.exists()
 
 
 def test_a_mutant_edits_a_copy_not_the_tree(tmp_path):
