@@ -31,6 +31,21 @@ def test_global_query_on_plain_tokens_fused():
     assert len(ops) == 6, ops
 
 
+def test_global_query_on_plain_tokens_half_storage():
+    """The same plan in float16_acc32 (the plain tensors in half buffers, the fused kernel built to
+    read its plain X from one): within half storage's error of onnxruntime, no layout kernel."""
+    from tir_adreno.compiler import compile_model
+    from tir_adreno.reference import reference_outputs, relative_error
+
+    model = global_query(c=16, size=64, tokens=True)
+    cm = compile_model(model, profile=PROFILE, precision="float16_acc32", progress=lambda _: None)
+    assert any(c.label.startswith("depthwise_excitation") for c in cm.plan.calls), [c.label for c in cm.plan.calls]
+    assert _layout([c.label for c in cm.plan.calls]) == [], [c.label for c in cm.plan.calls]
+    x = {"xt": np.random.default_rng(8).standard_normal((1, 32, 32, 16)).astype(np.float32)}
+    (out,), (ref,) = cm.run(x), reference_outputs(model, x)
+    assert relative_error(out, ref) <= 2e-3, relative_error(out, ref)
+
+
 C, L, H, W, K = 12, 9, 4, 5, 10
 
 
