@@ -573,17 +573,7 @@ def build_all(selected, grid: str, out_dir: Path | None, placement: str = "textu
                 continue
             case = {"layer": layer.key, "kinds": [kind], "config": cfg, "label": label(cfg)}
             seen[key] = case
-            try:
-                module = build.build_cached(case_primfunc(layer, config, scope, weight_scope))
-                text = module.to_json()
-                kid = hashlib.sha1(text.encode()).hexdigest()[:16]
-                by_source.setdefault(kid, text)
-                modules[kid] = module
-                (function,) = module.functions
-                case.update(kernel=kid, function=function)
-            except Exception as err:  # recorded and reported; never dropped silently
-                case["error"] = f"build: {type(err).__name__}: {err}"
-                common.log(f"  build failed {layer.key} {case['label']}: {case['error']}")
+            build_case(case, lambda: case_primfunc(layer, config, scope, weight_scope), by_source, modules, layer.key)
             cases.append(case)
         common.log(f"built {layer.key}: {len(seen)} configs in {time.perf_counter() - t0:.0f} s")
     meta = {
@@ -596,11 +586,35 @@ def build_all(selected, grid: str, out_dir: Path | None, placement: str = "textu
     if grid in layer_lists.PLAN_LAYERS:
         meta["target"] = profile.name
     if out_dir is not None:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        with gzip.open(out_dir / KERNELS_FILE, "wt") as f:
-            json.dump(by_source, f)
-        common.write_cases(out_dir, meta)
+        save_kernels(out_dir, by_source, meta)
     return meta, modules
+
+
+def build_case(case: dict, make, by_source: dict, modules: dict, what: str) -> None:
+    """Build ``make()`` (a PrimFunc) for ``case`` (of ``what``: a layer, a shape): its kernel id and
+    function into ``case``, the module into ``modules`` and its JSON into ``by_source`` (keyed by
+    its hash: identical kernels saved once); a failure recorded in ``case["error"]``, never dropped."""
+    from tir_adreno.codegen import build
+
+    try:
+        module = build.build_cached(make())
+        text = module.to_json()
+        kid = hashlib.sha1(text.encode()).hexdigest()[:16]
+        by_source.setdefault(kid, text)
+        modules[kid] = module
+        (function,) = module.functions
+        case.update(kernel=kid, function=function)
+    except Exception as err:  # recorded and reported; never dropped silently
+        case["error"] = f"build: {type(err).__name__}: {err}"
+        common.log(f"  build failed {what} {case['label']}: {case['error']}")
+
+
+def save_kernels(out_dir: Path, by_source: dict, meta: dict) -> None:
+    """A ``--build-only`` directory: the kernels (``KERNELS_FILE``) and the cases file (``meta``); :func:`load_cases` reads it."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with gzip.open(out_dir / KERNELS_FILE, "wt") as f:
+        json.dump(by_source, f)
+    common.write_cases(out_dir, meta)
 
 
 def load_cases(src: Path):

@@ -272,6 +272,13 @@ MUTANTS = (
         ("tests/kernels/test_two_operands.py::test_gemm_reads_two_activations",),
     ),
     Mutant(
+        "gemm_tiled_k_tail_kept",
+        "the tiled GEMM stages the copies past K as read (clamped to the last reduction index) instead of zeroing them",
+        (("                    if k_tail:\n                        for lane in T.unroll(width):",
+          "                    if False:\n                        for lane in T.unroll(width):"),),
+        ("tests/kernels/test_gemm_tiled.py::test_tiled_gemm_zeroes_past_k_before_an_inf",),
+    ),
+    Mutant(
         "gemm_scale_folded_twice",
         "the GEMM folds a scalar multiply its operand's kernel already applied (an anchor's chain took it)",
         (("if static_shape(x) == static_shape(var) and not _holds_product(rw, x, var):", "if static_shape(x) == static_shape(var):"),),

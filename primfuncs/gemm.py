@@ -24,6 +24,10 @@ vector load; the rest are scalar loads guarded at the edges (zeros past K, so a 
 element never leaks into a product). The epilogue (:class:`primfuncs.epilogue.Epilogue`: bias,
 residual, activation) runs on the accumulators before the store.
 
+``GemmConfig(tiled=True)`` builds the local-memory tiled kernel instead (:mod:`primfuncs.gemm_tiled`,
+buffers, big GPUs); both take their geometry, indexers, checks and epilogue store from
+:mod:`primfuncs.gemm_parts`.
+
 dtypes: ``float32`` (also float16_acc32: the same kernel on half buffers,
 ``codegen.half_buffers``), ``float16`` with ``acc_dtype="float32"`` (the strategy picks it for
 long reductions, docs/precision.md).
@@ -31,194 +35,13 @@ long reductions, docs/precision.md).
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-
 from tvm.script import tirx as T
 
-from ._common import (BUFFER, LANES, TEXTURE, PixelGrid, ceildiv, check_accumulator, check_dtype, check_scope, multiply_add, pixel_launch,
-                      select_params, unravel, whole)
-from . import gather
-from .epilogue import BIAS, RESIDUAL, SECOND, Epilogue, activate, check_epilogue, expression
-
-#: Largest register tile: rows x pixels of 4 columns (the accumulators are rows x 4 pixels floats).
-MAX_TILE_ROWS, MAX_TILE_COLS = 8, 4
-#: Most work items per work group (OpenCL's smallest CL_DEVICE_MAX_WORK_GROUP_SIZE on our devices).
-MAX_WORK_GROUP = 256
-
-
-@dataclass(frozen=True)
-class GemmConfig:
-    """A GEMM kernel's schedule: each work item ``rows`` x ``cols`` pixels (4 columns each) of the
-    output; work groups of ``ty`` x ``tx`` items (rows x columns)."""
-
-    rows: int = 4
-    cols: int = 1
-    ty: int = 8
-    tx: int = 8
-
-    def __post_init__(self):
-        for name in ("rows", "cols", "ty", "tx"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-                raise ValueError(f"GemmConfig.{name} must be an int >= 1, got {getattr(self, name)!r}")
-        if self.rows > MAX_TILE_ROWS or self.cols > MAX_TILE_COLS:
-            raise ValueError(f"GemmConfig tile {self.rows} x {self.cols} exceeds {MAX_TILE_ROWS} rows x {MAX_TILE_COLS} pixels")
-        if self.ty * self.tx > MAX_WORK_GROUP:
-            raise ValueError(f"GemmConfig work group {self.ty} x {self.tx} exceeds {MAX_WORK_GROUP} items")
-
-    def __str__(self) -> str:
-        return f"gemm r{self.rows}c{self.cols} wg{self.ty}x{self.tx}"
-
-
-@dataclass(frozen=True)
-class GemmGeometry:
-    """A GEMM as its kernel sees it: ``batch`` products of ``[m, k] x [k, n]``. ``rows_folded``:
-    ``A``'s leading dims are folded into ``m`` (a Linear: ``B`` has no batch dims)."""
-
-    a_shape: tuple
-    b_shape: tuple
-    trans_a: bool
-    trans_b: bool
-    batch: int
-    m: int
-    k: int
-    n: int
-    out_shape: tuple
-    rows_folded: bool
-
-    @property
-    def macs(self) -> int:
-        return self.batch * self.m * self.k * self.n
-
-
-def gemm_geometry(a_shape, b_shape, trans_a: bool = False, trans_b: bool = False) -> GemmGeometry:
-    """The :class:`GemmGeometry` of ``op(A) @ op(B)`` for stored shapes ``a_shape``, ``b_shape``
-    (rank >= 2; ``B`` of rank 2 is shared by every batch, else both have batch dims of one rank that
-    broadcast: each pair equal or one of them 1);
-    ValueError naming what does not fit."""
-    a_shape, b_shape = tuple(int(d) for d in a_shape), tuple(int(d) for d in b_shape)
-    if len(a_shape) < 2 or len(b_shape) < 2:
-        raise ValueError(f"gemm operands need rank >= 2, got A {a_shape} and B {b_shape}")
-    if min(a_shape + b_shape) < 1:
-        raise ValueError(f"gemm operands need dims >= 1, got A {a_shape} and B {b_shape}")
-    m, k = a_shape[-2:][::-1] if trans_a else a_shape[-2:]
-    kb, n = b_shape[-2:][::-1] if trans_b else b_shape[-2:]
-    if k != kb:
-        raise ValueError(f"gemm reduction lengths differ: A {a_shape} (trans_a={trans_a}) has K={k}, "
-                         f"B {b_shape} (trans_b={trans_b}) has K={kb}")
-    batch = _broadcast_batch(a_shape[:-2], b_shape[:-2]) if len(b_shape) > 2 else a_shape[:-2]
-    folded = len(b_shape) == 2 and not trans_a
-    out_shape = (*batch, m, n)
-    if folded:
-        return GemmGeometry(a_shape, b_shape, trans_a, trans_b, 1, math.prod(a_shape[:-1]), k, n, out_shape, True)
-    return GemmGeometry(a_shape, b_shape, trans_a, trans_b, math.prod(batch), m, k, n, out_shape, False)
-
-
-def _broadcast_batch(a_batch, b_batch) -> tuple:
-    """The batch dims of a product whose operands have batch dims ``a_batch`` and ``b_batch`` of one
-    rank, each pair equal or one of them 1 (NumPy broadcasting: multi-query attention's shared K and
-    V ``[N, 1, L, d]`` against queries ``[N, heads, L, d]``); ValueError otherwise."""
-    if len(a_batch) != len(b_batch) or any(x != y and 1 not in (x, y) for x, y in zip(a_batch, b_batch)):
-        raise ValueError(f"gemm batch dims differ: A {a_batch}, B {b_batch} (B must have A's rank, each dim equal or 1, or none)")
-    return tuple(max(x, y) for x, y in zip(a_batch, b_batch))
-
-
-def gemm_grid(geom: GemmGeometry, config: GemmConfig) -> PixelGrid:
-    """The launch: one work item per (batch, tile of rows, tile of pixels)."""
-    return PixelGrid(geom.batch, ceildiv(geom.m, config.rows), ceildiv(ceildiv(geom.n, LANES), config.cols), config.ty, config.tx)
-
-
-def pixel_shape(shape) -> tuple:
-    """``shape`` with its last axis as RGBA pixels, ``(..., ceil(L/4), 4)``: a tensor in texture
-    placement (padding lanes 0)."""
-    return (*shape[:-1], ceildiv(shape[-1], LANES), LANES)
-
-
-def stored_out_shape(geom: GemmGeometry, out_perm=None) -> tuple:
-    """The shape ``Y`` is stored in: the product's, its axes permuted by ``out_perm`` (stored axis
-    ``i`` is the product's axis ``out_perm[i]``; the last stays last)."""
-    if out_perm is None:
-        return geom.out_shape
-    out_perm, rank = tuple(int(a) for a in out_perm), len(geom.out_shape)
-    if sorted(out_perm) != list(range(rank)) or out_perm[-1] != rank - 1:
-        raise ValueError(f"out_perm {out_perm} must permute the {rank} output axes and keep the last one last")
-    return tuple(geom.out_shape[a] for a in out_perm)
-
-
-def view_buffer(shape, view) -> tuple:
-    """(steps, buffer shape) of an operand of stored shape ``shape`` read through ``view`` (gather
-    steps, ``primfuncs.gather``); trailing reshapes are dropped: a buffer is the same in any shape."""
-    steps = tuple(view or ())
-    while steps and isinstance(steps[-1], gather.Reshape):
-        steps = steps[:-1]
-    return steps, gather.source_shape(gather.Source(0, steps), shape)
-
-
-def _through(view, shape, index, lane):
-    """``index`` into ``shape`` read through ``view`` (None: as stored), plus ``lane`` on the last
-    axis (None: nothing added). A vector's lanes are added after the map: a view that keeps the
-    last axis contiguous (``gather.contiguous_last_axis``) moves 4 aligned elements together."""
-    if view:
-        index = gather.index_map(gather.Source(0, view), shape, index)[0]
-    return index if lane is None else (*index[:-1], index[-1] + lane)
-
-
-def _indexers(geom: GemmGeometry, out_perm=None, a_view=(), b_view=()):
-    """(at_a, at_b, at_y): the stored index of element ``(b, row, col)`` of op(A), op(B) and Y
-    (Y's axes permuted by ``out_perm``: :func:`stored_out_shape`; A and B read through their views,
-    :func:`view_buffer`); ``lane``: added to the last axis after the view."""
-    a, b, y = geom.a_shape, geom.b_shape, geom.out_shape
-
-    def batch_index(vb, own):
-        # the operand's batch index of product ``vb``: a broadcast (size-1) dim reads its index 0
-        if own == y[:-2]:
-            return unravel(vb, own)
-        return tuple(0 if d == 1 else i for i, d in zip(unravel(vb, y[:-2]), own))
-
-    def at_a(vb, row, col, lane=None):
-        if geom.rows_folded:
-            return _through(a_view, a, (*unravel(row, a[:-1]), col), lane)
-        return _through(a_view, a, (*batch_index(vb, a[:-2]), *((col, row) if geom.trans_a else (row, col))), lane)
-
-    def at_b(vb, row, col, lane=None):
-        lead = () if len(b) == 2 else batch_index(vb, b[:-2])
-        return _through(b_view, b, (*lead, *((col, row) if geom.trans_b else (row, col))), lane)
-
-    def at_y(vb, row, col):
-        index = (*unravel(row, y[:-1]), col) if geom.rows_folded else (*unravel(vb, y[:-2]), row, col)
-        return index if out_perm is None else tuple(index[a] for a in out_perm)
-
-    return at_a, at_b, at_y
-
-
-def _contiguous(view, shape) -> bool:
-    return not view or gather.contiguous_last_axis(gather.Source(0, view), shape)
-
-
-def _views(geom: GemmGeometry, a_view, b_view, scope):
-    """((steps, buffer shape) of A, of B): :func:`view_buffer`; ValueError for a view that leaves
-    elements unread or a texture operand (its pixels are read as stored)."""
-    out = []
-    for name, shape, view in (("a_view", geom.a_shape, a_view), ("b_view", geom.b_shape, b_view)):
-        if view and scope == TEXTURE:
-            raise ValueError(f"gemm in texture placement reads its operands as stored: {name} needs buffers")
-        if view and not gather.covers_all(gather.Source(0, tuple(view)), shape):
-            raise ValueError(f"gemm {name} {view} leaves elements of the operand {shape} unread")
-        out.append(view_buffer(shape, view))
-    return out
-
-
-def _check_gemm(geom: GemmGeometry, config, epilogue, dtype, acc_dtype, scope):
-    if not isinstance(config, GemmConfig):
-        raise TypeError(f"config must be a GemmConfig, got {type(config).__name__}")
-    check_epilogue(epilogue, reads_second=True)
-    if any(kind != "full" for kind in epilogue.operand_kinds):
-        raise ValueError(f"gemm's expression epilogue reads operands of the output's shape, got kinds {epilogue.operand_kinds!r}")
-    check_dtype(dtype)
-    check_scope(scope)
-    if scope == TEXTURE and (geom.trans_a or geom.trans_b):
-        raise ValueError("gemm in texture placement reads its operands as stored: trans_a and trans_b need buffers")
-    return check_accumulator(dtype, acc_dtype)
+from ._common import BUFFER, LANES, TEXTURE, ceildiv, pixel_launch, select_params, whole
+from .epilogue import BIAS, RESIDUAL, SECOND, Epilogue
+from .gemm_parts import (MAX_TILE_COLS, MAX_TILE_ROWS, MAX_WORK_GROUP, GemmConfig, GemmGeometry, check_gemm, contiguous, gemm_geometry,
+                         gemm_grid, indexers, pixel_shape, register_product, store_macros, stored_out_shape, view_buffer, views)
+from .gemm_tiled import gemm_tiled
 
 
 def gemm(a_shape, b_shape, trans_a: bool = False, trans_b: bool = False, config: GemmConfig = GemmConfig(),
@@ -237,16 +60,16 @@ def gemm(a_shape, b_shape, trans_a: bool = False, trans_b: bool = False, config:
     the buffer it is read from (q, k and v of attention read in the qkv Linear's output: no gather
     kernel before the product); each must read an element for every index (``gather.covers_all``)."""
     geom = gemm_geometry(a_shape, b_shape, trans_a, trans_b)
-    acc_dtype = _check_gemm(geom, config, epilogue, dtype, acc_dtype, scope)
-    if not math.isfinite(alpha):
-        raise ValueError(f"alpha must be finite, got {alpha}")
+    acc_dtype = check_gemm(geom, config, epilogue, dtype, acc_dtype, scope, alpha)
+    if config.tiled:
+        return gemm_tiled(geom, config, epilogue, dtype, acc_dtype, scope, alpha, out_perm, a_view, b_view)
     grid = gemm_grid(geom, config)
     m, k, n = geom.m, geom.k, geom.n
     n4, k4 = ceildiv(n, LANES), ceildiv(k, LANES)
     tm, tn = config.rows, config.cols
     y_shape = stored_out_shape(geom, out_perm)
-    (a_view, a_buffer), (b_view, b_buffer) = _views(geom, a_view, b_view, scope)
-    at_a, at_b, at_y = _indexers(geom, out_perm, a_view, b_view)
+    (a_view, a_buffer), (b_view, b_buffer) = views(geom, a_view, b_view, scope)
+    at_a, at_b, at_y = indexers(geom, out_perm, a_view, b_view)
     zero, acc_zero = T.FloatImm(dtype, 0.0), T.FloatImm(acc_dtype, 0.0)
     texture = scope == TEXTURE
 
@@ -256,10 +79,11 @@ def gemm(a_shape, b_shape, trans_a: bool = False, trans_b: bool = False, config:
     def lane_of(index, lane):
         return (*index, lane)
     # Buffers: vector loads where the 4 elements are contiguous and never run past the axis.
-    a_vector = not geom.trans_a and k % LANES == 0 and _contiguous(a_view, geom.a_shape)
-    b_vector = not geom.trans_b and n % LANES == 0 and _contiguous(b_view, geom.b_shape)
-    y_vector = n % LANES == 0
+    a_vector = not geom.trans_a and k % LANES == 0 and contiguous(a_view, geom.a_shape)
+    b_vector = not geom.trans_b and n % LANES == 0 and contiguous(b_view, geom.b_shape)
     launch = pixel_launch()
+    store_tile = store_macros(geom, epilogue, at_y, dtype, acc_dtype, alpha, texture, tm, tn)
+    accumulate = register_product(tm, tn)
 
     def a_at(vb, r, kb, kk):
         """``A``'s element (texture: pixel and lane) for row ``r`` (clamped), reduction index ``4 kb + kk``."""
@@ -308,64 +132,6 @@ def gemm(a_shape, b_shape, trans_a: bool = False, trans_b: bool = False, config:
         zero_past_k(b_px, kb, 4, tn * 4, True)
 
     @T.macro
-    def load_residual(px, row, Residual, vb, r, c):
-        # px[row] = Residual's pixel c of output row r (lanes past N: 0)
-        if texture:
-            for lane in T.vectorized(4):
-                px[row, lane] = Residual[lane_of(at_y(vb, r, c), lane)]
-        elif y_vector:
-            for lane in T.vectorized(4):
-                px[row, lane] = Residual[at_y(vb, r, c * 4 + lane)]
-        else:
-            for lane in T.unroll(4):
-                px[row, lane] = T.if_then_else(c * 4 + lane < n, Residual[at_y(vb, r, T.min(c * 4 + lane, n - 1))], zero)
-
-    def operands(px, lane):
-        # the expression's operands in ``lane``: px rows 1, 2 hold Residual's and Residual2's pixels
-        # (a residual's is added before the activation: no operand)
-        extras = max(len(epilogue.extra_kinds), 1)
-        return tuple(T.Cast(acc_dtype, px[1 + i, lane]) for i in range(extras))[int(epilogue.residual):]
-
-    @T.macro
-    def store_pixel_of(Y, acc, i, j, vb, r, c):
-        # Y's pixel c of output row r = acc[i, 4 j : 4 j + 4] converted (one vector store; buffers: a
-        # scalar per column when N % 4 != 0). Stored from its own accumulators, never through a
-        # scratch pixel: TVM compacts a scratch buffer whose rows do not overlap in time and then
-        # reuses its first vector load as every later texture store's value (all pixels the first).
-        if texture:
-            Y[lane_of(at_y(vb, r, c), T.Ramp(0, 1, 4))] = T.Cast(dtype + "x4", acc[i, T.Ramp(j * 4, 1, 4)])
-        elif y_vector:
-            Y[at_y(vb, r, T.Ramp(c * 4, 1, 4))] = T.Cast(dtype + "x4", acc[i, T.Ramp(j * 4, 1, 4)])
-        else:
-            for lane in T.unroll(4):
-                if c * 4 + lane < n:
-                    Y[at_y(vb, r, c * 4 + lane)] = T.Cast(dtype, acc[i, j * 4 + lane])
-
-    @T.macro
-    def store_tile(Y, Bias, Residual, Residual2, acc, px, vb, r0, c0):
-        # px[0]: the bias pixel, px[1]: the residual pixel (px[2]: Residual2's)
-        for i in T.unroll(tm):
-            for j in T.unroll(tn):
-                if r0 + i < m and c0 + j < n4:
-                    if epilogue.bias:
-                        for lane in T.vectorized(4):
-                            px[0, lane] = Bias[c0 + j, lane]
-                    if epilogue.reads_residual:  # the residual, or the expression's operand
-                        load_residual(px, 1, Residual, vb, r0 + i, c0 + j)
-                    if epilogue.reads_second:
-                        load_residual(px, 2, Residual2, vb, r0 + i, c0 + j)
-                    for lane in T.unroll(4):
-                        # padded lanes of a texture's last pixel stay 0 (the next kernel reads them)
-                        acc[i, j * 4 + lane] = T.Select((c0 + j) * 4 + lane < n, expression(epilogue, activate(
-                            (acc[i, j * 4 + lane] if alpha == 1.0 else acc[i, j * 4 + lane] * T.FloatImm(acc_dtype, float(alpha)))
-                            + (T.Cast(acc_dtype, px[0, lane]) if epilogue.bias else acc_zero)
-                            + (T.Cast(acc_dtype, px[1, lane]) if epilogue.residual else acc_zero),
-                            epilogue.activation, acc_dtype, epilogue.clip_min, epilogue.clip_max),
-                            operands(px, lane),
-                            lambda e: T.Cast(acc_dtype, Bias[c0 + j, (int(epilogue.bias) + e) * 4 + lane]), acc_dtype), acc_zero)
-                    store_pixel_of(Y, acc, i, j, vb, r0 + i, c0 + j)
-
-    @T.macro
     def tile(A, B, Bias, Residual, Residual2, Y, vb, vr, vc):
         # whole operands: an inferred region prints as TVMScript that parses back reordered (upstream defect 16)
         T.reads(whole(A), whole(B))
@@ -379,10 +145,7 @@ def gemm(a_shape, b_shape, trans_a: bool = False, trans_b: bool = False, config:
         for kb in T.serial(k4):
             load_a(a_px, A, vb, vr * tm, kb)
             load_b(b_px, B, vb, vc * tn, kb)
-            for kk in T.unroll(4):
-                for i in T.unroll(tm):
-                    for c in T.unroll(tn * 4):
-                        acc[i, c] = multiply_add(acc[i, c], a_px[i, kk], b_px[kk, c])
+            accumulate(acc, a_px, b_px)
         store_tile(Y, Bias, Residual, Residual2, acc, px, vb, vr * tm, vc * tn)
 
     @T.prim_func(s_tir=True)
@@ -399,4 +162,5 @@ def gemm(a_shape, b_shape, trans_a: bool = False, trans_b: bool = False, config:
     return select_params(func, epilogue.params(["A", "B"], "Y"))
 
 
-__all__ = ["GemmConfig", "GemmGeometry", "gemm", "gemm_geometry", "gemm_grid", "stored_out_shape", "view_buffer", "BIAS", "RESIDUAL", "SECOND"]
+__all__ = ["GemmConfig", "GemmGeometry", "MAX_TILE_COLS", "MAX_TILE_ROWS", "MAX_WORK_GROUP", "gemm", "gemm_geometry", "gemm_grid", "pixel_shape",
+           "stored_out_shape", "view_buffer", "BIAS", "RESIDUAL", "SECOND"]

@@ -4,6 +4,8 @@ This is what makes ``tir-adreno dump`` files editable: what a user reads is exac
 what the model builds. No build, no device: cheap.
 """
 
+import dataclasses
+
 import pytest
 import tvm
 from hypothesis import given, settings
@@ -286,8 +288,11 @@ def gemm_kernels(d, scope):
     h, d_ = d.draw(st.integers(1, 3)), d.draw(st.sampled_from([3, 4]))
     v_view = (gather.Reshape((1, 1, h, m, d_)), gather.Affine((3, 1, h, m, d_), (2, 0, 0, 0, 0), (1,) * 5),
               gather.Permute((2, 0, 3, 1, 4)), gather.Reshape((1, m, 3 * h * d_)))
+    tiled = dataclasses.replace(config, tiled=True, k_chunk=d.draw(st.integers(1, 2)))  # the local-memory tiled kernel (buffers)
     return [gemm.gemm(a, b, trans_a, trans_b, config=config, epilogue=epilogue, scope=scope, alpha=0.5),
-            gemm.gemm((1, h, m, m), (1, h, m, d_), config=config, b_view=v_view, out_perm=(0, 2, 1, 3))]
+            gemm.gemm((1, h, m, m), (1, h, m, d_), config=config, b_view=v_view, out_perm=(0, 2, 1, 3)),
+            gemm.gemm(a, b, trans_a, trans_b, config=tiled, epilogue=epilogue, alpha=0.5),
+            gemm.gemm((1, h, m, m), (1, h, m, d_), config=tiled, b_view=v_view, out_perm=(0, 2, 1, 3))]
 
 
 def gather_kernels(d, scope):

@@ -97,11 +97,14 @@ def _pixels(x):
 
 
 @pytest.mark.parametrize("precision", PRECISIONS)
-@pytest.mark.parametrize("residual, scope", [(False, BUFFER), (False, TEXTURE), (True, BUFFER), (True, TEXTURE)])
+@pytest.mark.parametrize("residual, scope, tiled", [(False, BUFFER, False), (False, TEXTURE, False), (True, BUFFER, False), (True, TEXTURE, False),
+                                                     (False, BUFFER, True), (True, BUFFER, True)])
 @settings(max_examples=max(2, settings().max_examples // 4), deadline=None)  # each example builds a kernel
 @given(n=st.integers(1, 13), m=st.integers(1, 7), k=st.integers(1, 17), seed=st.integers(0, 2**32 - 1))
 @example(n=9, m=5, k=13, seed=0)  # a padded last block of 4 lanes
-def test_gemm_reads_two_activations(device, residual, scope, precision, n, m, k, seed):
+def test_gemm_reads_two_activations(device, residual, scope, tiled, precision, n, m, k, seed):
+    """The register GEMM and (buffers) the local-memory tiled one (``tiled``): an expression
+    epilogue reading one or two activations of Y's shape."""
     half = precision == "float16_acc32"
     rng = np.random.default_rng(seed)
     a_shape, b_shape, out_shape = (2, m, k), (k, n), (2, m, n)
@@ -114,7 +117,7 @@ def test_gemm_reads_two_activations(device, residual, scope, precision, n, m, k,
     value = np.asarray(a, np.float64) @ b + (bias + first if residual else 0.0)
     ref = ex.numpy_evaluate(expr, value, operands=[second] if residual else [first, second], channels=[c0], channel_axis=-1)
 
-    func = gemm.gemm(a_shape, b_shape, config=gemm.GemmConfig(2, 2, 2, 4), epilogue=epi, scope=scope)
+    func = gemm.gemm(a_shape, b_shape, config=gemm.GemmConfig(2, 2, 2, 4, tiled=tiled, k_chunk=2), epilogue=epi, scope=scope)
     placed = _pixels if scope == TEXTURE else np.asarray
     rows = np.concatenate([pack_bias(bias), pack_bias(c0)], axis=1) if residual else pack_bias(c0)
     got = run_kernel(device, func, placed(a), placed(b), rows, placed(first), placed(second),

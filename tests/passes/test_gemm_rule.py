@@ -178,6 +178,38 @@ def test_gemm_configs_per_device_class():
     assert "dtype" not in strategy.gemm_kwargs(large, "float16_acc32", h200)
 
 
+def test_tiled_gemm_on_big_gpus_only():
+    """The local-memory tiled kernel (``strategy.gemm.tiled_gemm_config``) on nvidia-h200 for a
+    product that launches ``tiled_min_groups`` work groups of a tiled config (the largest tile that
+    does), the register kernel for a tiny one; never on pocl or adreno (``tiled_min_groups`` 0).
+    Each chosen config fits local memory and the device's work group. In a plan: the rule's call
+    is the tiled kernel on nvidia-h200 and the register one on pocl."""
+    from primfuncs.conv.config import MAX_LOCAL_BYTES
+    from primfuncs.gemm import gemm_geometry
+    from primfuncs.gemm_tiled import tiled_local_bytes, tiled_work_groups
+    from tir_adreno.compiler import compile_plan
+    from tir_adreno.strategy import gemm as strategy
+    from tir_adreno.strategy.profile import get_profile
+
+    h200 = get_profile("nvidia-h200")
+    tiny, qkv, big = gemm_geometry((1, 49, 64), (64, 64)), gemm_geometry((1, 197, 192), (192, 576)), gemm_geometry((8, 3136, 64), (64, 256))
+    for geom, tile in ((qkv, (1, 1)), (big, (4, 2))):
+        config = strategy.gemm_config(geom, h200)
+        assert config.tiled and (config.rows, config.cols) == tile, config
+        assert tiled_work_groups(geom, config) >= h200.tiled_min_groups and tiled_local_bytes(config) <= MAX_LOCAL_BYTES
+        assert config.ty * config.tx <= h200.max_work_group_size
+    assert not strategy.gemm_config(tiny, h200).tiled and strategy.tiled_gemm_config(tiny, h200) is None
+    for name in ("pocl", "adreno"):
+        assert all(not strategy.gemm_config(g, get_profile(name)).tiled for g in (tiny, qkv, big))
+    nodes = [node("MatMul", ["x", "w"], ["y"])]
+    model = make(nodes, [tensor("x", [1, 197, 192])], [tensor("y", [1, 197, 576])], [f32("w", (192, 576))], opset=17)
+    calls = {}
+    for name in ("nvidia-h200", "pocl"):
+        plan = compile_plan(model, get_profile(name), progress=lambda _: None)[0].to_dict()
+        calls[name] = [c["label"] for c in plan["calls"]]
+    assert calls == {"nvidia-h200": ["gemm_tiled"], "pocl": ["gemm"]}, calls
+
+
 def test_vit_attention_block_as_exported():
     """timm's ``Attention`` as ``torch.onnx.export`` writes it (opset 17): the qkv Linear, Reshape to
     ``[N, L, 3, heads, d]``, Transpose to ``[3, N, heads, L, d]``, Gather of q, k, v, ``q * scale``,

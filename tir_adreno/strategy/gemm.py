@@ -1,7 +1,14 @@
 """The GEMM kernel's config and precision per device (device policy, like ``strategy.defaults``
-for the convs): :func:`gemm_config` picks the register tile and work group of
-``primfuncs.gemm.gemm`` for a geometry on a :class:`DeviceProfile`, :func:`gemm_kwargs` the
-factory's keywords for a precision.
+for the convs): :func:`gemm_config` picks the kernel (register-tiled, or local-memory tiled:
+:func:`tiled_gemm_config`), its tile and work group of ``primfuncs.gemm.gemm`` for a geometry on
+a :class:`DeviceProfile`, :func:`gemm_kwargs` the factory's keywords for a precision.
+
+The tiled kernel (``GemmConfig(tiled=True)``) follows the tiled conv's rule (``defaults.tiled_default``):
+on profiles with big-GPU local memory (``DeviceProfile.tiled_min_groups > 0``: nvidia-h200), a
+product takes the first of :data:`TILED_GEMM_CONFIGS` that launches at least that many work
+groups, else the register kernel. NOT yet measured on a GPU for the GEMM: it carries over the
+tiled conv's measurement (every 1x1 conv of ResNet-50 1.3-2.0x the direct kernel on the H200);
+``benchmarks/gemm_configs.py`` is the measurement to run.
 
 The tiles follow the direct conv's per-class rules (docs/kernels.md "GEMM"), not yet a GEMM
 sweep: "mobile" (Adreno) 4 rows x 1 pixel (16 accumulators, the tile the conv kernels were
@@ -14,6 +21,7 @@ cut to the grid (no idle items on a narrow product).
 from __future__ import annotations
 
 from primfuncs.gemm import GemmConfig, GemmGeometry, gemm_grid
+from primfuncs.gemm_tiled import tiled_work_groups
 
 from tir_adreno.strategy.precision import conv_accumulator_dtype, kernel_dtype
 from tir_adreno.strategy.profile import DeviceProfile
@@ -23,6 +31,12 @@ CLASS_TILES = {"mobile": (4, 1, 8, 8), "cpu": (4, 2, 4, 8), "gpu": (4, 1, 8, 16)
 #: Work items a "gpu" grid is given by shrinking the tile (H200: 132 SMs; the conv rule's 32768 / 4:
 #: a GEMM item's K loop has no texture round trip per step).
 GPU_MIN_WORK_ITEMS = 8192
+#: The tiled kernel's configs, (rows, pixels, ty, tx, k_chunk), biggest tile first: 16 x 16 items
+#: staging 8-16 reduction indices a step, tiles of 64 x 128 down to 16 x 64 outputs (5-6 KiB of
+#: local memory), then 8 x 8 items of 8 x 32 outputs (the tiled conv's 64-item groups) for a
+#: transformer's small products (197 tokens). A product takes the first that launches
+#: ``tiled_min_groups`` work groups (the tiled conv's rule). Not swept: ``benchmarks/gemm_configs.py``.
+TILED_GEMM_CONFIGS = ((4, 2, 16, 16, 2), (2, 2, 16, 16, 2), (2, 1, 16, 16, 4), (1, 1, 16, 16, 4), (1, 1, 8, 8, 4))
 
 
 def _covering(extent: int, most: int) -> int:
@@ -33,18 +47,36 @@ def _covering(extent: int, most: int) -> int:
     return size
 
 
-def _fit_work_group(geom: GemmGeometry, rows: int, cols: int, ty: int, tx: int) -> GemmConfig:
+def fit_work_group(geom: GemmGeometry, rows: int, cols: int, ty: int, tx: int) -> GemmConfig:
     grid = gemm_grid(geom, GemmConfig(rows, cols, 1, 1))
     return GemmConfig(rows, cols, _covering(grid.rows, ty), _covering(grid.cols, tx))
 
 
+def tiled_gemm_config(geom: GemmGeometry, profile: DeviceProfile) -> GemmConfig | None:
+    """The first of :data:`TILED_GEMM_CONFIGS` (its work group cut to the product) that launches at
+    least ``profile.tiled_min_groups`` work groups for ``geom``, or None (0: never; a product too
+    small to fill the GPU with staged tiles keeps the register kernel)."""
+    if profile.tiled_min_groups <= 0:
+        return None
+    for rows, cols, ty, tx, k_chunk in TILED_GEMM_CONFIGS:
+        fit = fit_work_group(geom, rows, cols, ty, tx)
+        config = GemmConfig(rows, cols, fit.ty, fit.tx, tiled=True, k_chunk=k_chunk)
+        if tiled_work_groups(geom, config) >= profile.tiled_min_groups:
+            return config
+    return None
+
+
 def gemm_config(geom: GemmGeometry, profile: DeviceProfile) -> GemmConfig:
-    """The config GEMM ``geom`` gets on ``profile`` (:data:`CLASS_TILES`)."""
+    """The config GEMM ``geom`` gets on ``profile``: :func:`tiled_gemm_config`'s where it gives
+    one, else the register kernel's (:data:`CLASS_TILES`)."""
+    tiled = tiled_gemm_config(geom, profile)
+    if tiled is not None:
+        return tiled
     rows, cols, ty, tx = CLASS_TILES[profile.kind]
     if profile.kind == "gpu":
         while rows > 1 and _items(geom, rows, cols) < GPU_MIN_WORK_ITEMS:
             rows //= 2
-    config = _fit_work_group(geom, rows, cols, ty, tx)
+    config = fit_work_group(geom, rows, cols, ty, tx)
     if config.ty * config.tx > profile.max_work_group_size:
         config = GemmConfig(rows, cols, 1, _covering(gemm_grid(geom, config).cols, profile.max_work_group_size))
     return config
