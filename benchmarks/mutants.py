@@ -547,6 +547,18 @@ MUTANTS = (
         ("tests/kernels/test_plain_residual_pool.py::test_conv_reads_plain_residual",),
     ),
     Mutant(
+        "head_gemv_packs_plain",
+        "the head GEMV takes a class token or map held plain only (packing it) instead of leaving it to the GEMM",
+        (("    if not found[0].blocked and found[0].plain is not None:\n", "    if False:\n"),),
+        ("tests/passes/test_fused_plain_h200.py",),
+    ),
+    Mutant(
+        "depthwise_excitation_packs_plain",
+        "the fused depthwise conv + excitation packs a map held plain instead of reading it in place",
+        (("    plain = plain_input(rw, node)\n", "    plain = None\n"),),
+        ("tests/passes/test_fused_plain_h200.py::test_global_query_on_plain_tokens_fused",),
+    ),
+    Mutant(
         "channel_group_concat_blocked",
         "a channel group's concat runs blocked although its inputs are plain and its readers want it plain",
         (("    return value_wants(rw, node.var) == {PLAIN}", "    return False"),),

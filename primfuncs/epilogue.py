@@ -158,12 +158,12 @@ def check_epilogue(epilogue, reads_second: bool = False, plain_residual: bool = 
     """``epilogue``, TypeError when it is not an :class:`Epilogue`; ValueError when it reads a second
     activation (:data:`SECOND`) and the kernel does not (``reads_second``: the direct conv's, the GEMM's),
     or a plain residual (:attr:`Epilogue.residual_layout`) and the kernel does not (``plain_residual``:
-    the direct and depthwise convs')."""
+    the direct, depthwise and tiled convs')."""
     if not isinstance(epilogue, Epilogue):
         raise TypeError(f"epilogue must be an Epilogue, got {type(epilogue).__name__}")
     if epilogue.residual_layout != "NCHW4c" and not plain_residual:
         raise ValueError(f"residual_layout={epilogue.residual_layout!r}: this kernel reads a blocked residual only "
-                         "(the direct and depthwise convs read a plain one)")
+                         "(the direct, depthwise and tiled convs read a plain one)")
     if epilogue.reads_second and not reads_second:
         raise ValueError(f"this kernel reads one activation beside its inputs ({RESIDUAL}), the epilogue two "
                          f"(kinds {epilogue.extra_kinds}): the direct conv and the GEMM read a second")

@@ -42,7 +42,7 @@ from tvm.script import tirx as T
 
 from . import excite_body
 from ._common import LANES, TEXTURE, check_channels, check_dtype, check_positive, check_scope, check_slices, nchw4c
-from .conv.geometry import conv2d_geometry
+from .conv.geometry import InputLayout, conv2d_geometry
 from .epilogue import ACTIVATIONS, Epilogue, activate
 from .excite_body import PARTIAL_SENTINEL  # re-exported: the rules and tests name it here
 
@@ -207,7 +207,7 @@ def depthwise_excitation(data_shape, weight_shape, hidden: int, out_channels: in
                          dw_epilogue: Epilogue = Epilogue(), activation: str | None = "relu", gate: str | None = "sigmoid",
                          bounds=(0.0, 6.0), gate_bounds=(0.0, 6.0), dtype: str = "float32", scope: str = TEXTURE,
                          out_scope: str | None = None, threads: int = THREADS, channel_blocks: int = 1, pixel_slices: int = 1,
-                         loads: int | None = None):
+                         loads: int | None = None, data_layout: str = "NCHW4c"):
     """A depthwise conv (multiplier 1, NCHW ``data_shape``, weights ``(C, 1, KH, KW)``, its
     ``dw_epilogue``: bias, activation) and the excitation of its output in one launch: the work
     groups of :func:`excitation_split` (``channel_blocks`` x a slice of the output pixels each)
@@ -217,8 +217,11 @@ def depthwise_excitation(data_shape, weight_shape, hidden: int, out_channels: in
     Arguments ``X, W_dw, Bias_dw, W1, b1, W2, b2, partials, tickets, D, G``: ``W_dw``
     ``(C/4, 1, KH, KW, 4)`` and ``Bias_dw`` ``(C/4, 4)`` float32 buffers (zero where there is no
     bias), the rest as :func:`excitation_split` takes them. ``X`` in ``scope``, ``D`` and ``G`` in
-    ``out_scope`` (default ``scope``). Float32 arithmetic (half images of the float32 kernel,
-    float16_acc32: the pool sums the depthwise outputs before they are rounded to half)."""
+    ``out_scope`` (default ``scope``). ``data_layout`` "NCHW" or "NHWC": ``X`` is a plain
+    ``[N, C, H, W]`` or ``[N, H, W, C]`` buffer (``scope`` "global"), read in place as the direct
+    depthwise conv reads one (a map held plain: no layout kernel before it). Float32 arithmetic
+    (half images of the float32 kernel, float16_acc32: the pool sums the depthwise outputs before
+    they are rounded to half)."""
     data_shape = tuple(int(d) for d in data_shape)
     if len(data_shape) != 4:
         raise ValueError(f"data_shape must be NCHW (4-d), got {data_shape}")
@@ -230,11 +233,12 @@ def depthwise_excitation(data_shape, weight_shape, hidden: int, out_channels: in
     if dtype != "float32":
         raise TypeError(f"dtype must be float32 (half images of this float32 kernel: float16_acc32), got {dtype!r}")
     check_scope(scope)
+    reads = InputLayout(geom, data_layout, scope)
     out_scope = check_scope(out_scope or scope)
     shape = (geom.n, geom.c4, geom.oh, geom.ow, LANES)  # the pooled map: the depthwise output
     _check_split(shape, hidden, out_channels, gate, channel_blocks, pixel_slices)
     return _pooled_mlp(shape, geom.c, hidden, out_channels, activation, gate, bounds, gate_bounds, dtype, scope, threads, 1,
-                       (channel_blocks, pixel_slices, _split_loads(loads)), excite_body.Depthwise(geom, dw_epilogue, out_scope))
+                       (channel_blocks, pixel_slices, _split_loads(loads)), excite_body.Depthwise(geom, dw_epilogue, out_scope, reads))
 
 
 def split_slices(c4: int, pixels: int, channel_blocks: int, pixel_slices: int) -> int:

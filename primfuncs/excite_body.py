@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 from tvm.script import tirx as T
 
-from ._common import TEXTURE, store_pixel
+from ._common import store_pixel
 from .conv.direct_body import input_macros
 from .conv.geometry import ConvGeometry, ConvWindow, InputLayout
 from .epilogue import Epilogue, activate, store_output_pixel
@@ -32,19 +32,20 @@ PARTIAL_SENTINEL = 0x7FC0DEAD
 @dataclass(frozen=True)
 class Depthwise:
     """The depthwise conv (multiplier 1) of :func:`depthwise_excitation`: its geometry, its
-    epilogue (bias, activation) and the scope of its output ``D`` (and of the gate)."""
+    epilogue (bias, activation), the scope of its output ``D`` (and of the gate) and how it reads
+    ``X`` (:class:`~primfuncs.conv.geometry.InputLayout`: NCHW4c, or a plain NCHW / NHWC buffer)."""
 
     geometry: ConvGeometry
     epilogue: Epilogue
     out_scope: str
+    input: InputLayout
 
     def pixel_macro(self, channels: int):
         """``depthwise_pixel``: ``px[i]`` = output pixel ``(oh, ow)`` of channel block ``cb``, the
         window tap by tap (each input pixel read as the direct conv reads it: clamped, 0 in the
         padding), the epilogue applied, padded lanes 0, stored to ``D``."""
         geom, epilogue, win = self.geometry, self.epilogue, ConvWindow(self.geometry, 1, 1)
-        load_pixel = input_macros(SimpleNamespace(win=win, zero=T.FloatImm("float32", 0.0),
-                                                  input=InputLayout(geom, "NCHW4c", TEXTURE)))[0]
+        load_pixel = input_macros(SimpleNamespace(win=win, zero=T.FloatImm("float32", 0.0), input=self.input))[0]
 
         @T.macro
         def depthwise_pixel(X, Wdw, Bdw, D, px, i, xp, wp, tmp, vn, cb, oh, ow):
@@ -519,7 +520,7 @@ def _split_func(s, split_body):
     def fused(x: T.handle, wdw: T.handle, bdw: T.handle, w1: T.handle, b1: T.handle, w2: T.handle, b2: T.handle, part: T.handle,
               tick: T.handle, d: T.handle, g: T.handle):
         T.func_attr({"global_symbol": "depthwise_excitation", "tirx.noalias": True})
-        X = T.match_buffer(x, (n, c4, geom.h, geom.w, 4), dtype, scope=scope)
+        X = T.match_buffer(x, dw.input.shape(geom, geom.h, geom.w), dtype, scope=scope)
         Wdw = T.match_buffer(wdw, (c4, 1, geom.kh, geom.kw, 4), "float32")
         Bdw = T.match_buffer(bdw, (c4, 4), "float32")
         W1 = T.match_buffer(w1, (hidden, c4 * 4), "float32")

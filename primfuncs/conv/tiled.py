@@ -88,7 +88,7 @@ def conv2d_tiled_nchw4c(
     stages each input pixel times its block's scale, as a gate; the caller puts ``W . beta`` into
     the bias."""
     check_prologue(prologue, "conv2d_tiled_nchw4c", DIRECT)
-    check_epilogue(epilogue)
+    check_epilogue(epilogue, plain_residual=True)  # store_output_pixel reads a plain residual as the direct conv's does
     weight_scope, acc_dtype, gate_scope, data_layout = prologue.weight_scope, prologue.acc_dtype, prologue.gate_scope, prologue.data_layout
     norm_eps, group_norm, grn_eps = prologue.norm_eps, prologue.group_norm, prologue.grn_eps
     out_scope, residual_scope = epilogue.out_scope, epilogue.residual_scope

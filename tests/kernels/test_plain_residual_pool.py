@@ -1,6 +1,6 @@
 """Kernels that read or write a plain map where it is (``passes.channel_groups`` and the token
 layout's boundary): a conv adding its residual from a plain NCHW or NHWC buffer
-(``Epilogue(residual_layout=...)``: direct, depthwise and gated convs, X and Y in any layout), a
+(``Epilogue(residual_layout=...)``: direct, tiled, depthwise and gated convs, X and Y in any layout), a
 gated conv writing Y plain, and a pool writing a plain NCHW or NHWC buffer
 (``pool2d(plain_axes=...)``), against float64 NumPy with fresh random inputs and poisoned outputs
 (every element must be written); even seeds under the bounds sanitizer."""
@@ -37,7 +37,7 @@ def _nchw(y, layout, o):
 
 @st.composite
 def residual_cases(draw):
-    """A dense, depthwise or gated conv (O a multiple of 4, as the plain residual needs), a plain
+    """A dense, depthwise or gated conv (dense and gated ones direct or tiled; O a multiple of 4, as the plain residual needs), a plain
     residual in either layout, X and Y each blocked or plain (a gated conv reads X blocked)."""
     kind = draw(st.sampled_from(["dense", "depthwise", "gated"]))
     n, k = draw(st.integers(1, 2)), draw(st.sampled_from([1, 3, 5]))
@@ -46,12 +46,16 @@ def residual_cases(draw):
     else:
         c, o = draw(st.integers(1, 9)), 4 * draw(st.integers(1, 3))
     h, w = draw(st.integers(k, 9)), draw(st.integers(k, 9))
+    tiled = kind != "depthwise" and draw(st.booleans())  # the local-memory tiled GEMM (dense convs): the H200's 1x1 convs
+    config = (conv.ConvConfig(draw(st.integers(1, 2)), draw(st.integers(1, 2)), (4, 2, 1), tiled=True, k_chunk=draw(st.sampled_from([1, 4])),
+                              split_k=draw(st.integers(1, 2))) if tiled
+              else conv.ConvConfig(draw(st.integers(1, 2)), 2, (4, 2, 1)))
     return dict(kind=kind, data_shape=(n, c, h, w), weight_shape=(o, 1 if kind == "depthwise" else c, k, k),
                 padding=(k // 2,) * 4, strides=draw(st.integers(1, 2)),
                 residual_layout=draw(st.sampled_from(PLAIN)),
                 in_layout="NCHW4c" if kind == "gated" else draw(st.sampled_from(("NCHW4c", *PLAIN))),
                 out_layout=draw(st.sampled_from(("NCHW4c", *PLAIN))),
-                activation=draw(st.sampled_from([None, "relu", "gelu"])), config=conv.ConvConfig(draw(st.integers(1, 2)), 2, (4, 2, 1)))
+                activation=draw(st.sampled_from([None, "relu", "gelu"])), config=config)
 
 
 #: CoaT's position encoding: a depthwise 3x3 on a plain NCHW map written as tokens, plus that map.
@@ -62,10 +66,15 @@ GCVIT_MBCONV = dict(kind="gated", data_shape=(1, 8, 7, 7), weight_shape=(8, 8, 1
                     residual_layout="NCHW", in_layout="NCHW4c", out_layout="NHWC", activation=None, config=conv.ConvConfig(2, 2, (4, 2, 1)))
 
 
+#: The same on the nvidia-h200 profile: its 1x1 convs are the tiled kernel (on buffers).
+GCVIT_MBCONV_TILED = dict(GCVIT_MBCONV, out_layout="NCHW4c", config=conv.ConvConfig(2, 2, (4, 2, 1), tiled=True, k_chunk=4))
+
+
 @pytest.mark.parametrize("scope", [TEXTURE, BUFFER])
 @given(case=residual_cases(), seed=SEEDS)
 @example(case=COAT_CPE, seed=0)
 @example(case=GCVIT_MBCONV, seed=1)
+@example(case=GCVIT_MBCONV_TILED, seed=2)
 def test_conv_reads_plain_residual(device, scope, case, seed):
     """``act(conv(X [* G]) + bias + R)`` with R a plain buffer, the rest in ``scope`` or plain."""
     rng = np.random.default_rng(seed)
@@ -92,7 +101,9 @@ def test_conv_reads_plain_residual(device, scope, case, seed):
     else:
         out = device.array(np.full(epilogue.out_shape(geom.n, o, geom.oh, geom.ow), np.nan, np.float32), BUFFER, "Y")
     with sanitized(seed):
-        func = conv.depthwise_conv2d_nchw4c(**args) if kind == "depthwise" else conv.conv2d_nchw4c(**args)
+        factory = (conv.depthwise_conv2d_nchw4c if kind == "depthwise" else conv.conv2d_tiled_nchw4c if case["config"].tiled
+                   else conv.conv2d_nchw4c)
+        func = factory(**args)
         ops.launch(func, [*tensors, out], device)
     stored = out.numpy()
     assert np.all(np.isfinite(stored)), "output element not written (poison survived)"

@@ -237,7 +237,8 @@ def excite_kernels(d, scope):
                                     pixel_slices=equal_slices(nchw[2] * nchw[3], d.draw(st.integers(1, 4)))),
             excite.depthwise_excitation(nchw, (nchw[1], 1, 3, 3), d.draw(st.integers(1, 8)), nchw[1], padding=1,
                                         strides=d.draw(st.integers(1, 2)), dw_epilogue=Epilogue(bias=True, activation="relu6"),
-                                        scope=scope, out_scope=d.draw(st.sampled_from(SCOPES)), threads=threads)]
+                                        scope=scope, out_scope=d.draw(st.sampled_from(SCOPES)), threads=threads,
+                                        data_layout=d.draw(st.sampled_from(["NCHW4c", "NCHW", "NHWC"])) if scope == BUFFER else "NCHW4c")]
 
 
 def shuffle_kernels(d, scope):

@@ -38,21 +38,25 @@ def _padded(w, rows, cols):
        dw_act=st.sampled_from(DW_ACTS), hidden=st.integers(1, 8), acts=st.sampled_from(GATES), threads=st.sampled_from([64, 256, 1024]),
        blocks=st.integers(1, 6), pixel_slices=st.integers(1, 40), scope=st.sampled_from([TEXTURE, "global"]),
        out_scope=st.sampled_from([TEXTURE, "global"]), precision=st.sampled_from(["float32", "float16_acc32"]),
-       seed=st.integers(0, 2**32 - 1))
+       in_layout=st.sampled_from(["NCHW4c", "NCHW", "NHWC"]), seed=st.integers(0, 2**32 - 1))
 @example(n=2, channels=23, hw=(13, 11), k=5, stride=1, dilation=1, pad="same", dw_act="hardswish", hidden=6, acts=("relu", "hardsigmoid"),
-         threads=64, blocks=2, pixel_slices=7, scope=TEXTURE, out_scope="global", precision="float32", seed=3)  # 143 pixels in 7 slices of 21
+         threads=64, blocks=2, pixel_slices=7, scope=TEXTURE, out_scope="global", precision="float32", in_layout="NCHW4c",
+         seed=3)  # 143 pixels in 7 slices of 21
 @example(n=1, channels=6, hw=(7, 7), k=3, stride=2, dilation=1, pad="asym", dw_act="sigmoid", hidden=2, acts=("silu", "sigmoid"),
-         threads=256, blocks=1, pixel_slices=3, scope=TEXTURE, out_scope=TEXTURE, precision="float16_acc32", seed=4)
+         threads=256, blocks=1, pixel_slices=3, scope=TEXTURE, out_scope=TEXTURE, precision="float16_acc32", in_layout="NCHW4c", seed=4)
+@example(n=1, channels=10, hw=(7, 7), k=3, stride=1, dilation=1, pad="same", dw_act="relu", hidden=2,
+         acts=("silu", "sigmoid"), threads=256, blocks=2, pixel_slices=2, scope="global", out_scope="global", precision="float32",
+         in_layout="NCHW", seed=5)  # GCViT's global-query block on a map held plain (channels not a multiple of 4)
 @pytest.mark.parametrize("loads", [1, excite.SPLIT_LOADS])
 def test_depthwise_excitation_kernel(device, n, channels, hw, k, stride, dilation, pad, dw_act, hidden, acts, threads, blocks,
-                                     pixel_slices, scope, out_scope, precision, seed, loads):
+                                     pixel_slices, scope, out_scope, precision, in_layout, seed, loads):
     """``D = act_dw(dwconv(X) + b)`` and ``G = gate(W2 @ act(W1 @ mean_hw(D) + b1) + b2)`` against
     float64 NumPy: every D pixel written once (poisoned), its padded lanes 0 (whatever ``act_dw(0)``),
     the gate as ``excitation_split``'s; pixel counts that the slices do not divide, channels not
     a multiple of 4, strides, dilation and asymmetric padding; the second launch on the same
     scratch gives the same outputs and leaves it reset. In half images X and D are rounded to
     half, the pool sums D before its rounding (float32). With one load in flight per item and
-    with ``excite.SPLIT_LOADS``."""
+    with ``excite.SPLIT_LOADS``; X blocked, or a plain NCHW / NHWC buffer (``data_layout``) read in place."""
     rng = np.random.default_rng(seed)
     act, gate = acts
     padding = {"same": (k // 2,) * 4, "none": (0,) * 4, "asym": (k // 2, 0, k - 1, k // 2 + 1)}[pad]
@@ -66,13 +70,15 @@ def test_depthwise_excitation_kernel(device, n, channels, hw, k, stride, dilatio
     ow = (w + padding[1] + padding[3] - dilation * (k - 1) - 1) // stride + 1
     c4 = -(-channels // 4)
     blocks, pixel_slices = min(blocks, c4), equal_slices(oh * ow, pixel_slices)
+    scope = "global" if in_layout != "NCHW4c" else scope  # a plain X is a buffer
     with sanitized(seed):
         func = excite.depthwise_excitation(
             (n, channels, h, w), w_dw.shape, hidden, channels, strides=stride, padding=padding, dilation=dilation,
             dw_epilogue=Epilogue(bias=True, activation=dw_act), activation=act, gate=gate, scope=scope, out_scope=out_scope,
-            threads=threads, channel_blocks=blocks, pixel_slices=pixel_slices, loads=loads)
+            threads=threads, channel_blocks=blocks, pixel_slices=pixel_slices, loads=loads, data_layout=in_layout)
         x5 = pack_nchw4c(x).astype(np.float32)
         x5[:, -1, :, :, (channels - 1) % 4 + 1:] = np.nan  # padded input lanes: never read into a sum
+        x5 = {"NCHW": x, "NHWC": np.ascontiguousarray(x.transpose(0, 2, 3, 1))}.get(in_layout, x5)
         inputs = [x5, pack_oihw4o(w_dw), pack_bias(b_dw), _padded(w1, hidden, 4 * c4), b1, _padded(w2.T, hidden, 4 * c4), pack_bias(b2)]
         half_in, half_out = (precision == "float16_acc32" and s == TEXTURE for s in (scope, out_scope))
         storage = "float16" if precision == "float16_acc32" else None
@@ -110,6 +116,10 @@ def test_depthwise_excitation_arguments():
         excite.depthwise_excitation((1, 8, 6, 6), (8, 1, 3, 3), 2, 8, padding=1, pixel_slices=7)  # 36 pixels
     with pytest.raises(ValueError, match="channel_blocks"):
         excite.depthwise_excitation((1, 8, 6, 6), (8, 1, 3, 3), 2, 8, channel_blocks=3)
+    with pytest.raises(ValueError, match="from a buffer"):
+        excite.depthwise_excitation((1, 8, 6, 6), (8, 1, 3, 3), 2, 8, scope=TEXTURE, data_layout="NCHW")
+    with pytest.raises(ValueError, match="data_layout"):
+        excite.depthwise_excitation((1, 8, 6, 6), (8, 1, 3, 3), 2, 8, scope="global", data_layout="NLC")
 
 
 #: Two inverted residuals with SE blocks: (channels, hidden, k, stride, depthwise activation, SE

@@ -240,7 +240,7 @@ def plain_io_plan(plan: ConvPlan, data_layout: str | None = None, out_layout: st
     norm-folding convs reading X plain (a gated one or one folding a layer norm writes Y plain:
     TinyViT's qkv Linear for its attention's GEMMs), half kernels (a plain tensor is float32). ``residual_layout`` ("NHWC",
     "NCHW"): the residual read from a plain buffer in that layout (``Epilogue.residual_layout``: a
-    map held plain added where it is; the untiled kernel, gated or norm-folding too, O a multiple of 4)."""
+    map held plain added where it is; direct and tiled kernels, gated or norm-folding too, O a multiple of 4)."""
     (factory, kwargs), = plan.stages
     g = plan.geometry
     if plan.algorithm != "direct" or plan.dtype != "float32" or (g.groups != 1 and not g.is_depthwise):
@@ -259,7 +259,7 @@ def plain_io_plan(plan: ConvPlan, data_layout: str | None = None, out_layout: st
         tensors["Y"] = TensorPlan("Y", epilogue.out_shape(g.n, g.o, g.oh, g.ow), BUFFER)
         kwargs.update(epilogue=epilogue, out_scope=BUFFER)
     if residual_layout is not None:
-        if not epilogue.residual or plan.config.tiled or g.o % 4:
+        if not epilogue.residual or g.o % 4:
             return None
         epilogue = replace(epilogue, residual_layout=residual_layout)
         tensors["Residual"] = TensorPlan("Residual", epilogue.residual_shape((g.n, g.o4, g.oh, g.ow, 4)), BUFFER)

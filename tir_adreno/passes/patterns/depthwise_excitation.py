@@ -11,11 +11,13 @@ import numpy as np
 from tvm import relax
 
 from primfuncs import excite
+from primfuncs._common import BUFFER
 
 from tir_adreno.passes.conv_emit import conv_tail
 from tir_adreno.passes.convs import conv_layer, conv_operands
 from tir_adreno.passes.graph import Graph, Node, same
 from tir_adreno.passes.kernel_index import kernel
+from tir_adreno.passes.map_boundary import plain_input, plain_input_expr
 from tir_adreno.passes.op_info import FLOAT32_ATTR, elementwise_info, epilogue_info
 from tir_adreno.passes.patterns.base import Match, Plan, graph_only, pattern
 from tir_adreno.passes.patterns.excite_parts import (Sizes, clip_bounds, excite_constants, excite_tails, global_average,
@@ -87,11 +89,15 @@ def depthwise_excitation(rw: Rewriter, plan: Plan):
     hidden, out_channels = int(fc1.w.shape[0]), int(fc2.w.shape[0])
     d5, g5 = blocked_shape(geom.out_shape), blocked_shape((n, out_channels, 1, 1))
     out_scope = rw.scope_for(d5, g5)  # where the excitation kernel would read the map
-    scope = rw.input_scope(x, out_scope)
+    # a map the depthwise conv alone would read in place (held plain: a gather's map, tokens seen
+    # as their map) is read so here too (its kernel reads X as the direct depthwise conv does): no pack
+    plain = plain_input(rw, node)
+    scope = BUFFER if plain is not None else rw.input_scope(x, out_scope)
     dw_epilogue = replace(tail.epilogue, bias=True)  # the kernel always adds its Bias_dw
     func = kernel(excite.depthwise_excitation, x.nchw, tuple(tail.w.shape), hidden, out_channels, strides=geom.strides,
                   padding=geom.padding, dilation=geom.dilation, dw_epilogue=dw_epilogue, activation=fc1.activation,
-                  gate=fc2.activation, scope=scope, out_scope=out_scope, **clip_bounds(fc1, fc2), **schedule)
+                  gate=fc2.activation, scope=scope, out_scope=out_scope, **clip_bounds(fc1, fc2), **schedule,
+                  **({} if plain is None else {"data_layout": plain[0]}))
     consts = [relax.const(pack_oihw4o(tail.w.astype(np.float32))), relax.const(pack_bias(tail.bias.astype(np.float32))),
               *excite_constants(fc1, fc2, d5[1], g5[1])]
     func = func.with_attr(FLOAT32_ATTR, (len(consts) + 1,))  # the partial sums (after X and the constants)
@@ -101,7 +107,8 @@ def depthwise_excitation(rw: Rewriter, plan: Plan):
                             depthwise={"weight": [c, 1, geom.kh, geom.kw], "epilogue": epilogue_info(dw_epilogue)},
                             fc1=epilogue_info(fc1.epilogue), fc2=epilogue_info(fc2.epilogue))
     info["output"] = [list(geom.out_shape), [n, out_channels, 1, 1]]
-    d, g = rw.emit_kernel_outputs(func, [rw.blocked(x, scope), *consts], [d5, g5], op_info=info)
+    x_arg = plain_input_expr(rw, plain) if plain is not None else rw.blocked(x, scope)
+    d, g = rw.emit_kernel_outputs(func, [x_arg, *consts], [d5, g5], op_info=info)
     rw.define(tail.last.var, d, out_scope, geom.out_shape)
     rw.define(fc2.last.var, g, out_scope, (n, out_channels, 1, 1))
     return d

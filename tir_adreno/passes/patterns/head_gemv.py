@@ -99,6 +99,11 @@ def emit_head_gemv(rw: Rewriter, plan: Plan):
     found = _source(rw, plan.match.anchor)
     if found is None or found[0].nchw != tuple(plan.match.nchw):  # the planned shape, else no plan for it
         return None
+    if not found[0].blocked and found[0].plain is not None:
+        # held plain only: the kernel reads NCHW4c, so it would pack the vector or map (and a plain
+        # reader of its output unpack that); the plain kernels read it in place (the GEMM on an
+        # ``[N, K]``, through a class token's gather too; a row mean then the GEMM on a map)
+        return None
     return head_gemv(rw, *found, plan.match.chain, plan.decision)
 
 
