@@ -43,11 +43,16 @@ def test_the_command_is_the_readme_test_command_stopping_at_the_first_failure():
     assert quick[3:] == ["-q", "-n", "0", "tests/a.py::t", *stop, "--hypothesis-seed=3"]
 
 
+def _plugins_beside(tmp_path):
+    (tmp_path / "benchmarks").mkdir()
+    for plugin in ("first_failure.py", "files_first.py"):
+        (tmp_path / "benchmarks" / plugin).write_text((ROOT / "benchmarks" / plugin).read_text())
+
+
 def test_a_run_stops_at_its_first_failure_not_when_the_workers_drain(tmp_path):
     """Under xdist, ``-x`` lets the other worker finish its file; the runner stops the whole
     process group when the plugin names the first failed test (the slow file never finishes)."""
-    (tmp_path / "benchmarks").mkdir()
-    (tmp_path / "benchmarks" / "first_failure.py").write_text((ROOT / "benchmarks" / "first_failure.py").read_text())
+    _plugins_beside(tmp_path)
     finished = tmp_path / "slow-finished"
     (tmp_path / "test_slow.py").write_text(
         f"import pathlib, time\n\ndef test_slow():\n    time.sleep(120)\n    pathlib.Path({str(finished)!r}).touch()\n")
@@ -115,3 +120,16 @@ def test_own_first_orders_the_mutants_files_first_and_keeps_every_test(monkeypat
     monkeypatch.delenv(files_first.FILES_FIRST)
     files_first.pytest_collection_modifyitems(items)
     assert [i.nodeid for i in items][:2] == ["tests/c.py::t[1]", "tests/c.py::t[2]"]  # no files named: order kept
+
+
+def test_own_files_come_first_under_xdist_loadfile(tmp_path):
+    """xdist hands out --dist loadfile's biggest file first unless told not to: with one worker the
+    first failure is the own (small) file's only when files_first keeps the collected order."""
+    _plugins_beside(tmp_path)
+    (tmp_path / "test_big.py").write_text("".join(f"def test_big_{i}():\n    assert {i} != 0, 'big'\n\n" for i in range(6)))
+    (tmp_path / "test_small.py").write_text("def test_small():\n    assert False, 'small'\n")
+    command = [mutants.sys.executable, "-m", "pytest", "-q", "-n", "1", "--dist", "loadfile", "-p", "files_first", "-x",
+               "-p", "first_failure", "-p", "no:cacheprovider", "test_big.py", "test_small.py"]
+    files_first = benchmark("files_first")
+    code, _, out = mutants.run_tests(tmp_path, command, {**os.environ, files_first.FILES_FIRST: "test_small.py"})
+    assert mutants.first_failure(out).startswith("test_small.py::test_small: AssertionError: small")
