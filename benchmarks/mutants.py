@@ -125,7 +125,7 @@ MUTANTS = (
         "float16_acc32: the split cross-covariance attention's partial sums are stored like any tensor of ours (half), not pinned to float32",
         (("p = rw.emit_float32(partials, [src], (n * heads, k, d, 2 * d + 1), info)",
           "p = rw.emit_kernel(partials, [src], (n * heads, k, d, 2 * d + 1), op_info=info)"),),
-        ("tests/passes/test_attention.py",),
+        ("tests/passes/test_precision_plan.py", "tests/passes/test_attention.py"),  # the plan-level float32 check kills it
     ),
     Mutant(
         "pool_ceil_overhang_counted",
