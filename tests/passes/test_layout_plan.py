@@ -63,3 +63,21 @@ def test_wants_follow_flexible_readers():
     params = {p.name: p for p in mod["main"].params}
     assert plan.wants(params["x"]) == {BLOCKED}
     assert plan.wants(params["z"]) == {PLAIN}
+
+
+def test_an_op_on_a_value_held_both_ways_runs_where_its_reader_wants_it():
+    """A model input packed for a conv is held both ways; an add of it that nothing fuses, read by
+    the model's output, runs plain (no transform: the plain form is there and the output wants
+    plain), not blocked and then unpacked: the planner charges running plain only for readers
+    that want blocked."""
+    nodes = [node("Conv", ["x", "wc"], ["y1"]), node("Add", ["x", "c"], ["y2"])]
+    inits = [f32("wc", (8, 8, 1, 1)), f32("c", (1, 8, 1, 1))]
+    model = make(nodes, [tensor("x", [1, 8, 4, 6])], [tensor("y1", [1, 8, 4, 6]), tensor("y2", [1, 8, 4, 6])], inits, opset=17)
+    inputs = {"x": np.random.default_rng(3).standard_normal((1, 8, 4, 6)).astype(np.float32)}
+    compiled = compile_model(model, progress=lambda _: None)
+    for out, ref in zip(compiled.run(inputs), reference_outputs(model, inputs)):
+        assert relative_error(out, ref) <= PATTERN_RTOL
+    rows = compiled.profile()
+    assert not [r for r in rows if not r["ours"]], rows
+    transforms = sorted(r["op"].rstrip("0123456789") for r in rows if r["op"].startswith(LAYOUT_KERNELS))
+    assert transforms == ["nchw4c_to_nchw", "nchw_to_nchw4c"], rows  # x in, y1 out; the add reads x plain
