@@ -35,6 +35,11 @@ def check_io_scopes(scope: str, out_scope: str | None = None, residual_scope: st
     return scope, out_scope, check_scope(residual_scope or out_scope)
 
 
+def dtype_bytes(dtype: str) -> int:
+    """Bytes of one element of a kernel dtype (float16 or float32): local-memory budgets."""
+    return 2 if dtype == "float16" else 4
+
+
 def check_dtype(dtype: str) -> str:
     if dtype not in ("float32", "float16"):
         raise TypeError(f"dtype must be float32 or float16, got {dtype!r}")

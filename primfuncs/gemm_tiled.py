@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from tvm.script import tirx as T
 
-from ._common import BUFFER, LANES, ceildiv, select_params, whole
+from ._common import BUFFER, LANES, ceildiv, dtype_bytes, select_params, whole
 from .conv.config import MAX_LOCAL_BYTES
 from .epilogue import Epilogue
 from .gemm_parts import GemmConfig, GemmGeometry, contiguous, indexers, register_product, store_macros, stored_out_shape, views
@@ -31,7 +31,7 @@ from .gemm_parts import GemmConfig, GemmGeometry, contiguous, indexers, register
 def tiled_local_bytes(config: GemmConfig, dtype: str = "float32") -> int:
     """Local memory of the tiled kernel with ``config``: ``4 k_chunk`` reduction indices of the
     work group's ``ty * rows`` rows of A and ``4 tx * cols`` columns of B, in ``dtype``."""
-    return LANES * config.k_chunk * (config.ty * config.rows + LANES * config.tx * config.cols) * (2 if dtype == "float16" else 4)
+    return LANES * config.k_chunk * (config.ty * config.rows + LANES * config.tx * config.cols) * dtype_bytes(dtype)
 
 
 def tiled_work_groups(geom: GemmGeometry, config: GemmConfig) -> int:

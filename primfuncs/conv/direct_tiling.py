@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from tvm.script import tirx as T
 
-from .._common import LANES, ceildiv, check_accumulator
+from .._common import LANES, ceildiv, check_accumulator, dtype_bytes
 from .config import MAX_LOCAL_BYTES, ConvConfig, fit_work_group
 from .geometry import ConvGeometry, ConvWindow, InputLayout, all_of
 from .norm import check_norm
@@ -106,7 +106,7 @@ class DirectTiling:
             )
         split = max(1, min(split, self.blocks_per_group))
         items = self.gz * self.gy * self.gx
-        partial_bytes = split * self.acc_rows * LANES * items * (2 if self.acc_dtype == "float16" else 4)
+        partial_bytes = split * self.acc_rows * LANES * items * dtype_bytes(self.acc_dtype)
         if split > 1 and partial_bytes > MAX_LOCAL_BYTES:
             raise ValueError(
                 f"config {config} needs {partial_bytes} bytes of local memory for the split_k partial sums, "

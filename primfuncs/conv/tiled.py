@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from tvm.script import tirx as T
 
-from .._common import BUFFER, LANES, ceildiv, check_accumulator, check_scope, convert_tile, load_pixel, multiply_add, select_params, whole
+from .._common import BUFFER, LANES, ceildiv, check_accumulator, check_scope, dtype_bytes, convert_tile, load_pixel, multiply_add, select_params, whole
 from ..epilogue import Epilogue, check_epilogue, store_output_pixel
 from .config import MAX_LOCAL_BYTES, ConvConfig, check_conv_args
 from .geometry import ConvWindow, InputLayout, all_of, conv2d_geometry
@@ -31,10 +31,6 @@ from ..grn import grn_macros
 from ..layernorm import PARTIAL_FIELDS, partials_fold_macros
 from .norm import GroupNormFold, check_grn, check_group_norm, check_norm, fold_items, norm_macros
 from .prologue import DIRECT, Prologue, check_prologue
-
-
-def _bytes(dtype: str) -> int:
-    return 2 if dtype == "float16" else 4
 
 
 def tiled_local_bytes(config: ConvConfig, dtype: str = "float32", acc_dtype: str | None = None, normed: bool = False,
@@ -51,7 +47,7 @@ def tiled_local_bytes(config: ConvConfig, dtype: str = "float32", acc_dtype: str
     stats = 0 if group_norm is None else 4 * group_norm.groups * (PARTIAL_FIELDS * fold_items(group_norm.slices, split * gx * gy) + 2)
     if grn_blocks:
         stats += 4 * (LANES * grn_blocks + fold_items(grn_blocks, split * gx * gy) + 1)
-    return LANES * (tiles * _bytes(dtype) + partials * _bytes(acc_dtype or dtype)) + stats
+    return LANES * (tiles * dtype_bytes(dtype) + partials * dtype_bytes(acc_dtype or dtype)) + stats
 
 
 def conv2d_tiled_nchw4c(
