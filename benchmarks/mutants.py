@@ -525,7 +525,7 @@ MUTANTS = (
         "token_chain_residual_ignored",
         "token chains stop at a pixelwise op with a second activation even where no reader wants its result blocked",
         (("    return (plan is not None and node.op in FLEXIBLE", "    return (False and plan is not None and node.op in FLEXIBLE"),),
-        ("tests/passes/test_token_chain.py::test_tokens_with_a_residual_add_are_written_plain",),
+        ("tests/passes/test_token_chain.py::test_heads_with_a_residual_add_are_written_plain",),
     ),
     Mutant(
         "depthwise_pointwise_fused_before_tokens",

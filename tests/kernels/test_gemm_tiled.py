@@ -22,7 +22,7 @@ from test_gemm import EPILOGUES, U32, cases, check_product
 from test_gemm_out_perm import _head_view
 
 TILED = st.builds(gemm.GemmConfig, st.integers(1, 8), st.integers(1, 4), st.sampled_from([1, 2, 4, 8]), st.sampled_from([1, 2, 4, 16]),
-                  tiled=st.just(True), k_chunk=st.integers(1, 4))
+                  tiled=st.just(True), k_chunk=st.sampled_from([1, 2, 3, 4, 8]))
 
 
 def tiled(rows, cols, ty, tx, k_chunk):
@@ -47,6 +47,8 @@ def tiled(rows, cols, ty, tx, k_chunk):
          precision="float32", seed=3, alpha=1.0)  # one item per work group: every slot one round
 @example(case=((2, 4, 6, 5), (2, 1, 7, 5), False, True, BUFFER), config=tiled(2, 1, 2, 2, 1), epilogue=Epilogue(),
          precision="float32", seed=7, alpha=0.5)  # multi-query attention: one K for every head
+@example(case=((1, 21, 13), (13, 10), False, False, BUFFER), config=tiled(1, 1, 8, 8, 8), epilogue=Epilogue(bias=True),
+         precision="float16_acc32", seed=9, alpha=1.0)  # the H200 rule's k_chunk 8 with K = 13: one full step, a tail of 5
 def test_tiled_gemm_kernel(device, case, config, epilogue, precision, seed, alpha):
     check_product(device, case, config, epilogue, precision, seed, alpha)
 

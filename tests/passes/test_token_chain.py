@@ -110,6 +110,23 @@ def test_visformer_attention_has_no_inner_transform():
     assert _transforms(rows) == [rows[-1]["op"]], [r["op"] for r in rows]
 
 
+def test_heads_with_a_residual_add_are_written_plain():
+    """Two convs' maps reshaped into heads (``[N, heads, d, H*W]``: no token view) and added before
+    a transpose and a MatMul by a constant read them: the add has a second activation, which no
+    reader wants blocked (``token_chain._runs_plain_anyway``), so both convs write their heads plain
+    and the only layout kernel is the model input's packing (two convs read it)."""
+    e = 3
+    nodes = [node("Conv", ["x", "w1", "b1"], ["map1"], pads=[1, 1, 1, 1]), node("Reshape", ["map1", "heads"], ["h1"]),
+             node("Conv", ["x", "w2", "b2"], ["map2"]), node("Reshape", ["map2", "heads"], ["h2"]),
+             node("Add", ["h1", "h2"], ["r"]), node("Transpose", ["r"], ["t"], perm=[0, 1, 3, 2]), node("MatMul", ["t", "m"], ["y"])]
+    inits = [f32("w1", (D, C, 3, 3)), f32("b1", (D,)), f32("w2", (D, C, 1, 1)), f32("b2", (D,)),
+             i64("heads", [N, HEADS, D // HEADS, H * W]), f32("m", (D // HEADS, e))]
+    model = make(nodes, [tensor("x", [N, C, H, W])], [tensor("y", [N, HEADS, H * W, e])], inits, opset=17)
+    rows = _profile(model)
+    assert all(r["ours"] for r in rows), [r["op"] for r in rows if not r["ours"]]
+    assert _transforms(rows) == ["nchw_to_nchw4c"], [r["op"] for r in rows]
+
+
 def test_chain_rule_from_the_graph():
     """``token_chain.ends_plain`` on the MQA graph (before any rule runs): q's, k's and v's reshapes
     end plain; with a Softmax (a kernel of ours, no constant scaling) on q's path, q's does not."""
