@@ -46,6 +46,26 @@ def _timed(fn, repeat: int) -> float:
     return statistics.median(times)
 
 
+def replayed_call_ms(fn, calls: int = 20, repeat: int = 30) -> float:
+    """Median ms of one ``fn()`` on the GPU: ``calls`` of them captured in one CUDA graph, its replay
+    timed by CUDA events and divided by ``calls``. Events around a single eager call time the host's
+    dispatch too (~20 us, more than a small GEMM's kernel): a replay has no host work between kernels."""
+    import torch
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    graph.replay()
+    return _timed(graph.replay, repeat) / calls
+
+
 def _first_tensor(y):
     """A model's output tensor (timm returns one; a trace of a dict/tuple model its first)."""
     return y if hasattr(y, "shape") else next(iter(y.values() if isinstance(y, dict) else y))
