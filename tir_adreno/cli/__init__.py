@@ -4,6 +4,7 @@ check, time, tune and edit them. run is the main job; tir-adreno COMMAND --help 
 from __future__ import annotations
 
 import errno
+import os
 import sys
 import traceback
 import warnings
@@ -33,7 +34,16 @@ EXIT_OK, EXIT_CHECK_FAILED, EXIT_USER_ERROR, EXIT_INTERNAL_ERROR, EXIT_INTERRUPT
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
-def main(argv=None) -> int:
+def console() -> int:
+    """The ``tir-adreno`` command (and ``python -m tir_adreno.cli``): :func:`main` ending the process at
+    once on Ctrl-C."""
+    return main(exit_on_interrupt=True)
+
+
+def main(argv=None, exit_on_interrupt: bool = False) -> int:
+    """Run one command; its exit code. ``exit_on_interrupt``: on Ctrl-C print the one line and end the
+    process there (``os._exit``): a compile cut short leaves TVM objects half built and its threads
+    running, whose destruction then prints TVM warnings or aborts the process (SIGABRT, seen in CI)."""
     args = build_parser(__doc__).parse_args(argv)
     show_notices(args)  # long steps (a program built from source) on stderr, unless --quiet
     with warnings.catch_warnings():
@@ -53,6 +63,9 @@ def main(argv=None) -> int:
             return _error("out of memory: the model, its inputs or its weights need more than this machine holds")
         except KeyboardInterrupt:
             print("\ntir-adreno: interrupted", file=sys.stderr, flush=True)
+            if exit_on_interrupt:
+                sys.stdout.flush()
+                os._exit(EXIT_INTERRUPTED)
             return EXIT_INTERRUPTED
         except Exception:
             return _internal_error()

@@ -32,13 +32,14 @@ CLASS_TILES = {"mobile": (4, 1, 8, 8), "cpu": (4, 2, 4, 8), "gpu": (4, 1, 8, 16)
 #: a GEMM item's K loop has no texture round trip per step).
 GPU_MIN_WORK_ITEMS = 8192
 #: The tiled kernel's configs, (rows, pixels, ty, tx, k_chunk), biggest tile first: 16 x 16 items of
-#: 2 x 1 outputs staging 4 reduction indices a step, then 1 x 1 outputs staging 8, then 8 x 8 items
-#: (the tiled conv's 64-item groups) for a transformer's small products (197 tokens). A product
-#: takes the first that launches ``tiled_min_groups`` work groups (the tiled conv's rule). Swept by
-#: ``benchmarks/gemm_configs.py`` on an H100 (``gemm_configs-nvidia-h100-80gb-hbm3.json``, 15
-#: catalogue shapes): bigger tiles (4 x 2, 2 x 2 outputs) were slower than these on every shape,
-#: staging 8 indices beat 4 by 5-20% on 1 x 1 tiles.
-TILED_GEMM_CONFIGS = ((2, 1, 16, 16, 4), (1, 1, 16, 16, 8), (1, 1, 8, 8, 8))
+#: 2 x 1 outputs staging 4 x 4 reduction indices a step, then 1 x 1 outputs staging 4 x 16, then
+#: 8 x 8 items (the tiled conv's 64-item groups) for a transformer's small products (197 tokens).
+#: A product takes the first that launches ``tiled_min_groups`` work groups (the tiled conv's rule),
+#: its ``k_chunk`` cut to the reduction (:func:`_chunk_for`). Swept by ``benchmarks/gemm_configs.py``
+#: on an H100 (two runs, ``gemm_configs-nvidia-h100-80gb-hbm3.json``, 15 catalogue shapes): bigger
+#: tiles (4 x 2, 2 x 2 outputs) were slower than these on every shape; on 1 x 1 tiles staging 8
+#: blocks beat 4 by 5-20% and 16 beat 8 by 4-17% wherever K >= 128.
+TILED_GEMM_CONFIGS = ((2, 1, 16, 16, 4), (1, 1, 16, 16, 16), (1, 1, 8, 8, 16))
 
 
 def _covering(extent: int, most: int) -> int:
@@ -54,6 +55,15 @@ def fit_work_group(geom: GemmGeometry, rows: int, cols: int, ty: int, tx: int) -
     return GemmConfig(rows, cols, _covering(grid.rows, ty), _covering(grid.cols, tx))
 
 
+def _chunk_for(geom: GemmGeometry, k_chunk: int) -> int:
+    """``k_chunk`` halved until one step stages no more than the reduction (``4 k_chunk <= K``; at
+    least one block): indices past K only stage zeros (LeViT's Q Kᵀ, K = 16: 4 blocks 6.0 us, 2
+    blocks 6.5 us, on the H100; MLP-Mixer's token fc1, K = 49: 8 blocks 6.9 us, 4 blocks 7.5 us)."""
+    while k_chunk > 1 and 4 * k_chunk > geom.k:
+        k_chunk //= 2
+    return k_chunk
+
+
 def tiled_gemm_config(geom: GemmGeometry, profile: DeviceProfile) -> GemmConfig | None:
     """The first of :data:`TILED_GEMM_CONFIGS` (its work group cut to the product) that launches at
     least ``profile.tiled_min_groups`` work groups for ``geom``, or None (0: never; a product too
@@ -62,7 +72,7 @@ def tiled_gemm_config(geom: GemmGeometry, profile: DeviceProfile) -> GemmConfig 
         return None
     for rows, cols, ty, tx, k_chunk in TILED_GEMM_CONFIGS:
         fit = fit_work_group(geom, rows, cols, ty, tx)
-        config = GemmConfig(rows, cols, fit.ty, fit.tx, tiled=True, k_chunk=k_chunk)
+        config = GemmConfig(rows, cols, fit.ty, fit.tx, tiled=True, k_chunk=_chunk_for(geom, k_chunk))
         if tiled_work_groups(geom, config) >= profile.tiled_min_groups:
             return config
     return None
