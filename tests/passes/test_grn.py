@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from helpers.numeric import pack_nchw4c, run_kernel, unpack_nchw4c
@@ -32,6 +32,8 @@ THREADS = st.sampled_from([None, 1, 4, 64])
 
 @given(n=st.integers(1, 2), channels=st.integers(1, 40), scope=st.sampled_from([TEXTURE, "global"]),
        precision=st.sampled_from(["float32", "float16_acc32"]), threads=THREADS, seed=st.integers(0, 2**32 - 1))
+@example(n=1, channels=6, scope=TEXTURE, precision="float32", threads=None, seed=1)  # each form with a padded block:
+@example(n=2, channels=7, scope="global", precision="float32", threads=4, seed=2)  # the mean over C, not C rounded up
 def test_grn_scale_kernel(device, n, channels, scope, precision, threads, seed):
     """``sqrt(S) / (mean_c sqrt(S) + eps)`` of sums of squares ``S`` (spread over 6 decades), the
     padded lanes left out of the mean and written as 0; in half images the kernel reads ``S``
