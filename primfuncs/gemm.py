@@ -40,7 +40,8 @@ from tvm.script import tirx as T
 from ._common import BUFFER, LANES, TEXTURE, ceildiv, pixel_launch, select_params, whole
 from .epilogue import BIAS, RESIDUAL, SECOND, Epilogue
 from .gemm_parts import (MAX_TILE_COLS, MAX_TILE_ROWS, MAX_WORK_GROUP, GemmConfig, GemmGeometry, check_gemm, contiguous, gemm_geometry,
-                         gemm_grid, indexers, pixel_shape, register_product, store_macros, stored_out_shape, view_buffer, views)
+                         gemm_grid, indexers, lane_of, pixel_shape, register_product, store_macros, stored_out_shape, view_buffer,
+                         views)
 from .gemm_tiled import gemm_tiled
 
 
@@ -76,8 +77,6 @@ def gemm(a_shape, b_shape, trans_a: bool = False, trans_b: bool = False, config:
     def stored(shape):
         return pixel_shape(shape) if texture else tuple(shape)
 
-    def lane_of(index, lane):
-        return (*index, lane)
     # Buffers: vector loads where the 4 elements are contiguous and never run past the axis.
     a_vector = not geom.trans_a and k % LANES == 0 and contiguous(a_view, geom.a_shape)
     b_vector = not geom.trans_b and n % LANES == 0 and contiguous(b_view, geom.b_shape)

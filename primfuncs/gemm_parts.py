@@ -207,6 +207,11 @@ def check_gemm(geom: GemmGeometry, config, epilogue, dtype, acc_dtype, scope, al
 
 
 
+def lane_of(index, lane):
+    """A texture pixel's index (an indexer's tuple) with the lane appended: one element of the pixel."""
+    return (*index, lane)
+
+
 def store_macros(geom: GemmGeometry, epilogue: Epilogue, at_y, dtype: str, acc_dtype: str, alpha: float, texture: bool,
                  tm: int, tn: int, row_step: int = 1, col_step: int = 1):
     """The macro ``store_tile(Y, Bias, Residual, Residual2, acc, px, vb, r0, c0)``: an item's
@@ -219,9 +224,6 @@ def store_macros(geom: GemmGeometry, epilogue: Epilogue, at_y, dtype: str, acc_d
     n4 = ceildiv(n, LANES)
     y_vector = n % LANES == 0
     acc_zero, zero = T.FloatImm(acc_dtype, 0.0), T.FloatImm(dtype, 0.0)
-
-    def lane_of(index, lane):
-        return (*index, lane)
 
     def row_at(r0, i):
         return r0 + i if row_step == 1 else r0 + i * row_step
