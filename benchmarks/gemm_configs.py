@@ -2,7 +2,7 @@
 on the catalogue's GEMM shapes, with cuBLAS beside them (issue 35).
 
 For each shape of :data:`SHAPES` (DeiT-tiny's Linears and attention products, MLP-Mixer s32's
-token and channel MLPs, PVT-v2-b0's and LeViT-128s' examples; batch 1, named by source) this
+token and channel MLPs, PVT-v2-b0's and LeViT-128s' examples, LeViT's later stages among them, too small for the rule's tiled kernel; batch 1, named by source) this
 builds, for the ``--target`` profile (default nvidia-h200), the register kernel as that profile
 planned it before the tiled kernel (``tiled_min_groups`` 0: :func:`strategy.gemm.gemm_config`),
 the tiled default (``strategy.gemm.tiled_gemm_config``; where the rule keeps the register
@@ -56,6 +56,12 @@ SHAPES = {
     "pvt_v2_b0.s4_fc1": ((1, 49, 256), (256, 2048), False, False),
     "levit_128s.s1_qkv": ((1, 196, 128), (128, 256), False, False),
     "levit_128s.s1_q_kT": ((1, 4, 196, 16), (1, 4, 196, 16), False, True),
+    # LeViT's later stages (49 and 16 tokens): products too small for the rule's tiled kernel
+    "levit_128s.s2_qkv": ((1, 49, 256), (256, 384), False, False),
+    "levit_128s.s2_fc1": ((1, 49, 256), (256, 512), False, False),
+    "levit_128s.s3_qkv": ((1, 16, 384), (384, 512), False, False),
+    "levit_128s.s3_fc1": ((1, 16, 384), (384, 768), False, False),
+    "levit_128s.s3_q_kT": ((1, 8, 16, 16), (1, 8, 16, 16), False, True),
 }
 
 
