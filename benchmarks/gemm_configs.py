@@ -2,17 +2,19 @@
 on the catalogue's GEMM shapes, with cuBLAS beside them (issue 35).
 
 For each shape of :data:`SHAPES` (DeiT-tiny's Linears and attention products, MLP-Mixer s32's
-token and channel MLPs, PVT-v2-b0's and LeViT-128s' examples, LeViT's later stages among them, too small for the rule's tiled kernel; batch 1, named by source) this
+token and channel MLPs, PVT-v2-b0's and LeViT-128s' examples, LeViT's later stages among them,
+too small for the rule's tiled kernel; batch 1, named by source) this
 builds, for the ``--target`` profile (default nvidia-h200), the register kernel as that profile
 planned it before the tiled kernel (``tiled_min_groups`` 0: :func:`strategy.gemm.gemm_config`),
 the tiled default (``strategy.gemm.tiled_gemm_config``; where the rule keeps the register
 kernel, the smallest tiled config as "tiled_small", so every shape has a tiled time) and its
-neighbours: every ``TILED_GEMM_CONFIGS`` entry fitted to the shape, the default's ``k_chunk``
+neighbours: every ``TILED_GEMM_CONFIGS`` entry fitted to the shape as the rule fits it, the default's ``k_chunk``
 halved and doubled. Every kernel runs on NaN-poisoned outputs, is checked against a float64
 NumPy product (each element within ``2 (K + 4) u`` of ``|A| |B|``, the kernel tests' bound)
 and timed (median OpenCL event time, two input sets rotated). With torch and CUDA present,
 ``torch.matmul`` of the same operands (cuBLAS, TF32 off) is timed in the same run, 20 calls
-replayed in one CUDA graph (CUDA events around one eager call time the host's dispatch, ~20 us). Prints per shape the configs, then one table last: register, tiled default and best tiled
+replayed in one CUDA graph (CUDA events around one eager call time the host's dispatch, ~20 us).
+Prints per shape the configs, then one table last: register, tiled default and best tiled
 times, tiled / register, ours (the better default) / cuBLAS. JSON:
 ``benchmarks/results/gemm_configs-<device>.json``.
 
@@ -68,16 +70,13 @@ SHAPES = {
 def candidates(name: str, profile) -> list[tuple[str, object]]:
     """(kind, GemmConfig) of shape ``name`` on ``profile``: "register" (the profile's rule without
     the tiled kernel), "tiled" (its tiled default) or "tiled_small", then the neighbours."""
-    from primfuncs.gemm import GemmConfig, gemm_geometry
+    from primfuncs.gemm import gemm_geometry
     from tir_adreno.strategy import gemm as strategy
 
     a, b, trans_a, trans_b = SHAPES[name]
     geom = gemm_geometry(a, b, trans_a, trans_b)
     out = [("register", strategy.gemm_config(geom, dataclasses.replace(profile, tiled_min_groups=0)))]
-    fitted = []  # every tiled default config, its work group cut to the product
-    for rows, cols, ty, tx, k_chunk in strategy.TILED_GEMM_CONFIGS:
-        fit = strategy.fit_work_group(geom, rows, cols, ty, tx)
-        fitted.append(GemmConfig(rows, cols, fit.ty, fit.tx, tiled=True, k_chunk=k_chunk))
+    fitted = strategy.fitted_tiled_configs(geom)  # the rule's candidates, work group and k_chunk cut as it cuts them
     tiled = strategy.tiled_gemm_config(geom, profile)
     default = tiled or fitted[-1]
     out.append(("tiled" if tiled else "tiled_small", default))

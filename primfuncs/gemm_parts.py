@@ -205,8 +205,6 @@ def check_gemm(geom: GemmGeometry, config, epilogue, dtype, acc_dtype, scope, al
     return check_accumulator(dtype, acc_dtype)
 
 
-
-
 def lane_of(index, lane):
     """A texture pixel's index (an indexer's tuple) with the lane appended: one element of the pixel."""
     return (*index, lane)

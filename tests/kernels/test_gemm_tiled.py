@@ -51,7 +51,7 @@ def tiled(rows, cols, ty, tx, k_chunk):
 @example(case=((2, 4, 6, 5), (2, 1, 7, 5), False, True, BUFFER), config=tiled(2, 1, 2, 2, 1), epilogue=Epilogue(),
          precision="float32", seed=7, alpha=0.5)  # multi-query attention: one K for every head
 @example(case=((1, 21, 13), (13, 10), False, False, BUFFER), config=tiled(1, 1, 8, 8, 8), epilogue=Epilogue(bias=True),
-         precision="float16_acc32", seed=9, alpha=1.0)  # the H200 rule's k_chunk 8 with K = 13: one full step, a tail of 5
+         precision="float16_acc32", seed=9, alpha=1.0)  # k_chunk 8 with K = 13: one full step, a tail of 5
 def test_tiled_gemm_kernel(device, case, config, epilogue, precision, seed, alpha):
     check_product(device, case, config, epilogue, precision, seed, alpha)
 

@@ -64,18 +64,23 @@ def _chunk_for(geom: GemmGeometry, k_chunk: int) -> int:
     return k_chunk
 
 
-def tiled_gemm_config(geom: GemmGeometry, profile: DeviceProfile) -> GemmConfig | None:
-    """The first of :data:`TILED_GEMM_CONFIGS` (its work group cut to the product) that launches at
-    least ``profile.tiled_min_groups`` work groups for ``geom``, or None (0: never; a product too
-    small to fill the GPU with staged tiles keeps the register kernel)."""
-    if profile.tiled_min_groups <= 0:
-        return None
+def fitted_tiled_configs(geom: GemmGeometry) -> list[GemmConfig]:
+    """Each of :data:`TILED_GEMM_CONFIGS` for ``geom``: its work group cut to the product, its
+    ``k_chunk`` to the reduction (:func:`_chunk_for`)."""
+    configs = []
     for rows, cols, ty, tx, k_chunk in TILED_GEMM_CONFIGS:
         fit = fit_work_group(geom, rows, cols, ty, tx)
-        config = GemmConfig(rows, cols, fit.ty, fit.tx, tiled=True, k_chunk=_chunk_for(geom, k_chunk))
-        if tiled_work_groups(geom, config) >= profile.tiled_min_groups:
-            return config
-    return None
+        configs.append(GemmConfig(rows, cols, fit.ty, fit.tx, tiled=True, k_chunk=_chunk_for(geom, k_chunk)))
+    return configs
+
+
+def tiled_gemm_config(geom: GemmGeometry, profile: DeviceProfile) -> GemmConfig | None:
+    """The first of :func:`fitted_tiled_configs` that launches at least
+    ``profile.tiled_min_groups`` work groups for ``geom``, or None (0: never; a product too small
+    to fill the GPU with staged tiles keeps the register kernel)."""
+    if profile.tiled_min_groups <= 0:
+        return None
+    return next((c for c in fitted_tiled_configs(geom) if tiled_work_groups(geom, c) >= profile.tiled_min_groups), None)
 
 
 def gemm_config(geom: GemmGeometry, profile: DeviceProfile) -> GemmConfig:
