@@ -1,22 +1,23 @@
-"""Register GEMM against the local-memory tiled GEMM (``primfuncs.gemm``, ``GemmConfig(tiled=True)``)
-on the catalogue's GEMM shapes, with cuBLAS beside them (issue 35).
+"""Register GEMM against the local-memory tiled and the split-reduction GEMMs (``primfuncs.gemm``,
+``GemmConfig(tiled=True)``, ``GemmConfig(split_k=S)``) on the catalogue's GEMM shapes, with cuBLAS
+beside them (issue 35).
 
 For each shape of :data:`SHAPES` (DeiT-tiny's Linears and attention products, MLP-Mixer s32's
-token and channel MLPs, PVT-v2-b0's and LeViT-128s' examples, LeViT's later stages among them,
-too small for the rule's tiled kernel; batch 1, named by source) this
-builds, for the ``--target`` profile (default nvidia-h200), the register kernel as that profile
-planned it before the tiled kernel (``tiled_min_groups`` 0: :func:`strategy.gemm.gemm_config`),
-the tiled default (``strategy.gemm.tiled_gemm_config``; where the rule keeps the register
-kernel, the smallest tiled config as "tiled_small", so every shape has a tiled time) and its
-neighbours: every ``TILED_GEMM_CONFIGS`` entry fitted to the shape as the rule fits it, the default's ``k_chunk``
-halved and doubled. Every kernel runs on NaN-poisoned outputs, is checked against a float64
-NumPy product (each element within ``2 (K + 4) u`` of ``|A| |B|``, the kernel tests' bound)
-and timed (median OpenCL event time, two input sets rotated). With torch and CUDA present,
-``torch.matmul`` of the same operands (cuBLAS, TF32 off) is timed in the same run, 20 calls
-replayed in one CUDA graph (CUDA events around one eager call time the host's dispatch, ~20 us).
-Prints per shape the configs, then one table last: register, tiled default and best tiled
-times, tiled / register, ours (the better default) / cuBLAS. JSON:
-``benchmarks/results/gemm_configs-<device>.json``.
+token and channel MLPs, PVT-v2-b0's and LeViT-128s' examples, the last stages' long reductions
+with few outputs; batch 1, named by source) this builds, for the ``--target`` profile (default
+nvidia-h200): the register kernel as that profile planned it before the tiled kernel
+(``tiled_min_groups`` 0: :func:`strategy.gemm.gemm_config`); the tiled default
+(``strategy.gemm.tiled_gemm_config``; where no tiled config fills the GPU, the smallest as
+"tiled_small") and its neighbours (every ``TILED_GEMM_CONFIGS`` entry fitted as the rule fits it,
+the default's ``k_chunk`` halved and doubled); from K = 64 the split default
+(``strategy.gemm.split_gemm_config``) and its neighbours (tile rows 1, 2, 4; the split halved and
+doubled; columns doubled); and the rule's pick ("rule", one of those). Every kernel runs on
+NaN-poisoned outputs, is checked against a float64 NumPy product (each element within
+``2 (K + 4) u`` of ``|A| |B|``, the kernel tests' bound) and timed (median OpenCL event time, two
+input sets rotated). With torch and CUDA present, ``torch.matmul`` of the same operands (cuBLAS,
+TF32 off) is timed in the same run, 20 calls replayed in one CUDA graph (CUDA events around one
+eager call time the host's dispatch, ~20 us). Prints per shape the configs, then one table last.
+JSON: ``benchmarks/results/gemm_configs-<device>.json``.
 
     python benchmarks/gemm_configs.py --build-only DIR          # here (TVM)
     python benchmarks/gemm_configs.py --from DIR                # on the GPU: numpy + pyopencl (+ torch)
@@ -64,6 +65,12 @@ SHAPES = {
     "levit_128s.s3_qkv": ((1, 16, 384), (384, 512), False, False),
     "levit_128s.s3_fc1": ((1, 16, 384), (384, 768), False, False),
     "levit_128s.s3_q_kT": ((1, 8, 16, 16), (1, 8, 16, 16), False, True),
+    # long reductions with few outputs (the split kernel's): the last stages' MLPs, Kᵀ V, a head
+    "levit_128s.s3_fc2": ((1, 16, 768), (768, 384), False, False),
+    "pit_ti.s3_fc2": ((1, 50, 1024), (1024, 256), False, False),
+    "coat_lite_tiny.s1_kT_v": ((1, 8, 3137, 8), (1, 8, 3137, 8), True, False),
+    "mambaout_femto.s4_fc2": ((1, 7, 7, 768), (768, 288), False, False),
+    "mambaout_femto.head_fc2": ((1, 1152), (1152, 1000), False, False),
 }
 
 
@@ -82,6 +89,14 @@ def candidates(name: str, profile) -> list[tuple[str, object]]:
     out.append(("tiled" if tiled else "tiled_small", default))
     out += [("tiled_neighbour", c) for c in fitted]
     out += [("tiled_neighbour", dataclasses.replace(default, k_chunk=kc)) for kc in (default.k_chunk // 2, default.k_chunk * 2) if kc >= 1]
+    if geom.k >= 64:  # the split kernel's default and its neighbours (tile rows, split, columns)
+        split = strategy.split_gemm_config(geom)
+        out.append(("split", split))
+        out += [("split_neighbour", dataclasses.replace(split, rows=rows)) for rows in (1, 2, 4)]
+        for k_split, tx in ((split.split_k // 2, split.tx), (split.split_k * 2, split.tx), (split.split_k, split.tx * 2), (split.split_k * 2, split.tx // 2)):
+            if k_split >= 2 and tx >= 1 and k_split * tx <= 256:
+                out.append(("split_neighbour", dataclasses.replace(split, split_k=k_split, tx=tx)))
+    out.append(("rule", strategy.gemm_config(geom, profile)))
     return out
 
 
@@ -177,11 +192,15 @@ def shape_row(name: str, results, cublas_s) -> dict:
     def of(kind):
         return next((r["time_s"] for r in good if kind in r["kinds"]), None)
 
-    tiled = [r for r in good if r["config"]["tiled"]]
-    best = min(tiled, key=lambda r: r["time_s"], default=None)
+    def best_of(kernel):
+        return min((r for r in good if kernel(r["config"])), key=lambda r: r["time_s"], default=None)
+
+    best, best_split = best_of(lambda c: c["tiled"]), best_of(lambda c: c.get("split_k", 1) > 1)
     register, default = of("register"), of("tiled") or of("tiled_small")
     return {"shape": name, "register_s": register, "tiled_default_s": default, "tiled_kind": "tiled" if of("tiled") else "tiled_small",
-            "best_tiled_s": best and best["time_s"], "best_tiled": best and best["label"], "cublas_s": cublas_s,
+            "best_tiled_s": best and best["time_s"], "best_tiled": best and best["label"], "split_s": of("split"),
+            "best_split_s": best_split and best_split["time_s"], "best_split": best_split and best_split["label"],
+            "rule_s": of("rule"), "rule": next((r["label"] for r in results if "rule" in r["kinds"]), None), "cublas_s": cublas_s,
             "wrong": [r["label"] for r in results if "ok" in r and not r["ok"]], "errors": [r["label"] for r in results if "error" in r]}
 
 
@@ -201,19 +220,18 @@ def _ratio(x, y) -> str:
 
 
 def print_report(rows) -> None:
-    """One table, last: per shape register, tiled default, best tiled (us), tiled default / register,
-    best tiled / register, and ours (the faster of register and tiled default) / cuBLAS."""
+    """One table, last: per shape register, tiled default, best tiled, split default, best split and
+    the rule's pick (us, its config), the rule's pick / register and / cuBLAS."""
     table = []
     for r in rows:
-        ours = min((t for t in (r["register_s"], r["tiled_default_s"]) if t), default=None)
         table.append([r["shape"], f"{r['macs'] / 1e6:.1f}", _us(r["register_s"]), _us(r["tiled_default_s"]) + ("" if r["tiled_kind"] == "tiled" else "*"),
-                      _us(r["best_tiled_s"]), r["best_tiled"] or "-", _ratio(r["tiled_default_s"], r["register_s"]),
-                      _ratio(r["best_tiled_s"], r["register_s"]), _us(r["cublas_s"]), _ratio(ours, r["cublas_s"]),
-                      "WRONG " + ",".join(r["wrong"]) if r["wrong"] else ("errors" if r["errors"] else "")])
-    common.print_table(["shape", "MMAC", "register us", "tiled us", "best tiled us", "best tiled config", "tiled/reg", "best/reg",
-                        "cuBLAS us", "ours/cuBLAS", "check"], table,
-                       title="GEMM: register vs local-memory tiled (median OpenCL event time; * the rule keeps the register kernel there; "
-                             "ours = the faster default)")
+                      _us(r["best_tiled_s"]), r["best_tiled"] or "-", _us(r.get("split_s")), _us(r.get("best_split_s")), r.get("best_split") or "-",
+                      _us(r.get("rule_s")), r.get("rule") or "-", _ratio(r.get("rule_s"), r["register_s"]), _us(r["cublas_s"]),
+                      _ratio(r.get("rule_s"), r["cublas_s"]), "WRONG " + ",".join(r["wrong"]) if r["wrong"] else ("errors" if r["errors"] else "")])
+    common.print_table(["shape", "MMAC", "register us", "tiled us", "best tiled us", "best tiled config", "split us", "best split us",
+                        "best split config", "rule us", "rule's config", "rule/reg", "cuBLAS us", "rule/cuBLAS", "check"], table,
+                       title="GEMM: register vs local-memory tiled vs split reduction (median OpenCL event time; * tiled_small: "
+                             "no tiled config fills the GPU)")
 
 
 def parse_args(argv=None):

@@ -25,8 +25,9 @@ element never leaks into a product). The epilogue (:class:`primfuncs.epilogue.Ep
 residual, activation) runs on the accumulators before the store.
 
 ``GemmConfig(tiled=True)`` builds the local-memory tiled kernel instead (:mod:`primfuncs.gemm_tiled`,
-buffers, big GPUs); both take their geometry, indexers, checks and epilogue store from
-:mod:`primfuncs.gemm_parts`.
+buffers, big GPUs), ``GemmConfig(split_k=S)`` the split-reduction kernel (:mod:`primfuncs.gemm_split`:
+a long K with few outputs, such as a classifier head or the last stage's MLP); all take their
+geometry, indexers, checks, loads and epilogue store from :mod:`primfuncs.gemm_parts`.
 
 dtypes: ``float32`` (also float16_acc32: the same kernel on half buffers,
 ``codegen.half_buffers``), ``float16`` with ``acc_dtype="float32"`` (the strategy picks it for
@@ -39,9 +40,9 @@ from tvm.script import tirx as T
 
 from ._common import BUFFER, LANES, TEXTURE, ceildiv, pixel_launch, select_params, whole
 from .epilogue import BIAS, RESIDUAL, SECOND, Epilogue
-from .gemm_parts import (MAX_TILE_COLS, MAX_TILE_ROWS, MAX_WORK_GROUP, GemmConfig, GemmGeometry, check_gemm, contiguous, gemm_geometry,
-                         gemm_grid, indexers, lane_of, pixel_shape, register_product, store_macros, stored_out_shape, view_buffer,
-                         views)
+from .gemm_parts import (MAX_TILE_COLS, MAX_TILE_ROWS, MAX_WORK_GROUP, GemmConfig, GemmGeometry, check_gemm, gemm_geometry, gemm_grid,
+                         indexers, pixel_shape, register_loads, register_product, store_macros, stored_out_shape, view_buffer, views)
+from .gemm_split import gemm_split
 from .gemm_tiled import gemm_tiled
 
 
@@ -64,71 +65,24 @@ def gemm(a_shape, b_shape, trans_a: bool = False, trans_b: bool = False, config:
     acc_dtype = check_gemm(geom, config, epilogue, dtype, acc_dtype, scope, alpha)
     if config.tiled:
         return gemm_tiled(geom, config, epilogue, dtype, acc_dtype, scope, alpha, out_perm, a_view, b_view)
+    if config.split_k > 1:
+        return gemm_split(geom, config, epilogue, dtype, acc_dtype, scope, alpha, out_perm, a_view, b_view)
     grid = gemm_grid(geom, config)
-    m, k, n = geom.m, geom.k, geom.n
-    n4, k4 = ceildiv(n, LANES), ceildiv(k, LANES)
+    n4, k4 = ceildiv(geom.n, LANES), ceildiv(geom.k, LANES)
     tm, tn = config.rows, config.cols
     y_shape = stored_out_shape(geom, out_perm)
     (a_view, a_buffer), (b_view, b_buffer) = views(geom, a_view, b_view, scope)
     at_a, at_b, at_y = indexers(geom, out_perm, a_view, b_view)
-    zero, acc_zero = T.FloatImm(dtype, 0.0), T.FloatImm(acc_dtype, 0.0)
+    acc_zero = T.FloatImm(acc_dtype, 0.0)
     texture = scope == TEXTURE
 
     def stored(shape):
         return pixel_shape(shape) if texture else tuple(shape)
 
-    # Buffers: vector loads where the 4 elements are contiguous and never run past the axis.
-    a_vector = not geom.trans_a and k % LANES == 0 and contiguous(a_view, geom.a_shape)
-    b_vector = not geom.trans_b and n % LANES == 0 and contiguous(b_view, geom.b_shape)
     launch = pixel_launch()
     store_tile = store_macros(geom, epilogue, at_y, dtype, acc_dtype, alpha, texture, tm, tn)
     accumulate = register_product(tm, tn)
-
-    def a_at(vb, r, kb, kk):
-        """``A``'s element (texture: pixel and lane) for row ``r`` (clamped), reduction index ``4 kb + kk``."""
-        if texture:
-            return lane_of(at_a(vb, T.min(r, m - 1), kb), kk)
-        if a_vector:
-            return at_a(vb, T.min(r, m - 1), kb * 4, kk)
-        return at_a(vb, T.min(r, m - 1), T.min(kb * 4 + kk, k - 1))
-
-    @T.macro
-    def zero_past_k(px, kb, rows, cols, by_row):
-        # px[r, c] = 0 where its reduction index 4 kb + (c or r) is past K (a partial last step)
-        if k % LANES != 0:
-            for r in T.unroll(rows):
-                for c in T.unroll(cols):
-                    px[r, c] = T.Select(kb * 4 + (r if by_row else c) < k, px[r, c], zero)
-
-    @T.macro
-    def load_a(a_px, A, vb, r0, kb):
-        # a_px[i, kk] = op(A)[vb, row i of the tile (clamped), 4 kb + kk] (0 past K)
-        for i in T.unroll(tm):
-            if texture or a_vector:
-                for kk in T.vectorized(4):
-                    a_px[i, kk] = A[a_at(vb, r0 + i, kb, kk)]
-            else:
-                for kk in T.unroll(4):
-                    a_px[i, kk] = A[a_at(vb, r0 + i, kb, kk)]
-        zero_past_k(a_px, kb, tm, 4, False)
-
-    @T.macro
-    def load_b(b_px, B, vb, c0, kb):
-        # b_px[kk, 4 j + lane] = op(B)[vb, 4 kb + kk, 4 (pixel j of the tile, clamped) + lane] (0 outside)
-        for j in T.unroll(tn):
-            for kk in T.unroll(4):
-                if texture:
-                    for lane in T.vectorized(4):
-                        b_px[kk, j * 4 + lane] = B[lane_of(at_b(vb, T.min(kb * 4 + kk, k - 1), T.min(c0 + j, n4 - 1)), lane)]
-                elif b_vector:
-                    for lane in T.vectorized(4):
-                        b_px[kk, j * 4 + lane] = B[at_b(vb, T.min(kb * 4 + kk, k - 1), T.min(c0 + j, n4 - 1) * 4, lane)]
-                else:
-                    for lane in T.unroll(4):
-                        b_px[kk, j * 4 + lane] = T.if_then_else(
-                            T.min(c0 + j, n4 - 1) * 4 + lane < n,
-                            B[at_b(vb, T.min(kb * 4 + kk, k - 1), T.min(T.min(c0 + j, n4 - 1) * 4 + lane, n - 1))], zero)
-        zero_past_k(b_px, kb, 4, tn * 4, True)
+    load_a, load_b = register_loads(geom, at_a, at_b, a_view, b_view, dtype, texture, tm, tn)
 
     @T.macro
     def tile(A, B, Bias, Residual, Residual2, Y, vb, vr, vc):

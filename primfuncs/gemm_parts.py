@@ -27,7 +27,9 @@ class GemmConfig:
     output; work groups of ``ty`` x ``tx`` items (rows x columns). ``tiled``: the local-memory
     tiled kernel (:mod:`primfuncs.gemm_tiled`, buffers only): the work group stages ``k_chunk``
     blocks of 4 reduction indices of A and B in local memory per step (``k_chunk`` is unused
-    otherwise)."""
+    otherwise). ``split_k > 1``: the split-reduction kernel (:mod:`primfuncs.gemm_split`, a long
+    K with few outputs): ``split_k`` x ``tx`` items per work group (``ty`` 1), the items of a
+    column splitting K between them and summing their partial tiles in local memory."""
 
     rows: int = 4
     cols: int = 1
@@ -35,9 +37,10 @@ class GemmConfig:
     tx: int = 8
     tiled: bool = False
     k_chunk: int = 4
+    split_k: int = 1
 
     def __post_init__(self):
-        for name in ("rows", "cols", "ty", "tx", "k_chunk"):
+        for name in ("rows", "cols", "ty", "tx", "k_chunk", "split_k"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValueError(f"GemmConfig.{name} must be an int >= 1, got {getattr(self, name)!r}")
         if not isinstance(self.tiled, bool):
@@ -46,9 +49,15 @@ class GemmConfig:
             raise ValueError(f"GemmConfig tile {self.rows} x {self.cols} exceeds {MAX_TILE_ROWS} rows x {MAX_TILE_COLS} pixels")
         if self.ty * self.tx > MAX_WORK_GROUP:
             raise ValueError(f"GemmConfig work group {self.ty} x {self.tx} exceeds {MAX_WORK_GROUP} items")
+        if self.split_k > 1 and (self.tiled or self.ty != 1):
+            raise ValueError(f"GemmConfig.split_k = {self.split_k} takes ty = 1 and no tiled (its work group is split_k x tx), "
+                             f"got ty = {self.ty}, tiled = {self.tiled}")
+        if self.split_k * self.tx > MAX_WORK_GROUP:
+            raise ValueError(f"GemmConfig work group {self.split_k} x {self.tx} (split_k x tx) exceeds {MAX_WORK_GROUP} items")
 
     def __str__(self) -> str:
-        return f"gemm r{self.rows}c{self.cols} wg{self.ty}x{self.tx}" + (f" tiled c{self.k_chunk}" if self.tiled else "")
+        kernel = f" tiled c{self.k_chunk}" if self.tiled else f" split{self.split_k}" if self.split_k > 1 else ""
+        return f"gemm r{self.rows}c{self.cols} wg{self.ty}x{self.tx}" + kernel
 
 
 @dataclass(frozen=True)
@@ -304,3 +313,65 @@ def register_product(tm: int, tn: int):
                     acc[i, c] = multiply_add(acc[i, c], a_px[i, kk], b_px[kk, c])
 
     return accumulate
+
+
+def register_loads(geom: GemmGeometry, at_a, at_b, a_view, b_view, dtype: str, texture: bool, tm: int, tn: int):
+    """The macros ``load_a(a_px, A, vb, r0, kb)`` and ``load_b(b_px, B, vb, c0, kb)``: an item's
+    4 reduction indices ``4 kb ..`` of rows ``r0 ..`` of ``op(A)`` (``a_px (tm, 4)``) and of pixels
+    ``c0 ..`` of ``op(B)`` (``b_px (4, 4 tn)``), from registers' view of the stored operands (the
+    register and split kernels). Rows and pixels past the operand are clamped, indices past K
+    zeroed (a NaN in a clamped element never reaches a product); buffers use one vector load
+    where the 4 elements are contiguous and never run past the axis."""
+    m, k, n = geom.m, geom.k, geom.n
+    n4 = ceildiv(n, LANES)
+    zero = T.FloatImm(dtype, 0.0)
+    a_vector = not geom.trans_a and k % LANES == 0 and contiguous(a_view, geom.a_shape)
+    b_vector = not geom.trans_b and n % LANES == 0 and contiguous(b_view, geom.b_shape)
+
+    def a_at(vb, r, kb, kk):
+        """``A``'s element (texture: pixel and lane) for row ``r`` (clamped), reduction index ``4 kb + kk``."""
+        if texture:
+            return lane_of(at_a(vb, T.min(r, m - 1), kb), kk)
+        if a_vector:
+            return at_a(vb, T.min(r, m - 1), kb * 4, kk)
+        return at_a(vb, T.min(r, m - 1), T.min(kb * 4 + kk, k - 1))
+
+    @T.macro
+    def zero_past_k(px, kb, rows, cols, by_row):
+        # px[r, c] = 0 where its reduction index 4 kb + (c or r) is past K (a partial last step)
+        if k % LANES != 0:
+            for r in T.unroll(rows):
+                for c in T.unroll(cols):
+                    px[r, c] = T.Select(kb * 4 + (r if by_row else c) < k, px[r, c], zero)
+
+    @T.macro
+    def load_a(a_px, A, vb, r0, kb):
+        # a_px[i, kk] = op(A)[vb, row i of the tile (clamped), 4 kb + kk] (0 past K)
+        for i in T.unroll(tm):
+            if texture or a_vector:
+                for kk in T.vectorized(4):
+                    a_px[i, kk] = A[a_at(vb, r0 + i, kb, kk)]
+            else:
+                for kk in T.unroll(4):
+                    a_px[i, kk] = A[a_at(vb, r0 + i, kb, kk)]
+        zero_past_k(a_px, kb, tm, 4, False)
+
+    @T.macro
+    def load_b(b_px, B, vb, c0, kb):
+        # b_px[kk, 4 j + lane] = op(B)[vb, 4 kb + kk, 4 (pixel j of the tile, clamped) + lane] (0 outside)
+        for j in T.unroll(tn):
+            for kk in T.unroll(4):
+                if texture:
+                    for lane in T.vectorized(4):
+                        b_px[kk, j * 4 + lane] = B[lane_of(at_b(vb, T.min(kb * 4 + kk, k - 1), T.min(c0 + j, n4 - 1)), lane)]
+                elif b_vector:
+                    for lane in T.vectorized(4):
+                        b_px[kk, j * 4 + lane] = B[at_b(vb, T.min(kb * 4 + kk, k - 1), T.min(c0 + j, n4 - 1) * 4, lane)]
+                else:
+                    for lane in T.unroll(4):
+                        b_px[kk, j * 4 + lane] = T.if_then_else(
+                            T.min(c0 + j, n4 - 1) * 4 + lane < n,
+                            B[at_b(vb, T.min(kb * 4 + kk, k - 1), T.min(T.min(c0 + j, n4 - 1) * 4 + lane, n - 1))], zero)
+        zero_past_k(b_px, kb, 4, tn * 4, True)
+
+    return load_a, load_b

@@ -1,7 +1,7 @@
 """benchmarks/gemm_configs.py split in two as on the H200: ``--build-only`` here (TVM) for the
-nvidia-h200 profile on one shape (LeViT's Q Kᵀ, K read transposed), ``--from`` with tvm, onnx and
-torch unimportable on this device: every config checked against float64 NumPy and timed, the
-table last, the register and tiled defaults in the JSON."""
+nvidia-h200 profile on one shape (LeViT's stage-3 fc2: 16 tokens, K = 768, the split kernel's
+product), ``--from`` with tvm, onnx and torch unimportable on this device: every config checked
+against float64 NumPy and timed, the table last, the register, tiled, split and rule's times in the JSON."""
 
 import json
 
@@ -10,14 +10,17 @@ from helpers.benchmarks import script
 
 def test_gemm_configs_build_only_then_from_without_tvm(tmp_path):
     saved = tmp_path / "saved"
-    script("gemm_configs.py", "--build-only", saved, "--shapes", "levit_128s.s1_q_kT")
+    script("gemm_configs.py", "--build-only", saved, "--shapes", "levit_128s.s3_fc2")
     out = script("gemm_configs.py", "--from", saved, "--budget", "0.05", "--results-dir", tmp_path / "results", no_tvm=True)
-    assert out.strip().splitlines()[-1].startswith("levit_128s.s1_q_kT ")  # the table comes last
+    assert out.strip().splitlines()[-1].startswith("levit_128s.s3_fc2 ")  # the table comes last
     (path,) = (tmp_path / "results").glob("gemm_configs-*.json")
     result = json.loads(path.read_text())
     (row,) = result["rows"]
-    assert row["register_s"] > 0 and row["tiled_default_s"] > 0 and row["tiled_kind"] == "tiled" and row["cublas_s"] is None
-    assert not row["wrong"] and not row["errors"] and row["macs"] == 4 * 196 * 16 * 196
-    kinds = [k for r in result["results"]["levit_128s.s1_q_kT"] for k in r["kinds"]]
-    assert kinds.count("register") == 1 and kinds.count("tiled") == 1 and kinds.count("tiled_neighbour") >= 4
-    assert all(r["ok"] for r in result["results"]["levit_128s.s1_q_kT"])
+    assert row["register_s"] > 0 and row["tiled_default_s"] > 0 and row["tiled_kind"] == "tiled_small" and row["cublas_s"] is None
+    assert row["split_s"] > 0 and row["best_split_s"] <= row["split_s"] and row["rule_s"] == row["split_s"] and " split" in row["rule"]
+    assert not row["wrong"] and not row["errors"] and row["macs"] == 16 * 768 * 384
+    cases = result["results"]["levit_128s.s3_fc2"]
+    kinds = [k for r in cases for k in r["kinds"]]
+    assert kinds.count("register") == kinds.count("tiled_small") == kinds.count("split") == kinds.count("rule") == 1
+    assert kinds.count("tiled_neighbour") >= 4 and kinds.count("split_neighbour") >= 4
+    assert all(r["ok"] for r in cases)

@@ -3,6 +3,8 @@ its bias and activation, a Linear on a channels-last map, Q Kᵀ through a Trans
 Kᵀ V with heads, a residual add) run as our GEMM kernel, against onnxruntime; the plan has no
 upstream matmul and no layout transform."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -114,15 +116,16 @@ def test_linear_attention_context_with_heads():
     _run(model, _inputs(np.random.default_rng(5), **shapes), gemms=2)
 
 
-@pytest.mark.parametrize("profile", ["adreno", "nvidia-h200"])
-def test_plan_for_other_devices(profile):
-    """The rule plans the same on every profile (configs differ): compiled without a device."""
+@pytest.mark.parametrize("profile,kernel", [("adreno", "gemm"), ("nvidia-h200", "gemm_tiled")])
+def test_plan_for_other_devices(profile, kernel):
+    """The rule plans one kernel on every profile, fused with its bias (the kernel and its config
+    are the profile's: the smallest tiled config on nvidia-h200): compiled without a device."""
     from helpers.onnx_graphs import plan_kernels
     from tir_adreno.strategy.profile import get_profile
 
     nodes = [node("MatMul", ["x", "w"], ["h"]), node("Add", ["h", "b"], ["y"])]
     model = make(nodes, [tensor("x", [1, 49, 16])], [tensor("y", [1, 49, 24])], [f32("w", (16, 24)), f32("b", (24,))], opset=17)
-    assert plan_kernels(model, get_profile(profile)) == ["gemm"]
+    assert plan_kernels(model, get_profile(profile)) == [kernel]
 
 
 def test_token_mlp_in_half_storage():
@@ -172,7 +175,8 @@ def test_gemm_configs_per_device_class():
             assert config.ty <= max(1, 2 * grid.rows) and config.tx <= max(1, 2 * grid.cols), (name, config, grid)
     h200 = get_profile("nvidia-h200")
     big = strategy.gemm_config(large, h200)  # the tiled kernel's first (biggest) tile
-    assert strategy.gemm_config(small, h200).rows == 1 and big.tiled and big.rows == strategy.TILED_GEMM_CONFIGS[0][0] == 2
+    assert big.tiled and big.rows == strategy.TILED_GEMM_CONFIGS[0][0] == 2
+    assert strategy.gemm_config(small, get_profile("adreno")).rows == 4
     assert strategy.gemm_config(large, get_profile("pocl")).cols == 2
     half = strategy.gemm_kwargs(large, "float16", h200)
     assert (half["dtype"], half["acc_dtype"]) == ("float16", "float32")
@@ -182,9 +186,9 @@ def test_gemm_configs_per_device_class():
 def test_tiled_gemm_on_big_gpus_only():
     """The local-memory tiled kernel (``strategy.gemm.tiled_gemm_config``) on nvidia-h200 for a
     product that launches ``tiled_min_groups`` work groups of a tiled config (the largest tile that
-    does), the register kernel for a tiny one; never on pocl or adreno (``tiled_min_groups`` 0).
-    Each chosen config fits local memory and the device's work group. In a plan: the rule's call
-    is the tiled kernel on nvidia-h200 and the register one on pocl."""
+    does), its smallest config for a tiny one with a short K; never on pocl or adreno
+    (``tiled_min_groups`` 0). Each chosen config fits local memory and the device's work group. In
+    a plan: the rule's call is the tiled kernel on nvidia-h200 and the register one on pocl."""
     from primfuncs.conv.config import MAX_LOCAL_BYTES
     from primfuncs.gemm import gemm_geometry
     from primfuncs.gemm_tiled import tiled_local_bytes, tiled_work_groups
@@ -199,7 +203,7 @@ def test_tiled_gemm_on_big_gpus_only():
         assert config.tiled and (config.rows, config.cols) == tile, config
         assert tiled_work_groups(geom, config) >= h200.tiled_min_groups and tiled_local_bytes(config) <= MAX_LOCAL_BYTES
         assert config.ty * config.tx <= h200.max_work_group_size
-    assert not strategy.gemm_config(tiny, h200).tiled and strategy.tiled_gemm_config(tiny, h200) is None
+    assert strategy.tiled_gemm_config(tiny, h200) is None and strategy.gemm_config(tiny, h200) == strategy.fitted_tiled_configs(tiny)[-1]
     for name in ("pocl", "adreno"):
         assert all(not strategy.gemm_config(g, get_profile(name)).tiled for g in (tiny, qkv, big))
     nodes = [node("MatMul", ["x", "w"], ["y"])]
@@ -209,6 +213,39 @@ def test_tiled_gemm_on_big_gpus_only():
         plan = compile_plan(model, get_profile(name), progress=lambda _: None)[0].to_dict()
         calls[name] = [c["label"] for c in plan["calls"]]
     assert calls == {"nvidia-h200": ["gemm_tiled"], "pocl": ["gemm"]}, calls
+
+
+def test_split_gemm_for_long_reductions_with_few_outputs():
+    """On nvidia-h200 a product that no tiled config fills the GPU with and whose K is at least
+    ``SPLIT_MIN_K`` (a classifier head, the last stage's MLP on 16-50 tokens, Kᵀ V over thousands of
+    tokens) takes the split kernel: work group within the limits, each item at least
+    ``MIN_SPLIT_BLOCKS`` blocks, more items than the register kernel launches; the same product
+    stays on the register kernel on pocl and adreno. In a plan: the head is one ``gemm_split`` call."""
+    from primfuncs.conv.config import MAX_LOCAL_BYTES
+    from primfuncs.gemm import gemm_geometry, gemm_grid
+    from primfuncs.gemm_split import split_local_bytes, split_work_groups
+    from tir_adreno.compiler import compile_plan
+    from tir_adreno.strategy import gemm as strategy
+    from tir_adreno.strategy.profile import get_profile
+
+    h200 = get_profile("nvidia-h200")
+    for a, b, trans_a in (((1, 1152), (1152, 1000), False), ((1, 16, 768), (768, 384), False), ((1, 50, 1024), (1024, 256), False),
+                          ((1, 8, 3137, 8), (1, 8, 3137, 8), True)):
+        geom = gemm_geometry(a, b, trans_a)
+        config = strategy.gemm_config(geom, h200)
+        assert config.split_k > 1 and not config.tiled and strategy.tiled_gemm_config(geom, h200) is None, (a, config)
+        assert config.split_k * config.tx <= h200.max_work_group_size and split_local_bytes(config) <= MAX_LOCAL_BYTES
+        assert -(-geom.k // 4) >= strategy.MIN_SPLIT_BLOCKS * config.split_k
+        register = gemm_grid(geom, strategy.gemm_config(geom, dataclasses.replace(h200, tiled_min_groups=0)))
+        assert split_work_groups(geom, config) * config.split_k * config.tx > register.layers * register.rows * register.cols
+        for name in ("pocl", "adreno"):
+            assert strategy.gemm_config(geom, get_profile(name)).split_k == 1
+    short = gemm_geometry((1, 16, strategy.SPLIT_MIN_K - 4), (strategy.SPLIT_MIN_K - 4, 384))
+    assert strategy.gemm_config(short, h200).tiled
+    nodes = [node("MatMul", ["x", "w"], ["y"])]
+    model = make(nodes, [tensor("x", [1, 1152])], [tensor("y", [1, 1000])], [f32("w", (1152, 1000))], opset=17)
+    plan = compile_plan(model, h200, progress=lambda _: None)[0].to_dict()
+    assert [c["label"] for c in plan["calls"]] == ["gemm_split"], plan["calls"]
 
 
 def test_vit_attention_block_as_exported():

@@ -20,7 +20,7 @@ cut to the grid (no idle items on a narrow product).
 
 from __future__ import annotations
 
-from primfuncs.gemm import GemmConfig, GemmGeometry, gemm_grid
+from primfuncs.gemm import MAX_WORK_GROUP, GemmConfig, GemmGeometry, gemm_grid
 from primfuncs.gemm_tiled import tiled_work_groups
 
 from tir_adreno.strategy.precision import conv_accumulator_dtype, kernel_dtype
@@ -40,6 +40,16 @@ GPU_MIN_WORK_ITEMS = 8192
 #: tiles (4 x 2, 2 x 2 outputs) were slower than these on every shape; on 1 x 1 tiles staging 8
 #: blocks beat 4 by 5-20% and 16 beat 8 by 4-17% wherever K >= 128.
 TILED_GEMM_CONFIGS = ((2, 1, 16, 16, 4), (1, 1, 16, 16, 16), (1, 1, 8, 8, 16))
+#: A product no tiled config fills the GPU with (``tiled_min_groups``): the register kernel walks
+#: all of K per item with a few thousand items (H100, op_times: LeViT's stage-3 fc2, 16 x 768 x
+#: 384, 128 us; PiT's last fc2, 50 x 1024 x 256, 146 us; CoaT's Kᵀ V over 3137 tokens, 280 us; heads
+#: 1 x 1152 x 1000, 177 us). From this K the reduction is split across the work group
+#: (``primfuncs.gemm_split``); below it the smallest tiled config (0.43-0.81x the register
+#: kernel on LeViT's 49- and 16-token products, gemm_configs on the H100).
+SPLIT_MIN_K = 256
+#: Items splitting K at most (their partials summed by one item per column), and the fewest
+#: blocks of 4 reduction indices each adds.
+MAX_SPLIT, MIN_SPLIT_BLOCKS = 64, 4
 
 
 def _covering(extent: int, most: int) -> int:
@@ -83,12 +93,28 @@ def tiled_gemm_config(geom: GemmGeometry, profile: DeviceProfile) -> GemmConfig 
     return next((c for c in fitted_tiled_configs(geom) if tiled_work_groups(geom, c) >= profile.tiled_min_groups), None)
 
 
+def split_gemm_config(geom: GemmGeometry) -> GemmConfig:
+    """The split kernel's config for ``geom``: up to 8 pixels a work group (its columns), as many
+    items splitting K as the work group then holds (at most :data:`MAX_SPLIT`, each item at least
+    :data:`MIN_SPLIT_BLOCKS` blocks of 4 reduction indices), 2 rows a tile from 16 rows on (half
+    the reads of B for as many items as a classifier head's 1 x 1)."""
+    tx = _covering(gemm_grid(geom, GemmConfig(1, 1, 1, 1)).cols, 8)
+    split = 1
+    while split * 2 <= min(MAX_SPLIT, MAX_WORK_GROUP // tx) and split * 2 * MIN_SPLIT_BLOCKS <= -(-geom.k // 4):
+        split *= 2
+    return GemmConfig(2 if geom.m >= 16 else 1, 1, 1, tx, split_k=split)
+
+
 def gemm_config(geom: GemmGeometry, profile: DeviceProfile) -> GemmConfig:
     """The config GEMM ``geom`` gets on ``profile``: :func:`tiled_gemm_config`'s where it gives
-    one, else the register kernel's (:data:`CLASS_TILES`)."""
+    one; on the profiles that have it, a product too small for it takes the split kernel
+    (:func:`split_gemm_config`) from ``K >= SPLIT_MIN_K``, else the smallest tiled config;
+    elsewhere the register kernel's (:data:`CLASS_TILES`)."""
     tiled = tiled_gemm_config(geom, profile)
     if tiled is not None:
         return tiled
+    if profile.tiled_min_groups > 0:
+        return split_gemm_config(geom) if geom.k >= SPLIT_MIN_K else fitted_tiled_configs(geom)[-1]
     rows, cols, ty, tx = CLASS_TILES[profile.kind]
     if profile.kind == "gpu":
         while rows > 1 and _items(geom, rows, cols) < GPU_MIN_WORK_ITEMS:
