@@ -23,6 +23,7 @@ from tir_adreno.passes.graph import TO_NCHW, Node, dtype, same, static_shape
 from tir_adreno.passes.kernel_index import KernelCall
 from tir_adreno.passes.layout_plan import LayoutPlan
 from tir_adreno.passes.map_boundary import define_plain_output, plain_input, plain_input_expr, token_output
+from tir_adreno.passes.patch_gemm import emit_patch_gemm, patch_gemm_operands
 from tir_adreno.passes.op_info import CONFIG_ATTR, CONV_STAGES, SOURCE_ATTR, conv_info, fused_info
 from tir_adreno.passes.rewriter import Rewriter, Value, blocked_shape
 from tir_adreno.strategy import conv as strategy
@@ -213,6 +214,16 @@ def emit_conv2d(rw: Rewriter, node: Node, x: Value, gate: Value | None = None, i
         tail.fold_norm(norm[1], norm[2], weight_sum=not grouped)
     geom = conv_geometry(node, x.nchw, tail.w.shape)
     epilogue = tail.epilogue
+    # At the boundary with plain tensors (a model's input, tokens) the conv reads and writes them in
+    # place: no layout kernel (passes.map_boundary decides from the graph, the strategy whether it can).
+    plain_in = plain_input(rw, node) if x.layout == "NCHW" else None
+    plain_out = token_output(rw, tail.last.var, geom.out_shape, tail.layout)
+    patch = None if gate is not None or input_shift is not None or norm is not None or grn is not None else \
+        patch_gemm_operands(rw, geom, tail, plain_in, plain_out)
+    if patch is not None:  # a patchify conv between plain tensors: one GEMM (passes.patch_gemm)
+        out = emit_patch_gemm(rw, node, geom, tail, plain_in, patch)
+        define_plain_output(rw, tail.last.var, out, geom.out_shape, plain_out)
+        return out
     # At a placement boundary the conv reads X (and the residual, the gate) where they are and
     # writes Y where its users want it: mixed-scope kernels instead of copy kernels.
     own = rw.conv_scope(geom)
@@ -224,10 +235,6 @@ def emit_conv2d(rw: Rewriter, node: Node, x: Value, gate: Value | None = None, i
                                 in_scope=scope, out_scope=out_scope, residual_scope=residual_scope, gate_scope=gate_scope,
                                 **({} if norm is None else {"group_norm" if grouped else "norm_eps": norm[0]}),
                                 **({} if grn is None else {"grn_eps": grn[0]}))
-    # At the boundary with plain tensors (a model's input, tokens) the conv reads and writes them in
-    # place: no layout kernel (passes.map_boundary decides from the graph, the strategy whether it can).
-    plain_in = plain_input(rw, node) if x.layout == "NCHW" else None
-    plain_out = token_output(rw, tail.last.var, geom.out_shape, tail.layout)
     plain, plain_in, plain_out = _plain_plan(plan, plain_in, plain_out)
     if plain is not None:
         plan = plain

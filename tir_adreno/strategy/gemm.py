@@ -130,6 +130,14 @@ def _items(geom: GemmGeometry, rows: int, cols: int) -> int:
     return grid.layers * grid.rows * grid.cols
 
 
+def patch_as_gemm(profile: DeviceProfile) -> bool:
+    """Whether a patchify conv between plain tensors runs as a GEMM (``passes.patch_gemm``): on the
+    profiles whose GEMM has the tiled and split kernels for its long reduction (the direct conv
+    walks all of ``C kh kw`` per item: PVT-v2-b0's first spatial-reduction conv, K = 2048 for 49 x
+    32 outputs, 153 us on the H100; MLP-Mixer's stem, K = 3072, 284 us)."""
+    return profile.tiled_min_groups > 0
+
+
 def gemm_kwargs(geom: GemmGeometry, precision: str, profile: DeviceProfile) -> dict:
     """The keywords of ``primfuncs.gemm.gemm`` for ``geom`` at ``precision`` on ``profile``: its
     config, and for "float16" the dtype and float32 accumulators when K is long (the convs' rule,
