@@ -282,6 +282,18 @@ MUTANTS = (
         ("tests/kernels/test_gemm_tiled.py::test_tiled_gemm_zeroes_past_k_before_an_inf",),
     ),
     Mutant(
+        "gemm_split_partial_dropped",
+        "the split GEMM's first item adds the other items' partials from the third on (the second item's share of K is lost)",
+        (("                                        for t in T.serial(1, ks):", "                                        for t in T.serial(2, ks):"),),
+        ("tests/kernels/test_gemm_split.py::test_split_gemm_kernel",),
+    ),
+    Mutant(
+        "patch_gemm_kernel_axes_swapped",
+        "a patchify conv's weights as B in (kw, kh, C) order while its view reads patches in (kh, kw, C) order",
+        (("    order = (2, 3, 1, 0) if data_layout == \"NHWC\" else (1, 2, 3, 0)", "    order = (3, 2, 1, 0) if data_layout == \"NHWC\" else (1, 2, 3, 0)"),),
+        ("tests/passes/test_patch_gemm.py",),
+    ),
+    Mutant(
         "gemm_scale_folded_twice",
         "the GEMM folds a scalar multiply its operand's kernel already applied (an anchor's chain took it)",
         (("if static_shape(x) == static_shape(var) and not _holds_product(rw, x, var):", "if static_shape(x) == static_shape(var):"),),
