@@ -279,8 +279,9 @@ def gemm_kernels(d, scope):
     residual = d.draw(st.booleans())
     epilogue = Epilogue(bias=d.draw(st.booleans()), residual=residual, activation=d.draw(st.sampled_from(ACTIVATIONS)),
                         expr=_expr(d, residual, ("full",)))
+    split = gemm.GemmConfig(config.rows, config.cols, 1, 2, split_k=d.draw(st.integers(2, 3)))  # the split-reduction kernel
     if scope != BUFFER:  # textures: no transposes, the last axis as pixels
-        return [gemm.gemm((*batch, m, k), (k, n), config=config, epilogue=epilogue, scope=scope)]
+        return [gemm.gemm((*batch, m, k), (k, n), config=c, epilogue=epilogue, scope=scope) for c in (config, split)]
     trans_a, trans_b = d.draw(st.booleans()), d.draw(st.booleans())
     a = (*batch, k, m) if trans_a else (*batch, m, k)
     b = (*batch, n, k) if trans_b else (*batch, k, n)
@@ -292,7 +293,8 @@ def gemm_kernels(d, scope):
     return [gemm.gemm(a, b, trans_a, trans_b, config=config, epilogue=epilogue, scope=scope, alpha=0.5),
             gemm.gemm((1, h, m, m), (1, h, m, d_), config=config, b_view=v_view, out_perm=(0, 2, 1, 3)),
             gemm.gemm(a, b, trans_a, trans_b, config=tiled, epilogue=epilogue, alpha=0.5),
-            gemm.gemm((1, h, m, m), (1, h, m, d_), config=tiled, b_view=v_view, out_perm=(0, 2, 1, 3))]
+            gemm.gemm((1, h, m, m), (1, h, m, d_), config=tiled, b_view=v_view, out_perm=(0, 2, 1, 3)),
+            gemm.gemm(a, b, trans_a, trans_b, config=split, epilogue=epilogue, alpha=0.5)]
 
 
 def gather_kernels(d, scope):
@@ -359,7 +361,7 @@ def test_every_family_is_covered():
     helpers = {"epilogue", "lanes", "conv.config", "conv.geometry", "conv.direct_tiling", "conv.direct_body",
                "conv.winograd_math", "conv.norm", "conv.prologue", "excite_body", "attention.heads",
                "activation_table", "epilogue_expr", "pool_windows", "gemm_parts"}
-    built_by_another = {"gemm_tiled"}  # gemm.gemm builds it for a tiled config: the "gemm" family draws those
+    built_by_another = {"gemm_tiled", "gemm_split"}  # gemm.gemm builds them for a tiled or split config: the "gemm" family draws those
     assert families - helpers - built_by_another == set(FAMILIES)
 
 

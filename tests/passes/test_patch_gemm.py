@@ -7,8 +7,8 @@ nvidia-h200 profile and run here against onnxruntime (random input and weights):
 - a ViT / MLP-Mixer stem on the model's NCHW input (Conv k = s -> flatten -> transpose -> norm), the
   patches in ``(C, kh, kw)`` order, its bias and a GELU after it in the GEMM's epilogue;
 
-no conv and no layout kernel in either plan; a padded or overlapping conv stays a conv, and on
-the pocl profile (no split or tiled GEMM) the patchify conv stays the direct conv. The view and
+no conv and no layout kernel in either plan; a padded or overlapping conv and a 1x1 conv stay
+convs, and on the pocl profile (no split or tiled GEMM) the patchify conv stays the direct conv. The view and
 weight order are checked against NumPy on their own (every patch element where the conv reads it)."""
 
 import numpy as np
@@ -74,7 +74,7 @@ def test_patch_view_and_weights_are_the_conv(layout, n, c, oh, ow, kh, kw, o, se
     """A's view of the stored input times B is the conv (float64 NumPy, every output pixel), for
     inputs stored NHWC or NCHW in any shape of as many elements (tokens ``[N, H W, C]``)."""
     geom = ConvGeometry(n, c, oh * kh, ow * kw, o, kh, kw, (kh, kw), (0, 0, 0, 0), (1, 1), 1)
-    assert is_patchify(geom)
+    assert is_patchify(geom) == (kh * kw > 1)  # a 1x1 conv stays the conv rule's (its view and weights are right all the same)
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((n, c, geom.h, geom.w))
     w = rng.standard_normal((o, c, kh, kw))

@@ -42,8 +42,9 @@ class PatchGemm:
 
 
 def is_patchify(geom: ConvGeometry) -> bool:
-    """Kernel = stride, unpadded, undilated, dense, and the map an exact number of patches."""
-    return ((geom.kh, geom.kw) == tuple(geom.strides) and not any(geom.padding) and tuple(geom.dilation) == (1, 1)
+    """Kernel = stride, more than one pixel (a 1x1 conv is the conv rule's, with its own tiled
+    kernel on plain buffers), unpadded, undilated, dense, and the map an exact number of patches."""
+    return ((geom.kh, geom.kw) == tuple(geom.strides) and geom.kh * geom.kw > 1 and not any(geom.padding) and tuple(geom.dilation) == (1, 1)
             and geom.groups == 1 and geom.h == geom.oh * geom.kh and geom.w == geom.ow * geom.kw)
 
 
