@@ -61,18 +61,16 @@ def gemm_split(geom: GemmGeometry, config: GemmConfig, epilogue: Epilogue, dtype
     def stored(shape):
         return pixel_shape(shape) if texture else tuple(shape)
 
+    def in_k(kb):  # a last round with fewer blocks than items: the others add none
+        return kb < k4 if k4 % ks else T.bool(True)
+
     @T.macro
     def accumulate_block(A, B, acc, a_px, b_px, vb, r0, c0, kb):
-        # the item's products of reduction block kb (a last round past K4: none)
-        if k4 % ks == 0:
+        # the item's products of reduction block kb
+        if in_k(kb):
             load_a(a_px, A, vb, r0, kb)
             load_b(b_px, B, vb, c0, kb)
             accumulate(acc, a_px, b_px)
-        else:
-            if kb < k4:
-                load_a(a_px, A, vb, r0, kb)
-                load_b(b_px, B, vb, c0, kb)
-                accumulate(acc, a_px, b_px)
 
     @T.prim_func(s_tir=True)
     def func(a: T.handle, b: T.handle, bias: T.handle, residual: T.handle, residual2: T.handle, y: T.handle):
