@@ -77,7 +77,7 @@ SHAPES = {
 def candidates(name: str, profile) -> list[tuple[str, object]]:
     """(kind, GemmConfig) of shape ``name`` on ``profile``: "register" (the profile's rule without
     the tiled kernel), "tiled" (its tiled default) or "tiled_small", then the neighbours."""
-    from primfuncs.gemm import gemm_geometry
+    from primfuncs.gemm import MAX_WORK_GROUP, gemm_geometry
     from tir_adreno.strategy import gemm as strategy
 
     a, b, trans_a, trans_b = SHAPES[name]
@@ -94,7 +94,7 @@ def candidates(name: str, profile) -> list[tuple[str, object]]:
         out.append(("split", split))
         out += [("split_neighbour", dataclasses.replace(split, rows=rows)) for rows in (1, 2, 4)]
         for k_split, tx in ((split.split_k // 2, split.tx), (split.split_k * 2, split.tx), (split.split_k, split.tx * 2), (split.split_k * 2, split.tx // 2)):
-            if k_split >= 2 and tx >= 1 and k_split * tx <= 256:
+            if k_split >= 2 and tx >= 1 and k_split * tx <= MAX_WORK_GROUP:
                 out.append(("split_neighbour", dataclasses.replace(split, split_k=k_split, tx=tx)))
     out.append(("rule", strategy.gemm_config(geom, profile)))
     return out

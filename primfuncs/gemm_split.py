@@ -24,7 +24,7 @@ from tvm.script import tirx as T
 from ._common import BUFFER, LANES, TEXTURE, ceildiv, dtype_bytes, select_params, whole
 from .conv.config import MAX_LOCAL_BYTES
 from .epilogue import Epilogue
-from .gemm_parts import GemmConfig, GemmGeometry, indexers, pixel_shape, register_loads, register_product, store_macros, stored_out_shape, views
+from .gemm_parts import GemmConfig, GemmGeometry, gemm_grid, indexers, pixel_shape, register_loads, register_product, store_macros, stored_out_shape, views
 
 
 def split_local_bytes(config: GemmConfig, acc_dtype: str = "float32") -> int:
@@ -33,8 +33,10 @@ def split_local_bytes(config: GemmConfig, acc_dtype: str = "float32") -> int:
 
 
 def split_work_groups(geom: GemmGeometry, config: GemmConfig) -> int:
-    """Work groups the split kernel launches for ``geom`` with ``config``."""
-    return geom.batch * ceildiv(geom.m, config.rows) * ceildiv(ceildiv(ceildiv(geom.n, LANES), config.cols), config.tx)
+    """Work groups the split kernel launches for ``geom`` with ``config``: the register kernel's
+    tiles (:func:`gemm_grid`), ``tx`` along the pixels a group."""
+    grid = gemm_grid(geom, config)
+    return grid.layers * grid.rows * ceildiv(grid.cols, config.tx)
 
 
 def gemm_split(geom: GemmGeometry, config: GemmConfig, epilogue: Epilogue, dtype: str, acc_dtype: str, scope: str, alpha: float,
@@ -48,6 +50,7 @@ def gemm_split(geom: GemmGeometry, config: GemmConfig, epilogue: Epilogue, dtype
                          f"MAX_LOCAL_BYTES = {MAX_LOCAL_BYTES}; use a smaller split_k, work group or tile")
     n4, k4 = ceildiv(geom.n, LANES), ceildiv(geom.k, LANES)
     tm, tn, ks, gx = config.rows, config.cols, config.split_k, config.tx
+    grid = gemm_grid(geom, config)  # the register kernel's tiles: one item's per (layer, row tile, pixel tile)
     steps = ceildiv(k4, ks)
     y_shape = stored_out_shape(geom, out_perm)
     (a_view, a_buffer), (b_view, b_buffer) = views(geom, a_view, b_view, scope)
@@ -81,9 +84,9 @@ def gemm_split(geom: GemmGeometry, config: GemmConfig, epilogue: Epilogue, dtype
         Residual = T.match_buffer(residual, stored(y_shape), dtype, scope=scope)
         Residual2 = T.match_buffer(residual2, stored(y_shape), dtype, scope=scope)
         Y = T.match_buffer(y, stored(y_shape), dtype, scope=scope)
-        for bz in T.thread_binding(geom.batch, thread="blockIdx.z"):
-            for by in T.thread_binding(ceildiv(geom.m, tm), thread="blockIdx.y"):
-                for bx in T.thread_binding(ceildiv(ceildiv(n4, tn), gx), thread="blockIdx.x"):
+        for bz in T.thread_binding(grid.layers, thread="blockIdx.z"):
+            for by in T.thread_binding(grid.rows, thread="blockIdx.y"):
+                for bx in T.thread_binding(ceildiv(grid.cols, gx), thread="blockIdx.x"):
                     # whole buffers as regions: an inferred region prints as TVMScript that parses back reordered (upstream defect 16)
                     with T.sblock("gemm_split"):
                         T.reads(whole(A), whole(B))

@@ -1,12 +1,14 @@
 """The GEMM kernel's config and precision per device (device policy, like ``strategy.defaults``
-for the convs): :func:`gemm_config` picks the kernel (register-tiled, or local-memory tiled:
-:func:`tiled_gemm_config`), its tile and work group of ``primfuncs.gemm.gemm`` for a geometry on
-a :class:`DeviceProfile`, :func:`gemm_kwargs` the factory's keywords for a precision.
+for the convs): :func:`gemm_config` picks the kernel (register-tiled, local-memory tiled:
+:func:`tiled_gemm_config`, or split-reduction: :func:`split_gemm_config`), its tile and work
+group of ``primfuncs.gemm.gemm`` for a geometry on a :class:`DeviceProfile`, :func:`gemm_kwargs`
+the factory's keywords for a precision.
 
 The tiled kernel (``GemmConfig(tiled=True)``) follows the tiled conv's rule (``defaults.tiled_default``):
 on profiles with big-GPU local memory (``DeviceProfile.tiled_min_groups > 0``: nvidia-h200), a
 product takes the first of :data:`TILED_GEMM_CONFIGS` that launches at least that many work
-groups, else the register kernel. Measured by ``benchmarks/gemm_configs.py`` on an H100 (15
+groups; one that none fills takes the split kernel (``K >= SPLIT_MIN_K``) or the smallest tiled
+config; other profiles the register kernel. Measured by ``benchmarks/gemm_configs.py`` on an H100 (15
 catalogue shapes): the rule's tiled kernel took 0.33-0.67x the register kernel's time on 14, and
 the register kernel won only PVT-v2's first fc1 (1.14x, a 4 x 2 tile no longer in the list).
 
@@ -20,6 +22,7 @@ cut to the grid (no idle items on a narrow product).
 
 from __future__ import annotations
 
+from primfuncs._common import LANES, ceildiv
 from primfuncs.gemm import MAX_WORK_GROUP, GemmConfig, GemmGeometry, gemm_grid
 from primfuncs.gemm_tiled import tiled_work_groups
 
@@ -86,8 +89,8 @@ def fitted_tiled_configs(geom: GemmGeometry) -> list[GemmConfig]:
 
 def tiled_gemm_config(geom: GemmGeometry, profile: DeviceProfile) -> GemmConfig | None:
     """The first of :func:`fitted_tiled_configs` that launches at least
-    ``profile.tiled_min_groups`` work groups for ``geom``, or None (0: never; a product too small
-    to fill the GPU with staged tiles keeps the register kernel)."""
+    ``profile.tiled_min_groups`` work groups for ``geom``, or None (0: never; or a product too
+    small to fill the GPU with staged tiles: :func:`gemm_config` decides)."""
     if profile.tiled_min_groups <= 0:
         return None
     return next((c for c in fitted_tiled_configs(geom) if tiled_work_groups(geom, c) >= profile.tiled_min_groups), None)
@@ -100,7 +103,7 @@ def split_gemm_config(geom: GemmGeometry) -> GemmConfig:
     the reads of B for as many items as a classifier head's 1 x 1)."""
     tx = _covering(gemm_grid(geom, GemmConfig(1, 1, 1, 1)).cols, 8)
     split = 1
-    while split * 2 <= min(MAX_SPLIT, MAX_WORK_GROUP // tx) and split * 2 * MIN_SPLIT_BLOCKS <= -(-geom.k // 4):
+    while split * 2 <= min(MAX_SPLIT, MAX_WORK_GROUP // tx) and split * 2 * MIN_SPLIT_BLOCKS <= ceildiv(geom.k, LANES):
         split *= 2
     return GemmConfig(2 if geom.m >= 16 else 1, 1, 1, tx, split_k=split)
 
