@@ -576,6 +576,13 @@ MUTANTS = (
         (("    return value_wants(rw, node.var) == {PLAIN}", "    return False"),),
         ("tests/passes/test_channel_groups.py",),
     ),
+    Mutant(
+        "split_part_kept_unread",
+        "dead code elimination without resolving tuple items first: a split part only the split's tuple names still launches",
+        (("    return relax.transform.DeadCodeElimination()(relax.transform.CanonicalizeBindings()(mod))",
+          "    return relax.transform.DeadCodeElimination()(mod)"),),
+        ("tests/passes/test_unread_calls.py",),
+    ),
 )
 
 

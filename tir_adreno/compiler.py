@@ -140,7 +140,12 @@ def _schedule_upstream(mod: tvm.IRModule, ctx: LowerContext) -> tvm.IRModule:
 
 
 def _eliminate_dead_code(mod: tvm.IRModule, ctx: LowerContext) -> tvm.IRModule:
-    return relax.transform.DeadCodeElimination()(mod)
+    """Bindings nothing reads, removed. CanonicalizeBindings first: a ``Split`` our pass lowers to
+    one gather per part binds the parts as a tuple, and where a reader takes a part from the
+    split's input instead (a concat gather reading the slice itself: MambaOut's gated block,
+    EfficientViT-M0's cascaded heads), only the tuple still names that part's gather, which keeps
+    it alive; with the tuple's items resolved, the unread gather goes."""
+    return relax.transform.DeadCodeElimination()(relax.transform.CanonicalizeBindings()(mod))
 
 
 #: The lowering, as named phases in order (the shape of TVM's ``relax/backend/adreno/pipeline.py``):
