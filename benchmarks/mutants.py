@@ -577,6 +577,12 @@ MUTANTS = (
         ("tests/passes/test_channel_groups.py",),
     ),
     Mutant(
+        "long_reduction_kept_tiled",
+        "a product whose reduction is long for its outputs keeps the tiled kernel wherever a tiled config fills the GPU",
+        (("    if tiled is not None and not _long_reduction(geom):", "    if tiled is not None:"),),
+        ("tests/passes/test_gemm_rule.py::test_split_gemm_for_long_reductions_on_many_outputs",),
+    ),
+    Mutant(
         "split_part_kept_unread",
         "dead code elimination without resolving tuple items first: a split part only the split's tuple names still launches",
         (("    return relax.transform.DeadCodeElimination()(relax.transform.CanonicalizeBindings()(mod))",

@@ -248,6 +248,31 @@ def test_split_gemm_for_long_reductions_with_few_outputs():
     assert [c["label"] for c in plan["calls"]] == ["gemm_split"], plan["calls"]
 
 
+def test_split_gemm_for_long_reductions_on_many_outputs():
+    """On nvidia-h200 a product the tiled kernel could fill the GPU with still takes the split
+    kernel where its reduction is long for its outputs (``batch M N <= SPLIT_MAX_OUTPUTS_PER_K K``,
+    ``K >= SPLIT_MIN_K``): DeiT's fc2 (197 x 768 -> 192), MLP-Mixer's channel fc2 (49 x 2048 ->
+    512) and token fc2 (512 x 256 -> 49); MLP-Mixer's channel fc1 (49 x 512 -> 2048: 196 outputs
+    per index), DeiT's qkv (K = 192) and proj stay tiled; pocl and adreno keep the register kernel."""
+    from primfuncs.gemm import gemm_geometry
+    from tir_adreno.strategy import gemm as strategy
+    from tir_adreno.strategy.profile import get_profile
+
+    h200 = get_profile("nvidia-h200")
+    long = [gemm_geometry((1, 197, 768), (768, 192)), gemm_geometry((1, 49, 2048), (2048, 512)), gemm_geometry((1, 512, 256), (256, 49))]
+    short = [gemm_geometry((1, 49, 512), (512, 2048)), gemm_geometry((1, 197, 192), (192, 576)), gemm_geometry((1, 197, 192), (192, 192))]
+    for geom in long:
+        assert strategy.tiled_gemm_config(geom, h200) is not None, geom
+        config = strategy.gemm_config(geom, h200)
+        assert config.split_k > 1 and config == strategy.split_gemm_config(geom), (geom, config)
+    for geom in short:
+        assert strategy.gemm_config(geom, h200) == strategy.tiled_gemm_config(geom, h200), geom
+    for geom in long + short:
+        for name in ("pocl", "adreno"):
+            config = strategy.gemm_config(geom, get_profile(name))
+            assert config.split_k == 1 and not config.tiled, (name, config)
+
+
 def test_vit_attention_block_as_exported():
     """timm's ``Attention`` as ``torch.onnx.export`` writes it (opset 17): the qkv Linear, Reshape to
     ``[N, L, 3, heads, d]``, Transpose to ``[3, N, heads, L, d]``, Gather of q, k, v, ``q * scale``,

@@ -50,6 +50,12 @@ TILED_GEMM_CONFIGS = ((2, 1, 16, 16, 4), (1, 1, 16, 16, 16), (1, 1, 8, 8, 16))
 #: (``primfuncs.gemm_split``); below it the smallest tiled config (0.43-0.81x the register
 #: kernel on LeViT's 49- and 16-token products, gemm_configs on the H100).
 SPLIT_MIN_K = 256
+#: A product with at most this many outputs per reduction index (``batch M N <= SPLIT_MAX_OUTPUTS_PER_K
+#: K``) and ``K >= SPLIT_MIN_K`` takes the split kernel even where a tiled config fills the GPU:
+#: its tiles walk a long K each with few of them in flight (H200, gemm_configs: DeiT's fc2, 197 x
+#: 768 x 192, split 18.2 us vs tiled 22.3; MLP-Mixer's channel fc2, 49 x 2048 x 512, 27.7 vs 41.6;
+#: but its channel fc1, 49 x 512 x 2048, 196 outputs per index, 31.3 vs 20.8 tiled).
+SPLIT_MAX_OUTPUTS_PER_K = 128
 #: Items splitting K at most (their partials summed by one item per column), and the fewest
 #: blocks of 4 reduction indices each adds.
 MAX_SPLIT, MIN_SPLIT_BLOCKS = 64, 4
@@ -108,13 +114,18 @@ def split_gemm_config(geom: GemmGeometry) -> GemmConfig:
     return GemmConfig(2 if geom.m >= 16 else 1, 1, 1, tx, split_k=split)
 
 
+def _long_reduction(geom: GemmGeometry) -> bool:
+    """Whether ``geom``'s reduction is long for its outputs (:data:`SPLIT_MAX_OUTPUTS_PER_K`)."""
+    return geom.k >= SPLIT_MIN_K and geom.batch * geom.m * geom.n <= SPLIT_MAX_OUTPUTS_PER_K * geom.k
+
+
 def gemm_config(geom: GemmGeometry, profile: DeviceProfile) -> GemmConfig:
     """The config GEMM ``geom`` gets on ``profile``: :func:`tiled_gemm_config`'s where it gives
     one; on the profiles that have it, a product too small for it takes the split kernel
     (:func:`split_gemm_config`) from ``K >= SPLIT_MIN_K``, else the smallest tiled config;
     elsewhere the register kernel's (:data:`CLASS_TILES`)."""
     tiled = tiled_gemm_config(geom, profile)
-    if tiled is not None:
+    if tiled is not None and not _long_reduction(geom):
         return tiled
     if profile.tiled_min_groups > 0:
         return split_gemm_config(geom) if geom.k >= SPLIT_MIN_K else fitted_tiled_configs(geom)[-1]
