@@ -8,7 +8,8 @@ The tiled kernel (``GemmConfig(tiled=True)``) follows the tiled conv's rule (``d
 on profiles with big-GPU local memory (``DeviceProfile.tiled_min_groups > 0``: nvidia-h200), a
 product takes the first of :data:`TILED_GEMM_CONFIGS` that launches at least that many work
 groups; one that none fills takes the split kernel (``K >= SPLIT_MIN_K``) or the smallest tiled
-config; other profiles the register kernel. Measured by ``benchmarks/gemm_configs.py`` on an H100 (15
+config, and so does one whose reduction is long for its outputs (:data:`SPLIT_MAX_OUTPUTS_PER_K`);
+other profiles the register kernel. Measured by ``benchmarks/gemm_configs.py`` on an H100 (15
 catalogue shapes): the rule's tiled kernel took 0.33-0.67x the register kernel's time on 14, and
 the register kernel won only PVT-v2's first fc1 (1.14x, a 4 x 2 tile no longer in the list).
 
@@ -121,9 +122,10 @@ def _long_reduction(geom: GemmGeometry) -> bool:
 
 def gemm_config(geom: GemmGeometry, profile: DeviceProfile) -> GemmConfig:
     """The config GEMM ``geom`` gets on ``profile``: :func:`tiled_gemm_config`'s where it gives
-    one; on the profiles that have it, a product too small for it takes the split kernel
-    (:func:`split_gemm_config`) from ``K >= SPLIT_MIN_K``, else the smallest tiled config;
-    elsewhere the register kernel's (:data:`CLASS_TILES`)."""
+    one and the reduction is not long for the outputs (:func:`_long_reduction`); on the profiles
+    that have it, any other product takes the split kernel (:func:`split_gemm_config`) from
+    ``K >= SPLIT_MIN_K``, else the smallest tiled config; elsewhere the register kernel's
+    (:data:`CLASS_TILES`)."""
     tiled = tiled_gemm_config(geom, profile)
     if tiled is not None and not _long_reduction(geom):
         return tiled
