@@ -5,7 +5,7 @@ share, layout transforms), and PyTorch fp32 (TF32 off) two ways: the timm model 
 there with the export's weights, ``torch_models.timm_eager``) and the TorchScript trace exported
 with the ONNX file (``<name>.pt.xz``, whose fuser merges elementwise ops). For each: eager ms and
 the CUDA graph captured from it, its replay ms and its wall measured as ours is (input in, replay,
-output out, one wait), timed run by run alternating with ours' wall. The ratio is ours' paired
+output out, one wait), timed in interleaved blocks with ours' wall (``torch_baselines``). The ratio is ours' paired
 wall over the faster graph's wall. Each model runs in a subprocess of its own, so a device-side
 assert that breaks one model's CUDA context is recorded for that model only (and a baseline that
 failed is retried alone in a fresh process). Results merge by model into

@@ -154,7 +154,7 @@ def _measure(cm, repeat: int):
 def _cudnn(name: str, repeat: int, torchscript_dir: Path | None = None, rival=None):
     """cuDNN fp32 (TF32 off) eager and CUDA-graph ms, or None without torch + CUDA or a PyTorch
     model of ``name`` (a built-in, or a TorchScript export in ``torchscript_dir``). ``rival`` (a
-    callable: one run of ours, its wall ms) is timed run by run alternating with the graph's wall
+    callable: one run of ours, its wall ms) is timed in interleaved blocks with the graph's wall
     time (``ours_wall_paired_ms``): a drift of the machine (clocks, the host) hits both alike."""
     from torch_baselines import cuda_available, graph_timings, versions
 

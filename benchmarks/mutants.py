@@ -589,6 +589,20 @@ MUTANTS = (
           "    return relax.transform.DeadCodeElimination()(mod)"),),
         ("tests/passes/test_unread_calls.py",),
     ),
+    Mutant(
+        "elementwise_view_lane_dropped",
+        "an elementwise operand read through a view without vector loads reads the first lane's element for all 4 lanes",
+        (("                X[k, lane] = view_element((A0, A1, A2, A3), k, vi, lane)",
+          "                X[k, lane] = view_element((A0, A1, A2, A3), k, vi, 0)"),),
+        ("tests/kernels/test_plain_elementwise.py::test_operands_read_through_views",),
+    ),
+    Mutant(
+        "view_kept_past_broadcast",
+        "an elementwise chain that broadcasts past its view operand's shape keeps the view (no walk again without views)",
+        (("        found = _chain(rw, node, shape, views=False)  # the output broadcast past the views' shape",
+          "        pass  # the output broadcast past the views' shape"),),
+        ("tests/passes/test_token_elementwise.py::test_a_view_operand_whose_chain_broadcasts_past_it",),
+    ),
 )
 
 

@@ -190,12 +190,22 @@ def index_map(source: Source, out_shape, index):
     return index, cond
 
 
-def _check(in_shapes, out_shape, sources, dtype):
-    check_dtype(dtype)
-    if not out_shape or min(out_shape) < 1:
-        raise ValueError(f"gather output shape must have rank >= 1 and dims >= 1, got {out_shape}")
-    if not 1 <= len(in_shapes) <= MAX_INPUTS:
-        raise ValueError(f"gather reads 1..{MAX_INPUTS} inputs, got {len(in_shapes)}")
+def read_sources(bufs, sources, out_shape, index, pad, lanes: int = 1):
+    """The element at ``index`` of the tensor of ``out_shape`` that ``sources`` read from buffers
+    ``bufs`` (the first that covers it, else ``pad``, a FloatImm); ``lanes`` 4: the vector of 4 from
+    ``index`` along the last axis (every source :func:`contiguous_last_axis`)."""
+    value = pad if lanes == 1 else T.Broadcast(pad, lanes)
+    for s in reversed(sources):  # the first source that covers the element wins
+        at, cond = index_map(s, out_shape, index)
+        if lanes > 1:
+            at = (*at[:-1], T.Ramp(at[-1], 1, lanes))
+        load = bufs[s.input][at]
+        value = load if cond is None else T.if_then_else(cond, load, value)
+    return value
+
+
+def check_sources(in_shapes, out_shape, sources) -> None:
+    """ValueError unless every one of ``sources`` reads one of ``in_shapes`` as its steps say."""
     if not sources or not all(isinstance(s, Source) for s in sources):
         raise TypeError(f"sources must be a non-empty tuple of Source, got {sources!r}")
     for s in sources:
@@ -203,6 +213,15 @@ def _check(in_shapes, out_shape, sources, dtype):
             raise ValueError(f"Source input {s.input} is not one of the {len(in_shapes)} inputs")
         if source_shape(s, out_shape) != in_shapes[s.input]:
             raise ValueError(f"Source {s} reads shape {source_shape(s, out_shape)}, input {s.input} is {in_shapes[s.input]}")
+
+
+def _check(in_shapes, out_shape, sources, dtype):
+    check_dtype(dtype)
+    if not out_shape or min(out_shape) < 1:
+        raise ValueError(f"gather output shape must have rank >= 1 and dims >= 1, got {out_shape}")
+    if not 1 <= len(in_shapes) <= MAX_INPUTS:
+        raise ValueError(f"gather reads 1..{MAX_INPUTS} inputs, got {len(in_shapes)}")
+    check_sources(in_shapes, out_shape, sources)
 
 
 def gather(in_shapes, out_shape, sources, pad_value: float = 0.0, dtype: str = "float32"):
@@ -222,15 +241,7 @@ def gather(in_shapes, out_shape, sources, pad_value: float = 0.0, dtype: str = "
 
     def element(bufs, row, col, lanes: int = 1):
         """The output element ``(row, col)`` (``lanes`` 4: the vector of 4 from ``col``)."""
-        index = (*unravel(row, out_shape[:-1]), col)
-        value = pad if lanes == 1 else T.Broadcast(pad, lanes)
-        for s in reversed(sources):  # the first source that covers the element wins
-            at, cond = index_map(s, out_shape, index)
-            if lanes > 1:
-                at = (*at[:-1], T.Ramp(at[-1], 1, lanes))
-            load = bufs[s.input][at]
-            value = load if cond is None else T.if_then_else(cond, load, value)
-        return value
+        return read_sources(bufs, sources, out_shape, (*unravel(row, out_shape[:-1]), col), pad, lanes)
 
     @T.macro
     def copy(A, B, C, D, Y, vr, vc):
@@ -256,4 +267,5 @@ def gather(in_shapes, out_shape, sources, pad_value: float = 0.0, dtype: str = "
     return select_params(func, [*_NAMES[: len(in_shapes)], "Y"])
 
 
-__all__ = ["MAX_INPUTS", "Affine", "Permute", "Reshape", "Source", "Tile", "contiguous_last_axis", "covers_all", "gather", "index_map", "source_shape"]
+__all__ = ["MAX_INPUTS", "Affine", "Permute", "Reshape", "Source", "Tile", "check_sources", "contiguous_last_axis", "covers_all", "gather", "index_map",
+           "read_sources", "source_shape"]

@@ -10,17 +10,25 @@ expressions, evaluated by the same formulas) whose leaves are :class:`~primfuncs
 each dim 1 or the output's) and scalar :class:`~primfuncs.epilogue_expr.Const` s; its ops have
 NumPy's semantics (NaN kept by maximum, minimum and clip; a clip bound None is no bound).
 
+An operand may also be a :class:`View`: a tensor of the output's shape read from the buffers
+through ``primfuncs.gather`` sources (a slice, a split part, a transpose, a concat of slices:
+MambaOut's ``gelu(g) * cat(i, c)`` reads ``g`` and ``i`` in the Linear's output and ``c`` in
+the conv's), so the movement ops before an elementwise chain cost no launch of their own.
+
 One work item owns ``v`` adjacent outputs along the last axis: ``v = 4`` when the last axis is
-a multiple of 4 (every load along it, and the store, one vector access), else 1.
+a multiple of 4 (every load along it, and the store, one vector access; a view's load where its
+sources read 4 adjacent elements, else 4 scalar loads), else 1.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from tvm.script import tirx as T
 
 from . import epilogue_expr as ex
+from . import gather
 from ._common import ceildiv, check_dtype, select_params
 from .epilogue import TirOps
 
@@ -28,6 +36,15 @@ from .epilogue import TirOps
 MAX_INPUTS = 4
 #: Work items per work group.
 THREADS = 64
+
+
+@dataclass(frozen=True)
+class View:
+    """An operand of the output's shape read through ``sources`` (``gather.Source`` s whose
+    ``input`` is a buffer of the kernel), ``pad`` where none covers an element."""
+
+    sources: tuple
+    pad: float = 0.0
 
 
 def check_expr(expr, inputs: int) -> None:
@@ -47,17 +64,43 @@ def _check_shapes(out_shape, input_shapes):
     shapes = tuple(tuple(int(d) for d in s) for s in input_shapes)
     if not 1 <= len(shapes) <= MAX_INPUTS:
         raise ValueError(f"fused_elementwise takes 1 to {MAX_INPUTS} inputs, got {len(shapes)}")
-    for s in shapes:
-        if not s or len(s) > len(out_shape) or any(d not in (1, o) for d, o in zip(s[::-1], out_shape[::-1])):
-            raise ValueError(f"input shape {s} does not broadcast to {out_shape} (NumPy's rules: aligned at the last axis)")
     return out_shape, shapes
 
 
-def fused_elementwise(out_shape, input_shapes, expr, dtype: str = "float32"):
-    """``Y = expr(inputs)`` on plain buffers, inputs broadcast to ``out_shape`` (module docstring)."""
+def _check_broadcast(shape, out_shape) -> None:
+    if not shape or len(shape) > len(out_shape) or any(d not in (1, o) for d, o in zip(shape[::-1], out_shape[::-1])):
+        raise ValueError(f"input shape {shape} does not broadcast to {out_shape} (NumPy's rules: aligned at the last axis)")
+
+
+def _check_operands(operands, shapes, out_shape) -> tuple:
+    """``operands`` (None: one per buffer) as a checked tuple of buffer numbers and views."""
+    if operands is None:
+        operands = tuple(range(len(shapes)))
+    operands, read = tuple(operands), set()
+    if not 1 <= len(operands) <= MAX_INPUTS:
+        raise ValueError(f"fused_elementwise takes 1 to {MAX_INPUTS} operands, got {len(operands)}")
+    for op in operands:
+        if isinstance(op, View):
+            gather.check_sources(shapes, out_shape, tuple(op.sources))
+            read.update(src.input for src in op.sources)
+        elif isinstance(op, int) and 0 <= op < len(shapes):
+            _check_broadcast(shapes[op], out_shape)
+            read.add(op)
+        else:
+            raise ValueError(f"an operand is a buffer number below {len(shapes)} or a View, got {op!r}")
+    if read != set(range(len(shapes))):
+        raise ValueError(f"operands {operands} must read every one of the {len(shapes)} buffers, they read {sorted(read)}")
+    return operands
+
+
+def fused_elementwise(out_shape, input_shapes, expr, dtype: str = "float32", operands=None):
+    """``Y = expr(operands)`` on plain buffers ``input_shapes`` (module docstring): expression input
+    ``k`` is ``operands[k]``, a buffer's number (broadcast to ``out_shape``) or a :class:`View`;
+    ``operands`` None: input ``k`` is buffer ``k``."""
     out_shape, shapes = _check_shapes(out_shape, input_shapes)
     check_dtype(dtype)
-    check_expr(expr, len(shapes))
+    operands = _check_operands(operands, shapes, out_shape)
+    check_expr(expr, len(operands))
     rank, last = len(out_shape), out_shape[-1]
     v = 4 if last % 4 == 0 else 1
     items = math.prod(out_shape[:-1]) * (last // v)
@@ -73,12 +116,23 @@ def fused_elementwise(out_shape, input_shapes, expr, dtype: str = "float32"):
         col = (item % (last // v)) * v + lane if shape[-1] != 1 else 0
         return (*lead, col)
 
-    n_in = len(shapes)
+    n_in = len(operands)
+    vector_view = [isinstance(op, View) and v == 4 and all(gather.contiguous_last_axis(src, out_shape) for src in op.sources) for op in operands]
+
+    def view_element(bufs, k, vi, lane, lanes=1):
+        op = operands[k]
+        return gather.read_sources(bufs, op.sources, out_shape, index(out_shape, vi, lane), T.FloatImm(dtype, float(op.pad)), lanes)
 
     @T.macro
-    def load(X, k, A, vi):
-        for lane in T.vectorized(v):
-            X[k, lane] = A[index(shapes[k], vi, lane)]
+    def load(X, k, A0, A1, A2, A3, vi):
+        if isinstance(operands[k], int):
+            for lane in T.vectorized(v):
+                X[k, lane] = (A0, A1, A2, A3)[operands[k]][index(shapes[operands[k]], vi, lane)]
+        elif vector_view[k]:
+            X[k, T.Ramp(0, 1, 4)] = view_element((A0, A1, A2, A3), k, vi, 0, 4)
+        else:
+            for lane in T.unroll(v):
+                X[k, lane] = view_element((A0, A1, A2, A3), k, vi, lane)
 
     @T.prim_func(s_tir=True)
     def func(a0: T.handle, a1: T.handle, a2: T.handle, a3: T.handle, y: T.handle):
@@ -95,13 +149,13 @@ def fused_elementwise(out_shape, input_shapes, expr, dtype: str = "float32"):
                     T.where(bx * THREADS + tx < items)
                     # each input read once (one vector load along a contiguous last axis)
                     X = T.sblock_alloc_buffer((n_in, v), dtype, scope="local")
-                    load(X, 0, A0, vi)
+                    load(X, 0, A0, A1, A2, A3, vi)
                     if n_in > 1:
-                        load(X, 1, A1, vi)
+                        load(X, 1, A0, A1, A2, A3, vi)
                     if n_in > 2:
-                        load(X, 2, A2, vi)
+                        load(X, 2, A0, A1, A2, A3, vi)
                     if n_in > 3:
-                        load(X, 3, A3, vi)
+                        load(X, 3, A0, A1, A2, A3, vi)
                     for lane in T.vectorized(v):
                         Y[index(out_shape, vi, lane)] = ex.evaluate(expr, TirOps(dtype), inputs=[X[k, lane] for k in range(n_in)])
 

@@ -80,6 +80,18 @@ def test_the_ratio_is_against_the_faster_graph():
     assert catalogue_e2e.summarize({"ours": {}, "eager": {"error": "x"}, "trace": {"error": "y"}}) == {}
 
 
+def test_paired_walls_run_in_interleaved_blocks_each_side_first_in_turn():
+    calls = []
+
+    def timer(side):
+        return lambda: calls.append(side) or len(calls)
+
+    a, b = benchmark("torch_baselines").interleaved_blocks(timer("graph"), timer("ours"), blocks=3, runs=2)
+    assert calls == ["graph"] * 2 + ["ours"] * 4 + ["graph"] * 4 + ["ours"] * 2
+    assert a == [1, 2, 7, 8, 9, 10] and b == [3, 4, 5, 6, 11, 12]
+    assert benchmark("torch_baselines").interleaved_blocks(timer("graph"), None, blocks=2, runs=1)[1] == []
+
+
 def test_h200_script_builds_here_and_runs_each_model_in_its_own_process(tmp_path):
     onnx_dir = tmp_path / "onnx"
     onnx_dir.mkdir()

@@ -10,10 +10,13 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from helpers.numeric import run_kernel
+from helpers.numeric import rand, run_kernel
 from primfuncs import epilogue_expr as ex
+from primfuncs import gather as G
 from primfuncs import plain_elementwise as pe
 from primfuncs.activation_table import TABLE, numpy_activation
+from test_gather import PAD
+from test_gather import cases as gather_cases
 from tir_adreno.codegen import build
 
 #: float64 NumPy of each op (NaN and Inf as NumPy has them).
@@ -193,6 +196,56 @@ def test_fused_elementwise_matches_numpy(device, case, seed, specials, half):
     err = np.abs(got[finite] - ref[finite])
     bound = rtol * np.maximum(np.abs(ref[finite]) + slack[finite], 1.0) + slack[finite]
     assert np.all(err <= bound), f"max error {float((err - bound).max()):.3g} over the bound"
+
+
+@settings(deadline=None, max_examples=25)
+@given(view=gather_cases(), seed=st.integers(0, 2**32 - 1), half=st.booleans(), plain_second=st.booleans())
+@example(view=([(1, 4, 4, 24), (1, 4, 4, 8)], lambda xs: np.concatenate([xs[0][..., 16:24], xs[1]], axis=3),
+               (G.Source(0, (G.Affine((1, 4, 4, 8), (0, 0, 0, 0), (1, 1, 1, 1)), G.Affine((1, 4, 4, 24), (0, 0, 0, 16), (1, 1, 1, 1)))),
+                G.Source(1, (G.Affine((1, 4, 4, 8), (0, 0, 0, -8), (1, 1, 1, 1)),))), (1, 4, 4, 16)),
+         seed=3, half=False, plain_second=True)  # MambaOut's cat(i, c): a slice of the Linear's output, then the conv's (vector loads)
+def test_operands_read_through_views(device, view, seed, half, plain_second):
+    """An operand read through gather sources (``plain_elementwise.View``: slices, transposes, pads,
+    tiles, concats, as ``test_gather`` draws them) equals NumPy's movement of the buffers, in an
+    expression with a plain operand or the same view again."""
+    shapes, fn, sources, out_shape = view
+    rng = np.random.default_rng(seed)
+    plain_second = plain_second and len(shapes) < G.MAX_INPUTS
+    buffers = [rand(rng, s) for s in shapes] + ([rand(rng, out_shape)] if plain_second else [])
+    if half:
+        buffers = [x.astype(np.float16).astype(np.float32) for x in buffers]
+    operands = (pe.View(sources, PAD), len(shapes) if plain_second else pe.View(sources, PAD))
+    expr = ex.Binary("add", ex.Binary("multiply", ex.Input(0), ex.Const(2.0)), ex.Unary("neg", ex.Input(1)))
+    func = pe.fused_elementwise(out_shape, [b.shape for b in buffers], expr, operands=operands)
+    got = run_kernel(device, func, *buffers, poison=12345.0, half=build.ALL_BUFFERS if half else ())
+    moved = fn([b.astype(np.float64) for b in buffers[: len(shapes)]])
+    ref = moved * 2 - (buffers[-1] if plain_second else moved)
+    if half:
+        ref = ref.astype(np.float16).astype(np.float64)
+    assert got.shape == tuple(out_shape)
+    assert not np.any(got == 12345.0), "an output element was not written (poison survived)"
+    np.testing.assert_allclose(got, ref, rtol=2e-3 if half else 1e-6, atol=0)
+
+
+def test_views_take_vector_loads_where_their_sources_are_contiguous():
+    """MambaOut's concat of two channel slices (4-aligned) is read 4 elements at a time; a
+    transpose of the last axis is not."""
+    expr = ex.Binary("multiply", ex.Input(0), ex.Input(1))
+    concat = pe.View((G.Source(0, (G.Affine((1, 2, 8), (0, 0, 0), (1, 1, 1)), G.Affine((1, 2, 16), (0, 0, 4), (1, 1, 1)))),
+                      G.Source(1, (G.Affine((1, 2, 8), (0, 0, -8), (1, 1, 1)),))))
+    assert "T.Ramp" in pe.fused_elementwise((1, 2, 16), [(1, 2, 16), (1, 2, 8)], expr, operands=(concat, 0)).script()
+    transposed = pe.View((G.Source(0, (G.Permute((0, 2, 1)),)),))
+    script = pe.fused_elementwise((1, 8, 4), [(1, 4, 8)], ex.Unary("neg", ex.Input(0)), operands=(transposed,)).script()
+    assert "T.Ramp" not in script
+
+
+def test_views_bad_arguments():
+    with pytest.raises(ValueError, match="reads shape"):
+        pe.fused_elementwise((2, 3), ((2, 4),), ex.Input(0), operands=(pe.View((G.Source(0, ()),)),))
+    with pytest.raises(ValueError, match="every one of the 2 buffers"):
+        pe.fused_elementwise((2, 3), ((2, 3), (2, 3)), ex.Input(0), operands=(0,))
+    with pytest.raises(ValueError, match="buffer number"):
+        pe.fused_elementwise((2, 3), ((2, 3),), ex.Input(0), operands=(1,))
 
 
 @pytest.mark.parametrize("divisor", [ex.Const(0.0), ex.Const(-0.0), ex.Binary("subtract", ex.Input(0), ex.Input(0))],

@@ -5,7 +5,7 @@ onnxruntime; the plan has no upstream elementwise op and no layout transform."""
 import numpy as np
 import pytest
 
-from helpers.onnx_graphs import PATTERN_RTOL, f32, i_f32, make, node, tensor
+from helpers.onnx_graphs import PATTERN_RTOL, f32, i64, i_f32, make, node, tensor
 from tir_adreno import compile_model
 from tir_adreno.reference import reference_outputs, relative_error
 
@@ -92,3 +92,25 @@ def test_subtract_of_two_plain_gemm_outputs_runs_plain():
     model = make(nodes, [tensor("x", [1, 3, 5, 8])], [tensor("y", [1, 3, 5, 12])], inits, opset=17)
     rows = _run(model, {"x": (1, 3, 5, 8)}, seed=6)
     assert not _elementwise(rows) and len(rows) == 2 and all(r["op"].startswith("gemm") for r in rows), rows
+
+
+def test_operands_read_through_slices_transposes_and_concat():
+    """``sigmoid(x[..., :8]) * Concat(x[..., 8:], zᵀ)``: both operands are read through the slices,
+    the transpose and the concat (``plain_elementwise.View``): ONE launch in all, no gather."""
+    nodes = [node("Slice", ["x", "s0", "e0", "ax"], ["g"]), node("Slice", ["x", "s1", "e1", "ax"], ["i"]),
+             node("Transpose", ["z"], ["zt"], perm=[0, 2, 1, 3]), node("Concat", ["i", "zt"], ["c"], axis=3),
+             node("Sigmoid", ["g"], ["gs"]), node("Mul", ["gs", "c"], ["y"])]
+    inits = [i64("s0", [0]), i64("e0", [8]), i64("s1", [8]), i64("e1", [12]), i64("ax", [3])]
+    model = make(nodes, [tensor("x", [1, 3, 5, 12]), tensor("z", [1, 5, 3, 4])], [tensor("y", [1, 3, 5, 8])], inits, opset=17)
+    rows = _run(model, {"x": (1, 3, 5, 12), "z": (1, 5, 3, 4)}, seed=7)
+    assert len(rows) == 1 and len(_elementwise(rows)) == 1, rows
+
+
+def test_a_view_operand_whose_chain_broadcasts_past_it():
+    """``x[..., :4] * 2 + b`` where ``b`` broadcasts the product over the tokens: the slice cannot be
+    a view of the output's shape, so it stays a gather and the chain one kernel."""
+    nodes = [node("Slice", ["x", "s0", "e0", "ax"], ["a"]), node("Mul", ["a", "two"], ["m"]), node("Add", ["m", "b"], ["y"])]
+    inits = [i64("s0", [0]), i64("e0", [4]), i64("ax", [2]), i_f32("two", 2.0)]
+    model = make(nodes, [tensor("x", [2, 1, 8]), tensor("b", [2, 3, 4])], [tensor("y", [2, 3, 4])], inits, opset=17)
+    rows = _run(model, {"x": (2, 1, 8), "b": (2, 3, 4)}, seed=8)
+    assert len(_elementwise(rows)) == 1, rows

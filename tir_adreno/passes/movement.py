@@ -184,3 +184,41 @@ def chain(rw: Rewriter, var, steps: list, pad):
             return var, steps, pad
         more, more_pad, src = found
         steps, pad, var = [*steps, *more], pad if more_pad is None else more_pad, src
+
+
+def concat_sources(rw: Rewriter, node: Node):
+    """(roots, sources, pad) of a ``concat`` of plain float32 tensors along any axis, each input read
+    through the movement ops before it (``gather.Source.input`` indexes ``roots``, each root once),
+    else None."""
+    fields = node.args[0].fields if isinstance(node.args[0], relax.Tuple) else None
+    out_shape = plain_shape(node.var)
+    if not fields or out_shape is None or any(plain_shape(f) is None for f in fields):
+        return None
+    axis, roots, sources, pad, offset = int(node.attrs.axis) % len(out_shape), [], [], None, 0
+    for f in fields:
+        shape = static_shape(f)
+        root, steps, part_pad = chain(rw, f, [affine(shape, axis, -offset)], pad)
+        pad = part_pad if part_pad is not None else pad
+        at = next((i for i, r in enumerate(roots) if same(r, root)), None)
+        if at is None:
+            roots.append(root)
+            at = len(roots) - 1
+        sources.append(gather.Source(at, tuple(steps)))
+        offset += shape[axis]
+    return (roots, sources, pad) if offset == out_shape[axis] else None
+
+
+def view_sources(rw: Rewriter, var):
+    """(roots, sources, pad) reading plain ``var`` from the tensors before the movement op (a
+    concat too) that makes it, and the movement ops before that which only it reads; else None
+    (``var`` is read as it is). ``var`` may have other readers: its own gather then stays."""
+    node = rw.graph.by_var.get(var)
+    if node is None or node.fused or (var in rw.values and rw.values[var].plain is None):
+        return None
+    if node.op == "relax.concat":
+        return concat_sources(rw, node)
+    found = link(rw, node)
+    if found is None:
+        return None
+    root, steps, pad = chain(rw, found[2], list(found[0]), found[1])
+    return [root], [gather.Source(0, tuple(steps))], pad

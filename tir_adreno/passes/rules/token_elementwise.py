@@ -14,7 +14,10 @@ the sole reader of the last, its other operands constants or tensors that exist 
 wrote it (HardSwish as ``x * clip(x + 3, 0, 6) / 6``, GELU with its erf, SiLU:
 ``passes.activations``) becomes that activation's formula, the rest the ops as written.
 An operand that is blocked is read in its plain form (one layout transform, what upstream's op
-would have needed too).
+would have needed too). An operand of the output's shape made by movement ops that only it reads
+(a slice or split part, a transpose, a concat of them: ``passes.movement.view_sources``) is read
+through them from the tensors before them (``plain_elementwise.View``): their gathers go unread
+and dead-code elimination drops them (MambaOut's ``gelu(g) * cat(i, c)``: 3 launches were 1).
 """
 
 from __future__ import annotations
@@ -23,10 +26,12 @@ import numpy as np
 from tvm import relax
 
 from primfuncs import epilogue_expr as ex
+from primfuncs import gather
 from primfuncs import plain_elementwise as kernels
 
 from tir_adreno.passes.elementwise_chain import OPS, activation, node_expression, walk
 from tir_adreno.passes.graph import Node, const, dtype, same, static_shape
+from tir_adreno.passes.movement import view_sources
 from tir_adreno.passes.kernel_index import kernel
 from tir_adreno.passes.op_info import node_info
 from tir_adreno.passes.rewriter import Rewriter
@@ -37,10 +42,13 @@ class _Chain:
     """The kernel being assembled, the walk's leaf policy (``elementwise_chain.Leaves``): its tensor
     inputs (vars or constants) for an output of rank ``out_rank``."""
 
-    def __init__(self, rw: Rewriter, out_rank: int):
+    def __init__(self, rw: Rewriter, out_shape: tuple, views: bool = True):
         self.rw = rw
-        self.out_rank = out_rank
-        self.inputs: list = []  # relax.Var or np.ndarray (a non-scalar constant)
+        self.out_rank = len(out_shape)
+        self.out_shape = out_shape
+        self.views = views  # operands of ``out_shape`` may be read through movement ops
+        self.inputs: list = []  # the kernel's buffers: relax.Var or np.ndarray (a non-scalar constant)
+        self.operands: list = []  # per expression input: a buffer's number or a kernels.View
 
     def follows(self, node: Node) -> bool:
         shape = static_shape(node.var)
@@ -49,10 +57,10 @@ class _Chain:
         return shape is not None and len(shape) == self.out_rank and dtype(node.var) == "float32"
 
     def save(self):
-        return list(self.inputs)
+        return list(self.inputs), list(self.operands)
 
     def restore(self, state) -> None:
-        self.inputs[:] = state
+        self.inputs[:], self.operands[:] = state
 
     def leaf(self, arg):
         """The expression leaf of ``arg``: a scalar constant inline, else an input; None when
@@ -65,18 +73,34 @@ class _Chain:
                 return ex.Const(float(data.reshape(-1)[0]))
             for k, x in enumerate(self.inputs):
                 if isinstance(x, np.ndarray) and x.shape == data.shape and np.array_equal(x, data):
-                    return ex.Input(k)
-            return self._add(data)
+                    return self._operand(k)
+            return self._operand(self._buffer(data))
         arg = self._through_broadcast(arg)
+        view = self._view(arg)
+        if view is not None:
+            return view
         if not isinstance(arg, relax.Var) or (arg not in self.rw.values and arg not in self.rw.exprs):
             return None
         shape = static_shape(arg)
         if shape is None or dtype(arg) != "float32" or len(shape) > self.out_rank or not shape:
             return None
-        for k, x in enumerate(self.inputs):
-            if isinstance(x, relax.Var) and same(x, arg):
-                return ex.Input(k)
-        return self._add(arg)
+        return self._operand(self._buffer(arg))
+
+    def _view(self, arg):
+        """``arg`` read through the movement ops before it (an operand of the output's shape), else None."""
+        if not self.views or not isinstance(arg, relax.Var) or static_shape(arg) != self.out_shape or dtype(arg) != "float32":
+            return None
+        found = view_sources(self.rw, arg)
+        if found is None or not all(r in self.rw.values or r in self.rw.exprs for r in found[0]):
+            return None
+        roots, sources, pad = found
+        state = self.save()
+        numbers = [self._buffer(r) for r in roots]
+        if None in numbers:
+            self.restore(state)
+            return None
+        sources = tuple(gather.Source(numbers[src.input], src.steps) for src in sources)
+        return self._operand(kernels.View(sources, 0.0 if pad is None else pad))
 
     def _through_broadcast(self, arg):
         """The source of ``arg`` when it is a ``broadcast_to`` read only here (ONNX Max/Min and
@@ -86,11 +110,26 @@ class _Chain:
             return arg
         return src.args[0]
 
-    def _add(self, x):
+    def _buffer(self, x):
+        """The number of buffer ``x`` (a var or a constant array), added if new; None when full."""
+        for k, b in enumerate(self.inputs):
+            if isinstance(b, relax.Var) and isinstance(x, relax.Var) and same(b, x) or b is x:
+                return k
         if len(self.inputs) == kernels.MAX_INPUTS:
             return None
         self.inputs.append(x)
-        return ex.Input(len(self.inputs) - 1)
+        return len(self.inputs) - 1
+
+    def _operand(self, operand):
+        """The expression input reading ``operand`` (a buffer's number or a view), added if new."""
+        if operand is None:
+            return None
+        if operand in self.operands:
+            return ex.Input(self.operands.index(operand))
+        if len(self.operands) == kernels.MAX_INPUTS:
+            return None
+        self.operands.append(operand)
+        return ex.Input(len(self.operands) - 1)
 
     def shapes(self):
         return tuple(tuple(x.shape) if isinstance(x, np.ndarray) else static_shape(x) for x in self.inputs)
@@ -112,22 +151,33 @@ def _start(chain: _Chain, node: Node):
     return None if expr is None else (expr, [node])
 
 
+def _chain(rw: Rewriter, node: Node, shape: tuple, views: bool):
+    """(chain, expression, last node, nodes taken) from ``node``, else None."""
+    chain = _Chain(rw, shape, views)
+    started = _start(chain, node)
+    if started is None or not chain.inputs:
+        return None
+    expr, first = started
+    expr, last, more = walk(rw.graph, expr, first[-1], chain)
+    return chain, expr, last, first + more
+
+
 @rule(*OPS)
 def token_elementwise(rw: Rewriter, node: Node):
     """A chain of unary and binary ops on plain tensors (with broadcasting) as one kernel."""
     shape = static_shape(node.var)
     if shape is None or not shape or dtype(node.var) != "float32":
         return None
-    chain = _Chain(rw, len(shape))
-    started = _start(chain, node)
-    if started is None or not chain.inputs:
+    found = _chain(rw, node, shape, views=True)
+    if found is not None and any(isinstance(op, kernels.View) for op in found[0].operands) and static_shape(found[2].var) != shape:
+        found = _chain(rw, node, shape, views=False)  # the output broadcast past the views' shape
+    if found is None:
         return None
-    expr, first = started
-    expr, last, more = walk(rw.graph, expr, first[-1], chain)
-    nodes = first + more
+    chain, expr, last, nodes = found
     out_shape = static_shape(last.var)
+    operands = None if chain.operands == list(range(len(chain.inputs))) else tuple(chain.operands)
     # float32 under every precision, like the GEMM's: plain tensors are upstream's side
-    func = kernel(kernels.fused_elementwise, out_shape, chain.shapes(), expr, dtype="float32")
+    func = kernel(kernels.fused_elementwise, out_shape, chain.shapes(), expr, dtype="float32", operands=operands)
     args = [relax.const(np.ascontiguousarray(x)) if isinstance(x, np.ndarray) else rw.expr(x) for x in chain.inputs]
     info = node_info(last, expression=ex.describe(expr), nodes=",".join(m.var.name for m in nodes))
     out = rw.emit_kernel(func, args, out_shape, dtype="float32", hint="elementwise_plain", op_info=info)

@@ -25,7 +25,7 @@ from primfuncs import gather
 
 from tir_adreno.passes.graph import Node, same, static_shape
 from tir_adreno.passes.kernel_index import kernel
-from tir_adreno.passes.movement import GATHER_OPS, VIEW_OPS, affine, chain, link, plain_shape
+from tir_adreno.passes.movement import GATHER_OPS, VIEW_OPS, chain, concat_sources, link, plain_shape
 from tir_adreno.passes.op_info import node_info
 from tir_adreno.passes.rewriter import Rewriter
 from tir_adreno.passes.rules.base import rule
@@ -91,21 +91,8 @@ def split_plain(rw: Rewriter, node: Node):
 def concat_plain(rw: Rewriter, node: Node):
     """A concat of up to ``gather.MAX_INPUTS`` distinct plain float32 tensors along any axis: one
     gather, each input read through the movement ops before it."""
-    fields = node.args[0].fields if isinstance(node.args[0], relax.Tuple) else None
-    out_shape = plain_shape(node.var)
-    if not fields or out_shape is None or any(plain_shape(f) is None for f in fields):
+    found = concat_sources(rw, node)
+    if found is None or len(found[0]) > gather.MAX_INPUTS:
         return None
-    axis, roots, sources, pad, offset = int(node.attrs.axis) % len(out_shape), [], [], None, 0
-    for f in fields:
-        shape = static_shape(f)
-        root, steps, part_pad = chain(rw, f, [affine(shape, axis, -offset)], pad)
-        pad = part_pad if part_pad is not None else pad
-        at = next((i for i, r in enumerate(roots) if same(r, root)), None)
-        if at is None:
-            roots.append(root)
-            at = len(roots) - 1
-        sources.append(gather.Source(at, tuple(steps)))
-        offset += shape[axis]
-    if len(roots) > gather.MAX_INPUTS or offset != out_shape[axis]:
-        return None
+    roots, sources, pad = found
     return _emit_gather(rw, node, roots, sources, pad)
