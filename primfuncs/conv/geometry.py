@@ -227,6 +227,8 @@ class InputLayout:
         if data_layout not in DATA_LAYOUTS:
             raise ValueError(f"data_layout must be one of {DATA_LAYOUTS}, got {data_layout!r}")
         self.plain, self.nhwc, self.c = data_layout != "NCHW4c", data_layout == "NHWC", geom.c
+        # NHWC with whole blocks: a block's 4 channels are adjacent and 16-byte aligned, one vector read
+        self.vector = self.nhwc and geom.c % LANES == 0
         if self.plain and scope != "global":
             raise ValueError(f"data_layout={data_layout!r} reads X from a buffer (scope 'global'), got scope={scope!r}")
         if self.plain and refused:

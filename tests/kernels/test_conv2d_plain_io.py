@@ -107,6 +107,9 @@ def test_dense_conv_plain_io_matches_numpy(device, scope, case, in_layout, out_l
        seed=SEEDS)
 @example(case=conv_case((1, 7, 6, 5), (7, 1, 3, 3), groups=7), in_layout="NHWC", out_layout="NHWC", seed=0)
 @example(case=conv_case((3, 7, 7, 6), (7, 1, 5, 5), padding=(2, 2, 2, 2), groups=7), in_layout="NCHW", out_layout="NCHW", seed=1)
+@example(case=conv_case((1, 8, 6, 5), (8, 1, 7, 7), padding=(3, 3, 3, 3), groups=8,
+                        config=conv.ConvConfig(1, 1, (64, 1, 1), register_window=True, flat=True)),
+         in_layout="NHWC", out_layout="NHWC", seed=2)  # MambaOut's on the wide GPU: whole NHWC blocks, vector reads
 def test_depthwise_conv_plain_io_matches_numpy(device, scope, case, in_layout, out_layout, seed):
     """Depthwise convs (any multiplier; the window in registers too) reading tokens or a plain NCHW
     map (a query split off a plain map: EfficientViT) and writing them."""
