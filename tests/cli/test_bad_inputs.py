@@ -139,10 +139,14 @@ def test_fifos_are_refused_not_waited_on(model_a, two_saved, tmp_path):
 
 
 def test_ctrl_c_is_one_line_and_exit_130(tmp_path):
-    """Ctrl-C in the middle of a compile (ResNet-18's takes many seconds; the header comes first)."""
+    """Ctrl-C in the middle of a compile (ResNet-18's takes many seconds; the header comes first):
+    one line, exit 130, and nothing left in the temp folder (TVM's own folders are removed by an
+    atexit hook the immediate exit skips: the CLI removes them itself)."""
+    temp = tmp_path / "tmp"
+    temp.mkdir()
     proc = subprocess.Popen([sys.executable, "-m", "tir_adreno.cli", "compile", "--builtin", "resnet18", "-o",
                              str(tmp_path / "out"), "--target", "pocl", "--no-cache"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env={**os.environ, "TMPDIR": str(temp)})
     line = proc.stdout.readline()  # "model: ...": the model is built, the compile under way
     assert line.startswith("model:"), line + proc.stderr.read()
     time.sleep(0.2)
@@ -151,7 +155,8 @@ def test_ctrl_c_is_one_line_and_exit_130(tmp_path):
     assert proc.returncode == 130, err
     assert err.strip() == "tir-adreno: interrupted", err
     assert not (tmp_path / "out").exists()
-    assert [p.name for p in tmp_path.iterdir()] == []  # no temporary folder left
+    assert [p.name for p in tmp_path.iterdir()] == ["tmp"]  # no temporary folder left beside the output
+    assert list(temp.iterdir()) == []  # nor in the temp folder
 
 
 def test_internal_error_is_exit_3_with_the_traceback(run_cli, monkeypatch):

@@ -82,8 +82,10 @@ def _restore_old(folder, models) -> None:
 def _killed_compile(at: int, out, models, tmp_path, *extra):
     count = tmp_path / "steps"
     args = ["compile", str(models["b"]), "-o", str(out), "--target", "pocl", *extra]
+    temp = tmp_path / "tmp"  # what a process killed mid-compile leaves of TVM's temporary folders stays here
+    temp.mkdir(exist_ok=True)
     res = subprocess.run([sys.executable, "-c", _KILLED_AT_STEP, str(at), str(count), *args], cwd=ROOT,
-                         capture_output=True, text=True, timeout=600)
+                         capture_output=True, text=True, timeout=600, env={**os.environ, "TMPDIR": str(temp)})
     return res, (int(count.read_text()) if res.returncode != 137 else None)
 
 

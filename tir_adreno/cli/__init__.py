@@ -65,10 +65,22 @@ def main(argv=None, exit_on_interrupt: bool = False) -> int:
             print("\ntir-adreno: interrupted", file=sys.stderr, flush=True)
             if exit_on_interrupt:
                 sys.stdout.flush()
+                _remove_tvm_tempdirs()
                 os._exit(EXIT_INTERRUPTED)
             return EXIT_INTERRUPTED
         except Exception:
             return _internal_error()
+
+
+def _remove_tvm_tempdirs() -> None:
+    """TVM's temporary folders (``tvm.support.utils.TempDirectory``), removed at exit by an atexit
+    hook that ``os._exit`` skips: a compile interrupted while one exists would leave it in /tmp."""
+    utils = sys.modules.get("tvm.support.utils")  # never imports TVM: the runtime commands have none
+    if utils is not None:
+        try:
+            utils.TempDirectory.remove_tempdirs()
+        except Exception:  # noqa: BLE001 (exiting on Ctrl-C: a folder left is no reason to fail)
+            pass
 
 
 def _error(message: str) -> int:
