@@ -603,6 +603,12 @@ MUTANTS = (
           "        pass  # the output broadcast past the views' shape"),),
         ("tests/passes/test_token_elementwise.py::test_a_view_operand_whose_chain_broadcasts_past_it",),
     ),
+    Mutant(
+        "nhwc_flat_row_in_pixel_order",
+        "the flat grid's channels-fastest order (a channels-last input) takes its row as the pixel order does",
+        (("Y, (bx * gf + tx) % ot, (bx * gf + tx) // (ot * wt) % oh,", "Y, (bx * gf + tx) % ot, (bx * gf + tx) // wt % oh,"),),
+        ("tests/kernels/test_conv2d_plain_io.py",),
+    ),
 )
 
 

@@ -38,7 +38,9 @@ class ConvConfig:
     tile in output memory order (image, channel tile, row, column tile), in work
     groups of ``work_group[0]`` items (``work_group`` must be ``(g, 1, 1)``): no
     idle items on small or odd-sized maps, and neighbouring items read and write
-    neighbouring pixels (coalesced on buffers); what upstream's buffer kernels do.
+    neighbouring pixels (coalesced on buffers); what upstream's buffer kernels do. Reading a
+    channels-last (NHWC) input, the order is (image, row, column tile, channel tile): there
+    neighbouring channels are the neighbouring addresses.
     ``tiled`` (dense convs, ``groups == 1``): the local-memory tiled implicit GEMM of
     :mod:`primfuncs.conv.tiled`: a work group of ``work_group[0] x work_group[1]`` items
     (``work_group[2]`` 1) owns ``work_group[0] * w_block`` output pixels (of the flattened

@@ -164,7 +164,14 @@ def _plain_kernel(tiling: DirectTiling, conv_tile, name: str, scopes, epilogue: 
         Residual = T.match_buffer(residual, epilogue.residual_shape((n, o4, oh, ow, 4)), dtype, scope=residual_scope)
         Residual2 = T.match_buffer(residual2, epilogue.residual_shape((n, o4, oh, ow, 4), 1), dtype, scope=residual_scope)
         Y = T.match_buffer(out, y_shape, dtype, scope=out_scope)
-        if config.flat:
+        if config.flat and tiling.channels_fastest:
+            for bx in T.thread_binding(ceildiv(tiles, gf), thread="blockIdx.x"):
+                for tx in T.thread_binding(gf, thread="threadIdx.x"):
+                    conv_tile(
+                        X, W_dw, Bias_dw, Gate, W, WeightSum, Bias, Residual, Residual2, Y, (bx * gf + tx) % ot, (bx * gf + tx) // (ot * wt) % oh,
+                        (bx * gf + tx) // (ot * oh * wt) * wt + (bx * gf + tx) // ot % wt, bx * gf + tx < tiles,
+                    )
+        elif config.flat:
             for bx in T.thread_binding(ceildiv(tiles, gf), thread="blockIdx.x"):
                 for tx in T.thread_binding(gf, thread="threadIdx.x"):
                     conv_tile(

@@ -92,7 +92,11 @@ class DirectTiling:
         self.one_block = (LANES % m == 0 or m % LANES == 0) if m else og % LANES == 0
         self.span = self.win.span if self.register_window or self.fused else 1  # input pixels a depthwise row reads
         # config.flat: item k of the 1-D grid owns tile (image, channel tile, row, column tile)
-        # in output memory order, k = ((nn * ot + t) * oh + r) * wt + column tile.
+        # in output memory order, k = ((nn * ot + t) * oh + r) * wt + column tile; reading a
+        # channels-last (NHWC) input, channels fastest, k = ((nn * oh + r) * wt + column tile) * ot + t:
+        # neighbouring items then read neighbouring channels of one pixel (coalesced), not pixels a
+        # row of C channels apart.
+        self.channels_fastest = config.flat and self.input.nhwc
         self.tiles = n * self.ot * geom.oh * self.wt
         self.gf = fit_work_group(self.tiles, config.work_group[0])
 
