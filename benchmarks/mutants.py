@@ -606,7 +606,7 @@ MUTANTS = (
     Mutant(
         "nhwc_flat_row_in_pixel_order",
         "the flat grid's channels-fastest order (a channels-last input) takes its row as the pixel order does",
-        (("Y, (bx * gf + tx) % ot, (bx * gf + tx) // (ot * wt) % oh,", "Y, (bx * gf + tx) % ot, (bx * gf + tx) // wt % oh,"),),
+        (("return k % ot, k // (ot * wt) % oh,", "return k % ot, k // wt % oh,"),),
         ("tests/kernels/test_conv2d_plain_io.py",),
     ),
 )

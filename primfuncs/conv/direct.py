@@ -145,7 +145,7 @@ def _plain_kernel(tiling: DirectTiling, conv_tile, name: str, scopes, epilogue: 
     n, oh, ow, c4, o4, cg, kh, kw = g.n, g.oh, g.ow, g.c4, g.o4, g.cg, g.kh, g.kw
     x_shape, dw_shape, dtype, config = tiling.x_shape, tiling.dw_shape, tiling.dtype, tiling.config
     gate_scope = tiling.gate_scope or scope
-    ot, wt, cols, tiles, gf = tiling.ot, tiling.wt, tiling.cols, tiling.tiles, tiling.gf
+    ot, cols, tiles, gf = tiling.ot, tiling.cols, tiling.tiles, tiling.gf
     gx, gy, gz = tiling.gx, tiling.gy, tiling.gz
 
     @T.prim_func(s_tir=True)
@@ -164,20 +164,10 @@ def _plain_kernel(tiling: DirectTiling, conv_tile, name: str, scopes, epilogue: 
         Residual = T.match_buffer(residual, epilogue.residual_shape((n, o4, oh, ow, 4)), dtype, scope=residual_scope)
         Residual2 = T.match_buffer(residual2, epilogue.residual_shape((n, o4, oh, ow, 4), 1), dtype, scope=residual_scope)
         Y = T.match_buffer(out, y_shape, dtype, scope=out_scope)
-        if config.flat and tiling.channels_fastest:
+        if config.flat:
             for bx in T.thread_binding(ceildiv(tiles, gf), thread="blockIdx.x"):
                 for tx in T.thread_binding(gf, thread="threadIdx.x"):
-                    conv_tile(
-                        X, W_dw, Bias_dw, Gate, W, WeightSum, Bias, Residual, Residual2, Y, (bx * gf + tx) % ot, (bx * gf + tx) // (ot * wt) % oh,
-                        (bx * gf + tx) // (ot * oh * wt) * wt + (bx * gf + tx) // ot % wt, bx * gf + tx < tiles,
-                    )
-        elif config.flat:
-            for bx in T.thread_binding(ceildiv(tiles, gf), thread="blockIdx.x"):
-                for tx in T.thread_binding(gf, thread="threadIdx.x"):
-                    conv_tile(
-                        X, W_dw, Bias_dw, Gate, W, WeightSum, Bias, Residual, Residual2, Y, (bx * gf + tx) // (oh * wt) % ot, (bx * gf + tx) // wt % oh,
-                        (bx * gf + tx) // (ot * oh * wt) * wt + (bx * gf + tx) % wt, bx * gf + tx < tiles,
-                    )
+                    conv_tile(X, W_dw, Bias_dw, Gate, W, WeightSum, Bias, Residual, Residual2, Y, *tiling.flat_tile(bx * gf + tx), bx * gf + tx < tiles)
         else:
             for bz in T.thread_binding(ceildiv(ot, gz), thread="blockIdx.z"):
                 for by in T.thread_binding(ceildiv(oh, gy), thread="blockIdx.y"):

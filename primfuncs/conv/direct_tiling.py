@@ -100,6 +100,13 @@ class DirectTiling:
         self.tiles = n * self.ot * geom.oh * self.wt
         self.gf = fit_work_group(self.tiles, config.work_group[0])
 
+    def flat_tile(self, k) -> tuple:
+        """(channel tile, row, column) of item ``k`` of the flat grid, in the order above."""
+        ot, oh, wt = self.ot, self.geom.oh, self.wt
+        if self.channels_fastest:
+            return k % ot, k // (ot * wt) % oh, k // (ot * oh * wt) * wt + k // ot % wt
+        return k // (oh * wt) % ot, k // wt % oh, k // (ot * oh * wt) * wt + k % wt
+
     def _split(self) -> int:
         """The split_k slices the kernel runs: no more than channel blocks (a C < 4 conv has none)."""
         split, config = self.config.split_k, self.config

@@ -113,7 +113,7 @@ class _Chain:
     def _buffer(self, x):
         """The number of buffer ``x`` (a var or a constant array), added if new; None when full."""
         for k, b in enumerate(self.inputs):
-            if isinstance(b, relax.Var) and isinstance(x, relax.Var) and same(b, x) or b is x:
+            if b is x or (isinstance(b, relax.Var) and isinstance(x, relax.Var) and same(b, x)):
                 return k
         if len(self.inputs) == kernels.MAX_INPUTS:
             return None
