@@ -737,6 +737,9 @@ def test_env(tmp: Path) -> dict:
     env = dict(os.environ)
     env.setdefault("HYPOTHESIS_PROFILE", "mutants")  # tests/conftest.py: ci's examples, no shrinking
     env.setdefault("TIR_ADRENO_CACHE_DIR", str(tmp / "cache"))  # kernels are keyed by their source: mutants never collide
+    # A run stopped at its first failure skips the suite's own clean-up: its temp files stay in ``tmp``.
+    env["TIR_ADRENO_TEST_TMP"] = env["TMPDIR"] = str(tmp / "tmp")
+    (tmp / "tmp").mkdir(exist_ok=True)
     env.pop("TIR_ADRENO_CHECK_BOUNDS", None)  # CI's setting: the tests decide where the sanitizer runs
     return env
 

@@ -6,6 +6,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, Phase, settings
@@ -24,16 +25,42 @@ settings.register_profile(
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
 
-#: The kernel cache this run made (TIR_ADRENO_CACHE_DIR not given): removed when the run ends. The
-#: xdist workers inherit the variable, so only the process that made the folder removes it.
+#: The run's temp folder, made by the process that starts the run and set as TMPDIR for it and
+#: the xdist workers (they inherit the environment): whatever the run writes to the temp dir
+#: (pytest's tmp_path folders, TVM's build folders, onnxruntime's telemetry session file ``.ses``,
+#: written on import) is removed with it when the run ends. A failed run keeps pytest's folders
+#: (its failed tests' tmp_path) there, to look at.
+RUN_TMP = None
+if "TIR_ADRENO_TEST_TMP" not in os.environ:
+    RUN_TMP = Path(tempfile.mkdtemp(prefix="tir-adreno-test-run-"))
+    os.environ["TIR_ADRENO_TEST_TMP"] = os.environ["TMPDIR"] = str(RUN_TMP)
+    tempfile.tempdir = None  # gettempdir() reads TMPDIR again
+#: The kernel cache this run made (TIR_ADRENO_CACHE_DIR not given): removed when the run ends.
 RUN_CACHE = None
 if "TIR_ADRENO_CACHE_DIR" not in os.environ:
     RUN_CACHE = os.environ["TIR_ADRENO_CACHE_DIR"] = tempfile.mkdtemp(prefix="tir-adreno-test-cache-")
 
 
+def pytest_sessionfinish(session, exitstatus):
+    session.config.stash[_EXIT_STATUS] = exitstatus
+
+
+_EXIT_STATUS = pytest.StashKey[int]()
+
+
 def pytest_unconfigure(config):
     if RUN_CACHE is not None:
         shutil.rmtree(RUN_CACHE, ignore_errors=True)
+    if RUN_TMP is None:
+        return
+    passed = config.stash.get(_EXIT_STATUS, 1) == 0
+    for entry in RUN_TMP.iterdir():
+        if passed or not entry.name.startswith("pytest-of-"):
+            shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+    if passed or not any(RUN_TMP.iterdir()):
+        RUN_TMP.rmdir()
+    else:
+        config.get_terminal_writer().line(f"the run did not pass: its tmp_path folders are kept in {RUN_TMP}")
 
 
 @pytest.fixture(autouse=True)
