@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import io
 import lzma
+import re
 import sys
 import zipfile
 from pathlib import Path
@@ -85,11 +86,20 @@ def build_torch_model(name: str, torchscript_dir: Path | None = None, device: st
     return torch.jit.load(io.BytesIO(_traced_on(lzma.decompress(path.read_bytes()), device)), map_location=device)
 
 
+#: A traced conv: ``torch._convolution(..., benchmark, deterministic, cudnn_enabled, allow_tf32)``,
+#: the last four the values of the global flags at trace time, as constants.
+_TRACED_CONV = re.compile(rb"(torch\._convolution\([^\n]*), (True|False), (True|False), (True|False), (True|False)\)")
+
+
 def _traced_on(archive: bytes, device: str) -> bytes:
     """A TorchScript archive whose code creates its tensors on ``device``: a trace records the
     device of each tensor the model makes itself (EdgeNeXt's positional encoding: ``torch.zeros``
-    and ``torch.arange`` on "cpu"), which ``map_location`` does not move. Its code is text, so the
-    device constants are rewritten; the debug tables (source ranges of that text) are left out."""
+    and ``torch.arange`` on "cpu"), which ``map_location`` does not move. A trace also records
+    each conv's cuDNN flags as constants (``allow_tf32=True``, ``benchmark=False`` when traced with
+    the defaults), which the global flags then no longer reach: its convs would run in TF32
+    whatever :func:`torch_baselines.fp32_without_tf32` says. They are set as the eager baseline
+    runs: TF32 off, cuDNN's algorithm search on. Its code is text, so these constants are
+    rewritten; the debug tables (source ranges of that text) are left out."""
     if device == "cpu":
         return archive
     src, out = zipfile.ZipFile(io.BytesIO(archive)), io.BytesIO()
@@ -100,6 +110,7 @@ def _traced_on(archive: bytes, device: str) -> bytes:
                 continue
             if "/code/" in info.filename and info.filename.endswith(".py"):
                 data = data.replace(b'torch.device("cpu")', f'torch.device("{device}")'.encode())
+                data = _TRACED_CONV.sub(rb"\1, True, \3, \4, False)", data)
             dst.writestr(info, data)
     return out.getvalue()
 

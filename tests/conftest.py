@@ -41,6 +41,16 @@ if "TIR_ADRENO_CACHE_DIR" not in os.environ:
     RUN_CACHE = os.environ["TIR_ADRENO_CACHE_DIR"] = tempfile.mkdtemp(prefix="tir-adreno-test-cache-")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's, which reads the option
+def pytest_configure(config):
+    # A crashed xdist worker (a native crash in a kernel or driver) ends the run, failed, instead of
+    # being replaced: pytest-xdist 3.8 can hang forever after replacing one under ``--dist loadfile``
+    # (pytest-dev/pytest-xdist#784; fixed on its main branch, not released). ``--max-worker-restart``
+    # given on the command line wins.
+    if getattr(config.option, "maxworkerrestart", "") is None:
+        config.option.maxworkerrestart = "0"
+
+
 def pytest_sessionfinish(session, exitstatus):
     session.config.stash[_EXIT_STATUS] = exitstatus
 
