@@ -75,15 +75,19 @@ TORCHSCRIPT_SUFFIX = ".pt.xz"
 
 
 def build_torch_model(name: str, torchscript_dir: Path | None = None, device: str = "cpu") -> nn.Module | None:
-    """The built-in ``name``, else ``torchscript_dir/<name>.pt.xz`` loaded (its traced constants
-    too, which ``.to()`` does not move, on ``device``), else None."""
+    """The built-in ``name``, else ``torchscript_dir/<name>.pt.xz`` loaded onto ``device``, else
+    None. Its traced constants stay on the CPU (``map_location="cpu"``; ``.to()`` moves parameters
+    and buffers, not constants): they are the scalars of shape arithmetic (``int(C // heads)``),
+    which on the GPU made each ``int()`` a device-to-host copy that CUDA graph capture refuses
+    (CoaT, EfficientViT-M0, MobileNetV4-hybrid, TinyViT, XCiT); tensors the model makes itself are
+    put on ``device`` by :func:`_traced_on`."""
     builtin = {"resnet50": resnet50, "mobilenet_v2": mobilenet_v2}
     if name in builtin:
         return builtin[name]().to(device)
     path = torchscript_dir / f"{name}{TORCHSCRIPT_SUFFIX}" if torchscript_dir is not None else None
     if path is None or not path.exists():
         return None
-    return torch.jit.load(io.BytesIO(_traced_on(lzma.decompress(path.read_bytes()), device)), map_location=device)
+    return torch.jit.load(io.BytesIO(_traced_on(lzma.decompress(path.read_bytes()), device)), map_location="cpu").to(device)
 
 
 #: A traced conv: ``torch._convolution(..., benchmark, deterministic, cudnn_enabled, allow_tf32)``,
