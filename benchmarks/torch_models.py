@@ -11,13 +11,13 @@ from __future__ import annotations
 import argparse
 import io
 import lzma
-import re
 import sys
-import zipfile
 from pathlib import Path
 
 import torch
 from torch import nn
+
+from trace_archive import traced_on
 
 
 def _conv_bn(cin, cout, k, stride=1, groups=1, act=nn.ReLU):
@@ -80,43 +80,14 @@ def build_torch_model(name: str, torchscript_dir: Path | None = None, device: st
     and buffers, not constants): they are the scalars of shape arithmetic (``int(C // heads)``),
     which on the GPU made each ``int()`` a device-to-host copy that CUDA graph capture refuses
     (CoaT, EfficientViT-M0, MobileNetV4-hybrid, TinyViT, XCiT); tensors the model makes itself are
-    put on ``device`` by :func:`_traced_on`."""
+    put on ``device`` by :func:`trace_archive.traced_on`."""
     builtin = {"resnet50": resnet50, "mobilenet_v2": mobilenet_v2}
     if name in builtin:
         return builtin[name]().to(device)
     path = torchscript_dir / f"{name}{TORCHSCRIPT_SUFFIX}" if torchscript_dir is not None else None
     if path is None or not path.exists():
         return None
-    return torch.jit.load(io.BytesIO(_traced_on(lzma.decompress(path.read_bytes()), device)), map_location="cpu").to(device)
-
-
-#: A traced conv: ``torch._convolution(..., benchmark, deterministic, cudnn_enabled, allow_tf32)``,
-#: the last four the values of the global flags at trace time, as constants.
-_TRACED_CONV = re.compile(rb"(torch\._convolution\([^\n]*), (True|False), (True|False), (True|False), (True|False)\)")
-
-
-def _traced_on(archive: bytes, device: str) -> bytes:
-    """A TorchScript archive whose code creates its tensors on ``device``: a trace records the
-    device of each tensor the model makes itself (EdgeNeXt's positional encoding: ``torch.zeros``
-    and ``torch.arange`` on "cpu"), which ``map_location`` does not move. A trace also records
-    each conv's cuDNN flags as constants (``allow_tf32=True``, ``benchmark=False`` when traced with
-    the defaults), which the global flags then no longer reach: its convs would run in TF32
-    whatever :func:`torch_baselines.fp32_without_tf32` says. They are set as the eager baseline
-    runs: TF32 off, cuDNN's algorithm search on. Its code is text, so these constants are
-    rewritten; the debug tables (source ranges of that text) are left out."""
-    if device == "cpu":
-        return archive
-    src, out = zipfile.ZipFile(io.BytesIO(archive)), io.BytesIO()
-    with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as dst:
-        for info in src.infolist():
-            data = src.read(info)
-            if info.filename.endswith(".debug_pkl"):
-                continue
-            if "/code/" in info.filename and info.filename.endswith(".py"):
-                data = data.replace(b'torch.device("cpu")', f'torch.device("{device}")'.encode())
-                data = _TRACED_CONV.sub(rb"\1, True, \3, \4, False)", data)
-            dst.writestr(info, data)
-    return out.getvalue()
+    return torch.jit.load(io.BytesIO(traced_on(lzma.decompress(path.read_bytes()), device)), map_location="cpu").to(device)
 
 
 def pattern_weights(net: nn.Module, seed: int = 0) -> nn.Module:
