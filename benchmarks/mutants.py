@@ -609,6 +609,19 @@ MUTANTS = (
         (("return k % ot, k // (ot * wt) % oh,", "return k % ot, k // wt % oh,"),),
         ("tests/kernels/test_conv2d_plain_io.py",),
     ),
+    Mutant(
+        "mixed_band_kernel_off_center",
+        "a mixed conv's rectangular kernel (InceptionNeXt's 1x11) zero-padded with its column offset taken from its height",
+        (("top, left = (big - kh) // 2, (big - kw) // 2", "top, left = (big - kh) // 2, (big - kh) // 2"),),
+        ("tests/passes/test_mixed_conv.py::test_inception_mixer_is_one_depthwise_conv",),
+    ),
+    Mutant(
+        "mixed_identity_part_dropped",
+        "a mixed conv's identity part (the split's part read by the concat itself) merged as zeros",
+        (("return ConvPiece(geom, np.ones((c, 1, 1, 1)), np.zeros(c), [], identity=True)",
+          "return ConvPiece(geom, np.zeros((c, 1, 1, 1)), np.zeros(c), [], identity=True)"),),
+        ("tests/passes/test_mixed_conv.py::test_inception_mixer_is_one_depthwise_conv",),
+    ),
 )
 
 

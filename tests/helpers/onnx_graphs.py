@@ -198,14 +198,15 @@ def grn_block(rng, inits, k=1, channels=6):
 
 
 def _group_conv(rng, inits, x, y, o, c, k, group=1, bias=False, pads=None, stride=1, dilation=1):
-    """A Conv node as exporters write a MixedConv2d's group conv ('same' pads unless given): no bias
-    (a batch norm follows) unless asked."""
-    inits[f"{y}_w"] = rng.standard_normal((o, c // group, k, k)) / np.sqrt(c // group * k * k)
+    """A Conv node as exporters write a MixedConv2d's group conv (kernel ``k`` square, or ``(kh,
+    kw)``; 'same' pads unless given): no bias (a batch norm follows) unless asked."""
+    kh, kw = (k, k) if isinstance(k, int) else k
+    inits[f"{y}_w"] = rng.standard_normal((o, c // group, kh, kw)) / np.sqrt(c // group * kh * kw)
     inputs = [x, f"{y}_w"]
     if bias:
         inits[f"{y}_b"] = rng.standard_normal(o) * 0.5
         inputs.append(f"{y}_b")
-    pads = pads if pads is not None else [dilation * (k // 2)] * 4
+    pads = pads if pads is not None else [dilation * (kh // 2), dilation * (kw // 2)] * 2
     return helper.make_node("Conv", inputs, [y], pads=pads, group=group, strides=[stride] * 2, dilations=[dilation] * 2)
 
 
@@ -213,18 +214,22 @@ def mixed_conv_graph(sizes, kernels, outs=None, seed=0, bias=False, pads=None, s
                      extra_reader=False, size=9):
     """MixNet's MixedConv2d as exported, on a ``size`` x ``size`` map:
     x -> Split(sizes) -> a conv per group (depthwise of kernel ``kernels[i]``, or with ``outs``
-    a dense conv to ``outs[i]`` channels) -> Concat (in ``order``) -> BatchNormalization -> Relu -> y.
-    ``extra_reader``: the first group's conv is also concatenated to y (a second reader)."""
+    a dense conv to ``outs[i]`` channels; a kernel ``(kh, kw)`` is rectangular, None passes the
+    group on unchanged: InceptionNeXt's identity part) -> Concat (in ``order``) ->
+    BatchNormalization -> Relu -> y. ``extra_reader``: the first group's conv is also concatenated
+    to y (a second reader)."""
     rng, inits = np.random.default_rng(seed), {}
     names = [f"g{i}" for i in range(len(sizes))]
-    nodes = [helper.make_node("Split", ["x", "sizes"], names, axis=1)]
+    nodes, outputs = [helper.make_node("Split", ["x", "sizes"], names, axis=1)], []
     for i, (name, c, k) in enumerate(zip(names, sizes, kernels)):
         o, group = (outs[i], 1) if outs else (c, c)
-        nodes.append(_group_conv(rng, inits, name, f"{name}_c", o, c, k, group, bias, pads[i] if pads else None, stride,
-                                 dilations[i] if dilations else 1))
+        outputs.append(name if k is None else f"{name}_c")
+        if k is not None:
+            nodes.append(_group_conv(rng, inits, name, f"{name}_c", o, c, k, group, bias, pads[i] if pads else None, stride,
+                                     dilations[i] if dilations else 1))
     order = order or range(len(sizes))
     channels = sum(outs) if outs else sum(sizes)
-    nodes += [helper.make_node("Concat", [f"{names[i]}_c" for i in order], ["cat"], axis=1),
+    nodes += [helper.make_node("Concat", [outputs[i] for i in order], ["cat"], axis=1),
               helper.make_node("BatchNormalization", ["cat", "bn_scale", "bn_bias", "bn_mean", "bn_var"], ["bn"]),
               helper.make_node("Relu", ["bn"], ["r" if extra_reader else "y"])]
     if extra_reader:

@@ -44,6 +44,26 @@ def test_mixed_pointwise_is_one_conv(sizes, outs, profile):
     assert names == ["conv2d_nchw4c"], names
 
 
+@pytest.mark.parametrize("sizes, kernels", [([25, 5, 5, 5], [None, 3, (1, 11), (11, 1)]), ([6, 7, 3], [(3, 5), None, (5, 1)])],
+                         ids=["inceptionnext", "identity-between"])
+def test_inception_mixer_is_one_depthwise_conv(sizes, kernels):
+    """InceptionNeXt's token mixer as exported (a part passed on unchanged, depthwise 3x3, 1x11 and
+    11x1 convs of 5 channels each, not block-aligned) and an identity part between rectangular
+    kernels: one depthwise conv over all channels (each kernel zero-padded, centered, to the
+    largest side; the identity a 1x1 of ones), batch norm and ReLU fused."""
+    model = mixed_conv_graph(sizes, kernels, seed=4, size=13)
+    names = check_pattern(model, channels=sum(sizes), size=13, profile=WIDE)
+    assert names == ["depthwise_conv2d_nchw4c"], names
+
+
+def test_partial_conv_is_one_dense_conv():
+    """FasterNet's partial conv: a dense 3x3 conv on the first 4 of 14 channels, the other 10 passed
+    on: one dense conv (block-diagonal: the identity part an identity matrix), batch norm and ReLU fused."""
+    model = mixed_conv_graph([4, 10], [3, None], outs=[4, 10], seed=5)
+    names = check_pattern(model, channels=14, size=SIZE, profile=WIDE)
+    assert names == ["conv2d_nchw4c"], names
+
+
 NOT_MERGED = {
     "dilations differ": dict(sizes=[4, 4], kernels=[3, 3], dilations=[1, 2]),
     # both outputs 7 x 7 of 9 x 9 and both centered on the same input pixel, but not 'same'

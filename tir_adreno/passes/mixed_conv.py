@@ -2,6 +2,8 @@
 
 ONNX exports a mixed conv as ``Split`` along channels, one ``Conv`` per channel group (depthwise
 convs of kernel sizes 3, 5, 7, ... or 1x1 convs) and ``Concat`` of their outputs in group order.
+InceptionNeXt's token mixer is one too: a group passed through unchanged (an identity piece: the
+split's part read by the concat itself) and depthwise 3x3, 1x11 and 11x1 convs.
 Run as it is, that is a ``split_channels`` launch, one conv launch per group and a
 ``concat_channels`` launch, and the batch norm after the concat runs apart (an affine kernel: it
 follows no conv). :func:`merge_mixed_convs` rewrites each such pattern into ONE ``nn.conv2d``,
@@ -13,9 +15,11 @@ whose batch norm, activation, residual and gate then fuse as any conv's:
   zero-padded likewise ("grouped": no extra work for MixNet's 1x1 pieces);
 - other dense groups: one dense conv with block-diagonal weights ("dense").
 
-A group conv's ``k x k`` kernel padded to ``K x K`` around its center reads the same inputs when
-its padding is ``dilation * (k // 2)`` on every side ('same', odd ``k``) and every group has the
-same stride and dilation: the merged conv with padding ``dilation * (K // 2)`` is exact. A group's
+A group conv's ``kh x kw`` kernel padded to ``K x K`` (K the largest side of any group) around its
+center reads the same inputs when its padding is ``dilation * (kh // 2)`` above and below and
+``dilation * (kw // 2)`` left and right ('same', odd sides) and every group has the same stride and
+dilation: the merged conv with padding ``dilation * (K // 2)`` is exact. An identity piece is a
+1x1 kernel of ones (depthwise) or an identity matrix (dense), stride 1. A group's
 per-channel constant steps between its conv and the concat (an exporter's bias add) fold into
 the merged weights and one bias add. Anything else is left alone: other strides or dilations,
 other paddings, even kernels, groups of other kinds, pieces with other readers.
@@ -50,6 +54,7 @@ class ConvPiece:
     w: np.ndarray  # OIHW float64, the steps' scale folded in
     shift: np.ndarray  # per output channel, float64
     nodes: list  # the conv and its steps, in order
+    identity: bool = False  # the split's part itself, no conv: :func:`identity_piece`
 
 
 @dataclass(frozen=True)
@@ -72,10 +77,10 @@ def _depthwise(geom) -> bool:
     return geom.groups == geom.c == geom.o
 
 
-def conv_piece(g: Graph, getter: Node, nchw) -> tuple[ConvPiece, Node, Node | None] | None:
+def conv_piece(g: Graph, getter: Node, nchw, rectangular: bool = False) -> tuple[ConvPiece, Node, Node | None] | None:
     """The group conv reading ``getter`` (its sole reader) with the per-channel constant steps
     after it folded: (piece, its last node, the sole reader of that: the concat, checked by the
-    caller), else None."""
+    caller), else None. ``rectangular``: odd kernels of two sizes too (1x11), else square only."""
     conv = g.sole_user(getter.var)
     if conv is None or conv.op != "relax.nn.conv2d" or not same(conv.args[0], getter.var):
         return None
@@ -86,10 +91,12 @@ def conv_piece(g: Graph, getter: Node, nchw) -> tuple[ConvPiece, Node, Node | No
         geom = conv_geometry(conv, nchw, operands.weights.shape)
     except ValueError:
         return None
-    k, d = geom.kh, geom.dilation[0]
-    if not (_depthwise(geom) or geom.groups == 1) or geom.kw != k or k % 2 == 0 or geom.dilation[1] != d:
+    d = geom.dilation[0]
+    if not (_depthwise(geom) or geom.groups == 1) or geom.kh % 2 == 0 or geom.kw % 2 == 0 or geom.dilation[1] != d:
         return None
-    if geom.padding != (d * (k // 2),) * 4:  # 'same': the padded kernel stays centered on the output
+    if geom.kh != geom.kw and not rectangular:
+        return None
+    if geom.padding != (d * (geom.kh // 2), d * (geom.kw // 2)) * 2:  # 'same': the padded kernel stays centered
         return None
     piece, last = ConvPiece(geom, operands.weights, np.zeros(geom.o), [conv]), conv
     while True:
@@ -102,6 +109,17 @@ def conv_piece(g: Graph, getter: Node, nchw) -> tuple[ConvPiece, Node, Node | No
         piece.shift = piece.shift * scale + shift
         piece.nodes.append(user)
         last = user
+
+
+def identity_piece(g: Graph, getter: Node, nchw, like: ConvGeometry) -> tuple[ConvPiece, Node, Node | None] | None:
+    """The split's part ``getter`` passed on unchanged (read by one node only: the concat, checked
+    by the caller) as a depthwise 1x1 conv of ones with ``like``'s dilation, else None (``like``
+    strided: the part has another size than the convs' outputs)."""
+    if like.strides != (1, 1):
+        return None
+    n, c, h, w = nchw
+    geom = ConvGeometry(n, c, h, w, c, 1, 1, (1, 1), (0, 0, 0, 0), like.dilation, c)
+    return ConvPiece(geom, np.ones((c, 1, 1, 1)), np.zeros(c), [], identity=True), getter, g.sole_user(getter.var)
 
 
 def _match(g: Graph, split: Node) -> MixedPattern | None:
@@ -118,7 +136,11 @@ def _match(g: Graph, split: Node) -> MixedPattern | None:
     if [u.index for u in getters] != list(range(len(sizes))):
         return None  # a piece read twice or not at all
     n, _, h, w = shape
-    found = [conv_piece(g, u, (n, c, h, w)) for u, c in zip(getters, sizes)]
+    found = [conv_piece(g, u, (n, c, h, w), rectangular=True) for u, c in zip(getters, sizes)]
+    like = next((f[0].geom for f in found if f is not None), None)
+    if like is None:
+        return None  # no conv: a split and a concat
+    found = [f or identity_piece(g, u, (n, c, h, w), like) for f, u, c in zip(found, getters, sizes)]
     if any(f is None for f in found):
         return None
     pieces = [p for p, _, _ in found]
@@ -140,7 +162,7 @@ def _forms(pieces: list[ConvPiece]) -> dict[str, int]:
     c = sum(p.geom.c for p in pieces)
     if all(_depthwise(p.geom) for p in pieces):
         return {"depthwise": c}
-    if not all(p.geom.groups == 1 for p in pieces):
+    if not all(p.geom.groups == 1 for p in pieces if not p.identity):  # an identity piece fits either
         return {}
     equal = len({(p.geom.c, p.geom.o) for p in pieces}) == 1
     return {"grouped": len(pieces), "dense": 1} if equal else {"dense": 1}
@@ -158,7 +180,7 @@ class MixedPattern:
     def forms(self) -> dict[str, int]:
         """Form -> the multiply-adds its one conv adds over the group convs (zero-padded kernels, a
         dense form's off-diagonal blocks)."""
-        big = max(p.geom.kh for p in self.pieces)
+        big = _side(self.pieces)
         c, o = (sum(getattr(p.geom, a) for p in self.pieces) for a in "co")
         out = self.pieces[0].geom
         macs = sum(p.geom.flops // 2 for p in self.pieces)
@@ -168,19 +190,26 @@ class MixedPattern:
         """The one conv of ``form`` (a key of :attr:`forms`)."""
         pieces = self.pieces
         groups = _forms(pieces)[form]
-        big = max(p.geom.kh for p in pieces)
+        big = _side(pieces)
         c, o = (sum(getattr(p.geom, a) for p in pieces) for a in "co")
         weights = np.zeros((o, c // groups, big, big), np.float64)
         row = col = 0
         for p in pieces:
-            k, off = p.geom.kh, (big - p.geom.kh) // 2
-            cols = slice(col, col + p.geom.c) if groups == 1 else slice(0, p.w.shape[1])  # dense: block-diagonal
-            weights[row : row + p.geom.o, cols, off : off + k, off : off + k] = p.w
+            kh, kw = p.geom.kh, p.geom.kw
+            top, left = (big - kh) // 2, (big - kw) // 2
+            w = np.eye(p.geom.c)[:, :, None, None] if p.identity and form != "depthwise" else p.w
+            cols = slice(col, col + p.geom.c) if groups == 1 else slice(0, w.shape[1])  # dense: block-diagonal
+            weights[row : row + p.geom.o, cols, top : top + kh, left : left + kw] = w
             row, col = row + p.geom.o, col + p.geom.c
         shift = np.concatenate([p.shift for p in pieces])
-        first = pieces[0].geom
+        first = next(p.geom for p in pieces if not p.identity)
         return MixedConv(self.concat, self.data, weights.astype(np.float32), shift.astype(np.float32) if np.any(shift) else None,
                          groups, first.dilation[0] * (big // 2), first.strides, first.dilation)
+
+
+def _side(pieces: list[ConvPiece]) -> int:
+    """The merged conv's kernel side: the largest side of any piece's kernel."""
+    return max(max(p.geom.kh, p.geom.kw) for p in pieces)
 
 
 def find_mixed_convs(func: relax.Function, mod: tvm.IRModule | None = None) -> list[MixedPattern]:
