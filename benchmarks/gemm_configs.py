@@ -9,7 +9,8 @@ nvidia-h200): the register kernel as that profile planned it before the tiled ke
 (``tiled_min_groups`` 0: :func:`strategy.gemm.gemm_config`); the tiled default
 (``strategy.gemm.tiled_gemm_config``; where no tiled config fills the GPU, the smallest as
 "tiled_small") and its neighbours (every ``TILED_GEMM_CONFIGS`` entry fitted as the rule fits it,
-the default's ``k_chunk`` halved and doubled); from K = 64 the split default
+the default's ``k_chunk`` halved and doubled; each of those with the next step prefetched, ``GemmConfig(prefetch=True)``, and the default's
+``k_chunk`` x4 prefetched); from K = 64 the split default
 (``strategy.gemm.split_gemm_config``) and its neighbours (tile rows 1, 2, 4; the split halved and
 doubled; columns doubled); and the rule's pick ("rule", one of those). Every kernel runs on
 NaN-poisoned outputs, is checked against a float64 NumPy product (each element within
@@ -70,6 +71,10 @@ SHAPES = {
     "pit_ti.s3_fc2": ((1, 50, 1024), (1024, 256), False, False),
     "coat_lite_tiny.s1_kT_v": ((1, 8, 3137, 8), (1, 8, 3137, 8), True, False),
     "mambaout_femto.s4_fc2": ((1, 7, 7, 768), (768, 288), False, False),
+    # gMLP's channel MLP around its spatial gating, MambaOut's first gated MLP (56 x 56 tokens)
+    "gmlp_ti16.fc1": ((1, 196, 128), (128, 768), False, False),
+    "gmlp_ti16.fc2": ((1, 196, 384), (384, 128), False, False),
+    "mambaout_femto.s1_fc1": ((1, 56, 56, 48), (48, 256), False, False),
     "mambaout_femto.head_fc2": ((1, 1152), (1152, 1000), False, False),
 }
 
@@ -89,6 +94,9 @@ def candidates(name: str, profile) -> list[tuple[str, object]]:
     out.append(("tiled" if tiled else "tiled_small", default))
     out += [("tiled_neighbour", c) for c in fitted]
     out += [("tiled_neighbour", dataclasses.replace(default, k_chunk=kc)) for kc in (default.k_chunk // 2, default.k_chunk * 2) if kc >= 1]
+    # each tiled config with the next step's reads prefetched, and the default's with 4x the chunk
+    out += [("prefetch", dataclasses.replace(c, prefetch=True)) for kind, c in list(out) if c.tiled]
+    out.append(("prefetch", dataclasses.replace(default, k_chunk=default.k_chunk * 4, prefetch=True)))
     if geom.k >= 64:  # the split kernel's default and its neighbours (tile rows, split, columns)
         split = strategy.split_gemm_config(geom)
         out.append(("split", split))
@@ -196,10 +204,13 @@ def shape_row(name: str, results, cublas_s) -> dict:
         return min((r for r in good if kernel(r["config"])), key=lambda r: r["time_s"], default=None)
 
     best, best_split = best_of(lambda c: c["tiled"]), best_of(lambda c: c.get("split_k", 1) > 1)
+    best_plain, best_prefetch = best_of(lambda c: c["tiled"] and not c.get("prefetch")), best_of(lambda c: c.get("prefetch"))
     register, default = of("register"), of("tiled") or of("tiled_small")
     return {"shape": name, "register_s": register, "tiled_default_s": default, "tiled_kind": "tiled" if of("tiled") else "tiled_small",
             "best_tiled_s": best and best["time_s"], "best_tiled": best and best["label"], "split_s": of("split"),
             "best_split_s": best_split and best_split["time_s"], "best_split": best_split and best_split["label"],
+            "best_unprefetched_s": best_plain and best_plain["time_s"],
+            "best_prefetch_s": best_prefetch and best_prefetch["time_s"], "best_prefetch": best_prefetch and best_prefetch["label"],
             "rule_s": of("rule"), "rule": next((r["label"] for r in results if "rule" in r["kinds"]), None), "cublas_s": cublas_s,
             "wrong": [r["label"] for r in results if "ok" in r and not r["ok"]], "errors": [r["label"] for r in results if "error" in r]}
 
@@ -225,10 +236,11 @@ def print_report(rows) -> None:
     table = []
     for r in rows:
         table.append([r["shape"], f"{r['macs'] / 1e6:.1f}", _us(r["register_s"]), _us(r["tiled_default_s"]) + ("" if r["tiled_kind"] == "tiled" else "*"),
-                      _us(r["best_tiled_s"]), r["best_tiled"] or "-", _us(r.get("split_s")), _us(r.get("best_split_s")), r.get("best_split") or "-",
+                      _us(r["best_tiled_s"]), r["best_tiled"] or "-", _ratio(r.get("best_prefetch_s"), r.get("best_unprefetched_s")),
+                      _us(r.get("split_s")), _us(r.get("best_split_s")), r.get("best_split") or "-",
                       _us(r.get("rule_s")), r.get("rule") or "-", _ratio(r.get("rule_s"), r["register_s"]), _us(r["cublas_s"]),
                       _ratio(r.get("rule_s"), r["cublas_s"]), "WRONG " + ",".join(r["wrong"]) if r["wrong"] else ("errors" if r["errors"] else "")])
-    common.print_table(["shape", "MMAC", "register us", "tiled us", "best tiled us", "best tiled config", "split us", "best split us",
+    common.print_table(["shape", "MMAC", "register us", "tiled us", "best tiled us", "best tiled config", "prefetch/not", "split us", "best split us",
                         "best split config", "rule us", "rule's config", "rule/reg", "cuBLAS us", "rule/cuBLAS", "check"], table,
                        title="GEMM: register vs local-memory tiled vs split reduction (median OpenCL event time; * tiled_small: "
                              "no tiled config fills the GPU)")

@@ -38,13 +38,17 @@ class GemmConfig:
     tiled: bool = False
     k_chunk: int = 4
     split_k: int = 1
+    prefetch: bool = False
 
     def __post_init__(self):
         for name in ("rows", "cols", "ty", "tx", "k_chunk", "split_k"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValueError(f"GemmConfig.{name} must be an int >= 1, got {getattr(self, name)!r}")
-        if not isinstance(self.tiled, bool):
-            raise ValueError(f"GemmConfig.tiled must be a bool, got {self.tiled!r}")
+        for name in ("tiled", "prefetch"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"GemmConfig.{name} must be a bool, got {getattr(self, name)!r}")
+        if self.prefetch and not self.tiled:
+            raise ValueError("GemmConfig.prefetch is the tiled kernel's (tiled=True)")
         if self.rows > MAX_TILE_ROWS or self.cols > MAX_TILE_COLS:
             raise ValueError(f"GemmConfig tile {self.rows} x {self.cols} exceeds {MAX_TILE_ROWS} rows x {MAX_TILE_COLS} pixels")
         if self.ty * self.tx > MAX_WORK_GROUP:
@@ -56,7 +60,7 @@ class GemmConfig:
             raise ValueError(f"GemmConfig work group {self.split_k} x {self.tx} (split_k x tx) exceeds {MAX_WORK_GROUP} items")
 
     def __str__(self) -> str:
-        kernel = f" tiled c{self.k_chunk}" if self.tiled else f" split{self.split_k}" if self.split_k > 1 else ""
+        kernel = f" tiled c{self.k_chunk}" + " pf" * self.prefetch if self.tiled else f" split{self.split_k}" if self.split_k > 1 else ""
         return f"gemm r{self.rows}c{self.cols} wg{self.ty}x{self.tx}" + kernel
 
 

@@ -52,7 +52,7 @@ def gemm_tiled(geom: GemmGeometry, config: GemmConfig, epilogue: Epilogue, dtype
                          f"MAX_LOCAL_BYTES = {MAX_LOCAL_BYTES}; use a smaller work group, tile or k_chunk")
     m, k, n = geom.m, geom.k, geom.n
     n4 = ceildiv(n, LANES)
-    tm, tn, gy, gx, kc = config.rows, config.cols, config.ty, config.tx, config.k_chunk
+    tm, tn, gy, gx, kc, prefetch = config.rows, config.cols, config.ty, config.tx, config.k_chunk, config.prefetch
     rows, pixels, depth = gy * tm, gx * tn, LANES * kc  # the work group's tile: rows x pixels, reduction indices a step
     threads = gy * gx
     steps = ceildiv(k, depth)
@@ -96,13 +96,15 @@ def gemm_tiled(geom: GemmGeometry, config: GemmConfig, epilogue: Epilogue, dtype
         return (kk // LANES, kk % LANES, x // LANES, x % LANES)  # b_s[block, index, pixel, lane]
 
     def staging(extent, along_k, width, source, place, lanes_last):
-        """The macro ``stage(Src, dst, px, vb, tile, step, item)``: the work group's ``depth`` x
-        ``extent`` slice of an operand (``extent`` rows of A or columns of B) at K step ``step``
-        into local ``dst`` (``place``), ``width`` elements a slot along the contiguous axis, slot
-        ``e`` of round ``r`` copied by item ``e - r threads`` (neighbouring items: neighbouring
-        addresses); ``lanes_last``: a slot's elements are adjacent in ``dst`` (one vector store)."""
+        """The macros ``(fetch, put)`` of the work group's ``depth`` x ``extent`` slice of an operand
+        (``extent`` rows of A or columns of B) at K step ``step``: ``fetch(Src, regs, vb, tile, step,
+        item)`` reads slot ``e`` of round ``r`` (``width`` elements along the contiguous axis, copied
+        by item ``e - r threads``: neighbouring items read neighbouring addresses) into ``regs[r]``,
+        zeros past K; ``put(regs, dst, item)`` stores them into local ``dst`` (``place``;
+        ``lanes_last``: a slot's elements are adjacent there, one vector store)."""
         units = (depth if along_k else extent) // width
         slots = units * (extent if along_k else depth)
+        rounds = ceildiv(slots, threads)
 
         def k_of(e):
             return e % units * width if along_k else e // units
@@ -117,29 +119,34 @@ def gemm_tiled(geom: GemmGeometry, config: GemmConfig, epilogue: Epilogue, dtype
             return step * depth + k_of(e) + (lane if along_k else 0) < k
 
         @T.macro
-        def stage(Src, dst, px, vb, tile, step, item):
-            for rnd in T.unroll(ceildiv(slots, threads)):
+        def fetch(Src, regs, vb, tile, step, item):
+            for rnd in T.unroll(rounds):
                 if in_slots(rnd * threads + item):
                     if width == 1:
-                        px[0] = Src[source(vb, tile, step * depth + k_of(rnd * threads + item), x_of(rnd * threads + item), None)]
+                        regs[rnd, 0] = Src[source(vb, tile, step * depth + k_of(rnd * threads + item), x_of(rnd * threads + item), None)]
                     else:
                         for lane in T.vectorized(4):
-                            px[lane] = Src[source(vb, tile, step * depth + k_of(rnd * threads + item), x_of(rnd * threads + item), lane)]
+                            regs[rnd, lane] = Src[source(vb, tile, step * depth + k_of(rnd * threads + item), x_of(rnd * threads + item), lane)]
                     if k_tail:
                         for lane in T.unroll(width):
-                            px[lane] = T.Select(valid(step, rnd * threads + item, lane), px[lane], zero)
+                            regs[rnd, lane] = T.Select(valid(step, rnd * threads + item, lane), regs[rnd, lane], zero)
+
+        @T.macro
+        def put(regs, dst, item):
+            for rnd in T.unroll(rounds):
+                if in_slots(rnd * threads + item):
                     if lanes_last and width == 4:
                         for lane in T.vectorized(4):
-                            dst[(*place(k_of(rnd * threads + item), x_of(rnd * threads + item))[:-1], lane)] = px[lane]
+                            dst[(*place(k_of(rnd * threads + item), x_of(rnd * threads + item))[:-1], lane)] = regs[rnd, lane]
                     else:
                         for lane in T.unroll(width):
                             dst[place(k_of(rnd * threads + item) + (lane if along_k else 0),
-                                      x_of(rnd * threads + item) + (0 if along_k else lane))] = px[lane]
+                                      x_of(rnd * threads + item) + (0 if along_k else lane))] = regs[rnd, lane]
 
-        return stage
+        return fetch, put, rounds
 
-    stage_a = staging(rows, a_along_k, a_width, a_source, a_place, a_along_k)
-    stage_b = staging(pixels * LANES, b_along_k, b_width, b_source, b_place, not b_along_k)
+    fetch_a, put_a, rounds_a = staging(rows, a_along_k, a_width, a_source, a_place, a_along_k)
+    fetch_b, put_b, rounds_b = staging(pixels * LANES, b_along_k, b_width, b_source, b_place, not b_along_k)
 
     @T.macro
     def multiply_tiles(a_s, b_s, a_px, b_px, acc, ty, tx):
@@ -181,14 +188,25 @@ def gemm_tiled(geom: GemmGeometry, config: GemmConfig, epilogue: Epilogue, dtype
                                     acc = T.sblock_alloc_buffer((tm, tn * 4), acc_dtype, scope="local")
                                     a_px = T.sblock_alloc_buffer((tm, 4), dtype, scope="local")
                                     b_px = T.sblock_alloc_buffer((4, tn * 4), dtype, scope="local")
-                                    staged = T.sblock_alloc_buffer((4,), dtype, scope="local")
+                                    regs_a = T.sblock_alloc_buffer((rounds_a, 4), dtype, scope="local")
+                                    regs_b = T.sblock_alloc_buffer((rounds_b, 4), dtype, scope="local")
                                     px = T.sblock_alloc_buffer((2 + epilogue.reads_second, 4), dtype, scope="local")
                                     for i in T.unroll(tm):
                                         for c in T.unroll(tn * 4):
                                             acc[i, c] = acc_zero
+                                    if prefetch:  # step 0's slices in registers before the loop
+                                        fetch_a(A, regs_a, bz, by, 0, ty * gx + tx)
+                                        fetch_b(B, regs_b, bz, bx, 0, ty * gx + tx)
                                     for step in T.serial(steps):
-                                        stage_a(A, a_s, staged, bz, by, step, ty * gx + tx)
-                                        stage_b(B, b_s, staged, bz, bx, step, ty * gx + tx)
+                                        if not prefetch:
+                                            fetch_a(A, regs_a, bz, by, step, ty * gx + tx)
+                                            fetch_b(B, regs_b, bz, bx, step, ty * gx + tx)
+                                        put_a(regs_a, a_s, ty * gx + tx)
+                                        put_b(regs_b, b_s, ty * gx + tx)
+                                        if prefetch and steps > 1:  # the next step's reads in flight while this one multiplies
+                                            if step + 1 < steps:
+                                                fetch_a(A, regs_a, bz, by, step + 1, ty * gx + tx)
+                                                fetch_b(B, regs_b, bz, bx, step + 1, ty * gx + tx)
                                         multiply_tiles(a_s, b_s, a_px, b_px, acc, ty, tx)
                                     store_tile(Y, Bias, Residual, Residual2, acc, px, bz, by * rows + ty, bx * pixels + tx)
 

@@ -3,7 +3,7 @@ float64 NumPy, on NaN-poisoned outputs: the register kernel's cases on buffers (
 ``check_product``: Linear at any rank, batched products with broadcast batch dims, either operand
 read transposed, every epilogue part, float32 and float16_acc32) with random tiles, work groups
 and K chunks whose tiles end inside the product; views, ``out_perm`` and a second operand; the
-refusals (textures, local memory)."""
+refusals (textures, local memory); with and without the next step prefetched."""
 
 import numpy as np
 import pytest
@@ -24,12 +24,12 @@ from test_gemm_out_perm import _head_view
 #: Tiled configs whose tiles fit local memory (the others are refused: test_tiled_gemm_refuses_textures_and_big_tiles);
 #: k_chunk up to 16, the H200 rule's.
 TILED = st.builds(gemm.GemmConfig, st.integers(1, 8), st.integers(1, 4), st.sampled_from([1, 2, 4, 8]), st.sampled_from([1, 2, 4, 16]),
-                  tiled=st.just(True), k_chunk=st.sampled_from([1, 2, 3, 4, 8, 16])).filter(
+                  tiled=st.just(True), k_chunk=st.sampled_from([1, 2, 3, 4, 8, 16]), prefetch=st.booleans()).filter(
                       lambda c: gemm_tiled.tiled_local_bytes(c) <= MAX_LOCAL_BYTES)
 
 
-def tiled(rows, cols, ty, tx, k_chunk):
-    return gemm.GemmConfig(rows, cols, ty, tx, tiled=True, k_chunk=k_chunk)
+def tiled(rows, cols, ty, tx, k_chunk, prefetch=False):
+    return gemm.GemmConfig(rows, cols, ty, tx, tiled=True, k_chunk=k_chunk, prefetch=prefetch)
 
 
 @given(case=cases(scopes=(BUFFER,)), config=TILED, epilogue=EPILOGUES, precision=st.sampled_from(["float32", "float16_acc32"]),
@@ -52,6 +52,10 @@ def tiled(rows, cols, ty, tx, k_chunk):
          precision="float32", seed=7, alpha=0.5)  # multi-query attention: one K for every head
 @example(case=((1, 21, 13), (13, 10), False, False, BUFFER), config=tiled(1, 1, 8, 8, 8), epilogue=Epilogue(bias=True),
          precision="float16_acc32", seed=9, alpha=1.0)  # k_chunk 8 with K = 13: one full step, a tail of 5
+@example(case=((1, 21, 45), (45, 10), False, False, BUFFER), config=tiled(2, 1, 4, 4, 2, prefetch=True), epilogue=Epilogue(bias=True),
+         precision="float32", seed=10, alpha=1.0)  # prefetch: 6 steps, each multiplied while the next one's reads are in flight, a tail of 5
+@example(case=((2, 3, 6, 5), (2, 3, 6, 10), True, False, BUFFER), config=tiled(1, 1, 1, 1, 1, prefetch=True), epilogue=Epilogue(),
+         precision="float16_acc32", seed=4, alpha=1.0)  # prefetch with Kᵀ V's scalar copies, one item per work group
 def test_tiled_gemm_kernel(device, case, config, epilogue, precision, seed, alpha):
     check_product(device, case, config, epilogue, precision, seed, alpha)
 
