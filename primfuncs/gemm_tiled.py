@@ -14,7 +14,11 @@ scalar. Reads past the rows and columns are clamped (their products only reach a
 that are never stored); values past K are zeroed, so a NaN in a clamped element never leaks
 into a product. After the copies (TVM's storage sync puts a barrier between a step's stores to
 local memory and its reads, and another before the next step overwrites them) each item does
-``16 rows cols`` FMAs per block of 4 from local memory. Buffers only: the texture cache already
+``16 rows cols`` FMAs per block of 4 from local memory. With ``config.prefetch`` each item
+reads its slots of the next step into registers right after storing the current step's to local
+memory, so those reads are in flight while the step multiplies (a product too small to fill the
+GPU, a transformer's 197 tokens, runs one work group per compute unit: nothing else hides the
+latency of its reads, and without it every step waits for them). Buffers only: the texture cache already
 serves the register kernel's reuse (the tiled conv was slower on textures than on buffers).
 """
 
