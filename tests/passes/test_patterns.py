@@ -29,6 +29,8 @@ OVERLAPS = {
     ("head_gemv", "depthwise_excitation"): "disjoint anchors (a dense 1x1 conv on a vector, a depthwise conv); the head first",
     ("head_gemv", "depthwise_pointwise"): "disjoint anchors (a dense 1x1 conv on a vector, a grouped conv); the head first",
     ("head_gemv", "layer_norm_conv"): "a classifier's norm of a vector folds into its head GEMV, not into a conv",
+    ("head_gemv", "layer_norm_gemm"): "a classifier's norm of a vector folds into its head GEMV, not into a tiled GEMM",
+    ("layer_norm_conv", "layer_norm_gemm"): "a norm of a blocked map read by a Linear folds into the conv it runs as; plain tokens: the GEMM",
     ("depthwise_excitation", "depthwise_pointwise"): "a depthwise conv pooled by an SE block has two readers: the SE block's",
     ("grn_gated_conv2d", "gated_conv2d"): "GRN's x * x starts the whole GRN; a plain gate multiply is its own pattern",
     ("group_norm_conv", "group_norm"): "a group norm a conv folds needs no kernel of its own",
