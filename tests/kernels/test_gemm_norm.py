@@ -71,6 +71,8 @@ def run_norm_gemm(device, a_shape, n, config, epilogue, eps, seed, mean=0.0, alp
          seed=2)  # rows at 1000 +- 1, K % 4 != 0 (scalar copies, zeros past K in the last step), N % 4 != 0
 @example(rows=[5], k=36, n=9, config=tiled(1, 1, 4, 2, 2), epilogue=Epilogue(residual=True), eps=1e-6, mean=-3e4, alpha=-0.5,
          seed=3)  # K = 36 in steps of 8: a vector copy of A's last step past K, shifted then zeroed
+@example(rows=[4, 3], k=1, n=5, config=tiled(1, 2, 2, 2, 1), epilogue=Epilogue(bias=True), eps=1e-5, mean=0.0, alpha=1.0,
+         seed=4)  # rows of one value: variance 0, only epsilon keeps r finite (outputs = the bias)
 def test_norm_gemm_matches_numpy(device, rows, k, n, config, epilogue, eps, mean, alpha, seed):
     """``act(alpha LN(A) W + bias + residual)`` within the conv fold's tolerance (sums of the terms'
     magnitudes: a few outputs cancel to near 0), every element written."""
