@@ -108,3 +108,21 @@ def test_token_norm_with_two_readers_stays_apart():
     assert plan_kernels(model, get_profile(H200)) == ["layer_norm_rows", "gemm_tiled"]
     assert all("norm_eps" not in info.get("attrs", {}) for info in _op_infos(model, H200))
     assert _run(model) == ["layer_norm_rows", "gemm_tiled"]
+
+
+def test_kernel_check_has_a_reference_for_the_folded_gemm(device):
+    """``tir-adreno kernel --check``'s reference of the fold's op info (``info["gemm"]["norm_eps"]``):
+    the kernel's inputs (A, the folded weight, its column sums, the bias) and ``LN(A) @ B + bias``,
+    which the kernel matches."""
+    from helpers.numeric import assert_close, run_kernel
+    from primfuncs import gemm
+    from primfuncs.epilogue import Epilogue
+    from tir_adreno.tools.workbench import reference_case
+
+    (info,) = _op_infos(_block(gelu=False), H200)
+    inputs, ref, channels = reference_case(info, np.random.default_rng(2))
+    g = info["gemm"]
+    assert channels is None and len(inputs) == 4 and g["norm_eps"] == pytest.approx(1e-5)
+    func = gemm.gemm(g["a_shape"], g["b_shape"], config=gemm.GemmConfig(1, 1, 8, 8, tiled=True, k_chunk=4), epilogue=Epilogue(bias=True),
+                     norm_eps=g["norm_eps"])
+    assert_close(run_kernel(device, func, *[np.asarray(x, np.float32) for x in inputs]), ref, 1e-4)
