@@ -142,8 +142,21 @@ MUTANTS = (
     Mutant(
         "conv_norm_fold_eps_dropped",
         "a layer norm folded into a 1x1 conv loses its epsilon",
-        (("st[i, 0] * st[i, 0], zero) + eps)", "st[i, 0] * st[i, 0], zero))"),),
+        (("st[i, 1] = shifted_rstd(acc[first + i, 1], st[i, 0], inv_c, epsilon)",
+          "st[i, 1] = shifted_rstd(acc[first + i, 1], st[i, 0], inv_c, 0.0)"),),
         ("tests/kernels/test_conv2d_norm.py", "tests/passes/test_norm_fold.py"),
+    ),
+    Mutant(
+        "gemm_norm_eps_dropped",
+        "a layer norm folded into the tiled GEMM loses its epsilon",
+        (("shifted_rstd(acc[i, stat + 1], acc[i, stat], inv_k, norm_eps)", "shifted_rstd(acc[i, stat + 1], acc[i, stat], inv_k, 0.0)"),),
+        ("tests/kernels/test_gemm_norm.py", "tests/passes/test_layer_norm_gemm.py"),
+    ),
+    Mutant(
+        "gemm_norm_shift_dropped",
+        "a layer norm folded into the tiled GEMM sums unshifted values (E[x^2] - E[x]^2 cancels on a large mean)",
+        (("px[lane] = px[lane] - Src[shift(vb, tile, x_of(rnd * threads + item))]", "px[lane] = px[lane]"),),
+        ("tests/kernels/test_gemm_norm.py::test_norm_gemm_large_mean", "tests/passes/test_layer_norm_gemm.py"),
     ),
     Mutant(
         "float16_accumulation_threshold_raised",

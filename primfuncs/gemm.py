@@ -42,13 +42,14 @@ from ._common import BUFFER, LANES, TEXTURE, ceildiv, pixel_launch, select_param
 from .epilogue import BIAS, RESIDUAL, SECOND, Epilogue
 from .gemm_parts import (MAX_TILE_COLS, MAX_TILE_ROWS, MAX_WORK_GROUP, GemmConfig, GemmGeometry, check_gemm, gemm_geometry, gemm_grid,
                          indexers, pixel_shape, register_loads, register_product, store_macros, stored_out_shape, view_buffer, views)
+from .conv.norm import check_norm
 from .gemm_split import gemm_split
 from .gemm_tiled import gemm_tiled
 
 
 def gemm(a_shape, b_shape, trans_a: bool = False, trans_b: bool = False, config: GemmConfig = GemmConfig(),
          epilogue: Epilogue = Epilogue(), dtype: str = "float32", acc_dtype: str | None = None, scope: str = BUFFER,
-         alpha: float = 1.0, out_perm=None, a_view=None, b_view=None):
+         alpha: float = 1.0, out_perm=None, a_view=None, b_view=None, norm_eps=None):
     """``Y = act(op(A) @ op(B) + Bias + Residual)`` (:func:`gemm_geometry` for the shapes; ``Y``
     of shape ``A``'s leading dims + ``(M, N)``), plain row-major buffers, or with ``scope=TEXTURE``
     textures of the :func:`pixel_shape` of each (``trans_a``, ``trans_b`` False). ``Bias``: ``(ceil(N/4), 4)``
@@ -60,9 +61,15 @@ def gemm(a_shape, b_shape, trans_a: bool = False, trans_b: bool = False, config:
     attention x V ``[N, heads, L, d]`` written as ``[N, L, heads, d]``, so no transpose runs after it).
     ``a_view``, ``b_view``: gather steps (``primfuncs.gather``) from the operand's stored shape to
     the buffer it is read from (q, k and v of attention read in the qkv Linear's output: no gather
-    kernel before the product); each must read an element for every index (``gather.covers_all``)."""
+    kernel before the product); each must read an element for every index (``gather.covers_all``).
+    ``norm_eps``: a layer norm over A's rows (its last axis, K) folded in, the tiled kernel's only
+    (:mod:`primfuncs.gemm_tiled`; float32, buffers, not ``trans_a``): B is the norm's folded weight
+    ``W' = diag(gamma) W``, ``Bias`` ``W beta + b``, and ``WeightSum`` (``(ceil(N/4), 4)`` float32,
+    zero-padded like the bias: the column sums of ``W'``) comes right after ``B``."""
     geom = gemm_geometry(a_shape, b_shape, trans_a, trans_b)
     acc_dtype = check_gemm(geom, config, epilogue, dtype, acc_dtype, scope, alpha)
+    if check_gemm_norm(geom, config, norm_eps, dtype, acc_dtype, scope):
+        return gemm_tiled(geom, config, epilogue, dtype, acc_dtype, scope, alpha, out_perm, a_view, b_view, norm_eps)
     if config.tiled:
         return gemm_tiled(geom, config, epilogue, dtype, acc_dtype, scope, alpha, out_perm, a_view, b_view)
     if config.split_k > 1:
@@ -113,6 +120,18 @@ def gemm(a_shape, b_shape, trans_a: bool = False, trans_b: bool = False, config:
         launch(grid, grid.rows, grid.cols, "tile", lambda vz, vh, vw: tile(A, B, Bias, Residual, Residual2, Y, vz, vh, vw))
 
     return select_params(func, epilogue.params(["A", "B"], "Y"))
+
+
+def check_gemm_norm(geom: GemmGeometry, config: GemmConfig, norm_eps, dtype: str, acc_dtype: str, scope: str) -> bool:
+    """Whether :func:`gemm` folds a layer norm (``norm_eps`` not None), checked as a conv's is
+    (``primfuncs.conv.norm.check_norm``): the tiled kernel on buffers, A read as stored (not
+    ``trans_a``), float32; ValueError naming the culprit."""
+    refusal = (None if norm_eps is None else
+               f"only the tiled kernel (config.tiled) folds a layer norm, got {'a split' if config.split_k > 1 else 'a register'} "
+               f"config {config}" if not config.tiled else
+               "trans_a: the norm's rows are A's stored rows (a transposed A is read along its columns)" if geom.trans_a else
+               f"scope {scope!r}: the tiled kernel runs on buffers" if scope != BUFFER else None)
+    return check_norm(None, norm_eps, dtype, acc_dtype, refusal)
 
 
 __all__ = ["GemmConfig", "GemmGeometry", "MAX_TILE_COLS", "MAX_TILE_ROWS", "MAX_WORK_GROUP", "gemm", "gemm_geometry", "gemm_grid", "pixel_shape",

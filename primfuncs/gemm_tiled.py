@@ -20,6 +20,13 @@ memory, so those reads are in flight while the step multiplies (a product too sm
 GPU, a transformer's 197 tokens, runs one work group per compute unit: nothing else hides the
 latency of its reads, and without it every step waits for them). Buffers only: the texture cache already
 serves the register kernel's reuse (the tiled conv was slower on textures than on buffers).
+
+``norm_eps``: a layer norm over A's rows (K) folded in, as the tiled conv folds one over its input
+channels (:mod:`primfuncs.conv.norm`: ``y = r (sum W' d - (S1 / K) s) + b'`` with ``W'``, ``s`` =
+``WeightSum`` and ``b'`` folded by the caller): each staged value of A is shifted by its row's
+element 0 (``d = a - K_row``, before the zeroing past K), each item sums its rows' staged values
+(S1, S2: two accumulator columns after its tile) as it multiplies them, and normalizes its
+accumulators before alpha and the epilogue.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from tvm.script import tirx as T
 
 from ._common import BUFFER, LANES, ceildiv, dtype_bytes, select_params, whole
 from .conv.config import MAX_LOCAL_BYTES
+from .conv.norm import shifted_rstd
 from .epilogue import Epilogue
 from .gemm_parts import GemmConfig, GemmGeometry, contiguous, indexers, register_product, store_macros, stored_out_shape, views
 
@@ -44,9 +52,9 @@ def tiled_work_groups(geom: GemmGeometry, config: GemmConfig) -> int:
 
 
 def gemm_tiled(geom: GemmGeometry, config: GemmConfig, epilogue: Epilogue, dtype: str, acc_dtype: str, scope: str, alpha: float,
-               out_perm=None, a_view=None, b_view=None):
+               out_perm=None, a_view=None, b_view=None, norm_eps=None):
     """The tiled kernel of :func:`primfuncs.gemm.gemm`'s arguments, checked there (``geom``
-    its geometry, ``acc_dtype`` resolved); ValueError for a texture placement or a config whose
+    its geometry, ``acc_dtype`` resolved, ``norm_eps`` a float32 kernel's); ValueError for a texture placement or a config whose
     tiles need more than ``MAX_LOCAL_BYTES`` of local memory."""
     if scope != BUFFER:
         raise ValueError(f"the tiled gemm (config.tiled) runs on buffers, got scope {scope!r} (use an untiled config for textures)")
@@ -67,6 +75,8 @@ def gemm_tiled(geom: GemmGeometry, config: GemmConfig, epilogue: Epilogue, dtype
     zero, acc_zero = T.FloatImm(dtype, 0.0), T.FloatImm(acc_dtype, 0.0)
     store_tile = store_macros(geom, epilogue, at_y, dtype, acc_dtype, alpha, False, tm, tn, gy, gx)
     accumulate = register_product(tm, tn)
+    normed = norm_eps is not None  # a folded layer norm: S1, S2 of row i in acc[i, stat], acc[i, stat + 1]
+    stat, inv_k = tn * 4, T.FloatImm(acc_dtype, 1.0 / k)
 
     # Each operand's stored contiguous axis: K for A [.., M, K] and B [.., N, K] (trans_b), the
     # rows for A [.., K, M] (trans_a), the columns for B [.., K, N]. A slot copies 4 elements
@@ -99,13 +109,15 @@ def gemm_tiled(geom: GemmGeometry, config: GemmConfig, epilogue: Epilogue, dtype
     def b_place(kk, x):
         return (kk // LANES, kk % LANES, x // LANES, x % LANES)  # b_s[block, index, pixel, lane]
 
-    def staging(extent, along_k, width, source, place, lanes_last):
+    def staging(extent, along_k, width, source, place, lanes_last, shift=None):
         """The macros ``(fetch, put)`` of the work group's ``depth`` x ``extent`` slice of an operand
         (``extent`` rows of A or columns of B) at K step ``step``: ``fetch(Src, regs, vb, tile, step,
         item)`` reads slot ``e`` of round ``r`` (``width`` elements along the contiguous axis, copied
         by item ``e - r threads``: neighbouring items read neighbouring addresses) into ``regs[r]``,
-        zeros past K; ``put(regs, dst, item)`` stores them into local ``dst`` (``place``;
-        ``lanes_last``: a slot's elements are adjacent there, one vector store)."""
+        shifted (``shift(vb, tile, x)``: the stored index of the value subtracted from the tile's row
+        ``x``, a folded norm's), zeros past K; ``put(regs, dst, item)`` stores them into local ``dst``
+        (``place``; ``lanes_last``: a slot's elements are adjacent there, one vector store)."""
+        shifted = shift is not None
         units = (depth if along_k else extent) // width
         slots = units * (extent if along_k else depth)
         rounds = ceildiv(slots, threads)
@@ -131,6 +143,9 @@ def gemm_tiled(geom: GemmGeometry, config: GemmConfig, epilogue: Epilogue, dtype
                     else:
                         for lane in T.vectorized(4):
                             regs[rnd, lane] = Src[source(vb, tile, step * depth + k_of(rnd * threads + item), x_of(rnd * threads + item), lane)]
+                    if shifted:  # before the zeroing past K: the padding stays 0
+                        for lane in T.unroll(width):
+                            regs[rnd, lane] = regs[rnd, lane] - Src[shift(vb, tile, x_of(rnd * threads + item))]
                     if k_tail:
                         for lane in T.unroll(width):
                             regs[rnd, lane] = T.Select(valid(step, rnd * threads + item, lane), regs[rnd, lane], zero)
@@ -149,7 +164,8 @@ def gemm_tiled(geom: GemmGeometry, config: GemmConfig, epilogue: Epilogue, dtype
 
         return fetch, put, rounds
 
-    fetch_a, put_a, rounds_a = staging(rows, a_along_k, a_width, a_source, a_place, a_along_k)
+    fetch_a, put_a, rounds_a = staging(rows, a_along_k, a_width, a_source, a_place, a_along_k,
+                                       (lambda vb, tile, x: at_a(vb, T.min(tile * rows + x, m - 1), 0)) if normed else None)
     fetch_b, put_b, rounds_b = staging(pixels * LANES, b_along_k, b_width, b_source, b_place, not b_along_k)
 
     @T.macro
@@ -160,17 +176,37 @@ def gemm_tiled(geom: GemmGeometry, config: GemmConfig, epilogue: Epilogue, dtype
             for i in T.unroll(tm):
                 for kk in T.vectorized(4):
                     a_px[i, kk] = a_s[kb, i * gy + ty, kk]
+            if normed:  # the staged values are shifted, zero past K: S1, S2 of each row
+                for i in T.unroll(tm):
+                    for kk in T.unroll(4):
+                        acc[i, stat] = acc[i, stat] + a_px[i, kk]
+                        acc[i, stat + 1] = acc[i, stat + 1] + a_px[i, kk] * a_px[i, kk]
             for kk in T.unroll(4):
                 for j in T.unroll(tn):
                     for lane in T.vectorized(4):
                         b_px[kk, j * 4 + lane] = b_s[kb, kk, j * gx + tx, lane]
             accumulate(acc, a_px, b_px)
 
+    @T.macro
+    def normalize(acc, WeightSum, ws, bx, tx):
+        """``acc[i, c] = r_i (acc - (mu_i - K_i) s_c)``: the layer norm of the item's rows applied to
+        its products (``s = WeightSum``; ``ws`` a local pixel)."""
+        for i in T.unroll(tm):
+            acc[i, stat] = acc[i, stat] * inv_k
+            acc[i, stat + 1] = shifted_rstd(acc[i, stat + 1], acc[i, stat], inv_k, norm_eps)
+        for j in T.unroll(tn):
+            for lane in T.vectorized(4):
+                ws[lane] = WeightSum[T.min(bx * pixels + j * gx + tx, n4 - 1), lane]
+            for i in T.unroll(tm):
+                for lane in T.unroll(4):
+                    acc[i, j * 4 + lane] = (acc[i, j * 4 + lane] - acc[i, stat] * ws[lane]) * acc[i, stat + 1]
+
     @T.prim_func(s_tir=True)
-    def func(a: T.handle, b: T.handle, bias: T.handle, residual: T.handle, residual2: T.handle, y: T.handle):
+    def func(a: T.handle, b: T.handle, weight_sum: T.handle, bias: T.handle, residual: T.handle, residual2: T.handle, y: T.handle):
         T.func_attr({"global_symbol": "gemm_tiled", "tirx.noalias": True})
         A = T.match_buffer(a, a_buffer, dtype, scope=BUFFER)
         B = T.match_buffer(b, b_buffer, dtype, scope=BUFFER)
+        WeightSum = T.match_buffer(weight_sum, (n4, 4), dtype, scope=BUFFER)
         Bias = T.match_buffer(bias, epilogue.bias_shape(n4), dtype, scope=BUFFER)
         Residual = T.match_buffer(residual, y_shape, dtype, scope=BUFFER)
         Residual2 = T.match_buffer(residual2, y_shape, dtype, scope=BUFFER)
@@ -189,14 +225,15 @@ def gemm_tiled(geom: GemmGeometry, config: GemmConfig, epilogue: Epilogue, dtype
                                 with T.sblock("tile"):
                                     T.reads(whole(A), whole(B), whole(a_s), whole(b_s))
                                     T.writes(whole(Y), whole(a_s), whole(b_s))
-                                    acc = T.sblock_alloc_buffer((tm, tn * 4), acc_dtype, scope="local")
+                                    acc = T.sblock_alloc_buffer((tm, stat + 2 * normed), acc_dtype, scope="local")
                                     a_px = T.sblock_alloc_buffer((tm, 4), dtype, scope="local")
                                     b_px = T.sblock_alloc_buffer((4, tn * 4), dtype, scope="local")
                                     regs_a = T.sblock_alloc_buffer((rounds_a, 4), dtype, scope="local")
                                     regs_b = T.sblock_alloc_buffer((rounds_b, 4), dtype, scope="local")
                                     px = T.sblock_alloc_buffer((2 + epilogue.reads_second, 4), dtype, scope="local")
+                                    ws = T.sblock_alloc_buffer((4,), dtype, scope="local")  # a folded norm's weight sums
                                     for i in T.unroll(tm):
-                                        for c in T.unroll(tn * 4):
+                                        for c in T.unroll(stat + 2 * normed):
                                             acc[i, c] = acc_zero
                                     if prefetch:  # step 0's slices in registers before the loop
                                         fetch_a(A, regs_a, bz, by, 0, ty * gx + tx)
@@ -212,6 +249,8 @@ def gemm_tiled(geom: GemmGeometry, config: GemmConfig, epilogue: Epilogue, dtype
                                                 fetch_a(A, regs_a, bz, by, step + 1, ty * gx + tx)
                                                 fetch_b(B, regs_b, bz, bx, step + 1, ty * gx + tx)
                                         multiply_tiles(a_s, b_s, a_px, b_px, acc, ty, tx)
+                                    if normed:
+                                        normalize(acc, WeightSum, ws, bx, tx)
                                     store_tile(Y, Bias, Residual, Residual2, acc, px, bz, by * rows + ty, bx * pixels + tx)
 
-    return select_params(func, epilogue.params(["A", "B"], "Y"))
+    return select_params(func, epilogue.params(["A", "B", *["WeightSum"] * normed], "Y"))

@@ -67,15 +67,16 @@ def norm_foldable(geom) -> bool:
 
 def check_norm(geom, norm_eps, dtype: str, acc_dtype: str, refusal: str | None = None) -> bool:
     """Whether a conv factory folds a layer norm (``norm_eps`` not None), checked: a dense 1x1 conv,
-    stride 1, unpadded, a float32 kernel (half storage is the allocation's: float16_acc32), ``refusal``
-    None (else the reason this kernel variant takes none); ValueError naming the culprit."""
+    stride 1, unpadded (``geom`` None: a GEMM's, whose rows are the norm's), a float32 kernel (half
+    storage is the allocation's: float16_acc32), ``refusal`` None (else the reason this kernel variant
+    takes none); ValueError naming the culprit."""
     if norm_eps is None:
         return False
     if isinstance(norm_eps, bool) or not isinstance(norm_eps, (int, float)) or not norm_eps >= 0:
         raise ValueError(f"norm_eps must be a float >= 0 (a layer norm's epsilon), got {norm_eps!r}")
     if refusal is not None:
         raise ValueError(f"norm_eps: {refusal}")
-    if not norm_foldable(geom):
+    if geom is not None and not norm_foldable(geom):
         raise ValueError(f"norm_eps: a layer norm folds into a dense 1x1 conv with stride 1 and no padding, got kernel "
                          f"{geom.kh}x{geom.kw}, groups {geom.groups}, strides {geom.strides}, padding {geom.padding}")
     if (dtype, acc_dtype) != (F32, F32):
@@ -153,6 +154,15 @@ def check_grn(grn_eps, gated: bool, dtype: str, acc_dtype: str) -> bool:
     return True
 
 
+def shifted_rstd(s2, mean, inv_count, epsilon: float):
+    """``r = 1 / sqrt(var + eps)`` of a row (a pixel's channels, a GEMM row's K values) from its
+    shifted sums: ``var = S2 / C - mean^2`` with ``mean = S1 / C`` the shifted mean ``mu - K``
+    (``inv_count``: ``1 / C``). ``var >= 0`` up to rounding; the clamp keeps NaN (a non-finite row
+    stays NaN, as the layer norm's). The one formula of every folded layer norm (:func:`norm_macros`,
+    ``primfuncs.gemm_tiled``)."""
+    return T.FloatImm(F32, 1.0) / T.sqrt(clamp(s2 * inv_count - mean * mean, T.FloatImm(F32, 0.0)) + T.FloatImm(F32, float(epsilon)))
+
+
 def norm_macros(ocb: int, cols: int, channels: int, epsilon: float, out_block):
     """``(accumulate_statistics, normalize)`` of a tile of ``ocb`` output blocks x ``cols`` pixels
     whose accumulator ``acc`` has rows ``ob * cols + i`` (output block ``ob`` of pixel ``i``) and,
@@ -160,7 +170,6 @@ def norm_macros(ocb: int, cols: int, channels: int, epsilon: float, out_block):
     inputs. ``out_block(a, b, ob)``: the (clamped) output block of the tile's ``ob``-th block."""
     first = ocb * cols  # the first statistics row
     inv_c = T.FloatImm(F32, 1.0 / channels)
-    eps, zero, one = T.FloatImm(F32, float(epsilon)), T.FloatImm(F32, 0.0), T.FloatImm(F32, 1.0)
 
     @T.macro
     def accumulate_statistics(acc, xs, i, lanes):
@@ -177,8 +186,7 @@ def norm_macros(ocb: int, cols: int, channels: int, epsilon: float, out_block):
         ws = T.sblock_alloc_buffer((LANES,), WeightSum.dtype, scope="local")
         for i in T.unroll(cols):
             st[i, 0] = acc[first + i, 0] * inv_c
-            # var >= 0 up to rounding; clamp keeps NaN (a non-finite pixel stays NaN, as the layer norm's)
-            st[i, 1] = one / T.sqrt(clamp(acc[first + i, 1] * inv_c - st[i, 0] * st[i, 0], zero) + eps)
+            st[i, 1] = shifted_rstd(acc[first + i, 1], st[i, 0], inv_c, epsilon)
         for ob in T.unroll(ocb):
             for lane in T.vectorized(4):
                 ws[lane] = WeightSum[out_block(a, b, ob), lane]

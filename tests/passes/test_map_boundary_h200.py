@@ -68,13 +68,13 @@ def _plain_norm_model():
 
 def test_norm_of_plain_tokens_runs_as_rows():
     """The map's tokens are plain (GEMMs read them), and the norms that Linears' convs could fold read
-    either form in their region: both run as the row kernel on plain tokens and every Linear is our
-    GEMM: no transform in 8 launches (before: both norms folded, the Linears as convs on blocked
-    tokens, r2 unpacked for the last add: 1 transform in 7 launches; the row kernels cost a launch
-    and a full read and write each, as the transform)."""
+    either form in their region: every Linear is our GEMM on plain tokens, and both norms fold into
+    the tiled GEMM of the Linear reading them (``layer_norm_gemm``): no transform in 6 launches (before
+    that fold: both norms as the row kernel, 8 launches; before plain tokens: both norms folded, the
+    Linears as convs on blocked tokens, r2 unpacked for the last add: 1 transform in 7 launches)."""
     ops, transforms = run_all_ours(_plain_norm_model(), 4, (N, C, H, W), profile=PROFILE)
     assert transforms == [], ops
-    assert ops.count("layer_norm_rows") == 2 and len(ops) == 8, ops
+    assert ops.count("layer_norm_rows") == 0 and len(ops) == 6, ops
 
 
 def _window_model():
@@ -102,8 +102,10 @@ def test_pointwise_behind_bias_writes_plain_tokens():
     """The 1x1 (its bias add folded) writes the channels-last map plain for the windows and the
     residual add, so the depthwise conv before it stays its own kernel: the output's unpacking is the
     one transform, in 12 launches (before: the fused depthwise_pointwise kernel, then
-    nchw4c_to_nhwc: as many launches, one more transform)."""
+    nchw4c_to_nhwc: as many launches, one more transform). The windows' norm folds into the q Linear's
+    tiled GEMM (``layer_norm_gemm``), which reads the windows through a view of the map: neither the
+    norm's kernel nor the window gather runs."""
     ops, transforms = run_all_ours(_window_model(), 5, (N, C, 8, 8), profile=PROFILE)
     assert transforms == ["nchw4c_to_nchw"], ops
     assert not any(op.startswith("depthwise_pointwise") for op in ops), ops
-    assert len(ops) == 11, ops  # 12 before an elementwise chain read its movement-op operand in place
+    assert len(ops) == 9 and "gather" not in ops, ops  # 12 before an elementwise chain read its movement-op operand in place, 11 before the fold

@@ -10,10 +10,12 @@ import pytest
 
 from primfuncs.conv import conv2d_geometry
 from primfuncs.conv.norm import GroupNormFold
+from primfuncs.gemm import gemm_geometry
 from tir_adreno.passes.patterns import PATTERNS
 from tir_adreno.passes.patterns.base import Pattern, no_question, ordered
 from tir_adreno.passes.rules import RULES, by_op
 from tir_adreno.strategy import fusion
+from tir_adreno.strategy.gemm import gemm_config
 from tir_adreno.strategy.profile import get_profile, without_fusion
 
 #: (earlier, later): the patterns that share an anchor op, and why the earlier one goes first.
@@ -27,6 +29,8 @@ OVERLAPS = {
     ("head_gemv", "depthwise_excitation"): "disjoint anchors (a dense 1x1 conv on a vector, a depthwise conv); the head first",
     ("head_gemv", "depthwise_pointwise"): "disjoint anchors (a dense 1x1 conv on a vector, a grouped conv); the head first",
     ("head_gemv", "layer_norm_conv"): "a classifier's norm of a vector folds into its head GEMV, not into a conv",
+    ("head_gemv", "layer_norm_gemm"): "a classifier's norm of a vector folds into its head GEMV, not into a tiled GEMM",
+    ("layer_norm_conv", "layer_norm_gemm"): "a norm of a blocked map read by a Linear folds into the conv it runs as; plain tokens: the GEMM",
     ("depthwise_excitation", "depthwise_pointwise"): "a depthwise conv pooled by an SE block has two readers: the SE block's",
     ("grn_gated_conv2d", "gated_conv2d"): "GRN's x * x starts the whole GRN; a plain gate multiply is its own pattern",
     ("group_norm_conv", "group_norm"): "a group norm a conv folds needs no kernel of its own",
@@ -109,7 +113,17 @@ def test_can_fuse_is_the_one_question():
     assert fusion.can_fuse("split_depthwise", None, without_fusion(pocl)) is None
     with pytest.raises(ValueError, match="unknown fusion kind"):
         fusion.can_fuse("winograd", pointwise, pocl)
-    assert set(fusion.FUSION_KINDS) == {"gate", "layer_norm", "group_norm", "grn", "depthwise_pointwise", "split_depthwise"}
+    tokens, stored_t = gemm_geometry((1, 196, 256), (256, 1536)), gemm_geometry((1, 256, 196), (256, 1536), trans_a=True)
+    assert fusion.can_fuse("layer_norm_gemm", tokens, h200) == fusion.Fusion("layer_norm_gemm", tokens)
+    assert gemm_config(tokens, pocl).tiled is False and fusion.can_fuse("layer_norm_gemm", tokens, pocl) is None  # register kernel
+    assert fusion.can_fuse("layer_norm_gemm", tokens, without_fusion(h200)) is None
+    assert fusion.can_fuse("layer_norm_gemm", tokens, h200, "float16") is None
+    assert fusion.can_fuse("layer_norm_gemm", tokens, h200, "float16_acc32") is not None
+    assert fusion.can_fuse("layer_norm_gemm", stored_t, h200) is None
+    head = gemm_geometry((1, 1024), (1024, 1000))  # a long reduction for its outputs: the split kernel
+    assert gemm_config(head, h200).split_k > 1 and fusion.can_fuse("layer_norm_gemm", head, h200) is None
+    assert set(fusion.FUSION_KINDS) == {"gate", "layer_norm", "layer_norm_gemm", "group_norm", "grn", "depthwise_pointwise",
+                                        "split_depthwise"}
 
 
 def _se_graph():

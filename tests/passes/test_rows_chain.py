@@ -121,13 +121,15 @@ def test_precedence_layer_norm_conv_before_the_rows_rule():
     the Linear's 1x1 conv, no norm kernel; PoCL (no fold) runs the norm. Tokens only the norm reads
     are written plain by the conv on both profiles (a last-axis norm reads either form:
     ``map_boundary``), and the rows rule takes the norm, with a chain after it too: one row kernel
-    between the conv and the GEMM, with no layout transform."""
+    between the conv and the GEMM, with no layout transform; on the H200 the plain tokens' norm read
+    only by the Linear folds into its tiled GEMM instead (``layer_norm_gemm``)."""
     folded = plan_kernels(_map_token_block(False, side=True), get_profile("nvidia-h200"))
     assert folded[:3] == ["conv2d_nchw4c"] * 3 and not any(k.startswith("layer_norm") for k in folded), folded
     assert "layer_norm_channels" in plan_kernels(_map_token_block(False, side=True), get_profile("pocl"))
     for profile, gemm in (("pocl", "gemm"), ("nvidia-h200", "gemm_tiled")):  # the profile's GEMM kernel
         for chain in (False, True):
-            assert plan_kernels(_map_token_block(chain), get_profile(profile)) == ["conv2d_nchw4c", "layer_norm_rows", gemm]
+            norm = [] if profile == "nvidia-h200" and not chain else ["layer_norm_rows"]
+            assert plan_kernels(_map_token_block(chain), get_profile(profile)) == ["conv2d_nchw4c", *norm, gemm]
 
 
 def test_kernel_check_refuses_a_row_kernels_expression():

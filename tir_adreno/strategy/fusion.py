@@ -3,7 +3,7 @@
 
 A pattern matches a subgraph; whether its fused plan runs on a device, in a precision, with the
 tuning records, is decided here: an input gate read by a conv, a layer norm, group norm or GRN
-folded into a conv, a depthwise conv computed inside its 1x1 reader, EdgeNeXt's split depthwise
+folded into a conv, a layer norm over the rows folded into the tiled GEMM that reads them, a depthwise conv computed inside its 1x1 reader, EdgeNeXt's split depthwise
 convs. The conv plans these fusions produce are ``strategy.conv.conv2d_plan``'s (its ``gate_scope``,
 ``norm_eps``, ``group_norm`` and ``grn_eps`` keywords) and :class:`FusedPlan`'s; the schedules of
 the fused kernels that are not convs live beside their kernels (``strategy.excite``,
@@ -28,6 +28,7 @@ from primfuncs.epilogue import Epilogue
 from tir_adreno.strategy import defaults
 from tir_adreno.strategy.conv import (ConvChoice, accumulator_kwargs, config_string, conv_activation_scope, default_choice,
                                       folds_group_norm, norm_config, resolve_choice, takes_gate)
+from tir_adreno.strategy.gemm import gemm_config
 from tir_adreno.strategy.packing import pack_oihw4o
 from tir_adreno.strategy.placement import weight_scope as weight_scope_of
 from tir_adreno.strategy.precision import check_precision, conv_accumulator_dtype, kernel_dtype
@@ -53,6 +54,7 @@ class Fusion:
 FUSION_KINDS = {
     "gate": "a conv reads x * gate[n, c] (a squeeze-excitation's gate multiply; GRN's scale): fuse_gate",
     "layer_norm": "a dense 1x1 conv reads the layer norm over its input channels folded in: fold_norm",
+    "layer_norm_gemm": "the tiled GEMM (geometry: a GemmGeometry) reads the layer norm over A's rows folded in: fold_norm_gemm",
     "group_norm": "a dense 1x1 conv reads a split group norm of its input folded in (detail: fold): fold_group_norm",
     "grn": "a gated conv computes GRN's scale from the sums of squares itself: fold_grn",
     "depthwise_pointwise": "a 1x1 conv (detail: pointwise) computes the depthwise conv it reads: fuse_depthwise_pointwise",
@@ -73,6 +75,8 @@ def can_fuse(kind: str, geometry: ConvGeometry | None, profile: DeviceProfile, p
         yes = fuse_gate(geometry, precision, profile, records)
     elif kind == "layer_norm":
         yes = fold_norm(geometry, precision, profile, records)
+    elif kind == "layer_norm_gemm":
+        yes = fold_norm_gemm(geometry, precision, profile)
     elif kind == "group_norm":
         yes = fold_group_norm(geometry, detail["fold"], precision, profile, records)
     elif kind == "grn":
@@ -120,6 +124,21 @@ def fold_norm(geometry: ConvGeometry, precision: str, profile: DeviceProfile, re
     if not folds_norms(profile, precision):
         return False
     return norm_foldable(geometry) and takes_gate(resolve_choice(geometry, precision, profile, records)[0], geometry)
+
+
+def fold_norm_gemm(geometry, precision: str, profile: DeviceProfile) -> bool:
+    """Whether the GEMM ``geometry`` (``primfuncs.gemm.GemmGeometry``: a Linear by a constant on
+    plain tokens) should read the layer norm over its A's rows (K) folded in (``gemm(norm_eps=)``,
+    ``primfuncs.gemm_tiled``: the ``layer_norm_rows`` launch and one round trip of its output less)
+    instead of the norm's row kernel running before it: with kernel fusion on (:func:`fuses`), a
+    float32 kernel (float32, float16_acc32: ``strategy.precision.kernel_dtype``), A read as stored
+    (not ``trans_a``), and the product's config the tiled kernel (``strategy.gemm.gemm_config``:
+    the register and split kernels take no norm). The cost: one subtraction per staged value of A
+    (once per work group) and two multiply-adds per value an item reads (``1 / (8 cols)`` of its
+    FMAs), and a few operations per output."""
+    if not fuses(profile) or kernel_dtype(precision) != "float32" or geometry.trans_a:
+        return False
+    return gemm_config(geometry, profile).tiled
 
 
 def folds_norms(profile: DeviceProfile, precision: str) -> bool:

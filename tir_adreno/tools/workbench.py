@@ -389,10 +389,15 @@ def _gemm_case(info: dict, rand):
     if g.get("views"):  # an operand read through movement ops in another tensor's buffer
         raise _no_reference("a GEMM reading its operands through views")
     a, b = rand(g["a_shape"]), rand(g["b_shape"])
-    y = g["alpha"] * ((np.swapaxes(a, -1, -2) if g["trans_a"] else a) @ (np.swapaxes(b, -1, -2) if g["trans_b"] else b))
+    extra = []
+    if g.get("norm_eps") is not None:  # a layer norm over A's rows folded in: B is its folded weight, WeightSum its column sums
+        extra = [blocked.pack_bias(np.asarray(b, np.float64).sum(axis=0).astype(np.float32))]
+        a_read = reference.layer_norm(a, np.ones(a.shape[-1]), np.zeros(a.shape[-1]), axis=-1, epsilon=g["norm_eps"])
+    else:
+        a_read = np.swapaxes(a, -1, -2) if g["trans_a"] else a
+    y = g["alpha"] * (a_read @ (np.swapaxes(b, -1, -2) if g["trans_b"] else b))
     if g.get("out_perm"):  # Y stored with its axes permuted (a transpose after the product folded into the store)
         y = np.ascontiguousarray(np.transpose(y, g["out_perm"]))
-    extra = []
     if epilogue["bias"]:
         bias = rand(y.shape[-1])
         y, extra = y + bias, [*extra, blocked.pack_bias(bias)]

@@ -13,13 +13,14 @@ for its op, then to the rules. Precedence is data: each pattern's ``before`` nam
 |---|---|---|---|
 | ``pooled_excitation`` | mean, adaptive_avg_pool2d | ``excitation`` | head_gemv, pooled_pointwise |
 | ``excitation`` | conv2d | ``excitation`` | head_gemv, depthwise_excitation, depthwise_pointwise |
-| ``head_gemv`` | mean, adaptive_avg_pool2d, conv2d, matmul, layer_norm | ``head_gemv`` | pooled_pointwise, depthwise_excitation, depthwise_pointwise, layer_norm_conv |
+| ``head_gemv`` | mean, adaptive_avg_pool2d, conv2d, matmul, layer_norm | ``head_gemv`` | pooled_pointwise, depthwise_excitation, depthwise_pointwise, layer_norm_conv, layer_norm_gemm |
 | ``pooled_pointwise`` | mean, adaptive_avg_pool2d | ``excitation`` | |
 | ``depthwise_excitation`` | conv2d | ``depthwise_excitation`` | depthwise_pointwise |
 | ``depthwise_pointwise`` | conv2d | ``depthwise_pointwise`` | |
 | ``grn_gated_conv2d`` | multiply | ``grn`` | gated_conv2d |
 | ``gated_conv2d`` | multiply | ``gated_conv`` | |
-| ``layer_norm_conv`` | layer_norm | ``layer_norm_conv`` | |
+| ``layer_norm_conv`` | layer_norm | ``layer_norm_conv`` | layer_norm_gemm |
+| ``layer_norm_gemm`` | layer_norm | ``layer_norm_gemm`` | |
 | ``group_norm_conv`` | reshape, group_norm | ``group_norm`` | group_norm, cross_covariance_attention, linear_attention |
 | ``group_norm`` | reshape | ``group_norm`` | cross_covariance_attention, linear_attention |
 | ``grn_scale`` | sqrt | ``grn`` | |
@@ -34,7 +35,8 @@ Helpers the patterns share are modules of their own (``excite_parts``, ``base``;
 """
 
 from tir_adreno.passes.patterns import (cross_covariance_attention, depthwise_excitation, depthwise_pointwise, excitation, gated_conv,
-                                        grn, group_norm, head_gemv, layer_norm_conv, linear_attention, separable_attention, split_depthwise)
+                                        grn, group_norm, head_gemv, layer_norm_conv, layer_norm_gemm, linear_attention, separable_attention,
+                                        split_depthwise)
 from tir_adreno.passes.patterns.base import Match, Pattern, Plan, ordered  # noqa: F401 (the pattern contract)
 from tir_adreno.passes.rules import RULES
 
@@ -48,6 +50,7 @@ PATTERNS: tuple[Pattern, ...] = ordered((
     grn.grn_gated_conv2d,
     gated_conv.gated_conv2d,
     layer_norm_conv.layer_norm_conv,
+    layer_norm_gemm.layer_norm_gemm,
     group_norm.group_norm_conv,
     group_norm.group_norm,
     grn.grn_scale,

@@ -64,7 +64,7 @@ def _folds(match: Match, nchw, profile, precision, records) -> bool:
     return can_fuse("layer_norm", geom, profile, precision, records) is not None
 
 
-@pattern("relax.nn.layer_norm", match=_match, plan=_plan, before=("layer_norm",))
+@pattern("relax.nn.layer_norm", match=_match, plan=_plan, before=("layer_norm_gemm", "layer_norm"))
 def layer_norm_conv(rw: Rewriter, plan: Plan):
     """The conv reading the layer norm of its input folded in, else None (the norm's kernel runs)."""
     node = plan.match.anchor

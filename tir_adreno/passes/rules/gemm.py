@@ -190,10 +190,11 @@ def _chain(rw: Rewriter, tail: GemmTail, n: int) -> GemmTail:
     return tail
 
 
-def gemm_tail(rw: Rewriter, node: Node, weight: np.ndarray | None, n: int) -> GemmTail:
+def gemm_tail(rw: Rewriter, node: Node, weight: np.ndarray | None, n: int, bias: np.ndarray | None = None) -> GemmTail:
     """The steps after ``node`` that the kernel takes (each marked fused): linear steps, then a
-    residual add, then an activation, then any elementwise chain (:func:`_chain`)."""
-    tail = GemmTail(node, weight)
+    residual add, then an activation, then any elementwise chain (:func:`_chain`). ``bias``: the
+    product's own before them (float64 ``[N]``: a folded layer norm's ``beta W``)."""
+    tail = GemmTail(node, weight, bias=bias)
     while True:
         fused = fuse_activation(rw.graph, tail.last.var)
         if fused is not None:  # the activation ends the linear part
@@ -241,7 +242,12 @@ def _output_permute(rw: Rewriter, tail: GemmTail) -> Node | None:
     return user
 
 
-def _emit(rw: Rewriter, node: Node, a: Operand, b: Operand | None, geom, tail: GemmTail, permute: Node | None = None):
+def _emit(rw: Rewriter, node: Node, a: Operand, b: Operand | None, geom, tail: GemmTail, permute: Node | None = None,
+          norm: float | None = None):
+    """The GEMM kernel of ``node`` (``a @ b``, or ``a`` by ``tail.weight``) with ``tail`` in it, stored
+    through ``permute``; ``norm``: the epsilon of a layer norm over ``a``'s rows folded in
+    (``passes.patterns.layer_norm_gemm``: ``tail.weight`` is ``diag(gamma) W`` with the tail's steps,
+    and the kernel reads its column sums, taken here of that final weight, after it)."""
     epilogue = tail.epilogue
     # Plain tensors are float32 under every precision (upstream's side): the kernel is float32.
     kwargs = strategy.gemm_kwargs(geom, "float32", rw.profile)
@@ -252,12 +258,16 @@ def _emit(rw: Rewriter, node: Node, a: Operand, b: Operand | None, geom, tail: G
         kwargs["alpha"] = alpha
     if permute is not None:
         kwargs["out_perm"] = permute_axes(permute)
+    if norm is not None:
+        kwargs["norm_eps"] = norm
     for name, operand in (("a_view", a), ("b_view", b)):
         if operand is not None and operand.view:
             kwargs[name] = operand.view
     func = kernel(gemm_kernels.gemm, geom.a_shape, geom.b_shape, trans_a=geom.trans_a, trans_b=geom.trans_b, epilogue=epilogue, **kwargs)
     b_arg = relax.const(np.ascontiguousarray(tail.weight.astype(np.float32))) if tail.weight is not None else rw.expr(b.var)
     args = [rw.expr(a.var), b_arg]
+    if norm is not None:  # WeightSum: the column sums of the folded weight, in float64
+        args.append(relax.const(pack_bias(tail.weight.sum(axis=0).astype(np.float32))))
     rows = pack_rows(tail.bias if epilogue.bias else None, tail.chain, lambda r: pack_bias(r.astype(np.float32)))
     if rows is not None:
         args.append(relax.const(rows))
@@ -265,10 +275,13 @@ def _emit(rw: Rewriter, node: Node, a: Operand, b: Operand | None, geom, tail: G
         args.append(relax.const(np.ascontiguousarray(extra, np.float32)) if isinstance(extra, np.ndarray) else rw.expr(extra))
     info = node_info(node, trans_a=geom.trans_a, trans_b=geom.trans_b, alpha=alpha, config=str(kwargs["config"]))
     info["attrs"]["epilogue"] = epilogue_info(epilogue)
+    if norm is not None:
+        info["attrs"]["norm_eps"] = norm
     # the operands as stored, for ``tir-adreno kernel --check``'s reference (tools.workbench)
     info["gemm"] = {"a_shape": list(geom.a_shape), "b_shape": list(geom.b_shape), "trans_a": geom.trans_a,
                     "trans_b": geom.trans_b, "alpha": alpha, **({"out_perm": list(kwargs["out_perm"])} if permute is not None else {}),
-                    **({"views": True} if "a_view" in kwargs or "b_view" in kwargs else {})}
+                    **({"views": True} if "a_view" in kwargs or "b_view" in kwargs else {}),
+                    **({"norm_eps": norm} if norm is not None else {})}
     out_shape = gemm_kernels.stored_out_shape(geom, kwargs.get("out_perm"))
     out = rw.emit_kernel(func, args, out_shape, dtype="float32", hint="gemm", op_info=info)
     if permute is not None:
