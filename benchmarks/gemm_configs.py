@@ -9,8 +9,8 @@ nvidia-h200): the register kernel as that profile planned it before the tiled ke
 (``tiled_min_groups`` 0: :func:`strategy.gemm.gemm_config`); the tiled default
 (``strategy.gemm.tiled_gemm_config``; where no tiled config fills the GPU, the smallest as
 "tiled_small") and its neighbours (every ``TILED_GEMM_CONFIGS`` entry fitted as the rule fits it,
-the default's ``k_chunk`` halved and doubled; each of those with the next step prefetched, ``GemmConfig(prefetch=True)``, and the default's
-``k_chunk`` x4 prefetched); from K = 64 the split default
+the default's ``k_chunk`` halved and doubled; each of those with and without the next step prefetched, ``GemmConfig.prefetch``, and the
+default's ``k_chunk`` x4 prefetched where it fits local memory); from K = 64 the split default
 (``strategy.gemm.split_gemm_config``) and its neighbours (tile rows 1, 2, 4; the split halved and
 doubled; columns doubled); and the rule's pick ("rule", one of those). Every kernel runs on
 NaN-poisoned outputs, is checked against a float64 NumPy product (each element within
@@ -82,7 +82,9 @@ SHAPES = {
 def candidates(name: str, profile) -> list[tuple[str, object]]:
     """(kind, GemmConfig) of shape ``name`` on ``profile``: "register" (the profile's rule without
     the tiled kernel), "tiled" (its tiled default) or "tiled_small", then the neighbours."""
+    from primfuncs.conv.config import MAX_LOCAL_BYTES
     from primfuncs.gemm import MAX_WORK_GROUP, gemm_geometry
+    from primfuncs.gemm_tiled import tiled_local_bytes
     from tir_adreno.strategy import gemm as strategy
 
     a, b, trans_a, trans_b = SHAPES[name]
@@ -94,9 +96,11 @@ def candidates(name: str, profile) -> list[tuple[str, object]]:
     out.append(("tiled" if tiled else "tiled_small", default))
     out += [("tiled_neighbour", c) for c in fitted]
     out += [("tiled_neighbour", dataclasses.replace(default, k_chunk=kc)) for kc in (default.k_chunk // 2, default.k_chunk * 2) if kc >= 1]
-    # each tiled config with the next step's reads prefetched, and the default's with 4x the chunk
-    out += [("prefetch", dataclasses.replace(c, prefetch=True)) for kind, c in list(out) if c.tiled]
-    out.append(("prefetch", dataclasses.replace(default, k_chunk=default.k_chunk * 4, prefetch=True)))
+    # each tiled config with and without the next step's reads prefetched, and the default's with 4x the chunk
+    out += [("unprefetched" if c.prefetch else "prefetch", dataclasses.replace(c, prefetch=not c.prefetch)) for kind, c in list(out) if c.tiled]
+    quad = dataclasses.replace(default, k_chunk=default.k_chunk * 4, prefetch=True)
+    if tiled_local_bytes(quad) <= MAX_LOCAL_BYTES:
+        out.append(("prefetch", quad))
     if geom.k >= 64:  # the split kernel's default and its neighbours (tile rows, split, columns)
         split = strategy.split_gemm_config(geom)
         out.append(("split", split))

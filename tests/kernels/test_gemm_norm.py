@@ -73,6 +73,8 @@ def run_norm_gemm(device, a_shape, n, config, epilogue, eps, seed, mean=0.0, alp
          seed=3)  # K = 36 in steps of 8: a vector copy of A's last step past K, shifted then zeroed
 @example(rows=[4, 3], k=1, n=5, config=tiled(1, 2, 2, 2, 1), epilogue=Epilogue(bias=True), eps=1e-5, mean=0.0, alpha=1.0,
          seed=4)  # rows of one value: variance 0, only epsilon keeps r finite (outputs = the bias)
+@example(rows=[1, 21], k=37, n=10, config=tiled(2, 1, 4, 4, 2, prefetch=True), epilogue=Epilogue(bias=True), eps=1e-6, mean=1e3,
+         alpha=1.0, seed=5)  # prefetched steps: each next step's values shifted as they are read, a tail of 5 zeroed after the shift
 def test_norm_gemm_matches_numpy(device, rows, k, n, config, epilogue, eps, mean, alpha, seed):
     """``act(alpha LN(A) W + bias + residual)`` within the conv fold's tolerance (sums of the terms'
     magnitudes: a few outputs cancel to near 0), every element written."""

@@ -184,9 +184,9 @@ def test_gemm_configs_per_device_class():
 
 
 def test_tiled_gemm_on_big_gpus_only():
-    """The local-memory tiled kernel (``strategy.gemm.tiled_gemm_config``) on nvidia-h200 for a
-    product that launches ``tiled_min_groups`` work groups of a tiled config (the largest tile that
-    does), its smallest config for a tiny one with a short K; never on pocl or adreno
+    """The local-memory tiled kernel (``strategy.gemm.tiled_gemm_config``, prefetching) on nvidia-h200
+    for a product that launches ``GEMM_FILL`` of ``tiled_min_groups`` work groups of a tiled config
+    (the largest tile that does), its smallest config for a tiny one with a short K; never on pocl or adreno
     (``tiled_min_groups`` 0). Each chosen config fits local memory and the device's work group. In
     a plan: the rule's call is the tiled kernel on nvidia-h200 and the register one on pocl."""
     from primfuncs.conv.config import MAX_LOCAL_BYTES
@@ -198,10 +198,11 @@ def test_tiled_gemm_on_big_gpus_only():
 
     h200 = get_profile("nvidia-h200")
     tiny, qkv, big = gemm_geometry((1, 49, 64), (64, 64)), gemm_geometry((1, 197, 192), (192, 576)), gemm_geometry((8, 3136, 64), (64, 256))
-    for geom, tile in ((qkv, (1, 1)), (big, (2, 1))):
+    fc1 = gemm_geometry((1, 197, 192), (192, 768))  # the 2 x 1 tile launches 84 work groups: under 96, over GEMM_FILL of it
+    for geom, tile in ((qkv, (1, 1)), (big, (2, 1)), (fc1, (2, 1))):
         config = strategy.gemm_config(geom, h200)
-        assert config.tiled and (config.rows, config.cols) == tile, config
-        assert tiled_work_groups(geom, config) >= h200.tiled_min_groups and tiled_local_bytes(config) <= MAX_LOCAL_BYTES
+        assert config.tiled and config.prefetch and (config.rows, config.cols) == tile, config
+        assert tiled_work_groups(geom, config) >= strategy.gemm_min_groups(h200) and tiled_local_bytes(config) <= MAX_LOCAL_BYTES
         assert config.ty * config.tx <= h200.max_work_group_size
     assert strategy.tiled_gemm_config(tiny, h200) is None and strategy.gemm_config(tiny, h200) == strategy.fitted_tiled_configs(tiny)[-1]
     for name in ("pocl", "adreno"):

@@ -6,8 +6,8 @@ the factory's keywords for a precision.
 
 The tiled kernel (``GemmConfig(tiled=True)``) follows the tiled conv's rule (``defaults.tiled_default``):
 on profiles with big-GPU local memory (``DeviceProfile.tiled_min_groups > 0``: nvidia-h200), a
-product takes the first of :data:`TILED_GEMM_CONFIGS` that launches at least that many work
-groups; one that none fills takes the split kernel (``K >= SPLIT_MIN_K``) or the smallest tiled
+product takes the first of :data:`TILED_GEMM_CONFIGS` (each reading its next step ahead:
+:data:`PREFETCH`) that launches at least :data:`GEMM_FILL` of that many work groups; one that none fills takes the split kernel (``K >= SPLIT_MIN_K``) or the smallest tiled
 config, and so does one whose reduction is long for its outputs (:data:`SPLIT_MAX_OUTPUTS_PER_K`);
 other profiles the register kernel. Measured by ``benchmarks/gemm_configs.py`` on an H100 (15
 catalogue shapes): the rule's tiled kernel took 0.33-0.67x the register kernel's time on 14, and
@@ -22,6 +22,8 @@ cut to the grid (no idle items on a narrow product).
 """
 
 from __future__ import annotations
+
+import math
 
 from primfuncs._common import LANES, ceildiv
 from primfuncs.gemm import MAX_WORK_GROUP, GemmConfig, GemmGeometry, gemm_grid
@@ -44,6 +46,15 @@ GPU_MIN_WORK_ITEMS = 8192
 #: tiles (4 x 2, 2 x 2 outputs) were slower than these on every shape; on 1 x 1 tiles staging 8
 #: blocks beat 4 by 5-20% and 16 beat 8 by 4-17% wherever K >= 128.
 TILED_GEMM_CONFIGS = ((2, 1, 16, 16, 4), (1, 1, 16, 16, 16), (1, 1, 8, 8, 16))
+#: Every tiled config reads its next step ahead (``GemmConfig.prefetch``): swept on an H100
+#: (``gemm_configs-prefetch-nvidia-h100-80gb-hbm3.json``, 12 catalogue shapes, each config with and
+#: without) the best prefetched config took 0.75-1.00x the best one without on every shape.
+PREFETCH = True
+#: A product takes a tiled config that launches this fraction of ``tiled_min_groups`` work groups
+#: (the conv's fill rule, 96 on the H200): in the same sweep the 2 x 1 tile at 84 groups beat the
+#: 1 x 1 at 156 on DeiT's fc1 (12.4 vs 15.7 us), gMLP's fc1 (9.8 vs 12.2) and Q Kᵀ (8.2 vs 11.0);
+#: at 63-64 groups it lost (DeiT's qkv 12.6 vs 10.8, MLP-Mixer's channel fc1 23.9 vs 20.0).
+GEMM_FILL = 0.8
 #: A product no tiled config fills the GPU with (``tiled_min_groups``): the register kernel walks
 #: all of K per item with a few thousand items (H100, op_times: LeViT's stage-3 fc2, 16 x 768 x
 #: 384, 128 us; PiT's last fc2, 50 x 1024 x 256, 146 us; CoaT's Kᵀ V over 3137 tokens, 280 us; heads
@@ -90,17 +101,23 @@ def fitted_tiled_configs(geom: GemmGeometry) -> list[GemmConfig]:
     configs = []
     for rows, cols, ty, tx, k_chunk in TILED_GEMM_CONFIGS:
         fit = fit_work_group(geom, rows, cols, ty, tx)
-        configs.append(GemmConfig(rows, cols, fit.ty, fit.tx, tiled=True, k_chunk=_chunk_for(geom, k_chunk)))
+        configs.append(GemmConfig(rows, cols, fit.ty, fit.tx, tiled=True, k_chunk=_chunk_for(geom, k_chunk), prefetch=PREFETCH))
     return configs
 
 
+def gemm_min_groups(profile: DeviceProfile) -> int:
+    """Work groups a tiled GEMM config must launch on ``profile``: :data:`GEMM_FILL` of its
+    ``tiled_min_groups`` (0: no tiled GEMM)."""
+    return math.ceil(GEMM_FILL * profile.tiled_min_groups)
+
+
 def tiled_gemm_config(geom: GemmGeometry, profile: DeviceProfile) -> GemmConfig | None:
-    """The first of :func:`fitted_tiled_configs` that launches at least
-    ``profile.tiled_min_groups`` work groups for ``geom``, or None (0: never; or a product too
-    small to fill the GPU with staged tiles: :func:`gemm_config` decides)."""
+    """The first of :func:`fitted_tiled_configs` that launches at least :func:`gemm_min_groups`
+    work groups for ``geom``, or None (0: never; or a product too small to fill the GPU with
+    staged tiles: :func:`gemm_config` decides)."""
     if profile.tiled_min_groups <= 0:
         return None
-    return next((c for c in fitted_tiled_configs(geom) if tiled_work_groups(geom, c) >= profile.tiled_min_groups), None)
+    return next((c for c in fitted_tiled_configs(geom) if tiled_work_groups(geom, c) >= gemm_min_groups(profile)), None)
 
 
 def split_gemm_config(geom: GemmGeometry) -> GemmConfig:
