@@ -190,6 +190,24 @@ def index_map(source: Source, out_shape, index):
     return index, cond
 
 
+def view_buffer(shape, view) -> tuple:
+    """(steps, buffer shape) of an operand of stored shape ``shape`` read through ``view`` (this
+    module's steps, :class:`Source`); trailing reshapes are dropped: a buffer is the same in any shape."""
+    steps = tuple(view or ())
+    while steps and isinstance(steps[-1], Reshape):
+        steps = steps[:-1]
+    return steps, source_shape(Source(0, steps), shape)
+
+
+def through(view, shape, index, lane=None):
+    """``index`` into ``shape`` read through ``view`` (None: as stored), plus ``lane`` on the last
+    axis (None: nothing added). A vector's lanes are added after the map: a view that keeps the
+    last axis contiguous (:func:`contiguous_last_axis`) moves 4 aligned elements together."""
+    if view:
+        index = index_map(Source(0, view), shape, index)[0]
+    return index if lane is None else (*index[:-1], index[-1] + lane)
+
+
 def read_sources(bufs, sources, out_shape, index, pad, lanes: int = 1):
     """The element at ``index`` of the tensor of ``out_shape`` that ``sources`` read from buffers
     ``bufs`` (the first that covers it, else ``pad``, a FloatImm); ``lanes`` 4: the vector of 4 from

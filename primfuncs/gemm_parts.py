@@ -13,6 +13,7 @@ from tvm.script import tirx as T
 
 from ._common import LANES, TEXTURE, PixelGrid, ceildiv, check_accumulator, check_dtype, check_scope, multiply_add, unravel
 from . import gather
+from .gather import through, view_buffer  # noqa: F401 (view_buffer: primfuncs.gemm's)
 from .epilogue import Epilogue, activate, check_epilogue, expression
 
 #: Largest register tile: rows x pixels of 4 columns (the accumulators are rows x 4 pixels floats).
@@ -139,24 +140,6 @@ def stored_out_shape(geom: GemmGeometry, out_perm=None) -> tuple:
     return tuple(geom.out_shape[a] for a in out_perm)
 
 
-def view_buffer(shape, view) -> tuple:
-    """(steps, buffer shape) of an operand of stored shape ``shape`` read through ``view`` (gather
-    steps, ``primfuncs.gather``); trailing reshapes are dropped: a buffer is the same in any shape."""
-    steps = tuple(view or ())
-    while steps and isinstance(steps[-1], gather.Reshape):
-        steps = steps[:-1]
-    return steps, gather.source_shape(gather.Source(0, steps), shape)
-
-
-def _through(view, shape, index, lane):
-    """``index`` into ``shape`` read through ``view`` (None: as stored), plus ``lane`` on the last
-    axis (None: nothing added). A vector's lanes are added after the map: a view that keeps the
-    last axis contiguous (``gather.contiguous_last_axis``) moves 4 aligned elements together."""
-    if view:
-        index = gather.index_map(gather.Source(0, view), shape, index)[0]
-    return index if lane is None else (*index[:-1], index[-1] + lane)
-
-
 def indexers(geom: GemmGeometry, out_perm=None, a_view=(), b_view=()):
     """(at_a, at_b, at_y): the stored index of element ``(b, row, col)`` of op(A), op(B) and Y
     (Y's axes permuted by ``out_perm``: :func:`stored_out_shape`; A and B read through their views,
@@ -171,12 +154,12 @@ def indexers(geom: GemmGeometry, out_perm=None, a_view=(), b_view=()):
 
     def at_a(vb, row, col, lane=None):
         if geom.rows_folded:
-            return _through(a_view, a, (*unravel(row, a[:-1]), col), lane)
-        return _through(a_view, a, (*batch_index(vb, a[:-2]), *((col, row) if geom.trans_a else (row, col))), lane)
+            return through(a_view, a, (*unravel(row, a[:-1]), col), lane)
+        return through(a_view, a, (*batch_index(vb, a[:-2]), *((col, row) if geom.trans_a else (row, col))), lane)
 
     def at_b(vb, row, col, lane=None):
         lead = () if len(b) == 2 else batch_index(vb, b[:-2])
-        return _through(b_view, b, (*lead, *((col, row) if geom.trans_b else (row, col))), lane)
+        return through(b_view, b, (*lead, *((col, row) if geom.trans_b else (row, col))), lane)
 
     def at_y(vb, row, col):
         index = (*unravel(row, y[:-1]), col) if geom.rows_folded else (*unravel(vb, y[:-2]), row, col)

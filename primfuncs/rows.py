@@ -21,6 +21,10 @@ a float32 kernel on half buffers (float16_acc32) reads half and sums float32.
   ``rms=True``: ``x / sqrt(mean(x^2) + eps) * gamma`` (RMS norm, no beta).
 - :func:`reduce`: sum, mean, max or min of each row, one value per row.
 - :func:`channel_affine`: ``x * scale[c] + shift[c]`` along one axis, one work item per element.
+
+Softmax, the norms and the reductions may read their input through a view (``x_view``: gather
+steps, :func:`x_buffer`): a channel chunk of a Linear's output, a transposed or sliced tensor is
+read in place, so no gather kernel runs before them.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from dataclasses import dataclass
 from tvm.script import tirx as T
 
 from ._common import ceildiv, check_dtype, check_epsilon, maximum, minimum, select_params, unravel
+from .gather import Source, check_sources, covers_all, through, view_buffer
 from .epilogue import Epilogue, expression
 
 #: Reductions :func:`reduce` computes.
@@ -103,6 +108,19 @@ def check_threads(threads: int) -> int:
     return threads
 
 
+def x_buffer(shape, x_view) -> tuple:
+    """(steps, buffer shape) of a row kernel's input ``X`` of ``shape`` read through ``x_view``
+    (``primfuncs.gather`` steps from ``shape`` to the buffer: a slice, a transpose, a split part of
+    another tensor read in place, so no gather kernel runs before the row kernel; None: as stored);
+    ValueError for steps that do not fit ``shape``."""
+    steps, buffer = view_buffer(shape, x_view)
+    if steps:
+        check_sources([buffer], shape, [Source(0, steps)])
+        if not covers_all(Source(0, steps), shape):
+            raise ValueError(f"x_view {steps} leaves elements of the input {shape} unread (a pad)")
+    return steps, buffer
+
+
 class _Tree:
     """A row kernel's work group over one row of ``rows``: ``rounds`` elements per item, the
     two-level combine's ``chunk`` (``sqrt(threads)`` rounded up to a power of two) and
@@ -111,10 +129,11 @@ class _Tree:
     partials into local memory), ``chunks`` (the first level), ``total`` (the chunks' results
     combined in an item's registers), ``nothing`` (no step)."""
 
-    def __init__(self, rows: Rows, threads: int, dtype: str):
+    def __init__(self, rows: Rows, threads: int, dtype: str, x_view=None):
         check_threads(threads)
         check_dtype(dtype)
         self.rows, self.threads = rows, threads
+        self.x_view, self.x_shape = x_buffer(rows.shape, x_view)
         self.chunk = 1 << ceildiv(threads.bit_length() - 1, 2)
         self.n_chunks = threads // self.chunk
         self.rounds = ceildiv(rows.length, threads)
@@ -123,7 +142,7 @@ class _Tree:
 
     def read(self, X, vr, r, t):
         """Element ``r * threads + t`` of row ``vr`` in float32 (clamped inside the row: callers guard)."""
-        x = X[self.rows.at(vr, T.min(r * self.threads + t, self.rows.length - 1))]
+        x = X[through(self.x_view, self.rows.shape, self.rows.at(vr, T.min(r * self.threads + t, self.rows.length - 1)))]
         return x if self.dtype == F32 else T.Cast(F32, x)
 
 
@@ -221,13 +240,14 @@ def _wide(v, dtype):
     return v if dtype == F32 else T.Cast(F32, v)
 
 
-def softmax(shape, axis: int = -1, threads: int = 64, dtype: str = "float32", epilogue: Epilogue | None = None):
+def softmax(shape, axis: int = -1, threads: int = 64, dtype: str = "float32", epilogue: Epilogue | None = None, x_view=None):
     """``Y = exp(X - max) / sum(exp(X - max))`` over ``axis`` of the plain tensor ``shape``
     (``relax.nn.softmax``); ``threads`` items per row (a power of two). ``epilogue``: an elementwise
-    chain after it (:func:`check_row_epilogue`; parameters ``X, [Bias], [Residual], Y``)."""
+    chain after it (:func:`check_row_epilogue`; parameters ``X, [Bias], [Residual], Y``). ``x_view``:
+    ``X`` read through gather steps (:func:`x_buffer`)."""
     rows = rows_of(shape, axis)
     epilogue = check_row_epilogue(epilogue, rows.shape)
-    tree = _Tree(rows, threads, dtype)
+    tree = _Tree(rows, threads, dtype, x_view)
     read, total, taps, chunks, nothing = tree.read, tree.total, tree.taps, tree.chunks, tree.nothing
     lowest, zero = T.FloatImm(F32, -math.inf), T.FloatImm(F32, 0.0)
 
@@ -265,13 +285,13 @@ def softmax(shape, axis: int = -1, threads: int = 64, dtype: str = "float32", ep
             X, Bias, Residual, Y, vr, partial_max, chunked_max, partial_sum, chunked_sum))
 
     if epilogue is not None:
-        return _with_epilogue("softmax_rows", rows.shape, (1,), epilogue, dtype,
+        return _with_epilogue("softmax_rows", rows.shape, (1,), epilogue, dtype, tree.x_shape,
                               lambda X, Gamma, Beta, Bias, Residual, Y: body(X, Bias, Residual, Y))
 
     @T.prim_func(s_tir=True)
     def func(x: T.handle, y: T.handle):
         T.func_attr({"global_symbol": "softmax_rows", "tirx.noalias": True})
-        X = T.match_buffer(x, rows.shape, dtype)
+        X = T.match_buffer(x, tree.x_shape, dtype)
         Y = T.match_buffer(y, rows.shape, dtype)
         body(X, X, X, Y)
 
@@ -279,20 +299,21 @@ def softmax(shape, axis: int = -1, threads: int = 64, dtype: str = "float32", ep
 
 
 def layer_norm(shape, axis: int = -1, epsilon: float = 1e-5, threads: int = 64, dtype: str = "float32", rms: bool = False,
-               epilogue: Epilogue | None = None):
+               epilogue: Epilogue | None = None, x_view=None):
     """``Y = (X - mean) / sqrt(var + epsilon) * Gamma + Beta`` over the axes from ``axis`` to the last
     of the plain tensor ``shape`` (ONNX ``LayerNormalization``'s ``axis``), ``Gamma``/``Beta`` of the
     normalized axes' shape; ``rms=True``: ``Y = X / sqrt(mean(X^2) + epsilon) * Gamma`` (no Beta
     parameter). Parameters ``X, Gamma, [Beta], Y``. ``epilogue``: an elementwise chain after the
     norm (:func:`check_row_epilogue`), evaluated in float32 on each value before it is stored; its
-    ``Bias`` (per-channel constants along the last axis) and ``Residual`` (the operand) come before ``Y``."""
+    ``Bias`` (per-channel constants along the last axis) and ``Residual`` (the operand) come before ``Y``.
+    ``x_view``: ``X`` read through gather steps (:func:`x_buffer`)."""
     rank = len(tuple(shape))
     if not isinstance(axis, int) or not -rank <= axis < rank:
         raise ValueError(f"axis {axis!r} is not an axis of a rank-{rank} tensor")
     rows = rows_of(shape, tuple(range(axis % rank, rank)))
     check_epsilon(epsilon)
     epilogue = check_row_epilogue(epilogue, rows.shape)
-    tree = _Tree(rows, threads, dtype)
+    tree = _Tree(rows, threads, dtype, x_view)
     read, total, taps, chunks, nothing = tree.read, tree.total, tree.taps, tree.chunks, tree.nothing
     zero, one = T.FloatImm(F32, 0.0), T.FloatImm(F32, 1.0)
     count, eps = T.FloatImm(F32, float(rows.length)), T.FloatImm(F32, float(epsilon))
@@ -346,14 +367,14 @@ def layer_norm(shape, axis: int = -1, epsilon: float = 1e-5, threads: int = 64, 
             X, Gamma, Beta, Bias, Residual, Y, vr, partial_sum, chunked_sum, partial_sq, chunked_sq))
 
     if epilogue is not None:
-        return _with_epilogue("rms_norm_rows" if rms else "layer_norm_rows", rows.shape, param_shape, epilogue, dtype,
+        return _with_epilogue("rms_norm_rows" if rms else "layer_norm_rows", rows.shape, param_shape, epilogue, dtype, tree.x_shape,
                               lambda X, Gamma, Beta, Bias, Residual, Y: body(X, Gamma, Gamma if rms else Beta, Bias, Residual, Y),
                               1 if rms else 2)
     if rms:
         @T.prim_func(s_tir=True)
         def func(x: T.handle, gamma: T.handle, y: T.handle):
             T.func_attr({"global_symbol": "rms_norm_rows", "tirx.noalias": True})
-            X = T.match_buffer(x, rows.shape, dtype)
+            X = T.match_buffer(x, tree.x_shape, dtype)
             Gamma = T.match_buffer(gamma, param_shape, dtype)
             Y = T.match_buffer(y, rows.shape, dtype)
             body(X, Gamma, Gamma, Gamma, Gamma, Y)
@@ -361,7 +382,7 @@ def layer_norm(shape, axis: int = -1, epsilon: float = 1e-5, threads: int = 64, 
         @T.prim_func(s_tir=True)
         def func(x: T.handle, gamma: T.handle, beta: T.handle, y: T.handle):
             T.func_attr({"global_symbol": "layer_norm_rows", "tirx.noalias": True})
-            X = T.match_buffer(x, rows.shape, dtype)
+            X = T.match_buffer(x, tree.x_shape, dtype)
             Gamma = T.match_buffer(gamma, param_shape, dtype)
             Beta = T.match_buffer(beta, param_shape, dtype)
             Y = T.match_buffer(y, rows.shape, dtype)
@@ -370,10 +391,10 @@ def layer_norm(shape, axis: int = -1, epsilon: float = 1e-5, threads: int = 64, 
     return func
 
 
-def _with_epilogue(name: str, shape, param_shape, epilogue: Epilogue, dtype: str, body, params: int = 0):
+def _with_epilogue(name: str, shape, param_shape, epilogue: Epilogue, dtype: str, x_shape, body, params: int = 0):
     """The row kernel ``name`` with an expression epilogue: ``body(X, Gamma, Beta, Bias, Residual, Y)``
     over every buffer it may read (``Gamma``/``Beta``: the kernel's own affine parameters of
-    ``param_shape``, float32 ``(C,)`` where ``param_shape`` is an int C), the unread ones dropped
+    ``param_shape``, float32 ``(C,)`` where ``param_shape`` is an int C; ``X`` of ``x_shape``), the unread ones dropped
     (``select_params``) but the first ``params`` of Gamma, Beta. A kernel without an epilogue keeps
     its own function (its source unchanged)."""
     channels = shape[-1]
@@ -382,7 +403,7 @@ def _with_epilogue(name: str, shape, param_shape, epilogue: Epilogue, dtype: str
     @T.prim_func(s_tir=True)
     def func(x: T.handle, gamma: T.handle, beta: T.handle, bias: T.handle, residual: T.handle, y: T.handle):
         T.func_attr({"global_symbol": name, "tirx.noalias": True})
-        X = T.match_buffer(x, shape, dtype)
+        X = T.match_buffer(x, x_shape, dtype)
         Gamma = T.match_buffer(gamma, p_shape, p_dtype)
         Beta = T.match_buffer(beta, p_shape, p_dtype)
         Bias = T.match_buffer(bias, epilogue.bias_shape(ceildiv(channels, 4)), dtype)
@@ -393,14 +414,14 @@ def _with_epilogue(name: str, shape, param_shape, epilogue: Epilogue, dtype: str
     return select_params(func, epilogue.params(["X", *("Gamma", "Beta")[:params]], "Y"))
 
 
-def reduce(shape, axes, op: str, keepdims: bool = True, threads: int = 64, dtype: str = "float32"):
+def reduce(shape, axes, op: str, keepdims: bool = True, threads: int = 64, dtype: str = "float32", x_view=None):
     """``op`` (sum, mean, max, min) over the consecutive ``axes`` of the plain tensor ``shape``:
     ``Y`` of :meth:`Rows.reduced_shape` (``relax.sum`` / ``mean`` / ``max`` / ``min``); max and min
-    propagate NaN as NumPy does."""
+    propagate NaN as NumPy does. ``x_view``: ``X`` read through gather steps (:func:`x_buffer`)."""
     rows = rows_of(shape, axes)
     if op not in ROW_OPS:
         raise ValueError(f"op must be one of {ROW_OPS}, got {op!r}")
-    tree = _Tree(rows, threads, dtype)
+    tree = _Tree(rows, threads, dtype, x_view)
     total, taps, chunks, nothing = tree.total, tree.taps, tree.chunks, tree.nothing
     combine = {"max": maximum, "min": minimum}.get(op, _add)
     init = T.FloatImm(F32, {"max": -math.inf, "min": math.inf}.get(op, 0.0))
@@ -425,7 +446,7 @@ def reduce(shape, axes, op: str, keepdims: bool = True, threads: int = 64, dtype
     @T.prim_func(s_tir=True)
     def func(x: T.handle, y: T.handle):
         T.func_attr({"global_symbol": f"{op}_rows", "tirx.noalias": True})
-        X = T.match_buffer(x, rows.shape, dtype)
+        X = T.match_buffer(x, tree.x_shape, dtype)
         Y = T.match_buffer(y, out_shape, dtype)
         tree.each_row(lambda vr, partial, chunked, _partial, _chunked: row(X, Y, vr, partial, chunked))
 
@@ -464,7 +485,7 @@ def channel_affine(shape, axis: int, dtype: str = "float32", epilogue: Epilogue 
                         Bias, Residual, unravel(v, rows.shape), dtype), dtype)
 
     if epilogue is not None:
-        return _with_epilogue("channel_affine", rows.shape, channels, epilogue, dtype, body, 2)
+        return _with_epilogue("channel_affine", rows.shape, channels, epilogue, dtype, rows.shape, body, 2)
 
     @T.prim_func(s_tir=True)
     def func(x: T.handle, scale: T.handle, shift: T.handle, y: T.handle):

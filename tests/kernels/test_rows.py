@@ -7,12 +7,13 @@ nothing for the bounds sanitizer to check."""
 
 import numpy as np
 import pytest
-from hypothesis import example, given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from helpers.numeric import rand, run_kernel
-from primfuncs import rows
+from primfuncs import gather, rows
 from tir_adreno.codegen import build
+from test_gather import chains
 
 U32 = 2.0**-24  # float32 unit roundoff
 HALF_RTOL = 2.0**-11  # float16_acc32: the output rounded to half once
@@ -159,6 +160,43 @@ def test_channel_affine(device, case, precision, seed):
     ref = xs * s + b
     bound = 4 * U32 * (np.abs(xs * s) + np.abs(b)) + (HALF_RTOL * np.abs(ref) + HALF_ABS if half else 0.0)
     assert np.all(np.abs(got - ref) <= bound)
+
+
+VIEWED = chains().filter(lambda c: gather.covers_all(gather.Source(0, c[2]), c[3]))  # no pad: every element read
+
+
+@settings(deadline=None, max_examples=max(2, settings().max_examples // 4))  # each example builds two kernels
+@given(case=VIEWED, op=st.sampled_from(["softmax", "layer_norm", "rms", "sum", "max"]), threads=THREADS,
+       precision=PRECISIONS, seed=st.integers(0, 2**32 - 1), data=st.data())
+@example(case=((1, 5, 12), lambda x: np.ascontiguousarray(x[:, :, 6:]), (gather.Affine((1, 5, 12), (0, 0, 6), (1, 1, 1)),), (1, 5, 6)),
+         op="layer_norm", threads=2, precision="float32", seed=1, data=None)  # gMLP's chunk of the fc1 output, normalized
+@example(case=((3, 4, 7), lambda x: np.ascontiguousarray(x.transpose(0, 2, 1)), (gather.Permute((0, 2, 1)),), (3, 7, 4)),
+         op="softmax", threads=8, precision="float16_acc32", seed=2, data=None)  # rows strided in the buffer
+def test_rows_read_through_views(device, case, op, threads, precision, seed, data):
+    """A row kernel reading its input through gather steps (``x_view``: slices, transposes,
+    reshapes, tiles, broadcasts of the buffer) writes exactly what it writes on the gathered tensor
+    stored: the same float32 arithmetic, only the addresses differ."""
+    in_shape, apply, steps, out = case
+    axis = data.draw(st.integers(0, len(out) - 1)) if data is not None else len(out) - 1
+    x = np.random.default_rng(seed).standard_normal(in_shape).astype(np.float32)
+    half = precision == "float16_acc32"
+
+    def make(view):
+        if op == "softmax":
+            return rows.softmax(out, axis, threads=threads, x_view=view)
+        if op in ("layer_norm", "rms"):
+            return rows.layer_norm(out, axis, 1e-5, threads=threads, rms=op == "rms", x_view=view)
+        return rows.reduce(out, axis, op, True, threads=threads, x_view=view)
+
+    params = [] if op in ("softmax", "sum", "max") else [rand(np.random.default_rng(seed + 1), out[axis:])] * (1 if op == "rms" else 2)
+    viewed = _run(device, make(steps), [x.reshape(gather.view_buffer(out, steps)[1]), *params], half)  # trailing reshapes dropped
+    direct = _run(device, make(None), [apply(x), *params], half)
+    assert np.array_equal(viewed, direct)
+
+
+def test_rows_refuse_a_view_with_a_pad():
+    with pytest.raises(ValueError, match="unread"):
+        rows.softmax((1, 5), -1, x_view=(gather.Affine((1, 3), (0, -1), (1, 1)),))
 
 
 def test_nan_in_a_row(device):

@@ -186,6 +186,17 @@ def chain(rw: Rewriter, var, steps: list, pad):
         steps, pad, var = [*steps, *more], pad if more_pad is None else more_pad, src
 
 
+def read_through(rw: Rewriter, var, shape) -> tuple:
+    """(root, steps): ``var`` (of ``shape``) read through the movement ops before it that only it
+    reads (:func:`chain`) when they read an element of the root for every index (no pad:
+    ``gather.covers_all``), so the kernel reading ``var`` reads ``root`` in place and no gather
+    kernel runs; else ``(var, ())``. Nothing is emitted here (the caller may still back out)."""
+    root, steps, pad = chain(rw, var, [], None)
+    if same(root, var) or pad is not None or not gather.covers_all(gather.Source(0, tuple(steps)), shape):
+        return var, ()
+    return root, tuple(steps)
+
+
 def concat_sources(rw: Rewriter, node: Node):
     """(roots, sources, pad) of a ``concat`` of plain float32 tensors along any axis, each input read
     through the movement ops before it (``gather.Source.input`` indexes ``roots``, each root once),

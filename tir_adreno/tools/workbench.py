@@ -336,6 +336,8 @@ def reference_case(info: dict, rng: np.random.Generator, pack_weights=blocked.pa
         return [pack(x), pack_weights(w_dw), *dw_extra, pack_weights(w), *extra], y, channels
     if op == "matmul":
         return _gemm_case(info, rand)
+    if attrs.get("viewed"):  # a row kernel reading its input through movement ops (rules.rows): its buffer is another tensor's
+        raise _no_reference("a row kernel reading its input through a view")
     _refuse_expression(attrs.get("epilogue") or {})  # a row kernel's chain (rules.rows)
     _refuse_expression(info.get("epilogue") or {})  # a pool with its chain (``rules.pool``)
     inputs = [pack(a) for a in logical]

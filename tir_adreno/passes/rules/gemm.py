@@ -22,7 +22,6 @@ from dataclasses import dataclass
 import numpy as np
 from tvm import relax
 
-from primfuncs import gather
 from primfuncs import gemm as gemm_kernels
 from primfuncs.epilogue import Epilogue
 
@@ -136,10 +135,8 @@ def _viewed(rw: Rewriter, var, shape) -> Operand:
     """``var`` read through the movement ops before it that only it reads (the q, k, v of attention:
     squeeze <- split <- transpose <- reshape of the qkv Linear's output), when they read every
     element once found (no pad); else ``var`` as it is."""
-    root, steps, pad = movement.chain(rw, var, [], None)
-    if same(root, var) or pad is not None or not gather.covers_all(gather.Source(0, tuple(steps)), shape):
-        return Operand(var, shape)
-    return Operand(root, shape, view=gemm_kernels.view_buffer(shape, steps)[0])
+    root, steps = movement.read_through(rw, var, shape)
+    return Operand(root, shape, view=gemm_kernels.view_buffer(shape, steps)[0]) if steps else Operand(var, shape)
 
 
 def _weight(expr, k: int) -> np.ndarray | None:

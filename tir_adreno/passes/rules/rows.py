@@ -12,6 +12,10 @@ between two of our kernels are half, ``storage.half_buffers``, and the statistic
 A batch norm right after a Linear is folded into the Linear's weight before the rules
 (``passes.linear_norm``); the one left here is a per-channel affine kernel.
 
+Softmax, the layer norm and the reductions read their input in place through the movement ops before it that only it reads (a channel
+chunk of a Linear's output, a transpose: ``movement.read_through``, the row kernel's ``x_view``),
+so no gather kernel runs before it.
+
 The elementwise chain after a softmax, layer norm, RMS norm or batch norm (an affine, a layer
 scale, an activation, a residual add) goes into its kernel's expression epilogue
 (``passes.epilogue_chain``; :func:`_emit_norm`): one launch for both. A norm without a chain
@@ -27,6 +31,7 @@ from tvm import relax
 
 from primfuncs import rows as kernels
 
+from tir_adreno.passes import movement
 from tir_adreno.passes.affine import batch_norm_affine, batch_norm_output
 from tir_adreno.passes.epilogue_chain import Anchor, Chain, chain_only, match_chain
 from tir_adreno.passes.graph import Node, const, dtype, same, scalar, static_shape
@@ -56,6 +61,14 @@ def _axes(attr, rank: int) -> tuple | None:
     consecutive, else None."""
     axes = sorted(range(rank)) if attr is None else sorted(int(a) % rank for a in attr)
     return tuple(axes) if axes and axes == list(range(axes[0], axes[0] + len(axes))) else None
+
+
+def _viewed(rw: Rewriter, var, shape) -> tuple[relax.Expr, dict]:
+    """(the argument, the factory's ``x_view`` keyword) of input ``var``: read in place through the
+    movement ops before it that only it reads (a channel chunk of a Linear's output, a transpose:
+    ``movement.read_through``), so no gather kernel runs before the row kernel; else as it is."""
+    root, steps = movement.read_through(rw, var, shape)
+    return rw.expr(root), ({"x_view": steps} if steps else {})
 
 
 def _float32(rw: Rewriter) -> dict:
@@ -116,8 +129,10 @@ def softmax_rows(rw: Rewriter, node: Node):
         return None
     axis = int(node.attrs.axis) % len(shape)
     threads = row_threads(rw.profile, shape[axis])
-    return _emit_norm(rw, node, node, lambda **epilogue: kernel(kernels.softmax, shape, axis, threads=threads, **epilogue, **_float32(rw)),
-                      [rw.expr(node.args[0])], shape, "softmax_rows", axis=axis)
+    x, view = _viewed(rw, node.args[0], shape)
+    return _emit_norm(rw, node, node, lambda **epilogue: kernel(kernels.softmax, shape, axis, threads=threads, **epilogue, **view,
+                                                                **_float32(rw)),
+                      [x], shape, "softmax_rows", axis=axis, viewed=bool(view))
 
 
 @rule("relax.nn.layer_norm")
@@ -138,9 +153,10 @@ def layer_norm_rows(rw: Rewriter, node: Node):
         return None
     eps = float(node.attrs.epsilon)
     params = [relax.const(v.reshape(normalized).astype(np.float32)) for v in (g, b)]
+    x, view = _viewed(rw, x_var, shape)
     return _emit_norm(rw, node, node, lambda **epilogue: kernel(kernels.layer_norm, shape, axes[0], eps, threads=row_threads(rw.profile, size),
-                                                                **epilogue, **_float32(rw)),
-                      [rw.expr(x_var), *params], shape, "layer_norm_rows", axis=axes[0], epsilon=eps)
+                                                                **epilogue, **view, **_float32(rw)),
+                      [x, *params], shape, "layer_norm_rows", axis=axes[0], epsilon=eps, viewed=bool(view))
 
 
 def _next(rw: Rewriter, var, op: str) -> Node | None:
@@ -206,8 +222,9 @@ def reduction_rows(rw: Rewriter, node: Node):
     if axes is None or not out_shape or kernels.rows_of(shape, axes).reduced_shape(keepdims) != out_shape:
         return None  # a 0-d result (every axis dropped) stays upstream's
     op, length = node.op.split(".")[-1], math.prod(shape[a] for a in axes)
-    func = kernel(kernels.reduce, shape, axes, op, keepdims, threads=row_threads(rw.profile, length), **_float32(rw))
-    return _emit(rw, node, func, [rw.expr(node.args[0])], out_shape, f"{op}_rows", axis=axes, keepdims=keepdims)
+    x, view = _viewed(rw, node.args[0], shape)
+    func = kernel(kernels.reduce, shape, axes, op, keepdims, threads=row_threads(rw.profile, length), **view, **_float32(rw))
+    return _emit(rw, node, func, [x], out_shape, f"{op}_rows", axis=axes, keepdims=keepdims, viewed=bool(view))
 
 
 @rule("relax.nn.batch_norm")
