@@ -155,8 +155,26 @@ MUTANTS = (
     Mutant(
         "gemm_norm_shift_dropped",
         "a layer norm folded into the tiled GEMM sums unshifted values (E[x^2] - E[x]^2 cancels on a large mean)",
-        (("px[lane] = px[lane] - Src[shift(vb, tile, x_of(rnd * threads + item))]", "px[lane] = px[lane]"),),
+        (("regs[rnd, lane] = regs[rnd, lane] - Src[shift(vb, tile, x_of(rnd * threads + item))]", "regs[rnd, lane] = regs[rnd, lane]"),),
         ("tests/kernels/test_gemm_norm.py::test_norm_gemm_large_mean", "tests/passes/test_layer_norm_gemm.py"),
+    ),
+    Mutant(
+        "gemm_prefetch_same_step",
+        "the prefetching tiled GEMM reads the current step's A again instead of the next one's",
+        (("fetch_a(A, regs_a, bz, by, step + 1, ty * gx + tx)", "fetch_a(A, regs_a, bz, by, step, ty * gx + tx)"),),
+        ("tests/kernels/test_gemm_tiled.py::test_tiled_gemm_kernel", "tests/kernels/test_gemm_norm.py"),
+    ),
+    Mutant(
+        "view_vector_lanes_dropped",
+        "a vector read through a view (q, k, v of attention in the qkv buffer) reads its first element in every lane",
+        (("return index if lane is None else (*index[:-1], index[-1] + lane)", "return index if lane is None else (*index[:-1], index[-1])"),),
+        ("tests/kernels/test_gemm_tiled.py::test_tiled_gemm_reads_views_and_stores_permuted", "tests/kernels/test_gemm_out_perm.py"),
+    ),
+    Mutant(
+        "rows_view_dropped",
+        "a row kernel no longer reads its input through the movement ops before it (a gather kernel runs before each)",
+        (('    return rw.expr(root), ({"x_view": steps} if steps else {})', "    return rw.expr(var), {}"),),
+        ("tests/passes/test_rows_rule.py::test_rows_read_split_parts_and_transposes_in_place",),
     ),
     Mutant(
         "float16_accumulation_threshold_raised",

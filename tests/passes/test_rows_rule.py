@@ -197,3 +197,28 @@ def test_row_threads_per_device():
             assert threads & (threads - 1) == 0 and threads <= min(ROW_MAX_THREADS, profile.max_work_group_size)
             assert threads >= min(length, ROW_MAX_THREADS, profile.max_work_group_size)
             assert threads < 2 * length or threads == 1
+
+
+@pytest.mark.parametrize("profile", ["pocl", "nvidia-h200"])
+def test_rows_read_split_parts_and_transposes_in_place(profile):
+    """gMLP's spatial gating as exported: a Linear's output split in two along the channels
+    (``Split``), the second half layer-normed; a softmax over the transposed output; a reduction of
+    a slice of it: each row kernel reads the Linear's output in place (``x_view``), no gather kernel
+    before it, on every device; outputs match onnxruntime."""
+    c = 12
+    rng = np.random.default_rng(5)
+    nodes = [node("MatMul", ["x", "w"], ["h"]), node("Split", ["h", "sp"], ["u", "v"], axis=-1),
+             node("LayerNormalization", ["v", "g", "b"], ["n"], axis=-1, epsilon=1e-6),
+             node("Transpose", ["h"], ["ht"], perm=[0, 2, 1]), node("Softmax", ["ht"], ["s"], axis=-1),
+             node("Slice", ["h", "starts", "ends", "axes"], ["hs"]), node("ReduceMax", ["hs"], ["m"], axes=[1], keepdims=1)]
+    inits = [f32("w", (c, 2 * c)), f32("g", (c,)), f32("b", (c,)),
+             *(numpy_helper.from_array(np.array(v, np.int64), n) for n, v in (("sp", [c, c]), ("starts", [3]), ("ends", [17]), ("axes", [2])))]
+    model = make(nodes, [tensor("x", [1, 10, c])], [tensor("n", [1, 10, c]), tensor("s", [1, 2 * c, 10]), tensor("m", [1, 1, 14])],
+                 inits, opset=17)
+    compiled = compile_model(model, profile=profile, progress=lambda _: None)
+    inputs = _inputs(rng, x=(1, 10, c))
+    for out, ref in zip(compiled.run(inputs, profile=True), reference_outputs(model, inputs)):
+        assert relative_error(out, ref) <= PATTERN_RTOL, relative_error(out, ref)
+    ops = [r["op"] for r in compiled.profile()]
+    assert not [op for op in ops if op.startswith(("gather", "copy", "slice", "split"))], ops
+    assert {"layer_norm_rows", "softmax_rows", "max_rows"} <= {op.rstrip("0123456789") for op in ops}, ops
