@@ -177,6 +177,20 @@ MUTANTS = (
         ("tests/passes/test_rows_rule.py::test_rows_read_split_parts_and_transposes_in_place",),
     ),
     Mutant(
+        "conv_view_offset_dropped",
+        "a conv reading its plain input through a view (a channel slice of a wider buffer) reads the buffer's first channels",
+        (("        return gather.through(self.view, self.logical, index, lane)",
+          "        return gather.through((), self.logical, index, lane)"),),
+        ("tests/kernels/test_conv2d_plain_io.py::test_conv_reads_a_channel_slice_in_place",),
+    ),
+    Mutant(
+        "conv_view_dropped",
+        "a conv no longer reads a channel slice of a Linear's output in place (a gather kernel runs before MambaOut's depthwise convs)",
+        (('    plain_in = plain_input(rw, node, views=True) if x.layout == "NCHW" else None',
+          '    plain_in = plain_input(rw, node) if x.layout == "NCHW" else None'),),
+        ("tests/passes/test_map_boundary_h200.py::test_depthwise_conv_reads_its_channel_slice_in_place",),
+    ),
+    Mutant(
         "float16_accumulation_threshold_raised",
         "float16: convs accumulate in float32 only above K = 4096 instead of K = 32 (docs/precision.md's rule)",
         (("FLOAT_ACCUMULATION_MIN_K = 32\n", "FLOAT_ACCUMULATION_MIN_K = 4096\n"),),

@@ -288,7 +288,7 @@ def _split_kernel(tiling: DirectTiling, accumulate_blocked, store_tile, load_shi
 
 
 def _direct_conv(geom: ConvGeometry, mode: str, epilogue, dtype, config, scope, weight_scope, name, prologue=None,
-                 out_scope=None, residual_scope=None, acc_dtype=None, gate_scope=None, data_layout="NCHW4c", norm_eps=None):
+                 out_scope=None, residual_scope=None, acc_dtype=None, gate_scope=None, data_layout="NCHW4c", norm_eps=None, x_view=()):
     """The shared skeleton: tiling, guards, accumulation body ``mode``, epilogue and stores.
     ``prologue`` (:class:`DepthwisePrologue`, a 1x1 conv only): X is the depthwise conv's input.
     ``gate_scope``: X is read times the input gate ``Gate`` held in that scope. ``data_layout``
@@ -303,7 +303,7 @@ def _direct_conv(geom: ConvGeometry, mode: str, epilogue, dtype, config, scope, 
         f"only the blocked path (dense convs) and depthwise convs without a prologue, input gate or folded norm read a plain input; this conv "
         f"has the {mode} path{' with a prologue' if prologue is not None else ''}{' with a gate' if gate_scope is not None else ''}"
         f"{' with a folded norm' if norm_eps is not None else ''}")
-    input_layout = InputLayout(geom, data_layout, scopes[0], plain_refused)
+    input_layout = InputLayout(geom, data_layout, scopes[0], plain_refused, x_view)
     tiling = DirectTiling(geom, mode, config, dtype, prologue, acc_dtype, gate_scope, input_layout, norm_eps)
     conv_tile, accumulate_blocked, store_tile, load_shifts = _tile_macros(tiling, epilogue)
     y_shape = epilogue.out_shape(geom.n, geom.o, geom.oh, geom.ow)
@@ -359,7 +359,9 @@ def conv2d_nchw4c(
     ``data_layout`` "NCHW" or "NHWC" (dense convs, no gate): X is a plain ``[N, C, H, W]`` or
     channels-last ``[N, H, W, C]`` buffer (``scope`` "global"), each blocked input pixel read as four
     channels: a model's first conv reads the input itself, a conv after tokens (``[N, H * W, C]``)
-    reads them in place, with no layout kernel before it. ``epilogue.out_layout`` "NHWC" or "NCHW"
+    reads them in place, with no layout kernel before it; ``prologue.x_view`` (``primfuncs.gather``
+    steps from that logical ``X`` to the buffer): X read through them (a channel slice of a Linear's
+    output: MambaOut's depthwise conv), the buffer's shape the view's. ``epilogue.out_layout`` "NHWC" or "NCHW"
     (``out_scope`` "global"): Y is that plain buffer instead (tokens for a GEMM or upstream op).
     ``epilogue.residual_layout`` "NHWC" or "NCHW" (``residual_scope`` "global", O a multiple of 4):
     Residual is that plain buffer (a map held plain, added where it is: no packing kernel before it).
@@ -394,7 +396,8 @@ def conv2d_nchw4c(
     mode = "blocked" if blocked_path(geom) else "grouped"
     return _direct_conv(geom, mode, epilogue, dtype, config, scope, prologue.weight_scope, "conv2d_nchw4c",
                         out_scope=epilogue.out_scope, residual_scope=epilogue.residual_scope, acc_dtype=prologue.acc_dtype,
-                        gate_scope=prologue.gate_scope, data_layout=prologue.data_layout, norm_eps=prologue.norm_eps)
+                        gate_scope=prologue.gate_scope, data_layout=prologue.data_layout, norm_eps=prologue.norm_eps,
+                        x_view=prologue.x_view)
 
 
 def blocked_path(geom: ConvGeometry) -> bool:
@@ -432,7 +435,7 @@ def depthwise_conv2d_nchw4c(
     return _direct_conv(
         geom, "depthwise", epilogue, dtype, config, scope, prologue.weight_scope, "depthwise_conv2d_nchw4c",
         out_scope=epilogue.out_scope, residual_scope=epilogue.residual_scope, acc_dtype=prologue.acc_dtype,
-        data_layout=prologue.data_layout,
+        data_layout=prologue.data_layout, x_view=prologue.x_view,
     )
 
 

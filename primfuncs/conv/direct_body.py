@@ -29,7 +29,7 @@ def input_macros(k):
         # per lane: a vectorized T.Select on a scalar condition miscompiles (TVM 0.27).
         if layout.vector:  # NHWC, C a multiple of 4: the block's channels are one vector
             for lane in T.vectorized(4):
-                xp[i, lane] = X[nn, win.clamp_row(ih), win.clamp_col(iw), cb * 4 + lane]
+                xp[i, lane] = X[layout.at((nn, win.clamp_row(ih), win.clamp_col(iw), cb * 4), lane)]
         elif layout.plain:  # four channels of a plain input: four reads
             for lane in T.unroll(4):
                 xp[i, lane] = layout.lane(X, nn, cb, win.clamp_row(ih), win.clamp_col(iw), lane)

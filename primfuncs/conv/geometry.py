@@ -10,8 +10,11 @@ from __future__ import annotations
 import numbers
 from dataclasses import dataclass
 
+import tvm
+from tvm import sym
 from tvm.script import tirx as T
 
+from .. import gather
 from ..lanes import LANES, blocked
 
 
@@ -211,6 +214,16 @@ class ConvWindow:
 
 
 
+def _aligned_channels(view, logical, buffer) -> bool:
+    """Whether an NHWC input read through ``view`` keeps each pixel's channels contiguous on the
+    buffer's last axis, from a multiple of 4, in rows of a multiple of 4 (a 16-byte aligned vector)."""
+    if not gather.contiguous_last_axis(gather.Source(0, view), logical) or buffer[-1] % LANES:
+        return False
+    first = gather.through(view, logical, (0,) * len(logical))[-1]
+    first = first if isinstance(first, int) else sym.Analyzer().simplify(first)
+    return isinstance(first, (int, tvm.tirx.IntImm)) and int(first) % LANES == 0
+
+
 #: How a conv kernel reads X: blocked ``[N, C/4, H, W, 4]``, or a plain buffer: ``[N, C, H, W]`` (a
 #: model's input read by its first conv) or channels-last ``[N, H, W, C]`` (tokens ``[N, H * W, C]``
 #: read as their map): no layout kernel before it.
@@ -223,28 +236,42 @@ class InputLayout:
     plain input, clamped to the last channel and zeroed past it (:meth:`lane_guard`). ``refused``:
     why the kernel cannot read a plain input (None: it can)."""
 
-    def __init__(self, geom: ConvGeometry, data_layout: str, scope: str, refused: str | None = None):
+    def __init__(self, geom: ConvGeometry, data_layout: str, scope: str, refused: str | None = None, view=()):
         if data_layout not in DATA_LAYOUTS:
             raise ValueError(f"data_layout must be one of {DATA_LAYOUTS}, got {data_layout!r}")
         self.plain, self.nhwc, self.c = data_layout != "NCHW4c", data_layout == "NHWC", geom.c
+        self.logical = (geom.n, geom.h, geom.w, geom.c) if self.nhwc else (geom.n, geom.c, geom.h, geom.w)
+        self.view, self.buffer = gather.view_buffer(self.logical, view)
+        if self.view and not self.plain:
+            raise ValueError(f"x_view reads a plain input (data_layout 'NCHW' or 'NHWC'), got data_layout={data_layout!r}")
+        if self.view and not gather.covers_all(gather.Source(0, self.view), self.logical):
+            raise ValueError(f"x_view {self.view} leaves elements of the input {self.logical} unread (a pad)")
         # NHWC with whole blocks: a block's 4 channels are adjacent and 16-byte aligned, one vector read
-        self.vector = self.nhwc and geom.c % LANES == 0
+        # (through a view: where it keeps the channels contiguous, at a multiple of 4 in a buffer whose rows are)
+        self.vector = self.nhwc and geom.c % LANES == 0 and (not self.view or _aligned_channels(self.view, self.logical, self.buffer))
         if self.plain and scope != "global":
             raise ValueError(f"data_layout={data_layout!r} reads X from a buffer (scope 'global'), got scope={scope!r}")
         if self.plain and refused:
             raise ValueError(f"data_layout={data_layout!r}: {refused}")
 
     def shape(self, geom: ConvGeometry, h: int, w: int) -> tuple:
-        """X's shape for an input window of ``h`` x ``w`` pixels."""
+        """X's shape for an input window of ``h`` x ``w`` pixels (through a view: its buffer's)."""
+        if self.view:
+            return self.buffer
         if self.nhwc:
             return (geom.n, h, w, geom.c)
         return (geom.n, geom.c, h, w) if self.plain else (geom.n, geom.c4, h, w, LANES)
 
+    def at(self, index, lane=None):
+        """The stored index of a plain input's element ``index`` (NCHW or NHWC), through the view;
+        ``lane`` added on the buffer's last axis (a vector's)."""
+        return gather.through(self.view, self.logical, index, lane)
+
     def lane(self, X, nn, cb, row, col, lane):
         """The read of lane ``lane`` of input block ``cb`` at (``row``, ``col``)."""
         if self.nhwc:
-            return X[nn, row, col, T.min(cb * LANES + lane, self.c - 1)]
-        return X[nn, T.min(cb * LANES + lane, self.c - 1), row, col] if self.plain else X[nn, cb, row, col, lane]
+            return X[self.at((nn, row, col, T.min(cb * LANES + lane, self.c - 1)))]
+        return X[self.at((nn, T.min(cb * LANES + lane, self.c - 1), row, col))] if self.plain else X[nn, cb, row, col, lane]
 
     def lane_guard(self, cb, lane) -> list:
         """The condition that the lane holds a channel, where one is needed (a plain input's last

@@ -30,11 +30,12 @@ class Prologue:
     acc_dtype: str | None = None  # the accumulators' dtype (None: the kernel's dtype)
     tile_scope: str | None = None  # Winograd: the scope of the transformed tiles V and M (None: X's scope)
     depthwise: Epilogue = Epilogue()  # depthwise_pointwise_nchw4c: the depthwise conv's epilogue (no residual)
+    x_view: tuple = ()  # with a plain data_layout: X read through primfuncs.gather steps (a channel slice of a Linear's output)
 
 
 #: The fields each factory reads (any other set field is refused: it would be ignored).
-DIRECT = ("weight_scope", "data_layout", "gate_scope", "norm_eps", "group_norm", "grn_eps", "acc_dtype")
-DEPTHWISE = ("weight_scope", "data_layout", "acc_dtype")
+DIRECT = ("weight_scope", "data_layout", "gate_scope", "norm_eps", "group_norm", "grn_eps", "acc_dtype", "x_view")
+DEPTHWISE = ("weight_scope", "data_layout", "acc_dtype", "x_view")
 FUSED = ("weight_scope", "acc_dtype", "depthwise")
 WINOGRAD = ("weight_scope", "acc_dtype", "tile_scope")
 

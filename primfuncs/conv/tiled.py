@@ -100,7 +100,7 @@ def conv2d_tiled_nchw4c(
         check_scope(gate_scope)
     folds = norm_eps is not None or group_norm is not None
     refused = "a gated conv reads a blocked input" if gated else "a folded norm reads a blocked input" if folds else None
-    layout = InputLayout(geom, data_layout, scope, refused)
+    layout = InputLayout(geom, data_layout, scope, refused, prologue.x_view)
     acc_dtype = check_accumulator(dtype, acc_dtype)
     normed = check_norm(geom, norm_eps, dtype, acc_dtype, "a layer norm and an input gate do not fold into one conv" if gated else None)
     grouped = check_group_norm(geom, group_norm, dtype, acc_dtype, "a group norm and an input gate do not fold into one conv" if gated

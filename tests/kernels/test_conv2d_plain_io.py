@@ -2,7 +2,8 @@
 (``Prologue(data_layout="NHWC")``: tokens ``[N, H * W, C]`` read as their map) and writing Y as a
 plain buffer (``Epilogue(out_layout="NHWC" | "NCHW")``), direct, tiled and depthwise, against the
 float64 NumPy conv. Fresh random inputs, poisoned outputs (every element must be written), C and O
-not multiples of 4, the residual blocked in ``scope``; even seeds run under the bounds sanitizer
+not multiples of 4, the residual blocked in ``scope``; X read as a channel slice of a wider buffer
+through a view (``Prologue.x_view``); even seeds run under the bounds sanitizer
 (the weights and a blocked X or Residual are images in texture scope)."""
 
 from dataclasses import replace
@@ -17,7 +18,8 @@ from helpers.conv import reference_conv2d, reference_epilogue, to_nchw4c, to_oih
 from helpers.numeric import assert_close, rand, sanitized
 from helpers.strategies import SEEDS, conv_case, conv_cases, tiled_configs
 
-from primfuncs import conv
+from primfuncs import conv, gather
+from primfuncs.conv.geometry import InputLayout
 from primfuncs._common import BUFFER, TEXTURE, TEXTURE_WEIGHT
 from primfuncs.conv.prologue import Prologue
 from primfuncs.epilogue import Epilogue
@@ -36,10 +38,22 @@ def _from(y, layout, o):
     return {"NHWC": lambda: y.transpose(0, 3, 1, 2), "NCHW": lambda: y}.get(layout, lambda: from_nchw4c(y, o))()
 
 
-def run_plain_io(device, case, kind, scope, in_layout, out_layout, rng):
+def _in_wider(x_plain, layout, before, after):
+    """(buffer, view): plain ``x_plain`` as the channels ``before .. before + C`` of a buffer with
+    ``after`` more channels (a Linear's output split by channels), and the gather steps reading it."""
+    axis = 3 if layout == "NHWC" else 1
+    pads = [(0, 0)] * 4
+    pads[axis] = (before, after)
+    buffer = np.pad(x_plain, pads, constant_values=np.nan)  # a read outside the slice shows as NaN
+    begin = tuple(before if a == axis else 0 for a in range(4))
+    return buffer, (gather.Affine(buffer.shape, begin, (1, 1, 1, 1)),)
+
+
+def run_plain_io(device, case, kind, scope, in_layout, out_layout, rng, wider=None):
     """Run ``case`` (``kind``: "direct", "tiled" or "depthwise") reading X in ``in_layout`` and
     writing Y in ``out_layout`` (plain ones in buffers, blocked ones, weights and Residual in
-    ``scope``); returns (NCHW out, float64 reference, Y as stored)."""
+    ``scope``); ``wider`` (channels before, after): X read through a view as a channel slice of a
+    wider plain buffer (``Prologue.x_view``). Returns (NCHW out, float64 reference, Y as stored)."""
     x, w = rand(rng, case["data_shape"]), rand(rng, case["weight_shape"])
     geom = conv.conv2d_geometry(x.shape, w.shape, case["strides"], case["padding"], case["dilation"], case["groups"])
     epi = case["epilogue"]
@@ -50,7 +64,10 @@ def run_plain_io(device, case, kind, scope, in_layout, out_layout, rng):
     x_scope = BUFFER if in_layout != "NCHW4c" else scope
     y_scope = BUFFER if out_layout != "NCHW4c" else scope
     weight_scope = TEXTURE_WEIGHT if scope == TEXTURE else BUFFER
-    tensors = [device.array(_plain(x, in_layout), x_scope, "X"), device.array(to_oihw4o(w), weight_scope, "W")]
+    x_stored, x_view = _plain(x, in_layout), ()
+    if wider is not None:
+        x_stored, x_view = _in_wider(x_stored, in_layout, *wider)
+    tensors = [device.array(x_stored, x_scope, "X"), device.array(to_oihw4o(w), weight_scope, "W")]
     if bias is not None:
         tensors.append(device.array(to_nchw4c(bias.reshape(1, -1, 1, 1)).reshape(geom.o4, 4), BUFFER, "Bias"))
     if residual is not None:
@@ -61,7 +78,7 @@ def run_plain_io(device, case, kind, scope, in_layout, out_layout, rng):
     else:
         out = device.array(np.full(epilogue.out_shape(geom.n, geom.o, geom.oh, geom.ow), np.nan, np.float32), BUFFER, "Y")
     tensors.append(out)
-    prologue = Prologue(weight_scope=weight_scope, data_layout=in_layout)
+    prologue = Prologue(weight_scope=weight_scope, data_layout=in_layout, x_view=x_view)
     args = dict(case, epilogue=epilogue, prologue=prologue, scope=x_scope)
     if kind == "depthwise":
         args.pop("groups")
@@ -116,6 +133,42 @@ def test_depthwise_conv_plain_io_matches_numpy(device, scope, case, in_layout, o
     with sanitized(seed):
         got, ref, _ = run_plain_io(device, case, "depthwise", scope, in_layout, out_layout, np.random.default_rng(seed))
     assert_close(got, ref, RTOL)
+
+
+@given(case=conv_cases(depthwise=True), kind=st.sampled_from(["depthwise", "direct", "tiled"]), in_layout=st.sampled_from(["NHWC", "NCHW"]),
+       before=st.integers(0, 9), after=st.integers(0, 6), seed=SEEDS)
+@example(case=conv_case((1, 8, 6, 5), (8, 1, 7, 7), padding=(3, 3, 3, 3), groups=8,
+                        config=conv.ConvConfig(1, 1, (64, 1, 1), register_window=True, flat=True)),
+         kind="depthwise", in_layout="NHWC", before=8, after=0, seed=0)  # MambaOut's: the last 8 of 16 channels, vector reads
+@example(case=conv_case((1, 7, 6, 5), (7, 1, 3, 3), groups=7), kind="depthwise", in_layout="NHWC", before=3, after=2, seed=1)  # scalar
+@example(case=conv_case((1, 6, 5, 4), (6, 1, 3, 3), groups=6), kind="direct", in_layout="NCHW", before=2, after=5, seed=2)
+def test_conv_reads_a_channel_slice_in_place(device, case, kind, in_layout, before, after, seed):
+    """A conv reading its plain input as a channel slice of a wider buffer through ``x_view`` (the
+    buffer's other channels NaN: a read outside the slice poisons the output), depthwise, direct
+    and tiled, NHWC (vector reads where the slice starts at a multiple of 4 in rows of a multiple
+    of 4) and NCHW."""
+    if kind != "depthwise":
+        case = _dense(case)
+        case["config"] = conv.ConvConfig(2, 1, (4, 2, 1), tiled=True, k_chunk=2) if kind == "tiled" else None
+    with sanitized(seed):
+        got, ref, _ = run_plain_io(device, case, "depthwise" if kind == "depthwise" else "direct", BUFFER, in_layout, "NCHW4c",
+                                   np.random.default_rng(seed), wider=(before, after))
+    assert_close(got, ref, RTOL)
+
+
+def test_view_vector_reads_need_aligned_channels():
+    """NHWC reads through a view are one vector per block only where the slice starts at a multiple
+    of 4 in a buffer whose pixels are a multiple of 4 channels; a view with a pad is refused."""
+    geom = conv.conv2d_geometry((1, 8, 4, 4), (8, 1, 3, 3), groups=8)
+
+    def layout(channels, begin):
+        return InputLayout(geom, "NHWC", BUFFER, view=(gather.Affine((1, 4, 4, channels), (0, 0, 0, begin), (1, 1, 1, 1)),))
+
+    assert layout(16, 8).vector and layout(12, 4).vector and layout(8, 0).vector
+    assert not layout(16, 6).vector and not layout(10, 2).vector
+    assert layout(16, 8).shape(geom, 4, 4) == (1, 4, 4, 16)
+    with pytest.raises(ValueError, match="unread"):
+        layout(8, 2)
 
 
 def test_plain_output_keeps_channels_last_order(device):

@@ -109,3 +109,28 @@ def test_pointwise_behind_bias_writes_plain_tokens():
     assert transforms == ["nchw4c_to_nchw"], ops
     assert not any(op.startswith("depthwise_pointwise") for op in ops), ops
     assert len(ops) == 9 and "gather" not in ops, ops  # 12 before an elementwise chain read its movement-op operand in place, 11 before the fold
+
+
+def _gated_conv_mlp_model():
+    """MambaOut's gated CNN block as exported, on a channels-last map: Linear -> Split along the
+    channels into a gate, an identity part and a conv part -> the conv part permuted to NCHW, a 7x7
+    depthwise conv, permuted back -> gelu(gate) * concat(identity, conv) -> Linear."""
+    hidden, conv_c = 8, 4  # the split parts: the gate 8, the identity 4, the conv 4 channels of 16
+    nodes = [node("MatMul", ["x", "w1"], ["h"]), node("Split", ["h", "parts"], ["g", "i", "c"], axis=-1),
+             node("Transpose", ["c"], ["c_nchw"], perm=[0, 3, 1, 2]),
+             node("Conv", ["c_nchw", "wdw"], ["cd"], pads=[3, 3, 3, 3], group=conv_c, kernel_shape=[7, 7]),
+             node("Transpose", ["cd"], ["c_nhwc"], perm=[0, 2, 3, 1]), node("Concat", ["i", "c_nhwc"], ["ic"], axis=-1),
+             node("Sigmoid", ["g"], ["gs"]), node("Mul", ["g", "gs"], ["ga"]), node("Mul", ["ga", "ic"], ["m"]),
+             node("MatMul", ["m", "w2"], ["y"])]
+    inits = [f32("w1", (C, 2 * hidden)), i64("parts", [hidden, hidden - conv_c, conv_c]), f32("wdw", (conv_c, 1, 7, 7), scale=0.3),
+             f32("w2", (hidden, C))]
+    return make(nodes, [tensor("x", [N, H, W, C])], [tensor("y", [N, H, W, C])], inits, opset=17)
+
+
+def test_depthwise_conv_reads_its_channel_slice_in_place():
+    """MambaOut's depthwise conv reads its channels of the Linear's output in place (``x_view``: a
+    channel slice of the channels-last buffer, ``map_boundary.plain_input(views=True)``): no gather
+    kernel before it, no layout transform; the block matches onnxruntime."""
+    ops, transforms = run_all_ours(_gated_conv_mlp_model(), 6, (N, H, W, C), profile=PROFILE)
+    assert not transforms and not [op for op in ops if op.startswith(("gather", "slice", "split"))], ops
+    assert any(op.startswith("depthwise_conv2d") for op in ops), ops

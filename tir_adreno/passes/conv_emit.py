@@ -216,7 +216,7 @@ def emit_conv2d(rw: Rewriter, node: Node, x: Value, gate: Value | None = None, i
     epilogue = tail.epilogue
     # At the boundary with plain tensors (a model's input, tokens) the conv reads and writes them in
     # place: no layout kernel (passes.map_boundary decides from the graph, the strategy whether it can).
-    plain_in = plain_input(rw, node) if x.layout == "NCHW" else None
+    plain_in = plain_input(rw, node, views=True) if x.layout == "NCHW" else None
     plain_out = token_output(rw, tail.last.var, geom.out_shape, tail.layout)
     patch = None if gate is not None or input_shift is not None or norm is not None or grn is not None else \
         patch_gemm_operands(rw, geom, tail, plain_in, plain_out)
@@ -258,7 +258,7 @@ def _plain_plan(plan, plain_in, plain_out):
     or else one (``strategy.conv.plain_io_plan``); (None, None, None) where neither."""
     for data, out in ((plain_in, plain_out), (plain_in, None), (None, plain_out)):
         if data is not None or out is not None:
-            found = strategy.plain_io_plan(plan, data and data[0], out and out.layout)
+            found = strategy.plain_io_plan(plan, data and data[0], out and out.layout, x_view=data[3] if data else ())
             if found is not None:
                 return found, data, out
     return None, None, None

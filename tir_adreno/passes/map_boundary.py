@@ -27,7 +27,9 @@ from dataclasses import dataclass
 
 from tvm import relax
 
-from tir_adreno.passes import channel_groups
+from primfuncs.gather import view_buffer
+
+from tir_adreno.passes import channel_groups, movement
 from tir_adreno.passes.graph import SWAP_TOKENS, TO_NCHW, TO_NHWC, Node, const, dtype, ints_of, permute_axes, same, static_shape
 from tir_adreno.passes.layout_plan import FLEXIBLE
 from tir_adreno.passes.rewriter import Rewriter, Value
@@ -330,14 +332,16 @@ def _plain_expr(rw: Rewriter, var):
     return rw.exprs.get(var)
 
 
-def plain_input(rw: Rewriter, node: Node) -> tuple[str, relax.Expr, tuple | None] | None:
-    """(data layout, plain expression, the map shape to view it in or None) when conv ``node`` can
-    read its input in place: tokens ``[N, H * W, C]`` through ``permute(0, 2, 1)`` + ``reshape`` (or
-    channels-last ``[N, H, W, C]`` through ``permute(0, 3, 1, 2)``): "NHWC"; a reshape of any plain
-    tensor, or a plain NCHW tensor (a model's input): "NCHW". The conv must be the views' only
-    reader (others would pack the map anyway), or read a plain NCHW value beside the plain readers
-    it was written for (:func:`_shared_input`); else None. Nothing is emitted here
-    (:func:`plain_input_expr` does, once the strategy agrees)."""
+def plain_input(rw: Rewriter, node: Node, views: bool = False) -> tuple[str, relax.Expr, tuple | None, tuple] | None:
+    """(data layout, plain expression, the map shape to view it in or None, gather steps) when conv
+    ``node`` can read its input in place: tokens ``[N, H * W, C]`` through ``permute(0, 2, 1)`` +
+    ``reshape`` (or channels-last ``[N, H, W, C]`` through ``permute(0, 3, 1, 2)``): "NHWC"; a
+    reshape of any plain tensor, or a plain NCHW tensor (a model's input): "NCHW". With ``views``
+    (the kernel takes ``x_view``), that NHWC or NCHW tensor may itself be movement ops that only it
+    reads of a plain tensor (a channel slice of a Linear's output: ``movement.read_through``), read
+    through the steps. The conv must be the views' only reader (others would pack the map anyway),
+    or read a plain NCHW value beside the plain readers it was written for (:func:`_shared_input`);
+    else None. Nothing is emitted here (:func:`plain_input_expr` does, once the strategy agrees)."""
     var = node.args[0]
     nchw = static_shape(var)
     if not (rw.fuses and rw.allow_buffer) or nchw is None or len(nchw) != 4:
@@ -346,19 +350,42 @@ def plain_input(rw: Rewriter, node: Node) -> tuple[str, relax.Expr, tuple | None
     if v is not None and v.blocked:
         return None
     if rw.graph.sole_user(var) is not node:
-        return _shared_input(rw, node, v)
+        found = _shared_input(rw, node, v)
+        return None if found is None else (*found, ())
     n, c, h, w = nchw
     src = rw.graph.by_var.get(var)
-    if permute_axes(src) == TO_NCHW and _plain_expr(rw, src.args[0]) is not None:
-        return "NHWC", _plain_expr(rw, src.args[0]), None
+    if permute_axes(src) == TO_NCHW:
+        viewed = _viewed(rw, src.args[0], (n, h, w, c)) if views else None
+        if viewed is not None:
+            return ("NHWC", *viewed)
+        if _plain_expr(rw, src.args[0]) is not None:
+            return "NHWC", _plain_expr(rw, src.args[0]), None, ()
+    found = _stored_input(rw, node, var, src, nchw)
+    viewed = _viewed(rw, var, nchw) if views and found is None else None
+    return ("NCHW", *viewed) if viewed is not None else found
+
+
+def _viewed(rw: Rewriter, var, shape) -> tuple | None:
+    """(plain expression of the root, None, steps) when ``var`` is movement ops that only it reads of
+    a plain float32 tensor (``movement.read_through``) and more than reshapes (those the map shape
+    of :func:`_stored_input` reads), else None."""
+    root, steps = movement.read_through(rw, var, shape)
+    steps = view_buffer(shape, steps)[0]
+    expr = _plain_expr(rw, root) if steps else None
+    return None if expr is None else (expr, None, steps)
+
+
+def _stored_input(rw: Rewriter, node: Node, var, src, nchw) -> tuple | None:
+    """:func:`plain_input`'s reads of a tensor as stored: tokens through their views, a reshape, a plain NCHW value."""
+    n, c, h, w = nchw
     inner = rw.graph.by_var.get(src.args[0]) if src is not None and src.op == "relax.reshape" else None
     if (permute_axes(inner) == SWAP_TOKENS and rw.graph.sole_user(inner.var) is src
             and static_shape(inner.args[0]) == (n, h * w, c) and _plain_expr(rw, inner.args[0]) is not None):
-        return "NHWC", _plain_expr(rw, inner.args[0]), (n, h, w, c)
+        return "NHWC", _plain_expr(rw, inner.args[0]), (n, h, w, c), ()
     if src is not None and src.op == "relax.reshape" and _plain_expr(rw, src.args[0]) is not None:
-        return "NCHW", _plain_expr(rw, src.args[0]), (n, c, h, w)
+        return "NCHW", _plain_expr(rw, src.args[0]), (n, c, h, w), ()
     x = rw.activation(var)
-    return ("NCHW", x.plain, None) if x is not None and rw.reads_plain(x, node) else None
+    return ("NCHW", x.plain, None, ()) if x is not None and rw.reads_plain(x, node) else None
 
 
 def _shared_input(rw: Rewriter, node: Node, v: Value | None) -> tuple | None:
@@ -397,5 +424,5 @@ def _adds_to_map(node: Node, var) -> bool:
 
 def plain_input_expr(rw: Rewriter, found: tuple) -> relax.Expr:
     """The kernel argument of a :func:`plain_input` result: the plain tensor, viewed as its map."""
-    _, expr, shape = found
+    _, expr, shape, _ = found
     return expr if shape is None else rw.bb.emit(relax.op.memory.view(expr, relax.ShapeExpr(list(shape))))

@@ -75,7 +75,9 @@ def patch_gemm_operands(rw: Rewriter, geom: ConvGeometry, tail, plain_in, plain_
         return None
     if not (strategy.patch_as_gemm(rw.profile) and is_patchify(geom)):
         return None
-    data_layout, expr, _ = plain_in
+    data_layout, expr, _, view = plain_in
+    if view:  # a patchify GEMM reads its input as stored
+        return None
     stored = static_shape(expr)
     if stored is None or int(np.prod(stored)) != geom.n * geom.c * geom.h * geom.w:
         return None

@@ -32,6 +32,7 @@ from primfuncs.conv.norm import GroupNormFold, group_norm_refusal, norm_foldable
 from primfuncs.conv.prologue import Prologue
 from primfuncs.conv.winograd_math import winograd_weight_transform
 from primfuncs.epilogue import Epilogue
+from primfuncs.gather import view_buffer
 
 from tir_adreno.runtime import texture
 from tir_adreno.strategy import defaults
@@ -212,25 +213,26 @@ def direct_conv2d(geometry: ConvGeometry, epilogue: Epilogue = Epilogue(), dtype
                   config: ConvConfig | None = None, scope: str = TEXTURE, weight_scope: str | None = None,
                   out_scope: str | None = None, residual_scope: str | None = None, acc_dtype: str | None = None,
                   gate_scope: str | None = None, data_layout: str = "NCHW4c", norm_eps: float | None = None,
-                  group_norm: GroupNormFold | None = None, grn_eps: float | None = None):
+                  group_norm: GroupNormFold | None = None, grn_eps: float | None = None, x_view: tuple = ()):
     """The direct conv PrimFunc of ``geometry``: the depthwise kernel for ``groups == C``, else the
     general one (the config sweep in ``benchmarks/conv_configs.py`` calls this with every config);
     ``gate_scope``: with an input gate, ``data_layout`` "NCHW" / "NHWC": X a plain buffer, ``norm_eps``: a
     layer norm over X's channels folded in, ``group_norm``: a group norm of X folded in (the tiled
-    kernel; ``primfuncs.conv.conv2d_nchw4c``), ``grn_eps``: GRN's scale folded in, its sums in the gate's place."""
+    kernel; ``primfuncs.conv.conv2d_nchw4c``), ``grn_eps``: GRN's scale folded in, its sums in the gate's place,
+    ``x_view``: a plain X read through gather steps."""
     g = geometry
     attrs = dict(strides=g.strides, padding=g.padding, dilation=g.dilation, dtype=dtype, config=config, scope=scope,
                  epilogue=replace(epilogue, out_scope=out_scope, residual_scope=residual_scope))
     if g.is_depthwise and gate_scope is None and norm_eps is None and group_norm is None:
         return _conv.depthwise_conv2d_nchw4c((g.n, g.c, g.h, g.w), (g.o, g.cg, g.kh, g.kw), **attrs,
                                              prologue=Prologue(weight_scope=weight_scope, acc_dtype=acc_dtype,
-                                                               data_layout=data_layout))
-    prologue = Prologue(weight_scope, data_layout, gate_scope, norm_eps, group_norm, grn_eps, acc_dtype)
+                                                               data_layout=data_layout, x_view=x_view))
+    prologue = Prologue(weight_scope, data_layout, gate_scope, norm_eps, group_norm, grn_eps, acc_dtype, x_view=x_view)
     return _conv.conv2d_nchw4c((g.n, g.c, g.h, g.w), (g.o, g.cg, g.kh, g.kw), groups=g.groups, prologue=prologue, **attrs)
 
 
 def plain_io_plan(plan: ConvPlan, data_layout: str | None = None, out_layout: str | None = None,
-                  residual_layout: str | None = None) -> ConvPlan | None:
+                  residual_layout: str | None = None, x_view: tuple = ()) -> ConvPlan | None:
     """``plan`` reading X as a plain buffer in ``data_layout`` ("NCHW": a model's input read by its
     first conv; "NHWC": tokens ``[N, H * W, C]`` read as their map) and/or writing Y as a plain
     buffer in ``out_layout`` ("NHWC": tokens; "NCHW"), so no layout kernel runs on that side (None:
@@ -240,7 +242,9 @@ def plain_io_plan(plan: ConvPlan, data_layout: str | None = None, out_layout: st
     norm-folding convs reading X plain (a gated one or one folding a layer norm writes Y plain:
     TinyViT's qkv Linear for its attention's GEMMs), half kernels (a plain tensor is float32). ``residual_layout`` ("NHWC",
     "NCHW"): the residual read from a plain buffer in that layout (``Epilogue.residual_layout``: a
-    map held plain added where it is; direct and tiled kernels, gated or norm-folding too, O a multiple of 4)."""
+    map held plain added where it is; direct and tiled kernels, gated or norm-folding too, O a multiple of 4).
+    ``x_view`` (with ``data_layout``): X read through ``primfuncs.gather`` steps from that layout's
+    tensor to the buffer (a channel slice of a Linear's output, MambaOut's), X's tensor plan the buffer's."""
     (factory, kwargs), = plan.stages
     g = plan.geometry
     if plan.algorithm != "direct" or plan.dtype != "float32" or (g.groups != 1 and not g.is_depthwise):
@@ -252,8 +256,9 @@ def plain_io_plan(plan: ConvPlan, data_layout: str | None = None, out_layout: st
         return None
     tensors, kwargs, epilogue = dict((t.name, t) for t in plan.tensors), dict(kwargs), plan.epilogue
     if data_layout is not None:
-        tensors["X"] = TensorPlan("X", (g.n, g.h, g.w, g.c) if data_layout == "NHWC" else (g.n, g.c, g.h, g.w), BUFFER)
-        kwargs.update(scope=BUFFER, data_layout=data_layout)
+        logical = (g.n, g.h, g.w, g.c) if data_layout == "NHWC" else (g.n, g.c, g.h, g.w)
+        tensors["X"] = TensorPlan("X", view_buffer(logical, x_view)[1], BUFFER)
+        kwargs.update(scope=BUFFER, data_layout=data_layout, **({"x_view": tuple(x_view)} if x_view else {}))
     if out_layout is not None:
         epilogue = replace(epilogue, out_layout=out_layout)
         tensors["Y"] = TensorPlan("Y", epilogue.out_shape(g.n, g.o, g.oh, g.ow), BUFFER)
