@@ -360,9 +360,12 @@ def plain_input(rw: Rewriter, node: Node, views: bool = False) -> tuple[str, rel
             return ("NHWC", *viewed)
         if _plain_expr(rw, src.args[0]) is not None:
             return "NHWC", _plain_expr(rw, src.args[0]), None, ()
-    found = _stored_input(rw, node, var, src, nchw)
+    found = _stored_input(rw, var, src, nchw)
     viewed = _viewed(rw, var, nchw) if views and found is None else None
-    return ("NCHW", *viewed) if viewed is not None else found
+    if viewed is not None:  # before a plain value the movement ops would be gathered into
+        return ("NCHW", *viewed)
+    x = rw.activation(var) if found is None else None
+    return ("NCHW", x.plain, None, ()) if x is not None and rw.reads_plain(x, node) else found
 
 
 def _viewed(rw: Rewriter, var, shape) -> tuple | None:
@@ -375,8 +378,8 @@ def _viewed(rw: Rewriter, var, shape) -> tuple | None:
     return None if expr is None else (expr, None, steps)
 
 
-def _stored_input(rw: Rewriter, node: Node, var, src, nchw) -> tuple | None:
-    """:func:`plain_input`'s reads of a tensor as stored: tokens through their views, a reshape, a plain NCHW value."""
+def _stored_input(rw: Rewriter, var, src, nchw) -> tuple | None:
+    """:func:`plain_input`'s reads of a tensor as stored through reshapes: tokens seen as their map, a reshape of a plain tensor."""
     n, c, h, w = nchw
     inner = rw.graph.by_var.get(src.args[0]) if src is not None and src.op == "relax.reshape" else None
     if (permute_axes(inner) == SWAP_TOKENS and rw.graph.sole_user(inner.var) is src
@@ -384,8 +387,7 @@ def _stored_input(rw: Rewriter, node: Node, var, src, nchw) -> tuple | None:
         return "NHWC", _plain_expr(rw, inner.args[0]), (n, h, w, c), ()
     if src is not None and src.op == "relax.reshape" and _plain_expr(rw, src.args[0]) is not None:
         return "NCHW", _plain_expr(rw, src.args[0]), (n, c, h, w), ()
-    x = rw.activation(var)
-    return ("NCHW", x.plain, None, ()) if x is not None and rw.reads_plain(x, node) else None
+    return None
 
 
 def _shared_input(rw: Rewriter, node: Node, v: Value | None) -> tuple | None:
