@@ -493,7 +493,7 @@ MUTANTS = (
     Mutant(
         "shared_input_packed",
         "a conv reading a plain NCHW value beside the token views it was written for packs it instead of reading it in place",
-        (("        return _shared_input(rw, node, v)\n", "        return None\n"),),
+        (("        found = _shared_input(rw, node, v)\n", "        found = None\n"),),
         ("tests/passes/test_map_boundary_either.py",),
     ),
     Mutant(
