@@ -32,6 +32,10 @@ class Prologue:
     depthwise: Epilogue = Epilogue()  # depthwise_pointwise_nchw4c: the depthwise conv's epilogue (no residual)
     x_view: tuple = ()  # with a plain data_layout: X read through primfuncs.gather steps (a channel slice of a Linear's output)
 
+    def __post_init__(self):
+        # a prologue rebuilt from a saved plan's JSON has lists where it had tuples
+        object.__setattr__(self, "x_view", tuple(self.x_view or ()))
+
 
 #: The fields each factory reads (any other set field is refused: it would be ignored).
 DIRECT = ("weight_scope", "data_layout", "gate_scope", "norm_eps", "group_norm", "grn_eps", "acc_dtype", "x_view")
