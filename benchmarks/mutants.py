@@ -191,6 +191,13 @@ MUTANTS = (
         ("tests/passes/test_map_boundary_h200.py::test_depthwise_conv_reads_its_channel_slice_in_place",),
     ),
     Mutant(
+        "group_norm_stats_read_shared",
+        "the tiled conv's folded group norm reads its statistics from local memory while staging (a barrier inside a partial round)",
+        (("load_inputs(X, Gate, gr, scales, xs, px, gp, bz, bx, r * split + tz, ty * gx + tx, tz)",
+          "load_inputs(X, Gate, gs, scales, xs, px, gp, bz, bx, r * split + tz, ty * gx + tx, tz)"),),
+        ("tests/kernels/test_conv2d_group_norm.py::test_group_norm_conv_matches_numpy",),
+    ),
+    Mutant(
         "float16_accumulation_threshold_raised",
         "float16: convs accumulate in float32 only above K = 4096 instead of K = 32 (docs/precision.md's rule)",
         (("FLOAT_ACCUMULATION_MIN_K = 32\n", "FLOAT_ACCUMULATION_MIN_K = 4096\n"),),

@@ -192,7 +192,7 @@ def conv2d_tiled_nchw4c(
                                      win.clamp_col(x_col(tile, step, rnd * threads + item)), lane]
                     for lane in T.unroll(4):
                         px[lane] = px[lane] - gp[0]
-                if grouped:  # (x - mean) / std of the block's group (gs: the work group's folded statistics)
+                if grouped:  # (x - mean) / std of the block's group (gs: the work group's folded statistics, in registers)
                     for lane in T.unroll(4):
                         px[lane] = (px[lane] - gs[x_block(step, rnd * threads + item) // group_blocks * 2]) * gs[
                             x_block(step, rnd * threads + item) // group_blocks * 2 + 1]
@@ -393,11 +393,18 @@ def conv2d_tiled_nchw4c(
                                         tmp = T.sblock_alloc_buffer((4,), dtype, scope="local")
                                         px = T.sblock_alloc_buffer((4,), dtype, scope="local")
                                         gp = T.sblock_alloc_buffer((4,), dtype, scope="local")
+                                        # the folded statistics in registers, read once by every item: staged
+                                        # reads of the shared copy inside a partial round's guard made TVM put a
+                                        # barrier there, which only some items reach (UB: PoCL crashed)
+                                        gr = T.sblock_alloc_buffer((ngroups * 2,), "float32", scope="local")
+                                        if grouped:
+                                            for i in T.unroll(ngroups * 2):
+                                                gr[i] = gs[i]
                                         for k in T.unroll(acc_rows):
                                             for lane in T.unroll(4):
                                                 acc[k, lane] = acc_zero
                                         for r in T.serial(rounds):
-                                            load_inputs(X, Gate, gs, scales, xs, px, gp, bz, bx, r * split + tz, ty * gx + tx, tz)
+                                            load_inputs(X, Gate, gr, scales, xs, px, gp, bz, bx, r * split + tz, ty * gx + tx, tz)
                                             load_weights(W, ws, px, by, r * split + tz, ty * gx + tx, tz)
                                             multiply_tiles(xs, ws, xr, wr, acc, tx, ty, tz)
                                         if split > 1:  # slices 1.. hand their sums to slice 0
