@@ -199,6 +199,15 @@ def view_buffer(shape, view) -> tuple:
     return steps, source_shape(Source(0, steps), shape)
 
 
+def read_view(shape, view, what: str) -> tuple:
+    """:func:`view_buffer` of a tensor of ``shape`` a kernel reads through ``view``; ValueError naming
+    ``what`` for a view that leaves elements unread (a pad: there is no value to read there)."""
+    steps, buffer = view_buffer(shape, view)
+    if steps and not covers_all(Source(0, steps), shape):
+        raise ValueError(f"{what} {steps} leaves elements of {shape} unread (a pad)")
+    return steps, buffer
+
+
 def through(view, shape, index, lane=None):
     """``index`` into ``shape`` read through ``view`` (None: as stored), plus ``lane`` on the last
     axis (None: nothing added). A vector's lanes are added after the map: a view that keeps the

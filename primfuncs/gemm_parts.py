@@ -179,9 +179,7 @@ def views(geom: GemmGeometry, a_view, b_view, scope):
     for name, shape, view in (("a_view", geom.a_shape, a_view), ("b_view", geom.b_shape, b_view)):
         if view and scope == TEXTURE:
             raise ValueError(f"gemm in texture placement reads its operands as stored: {name} needs buffers")
-        if view and not gather.covers_all(gather.Source(0, tuple(view)), shape):
-            raise ValueError(f"gemm {name} {view} leaves elements of the operand {shape} unread")
-        out.append(view_buffer(shape, view))
+        out.append(gather.read_view(shape, view, f"gemm {name}"))
     return out
 
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from tvm.script import tirx as T
 
 from ._common import ceildiv, check_dtype, check_epsilon, maximum, minimum, select_params, unravel
-from .gather import Source, check_sources, covers_all, through, view_buffer
+from .gather import read_view, through
 from .epilogue import Epilogue, expression
 
 #: Reductions :func:`reduce` computes.
@@ -112,13 +112,8 @@ def x_buffer(shape, x_view) -> tuple:
     """(steps, buffer shape) of a row kernel's input ``X`` of ``shape`` read through ``x_view``
     (``primfuncs.gather`` steps from ``shape`` to the buffer: a slice, a transpose, a split part of
     another tensor read in place, so no gather kernel runs before the row kernel; None: as stored);
-    ValueError for steps that do not fit ``shape``."""
-    steps, buffer = view_buffer(shape, x_view)
-    if steps:
-        check_sources([buffer], shape, [Source(0, steps)])
-        if not covers_all(Source(0, steps), shape):
-            raise ValueError(f"x_view {steps} leaves elements of the input {shape} unread (a pad)")
-    return steps, buffer
+    ValueError for steps that do not fit ``shape`` or leave elements unread (``gather.read_view``)."""
+    return read_view(shape, x_view, "x_view")
 
 
 class _Tree:

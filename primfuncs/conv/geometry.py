@@ -241,11 +241,9 @@ class InputLayout:
             raise ValueError(f"data_layout must be one of {DATA_LAYOUTS}, got {data_layout!r}")
         self.plain, self.nhwc, self.c = data_layout != "NCHW4c", data_layout == "NHWC", geom.c
         self.logical = (geom.n, geom.h, geom.w, geom.c) if self.nhwc else (geom.n, geom.c, geom.h, geom.w)
-        self.view, self.buffer = gather.view_buffer(self.logical, view)
+        self.view, self.buffer = gather.read_view(self.logical, view, "x_view")
         if self.view and not self.plain:
             raise ValueError(f"x_view reads a plain input (data_layout 'NCHW' or 'NHWC'), got data_layout={data_layout!r}")
-        if self.view and not gather.covers_all(gather.Source(0, self.view), self.logical):
-            raise ValueError(f"x_view {self.view} leaves elements of the input {self.logical} unread (a pad)")
         # NHWC with whole blocks: a block's 4 channels are adjacent and 16-byte aligned, one vector read
         # (through a view: where it keeps the channels contiguous, at a multiple of 4 in a buffer whose rows are)
         self.vector = self.nhwc and geom.c % LANES == 0 and (not self.view or _aligned_channels(self.view, self.logical, self.buffer))
