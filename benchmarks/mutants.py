@@ -191,6 +191,32 @@ MUTANTS = (
         ("tests/passes/test_map_boundary_h200.py::test_depthwise_conv_reads_its_channel_slice_in_place",),
     ),
     Mutant(
+        "channel_window_offset_dropped",
+        "a slice of whole channel blocks read in place (EfficientViT's head chunks) reads the map's first blocks",
+        (("    return x, (gather.Affine(x.shape5, (0, begin // 4, 0, 0, 0), (1,) * 5),)",
+          "    return x, (gather.Affine(x.shape5, (0, 0, 0, 0, 0), (1,) * 5),)"),),
+        ("tests/passes/test_channel_windows.py",),
+    ),
+    Mutant(
+        "channel_window_partial_blocks",
+        "a channel slice ending inside a 4-lane block (not at the map's last channel) is read in place too: its padded lanes hold the next channels",
+        (("    if begin % 4 or ((end - begin) % 4 and end != x.channels):", "    if begin % 4:"),),
+        ("tests/passes/test_channel_windows.py",),
+    ),
+    Mutant(
+        "binary_view_dropped",
+        "a binary op reading A as a channel window of a wider map reads the map's first blocks",
+        (("            x[lane] = A[gather.through(a_view, shape, (vz // c4, vz % c4, vh, vw, 0), lane)]",
+          "            x[lane] = A[gather.through((), shape, (vz // c4, vz % c4, vh, vw, 0), lane)]"),),
+        ("tests/kernels/test_elementwise.py::test_binary_reads_channel_windows_in_place",),
+    ),
+    Mutant(
+        "token_tail_stays_nchw",
+        "a conv's tail through the views to tokens keeps the map's layout, so XCiT's gamma and residual on its tokens run as kernels after it",
+        (('    tail.layout, tail.tokens_of = "NHWC", (n, c, h, w)', "    tail.tokens_of = (n, c, h, w)"),),
+        ("tests/passes/test_token_tail.py",),
+    ),
+    Mutant(
         "group_norm_stats_read_shared",
         "the tiled conv's folded group norm reads its statistics from local memory while staging (a barrier inside a partial round)",
         (("load_inputs(X, Gate, gr, scales, xs, px, gp, bz, bx, r * split + tz, ty * gx + tx, tz)",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from tvm.script import tirx as T
 
+from . import gather
 from ._common import BUFFER, LANES, TEXTURE, check_channels, check_dtype, check_scope, clamp, load_pixel, pixel_grid, pixel_launch, select_params, store_pixel
 from .epilogue import ACTIVATIONS, activate
 
@@ -27,13 +28,23 @@ def _check_nchw4c(shape):
     return shape
 
 
+def _blocked_view(shape, view, what: str) -> tuple:
+    """``gather.read_view`` of an NCHW4c tensor of ``shape``: (steps, the buffer's shape);
+    ValueError for a view that moves a pixel's 4 lanes apart (they are read as one vector)."""
+    steps, buffer = gather.read_view(shape, view, what)
+    if steps and not gather.contiguous_last_axis(gather.Source(0, steps), shape):
+        raise ValueError(f"{what} {steps} moves a pixel's 4 lanes apart")
+    return steps, buffer
+
+
 def _clamp_fn(dtype, lo, hi):
     lo_v = None if lo is None else T.FloatImm(dtype, float(lo))
     hi_v = None if hi is None else T.FloatImm(dtype, float(hi))
     return lambda x: clamp(x, lo_v, hi_v)  # NaN stays NaN (np.clip), unlike fmax/fmin
 
 
-def _pixelwise(shape, name: str, fn, second, dtype: str, scope: str, out_scope: str | None = None, channels: int | None = None):
+def _pixelwise(shape, name: str, fn, second, dtype: str, scope: str, out_scope: str | None = None, channels: int | None = None,
+               views: tuple = ((), ())):
     """``C = fn(A, ...)`` lane by lane, one work item per pixel.
 
     ``second`` picks the other inputs: None (unary), ``"tensor"`` (``B`` an NCHW4c
@@ -46,6 +57,9 @@ def _pixelwise(shape, name: str, fn, second, dtype: str, scope: str, out_scope: 
     :func:`select_params` drops the inputs a variant never reads.
     ``C`` lives in ``out_scope`` (default: ``scope``). ``channels``: write the padded lanes of
     the last block (channels ``>= channels``) as 0 whatever ``fn`` gives there (``0 / 0``).
+    ``views``: ``A`` and a ``"tensor"`` ``B`` read through :mod:`primfuncs.gather` steps from their
+    NCHW4c shape to the buffer's (a channel window of a wider map: its slice read in place); a
+    step must keep a pixel's 4 lanes together.
     """
     n, c4, h, w, _ = _check_nchw4c(shape)
     check_dtype(dtype)
@@ -60,6 +74,10 @@ def _pixelwise(shape, name: str, fn, second, dtype: str, scope: str, out_scope: 
     g = pixel_grid(n * c4, h, w)
     bh, bw = (1, 1) if second == "channel" else (h, w)
     b_shape, b_scope = ((n, channels, h, w), BUFFER) if second == "plain" else ((n, c4, bh, bw, 4), scope)
+    if views[1] and second != "tensor":
+        raise ValueError(f"b_view reads a blocked B of A's shape, not a {second!r} operand")
+    a_view, a_shape = _blocked_view(shape, views[0], "a_view")
+    b_view, b_shape = _blocked_view(shape, views[1], "b_view") if second == "tensor" else ((), b_shape)
 
     launch = pixel_launch()
 
@@ -68,9 +86,11 @@ def _pixelwise(shape, name: str, fn, second, dtype: str, scope: str, out_scope: 
         x = T.sblock_alloc_buffer((4,), dtype, scope="local")
         y = T.sblock_alloc_buffer((4,), dtype, scope="local")
         s = T.sblock_alloc_buffer((4,), dtype, scope="local")
-        load_pixel(x, A, vz // c4, vz % c4, vh, vw)
+        for lane in T.vectorized(4):
+            x[lane] = A[gather.through(a_view, shape, (vz // c4, vz % c4, vh, vw, 0), lane)]
         if second == "tensor":
-            load_pixel(y, B, vz // c4, vz % c4, vh, vw)
+            for lane in T.vectorized(4):
+                y[lane] = B[gather.through(b_view, shape, (vz // c4, vz % c4, vh, vw, 0), lane)]
         if second == "channel":
             load_pixel(y, B, vz // c4, vz % c4, 0, 0)
         if second == "plain":
@@ -96,7 +116,7 @@ def _pixelwise(shape, name: str, fn, second, dtype: str, scope: str, out_scope: 
     @T.prim_func(s_tir=True)
     def func(a: T.handle, b: T.handle, scale: T.handle, bias: T.handle, c: T.handle):
         T.func_attr({"global_symbol": name, "tirx.noalias": True})
-        A = T.match_buffer(a, (n, c4, h, w, 4), dtype, scope=scope)
+        A = T.match_buffer(a, a_shape, dtype, scope=scope)
         B = T.match_buffer(b, b_shape, dtype, scope=b_scope)
         Scale = T.match_buffer(scale, (c4, 4), dtype, scope=BUFFER)
         Bias = T.match_buffer(bias, (c4, 4), dtype, scope=BUFFER)
@@ -136,7 +156,7 @@ def relu6(shape, dtype: str = "float32", scope: str = TEXTURE):
 
 
 def binary(shape, op: str, dtype: str = "float32", scope: str = TEXTURE, broadcast_channels: bool = False,
-           channels: int | None = None, plain_b: bool = False):
+           channels: int | None = None, plain_b: bool = False, a_view: tuple = (), b_view: tuple = ()):
     """``C = A op B`` for two NCHW4c tensors of the same shape; ``op`` in :data:`BINARY_OPS`.
 
     ``broadcast_channels``: ``B`` is ``(N, C/4, 1, 1, 4)``, one value per channel
@@ -147,18 +167,22 @@ def binary(shape, op: str, dtype: str = "float32", scope: str = TEXTURE, broadca
     written as 0.
     ``plain_b``: ``B`` is the plain ``(N, channels, H, W)`` buffer of such a tensor (a GEMM's result
     seen as a map, EfficientViT's head output added to the next head's input): read in place, so
-    no layout kernel packs it first; needs ``channels``."""
+    no layout kernel packs it first; needs ``channels``.
+    ``a_view``, ``b_view``: ``A`` (``B``, a whole blocked tensor) read through :mod:`primfuncs.gather`
+    steps from the NCHW4c shape to its buffer's, 4 lanes kept together: a slice of whole channel
+    blocks of a wider map read in place (EfficientViT's cascaded heads: ``x.chunk(h)[i] + out``)."""
     if op not in BINARY_OPS:
         raise ValueError(f"unknown binary op {op!r}; expected one of {sorted(BINARY_OPS)}")
     if (op == "divide" or plain_b) and channels is None:
         raise ValueError(f"binary {op!r} needs channels (the padded lanes are written as 0, not 0 / 0; a plain B's extent)")
     if plain_b and broadcast_channels:
         raise ValueError("a plain B is a whole tensor, not a per-channel vector")
+    views = (tuple(a_view), tuple(b_view))
     if plain_b:
-        return _pixelwise(shape, f"{op}_plain", BINARY_OPS[op], "plain", dtype, scope, channels=channels)
+        return _pixelwise(shape, f"{op}_plain", BINARY_OPS[op], "plain", dtype, scope, channels=channels, views=views)
     if broadcast_channels:
-        return _pixelwise(shape, f"{op}_channels", BINARY_OPS[op], "channel", dtype, scope, channels=channels)
-    return _pixelwise(shape, op, BINARY_OPS[op], "tensor", dtype, scope, channels=channels)
+        return _pixelwise(shape, f"{op}_channels", BINARY_OPS[op], "channel", dtype, scope, channels=channels, views=views)
+    return _pixelwise(shape, op, BINARY_OPS[op], "tensor", dtype, scope, channels=channels, views=views)
 
 
 def add(shape, dtype: str = "float32", scope: str = TEXTURE):

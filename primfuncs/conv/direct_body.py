@@ -35,7 +35,7 @@ def input_macros(k):
                 xp[i, lane] = layout.lane(X, nn, cb, win.clamp_row(ih), win.clamp_col(iw), lane)
         else:
             for lane in T.vectorized(4):
-                xp[i, lane] = X[nn, cb, win.clamp_row(ih), win.clamp_col(iw), lane]
+                xp[i, lane] = layout.block(X, nn, cb, win.clamp_row(ih), win.clamp_col(iw), lane)
         for lane in T.unroll(4):
             xp[i, lane] = T.Select(all_of([win.inside(ih, iw), *layout.lane_guard(cb, lane)]), xp[i, lane], zero)
 

@@ -234,16 +234,20 @@ class InputLayout:
     """How the kernels of ``geom`` read input lane ``lane`` of block ``cb``: one vector read of a
     blocked pixel, or (``data_layout`` "NCHW" or "NHWC", a buffer) channel ``cb * 4 + lane`` of a
     plain input, clamped to the last channel and zeroed past it (:meth:`lane_guard`). ``refused``:
-    why the kernel cannot read a plain input (None: it can)."""
+    why the kernel cannot read a plain input (None: it can). ``view``: X read through
+    :mod:`primfuncs.gather` steps from its logical shape (blocked ``[N, C/4, H, W, 4]`` or plain) to
+    the buffer's: a channel slice of a Linear's plain output, a window of whole channel blocks of
+    a wider blocked map (its 4 lanes kept together)."""
 
     def __init__(self, geom: ConvGeometry, data_layout: str, scope: str, refused: str | None = None, view=()):
         if data_layout not in DATA_LAYOUTS:
             raise ValueError(f"data_layout must be one of {DATA_LAYOUTS}, got {data_layout!r}")
         self.plain, self.nhwc, self.c = data_layout != "NCHW4c", data_layout == "NHWC", geom.c
-        self.logical = (geom.n, geom.h, geom.w, geom.c) if self.nhwc else (geom.n, geom.c, geom.h, geom.w)
+        self.logical = (geom.n, geom.h, geom.w, geom.c) if self.nhwc else (geom.n, geom.c, geom.h, geom.w) if self.plain \
+            else (geom.n, geom.c4, geom.h, geom.w, LANES)
         self.view, self.buffer = gather.read_view(self.logical, view, "x_view")
-        if self.view and not self.plain:
-            raise ValueError(f"x_view reads a plain input (data_layout 'NCHW' or 'NHWC'), got data_layout={data_layout!r}")
+        if self.view and not self.plain and not gather.contiguous_last_axis(gather.Source(0, self.view), self.logical):
+            raise ValueError(f"x_view {self.view} moves a blocked pixel's 4 lanes apart")
         # NHWC with whole blocks: a block's 4 channels are adjacent and 16-byte aligned, one vector read
         # (through a view: where it keeps the channels contiguous, at a multiple of 4 in a buffer whose rows are)
         self.vector = self.nhwc and geom.c % LANES == 0 and (not self.view or _aligned_channels(self.view, self.logical, self.buffer))
@@ -269,7 +273,11 @@ class InputLayout:
         """The read of lane ``lane`` of input block ``cb`` at (``row``, ``col``)."""
         if self.nhwc:
             return X[self.at((nn, row, col, T.min(cb * LANES + lane, self.c - 1)))]
-        return X[self.at((nn, T.min(cb * LANES + lane, self.c - 1), row, col))] if self.plain else X[nn, cb, row, col, lane]
+        return X[self.at((nn, T.min(cb * LANES + lane, self.c - 1), row, col))] if self.plain else self.block(X, nn, cb, row, col, lane)
+
+    def block(self, X, nn, cb, row, col, lane):
+        """Lane ``lane`` of blocked pixel (``row``, ``col``) of block ``cb`` (through the view)."""
+        return X[self.at((nn, cb, row, col, 0), lane)]
 
     def lane_guard(self, cb, lane) -> list:
         """The condition that the lane holds a channel, where one is needed (a plain input's last

@@ -30,7 +30,7 @@ class Prologue:
     acc_dtype: str | None = None  # the accumulators' dtype (None: the kernel's dtype)
     tile_scope: str | None = None  # Winograd: the scope of the transformed tiles V and M (None: X's scope)
     depthwise: Epilogue = Epilogue()  # depthwise_pointwise_nchw4c: the depthwise conv's epilogue (no residual)
-    x_view: tuple = ()  # with a plain data_layout: X read through primfuncs.gather steps (a channel slice of a Linear's output)
+    x_view: tuple = ()  # X read through primfuncs.gather steps (plain: a channel slice of a Linear's output; blocked: a window of whole channel blocks)
 
     def __post_init__(self):
         # a prologue rebuilt from a saved plan's JSON has lists where it had tuples

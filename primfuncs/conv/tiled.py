@@ -182,14 +182,14 @@ def conv2d_tiled_nchw4c(
                         )
                 else:
                     for lane in T.vectorized(4):
-                        px[lane] = X[
-                            nn, x_block(step, rnd * threads + item), win.clamp_row(x_row(tile, step, rnd * threads + item)),
+                        px[lane] = layout.block(
+                            X, nn, x_block(step, rnd * threads + item), win.clamp_row(x_row(tile, step, rnd * threads + item)),
                             win.clamp_col(x_col(tile, step, rnd * threads + item)), lane,
-                        ]
+                        )
                 if normed:  # x - K, K = the pixel's channel 0 (read into gp: the gate is not read then)
                     for lane in T.vectorized(4):
-                        gp[lane] = X[nn, 0, win.clamp_row(x_row(tile, step, rnd * threads + item)),
-                                     win.clamp_col(x_col(tile, step, rnd * threads + item)), lane]
+                        gp[lane] = layout.block(X, nn, 0, win.clamp_row(x_row(tile, step, rnd * threads + item)),
+                                                win.clamp_col(x_col(tile, step, rnd * threads + item)), lane)
                     for lane in T.unroll(4):
                         px[lane] = px[lane] - gp[0]
                 if grouped:  # (x - mean) / std of the block's group (gs: the work group's folded statistics, in registers)

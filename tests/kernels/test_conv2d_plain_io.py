@@ -38,15 +38,16 @@ def _from(y, layout, o):
     return {"NHWC": lambda: y.transpose(0, 3, 1, 2), "NCHW": lambda: y}.get(layout, lambda: from_nchw4c(y, o))()
 
 
-def _in_wider(x_plain, layout, before, after):
-    """(buffer, view): plain ``x_plain`` as the channels ``before .. before + C`` of a buffer with
-    ``after`` more channels (a Linear's output split by channels), and the gather steps reading it."""
+def _in_wider(x_stored, layout, before, after):
+    """(buffer, view): ``x_stored`` as the channels ``before .. before + C`` of a buffer with
+    ``after`` more channels (a Linear's output split by channels), and the gather steps reading it;
+    blocked: as channel blocks ``before .. before + C/4`` of a wider map (a slice of whole blocks)."""
     axis = 3 if layout == "NHWC" else 1
-    pads = [(0, 0)] * 4
+    pads = [(0, 0)] * x_stored.ndim
     pads[axis] = (before, after)
-    buffer = np.pad(x_plain, pads, constant_values=np.nan)  # a read outside the slice shows as NaN
-    begin = tuple(before if a == axis else 0 for a in range(4))
-    return buffer, (gather.Affine(buffer.shape, begin, (1, 1, 1, 1)),)
+    buffer = np.pad(x_stored, pads, constant_values=np.nan)  # a read outside the slice shows as NaN
+    begin = tuple(before if a == axis else 0 for a in range(x_stored.ndim))
+    return buffer, (gather.Affine(buffer.shape, begin, (1,) * x_stored.ndim),)
 
 
 def run_plain_io(device, case, kind, scope, in_layout, out_layout, rng, wider=None):
@@ -135,18 +136,22 @@ def test_depthwise_conv_plain_io_matches_numpy(device, scope, case, in_layout, o
     assert_close(got, ref, RTOL)
 
 
-@given(case=conv_cases(depthwise=True), kind=st.sampled_from(["depthwise", "direct", "tiled"]), in_layout=st.sampled_from(["NHWC", "NCHW"]),
-       before=st.integers(0, 9), after=st.integers(0, 6), seed=SEEDS)
+@given(case=conv_cases(depthwise=True), kind=st.sampled_from(["depthwise", "direct", "tiled"]),
+       in_layout=st.sampled_from(["NHWC", "NCHW", "NCHW4c"]), before=st.integers(0, 9), after=st.integers(0, 6), seed=SEEDS)
 @example(case=conv_case((1, 8, 6, 5), (8, 1, 7, 7), padding=(3, 3, 3, 3), groups=8,
                         config=conv.ConvConfig(1, 1, (64, 1, 1), register_window=True, flat=True)),
          kind="depthwise", in_layout="NHWC", before=8, after=0, seed=0)  # MambaOut's: the last 8 of 16 channels, vector reads
 @example(case=conv_case((1, 7, 6, 5), (7, 1, 3, 3), groups=7), kind="depthwise", in_layout="NHWC", before=3, after=2, seed=1)  # scalar
 @example(case=conv_case((1, 6, 5, 4), (6, 1, 3, 3), groups=6), kind="direct", in_layout="NCHW", before=2, after=5, seed=2)
+@example(case=conv_case((2, 16, 7, 7), (48, 16, 1, 1), padding=(0, 0, 0, 0)), kind="tiled", in_layout="NCHW4c", before=4, after=8,
+         seed=4)  # EfficientViT-M0's qkv conv on the first head's window of 4 windows' maps
+@example(case=conv_case((1, 6, 5, 4), (6, 1, 3, 3), groups=6), kind="depthwise", in_layout="NCHW4c", before=1, after=0, seed=3)
 def test_conv_reads_a_channel_slice_in_place(device, case, kind, in_layout, before, after, seed):
     """A conv reading its plain input as a channel slice of a wider buffer through ``x_view`` (the
     buffer's other channels NaN: a read outside the slice poisons the output), depthwise, direct
     and tiled, NHWC (vector reads where the slice starts at a multiple of 4 in rows of a multiple
-    of 4) and NCHW."""
+    of 4) and NCHW; and a blocked input as a window of whole channel blocks of a wider map
+    (``before``, ``after``: blocks; a slice of a map's channels read in place, EfficientViT's heads)."""
     if kind != "depthwise":
         case = _dense(case)
         case["config"] = conv.ConvConfig(2, 1, (4, 2, 1), tiled=True, k_chunk=2) if kind == "tiled" else None

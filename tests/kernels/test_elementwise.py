@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from primfuncs import elementwise
+from primfuncs import elementwise, gather
+from primfuncs._common import BUFFER, TEXTURE
 from tir_adreno import ops
 from tir_adreno.codegen import build
 from helpers.strategies import NCHW_SEEDS
@@ -82,3 +83,48 @@ def test_bad_inputs():
         ops.clip(x, 1.0, 0.0)
     with pytest.raises(ValueError, match="unknown binary op"):
         elementwise.binary((1, 1, 1, 1, 4), "pow")
+
+
+def _window(x5, before, after):
+    """(buffer, view): blocked ``x5`` as channel blocks ``before .. before + C/4`` of a wider map
+    (the others NaN: a read outside the window poisons the result), and the gather steps reading it."""
+    wider = np.pad(x5, [(0, 0), (before, after), (0, 0), (0, 0), (0, 0)], constant_values=np.nan)
+    return wider, (gather.Affine(wider.shape, (0, before, 0, 0, 0), (1,) * 5),)
+
+
+@given(shapes, st.sampled_from([TEXTURE, BUFFER]), st.sampled_from(["add", "subtract", "multiply"]),
+       st.sampled_from(["a", "b", "both", "a_plain_b"]), st.integers(0, 3), st.integers(0, 2))
+def test_binary_reads_channel_windows_in_place(device, d, scope, op, viewed, before, after):
+    """``binary`` reading A and/or B as a window of whole channel blocks of a wider map through
+    ``a_view`` / ``b_view`` (a slice of the map's channels read in place: EfficientViT's cascaded
+    heads), with B blocked or plain, in textures and buffers."""
+    n, c, h, w, seed = d
+    rng = np.random.default_rng(seed)
+    shape = (n, -(-c // 4), h, w, 4)
+    x, y = rand(rng, shape), rand(rng, shape)
+    x[:, -1, :, :, c % 4 or 4:] = 0  # the padded lanes of the last block are 0, as in every blocked map
+    y[:, -1, :, :, c % 4 or 4:] = 0
+    plain_b = viewed == "a_plain_b"
+    a, a_view = _window(x, before, after) if viewed != "b" else (x, ())
+    b, b_view = _window(y, after, before) if viewed in ("b", "both") else (y, ())
+    if plain_b:
+        b = np.ascontiguousarray(y.transpose(0, 1, 4, 2, 3).reshape(n, -1, h, w)[:, :c])
+    func = elementwise.binary(shape, op, scope=scope, channels=c if plain_b else None, plain_b=plain_b, a_view=a_view, b_view=b_view)
+    module = build.build_cached(func)
+    (name,) = module.functions
+    specs = module[name].params
+    assert [tuple(s.shape) for s in specs[:2]] == [a.shape, b.shape]
+    tensors = [device.empty(s).upload(v) for s, v in zip(specs, [a, b])] + [device.empty(specs[-1]).poison()]
+    device.load(module)(name, *tensors)
+    np.testing.assert_array_equal(tensors[-1].numpy(), elementwise.BINARY_OPS[op](x, y))
+
+
+def test_binary_views_keep_a_pixel_whole():
+    """A view must keep a pixel's 4 lanes together (they are one vector read) and may read B only
+    where B is a whole blocked tensor."""
+    shape = (1, 2, 3, 3, 4)
+    with pytest.raises(ValueError, match="lanes apart"):
+        elementwise.binary(shape, "add", a_view=(gather.Permute((0, 1, 2, 4, 3)),))
+    window = (gather.Affine((1, 4, 3, 3, 4), (0, 1, 0, 0, 0), (1,) * 5),)
+    with pytest.raises(ValueError, match="b_view"):
+        elementwise.binary(shape, "add", broadcast_channels=True, b_view=window)

@@ -44,6 +44,7 @@ class Tail:
     last: Node | None = None
     weight_sum: np.ndarray | None = None  # a folded layer norm's sum_c W[o, c] (:meth:`fold_norm`)
     layout: str = "NCHW"  # the layout of ``last``'s value (NHWC -> NCHW after :func:`_permuted_residual`)
+    tokens_of: tuple = ()  # after :func:`_to_tokens`: the conv's map ``(N, C, H, W)`` whose tokens ``last`` is
     chain: Chain | None = None  # the elementwise chain after all that (:func:`chain_tail`)
     operands: tuple = ()  # the chain's operands (Values; one at most after a residual)
 
@@ -110,12 +111,25 @@ def _residual(rw: Rewriter, tail: Tail, user: Node, data_layout: str) -> Value |
     """The other operand of ``add`` node ``user`` as the conv's residual, when it exists already and
     has the output's shape (when it comes later, a downsample branch emitted after this one, that
     branch's conv takes this one as its residual), else None."""
-    other = other_operand(user, tail.last.var) if user.op == "relax.add" else None
+    other = _added(rw, user, tail.last.var)
+    if other is None:
+        return None
+    v = rw.view(other, data_layout)  # a Linear on tokens: the residual is tokens too
+    if v is None and tail.tokens_of and other in rw.exprs and tail.w.shape[0] % 4 == 0:
+        # plain tokens of the map's size (an upstream op's, a gather's, a conv's plain output): read
+        # in place as the channels-last map they are (the residual's plain form, Epilogue.residual_layout)
+        n, c, h, w = tail.tokens_of
+        plain = rw.bb.emit(relax.op.memory.view(rw.exprs[other], relax.ShapeExpr([n, h, w, c])))
+        v = Value(plain=plain, layout="NHWC", channels=c, nchw=tail.tokens_of)
+    return v
+
+
+def _added(rw: Rewriter, user: Node, var) -> relax.Var | None:
+    """The other operand of ``add`` node ``user`` of ``var`` when it exists already with ``var``'s shape."""
+    other = other_operand(user, var) if user.op == "relax.add" else None
     if not isinstance(other, relax.Var) or (other not in rw.values and other not in rw.exprs):
         return None
-    if static_shape(other) != static_shape(tail.last.var):
-        return None
-    return rw.view(other, data_layout)  # a Linear on tokens: the residual is tokens too
+    return other if static_shape(other) == static_shape(var) else None
 
 
 def _permuted_residual(rw: Rewriter, tail: Tail, user: Node) -> Node | None:
@@ -151,11 +165,32 @@ def _tail_step(rw: Rewriter, tail: Tail, user: Node) -> Node | None:
     getter = _fold_batch_norm(rw, tail, user, tail.layout)
     if getter is not None:
         return getter
-    permuted = _permuted_residual(rw, tail, user)
+    permuted = _permuted_residual(rw, tail, user) or _to_tokens(rw, tail, user)
     if permuted is not None:
         return permuted
     tail.residual = _residual(rw, tail, user, tail.layout)
     return user if tail.residual is not None else None
+
+
+def _to_tokens(rw: Rewriter, tail: Tail, user: Node) -> Node | None:
+    """``user`` as the reshape of the tail's NCHW map to ``[N, C, H * W]`` read only by the permute
+    to tokens ``[N, H * W, C]`` (both views of the same NCHW4c tensor), the tokens read by a
+    per-channel step or an add: XCiT's local patch interaction, ``x + gamma * tokens(conv(...))``.
+    The permute (the tail in NHWC from there, so the step and the residual fold as after a Linear
+    on tokens), else None: where nothing would fold after the views, the tail ends before them."""
+    shape = static_shape(tail.last.var)
+    if tail.layout != "NCHW" or user.op != "relax.reshape" or shape is None or len(shape) != 4:
+        return None
+    n, c, h, w = shape
+    perm = rw.graph.sole_user(user.var) if static_shape(user.var) == (n, c, h * w) else None
+    if perm is None or perm.op != "relax.permute_dims" or tuple(int(a) for a in perm.attrs.axes or ()) != (0, 2, 1):
+        return None
+    after = rw.graph.sole_user(perm.var)
+    if after is None or (_added(rw, after, perm.var) is None and linear_step(after, perm.var, c, "NHWC") is None):
+        return None
+    user.fused = True
+    tail.layout, tail.tokens_of = "NHWC", (n, c, h, w)
+    return perm
 
 
 def conv_tail(rw: Rewriter, node: Node, w: np.ndarray, data_layout: str) -> Tail:
@@ -242,7 +277,12 @@ def emit_conv2d(rw: Rewriter, node: Node, x: Value, gate: Value | None = None, i
     if plain is not None and plain_in is not None:
         inputs = [plain_input_expr(rw, plain_in)]
     else:
-        inputs = [rw.blocked(x, scope)] + ([rw.blocked(gate, gate_scope)] if gate is not None else []) + ([stats] if grouped else [])
+        # a channel window of a wider map (a slice of whole blocks) is read in place: its slice kernel goes
+        source, x_view = rw.blocked_view(x, scope)
+        viewed = strategy.blocked_view_plan(plan, x_view) if x_view else None
+        plan = viewed or plan
+        inputs = [source if viewed else rw.blocked(x, scope)]
+        inputs += ([rw.blocked(gate, gate_scope)] if gate is not None else []) + ([stats] if grouped else [])
         inputs += [relax.const(pack_bias(np.asarray(grn[1]).astype(rw.dtype)))] if grn is not None else []
     out = _emit_plan(rw, node, plan, inputs, tail)
     if plain is not None and plain_out is not None:

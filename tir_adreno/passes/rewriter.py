@@ -51,6 +51,10 @@ class Value:
     layout: str = "NCHW"
     channels: int = 0
     nchw: tuple = ()
+    # a slice of whole channel blocks of another blocked map: (that Value, primfuncs.gather steps
+    # from this one's NCHW4c shape to its). Its own slice kernel is emitted as for any value; a
+    # reader that takes the view (blocked_view) reads the source, and the slice, unread, goes.
+    window: tuple = ()
 
     @property
     def shape5(self) -> tuple[int, int, int, int, int]:
@@ -291,6 +295,16 @@ class Rewriter:
             self._count_transform()
         v.blocked[scope] = out
         return out
+
+    def blocked_view(self, v: Value, scope: str) -> tuple[relax.Expr, tuple]:
+        """``v`` for a kernel that reads a blocked operand through ``primfuncs.gather`` steps: (the
+        wider map ``v`` is a channel window of, the steps) where kernels fuse and that map is held
+        in ``scope``, else (``v`` in ``scope``, ())."""
+        if v.window and self.fuses:
+            source, steps = v.window
+            if scope in source.blocked:
+                return source.blocked[scope], steps
+        return self.blocked(v, scope), ()
 
     def plain(self, var) -> relax.Expr:
         v = self.values[var]

@@ -219,7 +219,7 @@ def direct_conv2d(geometry: ConvGeometry, epilogue: Epilogue = Epilogue(), dtype
     ``gate_scope``: with an input gate, ``data_layout`` "NCHW" / "NHWC": X a plain buffer, ``norm_eps``: a
     layer norm over X's channels folded in, ``group_norm``: a group norm of X folded in (the tiled
     kernel; ``primfuncs.conv.conv2d_nchw4c``), ``grn_eps``: GRN's scale folded in, its sums in the gate's place,
-    ``x_view``: a plain X read through gather steps."""
+    ``x_view``: X read through gather steps (a channel slice of a plain X, a channel window of a blocked one)."""
     g = geometry
     attrs = dict(strides=g.strides, padding=g.padding, dilation=g.dilation, dtype=dtype, config=config, scope=scope,
                  epilogue=replace(epilogue, out_scope=out_scope, residual_scope=residual_scope))
@@ -270,6 +270,18 @@ def plain_io_plan(plan: ConvPlan, data_layout: str | None = None, out_layout: st
         tensors["Residual"] = TensorPlan("Residual", epilogue.residual_shape((g.n, g.o4, g.oh, g.ow, 4)), BUFFER)
         kwargs.update(epilogue=epilogue, residual_scope=BUFFER)
     return replace(plan, epilogue=epilogue, tensors=tuple(tensors.values()), stages=((factory, kwargs),))
+
+
+def blocked_view_plan(plan: ConvPlan, x_view: tuple) -> ConvPlan | None:
+    """``plan`` reading its blocked X through ``primfuncs.gather`` steps (``x_view``: a window of
+    whole channel blocks of a wider map, so no slice kernel runs before it), X's tensor plan that
+    map's; None where its kernel cannot: Winograd, or X read plain already."""
+    (factory, kwargs), = plan.stages
+    if plan.algorithm != "direct" or kwargs.get("data_layout", "NCHW4c") != "NCHW4c" or not x_view:
+        return None
+    g = plan.geometry
+    tensors = tuple(replace(t, shape=view_buffer((g.n, g.c4, g.h, g.w, 4), x_view)[1]) if t.name == "X" else t for t in plan.tensors)
+    return replace(plan, tensors=tensors, stages=((factory, {**kwargs, "x_view": tuple(x_view)}),))
 
 
 def default_choice(geometry: ConvGeometry, profile: DeviceProfile) -> ConvChoice:

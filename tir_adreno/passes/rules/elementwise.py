@@ -145,9 +145,12 @@ def binary(rw: Rewriter, node: Node):
     shape5 = a.shape5
     scope = rw.scope_for(shape5, b.shape5)
     channels = {"channels": a.channels} if op == "divide" or plain_b else {}  # its padded lanes are 0 / 0
+    # a channel window of a wider map (a slice of whole blocks) is read in place: its slice kernel goes
+    first, a_view = rw.blocked_view(a, scope)
+    second, b_view = (b.plain, ()) if plain_b else rw.blocked_view(b, scope) if not broadcast else (rw.blocked(b, scope), ())
     options = {"plain_b": True} if plain_b else {}  # none: the kernel (and its cache key) as before
+    options |= {name: view for name, view in (("a_view", a_view), ("b_view", b_view)) if view}
     func = kernel(kernels.binary, shape5, op, scope=scope, broadcast_channels=broadcast, **channels, **options)
-    second = b.plain if plain_b else rw.blocked(b, scope)
-    out = rw.emit_kernel(func, [rw.blocked(a, scope), second], shape5, op_info=elementwise_info(op, [node], [a.nchw, b.nchw]))
+    out = rw.emit_kernel(func, [first, second], shape5, op_info=elementwise_info(op, [node], [a.nchw, b.nchw]))
     rw.define(node.var, out, scope, a.nchw, a.layout)
     return out

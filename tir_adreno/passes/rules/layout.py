@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from tvm import relax
 
-from primfuncs import resize, shuffle
+from primfuncs import gather, resize, shuffle
 
 from tir_adreno.passes import channel_groups
 from tir_adreno.passes.graph import SWAP_TOKENS, TO_NCHW, TO_NHWC, Node, channel_range, dtype, split_parts, static_shape
@@ -94,6 +94,7 @@ def strided_slice(rw: Rewriter, node: Node):
     scope = rw.scope_for(in5, out5)
     out = rw.emit_kernel(kernel(shuffle.slice_channels, in5, x.channels, b, e, scope=scope), [rw.blocked(x, scope)], out5, op_info=node_info(node, axis=1, begin=b, end=e))
     rw.define(node.var, out, scope, out_shape)
+    rw.values[node.var].window = channel_window(x, b, e)
     return out
 
 
@@ -123,10 +124,21 @@ def split(rw: Rewriter, node: Node):
             func = kernel(shuffle.split_channels, x.shape5, x.channels, chunk, begin, scope=scope)
             parts += rw.emit_kernel_outputs(func, [src], outs5[first : first + len(chunk)], op_info=info)
         offset = end
+    starts = [sum(sizes[:i]) for i in range(len(sizes))]
     for u in users:
         u.fused = True
         rw.define(u.var, parts[u.index], scope, (n, sizes[u.index], h, w))
+        rw.values[u.var].window = channel_window(x, starts[u.index], starts[u.index] + sizes[u.index])
     return relax.Tuple(parts)
+
+
+def channel_window(x: Value, begin: int, end: int) -> tuple:
+    """Channels ``[begin, end)`` of blocked ``x`` as a window a kernel reads in place
+    (``Value.window``): where they are whole blocks of it (``begin`` a multiple of 4, and the
+    width too or the window reaching x's last channel, whose padded lanes are 0), else ()."""
+    if begin % 4 or ((end - begin) % 4 and end != x.channels):
+        return ()
+    return x, (gather.Affine(x.shape5, (0, begin // 4, 0, 0, 0), (1,) * 5),)
 
 
 def _token_view(node: Node, x: Value) -> str | None:
