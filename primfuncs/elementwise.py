@@ -28,15 +28,6 @@ def _check_nchw4c(shape):
     return shape
 
 
-def _blocked_view(shape, view, what: str) -> tuple:
-    """``gather.read_view`` of an NCHW4c tensor of ``shape``: (steps, the buffer's shape);
-    ValueError for a view that moves a pixel's 4 lanes apart (they are read as one vector)."""
-    steps, buffer = gather.read_view(shape, view, what)
-    if steps and not gather.contiguous_last_axis(gather.Source(0, steps), shape):
-        raise ValueError(f"{what} {steps} moves a pixel's 4 lanes apart")
-    return steps, buffer
-
-
 def _clamp_fn(dtype, lo, hi):
     lo_v = None if lo is None else T.FloatImm(dtype, float(lo))
     hi_v = None if hi is None else T.FloatImm(dtype, float(hi))
@@ -76,8 +67,8 @@ def _pixelwise(shape, name: str, fn, second, dtype: str, scope: str, out_scope: 
     b_shape, b_scope = ((n, channels, h, w), BUFFER) if second == "plain" else ((n, c4, bh, bw, 4), scope)
     if views[1] and second != "tensor":
         raise ValueError(f"b_view reads a blocked B of A's shape, not a {second!r} operand")
-    a_view, a_shape = _blocked_view(shape, views[0], "a_view")
-    b_view, b_shape = _blocked_view(shape, views[1], "b_view") if second == "tensor" else ((), b_shape)
+    a_view, a_shape = gather.read_blocked_view(shape, views[0], "a_view")
+    b_view, b_shape = gather.read_blocked_view(shape, views[1], "b_view") if second == "tensor" else ((), b_shape)
 
     launch = pixel_launch()
 

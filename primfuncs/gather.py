@@ -208,6 +208,15 @@ def read_view(shape, view, what: str) -> tuple:
     return steps, buffer
 
 
+def read_blocked_view(shape, view, what: str) -> tuple:
+    """:func:`read_view` of an NCHW4c tensor of ``shape`` (a window of whole channel blocks of a
+    wider map); ValueError also for a view that moves a pixel's 4 lanes apart (one vector read)."""
+    steps, buffer = read_view(shape, view, what)
+    if steps and not contiguous_last_axis(Source(0, steps), shape):
+        raise ValueError(f"{what} {steps} moves a blocked pixel's 4 lanes apart")
+    return steps, buffer
+
+
 def through(view, shape, index, lane=None):
     """``index`` into ``shape`` read through ``view`` (None: as stored), plus ``lane`` on the last
     axis (None: nothing added). A vector's lanes are added after the map: a view that keeps the

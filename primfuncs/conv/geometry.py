@@ -245,9 +245,7 @@ class InputLayout:
         self.plain, self.nhwc, self.c = data_layout != "NCHW4c", data_layout == "NHWC", geom.c
         self.logical = (geom.n, geom.h, geom.w, geom.c) if self.nhwc else (geom.n, geom.c, geom.h, geom.w) if self.plain \
             else (geom.n, geom.c4, geom.h, geom.w, LANES)
-        self.view, self.buffer = gather.read_view(self.logical, view, "x_view")
-        if self.view and not self.plain and not gather.contiguous_last_axis(gather.Source(0, self.view), self.logical):
-            raise ValueError(f"x_view {self.view} moves a blocked pixel's 4 lanes apart")
+        self.view, self.buffer = (gather.read_view if self.plain else gather.read_blocked_view)(self.logical, view, "x_view")
         # NHWC with whole blocks: a block's 4 channels are adjacent and 16-byte aligned, one vector read
         # (through a view: where it keeps the channels contiguous, at a multiple of 4 in a buffer whose rows are)
         self.vector = self.nhwc and geom.c % LANES == 0 and (not self.view or _aligned_channels(self.view, self.logical, self.buffer))
