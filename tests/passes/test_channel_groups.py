@@ -144,10 +144,10 @@ def test_channel_group_stays_plain(sizes, kernels):
 
 def test_channel_group_read_by_a_blocked_conv_stays_blocked():
     """A group whose concat a dense 3x3 conv reads (its kernel wants the blocked map): the rule does
-    not apply; the plan is main's (a pack before the blocked split, the blocked concat)."""
+    not apply; the plan is main's (a pack, the blocked concat), the block-aligned split read by the
+    group convs as channel windows of the packed map (no split kernel)."""
     ops = _profile(channel_group((4, 4), (3, 5), reader="conv"), seed=3)
-    assert [o.rstrip("0123456789") for o in ops if o.startswith(("split_channels", "concat_channels"))] == ["split_channels",
-                                                                                                             "concat_channels"], ops
+    assert [o.rstrip("0123456789") for o in ops if o.startswith(("split_channels", "concat_channels"))] == ["concat_channels"], ops
     assert _layout(ops) == ["nchw_to_nchw4c", "nchw4c_to_nchw"], ops  # the split's pack, the model output's unpack
 
 
