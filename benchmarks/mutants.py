@@ -128,6 +128,20 @@ MUTANTS = (
         ("tests/passes/test_precision_plan.py", "tests/passes/test_attention.py"),  # the plan-level float32 check kills it
     ),
     Mutant(
+        "xca_partials_first_k_pixel",
+        "the split cross-covariance attention's partials read head t's first k pixel for every pixel of its k (d > 4 in the split form)",
+        (("load_pixel(pk, X, bh // heads, T.min(k0(bh) // 4 + kb, c4 - 1), y, x)",
+          "load_pixel(pk, X, bh // heads, T.min(k0(bh) // 4, c4 - 1), y, x)"),),
+        ("tests/passes/test_attention.py",),
+    ),
+    Mutant(
+        "xca_finish_last_slice_dropped",
+        "the split cross-covariance attention's finish adds the partials of every token slice but the last",
+        (("                        for k in range(slices):\n                            s[0] = s[0]",
+          "                        for k in range(slices - 1):\n                            s[0] = s[0]"),),
+        ("tests/passes/test_attention.py",),
+    ),
+    Mutant(
         "pool_ceil_overhang_counted",
         "average pooling with count_include_pad counts a ceil_mode window's overhang past the padding",
         (("            return T.min(self.taps, (self.extent + self.pad_after - s + d - 1) // d)\n", "            return self.taps\n"),),

@@ -15,6 +15,11 @@ tokens folds into the dot products). Two kernels, no transpose of the map:
 - :func:`xca_weights`: one work item per row ``(b, t, i)`` walks every token once, reading the
   pixel of ``q_i`` and the pixels of head ``t``'s ``k`` channels, and keeps the ``d`` dot products
   and squared norms in float32 registers, then the row's softmax; ``A`` is a small buffer.
+- on a wide GPU, the split form in its place: :func:`xca_partials`, one work item per (sample,
+  head, token slice, row, k pixel) with the 4 lanes' partial sums of that pixel, then
+  :func:`xca_finish`, a work group per row adding the slices' partials (an item per logit) and
+  taking the row's softmax from local memory (items walking every slice and k pixel in series
+  left a 224x224 XCiT-nano's statistics latency-bound at 52 us a layer on an H100; now 15 us).
 - :func:`xca_apply`: one work item per output pixel (4 channels of one token) reads the pixels of
   the ``v`` channels its heads own and ``A``'s rows: the output is NCHW4c again.
 
@@ -29,28 +34,38 @@ from tvm.script import tirx as T
 from .._common import (BUFFER, LANES, TEXTURE, accumulator_dtype, blocked, ceildiv, check_dtype, check_epsilon,
                        check_positive, check_scope, check_slices, load_pixel, maximum, pixel_grid, pixel_launch,
                        store_pixel)
+from ..rows import MAX_THREADS
 from .heads import check_heads, pixels_spanned
 
 
+
+def _head_channels(heads: int, d: int, q_offset: int, k_offset: int):
+    """Index expressions as functions of the work item (a scalar bound in a block becomes a buffer
+    the well-formedness check refuses: tests/upstream defect 11): ``cq(bh, i)`` the channel of
+    q_i, ``k0(bh)`` that of k_0 of head t, ``j(bh, kb, lane)`` the k index of lane ``lane`` of
+    the ``kb``-th pixel head t's k overlaps (``bh`` = b * heads + t)."""
+
+    def cq(bh, vi):
+        return q_offset + (bh % heads) * d + vi
+
+    def k0(bh):
+        return k_offset + (bh % heads) * d
+
+    def j(bh, kb, lane):
+        return (k0(bh) // 4 + kb) * 4 + lane - k0(bh)
+
+    return cq, k0, j
+
+
 def _xca_parts(shape, channels: int, heads: int, d: int, q_offset: int, k_offset: int, epsilon: float, dtype: str):
-    """The macros of XCA's weights, shared by :func:`xca_weights` and its split form: ``token``
+    """The macros of :func:`xca_weights`: ``token``
     adds one token's products to a row's accumulators (``q``: q_i there and |q_i|^2, ``dot``,
     ``kk``: |k_j|^2), ``softmax_row`` turns them into the row of ``A``. ``bh`` = b * heads + t."""
     n, c4, h, w = shape[:4]
     acc = accumulator_dtype(dtype)
     zero, eps = T.FloatImm(acc, 0.0), T.FloatImm(acc, float(epsilon))
     nk = pixels_spanned(d)
-
-    # Index expressions as functions of the work item (a scalar bound in a block becomes a
-    # buffer the well-formedness check refuses: tests/upstream defect 11).
-    def cq(bh, vi):  # channel of q_i
-        return q_offset + (bh % heads) * d + vi
-
-    def k0(bh):  # channel of k_0 of head t
-        return k_offset + (bh % heads) * d
-
-    def j(bh, kb, lane):  # k index of lane ``lane`` of the ``kb``-th pixel head t's k overlaps
-        return (k0(bh) // 4 + kb) * 4 + lane - k0(bh)
+    cq, k0, j = _head_channels(heads, d, q_offset, k_offset)
 
     @T.macro
     def token(X, px, q, dot, kk, bh, vi, y, x):
@@ -130,7 +145,9 @@ def xca_partials(shape, channels: int, heads: int, head_dim: int, q_offset: int,
     """The split form's first kernel for wide GPUs: ``P[b * heads + t, s, i]`` (``(N * heads, slices,
     d, 2 d + 1)``, a float32 buffer) holds row ``i``'s ``d`` dot products q_i . k_j, the ``d``
     squared norms |k_j|^2 and |q_i|^2 over the tokens of slice ``s`` (the ``H * W`` tokens cut by
-    ``_common.equal_slices``). One work item per (sample, head, slice, row)."""
+    ``_common.equal_slices``). One work item per (sample, head, slice, row, pixel of head ``t``'s
+    k): two pixel reads per token (q_i's, the k pixel's), the 4 lanes of that pixel's products
+    (a row's items in series walked every k pixel: latency-bound on a wide GPU)."""
     d = head_dim
     n, c4, h, w = check_heads(shape, channels, heads, d, {"q_offset": q_offset, "k_offset": k_offset})
     check_dtype(dtype)
@@ -138,34 +155,52 @@ def xca_partials(shape, channels: int, heads: int, head_dim: int, q_offset: int,
     tokens = h * w
     check_slices(tokens, slices, "the map's tokens")
     per = ceildiv(tokens, slices)
-    acc, zero, token, _ = _xca_parts((n, c4, h, w), channels, heads, d, q_offset, k_offset, 0.0, dtype)
-    g = pixel_grid(n * heads * slices, d, 1)
+    acc = accumulator_dtype(dtype)
+    zero = T.FloatImm(acc, 0.0)
+    nk = pixels_spanned(d)
+    g = pixel_grid(n * heads * slices, d, nk)
     launch = pixel_launch()
 
+    cq, k0, j = _head_channels(heads, d, q_offset, k_offset)
+
     @T.macro
-    def per_row(X, P, vz, vi):
-        px = T.sblock_alloc_buffer((4,), dtype, scope="local")
-        q = T.sblock_alloc_buffer((2,), acc, scope="local")
-        dot = T.sblock_alloc_buffer((d,), acc, scope="local")
-        kk = T.sblock_alloc_buffer((d,), acc, scope="local")
+    def token(X, pq, pk, q, dot, kk, bh, vi, kb, y, x):
+        load_pixel(pq, X, bh // heads, cq(bh, vi) // 4, y, x)
+        q[0] = T.Cast(acc, pq[cq(bh, vi) % 4])
+        q[1] = q[1] + q[0] * q[0]
+        load_pixel(pk, X, bh // heads, T.min(k0(bh) // 4 + kb, c4 - 1), y, x)
+        for lane in T.unroll(4):
+            dot[lane] = dot[lane] + q[0] * T.Cast(acc, pk[lane])
+            kk[lane] = kk[lane] + T.Cast(acc, pk[lane]) * T.Cast(acc, pk[lane])
+
+    @T.macro
+    def per_item(X, P, vz, vi, kb):
+        pq = T.sblock_alloc_buffer((4,), dtype, scope="local")
+        pk = T.sblock_alloc_buffer((4,), dtype, scope="local")
+        q = T.sblock_alloc_buffer((2,), acc, scope="local")  # q_i at this token, |q_i|^2
+        dot = T.sblock_alloc_buffer((4,), acc, scope="local")
+        kk = T.sblock_alloc_buffer((4,), acc, scope="local")
         q[1] = zero
-        for jj in T.unroll(d):
-            dot[jj] = zero
-            kk[jj] = zero
+        for lane in T.unroll(4):
+            dot[lane] = zero
+            kk[lane] = zero
         for r in range(per):
             if (vz % slices) * per + r < tokens:
-                token(X, px, q, dot, kk, vz // slices, vi, ((vz % slices) * per + r) // w, ((vz % slices) * per + r) % w)
-        for jj in T.unroll(d):
-            P[vz // slices, vz % slices, vi, jj] = T.Cast("float32", dot[jj])
-            P[vz // slices, vz % slices, vi, d + jj] = T.Cast("float32", kk[jj])
-        P[vz // slices, vz % slices, vi, 2 * d] = T.Cast("float32", q[1])
+                token(X, pq, pk, q, dot, kk, vz // slices, vi, kb, ((vz % slices) * per + r) // w, ((vz % slices) * per + r) % w)
+        for lane in T.unroll(4):
+            # the lanes of the pixel that are channels of head t's k
+            if 0 <= j(vz // slices, kb, lane) and j(vz // slices, kb, lane) < d:
+                P[vz // slices, vz % slices, vi, j(vz // slices, kb, lane)] = T.Cast("float32", dot[lane])
+                P[vz // slices, vz % slices, vi, d + j(vz // slices, kb, lane)] = T.Cast("float32", kk[lane])
+        if kb == 0:
+            P[vz // slices, vz % slices, vi, 2 * d] = T.Cast("float32", q[1])
 
     @T.prim_func(s_tir=True)
     def func(x: T.handle, p: T.handle):
         T.func_attr({"global_symbol": "xca_partials", "tirx.noalias": True})
         X = T.match_buffer(x, (n, c4, h, w, 4), dtype, scope=scope)
         P = T.match_buffer(p, (n * heads, slices, d, 2 * d + 1), "float32", scope=BUFFER)
-        launch(g, d, 1, "row", lambda vz, vi, vw: per_row(X, P, vz, vi))
+        launch(g, d, nk, "item", lambda vz, vi, kb: per_item(X, P, vz, vi, kb))
 
     return func
 
@@ -173,31 +208,18 @@ def xca_partials(shape, channels: int, heads: int, head_dim: int, q_offset: int,
 def xca_finish(batch: int, heads: int, head_dim: int, slices: int, epsilon: float = 1e-12, dtype: str = "float32"):
     """The split form's second kernel: ``A`` as :func:`xca_weights` writes it, from the partials
     ``P`` of :func:`xca_partials` (added over the slices in slice order: the same bits whatever
-    ran where) and ``Temperature``. One work item per row."""
+    ran where) and ``Temperature``. A work group per row ``(b, t, i)``, item ``j`` its logit
+    ``q_i . k_j / (|q_i| |k_j|) * temperature[t]``; the row's max and sum from local memory, in
+    ``j`` order as :func:`xca_weights` takes them."""
     d = head_dim
     check_positive(batch=batch, heads=heads, head_dim=d, slices=slices)
     check_epsilon(epsilon)
     check_dtype(dtype)
-    acc, zero, _, softmax_row = _xca_parts((batch, 1, 1, 1), 4, heads, d, 0, 0, epsilon, dtype)
-    g = pixel_grid(batch * heads, d, 1)
-    launch = pixel_launch()
-
-    @T.macro
-    def per_row(P, Temperature, A, vz, vi):
-        q = T.sblock_alloc_buffer((2,), acc, scope="local")
-        dot = T.sblock_alloc_buffer((d,), acc, scope="local")
-        kk = T.sblock_alloc_buffer((d,), acc, scope="local")
-        s = T.sblock_alloc_buffer((2,), acc, scope="local")
-        q[1] = zero
-        for jj in T.unroll(d):
-            dot[jj] = zero
-            kk[jj] = zero
-        for k in range(slices):
-            for jj in T.unroll(d):
-                dot[jj] = dot[jj] + T.Cast(acc, P[vz, k, vi, jj])
-                kk[jj] = kk[jj] + T.Cast(acc, P[vz, k, vi, d + jj])
-            q[1] = q[1] + T.Cast(acc, P[vz, k, vi, 2 * d])
-        softmax_row(Temperature, A, q, dot, kk, s, vz, vi)
+    if d > MAX_THREADS:
+        raise ValueError(f"xca_finish: head_dim {d} is more than a work group's {MAX_THREADS} items (one per column of a row)")
+    acc = accumulator_dtype(dtype)
+    zero, eps = T.FloatImm(acc, 0.0), T.FloatImm(acc, float(epsilon))
+    rows = batch * heads * d
 
     @T.prim_func(s_tir=True)
     def func(p: T.handle, temperature: T.handle, a: T.handle):
@@ -205,7 +227,37 @@ def xca_finish(batch: int, heads: int, head_dim: int, slices: int, epsilon: floa
         P = T.match_buffer(p, (batch * heads, slices, d, 2 * d + 1), "float32", scope=BUFFER)
         Temperature = T.match_buffer(temperature, (heads,), dtype, scope=BUFFER)
         A = T.match_buffer(a, (batch, heads, d, d), dtype, scope=BUFFER)
-        launch(g, d, 1, "row", lambda vz, vi, vw: per_row(P, Temperature, A, vz, vi))
+        for b in T.thread_binding(rows, thread="blockIdx.x"):
+            with T.sblock("row"):
+                vr = T.axis.spatial(rows, b)
+                logit = T.sblock_alloc_buffer((d,), acc, scope="shared")
+                e = T.sblock_alloc_buffer((d,), acc, scope="shared")
+                for t in T.thread_binding(d, thread="threadIdx.x"):
+                    with T.sblock("logits"):
+                        s = T.sblock_alloc_buffer((3,), acc, scope="local")  # q_i . k_j, |k_j|^2, |q_i|^2
+                        s[0] = zero
+                        s[1] = zero
+                        s[2] = zero
+                        for k in range(slices):
+                            s[0] = s[0] + T.Cast(acc, P[vr // d, k, vr % d, t])
+                            s[1] = s[1] + T.Cast(acc, P[vr // d, k, vr % d, d + t])
+                            s[2] = s[2] + T.Cast(acc, P[vr // d, k, vr % d, 2 * d])
+                        logit[t] = s[0] / (maximum(T.sqrt(s[2]), eps) * maximum(T.sqrt(s[1]), eps)) * T.Cast(
+                            acc, Temperature[(vr // d) % heads])
+                for t in T.thread_binding(d, thread="threadIdx.x"):
+                    with T.sblock("exps"):
+                        m = T.sblock_alloc_buffer((1,), acc, scope="local")
+                        m[0] = logit[0]
+                        for k in range(d):
+                            m[0] = maximum(m[0], logit[k])
+                        e[t] = T.exp(logit[t] - m[0])
+                for t in T.thread_binding(d, thread="threadIdx.x"):
+                    with T.sblock("write"):
+                        total = T.sblock_alloc_buffer((1,), acc, scope="local")
+                        total[0] = zero
+                        for k in range(d):
+                            total[0] = total[0] + e[k]
+                        A[vr // (heads * d), (vr // d) % heads, vr % d, t] = T.Cast(dtype, e[t] / total[0])
 
     return func
 

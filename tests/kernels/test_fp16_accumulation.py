@@ -114,11 +114,12 @@ STATISTICS_KERNELS = {
     "excitation": (lambda: excite.excitation((1, 16, 8, 8, 4), 64, 8, 64, dtype=F16, scope=TEXTURE), {"acc", "sums", "partial", "P", "H"}),
     "xca_weights": (lambda: attention.xca_weights((1, 18, 7, 7, 4), 72, 2, 12, 0, 24, dtype=F16, scope=TEXTURE), {"dot", "kk", "q"}),
     "xca_partials": (lambda: attention.xca_partials((1, 18, 7, 7, 4), 72, 2, 12, 0, 24, 3, dtype=F16, scope=TEXTURE), {"dot", "kk", "q"}),
+    "xca_finish": (lambda: attention.xca_finish(1, 2, 12, 3, dtype=F16), {"s", "m", "total"}),
     "linear_kv": (lambda: attention.linear_kv((1, 12, 9, 9, 4), 48, 2, 8, 16, 32, dtype=F16, scope=TEXTURE), {"kv", "k"}),
     "layer_norm_channels": (lambda: layernorm.layer_norm_channels((1, 16, 8, 8, 4), 64, 1e-6, dtype=F16, scope=TEXTURE), {"stats"}),
 }
 #: Loaded pixels, weights and outputs: half is their storage, not a sum.
-HALF_OPERANDS = {"px", "x", "gb", "xp", "wp", "wd", "xs", "out", "res"}
+HALF_OPERANDS = {"px", "pq", "pk", "x", "gb", "xp", "wp", "wd", "xs", "out", "res"}
 
 
 @pytest.mark.parametrize("name", sorted(STATISTICS_KERNELS))

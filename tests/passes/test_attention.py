@@ -106,6 +106,8 @@ def test_xca_bad_arguments():
         attention.xca_apply((1, 2, 2, 2, 4), 12, 2, 2, 0)
     with pytest.raises(ValueError, match="epsilon"):
         attention.xca_weights((1, 3, 2, 2, 4), 12, 2, 2, 0, 4, epsilon=-1.0)
+    with pytest.raises(ValueError, match="work group"):  # the split form's finish: a work group per row
+        attention.xca_finish(1, 1, 257, 2)
 
 
 @pytest.mark.parametrize("wide", [False, True], ids=["one-kernel", "split"])
