@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, Phase, settings
 # CI: few examples per property (the suite's time: docs/testing.md); compiled programs are
 # cached for the whole run, so repeated shapes cost nothing.
 settings.register_profile(
-    "ci", max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=False
+    "ci", max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=False
 )
 # mutants: ci without shrinking (benchmarks/mutants.py needs a failure, not the smallest one).
 settings.register_profile("mutants", settings.get_profile("ci"), phases=[Phase.explicit, Phase.reuse, Phase.generate])
