@@ -26,8 +26,8 @@ files a fresh clone has plus new ones not yet committed; the working tree is nev
 items): a mutant its own tests kill stops in about a minute instead of
 whenever the suite reaches them, and one they miss is still run against every other test. It
 first runs the unmutated suite once (``--baseline``, implied), which must pass: a test that
-fails without any mutant would otherwise count as every mutant's kill (stop 52's table took four
-such kills from a test that failed on its own).
+fails without any mutant would otherwise count as every mutant's kill (stop 52's table took such
+kills for five mutants from a test that failed on its own).
 """
 
 from __future__ import annotations
