@@ -528,3 +528,17 @@ def test_the_pool_chain_goes_before_gated_conv2d(monkeypatch):
     gated = _arities(model, profile)
     assert gated["max_pool2d"] == [1] and "multiply" not in gated, gated
     assert gated[conv][0] == chained[conv][0] + 1, (gated, chained)  # the conv reads the gate
+
+
+#: A draw of ``test_random_chain_fuses_into_the_anchor`` that fails today (found by the fresh-clone
+#: run of a9f2aaa, stop 53): a chain of two adds of full-size operands around an Abs. The plan hands
+#: the anchor's second operand (``Residual2``) over in texture where the kernel declares a buffer,
+#: and the compile stops with "argument Residual2 expects ... global, gets ... global.texture" (a
+#: clear error, never wrong numbers). Kept failing, strictly, until the scopes agree.
+TWO_FULL_OPERANDS = [("binary", "Add", "full", False, True), ("unary", "Abs"), ("binary", "Add", "full", False, True)]
+
+
+@pytest.mark.xfail(strict=True, raises=RuntimeError, reason="known bug: the second full operand's scope (stop 53)")
+@pytest.mark.parametrize("anchor", ["conv", "depthwise"])
+def test_two_full_operands_in_their_own_scopes(anchor):
+    check_chain(anchor, TWO_FULL_OPERANDS, 4, 3, seed=0)
