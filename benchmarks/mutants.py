@@ -145,6 +145,12 @@ MUTANTS = (
         ("tests/passes/test_attention.py",),
     ),
     Mutant(
+        "plain_residual_second_operand_scope",
+        "a conv reading its residual plain hands its second operand over in the output's scope, not the residual's buffer",
+        (('            tensors["Residual2"] = replace(tensors["Residual2"], scope=BUFFER)\n', "            pass\n"),),
+        ("tests/passes/test_epilogue_chain.py::test_two_full_operands_with_a_plain_residual",),
+    ),
+    Mutant(
         "pool_ceil_overhang_counted",
         "average pooling with count_include_pad counts a ceil_mode window's overhang past the padding",
         (("            return T.min(self.taps, (self.extent + self.pad_after - s + d - 1) // d)\n", "            return self.taps\n"),),

@@ -268,6 +268,8 @@ def plain_io_plan(plan: ConvPlan, data_layout: str | None = None, out_layout: st
             return None
         epilogue = replace(epilogue, residual_layout=residual_layout)
         tensors["Residual"] = TensorPlan("Residual", epilogue.residual_shape((g.n, g.o4, g.oh, g.ow, 4)), BUFFER)
+        if "Residual2" in tensors:  # the kernel reads its second operand in the residual's scope
+            tensors["Residual2"] = replace(tensors["Residual2"], scope=BUFFER)
         kwargs.update(epilogue=epilogue, residual_scope=BUFFER)
     return replace(plan, epilogue=epilogue, tensors=tuple(tensors.values()), stages=((factory, kwargs),))
 
