@@ -38,7 +38,6 @@ from ..rows import MAX_THREADS
 from .heads import check_heads, pixels_spanned
 
 
-
 def _head_channels(heads: int, d: int, q_offset: int, k_offset: int):
     """Index expressions as functions of the work item (a scalar bound in a block becomes a buffer
     the well-formedness check refuses: tests/upstream defect 11): ``cq(bh, i)`` the channel of
