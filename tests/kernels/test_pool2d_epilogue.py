@@ -163,6 +163,8 @@ def test_resize_with_an_expression_epilogue(device, method, mode, name, c, size,
 
 
 @example(name="relu_plus_full", chans=(4, 8), h=3, w=4, scope=TEXTURE, storage=None, seed=0)  # GhostNet's cat + shortcut
+# 5 channels: 3 padded lanes in the last block, where the expression of 0 is 0.5 (tanh(0) + 0.5), not 0
+@example(name="tanh_times_channel_operand", chans=(3, 2), h=3, w=2, scope=BUFFER, storage=None, seed=1)
 @given(name=st.sampled_from(sorted(EPILOGUES)), chans=st.lists(st.integers(1, 9), min_size=2, max_size=concat.MAX_INPUTS).map(tuple),
        h=st.integers(1, 6), w=st.integers(1, 6), scope=st.sampled_from([TEXTURE, BUFFER]), storage=STORAGES, seed=SEEDS)
 def test_concat_with_an_expression_epilogue(device, name, chans, h, w, scope, storage, seed):
