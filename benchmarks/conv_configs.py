@@ -951,7 +951,7 @@ def parse_args(argv=None):
     if planned and not args.src and args.onnx_dir is None:
         p.error(f"--grid {args.grid} needs --onnx-dir (the exports whose plans give the layers)")
     if not planned and not args.src:
-        known = {layer.key: layer for layer in layer_lists.layers()}
+        known = {layer.key: layer for layer in layer_lists.layers(tuple(layer_lists.MODELS))}
         args.selected, bad = select_layers(known, args.keys or SWEEP_LAYERS)
         if bad:
             p.error(f"--layers: unknown layer key(s) {bad}")

@@ -286,7 +286,15 @@ MOBILENETV2 = (
     _m("features.18", 320, 7, 1280, 1),
 )
 
-MODELS = {"resnet50": RESNET50, "mobilenetv2": MOBILENETV2}
+# MambaOut-Femto (timm): its dense 3x3 stride-2 convs, the stem's second and the three downsamples.
+MAMBAOUT = (
+    _conv("mambaout", "stem.conv2", 24, 112, 48, 3, stride=2),
+    _conv("mambaout", "downsample1", 48, 56, 96, 3, stride=2),
+    _conv("mambaout", "downsample2", 96, 28, 192, 3, stride=2),
+    _conv("mambaout", "downsample3", 192, 14, 288, 3, stride=2),
+)
+
+MODELS = {"resnet50": RESNET50, "mobilenetv2": MOBILENETV2, "mambaout": MAMBAOUT}
 
 #: torchvision's ``mobilenet_v2`` inverted residual settings: expansion t, channels c, repeats n, stride s.
 MOBILENETV2_SETTINGS = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2),
