@@ -145,6 +145,19 @@ MUTANTS = (
         ("tests/passes/test_attention.py",),
     ),
     Mutant(
+        "softmax_attention_last_item_sum_dropped",
+        "softmax attention in one kernel divides by the exponentials' sum of every item but the last",
+        (("                for u in T.serial(1, threads):\n                    acc[1] = acc[1] + part_sum[u]",
+          "                for u in T.serial(1, threads - 1):\n                    acc[1] = acc[1] + part_sum[u]"),),
+        ("tests/kernels/test_softmax_attention.py",),
+    ),
+    Mutant(
+        "softmax_attention_score_scale_dropped",
+        "the softmax attention pattern drops a scale the scores' tail took after the product (EfficientViT's `* scale`)",
+        (('"alpha": q.scale * k.scale * pre.alpha,', '"alpha": q.scale * k.scale,'),),
+        ("tests/passes/test_softmax_attention.py",),
+    ),
+    Mutant(
         "plain_residual_second_operand_scope",
         "a conv reading its residual plain hands its second operand over in the output's scope, not the residual's buffer",
         (('            tensors["Residual2"] = replace(tensors["Residual2"], scope=BUFFER)\n', "            pass\n"),),

@@ -71,15 +71,19 @@ def test_linear_on_channels_last_map():
 
 
 def test_attention_scores_and_values():
-    """``softmax(q Kᵀ) V`` on ``[N * heads, L, d]``: Q Kᵀ reads K through its Transpose (no transpose
-    kernel), attention x V is a batched GEMM; the softmax between them runs on the same plain
-    buffers (``rules.rows``)."""
+    """``softmax(q Kᵀ) V`` on ``[N * heads, L, d]`` whose probabilities are also an output of the
+    model: the ``softmax_attention`` pattern declines (a second reader), so Q Kᵀ reads K through its
+    Transpose (no transpose kernel), attention x V is a batched GEMM and the softmax between them
+    runs on the same plain buffers (``rules.rows``). With one reader it is one kernel
+    (``tests/passes/test_softmax_attention.py``)."""
     nodes = [node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]), node("MatMul", ["q", "kt"], ["s"]),
              node("Softmax", ["s"], ["p"], axis=-1), node("MatMul", ["p", "v"], ["y"])]
     shapes = {"q": (3, 10, 5), "k": (3, 10, 5), "v": (3, 10, 7)}
-    model = make(nodes, [tensor(n, list(s)) for n, s in shapes.items()], [tensor("y", [3, 10, 7])], [], opset=17)
+    model = make(nodes, [tensor(n, list(s)) for n, s in shapes.items()], [tensor("y", [3, 10, 7]), tensor("p", [3, 10, 10])], [],
+                 opset=17)
     rows = _run(model, _inputs(np.random.default_rng(4), **shapes), gemms=2)
     assert not [r for r in rows if "transpose" in r["op"].lower()], rows
+    assert [r["op"] for r in rows if r["op"].startswith("softmax")] == ["softmax_rows"], rows
 
 
 def test_scores_with_heads():
@@ -278,8 +282,9 @@ def test_vit_attention_block_as_exported():
     """timm's ``Attention`` as ``torch.onnx.export`` writes it (opset 17): the qkv Linear, Reshape to
     ``[N, L, 3, heads, d]``, Transpose to ``[3, N, heads, L, d]``, Gather of q, k, v, ``q * scale``,
     Q Kᵀ through a Transpose, Softmax, attention x V, Transpose and Reshape back, the proj Linear:
-    the four matmuls run as our GEMM (K's transpose and q's scale folded into Q Kᵀ), the rest
-    where it runs."""
+    the two Linears run as our GEMM, the attention between them as one ``softmax_attention``
+    kernel reading q, k and v in the qkv Linear's output (q's scale its alpha, K's transpose its
+    read) and storing the heads as the proj Linear reads them."""
     from onnx import numpy_helper
 
     n, length, heads, d = 1, 12, 2, 4
@@ -302,9 +307,10 @@ def test_vit_attention_block_as_exported():
     (out,), (ref,) = compiled.run(x), reference_outputs(model, x)
     assert relative_error(out, ref) <= PATTERN_RTOL
     rows = compiled.profile()
-    assert sum(r["ours"] and r["op"].startswith("gemm") for r in rows) == 4, rows
-    assert not [r for r in rows if not r["ours"] and "matmul" in (r["op"] + r["kernel"]).lower()], rows
-    assert not [r for r in rows if r["op"].startswith(("affine", "multiply"))], rows  # q * scale read through by Q Kᵀ
+    # the qkv Linear, its transpose (three Gathers read it: one gather kernel), the attention, the proj Linear
+    assert [r["op"].rstrip("0123456789") for r in rows] == ["gemm", "gather", "softmax_attention", "gemm"], rows
+    assert sum(r["ours"] and r["op"].startswith("gemm") for r in rows) == 2, rows
+    assert [r["op"] for r in rows if r["op"].startswith("softmax")] == ["softmax_attention"], rows
 
 
 def test_workbench_reference_of_a_gemm(device):

@@ -39,6 +39,7 @@ OVERLAPS = {
     ("group_norm", "cross_covariance_attention"): "group norm's reshape to [N, G, K] before attention's reshapes",
     ("group_norm", "linear_attention"): "group norm's reshape to [N, G, K] before attention's reshapes",
     ("cross_covariance_attention", "linear_attention"): "XCA's reshape of tokens to 5-d, LiteMLA's of a map to 4-d: XCA first",
+    ("head_gemv", "softmax_attention"): "disjoint anchors (a matmul by a constant, a product of two activations); the head first",
 }
 
 

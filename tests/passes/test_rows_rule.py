@@ -15,10 +15,10 @@ LAYOUT_KERNELS = ("nchw_to_nchw4c", "nhwc_to_nchw4c", "nchw4c_to_nchw", "nchw4c_
 ROW_OPS = ("softmax", "layer_norm", "batch_norm", "mean", "sum", "max", "min")
 
 
-def _run(model, inputs: dict, precision="float32", rtol=PATTERN_RTOL):
+def _run(model, inputs: dict, precision="float32", rtol=PATTERN_RTOL, fuse=True):
     """Compile ``model`` for this device, check it against onnxruntime, and check its plan: no
     upstream softmax, norm or reduction, no layout transform. Returns the kernels' op names."""
-    compiled = compile_model(model, progress=lambda _: None, precision=precision)
+    compiled = compile_model(model, progress=lambda _: None, precision=precision, fuse=fuse)
     outs = compiled.run(inputs, profile=True)
     for out, ref in zip(outs, reference_outputs(model, inputs)):
         assert relative_error(out, ref) <= rtol, relative_error(out, ref)
@@ -42,10 +42,13 @@ def _heads_attention(axis=-1):
 
 
 def test_attention_softmax_between_gemms():
-    """Attention's softmax over the keys of ``[N, heads, L, L]`` scores: the GEMM, our softmax on its
-    plain output, the GEMM (three kernels; upstream's blocked softmax_w had a transform each side)."""
+    """Attention's softmax over the keys of ``[N, heads, L, L]`` scores with fusion off: the GEMM, our
+    softmax on its plain output, the GEMM (three kernels; upstream's blocked softmax_w had a
+    transform each side). With fusion on, the ``softmax_attention`` pattern's one kernel."""
     model, shapes = _heads_attention()
-    assert _run(model, _inputs(np.random.default_rng(1), **shapes)) == ["gemm", "softmax_rows", "gemm1"]
+    inputs = _inputs(np.random.default_rng(1), **shapes)
+    assert _run(model, inputs, fuse=False) == ["gemm", "softmax_rows", "gemm1"]
+    assert _run(model, inputs) == ["softmax_attention"]
 
 
 def test_softmax_over_a_middle_axis():
@@ -126,12 +129,13 @@ def test_reductions_of_a_channels_last_map(op):
 def test_plan_for_other_devices(profile, gemm):
     """The rules plan the same on every profile (the GEMM kernel and work groups are the profile's:
     the tiled GEMM on nvidia-h200), for float32 and float16 alike (plain tensors stay float32):
-    compiled without a device."""
+    compiled without a device, fusion off (on, the attention is one kernel everywhere)."""
     from helpers.onnx_graphs import plan_kernels
-    from tir_adreno.strategy.profile import get_profile
+    from tir_adreno.strategy.profile import get_profile, without_fusion
 
     model, _ = _heads_attention()
-    assert plan_kernels(model, get_profile(profile)) == [gemm, "softmax_rows", gemm]
+    assert plan_kernels(model, without_fusion(get_profile(profile))) == [gemm, "softmax_rows", gemm]
+    assert plan_kernels(model, get_profile(profile)) == ["softmax_attention"]
 
 
 def test_map_softmax_stays_blocked():
@@ -168,7 +172,7 @@ def test_float16_plan_keeps_plain_tensors_float32():
     from tir_adreno.strategy.profile import get_profile
 
     for model, kernels in ((_token_block(), ["gemm", "layer_norm_rows", "gemm", "mean_rows"]),
-                           (_heads_attention()[0], ["gemm", "softmax_rows", "gemm"])):
+                           (_heads_attention()[0], ["softmax_attention"])):
         plan, _, _ = compile_plan(model, get_profile("adreno"), progress=lambda _: None, precision="float16")
         assert [c["label"].rstrip("0123456789") for c in plan.to_dict()["calls"]] == kernels
         assert {t["dtype"] for t in plan.to_dict()["tensors"]} == {"float32"}

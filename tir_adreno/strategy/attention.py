@@ -62,3 +62,27 @@ def linear_attention_schedule(profile: DeviceProfile, head_dim: int, tokens: int
     if slices < LINEAR_ATTENTION_MIN_SLICES or ceildiv(tokens, slices) > LINEAR_ATTENTION_MAX_TOKENS_PER_SLICE:
         return None
     return dict(threads=threads)
+
+
+#: Items per query row of softmax attention in one kernel (``primfuncs.attention.scaled_dot_product_attention``)
+#: at most: each combines every item's partial max and sum (a one-level combine).
+SOFTMAX_ATTENTION_MAX_THREADS = 64
+
+
+def softmax_attention_threads(profile: DeviceProfile, keys: int, head_dim: int, value_dim: int) -> int | None:
+    """The ``threads`` of softmax attention in one kernel (the ``softmax_attention`` pattern) over
+    ``keys`` keys of length ``head_dim`` and values of ``value_dim``, else None (the matmul family's
+    three launches): a query row's scores, probabilities and query in local memory
+    (``(2 keys + head_dim) * 4`` bytes) within the profile's ``local_memory_bytes`` and the
+    kernel's limits (``MAX_KEYS``, ``MAX_HEAD_DIM``); items the next power of two of the longer of
+    ``keys`` and ``value_dim`` (each item a score, then an output column), from 16 to
+    :data:`SOFTMAX_ATTENTION_MAX_THREADS` and within the profile's work group. None with fusion
+    off (``launch_cost_macs`` 0: ``compile_model(fuse=False)`` keeps every op its own kernel)."""
+    shared = (2 * keys + head_dim) * 4 + 2 * SOFTMAX_ATTENTION_MAX_THREADS * 4
+    if profile.launch_cost_macs <= 0 or keys > _attention.SOFTMAX_ATTENTION_MAX_KEYS or head_dim > _attention.SOFTMAX_ATTENTION_MAX_HEAD_DIM \
+            or shared > profile.local_memory_bytes:
+        return None
+    threads = 16
+    while threads < min(max(keys, value_dim), SOFTMAX_ATTENTION_MAX_THREADS, profile.max_work_group_size):
+        threads *= 2
+    return threads

@@ -13,7 +13,7 @@ for its op, then to the rules. Precedence is data: each pattern's ``before`` nam
 |---|---|---|---|
 | ``pooled_excitation`` | mean, adaptive_avg_pool2d | ``excitation`` | head_gemv, pooled_pointwise |
 | ``excitation`` | conv2d | ``excitation`` | head_gemv, depthwise_excitation, depthwise_pointwise |
-| ``head_gemv`` | mean, adaptive_avg_pool2d, conv2d, matmul, layer_norm | ``head_gemv`` | pooled_pointwise, depthwise_excitation, depthwise_pointwise, layer_norm_conv, layer_norm_gemm |
+| ``head_gemv`` | mean, adaptive_avg_pool2d, conv2d, matmul, layer_norm | ``head_gemv`` | pooled_pointwise, depthwise_excitation, depthwise_pointwise, layer_norm_conv, layer_norm_gemm, softmax_attention |
 | ``pooled_pointwise`` | mean, adaptive_avg_pool2d | ``excitation`` | |
 | ``depthwise_excitation`` | conv2d | ``depthwise_excitation`` | depthwise_pointwise |
 | ``depthwise_pointwise`` | conv2d | ``depthwise_pointwise`` | |
@@ -29,6 +29,7 @@ for its op, then to the rules. Precedence is data: each pattern's ``before`` nam
 | ``concat_linear_attention`` | concat | ``linear_attention`` | |
 | ``split_depthwise`` | strided_slice | ``split_depthwise`` | |
 | ``separable_attention`` | split | ``separable_attention`` | |
+| ``softmax_attention`` | matmul | ``softmax_attention`` | |
 
 Helpers the patterns share are modules of their own (``excite_parts``, ``base``; and below them
 ``passes.conv_emit``, ``passes.rules.common``): pattern modules never import each other.
@@ -36,7 +37,7 @@ Helpers the patterns share are modules of their own (``excite_parts``, ``base``;
 
 from tir_adreno.passes.patterns import (cross_covariance_attention, depthwise_excitation, depthwise_pointwise, excitation, gated_conv,
                                         grn, group_norm, head_gemv, layer_norm_conv, layer_norm_gemm, linear_attention, separable_attention,
-                                        split_depthwise)
+                                        softmax_attention, split_depthwise)
 from tir_adreno.passes.patterns.base import Match, Pattern, Plan, ordered  # noqa: F401 (the pattern contract)
 from tir_adreno.passes.rules import RULES
 
@@ -59,4 +60,5 @@ PATTERNS: tuple[Pattern, ...] = ordered((
     linear_attention.concat_linear_attention,
     split_depthwise.split_depthwise,
     separable_attention.separable_attention,
+    softmax_attention.softmax_attention,
 ), {r.name for r in RULES})

@@ -93,8 +93,8 @@ def _source(rw: Rewriter, node: Node):
 
 
 @pattern("relax.mean", "relax.nn.adaptive_avg_pool2d", "relax.nn.conv2d", "relax.matmul", "relax.nn.layer_norm", match=_match,
-         plan=_plan, before=("pooled_pointwise", "depthwise_excitation", "depthwise_pointwise", "layer_norm_conv", "layer_norm_gemm", "conv2d", "matmul", "layer_norm", "pool",
-                             "reduction"), name="head_gemv")
+         plan=_plan, before=("pooled_pointwise", "depthwise_excitation", "depthwise_pointwise", "layer_norm_conv", "layer_norm_gemm",
+                             "softmax_attention", "conv2d", "matmul", "layer_norm", "pool", "reduction"), name="head_gemv")
 def emit_head_gemv(rw: Rewriter, plan: Plan):
     found = _source(rw, plan.match.anchor)
     if found is None or found[0].nchw != tuple(plan.match.nchw):  # the planned shape, else no plan for it

@@ -239,6 +239,15 @@ def _output_permute(rw: Rewriter, tail: GemmTail) -> Node | None:
     return user
 
 
+def tail_args(rw: Rewriter, tail: GemmTail) -> list:
+    """``tail``'s kernel inputs in the epilogue's order: the packed per-column rows (the bias, the
+    chain's constants), then the residual and the chain's operands (a constant as its values,
+    broadcast to Y's shape)."""
+    rows = pack_rows(tail.bias if tail.epilogue.bias else None, tail.chain, lambda r: pack_bias(r.astype(np.float32)))
+    extras = [relax.const(np.ascontiguousarray(x, np.float32)) if isinstance(x, np.ndarray) else rw.expr(x) for x in tail.extra_inputs]
+    return ([] if rows is None else [relax.const(rows)]) + extras
+
+
 def _emit(rw: Rewriter, node: Node, a: Operand, b: Operand | None, geom, tail: GemmTail, permute: Node | None = None,
           norm: float | None = None):
     """The GEMM kernel of ``node`` (``a @ b``, or ``a`` by ``tail.weight``) with ``tail`` in it, stored
@@ -265,11 +274,7 @@ def _emit(rw: Rewriter, node: Node, a: Operand, b: Operand | None, geom, tail: G
     args = [rw.expr(a.var), b_arg]
     if norm is not None:  # WeightSum: the column sums of the folded weight, in float64
         args.append(relax.const(pack_bias(tail.weight.sum(axis=0).astype(np.float32))))
-    rows = pack_rows(tail.bias if epilogue.bias else None, tail.chain, lambda r: pack_bias(r.astype(np.float32)))
-    if rows is not None:
-        args.append(relax.const(rows))
-    for extra in tail.extra_inputs:  # a constant operand comes as its values (broadcast to Y's shape)
-        args.append(relax.const(np.ascontiguousarray(extra, np.float32)) if isinstance(extra, np.ndarray) else rw.expr(extra))
+    args += tail_args(rw, tail)
     info = node_info(node, trans_a=geom.trans_a, trans_b=geom.trans_b, alpha=alpha, config=str(kwargs["config"]))
     info["attrs"]["epilogue"] = epilogue_info(epilogue)
     if norm is not None:
