@@ -155,7 +155,7 @@ MUTANTS = (
         "softmax_attention_score_scale_dropped",
         "the softmax attention pattern drops a scale the scores' tail took after the product (EfficientViT's `* scale`)",
         (('"alpha": q.scale * k.scale * pre.alpha,', '"alpha": q.scale * k.scale,'),),
-        ("tests/passes/test_softmax_attention.py",),
+        ("tests/passes/test_softmax_attention_pattern.py",),
     ),
     Mutant(
         "plain_residual_second_operand_scope",

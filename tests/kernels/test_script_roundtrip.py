@@ -225,6 +225,17 @@ def separable_attention_kernels(d, scope):
                                           threads=d.draw(st.sampled_from([None, 1, 4])), scope=scope)]
 
 
+def softmax_attention_kernels(d, scope):
+    if scope != BUFFER:  # plain buffers only
+        return []
+    lq, lk, dim = d.draw(st.integers(1, 9)), d.draw(st.integers(1, 70)), d.draw(st.sampled_from([3, 8]))
+    pre = Epilogue(bias=True, expr=ex.Binary("add", ex.X(), ex.Operand("full", 0)))
+    return [attention.scaled_dot_product_attention((2, lq, dim), (2, lk, dim), (2, lk, dim), pre=pre, out_perm=(1, 0, 2),
+                                                   threads=d.draw(st.sampled_from([1, 16, 64]))),
+            attention.scaled_dot_product_attention((1, dim, lq), (1, dim, lk), (1, dim, lk), trans_q=True, trans_k=False,
+                                                   trans_v=True, trans_out=True, post=Epilogue(residual=True, activation="relu"))]
+
+
 def excite_kernels(d, scope):
     nchw = _nchw(d)
     threads = d.draw(st.sampled_from([excite.THREADS, 16 * excite.THREADS]))
@@ -346,6 +357,7 @@ FAMILIES = {
     "attention.xca": xca_kernels,
     "attention.linear": linear_attention_kernels,
     "attention.separable": separable_attention_kernels,
+    "attention.softmax": softmax_attention_kernels,
     "shuffle": shuffle_kernels,
     "hierarchical": hierarchical_kernels,
     "patches": patches_kernels,

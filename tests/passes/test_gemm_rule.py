@@ -75,7 +75,7 @@ def test_attention_scores_and_values():
     model: the ``softmax_attention`` pattern declines (a second reader), so Q Kᵀ reads K through its
     Transpose (no transpose kernel), attention x V is a batched GEMM and the softmax between them
     runs on the same plain buffers (``rules.rows``). With one reader it is one kernel
-    (``tests/passes/test_softmax_attention.py``)."""
+    (``tests/passes/test_softmax_attention_pattern.py``)."""
     nodes = [node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]), node("MatMul", ["q", "kt"], ["s"]),
              node("Softmax", ["s"], ["p"], axis=-1), node("MatMul", ["p", "v"], ["y"])]
     shapes = {"q": (3, 10, 5), "k": (3, 10, 5), "v": (3, 10, 7)}

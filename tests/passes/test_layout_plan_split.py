@@ -72,11 +72,11 @@ def test_cascaded_attention_has_no_layout_kernel(query_conv):
     # the split's parts: the depthwise conv reads the query in place (``Prologue.x_view``, a channel
     # slice of the plain qkv map; one gather before stop 51); the key and value (and, without that
     # conv, every part) read by the GEMMs through views of the qkv map, so no gather of theirs runs (until stop 48 two more ran, kept by the split's tuple alone:
-    # tests/passes/test_unread_calls.py); then 2 GEMMs, a softmax, 2 convs (+ the depthwise), the
-    # pool, the Linear (on main before the planner: 17 and 16 launches, 7 of them layout kernels,
-    # and an upstream batch norm)
+    # tests/passes/test_unread_calls.py); then the attention (one ``softmax_attention`` kernel since
+    # stop 55: 2 GEMMs and a softmax before), 2 convs (+ the depthwise), the pool, the Linear (on
+    # main before the planner: 17 and 16 launches, 7 of them layout kernels, and an upstream batch norm)
     assert not [r for r in rows if r["op"].startswith("gather")], [r["op"] for r in rows]
-    assert len(rows) == (8 if query_conv else 7), [r["op"] for r in rows]
+    assert len(rows) == (6 if query_conv else 5), [r["op"] for r in rows]
 
 
 def test_head_norm_folds_into_the_linear():

@@ -67,22 +67,37 @@ def linear_attention_schedule(profile: DeviceProfile, head_dim: int, tokens: int
 #: Items per query row of softmax attention in one kernel (``primfuncs.attention.scaled_dot_product_attention``)
 #: at most: each combines every item's partial max and sum (a one-level combine).
 SOFTMAX_ATTENTION_MAX_THREADS = 64
+#: Most multiply-adds (query rows x keys x (head_dim + value_dim)) and most steps an item takes in
+#: series (its scores' dot products, then its output columns' sums over the keys) where the one
+#: kernel replaces the two GEMMs and the softmax. It reads K and V again for every query row (one
+#: work group each) and runs at about 0.36 multiply-adds per ns on an H100 (6 us + 2.8 us per
+#: million), where the three launches cost ~15 us and the tiled GEMM runs ~2x faster: measured
+#: on the 14 catalogue models it applies to (one lease, stop 55), it won every launch under ~8
+#: million (EfficientViT-M0's heads 7.8 us against ~18, LeViT's, PVT-v2's, MobileNetV4's, SHViT's)
+#: and lost the bigger ones (DeiT-Tiny's 197 x 197 heads 42 us against ~34, GC ViT's 64 windows
+#: 61 us, PiT's 730 tokens 165 us) and the long series (XCiT's class attention, 1 query x 197 keys
+#: a head: 325 steps, 14 us).
+SOFTMAX_ATTENTION_MAX_MACS = 8_000_000
+SOFTMAX_ATTENTION_MAX_STEPS = 320
 
 
-def softmax_attention_threads(profile: DeviceProfile, keys: int, head_dim: int, value_dim: int) -> int | None:
+def softmax_attention_threads(profile: DeviceProfile, rows: int, keys: int, head_dim: int, value_dim: int) -> int | None:
     """The ``threads`` of softmax attention in one kernel (the ``softmax_attention`` pattern) over
-    ``keys`` keys of length ``head_dim`` and values of ``value_dim``, else None (the matmul family's
-    three launches): a query row's scores, probabilities and query in local memory
-    (``(2 keys + head_dim) * 4`` bytes) within the profile's ``local_memory_bytes`` and the
-    kernel's limits (``MAX_KEYS``, ``MAX_HEAD_DIM``); items the next power of two of the longer of
-    ``keys`` and ``value_dim`` (each item a score, then an output column), from 16 to
-    :data:`SOFTMAX_ATTENTION_MAX_THREADS` and within the profile's work group. None with fusion
-    off (``launch_cost_macs`` 0: ``compile_model(fuse=False)`` keeps every op its own kernel)."""
+    ``rows`` query rows (batch x heads x queries), ``keys`` keys of length ``head_dim`` and values
+    of ``value_dim``, else None (the matmul family's three launches): items the next power of two
+    of the longer of ``keys`` and ``value_dim`` (each item a score, then an output column), from 16
+    to :data:`SOFTMAX_ATTENTION_MAX_THREADS` and within the profile's work group; a query row's
+    scores, probabilities and query in local memory (``(2 keys + head_dim) * 4`` bytes) within the
+    profile's ``local_memory_bytes`` and the kernel's limits (``MAX_KEYS``, ``MAX_HEAD_DIM``); at
+    most :data:`SOFTMAX_ATTENTION_MAX_MACS` multiply-adds and :data:`SOFTMAX_ATTENTION_MAX_STEPS`
+    steps an item. None with fusion off (``launch_cost_macs`` 0: ``compile_model(fuse=False)``
+    keeps every op its own kernel)."""
     shared = (2 * keys + head_dim) * 4 + 2 * SOFTMAX_ATTENTION_MAX_THREADS * 4
     if profile.launch_cost_macs <= 0 or keys > _attention.SOFTMAX_ATTENTION_MAX_KEYS or head_dim > _attention.SOFTMAX_ATTENTION_MAX_HEAD_DIM \
-            or shared > profile.local_memory_bytes:
+            or shared > profile.local_memory_bytes or rows * keys * (head_dim + value_dim) > SOFTMAX_ATTENTION_MAX_MACS:
         return None
     threads = 16
     while threads < min(max(keys, value_dim), SOFTMAX_ATTENTION_MAX_THREADS, profile.max_work_group_size):
         threads *= 2
-    return threads
+    steps = ceildiv(keys, threads) * head_dim + ceildiv(value_dim, threads) * keys
+    return threads if steps <= SOFTMAX_ATTENTION_MAX_STEPS else None

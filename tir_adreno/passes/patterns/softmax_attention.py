@@ -21,6 +21,8 @@ declines, and the GEMM and softmax rules take the nodes as before."""
 
 from __future__ import annotations
 
+import math
+
 from tvm import relax
 
 from primfuncs import attention as kernels
@@ -79,12 +81,12 @@ def _match(g, node: Node) -> Match | None:
 
 
 def _plan(match: Match, profile, records, precision) -> Plan | None:
-    """The kernel's ``threads`` (``strategy.attention.softmax_attention_threads``) for the head
-    length of ``Q`` as the graph has it (the transposes read through decide which axis: ``emit``
-    checks the geometry again)."""
-    q_shape = static_shape(match.anchor.args[0])
-    head_dim = max(q_shape[-2:]) if q_shape else 0
-    threads = softmax_attention_threads(profile, match.keys, head_dim, match.value_dim)
+    """The kernel's ``threads`` (``strategy.attention.softmax_attention_threads``) for the scores'
+    rows and the head length of ``Q`` (its axis that is not the queries': ``Q`` may be stored
+    transposed; ``emit`` checks the geometry again)."""
+    q_shape, scores = static_shape(match.anchor.args[0]), static_shape(match.anchor.var)
+    head_dim = (q_shape[-1] if q_shape[-2] == scores[-2] else q_shape[-2]) if q_shape and len(q_shape) >= 2 else 0
+    threads = softmax_attention_threads(profile, math.prod(scores[:-1]), match.keys, head_dim, match.value_dim)
     return Plan(match, threads) if threads is not None else None
 
 
