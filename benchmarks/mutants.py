@@ -158,6 +158,12 @@ MUTANTS = (
         ("tests/passes/test_softmax_attention_pattern.py",),
     ),
     Mutant(
+        "softmax_attention_size_limit_ignored",
+        "the strategy fuses softmax attention of any size (the multiply-add limit measured on the H100 dropped)",
+        (("or rows * keys * (head_dim + value_dim) > SOFTMAX_ATTENTION_MAX_MACS:", ":"),),
+        ("tests/passes/test_softmax_attention_pattern.py",),
+    ),
+    Mutant(
         "plain_residual_second_operand_scope",
         "a conv reading its residual plain hands its second operand over in the output's scope, not the residual's buffer",
         (('            tensors["Residual2"] = replace(tensors["Residual2"], scope=BUFFER)\n', "            pass\n"),),

@@ -84,3 +84,36 @@ def test_softmax_over_another_axis_is_not_attention():
     shapes = {"q": (2, 5, 3), "k": (2, 3, 5), "v": (2, 5, 4)}
     model = make(nodes, [tensor(k, list(s)) for k, s in shapes.items()], [tensor("y", [2, 5, 4])], [], opset=17)
     assert sorted(_run(model, shapes, seed=5)) == ["gemm", "gemm", "softmax_rows"]
+
+
+def test_the_strategy_fuses_attention_where_one_kernel_wins():
+    """``strategy.attention.softmax_attention_threads``: EfficientViT-M0's heads (196 rows of 49 keys)
+    are one kernel; DeiT's (3 x 197 rows of 197 keys, d 64: 15 M multiply-adds, 453 steps), GC
+    ViT's 64 windows (20 M) and XCiT's class attention (1 query a head, 197 keys: 325 steps an
+    item) stay three launches, as does every
+    attention with fusion off or rows past local memory."""
+    from tir_adreno.strategy.attention import softmax_attention_threads
+    from tir_adreno.strategy.profile import get_profile, without_fusion
+
+    h200 = get_profile("nvidia-h200")
+    for profile in (h200, get_profile("pocl"), get_profile("adreno")):
+        assert softmax_attention_threads(profile, 4 * 49, 49, 16, 16) == 64
+        assert softmax_attention_threads(profile, 3 * 197, 197, 64, 64) is None
+        assert softmax_attention_threads(profile, 4, 197, 32, 32) is None
+        assert softmax_attention_threads(profile, 64 * 2 * 49, 49, 32, 32) is None  # GC ViT's 64 windows: 81 steps, 20 M
+        assert softmax_attention_threads(without_fusion(profile), 4 * 49, 49, 16, 16) is None
+    assert softmax_attention_threads(h200, 16, 9, 8, 8) == 16
+    assert softmax_attention_threads(h200, 1, 4096, 4, 4) is None  # past MAX_KEYS
+
+
+def test_deit_sized_heads_stay_gemms():
+    """timm's ViT attention at DeiT-Tiny's size (3 heads of 197 tokens, d 64) on the nvidia-h200
+    profile: the two tiled GEMMs and the softmax (the one kernel lost there on the H100)."""
+    from helpers.onnx_graphs import plan_kernels
+    from tir_adreno.strategy.profile import get_profile
+
+    nodes = [node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]), node("MatMul", ["q", "kt"], ["s"]),
+             node("Softmax", ["s"], ["p"], axis=-1), node("MatMul", ["p", "v"], ["y"])]
+    shapes = {"q": (1, 3, 197, 64), "k": (1, 3, 197, 64), "v": (1, 3, 197, 64)}
+    model = make(nodes, [tensor(k, list(s)) for k, s in shapes.items()], [tensor("y", [1, 3, 197, 64])], [], opset=17)
+    assert plan_kernels(model, get_profile("nvidia-h200")) == ["gemm_tiled", "softmax_rows", "gemm_tiled"]
