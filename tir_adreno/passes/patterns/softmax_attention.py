@@ -30,12 +30,11 @@ from primfuncs.gemm import view_buffer
 
 from tir_adreno.passes import movement
 from tir_adreno.passes.graph import Node, const, dtype, permute_axes, same, static_shape
-from tir_adreno.passes.rules.gemm import _swaps_last_two
 from tir_adreno.passes.kernel_index import kernel
 from tir_adreno.passes.op_info import epilogue_info, node_info
 from tir_adreno.passes.patterns.base import Match, Plan, pattern
 from tir_adreno.passes.rewriter import Rewriter
-from tir_adreno.passes.rules.gemm import Operand, _operand, _output_permute, gemm_tail, tail_args
+from tir_adreno.passes.rules.gemm import Operand, _operand, _output_permute, _swaps_last_two, gemm_tail, tail_args
 from tir_adreno.strategy.attention import softmax_attention_threads
 
 #: The elementwise steps the walk from the scores to the softmax passes (the GEMM tail takes them).
@@ -52,7 +51,8 @@ def _activation_product(node: Node | None) -> bool:
 def _match(g, node: Node) -> Match | None:
     """A float32 product of two activations whose scores reach a softmax over their last axis
     through at most :data:`MAX_SCORE_STEPS` elementwise steps of the scores' shape (each read once),
-    the softmax read by one product of two activations as its left operand."""
+    the softmax read by one product of two activations as its left operand (``P V``), or through a
+    transpose of its last two axes as its right one (``V' Pᵀ``)."""
     shape = static_shape(node.var)
     if not _activation_product(node) or shape is None or len(shape) < 3:
         return None
