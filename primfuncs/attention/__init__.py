@@ -16,12 +16,15 @@ from .linear import (LINEAR_ATTENTION_MAX_MAPS, LINEAR_ATTENTION_THREADS, linear
 from .separable import SEPARABLE_THREADS, separable_attention
 from .softmax import MAX_HEAD_DIM as SOFTMAX_ATTENTION_MAX_HEAD_DIM
 from .softmax import MAX_KEYS as SOFTMAX_ATTENTION_MAX_KEYS
+from .softmax import MAX_THREADS as SOFTMAX_ATTENTION_MAX_THREADS
+from .softmax import shared_bytes as softmax_attention_shared_bytes
 from .softmax import attention_geometry, scaled_dot_product_attention
 from .xca import xca_apply, xca_finish, xca_partials, xca_weights
 
 __all__ = [
     "LINEAR_ATTENTION_MAX_MAPS", "LINEAR_ATTENTION_THREADS", "SEPARABLE_THREADS", "linear_apply", "linear_attention",
     "linear_attention_shared_bytes", "linear_attention_slices", "linear_kv", "linear_kv_finish", "linear_kv_partials",
-    "SOFTMAX_ATTENTION_MAX_HEAD_DIM", "SOFTMAX_ATTENTION_MAX_KEYS", "attention_geometry", "scaled_dot_product_attention",
+    "SOFTMAX_ATTENTION_MAX_HEAD_DIM", "SOFTMAX_ATTENTION_MAX_KEYS", "SOFTMAX_ATTENTION_MAX_THREADS",
+    "softmax_attention_shared_bytes", "attention_geometry", "scaled_dot_product_attention",
     "separable_attention", "xca_apply", "xca_finish", "xca_partials", "xca_weights",
 ]

@@ -27,6 +27,7 @@ threads, ...``, reading the probabilities from local memory and ``V``'s column `
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from tvm.script import tirx as T
@@ -35,13 +36,15 @@ from .._common import ceildiv, check_dtype, maximum, select_params, unravel
 from ..epilogue import BIAS, EXTRA_BUFFERS, Epilogue, activate, check_epilogue, expression
 from ..gemm_parts import GemmGeometry, gemm_geometry, indexers, stored_out_shape
 from ..gather import read_view
-from ..rows import check_threads
+from ..rows import _wide, check_threads
 
 F32 = "float32"
 #: Most keys a query row may have: its scores and probabilities stay in local memory (16 KiB of float32).
 MAX_KEYS = 2048
 #: Longest query/key vector ``d``: the query row stays in local memory.
 MAX_HEAD_DIM = 1024
+#: Most items per query row: each combines every item's partial max and sum (a one-level combine).
+MAX_THREADS = 64
 #: The score epilogue's buffers are these names (the output epilogue's are ``Bias``, ``Residual``, ``Residual2``).
 SCORE_BUFFERS = ("ScoreBias", "ScoreResidual", "ScoreResidual2")
 
@@ -65,6 +68,12 @@ def attention_geometry(q_shape, k_shape, v_shape, trans_q: bool = False, trans_k
     return scores, out
 
 
+def shared_bytes(keys: int, head_dim: int, threads: int) -> int:
+    """Local memory a work group of :func:`scaled_dot_product_attention` takes: the query row, the
+    scores and probabilities (float32), the items' partial maxima and sums."""
+    return (head_dim + 2 * keys + 2 * threads) * 4
+
+
 def _check_part(epilogue, name: str) -> Epilogue:
     epilogue = check_epilogue(epilogue, reads_second=True)
     if epilogue.out_layout != "NCHW4c" or epilogue.residual_layout != "NCHW4c" or epilogue.out_scope or epilogue.residual_scope:
@@ -78,17 +87,14 @@ def _finish(epilogue: Epilogue, v, Bias, Extra, Extra2, index, col, dtype: str):
     """``v`` (float32: element ``index`` of a product, column ``col``) through ``epilogue``: bias and
     residual added, the activation, then the expression; ``Bias`` packed ``(ceil(N/4), 4)`` a row
     (``strategy.packing.pack_bias``), ``Extra``/``Extra2`` the activation buffers in order."""
-
-    def wide(x):
-        return x if dtype == F32 else T.Cast(F32, x)
-
     zero = T.FloatImm(F32, 0.0)
     extras = (Extra, Extra2)[:len(epilogue.extra_kinds)]
-    base = v + (wide(Bias[col // 4, col % 4]) if epilogue.bias else zero) + (wide(Extra[index]) if epilogue.residual else zero)
-    operands = tuple(wide(buf[index]) for buf in extras)[int(epilogue.residual):]
+    base = (v + (_wide(Bias[col // 4, col % 4], dtype) if epilogue.bias else zero)
+            + (_wide(Extra[index], dtype) if epilogue.residual else zero))
+    operands = tuple(_wide(buf[index], dtype) for buf in extras)[int(epilogue.residual):]
     return expression(epilogue, activate(base, epilogue.activation, F32, epilogue.clip_min, epilogue.clip_max,
                                          epilogue.activation_params),
-                      operands, lambda e: wide(Bias[col // 4, (int(epilogue.bias) + e) * 4 + col % 4]), F32)
+                      operands, lambda e: _wide(Bias[col // 4, (int(epilogue.bias) + e) * 4 + col % 4], dtype), F32)
 
 
 def _stored_output(product: GemmGeometry, trans_out: bool, out_perm):
@@ -96,9 +102,7 @@ def _stored_output(product: GemmGeometry, trans_out: bool, out_perm):
     ``vb``): the product's ``[B..., Lq, dv]``, its last two axes swapped with ``trans_out``, then
     its axes permuted by ``out_perm`` (``gemm_parts.stored_out_shape``: the last stays last)."""
     batch, (lq, dv) = product.out_shape[:-2], product.out_shape[-2:]
-    logical = GemmGeometry(product.a_shape, product.b_shape, False, False, product.batch, lq, product.k, dv,
-                           (*batch, *((dv, lq) if trans_out else (lq, dv))), False)
-    shape = stored_out_shape(logical, out_perm)
+    shape = stored_out_shape(dataclasses.replace(product, out_shape=(*batch, *((dv, lq) if trans_out else (lq, dv)))), out_perm)
 
     def at_y(vb, i, c):
         index = (*unravel(vb, batch), *((c, i) if trans_out else (i, c)))
@@ -127,8 +131,8 @@ def scaled_dot_product_attention(q_shape, k_shape, v_shape, trans_q: bool = Fals
     pre, post = _check_part(pre, "pre"), _check_part(post, "post")
     check_dtype(dtype)
     check_threads(threads)
-    if threads > 64:
-        raise ValueError(f"threads must be at most 64 (each item combines every item's partials), got {threads}")
+    if threads > MAX_THREADS:
+        raise ValueError(f"threads must be at most {MAX_THREADS} (each item combines every item's partials), got {threads}")
     if not (math.isfinite(alpha) and math.isfinite(out_scale)):
         raise ValueError(f"alpha and out_scale must be finite, got {alpha}, {out_scale}")
     q_view, q_buffer = read_view(scores.a_shape, q_view, "q_view")
@@ -143,9 +147,6 @@ def scaled_dot_product_attention(q_shape, k_shape, v_shape, trans_q: bool = Fals
     lowest, zero = T.FloatImm(F32, -math.inf), T.FloatImm(F32, 0.0)
     scale, v_scale = T.FloatImm(F32, float(alpha)), T.FloatImm(F32, float(out_scale))
 
-    def wide(x):
-        return x if dtype == F32 else T.Cast(F32, x)
-
     @T.macro
     def query_row(Q, q_row, vb, vi):
         # q_row = the query row (float32)
@@ -153,7 +154,7 @@ def scaled_dot_product_attention(q_shape, k_shape, v_shape, trans_q: bool = Fals
             with T.sblock("query"):
                 for r in T.serial(q_rounds):
                     if r * threads + t < d:
-                        q_row[r * threads + t] = wide(Q[at_q(vb, vi, r * threads + t)])
+                        q_row[r * threads + t] = _wide(Q[at_q(vb, vi, r * threads + t)], dtype)
 
     @T.macro
     def score_row(K, SBias, SRes, SRes2, q_row, s_row, part_max, vb, vi):
@@ -166,7 +167,7 @@ def scaled_dot_product_attention(q_shape, k_shape, v_shape, trans_q: bool = Fals
                     if r * threads + t < lk:
                         acc[0] = zero
                         for e in T.serial(d):
-                            acc[0] = acc[0] + q_row[e] * wide(K[at_k(vb, e, r * threads + t)])
+                            acc[0] = acc[0] + q_row[e] * _wide(K[at_k(vb, e, r * threads + t)], dtype)
                         # the score kept in a register too: reading s_row back would ask a barrier inside the branch
                         acc[0] = _finish(pre, acc[0] * scale, SBias, SRes, SRes2, at_s(vb, vi, r * threads + t), r * threads + t, dtype)
                         s_row[r * threads + t] = acc[0]
@@ -203,7 +204,7 @@ def scaled_dot_product_attention(q_shape, k_shape, v_shape, trans_q: bool = Fals
                     if r * threads + t < dv:
                         acc[0] = zero
                         for j in T.serial(lk):
-                            acc[0] = acc[0] + p_row[j] * wide(V[at_v(vb, j, r * threads + t)])
+                            acc[0] = acc[0] + p_row[j] * _wide(V[at_v(vb, j, r * threads + t)], dtype)
                         Y[at_y(vb, vi, r * threads + t)] = T.Cast(dtype, _finish(
                             post, acc[0] * v_scale / acc[1], Bias, Res, Res2, at_y(vb, vi, r * threads + t),
                             vi if trans_out else r * threads + t, dtype))

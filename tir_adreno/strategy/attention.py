@@ -64,9 +64,6 @@ def linear_attention_schedule(profile: DeviceProfile, head_dim: int, tokens: int
     return dict(threads=threads)
 
 
-#: Items per query row of softmax attention in one kernel (``primfuncs.attention.scaled_dot_product_attention``)
-#: at most: each combines every item's partial max and sum (a one-level combine).
-SOFTMAX_ATTENTION_MAX_THREADS = 64
 #: Most multiply-adds (query rows x keys x (head_dim + value_dim)) and most steps an item takes in
 #: series (its scores' dot products, then its output columns' sums over the keys) where the one
 #: kernel replaces the two GEMMs and the softmax. It reads K and V again for every query row (one
@@ -86,18 +83,19 @@ def softmax_attention_threads(profile: DeviceProfile, rows: int, keys: int, head
     ``rows`` query rows (batch x heads x queries), ``keys`` keys of length ``head_dim`` and values
     of ``value_dim``, else None (the matmul family's three launches): items the next power of two
     of the longer of ``keys`` and ``value_dim`` (each item a score, then an output column), from 16
-    to :data:`SOFTMAX_ATTENTION_MAX_THREADS` and within the profile's work group; a query row's
-    scores, probabilities and query in local memory (``(2 keys + head_dim) * 4`` bytes) within the
-    profile's ``local_memory_bytes`` and the kernel's limits (``MAX_KEYS``, ``MAX_HEAD_DIM``); at
+    to the kernel's ``MAX_THREADS`` and within the profile's work group; a work group's local memory
+    (``softmax_attention_shared_bytes`` at ``MAX_THREADS``: the query row, scores, probabilities and
+    partials) within the profile's ``local_memory_bytes`` and the kernel's limits (``MAX_KEYS``, ``MAX_HEAD_DIM``); at
     most :data:`SOFTMAX_ATTENTION_MAX_MACS` multiply-adds and :data:`SOFTMAX_ATTENTION_MAX_STEPS`
     steps an item. None with fusion off (``launch_cost_macs`` 0: ``compile_model(fuse=False)``
     keeps every op its own kernel)."""
-    shared = (2 * keys + head_dim) * 4 + 2 * SOFTMAX_ATTENTION_MAX_THREADS * 4
+    most_threads = _attention.SOFTMAX_ATTENTION_MAX_THREADS
+    shared = _attention.softmax_attention_shared_bytes(keys, head_dim, most_threads)
     if profile.launch_cost_macs <= 0 or keys > _attention.SOFTMAX_ATTENTION_MAX_KEYS or head_dim > _attention.SOFTMAX_ATTENTION_MAX_HEAD_DIM \
             or shared > profile.local_memory_bytes or rows * keys * (head_dim + value_dim) > SOFTMAX_ATTENTION_MAX_MACS:
         return None
     threads = 16
-    while threads < min(max(keys, value_dim), SOFTMAX_ATTENTION_MAX_THREADS, profile.max_work_group_size):
+    while threads < min(max(keys, value_dim), most_threads, profile.max_work_group_size):
         threads *= 2
     steps = ceildiv(keys, threads) * head_dim + ceildiv(value_dim, threads) * keys
     return threads if steps <= SOFTMAX_ATTENTION_MAX_STEPS else None
