@@ -164,6 +164,19 @@ MUTANTS = (
         ("tests/passes/test_softmax_attention_pattern.py",),
     ),
     Mutant(
+        "producer_broadcast_at_leading_axes",
+        "a GEMM's elementwise producer aligns a broadcast input at A's first axes instead of its last (a per-column vector read along the rows)",
+        (("    pad = len(index) - len(shape)\n    return tuple(0 if d == 1 else i for d, i in zip(shape, index[pad:]))",
+          "    return tuple(0 if d == 1 else i for d, i in zip(shape, index))"),),
+        ("tests/kernels/test_gemm_producer.py", "tests/passes/test_producer_gemm_pattern.py"),
+    ),
+    Mutant(
+        "producer_gemm_repeated_reads_ignored",
+        "the strategy folds an elementwise producer into any GEMM, whatever its column tiles repeat of the evaluations",
+        (("    extra = (a_reads(geometry, gemm_config(geometry, profile)) - 1) *", "    extra = 0 *"),),
+        ("tests/passes/test_producer_gemm_pattern.py",),
+    ),
+    Mutant(
         "plain_residual_second_operand_scope",
         "a conv reading its residual plain hands its second operand over in the output's scope, not the residual's buffer",
         (('            tensors["Residual2"] = replace(tensors["Residual2"], scope=BUFFER)\n', "            pass\n"),),
@@ -197,13 +210,13 @@ MUTANTS = (
     Mutant(
         "gemm_norm_shift_dropped",
         "a layer norm folded into the tiled GEMM sums unshifted values (E[x^2] - E[x]^2 cancels on a large mean)",
-        (("regs[rnd, lane] = regs[rnd, lane] - Src[shift(vb, tile, x_of(rnd * threads + item))]", "regs[rnd, lane] = regs[rnd, lane]"),),
+        (("regs[rnd, lane] = regs[rnd, lane] - read(Src, shift(vb, tile, x_of(rnd * threads + item)))", "regs[rnd, lane] = regs[rnd, lane]"),),
         ("tests/kernels/test_gemm_norm.py::test_norm_gemm_large_mean", "tests/passes/test_layer_norm_gemm.py"),
     ),
     Mutant(
         "gemm_prefetch_same_step",
         "the prefetching tiled GEMM reads the current step's A again instead of the next one's",
-        (("fetch_a(A, regs_a, bz, by, step + 1, ty * gx + tx)", "fetch_a(A, regs_a, bz, by, step, ty * gx + tx)"),),
+        (("fetch_a((A, A1, A2, A3), regs_a, bz, by, step + 1, ty * gx + tx)", "fetch_a((A, A1, A2, A3), regs_a, bz, by, step, ty * gx + tx)"),),
         ("tests/kernels/test_gemm_tiled.py::test_tiled_gemm_kernel", "tests/kernels/test_gemm_norm.py"),
     ),
     Mutant(

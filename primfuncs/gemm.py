@@ -40,8 +40,8 @@ from tvm.script import tirx as T
 
 from ._common import BUFFER, LANES, TEXTURE, ceildiv, pixel_launch, select_params, whole
 from .epilogue import BIAS, RESIDUAL, SECOND, Epilogue
-from .gemm_parts import (MAX_TILE_COLS, MAX_TILE_ROWS, MAX_WORK_GROUP, GemmConfig, GemmGeometry, check_gemm, gemm_geometry, gemm_grid,
-                         indexers, pixel_shape, register_loads, register_product, store_macros, stored_out_shape, view_buffer, views)
+from .gemm_parts import (MAX_TILE_COLS, MAX_TILE_ROWS, MAX_WORK_GROUP, GemmConfig, GemmGeometry, a_operand, check_gemm, check_producer,
+                         gemm_geometry, gemm_grid, indexers, pixel_shape, register_loads, register_product, store_macros, stored_out_shape, view_buffer, views)
 from .conv.norm import check_norm
 from .gemm_split import gemm_split
 from .gemm_tiled import gemm_tiled
@@ -49,7 +49,7 @@ from .gemm_tiled import gemm_tiled
 
 def gemm(a_shape, b_shape, trans_a: bool = False, trans_b: bool = False, config: GemmConfig = GemmConfig(),
          epilogue: Epilogue = Epilogue(), dtype: str = "float32", acc_dtype: str | None = None, scope: str = BUFFER,
-         alpha: float = 1.0, out_perm=None, a_view=None, b_view=None, norm_eps=None):
+         alpha: float = 1.0, out_perm=None, a_view=None, b_view=None, norm_eps=None, a_producer=None):
     """``Y = act(op(A) @ op(B) + Bias + Residual)`` (:func:`gemm_geometry` for the shapes; ``Y``
     of shape ``A``'s leading dims + ``(M, N)``), plain row-major buffers, or with ``scope=TEXTURE``
     textures of the :func:`pixel_shape` of each (``trans_a``, ``trans_b`` False). ``Bias``: ``(ceil(N/4), 4)``
@@ -65,15 +65,19 @@ def gemm(a_shape, b_shape, trans_a: bool = False, trans_b: bool = False, config:
     ``norm_eps``: a layer norm over A's rows (its last axis, K) folded in, the tiled kernel's only
     (:mod:`primfuncs.gemm_tiled`; float32, buffers, not ``trans_a``): B is the norm's folded weight
     ``W' = diag(gamma) W``, ``Bias`` ``W beta + b``, and ``WeightSum`` (``(ceil(N/4), 4)`` float32,
-    zero-padded like the bias: the column sums of ``W'``) comes right after ``B``."""
+    zero-padded like the bias: the column sums of ``W'``) comes right after ``B``.
+    ``a_producer``: a ``plain_elementwise.Producer`` that computes op(A) as stored, evaluated as A
+    is read (buffers; no ``a_view`` or ``norm_eps`` beside it): its input buffers ``A, A1, ..``
+    take A's place among the parameters, and the elementwise kernel before the product never runs."""
     geom = gemm_geometry(a_shape, b_shape, trans_a, trans_b)
     acc_dtype = check_gemm(geom, config, epilogue, dtype, acc_dtype, scope, alpha)
+    a_producer = check_producer(geom, a_producer, a_view, scope, norm_eps)
     if check_gemm_norm(geom, config, norm_eps, dtype, acc_dtype, scope):
         return gemm_tiled(geom, config, epilogue, dtype, acc_dtype, scope, alpha, out_perm, a_view, b_view, norm_eps)
     if config.tiled:
-        return gemm_tiled(geom, config, epilogue, dtype, acc_dtype, scope, alpha, out_perm, a_view, b_view)
+        return gemm_tiled(geom, config, epilogue, dtype, acc_dtype, scope, alpha, out_perm, a_view, b_view, a_producer=a_producer)
     if config.split_k > 1:
-        return gemm_split(geom, config, epilogue, dtype, acc_dtype, scope, alpha, out_perm, a_view, b_view)
+        return gemm_split(geom, config, epilogue, dtype, acc_dtype, scope, alpha, out_perm, a_view, b_view, a_producer)
     grid = gemm_grid(geom, config)
     n4, k4 = ceildiv(geom.n, LANES), ceildiv(geom.k, LANES)
     tm, tn = config.rows, config.cols
@@ -86,15 +90,16 @@ def gemm(a_shape, b_shape, trans_a: bool = False, trans_b: bool = False, config:
     def stored(shape):
         return pixel_shape(shape) if texture else tuple(shape)
 
+    read_a, a_shapes, a_names = a_operand(geom, a_producer, stored(a_buffer), dtype)
     launch = pixel_launch()
     store_tile = store_macros(geom, epilogue, at_y, dtype, acc_dtype, alpha, texture, tm, tn)
     accumulate = register_product(tm, tn)
-    load_a, load_b = register_loads(geom, at_a, at_b, a_view, b_view, dtype, texture, tm, tn)
+    load_a, load_b = register_loads(geom, at_a, at_b, a_view, b_view, dtype, texture, tm, tn, read_a)
 
     @T.macro
-    def tile(A, B, Bias, Residual, Residual2, Y, vb, vr, vc):
+    def tile(As, B, Bias, Residual, Residual2, Y, vb, vr, vc):
         # whole operands: an inferred region prints as TVMScript that parses back reordered (upstream defect 16)
-        T.reads(whole(A), whole(B))
+        T.reads([whole(A) for A in As[:len(a_names)]] + [whole(B)])
         acc = T.sblock_alloc_buffer((tm, tn * 4), acc_dtype, scope="local")
         a_px = T.sblock_alloc_buffer((tm, 4), dtype, scope="local")
         b_px = T.sblock_alloc_buffer((4, tn * 4), dtype, scope="local")
@@ -103,23 +108,27 @@ def gemm(a_shape, b_shape, trans_a: bool = False, trans_b: bool = False, config:
             for c in T.unroll(tn * 4):
                 acc[i, c] = acc_zero
         for kb in T.serial(k4):
-            load_a(a_px, A, vb, vr * tm, kb)
+            load_a(a_px, As, vb, vr * tm, kb)
             load_b(b_px, B, vb, vc * tn, kb)
             accumulate(acc, a_px, b_px)
         store_tile(Y, Bias, Residual, Residual2, acc, px, vb, vr * tm, vc * tn)
 
     @T.prim_func(s_tir=True)
-    def func(a: T.handle, b: T.handle, bias: T.handle, residual: T.handle, residual2: T.handle, y: T.handle):
+    def func(a: T.handle, a1: T.handle, a2: T.handle, a3: T.handle, b: T.handle, bias: T.handle, residual: T.handle, residual2: T.handle,
+             y: T.handle):
         T.func_attr({"global_symbol": "gemm", "tirx.noalias": True})
-        A = T.match_buffer(a, stored(a_buffer), dtype, scope=scope)
+        A = T.match_buffer(a, a_shapes[0], dtype, scope=scope)
+        A1 = T.match_buffer(a1, a_shapes[1], dtype, scope=scope)
+        A2 = T.match_buffer(a2, a_shapes[2], dtype, scope=scope)
+        A3 = T.match_buffer(a3, a_shapes[3], dtype, scope=scope)
         B = T.match_buffer(b, stored(b_buffer), dtype, scope=scope)
         Bias = T.match_buffer(bias, epilogue.bias_shape(n4), dtype, scope=BUFFER)
         Residual = T.match_buffer(residual, stored(y_shape), dtype, scope=scope)
         Residual2 = T.match_buffer(residual2, stored(y_shape), dtype, scope=scope)
         Y = T.match_buffer(y, stored(y_shape), dtype, scope=scope)
-        launch(grid, grid.rows, grid.cols, "tile", lambda vz, vh, vw: tile(A, B, Bias, Residual, Residual2, Y, vz, vh, vw))
+        launch(grid, grid.rows, grid.cols, "tile", lambda vz, vh, vw: tile((A, A1, A2, A3), B, Bias, Residual, Residual2, Y, vz, vh, vw))
 
-    return select_params(func, epilogue.params(["A", "B"], "Y"))
+    return select_params(func, epilogue.params([*a_names, "B"], "Y"))
 
 
 def check_gemm_norm(geom: GemmGeometry, config: GemmConfig, norm_eps, dtype: str, acc_dtype: str, scope: str) -> bool:

@@ -11,10 +11,11 @@ from dataclasses import dataclass
 
 from tvm.script import tirx as T
 
-from ._common import LANES, TEXTURE, PixelGrid, ceildiv, check_accumulator, check_dtype, check_scope, multiply_add, unravel
+from ._common import BUFFER, LANES, TEXTURE, PixelGrid, ceildiv, check_accumulator, check_dtype, check_scope, multiply_add, unravel
 from . import gather
 from .gather import through, view_buffer  # noqa: F401 (view_buffer: primfuncs.gemm's)
 from .epilogue import Epilogue, activate, check_epilogue, expression
+from .plain_elementwise import Producer
 
 #: Largest register tile: rows x pixels of 4 columns (the accumulators are rows x 4 pixels floats).
 MAX_TILE_ROWS, MAX_TILE_COLS = 8, 4
@@ -183,6 +184,39 @@ def views(geom: GemmGeometry, a_view, b_view, scope):
     return out
 
 
+#: The kernel parameters A is read from: ``A`` as stored, or a producer's inputs (:func:`a_operand`).
+A_PARAMS = ("A", "A1", "A2", "A3")
+
+
+def check_producer(geom: GemmGeometry, a_producer, a_view, scope, norm_eps):
+    """``a_producer`` (a ``plain_elementwise.Producer`` computing op(A) as stored, or None) checked
+    for ``geom``; ValueError for a texture placement, an ``a_view`` beside it (its operands' views
+    read through movement ops) or a folded norm (which reads A's stored rows twice)."""
+    if a_producer is None:
+        return None
+    if not isinstance(a_producer, Producer):
+        raise TypeError(f"a_producer must be a plain_elementwise.Producer, got {type(a_producer).__name__}")
+    refusal = (f"scope {scope!r}: a producer's inputs are plain buffers" if scope != BUFFER else
+               "a_view: the producer's operands carry their own views" if a_view else
+               "norm_eps: a folded layer norm reads A as stored" if norm_eps is not None else None)
+    if refusal is not None:
+        raise ValueError(f"gemm reads A through a producer, not with {refusal}")
+    return a_producer.check(geom.a_shape)
+
+
+def a_operand(geom: GemmGeometry, a_producer, a_stored, dtype: str):
+    """How a kernel reads op(A): ``(read, shapes, names)``. ``read(bufs, index)`` is A's element at
+    stored ``index`` (an indexer's tuple) from the kernel's A buffers ``bufs`` (a tuple in
+    :data:`A_PARAMS` order): ``a_producer`` evaluated there from its inputs, or None: ``bufs[0]``
+    is A as stored (``a_stored`` its buffer shape, read through any view). ``shapes``: those
+    buffers' (``(1,)`` for the unused ones), ``names``: the parameters read."""
+    if a_producer is None:
+        return None, (tuple(a_stored),) + ((1,),) * (len(A_PARAMS) - 1), [A_PARAMS[0]]
+    count = len(a_producer.input_shapes)
+    return ((lambda bufs, index: a_producer.value(bufs, geom.a_shape, index, dtype)),
+            tuple(a_producer.input_shapes) + ((1,),) * (len(A_PARAMS) - count), list(A_PARAMS[:count]))
+
+
 def check_gemm(geom: GemmGeometry, config, epilogue, dtype, acc_dtype, scope, alpha):
     """The checks both GEMM factories make; returns the accumulator dtype."""
     if not isinstance(config, GemmConfig):
@@ -300,17 +334,20 @@ def register_product(tm: int, tn: int):
     return accumulate
 
 
-def register_loads(geom: GemmGeometry, at_a, at_b, a_view, b_view, dtype: str, texture: bool, tm: int, tn: int):
-    """The macros ``load_a(a_px, A, vb, r0, kb)`` and ``load_b(b_px, B, vb, c0, kb)``: an item's
-    4 reduction indices ``4 kb ..`` of rows ``r0 ..`` of ``op(A)`` (``a_px (tm, 4)``) and of pixels
+def register_loads(geom: GemmGeometry, at_a, at_b, a_view, b_view, dtype: str, texture: bool, tm: int, tn: int, read_a=None):
+    """The macros ``load_a(a_px, As, vb, r0, kb)`` and ``load_b(b_px, B, vb, c0, kb)``: an item's
+    4 reduction indices ``4 kb ..`` of rows ``r0 ..`` of ``op(A)`` (``a_px (tm, 4)``; ``As`` the
+    A buffers :func:`a_operand`'s ``read_a`` reads, None: ``As[0]`` as stored) and of pixels
     ``c0 ..`` of ``op(B)`` (``b_px (4, 4 tn)``), from registers' view of the stored operands (the
     register and split kernels). Rows and pixels past the operand are clamped, indices past K
     zeroed (a NaN in a clamped element never reaches a product); buffers use one vector load
-    where the 4 elements are contiguous and never run past the axis."""
+    where the 4 elements are contiguous and never run past the axis (a producer's A: scalars)."""
     m, k, n = geom.m, geom.k, geom.n
     n4 = ceildiv(n, LANES)
     zero = T.FloatImm(dtype, 0.0)
-    a_vector = not geom.trans_a and k % LANES == 0 and contiguous(a_view, geom.a_shape)
+    produced = read_a is not None
+    read_a = read_a or (lambda bufs, index: bufs[0][index])
+    a_vector = not produced and not geom.trans_a and k % LANES == 0 and contiguous(a_view, geom.a_shape)
     b_vector = not geom.trans_b and n % LANES == 0 and contiguous(b_view, geom.b_shape)
 
     def a_at(vb, r, kb, kk):
@@ -330,15 +367,15 @@ def register_loads(geom: GemmGeometry, at_a, at_b, a_view, b_view, dtype: str, t
                     px[r, c] = T.Select(kb * 4 + (r if by_row else c) < k, px[r, c], zero)
 
     @T.macro
-    def load_a(a_px, A, vb, r0, kb):
+    def load_a(a_px, As, vb, r0, kb):
         # a_px[i, kk] = op(A)[vb, row i of the tile (clamped), 4 kb + kk] (0 past K)
         for i in T.unroll(tm):
             if texture or a_vector:
                 for kk in T.vectorized(4):
-                    a_px[i, kk] = A[a_at(vb, r0 + i, kb, kk)]
+                    a_px[i, kk] = read_a(As, a_at(vb, r0 + i, kb, kk))
             else:
                 for kk in T.unroll(4):
-                    a_px[i, kk] = A[a_at(vb, r0 + i, kb, kk)]
+                    a_px[i, kk] = read_a(As, a_at(vb, r0 + i, kb, kk))
         zero_past_k(a_px, kb, tm, 4, False)
 
     @T.macro

@@ -24,7 +24,7 @@ from tvm.script import tirx as T
 from ._common import BUFFER, LANES, TEXTURE, ceildiv, dtype_bytes, select_params, whole
 from .conv.config import MAX_LOCAL_BYTES
 from .epilogue import Epilogue
-from .gemm_parts import GemmConfig, GemmGeometry, gemm_grid, indexers, pixel_shape, register_loads, register_product, store_macros, stored_out_shape, views
+from .gemm_parts import GemmConfig, GemmGeometry, a_operand, gemm_grid, indexers, pixel_shape, register_loads, register_product, store_macros, stored_out_shape, views
 
 
 def split_local_bytes(config: GemmConfig, acc_dtype: str = "float32") -> int:
@@ -40,9 +40,9 @@ def split_work_groups(geom: GemmGeometry, config: GemmConfig) -> int:
 
 
 def gemm_split(geom: GemmGeometry, config: GemmConfig, epilogue: Epilogue, dtype: str, acc_dtype: str, scope: str, alpha: float,
-               out_perm=None, a_view=None, b_view=None):
+               out_perm=None, a_view=None, b_view=None, a_producer=None):
     """The split kernel of :func:`primfuncs.gemm.gemm`'s arguments, checked there (``geom`` its
-    geometry, ``acc_dtype`` resolved); ValueError for a config whose partial tiles need more than
+    geometry, ``acc_dtype`` resolved, ``a_producer`` normalized); ValueError for a config whose partial tiles need more than
     ``MAX_LOCAL_BYTES`` of local memory."""
     local_bytes = split_local_bytes(config, acc_dtype)
     if local_bytes > MAX_LOCAL_BYTES:
@@ -59,26 +59,32 @@ def gemm_split(geom: GemmGeometry, config: GemmConfig, epilogue: Epilogue, dtype
     texture = scope == TEXTURE
     store_tile = store_macros(geom, epilogue, at_y, dtype, acc_dtype, alpha, texture, tm, tn)
     accumulate = register_product(tm, tn)
-    load_a, load_b = register_loads(geom, at_a, at_b, a_view, b_view, dtype, texture, tm, tn)
 
     def stored(shape):
         return pixel_shape(shape) if texture else tuple(shape)
+
+    read_a, a_shapes, a_names = a_operand(geom, a_producer, stored(a_buffer), dtype)
+    load_a, load_b = register_loads(geom, at_a, at_b, a_view, b_view, dtype, texture, tm, tn, read_a)
 
     def in_k(kb):  # a last round with fewer blocks than items: the others add none
         return kb < k4 if k4 % ks else T.bool(True)
 
     @T.macro
-    def accumulate_block(A, B, acc, a_px, b_px, vb, r0, c0, kb):
+    def accumulate_block(As, B, acc, a_px, b_px, vb, r0, c0, kb):
         # the item's products of reduction block kb
         if in_k(kb):
-            load_a(a_px, A, vb, r0, kb)
+            load_a(a_px, As, vb, r0, kb)
             load_b(b_px, B, vb, c0, kb)
             accumulate(acc, a_px, b_px)
 
     @T.prim_func(s_tir=True)
-    def func(a: T.handle, b: T.handle, bias: T.handle, residual: T.handle, residual2: T.handle, y: T.handle):
+    def func(a: T.handle, a1: T.handle, a2: T.handle, a3: T.handle, b: T.handle, bias: T.handle, residual: T.handle, residual2: T.handle,
+             y: T.handle):
         T.func_attr({"global_symbol": "gemm_split", "tirx.noalias": True})
-        A = T.match_buffer(a, stored(a_buffer), dtype, scope=scope)
+        A = T.match_buffer(a, a_shapes[0], dtype, scope=scope)
+        A1 = T.match_buffer(a1, a_shapes[1], dtype, scope=scope)
+        A2 = T.match_buffer(a2, a_shapes[2], dtype, scope=scope)
+        A3 = T.match_buffer(a3, a_shapes[3], dtype, scope=scope)
         B = T.match_buffer(b, stored(b_buffer), dtype, scope=scope)
         Bias = T.match_buffer(bias, epilogue.bias_shape(n4), dtype, scope=BUFFER)
         Residual = T.match_buffer(residual, stored(y_shape), dtype, scope=scope)
@@ -89,13 +95,13 @@ def gemm_split(geom: GemmGeometry, config: GemmConfig, epilogue: Epilogue, dtype
                 for bx in T.thread_binding(ceildiv(grid.cols, gx), thread="blockIdx.x"):
                     # whole buffers as regions: an inferred region prints as TVMScript that parses back reordered (upstream defect 16)
                     with T.sblock("gemm_split"):
-                        T.reads(whole(A), whole(B))
+                        T.reads([whole(X) for X in (A, A1, A2, A3)[:len(a_names)]] + [whole(B)])
                         T.writes(whole(Y))
                         partial = T.sblock_alloc_buffer((ks, gx, tm, tn * 4), acc_dtype, scope="shared")
                         for s in T.thread_binding(ks, thread="threadIdx.y"):
                             for tx in T.thread_binding(gx, thread="threadIdx.x"):
                                 with T.sblock("tile"):
-                                    T.reads(whole(A), whole(B), whole(partial))
+                                    T.reads([whole(X) for X in (A, A1, A2, A3)[:len(a_names)]] + [whole(B), whole(partial)])
                                     T.writes(whole(Y), whole(partial))
                                     acc = T.sblock_alloc_buffer((tm, tn * 4), acc_dtype, scope="local")
                                     a_px = T.sblock_alloc_buffer((tm, 4), dtype, scope="local")
@@ -105,7 +111,7 @@ def gemm_split(geom: GemmGeometry, config: GemmConfig, epilogue: Epilogue, dtype
                                         for c in T.unroll(tn * 4):
                                             acc[i, c] = acc_zero
                                     for step in T.serial(steps):
-                                        accumulate_block(A, B, acc, a_px, b_px, bz, by * tm, (bx * gx + tx) * tn, step * ks + s)
+                                        accumulate_block((A, A1, A2, A3), B, acc, a_px, b_px, bz, by * tm, (bx * gx + tx) * tn, step * ks + s)
                                     for i in T.unroll(tm):
                                         for c in T.unroll(tn * 4):
                                             partial[s, tx, i, c] = acc[i, c]
@@ -116,4 +122,4 @@ def gemm_split(geom: GemmGeometry, config: GemmConfig, epilogue: Epilogue, dtype
                                                     acc[i, c] = acc[i, c] + partial[t, tx, i, c]
                                         store_tile(Y, Bias, Residual, Residual2, acc, px, bz, by * tm, (bx * gx + tx) * tn)
 
-    return select_params(func, epilogue.params(["A", "B"], "Y"))
+    return select_params(func, epilogue.params([*a_names, "B"], "Y"))

@@ -37,7 +37,7 @@ from ._common import BUFFER, LANES, ceildiv, dtype_bytes, select_params, whole
 from .conv.config import MAX_LOCAL_BYTES
 from .conv.norm import shifted_rstd
 from .epilogue import Epilogue
-from .gemm_parts import GemmConfig, GemmGeometry, contiguous, indexers, register_product, store_macros, stored_out_shape, views
+from .gemm_parts import GemmConfig, GemmGeometry, a_operand, contiguous, indexers, register_product, store_macros, stored_out_shape, views
 
 
 def tiled_local_bytes(config: GemmConfig, dtype: str = "float32") -> int:
@@ -52,9 +52,10 @@ def tiled_work_groups(geom: GemmGeometry, config: GemmConfig) -> int:
 
 
 def gemm_tiled(geom: GemmGeometry, config: GemmConfig, epilogue: Epilogue, dtype: str, acc_dtype: str, scope: str, alpha: float,
-               out_perm=None, a_view=None, b_view=None, norm_eps=None):
+               out_perm=None, a_view=None, b_view=None, norm_eps=None, a_producer=None):
     """The tiled kernel of :func:`primfuncs.gemm.gemm`'s arguments, checked there (``geom``
-    its geometry, ``acc_dtype`` resolved, ``norm_eps`` a float32 kernel's); ValueError for a texture placement or a config whose
+    its geometry, ``acc_dtype`` resolved, ``norm_eps`` a float32 kernel's, ``a_producer``
+    normalized: A's slots are then scalars, each the producer's value); ValueError for a texture placement or a config whose
     tiles need more than ``MAX_LOCAL_BYTES`` of local memory."""
     if scope != BUFFER:
         raise ValueError(f"the tiled gemm (config.tiled) runs on buffers, got scope {scope!r} (use an untiled config for textures)")
@@ -72,6 +73,7 @@ def gemm_tiled(geom: GemmGeometry, config: GemmConfig, epilogue: Epilogue, dtype
     y_shape = stored_out_shape(geom, out_perm)
     (a_view, a_buffer), (b_view, b_buffer) = views(geom, a_view, b_view, scope)
     at_a, at_b, at_y = indexers(geom, out_perm, a_view, b_view)
+    read_a, a_shapes, a_names = a_operand(geom, a_producer, a_buffer, dtype)
     zero, acc_zero = T.FloatImm(dtype, 0.0), T.FloatImm(acc_dtype, 0.0)
     store_tile = store_macros(geom, epilogue, at_y, dtype, acc_dtype, alpha, False, tm, tn, gy, gx)
     accumulate = register_product(tm, tn)
@@ -83,7 +85,7 @@ def gemm_tiled(geom: GemmGeometry, config: GemmConfig, epilogue: Epilogue, dtype
     # along it with one vector load where they are contiguous (no view breaking the last axis)
     # and the axis is a multiple of 4 (aligned, never past its end); else one element.
     a_along_k, b_along_k = not geom.trans_a, geom.trans_b
-    a_width = 4 if contiguous(a_view, geom.a_shape) and (k if a_along_k else m) % LANES == 0 and (a_along_k or rows % LANES == 0) else 1
+    a_width = 4 if read_a is None and contiguous(a_view, geom.a_shape) and (k if a_along_k else m) % LANES == 0 and (a_along_k or rows % LANES == 0) else 1
     b_width = 4 if contiguous(b_view, geom.b_shape) and (k if b_along_k else n) % LANES == 0 else 1
 
     def a_source(vb, tile, kg, x, lane):
@@ -109,10 +111,10 @@ def gemm_tiled(geom: GemmGeometry, config: GemmConfig, epilogue: Epilogue, dtype
     def b_place(kk, x):
         return (kk // LANES, kk % LANES, x // LANES, x % LANES)  # b_s[block, index, pixel, lane]
 
-    def staging(extent, along_k, width, source, place, lanes_last, shift=None):
+    def staging(extent, along_k, width, source, place, lanes_last, read, shift=None):
         """The macros ``(fetch, put)`` of the work group's ``depth`` x ``extent`` slice of an operand
         (``extent`` rows of A or columns of B) at K step ``step``: ``fetch(Src, regs, vb, tile, step,
-        item)`` reads slot ``e`` of round ``r`` (``width`` elements along the contiguous axis, copied
+        item)`` reads (``read(Src, index)``: the operand's element at a stored index) slot ``e`` of round ``r`` (``width`` elements along the contiguous axis, copied
         by item ``e - r threads``: neighbouring items read neighbouring addresses) into ``regs[r]``,
         shifted (``shift(vb, tile, x)``: the stored index of the value subtracted from the tile's row
         ``x``, a folded norm's), zeros past K; ``put(regs, dst, item)`` stores them into local ``dst``
@@ -139,13 +141,13 @@ def gemm_tiled(geom: GemmGeometry, config: GemmConfig, epilogue: Epilogue, dtype
             for rnd in T.unroll(rounds):
                 if in_slots(rnd * threads + item):
                     if width == 1:
-                        regs[rnd, 0] = Src[source(vb, tile, step * depth + k_of(rnd * threads + item), x_of(rnd * threads + item), None)]
+                        regs[rnd, 0] = read(Src, source(vb, tile, step * depth + k_of(rnd * threads + item), x_of(rnd * threads + item), None))
                     else:
                         for lane in T.vectorized(4):
-                            regs[rnd, lane] = Src[source(vb, tile, step * depth + k_of(rnd * threads + item), x_of(rnd * threads + item), lane)]
+                            regs[rnd, lane] = read(Src, source(vb, tile, step * depth + k_of(rnd * threads + item), x_of(rnd * threads + item), lane))
                     if shifted:  # before the zeroing past K: the padding stays 0
                         for lane in T.unroll(width):
-                            regs[rnd, lane] = regs[rnd, lane] - Src[shift(vb, tile, x_of(rnd * threads + item))]
+                            regs[rnd, lane] = regs[rnd, lane] - read(Src, shift(vb, tile, x_of(rnd * threads + item)))
                     if k_tail:
                         for lane in T.unroll(width):
                             regs[rnd, lane] = T.Select(valid(step, rnd * threads + item, lane), regs[rnd, lane], zero)
@@ -164,9 +166,9 @@ def gemm_tiled(geom: GemmGeometry, config: GemmConfig, epilogue: Epilogue, dtype
 
         return fetch, put, rounds
 
-    fetch_a, put_a, rounds_a = staging(rows, a_along_k, a_width, a_source, a_place, a_along_k,
+    fetch_a, put_a, rounds_a = staging(rows, a_along_k, a_width, a_source, a_place, a_along_k, read_a or (lambda As, i: As[0][i]),
                                        (lambda vb, tile, x: at_a(vb, T.min(tile * rows + x, m - 1), 0)) if normed else None)
-    fetch_b, put_b, rounds_b = staging(pixels * LANES, b_along_k, b_width, b_source, b_place, not b_along_k)
+    fetch_b, put_b, rounds_b = staging(pixels * LANES, b_along_k, b_width, b_source, b_place, not b_along_k, lambda B, i: B[i])
 
     @T.macro
     def multiply_tiles(a_s, b_s, a_px, b_px, acc, ty, tx):
@@ -202,9 +204,13 @@ def gemm_tiled(geom: GemmGeometry, config: GemmConfig, epilogue: Epilogue, dtype
                     acc[i, j * 4 + lane] = (acc[i, j * 4 + lane] - acc[i, stat] * ws[lane]) * acc[i, stat + 1]
 
     @T.prim_func(s_tir=True)
-    def func(a: T.handle, b: T.handle, weight_sum: T.handle, bias: T.handle, residual: T.handle, residual2: T.handle, y: T.handle):
+    def func(a: T.handle, a1: T.handle, a2: T.handle, a3: T.handle, b: T.handle, weight_sum: T.handle, bias: T.handle, residual: T.handle,
+             residual2: T.handle, y: T.handle):
         T.func_attr({"global_symbol": "gemm_tiled", "tirx.noalias": True})
-        A = T.match_buffer(a, a_buffer, dtype, scope=BUFFER)
+        A = T.match_buffer(a, a_shapes[0], dtype, scope=BUFFER)
+        A1 = T.match_buffer(a1, a_shapes[1], dtype, scope=BUFFER)
+        A2 = T.match_buffer(a2, a_shapes[2], dtype, scope=BUFFER)
+        A3 = T.match_buffer(a3, a_shapes[3], dtype, scope=BUFFER)
         B = T.match_buffer(b, b_buffer, dtype, scope=BUFFER)
         WeightSum = T.match_buffer(weight_sum, (n4, 4), dtype, scope=BUFFER)
         Bias = T.match_buffer(bias, epilogue.bias_shape(n4), dtype, scope=BUFFER)
@@ -216,14 +222,14 @@ def gemm_tiled(geom: GemmGeometry, config: GemmConfig, epilogue: Epilogue, dtype
                 for bx in T.thread_binding(ceildiv(n4, pixels), thread="blockIdx.x"):
                     # whole buffers as regions: an inferred region prints as TVMScript that parses back reordered (upstream defect 16)
                     with T.sblock("gemm_tiled"):
-                        T.reads(whole(A), whole(B))
+                        T.reads([whole(X) for X in (A, A1, A2, A3)[:len(a_names)]] + [whole(B)])
                         T.writes(whole(Y))
                         a_s = T.sblock_alloc_buffer((kc, rows, 4), dtype, scope="shared")
                         b_s = T.sblock_alloc_buffer((kc, 4, pixels, 4), dtype, scope="shared")
                         for ty in T.thread_binding(gy, thread="threadIdx.y"):
                             for tx in T.thread_binding(gx, thread="threadIdx.x"):
                                 with T.sblock("tile"):
-                                    T.reads(whole(A), whole(B), whole(a_s), whole(b_s))
+                                    T.reads([whole(X) for X in (A, A1, A2, A3)[:len(a_names)]] + [whole(B), whole(a_s), whole(b_s)])
                                     T.writes(whole(Y), whole(a_s), whole(b_s))
                                     acc = T.sblock_alloc_buffer((tm, stat + 2 * normed), acc_dtype, scope="local")
                                     a_px = T.sblock_alloc_buffer((tm, 4), dtype, scope="local")
@@ -236,21 +242,21 @@ def gemm_tiled(geom: GemmGeometry, config: GemmConfig, epilogue: Epilogue, dtype
                                         for c in T.unroll(stat + 2 * normed):
                                             acc[i, c] = acc_zero
                                     if prefetch:  # step 0's slices in registers before the loop
-                                        fetch_a(A, regs_a, bz, by, 0, ty * gx + tx)
+                                        fetch_a((A, A1, A2, A3), regs_a, bz, by, 0, ty * gx + tx)
                                         fetch_b(B, regs_b, bz, bx, 0, ty * gx + tx)
                                     for step in T.serial(steps):
                                         if not prefetch:
-                                            fetch_a(A, regs_a, bz, by, step, ty * gx + tx)
+                                            fetch_a((A, A1, A2, A3), regs_a, bz, by, step, ty * gx + tx)
                                             fetch_b(B, regs_b, bz, bx, step, ty * gx + tx)
                                         put_a(regs_a, a_s, ty * gx + tx)
                                         put_b(regs_b, b_s, ty * gx + tx)
                                         if prefetch and steps > 1:  # the next step's reads in flight while this one multiplies
                                             if step + 1 < steps:
-                                                fetch_a(A, regs_a, bz, by, step + 1, ty * gx + tx)
+                                                fetch_a((A, A1, A2, A3), regs_a, bz, by, step + 1, ty * gx + tx)
                                                 fetch_b(B, regs_b, bz, bx, step + 1, ty * gx + tx)
                                         multiply_tiles(a_s, b_s, a_px, b_px, acc, ty, tx)
                                     if normed:
                                         normalize(acc, WeightSum, ws, bx, tx)
                                     store_tile(Y, Bias, Residual, Residual2, acc, px, bz, by * rows + ty, bx * pixels + tx)
 
-    return select_params(func, epilogue.params(["A", "B", *["WeightSum"] * normed], "Y"))
+    return select_params(func, epilogue.params([*a_names, "B", *["WeightSum"] * normed], "Y"))

@@ -93,14 +93,56 @@ def _check_operands(operands, shapes, out_shape) -> tuple:
     return operands
 
 
+def checked(out_shape, input_shapes, expr, operands=None) -> tuple:
+    """(out_shape, input shapes, operands) of ``expr`` over ``operands`` of buffers ``input_shapes``
+    computing a tensor of ``out_shape``, as tuples (``operands`` None: one per buffer); ValueError
+    naming what is wrong (:func:`fused_elementwise`'s checks, a :class:`Producer`'s too)."""
+    out_shape, shapes = _check_shapes(out_shape, input_shapes)
+    operands = _check_operands(operands, shapes, out_shape)
+    check_expr(expr, len(operands))
+    return out_shape, shapes, operands
+
+
+def _broadcast_index(shape, index) -> tuple:
+    """The element of a buffer of ``shape`` (aligned at the output's last axis, an axis of extent 1
+    read at 0) that element ``index`` of the output reads."""
+    pad = len(index) - len(shape)
+    return tuple(0 if d == 1 else i for d, i in zip(shape, index[pad:]))
+
+
+@dataclass(frozen=True)
+class Producer:
+    """An operand that another kernel computes as it reads it: the body of a :func:`fused_elementwise`
+    kernel (``expr`` over ``operands`` of buffers ``input_shapes``, the same meanings) evaluated at
+    each element the reader loads, so the elementwise kernel is not launched and its output never
+    stored (the GEMM's A: MambaOut's ``gelu(g) * cat(i, c)`` read by its second Linear)."""
+
+    expr: object
+    input_shapes: tuple
+    operands: tuple | None = None
+
+    def check(self, out_shape) -> Producer:
+        """This producer, normalized (tuples), for an operand of ``out_shape``; ValueError as :func:`checked`'s."""
+        _, shapes, operands = checked(out_shape, self.input_shapes, self.expr, self.operands)
+        return Producer(self.expr, shapes, operands)
+
+    def value(self, bufs, out_shape, index, dtype: str):
+        """The expression's value at ``index`` of the operand (``out_shape``), its inputs read from
+        ``bufs`` (one scalar load each: a view's through its sources)."""
+        def operand(op):
+            if isinstance(op, View):
+                return gather.read_sources(bufs, op.sources, out_shape, index, T.FloatImm(dtype, float(op.pad)))
+            return bufs[op][_broadcast_index(self.input_shapes[op], index)]
+
+        return ex.evaluate(self.expr, TirOps(dtype), inputs=[operand(op) for op in self.operands])
+
+
 def fused_elementwise(out_shape, input_shapes, expr, dtype: str = "float32", operands=None):
     """``Y = expr(operands)`` on plain buffers ``input_shapes`` (module docstring): expression input
     ``k`` is ``operands[k]``, a buffer's number (broadcast to ``out_shape``) or a :class:`View`;
     ``operands`` None: input ``k`` is buffer ``k``."""
-    out_shape, shapes = _check_shapes(out_shape, input_shapes)
     check_dtype(dtype)
-    operands = _check_operands(operands, shapes, out_shape)
-    check_expr(expr, len(operands))
+    out_shape, shapes, operands = checked(out_shape, input_shapes, expr, operands)
     rank, last = len(out_shape), out_shape[-1]
     v = 4 if last % 4 == 0 else 1
     items = math.prod(out_shape[:-1]) * (last // v)

@@ -163,6 +163,23 @@ def check_pattern(model, channels=3, size=7, profile=None):
     return between_edges([op for op, _ in ops])
 
 
+#: float16_acc32 stores the tensors between our kernels in half: an output within half's rounding of a few steps.
+HALF_PATTERN_RTOL = 4e-3
+
+
+def run_ours(model, shapes: dict, seed: int, profile=None, precision="float32") -> list[str]:
+    """Compile ``model``, check it on seeded normal inputs of ``shapes`` against onnxruntime (within
+    :data:`PATTERN_RTOL`, :data:`HALF_PATTERN_RTOL` in half storage), every kernel ours; its
+    launches' op names (numbered kernels' suffixes dropped)."""
+    compiled = compile_model(model, profile=profile, precision=precision, progress=lambda _: None)
+    inputs = {name: np.random.default_rng(seed + i).standard_normal(shape).astype(np.float32) for i, (name, shape) in enumerate(shapes.items())}
+    for out, ref in zip(compiled.run(inputs), reference_outputs(model, inputs), strict=True):
+        assert relative_error(out, ref) <= (PATTERN_RTOL if precision == "float32" else HALF_PATTERN_RTOL), relative_error(out, ref)
+    rows = compiled.profile()
+    assert all(r["ours"] for r in rows), [r["op"] for r in rows if not r["ours"]]
+    return [r["op"].rstrip("0123456789") for r in rows]
+
+
 def between_edges(names: list[str]) -> list[str]:
     """The kernels between a model's edge layout transforms, none of them one. Either edge may be
     absent: a first conv reads the plain input itself, the last kernel's buffer may be the output."""

@@ -40,6 +40,9 @@ OVERLAPS = {
     ("group_norm", "linear_attention"): "group norm's reshape to [N, G, K] before attention's reshapes",
     ("cross_covariance_attention", "linear_attention"): "XCA's reshape of tokens to 5-d, LiteMLA's of a map to 4-d: XCA first",
     ("head_gemv", "softmax_attention"): "disjoint anchors (a matmul by a constant, a product of two activations); the head first",
+    ("grn_gated_conv2d", "producer_gemm"): "a multiply whose readers lead to a conv (GRN's) or to a Linear: disjoint; the conv's first",
+    ("gated_conv2d", "producer_gemm"): "a gate multiply read by a conv, or a chain read by a Linear: disjoint; the conv's first",
+    ("grn_scale", "producer_gemm"): "GRN's sqrt of its sums of squares is a reduction's tail, not a Linear's input chain",
 }
 
 
@@ -123,7 +126,10 @@ def test_can_fuse_is_the_one_question():
     assert fusion.can_fuse("layer_norm_gemm", stored_t, h200) is None
     head = gemm_geometry((1, 1024), (1024, 1000))  # a long reduction for its outputs: the split kernel
     assert gemm_config(head, h200).split_k > 1 and fusion.can_fuse("layer_norm_gemm", head, h200) is None
-    assert set(fusion.FUSION_KINDS) == {"gate", "layer_norm", "layer_norm_gemm", "group_norm", "grn", "depthwise_pointwise",
+    gated = gemm_geometry((1, 14, 14, 512), (512, 192))
+    assert (fusion.can_fuse("producer_gemm", gated, h200, ops=6) is None) == (not fusion.fold_producer_gemm(gated, 6, h200))
+    assert fusion.can_fuse("producer_gemm", tokens, without_fusion(h200), ops=1) is None
+    assert set(fusion.FUSION_KINDS) == {"gate", "layer_norm", "layer_norm_gemm", "producer_gemm", "group_norm", "grn", "depthwise_pointwise",
                                         "split_depthwise"}
 
 

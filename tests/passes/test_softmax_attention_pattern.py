@@ -8,24 +8,7 @@ import numpy as np
 import pytest
 from onnx import numpy_helper
 
-from helpers.onnx_graphs import PATTERN_RTOL, f32, make, node, tensor
-from tir_adreno import compile_model
-from tir_adreno.reference import reference_outputs, relative_error
-
-#: float16_acc32 stores the tensors between our kernels in half: the output within half's rounding of a few steps.
-HALF_RTOL = 4e-3
-
-
-def _run(model, shapes: dict, seed: int, profile=None, precision="float32") -> list[str]:
-    """Compile ``model``, check it against onnxruntime, every kernel ours; its launches' op names."""
-    compiled = compile_model(model, profile=profile, precision=precision, progress=lambda _: None)
-    inputs = {name: np.random.default_rng(seed + i).standard_normal(shape).astype(np.float32) for i, (name, shape) in enumerate(shapes.items())}
-    for out, ref in zip(compiled.run(inputs), reference_outputs(model, inputs), strict=True):
-        assert relative_error(out, ref) <= (PATTERN_RTOL if precision == "float32" else HALF_RTOL), relative_error(out, ref)
-    rows = compiled.profile()
-    assert all(r["ours"] for r in rows), [r["op"] for r in rows if not r["ours"]]
-    return [r["op"].rstrip("0123456789") for r in rows]
-
+from helpers.onnx_graphs import f32, make, node, run_ours, tensor
 
 def _efficientvit_head(heads=2, d=4, dv=6, length=9, biased=True):
     """EfficientViT's cascaded group attention head as timm exports it: ``(qᵀ k) * scale + biases``
@@ -44,14 +27,14 @@ def _efficientvit_head(heads=2, d=4, dv=6, length=9, biased=True):
 @pytest.mark.parametrize("precision", ["float32", "float16_acc32"])
 def test_efficientvit_head_is_one_kernel(precision):
     model, shapes = _efficientvit_head()
-    assert _run(model, shapes, seed=1, precision=precision) == ["softmax_attention"]
+    assert run_ours(model, shapes, seed=1, precision=precision) == ["softmax_attention"]
 
 
 def test_efficientvit_head_on_the_wide_profile():
     from tir_adreno.strategy.profile import get_profile
 
     model, shapes = _efficientvit_head(heads=3, d=16, dv=16, length=49)
-    assert _run(model, shapes, seed=2, profile=get_profile("nvidia-h200")) == ["softmax_attention"]
+    assert run_ours(model, shapes, seed=2, profile=get_profile("nvidia-h200")) == ["softmax_attention"]
 
 
 def test_multi_query_attention_stored_for_the_proj():
@@ -66,7 +49,7 @@ def test_multi_query_attention_stored_for_the_proj():
     inits = [numpy_helper.from_array(np.array([n, length, heads * d], np.int64), "shape"), f32("w", (heads * d, 5))]
     shapes = {"q": (n, heads, length, d), "k": (n, 1, 7, d), "v": (n, 1, 7, d)}
     model = make(nodes, [tensor(k, list(s)) for k, s in shapes.items()], [tensor("y", [n, length, 5])], inits, opset=17)
-    assert _run(model, shapes, seed=3) == ["softmax_attention", "gemm"]
+    assert run_ours(model, shapes, seed=3) == ["softmax_attention", "gemm"]
 
 
 def test_a_residual_after_the_values_is_in_the_kernel():
@@ -75,7 +58,7 @@ def test_a_residual_after_the_values_is_in_the_kernel():
              node("Softmax", ["s"], ["p"], axis=-1), node("MatMul", ["p", "v"], ["o"]), node("Add", ["o", "r"], ["y"])]
     shapes = {"q": (2, 5, 3), "k": (2, 6, 3), "v": (2, 6, 4), "r": (2, 5, 4)}
     model = make(nodes, [tensor(k, list(s)) for k, s in shapes.items()], [tensor("y", [2, 5, 4])], [], opset=17)
-    assert _run(model, shapes, seed=4) == ["softmax_attention"]
+    assert run_ours(model, shapes, seed=4) == ["softmax_attention"]
 
 
 def test_softmax_over_another_axis_is_not_attention():
@@ -83,7 +66,7 @@ def test_softmax_over_another_axis_is_not_attention():
     nodes = [node("MatMul", ["q", "k"], ["s"]), node("Softmax", ["s"], ["p"], axis=-2), node("MatMul", ["p", "v"], ["y"])]
     shapes = {"q": (2, 5, 3), "k": (2, 3, 5), "v": (2, 5, 4)}
     model = make(nodes, [tensor(k, list(s)) for k, s in shapes.items()], [tensor("y", [2, 5, 4])], [], opset=17)
-    assert sorted(_run(model, shapes, seed=5)) == ["gemm", "gemm", "softmax_rows"]
+    assert sorted(run_ours(model, shapes, seed=5)) == ["gemm", "gemm", "softmax_rows"]
 
 
 def test_the_strategy_fuses_attention_where_one_kernel_wins():

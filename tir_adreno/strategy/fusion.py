@@ -28,7 +28,7 @@ from primfuncs.epilogue import Epilogue
 from tir_adreno.strategy import defaults
 from tir_adreno.strategy.conv import (ConvChoice, accumulator_kwargs, config_string, conv_activation_scope, default_choice,
                                       folds_group_norm, norm_config, resolve_choice, takes_gate)
-from tir_adreno.strategy.gemm import gemm_config
+from tir_adreno.strategy.gemm import a_reads, gemm_config
 from tir_adreno.strategy.packing import pack_oihw4o
 from tir_adreno.strategy.placement import weight_scope as weight_scope_of
 from tir_adreno.strategy.precision import check_precision, conv_accumulator_dtype, kernel_dtype
@@ -55,6 +55,7 @@ FUSION_KINDS = {
     "gate": "a conv reads x * gate[n, c] (a squeeze-excitation's gate multiply; GRN's scale): fuse_gate",
     "layer_norm": "a dense 1x1 conv reads the layer norm over its input channels folded in: fold_norm",
     "layer_norm_gemm": "the tiled GEMM (geometry: a GemmGeometry) reads the layer norm over A's rows folded in: fold_norm_gemm",
+    "producer_gemm": "a GEMM (geometry: a GemmGeometry) computes its A from the elementwise chain producing it (detail: ops): fold_producer_gemm",
     "group_norm": "a dense 1x1 conv reads a split group norm of its input folded in (detail: fold): fold_group_norm",
     "grn": "a gated conv computes GRN's scale from the sums of squares itself: fold_grn",
     "depthwise_pointwise": "a 1x1 conv (detail: pointwise) computes the depthwise conv it reads: fuse_depthwise_pointwise",
@@ -77,6 +78,8 @@ def can_fuse(kind: str, geometry: ConvGeometry | None, profile: DeviceProfile, p
         yes = fold_norm(geometry, precision, profile, records)
     elif kind == "layer_norm_gemm":
         yes = fold_norm_gemm(geometry, precision, profile)
+    elif kind == "producer_gemm":
+        yes = fold_producer_gemm(geometry, detail["ops"], profile)
     elif kind == "group_norm":
         yes = fold_group_norm(geometry, detail["fold"], precision, profile, records)
     elif kind == "grn":
@@ -139,6 +142,21 @@ def fold_norm_gemm(geometry, precision: str, profile: DeviceProfile) -> bool:
     if not fuses(profile) or kernel_dtype(precision) != "float32" or geometry.trans_a:
         return False
     return gemm_config(geometry, profile).tiled
+
+
+def fold_producer_gemm(geometry, ops: int, profile: DeviceProfile) -> bool:
+    """Whether the GEMM ``geometry`` (a Linear by a constant on plain tensors) should compute its A
+    from the elementwise chain of ``ops`` ops that alone produces it (``gemm(a_producer=)``: the
+    chain's launch, its store and one read of A less) instead of the chain's kernel running
+    before it: with kernel fusion on (:func:`fuses`), where the chain evaluated again for each
+    further read of an A element (``strategy.gemm.a_reads`` of the product's config: once per
+    column tile) costs at most a launch, ``(reads - 1) M K ops <= launch_cost_macs`` (the fused
+    depthwise conv's recompute rule). MambaOut-Femto on the H200 profile: the tiled second
+    Linears of its first two stages (1 and 2 reads) fold; its split ones (48 and 72 reads) do not."""
+    if not fuses(profile):
+        return False
+    extra = (a_reads(geometry, gemm_config(geometry, profile)) - 1) * geometry.batch * geometry.m * geometry.k * ops
+    return extra <= profile.launch_cost_macs
 
 
 def folds_norms(profile: DeviceProfile, precision: str) -> bool:

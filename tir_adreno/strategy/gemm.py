@@ -158,6 +158,14 @@ def gemm_config(geom: GemmGeometry, profile: DeviceProfile) -> GemmConfig:
     return config
 
 
+def a_reads(geom: GemmGeometry, config: GemmConfig) -> int:
+    """How many times ``config``'s kernel reads each element of A: once per column tile, a work
+    group's (the tiled kernel stages A once per group) or an item's (the register and split
+    kernels read A's rows for their own columns)."""
+    per_tile = config.tx * config.cols if config.tiled else config.cols
+    return ceildiv(ceildiv(geom.n, LANES), per_tile)
+
+
 def _items(geom: GemmGeometry, rows: int, cols: int) -> int:
     grid = gemm_grid(geom, GemmConfig(rows, cols, 1, 1))
     return grid.layers * grid.rows * grid.cols

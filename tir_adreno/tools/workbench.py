@@ -390,6 +390,8 @@ def _gemm_case(info: dict, rand):
     _refuse_expression(epilogue)
     if g.get("views"):  # an operand read through movement ops in another tensor's buffer
         raise _no_reference("a GEMM reading its operands through views")
+    if g.get("producer"):  # A computed from the elementwise chain's inputs as it is read
+        raise _no_reference(f"a GEMM computing its A as {g['producer']}")
     a, b = rand(g["a_shape"]), rand(g["b_shape"])
     extra = []
     if g.get("norm_eps") is not None:  # a layer norm over A's rows folded in: B is its folded weight, WeightSum its column sums

@@ -17,27 +17,28 @@ for its op, then to the rules. Precedence is data: each pattern's ``before`` nam
 | ``pooled_pointwise`` | mean, adaptive_avg_pool2d | ``excitation`` | |
 | ``depthwise_excitation`` | conv2d | ``depthwise_excitation`` | depthwise_pointwise |
 | ``depthwise_pointwise`` | conv2d | ``depthwise_pointwise`` | |
-| ``grn_gated_conv2d`` | multiply | ``grn`` | gated_conv2d |
-| ``gated_conv2d`` | multiply | ``gated_conv`` | |
+| ``grn_gated_conv2d`` | multiply | ``grn`` | gated_conv2d, producer_gemm |
+| ``gated_conv2d`` | multiply | ``gated_conv`` | producer_gemm |
 | ``layer_norm_conv`` | layer_norm | ``layer_norm_conv`` | layer_norm_gemm |
 | ``layer_norm_gemm`` | layer_norm | ``layer_norm_gemm`` | |
 | ``group_norm_conv`` | reshape, group_norm | ``group_norm`` | group_norm, cross_covariance_attention, linear_attention |
 | ``group_norm`` | reshape | ``group_norm`` | cross_covariance_attention, linear_attention |
-| ``grn_scale`` | sqrt | ``grn`` | |
+| ``grn_scale`` | sqrt | ``grn`` | producer_gemm |
 | ``cross_covariance_attention`` | reshape | ``cross_covariance_attention`` | linear_attention |
 | ``linear_attention`` | reshape | ``linear_attention`` | |
 | ``concat_linear_attention`` | concat | ``linear_attention`` | |
 | ``split_depthwise`` | strided_slice | ``split_depthwise`` | |
 | ``separable_attention`` | split | ``separable_attention`` | |
 | ``softmax_attention`` | matmul | ``softmax_attention`` | |
+| ``producer_gemm`` | the elementwise ops (``elementwise_chain.OPS``) | ``producer_gemm`` | |
 
 Helpers the patterns share are modules of their own (``excite_parts``, ``base``; and below them
 ``passes.conv_emit``, ``passes.rules.common``): pattern modules never import each other.
 """
 
 from tir_adreno.passes.patterns import (cross_covariance_attention, depthwise_excitation, depthwise_pointwise, excitation, gated_conv,
-                                        grn, group_norm, head_gemv, layer_norm_conv, layer_norm_gemm, linear_attention, separable_attention,
-                                        softmax_attention, split_depthwise)
+                                        grn, group_norm, head_gemv, layer_norm_conv, layer_norm_gemm, linear_attention, producer_gemm,
+                                        separable_attention, softmax_attention, split_depthwise)
 from tir_adreno.passes.patterns.base import Match, Pattern, Plan, ordered  # noqa: F401 (the pattern contract)
 from tir_adreno.passes.rules import RULES
 
@@ -61,4 +62,5 @@ PATTERNS: tuple[Pattern, ...] = ordered((
     split_depthwise.split_depthwise,
     separable_attention.separable_attention,
     softmax_attention.softmax_attention,
+    producer_gemm.producer_gemm,
 ), {r.name for r in RULES})

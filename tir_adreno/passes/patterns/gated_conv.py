@@ -33,7 +33,7 @@ def _plan(match: Match, profile, records, precision) -> Plan | None:
     return Plan(match, fusion) if fusion is not None else None
 
 
-@pattern("relax.multiply", match=_match, plan=_plan, before=("binary", "elementwise", "broadcast_binary"))
+@pattern("relax.multiply", match=_match, plan=_plan, before=("producer_gemm", "binary", "elementwise", "broadcast_binary"))
 def gated_conv2d(rw: Rewriter, plan: Plan):
     """The conv after the gate multiply, reading ``x * gate``; else None (the multiply runs apart,
     ``elementwise.binary``)."""

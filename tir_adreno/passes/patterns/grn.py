@@ -62,7 +62,7 @@ def _scale_match(g, node: Node) -> Match | None:
     return Match(node, {"found": found}) if found is not None else None
 
 
-@pattern("relax.multiply", match=_grn_match, plan=_grn_plan, before=("gated_conv2d", "binary", "elementwise", "broadcast_binary"))
+@pattern("relax.multiply", match=_grn_match, plan=_grn_plan, before=("gated_conv2d", "producer_gemm", "binary", "elementwise", "broadcast_binary"))
 def grn_gated_conv2d(rw: Rewriter, plan: Plan):
     """ConvNeXt-V2's GRN and the conv after it, as exported: ``x * x`` (``node``) -> ``sum`` over
     H, W -> ``sqrt`` -> Nx (:func:`_grn_statistics`) -> ``x * Nx`` -> ``gamma``, ``beta`` -> ``+ x``
@@ -99,7 +99,7 @@ def grn_gated_conv2d(rw: Rewriter, plan: Plan):
     return emit_conv2d(rw, conv, x, gate, input_shift=beta)
 
 
-@pattern("relax.sqrt", match=_scale_match, plan=no_question)
+@pattern("relax.sqrt", match=_scale_match, plan=no_question, before=("producer_gemm",))
 def grn_scale(rw: Rewriter, plan: Plan):
     """GRN's ``Nx = G / (mean_c G + eps)`` with ``G = sqrt(S)`` (``S = sum_hw x * x``, ``[N, C, 1, 1]``)
     as exported (:func:`_grn_statistics`): one ``grn_scale`` kernel (the square, the sum and GRN's

@@ -15,12 +15,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from primfuncs import gemm as gemm_kernels
-
 from tir_adreno.passes.graph import Node, const, dtype, same, static_shape
 from tir_adreno.passes.patterns.base import Match, Plan, pattern
 from tir_adreno.passes.rewriter import Rewriter
-from tir_adreno.passes.rules.gemm import _emit, _output_permute, _viewed, _weight, gemm_tail
+from tir_adreno.passes.rules.gemm import _emit, _output_permute, _viewed, _weight, gemm_tail, linear_geometry
 from tir_adreno.passes.rules.rows import plain_input
 from tir_adreno.strategy.fusion import can_fuse
 
@@ -35,18 +33,10 @@ def _match(g, node: Node) -> Match | None:
     if [int(a) % len(shape) for a in node.attrs.axes] != [len(shape) - 1]:
         return None
     user = g.sole_user(node.var)
-    if user is None or user.op != "relax.matmul" or not same(user.args[0], node.var) or dtype(user.var) != "float32":
+    if user is None or user.op != "relax.matmul" or not same(user.args[0], node.var):
         return None
-    weight = _weight(user.args[1], shape[-1])
-    if weight is None:
-        return None
-    try:
-        geom = gemm_kernels.gemm_geometry(shape, weight.shape)
-    except ValueError:
-        return None
-    if geom.out_shape != static_shape(user.var):
-        return None
-    return Match(node, {"reader": user, "geometry": geom})
+    geom = linear_geometry(user, shape)
+    return None if geom is None else Match(node, {"reader": user, "geometry": geom})
 
 
 def _plan(match: Match, profile, records, precision) -> Plan | None:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 from tvm import relax
 
+from primfuncs import epilogue_expr as ex
 from primfuncs import gemm as gemm_kernels
 from primfuncs.epilogue import Epilogue
 
@@ -47,6 +48,8 @@ class Operand:
     transposed: bool = False
     scale: float = 1.0  # a scalar multiply read through (attention's ``q * scale``)
     view: tuple = ()  # gather steps from ``shape`` to ``var``'s buffer (movement ops read through)
+    producer: object = None  # a plain_elementwise.Producer computing the operand as it is read (``var`` unread)
+    producer_args: tuple = ()  # the producer's inputs as kernel arguments
 
 
 @dataclass
@@ -145,6 +148,19 @@ def _weight(expr, k: int) -> np.ndarray | None:
     if w is None or w.dtype != np.float32 or w.ndim < 2 or any(d != 1 for d in w.shape[:-2]) or w.shape[-2] != k:
         return None
     return w.reshape(w.shape[-2:]).astype(np.float64)
+
+
+def linear_geometry(node: Node, a_shape) -> gemm_kernels.GemmGeometry | None:
+    """The geometry of ``node``, a float32 ``matmul`` of an A of ``a_shape`` by a constant float32
+    ``[K, N]`` (a Linear), else None (another product, or one our kernel does not take)."""
+    weight = _weight(node.args[1], a_shape[-1]) if a_shape is not None and len(a_shape) >= 2 else None
+    if weight is None or dtype(node.var) != "float32":
+        return None
+    try:
+        geom = gemm_kernels.gemm_geometry(a_shape, weight.shape)
+    except ValueError:
+        return None
+    return geom if geom.out_shape == static_shape(node.var) else None
 
 
 def _residual(rw: Rewriter, user: Node, var) -> relax.Expr | None:
@@ -269,9 +285,11 @@ def _emit(rw: Rewriter, node: Node, a: Operand, b: Operand | None, geom, tail: G
     for name, operand in (("a_view", a), ("b_view", b)):
         if operand is not None and operand.view:
             kwargs[name] = operand.view
+    if a.producer is not None:
+        kwargs["a_producer"] = a.producer
     func = kernel(gemm_kernels.gemm, geom.a_shape, geom.b_shape, trans_a=geom.trans_a, trans_b=geom.trans_b, epilogue=epilogue, **kwargs)
     b_arg = relax.const(np.ascontiguousarray(tail.weight.astype(np.float32))) if tail.weight is not None else rw.expr(b.var)
-    args = [rw.expr(a.var), b_arg]
+    args = [*a.producer_args, b_arg] if a.producer is not None else [rw.expr(a.var), b_arg]
     if norm is not None:  # WeightSum: the column sums of the folded weight, in float64
         args.append(relax.const(pack_bias(tail.weight.sum(axis=0).astype(np.float32))))
     args += tail_args(rw, tail)
@@ -283,6 +301,7 @@ def _emit(rw: Rewriter, node: Node, a: Operand, b: Operand | None, geom, tail: G
     info["gemm"] = {"a_shape": list(geom.a_shape), "b_shape": list(geom.b_shape), "trans_a": geom.trans_a,
                     "trans_b": geom.trans_b, "alpha": alpha, **({"out_perm": list(kwargs["out_perm"])} if permute is not None else {}),
                     **({"views": True} if "a_view" in kwargs or "b_view" in kwargs else {}),
+                    **({"producer": ex.describe(a.producer.expr)} if a.producer is not None else {}),
                     **({"norm_eps": norm} if norm is not None else {})}
     out_shape = gemm_kernels.stored_out_shape(geom, kwargs.get("out_perm"))
     out = rw.emit_kernel(func, args, out_shape, dtype="float32", hint="gemm", op_info=info)

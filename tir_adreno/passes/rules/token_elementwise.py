@@ -162,9 +162,12 @@ def _chain(rw: Rewriter, node: Node, shape: tuple, views: bool):
     return chain, expr, last, first + more
 
 
-@rule(*OPS)
-def token_elementwise(rw: Rewriter, node: Node):
-    """A chain of unary and binary ops on plain tensors (with broadcasting) as one kernel."""
+def plain_chain(rw: Rewriter, node: Node):
+    """The chain of elementwise ops on plain float32 tensors from ``node`` (walked as the rule
+    walks it: operands of the output's shape read through their movement ops where the output
+    keeps that shape): ``(producer, inputs, last node, nodes taken)``, the producer a
+    ``plain_elementwise.Producer`` for the last node's shape over ``inputs`` (vars, or
+    constant arrays), else None."""
     shape = static_shape(node.var)
     if shape is None or not shape or dtype(node.var) != "float32":
         return None
@@ -174,11 +177,27 @@ def token_elementwise(rw: Rewriter, node: Node):
     if found is None:
         return None
     chain, expr, last, nodes = found
-    out_shape = static_shape(last.var)
     operands = None if chain.operands == list(range(len(chain.inputs))) else tuple(chain.operands)
+    return kernels.Producer(expr, chain.shapes(), operands), chain.inputs, last, nodes
+
+
+def chain_args(rw: Rewriter, inputs) -> list:
+    """The kernel arguments of a chain's inputs: a constant array as a ``relax.const``, a var as the rewriter holds it (plain)."""
+    return [relax.const(np.ascontiguousarray(x)) if isinstance(x, np.ndarray) else rw.expr(x) for x in inputs]
+
+
+@rule(*OPS)
+def token_elementwise(rw: Rewriter, node: Node):
+    """A chain of unary and binary ops on plain tensors (with broadcasting) as one kernel."""
+    found = plain_chain(rw, node)
+    if found is None:
+        return None
+    producer, inputs, last, nodes = found
+    expr, operands = producer.expr, producer.operands
+    out_shape = static_shape(last.var)
     # float32 under every precision, like the GEMM's: plain tensors are upstream's side
-    func = kernel(kernels.fused_elementwise, out_shape, chain.shapes(), expr, dtype="float32", operands=operands)
-    args = [relax.const(np.ascontiguousarray(x)) if isinstance(x, np.ndarray) else rw.expr(x) for x in chain.inputs]
+    func = kernel(kernels.fused_elementwise, out_shape, producer.input_shapes, expr, dtype="float32", operands=operands)
+    args = chain_args(rw, inputs)
     info = node_info(last, expression=ex.describe(expr), nodes=",".join(m.var.name for m in nodes))
     out = rw.emit_kernel(func, args, out_shape, dtype="float32", hint="elementwise_plain", op_info=info)
     for m in nodes:
