@@ -132,9 +132,12 @@ def _permute_want(rw: Rewriter, node: Node) -> str | None:
 
 
 def _pattern_reads_blocked(rw: Rewriter, node: Node) -> bool:
-    """Whether a fusion pattern (``passes.patterns``: its kernels read NCHW4c maps) takes ``node``
-    as its anchor on this device: its ``match`` (from the graph alone) and ``plan`` both answer."""
+    """Whether a fusion pattern whose kernels read NCHW4c maps (``passes.patterns``; not one that
+    reads plain tensors: ``Pattern.reads_plain``) takes ``node`` as its anchor on this device: its
+    ``match`` (from the graph alone) and ``plan`` both answer."""
     for candidate in rw.rules.get(node.op, ()):
+        if getattr(candidate, "reads_plain", False):
+            continue
         match = getattr(candidate, "match", None)  # patterns have one, single-op rules not
         found = match(rw.graph, node) if match is not None else None
         if found is not None and candidate.plan(found, rw.profile, rw.records, rw.precision) is not None:

@@ -58,6 +58,7 @@ class Pattern:
     plan: Callable  # (Match, DeviceProfile, Records | None, precision) -> Plan | None
     emit: Callable  # (Rewriter, Plan) -> relax.Expr | None
     before: tuple[str, ...] = ()  # patterns and rules it is tried before (precedence, checked by the registry)
+    reads_plain: bool = False  # its kernels read the anchor's operands plain (not NCHW4c maps): ``map_boundary`` asks
 
     def apply(self, rw, node):
         """The rule contract (``rules.base.Rule.apply``): the node's new value, else None."""
@@ -66,11 +67,11 @@ class Pattern:
         return self.emit(rw, decided) if decided is not None else None
 
 
-def pattern(*ops: str, match: Callable, plan: Callable, before: tuple[str, ...] = (), name: str | None = None):
+def pattern(*ops: str, match: Callable, plan: Callable, before: tuple[str, ...] = (), name: str | None = None, reads_plain: bool = False):
     """Make ``emit`` the :class:`Pattern` on ``ops`` with ``match`` and ``plan`` (named after ``emit``)."""
 
     def make(emit) -> Pattern:
-        return Pattern(name or emit.__name__, ops, match, plan, emit, before)
+        return Pattern(name or emit.__name__, ops, match, plan, emit, before, reads_plain)
 
     return make
 

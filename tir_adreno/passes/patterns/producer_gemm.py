@@ -12,8 +12,11 @@ linear steps, residual, activation, chain after it) is the GEMM rule's (``rules.
 
 from __future__ import annotations
 
+import numpy as np
+
 from tir_adreno.passes.elementwise_chain import OPS
 from tir_adreno.passes.graph import Node, dtype, same, static_shape
+from tir_adreno.passes.layout_plan import LayoutPlan
 from tir_adreno.passes.patterns.base import Match, Plan, pattern
 from tir_adreno.passes.rewriter import Rewriter
 from tir_adreno.passes.rules.gemm import Operand, _emit, _output_permute, _weight, gemm_tail, linear_geometry
@@ -57,16 +60,20 @@ def _plan(match: Match, profile, records, precision) -> Plan | None:
     return Plan(match, fusion) if fusion is not None else None
 
 
-@pattern(*OPS, match=_match, plan=_plan, before=("token_elementwise",))
+@pattern(*OPS, match=_match, plan=_plan, before=("token_elementwise",), reads_plain=True)
 def producer_gemm(rw: Rewriter, plan: Plan):
     """The Linear computing the chain from ``plan``'s anchor as it reads A (the chain's nodes, the
-    product and its tail marked fused), else None (the chain the rule walks ends elsewhere: its
-    kernel runs, and the GEMM rule takes the Linear)."""
+    product and its tail marked fused), else None: the chain the rule walks ends elsewhere, or
+    reads a value held only blocked (the layout planner's pixelwise rules take it, as before this
+    pattern: no layout transform is added for the GEMM's sake); its kernel runs, and the GEMM
+    rule takes the Linear."""
     node, user, geom = plan.match.anchor, plan.match.reader, plan.match.geometry
     found = plain_chain(rw, node)
     if found is None or not same(found[2].var, user.args[0]) or user.fused:
         return None
     producer, inputs, last, nodes = found
+    if any(not isinstance(x, np.ndarray) and LayoutPlan.held(rw, x)[0] for x in inputs):
+        return None  # an input held only blocked: the pixelwise rules' layout plan, not a transform for the GEMM
     a = Operand(last.var, geom.a_shape, producer=producer, producer_args=tuple(chain_args(rw, inputs)))
     tail = gemm_tail(rw, user, _weight(user.args[1], geom.k), geom.n)
     permute = _output_permute(rw, tail)
