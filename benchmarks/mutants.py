@@ -177,6 +177,12 @@ MUTANTS = (
         ("tests/passes/test_producer_gemm_pattern.py",),
     ),
     Mutant(
+        "pattern_reading_plain_counted_blocked",
+        "the map boundary counts a pattern whose kernels read plain tensors (a chain a GEMM computes) as a reader of a blocked map",
+        (('        if getattr(candidate, "reads_plain", False):\n            continue\n', ""),),
+        ("tests/passes/test_producer_gemm_pattern.py",),
+    ),
+    Mutant(
         "plain_residual_second_operand_scope",
         "a conv reading its residual plain hands its second operand over in the output's scope, not the residual's buffer",
         (('            tensors["Residual2"] = replace(tensors["Residual2"], scope=BUFFER)\n', "            pass\n"),),

@@ -85,3 +85,21 @@ def test_a_costly_fold_leaves_the_chain_kernel():
     model, shapes = _gated_mlp(c=40, residual=False)
     stingy = dataclasses.replace(get_profile("pocl"), launch_cost_macs=1)
     assert "elementwise_plain" in run_ours(model, shapes, seed=4, profile=stingy)
+
+
+def test_a_chain_read_by_a_linear_leaves_the_conv_writing_plain():
+    """SwiftFormer's normalized key: a conv's map as tokens, divided by its row norms, read by a
+    Linear. The division (the pattern's anchor) reads the tokens plain, so the conv writes them
+    plain (``Pattern.reads_plain``: a pattern taking a reader is not a blocked reader here): no
+    layout transform, the GEMM computing ``t / sqrt(s)`` as it reads A (before: the conv wrote
+    blocked, and two transforms ran)."""
+    nodes = [node("Conv", ["x", "w"], ["y"], kernel_shape=[1, 1]), node("Reshape", ["y", "shape"], ["r"]),
+             node("Transpose", ["r"], ["t"], perm=[0, 2, 1]), node("Mul", ["t", "t"], ["sq"]),
+             node("ReduceSum", ["sq", "axes"], ["s"], keepdims=1), node("Sqrt", ["s"], ["n"]), node("Div", ["t", "n"], ["d"]),
+             node("MatMul", ["d", "w2"], ["z"])]
+    inits = [f32("w", (16, 8, 1, 1)), f32("w2", (16, 12)), numpy_helper.from_array(np.array([1, 16, 196], np.int64), "shape"),
+             numpy_helper.from_array(np.array([-1], np.int64), "axes")]
+    model = make(nodes, [tensor("x", [1, 8, 14, 14])], [tensor("z", [1, 196, 12])], inits, opset=17)
+    for profile in (None, get_profile("nvidia-h200")):
+        ops = run_ours(model, {"x": (1, 8, 14, 14)}, seed=5, profile=profile)
+        assert ops[:3] == ["conv2d_nchw4c", "elementwise_plain", "sum_rows"] and ops[3].startswith("gemm") and len(ops) == 4, ops
