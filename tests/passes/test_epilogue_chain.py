@@ -464,6 +464,8 @@ CHAIN_OVERLAPS = {
     "gated_conv2d": "the chain first: a pool's gate multiply is its epilogue, once per pooled pixel, not once per conv tap",
     "grn_gated_conv2d": "disjoint: GRN's x * x reads one value twice, a step no chain takes",
     "grn_scale": "disjoint: its sqrt reads a sum of squares (a sum over H, W), no pool anchor (a mean over H, W is one)",
+    "producer_gemm": "the chain first: an anchor takes its chain when it is emitted, before the pattern meets the chain's "
+                     "first op; the GEMM computes only a chain no anchor took (its epilogue is cheaper than a re-evaluation)",
 }
 
 
