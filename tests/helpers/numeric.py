@@ -19,6 +19,11 @@ def rand(rng: np.random.Generator, shape, dtype="float32") -> np.ndarray:
     return rng.standard_normal(shape).astype(dtype)
 
 
+def as_read(x, half: bool) -> np.ndarray:
+    """``x`` in float64 as a kernel reads it: rounded to half first under half storage (float16_acc32)."""
+    return np.asarray(x).astype(np.float16).astype(np.float64) if half else np.asarray(x, np.float64)
+
+
 def rel_error(actual: np.ndarray, reference: np.ndarray) -> float:
     """max |actual - reference| / max |reference| (normwise relative error)."""
     actual = np.asarray(actual, np.float64)

@@ -13,7 +13,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from helpers.conv import CONV_RTOL, check_blocked_output
-from helpers.numeric import assert_close, pack_nchw4c, rand, run_kernel, sanitized, unpack_nchw4c
+from helpers.numeric import as_read, assert_close, pack_nchw4c, rand, run_kernel, sanitized, unpack_nchw4c
 from helpers.strategies import SEEDS
 
 from primfuncs import hierarchical
@@ -65,10 +65,6 @@ def run_step(device, case, x, p, w, b, a, scope, precision):
     return unpack_nchw4c(y, channels)
 
 
-def _half(v, half):
-    return v.astype(np.float16).astype(np.float64) if half else np.asarray(v, np.float64)
-
-
 @given(case=steps(), scope=st.sampled_from([TEXTURE, BUFFER]), precision=st.sampled_from(["float32", "float16_acc32"]), seed=SEEDS)
 @example(case=(1, 88, 3, 4, 30, 30, (3, 3), (1, 1, 1, 1), True, False), scope=TEXTURE, precision="float32", seed=0)  # EdgeNeXt-XXS stage 3, step 1
 @example(case=(2, 11, 5, 3, 6, 3, (2, 4), (0, 2, 1, 1), True, True), scope=BUFFER, precision="float16_acc32", seed=1)
@@ -81,7 +77,7 @@ def test_step_matches_numpy(device, case, scope, precision, seed):
     with sanitized(seed):
         y = run_step(device, case, x, p, w, b, a, scope, precision)
     half = precision == "float16_acc32"
-    ref = reference_step(*(_half(v, half) for v in (x, p, w, b)), _half(a, half) if addend else None, begin, padding, previous)
+    ref = reference_step(*(as_read(v, half) for v in (x, p, w, b)), as_read(a, half) if addend else None, begin, padding, previous)
     assert_close(y, ref, HALF_RTOL if half else CONV_RTOL)
 
 

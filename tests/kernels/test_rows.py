@@ -10,7 +10,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from helpers.numeric import rand, run_kernel
+from helpers.numeric import as_read, rand, run_kernel
 from primfuncs import gather, rows
 from tir_adreno.codegen import build
 from test_gather import chains
@@ -39,11 +39,6 @@ def _run(device, func, inputs, half: bool):
     return got
 
 
-def _stored(x, half: bool):
-    """``x`` as the kernel reads it: rounded to half under float16_acc32."""
-    return x.astype(np.float16).astype(np.float64) if half else x.astype(np.float64)
-
-
 def _softmax(x, axis):
     e = np.exp(x - x.max(axis=axis, keepdims=True))
     return e / e.sum(axis=axis, keepdims=True)
@@ -62,7 +57,7 @@ def test_softmax_rows(device, case, threads, precision, seed, offset):
     half = precision == "float16_acc32"
     x = rand(np.random.default_rng(seed), shape) * 20 + np.float32(offset)
     got = _run(device, rows.softmax(shape, axis, threads=threads), [x], half)
-    ref = _softmax(_stored(x, half), axis)
+    ref = _softmax(as_read(x, half), axis)
     length = shape[axis]
     bound = (length + 8) * 4 * U32 * ref + 1e-30 + (HALF_RTOL * ref + HALF_ABS if half else 0.0)
     assert np.all(np.abs(got - ref) <= bound), f"max error {float(np.max(np.abs(got - ref) - bound)):.3g} over the bound"
@@ -86,7 +81,7 @@ def test_layer_norm_rows(device, case, rms, threads, precision, seed, eps):
     gamma, beta = rand(rng, shape[axis:]), rand(rng, shape[axis:])
     func = rows.layer_norm(shape, axis, eps, threads=threads, rms=rms)
     got = _run(device, func, [x, gamma] + ([] if rms else [beta]), half)
-    xs, g, b = _stored(x, half), _stored(gamma, half), _stored(beta, half)
+    xs, g, b = as_read(x, half), as_read(gamma, half), as_read(beta, half)
     axes = tuple(range(axis, len(shape)))
     if rms:
         normalized = xs / np.sqrt(np.mean(xs * xs, axis=axes, keepdims=True) + eps)
@@ -125,7 +120,7 @@ def test_reduce_rows(device, case, threads, precision, seed):
     x = rand(np.random.default_rng(seed), shape) + np.float32(40.0 if op == "sum" else 0.0)
     func = rows.reduce(shape, axes, op, keepdims, threads=threads)
     got = _run(device, func, [x], half and op != "sum")  # a half sum's output would overflow half itself
-    xs = _stored(x, half and op != "sum")
+    xs = as_read(x, half and op != "sum")
     ref = {"sum": np.sum, "mean": np.mean, "max": np.max, "min": np.min}[op](xs, axis=axes, keepdims=keepdims)
     scale = np.abs(xs).sum(axis=axes, keepdims=keepdims) / (np.prod([shape[a] for a in axes]) if op == "mean" else 1)
     assert got.shape == ref.shape
@@ -156,7 +151,7 @@ def test_channel_affine(device, case, precision, seed):
     got = _run(device, rows.channel_affine(shape, axis), [x, scale, shift], half)
     view = [1] * len(shape)
     view[axis] = shape[axis]
-    xs, s, b = _stored(x, half), _stored(scale, half).reshape(view), _stored(shift, half).reshape(view)
+    xs, s, b = as_read(x, half), as_read(scale, half).reshape(view), as_read(shift, half).reshape(view)
     ref = xs * s + b
     bound = 4 * U32 * (np.abs(xs * s) + np.abs(b)) + (HALF_RTOL * np.abs(ref) + HALF_ABS if half else 0.0)
     assert np.all(np.abs(got - ref) <= bound)

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from helpers.numeric import rand, run_kernel
+from helpers.numeric import as_read, rand, run_kernel
 from primfuncs import epilogue_expr as ex
 from primfuncs import rows
 from primfuncs.epilogue import Epilogue
@@ -56,10 +56,6 @@ def shapes_and_axis(draw):
     rank = draw(st.integers(1, 4))
     shape = [draw(st.integers(1, 5)) for _ in range(rank - 1)] + [draw(st.sampled_from([1, 3, 4, 6, 37]))]
     return tuple(shape), draw(st.integers(-rank, -1))
-
-
-def _stored(x, half: bool):
-    return x.astype(np.float16).astype(np.float64) if half else x.astype(np.float64)
 
 
 def _view(shape, axis):
@@ -120,8 +116,8 @@ def test_row_kernel_expression_epilogue(device, case, expr, kernel, threads, pre
         inputs.append(operand)
     got = run_kernel(device, func, *inputs, half=build.ALL_BUFFERS if half else ())
     assert np.all(np.isfinite(got)), "an output element was not written (poison survived)"
-    value = reference(_stored(x, half), [_stored(p, half) for p in params])
-    ref = ex.numpy_evaluate(expr, value, operands=[_stored(operand, half)], channels=[_stored(c, half) for c in channels], channel_axis=-1)
+    value = reference(as_read(x, half), [as_read(p, half) for p in params])
+    ref = ex.numpy_evaluate(expr, value, operands=[as_read(operand, half)], channels=[as_read(c, half) for c in channels], channel_axis=-1)
     length = int(np.prod(shape[axis:])) if kernel != "softmax" else shape[axis]
     scale = max(float(np.max(np.abs(ref))), 1.0)
     bound = ((length + 16) * 4 * U32 + (2 * HALF_RTOL if half else 0.0)) * scale

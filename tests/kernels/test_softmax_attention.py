@@ -11,7 +11,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from helpers.numeric import rand, run_kernel
+from helpers.numeric import as_read, rand, run_kernel
 from primfuncs import attention
 from primfuncs import epilogue_expr as E
 from primfuncs import gather as G
@@ -29,10 +29,6 @@ PRE = {"none": Epilogue(), "bias": Epilogue(bias=True), "operand": Epilogue(expr
 #: The output's: none, a bias and relu, a residual, a residual times an operand.
 POST = {"none": Epilogue(), "bias_relu": Epilogue(bias=True, activation="relu"), "residual": Epilogue(residual=True),
         "residual_times": Epilogue(residual=True, expr=E.Binary("multiply", E.X(), E.Operand("full", 0)))}
-
-
-def _stored(x, half):
-    return x.astype(np.float16).astype(np.float64) if half else x.astype(np.float64)
 
 
 def _op(x, trans):
@@ -74,20 +70,20 @@ def test_attention_matches_numpy(device, batch, shared, lq, lk, d, dv, trans, pr
     got = run_kernel(device, func, *inputs, half=build.ALL_BUFFERS if half else ())
     assert got.shape == y_shape and np.all(np.isfinite(got)), "an output element was not written (poison survived)"
 
-    qs, ks, vs = (_op(_stored(x, half), t) for x, t in ((q, trans_q), (k, trans_k), (v, trans_v)))
-    s = alpha * (qs @ ks) + (_stored(s_bias, half) if PRE[pre].bias else 0.0) + (_stored(s_operand, half) if PRE[pre].expr else 0.0)
+    qs, ks, vs = (_op(as_read(x, half), t) for x, t in ((q, trans_q), (k, trans_k), (v, trans_v)))
+    s = alpha * (qs @ ks) + (as_read(s_bias, half) if PRE[pre].bias else 0.0) + (as_read(s_operand, half) if PRE[pre].expr else 0.0)
     p = np.exp(s - s.max(-1, keepdims=True))
     p /= p.sum(-1, keepdims=True)
     o = _op(out_scale * (p @ vs), trans_out)
     magnitude = _op(out_scale * (p @ np.abs(vs)), trans_out)
-    o = o + (_stored(o_bias, half) if POST[post].bias else 0.0)
+    o = o + (as_read(o_bias, half) if POST[post].bias else 0.0)
     o = o if perm is None else np.transpose(o, perm)
     magnitude = magnitude if perm is None else np.transpose(magnitude, perm)
     if POST[post].residual:
-        o, magnitude = o + _stored(residual, half), magnitude + np.abs(_stored(residual, half))
+        o, magnitude = o + as_read(residual, half), magnitude + np.abs(as_read(residual, half))
     o = np.maximum(o, 0.0) if POST[post].activation == "relu" else o
     if POST[post].expr is not None:
-        o, magnitude = o * _stored(o_operand, half), magnitude * np.abs(_stored(o_operand, half))
+        o, magnitude = o * as_read(o_operand, half), magnitude * np.abs(as_read(o_operand, half))
     # a score's error (d terms, the bias) moves its probability by that much relatively; then lk + 8 roundings
     score_scale = float(np.max(alpha * (np.abs(qs) @ np.abs(ks)))) + 8.0
     bound = 4 * U32 * (d * score_scale + lk + 16) * (magnitude + np.abs(o) + 1e-6)
