@@ -154,7 +154,9 @@ def test_pool_strategy_follows_ops_rule():
 
 
 def test_rules_registry_order():
-    """The fusion patterns, then the single-op rules, per op: an add/multiply of two activations is a
+    """The fusion patterns, then the single-op rules, per op: an add/multiply starting a chain on
+    plain tensors that only a Linear reads is that GEMM's (``producer_gemm``: it declines operands
+    held only blocked); else an add/multiply of two activations is a
     binary kernel before it may be an activation chain or an affine step, then a broadcast one, and on
     plain tensors a chain of ours last;
     GRN from its ``x * x`` and a squeeze-excitation's gate multiply are read by the conv after them
@@ -165,9 +167,9 @@ def test_rules_registry_order():
     from tir_adreno.passes.rules import RULES, by_op
 
     index = by_op((*PATTERNS, *RULES))
-    assert [r.name for r in index["relax.add"]] == ["binary", "elementwise", "broadcast_binary", "token_elementwise"]
-    assert [r.name for r in index["relax.multiply"]] == ["grn_gated_conv2d", "gated_conv2d", "binary", "elementwise", "broadcast_binary",
-                                                         "token_elementwise"]
+    assert [r.name for r in index["relax.add"]] == ["producer_gemm", "binary", "elementwise", "broadcast_binary", "token_elementwise"]
+    assert [r.name for r in index["relax.multiply"]] == ["grn_gated_conv2d", "gated_conv2d", "producer_gemm", "binary", "elementwise",
+                                                         "broadcast_binary", "token_elementwise"]
     # SE's two 1x1 convs, a head's GEMV, a depthwise conv with the SE block pooling it or its 1x1 reader, before one conv
     assert [r.name for r in index["relax.nn.conv2d"]] == ["excitation", "head_gemv", "depthwise_excitation", "depthwise_pointwise", "conv2d"]
     assert [r.name for r in index["relax.mean"]] == ["pooled_excitation", "head_gemv", "pooled_pointwise", "reduction_rows", "reduction"]
