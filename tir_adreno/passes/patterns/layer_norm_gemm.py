@@ -18,7 +18,7 @@ import numpy as np
 from tir_adreno.passes.graph import Node, const, dtype, same, static_shape
 from tir_adreno.passes.patterns.base import Match, Plan, pattern
 from tir_adreno.passes.rewriter import Rewriter
-from tir_adreno.passes.rules.gemm import _emit, _output_permute, _viewed, _weight, gemm_tail, linear_geometry
+from tir_adreno.passes.rules.gemm import _viewed, _weight, emit_linear, linear_geometry
 from tir_adreno.passes.rules.rows import plain_input
 from tir_adreno.strategy.fusion import can_fuse
 
@@ -69,10 +69,5 @@ def layer_norm_gemm(rw: Rewriter, plan: Plan):
     gamma, beta = affine
     weight = _weight(user.args[1], geom.k)
     a = _viewed(rw, x_var, shape)  # read as stored: a scale or a transpose does not commute with the norm
-    tail = gemm_tail(rw, user, gamma[:, None] * weight, geom.n, bias=beta @ weight)
-    permute = _output_permute(rw, tail)
-    node.fused = user.fused = True
-    out = _emit(rw, user, a, None, geom, tail, permute, norm=float(node.attrs.epsilon))
-    if permute is None and same(tail.last.var, user.var):
-        rw.exprs[user.var] = out
-    return out
+    node.fused = True
+    return emit_linear(rw, user, a, geom, gamma[:, None] * weight, bias=beta @ weight, norm=float(node.attrs.epsilon))

@@ -19,7 +19,7 @@ from tir_adreno.passes.graph import Node, dtype, same, static_shape
 from tir_adreno.passes.layout_plan import LayoutPlan
 from tir_adreno.passes.patterns.base import Match, Plan, pattern
 from tir_adreno.passes.rewriter import Rewriter
-from tir_adreno.passes.rules.gemm import Operand, _emit, _output_permute, _weight, gemm_tail, linear_geometry
+from tir_adreno.passes.rules.gemm import Operand, _weight, emit_linear, linear_geometry
 from tir_adreno.passes.rules.token_elementwise import chain_args, plain_chain
 from tir_adreno.strategy.fusion import can_fuse
 
@@ -75,12 +75,6 @@ def producer_gemm(rw: Rewriter, plan: Plan):
     if any(not isinstance(x, np.ndarray) and LayoutPlan.held(rw, x)[0] for x in inputs):
         return None  # an input held only blocked: the pixelwise rules' layout plan, not a transform for the GEMM
     a = Operand(last.var, geom.a_shape, producer=producer, producer_args=tuple(chain_args(rw, inputs)))
-    tail = gemm_tail(rw, user, _weight(user.args[1], geom.k), geom.n)
-    permute = _output_permute(rw, tail)
     for m in nodes:
         m.fused = True
-    user.fused = True
-    out = _emit(rw, user, a, None, geom, tail, permute)
-    if permute is None and same(tail.last.var, user.var):
-        rw.exprs[user.var] = out
-    return out
+    return emit_linear(rw, user, a, geom, _weight(user.args[1], geom.k))

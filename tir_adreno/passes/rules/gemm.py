@@ -255,6 +255,20 @@ def _output_permute(rw: Rewriter, tail: GemmTail) -> Node | None:
     return user
 
 
+def emit_linear(rw: Rewriter, node: Node, a: Operand, geom, weight: np.ndarray, bias: np.ndarray | None = None,
+                norm: float | None = None):
+    """Linear ``node`` (by ``weight``, float64 ``[K, N]``; ``bias`` the product's own) as the GEMM
+    reading ``a``, with its tail (:func:`gemm_tail`) and output permute, for a pattern anchored
+    before it (the product marked fused, its value set)."""
+    tail = gemm_tail(rw, node, weight, geom.n, bias=bias)
+    permute = _output_permute(rw, tail)
+    node.fused = True
+    out = _emit(rw, node, a, None, geom, tail, permute, norm)
+    if permute is None and same(tail.last.var, node.var):
+        rw.exprs[node.var] = out
+    return out
+
+
 def tail_args(rw: Rewriter, tail: GemmTail) -> list:
     """``tail``'s kernel inputs in the epilogue's order: the packed per-column rows (the bias, the
     chain's constants), then the residual and the chain's operands (a constant as its values,
