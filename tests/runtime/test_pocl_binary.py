@@ -81,7 +81,7 @@ def test_its_unpacked_folder_is_not_the_source_builds(pocl):
     holds program.bc, which PoCL would read and parse); same binary, same hash."""
     binary = bytes(_build(pocl, SOURCE).get_info(cl.program_info.BINARIES)[0])
     stripped = pocl_binary.without_ir(binary)
-    hashes = [pocl_binary._HEADER.unpack_from(b, 0)[5] for b in (binary, stripped, pocl_binary.without_ir(binary))]
+    hashes = [pocl_binary.build_hash(b) for b in (binary, stripped, pocl_binary.without_ir(binary))]
     assert hashes[0] != hashes[1] and hashes[1] == hashes[2]
     assert len(hashes[1]) == 41 and hashes[1][2:3] == b"/" and set(hashes[1][3:40]) <= set(b"ABCDEFGHIJKLMNOP")
 
@@ -138,3 +138,42 @@ def test_a_stripped_binary_pocl_refuses_is_cached_whole(pocl, tmp_path, monkeypa
     entry = cache.read(tmp_path / "programs" / f"{key}.bin", key)
     assert how == "source" and pocl_binary.has_ir(entry)
     assert programs.build(pocl, SOURCE, pocl.build_options, key)[0] == "binary"
+
+
+def _synthetic(version: int, bitcode: bytes, kernels: list[bytes], root_entries: int = 1) -> bytes:
+    """A binary in PoCL's layout of ``version`` (3.0: 8, 3.1: 9; lib/CL/pocl_binary.c): header,
+    program.bc, then kernel records that each start with their size."""
+    build_hash = b"AB/" + b"C" * 37 + b"\0"
+    name = b"/program.bc"
+    first = struct.pack("<I", len(name)) + name + struct.pack("<I", len(bitcode)) + bitcode
+    if version == 9:
+        head = struct.pack("<8sQIIQI41s", b"poclbin\0", 7, version, len(kernels), 1, root_entries, build_hash)
+        first = struct.pack("<Q", len(first)) + first
+    else:
+        head = struct.pack("<8sQIIQ41s", b"poclbin\0", 7, version, len(kernels), 1, build_hash)
+    return head + first + b"".join(struct.pack("<Q", 8 + len(k)) + k for k in kernels)
+
+
+@pytest.mark.parametrize("version", [8, 9])
+def test_both_layouts_lose_only_their_bitcode(version):
+    """PoCL 3.0's layout and 3.1's, whichever PoCL this host has: the kernel records come
+    through byte for byte, the header's other fields too, and the size prefix of 3.1's entry
+    matches the placeholder."""
+    kernels = [b"kernel-one-files", b"kernel-two"]
+    binary = _synthetic(version, b"\x42" * 5000, kernels)
+    stripped = pocl_binary.without_ir(binary)
+    assert stripped is not None and pocl_binary.has_ir(binary) and not pocl_binary.has_ir(stripped)
+    assert stripped.endswith(binary[-(2 * 8 + sum(map(len, kernels))):]) and len(stripped) < len(binary) - 4900
+    assert pocl_binary.build_hash(stripped) not in (None, pocl_binary.build_hash(binary))
+    header = struct.calcsize("<8sQIIQI" if version == 9 else "<8sQIIQ")
+    assert stripped[:header] == binary[:header]
+    assert pocl_binary.without_ir(stripped) is None  # already without IR
+
+
+def test_a_layout_it_cannot_account_for_is_left_whole():
+    """3.1's layout with two root entries (a device that serialises more than program.bc), and
+    an entry whose size prefix disagrees with its file: kept whole."""
+    assert pocl_binary.without_ir(_synthetic(9, b"\x42" * 64, [b"k"], root_entries=2)) is None
+    bad_size = bytearray(_synthetic(9, b"\x42" * 64, [b"k"]))
+    struct.pack_into("<Q", bad_size, struct.calcsize("<8sQIIQI41s"), 3)
+    assert pocl_binary.without_ir(bytes(bad_size)) is None and not pocl_binary.has_ir(bytes(bad_size))

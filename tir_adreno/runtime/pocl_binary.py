@@ -16,9 +16,11 @@ The binary's build hash names the folder PoCL unpacks it into (its kernel cache)
 replaced by one derived from it, so the unpacked folder is not the one the source build
 left, which holds the bitcode PoCL would then read and parse anyway.
 
-Only the layouts read here are rewritten (format versions :data:`VERSIONS`); anything else
-(another version, a size that does not add up) is left as it is (:func:`without_ir` returns
-None) and the caller keeps the full binary.
+Only the layouts read here are rewritten (format versions :data:`VERSIONS`: PoCL 3.0 writes 8,
+one file after the header; 3.1 writes 9, whose header counts the program's root entries and
+whose entries are each preceded by their size); anything else (another version, a size that
+does not add up) is left as it is (:func:`without_ir` returns None) and the caller keeps the
+full binary.
 """
 
 from __future__ import annotations
@@ -26,21 +28,34 @@ from __future__ import annotations
 import hashlib
 import os
 import struct
+from dataclasses import dataclass
 
 MAGIC = b"poclbin\0"
-#: Format versions whose header and kernel records :func:`without_ir` knows (PoCL 3.0: 8).
-VERSIONS = (7, 8)
 #: What a binary-only entry is, for cache keys: a new form is a new key.
 FORM = "pocl-no-ir-1"
 #: ``$TIR_ADRENO_POCL_KEEP_IR=1`` caches PoCL binaries whole (work-group functions specialised
 #: to each launch's local size, compiled on a process's first launch; the load parses the IR).
 KEEP_IR_ENV = "TIR_ADRENO_POCL_KEEP_IR"
-#: magic, device id (u64), version (u32), kernel count (u32), flags (u64), build hash (41 bytes:
-#: "XX/" + 38 letters A-P + NUL, PoCL's SHA1_digest_t).
-_HEADER = struct.Struct("<8sQIIQ41s")
 _U32 = struct.Struct("<I")
+_U64 = struct.Struct("<Q")
 #: The file that stands in for program.bc: PoCL's reader expects a first file.
 _PLACEHOLDER = "/tir_adreno_no_program_bc"
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """A format version's header (magic, device id u64, version u32, kernel count u32, flags
+    u64, [version 9: root entry count u32,] build hash: 41 bytes, "XX/" + 38 letters A-P + NUL,
+    PoCL's SHA1_digest_t) and whether each root entry is preceded by its size (u64)."""
+
+    header: struct.Struct
+    sized_entries: bool
+
+
+_PER_VERSION = {7: _Layout(struct.Struct("<8sQIIQ41s"), False), 8: _Layout(struct.Struct("<8sQIIQ41s"), False),
+                9: _Layout(struct.Struct("<8sQIIQI41s"), True)}
+#: Format versions whose header and kernel records :func:`without_ir` knows.
+VERSIONS = tuple(_PER_VERSION)
 
 
 def _file(binary: bytes, at: int) -> tuple[str, int, int]:
@@ -54,7 +69,7 @@ def _file(binary: bytes, at: int) -> tuple[str, int, int]:
 def _kernels_end(binary: bytes, at: int, count: int) -> int:
     """Offset after ``count`` kernel records from ``at`` (each starts with its own size)."""
     for _ in range(count):
-        (record,) = struct.unpack_from("<Q", binary, at)
+        (record,) = _U64.unpack_from(binary, at)
         at += record
     return at
 
@@ -91,29 +106,58 @@ def for_cache(binary: bytes) -> bytes:
     return binary
 
 
+def _first_file(binary: bytes):
+    """(layout, header fields, first file's name, offset after the first root entry) of a PoCL
+    binary of a version this module reads; None for any other or one malformed."""
+    try:
+        layout = _PER_VERSION.get(_U32.unpack_from(binary, len(MAGIC) + 8)[0])
+        if binary[:len(MAGIC)] != MAGIC or layout is None:
+            return None
+        fields = layout.header.unpack_from(binary, 0)
+        at = layout.header.size
+        if layout.sized_entries:
+            if fields[5] != 1:  # root entries: program.bc alone
+                return None
+            (size,) = _U64.unpack_from(binary, at)
+            at += _U64.size
+        name, _, after = _file(binary, at)
+        if layout.sized_entries and after != at + size:
+            return None
+    except (struct.error, UnicodeDecodeError):
+        return None
+    return layout, fields, name, after
+
+
+def build_hash(binary: bytes) -> bytes | None:
+    """The build hash in PoCL binary ``binary``'s header (the folder PoCL unpacks it into)."""
+    parsed = _first_file(bytes(binary))
+    return parsed[1][-1] if parsed else None
+
+
 def without_ir(binary: bytes) -> bytes | None:
     """``binary`` (a PoCL program binary) with its program.bc replaced by an empty placeholder
     and its build hash by one derived from it; None where the binary is not one this module
     reads (then keep it whole)."""
     binary = bytes(binary)
+    parsed = _first_file(binary)
+    if parsed is None:
+        return None
+    layout, fields, name, after_bc = parsed
+    kernels = fields[3]
     try:
-        magic, device_id, version, kernels, flags, build_hash = _HEADER.unpack_from(binary, 0)
-        if magic != MAGIC or version not in VERSIONS or kernels == 0:
+        if name != "/program.bc" or kernels == 0 or _kernels_end(binary, after_bc, kernels) != len(binary):
             return None
-        name, _, after_bc = _file(binary, _HEADER.size)
-        if name != "/program.bc" or _kernels_end(binary, after_bc, kernels) != len(binary):
-            return None
-    except (struct.error, UnicodeDecodeError):
+    except struct.error:
         return None
     placeholder = _PLACEHOLDER.encode()
-    header = _HEADER.pack(magic, device_id, version, kernels, flags, _derived_hash(build_hash))
-    return header + _U32.pack(len(placeholder)) + placeholder + _U32.pack(1) + b"\0" + binary[after_bc:]
+    entry = _U32.pack(len(placeholder)) + placeholder + _U32.pack(1) + b"\0"
+    if layout.sized_entries:
+        entry = _U64.pack(len(entry)) + entry
+    return layout.header.pack(*fields[:-1], _derived_hash(fields[-1])) + entry + binary[after_bc:]
 
 
 def has_ir(binary: bytes) -> bool:
     """Whether PoCL binary ``binary`` carries its program's bitcode (False for one too short or
-    malformed to tell)."""
-    try:
-        return _file(bytes(binary), _HEADER.size)[0] == "/program.bc"
-    except (struct.error, UnicodeDecodeError):
-        return False
+    malformed to tell, or of a version this module does not read)."""
+    parsed = _first_file(bytes(binary))
+    return parsed is not None and parsed[2] == "/program.bc"
