@@ -140,6 +140,22 @@ def test_a_stripped_binary_pocl_refuses_is_cached_whole(pocl, tmp_path, monkeypa
     assert programs.build(pocl, SOURCE, pocl.build_options, key)[0] == "binary"
 
 
+def test_a_binary_kept_whole_is_not_loaded_again_at_the_cold_build(pocl, tmp_path, monkeypatch):
+    """A PoCL format this module does not read is cached whole; the cold build makes no second
+    program from it (the load that unpacks a stripped binary into PoCL's cache is for those only)."""
+    monkeypatch.setenv("TIR_ADRENO_CACHE_DIR", str(tmp_path))
+    from tir_adreno.runtime import programs
+
+    monkeypatch.setattr(pocl_binary, "_PER_VERSION", {})  # as a PoCL writing a newer format
+    real, made = cl._cl._Program, []
+    monkeypatch.setattr(cl._cl, "_Program", lambda *args: made.append(len(args)) or real(*args))
+    key = pocl._binary_key(SOURCE, pocl.build_options)
+    how, _, _ = programs.build(pocl, SOURCE, pocl.build_options, key)
+    entry = cache.read(tmp_path / "programs" / f"{key}.bin", key)
+    assert how == "source" and entry is not None and entry[:len(pocl_binary.MAGIC)] == pocl_binary.MAGIC
+    assert made == [2], f"programs made (argument counts; 3: from a binary): {made}"
+
+
 def _synthetic(version: int, bitcode: bytes, kernels: list[bytes], root_entries: int = 1) -> bytes:
     """A binary in PoCL's layout of ``version`` (3.0: 8, 3.1: 9; lib/CL/pocl_binary.c): header,
     program.bc, then kernel records that each start with their size."""

@@ -52,8 +52,8 @@ class _Layout:
     sized_entries: bool
 
 
-_PER_VERSION = {7: _Layout(struct.Struct("<8sQIIQ41s"), False), 8: _Layout(struct.Struct("<8sQIIQ41s"), False),
-                9: _Layout(struct.Struct("<8sQIIQI41s"), True)}
+_V7 = _Layout(struct.Struct("<8sQIIQ41s"), False)  # PoCL 3.0 writes 7 and 8 in one layout
+_PER_VERSION = {7: _V7, 8: _V7, 9: _Layout(struct.Struct("<8sQIIQI41s"), True)}
 #: Format versions whose header and kernel records :func:`without_ir` knows.
 VERSIONS = tuple(_PER_VERSION)
 

@@ -69,7 +69,7 @@ def _build(device, source: str, options: str, key: str):
     if binary:
         stored = pocl_binary.for_cache(binary)  # PoCL's without its IR: a warm load parses none
         cache.store(path, stored, key)
-        if pocl_binary.is_pocl_binary(stored) and not pocl_binary.has_ir(stored):
+        if stored != bytes(binary):  # PoCL's, its IR dropped (a format it does not read stays whole: nothing to check)
             # PoCL unpacks a binary into its own cache when a program is made from it: now, not on the first warm start
             try:
                 cl._cl._Program(device.context, [device.cl_device], [stored])
