@@ -61,6 +61,19 @@ def test_an_affine_and_erf_after_a_token_norm_are_its_epilogue(precision):
     assert ops == ["gemm", "layer_norm_rows", "gemm1"], ops
 
 
+def test_per_channel_constants_after_an_activation_are_the_norms_epilogue():
+    """LayerNorm -> Erf -> ``* s2 + t2`` as the model's output: two per-channel constants along the
+    tokens' last axis, after a nonlinearity (no affine to fold into the norm, no Linear after it to
+    take them): both are the norm kernel's epilogue, one launch after the GEMM."""
+    rng, c = np.random.default_rng(4), 12
+    inits = {"w0": rng.standard_normal((c, c)) / np.sqrt(c), "g": 1 + 0.3 * rng.standard_normal(c), "b": 0.3 * rng.standard_normal(c),
+             "s2": rng.standard_normal(c), "t2": rng.standard_normal(c)}
+    nodes = [node("MatMul", ["x", "w0"], ["m0"]), node("LayerNormalization", ["m0", "g", "b"], ["l"], axis=-1, epsilon=1e-5),
+             node("Erf", ["l"], ["e"]), node("Mul", ["e", "s2"], ["m"]), node("Add", ["t2", "m"], ["y"])]
+    model = _model(nodes, {k: np.asarray(v, np.float32) for k, v in inits.items()}, {"x": (1, 10, c)})
+    assert _run(model, {"x": (1, 10, c)}) == ["gemm", "layer_norm_rows"]
+
+
 def test_without_a_chain_the_norm_is_unchanged():
     """No elementwise op after the norm: the kernel the rule emitted before (no epilogue keyword,
     the same key: plans byte-identical, benchmarks/plan_snapshot.py)."""
