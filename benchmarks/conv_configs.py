@@ -46,7 +46,12 @@ input channels, the plain NCHW input read directly) with its epilogue and placem
 the plan's config, the direct kernel (the profile's direct rule and a few tiles), and the tiled
 kernel's work groups gx x gy (gy fitted to the output blocks, 32-256 items, at least one work group
 per compute unit); ``conv_configs_stem-<device>.json``, its rule table with each config's work groups.
-"""
+
+``--grid strided`` takes every dense conv past the stem with a window and a stride > 1 (3x3/2
+downsamples; ``is_strided``) as planned (keys ``<model>.s<i>``, equal kernels of several models
+merged) and sweeps :func:`strided_grid`: the default, the plan's config, the direct kernel's tiles
+with and without split_k, and the tiled kernel's grid; ``conv_configs_strided-<device>.json``, the
+same rule table (the best tiled and the best direct config of each layer)."""
 
 from __future__ import annotations
 
@@ -139,6 +144,8 @@ def candidates(layer, grid: str, placement: str = "texture", profile=None):
         return fused_grid(layer, profile)
     if grid == "stem":
         return stem_grid(layer, profile)
+    if grid == "strided":
+        return strided_grid(layer, profile)
     geom = conv.conv2d_geometry(
         layer.data_shape, layer.weight_shape, layer.strides, layer.padding, layer.dilation, layer.groups
     )
@@ -334,23 +341,35 @@ def plan_layers(model, name: str, profile, grid: str) -> list:
     for gname, count in launches.items():
         func = mod[gname]
         info = json.loads(str(func.attrs[OP_ATTR])) if func.attrs is not None and OP_ATTR in func.attrs else {}
-        if info.get("op") != cls.OP or (grid == "stem" and info["attrs"].get("groups", 1) != 1):
+        if info.get("op") != cls.OP or (grid in ("stem", "strided") and info["attrs"].get("groups", 1) != 1):
             continue
         if not kernel_index.is_stub(func):
             raise RuntimeError(f"{name}: {cls.OP} kernel {gname} has no kernel-index stub (unkeyed factory arguments)")
         call = kernel_index.call_of(func)
+        if grid == "strided" and call.factory is not factory:  # a conv the plan runs as another kernel (a GEMM)
+            continue
         if call.factory is not factory or call.args or call.stage is not None:
             raise RuntimeError(f"{name}: {gname} is not a {factory.__name__}(**kwargs) call: {call}")
         kwargs = dict(call.kwargs)
+        if grid == "strided" and not is_strided(kwargs["geometry"]):
+            continue
         config = _plain(kwargs.pop("config"))
         source = str(dict(call.attrs).get(SOURCE_ATTR, "default"))
         info.pop("node", None)  # the graph's variable name: differs between equal layers
         info.pop("choice", None)  # the strategy's choice: its config is the layer's
-        label = "stem" if grid == "stem" else f"dwpw{len(out)}"
+        label = {"stem": "stem", "strided": f"s{len(out)}"}.get(grid, f"dwpw{len(out)}")
         out.append(cls(name, label, _plain(kwargs), info, config, source, count, (name,)))
         if grid == "stem":  # the first dense conv only
             break
     return out
+
+
+def is_strided(geom) -> bool:
+    """Whether dense conv ``geom`` is a :class:`layers.StridedLayer`: past the stem (more than one
+    input channel block), a window, a stride > 1, taps that overlap (not a patchify conv)."""
+    from tir_adreno.strategy import defaults
+
+    return geom.c4 > 1 and geom.kh * geom.kw > 1 and max(geom.strides) > 1 and not defaults.is_patchify(geom)
 
 
 def plans_layers(models, onnx_dir: Path, profile, grid: str = "fused") -> list:
@@ -505,6 +524,38 @@ def stem_grid(layer, profile):
                 if defaults.tiled_work_groups(geom, ocb, wb, wg) >= profile.compute_units:
                     kc = defaults.stem_k_chunk(geom, ocb, wb, wg)
                     out.append(("sweep", conv.ConvConfig(ocb, wb, wg, tiled=True, k_chunk=kc)))
+    return out
+
+
+# -- dense strided convs past the stem (--grid strided) -----------------------------------------
+#: Register tiles (oc_block, w_block) of the strided grid's direct configs without split_k (64- and
+#: 128-item groups), and of its split_k ones (``defaults.split_config``, split_k 2-16).
+STRIDED_DIRECT_TILES = ((1, 1), (1, 2), (2, 1), (2, 2), (1, 4), (2, 4), (4, 1))
+STRIDED_SPLIT_TILES = ((1, 1), (2, 1), (2, 2), (2, 4))
+
+
+def strided_grid(layer, profile):
+    """(kind, ConvConfig) pairs of strided ``layer`` (a 3x3/2 downsample as planned): "default"
+    (``defaults.default_config(geom, profile)``: what the strategy plans without a record), "plan",
+    "<kind>_default" (the profile class's direct rule), "direct" (:data:`STRIDED_DIRECT_TILES` in
+    groups of 64 and 128 items; split_k 2-16 for :data:`STRIDED_SPLIT_TILES`, each slice keeping >=
+    2 channel blocks), then "sweep": the tiled kernel in :data:`TILED_GRID`'s configs and
+    ``defaults.TILED_CONFIGS``. ~50 configs a layer."""
+    from primfuncs import conv
+    from tir_adreno.strategy import defaults
+
+    geom = plan_kwargs(layer, None)["geometry"]
+    out = [("default", defaults.default_config(geom, profile)), ("plan", conv_config(layer.config)),
+           (f"{profile.kind}_default", defaults.DIRECT_DEFAULTS[profile.kind](geom))]
+    for ocb, wb in STRIDED_DIRECT_TILES:
+        for threads in (64, 128):
+            out.append(("direct", conv.ConvConfig(ocb, wb, conv.fill_work_group(conv.direct_extents(geom, ocb, wb), threads, max_x=16))))
+    for split in (s for s in (2, 4, 8, 16) if 2 * s <= geom.c4):
+        for ocb, wb in STRIDED_SPLIT_TILES:
+            out.append(("direct", defaults.split_config(geom, ocb, wb, split)))
+    tiled = [(ocb, wb, (gx, gy, 1), kc, split) for ocb, wb, gx, gy, kc, split, _ in TILED_GRID]
+    for ocb, wb, wg, kc, split in [*tiled, *defaults.TILED_CONFIGS]:
+        out.append(("sweep", conv.ConvConfig(ocb, wb, wg, split_k=split, tiled=True, k_chunk=kc)))
     return out
 
 
@@ -768,11 +819,12 @@ NEAR_BEST = 1.05
 
 
 #: Per plan grid: the report's title, the layer column and what the saved time is of.
-PLAN_REPORTS = {"fused": ("fused depthwise -> 1x1", "fused convs", "fused-kernel"), "stem": ("stem conv", "conv", "stem")}
+PLAN_REPORTS = {"fused": ("fused depthwise -> 1x1", "fused convs", "fused-kernel"), "stem": ("stem conv", "conv", "stem"),
+                "strided": ("strided dense conv", "conv", "strided-conv")}
 
 
 def print_plan_report(rows, device_name, grid: str, top: int = 3) -> dict:
-    """``--grid fused|stem``: per layer the best config, the default's time and default / best; the
+    """``--grid fused|stem|strided``: per layer the best config, the default's time and default / best; the
     top configs and failures; the geomean of default / best (weighted by launches) and the time the
     best configs would save per inference; printed last, the grid's table for deriving a rule
     (:func:`fused_rule_table`, :func:`stem_rule_table`)."""
@@ -844,10 +896,10 @@ def work_groups(cfg: dict, n: int, o4: int, oh: int, ow: int) -> int:
 
 
 def stem_rule_table(rows):
-    """(headers, rows, title) of the stem grid's rule table: each layer's shape (output channels and
+    """(headers, rows, title) of the stem and strided grids' rule table: each layer's shape (input and output channels and
     blocks, output map, window / stride), the default, the best, the best tiled and the best direct
     config, each with the work groups it launches, and how many configs lie within :data:`NEAR_BEST`."""
-    headers = ["layer", "O", "blk", "map", "k/s", "default", "wgs", "best", "wgs", "def/best", "best tiled", "wgs",
+    headers = ["layer", "C", "O", "blk", "map", "k/s", "default", "wgs", "best", "wgs", "def/best", "best tiled", "wgs",
                "best direct", "wgs", "def/direct", f"<= {NEAR_BEST}x best"]
     table = []
     for row in rows:
@@ -864,7 +916,7 @@ def stem_rule_table(rows):
         def groups(r):
             return work_groups(r["config"], n, o4, oh, ow) if r and r.get("config") else "-"
 
-        table.append([row["key"], o, o4, f"{oh}x{ow}", f"{kh}/{layer.info['attrs']['strides'][0]}",
+        table.append([row["key"], layer.info["inputs"][0][1], o, o4, f"{oh}x{ow}", f"{kh}/{layer.info['attrs']['strides'][0]}",
                       default.get("label", "-"), groups(default), best["label"] if best else "-", groups(best),
                       common.fmt(best and dt and dt / best["time_s"]), tiled["label"] if tiled else "-", groups(tiled),
                       direct["label"] if direct else "-", groups(direct), common.fmt(direct and dt and dt / direct["time_s"]), near])
@@ -926,9 +978,9 @@ def parse_args(argv=None):
         "fused: the fused depthwise -> 1x1 kernels of the --target plans of --models; stem: their first dense convs)",
     )
     common.add_target_argument(p)
-    p.add_argument("--onnx-dir", type=Path, default=None, help="--grid fused|stem: folder of the <model>.onnx exports")
+    p.add_argument("--onnx-dir", type=Path, default=None, help="--grid fused|stem|strided: folder of the <model>.onnx exports")
     p.add_argument("--models", default=",".join(PLAN_MODELS),
-                   help=f"--grid fused|stem: comma-separated exports whose plans give the layers (default {','.join(PLAN_MODELS)})")
+                   help=f"--grid fused|stem|strided: comma-separated exports whose plans give the layers (default {','.join(PLAN_MODELS)})")
     p.add_argument(
         "--placement", choices=("texture", "buffer"), default="texture",
         help="where the swept kernels keep activations and weights (default texture; buffer: both in buffers, "
@@ -937,7 +989,7 @@ def parse_args(argv=None):
     p.add_argument(
         "--layers", default=None,
         help="comma-separated layer keys, all, or pointwise (the non-depthwise 1x1 stride-1 convs); "
-        "default: the sweep's subset (--grid fused|stem: all its layers, keys <model>.dwpw<i> | <model>.stem; --from: all built)",
+        "default: the sweep's subset (--grid fused|stem|strided: all its layers, keys <model>.dwpw<i> | <model>.stem | <model>.s<i>; --from: all built)",
     )
     p.add_argument("--budget", type=float, default=0.05, help="seconds of timing per kernel (default 0.05)")
     p.add_argument("--time-limit", type=float, default=None, help="stop starting kernels after this many seconds")
@@ -946,7 +998,7 @@ def parse_args(argv=None):
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     args.keys = None if args.layers is None else tuple(k.strip() for k in args.layers.split(",") if k.strip())
-    args.selected = None  # --grid fused|stem and --from: chosen in main (from the plans, from the build)
+    args.selected = None  # --grid fused|stem|strided and --from: chosen in main (from the plans, from the build)
     planned = args.grid in layer_lists.PLAN_LAYERS
     if planned and not args.src and args.onnx_dir is None:
         p.error(f"--grid {args.grid} needs --onnx-dir (the exports whose plans give the layers)")

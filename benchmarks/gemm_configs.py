@@ -23,6 +23,7 @@ JSON: ``benchmarks/results/gemm_configs-<device>.json``.
     python benchmarks/gemm_configs.py --build-only DIR          # here (TVM)
     python benchmarks/gemm_configs.py --from DIR                # on the GPU: numpy + pyopencl (+ torch)
     python benchmarks/gemm_configs.py --from DIR --shapes deit  # shapes whose name contains a word
+    python benchmarks/gemm_configs.py --build-only DIR --shapes mambaout --explore   # and a wider tiled grid
 
 The shapes are the products as stored (``trans_b`` for Q Kᵀ), without the views and epilogues the
 plans give them (bias, GELU, ``alpha``, ``out_perm``): the kernels' main loops, not the fusions.
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import sys
 import traceback
 from pathlib import Path
@@ -76,14 +78,26 @@ SHAPES = {
     "gmlp_ti16.fc2": ((1, 196, 384), (384, 128), False, False),
     "mambaout_femto.s1_fc1": ((1, 56, 56, 48), (48, 256), False, False),
     "mambaout_femto.head_fc2": ((1, 1152), (1152, 1000), False, False),
+    # MambaOut's gated MLPs past the first stage (stage 3: 9 blocks, 40% of its H200 time)
+    "mambaout_femto.s2_fc1": ((1, 28, 28, 96), (96, 512), False, False),
+    "mambaout_femto.s2_fc2": ((1, 28, 28, 256), (256, 96), False, False),
+    "mambaout_femto.s3_fc1": ((1, 14, 14, 192), (192, 1024), False, False),
+    "mambaout_femto.s3_fc2": ((1, 14, 14, 512), (512, 192), False, False),
+    "mambaout_femto.s4_fc1": ((1, 7, 7, 288), (288, 1536), False, False),
 }
+#: ``--explore``: the tiled kernel's tiles (rows, cols), work groups (ty, tx) and k_chunk besides
+#: the rule's neighbours, prefetched, each where its tiles fit local memory.
+EXPLORE = {"tiles": ((1, 1), (2, 1), (4, 1), (1, 2), (2, 2)), "groups": ((8, 8), (16, 8), (8, 16), (16, 16), (32, 8)),
+           "k_chunks": (4, 8, 16)}
 
 
-def candidates(name: str, profile) -> list[tuple[str, object]]:
+def candidates(name: str, profile, explore: bool = False) -> list[tuple[str, object]]:
     """(kind, GemmConfig) of shape ``name`` on ``profile``: "register" (the profile's rule without
-    the tiled kernel), "tiled" (its tiled default) or "tiled_small", then the neighbours."""
+    the tiled kernel), "tiled" (its tiled default) or "tiled_small", then the neighbours; with
+    ``explore`` also :data:`EXPLORE`'s tiled configs ("explore")."""
     from primfuncs.conv.config import MAX_LOCAL_BYTES
     from primfuncs.gemm import MAX_WORK_GROUP, gemm_geometry
+    from primfuncs.gemm_parts import GemmConfig
     from primfuncs.gemm_tiled import tiled_local_bytes
     from tir_adreno.strategy import gemm as strategy
 
@@ -109,10 +123,15 @@ def candidates(name: str, profile) -> list[tuple[str, object]]:
             if k_split >= 2 and tx >= 1 and k_split * tx <= MAX_WORK_GROUP:
                 out.append(("split_neighbour", dataclasses.replace(split, split_k=k_split, tx=tx)))
     out.append(("rule", strategy.gemm_config(geom, profile)))
+    if explore:
+        for (rows, cols), (ty, tx), kc in itertools.product(EXPLORE["tiles"], EXPLORE["groups"], EXPLORE["k_chunks"]):
+            config = GemmConfig(rows, cols, ty, tx, tiled=True, k_chunk=kc, prefetch=True)
+            if tiled_local_bytes(config) <= MAX_LOCAL_BYTES:
+                out.append(("explore", config))
     return out
 
 
-def build_all(names, profile, out_dir: Path):
+def build_all(names, profile, out_dir: Path, explore: bool = False):
     """Build every (shape, config) kernel into ``out_dir`` (``kernels.json.gz`` + ``cases.json``,
     conv_configs' format); identical configs of a shape are one case with several kinds."""
     import tvm
@@ -123,7 +142,7 @@ def build_all(names, profile, out_dir: Path):
     for name in names:
         a, b, trans_a, trans_b = SHAPES[name]
         seen = {}
-        for kind, config in candidates(name, profile):
+        for kind, config in candidates(name, profile, explore):
             if str(config) in seen:
                 seen[str(config)]["kinds"].append(kind)
                 continue
@@ -258,6 +277,7 @@ def parse_args(argv=None):
     parser.add_argument("--shapes", default="", help="comma-separated words: the shapes whose name contains one (default: all)")
     parser.add_argument("--budget", type=float, default=0.3, help="timing budget per kernel, seconds")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--explore", action="store_true", help="--build-only: also the tiled configs of EXPLORE (tiles, work groups, k_chunk)")
     return parser.parse_args(argv)
 
 
@@ -275,7 +295,7 @@ def main(argv=None) -> int:
         if not names:
             common.log(f"--shapes {args.shapes!r} names none of {list(SHAPES)}")
             return 2
-        cases = build_all(names, get_profile(args.target), args.build_only)
+        cases = build_all(names, get_profile(args.target), args.build_only, args.explore)
         failed = [c for c in cases if "error" in c]
         common.log(f"wrote {len(cases) - len(failed)} kernels of {len(names)} shapes to {args.build_only} ({len(failed)} failed)")
         return 1 if failed else 0

@@ -181,8 +181,15 @@ class StemLayer(PlanLayer):
         return f"{c}->{o} {kh}x{kw}/{self.info['attrs']['strides'][0]} @{h}x{w} {act} {self.placement[:3]}"
 
 
+class StridedLayer(StemLayer):
+    """A dense conv past the stem with a window and a stride > 1 (a 3x3/2 downsample; not a 1x1 nor
+    a patchify conv, which run tiled as 1x1s) as the plan runs it (``--grid strided``)."""
+
+    KIND = "strided"
+
+
 #: The :class:`PlanLayer` classes by their ``kind``.
-PLAN_LAYERS = {cls.KIND: cls for cls in (FusedLayer, StemLayer)}
+PLAN_LAYERS = {cls.KIND: cls for cls in (FusedLayer, StemLayer, StridedLayer)}
 
 
 def layer_from_dict(d: dict):

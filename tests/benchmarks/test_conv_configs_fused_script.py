@@ -1,6 +1,6 @@
-"""benchmarks/conv_configs.py --grid fused and --grid stem: the fused depthwise -> 1x1 layers and
-the first dense conv (the stem) taken from a plan rebuild the plan's kernels (also after their JSON
-round trip), and the sweep splits in two, ``--build-only`` here for the H200 profile, ``--from``
+"""benchmarks/conv_configs.py --grid fused, stem and strided: the fused depthwise -> 1x1 layers,
+the first dense conv (the stem) and the dense strided convs past it taken from a plan rebuild the
+plan's kernels (also after their JSON round trip), and the sweep splits in two, ``--build-only`` here for the H200 profile, ``--from``
 without TVM on this device, every output checked against float64 NumPy."""
 
 import json
@@ -37,6 +37,16 @@ def stem_model():
     return pattern_graph(nodes, inits, channels=3, size=160)
 
 
+def strided_model():
+    """The stem (3 -> 8, 3x3/2 on 32 x 32), a 3x3/2 downsample (8 -> 16: the strided layer), a 2x2/2
+    patchify conv and a 1x1 (neither taken)."""
+    rng, inits = np.random.default_rng(9), {}
+    nodes = [conv_node(rng, inits, "x", "s", 8, 3, k=3, strides=[2, 2]), conv_node(rng, inits, "s", "d", 16, 8, k=3, strides=[2, 2]),
+             helper.make_node("Relu", ["d"], ["r"]), conv_node(rng, inits, "r", "p", 16, 16, k=2, strides=[2, 2], pads=[0] * 4),
+             conv_node(rng, inits, "p", "y", 8, 16, k=1)]
+    return pattern_graph(nodes, inits, channels=3, size=32)
+
+
 @pytest.fixture(scope="module")
 def onnx_dir(tmp_path_factory):
     import onnx
@@ -44,6 +54,7 @@ def onnx_dir(tmp_path_factory):
     directory = tmp_path_factory.mktemp("onnx")
     onnx.save(dwpw_model(), directory / "dwpw.onnx")
     onnx.save(stem_model(), directory / "stem.onnx")
+    onnx.save(strided_model(), directory / "strided.onnx")
     return directory
 
 
@@ -134,7 +145,31 @@ def test_stem_layer_rebuilds_the_plans_kernel(onnx_dir):
         assert c.k_chunk == 9 or gx * c.w_block > 128  # the 9 taps in one step where local memory allows
 
 
-@pytest.mark.parametrize("grid, model, layer", [("fused", "dwpw", "dwpw.dwpw1"), ("stem", "stem", "stem.stem")])
+def test_strided_layers_are_the_downsamples_past_the_stem(onnx_dir):
+    """``--grid strided`` takes the dense 3x3/2 conv past the stem, not the stem, the patchify conv
+    nor the 1x1; through its JSON, rebuilt with the planned config, it gives the plan's OpenCL. Its
+    grid: the default and the plan's config first, the direct kernel's tiles (no split_k: 2 input
+    channel blocks), the tiled kernel's grid."""
+    from tir_adreno.strategy.profile import get_profile
+
+    conv_configs, layers = benchmark("conv_configs"), benchmark("layers")
+    h200 = get_profile("nvidia-h200")
+    (layer,) = conv_configs.plans_layers(["strided", "stem"], onnx_dir, h200, "strided")
+    assert (layer.key, layer.count, layer.models, layer.placement) == ("strided.s0", 1, ("strided",), "buffer")
+    assert layer.description.startswith("8->16 3x3/2 @16x16") and layer.flops == 2 * 16 * 8 * 8 * 8 * 9
+    calls, kernels = planned_calls(onnx_dir, "strided", h200)
+    assert rebuilt_sources(conv_configs, layers, [layer])[0] in {kernels[c["kernel"]].source for c in calls}
+    grid = conv_configs.strided_grid(layer, h200)
+    config = conv_configs.conv_config(layer.config)
+    assert grid[0] == ("default", config) and grid[1] == ("plan", config) and grid[2][0] == "gpu_default"
+    direct = [c for kind, c in grid if kind == "direct"]
+    tiled = [c for kind, c in grid if kind == "sweep"]
+    assert len(direct) == 2 * len(conv_configs.STRIDED_DIRECT_TILES) and all(c.split_k == 1 and not c.tiled for c in direct)
+    assert len(tiled) == len(conv_configs.TILED_GRID) + 3 and all(c.tiled for c in tiled)
+
+
+@pytest.mark.parametrize("grid, model, layer", [("fused", "dwpw", "dwpw.dwpw1"), ("stem", "stem", "stem.stem"),
+                                                ("strided", "strided", "strided.s0")])
 def test_plan_sweep_build_only_then_from_without_tvm(onnx_dir, tmp_path, grid, model, layer):
     conv_configs = benchmark("conv_configs")
     saved = tmp_path / "saved"
@@ -152,7 +187,8 @@ def test_plan_sweep_build_only_then_from_without_tvm(onnx_dir, tmp_path, grid, m
     (default,) = [r for r in results if "default" in r["kinds"]]
     assert default["kinds"][:2] == ["default", "plan"] and default["config"]["placement"] == "buffer"
     assert summary["default_over_best"] >= 1 and summary["best"]["time_s"] <= default["time_s"]
-    assert {r["config"]["split_k"] for r in results} == {1}  # fused: 1 input channel block a group; stem: none split
-    if grid == "stem":  # the tiled kernel's configs next to the direct kernel's, the direct rule among them
+    if grid != "strided":  # the tiled grid splits K
+        assert {r["config"]["split_k"] for r in results} == {1}  # fused: 1 input channel block a group; stem: none split
+    if grid in ("stem", "strided"):  # the tiled kernel's configs next to the direct kernel's, the direct rule among them
         assert {r["config"]["tiled"] for r in results} == {True, False} and "gpu_default" in summary
-        assert doc["stem"]["default_over_best"] >= 1
+        assert doc[grid]["default_over_best"] >= 1

@@ -5,7 +5,7 @@ against float64 NumPy and timed, the table last, the register, tiled, split and 
 
 import json
 
-from helpers.benchmarks import script
+from helpers.benchmarks import benchmark, script
 
 
 def test_gemm_configs_build_only_then_from_without_tvm(tmp_path):
@@ -25,3 +25,20 @@ def test_gemm_configs_build_only_then_from_without_tvm(tmp_path):
     assert kinds.count("tiled_neighbour") >= 4 and kinds.count("split_neighbour") >= 4 and kinds.count("unprefetched") >= 4
     assert row["best_prefetch_s"] > 0 and " pf" in row["best_prefetch"] and row["best_unprefetched_s"] > 0
     assert all(r["ok"] for r in cases)
+
+
+def test_explore_adds_tiled_configs_that_fit_local_memory():
+    """``--explore``: the rule's candidates first, then each EXPLORE tile x work group x k_chunk
+    whose tiles fit local memory (MambaOut's stage-3 fc1), all tiled and prefetched."""
+    from primfuncs.conv.config import MAX_LOCAL_BYTES
+    from primfuncs.gemm_tiled import tiled_local_bytes
+    from tir_adreno.strategy.profile import get_profile
+
+    gemm_configs = benchmark("gemm_configs")
+    h200 = get_profile("nvidia-h200")
+    plain = gemm_configs.candidates("mambaout_femto.s3_fc1", h200)
+    wide = gemm_configs.candidates("mambaout_femto.s3_fc1", h200, explore=True)
+    explored = [c for kind, c in wide if kind == "explore"]
+    assert wide[:len(plain)] == plain and len(wide) == len(plain) + len(explored) >= 40
+    assert all(c.tiled and c.prefetch and tiled_local_bytes(c) <= MAX_LOCAL_BYTES for c in explored)
+    assert len(explored) < len(gemm_configs.EXPLORE["tiles"]) * len(gemm_configs.EXPLORE["groups"]) * len(gemm_configs.EXPLORE["k_chunks"])
