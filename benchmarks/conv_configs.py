@@ -528,19 +528,23 @@ def stem_grid(layer, profile):
 
 
 # -- dense strided convs past the stem (--grid strided) -----------------------------------------
-#: Register tiles (oc_block, w_block) of the strided grid's direct configs without split_k (64- and
-#: 128-item groups), and of its split_k ones (``defaults.split_config``, split_k 2-16).
-STRIDED_DIRECT_TILES = ((1, 1), (1, 2), (2, 1), (2, 2), (1, 4), (2, 4), (4, 1))
-STRIDED_SPLIT_TILES = ((1, 1), (2, 1), (2, 2), (2, 4))
+#: Register tiles (oc_block, w_block) of the strided grid's direct configs without split_k (64-item
+#: groups) and with it (``defaults.split_config``, split_k 4 and 16 where each slice keeps >= 2 blocks).
+STRIDED_DIRECT_TILES = ((1, 1), (1, 2), (2, 2))
+STRIDED_SPLIT_TILES = ((1, 1), (2, 2))
+#: The strided grid's tiled configs besides ``defaults.TILED_CONFIGS`` and the stem's: entries of
+#: :data:`TILED_GRID` (big tiles without split_k, small ones with K split 4 and 8 ways).
+STRIDED_TILED = ((2, 4, 16, 8, 4, 1), (1, 2, 16, 8, 8, 1), (1, 1, 16, 4, 4, 4), (1, 1, 8, 4, 4, 8))
 
 
 def strided_grid(layer, profile):
-    """(kind, ConvConfig) pairs of strided ``layer`` (a 3x3/2 downsample as planned): "default"
+    """(kind, ConvConfig) pairs of strided ``layer`` (a 3x3/2 downsample as planned), sized for all
+    of a catalogue's such layers in one device call (~17 a layer): "default"
     (``defaults.default_config(geom, profile)``: what the strategy plans without a record), "plan",
-    "<kind>_default" (the profile class's direct rule), "direct" (:data:`STRIDED_DIRECT_TILES` in
-    groups of 64 and 128 items; split_k 2-16 for :data:`STRIDED_SPLIT_TILES`, each slice keeping >=
-    2 channel blocks), then "sweep": the tiled kernel in :data:`TILED_GRID`'s configs and
-    ``defaults.TILED_CONFIGS``. ~50 configs a layer."""
+    "<kind>_default" (the profile class's direct rule), "direct" (:data:`STRIDED_DIRECT_TILES`,
+    :data:`STRIDED_SPLIT_TILES`), then "sweep": the tiled kernel in ``defaults.TILED_CONFIGS``, the
+    stem's two configs (``TILED_STEM``, ``TILED_STEM_WIDE``, all taps' K in the fewest steps) and
+    :data:`STRIDED_TILED`."""
     from primfuncs import conv
     from tir_adreno.strategy import defaults
 
@@ -548,14 +552,13 @@ def strided_grid(layer, profile):
     out = [("default", defaults.default_config(geom, profile)), ("plan", conv_config(layer.config)),
            (f"{profile.kind}_default", defaults.DIRECT_DEFAULTS[profile.kind](geom))]
     for ocb, wb in STRIDED_DIRECT_TILES:
-        for threads in (64, 128):
-            out.append(("direct", conv.ConvConfig(ocb, wb, conv.fill_work_group(conv.direct_extents(geom, ocb, wb), threads, max_x=16))))
-    for split in (s for s in (2, 4, 8, 16) if 2 * s <= geom.c4):
+        out.append(("direct", conv.ConvConfig(ocb, wb, conv.fill_work_group(conv.direct_extents(geom, ocb, wb), 64, max_x=16))))
+    for split in (s for s in (4, 16) if 2 * s <= geom.c4):
         for ocb, wb in STRIDED_SPLIT_TILES:
             out.append(("direct", defaults.split_config(geom, ocb, wb, split)))
-    tiled = [(ocb, wb, (gx, gy, 1), kc, split) for ocb, wb, gx, gy, kc, split, _ in TILED_GRID]
-    for ocb, wb, wg, kc, split in [*tiled, *defaults.TILED_CONFIGS]:
-        out.append(("sweep", conv.ConvConfig(ocb, wb, wg, split_k=split, tiled=True, k_chunk=kc)))
+    entries = [*defaults.TILED_CONFIGS, defaults.TILED_STEM, defaults.TILED_STEM_WIDE,
+               *((ocb, wb, (gx, gy, 1), kc, split) for ocb, wb, gx, gy, kc, split in STRIDED_TILED)]
+    out += [("sweep", defaults.tiled_config(geom, entry)) for entry in entries]
     return out
 
 

@@ -164,8 +164,8 @@ def test_strided_layers_are_the_downsamples_past_the_stem(onnx_dir):
     assert grid[0] == ("default", config) and grid[1] == ("plan", config) and grid[2][0] == "gpu_default"
     direct = [c for kind, c in grid if kind == "direct"]
     tiled = [c for kind, c in grid if kind == "sweep"]
-    assert len(direct) == 2 * len(conv_configs.STRIDED_DIRECT_TILES) and all(c.split_k == 1 and not c.tiled for c in direct)
-    assert len(tiled) == len(conv_configs.TILED_GRID) + 3 and all(c.tiled for c in tiled)
+    assert len(direct) == len(conv_configs.STRIDED_DIRECT_TILES) and all(c.split_k == 1 and not c.tiled for c in direct)
+    assert len(tiled) == len(conv_configs.STRIDED_TILED) + 5 and all(c.tiled for c in tiled)
 
 
 @pytest.mark.parametrize("grid, model, layer", [("fused", "dwpw", "dwpw.dwpw1"), ("stem", "stem", "stem.stem"),
