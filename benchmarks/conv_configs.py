@@ -49,9 +49,10 @@ per compute unit); ``conv_configs_stem-<device>.json``, its rule table with each
 
 ``--grid strided`` takes every dense conv past the stem with a window and a stride > 1 (3x3/2
 downsamples; ``is_strided``) as planned (keys ``<model>.s<i>``, equal kernels of several models
-merged) and sweeps :func:`strided_grid`: the default, the plan's config, the direct kernel's tiles
-with and without split_k, and the tiled kernel's grid; ``conv_configs_strided-<device>.json``, the
-same rule table (the best tiled and the best direct config of each layer)."""
+merged) and sweeps :func:`strided_grid` (~17 configs a layer): the default, the plan's config, the
+direct kernel's tiles with and without split_k, and the tiled kernel's configs (the rule's, the
+stem's, four of :data:`TILED_GRID`); ``conv_configs_strided-<device>.json``, the same rule table
+(the best tiled and the best direct config of each layer)."""
 
 from __future__ import annotations
 
@@ -899,8 +900,8 @@ def work_groups(cfg: dict, n: int, o4: int, oh: int, ow: int) -> int:
 
 
 def stem_rule_table(rows):
-    """(headers, rows, title) of the stem and strided grids' rule table: each layer's shape (input and output channels and
-    blocks, output map, window / stride), the default, the best, the best tiled and the best direct
+    """(headers, rows, title) of the stem and strided grids' rule table: each layer's shape (input
+    and output channels, output blocks, output map, window / stride), the default, the best, the best tiled and the best direct
     config, each with the work groups it launches, and how many configs lie within :data:`NEAR_BEST`."""
     headers = ["layer", "C", "O", "blk", "map", "k/s", "default", "wgs", "best", "wgs", "def/best", "best tiled", "wgs",
                "best direct", "wgs", "def/direct", f"<= {NEAR_BEST}x best"]
@@ -978,7 +979,7 @@ def parse_args(argv=None):
     p.add_argument(
         "--grid", choices=("gpu", "cpu", "defaults", "refine", "tiled", *layer_lists.PLAN_LAYERS), default="gpu",
         help="config grid (default gpu; defaults: old and gpu default; refine: around the gpu default; "
-        "fused: the fused depthwise -> 1x1 kernels of the --target plans of --models; stem: their first dense convs)",
+        "fused: the fused depthwise -> 1x1 kernels of the --target plans of --models; stem: their first dense convs; strided: their dense convs past the stem with a window and a stride > 1)",
     )
     common.add_target_argument(p)
     p.add_argument("--onnx-dir", type=Path, default=None, help="--grid fused|stem|strided: folder of the <model>.onnx exports")
