@@ -38,12 +38,15 @@ def stem_model():
 
 
 def strided_model():
-    """The stem (3 -> 8, 3x3/2 on 32 x 32), a 3x3/2 downsample (8 -> 16: the strided layer), a 2x2/2
-    patchify conv and a 1x1 (neither taken)."""
+    """The stem (3 -> 8, 3x3/2 on 32 x 32), a 2x2/2 patchify conv (not taken), a 3x3/2 downsample
+    (8 -> 16: the strided layer) read as channels-last tokens by a layer norm and a Linear, as
+    MambaOut's (the conv writes them plain)."""
     rng, inits = np.random.default_rng(9), {}
-    nodes = [conv_node(rng, inits, "x", "s", 8, 3, k=3, strides=[2, 2]), conv_node(rng, inits, "s", "d", 16, 8, k=3, strides=[2, 2]),
-             helper.make_node("Relu", ["d"], ["r"]), conv_node(rng, inits, "r", "p", 16, 16, k=2, strides=[2, 2], pads=[0] * 4),
-             conv_node(rng, inits, "p", "y", 8, 16, k=1)]
+    inits.update(g=1 + 0.3 * rng.standard_normal(16), b=0.3 * rng.standard_normal(16), w=rng.standard_normal((16, 8)) / 4)
+    nodes = [conv_node(rng, inits, "x", "s", 8, 3, k=3, strides=[2, 2]),
+             conv_node(rng, inits, "s", "p", 8, 8, k=2, strides=[2, 2], pads=[0] * 4),
+             conv_node(rng, inits, "p", "d", 16, 8, k=3, strides=[2, 2]), helper.make_node("Transpose", ["d"], ["t"], perm=[0, 2, 3, 1]),
+             helper.make_node("LayerNormalization", ["t", "g", "b"], ["n"], axis=-1, epsilon=1e-6), helper.make_node("MatMul", ["n", "w"], ["y"])]
     return pattern_graph(nodes, inits, channels=3, size=32)
 
 
@@ -146,8 +149,8 @@ def test_stem_layer_rebuilds_the_plans_kernel(onnx_dir):
 
 
 def test_strided_layers_are_the_downsamples_past_the_stem(onnx_dir):
-    """``--grid strided`` takes the dense 3x3/2 conv past the stem, not the stem, the patchify conv
-    nor the 1x1; through its JSON, rebuilt with the planned config, it gives the plan's OpenCL. Its
+    """``--grid strided`` takes the dense 3x3/2 conv past the stem, not the stem nor the patchify
+    conv; through its JSON, rebuilt with the planned config, it gives the plan's OpenCL. Its
     grid: the default and the plan's config first, the direct kernel's tiles (no split_k: 2 input
     channel blocks), the tiled kernel's grid."""
     from tir_adreno.strategy.profile import get_profile
@@ -156,7 +159,8 @@ def test_strided_layers_are_the_downsamples_past_the_stem(onnx_dir):
     h200 = get_profile("nvidia-h200")
     (layer,) = conv_configs.plans_layers(["strided", "stem"], onnx_dir, h200, "strided")
     assert (layer.key, layer.count, layer.models, layer.placement) == ("strided.s0", 1, ("strided",), "buffer")
-    assert layer.description.startswith("8->16 3x3/2 @16x16") and layer.flops == 2 * 16 * 8 * 8 * 8 * 9
+    assert layer.description.startswith("8->16 3x3/2 @8x8") and layer.flops == 2 * 16 * 4 * 4 * 8 * 9
+    assert layer.kernel["epilogue"]["out_layout"] == "NHWC"  # the tokens the layer norm reads
     calls, kernels = planned_calls(onnx_dir, "strided", h200)
     assert rebuilt_sources(conv_configs, layers, [layer])[0] in {kernels[c["kernel"]].source for c in calls}
     grid = conv_configs.strided_grid(layer, h200)
