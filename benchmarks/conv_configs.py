@@ -765,14 +765,19 @@ def run_layer(dev, layer, cases, modules, budget_s: float, seed: int, deadline: 
     return results
 
 
-def precompile(dev, sources, jobs: int) -> None:
-    """Build every program in ``jobs`` threads (pyopencl releases the GIL while the driver
-    compiles); :meth:`Device.load` then reads the cached binaries. Failures show up there."""
+def precompile(dev, sources, jobs: int, deadline: float = float("inf")) -> int:
+    """Build the programs in ``jobs`` threads (pyopencl releases the GIL while the driver
+    compiles); :meth:`Device.load` then reads the cached binaries. Failures show up there. None is
+    started after ``deadline`` (``--time-limit``: the cases then run out of time and are recorded
+    as skipped, the JSON written, not a call cut off before any layer ran); returns how many started."""
     from concurrent.futures import ThreadPoolExecutor
 
-    t0 = time.perf_counter()
+    t0, started = time.perf_counter(), []
 
     def one(source):
+        if time.perf_counter() > deadline:
+            return
+        started.append(source)
         try:
             dev.build_program(source)
         except Exception:  # reported by the case that loads it
@@ -780,7 +785,8 @@ def precompile(dev, sources, jobs: int) -> None:
 
     with ThreadPoolExecutor(jobs) as pool:
         list(pool.map(one, sorted(sources)))
-    common.log(f"compiled {len(sources)} programs in {time.perf_counter() - t0:.1f} s ({jobs} threads)")
+    common.log(f"compiled {len(started)} of {len(sources)} programs in {time.perf_counter() - t0:.1f} s ({jobs} threads)")
+    return len(started)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1073,11 +1079,12 @@ def main(argv=None) -> int:
             common.log(f"not in {args.src}: {missing} (rebuild with --build-only)")
     else:
         meta, modules = build_all(args.selected, args.grid, None, args.placement, profile)
+    deadline = started + args.time_limit if args.time_limit else float("inf")
     if args.jobs > 1:  # compile the OpenCL programs in parallel first (binaries land in the disk cache)
         keys = {layer.key for layer in args.selected}  # the selected layers' kernels only (--layers of a bundle)
-        precompile(dev, {modules[c["kernel"]].source for c in meta["cases"] if c["layer"] in keys and "kernel" in c}, args.jobs)
+        precompile(dev, {modules[c["kernel"]].source for c in meta["cases"] if c["layer"] in keys and "kernel" in c}, args.jobs,
+                   deadline)
     build_s = time.perf_counter() - started
-    deadline = started + args.time_limit if args.time_limit else float("inf")
     cl = dev.cl_device
     payload = {
         "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "selected"},

@@ -196,3 +196,21 @@ def test_plan_sweep_build_only_then_from_without_tvm(onnx_dir, tmp_path, grid, m
     if grid in ("stem", "strided"):  # the tiled kernel's configs next to the direct kernel's, the direct rule among them
         assert {r["config"]["tiled"] for r in results} == {True, False} and "gpu_default" in summary
         assert doc[grid]["default_over_best"] >= 1
+
+
+def test_precompile_starts_no_build_after_the_time_limit():
+    """``--jobs`` with ``--time-limit``: the parallel compile starts no program past the deadline
+    (the run then records its cases as skipped and writes the JSON instead of compiling on)."""
+    import time
+
+    conv_configs = benchmark("conv_configs")
+
+    class Device:
+        built = []
+
+        def build_program(self, source):
+            self.built.append(source)
+
+    dev = Device()
+    assert conv_configs.precompile(dev, {"a", "b", "c"}, 2, deadline=time.perf_counter() - 1) == 0 and dev.built == []
+    assert conv_configs.precompile(dev, {"a", "b", "c"}, 2) == 3 and sorted(dev.built) == ["a", "b", "c"]
