@@ -914,8 +914,9 @@ def work_groups(cfg: dict, n: int, o4: int, oh: int, ow: int) -> int:
 
 def stem_rule_table(rows):
     """(headers, rows, title) of the stem and strided grids' rule table: each layer's shape (input
-    and output channels, output blocks, output map, window / stride), the default, the best, the best tiled and the best direct
-    config, each with the work groups it launches, and how many configs lie within :data:`NEAR_BEST`."""
+    and output channels, output blocks, output map, window / stride), the default, the best, the
+    best tiled and the best direct config, each with the work groups it launches, and how many
+    configs lie within :data:`NEAR_BEST`."""
     headers = ["layer", "C", "O", "blk", "map", "k/s", "default", "wgs", "best", "wgs", "def/best", "best tiled", "wgs",
                "best direct", "wgs", "def/direct", f"<= {NEAR_BEST}x best"]
     table = []

@@ -1,7 +1,8 @@
 """benchmarks/conv_configs.py --grid fused, stem and strided: the fused depthwise -> 1x1 layers,
 the first dense conv (the stem) and the dense strided convs past it taken from a plan rebuild the
-plan's kernels (also after their JSON round trip), and the sweep splits in two, ``--build-only`` here for the H200 profile, ``--from``
-without TVM on this device, every output checked against float64 NumPy."""
+plan's kernels (also after their JSON round trip), and the sweep splits in two, ``--build-only``
+here for the H200 profile, ``--from`` without TVM on this device, every output checked against
+float64 NumPy."""
 
 import json
 
@@ -153,6 +154,7 @@ def test_strided_layers_are_the_downsamples_past_the_stem(onnx_dir):
     conv; through its JSON, rebuilt with the planned config, it gives the plan's OpenCL. Its
     grid: the default and the plan's config first, the direct kernel's tiles (no split_k: 2 input
     channel blocks), the tiled kernel's grid."""
+    from tir_adreno.strategy import defaults
     from tir_adreno.strategy.profile import get_profile
 
     conv_configs, layers = benchmark("conv_configs"), benchmark("layers")
@@ -169,7 +171,8 @@ def test_strided_layers_are_the_downsamples_past_the_stem(onnx_dir):
     direct = [c for kind, c in grid if kind == "direct"]
     tiled = [c for kind, c in grid if kind == "sweep"]
     assert len(direct) == len(conv_configs.STRIDED_DIRECT_TILES) and all(c.split_k == 1 and not c.tiled for c in direct)
-    assert len(tiled) == len(conv_configs.STRIDED_TILED) + 5 and all(c.tiled for c in tiled)
+    stem_configs = 2  # TILED_STEM, TILED_STEM_WIDE
+    assert len(tiled) == len(defaults.TILED_CONFIGS) + stem_configs + len(conv_configs.STRIDED_TILED) and all(c.tiled for c in tiled)
 
 
 @pytest.mark.parametrize("grid, model, layer", [("fused", "dwpw", "dwpw.dwpw1"), ("stem", "stem", "stem.stem"),
