@@ -48,8 +48,8 @@ kernel's work groups gx x gy (gy fitted to the output blocks, 32-256 items, at l
 per compute unit); ``conv_configs_stem-<device>.json``, its rule table with each config's work groups.
 
 ``--grid strided`` takes every dense conv past the stem with a window and a stride > 1 (3x3/2
-downsamples; ``is_strided``) as planned (keys ``<model>.s<i>``, equal kernels of several models
-merged) and sweeps :func:`strided_grid` (~17 configs a layer): the default, the plan's config, the
+downsamples; ``strategy.defaults.is_strided``) as planned (keys ``<model>.s<i>``, equal kernels of
+several models merged) and sweeps :func:`strided_grid` (~17 configs a layer): the default, the plan's config, the
 direct kernel's tiles with and without split_k, and the tiled kernel's configs (the rule's, the
 stem's, four of :data:`TILED_GRID`); ``conv_configs_strided-<device>.json``, the same rule table
 (the best tiled and the best direct config of each layer)."""
@@ -326,6 +326,7 @@ def plan_layers(model, name: str, profile, grid: str) -> list:
 
     from tir_adreno.compiler import import_model, lower
     from tir_adreno.passes import OP_ATTR, SOURCE_ATTR, kernel_index
+    from tir_adreno.strategy.defaults import is_strided
 
     cls = layer_lists.PLAN_LAYERS[grid]
     factory = plan_factory(cls)
@@ -363,14 +364,6 @@ def plan_layers(model, name: str, profile, grid: str) -> list:
         if grid == "stem":  # the first dense conv only
             break
     return out
-
-
-def is_strided(geom) -> bool:
-    """Whether dense conv ``geom`` is a :class:`layers.StridedLayer`: past the stem (more than one
-    input channel block), a window, a stride > 1, taps that overlap (not a patchify conv)."""
-    from tir_adreno.strategy import defaults
-
-    return geom.c4 > 1 and geom.kh * geom.kw > 1 and max(geom.strides) > 1 and not defaults.is_patchify(geom)
 
 
 def plans_layers(models, onnx_dir: Path, profile, grid: str = "fused") -> list:

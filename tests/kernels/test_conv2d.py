@@ -48,12 +48,18 @@ TILED_1X1 = conv_case((2, 13, 7, 5), (18, 13, 1, 1), padding=(0, 0, 0, 0),
 TILED_PATCHIFY = conv_case((1, 10, 8, 6), (14, 10, 2, 2), strides=(2, 2), padding=(0, 0, 0, 0),
                            config=conv.ConvConfig(2, 2, (16, 4, 1), 4, tiled=True, k_chunk=4))
 
+#: A strided conv (3x3 stride 2, padded: a downsample, tiled on wide GPUs) in the H200 rule's 1 x 1
+#: tiles and 8 K slices, with C, O and pixel tails.
+TILED_STRIDED = conv_case((1, 10, 9, 11), (14, 10, 3, 3), strides=(2, 2), padding=(1, 1, 1, 1),
+                          config=conv.ConvConfig(1, 1, (16, 2, 1), 8, tiled=True, k_chunk=4))
+
 
 @pytest.mark.parametrize("scope", [TEXTURE, BUFFER])
 @given(case=conv_cases(), config=tiled_configs(), seed=SEEDS)
 @example(case=TILED_STEM, config=TILED_STEM["config"], seed=0)
 @example(case=TILED_1X1, config=TILED_1X1["config"], seed=1)
 @example(case=TILED_PATCHIFY, config=TILED_PATCHIFY["config"], seed=2)
+@example(case=TILED_STRIDED, config=TILED_STRIDED["config"], seed=3)
 def test_conv2d_tiled_matches_numpy(device, scope, case, config, seed):
     """The local-memory tiled implicit GEMM (``ConvConfig.tiled``), any dense conv: partial
     tiles of pixels, channel blocks and K chunks, padding read through the im2col copies."""

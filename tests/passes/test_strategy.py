@@ -293,7 +293,6 @@ def test_h200_runs_big_1x1_and_stem_convs_tiled_on_buffers():
     deep = conv2d_geometry((1, 64, 56, 56), (64, 64, 3, 3), padding=1)
     small = conv2d_geometry((1, 8, 6, 6), (8, 8, 1, 1))
     patchify = conv2d_geometry((1, 40, 56, 56), (80, 40, 2, 2), 2)  # ConvNeXt's downsample
-    overlapping = conv2d_geometry((1, 40, 56, 56), (80, 40, 3, 3), 2, 1)
 
     def plan(geom, profile=h200):
         return strategy.conv2d_plan(geom, Epilogue(), "float32", profile)
@@ -302,7 +301,7 @@ def test_h200_runs_big_1x1_and_stem_convs_tiled_on_buffers():
     assert (plan(stem).config.tiled, plan(stem).config.split_k, plan(stem).placement) == (True, 1, "buffer")
     assert not plan(deep).config.tiled and plan(deep).placement == "texture"
     assert not plan(small).config.tiled
-    assert plan(patchify).config.tiled and not plan(overlapping).config.tiled
+    assert plan(patchify).config.tiled
     for name in ("adreno", "pocl"):
         assert not any(plan(g, get_profile(name)).config.tiled for g in (pointwise, stem, patchify))
     assert not plan(pointwise, dataclasses.replace(h200, tiled_min_groups=0)).config.tiled
@@ -315,6 +314,38 @@ def test_h200_runs_big_1x1_and_stem_convs_tiled_on_buffers():
     assert plan(pw).config.tiled
     fused = fusion.fuse_depthwise_pointwise(dw, pw, h200)
     assert fused is not None and not fused.config.tiled
+
+
+def test_h200_runs_strided_convs_tiled_but_long_reductions_into_small_maps():
+    """``defaults.is_strided`` convs (3x3/2 downsamples past the stem) run tiled on the H200: 2 x 2
+    tiles where they launch ``tiled_min_groups`` work groups, else 1 x 1 tiles in 8 K slices, even
+    below that; 7x7 outputs of 160+ input channels (``strided_runs_direct``) and Adreno / PoCL keep
+    the direct kernel; a stride-1 3x3 conv, a patchify conv and a stem are not strided."""
+    from tir_adreno.strategy import defaults
+
+    h200 = get_profile("nvidia-h200")
+    wide = conv2d_geometry((1, 32, 112, 112), (128, 32, 3, 3), 2, 1)  # MobileNetV4-hybrid's
+    narrow = conv2d_geometry((1, 96, 14, 14), (176, 96, 3, 3), 2, 1)  # EfficientFormer-V2's last: 88 groups
+    long_k = conv2d_geometry((1, 192, 14, 14), (288, 192, 3, 3), 2, 1)  # MambaOut's last
+    short_k = conv2d_geometry((1, 152, 14, 14), (288, 152, 3, 3), 2, 1)
+    wide_map = conv2d_geometry((1, 192, 28, 28), (288, 192, 3, 3), 2, 1)
+
+    def config(geom, profile=h200):
+        return strategy.conv2d_plan(geom, Epilogue(), "float32", profile).config
+
+    assert all(defaults.is_strided(g) for g in (wide, narrow, long_k, short_k, wide_map))
+    assert not any(defaults.is_strided(g) for g in (conv2d_geometry((1, 40, 56, 56), (80, 40, 2, 2), 2),
+                                                    conv2d_geometry((1, 40, 56, 56), (80, 40, 3, 3), padding=1),
+                                                    conv2d_geometry((1, 3, 224, 224), (8, 3, 3, 3), 2, 1)))
+    first, last = defaults.TILED_CONFIGS[0], defaults.TILED_CONFIGS[-1]
+    assert defaults.tiled_work_groups(wide, *first[:3]) >= h200.tiled_min_groups
+    assert config(wide) == defaults.tiled_config(wide, first)
+    assert defaults.tiled_work_groups(narrow, *last[:3]) < h200.tiled_min_groups
+    assert config(narrow) == defaults.tiled_config(narrow, last)
+    assert config(short_k) == defaults.tiled_config(short_k, last) and config(wide_map).tiled
+    assert defaults.strided_runs_direct(long_k) and not config(long_k).tiled
+    for name in ("adreno", "pocl"):
+        assert not config(wide, get_profile(name)).tiled
 
 
 def test_h200_stem_and_fused_configs():

@@ -219,12 +219,35 @@ WIDE_STEM_BLOCKS = 16
 #: stride-2 downsamples) run tiled like 1x1 convs: their taps never overlap, so the implicit GEMM
 #: reads each input pixel once, as a 1x1 conv's does (``benchmarks/patchify_tiled.py``).
 TILED_PATCHIFY = True
+#: Strided convs (:func:`is_strided`: 3x3/2 downsamples past the stem) run tiled
+#: (:func:`strided_entry`) unless their output has at most this many pixels (7x7) and
+#: their reduction (input channels x taps) at least :data:`STRIDED_DIRECT_MIN_K`. From
+#: ``benchmarks/conv_configs.py --grid strided`` over the 47 strided convs of the catalogue and
+#: ResNet-18/50 on the H100 (benchmarks/results/conv_configs_strided-nvidia-h100-80gb-hbm3.json):
+#: 1700 us planned direct -> 1019 us, the best of ~17 configs per layer 980 us. The direct kernel
+#: kept ResNet's and GC ViT's 7x7 outputs of 256 and 512 channels (tiled 1.2-1.3x slower) and
+#: MambaOut's of 192 (1.6x); at 160 (PVT-v2) the two tie, at 96-112 tiled took 0.55x.
+STRIDED_DIRECT_MAX_PIXELS = 64
+STRIDED_DIRECT_MIN_K = 160 * 9
 
 
 def is_patchify(geom: ConvGeometry) -> bool:
     """Whether ``geom``'s taps tile its input without overlap or padding (kernel = stride > 1)."""
     return ((geom.kh, geom.kw) == geom.strides and geom.kh * geom.kw > 1 and geom.dilation == (1, 1)
             and not any(geom.padding))
+
+
+def is_strided(geom: ConvGeometry) -> bool:
+    """Whether dense conv ``geom`` is a strided downsample past the stem: more than one input
+    channel block, a window, a stride > 1, taps that overlap (not :func:`is_patchify`)."""
+    return geom.c4 > 1 and geom.kh * geom.kw > 1 and max(geom.strides) > 1 and not is_patchify(geom)
+
+
+def strided_runs_direct(geom: ConvGeometry) -> bool:
+    """Whether strided conv ``geom`` keeps the direct kernel: a long reduction
+    (:data:`STRIDED_DIRECT_MIN_K`) into a small map (:data:`STRIDED_DIRECT_MAX_PIXELS`), where the
+    tiled kernel's few work groups each walk a long K."""
+    return geom.oh * geom.ow <= STRIDED_DIRECT_MAX_PIXELS and geom.c * geom.kh * geom.kw >= STRIDED_DIRECT_MIN_K
 
 
 def tiled_work_groups(geom: ConvGeometry, oc_block: int, w_block: int, work_group) -> int:
@@ -236,18 +259,33 @@ def tiled_work_groups(geom: ConvGeometry, oc_block: int, w_block: int, work_grou
 
 def tiled_default(geom: ConvGeometry, profile: DeviceProfile) -> ConvConfig | None:
     """The tiled config of dense conv ``geom`` that launches at least ``profile.tiled_min_groups``
-    work groups (0: never), or None (the direct kernel). Only 1x1 convs, stem convs and patchify
-    convs (:data:`TILED_PATCHIFY`) qualify: on ResNet-50's 3x3 convs the tiled kernel won only on
-    the 56x56 maps (3% and 10%) and lost by up to 3.6x on the smaller ones."""
+    work groups (0: never), or None (the direct kernel). Only 1x1 convs, stem convs, patchify
+    convs (:data:`TILED_PATCHIFY`) and strided convs (:func:`is_strided`, :func:`strided_entry`,
+    bar :func:`strided_runs_direct`) qualify: on ResNet-50's stride-1 3x3 convs the tiled kernel
+    won only on the 56x56 maps (3% and 10%) and lost by up to 3.6x on the smaller ones."""
     min_groups = profile.tiled_min_groups
     stem = geom.c4 == 1 and geom.kh * geom.kw > 1
     pointwise = geom.kh * geom.kw == 1 or (TILED_PATCHIFY and is_patchify(geom))
-    if min_groups <= 0 or geom.groups != 1 or not (pointwise or stem):
+    if min_groups <= 0 or geom.groups != 1:
+        return None
+    if is_strided(geom):
+        return None if strided_runs_direct(geom) else tiled_config(geom, strided_entry(geom, min_groups))
+    if not (pointwise or stem):
         return None
     for entry in ((TILED_STEM_WIDE if geom.o4 >= WIDE_STEM_BLOCKS else TILED_STEM),) if stem else TILED_CONFIGS:
         if tiled_work_groups(geom, *entry[:3]) >= min_groups:
             return tiled_config(geom, entry)
     return None
+
+
+def strided_entry(geom: ConvGeometry, min_groups: int):
+    """The :data:`TILED_CONFIGS` entry of strided conv ``geom``: the first's 2 x 2 tiles where they
+    launch ``min_groups`` work groups, else the last's 1 x 1 tiles in 8 K slices, below
+    ``min_groups`` too (EfficientFormer-V2's last downsample, 88 groups: 0.57x the direct kernel's
+    time). The middle entry, the 1x1 convs' pick between them, lost to the last or tied on all 11
+    strided layers it would have taken, by up to 1.5x."""
+    first = TILED_CONFIGS[0]
+    return first if tiled_work_groups(geom, *first[:3]) >= min_groups else TILED_CONFIGS[-1]
 
 
 def tiled_config(geom: ConvGeometry, entry) -> ConvConfig:
