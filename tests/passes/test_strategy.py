@@ -377,15 +377,15 @@ def test_tiled_choice_survives_records(tmp_path):
 
 
 def test_convs_write_where_their_reader_conv_reads(device):
-    """On a profile that runs 1x1 convs tiled on buffers and other convs on textures, a 1x1 conv
-    read by a strided 3x3 conv writes a texture (that reader's scope), the 3x3 conv writes the
+    """On a profile that runs 1x1 convs tiled on buffers and stride-1 3x3 convs on textures, a 1x1
+    conv read by a 3x3 conv writes a texture (that reader's scope), the 3x3 conv writes the
     buffer the next 1x1 conv reads; no copy kernel, and the float32 reference holds on PoCL."""
     profile = dataclasses.replace(get_profile("nvidia-h200"), tiled_min_groups=1, texture_min_macs=1)
 
     def body(m, x):
         y = m.conv_bn(x, 8, 3)  # stem: tiled (one input channel block)
         y = m.conv_bn(y, 12, 1)  # tiled, read by the strided 3x3
-        y = m.conv_bn(y, 12, 3, 2)  # direct, textures
+        y = m.conv_bn(y, 12, 3)  # direct, textures (a stride-2 3x3 would run tiled)
         return m.conv_bn(y, 16, 1, act=None)  # tiled
 
     mod = _model("test", body, 1, 13, 0)
