@@ -139,13 +139,36 @@ def _ravel(index, shape):
     return flat
 
 
-def _reshaped(index, after, before) -> tuple:
-    """The index into ``before`` of ``index`` into ``after`` (same elements, row-major): dims of 1
-    inserted or dropped only (squeeze, expand_dims) move the other indices, no division."""
-    kept = [i for i, d in zip(index, after) if d != 1]
-    if [d for d in after if d != 1] != [d for d in before if d != 1]:
-        return unravel(_ravel(index, after), before)
-    return tuple(0 if d == 1 else kept.pop(0) for d in before)
+def _reshaped(index, ranges, after, before) -> tuple:
+    """(index into ``before``, its ranges) of ``index`` into ``after`` (same elements, row-major;
+    ``ranges``: each index's (low, high)): dims of 1 inserted or dropped only (squeeze,
+    expand_dims) move the other indices, no division."""
+    if [d for d in after if d != 1] == [d for d in before if d != 1]:
+        kept = [(i, r) for i, r, d in zip(index, ranges, after) if d != 1]
+        moved = [(0, (0, 0)) if d == 1 else kept.pop(0) for d in before]
+        return tuple(i for i, _ in moved), tuple(r for _, r in moved)
+    strides = [math.prod(after[a + 1:]) for a in range(len(after))]
+    low = sum(lo * st for (lo, _), st in zip(ranges, strides))
+    high = sum(hi * st for (_, hi), st in zip(ranges, strides))
+    # divide a flat index shifted by whole tensors to >= 0: floor and trunc agree (see _nonneg_mod)
+    size = math.prod(before)
+    shift = ceildiv(-low, size) if low < 0 else 0
+    flat, out = _ravel(index, after) + shift * size, []
+    for d in reversed(before[1:]):
+        out.append(0 if d == 1 else T.truncmod(flat, d))
+        flat = flat if d == 1 else T.truncdiv(flat, d)
+    first_stride = math.prod(before[1:])
+    first = 0 if before[0] == 1 else flat - shift * before[0]
+    index = (first, *reversed(out))
+    return index, ((low // first_stride, high // first_stride), *((0, d - 1) for d in before[1:]))
+
+
+def _nonneg_mod(i, low: int, m: int):
+    """``i`` mod ``m`` (floor) for an index ``i`` >= ``low``, as the truncating ``%`` of ``i`` shifted
+    to >= 0. TVM 0.27 lowers ``floormod(c - t, m)`` of a thread index ``t`` to code that drops
+    ``c`` (``(5 - t) % 3`` reads as ``(-t) % 3``: docs/upstream.md), and a reversed slice (step < 0)
+    before a tile or a reshape makes exactly such an index."""
+    return T.truncmod(i + (ceildiv(-low, m) * m if low < 0 else 0), m)
 
 
 def covers_all(source: Source, out_shape) -> bool:
@@ -165,27 +188,31 @@ def covers_all(source: Source, out_shape) -> bool:
 def index_map(source: Source, out_shape, index):
     """(input index, condition or None) of output element ``index`` through ``source``'s steps."""
     shape, cond = _ints(out_shape), None
+    ranges = tuple((0, d - 1) for d in shape)  # each index's (low, high) over every output element
     for step in source.steps:
         before = step_before(step, shape)
         if isinstance(step, Reshape):
-            index = _reshaped(index, shape, before)
+            index, ranges = _reshaped(index, ranges, shape, before)
         elif isinstance(step, Permute):
             moved = [None] * len(index)
             for a, src in enumerate(_ints(step.axes)):
-                moved[src] = index[a]
-            index = tuple(moved)
+                moved[src] = (index[a], ranges[a])
+            index, ranges = tuple(i for i, _ in moved), tuple(r for _, r in moved)
         elif isinstance(step, Tile):
-            index = tuple(i if b == a else i % b for i, a, b in zip(index, shape, before))
+            tiled = [(i, r) if b == a else (_nonneg_mod(i, r[0], b), (0, b - 1))
+                     for i, r, a, b in zip(index, ranges, shape, before)]
+            index, ranges = tuple(i for i, _ in tiled), tuple(r for _, r in tiled)
         else:
-            moved = []
-            for i, after, b, s, d in zip(index, shape, _ints(step.begin), _ints(step.step), before):
+            moved, moved_ranges = [], []
+            for i, (low, high), after, b, s, d in zip(index, ranges, shape, _ints(step.begin), _ints(step.step), before):
                 j = i * s + b if (s, b) != (1, 0) else i
                 moved.append(j)
+                moved_ranges.append((min(b + s * low, b + s * high), max(b + s * low, b + s * high)))
                 lo, hi = min(b, b + s * (after - 1)), max(b, b + s * (after - 1))
                 if lo < 0 or hi >= d:  # only where the index can leave the tensor before
                     inside = T.And(j >= 0, j < d) if lo < 0 and hi >= d else (j >= 0 if lo < 0 else j < d)
                     cond = inside if cond is None else T.And(cond, inside)
-            index = tuple(moved)
+            index, ranges = tuple(moved), tuple(moved_ranges)
         shape = before
     return index, cond
 

@@ -167,6 +167,12 @@ VIEWED = chains().filter(lambda c: gather.covers_all(gather.Source(0, c[2]), c[3
          op="layer_norm", threads=2, precision="float32", seed=1, data=None)  # gMLP's chunk of the fc1 output, normalized
 @example(case=((3, 4, 7), lambda x: np.ascontiguousarray(x.transpose(0, 2, 1)), (gather.Permute((0, 2, 1)),), (3, 7, 4)),
          op="softmax", threads=8, precision="float16_acc32", seed=2, data=None)  # rows strided in the buffer
+@example(case=((1, 1, 3, 1), lambda x: np.ascontiguousarray(np.tile(x.reshape(3), 3)[5::-1]),
+               (gather.Affine((9,), (5,), (-1,)), gather.Tile((3,)), gather.Reshape((1, 1, 3, 1))), (6,)),
+         op="rms", threads=32, precision="float32", seed=3, data=None)  # a reversed slice of a tile: (5 - t) % 3
+@example(case=((2, 6), lambda x: np.ascontiguousarray(x.reshape(12)[::-1].reshape(4, 3)),
+               (gather.Reshape((12,)), gather.Affine((12,), (11,), (-1,)), gather.Reshape((2, 6))), (4, 3)),
+         op="softmax", threads=8, precision="float32", seed=4, data=None)  # a reversed run reshaped: (11 - i) // 6
 def test_rows_read_through_views(device, case, op, threads, precision, seed, data):
     """A row kernel reading its input through gather steps (``x_view``: slices, transposes,
     reshapes, tiles, broadcasts of the buffer) writes exactly what it writes on the gathered tensor
