@@ -139,14 +139,17 @@ def _ravel(index, shape):
     return flat
 
 
-def _reshaped(index, ranges, after, before) -> tuple:
+def _reshaped(index, ranges, after, before, reversed_run: bool) -> tuple:
     """(index into ``before``, its ranges) of ``index`` into ``after`` (same elements, row-major;
     ``ranges``: each index's (low, high)): dims of 1 inserted or dropped only (squeeze,
-    expand_dims) move the other indices, no division."""
+    expand_dims) move the other indices, no division. ``reversed_run``: an index may decrease
+    with the output's (a step < 0 before): divided as :func:`_nonneg_mod` says."""
     if [d for d in after if d != 1] == [d for d in before if d != 1]:
         kept = [(i, r) for i, r, d in zip(index, ranges, after) if d != 1]
         moved = [(0, (0, 0)) if d == 1 else kept.pop(0) for d in before]
         return tuple(i for i, _ in moved), tuple(r for _, r in moved)
+    if not reversed_run:
+        return unravel(_ravel(index, after), before), tuple((0, d - 1) for d in before)
     strides = [math.prod(after[a + 1:]) for a in range(len(after))]
     low = sum(lo * st for (lo, _), st in zip(ranges, strides))
     high = sum(hi * st for (_, hi), st in zip(ranges, strides))
@@ -166,8 +169,9 @@ def _reshaped(index, ranges, after, before) -> tuple:
 def _nonneg_mod(i, low: int, m: int):
     """``i`` mod ``m`` (floor) for an index ``i`` >= ``low``, as the truncating ``%`` of ``i`` shifted
     to >= 0. TVM 0.27 lowers ``floormod(c - t, m)`` of a thread index ``t`` to code that drops
-    ``c`` (``(5 - t) % 3`` reads as ``(-t) % 3``: docs/upstream.md), and a reversed slice (step < 0)
-    before a tile or a reshape makes exactly such an index."""
+    ``c`` (``(5 - t) % 3`` reads as ``(-t) % 3``: docs/upstream/defect21), and a reversed slice
+    (step < 0) before a tile or a reshape makes exactly such an index; other views keep floor
+    division, which TVM simplifies further (shifts, masks)."""
     return T.truncmod(i + (ceildiv(-low, m) * m if low < 0 else 0), m)
 
 
@@ -189,17 +193,18 @@ def index_map(source: Source, out_shape, index):
     """(input index, condition or None) of output element ``index`` through ``source``'s steps."""
     shape, cond = _ints(out_shape), None
     ranges = tuple((0, d - 1) for d in shape)  # each index's (low, high) over every output element
+    reversed_run = False  # a step < 0 so far: an index may have a negative coefficient
     for step in source.steps:
         before = step_before(step, shape)
         if isinstance(step, Reshape):
-            index, ranges = _reshaped(index, ranges, shape, before)
+            index, ranges = _reshaped(index, ranges, shape, before, reversed_run)
         elif isinstance(step, Permute):
             moved = [None] * len(index)
             for a, src in enumerate(_ints(step.axes)):
                 moved[src] = (index[a], ranges[a])
             index, ranges = tuple(i for i, _ in moved), tuple(r for _, r in moved)
         elif isinstance(step, Tile):
-            tiled = [(i, r) if b == a else (_nonneg_mod(i, r[0], b), (0, b - 1))
+            tiled = [(i, r) if b == a else (_nonneg_mod(i, r[0], b) if reversed_run else i % b, (0, b - 1))
                      for i, r, a, b in zip(index, ranges, shape, before)]
             index, ranges = tuple(i for i, _ in tiled), tuple(r for _, r in tiled)
         else:
@@ -213,6 +218,7 @@ def index_map(source: Source, out_shape, index):
                     inside = T.And(j >= 0, j < d) if lo < 0 and hi >= d else (j >= 0 if lo < 0 else j < d)
                     cond = inside if cond is None else T.And(cond, inside)
             index, ranges = tuple(moved), tuple(moved_ranges)
+            reversed_run = reversed_run or any(s < 0 for s in _ints(step.step))
         shape = before
     return index, cond
 
