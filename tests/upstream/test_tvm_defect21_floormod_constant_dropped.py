@@ -1,11 +1,13 @@
-"""TVM 0.27 defect: ``floormod(c - t, m)`` of a thread index ``t`` is lowered without ``c``.
+"""TVM 0.27 defect: ``floormod(c - t, m)`` of a loop or thread index ``t`` loses ``c`` in
+``arith.IterMapSimplify``.
 
 ``Y[t] = X[T.floormod(5 - t, 3)]`` over 8 threads emits
 ``int rmod = t % -3; X[select(rmod - 3, rmod, rmod <= 0) * -1]``: ``floormod(-t, 3)``, so
-thread 0 reads ``X[0]`` instead of ``X[2]``. The arithmetic simplifier alone is right
-(``(2 - t) % 3``); the constant is lost where the floormod whose dividend may be negative is
-lowered to C's truncating ``%``. Any constant not a multiple of ``m`` (7 - t, 5 - t mod 4) does
-the same. A reversed slice (step -1) before a tile or a reshape makes such an index in a
+thread 0 reads ``X[0]`` instead of ``X[2]``. The simplifier gives the right ``(2 - t) % 3``;
+``FlattenBuffer`` then simplifies the index with ``IterMapSimplify``
+(``IRMutatorWithAnalyzer::IterMapSimplifyWithContext``), which returns ``t % -3 * -1``:
+``tvm.sym.iter_map_simplify([floormod(2 - t, 3)], {t: Range(0, 8)})`` alone shows it. Any
+constant not a multiple of ``m`` (7 - t, 5 - t mod 4) does the same. A reversed slice (step -1) before a tile or a reshape makes such an index in a
 kernel's view (``primfuncs/gather.py``). Workaround: shift the dividend to >= 0 by a multiple of
 ``m`` and take ``T.truncmod`` (``gather._nonneg_mod``).
 """
@@ -51,6 +53,20 @@ def _run(device, func, name):
     tx, ty = device.array(x), device.array(np.full(8, np.nan, "float32"))
     device.load(build.build(func, build.OPENCL_TARGET))(name, tx, ty)
     return ty.numpy(), x[(5 - np.arange(8)) % 3]
+
+
+@pytest.mark.xfail(strict=True, raises=KnownDefect, reason="TVM 0.27: iter_map_simplify drops c from floormod(c - t, m)")
+def test_iter_map_simplify_keeps_the_constant_of_a_negated_index():
+    import tvm
+    from tvm import sym, tirx
+
+    t = tirx.Var("t", "int32")
+    with pinned(r"iter_map_simplify: t % -3 \* -1"):
+        (got,) = sym.iter_map_simplify([tirx.floormod(2 - t, 3)], {t: tvm.ir.Range(0, 8)}, True, check_level="surjective")
+        for v in range(8):
+            at = sym.Analyzer()
+            at.bind(t, tirx.IntImm("int32", v))
+            assert int(at.simplify(got)) == (2 - v) % 3, f"iter_map_simplify: {got}"
 
 
 @pytest.mark.xfail(strict=True, raises=KnownDefect, reason="TVM 0.27: floormod(c - t, m) of a thread index drops c")
