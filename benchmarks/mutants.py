@@ -545,7 +545,7 @@ MUTANTS = (
     ),
     Mutant(
         "gather_permute_inverted", "the gather reads a transpose through the inverse permutation",
-        (("                moved[src] = index[a]\n", "                moved[a] = index[src]\n"),),
+        (("                moved[src] = (index[a], ranges[a])\n", "                moved[a] = (index[src], ranges[src])\n"),),
         ("tests/kernels/test_gather.py::test_gather_matches_numpy",),
     ),
     Mutant(
