@@ -9,6 +9,7 @@ Texture access follows the two patterns that TVM 0.27 lowers correctly
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 
 from tvm import tirx
@@ -253,15 +254,17 @@ def clamp(x, lo=None, hi=None):
     return y if lo is None else T.Select(x < lo, lo, y)
 
 
-def unravel(index, dims) -> tuple:
+def unravel(index, dims, mod=operator.mod, div=operator.floordiv) -> tuple:
     """Row-major indices into ``dims`` of flat ``index`` (a TIR or int expression; a dim of size 1
-    indexes 0): a kernel indexing a plain tensor of any rank by a flat offset."""
+    indexes 0): a kernel indexing a plain tensor of any rank by a flat offset. ``mod``, ``div``:
+    the division it takes (default floor; ``T.truncmod``, ``T.truncdiv`` for an index >= 0 TVM
+    cannot prove so: ``gather._reshaped``)."""
     if not dims:
         return ()
     out = []
     for d in reversed(dims[1:]):
-        out.append(0 if d == 1 else index % d)
-        index = index if d == 1 else index // d
+        out.append(0 if d == 1 else mod(index, d))
+        index = index if d == 1 else div(index, d)
     return (0 if dims[0] == 1 else index, *reversed(out))
 
 

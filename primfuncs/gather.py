@@ -148,31 +148,31 @@ def _reshaped(index, ranges, after, before, reversed_run: bool) -> tuple:
         kept = [(i, r) for i, r, d in zip(index, ranges, after) if d != 1]
         moved = [(0, (0, 0)) if d == 1 else kept.pop(0) for d in before]
         return tuple(i for i, _ in moved), tuple(r for _, r in moved)
-    if not reversed_run:
-        return unravel(_ravel(index, after), before), tuple((0, d - 1) for d in before)
     strides = [math.prod(after[a + 1:]) for a in range(len(after))]
     low = sum(lo * st for (lo, _), st in zip(ranges, strides))
     high = sum(hi * st for (_, hi), st in zip(ranges, strides))
-    # divide a flat index shifted by whole tensors to >= 0: floor and trunc agree (see _nonneg_mod)
-    size = math.prod(before)
-    shift = ceildiv(-low, size) if low < 0 else 0
-    flat, out = _ravel(index, after) + shift * size, []
-    for d in reversed(before[1:]):
-        out.append(0 if d == 1 else T.truncmod(flat, d))
-        flat = flat if d == 1 else T.truncdiv(flat, d)
     first_stride = math.prod(before[1:])
-    first = 0 if before[0] == 1 else flat - shift * before[0]
-    index = (first, *reversed(out))
-    return index, ((low // first_stride, high // first_stride), *((0, d - 1) for d in before[1:]))
+    ranges = ((low // first_stride, high // first_stride), *((0, d - 1) for d in before[1:]))
+    if not reversed_run:
+        return unravel(_ravel(index, after), before), ranges
+    # divide the flat index shifted by whole tensors to >= 0: floor and trunc agree (see _nonneg_mod)
+    shift = _shifts_to_nonneg(low, math.prod(before))
+    first, *rest = unravel(_ravel(index, after) + shift * math.prod(before), before, T.truncmod, T.truncdiv)
+    return (first if before[0] == 1 else first - shift * before[0], *rest), ranges
+
+
+def _shifts_to_nonneg(low: int, m: int) -> int:
+    """How many ``m`` an index >= ``low`` needs added to be >= 0."""
+    return ceildiv(-low, m) if low < 0 else 0
 
 
 def _nonneg_mod(i, low: int, m: int):
     """``i`` mod ``m`` (floor) for an index ``i`` >= ``low``, as the truncating ``%`` of ``i`` shifted
-    to >= 0. TVM 0.27 lowers ``floormod(c - t, m)`` of a thread index ``t`` to code that drops
-    ``c`` (``(5 - t) % 3`` reads as ``(-t) % 3``: docs/upstream/defect21), and a reversed slice
-    (step < 0) before a tile or a reshape makes exactly such an index; other views keep floor
-    division, which TVM simplifies further (shifts, masks)."""
-    return T.truncmod(i + (ceildiv(-low, m) * m if low < 0 else 0), m)
+    to >= 0. TVM 0.27's ``FlattenBuffer`` turns ``floormod(c - t, m)`` of a thread index ``t`` into
+    ``floormod(-t, m)`` (``c`` dropped by ``iter_map_simplify``: docs/upstream/defect21), and a
+    reversed slice (step < 0) before a tile or a reshape makes exactly such an index; other views
+    keep floor division, which TVM simplifies further (shifts, masks)."""
+    return T.truncmod(i + _shifts_to_nonneg(low, m) * m, m)
 
 
 def covers_all(source: Source, out_shape) -> bool:
