@@ -7,7 +7,8 @@ thread 0 reads ``X[0]`` instead of ``X[2]``. The simplifier gives the right ``(2
 ``FlattenBuffer`` then simplifies the index with ``IterMapSimplify``
 (``IRMutatorWithAnalyzer::IterMapSimplifyWithContext``), which returns ``t % -3 * -1``:
 ``tvm.sym.iter_map_simplify([floormod(2 - t, 3)], {t: Range(0, 8)})`` alone shows it. Any
-constant not a multiple of ``m`` (7 - t, 5 - t mod 4) does the same. A reversed slice (step -1) before a tile or a reshape makes such an index in a
+constant not a multiple of ``m`` (7 - t, 5 - t mod 4) does the same, and so does
+``floordiv(c - t, m)`` (``t // -3``). A reversed slice (step -1) before a tile or a reshape makes such an index in a
 kernel's view (``primfuncs/gather.py``). Workaround: shift the dividend to >= 0 by a multiple of
 ``m`` and take ``T.truncmod`` (``gather._nonneg_mod``).
 """
@@ -67,6 +68,22 @@ def test_iter_map_simplify_keeps_the_constant_of_a_negated_index():
             at = sym.Analyzer()
             at.bind(t, tirx.IntImm("int32", v))
             assert int(at.simplify(got)) == (2 - v) % 3, f"iter_map_simplify: {got}"
+
+
+@pytest.mark.xfail(strict=True, raises=KnownDefect, reason="TVM 0.27: iter_map_simplify drops c from floordiv(c - t, m)")
+def test_iter_map_simplify_keeps_the_constant_of_a_negated_index_divided():
+    """The same branch of ``SplitFloorDivConst``: ``floordiv(2 - t, 3)`` comes back as ``t // -3``
+    (``gather._reshaped`` divides a reversed run's index by truncation for it)."""
+    import tvm
+    from tvm import sym, tirx
+
+    t = tirx.Var("t", "int32")
+    with pinned(r"iter_map_simplify: t // -3"):
+        (got,) = sym.iter_map_simplify([tirx.floordiv(2 - t, 3)], {t: tvm.ir.Range(0, 8)}, True, check_level="surjective")
+        for v in range(8):
+            at = sym.Analyzer()
+            at.bind(t, tirx.IntImm("int32", v))
+            assert int(at.simplify(got)) == (2 - v) // 3, f"iter_map_simplify: {got}"
 
 
 @pytest.mark.xfail(strict=True, raises=KnownDefect, reason="TVM 0.27: floormod(c - t, m) of a thread index drops c")
