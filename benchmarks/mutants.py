@@ -173,7 +173,7 @@ MUTANTS = (
     Mutant(
         "producer_gemm_repeated_reads_ignored",
         "the strategy folds an elementwise producer into any GEMM, whatever its column tiles repeat of the evaluations",
-        (("    extra = (a_reads(geometry, gemm_config(geometry, profile)) - 1) *", "    extra = 0 *"),),
+        (("        if config is not None and (a_reads(geom, config) - 1) *", "        if config is not None and 0 *"),),
         ("tests/passes/test_producer_gemm_pattern.py",),
     ),
     Mutant(

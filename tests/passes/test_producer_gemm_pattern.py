@@ -15,6 +15,7 @@ from onnx import numpy_helper
 from helpers.onnx_graphs import f32, make, node, run_ours, tensor
 from primfuncs.gemm import gemm_geometry
 from tir_adreno.strategy import fusion
+from tir_adreno.strategy.gemm import gemm_config, producer_gemm_config
 from tir_adreno.strategy.profile import get_profile, without_fusion
 
 def _gelu(x: str, y: str) -> list:
@@ -48,6 +49,15 @@ def test_gated_mlp_reads_its_gate_in_the_second_linear(profile, precision):
     assert len(ops) == 2 and all(op.startswith("gemm") for op in ops), ops
 
 
+def test_a_long_reduction_keeps_the_tiled_kernel_to_read_its_gate():
+    """MambaOut-Femto's stage-3 block (14 x 14 tokens, 192 -> 2 x 512 -> 192) on the H200 profile:
+    its second Linear's reduction is long for its outputs (split kernel without a gate), but with
+    the gate folded it runs tiled (``strategy.gemm.producer_gemm_config``): two GEMMs, neither split."""
+    model, shapes = _gated_mlp(hw=14, c=192, hidden=512)
+    ops = run_ours(model, shapes, seed=5, profile=get_profile("nvidia-h200"))
+    assert len(ops) == 2 and all(op.startswith("gemm_tiled") for op in ops), ops
+
+
 def test_a_chain_with_a_constant_operand_and_no_residual():
     """``silu(a) * b * s + t`` with ``s`` a per-column constant vector, on tokens ``[N, L, C]``, the
     product with no residual: one launch for the chain and the Linear."""
@@ -66,13 +76,24 @@ def test_without_fusion_the_chain_runs_apart():
 
 
 def test_the_strategy_folds_where_repeated_evaluations_cost_less_than_a_launch():
-    """``(reads - 1) M K ops <= launch_cost_macs`` (``strategy.gemm.a_reads``): MambaOut-Femto's second
-    Linears on the H200 profile fold in its first two stages (tiled: A read once and twice) and
-    not in its last two (split: read by 48 and 72 column tiles); no fold with fusion off."""
+    """``(reads - 1) M K ops <= launch_cost_macs`` (``strategy.gemm.a_reads``) of the product's config,
+    else of its tiled one (``strategy.gemm.producer_gemm_config``): MambaOut-Femto's second Linears
+    on the H200 profile fold in its first three stages (tiled: A read once, twice, three times;
+    stage 3's long reduction leaves the split kernel for the fold) and not in its last (49 tokens:
+    no tiled config fills the GPU; split, read by 72 column tiles); gMLP-Ti's second Linear folds
+    on the split kernel (4 column tiles) and keeps it; no fold with fusion off."""
     h200 = get_profile("nvidia-h200")
     folds = {hw: fusion.can_fuse("producer_gemm", gemm_geometry((1, hw, hw, hidden), (hidden, c)), h200, ops=6) is not None
              for hw, c, hidden in ((56, 48, 128), (28, 96, 256), (14, 192, 512), (7, 288, 768))}
-    assert folds == {56: True, 28: True, 14: False, 7: False}
+    assert folds == {56: True, 28: True, 14: True, 7: False}
+    stage3, stage4 = gemm_geometry((1, 14, 14, 512), (512, 192)), gemm_geometry((1, 7, 7, 768), (768, 288))
+    assert gemm_config(stage3, h200).split_k > 1 and producer_gemm_config(stage3, 6, h200).tiled
+    assert producer_gemm_config(stage4, 6, h200) is None
+    gmlp = gemm_geometry((1, 196, 384), (384, 128))
+    assert gemm_config(gmlp, h200).split_k > 1 and producer_gemm_config(gmlp, 1, h200) == gemm_config(gmlp, h200)
+    pocl = get_profile("pocl")  # no tiled kernel: its register kernel reads stage 3's A 6 times, so no fold
+    assert producer_gemm_config(stage3, 6, pocl) is None
+    assert producer_gemm_config(gemm_geometry((1, 14, 14, 512), (512, 8)), 6, pocl) == gemm_config(gemm_geometry((1, 14, 14, 512), (512, 8)), pocl)
     assert fusion.can_fuse("producer_gemm", gemm_geometry((1, 56, 56, 128), (128, 48)), without_fusion(h200), ops=6) is None
     cheap = dataclasses.replace(h200, launch_cost_macs=10**9)
     assert fusion.can_fuse("producer_gemm", gemm_geometry((1, 14, 14, 512), (512, 192)), cheap, ops=6) is not None

@@ -28,7 +28,7 @@ from primfuncs.epilogue import Epilogue
 from tir_adreno.strategy import defaults
 from tir_adreno.strategy.conv import (ConvChoice, accumulator_kwargs, config_string, conv_activation_scope, default_choice,
                                       folds_group_norm, norm_config, resolve_choice, takes_gate)
-from tir_adreno.strategy.gemm import a_reads, gemm_config
+from tir_adreno.strategy.gemm import gemm_config, producer_gemm_config
 from tir_adreno.strategy.packing import pack_oihw4o
 from tir_adreno.strategy.placement import weight_scope as weight_scope_of
 from tir_adreno.strategy.precision import check_precision, conv_accumulator_dtype, kernel_dtype
@@ -148,15 +148,12 @@ def fold_producer_gemm(geometry, ops: int, profile: DeviceProfile) -> bool:
     """Whether the GEMM ``geometry`` (a Linear by a constant on plain tensors) should compute its A
     from the elementwise chain of ``ops`` ops that alone produces it (``gemm(a_producer=)``: the
     chain's launch, its store and one read of A less) instead of the chain's kernel running
-    before it: with kernel fusion on (:func:`fuses`), where the chain evaluated again for each
-    further read of an A element (``strategy.gemm.a_reads`` of the product's config: once per
-    column tile) costs at most a launch, ``(reads - 1) M K ops <= launch_cost_macs`` (the fused
-    depthwise conv's recompute rule). MambaOut-Femto on the H200 profile: the tiled second
-    Linears of its first two stages (1 and 2 reads) fold; its split ones (48 and 72 reads) do not."""
-    if not fuses(profile):
-        return False
-    extra = (a_reads(geometry, gemm_config(geometry, profile)) - 1) * geometry.batch * geometry.m * geometry.k * ops
-    return extra <= profile.launch_cost_macs
+    before it: with kernel fusion on (:func:`fuses`), where a config evaluates the chain few
+    enough times (``strategy.gemm.producer_gemm_config``). MambaOut-Femto on the H200 profile:
+    the second Linears of its first three stages fold (tiled: A read 1, 2 and 3 times; stage 3's
+    long reduction leaves the split kernel for it); its last stage's do not (49 tokens: split,
+    72 reads, no tiled config fills the GPU)."""
+    return fuses(profile) and producer_gemm_config(geometry, ops, profile) is not None
 
 
 def folds_norms(profile: DeviceProfile, precision: str) -> bool:

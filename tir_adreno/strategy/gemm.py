@@ -158,6 +158,25 @@ def gemm_config(geom: GemmGeometry, profile: DeviceProfile) -> GemmConfig:
     return config
 
 
+def producer_gemm_config(geom: GemmGeometry, ops: int, profile: DeviceProfile) -> GemmConfig | None:
+    """The config of GEMM ``geom`` computing its A from an elementwise chain of ``ops`` ops as it
+    reads it (``gemm(a_producer=)``), or None where no config should (the chain then runs as its
+    own kernel): the product's own config (:func:`gemm_config`) where the chain evaluated again for
+    each further read of an A element (:func:`a_reads`: once per column tile) costs at most a
+    launch, ``(reads - 1) M K ops <= launch_cost_macs`` (the fused depthwise conv's recompute
+    rule); else the tiled config where one fills the GPU and passes the same test. The second
+    takes a long reduction off the split kernel, which reads A once per item of a column (48-72
+    times for MambaOut's second Linears), for the fold: MambaOut-Femto's nine stage-3 second
+    Linears (196 x 512 x 192) with their gates, H100 op_times, split + gate 273 us -> tiled with
+    the gate folded 207 us; PVT-v2's four a tie. Where the split kernel's fold passes (gMLP's 30,
+    LeViT's 2: few column tiles) it keeps the split kernel, which ran them 1-3 us faster than
+    tiled (``results/gemm_producer_tiled-nvidia-h100-80gb-hbm3.json``)."""
+    for config in (gemm_config(geom, profile), tiled_gemm_config(geom, profile)):
+        if config is not None and (a_reads(geom, config) - 1) * geom.batch * geom.m * geom.k * ops <= profile.launch_cost_macs:
+            return config
+    return None
+
+
 def a_reads(geom: GemmGeometry, config: GemmConfig) -> int:
     """How many times ``config``'s kernel reads each element of A: once per column tile, a work
     group's (the tiled kernel stages A once per group) or an item's (the register and split
@@ -179,12 +198,12 @@ def patch_as_gemm(profile: DeviceProfile) -> bool:
     return profile.tiled_min_groups > 0
 
 
-def gemm_kwargs(geom: GemmGeometry, precision: str, profile: DeviceProfile) -> dict:
+def gemm_kwargs(geom: GemmGeometry, precision: str, profile: DeviceProfile, config: GemmConfig | None = None) -> dict:
     """The keywords of ``primfuncs.gemm.gemm`` for ``geom`` at ``precision`` on ``profile``: its
-    config, and for "float16" the dtype and float32 accumulators when K is long (the convs' rule,
-    ``strategy.precision.conv_accumulator_dtype``). float32 and float16_acc32 name no dtype (the
+    config (``config``, else :func:`gemm_config`'s), and for "float16" the dtype and float32
+    accumulators when K is long (the convs' rule, ``strategy.precision.conv_accumulator_dtype``). float32 and float16_acc32 name no dtype (the
     same float32 kernel; half buffers are the build's)."""
-    kwargs = {"config": gemm_config(geom, profile)}
+    kwargs = {"config": config or gemm_config(geom, profile)}
     if kernel_dtype(precision) == "float16":
         kwargs.update(dtype="float16", acc_dtype=conv_accumulator_dtype(precision, geom.k))
     return kwargs

@@ -22,6 +22,7 @@ from tir_adreno.passes.rewriter import Rewriter
 from tir_adreno.passes.rules.gemm import Operand, _weight, emit_linear, linear_geometry
 from tir_adreno.passes.rules.token_elementwise import chain_args, plain_chain
 from tir_adreno.strategy.fusion import can_fuse
+from tir_adreno.strategy.gemm import producer_gemm_config
 
 
 def _reader(g, node: Node):
@@ -55,9 +56,11 @@ def _match(g, node: Node) -> Match | None:
 
 
 def _plan(match: Match, profile, records, precision) -> Plan | None:
-    """The fold where ``strategy.fusion.can_fuse("producer_gemm", ...)`` says yes, else None."""
-    fusion = can_fuse("producer_gemm", match.geometry, profile, precision, records, ops=match.ops)
-    return Plan(match, fusion) if fusion is not None else None
+    """The fold where ``strategy.fusion.can_fuse("producer_gemm", ...)`` says yes, its decision the
+    GEMM's config that folds the chain (``strategy.gemm.producer_gemm_config``), else None."""
+    if can_fuse("producer_gemm", match.geometry, profile, precision, records, ops=match.ops) is None:
+        return None
+    return Plan(match, producer_gemm_config(match.geometry, match.ops, profile))
 
 
 @pattern(*OPS, match=_match, plan=_plan, before=("token_elementwise",), reads_plain=True)
@@ -74,7 +77,8 @@ def producer_gemm(rw: Rewriter, plan: Plan):
     producer, inputs, last, nodes = found
     if any(not isinstance(x, np.ndarray) and LayoutPlan.held(rw, x)[0] for x in inputs):
         return None  # an input held only blocked: the pixelwise rules' layout plan, not a transform for the GEMM
-    a = Operand(last.var, geom.a_shape, producer=producer, producer_args=tuple(chain_args(rw, inputs)))
+    a = Operand(last.var, geom.a_shape, producer=producer, producer_args=tuple(chain_args(rw, inputs)),
+                producer_config=plan.decision)
     for m in nodes:
         m.fused = True
     return emit_linear(rw, user, a, geom, _weight(user.args[1], geom.k))

@@ -49,6 +49,7 @@ class Operand:
     scale: float = 1.0  # a scalar multiply read through (attention's ``q * scale``)
     view: tuple = ()  # gather steps from ``shape`` to ``var``'s buffer (movement ops read through)
     producer: object = None  # a plain_elementwise.Producer computing the operand as it is read (``var`` unread)
+    producer_config: object = None  # the GemmConfig that folds the producer (strategy.gemm.producer_gemm_config)
     producer_args: tuple = ()  # the producer's inputs as kernel arguments
 
 
@@ -286,7 +287,7 @@ def _emit(rw: Rewriter, node: Node, a: Operand, b: Operand | None, geom, tail: G
     and the kernel reads its column sums, taken here of that final weight, after it)."""
     epilogue = tail.epilogue
     # Plain tensors are float32 under every precision (upstream's side): the kernel is float32.
-    kwargs = strategy.gemm_kwargs(geom, "float32", rw.profile)
+    kwargs = strategy.gemm_kwargs(geom, "float32", rw.profile, a.producer_config)
     if rw.dtype != "float32":
         kwargs["dtype"] = "float32"
     alpha = a.scale * (b.scale if b is not None else 1.0) * tail.alpha
