@@ -13,6 +13,8 @@ kernel's view (``primfuncs/gather.py``). Workaround: shift the dividend to >= 0 
 ``m`` and take ``T.truncmod`` (``gather._nonneg_mod``).
 """
 
+import operator
+
 import numpy as np
 import pytest
 from tvm.script import tirx as T
@@ -56,34 +58,23 @@ def _run(device, func, name):
     return ty.numpy(), x[(5 - np.arange(8)) % 3]
 
 
-@pytest.mark.xfail(strict=True, raises=KnownDefect, reason="TVM 0.27: iter_map_simplify drops c from floormod(c - t, m)")
-def test_iter_map_simplify_keeps_the_constant_of_a_negated_index():
+@pytest.mark.xfail(strict=True, raises=KnownDefect, reason="TVM 0.27: iter_map_simplify drops c from floormod/floordiv(c - t, m)")
+@pytest.mark.parametrize("division, python, pinned_as", [("floormod", operator.mod, r"t % -3 \* -1"),
+                                                         ("floordiv", operator.floordiv, r"t // -3")], ids=["floormod", "floordiv"])
+def test_iter_map_simplify_keeps_the_constant_of_a_negated_index(division, python, pinned_as):
+    """``floormod(2 - t, 3)`` comes back as ``t % -3 * -1`` and ``floordiv(2 - t, 3)`` as ``t // -3``
+    (the same branch of ``SplitFloorModConst`` / ``SplitFloorDivConst``; ``gather._reshaped``
+    divides a reversed run's index by truncation for the second)."""
     import tvm
     from tvm import sym, tirx
 
     t = tirx.Var("t", "int32")
-    with pinned(r"iter_map_simplify: t % -3 \* -1"):
-        (got,) = sym.iter_map_simplify([tirx.floormod(2 - t, 3)], {t: tvm.ir.Range(0, 8)}, True, check_level="surjective")
+    with pinned(rf"iter_map_simplify: {pinned_as}"):
+        (got,) = sym.iter_map_simplify([getattr(tirx, division)(2 - t, 3)], {t: tvm.ir.Range(0, 8)}, True, check_level="surjective")
         for v in range(8):
             at = sym.Analyzer()
             at.bind(t, tirx.IntImm("int32", v))
-            assert int(at.simplify(got)) == (2 - v) % 3, f"iter_map_simplify: {got}"
-
-
-@pytest.mark.xfail(strict=True, raises=KnownDefect, reason="TVM 0.27: iter_map_simplify drops c from floordiv(c - t, m)")
-def test_iter_map_simplify_keeps_the_constant_of_a_negated_index_divided():
-    """The same branch of ``SplitFloorDivConst``: ``floordiv(2 - t, 3)`` comes back as ``t // -3``
-    (``gather._reshaped`` divides a reversed run's index by truncation for it)."""
-    import tvm
-    from tvm import sym, tirx
-
-    t = tirx.Var("t", "int32")
-    with pinned(r"iter_map_simplify: t // -3"):
-        (got,) = sym.iter_map_simplify([tirx.floordiv(2 - t, 3)], {t: tvm.ir.Range(0, 8)}, True, check_level="surjective")
-        for v in range(8):
-            at = sym.Analyzer()
-            at.bind(t, tirx.IntImm("int32", v))
-            assert int(at.simplify(got)) == (2 - v) // 3, f"iter_map_simplify: {got}"
+            assert int(at.simplify(got)) == python(2 - v, 3), f"iter_map_simplify: {got}"
 
 
 @pytest.mark.xfail(strict=True, raises=KnownDefect, reason="TVM 0.27: floormod(c - t, m) of a thread index drops c")

@@ -201,8 +201,8 @@ def patch_as_gemm(profile: DeviceProfile) -> bool:
 def gemm_kwargs(geom: GemmGeometry, precision: str, profile: DeviceProfile, config: GemmConfig | None = None) -> dict:
     """The keywords of ``primfuncs.gemm.gemm`` for ``geom`` at ``precision`` on ``profile``: its
     config (``config``, else :func:`gemm_config`'s), and for "float16" the dtype and float32
-    accumulators when K is long (the convs' rule, ``strategy.precision.conv_accumulator_dtype``). float32 and float16_acc32 name no dtype (the
-    same float32 kernel; half buffers are the build's)."""
+    accumulators when K is long (the convs' rule, ``strategy.precision.conv_accumulator_dtype``).
+    float32 and float16_acc32 name no dtype (the same float32 kernel; half buffers are the build's)."""
     kwargs = {"config": config or gemm_config(geom, profile)}
     if kernel_dtype(precision) == "float16":
         kwargs.update(dtype="float16", acc_dtype=conv_accumulator_dtype(precision, geom.k))
