@@ -179,7 +179,7 @@ def test_gemm_configs_per_device_class():
             assert config.ty <= max(1, 2 * grid.rows) and config.tx <= max(1, 2 * grid.cols), (name, config, grid)
     h200 = get_profile("nvidia-h200")
     big = strategy.gemm_config(large, h200)  # the tiled kernel's first (biggest) tile
-    assert big.tiled and big.rows == strategy.TILED_GEMM_CONFIGS[0][0] == 2
+    assert big.tiled and big.rows == strategy.TILED_GEMM_CONFIGS[0][0] == 4
     assert strategy.gemm_config(small, get_profile("adreno")).rows == 4
     assert strategy.gemm_config(large, get_profile("pocl")).cols == 2
     half = strategy.gemm_kwargs(large, "float16", h200)
@@ -202,8 +202,8 @@ def test_tiled_gemm_on_big_gpus_only():
 
     h200 = get_profile("nvidia-h200")
     tiny, qkv, big = gemm_geometry((1, 49, 64), (64, 64)), gemm_geometry((1, 197, 192), (192, 576)), gemm_geometry((8, 3136, 64), (64, 256))
-    fc1 = gemm_geometry((1, 197, 192), (192, 768))  # the 2 x 1 tile launches 84 work groups: under 96, over GEMM_FILL of it
-    for geom, tile in ((qkv, (1, 1)), (big, (2, 1)), (fc1, (2, 1))):
+    fc1 = gemm_geometry((1, 197, 192), (192, 768))  # the 4 x 1 tile launches 84 work groups: under 96, over GEMM_FILL of it
+    for geom, tile in ((qkv, (2, 1)), (big, (4, 1)), (fc1, (4, 1))):  # qkv: 63 groups of the 4 x 1 tile, 126 of the 2 x 1
         config = strategy.gemm_config(geom, h200)
         assert config.tiled and config.prefetch and (config.rows, config.cols) == tile, config
         assert tiled_work_groups(geom, config) >= strategy.gemm_min_groups(h200) and tiled_local_bytes(config) <= MAX_LOCAL_BYTES

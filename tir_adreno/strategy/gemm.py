@@ -37,15 +37,23 @@ CLASS_TILES = {"mobile": (4, 1, 8, 8), "cpu": (4, 2, 4, 8), "gpu": (4, 1, 8, 16)
 #: Work items a "gpu" grid is given by shrinking the tile (H200: 132 SMs; the conv rule's 32768 / 4:
 #: a GEMM item's K loop has no texture round trip per step).
 GPU_MIN_WORK_ITEMS = 8192
-#: The tiled kernel's configs, (rows, pixels, ty, tx, k_chunk), biggest tile first: 16 x 16 items of
-#: 2 x 1 outputs staging 4 x 4 reduction indices a step, then 1 x 1 outputs staging 4 x 16, then
-#: 8 x 8 items (the tiled conv's 64-item groups) for a transformer's small products (197 tokens).
-#: A product takes the first that launches ``tiled_min_groups`` work groups (the tiled conv's rule),
-#: its ``k_chunk`` cut to the reduction (:func:`_chunk_for`). Swept by ``benchmarks/gemm_configs.py``
-#: on an H100 (two runs, ``gemm_configs-nvidia-h100-80gb-hbm3.json``, 15 catalogue shapes): bigger
-#: tiles (4 x 2, 2 x 2 outputs) were slower than these on every shape; on 1 x 1 tiles staging 8
-#: blocks beat 4 by 5-20% and 16 beat 8 by 4-17% wherever K >= 128.
-TILED_GEMM_CONFIGS = ((2, 1, 16, 16, 4), (1, 1, 16, 16, 16), (1, 1, 8, 8, 16))
+#: The tiled kernel's configs, (rows, pixels, ty, tx, k_chunk), biggest work-group tile first: 8 x 16
+#: items of 4 x 1 outputs (a 32-row x 64-column tile) staging 4 x 4 reduction indices a step, then
+#: 16 x 8 items of 2 x 1 (32 x 32), then 8 x 8 items of 2 x 1 staging 4 x 8 (16 x 32), then 8 x 8
+#: items of 1 x 1 staging 4 x 16 (the tiled conv's 64-item groups) for the products none of those
+#: fills (LeViT's Q Kᵀ over 16 tokens). A product takes the first that launches ``tiled_min_groups``
+#: work groups (the tiled conv's rule), its ``k_chunk`` cut to the reduction (:func:`_chunk_for`).
+#: Chosen by ``benchmarks/gemm_configs.py --explore`` on an H100 (25 catalogue shapes, 2056 kernels,
+#: ``gemm_configs-explore-nvidia-h100-80gb-hbm3.json``) over every ordering of 2-4 of 14 configs (the
+#: best single ones and the old list's): on the 18 products whose config it changes it took 0.91x
+#: the old list's time (16 x 16 items of 2 x 1, then of 1 x 1, then 8 x 8 of 1 x 1) in geomean;
+#: 0.74-0.88x on eight (MambaOut's stage-2 fc2 and stage-3/4 fc1, PVT-v2's stage-4 and MLP-Mixer's
+#: channel fc1, DeiT's fc1 and proj, gMLP's fc1), 0.91-0.99x on seven, 1.06x on three (DeiT's
+#: attention x V, MLP-Mixer's token fc1, PVT-v2's stage-1 fc1: the run's spread between neighbouring
+#: configs). In stop 58's H200 sweep (``gemm_configs-mambaout-explore-nvidia-h200.json``) the same
+#: picks took 0.79-0.95x the old ones' time on MambaOut's five changed products. 4 x 1 outputs in 8 x
+#: 16 items (the old 2 x 1 in 16 x 16's groups) keep twice the FMAs in flight per staged value.
+TILED_GEMM_CONFIGS = ((4, 1, 8, 16, 4), (2, 1, 16, 8, 4), (2, 1, 8, 8, 8), (1, 1, 8, 8, 16))
 #: Every tiled config reads its next step ahead (``GemmConfig.prefetch``): swept on an H100
 #: (``gemm_configs-prefetch-nvidia-h100-80gb-hbm3.json``, 12 catalogue shapes, each config with and
 #: without) the best prefetched config took 0.75-1.00x the best one without on every shape.
