@@ -220,6 +220,25 @@ def test_tiled_gemm_on_big_gpus_only():
     assert calls == {"nvidia-h200": ["gemm_tiled"], "pocl": ["gemm"]}, calls
 
 
+def test_tiled_gemm_configs_run_from_the_biggest_tile():
+    """The fill rule takes the first config that launches enough work groups, so the list runs from
+    the biggest work-group tile to the smallest (a smaller tile first would shadow a bigger one that
+    fills), each fits local memory in float32, and the last (the fallback of a product none fills)
+    launches the most groups: checked on a product big enough to fill with every entry."""
+    from primfuncs.conv.config import MAX_LOCAL_BYTES
+    from primfuncs.gemm import GemmConfig, gemm_geometry
+    from primfuncs.gemm_tiled import tiled_local_bytes, tiled_work_groups
+    from tir_adreno.strategy import gemm as strategy
+
+    tiles = [rows * ty * cols * tx for rows, cols, ty, tx, _ in strategy.TILED_GEMM_CONFIGS]
+    assert tiles == sorted(tiles, reverse=True) and len(set(tiles)) == len(tiles), strategy.TILED_GEMM_CONFIGS
+    for rows, cols, ty, tx, k_chunk in strategy.TILED_GEMM_CONFIGS:
+        assert tiled_local_bytes(GemmConfig(rows, cols, ty, tx, tiled=True, k_chunk=k_chunk)) <= MAX_LOCAL_BYTES
+    big = gemm_geometry((4, 3136, 256), (256, 1024))
+    groups = [tiled_work_groups(big, c) for c in strategy.fitted_tiled_configs(big)]
+    assert groups == sorted(groups) and groups[-1] == max(groups), groups
+
+
 def test_split_gemm_for_long_reductions_with_few_outputs():
     """On nvidia-h200 a product that no tiled config fills the GPU with and whose K is at least
     ``SPLIT_MIN_K`` (a classifier head, the last stage's MLP on 16-50 tokens, Kᵀ V over thousands of
