@@ -51,8 +51,9 @@ GPU_MIN_WORK_ITEMS = 8192
 #: channel fc1, DeiT's fc1 and proj, gMLP's fc1), 0.91-0.99x on seven, 1.06x on three (DeiT's
 #: attention x V, MLP-Mixer's token fc1, PVT-v2's stage-1 fc1: the run's spread between neighbouring
 #: configs). In stop 58's H200 sweep (``gemm_configs-mambaout-explore-nvidia-h200.json``) the same
-#: picks took 0.79-0.95x the old ones' time on MambaOut's five changed products. 4 x 1 outputs in 8 x
-#: 16 items (the old 2 x 1 in 16 x 16's groups) keep twice the FMAs in flight per staged value.
+#: picks took 0.79-0.95x the old ones' time on MambaOut's five changed products. The 4 x 1 tile in
+#: 8 x 16 items covers the old 2 x 1 in 16 x 16's work-group tile with half the items, each with
+#: twice the accumulators.
 TILED_GEMM_CONFIGS = ((4, 1, 8, 16, 4), (2, 1, 16, 8, 4), (2, 1, 8, 8, 8), (1, 1, 8, 8, 16))
 #: Every tiled config reads its next step ahead (``GemmConfig.prefetch``): swept on an H100
 #: (``gemm_configs-prefetch-nvidia-h100-80gb-hbm3.json``, 12 catalogue shapes, each config with and
