@@ -20,7 +20,8 @@ Before timing, ``--prebuild N`` loads every model once, N processes at a time, s
 compile of each model's OpenCL program (seconds on NVIDIA) is done and cached in parallel.
 ``--build-only`` saves each model timing-only (no weights: seeded random weights there) with its
 ``.pt.xz`` (found beside the ONNX file) under ``DIR/torchscript``, and says the folder's size
-(the device tool carries 64 MiB with the tree). ``--part K/N`` takes every N-th model from the
+(the device tool carries 64 MiB with the tree); each model's ``source`` (``common.source_revision``: the
+commit its plans were built from) goes into the build index and from there into its results. ``--part K/N`` takes every N-th model from the
 K-th, at build time (a folder per part) or at run time (a call per part).
 """
 
@@ -39,7 +40,7 @@ from pathlib import Path
 
 from catalogue import BY_NAME, CATALOGUE, LAST_WAVE, coverage_stats
 from common import (add_device_argument, add_split_arguments, add_target_argument, fmt, geomean, log, print_table, results_path,
-                    target_profile, write_json)
+                    source_revision, target_profile, write_json)
 
 #: PyTorch baselines: the timm model eager, and its TorchScript trace (``<name>.pt.xz``).
 BASELINES = ("eager", "trace")
@@ -70,6 +71,7 @@ def build(onnx_paths: dict, directory: Path, profile, force: bool) -> None:
 
     index_path = directory / BUILD_INDEX
     index = json.loads(index_path.read_text())["models"] if index_path.exists() else {}
+    source = source_revision()  # the plans' code, carried into each model's results
     (directory / TORCHSCRIPT_FOLDER).mkdir(parents=True, exist_ok=True)
     for i, (name, path) in enumerate(onnx_paths.items(), 1):
         if name in index and (directory / name).exists() and not force:
@@ -82,6 +84,7 @@ def build(onnx_paths: dict, directory: Path, profile, force: bool) -> None:
             index[name] = {"compile_s": time.perf_counter() - start}
         except Exception as err:  # noqa: BLE001 (a model that does not compile is a row of the table)
             index[name] = {"failure": _failure(err)}
+        index[name]["source"] = source
         log(f"  {index[name]}")
         traced = path.with_name(f"{name}.pt.xz")
         if traced.exists():
@@ -296,7 +299,7 @@ def main(argv=None) -> int:
         log(f"[{i}/{len(todo)}] {name} ...")
         start = time.perf_counter()
         saved = built.get(name, {"failure": "not in the --from folder"})
-        entry = dict(saved) if "failure" in saved else run_model(name, args)
+        entry = dict(saved) if "failure" in saved else {**run_model(name, args), **{k: saved[k] for k in ("source",) if k in saved}}
         results[name] = {**entry, **summarize(entry)}
         log(f"  {time.perf_counter() - start:.0f} s: {results[name].get('failure') or fmt(results[name].get('ratio'), '.2f') + 'x'}")
         path = write_json("catalogue_e2e", device_name, {"repeat": args.repeat, "results": results}, args.results_dir)

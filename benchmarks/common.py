@@ -14,6 +14,7 @@ import os
 import platform
 import re
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -186,6 +187,21 @@ def print_table(headers, rows, file=None, title: str | None = None) -> None:
 def log(*args) -> None:
     """Progress messages go to stderr, so the table is the last thing on stdout."""
     print(*args, file=sys.stderr, flush=True)
+
+
+def source_revision() -> str | None:
+    """The commit of this checkout (``git rev-parse --short=7``), with ``+dirty`` where a tracked file
+    differs from it, or None outside a git checkout: what a ``--build-only`` folder was built from,
+    so the results measured from it say which plans they are."""
+    def git(*args):
+        return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True, timeout=30, check=True).stdout.strip()
+
+    try:
+        commit = git("rev-parse", "--short=7", "HEAD")
+        dirty = git("status", "--porcelain", "--untracked-files=no")
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return commit + ("+dirty" if dirty else "")
 
 
 # ---------------------------------------------------------------------------------------------

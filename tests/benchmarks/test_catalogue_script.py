@@ -3,6 +3,7 @@ against onnxruntime at every optimization level, coverage from the profile) on a
 exported-style ONNX model, resumed and forced as a long run is."""
 
 import json
+import re
 
 import pytest
 
@@ -111,3 +112,7 @@ def test_h200_script_builds_here_and_runs_each_model_in_its_own_process(tmp_path
     assert tiny["ours"]["kernel_ms"] > 0 and tiny["ours"]["wall_ms"] > 0 and tiny["ours"]["launches"] >= 2
     assert tiny["ours"]["layout_transforms"] == 1 and tiny["ours"]["ours_share"] > 0.99
     assert all("error" in tiny[w] for w in catalogue_e2e.BASELINES)  # no CUDA here: said per baseline, not raised
+    # the plans' code: the checkout's commit when built, in the build index and each model's results
+    built = json.loads((saved / "catalogue_e2e-build.json").read_text())["models"]
+    assert built["tiny"]["source"] == benchmark("common").source_revision() == tiny["source"]
+    assert re.fullmatch(r"[0-9a-f]{7}(\+dirty)?", tiny["source"]), tiny["source"]
