@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from common import (add_device_argument, add_split_arguments, add_target_argument, fmt, log, print_table, results_path,
-                    target_profile, write_json)
+                    source_revision, target_profile, write_json)
 
 MODELS = (
     "resnet18", "mobilenet_v2", "mobilenet_v3_small", "mobilenet_v3_large", "shufflenet_v2_x1_0",
@@ -145,6 +145,7 @@ def build_models(paths: dict, directory: Path, profile) -> None:
 
     index = directory / "zoo-build.json"  # merged, so models can be built one at a time
     built = json.loads(index.read_text())["models"] if index.exists() else {}
+    source = source_revision()  # the plans' code, carried into each model's --from results
     for name, path in paths.items():
         log(f"compile {name} for {profile.name} ...")
         start = time.perf_counter()
@@ -157,6 +158,7 @@ def build_models(paths: dict, directory: Path, profile) -> None:
             save_model(directory / name, plan, kernels, None, profile.name)
             built[name] = {"compile_s": time.perf_counter() - start}
             log(f"  {built[name]['compile_s']:.0f} s")
+        built[name]["source"] = source
         index.write_text(json.dumps({"target": profile.name, "models": built}, indent=1) + "\n")
 
 

@@ -46,6 +46,7 @@ def test_zoo_build_only_then_from_without_tvm(onnx_dir, tmp_path):
     r = doc["results"]["tiny"]
     assert r["random_weights"] is True and "ok" not in r
     assert r["kernel_ms"] > 0 and r["wall_ms"] > 0 and r["compile_s"] > 0
+    assert r["source"] == benchmark("common").source_revision() is not None  # the commit the plan was built from
     assert r["layout_transforms"] == 1 and r["calls"] == r["kernels"] >= 2  # the conv reads the input itself
     assert r["ours_share"] > 0.99 and r["upstream_kernels"] == {}
 
