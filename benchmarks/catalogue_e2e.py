@@ -20,9 +20,10 @@ Before timing, ``--prebuild N`` loads every model once, N processes at a time, s
 compile of each model's OpenCL program (seconds on NVIDIA) is done and cached in parallel.
 ``--build-only`` saves each model timing-only (no weights: seeded random weights there) with its
 ``.pt.xz`` (found beside the ONNX file) under ``DIR/torchscript``, and says the folder's size
-(the device tool carries 64 MiB with the tree); each model's ``source`` (``common.source_revision``: the
-commit its plans were built from) goes into the build index and from there into its results. ``--part K/N`` takes every N-th model from the
-K-th, at build time (a folder per part) or at run time (a call per part).
+(the device tool carries 64 MiB with the tree); each model's ``source`` (``common.source_revision``:
+the commit its plans were built from) goes into the build index and from there into its results.
+``--part K/N`` takes every N-th model from the K-th, at build time (a folder per part) or at run
+time (a call per part).
 """
 
 from __future__ import annotations
@@ -299,7 +300,9 @@ def main(argv=None) -> int:
         log(f"[{i}/{len(todo)}] {name} ...")
         start = time.perf_counter()
         saved = built.get(name, {"failure": "not in the --from folder"})
-        entry = dict(saved) if "failure" in saved else {**run_model(name, args), **{k: saved[k] for k in ("source",) if k in saved}}
+        entry = dict(saved) if "failure" in saved else run_model(name, args)
+        if "source" in saved:  # the plans' commit, from the build index
+            entry["source"] = saved["source"]
         results[name] = {**entry, **summarize(entry)}
         log(f"  {time.perf_counter() - start:.0f} s: {results[name].get('failure') or fmt(results[name].get('ratio'), '.2f') + 'x'}")
         path = write_json("catalogue_e2e", device_name, {"repeat": args.repeat, "results": results}, args.results_dir)

@@ -15,7 +15,7 @@ from onnx import numpy_helper
 from helpers.onnx_graphs import f32, make, node, run_ours, tensor
 from primfuncs.gemm import gemm_geometry
 from tir_adreno.strategy import fusion
-from tir_adreno.strategy.gemm import gemm_config, producer_gemm_config
+from tir_adreno.strategy.gemm import a_reads, gemm_config, producer_gemm_config
 from tir_adreno.strategy.profile import get_profile, without_fusion
 
 def _gelu(x: str, y: str) -> list:
@@ -78,7 +78,7 @@ def test_without_fusion_the_chain_runs_apart():
 def test_the_strategy_folds_where_repeated_evaluations_cost_less_than_a_launch():
     """``(reads - 1) M K ops <= launch_cost_macs`` (``strategy.gemm.a_reads``) of the product's config,
     else of its tiled one (``strategy.gemm.producer_gemm_config``): MambaOut-Femto's second Linears
-    on the H200 profile fold in its first three stages (tiled: A read once, twice, three times;
+    on the H200 profile fold in its first three stages (tiled: A read 1, 3 and 6 times;
     stage 3's long reduction leaves the split kernel for the fold) and not in its last (49 tokens:
     no tiled config fills the GPU; split, read by 72 column tiles); gMLP-Ti's second Linear folds
     on the split kernel (4 column tiles) and keeps it; no fold with fusion off."""
@@ -87,6 +87,9 @@ def test_the_strategy_folds_where_repeated_evaluations_cost_less_than_a_launch()
              for hw, c, hidden in ((56, 48, 128), (28, 96, 256), (14, 192, 512), (7, 288, 768))}
     assert folds == {56: True, 28: True, 14: True, 7: False}
     stage3, stage4 = gemm_geometry((1, 14, 14, 512), (512, 192)), gemm_geometry((1, 7, 7, 768), (768, 288))
+    reads = [a_reads(g, producer_gemm_config(g, 6, h200)) for g in (gemm_geometry((1, hw, hw, hidden), (hidden, c))
+                                                                     for hw, c, hidden in ((56, 48, 128), (28, 96, 256), (14, 192, 512)))]
+    assert reads == [1, 3, 6], reads
     assert gemm_config(stage3, h200).split_k > 1 and producer_gemm_config(stage3, 6, h200).tiled
     assert producer_gemm_config(stage4, 6, h200) is None
     gmlp = gemm_geometry((1, 196, 384), (384, 128))

@@ -150,7 +150,7 @@ def fold_producer_gemm(geometry, ops: int, profile: DeviceProfile) -> bool:
     chain's launch, its store and one read of A less) instead of the chain's kernel running
     before it: with kernel fusion on (:func:`fuses`), where a config evaluates the chain few
     enough times (``strategy.gemm.producer_gemm_config``). MambaOut-Femto on the H200 profile:
-    the second Linears of its first three stages fold (tiled: A read 1, 2 and 3 times; stage 3's
+    the second Linears of its first three stages fold (tiled: A read 1, 3 and 6 times; stage 3's
     long reduction leaves the split kernel for it); its last stage's do not (49 tokens: split,
     72 reads, no tiled config fills the GPU)."""
     return fuses(profile) and producer_gemm_config(geometry, ops, profile) is not None
