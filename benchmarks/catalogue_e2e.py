@@ -42,6 +42,7 @@ from pathlib import Path
 from catalogue import BY_NAME, CATALOGUE, LAST_WAVE, coverage_stats
 from common import (add_device_argument, add_split_arguments, add_target_argument, fmt, geomean, log, print_table, results_path,
                     source_revision, target_profile, write_json)
+from torch_baselines import BLOCK_RUNS
 
 #: PyTorch baselines: the timm model eager, and its TorchScript trace (``<name>.pt.xz``).
 BASELINES = ("eager", "trace")
@@ -95,7 +96,7 @@ def build(onnx_paths: dict, directory: Path, profile, force: bool) -> None:
         ".device/wheels included)")
 
 
-def measure_one(name: str, from_dir: Path, device_name, repeat: int, baselines) -> dict:
+def measure_one(name: str, from_dir: Path, device_name, repeat: int, baselines, block_runs: int) -> dict:
     """One model, in its own process: ours, then each PyTorch baseline of ``baselines``."""
     from common import wall_ms
     from tir_adreno.runtime import opencl as runtime
@@ -116,11 +117,12 @@ def measure_one(name: str, from_dir: Path, device_name, repeat: int, baselines) 
     entry = {"ours": {"kernel_ms": statistics.median(kernels), "wall_ms": statistics.median(walls), "launches": stats["launches"],
                       "ours_share": stats["ours_share"], "layout_transforms": stats["layout_transforms"]}}
     shape = cm.plan.tensors[cm.plan.inputs[0][1]].shape
-    entry.update(_torch_baselines(name, from_dir / TORCHSCRIPT_FOLDER, shape, repeat, functools.partial(wall_ms, cm, x), baselines))
+    rival = functools.partial(wall_ms, cm, x)
+    entry.update(_torch_baselines(name, from_dir / TORCHSCRIPT_FOLDER, shape, repeat, rival, baselines, block_runs))
     return entry
 
 
-def _torch_baselines(name, torchscript_dir: Path, shape, repeat: int, rival, baselines) -> dict:
+def _torch_baselines(name, torchscript_dir: Path, shape, repeat: int, rival, baselines, block_runs: int) -> dict:
     from torch_baselines import cuda_available
 
     if not cuda_available():
@@ -138,7 +140,7 @@ def _torch_baselines(name, torchscript_dir: Path, shape, repeat: int, rival, bas
             if model is None:
                 entry[way] = {"error": "timm here does not know it" if way == "eager" else f"no {name}.pt.xz", "missing": True}
                 continue
-            timings = graph_timings(model, shape, repeat, rival)
+            timings = graph_timings(model, shape, repeat, rival, block_runs=block_runs)
             outputs[way] = timings.pop("output").numpy()
             entry[way] = timings
         except Exception as err:  # noqa: BLE001 (recorded for this baseline; the parent retries it alone)
@@ -164,7 +166,8 @@ def _child(name: str, args, baselines) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "result.json"
         cmd = [sys.executable, str(Path(__file__).resolve()), "--from", str(args.from_dir), "--one", name,
-               "--baselines", ",".join(baselines), "--repeat", str(args.repeat), "--result-file", str(out)]
+               "--baselines", ",".join(baselines), "--repeat", str(args.repeat), "--block-runs", str(args.block_runs),
+               "--result-file", str(out)]
         cmd += ["--device", args.device] if args.device else []
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.model_timeout)
@@ -249,6 +252,8 @@ def _arguments():
     parser.add_argument("--models", default=None, help="comma-separated (default: the catalogue and the last wave's eight found)")
     parser.add_argument("--part", default=None, metavar="K/N", help="every N-th model from the K-th (two calls cover all with 1/2, 2/2)")
     parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--block-runs", type=int, default=BLOCK_RUNS, metavar="N",
+                        help=f"runs of ours and of a graph per interleaved block of the paired walls (default {BLOCK_RUNS})")
     parser.add_argument("--force", action="store_true", help="build or run models already done again")
     parser.add_argument("--model-timeout", type=int, default=MODEL_TIMEOUT_S, help="seconds per model's process")
     parser.add_argument("--prebuild", type=int, default=8, metavar="N",
@@ -268,7 +273,8 @@ def main(argv=None) -> int:
                           and 1 <= int(args.part.split("/")[0]) <= int(args.part.split("/")[1])):
         parser.error(f"--part {args.part}: give K/N with 1 <= K <= N")
     if args.one:
-        entry = measure_one(args.one, args.from_dir, args.device, args.repeat, [b for b in args.baselines.split(",") if b])
+        entry = measure_one(args.one, args.from_dir, args.device, args.repeat, [b for b in args.baselines.split(",") if b],
+                            args.block_runs)
         args.result_file.write_text(json.dumps(entry, default=float))
         return 0
     order = [m.name for m in (*CATALOGUE, *LAST_WAVE)]
@@ -305,7 +311,8 @@ def main(argv=None) -> int:
             entry["source"] = saved["source"]
         results[name] = {**entry, **summarize(entry)}
         log(f"  {time.perf_counter() - start:.0f} s: {results[name].get('failure') or fmt(results[name].get('ratio'), '.2f') + 'x'}")
-        path = write_json("catalogue_e2e", device_name, {"repeat": args.repeat, "results": results}, args.results_dir)
+        path = write_json("catalogue_e2e", device_name, {"repeat": args.repeat, "block_runs": args.block_runs, "results": results},
+                          args.results_dir)
     report(results, path, device_name)
     return 0
 

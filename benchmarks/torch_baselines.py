@@ -79,10 +79,11 @@ def _first_tensor(y):
     return y if hasattr(y, "shape") else next(iter(y.values() if isinstance(y, dict) else y))
 
 
-def graph_timings(model, shape, repeat: int, rival=None, warmup: int = 5) -> dict:
+def graph_timings(model, shape, repeat: int, rival=None, warmup: int = 5, block_runs: int = BLOCK_RUNS) -> dict:
     """{"eager_ms", "graph_ms", "graph_wall_ms"[, "ours_wall_paired_ms"]} of ``model`` on a random
-    input of ``shape`` on the current CUDA device (see the module doc), plus "output": the eager
-    output on the CPU (to compare two baselines of one model)."""
+    input of ``shape`` on the current CUDA device (see the module doc), with each side's median wall
+    by a run's place in its block ("..._by_run_ms": where the switch between the two APIs costs),
+    plus "output": the eager output on the CPU (to compare two baselines of one model)."""
     import torch
 
     fp32_without_tf32()
@@ -112,9 +113,11 @@ def graph_timings(model, shape, repeat: int, rival=None, warmup: int = 5) -> dic
             torch.cuda.synchronize()
             return (time.perf_counter() - start) * 1e3
 
-        walls, rivals = interleaved_blocks(graph_wall, rival, repeat)
-    paired = {"ours_wall_paired_ms": statistics.median(rivals), "paired_runs": len(rivals)} if rivals else {}
-    return {"eager_ms": eager, "graph_ms": replay, "graph_wall_ms": statistics.median(walls), **paired, "output": output}
+        walls, rivals = interleaved_blocks(graph_wall, rival, repeat, block_runs)
+    paired = {"ours_wall_paired_ms": statistics.median(rivals), "paired_runs": len(rivals), "block_runs": block_runs,
+              "ours_wall_by_run_ms": by_place_in_block(rivals, block_runs)} if rivals else {}
+    return {"eager_ms": eager, "graph_ms": replay, "graph_wall_ms": statistics.median(walls),
+            "graph_wall_by_run_ms": by_place_in_block(walls, block_runs), **paired, "output": output}
 
 
 def interleaved_blocks(first, second, blocks: int, runs: int = BLOCK_RUNS) -> tuple[list, list]:
@@ -127,6 +130,12 @@ def interleaved_blocks(first, second, blocks: int, runs: int = BLOCK_RUNS) -> tu
             if fn is not None:
                 values.extend(fn() for _ in range(runs))
     return a, b
+
+
+def by_place_in_block(values: list, runs: int) -> list:
+    """The median of the first run of every block, of the second, ...: ``values`` as
+    ``interleaved_blocks`` returns them, ``runs`` per block."""
+    return [statistics.median(values[place::runs]) for place in range(min(runs, len(values)))]
 
 
 def versions() -> dict:

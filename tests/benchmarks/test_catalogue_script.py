@@ -93,6 +93,13 @@ def test_paired_walls_run_in_interleaved_blocks_each_side_first_in_turn():
     assert benchmark("torch_baselines").interleaved_blocks(timer("graph"), None, blocks=2, runs=1)[1] == []
 
 
+def test_walls_by_place_in_block_take_the_median_of_each_place_over_the_blocks():
+    by_place = benchmark("torch_baselines").by_place_in_block
+    # three blocks of three runs; the first run of each block pays for the switch
+    assert by_place([9, 1, 2, 8, 1, 3, 7, 2, 2], 3) == [8, 1, 2]
+    assert by_place([5, 6], 4) == [5, 6]
+
+
 def test_h200_script_builds_here_and_runs_each_model_in_its_own_process(tmp_path):
     onnx_dir = tmp_path / "onnx"
     onnx_dir.mkdir()
@@ -103,10 +110,11 @@ def test_h200_script_builds_here_and_runs_each_model_in_its_own_process(tmp_path
     script("catalogue_e2e.py", "--build-only", saved, "--target", "pocl", "--onnx-dir", onnx_dir, "--models", "tiny,broken")
     assert (saved / "torchscript" / "tiny.pt.xz").exists() and not (saved / "tiny" / "weights.npz").exists()
     (saved / "broken" / "model.json").write_text("{")  # its process fails; the other model is measured all the same
-    out = script("catalogue_e2e.py", "--from", saved, "--repeat", "2", "--results-dir", tmp_path, no_tvm=True)
+    out = script("catalogue_e2e.py", "--from", saved, "--repeat", "2", "--block-runs", "3", "--results-dir", tmp_path, no_tvm=True)
     assert out.strip().splitlines()[-1].startswith("ours paired wall / the faster graph's wall: geomean")
     (path,) = tmp_path.glob("catalogue_e2e-*.json")
     results = json.loads(path.read_text())["results"]
+    assert json.loads(path.read_text())["block_runs"] == 3
     assert results["broken"]["failure"].startswith("exit ") and "ratio" not in results["broken"]
     tiny = results["tiny"]
     assert tiny["ours"]["kernel_ms"] > 0 and tiny["ours"]["wall_ms"] > 0 and tiny["ours"]["launches"] >= 2
