@@ -91,3 +91,27 @@ def test_split_into_more_parts_than_one_launch_writes():
     """Five groups: one split kernel for four, a channel slice for the fifth."""
     names = check_pattern(_split_graph(np.random.default_rng(6), {}, [2, 4, 1, 3, 2], [3, 3, 3, 3, 3]), profile=SPLIT)
     assert names.count("split_channels") == 1 and names.count("slice_channels") == 1, names
+
+
+def _partial_conv_graph(rng, inits, sizes):
+    """FasterNet's partial conv: conv -> Split(sizes) -> a 3x3 conv on the first part ->
+    Concat(it, the untouched rest) -> conv."""
+    channels = sum(sizes)
+    nodes = [conv_node(rng, inits, "x", "c", channels, 3, k=1), helper.make_node("Split", ["c", "sizes"], ["g0", "g1"], axis=1),
+             conv_node(rng, inits, "g0", "g0_conv", sizes[0], sizes[0], k=3),
+             helper.make_node("Concat", ["g0_conv", "g1"], ["cat"], axis=1), conv_node(rng, inits, "cat", "y", 4, channels, k=1)]
+    model = pattern_graph(nodes, inits)
+    model.graph.initializer.append(numpy_helper.from_array(np.asarray(sizes, np.int64), "sizes"))
+    return model
+
+
+@pytest.mark.parametrize("sizes, split_runs", [([4, 12], False), ([8, 6], False), ([3, 13], True)])
+def test_a_concat_reads_split_parts_in_place(sizes, split_runs):
+    """Both parts of a split on channel-block boundaries are read from the split's input (the conv
+    and the concat through a window of it): no split launch; a part off a boundary still needs one."""
+    names = check_pattern(_partial_conv_graph(np.random.default_rng(7), {}, sizes))
+    assert names.count("concat_channels") == 1, names
+    assert any(n.startswith(("split_channels", "slice_channels")) for n in names) is split_runs, names
+    # without fusion the split runs, as before views existed
+    names = check_pattern(_partial_conv_graph(np.random.default_rng(7), {}, sizes), profile=SPLIT)
+    assert names.count("split_channels") == 1, names
