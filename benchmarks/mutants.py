@@ -473,6 +473,19 @@ MUTANTS = (
         ("tests/passes/test_plain_operands.py",),
     ),
     Mutant(
+        "concat_view_offset_dropped",
+        "a channel concat reads a window of a wider map at the window's own block, not the map's",
+        (("            dst[lane] = src[through(view, shape, (n, c, h, w, 0), lane)]",
+          "            dst[lane] = src[n, c, h, w, lane]"),),
+        ("tests/kernels/test_plain_operand_kernels.py::test_concat_reads_windows_of_wider_maps",),
+    ),
+    Mutant(
+        "concat_window_copied",
+        "a channel concat copies a split's part out of its map instead of reading it there (the split launch stays)",
+        (("    expr, view = rw.blocked_view(v, scope)", "    expr, view = rw.blocked(v, scope), ()"),),
+        ("tests/passes/test_split.py::test_a_concat_reads_split_parts_in_place",),
+    ),
+    Mutant(
         "channel_concat_wants_blocked",
         "the layout planner counts a channel concat as a reader that wants its inputs blocked",
         (("        if user.op == \"relax.concat\" and on_channels(user):  # reads either form (rules.concat)\n            return set()",

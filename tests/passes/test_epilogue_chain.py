@@ -142,7 +142,9 @@ def chains(draw, anchor):
     # after a conv (measured over 200 draws), 1 of 30 after a MatMul (its leaves mostly constants)
     two = anchor in TWO_OPERANDS
     for _ in range(draw(st.integers(1, 4))):
-        if draw(st.sampled_from([True, False, False] if two else [True, False])):
+        if anchor not in TOKEN_ANCHORS and draw(st.integers(0, 5)) == 0:  # over axis 1: the channels of a map
+            steps.append(("batch_norm",))
+        elif draw(st.sampled_from([True, False, False] if two else [True, False])):
             steps.append(("unary", draw(st.sampled_from(sorted(UNARY_STEPS)))))
         else:
             op = draw(st.sampled_from(BINARY_STEPS))
@@ -242,6 +244,16 @@ class GraphBuilder:
                        helper.make_node("Div", ["x", "rms"], ["xn"]), helper.make_node("Mul", ["xn", "gamma"], ["v0"])]
         return "v0"
 
+    def batch_norm(self, v, name):
+        """An inference BatchNormalization of ``v`` over axis 1, random statistics and affine."""
+        c = self.out_shape[1]
+        params = [self.rng.standard_normal(c), self.rng.standard_normal(c), self.rng.standard_normal(c), self.rng.uniform(0.5, 2.0, c)]
+        for field, value in zip(("scale", "shift", "mean", "var"), params):
+            self.inits[f"{name}_{field}"] = value.astype(np.float32)
+        self.nodes.append(helper.make_node("BatchNormalization", [v, *[f"{name}_{f}" for f in ("scale", "shift", "mean", "var")]],
+                                           [name], epsilon=1e-5))
+        return name
+
     def anchor_nodes(self):
         rng, c = self.rng, self.c
         if self.anchor in NORMS:
@@ -286,6 +298,9 @@ class GraphBuilder:
     def build(self, steps):
         v = self.anchor_nodes()
         for i, step in enumerate(steps):
+            if step[0] == "batch_norm":
+                v = self.batch_norm(v, f"bn{i}")
+                continue
             if step[0] == "unary":
                 for j, (op, attrs) in enumerate(UNARY_STEPS[step[1]]):
                     self.nodes.append(helper.make_node(op, [v], [f"u{i}_{j}"], **attrs))
@@ -353,6 +368,15 @@ def test_log_fuses_like_on_plain_tensors(anchor):
     serves both) in an anchor's chain, between a scale and a per-channel add."""
     steps = [("binary", "Mul", "scalar", False), ("unary", "Log"), ("binary", "Add", "channel", False)]
     check_chain(anchor, steps, channels=6, size=4, seed=5)
+
+
+@pytest.mark.parametrize("anchor", ["conv", "depthwise", "maxpool"])
+def test_a_batch_norm_after_the_activation_is_the_epilogue(anchor):
+    """XCiT's local patch interaction (depthwise conv -> GELU -> BatchNorm): the norm after the
+    activation is ``x * scale + shift`` by per-channel constants in the anchor's epilogue, no
+    affine kernel; then another step reads its output."""
+    steps = [("unary", "Relu"), ("batch_norm",), ("binary", "Mul", "scalar", False)]
+    check_chain(anchor, steps, channels=6, size=5, seed=9)
 
 
 def test_a_refused_step_records_no_leaf():

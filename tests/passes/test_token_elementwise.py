@@ -114,3 +114,14 @@ def test_a_view_operand_whose_chain_broadcasts_past_it():
     model = make(nodes, [tensor("x", [2, 1, 8]), tensor("b", [2, 3, 4])], [tensor("y", [2, 3, 4])], inits, opset=17)
     rows = _run(model, {"x": (2, 1, 8), "b": (2, 3, 4)}, seed=8)
     assert len(_elementwise(rows)) == 1, rows
+
+
+def test_a_batch_norm_in_a_chain_on_tokens():
+    """``BatchNormalization`` of ``[N, C, L]`` tokens (over axis 1) between two steps of a chain:
+    its per-channel scale and shift are a constant input broadcast along L, one kernel."""
+    stats = [f32("scale", (6,)), f32("shift", (6,)), f32("mean", (6,)), f32("var", (6,), low=0.5)]
+    nodes = [node("Add", ["x", "r"], ["s"]), node("BatchNormalization", ["s", "scale", "shift", "mean", "var"], ["n"], epsilon=1e-5),
+             node("Tanh", ["n"], ["y"])]
+    model = make(nodes, [tensor("x", [2, 6, 10]), tensor("r", [2, 6, 10])], [tensor("y", [2, 6, 10])], stats, opset=17)
+    rows = _run(model, {"x": (2, 6, 10), "r": (2, 6, 10)}, seed=6)
+    assert len(rows) == 1 and len(_elementwise(rows)) == 1, rows

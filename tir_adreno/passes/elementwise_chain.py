@@ -5,11 +5,12 @@ plain tensors (``rules.token_elementwise``).
 From a value it follows the chain while each next node is the only reader of the value before it:
 a run of nodes computing a named activation however the importer wrote it
 (``passes.activations``) becomes that activation, a unary or binary Relax op of :data:`UNARY_OPS`,
-:data:`BINARY_OPS`, ``clip``, ``leakyrelu`` or ``rsqrt`` its node of the tree. What the walk may
+:data:`BINARY_OPS`, ``clip``, ``leakyrelu`` or ``rsqrt`` its node of the tree, an inference batch
+norm (with its output's ``TupleGetItem``) ``x * scale + shift`` by per-channel constants. What the walk may
 take depends on the kernel it builds, a :class:`Leaves` policy: which next node it follows (its
 shape and dtype), and what another operand of a binary op becomes (a scalar, a per-channel
-constant, the epilogue's operand, a plain kernel's input), recorded on the policy and undone when
-the step is refused. Nothing is marked fused here: the caller marks the nodes it takes.
+constant, the epilogue's operand, a plain kernel's input) or a batch norm's constants along its axis,
+recorded on the policy and undone when the step is refused. Nothing is marked fused here: the caller marks the nodes it takes.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ import numpy as np
 from primfuncs import epilogue_expr as ex
 
 from tir_adreno.passes.activations import clip_range, match_activation
-from tir_adreno.passes.graph import Graph, Node, same
+from tir_adreno.passes.affine import batch_norm_affine, batch_norm_output
+from tir_adreno.passes.graph import Graph, Node, same, static_shape
 
 #: Relax unary ops and their expression op (the activations' names are the table's).
 UNARY_OPS = {"relax.negative": "neg", "relax.abs": "abs", "relax.exp": "exp", "relax.sqrt": "sqrt", "relax.log": "log",
@@ -42,6 +44,10 @@ class Leaves(Protocol):
 
     def leaf(self, arg):
         """``arg`` (an operand other than the chain's value) as a leaf, recorded; None when unread."""
+
+    def axis_constant(self, values, axis: int):
+        """Float64 ``values``, one per element along ``axis`` of the chain's value (a batch norm's),
+        as a leaf, recorded; None when the kernel cannot read them so."""
 
     def save(self):
         """The recorded leaves' state, for :meth:`restore`."""
@@ -88,6 +94,23 @@ def node_expression(node: Node, var, expr, leaves: Leaves):
     return found
 
 
+def batch_norm(g: Graph, node: Node, var, expr, leaves: Leaves):
+    """(tree, nodes) of inference batch norm ``node`` of ``var`` (value ``expr``) and the
+    ``TupleGetItem`` of its output: ``expr * scale + shift``, else None (nothing recorded)."""
+    if node.op != "relax.nn.batch_norm" or not same(node.args[0], var):
+        return None
+    getter, folded = batch_norm_output(g, node), batch_norm_affine(node)
+    rank = len(static_shape(var) or ())
+    if getter is None or folded is None or not rank or not leaves.follows(getter):
+        return None
+    state = leaves.save()
+    scale, shift = (leaves.axis_constant(v, int(node.attrs.axis) % rank) for v in folded)
+    if scale is None or shift is None:
+        leaves.restore(state)
+        return None
+    return ex.Binary("add", ex.Binary("multiply", expr, scale), shift), [node, getter]
+
+
 def activation(g: Graph, var, x, first: Node | None = None):
     """(tree, nodes) of the named activation that starts at ``first`` (or at ``var``'s sole reader)
     and reads ``var`` (its value ``x``), else None."""
@@ -104,8 +127,10 @@ def walk(g: Graph, expr, last: Node, leaves: Leaves):
     nodes = []
     while True:
         found = activation(g, last.var, expr)
+        user = g.sole_user(last.var) if found is None else None
+        if found is None and user is not None:
+            found = batch_norm(g, user, last.var, expr, leaves)
         if found is None:
-            user = g.sole_user(last.var)
             step = node_expression(user, last.var, expr, leaves) if user is not None and leaves.follows(user) else None
             if step is None:
                 return expr, last, nodes

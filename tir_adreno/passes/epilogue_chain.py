@@ -129,6 +129,14 @@ class _Leaves:
     def leaf(self, arg):
         return _leaf(self.rw, self.anchor, self.chain, arg, self.out_shape)
 
+    def axis_constant(self, values, axis: int):
+        """Per-channel ``values`` along the anchor's channel axis (1 in NCHW, else the last)."""
+        channel_axis = 1 if self.anchor.layout == "NCHW" else len(self.out_shape) - 1
+        if axis != channel_axis or len(values) != self.anchor.channels:
+            return None
+        self.chain.channels.append(np.asarray(values, np.float64))
+        return ex.Channel(len(self.chain.channels) - 1)
+
     def save(self):
         return len(self.chain.operands), len(self.chain.channels)
 

@@ -67,14 +67,7 @@ class _Chain:
         ``arg`` is no float32 tensor of static shape that exists already, or one input too many."""
         data = const(arg)
         if data is not None:
-            if data.dtype != np.float32 or data.ndim > self.out_rank:
-                return None
-            if data.size == 1 or np.all(data == data.reshape(-1)[0]):
-                return ex.Const(float(data.reshape(-1)[0]))
-            for k, x in enumerate(self.inputs):
-                if isinstance(x, np.ndarray) and x.shape == data.shape and np.array_equal(x, data):
-                    return self._operand(k)
-            return self._operand(self._buffer(data))
+            return self._constant(data)
         arg = self._through_broadcast(arg)
         view = self._view(arg)
         if view is not None:
@@ -109,6 +102,23 @@ class _Chain:
         if src is None or src.op != "relax.broadcast_to" or self.rw.graph.uses.get(arg, 0) != 1:
             return arg
         return src.args[0]
+
+    def axis_constant(self, values, axis: int):
+        """A batch norm's ``values`` along ``axis``: a constant input broadcast along the others."""
+        shape = [1] * self.out_rank
+        shape[axis] = len(values)
+        return self._constant(np.asarray(values, np.float32).reshape(shape))
+
+    def _constant(self, data: np.ndarray):
+        """A constant's leaf: a scalar inline, else an input (one buffer per distinct array)."""
+        if data.dtype != np.float32 or data.ndim > self.out_rank:
+            return None
+        if data.size == 1 or np.all(data == data.reshape(-1)[0]):
+            return ex.Const(float(data.reshape(-1)[0]))
+        for k, x in enumerate(self.inputs):
+            if isinstance(x, np.ndarray) and x.shape == data.shape and np.array_equal(x, data):
+                return self._operand(k)
+        return self._operand(self._buffer(data))
 
     def _buffer(self, x):
         """The number of buffer ``x`` (a var or a constant array), added if new; None when full."""
