@@ -486,6 +486,14 @@ MUTANTS = (
         ("tests/passes/test_split.py::test_a_concat_reads_split_parts_in_place",),
     ),
     Mutant(
+        "batch_norm_step_shift_negated",
+        "a batch norm taken into an elementwise chain subtracts its per-channel shift instead of adding it",
+        (("    return ex.Binary(\"add\", ex.Binary(\"multiply\", expr, scale), shift), [node, getter]",
+          "    return ex.Binary(\"subtract\", ex.Binary(\"multiply\", expr, scale), shift), [node, getter]"),),
+        ("tests/passes/test_epilogue_chain.py::test_a_batch_norm_after_the_activation_is_the_epilogue",
+         "tests/passes/test_token_elementwise.py::test_a_batch_norm_in_a_chain_on_tokens"),
+    ),
+    Mutant(
         "channel_concat_wants_blocked",
         "the layout planner counts a channel concat as a reader that wants its inputs blocked",
         (("        if user.op == \"relax.concat\" and on_channels(user):  # reads either form (rules.concat)\n            return set()",
