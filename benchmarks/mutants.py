@@ -536,7 +536,7 @@ MUTANTS = (
     Mutant(
         "chain_walk_keeps_refused_leaves",
         "the elementwise-chain walk keeps the leaves a refused step recorded (a per-channel row its epilogue never reads)",
-        (("        leaves.restore(state)\n", "        pass\n"),),
+        (("    if found is None:\n        leaves.restore(state)\n", "    if found is None:\n        pass\n"),),
         ("tests/passes/test_epilogue_chain.py::test_a_refused_step_records_no_leaf",),
     ),
     Mutant(
