@@ -71,7 +71,8 @@ def concat_channels(n: int, channels, h: int, w: int, dtype: str = "float32", sc
         raise ValueError(f"plain inputs {sorted(plain)} are not among the {len(channels)} inputs")
     views = tuple(tuple(v or ()) for v in views) or ((),) * len(channels)
     if len(views) != len(channels) or any(views[i] for i in plain):
-        raise ValueError(f"views: one per input, none for a plain input; got {len(views)} for {len(channels)} inputs, plain {sorted(plain)}")
+        raise ValueError(f"views: one per input, none for a plain input; got {len(views)} for {len(channels)} inputs, "
+                         f"plain {sorted(plain)}")
     check_dtype(dtype)
     check_scope(scope)
     check_map_epilogue(epilogue, "concat")

@@ -28,7 +28,7 @@ def test_edgenext_blocks_build_only_then_from_without_tvm(tmp_path):
     kernels = {way: r[way]["kernels"] for way in ("apart", "tail", "fused")}
     assert kernels["apart"]["add"]["launches"] == 2 and kernels["tail"]["add"]["launches"] == 1 and "add" not in kernels["fused"]
     assert kernels["fused"]["hierarchical_depthwise"]["launches"] == 2 and "concat_channels" not in kernels["fused"]
-    # the convs read their slices as channel windows (no kernel); apart: the slice the concat reads, an add, the concat
-    assert kernels["apart"]["slice_channels"]["launches"] == 1
-    assert r["apart"]["launches"] == r["tail"]["launches"] + 1 == r["fused"]["launches"] + 1 + 3
+    # the convs and the concat read their slices as channel windows (no kernel); apart: an add, the concat
+    assert not [k for k in kernels["apart"] if k.startswith("slice_channels")], kernels["apart"]
+    assert r["apart"]["launches"] == r["tail"]["launches"] + 1 == r["fused"]["launches"] + 1 + 2
     assert r["relative_difference"] <= 1e-5, r["relative_difference"]

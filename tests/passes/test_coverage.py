@@ -118,7 +118,11 @@ def test_batch_norm_without_conv_is_one_affine_kernel():
         helper.make_node("BatchNormalization", ["p", "s", "b", "m", "v"], ["n"]),
         helper.make_node("Relu", ["n"], ["y"]),
     ]
-    assert check(_graph(nodes, inits, channels=6), channels=6) == ["max_pool2d", "affine_relu"]
+    # the norm and the ReLU after the pool are its epilogue (an elementwise chain)
+    assert check(_graph(nodes, inits, channels=6), channels=6) == ["max_pool2d"]
+    # where the pool's output has a second reader (a residual), they are an affine kernel of their own (the add another)
+    nodes[2:] = [helper.make_node("Relu", ["n"], ["r"]), helper.make_node("Add", ["r", "p"], ["y"])]
+    assert check(_graph(nodes, inits, channels=6), channels=6) == ["max_pool2d", "affine_relu", "add"]
 
 
 def test_mul_add_after_conv_folds_into_its_weights():

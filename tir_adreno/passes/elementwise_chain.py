@@ -5,12 +5,13 @@ plain tensors (``rules.token_elementwise``).
 From a value it follows the chain while each next node is the only reader of the value before it:
 a run of nodes computing a named activation however the importer wrote it
 (``passes.activations``) becomes that activation, a unary or binary Relax op of :data:`UNARY_OPS`,
-:data:`BINARY_OPS`, ``clip``, ``leakyrelu`` or ``rsqrt`` its node of the tree, an inference batch
-norm (with its output's ``TupleGetItem``) ``x * scale + shift`` by per-channel constants. What the walk may
-take depends on the kernel it builds, a :class:`Leaves` policy: which next node it follows (its
-shape and dtype), and what another operand of a binary op becomes (a scalar, a per-channel
-constant, the epilogue's operand, a plain kernel's input) or a batch norm's constants along its axis,
-recorded on the policy and undone when the step is refused. Nothing is marked fused here: the caller marks the nodes it takes.
+:data:`BINARY_OPS`, ``clip``, ``leakyrelu`` or ``rsqrt`` its node of the tree, an inference
+batch norm (with its output's ``TupleGetItem``) ``x * scale + shift`` by per-channel constants.
+What the walk may take depends on the kernel it builds, a :class:`Leaves` policy: which next node
+it follows (its shape and dtype), and what another operand of a binary op becomes (a scalar, a
+per-channel constant, the epilogue's operand, a plain kernel's input) or a batch norm's constants
+along its axis, recorded on the policy and undone when the step is refused. Nothing is marked
+fused here: the caller marks the nodes it takes.
 """
 
 from __future__ import annotations

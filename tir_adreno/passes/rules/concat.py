@@ -7,8 +7,9 @@ kernel from that buffer (``concat_channels(plain=...)``) instead of being packed
 the concat takes either form, so no layout kernel runs before it (``rules.common.read_in_place``).
 An input that is a window of whole channel blocks of a wider map (a split's part, a slice) is read
 from that map in place (``Rewriter.blocked_view``): FasterNet's ``cat(conv(x1), x2)`` of
-``x1, x2 = split(x)`` then runs no split launch. A concat whose inputs are plain and whose readers want it plain (a channel group's,
-``passes.channel_groups``) is left to the gather on the plain tensors (``rules.token_layout``)."""
+``x1, x2 = split(x)`` then runs no split launch. A concat whose inputs are plain and whose readers
+want it plain (a channel group's, ``passes.channel_groups``) is left to the gather on the plain
+tensors (``rules.token_layout``)."""
 
 from __future__ import annotations
 
