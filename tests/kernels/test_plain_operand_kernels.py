@@ -69,7 +69,8 @@ def test_concat_reads_windows_of_wider_maps(device, d, chans, data, scope):
     inputs, views = [], []
     for i, (x, c) in enumerate(zip(xs, chans)):
         if i not in viewed:
-            inputs.append(to_nchw4c(x)), views.append(())
+            inputs.append(to_nchw4c(x))
+            views.append(())
             continue
         before = data.draw(st.integers(0, 2))
         after = data.draw(st.integers(0, 2)) if c % 4 == 0 else 0  # a partial last block ends the map

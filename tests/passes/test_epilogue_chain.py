@@ -227,12 +227,7 @@ class GraphBuilder:
             self.nodes.append(helper.make_node("Softmax", ["x"], ["v0"], axis=-1))
             return "v0"
         if self.anchor == "batch_norm":
-            tokens = self.out_shape[1]
-            for name, value in (("scale", rng.standard_normal(tokens)), ("shift", rng.standard_normal(tokens)),
-                                ("mean", rng.standard_normal(tokens)), ("var", rng.uniform(0.5, 2.0, tokens))):
-                self.inits[name] = value.astype(np.float32)
-            self.nodes.append(helper.make_node("BatchNormalization", ["x", "scale", "shift", "mean", "var"], ["v0"], epsilon=1e-5))
-            return "v0"
+            return self.batch_norm("x", "v0")
         self.inits["gamma"] = (rng.standard_normal(c) * 0.5 + 1).astype(np.float32)
         if self.anchor == "layer_norm":
             self.inits["beta"] = (rng.standard_normal(c) * 0.5).astype(np.float32)
@@ -245,13 +240,13 @@ class GraphBuilder:
         return "v0"
 
     def batch_norm(self, v, name):
-        """An inference BatchNormalization of ``v`` over axis 1, random statistics and affine."""
-        c = self.out_shape[1]
-        params = [self.rng.standard_normal(c), self.rng.standard_normal(c), self.rng.standard_normal(c), self.rng.uniform(0.5, 2.0, c)]
-        for field, value in zip(("scale", "shift", "mean", "var"), params):
-            self.inits[f"{name}_{field}"] = value.astype(np.float32)
-        self.nodes.append(helper.make_node("BatchNormalization", [v, *[f"{name}_{f}" for f in ("scale", "shift", "mean", "var")]],
-                                           [name], epsilon=1e-5))
+        """An inference BatchNormalization of ``v`` over axis 1 (a map's channels, a token anchor's
+        tokens), random statistics and affine."""
+        c, rng = self.out_shape[1], self.rng
+        params = {f"{name}_{field}": values for field, values in (("scale", rng.standard_normal(c)), ("shift", rng.standard_normal(c)),
+                                                                   ("mean", rng.standard_normal(c)), ("var", rng.uniform(0.5, 2.0, c)))}
+        self.inits.update({k: v.astype(np.float32) for k, v in params.items()})
+        self.nodes.append(helper.make_node("BatchNormalization", [v, *params], [name], epsilon=1e-5))
         return name
 
     def anchor_nodes(self):

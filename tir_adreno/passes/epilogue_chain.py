@@ -46,6 +46,11 @@ class Chain:
     channels: list = field(default_factory=list)
     operands: list = field(default_factory=list)
 
+    def channel_leaf(self, vector) -> ex.Channel:
+        """Per-channel constants (a float64 vector) recorded as the next :class:`~primfuncs.epilogue_expr.Channel`."""
+        self.channels.append(vector)
+        return ex.Channel(len(self.channels) - 1)
+
     @property
     def operand(self):
         """The first operand (the anchors that read one), None without one."""
@@ -99,8 +104,7 @@ def _leaf(rw, anchor: Anchor, chain: Chain, other, out_shape):
         vector = channel_vector(other, anchor.channels, anchor.layout)
         if vector is None:
             return _constant_operand(anchor, chain, data, out_shape)
-        chain.channels.append(vector)
-        return ex.Channel(len(chain.channels) - 1)
+        return chain.channel_leaf(vector)
     if not isinstance(other, relax.Var) or dtype(other) != "float32":
         return None
     kind = anchor.kind_of(out_shape, static_shape(other))
@@ -134,8 +138,7 @@ class _Leaves:
         channel_axis = 1 if self.anchor.layout == "NCHW" else len(self.out_shape) - 1
         if axis != channel_axis or len(values) != self.anchor.channels:
             return None
-        self.chain.channels.append(np.asarray(values, np.float64))
-        return ex.Channel(len(self.chain.channels) - 1)
+        return self.chain.channel_leaf(np.asarray(values, np.float64))
 
     def save(self):
         return len(self.chain.operands), len(self.chain.channels)
